@@ -1,0 +1,139 @@
+# Makefile - builds libkiln_rt, libkiln, bin/kiln, tests, benchmarks and examples.
+#   make          build everything          make test    run the whole test suite
+#   make run      the main job (README)     make bench   run the benchmarks
+#   make SAN=1 test   the same suite under ASan + UBSan (objects under build/san)
+#   make setup    install the Debian packages kiln needs (as root), else print the command
+
+CC          ?= cc
+LLVM_CONFIG ?= llvm-config-19
+PREFIX      ?= /usr/local
+CUDA_HOME   ?= /usr/local/cuda
+
+ifdef SAN
+O        := build/san
+LIBDIR   := build/san/lib
+BINDIR   := build/san/bin
+SANFLAGS := -fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined
+else
+O        := build
+LIBDIR   := lib
+BINDIR   := bin
+SANFLAGS :=
+endif
+
+WERROR   := $(if $(CI),-Werror,)
+CFLAGS   ?= -O2 -g
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
+LDFLAGS  += $(SANFLAGS)
+
+LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null | sed 's/-std=[^ ]*//; s/-W[^ ]*//g; s/-D_GNU_SOURCE//')
+LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) $(shell $(LLVM_CONFIG) --libs 2>/dev/null)
+LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
+LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
+
+RT_SRCS   := $(wildcard runtime/*.c)
+GEN_SRCS  := $(wildcard gen/*.c) $(wildcard emu/*.c)
+CLI_SRCS  := $(wildcard tools/kiln*.c) $(wildcard tools/cmd_*.c)
+TEMPLATES := $(sort $(wildcard templates/*.lua templates/lib/*.lua))
+TEST_SRCS := $(wildcard tests/*_test.c)
+BENCH_SRCS:= $(wildcard bench/*_bench.c)
+
+RT_OBJS   := $(RT_SRCS:%.c=$(O)/%.o)
+GEN_OBJS  := $(GEN_SRCS:%.c=$(O)/%.o) $(O)/gen/templates_embed.o
+CLI_OBJS  := $(CLI_SRCS:%.c=$(O)/%.o)
+TESTS     := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
+BENCHES   := $(BENCH_SRCS:bench/%.c=$(O)/bench/%)
+
+RT_LIBS   := -ldl -lpthread -lm
+GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS)
+
+KILN      := $(BINDIR)/kiln
+
+.PHONY: all check-deps setup run test bench install clean
+all: check-deps $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.a \
+     $(LIBDIR)/libkiln.so $(KILN) $(TESTS) $(BENCHES) extra
+
+check-deps:
+	@tools/setup.sh --check
+
+setup:
+	@tools/setup.sh
+
+# Rooms add their own targets to `extra` (fake driver, examples, ...).
+extra:
+.PHONY: extra
+
+$(O)/runtime/%.o: runtime/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Iruntime -c $< -o $@
+
+$(O)/gen/%.o: gen/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Igen $(LLVM_CFLAGS) $(LUA_CFLAGS) -c $< -o $@
+
+$(O)/emu/%.o: emu/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Igen -Iemu $(LLVM_CFLAGS) $(LUA_CFLAGS) -c $< -o $@
+
+$(O)/tools/%.o: tools/%.c
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itools -c $< -o $@
+
+# Templates are compiled into libkiln so that it works without an installed tree.
+$(O)/tools/embed: tools/embed.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 $< -o $@
+$(O)/gen/templates_embed.c: $(TEMPLATES) $(O)/tools/embed
+	@mkdir -p $(dir $@)
+	$(O)/tools/embed $@ $(TEMPLATES)
+$(O)/gen/templates_embed.o: $(O)/gen/templates_embed.c
+	$(CC) $(CFLAGS) -c $< -o $@
+
+$(LIBDIR)/libkiln_rt.a: $(RT_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBDIR)/libkiln_rt.so: $(RT_OBJS)
+	@mkdir -p $(dir $@)
+	$(CC) -shared $(LDFLAGS) -o $@ $^ $(RT_LIBS)
+$(LIBDIR)/libkiln.a: $(GEN_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+$(LIBDIR)/libkiln.so: $(GEN_OBJS) $(LIBDIR)/libkiln_rt.so
+	$(CC) -shared $(LDFLAGS) -o $@ $(GEN_OBJS) -L$(LIBDIR) -lkiln_rt $(GEN_LIBS) -Wl,-rpath,'$$ORIGIN'
+
+STATIC_LIBS := $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
+
+$(KILN): $(CLI_OBJS) $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIBS) $(GEN_LIBS)
+
+$(O)/tests/%: tests/%.c $(STATIC_LIBS) tests/check.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Igen -Iemu -Iruntime $(LLVM_CFLAGS) $(LUA_CFLAGS) $< -o $@ \
+	    $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
+
+$(O)/bench/%: bench/%.c $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ibench $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
+
+# The main job: generate LayerNorm PTX for every SM and show that ptxas accepts it.
+run: all
+	@tools/showcase.sh $(KILN)
+
+test: all
+	@KILN=$(KILN) O=$(O) tests/run.sh
+
+bench: all
+	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+install: all
+	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/kiln
+	install -m 644 $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln.a $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.so $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(KILN) $(DESTDIR)$(PREFIX)/bin
+	install -m 644 include/kiln/*.h $(DESTDIR)$(PREFIX)/include/kiln
+
+clean:
+	rm -rf build lib bin
+
+-include $(shell find build -name '*.d' 2>/dev/null)

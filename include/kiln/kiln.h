@@ -1,0 +1,7 @@
+/* kiln/kiln.h - umbrella header: everything public in libkiln and libkiln_rt. */
+#ifndef KILN_KILN_H
+#define KILN_KILN_H
+#include "kiln/common.h"
+#include "kiln/kernel.h"
+#include "kiln/gen.h"
+#endif

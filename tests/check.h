@@ -1,0 +1,49 @@
+/* tests/check.h - the tiny test harness every C test uses: CHECK, test cases, summary. */
+#ifndef KILN_TESTS_CHECK_H
+#define KILN_TESTS_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+static int check_passed, check_failed, check_case_failed;
+static const char *check_case_name = "";
+
+/* Starts a named test case; each case counts once as passed or failed. */
+#define TEST_BEGIN(name)                                                                      \
+    do {                                                                                      \
+        check_case_name = (name);                                                             \
+        check_case_failed = 0;                                                                \
+    } while (0)
+
+#define TEST_END()                                                                            \
+    do {                                                                                      \
+        if (check_case_failed) {                                                              \
+            check_failed++;                                                                   \
+            printf("FAIL %s\n", check_case_name);                                             \
+        } else {                                                                              \
+            check_passed++;                                                                   \
+            if (getenv("KILN_TEST_VERBOSE")) printf("ok   %s\n", check_case_name);            \
+        }                                                                                     \
+        fflush(stdout);                                                                       \
+    } while (0)
+
+/* A failed CHECK prints where and why and marks the current case failed. */
+#define CHECK(cond, ...)                                                                      \
+    do {                                                                                      \
+        if (!(cond)) {                                                                        \
+            check_case_failed = 1;                                                            \
+            printf("  %s:%d: [%s] check failed: %s: ", __FILE__, __LINE__, check_case_name,   \
+                   #cond);                                                                    \
+            printf(__VA_ARGS__);                                                              \
+            printf("\n");                                                                     \
+        }                                                                                     \
+    } while (0)
+
+/* Prints "SUITE: N passed, N failed" and returns the exit status for main. */
+static inline int check_summary(const char *suite) {
+    printf("%s: %d passed, %d failed\n", suite, check_passed, check_failed);
+    return check_failed ? 1 : 0;
+}
+
+#endif

@@ -1,0 +1,26 @@
+/* tools/cli.h - private header of the kiln command line: subcommands and shared helpers. */
+#ifndef KILN_TOOLS_CLI_H
+#define KILN_TOOLS_CLI_H
+
+#include <stdio.h>
+
+/* Exit statuses: 0 success, 1 findings/failed check (lint, run), 2 usage or input errors. */
+enum { CLI_OK = 0, CLI_FINDINGS = 1, CLI_USAGE = 2 };
+
+typedef struct cli_command {
+    const char *name;
+    const char *summary;
+    int (*run)(int argc, char **argv); /* argv[0] is the subcommand name */
+} cli_command;
+
+/* kiln.c */
+int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* returns CLI_USAGE */
+int cli_parse_sm(const char *text, int *sm);                               /* 0 or CLI_USAGE */
+/* Writes data to path atomically (temp file + rename) or to stdout when path is NULL or "-". */
+int cli_write_output(const char *path, const char *data, size_t len);
+
+/* cmd_gen.c */
+int cmd_emit(int argc, char **argv);
+int cmd_list(int argc, char **argv);
+
+#endif

@@ -1,0 +1,93 @@
+/* tools/kiln.c - the kiln command line: dispatches subcommands, shared CLI helpers. */
+#include <errno.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "cli.h"
+#include "kiln/kiln.h"
+
+static const cli_command commands[] = {
+    {"emit", "generate one kernel and print its PTX or LLVM IR", cmd_emit},
+    {"list", "list kernel families, their parameters and the targets", cmd_list},
+};
+static const size_t ncommands = sizeof commands / sizeof commands[0];
+
+int cli_error(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("kiln: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    return CLI_USAGE;
+}
+
+int cli_parse_sm(const char *text, int *sm) {
+    int sms[16], n = kiln_targets(sms, 16);
+    char valid[128] = "";
+    const char *digits = text;
+    if (!strncmp(digits, "sm_", 3)) digits += 3;
+    char *end;
+    long v = strtol(digits, &end, 10);
+    for (int i = 0; i < n; i++) {
+        if (*digits && !*end && v == sms[i]) {
+            *sm = sms[i];
+            return 0;
+        }
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%d", i ? ", " : "", sms[i]);
+    }
+    return cli_error("unsupported SM '%s'; valid: %s", text, valid);
+}
+
+int cli_write_output(const char *path, const char *data, size_t len) {
+    if (!path || !strcmp(path, "-")) {
+        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+            return cli_error("cannot write to standard output: %s", strerror(errno));
+        return CLI_OK;
+    }
+    char tmp[4096];
+    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
+        return cli_error("output path too long: %s", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) return cli_error("cannot write output file '%s': %s", path, strerror(errno));
+    int ok = fwrite(data, 1, len, f) == len;
+    ok = (fclose(f) == 0) && ok;
+    if (!ok || rename(tmp, path) != 0) {
+        int e = errno;
+        unlink(tmp);
+        return cli_error("cannot write output file '%s': %s", path, strerror(e));
+    }
+    return CLI_OK;
+}
+
+static void usage(FILE *to) {
+    fprintf(to, "usage: kiln COMMAND [ARGS...]\n\nkiln generates GPU kernels (PTX) from kernel "
+                "templates, without Triton or nvcc.\n\ncommands:\n");
+    for (size_t i = 0; i < ncommands; i++) fprintf(to, "  %-12s %s\n", commands[i].name, commands[i].summary);
+    fprintf(to, "\n'kiln COMMAND --help' describes one command. kiln %s, LLVM %s.\n",
+            KILN_VERSION_STRING, kiln_llvm_version());
+}
+
+int main(int argc, char **argv) {
+    if (argc < 2) {
+        usage(stderr);
+        return CLI_USAGE;
+    }
+    if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
+        usage(stdout);
+        return CLI_OK;
+    }
+    if (!strcmp(argv[1], "--version")) {
+        printf("kiln %s (LLVM %s)\n", KILN_VERSION_STRING, kiln_llvm_version());
+        return CLI_OK;
+    }
+    char valid[256] = "";
+    for (size_t i = 0; i < ncommands; i++) {
+        if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", commands[i].name);
+    }
+    return cli_error("unknown command '%s'; valid: %s (see 'kiln --help')", argv[1], valid);
+}
