@@ -35,6 +35,66 @@ const gen_target *gen_target_all(int *count);
 enum gen_feature { GEN_FEAT_MMA_M16N8K8, GEN_FEAT_LDMATRIX, GEN_FEAT_MMA_M16N8K16, GEN_FEAT_CP_ASYNC };
 int gen_feature_ptx(enum gen_feature f);
 
+/* ---- gen_lint*.c, gen_ptx_reader.c: kiln lint (pure C, no LLVM calls) ---- */
+
+/* gen_ptx_reader.c: PTX text -> statements. A statement keeps its first GEN_PTX_MAX_TOKENS tokens. */
+enum { GEN_PTX_MAX_TOKENS = 64 };
+typedef enum gen_ptx_kind {
+    GEN_PTX_INSTRUCTION, /* tok[0] is the opcode ("cvt.rn.bf16.f32"); a guard is in pred */
+    GEN_PTX_DIRECTIVE,   /* tok[0] starts with '.': declarations, .version, function headers */
+    GEN_PTX_LABEL,       /* "name:"; tok[0] is the name */
+    GEN_PTX_OPEN,        /* '{' opening a scope: a function body or a block */
+    GEN_PTX_CLOSE,       /* '}' */
+    GEN_PTX_DATA         /* one line inside a .section { } block (debug data) */
+} gen_ptx_kind;
+typedef struct gen_ptx_token {
+    const char *s;
+    size_t len;
+} gen_ptx_token;
+typedef struct gen_ptx_stmt {
+    gen_ptx_kind kind;
+    int line, end_line;     /* first and last line it spans */
+    int depth;              /* braces open before it */
+    bool in_section;        /* inside a .section block */
+    bool predicated, pred_negated;
+    bool body_follows;      /* a .entry/.func header whose '{' comes next */
+    gen_ptx_token pred;     /* "%p1" of "@!%p1" */
+    const char *start, *end; /* its raw text */
+    size_t ntok;            /* tokens seen; only the first GEN_PTX_MAX_TOKENS are kept */
+    gen_ptx_token tok[GEN_PTX_MAX_TOKENS]; /* last member */
+} gen_ptx_stmt;
+typedef struct gen_ptx_reader {
+    const char *p, *end;
+    int line, depth, section_depth;
+    bool section_pending;
+} gen_ptx_reader;
+void gen_ptx_reader_init(gen_ptx_reader *r, const char *text, size_t len);
+bool gen_ptx_next(gen_ptx_reader *r, gen_ptx_stmt *st); /* false at the end of the text */
+size_t gen_ptx_stmt_text(const gen_ptx_stmt *st, char *buf, size_t cap);
+bool gen_ptx_tok_is(gen_ptx_token t, const char *s);
+
+/* gen_lint_table.c: the facts lint checks, from the PTX ISA manual and checked against ptxas. */
+typedef struct gen_lint_rule {
+    const char *op;      /* opcode's first part, "a|b" alternatives, "*" any; or a directive (".loc") */
+    const char *mods;    /* pattern over the opcode's '.'-separated modifiers: elements "a|b", "*" = any
+                            run; NULL = any */
+    const char *operand; /* an operand token that must be present ("x*" = prefix), NULL = none */
+    int sm, ptx;         /* needs sm_<sm> (0: any) and PTX ISA ptx/10 (0: any) */
+    bool arch;           /* needs exactly the arch-specific target sm_<sm>a */
+    const char *feature; /* its name in messages */
+    const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c */
+} gen_lint_rule;
+typedef struct gen_lint_target {
+    const char *name; /* "sm_90a" */
+    int sm, ptx;      /* SM number, minimal .version times 10 */
+    char suffix;      /* 0, 'a' (arch-specific) or 'f' (family-specific) */
+} gen_lint_target;
+const gen_lint_rule *gen_lint_rules(size_t *count);
+const gen_lint_target *gen_lint_targets(size_t *count);
+const char *const *gen_lint_decl_types(void); /* types a declaration may not use; NULL-ended */
+/* SM label "sm_90" or "sm_90a" for messages (buf of at least 16 bytes). */
+const char *gen_lint_sm_name(int sm, bool arch, char *buf);
+
 /* ---- gen_api.c / gen_pipeline.c: spec -> module, shared with the emulator (emu/) ---- */
 
 /* The module for one spec and target, optimized exactly as it is before NVPTX codegen,
@@ -44,3 +104,114 @@ kiln_status gen_build_module(kiln_gen *gen, const char *spec, int sm, LLVMContex
                              LLVMModuleRef *out, kiln_kernel_meta *meta, kiln_error *err);
 
 #endif
+
+/* ---- gen_lua.c: the embedded Lua state and the templates it loads ---- */
+#include <lua.h>
+
+typedef struct gen_lua gen_lua;
+
+/* Opens a Lua state whose `require` and family lookup read templates from template_dir,
+ * or from the copies built into libkiln when template_dir is NULL. */
+kiln_status gen_lua_open(gen_lua **out, const char *template_dir, kiln_error *err);
+void gen_lua_close(gen_lua *gl);
+lua_State *gen_lua_state(gen_lua *gl);
+/* Pushes the template table of family (loading it once); error lists the families. */
+kiln_status gen_lua_push_family(gen_lua *gl, const char *family, kiln_error *err);
+/* Names of the families (templates/<name>.lua), sorted; returns the count. */
+int gen_lua_families(gen_lua *gl, char names[][KILN_NAME_MAX], int cap);
+/* The source bytes of a family's template (for cache keys). */
+kiln_status gen_lua_template_source(gen_lua *gl, const char *family, const char **src,
+                                    size_t *len, kiln_error *err);
+/* lua_pcall with a traceback handler; on error fills err with "what: file:line: msg". */
+kiln_status gen_lua_call(lua_State *L, int nargs, int nresults, const char *what, kiln_error *err);
+
+/* ---- gen_spec.c: spec strings, checked against the parameters a template declares ---- */
+#define GEN_SPEC_MAX_KEYS 32
+
+typedef struct gen_spec {
+    char family[KILN_NAME_MAX];
+    int nkeys;
+    char keys[GEN_SPEC_MAX_KEYS][KILN_NAME_MAX];
+    char values[GEN_SPEC_MAX_KEYS][KILN_NAME_MAX];
+    char canonical[KILN_SPEC_MAX];
+} gen_spec;
+
+/* Splits "family k=v k=v" (syntax only). */
+kiln_status gen_spec_parse(const char *text, gen_spec *out, kiln_error *err);
+/* Checks keys and values against the family's declared params, fills defaults, writes the
+ * canonical string, and pushes the Lua spec table (param name -> typed value). */
+kiln_status gen_spec_resolve(gen_lua *gl, gen_spec *spec, kiln_error *err);
+/* Appends a description of every family's params to buf (for kiln_describe). */
+kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *err);
+
+/* ---- gen_builder.c: builder primitives exposed to templates ---- */
+typedef struct gen_builder gen_builder;
+
+/* Creates the builder userdata for one kernel (pushed on L); the module lives in ctx. */
+gen_builder *gen_builder_push(lua_State *L, LLVMContextRef ctx, LLVMModuleRef mod,
+                              const gen_target *target, kiln_kernel_meta *meta);
+/* After build(): checks the kernel was finished; returns static smem bytes and the
+ * PTX version the instructions used need (times 10). */
+kiln_status gen_builder_finish(gen_builder *gb, unsigned *static_smem, int *ptx_needed,
+                               kiln_error *err);
+/* Pushes a table describing the target's capabilities (for config()). */
+void gen_builder_push_target(lua_State *L, const gen_target *t);
+
+/* ---- gen_lower.c: verify, optimize, emit PTX ---- */
+/* Verifies mod, runs the O-level pipeline for the NVPTX target, returns PTX text
+ * (malloc'd) or LLVM IR when emit is KILN_EMIT_LL. */
+kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_version,
+                               int opt_level, kiln_error *err);
+kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_version,
+                           kiln_emit emit, char **text, size_t *len, kiln_error *err);
+/* Prepares the module's triple and data layout for target t. */
+void gen_lower_prepare(LLVMModuleRef mod);
+
+/* ---- builder internals, shared by gen_builder.c, gen_memory.c, gen_control.c, gen_convert.c ---- */
+enum gen_kind { GEN_PRED, GEN_I32, GEN_I64, GEN_F32, GEN_F16, GEN_BF16, GEN_PTR };
+enum gen_addrspace { GEN_AS_GENERIC = 0, GEN_AS_GLOBAL = 1, GEN_AS_SHARED = 3 };
+
+/* A typed value as templates see it. f16/bf16 values hold their bits in an i16. */
+typedef struct gen_value {
+    LLVMValueRef v;
+    int kind; /* enum gen_kind */
+    int elem; /* pointers: kiln_dtype of the pointee */
+    int as;   /* pointers: enum gen_addrspace */
+} gen_value;
+
+struct gen_builder {
+    LLVMContextRef ctx;
+    LLVMModuleRef mod;
+    LLVMBuilderRef b;
+    LLVMValueRef fn;
+    LLVMBasicBlockRef entry, body, exit_bb;
+    const gen_target *t;
+    kiln_kernel_meta *meta;
+    int ptx_needed;      /* PTX ISA version the emitted instructions need, times 10 */
+    unsigned smem_bytes; /* static shared memory allocated so far */
+    int nshared;         /* shared arrays allocated (for unique names) */
+    int depth;           /* open if/for blocks */
+    int finished;
+    LLVMTypeRef i1, i8, i16, i32, i64, f32, f16, bf16, void_t, ptr_global, ptr_shared;
+};
+
+/* gen_builder.c */
+const char *gen_kind_name(int kind);
+gen_value *gen_push_value(lua_State *L, LLVMValueRef v, int kind, int elem, int as);
+gen_builder *gen_current(lua_State *L);
+gen_builder *gen_check_builder(lua_State *L, int idx);
+gen_value gen_arg(lua_State *L, int idx, int like); /* like: kind for Lua numbers, or -1 */
+LLVMValueRef gen_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over, int nover,
+                           LLVMValueRef *args, int nargs);
+/* gen_memory.c */
+void gen_register_memory(lua_State *L); /* adds methods to the table on top of the stack */
+void gen_register_vars(lua_State *L);
+LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float or i16 */
+int gen_dtype_kind(int dtype);                         /* kiln_dtype -> enum gen_kind */
+void gen_close_kernel(gen_builder *gb);
+/* gen_control.c */
+void gen_register_control(lua_State *L);
+/* gen_convert.c */
+LLVMValueRef gen_to_f32(gen_builder *gb, LLVMValueRef bits, kiln_dtype from);
+LLVMValueRef gen_from_f32(gen_builder *gb, LLVMValueRef f, kiln_dtype to);
+void gen_register_convert(lua_State *L);

@@ -45,7 +45,7 @@ kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size
 /* Typed form of a LayerNorm spec, for C callers that prefer a struct to a string. */
 typedef struct kiln_layernorm_spec {
     kiln_dtype x, w, y; /* input, weight/bias, output */
-    int hidden;         /* > 0: fixed at generation time; 0: passed at launch */
+    int hidden;         /* > 0: fixed at generation time; 0: passed at launch (hidden=launch) */
     int has_weight, has_bias;
 } kiln_layernorm_spec;
 
@@ -57,6 +57,10 @@ int kiln_targets(int *sms, int cap);
 
 /* Describes families and their parameters as text, one family per block (for `kiln list`). */
 kiln_status kiln_describe(kiln_gen *gen, char *buf, size_t size, kiln_error *err);
+
+/* The source bytes of a family's template, for cache keys (valid until the next call). */
+kiln_status kiln_template_source(kiln_gen *gen, const char *family, const char **src, size_t *len,
+                                 kiln_error *err);
 
 /* Version strings folded into cache keys. */
 const char *kiln_llvm_version(void);

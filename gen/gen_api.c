@@ -1,0 +1,275 @@
+/* gen/gen_api.c - the generator pipeline: spec -> template -> LLVM module -> PTX (public API). */
+#include <ctype.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <llvm-c/Core.h>
+
+#include "gen.h"
+
+struct kiln_gen {
+    gen_lua *lua;
+    LLVMContextRef ctx;
+    int opt_level;
+};
+
+struct kiln_module {
+    char *text;
+    size_t size;
+    kiln_kernel_meta meta;
+};
+
+kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_error *err) {
+    *out = NULL;
+    kiln_gen *g = calloc(1, sizeof *g);
+    if (!g) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_status st = gen_lua_open(&g->lua, opt ? opt->template_dir : NULL, err);
+    if (st != KILN_OK) {
+        free(g);
+        return st;
+    }
+    g->opt_level = opt && opt->opt_level > 0 && opt->opt_level <= 3 ? opt->opt_level : 3;
+    g->ctx = LLVMContextCreate();
+    *out = g;
+    return KILN_OK;
+}
+
+void kiln_gen_destroy(kiln_gen *g) {
+    if (!g) return;
+    gen_lua_close(g->lua);
+    LLVMContextDispose(g->ctx);
+    free(g);
+}
+
+static kiln_status bad_sm(int sm, kiln_error *err) {
+    int sms[16], n = kiln_targets(sms, 16);
+    char list[128] = "";
+    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? ", " : "", sms[i]);
+    return kiln_fail(err, KILN_EINVAL, "unsupported SM %d; valid: %s", sm, list);
+}
+
+/* Entry name: kiln_<family>_<values of the canonical spec>, non-alphanumerics as '_'. */
+static void entry_name(const char *canonical, char *out, size_t size) {
+    size_t n = (size_t)snprintf(out, size, "kiln_");
+    int in_value = 1; /* the family name counts as a value */
+    for (const char *p = canonical; *p && n + 2 < size; p++) {
+        if (*p == ' ') {
+            in_value = 0;
+            out[n++] = '_';
+        } else if (*p == '=') {
+            in_value = 1;
+        } else if (in_value) {
+            out[n++] = isalnum((unsigned char)*p) ? *p : '_';
+        }
+    }
+    out[n] = 0;
+}
+
+/* Reads geometry from the config() table at the top of the stack into meta. */
+static kiln_status read_config(lua_State *L, const gen_target *t, kiln_kernel_meta *m, kiln_error *err) {
+    static const char *fields[] = {"block", "grid_tile"};
+    unsigned *dst[] = {m->block, m->grid_tile};
+    for (int f = 0; f < 2; f++) {
+        dst[f][0] = dst[f][1] = dst[f][2] = 1;
+        int ty = lua_getfield(L, -1, fields[f]);
+        if (ty == LUA_TNUMBER) {
+            dst[f][0] = (unsigned)lua_tointeger(L, -1);
+        } else if (ty == LUA_TTABLE) {
+            for (int i = 0; i < 3; i++) {
+                lua_geti(L, -1, i + 1);
+                if (lua_isinteger(L, -1)) dst[f][i] = (unsigned)lua_tointeger(L, -1);
+                lua_pop(L, 1);
+            }
+        } else {
+            lua_pop(L, 1);
+            return kiln_fail(err, KILN_EGEN, "templates/%s.lua: config() must return '%s'", m->family, fields[f]);
+        }
+        lua_pop(L, 1);
+    }
+    struct { const char *name; unsigned *dst; } opt[] = {
+        {"dynamic_smem", &m->dynamic_smem}, {"align", &m->align_bytes},
+        {"rows_per_block", &m->rows_per_block}, {"threads_per_row", &m->threads_per_row}};
+    for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
+        lua_getfield(L, -1, opt[i].name);
+        *opt[i].dst = lua_isinteger(L, -1) ? (unsigned)lua_tointeger(L, -1) : 0;
+        lua_pop(L, 1);
+    }
+    unsigned threads = m->block[0] * m->block[1] * m->block[2];
+    if (threads == 0 || threads > t->max_threads || !m->grid_tile[0] || !m->grid_tile[1] || !m->grid_tile[2])
+        return kiln_fail(err, KILN_EGEN, "templates/%s.lua chose %u threads per block (sm_%d allows 1..%u)",
+                         m->family, threads, t->sm, t->max_threads);
+    return KILN_OK;
+}
+
+/* Runs the template for (spec, sm) and leaves a verified, optimized module in ctx. */
+static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, LLVMContextRef ctx,
+                                   LLVMModuleRef *out, kiln_kernel_meta *m, const gen_target **tp,
+                                   kiln_error *err) {
+    *out = NULL;
+    memset(m, 0, sizeof *m);
+    const gen_target *t = gen_target_find(sm);
+    if (!t) return bad_sm(sm, err);
+    *tp = t;
+    gen_spec spec;
+    kiln_status st = gen_spec_parse(spec_text, &spec, err);
+    if (st != KILN_OK) return st;
+    lua_State *L = gen_lua_state(g->lua);
+    int top = lua_gettop(L);
+    if ((st = gen_spec_resolve(g->lua, &spec, err)) != KILN_OK) return st;
+    int spec_idx = lua_gettop(L);
+    snprintf(m->family, sizeof m->family, "%s", spec.family);
+    snprintf(m->spec, sizeof m->spec, "%s", spec.canonical);
+    entry_name(spec.canonical, m->entry, sizeof m->entry);
+    m->sm = sm;
+    gen_lua_push_family(g->lua, spec.family, err);
+    int tmpl = lua_gettop(L);
+    char what[KILN_SPEC_MAX + 32];
+    snprintf(what, sizeof what, "%s (sm_%d)", spec.canonical, sm);
+    lua_getfield(L, tmpl, "config");
+    lua_pushvalue(L, spec_idx);
+    gen_builder_push_target(L, t);
+    if ((st = gen_lua_call(L, 2, 1, what, err)) != KILN_OK) goto done;
+    if (!lua_istable(L, -1)) {
+        st = kiln_fail(err, KILN_EGEN, "templates/%s.lua: config() must return a table", spec.family);
+        goto done;
+    }
+    int cfg = lua_gettop(L);
+    if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(m->entry, ctx);
+    gen_lower_prepare(mod);
+    lua_getfield(L, tmpl, "build");
+    gen_builder *gb = gen_builder_push(L, ctx, mod, t, m);
+    lua_pushvalue(L, spec_idx);
+    lua_pushvalue(L, cfg);
+    st = gen_lua_call(L, 3, 0, what, err);
+    int ptx_needed = 0;
+    kiln_status fst = gen_builder_finish(gb, &m->static_smem, &ptx_needed, st == KILN_OK ? err : NULL);
+    if (st == KILN_OK) st = fst;
+    m->ptx_version = ptx_needed > t->ptx_min ? ptx_needed : t->ptx_min;
+    if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
+        st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
+                       m->static_smem + m->dynamic_smem, sm, t->smem_optin_max);
+    if (st == KILN_OK) st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
+    if (st != KILN_OK) LLVMDisposeModule(mod);
+    else *out = mod;
+done:
+    lua_settop(L, top);
+    lua_pushnil(L);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.current");
+    return st;
+}
+
+kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextRef ctx, LLVMModuleRef *out,
+                             kiln_kernel_meta *meta, kiln_error *err) {
+    const gen_target *t;
+    return build_optimized(g, spec, sm, ctx ? ctx : g->ctx, out, meta, &t, err);
+}
+
+/* Writes the stage's text into $KILN_DUMP_DIR/<entry>_sm<N>.<ext> when that is set. */
+static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *text, size_t len) {
+    const char *dir = getenv("KILN_DUMP_DIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s_sm%d.%s", dir, m->entry, m->sm, ext);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(text, 1, len, f);
+    fclose(f);
+}
+
+kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit, kiln_module **out,
+                          kiln_error *err) {
+    *out = NULL;
+    if (!g || !spec) return kiln_fail(err, KILN_EINVAL, "kiln_generate: generator and spec are required");
+    kiln_module *km = calloc(1, sizeof *km);
+    if (!km) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    LLVMModuleRef mod;
+    const gen_target *t;
+    kiln_status st = build_optimized(g, spec, sm, g->ctx, &mod, &km->meta, &t, err);
+    char *body = NULL;
+    size_t blen = 0;
+    if (st == KILN_OK) {
+        if (getenv("KILN_DUMP_DIR")) {
+            char *ir = LLVMPrintModuleToString(mod);
+            dump_stage(&km->meta, "opt.ll", ir, strlen(ir));
+            LLVMDisposeMessage(ir);
+        }
+        st = gen_lower_emit(mod, t, km->meta.ptx_version, emit, &body, &blen, err);
+        LLVMDisposeModule(mod);
+    }
+    if (st != KILN_OK) {
+        free(km);
+        return st;
+    }
+    /* The metadata block leads the text (as comments in both PTX and LLVM IR). */
+    int mlen = kiln_meta_format(&km->meta, NULL, 0);
+    km->text = malloc((size_t)mlen + blen + 1);
+    if (!km->text) {
+        free(body);
+        free(km);
+        return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    kiln_meta_format(&km->meta, km->text, (size_t)mlen + 1);
+    if (emit == KILN_EMIT_LL)
+        for (char *p = km->text; (p = strstr(p, "// kiln.meta")); p++) p[0] = p[1] = ';';
+    memcpy(km->text + mlen, body, blen);
+    km->text[mlen + blen] = 0;
+    km->size = (size_t)mlen + blen;
+    free(body);
+    if (emit == KILN_EMIT_PTX) dump_stage(&km->meta, "ptx", km->text, km->size);
+    *out = km;
+    return KILN_OK;
+}
+
+const char *kiln_module_text(const kiln_module *m) { return m->text; }
+size_t kiln_module_size(const kiln_module *m) { return m->size; }
+const kiln_kernel_meta *kiln_module_meta(const kiln_module *m) { return &m->meta; }
+
+void kiln_module_free(kiln_module *m) {
+    if (!m) return;
+    free(m->text);
+    free(m);
+}
+
+kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, size_t size, kiln_error *err) {
+    gen_spec spec;
+    kiln_status st = gen_spec_parse(spec_text, &spec, err);
+    if (st != KILN_OK) return st;
+    lua_State *L = gen_lua_state(g->lua);
+    int top = lua_gettop(L);
+    st = gen_spec_resolve(g->lua, &spec, err);
+    lua_settop(L, top);
+    if (st != KILN_OK) return st;
+    if ((size_t)snprintf(buf, size, "%s", spec.canonical) >= size)
+        return kiln_fail(err, KILN_EINVAL, "buffer too small for the canonical spec");
+    return KILN_OK;
+}
+
+kiln_status kiln_describe(kiln_gen *g, char *buf, size_t size, kiln_error *err) {
+    return gen_spec_describe(g->lua, buf, size, err);
+}
+
+kiln_status kiln_template_source(kiln_gen *g, const char *family, const char **src, size_t *len, kiln_error *err) {
+    return gen_lua_template_source(g->lua, family, src, len, err);
+}
+
+int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t size) {
+    char hidden[24];
+    if (s->hidden > 0) snprintf(hidden, sizeof hidden, "%d", s->hidden);
+    else snprintf(hidden, sizeof hidden, "launch");
+    return snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s", kiln_dtype_name(s->x),
+                    kiln_dtype_name(s->w), kiln_dtype_name(s->y), hidden, s->has_weight ? "true" : "false",
+                    s->has_bias ? "true" : "false");
+}
+
+const char *kiln_llvm_version(void) {
+    static char v[32];
+    if (!v[0]) {
+        unsigned major, minor, patch;
+        LLVMGetVersion(&major, &minor, &patch);
+        snprintf(v, sizeof v, "%u.%u.%u", major, minor, patch);
+    }
+    return v;
+}

@@ -1,0 +1,266 @@
+/* gen/gen_lua.c - the embedded Lua 5.4 state: loads templates (built in or from a dir). */
+#include <dirent.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <lauxlib.h>
+#include <lualib.h>
+
+#include "gen.h"
+
+/* Written by tools/embed.c at build time. */
+struct gen_embedded {
+    const char *path;
+    const char *src;
+    size_t len;
+};
+extern const struct gen_embedded gen_embedded_templates[];
+
+struct gen_lua {
+    lua_State *L;
+    char *dir;      /* template dir, or NULL for the embedded copies */
+    char *file_buf; /* last template read from dir (kept for gen_lua_template_source) */
+};
+
+/* Reads "templates/<rel>" from the dir or the embedded table; *owned is set when the
+ * returned buffer must be freed. */
+static const char *read_template(gen_lua *gl, const char *rel, size_t *len, int *owned) {
+    *owned = 0;
+    if (!gl->dir) {
+        char path[512];
+        snprintf(path, sizeof path, "templates/%s", rel);
+        for (const struct gen_embedded *e = gen_embedded_templates; e->path; e++)
+            if (!strcmp(e->path, path)) {
+                *len = e->len;
+                return e->src;
+            }
+        return NULL;
+    }
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s", gl->dir, rel);
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    char *buf = NULL;
+    size_t cap = 0, n = 0, k;
+    do {
+        if (n + 4096 + 1 > cap) {
+            char *nb = realloc(buf, cap = (cap + 4096) * 2);
+            if (!nb) {
+                free(buf);
+                fclose(f);
+                return NULL;
+            }
+            buf = nb;
+        }
+        k = fread(buf + n, 1, 4096, f);
+        n += k;
+    } while (k > 0);
+    fclose(f);
+    buf[n] = 0;
+    *len = n;
+    *owned = 1;
+    return buf;
+}
+
+/* package.searchers entry: require("lib.x") finds templates/lib/x.lua. */
+static int searcher(lua_State *L) {
+    gen_lua *gl = lua_touserdata(L, lua_upvalueindex(1));
+    const char *name = luaL_checkstring(L, 1);
+    char rel[256];
+    size_t i = 0;
+    for (; name[i] && i + 5 < sizeof rel; i++) rel[i] = name[i] == '.' ? '/' : name[i];
+    snprintf(rel + i, sizeof rel - i, ".lua");
+    size_t len;
+    int owned;
+    const char *src = read_template(gl, rel, &len, &owned);
+    if (!src) {
+        lua_pushfstring(L, "no kiln template 'templates/%s'", rel);
+        return 1;
+    }
+    char chunk[300];
+    snprintf(chunk, sizeof chunk, "@templates/%s", rel);
+    int rc = luaL_loadbuffer(L, src, len, chunk);
+    if (owned) free((void *)src);
+    if (rc != LUA_OK) return lua_error(L);
+    lua_pushstring(L, chunk + 1);
+    return 2;
+}
+
+kiln_status gen_lua_open(gen_lua **out, const char *template_dir, kiln_error *err) {
+    gen_lua *gl = calloc(1, sizeof *gl);
+    if (!gl) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (!template_dir) template_dir = getenv("KILN_TEMPLATE_DIR");
+    if (template_dir && *template_dir) {
+        DIR *d = opendir(template_dir);
+        if (!d) {
+            free(gl);
+            return kiln_fail(err, KILN_ENOTFOUND, "template directory '%s' cannot be opened", template_dir);
+        }
+        closedir(d);
+        gl->dir = strdup(template_dir);
+    }
+    gl->L = luaL_newstate();
+    if (!gl->L) {
+        free(gl->dir);
+        free(gl);
+        return kiln_fail(err, KILN_ENOMEM, "cannot create a Lua state");
+    }
+    lua_State *L = gl->L;
+    luaL_openlibs(L);
+    /* Templates find their helpers only through kiln's searcher, never the file system. */
+    lua_getglobal(L, "package");
+    lua_createtable(L, 2, 0);
+    lua_getfield(L, -2, "searchers");
+    lua_rawgeti(L, -1, 1); /* the preload searcher */
+    lua_rawseti(L, -3, 1);
+    lua_pop(L, 1);
+    lua_pushlightuserdata(L, gl);
+    lua_pushcclosure(L, searcher, 1);
+    lua_rawseti(L, -2, 2);
+    lua_setfield(L, -2, "searchers");
+    lua_pop(L, 1);
+    *out = gl;
+    return KILN_OK;
+}
+
+void gen_lua_close(gen_lua *gl) {
+    if (!gl) return;
+    lua_close(gl->L);
+    free(gl->dir);
+    free(gl->file_buf);
+    free(gl);
+}
+
+lua_State *gen_lua_state(gen_lua *gl) { return gl->L; }
+
+static int name_cmp(const void *a, const void *b) { return strcmp(a, b); }
+
+int gen_lua_families(gen_lua *gl, char names[][KILN_NAME_MAX], int cap) {
+    int n = 0;
+    if (!gl->dir) {
+        for (const struct gen_embedded *e = gen_embedded_templates; e->path; e++) {
+            const char *base = e->path + strlen("templates/");
+            if (strchr(base, '/') || n >= cap) continue;
+            snprintf(names[n++], KILN_NAME_MAX, "%.*s", (int)(strlen(base) - 4), base);
+        }
+    } else {
+        DIR *d = opendir(gl->dir);
+        struct dirent *de;
+        while (d && (de = readdir(d)) && n < cap) {
+            size_t l = strlen(de->d_name);
+            if (l > 4 && l - 4 < KILN_NAME_MAX && !strcmp(de->d_name + l - 4, ".lua"))
+                snprintf(names[n++], KILN_NAME_MAX, "%.*s", (int)(l - 4), de->d_name);
+        }
+        if (d) closedir(d);
+    }
+    qsort(names, (size_t)n, KILN_NAME_MAX, name_cmp);
+    return n;
+}
+
+/* Message handler: prefixes the innermost template position and keeps a short traceback. */
+static int on_error(lua_State *L) {
+    const char *msg = lua_tostring(L, 1);
+    if (!msg) msg = luaL_typename(L, 1);
+    lua_Debug ar;
+    for (int level = 1; lua_getstack(L, level, &ar); level++) {
+        lua_getinfo(L, "Sl", &ar);
+        if (ar.currentline > 0 && !strstr(msg, ar.short_src)) {
+            lua_pushfstring(L, "%s:%d: %s", ar.short_src, ar.currentline, msg);
+            return 1;
+        }
+        if (ar.currentline > 0) break;
+    }
+    lua_pushstring(L, msg);
+    return 1;
+}
+
+kiln_status gen_lua_call(lua_State *L, int nargs, int nresults, const char *what, kiln_error *err) {
+    int base = lua_gettop(L) - nargs;
+    lua_pushcfunction(L, on_error);
+    lua_insert(L, base);
+    int rc = lua_pcall(L, nargs, nresults, base);
+    lua_remove(L, base);
+    if (rc == LUA_OK) return KILN_OK;
+    kiln_fail(err, KILN_EGEN, "%s: %s", what, lua_tostring(L, -1) ? lua_tostring(L, -1) : "error");
+    lua_pop(L, 1);
+    return KILN_EGEN;
+}
+
+static int valid_family_name(const char *f) {
+    if (!*f || strlen(f) >= KILN_NAME_MAX - 8) return 0;
+    for (; *f; f++)
+        if (!((*f >= 'a' && *f <= 'z') || (*f >= '0' && *f <= '9') || *f == '_')) return 0;
+    return 1;
+}
+
+static kiln_status unknown_family(gen_lua *gl, const char *family, kiln_error *err) {
+    char names[64][KILN_NAME_MAX], list[1024] = "";
+    int n = gen_lua_families(gl, names, 64);
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", names[i]);
+    return kiln_fail(err, KILN_ENOTFOUND, "unknown kernel family '%s'; valid: %s", family, list);
+}
+
+kiln_status gen_lua_push_family(gen_lua *gl, const char *family, kiln_error *err) {
+    lua_State *L = gl->L;
+    if (!valid_family_name(family)) return unknown_family(gl, family, err);
+    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.families");
+    if (lua_isnil(L, -1)) {
+        lua_pop(L, 1);
+        lua_newtable(L);
+        lua_pushvalue(L, -1);
+        lua_setfield(L, LUA_REGISTRYINDEX, "kiln.families");
+    }
+    if (lua_getfield(L, -1, family) == LUA_TTABLE) {
+        lua_remove(L, -2);
+        return KILN_OK;
+    }
+    lua_pop(L, 1);
+    char rel[KILN_NAME_MAX + 8], chunk[KILN_NAME_MAX + 20];
+    snprintf(rel, sizeof rel, "%s.lua", family);
+    snprintf(chunk, sizeof chunk, "@templates/%s", rel);
+    size_t len;
+    int owned;
+    const char *src = read_template(gl, rel, &len, &owned);
+    if (!src) {
+        lua_pop(L, 1);
+        return unknown_family(gl, family, err);
+    }
+    int rc = luaL_loadbuffer(L, src, len, chunk);
+    if (owned) free((void *)src);
+    if (rc != LUA_OK) {
+        kiln_fail(err, KILN_EGEN, "loading templates/%s: %s", rel, lua_tostring(L, -1));
+        lua_pop(L, 2);
+        return KILN_EGEN;
+    }
+    char what[128];
+    snprintf(what, sizeof what, "loading templates/%s", rel);
+    if (gen_lua_call(L, 0, 1, what, err) != KILN_OK) {
+        lua_pop(L, 1);
+        return KILN_EGEN;
+    }
+    if (!lua_istable(L, -1)) {
+        lua_pop(L, 2);
+        return kiln_fail(err, KILN_EGEN, "templates/%s must return a table", rel);
+    }
+    lua_pushvalue(L, -1);
+    lua_setfield(L, -3, family);
+    lua_remove(L, -2);
+    return KILN_OK;
+}
+
+kiln_status gen_lua_template_source(gen_lua *gl, const char *family, const char **src,
+                                    size_t *len, kiln_error *err) {
+    char rel[KILN_NAME_MAX + 8];
+    snprintf(rel, sizeof rel, "%s.lua", family);
+    int owned;
+    const char *s = read_template(gl, rel, len, &owned);
+    if (!s) return unknown_family(gl, family, err);
+    if (owned) {
+        free(gl->file_buf);
+        gl->file_buf = (char *)s;
+    }
+    *src = s;
+    return KILN_OK;
+}

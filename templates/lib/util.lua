@@ -1,0 +1,16 @@
+-- templates/lib/util.lua - small integer helpers shared by kernel templates.
+local M = {}
+
+function M.pow2_ceil(n)
+  local p = 1
+  while p < n do p = p * 2 end
+  return p
+end
+
+function M.ceil_div(a, b) return (a + b - 1) // b end
+
+function M.clamp(v, lo, hi) return math.max(lo, math.min(hi, v)) end
+
+M.dtype_bytes = { f32 = 4, f16 = 2, bf16 = 2 }
+
+return M
