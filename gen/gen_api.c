@@ -103,6 +103,18 @@ static kiln_status read_config(lua_State *L, const gen_target *t, kiln_kernel_me
     return KILN_OK;
 }
 
+/* Writes the stage's text into $KILN_DUMP_DIR/<entry>_sm<N>.<ext> when that is set. */
+static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *text, size_t len) {
+    const char *dir = getenv("KILN_DUMP_DIR");
+    if (!dir || !*dir) return;
+    char path[4096];
+    snprintf(path, sizeof path, "%s/%s_sm%d.%s", dir, m->entry, m->sm, ext);
+    FILE *f = fopen(path, "wb");
+    if (!f) return;
+    fwrite(text, 1, len, f);
+    fclose(f);
+}
+
 /* Runs the template for (spec, sm) and leaves a verified, optimized module in ctx. */
 static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, LLVMContextRef ctx,
                                    LLVMModuleRef *out, kiln_kernel_meta *m, const gen_target **tp,
@@ -151,6 +163,11 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
         st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
                        m->static_smem + m->dynamic_smem, sm, t->smem_optin_max);
+    if (st == KILN_OK && getenv("KILN_DUMP_DIR")) {
+        char *ir = LLVMPrintModuleToString(mod);
+        dump_stage(m, "raw.ll", ir, strlen(ir));
+        LLVMDisposeMessage(ir);
+    }
     if (st == KILN_OK) st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
     if (st != KILN_OK) LLVMDisposeModule(mod);
     else *out = mod;
@@ -165,18 +182,6 @@ kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextR
                              kiln_kernel_meta *meta, kiln_error *err) {
     const gen_target *t;
     return build_optimized(g, spec, sm, ctx ? ctx : g->ctx, out, meta, &t, err);
-}
-
-/* Writes the stage's text into $KILN_DUMP_DIR/<entry>_sm<N>.<ext> when that is set. */
-static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *text, size_t len) {
-    const char *dir = getenv("KILN_DUMP_DIR");
-    if (!dir || !*dir) return;
-    char path[4096];
-    snprintf(path, sizeof path, "%s/%s_sm%d.%s", dir, m->entry, m->sm, ext);
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(text, 1, len, f);
-    fclose(f);
 }
 
 kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit, kiln_module **out,

@@ -87,7 +87,7 @@ kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_versi
         return *text ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
     LLVMTargetMachineRef tm;
-    kiln_status st = make_machine(t, ptx_version, 3, &tm, err);
+    kiln_status st = make_machine(t, ptx_version, 2, &tm, err); /* O2 codegen: same PTX as O3 here, without a second GVN */
     if (st != KILN_OK) return st;
     char *msg = NULL;
     LLVMMemoryBufferRef buf = NULL;

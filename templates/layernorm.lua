@@ -30,10 +30,11 @@ local LOOP_THREADS_PER_ROW, LOOP_ROWS_PER_BLOCK = 128, 2
 -- Threads per block the fixed form aims for when one warp handles a row.
 local TARGET_BLOCK_THREADS = 128
 
--- Largest vector (in elements) that keeps every row 16-byte-or-less aligned for x and y.
+-- Elements per vector: 16 bytes of x, halved until it divides hidden (so every row starts
+-- aligned); returns it and the pointer alignment the widest dtype then needs.
 local function vector_width(spec)
   local widest = math.max(util.dtype_bytes[spec.x], util.dtype_bytes[spec.y], util.dtype_bytes[spec.w])
-  local vec = 16 // math.min(util.dtype_bytes[spec.x], util.dtype_bytes[spec.y])
+  local vec = 16 // util.dtype_bytes[spec.x]
   while vec > 1 and spec.hidden % vec ~= 0 do vec = vec // 2 end
   return vec, math.min(16, vec * widest)
 end
