@@ -63,6 +63,21 @@ setup:
 extra:
 .PHONY: extra
 
+# Runtime room: the fake CUDA driver the runtime tests load through KILN_CUDA_DRIVER, and the
+# examples (aot_*: libkiln_rt only; jit_*: libkiln too).
+FAKE_CUDA := $(O)/tests/libfakecuda.so.1
+EXAMPLES  := $(patsubst examples/%.c,$(O)/examples/%,$(wildcard examples/*.c))
+extra: $(FAKE_CUDA) $(EXAMPLES)
+$(FAKE_CUDA): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
+$(O)/examples/aot_%: examples/aot_%.c $(LIBDIR)/libkiln_rt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
+$(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
+
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iruntime -c $< -o $@

@@ -1,0 +1,184 @@
+/* runtime/rt.h - private header of the runtime (runtime/), grouped by the file defining each part. */
+#ifndef KILN_RUNTIME_RT_H
+#define KILN_RUNTIME_RT_H
+
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/runtime.h"
+
+/* ---- rt_driver.c: the CUDA driver, opened with dlopen; its types declared here ---- */
+typedef int CUresult;
+typedef int CUdevice;
+typedef struct CUctx_st *CUcontext;
+typedef struct CUmod_st *CUmodule;
+typedef struct CUfunc_st *CUfunction;
+typedef struct CUstream_st *CUstream;
+typedef unsigned long long CUdeviceptr;
+
+enum { RT_CUDA_SUCCESS = 0, RT_CUDA_ERROR_NO_DEVICE = 100 };
+/* Attribute and option numbers from the CUDA Driver API (cuda.h). */
+enum {
+    RT_ATTR_MAX_THREADS_PER_BLOCK = 1,
+    RT_ATTR_MAX_BLOCK_DIM_X = 2,
+    RT_ATTR_MAX_GRID_DIM_X = 5,
+    RT_ATTR_MAX_SHARED_MEMORY_PER_BLOCK = 8,
+    RT_ATTR_MULTIPROCESSOR_COUNT = 16,
+    RT_ATTR_CC_MAJOR = 75,
+    RT_ATTR_CC_MINOR = 76,
+    RT_ATTR_MAX_SHARED_MEMORY_PER_BLOCK_OPTIN = 97,
+    RT_FUNC_ATTR_MAX_DYNAMIC_SHARED_SIZE_BYTES = 8,
+    RT_JIT_INFO_LOG_BUFFER = 3,
+    RT_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
+    RT_JIT_ERROR_LOG_BUFFER = 5,
+    RT_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+};
+
+typedef struct rt_driver {
+    void *dl;
+    CUresult (*cuInit)(unsigned);
+    CUresult (*cuDriverGetVersion)(int *);
+    CUresult (*cuDeviceGetCount)(int *);
+    CUresult (*cuDeviceGet)(CUdevice *, int);
+    CUresult (*cuDeviceGetAttribute)(int *, int, CUdevice);
+    CUresult (*cuDeviceGetName)(char *, int, CUdevice);
+    CUresult (*cuDeviceTotalMem)(size_t *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRetain)(CUcontext *, CUdevice);
+    CUresult (*cuDevicePrimaryCtxRelease)(CUdevice);
+    CUresult (*cuCtxGetCurrent)(CUcontext *);
+    CUresult (*cuCtxSetCurrent)(CUcontext);
+    CUresult (*cuCtxSynchronize)(void);
+    CUresult (*cuModuleLoadDataEx)(CUmodule *, const void *, unsigned, int *, void **);
+    CUresult (*cuModuleUnload)(CUmodule);
+    CUresult (*cuModuleGetFunction)(CUfunction *, CUmodule, const char *);
+    CUresult (*cuFuncSetAttribute)(CUfunction, int, int);
+    CUresult (*cuLaunchKernel)(CUfunction, unsigned, unsigned, unsigned, unsigned, unsigned, unsigned,
+                               unsigned, CUstream, void **, void **);
+    CUresult (*cuMemAlloc)(CUdeviceptr *, size_t);
+    CUresult (*cuMemFree)(CUdeviceptr);
+    CUresult (*cuMemcpyHtoD)(CUdeviceptr, const void *, size_t);
+    CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
+    CUresult (*cuGetErrorName)(CUresult, const char **);
+    CUresult (*cuGetErrorString)(CUresult, const char **);
+} rt_driver;
+
+/* Opens $KILN_CUDA_DRIVER or libcuda.so.1 and resolves every entry point. */
+kiln_status rt_driver_open(rt_driver *d, kiln_error *err);
+void rt_driver_close(rt_driver *d);
+/* KILN_OK for CUDA_SUCCESS; else KILN_EDRIVER with "CALL failed: NAME (text)[: detail]". */
+kiln_status rt_driver_check(const rt_driver *d, CUresult r, const char *call, const char *detail,
+                            kiln_error *err);
+
+/* ---- rt_device.c: SM facts table and device queries ---- */
+kiln_status rt_device_query(const rt_driver *d, CUdevice dev, int ordinal, kiln_device_info *out,
+                            kiln_error *err);
+
+/* ---- rt_hash.c: XXH3-128 (header-only xxhash), canonical big-endian bytes ---- */
+void rt_hash128(const void *data, size_t len, uint8_t out[16]);
+void rt_hex(const uint8_t *bytes, size_t n, char *out); /* out holds 2n+1 chars */
+
+/* ---- rt_spec.c: spec text normalization (no templates needed) ---- */
+/* "layernorm  y=bf16 x=bf16" -> "layernorm x=bf16 y=bf16": family, then key=value pairs sorted
+ * by key, single spaces. Fails (KILN_EINVAL) on an empty spec, a token without '=', or a
+ * repeated key. */
+kiln_status rt_spec_normalize(const char *spec, char *out, size_t size, kiln_error *err);
+/* Copies the family (first word) of spec into out. */
+void rt_spec_family(const char *spec, char *out, size_t size);
+
+/* ---- rt_bundle.c: bundle file format, reading and lookup ---- */
+#define RT_BUNDLE_MAGIC "KILNBDL1"
+#define RT_BUNDLE_VERSION 1u
+
+typedef struct rt_bundle_item {
+    kiln_bundle_entry pub;
+    char *spec;      /* canonical spec as stored */
+    char *norm;      /* normalized, for matching */
+    kiln_kernel_meta meta;
+} rt_bundle_item;
+
+struct kiln_bundle {
+    const uint8_t *data;
+    size_t size;
+    void *owned;     /* file contents we allocated, else NULL */
+    char *producer;
+    char *name;      /* file path or "memory" */
+    int count;
+    rt_bundle_item *items;
+};
+
+/* The best entry for a normalized spec on a device: a cubin for exactly device_sm, else the
+ * PTX of the highest SM not above it; NULL when none fits. */
+const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int device_sm);
+/* Appends "spec (sm_80 ptx, sm_86 cubin); ..." for each entry of family to buf. */
+void rt_bundle_describe_family(const kiln_bundle *b, const char *family, char *buf, size_t size);
+
+/* ---- rt_disk.c: the disk cache ---- */
+typedef struct rt_disk {
+    char dir[1024];
+    bool enabled;
+} rt_disk;
+
+typedef enum { RT_DISK_HIT, RT_DISK_MISS, RT_DISK_BAD } rt_disk_result;
+
+/* Resolves the directory from options and environment and checks it is writable; on failure
+ * the cache is disabled and *warning says why. */
+void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warning, size_t wsize);
+/* Reads the entry for key; checks magic, version, key, spec and checksum. A bad entry is
+ * removed and RT_DISK_BAD returned. On a hit *text is malloc'd (NUL-terminated). */
+rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char *spec, char **text,
+                            size_t *len);
+/* Writes atomically (temp file, fsync, rename). Returns 0, or -1 with errno set. */
+int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len);
+/* The path of the entry for key (for tests and messages). */
+void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size);
+
+/* ---- rt_runtime.c: the kiln_rt object ---- */
+typedef struct rt_entry rt_entry; /* memory-cache slot, defined in rt_kernel.c */
+
+struct kiln_kernel {
+    kiln_rt *rt;
+    CUmodule module;
+    CUfunction func;
+    kiln_kernel_meta meta;
+    kiln_payload_kind kind;
+    const char *origin;
+    kiln_kernel *next; /* all kernels of the runtime, for unloading */
+};
+
+#define RT_BUCKETS 256
+
+struct kiln_rt {
+    rt_driver drv;
+    CUdevice dev;
+    CUcontext ctx;
+    kiln_device_info info;
+    rt_disk disk;
+    atomic_int disk_off; /* set when a write failed: memory-only from then on */
+    kiln_warning_fn on_warning;
+    void *warning_user;
+
+    pthread_mutex_t lock; /* guards everything below */
+    pthread_cond_t done;  /* broadcast when an entry leaves the pending state */
+    rt_entry *buckets[RT_BUCKETS];
+    kiln_kernel *kernels;
+    kiln_bundle **bundles;
+    int nbundles;
+    kiln_rt_stats stats;
+    int nwarnings;
+    char first_warning[512];
+};
+
+/* Reports a warning through the callback and records it (thread-safe). */
+void rt_warn(kiln_rt *rt, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Makes the runtime's context current on the calling thread. */
+kiln_status rt_bind(kiln_rt *rt, kiln_error *err);
+/* The registered generator, or NULL. */
+const kiln_rt_generator *rt_generator(void);
+
+/* ---- rt_kernel.c: memory cache, lookup order, module loading, launches ---- */
+void rt_kernels_free(kiln_rt *rt); /* unloads every module and frees the cache */
+
+#endif
