@@ -1,0 +1,217 @@
+/* tests/gen_test.c - generator API: spec parsing and canonical form, errors, metadata, targets. */
+#include <stdio.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen.h"
+#include "kiln/kiln.h"
+
+static kiln_gen *gen;
+
+static void expect_canonical(const char *a, const char *b) {
+    char ca[KILN_SPEC_MAX], cb[KILN_SPEC_MAX];
+    kiln_error err = {0};
+    TEST_BEGIN(a);
+    CHECK(kiln_canonical_spec(gen, a, ca, sizeof ca, &err) == KILN_OK, "%s", err.msg);
+    CHECK(kiln_canonical_spec(gen, b, cb, sizeof cb, &err) == KILN_OK, "%s", err.msg);
+    CHECK(!strcmp(ca, cb), "'%s' vs '%s'", ca, cb);
+    TEST_END();
+}
+
+/* A bad spec fails with status and a message containing every fragment. */
+static void expect_error(const char *spec, int sm, kiln_status want, const char *frag1, const char *frag2) {
+    kiln_error err = {0};
+    kiln_module *m = NULL;
+    char name[300];
+    snprintf(name, sizeof name, "rejects '%s' sm_%d", spec ? spec : "(null)", sm);
+    TEST_BEGIN(name);
+    kiln_status st = kiln_generate(gen, spec, sm, KILN_EMIT_PTX, &m, &err);
+    CHECK(st == want, "status %s, want %s (%s)", kiln_status_name(st), kiln_status_name(want), err.msg);
+    CHECK(m == NULL, "module returned on error");
+    CHECK(!frag1 || strstr(err.msg, frag1), "message '%s' lacks '%s'", err.msg, frag1);
+    CHECK(!frag2 || strstr(err.msg, frag2), "message '%s' lacks '%s'", err.msg, frag2);
+    CHECK(!strchr(err.msg, '\n'), "message spans lines: '%s'", err.msg);
+    TEST_END();
+}
+
+static void test_canonical(void) {
+    expect_canonical("layernorm hidden=4096 x=bf16 w=f32", "layernorm w=f32 x=bf16 hidden=4096");
+    expect_canonical("layernorm x=bf16", "layernorm x=bf16 w=bf16 y=bf16 hidden=launch weight=true bias=true");
+    expect_canonical("  layernorm   x=bfloat16\tw=float32 ", "layernorm x=bf16 w=f32");
+    expect_canonical("layernorm bias=0 weight=1", "layernorm bias=false weight=true");
+    char c[KILN_SPEC_MAX];
+    kiln_error err = {0};
+    TEST_BEGIN("canonical order follows the template");
+    CHECK(kiln_canonical_spec(gen, "layernorm bias=false hidden=768 y=f16 x=bf16", c, sizeof c, &err) == KILN_OK, "%s", err.msg);
+    CHECK(!strcmp(c, "layernorm x=bf16 w=bf16 y=f16 hidden=768 weight=true bias=false"), "got '%s'", c);
+    TEST_END();
+}
+
+static void test_errors(void) {
+    expect_error("nosuch x=f32", 80, KILN_ENOTFOUND, "unknown kernel family 'nosuch'", "layernorm");
+    expect_error("layernorm q=f32", 80, KILN_EINVAL, "unknown parameter 'q'", "x, w, y, hidden, weight, bias");
+    expect_error("layernorm x=f64", 80, KILN_EINVAL, "bad value 'f64' for 'x'", "f32, f16, bf16");
+    expect_error("layernorm hidden=0", 80, KILN_EINVAL, "bad value '0' for 'hidden'", "launch");
+    expect_error("layernorm hidden=16385", 80, KILN_EINVAL, "bad value '16385'", "1..16384");
+    expect_error("layernorm hidden=12abc", 80, KILN_EINVAL, "bad value '12abc'", NULL);
+    expect_error("layernorm weight=maybe", 80, KILN_EINVAL, "bad value 'maybe' for 'weight'", "true, false");
+    expect_error("layernorm x", 80, KILN_EINVAL, "malformed parameter 'x'", "key=value");
+    expect_error("layernorm x=", 80, KILN_EINVAL, "malformed parameter", NULL);
+    expect_error("layernorm =f32", 80, KILN_EINVAL, "malformed parameter", NULL);
+    expect_error("layernorm x=f32 x=f16", 80, KILN_EINVAL, "given twice", NULL);
+    expect_error("x=f32", 80, KILN_EINVAL, "must start with a family", NULL);
+    expect_error("", 80, KILN_EINVAL, "empty spec", NULL);
+    expect_error(NULL, 80, KILN_EINVAL, "required", NULL);
+    expect_error("../etc/passwd", 80, KILN_ENOTFOUND, "unknown kernel family", NULL);
+    expect_error("layernorm x=f32", 72, KILN_EINVAL, "unsupported SM 72", "75, 80, 86, 89, 90");
+    expect_error("layernorm x=f32", 0, KILN_EINVAL, "unsupported SM 0", NULL);
+}
+
+static void test_metadata(void) {
+    kiln_error err = {0};
+    kiln_module *m = NULL;
+    TEST_BEGIN("metadata travels with the PTX");
+    CHECK(kiln_generate(gen, "layernorm x=bf16 w=f32 hidden=768", 75, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    if (m) {
+        const kiln_kernel_meta *meta = kiln_module_meta(m);
+        kiln_kernel_meta parsed;
+        CHECK(kiln_meta_parse(kiln_module_text(m), kiln_module_size(m), &parsed, &err) == KILN_OK, "%s", err.msg);
+        CHECK(!memcmp(&parsed, meta, sizeof parsed), "parsed metadata differs from the generator's");
+        CHECK(meta->nparams == 9 && !strcmp(meta->params[0].name, "y") && meta->params[0].dtype == KILN_BF16, "params");
+        CHECK(meta->params[8].kind == KILN_PARAM_F32, "eps is f32");
+        CHECK(meta->sm == 75 && meta->ptx_version == 63, "target %d ptx %d", meta->sm, meta->ptx_version);
+        CHECK(strstr(kiln_module_text(m), ".target sm_75") != NULL, "PTX target");
+        CHECK(strstr(kiln_module_text(m), ".version 6.3") != NULL, "minimal PTX version for sm_75");
+        char entry[128];
+        snprintf(entry, sizeof entry, ".entry %s(", meta->entry);
+        CHECK(strstr(kiln_module_text(m), entry) != NULL, "entry '%s' in PTX", meta->entry);
+        CHECK(meta->block[0] * meta->block[1] * meta->block[2] > 0 && meta->grid_tile[0] > 0, "geometry");
+        CHECK(meta->align_bytes == 16, "align %u", meta->align_bytes);
+        kiln_module_free(m);
+    }
+    TEST_END();
+    static const struct { int sm; const char *version; } versions[] = {
+        {70, ".version 6.0"}, {75, ".version 6.3"}, {80, ".version 7.0"}, {86, ".version 7.1"}, {89, ".version 7.8"}, {90, ".version 7.8"}};
+    for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
+        char name[64];
+        snprintf(name, sizeof name, "minimal PTX version for sm_%d", versions[i].sm);
+        TEST_BEGIN(name);
+        CHECK(kiln_generate(gen, "layernorm x=f16 hidden=64", versions[i].sm, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+        if (m) {
+            CHECK(strstr(kiln_module_text(m), versions[i].version) != NULL, "want %s", versions[i].version);
+            kiln_module_free(m);
+        }
+        TEST_END();
+    }
+}
+
+static void test_emit_ll_and_struct(void) {
+    kiln_error err = {0};
+    kiln_module *m = NULL;
+    TEST_BEGIN("emit LLVM IR");
+    CHECK(kiln_generate(gen, "layernorm x=f16 hidden=100", 80, KILN_EMIT_LL, &m, &err) == KILN_OK, "%s", err.msg);
+    if (m) {
+        CHECK(strstr(kiln_module_text(m), "define ptx_kernel void @kiln_layernorm") != NULL, "kernel in IR");
+        CHECK(strstr(kiln_module_text(m), "; kiln.meta entry") != NULL, "metadata as IR comments");
+        kiln_module_free(m);
+    }
+    TEST_END();
+    TEST_BEGIN("spec from struct");
+    kiln_layernorm_spec s = {KILN_BF16, KILN_F32, KILN_F16, 4096, 1, 0};
+    char text[256], c[KILN_SPEC_MAX];
+    kiln_layernorm_spec_string(&s, text, sizeof text);
+    CHECK(kiln_canonical_spec(gen, text, c, sizeof c, &err) == KILN_OK, "%s", err.msg);
+    CHECK(!strcmp(c, "layernorm x=bf16 w=f32 y=f16 hidden=4096 weight=true bias=false"), "got '%s'", c);
+    s.hidden = 0;
+    kiln_layernorm_spec_string(&s, text, sizeof text);
+    CHECK(strstr(text, "hidden=launch") != NULL, "hidden 0 means launch: '%s'", text);
+    TEST_END();
+}
+
+/* Packed conversions only where the target table says they exist. */
+static void test_conversions(void) {
+    kiln_error err = {0};
+    static const struct { int sm; const char *spec, *want, *forbid; } cases[] = {
+        {80, "layernorm x=f32 y=bf16 hidden=64", "cvt.rn.bf16x2.f32", NULL},
+        {90, "layernorm x=f32 y=f16 hidden=64", "cvt.rn.f16x2.f32", NULL},
+        {75, "layernorm x=f32 y=f16 hidden=64", "cvt.rn.f16.f32", "f16x2.f32"},
+        {75, "layernorm x=f32 y=bf16 hidden=64", "2139095040", "cvt.rn.bf16"}, /* NaN test: |u| > 0x7f800000 */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[128];
+        snprintf(name, sizeof name, "conversion for '%s' on sm_%d", cases[i].spec, cases[i].sm);
+        TEST_BEGIN(name);
+        kiln_module *m = NULL;
+        CHECK(kiln_generate(gen, cases[i].spec, cases[i].sm, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+        if (m) {
+            const char *t = kiln_module_text(m);
+            CHECK(strcasestr(t, cases[i].want) != NULL, "missing '%s'", cases[i].want);
+            CHECK(!cases[i].forbid || !strstr(t, cases[i].forbid), "unexpected '%s'", cases[i].forbid);
+            kiln_module_free(m);
+        }
+        TEST_END();
+    }
+}
+
+static void test_target_table(void) {
+    int n;
+    const gen_target *t = gen_target_all(&n);
+    TEST_BEGIN("target table");
+    CHECK(n == 6, "targets %d", n);
+    for (int i = 1; i < n; i++) CHECK(t[i].sm > t[i - 1].sm && t[i].ptx_min >= t[i - 1].ptx_min, "ascending");
+    CHECK(!gen_target_find(75)->native_bf16_cvt && gen_target_find(80)->native_bf16_cvt, "bf16 cvt from sm_80");
+    CHECK(gen_target_find(75)->mma_m16n8k8_f16 && !gen_target_find(75)->mma_m16n8k16, "sm_75 mma shapes");
+    CHECK(!gen_target_find(75)->cp_async && gen_target_find(80)->cp_async, "cp.async from sm_80");
+    CHECK(gen_target_find(60) == NULL, "sm_60 unknown");
+    TEST_END();
+}
+
+static void test_template_errors(void) {
+    /* A template error names the spec and the template file:line. */
+    char dir[] = "/tmp/kiln-gen-test-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[256];
+    snprintf(path, sizeof path, "%s/broken.lua", dir);
+    FILE *f = fopen(path, "w");
+    fputs("local K = { params = { { name = 'n', type = 'int', default = 1, min = 1, max = 4 } } }\n"
+          "function K.config(spec, t) return { block = 32, grid_tile = 1 } end\n"
+          "function K.build(b, spec, cfg)\n"
+          "  local p = b:kernel{ params = { { 'x', 'ptr', 'f32' } } }\n"
+          "  local v = b:load(p.x) + b:tid()\n"
+          "end\nreturn K\n", f);
+    fclose(f);
+    kiln_gen_options o = {dir, 0};
+    kiln_gen *g2;
+    kiln_error err = {0};
+    TEST_BEGIN("template error names file and line");
+    CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
+    kiln_module *m = NULL;
+    CHECK(kiln_generate(g2, "broken n=2", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
+    CHECK(strstr(err.msg, "templates/broken.lua:5:") != NULL, "message: %s", err.msg);
+    CHECK(strstr(err.msg, "broken n=2") != NULL, "spec named: %s", err.msg);
+    CHECK(strstr(err.msg, "differ in type") != NULL, "cause named: %s", err.msg);
+    /* and the generator stays usable afterwards */
+    CHECK(kiln_generate(g2, "broken n=5", 80, KILN_EMIT_PTX, &m, &err) == KILN_EINVAL, "range: %s", err.msg);
+    kiln_gen_destroy(g2);
+    TEST_END();
+    unlink(path);
+    rmdir(dir);
+}
+
+int main(void) {
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
+        printf("cannot create generator: %s\n", err.msg);
+        return 1;
+    }
+    test_canonical();
+    test_errors();
+    test_metadata();
+    test_emit_ll_and_struct();
+    test_conversions();
+    test_target_table();
+    test_template_errors();
+    kiln_gen_destroy(gen);
+    return check_summary("generator");
+}
