@@ -12,6 +12,7 @@
 static const cli_command commands[] = {
     {"emit", "generate one kernel and print its PTX or LLVM IR", cmd_emit},
     {"list", "list kernel families, their parameters and the targets", cmd_list},
+    {"lint", "find architecture problems in PTX files (any compiler's)", cmd_lint},
 };
 static const size_t ncommands = sizeof commands / sizeof commands[0];
 
@@ -72,10 +73,10 @@ static void usage(FILE *to) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        usage(stderr);
-        return CLI_USAGE;
-    }
+    char valid[256] = "";
+    for (size_t i = 0; i < ncommands; i++)
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", commands[i].name);
+    if (argc < 2) return cli_error("missing command; valid: %s (see 'kiln --help')", valid);
     if (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h") || !strcmp(argv[1], "help")) {
         usage(stdout);
         return CLI_OK;
@@ -84,10 +85,7 @@ int main(int argc, char **argv) {
         printf("kiln %s (LLVM %s)\n", KILN_VERSION_STRING, kiln_llvm_version());
         return CLI_OK;
     }
-    char valid[256] = "";
-    for (size_t i = 0; i < ncommands; i++) {
+    for (size_t i = 0; i < ncommands; i++)
         if (!strcmp(argv[1], commands[i].name)) return commands[i].run(argc - 1, argv + 1);
-        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", commands[i].name);
-    }
     return cli_error("unknown command '%s'; valid: %s (see 'kiln --help')", argv[1], valid);
 }

@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# tests/cli_test.sh - the kiln command line: help, emit, list, and every bad input we thought of.
+set -u
+KILN=${KILN:-bin/kiln}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); [ -n "${KILN_TEST_VERBOSE:-}" ] && echo "ok   $1"; return 0; }
+bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
+
+# expect NAME STATUS FRAGMENT -- ARGS...: exit status, one stderr line containing FRAGMENT.
+expect() {
+    local name=$1 want=$2 frag=$3; shift 4
+    "$KILN" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, want $want; stderr: $(head -c 300 "$tmp/err")"; return; fi
+    if [ "$want" -eq 2 ] && [ "$lines" -ne 1 ]; then bad "$name" "stderr has $lines lines: $(cat "$tmp/err")"; return; fi
+    if [ -n "$frag" ] && ! grep -qF -- "$frag" "$tmp/err" "$tmp/out"; then bad "$name" "no '$frag' in: $(head -c 300 "$tmp/err")"; return; fi
+    ok "$name"
+}
+
+expect "help" 0 "usage: kiln COMMAND" -- --help
+expect "no command" 2 "missing command; valid: emit, list" --
+expect "unknown command" 2 "unknown command 'frobnicate'; valid: emit, list" -- frobnicate
+expect "emit help" 0 "usage: kiln emit FAMILY" -- emit --help
+expect "list" 0 "hidden" -- list
+expect "list targets" 0 "sm_90" -- list
+expect "emit ok" 0 ".target sm_75" -- emit layernorm x=bf16 w=f32 hidden=768 --sm 75
+expect "emit sm_ prefix" 0 ".target sm_86" -- emit layernorm x=f16 --sm sm_86
+expect "emit ll" 0 "define ptx_kernel" -- emit layernorm x=f16 hidden=100 --sm 80 --emit ll
+expect "unknown family" 2 "unknown kernel family 'rmsnorm'; valid: " -- emit rmsnorm x=f32 --sm 80
+expect "unknown key" 2 "unknown parameter 'dtype' for layernorm; valid: x, w, y, hidden, weight, bias" -- emit layernorm dtype=f32 --sm 80
+expect "bad dtype" 2 "bad value 'fp8' for 'x'; valid: f32, f16, bf16" -- emit layernorm x=fp8 --sm 80
+expect "hidden=0" 2 "bad value '0' for 'hidden'; valid: an integer 1..16384, or 'launch'" -- emit layernorm hidden=0 --sm 80
+expect "hidden negative" 2 "bad value '-5' for 'hidden'" -- emit layernorm hidden=-5 --sm 80
+expect "bad bool" 2 "bad value 'maybe' for 'bias'; valid: true, false" -- emit layernorm bias=maybe --sm 80
+expect "malformed pair" 2 "malformed parameter 'hidden': expected key=value" -- emit layernorm hidden --sm 80
+expect "duplicate key" 2 "given twice" -- emit layernorm x=f32 x=f16 --sm 80
+expect "unsupported sm" 2 "unsupported SM '61'; valid: 70, 75, 80, 86, 89, 90" -- emit layernorm --sm 61
+expect "sm garbage" 2 "unsupported SM 'eighty'" -- emit layernorm --sm eighty
+expect "missing sm" 2 "missing --sm" -- emit layernorm x=f32
+expect "missing family" 2 "missing kernel family" -- emit --sm 80
+expect "bad emit kind" 2 "bad --emit 'sass'; valid: ptx, ll" -- emit layernorm --sm 80 --emit sass
+expect "unknown option" 2 "unknown option '--fast'" -- emit layernorm --sm 80 --fast
+expect "list extra arg" 2 "takes no arguments" -- list layernorm
+
+# An unwritable output path: error, exit 2, no file left behind, existing file untouched.
+expect "unwritable output" 2 "cannot write output file '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx
+echo "keep me" >"$tmp/keep.ptx"
+"$KILN" emit layernorm x=f64 --sm 80 -o "$tmp/keep.ptx" 2>/dev/null
+if [ "$(cat "$tmp/keep.ptx")" = "keep me" ] && [ -z "$(ls "$tmp" | grep -v -e keep.ptx -e out -e err)" ]; then ok "failed emit leaves no partial output"
+else bad "failed emit leaves no partial output" "$(ls "$tmp")"; fi
+"$KILN" emit layernorm x=bf16 hidden=4096 --sm 80 -o "$tmp/k.ptx" 2>"$tmp/err"
+if [ -s "$tmp/k.ptx" ] && grep -q "^.entry\|\.entry kiln_layernorm" "$tmp/k.ptx"; then ok "emit -o writes the file"
+else bad "emit -o writes the file" "$(cat "$tmp/err")"; fi
+
+echo "cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
