@@ -206,11 +206,14 @@ static kiln_status not_found(kiln_rt *rt, const char *key, kiln_error *err) {
     int nb = rt->nbundles;
     for (int i = 0; i < nb; i++) rt_bundle_describe_family(rt->bundles[i], family, held, sizeof held);
     pthread_mutex_unlock(&rt->lock);
+    char where[KILN_NAME_MAX + 64];
+    if (nb == 0) snprintf(where, sizeof where, "no bundle is loaded");
+    else snprintf(where, sizeof where, "the loaded bundles hold %s '%s'%s", held[0] ? "for" : "nothing for", family,
+                  held[0] ? ": " : "");
     return kiln_fail(err, KILN_ENOTFOUND,
                      "kernel '%s' for sm_%d is in no loaded bundle and no generator is linked (link libkiln and "
-                     "call kiln_rt_use_generator()); %s%s%s",
-                     key, rt->info.sm, nb == 0 ? "no bundle is loaded" : held[0] ? "the bundles hold for '" : "the bundles hold nothing for '",
-                     nb == 0 ? "" : family, nb == 0 ? "" : held[0] ? "': " : "'");
+                     "call kiln_rt_use_generator()); %s%s",
+                     key, rt->info.sm, where, held);
 }
 
 /* Highest SM the generator targets that is not above the device's. */
