@@ -83,6 +83,8 @@ typedef struct gen_lint_rule {
     bool arch;           /* needs exactly the arch-specific target sm_<sm>a */
     const char *feature; /* its name in messages */
     const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c */
+    int sm2, ptx2;       /* when sm2 > 0: on sm_<sm2> and newer, PTX ISA ptx2 is enough (features that
+                            reached an older SM in a later PTX ISA) */
 } gen_lint_rule;
 typedef struct gen_lint_target {
     const char *name; /* "sm_90a" */
@@ -215,3 +217,5 @@ void gen_register_control(lua_State *L);
 LLVMValueRef gen_to_f32(gen_builder *gb, LLVMValueRef bits, kiln_dtype from);
 LLVMValueRef gen_from_f32(gen_builder *gb, LLVMValueRef f, kiln_dtype to);
 void gen_register_convert(lua_State *L);
+/* gen_tensor.c */
+void gen_register_tensor(lua_State *L);
