@@ -23,4 +23,8 @@ int cli_write_output(const char *path, const char *data, size_t len);
 int cmd_emit(int argc, char **argv);
 int cmd_list(int argc, char **argv);
 
+/* cmd_bundle.c */
+int cmd_bundle(int argc, char **argv);
+int cmd_bundle_info(int argc, char **argv);
+
 #endif

@@ -12,6 +12,8 @@
 static const cli_command commands[] = {
     {"emit", "generate one kernel and print its PTX or LLVM IR", cmd_emit},
     {"list", "list kernel families, their parameters and the targets", cmd_list},
+    {"bundle", "generate many variants in parallel into one bundle file (or C source)", cmd_bundle},
+    {"bundle-info", "check a bundle and list what it holds", cmd_bundle_info},
     {"lint", "find architecture problems in PTX files (any compiler's)", cmd_lint},
 };
 static const size_t ncommands = sizeof commands / sizeof commands[0];

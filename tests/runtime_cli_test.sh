@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# tests/runtime_cli_test.sh - `kiln bundle` / `kiln bundle-info`, and a program built from --emit-c output.
+set -u
+: "${O:=build}" "${KILN:=bin/kiln}"
+LIBDIR=lib CFLAGS_EXTRA=""
+if [ "$O" != build ]; then LIBDIR=$O/lib CFLAGS_EXTRA="-fsanitize=address,undefined"; fi
+export KILN_CUDA_DRIVER="$PWD/$O/tests/libfakecuda.so.1" KILN_CACHE=0
+T=$(mktemp -d /tmp/kiln_cli_test.XXXXXX)
+trap 'rm -rf "$T"' EXIT
+pass=0 fail=0 skip=0
+ok() { pass=$((pass + 1)); }
+no() { fail=$((fail + 1)); echo "FAIL $*"; }
+check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
+
+# the default matrix: every family x 3 dtypes x 5 SMs
+"$KILN" bundle -o "$T/default.kbundle" 2>"$T/err"
+check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
+"$KILN" bundle-info "$T/default.kbundle" >"$T/info"
+check "bundle-info counts 15 entries" grep -q "15 entries" "$T/info"
+check "bundle-info lists sm_75 bf16" grep -Eq " 75 ptx .*layernorm x=bf16 w=bf16 y=bf16 hidden=launch" "$T/info"
+
+# bad input: exit 2, one error line, no output file
+bad() {
+    local what=$1; shift
+    "$KILN" bundle "$@" -o "$T/bad.kbundle" >"$T/out" 2>"$T/err"
+    local rc=$?
+    if [ $rc -eq 2 ] && [ "$(wc -l <"$T/err")" -eq 1 ] && grep -q "^kiln: error: .*valid" "$T/err" && [ ! -e "$T/bad.kbundle" ]
+    then ok; else no "$what (rc $rc: $(cat "$T/err"))"; fi
+}
+bad "unknown family" nosuchfamily
+bad "unknown dtype" layernorm --dtypes f64
+bad "unknown SM" layernorm --sm 61
+bad "wrong combination" layernorm --dtypes bf16/f32
+bad "bad shape" layernorm --hidden 0
+bad "bad spec" --spec "layernorm x=int8"
+"$KILN" bundle layernorm >/dev/null 2>"$T/err"
+check "missing output is an error" grep -q "missing output" "$T/err"
+printf 'not a bundle at all\n' >"$T/junk"
+"$KILN" bundle-info "$T/junk" 2>"$T/err"
+check "bundle-info refuses junk" test $? -eq 2
+check "  and says why" grep -q "not a kiln bundle" "$T/err"
+head -c 3000 "$T/default.kbundle" >"$T/cut.kbundle"
+"$KILN" bundle-info "$T/cut.kbundle" 2>"$T/err"
+check "bundle-info refuses a truncated bundle" grep -q "truncated" "$T/err"
+
+# spec list: comments, blank lines, repeats collapse to one variant
+printf '# LayerNorm for the model\nlayernorm x=bf16 w=f32 y=bf16 hidden=4096\n\nlayernorm hidden=4096 x=bf16 w=f32  # same\n' >"$T/specs"
+"$KILN" bundle --spec-list "$T/specs" --sm 80,90 -o "$T/list.kbundle" 2>"$T/err"
+"$KILN" bundle-info "$T/list.kbundle" >"$T/info" 2>&1
+check "spec list: 2 entries" grep -q "2 entries" "$T/info"
+
+# --emit-c: the .c/.h pair compiles and links with libkiln_rt alone
+"$KILN" bundle layernorm --dtypes bf16/f32/bf16 --hidden launch,4096 --sm 75,80,90 --emit-c "$T/ln_bundle" 2>"$T/err"
+check "emit-c wrote both files" test -s "$T/ln_bundle.c" -a -s "$T/ln_bundle.h"
+cc -std=c11 -Wall -Wextra -Werror $CFLAGS_EXTRA -Iinclude -I"$T" tests/fake_cuda/emitc_main.c "$T/ln_bundle.c" \
+    "$LIBDIR/libkiln_rt.a" -ldl -lpthread -o "$T/emitc" 2>"$T/cc"
+check "emit-c program builds: $(head -3 "$T/cc")" test -x "$T/emitc"
+check "  and needs no LLVM or Lua" bash -c "! nm '$T/emitc' | grep -Eq 'LLVM|lua_'"
+SPEC="layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true"
+for pair in 75:75 80:80 86:80 89:80 90:90; do
+    dev=${pair%:*} want=${pair#*:}
+    out=$(FAKE_CUDA_SM=$dev "$T/emitc" "$SPEC" 2>&1)
+    check "sm_$dev device gets sm_$want PTX ($out)" grep -q "sm=$want kind=ptx" <<<"$out"
+    check "  and launches" grep -q "launched layernorm" <<<"$out"
+done
+out=$(FAKE_CUDA_SM=80 "$T/emitc" "layernorm x=f16 w=f16 y=f16 hidden=launch weight=true bias=true" 2>&1)
+check "missing spec names the bundle's holdings ($out)" grep -q "no generator is linked.*layernorm x=bf16" <<<"$out"
+
+# --cubin: ptxas-made cubins, preferred on their exact SM
+if [ -x /usr/local/cuda/bin/ptxas ] || command -v ptxas >/dev/null; then
+    "$KILN" bundle layernorm --dtypes bf16/f32/bf16 --hidden 4096,launch --sm 80,86 --cubin --emit-c "$T/ln_bundle" 2>"$T/err"
+    check "cubin bundle: $(cat "$T/err")" test -s "$T/ln_bundle.c"
+    cc -std=c11 $CFLAGS_EXTRA -Iinclude -I"$T" tests/fake_cuda/emitc_main.c "$T/ln_bundle.c" "$LIBDIR/libkiln_rt.a" \
+        -ldl -lpthread -o "$T/emitc"
+    out=$(FAKE_CUDA_SM=86 "$T/emitc" "$SPEC" 2>&1)
+    check "sm_86 device gets the sm_86 cubin ($out)" grep -q "sm=86 kind=cubin" <<<"$out"
+    out=$(FAKE_CUDA_SM=89 "$T/emitc" "$SPEC" 2>&1)
+    check "sm_89 device gets sm_86 PTX, not the cubin ($out)" grep -q "sm=86 kind=ptx" <<<"$out"
+else
+    skip=$((skip + 1))
+fi
+echo "runtime_cli: $pass passed, $fail failed, $skip skipped"
+[ "$fail" -eq 0 ]
