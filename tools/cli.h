@@ -27,4 +27,7 @@ int cmd_list(int argc, char **argv);
 int cmd_bundle(int argc, char **argv);
 int cmd_bundle_info(int argc, char **argv);
 
+/* cmd_lint.c */
+int cmd_lint(int argc, char **argv);
+
 #endif

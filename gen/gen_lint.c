@@ -1,0 +1,454 @@
+/* gen/gen_lint.c - kiln lint: checks PTX statements against the requirement tables and the module's target. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "gen.h"
+#include "kiln/lint.h"
+
+enum { MAX_MODS = 24, MAX_FINDINGS = 10000 };
+
+struct kiln_lint_report {
+    kiln_lint_module module;
+    kiln_lint_finding *findings;
+    size_t count, cap;
+    size_t target_stmt; /* index of the governing .target statement */
+    bool oom;
+};
+
+typedef struct span {
+    const char *s;
+    size_t len;
+} span;
+
+/* The largest needs that one statement's matching rules add up to. */
+typedef struct need {
+    const gen_lint_rule *sm_rule, *ptx_rule, *arch_rule;
+} need;
+
+/* ---- matching rules ---- */
+
+/* "a|b|c" against one word; "*" matches any. */
+static bool alt_match(const char *alts, size_t alen, span w) {
+    if (alen == 1 && alts[0] == '*') return true;
+    for (const char *a = alts, *end = alts + alen; a < end;) {
+        const char *bar = memchr(a, '|', (size_t)(end - a));
+        size_t n = (size_t)((bar ? bar : end) - a);
+        if (n == w.len && memcmp(a, w.s, n) == 0) return true;
+        a = bar ? bar + 1 : end;
+    }
+    return false;
+}
+
+/* The pattern's '.'-separated elements against mods: "*" matches any run, others one modifier. */
+static bool glob(const char *pat, const span *mods, size_t n) {
+    if (!*pat) return n == 0;
+    const char *dot = strchr(pat, '.');
+    size_t elen = dot ? (size_t)(dot - pat) : strlen(pat);
+    const char *rest = dot ? dot + 1 : pat + elen;
+    if (elen == 1 && *pat == '*') {
+        for (size_t k = 0; k <= n; k++)
+            if (glob(rest, mods + k, n - k)) return true;
+        return false;
+    }
+    return n > 0 && alt_match(pat, elen, mods[0]) && glob(rest, mods + 1, n - 1);
+}
+
+static bool has_operand(const gen_ptx_stmt *st, const char *pat) {
+    size_t plen = strlen(pat), stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
+    bool prefix = plen && pat[plen - 1] == '*';
+    if (prefix) plen--;
+    for (size_t i = 1; i < stored; i++) {
+        gen_ptx_token t = st->tok[i];
+        if (prefix ? t.len >= plen && !memcmp(t.s, pat, plen) : t.len == plen && !memcmp(t.s, pat, plen)) return true;
+    }
+    return false;
+}
+
+/* Splits "cvt.rn.bf16.f32" into "cvt" and {"rn", "bf16", "f32"}; returns the modifier count. */
+static size_t split_opcode(gen_ptx_token t, span *op, span *mods) {
+    const char *p = t.s, *end = t.s + t.len;
+    const char *dot = memchr(p, '.', t.len);
+    *op = (span){p, (size_t)((dot ? dot : end) - p)};
+    size_t n = 0;
+    for (p = dot; p && p < end && n < MAX_MODS;) {
+        const char *next = memchr(p + 1, '.', (size_t)(end - p - 1));
+        mods[n++] = (span){p + 1, (size_t)((next ? next : end) - p - 1)};
+        p = next;
+    }
+    return n;
+}
+
+/* The PTX ISA a rule needs on the module's SM. */
+static int rule_ptx(const gen_lint_rule *r, int module_sm) {
+    return r->sm2 && module_sm >= r->sm2 ? r->ptx2 : r->ptx;
+}
+
+static void consider(need *nd, const gen_lint_rule *r, int module_sm) {
+    if (r->arch) {
+        nd->arch_rule = r;
+        return;
+    }
+    if (r->sm && (!nd->sm_rule || r->sm >= nd->sm_rule->sm)) nd->sm_rule = r;
+    if (rule_ptx(r, module_sm) && (!nd->ptx_rule || rule_ptx(r, module_sm) >= rule_ptx(nd->ptx_rule, module_sm)))
+        nd->ptx_rule = r;
+}
+
+static need instruction_needs(const gen_ptx_stmt *st, int module_sm) {
+    need nd = {0};
+    span op, mods[MAX_MODS];
+    size_t nmods = split_opcode(st->tok[0], &op, mods), nrules;
+    const gen_lint_rule *rules = gen_lint_rules(&nrules);
+    for (size_t i = 0; i < nrules; i++) {
+        const gen_lint_rule *r = &rules[i];
+        if (r->op[0] == '.' || r->op[0] == ':' || !alt_match(r->op, strlen(r->op), op)) continue;
+        if (r->mods && !glob(r->mods, mods, nmods)) continue;
+        if (r->operand && !has_operand(st, r->operand)) continue;
+        consider(&nd, r, module_sm);
+    }
+    return nd;
+}
+
+/* Directive rules match when the statement holds the directive anywhere (after linkage words). */
+static need directive_needs(const gen_ptx_stmt *st, const char *op_only, int module_sm) {
+    need nd = {0};
+    size_t nrules, stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
+    const gen_lint_rule *rules = gen_lint_rules(&nrules);
+    for (size_t i = 0; i < nrules; i++) {
+        const gen_lint_rule *r = &rules[i];
+        if (op_only) {
+            if (!strcmp(r->op, op_only)) consider(&nd, r, module_sm);
+            continue;
+        }
+        if (r->op[0] != '.') continue;
+        bool hit = false;
+        for (size_t k = 0; k < stored && !hit; k++) hit = alt_match(r->op, strlen(r->op), (span){st->tok[k].s, st->tok[k].len});
+        if (hit && (!r->operand || has_operand(st, r->operand))) consider(&nd, r, module_sm);
+    }
+    return nd;
+}
+
+/* ---- findings ---- */
+
+static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind, const gen_ptx_stmt *st,
+                                      const char *feature) {
+    if (rep->count == MAX_FINDINGS || rep->oom) return NULL;
+    if (rep->count == rep->cap) {
+        size_t cap = rep->cap ? rep->cap * 2 : 16;
+        kiln_lint_finding *f = realloc(rep->findings, cap * sizeof *f);
+        if (!f) {
+            rep->oom = true;
+            return NULL;
+        }
+        rep->findings = f, rep->cap = cap;
+    }
+    kiln_lint_finding *f = &rep->findings[rep->count++];
+    memset(f, 0, sizeof *f);
+    f->kind = kind;
+    f->line = st->line;
+    gen_ptx_stmt_text(st, f->instruction, sizeof f->instruction);
+    snprintf(f->feature, sizeof f->feature, "%s", feature);
+    f->module_sm = rep->module.sm;
+    f->module_ptx = rep->module.ptx;
+    f->device_sm = rep->module.device_sm;
+    return f;
+}
+
+static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, need nd) {
+    const kiln_lint_module *m = &rep->module;
+    char a[16], b[16];
+    kiln_lint_finding *f;
+    bool arch_ok = nd.arch_rule && m->arch_specific && m->sm == nd.arch_rule->sm;
+    bool sm_short = false;
+    if (nd.arch_rule && !arch_ok && (f = add_finding(rep, KILN_LINT_ARCH, st, nd.arch_rule->feature))) {
+        f->need_sm = nd.arch_rule->sm, f->need_arch = 1;
+        snprintf(f->message, sizeof f->message,
+                 "needs the arch-specific target %s for %s; the module's .target is %s (arch-specific code "
+                 "runs only on exactly that SM)",
+                 gen_lint_sm_name(f->need_sm, true, a), nd.arch_rule->feature, m->target);
+        sm_short = true;
+    } else if (nd.sm_rule && nd.sm_rule->sm > m->sm && (f = add_finding(rep, KILN_LINT_TARGET, st, nd.sm_rule->feature))) {
+        f->need_sm = nd.sm_rule->sm;
+        f->need_ptx = nd.ptx_rule ? rule_ptx(nd.ptx_rule, m->sm) : 0;
+        snprintf(f->message, sizeof f->message, "needs %s for %s; the module's .target is %s",
+                 gen_lint_sm_name(f->need_sm, false, a), nd.sm_rule->feature, m->target);
+        sm_short = true;
+    }
+    const gen_lint_rule *pr = nd.ptx_rule;
+    if (nd.arch_rule && (!pr || nd.arch_rule->ptx > rule_ptx(pr, m->sm))) pr = nd.arch_rule;
+    int need_ptx = pr ? rule_ptx(pr, m->sm) : 0;
+    if (pr && need_ptx > m->ptx && (f = add_finding(rep, KILN_LINT_ISA, st, pr->feature))) {
+        f->need_ptx = need_ptx;
+        f->need_sm = nd.sm_rule ? nd.sm_rule->sm : 0;
+        snprintf(f->message, sizeof f->message, "needs PTX ISA %d.%d for %s; the module's .version is %d.%d",
+                 need_ptx / 10, need_ptx % 10, pr->feature, m->ptx / 10, m->ptx % 10);
+    }
+    /* What an sm_N device would lose: lines this module may use but that device lacks. */
+    int dev = m->device_sm;
+    if (!dev || sm_short) return;
+    const gen_lint_rule *lost = nd.arch_rule && dev != nd.arch_rule->sm ? nd.arch_rule
+                                : nd.sm_rule && nd.sm_rule->sm > dev   ? nd.sm_rule
+                                                                       : NULL;
+    if (lost && (f = add_finding(rep, KILN_LINT_DEVICE, st, lost->feature))) {
+        f->need_sm = lost->sm, f->need_arch = lost->arch;
+        snprintf(f->message, sizeof f->message, "needs %s for %s: an %s device does not have it",
+                 gen_lint_sm_name(lost->sm, lost->arch, a), lost->feature, gen_lint_sm_name(dev, false, b));
+    }
+}
+
+/* shfl and vote without .sync: rejected for sm_70+ from PTX ISA 6.4, unreliable there before. */
+static void check_sync(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    span op, mods[MAX_MODS];
+    size_t n = split_opcode(st->tok[0], &op, mods);
+    bool shfl = op.len == 4 && !memcmp(op.s, "shfl", 4), vote = op.len == 4 && !memcmp(op.s, "vote", 4);
+    if (!(shfl || vote) || (n > 0 && mods[0].len == 4 && !memcmp(mods[0].s, "sync", 4)) || rep->module.sm < 70) return;
+    const char *name = shfl ? "shfl" : "vote";
+    char feature[32];
+    snprintf(feature, sizeof feature, "%s without .sync", name);
+    kiln_lint_finding *f = add_finding(rep, KILN_LINT_SYNC, st, feature);
+    if (!f) return;
+    f->warning = rep->module.ptx < 64;
+    if (f->warning)
+        snprintf(f->message, sizeof f->message,
+                 "%s without .sync is unreliable on sm_70 and newer (independent thread scheduling) and "
+                 "rejected from PTX ISA 6.4; use %s.sync with a member mask",
+                 name, name);
+    else
+        snprintf(f->message, sizeof f->message,
+                 "%s without .sync is not supported on sm_70 and newer from PTX ISA 6.4 (.target %s, "
+                 ".version %d.%d); use %s.sync with a member mask",
+                 name, rep->module.target, rep->module.ptx / 10, rep->module.ptx % 10, name);
+}
+
+static bool is_state_space(gen_ptx_token t) {
+    static const char *const spaces[] = {".reg", ".local", ".shared", ".global", ".const", ".param", ".tex"};
+    for (size_t i = 0; i < sizeof spaces / sizeof spaces[0]; i++)
+        if (gen_ptx_tok_is(t, spaces[i])) return true;
+    return false;
+}
+
+/* A declaration (also a parameter in a function header) of an instruction-only type. */
+static void check_decl(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    size_t stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
+    bool in_decl = false;
+    for (size_t i = 0; i < stored; i++) {
+        gen_ptx_token t = st->tok[i];
+        if (is_state_space(t)) in_decl = true;
+        if (t.len == 1 && strchr(",);=", t.s[0])) in_decl = false;
+        if (!in_decl) continue;
+        for (const char *const *d = gen_lint_decl_types(); *d; d++) {
+            if (!gen_ptx_tok_is(t, *d)) continue;
+            kiln_lint_finding *f = add_finding(rep, KILN_LINT_DECL, st, *d);
+            if (f)
+                snprintf(f->message, sizeof f->message,
+                         "illegal declaration: %s is an instruction type only (ptxas: syntax error); declare "
+                         "the data with the .bN type of its size (.b16 for .bf16, .b32 for .bf16x2)",
+                         *d);
+            return;
+        }
+    }
+}
+
+/* ---- the module: .version and .target ---- */
+
+static const gen_lint_target *find_target(span name) {
+    size_t n;
+    const gen_lint_target *t = gen_lint_targets(&n);
+    char buf[32];
+    if (name.len >= 8 && !memcmp(name.s, "compute_", 8)) { /* compute_XX means sm_XX */
+        snprintf(buf, sizeof buf, "sm_%.*s", (int)(name.len - 8 < 20 ? name.len - 8 : 20), name.s + 8);
+        name = (span){buf, strlen(buf)};
+    }
+    for (size_t i = 0; i < n; i++)
+        if (strlen(t[i].name) == name.len && !memcmp(t[i].name, name.s, name.len)) return &t[i];
+    return NULL;
+}
+
+/* Reads one ".target a, b" statement; the highest SM (then 'a' over 'f' over none) governs. */
+static void read_target(kiln_lint_report *rep, const gen_ptx_stmt *st, size_t index, const gen_lint_target **best) {
+    for (size_t i = 1; i < st->ntok && i < GEN_PTX_MAX_TOKENS; i++) {
+        const gen_lint_target *t = find_target((span){st->tok[i].s, st->tok[i].len});
+        if (!t) continue;
+        int rank = t->suffix == 'a' ? 2 : t->suffix == 'f' ? 1 : 0;
+        int best_rank = *best ? ((*best)->suffix == 'a' ? 2 : (*best)->suffix == 'f' ? 1 : 0) : -1;
+        if (*best && (t->sm < (*best)->sm || (t->sm == (*best)->sm && rank <= best_rank))) continue;
+        *best = t;
+        rep->target_stmt = index;
+        rep->module.target_line = st->line;
+    }
+}
+
+static bool parse_version(gen_ptx_token t, int *v) {
+    if (t.len < 3 || t.len > 5) return false;
+    int major = 0, i = 0;
+    while (i < (int)t.len && t.s[i] >= '0' && t.s[i] <= '9') major = major * 10 + (t.s[i++] - '0');
+    if (i == 0 || i + 2 != (int)t.len || t.s[i] != '.' || t.s[i + 1] < '0' || t.s[i + 1] > '9') return false;
+    *v = major * 10 + (t.s[i + 1] - '0');
+    return true;
+}
+
+/* First pass: .version, the governing .target, and counts. */
+static kiln_status read_module(kiln_lint_report *rep, const char *ptx, size_t len, kiln_error *err) {
+    gen_ptx_reader r;
+    gen_ptx_stmt st;
+    const gen_lint_target *best = NULL;
+    bool have_version = false, any_target = false;
+    size_t index = 0, statements = 0;
+    gen_ptx_reader_init(&r, ptx, len);
+    for (; gen_ptx_next(&r, &st); index++) {
+        statements++;
+        if (st.kind == GEN_PTX_INSTRUCTION) rep->module.instructions++;
+        if (st.kind != GEN_PTX_DIRECTIVE) continue;
+        if (st.body_follows) rep->module.functions++;
+        if (gen_ptx_tok_is(st.tok[0], ".version") && !have_version) {
+            if (st.ntok < 2 || !parse_version(st.tok[1], &rep->module.ptx))
+                return kiln_fail(err, KILN_EINVAL, "line %d: bad .version (expected e.g. '.version 7.8')", st.line);
+            have_version = true;
+            rep->module.version_line = st.line;
+        } else if (gen_ptx_tok_is(st.tok[0], ".target")) {
+            any_target = true;
+            read_target(rep, &st, index, &best);
+        }
+    }
+    if (!statements) return kiln_fail(err, KILN_EINVAL, "no PTX statements (the input is blank or only comments)");
+    if (!have_version) return kiln_fail(err, KILN_EINVAL, "not a PTX module: no .version directive");
+    if (!best)
+        return kiln_fail(err, KILN_EINVAL, any_target ? "no known SM in the .target directive (e.g. '.target sm_80')"
+                                                      : "not a PTX module: no .target directive");
+    snprintf(rep->module.target, sizeof rep->module.target, "%s", best->name);
+    rep->module.sm = best->sm;
+    rep->module.arch_specific = best->suffix == 'a';
+    rep->module.family_specific = best->suffix == 'f';
+    return KILN_OK;
+}
+
+static bool runs_on(const kiln_lint_module *m, int dev) {
+    if (m->arch_specific) return dev == m->sm;
+    if (m->family_specific) return dev >= m->sm && dev / 10 == m->sm / 10;
+    return dev >= m->sm;
+}
+
+/* At the governing .target: a .version too old for it, and whether the device can run the module. */
+static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    const kiln_lint_module *m = &rep->module;
+    const gen_lint_target *t = find_target((span){m->target, strlen(m->target)});
+    kiln_lint_finding *f;
+    char dev[16];
+    if (t && m->ptx < t->ptx && (f = add_finding(rep, KILN_LINT_VERSION, st, ".version"))) {
+        f->need_sm = m->sm, f->need_arch = m->arch_specific, f->need_ptx = t->ptx;
+        snprintf(f->message, sizeof f->message, ".target %s needs PTX ISA %d.%d or later; the module's .version is %d.%d",
+                 m->target, t->ptx / 10, t->ptx % 10, m->ptx / 10, m->ptx % 10);
+    }
+    if (m->device_sm && !m->runs_on_device && (f = add_finding(rep, KILN_LINT_DEVICE, st, m->target))) {
+        f->need_sm = m->sm, f->need_arch = m->arch_specific;
+        gen_lint_sm_name(m->device_sm, false, dev);
+        snprintf(f->message, sizeof f->message, "the module targets %s: an %s device cannot run it (%s)", m->target, dev,
+                 m->arch_specific     ? "arch-specific PTX loads only on exactly that SM"
+                 : m->family_specific ? "family-specific PTX loads only on that SM family, same or newer"
+                                      : "PTX loads only on its target SM or newer");
+    }
+}
+
+/* Second pass: every statement against the rules. */
+static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len) {
+    gen_ptx_reader r;
+    gen_ptx_stmt st;
+    size_t index = 0;
+    gen_ptx_reader_init(&r, ptx, len);
+    for (; gen_ptx_next(&r, &st); index++) {
+        if (st.kind == GEN_PTX_INSTRUCTION && st.ntok) {
+            report_needs(rep, &st, instruction_needs(&st, rep->module.sm));
+            check_sync(rep, &st);
+        } else if (st.kind == GEN_PTX_DIRECTIVE) {
+            if (index == rep->target_stmt) check_target(rep, &st);
+            check_decl(rep, &st);
+            report_needs(rep, &st, directive_needs(&st, NULL, rep->module.sm));
+        } else if (st.kind == GEN_PTX_LABEL && st.in_section) {
+            report_needs(rep, &st, directive_needs(&st, ":section-label", rep->module.sm));
+        }
+    }
+}
+
+/* Rejects what is not PTX text: nothing at all, or control bytes (binary data). */
+static kiln_status check_text(const char *ptx, size_t len, kiln_error *err) {
+    if (!len) return kiln_fail(err, KILN_EINVAL, "empty input: no PTX text");
+    int line = 1;
+    for (size_t i = 0; i < len; i++) {
+        unsigned char c = (unsigned char)ptx[i];
+        if (c == '\n') line++;
+        if (c == 0 || c == 0x7f || (c < 0x20 && !strchr("\t\n\r\f\v", c)))
+            return kiln_fail(err, KILN_EINVAL, "binary data, not PTX text (byte 0x%02x at offset %zu, line %d)", c, i,
+                             line);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_report **out, kiln_error *err) {
+    if (!out || (!ptx && len)) return kiln_fail(err, KILN_EINVAL, "kiln_lint: NULL argument");
+    *out = NULL;
+    if (device_sm) {
+        char name[16];
+        kiln_status s = kiln_lint_parse_sm(gen_lint_sm_name(device_sm, false, name), &device_sm, err);
+        if (s) return s;
+    }
+    kiln_status s = check_text(ptx, len, err);
+    if (s) return s;
+    kiln_lint_report *rep = calloc(1, sizeof *rep);
+    if (!rep) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if ((s = read_module(rep, ptx, len, err))) {
+        kiln_lint_free(rep);
+        return s;
+    }
+    rep->module.device_sm = device_sm;
+    rep->module.runs_on_device = device_sm ? runs_on(&rep->module, device_sm) : 0;
+    check_statements(rep, ptx, len);
+    if (rep->oom) {
+        kiln_lint_free(rep);
+        return kiln_fail(err, KILN_ENOMEM, "out of memory while collecting lint findings");
+    }
+    *out = rep;
+    return KILN_OK;
+}
+
+size_t kiln_lint_count(const kiln_lint_report *r) { return r ? r->count : 0; }
+
+const kiln_lint_finding *kiln_lint_get(const kiln_lint_report *r, size_t i) {
+    return r && i < r->count ? &r->findings[i] : NULL;
+}
+
+const kiln_lint_module *kiln_lint_module_info(const kiln_lint_report *r) { return r ? &r->module : NULL; }
+
+void kiln_lint_free(kiln_lint_report *r) {
+    if (!r) return;
+    free(r->findings);
+    free(r);
+}
+
+kiln_status kiln_lint_parse_sm(const char *text, int *sm, kiln_error *err) {
+    size_t n;
+    const gen_lint_target *t = gen_lint_targets(&n);
+    const char *d = text && !strncmp(text, "sm_", 3) ? text + 3 : text;
+    int v = -1;
+    size_t digits = d ? strspn(d, "0123456789") : 0;
+    if (digits >= 1 && digits <= 2 && d[0] != '0' && d[digits] == '.' && d[digits + 1] >= '0' &&
+        d[digits + 1] <= '9' && !d[digits + 2])
+        v = atoi(d) * 10 + (d[digits + 1] - '0'); /* compute capability "8.6" */
+    else if (digits >= 2 && digits <= 3 && d[0] != '0' && !d[digits])
+        v = atoi(d);
+    char valid[256] = "";
+    for (size_t i = 0; i < n; i++) {
+        if (t[i].suffix) continue;
+        if (t[i].sm == v) {
+            *sm = v;
+            return KILN_OK;
+        }
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%d", valid[0] ? ", " : "", t[i].sm);
+    }
+    return kiln_fail(err, KILN_EINVAL, "unknown device SM '%s'; valid: %s (also as sm_NN or N.N)", text ? text : "(null)",
+                     valid);
+}
+
+const char *kiln_lint_kind_name(kiln_lint_kind k) {
+    static const char *const names[] = {"target", "arch", "isa", "version", "decl", "sync", "device"};
+    return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
+}

@@ -1,0 +1,849 @@
+/* tests/lint_test.c - kiln lint: the PTX reader, every rule, bad input, and agreement with ptxas as ground truth. */
+#include <dirent.h>
+#include <fcntl.h>
+#include <spawn.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "gen.h"
+#include "kiln/kiln.h"
+#include "kiln/lint.h"
+
+extern char **environ;
+
+static int skipped;
+
+/* ---- helpers ---- */
+
+static kiln_lint_report *lint(const char *ptx, int device_sm) {
+    kiln_lint_report *r = NULL;
+    kiln_error err = {0};
+    kiln_status s = kiln_lint(ptx, strlen(ptx), device_sm, &r, &err);
+    CHECK(s == KILN_OK, "kiln_lint failed: %s", err.msg);
+    return r;
+}
+
+/* The first finding on line (of kind, or any kind when kind < 0), or NULL. */
+static const kiln_lint_finding *finding_at(const kiln_lint_report *r, int line, int kind) {
+    for (size_t i = 0; i < kiln_lint_count(r); i++) {
+        const kiln_lint_finding *f = kiln_lint_get(r, i);
+        if (f->line == line && (kind < 0 || (int)f->kind == kind)) return f;
+    }
+    return NULL;
+}
+
+static void dump(const kiln_lint_report *r) {
+    for (size_t i = 0; i < kiln_lint_count(r); i++) {
+        const kiln_lint_finding *f = kiln_lint_get(r, i);
+        printf("    finding line %d %s: %s [%s]\n", f->line, kiln_lint_kind_name(f->kind), f->message, f->instruction);
+    }
+}
+
+static kiln_status lint_error(const char *ptx, size_t len, char *msg, size_t cap) {
+    kiln_lint_report *r = NULL;
+    kiln_error err = {0};
+    kiln_status s = kiln_lint(ptx, len, 0, &r, &err);
+    kiln_lint_free(r);
+    snprintf(msg, cap, "%s", err.msg);
+    return s;
+}
+
+#define HEAD(version, target) ".version " version "\n.target " target "\n.address_size 64\n"
+/* Lines 4.. of every module below: an entry with registers. */
+#define ENTRY                                                                                                  \
+    ".visible .entry k(.param .u64 p)\n{\n"                                                                    \
+    ".reg .b16 %rs<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.reg .f32 %f<8>;\n.reg .pred %p<4>;\n"
+/* ENTRY takes lines 4..10; a module's first instruction is on line 11. */
+
+/* ---- the reader ---- */
+
+static void test_basic(void) {
+    TEST_BEGIN("bf16 conversion on sm_75 is a finding with line, text and needs");
+    kiln_lint_report *r = lint(HEAD("7.0", "sm_75") ENTRY "cvt.rn.bf16.f32 \t %rs1,   %f1;\nret;\n}\n", 0);
+    const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_TARGET);
+    CHECK(kiln_lint_count(r) == 1, "%zu findings", kiln_lint_count(r));
+    CHECK(f && f->need_sm == 80 && f->module_sm == 75 && f->module_ptx == 70, "wrong needs");
+    CHECK(f && !strcmp(f->instruction, "cvt.rn.bf16.f32 %rs1, %f1;"), "text '%s'", f ? f->instruction : "");
+    CHECK(f && strstr(f->message, "sm_80") && strstr(f->message, "sm_75"), "message '%s'", f ? f->message : "");
+    const kiln_lint_module *m = kiln_lint_module_info(r);
+    CHECK(m->sm == 75 && m->ptx == 70 && m->functions == 1 && m->instructions == 2 && m->target_line == 2,
+          "module sm %d ptx %d functions %zu instructions %zu", m->sm, m->ptx, m->functions, m->instructions);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("the same module for sm_80 is clean; kiln.meta comments before .version are fine");
+    r = lint("// kiln.meta version 1\n// kiln.meta target 80 70\n" HEAD("7.0", "sm_80") ENTRY
+             "cvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n", 0);
+    CHECK(kiln_lint_count(r) == 0, "%zu findings", kiln_lint_count(r));
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("an instruction that needs a newer PTX ISA than .version");
+    r = lint(HEAD("6.5", "sm_75") ENTRY "ex2.approx.f16 %rs1, %rs2;\nldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%rd1];\n}\n", 0);
+    f = finding_at(r, 11, KILN_LINT_ISA);
+    CHECK(f && f->need_ptx == 70 && f->module_ptx == 65, "no ISA finding for ex2.approx.f16");
+    CHECK(!finding_at(r, 11, KILN_LINT_TARGET) && !finding_at(r, 12, -1), "ex2.f16/ldmatrix are fine on sm_75 6.5");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN(".version too old for .target");
+    r = lint(HEAD("6.5", "sm_80") ENTRY "ret;\n}\n", 0);
+    f = finding_at(r, 2, KILN_LINT_VERSION);
+    CHECK(f && f->need_ptx == 70 && f->module_ptx == 65, "no version finding");
+    kiln_lint_free(r);
+    TEST_END();
+}
+
+static void test_syntax(void) {
+    TEST_BEGIN("comments hide instructions; line numbers survive them");
+    kiln_lint_report *r = lint(HEAD("7.0", "sm_75") ENTRY "// cvt.rn.bf16.f32 %rs1, %f1;\n/* add.rn.bf16 %rs1,\n"
+                                                           "   cvt.rn.bf16.f32 %rs1, %f1; */ mov.b16 %rs2, %rs1; /* x */\n"
+                                                           "max.f16 %rs1, %rs2, %rs3; // bf16\n}\n", 0);
+    CHECK(kiln_lint_count(r) == 1 && finding_at(r, 14, KILN_LINT_TARGET), "want only max.f16 on line 14");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("strings and .pragma do not split statements");
+    r = lint(HEAD("7.0", "sm_75") ".global .align 1 .b8 s[4] = {59, 123, 125, 0};\n.file 1 \"a;{b}.cu // x\"\n"
+             ".visible .entry k()\n{\n.reg .b16 %rs<3>;\n.reg .f32 %f<2>;\n.pragma \"nounroll; {\";\n"
+             "cvt.rn.bf16.f32 %rs1, %f1;\n}\n", 0);
+    CHECK(kiln_lint_count(r) == 1 && finding_at(r, 11, KILN_LINT_TARGET), "want one finding on line 11");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("predicates, vector operands, inline-asm blocks, labels");
+    r = lint(HEAD("7.0", "sm_75") ENTRY "@%p1 cvt.rn.bf16.f32 %rs1, %f1;\n@!%p2 bra $L__BB0_2;\n"
+             "// begin inline asm\n{\n .reg .b16 t;\n mov.b32 {%rs1, %rs2}, %r1;\n cvt.rn.bf16.f32 t, %f1;}\n"
+             "// end inline asm\n$L__BB0_2: min.bf16 %rs1, %rs2, %rs3;\n$L__BB0_3:\n"
+             "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3},\n  {%r0,%r1,%r2,%r3}, {%r4,%r5},"
+             " {%f0,%f1,%f2,%f3};\nret;\n}\n", 0);
+    const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_TARGET);
+    CHECK(f && !strcmp(f->instruction, "@%p1 cvt.rn.bf16.f32 %rs1, %f1;"), "predicated line 11: '%s'",
+          f ? f->instruction : "");
+    CHECK(finding_at(r, 17, KILN_LINT_TARGET), "inline asm line 17");
+    CHECK(finding_at(r, 19, KILN_LINT_TARGET), "labelled line 19");
+    CHECK(finding_at(r, 21, KILN_LINT_TARGET), "multi-line mma on line 21");
+    CHECK(kiln_lint_count(r) == 4, "%zu findings", kiln_lint_count(r));
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("several functions: .func, .entry, .extern .func declarations, call prototypes");
+    r = lint(HEAD("7.0", "sm_75") ".extern .func (.param .b32 ret) vprintf\n(\n.param .b64 a,\n.param .b64 b\n);\n"
+             ".func (.param .b32 out) f(.param .b32 in)\n{\n.reg .b16 %h;\n.reg .f32 %x;\ncvt.rn.bf16.f32 %h, %x;\n"
+             "ret;\n}\n.visible .entry e(.param .u64 p)\n.maxntid 128, 1, 1\n{\n.reg .b32 %r<2>;\n{\n"
+             ".param .b32 retval0;\nprototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);\n"
+             "call.uni (retval0), f, (%r1);\n}\nret;\n}\n", 0);
+    const kiln_lint_module *m = kiln_lint_module_info(r);
+    CHECK(m->functions == 2, "functions %zu", m->functions);
+    CHECK(kiln_lint_count(r) == 1 && finding_at(r, 13, KILN_LINT_TARGET), "want line 13");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("several .target directives: the highest governs; compute_XX and options");
+    r = lint(".version 7.8\n.target sm_75\n.target compute_90, texmode_independent\n.target sm_80, debug\n"
+             ".address_size 64\n.visible .entry k()\n{\n.reg .b16 %rs<4>;\nadd.rn.bf16 %rs1, %rs2, %rs3;\n}\n", 0);
+    m = kiln_lint_module_info(r);
+    CHECK(m->sm == 90 && m->target_line == 3 && !strcmp(m->target, "sm_90"), "target %s line %d", m->target,
+          m->target_line);
+    CHECK(kiln_lint_count(r) == 0, "%zu findings", kiln_lint_count(r));
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("CRLF line ends");
+    r = lint(".version 7.0\r\n.target sm_75\r\n.address_size 64\r\n.visible .entry k()\r\n{\r\n.reg .b16 %rs<2>;\r\n"
+             ".reg .f32 %f<2>;\r\n\r\ncvt.rn.bf16.f32 %rs1, %f1;\r\n}\r\n", 0);
+    f = finding_at(r, 9, KILN_LINT_TARGET);
+    CHECK(f && !strcmp(f->instruction, "cvt.rn.bf16.f32 %rs1, %f1;"), "CRLF line 9");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("debug .section blocks: data lines and labels (labels need PTX ISA 7.0)");
+    r = lint(HEAD("6.5", "sm_75") ENTRY "ret;\n}\n.section .debug_str\n{\n$L__info_string0:\n.b8 95,90,0\n}\n"
+             ".section .debug_info\n{\n.b32 5 // length\n.b8 1\n}\n", 0);
+    CHECK(finding_at(r, 15, KILN_LINT_ISA) && kiln_lint_count(r) == 1, "want the section label on line 15");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+}
+
+static void test_checks(void) {
+    TEST_BEGIN("illegal declarations: .reg .bf16, .shared .bf16x2, .param .bf16; .b16/.f16 are fine");
+    kiln_lint_report *r = lint(HEAD("7.8", "sm_90") ".shared .align 4 .bf16x2 sh[4];\n"
+                               ".visible .entry k(.param .u64 a, .param .bf16 b)\n{\n.reg .bf16 %h<2>;\n"
+                               ".reg .b16 %rs<2>;\n.reg .f16 %x;\n.reg .f16x2 %y;\nret;\n}\n", 0);
+    CHECK(finding_at(r, 4, KILN_LINT_DECL) && finding_at(r, 5, KILN_LINT_DECL) && finding_at(r, 7, KILN_LINT_DECL),
+          "want decl findings on lines 4, 5, 7");
+    CHECK(kiln_lint_count(r) == 3, "%zu findings", kiln_lint_count(r));
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("shfl/vote without .sync: error from PTX 6.4 on sm_70+, warning before, fine with .sync");
+    const char *body = ENTRY "shfl.down.b32 %r1, %r2, 1, 31;\nvote.ballot.b32 %r1, %p1;\n"
+                             "shfl.sync.down.b32 %r1, %r2, 1, 31, 0xffffffff;\nvote.sync.any.pred %p1, %p2, 0xffffffff;\n}\n";
+    char buf[2048];
+    snprintf(buf, sizeof buf, HEAD("7.0", "sm_75") "%s", body);
+    r = lint(buf, 0);
+    const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_SYNC);
+    CHECK(f && !f->warning && finding_at(r, 12, KILN_LINT_SYNC) && kiln_lint_count(r) == 2, "want 2 sync errors");
+    kiln_lint_free(r);
+    snprintf(buf, sizeof buf, HEAD("6.3", "sm_75") "%s", body);
+    r = lint(buf, 0);
+    f = finding_at(r, 11, KILN_LINT_SYNC);
+    CHECK(f && f->warning && kiln_lint_count(r) == 2, "want 2 sync warnings");
+    kiln_lint_free(r);
+    snprintf(buf, sizeof buf, HEAD("6.0", "sm_61") "%s", body);
+    r = lint(buf, 0);
+    CHECK(!finding_at(r, 11, KILN_LINT_SYNC), "sm_61 may use shfl without .sync");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("arch-specific instructions need the 'a' target");
+    r = lint(HEAD("8.0", "sm_90") ENTRY "wgmma.fence.sync.aligned;\n}\n", 0);
+    f = finding_at(r, 11, KILN_LINT_ARCH);
+    CHECK(f && f->need_sm == 90 && f->need_arch && strstr(f->message, "sm_90a"), "want an arch finding");
+    kiln_lint_free(r);
+    r = lint(HEAD("8.0", "sm_90a") ENTRY "wgmma.fence.sync.aligned;\n}\n", 0);
+    CHECK(kiln_lint_count(r) == 0, "sm_90a may use wgmma");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("--sm: whether the module can run on a device, and what it would lose");
+    const char *mod = HEAD("7.0", "sm_80") ENTRY "cvt.rn.bf16.f32 %rs1, %f1;\n"
+                                                 "ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%rd1];\n}\n";
+    r = lint(mod, 75);
+    const kiln_lint_module *m = kiln_lint_module_info(r);
+    CHECK(!m->runs_on_device && m->device_sm == 75, "sm_80 module must not run on sm_75");
+    CHECK(finding_at(r, 2, KILN_LINT_DEVICE) && finding_at(r, 11, KILN_LINT_DEVICE) && !finding_at(r, 12, -1),
+          "want device findings on lines 2 and 11 only");
+    dump(r);
+    kiln_lint_free(r);
+    r = lint(mod, 90);
+    CHECK(kiln_lint_module_info(r)->runs_on_device && kiln_lint_count(r) == 0, "sm_80 module runs on sm_90");
+    kiln_lint_free(r);
+    r = lint(HEAD("8.0", "sm_90a") ENTRY "wgmma.fence.sync.aligned;\n}\n", 100);
+    CHECK(!kiln_lint_module_info(r)->runs_on_device && finding_at(r, 11, KILN_LINT_DEVICE), "sm_90a is not for sm_100");
+    kiln_lint_free(r);
+    r = lint(HEAD("8.8", "sm_100f") ENTRY "ret;\n}\n", 103);
+    CHECK(kiln_lint_module_info(r)->runs_on_device, "sm_100f runs on sm_103");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("device SM parsing");
+    int sm = 0;
+    kiln_error err = {0};
+    CHECK(kiln_lint_parse_sm("sm_86", &sm, &err) == KILN_OK && sm == 86, "sm_86");
+    CHECK(kiln_lint_parse_sm("8.9", &sm, &err) == KILN_OK && sm == 89, "8.9");
+    CHECK(kiln_lint_parse_sm("12.0", &sm, &err) == KILN_OK && sm == 120, "12.0");
+    CHECK(kiln_lint_parse_sm("75", &sm, &err) == KILN_OK && sm == 75, "75");
+    const char *bad[] = {"74", "sm_", "", "abc", "sm_90a", "075", "8.", "7.5.1"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
+        CHECK(kiln_lint_parse_sm(bad[i], &sm, &err) == KILN_EINVAL && strstr(err.msg, "valid:"), "'%s' accepted", bad[i]);
+    kiln_lint_report *none = NULL;
+    CHECK(kiln_lint(HEAD("7.0", "sm_80"), 40, 74, &none, &err) == KILN_EINVAL && !none, "device 74 accepted");
+    TEST_END();
+}
+
+static void test_bad_input(void) {
+    char msg[1024];
+    TEST_BEGIN("bad input: empty, blank, binary, no .version/.target, bad .version");
+    CHECK(lint_error("", 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "empty"), "empty: %s", msg);
+    CHECK(lint_error(" \n// only a comment\n/* and */\n", 29, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "blank"),
+          "blank: %s", msg);
+    static const char elf[] = "\x7f" "ELF\x02\x01\x01\0\0\0\0\0.version 7.0";
+    CHECK(lint_error(elf, sizeof elf - 1, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "binary"), "binary: %s", msg);
+    CHECK(lint_error(".version 7.0\0\n.target sm_80\n", 27, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "binary"),
+          "NUL: %s", msg);
+    const char *no_target = ".version 7.0\n.address_size 64\n";
+    CHECK(lint_error(no_target, strlen(no_target), msg, sizeof msg) == KILN_EINVAL && strstr(msg, ".target"),
+          "no target: %s", msg);
+    const char *odd_target = ".version 7.0\n.target texmode_independent\n";
+    CHECK(lint_error(odd_target, strlen(odd_target), msg, sizeof msg) == KILN_EINVAL && strstr(msg, ".target"),
+          "odd target: %s", msg);
+    const char *no_version = ".target sm_80\n";
+    CHECK(lint_error(no_version, strlen(no_version), msg, sizeof msg) == KILN_EINVAL && strstr(msg, ".version"),
+          "no version: %s", msg);
+    const char *bad_version = ".version seven\n.target sm_80\n";
+    CHECK(lint_error(bad_version, strlen(bad_version), msg, sizeof msg) == KILN_EINVAL && strstr(msg, "line 1"),
+          "bad version: %s", msg);
+    const char *text = "hello, world; this is { not PTX\n";
+    CHECK(lint_error(text, strlen(text), msg, sizeof msg) == KILN_EINVAL, "plain text accepted");
+    TEST_END();
+
+    TEST_BEGIN("megabyte lines: comment, initializer, operand; unterminated string and comment");
+    /* comment line + 1 MB initializer + an instruction with a 1 MB operand, each on one line */
+    size_t cap = 4u << 20, len = 0;
+    char *t = malloc(cap);
+    len += (size_t)snprintf(t, cap, HEAD("7.0", "sm_75") "// ");
+    memset(t + len, 'c', 1u << 20);
+    len += 1u << 20;
+    len += (size_t)snprintf(t + len, cap - len, "\n.global .align 1 .b8 g[300000] = {");
+    for (int i = 0; i < 300000; i++) memcpy(t + len, "1, ", 3), len += 3;
+    len += (size_t)snprintf(t + len, cap - len, "0};\n.visible .entry k()\n{\n.reg .b16 %%rs<2>;\n"
+                                                  "cvt.rn.bf16.f32 %%rs1, %%f");
+    memset(t + len, '9', 1u << 20);
+    len += 1u << 20;
+    len += (size_t)snprintf(t + len, cap - len, ";\n}\n\"unterminated string\n/* unterminated comment");
+    kiln_lint_report *r = NULL;
+    kiln_error err = {0};
+    struct timespec a, b;
+    clock_gettime(CLOCK_MONOTONIC, &a);
+    CHECK(kiln_lint(t, len, 0, &r, &err) == KILN_OK, "megabyte lines: %s", err.msg);
+    clock_gettime(CLOCK_MONOTONIC, &b);
+    const kiln_lint_finding *f = finding_at(r, 9, KILN_LINT_TARGET);
+    size_t il = f ? strlen(f->instruction) : 0;
+    CHECK(f && il < sizeof f->instruction && il > 3 && !strcmp(f->instruction + il - 3, "..."), "cut instruction");
+    double ms = (b.tv_sec - a.tv_sec) * 1e3 + (b.tv_nsec - a.tv_nsec) / 1e6;
+    printf("  lint of %.1f MB with megabyte lines: %.1f ms\n", len / 1048576.0, ms);
+    kiln_lint_free(r);
+    free(t);
+    TEST_END();
+
+    TEST_BEGIN("missing ';' and stray braces do not stall the reader");
+    r = lint(HEAD("7.0", "sm_75") "}}}\n.visible .entry k()\n{\nret\n}\n{{\ncvt.rn.bf16.f32 %rs1, %f1\n", 0);
+    CHECK(finding_at(r, 10, KILN_LINT_TARGET), "recovered finding on line 10");
+    kiln_lint_free(r);
+    TEST_END();
+}
+
+/* ---- the table ---- */
+
+#define PREAMBLE                                                                                               \
+    ".address_size 64\n.visible .entry t()\n{\n.reg .b16 %rs<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n"      \
+    ".reg .f32 %f<8>;\n.reg .f64 %fd<8>;\n.reg .pred %p<4>;\n.shared .align 16 .b8 sh[1024];\n"
+enum { EXAMPLE_LINE = 13 }; /* .version, .target, then PREAMBLE's 10 lines */
+
+static char *example_module(const char *target, int ptx, const char *example) {
+    size_t n = strlen(example) + 512;
+    char *s = malloc(n);
+    snprintf(s, n, ".version %d.%d\n.target %s\n%s%s\nret;\n}\n", ptx / 10, ptx % 10, target, PREAMBLE, example);
+    return s;
+}
+
+static void test_table_self(void) {
+    size_t n;
+    const gen_lint_rule *rules = gen_lint_rules(&n);
+    TEST_BEGIN("every table row with an example matches it: flagged on sm_75/6.3, clean at its own needs");
+    for (size_t i = 0; i < n; i++) {
+        const gen_lint_rule *rl = &rules[i];
+        if (!rl->example) continue;
+        char target[16];
+        int sm = rl->sm > 75 ? rl->sm : 75, ptx = rl->ptx > 63 ? rl->ptx : 63;
+        size_t nt;
+        const gen_lint_target *tt = gen_lint_targets(&nt);
+        for (size_t k = 0; k < nt; k++)
+            if (tt[k].sm == sm && tt[k].suffix == (rl->arch ? 'a' : 0) && tt[k].ptx > ptx) ptx = tt[k].ptx;
+        gen_lint_sm_name(sm, rl->arch, target);
+        char *ok = example_module(target, ptx, rl->example), *low = example_module("sm_75", 63, rl->example);
+        kiln_lint_report *r = lint(ok, 0);
+        CHECK(r && kiln_lint_count(r) == 0, "row %zu (%s) flagged at %s %d", i, rl->feature, target, ptx);
+        if (r && kiln_lint_count(r)) dump(r);
+        kiln_lint_free(r);
+        r = lint(low, 0);
+        bool want = rl->arch || rl->sm > 75 || rl->ptx > 63;
+        CHECK(r && (finding_at(r, EXAMPLE_LINE, -1) != NULL) == want, "row %zu (%s) on sm_75 6.3: %s", i, rl->feature,
+              want ? "missed" : "flagged");
+        const kiln_lint_finding *f = r ? finding_at(r, EXAMPLE_LINE, rl->arch ? KILN_LINT_ARCH : KILN_LINT_TARGET) : NULL;
+        if (want && (rl->arch || rl->sm > 75))
+            CHECK(f && f->need_sm == rl->sm, "row %zu (%s): finding needs sm_%d", i, rl->feature, f ? f->need_sm : 0);
+        kiln_lint_free(r);
+        free(ok);
+        free(low);
+    }
+    TEST_END();
+}
+
+/* ---- robustness: mutated corpus files ---- */
+
+static unsigned long long rng = 88172645463325252ull;
+static unsigned next_rand(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (unsigned)(rng >> 11);
+}
+
+static void fuzz_one(const char *text, size_t len) {
+    char *m = malloc(len + 64);
+    for (int round = 0; round < 60; round++) {
+        memcpy(m, text, len);
+        size_t n = len;
+        static const char pieces[] = "{}();@!:.\"/*\n\r,%[]<>";
+        for (int k = 0; k < 1 + (int)(next_rand() % 8); k++) {
+            size_t at = next_rand() % (n ? n : 1);
+            switch (next_rand() % 4) {
+            case 0: m[at] = pieces[next_rand() % (sizeof pieces - 1)]; break;
+            case 1: n = at; break;                                          /* truncate */
+            case 2: memmove(m + at, m + at + 1, n - at - (n > at)), n -= n > at; break; /* delete */
+            default: m[at] = (char)(' ' + next_rand() % 95); break;
+            }
+        }
+        kiln_lint_report *r = NULL;
+        kiln_error err = {0};
+        kiln_status s = kiln_lint(m, n, round % 3 ? 0 : 75, &r, &err);
+        CHECK(s == KILN_OK || s == KILN_EINVAL, "status %d", s);
+        CHECK((s == KILN_OK) == (r != NULL), "report %p for status %d", (void *)r, s);
+        for (size_t i = 0; i < kiln_lint_count(r); i++) {
+            const kiln_lint_finding *f = kiln_lint_get(r, i);
+            CHECK(f->line >= 1 && strlen(f->instruction) < sizeof f->instruction && f->message[0], "bad finding");
+        }
+        kiln_lint_free(r);
+    }
+    free(m);
+}
+
+/* ---- ground truth: ptxas ---- */
+
+static const char *ptxas_tool(void) {
+    static char path[4096];
+    const char *env = getenv("PTXAS"), *home = getenv("CUDA_HOME");
+    if (env && access(env, X_OK) == 0) return env;
+    snprintf(path, sizeof path, "%s/bin/ptxas", home ? home : "/usr/local/cuda");
+    if (access(path, X_OK) == 0) return path;
+    for (const char *p = getenv("PATH"); p && *p;) {
+        const char *e = strchr(p, ':');
+        int n = e ? (int)(e - p) : (int)strlen(p);
+        snprintf(path, sizeof path, "%.*s/ptxas", n, p);
+        if (access(path, X_OK) == 0) return path;
+        p = e ? e + 1 : NULL;
+    }
+    return NULL;
+}
+
+typedef struct job {
+    char name[256];       /* what the file is, for messages */
+    char *ptx;            /* its text */
+    char gpu[16];         /* ptxas --gpu-name: the declared target */
+    char path[300], log[300];
+    int expect;           /* table rows: 1 ptxas must accept, -1 must reject on the example line, 0 either */
+    pid_t pid;
+    int status;
+} job;
+
+typedef struct jobs {
+    job *v;
+    size_t n, cap;
+    char dir[64];
+} jobs;
+
+static void add_job(jobs *js, const char *name, char *ptx, const char *gpu, int expect) {
+    if (js->n == js->cap) {
+        js->cap = js->cap ? js->cap * 2 : 256;
+        js->v = realloc(js->v, js->cap * sizeof *js->v);
+    }
+    job *j = &js->v[js->n];
+    memset(j, 0, sizeof *j);
+    snprintf(j->name, sizeof j->name, "%s", name);
+    snprintf(j->gpu, sizeof j->gpu, "%s", gpu);
+    snprintf(j->path, sizeof j->path, "%s/f%zu.ptx", js->dir, js->n);
+    snprintf(j->log, sizeof j->log, "%s/f%zu.log", js->dir, js->n);
+    j->ptx = ptx;
+    j->expect = expect;
+    js->n++;
+}
+
+static void run_jobs(const char *ptxas, jobs *js, int parallel) {
+    size_t next = 0;
+    int running = 0;
+    for (size_t i = 0; i < js->n; i++) {
+        FILE *f = fopen(js->v[i].path, "wb");
+        if (f) fputs(js->v[i].ptx, f), fclose(f);
+    }
+    while (next < js->n || running > 0) {
+        while (running < parallel && next < js->n) {
+            job *j = &js->v[next++];
+            char *argv[] = {(char *)ptxas, "--gpu-name", j->gpu, j->path, "-o", "/dev/null", NULL};
+            posix_spawn_file_actions_t fa;
+            posix_spawn_file_actions_init(&fa);
+            posix_spawn_file_actions_addopen(&fa, 1, j->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
+            posix_spawn_file_actions_adddup2(&fa, 1, 2);
+            if (posix_spawn(&j->pid, ptxas, &fa, NULL, argv, environ) != 0) j->pid = -1, j->status = 127;
+            else running++;
+            posix_spawn_file_actions_destroy(&fa);
+        }
+        int st;
+        pid_t pid = wait(&st);
+        if (pid < 0) break;
+        for (size_t i = 0; i < next; i++)
+            if (js->v[i].pid == pid) {
+                js->v[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+                js->v[i].pid = 0;
+                running--;
+            }
+    }
+}
+
+/* ptxas messages about targets and PTX ISA versions: what lint must find. */
+static bool is_arch_message(const char *msg) {
+    static const char *const marks[] = {"requires .target", "requires PTX ISA", "not supported on .target",
+                                        "does not support .target", "without '.sync' is not supported"};
+    for (size_t i = 0; i < sizeof marks / sizeof *marks; i++)
+        if (strstr(msg, marks[i])) return true;
+    return false;
+}
+
+typedef struct tally {
+    int files, accepted, arch_errors, arch_lines, findings, misses, false_alarms, other_errors, warnings;
+} tally;
+
+enum { MAX_LINE_MARKS = 4096 };
+
+/* Compares one ptxas run with lint on the same text; returns the number of disagreements. */
+static int compare(const job *j, tally *t) {
+    char *log = NULL;
+    size_t cap = 0, len = 0;
+    FILE *f = fopen(j->log, "rb");
+    if (f) {
+        char chunk[4096];
+        size_t got;
+        while ((got = fread(chunk, 1, sizeof chunk, f)) > 0) {
+            if (len + got + 1 > cap) cap = (len + got + 1) * 2, log = realloc(log, cap);
+            memcpy(log + len, chunk, got), len += got;
+        }
+        fclose(f);
+    }
+    if (log) log[len] = '\0';
+    static unsigned char arch_line[1 << 16], lint_line[1 << 16];
+    memset(arch_line, 0, sizeof arch_line), memset(lint_line, 0, sizeof lint_line);
+    int bad = 0, example_hit = 0;
+    kiln_lint_report *r = NULL;
+    kiln_error err = {0};
+    if (kiln_lint(j->ptx, strlen(j->ptx), 0, &r, &err) != KILN_OK) {
+        printf("  %s: lint failed: %s\n", j->name, err.msg);
+        free(log);
+        return 1;
+    }
+    int target_line = kiln_lint_module_info(r)->target_line;
+    t->files++;
+    t->accepted += j->status == 0;
+    for (char *p = log; p && *p;) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = '\0';
+        char *at = strstr(p, ", line ");
+        char *kind = at ? strchr(at, ';') : NULL;
+        size_t plen = strlen(j->path);
+        bool here = at && !strncmp(p, "ptxas ", 6) && (size_t)(at - p) == 6 + plen && !strncmp(p + 6, j->path, plen);
+        if (at && kind) {
+            /* ptxas may place an error in its own macros ("<macro util>, line 2"): only the
+             * .version/.target mismatch shows up that way; it stands for the module's .target line */
+            int line = here ? atoi(at + 7) : strstr(kind, "does not support .target") ? target_line : -1;
+            char *msg = strchr(kind, ':');
+            msg = msg ? msg + 1 : kind;
+            bool error = strstr(kind, "error") || strstr(kind, "fatal");
+            if (error && is_arch_message(msg) && line < 0) {
+                t->misses++, bad++;
+                printf("  MISS %s (%s): arch error outside the file: %s\n", j->name, j->gpu, p);
+            } else if (error && is_arch_message(msg) && line > 0 && line < (1 << 16)) {
+                t->arch_errors++;
+                if (!arch_line[line]) t->arch_lines++;
+                arch_line[line] = 1;
+                example_hit |= line == EXAMPLE_LINE;
+            } else if (error) {
+                t->other_errors++;
+                printf("  note: %s: ptxas %s: non-arch error: %s\n", j->name, j->gpu, p);
+            } else {
+                t->warnings++;
+            }
+        }
+        p = eol ? eol + 1 : NULL;
+    }
+    for (size_t i = 0; i < kiln_lint_count(r); i++) {
+        const kiln_lint_finding *fd = kiln_lint_get(r, i);
+        if (fd->warning) continue;
+        t->findings++;
+        if (fd->line > 0 && fd->line < (1 << 16)) lint_line[fd->line] = 1;
+        if (fd->line <= 0 || fd->line >= (1 << 16) || !arch_line[fd->line]) {
+            t->false_alarms++, bad++;
+            printf("  FALSE ALARM %s (%s): line %d: %s [%s]\n", j->name, j->gpu, fd->line, fd->message, fd->instruction);
+        }
+    }
+    for (int line = 1; line < (1 << 16); line++)
+        if (arch_line[line] && !lint_line[line]) {
+            t->misses++, bad++;
+            printf("  MISS %s (%s): ptxas reports on line %d:\n", j->name, j->gpu, line);
+            for (char *p = log; p && (p = strstr(p, ", line ")); p++)
+                if (atoi(p + 7) == line) printf("      %.*s\n", (int)strcspn(p, "\n"), p);
+        }
+    if (j->expect == 1 && j->status != 0) {
+        bad++;
+        printf("  TABLE %s: ptxas rejects it at %s (the table says it is enough)\n", j->name, j->gpu);
+    }
+    if (j->expect == -1 && !example_hit) {
+        bad++;
+        printf("  TABLE %s: ptxas accepts it at %s (the table says it needs more)\n", j->name, j->gpu);
+    }
+    kiln_lint_free(r);
+    free(log);
+    return bad;
+}
+
+/* Rewrites the .target and/or .version line (keeping every line number); NULL/0 keeps it. */
+static char *relabel(const char *ptx, const char *target, int version) {
+    size_t len = strlen(ptx);
+    char *out = malloc(len + 64), *o = out;
+    for (const char *p = ptx; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t n = eol ? (size_t)(eol - p) : strlen(p);
+        const char *c = p;
+        while (c < p + n && (*c == ' ' || *c == '\t')) c++;
+        if (target && !strncmp(c, ".target", 7) && (c[7] == ' ' || c[7] == '\t')) {
+            o += sprintf(o, ".target %s", target), target = NULL;
+        } else if (version && !strncmp(c, ".version", 8) && (c[8] == ' ' || c[8] == '\t')) {
+            o += sprintf(o, ".version %d.%d", version / 10, version % 10), version = 0;
+        } else {
+            memcpy(o, p, n), o += n;
+        }
+        if (eol) *o++ = '\n';
+        p = eol ? eol + 1 : p + n;
+    }
+    *o = '\0';
+    return out;
+}
+
+static int target_ptx(const char *name) {
+    size_t n;
+    const gen_lint_target *t = gen_lint_targets(&n);
+    for (size_t i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return t[i].ptx;
+    return 0;
+}
+
+static const int lower_sms[] = {75, 80, 86, 89, 90};
+static const int lower_versions[] = {63, 65, 70, 71, 78, 80};
+static const int all_versions[] = {60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76, 77, 78,
+                                   80, 81, 82, 83, 84, 85, 86, 87, 88, 90};
+
+/* Each table row at its needs (ptxas must accept) and one step below in SM and in PTX ISA (reject). */
+static void table_jobs(jobs *js) {
+    size_t n;
+    const gen_lint_rule *rules = gen_lint_rules(&n);
+    for (size_t i = 0; i < n; i++) {
+        const gen_lint_rule *rl = &rules[i];
+        if (!rl->example) continue;
+        char target[16], name[160];
+        int sm = rl->sm > 75 ? rl->sm : 75;
+        gen_lint_sm_name(sm, rl->arch, target);
+        int need = rl->ptx > target_ptx(target) ? rl->ptx : target_ptx(target);
+        snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, need / 10, need % 10);
+        add_job(js, name, example_module(target, need, rl->example), target, 1);
+        if (rl->arch || sm > 75) { /* the SM below (or the plain target for an arch-specific row) */
+            char below[16];
+            int bsm = 75;
+            for (size_t k = 0; k < sizeof lower_sms / sizeof *lower_sms; k++)
+                if (lower_sms[k] < sm) bsm = lower_sms[k];
+            gen_lint_sm_name(rl->arch ? sm : bsm, false, below);
+            int v = need > target_ptx(below) ? need : target_ptx(below);
+            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, below, v / 10, v % 10);
+            add_job(js, name, example_module(below, v, rl->example), below, -1);
+        }
+        if (rl->sm2) { /* the newer SM that got it in an older PTX ISA: enough there, one version below not */
+            char t2[16];
+            gen_lint_sm_name(rl->sm2, false, t2);
+            int v2 = rl->ptx2 > target_ptx(t2) ? rl->ptx2 : target_ptx(t2), below = 0;
+            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, v2 / 10, v2 % 10);
+            add_job(js, name, example_module(t2, v2, rl->example), t2, 1);
+            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
+                if (all_versions[k] < v2) below = all_versions[k];
+            if (below >= target_ptx(t2) && below >= 60) {
+                snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, below / 10, below % 10);
+                add_job(js, name, example_module(t2, below, rl->example), t2, -1);
+            }
+        }
+        if (rl->ptx > target_ptx(target)) { /* the PTX ISA version below */
+            int v = 0;
+            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
+                if (all_versions[k] < rl->ptx) v = all_versions[k];
+            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, v / 10, v % 10);
+            add_job(js, name, example_module(target, v, rl->example), target, -1);
+        }
+    }
+}
+
+/* One file: as written, relabeled to every lower SM, and with every lower .version. */
+static void variant_jobs(jobs *js, const char *label, const char *ptx) {
+    kiln_lint_report *r = NULL;
+    kiln_error err = {0};
+    if (kiln_lint(ptx, strlen(ptx), 0, &r, &err) != KILN_OK) {
+        CHECK(0, "%s: %s", label, err.msg);
+        return;
+    }
+    const kiln_lint_module *m = kiln_lint_module_info(r);
+    char name[160], target[32];
+    snprintf(target, sizeof target, "%s", m->target);
+    int sm = m->sm, ptx_v = m->ptx;
+    kiln_lint_free(r);
+    snprintf(name, sizeof name, "%s", label);
+    add_job(js, name, strdup(ptx), target, 0);
+    for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
+        for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
+            int tsm = lower_sms[s], ver = v < sizeof lower_versions / sizeof *lower_versions ? lower_versions[v] : ptx_v;
+            if (tsm > sm || ver > ptx_v || (tsm == sm && ver == ptx_v && target[strlen(target) - 1] != 'a')) continue;
+            char t[16];
+            gen_lint_sm_name(tsm, false, t);
+            snprintf(name, sizeof name, "%s as %s %d.%d", label, t, ver / 10, ver % 10);
+            add_job(js, name, relabel(ptx, t, ver), t, 0);
+        }
+}
+
+static void corpus_jobs(jobs *js, const char *dir, int *files) {
+    DIR *d = opendir(dir);
+    CHECK(d != NULL, "no lint corpus at %s", dir);
+    if (!d) return;
+    struct dirent *e;
+    char *names[256];
+    int n = 0;
+    while ((e = readdir(d)) && n < 256) {
+        size_t l = strlen(e->d_name);
+        if (l > 4 && !strcmp(e->d_name + l - 4, ".ptx")) names[n++] = strdup(e->d_name);
+    }
+    closedir(d);
+    for (int i = 0; i < n; i++) {
+        char path[1400];
+        snprintf(path, sizeof path, "%s/%s", dir, names[i]);
+        FILE *f = fopen(path, "rb");
+        char *text = NULL;
+        size_t len = 0;
+        if (f) {
+            fseek(f, 0, SEEK_END);
+            len = (size_t)ftell(f);
+            fseek(f, 0, SEEK_SET);
+            text = malloc(len + 1);
+            len = fread(text, 1, len, f);
+            text[len] = '\0';
+            fclose(f);
+        }
+        CHECK(text != NULL, "cannot read %s", path);
+        if (text) {
+            fuzz_one(text, len);
+            variant_jobs(js, names[i], text);
+            (*files)++;
+        }
+        free(text);
+        free(names[i]);
+    }
+}
+
+/* kiln's own PTX: every LayerNorm dtype combination on every SM, and sm_90 output relabeled lower. */
+static void kiln_jobs(jobs *js, int *generated) {
+    kiln_gen *gen = NULL;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
+        CHECK(0, "generator: %s", err.msg);
+        return;
+    }
+    static const char *dt[] = {"f32", "f16", "bf16"};
+    static const char *hidden[] = {"768", "launch"};
+    for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
+        for (int x = 0; x < 3; x++)
+            for (int w = 0; w < 3; w++)
+                for (int y = 0; y < 3; y++)
+                    for (int h = 0; h < 2; h++) {
+                        char spec[96], name[256];
+                        snprintf(spec, sizeof spec, "layernorm x=%s w=%s y=%s hidden=%s", dt[x], dt[w], dt[y], hidden[h]);
+                        if (h == 1 && lower_sms[s] != 75 && lower_sms[s] != 90) continue;
+                        kiln_module *m = NULL;
+                        if (kiln_generate(gen, spec, lower_sms[s], KILN_EMIT_PTX, &m, &err) != KILN_OK) {
+                            CHECK(0, "%s sm_%d: %s", spec, lower_sms[s], err.msg);
+                            continue;
+                        }
+                        char target[16];
+                        gen_lint_sm_name(lower_sms[s], false, target);
+                        snprintf(name, sizeof name, "kiln %s (sm_%d)", spec, lower_sms[s]);
+                        add_job(js, name, strdup(kiln_module_text(m)), target, 0);
+                        (*generated)++;
+                        if (lower_sms[s] == 90 && h == 0) /* what a user gets by hand-editing .target */
+                            for (int k = 0; k < 2; k++) {
+                                snprintf(name, sizeof name, "kiln %s (sm_90 as %s)", spec, k ? "sm_80" : "sm_75");
+                                add_job(js, name, relabel(kiln_module_text(m), k ? "sm_80" : "sm_75", 0),
+                                        k ? "sm_80" : "sm_75", 0);
+                            }
+                        kiln_module_free(m);
+                    }
+    kiln_gen_destroy(gen);
+}
+
+static void test_ground_truth(void) {
+    const char *ptxas = ptxas_tool();
+    jobs js = {0};
+    snprintf(js.dir, sizeof js.dir, "/tmp/kiln-lint-XXXXXX");
+    if (!mkdtemp(js.dir)) {
+        CHECK(0, "mkdtemp failed");
+        return;
+    }
+    int corpus_files = 0, generated = 0;
+    char corpus[1024];
+    const char *src = getenv("KILN_SRC");
+    snprintf(corpus, sizeof corpus, "%s/tests/lint", src ? src : ".");
+
+    TEST_BEGIN("corpus files lint and survive mutation");
+    corpus_jobs(&js, corpus, &corpus_files);
+    CHECK(corpus_files >= 10, "only %d corpus files in %s", corpus_files, corpus);
+    TEST_END();
+    size_t n_corpus = js.n;
+    TEST_BEGIN("kiln's own PTX");
+    kiln_jobs(&js, &generated);
+    TEST_END();
+    size_t n_kiln = js.n;
+    table_jobs(&js);
+
+    if (!ptxas) {
+        printf("SKIP lint vs ptxas: no ptxas (set PTXAS or CUDA_HOME); %zu files not checked\n", js.n);
+        skipped += 3;
+    } else {
+        struct timespec a, b;
+        clock_gettime(CLOCK_MONOTONIC, &a);
+        run_jobs(ptxas, &js, 2);
+        clock_gettime(CLOCK_MONOTONIC, &b);
+        static const char *const part[] = {"nvcc corpus, as compiled and relabeled", "kiln's own output",
+                                           "requirement table rows"};
+        size_t from = 0, to[] = {n_corpus, n_kiln, js.n};
+        tally all = {0};
+        for (int p = 0; p < 3; p++) {
+            tally t = {0};
+            int bad = 0;
+            TEST_BEGIN(part[p]);
+            for (size_t i = from; i < to[p]; i++) bad += compare(&js.v[i], &t) > 0;
+            CHECK(bad == 0, "%d files disagree with ptxas", bad);
+            TEST_END();
+            printf("  lint vs ptxas, %s: %d files (%d accepted by ptxas), ptxas arch errors %d on %d lines, "
+                   "lint findings %d, misses %d, false alarms %d, other ptxas errors %d\n",
+                   part[p], t.files, t.accepted, t.arch_errors, t.arch_lines, t.findings, t.misses, t.false_alarms,
+                   t.other_errors);
+            all.files += t.files, all.accepted += t.accepted, all.arch_errors += t.arch_errors;
+            all.arch_lines += t.arch_lines, all.findings += t.findings, all.misses += t.misses;
+            all.false_alarms += t.false_alarms, all.other_errors += t.other_errors;
+            from = to[p];
+        }
+        printf("lint vs ptxas: %d files (%d corpus sources, %d kiln variants), %d accepted; ptxas arch errors %d on %d "
+               "lines; lint findings %d; misses %d; false alarms %d (ptxas: %.1f s)\n",
+               all.files, corpus_files, generated, all.accepted, all.arch_errors, all.arch_lines, all.findings, all.misses,
+               all.false_alarms, (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+    }
+    for (size_t i = 0; i < js.n; i++) {
+        unlink(js.v[i].path), unlink(js.v[i].log);
+        free(js.v[i].ptx);
+    }
+    rmdir(js.dir);
+    free(js.v);
+}
+
+int main(void) {
+    test_basic();
+    test_syntax();
+    test_checks();
+    test_bad_input();
+    test_table_self();
+    test_ground_truth();
+    printf("lint: %d passed, %d failed, %d skipped\n", check_passed, check_failed, skipped);
+    return check_failed ? 1 : 0;
+}

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# tests/lint_test.sh - `kiln lint` on the command line: exit statuses, messages, --sm, --json, bad input.
+set -u
+: "${KILN:=bin/kiln}"
+dir=$(mktemp -d /tmp/kiln-lint-cli-XXXXXX)
+trap 'rm -rf "$dir"' EXIT
+passed=0 failed=0
+
+# expect NAME STATUS PATTERN -- ARGS...: runs kiln with ARGS, wants exit STATUS and PATTERN (grep -E) in its output.
+expect() {
+    local name=$1 want=$2 pattern=$3
+    shift 4
+    local out rc
+    out=$("$KILN" "$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq "$want" ] && grep -qE -- "$pattern" <<<"$out"; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1))
+        echo "FAIL $name: exit $rc (want $want), output lacks /$pattern/:"
+        sed 's/^/    /' <<<"$out" | head -20
+    fi
+}
+
+corpus=tests/lint
+good=$corpus/bf16_cvt.sm80.ptx
+sed 's/^\.target sm_80/.target sm_75/' "$good" >"$dir/bf16_cvt.sm75.ptx"
+broken=$dir/bf16_cvt.sm75.ptx
+line=$(grep -n 'cvt.rn.bf16.f32' "$broken" | head -1 | cut -d: -f1)
+
+expect "clean file" 0 '^$' -- lint "$good"
+expect "clean files, several" 0 '^$' -- lint "$good" "$corpus/turing_clean.sm75.ptx" "$corpus/shfl_vote.sm80.ptx"
+expect "broken file names file:line and the need" 1 "bf16_cvt.sm75.ptx:$line: error: needs sm_80 for cvt.bf16.f32; the module's .target is sm_75" -- lint "$broken"
+expect "broken file shows the instruction" 1 '^    cvt.rn.bf16.f32 %rs1, %f1;' -- lint "$broken"
+expect "broken file summary" 1 'bf16_cvt.sm75.ptx: 2 errors, 0 warnings \(.target sm_75, .version 9.0\)' -- lint "$broken"
+expect "clean + broken = 1" 1 'error: needs sm_80' -- lint "$good" "$broken"
+expect "--sm: runs" 0 'runs on sm_90 \(.target sm_80' -- lint --sm 90 "$good"
+expect "--sm: cannot run" 1 'cannot run on sm_75' -- lint "$good" --sm sm_75
+expect "--sm: what it loses" 1 'needs sm_80 for cvt.bf16.f32: an sm_75 device does not have it' -- lint --sm=7.5 "$good"
+expect "--sm: arch-specific" 1 'an sm_100 device cannot run it \(arch-specific' -- lint --sm 100 "$corpus/wgmma.sm90a.ptx"
+expect "--json findings" 1 '"kind": "target", "severity": "error", "instruction": "cvt.rn.bf16.f32 %rs1, %f1;"' -- lint --json "$broken"
+expect "--json clean" 0 '"target": "sm_80", "sm": 80, "ptx": "9.0"' -- lint --json "$good"
+if command -v python3 >/dev/null; then
+    if "$KILN" lint --json "$good" "$broken" "$dir/missing.ptx" 2>/dev/null | python3 -m json.tool >/dev/null; then
+        passed=$((passed + 1))
+    else
+        failed=$((failed + 1)); echo "FAIL --json output is not valid JSON"
+    fi
+fi
+expect "--help" 0 'usage: kiln lint FILE' -- lint --help
+
+# bad input and usage: exit 2, one clear line
+expect "no file" 2 'lint needs at least one PTX file' -- lint
+expect "missing file" 2 "kiln: error: $dir/nope.ptx: No such file or directory" -- lint "$dir/nope.ptx"
+: >"$dir/empty.ptx"
+expect "empty file" 2 'empty.ptx: empty input' -- lint "$dir/empty.ptx"
+printf '\x7fELF\x02\x01\x01\x00\x00\x00' >"$dir/binary.ptx"
+expect "binary file" 2 'binary.ptx: binary data, not PTX text' -- lint "$dir/binary.ptx"
+printf '.version 7.0\n.address_size 64\n' >"$dir/notarget.ptx"
+expect "no .target" 2 'notarget.ptx: not a PTX module: no .target directive' -- lint "$dir/notarget.ptx"
+expect "directory" 2 "kiln: error: $dir: " -- lint "$dir"
+expect "bad --sm" 2 "--sm: unknown device SM '74'; valid: .*75, 80, 86" -- lint --sm 74 "$good"
+expect "--sm without value" 2 '--sm needs a value' -- lint "$good" --sm
+expect "unknown option" 2 "unknown option '--fast' for lint; valid: --sm N, --json, --help" -- lint --fast "$good"
+expect "unreadable among good ones: 2 wins" 2 'nope.ptx' -- lint "$good" "$dir/nope.ptx" "$broken"
+expect "stdin" 1 '^-:[0-9]+: error: needs sm_80' -- lint - <"$broken"
+
+# a megabyte line and CRLF line ends
+{ printf '.version 7.0\r\n.target sm_75\r\n// '; head -c 2000000 /dev/zero | tr '\0' x; printf '\r\n.visible .entry k()\r\n{\r\n.reg .b16 %%rs<2>;\r\n.reg .f32 %%f<2>;\r\ncvt.rn.bf16.f32 %%rs1, %%f1;\r\n}\r\n'; } >"$dir/big.ptx"
+expect "megabyte line, CRLF" 1 'big.ptx:8: error: needs sm_80' -- lint "$dir/big.ptx"
+
+echo "lint cli: $passed passed, $failed failed"
+[ "$failed" -eq 0 ]

@@ -1,0 +1,182 @@
+/* tools/cmd_lint.c - `kiln lint FILE... [--sm N] [--json]`: architecture problems in PTX files. */
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cli.h"
+#include "kiln/lint.h"
+
+typedef struct lint_opts {
+    int device_sm;
+    int json;
+} lint_opts;
+
+static void lint_usage(FILE *to) {
+    fprintf(to, "usage: kiln lint FILE... [--sm N] [--json]\n\n"
+                "Finds architecture problems in PTX from any compiler (kiln, nvcc, Triton, ...): instructions\n"
+                "or types that need a newer SM than the module's .target or a newer PTX ISA than its .version,\n"
+                "a .version too old for the .target, illegal declarations (.reg .bf16), shfl/vote without .sync.\n\n"
+                "  --sm N    also check that the module can run on an sm_N device (N as 75, sm_75 or 7.5)\n"
+                "            and list the lines that need more than sm_N\n"
+                "  --json    machine-readable findings on standard output\n"
+                "  FILE '-'  reads standard input\n\n"
+                "exit status: 0 clean, 1 findings, 2 usage error or unreadable input\n");
+}
+
+/* Reads a whole file (or stdin for "-") into a malloc'ed buffer. */
+static char *read_all(const char *path, size_t *len, char *why, size_t whylen) {
+    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
+    if (!f) {
+        snprintf(why, whylen, "%s", strerror(errno));
+        return NULL;
+    }
+    size_t cap = 1 << 16, n = 0;
+    char *buf = malloc(cap);
+    while (buf) {
+        if (n == cap) {
+            char *b = cap < ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
+            if (!b) break;
+            buf = b, cap *= 2;
+        }
+        size_t got = fread(buf + n, 1, cap - n, f);
+        n += got;
+        if (got == 0) break;
+    }
+    int failed = !buf || ferror(f);
+    int e = errno;
+    if (f != stdin) fclose(f);
+    if (failed) {
+        snprintf(why, whylen, "%s", buf ? strerror(e) : "out of memory");
+        free(buf);
+        return NULL;
+    }
+    *len = n;
+    return buf;
+}
+
+static void json_string(const char *s) {
+    putchar('"');
+    for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
+        if (*p == '"' || *p == '\\') printf("\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f) printf("\\u%04x", *p); /* keeps the output ASCII and valid */
+        else putchar(*p);
+    }
+    putchar('"');
+}
+
+static void json_finding(const kiln_lint_finding *f) {
+    printf("{\"line\": %d, \"kind\": \"%s\", \"severity\": \"%s\", \"instruction\": ", f->line,
+           kiln_lint_kind_name(f->kind), f->warning ? "warning" : "error");
+    json_string(f->instruction);
+    printf(", \"feature\": ");
+    json_string(f->feature);
+    printf(", \"need_sm\": %d, \"need_arch\": %s, \"need_ptx\": \"%d.%d\", \"module_sm\": %d, \"module_ptx\": \"%d.%d\", "
+           "\"message\": ",
+           f->need_sm, f->need_arch ? "true" : "false", f->need_ptx / 10, f->need_ptx % 10, f->module_sm,
+           f->module_ptx / 10, f->module_ptx % 10);
+    json_string(f->message);
+    putchar('}');
+}
+
+static void print_json(const char *path, const kiln_lint_report *rep, const char *error, int first) {
+    printf("%s\n    {\"file\": ", first ? "" : ",");
+    json_string(path);
+    if (error) {
+        printf(", \"error\": ");
+        json_string(error);
+        putchar('}');
+        return;
+    }
+    const kiln_lint_module *m = kiln_lint_module_info(rep);
+    printf(", \"target\": \"%s\", \"sm\": %d, \"ptx\": \"%d.%d\", \"instructions\": %zu, \"functions\": %zu, ",
+           m->target, m->sm, m->ptx / 10, m->ptx % 10, m->instructions, m->functions);
+    if (m->device_sm) printf("\"device_sm\": %d, \"runs_on_device\": %s, ", m->device_sm, m->runs_on_device ? "true" : "false");
+    printf("\"findings\": [");
+    for (size_t i = 0; i < kiln_lint_count(rep); i++) {
+        printf("%s\n        ", i ? "," : "");
+        json_finding(kiln_lint_get(rep, i));
+    }
+    printf("%s]}", kiln_lint_count(rep) ? "\n    " : "");
+}
+
+static void print_text(const char *path, const kiln_lint_report *rep) {
+    const kiln_lint_module *m = kiln_lint_module_info(rep);
+    size_t errors = 0, n = kiln_lint_count(rep);
+    for (size_t i = 0; i < n; i++) {
+        const kiln_lint_finding *f = kiln_lint_get(rep, i);
+        errors += !f->warning;
+        printf("%s:%d: %s: %s\n    %s\n", path, f->line, f->warning ? "warning" : "error", f->message, f->instruction);
+    }
+    if (m->device_sm)
+        printf("%s: %s sm_%d (.target %s, .version %d.%d)\n", path, m->runs_on_device ? "runs on" : "cannot run on",
+               m->device_sm, m->target, m->ptx / 10, m->ptx % 10);
+    else if (n)
+        printf("%s: %zu error%s, %zu warning%s (.target %s, .version %d.%d)\n", path, errors, errors == 1 ? "" : "s",
+               n - errors, n - errors == 1 ? "" : "s", m->target, m->ptx / 10, m->ptx % 10);
+}
+
+/* Lints one file; returns CLI_OK, CLI_FINDINGS or CLI_USAGE (unreadable or not PTX). */
+static int lint_file(const char *path, const lint_opts *o, int first) {
+    char why[1100];
+    size_t len = 0;
+    char *text = read_all(path, &len, why, sizeof why);
+    kiln_lint_report *rep = NULL;
+    kiln_error err = {0};
+    if (text && kiln_lint(text, len, o->device_sm, &rep, &err) != KILN_OK) snprintf(why, sizeof why, "%s", err.msg);
+    free(text);
+    if (!rep) {
+        if (o->json) print_json(path, NULL, why, first);
+        cli_error("%s: %s", path, why);
+        return CLI_USAGE;
+    }
+    if (o->json) print_json(path, rep, NULL, first);
+    else print_text(path, rep);
+    int rc = kiln_lint_count(rep) ? CLI_FINDINGS : CLI_OK;
+    kiln_lint_free(rep);
+    return rc;
+}
+
+int cmd_lint(int argc, char **argv) {
+    lint_opts o = {0};
+    const char **files = calloc((size_t)argc, sizeof *files);
+    int nfiles = 0;
+    if (!files) return cli_error("out of memory");
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i], *value = NULL;
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            lint_usage(stdout);
+            free(files);
+            return CLI_OK;
+        } else if (!strcmp(a, "--json")) {
+            o.json = 1;
+        } else if (!strcmp(a, "--sm") || !strncmp(a, "--sm=", 5)) {
+            value = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+            kiln_error err = {0};
+            if (!value || kiln_lint_parse_sm(value, &o.device_sm, &err) != KILN_OK) {
+                free(files);
+                return value ? cli_error("--sm: %s", err.msg) : cli_error("--sm needs a value, e.g. --sm 80");
+            }
+        } else if (a[0] == '-' && a[1]) {
+            free(files);
+            return cli_error("unknown option '%s' for lint; valid: --sm N, --json, --help", a);
+        } else {
+            files[nfiles++] = a;
+        }
+    }
+    if (!nfiles) {
+        free(files);
+        lint_usage(stderr);
+        return cli_error("lint needs at least one PTX file");
+    }
+    int worst = CLI_OK;
+    if (o.json) printf("{\"files\": [");
+    for (int i = 0; i < nfiles; i++) {
+        int rc = lint_file(files[i], &o, i == 0);
+        if (rc == CLI_USAGE || (rc == CLI_FINDINGS && worst == CLI_OK)) worst = rc;
+    }
+    if (o.json) printf("\n]}\n");
+    free(files);
+    if (fflush(stdout) != 0) return cli_error("cannot write to standard output: %s", strerror(errno));
+    return worst;
+}
