@@ -26,6 +26,7 @@ static const struct family_matrix {
     const char *shape_key, *default_shapes;
 } matrices[] = {
     {"layernorm", {"x", "w", "y", NULL}, "hidden", "launch"},
+    {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128"},
 };
 
 enum { MAX_SPECS = 4096, MAX_SMS = 16 };
@@ -60,13 +61,14 @@ static void bundle_usage(FILE *to) {
             "Generates kernel variants in parallel (one generator per thread) and writes one bundle\n"
             "that the runtime opens from a file or from memory; it picks, per device, a cubin for\n"
             "its exact SM, else the PTX of the highest SM not above it.\n\n"
-            "  FAMILY...        families with a default matrix: layernorm (default: all of them,\n"
-            "                   unless --spec or --spec-list is given)\n"
+            "  FAMILY...        families with a default matrix: layernorm, attention (default: all\n"
+            "                   of them, unless --spec or --spec-list is given)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
-            "                   'bf16/f32/bf16'); default f32,f16,bf16\n"
+            "                   'bf16/f32/bf16'; attention dtype/out); default f32,f16,bf16\n"
             "  --sm LIST        target SMs, comma-separated (default 75,80,86,89,90)\n"
-            "  --hidden LIST    layernorm sizes: numbers or 'launch' (default launch)\n"
+            "  --hidden LIST    shapes: layernorm hidden sizes (numbers or 'launch', default launch),\n"
+            "                   attention head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
             "  --spec-list F    specs from file F, one per line, '#' starts a comment\n"
             "  --cubin          also store cubins assembled with ptxas ($CUDA_HOME/bin,\n"
@@ -103,9 +105,11 @@ static int dtype_assignments(const struct family_matrix *m, char *combo, char *o
     int n = 0, nkeys = 0;
     while (nkeys < 4 && m->dtype_keys[nkeys]) nkeys++;
     for (char *save = NULL, *w = strtok_r(combo, "/", &save); w && n < 4; w = strtok_r(NULL, "/", &save)) parts[n++] = w;
-    if (n != 1 && n != nkeys)
-        return cli_error("dtype combination has %d parts; valid for %s: 1 dtype or %d (%s/%s/%s)", n, m->family, nkeys,
-                         m->dtype_keys[0], m->dtype_keys[1], m->dtype_keys[2]);
+    if (n != 1 && n != nkeys) {
+        char keys[64] = "";
+        for (int i = 0; i < nkeys; i++) snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s", i ? "/" : "", m->dtype_keys[i]);
+        return cli_error("dtype combination has %d parts; valid for %s: 1 dtype or %d (%s)", n, m->family, nkeys, keys);
+    }
     size_t k = 0;
     out[0] = 0;
     for (int i = 0; i < nkeys; i++) {
