@@ -1,0 +1,233 @@
+/* emu/emu_ref_attention.c - attention forward: float64 reference, emulator launch, error model. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+#include "kiln/emu_attention.h"
+
+static const char *tensor_names[4] = {"q", "k", "v", "o"};
+
+static const long long *strides_of(const kiln_attn_problem *p, int t) {
+    const long long *s[4] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o};
+    return s[t];
+}
+
+void kiln_attn_default_strides(kiln_attn_problem *p) {
+    for (int t = 0; t < 4; t++) {
+        long long heads = t == 1 || t == 2 ? p->heads_kv : p->heads_q;
+        long long seq = t == 1 || t == 2 ? p->seq_k : p->seq_q;
+        long long *s = (long long *)strides_of(p, t);
+        s[2] = p->head_dim;
+        s[1] = heads * p->head_dim;
+        s[0] = seq * heads * p->head_dim;
+    }
+}
+
+double kiln_attn_scale(const kiln_attn_problem *p) {
+    return p->scale > 0 ? (double)p->scale : 1.0 / sqrt((double)p->head_dim);
+}
+
+size_t kiln_attn_elems(const kiln_attn_problem *p, char which) {
+    const char *at = strchr("qkvo", which);
+    if (!at || !which) return 0;
+    int t = (int)(at - "qkvo");
+    long long heads = t == 1 || t == 2 ? p->heads_kv : p->heads_q;
+    long long seq = t == 1 || t == 2 ? p->seq_k : p->seq_q;
+    const long long *s = strides_of(p, t);
+    return (size_t)((p->batch - 1) * s[0] + (seq - 1) * s[1] + (heads - 1) * s[2] + p->head_dim);
+}
+
+/* Offset of element (b, row, head, 0) of tensor t. */
+static size_t offset(const kiln_attn_problem *p, int t, int b, int row, int head) {
+    const long long *s = strides_of(p, t);
+    return (size_t)(b * s[0] + row * s[1] + head * s[2]);
+}
+
+static int visible(const kiln_attn_problem *p, int i, int j) {
+    return j < p->seq_k && (!p->causal || j <= i + p->seq_k - p->seq_q);
+}
+
+kiln_status kiln_attn_check_problem(const kiln_attn_problem *p, kiln_error *err) {
+    if (p->batch < 1 || p->heads_q < 1 || p->heads_kv < 1 || p->seq_q < 1 || p->seq_k < 1 || p->head_dim < 1)
+        return kiln_fail(err, KILN_EINVAL, "attention: batch, heads, sequence lengths and head_dim must be >= 1");
+    if (p->heads_q % p->heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "attention: heads_q (%d) must be a multiple of heads_kv (%d)", p->heads_q,
+                         p->heads_kv);
+    return KILN_OK;
+}
+
+kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const void *k, const void *v,
+                                double *o, double *lse, kiln_error *err) {
+    kiln_status st = kiln_attn_check_problem(p, err);
+    if (st != KILN_OK) return st;
+    int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    double scale = kiln_attn_scale(p);
+    double *s = malloc(sizeof *s * (size_t)p->seq_k);
+    if (!s) return kiln_fail(err, KILN_ENOMEM, "attention reference: out of memory");
+    for (int b = 0; b < p->batch; b++)
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seq_q; i++) {
+                size_t qo = offset(p, 0, b, i, h), oo = offset(p, 3, b, i, h);
+                double m = -INFINITY, sum = 0;
+                for (int j = 0; j < p->seq_k; j++) {
+                    if (!visible(p, i, j)) continue;
+                    size_t ko = offset(p, 1, b, j, h / group);
+                    double acc = 0;
+                    for (int c = 0; c < d; c++)
+                        acc += kiln_emu_value_get(p->dtype, q, qo + (size_t)c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
+                    s[j] = acc * scale;
+                    if (s[j] > m) m = s[j];
+                }
+                for (int c = 0; c < d; c++) o[oo + (size_t)c] = 0;
+                for (int j = 0; j < p->seq_k; j++) {
+                    if (!visible(p, i, j)) continue;
+                    double w = exp(s[j] - m);
+                    sum += w;
+                    size_t vo = offset(p, 2, b, j, h / group);
+                    for (int c = 0; c < d; c++) o[oo + (size_t)c] += w * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                }
+                for (int c = 0; c < d && sum > 0; c++) o[oo + (size_t)c] /= sum;
+                lse[((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i] =
+                    sum > 0 ? m + log(sum) : INFINITY;
+            }
+    free(s);
+    return KILN_OK;
+}
+
+/* ---- running a generated kernel on the emulator ---- */
+
+typedef struct attn_args {
+    void *ptr[5];
+    int ints[5];
+    float scale;
+    long long strides[12];
+} attn_args;
+
+/* Points slot at the value for parameter `name`, or returns -1. */
+static int bind(attn_args *a, const char *name, void **slot) {
+    static const char *ptrs[] = {"o", "lse", "q", "k", "v"};
+    static const char *ints[] = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k"};
+    for (int i = 0; i < 5; i++) {
+        if (!strcmp(name, ptrs[i])) return *slot = &a->ptr[i], 0;
+        if (!strcmp(name, ints[i])) return *slot = &a->ints[i], 0;
+    }
+    if (!strcmp(name, "scale")) return *slot = &a->scale, 0;
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) {
+            char n[32];
+            snprintf(n, sizeof n, "stride_%s%c", tensor_names[t], "bsh"[s]);
+            if (!strcmp(name, n)) return *slot = &a->strides[t * 3 + s], 0;
+        }
+    return -1;
+}
+
+kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, void *o, float *lse, const void *q,
+                          const void *k, const void *v, int twice, kiln_error *err) {
+    kiln_status st = kiln_attn_check_problem(p, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kern);
+    attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
+                   (float)kiln_attn_scale(p), {0}};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
+    void *args[KILN_MAX_PARAMS];
+    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice};
+    for (int i = 0; i < m->nparams; i++) {
+        if (bind(&a, m->params[i].name, &args[i]) != 0)
+            return kiln_fail(err, KILN_EINVAL, "attention: kernel parameter '%s' is not an attention parameter",
+                             m->params[i].name);
+        if (!strcmp(m->params[i].name, "lse")) l.nullable |= 1u << i;
+    }
+    memset(o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
+    if (lse) memset(lse, 0xff, sizeof *lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
+    unsigned problem[3] = {(unsigned)p->seq_q, (unsigned)p->heads_q, (unsigned)p->batch};
+    for (int i = 0; i < 3; i++) {
+        l.grid[i] = (problem[i] + m->grid_tile[i] - 1) / m->grid_tile[i];
+        l.block[i] = m->block[i];
+    }
+    return kiln_emu_run(kern, &l, args, err);
+}
+
+/* ---- error model ----
+ * With u(t) the unit roundoff of dtype t (2^-24 f32, 2^-11 f16, 2^-8 bf16), for each query row:
+ *   A    = scale * max_j sum_c |q_c k_jc|: how large the score sums get;
+ *   ds   = (d + 8) u(f32) A: bound on the error of an f32 dot product of d terms (fma chain) and
+ *          of its scaling (the mma path adds its own order: counted twice there);
+ *   e    = 2^-21 (ex2.approx: 2 ulp) + 2 ds + 2^-22 A (rounding of the base-2 exponent argument):
+ *          relative error of each softmax weight;
+ *   vmax = max |v| over the keys the row sees.
+ * Each weight off by e relative moves O by at most 2 e vmax (numerator and denominator); rounding
+ * P to the dtype of the P.V product (mma path) adds u(p_dtype) vmax; rounding O adds u(out)|O|:
+ *   tol(O)   = u(out) |O_ref| + (2 e + u(p)) vmax (1 + u(out)) + 2^-126
+ *   tol(lse) = 2 ds + e + 2^-21 (lg2.approx, 2^-22 absolute in base 2) + 2^-22 |lse_ref|. */
+static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
+
+typedef struct row_bounds {
+    double a, vmax;
+} row_bounds;
+
+static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *k, const void *v, int b, int h, int i) {
+    row_bounds r = {0, 0};
+    int group = p->heads_q / p->heads_kv;
+    size_t qo = offset(p, 0, b, i, h);
+    for (int j = 0; j < p->seq_k; j++) {
+        if (!visible(p, i, j)) continue;
+        size_t ko = offset(p, 1, b, j, h / group), vo = offset(p, 2, b, j, h / group);
+        double s = 0;
+        for (int c = 0; c < p->head_dim; c++) {
+            s += fabs(kiln_emu_value_get(p->dtype, q, qo + (size_t)c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c));
+            double x = fabs(kiln_emu_value_get(p->dtype, v, vo + (size_t)c));
+            if (x > r.vmax) r.vmax = x;
+        }
+        if (s > r.a) r.a = s;
+    }
+    r.a *= kiln_attn_scale(p);
+    return r;
+}
+
+static void note(kiln_attn_report *r, int which, const char *fmt, int b, int h, int i, int c, double got, double want,
+                 double tol) {
+    if (r->bad[which]++ == 0)
+        snprintf(r->first[which], sizeof r->first[which], fmt, b, h, i, c, got, want, tol);
+}
+
+/* Compares one value; returns its error / tolerance (0 when both are the same non-finite). */
+static double compare(kiln_attn_report *r, int which, double got, double want, double tol, int b, int h, int i, int c) {
+    const char *fmt = which == 0 ? "o[b=%d h=%d i=%d c=%d] = %.9g, reference %.9g (tolerance %.3g)"
+                                 : "lse[b=%d h=%d i=%d]%.0d = %.9g, reference %.9g (tolerance %.3g)";
+    if (!isfinite(want) || !isfinite(got)) {
+        if (!(got == want)) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
+        return 0;
+    }
+    double e = fabs(got - want);
+    if (e > r->max_abs[which]) r->max_abs[which] = e;
+    if (e / tol > r->worst[which]) r->worst[which] = e / tol;
+    if (e > tol) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
+    return e / tol;
+}
+
+long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k, const void *v,
+                     const void *o, const float *lse, const double *ref_o, const double *ref_lse, kiln_attn_report *r) {
+    memset(r, 0, sizeof *r);
+    double uo = unit_roundoff(p->out), up = unit_roundoff(p_dtype), u32 = 0x1p-24;
+    double dots = p_dtype == KILN_F32 ? 1 : 2;
+    for (int b = 0; b < p->batch; b++)
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seq_q; i++) {
+                row_bounds rb = bounds(p, q, k, v, b, h, i);
+                double ds = dots * (p->head_dim + 8) * u32 * rb.a;
+                double e = 0x1p-21 + 2 * ds + 0x1p-22 * rb.a;
+                size_t oo = offset(p, 3, b, i, h);
+                for (int c = 0; c < p->head_dim; c++) {
+                    double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);
+                    double tol = uo * fabs(want) + (2 * e + up) * rb.vmax * (1 + uo) + 0x1p-126;
+                    compare(r, 0, got, want, tol, b, h, i, c);
+                }
+                size_t li = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i;
+                double want = ref_lse[li];
+                compare(r, 1, (double)lse[li], want, 2 * ds + e + 0x1p-21 + 0x1p-22 * fabs(want), b, h, i, 0);
+            }
+    return r->bad[0] + r->bad[1];
+}

@@ -1,0 +1,50 @@
+/* kiln/emu_attention.h - attention forward on the emulator: problems, float64 reference, checks. */
+#ifndef KILN_EMU_ATTENTION_H
+#define KILN_EMU_ATTENTION_H
+
+#include "kiln/emu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One attention problem. Strides are in elements (batch, seq, head); head_dim is contiguous. */
+typedef struct kiln_attn_problem {
+    kiln_dtype dtype, out; /* Q/K/V and O element types */
+    int head_dim, causal;  /* causal: query i sees key j iff j <= i + seq_k - seq_q */
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    float scale;           /* softmax scale; 0: 1/sqrt(head_dim) */
+    long long stride_q[3], stride_k[3], stride_v[3], stride_o[3];
+} kiln_attn_problem;
+
+/* Sets the strides of [batch, seq, heads, head_dim] tensors. */
+void kiln_attn_default_strides(kiln_attn_problem *p);
+double kiln_attn_scale(const kiln_attn_problem *p);
+/* Elements tensor 'q', 'k', 'v' or 'o' spans with its strides. */
+size_t kiln_attn_elems(const kiln_attn_problem *p, char which);
+kiln_status kiln_attn_check_problem(const kiln_attn_problem *p, kiln_error *err);
+/* o (laid out like O) and lse ([batch, heads_q, seq_q]) in float64. A row that sees no key
+ * gets o = 0 and lse = +inf. */
+kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const void *k, const void *v,
+                                double *o, double *lse, kiln_error *err);
+/* Poisons o and lse (0xff bytes; lse may be NULL), binds the kernel's parameters by name and runs the grid
+ * {ceil(seq_q / grid_tile.x), heads_q, batch}. */
+kiln_status kiln_attn_run(kiln_emu_kernel *k, const kiln_attn_problem *p, void *o, float *lse, const void *q,
+                          const void *kk, const void *v, int twice, kiln_error *err);
+/* Index 0: o, 1: lse. */
+typedef struct kiln_attn_report {
+    double max_abs[2], worst[2]; /* largest |error| and error / tolerance over finite values */
+    long bad[2];
+    char first[2][256];
+} kiln_attn_report;
+/* Checks o and lse against the reference with the error model in emu_ref_attention.c;
+ * p_dtype is the dtype P is rounded to before P.V (f32 on the SIMT path). Returns the number
+ * of bad values. */
+long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k, const void *v,
+                     const void *o, const float *lse, const double *ref_o, const double *ref_lse,
+                     kiln_attn_report *r);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
