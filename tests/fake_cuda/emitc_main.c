@@ -7,7 +7,7 @@
 
 /* usage: emitc_main SPEC: prints the variant the device gets, then launches LayerNorm once. */
 int main(int argc, char **argv) {
-    kiln_rt *rt;
+    kiln_rt *rt = NULL;
     kiln_kernel *k;
     kiln_error err;
     kiln_rt_options opt = {.no_disk_cache = 1};
@@ -15,6 +15,7 @@ int main(int argc, char **argv) {
     if (kiln_rt_create(&rt, &opt, &err) != KILN_OK || kiln_rt_add_bundle_memory(rt, ln_bundle_data, ln_bundle_size, &err) ||
         kiln_rt_get_kernel(rt, argv[1], &k, &err) != KILN_OK) {
         printf("error: %s\n", err.msg);
+        kiln_rt_destroy(rt);
         return 1;
     }
     const kiln_kernel_meta *m = kiln_kernel_get_meta(k);
