@@ -1,0 +1,225 @@
+/* emu/emu.h - private header of the CPU emulator (emu/), grouped by the file defining each part. */
+#ifndef KILN_EMU_EMU_H
+#define KILN_EMU_EMU_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include <llvm-c/Core.h>
+
+#include "gen.h"
+#include "kiln/emu.h"
+
+#define EMU_WARP 32
+#define EMU_MAX_THREADS 1024
+#define EMU_SLOT 16      /* bytes per marshalled intrinsic argument */
+#define EMU_MAX_ARGS 16  /* arguments per intrinsic call */
+#define EMU_MAX_RET 64   /* bytes of an intrinsic's result */
+
+/* ---- emu_fiber.c: one execution context per CUDA thread ---- */
+typedef struct emu_fiber {
+    void *sp;                 /* saved stack pointer (assembly switch) */
+    void *ctx;                /* ucontext_t where there is no assembly switch */
+    unsigned char *stack;     /* lowest usable byte; NULL for the host thread's own stack */
+    size_t size;
+    void *asan_fake;          /* ASan fake stack saved across a switch */
+    const void *asan_bottom;  /* the stack ASan is told about when switching to this fiber */
+    size_t asan_size;
+    bool dirty;               /* left suspended mid-call: its stack needs unpoisoning */
+} emu_fiber;
+
+/* Reserves stacks for n fibers in one mapping with a guard page below each. */
+typedef struct emu_stacks {
+    unsigned char *base;
+    size_t per, total;
+    unsigned count;
+} emu_stacks;
+kiln_status emu_stacks_reserve(emu_stacks *s, unsigned count, kiln_error *err);
+void emu_stacks_release(emu_stacks *s);
+/* True when p lies inside one of the stacks (stores there are thread-private). */
+bool emu_stacks_contain(const emu_stacks *s, const void *p);
+void emu_fiber_init(emu_fiber *f, const emu_stacks *s, unsigned index);
+void emu_fiber_fini(emu_fiber *f);
+/* Makes f start at entry() the next time it is switched to. */
+void emu_fiber_reset(emu_fiber *f, void (*entry)(void));
+/* Saves the current context into from and resumes to. exiting: from never runs again. */
+void emu_fiber_switch(emu_fiber *from, emu_fiber *to, bool exiting);
+/* First thing a fiber does on a fresh start (tells ASan where it came from). */
+void emu_fiber_started(emu_fiber *self, emu_fiber *from);
+
+/* ---- emu_rewrite.c: the host build of a generated module ---- */
+struct emu_op;
+
+/* One rewritten intrinsic call in a kernel. */
+typedef struct emu_site {
+    const struct emu_op *op;
+    unsigned nargs, ret_size;
+    char where[96]; /* "llvm.nvvm.barrier0 #2 in @layernorm_fwd" */
+} emu_site;
+
+typedef struct emu_shared_var {
+    LLVMValueRef global;
+    size_t offset, size;
+} emu_shared_var;
+
+/* What the rewrite learned about the module; the arena for shared memory is allocated by
+ * the caller between emu_rewrite_scan and emu_rewrite_apply. */
+typedef struct emu_rewrite_info {
+    emu_site *sites;
+    LLVMValueRef *calls; /* the call instruction of each site */
+    unsigned nsites;
+    emu_shared_var *smem;
+    unsigned nsmem;
+    size_t static_smem;    /* bytes of static shared memory (host layout) */
+    size_t dynamic_offset; /* where dynamic shared memory starts in the arena */
+    unsigned maxntid[3], reqntid[3];
+    char entry_symbol[96];
+} emu_rewrite_info;
+
+/* Finds the kernel, checks every intrinsic is supported, lays out shared memory for the
+ * host data layout host_dl; id makes the entry symbol unique. */
+kiln_status emu_rewrite_scan(LLVMModuleRef mod, const char *entry, unsigned id, const char *host_dl,
+                             emu_rewrite_info *info, kiln_error *err);
+/* Rewrites the module for the host: intrinsic calls become kiln_emu_dispatch calls,
+ * global stores are logged through kiln_emu_store, shared variables point into arena
+ * (static part first, dynamic shared memory after it), an entry trampoline
+ * void ENTRY(void **args) calls the kernel. */
+kiln_status emu_rewrite_apply(LLVMModuleRef mod, const char *entry, const char *host_triple,
+                              const char *host_dl, unsigned char *arena, emu_rewrite_info *info,
+                              kiln_error *err);
+void emu_rewrite_info_free(emu_rewrite_info *info);
+/* Fills meta from the kernel's signature and annotations (for hand-written IR). */
+kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_kernel_meta *meta,
+                             kiln_error *err);
+/* The module's only kernel (ptx_kernel calling convention or "kernel" annotation). */
+LLVMValueRef emu_find_kernel(LLVMModuleRef mod, const char *entry, kiln_error *err);
+
+/* ---- emu_race.c: what a block stored, so that it can run twice and be compared ---- */
+typedef struct emu_log {
+    struct emu_log_entry *e;
+    size_t n, cap;
+    unsigned char *old; /* bytes each store overwrote */
+    size_t used, oldcap;
+    bool oom;
+} emu_log;
+typedef struct emu_range {
+    uintptr_t lo, hi;
+    size_t off;
+} emu_range;
+/* Disjoint sorted ranges a run wrote, with the bytes it left there. */
+typedef struct emu_snapshot {
+    emu_range *r;
+    size_t n;
+    unsigned char *bytes;
+} emu_snapshot;
+typedef struct emu_diff {
+    uintptr_t addr;
+    unsigned first, second; /* the byte each run left */
+} emu_diff;
+void emu_log_reset(emu_log *log);
+void emu_log_free(emu_log *log);
+void emu_log_store(emu_log *log, void *p, size_t len);
+void emu_log_undo(const emu_log *log);
+kiln_status emu_log_snapshot(const emu_log *log, emu_snapshot *s, kiln_error *err);
+void emu_snapshot_free(emu_snapshot *s);
+void emu_snapshot_write(const emu_snapshot *s);
+/* With memory back in the state both runs started from: true and *d at the first byte
+ * the two runs leave different. */
+bool emu_snapshot_diff(const emu_snapshot *first, const emu_snapshot *second, emu_diff *d);
+
+/* ---- emu_sched.c: blocks of fibers, barriers, warp meetings, the launch loop ---- */
+/* What the scheduler needs of a compiled kernel. */
+typedef struct emu_kernel_rt {
+    void (*entry)(void **args);
+    const emu_site *sites;
+    unsigned nsites;
+    unsigned char *arena; /* shared memory: static variables, then dynamic */
+    size_t static_smem, dynamic_offset, arena_size;
+    const kiln_kernel_meta *meta;
+} emu_kernel_rt;
+typedef struct emu_thread emu_thread;
+typedef struct emu_block emu_block;
+
+struct emu_thread {
+    emu_fiber fiber;
+    unsigned id, lane, warp;
+    unsigned tid[3];
+    int state;        /* EMU_READY, EMU_WAITING, EMU_EXITED */
+    int wait_site;    /* the site it waits at, -1 if none */
+    int wait_bar;     /* the barrier it waits at, -1 if none */
+    uint64_t clock;
+    unsigned char in[EMU_MAX_ARGS * EMU_SLOT]; /* the arguments of its pending collective */
+    unsigned char out[EMU_MAX_RET];            /* the result the collective gives it */
+};
+enum { EMU_READY = 0, EMU_WAITING, EMU_EXITED };
+
+/* Arguments of one intrinsic call as the handlers see them. */
+typedef struct emu_call {
+    emu_block *blk;
+    emu_thread *t;
+    const emu_site *site;
+    int site_index;
+    const unsigned char *args; /* site->nargs slots of EMU_SLOT bytes */
+    unsigned char *ret;
+} emu_call;
+
+/* Warp collective: computes every lane's out from every lane's in. lanes[i] is NULL for
+ * lanes outside mask. Returns false after emu_fault(). */
+typedef bool (*emu_warp_fn)(emu_block *blk, const struct emu_op *op, emu_thread **lanes,
+                            uint32_t mask);
+
+uint32_t emu_arg_u32(const emu_call *c, unsigned i);
+float emu_arg_f32(const emu_call *c, unsigned i);
+void emu_ret_u32(emu_call *c, uint32_t v);
+void emu_ret_f32(emu_call *c, float v);
+uint32_t emu_slot_u32(const unsigned char *slots, unsigned i);
+/* Reports a fault from inside a running thread; the block stops and never resumes it. */
+_Noreturn void emu_fault(emu_block *blk, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+/* Blocks the calling thread until all threads of barrier id arrive (count 0: the whole
+ * block). red: 0 none, 1 popc, 2 and, 3 or of pred; returns the reduction. */
+uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred);
+/* Blocks the calling lane until every lane in mask arrives with the same op; the last
+ * one runs fn; then the lane's result is in c->t->out. Returns false after a fault. */
+bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn);
+kiln_status emu_block_create(emu_block **out, kiln_error *err);
+void emu_block_destroy(emu_block *b);
+/* Runs every block of the launch (already checked) one after another. */
+kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_launch *l, void **args,
+                         kiln_error *err);
+/* Entry points host code calls (as kiln_emu_dispatch and kiln_emu_store). */
+void emu_dispatch_entry(int site, const void *args, void *ret); /* kiln_emu_dispatch */
+void emu_store_entry(void *p, uint64_t size);                  /* kiln_emu_store */
+/* Block geometry for the sreg handlers. */
+void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], unsigned nctaid[3]);
+unsigned emu_block_threads(const emu_block *blk);
+
+/* ---- emu_ops.c: the NVVM intrinsics the emulator implements ---- */
+typedef void (*emu_handler)(emu_call *c);
+typedef struct emu_op {
+    const char *name; /* "llvm.nvvm.shfl.sync.bfly.f32" */
+    const char *type; /* its function type as LLVM prints it: "float (i32, float, i32, i32)" */
+    emu_handler fn;
+    int arg;          /* handler-specific: which sreg, which shuffle mode, ... */
+} emu_op;
+/* The op for an intrinsic name, or NULL. */
+const emu_op *emu_op_find(const char *name);
+/* Names every supported intrinsic, comma-separated (for messages). */
+void emu_ops_list(char *buf, size_t size);
+
+/* ---- emu_half.c: f16/bf16 rounding, and the libgcc helpers host code may call ---- */
+uint16_t emu_f32_to_f16(float f);
+uint16_t emu_f32_to_bf16(float f);
+float emu_f16_to_f32(uint16_t h);
+float emu_bf16_to_f32(uint16_t h);
+uint16_t emu_f64_to_f16(double d);
+uint16_t emu_f64_to_bf16(double d);
+/* Symbols host code generated by LLVM may need that libgcc may lack. */
+typedef struct emu_symbol {
+    const char *name;
+    void *addr;
+} emu_symbol;
+const emu_symbol *emu_half_symbols(unsigned *count);
+
+
+#endif

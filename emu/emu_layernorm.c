@@ -1,0 +1,364 @@
+/* emu/emu_layernorm.c - LayerNorm forward: test inputs, float64 reference, error-model checks, launch. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "emu.h"
+
+#define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
+#define MAX_MAPS 8
+
+/* The public struct first, then what only this file needs to free it. */
+typedef struct ln_priv {
+    kiln_ln_data d;
+    struct {
+        void *base;
+        size_t len;
+    } map[MAX_MAPS];
+    int nmap;
+} ln_priv;
+
+/* ---- buffers that end at a guard page ---- */
+
+static void *guarded(ln_priv *p, size_t size) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (size + page - 1) / page * page;
+    if (!body) body = page;
+    if (p->nmap == MAX_MAPS) return NULL;
+    unsigned char *base = mmap(NULL, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    mprotect(base, page, PROT_NONE);
+    mprotect(base + page + body, page, PROT_NONE);
+    p->map[p->nmap].base = base;
+    p->map[p->nmap++].len = body + 2 * page;
+    /* as close to the end as 16-byte alignment allows */
+    uintptr_t at = ((uintptr_t)(base + page + body - size)) & ~(uintptr_t)15;
+    return (void *)at;
+}
+
+void kiln_ln_data_free(kiln_ln_data *d) {
+    if (!d) return;
+    ln_priv *p = (ln_priv *)d;
+    for (int i = 0; i < p->nmap; i++) munmap(p->map[i].base, p->map[i].len);
+    free(d->ref_y);
+    free(d->ref_mean);
+    free(d->ref_rstd);
+    free(p);
+}
+
+/* ---- specs and input kinds ---- */
+
+static const char *const input_names[KILN_LN_INPUT_COUNT] = {"random", "large-mean", "constant", "special",
+                                                               "mixed"};
+
+const char *kiln_ln_input_name(kiln_ln_input in) {
+    return (unsigned)in < KILN_LN_INPUT_COUNT ? input_names[in] : NULL;
+}
+
+int kiln_ln_input_parse(const char *name, kiln_ln_input *out) {
+    for (int i = 0; i < KILN_LN_INPUT_COUNT; i++)
+        if (!strcmp(name, input_names[i])) {
+            *out = (kiln_ln_input)i;
+            return 0;
+        }
+    return -1;
+}
+
+static kiln_status parse_bool(const char *key, const char *v, int *out, kiln_error *err) {
+    if (!strcmp(v, "true")) *out = 1;
+    else if (!strcmp(v, "false")) *out = 0;
+    else return kiln_fail(err, KILN_EINVAL, "bad value '%s' for %s; valid: true, false", v, key);
+    return KILN_OK;
+}
+
+static kiln_status parse_key(kiln_layernorm_spec *s, const char *key, const char *v, int *w_set, int *y_set,
+                             kiln_error *err) {
+    kiln_dtype *dt = !strcmp(key, "x") ? &s->x : !strcmp(key, "w") ? &s->w : !strcmp(key, "y") ? &s->y : NULL;
+    if (dt) {
+        if (kiln_dtype_parse(v, dt)) return kiln_fail(err, KILN_EINVAL, "bad dtype '%s' for %s; valid: f32, f16, bf16", v, key);
+        if (dt == &s->w) *w_set = 1;
+        if (dt == &s->y) *y_set = 1;
+        return KILN_OK;
+    }
+    if (!strcmp(key, "hidden")) {
+        char *end;
+        long h = strtol(v, &end, 10);
+        if (!strcmp(v, "launch")) s->hidden = 0;
+        else if (*v && !*end && h > 0 && h <= 1 << 20) s->hidden = (int)h;
+        else return kiln_fail(err, KILN_EINVAL, "bad hidden '%s'; valid: a positive size or 'launch'", v);
+        return KILN_OK;
+    }
+    if (!strcmp(key, "weight")) return parse_bool(key, v, &s->has_weight, err);
+    if (!strcmp(key, "bias")) return parse_bool(key, v, &s->has_bias, err);
+    return kiln_fail(err, KILN_EINVAL, "unknown LayerNorm key '%s'; valid: x, w, y, hidden, weight, bias", key);
+}
+
+kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err) {
+    *s = (kiln_layernorm_spec){KILN_F32, KILN_F32, KILN_F32, 0, 1, 1};
+    char buf[KILN_SPEC_MAX];
+    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) return kiln_fail(err, KILN_EINVAL, "spec too long");
+    char *save = NULL, *tok = strtok_r(buf, " \t", &save);
+    if (!tok || strcmp(tok, "layernorm")) return kiln_fail(err, KILN_EINVAL, "not a LayerNorm spec: '%s'", spec);
+    int w_set = 0, y_set = 0;
+    while ((tok = strtok_r(NULL, " \t", &save))) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return kiln_fail(err, KILN_EINVAL, "bad spec item '%s'; expected key=value", tok);
+        *eq = 0;
+        kiln_status st = parse_key(s, tok, eq + 1, &w_set, &y_set, err);
+        if (st != KILN_OK) return st;
+    }
+    if (!w_set) s->w = s->x; /* the template's defaults: w and y follow x */
+    if (!y_set) s->y = s->x;
+    return KILN_OK;
+}
+
+/* ---- inputs ---- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+
+static uint64_t rng_next(rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1p-53; } /* (0, 1] */
+static double rng_normal(rng *r, double mean, double sd) {
+    double u = rng_uniform(r), v = rng_uniform(r);
+    return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* Row r of kind in; k counts the rows of that kind so far (it picks the special values). */
+static void fill_row(const kiln_ln_data *d, kiln_ln_input in, int r, int k, rng *g) {
+    size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
+    double c = rng_normal(g, 0, 3);
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        switch (in) {
+        case KILN_LN_LARGE_MEAN: v = k % 2 ? rng_normal(g, 1000, 0.1) : rng_normal(g, 10000, 1e-3); break;
+        case KILN_LN_CONSTANT: v = c; break;
+        default: v = rng_normal(g, 0.5, 2); break;
+        }
+        kiln_emu_value_set(d->spec.x, d->x, base + i, v);
+    }
+    if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
+    size_t p1 = rng_next(g) % n, p2 = rng_next(g) % n;
+    if (p2 == p1) p2 = (p1 + 1) % n;
+    static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
+    kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
+    if (k % 5 == 4) kiln_emu_value_set(d->spec.x, d->x, base + p2, n > 1 ? kinds[3][1] : NAN);
+}
+
+/* float64 reference: torch.nn.functional.layer_norm (biased variance, eps inside the root). */
+static void reference(kiln_ln_data *d) {
+    size_t n = (size_t)d->hidden;
+    for (int r = 0; r < d->rows; r++) {
+        size_t base = (size_t)r * n;
+        double sum = 0, sq = 0;
+        for (size_t i = 0; i < n; i++) sum += kiln_emu_value_get(d->spec.x, d->x, base + i);
+        double mean = sum / (double)n;
+        for (size_t i = 0; i < n; i++) {
+            double c = kiln_emu_value_get(d->spec.x, d->x, base + i) - mean;
+            sq += c * c;
+        }
+        double rstd = 1.0 / sqrt(sq / (double)n + (double)d->eps);
+        d->ref_mean[r] = mean;
+        d->ref_rstd[r] = rstd;
+        for (size_t i = 0; i < n; i++) {
+            double w = d->w ? kiln_emu_value_get(d->spec.w, d->w, i) : 1.0;
+            double b = d->b ? kiln_emu_value_get(d->spec.w, d->b, i) : 0.0;
+            d->ref_y[base + i] = (kiln_emu_value_get(d->spec.x, d->x, base + i) - mean) * rstd * w + b;
+        }
+    }
+}
+
+kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps, int rows,
+                                int hidden, kiln_ln_input input, uint64_t seed, kiln_error *err) {
+    *out = NULL;
+    if (rows < 1 || hidden < 1 || (spec->hidden && spec->hidden != hidden) || (unsigned)input >= KILN_LN_INPUT_COUNT)
+        return kiln_fail(err, KILN_EINVAL, "LayerNorm data: rows %d and hidden %d must be positive, hidden must "
+                         "match the spec's %d", rows, hidden, spec->hidden);
+    if (!(eps > 0)) return kiln_fail(err, KILN_EINVAL, "LayerNorm data: eps must be positive, got %g", (double)eps);
+    ln_priv *p = calloc(1, sizeof *p);
+    if (!p) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_ln_data *d = &p->d;
+    size_t n = (size_t)rows * (size_t)hidden;
+    d->spec = *spec;
+    d->rows = rows, d->hidden = hidden, d->eps = eps;
+    d->x = guarded(p, n * kiln_dtype_size(spec->x));
+    d->y = guarded(p, n * kiln_dtype_size(spec->y));
+    d->mean = guarded(p, (size_t)rows * 4);
+    d->rstd = guarded(p, (size_t)rows * 4);
+    d->w = spec->has_weight ? guarded(p, (size_t)hidden * kiln_dtype_size(spec->w)) : NULL;
+    d->b = spec->has_bias ? guarded(p, (size_t)hidden * kiln_dtype_size(spec->w)) : NULL;
+    d->ref_y = malloc(n * sizeof *d->ref_y);
+    d->ref_mean = malloc((size_t)rows * sizeof(double));
+    d->ref_rstd = malloc((size_t)rows * sizeof(double));
+    if (!d->x || !d->y || !d->mean || !d->rstd || (spec->has_weight && !d->w) || (spec->has_bias && !d->b) ||
+        !d->ref_y || !d->ref_mean || !d->ref_rstd) {
+        kiln_ln_data_free(d);
+        return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d LayerNorm buffers", rows, hidden);
+    }
+    rng g = {seed * 0x2545f4914f6cdd1dull + 1};
+    for (int r = 0; r < rows; r++) {
+        kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
+        /* in mixed rows a special row takes the next special value, never the plain one */
+        int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
+        fill_row(d, in, r, k, &g);
+    }
+    for (int i = 0; i < hidden; i++) {
+        if (d->w) kiln_emu_value_set(spec->w, d->w, (size_t)i, rng_normal(&g, 1, 0.5));
+        if (d->b) kiln_emu_value_set(spec->w, d->b, (size_t)i, rng_normal(&g, 0, 0.5));
+    }
+    reference(d);
+    *out = d;
+    return KILN_OK;
+}
+
+/* ---- running ---- */
+
+kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    void *ptrs[KILN_MAX_PARAMS];
+    int32_t ints[KILN_MAX_PARAMS];
+    float floats[KILN_MAX_PARAMS];
+    void *args[KILN_MAX_PARAMS];
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {m->block[0], m->block[1], m->block[2]},
+                         .dynamic_smem = m->dynamic_smem, .twice = twice};
+    for (int i = 0; i < m->nparams; i++) {
+        const char *name = m->params[i].name;
+        ptrs[i] = !strcmp(name, "y") ? d->y : !strcmp(name, "mean") ? (void *)d->mean
+                : !strcmp(name, "rstd") ? (void *)d->rstd : !strcmp(name, "x") ? d->x
+                : !strcmp(name, "weight") ? d->w : !strcmp(name, "bias") ? d->b : NULL;
+        ints[i] = !strcmp(name, "rows") ? d->rows : d->hidden;
+        floats[i] = d->eps;
+        bool known = ptrs[i] || !strcmp(name, "weight") || !strcmp(name, "bias") || !strcmp(name, "rows") ||
+                     !strcmp(name, "hidden") || !strcmp(name, "eps");
+        if (!known) return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a LayerNorm input or output", name);
+        args[i] = m->params[i].kind == KILN_PARAM_PTR ? (void *)&ptrs[i]
+                : m->params[i].kind == KILN_PARAM_F32 ? (void *)&floats[i] : (void *)&ints[i];
+        if (m->params[i].kind == KILN_PARAM_PTR && !ptrs[i] && i < 32) l.nullable |= 1u << i; /* weight/bias off */
+    }
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
+    l.grid[0] = ((unsigned)d->rows + tile - 1) / tile;
+    size_t n = (size_t)d->rows * (size_t)d->hidden;
+    memset(d->y, 0xff, n * kiln_dtype_size(d->spec.y));
+    memset(d->mean, 0xff, (size_t)d->rows * 4);
+    memset(d->rstd, 0xff, (size_t)d->rows * 4);
+    return kiln_emu_run(k, &l, args, err);
+}
+
+/* ---- checks ----
+ * Error model (u = 2^-24). The kernel sums in f32: each thread adds its s <= ceil(n/T) + 8
+ * elements in sequence, a warp adds 32 partial sums in a 5-level butterfly, and T/32
+ * warp sums are added in sequence, so every element passes through at most
+ * D = s + 5 + T/32 additions. The classic bound for such a sum gives
+ *   |mean_kernel - mean| <= (D + 2) u mean(|x|)                       (mean)
+ * For rstd and y the kernel's own mean m and rstd r are used, which keeps the bounds tight
+ * even where f32 cannot resolve the mean (10000 + N(0, 1e-3)):
+ *   v = sum((x - m)^2) / n exactly; the kernel's var is v (1 +- (D + 4) u), so
+ *   |r - 1/sqrt(v + eps)| <= ((D + 4) / 2 + 4) u r                      (rstd; 4u covers
+ *   the sqrt, the division and an rsqrt.approx's 2^-22.9 on hardware)
+ *   y_exact = (x - m) r w + b; the f32 affine step (subtract, multiply, fma) is within
+ *   3u |(x - m) r w| + u |b| <= 4u |(x - m) r w| + u |y_exact|; rounding to the output dtype adds half an ulp of it
+ *   (f16: 2^-11 relative, bf16: 2^-8 relative; f32's rounding is already counted). */
+
+static double ulp_of(kiln_dtype t, double a) {
+    static const int mant[KILN_DTYPE_COUNT] = {23, 10, 7}, emin[KILN_DTYPE_COUNT] = {-126, -14, -126};
+    int e = a > 0 ? ilogb(a) : emin[t];
+    if (e < emin[t]) e = emin[t];
+    return ldexp(1.0, e - mant[t]);
+}
+
+static bool poisoned(kiln_dtype t, const void *base, size_t i) {
+    if (t == KILN_F32) {
+        uint32_t u;
+        memcpy(&u, (const char *)base + i * 4, 4);
+        return u == 0xffffffffu;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)base + i * 2, 2);
+    return h == 0xffff;
+}
+
+typedef struct checker {
+    kiln_ln_report *r;
+    long total;
+} checker;
+
+/* Records one comparison of output o at (row, col): got against the model's want +- tol,
+ * and against the pure reference ref. */
+static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref,
+                    bool unwritten) {
+    kiln_ln_report *r = c->r;
+    bool ok;
+    if (unwritten) ok = false;
+    else if (isnan(want)) ok = isnan(got);
+    else if (isinf(want)) ok = got == want;
+    else ok = isfinite(got) && fabs(got - want) <= tol;
+    if (!unwritten && isfinite(got) && isfinite(ref)) {
+        double e = fabs(got - ref);
+        if (e > r->max_abs[o]) r->max_abs[o] = e;
+        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
+    }
+    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
+        r->worst[o] = fabs(got - want) / tol;
+    if (ok) return;
+    if (!r->bad[o]++) {
+        char what[64];
+        if (col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_ln_output_name(o), row, col);
+        else snprintf(what, sizeof what, "%s[%d]", kiln_ln_output_name(o), row);
+        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
+        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)",
+                      what, got, want, tol, ref);
+    }
+    c->total++;
+}
+
+static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
+    size_t n = (size_t)d->hidden, base = (size_t)row * n;
+    double mean_abs = 0;
+    for (size_t i = 0; i < n; i++) mean_abs += fabs(kiln_emu_value_get(d->spec.x, d->x, base + i));
+    mean_abs /= (double)n;
+    double m = d->mean[row], rs = d->rstd[row];
+    compare(c, 1, row, -1, m, d->ref_mean[row], (D + 2) * U32 * mean_abs + 1e-30, d->ref_mean[row],
+            poisoned(KILN_F32, d->mean, (size_t)row));
+    if (!isfinite(m) && isfinite(d->ref_mean[row])) m = d->ref_mean[row];
+    double v = 0;
+    for (size_t i = 0; i < n; i++) {
+        double t = kiln_emu_value_get(d->spec.x, d->x, base + i) - m;
+        v += t * t;
+    }
+    double r_want = isfinite(d->ref_rstd[row]) ? 1.0 / sqrt(v / (double)n + (double)d->eps) : d->ref_rstd[row];
+    compare(c, 2, row, -1, rs, r_want, ((D + 4) / 2 + 4) * U32 * fabs(r_want), d->ref_rstd[row],
+            poisoned(KILN_F32, d->rstd, (size_t)row));
+    if (!isfinite(rs) && isfinite(r_want)) rs = r_want;
+    for (size_t i = 0; i < n; i++) {
+        double w = d->w ? kiln_emu_value_get(d->spec.w, d->w, i) : 1.0;
+        double b = d->b ? kiln_emu_value_get(d->spec.w, d->b, i) : 0.0;
+        double t = (kiln_emu_value_get(d->spec.x, d->x, base + i) - m) * rs * w, want = t + b;
+        double tol = (4 * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40;
+        if (d->spec.y != KILN_F32) tol += 0.5 * ulp_of(d->spec.y, fabs(want) + tol);
+        if (isnan(d->ref_y[base + i])) want = NAN;
+        compare(c, 0, row, (long)i, kiln_emu_value_get(d->spec.y, d->y, base + i), want, tol, d->ref_y[base + i],
+                poisoned(d->spec.y, d->y, base + i));
+    }
+}
+
+long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r) {
+    memset(r, 0, sizeof *r);
+    int t = threads_per_row > 0 ? threads_per_row : 32;
+    double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
+    checker c = {r, 0};
+    for (int row = 0; row < d->rows; row++) check_row(d, row, D, &c);
+    return c.total;
+}
+
+const char *kiln_ln_output_name(int i) {
+    static const char *const names[3] = {"y", "mean", "rstd"};
+    return i >= 0 && i < 3 ? names[i] : NULL;
+}

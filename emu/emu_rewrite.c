@@ -1,0 +1,436 @@
+/* emu/emu_rewrite.c - turns an NVVM module into a host module the emulator can run. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include <llvm-c/Analysis.h>
+#include <llvm-c/Target.h>
+
+#include "emu.h"
+
+#define PTX_KERNEL_CC 71 /* LLVM's ptx_kernel calling convention */
+#define AS_SHARED 3
+
+static const char *fn_name(LLVMValueRef fn) {
+    size_t len;
+    return LLVMGetValueName2(fn, &len);
+}
+
+static bool starts_with(const char *s, const char *prefix) { return !strncmp(s, prefix, strlen(prefix)); }
+
+/* The called function of a call instruction, or NULL (indirect call, inline asm). */
+static LLVMValueRef callee_of(LLVMValueRef inst) {
+    if (!LLVMIsACallInst(inst)) return NULL;
+    LLVMValueRef c = LLVMGetCalledValue(inst);
+    return LLVMIsAFunction(c) ? c : NULL;
+}
+
+/* ---- nvvm.annotations ---- */
+
+typedef void (*annotation_fn)(void *user, LLVMValueRef fn, const char *key, unsigned long long value);
+
+static void each_annotation(LLVMModuleRef mod, annotation_fn f, void *user) {
+    unsigned n = LLVMGetNamedMetadataNumOperands(mod, "nvvm.annotations");
+    if (!n) return;
+    LLVMValueRef *nodes = calloc(n, sizeof *nodes);
+    if (!nodes) return;
+    LLVMGetNamedMetadataOperands(mod, "nvvm.annotations", nodes);
+    for (unsigned i = 0; i < n; i++) {
+        unsigned k = LLVMGetMDNodeNumOperands(nodes[i]);
+        if (k < 3 || k > 64) continue;
+        LLVMValueRef ops[64];
+        LLVMGetMDNodeOperands(nodes[i], ops);
+        for (unsigned j = 1; j + 1 < k; j += 2) {
+            unsigned len;
+            const char *key = ops[j] ? LLVMGetMDString(ops[j], &len) : NULL;
+            if (ops[0] && LLVMIsAFunction(ops[0]) && key && ops[j + 1] && LLVMIsAConstantInt(ops[j + 1]))
+                f(user, ops[0], key, LLVMConstIntGetZExtValue(ops[j + 1]));
+        }
+    }
+    free(nodes);
+}
+
+typedef struct kernel_search {
+    LLVMValueRef found[8];
+    int n;
+} kernel_search;
+
+static void add_kernel(kernel_search *s, LLVMValueRef fn) {
+    for (int i = 0; i < s->n; i++)
+        if (s->found[i] == fn) return;
+    if (s->n < 8) s->found[s->n++] = fn;
+}
+
+static void note_kernel(void *user, LLVMValueRef fn, const char *key, unsigned long long v) {
+    if (!strcmp(key, "kernel") && v == 1) add_kernel(user, fn);
+}
+
+LLVMValueRef emu_find_kernel(LLVMModuleRef mod, const char *entry, kiln_error *err) {
+    kernel_search s = {.n = 0};
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
+        if (!LLVMIsDeclaration(fn) && LLVMGetFunctionCallConv(fn) == PTX_KERNEL_CC) add_kernel(&s, fn);
+    each_annotation(mod, note_kernel, &s);
+    char names[256] = "";
+    for (int i = 0; i < s.n; i++) {
+        if (entry && !strcmp(fn_name(s.found[i]), entry)) return s.found[i];
+        snprintf(names + strlen(names), sizeof names - strlen(names), "%s%s", i ? ", " : "", fn_name(s.found[i]));
+    }
+    if (entry) {
+        LLVMValueRef fn = LLVMGetNamedFunction(mod, entry);
+        if (fn && !LLVMIsDeclaration(fn)) return fn;
+        kiln_fail(err, KILN_ENOTFOUND, "emulator: no kernel '%s' in the module; kernels: %s", entry,
+                  s.n ? names : "none");
+        return NULL;
+    }
+    if (s.n == 1) return s.found[0];
+    if (s.n) kiln_fail(err, KILN_ENOTFOUND, "emulator: the module has several kernels (%s); name the entry", names);
+    else kiln_fail(err, KILN_ENOTFOUND, "emulator: no kernel in the module (no ptx_kernel function, no "
+                                        "\"kernel\" annotation)");
+    return NULL;
+}
+
+typedef struct ntid_search {
+    LLVMValueRef fn;
+    unsigned maxntid[3], reqntid[3];
+} ntid_search;
+
+static void note_ntid(void *user, LLVMValueRef fn, const char *key, unsigned long long v) {
+    ntid_search *s = user;
+    if (fn != s->fn || strlen(key) != 8 || key[7] < 'x' || key[7] > 'z') return;
+    unsigned axis = (unsigned)(key[7] - 'x');
+    if (!strncmp(key, "maxntid", 7)) s->maxntid[axis] = (unsigned)v;
+    if (!strncmp(key, "reqntid", 7)) s->reqntid[axis] = (unsigned)v;
+}
+
+/* ---- metadata for hand-written IR ---- */
+
+kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_kernel_meta *meta,
+                             kiln_error *err) {
+    LLVMValueRef fn = emu_find_kernel(mod, entry, err);
+    if (!fn) return err ? err->status : KILN_ENOTFOUND;
+    memset(meta, 0, sizeof *meta);
+    snprintf(meta->family, sizeof meta->family, "ir");
+    snprintf(meta->entry, sizeof meta->entry, "%s", fn_name(fn));
+    snprintf(meta->spec, sizeof meta->spec, "ir entry=%s", meta->entry);
+    meta->sm = sm;
+    unsigned n = LLVMCountParams(fn);
+    if (n > KILN_MAX_PARAMS) return kiln_fail(err, KILN_EINVAL, "emulator: kernel '%s' has %u parameters (max %d)", meta->entry, n, KILN_MAX_PARAMS);
+    meta->nparams = (int)n;
+    for (unsigned i = 0; i < n; i++) {
+        LLVMValueRef p = LLVMGetParam(fn, i);
+        LLVMTypeRef t = LLVMTypeOf(p);
+        kiln_param *kp = &meta->params[i];
+        size_t len;
+        const char *name = LLVMGetValueName2(p, &len);
+        if (len && len < sizeof kp->name) snprintf(kp->name, sizeof kp->name, "%s", name);
+        else snprintf(kp->name, sizeof kp->name, "arg%u", i);
+        LLVMTypeKind k = LLVMGetTypeKind(t);
+        if (k == LLVMPointerTypeKind) kp->kind = KILN_PARAM_PTR;
+        else if (k == LLVMFloatTypeKind) kp->kind = KILN_PARAM_F32;
+        else if (k == LLVMIntegerTypeKind && LLVMGetIntTypeWidth(t) == 32) kp->kind = KILN_PARAM_I32;
+        else if (k == LLVMIntegerTypeKind && LLVMGetIntTypeWidth(t) == 64) kp->kind = KILN_PARAM_I64;
+        else return kiln_fail(err, KILN_EINVAL, "emulator: parameter %u of '%s' has a type the emulator cannot pass (ptr, i32, i64, float)", i, meta->entry);
+    }
+    ntid_search s = {.fn = fn};
+    each_annotation(mod, note_ntid, &s);
+    for (int a = 0; a < 3; a++) meta->block[a] = s.reqntid[a] ? s.reqntid[a] : s.maxntid[a];
+    meta->grid_tile[0] = meta->grid_tile[1] = meta->grid_tile[2] = 1;
+    return KILN_OK;
+}
+
+/* ---- scanning ---- */
+
+static kiln_status add_site(emu_rewrite_info *info, LLVMTargetDataRef td, LLVMValueRef call, LLVMValueRef callee,
+                            LLVMValueRef fn, unsigned *cap, kiln_error *err) {
+    const char *name = fn_name(callee);
+    const emu_op *op = emu_op_find(name);
+    char *type = LLVMPrintTypeToString(LLVMGlobalGetValueType(callee));
+    kiln_status st = KILN_OK;
+    if (!op) {
+        st = kiln_fail(err, KILN_EINVAL, "emulator: intrinsic %s (%s) is not implemented (emu/emu_ops.c lists "
+                                         "the supported ones)", name, type);
+    } else if (strcmp(op->type, type)) {
+        st = kiln_fail(err, KILN_EINVAL, "emulator: intrinsic %s has type %s here; the emulator implements %s",
+                       name, type, op->type);
+    }
+    LLVMDisposeMessage(type);
+    if (st != KILN_OK) return st;
+    unsigned nargs = LLVMGetNumArgOperands(call);
+    LLVMTypeRef rt = LLVMGetReturnType(LLVMGlobalGetValueType(callee));
+    unsigned long long rsize = LLVMGetTypeKind(rt) == LLVMVoidTypeKind ? 0 : LLVMStoreSizeOfType(td, rt);
+    if (nargs > EMU_MAX_ARGS || rsize > EMU_MAX_RET)
+        return kiln_fail(err, KILN_EINVAL, "emulator: intrinsic %s has too many arguments or too wide a result", name);
+    for (unsigned i = 0; i < nargs; i++)
+        if (LLVMStoreSizeOfType(td, LLVMTypeOf(LLVMGetOperand(call, i))) > EMU_SLOT)
+            return kiln_fail(err, KILN_EINVAL, "emulator: argument %u of %s is wider than %d bytes", i, name, EMU_SLOT);
+    if (info->nsites == *cap) {
+        unsigned ncap = *cap ? *cap * 2 : 16;
+        emu_site *s = realloc(info->sites, ncap * sizeof *s);
+        LLVMValueRef *c = realloc(info->calls, ncap * sizeof *c);
+        if (s) info->sites = s;
+        if (c) info->calls = c;
+        if (!s || !c) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
+        *cap = ncap;
+    }
+    unsigned nth = 1;
+    for (unsigned i = 0; i < info->nsites; i++)
+        if (info->sites[i].op == op && LLVMGetBasicBlockParent(LLVMGetInstructionParent(info->calls[i])) == fn) nth++;
+    emu_site *s = &info->sites[info->nsites];
+    s->op = op;
+    s->nargs = nargs;
+    s->ret_size = (unsigned)rsize;
+    snprintf(s->where, sizeof s->where, "%s #%u in @%s", name, nth, fn_name(fn));
+    info->calls[info->nsites++] = call;
+    return KILN_OK;
+}
+
+static kiln_status scan_calls(LLVMModuleRef mod, LLVMTargetDataRef td, emu_rewrite_info *info, kiln_error *err) {
+    unsigned cap = 0;
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+                if (LLVMIsACallInst(in) && LLVMIsAInlineAsm(LLVMGetCalledValue(in)))
+                    return kiln_fail(err, KILN_EINVAL, "emulator: @%s uses inline assembly, which the emulator "
+                                                       "cannot run", fn_name(fn));
+                LLVMValueRef callee = callee_of(in);
+                if (!callee) continue;
+                const char *name = fn_name(callee);
+                if (!starts_with(name, "llvm.nvvm.") && strcmp(name, "llvm.trap")) continue;
+                kiln_status st = add_site(info, td, in, callee, fn, &cap, err);
+                if (st != KILN_OK) return st;
+            }
+    return KILN_OK;
+}
+
+static size_t align_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+static kiln_status scan_shared(LLVMModuleRef mod, LLVMTargetDataRef td, emu_rewrite_info *info, kiln_error *err) {
+    size_t off = 0, dyn_align = 16;
+    for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g)) {
+        if (LLVMGetPointerAddressSpace(LLVMTypeOf(g)) != AS_SHARED) continue;
+        size_t align = LLVMGetAlignment(g) ? LLVMGetAlignment(g) : 16;
+        if (LLVMIsDeclaration(g)) { /* extern __shared__: dynamic shared memory */
+            if (align > dyn_align) dyn_align = align;
+            continue;
+        }
+        emu_shared_var *v = realloc(info->smem, (info->nsmem + 1) * sizeof *v);
+        if (!v) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
+        info->smem = v;
+        off = align_up(off, align);
+        size_t size = (size_t)LLVMABISizeOfType(td, LLVMGlobalGetValueType(g));
+        info->smem[info->nsmem++] = (emu_shared_var){g, off, size};
+        off += size;
+    }
+    info->static_smem = off;
+    info->dynamic_offset = align_up(off, dyn_align);
+    return KILN_OK;
+}
+
+kiln_status emu_rewrite_scan(LLVMModuleRef mod, const char *entry, unsigned id, const char *host_dl,
+                             emu_rewrite_info *info, kiln_error *err) {
+    memset(info, 0, sizeof *info);
+    LLVMValueRef kernel = emu_find_kernel(mod, entry, err);
+    if (!kernel) return err ? err->status : KILN_ENOTFOUND;
+    ntid_search s = {.fn = kernel};
+    each_annotation(mod, note_ntid, &s);
+    memcpy(info->maxntid, s.maxntid, sizeof s.maxntid);
+    memcpy(info->reqntid, s.reqntid, sizeof s.reqntid);
+    snprintf(info->entry_symbol, sizeof info->entry_symbol, "kiln_emu.k%u.entry", id);
+    LLVMTargetDataRef td = LLVMCreateTargetData(host_dl);
+    kiln_status st = scan_calls(mod, td, info, err);
+    if (st == KILN_OK) st = scan_shared(mod, td, info, err);
+    LLVMDisposeTargetData(td);
+    return st;
+}
+
+void emu_rewrite_info_free(emu_rewrite_info *info) {
+    free(info->sites);
+    free(info->calls);
+    free(info->smem);
+    memset(info, 0, sizeof *info);
+}
+
+/* ---- rewriting ---- */
+
+typedef struct rewriter {
+    LLVMModuleRef mod;
+    LLVMContextRef ctx;
+    LLVMBuilderRef b;
+    LLVMTargetDataRef td;
+    LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty;
+    LLVMValueRef dispatch, store;
+} rewriter;
+
+static LLVMValueRef declare(rewriter *r, const char *name, LLVMTypeRef ty) {
+    LLVMValueRef f = LLVMGetNamedFunction(r->mod, name);
+    return f ? f : LLVMAddFunction(r->mod, name, ty);
+}
+
+static void position_at_entry(rewriter *r, LLVMValueRef fn) {
+    LLVMBasicBlockRef entry = LLVMGetEntryBasicBlock(fn);
+    LLVMValueRef first = LLVMGetFirstInstruction(entry);
+    if (first) LLVMPositionBuilderBefore(r->b, first);
+    else LLVMPositionBuilderAtEnd(r->b, entry);
+}
+
+/* call(args) -> kiln_emu_dispatch(site, slots, &ret); ret loaded back in place of call. */
+static void marshal(rewriter *r, LLVMValueRef call, unsigned site) {
+    LLVMValueRef fn = LLVMGetBasicBlockParent(LLVMGetInstructionParent(call));
+    unsigned n = LLVMGetNumArgOperands(call);
+    LLVMTypeRef rt = LLVMTypeOf(call);
+    bool has_ret = LLVMGetTypeKind(rt) != LLVMVoidTypeKind;
+    position_at_entry(r, fn);
+    LLVMValueRef slots = LLVMBuildAlloca(r->b, LLVMArrayType2(r->i8, (n ? n : 1) * EMU_SLOT), "emu.args");
+    LLVMSetAlignment(slots, EMU_SLOT);
+    LLVMValueRef ret = has_ret ? LLVMBuildAlloca(r->b, rt, "emu.ret") : LLVMConstNull(r->ptr);
+    LLVMPositionBuilderBefore(r->b, call);
+    for (unsigned i = 0; i < n; i++) {
+        LLVMValueRef off = LLVMConstInt(r->i64, (unsigned long long)i * EMU_SLOT, 0);
+        LLVMValueRef p = LLVMBuildGEP2(r->b, r->i8, slots, &off, 1, "");
+        LLVMBuildStore(r->b, LLVMGetOperand(call, i), p);
+    }
+    LLVMValueRef args[3] = {LLVMConstInt(r->i32, site, 0), slots, ret};
+    LLVMBuildCall2(r->b, r->dispatch_ty, r->dispatch, args, 3, "");
+    if (has_ret) LLVMReplaceAllUsesWith(call, LLVMBuildLoad2(r->b, rt, ret, "emu.val"));
+    LLVMInstructionEraseFromParent(call);
+}
+
+/* Global memory a store may write: anything but shared (3), constant (4) and local (5). */
+static bool may_be_global(LLVMValueRef p) {
+    unsigned as = LLVMGetPointerAddressSpace(LLVMTypeOf(p));
+    return as == 0 || as == 1;
+}
+
+static void log_store(rewriter *r, LLVMValueRef in, LLVMValueRef p, LLVMValueRef size) {
+    if (!may_be_global(p)) return;
+    LLVMPositionBuilderBefore(r->b, in);
+    LLVMValueRef generic = LLVMGetPointerAddressSpace(LLVMTypeOf(p)) ? LLVMBuildAddrSpaceCast(r->b, p, r->ptr, "") : p;
+    LLVMValueRef args[2] = {generic, size};
+    LLVMBuildCall2(r->b, r->store_ty, r->store, args, 2, "");
+}
+
+static LLVMValueRef size_of(rewriter *r, LLVMValueRef v) {
+    return LLVMConstInt(r->i64, LLVMStoreSizeOfType(r->td, LLVMTypeOf(v)), 0);
+}
+
+/* Every store that may reach global memory first tells the emulator (for `twice`). */
+static void instrument_stores(rewriter *r) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(r->mod); fn; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
+                LLVMOpcode op = LLVMGetInstructionOpcode(in);
+                LLVMValueRef callee = callee_of(in);
+                if (op == LLVMStore) {
+                    log_store(r, in, LLVMGetOperand(in, 1), size_of(r, LLVMGetOperand(in, 0)));
+                } else if (op == LLVMAtomicRMW) {
+                    log_store(r, in, LLVMGetOperand(in, 0), size_of(r, LLVMGetOperand(in, 1)));
+                } else if (op == LLVMAtomicCmpXchg) {
+                    log_store(r, in, LLVMGetOperand(in, 0), size_of(r, LLVMGetOperand(in, 2)));
+                } else if (callee && (starts_with(fn_name(callee), "llvm.memset") ||
+                                      starts_with(fn_name(callee), "llvm.memcpy") ||
+                                      starts_with(fn_name(callee), "llvm.memmove"))) {
+                    LLVMPositionBuilderBefore(r->b, in);
+                    LLVMValueRef len = LLVMBuildZExtOrBitCast(r->b, LLVMGetOperand(in, 2), r->i64, "");
+                    log_store(r, in, LLVMGetOperand(in, 0), len);
+                }
+            }
+}
+
+/* Shared variables become fixed addresses in the kernel's arena. */
+static void place_shared(rewriter *r, unsigned char *arena, const emu_rewrite_info *info) {
+    for (unsigned i = 0; i < info->nsmem; i++) {
+        LLVMValueRef g = info->smem[i].global;
+        LLVMValueRef addr = LLVMConstInt(r->i64, (unsigned long long)(uintptr_t)(arena + info->smem[i].offset), 0);
+        LLVMReplaceAllUsesWith(g, LLVMConstIntToPtr(addr, LLVMTypeOf(g)));
+        LLVMDeleteGlobal(g);
+    }
+    LLVMValueRef dyn = LLVMConstInt(r->i64, (unsigned long long)(uintptr_t)(arena + info->dynamic_offset), 0);
+    for (LLVMValueRef g = LLVMGetFirstGlobal(r->mod), next; g; g = next) {
+        next = LLVMGetNextGlobal(g);
+        if (LLVMGetPointerAddressSpace(LLVMTypeOf(g)) != AS_SHARED || !LLVMIsDeclaration(g)) continue;
+        LLVMReplaceAllUsesWith(g, LLVMConstIntToPtr(dyn, LLVMTypeOf(g)));
+        LLVMDeleteGlobal(g);
+    }
+}
+
+/* void ENTRY(void **args): loads each parameter from *args[i] and calls the kernel. */
+static void add_trampoline(rewriter *r, LLVMValueRef kernel, const char *name) {
+    LLVMTypeRef kty = LLVMGlobalGetValueType(kernel);
+    unsigned n = LLVMCountParamTypes(kty);
+    LLVMTypeRef params[KILN_MAX_PARAMS + 1];
+    LLVMGetParamTypes(kty, params);
+    LLVMTypeRef ety = LLVMFunctionType(LLVMVoidTypeInContext(r->ctx), &r->ptr, 1, 0);
+    LLVMValueRef e = LLVMAddFunction(r->mod, name, ety);
+    LLVMPositionBuilderAtEnd(r->b, LLVMAppendBasicBlockInContext(r->ctx, e, "entry"));
+    LLVMValueRef args[KILN_MAX_PARAMS + 1];
+    for (unsigned i = 0; i < n; i++) {
+        LLVMValueRef idx = LLVMConstInt(r->i64, i, 0);
+        LLVMValueRef slot = LLVMBuildGEP2(r->b, r->ptr, LLVMGetParam(e, 0), &idx, 1, "");
+        LLVMValueRef at = LLVMBuildLoad2(r->b, r->ptr, slot, "");
+        args[i] = LLVMBuildLoad2(r->b, params[i], at, "");
+    }
+    LLVMBuildCall2(r->b, kty, kernel, args, n, "");
+    LLVMBuildRetVoid(r->b);
+}
+
+/* Host code: C calling convention, no NVPTX cpu/features, nothing exported but the entry. */
+static void hostify(rewriter *r) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(r->mod); fn; fn = LLVMGetNextFunction(fn)) {
+        LLVMRemoveStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, "target-cpu", 10);
+        LLVMRemoveStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, "target-features", 15);
+        if (LLVMGetFunctionCallConv(fn) == PTX_KERNEL_CC) LLVMSetFunctionCallConv(fn, LLVMCCallConv);
+        if (!LLVMIsDeclaration(fn)) LLVMSetLinkage(fn, LLVMInternalLinkage);
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in))
+                if (LLVMIsACallInst(in) && LLVMGetInstructionCallConv(in) == PTX_KERNEL_CC)
+                    LLVMSetInstructionCallConv(in, LLVMCCallConv);
+    }
+    for (LLVMValueRef g = LLVMGetFirstGlobal(r->mod); g; g = LLVMGetNextGlobal(g))
+        if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
+}
+
+static void drop_unused_intrinsics(LLVMModuleRef mod) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod), next; fn; fn = next) {
+        next = LLVMGetNextFunction(fn);
+        if (LLVMIsDeclaration(fn) && starts_with(fn_name(fn), "llvm.nvvm.") && !LLVMGetFirstUse(fn))
+            LLVMDeleteFunction(fn);
+    }
+}
+
+kiln_status emu_rewrite_apply(LLVMModuleRef mod, const char *entry, const char *host_triple, const char *host_dl,
+                              unsigned char *arena, emu_rewrite_info *info, kiln_error *err) {
+    LLVMValueRef kernel = emu_find_kernel(mod, entry, err);
+    if (!kernel) return err ? err->status : KILN_ENOTFOUND;
+    rewriter r = {.mod = mod, .ctx = LLVMGetModuleContext(mod)};
+    LLVMSetTarget(mod, host_triple);
+    LLVMSetDataLayout(mod, host_dl);
+    r.td = LLVMCreateTargetData(host_dl);
+    r.b = LLVMCreateBuilderInContext(r.ctx);
+    r.i8 = LLVMInt8TypeInContext(r.ctx);
+    r.i32 = LLVMInt32TypeInContext(r.ctx);
+    r.i64 = LLVMInt64TypeInContext(r.ctx);
+    r.ptr = LLVMPointerTypeInContext(r.ctx, 0);
+    LLVMTypeRef dargs[3] = {r.i32, r.ptr, r.ptr}, sargs[2] = {r.ptr, r.i64};
+    r.dispatch_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), dargs, 3, 0);
+    r.store_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), sargs, 2, 0);
+    r.dispatch = declare(&r, "kiln_emu_dispatch", r.dispatch_ty);
+    r.store = declare(&r, "kiln_emu_store", r.store_ty);
+
+    instrument_stores(&r); /* first: the marshalling stores below are private */
+    for (unsigned i = 0; i < info->nsites; i++) marshal(&r, info->calls[i], i);
+    drop_unused_intrinsics(mod);
+    place_shared(&r, arena, info);
+    hostify(&r);
+    add_trampoline(&r, kernel, info->entry_symbol);
+    LLVMDisposeBuilder(r.b);
+    LLVMDisposeTargetData(r.td);
+
+    char *msg = NULL;
+    if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
+        kiln_status st = kiln_fail(err, KILN_EEMU, "emulator: the host module does not verify: %.800s", msg ? msg : "");
+        LLVMDisposeMessage(msg);
+        return st;
+    }
+    LLVMDisposeMessage(msg);
+    return KILN_OK;
+}

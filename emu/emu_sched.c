@@ -1,0 +1,440 @@
+/* emu/emu_sched.c - runs a grid block by block: fibers, barriers, warp meetings, faults, races. */
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+
+#define EMU_BARRIERS 16
+#define EMU_POISON 0xff
+
+typedef struct emu_bar {
+    unsigned expected, arrived;
+    int site, red;
+    uint32_t acc;
+} emu_bar;
+
+/* A warp collective some lanes of a warp wait in. */
+typedef struct emu_meet {
+    const emu_op *op;
+    emu_warp_fn fn;
+    int site;
+    uint32_t mask, arrived;
+} emu_meet;
+
+struct emu_block {
+    const emu_kernel_rt *k;
+    emu_stacks stacks;
+    emu_thread *threads; /* EMU_MAX_THREADS */
+    unsigned nthreads, nwarps, block[3], grid[3], ctaid[3];
+    void **args;
+    emu_fiber host;
+    emu_thread *cur;
+    unsigned exited;
+    uint32_t exited_mask[EMU_MAX_THREADS / EMU_WARP];
+    emu_bar bar[EMU_BARRIERS];
+    emu_meet meet[EMU_MAX_THREADS / EMU_WARP][EMU_WARP];
+    unsigned nmeet[EMU_MAX_THREADS / EMU_WARP];
+    bool failed;
+    char fault[1024];
+    emu_log log;
+    bool logging;
+    size_t arena_used;
+};
+
+/* The block running on this host thread; intrinsic calls find it here. */
+static _Thread_local emu_block *emu_current;
+
+/* ---- helpers for handlers ---- */
+
+uint32_t emu_slot_u32(const unsigned char *slots, unsigned i) {
+    uint32_t v;
+    memcpy(&v, slots + (size_t)i * EMU_SLOT, sizeof v);
+    return v;
+}
+uint32_t emu_arg_u32(const emu_call *c, unsigned i) { return emu_slot_u32(c->args, i); }
+float emu_arg_f32(const emu_call *c, unsigned i) {
+    float f;
+    memcpy(&f, c->args + (size_t)i * EMU_SLOT, sizeof f);
+    return f;
+}
+void emu_ret_u32(emu_call *c, uint32_t v) { memcpy(c->ret, &v, sizeof v); }
+void emu_ret_f32(emu_call *c, float v) { memcpy(c->ret, &v, sizeof v); }
+
+void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], unsigned nctaid[3]) {
+    memcpy(ntid, blk->block, sizeof blk->block);
+    memcpy(ctaid, blk->ctaid, sizeof blk->ctaid);
+    memcpy(nctaid, blk->grid, sizeof blk->grid);
+}
+unsigned emu_block_threads(const emu_block *blk) { return blk->nthreads; }
+
+static int thread_desc(const emu_block *b, const emu_thread *t, char *buf, size_t size) {
+    return snprintf(buf, size, "block (%u,%u,%u) thread (%u,%u,%u)", b->ctaid[0], b->ctaid[1], b->ctaid[2],
+                    t->tid[0], t->tid[1], t->tid[2]);
+}
+
+static const char *site_where(const emu_block *b, int site) {
+    return site >= 0 && (unsigned)site < b->k->nsites ? b->k->sites[site].where : "?";
+}
+
+/* Switches back to the scheduler for good: the block has failed. */
+static _Noreturn void abandon(emu_block *b) {
+    b->failed = true;
+    b->cur->fiber.dirty = true;
+    emu_fiber_switch(&b->cur->fiber, &b->host, true);
+    abort(); /* unreachable: a failed block never resumes its threads */
+}
+
+void emu_fault(emu_block *b, const char *fmt, ...) {
+    char who[128];
+    thread_desc(b, b->cur, who, sizeof who);
+    va_list ap;
+    va_start(ap, fmt);
+    char what[880];
+    vsnprintf(what, sizeof what, fmt, ap);
+    va_end(ap);
+    snprintf(b->fault, sizeof b->fault, "%s: %s", who, what);
+    abandon(b);
+}
+
+/* The calling thread waits until someone makes it ready again. */
+static void wait_here(emu_block *b, emu_thread *t, int site) {
+    t->state = EMU_WAITING;
+    t->wait_site = site;
+    emu_fiber_switch(&t->fiber, &b->host, false);
+    t->wait_site = -1;
+}
+
+/* ---- block barriers ---- */
+
+static uint32_t red_init(int red) { return red == 2 ? 1u : 0u; }
+static uint32_t red_step(int red, uint32_t acc, uint32_t pred) {
+    switch (red) {
+    case 1: return acc + (pred != 0);
+    case 2: return acc & (pred != 0);
+    case 3: return acc | (pred != 0);
+    default: return 0;
+    }
+}
+
+static void barrier_release(emu_block *b, unsigned id, uint32_t result) {
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        emu_thread *t = &b->threads[i];
+        if (t->state == EMU_WAITING && t->wait_bar == (int)id) {
+            t->state = EMU_READY;
+            t->wait_bar = -1;
+            memcpy(t->out, &result, sizeof result);
+        }
+    }
+}
+
+static void first_exited(const emu_block *b, char *buf, size_t size) {
+    for (unsigned i = 0; i < b->nthreads; i++)
+        if (b->threads[i].state == EMU_EXITED) {
+            snprintf(buf, size, "thread (%u,%u,%u)", b->threads[i].tid[0], b->threads[i].tid[1], b->threads[i].tid[2]);
+            return;
+        }
+    snprintf(buf, size, "?");
+}
+
+uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred) {
+    emu_block *b = c->blk;
+    emu_thread *t = c->t;
+    const char *where = c->site->where;
+    if (id >= EMU_BARRIERS) emu_fault(b, "%s: barrier id %u out of range 0..%d", where, id, EMU_BARRIERS - 1);
+    if (count && (count % EMU_WARP || count > b->nthreads))
+        emu_fault(b, "%s: barrier thread count %u must be a multiple of %d and at most the block's %u threads",
+                  where, count, EMU_WARP, b->nthreads);
+    unsigned expected = count ? count : b->nthreads;
+    if (!count && b->exited) {
+        char gone[64];
+        first_exited(b, gone, sizeof gone);
+        emu_fault(b, "divergent barrier: reached %s (barrier %u), but %s has exited; a barrier needs every "
+                     "thread of the block", where, id, gone);
+    }
+    emu_bar *bar = &b->bar[id];
+    if (bar->arrived == 0) {
+        bar->expected = expected;
+        bar->site = c->site_index;
+        bar->red = red;
+        bar->acc = red_init(red);
+    } else if (bar->expected != expected || bar->red != red || (!count && bar->site != c->site_index)) {
+        emu_fault(b, "divergent barrier: reached %s (barrier %u, %u threads) while %u threads wait at %s "
+                     "(barrier %u, %u threads)", where, id, expected, bar->arrived, site_where(b, bar->site), id,
+                  bar->expected);
+    }
+    bar->acc = red_step(red, bar->acc, pred);
+    if (++bar->arrived == bar->expected) {
+        uint32_t result = bar->acc;
+        bar->arrived = 0;
+        barrier_release(b, id, result);
+        return result;
+    }
+    t->wait_bar = (int)id;
+    wait_here(b, t, c->site_index);
+    uint32_t result;
+    memcpy(&result, t->out, sizeof result);
+    return result;
+}
+
+/* ---- warp meetings ---- */
+
+static uint32_t warp_lanes(const emu_block *b, unsigned warp) {
+    unsigned n = b->nthreads - warp * EMU_WARP;
+    return n >= EMU_WARP ? 0xffffffffu : (1u << n) - 1;
+}
+
+static unsigned lowest_lane(uint32_t m) { return (unsigned)__builtin_ctz(m); }
+
+bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
+    emu_block *b = c->blk;
+    emu_thread *t = c->t;
+    const char *where = c->site->where;
+    unsigned w = t->warp;
+    if (!(mask >> t->lane & 1))
+        emu_fault(b, "%s: mask 0x%08x does not include the calling lane %u", where, mask, t->lane);
+    if (mask & ~warp_lanes(b, w))
+        emu_fault(b, "%s: mask 0x%08x names lane %u, which does not exist in warp %u of a %u-thread block",
+                  where, mask, lowest_lane(mask & ~warp_lanes(b, w)), w, b->nthreads);
+    if (mask & b->exited_mask[w])
+        emu_fault(b, "%s: mask 0x%08x names lane %u, which has exited", where, mask,
+                  lowest_lane(mask & b->exited_mask[w]));
+    memcpy(t->in, c->args, (size_t)c->site->nargs * EMU_SLOT);
+    emu_meet *m = NULL;
+    for (unsigned i = 0; i < b->nmeet[w]; i++)
+        if (b->meet[w][i].mask & mask) m = &b->meet[w][i];
+    if (m && (m->mask != mask || m->op != c->site->op)) {
+        emu_fault(b, "%s with mask 0x%08x while lanes 0x%08x of the warp wait in %s with mask 0x%08x", where, mask,
+                  m->arrived, site_where(b, m->site), m->mask);
+    }
+    if (!m) {
+        m = &b->meet[w][b->nmeet[w]++];
+        *m = (emu_meet){.op = c->site->op, .fn = fn, .site = c->site_index, .mask = mask, .arrived = 0};
+    }
+    m->arrived |= 1u << t->lane;
+    if (m->arrived == mask) {
+        emu_thread *lanes[EMU_WARP] = {0};
+        for (unsigned l = 0; l < EMU_WARP; l++)
+            if (mask >> l & 1) lanes[l] = &b->threads[w * EMU_WARP + l];
+        emu_meet done = *m;
+        *m = b->meet[w][--b->nmeet[w]];
+        if (!done.fn(b, done.op, lanes, mask)) return false;
+        for (unsigned l = 0; l < EMU_WARP; l++)
+            if (lanes[l] && lanes[l] != t) lanes[l]->state = EMU_READY;
+    } else {
+        wait_here(b, t, c->site_index);
+    }
+    memcpy(c->ret, t->out, c->site->ret_size);
+    return true;
+}
+
+/* ---- the intrinsic and store entry points called by host code ---- */
+
+void emu_dispatch_entry(int site, const void *args, void *ret) {
+    emu_block *b = emu_current;
+    emu_call c = {b, b->cur, &b->k->sites[site], site, args, ret};
+    c.site->op->fn(&c);
+}
+
+void emu_store_entry(void *p, uint64_t size) {
+    emu_block *b = emu_current;
+    if (!b || !b->logging) return;
+    if (emu_stacks_contain(&b->stacks, p)) return;
+    unsigned char *c = p;
+    if (c >= b->k->arena && c < b->k->arena + b->k->arena_size) return;
+    emu_log_store(&b->log, p, (size_t)size);
+}
+
+/* ---- threads ---- */
+
+static void thread_exit_checks(emu_block *b, emu_thread *t) {
+    unsigned w = t->warp;
+    for (unsigned i = 0; i < b->nmeet[w]; i++) {
+        emu_meet *m = &b->meet[w][i];
+        if (m->mask >> t->lane & 1)
+            emu_fault(b, "exited while lanes 0x%08x of its warp wait for it in %s (mask 0x%08x)", m->arrived,
+                      site_where(b, m->site), m->mask);
+    }
+    for (unsigned id = 0; id < EMU_BARRIERS; id++)
+        if (b->bar[id].arrived && b->bar[id].expected == b->nthreads)
+            emu_fault(b, "divergent barrier: exited while %u threads wait at %s (barrier %u needs every thread "
+                         "of the block)", b->bar[id].arrived, site_where(b, b->bar[id].site), id);
+}
+
+static void fiber_main(void) {
+    emu_block *b = emu_current;
+    emu_thread *t = b->cur;
+    emu_fiber_started(&t->fiber, &b->host);
+    b->k->entry(b->args);
+    thread_exit_checks(b, t);
+    t->state = EMU_EXITED;
+    b->exited++;
+    b->exited_mask[t->warp] |= 1u << t->lane;
+    emu_fiber_switch(&t->fiber, &b->host, true);
+    abort(); /* unreachable: an exited fiber is only ever reset */
+}
+
+/* ---- blocks ---- */
+
+kiln_status emu_block_create(emu_block **out, kiln_error *err) {
+    emu_block *b = calloc(1, sizeof *b);
+    if (b) b->threads = calloc(EMU_MAX_THREADS, sizeof *b->threads);
+    if (!b || !b->threads) {
+        if (b) free(b);
+        return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
+    }
+    *out = b;
+    return KILN_OK;
+}
+
+void emu_block_destroy(emu_block *b) {
+    if (!b) return;
+    for (unsigned i = 0; i < b->stacks.count; i++) emu_fiber_fini(&b->threads[i].fiber);
+    emu_fiber_fini(&b->host);
+    emu_stacks_release(&b->stacks);
+    emu_log_free(&b->log);
+    free(b->threads);
+    free(b);
+}
+
+static kiln_status prepare_threads(emu_block *b, kiln_error *err) {
+    unsigned old = b->stacks.count;
+    if (old < b->nthreads) {
+        for (unsigned i = 0; i < old; i++) emu_fiber_fini(&b->threads[i].fiber);
+        kiln_status st = emu_stacks_reserve(&b->stacks, b->nthreads, err);
+        if (st != KILN_OK) return st;
+        for (unsigned i = 0; i < b->stacks.count; i++) emu_fiber_init(&b->threads[i].fiber, &b->stacks, i);
+    }
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        emu_thread *t = &b->threads[i];
+        t->id = i;
+        t->lane = i % EMU_WARP;
+        t->warp = i / EMU_WARP;
+        t->tid[0] = i % b->block[0];
+        t->tid[1] = i / b->block[0] % b->block[1];
+        t->tid[2] = i / (b->block[0] * b->block[1]);
+    }
+    return KILN_OK;
+}
+
+static void reset_block(emu_block *b) {
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        emu_thread *t = &b->threads[i];
+        t->state = EMU_READY;
+        t->wait_site = -1;
+        t->wait_bar = -1;
+        t->clock = 0;
+        emu_fiber_reset(&t->fiber, fiber_main);
+    }
+    b->exited = 0;
+    memset(b->exited_mask, 0, sizeof b->exited_mask);
+    memset(b->bar, 0, sizeof b->bar);
+    memset(b->nmeet, 0, sizeof b->nmeet);
+    memset(b->k->arena, EMU_POISON, b->arena_used);
+    b->failed = false;
+}
+
+/* Describes who waits where when no thread can run. */
+static kiln_status deadlock(emu_block *b, kiln_error *err) {
+    char msg[900] = "";
+    size_t len = 0;
+    for (unsigned i = 0; i < b->nthreads && len < sizeof msg - 120;) {
+        emu_thread *t = &b->threads[i];
+        unsigned j = i + 1;
+        while (j < b->nthreads && b->threads[j].state == t->state && b->threads[j].wait_site == t->wait_site) j++;
+        const char *what = t->state == EMU_EXITED ? "exited" : site_where(b, t->wait_site);
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "%sthreads %u-%u %s%s", len ? "; " : "", i, j - 1,
+                                t->state == EMU_EXITED ? "" : "wait at ", what);
+        i = j;
+    }
+    return kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): deadlock, no thread can continue: %s", b->ctaid[0],
+                     b->ctaid[1], b->ctaid[2], msg);
+}
+
+/* Runs every thread of the current block to completion, in ascending or descending order. */
+static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
+    reset_block(b);
+    for (bool progress = true; progress;) {
+        progress = false;
+        for (unsigned k = 0; k < b->nthreads; k++) {
+            emu_thread *t = &b->threads[descending ? b->nthreads - 1 - k : k];
+            if (t->state != EMU_READY) continue;
+            b->cur = t;
+            emu_fiber_switch(&b->host, &t->fiber, false);
+            progress = true;
+            if (b->failed) {
+                for (unsigned i = 0; i < b->nthreads; i++)
+                    if (b->threads[i].state == EMU_WAITING) b->threads[i].fiber.dirty = true;
+                return kiln_fail(err, KILN_EEMU, "%s", b->fault);
+            }
+        }
+    }
+    return b->exited == b->nthreads ? KILN_OK : deadlock(b, err);
+}
+
+/* Names the argument an address belongs to: the pointer argument closest below it. */
+static void describe_addr(const emu_block *b, uintptr_t a, char *buf, size_t size) {
+    const kiln_kernel_meta *m = b->k->meta;
+    int best = -1;
+    uintptr_t base = 0;
+    for (int i = 0; i < m->nparams; i++) {
+        if (m->params[i].kind != KILN_PARAM_PTR) continue;
+        uintptr_t p;
+        memcpy(&p, b->args[i], sizeof p);
+        if (p <= a && (best < 0 || p > base)) best = i, base = p;
+    }
+    if (best < 0) snprintf(buf, size, "address %p", (void *)a);
+    else snprintf(buf, size, "byte %zu of argument '%s'", (size_t)(a - base), m->params[best].name);
+}
+
+/* Runs the block twice in opposite thread orders; any difference in what they leave in
+ * memory is a race (or a missing barrier). Memory ends as the runs left it. */
+static kiln_status run_block_twice(emu_block *b, kiln_error *err) {
+    emu_snapshot first = {0}, second = {0};
+    b->logging = true;
+    emu_log_reset(&b->log);
+    kiln_status st = run_block(b, false, err);
+    if (st == KILN_OK) st = emu_log_snapshot(&b->log, &first, err);
+    emu_log_undo(&b->log);
+    emu_log_reset(&b->log);
+    if (st == KILN_OK) st = run_block(b, true, err);
+    if (st == KILN_OK) st = emu_log_snapshot(&b->log, &second, err);
+    emu_log_undo(&b->log);
+    b->logging = false;
+    emu_diff d;
+    if (st == KILN_OK && emu_snapshot_diff(&first, &second, &d)) {
+        char where[160];
+        describe_addr(b, d.addr, where, sizeof where);
+        st = kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): race: with its threads run in descending order it "
+                       "left different data than in ascending order, first at %s (byte 0x%02x vs 0x%02x); a "
+                       "missing barrier or a data race", b->ctaid[0], b->ctaid[1], b->ctaid[2], where, d.first,
+                       d.second);
+    }
+    emu_snapshot_write(&second);
+    emu_snapshot_free(&first);
+    emu_snapshot_free(&second);
+    return st;
+}
+
+kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_launch *l, void **args,
+                         kiln_error *err) {
+    b->k = k;
+    b->args = args;
+    memcpy(b->block, l->block, sizeof b->block);
+    memcpy(b->grid, l->grid, sizeof b->grid);
+    b->nthreads = l->block[0] * l->block[1] * l->block[2];
+    b->nwarps = (b->nthreads + EMU_WARP - 1) / EMU_WARP;
+    b->arena_used = k->dynamic_offset + l->dynamic_smem;
+    kiln_status st = prepare_threads(b, err);
+    emu_block *saved = emu_current;
+    emu_current = b;
+    for (unsigned z = 0; st == KILN_OK && z < l->grid[2]; z++)
+        for (unsigned y = 0; st == KILN_OK && y < l->grid[1]; y++)
+            for (unsigned x = 0; st == KILN_OK && x < l->grid[0]; x++) {
+                b->ctaid[0] = x, b->ctaid[1] = y, b->ctaid[2] = z;
+                st = l->twice ? run_block_twice(b, err) : run_block(b, false, err);
+            }
+    emu_current = saved;
+    return st;
+}

@@ -1,0 +1,128 @@
+/* kiln/emu.h - the CPU emulator (libkiln): runs generated kernels on the host and checks them. */
+#ifndef KILN_EMU_H
+#define KILN_EMU_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/common.h"
+#include "kiln/gen.h"
+#include "kiln/kernel.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * The emulator compiles the very LLVM module that becomes PTX for the host (NVVM
+ * intrinsics become calls into the emulator), then runs a grid one block at a time,
+ * each CUDA thread a fiber. Barriers and warp collectives meet their threads and check
+ * them: a divergent barrier, a shuffle naming an exited lane or a deadlock is a
+ * KILN_EEMU error, never a hang. Shared memory is poisoned (0xff bytes: NaN in every
+ * float type) before each block. Runs are deterministic.
+ *
+ * One kiln_emu and its kernels must be used by one thread at a time.
+ */
+typedef struct kiln_emu kiln_emu;
+typedef struct kiln_emu_kernel kiln_emu_kernel; /* owned by its kiln_emu */
+
+kiln_status kiln_emu_create(kiln_emu **out, kiln_error *err);
+/* Frees the emulator and every kernel loaded into it. */
+void kiln_emu_destroy(kiln_emu *emu);
+
+/* Generates spec for target sm with gen and compiles that module for the host. */
+kiln_status kiln_emu_load(kiln_emu *emu, kiln_gen *gen, const char *spec, int sm,
+                          kiln_emu_kernel **out, kiln_error *err);
+/* Compiles NVVM IR (LLVM text or bitcode, len bytes) for the host. entry names the kernel
+ * (NULL: the module's only kernel); sm picks the limits launches are checked against.
+ * The metadata is read from the IR: parameters, and the block size from reqntid/maxntid. */
+kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const char *entry,
+                             int sm, kiln_emu_kernel **out, kiln_error *err);
+const kiln_kernel_meta *kiln_emu_kernel_meta(const kiln_emu_kernel *k);
+/* Frees the kernel's code (optional: kiln_emu_destroy frees all kernels). */
+void kiln_emu_kernel_free(kiln_emu_kernel *k);
+
+typedef struct kiln_emu_launch {
+    unsigned grid[3];      /* blocks; every dimension >= 1 */
+    unsigned block[3];     /* threads per block */
+    unsigned dynamic_smem; /* bytes of dynamic shared memory */
+    int twice;             /* nonzero: run every block twice, threads in ascending then in
+                            * descending order, and fail if what they wrote differs */
+    uint32_t nullable;     /* bit i set: pointer parameter i may be NULL (else a bad launch) */
+} kiln_emu_launch;
+
+/* Runs the grid as cuLaunchKernel would: args[i] points at the value of parameter i.
+ * Bad launches (empty grid, too many threads, too much shared memory for the target,
+ * a NULL argument, a null pointer not marked nullable) fail with KILN_EINVAL; faults found while
+ * running (divergent barrier, warp collective with a missing lane, deadlock, trap,
+ * a race seen by `twice`) with KILN_EEMU. */
+kiln_status kiln_emu_run(kiln_emu_kernel *k, const kiln_emu_launch *launch, void **args,
+                         kiln_error *err);
+
+/* ---- element values (emu_half.c): conversions used by references and tests ---- */
+
+/* Element i of an array of dtype t, as a double (exact). */
+double kiln_emu_value_get(kiln_dtype t, const void *base, size_t i);
+/* Stores v rounded to nearest even into element i (NaN stays NaN, overflow gives Inf). */
+void kiln_emu_value_set(kiln_dtype t, void *base, size_t i, double v);
+
+/* ---- LayerNorm forward: inputs, float64 reference, checks (emu_layernorm.c) ---- */
+
+typedef enum kiln_ln_input {
+    KILN_LN_RANDOM = 0, /* x ~ N(0.5, 2), weight ~ N(1, 0.5), bias ~ N(0, 0.5) */
+    KILN_LN_LARGE_MEAN, /* rows alternate 10000 + N(0, 1e-3) and 1000 + N(0, 0.1): a naive
+                         * sum / sum-of-squares variance fails on them */
+    KILN_LN_CONSTANT,   /* every row constant (row r holds r - 1.5) */
+    KILN_LN_SPECIAL,    /* rows with NaN, +Inf, -Inf and both infinities among random values,
+                         * and random rows between them */
+    KILN_LN_MIXED,      /* row r takes the kind r % 4 of the four above */
+    KILN_LN_INPUT_COUNT
+} kiln_ln_input;
+
+/* "random", "large-mean", "constant", "special"; parse returns 0 on success. */
+const char *kiln_ln_input_name(kiln_ln_input in);
+int kiln_ln_input_parse(const char *name, kiln_ln_input *out);
+
+/* A LayerNorm problem: inputs in their dtypes, outputs as the kernel writes them, and the
+ * float64 reference. Buffers end at a guard page, so reads past the end fault. */
+typedef struct kiln_ln_data {
+    kiln_layernorm_spec spec;
+    int rows, hidden;
+    float eps;
+    void *x, *w, *b;   /* w, b NULL when the spec has none */
+    void *y;           /* rows x hidden in spec.y */
+    float *mean, *rstd; /* rows */
+    double *ref_y, *ref_mean, *ref_rstd;
+} kiln_ln_data;
+
+/* Reads a LayerNorm spec string (as kiln_canonical_spec writes it) into s; missing keys
+ * take the template's defaults; KILN_EINVAL names a bad key or value. */
+kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err);
+/* Allocates and fills a problem; hidden must equal spec->hidden unless that is 0. */
+kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps,
+                                int rows, int hidden, kiln_ln_input input, uint64_t seed,
+                                kiln_error *err);
+void kiln_ln_data_free(kiln_ln_data *d);
+/* Fills the outputs with poison (0xff bytes), binds the kernel's parameters by name and
+ * runs the grid the kernel's metadata asks for. */
+kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_error *err);
+
+/* Outcome of comparing the outputs with the reference; index 0 y, 1 mean, 2 rstd. */
+typedef struct kiln_ln_report {
+    double max_abs[3];   /* largest |kernel - reference| over finite values */
+    double max_rel[3];   /* largest |kernel - reference| / |reference| (reference != 0) */
+    double worst[3];     /* largest error / tolerance; above 1 fails */
+    long bad[3];         /* elements out of tolerance, unwritten, or with wrong NaN/Inf */
+    char first[3][256];  /* the first bad element of each output, described */
+} kiln_ln_report;
+
+/* Checks every output against tolerances derived from the dtypes and the shape (see
+ * emu_layernorm.c for the error model). Returns the total number of bad elements. */
+long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r);
+/* "y", "mean", "rstd" */
+const char *kiln_ln_output_name(int i);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
