@@ -80,7 +80,7 @@ int main(void) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
         char name[512], why[1200];
-        snprintf(name, sizeof name, "%s (sm_%d) generates, lints clean", vs[i].spec, vs[i].sm);
+        snprintf(name, sizeof name, "%.255s (sm_%d) generates, lints clean", vs[i].spec, vs[i].sm);
         TEST_BEGIN(name);
         kiln_module *m = NULL;
         kiln_status st = kiln_generate(gen, vs[i].spec, vs[i].sm, KILN_EMIT_PTX, &m, &err);
@@ -115,7 +115,7 @@ int main(void) {
         for (int k = 0; k < nrun; k++) {
             int i = idx[k];
             char name[512];
-            snprintf(name, sizeof name, "%s (sm_%d) assembles, 0 spills", vs[i].spec, vs[i].sm);
+            snprintf(name, sizeof name, "%.255s (sm_%d) assembles, 0 spills", vs[i].spec, vs[i].sm);
             TEST_BEGIN(name);
             char *log = slurp(jobs[k].log, NULL);
             long spills;
