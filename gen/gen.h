@@ -194,6 +194,7 @@ struct gen_builder {
     int nshared;         /* shared arrays allocated (for unique names) */
     int depth;           /* open if/for blocks */
     int finished;
+    unsigned max_registers; /* .maxnreg; 0 = derived from the block size */
     LLVMTypeRef i1, i8, i16, i32, i64, f32, f16, bf16, void_t, ptr_global, ptr_shared;
 };
 
@@ -211,6 +212,7 @@ void gen_register_vars(lua_State *L);
 LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float or i16 */
 int gen_dtype_kind(int dtype);                         /* kiln_dtype -> enum gen_kind */
 void gen_close_kernel(gen_builder *gb);
+void gen_annotate(gen_builder *gb, const char *key, int value); /* nvvm.annotations entry */
 /* gen_control.c */
 void gen_register_control(lua_State *L);
 /* gen_convert.c */

@@ -27,7 +27,7 @@ static int check_dtype(lua_State *L, int idx) {
 
 static const char *param_kinds[] = {"ptr", "i32", "i64", "f32"};
 
-static void add_annotation(gen_builder *gb, const char *key, int value) {
+void gen_annotate(gen_builder *gb, const char *key, int value) {
     LLVMMetadataRef ops[3] = {
         LLVMValueAsMetadata(gb->fn),
         LLVMMDStringInContext2(gb->ctx, key, strlen(key)),
@@ -85,8 +85,8 @@ static int b_kernel(lua_State *L) {
     LLVMTypeRef fty = LLVMFunctionType(gb->void_t, types, (unsigned)n, 0);
     gb->fn = LLVMAddFunction(gb->mod, m->entry, fty);
     LLVMSetFunctionCallConv(gb->fn, LLVMPTXKernelCallConv);
-    add_annotation(gb, "kernel", 1);
-    add_annotation(gb, "maxntidx", (int)(m->block[0] * m->block[1] * m->block[2]));
+    gen_annotate(gb, "kernel", 1);
+    gen_annotate(gb, "maxntidx", (int)(m->block[0] * m->block[1] * m->block[2]));
     add_attr(gb, LLVMAttributeFunctionIndex, "nounwind");
     gb->entry = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "entry");
     gb->body = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "body");
@@ -109,7 +109,17 @@ static int b_kernel(lua_State *L) {
     return 1;
 }
 
+/* Registers one SM offers a block: 64K 32-bit registers; a thread may use at most 255. */
+#define SM_REGISTERS 65536
+#define THREAD_REGISTERS_MAX 255
+
 void gen_close_kernel(gen_builder *gb) {
+    /* Without .maxnreg, ptxas spills at ~56-64 registers on some kernels even when the block
+     * size leaves room for more; say how many the block size allows (or what the template chose). */
+    unsigned threads = gb->meta->block[0] * gb->meta->block[1] * gb->meta->block[2];
+    unsigned cap = (SM_REGISTERS / threads) & ~7u;
+    if (cap > THREAD_REGISTERS_MAX) cap = THREAD_REGISTERS_MAX;
+    gen_annotate(gb, "maxnreg", (int)(gb->max_registers ? gb->max_registers : cap));
     LLVMBuildBr(gb->b, gb->exit_bb);
     LLVMPositionBuilderAtEnd(gb->b, gb->entry);
     LLVMBuildBr(gb->b, gb->body);

@@ -29,20 +29,14 @@ static int b_lg2_approx(lua_State *L) {
     return 1;
 }
 
-/* b:max_registers(n): the kernel may use up to n registers per thread (.maxnreg). Without
- * it ptxas may cap registers for occupancy and spill instead (seen on sm_90 at 96). */
+/* b:max_registers(n): the kernel may use up to n registers per thread (.maxnreg), instead
+ * of the default the builder derives from the block size (see gen_close_kernel). */
 static int b_max_registers(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     lua_Integer n = luaL_checkinteger(L, 2);
     if (n < 16 || n > 255) return luaL_error(L, "max_registers %d out of range 16..255", (int)n);
     if (!gb->fn) return luaL_error(L, "b:max_registers needs a kernel (call b:kernel{} first)");
-    LLVMMetadataRef ops[3] = {
-        LLVMValueAsMetadata(gb->fn),
-        LLVMMDStringInContext2(gb->ctx, "maxnreg", 7),
-        LLVMValueAsMetadata(LLVMConstInt(gb->i32, (unsigned long long)n, 0)),
-    };
-    LLVMAddNamedMetadataOperand(gb->mod, "nvvm.annotations",
-                                LLVMMetadataAsValue(gb->ctx, LLVMMDNodeInContext2(gb->ctx, ops, 3)));
+    gb->max_registers = (unsigned)n;
     return 0;
 }
 

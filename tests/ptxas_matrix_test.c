@@ -63,7 +63,7 @@ int main(void) {
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
         char name[300];
-        snprintf(name, sizeof name, "%s (sm_%d)", vs[i].spec, vs[i].sm);
+        snprintf(name, sizeof name, "%.250s (sm_%d)", vs[i].spec, vs[i].sm);
         TEST_BEGIN(name);
         kiln_module *m = NULL;
         kiln_status st = kiln_generate(gen, vs[i].spec, vs[i].sm, KILN_EMIT_PTX, &m, &err);
@@ -110,7 +110,7 @@ int main(void) {
         for (int k = 0; k < nrun; k++) {
             int i = idx[k];
             char name[300];
-            snprintf(name, sizeof name, "%s (sm_%d)", vs[i].spec, vs[i].sm);
+            snprintf(name, sizeof name, "%.250s (sm_%d)", vs[i].spec, vs[i].sm);
             TEST_BEGIN(name);
             char *log = slurp(run[k].log, NULL);
             long spills;
