@@ -109,28 +109,9 @@ static need instruction_needs(const gen_ptx_stmt *st, int module_sm) {
     return nd;
 }
 
-/* Directive rules match when the statement holds the directive anywhere (after linkage words). */
-static need directive_needs(const gen_ptx_stmt *st, const char *op_only, int module_sm) {
-    need nd = {0};
-    size_t nrules, stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
-    const gen_lint_rule *rules = gen_lint_rules(&nrules);
-    for (size_t i = 0; i < nrules; i++) {
-        const gen_lint_rule *r = &rules[i];
-        if (op_only) {
-            if (!strcmp(r->op, op_only)) consider(&nd, r, module_sm);
-            continue;
-        }
-        if (r->op[0] != '.') continue;
-        bool hit = false;
-        for (size_t k = 0; k < stored && !hit; k++) hit = alt_match(r->op, strlen(r->op), (span){st->tok[k].s, st->tok[k].len});
-        if (hit && (!r->operand || has_operand(st, r->operand))) consider(&nd, r, module_sm);
-    }
-    return nd;
-}
-
 /* ---- findings ---- */
 
-static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind, const gen_ptx_stmt *st,
+static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind, const gen_ptx_stmt *st, int line,
                                       const char *feature) {
     if (rep->count == MAX_FINDINGS || rep->oom) return NULL;
     if (rep->count == rep->cap) {
@@ -145,7 +126,7 @@ static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind
     kiln_lint_finding *f = &rep->findings[rep->count++];
     memset(f, 0, sizeof *f);
     f->kind = kind;
-    f->line = st->line;
+    f->line = line;
     gen_ptx_stmt_text(st, f->instruction, sizeof f->instruction);
     snprintf(f->feature, sizeof f->feature, "%s", feature);
     f->module_sm = rep->module.sm;
@@ -154,46 +135,83 @@ static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind
     return f;
 }
 
-static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, need nd) {
+/* One finding for a line whose SM (sr, arch-specific or not) and/or PTX ISA (pr) needs the module lacks. */
+static void report_short(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd, const gen_lint_rule *sr,
+                         const gen_lint_rule *pr) {
     const kiln_lint_module *m = &rep->module;
-    char a[16], b[16];
-    kiln_lint_finding *f;
-    bool arch_ok = nd.arch_rule && m->arch_specific && m->sm == nd.arch_rule->sm;
-    bool sm_short = false;
-    if (nd.arch_rule && !arch_ok && (f = add_finding(rep, KILN_LINT_ARCH, st, nd.arch_rule->feature))) {
-        f->need_sm = nd.arch_rule->sm, f->need_arch = 1;
-        snprintf(f->message, sizeof f->message,
-                 "needs the arch-specific target %s for %s; the module's .target is %s (arch-specific code "
-                 "runs only on exactly that SM)",
-                 gen_lint_sm_name(f->need_sm, true, a), nd.arch_rule->feature, m->target);
-        sm_short = true;
-    } else if (nd.sm_rule && nd.sm_rule->sm > m->sm && (f = add_finding(rep, KILN_LINT_TARGET, st, nd.sm_rule->feature))) {
-        f->need_sm = nd.sm_rule->sm;
-        f->need_ptx = nd.ptx_rule ? rule_ptx(nd.ptx_rule, m->sm) : 0;
-        snprintf(f->message, sizeof f->message, "needs %s for %s; the module's .target is %s",
-                 gen_lint_sm_name(f->need_sm, false, a), nd.sm_rule->feature, m->target);
-        sm_short = true;
-    }
-    const gen_lint_rule *pr = nd.ptx_rule;
-    if (nd.arch_rule && (!pr || nd.arch_rule->ptx > rule_ptx(pr, m->sm))) pr = nd.arch_rule;
-    int need_ptx = pr ? rule_ptx(pr, m->sm) : 0;
-    if (pr && need_ptx > m->ptx && (f = add_finding(rep, KILN_LINT_ISA, st, pr->feature))) {
-        f->need_ptx = need_ptx;
-        f->need_sm = nd.sm_rule ? nd.sm_rule->sm : 0;
-        snprintf(f->message, sizeof f->message, "needs PTX ISA %d.%d for %s; the module's .version is %d.%d",
-                 need_ptx / 10, need_ptx % 10, pr->feature, m->ptx / 10, m->ptx % 10);
-    }
-    /* What an sm_N device would lose: lines this module may use but that device lacks. */
-    int dev = m->device_sm;
-    if (!dev || sm_short) return;
+    bool arch = sr && sr->arch;
+    kiln_lint_finding *f = add_finding(rep, arch ? KILN_LINT_ARCH : sr ? KILN_LINT_TARGET : KILN_LINT_ISA, st, line,
+                                       (sr ? sr : pr)->feature);
+    if (!f) return;
+    const gen_lint_rule *sm_need = arch ? nd.arch_rule : nd.sm_rule, *ptx_need = pr ? pr : nd.ptx_rule;
+    f->need_sm = sm_need ? sm_need->sm : 0;
+    f->need_arch = arch;
+    f->need_ptx = ptx_need ? rule_ptx(ptx_need, m->sm) : 0;
+    char name[16], need[192] = "", have[96];
+    int n = 0;
+    if (sr)
+        n = snprintf(need, sizeof need, "%s%s", arch ? "the arch-specific target " : "",
+                     gen_lint_sm_name(sr->sm, arch, name));
+    if (sr && pr && strcmp(sr->feature, pr->feature))
+        n += snprintf(need + n, sizeof need - (size_t)n, " for %s", sr->feature);
+    if (pr)
+        snprintf(need + n, sizeof need - (size_t)n, "%sPTX ISA %d.%d", sr ? " and " : "", f->need_ptx / 10,
+                 f->need_ptx % 10);
+    if (sr && pr)
+        snprintf(have, sizeof have, ".target is %s and its .version %d.%d", m->target, m->ptx / 10, m->ptx % 10);
+    else if (sr)
+        snprintf(have, sizeof have, ".target is %s", m->target);
+    else
+        snprintf(have, sizeof have, ".version is %d.%d", m->ptx / 10, m->ptx % 10);
+    snprintf(f->message, sizeof f->message, "needs %s for %s; the module's %s%s", need, (pr ? pr : sr)->feature, have,
+             arch ? " (arch-specific code runs only on exactly that SM)" : "");
+}
+
+/* With a device SM: a line this module may use but that device lacks (what it would lose there). */
+static void report_lost(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
+    int dev = rep->module.device_sm;
     const gen_lint_rule *lost = nd.arch_rule && dev != nd.arch_rule->sm ? nd.arch_rule
                                 : nd.sm_rule && nd.sm_rule->sm > dev   ? nd.sm_rule
                                                                        : NULL;
-    if (lost && (f = add_finding(rep, KILN_LINT_DEVICE, st, lost->feature))) {
-        f->need_sm = lost->sm, f->need_arch = lost->arch;
-        snprintf(f->message, sizeof f->message, "needs %s for %s: an %s device does not have it",
-                 gen_lint_sm_name(lost->sm, lost->arch, a), lost->feature, gen_lint_sm_name(dev, false, b));
+    kiln_lint_finding *f = lost ? add_finding(rep, KILN_LINT_DEVICE, st, line, lost->feature) : NULL;
+    if (!f) return;
+    char a[16], b[16];
+    f->need_sm = lost->sm, f->need_arch = lost->arch;
+    snprintf(f->message, sizeof f->message, "needs %s for %s: an %s device does not have it",
+             gen_lint_sm_name(lost->sm, lost->arch, a), lost->feature, gen_lint_sm_name(dev, false, b));
+}
+
+static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
+    const kiln_lint_module *m = &rep->module;
+    const gen_lint_rule *sr = NULL, *pr = nd.ptx_rule;
+    if (nd.arch_rule && !(m->arch_specific && m->sm == nd.arch_rule->sm)) sr = nd.arch_rule;
+    else if (nd.sm_rule && nd.sm_rule->sm > m->sm) sr = nd.sm_rule;
+    if (nd.arch_rule && (!pr || nd.arch_rule->ptx > rule_ptx(pr, m->sm))) pr = nd.arch_rule;
+    if (pr && rule_ptx(pr, m->sm) <= m->ptx) pr = NULL;
+    if (sr || pr) report_short(rep, st, line, nd, sr, pr);
+    if (!sr && m->device_sm) report_lost(rep, st, line, nd);
+}
+
+/* Rules for one directive word of a statement ("op_only" names a pseudo-directive such as a label in .section). */
+static need directive_needs(const gen_ptx_stmt *st, gen_ptx_token word, const char *op_only, int module_sm) {
+    need nd = {0};
+    size_t nrules;
+    const gen_lint_rule *rules = gen_lint_rules(&nrules);
+    for (size_t i = 0; i < nrules; i++) {
+        const gen_lint_rule *r = &rules[i];
+        bool hit = op_only ? !strcmp(r->op, op_only)
+                           : r->op[0] == '.' && alt_match(r->op, strlen(r->op), (span){word.s, word.len});
+        if (hit && (!r->operand || has_operand(st, r->operand))) consider(&nd, r, module_sm);
     }
+    return nd;
+}
+
+/* Each directive word of a statement (".reqnctapercluster" in a function header) where ptxas puts it. */
+static void check_directives(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    size_t stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
+    for (size_t k = 0; k < stored; k++)
+        if (st->tok[k].len > 1 && st->tok[k].s[0] == '.')
+            report_needs(rep, st, st->tok[k].line, directive_needs(st, st->tok[k], NULL, rep->module.sm));
 }
 
 /* shfl and vote without .sync: rejected for sm_70+ from PTX ISA 6.4, unreliable there before. */
@@ -205,7 +223,7 @@ static void check_sync(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     const char *name = shfl ? "shfl" : "vote";
     char feature[32];
     snprintf(feature, sizeof feature, "%s without .sync", name);
-    kiln_lint_finding *f = add_finding(rep, KILN_LINT_SYNC, st, feature);
+    kiln_lint_finding *f = add_finding(rep, KILN_LINT_SYNC, st, st->tok[0].line, feature);
     if (!f) return;
     f->warning = rep->module.ptx < 64;
     if (f->warning)
@@ -238,7 +256,7 @@ static void check_decl(kiln_lint_report *rep, const gen_ptx_stmt *st) {
         if (!in_decl) continue;
         for (const char *const *d = gen_lint_decl_types(); *d; d++) {
             if (!gen_ptx_tok_is(t, *d)) continue;
-            kiln_lint_finding *f = add_finding(rep, KILN_LINT_DECL, st, *d);
+            kiln_lint_finding *f = add_finding(rep, KILN_LINT_DECL, st, t.line, *d);
             if (f)
                 snprintf(f->message, sizeof f->message,
                          "illegal declaration: %s is an instruction type only (ptxas: syntax error); declare "
@@ -334,12 +352,12 @@ static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     const gen_lint_target *t = find_target((span){m->target, strlen(m->target)});
     kiln_lint_finding *f;
     char dev[16];
-    if (t && m->ptx < t->ptx && (f = add_finding(rep, KILN_LINT_VERSION, st, ".version"))) {
+    if (t && m->ptx < t->ptx && (f = add_finding(rep, KILN_LINT_VERSION, st, st->line, ".version"))) {
         f->need_sm = m->sm, f->need_arch = m->arch_specific, f->need_ptx = t->ptx;
         snprintf(f->message, sizeof f->message, ".target %s needs PTX ISA %d.%d or later; the module's .version is %d.%d",
                  m->target, t->ptx / 10, t->ptx % 10, m->ptx / 10, m->ptx % 10);
     }
-    if (m->device_sm && !m->runs_on_device && (f = add_finding(rep, KILN_LINT_DEVICE, st, m->target))) {
+    if (m->device_sm && !m->runs_on_device && (f = add_finding(rep, KILN_LINT_DEVICE, st, st->line, m->target))) {
         f->need_sm = m->sm, f->need_arch = m->arch_specific;
         gen_lint_sm_name(m->device_sm, false, dev);
         snprintf(f->message, sizeof f->message, "the module targets %s: an %s device cannot run it (%s)", m->target, dev,
@@ -357,14 +375,14 @@ static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len)
     gen_ptx_reader_init(&r, ptx, len);
     for (; gen_ptx_next(&r, &st); index++) {
         if (st.kind == GEN_PTX_INSTRUCTION && st.ntok) {
-            report_needs(rep, &st, instruction_needs(&st, rep->module.sm));
+            report_needs(rep, &st, st.tok[0].line, instruction_needs(&st, rep->module.sm));
             check_sync(rep, &st);
         } else if (st.kind == GEN_PTX_DIRECTIVE) {
             if (index == rep->target_stmt) check_target(rep, &st);
             check_decl(rep, &st);
-            report_needs(rep, &st, directive_needs(&st, NULL, rep->module.sm));
+            check_directives(rep, &st);
         } else if (st.kind == GEN_PTX_LABEL && st.in_section) {
-            report_needs(rep, &st, directive_needs(&st, ":section-label", rep->module.sm));
+            report_needs(rep, &st, st.line, directive_needs(&st, st.tok[0], ":section-label", rep->module.sm));
         }
     }
 }

@@ -80,6 +80,8 @@ static const gen_lint_rule rules[] = {
     {"setmaxnreg", "*", NULL, 90, 80, true, "setmaxnreg", "setmaxnreg.inc.sync.aligned.u32 240;", 0, 0},
     /* Asynchronous copies and barriers. */
     {"cp", "async.*", NULL, 80, 70, false, "cp.async", "cp.async.ca.shared.global [sh], [%rd1], 16;", 0, 0},
+    {"cp", "async.commit_group", NULL, 80, 70, false, "cp.async.commit_group", "cp.async.commit_group;", 0, 0},
+    {"cp", "async.wait_group|wait_all", NULL, 80, 70, false, "cp.async.wait_group", "cp.async.wait_group 1;", 0, 0},
     {"cp", "async.bulk.*", NULL, 90, 80, false, "cp.async.bulk", "cp.async.bulk.prefetch.L2.global [%rd1], 256;", 0, 0},
     {"cp", "reduce.async.bulk.*", NULL, 90, 80, false, "cp.reduce.async.bulk",
      "cp.reduce.async.bulk.global.shared::cta.bulk_group.add.u32 [%rd1], [sh], 16;", 0, 0},
@@ -118,8 +120,9 @@ static const gen_lint_rule rules[] = {
     {"*", "*", "%nclusterid*", 90, 78, false, "%nclusterid", "mov.u32 %r1, %nclusterid.x;", 0, 0},
     /* Directives (matched anywhere in a directive statement). */
     {".loc", NULL, "inlined_at", 0, 70, false, "line information of inlined functions", NULL, 0, 0},
-    {".reqnctapercluster|.explicitcluster|.maxclusterrank", NULL, NULL, 90, 78, false, "cluster launch directives",
-     NULL, 0, 0},
+    {".reqnctapercluster", NULL, NULL, 90, 78, false, ".reqnctapercluster", NULL, 0, 0},
+    {".explicitcluster", NULL, NULL, 90, 78, false, ".explicitcluster", NULL, 0, 0},
+    {".maxclusterrank", NULL, NULL, 90, 78, false, ".maxclusterrank", NULL, 0, 0},
     /* A label inside a .section block (matched by lint itself, not by opcode). */
     {":section-label", NULL, NULL, 0, 70, false, "labels in .section", NULL, 0, 0},
 };

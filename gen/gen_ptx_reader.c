@@ -51,6 +51,7 @@ static bool skip_space(gen_ptx_reader *r, bool stop_at_newline) {
 /* Scans one token at r->p: a string, a word (letters, digits, _ $ % . and "::"), or one other byte. */
 static gen_ptx_token scan_token(gen_ptx_reader *r) {
     const char *s = r->p;
+    int line = r->line;
     if (*s == '"') {
         for (r->p++; r->p < r->end && *r->p != '"' && *r->p != '\n'; r->p++)
             if (*r->p == '\\' && r->p + 1 < r->end && r->p[1] != '\n') r->p++;
@@ -64,7 +65,7 @@ static gen_ptx_token scan_token(gen_ptx_reader *r) {
     } else {
         r->p++;
     }
-    return (gen_ptx_token){s, (size_t)(r->p - s)};
+    return (gen_ptx_token){s, (size_t)(r->p - s), line};
 }
 
 static void add_token(gen_ptx_stmt *st, gen_ptx_token t) {
@@ -174,7 +175,7 @@ bool gen_ptx_next(gen_ptx_reader *r, gen_ptx_stmt *st) {
         read_section_line(r, st);
     } else {
         if (*r->p == '@') read_predicate(r, st);
-        gen_ptx_token first = r->p < r->end ? scan_token(r) : (gen_ptx_token){r->p, 0};
+        gen_ptx_token first = r->p < r->end ? scan_token(r) : (gen_ptx_token){r->p, 0, r->line};
         if (!st->predicated && take_label(r, first)) {
             st->kind = GEN_PTX_LABEL;
             add_token(st, first);

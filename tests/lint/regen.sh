@@ -27,6 +27,7 @@ corpus=(
   "bf16_f16_cvt sm_90"
   "turing_clean sm_75"
   "multi_func   sm_80 -lineinfo"
+  "cluster      sm_90"
 )
 rm -f ./*.ptx
 for row in "${corpus[@]}"; do
