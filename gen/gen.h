@@ -50,6 +50,7 @@ typedef enum gen_ptx_kind {
 typedef struct gen_ptx_token {
     const char *s;
     size_t len;
+    int line; /* where it is (ptxas reports an instruction at its opcode's line) */
 } gen_ptx_token;
 typedef struct gen_ptx_stmt {
     gen_ptx_kind kind;
