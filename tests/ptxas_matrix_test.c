@@ -1,5 +1,6 @@
-/* tests/ptxas_matrix_test.c - every generated variant verifies, assembles with ptxas for its
- * SM with 0 bytes of spills, and (below sm_80) holds no bf16 instruction. */
+/* tests/ptxas_matrix_test.c - every generated LayerNorm variant verifies, is lint-clean,
+ * assembles with ptxas for its SM with 0 bytes of spills, and (below sm_80) holds no bf16
+ * instruction. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -8,6 +9,7 @@
 
 #include "check.h"
 #include "kiln/kiln.h"
+#include "kiln/lint.h"
 #include "ptxas_util.h"
 
 static const int sms[] = {75, 80, 86, 89, 90};
@@ -75,6 +77,14 @@ int main(void) {
             if (vs[i].sm < 80) {
                 int line = ptx_bf16_line(ptx);
                 CHECK(line == 0, "bf16 instruction on line %d of sm_%d PTX", line, vs[i].sm);
+            }
+            kiln_lint_report *lint = NULL;
+            CHECK(kiln_lint(ptx, kiln_module_size(m), 0, &lint, &err) == KILN_OK, "lint: %s", err.msg);
+            if (lint) {
+                const kiln_lint_finding *f = kiln_lint_get(lint, 0);
+                CHECK(kiln_lint_count(lint) == 0, "%zu lint findings, first on line %d: %s", kiln_lint_count(lint),
+                      f ? f->line : 0, f ? f->message : "");
+                kiln_lint_free(lint);
             }
             snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/v%d.ptx", dir, i);
             snprintf(jobs[i].log, sizeof jobs[i].log, "%s/v%d.log", dir, i);
