@@ -1,0 +1,356 @@
+/* tests/emu_layernorm_test.c - every LayerNorm variant of the ptxas matrix runs on the emulator
+ * and matches the float64 reference; all SMs give the same bits.
+ *
+ * Variants: x, w, y each f32/f16/bf16 (27 combinations) x hidden {1, 7, 33, 100, 768, 1000,
+ * 4096, 16384, launch} with weight and bias, plus weight/bias switched off on three dtype
+ * sets, each for sm_75, 80, 86, 89, 90. Fixed hidden runs rows 1, 3 and "many" (64, or 8 for
+ * hidden >= 4096); the launch-time form runs every hidden above at "many" rows and rows 1
+ * and 3 at hidden 7 and 1000. Inputs are "mixed": row r is random, 10000 + N(0, 1e-3) or
+ * 1000 + N(0, 0.1) (large mean, tiny variance), constant, or random with NaN, +Inf, -Inf or
+ * both infinities, by r % 4. The rows=many run goes twice through every block (ascending,
+ * then descending thread order) to expose races.
+ *
+ * Tolerances (u = 2^-24; derivation in emu/emu_layernorm.c; D = elements a sum passes
+ * through, ~ hidden / threads_per_row + 13):
+ *   mean:  |m - mean| <= (D + 2) u mean(|x|)             f32 sum, a few 1e-6 relative at most
+ *   rstd:  |r - 1/sqrt(v + eps)| <= ((D + 4)/2 + 4) u r   v: centered variance around the
+ *          kernel's own m, so the bound stays tight where f32 cannot resolve the mean
+ *   y:     |y - ((x - m) r w + b)| <= 4u|(x - m) r w| + u|y| + half an ulp of y's dtype
+ *          (f32 ~ 1e-7 relative; f16 2^-11 relative, subnormals 2^-25 absolute; bf16 2^-8)
+ *   NaN in a row makes mean, rstd and all of y NaN; +Inf alone makes mean +Inf and the rest
+ *   NaN; both infinities make everything NaN. An output element never written fails.
+ * sm_75 (no bf16/f16x2 cvt: integer rounding) and sm_80/86/89/90 (native cvt) must produce
+ * identical bytes for every output.
+ *
+ * KILN_TEST_QUICK=1 (and sanitizer builds, unless KILN_TEST_FULL=1): sm_75 and sm_80 only,
+ * hidden {1, 33, 1000, launch}; KILN_TEST_JOBS=N: worker threads (default 2). */
+#include <math.h>
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "check.h"
+#include "kiln/emu.h"
+
+#if defined(__SANITIZE_ADDRESS__)
+#define SANITIZED 1
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+#define SANITIZED 1
+#endif
+#endif
+#ifndef SANITIZED
+#define SANITIZED 0
+#endif
+
+#define MAX_JOBS 512
+#define MAX_FAILS 4
+#define EPS 1e-5f
+
+static const int all_sms[] = {80, 75, 86, 89, 90}; /* sm_80 first: the others are compared with it */
+static const char *const dtypes[] = {"f32", "f16", "bf16"};
+static const char *const all_hiddens[] = {"1", "7", "33", "100", "768", "1000", "4096", "16384", "launch"};
+static const char *const quick_hiddens[] = {"1", "33", "1000", "launch"};
+static const int launch_sizes[] = {1, 7, 33, 100, 768, 1000, 4096, 16384};
+
+typedef struct stats {
+    double y_rel[3], y_abs[3]; /* per y dtype, random inputs vs the float64 reference */
+    double mean_rel, rstd_rel;
+    double worst[3][3];        /* [y dtype][output]: error / tolerance over all inputs */
+    long runs, loads;
+} stats;
+
+typedef struct job {
+    char spec[200];
+    int nfail;
+    char fail[MAX_FAILS][700];
+    stats st;
+    double seconds;
+} job;
+
+static job jobs[MAX_JOBS];
+static int njobs;
+static atomic_int next_job;
+static int nsms;
+
+static void fail(job *j, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void fail(job *j, const char *fmt, ...) {
+    if (j->nfail < MAX_FAILS) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(j->fail[j->nfail], sizeof j->fail[0], fmt, ap);
+        va_end(ap);
+    }
+    j->nfail++;
+}
+
+static double now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
+}
+
+/* One data set of a job, shared by every SM: inputs, reference, and sm_80's outputs. */
+typedef struct dataset {
+    kiln_ln_data *d;
+    int rows, hidden, twice;
+    unsigned char *y80;
+    float *mean80, *rstd80;
+} dataset;
+
+static size_t ybytes(const dataset *s) {
+    return (size_t)s->rows * (size_t)s->hidden * kiln_dtype_size(s->d->spec.y);
+}
+
+static void record(job *j, const dataset *s, const kiln_ln_report *r, kiln_ln_input in) {
+    int yd = (int)s->d->spec.y;
+    for (int o = 0; o < 3; o++)
+        if (r->worst[o] > j->st.worst[yd][o]) j->st.worst[yd][o] = r->worst[o];
+    if (in != KILN_LN_RANDOM) return;
+    if (r->max_rel[0] > j->st.y_rel[yd]) j->st.y_rel[yd] = r->max_rel[0];
+    if (r->max_abs[0] > j->st.y_abs[yd]) j->st.y_abs[yd] = r->max_abs[0];
+    if (r->max_rel[1] > j->st.mean_rel) j->st.mean_rel = r->max_rel[1];
+    if (r->max_rel[2] > j->st.rstd_rel) j->st.rstd_rel = r->max_rel[2];
+}
+
+/* Runs one data set on kernel k for sm; checks it and compares its bytes with sm_80's. */
+static void run_set(job *j, kiln_emu_kernel *k, int sm, dataset *s, kiln_ln_input in) {
+    kiln_error err = {0};
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    if (kiln_ln_run(k, s->d, s->twice, &err) != KILN_OK) {
+        fail(j, "sm_%d rows %d hidden %d: %s", sm, s->rows, s->hidden, err.msg);
+        return;
+    }
+    j->st.runs++;
+    kiln_ln_report r;
+    if (kiln_ln_check(s->d, (int)m->threads_per_row, &r)) {
+        for (int o = 0; o < 3; o++)
+            if (r.bad[o]) fail(j, "sm_%d rows %d hidden %d: %ld bad %s values; first: %s", sm, s->rows, s->hidden,
+                               r.bad[o], kiln_ln_output_name(o), r.first[o]);
+    }
+    record(j, s, &r, in);
+    if (in == KILN_LN_RANDOM) return; /* statistics only */
+    size_t rb = (size_t)s->rows * sizeof(float);
+    if (sm == 80) {
+        s->y80 = malloc(ybytes(s));
+        s->mean80 = malloc(rb);
+        s->rstd80 = malloc(rb);
+        if (s->y80 && s->mean80 && s->rstd80) {
+            memcpy(s->y80, s->d->y, ybytes(s));
+            memcpy(s->mean80, s->d->mean, rb);
+            memcpy(s->rstd80, s->d->rstd, rb);
+        }
+        return;
+    }
+    if (!s->y80 || !s->mean80 || !s->rstd80) return;
+    const char *diff = memcmp(s->y80, s->d->y, ybytes(s)) ? "y"
+                     : memcmp(s->mean80, s->d->mean, rb) ? "mean"
+                     : memcmp(s->rstd80, s->d->rstd, rb) ? "rstd" : NULL;
+    if (diff) fail(j, "sm_%d rows %d hidden %d: %s differs in its bits from sm_80's", sm, s->rows, s->hidden, diff);
+}
+
+static void free_set(dataset *s) {
+    kiln_ln_data_free(s->d);
+    free(s->y80);
+    free(s->mean80);
+    free(s->rstd80);
+}
+
+/* The data sets of one spec: rows {1, 3, many} at a fixed hidden, or many hidden sizes. */
+static int plan(const kiln_layernorm_spec *spec, int quick, int *rows, int *hidden, int *twice) {
+    int n = 0;
+    if (spec->hidden) {
+        int many = spec->hidden >= 4096 ? 8 : 64;
+        const int r[3] = {1, 3, many};
+        for (int i = 0; i < 3; i++) rows[n] = r[i], hidden[n] = spec->hidden, twice[n++] = i == 2;
+        return n;
+    }
+    for (size_t i = 0; i < sizeof launch_sizes / sizeof *launch_sizes; i++) {
+        if (quick && launch_sizes[i] != 7 && launch_sizes[i] != 1000 && launch_sizes[i] != 4096) continue;
+        rows[n] = launch_sizes[i] >= 4096 ? 8 : 64, hidden[n] = launch_sizes[i], twice[n++] = 1;
+    }
+    for (int i = 0; i < 2; i++) rows[n] = 1 + 2 * i, hidden[n] = i ? 1000 : 7, twice[n++] = 0;
+    return n;
+}
+
+static void run_job(kiln_gen *gen, kiln_emu *emu, job *j, int quick) {
+    double t0 = now();
+    kiln_error err = {0};
+    kiln_layernorm_spec spec;
+    if (kiln_ln_spec_parse(j->spec, &spec, &err) != KILN_OK) {
+        fail(j, "%s", err.msg);
+        return;
+    }
+    int rows[16], hidden[16], twice[16], n = plan(&spec, quick, rows, hidden, twice);
+    dataset sets[16];
+    memset(sets, 0, sizeof sets);
+    uint64_t seed = 1;
+    for (const char *c = j->spec; *c; c++) seed = seed * 31 + (unsigned char)*c;
+    for (int i = 0; i < n; i++) {
+        sets[i].rows = rows[i], sets[i].hidden = hidden[i], sets[i].twice = twice[i];
+        if (kiln_ln_data_create(&sets[i].d, &spec, EPS, rows[i], hidden[i], KILN_LN_MIXED, seed + (uint64_t)i, &err))
+            fail(j, "data: %s", err.msg);
+    }
+    for (int si = 0; si < nsms; si++) {
+        kiln_emu_kernel *k = NULL;
+        if (kiln_emu_load(emu, gen, j->spec, all_sms[si], &k, &err) != KILN_OK) {
+            fail(j, "sm_%d: load: %s", all_sms[si], err.msg);
+            continue;
+        }
+        j->st.loads++;
+        for (int i = 0; i < n; i++)
+            if (sets[i].d) run_set(j, k, all_sms[si], &sets[i], KILN_LN_MIXED);
+        if (all_sms[si] == 80) { /* random inputs alone, for the error statistics */
+            kiln_ln_data *d;
+            int h = spec.hidden ? spec.hidden : 1000;
+            if (kiln_ln_data_create(&d, &spec, EPS, h >= 4096 ? 8 : 64, h, KILN_LN_RANDOM, seed, &err) == KILN_OK) {
+                dataset s = {.d = d, .rows = d->rows, .hidden = h};
+                run_set(j, k, 80, &s, KILN_LN_RANDOM);
+                kiln_ln_data_free(d);
+            }
+        }
+        kiln_emu_kernel_free(k);
+    }
+    for (int i = 0; i < n; i++) free_set(&sets[i]);
+    j->seconds = now() - t0;
+}
+
+static void *worker(void *arg) {
+    int quick = *(int *)arg;
+    kiln_error err = {0};
+    kiln_gen *gen = NULL;
+    kiln_emu *emu = NULL;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        for (int i; (i = atomic_fetch_add(&next_job, 1)) < njobs;) fail(&jobs[i], "setup: %s", err.msg);
+    } else {
+        for (int i; (i = atomic_fetch_add(&next_job, 1)) < njobs;) run_job(gen, emu, &jobs[i], quick);
+    }
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return NULL;
+}
+
+static void add_job(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static void add_job(const char *fmt, ...) {
+    if (njobs == MAX_JOBS) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(jobs[njobs++].spec, sizeof jobs[0].spec, fmt, ap);
+    va_end(ap);
+}
+
+static void make_jobs(int quick) {
+    const char *const *hiddens = quick ? quick_hiddens : all_hiddens;
+    size_t nh = quick ? sizeof quick_hiddens / sizeof *quick_hiddens : sizeof all_hiddens / sizeof *all_hiddens;
+    /* big hidden sizes first, so that the two workers finish together */
+    for (size_t h = nh; h-- > 0;)
+        for (int x = 0; x < 3; x++)
+            for (int w = 0; w < 3; w++)
+                for (int y = 0; y < 3; y++)
+                    add_job("layernorm x=%s w=%s y=%s hidden=%s", dtypes[x], dtypes[w], dtypes[y], hiddens[h]);
+    static const char *const affine[] = {"weight=false", "bias=false", "weight=false bias=false"};
+    static const char *const pairs[] = {"x=bf16 w=f32 y=bf16", "x=f16", "x=f32"};
+    static const char *const sizes[] = {"7", "768", "launch"};
+    for (int a = 0; a < 3; a++)
+        for (int p = 0; p < 3; p++)
+            for (int h = 0; h < 3; h++) add_job("layernorm %s hidden=%s %s", pairs[p], sizes[h], affine[a]);
+}
+
+/* mean and rstd may be NULL (the template skips them): y keeps its bits. */
+static void test_null_stats(void) {
+    TEST_BEGIN("mean and rstd passed as NULL: y is unchanged");
+    kiln_error err = {0};
+    kiln_gen *gen = NULL;
+    kiln_emu *emu = NULL;
+    kiln_emu_kernel *k = NULL;
+    kiln_ln_data *d = NULL;
+    kiln_layernorm_spec spec = {KILN_BF16, KILN_F32, KILN_BF16, 768, 1, 1};
+    int ok = kiln_gen_create(&gen, NULL, &err) == KILN_OK && kiln_emu_create(&emu, &err) == KILN_OK &&
+             kiln_emu_load(emu, gen, "layernorm x=bf16 w=f32 y=bf16 hidden=768", 75, &k, &err) == KILN_OK &&
+             kiln_ln_data_create(&d, &spec, EPS, 9, 768, KILN_LN_RANDOM, 7, &err) == KILN_OK &&
+             kiln_ln_run(k, d, 0, &err) == KILN_OK;
+    CHECK(ok, "%s", err.msg);
+    if (ok) {
+        size_t n = 9 * 768 * 2;
+        unsigned char *y = malloc(n);
+        memcpy(y, d->y, n);
+        memset(d->y, 0xff, n);
+        const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+        void *ptr[KILN_MAX_PARAMS], *args[KILN_MAX_PARAMS];
+        int32_t ints[KILN_MAX_PARAMS];
+        float eps = EPS;
+        kiln_emu_launch l = {.grid = {(9 + m->grid_tile[0] - 1) / m->grid_tile[0], 1, 1},
+                             .block = {m->block[0], m->block[1], m->block[2]}};
+        for (int i = 0; i < m->nparams; i++) {
+            const char *nm = m->params[i].name;
+            ptr[i] = !strcmp(nm, "y") ? d->y : !strcmp(nm, "x") ? d->x : !strcmp(nm, "weight") ? d->w
+                   : !strcmp(nm, "bias") ? d->b : NULL;
+            ints[i] = !strcmp(nm, "rows") ? 9 : 768;
+            args[i] = m->params[i].kind == KILN_PARAM_PTR ? (void *)&ptr[i]
+                    : m->params[i].kind == KILN_PARAM_F32 ? (void *)&eps : (void *)&ints[i];
+            if (m->params[i].kind == KILN_PARAM_PTR && !ptr[i]) l.nullable |= 1u << i;
+        }
+        CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK, "%s", err.msg);
+        CHECK(!memcmp(y, d->y, n), "y differs with mean/rstd NULL");
+        free(y);
+    }
+    kiln_ln_data_free(d);
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    TEST_END();
+}
+
+static void summary(double wall) {
+    stats all = {0};
+    double cpu = 0;
+    for (int i = 0; i < njobs; i++) {
+        const stats *s = &jobs[i].st;
+        for (int t = 0; t < 3; t++) {
+            if (s->y_rel[t] > all.y_rel[t]) all.y_rel[t] = s->y_rel[t];
+            if (s->y_abs[t] > all.y_abs[t]) all.y_abs[t] = s->y_abs[t];
+            for (int o = 0; o < 3; o++)
+                if (s->worst[t][o] > all.worst[t][o]) all.worst[t][o] = s->worst[t][o];
+        }
+        if (s->mean_rel > all.mean_rel) all.mean_rel = s->mean_rel;
+        if (s->rstd_rel > all.rstd_rel) all.rstd_rel = s->rstd_rel;
+        all.runs += s->runs, all.loads += s->loads;
+        cpu += jobs[i].seconds;
+    }
+    printf("emu_layernorm: %d specs, %ld kernels compiled, %ld runs in %.1f s (%.1f s of work)\n", njobs, all.loads,
+           all.runs, wall, cpu);
+    for (int t = 0; t < 3; t++)
+        printf("  y=%-4s random inputs: max |y - ref| %.3g, max relative %.3g; worst error/tolerance "
+               "y %.3f mean %.3f rstd %.3f (all inputs)\n", dtypes[t], all.y_abs[t], all.y_rel[t], all.worst[t][0],
+               all.worst[t][1], all.worst[t][2]);
+    printf("  mean: max relative %.3g; rstd: max relative %.3g (random inputs)\n", all.mean_rel, all.rstd_rel);
+}
+
+int main(void) {
+    const char *q = getenv("KILN_TEST_QUICK"), *full = getenv("KILN_TEST_FULL"), *jn = getenv("KILN_TEST_JOBS");
+    int quick = (q && *q && strcmp(q, "0")) || (SANITIZED && !(full && *full && strcmp(full, "0")));
+    int nthreads = jn ? atoi(jn) : 2;
+    if (nthreads < 1 || nthreads > 16) nthreads = 2;
+    nsms = quick ? 2 : (int)(sizeof all_sms / sizeof *all_sms);
+    make_jobs(quick);
+    printf("emu_layernorm: %s matrix, %d specs x %d SMs, %d threads\n", quick ? "quick" : "full", njobs, nsms,
+           nthreads);
+    fflush(stdout);
+    test_null_stats();
+    double t0 = now();
+    pthread_t th[16];
+    for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, worker, &quick);
+    for (int i = 0; i < nthreads; i++) pthread_join(th[i], NULL);
+    double wall = now() - t0;
+    for (int i = 0; i < njobs; i++) {
+        TEST_BEGIN(jobs[i].spec);
+        CHECK(jobs[i].nfail == 0, "%d failures, first: %s%s%s", jobs[i].nfail, jobs[i].fail[0],
+              jobs[i].nfail > 1 ? "; then: " : "", jobs[i].nfail > 1 ? jobs[i].fail[1] : "");
+        TEST_END();
+    }
+    summary(wall);
+    return check_summary("emu_layernorm");
+}
