@@ -30,4 +30,7 @@ int cmd_bundle_info(int argc, char **argv);
 /* cmd_lint.c */
 int cmd_lint(int argc, char **argv);
 
+/* cmd_run.c */
+int cmd_run(int argc, char **argv);
+
 #endif

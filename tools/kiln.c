@@ -15,6 +15,7 @@ static const cli_command commands[] = {
     {"bundle", "generate many variants in parallel into one bundle file (or C source)", cmd_bundle},
     {"bundle-info", "check a bundle and list what it holds", cmd_bundle_info},
     {"lint", "find architecture problems in PTX files (any compiler's)", cmd_lint},
+    {"run", "run one kernel on the CPU emulator and check it against a float64 reference", cmd_run},
 };
 static const size_t ncommands = sizeof commands / sizeof commands[0];
 

@@ -1,0 +1,184 @@
+/* tools/cmd_run.c - `kiln run`: one kernel on the CPU emulator, checked against the float64 reference. */
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cli.h"
+#include "kiln/emu.h"
+#include "kiln/kiln.h"
+
+static void run_usage(FILE *to) {
+    fprintf(to,
+            "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
+            "                [--input KIND] [--eps E] [--twice]\n\n"
+            "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
+            "emulator with generated inputs, and compares every output with a float64 reference.\n"
+            "Prints the largest error per output and how close it came to its tolerance (derived\n"
+            "from the dtypes and the shape; see emu/emu_layernorm.c).\n\n"
+            "  --sm N        target SM (75, 80, 86, 89, 90)\n"
+            "  --rows R      rows (1..1048576)\n"
+            "  --hidden H    row length, needed when the spec says hidden=launch\n"
+            "  --seed S      input seed (default 1)\n"
+            "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
+            "  --eps E       LayerNorm epsilon (default 1e-5)\n"
+            "  --twice       run every block twice, threads in opposite orders; a difference is a race\n\n"
+            "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
+            "2 bad input.\n\n"
+            "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n");
+}
+
+typedef struct run_opts {
+    int sm, rows, hidden, twice;
+    unsigned long long seed;
+    float eps;
+    kiln_ln_input input;
+} run_opts;
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Status of a failed library call: faults found by the emulator are findings (1), the
+ * rest is bad input (2). */
+static int report_error(const kiln_error *err) {
+    fprintf(stderr, "kiln: %s: %s\n", err->status == KILN_EEMU ? "emulator fault" : "error", err->msg);
+    return err->status == KILN_EEMU ? CLI_FINDINGS : CLI_USAGE;
+}
+
+static int print_report(const kiln_ln_data *d, const kiln_ln_report *r) {
+    long bad = 0;
+    for (int o = 0; o < 3; o++) {
+        printf("  %-4s  max |err| %.3e  max rel %.3e  worst %.3f of tolerance  %s\n", kiln_ln_output_name(o),
+               r->max_abs[o], r->max_rel[o], r->worst[o], r->bad[o] ? "FAIL" : "ok");
+        bad += r->bad[o];
+    }
+    for (int o = 0; o < 3; o++)
+        if (r->bad[o]) printf("  %s: %ld values out of tolerance; first: %s\n", kiln_ln_output_name(o), r->bad[o], r->first[o]);
+    printf("%s: %s\n", bad ? "FAIL" : "PASS",
+           bad ? "outputs differ from the float64 reference" : "every output within tolerance");
+    (void)d;
+    return bad ? CLI_FINDINGS : CLI_OK;
+}
+
+static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_error err = {0};
+    kiln_layernorm_spec spec;
+    if (kiln_ln_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);
+    int hidden = o->hidden ? o->hidden : spec.hidden;
+    if (!hidden) return cli_error("the spec has hidden=launch: give the row length with --hidden H");
+    if (spec.hidden && o->hidden && o->hidden != spec.hidden)
+        return cli_error("--hidden %d contradicts the spec's hidden=%d", o->hidden, spec.hidden);
+    if ((long long)o->rows * hidden > (1LL << 26))
+        return cli_error("%d rows x %d is too large for the emulator (at most 2^26 elements)", o->rows, hidden);
+    kiln_ln_data *d;
+    if (kiln_ln_data_create(&d, &spec, o->eps, o->rows, hidden, o->input, o->seed, &err) != KILN_OK)
+        return report_error(&err);
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
+    printf("%s  sm_%d  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, o->sm, o->rows, hidden,
+           kiln_ln_input_name(o->input), o->seed, o->twice ? "  (every block twice)" : "");
+    double t0 = now_ms();
+    int rc;
+    if (kiln_ln_run(k, d, o->twice, &err) != KILN_OK) {
+        rc = report_error(&err);
+    } else {
+        printf("  %s: %u blocks of %u threads, emulated in %.1f ms\n", m->entry, (o->rows + tile - 1) / tile,
+               m->block[0] * m->block[1] * m->block[2], now_ms() - t0);
+        kiln_ln_report r;
+        kiln_ln_check(d, (int)m->threads_per_row, &r);
+        rc = print_report(d, &r);
+    }
+    kiln_ln_data_free(d);
+    return rc;
+}
+
+/* Families `kiln run` can check, each with its reference. */
+static const struct {
+    const char *family;
+    int (*run)(kiln_emu_kernel *k, const run_opts *o);
+} families[] = {
+    {"layernorm", run_layernorm},
+};
+
+static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
+    char *end;
+    long x = strtol(v, &end, 10);
+    if (!*v || *end || x < lo || x > hi) return cli_error("bad %s '%s'; valid: %ld..%ld", opt, v, lo, hi);
+    *out = x;
+    return 0;
+}
+
+static int parse_opts(int argc, char **argv, run_opts *o) {
+    static const struct option longopts[] = {
+        {"sm", required_argument, NULL, 's'},   {"rows", required_argument, NULL, 'r'},
+        {"hidden", required_argument, NULL, 'H'}, {"seed", required_argument, NULL, 'S'},
+        {"input", required_argument, NULL, 'i'}, {"eps", required_argument, NULL, 'e'},
+        {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
+        {NULL, 0, NULL, 0}};
+    int c;
+    long v;
+    char *end;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 's': if (cli_parse_sm(optarg, &o->sm)) return CLI_USAGE; break;
+        case 'r': if (parse_int("--rows", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->rows = (int)v; break;
+        case 'H': if (parse_int("--hidden", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->hidden = (int)v; break;
+        case 'S':
+            o->seed = strtoull(optarg, &end, 10);
+            if (!*optarg || *end || *optarg == '-') return cli_error("bad --seed '%s'; valid: a non-negative integer", optarg);
+            break;
+        case 'i':
+            if (kiln_ln_input_parse(optarg, &o->input))
+                return cli_error("bad --input '%s'; valid: random, large-mean, constant, special, mixed", optarg);
+            break;
+        case 'e':
+            o->eps = strtof(optarg, &end);
+            if (!*optarg || *end || !(o->eps > 0)) return cli_error("bad --eps '%s'; valid: a positive number", optarg);
+            break;
+        case 't': o->twice = 1; break;
+        case 'h': run_usage(stdout); return -1;
+        default:
+            if (optopt) return cli_error("option '-%c' needs a value or is unknown; see 'kiln run --help'", optopt);
+            return cli_error("unknown option or missing value: '%s'; see 'kiln run --help'", argv[optind - 1]);
+        }
+    }
+    return 0;
+}
+
+int cmd_run(int argc, char **argv) {
+    run_opts o = {.seed = 1, .eps = 1e-5f, .input = KILN_LN_RANDOM};
+    /* options may come anywhere: let getopt permute, the spec words are what remains */
+    int rc = parse_opts(argc, argv, &o);
+    if (rc) return rc < 0 ? CLI_OK : rc;
+    if (optind >= argc) return cli_error("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R");
+    if (!o.sm) return cli_error("missing --sm N (the target SM); valid: 75, 80, 86, 89, 90");
+    if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
+    size_t fi = 0, nf = sizeof families / sizeof families[0];
+    while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
+    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm", argv[optind]);
+    char spec[4096] = "";
+    for (int i = optind, n = 0; i < argc; i++) {
+        int k = snprintf(spec + n, sizeof spec - (size_t)n, "%s%s", i > optind ? " " : "", argv[i]);
+        if (k < 0 || (size_t)k >= sizeof spec - (size_t)n) return cli_error("spec too long");
+        n += k;
+    }
+    kiln_error err = {0};
+    kiln_gen *gen = NULL;
+    kiln_emu *emu = NULL;
+    kiln_emu_kernel *k = NULL;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK ||
+        kiln_emu_load(emu, gen, spec, o.sm, &k, &err) != KILN_OK) {
+        rc = cli_error("%s", err.msg);
+    } else {
+        rc = families[fi].run(k, &o);
+    }
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return rc;
+}
