@@ -53,8 +53,9 @@ KILN      := $(BINDIR)/kiln
 all: check-deps $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.a \
      $(LIBDIR)/libkiln.so $(KILN) $(TESTS) $(BENCHES) extra
 
+# Installs missing Debian packages when run as root, else names the apt-get command and stops.
 check-deps:
-	@tools/setup.sh --check
+	@tools/setup.sh
 
 setup:
 	@tools/setup.sh
