@@ -80,9 +80,7 @@ static size_t split_opcode(gen_ptx_token t, span *op, span *mods) {
 }
 
 /* The PTX ISA a rule needs on the module's SM. */
-static int rule_ptx(const gen_lint_rule *r, int module_sm) {
-    return r->sm2 && module_sm >= r->sm2 ? r->ptx2 : r->ptx;
-}
+static int rule_ptx(const gen_lint_rule *r, int module_sm) { return r->sm2 && module_sm >= r->sm2 ? r->ptx2 : r->ptx; }
 
 static void consider(need *nd, const gen_lint_rule *r, int module_sm) {
     if (r->arch) {
@@ -113,6 +111,7 @@ static need instruction_needs(const gen_ptx_stmt *st, int module_sm) {
 
 static kiln_lint_finding *add_finding(kiln_lint_report *rep, kiln_lint_kind kind, const gen_ptx_stmt *st, int line,
                                       const char *feature) {
+    if (rep->count == MAX_FINDINGS) rep->module.dropped++;
     if (rep->count == MAX_FINDINGS || rep->oom) return NULL;
     if (rep->count == rep->cap) {
         size_t cap = rep->cap ? rep->cap * 2 : 16;
@@ -140,8 +139,11 @@ static void report_short(kiln_lint_report *rep, const gen_ptx_stmt *st, int line
                          const gen_lint_rule *pr) {
     const kiln_lint_module *m = &rep->module;
     bool arch = sr && sr->arch;
-    kiln_lint_finding *f = add_finding(rep, arch ? KILN_LINT_ARCH : sr ? KILN_LINT_TARGET : KILN_LINT_ISA, st, line,
-                                       (sr ? sr : pr)->feature);
+    kiln_lint_finding *f = add_finding(rep,
+                                       arch ? KILN_LINT_ARCH
+                                       : sr ? KILN_LINT_TARGET
+                                            : KILN_LINT_ISA,
+                                       st, line, (sr ? sr : pr)->feature);
     if (!f) return;
     const gen_lint_rule *sm_need = arch ? nd.arch_rule : nd.sm_rule, *ptx_need = pr ? pr : nd.ptx_rule;
     f->need_sm = sm_need ? sm_need->sm : 0;
@@ -171,8 +173,8 @@ static void report_short(kiln_lint_report *rep, const gen_ptx_stmt *st, int line
 static void report_lost(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
     int dev = rep->module.device_sm;
     const gen_lint_rule *lost = nd.arch_rule && dev != nd.arch_rule->sm ? nd.arch_rule
-                                : nd.sm_rule && nd.sm_rule->sm > dev   ? nd.sm_rule
-                                                                       : NULL;
+                                : nd.sm_rule && nd.sm_rule->sm > dev    ? nd.sm_rule
+                                                                        : NULL;
     kiln_lint_finding *f = lost ? add_finding(rep, KILN_LINT_DEVICE, st, line, lost->feature) : NULL;
     if (!f) return;
     char a[16], b[16];
@@ -184,8 +186,10 @@ static void report_lost(kiln_lint_report *rep, const gen_ptx_stmt *st, int line,
 static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
     const kiln_lint_module *m = &rep->module;
     const gen_lint_rule *sr = NULL, *pr = nd.ptx_rule;
-    if (nd.arch_rule && !(m->arch_specific && m->sm == nd.arch_rule->sm)) sr = nd.arch_rule;
-    else if (nd.sm_rule && nd.sm_rule->sm > m->sm) sr = nd.sm_rule;
+    if (nd.arch_rule && !(m->arch_specific && m->sm == nd.arch_rule->sm))
+        sr = nd.arch_rule;
+    else if (nd.sm_rule && nd.sm_rule->sm > m->sm)
+        sr = nd.sm_rule;
     if (nd.arch_rule && (!pr || nd.arch_rule->ptx > rule_ptx(pr, m->sm))) pr = nd.arch_rule;
     if (pr && rule_ptx(pr, m->sm) <= m->ptx) pr = NULL;
     if (sr || pr) report_short(rep, st, line, nd, sr, pr);
@@ -331,8 +335,9 @@ static kiln_status read_module(kiln_lint_report *rep, const char *ptx, size_t le
     if (!statements) return kiln_fail(err, KILN_EINVAL, "no PTX statements (the input is blank or only comments)");
     if (!have_version) return kiln_fail(err, KILN_EINVAL, "not a PTX module: no .version directive");
     if (!best)
-        return kiln_fail(err, KILN_EINVAL, any_target ? "no known SM in the .target directive (e.g. '.target sm_80')"
-                                                      : "not a PTX module: no .target directive");
+        return kiln_fail(err, KILN_EINVAL,
+                         any_target ? "no known SM in the .target directive (e.g. '.target sm_80')"
+                                    : "not a PTX module: no .target directive");
     snprintf(rep->module.target, sizeof rep->module.target, "%s", best->name);
     rep->module.sm = best->sm;
     rep->module.arch_specific = best->suffix == 'a';
@@ -354,13 +359,15 @@ static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     char dev[16];
     if (t && m->ptx < t->ptx && (f = add_finding(rep, KILN_LINT_VERSION, st, st->line, ".version"))) {
         f->need_sm = m->sm, f->need_arch = m->arch_specific, f->need_ptx = t->ptx;
-        snprintf(f->message, sizeof f->message, ".target %s needs PTX ISA %d.%d or later; the module's .version is %d.%d",
-                 m->target, t->ptx / 10, t->ptx % 10, m->ptx / 10, m->ptx % 10);
+        snprintf(f->message, sizeof f->message,
+                 ".target %s needs PTX ISA %d.%d or later; the module's .version is %d.%d", m->target, t->ptx / 10,
+                 t->ptx % 10, m->ptx / 10, m->ptx % 10);
     }
     if (m->device_sm && !m->runs_on_device && (f = add_finding(rep, KILN_LINT_DEVICE, st, st->line, m->target))) {
         f->need_sm = m->sm, f->need_arch = m->arch_specific;
         gen_lint_sm_name(m->device_sm, false, dev);
-        snprintf(f->message, sizeof f->message, "the module targets %s: an %s device cannot run it (%s)", m->target, dev,
+        snprintf(f->message, sizeof f->message, "the module targets %s: an %s device cannot run it (%s)", m->target,
+                 dev,
                  m->arch_specific     ? "arch-specific PTX loads only on exactly that SM"
                  : m->family_specific ? "family-specific PTX loads only on that SM family, same or newer"
                                       : "PTX loads only on its target SM or newer");
@@ -448,8 +455,8 @@ kiln_status kiln_lint_parse_sm(const char *text, int *sm, kiln_error *err) {
     const char *d = text && !strncmp(text, "sm_", 3) ? text + 3 : text;
     int v = -1;
     size_t digits = d ? strspn(d, "0123456789") : 0;
-    if (digits >= 1 && digits <= 2 && d[0] != '0' && d[digits] == '.' && d[digits + 1] >= '0' &&
-        d[digits + 1] <= '9' && !d[digits + 2])
+    if (digits >= 1 && digits <= 2 && d[0] != '0' && d[digits] == '.' && d[digits + 1] >= '0' && d[digits + 1] <= '9' &&
+        !d[digits + 2])
         v = atoi(d) * 10 + (d[digits + 1] - '0'); /* compute capability "8.6" */
     else if (digits >= 2 && digits <= 3 && d[0] != '0' && !d[digits])
         v = atoi(d);
@@ -462,8 +469,8 @@ kiln_status kiln_lint_parse_sm(const char *text, int *sm, kiln_error *err) {
         }
         snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%d", valid[0] ? ", " : "", t[i].sm);
     }
-    return kiln_fail(err, KILN_EINVAL, "unknown device SM '%s'; valid: %s (also as sm_NN or N.N)", text ? text : "(null)",
-                     valid);
+    return kiln_fail(err, KILN_EINVAL, "unknown device SM '%s'; valid: %s (also as sm_NN or N.N)",
+                     text ? text : "(null)", valid);
 }
 
 const char *kiln_lint_kind_name(kiln_lint_kind k) {

@@ -26,7 +26,8 @@ static const gen_lint_rule rules[] = {
     {"*", "*.shared::cta.*", NULL, 0, 78, false, "::cta", "ld.shared::cta.u32 %r1, [sh];", 0, 0},
     {"*", "*.shared::cluster.*", NULL, 90, 78, false, "::cluster", "ld.shared::cluster.u32 %r1, [sh];", 0, 0},
     {"*", "*.cluster.*", NULL, 90, 78, false, ".cluster scope", "fence.acq_rel.cluster;", 0, 0},
-    {"ld|st|cp|prefetch", "*.L2::64B|L2::128B.*", NULL, 75, 74, false, ".L2::128B", "ld.global.L2::128B.u32 %r1, [%rd1];", 0, 0},
+    {"ld|st|cp|prefetch", "*.L2::64B|L2::128B.*", NULL, 75, 74, false, ".L2::128B",
+     "ld.global.L2::128B.u32 %r1, [%rd1];", 0, 0},
     {"ld|cp|prefetch", "*.L2::256B.*", NULL, 80, 74, false, ".L2::256B", "ld.global.L2::256B.u32 %r1, [%rd1];", 0, 0},
     {"*", "*.L2::cache_hint.*", NULL, 80, 74, false, ".L2::cache_hint",
      "ld.global.L2::cache_hint.u32 %r1, [%rd1], %rd2;", 0, 0},
@@ -47,9 +48,10 @@ static const gen_lint_rule rules[] = {
     /* Arithmetic. */
     {"add|sub|mul", "*.bf16|bf16x2", NULL, 90, 78, false, "add/sub/mul.bf16", "add.rn.bf16 %rs1, %rs2, %rs3;", 0, 0},
     {"fma", "*.relu.*", NULL, 80, 70, false, "fma.relu", "fma.rn.relu.f16 %rs1, %rs2, %rs3, %rs4;", 0, 0},
-    {"min|max", "*.f16|f16x2|bf16|bf16x2", NULL, 80, 70, false, "min/max.f16", "max.f16 %rs1, %rs2, %rs3;", 0, 0},
+    {"min|max", "*.f16|f16x2", NULL, 80, 70, false, "min/max.f16", "max.f16 %rs1, %rs2, %rs3;", 0, 0},
     {"min|max", "*.NaN.*", NULL, 80, 70, false, "min/max.NaN", "min.NaN.f32 %f1, %f2, %f3;", 0, 0},
-    {"min|max", "*.xorsign.*", NULL, 86, 72, false, "min/max.xorsign.abs", "max.xorsign.abs.f16 %rs1, %rs2, %rs3;", 0, 0},
+    {"min|max", "*.xorsign.*", NULL, 86, 72, false, "min/max.xorsign.abs", "max.xorsign.abs.f16 %rs1, %rs2, %rs3;",
+     0, 0},
     {"setp|set", "*.bf16|bf16x2", NULL, 90, 78, false, "setp.bf16", "setp.lt.bf16 %p1, %rs1, %rs2;", 0, 0},
     {"ex2", "*.f16|f16x2", NULL, 75, 70, false, "ex2.f16", "ex2.approx.f16 %rs1, %rs2;", 0, 0},
     {"ex2", "*.bf16|bf16x2", NULL, 90, 78, false, "ex2.bf16", "ex2.approx.ftz.bf16 %rs1, %rs2;", 0, 0},
@@ -60,11 +62,13 @@ static const gen_lint_rule rules[] = {
                                              "{%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7}, {%r0,%r1}, {%r2,%r3}, "
                                              "{%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7};", 0, 0},
     {"mma", "*.m16n8k8.*", NULL, 75, 65, false, ".m16n8k8", "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32 "
-                                                           "{%f0,%f1,%f2,%f3}, {%r0,%r1}, {%r2}, {%f0,%f1,%f2,%f3};", 0, 0},
+                                                           "{%f0,%f1,%f2,%f3}, {%r0,%r1}, {%r2}, {%f0,%f1,%f2,%f3};",
+     0, 0},
     {"mma", "*.m8n8k16|m8n8k32|m8n8k128.*", NULL, 75, 65, false, "integer mma",
      "mma.sync.aligned.m8n8k16.row.col.s32.s8.s8.s32 {%r0,%r1}, {%r2}, {%r3}, {%r4,%r5};", 0, 0},
     {"mma", "*.m16n8k8.*.bf16|tf32.*", NULL, 80, 70, false, ".m16n8k8 with .bf16/.tf32",
-     "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1}, {%r2}, {%f0,%f1,%f2,%f3};", 0, 0},
+     "mma.sync.aligned.m16n8k8.row.col.f32.bf16.bf16.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1}, {%r2}, {%f0,%f1,%f2,%f3};",
+     0, 0},
     {"mma", "*.m16n8k16|m16n8k32|m16n8k64|m16n8k128|m16n8k256|m16n8k4.*", NULL, 80, 70, false, ".m16n8k16",
      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1,%r2,%r3}, {%r4,%r5}, "
      "{%f0,%f1,%f2,%f3};", 0, 0},
@@ -73,7 +77,8 @@ static const gen_lint_rule rules[] = {
     {"mma", "*.e4m3|e5m2.*", NULL, 89, 84, false, "mma .e4m3/.e5m2",
      "mma.sync.aligned.m16n8k32.row.col.f32.e4m3.e4m3.f32 {%f0,%f1,%f2,%f3}, {%r0,%r1,%r2,%r3}, {%r4,%r5}, "
      "{%f0,%f1,%f2,%f3};", 0, 0},
-    {"ldmatrix", "*", NULL, 75, 65, false, "ldmatrix", "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r0,%r1,%r2,%r3}, [sh];", 0, 0},
+    {"ldmatrix", "*", NULL, 75, 65, false, "ldmatrix",
+     "ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%r0,%r1,%r2,%r3}, [sh];", 0, 0},
     {"stmatrix", "*", NULL, 90, 78, false, "stmatrix", "stmatrix.sync.aligned.m8n8.x1.shared.b16 [sh], {%r1};", 0, 0},
     {"movmatrix", "*", NULL, 75, 78, false, "movmatrix", "movmatrix.sync.aligned.m8n8.trans.b16 %r1, %r2;", 0, 0},
     {"wgmma", "*", NULL, 90, 80, true, "wgmma", "wgmma.fence.sync.aligned;", 0, 0},

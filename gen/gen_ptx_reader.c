@@ -58,9 +58,12 @@ static gen_ptx_token scan_token(gen_ptx_reader *r) {
         if (r->p < r->end && *r->p == '"') r->p++;
     } else if (is_word_char(*s)) {
         while (r->p < r->end) {
-            if (is_word_char(*r->p)) r->p++;
-            else if (*r->p == ':' && r->p + 1 < r->end && r->p[1] == ':') r->p += 2;
-            else break;
+            if (is_word_char(*r->p))
+                r->p++;
+            else if (*r->p == ':' && r->p + 1 < r->end && r->p[1] == ':')
+                r->p += 2;
+            else
+                break;
         }
     } else {
         r->p++;
@@ -129,7 +132,7 @@ static void read_statement(gen_ptx_reader *r, gen_ptx_stmt *st) {
             r->p++;
             return;
         }
-        if (nest == 0 && c == '}') return;               /* missing ';': leave the brace to close its scope */
+        if (nest == 0 && c == '}') return; /* missing ';': leave the brace to close its scope */
         if (nest == 0 && c == '{' && header) {
             st->body_follows = true;
             return;

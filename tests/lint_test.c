@@ -57,8 +57,8 @@ static kiln_status lint_error(const char *ptx, size_t len, char *msg, size_t cap
 
 #define HEAD(version, target) ".version " version "\n.target " target "\n.address_size 64\n"
 /* Lines 4.. of every module below: an entry with registers. */
-#define ENTRY                                                                                                  \
-    ".visible .entry k(.param .u64 p)\n{\n"                                                                    \
+#define ENTRY                                                                                                          \
+    ".visible .entry k(.param .u64 p)\n{\n"                                                                            \
     ".reg .b16 %rs<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n.reg .f32 %f<8>;\n.reg .pred %p<4>;\n"
 /* ENTRY takes lines 4..10; a module's first instruction is on line 11. */
 
@@ -80,13 +80,16 @@ static void test_basic(void) {
 
     TEST_BEGIN("the same module for sm_80 is clean; kiln.meta comments before .version are fine");
     r = lint("// kiln.meta version 1\n// kiln.meta target 80 70\n" HEAD("7.0", "sm_80") ENTRY
-             "cvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n", 0);
+             "cvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n",
+             0);
     CHECK(kiln_lint_count(r) == 0, "%zu findings", kiln_lint_count(r));
     kiln_lint_free(r);
     TEST_END();
 
     TEST_BEGIN("an instruction that needs a newer PTX ISA than .version");
-    r = lint(HEAD("6.5", "sm_75") ENTRY "ex2.approx.f16 %rs1, %rs2;\nldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%rd1];\n}\n", 0);
+    r = lint(HEAD("6.5", "sm_75") ENTRY
+             "ex2.approx.f16 %rs1, %rs2;\nldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%rd1];\n}\n",
+             0);
     f = finding_at(r, 11, KILN_LINT_ISA);
     CHECK(f && f->need_ptx == 70 && f->module_ptx == 65, "no ISA finding for ex2.approx.f16");
     CHECK(!finding_at(r, 11, KILN_LINT_TARGET) && !finding_at(r, 12, -1), "ex2.f16/ldmatrix are fine on sm_75 6.5");
@@ -104,29 +107,35 @@ static void test_basic(void) {
 
 static void test_syntax(void) {
     TEST_BEGIN("comments hide instructions; line numbers survive them");
-    kiln_lint_report *r = lint(HEAD("7.0", "sm_75") ENTRY "// cvt.rn.bf16.f32 %rs1, %f1;\n/* add.rn.bf16 %rs1,\n"
-                                                           "   cvt.rn.bf16.f32 %rs1, %f1; */ mov.b16 %rs2, %rs1; /* x */\n"
-                                                           "max.f16 %rs1, %rs2, %rs3; // bf16\n}\n", 0);
+    kiln_lint_report *r =
+        lint(HEAD("7.0", "sm_75") ENTRY "// cvt.rn.bf16.f32 %rs1, %f1;\n/* add.rn.bf16 %rs1,\n"
+                                        "   cvt.rn.bf16.f32 %rs1, %f1; */ mov.b16 %rs2, %rs1; /* x */\n"
+                                        "max.f16 %rs1, %rs2, %rs3; // bf16\n}\n",
+             0);
     CHECK(kiln_lint_count(r) == 1 && finding_at(r, 14, KILN_LINT_TARGET), "want only max.f16 on line 14");
     dump(r);
     kiln_lint_free(r);
     TEST_END();
 
     TEST_BEGIN("strings and .pragma do not split statements");
-    r = lint(HEAD("7.0", "sm_75") ".global .align 1 .b8 s[4] = {59, 123, 125, 0};\n.file 1 \"a;{b}.cu // x\"\n"
-             ".visible .entry k()\n{\n.reg .b16 %rs<3>;\n.reg .f32 %f<2>;\n.pragma \"nounroll; {\";\n"
-             "cvt.rn.bf16.f32 %rs1, %f1;\n}\n", 0);
+    r = lint(
+        HEAD("7.0", "sm_75") ".global .align 1 .b8 s[4] = {59, 123, 125, 0};\n.file 1 \"a;{b}.cu // x\"\n"
+                             ".visible .entry k()\n{\n.reg .b16 %rs<3>;\n.reg .f32 %f<2>;\n.pragma \"nounroll; {\";\n"
+                             "cvt.rn.bf16.f32 %rs1, %f1;\n}\n",
+        0);
     CHECK(kiln_lint_count(r) == 1 && finding_at(r, 11, KILN_LINT_TARGET), "want one finding on line 11");
     dump(r);
     kiln_lint_free(r);
     TEST_END();
 
     TEST_BEGIN("predicates, vector operands, inline-asm blocks, labels");
-    r = lint(HEAD("7.0", "sm_75") ENTRY "@%p1 cvt.rn.bf16.f32 %rs1, %f1;\n@!%p2 bra $L__BB0_2;\n"
+    r = lint(HEAD("7.0", "sm_75") ENTRY
+             "@%p1 cvt.rn.bf16.f32 %rs1, %f1;\n@!%p2 bra $L__BB0_2;\n"
              "// begin inline asm\n{\n .reg .b16 t;\n mov.b32 {%rs1, %rs2}, %r1;\n cvt.rn.bf16.f32 t, %f1;}\n"
              "// end inline asm\n$L__BB0_2: min.bf16 %rs1, %rs2, %rs3;\n$L__BB0_3:\n"
              "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%f0,%f1,%f2,%f3},\n  {%r0,%r1,%r2,%r3}, {%r4,%r5},"
-             " {%f0,%f1,%f2,%f3};\nret;\n}\n", 0);
+             " {%f0,%f1,%f2,%f3};\nret;\n}\n",
+             0);
     const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_TARGET);
     CHECK(f && !strcmp(f->instruction, "@%p1 cvt.rn.bf16.f32 %rs1, %f1;"), "predicated line 11: '%s'",
           f ? f->instruction : "");
@@ -139,11 +148,14 @@ static void test_syntax(void) {
     TEST_END();
 
     TEST_BEGIN("several functions: .func, .entry, .extern .func declarations, call prototypes");
-    r = lint(HEAD("7.0", "sm_75") ".extern .func (.param .b32 ret) vprintf\n(\n.param .b64 a,\n.param .b64 b\n);\n"
-             ".func (.param .b32 out) f(.param .b32 in)\n{\n.reg .b16 %h;\n.reg .f32 %x;\ncvt.rn.bf16.f32 %h, %x;\n"
-             "ret;\n}\n.visible .entry e(.param .u64 p)\n.maxntid 128, 1, 1\n{\n.reg .b32 %r<2>;\n{\n"
-             ".param .b32 retval0;\nprototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);\n"
-             "call.uni (retval0), f, (%r1);\n}\nret;\n}\n", 0);
+    r = lint(
+        HEAD("7.0", "sm_75") ".extern .func (.param .b32 ret) vprintf\n(\n.param .b64 a,\n.param .b64 b\n);\n"
+                             ".func (.param .b32 out) f(.param .b32 in)\n{\n.reg .b16 %h;\n.reg .f32 "
+                             "%x;\ncvt.rn.bf16.f32 %h, %x;\n"
+                             "ret;\n}\n.visible .entry e(.param .u64 p)\n.maxntid 128, 1, 1\n{\n.reg .b32 %r<2>;\n{\n"
+                             ".param .b32 retval0;\nprototype_0 : .callprototype (.param .b32 _) _ (.param .b32 _);\n"
+                             "call.uni (retval0), f, (%r1);\n}\nret;\n}\n",
+        0);
     const kiln_lint_module *m = kiln_lint_module_info(r);
     CHECK(m->functions == 2, "functions %zu", m->functions);
     CHECK(kiln_lint_count(r) == 1 && finding_at(r, 13, KILN_LINT_TARGET), "want line 13");
@@ -153,7 +165,8 @@ static void test_syntax(void) {
 
     TEST_BEGIN("several .target directives: the highest governs; compute_XX and options");
     r = lint(".version 7.8\n.target sm_75\n.target compute_90, texmode_independent\n.target sm_80, debug\n"
-             ".address_size 64\n.visible .entry k()\n{\n.reg .b16 %rs<4>;\nadd.rn.bf16 %rs1, %rs2, %rs3;\n}\n", 0);
+             ".address_size 64\n.visible .entry k()\n{\n.reg .b16 %rs<4>;\nadd.rn.bf16 %rs1, %rs2, %rs3;\n}\n",
+             0);
     m = kiln_lint_module_info(r);
     CHECK(m->sm == 90 && m->target_line == 3 && !strcmp(m->target, "sm_90"), "target %s line %d", m->target,
           m->target_line);
@@ -163,7 +176,8 @@ static void test_syntax(void) {
 
     TEST_BEGIN("CRLF line ends");
     r = lint(".version 7.0\r\n.target sm_75\r\n.address_size 64\r\n.visible .entry k()\r\n{\r\n.reg .b16 %rs<2>;\r\n"
-             ".reg .f32 %f<2>;\r\n\r\ncvt.rn.bf16.f32 %rs1, %f1;\r\n}\r\n", 0);
+             ".reg .f32 %f<2>;\r\n\r\ncvt.rn.bf16.f32 %rs1, %f1;\r\n}\r\n",
+             0);
     f = finding_at(r, 9, KILN_LINT_TARGET);
     CHECK(f && !strcmp(f->instruction, "cvt.rn.bf16.f32 %rs1, %f1;"), "CRLF line 9");
     kiln_lint_free(r);
@@ -171,7 +185,8 @@ static void test_syntax(void) {
 
     TEST_BEGIN("debug .section blocks: data lines and labels (labels need PTX ISA 7.0)");
     r = lint(HEAD("6.5", "sm_75") ENTRY "ret;\n}\n.section .debug_str\n{\n$L__info_string0:\n.b8 95,90,0\n}\n"
-             ".section .debug_info\n{\n.b32 5 // length\n.b8 1\n}\n", 0);
+                                        ".section .debug_info\n{\n.b32 5 // length\n.b8 1\n}\n",
+             0);
     CHECK(finding_at(r, 15, KILN_LINT_ISA) && kiln_lint_count(r) == 1, "want the section label on line 15");
     dump(r);
     kiln_lint_free(r);
@@ -180,9 +195,11 @@ static void test_syntax(void) {
 
 static void test_checks(void) {
     TEST_BEGIN("illegal declarations: .reg .bf16, .shared .bf16x2, .param .bf16; .b16/.f16 are fine");
-    kiln_lint_report *r = lint(HEAD("7.8", "sm_90") ".shared .align 4 .bf16x2 sh[4];\n"
-                               ".visible .entry k(.param .u64 a, .param .bf16 b)\n{\n.reg .bf16 %h<2>;\n"
-                               ".reg .b16 %rs<2>;\n.reg .f16 %x;\n.reg .f16x2 %y;\nret;\n}\n", 0);
+    kiln_lint_report *r =
+        lint(HEAD("7.8", "sm_90") ".shared .align 4 .bf16x2 sh[4];\n"
+                                  ".visible .entry k(.param .u64 a, .param .bf16 b)\n{\n.reg .bf16 %h<2>;\n"
+                                  ".reg .b16 %rs<2>;\n.reg .f16 %x;\n.reg .f16x2 %y;\nret;\n}\n",
+             0);
     CHECK(finding_at(r, 4, KILN_LINT_DECL) && finding_at(r, 5, KILN_LINT_DECL) && finding_at(r, 7, KILN_LINT_DECL),
           "want decl findings on lines 4, 5, 7");
     CHECK(kiln_lint_count(r) == 3, "%zu findings", kiln_lint_count(r));
@@ -191,8 +208,9 @@ static void test_checks(void) {
     TEST_END();
 
     TEST_BEGIN("shfl/vote without .sync: error from PTX 6.4 on sm_70+, warning before, fine with .sync");
-    const char *body = ENTRY "shfl.down.b32 %r1, %r2, 1, 31;\nvote.ballot.b32 %r1, %p1;\n"
-                             "shfl.sync.down.b32 %r1, %r2, 1, 31, 0xffffffff;\nvote.sync.any.pred %p1, %p2, 0xffffffff;\n}\n";
+    const char *body =
+        ENTRY "shfl.down.b32 %r1, %r2, 1, 31;\nvote.ballot.b32 %r1, %p1;\n"
+              "shfl.sync.down.b32 %r1, %r2, 1, 31, 0xffffffff;\nvote.sync.any.pred %p1, %p2, 0xffffffff;\n}\n";
     char buf[2048];
     snprintf(buf, sizeof buf, HEAD("7.0", "sm_75") "%s", body);
     r = lint(buf, 0);
@@ -222,7 +240,8 @@ static void test_checks(void) {
 
     TEST_BEGIN("directives in a function header are reported on their own lines");
     r = lint(HEAD("7.7", "sm_90") ".visible .entry k()\n.maxntid 128, 1, 1\n.reqnctapercluster 2, 1, 1\n"
-             ".explicitcluster\n{\nret;\n}\n", 0);
+                                  ".explicitcluster\n{\nret;\n}\n",
+             0);
     CHECK(finding_at(r, 2, KILN_LINT_VERSION) && finding_at(r, 6, KILN_LINT_ISA) && finding_at(r, 7, KILN_LINT_ISA),
           "want findings on lines 2, 6, 7");
     CHECK(kiln_lint_count(r) == 3, "%zu findings", kiln_lint_count(r));
@@ -275,7 +294,8 @@ static void test_checks(void) {
     CHECK(kiln_lint_parse_sm("75", &sm, &err) == KILN_OK && sm == 75, "75");
     const char *bad[] = {"74", "sm_", "", "abc", "sm_90a", "075", "8.", "7.5.1"};
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++)
-        CHECK(kiln_lint_parse_sm(bad[i], &sm, &err) == KILN_EINVAL && strstr(err.msg, "valid:"), "'%s' accepted", bad[i]);
+        CHECK(kiln_lint_parse_sm(bad[i], &sm, &err) == KILN_EINVAL && strstr(err.msg, "valid:"), "'%s' accepted",
+              bad[i]);
     kiln_lint_report *none = NULL;
     CHECK(kiln_lint(HEAD("7.0", "sm_80"), 40, 74, &none, &err) == KILN_EINVAL && !none, "device 74 accepted");
     TEST_END();
@@ -287,7 +307,8 @@ static void test_bad_input(void) {
     CHECK(lint_error("", 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "empty"), "empty: %s", msg);
     CHECK(lint_error(" \n// only a comment\n/* and */\n", 29, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "blank"),
           "blank: %s", msg);
-    static const char elf[] = "\x7f" "ELF\x02\x01\x01\0\0\0\0\0.version 7.0";
+    static const char elf[] = "\x7f"
+                              "ELF\x02\x01\x01\0\0\0\0\0.version 7.0";
     CHECK(lint_error(elf, sizeof elf - 1, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "binary"), "binary: %s", msg);
     CHECK(lint_error(".version 7.0\0\n.target sm_80\n", 27, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "binary"),
           "NUL: %s", msg);
@@ -316,8 +337,9 @@ static void test_bad_input(void) {
     len += 1u << 20;
     len += (size_t)snprintf(t + len, cap - len, "\n.global .align 1 .b8 g[300000] = {");
     for (int i = 0; i < 300000; i++) memcpy(t + len, "1, ", 3), len += 3;
-    len += (size_t)snprintf(t + len, cap - len, "0};\n.visible .entry k()\n{\n.reg .b16 %%rs<2>;\n"
-                                                  "cvt.rn.bf16.f32 %%rs1, %%f");
+    len += (size_t)snprintf(t + len, cap - len,
+                            "0};\n.visible .entry k()\n{\n.reg .b16 %%rs<2>;\n"
+                            "cvt.rn.bf16.f32 %%rs1, %%f");
     memset(t + len, '9', 1u << 20);
     len += 1u << 20;
     len += (size_t)snprintf(t + len, cap - len, ";\n}\n\"unterminated string\n/* unterminated comment");
@@ -336,6 +358,19 @@ static void test_bad_input(void) {
     free(t);
     TEST_END();
 
+    TEST_BEGIN("more than 10000 findings: the first 10000 kept, the rest counted");
+    size_t many = 10050, mlen = 0;
+    char *mt = malloc(many * 32 + 256);
+    mlen += (size_t)sprintf(mt, "%s", HEAD("7.0", "sm_75") ".visible .entry k()\n{\n");
+    for (size_t i = 0; i < many; i++) mlen += (size_t)sprintf(mt + mlen, "cvt.rn.bf16.f32 %%rs1, %%f1;\n");
+    sprintf(mt + mlen, "}\n");
+    r = lint(mt, 0);
+    CHECK(kiln_lint_count(r) == 10000 && kiln_lint_module_info(r)->dropped == 50, "%zu kept, %zu dropped",
+          kiln_lint_count(r), kiln_lint_module_info(r)->dropped);
+    kiln_lint_free(r);
+    free(mt);
+    TEST_END();
+
     TEST_BEGIN("missing ';' and stray braces do not stall the reader");
     r = lint(HEAD("7.0", "sm_75") "}}}\n.visible .entry k()\n{\nret\n}\n{{\ncvt.rn.bf16.f32 %rs1, %f1\n", 0);
     CHECK(finding_at(r, 10, KILN_LINT_TARGET), "recovered finding on line 10");
@@ -345,8 +380,8 @@ static void test_bad_input(void) {
 
 /* ---- the table ---- */
 
-#define PREAMBLE                                                                                               \
-    ".address_size 64\n.visible .entry t()\n{\n.reg .b16 %rs<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n"      \
+#define PREAMBLE                                                                                                       \
+    ".address_size 64\n.visible .entry t()\n{\n.reg .b16 %rs<8>;\n.reg .b32 %r<8>;\n.reg .b64 %rd<8>;\n"               \
     ".reg .f32 %f<8>;\n.reg .f64 %fd<8>;\n.reg .pred %p<4>;\n.shared .align 16 .b8 sh[1024];\n"
 enum { EXAMPLE_LINE = 13 }; /* .version, .target, then PREAMBLE's 10 lines */
 
@@ -380,7 +415,8 @@ static void test_table_self(void) {
         bool want = rl->arch || rl->sm > 75 || rl->ptx > 63;
         CHECK(r && (finding_at(r, EXAMPLE_LINE, -1) != NULL) == want, "row %zu (%s) on sm_75 6.3: %s", i, rl->feature,
               want ? "missed" : "flagged");
-        const kiln_lint_finding *f = r ? finding_at(r, EXAMPLE_LINE, rl->arch ? KILN_LINT_ARCH : KILN_LINT_TARGET) : NULL;
+        const kiln_lint_finding *f =
+            r ? finding_at(r, EXAMPLE_LINE, rl->arch ? KILN_LINT_ARCH : KILN_LINT_TARGET) : NULL;
         if (want && (rl->arch || rl->sm > 75))
             CHECK(f && f->need_sm == rl->sm, "row %zu (%s): finding needs sm_%d", i, rl->feature, f ? f->need_sm : 0);
         kiln_lint_free(r);
@@ -407,10 +443,18 @@ static void fuzz_one(const char *text, size_t len) {
         for (int k = 0; k < 1 + (int)(next_rand() % 8); k++) {
             size_t at = next_rand() % (n ? n : 1);
             switch (next_rand() % 4) {
-            case 0: m[at] = pieces[next_rand() % (sizeof pieces - 1)]; break;
-            case 1: n = at; break;                                          /* truncate */
-            case 2: memmove(m + at, m + at + 1, n - at - (n > at)), n -= n > at; break; /* delete */
-            default: m[at] = (char)(' ' + next_rand() % 95); break;
+            case 0:
+                m[at] = pieces[next_rand() % (sizeof pieces - 1)];
+                break;
+            case 1:
+                n = at;
+                break; /* truncate */
+            case 2:
+                memmove(m + at, m + at + 1, n - at - (n > at)), n -= n > at;
+                break; /* delete */
+            default:
+                m[at] = (char)(' ' + next_rand() % 95);
+                break;
             }
         }
         kiln_lint_report *r = NULL;
@@ -446,12 +490,12 @@ static const char *ptxas_tool(void) {
 }
 
 typedef struct job {
-    char name[256];       /* what the file is, for messages */
-    char *ptx;            /* its text */
-    char gpu[16];         /* ptxas --gpu-name: the declared target */
+    char name[256]; /* what the file is, for messages */
+    char *ptx;      /* its text */
+    char gpu[16];   /* ptxas --gpu-name: the declared target */
     char path[300], log[300];
-    int expect;           /* table rows: 1 ptxas must accept, -1 must reject on the example line, 0 either */
-    bool lint_only;       /* sanitizer build: linted (under ASan) but not assembled, to save time */
+    int expect;     /* table rows: 1 ptxas must accept, -1 must reject on the example line, 0 either */
+    bool lint_only; /* sanitizer build: linted (under ASan) but not assembled, to save time */
     pid_t pid;
     int status;
 } job;
@@ -494,8 +538,10 @@ static void run_jobs(const char *ptxas, jobs *js, int parallel) {
             posix_spawn_file_actions_init(&fa);
             posix_spawn_file_actions_addopen(&fa, 1, j->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
             posix_spawn_file_actions_adddup2(&fa, 1, 2);
-            if (posix_spawn(&j->pid, ptxas, &fa, NULL, argv, environ) != 0) j->pid = -1, j->status = 127;
-            else running++;
+            if (posix_spawn(&j->pid, ptxas, &fa, NULL, argv, environ) != 0)
+                j->pid = -1, j->status = 127;
+            else
+                running++;
             posix_spawn_file_actions_destroy(&fa);
         }
         int st;
@@ -591,7 +637,8 @@ static int compare(const job *j, tally *t) {
         if (fd->line > 0 && fd->line < (1 << 16)) lint_line[fd->line] = 1;
         if (fd->line <= 0 || fd->line >= (1 << 16) || !arch_line[fd->line]) {
             t->false_alarms++, bad++;
-            printf("  FALSE ALARM %s (%s): line %d: %s [%s]\n", j->name, j->gpu, fd->line, fd->message, fd->instruction);
+            printf("  FALSE ALARM %s (%s): line %d: %s [%s]\n", j->name, j->gpu, fd->line, fd->message,
+                   fd->instruction);
         }
     }
     for (int line = 1; line < (1 << 16); line++)
@@ -647,8 +694,8 @@ static int target_ptx(const char *name) {
 
 static const int lower_sms[] = {75, 80, 86, 89, 90};
 static const int lower_versions[] = {63, 65, 70, 71, 78, 80};
-static const int all_versions[] = {60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76, 77, 78,
-                                   80, 81, 82, 83, 84, 85, 86, 87, 88, 90};
+static const int all_versions[] = {60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76,
+                                   77, 78, 80, 81, 82, 83, 84, 85, 86, 87, 88, 90};
 
 /* Each table row at its needs (ptxas must accept) and one step below in SM and in PTX ISA (reject). */
 static void table_jobs(jobs *js) {
@@ -713,7 +760,8 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
     add_job(js, name, strdup(ptx), target, 0);
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
-            int tsm = lower_sms[s], ver = v < sizeof lower_versions / sizeof *lower_versions ? lower_versions[v] : ptx_v;
+            int tsm = lower_sms[s],
+                ver = v < sizeof lower_versions / sizeof *lower_versions ? lower_versions[v] : ptx_v;
             if (tsm > sm || ver > ptx_v || (tsm == sm && ver == ptx_v && target[strlen(target) - 1] != 'a')) continue;
             char t[16];
             gen_lint_sm_name(tsm, false, t);
@@ -882,8 +930,8 @@ static void test_ground_truth(void) {
         }
         printf("lint vs ptxas: %d files (%d corpus sources, %d kiln variants), %d accepted; ptxas arch errors %d on %d "
                "lines; lint findings %d; misses %d; false alarms %d (ptxas: %.1f s)\n",
-               all.files, corpus_files, generated, all.accepted, all.arch_errors, all.arch_lines, all.findings, all.misses,
-               all.false_alarms, (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
+               all.files, corpus_files, generated, all.accepted, all.arch_errors, all.arch_lines, all.findings,
+               all.misses, all.false_alarms, (b.tv_sec - a.tv_sec) + (b.tv_nsec - a.tv_nsec) / 1e9);
     }
     for (size_t i = 0; i < js.n; i++) {
         unlink(js.v[i].path), unlink(js.v[i].log);

@@ -58,9 +58,12 @@ static char *read_all(const char *path, size_t *len, char *why, size_t whylen) {
 static void json_string(const char *s) {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
-        if (*p == '"' || *p == '\\') printf("\\%c", *p);
-        else if (*p < 0x20 || *p >= 0x7f) printf("\\u%04x", *p); /* keeps the output ASCII and valid */
-        else putchar(*p);
+        if (*p == '"' || *p == '\\')
+            printf("\\%c", *p);
+        else if (*p < 0x20 || *p >= 0x7f)
+            printf("\\u%04x", *p); /* keeps the output ASCII and valid */
+        else
+            putchar(*p);
     }
     putchar('"');
 }
@@ -71,10 +74,11 @@ static void json_finding(const kiln_lint_finding *f) {
     json_string(f->instruction);
     printf(", \"feature\": ");
     json_string(f->feature);
-    printf(", \"need_sm\": %d, \"need_arch\": %s, \"need_ptx\": \"%d.%d\", \"module_sm\": %d, \"module_ptx\": \"%d.%d\", "
-           "\"message\": ",
-           f->need_sm, f->need_arch ? "true" : "false", f->need_ptx / 10, f->need_ptx % 10, f->module_sm,
-           f->module_ptx / 10, f->module_ptx % 10);
+    printf(
+        ", \"need_sm\": %d, \"need_arch\": %s, \"need_ptx\": \"%d.%d\", \"module_sm\": %d, \"module_ptx\": \"%d.%d\", "
+        "\"message\": ",
+        f->need_sm, f->need_arch ? "true" : "false", f->need_ptx / 10, f->need_ptx % 10, f->module_sm,
+        f->module_ptx / 10, f->module_ptx % 10);
     json_string(f->message);
     putchar('}');
 }
@@ -91,7 +95,9 @@ static void print_json(const char *path, const kiln_lint_report *rep, const char
     const kiln_lint_module *m = kiln_lint_module_info(rep);
     printf(", \"target\": \"%s\", \"sm\": %d, \"ptx\": \"%d.%d\", \"instructions\": %zu, \"functions\": %zu, ",
            m->target, m->sm, m->ptx / 10, m->ptx % 10, m->instructions, m->functions);
-    if (m->device_sm) printf("\"device_sm\": %d, \"runs_on_device\": %s, ", m->device_sm, m->runs_on_device ? "true" : "false");
+    if (m->device_sm)
+        printf("\"device_sm\": %d, \"runs_on_device\": %s, ", m->device_sm, m->runs_on_device ? "true" : "false");
+    if (m->dropped) printf("\"dropped\": %zu, ", m->dropped);
     printf("\"findings\": [");
     for (size_t i = 0; i < kiln_lint_count(rep); i++) {
         printf("%s\n        ", i ? "," : "");
@@ -108,12 +114,13 @@ static void print_text(const char *path, const kiln_lint_report *rep) {
         errors += !f->warning;
         printf("%s:%d: %s: %s\n    %s\n", path, f->line, f->warning ? "warning" : "error", f->message, f->instruction);
     }
+    if (m->dropped) printf("%s: %zu more findings not shown (lint keeps the first %zu)\n", path, m->dropped, n);
+    if (n)
+        printf("%s: %zu error%s, %zu warning%s (.target %s, .version %d.%d)\n", path, errors, errors == 1 ? "" : "s",
+               n - errors, n - errors == 1 ? "" : "s", m->target, m->ptx / 10, m->ptx % 10);
     if (m->device_sm)
         printf("%s: %s sm_%d (.target %s, .version %d.%d)\n", path, m->runs_on_device ? "runs on" : "cannot run on",
                m->device_sm, m->target, m->ptx / 10, m->ptx % 10);
-    else if (n)
-        printf("%s: %zu error%s, %zu warning%s (.target %s, .version %d.%d)\n", path, errors, errors == 1 ? "" : "s",
-               n - errors, n - errors == 1 ? "" : "s", m->target, m->ptx / 10, m->ptx % 10);
 }
 
 /* Lints one file; returns CLI_OK, CLI_FINDINGS or CLI_USAGE (unreadable or not PTX). */
@@ -130,8 +137,10 @@ static int lint_file(const char *path, const lint_opts *o, int first) {
         cli_error("%s: %s", path, why);
         return CLI_USAGE;
     }
-    if (o->json) print_json(path, rep, NULL, first);
-    else print_text(path, rep);
+    if (o->json)
+        print_json(path, rep, NULL, first);
+    else
+        print_text(path, rep);
     int rc = kiln_lint_count(rep) ? CLI_FINDINGS : CLI_OK;
     kiln_lint_free(rep);
     return rc;

@@ -48,6 +48,7 @@ typedef struct kiln_lint_module {
     size_t functions;    /* .entry and .func definitions (with a body) */
     int device_sm;       /* the device SM asked about, 0 for none */
     int runs_on_device;  /* with a device SM: 1 when the driver can load the module there, else 0 */
+    size_t dropped;      /* findings past the first 10000: counted, not kept */
 } kiln_lint_module;
 
 typedef struct kiln_lint_report kiln_lint_report; /* opaque */
