@@ -13,6 +13,7 @@ struct kiln_lint_report {
     kiln_lint_finding *findings;
     size_t count, cap;
     size_t target_stmt; /* index of the governing .target statement */
+    size_t lost;        /* with a device SM: lines that need more than it */
     bool oom;
 };
 
@@ -175,6 +176,7 @@ static void report_lost(kiln_lint_report *rep, const gen_ptx_stmt *st, int line,
     const gen_lint_rule *lost = nd.arch_rule && dev != nd.arch_rule->sm ? nd.arch_rule
                                 : nd.sm_rule && nd.sm_rule->sm > dev    ? nd.sm_rule
                                                                         : NULL;
+    rep->lost += lost != NULL;
     kiln_lint_finding *f = lost ? add_finding(rep, KILN_LINT_DEVICE, st, line, lost->feature) : NULL;
     if (!f) return;
     char a[16], b[16];
@@ -374,6 +376,21 @@ static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     }
 }
 
+/* When the device cannot load the module but no line needs more than the device has, say so: a build
+ * for the device's SM loses nothing. */
+static void explain_device(kiln_lint_report *rep) {
+    const kiln_lint_module *m = &rep->module;
+    if (!m->device_sm || m->runs_on_device || rep->lost) return;
+    for (size_t i = 0; i < rep->count; i++) {
+        kiln_lint_finding *f = &rep->findings[i];
+        if (f->kind != KILN_LINT_DEVICE) continue;
+        size_t n = strlen(f->message);
+        snprintf(f->message + n, sizeof f->message - n, "; no line in it needs more than sm_%d, so a build for sm_%d "
+                 "loses nothing", m->device_sm, m->device_sm);
+        return;
+    }
+}
+
 /* Second pass: every statement against the rules. */
 static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len) {
     gen_ptx_reader r;
@@ -427,6 +444,7 @@ kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_repo
     rep->module.device_sm = device_sm;
     rep->module.runs_on_device = device_sm ? runs_on(&rep->module, device_sm) : 0;
     check_statements(rep, ptx, len);
+    explain_device(rep);
     if (rep->oom) {
         kiln_lint_free(rep);
         return kiln_fail(err, KILN_ENOMEM, "out of memory while collecting lint findings");

@@ -274,6 +274,10 @@ static void test_checks(void) {
           "want device findings on lines 2 and 11 only");
     dump(r);
     kiln_lint_free(r);
+    r = lint(HEAD("7.0", "sm_80") ENTRY "ldmatrix.sync.aligned.m8n8.x1.shared.b16 {%r1}, [%rd1];\n}\n", 75);
+    f = finding_at(r, 2, KILN_LINT_DEVICE);
+    CHECK(f && strstr(f->message, "loses nothing") && kiln_lint_count(r) == 1, "sm_80 module with only sm_75 code");
+    kiln_lint_free(r);
     r = lint(mod, 90);
     CHECK(kiln_lint_module_info(r)->runs_on_device && kiln_lint_count(r) == 0, "sm_80 module runs on sm_90");
     kiln_lint_free(r);
