@@ -19,6 +19,7 @@
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
 #define EMU_STACK_BYTES (512u << 10) /* instrumented handlers need more room */
+#define EMU_ASAN_TOP (64u << 10)     /* unpoisoned at every reset */
 #else
 #define EMU_STACK_BYTES (128u << 10)
 #endif
@@ -65,11 +66,18 @@ kiln_status emu_stacks_reserve(emu_stacks *s, unsigned count, kiln_error *err) {
     }
     s->base = p;
     s->count = count;
+#ifdef EMU_ASAN
+    /* the kernel may hand back addresses whose shadow still holds an old mapping's frames */
+    __asan_unpoison_memory_region(s->base, s->total);
+#endif
     for (unsigned i = 0; i < count; i++) mprotect(s->base + (size_t)i * s->per, page, PROT_NONE);
     return KILN_OK;
 }
 
 void emu_stacks_release(emu_stacks *s) {
+#ifdef EMU_ASAN
+    if (s->base) __asan_unpoison_memory_region(s->base, s->total);
+#endif
     if (s->base) munmap(s->base, s->total);
     memset(s, 0, sizeof *s);
 }
@@ -95,8 +103,10 @@ void emu_fiber_fini(emu_fiber *f) {
 
 void emu_fiber_reset(emu_fiber *f, void (*entry)(void)) {
 #ifdef EMU_ASAN
-    /* Frames left behind by a thread abandoned mid-call keep their redzones poisoned. */
-    if (f->dirty) __asan_unpoison_memory_region(f->stack, f->size);
+    /* ASan keeps the redzones of frames that never returned: everything a thread abandoned
+     * mid-call left, and (seen with GCC 12) some near the top of a fiber that exited. */
+    size_t clean = f->dirty || f->size < EMU_ASAN_TOP ? f->size : EMU_ASAN_TOP;
+    __asan_unpoison_memory_region(f->stack + f->size - clean, clean);
 #endif
     f->dirty = false;
     f->asan_fake = NULL;
