@@ -304,6 +304,67 @@ static void test_null_stats(void) {
     TEST_END();
 }
 
+/* The checks can fail: wrong values planted into correct outputs are found. */
+static void test_checker_catches(void) {
+    kiln_error err = {0};
+    kiln_gen *gen = NULL;
+    kiln_emu *emu = NULL;
+    kiln_emu_kernel *k = NULL;
+    kiln_ln_data *d = NULL, *big = NULL;
+    kiln_layernorm_spec spec = {KILN_F32, KILN_F32, KILN_F16, 100, 1, 1};
+    TEST_BEGIN("checker: a correct run passes (baseline for the planted errors)");
+    int ok = kiln_gen_create(&gen, NULL, &err) == KILN_OK && kiln_emu_create(&emu, &err) == KILN_OK &&
+             kiln_emu_load(emu, gen, "layernorm x=f32 w=f32 y=f16 hidden=100", 80, &k, &err) == KILN_OK &&
+             kiln_ln_data_create(&d, &spec, EPS, 8, 100, KILN_LN_MIXED, 3, &err) == KILN_OK &&
+             kiln_ln_data_create(&big, &spec, EPS, 8, 100, KILN_LN_LARGE_MEAN, 4, &err) == KILN_OK &&
+             kiln_ln_run(k, d, 0, &err) == KILN_OK && kiln_ln_run(k, big, 0, &err) == KILN_OK;
+    CHECK(ok, "%s", err.msg);
+    kiln_ln_report r;
+    if (ok) CHECK(kiln_ln_check(d, 32, &r) == 0 && kiln_ln_check(big, 32, &r) == 0, "baseline fails: %s", r.first[0]);
+    TEST_END();
+    if (!ok) goto out;
+    uint16_t *y = d->y, saved = y[5];
+    TEST_BEGIN("checker: y off by 2 ulps of f16 is caught");
+    y[5] = (uint16_t)(y[5] + 2);
+    CHECK(kiln_ln_check(d, 32, &r) == 1 && r.bad[0] == 1 && strstr(r.first[0], "y[0][5]"), "%ld: %s", r.bad[0], r.first[0]);
+    y[5] = saved;
+    TEST_END();
+    TEST_BEGIN("checker: an unwritten y element is caught");
+    y[7] = 0xffff;
+    CHECK(kiln_ln_check(d, 32, &r) == 1 && strstr(r.first[0], "never written"), "%s", r.first[0]);
+    TEST_END();
+    TEST_BEGIN("checker: a number where NaN must propagate is caught");
+    /* mixed rows: row 3 is special (NaN), so all its y must be NaN */
+    kiln_ln_run(k, d, 0, &err);
+    y[3 * 100 + 1] = 0;
+    CHECK(kiln_ln_check(d, 32, &r) == 1 && strstr(r.first[0], "y[3][1]"), "%ld: %s", r.bad[0], r.first[0]);
+    TEST_END();
+    TEST_BEGIN("checker: a mean off by 1e-5 relative is caught");
+    kiln_ln_run(k, d, 0, &err);
+    d->mean[0] *= 1.00001f;
+    CHECK(kiln_ln_check(d, 32, &r) == 1 && r.bad[1] == 1, "%s", r.first[1]);
+    TEST_END();
+    TEST_BEGIN("checker: rstd from a naive sum / sum-of-squares variance fails on large-mean rows");
+    for (int row = 0; row < big->rows; row++) {
+        float s = 0, sq = 0;
+        for (int i = 0; i < 100; i++) {
+            float x = ((float *)big->x)[row * 100 + i];
+            s += x;
+            sq += x * x;
+        }
+        float mean = s / 100, var = sq / 100 - mean * mean;
+        big->rstd[row] = 1.0f / sqrtf((var > 0 ? var : 0) + EPS);
+    }
+    kiln_ln_check(big, 32, &r);
+    CHECK(r.bad[2] >= big->rows / 2, "naive variance passed on %ld of %d rows", big->rows - r.bad[2], big->rows);
+    TEST_END();
+out:
+    kiln_ln_data_free(d);
+    kiln_ln_data_free(big);
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+}
+
 static void summary(double wall) {
     stats all = {0};
     double cpu = 0;
@@ -340,6 +401,7 @@ int main(void) {
            nthreads);
     fflush(stdout);
     test_null_stats();
+    test_checker_catches();
     double t0 = now();
     pthread_t th[16];
     for (int i = 0; i < nthreads; i++) pthread_create(&th[i], NULL, worker, &quick);
