@@ -207,6 +207,9 @@ const emu_op *emu_op_find(const char *name);
 /* Names every supported intrinsic, comma-separated (for messages). */
 void emu_ops_list(char *buf, size_t size);
 
+/* ---- emu_warp_mma.c: ldmatrix, mma.sync and cp.async ---- */
+const emu_op *emu_mma_op_find(const char *name);
+
 /* ---- emu_half.c: f16/bf16 rounding, and the libgcc helpers host code may call ---- */
 uint16_t emu_f32_to_f16(float f);
 uint16_t emu_f32_to_bf16(float f);

@@ -20,8 +20,9 @@ typedef struct path {
 } path;
 
 static const path paths[] = {
-    {"simt f32", 80, "f32", "simt", KILN_F32},     {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},
-    {"simt bf16 sm_80", 80, "bf16", "simt", KILN_F32}, {"simt f16 sm_75", 75, "f16", "simt", KILN_F32},
+    {"mma f16 sm_80", 80, "f16", "mma", KILN_F16},    {"mma bf16 sm_80", 80, "bf16", "mma", KILN_BF16},
+    {"auto f16 sm_75", 75, "f16", "auto", KILN_F16},    {"simt f32", 80, "f32", "auto", KILN_F32},
+    {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_80", 80, "bf16", "simt", KILN_F32},
     {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
 };
 
