@@ -385,8 +385,8 @@ static void summary(double wall) {
            all.runs, wall, cpu);
     for (int t = 0; t < 3; t++)
         printf("  y=%-4s random inputs: max |y - ref| %.3g, max relative %.3g; worst error/tolerance "
-               "y %.3f mean %.3f rstd %.3f (all inputs)\n", dtypes[t], all.y_abs[t], all.y_rel[t], all.worst[t][0],
-               all.worst[t][1], all.worst[t][2]);
+               "y %.4f mean %.4f rstd %.4f (all inputs)\n", dtypes[t], all.y_abs[t], all.y_rel[t],
+               floor(all.worst[t][0] * 1e4) / 1e4, floor(all.worst[t][1] * 1e4) / 1e4, floor(all.worst[t][2] * 1e4) / 1e4);
     printf("  mean: max relative %.3g; rstd: max relative %.3g (random inputs)\n", all.mean_rel, all.rstd_rel);
 }
 
