@@ -342,7 +342,8 @@ static void test_checker_catches(void) {
     TEST_BEGIN("checker: a mean off by 1e-5 relative is caught");
     kiln_ln_run(k, d, 0, &err);
     d->mean[0] *= 1.00001f;
-    CHECK(kiln_ln_check(d, 32, &r) == 1 && r.bad[1] == 1, "%s", r.first[1]);
+    /* y is checked against the kernel's own mean, so near-zero y may flag it too */
+    CHECK(kiln_ln_check(d, 32, &r) >= 1 && r.bad[1] == 1 && r.bad[2] == 0, "%s", r.first[1]);
     TEST_END();
     TEST_BEGIN("checker: rstd from a naive sum / sum-of-squares variance fails on large-mean rows");
     for (int row = 0; row < big->rows; row++) {
