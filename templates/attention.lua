@@ -130,8 +130,10 @@ local function head_bases(b, p)
 end
 
 -- Copies rows [row0, row0 + rows) of a [seq, head_dim] slice (row stride `stride`) into the
--- f32 shared tile dst (row stride ld); rows at or past `seq` become zeros.
-local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq)
+-- f32 shared tile dst (row stride ld). Rows at or past `seq` read row 0 instead (branch-free);
+-- with zero_tail they become zeros (V: masked keys must add exactly nothing), otherwise their
+-- values are never used unmasked (Q rows are not stored, K scores are masked).
+local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq, zero_tail)
   local d, vec = spec.head_dim, cfg.vec
   local per_row = d // vec
   local items = rows * per_row
@@ -141,10 +143,12 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local r, c = item // per_row, (item % per_row) * vec
     local in_tile = (it + 1) * SIMT_THREADS <= items or nil
     local ok = b:lt(row0 + r, seq)
-    if not in_tile then ok = b:and_(ok, b:lt(item, items)) end
-    local vals = b:load_vec(src + b:i64(row0 + r) * stride + c, vec, { align = 16, pred = ok })
+    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = 16 })
     local f = {}
-    for i = 1, vec do f[i] = b:to_f32(vals[i]) end
+    for i = 1, vec do
+      f[i] = b:to_f32(vals[i])
+      if zero_tail then f[i] = b:select(ok, f[i], 0.0) end
+    end
     local st = function() b:store_vec(dst + r * ld + c, f, { align = 16 }) end
     if in_tile then st() else b:if_(b:lt(item, items), st) end
   end
@@ -229,7 +233,7 @@ local function build_simt(b, spec, cfg, p)
       for c = 0, dchunks * 4 - 1 do acc[i][c]:set(acc[i][c]:get() * alpha) end
     end
     b:barrier() -- everyone is done with K; P is complete
-    load_tile_f32(b, spec, cfg, kvs, ldq, base.v, p.stride_vs, kv0, bn, p.seq_k)
+    load_tile_f32(b, spec, cfg, kvs, ldq, base.v, p.stride_vs, kv0, bn, p.seq_k, true)
     b:barrier()
     -- O += P V, 4 keys at a time.
     b:for_(0, bn, 4, function(kk)
@@ -258,12 +262,17 @@ local function build_simt(b, spec, cfg, p)
     local empty = b:le(lsum, 0.0)
     local inv = b:select(empty, 0.0, 1.0 / lsum)
     local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os
+    local vals = {}
     for jj = 0, dchunks - 1 do
       local out = {}
       for c = 0, 3 do out[c + 1] = acc[i][jj * 4 + c]:get() * inv end
-      b:store_vec(orow + (cg + tc * jj) * 4, b:from_f32_vec(out, spec.out),
-                  { align = 4 * util.dtype_bytes[spec.out], pred = live })
+      vals[jj] = b:from_f32_vec(out, spec.out)
     end
+    b:if_(live, function()
+      for jj = 0, dchunks - 1 do
+        b:store_vec(orow + (cg + tc * jj) * 4, vals[jj], { align = 4 * util.dtype_bytes[spec.out] })
+      end
+    end)
     local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
     local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
     local lead = b:and_(live, b:eq(cg, 0))
@@ -284,9 +293,10 @@ local function swz(spec, cfg, row, chunk)
   return row * cfg.ld + (chunk ~ bits) * 8
 end
 
--- Issues the copy of rows [row0, row0 + rows) of a [seq, d] slice into the tile at dst; rows past
--- seq become zeros. cp.async where the target has it, else loads and stores through registers.
-local function mma_load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
+-- Issues the copy of rows [row0, row0 + rows) of a [seq, d] slice into the tile at dst: cp.async
+-- where the target has it (rows past seq zero-filled), else loads and stores through registers
+-- (rows past seq read row 0, zeroed when zero_tail).
+local function mma_load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
   local threads = MMA_WARPS * 32
@@ -301,7 +311,12 @@ local function mma_load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
       if cfg.cp_async then
         b:cp_async(to, from, { pred = ok })
       else
-        b:store_vec(to, b:load_vec(from, 8, { align = 16, pred = ok }), { align = 16 })
+        local v = b:load_vec(from, 8, { align = 16 })
+        if zero_tail then
+          local zero = b:from_f32(0.0, spec.dtype)
+          for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+        end
+        b:store_vec(to, v, { align = 16 })
       end
     end
     if partial then b:if_(b:lt(item, rows * cpr), issue) else issue() end
@@ -334,7 +349,7 @@ local function build_mma(b, spec, cfg, p)
   local nt, dtiles = bn // 8, d // 8
 
   local function load_k(it, buf) mma_load_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, it * bn, bn, p.seq_k) end
-  local function load_v(it, buf) mma_load_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, it * bn, bn, p.seq_k) end
+  local function load_v(it, buf) mma_load_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, it * bn, bn, p.seq_k, true) end
   local function load_kv(it, buf) load_k(it, buf); load_v(it, buf) end
 
   -- Q (and the first K/V tile) in flight.
@@ -472,10 +487,13 @@ local function build_mma(b, spec, cfg, p)
     local empty = b:le(lsum, 0.0)
     local inv = b:select(empty, 0.0, 1.0 / lsum)
     local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
+    local vals = {}
     for j = 0, dtiles - 1 do
-      local out = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
-      b:store_vec(orow + j * 8, out, { align = 2 * ob, pred = live })
+      vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
     end
+    b:if_(live, function()
+      for j = 0, dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+    end)
     local m_use = b:select(b:eq(m[h]:get(), NEG_INF), 0.0, m[h]:get())
     local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
     local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
