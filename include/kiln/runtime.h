@@ -161,6 +161,24 @@ kiln_status kiln_layernorm_forward(kiln_rt *rt, const kiln_layernorm_args *a, ki
 kiln_status kiln_layernorm_pick(kiln_rt *rt, const kiln_layernorm_args *a, kiln_kernel **out,
                                 kiln_error *err);
 
+/* Attention forward, O = softmax(scale * Q K^T [causal]) V (runtime/rt_attention.c). Strides are
+ * in elements (batch, seq, head), head_dim contiguous; all three 0: [batch, seq, heads, head_dim].
+ * heads_q is a multiple of heads_kv (GQA/MQA). causal: query i sees key j iff
+ * j <= i + seq_k - seq_q (bottom-right aligned). lse ([batch, heads_q, seq_q] f32) may be 0.
+ * scale 0: 1/sqrt(head_dim). Grid: {ceil(seq_q / grid_tile.x), heads_q, batch}. q, k, v, o and
+ * their strides must be aligned as meta.align_bytes says (16 bytes), or the error names which. */
+typedef struct kiln_attention_args {
+    kiln_devptr o, lse, q, k, v;
+    kiln_dtype dtype, out_dtype; /* Q/K/V and O */
+    int head_dim, causal;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    float scale;
+    int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3];
+    void *stream;
+} kiln_attention_args;
+kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
+kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
+
 /* ---- small device-memory helpers (for examples and tests) ---- */
 kiln_status kiln_rt_alloc(kiln_rt *rt, size_t bytes, kiln_devptr *out, kiln_error *err);
 kiln_status kiln_rt_free(kiln_rt *rt, kiln_devptr p, kiln_error *err);

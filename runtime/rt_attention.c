@@ -1,0 +1,133 @@
+/* runtime/rt_attention.c - typed launch helper for attention forward (spec, checks, grid, args). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rt.h"
+
+static const char tensor_names[4] = {'q', 'k', 'v', 'o'};
+
+static const int64_t *strides_of(const kiln_attention_args *a, int t) {
+    const int64_t *s[4] = {a->stride_q, a->stride_k, a->stride_v, a->stride_o};
+    return s[t];
+}
+
+static kiln_devptr pointer_of(const kiln_attention_args *a, int t) {
+    const kiln_devptr p[4] = {a->q, a->k, a->v, a->o};
+    return p[t];
+}
+
+/* The strides to pass: the given ones, or those of [batch, seq, heads, head_dim] when all are 0. */
+static void effective_strides(const kiln_attention_args *a, int t, int64_t out[3]) {
+    const int64_t *s = strides_of(a, t);
+    if (s[0] || s[1] || s[2]) {
+        memcpy(out, s, 3 * sizeof *out);
+        return;
+    }
+    int64_t heads = t == 1 || t == 2 ? a->heads_kv : a->heads_q, seq = t == 1 || t == 2 ? a->seq_k : a->seq_q;
+    out[2] = a->head_dim;
+    out[1] = heads * a->head_dim;
+    out[0] = seq * heads * a->head_dim;
+}
+
+static void spec_of(const kiln_attention_args *a, char *buf, size_t size) {
+    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", kiln_dtype_name(a->dtype),
+             kiln_dtype_name(a->out_dtype), a->head_dim, a->causal ? "true" : "false");
+}
+
+static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
+    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype))
+        return kiln_fail(err, KILN_EINVAL, "attention: dtypes must be f32, f16 or bf16");
+    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "attention: batch (%d), seq_q (%d) and seq_k (%d) must be >= 0", a->batch,
+                         a->seq_q, a->seq_k);
+    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "attention: heads_q (%d) must be a positive multiple of heads_kv (%d)",
+                         a->heads_q, a->heads_kv);
+    if (!(a->scale >= 0) || isinf(a->scale))
+        return kiln_fail(err, KILN_EINVAL, "attention: scale must be finite and >= 0 (0: 1/sqrt(head_dim))");
+    for (int t = 0; t < 4; t++)
+        if (!pointer_of(a, t))
+            return kiln_fail(err, KILN_EINVAL, "attention: %c must be a device pointer, not 0", tensor_names[t]);
+    return KILN_OK;
+}
+
+/* Names the first of q, k, v, o whose pointer or strides break the kernel's vector alignment. */
+static kiln_status check_alignment(const kiln_attention_args *a, const kiln_kernel_meta *m, kiln_error *err) {
+    unsigned al = m->align_bytes;
+    for (int t = 0; al > 1 && t < 4; t++) {
+        size_t es = kiln_dtype_size(t == 3 ? a->out_dtype : a->dtype);
+        int64_t s[3];
+        effective_strides(a, t, s);
+        if (pointer_of(a, t) % al)
+            return kiln_fail(err, KILN_EINVAL, "attention: %c (0x%llx) is not %u-byte aligned, which '%s' needs",
+                             tensor_names[t], (unsigned long long)pointer_of(a, t), al, m->spec);
+        for (int i = 0; i < 3; i++)
+            if ((s[i] * (int64_t)es) % al)
+                return kiln_fail(err, KILN_EINVAL, "attention: %c's %s stride (%lld elements) is not a multiple of %u bytes, "
+                                 "which '%s' needs", tensor_names[t], i == 0 ? "batch" : i == 1 ? "sequence" : "head",
+                                 (long long)s[i], al, m->spec);
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err) {
+    if (!rt || !a || !out) return kiln_fail(err, KILN_EINVAL, "kiln_attention_pick: NULL argument");
+    kiln_status st = check_args(a, err);
+    if (st != KILN_OK) return st;
+    char spec[KILN_SPEC_MAX];
+    spec_of(a, spec, sizeof spec);
+    st = kiln_rt_get_kernel(rt, spec, out, err);
+    if (st == KILN_OK) st = check_alignment(a, &(*out)->meta, err);
+    return st;
+}
+
+/* Fills args in the order and kinds of meta.params. */
+static kiln_status build_args(const kiln_attention_args *a, const kiln_kernel_meta *m, kiln_arg *args, kiln_error *err) {
+    int64_t strides[4][3];
+    for (int t = 0; t < 4; t++) effective_strides(a, t, strides[t]);
+    const struct {
+        const char *name;
+        int32_t value;
+    } ints[] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv}, {"seq_q", a->seq_q}, {"seq_k", a->seq_k}};
+    for (int i = 0; i < m->nparams; i++) {
+        const kiln_param *p = &m->params[i];
+        kiln_arg v = {0};
+        int found = 0;
+        if (p->kind == KILN_PARAM_PTR) {
+            found = !strcmp(p->name, "lse");
+            if (found) v.ptr = a->lse;
+            for (int t = 0; t < 4 && !found; t++)
+                if (p->name[0] == tensor_names[t] && !p->name[1]) v.ptr = pointer_of(a, t), found = 1;
+        } else if (p->kind == KILN_PARAM_I32) {
+            for (size_t j = 0; j < sizeof ints / sizeof ints[0] && !found; j++)
+                if (!strcmp(p->name, ints[j].name)) v.i32 = ints[j].value, found = 1;
+        } else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "scale")) {
+            v.f32 = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
+            found = 1;
+        } else if (p->kind == KILN_PARAM_I64 && !strncmp(p->name, "stride_", 7) && strlen(p->name) == 9) {
+            const char *t = memchr(tensor_names, p->name[7], 4), *d = strchr("bsh", p->name[8]);
+            if (t && d && p->name[8]) v.i64 = strides[t - tensor_names][d - "bsh"], found = 1;
+        }
+        if (!found)
+            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the attention helper does not know",
+                             m->entry, p->name);
+        args[i] = v;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err) {
+    kiln_kernel *k;
+    kiln_arg args[KILN_MAX_PARAMS];
+    unsigned grid[3];
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward: NULL argument");
+    kiln_status st = check_args(a, err);
+    if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
+    st = kiln_attention_pick(rt, a, &k, err);
+    const uint64_t problem[3] = {(uint64_t)a->seq_q, (uint64_t)a->heads_q, (uint64_t)a->batch};
+    if (st == KILN_OK) st = kiln_kernel_grid(k, problem, grid, err);
+    if (st == KILN_OK) st = build_args(a, &k->meta, args, err);
+    if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, k->meta.nparams, a->stream, err);
+    return st;
+}
