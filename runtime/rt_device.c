@@ -2,24 +2,8 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "kiln/target.h"
 #include "rt.h"
-
-/* Sources: PTX ISA manual (Target ISA notes); see ../shared/PTX_FACTS.md. A device uses the
- * newest row whose SM is not above its own. */
-static const struct sm_row {
-    int sm;
-    int native_bf16, f16_arith, bf16_arith, cp_async;
-    unsigned mma;
-} sm_rows[] = {
-    {70, 0, 1, 0, 0, KILN_MMA_M8N8K4_F16},
-    {75, 0, 1, 0, 0, KILN_MMA_M8N8K4_F16 | KILN_MMA_M16N8K8_F16},
-    {80, 1, 1, 0, 1,
-     KILN_MMA_M8N8K4_F16 | KILN_MMA_M16N8K8_F16 | KILN_MMA_M16N8K16_F16 | KILN_MMA_M16N8K16_BF16 |
-         KILN_MMA_M16N8K8_TF32},
-    {90, 1, 1, 1, 1,
-     KILN_MMA_M8N8K4_F16 | KILN_MMA_M16N8K8_F16 | KILN_MMA_M16N8K16_F16 | KILN_MMA_M16N8K16_BF16 |
-         KILN_MMA_M16N8K8_TF32 | KILN_WGMMA},
-};
 
 static const struct {
     unsigned bit;
@@ -34,19 +18,28 @@ int kiln_sm_from_cc(int major, int minor) {
     return major * 10 + minor;
 }
 
+/* Tensor-core shapes of a row of the SM table (kiln/target.h) as kiln_mma_shape bits. */
+static unsigned mma_bits(const kiln_target *t) {
+    return (t->mma_m8n8k4_f16 ? KILN_MMA_M8N8K4_F16 : 0u) | (t->mma_m16n8k8_f16 ? KILN_MMA_M16N8K8_F16 : 0u) |
+           (t->mma_m16n8k16 ? KILN_MMA_M16N8K16_F16 | KILN_MMA_M16N8K16_BF16 | KILN_MMA_M16N8K8_TF32 : 0u) |
+           (t->wgmma ? KILN_WGMMA : 0u);
+}
+
+/* A device uses the newest row of the SM table whose SM is not above its own. */
 kiln_status kiln_sm_facts_get(int sm, kiln_sm_facts *out, kiln_error *err) {
-    const struct sm_row *row = NULL;
-    for (size_t i = 0; i < sizeof sm_rows / sizeof sm_rows[0]; i++)
-        if (sm_rows[i].sm <= sm) row = &sm_rows[i];
+    int n;
+    const kiln_target *rows = kiln_target_all(&n), *row = NULL;
+    for (int i = 0; i < n; i++)
+        if (rows[i].sm <= sm) row = &rows[i];
     if (!row)
-        return kiln_fail(err, KILN_EINVAL, "sm_%d is older than every SM kiln knows (sm_70 and newer)", sm);
+        return kiln_fail(err, KILN_EINVAL, "sm_%d is older than every SM kiln knows (sm_%d and newer)", sm, rows[0].sm);
     *out = (kiln_sm_facts){.sm = sm,
-                           .native_bf16 = row->native_bf16,
+                           .native_bf16 = row->native_bf16_cvt,
                            .native_f16_arith = row->f16_arith,
                            .bf16_arith = row->bf16_arith,
                            .cp_async = row->cp_async,
-                           .mma = row->mma,
-                           .half = row->native_bf16 ? KILN_BF16 : KILN_F16};
+                           .mma = mma_bits(row),
+                           .half = row->native_bf16_cvt ? KILN_BF16 : KILN_F16};
     return KILN_OK;
 }
 

@@ -4,6 +4,7 @@
 
 #include "kiln/common.h"
 #include "kiln/kernel.h"
+#include "kiln/target.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -52,8 +53,7 @@ typedef struct kiln_layernorm_spec {
 /* Writes the spec string for s into buf (snprintf semantics). */
 int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t size);
 
-/* Targets the generator knows, ascending; returns the count and fills up to cap SMs. */
-int kiln_targets(int *sms, int cap);
+/* The targets: kiln_targets() and the SM table in kiln/target.h. */
 
 /* Describes families and their parameters as text, one family per block (for `kiln list`). */
 kiln_status kiln_describe(kiln_gen *gen, char *buf, size_t size, kiln_error *err);

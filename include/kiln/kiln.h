@@ -4,4 +4,8 @@
 #include "kiln/common.h"
 #include "kiln/kernel.h"
 #include "kiln/gen.h"
+#include "kiln/target.h"
+#include "kiln/lint.h"
+#include "kiln/runtime.h"
+#include "kiln/emu.h"
 #endif

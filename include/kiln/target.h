@@ -1,0 +1,41 @@
+/* kiln/target.h - the SM table: every per-SM fact kiln uses (generator and runtime), once. */
+#ifndef KILN_TARGET_H
+#define KILN_TARGET_H
+
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* One row per SM kiln generates for. Sources: PTX ISA manual ("Target ISA notes"), CUDA
+ * programming guide (shared memory and threads per block); ../shared/PTX_FACTS.md. */
+typedef struct kiln_target {
+    int sm;                   /* 75 for sm_75 */
+    int ptx_min;              /* minimal PTX ISA version for this .target, times 10 */
+    bool native_bf16_cvt;     /* cvt.rn.bf16.f32 / cvt.rn.bf16x2.f32 exist */
+    bool packed_f16_cvt;      /* cvt.rn.f16x2.f32 exists */
+    bool f16_arith;           /* add/mul/fma .f16/.f16x2 */
+    bool bf16_arith;          /* add/mul .bf16 (sm_90) */
+    bool mma_m8n8k4_f16;      /* mma.sync.m8n8k4 f16 */
+    bool mma_m16n8k8_f16;     /* mma.sync.m16n8k8 f16 -> f32 */
+    bool mma_m16n8k16;        /* mma.sync.m16n8k16 f16 and bf16 -> f32 (and m16n8k8 tf32) */
+    bool wgmma;               /* wgmma on the arch-specific sm_90a */
+    bool ldmatrix;            /* ldmatrix.sync.aligned.m8n8 */
+    bool cp_async;            /* cp.async + commit/wait groups */
+    unsigned smem_static_max; /* bytes of static shared memory per block */
+    unsigned smem_optin_max;  /* bytes per block with the opt-in attribute */
+    unsigned max_threads;     /* threads per block */
+} kiln_target;
+
+/* The row for exactly sm, or NULL when kiln does not generate for it. */
+const kiln_target *kiln_target_find(int sm);
+/* All rows, ascending by SM; *count receives the number. */
+const kiln_target *kiln_target_all(int *count);
+/* The SMs kiln generates for, ascending; returns the count and fills up to cap. */
+int kiln_targets(int *sms, int cap);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
