@@ -14,6 +14,46 @@ static const long long *strides_of(const kiln_attn_problem *p, int t) {
     return s[t];
 }
 
+kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_error *err) {
+    kiln_dtype dt = KILN_F16;
+    int out_given = 0;
+    p->dtype = p->out = KILN_F16;
+    p->head_dim = 64;
+    p->causal = 0;
+    for (const char *s = spec; s && *s;) {
+        while (*s == ' ') s++;
+        const char *e = strchr(s, ' ');
+        size_t n = e ? (size_t)(e - s) : strlen(s);
+        char word[128];
+        snprintf(word, sizeof word, "%.*s", (int)(n < sizeof word ? n : sizeof word - 1), s);
+        char *v = strchr(word, '=');
+        if (v) {
+            *v++ = 0;
+            int bad = 0;
+            if (!strcmp(word, "dtype")) bad = kiln_dtype_parse(v, &dt) != 0, p->dtype = dt;
+            else if (!strcmp(word, "out")) bad = kiln_dtype_parse(v, &p->out) != 0, out_given = 1;
+            else if (!strcmp(word, "head_dim")) bad = (p->head_dim = atoi(v)) <= 0;
+            else if (!strcmp(word, "causal")) p->causal = !strcmp(v, "true") || !strcmp(v, "1");
+            if (bad) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for '%s'", v, word);
+        }
+        s += n;
+    }
+    if (!out_given) p->out = p->dtype;
+    return KILN_OK;
+}
+
+void *kiln_attn_random(kiln_dtype t, size_t n, double amplitude, uint64_t *seed) {
+    void *x = malloc(n * kiln_dtype_size(t));
+    for (size_t i = 0; x && i < n; i++) {
+        uint64_t z = (*seed += 0x9e3779b97f4a7c15ull); /* splitmix64 */
+        z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+        z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+        z ^= z >> 31;
+        kiln_emu_value_set(t, x, i, amplitude * ((double)(z >> 11) * 0x1p-52 - 1));
+    }
+    return x;
+}
+
 void kiln_attn_default_strides(kiln_attn_problem *p) {
     for (int t = 0; t < 4; t++) {
         long long heads = t == 1 || t == 2 ? p->heads_kv : p->heads_q;

@@ -8,6 +8,7 @@
 
 #include "cli.h"
 #include "kiln/emu.h"
+#include "kiln/emu_attention.h"
 #include "kiln/kiln.h"
 
 static void run_usage(FILE *to) {
@@ -24,14 +25,20 @@ static void run_usage(FILE *to) {
             "  --seed S      input seed (default 1)\n"
             "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
             "  --eps E       LayerNorm epsilon (default 1e-5)\n"
-            "  --twice       run every block twice, threads in opposite orders; a difference is a race\n\n"
+            "  --twice       run every block twice, threads in opposite orders; a difference is a race\n"
+            "attention: --rows is seq_q; also\n"
+            "  --seq-k N     keys (default: seq_q)\n"
+            "  --batch B     batch (default 1)\n"
+            "  --heads H[:K] query heads, key/value heads (default 2:2; K must divide H)\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n"
-            "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n");
+            "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
+            "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n");
 }
 
 typedef struct run_opts {
     int sm, rows, hidden, twice;
+    int seq_k, batch, heads_q, heads_kv; /* attention */
     unsigned long long seed;
     float eps;
     kiln_ln_input input;
@@ -98,12 +105,63 @@ static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
     return rc;
 }
 
+/* Attention: random inputs in [-1, 1], o and lse checked with the error model of
+ * emu/emu_ref_attention.c (P taken as rounded to the input dtype: the looser of the two paths). */
+static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_error err = {0};
+    kiln_attn_problem p = {0};
+    if (kiln_attn_spec_parse(m->spec, &p, &err) != KILN_OK) return report_error(&err);
+    p.batch = o->batch ? o->batch : 1;
+    p.heads_q = o->heads_q ? o->heads_q : 2;
+    p.heads_kv = o->heads_kv ? o->heads_kv : p.heads_q;
+    p.seq_q = o->rows;
+    p.seq_k = o->seq_k ? o->seq_k : o->rows;
+    if (kiln_attn_check_problem(&p, &err) != KILN_OK) return cli_error("%s", err.msg);
+    if ((double)p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim > 1e10)
+        return cli_error("batch x heads x seq_q x seq_k x head_dim is too large for the emulator (at most 1e10)");
+    kiln_attn_default_strides(&p);
+    uint64_t seed = o->seed;
+    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    void *q = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'q'), 1, &seed);
+    void *kk = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'k'), 1, &seed);
+    void *v = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'v'), 1, &seed);
+    void *out = malloc(no * kiln_dtype_size(p.out));
+    float *lse = malloc(nl * sizeof *lse);
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    int rc = CLI_OK;
+    printf("%s  sm_%d  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, o->sm, p.batch, p.heads_q,
+           p.heads_kv, p.seq_q, p.seq_k, o->seed, o->twice ? "  (every block twice)" : "");
+    double t0 = now_ms();
+    if (!q || !kk || !v || !out || !lse || !ro || !rl) {
+        rc = cli_error("out of memory");
+    } else if (kiln_attn_run(k, &p, out, lse, q, kk, v, o->twice, &err) != KILN_OK ||
+               kiln_attn_reference(&p, q, kk, v, ro, rl, &err) != KILN_OK) {
+        rc = report_error(&err);
+    } else {
+        printf("  %s: emulated in %.1f ms\n", m->entry, now_ms() - t0);
+        kiln_attn_report r;
+        long bad = kiln_attn_check(&p, p.dtype, q, kk, v, out, lse, ro, rl, &r);
+        static const char *names[2] = {"o", "lse"};
+        for (int i = 0; i < 2; i++) {
+            printf("  %-4s  max |err| %.3e  worst %.3f of tolerance  %s\n", names[i], r.max_abs[i],
+                   floor(r.worst[i] * 1000) / 1000, r.bad[i] ? "FAIL" : "ok");
+            if (r.bad[i]) printf("  %s: %ld values out of tolerance; first: %s\n", names[i], r.bad[i], r.first[i]);
+        }
+        printf("%s: %s\n", bad ? "FAIL" : "PASS", bad ? "outputs differ from the float64 reference" : "every output within tolerance");
+        rc = bad ? CLI_FINDINGS : CLI_OK;
+    }
+    free(q), free(kk), free(v), free(out), free(lse), free(ro), free(rl);
+    return rc;
+}
+
 /* Families `kiln run` can check, each with its reference. */
 static const struct {
     const char *family;
     int (*run)(kiln_emu_kernel *k, const run_opts *o);
 } families[] = {
     {"layernorm", run_layernorm},
+    {"attention", run_attention},
 };
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -120,6 +178,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"hidden", required_argument, NULL, 'H'}, {"seed", required_argument, NULL, 'S'},
         {"input", required_argument, NULL, 'i'}, {"eps", required_argument, NULL, 'e'},
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
+        {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
+        {"heads", required_argument, NULL, 'N'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -144,6 +204,19 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             if (!*optarg || *end || !(o->eps > 0)) return cli_error("bad --eps '%s'; valid: a positive number", optarg);
             break;
         case 't': o->twice = 1; break;
+        case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
+        case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
+        case 'N': {
+            char *colon = strchr(optarg, ':');
+            if (colon) *colon = 0;
+            if (parse_int("--heads", optarg, 1, 65535, &v)) return CLI_USAGE;
+            o->heads_q = (int)v;
+            if (colon && parse_int("--heads (key/value heads after ':')", colon + 1, 1, 65535, &v)) return CLI_USAGE;
+            o->heads_kv = colon ? (int)v : o->heads_q;
+            if (o->heads_q % o->heads_kv)
+                return cli_error("bad --heads %d:%d; key/value heads must divide query heads", o->heads_q, o->heads_kv);
+            break;
+        }
         case 'h': run_usage(stdout); return -1;
         default:
             if (optopt) return cli_error("option '-%c' needs a value or is unknown; see 'kiln run --help'", optopt);
@@ -163,7 +236,7 @@ int cmd_run(int argc, char **argv) {
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
-    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm", argv[optind]);
+    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention", argv[optind]);
     char spec[4096] = "";
     for (int i = optind, n = 0; i < argc; i++) {
         int k = snprintf(spec + n, sizeof spec - (size_t)n, "%s%s", i > optind ? " " : "", argv[i]);

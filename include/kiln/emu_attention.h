@@ -17,6 +17,12 @@ typedef struct kiln_attn_problem {
     long long stride_q[3], stride_k[3], stride_v[3], stride_o[3];
 } kiln_attn_problem;
 
+/* Reads dtype, out, head_dim and causal from an attention spec (canonical or not; the rest of p
+ * is left alone); KILN_EINVAL names a bad value. */
+kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_error *err);
+/* Fills n elements of dtype t with values uniform in [-amplitude, amplitude] (rounded to t) from
+ * a seeded generator; returns malloc'd memory or NULL. */
+void *kiln_attn_random(kiln_dtype t, size_t n, double amplitude, uint64_t *seed);
 /* Sets the strides of [batch, seq, heads, head_dim] tensors. */
 void kiln_attn_default_strides(kiln_attn_problem *p);
 double kiln_attn_scale(const kiln_attn_problem *p);

@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# tests/attention_cli_test.sh - `kiln emit attention` and `kiln run attention`: paths per target, emulator
+# passes, bad input exits 2 with one line.
+set -u
+KILN=${KILN:-bin/kiln}
+pass=0 fail=0
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+
+ok() { pass=$((pass + 1)); [ -n "${KILN_TEST_VERBOSE:-}" ] && echo "ok   $1"; return 0; }
+bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
+
+# expect NAME STATUS FRAGMENT -- ARGS...: exit status and FRAGMENT in stdout or stderr;
+# status 2 must come with exactly one stderr line.
+expect() {
+    local name=$1 want=$2 frag=$3; shift 4
+    "$KILN" "$@" >"$tmp/out" 2>"$tmp/err"
+    local rc=$? lines
+    lines=$(wc -l <"$tmp/err")
+    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, want $want: $(head -c 400 "$tmp/err" "$tmp/out")"; return; fi
+    if [ "$want" -eq 2 ] && [ "$lines" -ne 1 ]; then bad "$name" "stderr has $lines lines: $(cat "$tmp/err")"; return; fi
+    if [ -n "$frag" ] && ! grep -qF -- "$frag" "$tmp/err" "$tmp/out"; then
+        bad "$name" "no '$frag' in: $(head -c 400 "$tmp/out" "$tmp/err")"; return
+    fi
+    ok "$name"
+}
+
+# The path follows the target's capabilities: tensor cores where they exist for the dtype.
+expect "sm_80 bf16 uses mma.m16n8k16 + ldmatrix + cp.async" 0 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" -- \
+    emit attention dtype=bf16 head_dim=128 causal=true --sm 80
+grep -q "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" "$tmp/out" && grep -q "cp.async.cg.shared.global" "$tmp/out" \
+    && ok "sm_80: ldmatrix .trans and cp.async" || bad "sm_80: ldmatrix .trans and cp.async" "missing in the PTX"
+expect "sm_75 f16 uses mma.m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention dtype=f16 head_dim=64 --sm 75
+grep -q "cp.async" "$tmp/out" && bad "sm_75: no cp.async" "cp.async in sm_75 PTX" || ok "sm_75: no cp.async"
+grep -q "^\.version 6\.5" "$tmp/out" && ok "sm_75 mma raises .version to 6.5" || bad "sm_75 .version" "$(grep '^\.version' "$tmp/out")"
+expect "sm_75 bf16 runs SIMT" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=64 --sm 75
+grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16: no mma, no bf16" "found in PTX" || ok "sm_75 bf16: no mma, no bf16"
+expect "f32 runs SIMT" 0 "fma.rn.f32" -- emit attention dtype=f32 head_dim=32 --sm 90
+grep -q "mma" "$tmp/out" && bad "f32: no mma" "mma in PTX" || ok "f32: no mma"
+
+expect "run mma bf16 sm_80, GQA, seq_q != seq_k, twice" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=bf16 head_dim=64 causal=true --sm 80 --rows 33 --seq-k 70 --heads 4:2 --twice
+expect "run sm_75 f16 (m16n8k8)" 0 "PASS" -- run attention dtype=f16 head_dim=32 --sm 75 --rows 17 --batch 2
+expect "run SIMT bf16 sm_75, MQA" 0 "PASS" -- run attention dtype=bf16 head_dim=96 --sm 75 --rows 20 --heads 3:1
+expect "run f32 out from f16" 0 "PASS" -- run attention dtype=f16 out=f32 head_dim=64 causal=true --sm 86 --rows 40 --seq-k 9
+
+expect "bad head_dim" 2 "bad value '80' for 'head_dim'; valid: 32, 64, 96, 128, 256" -- emit attention head_dim=80 --sm 80
+expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
+expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75
+expect "run heads not dividing" 2 "key/value heads must divide" -- run attention --sm 80 --rows 4 --heads 3:2
+expect "run bad --seq-k" 2 "bad --seq-k" -- run attention --sm 80 --rows 4 --seq-k 0
+
+echo "attention cli: $pass passed, $fail failed"
+[ "$fail" -eq 0 ]
