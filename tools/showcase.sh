@@ -19,7 +19,7 @@ for sm in 75 80 86 89 90; do
     if [ -x "$PTXAS" ]; then
         log=$("$PTXAS" --gpu-name "sm_$sm" -v "$f" -o /dev/null 2>&1) || status=1
         regs=$(grep -oE 'Used [0-9]+ registers' <<<"$log" | grep -oE '[0-9]+')
-        spill=$(grep -oE '[0-9]+ bytes spill (stores|loads)' <<<"$log" | awk '{printf "%s%s B %s", NR>1?", ":"", $1, $4}')
+        spill=$(grep -oE '[0-9]+ bytes spill (stores|loads)' <<<"$log" | awk '{printf "%s%s B %s", (NR > 1 ? ", " : ""), $1, $4}')
     else
         regs="-" spill="ptxas not found"
     fi
