@@ -161,48 +161,34 @@ static gen_value check_ptr(lua_State *L, int idx) {
     return p;
 }
 
-/* Loads n elements at ptr as pieces of at most 16 bytes (and at most the alignment). */
-static void emit_loads(gen_builder *gb, gen_value ptr, int n, unsigned align, LLVMValueRef *out) {
+/* Loads (vals out) or stores (vals in) n elements at ptr, as vector pieces of at most 16 bytes
+ * and at most the promised alignment. */
+static void emit_access(gen_builder *gb, gen_value ptr, int n, unsigned align, LLVMValueRef *vals, int store) {
     LLVMTypeRef et = gen_elem_type(gb, ptr.elem);
     unsigned es = (unsigned)kiln_dtype_size((kiln_dtype)ptr.elem);
-    unsigned piece = 16 < align ? 16 : align;
+    unsigned piece = align < 16 ? align : 16;
     if (piece < es) piece = es;
     int per = (int)(piece / es);
     for (int i = 0; i < n; i += per) {
         int k = per < n - i ? per : n - i;
         LLVMValueRef off = LLVMConstInt(gb->i64, (unsigned long long)i, 0);
         LLVMValueRef addr = i ? LLVMBuildGEP2(gb->b, et, ptr.v, &off, 1, "") : ptr.v;
-        unsigned a = i ? (align < piece ? align : piece) : align;
-        if (k == 1) {
-            out[i] = LLVMBuildLoad2(gb->b, et, addr, "");
-            LLVMSetAlignment(out[i], a < es ? es : a);
-            continue;
+        unsigned a = i ? piece : (align > es ? align : es);
+        LLVMTypeRef ty = k == 1 ? et : LLVMVectorType(et, (unsigned)k);
+        LLVMValueRef inst;
+        if (store) {
+            LLVMValueRef v = vals[i];
+            if (k > 1) {
+                v = LLVMGetUndef(ty);
+                for (int j = 0; j < k; j++) v = LLVMBuildInsertElement(gb->b, v, vals[i + j], LLVMConstInt(gb->i32, (unsigned)j, 0), "");
+            }
+            inst = LLVMBuildStore(gb->b, v, addr);
+        } else {
+            inst = LLVMBuildLoad2(gb->b, ty, addr, "");
+            if (k == 1) vals[i] = inst;
+            for (int j = 0; k > 1 && j < k; j++) vals[i + j] = LLVMBuildExtractElement(gb->b, inst, LLVMConstInt(gb->i32, (unsigned)j, 0), "");
         }
-        LLVMTypeRef vt = LLVMVectorType(et, (unsigned)k);
-        LLVMValueRef v = LLVMBuildLoad2(gb->b, vt, addr, "");
-        LLVMSetAlignment(v, a);
-        for (int j = 0; j < k; j++) out[i + j] = LLVMBuildExtractElement(gb->b, v, LLVMConstInt(gb->i32, (unsigned)j, 0), "");
-    }
-}
-
-static void emit_stores(gen_builder *gb, gen_value ptr, int n, unsigned align, LLVMValueRef *vals) {
-    LLVMTypeRef et = gen_elem_type(gb, ptr.elem);
-    unsigned es = (unsigned)kiln_dtype_size((kiln_dtype)ptr.elem);
-    unsigned piece = 16 < align ? 16 : align;
-    if (piece < es) piece = es;
-    int per = (int)(piece / es);
-    for (int i = 0; i < n; i += per) {
-        int k = per < n - i ? per : n - i;
-        LLVMValueRef off = LLVMConstInt(gb->i64, (unsigned long long)i, 0);
-        LLVMValueRef addr = i ? LLVMBuildGEP2(gb->b, et, ptr.v, &off, 1, "") : ptr.v;
-        unsigned a = i ? (align < piece ? align : piece) : align;
-        LLVMValueRef v = vals[i];
-        if (k > 1) {
-            v = LLVMGetUndef(LLVMVectorType(et, (unsigned)k));
-            for (int j = 0; j < k; j++) v = LLVMBuildInsertElement(gb->b, v, vals[i + j], LLVMConstInt(gb->i32, (unsigned)j, 0), "");
-        }
-        LLVMValueRef st = LLVMBuildStore(gb->b, v, addr);
-        LLVMSetAlignment(st, k == 1 && a < es ? es : a);
+        LLVMSetAlignment(inst, a);
     }
 }
 
@@ -223,7 +209,7 @@ static int load_common(lua_State *L, int n, int as_table) {
         LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "ld.join");
         LLVMBuildCondBr(gb->b, o.pred.v, then, join);
         LLVMPositionBuilderAtEnd(gb->b, then);
-        emit_loads(gb, ptr, n, o.align, vals);
+        emit_access(gb, ptr, n, o.align, vals, 0);
         LLVMBasicBlockRef then_end = LLVMGetInsertBlock(gb->b);
         LLVMBuildBr(gb->b, join);
         LLVMPositionBuilderAtEnd(gb->b, join);
@@ -235,7 +221,7 @@ static int load_common(lua_State *L, int n, int as_table) {
             vals[i] = phi;
         }
     } else {
-        emit_loads(gb, ptr, n, o.align, vals);
+        emit_access(gb, ptr, n, o.align, vals, 0);
     }
     int kind = gen_dtype_kind(ptr.elem);
     if (!as_table) {
@@ -280,11 +266,11 @@ static int store_common(lua_State *L, int as_table) {
         LLVMBasicBlockRef join = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "st.join");
         LLVMBuildCondBr(gb->b, o.pred.v, then, join);
         LLVMPositionBuilderAtEnd(gb->b, then);
-        emit_stores(gb, ptr, n, o.align, vals);
+        emit_access(gb, ptr, n, o.align, vals, 1);
         LLVMBuildBr(gb->b, join);
         LLVMPositionBuilderAtEnd(gb->b, join);
     } else {
-        emit_stores(gb, ptr, n, o.align, vals);
+        emit_access(gb, ptr, n, o.align, vals, 1);
     }
     return 0;
 }
