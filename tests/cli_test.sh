@@ -1,25 +1,7 @@
 #!/usr/bin/env bash
 # tests/cli_test.sh - the kiln command line: help, emit, list, and every bad input we thought of.
 set -u
-KILN=${KILN:-bin/kiln}
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); [ -n "${KILN_TEST_VERBOSE:-}" ] && echo "ok   $1"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-
-# expect NAME STATUS FRAGMENT -- ARGS...: exit status, one stderr line containing FRAGMENT.
-expect() {
-    local name=$1 want=$2 frag=$3; shift 4
-    "$KILN" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, want $want; stderr: $(head -c 300 "$tmp/err")"; return; fi
-    if [ "$want" -eq 2 ] && [ "$lines" -ne 1 ]; then bad "$name" "stderr has $lines lines: $(cat "$tmp/err")"; return; fi
-    if [ -n "$frag" ] && ! grep -qF -- "$frag" "$tmp/err" "$tmp/out"; then bad "$name" "no '$frag' in: $(head -c 300 "$tmp/err")"; return; fi
-    ok "$name"
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 expect "help" 0 "usage: kiln COMMAND" -- --help
 expect "no command" 2 "missing command; valid: emit, list" --
@@ -56,5 +38,4 @@ else bad "failed emit leaves no partial output" "$(ls "$tmp")"; fi
 if [ -s "$tmp/k.ptx" ] && grep -q "^.entry\|\.entry kiln_layernorm" "$tmp/k.ptx"; then ok "emit -o writes the file"
 else bad "emit -o writes the file" "$(cat "$tmp/err")"; fi
 
-echo "cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish cli

@@ -1,28 +1,7 @@
 #!/usr/bin/env bash
 # tests/emu_run_test.sh - `kiln run`: kernels on the emulator pass their reference, bad input exits 2.
 set -u
-KILN=${KILN:-bin/kiln}
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); [ -n "${KILN_TEST_VERBOSE:-}" ] && echo "ok   $1"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-
-# expect NAME STATUS FRAGMENT -- ARGS...: exit status and FRAGMENT in stdout or stderr;
-# status 2 must come with exactly one stderr line.
-expect() {
-    local name=$1 want=$2 frag=$3; shift 4
-    "$KILN" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, want $want: $(head -c 400 "$tmp/err" "$tmp/out")"; return; fi
-    if [ "$want" -eq 2 ] && [ "$lines" -ne 1 ]; then bad "$name" "stderr has $lines lines: $(cat "$tmp/err")"; return; fi
-    if [ -n "$frag" ] && ! grep -qF -- "$frag" "$tmp/err" "$tmp/out"; then
-        bad "$name" "no '$frag' in: $(head -c 400 "$tmp/out" "$tmp/err")"; return
-    fi
-    ok "$name"
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 expect "run help" 0 "usage: kiln run FAMILY" -- run --help
 expect "run bf16 on sm_75" 0 "PASS: every output within tolerance" -- run layernorm x=bf16 hidden=768 --sm 75 --rows 64
@@ -57,5 +36,4 @@ grep -v "emulated in\|sm_" "$tmp/c" >"$tmp/c2"
 if cmp -s "$tmp/a2" "$tmp/b2" && ! cmp -s "$tmp/a2" "$tmp/c2"; then ok "run deterministic"; else
     bad "run deterministic" "$(diff "$tmp/a2" "$tmp/b2"; diff "$tmp/a2" "$tmp/c2" | head -3)"; fi
 
-echo "emu_run: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish emu_run
