@@ -116,6 +116,13 @@ local function declare(b, spec)
   return b:kernel{ params = params }
 end
 
+-- Keys visible to query `row` are those below this bound (seq_k; causal: also row + shift + 1),
+-- so masking a key is one compare of its offset in the tile against bound - kv0.
+local function key_bound(b, spec, p, row, shift)
+  if not spec.causal then return p.seq_k end
+  return b:min(p.seq_k, row + shift + 1)
+end
+
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
 local function head_bases(b, p)
   local bi, h = b:i64(b:ctaid("z")), b:ctaid("y")
@@ -177,6 +184,8 @@ local function build_simt(b, spec, cfg, p)
 
   -- Per thread: rows rg + tr*i, keys cg + tc*j of the tile, output columns 4*(cg + tc*jj)...+3.
   local dchunks = d // (4 * tc)
+  local bound = {}
+  for i = 0, rm - 1 do bound[i] = key_bound(b, spec, p, q0 + rg + tr * i, shift) end
   local m, l, acc = {}, {}, {}
   for i = 0, rm - 1 do
     m[i] = b:var("f32", NEG_INF)
@@ -209,13 +218,10 @@ local function build_simt(b, spec, cfg, p)
     end)
     -- Online softmax in base 2; masked scores are -inf.
     for i = 0, rm - 1 do
-      local row = q0 + rg + tr * i
+      local lim = bound[i] - kv0 - cg
       local sv, mx = {}, b:f32(NEG_INF)
       for j = 0, cn - 1 do
-        local key = kv0 + cg + tc * j
-        local ok = b:lt(key, p.seq_k)
-        if spec.causal then ok = b:and_(ok, b:le(key, row + shift)) end
-        sv[j] = b:select(ok, s[i][j]:get() * scale2, NEG_INF)
+        sv[j] = b:select(b:lt(tc * j, lim), s[i][j]:get() * scale2, NEG_INF)
         mx = b:max(mx, sv[j])
       end
       local m_old = m[i]:get()
@@ -368,8 +374,9 @@ local function build_mma(b, spec, cfg, p)
     for kk = 0, d // 16 - 1 do qf[kk] = q_frag(b, spec, cfg, qs, lane, warp, kk) end
   end
 
-  local m, l, acc = {}, {}, {}
+  local m, l, acc, bound = {}, {}, {}, {}
   for h = 0, 1 do
+    bound[h] = key_bound(b, spec, p, q0 + warp * 16 + g + h * 8, shift)
     m[h] = b:var("f32", NEG_INF)
     l[h] = b:var("f32", 0.0)
   end
@@ -425,14 +432,11 @@ local function build_mma(b, spec, cfg, p)
     local pv = {}
     for j = 0, nt - 1 do pv[j] = {} end
     for h = 0, 1 do
-      local row = q0 + warp * 16 + g + h * 8
+      local lim = bound[h] - kv0 - t * 2
       local sv, mx = {}, b:f32(NEG_INF)
       for j = 0, nt - 1 do
         for e = 0, 1 do
-          local key = kv0 + j * 8 + t * 2 + e
-          local ok = b:lt(key, p.seq_k)
-          if spec.causal then ok = b:and_(ok, b:le(key, row + shift)) end
-          local v = b:select(ok, s[j][2 * h + e + 1] * scale2, NEG_INF)
+          local v = b:select(b:lt(j * 8 + e, lim), s[j][2 * h + e + 1] * scale2, NEG_INF)
           sv[#sv + 1] = v
           mx = b:max(mx, v)
         end
