@@ -41,6 +41,26 @@ static int b_max_registers(lua_State *L) {
     return 0;
 }
 
+/* b:dynamic_shared(dtype) -> pointer to the block's dynamic shared memory (extern __shared__,
+ * 128-byte aligned), sized at launch by meta.dynamic_smem, which config() sets; every call
+ * returns the same base, typed as dtype. */
+static int b_dynamic_shared(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    kiln_dtype dt;
+    const char *s = luaL_checkstring(L, 2);
+    if (kiln_dtype_parse(s, &dt) != 0) return luaL_error(L, "bad dtype '%s'; valid: f32, f16, bf16", s);
+    if (!gb->meta->dynamic_smem) return luaL_error(L, "b:dynamic_shared: config() set no dynamic_smem");
+    LLVMValueRef g = LLVMGetNamedGlobal(gb->mod, "kiln_dsmem");
+    if (!g) {
+        LLVMTypeRef at = LLVMArrayType2(gb->i8, 0);
+        g = LLVMAddGlobalInAddressSpace(gb->mod, at, "kiln_dsmem", GEN_AS_SHARED);
+        LLVMSetLinkage(g, LLVMExternalLinkage);
+        LLVMSetAlignment(g, 128);
+    }
+    gen_push_value(L, g, GEN_PTR, (int)dt, GEN_AS_SHARED);
+    return 1;
+}
+
 /* ---- tensor-core primitives: the target table decides the instructions ---- */
 
 static void need_ptx(gen_builder *gb, enum gen_feature f) {
@@ -205,6 +225,7 @@ static int b_cp_async_wait(lua_State *L) {
 void gen_register_tensor(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"ex2_approx", b_ex2_approx}, {"lg2_approx", b_lg2_approx}, {"max_registers", b_max_registers},
+        {"dynamic_shared", b_dynamic_shared},
         {"ldmatrix", b_ldmatrix}, {"mma", b_mma}, {"pack", b_pack}, {"cp_async", b_cp_async},
         {"cp_async_commit", b_cp_async_commit}, {"cp_async_wait", b_cp_async_wait}, {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);

@@ -48,11 +48,15 @@ local SIMT_TILES = {
 }
 local SIMT_THREADS, SIMT_TC = 128, 8
 
--- Tensor-core geometry per head_dim: keys per tile and pipeline stages (shared memory stays
--- within 48 KiB of static shared memory: Q 64 x d plus stages x (K + V) of block_n x d).
+-- Tensor-core geometry per head_dim: keys per tile and pipeline stages, in order of preference;
+-- config takes the first whose shared memory (Q 64 x d plus stages x (K + V) of block_n x d)
+-- fits the target's opt-in limit, in dynamic shared memory when it exceeds the static limit.
 local MMA_TILES = {
-  [32] = { n = 64, stages = 2 }, [64] = { n = 64, stages = 2 }, [96] = { n = 32, stages = 2 },
-  [128] = { n = 32, stages = 2 }, [256] = { n = 16, stages = 1 },
+  [32] = { { n = 64, stages = 2 } },
+  [64] = { { n = 64, stages = 2 } },
+  [96] = { { n = 64, stages = 2 }, { n = 32, stages = 2 } },
+  [128] = { { n = 64, stages = 2 }, { n = 32, stages = 2 } },
+  [256] = { { n = 16, stages = 2 }, { n = 16, stages = 1 } },
 }
 local MMA_WARPS = 4
 
@@ -72,13 +76,19 @@ local function has_mma(spec, target)
 end
 
 local function config_mma(spec, target)
-  local t = MMA_TILES[spec.head_dim]
-  local stages = target.cp_async and t.stages or 1
+  local bm, ld = MMA_WARPS * 16, spec.head_dim == 96 and 104 or spec.head_dim
+  local n, stages, bytes
+  for _, t in ipairs(MMA_TILES[spec.head_dim]) do
+    n, stages = t.n, target.cp_async and t.stages or 1
+    bytes = (bm + 2 * stages * n) * ld * util.dtype_bytes[spec.dtype]
+    if bytes <= target.smem_optin_max then break end
+  end
+  local dynamic = bytes > target.smem_static_max
   return {
-    block = MMA_WARPS * 32, grid_tile = { MMA_WARPS * 16, 1, 1 }, path = "mma",
-    block_m = MMA_WARPS * 16, block_n = t.n, stages = stages, cp_async = target.cp_async,
-    ld = spec.head_dim == 96 and 104 or spec.head_dim, swizzle = spec.head_dim ~= 96,
-    q_in_regs = spec.head_dim <= 128, align = 16, rows_per_block = MMA_WARPS * 16, max_registers = 255,
+    block = MMA_WARPS * 32, grid_tile = { bm, 1, 1 }, path = "mma",
+    block_m = bm, block_n = n, stages = stages, cp_async = target.cp_async,
+    ld = ld, swizzle = spec.head_dim ~= 96, dynamic_smem = dynamic and bytes or nil,
+    q_in_regs = spec.head_dim <= 128, align = 16, rows_per_block = bm, max_registers = 255,
   }
 end
 
@@ -338,9 +348,16 @@ end
 local function build_mma(b, spec, cfg, p)
   local d, bm, bn, stages = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages
   local dt = spec.dtype
-  local qs = b:shared(dt, bm * cfg.ld, 128)
-  local ks = b:shared(dt, stages * bn * cfg.ld, 128)
-  local vs = b:shared(dt, stages * bn * cfg.ld, 128)
+  local qs, ks, vs
+  if cfg.dynamic_smem then
+    qs = b:dynamic_shared(dt)
+    ks = qs + bm * cfg.ld
+    vs = ks + stages * bn * cfg.ld
+  else
+    qs = b:shared(dt, bm * cfg.ld, 128)
+    ks = b:shared(dt, stages * bn * cfg.ld, 128)
+    vs = b:shared(dt, stages * bn * cfg.ld, 128)
+  end
   local tile = bn * cfg.ld
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5

@@ -76,6 +76,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     ptxas_job *jobs = calloc((size_t)n, sizeof *jobs);
     int *idx = calloc((size_t)n, sizeof *idx), nrun = 0;
+    unsigned *dyn = calloc((size_t)n, sizeof *dyn); /* dynamic shared memory from the metadata */
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (int i = 0; i < n; i++) {
@@ -96,6 +97,7 @@ int main(void) {
             snprintf(jobs[nrun].ptx, sizeof jobs[nrun].ptx, "%s/v%d.ptx", dir, i);
             snprintf(jobs[nrun].log, sizeof jobs[nrun].log, "%s/v%d.log", dir, i);
             jobs[nrun].sm = vs[i].sm;
+            dyn[nrun] = kiln_module_meta(m)->dynamic_smem;
             if (write_file(jobs[nrun].ptx, ptx, kiln_module_size(m)) == 0) idx[nrun++] = i;
             kiln_module_free(m);
         }
@@ -111,7 +113,7 @@ int main(void) {
     } else {
         long cores = sysconf(_SC_NPROCESSORS_ONLN);
         ptxas_run_all(ptxas, jobs, nrun, cores > 0 ? (int)cores : 2);
-        if (table) printf("| spec | sm | registers | shared memory (bytes) |\n|---|---|---|---|\n");
+        if (table) printf("| spec | sm | registers | static + dynamic shared memory (bytes) |\n|---|---|---|---|\n");
         for (int k = 0; k < nrun; k++) {
             int i = idx[k];
             char name[512];
@@ -123,7 +125,7 @@ int main(void) {
             ptxas_resources(log ? log : "", &spills, &regs, &smem);
             CHECK(jobs[k].status == 0, "ptxas failed (exit %d): %.400s", jobs[k].status, log ? log : "");
             CHECK(spills == 0, "%ld bytes of spills", spills);
-            if (table) printf("| `%s` | %d | %d | %d |\n", vs[i].spec + strlen("attention "), vs[i].sm, regs, smem);
+            if (table) printf("| `%s` | %d | %d | %d + %u |\n", vs[i].spec + strlen("attention "), vs[i].sm, regs, smem, dyn[k]);
             free(log);
             TEST_END();
             unlink(jobs[k].ptx);
@@ -133,6 +135,7 @@ int main(void) {
     rmdir(dir);
     free(jobs);
     free(idx);
+    free(dyn);
     kiln_gen_destroy(gen);
     printf("attention ptxas: %d passed, %d failed, %d skipped\n", check_passed, check_failed, skipped);
     return check_failed ? 1 : 0;

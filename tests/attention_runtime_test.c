@@ -60,6 +60,12 @@ static void test_launch(int sm) {
         CHECK(l.grid[0] == (1000 + m->grid_tile[0] - 1) / m->grid_tile[0] && l.grid[1] == 8 && l.grid[2] == 3,
               "grid %u %u %u", l.grid[0], l.grid[1], l.grid[2]);
         CHECK(l.block[0] == m->block[0], "block %u", l.block[0]);
+        CHECK(l.smem == m->dynamic_smem, "dynamic shared memory %u, meta says %u", l.smem, m->dynamic_smem);
+        if (m->dynamic_smem > 48 * 1024) {
+            fake_cuda_counts c;
+            fake.counters(&c);
+            CHECK(c.set_attributes > 0, "opt-in attribute set for %u bytes", m->dynamic_smem);
+        }
         CHECK(param(&l, m, "o") == a.o && param(&l, m, "lse") == a.lse && param(&l, m, "q") == a.q &&
                   param(&l, m, "k") == a.k && param(&l, m, "v") == a.v, "pointers");
         CHECK(param(&l, m, "heads_q") == 8 && param(&l, m, "heads_kv") == 2 && param(&l, m, "seq_q") == 1000 &&
