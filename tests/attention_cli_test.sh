@@ -2,28 +2,7 @@
 # tests/attention_cli_test.sh - `kiln emit attention` and `kiln run attention`: paths per target, emulator
 # passes, bad input exits 2 with one line.
 set -u
-KILN=${KILN:-bin/kiln}
-pass=0 fail=0
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-ok() { pass=$((pass + 1)); [ -n "${KILN_TEST_VERBOSE:-}" ] && echo "ok   $1"; return 0; }
-bad() { fail=$((fail + 1)); echo "FAIL $1: $2"; }
-
-# expect NAME STATUS FRAGMENT -- ARGS...: exit status and FRAGMENT in stdout or stderr;
-# status 2 must come with exactly one stderr line.
-expect() {
-    local name=$1 want=$2 frag=$3; shift 4
-    "$KILN" "$@" >"$tmp/out" 2>"$tmp/err"
-    local rc=$? lines
-    lines=$(wc -l <"$tmp/err")
-    if [ "$rc" -ne "$want" ]; then bad "$name" "exit $rc, want $want: $(head -c 400 "$tmp/err" "$tmp/out")"; return; fi
-    if [ "$want" -eq 2 ] && [ "$lines" -ne 1 ]; then bad "$name" "stderr has $lines lines: $(cat "$tmp/err")"; return; fi
-    if [ -n "$frag" ] && ! grep -qF -- "$frag" "$tmp/err" "$tmp/out"; then
-        bad "$name" "no '$frag' in: $(head -c 400 "$tmp/out" "$tmp/err")"; return
-    fi
-    ok "$name"
-}
+. "$(dirname "$0")/cli_lib.sh"
 
 # The path follows the target's capabilities: tensor cores where they exist for the dtype.
 expect "sm_80 bf16 uses mma.m16n8k16 + ldmatrix + cp.async" 0 "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32" -- \
@@ -51,5 +30,4 @@ expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit att
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention --sm 80 --rows 4 --heads 3:2
 expect "run bad --seq-k" 2 "bad --seq-k" -- run attention --sm 80 --rows 4 --seq-k 0
 
-echo "attention cli: $pass passed, $fail failed"
-[ "$fail" -eq 0 ]
+finish "attention cli"
