@@ -259,7 +259,6 @@ static int math1(lua_State *L, const char *intrinsic) {
 }
 static int b_sqrt(lua_State *L) { return math1(L, "llvm.sqrt"); }
 static int b_abs(lua_State *L) { return math1(L, "llvm.fabs"); }
-static int b_exp2(lua_State *L) { return math1(L, "llvm.exp2"); }
 
 /* 1/sqrt(x) with IEEE sqrt and division: exact rounding, no approximation. */
 static int b_rsqrt(lua_State *L) {
@@ -357,7 +356,7 @@ static const luaL_Reg builder_methods[] = {
     {"lt", b_lt}, {"le", b_le}, {"gt", b_gt}, {"ge", b_ge}, {"eq", b_eq}, {"ne", b_ne},
     {"select", b_select}, {"and_", b_and}, {"or_", b_or}, {"not_", b_not},
     {"i32", b_i32}, {"i64", b_i64}, {"f32", b_f32},
-    {"sqrt", b_sqrt}, {"rsqrt", b_rsqrt}, {"abs", b_abs}, {"exp2", b_exp2}, {"fma", b_fma},
+    {"sqrt", b_sqrt}, {"rsqrt", b_rsqrt}, {"abs", b_abs}, {"fma", b_fma},
     {"max", b_max}, {"min", b_min},
     {"tid", b_tid}, {"ntid", b_ntid}, {"ctaid", b_ctaid}, {"nctaid", b_nctaid},
     {"target", b_target},
