@@ -12,6 +12,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "ptxas_util.h"
 #include "gen.h"
 #include "kiln/kiln.h"
 #include "kiln/lint.h"
@@ -477,22 +478,6 @@ static void fuzz_one(const char *text, size_t len) {
 
 /* ---- ground truth: ptxas ---- */
 
-static const char *ptxas_tool(void) {
-    static char path[4096];
-    const char *env = getenv("PTXAS"), *home = getenv("CUDA_HOME");
-    if (env && access(env, X_OK) == 0) return env;
-    snprintf(path, sizeof path, "%s/bin/ptxas", home ? home : "/usr/local/cuda");
-    if (access(path, X_OK) == 0) return path;
-    for (const char *p = getenv("PATH"); p && *p;) {
-        const char *e = strchr(p, ':');
-        int n = e ? (int)(e - p) : (int)strlen(p);
-        snprintf(path, sizeof path, "%.*s/ptxas", n, p);
-        if (access(path, X_OK) == 0) return path;
-        p = e ? e + 1 : NULL;
-    }
-    return NULL;
-}
-
 typedef struct job {
     char name[256]; /* what the file is, for messages */
     char *ptx;      /* its text */
@@ -866,7 +851,7 @@ static void kiln_jobs(jobs *js, int *generated) {
 }
 
 static void test_ground_truth(void) {
-    const char *ptxas = ptxas_tool();
+    const char *ptxas = ptxas_path();
     jobs js = {0};
     snprintf(js.dir, sizeof js.dir, "/tmp/kiln-lint-XXXXXX");
     if (!mkdtemp(js.dir)) {

@@ -14,7 +14,7 @@
 extern char **environ;
 
 /* Path of ptxas ($PTXAS, $CUDA_HOME/bin, /usr/local/cuda/bin, PATH) or NULL. */
-static const char *ptxas_path(void) {
+static inline const char *ptxas_path(void) {
     static char path[4096];
     const char *env = getenv("PTXAS");
     if (env && access(env, X_OK) == 0) return env;
@@ -40,7 +40,7 @@ typedef struct ptxas_job {
     int status; /* exit status once finished */
 } ptxas_job;
 
-static void ptxas_start(const char *ptxas, ptxas_job *j) {
+static inline void ptxas_start(const char *ptxas, ptxas_job *j) {
     char gpu[32];
     snprintf(gpu, sizeof gpu, "sm_%d", j->sm);
     char *argv[] = {(char *)ptxas, "--gpu-name", gpu, "-v", j->ptx, "-o", "/dev/null", NULL};
@@ -53,7 +53,7 @@ static void ptxas_start(const char *ptxas, ptxas_job *j) {
 }
 
 /* Runs every job, at most `parallel` at once; fills status (127 if it could not start). */
-static void ptxas_run_all(const char *ptxas, ptxas_job *jobs, int n, int parallel) {
+static inline void ptxas_run_all(const char *ptxas, ptxas_job *jobs, int n, int parallel) {
     int next = 0, running = 0;
     while (next < n || running > 0) {
         while (running < parallel && next < n) {
@@ -75,7 +75,7 @@ static void ptxas_run_all(const char *ptxas, ptxas_job *jobs, int n, int paralle
 }
 
 /* Reads a whole file (NUL-terminated, malloc'd) or NULL. */
-static char *slurp(const char *path, size_t *len) {
+static inline char *slurp(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) return NULL;
     fseek(f, 0, SEEK_END);
@@ -94,7 +94,7 @@ static char *slurp(const char *path, size_t *len) {
     return buf;
 }
 
-static int write_file(const char *path, const char *data, size_t len) {
+static inline int write_file(const char *path, const char *data, size_t len) {
     FILE *f = fopen(path, "wb");
     if (!f) return -1;
     int ok = fwrite(data, 1, len, f) == len;
@@ -103,7 +103,7 @@ static int write_file(const char *path, const char *data, size_t len) {
 
 /* Sums "N bytes spill stores" and "N bytes spill loads" over a ptxas -v log; registers of
  * the last "Used N registers" line. */
-static void ptxas_resources(const char *log, long *spill_bytes, int *registers, int *smem) {
+static inline void ptxas_resources(const char *log, long *spill_bytes, int *registers, int *smem) {
     *spill_bytes = 0;
     *registers = -1;
     *smem = 0;
@@ -125,7 +125,7 @@ static void ptxas_resources(const char *log, long *spill_bytes, int *registers, 
 }
 
 /* A bf16 instruction in PTX: any non-comment line with a ".bf16" type or modifier. */
-static int ptx_bf16_line(const char *ptx) {
+static inline int ptx_bf16_line(const char *ptx) {
     int line = 1;
     for (const char *p = ptx; *p; line++) {
         const char *eol = strchr(p, '\n');
