@@ -1,5 +1,6 @@
 /* gen/gen_api.c - the generator pipeline: spec -> template -> LLVM module -> PTX (public API). */
 #include <ctype.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -269,12 +270,16 @@ int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t s
                     s->has_bias ? "true" : "false");
 }
 
+static char llvm_version[32];
+static pthread_once_t llvm_version_once = PTHREAD_ONCE_INIT;
+
+static void read_llvm_version(void) {
+    unsigned major, minor, patch;
+    LLVMGetVersion(&major, &minor, &patch);
+    snprintf(llvm_version, sizeof llvm_version, "%u.%u.%u", major, minor, patch);
+}
+
 const char *kiln_llvm_version(void) {
-    static char v[32];
-    if (!v[0]) {
-        unsigned major, minor, patch;
-        LLVMGetVersion(&major, &minor, &patch);
-        snprintf(v, sizeof v, "%u.%u.%u", major, minor, patch);
-    }
-    return v;
+    pthread_once(&llvm_version_once, read_llvm_version);
+    return llvm_version;
 }
