@@ -6,19 +6,9 @@
 #include "check.h"
 #include "fake_cuda/fake_cuda.h"
 #include "kiln/runtime.h"
+#include "rt_fixture.h"
 
 static fake_cuda_api fake;
-
-static kiln_rt *open_rt(int sm) {
-    char v[16];
-    snprintf(v, sizeof v, "%d", sm);
-    setenv("FAKE_CUDA_SM", v, 1);
-    kiln_rt_options o = {.no_disk_cache = 1};
-    kiln_rt *rt = NULL;
-    kiln_error e;
-    if (kiln_rt_create(&rt, &o, &e) != KILN_OK) printf("  cannot create runtime: %s\n", e.msg);
-    return rt;
-}
 
 static void add_ptx(kiln_bundle_writer *w, const char *spec, int sm) {
     char ptx[8192], entry[64];
