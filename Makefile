@@ -1,8 +1,26 @@
 # Makefile - builds libkiln_rt, libkiln, bin/kiln, tests, benchmarks and examples.
-#   make          build everything          make test    run the whole test suite
-#   make run      the main job (README)     make bench   run the benchmarks
+#   make help     lists the targets
+#   make run      the main job (README)     make test    run the whole test suite
 #   make SAN=1 test   the same suite under ASan + UBSan (objects under build/san)
 #   make setup    install the Debian packages kiln needs (as root), else print the command
+
+# The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
+# packages are not there yet, so the first pass only installs them (tools/setup.sh) and then
+# runs the same goals again in a new make that sees the installed packages.
+NO_DEPS_GOALS := help setup clean
+ifeq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+DEPS_READY := yes
+else
+DEPS_READY := $(shell tools/setup.sh --check >/dev/null 2>&1 && echo yes)
+endif
+ifneq ($(DEPS_READY),yes)
+REMAKE_GOALS := $(or $(MAKECMDGOALS),all)
+.PHONY: $(REMAKE_GOALS) deps-then-remake
+$(REMAKE_GOALS): deps-then-remake ; @:
+deps-then-remake:
+	@tools/setup.sh
+	@$(MAKE) --no-print-directory $(MAKECMDGOALS)
+else
 
 CC          ?= cc
 LLVM_CONFIG ?= llvm-config-19
@@ -153,3 +171,4 @@ clean:
 	rm -rf build lib bin
 
 -include $(shell find build -name '*.d' 2>/dev/null)
+endif
