@@ -41,9 +41,15 @@ local K = {
       doc = "head dimension" },
     { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
     { name = "deterministic", type = "bool", default = false,
-      doc = "dkdv: leave dQ to kernel=dq (no atomics; reproducible bits)" },
+      doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
   },
 }
+
+function K.check(spec)
+  if spec.deterministic and spec.kernel ~= "dkdv" then
+    return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
+  end
+end
 
 local ROW_THREADS, ROWS_PER_WARP = 128, 4 -- prep and convert: a warp per row, 4 rows a warp
 

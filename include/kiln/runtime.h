@@ -179,6 +179,38 @@ typedef struct kiln_attention_args {
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
 
+/* Attention backward, FlashAttention-2 algorithm (runtime/rt_attention_bwd.c): dQ, dK, dV of
+ * L with dL/dO = dout, from the forward's inputs, its O and its lse. Tensors and strides as in
+ * kiln_attention_args (all three strides 0: [batch, seq, heads, head_dim]); dq is laid out by
+ * stride_dq, and so on. grad_dtype is the dtype of dq, dk, dv; out_dtype that of o and dout.
+ * GQA/MQA: dk/dv are summed over each group's query heads. Rows that saw no key (lse = +inf) get
+ * zero gradients. workspace: kiln_attention_backward_workspace(a) bytes of device memory, 16-byte
+ * aligned, that the call may overwrite (f32 delta, and the f32 dQ accumulator unless
+ * deterministic). Launches on a->stream, in order:
+ *   attention_bwd kernel=prep     grid {ceil(seq_q / tile), heads_q, batch}
+ *   attention_bwd kernel=dkdv     grid {ceil(seq_k / tile), heads_kv, batch}  (dQ by f32 atomics)
+ *   attention_bwd kernel=convert  grid {ceil(seq_q / tile), heads_q, batch}
+ * deterministic: dkdv with deterministic=true (no atomics) and kernel=dq instead of convert, which
+ * recomputes the scores per query tile: about 1.4x the work, no dQ accumulator, and the same bits
+ * on every run. */
+typedef struct kiln_attention_bwd_args {
+    kiln_devptr dq, dk, dv;            /* outputs, grad_dtype */
+    kiln_devptr q, k, v, o, dout, lse; /* inputs */
+    kiln_devptr workspace;
+    kiln_dtype dtype, out_dtype, grad_dtype; /* Q/K/V, O/dO, dQ/dK/dV */
+    int head_dim, causal, deterministic;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    float scale; /* 0: 1/sqrt(head_dim) */
+    int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3], stride_dout[3], stride_dq[3], stride_dk[3],
+        stride_dv[3];
+    void *stream;
+} kiln_attention_bwd_args;
+size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
+kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);
+/* The three kernels kiln_attention_backward launches, in order, without launching them. */
+kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],
+                                         kiln_error *err);
+
 /* ---- small device-memory helpers (for examples and tests) ---- */
 kiln_status kiln_rt_alloc(kiln_rt *rt, size_t bytes, kiln_devptr *out, kiln_error *err);
 kiln_status kiln_rt_free(kiln_rt *rt, kiln_devptr p, kiln_error *err);

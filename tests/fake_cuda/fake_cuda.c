@@ -78,6 +78,8 @@ static struct {
     falloc *allocs;
     int have_launch;
     fake_cuda_launch last;
+    int nlog;                   /* launches recorded in log since the last reset */
+    fake_cuda_launch log[16];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int the_context;
@@ -123,7 +125,17 @@ EXPORT void fake_cuda_reset(void) {
     S.c.live_allocs = live_a;
     memset(S.fail_times, 0, sizeof S.fail_times);
     S.have_launch = 0;
+    S.nlog = 0;
     pthread_mutex_unlock(&S.lock);
+}
+
+/* Launch i (0-based) of the first 16 since the last reset; 0 when there was none. */
+EXPORT int fake_cuda_launch_at(int i, fake_cuda_launch *out) {
+    pthread_mutex_lock(&S.lock);
+    int have = i >= 0 && i < S.nlog && i < 16;
+    if (have) *out = S.log[i];
+    pthread_mutex_unlock(&S.lock);
+    return have;
 }
 
 /* The injected error for op, if one is due (call with the lock held). */
@@ -448,6 +460,8 @@ static int check_launch(fentry *e, const unsigned g[3], const unsigned b[3], uns
         if (e->size[i] <= 8) memcpy(&l->param[i], params[i], e->size[i]);
     }
     S.have_launch = 1;
+    if (S.nlog < 16) S.log[S.nlog] = *l;
+    S.nlog++;
     return OK;
 }
 

@@ -36,6 +36,9 @@ typedef void (*fake_cuda_fail_fn)(const char *op, const char *error, int times);
 typedef void (*fake_cuda_counters_fn)(fake_cuda_counts *out);
 typedef int (*fake_cuda_last_launch_fn)(fake_cuda_launch *out); /* 0 when there was none */
 typedef void (*fake_cuda_reset_fn)(void);                        /* counters and injected failures */
+/* fake_cuda_launch_at(i, out): launch i (0-based) of the first 16 since the last reset (dlsym it;
+ * 0 when there was none). */
+typedef int (*fake_cuda_launch_at_fn)(int i, fake_cuda_launch *out);
 
 typedef struct fake_cuda_api {
     void *dl;
