@@ -47,7 +47,7 @@ static void test_sequence(int sm, int det) {
              det ? ", deterministic" : "");
     TEST_BEGIN(name);
     kiln_rt *rt = open_rt(sm);
-    kiln_error e;
+    kiln_error e = {0};
     kiln_attention_bwd_args a = gqa_args();
     a.deterministic = det;
     kiln_kernel *ks[3] = {NULL, NULL, NULL};
@@ -107,7 +107,7 @@ static void test_sequence(int sm, int det) {
 static void test_edges_and_errors(void) {
     TEST_BEGIN("attention backward helper: empty sides, given strides, errors");
     kiln_rt *rt = open_rt(80);
-    kiln_error e;
+    kiln_error e = {0};
     kiln_attention_bwd_args a = gqa_args();
     fake_cuda_launch l;
     kiln_kernel *ks[3];
