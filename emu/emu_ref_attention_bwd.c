@@ -24,10 +24,11 @@ static int visible(const kiln_attn_problem *p, int i, int j) {
  *   eD    = ((d + 8) u32 + u(out)) sum_c |dO_c O_c|: error of delta (O is stored in `out`);
  *   edP   = dots (d + 8) u32 sum_c |dO_ic V_jc|;
  *   E_ij  = e_p P |dP - D| + P (edP + eD): error of dS = P (dP - D) in f32.
- * With up = u(p_dtype) (P, dS rounded before their products) and n the terms of a sum, n8 = (n + 8) u32:
- *   tol(dV_jc) = sum_i (e_p + up + n8) P_ij |dO_ic|
- *   tol(dK_jc) = scale sum_i (E_ij + (up + n8) |dS_ij|) |Q_ic|
- *   tol(dQ_ic) = scale sum_j (E_ij + (up + n8) |dS_ij|) |K_jc|
+ * With up = u(p_dtype) and fp half its subnormal spacing (P, dS rounded before their products), n
+ * the terms of a sum and n8 = (n + 8) u32:
+ *   tol(dV_jc) = sum_i ((e_p + up + n8) P_ij + fp) |dO_ic|
+ *   tol(dK_jc) = scale sum_i (E_ij + (up + n8) |dS_ij| + fp) |Q_ic|
+ *   tol(dQ_ic) = scale sum_j (E_ij + (up + n8) |dS_ij| + fp) |K_jc|
  * kiln_attn_bwd_compare adds the rounding to the gradient dtype and a factor 2 for second-order
  * terms. */
 
@@ -43,6 +44,8 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
     const int d = p->head_dim, group = p->heads_q / p->heads_kv;
     const double scale = kiln_attn_scale(p), u32 = 0x1p-24, up = unit_roundoff(p_dtype), uo = unit_roundoff(p->out);
     const double dots = p_dtype == KILN_F32 ? 1 : 2;
+    /* rounding P and dS to p_dtype: relative up, or half the subnormal spacing below the normal range */
+    const double fp = p_dtype == KILN_F16 ? 0x1p-25 : p_dtype == KILN_BF16 ? 0x1p-134 : 0;
     size_t nq = kiln_attn_elems(p, 'q'), nk = kiln_attn_elems(p, 'k'), nv = kiln_attn_elems(p, 'v');
     double *sq = calloc(nq, sizeof *sq), *sk = calloc(nk, sizeof *sk), *sv = calloc(nv, sizeof *sv);
     row_work w = {malloc(sizeof(double) * (size_t)p->seq_k), malloc(sizeof(double) * (size_t)p->seq_k)};
@@ -110,9 +113,9 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                         dv[vo + (size_t)c] += P * dov;
                         dk[ko + (size_t)c] += scale * dS * qv;
                         dq[qo + (size_t)c] += scale * dS * kv;
-                        sv[vo + (size_t)c] += (ep + up + nsum_k * u32) * P * fabs(dov);
-                        sk[ko + (size_t)c] += scale * (E + (up + nsum_k * u32) * fabs(dS)) * fabs(qv);
-                        sq[qo + (size_t)c] += scale * (E + (up + nsum_q * u32) * fabs(dS)) * fabs(kv);
+                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P + fp) * fabs(dov);
+                        sk[ko + (size_t)c] += scale * (E + (up + nsum_k * u32) * fabs(dS) + fp) * fabs(qv);
+                        sq[qo + (size_t)c] += scale * (E + (up + nsum_q * u32) * fabs(dS) + fp) * fabs(kv);
                     }
                 }
             }

@@ -28,6 +28,7 @@
 -- for every dtype on every target; exponentials use ex2.approx.f32 as the forward does.
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
+local mma = require("lib.attn_bwd_mma")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -40,12 +41,20 @@ local K = {
     { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
       doc = "head dimension" },
     { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
+    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
+      doc = "dkdv: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
   },
 }
 
 function K.check(spec)
+  if spec.path == "mma" and spec.kernel ~= "dkdv" then
+    return "path=mma applies to kernel=dkdv only (prep, convert and dq run SIMT)"
+  end
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others run on path=simt)"
+  end
   if spec.deterministic and spec.kernel ~= "dkdv" then
     return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
   end
@@ -67,11 +76,16 @@ function K.config(spec, target)
     return { block = ROW_THREADS, grid_tile = { rows, 1, 1 }, rows_per_block = rows, threads_per_row = 32,
              align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
   end
-  local cfg = simt.config(spec, target, {})
+  local cfg
+  local use_mma = spec.kernel == "dkdv" and spec.path ~= "simt" and mma.available(spec, target)
+  if spec.path == "mma" and not use_mma then
+    error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
+  end
+  if use_mma then cfg = mma.config(spec, target, {}) else cfg = simt.config(spec, target, {}) end
   local tile = spec.kernel == "dkdv" and cfg.block_n or cfg.block_m
   cfg.grid_tile = { tile, 1, 1 }
   cfg.rows_per_block = tile
-  cfg.align = 4 * es
+  cfg.align = use_mma and 16 or 4 * es
   cfg.max_registers = 255
   return cfg
 end
@@ -182,6 +196,12 @@ local function build_dkdv(b, spec, cfg)
   local p = b:kernel{ params = stride_params(main_params(spec, {
     { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
   }), { "q", "k", "v", "dout", "dk", "dv" }) }
+  if cfg.path == "mma" then
+    return mma.build_dkdv(b, spec, cfg, p, {
+      base = function(t, bi, h) return base(b, p, t, bi, h) end,
+      row_index = function(bi, h) return row_index(b, p, bi, h) end,
+    })
+  end
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
   local sh = simt.alloc(b, cfg, d)
   local bi, hkv = b:ctaid("z"), b:ctaid("y")

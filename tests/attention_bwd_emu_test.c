@@ -16,16 +16,14 @@
 typedef struct path {
     const char *name;
     int sm;
-    const char *dtype;
-    kiln_dtype p_dtype; /* what P and dS are rounded to before their products */
+    const char *dtype, *path; /* the dkdv kernel's path= */
+    kiln_dtype p_dtype;       /* what P and dS are rounded to before their products */
 } path;
 
 static const path paths[] = {
-    {"f32 sm_80", 80, "f32", KILN_F32},
-    {"f16 sm_80", 80, "f16", KILN_F32},
-    {"bf16 sm_90", 90, "bf16", KILN_F32},
-    {"bf16 sm_75", 75, "bf16", KILN_F32},
-    {"f16 sm_75", 75, "f16", KILN_F32},
+    {"mma f16 sm_80", 80, "f16", "auto", KILN_F16},   {"mma bf16 sm_90", 90, "bf16", "auto", KILN_BF16},
+    {"mma f16 sm_75", 75, "f16", "auto", KILN_F16},   {"simt f32 sm_80", 80, "f32", "auto", KILN_F32},
+    {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
 };
 
 typedef struct shape {
@@ -140,8 +138,9 @@ int main(void) {
                 char spec[3][256], name[600];
                 kiln_status st = KILN_OK;
                 for (int s = 0; s < 3 && st == KILN_OK; s++) {
-                    snprintf(spec[s], sizeof spec[s], "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s%s", seq[det][s],
-                             pa->dtype, dims[di], causal ? "true" : "false", det && s == 1 ? " deterministic=true" : "");
+                    snprintf(spec[s], sizeof spec[s], "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s%s%s", seq[det][s],
+                             pa->dtype, dims[di], causal ? "true" : "false", det && s == 1 ? " deterministic=true" : "",
+                             s == 1 ? (strcmp(pa->path, "simt") ? "" : " path=simt") : "");
                     st = kiln_emu_load(emu, gen, spec[s], pa->sm, &ks[s], &err);
                 }
                 int count = all_shapes ? (int)NSHAPES : 2;
