@@ -42,15 +42,15 @@ local K = {
       doc = "head dimension" },
     { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
-      doc = "dkdv: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
   },
 }
 
 function K.check(spec)
-  if spec.path == "mma" and spec.kernel ~= "dkdv" then
-    return "path=mma applies to kernel=dkdv only (prep, convert and dq run SIMT)"
+  if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
+    return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
   if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
     return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others run on path=simt)"
@@ -77,7 +77,7 @@ function K.config(spec, target)
              align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
   end
   local cfg
-  local use_mma = spec.kernel == "dkdv" and spec.path ~= "simt" and mma.available(spec, target)
+  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and mma.available(spec, target)
   if spec.path == "mma" and not use_mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
   end
@@ -252,6 +252,13 @@ end
 local function build_dq(b, spec, cfg)
   local p = b:kernel{ params = stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
                                              { "q", "k", "v", "dout", "dq" }) }
+  if cfg.path == "mma" then
+    return mma.build_dq(b, spec, cfg, p, {
+      base = function(t, bi, h) return base(b, p, t, bi, h) end,
+      row_index = function(bi, h) return row_index(b, p, bi, h) end,
+      key_bound = function(row) return key_bound(b, spec, p, row) end,
+    })
+  end
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
   local sh = simt.alloc(b, cfg, d)
   local bi, h = b:ctaid("z"), b:ctaid("y")

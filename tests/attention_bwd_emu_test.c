@@ -16,7 +16,7 @@
 typedef struct path {
     const char *name;
     int sm;
-    const char *dtype, *path; /* the dkdv kernel's path= */
+    const char *dtype, *path; /* the dkdv and dq kernels' path= */
     kiln_dtype p_dtype;       /* what P and dS are rounded to before their products */
 } path;
 
@@ -140,7 +140,7 @@ int main(void) {
                 for (int s = 0; s < 3 && st == KILN_OK; s++) {
                     snprintf(spec[s], sizeof spec[s], "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s%s%s", seq[det][s],
                              pa->dtype, dims[di], causal ? "true" : "false", det && s == 1 ? " deterministic=true" : "",
-                             s == 1 ? (strcmp(pa->path, "simt") ? "" : " path=simt") : "");
+                             s >= 1 && strcmp(seq[det][s], "convert") && !strcmp(pa->path, "simt") ? " path=simt" : "");
                     st = kiln_emu_load(emu, gen, spec[s], pa->sm, &ks[s], &err);
                 }
                 int count = all_shapes ? (int)NSHAPES : 2;

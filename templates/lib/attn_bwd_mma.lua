@@ -26,7 +26,20 @@ function M.available(spec, target)
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
+-- kernel=dq: 4 warps x 16 query rows; keys per tile so that Q, dO, K, V fit the opt-in limit.
+local function config_dq(spec, target, cfg)
+  local d = spec.head_dim
+  local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
+  local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
+  cfg.block, cfg.path = M.WARPS * 32, "mma"
+  cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
+  cfg.cp_async = target.cp_async
+  if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
+  return cfg
+end
+
 function M.config(spec, target, cfg)
+  if spec.kernel == "dq" then return config_dq(spec, target, cfg) end
   local d, bm, bn = spec.head_dim, M.BLOCK_M, M.BLOCK_N
   -- Without cp.async the tiles pass through registers; at head_dim 128 that leaves too few beside
   -- dK and dV (64 + 64 a thread) unless the query tile shrinks to 16 rows.
@@ -45,7 +58,8 @@ end
 local function alloc(b, spec, cfg)
   local dt, bm, bn, ld, ldd = spec.dtype, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd
   local es = util.dtype_bytes[dt]
-  local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld }, { "dss", bm * ldd } }
+  local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
+  if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
   local sh = {}
   if cfg.dynamic_smem then
     local base, off = b:dynamic_shared(dt), 0
@@ -53,12 +67,14 @@ local function alloc(b, spec, cfg)
       sh[s[1]] = base + off
       off = off + s[2]
     end
-    local fbase = b:dynamic_shared("f32")
-    local foff = util.ceil_div(off * es, 16) * 16 // 4
-    sh.lse2, sh.dl = fbase + foff, fbase + foff + bm
+    if ldd then
+      local fbase = b:dynamic_shared("f32")
+      local foff = util.ceil_div(off * es, 16) * 16 // 4
+      sh.lse2, sh.dl = fbase + foff, fbase + foff + bm
+    end
   else
     for _, s in ipairs(halves) do sh[s[1]] = b:shared(dt, s[2], 128) end
-    sh.lse2, sh.dl = b:shared("f32", bm, 16), b:shared("f32", bm, 16)
+    if ldd then sh.lse2, sh.dl = b:shared("f32", bm, 16), b:shared("f32", bm, 16) end
   end
   return sh
 end
@@ -274,6 +290,104 @@ function M.build_dkdv(b, spec, cfg, p, io)
                     b:from_f32_vec({ dk[j][2 * hh + 1]:get() * p.scale, dk[j][2 * hh + 2]:get() * p.scale }, spec.grad),
                     { align = 2 * gb })
         b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get() }, spec.grad),
+                    { align = 2 * gb })
+      end
+    end)
+  end
+end
+
+-- Builds the deterministic dQ kernel: warp w owns query rows 16w.. of the CTA's 64 and walks the
+-- keys they see in order: S = Q K^T, dP = dO V^T (A: Q / dO rows, B: K / V rows; ldmatrix),
+-- P = exp2(S scale log2e - lse log2e), dS = P (dP - delta), dQ += dS K (A: dS from the C
+-- registers, B: K with ldmatrix .trans); dQ = scale dQ rounded once.
+function M.build_dq(b, spec, cfg, p, io)
+  local d, bm, bn, ld, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, spec.dtype
+  local sh = alloc(b, spec, cfg)
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local g, t = lane >> 2, lane & 3
+  local bi, h = b:ctaid("z"), b:ctaid("y")
+  local hkv = h // (p.heads_q // p.heads_kv)
+  local q0 = b:ctaid("x") * bm
+  local shift = p.seq_k - p.seq_q
+  local ri = io.row_index(bi, h)
+  load_tile(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
+  load_tile(b, spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  if cfg.cp_async then b:cp_async_commit() end
+  -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
+  local row, bound, lse2, dl = {}, {}, {}, {}
+  for hh = 0, 1 do
+    row[hh] = q0 + warp * 16 + g + 8 * hh
+    local live = b:lt(row[hh], p.seq_q)
+    bound[hh] = b:select(live, io.key_bound(row[hh]), 0)
+    local r = b:i64(b:select(live, row[hh], 0))
+    lse2[hh] = b:load(p.lse + ri + r) * LOG2E
+    dl[hh] = b:load(p.delta + ri + r)
+  end
+  local kv_end = p.seq_k
+  if spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  local dtiles, nk = d // 8, bn // 8
+  local dq = {}
+  for j = 0, dtiles - 1 do
+    dq[j] = {}
+    for e = 1, 4 do dq[j][e] = b:var("f32", 0.0) end
+  end
+  local kb, vb = io.base("k", bi, hkv), io.base("v", bi, hkv)
+  local scale2 = p.scale * LOG2E
+  b:for_(0, kv_end, bn, function(k0)
+    b:barrier() -- the previous tile's products are done with K and V
+    load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
+    load_tile(b, spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    if cfg.cp_async then
+      b:cp_async_commit()
+      b:cp_async_wait(0)
+    end
+    b:barrier()
+    local s, dp = zeros(nk), zeros(nk)
+    for kk = 0, d // 16 - 1 do
+      local aq = frag_a(b, sh.qs, ld, lane, warp * 16, kk * 16)
+      local ao = frag_a(b, sh.dos, ld, lane, warp * 16, kk * 16)
+      for jp = 0, nk // 2 - 1 do
+        local k1, k2 = frag_bn(b, sh.ks, ld, lane, jp * 16, kk * 16)
+        s[2 * jp] = b:mma(dt, aq, k1, s[2 * jp])
+        s[2 * jp + 1] = b:mma(dt, aq, k2, s[2 * jp + 1])
+        local v1, v2 = frag_bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
+        dp[2 * jp] = b:mma(dt, ao, v1, dp[2 * jp])
+        dp[2 * jp + 1] = b:mma(dt, ao, v2, dp[2 * jp + 1])
+      end
+    end
+    for j = 0, nk - 1 do
+      for hh = 0, 1 do
+        local lim = bound[hh] - k0 - t * 2
+        for e = 0, 1 do
+          local idx = 2 * hh + e + 1
+          local vis = b:lt(j * 8 + e, lim)
+          local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
+          dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+        end
+      end
+    end
+    for ks = 0, nk // 2 - 1 do
+      local a = c_to_a(b, dp, ks, dt)
+      for jd = 0, dtiles // 2 - 1 do
+        local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, jd * 16)
+        for x = 0, 1 do
+          local j = 2 * jd + x
+          local c = b:mma(dt, a, x == 0 and k1 or k2, { dq[j][1]:get(), dq[j][2]:get(), dq[j][3]:get(), dq[j][4]:get() })
+          for e = 1, 4 do dq[j][e]:set(c[e]) end
+        end
+      end
+    end
+  end)
+  if cfg.cp_async then b:cp_async_wait(0) end -- Q and dO when there was no key tile
+  local qb = io.base("dq", bi, h)
+  local gb = util.dtype_bytes[spec.grad]
+  for hh = 0, 1 do
+    b:if_(b:lt(row[hh], p.seq_q), function()
+      local r = b:i64(row[hh])
+      for j = 0, dtiles - 1 do
+        b:store_vec(qb + r * p.stride_dqs + j * 8 + t * 2,
+                    b:from_f32_vec({ dq[j][2 * hh + 1]:get() * p.scale, dq[j][2 * hh + 2]:get() * p.scale }, spec.grad),
                     { align = 2 * gb })
       end
     end)
