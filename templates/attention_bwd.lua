@@ -24,8 +24,12 @@
 --                   per (query, key) tile instead of 5) but no atomics and no dq_acc; the result is
 --                   bit-identical run to run. problem {seq_q, heads_q, batch}.
 --
--- Path: SIMT, f32 FMA with every tile in shared memory as f32 (templates/lib/attn_bwd_simt.lua),
--- for every dtype on every target; exponentials use ex2.approx.f32 as the forward does.
+-- Paths of dkdv and dq (prep and convert are elementwise), chosen from the target's capabilities:
+--   mma:  f16/bf16 with O/dO in the same dtype, head_dim <= 128, where the target has tensor-core
+--         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua.
+--   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
+--         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
+-- Exponentials use ex2.approx.f32 as the forward does.
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")

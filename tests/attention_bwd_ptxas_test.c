@@ -1,7 +1,8 @@
 /* tests/attention_bwd_ptxas_test.c - every attention backward kernel assembles with ptxas for its
  * SM with 0 bytes of spills, lints clean, and holds no bf16 instruction below sm_80 (tests/matrix.h).
  * Default: SM x dtype x head_dim for the causal dkdv, the causal dq on sm_75/80/89/90, the
- * deterministic dkdv on sm_80, prep and convert at the edges (sm_75/90, head_dim 32/256);
+ * deterministic dkdv on sm_80, prep and convert at the edges (sm_75/90, head_dim 32/256), path=simt
+ * for f16/bf16 (dkdv on sm_80/90, dq on sm_80);
  * KILN_TEST_FULL=1 runs every kernel on every SM, dtype and head_dim, causal or not. KILN_ATTN_TABLE=1 prints registers and shared memory per variant. */
 #include "matrix.h"
 
@@ -28,6 +29,10 @@ static int variants(matrix_variant *v, int full) {
                     n = add(v, n, sms[s], "convert", dtypes[t], dims[d], "");
                 }
                 if (full || s == 1) n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], " deterministic=true");
+                if (t > 0 && d < 4 && (full || s == 1 || s == 4)) { /* SIMT forced where tensor cores exist */
+                    n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], " causal=true path=simt");
+                    if (full || s == 1) n = add(v, n, sms[s], "dq", dtypes[t], dims[d], " causal=true path=simt");
+                }
                 if (full) {
                     n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], "");
                     n = add(v, n, sms[s], "dq", dtypes[t], dims[d], "");
