@@ -186,7 +186,17 @@ KIT       := $(O)/gpu-kit
 KIT_LIB   := bench/gpu/kit_case.c bench/gpu/kit_launch.c
 KIT_DEPS  := $(KIT_LIB) bench/gpu/kit.h bench/gpu/kit_rows.h
 .PHONY: gpu-kit
-gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit.gz $(KIT)/kit.kbundle $(KIT)/run $(KIT)/peers.py
+# The kiln Python package (python/kiln, when present) and libkiln_rt.so ride along so that peers.py
+# can run kiln on torch tensors through it (runtime-only: bundles, no generator).
+KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init__.py,)
+gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit.gz $(KIT)/kit.kbundle $(KIT)/run $(KIT)/peers.py \
+         $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
+$(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py)
+	rm -rf $(KIT)/python && mkdir -p $(KIT)/python && cp -r python/kiln $(KIT)/python/ && \
+	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
 $(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_check.c $(KIT_LIB) -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)

@@ -88,6 +88,9 @@ typedef struct kit_device_args {
  * *picked (may be NULL) receives the kernel that ran. */
 kiln_status kit_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
                        kiln_error *err);
+/* The generic route alone (what a family without a helper adapter gets). */
+kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
+                               kiln_error *err);
 /* Whether the family goes through a typed helper ("helper") or generic binding ("by-name"). */
 const char *kit_launch_route(const char *family);
 
@@ -97,11 +100,11 @@ kiln_status kit_upload(kiln_rt *rt, const kit_case *c, kit_device_args *a, kiln_
 kiln_status kit_poison_outputs(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_error *err);
 void kit_free_device(kiln_rt *rt, const kit_case *c, kit_device_args *a);
 
-/* Runs the case once on the GPU, compares every output, appends a line per output to the CSV
+/* Runs the case once on the GPU (through kit_launch, or kit_launch_by_name when by_name), compares every output, appends a line per output to the CSV
  * (when csv is non-NULL) and prints one summary line. mode names the payload ("cubin sm_90",
  * "ptx sm_75", "jit"). Returns the number of bad elements (0: pass), or -1 when the launch failed. */
 #include <stdio.h>
-long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, FILE *csv, int verbose);
+long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int by_name, FILE *csv, int verbose);
 /* The CSV header matching kit_run_and_compare's lines. */
 extern const char kit_check_csv_header[];
 

@@ -31,7 +31,7 @@ typedef struct mode {
     int sm;
     kiln_rt *rt;
     void *data;
-    int entries;
+    int entries, by_name;
 } mode;
 
 static kiln_status open_mode(mode *m, const kiln_bundle *b, kiln_error *err) {
@@ -65,16 +65,25 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     int tsm = target_sm(dev->sm);
     printf("AOT path on %s (sm_%d, driver %d): bundle %s, %d entries (%s)\n", dev->name, dev->sm, dev->driver_version,
            bundle_path, kiln_bundle_count(b), kiln_bundle_producer(b));
-    mode modes[3] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
+    /* the device SM's cubin, its PTX, sm_75's PTX (all through the typed helpers), and the cubin
+     * again through the generic by-name route that families without a helper adapter take */
+    mode modes[4] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
                      {.kind = KILN_PAYLOAD_PTX, .sm = 75}};
     int nmodes = tsm == 75 ? 2 : 3;
     for (int i = 0; i < nmodes; i++) {
         snprintf(modes[i].name, sizeof modes[i].name, "%s sm_%d", modes[i].kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
                  modes[i].sm);
         if (open_mode(&modes[i], b, &err) != KILN_OK) return die(modes[i].name, &err);
-        printf("  mode %-10s %3d bundle entries%s\n", modes[i].name, modes[i].entries,
+        printf("  mode %-14s %3d bundle entries%s\n", modes[i].name, modes[i].entries,
                modes[i].kind == KILN_PAYLOAD_PTX ? " (JIT-compiled by the driver for the device)" : "");
     }
+    modes[nmodes] = modes[0];
+    modes[nmodes].by_name = 1;
+    modes[nmodes].data = NULL; /* shares mode 0's runtime */
+    snprintf(modes[nmodes].name, sizeof modes[nmodes].name, "cubin sm_%d/name", tsm);
+    printf("  mode %-14s the cubins again, parameters bound by name from kiln.meta (no typed helper)\n",
+           modes[nmodes].name);
+    int nall = nmodes + 1;
     char **paths;
     int n = kit_case_list(dir, &paths);
     if (n <= 0) return fprintf(stderr, "kiln-gpucheck: no cases in %s\n", dir), 2;
@@ -89,9 +98,9 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
             failed++;
             continue;
         }
-        for (int m = 0; m < nmodes; m++) {
+        for (int m = 0; m < nall; m++) {
             if (modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
-            long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, csv, 1);
+            long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, modes[m].by_name, csv, 1);
             checks++;
             failed += bad != 0;
         }

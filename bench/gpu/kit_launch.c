@@ -80,7 +80,7 @@ const char *kit_launch_route(const char *family) {
 
 /* The generic route: the kernel of c->spec, its parameters bound by name to the case's tensors
  * (pointers) and scalars, grid from c->problem and the metadata's grid rule. */
-static kiln_status generic_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **out,
+kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **out,
                                   kiln_error *err) {
     kiln_kernel *k;
     kiln_status st = kiln_rt_get_kernel(rt, c->spec, &k, err);
@@ -116,7 +116,7 @@ kiln_status kit_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *a,
                        kiln_error *err) {
     for (size_t i = 0; i < sizeof adapters / sizeof adapters[0]; i++)
         if (!strcmp(adapters[i].family, c->family)) return adapters[i].launch(rt, c, a, picked, err);
-    return generic_launch(rt, c, a, picked, err);
+    return kit_launch_by_name(rt, c, a, picked, err);
 }
 
 /* ---- device memory ---- */
@@ -180,12 +180,12 @@ static void normalize(const char *spec, char *out, size_t size) {
     for (int i = 0; i < n && len < size; i++) len += (size_t)snprintf(out + len, size - len, "%s%s", i ? " " : "", words[i]);
 }
 
-long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, FILE *csv, int verbose) {
+long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int by_name, FILE *csv, int verbose) {
     kiln_error err = {0};
     kit_device_args a = {0};
     kiln_kernel *k = NULL;
     kiln_status st = kit_upload(rt, c, &a, &err);
-    if (st == KILN_OK) st = kit_launch(rt, c, &a, &k, &err);
+    if (st == KILN_OK) st = by_name ? kit_launch_by_name(rt, c, &a, &k, &err) : kit_launch(rt, c, &a, &k, &err);
     if (st == KILN_OK) st = kiln_rt_synchronize(rt, &err);
     char want[KILN_SPEC_MAX], got[KILN_SPEC_MAX];
     if (st == KILN_OK) {
@@ -221,7 +221,7 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, FILE 
         bad += r.bad;
         if (csv)
             fprintf(csv, "%s,%s,%s,%s,%s,%s,%s,%s,%zu,%.4g,%.4g,%.4g,%ld,%ld,%zu,%.9g,%.9g,%s\n", c->name, c->family, mode,
-                    kit_launch_route(c->family), kiln_kernel_get_meta(k)->spec, payload, t->name,
+                    by_name ? "by-name" : kit_launch_route(c->family), kiln_kernel_get_meta(k)->spec, payload, t->name,
                     kiln_dtype_name(t->dtype), t->count, r.max_ulps, r.emu_ulps, t->tol_ulps, r.bad, r.diff_emu, r.worst,
                     r.worst_got, r.worst_ref, r.bad ? "FAIL" : "pass");
         sl += (size_t)snprintf(summary + sl, sl < sizeof summary ? sizeof summary - sl : 0, " %s %.3g/%.3g ulp%s%ld!=emu",
@@ -234,7 +234,7 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, FILE 
     if (st != KILN_OK) {
         if (csv)
             fprintf(csv, "%s,%s,%s,%s,-,%s,-,-,0,inf,inf,0,-1,-1,0,0,0,ERROR %s\n", c->name, c->family, mode,
-                    kit_launch_route(c->family), payload, kiln_status_name(st));
+                    by_name ? "by-name" : kit_launch_route(c->family), payload, kiln_status_name(st));
         printf("  %-40s %-14s ERROR %s\n", c->name, mode, err.msg);
         return -1;
     }

@@ -9,6 +9,7 @@ set -u
 KIT=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${KIT_OUT:-${OUT:-$PWD/gpu-kit-out}}
 mkdir -p "$OUTDIR"
+rm -f "$OUTDIR"/{kit.log,check_aot.csv,check_jit.csv,jit_timing.csv,bench.csv,summary.md,layernorm.png,attention.png}
 QUICK=""
 [ "${KIT_QUICK:-0}" = 1 ] && QUICK=--quick
 WORK=$(mktemp -d /tmp/kiln-kit-XXXXXX)
