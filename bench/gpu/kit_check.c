@@ -475,7 +475,11 @@ static int cmd_device(void) {
 
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "device")) return cmd_device();
-    if (argc < 3) return usage(argc < 2 ? stderr : stdout), argc < 2 ? 2 : 0;
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(stdout), 0;
+    if (argc < 3) {
+        fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
+        return 2;
+    }
     const char *csv = NULL;
     int quick = 0, pos = 0;
     const char *args[2] = {NULL, NULL};
@@ -483,10 +487,10 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (argv[i][0] != '-' && pos < 2) args[pos++] = argv[i];
-        else return fprintf(stderr, "kiln-gpucheck: unknown argument '%s'\n", argv[i]), usage(stderr), 2;
+        else return fprintf(stderr, "kiln-gpucheck: unknown argument '%s'; see kiln-gpucheck --help\n", argv[i]), 2;
     }
     if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv);
     if (!strcmp(argv[1], "bench") && pos == 1) return cmd_bench(args[0], csv, quick);
-    usage(stderr);
+    fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
     return 2;
 }

@@ -454,13 +454,11 @@ static void usage(FILE *to) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2 || !strcmp(argv[1], "--help") || !strcmp(argv[1], "-h")) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
-    }
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(stdout), 0;
+    if (argc < 2) return fprintf(stderr, "kiln-kit: expected a command: specs, prepare, jit; see kiln-kit --help\n"), 2;
     const char *cmd = argv[1];
     if (!strcmp(cmd, "specs")) return cmd_specs();
-    if (argc < 3) return usage(stderr), 2;
+    if (argc < 3) return fprintf(stderr, "kiln-kit: '%s' needs a directory; see kiln-kit --help\n", cmd), 2;
     const char *dir = argv[2];
     int sm = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
     const char *csv = NULL, *tcsv = NULL;
@@ -470,10 +468,11 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--timing-csv") && i + 1 < argc) tcsv = argv[++i];
-        else return fprintf(stderr, "kiln-kit: unknown argument '%s'\n", argv[i]), usage(stderr), 2;
+        else return fprintf(stderr, "kiln-kit: unknown argument '%s'; see kiln-kit --help\n", argv[i]), 2;
     }
     if (!strcmp(cmd, "prepare")) {
-        if (!kiln_target_find(sm)) return fprintf(stderr, "kiln-kit: prepare needs --sm N; valid: 75, 80, 86, 89, 90\n"), 2;
+        if (sm < 75 || !kiln_target_find(sm))
+            return fprintf(stderr, "kiln-kit: prepare needs --sm N; valid: 75, 80, 86, 89, 90\n"), 2;
         return cmd_prepare(dir, sm, threads, quick);
     }
     if (!strcmp(cmd, "jit")) return cmd_jit(dir, csv, tcsv);
