@@ -217,15 +217,16 @@ def tables(rows):
              "Device-to-device copy (cuMemcpyDtoD, bytes read + written): **%s GB/s**; mma.sync m16n8k16 bf16 peak: "
              "**%s TFLOP/s** (both measured in this run)." % (fmt(copy), fmt(peak, "%.1f")), "",
              "### LayerNorm forward, GB/s (bytes read + written; >= 256 MB per launch)", "",
-             "| dtype | hidden | rows | kiln | % of copy | torch | Triton | kiln/torch | kiln/Triton |",
-             "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+             "| dtype | hidden | rows | kiln | % of copy | torch | Triton | kiln/torch | kiln/Triton | probe: kiln PTX + `.minnctapersm 2` |",
+             "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
     for r in [r for r in rows if r["bench"] == "layernorm_fwd" and r["impl"] == "kiln"]:
         key = dict(dtype=r["dtype"], hidden=r["hidden"])
         k = num(r, "rate")
         t, tr = rate_of(rows, "layernorm_fwd", "torch", **key), rate_of(rows, "layernorm_fwd", "triton", **key)
-        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        pr = rate_of(rows, "layernorm_fwd", "kiln-minctasm2", **key)
+        lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["dtype"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-",
-            fmt(t), fmt(tr), ratio(k, t), ratio(k, tr)))
+            fmt(t), fmt(tr), ratio(k, t), ratio(k, tr), fmt(pr)))
     lines += ["", "### Attention forward, TFLOP/s (4·b·h·s²·d, halved when causal; batch = 16384/seq, heads = 2048/d)", "",
               "| dtype | head_dim | causal | seq | batch x heads | kiln | SDPA flash | kiln/SDPA | kiln % of mma peak | SDPA % of mma peak |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -310,7 +311,8 @@ def main():
     if not os.path.exists(args.csv):
         print("peers.py: %s is missing (the C-side bench failed)" % args.csv)
         return 2
-    rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "cuMemcpyDtoD", "mma.sync.m16n8k16.bf16")]
+    rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "kiln-minctasm2", "cuMemcpyDtoD",
+                                                             "mma.sync.m16n8k16.bf16")]
     if not args.no_peers:
         rows += measure_peers(rows, args)
         write_rows(args.csv, rows)
