@@ -7,6 +7,14 @@
 
 #include "kiln/runtime.h"
 
+/* The norm families beyond LayerNorm forward (RMSNorm, backwards, residual forms) are checked when
+ * the tree has them (their emulator header comes with their runtime helpers). */
+#if defined(__has_include)
+#if __has_include("kiln/emu_norm.h")
+#define KIT_HAVE_NORM 1
+#endif
+#endif
+
 /*
  * A check case is one kernel on one problem: its canonical spec, the named scalars and tensors
  * its launch needs (named as the kernel's parameters in its "// kiln.meta" block), the inputs,

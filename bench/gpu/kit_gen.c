@@ -75,6 +75,25 @@ static int cmd_specs(void) {
                 const char *d = kit_attn_sweep_dtypes[t];
                 ADD(attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw));
             }
+#ifdef KIT_HAVE_NORM
+    for (size_t i = 0; i < sizeof kit_norm_rows / sizeof kit_norm_rows[0]; i++) {
+        ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
+        /* a backward's second kernel (the workspace reduction) must be in the bundle too */
+        static const int sms[] = {75, 80, 86, 89, 90};
+        for (size_t t = 0; t < sizeof sms / sizeof sms[0]; t++) {
+            kiln_module *mod;
+            if (kiln_generate(gen, canon, sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) {
+                fprintf(stderr, "kiln-kit: %s\n", err.msg);
+                kiln_gen_destroy(gen);
+                return 1;
+            }
+            char then[KILN_SPEC_MAX];
+            snprintf(then, sizeof then, "%s", kiln_module_meta(mod)->then_spec);
+            kiln_module_free(mod);
+            if (then[0]) ADD(snprintf(raw, sizeof raw, "%s", then));
+        }
+    }
+#endif
 #undef ADD
     for (int i = 0; i < n; i++) printf("%s\n", list[i]);
     kiln_gen_destroy(gen);
@@ -245,16 +264,91 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     return st;
 }
 
+#ifdef KIT_HAVE_NORM
+#include "kiln/emu_norm.h"
+
+/* A norm-family case (RMSNorm, residual forms, backwards). sms > 0: the emulator runs the backward
+ * on as many blocks as the runtime helper launches on a device with that many multiprocessors, so
+ * that dweight/dbias are summed in the same order. */
+static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *r, int sm, int sms, int quick,
+                              kit_case *c, kiln_error *err) {
+    kiln_emu_kernel *k, *red = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, r->spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_norm_spec s;
+    if ((st = kiln_norm_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
+    if (m->then_spec[0] && (st = kiln_emu_load(emu, gen, m->then_spec, sm, &red, err)) != KILN_OK) return st;
+    int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
+    int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
+    kiln_norm_data *d;
+    st = kiln_norm_data_create(&d, &s, 1e-5f, rows, hidden, KILN_LN_RANDOM, 1.0, (uint64_t)hidden * 13 + (uint64_t)sm, err);
+    if (st != KILN_OK) return st;
+    unsigned need = ((unsigned)rows + m->grid_tile[0] - 1) / m->grid_tile[0], blocks = 0;
+    unsigned threads = m->block[0] * m->block[1] * m->block[2];
+    if (bwd && sms > 0) {
+        unsigned per = threads && 1024 / threads > 1 ? 1024 / threads : 1, cap = (unsigned)sms * per;
+        blocks = need < cap ? need : cap;
+    }
+    st = kiln_norm_run(k, red, d, blocks, 0, err);
+    if (st == KILN_OK) {
+        unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
+        kiln_norm_report rep;
+        long bad = kiln_norm_check(d, (int)m->threads_per_row, parts, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the norm error model (%ld bad)", bad);
+    }
+    if (st == KILN_OK) {
+        char fam[KIT_NAME];
+        snprintf(fam, sizeof fam, "%.*s", (int)strcspn(m->spec, " "), m->spec);
+        snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
+                 s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "");
+        snprintf(c->family, sizeof c->family, "%s", fam);
+        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
+        add_scalar(c, "rows", KILN_PARAM_I32, rows);
+        add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
+        add_scalar(c, "eps", KILN_PARAM_F32, (double)d->eps);
+        size_t n = (size_t)rows * (size_t)hidden, h = (size_t)hidden, nr = (size_t)rows;
+        if (!bwd) {
+            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
+            if (d->res) add_tensor(c, "residual", s.r, KIT_IN, n, d->res, NULL);
+            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
+            if (d->b) add_tensor(c, "bias", s.w, KIT_IN, h, d->b, NULL);
+            add_tensor(c, "y", s.y, KIT_OUT, n, d->y, d->ref_y);
+            if (d->h) add_tensor(c, "h", s.r, KIT_OUT, n, d->h, d->ref_h);
+            if (s.family == KILN_NORM_LN && d->mean) add_tensor(c, "mean", KILN_F32, KIT_OUT, nr, d->mean, d->ref_mean);
+            if (d->rstd) add_tensor(c, "rstd", KILN_F32, KIT_OUT, nr, d->rstd, d->ref_rstd);
+        } else {
+            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
+            add_tensor(c, "dy", s.dy, KIT_IN, n, d->dy, NULL);
+            if (s.family == KILN_NORM_LN_BWD) add_tensor(c, "mean", KILN_F32, KIT_IN, nr, d->mean, NULL);
+            add_tensor(c, "rstd", KILN_F32, KIT_IN, nr, d->rstd, NULL);
+            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
+            if (d->dres) add_tensor(c, "dres", s.r, KIT_IN, n, d->dres, NULL);
+            add_tensor(c, "dx", s.dx, KIT_OUT, n, d->dx, d->ref_dx);
+            if (d->dw) add_tensor(c, "dweight", s.w, KIT_OUT, h, d->dw, d->ref_dw);
+            if (d->db) add_tensor(c, "dbias", s.w, KIT_OUT, h, d->db, d->ref_db);
+        }
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    kiln_norm_data_free(d);
+    kiln_emu_kernel_free(k);
+    if (red) kiln_emu_kernel_free(red);
+    return st;
+}
+#endif
+
 /* ---- prepare: every row x SM, in parallel ---- */
 
 typedef struct job {
-    int family; /* 0 layernorm, 1 attention */
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families */
     int row, sm, index;
 } job;
 
 typedef struct prep {
     job jobs[512];
-    int njobs, quick;
+    int njobs, quick, sms;
     const char *dir;
     atomic_int next, failed;
     pthread_mutex_t print;
@@ -276,8 +370,12 @@ static void *prep_worker(void *arg) {
         kit_case c;
         memset(&c, 0, sizeof c);
         double t0 = now_ms();
-        kiln_status st = j->family == 0 ? build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err)
-                                        : build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
+        kiln_status st = KILN_OK;
+        if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
+        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
+#ifdef KIT_HAVE_NORM
+        else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->quick, &c, &err);
+#endif
         char path[4096], msg[sizeof err.msg + 64] = "";
         if (st == KILN_OK) {
             snprintf(path, sizeof path, "%s/%03d-%s-sm%d.kcase", p->dir, j->index, c.name, j->sm);
@@ -287,7 +385,8 @@ static void *prep_worker(void *arg) {
         }
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
-            fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index, j->family ? "attention" : "layernorm",
+            fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index,
+                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : "norm",
                     j->row, j->sm, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
@@ -302,18 +401,22 @@ static void *prep_worker(void *arg) {
     return NULL;
 }
 
-static int cmd_prepare(const char *dir, int device_sm, int threads, int quick) {
+static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int quick) {
     static prep p;
     memset(&p, 0, sizeof p);
     pthread_mutex_init(&p.print, NULL);
-    p.dir = dir, p.quick = quick;
+    p.dir = dir, p.quick = quick, p.sms = sms;
     mkdir(dir, 0755);
-    int sms[2] = {device_sm, 75}, nsms = device_sm == 75 ? 1 : 2;
-    for (int s = 0; s < nsms; s++) {
+    int targets[2] = {device_sm, 75}, ntargets = device_sm == 75 ? 1 : 2;
+    for (int s = 0; s < ntargets; s++) {
         for (int i = 0; i < (int)(sizeof kit_attn_rows / sizeof kit_attn_rows[0]); i++)
-            if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, sms[s], p.njobs}, p.njobs++;
+            if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, targets[s], p.njobs}, p.njobs++;
         for (int i = 0; i < (int)(sizeof kit_ln_rows / sizeof kit_ln_rows[0]); i++)
-            if (!quick || kit_ln_rows[i].quick) p.jobs[p.njobs] = (job){0, i, sms[s], p.njobs}, p.njobs++;
+            if (!quick || kit_ln_rows[i].quick) p.jobs[p.njobs] = (job){0, i, targets[s], p.njobs}, p.njobs++;
+#ifdef KIT_HAVE_NORM
+        for (int i = 0; i < (int)(sizeof kit_norm_rows / sizeof kit_norm_rows[0]); i++)
+            if (!quick || kit_norm_rows[i].quick) p.jobs[p.njobs] = (job){2, i, targets[s], p.njobs}, p.njobs++;
+#endif
     }
     double t0 = now_ms();
     printf("preparing %d cases (inputs, emulator run, float64 reference) on %d threads\n", p.njobs, threads);
@@ -445,9 +548,11 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
 static void usage(FILE *to) {
     fprintf(to,
             "usage: kiln-kit specs                       the bundle's spec list, one per line\n"
-            "       kiln-kit prepare DIR --sm N [-j T] [--quick]\n"
+            "       kiln-kit prepare DIR --sm N [--sms M] [-j T] [--quick]\n"
             "                                            write check cases (inputs, emulator outputs for sm_N\n"
-            "                                            and sm_75, float64 references) into DIR\n"
+            "                                            and sm_75, float64 references) into DIR; --sms M: the\n"
+            "                                            device's multiprocessors (backward reductions then\n"
+            "                                            sum in the GPU's order)\n"
             "       kiln-kit jit DIR [--csv F] [--timing-csv F]\n"
             "                                            generate, load and launch every case on the GPU\n"
             "                                            in this process; compare; time cold/disk/warm gets\n");
@@ -460,10 +565,11 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "specs")) return cmd_specs();
     if (argc < 3) return fprintf(stderr, "kiln-kit: '%s' needs a directory; see kiln-kit --help\n", cmd), 2;
     const char *dir = argv[2];
-    int sm = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
+    int sm = 0, sms = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
     const char *csv = NULL, *tcsv = NULL;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--sm") && i + 1 < argc) sm = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sms") && i + 1 < argc) sms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-j") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
@@ -473,7 +579,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "prepare")) {
         if (sm < 75 || !kiln_target_find(sm))
             return fprintf(stderr, "kiln-kit: prepare needs --sm N; valid: 75, 80, 86, 89, 90\n"), 2;
-        return cmd_prepare(dir, sm, threads, quick);
+        return cmd_prepare(dir, sm, sms, threads, quick);
     }
     if (!strcmp(cmd, "jit")) return cmd_jit(dir, csv, tcsv);
     fprintf(stderr, "kiln-kit: unknown command '%s'; valid: specs, prepare, jit\n", cmd);

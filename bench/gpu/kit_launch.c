@@ -62,13 +62,67 @@ static kiln_status attention_launch(kiln_rt *rt, const kit_case *c, const kit_de
     return st == KILN_OK && k ? kiln_attention_pick(rt, &a, k, err) : st;
 }
 
+#ifdef KIT_HAVE_NORM
+/* The norm families' helpers (runtime/rt_norm.c): forward with the residual form, and the backward's
+ * two kernels with their f32 workspace (allocated here, as a caller would). */
+static kiln_norm_kind norm_kind(const kit_case *c) {
+    return !strncmp(c->family, "rmsnorm", 7) ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM;
+}
+
+static kiln_status norm_fwd_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
+                                   kiln_error *err) {
+    kiln_dtype x = dtype_of(c, "x", KILN_F32);
+    kiln_norm_fwd_args a = {
+        .kind = norm_kind(c), .y = ptr_of(c, d, "y"), .mean = ptr_of(c, d, "mean"), .rstd = ptr_of(c, d, "rstd"),
+        .x = ptr_of(c, d, "x"), .weight = ptr_of(c, d, "weight"), .bias = ptr_of(c, d, "bias"),
+        .residual = ptr_of(c, d, "residual"), .h = ptr_of(c, d, "h"), .rows = (int)scalar_of(c, "rows", 0),
+        .hidden = (int)scalar_of(c, "hidden", 0), .x_dtype = x, .w_dtype = dtype_of(c, "weight", x),
+        .y_dtype = dtype_of(c, "y", x), .r_dtype = dtype_of(c, "h", x), .eps = (float)scalar_of(c, "eps", 1e-5),
+        .stream = d->stream};
+    kiln_status st = kiln_norm_forward(rt, &a, err);
+    return st == KILN_OK && k ? kiln_norm_forward_pick(rt, &a, k, err) : st;
+}
+
+static kiln_status norm_bwd_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
+                                   kiln_error *err) {
+    kiln_dtype x = dtype_of(c, "x", KILN_F32);
+    kiln_norm_bwd_args a = {
+        .kind = norm_kind(c), .dx = ptr_of(c, d, "dx"), .dweight = ptr_of(c, d, "dweight"),
+        .dbias = ptr_of(c, d, "dbias"), .dy = ptr_of(c, d, "dy"), .x = ptr_of(c, d, "x"), .mean = ptr_of(c, d, "mean"),
+        .rstd = ptr_of(c, d, "rstd"), .weight = ptr_of(c, d, "weight"), .dres = ptr_of(c, d, "dres"),
+        .rows = (int)scalar_of(c, "rows", 0), .hidden = (int)scalar_of(c, "hidden", 0), .x_dtype = x,
+        .w_dtype = dtype_of(c, "weight", dtype_of(c, "dweight", x)), .dy_dtype = dtype_of(c, "dy", x),
+        .dx_dtype = dtype_of(c, "dx", x), .r_dtype = dtype_of(c, "dres", x), .stream = d->stream};
+    size_t bytes = 0;
+    kiln_status st = kiln_norm_backward_workspace(rt, &a, &bytes, NULL, err);
+    if (st == KILN_OK && bytes) st = kiln_rt_alloc(rt, bytes, &a.workspace, err);
+    a.workspace_bytes = bytes;
+    if (st == KILN_OK) st = kiln_norm_backward(rt, &a, err);
+    if (st == KILN_OK) st = kiln_rt_synchronize(rt, err);
+    if (a.workspace) kiln_rt_free(rt, a.workspace, NULL);
+    return st == KILN_OK && k ? kiln_norm_backward_pick(rt, &a, k, err) : st;
+}
+
+static kiln_status layernorm_any_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
+                                        kiln_error *err) {
+    return kit_case_tensor(c, "residual") ? norm_fwd_launch(rt, c, d, k, err) : layernorm_launch(rt, c, d, k, err);
+}
+#endif
+
 /* Families with a typed launch helper. A new family with one joins here (a few lines); a family
  * without one still runs through the generic route below. */
 static const struct {
     const char *family;
     kiln_status (*launch)(kiln_rt *, const kit_case *, const kit_device_args *, kiln_kernel **, kiln_error *);
 } adapters[] = {
+#ifdef KIT_HAVE_NORM
+    {"layernorm", layernorm_any_launch},
+    {"rmsnorm", norm_fwd_launch},
+    {"layernorm_bwd", norm_bwd_launch},
+    {"rmsnorm_bwd", norm_bwd_launch},
+#else
     {"layernorm", layernorm_launch},
+#endif
     {"attention", attention_launch},
 };
 
@@ -86,6 +140,11 @@ kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_
     kiln_status st = kiln_rt_get_kernel(rt, c->spec, &k, err);
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_kernel_get_meta(k);
+#ifdef KIT_HAVE_NORM
+    if (m->then_spec[0])
+        return kiln_fail(err, KILN_EINVAL, "'%s' is launched with a second kernel ('%s'): only its family's helper "
+                         "launches it", m->spec, m->then_spec);
+#endif
     kiln_arg args[KILN_MAX_PARAMS];
     for (int i = 0; i < m->nparams; i++) {
         const kiln_param *p = &m->params[i];

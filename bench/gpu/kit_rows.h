@@ -47,6 +47,30 @@ static const kit_attn_row kit_attn_rows[] = {
     {"f16", "f16", 64, 1, 1, 2, 2, 150, 100, 0},    {"bf16", "f32", 64, 0, 1, 2, 2, 200, 200, 0},
 };
 
+/* Norm-family rows (used when KIT_HAVE_NORM): spec as written, row length for hidden=launch. */
+typedef struct kit_norm_row {
+    const char *spec;
+    int run_hidden;
+    int quick;
+} kit_norm_row;
+
+static const kit_norm_row kit_norm_rows[] = {
+    {"rmsnorm x=f32 hidden=768", 0, 0},
+    {"rmsnorm x=bf16 hidden=4096", 0, 1},
+    {"rmsnorm x=bf16 w=f32 y=bf16 hidden=16384", 0, 0},
+    {"rmsnorm x=f16 hidden=launch", 3000, 0},
+    {"rmsnorm x=bf16 hidden=4096 residual=true r=f32", 0, 0},
+    {"layernorm x=bf16 hidden=4096 residual=true", 0, 0},
+    {"layernorm_bwd x=f32 hidden=768", 0, 0},
+    {"layernorm_bwd x=bf16 hidden=4096", 0, 1},
+    {"layernorm_bwd x=bf16 w=f32 hidden=16384", 0, 0},
+    {"layernorm_bwd x=f16 hidden=launch", 3000, 0},
+    {"layernorm_bwd x=bf16 hidden=4096 residual=true r=f32", 0, 0},
+    {"rmsnorm_bwd x=bf16 hidden=4096", 0, 0},
+    {"rmsnorm_bwd x=f32 hidden=launch", 1000, 0},
+    {"rmsnorm_bwd x=bf16 w=f32 hidden=8192 residual=true", 0, 0},
+};
+
 /* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */
 static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384};
 static const char *const kit_ln_sweep_dtypes[] = {"bf16", "f32"};

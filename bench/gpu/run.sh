@@ -31,13 +31,14 @@ fi
 chmod +x "$WORK/kiln-kit"
 DEV=$("$KIT/kiln-gpucheck" device) || { echo "run: no usable CUDA device"; exit 2; }
 SM=${DEV%% *}
+SMS=$(sed -n 's/.*, \([0-9]*\) SMs,.*/\1/p' <<<"$DEV")
 echo "  device: ${DEV#* } -> kernels for sm_$SM"
 
 # Driver JIT for real: no PTX compile cache, so every PTX load below is compiled now.
 export CUDA_CACHE_DISABLE=1
 
 step "check cases: inputs, emulator runs (sm_$SM and sm_75 modules), float64 references"
-"$WORK/kiln-kit" prepare "$WORK/cases" --sm "$SM" -j "$(nproc)" $QUICK > "$WORK/prepare.log" 2>&1
+"$WORK/kiln-kit" prepare "$WORK/cases" --sm "$SM" --sms "${SMS:-0}" -j "$(nproc)" $QUICK > "$WORK/prepare.log" 2>&1
 rc_prep=$?
 tail -n 1 "$WORK/prepare.log"
 [ $rc_prep -eq 0 ] || { cat "$WORK/prepare.log"; echo "run: preparing the cases failed"; exit 2; }
