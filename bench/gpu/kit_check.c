@@ -286,6 +286,22 @@ static int probe_load(kiln_rt *rt, const kiln_bundle *b, const kiln_kernel_meta 
     return -1;
 }
 
+#ifdef KIT_HAVE_NORM
+typedef struct norm_ctx {
+    kiln_rt *rt;
+    int bwd;
+    kiln_norm_fwd_args f;
+    kiln_norm_bwd_args b;
+} norm_ctx;
+static int norm_launch(void *p) {
+    norm_ctx *c = p;
+    kiln_error err;
+    if ((c->bwd ? kiln_norm_backward(c->rt, &c->b, &err) : kiln_norm_forward(c->rt, &c->f, &err)) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", c->bwd ? "layernorm backward" : "rmsnorm forward", err.msg);
+    return -1;
+}
+#endif
+
 typedef struct attn_ctx {
     kiln_rt *rt;
     kiln_attention_args a;
@@ -478,6 +494,56 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
             }
         }
     }
+#ifdef KIT_HAVE_NORM
+    /* RMSNorm forward and LayerNorm backward (bf16, weight and bias; dweight/dbias through the
+     * workspace and the reduce kernel): bytes = the row tensors read and written once */
+    kiln_devptr dy, dw, db, ws = 0;
+    size_t ws_bytes = 0;
+    if (kiln_rt_alloc(rt, max_bytes / 2, &dy, &err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &db, &err))
+        return die("alloc", &err);
+    fill_random(host, max_bytes / 2 / 2, KILN_BF16, 5);
+    if (kiln_rt_upload(rt, dy, host, max_bytes / 2 / 2 * 2, &err) != KILN_OK) return die("upload", &err);
+    for (int fam = 0; fam < 2; fam++) {
+        printf("  %-28s %7s %8s %9s %9s %7s\n", fam ? "layernorm backward bf16" : "rmsnorm forward bf16", "hidden", "rows",
+               "ms", "GB/s", "of copy");
+        for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
+            int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
+            double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            long rows = (long)ceil(want / ((double)hidden * tensors * 2));
+            norm_ctx nc = {.rt = rt, .bwd = fam};
+            nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = y, .rstd = rstd, .x = x, .weight = w, .rows = (int)rows,
+                                        .hidden = hidden, .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .y_dtype = KILN_BF16,
+                                        .r_dtype = KILN_BF16, .eps = 1e-5f};
+            nc.b = (kiln_norm_bwd_args){.kind = KILN_NORM_LAYERNORM, .dx = y, .dweight = dw, .dbias = db, .dy = dy, .x = x,
+                                        .mean = mean, .rstd = rstd, .weight = w, .rows = (int)rows, .hidden = hidden,
+                                        .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .dy_dtype = KILN_BF16,
+                                        .dx_dtype = KILN_BF16, .r_dtype = KILN_BF16};
+            if (fam) {
+                size_t need = 0;
+                if (kiln_norm_backward_workspace(rt, &nc.b, &need, NULL, &err) != KILN_OK) {
+                    fprintf(stderr, "kiln-gpucheck: layernorm backward: %s\n", err.msg);
+                    continue;
+                }
+                if (need > ws_bytes) {
+                    if (ws) kiln_rt_free(rt, ws, NULL);
+                    if (kiln_rt_alloc(rt, need, &ws, &err) != KILN_OK) return die("alloc", &err);
+                    ws_bytes = need;
+                }
+                nc.b.workspace = ws, nc.b.workspace_bytes = ws_bytes;
+            }
+            double bytes = (double)rows * hidden * tensors * 2 + (fam ? 8.0 : 4.0) * (double)rows + 2.0 * hidden * 2;
+            t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+            ms = time_median(&t, norm_launch, &nc, reps, &used);
+            if (ms < 0) continue;
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
+            csv_row(fam ? "layernorm_bwd" : "rmsnorm_fwd", "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+        }
+    }
+    if (ws) kiln_rt_free(rt, ws, NULL);
+    kiln_rt_free(rt, dy, NULL), kiln_rt_free(rt, dw, NULL), kiln_rt_free(rt, db, NULL);
+#endif
     free(host);
     kiln_rt_free(rt, x, NULL), kiln_rt_free(rt, y, NULL);
 

@@ -76,8 +76,16 @@ static int cmd_specs(void) {
                 ADD(attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw));
             }
 #ifdef KIT_HAVE_NORM
-    for (size_t i = 0; i < sizeof kit_norm_rows / sizeof kit_norm_rows[0]; i++) {
-        ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
+    /* the norm rows, then the RMSNorm forward and LayerNorm backward speed sweeps (bf16) */
+    size_t nrows = sizeof kit_norm_rows / sizeof kit_norm_rows[0], nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
+    for (size_t i = 0; i < nrows + 2 * nsweep; i++) {
+        if (i < nrows) {
+            ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
+        } else {
+            size_t k = i - nrows;
+            ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d", k < nsweep ? "rmsnorm" : "layernorm_bwd",
+                         kit_ln_sweep_hidden[k % nsweep]));
+        }
         /* a backward's second kernel (the workspace reduction) must be in the bundle too */
         static const int sms[] = {75, 80, 86, 89, 90};
         for (size_t t = 0; t < sizeof sms / sizeof sms[0]; t++) {

@@ -160,6 +160,23 @@ def measure_peers(rows, args):
                 print("  WARNING %s layernorm %s h%d: max error %.3g of max|y| vs torch in f32" % (name, r["dtype"], hidden, err))
             out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e9), reps=n))
         del x, y, w, b, ref
+    for r in [r for r in rows if r["bench"] in ("rmsnorm_fwd", "layernorm_bwd") and r["impl"] == "kiln"]:
+        hidden, nrows, work = int(r["hidden"]), int(r["rows_or_batch"]), num(r, "work")
+        x = torch.randn(nrows, hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        w = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+        if r["bench"] == "rmsnorm_fwd":
+            fn = lambda: F.rms_norm(x, (hidden,), w, 1e-5)  # noqa: E731
+        else:
+            b = torch.randn(hidden, device="cuda", dtype=torch.bfloat16, generator=gen)
+            dy = torch.randn_like(x)
+            _, mean, rstd = torch.ops.aten.native_layer_norm(x, [hidden], w, b, 1e-5)
+            fn = lambda: torch.ops.aten.native_layer_norm_backward(dy, x, [hidden], mean, rstd, w, b,  # noqa: E731
+                                                                   [True, True, True])
+        try:
+            ms, n = timer.median_ms(fn, work)
+            out.append(dict(r, impl="torch", median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e9), reps=n))
+        except Exception as e:
+            print("  torch %s h%d: %s" % (r["bench"], hidden, e))
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
         flash = lambda: sdpa_kernel(SDPBackend.FLASH_ATTENTION)  # noqa: E731
@@ -210,6 +227,37 @@ def ratio(a, b):
     return "%.2f" % (a / b) if a and b else "-"
 
 
+def headline(rows):
+    """A few figures that summarize the run (the full tables follow in summary.md)."""
+    copy = rate_of(rows, "copy", "cuMemcpyDtoD")
+    peak = rate_of(rows, "mma_peak", "mma.sync.m16n8k16.bf16")
+    lines = ["## headline", "", "| what | kiln | peer | kiln/peer | ceiling | kiln/ceiling |", "|---|---:|---:|---:|---:|---:|"]
+
+    def add(label, k, peer, pname, ceil, cname):
+        if not k:
+            return
+        lines.append("| %s | %s | %s | %s | %s | %s |" % (
+            label, fmt(k, "%.1f"), "%s %s" % (fmt(peer, "%.1f"), pname) if peer else "-", ratio(k, peer),
+            "%s %s" % (fmt(ceil, "%.0f"), cname) if ceil else "-", "%.1f%%" % (100 * k / ceil) if k and ceil else "-"))
+    for dt in ("bf16", "f32"):
+        for h in (768, 4096, 16384):
+            key = dict(dtype=dt, hidden=h)
+            k = rate_of(rows, "layernorm_fwd", "kiln", **key)
+            t, tr = rate_of(rows, "layernorm_fwd", "torch", **key), rate_of(rows, "layernorm_fwd", "triton", **key)
+            best = max([v for v in (t, tr) if v] or [0])
+            add("LayerNorm fwd %s h%d GB/s" % (dt, h), k, best, "best of torch/Triton", copy, "copy")
+    for b, name in (("rmsnorm_fwd", "RMSNorm fwd"), ("layernorm_bwd", "LayerNorm bwd")):
+        k = rate_of(rows, b, "kiln", dtype="bf16", hidden=4096)
+        add("%s bf16 h4096 GB/s" % name, k, rate_of(rows, b, "torch", dtype="bf16", hidden=4096), "torch", copy, "copy")
+    for d in (64, 128):
+        for causal in ("0", "1"):
+            key = dict(dtype="bf16", head_dim=d, seq=4096, causal=causal)
+            add("attention bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
+                rate_of(rows, "attention_fwd", "kiln", **key), rate_of(rows, "attention_fwd", "sdpa-flash", **key),
+                "SDPA flash", peak, "mma.sync")
+    return "\n".join(lines) + "\n\n"
+
+
 def tables(rows):
     copy = rate_of(rows, "copy", "cuMemcpyDtoD")
     peak = rate_of(rows, "mma_peak", "mma.sync.m16n8k16.bf16")
@@ -227,6 +275,16 @@ def tables(rows):
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["dtype"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-",
             fmt(t), fmt(tr), ratio(k, t), ratio(k, tr), fmt(pr)))
+    extra = [r for r in rows if r["bench"] in ("rmsnorm_fwd", "layernorm_bwd") and r["impl"] == "kiln"]
+    if extra:
+        lines += ["", "### RMSNorm forward and LayerNorm backward (bf16), GB/s (row tensors read and written once)", "",
+                  "| kernel | hidden | rows | kiln | % of copy | torch | kiln/torch |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for r in extra:
+            k = num(r, "rate")
+            t = rate_of(rows, r["bench"], "torch", dtype=r["dtype"], hidden=r["hidden"])
+            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                r["bench"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-", fmt(t),
+                ratio(k, t)))
     lines += ["", "### Attention forward, TFLOP/s (4·b·h·s²·d, halved when causal; batch = 16384/seq, heads = 2048/d)", "",
               "| dtype | head_dim | causal | seq | batch x heads | kiln | SDPA flash | kiln/SDPA | kiln % of mma peak | SDPA % of mma peak |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -316,7 +374,7 @@ def main():
     if not args.no_peers:
         rows += measure_peers(rows, args)
         write_rows(args.csv, rows)
-    text = tables(rows)
+    text = headline(rows) + tables(rows)
     with open(os.path.join(args.out, "summary.md"), "w") as f:
         f.write(text)
     plots(rows, args.out)

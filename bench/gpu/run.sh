@@ -81,7 +81,8 @@ if [ "$fails" -gt 0 ]; then
     echo "failing outputs (first 20):"
     cat "$OUTDIR"/check_*.csv | awk -F, '$1 != "case" && $18 != "pass" { printf "  %s [%s] %s: %s ulps (tol %s), %s bad, %s differ from emulator; %s\n", $1, $3, $7, $10, $12, $13, $14, $18 }' | head -20
 fi
-[ -f "$OUTDIR/summary.md" ] && sed -n '/^## speed/,$p' "$OUTDIR/summary.md"
+[ -f "$OUTDIR/summary.md" ] && sed -n '/^## headline/,/^## speed/p' "$OUTDIR/summary.md" | grep -v '^## speed' &&
+    echo "(full tables: summary.md; plots: layernorm.png, attention.png; every figure: bench.csv)"
 verdict=PASS
 [ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] && verdict=FAIL
 echo
