@@ -4,10 +4,10 @@
 # correctness check (every output stays poisoned), proving that the check can fail.
 source tests/cli_lib.sh
 O=${O:-build}
-KIT=$O/gpu-kit
-[ -x "$KIT/run" ] || KIT=build/gpu-kit # the sanitizer suite uses the plain build's kit
-FAKE=$O/tests/libfakecuda.so.1
-[ -f "$FAKE" ] || FAKE=build/tests/libfakecuda.so.1
+KIT=$O/gpu-kit FAKE=$O/tests/libfakecuda.so.1
+if [ ! -x "$KIT/run" ]; then # the sanitizer suite uses the plain build's kit, with the plain fake driver
+    KIT=build/gpu-kit FAKE=build/tests/libfakecuda.so.1
+fi
 if [ ! -x "$KIT/run" ] || [ ! -f "$FAKE" ]; then
     echo "gpukit: 0 passed, 0 failed, 1 skipped (no $KIT/run or fake driver: make gpu-kit)"
     exit 0
