@@ -215,6 +215,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 8: *v = 48 << 10; break;                   /* shared memory per block */
     case 10: *v = 32; break;                        /* warp size */
     case 16: *v = 108; break;                       /* multiprocessors */
+    case 38: *v = 40 << 20; break;                  /* L2 cache bytes */
     case 75: *v = S.sm / 10; break;                 /* compute capability */
     case 76: *v = S.sm % 10; break;
     case 97: *v = (int)optin_smem(S.sm); break;     /* optin shared memory per block */
@@ -555,4 +556,60 @@ EXPORT CUresult cuGetErrorString(CUresult r, const char **s) {
     for (size_t i = 0; s && i < sizeof errors / sizeof errors[0]; i++)
         if (errors[i].code == r) return *s = errors[i].text, OK;
     return E_INVALID_VALUE;
+}
+
+/* ---- what the GPU check kit times with: events (host clock), device copies and memset ---- */
+
+#include <time.h>
+
+typedef struct fevent {
+    double ms;
+    int recorded;
+} fevent;
+
+EXPORT CUresult cuEventCreate(void **ev, unsigned flags) {
+    (void)flags;
+    if (!current_ctx) return E_INVALID_CONTEXT;
+    if (!ev || !(*ev = calloc(1, sizeof(fevent)))) return ev ? E_OOM : E_INVALID_VALUE;
+    return OK;
+}
+
+EXPORT CUresult cuEventDestroy_v2(void *ev) {
+    free(ev);
+    return OK;
+}
+
+EXPORT CUresult cuEventRecord(void *ev, void *stream) {
+    (void)stream;
+    if (!ev) return E_INVALID_HANDLE;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ((fevent *)ev)->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    ((fevent *)ev)->recorded = 1;
+    return OK;
+}
+
+EXPORT CUresult cuEventSynchronize(void *ev) { return ev ? OK : E_INVALID_HANDLE; }
+
+EXPORT CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+    if (!ms || !start || !end) return E_INVALID_HANDLE;
+    if (!((fevent *)start)->recorded || !((fevent *)end)->recorded) return E_INVALID_HANDLE;
+    *ms = (float)(((fevent *)end)->ms - ((fevent *)start)->ms);
+    return OK;
+}
+
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    pthread_mutex_lock(&S.lock);
+    int ok = current_ctx && in_alloc(dst, n) && in_alloc(src, n);
+    pthread_mutex_unlock(&S.lock);
+    if (ok) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return ok ? OK : current_ctx ? E_INVALID_VALUE : E_INVALID_CONTEXT;
+}
+
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+    pthread_mutex_lock(&S.lock);
+    int ok = current_ctx && in_alloc(dst, n);
+    pthread_mutex_unlock(&S.lock);
+    if (ok) memset((void *)(uintptr_t)dst, v, n);
+    return ok ? OK : current_ctx ? E_INVALID_VALUE : E_INVALID_CONTEXT;
 }
