@@ -65,13 +65,17 @@ typedef struct gen_lint_rule {
     const char *op;      /* opcode's first part, "a|b" alternatives, "*" any; or a directive (".loc") */
     const char *mods;    /* pattern over the opcode's '.'-separated modifiers: elements "a|b", "*" = any
                             run; NULL = any */
-    const char *operand; /* an operand token that must be present ("x*" = prefix), NULL = none */
+    const char *operand; /* an operand token that must be present ("x*" = prefix), "#N" = at least N
+                            operands, NULL = none */
     int sm, ptx;         /* needs sm_<sm> (0: any) and PTX ISA ptx/10 (0: any) */
-    bool arch;           /* needs exactly the arch-specific target sm_<sm>a */
+    bool arch;           /* needs an arch- or family-specific target: one of `targets` */
     const char *feature; /* its name in messages */
-    const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c */
+    const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c; a leading
+                            '!' puts it at module scope instead of in a function body */
     int sm2, ptx2;       /* when sm2 > 0: on sm_<sm2> and newer, PTX ISA ptx2 is enough (features that
                             reached an older SM in a later PTX ISA) */
+    const char *targets; /* arch rows: the targets that have it, "sm_100a|sm_100f"; NULL = sm_<sm>a */
+    const char *unless;  /* a modifier pattern that, when it matches too, makes the row not apply */
 } gen_lint_rule;
 typedef struct gen_lint_target {
     const char *name; /* "sm_90a" */

@@ -393,8 +393,23 @@ enum { EXAMPLE_LINE = 13 }; /* .version, .target, then PREAMBLE's 10 lines */
 static char *example_module(const char *target, int ptx, const char *example) {
     size_t n = strlen(example) + 512;
     char *s = malloc(n);
-    snprintf(s, n, ".version %d.%d\n.target %s\n%s%s\nret;\n}\n", ptx / 10, ptx % 10, target, PREAMBLE, example);
+    if (example[0] == '!') /* module scope: blank comment lines keep the example on EXAMPLE_LINE */
+        snprintf(s, n, ".version %d.%d\n.target %s\n.address_size 64\n//\n//\n//\n//\n//\n//\n//\n//\n//\n%s\n"
+                 ".visible .entry t()\n{\nret;\n}\n",
+                 ptx / 10, ptx % 10, target, example + 1);
+    else
+        snprintf(s, n, ".version %d.%d\n.target %s\n%s%s\nret;\n}\n", ptx / 10, ptx % 10, target, PREAMBLE, example);
     return s;
+}
+
+/* The target a row is checked at: its SM (at least sm_75, the oldest CUDA 13 knows), or for an arch row the
+ * first target it lists. */
+static const char *row_target(const gen_lint_rule *rl, char *buf) {
+    if (rl->arch && rl->targets) {
+        snprintf(buf, 16, "%.*s", (int)strcspn(rl->targets, "|"), rl->targets);
+        return buf;
+    }
+    return gen_lint_sm_name(rl->sm > 75 ? rl->sm : 75, rl->arch, buf);
 }
 
 static void test_table_self(void) {
@@ -405,12 +420,12 @@ static void test_table_self(void) {
         const gen_lint_rule *rl = &rules[i];
         if (!rl->example) continue;
         char target[16];
-        int sm = rl->sm > 75 ? rl->sm : 75, ptx = rl->ptx > 63 ? rl->ptx : 63;
+        row_target(rl, target);
+        int ptx = rl->ptx > 63 ? rl->ptx : 63;
         size_t nt;
         const gen_lint_target *tt = gen_lint_targets(&nt);
         for (size_t k = 0; k < nt; k++)
-            if (tt[k].sm == sm && tt[k].suffix == (rl->arch ? 'a' : 0) && tt[k].ptx > ptx) ptx = tt[k].ptx;
-        gen_lint_sm_name(sm, rl->arch, target);
+            if (!strcmp(tt[k].name, target) && tt[k].ptx > ptx) ptx = tt[k].ptx;
         char *ok = example_module(target, ptx, rl->example), *low = example_module("sm_75", 63, rl->example);
         kiln_lint_report *r = lint(ok, 0);
         CHECK(r && kiln_lint_count(r) == 0, "row %zu (%s) flagged at %s %d", i, rl->feature, target, ptx);
@@ -483,7 +498,9 @@ typedef struct job {
     char *ptx;      /* its text */
     char gpu[16];   /* ptxas --gpu-name: the declared target */
     char path[300], log[300];
-    int expect;     /* table rows: 1 ptxas must accept, -1 must reject on the example line, 0 either */
+    int expect;     /* table rows: 1 ptxas must accept, -1 must reject on every example line, 0 either */
+    int ex_first, ex_count; /* table rows: the example lines, EXAMPLE_LINE.. */
+    char **ex_names;        /* table rows: what each example line is, for messages */
     bool lint_only; /* sanitizer build: linted (under ASan) but not assembled, to save time */
     pid_t pid;
     int status;
@@ -548,7 +565,8 @@ static void run_jobs(const char *ptxas, jobs *js, int parallel) {
 /* ptxas messages about targets and PTX ISA versions: what lint must find. */
 static bool is_arch_message(const char *msg) {
     static const char *const marks[] = {"requires .target", "requires PTX ISA", "not supported on .target",
-                                        "does not support .target", "without '.sync' is not supported"};
+                                        "does not support .target", "without '.sync' is not supported",
+                                        "cannot be compiled for architecture", "with count argument'"};
     for (size_t i = 0; i < sizeof marks / sizeof *marks; i++)
         if (strstr(msg, marks[i])) return true;
     return false;
@@ -577,7 +595,7 @@ static int compare(const job *j, tally *t) {
     if (log) log[len] = '\0';
     static unsigned char arch_line[1 << 16], lint_line[1 << 16];
     memset(arch_line, 0, sizeof arch_line), memset(lint_line, 0, sizeof lint_line);
-    int bad = 0, example_hit = 0;
+    int bad = 0;
     kiln_lint_report *r = NULL;
     kiln_error err = {0};
     if (kiln_lint(j->ptx, strlen(j->ptx), 0, &r, &err) != KILN_OK) {
@@ -609,7 +627,6 @@ static int compare(const job *j, tally *t) {
                 t->arch_errors++;
                 if (!arch_line[line]) t->arch_lines++;
                 arch_line[line] = 1;
-                example_hit |= line == EXAMPLE_LINE;
             } else if (error) {
                 t->other_errors++;
                 printf("  note: %s: ptxas %s: non-arch error: %s\n", j->name, j->gpu, p);
@@ -639,12 +656,17 @@ static int compare(const job *j, tally *t) {
         }
     if (j->expect == 1 && j->status != 0) {
         bad++;
-        printf("  TABLE %s: ptxas rejects it at %s (the table says it is enough)\n", j->name, j->gpu);
+        printf("  TABLE %s: ptxas rejects it at %s (the table says it is enough):\n", j->name, j->gpu);
+        for (char *p = log; p && (p = strstr(p, ", line ")); p++) {
+            int l = atoi(p + 7) - j->ex_first;
+            if (l >= 0 && l < j->ex_count) printf("      %s: %.*s\n", j->ex_names[l], (int)strcspn(p, "\n"), p);
+        }
     }
-    if (j->expect == -1 && !example_hit) {
-        bad++;
-        printf("  TABLE %s: ptxas accepts it at %s (the table says it needs more)\n", j->name, j->gpu);
-    }
+    for (int l = 0; j->expect == -1 && l < j->ex_count; l++)
+        if (!arch_line[j->ex_first + l]) {
+            bad++;
+            printf("  TABLE %s: ptxas accepts it at %s (the table says it needs more)\n", j->ex_names[l], j->gpu);
+        }
     kiln_lint_free(r);
     free(log);
     return bad;
@@ -683,53 +705,127 @@ static int target_ptx(const char *name) {
 
 static const int lower_sms[] = {75, 80, 86, 89, 90};
 static const int lower_versions[] = {63, 65, 70, 71, 78, 80};
-static const int all_versions[] = {60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76,
+static const int all_versions[] = {40, 41, 42, 43, 50, 60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76,
                                    77, 78, 80, 81, 82, 83, 84, 85, 86, 87, 88, 90};
 
-/* Each table row at its needs (ptxas must accept) and one step below in SM and in PTX ISA (reject). */
+/* One ptxas check of one table row: its example at a target and .version, to be accepted or rejected. */
+typedef struct row_check {
+    char target[16];
+    int ptx, expect;
+    const char *example;
+    char name[200];
+} row_check;
+
+typedef struct row_checks {
+    row_check *v;
+    size_t n, cap;
+} row_checks;
+
+static void add_check(row_checks *cs, const gen_lint_rule *rl, const char *target, int ptx, int expect) {
+    if (cs->n == cs->cap) {
+        cs->cap = cs->cap ? cs->cap * 2 : 256;
+        cs->v = realloc(cs->v, cs->cap * sizeof *cs->v);
+    }
+    row_check *c = &cs->v[cs->n++];
+    snprintf(c->target, sizeof c->target, "%s", target);
+    c->ptx = ptx, c->expect = expect, c->example = rl->example;
+    snprintf(c->name, sizeof c->name, "row '%s' at %s %d.%d", rl->feature, target, ptx / 10, ptx % 10);
+}
+
+static int version_below(int v) {
+    int below = 0;
+    for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
+        if (all_versions[k] < v) below = all_versions[k];
+    return below;
+}
+
+/* The checks of one row: at its needs (ptxas must accept), one step below in SM and in PTX ISA (reject). An
+ * arch row is accepted on every target it lists and rejected on the plain SM and on an arch-specific target
+ * it does not list. */
+static void row_checks_of(row_checks *cs, const gen_lint_rule *rl) {
+    char target[16];
+    row_target(rl, target);
+    int need = rl->ptx > target_ptx(target) ? rl->ptx : target_ptx(target);
+    add_check(cs, rl, target, need, 1);
+    for (const char *a = rl->arch && rl->targets ? strchr(rl->targets, '|') : NULL; a; a = strchr(a + 1, '|')) {
+        char t[16];
+        snprintf(t, sizeof t, "%.*s", (int)strcspn(a + 1, "|"), a + 1);
+        if (!strncmp(t, "sm_101", 6)) continue; /* CUDA 12.9's name of sm_110: CUDA 13.0's ptxas does not know it */
+        add_check(cs, rl, t, rl->ptx > target_ptx(t) ? rl->ptx : target_ptx(t), 1);
+    }
+    int sm = rl->sm > 75 ? rl->sm : 75;
+    if (rl->arch) {
+        static const char *const others[] = {"sm_90a", "sm_100a", "sm_120a"};
+        char plain[16];
+        gen_lint_sm_name(sm, false, plain);
+        add_check(cs, rl, plain, need > target_ptx(plain) ? need : target_ptx(plain), -1);
+        for (size_t k = 0; k < sizeof others / sizeof *others; k++) {
+            const char *o = others[k], *list = rl->targets ? rl->targets : target;
+            size_t ol = strlen(o);
+            bool listed = false;
+            for (const char *a = list; (a = strstr(a, o)); a += ol) listed |= a[ol] == '|' || a[ol] == '\0';
+            if (!listed && atoi(o + 3) >= rl->sm)
+                add_check(cs, rl, o, rl->ptx > target_ptx(o) ? rl->ptx : target_ptx(o), -1);
+        }
+    } else if (sm > 75) { /* the SM below */
+        char below[16];
+        int bsm = 75;
+        for (size_t k = 0; k < sizeof lower_sms / sizeof *lower_sms; k++)
+            if (lower_sms[k] < sm) bsm = lower_sms[k];
+        gen_lint_sm_name(bsm, false, below);
+        add_check(cs, rl, below, need > target_ptx(below) ? need : target_ptx(below), -1);
+    }
+    if (rl->sm2) { /* the newer SM that got it in an older PTX ISA: enough there, one version below not */
+        char t2[16];
+        gen_lint_sm_name(rl->sm2, false, t2);
+        int v2 = rl->ptx2 > target_ptx(t2) ? rl->ptx2 : target_ptx(t2), below = version_below(v2);
+        add_check(cs, rl, t2, v2, 1);
+        if (below >= target_ptx(t2) && below >= 60) add_check(cs, rl, t2, below, -1);
+    }
+    /* the PTX ISA version below, also below the target's own minimum: ptxas names both problems */
+    if (rl->ptx > all_versions[0]) add_check(cs, rl, target, version_below(rl->ptx), -1);
+}
+
+/* Every row's checks, as few ptxas runs: the function-body examples that share a target, .version and
+ * expectation go into one file, one example a line; module-scope examples get a file each. */
 static void table_jobs(jobs *js) {
     size_t n;
     const gen_lint_rule *rules = gen_lint_rules(&n);
-    for (size_t i = 0; i < n; i++) {
-        const gen_lint_rule *rl = &rules[i];
-        if (!rl->example) continue;
-        char target[16], name[160];
-        int sm = rl->sm > 75 ? rl->sm : 75;
-        gen_lint_sm_name(sm, rl->arch, target);
-        int need = rl->ptx > target_ptx(target) ? rl->ptx : target_ptx(target);
-        snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, need / 10, need % 10);
-        add_job(js, name, example_module(target, need, rl->example), target, 1);
-        if (rl->arch || sm > 75) { /* the SM below (or the plain target for an arch-specific row) */
-            char below[16];
-            int bsm = 75;
-            for (size_t k = 0; k < sizeof lower_sms / sizeof *lower_sms; k++)
-                if (lower_sms[k] < sm) bsm = lower_sms[k];
-            gen_lint_sm_name(rl->arch ? sm : bsm, false, below);
-            int v = need > target_ptx(below) ? need : target_ptx(below);
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, below, v / 10, v % 10);
-            add_job(js, name, example_module(below, v, rl->example), below, -1);
-        }
-        if (rl->sm2) { /* the newer SM that got it in an older PTX ISA: enough there, one version below not */
-            char t2[16];
-            gen_lint_sm_name(rl->sm2, false, t2);
-            int v2 = rl->ptx2 > target_ptx(t2) ? rl->ptx2 : target_ptx(t2), below = 0;
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, v2 / 10, v2 % 10);
-            add_job(js, name, example_module(t2, v2, rl->example), t2, 1);
-            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
-                if (all_versions[k] < v2) below = all_versions[k];
-            if (below >= target_ptx(t2) && below >= 60) {
-                snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, below / 10, below % 10);
-                add_job(js, name, example_module(t2, below, rl->example), t2, -1);
+    row_checks cs = {0};
+    for (size_t i = 0; i < n; i++)
+        if (rules[i].example) row_checks_of(&cs, &rules[i]);
+    bool *done = calloc(cs.n, sizeof *done);
+    for (size_t i = 0; i < cs.n; i++) {
+        if (done[i]) continue;
+        row_check *c = &cs.v[i];
+        size_t size = 1024, count = 0;
+        for (size_t k = i; k < cs.n; k++) size += strlen(cs.v[k].example) + 1;
+        char *text = malloc(size), **names = calloc(cs.n - i, sizeof *names);
+        int len = snprintf(text, size, ".version %d.%d\n.target %s\n%s", c->ptx / 10, c->ptx % 10, c->target, PREAMBLE);
+        for (size_t k = i; k < cs.n; k++) {
+            row_check *o = &cs.v[k];
+            bool module_scope = c->example[0] == '!';
+            if (done[k] || (k > i && (module_scope || o->example[0] == '!' || o->ptx != c->ptx ||
+                                      o->expect != c->expect || strcmp(o->target, c->target))))
+                continue;
+            done[k] = true;
+            names[count++] = strdup(o->name);
+            if (module_scope) {
+                free(text);
+                text = example_module(c->target, c->ptx, c->example);
+                break;
             }
+            len += snprintf(text + len, size - (size_t)len, "%s\n", o->example);
         }
-        if (rl->ptx > target_ptx(target)) { /* the PTX ISA version below */
-            int v = 0;
-            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
-                if (all_versions[k] < rl->ptx) v = all_versions[k];
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, v / 10, v % 10);
-            add_job(js, name, example_module(target, v, rl->example), target, -1);
-        }
+        if (c->example[0] != '!') snprintf(text + len, size - (size_t)len, "ret;\n}\n");
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", names[0], count > 1 ? " and others" : "");
+        add_job(js, name, text, c->target, c->expect);
+        job *j = &js->v[js->n - 1];
+        j->ex_first = EXAMPLE_LINE, j->ex_count = (int)count, j->ex_names = names;
     }
+    free(done);
+    free(cs.v);
 }
 
 /* One file: as written, relabeled to every lower SM, and with every lower .version. */
@@ -925,6 +1021,8 @@ static void test_ground_truth(void) {
     for (size_t i = 0; i < js.n; i++) {
         unlink(js.v[i].path), unlink(js.v[i].log);
         free(js.v[i].ptx);
+        for (int k = 0; k < js.v[i].ex_count; k++) free(js.v[i].ex_names[k]);
+        free(js.v[i].ex_names);
     }
     rmdir(js.dir);
     free(js.v);

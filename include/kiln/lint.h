@@ -18,7 +18,9 @@ typedef enum kiln_lint_kind {
     KILN_LINT_VERSION, /* the .version is too old for the .target */
     KILN_LINT_DECL,    /* an illegal declaration, e.g. `.reg .bf16` (bf16 lives in .b16/.b32) */
     KILN_LINT_SYNC,    /* shfl/vote without .sync on sm_70 and newer */
-    KILN_LINT_DEVICE   /* with a device SM: the module cannot run there, or this line needs more */
+    KILN_LINT_DEVICE,  /* with a device SM: the module cannot run there, or this line needs more */
+    KILN_LINT_TEXT,    /* a byte ptxas refuses: the first non-ASCII character (a UTF-8 BOM, an accent in a comment) */
+    KILN_LINT_CUDA     /* with a CUDA release: its driver/ptxas does not know the .version or the .target */
 } kiln_lint_kind;
 
 typedef struct kiln_lint_finding {
