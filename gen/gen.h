@@ -11,6 +11,7 @@
 #include "kiln/gen.h"
 
 /* ---- the SM table lives in runtime/rt_target.c (kiln/target.h), shared with the runtime ---- */
+#include "kiln/runtime.h"
 #include "kiln/target.h"
 typedef kiln_target gen_target;
 static inline const gen_target *gen_target_find(int sm) { return kiln_target_find(sm); }
@@ -77,11 +78,7 @@ typedef struct gen_lint_rule {
     const char *targets; /* arch rows: the targets that have it, "sm_100a|sm_100f"; NULL = sm_<sm>a */
     const char *unless;  /* a modifier pattern that, when it matches too, makes the row not apply */
 } gen_lint_rule;
-typedef struct gen_lint_target {
-    const char *name; /* "sm_90a" */
-    int sm, ptx;      /* SM number, minimal .version times 10 */
-    char suffix;      /* 0, 'a' (arch-specific) or 'f' (family-specific) */
-} gen_lint_target;
+typedef kiln_ptx_target gen_lint_target; /* the targets table lives in runtime/rt_ptxver.c */
 const gen_lint_rule *gen_lint_rules(size_t *count);
 const gen_lint_target *gen_lint_targets(size_t *count);
 const char *const *gen_lint_decl_types(void); /* types a declaration may not use; NULL-ended */

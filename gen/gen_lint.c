@@ -13,6 +13,7 @@ struct kiln_lint_report {
     kiln_lint_finding *findings;
     size_t count, cap;
     size_t target_stmt; /* index of the governing .target statement */
+    size_t version_stmt; /* index of the .version statement */
     size_t lost;        /* with a device SM: lines that need more than it */
     bool oom;
 };
@@ -327,18 +328,7 @@ static void check_decl(kiln_lint_report *rep, const gen_ptx_stmt *st) {
 
 /* ---- the module: .version and .target ---- */
 
-static const gen_lint_target *find_target(span name) {
-    size_t n;
-    const gen_lint_target *t = gen_lint_targets(&n);
-    char buf[32];
-    if (name.len >= 8 && !memcmp(name.s, "compute_", 8)) { /* compute_XX means sm_XX */
-        snprintf(buf, sizeof buf, "sm_%.*s", (int)(name.len - 8 < 20 ? name.len - 8 : 20), name.s + 8);
-        name = (span){buf, strlen(buf)};
-    }
-    for (size_t i = 0; i < n; i++)
-        if (strlen(t[i].name) == name.len && !memcmp(t[i].name, name.s, name.len)) return &t[i];
-    return NULL;
-}
+static const gen_lint_target *find_target(span name) { return kiln_ptx_target_find(name.s, name.len); }
 
 /* Reads one ".target a, b" statement; the highest SM (then 'a' over 'f' over none) governs. */
 static void read_target(kiln_lint_report *rep, const gen_ptx_stmt *st, size_t index, const gen_lint_target **best) {
@@ -381,6 +371,7 @@ static kiln_status read_module(kiln_lint_report *rep, const char *ptx, size_t le
                 return kiln_fail(err, KILN_EINVAL, "line %d: bad .version (expected e.g. '.version 7.8')", st.line);
             have_version = true;
             rep->module.version_line = st.line;
+            rep->version_stmt = index;
         } else if (gen_ptx_tok_is(st.tok[0], ".target")) {
             any_target = true;
             read_target(rep, &st, index, &best);
@@ -428,6 +419,58 @@ static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     }
 }
 
+/* With a CUDA release: the .version its driver and ptxas accept. */
+static void check_cuda_version(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    kiln_lint_module *m = &rep->module;
+    const kiln_cuda_release *r = kiln_cuda_release_of(m->cuda);
+    if (!r || m->ptx <= r->ptx) return;
+    m->cuda_loads = 0;
+    kiln_lint_finding *f = add_finding(rep, KILN_LINT_CUDA, st, st->line, ".version");
+    if (!f) return;
+    size_t n;
+    const kiln_cuda_release *all = kiln_cuda_releases(&n), *first = NULL;
+    for (size_t i = 0; i < n && !first; i++)
+        if (all[i].ptx >= m->ptx) first = &all[i];
+    char need[64] = "";
+    if (first)
+        snprintf(need, sizeof need, " (CUDA %d.%d or newer loads it)", first->version / 1000,
+                 first->version % 1000 / 10);
+    f->need_ptx = m->ptx;
+    snprintf(f->message, sizeof f->message,
+             "CUDA %d.%d accepts PTX ISA up to %d.%d: its driver refuses this .version %d.%d "
+             "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and its ptxas stops at it; build with .version %d.%d or "
+             "older%s",
+             m->cuda / 1000, m->cuda % 1000 / 10, r->ptx / 10, r->ptx % 10, m->ptx / 10, m->ptx % 10, r->ptx / 10,
+             r->ptx % 10, need);
+}
+
+/* With a CUDA release: a .target it does not know (error), or one its ptxas no longer builds for (warning). */
+static void check_cuda_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    kiln_lint_module *m = &rep->module;
+    const kiln_cuda_release *r = kiln_cuda_release_of(m->cuda);
+    const gen_lint_target *t = find_target((span){m->target, strlen(m->target)});
+    if (!r || !t) return;
+    int maj = m->cuda / 1000, min = m->cuda % 1000 / 10;
+    kiln_lint_finding *f;
+    if (!kiln_cuda_knows_target(m->cuda, t)) {
+        m->cuda_loads = 0;
+        if ((f = add_finding(rep, KILN_LINT_CUDA, st, st->line, m->target))) {
+            f->need_sm = t->sm, f->need_ptx = t->ptx;
+            snprintf(f->message, sizeof f->message,
+                     "CUDA %d.%d does not know .target %s: it came with PTX ISA %d.%d, newer than the %d.%d that "
+                     "CUDA %d.%d accepts",
+                     maj, min, m->target, t->ptx / 10, t->ptx % 10, r->ptx / 10, r->ptx % 10, maj, min);
+        }
+    } else if ((t->sm < r->min_sm || (t->sm == 101 && m->cuda >= 13000)) &&
+               (f = add_finding(rep, KILN_LINT_CUDA, st, st->line, m->target))) {
+        f->warning = 1;
+        snprintf(f->message, sizeof f->message,
+                 "CUDA %d.%d's ptxas and nvcc cannot build for %s (%s); its driver still JIT-compiles this PTX "
+                 "for a newer device",
+                 maj, min, m->target, t->sm == 101 ? "CUDA 13.0 renamed sm_101 to sm_110" : "too old for it");
+    }
+}
+
 /* When the device cannot load the module but no line needs more than the device has, say so: a build
  * for the device's SM loses nothing. */
 static void explain_device(kiln_lint_report *rep) {
@@ -455,6 +498,8 @@ static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len)
             check_sync(rep, &st);
         } else if (st.kind == GEN_PTX_DIRECTIVE) {
             if (index == rep->target_stmt) check_target(rep, &st);
+            if (index == rep->target_stmt && rep->module.cuda) check_cuda_target(rep, &st);
+            if (index == rep->version_stmt && rep->module.cuda) check_cuda_version(rep, &st);
             check_decl(rep, &st);
             check_directives(rep, &st);
         } else if (st.kind == GEN_PTX_LABEL && st.in_section) {
@@ -477,6 +522,7 @@ static void check_ascii(kiln_lint_report *rep, const char *ptx, size_t len) {
     st.end = memchr(st.start, '\n', len - (size_t)(st.start - ptx));
     if (!st.end) st.end = ptx + len;
     bool bom = i == 0 && len >= 3 && !memcmp(ptx, "\xef\xbb\xbf", 3);
+    rep->module.cuda_loads = 0; /* a driver reads PTX as ptxas does */
     kiln_lint_finding *f = add_finding(rep, KILN_LINT_TEXT, &st, line, bom ? "UTF-8 byte-order mark" : "non-ASCII");
     if (!f) return;
     snprintf(f->message, sizeof f->message,
@@ -505,8 +551,19 @@ static kiln_status check_text(const char *ptx, size_t len, kiln_error *err) {
 }
 
 kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_report **out, kiln_error *err) {
+    return kiln_lint_cuda(ptx, len, device_sm, 0, out, err);
+}
+
+kiln_status kiln_lint_cuda(const char *ptx, size_t len, int device_sm, int cuda, kiln_lint_report **out,
+                           kiln_error *err) {
     if (!out || (!ptx && len)) return kiln_fail(err, KILN_EINVAL, "kiln_lint: NULL argument");
     *out = NULL;
+    if (cuda) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", cuda);
+        kiln_status s = kiln_cuda_parse_version(name, &cuda, err);
+        if (s) return s;
+    }
     if (device_sm) {
         char name[16];
         kiln_status s = kiln_lint_parse_sm(gen_lint_sm_name(device_sm, false, name), &device_sm, err);
@@ -521,6 +578,8 @@ kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_repo
         return s;
     }
     rep->module.device_sm = device_sm;
+    rep->module.cuda = cuda;
+    rep->module.cuda_loads = cuda != 0;
     rep->module.runs_on_device = device_sm ? runs_on(&rep->module, device_sm) : 0;
     check_statements(rep, ptx, len);
     check_ascii(rep, ptx, len);

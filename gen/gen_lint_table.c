@@ -2,6 +2,7 @@
 #include <stdio.h>
 
 #include "gen.h"
+#include "kiln/runtime.h"
 
 /* Sources: NVIDIA PTX ISA manual, each instruction's "PTX ISA notes" / "Target ISA notes", and
  * the release notes for targets; ../shared/PTX_FACTS.md. Every row with an example is assembled
@@ -294,20 +295,6 @@ static const gen_lint_rule rules[] = {
     {.op = ":section-label", .ptx = 70, .feature = "labels in .section", .example = NULL},
 };
 
-/* The minimal .version of each .target (ptxas and LLVM agree except where noted). */
-static const gen_lint_target targets[] = {
-    {"sm_50", 50, 40, 0},     {"sm_52", 52, 41, 0},     {"sm_53", 53, 42, 0},     {"sm_60", 60, 50, 0},
-    {"sm_61", 61, 50, 0},     {"sm_62", 62, 50, 0},     {"sm_70", 70, 60, 0},     {"sm_72", 72, 61, 0},
-    {"sm_75", 75, 63, 0},     {"sm_80", 80, 70, 0},     {"sm_86", 86, 71, 0},     {"sm_87", 87, 74, 0},
-    {"sm_88", 88, 90, 0}, /* the manual and LLVM say 9.0; CUDA 13.0's ptxas takes 7.3 */
-    {"sm_89", 89, 78, 0},     {"sm_90", 90, 78, 0},     {"sm_90a", 90, 80, 'a'},  {"sm_100", 100, 86, 0},
-    {"sm_100a", 100, 86, 'a'}, {"sm_100f", 100, 88, 'f'}, {"sm_101", 101, 86, 0},  {"sm_101a", 101, 86, 'a'},
-    {"sm_101f", 101, 88, 'f'}, {"sm_103", 103, 88, 0},  {"sm_103a", 103, 88, 'a'}, {"sm_103f", 103, 88, 'f'},
-    {"sm_110", 110, 90, 0},   {"sm_110a", 110, 90, 'a'}, {"sm_110f", 110, 90, 'f'}, {"sm_120", 120, 87, 0},
-    {"sm_120a", 120, 87, 'a'}, {"sm_120f", 120, 88, 'f'}, {"sm_121", 121, 88, 0},  {"sm_121a", 121, 88, 'a'},
-    {"sm_121f", 121, 88, 'f'},
-};
-
 /* Types that exist only as instruction types: data of these types lives in .b16/.b32 registers. */
 static const char *const decl_types[] = {".bf16", ".bf16x2", ".tf32", ".e4m3", ".e5m2", ".e4m3x2", ".e5m2x2",
                                          ".e2m1x2", ".e2m3x2", ".e3m2x2", ".ue8m0x2", NULL};
@@ -317,10 +304,7 @@ const gen_lint_rule *gen_lint_rules(size_t *count) {
     return rules;
 }
 
-const gen_lint_target *gen_lint_targets(size_t *count) {
-    *count = sizeof targets / sizeof targets[0];
-    return targets;
-}
+const gen_lint_target *gen_lint_targets(size_t *count) { return kiln_ptx_targets(count); }
 
 const char *const *gen_lint_decl_types(void) { return decl_types; }
 
