@@ -16,6 +16,7 @@
 #include "gen.h"
 #include "kiln/kiln.h"
 #include "kiln/lint.h"
+#include "kiln/runtime.h"
 
 extern char **environ;
 
@@ -383,6 +384,119 @@ static void test_bad_input(void) {
     TEST_END();
 }
 
+/* ---- issue 14: the misses found on third-party PTX, line ends and bytes, CUDA releases ---- */
+
+/* Whether `stmt` (one line in ENTRY's function) is flagged under .version/.target, with a finding of kind. */
+static bool flags(const char *version, const char *target, const char *stmt, int kind) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, ".version %s\n.target %s\n.address_size 64\n%s%s\nret;\n}\n", version, target, ENTRY, stmt);
+    kiln_lint_report *r = lint(buf, 0);
+    bool hit = r && finding_at(r, 11, kind) != NULL;
+    kiln_lint_free(r);
+    return hit;
+}
+
+static void test_issue14(void) {
+    TEST_BEGIN("the misses on Triton/nvcc output: each flagged below its need, clean at it");
+    static const struct {
+        const char *stmt, *low_version, *low_target, *ok_version, *ok_target;
+        int kind;
+    } cases[] = {
+        {".pragma \"used_bytes_mask 0xf\";", "8.2", "sm_80", "8.3", "sm_80", KILN_LINT_ISA},
+        {"wmma.load.a.sync.aligned.row.m8n8k4.f64 {%rd0}, [%rd1];", "7.0", "sm_75", "7.0", "sm_80", KILN_LINT_TARGET},
+        {"wmma.store.d.sync.aligned.row.m16n16k16.f32 [%rd1], {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7};", "6.2", "sm_75",
+         "6.3", "sm_75", KILN_LINT_ISA},
+        {"abs.f16 %rs1, %rs2;", "6.4", "sm_75", "6.5", "sm_75", KILN_LINT_ISA},
+        {"abs.f16x2 %r1, %r2;", "6.4", "sm_75", "6.5", "sm_75", KILN_LINT_ISA},
+        {"atom.global.cas.b16 %rs1, [%rd1], %rs2, %rs3;", "6.2", "sm_75", "6.3", "sm_75", KILN_LINT_ISA},
+        {"mbarrier.arrive.shared.b64 %rd1, [%rd2], %r1;", "8.0", "sm_80", "7.8", "sm_90", KILN_LINT_TARGET},
+        {"red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%r1], %r2, [%r3];", "8.0",
+         "sm_90", "8.1", "sm_90", KILN_LINT_ISA},
+        {"barrier.cluster.arrive.relaxed;", "7.8", "sm_90", "8.0", "sm_90", KILN_LINT_ISA},
+        {"nanosleep.u32 %r1;", "6.1", "sm_75", "6.2", "sm_75", KILN_LINT_ISA},
+        {"tcgen05.fence::before_thread_sync;", "8.8", "sm_120a", "8.8", "sm_103f", KILN_LINT_ARCH},
+        {"min.f32 %f1, %f2, %f3, %f4;", "8.7", "sm_90", "8.8", "sm_100", KILN_LINT_TARGET},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CHECK(flags(cases[i].low_version, cases[i].low_target, cases[i].stmt, (int)cases[i].kind), "missed at %s %s: %s",
+              cases[i].low_target, cases[i].low_version, cases[i].stmt);
+        CHECK(!flags(cases[i].ok_version, cases[i].ok_target, cases[i].stmt, -1), "flagged at %s %s: %s",
+              cases[i].ok_target, cases[i].ok_version, cases[i].stmt);
+    }
+    CHECK(!flags("8.0", "sm_80", "mbarrier.arrive.noComplete.shared.b64 %rd1, [%rd2], %r1;", -1),
+          "mbarrier.arrive.noComplete with a count is sm_80");
+    CHECK(!flags("8.0", "sm_80", "mbarrier.arrive.shared.b64 %rd1, [%rd2];", -1), "mbarrier.arrive without a count");
+    CHECK(!flags("8.7", "sm_90", "min.f32 %f1, %f2, %f3;", -1), "two-input min.f32");
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", HEAD("8.8", "sm_90a") ENTRY "tcgen05.fence::before_thread_sync;\n}\n");
+    kiln_lint_report *r = lint(buf, 0);
+    const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_ARCH);
+    CHECK(f && strstr(f->message, "one of sm_100a, sm_100f") && strstr(f->message, "sm_110f"), "message: %s",
+          f ? f->message : "");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("lone CR line ends read as ptxas does (line numbers count only LF)");
+    const char *cr = ".version 7.0\r.target sm_75\r.address_size 64\r.visible .entry k()\r{\r.reg .b16 %rs<2>;\r"
+                     ".reg .f32 %f<2>;\r\rcvt.rn.bf16.f32 %rs1, %f1;\r}\r";
+    r = lint(cr, 0);
+    CHECK(r && kiln_lint_module_info(r)->sm == 75 && kiln_lint_count(r) == 1 && finding_at(r, 1, KILN_LINT_TARGET),
+          "want the bf16 finding on line 1");
+    kiln_lint_free(r);
+    const char *mixed = ".version 7.0\n.target sm_75\r\n.address_size 64\r.visible .entry k()\n{\r\n"
+                        ".reg .b16 %rs<2>;\n.reg .f32 %f<2>;\ncvt.rn.bf16.f32 %rs1, %f1;\n}\n";
+    r = lint(mixed, 0);
+    CHECK(r && kiln_lint_count(r) == 1 && finding_at(r, 7, KILN_LINT_TARGET), "mixed ends: want line 7");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("a UTF-8 BOM or a non-ASCII byte: reported as ptxas does, the rest still linted");
+    r = lint("\xef\xbb\xbf" HEAD("7.0", "sm_75") ENTRY "cvt.rn.bf16.f32 %rs1, %f1;\n}\n", 0);
+    f = r ? kiln_lint_get(r, 0) : NULL;
+    CHECK(f && f->kind == KILN_LINT_TEXT && f->line == 1 && strstr(f->message, "non-ASCII character") &&
+              strstr(f->message, "byte-order mark") && finding_at(r, 11, KILN_LINT_TARGET) &&
+              !strcmp(kiln_lint_kind_name(f->kind), "text"),
+          "BOM: %s", f ? f->message : "");
+    CHECK(kiln_lint_module_info(r)->ptx == 70, "the .version after the BOM is read");
+    kiln_lint_free(r);
+    r = lint(HEAD("7.0", "sm_75") "// caf\xc3\xa9\n" ENTRY "// \xe2\x80\x94\nret;\n}\n", 0);
+    CHECK(r && kiln_lint_count(r) == 1 && finding_at(r, 4, KILN_LINT_TEXT), "only the first non-ASCII line (4)");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("kiln_lint_cuda: .version and .target against a CUDA release");
+    kiln_lint_report *c = NULL;
+    kiln_error err = {0};
+    const char *t94 = HEAD("9.4", "sm_90a") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(t94, strlen(t94), 0, 12040, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 1, KILN_LINT_CUDA) : NULL;
+    CHECK(f && !f->warning && strstr(f->message, "CUDA 12.4 accepts PTX ISA up to 8.4") &&
+              strstr(f->message, "CUDA 13.4 or newer") && !kiln_lint_module_info(c)->cuda_loads,
+          "9.4 on 12.4: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    CHECK(kiln_lint_cuda(t94, strlen(t94), 0, 13040, &c, &err) == KILN_OK && kiln_lint_count(c) == 0 &&
+              kiln_lint_module_info(c)->cuda_loads,
+          "9.4 on 13.4 is clean");
+    kiln_lint_free(c);
+    const char *b100 = HEAD("8.6", "sm_100") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(b100, strlen(b100), 0, 12050, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 2, KILN_LINT_CUDA) : NULL;
+    CHECK(f && strstr(f->message, "does not know .target sm_100") && finding_at(c, 1, KILN_LINT_CUDA),
+          "sm_100 on 12.5: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    const char *v70 = HEAD("6.0", "sm_70") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 13000, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 2, KILN_LINT_CUDA) : NULL;
+    CHECK(f && f->warning && strstr(f->message, "cannot build for sm_70") && kiln_lint_module_info(c)->cuda_loads,
+          "sm_70 on 13.0: a warning: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 12345, &c, &err) == KILN_EINVAL && !c && strstr(err.msg, "valid:"),
+          "unknown release: %s", err.msg);
+    TEST_END();
+}
+
 /* ---- the table ---- */
 
 #define PREAMBLE                                                                                                       \
@@ -562,11 +676,27 @@ static void run_jobs(const char *ptxas, jobs *js, int parallel) {
     }
 }
 
+/* The CUDA release of the ptxas that checks lint (12040 for 12.4), from `ptxas --version`; 13000 if unclear. */
+static int ptxas_cuda = 13000;
+
+static void read_ptxas_release(const char *ptxas) {
+    char cmd[4200], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", ptxas);
+    FILE *p = popen(cmd, "r");
+    while (p && fgets(line, sizeof line, p)) {
+        const char *r = strstr(line, "release ");
+        int major, minor;
+        if (r && sscanf(r + 8, "%d.%d", &major, &minor) == 2) ptxas_cuda = major * 1000 + minor * 10;
+    }
+    if (p) pclose(p);
+}
+
 /* ptxas messages about targets and PTX ISA versions: what lint must find. */
 static bool is_arch_message(const char *msg) {
     static const char *const marks[] = {"requires .target", "requires PTX ISA", "not supported on .target",
                                         "does not support .target", "without '.sync' is not supported",
-                                        "cannot be compiled for architecture", "with count argument'"};
+                                        "cannot be compiled for architecture", "with count argument'",
+                                        "Unsupported .version", "non-ASCII character"};
     for (size_t i = 0; i < sizeof marks / sizeof *marks; i++)
         if (strstr(msg, marks[i])) return true;
     return false;
@@ -595,10 +725,10 @@ static int compare(const job *j, tally *t) {
     if (log) log[len] = '\0';
     static unsigned char arch_line[1 << 16], lint_line[1 << 16];
     memset(arch_line, 0, sizeof arch_line), memset(lint_line, 0, sizeof lint_line);
-    int bad = 0;
+    int bad = 0, fatal_line = 0; /* ptxas stops at a fatal error (an unsupported .version, a non-ASCII byte) */
     kiln_lint_report *r = NULL;
     kiln_error err = {0};
-    if (kiln_lint(j->ptx, strlen(j->ptx), 0, &r, &err) != KILN_OK) {
+    if (kiln_lint_cuda(j->ptx, strlen(j->ptx), 0, ptxas_cuda, &r, &err) != KILN_OK) {
         printf("  %s: lint failed: %s\n", j->name, err.msg);
         free(log);
         return 1;
@@ -612,6 +742,13 @@ static int compare(const job *j, tally *t) {
         char *at = strstr(p, ", line ");
         char *kind = at ? strchr(at, ';') : NULL;
         size_t plen = strlen(j->path);
+        char *nonascii = strstr(p, "Unexpected non-ASCII character encountered on line ");
+        if (nonascii) { /* "ptxas fatal : Unexpected non-ASCII character encountered on line N": no file, line */
+            int line = atoi(nonascii + 51);
+            fatal_line = line;
+            t->arch_errors++;
+            if (line > 0 && line < (1 << 16) && !arch_line[line]) t->arch_lines++, arch_line[line] = 1;
+        }
         bool here = at && !strncmp(p, "ptxas ", 6) && (size_t)(at - p) == 6 + plen && !strncmp(p + 6, j->path, plen);
         if (at && kind) {
             /* ptxas may place an error in its own macros ("<macro util>, line 2"): only the
@@ -620,6 +757,7 @@ static int compare(const job *j, tally *t) {
             char *msg = strchr(kind, ':');
             msg = msg ? msg + 1 : kind;
             bool error = strstr(kind, "error") || strstr(kind, "fatal");
+            if (strstr(kind, "fatal") && strstr(msg, "Unsupported .version")) fatal_line = line;
             if (error && is_arch_message(msg) && line < 0) {
                 t->misses++, bad++;
                 printf("  MISS %s (%s): arch error outside the file: %s\n", j->name, j->gpu, p);
@@ -641,6 +779,7 @@ static int compare(const job *j, tally *t) {
         if (fd->warning) continue;
         t->findings++;
         if (fd->line > 0 && fd->line < (1 << 16)) lint_line[fd->line] = 1;
+        if (fatal_line && fd->line != fatal_line) continue; /* ptxas stopped before it: cannot tell */
         if (fd->line <= 0 || fd->line >= (1 << 16) || !arch_line[fd->line]) {
             t->false_alarms++, bad++;
             printf("  FALSE ALARM %s (%s): line %d: %s [%s]\n", j->name, j->gpu, fd->line, fd->message,
@@ -843,6 +982,17 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
     kiln_lint_free(r);
     snprintf(name, sizeof name, "%s", label);
     add_job(js, name, strdup(ptx), target, 0);
+    /* a newer toolchain's .version (Triton's bundled ptxas writes 9.4): ptxas and lint --cuda must refuse it;
+     * and a .version newer than this ptxas is checked at the newest it takes */
+    const kiln_cuda_release *rel = kiln_cuda_release_of(ptxas_cuda);
+    int top = rel && ptx_v > rel->ptx ? rel->ptx : ptx_v;
+    snprintf(name, sizeof name, "%s as .version 9.4", label);
+    if (ptx_v < 94) add_job(js, name, relabel(ptx, NULL, 94), target, 0);
+    if (top != ptx_v) {
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, target, top / 10, top % 10);
+        add_job(js, name, relabel(ptx, NULL, top), target, 0);
+    }
+    ptx_v = top;
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
             int tsm = lower_sms[s],
@@ -948,6 +1098,7 @@ static void kiln_jobs(jobs *js, int *generated) {
 
 static void test_ground_truth(void) {
     const char *ptxas = ptxas_path();
+    if (ptxas) read_ptxas_release(ptxas);
     jobs js = {0};
     snprintf(js.dir, sizeof js.dir, "/tmp/kiln-lint-XXXXXX");
     if (!mkdtemp(js.dir)) {
@@ -1033,6 +1184,7 @@ int main(void) {
     test_syntax();
     test_checks();
     test_bad_input();
+    test_issue14();
     test_table_self();
     test_ground_truth();
     printf("lint: %d passed, %d failed, %d skipped\n", check_passed, check_failed, skipped);
