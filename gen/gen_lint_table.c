@@ -199,6 +199,7 @@ static const gen_lint_rule rules[] = {
     R("barrier", "cluster.*", 90, 78, "barrier.cluster", "barrier.cluster.arrive;"),
     R("barrier", "cluster.*.relaxed|release|acquire.*", 90, 80, "barrier.cluster .relaxed/.release/.acquire",
       "barrier.cluster.arrive.relaxed;"),
+    R("brx", "idx.*", 30, 60, "brx.idx", NULL), /* needs a .branchtargets list: no one-line example */
     R("stacksave|stackrestore|alloca", "*", 52, 73, "stacksave/stackrestore/alloca", "stacksave.u64 %rd1;"),
     /* ---- Tensor cores ---- */
     R("wmma", "*", 70, 60, "wmma",

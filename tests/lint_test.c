@@ -934,6 +934,8 @@ static void table_jobs(jobs *js) {
     for (size_t i = 0; i < n; i++)
         if (rules[i].example) row_checks_of(&cs, &rules[i]);
     bool *done = calloc(cs.n, sizeof *done);
+    size_t first_job = js->n, with_example = 0;
+    for (size_t i = 0; i < n; i++) with_example += rules[i].example != NULL;
     for (size_t i = 0; i < cs.n; i++) {
         if (done[i]) continue;
         row_check *c = &cs.v[i];
@@ -963,6 +965,8 @@ static void table_jobs(jobs *js) {
         job *j = &js->v[js->n - 1];
         j->ex_first = EXAMPLE_LINE, j->ex_count = (int)count, j->ex_names = names;
     }
+    printf("  table: %zu rows (%zu with an example), %zu ptxas checks (accept at the need, reject below) in %zu files\n", n,
+           with_example, cs.n, js->n - first_job);
     free(done);
     free(cs.v);
 }
@@ -1134,7 +1138,7 @@ static void test_ground_truth(void) {
         clock_gettime(CLOCK_MONOTONIC, &a);
         run_jobs(ptxas, &js, 2);
         clock_gettime(CLOCK_MONOTONIC, &b);
-        static const char *const part[] = {"nvcc corpus, as compiled and relabeled", "kiln's own output",
+        static const char *const part[] = {"corpus (nvcc, Triton, by hand), as compiled and relabeled", "kiln's own output",
                                            "requirement table rows"};
         size_t from = 0, to[] = {n_corpus, n_kiln, js.n};
         tally all = {0};
