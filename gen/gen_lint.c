@@ -525,6 +525,10 @@ static void check_ascii(kiln_lint_report *rep, const char *ptx, size_t len) {
     rep->module.cuda_loads = 0; /* a driver reads PTX as ptxas does */
     kiln_lint_finding *f = add_finding(rep, KILN_LINT_TEXT, &st, line, bom ? "UTF-8 byte-order mark" : "non-ASCII");
     if (!f) return;
+    size_t n = (size_t)(st.end - st.start), k = 0; /* the line as written, '?' for each non-ASCII byte */
+    for (size_t j = 0; j < n && k + 1 < sizeof f->instruction; j++)
+        if (st.start[j] != '\r') f->instruction[k++] = (unsigned char)st.start[j] >= 0x80 ? '?' : st.start[j];
+    f->instruction[k] = '\0';
     snprintf(f->message, sizeof f->message,
              "non-ASCII character (byte 0x%02x, column %zu)%s: ptxas stops at it ('Unexpected non-ASCII character "
              "encountered on line %d'), also in a comment; PTX must be plain ASCII",
