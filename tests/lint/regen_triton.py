@@ -68,10 +68,11 @@ def build(fn, sig, consts, sm, name, out):
     print(path, len(k.asm["ptx"]))
 
 out = sys.argv[1]
-dt = {"f16": "fp16", "bf16": "bf16", "f32": "fp32"}
+dt = {"f16": "fp16", "bf16": "bf16", "f32": "fp32", "e4m3": "fp8e4nv"}
 jobs = [
     (layernorm, "bf16", 80), (layernorm, "f16", 75), (softmax, "f32", 75), (softmax, "bf16", 90),
     (matmul, "f16", 75), (matmul, "bf16", 80), (matmul, "f16", 90), (attention, "f16", 80), (attention, "bf16", 90),
+    (matmul, "e4m3", 89), (matmul, "e4m3", 90),
 ]
 for fn, t, sm in jobs:
     T = "*" + dt[t]
@@ -81,7 +82,9 @@ for fn, t, sm in jobs:
         elif fn is softmax:
             build(fn, {"X": T, "Y": T, "N": "i32"}, {"BLOCK": 1024}, sm, "softmax_" + t, out)
         elif fn is matmul:
-            build(fn, {"A": T, "B": T, "C": T, "M": "i32", "N": "i32", "K": "i32"}, {"BM": 64, "BN": 64, "BK": 32}, sm, "matmul_" + t, out)
+            C = "*fp16" if t == "e4m3" else T  # FP8 in, f16 out
+            build(fn, {"A": T, "B": T, "C": C, "M": "i32", "N": "i32", "K": "i32"},
+                  {"BM": 64, "BN": 64, "BK": 64 if t == "e4m3" else 32}, sm, "matmul_" + t, out)
         else:
             build(fn, {"Q": T, "K": T, "V": T, "O": T, "L": "i32", "sm_scale": "fp32"}, {"BM": 64, "BN": 64, "D": 64}, sm, "attention_" + t, out)
     except Exception as e:
