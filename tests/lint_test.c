@@ -997,6 +997,12 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
         add_job(js, name, relabel(ptx, NULL, top), target, 0);
     }
     ptx_v = top;
+    static const int ptx8[] = {81, 83, 85, 87}; /* the 8.x features, at the module's own target only */
+    for (size_t v = 0; v < sizeof ptx8 / sizeof *ptx8; v++) {
+        if (ptx8[v] >= ptx_v || ptx8[v] < target_ptx(target)) continue;
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, target, ptx8[v] / 10, ptx8[v] % 10);
+        add_job(js, name, relabel(ptx, NULL, ptx8[v]), target, 0);
+    }
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
             int tsm = lower_sms[s],
