@@ -271,6 +271,42 @@ void kiln_rt_register_generator(const kiln_rt_generator *g);
  * missing, which is the point: such a program runs from bundles only. */
 void kiln_rt_use_generator(void);
 
+/* ---- PTX against a CUDA release (pure tables, runtime/rt_ptxver.c; no driver needed) ---- */
+
+/* A PTX .target and the oldest PTX ISA (.version times 10) that names it. */
+typedef struct kiln_ptx_target {
+    const char *name; /* "sm_90a" */
+    int sm, ptx;      /* SM number, minimal .version times 10 */
+    char suffix;      /* 0, 'a' (arch-specific) or 'f' (family-specific) */
+} kiln_ptx_target;
+/* Every target kiln knows, sm_50 .. sm_121f. */
+const kiln_ptx_target *kiln_ptx_targets(size_t *count);
+/* The target named (len bytes; "compute_90" means sm_90), or NULL. */
+const kiln_ptx_target *kiln_ptx_target_find(const char *name, size_t len);
+
+/* A CUDA release: the newest PTX ISA its driver JIT and its ptxas accept, and the oldest SM its ptxas
+ * compiles for (its driver still JIT-compiles older .targets for a newer device). */
+typedef struct kiln_cuda_release {
+    int version; /* as cuDriverGetVersion reports it: 12040 for CUDA 12.4 */
+    int ptx;     /* newest .version, times 10 */
+    int min_sm;  /* oldest sm_NN of its ptxas / nvcc */
+} kiln_cuda_release;
+/* The release table, CUDA 9.0 .. the newest kiln knows, oldest first. */
+const kiln_cuda_release *kiln_cuda_releases(size_t *count);
+/* The release of a driver version; for a version newer than the table, its newest row; NULL below 9.0. */
+const kiln_cuda_release *kiln_cuda_release_of(int version);
+/* Parses "12.4" (also "12040", "cuda-12.4") into 12040; the error lists the known releases. */
+kiln_status kiln_cuda_parse_version(const char *text, int *version, kiln_error *err);
+/* Whether a driver of `version` knows .target t (its newest PTX ISA names it). */
+int kiln_cuda_knows_target(int version, const kiln_ptx_target *t);
+
+/* Whether a CUDA driver of `driver_version` (cuDriverGetVersion) can load this PTX text as far as its
+ * .version and .target go: 1 yes (also for a driver newer than the table), 0 no and `why` (cap bytes)
+ * says which and what would (e.g. ".version 9.4 needs a CUDA 13.4 driver or newer; this driver is CUDA
+ * 12.4, which loads PTX ISA up to 8.4"), -1 no .version or .target found. The runtime asks this before
+ * cuModuleLoadDataEx, which would fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION. */
+int kiln_ptx_driver_check(const char *ptx, size_t len, int driver_version, char *why, size_t cap);
+
 #ifdef __cplusplus
 }
 #endif

@@ -12,6 +12,7 @@
 
 /* Environment read at cuInit: FAKE_CUDA_SM (default 80), FAKE_CUDA_DEVICES (default 1),
  * FAKE_CUDA_PTX_MAX (PTX ISA version times 10 the "driver" accepts, default 88),
+ * FAKE_CUDA_DRIVER_VERSION (what cuDriverGetVersion reports, default 13000),
  * FAKE_CUDA_FAIL="op=error[,op=error...]" with op one of init, load, launch, alloc and error
  * one of oom, invalid_ptx, launch_failed, no_device (every call of that op fails). */
 
