@@ -52,9 +52,13 @@ def _stream(t):
     return torch.cuda.current_stream(t.device).cuda_stream
 
 
+def _on_gpu(t):
+    return t.is_cuda or t.device.type == "meta"  # meta: shape-only tracing (torch.compile, export)
+
+
 def _check_cuda(what, *ts):
     for t in ts:
-        if t is not None and not t.is_cuda:
+        if t is not None and not _on_gpu(t):
             raise KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (kiln.emulate runs kernels "
                                     "on the CPU with numpy)" % (what, t.device))
 
@@ -230,7 +234,7 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if len({t.dtype for t in ts}) != 1 or query.dtype not in _DT:
         return "query, key and value must share one dtype of float32, float16, bfloat16, got %s" % (
             [str(t.dtype) for t in ts])
-    if any(not t.is_cuda for t in ts):
+    if any(not _on_gpu(t) for t in ts):
         return "kiln runs on CUDA tensors; got %s" % [str(t.device) for t in ts]
     d = query.shape[-1]
     if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
