@@ -225,3 +225,4 @@ nn.init.zeros_ = lambda t: _fill(t, 0.0)
 for _name, _mod in (("torch.cuda", cuda), ("torch.library", library), ("torch.nn", nn), ("torch.nn.init", nn.init)):
     sys.modules[_name] = _mod
 __version__ = "0.0-fake"
+_kiln_fake = True
