@@ -22,7 +22,7 @@ if [ "$O" != build ]; then
     [ -e "$O/lib/libkiln.so.0" ] || skip "no $O/lib/libkiln.so.0 (run make SAN=1 first)"
     asan=$(${CC:-cc} -print-file-name=libasan.so) ubsan=$(${CC:-cc} -print-file-name=libubsan.so)
     [ -e "$asan" ] || skip "no libasan.so to preload into python"
-    export KILN_LIB_DIR="$O/lib" KILN_TEST_INSTALL=0 LD_PRELOAD="$asan $ubsan"
+    export KILN_LIB_DIR="$PWD/$O/lib" KILN_TEST_INSTALL=0 LD_PRELOAD="$asan $ubsan"
     export ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}"
 fi
 log=$(mktemp)

@@ -120,3 +120,14 @@ def test_sdpa_unsupported_cases_say_why(kt, kwargs, words):
     assert words in (kt.unsupported_reason(q, k, v, **kwargs) or "")
     with pytest.raises(kiln.KilnArgumentError, match="kiln attention"):
         kt.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+def test_runtime_uses_torchs_current_stream_for_torch_tensors(kt):
+    from kiln import _arrays, runtime
+    x = torch.empty((2, 64), dtype=torch.float16, device="cuda")
+    v = _arrays.view(x, "x")
+    assert v.is_torch and v.ptr == x.data_ptr() and v.dtype == "f16" and v.device == 0
+    assert runtime._stream_handle(None, [v]) == torch.cuda.STREAM
+    assert runtime._stream_handle(7, [v]) == 7
+    rt = kt.runtime()
+    rt.layer_norm(torch.empty((2, 64), dtype=torch.float16, device="cuda"), x)  # torch tensors, no stream given
