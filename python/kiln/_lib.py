@@ -356,6 +356,9 @@ class _Libs:
                 self.gen_error = "no libkiln.so.0 in %s (a runtime-only install)" % d
             break
         else:
+            if os.environ.get("KILN_LIB_DIR"):
+                self.rt_error = "no libkiln_rt.so.0 in %s" % ", ".join(searched)
+                return
             # Last resort: the system loader (after `make install`).
             try:
                 self.rt = ctypes.CDLL(_RT_NAMES[0], mode=mode)

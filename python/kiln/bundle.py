@@ -55,7 +55,7 @@ class Bundle:
             self._entries.append(BundleEntry(e, ctypes.string_at(e.payload, e.size)))
 
     def close(self):
-        if self._ptr:
+        if getattr(self, "_ptr", None):
             self._lib.kiln_bundle_close(self._ptr)
             self._ptr = ctypes.c_void_p()
 

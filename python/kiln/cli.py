@@ -189,16 +189,17 @@ def cmd_lint(argv):
     a = p.parse_args(argv)
     if not a.files:
         return _err("lint needs at least one PTX file")
+    if a.sm is not None:
+        try:
+            _gen._parse_device_sm(a.sm)
+        except KilnError as e:
+            return _err("--sm: %s" % e)
     worst = OK
     results = []
     for path in a.files:
         try:
-            data = sys.stdin.buffer.read() if path == "-" else None
-            rep = _gen.lint(data if data is not None else os.fspath(path), sm=a.sm) if data is not None else \
-                _gen.lint(_PathArg(path), sm=a.sm)
+            rep = _gen.lint(sys.stdin.buffer.read() if path == "-" else _PathArg(path), sm=a.sm)
         except KilnError as e:
-            if e.status == "KILN_EINVAL" and a.sm and "sm" in str(e).lower() and "PTX" not in str(e):
-                return _err("--sm: %s" % e)
             _err("%s: %s" % (path, e))
             results.append({"file": path, "error": str(e)})
             worst = USAGE

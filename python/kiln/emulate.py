@@ -143,12 +143,13 @@ def _poison(a):
     a.view(np.uint8)[...] = 0xFF  # NaN in every float type: an element the kernel missed shows
 
 
-def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weight_dtype=None, hidden="fixed",
+def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weight_dtype=None, hidden=None,
                return_stats=False, twice=False):
     """torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps) on the emulated kernel for sm.
     x: numpy [..., hidden] in float32, float16 or ml_dtypes.bfloat16; weight/bias: [hidden] (their dtype is
     the kernel's w dtype, default x's); out_dtype: y's dtype (default x's). hidden="fixed" generates the
-    variant for this row length (what the runtime picks), "launch" the loop form. Returns y, or
+    variant for this row length, "launch" the loop form; None picks as the runtime does (fixed up to the
+    largest fixed size, 16384). Returns y, or
     (y, mean, rstd) with return_stats (f32, one per row)."""
     x = np.asarray(x)
     if x.ndim < 1 or x.shape[-1] < 1:
@@ -166,6 +167,8 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
                 wd = dtype_name(t.dtype)
     wd = wd or xd
     yd = dtype_name(out_dtype) if out_dtype is not None else xd
+    if hidden is None:
+        hidden = "fixed" if h <= 16384 else "launch"
     if hidden not in ("fixed", "launch"):
         raise KilnArgumentError("layer_norm: hidden=%r; valid: 'fixed', 'launch'" % (hidden,))
     hid = str(h) if hidden == "fixed" else "launch"
