@@ -21,7 +21,8 @@ class BundleEntry:
         self.ptx_version = "%d.%d" % (e.ptx_version // 10, e.ptx_version % 10)
         self.kind = "cubin" if e.kind == 1 else "ptx"
         self.size = e.size
-        self.meta = _lib.meta_dict(e.meta.contents)
+        self._meta = _lib.KernelMeta.from_buffer_copy(e.meta.contents)
+        self.meta = _lib.meta_dict(self._meta)
         self.payload = payload
 
     def __repr__(self):

@@ -320,6 +320,18 @@ class Runtime:
                                                  ctypes.byref(err)), err)
         return Kernel(self, k)
 
+    def load_entry(self, entry):
+        """Loads one kiln.BundleEntry (PTX or cubin) as it is, whatever this device's SM: for inspection and
+        tests; add_bundle() is what picks the right entry per device."""
+        data = bytes(entry.payload)
+        buf = ctypes.create_string_buffer(data, len(data))
+        k = ctypes.c_void_p()
+        err = _lib.Error()
+        kind = 1 if entry.kind == "cubin" else 0
+        _lib.check(self._lib.kiln_rt_load_module(self._live(), buf, len(data), kind, ctypes.byref(entry._meta),
+                                                 ctypes.byref(k), ctypes.byref(err)), err)
+        return Kernel(self, k)
+
     def add_bundle(self, bundle):
         """Adds a bundle (a path, or bytes) whose kernels kernel()/launch helpers then use first."""
         err = _lib.Error()

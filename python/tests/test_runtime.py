@@ -142,6 +142,9 @@ def test_bundles_open_list_load(fake_cuda, tmp_path):
     x, w, y = rt.empty((2, 1024), "bf16"), rt.empty((1024,), "f32"), rt.empty((2, 1024), "bf16")
     rt.layer_norm(y, x, w, w)
     assert rt.layer_norm_kernel(y, x, w, w).origin == "bundle" and rt.stats()["bundle_hits"] >= 1
+    with kiln.Bundle(path) as b:
+        k = rt.load_entry(b[0])
+        assert k.origin == "module" and k.meta["sm"] == 75 and k.spec == b[0].spec
     rt2 = kiln.Runtime(disk_cache=False)
     rt2.add_bundle(data)
     assert rt2.kernel("attention dtype=f16 out=f16 head_dim=64 causal=false path=auto").origin == "bundle"
@@ -192,3 +195,22 @@ def test_no_driver_and_bad_lib_dir(tmp_path):
     r = _run("import kiln\ntry:\n    kiln.generate('layernorm', 80)\nexcept kiln.KilnUnavailableError as e:\n"
              "    print('UNAVAILABLE', e)", {"KILN_LIB_DIR": str(tmp_path)})
     assert "UNAVAILABLE" in r.stdout and "KILN_LIB_DIR" in r.stdout and str(tmp_path) in r.stdout
+
+
+def test_cubin_bundle(fake_cuda, tmp_path):
+    from kiln._gen import _find_ptxas
+    if not _find_ptxas():
+        pytest.skip("no ptxas ($CUDA_HOME/bin, /usr/local/cuda/bin or PATH)")
+    path = str(tmp_path / "c.kbundle")
+    assert kiln.write_bundle(path, ["layernorm x=f16 hidden=256"], sms=[75, 80], cubin=True) == 4
+    b = kiln.Bundle(path)
+    assert [(e.sm, e.kind) for e in b] == [(75, "ptx"), (75, "cubin"), (80, "ptx"), (80, "cubin")]
+    assert b[3].payload[:4] == b"\x7fELF"
+    rt = kiln.Runtime(disk_cache=False)  # an sm_80 device: the exact-SM cubin wins over PTX
+    rt.add_bundle(path)
+    k = rt.kernel(b[0].spec)
+    assert k.origin == "bundle" and k.payload == "cubin" and k.meta["sm"] == 80
+    assert rt.load_entry(b[3]).payload == "cubin"
+    with pytest.raises(kiln.KilnDriverError) as e:
+        rt.load_entry(b[1])  # an sm_75 cubin cannot run on sm_80: the driver's own words
+    assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in str(e.value)
