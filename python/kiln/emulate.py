@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _gen, _lib
 from ._np import aligned_empty, as_kiln_array, dtype_name, np_dtype
-from .errors import KilnArgumentError
+from .errors import KilnArgumentError, KilnSpecError
 from .runtime import bind, nullable_by_spec
 from ._arrays import DevView
 
@@ -148,8 +148,8 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
     """torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps) on the emulated kernel for sm.
     x: numpy [..., hidden] in float32, float16 or ml_dtypes.bfloat16; weight/bias: [hidden] (their dtype is
     the kernel's w dtype, default x's); out_dtype: y's dtype (default x's). hidden="fixed" generates the
-    variant for this row length, "launch" the loop form; None picks as the runtime does (fixed up to the
-    largest fixed size, 16384). Returns y, or
+    variant for this row length, "launch" the loop form; None picks as the runtime does (the fixed variant
+    when the template offers one for this length, else the loop form). Returns y, or
     (y, mean, rstd) with return_stats (f32, one per row)."""
     x = np.asarray(x)
     if x.ndim < 1 or x.shape[-1] < 1:
@@ -167,14 +167,16 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
                 wd = dtype_name(t.dtype)
     wd = wd or xd
     yd = dtype_name(out_dtype) if out_dtype is not None else xd
-    if hidden is None:
-        hidden = "fixed" if h <= 16384 else "launch"
-    if hidden not in ("fixed", "launch"):
-        raise KilnArgumentError("layer_norm: hidden=%r; valid: 'fixed', 'launch'" % (hidden,))
-    hid = str(h) if hidden == "fixed" else "launch"
-    spec = "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s" % (
-        xd, wd, yd, hid, "true" if weight is not None else "false", "true" if bias is not None else "false")
-    k = load(spec, sm)
+    if hidden not in (None, "fixed", "launch"):
+        raise KilnArgumentError("layer_norm: hidden=%r; valid: 'fixed', 'launch', None" % (hidden,))
+    spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s" % (
+        xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false")
+    try:
+        k = load(spec % (h if hidden != "launch" else "launch"), sm)
+    except KilnSpecError:
+        if hidden is not None:
+            raise
+        k = load(spec % "launch", sm)  # no fixed variant for this length: the loop form, as the runtime does
     xa = _copy(x.reshape(rows, h), xd, "layer_norm: x")
     y = aligned_empty((rows, h), yd)
     mean = aligned_empty((rows,), "f32")

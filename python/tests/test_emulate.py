@@ -144,3 +144,11 @@ def test_bad_helper_arguments():
     with pytest.raises(kiln.KilnSpecError) as e:
         kiln.emulate.attention(*(np.ones((1, 4, 1, 48), np.float16),) * 3)
     assert "head_dim" in str(e.value) or "48" in str(e.value)
+
+
+def test_layer_norm_without_a_fixed_variant_uses_the_loop_form():
+    x = np.random.default_rng(4).normal(size=(2, 20000)).astype(np.float32)
+    ref, _, _ = ln_reference(x, None, None, 1e-5)
+    _check(kiln.emulate.layer_norm(x, sm=80), ref, TOL["f32"])
+    with pytest.raises(kiln.KilnSpecError, match="20000"):
+        kiln.emulate.layer_norm(x, sm=80, hidden="fixed")
