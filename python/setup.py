@@ -14,7 +14,7 @@ import os
 import shutil
 import subprocess
 
-from setuptools import setup
+from setuptools import Distribution, setup
 from setuptools.command.build_py import build_py
 
 try:
@@ -82,4 +82,12 @@ class platform_wheel(bdist_wheel):
         return "py3", "none", plat
 
 
-setup(cmdclass={"build_py": build_py_with_libs, "bdist_wheel": platform_wheel})
+class binary_distribution(Distribution):
+    """Installs into platlib at the wheel's root (not .data/purelib): an unzipped wheel is then a plain
+    kiln/ directory, usable with PYTHONPATH alone (the GPU kit's way)."""
+
+    def has_ext_modules(self):
+        return True
+
+
+setup(distclass=binary_distribution, cmdclass={"build_py": build_py_with_libs, "bdist_wheel": platform_wheel})
