@@ -20,7 +20,8 @@ def _attn(t, heads, seq):
 
 EXTENTS = {
     "x": _ROWS_HIDDEN, "y": _ROWS_HIDDEN, "dy": _ROWS_HIDDEN, "dx": _ROWS_HIDDEN,
-    "residual": _ROWS_HIDDEN,
+    "residual": _ROWS_HIDDEN, "h": _ROWS_HIDDEN, "dres": _ROWS_HIDDEN,
+    "dweight": "cols", "dbias": "cols",
     "weight": "hidden", "bias": "hidden",
     "mean": "rows", "rstd": "rows",
     "q": _attn("q", "heads_q", "seq_q"), "o": _attn("o", "heads_q", "seq_q"),
