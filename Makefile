@@ -22,6 +22,11 @@ deps-then-remake:
 	@$(MAKE) --no-print-directory $(MAKECMDGOALS)
 else
 
+# Build on every core unless -j was given (the README's `make run` / `make test` are one command each).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 CC          ?= cc
 LLVM_CONFIG ?= llvm-config-19
 PREFIX      ?= /usr/local
