@@ -397,14 +397,10 @@ def build_bundle(specs, sms=None, cubin=False, jobs=None):
 
 
 def write_bundle(path, specs, sms=None, cubin=False, jobs=None):
-    """Generates a bundle (see build_bundle) and writes it to path atomically; returns the entry count."""
+    """Generates a bundle (see build_bundle) and writes it to path as `kiln bundle -o` does; returns the
+    entry count."""
     data = build_bundle(specs, sms=sms, cubin=cubin, jobs=jobs)
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "wb") as f:
-        f.write(data)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _lib.write_file(path, data)
     from .bundle import Bundle
     with Bundle(path) as b:
         return len(b)

@@ -211,6 +211,7 @@ sz = ctypes.c_size_t
 
 RT_FUNCS = {
     "kiln_status_name": (ctypes.c_char_p, [S]),
+    "kiln_write_file": (S, [ctypes.c_char_p, ctypes.c_void_p, sz, ERR]),
     "kiln_targets": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
     "kiln_meta_format": (ctypes.c_int, [ctypes.POINTER(KernelMeta), ctypes.c_char_p, sz]),
     "kiln_meta_parse": (S, [ctypes.c_char_p, sz, ctypes.POINTER(KernelMeta), ERR]),
@@ -469,3 +470,12 @@ def meta_dict(m):
         "rows_per_block": m.rows_per_block,
         "threads_per_row": m.threads_per_row,
     }
+
+
+def write_file(path, data):
+    """Writes bytes to path as every kiln output is written (kiln_write_file): a device or FIFO in place, a
+    symlink's target, a regular file replaced atomically keeping its permissions."""
+    lib = rt()
+    err = Error()
+    buf = ctypes.create_string_buffer(bytes(data), len(data))
+    check(lib.kiln_write_file(os.fsencode(os.fspath(path)), buf, len(data), ctypes.byref(err)), err)

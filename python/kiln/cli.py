@@ -43,10 +43,8 @@ def _write(path, data):
             sys.stdout.write(data)
         sys.stdout.flush()
         return
-    tmp = "%s.tmp.%d" % (path, os.getpid())
-    with open(tmp, "wb") as f:
-        f.write(data if isinstance(data, bytes) else data.encode())
-    os.replace(tmp, path)
+    from . import _lib
+    _lib.write_file(path, data if isinstance(data, bytes) else data.encode())
 
 
 def cmd_emit(argv):
