@@ -6,9 +6,13 @@
 
 # The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
 # packages are not there yet, so the first pass only installs them (tools/setup.sh) and then
-# runs the same goals again in a new make that sees the installed packages.
+# runs the same goals again in a new make that sees the installed packages (KILN_SETUP_DONE=1:
+# that make does not check again, so a package that failed to install cannot loop).
 NO_DEPS_GOALS := help setup clean
-ifeq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+GOALS_NEEDING_DEPS := $(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all))
+ifneq ($(KILN_SETUP_DONE),)
+DEPS_READY := yes
+else ifeq ($(GOALS_NEEDING_DEPS),)
 DEPS_READY := yes
 else
 DEPS_READY := $(shell tools/setup.sh --check >/dev/null 2>&1 && echo yes)
@@ -19,7 +23,7 @@ REMAKE_GOALS := $(or $(MAKECMDGOALS),all)
 $(REMAKE_GOALS): deps-then-remake ; @:
 deps-then-remake:
 	@tools/setup.sh
-	@$(MAKE) --no-print-directory $(MAKECMDGOALS)
+	@$(MAKE) --no-print-directory KILN_SETUP_DONE=1 $(MAKECMDGOALS)
 else
 
 # Build on every core unless -j was given (the README's `make run` / `make test` are one command each).
