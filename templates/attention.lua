@@ -59,12 +59,22 @@ local SIMT_THREADS, SIMT_TC = 128, 8
 -- ptxas figures behind each row).
 local MMA_TILES = {
   [32] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
-  [64] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
-  [96] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
   [128] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
+-- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
+-- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
+local MMA_TILES_STAGED = {
+  [32] = { { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+  [128] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
+}
+
 
 function K.check(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
@@ -84,7 +94,7 @@ end
 local function config_mma(spec, target)
   local d, eb = spec.head_dim, util.dtype_bytes[spec.dtype]
   local pick, bytes, stages
-  for _, t in ipairs(MMA_TILES[d]) do
+  for _, t in ipairs((target.cp_async and MMA_TILES or MMA_TILES_STAGED)[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
     -- register staging needs each tile to divide evenly among the threads
@@ -447,10 +457,33 @@ local function build_mma(b, spec, cfg, p)
   end
   b:barrier()
 
+  -- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
+  -- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
+  -- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
+  -- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+  local lane_part = {}
+  local function frag_off(kind, row, cbit, rs, cs)
+    local lo, bits, mask = 0, row & 7, 7
+    if d == 32 then bits, mask = (row >> 1) & 3, 3 end
+    if d == 96 and cs >= 8 then lo, cs, bits, mask = 8, cs - 8, (row >> 1) & 3, 3 end
+    local key = kind .. lo .. ":" .. (cs & mask)
+    if not lane_part[key] then lane_part[key] = row * cfg.ld + ((cbit ~ bits) ~ (cs & mask)) * 8 end
+    return lane_part[key] + (rs * cfg.ld + (lo + (cs & ~mask)) * 8)
+  end
+  local q_row, q_bit = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
+  -- Per-lane ldmatrix rows and chunk bits: K (matrices: key tiles x head-dim halves) and
+  -- V^T (.trans; matrices: key halves x head-dim tiles).
+  local k_row, k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
+  local v_row, v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
+  for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them
+    frag_off("q", q_row, q_bit, 0, cs)
+    frag_off("k", k_row, k_bit, 0, cs)
+    frag_off("v", v_row, v_bit, 0, cs)
+  end
+
   -- The A fragments of Q for m-tile mi, head-dim step kk (16 columns).
   local function q_frag(mi, kk)
-    local row = wrow + mi * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-    return b:ldmatrix(qs + swz(b, spec, cfg, row, (lane >> 4) + 2 * kk), 4)
+    return b:ldmatrix(qs + frag_off("q", q_row, q_bit, mi * 16, 2 * kk), 4)
   end
   local qf = {}
   for mi = 0, mt - 1 do
@@ -475,13 +508,6 @@ local function build_mma(b, spec, cfg, p)
     end
   end
 
-  -- Per-lane ldmatrix row and chunk offsets: K (matrices: key tiles x head-dim halves) and
-  -- V^T (.trans; matrices: key halves x head-dim tiles).
-  local k_row = (lane & 7) + ((lane >> 4) << 3)
-  local k_chunk = (lane >> 3) & 1
-  local v_row = (lane & 7) + (((lane >> 3) & 1) << 3)
-  local v_chunk = lane >> 4
-
   -- One K/V tile: S = Q K^T, online softmax (masked: scores past the bound are -inf), O += P V.
   local function compute(it, buf, masked)
     local kt, vt = ks + buf * tile, vs + buf * tile
@@ -495,7 +521,7 @@ local function build_mma(b, spec, cfg, p)
       local a = {}
       for mi = 0, mt - 1 do a[mi] = qf[mi][kk] or q_frag(mi, kk) end
       for jp = 0, nt // 2 - 1 do
-        local kf = b:ldmatrix(kt + swz(b, spec, cfg, k_row + jp * 16, k_chunk + 2 * kk), 4)
+        local kf = b:ldmatrix(kt + frag_off("k", k_row, k_bit, jp * 16, 2 * kk), 4)
         for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
           s[mi][2 * jp] = b:mma(dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
           s[mi][2 * jp + 1] = b:mma(dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
@@ -557,7 +583,7 @@ local function build_mma(b, spec, cfg, p)
         a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
       end
       for dp = 0, dtiles // 2 - 1 do
-        local vf = b:ldmatrix(vt + swz(b, spec, cfg, v_row + kstep * 16, v_chunk + 2 * dp), 4, true)
+        local vf = b:ldmatrix(vt + frag_off("v", v_row, v_bit, kstep * 16, 2 * dp), 4, true)
         for mi = 0, mt - 1 do
           o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
           o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])

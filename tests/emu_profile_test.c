@@ -5,7 +5,9 @@
 
 #include "check.h"
 #include "kiln/emu.h"
+#include "kiln/emu_attention.h"
 #include "kiln/emu_profile.h"
+#include "kiln/kiln.h"
 
 #define HEAD                                                                                        \
     "target datalayout = \"e-i64:64-i128:128-v16:16-v32:32-n16:32:64\"\n"                          \
@@ -325,6 +327,100 @@ static void test_unprofiled(void) {
     TEST_END();
 }
 
+static uint64_t total_conflicts(const kiln_emu_profile *p) {
+    uint64_t n = 0;
+    for (int s = 0; s < KILN_SMEM_KINDS; s++) n += p->smem[s].conflicts;
+    return n;
+}
+
+/* Names the first site with conflicts (for the failure message). */
+static void first_conflict(const kiln_emu_kernel *k, char *buf, size_t size) {
+    snprintf(buf, size, "none");
+    for (unsigned i = 0; i < kiln_emu_profile_nsites(k); i++) {
+        kiln_smem_site site;
+        if (!kiln_emu_profile_site(k, i, &site) && site.cost.conflicts) {
+            snprintf(buf, size, "%s: %llu wavefronts for %llu", site.where, (unsigned long long)site.cost.wavefronts,
+                     (unsigned long long)site.cost.ideal);
+            return;
+        }
+    }
+}
+
+/* Every attention path (and LayerNorm) runs without a bank conflict: the design rule the profile
+ * guards. A causal problem whose lengths are not tile multiples runs the unmasked and masked loops. */
+static void test_kernels_conflict_free(kiln_gen *gen) {
+    static const struct { const char *spec; int sm; } attn[] = {
+        {"attention dtype=bf16 head_dim=32 causal=true", 80},  {"attention dtype=bf16 head_dim=64 causal=true", 80},
+        {"attention dtype=f16 head_dim=96 causal=true", 90},   {"attention dtype=bf16 head_dim=128 causal=true", 86},
+        {"attention dtype=f16 head_dim=256 causal=false", 80}, {"attention dtype=f16 head_dim=64 causal=true", 75},
+        {"attention dtype=f16 head_dim=96 causal=true", 75},   {"attention dtype=f16 head_dim=128 causal=false", 75},
+        {"attention dtype=f32 head_dim=64 causal=true", 80},   {"attention dtype=bf16 head_dim=128 causal=true", 75},
+        {"attention dtype=bf16 head_dim=32 causal=true path=simt", 80},
+    };
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "0 bank conflicts: %s (sm_%d)", attn[i].spec, attn[i].sm);
+        TEST_BEGIN(name);
+        kiln_error err = {0};
+        kiln_emu_kernel *k = NULL;
+        kiln_attn_problem p = {0};
+        kiln_status st = kiln_emu_load(emu, gen, attn[i].spec, attn[i].sm, &k, &err);
+        if (st == KILN_OK) st = kiln_attn_spec_parse(attn[i].spec, &p, &err);
+        p.batch = 1, p.heads_q = 1, p.heads_kv = 1, p.seq_q = 140, p.seq_k = 200;
+        kiln_attn_default_strides(&p);
+        uint64_t seed = 7;
+        void *q = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'q'), 1, &seed);
+        void *kk = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'k'), 1, &seed);
+        void *v = kiln_attn_random(p.dtype, kiln_attn_elems(&p, 'v'), 1, &seed);
+        void *o = malloc(kiln_attn_elems(&p, 'o') * kiln_dtype_size(p.out));
+        float *lse = malloc((size_t)p.seq_q * sizeof *lse);
+        if (st == KILN_OK) st = kiln_attn_run(k, &p, o, lse, q, kk, v, 0, &err);
+        kiln_emu_profile pr;
+        if (st == KILN_OK) st = kiln_emu_profile_get(k, &pr, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            char why[200];
+            first_conflict(k, why, sizeof why);
+            CHECK(total_conflicts(&pr) == 0, "%llu conflicts; first at %s", (unsigned long long)total_conflicts(&pr), why);
+            uint64_t req = 0;
+            for (int s = 0; s < KILN_SMEM_KINDS; s++) req += pr.smem[s].requests;
+            CHECK(req > 0 && pr.hot_blocks > 0, "no shared-memory requests seen (%llu) or no hot loop", (unsigned long long)req);
+        }
+        free(q), free(kk), free(v), free(o), free(lse);
+        kiln_emu_kernel_free(k);
+        TEST_END();
+    }
+    static const char *ln[] = {"layernorm x=bf16 w=f32 y=bf16 hidden=4096", "layernorm x=f16 hidden=1024",
+                               "layernorm x=f32 hidden=8192", "layernorm x=bf16 hidden=launch"};
+    for (size_t i = 0; i < sizeof ln / sizeof ln[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "0 bank conflicts: %s (sm_80)", ln[i]);
+        TEST_BEGIN(name);
+        kiln_error err = {0};
+        kiln_emu_kernel *k = NULL;
+        kiln_layernorm_spec spec;
+        kiln_ln_data *d = NULL;
+        kiln_status st = kiln_emu_load(emu, gen, ln[i], 80, &k, &err);
+        if (st == KILN_OK) st = kiln_ln_spec_parse(ln[i], &spec, &err);
+        if (st == KILN_OK)
+            st = kiln_ln_data_create(&d, &spec, 1e-5f, 8, spec.hidden ? spec.hidden : 3000, KILN_LN_RANDOM, 1, &err);
+        if (st == KILN_OK) st = kiln_ln_run(k, d, 0, &err);
+        kiln_emu_profile pr;
+        if (st == KILN_OK) st = kiln_emu_profile_get(k, &pr, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            char why[200];
+            first_conflict(k, why, sizeof why);
+            CHECK(total_conflicts(&pr) == 0, "%llu conflicts; first at %s", (unsigned long long)total_conflicts(&pr), why);
+            CHECK(pr.global_ld_bytes > 0 && pr.global_st_bytes > 0, "global bytes %llu %llu",
+                  (unsigned long long)pr.global_ld_bytes, (unsigned long long)pr.global_st_bytes);
+        }
+        kiln_ln_data_free(d);
+        kiln_emu_kernel_free(k);
+        TEST_END();
+    }
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -339,6 +435,14 @@ int main(void) {
     test_cp_async();
     test_mix();
     test_unprofiled();
+    kiln_gen *gen = NULL;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
+        printf("emu_profile: cannot create the generator: %s\n", err.msg);
+        kiln_emu_destroy(emu);
+        return 1;
+    }
+    test_kernels_conflict_free(gen);
+    kiln_gen_destroy(gen);
     kiln_emu_destroy(emu);
     return check_summary("emu_profile");
 }
