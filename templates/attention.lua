@@ -61,7 +61,7 @@ local MMA_TILES = {
   [32] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
   [96] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
-  [128] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 8, mt = 1, n = 64, stages = 2, q_regs = true } },
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
@@ -494,11 +494,10 @@ local function build_mma(b, spec, cfg, p)
   end
 
   -- Per row (m-tile mi, half h: rows g and g + 8): running max, sum, key bound; O accumulators.
-  local m, l, acc, bound = {}, {}, {}, {}
+  local m, l, acc = {}, {}, {}
   for mi = 0, mt - 1 do
-    m[mi], l[mi], bound[mi], acc[mi] = {}, {}, {}, {}
+    m[mi], l[mi], acc[mi] = {}, {}, {}
     for h = 0, 1 do
-      bound[mi][h] = key_bound(b, spec, p, q0 + wrow + mi * 16 + g + h * 8, shift)
       m[mi][h] = b:var("f32", NEG_INF)
       l[mi][h] = b:var("f32", 0.0)
     end
@@ -534,7 +533,7 @@ local function build_mma(b, spec, cfg, p)
       pv[mi] = {}
       for j = 0, nt - 1 do pv[mi][j] = {} end
       for h = 0, 1 do
-        local lim = masked and (bound[mi][h] - kv0 - t * 2) or nil
+        local lim = masked and (key_bound(b, spec, p, q0 + wrow + mi * 16 + g + h * 8, shift) - kv0 - t * 2) or nil
         local sv, mx = {}, nil
         for j = 0, nt - 1 do
           for e = 0, 1 do
