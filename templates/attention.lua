@@ -14,12 +14,16 @@
 --
 -- Paths (chosen from the target's capabilities, see K.config):
 --   mma:  f16/bf16 where the target has tensor-core mma for the dtype (b:mma issues m16n8k16,
---         or two m16n8k8 for f16 where only those exist). 4 warps x 16 query rows; tiles in
---         shared memory in the input dtype, XOR-swizzled by 16-byte chunk (padded rows for
---         head_dim 96); Q, K and V^T fragments read with ldmatrix (.trans for V); S and O in f32
+--         or two m16n8k8 for f16 where only those exist). Block shape per head_dim from
+--         MMA_TILES (warps x 16 or 32 query rows each, so one K/V fragment can feed two mma);
+--         tiles in shared memory in the input dtype, XOR-swizzled by 16-byte chunk so that no
+--         ldmatrix, cp.async or st.shared has a bank conflict; Q, K and V^T fragments read with
+--         ldmatrix (.trans for V), Q kept in registers where they allow; S and O in f32
 --         registers; P rounded to the input dtype and reused in registers as the A operand of
---         P V. K/V tiles double-buffered with cp.async where the target has it, otherwise loaded
---         through registers.
+--         P V. K/V tiles stream through a cp.async pipeline of up to 3 stages, or (no cp.async)
+--         through registers into two shared buffers, software pipelined. The K/V loop is split:
+--         tiles every row sees whole run without mask work, only the diagonal / sequence-end
+--         tiles after them pay for it. docs/attention.md has the tile table and the profile.
 --   simt: f32 FMA with register tiling; any dtype on any target. Q, K and V tiles are
 --         converted to f32 in shared memory; K and V take turns in one buffer.
 local util = require("lib.util")
@@ -55,8 +59,11 @@ local SIMT_THREADS, SIMT_TC = 128, 8
 -- shared memory feeds two mma. q_regs: Q fragments stay in registers for the whole K/V loop.
 -- stages: cp.async pipeline depth; targets without cp.async use 2 as two shared buffers filled
 -- through registers (software pipelined), 1 as one buffer. Registers per thread decide the shape:
--- O takes mt * d / 2, S mt * n / 2, Q in registers mt * d / 4 of the 255 (docs/attention.md has the
--- ptxas figures behind each row).
+-- O takes mt * d / 2, S mt * n / 2, Q in registers mt * d / 4 of the 255, and LLVM keeps the
+-- loop-invariant fragment addresses in registers too. d = 128 with 32-row warps (O alone 128) spilled
+-- on sm_90 with 32-key tiles and lost to 8 warps x 16 rows in the profile with 16-key tiles (the O
+-- rescale per tile grows per mma), so d = 128 runs 8 warps x 16 rows: the same 128 rows per block
+-- (K/V read once per 128 queries). docs/attention.md has the ptxas and profile figures behind each row.
 local MMA_TILES = {
   [32] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
