@@ -57,6 +57,8 @@ local SIMT_THREADS, SIMT_TC = 128, 8
 -- shared memory when it exceeds the static limit). warps x mt m-tiles of 16 query rows per warp:
 -- with mt = 2 (32 rows a warp, FlashAttention-2's shape) every K and V fragment a warp reads from
 -- shared memory feeds two mma. q_regs: Q fragments stay in registers for the whole K/V loop.
+-- min_blocks: take the entry only if that many blocks fit an SM's shared memory (a deeper pipeline
+-- is not worth halving the warps an SM holds: sm_86/89 keep 2 stages at d <= 96).
 -- stages: cp.async pipeline depth; targets without cp.async use 2 as two shared buffers filled
 -- through registers (software pipelined), 1 as one buffer. Registers per thread decide the shape:
 -- O takes mt * d / 2, S mt * n / 2, Q in registers mt * d / 4 of the 255, and LLVM keeps the
@@ -65,9 +67,9 @@ local SIMT_THREADS, SIMT_TC = 128, 8
 -- rescale per tile grows per mma), so d = 128 runs 8 warps x 16 rows: the same 128 rows per block
 -- (K/V read once per 128 queries). docs/attention.md has the ptxas and profile figures behind each row.
 local MMA_TILES = {
-  [32] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
-  [64] = { { warps = 4, mt = 2, n = 64, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
-  [96] = { { warps = 4, mt = 2, n = 32, stages = 3, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [32] = { { warps = 4, mt = 2, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 2, n = 64, stages = 3, min_blocks = 2, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 2, n = 32, stages = 3, min_blocks = 2, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
   [128] = { { warps = 8, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 8, mt = 1, n = 64, stages = 2, q_regs = true } },
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
@@ -108,7 +110,10 @@ local function config_mma(spec, target)
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
     bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
     pick = t
-    if ok and bytes <= target.smem_optin_max then break end
+    -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
+    -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)
+    local per_sm = (t.min_blocks or 1) * (bytes + 1024) <= target.smem_optin_max + 1024
+    if ok and bytes <= target.smem_optin_max and per_sm then break end
   end
   local bm = pick.warps * 16 * pick.mt
   local dynamic = bytes > target.smem_static_max
