@@ -137,6 +137,7 @@ typedef struct emu_kernel_rt {
     unsigned char *arena; /* shared memory: static variables, then dynamic */
     size_t static_smem, dynamic_offset, arena_size;
     const kiln_kernel_meta *meta;
+    struct emu_prof *prof; /* NULL unless loaded for profiling */
 } emu_kernel_rt;
 typedef struct emu_thread emu_thread;
 typedef struct emu_block emu_block;
@@ -224,5 +225,27 @@ typedef struct emu_symbol {
 } emu_symbol;
 const emu_symbol *emu_half_symbols(unsigned *count);
 
+/* ---- emu_profile.c: instrumentation, bank conflicts, instruction mix (kiln/emu_profile.h) ---- */
+typedef struct emu_prof emu_prof;
+struct kiln_emu_profile;
+struct kiln_smem_site;
+/* Instruments mod (before emu_rewrite_apply) for the profile; arena is the kernel's shared memory. */
+kiln_status emu_prof_instrument(LLVMModuleRef mod, const char *host_dl, const unsigned char *arena,
+                                size_t arena_size, emu_prof **out, kiln_error *err);
+void emu_prof_free(emu_prof *p);
+/* Called by host code (as kiln_emu_prof_bb and kiln_emu_prof_mem). */
+void emu_prof_bb_entry(int bb);
+void emu_prof_mem_entry(int site, void *addr, uint32_t gbytes);
+/* The scheduler's hooks: a block starts; warps [first, first + n) meet (all their live lanes at one
+ * point), so their logged accesses can be matched; a block ends. */
+void emu_prof_block_begin(emu_prof *p, unsigned nthreads);
+void emu_prof_sync(emu_prof *p, unsigned first_warp, unsigned nwarps, unsigned nthreads);
+void emu_prof_block_end(emu_prof *p, unsigned nthreads);
+kiln_status emu_prof_get(const emu_prof *p, struct kiln_emu_profile *out, kiln_error *err);
+unsigned emu_prof_nsites(const emu_prof *p);
+int emu_prof_site(const emu_prof *p, unsigned i, struct kiln_smem_site *out);
+void emu_prof_reset(emu_prof *p);
+/* emu_sched.c: the running kernel's profile and the calling thread's index (NULL: none). */
+emu_prof *emu_prof_current(unsigned *thread);
 
 #endif

@@ -12,6 +12,7 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "emu.h"
+#include "kiln/emu_profile.h"
 
 struct kiln_emu {
     LLVMOrcLLJITRef jit;
@@ -19,6 +20,7 @@ struct kiln_emu {
     unsigned next_id;
     emu_block *blk;
     kiln_emu_kernel *kernels; /* doubly linked, for kiln_emu_destroy */
+    int profile;              /* instrument kernels loaded from now on (emu_profile.c) */
 };
 
 struct kiln_emu_kernel {
@@ -73,10 +75,12 @@ static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
     const emu_symbol *half = emu_half_symbols(&nhalf);
     LLVMOrcCSymbolMapPair pairs[16];
     unsigned n = 0;
-    const emu_symbol own[2] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
-                               {"kiln_emu_store", (void *)emu_store_entry}};
-    for (unsigned i = 0; i < 2 + nhalf && n < 16; i++, n++) {
-        const emu_symbol *s = i < 2 ? &own[i] : &half[i - 2];
+    const emu_symbol own[4] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
+                               {"kiln_emu_store", (void *)emu_store_entry},
+                               {"kiln_emu_prof_bb", (void *)emu_prof_bb_entry},
+                               {"kiln_emu_prof_mem", (void *)emu_prof_mem_entry}};
+    for (unsigned i = 0; i < 4 + nhalf && n < 16; i++, n++) {
+        const emu_symbol *s = i < 4 ? &own[i] : &half[i - 4];
         pairs[n].Name = LLVMOrcLLJITMangleAndIntern(emu->jit, s->name);
         pairs[n].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)s->addr;
         pairs[n].Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
@@ -144,6 +148,7 @@ void kiln_emu_kernel_free(kiln_emu_kernel *k) {
     else if (k->emu && k->emu->kernels == k) k->emu->kernels = k->next;
     if (k->next) k->next->prev = k->prev;
     emu_rewrite_info_free(&k->info);
+    emu_prof_free(k->run.prof);
     free(k->run.arena);
     free(k);
 }
@@ -169,6 +174,8 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
         k->run.arena = aligned_alloc(128, (k->run.arena_size + 127) / 128 * 128);
         if (!k->run.arena) st = kiln_fail(err, KILN_ENOMEM, "emulator: out of memory for shared memory");
     }
+    if (st == KILN_OK && emu->profile)
+        st = emu_prof_instrument(mod, emu->dl, k->run.arena, k->run.arena_size, &k->run.prof, err);
     if (st == KILN_OK) st = emu_rewrite_apply(mod, meta->entry, emu->triple, emu->dl, k->run.arena, &k->info, err);
     if (st != KILN_OK) {
         LLVMDisposeModule(mod);
@@ -290,4 +297,27 @@ kiln_status kiln_emu_run(kiln_emu_kernel *k, const kiln_emu_launch *l, void **ar
     if (st == KILN_OK) st = check_args(k, args, l->nullable, err);
     if (st == KILN_OK) st = emu_grid_run(k->emu->blk, &k->run, l, args, err);
     return st;
+}
+
+/* ---- the profile (emu_profile.c does the work) ---- */
+
+void kiln_emu_set_profile(kiln_emu *emu, int on) { emu->profile = on != 0; }
+
+kiln_status kiln_emu_profile_get(const kiln_emu_kernel *k, kiln_emu_profile *out, kiln_error *err) {
+    if (!k->run.prof) {
+        memset(out, 0, sizeof *out);
+        return kiln_fail(err, KILN_EINVAL, "profile: kernel %s was loaded without profiling (call "
+                         "kiln_emu_set_profile(emu, 1) before loading it)", k->meta.entry);
+    }
+    return emu_prof_get(k->run.prof, out, err);
+}
+
+unsigned kiln_emu_profile_nsites(const kiln_emu_kernel *k) { return k->run.prof ? emu_prof_nsites(k->run.prof) : 0; }
+
+int kiln_emu_profile_site(const kiln_emu_kernel *k, unsigned i, kiln_smem_site *out) {
+    return k->run.prof ? emu_prof_site(k->run.prof, i, out) : -1;
+}
+
+void kiln_emu_profile_reset(kiln_emu_kernel *k) {
+    if (k->run.prof) emu_prof_reset(k->run.prof);
 }

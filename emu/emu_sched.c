@@ -168,6 +168,7 @@ uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t
     if (++bar->arrived == bar->expected) {
         uint32_t result = bar->acc;
         bar->arrived = 0;
+        if (b->k->prof && bar->expected == b->nthreads) emu_prof_sync(b->k->prof, 0, b->nwarps, b->nthreads);
         barrier_release(b, id, result);
         return result;
     }
@@ -219,6 +220,7 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
             if (mask >> l & 1) lanes[l] = &b->threads[w * EMU_WARP + l];
         emu_meet done = *m;
         *m = b->meet[w][--b->nmeet[w]];
+        if (b->k->prof && mask == (warp_lanes(b, w) & ~b->exited_mask[w])) emu_prof_sync(b->k->prof, w, 1, b->nthreads);
         if (!done.fn(b, done.op, lanes, mask)) return false;
         for (unsigned l = 0; l < EMU_WARP; l++)
             if (lanes[l] && lanes[l] != t) lanes[l]->state = EMU_READY;
@@ -235,6 +237,13 @@ void emu_dispatch_entry(int site, const void *args, void *ret) {
     emu_block *b = emu_current;
     emu_call c = {b, b->cur, &b->k->sites[site], site, args, ret};
     c.site->op->fn(&c);
+}
+
+emu_prof *emu_prof_current(unsigned *thread) {
+    emu_block *b = emu_current;
+    if (!b || !b->k->prof || !b->cur) return NULL;
+    *thread = b->cur->id;
+    return b->k->prof;
 }
 
 void emu_store_entry(void *p, uint64_t size) {
@@ -355,6 +364,7 @@ static kiln_status deadlock(emu_block *b, kiln_error *err) {
 /* Runs every thread of the current block to completion, in ascending or descending order. */
 static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
+    if (b->k->prof) emu_prof_block_begin(b->k->prof, b->nthreads);
     for (bool progress = true; progress;) {
         progress = false;
         for (unsigned k = 0; k < b->nthreads; k++) {
@@ -370,7 +380,9 @@ static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
             }
         }
     }
-    return b->exited == b->nthreads ? KILN_OK : deadlock(b, err);
+    if (b->exited != b->nthreads) return deadlock(b, err);
+    if (b->k->prof) emu_prof_block_end(b->k->prof, b->nthreads);
+    return KILN_OK;
 }
 
 /* Names the argument an address belongs to: the pointer argument closest below it. */

@@ -10,12 +10,13 @@
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
 #include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 
 static void run_usage(FILE *to) {
     fprintf(to,
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
-            "                [--input KIND] [--eps E] [--twice]\n\n"
+            "                [--input KIND] [--eps E] [--twice] [--profile]\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -27,6 +28,8 @@ static void run_usage(FILE *to) {
             "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
             "  --eps E       LayerNorm epsilon (default 1e-5)\n"
             "  --twice       run every block twice, threads in opposite orders; a difference is a race\n"
+            "  --profile     also print the emulator's profile: shared-memory bank conflicts, warp\n"
+            "                instruction mix (whole kernel and hot loop), global bytes (docs/profile.md)\n"
             "attention: --rows is seq_q; also\n"
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
@@ -42,7 +45,7 @@ static void run_usage(FILE *to) {
 }
 
 typedef struct run_opts {
-    int sm, rows, hidden, twice;
+    int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv; /* attention */
     unsigned long long seed;
     float eps;
@@ -269,6 +272,51 @@ static int run_attention_bwd(kiln_emu_kernel *k0, const run_opts *o) {
     return rc;
 }
 
+/* The profile of the run (kiln/emu_profile.h; rules in docs/profile.md). */
+static int print_profile(const kiln_emu_kernel *k) {
+    kiln_emu_profile p;
+    kiln_error err = {0};
+    if (kiln_emu_profile_get(k, &p, &err) != KILN_OK) return report_error(&err);
+    printf("profile (emulator, rules in docs/profile.md): %llu blocks, %llu warps\n", (unsigned long long)p.blocks,
+           (unsigned long long)p.warps);
+    printf("  warp instructions    whole kernel   per warp    hot loop (%u of %u basic blocks, %llu trips/kernel)\n",
+           p.hot_blocks, p.basic_blocks, (unsigned long long)p.hot_trips);
+    uint64_t other = 0, hot_other = 0;
+    for (int c = 0; c < KILN_PROF_CLASSES; c++) {
+        printf("    %-18s %12llu %10.1f %12llu\n", kiln_prof_class_name((kiln_prof_class)c), (unsigned long long)p.inst[c],
+               p.warps ? (double)p.inst[c] / (double)p.warps : 0.0, (unsigned long long)p.hot_inst[c]);
+        if (c != KILN_PROF_MMA) other += p.inst[c], hot_other += p.hot_inst[c];
+    }
+    if (p.inst[KILN_PROF_MMA])
+        printf("  mma : other          1 : %.2f (whole kernel)   1 : %.2f (hot loop)\n", (double)other / (double)p.inst[KILN_PROF_MMA],
+               p.hot_inst[KILN_PROF_MMA] ? (double)hot_other / (double)p.hot_inst[KILN_PROF_MMA] : 0.0);
+    printf("  shared memory        requests   wavefronts    conflicts   hot: requests  conflicts\n");
+    uint64_t conflicts = 0, hot_conflicts = 0;
+    for (int s = 0; s < KILN_SMEM_KINDS; s++) {
+        const kiln_smem_cost *c = &p.smem[s], *h = &p.hot_smem[s];
+        printf("    %-16s %12llu %12llu %12llu %15llu %10llu\n", kiln_prof_smem_name((kiln_prof_smem)s),
+               (unsigned long long)c->requests, (unsigned long long)c->wavefronts, (unsigned long long)c->conflicts,
+               (unsigned long long)h->requests, (unsigned long long)h->conflicts);
+        conflicts += c->conflicts, hot_conflicts += h->conflicts;
+    }
+    printf("  bank conflicts       %llu (hot loop %llu)\n", (unsigned long long)conflicts, (unsigned long long)hot_conflicts);
+    printf("  global memory        %llu B loaded, %llu B stored; per block %.0f B, %.0f B\n",
+           (unsigned long long)p.global_ld_bytes, (unsigned long long)p.global_st_bytes,
+           p.blocks ? (double)p.global_ld_bytes / (double)p.blocks : 0.0,
+           p.blocks ? (double)p.global_st_bytes / (double)p.blocks : 0.0);
+    unsigned n = kiln_emu_profile_nsites(k), shown = 0;
+    for (unsigned i = 0; i < n; i++) {
+        kiln_smem_site site;
+        if (kiln_emu_profile_site(k, i, &site) || !site.cost.conflicts) continue;
+        if (shown++ < 12)
+            printf("  conflicts at %s%s: %llu requests, %llu wavefronts for %llu\n", site.where, site.hot ? " (hot)" : "",
+                   (unsigned long long)site.cost.requests, (unsigned long long)site.cost.wavefronts,
+                   (unsigned long long)site.cost.ideal);
+    }
+    if (shown > 12) printf("  ... and %u more sites with conflicts\n", shown - 12);
+    return CLI_OK;
+}
+
 /* Families `kiln run` can check, each with its reference. */
 static const struct {
     const char *family;
@@ -294,7 +342,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"input", required_argument, NULL, 'i'}, {"eps", required_argument, NULL, 'e'},
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
         {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
-        {"heads", required_argument, NULL, 'N'},
+        {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -319,6 +367,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             if (!*optarg || *end || !(o->eps > 0)) return cli_error("bad --eps '%s'; valid: a positive number", optarg);
             break;
         case 't': o->twice = 1; break;
+        case 'P': o->profile = 1; break;
         case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
         case 'N': {
@@ -363,11 +412,15 @@ int cmd_run(int argc, char **argv) {
     kiln_emu *emu = NULL;
     kiln_emu_kernel *k = NULL;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK ||
-        kiln_emu_load(emu, gen, spec, o.sm, &k, &err) != KILN_OK) {
+        (kiln_emu_set_profile(emu, o.profile), kiln_emu_load(emu, gen, spec, o.sm, &k, &err)) != KILN_OK) {
         rc = cli_error("%s", err.msg);
     } else {
         run_gen = gen, run_emu = emu;
         rc = families[fi].run(k, &o);
+        if (o.profile && rc != CLI_USAGE) {
+            int prc = print_profile(k);
+            if (prc) rc = prc;
+        }
     }
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
