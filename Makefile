@@ -2,6 +2,7 @@
 #   make help     lists the targets
 #   make run      the main job (README)     make test    run the whole test suite
 #   make SAN=1 test   the same suite under ASan + UBSan (objects under build/san)
+#   make TSAN=1 build/tsan/tests/emu_layernorm_test   a ThreadSanitizer build (build/tsan)
 #   make setup    install the Debian packages kiln needs (as root), else print the command
 
 # The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
@@ -27,7 +28,12 @@ LLVM_CONFIG ?= llvm-config-19
 PREFIX      ?= /usr/local
 CUDA_HOME   ?= /usr/local/cuda
 
-ifdef SAN
+ifdef TSAN
+O        := build/tsan
+LIBDIR   := build/tsan/lib
+BINDIR   := build/tsan/bin
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else ifdef SAN
 O        := build/san
 LIBDIR   := build/san/lib
 BINDIR   := build/san/bin

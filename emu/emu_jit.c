@@ -73,10 +73,12 @@ static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
     const emu_symbol *half = emu_half_symbols(&nhalf);
     LLVMOrcCSymbolMapPair pairs[16];
     unsigned n = 0;
-    const emu_symbol own[2] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
-                               {"kiln_emu_store", (void *)emu_store_entry}};
-    for (unsigned i = 0; i < 2 + nhalf && n < 16; i++, n++) {
-        const emu_symbol *s = i < 2 ? &own[i] : &half[i - 2];
+    enum { NOWN = 3 };
+    const emu_symbol own[NOWN] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
+                                  {"kiln_emu_store", (void *)emu_store_entry},
+                                  {"kiln_emu_access", (void *)emu_access_entry}};
+    for (unsigned i = 0; i < NOWN + nhalf && n < 16; i++, n++) {
+        const emu_symbol *s = i < NOWN ? &own[i] : &half[i - NOWN];
         pairs[n].Name = LLVMOrcLLJITMangleAndIntern(emu->jit, s->name);
         pairs[n].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)s->addr;
         pairs[n].Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
@@ -189,6 +191,8 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
     k->run.nsites = k->info.nsites;
     k->run.static_smem = k->info.static_smem;
     k->run.dynamic_offset = k->info.dynamic_offset;
+    k->run.access = k->info.access;
+    k->run.naccess = k->info.naccess;
     k->run.meta = &k->meta;
     k->next = emu->kernels;
     if (emu->kernels) emu->kernels->prev = k;

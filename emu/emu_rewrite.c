@@ -247,6 +247,7 @@ void emu_rewrite_info_free(emu_rewrite_info *info) {
     free(info->sites);
     free(info->calls);
     free(info->smem);
+    free(info->access);
     memset(info, 0, sizeof *info);
 }
 
@@ -257,8 +258,9 @@ typedef struct rewriter {
     LLVMContextRef ctx;
     LLVMBuilderRef b;
     LLVMTargetDataRef td;
-    LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty;
-    LLVMValueRef dispatch, store;
+    LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty, access_ty;
+    LLVMValueRef dispatch, store, access;
+    unsigned access_cap;
 } rewriter;
 
 static LLVMValueRef declare(rewriter *r, const char *name, LLVMTypeRef ty) {
@@ -334,6 +336,87 @@ static void instrument_stores(rewriter *r) {
                     log_store(r, in, LLVMGetOperand(in, 0), len);
                 }
             }
+}
+
+/* ---- access checks: alignment, shared-memory bounds, null page ---- */
+
+static const char *space_name(unsigned as) {
+    return as == EMU_SPACE_GLOBAL ? "global" : as == EMU_SPACE_SHARED ? "shared" : "generic";
+}
+
+/* The alignment the PTX instruction for an access may require: the IR's align is what the
+ * NVPTX backend may assume when it picks (or, vectorizing, widens) the instruction; no PTX
+ * access is wider than 16 bytes. An access without an align has its natural one. */
+static unsigned required_align(unsigned ir_align, unsigned long long size) {
+    unsigned a = ir_align;
+    if (!a) for (a = 1; a < 16 && a * 2 <= size; a *= 2) {}
+    return a > 16 ? 16 : a;
+}
+
+static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef in, LLVMValueRef fn,
+                              const char *kind, LLVMValueRef p, LLVMValueRef size, unsigned long long fixed,
+                              unsigned align, kiln_error *err) {
+    unsigned as = LLVMGetPointerAddressSpace(LLVMTypeOf(p));
+    if ((as != EMU_SPACE_GENERIC && as != EMU_SPACE_GLOBAL && as != EMU_SPACE_SHARED) || LLVMIsAAllocaInst(p))
+        return KILN_OK; /* local, constant or param memory: the emulator's own */
+    if (info->naccess == r->access_cap) {
+        unsigned ncap = r->access_cap ? r->access_cap * 2 : 64;
+        emu_access *a = realloc(info->access, ncap * sizeof *a);
+        if (!a) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
+        info->access = a;
+        r->access_cap = ncap;
+    }
+    emu_access *a = &info->access[info->naccess];
+    a->size = (unsigned)fixed;
+    a->align = align;
+    a->space = as;
+    char *text = LLVMPrintValueToString(in);
+    const char *t = text;
+    while (*t == ' ') t++;
+    char sizes[32] = "";
+    if (fixed) snprintf(sizes, sizeof sizes, "%llu-byte ", fixed);
+    snprintf(a->what, sizeof a->what, "%s%s %s `%.140s` in @%s", sizes, space_name(as), kind, t, fn_name(fn));
+    LLVMDisposeMessage(text);
+    LLVMPositionBuilderBefore(r->b, in);
+    LLVMValueRef generic = as ? LLVMBuildAddrSpaceCast(r->b, p, r->ptr, "") : p;
+    LLVMValueRef args[3] = {generic, size ? size : LLVMConstInt(r->i64, fixed, 0),
+                            LLVMConstInt(r->i32, info->naccess, 0)};
+    LLVMBuildCall2(r->b, r->access_ty, r->access, args, 3, "");
+    info->naccess++;
+    return KILN_OK;
+}
+
+/* Every load, store, atomic and memory intrinsic that may reach global or shared memory
+ * first calls kiln_emu_access(pointer, bytes, access). */
+static kiln_status instrument_accesses(rewriter *r, emu_rewrite_info *info, kiln_error *err) {
+    kiln_status st = KILN_OK;
+    for (LLVMValueRef fn = LLVMGetFirstFunction(r->mod); fn && st == KILN_OK; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb && st == KILN_OK; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in && st == KILN_OK; in = LLVMGetNextInstruction(in)) {
+                LLVMOpcode op = LLVMGetInstructionOpcode(in);
+                LLVMValueRef callee = callee_of(in);
+                if (op == LLVMLoad || op == LLVMStore) {
+                    LLVMValueRef p = LLVMGetOperand(in, op == LLVMLoad ? 0 : 1);
+                    LLVMTypeRef ty = op == LLVMLoad ? LLVMTypeOf(in) : LLVMTypeOf(LLVMGetOperand(in, 0));
+                    unsigned long long size = LLVMStoreSizeOfType(r->td, ty);
+                    st = add_access(r, info, in, fn, op == LLVMLoad ? "load" : "store", p, NULL, size,
+                                    required_align(LLVMGetAlignment(in), size), err);
+                } else if (op == LLVMAtomicRMW || op == LLVMAtomicCmpXchg) {
+                    LLVMValueRef v = LLVMGetOperand(in, op == LLVMAtomicRMW ? 1 : 2);
+                    unsigned long long size = LLVMStoreSizeOfType(r->td, LLVMTypeOf(v));
+                    st = add_access(r, info, in, fn, "atomic", LLVMGetOperand(in, 0), NULL, size,
+                                    required_align(0, size), err);
+                } else if (callee && (starts_with(fn_name(callee), "llvm.memset") ||
+                                      starts_with(fn_name(callee), "llvm.memcpy") ||
+                                      starts_with(fn_name(callee), "llvm.memmove"))) {
+                    LLVMPositionBuilderBefore(r->b, in);
+                    LLVMValueRef len = LLVMBuildZExtOrBitCast(r->b, LLVMGetOperand(in, 2), r->i64, "");
+                    st = add_access(r, info, in, fn, "write", LLVMGetOperand(in, 0), len, 0, 1, err);
+                    if (st == KILN_OK && !starts_with(fn_name(callee), "llvm.memset"))
+                        st = add_access(r, info, in, fn, "read", LLVMGetOperand(in, 1), len, 0, 1, err);
+                }
+            }
+    return st;
 }
 
 /* Shared variables become fixed addresses in the kernel's arena. */
@@ -413,10 +496,21 @@ kiln_status emu_rewrite_apply(LLVMModuleRef mod, const char *entry, const char *
     LLVMTypeRef dargs[3] = {r.i32, r.ptr, r.ptr}, sargs[2] = {r.ptr, r.i64};
     r.dispatch_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), dargs, 3, 0);
     r.store_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), sargs, 2, 0);
+    LLVMTypeRef aargs[3] = {r.ptr, r.i64, r.i32};
+    r.access_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), aargs, 3, 0);
     r.dispatch = declare(&r, "kiln_emu_dispatch", r.dispatch_ty);
     r.store = declare(&r, "kiln_emu_store", r.store_ty);
+    r.access = declare(&r, "kiln_emu_access", r.access_ty);
 
-    instrument_stores(&r); /* first: the marshalling stores below are private */
+    /* first: the marshalling stores below are private; the checks go before the store log,
+     * which reads the bytes a store overwrites */
+    kiln_status ast = instrument_accesses(&r, info, err);
+    if (ast == KILN_OK) instrument_stores(&r);
+    if (ast != KILN_OK) {
+        LLVMDisposeBuilder(r.b);
+        LLVMDisposeTargetData(r.td);
+        return ast;
+    }
     for (unsigned i = 0; i < info->nsites; i++) marshal(&r, info->calls[i], i);
     drop_unused_intrinsics(mod);
     place_shared(&r, arena, info);
