@@ -294,7 +294,9 @@ void emu_access_entry(void *p, uint64_t size, uint32_t access) {
         bool shared = acc->space == EMU_SPACE_SHARED || (a >= base && a - base < b->k->arena_size);
         if (shared) describe_shared(b, a, where, sizeof where);
         else describe_addr(b, a, where, sizeof where);
-        emu_fault(b, "misaligned address %p (%s): %s needs %u-byte alignment", p, where, acc->what, acc->align);
+        emu_fault(b, "misaligned address %p (%s): %s needs %u-byte alignment%s", p, where, acc->what, acc->align,
+                  acc->size && acc->size < acc->align ? " (its IR align lets the NVPTX backend merge it into a wider "
+                                                        "vector access, as it does with neighbouring elements)" : "");
     }
     if (acc->space == EMU_SPACE_SHARED || (acc->space == EMU_SPACE_GENERIC && a >= base && a - base < b->k->arena_size)) {
         emu_check_shared(b, p, (size_t)size, acc->what);
