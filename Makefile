@@ -103,6 +103,41 @@ $(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
 
+# Fuzzing: libFuzzer targets for the readers (tests/fuzz/), built with clang-19 under ASan + UBSan
+# wherever clang-19 is installed (tools/setup.sh installs it). The suite runs a bounded slice
+# (tests/fuzz_test.sh); `make fuzz` runs each target FUZZ_SECONDS (default 120) on a corpus kept
+# in build/fuzz/corpus/. Without clang-19 nothing is built and the test says skipped.
+FUZZ_CC      ?= clang-19
+HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
+FUZZ_NAMES   := spec ptx bundle meta disk
+FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -Igen -Iemu \
+                $(LLVM_CFLAGS) $(LUA_CFLAGS)
+FUZZ_SRCS_spec   := gen/gen_spec.c emu/emu_layernorm.c emu/emu_half.c emu/emu_ref_attention.c
+FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
+FUZZ_SRCS_bundle :=
+FUZZ_SRCS_meta   :=
+FUZZ_SRCS_disk   :=
+ifeq ($(HAVE_FUZZ),yes)
+extra: $(FUZZERS)
+endif
+.SECONDEXPANSION:
+# The instrumented sources come first; lib/libkiln.a only supplies what they reference beyond
+# the code under test (the Lua host and the emulator that the parsers' neighbours call).
+build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRCS_$$*) $(RT_SRCS) lib/libkiln.a \
+                   $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRCS_$*) $(RT_SRCS) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) \
+	    -ldl -lpthread -lm
+.PHONY: fuzz
+fuzz: $(FUZZERS)
+	@for t in $(FUZZ_NAMES); do mkdir -p build/fuzz/corpus/$$t build/fuzz/crashes; \
+	  echo "== fuzz_$$t ($${FUZZ_SECONDS:-120} s)"; \
+	  build/fuzz/fuzz_$$t -max_total_time=$${FUZZ_SECONDS:-120} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	    -artifact_prefix=build/fuzz/crashes/$$t- build/fuzz/corpus/$$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t \
+	    2>&1 | grep -E '^stat::number_of_executed_units|^==[0-9]+==ERROR|^SUMMARY|Test unit written' || exit 1; done
+
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iruntime -c $< -o $@

@@ -134,6 +134,9 @@ rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char 
 int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len);
 /* The path of the entry for key (for tests and messages). */
 void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size);
+/* 1 when the size bytes at b are a sound entry for key and spec (magic, version, key, spec,
+ * lengths, checksum); the reader the disk cache and its fuzz target use. */
+int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec);
 
 /* ---- rt_runtime.c: the kiln_rt object ---- */
 typedef struct rt_entry rt_entry; /* memory-cache slot, defined in rt_kernel.c */
