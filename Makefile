@@ -123,18 +123,21 @@ ifeq ($(HAVE_FUZZ),yes)
 extra: $(FUZZERS)
 endif
 .SECONDEXPANSION:
-# The instrumented sources come first; lib/libkiln.a only supplies what they reference beyond
-# the code under test (the Lua host and the emulator that the parsers' neighbours call).
-build/fuzz/fuzz_%: tests/fuzz/fuzz_%.c $$(FUZZ_SRCS_$$*) $(RT_SRCS) lib/libkiln.a \
-                   $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
+FUZZ_OBJ := build/fuzz/obj
+.PRECIOUS: $(FUZZ_OBJ)/%.o
+build/fuzz/obj/%.o: %.c $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
 	@mkdir -p $(dir $@)
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $< $(FUZZ_SRCS_$*) $(RT_SRCS) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) \
-	    -ldl -lpthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+# The instrumented objects come first; lib/libkiln.a only supplies what they reference beyond
+# the code under test (the Lua host and the emulator that the parsers' neighbours call).
+fuzz_objs = $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(FUZZ_SRCS_$(1)))
+build/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $$(call fuzz_objs,$$*) $(RT_SRCS:%.c=$(FUZZ_OBJ)/%.o) lib/libkiln.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -ldl -lpthread -lm
 .PHONY: fuzz
 fuzz: $(FUZZERS)
 	@for t in $(FUZZ_NAMES); do mkdir -p build/fuzz/corpus/$$t build/fuzz/crashes; \
 	  echo "== fuzz_$$t ($${FUZZ_SECONDS:-120} s)"; \
-	  build/fuzz/fuzz_$$t -max_total_time=$${FUZZ_SECONDS:-120} -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
+	  build/fuzz/fuzz_$$t -max_total_time=$${FUZZ_SECONDS:-120} $$([ $$t = ptx ] && echo -max_len=8192) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
 	    -artifact_prefix=build/fuzz/crashes/$$t- build/fuzz/corpus/$$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t \
 	    2>&1 | grep -E '^stat::number_of_executed_units|^==[0-9]+==ERROR|^SUMMARY|Test unit written' || exit 1; done
 

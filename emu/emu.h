@@ -107,6 +107,9 @@ void emu_rewrite_info_free(emu_rewrite_info *info);
 /* Fills meta from the kernel's signature and annotations (for hand-written IR). */
 kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_kernel_meta *meta,
                              kiln_error *err);
+/* Replaces calls of __nvvm_reflect / llvm.nvvm.reflect by what NVVMReflect would give on sm:
+ * __CUDA_ARCH is sm * 10, __CUDA_FTZ and anything else 0. */
+void emu_reflect(LLVMModuleRef mod, int sm);
 /* The module's only kernel (ptx_kernel calling convention or "kernel" annotation). */
 LLVMValueRef emu_find_kernel(LLVMModuleRef mod, const char *entry, kiln_error *err);
 

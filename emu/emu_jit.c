@@ -226,6 +226,7 @@ kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const ch
         LLVMDisposeMessage(msg);
     }
     kiln_kernel_meta meta;
+    if (st == KILN_OK) emu_reflect(mod, sm);
     if (st == KILN_OK) st = emu_meta_from_ir(mod, entry, sm, &meta, err);
     if (st == KILN_OK) {
         st = load_module(emu, tsc, mod, &meta, out, err);
