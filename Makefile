@@ -119,7 +119,8 @@ FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen
 FUZZ_SRCS_bundle :=
 FUZZ_SRCS_meta   :=
 FUZZ_SRCS_disk   :=
-ifeq ($(HAVE_FUZZ),yes)
+# the plain build only: they link lib/libkiln.a and are sanitized anyway
+ifeq ($(HAVE_FUZZ)$(O),yesbuild)
 extra: $(FUZZERS)
 endif
 .SECONDEXPANSION:
@@ -135,11 +136,7 @@ build/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $$(call fuzz_objs,$$*) $(RT_S
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -ldl -lpthread -lm
 .PHONY: fuzz
 fuzz: $(FUZZERS)
-	@for t in $(FUZZ_NAMES); do mkdir -p build/fuzz/corpus/$$t build/fuzz/crashes; \
-	  echo "== fuzz_$$t ($${FUZZ_SECONDS:-120} s)"; \
-	  build/fuzz/fuzz_$$t -max_total_time=$${FUZZ_SECONDS:-120} $$([ $$t = ptx ] && echo -max_len=8192) -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-	    -artifact_prefix=build/fuzz/crashes/$$t- build/fuzz/corpus/$$t tests/fuzz/corpus/$$t tests/fuzz/regress/$$t \
-	    2>&1 | grep -E '^stat::number_of_executed_units|^==[0-9]+==ERROR|^SUMMARY|Test unit written' || exit 1; done
+	@KILN_FUZZ_SECONDS=$${FUZZ_SECONDS:-120} KILN_FUZZ_KEEP=build/fuzz/corpus bash tests/fuzz_test.sh
 
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)

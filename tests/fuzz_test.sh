@@ -3,11 +3,12 @@
 # parsers, the PTX reader and lint, the bundle reader, the kiln.meta parser and the disk-cache
 # entry reader, each under ASan + UBSan, seeded from tests/fuzz/corpus/ (kiln's own outputs,
 # tests/fuzz/make_seeds.sh) and replaying tests/fuzz/regress/ (inputs that once crashed).
-# KILN_FUZZ_SECONDS per target (default 8); under `make SAN=1 test` (O=build/san) the corpora
+# KILN_FUZZ_SECONDS per target (default 7; `make fuzz`: FUZZ_SECONDS, default 120, with the corpus
+# kept in build/fuzz/corpus/ through KILN_FUZZ_KEEP); under `make SAN=1 test` (O=build/san) the corpora
 # are only replayed, since the fuzzers are already sanitized and ran in `make test`.
 # Without clang-19 the fuzzers are not built and every target is skipped, with the reason.
 set -u
-secs=${KILN_FUZZ_SECONDS:-8}
+secs=${KILN_FUZZ_SECONDS:-7}
 replay_only=0
 case "${O:-build}" in *san*) replay_only=1 ;; esac
 passed=0 failed=0 skipped=0
@@ -25,7 +26,12 @@ for t in spec ptx bundle meta disk; do
     maxlen=()
     [ $t = ptx ] && maxlen=(-max_len=8192) # whole kernels run ~15 per second under the sanitizers
     work=$(mktemp -d)
-    mkdir -p "$work/corpus" "$work/crash"
+    mkdir -p "$work/crash"
+    if [ -n "${KILN_FUZZ_KEEP:-}" ]; then # make fuzz: the corpus grows across runs
+        mkdir -p "$KILN_FUZZ_KEEP/$t" && ln -s "$PWD/$KILN_FUZZ_KEEP/$t" "$work/corpus"
+    else
+        mkdir -p "$work/corpus"
+    fi
     if [ $replay_only = 1 ]; then
         "$bin" -runs=0 -timeout=10 -rss_limit_mb=2048 "$work/corpus" tests/fuzz/corpus/$t tests/fuzz/regress/$t \
             >"$work/log" 2>&1
@@ -37,7 +43,7 @@ for t in spec ptx bundle meta disk; do
         rc=$?
         execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$work/log" | grep -oE '[0-9]+$' || echo 0)
         total_execs=$((total_execs + execs))
-        what="$execs executions in $secs s, corpus $(ls "$work/corpus" | wc -l) new inputs"
+        what="$execs executions in $secs s, $(ls "$work/corpus/" | wc -l) inputs in the working corpus"
     fi
     if [ $rc -eq 0 ]; then
         echo "ok   fuzz_$t: $what, no crash"
