@@ -23,6 +23,8 @@ for t in spec ptx bundle meta disk; do
         fi
         skipped=$((skipped + 1)); continue
     fi
+    dirs=(tests/fuzz/corpus/$t)
+    [ -d tests/fuzz/regress/$t ] && dirs+=(tests/fuzz/regress/$t) # git keeps no empty directory
     maxlen=()
     [ $t = ptx ] && maxlen=(-max_len=8192) # whole kernels run ~15 per second under the sanitizers
     work=$(mktemp -d)
@@ -33,13 +35,12 @@ for t in spec ptx bundle meta disk; do
         mkdir -p "$work/corpus"
     fi
     if [ $replay_only = 1 ]; then
-        "$bin" -runs=0 -timeout=10 -rss_limit_mb=2048 "$work/corpus" tests/fuzz/corpus/$t tests/fuzz/regress/$t \
-            >"$work/log" 2>&1
+        "$bin" -runs=0 -timeout=10 -rss_limit_mb=2048 "$work/corpus" "${dirs[@]}" >"$work/log" 2>&1
         rc=$?
-        what="replayed $(ls tests/fuzz/corpus/$t tests/fuzz/regress/$t | grep -vc ':$') inputs"
+        what="replayed $(find "${dirs[@]}" -type f | wc -l) inputs"
     else
         "$bin" -max_total_time="$secs" "${maxlen[@]}" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-            -artifact_prefix="$work/crash/" "$work/corpus" tests/fuzz/corpus/$t tests/fuzz/regress/$t >"$work/log" 2>&1
+            -artifact_prefix="$work/crash/" "$work/corpus" "${dirs[@]}" >"$work/log" 2>&1
         rc=$?
         execs=$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$work/log" | grep -oE '[0-9]+$' || echo 0)
         total_execs=$((total_execs + execs))
@@ -60,6 +61,6 @@ for t in spec ptx bundle meta disk; do
     fi
     rm -rf "$work"
 done
-[ $replay_only = 0 ] && echo "fuzz: $total_execs executions in all"
+[ $replay_only = 0 ] && [ $passed -gt 0 ] && echo "fuzz: $total_execs executions in all"
 echo "fuzz: $passed passed, $failed failed, $skipped skipped"
 [ $failed -eq 0 ]
