@@ -40,6 +40,7 @@
 extern char **environ;
 
 #define NKEYS 24
+#define TMP "~.kiln-tmp." /* the temporary files rt_write_pieces (runtime/rt_file.c) writes */
 #define NPROCS 4
 #define NTHREADS 4
 
@@ -167,7 +168,7 @@ static pid_t spawn(const char *self, const char *mode, const char *dir, const ch
     return pid;
 }
 
-/* Files in dir whose name starts with prefix (or, for a prefix "*X", ends with X). */
+/* Files in dir whose name starts with prefix (or, for "*X", ends with X; for "~X", contains X). */
 static int count_files(const char *dir, const char *prefix) {
     DIR *d = opendir(dir);
     int n = 0;
@@ -175,8 +176,9 @@ static int count_files(const char *dir, const char *prefix) {
     size_t pl = strlen(prefix);
     for (struct dirent *e; (e = readdir(d));) {
         size_t nl = strlen(e->d_name);
-        if (prefix[0] == '*' ? nl >= pl - 1 && !strcmp(e->d_name + nl - (pl - 1), prefix + 1)
-                             : !strncmp(e->d_name, prefix, pl))
+        if (prefix[0] == '~'   ? strstr(e->d_name, prefix + 1) != NULL
+            : prefix[0] == '*' ? nl >= pl - 1 && !strcmp(e->d_name + nl - (pl - 1), prefix + 1)
+                               : !strncmp(e->d_name, prefix, pl))
             n++;
     }
     closedir(d);
@@ -215,7 +217,7 @@ static void test_processes_threads(const char *self) {
     CHECK(ok && lines == NPROCS, "children: %d reported", lines);
     CHECK(tot[6] == 0 && tot[3] == 0 && tot[5] == 0 && tot[1] > 0, "corrupt %ld, bad %ld, write errors %ld, hits %ld",
           tot[6], tot[3], tot[5], tot[1]);
-    CHECK(count_files(dir, ".tmp.") == 0, "temporary files left: %d", count_files(dir, ".tmp."));
+    CHECK(count_files(dir, TMP) == 0, "temporary files left: %d", count_files(dir, TMP));
     TEST_END();
 }
 
@@ -236,12 +238,12 @@ static void test_sigkill(const char *self) {
         for (int i = 0; i < 3; i++)
             if (w[i] > 0) waitpid(w[i], NULL, 0);
     }
-    int left = count_files(dir, ".tmp.");
+    int left = count_files(dir, TMP);
     /* Another process's cache opening the directory a while later: age the leftovers past the
      * grace period a live writer in another PID namespace gets. */
     DIR *d = opendir(dir);
     for (struct dirent *e; d && (e = readdir(d));) {
-        if (strncmp(e->d_name, ".tmp.", 5)) continue;
+        if (!strstr(e->d_name, ".kiln-tmp.")) continue;
         char p[600];
         snprintf(p, sizeof p, "%s/%s", dir, e->d_name);
         struct timeval tv[2];
@@ -254,7 +256,7 @@ static void test_sigkill(const char *self) {
     rt_disk c;
     char warn[256];
     rt_disk_init(&c, dir, false, warn, sizeof warn);
-    int after = count_files(dir, ".tmp.");
+    int after = count_files(dir, TMP);
     counts n = {0};
     for (int k = 0; k < NKEYS; k++) {
         uint8_t key[16];
@@ -384,8 +386,8 @@ static void test_full_and_readonly(void) {
     kiln_rt_stats st;
     kiln_rt_get_stats(rt, &st);
     int entries = count_files(dir, "*.kcache");
-    CHECK(count_files(dir, ".tmp.") == 0 && entries == (int)st.disk_writes, "%d temporary files left; %d entries for "
-          "%llu writes", count_files(dir, ".tmp."), entries, (unsigned long long)st.disk_writes);
+    CHECK(count_files(dir, TMP) == 0 && entries == (int)st.disk_writes, "%d temporary files left; %d entries for "
+          "%llu writes", count_files(dir, TMP), entries, (unsigned long long)st.disk_writes);
     kiln_rt_destroy(rt);
     /* with room again, what was written before the disk filled loads from it, and nothing is bad */
     unlink(fill);
