@@ -73,14 +73,16 @@ static kiln_status host_machine(kiln_emu *emu, LLVMTargetMachineRef *out, kiln_e
 static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
     unsigned nhalf;
     const emu_symbol *half = emu_half_symbols(&nhalf);
-    LLVMOrcCSymbolMapPair pairs[16];
+    LLVMOrcCSymbolMapPair pairs[32];
     unsigned n = 0;
-    const emu_symbol own[4] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
-                               {"kiln_emu_store", (void *)emu_store_entry},
-                               {"kiln_emu_prof_bb", (void *)emu_prof_bb_entry},
-                               {"kiln_emu_prof_mem", (void *)emu_prof_mem_entry}};
-    for (unsigned i = 0; i < 4 + nhalf && n < 16; i++, n++) {
-        const emu_symbol *s = i < 4 ? &own[i] : &half[i - 4];
+    enum { NOWN = 5 };
+    const emu_symbol own[NOWN] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
+                                  {"kiln_emu_store", (void *)emu_store_entry},
+                                  {"kiln_emu_prof_bb", (void *)emu_prof_bb_entry},
+                                  {"kiln_emu_prof_mem", (void *)emu_prof_mem_entry},
+                                  {"kiln_emu_access", (void *)emu_access_entry}};
+    for (unsigned i = 0; i < NOWN + nhalf && n < 32; i++, n++) {
+        const emu_symbol *s = i < NOWN ? &own[i] : &half[i - NOWN];
         pairs[n].Name = LLVMOrcLLJITMangleAndIntern(emu->jit, s->name);
         pairs[n].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)s->addr;
         pairs[n].Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
@@ -196,6 +198,8 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
     k->run.nsites = k->info.nsites;
     k->run.static_smem = k->info.static_smem;
     k->run.dynamic_offset = k->info.dynamic_offset;
+    k->run.access = k->info.access;
+    k->run.naccess = k->info.naccess;
     k->run.meta = &k->meta;
     k->next = emu->kernels;
     if (emu->kernels) emu->kernels->prev = k;
@@ -229,6 +233,7 @@ kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const ch
         LLVMDisposeMessage(msg);
     }
     kiln_kernel_meta meta;
+    if (st == KILN_OK) emu_reflect(mod, sm);
     if (st == KILN_OK) st = emu_meta_from_ir(mod, entry, sm, &meta, err);
     if (st == KILN_OK) {
         st = load_module(emu, tsc, mod, &meta, out, err);

@@ -40,7 +40,8 @@ struct emu_block {
     char fault[1024];
     emu_log log;
     bool logging;
-    size_t arena_used;
+    size_t arena_used;   /* the shared memory window: static, then the launch's dynamic bytes */
+    unsigned dynamic_smem;
 };
 
 /* The block running on this host thread; intrinsic calls find it here. */
@@ -255,6 +256,64 @@ void emu_store_entry(void *p, uint64_t size) {
     emu_log_store(&b->log, p, (size_t)size);
 }
 
+/* ---- memory access checks (kiln_emu_access and the handlers' own accesses) ---- */
+
+#define EMU_NULL_PAGE 65536u /* no device allocation starts this low */
+
+static void describe_addr(const emu_block *b, uintptr_t a, char *buf, size_t size);
+
+/* Where a shared address lies, for messages. */
+static void describe_shared(const emu_block *b, uintptr_t a, char *buf, size_t size) {
+    uintptr_t base = (uintptr_t)b->k->arena;
+    if (a >= base && a - base < b->k->dynamic_offset)
+        snprintf(buf, size, "shared offset %zu, in static shared memory", (size_t)(a - base));
+    else if (a >= base && a - base < b->k->arena_size)
+        snprintf(buf, size, "shared offset %zu, byte %zu of dynamic shared memory", (size_t)(a - base),
+                 (size_t)(a - base - b->k->dynamic_offset));
+    else
+        snprintf(buf, size, "%p, not a shared memory address", (void *)a);
+}
+
+static _Noreturn void shared_oob(emu_block *b, uintptr_t a, size_t size, const char *what) {
+    char where[128];
+    describe_shared(b, a, where, sizeof where);
+    emu_fault(b, "out-of-bounds shared memory access at %s (%zu bytes): %s; the block has %zu bytes of shared "
+                 "memory (%zu static, %u dynamic as launched%s)", where, size, what, b->arena_used,
+              b->k->dynamic_offset, b->dynamic_smem,
+              b->k->meta && b->k->meta->dynamic_smem > b->dynamic_smem ? ", less than the kernel's metadata asks for"
+                                                                       : "");
+}
+
+void emu_check_shared(emu_block *b, const void *p, size_t size, const char *what) {
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
+    if (a < base || a - base > b->arena_used || size > b->arena_used - (a - base)) shared_oob(b, a, size, what);
+}
+
+void emu_check_global(emu_block *b, const void *p, size_t size, const char *what) {
+    uintptr_t a = (uintptr_t)p;
+    if (a < EMU_NULL_PAGE) emu_fault(b, "invalid global address %p (%zu bytes, in the null page): %s", p, size, what);
+}
+
+void emu_access_entry(void *p, uint64_t size, uint32_t access) {
+    emu_block *b = emu_current;
+    const emu_access *acc = &b->k->access[access];
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
+    if (a & (acc->align - 1)) {
+        char where[160];
+        bool shared = acc->space == EMU_SPACE_SHARED || (a >= base && a - base < b->k->arena_size);
+        if (shared) describe_shared(b, a, where, sizeof where);
+        else describe_addr(b, a, where, sizeof where);
+        emu_fault(b, "misaligned address %p (%s): %s needs %u-byte alignment%s", p, where, acc->what, acc->align,
+                  acc->size && acc->size < acc->align ? " (its IR align lets the NVPTX backend merge it into a wider "
+                                                        "vector access, as it does with neighbouring elements)" : "");
+    }
+    if (acc->space == EMU_SPACE_SHARED || (acc->space == EMU_SPACE_GENERIC && a >= base && a - base < b->k->arena_size)) {
+        emu_check_shared(b, p, (size_t)size, acc->what);
+    } else if (size) {
+        emu_check_global(b, p, (size_t)size, acc->what);
+    }
+}
+
 /* ---- threads ---- */
 
 static void thread_exit_checks(emu_block *b, emu_thread *t) {
@@ -438,6 +497,7 @@ kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_la
     b->nthreads = l->block[0] * l->block[1] * l->block[2];
     b->nwarps = (b->nthreads + EMU_WARP - 1) / EMU_WARP;
     b->arena_used = k->dynamic_offset + l->dynamic_smem;
+    b->dynamic_smem = l->dynamic_smem;
     kiln_status st = prepare_threads(b, err);
     emu_block *saved = emu_current;
     emu_current = b;

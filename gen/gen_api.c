@@ -166,9 +166,17 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    if (st == KILN_OK) st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
-    if (st != KILN_OK) LLVMDisposeModule(mod);
-    else *out = mod;
+    bool optimized = false;
+    if (st == KILN_OK) {
+        st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
+        optimized = true;
+    }
+    if (st != KILN_OK) {
+        if (optimized) gen_lower_forget(mod, t, m->ptx_version);
+        LLVMDisposeModule(mod);
+    } else {
+        *out = mod;
+    }
 done:
     lua_settop(L, top);
     lua_pushnil(L);
@@ -179,7 +187,14 @@ done:
 kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextRef ctx, LLVMModuleRef *out,
                              kiln_kernel_meta *meta, kiln_error *err) {
     const gen_target *t;
-    return build_optimized(g, spec, sm, ctx ? ctx : g->ctx, out, meta, &t, err);
+    LLVMModuleRef mod;
+    kiln_status st = build_optimized(g, spec, sm, ctx ? ctx : g->ctx, &mod, meta, &t, err);
+    if (st != KILN_OK) return st;
+    /* The caller gets a copy; the optimized original leaves LLVM's NVPTX caches (gen_lower.c). */
+    *out = LLVMCloneModule(mod);
+    gen_lower_forget(mod, t, meta->ptx_version);
+    LLVMDisposeModule(mod);
+    return *out ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory copying the module");
 }
 
 kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit, kiln_module **out,
@@ -200,6 +215,8 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             LLVMDisposeMessage(ir);
         }
         st = gen_lower_emit(mod, t, km->meta.ptx_version, emit, &body, &blen, err);
+        /* PTX printing erased LLVM's cached annotations of mod; anything else must (gen_lower.c) */
+        if (emit != KILN_EMIT_PTX || st != KILN_OK) gen_lower_forget(mod, t, km->meta.ptx_version);
         LLVMDisposeModule(mod);
     }
     if (st != KILN_OK) {

@@ -193,7 +193,7 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local r, c = item // per_row, (item % per_row) * vec
     local in_tile = (it + 1) * SIMT_THREADS <= items or nil
     local ok = b:lt(row0 + r, seq)
-    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = 16 })
+    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
