@@ -151,6 +151,11 @@ end
 
 -- ---- forward statistics ----
 
+-- m0 + the mean deviation from it; an infinite m0 stays (inf - inf would make it NaN).
+function M.corrected_mean(b, m0, corr)
+  return m0 + b:select(b:lt(b:abs(m0), math.huge), corr, 0.0)
+end
+
 -- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations.
 function M.ln_stats_fixed(b, r, xs, n, eps, red)
   local sum, mx = b:f32(0.0), b:f32(0.0)
@@ -162,7 +167,7 @@ function M.ln_stats_fixed(b, r, xs, n, eps, red)
   local m0 = s1[1] / n
   local c = b:f32(0.0)
   for k, v in ipairs(xs) do c = c + M.masked(b, r, k, v - m0) end
-  local mean = m0 + M.reduce(b, { c }, { "sum" }, red)[1] / n
+  local mean = M.corrected_mean(b, m0, M.reduce(b, { c }, { "sum" }, red)[1] / n)
   local scale = M.pow2_scale(b, s1[2])
   local sq, ds = b:f32(0.0), {}
   for k, v in ipairs(xs) do
@@ -306,7 +311,7 @@ local function forward_looping(b, spec, cfg, p, rms)
     local m0 = s1[1] / hidden_f
     local c = b:var("f32", 0.0)
     b:for_(t, n, T, function(i) c:set(c:get() + (val(i) - m0)) end)
-    mean = m0 + M.reduce(b, { c:get() }, { "sum" }, red)[1] / hidden_f
+    mean = M.corrected_mean(b, m0, M.reduce(b, { c:get() }, { "sum" }, red)[1] / hidden_f)
     local scale = M.pow2_scale(b, s1[2])
     local sq = b:var("f32", 0.0)
     b:for_(t, n, T, function(i)
