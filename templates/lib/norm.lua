@@ -15,6 +15,9 @@ local M = {}
 
 -- Elements per thread the fixed forms keep in registers, at most (forward, backward).
 M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
+-- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
+-- 16 elements' x, dy, weight and two accumulators): larger rows take the looping form.
+M.MAX_BWD_THREADS_PER_ROW = 512
 -- Looping form: threads per row and rows per block.
 M.LOOP_THREADS_PER_ROW, M.LOOP_ROWS_PER_BLOCK = 128, 2
 -- Threads per block the fixed form aims for when one warp handles a row.
@@ -467,7 +470,7 @@ local function backward_looping(b, spec, cfg, p, rms)
 end
 
 function M.backward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" then backward_looping(b, spec, cfg, p, rms) else backward_fixed(b, spec, cfg, p, rms) end
+  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms) else backward_fixed(b, spec, cfg, p, rms) end
 end
 
 -- config() of a backward family: the forward geometry at MAX_ELEMS_BWD, and the workspace.
@@ -475,6 +478,12 @@ function M.backward_config(spec, target, rms)
   local dts = { spec.x, spec.dy, spec.dx, spec.w }
   if spec.residual then dts[#dts + 1] = spec.r end
   local cfg = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
+  if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
+    -- the row, its gradients and the dweight/dbias accumulators no longer fit in registers:
+    -- the looping form (hidden still passed at launch)
+    cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+    cfg.loop = true
+  end
   if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
   end
