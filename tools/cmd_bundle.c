@@ -27,6 +27,10 @@ static const struct family_matrix {
 } matrices[] = {
     {"layernorm", {"x", "w", "y", NULL}, "hidden", "launch"},
     {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128"},
+    {"rmsnorm", {"x", "w", "y", NULL}, "hidden", "launch"},
+    {"layernorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch"},
+    {"rmsnorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch"},
+    {"norm_reduce", {"w", NULL, NULL, NULL}, NULL, "-"}, /* the backwards' second kernel: no shape */
 };
 
 enum { MAX_SPECS = 4096, MAX_SMS = 16 };
@@ -61,8 +65,10 @@ static void bundle_usage(FILE *to) {
             "Generates kernel variants in parallel (one generator per thread) and writes one bundle\n"
             "that the runtime opens from a file or from memory; it picks, per device, a cubin for\n"
             "its exact SM, else the PTX of the highest SM not above it.\n\n"
-            "  FAMILY...        families with a default matrix: layernorm, attention (default: all\n"
-            "                   of them, unless --spec or --spec-list is given)\n"
+            "  FAMILY...        families with a default matrix: layernorm, attention, rmsnorm,\n"
+            "                   layernorm_bwd, rmsnorm_bwd (dtypes x/w/dy/dx), norm_reduce (the\n"
+            "                   backwards' second kernel; dtype w) (default: all of them, unless\n"
+            "                   --spec or --spec-list is given)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; attention dtype/out); default f32,f16,bf16\n"
@@ -139,7 +145,9 @@ static int add_matrix(plan *p, const char *family, const char *dtypes, const cha
         snprintf(combo, sizeof combo, "%s", combos[c]);
         if (dtype_assignments(m, combo, assign, sizeof assign)) return CLI_USAGE;
         for (int s = 0; s < ns; s++) {
-            snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s]);
+            if (m->shape_key) snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s]);
+            else if (s == 0) snprintf(spec, sizeof spec, "%s%s", family, assign);
+            else continue;
             if (add_spec(p, spec)) return CLI_USAGE;
         }
     }
