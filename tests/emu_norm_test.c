@@ -13,7 +13,9 @@
  * grid: dweight/dbias must be bit-identical (no atomics). Exact cases (issue 16): rows of
  * |x| ~ 1e30 give finite statistics; a constant row of 0.1f with eps = 0 gives mean exactly
  * 0.1f, rstd = +inf and y = NaN; a constant 65536-long f32 row (hidden=launch) gives mean
- * exactly the constant and y exactly the bias. */
+ * exactly the constant and y exactly the bias. KILN_TEST_FULL=1 adds the sweep: every family x
+ * five dtype sets x hidden {1, 7, 33, 100, 768, 1000, 4096, 16384, launch} x residual on/off,
+ * on every SM (~360 variants). */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -200,6 +202,25 @@ static void constant_rows(const char *spec, int hidden, float eps) {
     TEST_END();
 }
 
+/* Inputs the main sweep leaves out: NaN/Inf rows in a backward (they reach every dweight column
+ * as NaN, which the check expects from float64) and a tiny eps. */
+static void adversarial(const char *spec, kiln_ln_input in, float eps) {
+    char name[300];
+    snprintf(name, sizeof name, "%s: %s inputs, eps %g", spec, kiln_ln_input_name(in), (double)eps);
+    TEST_BEGIN(name);
+    kiln_error err = {0};
+    char canon[KILN_SPEC_MAX];
+    kiln_norm_spec s;
+    kiln_norm_data *d = NULL;
+    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
+        kiln_norm_data_create(&d, &s, eps, 12, s.hidden ? s.hidden : 300, in, 1.0, 3, &err) != KILN_OK)
+        CHECK(0, "%s", err.msg);
+    else
+        run_check(spec, 80, d, 2, 0);
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -241,7 +262,28 @@ int main(void) {
     for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++) variant(fwd[i], sms, nsms, full);
     for (size_t i = 0; i < sizeof bwd / sizeof *bwd; i++) variant(bwd[i], sms, nsms, full);
     for (size_t i = 0; full && i < sizeof full_extra / sizeof *full_extra; i++) variant(full_extra[i], sms, nsms, full);
+    if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
+        static const char *const fam[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
+        static const char *const fwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 y=bf16"};
+        static const char *const bwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 dy=bf16 dx=f32"};
+        static const char *const hs[] = {"1", "7", "33", "100", "768", "1000", "4096", "16384", "launch"};
+        for (int f = 0; f < 4; f++)
+            for (int d = 0; d < 5; d++)
+                for (int h = 0; h < 9; h++)
+                    for (int r = 0; r < 2; r++) {
+                        char spec[200];
+                        snprintf(spec, sizeof spec, "%s %s hidden=%s%s", fam[f], f < 2 ? fwd_dt[d] : bwd_dt[d], hs[h],
+                                 r ? " residual=true r=f32" : "");
+                        variant(spec, sms, nsms, 0);
+                    }
+    }
 
+    adversarial("layernorm_bwd x=bf16 w=f32 hidden=768", KILN_LN_MIXED, 1e-5f);
+    adversarial("rmsnorm_bwd x=f16 hidden=launch residual=true", KILN_LN_MIXED, 1e-5f);
+    adversarial("layernorm x=f32 hidden=1000", KILN_LN_MIXED, 1e-12f);
+    adversarial("rmsnorm x=bf16 hidden=launch", KILN_LN_MIXED, 1e-12f);
+    adversarial("layernorm_bwd x=f32 hidden=1000", KILN_LN_LARGE_MEAN, 1e-12f);
+    adversarial("rmsnorm_bwd x=f32 hidden=33", KILN_LN_CONSTANT, 1e-12f);
     huge_rows("layernorm x=f32 hidden=1000", 1000);
     huge_rows("layernorm x=bf16 hidden=launch", 777);
     huge_rows("rmsnorm x=f32 hidden=1000", 1000);
