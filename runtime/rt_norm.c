@@ -15,12 +15,16 @@ static kiln_devptr find_ptr(const named_ptr *t, int n, const char *name) {
     return 0;
 }
 
-/* Names the first pointer (of the kernel's params) not aligned as meta needs; NULL when all are. */
+/* Names the first pointer (of the kernel's params) not aligned as meta needs: the row tensors
+ * (vector accesses) to meta.align_bytes, every pointer to its element size; NULL when all are. */
 static const char *misaligned(const named_ptr *t, int n, const kiln_kernel_meta *m, kiln_devptr *which) {
-    for (int i = 0; m->align_bytes > 1 && i < m->nparams; i++) {
+    for (int i = 0; i < m->nparams; i++) {
         if (m->params[i].kind != KILN_PARAM_PTR) continue;
-        kiln_devptr p = find_ptr(t, n, m->params[i].name);
-        if (p % m->align_bytes) {
+        const char *name = m->params[i].name;
+        kiln_devptr p = find_ptr(t, n, name);
+        unsigned need = (unsigned)kiln_dtype_size(m->params[i].dtype);
+        if (strcmp(name, "mean") && strcmp(name, "rstd") && m->align_bytes > need) need = m->align_bytes;
+        if (need > 1 && p % need) {
             *which = p;
             return m->params[i].name;
         }
@@ -39,7 +43,8 @@ static kiln_status pick(kiln_rt *rt, const char *what, const char *spec_fixed, c
     if (st == KILN_OK) {
         const char *bad = misaligned(t, n, &(*out)->meta, &p);
         if (!bad) return KILN_OK;
-        snprintf(why, sizeof why, "'%s' needs %u-byte aligned pointers and %s is not", spec_fixed, (*out)->meta.align_bytes, bad);
+        snprintf(why, sizeof why, "'%s' needs %u-byte aligned row pointers and %s (0x%llx) is not", spec_fixed,
+                 (*out)->meta.align_bytes, bad, (unsigned long long)p);
     } else if (st == KILN_ENOTFOUND || st == KILN_EINVAL) {
         snprintf(why, sizeof why, "%s", e.msg);
     } else {
@@ -49,8 +54,9 @@ static kiln_status pick(kiln_rt *rt, const char *what, const char *spec_fixed, c
     if (st != KILN_OK) return kiln_fail(err, st, "no %s kernel for hidden=%d: %s; launch-time form: %s", what, hidden, why, e.msg);
     const char *bad = misaligned(t, n, &(*out)->meta, &p);
     if (bad)
-        return kiln_fail(err, KILN_EINVAL, "%s: %s (0x%llx) is not %u-byte aligned, which even the launch-time form '%s' "
-                         "needs (%s)", what, bad, (unsigned long long)p, (*out)->meta.align_bytes, spec_launch, why);
+        return kiln_fail(err, KILN_EINVAL, "%s: %s (0x%llx) is not aligned as even the launch-time form '%s' needs "
+                         "(%u bytes for row tensors, the element size for every pointer) (%s)", what, bad,
+                         (unsigned long long)p, spec_launch, (*out)->meta.align_bytes, why);
     return KILN_OK;
 }
 

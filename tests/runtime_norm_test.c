@@ -47,6 +47,16 @@ static void test_forward(void) {
     a.h += 4;
     CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
           "%s", e.msg);
+    a.h -= 4;
+    /* a per-row statistic needs only its element alignment: the fixed variant stays */
+    a.mean += 4;
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=4096"),
+          "mean + 4: %s", e.msg);
+    /* an f32 weight off its element alignment: no variant can take it, the error says which */
+    a.mean -= 4, a.weight += 2;
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "weight (0x") && strstr(e.msg, "aligned"),
+          "%s", e.msg);
+    a.weight -= 2;
     a.h = 0;
     CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "residual and h"), "%s", e.msg);
     a.residual = 0;

@@ -36,10 +36,12 @@ end
 -- Geometry for a row of spec.hidden elements of row_dtype; dtypes: every tensor accessed by row.
 function M.config(spec, target, row_dtype, dtypes, max_elems)
   if spec.hidden == "launch" then
-    local t, w = M.LOOP_THREADS_PER_ROW, 1
-    for _, d in ipairs(dtypes) do w = math.max(w, util.dtype_bytes[d]) end
+    -- scalar accesses: each pointer needs only its own element alignment; `align` states the
+    -- row dtype's (as the LayerNorm forward always has)
+    local t = M.LOOP_THREADS_PER_ROW
     return { block = t * M.LOOP_ROWS_PER_BLOCK, grid_tile = M.LOOP_ROWS_PER_BLOCK,
-             rows_per_block = M.LOOP_ROWS_PER_BLOCK, threads_per_row = t, vec = 1, align = w }
+             rows_per_block = M.LOOP_ROWS_PER_BLOCK, threads_per_row = t, vec = 1,
+             align = util.dtype_bytes[row_dtype] }
   end
   local vec, align = M.vector_width(spec.hidden, row_dtype, dtypes)
   local chunks = spec.hidden // vec
