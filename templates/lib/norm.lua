@@ -18,6 +18,8 @@ M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
 -- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
 -- 16 elements' x, dy, weight and two accumulators): larger rows take the looping form.
 M.MAX_BWD_THREADS_PER_ROW = 512
+-- Backward rows per block when a warp handles a row (fixed form).
+M.BWD_ROWS_PER_BLOCK = 8
 -- Looping form: threads per row and rows per block.
 M.LOOP_THREADS_PER_ROW, M.LOOP_ROWS_PER_BLOCK = 128, 2
 -- Threads per block the fixed form aims for when one warp handles a row.
@@ -402,15 +404,39 @@ local function backward_fixed(b, spec, cfg, p, rms)
     M.store_row(b, r, p.dx + off, spec.dx, dx, live)
   end)
   if slabs == 0 then return end
-  local parts = b:nctaid() * rpb
-  local part = b:ctaid() * rpb + slot
+  if rpb == 1 then -- one partial row per block and slab
+    local s = 0
+    for _, acc in ipairs({ acc_w, acc_b }) do
+      if acc[1] then
+        local vals = {}
+        for k = 1, nel do vals[k] = acc[k]:get() end
+        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
+        s = s + 1
+      end
+    end
+    return
+  end
+  -- Several row slots share the block's columns: their accumulators meet in shared memory
+  -- (thread t's k-th value of slot q at q*T*nel + (k-1)*T + t) and slot 0 adds them in slot order,
+  -- so the block still writes one partial row per slab.
+  local stride = T * nel
+  local sm = b:shared("f32", rpb * stride)
   local s = 0
   for _, acc in ipairs({ acc_w, acc_b }) do
     if acc[1] then
-      local vals = {}
-      for k = 1, nel do vals[k] = acc[k]:get() end
-      local at = (b:i64(parts) * s + b:i64(part)) * n
-      M.store_row(b, r, p.ws + at, "f32", vals)
+      for k = 1, nel do b:store(sm + (slot * stride + ((k - 1) * T) + t), acc[k]:get()) end
+      b:barrier()
+      local slab = s
+      b:if_(b:eq(slot, 0), function()
+        local vals = {}
+        for k = 1, nel do
+          local v = b:load(sm + ((k - 1) * T + t))
+          for q = 1, rpb - 1 do v = v + b:load(sm + (q * stride + (k - 1) * T + t)) end
+          vals[k] = v
+        end
+        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * slab + b:i64(b:ctaid())) * n, "f32", vals)
+      end)
+      b:barrier() -- the next slab reuses the array
       s = s + 1
     end
   end
@@ -489,9 +515,16 @@ function M.backward_config(spec, target, rms)
   if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
   end
+  if not cfg.loop and spec.hidden ~= "launch" and cfg.rows_per_block > 1 then
+    -- short rows: more row slots per block (their partial sums are combined in the block)
+    cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK
+    cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
+  end
   local slabs = M.slabs(spec, rms)
   if slabs > 0 then
-    cfg.workspace_slabs, cfg.workspace_rows = slabs, cfg.rows_per_block
+    -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
+    cfg.workspace_slabs = slabs
+    cfg.workspace_rows = (spec.hidden ~= "launch" and not cfg.loop) and 1 or cfg.rows_per_block
     cfg.then_spec = "norm_reduce w=" .. spec.w
   end
   return cfg
