@@ -29,7 +29,7 @@ expect "unknown option" 2 "unknown option '--fast'" -- emit layernorm --sm 80 --
 expect "list extra arg" 2 "takes no arguments" -- list layernorm
 
 # An unwritable output path: error, exit 2, no file left behind, existing file untouched.
-expect "unwritable output" 2 "cannot write output file '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx
+expect "unwritable output" 2 "cannot write '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx
 echo "keep me" >"$tmp/keep.ptx"
 "$KILN" emit layernorm x=f64 --sm 80 -o "$tmp/keep.ptx" 2>/dev/null
 if [ "$(cat "$tmp/keep.ptx")" = "keep me" ] && [ -z "$(ls "$tmp" | grep -v -e keep.ptx -e out -e err)" ]; then ok "failed emit leaves no partial output"

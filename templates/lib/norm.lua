@@ -158,6 +158,19 @@ end
 
 -- ---- forward statistics ----
 
+-- Pairwise (tree) sum of a list of f32 values: a thread's share of a row adds in log2(n) levels,
+-- so its rounding error grows with log n, not n.
+function M.tree_sum(b, vals)
+  local level = vals
+  if #level == 0 then return b:f32(0.0) end
+  while #level > 1 do
+    local nxt = {}
+    for i = 1, #level, 2 do nxt[#nxt + 1] = level[i + 1] and level[i] + level[i + 1] or level[i] end
+    level = nxt
+  end
+  return level[1]
+end
+
 -- m0 + the mean deviation from it; an infinite m0 stays (inf - inf would make it NaN).
 function M.corrected_mean(b, m0, corr)
   return m0 + b:select(b:lt(b:abs(m0), math.huge), corr, 0.0)
@@ -165,24 +178,21 @@ end
 
 -- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations.
 function M.ln_stats_fixed(b, r, xs, n, eps, red)
-  local sum, mx = b:f32(0.0), b:f32(0.0)
-  for _, v in ipairs(xs) do
-    sum = sum + v
-    mx = b:max(mx, b:abs(v))
-  end
-  local s1 = M.reduce(b, { sum, mx }, { "sum", "max" }, red)
+  local mx = b:f32(0.0)
+  for _, v in ipairs(xs) do mx = b:max(mx, b:abs(v)) end
+  local s1 = M.reduce(b, { M.tree_sum(b, xs), mx }, { "sum", "max" }, red)
   local m0 = s1[1] / n
-  local c = b:f32(0.0)
-  for k, v in ipairs(xs) do c = c + M.masked(b, r, k, v - m0) end
-  local mean = M.corrected_mean(b, m0, M.reduce(b, { c }, { "sum" }, red)[1] / n)
+  local cs = {}
+  for k, v in ipairs(xs) do cs[k] = M.masked(b, r, k, v - m0) end
+  local mean = M.corrected_mean(b, m0, M.reduce(b, { M.tree_sum(b, cs) }, { "sum" }, red)[1] / n)
   local scale = M.pow2_scale(b, s1[2])
-  local sq, ds = b:f32(0.0), {}
+  local sqs, ds = {}, {}
   for k, v in ipairs(xs) do
     ds[k] = M.masked(b, r, k, v - mean)
     local d = ds[k] * scale
-    sq = b:fma(d, d, sq)
+    sqs[k] = d * d
   end
-  local vs = M.reduce(b, { sq }, { "sum" }, red)[1] / n
+  local vs = M.reduce(b, { M.tree_sum(b, sqs) }, { "sum" }, red)[1] / n
   local rstd = scale * b:rsqrt(b:fma(eps * scale, scale, vs))
   return mean, rstd, ds
 end
@@ -206,13 +216,13 @@ end
 
 -- Sum of squares of f32 values (scaled when scale is given) and max |v| (only unscaled), for rms_rstd.
 local function sum_sq(b, vals, scale)
-  local q, mx = b:f32(0.0), b:f32(0.0)
-  for _, v in ipairs(vals) do
+  local sq, mx = {}, b:f32(0.0)
+  for k, v in ipairs(vals) do
     local u = scale and v * scale or v
-    q = b:fma(u, u, q)
+    sq[k] = u * u
     if not scale then mx = b:max(mx, b:abs(v)) end
   end
-  return q, mx
+  return M.tree_sum(b, sq), mx
 end
 
 -- The affine step in f32: n * w + bias (either may be absent).
@@ -382,13 +392,13 @@ local function backward_fixed(b, spec, cfg, p, rms)
     local rstd = b:load(p.rstd + row, { pred = live })
     local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
     local xh, g = {}, {}
-    local sg, sgx = b:f32(0.0), b:f32(0.0)
+    local gx = {}
     for k = 1, nel do
       xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
       g[k] = wv and dys[k] * wv[k] or dys[k]
-      sg = sg + g[k]
-      sgx = b:fma(g[k], xh[k], sgx)
+      gx[k] = g[k] * xh[k]
     end
+    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
     local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
     local a = s[1] / n
     local c = (not rms) and s[2] / n or nil
