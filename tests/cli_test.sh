@@ -12,7 +12,7 @@ expect "list targets" 0 "sm_90" -- list
 expect "emit ok" 0 ".target sm_75" -- emit layernorm x=bf16 w=f32 hidden=768 --sm 75
 expect "emit sm_ prefix" 0 ".target sm_86" -- emit layernorm x=f16 --sm sm_86
 expect "emit ll" 0 "define ptx_kernel" -- emit layernorm x=f16 hidden=100 --sm 80 --emit ll
-expect "unknown family" 2 "unknown kernel family 'groupnorm'; valid: " -- emit groupnorm x=f32 --sm 80
+expect "unknown family" 2 "unknown kernel family 'rmsnorm'; valid: " -- emit rmsnorm x=f32 --sm 80
 expect "unknown key" 2 "unknown parameter 'dtype' for layernorm; valid: x, w, y, hidden, weight, bias" -- emit layernorm dtype=f32 --sm 80
 expect "bad dtype" 2 "bad value 'fp8' for 'x'; valid: f32, f16, bf16" -- emit layernorm x=fp8 --sm 80
 expect "hidden=0" 2 "bad value '0' for 'hidden'; valid: an integer 1..16384, or 'launch'" -- emit layernorm hidden=0 --sm 80
@@ -29,7 +29,7 @@ expect "unknown option" 2 "unknown option '--fast'" -- emit layernorm --sm 80 --
 expect "list extra arg" 2 "takes no arguments" -- list layernorm
 
 # An unwritable output path: error, exit 2, no file left behind, existing file untouched.
-expect "unwritable output" 2 "cannot write '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx
+expect "unwritable output" 2 "cannot write output file '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx
 echo "keep me" >"$tmp/keep.ptx"
 "$KILN" emit layernorm x=f64 --sm 80 -o "$tmp/keep.ptx" 2>/dev/null
 if [ "$(cat "$tmp/keep.ptx")" = "keep me" ] && [ -z "$(ls "$tmp" | grep -v -e keep.ptx -e out -e err)" ]; then ok "failed emit leaves no partial output"
