@@ -91,12 +91,16 @@ static kiln_status read_config(lua_State *L, const gen_target *t, kiln_kernel_me
     }
     struct { const char *name; unsigned *dst; } opt[] = {
         {"dynamic_smem", &m->dynamic_smem}, {"align", &m->align_bytes},
-        {"rows_per_block", &m->rows_per_block}, {"threads_per_row", &m->threads_per_row}};
+        {"rows_per_block", &m->rows_per_block}, {"threads_per_row", &m->threads_per_row},
+        {"workspace_slabs", &m->ws_slabs}, {"workspace_rows", &m->ws_rows_per_block}};
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
         lua_getfield(L, -1, opt[i].name);
         *opt[i].dst = lua_isinteger(L, -1) ? (unsigned)lua_tointeger(L, -1) : 0;
         lua_pop(L, 1);
     }
+    lua_getfield(L, -1, "then_spec"); /* the kernel to launch after this one (two-kernel families) */
+    if (lua_isstring(L, -1)) snprintf(m->then_spec, sizeof m->then_spec, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
     unsigned threads = m->block[0] * m->block[1] * m->block[2];
     if (threads == 0 || threads > t->max_threads || !m->grid_tile[0] || !m->grid_tile[1] || !m->grid_tile[2])
         return kiln_fail(err, KILN_EGEN, "templates/%s.lua chose %u threads per block (sm_%d allows 1..%u)",

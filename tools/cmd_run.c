@@ -10,6 +10,7 @@
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
 #include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_norm.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 
@@ -40,6 +41,7 @@ static void run_usage(FILE *to) {
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n"
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
+            "         kiln run layernorm_bwd x=bf16 w=f32 hidden=4096 --sm 80 --rows 64   (then norm_reduce)\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention_bwd dtype=f16 head_dim=128 causal=true --sm 80 --rows 100 --heads 4:2\n");
 }
@@ -81,8 +83,59 @@ static int print_report(const kiln_ln_data *d, const kiln_ln_report *r) {
     return bad ? CLI_FINDINGS : CLI_OK;
 }
 
+/* The generator and emulator of this run (a backward's second kernel is loaded from them). */
+static kiln_gen *run_gen;
+static kiln_emu *run_emu;
+
+/* rmsnorm, layernorm_bwd, rmsnorm_bwd and the residual forms (emu/emu_norm.c's reference and
+ * error model); a backward also runs its norm_reduce kernel on the workspace. */
+static int run_norm(kiln_emu_kernel *k, const run_opts *o) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_error err = {0};
+    kiln_norm_spec spec;
+    if (kiln_norm_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);
+    int hidden = o->hidden ? o->hidden : spec.hidden;
+    if (!hidden) return cli_error("the spec has hidden=launch: give the row length with --hidden H");
+    if (spec.hidden && o->hidden && o->hidden != spec.hidden)
+        return cli_error("--hidden %d contradicts the spec's hidden=%d", o->hidden, spec.hidden);
+    if ((long long)o->rows * hidden > (1LL << 26))
+        return cli_error("%d rows x %d is too large for the emulator (at most 2^26 elements)", o->rows, hidden);
+    kiln_emu_kernel *red = NULL;
+    if (m->then_spec[0] && kiln_emu_load(run_emu, run_gen, m->then_spec, o->sm, &red, &err) != KILN_OK)
+        return report_error(&err);
+    kiln_norm_data *d;
+    if (kiln_norm_data_create(&d, &spec, o->eps, o->rows, hidden, o->input, 1.0, o->seed, &err) != KILN_OK)
+        return report_error(&err);
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, blocks = ((unsigned)o->rows + tile - 1) / tile;
+    printf("%s  sm_%d  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, o->sm, o->rows, hidden,
+           kiln_ln_input_name(o->input), o->seed, o->twice ? "  (every block twice)" : "");
+    double t0 = now_ms();
+    int rc;
+    if (kiln_norm_run(k, red, d, 0, o->twice, &err) != KILN_OK) {
+        rc = report_error(&err);
+    } else {
+        printf("  %s: %u blocks of %u threads%s%s, emulated in %.1f ms\n", m->entry, blocks,
+               m->block[0] * m->block[1] * m->block[2], red ? ", then " : "", red ? m->then_spec : "", now_ms() - t0);
+        kiln_norm_report r;
+        long bad = kiln_norm_check(d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
+        for (int i = 0; i < KILN_NORM_OUTPUTS; i++) {
+            const char *name = kiln_norm_output_name(&spec, i);
+            if (!name) continue;
+            printf("  %-7s  max |err| %.3e  max rel %.3e  worst %.3f of tolerance  %s\n", name, r.max_abs[i], r.max_rel[i],
+                   floor(r.worst[i] * 1000) / 1000, r.bad[i] ? "FAIL" : "ok");
+        }
+        for (int i = 0; i < KILN_NORM_OUTPUTS; i++)
+            if (r.bad[i]) printf("  %s: %ld values out of tolerance; first: %s\n", kiln_norm_output_name(&spec, i), r.bad[i], r.first[i]);
+        printf("%s: %s\n", bad ? "FAIL" : "PASS", bad ? "outputs differ from the float64 reference" : "every output within tolerance");
+        rc = bad ? CLI_FINDINGS : CLI_OK;
+    }
+    kiln_norm_data_free(d);
+    return rc;
+}
+
 static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    if (strstr(m->spec, " residual=")) return run_norm(k, o);
     kiln_error err = {0};
     kiln_layernorm_spec spec;
     if (kiln_ln_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);
@@ -325,6 +378,9 @@ static const struct {
     {"layernorm", run_layernorm},
     {"attention", run_attention},
     {"attention_bwd", run_attention_bwd},
+    {"rmsnorm", run_norm},
+    {"layernorm_bwd", run_norm},
+    {"rmsnorm_bwd", run_norm},
 };
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -400,7 +456,9 @@ int cmd_run(int argc, char **argv) {
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
-    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd", argv[optind]);
+    if (fi == nf)
+        return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd, rmsnorm, "
+                         "layernorm_bwd, rmsnorm_bwd", argv[optind]);
     char spec[4096] = "";
     for (int i = optind, n = 0; i < argc; i++) {
         int k = snprintf(spec + n, sizeof spec - (size_t)n, "%s%s", i > optind ? " " : "", argv[i]);
