@@ -43,8 +43,12 @@ WERROR   := $(if $(CI),-Werror,)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
 LDFLAGS  += $(SANFLAGS)
+CXX      ?= c++
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
 
 LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null | sed 's/-std=[^ ]*//; s/-W[^ ]*//g; s/-D_GNU_SOURCE//')
+LLVM_CXXFLAGS := $(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null | sed 's/-W[^ ]*//g; s/-I/-isystem /g')
 LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) $(shell $(LLVM_CONFIG) --libs 2>/dev/null)
 LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
@@ -57,13 +61,13 @@ TEST_SRCS := $(wildcard tests/*_test.c)
 BENCH_SRCS:= $(wildcard bench/*_bench.c)
 
 RT_OBJS   := $(RT_SRCS:%.c=$(O)/%.o)
-GEN_OBJS  := $(GEN_SRCS:%.c=$(O)/%.o) $(O)/gen/templates_embed.o
+GEN_OBJS  := $(GEN_SRCS:%.c=$(O)/%.o) $(O)/gen/templates_embed.o $(patsubst %.cpp,$(O)/%.o,$(wildcard gen/*.cpp))
 CLI_OBJS  := $(CLI_SRCS:%.c=$(O)/%.o)
 TESTS     := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(O)/bench/%)
 
 RT_LIBS   := -ldl -lpthread -lm
-GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS)
+GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS) -lstdc++
 
 KILN      := $(BINDIR)/kiln
 
@@ -104,6 +108,11 @@ $(O)/runtime/%.o: runtime/%.c
 $(O)/gen/%.o: gen/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Igen $(LLVM_CFLAGS) $(LUA_CFLAGS) -c $< -o $@
+
+# gen/gen_llvm.cpp: the LLVM C++ API where the C API has no way to time passes.
+$(O)/gen/%.o: gen/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -Igen $(LLVM_CXXFLAGS) $(LUA_CFLAGS) -c $< -o $@
 
 $(O)/emu/%.o: emu/%.c
 	@mkdir -p $(dir $@)

@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <llvm-c/Core.h>
@@ -13,8 +14,18 @@
 struct kiln_gen {
     gen_lua *lua;
     LLVMContextRef ctx;
+    gen_lower *lower; /* target machines, kept across calls */
     int opt_level;
+    kiln_pipeline pipeline;
+    kiln_gen_timing timing; /* of the call in progress, then of the last one */
+    kiln_gen_timing last;
 };
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
 
 struct kiln_module {
     char *text;
@@ -32,6 +43,23 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
         return st;
     }
     g->opt_level = opt && opt->opt_level > 0 && opt->opt_level <= 3 ? opt->opt_level : 3;
+    g->pipeline = opt ? opt->pipeline : KILN_PIPELINE_DEFAULT;
+    if (g->pipeline == KILN_PIPELINE_DEFAULT) {
+        const char *env = getenv("KILN_PIPELINE");
+        if (!env || !*env || !strcmp(env, "kiln")) g->pipeline = KILN_PIPELINE_KILN;
+        else if (!strcmp(env, "o3")) g->pipeline = KILN_PIPELINE_O3;
+        else {
+            gen_lua_close(g->lua);
+            free(g);
+            return kiln_fail(err, KILN_EINVAL, "bad KILN_PIPELINE '%s'; valid: kiln, o3", env);
+        }
+    }
+    if ((st = gen_lower_create(&g->lower, err)) != KILN_OK) {
+        gen_lua_close(g->lua);
+        free(g);
+        return st;
+    }
+    if (opt && opt->time_builder) gen_builder_time_primitives(gen_lua_state(g->lua));
     g->ctx = LLVMContextCreate();
     *out = g;
     return KILN_OK;
@@ -40,9 +68,12 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
 void kiln_gen_destroy(kiln_gen *g) {
     if (!g) return;
     gen_lua_close(g->lua);
+    gen_lower_destroy(g->lower);
     LLVMContextDispose(g->ctx);
     free(g);
 }
+
+const kiln_gen_timing *kiln_gen_last_timing(const kiln_gen *g) { return &g->last; }
 
 static kiln_status bad_sm(int sm, kiln_error *err) {
     int sms[16], n = kiln_targets(sms, 16);
@@ -122,6 +153,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
                                    kiln_error *err) {
     *out = NULL;
     memset(m, 0, sizeof *m);
+    kiln_gen_timing *tm = &g->timing;
+    double t0 = now_ms();
     const gen_target *t = gen_target_find(sm);
     if (!t) return bad_sm(sm, err);
     *tp = t;
@@ -138,6 +171,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     m->sm = sm;
     gen_lua_push_family(g->lua, spec.family, err);
     int tmpl = lua_gettop(L);
+    double t1 = now_ms();
+    tm->spec = t1 - t0;
     char what[KILN_SPEC_MAX + 32];
     snprintf(what, sizeof what, "%s (sm_%d)", spec.canonical, sm);
     lua_getfield(L, tmpl, "config");
@@ -150,6 +185,9 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     int cfg = lua_gettop(L);
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
+    double t2 = now_ms();
+    tm->config = t2 - t1;
+    gen_builder_time_reset(L);
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(m->entry, ctx);
     gen_lower_prepare(mod);
     lua_getfield(L, tmpl, "build");
@@ -157,6 +195,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     lua_pushvalue(L, spec_idx);
     lua_pushvalue(L, cfg);
     st = gen_lua_call(L, 3, 0, what, err);
+    tm->builder = gen_builder_time_reset(L);
     int ptx_needed = 0;
     kiln_status fst = gen_builder_finish(gb, &m->static_smem, &ptx_needed, st == KILN_OK ? err : NULL);
     if (st == KILN_OK) st = fst;
@@ -164,12 +203,13 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
         st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
                        m->static_smem + m->dynamic_smem, sm, t->smem_optin_max);
+    tm->build = now_ms() - t2;
     if (st == KILN_OK && getenv("KILN_DUMP_DIR")) {
         char *ir = LLVMPrintModuleToString(mod);
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    if (st == KILN_OK) st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
+    if (st == KILN_OK) st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, g->pipeline, tm, err);
     if (st != KILN_OK) LLVMDisposeModule(mod);
     else *out = mod;
 done:
@@ -191,6 +231,8 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
     if (!g || !spec) return kiln_fail(err, KILN_EINVAL, "kiln_generate: generator and spec are required");
     kiln_module *km = calloc(1, sizeof *km);
     if (!km) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    double t0 = now_ms();
+    memset(&g->timing, 0, sizeof g->timing);
     LLVMModuleRef mod;
     const gen_target *t;
     kiln_status st = build_optimized(g, spec, sm, g->ctx, &mod, &km->meta, &t, err);
@@ -202,9 +244,10 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             dump_stage(&km->meta, "opt.ll", ir, strlen(ir));
             LLVMDisposeMessage(ir);
         }
-        st = gen_lower_emit(mod, t, km->meta.ptx_version, emit, &body, &blen, err);
+        st = gen_lower_emit(g->lower, mod, t, km->meta.ptx_version, emit, &body, &blen, &g->timing, err);
         LLVMDisposeModule(mod);
     }
+    double t1 = now_ms();
     if (st != KILN_OK) {
         free(km);
         return st;
@@ -225,6 +268,10 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
     km->size = (size_t)mlen + blen;
     free(body);
     if (emit == KILN_EMIT_PTX) dump_stage(&km->meta, "ptx", km->text, km->size);
+    double t2 = now_ms();
+    g->timing.finish = t2 - t1;
+    g->timing.total = t2 - t0;
+    g->last = g->timing;
     *out = km;
     return KILN_OK;
 }
