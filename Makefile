@@ -125,7 +125,7 @@ $(O)/tools/%.o: tools/%.c
 # Templates are compiled into libkiln so that it works without an installed tree.
 $(O)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O1 $< -o $@
+	$(CC) -std=c11 -O1 $(LUA_CFLAGS) $< -o $@ $(LUA_LIBS)
 $(O)/gen/templates_embed.c: $(TEMPLATES) $(O)/tools/embed
 	@mkdir -p $(dir $@)
 	$(O)/tools/embed $@ $(TEMPLATES)
@@ -168,6 +168,17 @@ test: all
 
 bench: all
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
+
+# Rewrites tests/quality/<test>.tsv: per variant of every ptxas matrix test (those using
+# tests/matrix.h), the registers and instruction counts LLVM's default<O3> pipeline gives.
+# Run it after a template changes or new variants land; the matrix tests then check kiln's
+# pipeline against it.
+QUALITY_TESTS = $(patsubst tests/%.c,$(O)/tests/%,$(shell grep -l '"matrix.h"' tests/*_test.c))
+quality-table: all
+	@mkdir -p tests/quality
+	@for t in $(QUALITY_TESTS); do echo "== $$t (default<O3>)"; \
+	    KILN_PIPELINE=o3 KILN_QUALITY_WRITE=1 $$t | grep -E '^(wrote|FAIL|.*: [0-9]+ passed)' || exit 1; done
+.PHONY: quality-table
 
 install: all
 	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/kiln

@@ -36,7 +36,7 @@ static int join_spec(int argc, char **argv, int first, char *buf, size_t size) {
 
 /* Prints where the time of one kiln_generate went (stderr, one stage a line). */
 static void print_timing(FILE *to, const kiln_gen_timing *t) {
-    fprintf(to, "kiln: stage times (ms)\n");
+    fprintf(to, "kiln: stage times (ms of CPU time of the generating thread)\n");
     fprintf(to, "  %-34s %8.3f\n", "spec + template load", t->spec);
     fprintf(to, "  %-34s %8.3f\n", "template config()", t->config);
     if (t->builder >= 0) {
@@ -55,6 +55,7 @@ static void print_timing(FILE *to, const kiln_gen_timing *t) {
     fprintf(to, "  %-34s %8.3f\n", "codegen: PTX print", t->print);
     fprintf(to, "  %-34s %8.3f\n", "finish (text, metadata)", t->finish);
     fprintf(to, "  %-34s %8.3f\n", "total", t->total);
+    fprintf(to, "  %-34s %8.3f\n", "total, wall clock", t->total_wall);
 }
 
 static int bad_option(const char *cmd, int optopt_c, char **argv, int optind_v) {

@@ -33,7 +33,8 @@ typedef struct kiln_gen_options {
     int time_builder;         /* also split build() into Lua and builder (IR) time; costs a little */
 } kiln_gen_options;
 
-/* Where the time of the last kiln_generate went, in milliseconds of wall clock. */
+/* Where the time of the last kiln_generate went, in milliseconds of the calling thread's CPU
+ * time (the same as wall clock on an idle machine; steady on a loaded one). */
 #define KILN_TIMING_PASSES 16
 typedef struct kiln_pass_time {
     char name[40]; /* an LLVM pass ("InstCombinePass") or "analyses" */
@@ -41,6 +42,7 @@ typedef struct kiln_pass_time {
 } kiln_pass_time;
 typedef struct kiln_gen_timing {
     double total;      /* the whole kiln_generate call */
+    double total_wall; /* the same call in wall-clock milliseconds */
     double spec;       /* parse the spec, check it against the template's params, load the template */
     double config;     /* the template's config() */
     double build;      /* the template's build(): Lua running and the builder making LLVM IR */
