@@ -169,6 +169,17 @@ test: all
 bench: all
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 
+# JIT at model load (docs/jit.md): stage split per variant, the transformer kernel set cold on
+# every core, and `kiln emit` as a process against NVRTC and Triton processes. Not in `make test`.
+$(O)/bench/nvrtc_once: bench/nvrtc_once.c bench/layernorm_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -ldl
+bench-jit: all $(O)/bench/nvrtc_once
+	$(O)/bench/jit_bench warm
+	$(O)/bench/jit_bench model bench/transformer_kernels.txt
+	python3 bench/jit_compare.py --kiln $(KILN) --nvrtc $(O)/bench/nvrtc_once
+.PHONY: bench-jit
+
 # Rewrites tests/quality/<test>.tsv: per variant of every ptxas matrix test (those using
 # tests/matrix.h), the registers and instruction counts LLVM's default<O3> pipeline gives.
 # Run it after a template changes or new variants land; the matrix tests then check kiln's

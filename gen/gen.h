@@ -155,10 +155,12 @@ double gen_builder_time_reset(lua_State *L);
 typedef struct gen_lower gen_lower;
 kiln_status gen_lower_create(gen_lower **out, kiln_error *err);
 void gen_lower_destroy(gen_lower *lw);
-/* Verifies mod and runs the pipeline (kiln's at opt_level 3 unless pipeline says O3, else
- * default<O1>/<O2>); fills tm's verify, optimize and passes when tm is not NULL. */
+/* Verifies mod and runs the pipeline: at opt_level 3 the given pipeline text (NULL: kiln's,
+ * rotating loops when rotate_loops), else default<O1>/<O2>; fills tm's verify, optimize and
+ * passes when tm is not NULL. */
 kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                               int opt_level, kiln_pipeline pipeline, kiln_gen_timing *tm, kiln_error *err);
+                               int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
+                               kiln_error *err);
 /* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. */
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
                            kiln_emit emit, char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err);

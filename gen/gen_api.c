@@ -16,7 +16,7 @@ struct kiln_gen {
     LLVMContextRef ctx;
     gen_lower *lower; /* target machines, kept across calls */
     int opt_level;
-    kiln_pipeline pipeline;
+    char *pipeline; /* LLVM pipeline text; NULL: kiln's */
     kiln_gen_timing timing; /* of the call in progress, then of the last one */
     kiln_gen_timing last;
 };
@@ -43,17 +43,13 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
         return st;
     }
     g->opt_level = opt && opt->opt_level > 0 && opt->opt_level <= 3 ? opt->opt_level : 3;
-    g->pipeline = opt ? opt->pipeline : KILN_PIPELINE_DEFAULT;
-    if (g->pipeline == KILN_PIPELINE_DEFAULT) {
-        const char *env = getenv("KILN_PIPELINE");
-        if (!env || !*env || !strcmp(env, "kiln")) g->pipeline = KILN_PIPELINE_KILN;
-        else if (!strcmp(env, "o3")) g->pipeline = KILN_PIPELINE_O3;
-        else {
-            gen_lua_close(g->lua);
-            free(g);
-            return kiln_fail(err, KILN_EINVAL, "bad KILN_PIPELINE '%s'; valid: kiln, o3", env);
-        }
-    }
+    /* KILN_PIPELINE: "kiln", "o3", or any new-pass-manager pipeline text (for experiments) */
+    kiln_pipeline pipe = opt ? opt->pipeline : KILN_PIPELINE_DEFAULT;
+    const char *env = getenv("KILN_PIPELINE");
+    if (pipe == KILN_PIPELINE_O3 || (pipe == KILN_PIPELINE_DEFAULT && env && !strcmp(env, "o3")))
+        g->pipeline = strdup("default<O3>");
+    else if (pipe == KILN_PIPELINE_DEFAULT && env && *env && strcmp(env, "kiln"))
+        g->pipeline = strdup(env);
     if ((st = gen_lower_create(&g->lower, err)) != KILN_OK) {
         gen_lua_close(g->lua);
         free(g);
@@ -69,6 +65,7 @@ void kiln_gen_destroy(kiln_gen *g) {
     if (!g) return;
     gen_lua_close(g->lua);
     gen_lower_destroy(g->lower);
+    free(g->pipeline);
     LLVMContextDispose(g->ctx);
     free(g);
 }
@@ -185,6 +182,10 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     int cfg = lua_gettop(L);
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
+    /* config().rotate_loops: the template's loops gain from rotation (gen_lower.c) */
+    lua_getfield(L, cfg, "rotate_loops");
+    int rotate = lua_toboolean(L, -1);
+    lua_pop(L, 1);
     double t2 = now_ms();
     tm->config = t2 - t1;
     gen_builder_time_reset(L);
@@ -209,7 +210,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    if (st == KILN_OK) st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, g->pipeline, tm, err);
+    if (st == KILN_OK) st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, g->pipeline, rotate, tm, err);
     if (st != KILN_OK) LLVMDisposeModule(mod);
     else *out = mod;
 done:

@@ -38,6 +38,14 @@ static void add_pass_time(kiln_gen_timing *tm, StringRef name, double ms) {
             return;
         }
     int i = tm->npasses < KILN_TIMING_PASSES ? tm->npasses++ : KILN_TIMING_PASSES - 1;
+    if (i == KILN_TIMING_PASSES - 1) { /* the last entry sums the rest */
+        if (strcmp(tm->passes[i].name, KILN_TIMING_OTHER)) {
+            snprintf(tm->passes[i].name, sizeof tm->passes[i].name, "%s", KILN_TIMING_OTHER);
+            tm->passes[i].ms = 0;
+        }
+        tm->passes[i].ms += ms;
+        return;
+    }
     size_t n = std::min(name.size(), sizeof tm->passes[i].name - 1);
     memcpy(tm->passes[i].name, name.data(), n);
     tm->passes[i].name[n] = 0;

@@ -19,13 +19,19 @@
  * once, so the IR needs: promotion of the builder's variables to registers (sroa), folding
  * and common subexpressions (early-cse, instcombine), branch cleanup (simplifycfg), invariant
  * code out of the loops the templates keep (licm: the attention KV loop, launch-time hidden),
- * and vector-combine, which scalarizes extracts of loaded vectors (without it ptxas needs up to
- * twice the registers on f32 attention d256). nvvm-intr-range puts the ranges of tid/ctaid on
- * the reads, which lets instcombine narrow index arithmetic. Each of these changes the PTX of
- * some variant; the rest of default<O3> (inlining, GVN, loop rotation and unrolling, SLP, ...)
- * made no variant better (docs/jit.md), and tests/ptx_quality_test.c holds the proof. */
-static const char kiln_pipeline_text[] =
-    "function(nvvm-intr-range,sroa,early-cse,instcombine,simplifycfg,loop-mssa(licm),vector-combine,instcombine)";
+ * vector-combine, which scalarizes extracts of loaded vectors (without it ptxas needs up to
+ * twice the registers on f32 attention d256), and jump-threading with correlated-propagation,
+ * which fold the guards of the small-row LayerNorm tails. nvvm-intr-range puts the ranges of
+ * tid/ctaid on the reads, which lets instcombine narrow index arithmetic. Each of these
+ * changes the PTX of some variant; the rest of default<O3> (inlining, GVN, loop rotation and
+ * unrolling, SLP, ...) made no variant better. Loop rotation is a template's choice
+ * (config().rotate_loops): it saves registers on LayerNorm's strided row loops and costs some
+ * on attention's KV loop. The ptxas matrix tests check every variant against default<O3>'s
+ * registers and SASS size (tests/quality/, docs/jit.md). */
+#define KILN_PIPELINE_HEAD "function(nvvm-intr-range,sroa,early-cse,instcombine,simplifycfg,"
+#define KILN_PIPELINE_TAIL "vector-combine,instcombine,jump-threading,correlated-propagation)"
+static const char kiln_pipeline_text[] = KILN_PIPELINE_HEAD "loop-mssa(licm)," KILN_PIPELINE_TAIL;
+static const char kiln_pipeline_rotate[] = KILN_PIPELINE_HEAD "loop-mssa(licm,loop-rotate,licm)," KILN_PIPELINE_TAIL;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -107,7 +113,8 @@ static kiln_status machine_for(gen_lower *lw, const gen_target *t, int ptx_versi
 }
 
 kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                               int opt_level, kiln_pipeline pipeline, kiln_gen_timing *tm, kiln_error *err) {
+                               int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
+                               kiln_error *err) {
     double t0 = now_ms();
     char *msg = NULL;
     if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
@@ -123,8 +130,8 @@ kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_targe
     kiln_status st = machine_for(lw, t, ptx_version, &machine, err);
     if (st != KILN_OK) return st;
     char pipe[32];
-    const char *text = kiln_pipeline_text;
-    if (opt_level < 3 || pipeline == KILN_PIPELINE_O3) {
+    const char *text = pipeline ? pipeline : rotate_loops ? kiln_pipeline_rotate : kiln_pipeline_text;
+    if (opt_level < 3) {
         snprintf(pipe, sizeof pipe, "default<O%d>", opt_level);
         text = pipe;
     }

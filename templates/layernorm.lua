@@ -44,7 +44,9 @@ function K.config(spec, target)
     local t = LOOP_THREADS_PER_ROW
     return { block = t * LOOP_ROWS_PER_BLOCK, grid_tile = LOOP_ROWS_PER_BLOCK,
              rows_per_block = LOOP_ROWS_PER_BLOCK, threads_per_row = t, vec = 1,
-             align = util.dtype_bytes[spec.x] }
+             align = util.dtype_bytes[spec.x],
+             -- the strided row loops: rotated, ptxas needs fewer registers (docs/jit.md)
+             rotate_loops = true }
   end
   local vec, align = vector_width(spec)
   local chunks = spec.hidden // vec

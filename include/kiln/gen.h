@@ -21,7 +21,8 @@ typedef enum kiln_emit { KILN_EMIT_PTX = 0, KILN_EMIT_LL = 1 } kiln_emit;
 
 /* The IR pipeline before NVPTX code generation. */
 typedef enum kiln_pipeline {
-    KILN_PIPELINE_DEFAULT = 0, /* $KILN_PIPELINE ("kiln" or "o3") when set, else KILN_PIPELINE_KILN */
+    KILN_PIPELINE_DEFAULT = 0, /* $KILN_PIPELINE when set ("kiln", "o3" or an LLVM pipeline text for
+                                  experiments), else KILN_PIPELINE_KILN */
     KILN_PIPELINE_KILN = 1,    /* the few passes that change these kernels' PTX (docs/jit.md) */
     KILN_PIPELINE_O3 = 2       /* LLVM's default<O3> (the reference the PTX quality table holds) */
 } kiln_pipeline;
@@ -35,7 +36,8 @@ typedef struct kiln_gen_options {
 
 /* Where the time of the last kiln_generate went, in milliseconds of the calling thread's CPU
  * time (the same as wall clock on an idle machine; steady on a loaded one). */
-#define KILN_TIMING_PASSES 16
+#define KILN_TIMING_PASSES 24
+#define KILN_TIMING_OTHER "(other passes)" /* the last entry when more passes ran */
 typedef struct kiln_pass_time {
     char name[40]; /* an LLVM pass ("InstCombinePass") or "analyses" */
     double ms;     /* exclusive of nested passes */
