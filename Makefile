@@ -22,6 +22,11 @@ deps-then-remake:
 	@$(MAKE) --no-print-directory $(MAKECMDGOALS)
 else
 
+# Build on every core unless -j was given (the README's `make run` / `make test` are one command each).
+ifeq ($(filter -j%,$(MAKEFLAGS)),)
+MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
+endif
+
 CC          ?= cc
 LLVM_CONFIG ?= llvm-config-19
 PREFIX      ?= /usr/local
@@ -53,6 +58,25 @@ LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) $(shell $(LLVM_CONF
 LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
 
+# How bin/kiln and lib/libkiln.so get LLVM and Lua. By default only the LLVM components kiln uses
+# are linked in statically: no libLLVM-19.so to relocate at start (a third of a short process's
+# time) and no LLVM package needed where they run. Lua is static in bin/kiln; lib/libkiln.so links
+# liblua5.4.so.0 because Debian's liblua5.4.a is not position-independent. LLVM_SHARED=1 links
+# libLLVM-19.so and liblua5.4.so instead (for distribution packagers). Tests and benchmarks link the
+# shared libLLVM either way: they link in a fraction of the time and emit the same PTX.
+LLVM_COMPONENTS := nvptx orcjit x86 passes irreader bitreader
+LIB_A       = $(firstword $(wildcard $(addsuffix /lib$(1).a,/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)))
+ifdef LLVM_SHARED
+CLI_GEN_LIBS := $(LLVM_LIBS) $(LUA_LIBS) -lstdc++
+SO_GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) -lstdc++
+else
+LLVM_STATIC  := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) \
+                $(shell $(LLVM_CONFIG) --link-static --libs $(LLVM_COMPONENTS) 2>/dev/null) -lstdc++
+CLI_GEN_LIBS := -Wl,--gc-sections $(LLVM_STATIC) $(or $(call LIB_A,lua5.4),$(LUA_LIBS)) \
+                $(or $(call LIB_A,zstd),-lzstd) $(or $(call LIB_A,z),-lz)
+SO_GEN_LIBS  := -Wl,--gc-sections -Wl,--exclude-libs,ALL $(LLVM_STATIC) $(LUA_LIBS) -lzstd -lz
+endif
+
 RT_SRCS   := $(wildcard runtime/*.c)
 GEN_SRCS  := $(wildcard gen/*.c) $(wildcard emu/*.c)
 CLI_SRCS  := $(wildcard tools/kiln*.c) $(wildcard tools/cmd_*.c)
@@ -71,7 +95,7 @@ GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS) -lstdc++
 
 KILN      := $(BINDIR)/kiln
 
-.PHONY: all check-deps setup run test bench install clean
+.PHONY: all check-deps setup run test bench install clean help
 all: check-deps $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.a \
      $(LIBDIR)/libkiln.so $(KILN) $(TESTS) $(BENCHES) extra
 
@@ -135,20 +159,30 @@ $(O)/gen/templates_embed.o: $(O)/gen/templates_embed.c
 $(LIBDIR)/libkiln_rt.a: $(RT_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
-$(LIBDIR)/libkiln_rt.so: $(RT_OBJS)
+# Shared libraries carry a versioned SONAME: libX.so -> libX.so.0 -> libX.so.0.1.0 (the real file).
+SOVERSION := 0
+SOFULL    := $(SOVERSION).1.0
+$(LIBDIR)/libkiln_rt.so: $(LIBDIR)/libkiln_rt.so.$(SOFULL)
+	ln -sf libkiln_rt.so.$(SOFULL) $(LIBDIR)/libkiln_rt.so.$(SOVERSION)
+	ln -sf libkiln_rt.so.$(SOVERSION) $@
+$(LIBDIR)/libkiln_rt.so.$(SOFULL): $(RT_OBJS)
 	@mkdir -p $(dir $@)
-	$(CC) -shared $(LDFLAGS) -o $@ $^ $(RT_LIBS)
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkiln_rt.so.$(SOVERSION) -o $@ $^ $(RT_LIBS)
 $(LIBDIR)/libkiln.a: $(GEN_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
-$(LIBDIR)/libkiln.so: $(GEN_OBJS) $(LIBDIR)/libkiln_rt.so
-	$(CC) -shared $(LDFLAGS) -o $@ $(GEN_OBJS) -L$(LIBDIR) -lkiln_rt $(GEN_LIBS) -Wl,-rpath,'$$ORIGIN'
+$(LIBDIR)/libkiln.so: $(LIBDIR)/libkiln.so.$(SOFULL)
+	ln -sf libkiln.so.$(SOFULL) $(LIBDIR)/libkiln.so.$(SOVERSION)
+	ln -sf libkiln.so.$(SOVERSION) $@
+$(LIBDIR)/libkiln.so.$(SOFULL): $(GEN_OBJS) $(LIBDIR)/libkiln_rt.so
+	$(CC) -shared $(LDFLAGS) -Wl,-soname,libkiln.so.$(SOVERSION) -o $@ $(GEN_OBJS) -L$(LIBDIR) -lkiln_rt \
+	    $(SO_GEN_LIBS) $(RT_LIBS) -Wl,--no-undefined -Wl,-rpath,'$$ORIGIN'
 
 STATIC_LIBS := $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 
 $(KILN): $(CLI_OBJS) $(STATIC_LIBS)
 	@mkdir -p $(dir $@)
-	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIBS) $(GEN_LIBS)
+	$(CC) $(LDFLAGS) -o $@ $(CLI_OBJS) $(STATIC_LIBS) $(CLI_GEN_LIBS) $(RT_LIBS)
 
 $(O)/tests/%: tests/%.c $(STATIC_LIBS) tests/check.h
 	@mkdir -p $(dir $@)
@@ -191,12 +225,37 @@ quality-table: all
 	    KILN_PIPELINE=o3 KILN_QUALITY_WRITE=1 $$t | grep -E '^(wrote|FAIL|.*: [0-9]+ passed)' || exit 1; done
 .PHONY: quality-table
 
+# Installs headers, both libraries (static, and shared with their SONAME links), the CLI, and
+# pkg-config files: kiln.pc (generator + runtime) and kiln-rt.pc (runtime only: no LLVM, no Lua).
 install: all
-	install -d $(DESTDIR)$(PREFIX)/lib $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/kiln
+	install -d $(DESTDIR)$(PREFIX)/lib/pkgconfig $(DESTDIR)$(PREFIX)/bin $(DESTDIR)$(PREFIX)/include/kiln \
+	    $(DESTDIR)$(PREFIX)/share/licenses/kiln
 	install -m 644 $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln.a $(DESTDIR)$(PREFIX)/lib
-	install -m 755 $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.so $(DESTDIR)$(PREFIX)/lib
+	install -m 755 $(LIBDIR)/libkiln_rt.so.$(SOFULL) $(LIBDIR)/libkiln.so.$(SOFULL) $(DESTDIR)$(PREFIX)/lib
+	for l in libkiln_rt libkiln; do \
+	    ln -sf $$l.so.$(SOFULL) $(DESTDIR)$(PREFIX)/lib/$$l.so.$(SOVERSION) && \
+	    ln -sf $$l.so.$(SOVERSION) $(DESTDIR)$(PREFIX)/lib/$$l.so || exit 1; done
 	install -m 755 $(KILN) $(DESTDIR)$(PREFIX)/bin
 	install -m 644 include/kiln/*.h $(DESTDIR)$(PREFIX)/include/kiln
+	install -m 644 LICENSE $(DESTDIR)$(PREFIX)/share/licenses/kiln
+	for pc in kiln kiln-rt; do \
+	    sed -e 's|@PREFIX@|$(PREFIX)|' -e 's|@VERSION@|$(SOFULL)|' -e 's|@LIBS_PRIVATE@|$(LUA_LIBS) -lzstd -lz -lstdc++|' \
+	        tools/$$pc.pc.in > $(DESTDIR)$(PREFIX)/lib/pkgconfig/$$pc.pc || exit 1; done
+
+help:
+	@echo "kiln make targets:"
+	@echo "  make run        install missing packages (as root), build, then the main job: bf16 LayerNorm"
+	@echo "                  for every SM through ptxas, lint and the CPU emulator"
+	@echo "  make test       build and run the whole test suite (summary line at the end)"
+	@echo "  make            build libraries, bin/kiln, tests, benchmarks and examples"
+	@echo "  make SAN=1 test the suite under ASan + UBSan (objects under build/san)"
+	@echo "  make bench      generation-latency and cache benchmarks"
+	@echo "  make bench-jit  JIT at model load: stage split, kernel set cold, kiln emit vs NVRTC and Triton"
+	@echo "  make quality-table  rewrite tests/quality/*.tsv (default<O3> registers/SASS per matrix variant)"
+	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
+	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command"
+	@echo "  make clean      remove build/, lib/, bin/"
+	@echo "options: LLVM_SHARED=1 (link libLLVM-19.so instead of static LLVM), CI=1 (warnings are errors)"
 
 clean:
 	rm -rf build lib bin

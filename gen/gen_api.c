@@ -138,10 +138,7 @@ static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *t
     if (!dir || !*dir) return;
     char path[4096];
     snprintf(path, sizeof path, "%s/%s_sm%d.%s", dir, m->entry, m->sm, ext);
-    FILE *f = fopen(path, "wb");
-    if (!f) return;
-    fwrite(text, 1, len, f);
-    fclose(f);
+    kiln_write_file(path, text, len, NULL); /* a debugging aid: a failed dump is not the caller's error */
 }
 
 /* Runs the template for (spec, sm) and leaves a verified, optimized module in ctx. */

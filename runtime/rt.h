@@ -115,6 +115,18 @@ const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int
 /* Appends "spec (sm_80 ptx, sm_86 cubin); ..." for each entry of family to buf. */
 void rt_bundle_describe_family(const kiln_bundle *b, const char *family, char *buf, size_t size);
 
+/* ---- rt_file.c: output files (devices and FIFOs in place, symlinks followed, files replaced atomically) ---- */
+typedef struct rt_piece {
+    const void *data;
+    size_t len;
+} rt_piece;
+typedef enum rt_output_kind { RT_OUT_ERROR = -1, RT_OUT_REPLACE, RT_OUT_IN_PLACE } rt_output_kind;
+/* How path would be written: RT_OUT_REPLACE (final = the regular file or new name after following
+ * symlinks), RT_OUT_IN_PLACE (a device, FIFO or socket), RT_OUT_ERROR with errno (EISDIR, ELOOP, ...). */
+rt_output_kind rt_output_resolve(const char *path, char *final, size_t size);
+/* Writes the pieces to path as above (fsync before the rename when sync); 0, or -1 with errno. */
+int rt_write_pieces(const char *path, const rt_piece *pieces, int n, bool sync);
+
 /* ---- rt_disk.c: the disk cache ---- */
 typedef struct rt_disk {
     char dir[1024];

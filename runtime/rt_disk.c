@@ -133,37 +133,17 @@ rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char 
     return RT_DISK_HIT;
 }
 
-static int write_all(int fd, const void *p, size_t n) {
-    for (size_t done = 0; done < n;) {
-        ssize_t k = write(fd, (const char *)p + done, n - done);
-        if (k < 0 && errno == EINTR) continue;
-        if (k <= 0) return -1;
-        done += (size_t)k;
-    }
-    return 0;
-}
-
 int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len) {
-    char path[1100], tmp[1200];
+    char path[1100];
     uint8_t h[HEADER_SIZE];
     if (!c->enabled) return 0;
     rt_disk_path(c, key, path, sizeof path);
-    snprintf(tmp, sizeof tmp, "%s/.tmp.%ld.%u", c->dir, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
     memcpy(h, ENTRY_MAGIC, 8);
     wr(h + 8, ENTRY_VERSION, 4);
     wr(h + 12, strlen(spec), 4);
     wr(h + 16, len, 8);
     memcpy(h + 24, key, 16);
     rt_hash128(text, len, h + 40);
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL, 0644);
-    if (fd < 0) return -1;
-    int ok = write_all(fd, h, sizeof h) == 0 && write_all(fd, spec, strlen(spec)) == 0 &&
-             write_all(fd, text, len) == 0 && fsync(fd) == 0;
-    int e = errno;
-    ok = close(fd) == 0 && ok;
-    if (ok && rename(tmp, path) == 0) return 0;
-    e = ok ? errno : e;
-    unlink(tmp);
-    errno = e;
-    return -1;
+    rt_piece pieces[] = {{h, sizeof h}, {spec, strlen(spec)}, {text, len}};
+    return rt_write_pieces(path, pieces, 3, true);
 }

@@ -52,18 +52,8 @@ int cli_write_output(const char *path, const char *data, size_t len) {
             return cli_error("cannot write to standard output: %s", strerror(errno));
         return CLI_OK;
     }
-    char tmp[4096];
-    if (snprintf(tmp, sizeof tmp, "%s.tmp.%ld", path, (long)getpid()) >= (int)sizeof tmp)
-        return cli_error("output path too long: %s", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return cli_error("cannot write output file '%s': %s", path, strerror(errno));
-    int ok = fwrite(data, 1, len, f) == len;
-    ok = (fclose(f) == 0) && ok;
-    if (!ok || rename(tmp, path) != 0) {
-        int e = errno;
-        unlink(tmp);
-        return cli_error("cannot write output file '%s': %s", path, strerror(e));
-    }
+    kiln_error err;
+    if (kiln_write_file(path, data, len, &err) != KILN_OK) return cli_error("%s", err.msg);
     return CLI_OK;
 }
 

@@ -51,6 +51,11 @@ kiln_status kiln_fail(kiln_error *err, kiln_status status, const char *fmt, ...)
 #endif
     ;
 
+/* Writes len bytes to path the way every kiln output is written: a device, FIFO or socket is written
+ * in place (never replaced, even as root), a symlink is followed and its target written, a regular
+ * file is replaced atomically (temporary file + rename, keeping its permissions). */
+kiln_status kiln_write_file(const char *path, const void *data, size_t len, kiln_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""tests/readme_doctest.py - README.md's examples are true, and README.md still reads as a README.
+
+Every example session in README.md (an indented or fenced code block whose lines start with "$ ")
+is run in a fresh temporary directory, its commands in order, with `kiln` meaning the kiln under
+test and the repository's top-level entries linked in (so `tests/lint/...` paths work; outputs land
+in the temporary directory). What the README shows under a command must be what the command prints
+(stdout then stderr), line for line; a line "..." stands for any number of lines and "[...]" inside
+a line for any text (timings). A command whose shown output starts with "kiln: error:" must fail
+with exit status 2; a command shown without output must succeed; `$?` is the previous command's.
+Shape checks (README.md and docs/*.md): not absurdly long, no line absurdly long, no paragraph
+repeated — the damage a runaway scripted edit does.
+
+usage: readme_doctest.py KILN [README] [DOCS_DIR]
+"""
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+
+MAX_README_LINES = 700
+MAX_DOC_LINES = 2500
+MAX_LINE_CHARS = 1000
+
+passed = failed = 0
+
+
+def ok(name):
+    global passed
+    passed += 1
+    if os.environ.get("KILN_TEST_VERBOSE"):
+        print(f"ok   {name}")
+
+
+def bad(name, why):
+    global failed
+    failed += 1
+    print(f"FAIL {name}: {why}")
+
+
+def sessions(lines):
+    """Yields (first line number, [lines]) for each code block holding '$ ' commands."""
+    block, start, fenced = [], 0, False
+    def flush():
+        if any(l.startswith("$ ") for l in block):
+            yield start, list(block)
+    for i, raw in enumerate(lines, 1):
+        line = raw.rstrip("\n")
+        if line.strip().startswith("```"):
+            if fenced:
+                yield from flush()
+                block = []
+            fenced = not fenced
+            start = i + 1
+            continue
+        if fenced:
+            block.append(line)
+        elif line.startswith("    "):
+            if not block:
+                start = i
+            block.append(line[4:])
+        else:
+            yield from flush()
+            block = []
+    yield from flush()
+
+
+def split_commands(block):
+    """[(command, [expected lines])] from a session's lines."""
+    out = []
+    for line in block:
+        if line.startswith("$ "):
+            out.append((line[2:], []))
+        elif out:
+            out[-1][1].append(line)
+    return out
+
+
+def matches(expected, actual):
+    """Line-by-line equality where an expected line '...' matches any run of lines."""
+    if not expected:
+        return not actual
+    if expected[0].strip() == "...":
+        return any(matches(expected[1:], actual[k:]) for k in range(len(actual) + 1))
+    return bool(actual) and line_matches(expected[0], actual[0]) and matches(expected[1:], actual[1:])
+
+
+def line_matches(expected, actual):
+    expected, actual = expected.rstrip(), actual.rstrip()
+    if "[...]" not in expected:
+        return expected == actual
+    pattern = ".*".join(re.escape(part) for part in expected.split("[...]"))
+    return re.fullmatch(pattern, actual) is not None
+
+
+def run_session(kiln, root, start, block):
+    work = tempfile.mkdtemp(prefix="kiln_readme_")
+    bindir = os.path.join(work, ".bin")
+    os.mkdir(bindir)
+    os.symlink(os.path.abspath(kiln), os.path.join(bindir, "kiln"))
+    for entry in os.listdir(root):
+        if not entry.startswith("."):
+            os.symlink(os.path.join(root, entry), os.path.join(work, entry))
+    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), KILN_CACHE="0")
+    status = 0
+    try:
+        for cmd, expected in split_commands(block):
+            name = f"README line {start}: $ {cmd}"
+            p = subprocess.run(f"(exit {status}); {cmd}", shell=True, cwd=work, env=env, capture_output=True,
+                               text=True, timeout=300)
+            status = p.returncode
+            actual = (p.stdout + p.stderr).splitlines()
+            want_error = bool(expected) and expected[0].startswith("kiln: error:")
+            if want_error and p.returncode != 2:
+                bad(name, f"shown as an error but exited {p.returncode}")
+            elif not expected and p.returncode != 0:
+                bad(name, f"shown without output but exited {p.returncode}: {(p.stdout + p.stderr)[-400:]}")
+            elif expected and not matches(expected, actual):
+                diff = "\n".join(["  README shows:"] + ["    " + l for l in expected[:12]] +
+                                 ["  kiln printed:"] + ["    " + l for l in actual[:12]])
+                bad(name, "output differs\n" + diff)
+            else:
+                ok(name)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def shape(path, max_lines):
+    text = open(path, encoding="utf-8").read()
+    lines = text.splitlines()
+    name = os.path.relpath(path)
+    if len(lines) > max_lines:
+        bad(f"{name} length", f"{len(lines)} lines (at most {max_lines}: move long tables to docs/)")
+    else:
+        ok(f"{name} length")
+    longest = max((len(l) for l in lines), default=0)
+    if longest > MAX_LINE_CHARS:
+        bad(f"{name} line length", f"a line of {longest} characters")
+    else:
+        ok(f"{name} line length")
+    seen, repeated = set(), []
+    for para in re.split(r"\n\s*\n", text):
+        key = " ".join(para.split())
+        if len(key) < 60 or key.startswith("|"):
+            continue
+        if key in seen:
+            repeated.append(key[:80])
+        seen.add(key)
+    if repeated:
+        bad(f"{name} repeated paragraphs", f"{len(repeated)}, first: {repeated[0]!r}")
+    else:
+        ok(f"{name} repeated paragraphs")
+    return lines
+
+
+def main():
+    kiln = sys.argv[1] if len(sys.argv) > 1 else "bin/kiln"
+    readme = sys.argv[2] if len(sys.argv) > 2 else "README.md"
+    docs = sys.argv[3] if len(sys.argv) > 3 else "docs"
+    lines = shape(readme, MAX_README_LINES)
+    n = 0
+    for start, block in sessions(lines):
+        n += 1
+        run_session(kiln, os.path.dirname(os.path.abspath(readme)), start, block)
+    if n == 0:
+        bad("README examples", "no '$ kiln' example found")
+    if os.path.isdir(docs):
+        for f in sorted(os.listdir(docs)):
+            if f.endswith(".md"):
+                shape(os.path.join(docs, f), MAX_DOC_LINES)
+    print(f"readme: {passed} passed, {failed} failed")
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
