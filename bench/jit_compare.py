@@ -7,7 +7,7 @@ Medians of wall time and of CPU time (user + system of the process, from wait4).
 loaded machine the wall times move with the load of others; the CPU times move much less.
 
 usage: python3 bench/jit_compare.py [--kiln bin/kiln] [--nvrtc build/bench/nvrtc_once] [--reps N]
-       [--triton-reps N]"""
+       [--triton-reps N] [--no-triton]"""
 import argparse
 import os
 import shutil
@@ -37,6 +37,7 @@ def main():
     ap.add_argument("--nvrtc", default="build/bench/nvrtc_once")
     ap.add_argument("--reps", type=int, default=11)
     ap.add_argument("--triton-reps", type=int, default=3)
+    ap.add_argument("--no-triton", action="store_true", help="leave Triton out (it takes seconds a run)")
     a = ap.parse_args()
     out = tempfile.mkdtemp(prefix="kiln-jit-compare-")
     ln = ["layernorm", "x=bf16", "w=f32", "y=bf16", "hidden=4096", "--sm", "80"]
@@ -50,7 +51,7 @@ def main():
         cases.append(("NVRTC LayerNorm (cuda_bf16.h)", [a.nvrtc], a.reps, False))
     try:
         import triton  # noqa: F401
-        have_triton = True
+        have_triton = not a.no_triton
     except ImportError:
         have_triton = False
     here = os.path.dirname(os.path.abspath(__file__))
@@ -102,7 +103,7 @@ def main():
     ratio("Triton attention to cubin", "kiln emit attention", 20)
     if not have_nvrtc:
         print("NVRTC: %s not built or libnvrtc missing; no comparison" % a.nvrtc)
-    if not have_triton:
+    if not have_triton and not a.no_triton:
         print("Triton: not installed (pip install triton); no comparison")
 
 

@@ -97,6 +97,18 @@ kiln_status gen_build_module(kiln_gen *gen, const char *spec, int sm, LLVMContex
 /* ---- gen_lua.c: the embedded Lua state and the templates it loads ---- */
 #include <lua.h>
 
+/* Written by tools/embed.c at build time (build/gen/templates_embed.c): each template's source
+ * (hashed into cache keys) and its Lua bytecode (what the generator loads: no parsing at run
+ * time); the table ends with a NULL path. */
+struct gen_embedded {
+    const char *path; /* "templates/layernorm.lua" */
+    const char *src;
+    size_t len;
+    const unsigned char *bc;
+    size_t bc_len;
+};
+extern const struct gen_embedded gen_embedded_templates[];
+
 typedef struct gen_lua gen_lua;
 
 /* Opens a Lua state whose `require` and family lookup read templates from template_dir,

@@ -9,17 +9,6 @@
 
 #include "gen.h"
 
-/* Written by tools/embed.c at build time: each template's source (hashed into cache keys) and
- * its bytecode (what the generator loads: no parsing at run time). */
-struct gen_embedded {
-    const char *path;
-    const char *src;
-    size_t len;
-    const unsigned char *bc;
-    size_t bc_len;
-};
-extern const struct gen_embedded gen_embedded_templates[];
-
 struct gen_lua {
     lua_State *L;
     char *dir;      /* template dir, or NULL for the embedded copies */
