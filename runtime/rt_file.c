@@ -119,6 +119,6 @@ kiln_status kiln_write_file(const char *path, const void *data, size_t len, kiln
     if (!path || !*path) return kiln_fail(err, KILN_EINVAL, "kiln_write_file: empty output path");
     rt_piece piece = {data, len};
     if (rt_write_pieces(path, &piece, 1, false) != 0)
-        return kiln_fail(err, KILN_EIO, "cannot write '%s': %s", path, strerror(errno));
+        return kiln_fail(err, KILN_EIO, "cannot write output file '%s': %s", path, strerror(errno));
     return KILN_OK;
 }
