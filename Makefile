@@ -6,9 +6,13 @@
 
 # The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
 # packages are not there yet, so the first pass only installs them (tools/setup.sh) and then
-# runs the same goals again in a new make that sees the installed packages.
+# runs the same goals again in a new make that sees the installed packages (KILN_SETUP_DONE=1:
+# that make does not check again, so a package that failed to install cannot loop).
 NO_DEPS_GOALS := help setup clean
-ifeq ($(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all)),)
+GOALS_NEEDING_DEPS := $(filter-out $(NO_DEPS_GOALS),$(or $(MAKECMDGOALS),all))
+ifneq ($(KILN_SETUP_DONE),)
+DEPS_READY := yes
+else ifeq ($(GOALS_NEEDING_DEPS),)
 DEPS_READY := yes
 else
 DEPS_READY := $(shell tools/setup.sh --check >/dev/null 2>&1 && echo yes)
@@ -19,7 +23,7 @@ REMAKE_GOALS := $(or $(MAKECMDGOALS),all)
 $(REMAKE_GOALS): deps-then-remake ; @:
 deps-then-remake:
 	@tools/setup.sh
-	@$(MAKE) --no-print-directory $(MAKECMDGOALS)
+	@$(MAKE) --no-print-directory KILN_SETUP_DONE=1 $(MAKECMDGOALS)
 else
 
 # Build on every core unless -j was given (the README's `make run` / `make test` are one command each).
@@ -193,11 +197,53 @@ $(O)/bench/%: bench/%.c $(STATIC_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Ibench $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
 
+# GPU check kit (bench/gpu/, docs/gpu-kit.md): everything a machine with a GPU needs, in
+# $(O)/gpu-kit: the AOT check (libkiln_rt only), the generator + emulator linked statically (gzip'd),
+# a bundle of PTX for every SM and cubins for each (ptxas), the peers script and `run`.
+KIT       := $(O)/gpu-kit
+KIT_LIB   := bench/gpu/kit_case.c bench/gpu/kit_launch.c
+KIT_DEPS  := $(KIT_LIB) bench/gpu/kit.h bench/gpu/kit_rows.h
+.PHONY: gpu-kit
+# The kiln Python package (python/kiln, when present) and libkiln_rt.so ride along so that peers.py
+# can run kiln on torch tensors through it (runtime-only: bundles, no generator).
+KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init__.py,)
+gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit.gz $(KIT)/kit.kbundle $(KIT)/run $(KIT)/peers.py \
+         $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
+$(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py)
+	rm -rf $(KIT)/python && mkdir -p $(KIT)/python && cp -r python/kiln $(KIT)/python/ && \
+	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
+$(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_check.c $(KIT_LIB) -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
+$(KIT)/kiln-gpucheck: $(O)/bench/kiln-gpucheck
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(O)/bench/kiln-kit: bench/gpu/kit_gen.c $(KIT_DEPS) $(STATIC_LIBS)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_gen.c $(KIT_LIB) -o $@ $(LDFLAGS) $(STATIC_LIBS) $(CLI_GEN_LIBS) $(RT_LIBS)
+$(KIT)/kiln-kit.gz: $(O)/bench/kiln-kit
+	@mkdir -p $(dir $@)
+	strip -o $(O)/bench/kiln-kit.stripped $< && gzip -4 -c $(O)/bench/kiln-kit.stripped > $@.tmp && mv $@.tmp $@
+$(KIT)/specs.txt: $(O)/bench/kiln-kit
+	@mkdir -p $(dir $@)
+	$< specs > $@.tmp && mv $@.tmp $@
+$(KIT)/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
+	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --cubin -o $@
+$(KIT)/run: bench/gpu/run.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+$(KIT)/peers.py: bench/gpu/peers.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+
 # The main job: generate LayerNorm PTX for every SM and show that ptxas accepts it.
 run: all
 	@tools/showcase.sh $(KILN)
 
-test: all
+test: all $(if $(SAN),,gpu-kit)
 	@KILN=$(KILN) O=$(O) tests/run.sh
 
 bench: all
@@ -252,6 +298,7 @@ help:
 	@echo "  make bench      generation-latency and cache benchmarks"
 	@echo "  make bench-jit  JIT at model load: stage split, kernel set cold, kiln emit vs NVRTC and Triton"
 	@echo "  make quality-table  rewrite tests/quality/*.tsv (default<O3> registers/SASS per matrix variant)"
+	@echo "  make gpu-kit    build/gpu-kit/: carry it to a GPU machine and run build/gpu-kit/run (docs/gpu-kit.md)"
 	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
 	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command"
 	@echo "  make clean      remove build/, lib/, bin/"

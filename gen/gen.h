@@ -11,6 +11,7 @@
 #include "kiln/gen.h"
 
 /* ---- the SM table lives in runtime/rt_target.c (kiln/target.h), shared with the runtime ---- */
+#include "kiln/runtime.h"
 #include "kiln/target.h"
 typedef kiln_target gen_target;
 static inline const gen_target *gen_target_find(int sm) { return kiln_target_find(sm); }
@@ -65,19 +66,19 @@ typedef struct gen_lint_rule {
     const char *op;      /* opcode's first part, "a|b" alternatives, "*" any; or a directive (".loc") */
     const char *mods;    /* pattern over the opcode's '.'-separated modifiers: elements "a|b", "*" = any
                             run; NULL = any */
-    const char *operand; /* an operand token that must be present ("x*" = prefix), NULL = none */
+    const char *operand; /* an operand token that must be present ("x*" = prefix), "#N" = at least N
+                            operands, NULL = none */
     int sm, ptx;         /* needs sm_<sm> (0: any) and PTX ISA ptx/10 (0: any) */
-    bool arch;           /* needs exactly the arch-specific target sm_<sm>a */
+    bool arch;           /* needs an arch- or family-specific target: one of `targets` */
     const char *feature; /* its name in messages */
-    const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c */
+    const char *example; /* a statement using it, checked against ptxas by tests/lint_test.c; a leading
+                            '!' puts it at module scope instead of in a function body */
     int sm2, ptx2;       /* when sm2 > 0: on sm_<sm2> and newer, PTX ISA ptx2 is enough (features that
                             reached an older SM in a later PTX ISA) */
+    const char *targets; /* arch rows: the targets that have it, "sm_100a|sm_100f"; NULL = sm_<sm>a */
+    const char *unless;  /* a modifier pattern that, when it matches too, makes the row not apply */
 } gen_lint_rule;
-typedef struct gen_lint_target {
-    const char *name; /* "sm_90a" */
-    int sm, ptx;      /* SM number, minimal .version times 10 */
-    char suffix;      /* 0, 'a' (arch-specific) or 'f' (family-specific) */
-} gen_lint_target;
+typedef kiln_ptx_target gen_lint_target; /* the targets table lives in runtime/rt_ptxver.c */
 const gen_lint_rule *gen_lint_rules(size_t *count);
 const gen_lint_target *gen_lint_targets(size_t *count);
 const char *const *gen_lint_decl_types(void); /* types a declaration may not use; NULL-ended */

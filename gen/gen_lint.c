@@ -13,6 +13,7 @@ struct kiln_lint_report {
     kiln_lint_finding *findings;
     size_t count, cap;
     size_t target_stmt; /* index of the governing .target statement */
+    size_t version_stmt; /* index of the .version statement */
     size_t lost;        /* with a device SM: lines that need more than it */
     bool oom;
 };
@@ -55,7 +56,22 @@ static bool glob(const char *pat, const span *mods, size_t n) {
     return n > 0 && alt_match(pat, elen, mods[0]) && glob(rest, mods + 1, n - 1);
 }
 
+/* Top-level operands after the opcode: "{%r1, %r2}" and "[%rd1+8]" count once, "%r1|%p1" once. */
+static size_t operand_count(const gen_ptx_stmt *st) {
+    size_t stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS, n = 0;
+    int nest = 0;
+    for (size_t i = 1; i < stored; i++) {
+        char c = st->tok[i].len == 1 ? st->tok[i].s[0] : 0;
+        if (c == '{' || c == '[' || c == '(') nest++;
+        if ((c == '}' || c == ']' || c == ')') && nest > 0) nest--;
+        if (n == 0) n = 1;
+        if (c == ',' && nest == 0) n++;
+    }
+    return n;
+}
+
 static bool has_operand(const gen_ptx_stmt *st, const char *pat) {
+    if (pat[0] == '#') return operand_count(st) >= (size_t)atoi(pat + 1);
     size_t plen = strlen(pat), stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
     bool prefix = plen && pat[plen - 1] == '*';
     if (prefix) plen--;
@@ -64,6 +80,39 @@ static bool has_operand(const gen_ptx_stmt *st, const char *pat) {
         if (prefix ? t.len >= plen && !memcmp(t.s, pat, plen) : t.len == plen && !memcmp(t.s, pat, plen)) return true;
     }
     return false;
+}
+
+/* Whether an arch row's feature is available on the target named (e.g. "sm_100f"). */
+static bool arch_allows(const gen_lint_rule *r, const char *target) {
+    char own[16];
+    const char *list = r->targets ? r->targets : gen_lint_sm_name(r->sm, true, own);
+    return alt_match(list, strlen(list), (span){target, strlen(target)});
+}
+
+/* Whether a device of SM dev has an arch row's feature (some listed target is for that SM). */
+static bool arch_on_device(const gen_lint_rule *r, int dev) {
+    if (!r->targets) return dev == r->sm;
+    for (const char *a = r->targets; *a;) {
+        size_t n = strcspn(a, "|");
+        if (n > 3 && atoi(a + 3) == dev) return true;
+        a += n + (a[n] == '|');
+    }
+    return false;
+}
+
+/* "sm_90a" or "one of sm_100a, sm_100f, ..." for messages. */
+static void arch_names(const gen_lint_rule *r, char *buf, size_t cap) {
+    if (!r->targets || !strchr(r->targets, '|')) {
+        char own[16];
+        snprintf(buf, cap, "%s", r->targets ? r->targets : gen_lint_sm_name(r->sm, true, own));
+        return;
+    }
+    size_t n = (size_t)snprintf(buf, cap, "one of ");
+    for (const char *a = r->targets; *a && n + 1 < cap;) {
+        size_t k = strcspn(a, "|");
+        n += (size_t)snprintf(buf + n, cap - n, "%s%.*s", a == r->targets ? "" : ", ", (int)k, a);
+        a += k + (a[k] == '|');
+    }
 }
 
 /* Splits "cvt.rn.bf16.f32" into "cvt" and {"rn", "bf16", "f32"}; returns the modifier count. */
@@ -83,17 +132,14 @@ static size_t split_opcode(gen_ptx_token t, span *op, span *mods) {
 /* The PTX ISA a rule needs on the module's SM. */
 static int rule_ptx(const gen_lint_rule *r, int module_sm) { return r->sm2 && module_sm >= r->sm2 ? r->ptx2 : r->ptx; }
 
-static void consider(need *nd, const gen_lint_rule *r, int module_sm) {
-    if (r->arch) {
-        nd->arch_rule = r;
-        return;
-    }
-    if (r->sm && (!nd->sm_rule || r->sm >= nd->sm_rule->sm)) nd->sm_rule = r;
+static void consider(need *nd, const gen_lint_rule *r, int module_sm, const char *module_target) {
+    if (r->arch && (!nd->arch_rule || !arch_allows(r, module_target))) nd->arch_rule = r;
+    if (!r->arch && r->sm && (!nd->sm_rule || r->sm >= nd->sm_rule->sm)) nd->sm_rule = r;
     if (rule_ptx(r, module_sm) && (!nd->ptx_rule || rule_ptx(r, module_sm) >= rule_ptx(nd->ptx_rule, module_sm)))
         nd->ptx_rule = r;
 }
 
-static need instruction_needs(const gen_ptx_stmt *st, int module_sm) {
+static need instruction_needs(const gen_ptx_stmt *st, int module_sm, const char *module_target) {
     need nd = {0};
     span op, mods[MAX_MODS];
     size_t nmods = split_opcode(st->tok[0], &op, mods), nrules;
@@ -103,7 +149,8 @@ static need instruction_needs(const gen_ptx_stmt *st, int module_sm) {
         if (r->op[0] == '.' || r->op[0] == ':' || !alt_match(r->op, strlen(r->op), op)) continue;
         if (r->mods && !glob(r->mods, mods, nmods)) continue;
         if (r->operand && !has_operand(st, r->operand)) continue;
-        consider(&nd, r, module_sm);
+        if (r->unless && glob(r->unless, mods, nmods)) continue;
+        consider(&nd, r, module_sm, module_target);
     }
     return nd;
 }
@@ -150,11 +197,12 @@ static void report_short(kiln_lint_report *rep, const gen_ptx_stmt *st, int line
     f->need_sm = sm_need ? sm_need->sm : 0;
     f->need_arch = arch;
     f->need_ptx = ptx_need ? rule_ptx(ptx_need, m->sm) : 0;
-    char name[16], need[192] = "", have[96];
+    char name[200], need[320] = "", have[96];
     int n = 0;
+    if (arch) arch_names(sr, name, sizeof name);
     if (sr)
         n = snprintf(need, sizeof need, "%s%s", arch ? "the arch-specific target " : "",
-                     gen_lint_sm_name(sr->sm, arch, name));
+                     arch ? name : gen_lint_sm_name(sr->sm, false, name));
     if (sr && pr && strcmp(sr->feature, pr->feature))
         n += snprintf(need + n, sizeof need - (size_t)n, " for %s", sr->feature);
     if (pr)
@@ -167,28 +215,32 @@ static void report_short(kiln_lint_report *rep, const gen_ptx_stmt *st, int line
     else
         snprintf(have, sizeof have, ".version is %d.%d", m->ptx / 10, m->ptx % 10);
     snprintf(f->message, sizeof f->message, "needs %s for %s; the module's %s%s", need, (pr ? pr : sr)->feature, have,
-             arch ? " (arch-specific code runs only on exactly that SM)" : "");
+             arch ? " (arch- and family-specific code runs only on the SMs it names)" : "");
 }
 
 /* With a device SM: a line this module may use but that device lacks (what it would lose there). */
 static void report_lost(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
     int dev = rep->module.device_sm;
-    const gen_lint_rule *lost = nd.arch_rule && dev != nd.arch_rule->sm ? nd.arch_rule
+    const gen_lint_rule *lost = nd.arch_rule && !arch_on_device(nd.arch_rule, dev) ? nd.arch_rule
                                 : nd.sm_rule && nd.sm_rule->sm > dev    ? nd.sm_rule
                                                                         : NULL;
     rep->lost += lost != NULL;
     kiln_lint_finding *f = lost ? add_finding(rep, KILN_LINT_DEVICE, st, line, lost->feature) : NULL;
     if (!f) return;
-    char a[16], b[16];
+    char a[200], b[16];
     f->need_sm = lost->sm, f->need_arch = lost->arch;
-    snprintf(f->message, sizeof f->message, "needs %s for %s: an %s device does not have it",
-             gen_lint_sm_name(lost->sm, lost->arch, a), lost->feature, gen_lint_sm_name(dev, false, b));
+    if (lost->arch)
+        arch_names(lost, a, sizeof a);
+    else
+        gen_lint_sm_name(lost->sm, false, a);
+    snprintf(f->message, sizeof f->message, "needs %s for %s: an %s device does not have it", a, lost->feature,
+             gen_lint_sm_name(dev, false, b));
 }
 
 static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, int line, need nd) {
     const kiln_lint_module *m = &rep->module;
     const gen_lint_rule *sr = NULL, *pr = nd.ptx_rule;
-    if (nd.arch_rule && !(m->arch_specific && m->sm == nd.arch_rule->sm))
+    if (nd.arch_rule && !arch_allows(nd.arch_rule, m->target))
         sr = nd.arch_rule;
     else if (nd.sm_rule && nd.sm_rule->sm > m->sm)
         sr = nd.sm_rule;
@@ -199,7 +251,8 @@ static void report_needs(kiln_lint_report *rep, const gen_ptx_stmt *st, int line
 }
 
 /* Rules for one directive word of a statement ("op_only" names a pseudo-directive such as a label in .section). */
-static need directive_needs(const gen_ptx_stmt *st, gen_ptx_token word, const char *op_only, int module_sm) {
+static need directive_needs(const gen_ptx_stmt *st, gen_ptx_token word, const char *op_only, int module_sm,
+                            const char *module_target) {
     need nd = {0};
     size_t nrules;
     const gen_lint_rule *rules = gen_lint_rules(&nrules);
@@ -207,7 +260,7 @@ static need directive_needs(const gen_ptx_stmt *st, gen_ptx_token word, const ch
         const gen_lint_rule *r = &rules[i];
         bool hit = op_only ? !strcmp(r->op, op_only)
                            : r->op[0] == '.' && alt_match(r->op, strlen(r->op), (span){word.s, word.len});
-        if (hit && (!r->operand || has_operand(st, r->operand))) consider(&nd, r, module_sm);
+        if (hit && (!r->operand || has_operand(st, r->operand))) consider(&nd, r, module_sm, module_target);
     }
     return nd;
 }
@@ -217,7 +270,7 @@ static void check_directives(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     size_t stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
     for (size_t k = 0; k < stored; k++)
         if (st->tok[k].len > 1 && st->tok[k].s[0] == '.')
-            report_needs(rep, st, st->tok[k].line, directive_needs(st, st->tok[k], NULL, rep->module.sm));
+            report_needs(rep, st, st->tok[k].line, directive_needs(st, st->tok[k], NULL, rep->module.sm, rep->module.target));
 }
 
 /* shfl and vote without .sync: rejected for sm_70+ from PTX ISA 6.4, unreliable there before. */
@@ -275,18 +328,7 @@ static void check_decl(kiln_lint_report *rep, const gen_ptx_stmt *st) {
 
 /* ---- the module: .version and .target ---- */
 
-static const gen_lint_target *find_target(span name) {
-    size_t n;
-    const gen_lint_target *t = gen_lint_targets(&n);
-    char buf[32];
-    if (name.len >= 8 && !memcmp(name.s, "compute_", 8)) { /* compute_XX means sm_XX */
-        snprintf(buf, sizeof buf, "sm_%.*s", (int)(name.len - 8 < 20 ? name.len - 8 : 20), name.s + 8);
-        name = (span){buf, strlen(buf)};
-    }
-    for (size_t i = 0; i < n; i++)
-        if (strlen(t[i].name) == name.len && !memcmp(t[i].name, name.s, name.len)) return &t[i];
-    return NULL;
-}
+static const gen_lint_target *find_target(span name) { return kiln_ptx_target_find(name.s, name.len); }
 
 /* Reads one ".target a, b" statement; the highest SM (then 'a' over 'f' over none) governs. */
 static void read_target(kiln_lint_report *rep, const gen_ptx_stmt *st, size_t index, const gen_lint_target **best) {
@@ -329,6 +371,7 @@ static kiln_status read_module(kiln_lint_report *rep, const char *ptx, size_t le
                 return kiln_fail(err, KILN_EINVAL, "line %d: bad .version (expected e.g. '.version 7.8')", st.line);
             have_version = true;
             rep->module.version_line = st.line;
+            rep->version_stmt = index;
         } else if (gen_ptx_tok_is(st.tok[0], ".target")) {
             any_target = true;
             read_target(rep, &st, index, &best);
@@ -376,6 +419,58 @@ static void check_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
     }
 }
 
+/* With a CUDA release: the .version its driver and ptxas accept. */
+static void check_cuda_version(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    kiln_lint_module *m = &rep->module;
+    const kiln_cuda_release *r = kiln_cuda_release_of(m->cuda);
+    if (!r || m->ptx <= r->ptx) return;
+    m->cuda_loads = 0;
+    kiln_lint_finding *f = add_finding(rep, KILN_LINT_CUDA, st, st->line, ".version");
+    if (!f) return;
+    size_t n;
+    const kiln_cuda_release *all = kiln_cuda_releases(&n), *first = NULL;
+    for (size_t i = 0; i < n && !first; i++)
+        if (all[i].ptx >= m->ptx) first = &all[i];
+    char need[64] = "";
+    if (first)
+        snprintf(need, sizeof need, " (CUDA %d.%d or newer loads it)", first->version / 1000,
+                 first->version % 1000 / 10);
+    f->need_ptx = m->ptx;
+    snprintf(f->message, sizeof f->message,
+             "CUDA %d.%d accepts PTX ISA up to %d.%d: its driver refuses this .version %d.%d "
+             "(CUDA_ERROR_UNSUPPORTED_PTX_VERSION) and its ptxas stops at it; build with .version %d.%d or "
+             "older%s",
+             m->cuda / 1000, m->cuda % 1000 / 10, r->ptx / 10, r->ptx % 10, m->ptx / 10, m->ptx % 10, r->ptx / 10,
+             r->ptx % 10, need);
+}
+
+/* With a CUDA release: a .target it does not know (error), or one its ptxas no longer builds for (warning). */
+static void check_cuda_target(kiln_lint_report *rep, const gen_ptx_stmt *st) {
+    kiln_lint_module *m = &rep->module;
+    const kiln_cuda_release *r = kiln_cuda_release_of(m->cuda);
+    const gen_lint_target *t = find_target((span){m->target, strlen(m->target)});
+    if (!r || !t) return;
+    int maj = m->cuda / 1000, min = m->cuda % 1000 / 10;
+    kiln_lint_finding *f;
+    if (!kiln_cuda_knows_target(m->cuda, t)) {
+        m->cuda_loads = 0;
+        if ((f = add_finding(rep, KILN_LINT_CUDA, st, st->line, m->target))) {
+            f->need_sm = t->sm, f->need_ptx = t->ptx;
+            snprintf(f->message, sizeof f->message,
+                     "CUDA %d.%d does not know .target %s: it came with PTX ISA %d.%d, newer than the %d.%d that "
+                     "CUDA %d.%d accepts",
+                     maj, min, m->target, t->ptx / 10, t->ptx % 10, r->ptx / 10, r->ptx % 10, maj, min);
+        }
+    } else if ((t->sm < r->min_sm || (t->sm == 101 && m->cuda >= 13000)) &&
+               (f = add_finding(rep, KILN_LINT_CUDA, st, st->line, m->target))) {
+        f->warning = 1;
+        snprintf(f->message, sizeof f->message,
+                 "CUDA %d.%d's ptxas and nvcc cannot build for %s (%s); its driver still JIT-compiles this PTX "
+                 "for a newer device",
+                 maj, min, m->target, t->sm == 101 ? "CUDA 13.0 renamed sm_101 to sm_110" : "too old for it");
+    }
+}
+
 /* When the device cannot load the module but no line needs more than the device has, say so: a build
  * for the device's SM loses nothing. */
 static void explain_device(kiln_lint_report *rep) {
@@ -399,16 +494,50 @@ static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len)
     gen_ptx_reader_init(&r, ptx, len);
     for (; gen_ptx_next(&r, &st); index++) {
         if (st.kind == GEN_PTX_INSTRUCTION && st.ntok) {
-            report_needs(rep, &st, st.tok[0].line, instruction_needs(&st, rep->module.sm));
+            report_needs(rep, &st, st.tok[0].line, instruction_needs(&st, rep->module.sm, rep->module.target));
             check_sync(rep, &st);
         } else if (st.kind == GEN_PTX_DIRECTIVE) {
             if (index == rep->target_stmt) check_target(rep, &st);
+            if (index == rep->target_stmt && rep->module.cuda) check_cuda_target(rep, &st);
+            if (index == rep->version_stmt && rep->module.cuda) check_cuda_version(rep, &st);
             check_decl(rep, &st);
             check_directives(rep, &st);
         } else if (st.kind == GEN_PTX_LABEL && st.in_section) {
-            report_needs(rep, &st, st.line, directive_needs(&st, st.tok[0], ":section-label", rep->module.sm));
+            report_needs(rep, &st, st.line, directive_needs(&st, st.tok[0], ":section-label", rep->module.sm, rep->module.target));
         }
     }
+}
+
+/* The first non-ASCII byte, which ptxas refuses wherever it is ("Unexpected non-ASCII character
+ * encountered on line N", a fatal error: it names only the first), as a finding kept in line order. */
+static void check_ascii(kiln_lint_report *rep, const char *ptx, size_t len) {
+    int line = 1;
+    size_t i = 0, col = 1;
+    for (; i < len && !((unsigned char)ptx[i] & 0x80); i++, col++)
+        if (ptx[i] == '\n') line++, col = 0;
+    if (i == len) return;
+    gen_ptx_stmt st;
+    memset(&st, 0, sizeof st);
+    st.start = ptx + i - (col - 1);
+    st.end = memchr(st.start, '\n', len - (size_t)(st.start - ptx));
+    if (!st.end) st.end = ptx + len;
+    bool bom = i == 0 && len >= 3 && !memcmp(ptx, "\xef\xbb\xbf", 3);
+    rep->module.cuda_loads = 0; /* a driver reads PTX as ptxas does */
+    kiln_lint_finding *f = add_finding(rep, KILN_LINT_TEXT, &st, line, bom ? "UTF-8 byte-order mark" : "non-ASCII");
+    if (!f) return;
+    size_t n = (size_t)(st.end - st.start), k = 0; /* the line as written, '?' for each non-ASCII byte */
+    for (size_t j = 0; j < n && k + 1 < sizeof f->instruction; j++)
+        if (st.start[j] != '\r') f->instruction[k++] = (unsigned char)st.start[j] >= 0x80 ? '?' : st.start[j];
+    f->instruction[k] = '\0';
+    snprintf(f->message, sizeof f->message,
+             "non-ASCII character (byte 0x%02x, column %zu)%s: ptxas stops at it ('Unexpected non-ASCII character "
+             "encountered on line %d'), also in a comment; PTX must be plain ASCII",
+             (unsigned char)ptx[i], col, bom ? ", a UTF-8 byte-order mark" : "", line);
+    kiln_lint_finding keep = *f;
+    size_t at = rep->count - 1;
+    while (at > 0 && rep->findings[at - 1].line > line) at--;
+    memmove(&rep->findings[at + 1], &rep->findings[at], (rep->count - 1 - at) * sizeof keep);
+    rep->findings[at] = keep;
 }
 
 /* Rejects what is not PTX text: nothing at all, or control bytes (binary data). */
@@ -426,8 +555,19 @@ static kiln_status check_text(const char *ptx, size_t len, kiln_error *err) {
 }
 
 kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_report **out, kiln_error *err) {
+    return kiln_lint_cuda(ptx, len, device_sm, 0, out, err);
+}
+
+kiln_status kiln_lint_cuda(const char *ptx, size_t len, int device_sm, int cuda, kiln_lint_report **out,
+                           kiln_error *err) {
     if (!out || (!ptx && len)) return kiln_fail(err, KILN_EINVAL, "kiln_lint: NULL argument");
     *out = NULL;
+    if (cuda) {
+        char name[16];
+        snprintf(name, sizeof name, "%d", cuda);
+        kiln_status s = kiln_cuda_parse_version(name, &cuda, err);
+        if (s) return s;
+    }
     if (device_sm) {
         char name[16];
         kiln_status s = kiln_lint_parse_sm(gen_lint_sm_name(device_sm, false, name), &device_sm, err);
@@ -442,8 +582,11 @@ kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_repo
         return s;
     }
     rep->module.device_sm = device_sm;
+    rep->module.cuda = cuda;
+    rep->module.cuda_loads = cuda != 0;
     rep->module.runs_on_device = device_sm ? runs_on(&rep->module, device_sm) : 0;
     check_statements(rep, ptx, len);
+    check_ascii(rep, ptx, len);
     explain_device(rep);
     if (rep->oom) {
         kiln_lint_free(rep);
@@ -492,6 +635,6 @@ kiln_status kiln_lint_parse_sm(const char *text, int *sm, kiln_error *err) {
 }
 
 const char *kiln_lint_kind_name(kiln_lint_kind k) {
-    static const char *const names[] = {"target", "arch", "isa", "version", "decl", "sync", "device"};
+    static const char *const names[] = {"target", "arch", "isa", "version", "decl", "sync", "device", "text", "cuda"};
     return (unsigned)k < sizeof names / sizeof names[0] ? names[k] : "unknown";
 }

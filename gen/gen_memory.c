@@ -286,6 +286,20 @@ static int b_is_null(lua_State *L) {
     return 1;
 }
 
+/* b:atomic_add(ptr, value): *ptr += value as one atomic read-modify-write on an f32 element of
+ * global or shared memory (atomicrmw fadd: red/atom.add.f32, which every target has). The order
+ * in which threads' additions land is not fixed, so f32 sums through it are not reproducible. */
+static int b_atomic_add(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value ptr = check_ptr(L, 2);
+    if (ptr.elem != KILN_F32 || ptr.as == GEN_AS_GENERIC)
+        return luaL_error(L, "b:atomic_add needs a pointer to f32 in global or shared memory");
+    gen_value v = gen_arg(L, 3, GEN_F32);
+    if (v.kind != GEN_F32) return luaL_error(L, "b:atomic_add adds an f32 value, got %s", gen_kind_name(v.kind));
+    LLVMBuildAtomicRMW(gb->b, LLVMAtomicRMWBinOpFAdd, ptr.v, v.v, LLVMAtomicOrderingMonotonic, 0);
+    return 0;
+}
+
 /* ---- shared memory ---- */
 
 /* b:shared(dtype, count [, align]) -> pointer to a block-wide array in shared memory. */
@@ -385,6 +399,7 @@ void gen_register_vars(lua_State *L) {
 void gen_register_memory(lua_State *L) {
     static const luaL_Reg methods[] = {
         {"kernel", b_kernel}, {"load", b_load}, {"load_vec", b_load_vec}, {"store", b_store},
-        {"store_vec", b_store_vec}, {"shared", b_shared}, {"var", b_var}, {"is_null", b_is_null}, {NULL, NULL}};
+        {"store_vec", b_store_vec}, {"shared", b_shared}, {"var", b_var}, {"is_null", b_is_null},
+        {"atomic_add", b_atomic_add}, {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

@@ -23,22 +23,31 @@ void gen_ptx_reader_init(gen_ptx_reader *r, const char *text, size_t len) {
     r->line = 1;
 }
 
-/* Skips blanks and comments. With stop_at_newline, stops before a newline (also one inside a block
- * comment) and returns true; otherwise returns false. */
+/* A carriage return not followed by '\n' (old Mac line ends): like ptxas, it ends a line directive
+ * but does not count as a new line; a '//' comment still runs to the next '\n'. */
+static bool lone_cr(const gen_ptx_reader *r, const char *p) { return *p == '\r' && (p + 1 >= r->end || p[1] != '\n'); }
+
+/* Skips blanks, comments and non-ASCII bytes (lint reports the first of those itself). With
+ * stop_at_newline, stops before a line end (also one inside a block comment) and returns true;
+ * otherwise returns false. */
 static bool skip_space(gen_ptx_reader *r, bool stop_at_newline) {
     while (r->p < r->end) {
         char c = *r->p;
         if (c == '\n') {
             if (stop_at_newline) return true;
             r->line++, r->p++;
-        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v') {
+        } else if (stop_at_newline && lone_cr(r, r->p)) {
+            return true;
+        } else if (c == ' ' || c == '\t' || c == '\r' || c == '\f' || c == '\v' || (unsigned char)c >= 0x80) {
             r->p++;
         } else if (c == '/' && r->p + 1 < r->end && r->p[1] == '/') {
             while (r->p < r->end && *r->p != '\n') r->p++;
         } else if (c == '/' && r->p + 1 < r->end && r->p[1] == '*') {
             bool newline = false;
-            for (r->p += 2; r->p < r->end && !(r->p[0] == '*' && r->p + 1 < r->end && r->p[1] == '/'); r->p++)
+            for (r->p += 2; r->p < r->end && !(r->p[0] == '*' && r->p + 1 < r->end && r->p[1] == '/'); r->p++) {
                 if (*r->p == '\n') r->line++, newline = true;
+                newline |= lone_cr(r, r->p);
+            }
             r->p = r->p < r->end ? r->p + 2 : r->end;
             if (newline && stop_at_newline) return true;
         } else {

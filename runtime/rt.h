@@ -111,7 +111,13 @@ struct kiln_bundle {
 
 /* The best entry for a normalized spec on a device: a cubin for exactly device_sm, else the
  * PTX of the highest SM not above it; NULL when none fits. */
-const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int device_sm);
+/* The entry to load on an sm_<device_sm> device whose driver is CUDA driver_version (0: unknown): a cubin for
+ * exactly that SM, else the PTX of the highest SM not above it that the driver can load. *refused (when not
+ * NULL) gets the best PTX entry skipped only because the driver is too old for its .version. */
+const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int device_sm, int driver_version,
+                                     const rt_bundle_item **refused);
+/* rt_ptxver.c: whether a CUDA driver of driver_version (0: unknown) loads PTX ISA ptx (times 10). */
+int rt_driver_loads_ptx(int driver_version, int ptx);
 /* Appends "spec (sm_80 ptx, sm_86 cubin); ..." for each entry of family to buf. */
 void rt_bundle_describe_family(const kiln_bundle *b, const char *family, char *buf, size_t size);
 

@@ -227,7 +227,8 @@ kiln_status kiln_bundle_entry_at(const kiln_bundle *b, int i, kiln_bundle_entry 
     return KILN_OK;
 }
 
-const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int device_sm) {
+const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int device_sm, int driver_version,
+                                     const rt_bundle_item **refused) {
     const rt_bundle_item *best = NULL;
     for (int i = 0; i < b->count; i++) {
         const rt_bundle_item *it = &b->items[i];
@@ -235,6 +236,10 @@ const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int
         if (it->pub.kind == KILN_PAYLOAD_CUBIN) {
             if (it->pub.sm == device_sm) return it;
             continue; /* a cubin runs only on its own SM */
+        }
+        if (!rt_driver_loads_ptx(driver_version, it->pub.ptx_version)) {
+            if (refused && (!*refused || it->pub.sm > (*refused)->pub.sm)) *refused = it;
+            continue;
         }
         if (!best || it->pub.sm > best->pub.sm) best = it;
     }

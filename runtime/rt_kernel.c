@@ -74,6 +74,11 @@ static kiln_status load_function(kiln_rt *rt, const void *data, kiln_kernel *k, 
 static kiln_status load(kiln_rt *rt, const void *data, size_t size, kiln_payload_kind kind,
                         const kiln_kernel_meta *meta, const char *origin, kiln_kernel **out, kiln_error *err) {
     kiln_status st = check_fits(rt, meta, err);
+    char why[512];
+    if (st == KILN_OK && kind == KILN_PAYLOAD_PTX && rt->info.driver_version &&
+        kiln_ptx_driver_check(data, size, rt->info.driver_version, why, sizeof why) == 0)
+        st = kiln_fail(err, KILN_EDRIVER, "kernel '%s' (sm_%d ptx, from %s) will not load on this driver: %s",
+                       meta->spec, meta->sm, origin, why);
     if (st == KILN_OK) st = rt_bind(rt, err);
     if (st != KILN_OK) return st;
     char *copy = NULL;
@@ -180,15 +185,16 @@ kiln_status kiln_rt_get_kernel(kiln_rt *rt, const char *spec, kiln_kernel **out,
 /* ---- the lookup order below the memory cache ---- */
 
 static kiln_status from_bundles(kiln_rt *rt, const char *key, kiln_kernel **out, kiln_error *err) {
-    const rt_bundle_item *best = NULL;
+    const rt_bundle_item *best = NULL, *refused = NULL;
     pthread_mutex_lock(&rt->lock);
     for (int i = 0; i < rt->nbundles; i++) {
-        const rt_bundle_item *it = rt_bundle_find(rt->bundles[i], key, rt->info.sm);
+        const rt_bundle_item *it = rt_bundle_find(rt->bundles[i], key, rt->info.sm, rt->info.driver_version, &refused);
         if (!it) continue;
         int exact_cubin = it->pub.kind == KILN_PAYLOAD_CUBIN;
         if (!best || exact_cubin || (best->pub.kind == KILN_PAYLOAD_PTX && it->pub.sm > best->pub.sm)) best = it;
     }
     pthread_mutex_unlock(&rt->lock);
+    if (!best && refused) best = refused; /* only PTX the driver is too old for: load() says why */
     if (!best) return KILN_ENOTFOUND;
     kiln_status st = load(rt, best->pub.payload, best->pub.size, best->pub.kind, &best->meta, "bundle", out, err);
     if (st == KILN_OK) {

@@ -16,6 +16,7 @@
 #include "gen.h"
 #include "kiln/kiln.h"
 #include "kiln/lint.h"
+#include "kiln/runtime.h"
 
 extern char **environ;
 
@@ -383,6 +384,119 @@ static void test_bad_input(void) {
     TEST_END();
 }
 
+/* ---- issue 14: the misses found on third-party PTX, line ends and bytes, CUDA releases ---- */
+
+/* Whether `stmt` (one line in ENTRY's function) is flagged under .version/.target, with a finding of kind. */
+static bool flags(const char *version, const char *target, const char *stmt, int kind) {
+    char buf[2048];
+    snprintf(buf, sizeof buf, ".version %s\n.target %s\n.address_size 64\n%s%s\nret;\n}\n", version, target, ENTRY, stmt);
+    kiln_lint_report *r = lint(buf, 0);
+    bool hit = r && finding_at(r, 11, kind) != NULL;
+    kiln_lint_free(r);
+    return hit;
+}
+
+static void test_issue14(void) {
+    TEST_BEGIN("the misses on Triton/nvcc output: each flagged below its need, clean at it");
+    static const struct {
+        const char *stmt, *low_version, *low_target, *ok_version, *ok_target;
+        int kind;
+    } cases[] = {
+        {".pragma \"used_bytes_mask 0xf\";", "8.2", "sm_80", "8.3", "sm_80", KILN_LINT_ISA},
+        {"wmma.load.a.sync.aligned.row.m8n8k4.f64 {%rd0}, [%rd1];", "7.0", "sm_75", "7.0", "sm_80", KILN_LINT_TARGET},
+        {"wmma.store.d.sync.aligned.row.m16n16k16.f32 [%rd1], {%f0,%f1,%f2,%f3,%f4,%f5,%f6,%f7};", "6.2", "sm_75",
+         "6.3", "sm_75", KILN_LINT_ISA},
+        {"abs.f16 %rs1, %rs2;", "6.4", "sm_75", "6.5", "sm_75", KILN_LINT_ISA},
+        {"abs.f16x2 %r1, %r2;", "6.4", "sm_75", "6.5", "sm_75", KILN_LINT_ISA},
+        {"atom.global.cas.b16 %rs1, [%rd1], %rs2, %rs3;", "6.2", "sm_75", "6.3", "sm_75", KILN_LINT_ISA},
+        {"mbarrier.arrive.shared.b64 %rd1, [%rd2], %r1;", "8.0", "sm_80", "7.8", "sm_90", KILN_LINT_TARGET},
+        {"red.async.relaxed.cluster.shared::cluster.mbarrier::complete_tx::bytes.add.u32 [%r1], %r2, [%r3];", "8.0",
+         "sm_90", "8.1", "sm_90", KILN_LINT_ISA},
+        {"barrier.cluster.arrive.relaxed;", "7.8", "sm_90", "8.0", "sm_90", KILN_LINT_ISA},
+        {"nanosleep.u32 %r1;", "6.1", "sm_75", "6.2", "sm_75", KILN_LINT_ISA},
+        {"tcgen05.fence::before_thread_sync;", "8.8", "sm_120a", "8.8", "sm_103f", KILN_LINT_ARCH},
+        {"min.f32 %f1, %f2, %f3, %f4;", "8.7", "sm_90", "8.8", "sm_100", KILN_LINT_TARGET},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        CHECK(flags(cases[i].low_version, cases[i].low_target, cases[i].stmt, (int)cases[i].kind), "missed at %s %s: %s",
+              cases[i].low_target, cases[i].low_version, cases[i].stmt);
+        CHECK(!flags(cases[i].ok_version, cases[i].ok_target, cases[i].stmt, -1), "flagged at %s %s: %s",
+              cases[i].ok_target, cases[i].ok_version, cases[i].stmt);
+    }
+    CHECK(!flags("8.0", "sm_80", "mbarrier.arrive.noComplete.shared.b64 %rd1, [%rd2], %r1;", -1),
+          "mbarrier.arrive.noComplete with a count is sm_80");
+    CHECK(!flags("8.0", "sm_80", "mbarrier.arrive.shared.b64 %rd1, [%rd2];", -1), "mbarrier.arrive without a count");
+    CHECK(!flags("8.7", "sm_90", "min.f32 %f1, %f2, %f3;", -1), "two-input min.f32");
+    char buf[1024];
+    snprintf(buf, sizeof buf, "%s", HEAD("8.8", "sm_90a") ENTRY "tcgen05.fence::before_thread_sync;\n}\n");
+    kiln_lint_report *r = lint(buf, 0);
+    const kiln_lint_finding *f = finding_at(r, 11, KILN_LINT_ARCH);
+    CHECK(f && strstr(f->message, "one of sm_100a, sm_100f") && strstr(f->message, "sm_110f"), "message: %s",
+          f ? f->message : "");
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("lone CR line ends read as ptxas does (line numbers count only LF)");
+    const char *cr = ".version 7.0\r.target sm_75\r.address_size 64\r.visible .entry k()\r{\r.reg .b16 %rs<2>;\r"
+                     ".reg .f32 %f<2>;\r\rcvt.rn.bf16.f32 %rs1, %f1;\r}\r";
+    r = lint(cr, 0);
+    CHECK(r && kiln_lint_module_info(r)->sm == 75 && kiln_lint_count(r) == 1 && finding_at(r, 1, KILN_LINT_TARGET),
+          "want the bf16 finding on line 1");
+    kiln_lint_free(r);
+    const char *mixed = ".version 7.0\n.target sm_75\r\n.address_size 64\r.visible .entry k()\n{\r\n"
+                        ".reg .b16 %rs<2>;\n.reg .f32 %f<2>;\ncvt.rn.bf16.f32 %rs1, %f1;\n}\n";
+    r = lint(mixed, 0);
+    CHECK(r && kiln_lint_count(r) == 1 && finding_at(r, 7, KILN_LINT_TARGET), "mixed ends: want line 7");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("a UTF-8 BOM or a non-ASCII byte: reported as ptxas does, the rest still linted");
+    r = lint("\xef\xbb\xbf" HEAD("7.0", "sm_75") ENTRY "cvt.rn.bf16.f32 %rs1, %f1;\n}\n", 0);
+    f = r ? kiln_lint_get(r, 0) : NULL;
+    CHECK(f && f->kind == KILN_LINT_TEXT && f->line == 1 && strstr(f->message, "non-ASCII character") &&
+              strstr(f->message, "byte-order mark") && finding_at(r, 11, KILN_LINT_TARGET) &&
+              !strcmp(kiln_lint_kind_name(f->kind), "text"),
+          "BOM: %s", f ? f->message : "");
+    CHECK(kiln_lint_module_info(r)->ptx == 70, "the .version after the BOM is read");
+    kiln_lint_free(r);
+    r = lint(HEAD("7.0", "sm_75") "// caf\xc3\xa9\n" ENTRY "// \xe2\x80\x94\nret;\n}\n", 0);
+    CHECK(r && kiln_lint_count(r) == 1 && finding_at(r, 4, KILN_LINT_TEXT), "only the first non-ASCII line (4)");
+    dump(r);
+    kiln_lint_free(r);
+    TEST_END();
+
+    TEST_BEGIN("kiln_lint_cuda: .version and .target against a CUDA release");
+    kiln_lint_report *c = NULL;
+    kiln_error err = {0};
+    const char *t94 = HEAD("9.4", "sm_90a") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(t94, strlen(t94), 0, 12040, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 1, KILN_LINT_CUDA) : NULL;
+    CHECK(f && !f->warning && strstr(f->message, "CUDA 12.4 accepts PTX ISA up to 8.4") &&
+              strstr(f->message, "CUDA 13.4 or newer") && !kiln_lint_module_info(c)->cuda_loads,
+          "9.4 on 12.4: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    CHECK(kiln_lint_cuda(t94, strlen(t94), 0, 13040, &c, &err) == KILN_OK && kiln_lint_count(c) == 0 &&
+              kiln_lint_module_info(c)->cuda_loads,
+          "9.4 on 13.4 is clean");
+    kiln_lint_free(c);
+    const char *b100 = HEAD("8.6", "sm_100") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(b100, strlen(b100), 0, 12050, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 2, KILN_LINT_CUDA) : NULL;
+    CHECK(f && strstr(f->message, "does not know .target sm_100") && finding_at(c, 1, KILN_LINT_CUDA),
+          "sm_100 on 12.5: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    const char *v70 = HEAD("6.0", "sm_70") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 13000, &c, &err) == KILN_OK, "%s", err.msg);
+    f = c ? finding_at(c, 2, KILN_LINT_CUDA) : NULL;
+    CHECK(f && f->warning && strstr(f->message, "cannot build for sm_70") && kiln_lint_module_info(c)->cuda_loads,
+          "sm_70 on 13.0: a warning: %s", f ? f->message : "");
+    kiln_lint_free(c);
+    CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 12345, &c, &err) == KILN_EINVAL && !c && strstr(err.msg, "valid:"),
+          "unknown release: %s", err.msg);
+    TEST_END();
+}
+
 /* ---- the table ---- */
 
 #define PREAMBLE                                                                                                       \
@@ -393,8 +507,23 @@ enum { EXAMPLE_LINE = 13 }; /* .version, .target, then PREAMBLE's 10 lines */
 static char *example_module(const char *target, int ptx, const char *example) {
     size_t n = strlen(example) + 512;
     char *s = malloc(n);
-    snprintf(s, n, ".version %d.%d\n.target %s\n%s%s\nret;\n}\n", ptx / 10, ptx % 10, target, PREAMBLE, example);
+    if (example[0] == '!') /* module scope: blank comment lines keep the example on EXAMPLE_LINE */
+        snprintf(s, n, ".version %d.%d\n.target %s\n.address_size 64\n//\n//\n//\n//\n//\n//\n//\n//\n//\n%s\n"
+                 ".visible .entry t()\n{\nret;\n}\n",
+                 ptx / 10, ptx % 10, target, example + 1);
+    else
+        snprintf(s, n, ".version %d.%d\n.target %s\n%s%s\nret;\n}\n", ptx / 10, ptx % 10, target, PREAMBLE, example);
     return s;
+}
+
+/* The target a row is checked at: its SM (at least sm_75, the oldest CUDA 13 knows), or for an arch row the
+ * first target it lists. */
+static const char *row_target(const gen_lint_rule *rl, char *buf) {
+    if (rl->arch && rl->targets) {
+        snprintf(buf, 16, "%.*s", (int)strcspn(rl->targets, "|"), rl->targets);
+        return buf;
+    }
+    return gen_lint_sm_name(rl->sm > 75 ? rl->sm : 75, rl->arch, buf);
 }
 
 static void test_table_self(void) {
@@ -405,12 +534,12 @@ static void test_table_self(void) {
         const gen_lint_rule *rl = &rules[i];
         if (!rl->example) continue;
         char target[16];
-        int sm = rl->sm > 75 ? rl->sm : 75, ptx = rl->ptx > 63 ? rl->ptx : 63;
+        row_target(rl, target);
+        int ptx = rl->ptx > 63 ? rl->ptx : 63;
         size_t nt;
         const gen_lint_target *tt = gen_lint_targets(&nt);
         for (size_t k = 0; k < nt; k++)
-            if (tt[k].sm == sm && tt[k].suffix == (rl->arch ? 'a' : 0) && tt[k].ptx > ptx) ptx = tt[k].ptx;
-        gen_lint_sm_name(sm, rl->arch, target);
+            if (!strcmp(tt[k].name, target) && tt[k].ptx > ptx) ptx = tt[k].ptx;
         char *ok = example_module(target, ptx, rl->example), *low = example_module("sm_75", 63, rl->example);
         kiln_lint_report *r = lint(ok, 0);
         CHECK(r && kiln_lint_count(r) == 0, "row %zu (%s) flagged at %s %d", i, rl->feature, target, ptx);
@@ -483,7 +612,9 @@ typedef struct job {
     char *ptx;      /* its text */
     char gpu[16];   /* ptxas --gpu-name: the declared target */
     char path[300], log[300];
-    int expect;     /* table rows: 1 ptxas must accept, -1 must reject on the example line, 0 either */
+    int expect;     /* table rows: 1 ptxas must accept, -1 must reject on every example line, 0 either */
+    int ex_first, ex_count; /* table rows: the example lines, EXAMPLE_LINE.. */
+    char **ex_names;        /* table rows: what each example line is, for messages */
     bool lint_only; /* sanitizer build: linted (under ASan) but not assembled, to save time */
     pid_t pid;
     int status;
@@ -545,10 +676,27 @@ static void run_jobs(const char *ptxas, jobs *js, int parallel) {
     }
 }
 
+/* The CUDA release of the ptxas that checks lint (12040 for 12.4), from `ptxas --version`; 13000 if unclear. */
+static int ptxas_cuda = 13000;
+
+static void read_ptxas_release(const char *ptxas) {
+    char cmd[4200], line[512];
+    snprintf(cmd, sizeof cmd, "'%s' --version 2>/dev/null", ptxas);
+    FILE *p = popen(cmd, "r");
+    while (p && fgets(line, sizeof line, p)) {
+        const char *r = strstr(line, "release ");
+        int major, minor;
+        if (r && sscanf(r + 8, "%d.%d", &major, &minor) == 2) ptxas_cuda = major * 1000 + minor * 10;
+    }
+    if (p) pclose(p);
+}
+
 /* ptxas messages about targets and PTX ISA versions: what lint must find. */
 static bool is_arch_message(const char *msg) {
     static const char *const marks[] = {"requires .target", "requires PTX ISA", "not supported on .target",
-                                        "does not support .target", "without '.sync' is not supported"};
+                                        "does not support .target", "without '.sync' is not supported",
+                                        "cannot be compiled for architecture", "with count argument'",
+                                        "Unsupported .version", "non-ASCII character"};
     for (size_t i = 0; i < sizeof marks / sizeof *marks; i++)
         if (strstr(msg, marks[i])) return true;
     return false;
@@ -577,10 +725,10 @@ static int compare(const job *j, tally *t) {
     if (log) log[len] = '\0';
     static unsigned char arch_line[1 << 16], lint_line[1 << 16];
     memset(arch_line, 0, sizeof arch_line), memset(lint_line, 0, sizeof lint_line);
-    int bad = 0, example_hit = 0;
+    int bad = 0, fatal_line = 0; /* ptxas stops at a fatal error (an unsupported .version, a non-ASCII byte) */
     kiln_lint_report *r = NULL;
     kiln_error err = {0};
-    if (kiln_lint(j->ptx, strlen(j->ptx), 0, &r, &err) != KILN_OK) {
+    if (kiln_lint_cuda(j->ptx, strlen(j->ptx), 0, ptxas_cuda, &r, &err) != KILN_OK) {
         printf("  %s: lint failed: %s\n", j->name, err.msg);
         free(log);
         return 1;
@@ -594,6 +742,13 @@ static int compare(const job *j, tally *t) {
         char *at = strstr(p, ", line ");
         char *kind = at ? strchr(at, ';') : NULL;
         size_t plen = strlen(j->path);
+        char *nonascii = strstr(p, "Unexpected non-ASCII character encountered on line ");
+        if (nonascii) { /* "ptxas fatal : Unexpected non-ASCII character encountered on line N": no file, line */
+            int line = atoi(nonascii + 51);
+            fatal_line = line;
+            t->arch_errors++;
+            if (line > 0 && line < (1 << 16) && !arch_line[line]) t->arch_lines++, arch_line[line] = 1;
+        }
         bool here = at && !strncmp(p, "ptxas ", 6) && (size_t)(at - p) == 6 + plen && !strncmp(p + 6, j->path, plen);
         if (at && kind) {
             /* ptxas may place an error in its own macros ("<macro util>, line 2"): only the
@@ -602,6 +757,7 @@ static int compare(const job *j, tally *t) {
             char *msg = strchr(kind, ':');
             msg = msg ? msg + 1 : kind;
             bool error = strstr(kind, "error") || strstr(kind, "fatal");
+            if (strstr(kind, "fatal") && strstr(msg, "Unsupported .version")) fatal_line = line;
             if (error && is_arch_message(msg) && line < 0) {
                 t->misses++, bad++;
                 printf("  MISS %s (%s): arch error outside the file: %s\n", j->name, j->gpu, p);
@@ -609,7 +765,6 @@ static int compare(const job *j, tally *t) {
                 t->arch_errors++;
                 if (!arch_line[line]) t->arch_lines++;
                 arch_line[line] = 1;
-                example_hit |= line == EXAMPLE_LINE;
             } else if (error) {
                 t->other_errors++;
                 printf("  note: %s: ptxas %s: non-arch error: %s\n", j->name, j->gpu, p);
@@ -624,6 +779,7 @@ static int compare(const job *j, tally *t) {
         if (fd->warning) continue;
         t->findings++;
         if (fd->line > 0 && fd->line < (1 << 16)) lint_line[fd->line] = 1;
+        if (fatal_line && fd->line != fatal_line) continue; /* ptxas stopped before it: cannot tell */
         if (fd->line <= 0 || fd->line >= (1 << 16) || !arch_line[fd->line]) {
             t->false_alarms++, bad++;
             printf("  FALSE ALARM %s (%s): line %d: %s [%s]\n", j->name, j->gpu, fd->line, fd->message,
@@ -639,12 +795,17 @@ static int compare(const job *j, tally *t) {
         }
     if (j->expect == 1 && j->status != 0) {
         bad++;
-        printf("  TABLE %s: ptxas rejects it at %s (the table says it is enough)\n", j->name, j->gpu);
+        printf("  TABLE %s: ptxas rejects it at %s (the table says it is enough):\n", j->name, j->gpu);
+        for (char *p = log; p && (p = strstr(p, ", line ")); p++) {
+            int l = atoi(p + 7) - j->ex_first;
+            if (l >= 0 && l < j->ex_count) printf("      %s: %.*s\n", j->ex_names[l], (int)strcspn(p, "\n"), p);
+        }
     }
-    if (j->expect == -1 && !example_hit) {
-        bad++;
-        printf("  TABLE %s: ptxas accepts it at %s (the table says it needs more)\n", j->name, j->gpu);
-    }
+    for (int l = 0; j->expect == -1 && l < j->ex_count; l++)
+        if (!arch_line[j->ex_first + l]) {
+            bad++;
+            printf("  TABLE %s: ptxas accepts it at %s (the table says it needs more)\n", j->ex_names[l], j->gpu);
+        }
     kiln_lint_free(r);
     free(log);
     return bad;
@@ -683,53 +844,131 @@ static int target_ptx(const char *name) {
 
 static const int lower_sms[] = {75, 80, 86, 89, 90};
 static const int lower_versions[] = {63, 65, 70, 71, 78, 80};
-static const int all_versions[] = {60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76,
+static const int all_versions[] = {40, 41, 42, 43, 50, 60, 61, 62, 63, 64, 65, 70, 71, 72, 73, 74, 75, 76,
                                    77, 78, 80, 81, 82, 83, 84, 85, 86, 87, 88, 90};
 
-/* Each table row at its needs (ptxas must accept) and one step below in SM and in PTX ISA (reject). */
+/* One ptxas check of one table row: its example at a target and .version, to be accepted or rejected. */
+typedef struct row_check {
+    char target[16];
+    int ptx, expect;
+    const char *example;
+    char name[200];
+} row_check;
+
+typedef struct row_checks {
+    row_check *v;
+    size_t n, cap;
+} row_checks;
+
+static void add_check(row_checks *cs, const gen_lint_rule *rl, const char *target, int ptx, int expect) {
+    if (cs->n == cs->cap) {
+        cs->cap = cs->cap ? cs->cap * 2 : 256;
+        cs->v = realloc(cs->v, cs->cap * sizeof *cs->v);
+    }
+    row_check *c = &cs->v[cs->n++];
+    snprintf(c->target, sizeof c->target, "%s", target);
+    c->ptx = ptx, c->expect = expect, c->example = rl->example;
+    snprintf(c->name, sizeof c->name, "row '%s' at %s %d.%d", rl->feature, target, ptx / 10, ptx % 10);
+}
+
+static int version_below(int v) {
+    int below = 0;
+    for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
+        if (all_versions[k] < v) below = all_versions[k];
+    return below;
+}
+
+/* The checks of one row: at its needs (ptxas must accept), one step below in SM and in PTX ISA (reject). An
+ * arch row is accepted on every target it lists and rejected on the plain SM and on an arch-specific target
+ * it does not list. */
+static void row_checks_of(row_checks *cs, const gen_lint_rule *rl) {
+    char target[16];
+    row_target(rl, target);
+    int need = rl->ptx > target_ptx(target) ? rl->ptx : target_ptx(target);
+    add_check(cs, rl, target, need, 1);
+    for (const char *a = rl->arch && rl->targets ? strchr(rl->targets, '|') : NULL; a; a = strchr(a + 1, '|')) {
+        char t[16];
+        snprintf(t, sizeof t, "%.*s", (int)strcspn(a + 1, "|"), a + 1);
+        if (!strncmp(t, "sm_101", 6)) continue; /* CUDA 12.9's name of sm_110: CUDA 13.0's ptxas does not know it */
+        add_check(cs, rl, t, rl->ptx > target_ptx(t) ? rl->ptx : target_ptx(t), 1);
+    }
+    int sm = rl->sm > 75 ? rl->sm : 75;
+    if (rl->arch) {
+        static const char *const others[] = {"sm_90a", "sm_100a", "sm_120a"};
+        char plain[16];
+        gen_lint_sm_name(sm, false, plain);
+        add_check(cs, rl, plain, need > target_ptx(plain) ? need : target_ptx(plain), -1);
+        for (size_t k = 0; k < sizeof others / sizeof *others; k++) {
+            const char *o = others[k], *list = rl->targets ? rl->targets : target;
+            size_t ol = strlen(o);
+            bool listed = false;
+            for (const char *a = list; (a = strstr(a, o)); a += ol) listed |= a[ol] == '|' || a[ol] == '\0';
+            if (!listed && atoi(o + 3) >= rl->sm)
+                add_check(cs, rl, o, rl->ptx > target_ptx(o) ? rl->ptx : target_ptx(o), -1);
+        }
+    } else if (sm > 75) { /* the SM below */
+        char below[16];
+        int bsm = 75;
+        for (size_t k = 0; k < sizeof lower_sms / sizeof *lower_sms; k++)
+            if (lower_sms[k] < sm) bsm = lower_sms[k];
+        gen_lint_sm_name(bsm, false, below);
+        add_check(cs, rl, below, need > target_ptx(below) ? need : target_ptx(below), -1);
+    }
+    if (rl->sm2) { /* the newer SM that got it in an older PTX ISA: enough there, one version below not */
+        char t2[16];
+        gen_lint_sm_name(rl->sm2, false, t2);
+        int v2 = rl->ptx2 > target_ptx(t2) ? rl->ptx2 : target_ptx(t2), below = version_below(v2);
+        add_check(cs, rl, t2, v2, 1);
+        if (below >= target_ptx(t2) && below >= 60) add_check(cs, rl, t2, below, -1);
+    }
+    /* the PTX ISA version below, also below the target's own minimum: ptxas names both problems */
+    if (rl->ptx > all_versions[0]) add_check(cs, rl, target, version_below(rl->ptx), -1);
+}
+
+/* Every row's checks, as few ptxas runs: the function-body examples that share a target, .version and
+ * expectation go into one file, one example a line; module-scope examples get a file each. */
 static void table_jobs(jobs *js) {
     size_t n;
     const gen_lint_rule *rules = gen_lint_rules(&n);
-    for (size_t i = 0; i < n; i++) {
-        const gen_lint_rule *rl = &rules[i];
-        if (!rl->example) continue;
-        char target[16], name[160];
-        int sm = rl->sm > 75 ? rl->sm : 75;
-        gen_lint_sm_name(sm, rl->arch, target);
-        int need = rl->ptx > target_ptx(target) ? rl->ptx : target_ptx(target);
-        snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, need / 10, need % 10);
-        add_job(js, name, example_module(target, need, rl->example), target, 1);
-        if (rl->arch || sm > 75) { /* the SM below (or the plain target for an arch-specific row) */
-            char below[16];
-            int bsm = 75;
-            for (size_t k = 0; k < sizeof lower_sms / sizeof *lower_sms; k++)
-                if (lower_sms[k] < sm) bsm = lower_sms[k];
-            gen_lint_sm_name(rl->arch ? sm : bsm, false, below);
-            int v = need > target_ptx(below) ? need : target_ptx(below);
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, below, v / 10, v % 10);
-            add_job(js, name, example_module(below, v, rl->example), below, -1);
-        }
-        if (rl->sm2) { /* the newer SM that got it in an older PTX ISA: enough there, one version below not */
-            char t2[16];
-            gen_lint_sm_name(rl->sm2, false, t2);
-            int v2 = rl->ptx2 > target_ptx(t2) ? rl->ptx2 : target_ptx(t2), below = 0;
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, v2 / 10, v2 % 10);
-            add_job(js, name, example_module(t2, v2, rl->example), t2, 1);
-            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
-                if (all_versions[k] < v2) below = all_versions[k];
-            if (below >= target_ptx(t2) && below >= 60) {
-                snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, t2, below / 10, below % 10);
-                add_job(js, name, example_module(t2, below, rl->example), t2, -1);
+    row_checks cs = {0};
+    for (size_t i = 0; i < n; i++)
+        if (rules[i].example) row_checks_of(&cs, &rules[i]);
+    bool *done = calloc(cs.n, sizeof *done);
+    size_t first_job = js->n, with_example = 0;
+    for (size_t i = 0; i < n; i++) with_example += rules[i].example != NULL;
+    for (size_t i = 0; i < cs.n; i++) {
+        if (done[i]) continue;
+        row_check *c = &cs.v[i];
+        size_t size = 1024, count = 0;
+        for (size_t k = i; k < cs.n; k++) size += strlen(cs.v[k].example) + 1;
+        char *text = malloc(size), **names = calloc(cs.n - i, sizeof *names);
+        int len = snprintf(text, size, ".version %d.%d\n.target %s\n%s", c->ptx / 10, c->ptx % 10, c->target, PREAMBLE);
+        for (size_t k = i; k < cs.n; k++) {
+            row_check *o = &cs.v[k];
+            bool module_scope = c->example[0] == '!';
+            if (done[k] || (k > i && (module_scope || o->example[0] == '!' || o->ptx != c->ptx ||
+                                      o->expect != c->expect || strcmp(o->target, c->target))))
+                continue;
+            done[k] = true;
+            names[count++] = strdup(o->name);
+            if (module_scope) {
+                free(text);
+                text = example_module(c->target, c->ptx, c->example);
+                break;
             }
+            len += snprintf(text + len, size - (size_t)len, "%s\n", o->example);
         }
-        if (rl->ptx > target_ptx(target)) { /* the PTX ISA version below */
-            int v = 0;
-            for (size_t k = 0; k < sizeof all_versions / sizeof *all_versions; k++)
-                if (all_versions[k] < rl->ptx) v = all_versions[k];
-            snprintf(name, sizeof name, "row '%s' at %s %d.%d", rl->feature, target, v / 10, v % 10);
-            add_job(js, name, example_module(target, v, rl->example), target, -1);
-        }
+        if (c->example[0] != '!') snprintf(text + len, size - (size_t)len, "ret;\n}\n");
+        char name[256];
+        snprintf(name, sizeof name, "%s%s", names[0], count > 1 ? " and others" : "");
+        add_job(js, name, text, c->target, c->expect);
+        job *j = &js->v[js->n - 1];
+        j->ex_first = EXAMPLE_LINE, j->ex_count = (int)count, j->ex_names = names;
     }
+    printf("  table: %zu rows (%zu with an example), %zu ptxas checks (accept at the need, reject below) in %zu files\n", n,
+           with_example, cs.n, js->n - first_job);
+    free(done);
+    free(cs.v);
 }
 
 /* One file: as written, relabeled to every lower SM, and with every lower .version. */
@@ -747,6 +986,23 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
     kiln_lint_free(r);
     snprintf(name, sizeof name, "%s", label);
     add_job(js, name, strdup(ptx), target, 0);
+    /* a newer toolchain's .version (Triton's bundled ptxas writes 9.4): ptxas and lint --cuda must refuse it;
+     * and a .version newer than this ptxas is checked at the newest it takes */
+    const kiln_cuda_release *rel = kiln_cuda_release_of(ptxas_cuda);
+    int top = rel && ptx_v > rel->ptx ? rel->ptx : ptx_v;
+    snprintf(name, sizeof name, "%s as .version 9.4", label);
+    if (ptx_v < 94) add_job(js, name, relabel(ptx, NULL, 94), target, 0);
+    if (top != ptx_v) {
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, target, top / 10, top % 10);
+        add_job(js, name, relabel(ptx, NULL, top), target, 0);
+    }
+    ptx_v = top;
+    static const int ptx8[] = {81, 83, 85, 87}; /* the 8.x features, at the module's own target only */
+    for (size_t v = 0; v < sizeof ptx8 / sizeof *ptx8; v++) {
+        if (ptx8[v] >= ptx_v || ptx8[v] < target_ptx(target)) continue;
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, target, ptx8[v] / 10, ptx8[v] % 10);
+        add_job(js, name, relabel(ptx, NULL, ptx8[v]), target, 0);
+    }
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
             int tsm = lower_sms[s],
@@ -852,6 +1108,7 @@ static void kiln_jobs(jobs *js, int *generated) {
 
 static void test_ground_truth(void) {
     const char *ptxas = ptxas_path();
+    if (ptxas) read_ptxas_release(ptxas);
     jobs js = {0};
     snprintf(js.dir, sizeof js.dir, "/tmp/kiln-lint-XXXXXX");
     if (!mkdtemp(js.dir)) {
@@ -887,7 +1144,7 @@ static void test_ground_truth(void) {
         clock_gettime(CLOCK_MONOTONIC, &a);
         run_jobs(ptxas, &js, 2);
         clock_gettime(CLOCK_MONOTONIC, &b);
-        static const char *const part[] = {"nvcc corpus, as compiled and relabeled", "kiln's own output",
+        static const char *const part[] = {"corpus (nvcc, Triton, by hand), as compiled and relabeled", "kiln's own output",
                                            "requirement table rows"};
         size_t from = 0, to[] = {n_corpus, n_kiln, js.n};
         tally all = {0};
@@ -925,6 +1182,8 @@ static void test_ground_truth(void) {
     for (size_t i = 0; i < js.n; i++) {
         unlink(js.v[i].path), unlink(js.v[i].log);
         free(js.v[i].ptx);
+        for (int k = 0; k < js.v[i].ex_count; k++) free(js.v[i].ex_names[k]);
+        free(js.v[i].ex_names);
     }
     rmdir(js.dir);
     free(js.v);
@@ -935,6 +1194,7 @@ int main(void) {
     test_syntax();
     test_checks();
     test_bad_input();
+    test_issue14();
     test_table_self();
     test_ground_truth();
     printf("lint: %d passed, %d failed, %d skipped\n", check_passed, check_failed, skipped);

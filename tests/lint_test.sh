@@ -61,9 +61,28 @@ expect "no .target" 2 'notarget.ptx: not a PTX module: no .target directive' -- 
 expect "directory" 2 "kiln: error: $dir: " -- lint "$dir"
 expect "bad --sm" 2 "--sm: unknown device SM '74'; valid: .*75, 80, 86" -- lint --sm 74 "$good"
 expect "--sm without value" 2 '--sm needs a value' -- lint "$good" --sm
-expect "unknown option" 2 "unknown option '--fast' for lint; valid: --sm N, --json, --help" -- lint --fast "$good"
+expect "unknown option" 2 "unknown option '--fast' for lint; valid: --sm N, --cuda X.Y, --json, --help" -- lint --fast "$good"
 expect "unreadable among good ones: 2 wins" 2 'nope.ptx' -- lint "$good" "$dir/nope.ptx" "$broken"
 expect "stdin" 1 '^-:[0-9]+: error: needs sm_80' -- lint - <"$broken"
+
+# --cuda: will this PTX load on a driver (or assemble with the ptxas) of that CUDA release?
+sed 's/^\.version .*/.version 9.4/' "$good" >"$dir/v94.ptx"
+expect "--cuda: newer .version" 1 'v94.ptx:[0-9]+: error: CUDA 12.4 accepts PTX ISA up to 8.4' -- lint --cuda 12.4 "$dir/v94.ptx"
+expect "--cuda: does not load" 1 'v94.ptx: does not load on a driver of CUDA 12.4' -- lint --cuda=12.4 "$dir/v94.ptx"
+expect "--cuda: loads" 0 'bf16_cvt.sm80.ptx: loads on a driver of CUDA 13.0' -- lint --cuda 13.0 "$good"
+expect "--cuda as cuDriverGetVersion" 0 'loads on a driver of CUDA 13.1' -- lint --cuda 13010 "$good"
+expect "--cuda: target too new" 1 "CUDA 12.4 does not know .target sm_100a" -- lint --cuda 12.4 "$corpus/blackwell.sm100a.ptx"
+sed 's/^\.target sm_80/.target sm_70/; s/^\.version .*/.version 6.0/' "$corpus/shfl_vote.sm80.ptx" >"$dir/v70.ptx"
+expect "--cuda: old target, a warning" 1 'warning: CUDA 13.0.s ptxas and nvcc cannot build for sm_70' -- lint --cuda 13.0 "$dir/v70.ptx"
+expect "--cuda --json" 1 '"cuda": "12.4", "cuda_loads": false' -- lint --json --cuda 12.4 "$dir/v94.ptx"
+expect "--cuda: unknown release" 2 "--cuda: unknown CUDA release '12.10'; valid: 9.0, .*13.0" -- lint --cuda 12.10 "$good"
+expect "--cuda without value" 2 '--cuda needs a value' -- lint "$good" --cuda
+
+# bytes ptxas refuses, line ends it reads
+printf '\xef\xbb\xbf' | cat - "$good" >"$dir/bom.ptx"
+expect "UTF-8 BOM" 1 'bom.ptx:1: error: non-ASCII character \(byte 0xef, column 1\), a UTF-8 byte-order mark' -- lint "$dir/bom.ptx"
+printf '.version 7.0\r.target sm_75\r.address_size 64\r.visible .entry k()\r{\r.reg .b16 %%rs<2>;\r.reg .f32 %%f<2>;\rcvt.rn.bf16.f32 %%rs1, %%f1;\r}\r' >"$dir/cr.ptx"
+expect "lone CR line ends" 1 'cr.ptx:1: error: needs sm_80 for cvt.bf16.f32' -- lint "$dir/cr.ptx"
 
 # a megabyte line and CRLF line ends
 { printf '.version 7.0\r\n.target sm_75\r\n// '; head -c 2000000 /dev/zero | tr '\0' x; printf '\r\n.visible .entry k()\r\n{\r\n.reg .b16 %%rs<2>;\r\n.reg .f32 %%f<2>;\r\ncvt.rn.bf16.f32 %%rs1, %%f1;\r\n}\r\n'; } >"$dir/big.ptx"

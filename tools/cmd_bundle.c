@@ -19,14 +19,18 @@
 extern char **environ;
 
 /* How a family's default matrix is spelled: its dtype keys (a combination "a/b/c" assigns them
- * in order; one dtype assigns all) and its shape key with the default shapes. */
+ * in order; one dtype assigns all), its shape key with the default shapes, and, for families whose
+ * work is a sequence of kernels, the keys of each kernel (one spec per entry; none: one spec). */
 static const struct family_matrix {
     const char *family;
     const char *dtype_keys[4];
     const char *shape_key, *default_shapes;
+    const char *kernels[6];
 } matrices[] = {
-    {"layernorm", {"x", "w", "y", NULL}, "hidden", "launch"},
-    {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128"},
+    {"layernorm", {"x", "w", "y", NULL}, "hidden", "launch", {NULL}},
+    {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128", {NULL}},
+    {"attention_bwd", {"dtype", "out", "grad", NULL}, "head_dim", "64,128",
+     {"kernel=prep", "kernel=dkdv", "kernel=convert", NULL}},
 };
 
 enum { MAX_SPECS = 4096, MAX_SMS = 16 };
@@ -61,14 +65,17 @@ static void bundle_usage(FILE *to) {
             "Generates kernel variants in parallel (one generator per thread) and writes one bundle\n"
             "that the runtime opens from a file or from memory; it picks, per device, a cubin for\n"
             "its exact SM, else the PTX of the highest SM not above it.\n\n"
-            "  FAMILY...        families with a default matrix: layernorm, attention (default: all\n"
+            "  FAMILY...        families with a default matrix: layernorm, attention, attention_bwd\n"
+            "                   (the kernels kiln_attention_backward launches: prep, dkdv, convert;\n"
+            "                   the deterministic dkdv and dq by --spec) (default: all\n"
             "                   of them, unless --spec or --spec-list is given)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
-            "                   'bf16/f32/bf16'; attention dtype/out); default f32,f16,bf16\n"
+            "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad);\n"
+            "                   default f32,f16,bf16\n"
             "  --sm LIST        target SMs, comma-separated (default 75,80,86,89,90)\n"
             "  --hidden LIST    shapes: layernorm hidden sizes (numbers or 'launch', default launch),\n"
-            "                   attention head_dim (default 64,128)\n"
+            "                   attention and attention_bwd head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
             "  --spec-list F    specs from file F, one per line, '#' starts a comment\n"
             "  --cubin          also store cubins assembled with ptxas ($CUDA_HOME/bin,\n"
@@ -138,10 +145,12 @@ static int add_matrix(plan *p, const char *family, const char *dtypes, const cha
         char assign[256], combo[64], spec[KILN_SPEC_MAX];
         snprintf(combo, sizeof combo, "%s", combos[c]);
         if (dtype_assignments(m, combo, assign, sizeof assign)) return CLI_USAGE;
-        for (int s = 0; s < ns; s++) {
-            snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s]);
-            if (add_spec(p, spec)) return CLI_USAGE;
-        }
+        for (int s = 0; s < ns; s++)
+            for (int k = 0; k == 0 || m->kernels[k]; k++) {
+                snprintf(spec, sizeof spec, "%s%s %s=%s%s%s", family, assign, m->shape_key, sizes[s],
+                         m->kernels[k] ? " " : "", m->kernels[k] ? m->kernels[k] : "");
+                if (add_spec(p, spec)) return CLI_USAGE;
+            }
     }
     return CLI_OK;
 }

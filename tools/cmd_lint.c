@@ -1,4 +1,4 @@
-/* tools/cmd_lint.c - `kiln lint FILE... [--sm N] [--json]`: architecture problems in PTX files. */
+/* tools/cmd_lint.c - `kiln lint FILE... [--sm N] [--cuda X.Y] [--json]`: architecture problems in PTX files. */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,19 +6,24 @@
 
 #include "cli.h"
 #include "kiln/lint.h"
+#include "kiln/runtime.h"
 
 typedef struct lint_opts {
     int device_sm;
+    int cuda; /* 12040 for CUDA 12.4, 0 for none */
     int json;
 } lint_opts;
 
 static void lint_usage(FILE *to) {
-    fprintf(to, "usage: kiln lint FILE... [--sm N] [--json]\n\n"
+    fprintf(to, "usage: kiln lint FILE... [--sm N] [--cuda X.Y] [--json]\n\n"
                 "Finds architecture problems in PTX from any compiler (kiln, nvcc, Triton, ...): instructions\n"
                 "or types that need a newer SM than the module's .target or a newer PTX ISA than its .version,\n"
                 "a .version too old for the .target, illegal declarations (.reg .bf16), shfl/vote without .sync.\n\n"
                 "  --sm N    also check that the module can run on an sm_N device (N as 75, sm_75 or 7.5)\n"
                 "            and list the lines that need more than sm_N\n"
+                "  --cuda X.Y  also check against CUDA release X.Y (its driver's cuDriverGetVersion, or the\n"
+                "            ptxas that will assemble it): a .version newer than it accepts, a .target it does\n"
+                "            not know (errors), a .target its ptxas no longer builds for (warning)\n"
                 "  --json    machine-readable findings on standard output\n"
                 "  FILE '-'  reads standard input\n\n"
                 "exit status: 0 clean, 1 findings, 2 usage error or unreadable input\n");
@@ -97,6 +102,9 @@ static void print_json(const char *path, const kiln_lint_report *rep, const char
            m->target, m->sm, m->ptx / 10, m->ptx % 10, m->instructions, m->functions);
     if (m->device_sm)
         printf("\"device_sm\": %d, \"runs_on_device\": %s, ", m->device_sm, m->runs_on_device ? "true" : "false");
+    if (m->cuda)
+        printf("\"cuda\": \"%d.%d\", \"cuda_loads\": %s, ", m->cuda / 1000, m->cuda % 1000 / 10,
+               m->cuda_loads ? "true" : "false");
     if (m->dropped) printf("\"dropped\": %zu, ", m->dropped);
     printf("\"findings\": [");
     for (size_t i = 0; i < kiln_lint_count(rep); i++) {
@@ -121,6 +129,10 @@ static void print_text(const char *path, const kiln_lint_report *rep) {
     if (m->device_sm)
         printf("%s: %s sm_%d (.target %s, .version %d.%d)\n", path, m->runs_on_device ? "runs on" : "cannot run on",
                m->device_sm, m->target, m->ptx / 10, m->ptx % 10);
+    if (m->cuda)
+        printf("%s: %s CUDA %d.%d (.target %s, .version %d.%d)\n", path,
+               m->cuda_loads ? "loads on a driver of" : "does not load on a driver of", m->cuda / 1000,
+               m->cuda % 1000 / 10, m->target, m->ptx / 10, m->ptx % 10);
 }
 
 /* Lints one file; returns CLI_OK, CLI_FINDINGS or CLI_USAGE (unreadable or not PTX). */
@@ -130,7 +142,8 @@ static int lint_file(const char *path, const lint_opts *o, int first) {
     char *text = read_all(path, &len, why, sizeof why);
     kiln_lint_report *rep = NULL;
     kiln_error err = {0};
-    if (text && kiln_lint(text, len, o->device_sm, &rep, &err) != KILN_OK) snprintf(why, sizeof why, "%s", err.msg);
+    if (text && kiln_lint_cuda(text, len, o->device_sm, o->cuda, &rep, &err) != KILN_OK)
+        snprintf(why, sizeof why, "%s", err.msg);
     free(text);
     if (!rep) {
         if (o->json) print_json(path, NULL, why, first);
@@ -166,9 +179,16 @@ int cmd_lint(int argc, char **argv) {
                 free(files);
                 return value ? cli_error("--sm: %s", err.msg) : cli_error("--sm needs a value, e.g. --sm 80");
             }
+        } else if (!strcmp(a, "--cuda") || !strncmp(a, "--cuda=", 7)) {
+            value = a[6] == '=' ? a + 7 : (i + 1 < argc ? argv[++i] : NULL);
+            kiln_error err = {0};
+            if (!value || kiln_cuda_parse_version(value, &o.cuda, &err) != KILN_OK) {
+                free(files);
+                return value ? cli_error("--cuda: %s", err.msg) : cli_error("--cuda needs a value, e.g. --cuda 12.4");
+            }
         } else if (a[0] == '-' && a[1]) {
             free(files);
-            return cli_error("unknown option '%s' for lint; valid: --sm N, --json, --help", a);
+            return cli_error("unknown option '%s' for lint; valid: --sm N, --cuda X.Y, --json, --help", a);
         } else {
             files[nfiles++] = a;
         }

@@ -9,6 +9,7 @@
 #include "cli.h"
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
+#include "kiln/emu_attention_bwd.h"
 #include "kiln/kiln.h"
 
 static void run_usage(FILE *to) {
@@ -29,11 +30,15 @@ static void run_usage(FILE *to) {
             "attention: --rows is seq_q; also\n"
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
-            "  --heads H[:K] query heads, key/value heads (default 2:2; K must divide H)\n\n"
+            "  --heads H[:K] query heads, key/value heads (default 2:2; K must divide H)\n"
+            "attention_bwd: the same options; runs the whole backward sequence (prep, dkdv, convert;\n"
+            "  deterministic=true: prep, dkdv, dq) whatever the spec's kernel= says, from the float64\n"
+            "  forward's O and lse, and checks dq, dk, dv against the float64 gradients\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n"
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
-            "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n");
+            "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
+            "         kiln run attention_bwd dtype=f16 head_dim=128 causal=true --sm 80 --rows 100 --heads 4:2\n");
 }
 
 typedef struct run_opts {
@@ -155,6 +160,115 @@ static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
     return rc;
 }
 
+/* The generator and emulator of this run, for families that run a sequence of kernels. */
+static kiln_gen *run_gen;
+static kiln_emu *run_emu;
+
+/* Replaces the value of key in a canonical spec (buf receives the result). */
+static void spec_with(const char *spec, const char *key, const char *value, char *buf, size_t size) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strstr(spec, pat);
+    if (!at) {
+        snprintf(buf, size, "%s %s=%s", spec, key, value);
+        return;
+    }
+    const char *end = strchr(at + 1, ' ');
+    snprintf(buf, size, "%.*s%s%s", (int)(at - spec) + (int)strlen(pat), spec, value, end ? end : "");
+}
+
+/* Attention backward: the forward's O and lse from the float64 reference (rounded as a forward
+ * kernel stores them), dO random in [-1, 1]; the whole sequence runs, and dq, dk, dv are checked
+ * with the error model of emu/emu_ref_attention_bwd.c (P and dS taken as rounded to the input
+ * dtype: the looser of the paths). */
+static int run_attention_bwd(kiln_emu_kernel *k0, const run_opts *o) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k0);
+    kiln_error err = {0};
+    kiln_attn_problem p = {0};
+    if (kiln_attn_spec_parse(m->spec, &p, &err) != KILN_OK) return report_error(&err);
+    kiln_dtype grad = p.dtype;
+    const char *g = strstr(m->spec, " grad=");
+    if (g) {
+        char word[8];
+        snprintf(word, sizeof word, "%.*s", (int)strcspn(g + 6, " "), g + 6);
+        kiln_dtype_parse(word, &grad);
+    }
+    int det = strstr(m->spec, "deterministic=true") != NULL;
+    p.batch = o->batch ? o->batch : 1;
+    p.heads_q = o->heads_q ? o->heads_q : 2;
+    p.heads_kv = o->heads_kv ? o->heads_kv : p.heads_q;
+    p.seq_q = o->rows;
+    p.seq_k = o->seq_k ? o->seq_k : o->rows;
+    if (kiln_attn_check_problem(&p, &err) != KILN_OK) return cli_error("%s", err.msg);
+    if ((double)p.batch * p.heads_q * p.seq_q * p.seq_k * p.head_dim > 1e9)
+        return cli_error("batch x heads x seq_q x seq_k x head_dim is too large for the emulator backward (at most 1e9)");
+    kiln_attn_default_strides(&p);
+    static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
+    kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
+    for (int i = 0; i < 3; i++) {
+        char a[KILN_SPEC_MAX], b[KILN_SPEC_MAX];
+        spec_with(m->spec, "kernel", seq[det][i], a, sizeof a);
+        spec_with(a, "deterministic", det && i == 1 ? "true" : "false", b, sizeof b);
+        if (kiln_emu_load(run_emu, run_gen, b, o->sm, &ks[i], &err) != KILN_OK) return cli_error("%s", err.msg);
+    }
+    uint64_t seed = o->seed;
+    size_t n[3] = {kiln_attn_elems(&p, 'q'), kiln_attn_elems(&p, 'k'), kiln_attn_elems(&p, 'v')};
+    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    void *in[3], *dout = kiln_attn_random(p.out, no, 1, &seed), *out = malloc(no * kiln_dtype_size(p.out));
+    for (int t = 0; t < 3; t++) in[t] = kiln_attn_random(p.dtype, n[t], 1, &seed);
+    float *lse = malloc(nl * sizeof *lse), *delta = malloc(nl * sizeof *delta);
+    float *acc = det ? NULL : malloc(nl * (size_t)p.head_dim * sizeof *acc);
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    void *gk[3];
+    double *ref[3], *tol[3];
+    int ok = dout && out && lse && delta && (det || acc) && ro && rl;
+    for (int t = 0; t < 3; t++) {
+        gk[t] = malloc(n[t] * kiln_dtype_size(grad));
+        ref[t] = malloc(n[t] * sizeof(double));
+        tol[t] = malloc(n[t] * sizeof(double));
+        ok = ok && in[t] && gk[t] && ref[t] && tol[t];
+    }
+    int rc = CLI_OK;
+    printf("%s  sm_%d  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, o->sm, p.batch, p.heads_q,
+           p.heads_kv, p.seq_q, p.seq_k, o->seed, o->twice ? "  (every block twice)" : "");
+    if (!ok) {
+        rc = cli_error("out of memory");
+    } else if (kiln_attn_reference(&p, in[0], in[1], in[2], ro, rl, &err) != KILN_OK) {
+        rc = report_error(&err);
+    } else {
+        for (size_t i = 0; i < no; i++) kiln_emu_value_set(p.out, out, i, ro[i]);
+        for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
+        for (int t = 0; t < 3; t++) memset(gk[t], 0xff, n[t] * kiln_dtype_size(grad));
+        kiln_attn_bwd_buffers bf = {in[0], in[1], in[2], out, dout, lse, gk[0], gk[1], gk[2], delta, acc};
+        for (int i = 0; i < 3 && rc == CLI_OK; i++) {
+            double t0 = now_ms();
+            if (kiln_attn_bwd_run(ks[i], &p, &bf, o->twice, &err) != KILN_OK) rc = report_error(&err);
+            else printf("  %s: emulated in %.1f ms\n", kiln_emu_kernel_meta(ks[i])->entry, now_ms() - t0);
+        }
+        if (rc == CLI_OK && kiln_attn_bwd_reference(&p, p.dtype, in[0], in[1], in[2], dout, ref[0], ref[1], ref[2], tol[0],
+                                                    tol[1], tol[2], &err) != KILN_OK)
+            rc = report_error(&err);
+        long bad = 0;
+        for (int t = 0; t < 3 && rc == CLI_OK; t++) {
+            double worst = 0, max_abs = 0;
+            char first[256] = "";
+            long b = kiln_attn_bwd_compare(grad, gk[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
+            printf("  d%c    max |err| %.3e  worst %.3f of tolerance  %s\n", "qkv"[t], max_abs, floor(worst * 1000) / 1000,
+                   b ? "FAIL" : "ok");
+            if (b) printf("  d%c: %ld values out of tolerance; first: %s\n", "qkv"[t], b, first);
+            bad += b;
+        }
+        if (rc == CLI_OK) {
+            printf("%s: %s\n", bad ? "FAIL" : "PASS",
+                   bad ? "gradients differ from the float64 reference" : "every gradient within tolerance");
+            rc = bad ? CLI_FINDINGS : CLI_OK;
+        }
+    }
+    for (int t = 0; t < 3; t++) free(in[t]), free(gk[t]), free(ref[t]), free(tol[t]);
+    free(dout), free(out), free(lse), free(delta), free(acc), free(ro), free(rl);
+    return rc;
+}
+
 /* Families `kiln run` can check, each with its reference. */
 static const struct {
     const char *family;
@@ -162,6 +276,7 @@ static const struct {
 } families[] = {
     {"layernorm", run_layernorm},
     {"attention", run_attention},
+    {"attention_bwd", run_attention_bwd},
 };
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -236,7 +351,7 @@ int cmd_run(int argc, char **argv) {
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
-    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention", argv[optind]);
+    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd", argv[optind]);
     char spec[4096] = "";
     for (int i = optind, n = 0; i < argc; i++) {
         int k = snprintf(spec + n, sizeof spec - (size_t)n, "%s%s", i > optind ? " " : "", argv[i]);
@@ -251,6 +366,7 @@ int cmd_run(int argc, char **argv) {
         kiln_emu_load(emu, gen, spec, o.sm, &k, &err) != KILN_OK) {
         rc = cli_error("%s", err.msg);
     } else {
+        run_gen = gen, run_emu = emu;
         rc = families[fi].run(k, &o);
     }
     kiln_emu_destroy(emu);

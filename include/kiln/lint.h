@@ -18,7 +18,9 @@ typedef enum kiln_lint_kind {
     KILN_LINT_VERSION, /* the .version is too old for the .target */
     KILN_LINT_DECL,    /* an illegal declaration, e.g. `.reg .bf16` (bf16 lives in .b16/.b32) */
     KILN_LINT_SYNC,    /* shfl/vote without .sync on sm_70 and newer */
-    KILN_LINT_DEVICE   /* with a device SM: the module cannot run there, or this line needs more */
+    KILN_LINT_DEVICE,  /* with a device SM: the module cannot run there, or this line needs more */
+    KILN_LINT_TEXT,    /* a byte ptxas refuses: the first non-ASCII character (a UTF-8 BOM, an accent in a comment) */
+    KILN_LINT_CUDA     /* with a CUDA release: its driver/ptxas does not know the .version or the .target */
 } kiln_lint_kind;
 
 typedef struct kiln_lint_finding {
@@ -49,6 +51,8 @@ typedef struct kiln_lint_module {
     int device_sm;       /* the device SM asked about, 0 for none */
     int runs_on_device;  /* with a device SM: 1 when the driver can load the module there, else 0 */
     size_t dropped;      /* findings past the first 10000: counted, not kept */
+    int cuda;            /* the CUDA release asked about (12040 for 12.4), 0 for none */
+    int cuda_loads;      /* with a release: 1 when its driver accepts the .version and .target, else 0 */
 } kiln_lint_module;
 
 typedef struct kiln_lint_report kiln_lint_report; /* opaque */
@@ -59,6 +63,12 @@ typedef struct kiln_lint_report kiln_lint_report; /* opaque */
  * binary, no .version or .target) or an unknown device_sm, KILN_ENOMEM when out of memory.
  * Findings come sorted by line. Needs no LLVM. */
 kiln_status kiln_lint(const char *ptx, size_t len, int device_sm, kiln_lint_report **out, kiln_error *err);
+/* kiln_lint, and with cuda (a CUDA release as cuDriverGetVersion reports it, 12040 for 12.4; 0 for none)
+ * also what that release refuses: a .version newer than its driver and ptxas accept, a .target it does not
+ * know (KILN_LINT_CUDA errors), and a .target its ptxas no longer compiles for (a warning: its driver still
+ * JIT-compiles such PTX for a newer device). An unknown release is KILN_EINVAL (see kiln_cuda_parse_version). */
+kiln_status kiln_lint_cuda(const char *ptx, size_t len, int device_sm, int cuda, kiln_lint_report **out,
+                           kiln_error *err);
 size_t kiln_lint_count(const kiln_lint_report *r);
 const kiln_lint_finding *kiln_lint_get(const kiln_lint_report *r, size_t i); /* NULL when out of range */
 const kiln_lint_module *kiln_lint_module_info(const kiln_lint_report *r);

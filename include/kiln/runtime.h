@@ -179,6 +179,38 @@ typedef struct kiln_attention_args {
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
 
+/* Attention backward, FlashAttention-2 algorithm (runtime/rt_attention_bwd.c): dQ, dK, dV of
+ * L with dL/dO = dout, from the forward's inputs, its O and its lse. Tensors and strides as in
+ * kiln_attention_args (all three strides 0: [batch, seq, heads, head_dim]); dq is laid out by
+ * stride_dq, and so on. grad_dtype is the dtype of dq, dk, dv; out_dtype that of o and dout.
+ * GQA/MQA: dk/dv are summed over each group's query heads. Rows that saw no key (lse = +inf) get
+ * zero gradients. workspace: kiln_attention_backward_workspace(a) bytes of device memory, 16-byte
+ * aligned, that the call may overwrite (f32 delta, and the f32 dQ accumulator unless
+ * deterministic). Launches on a->stream, in order:
+ *   attention_bwd kernel=prep     grid {ceil(seq_q / tile), heads_q, batch}
+ *   attention_bwd kernel=dkdv     grid {ceil(seq_k / tile), heads_kv, batch}  (dQ by f32 atomics)
+ *   attention_bwd kernel=convert  grid {ceil(seq_q / tile), heads_q, batch}
+ * deterministic: dkdv with deterministic=true (no atomics) and kernel=dq instead of convert, which
+ * recomputes the scores per query tile: about 1.4x the work, no dQ accumulator, and the same bits
+ * on every run. */
+typedef struct kiln_attention_bwd_args {
+    kiln_devptr dq, dk, dv;            /* outputs, grad_dtype */
+    kiln_devptr q, k, v, o, dout, lse; /* inputs */
+    kiln_devptr workspace;
+    kiln_dtype dtype, out_dtype, grad_dtype; /* Q/K/V, O/dO, dQ/dK/dV */
+    int head_dim, causal, deterministic;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    float scale; /* 0: 1/sqrt(head_dim) */
+    int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3], stride_dout[3], stride_dq[3], stride_dk[3],
+        stride_dv[3];
+    void *stream;
+} kiln_attention_bwd_args;
+size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
+kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);
+/* The three kernels kiln_attention_backward launches, in order, without launching them. */
+kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],
+                                         kiln_error *err);
+
 /* ---- small device-memory helpers (for examples and tests) ---- */
 kiln_status kiln_rt_alloc(kiln_rt *rt, size_t bytes, kiln_devptr *out, kiln_error *err);
 kiln_status kiln_rt_free(kiln_rt *rt, kiln_devptr p, kiln_error *err);
@@ -238,6 +270,42 @@ void kiln_rt_register_generator(const kiln_rt_generator *g);
  * call is also what pulls the hook into the link). Linking only libkiln_rt, this symbol is
  * missing, which is the point: such a program runs from bundles only. */
 void kiln_rt_use_generator(void);
+
+/* ---- PTX against a CUDA release (pure tables, runtime/rt_ptxver.c; no driver needed) ---- */
+
+/* A PTX .target and the oldest PTX ISA (.version times 10) that names it. */
+typedef struct kiln_ptx_target {
+    const char *name; /* "sm_90a" */
+    int sm, ptx;      /* SM number, minimal .version times 10 */
+    char suffix;      /* 0, 'a' (arch-specific) or 'f' (family-specific) */
+} kiln_ptx_target;
+/* Every target kiln knows, sm_50 .. sm_121f. */
+const kiln_ptx_target *kiln_ptx_targets(size_t *count);
+/* The target named (len bytes; "compute_90" means sm_90), or NULL. */
+const kiln_ptx_target *kiln_ptx_target_find(const char *name, size_t len);
+
+/* A CUDA release: the newest PTX ISA its driver JIT and its ptxas accept, and the oldest SM its ptxas
+ * compiles for (its driver still JIT-compiles older .targets for a newer device). */
+typedef struct kiln_cuda_release {
+    int version; /* as cuDriverGetVersion reports it: 12040 for CUDA 12.4 */
+    int ptx;     /* newest .version, times 10 */
+    int min_sm;  /* oldest sm_NN of its ptxas / nvcc */
+} kiln_cuda_release;
+/* The release table, CUDA 9.0 .. the newest kiln knows, oldest first. */
+const kiln_cuda_release *kiln_cuda_releases(size_t *count);
+/* The release of a driver version; for a version newer than the table, its newest row; NULL below 9.0. */
+const kiln_cuda_release *kiln_cuda_release_of(int version);
+/* Parses "12.4" (also "12040", "cuda-12.4") into 12040; the error lists the known releases. */
+kiln_status kiln_cuda_parse_version(const char *text, int *version, kiln_error *err);
+/* Whether a driver of `version` knows .target t (its newest PTX ISA names it). */
+int kiln_cuda_knows_target(int version, const kiln_ptx_target *t);
+
+/* Whether a CUDA driver of `driver_version` (cuDriverGetVersion) can load this PTX text as far as its
+ * .version and .target go: 1 yes (also for a driver newer than the table), 0 no and `why` (cap bytes)
+ * says which and what would (e.g. ".version 9.4 needs a CUDA 13.4 driver or newer; this driver is CUDA
+ * 12.4, which loads PTX ISA up to 8.4"), -1 no .version or .target found. The runtime asks this before
+ * cuModuleLoadDataEx, which would fail with CUDA_ERROR_UNSUPPORTED_PTX_VERSION. */
+int kiln_ptx_driver_check(const char *ptx, size_t len, int driver_version, char *why, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -78,6 +78,8 @@ static struct {
     falloc *allocs;
     int have_launch;
     fake_cuda_launch last;
+    int nlog;                   /* launches recorded in log since the last reset */
+    fake_cuda_launch log[16];
 } S = {.lock = PTHREAD_MUTEX_INITIALIZER};
 
 static int the_context;
@@ -123,7 +125,17 @@ EXPORT void fake_cuda_reset(void) {
     S.c.live_allocs = live_a;
     memset(S.fail_times, 0, sizeof S.fail_times);
     S.have_launch = 0;
+    S.nlog = 0;
     pthread_mutex_unlock(&S.lock);
+}
+
+/* Launch i (0-based) of the first 16 since the last reset; 0 when there was none. */
+EXPORT int fake_cuda_launch_at(int i, fake_cuda_launch *out) {
+    pthread_mutex_lock(&S.lock);
+    int have = i >= 0 && i < S.nlog && i < 16;
+    if (have) *out = S.log[i];
+    pthread_mutex_unlock(&S.lock);
+    return have;
 }
 
 /* The injected error for op, if one is due (call with the lock held). */
@@ -172,7 +184,7 @@ EXPORT CUresult cuInit(unsigned flags) {
 
 EXPORT CUresult cuDriverGetVersion(int *v) {
     if (!v) return E_INVALID_VALUE;
-    *v = 13000;
+    *v = env_int("FAKE_CUDA_DRIVER_VERSION", 13000);
     return OK;
 }
 
@@ -203,6 +215,7 @@ EXPORT CUresult cuDeviceGetAttribute(int *v, int attr, CUdevice d) {
     case 8: *v = 48 << 10; break;                   /* shared memory per block */
     case 10: *v = 32; break;                        /* warp size */
     case 16: *v = 108; break;                       /* multiprocessors */
+    case 38: *v = 40 << 20; break;                  /* L2 cache bytes */
     case 75: *v = S.sm / 10; break;                 /* compute capability */
     case 76: *v = S.sm % 10; break;
     case 97: *v = (int)optin_smem(S.sm); break;     /* optin shared memory per block */
@@ -448,6 +461,8 @@ static int check_launch(fentry *e, const unsigned g[3], const unsigned b[3], uns
         if (e->size[i] <= 8) memcpy(&l->param[i], params[i], e->size[i]);
     }
     S.have_launch = 1;
+    if (S.nlog < 16) S.log[S.nlog] = *l;
+    S.nlog++;
     return OK;
 }
 
@@ -541,4 +556,60 @@ EXPORT CUresult cuGetErrorString(CUresult r, const char **s) {
     for (size_t i = 0; s && i < sizeof errors / sizeof errors[0]; i++)
         if (errors[i].code == r) return *s = errors[i].text, OK;
     return E_INVALID_VALUE;
+}
+
+/* ---- what the GPU check kit times with: events (host clock), device copies and memset ---- */
+
+#include <time.h>
+
+typedef struct fevent {
+    double ms;
+    int recorded;
+} fevent;
+
+EXPORT CUresult cuEventCreate(void **ev, unsigned flags) {
+    (void)flags;
+    if (!current_ctx) return E_INVALID_CONTEXT;
+    if (!ev || !(*ev = calloc(1, sizeof(fevent)))) return ev ? E_OOM : E_INVALID_VALUE;
+    return OK;
+}
+
+EXPORT CUresult cuEventDestroy_v2(void *ev) {
+    free(ev);
+    return OK;
+}
+
+EXPORT CUresult cuEventRecord(void *ev, void *stream) {
+    (void)stream;
+    if (!ev) return E_INVALID_HANDLE;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    ((fevent *)ev)->ms = (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+    ((fevent *)ev)->recorded = 1;
+    return OK;
+}
+
+EXPORT CUresult cuEventSynchronize(void *ev) { return ev ? OK : E_INVALID_HANDLE; }
+
+EXPORT CUresult cuEventElapsedTime(float *ms, void *start, void *end) {
+    if (!ms || !start || !end) return E_INVALID_HANDLE;
+    if (!((fevent *)start)->recorded || !((fevent *)end)->recorded) return E_INVALID_HANDLE;
+    *ms = (float)(((fevent *)end)->ms - ((fevent *)start)->ms);
+    return OK;
+}
+
+EXPORT CUresult cuMemcpyDtoD_v2(CUdeviceptr dst, CUdeviceptr src, size_t n) {
+    pthread_mutex_lock(&S.lock);
+    int ok = current_ctx && in_alloc(dst, n) && in_alloc(src, n);
+    pthread_mutex_unlock(&S.lock);
+    if (ok) memmove((void *)(uintptr_t)dst, (const void *)(uintptr_t)src, n);
+    return ok ? OK : current_ctx ? E_INVALID_VALUE : E_INVALID_CONTEXT;
+}
+
+EXPORT CUresult cuMemsetD8_v2(CUdeviceptr dst, unsigned char v, size_t n) {
+    pthread_mutex_lock(&S.lock);
+    int ok = current_ctx && in_alloc(dst, n);
+    pthread_mutex_unlock(&S.lock);
+    if (ok) memset((void *)(uintptr_t)dst, v, n);
+    return ok ? OK : current_ctx ? E_INVALID_VALUE : E_INVALID_CONTEXT;
 }

@@ -12,6 +12,7 @@
 
 /* Environment read at cuInit: FAKE_CUDA_SM (default 80), FAKE_CUDA_DEVICES (default 1),
  * FAKE_CUDA_PTX_MAX (PTX ISA version times 10 the "driver" accepts, default 88),
+ * FAKE_CUDA_DRIVER_VERSION (what cuDriverGetVersion reports, default 13000),
  * FAKE_CUDA_FAIL="op=error[,op=error...]" with op one of init, load, launch, alloc and error
  * one of oom, invalid_ptx, launch_failed, no_device (every call of that op fails). */
 
@@ -36,6 +37,9 @@ typedef void (*fake_cuda_fail_fn)(const char *op, const char *error, int times);
 typedef void (*fake_cuda_counters_fn)(fake_cuda_counts *out);
 typedef int (*fake_cuda_last_launch_fn)(fake_cuda_launch *out); /* 0 when there was none */
 typedef void (*fake_cuda_reset_fn)(void);                        /* counters and injected failures */
+/* fake_cuda_launch_at(i, out): launch i (0-based) of the first 16 since the last reset (dlsym it;
+ * 0 when there was none). */
+typedef int (*fake_cuda_launch_at_fn)(int i, fake_cuda_launch *out);
 
 typedef struct fake_cuda_api {
     void *dl;

@@ -28,8 +28,16 @@ corpus=(
   "turing_clean sm_75"
   "multi_func   sm_80 -lineinfo"
   "cluster      sm_90"
+  "wmma_f64     sm_80"
+  "half_misc    sm_80"
+  "async_sm90   sm_90"
+  "blackwell    sm_100a"
 )
-rm -f ./*.ptx
+# Only this script's own outputs are replaced: triton_*.ptx come from regen_triton.py, *.hand.ptx by hand.
+for row in "${corpus[@]}"; do
+  read -r src arch flags <<<"$row"
+  rm -f "$src.${arch/_/}.ptx"
+done
 for row in "${corpus[@]}"; do
   read -r src arch flags <<<"$row"
   out="$src.${arch/_/}.ptx"

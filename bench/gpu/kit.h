@@ -1,0 +1,119 @@
+/* bench/gpu/kit.h - shared header of the GPU check kit: check cases, comparison, launch adapters. */
+#ifndef KILN_BENCH_GPU_KIT_H
+#define KILN_BENCH_GPU_KIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "kiln/runtime.h"
+
+/* The norm families beyond LayerNorm forward (RMSNorm, backwards, residual forms) are checked when
+ * the tree has them (their emulator header comes with their runtime helpers). */
+#if defined(__has_include)
+#if __has_include("kiln/emu_norm.h")
+#define KIT_HAVE_NORM 1
+#endif
+#endif
+
+/*
+ * A check case is one kernel on one problem: its canonical spec, the named scalars and tensors
+ * its launch needs (named as the kernel's parameters in its "// kiln.meta" block), the inputs,
+ * and for every output the emulator's result (the same module for the SM the emulator ran) and
+ * the float64 reference. The generator side (kit_gen.c, static libkiln) writes case files; the
+ * AOT check (kit_check.c, libkiln_rt only) and the JIT check read them, launch on the GPU
+ * through the runtime's launch helpers (kit_launch.c) and compare (kit_case.c).
+ */
+enum { KIT_MAX_TENSORS = 16, KIT_MAX_SCALARS = 32, KIT_NAME = 48 };
+
+typedef enum kit_role { KIT_IN = 0, KIT_OUT = 1 } kit_role;
+
+typedef struct kit_tensor {
+    char name[KIT_NAME];
+    kiln_dtype dtype;
+    kit_role role;
+    size_t count;     /* elements */
+    void *data;       /* KIT_IN: the input; KIT_OUT: the emulator's output */
+    double *ref;      /* KIT_OUT: float64 reference */
+    double tol_ulps;  /* KIT_OUT: largest error allowed, in ulps of dtype at max(|ref|, scale) */
+    double scale;     /* KIT_OUT: the output's RMS; errors of smaller values count at this magnitude */
+} kit_tensor;
+
+typedef struct kit_scalar {
+    char name[KIT_NAME];
+    kiln_param_kind kind; /* I32, I64 or F32 */
+    double value;
+} kit_scalar;
+
+typedef struct kit_case {
+    char name[96];               /* e.g. "attention-bf16-d128-causal" */
+    char family[KIT_NAME];
+    char spec[KILN_SPEC_MAX];    /* canonical spec of the kernel the helper must pick */
+    int emu_sm;                  /* SM of the module the emulator ran */
+    uint64_t problem[3];         /* grid problem (generic launches) */
+    int nscalars, ntensors;
+    kit_scalar scalars[KIT_MAX_SCALARS];
+    kit_tensor tensors[KIT_MAX_TENSORS];
+} kit_case;
+
+/* ---- kit_case.c: case files, comparison ---- */
+int kit_case_write(const kit_case *c, const char *path, char *err, size_t errsize);
+int kit_case_read(kit_case *c, const char *path, char *err, size_t errsize);
+void kit_case_free(kit_case *c);
+/* Sorted paths of the *.kcase files in dir (malloc'd array of malloc'd strings); -1 on error. */
+int kit_case_list(const char *dir, char ***paths);
+const kit_scalar *kit_case_scalar(const kit_case *c, const char *name);
+const kit_tensor *kit_case_tensor(const kit_case *c, const char *name);
+size_t kit_tensor_bytes(const kit_tensor *t);
+
+/* Element i of an array of dtype t, exactly, as a double. */
+double kit_value(kiln_dtype t, const void *base, size_t i);
+/* Spacing of dtype t's values at magnitude m (the ulp). */
+double kit_ulp(kiln_dtype t, double m);
+
+/* One output compared with the reference and with the emulator. */
+typedef struct kit_compare {
+    double max_ulps;      /* largest |got - ref| in ulps (see kit_tensor.scale); inf for NaN/Inf mismatches */
+    double emu_ulps;      /* the same for the emulator's output */
+    long bad;             /* elements beyond tol_ulps, non-finite where ref is finite, or the reverse */
+    long diff_emu;        /* elements whose bits differ from the emulator's */
+    size_t worst;         /* index of the largest error */
+    double worst_got, worst_ref;
+} kit_compare;
+void kit_compare_output(const kit_tensor *t, const void *got, kit_compare *r);
+/* ulps of a value of dtype t against reference ref (see kit_compare.max_ulps). */
+double kit_error_ulps(kiln_dtype t, double got, double ref, double scale);
+
+/* ---- kit_launch.c: launching a case through the runtime's public launch helpers ---- */
+
+/* Device pointers of the case's tensors, by index into c->tensors. */
+typedef struct kit_device_args {
+    kiln_devptr ptr[KIT_MAX_TENSORS];
+    void *stream;
+} kit_device_args;
+
+/* Launches the case: through the family's typed helper when the kit has an adapter for it,
+ * else by binding the kernel's parameters by name (tensors, scalars) with grid from c->problem.
+ * *picked (may be NULL) receives the kernel that ran. */
+kiln_status kit_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
+                       kiln_error *err);
+/* The generic route alone (what a family without a helper adapter gets). */
+kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
+                               kiln_error *err);
+/* Whether the family goes through a typed helper ("helper") or generic binding ("by-name"). */
+const char *kit_launch_route(const char *family);
+
+/* Allocates device memory for every tensor, uploads inputs and fills outputs with 0xff bytes
+ * (NaN in every float type): an output the kernel does not write stays NaN. */
+kiln_status kit_upload(kiln_rt *rt, const kit_case *c, kit_device_args *a, kiln_error *err);
+kiln_status kit_poison_outputs(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_error *err);
+void kit_free_device(kiln_rt *rt, const kit_case *c, kit_device_args *a);
+
+/* Runs the case once on the GPU (through kit_launch, or kit_launch_by_name when by_name), compares every output, appends a line per output to the CSV
+ * (when csv is non-NULL) and prints one summary line. mode names the payload ("cubin sm_90",
+ * "ptx sm_75", "jit"). Returns the number of bad elements (0: pass), or -1 when the launch failed. */
+#include <stdio.h>
+long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int by_name, FILE *csv, int verbose);
+/* The CSV header matching kit_run_and_compare's lines. */
+extern const char kit_check_csv_header[];
+
+#endif

@@ -1,0 +1,642 @@
+/* bench/gpu/kit_check.c - GPU check kit, AOT side (libkiln_rt only): checks a bundle's kernels and times them. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "kiln/runtime.h"
+#include "kit.h"
+#include "kit_rows.h"
+
+static int die(const char *what, const kiln_error *err) {
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", what, err->msg);
+    return 2;
+}
+
+/* The highest SM kiln generates for that the device runs (bundles hold 75, 80, 86, 89, 90). */
+static int target_sm(int device_sm) {
+    static const int sms[] = {90, 89, 86, 80, 75};
+    for (int i = 0; i < 5; i++)
+        if (sms[i] <= device_sm) return sms[i];
+    return 75;
+}
+
+/* A runtime that sees only the bundle entries of one kind and SM: the launch helpers then have
+ * exactly one payload to pick for each spec. */
+typedef struct mode {
+    char name[32];
+    kiln_payload_kind kind;
+    int sm;
+    kiln_rt *rt;
+    void *data;
+    int entries, by_name;
+} mode;
+
+static kiln_status open_mode(mode *m, const kiln_bundle *b, kiln_error *err) {
+    kiln_bundle_writer *w;
+    kiln_status st = kiln_bundle_writer_create(&w, kiln_bundle_producer(b), err);
+    for (int i = 0; st == KILN_OK && i < kiln_bundle_count(b); i++) {
+        kiln_bundle_entry e;
+        st = kiln_bundle_entry_at(b, i, &e, err);
+        if (st == KILN_OK && e.kind == m->kind && e.sm == m->sm) {
+            st = kiln_bundle_writer_add(w, e.meta, e.kind, e.payload, (size_t)e.size, err);
+            m->entries++;
+        }
+    }
+    size_t size = 0;
+    if (st == KILN_OK) st = kiln_bundle_writer_finish(w, &m->data, &size, err);
+    kiln_bundle_writer_destroy(w);
+    kiln_rt_options opt = {.no_disk_cache = 1};
+    if (st == KILN_OK) st = kiln_rt_create(&m->rt, &opt, err);
+    if (st == KILN_OK) st = kiln_rt_add_bundle_memory(m->rt, m->data, size, err);
+    return st;
+}
+
+static int cmd_check(const char *bundle_path, const char *dir, const char *csv_path) {
+    kiln_error err = {0};
+    kiln_bundle *b;
+    if (kiln_bundle_open_file(bundle_path, &b, &err) != KILN_OK) return die("bundle", &err);
+    kiln_rt *probe;
+    kiln_rt_options popt = {.no_disk_cache = 1};
+    if (kiln_rt_create(&probe, &popt, &err) != KILN_OK) return die("runtime", &err);
+    const kiln_device_info *dev = kiln_rt_device(probe);
+    int tsm = target_sm(dev->sm);
+    printf("AOT path on %s (sm_%d, driver %d): bundle %s, %d entries (%s)\n", dev->name, dev->sm, dev->driver_version,
+           bundle_path, kiln_bundle_count(b), kiln_bundle_producer(b));
+    /* the device SM's cubin, its PTX, sm_75's PTX (all through the typed helpers), and the cubin
+     * again through the generic by-name route that families without a helper adapter take */
+    mode modes[4] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
+                     {.kind = KILN_PAYLOAD_PTX, .sm = 75}};
+    int nmodes = tsm == 75 ? 2 : 3;
+    for (int i = 0; i < nmodes; i++) {
+        snprintf(modes[i].name, sizeof modes[i].name, "%s sm_%d", modes[i].kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
+                 modes[i].sm);
+        if (open_mode(&modes[i], b, &err) != KILN_OK) return die(modes[i].name, &err);
+        printf("  mode %-14s %3d bundle entries%s\n", modes[i].name, modes[i].entries,
+               modes[i].kind == KILN_PAYLOAD_PTX ? " (JIT-compiled by the driver for the device)" : "");
+    }
+    modes[nmodes] = modes[0];
+    modes[nmodes].by_name = 1;
+    modes[nmodes].data = NULL; /* shares mode 0's runtime */
+    snprintf(modes[nmodes].name, sizeof modes[nmodes].name, "cubin sm_%d/name", tsm);
+    printf("  mode %-14s the cubins again, parameters bound by name from kiln.meta (no typed helper)\n",
+           modes[nmodes].name);
+    int nall = nmodes + 1;
+    char **paths;
+    int n = kit_case_list(dir, &paths);
+    if (n <= 0) return fprintf(stderr, "kiln-gpucheck: no cases in %s\n", dir), 2;
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (csv) fputs(kit_check_csv_header, csv);
+    long checks = 0, failed = 0;
+    for (int i = 0; i < n; i++) {
+        kit_case c;
+        char msg[512];
+        if (kit_case_read(&c, paths[i], msg, sizeof msg)) {
+            fprintf(stderr, "kiln-gpucheck: %s\n", msg);
+            failed++;
+            continue;
+        }
+        for (int m = 0; m < nall; m++) {
+            if (modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
+            size_t fl = strlen(c.family);
+            if (modes[m].by_name && fl > 4 && !strcmp(c.family + fl - 4, "_bwd")) continue; /* two kernels: helper only */
+            long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, modes[m].by_name, csv, 1);
+            checks++;
+            failed += bad != 0;
+        }
+        kit_case_free(&c);
+        free(paths[i]);
+    }
+    free(paths);
+    if (csv) fclose(csv);
+    printf("AOT path: %ld checks (case x payload), %ld failed\n", checks, failed);
+    for (int i = 0; i < nmodes; i++) {
+        kiln_rt_destroy(modes[i].rt);
+        free(modes[i].data);
+    }
+    kiln_rt_destroy(probe);
+    kiln_bundle_close(b);
+    return failed || !checks ? 1 : 0;
+}
+
+/* ---- timing: CUDA events and the few driver calls the runtime does not wrap ---- */
+
+typedef struct drv {
+    void *dl;
+    int (*cuDeviceGet)(int *, int);
+    int (*cuDeviceGetAttribute)(int *, int, int);
+    int (*cuEventCreate)(void **, unsigned);
+    int (*cuEventRecord)(void *, void *);
+    int (*cuEventSynchronize)(void *);
+    int (*cuEventElapsedTime)(float *, void *, void *);
+    int (*cuEventDestroy)(void *);
+    int (*cuMemcpyDtoD)(kiln_devptr, kiln_devptr, size_t);
+    int (*cuMemsetD8)(kiln_devptr, unsigned char, size_t);
+} drv;
+
+static int drv_open(drv *d) {
+    const char *path = getenv("KILN_CUDA_DRIVER");
+    d->dl = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->dl) return fprintf(stderr, "kiln-gpucheck: cannot open the CUDA driver: %s\n", dlerror()), -1;
+    const struct { const char *sym; void **slot; } t[] = {
+        {"cuDeviceGet", (void **)&d->cuDeviceGet}, {"cuDeviceGetAttribute", (void **)&d->cuDeviceGetAttribute},
+        {"cuEventCreate", (void **)&d->cuEventCreate}, {"cuEventRecord", (void **)&d->cuEventRecord},
+        {"cuEventSynchronize", (void **)&d->cuEventSynchronize},
+        {"cuEventElapsedTime", (void **)&d->cuEventElapsedTime}, {"cuEventDestroy_v2", (void **)&d->cuEventDestroy},
+        {"cuMemcpyDtoD_v2", (void **)&d->cuMemcpyDtoD}, {"cuMemsetD8_v2", (void **)&d->cuMemsetD8},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!(*t[i].slot = dlsym(d->dl, t[i].sym)))
+            return fprintf(stderr, "kiln-gpucheck: the CUDA driver lacks %s\n", t[i].sym), -1;
+    return 0;
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (r_) {                                                                                  \
+            fprintf(stderr, "kiln-gpucheck: %s failed: CUDA error %d\n", #call, r_);               \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct timer {
+    drv *d;
+    void *ev[2];
+    kiln_devptr flush; /* 0: no L2 flush */
+    size_t flush_bytes;
+} timer;
+
+typedef int (*launch_fn)(void *ctx);
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of reps launches in ms, each between two events (after an L2 flush when set), after
+ * warm-up launches; fewer reps when one launch is long (never fewer than 5). */
+static double time_median(timer *t, launch_fn f, void *ctx, int reps, int *used) {
+    float ms;
+    for (int i = 0; i < 3; i++)
+        if (f(ctx)) return -1;
+    CK(t->d->cuEventRecord(t->ev[0], NULL));
+    if (f(ctx)) return -1;
+    CK(t->d->cuEventRecord(t->ev[1], NULL));
+    CK(t->d->cuEventSynchronize(t->ev[1]));
+    CK(t->d->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
+    if (ms > 150 && reps > 5) reps = ms > 600 ? 5 : 10;
+    double v[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < reps; i++) {
+        if (t->flush) CK(t->d->cuMemsetD8(t->flush, (unsigned char)i, t->flush_bytes));
+        CK(t->d->cuEventRecord(t->ev[0], NULL));
+        if (f(ctx)) return -1;
+        CK(t->d->cuEventRecord(t->ev[1], NULL));
+        CK(t->d->cuEventSynchronize(t->ev[1]));
+        CK(t->d->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
+        v[i] = ms;
+    }
+    qsort(v, (size_t)reps, sizeof v[0], cmp_double);
+    *used = reps;
+    return reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
+}
+
+typedef struct copy_ctx {
+    drv *d;
+    kiln_devptr dst, src;
+    size_t n;
+} copy_ctx;
+static int copy_launch(void *p) {
+    copy_ctx *c = p;
+    return c->d->cuMemcpyDtoD(c->dst, c->src, c->n);
+}
+
+typedef struct ln_ctx {
+    kiln_rt *rt;
+    kiln_layernorm_args a;
+} ln_ctx;
+static int ln_launch(void *p) {
+    ln_ctx *c = p;
+    kiln_error err;
+    if (kiln_layernorm_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: layernorm: %s\n", err.msg);
+    return -1;
+}
+
+/* The LayerNorm probe: a bundle PTX with ".minnctapersm 2" added after its ".maxntid", loaded as a
+ * module and launched with its parameters bound by name. */
+typedef struct probe_ctx {
+    kiln_kernel *k;
+    kiln_layernorm_args a;
+} probe_ctx;
+
+static int probe_launch(void *p) {
+    probe_ctx *c = p;
+    const kiln_kernel_meta *m = kiln_kernel_get_meta(c->k);
+    kiln_arg args[KILN_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) {
+        const char *n = m->params[i].name;
+        args[i] = (kiln_arg){0};
+        if (!strcmp(n, "y")) args[i].ptr = c->a.y;
+        else if (!strcmp(n, "mean")) args[i].ptr = c->a.mean;
+        else if (!strcmp(n, "rstd")) args[i].ptr = c->a.rstd;
+        else if (!strcmp(n, "x")) args[i].ptr = c->a.x;
+        else if (!strcmp(n, "weight")) args[i].ptr = c->a.weight;
+        else if (!strcmp(n, "bias")) args[i].ptr = c->a.bias;
+        else if (!strcmp(n, "rows")) args[i].i32 = c->a.rows;
+        else if (!strcmp(n, "hidden")) args[i].i32 = c->a.hidden;
+        else if (!strcmp(n, "eps")) args[i].f32 = c->a.eps;
+    }
+    const uint64_t problem[3] = {(uint64_t)c->a.rows, 1, 1};
+    unsigned grid[3];
+    kiln_error err;
+    if (kiln_kernel_grid(c->k, problem, grid, &err) == KILN_OK &&
+        kiln_kernel_launch(c->k, grid, args, m->nparams, NULL, &err) == KILN_OK)
+        return 0;
+    fprintf(stderr, "kiln-gpucheck: probe: %s\n", err.msg);
+    return -1;
+}
+
+static int probe_load(kiln_rt *rt, const kiln_bundle *b, const kiln_kernel_meta *want, kiln_kernel **out) {
+    kiln_error err;
+    for (int i = 0; i < kiln_bundle_count(b); i++) {
+        kiln_bundle_entry e;
+        if (kiln_bundle_entry_at(b, i, &e, &err) != KILN_OK || e.kind != KILN_PAYLOAD_PTX || e.sm != want->sm ||
+            strcmp(e.spec, want->spec))
+            continue;
+        const char *text = e.payload, *at = strstr(text, "\n.maxntid");
+        const char *eol = at ? memchr(at + 1, '\n', e.size - (size_t)(at + 1 - text)) : NULL;
+        if (!eol || strstr(text, ".minnctapersm")) return -1;
+        static const char add[] = "\n.minnctapersm 2";
+        size_t head = (size_t)(eol - text), n = (size_t)e.size + sizeof add - 1;
+        char *ptx = malloc(n + 1);
+        if (!ptx) return -1;
+        memcpy(ptx, text, head);
+        memcpy(ptx + head, add, sizeof add - 1);
+        memcpy(ptx + head + sizeof add - 1, eol, (size_t)e.size - head);
+        ptx[n] = 0;
+        kiln_status st = kiln_rt_load_module(rt, ptx, n, KILN_PAYLOAD_PTX, e.meta, out, &err);
+        free(ptx);
+        if (st != KILN_OK) fprintf(stderr, "kiln-gpucheck: probe: %s\n", err.msg);
+        return st == KILN_OK ? 0 : -1;
+    }
+    return -1;
+}
+
+#ifdef KIT_HAVE_NORM
+typedef struct norm_ctx {
+    kiln_rt *rt;
+    int bwd;
+    kiln_norm_fwd_args f;
+    kiln_norm_bwd_args b;
+} norm_ctx;
+static int norm_launch(void *p) {
+    norm_ctx *c = p;
+    kiln_error err;
+    if ((c->bwd ? kiln_norm_backward(c->rt, &c->b, &err) : kiln_norm_forward(c->rt, &c->f, &err)) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", c->bwd ? "layernorm backward" : "rmsnorm forward", err.msg);
+    return -1;
+}
+#endif
+
+typedef struct attn_ctx {
+    kiln_rt *rt;
+    kiln_attention_args a;
+} attn_ctx;
+static int attn_launch(void *p) {
+    attn_ctx *c = p;
+    kiln_error err;
+    if (kiln_attention_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: attention: %s\n", err.msg);
+    return -1;
+}
+
+typedef struct peak_ctx {
+    kiln_kernel *k;
+    unsigned grid[3];
+    kiln_arg args[2];
+} peak_ctx;
+static int peak_launch(void *p) {
+    peak_ctx *c = p;
+    kiln_error err;
+    if (kiln_kernel_launch(c->k, c->grid, c->args, 2, NULL, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: mma peak: %s\n", err.msg);
+    return -1;
+}
+
+/* The tensor-core ceiling for mma.sync: each warp issues MMA_CHAINS independent
+ * m16n8k16 bf16 -> f32 mma per iteration (no loads in the loop), as many warps as fill the device. */
+enum { MMA_CHAINS = 8 };
+static const char peak_ptx_head[] =
+    ".version 7.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry kiln_kit_mma_peak(.param .u64 out, .param .u32 iters)\n{\n"
+    "  .reg .b32 a<4>, b<2>, t, i, n;\n  .reg .f32 c<32>, s;\n  .reg .pred p;\n  .reg .u64 o, off;\n"
+    "  ld.param.u64 o, [out];\n  ld.param.u32 n, [iters];\n  mov.u32 t, %tid.x;\n"
+    "  and.b32 t, t, 7;\n  or.b32 a0, t, 0x3c003c00;\n  or.b32 a1, t, 0x3c013c00;\n  or.b32 a2, t, 0x3c023c00;\n"
+    "  or.b32 a3, t, 0x3c033c00;\n  or.b32 b0, t, 0x3c003c04;\n  or.b32 b1, t, 0x3c053c00;\n";
+
+static int peak_ptx(char *buf, size_t size) {
+    int n = snprintf(buf, size, "%s", peak_ptx_head);
+    for (int i = 0; i < 4 * MMA_CHAINS; i++) n += snprintf(buf + n, size - (size_t)n, "  mov.f32 c%d, 0f00000000;\n", i);
+    n += snprintf(buf + n, size - (size_t)n, "  mov.u32 i, 0;\nLOOP:\n");
+    for (int j = 0; j < MMA_CHAINS; j++)
+        n += snprintf(buf + n, size - (size_t)n,
+                      "  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {c%d, c%d, c%d, c%d}, {a0, a1, a2, a3}, "
+                      "{b0, b1}, {c%d, c%d, c%d, c%d};\n",
+                      4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3, 4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3);
+    n += snprintf(buf + n, size - (size_t)n, "  add.u32 i, i, 1;\n  setp.lt.u32 p, i, n;\n  @p bra LOOP;\n  mov.f32 s, c0;\n");
+    for (int i = 1; i < 4 * MMA_CHAINS; i++) n += snprintf(buf + n, size - (size_t)n, "  add.f32 s, s, c%d;\n", i);
+    n += snprintf(buf + n, size - (size_t)n,
+                  "  mov.u32 t, %%ctaid.x;\n  mov.u32 i, %%ntid.x;\n  mov.u32 n, %%tid.x;\n  mad.lo.u32 t, t, i, n;\n"
+                  "  mul.wide.u32 off, t, 4;\n  add.u64 o, o, off;\n  st.global.f32 [o], s;\n  ret;\n}\n");
+    return n;
+}
+
+static FILE *g_csv;
+static void csv_row(const char *bench, const char *impl, const char *dtype, int hidden, int d, int seq, int causal,
+                    long rows_or_batch, int heads, double work, const char *unit, double ms, int reps) {
+    double rate = ms > 0 ? work / (ms * 1e-3) / (unit[0] == 'G' ? 1e9 : 1e12) : 0;
+    if (g_csv)
+        fprintf(g_csv, "%s,%s,%s,%d,%d,%d,%d,%ld,%d,%.6g,%s,%.6f,%.4f,%d\n", bench, impl, dtype, hidden, d, seq, causal,
+                rows_or_batch, heads, work, unit, ms, rate, reps);
+}
+
+static void fill_random(void *buf, size_t n, kiln_dtype t, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float v = (float)((double)(s >> 40) / (double)(1ull << 24) * 4 - 2); /* uniform [-2, 2) */
+        if (t == KILN_F32) {
+            memcpy((char *)buf + 4 * i, &v, 4);
+        } else {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            uint16_t h;
+            if (t == KILN_BF16) {
+                h = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+            } else { /* f16: values in [-2, 2) are normal or tiny; truncating is fine for inputs */
+                int e = (int)((u >> 23) & 255) - 127 + 15;
+                h = (uint16_t)(((u >> 16) & 0x8000) | (e <= 0 ? 0 : (unsigned)(e << 10) | ((u >> 13) & 1023)));
+            }
+            memcpy((char *)buf + 2 * i, &h, 2);
+        }
+    }
+}
+
+static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
+    kiln_error err = {0};
+    kiln_rt *rt;
+    kiln_rt_options opt = {.no_disk_cache = 1};
+    if (kiln_rt_create(&rt, &opt, &err) != KILN_OK) return die("runtime", &err);
+    kiln_bundle *bundle;
+    if (kiln_rt_add_bundle_file(rt, bundle_path, &err) != KILN_OK ||
+        kiln_bundle_open_file(bundle_path, &bundle, &err) != KILN_OK)
+        return die("bundle", &err);
+    drv d;
+    if (drv_open(&d)) return 2;
+    const kiln_device_info *dev = kiln_rt_device(rt);
+    int cudev, l2 = 0;
+    CK(d.cuDeviceGet(&cudev, dev->ordinal));
+    CK(d.cuDeviceGetAttribute(&l2, 38 /* CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE */, cudev));
+    timer t = {.d = &d};
+    if (kiln_rt_synchronize(rt, &err) != KILN_OK) return die("context", &err); /* binds the context here */
+    CK(d.cuEventCreate(&t.ev[0], 0));
+    CK(d.cuEventCreate(&t.ev[1], 0));
+    t.flush_bytes = (size_t)(l2 > 0 ? l2 : 1 << 20) * 2;
+    kiln_devptr flushbuf;
+    if (kiln_rt_alloc(rt, t.flush_bytes, &flushbuf, &err) != KILN_OK) return die("alloc", &err);
+    g_csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (g_csv) fputs("bench,impl,dtype,hidden,head_dim,seq,causal,rows_or_batch,heads,work,unit,median_ms,rate,reps\n", g_csv);
+    printf("speed on %s (sm_%d, %d SMs, L2 %d MiB), CUDA events, median of >= 20 launches after warm-up\n", dev->name,
+           dev->sm, dev->multiprocessors, l2 >> 20);
+    int reps = quick ? 5 : 25, used = 0;
+
+    /* device-to-device copy: the bandwidth ceiling (bytes read + bytes written) */
+    size_t copy_bytes = quick ? (8u << 20) : (1ull << 30);
+    copy_ctx cc = {.d = &d, .n = copy_bytes};
+    if (kiln_rt_alloc(rt, copy_bytes, &cc.src, &err) != KILN_OK || kiln_rt_alloc(rt, copy_bytes, &cc.dst, &err) != KILN_OK)
+        return die("alloc", &err);
+    CK(d.cuMemsetD8(cc.src, 0x5a, copy_bytes));
+    double ms = time_median(&t, copy_launch, &cc, reps, &used);
+    double copy_gbs = 2.0 * (double)copy_bytes / (ms * 1e-3) / 1e9;
+    printf("  cuMemcpyDtoD %zu MiB: %.3f ms, %.0f GB/s (read + write)\n", copy_bytes >> 20, ms, copy_gbs);
+    csv_row("copy", "cuMemcpyDtoD", "-", 0, 0, 0, 0, 0, 0, 2.0 * (double)copy_bytes, "GB", ms, used);
+    kiln_rt_free(rt, cc.src, NULL), kiln_rt_free(rt, cc.dst, NULL);
+
+    /* tensor-core ceiling of mma.sync */
+    char ptx[16384];
+    size_t plen = (size_t)peak_ptx(ptx, sizeof ptx);
+    kiln_kernel_meta pm = {.family = "kit", .spec = "kit mma_peak", .entry = "kiln_kit_mma_peak", .sm = 80,
+                           .ptx_version = 70, .nparams = 2, .block = {256, 1, 1}, .grid_tile = {256, 1, 1}};
+    snprintf(pm.params[0].name, KILN_NAME_MAX, "out"), pm.params[0].kind = KILN_PARAM_PTR;
+    snprintf(pm.params[1].name, KILN_NAME_MAX, "iters"), pm.params[1].kind = KILN_PARAM_I32;
+    peak_ctx pc = {.grid = {(unsigned)dev->multiprocessors * 8, 1, 1}};
+    unsigned iters = quick ? 16 : 1024;
+    pc.args[1].i32 = (int32_t)iters;
+    if (kiln_rt_load_module(rt, ptx, plen, KILN_PAYLOAD_PTX, &pm, &pc.k, &err) != KILN_OK ||
+        kiln_rt_alloc(rt, (size_t)pc.grid[0] * 256 * 4, &pc.args[0].ptr, &err) != KILN_OK)
+        return die("mma peak kernel", &err);
+    ms = time_median(&t, peak_launch, &pc, reps, &used);
+    double peak_flops = (double)pc.grid[0] * 8 /* warps */ * iters * MMA_CHAINS * 2.0 * 16 * 8 * 16;
+    double peak_tflops = peak_flops / (ms * 1e-3) / 1e12;
+    printf("  mma.sync m16n8k16 bf16 peak: %.3f ms, %.1f TFLOP/s\n", ms, peak_tflops);
+    csv_row("mma_peak", "mma.sync.m16n8k16.bf16", "bf16", 0, 0, 0, 0, pc.grid[0], 0, peak_flops, "TFLOP", ms, used);
+
+    /* LayerNorm forward over hidden sizes */
+    size_t max_bytes = (size_t)(quick ? (4u << 20) : KIT_LN_SWEEP_BYTES) + (64u << 20);
+    kiln_devptr x, y, w, bb, mean, rstd;
+    size_t max_rows = max_bytes / 2 / 768 + 1;
+    void *host = malloc(max_bytes / 2);
+    if (!host) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
+    if (kiln_rt_alloc(rt, max_bytes / 2, &x, &err) || kiln_rt_alloc(rt, max_bytes / 2, &y, &err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &w, &err) || kiln_rt_alloc(rt, 16384 * 4, &bb, &err) ||
+        kiln_rt_alloc(rt, max_rows * 4, &mean, &err) || kiln_rt_alloc(rt, max_rows * 4, &rstd, &err))
+        return die("alloc", &err);
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "layernorm forward", "hidden", "rows", "ms", "GB/s", "of copy");
+    for (size_t ti = 0; ti < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; ti++) {
+        kiln_dtype dt;
+        kiln_dtype_parse(kit_ln_sweep_dtypes[ti], &dt);
+        size_t es = kiln_dtype_size(dt);
+        fill_random(host, max_bytes / 2 / es, dt, 1 + ti);
+        if (kiln_rt_upload(rt, x, host, max_bytes / 2 / es * es, &err) != KILN_OK) return die("upload", &err);
+        fill_random(host, 16384 * 2, dt, 7);
+        if (kiln_rt_upload(rt, w, host, 16384 * es, &err) || kiln_rt_upload(rt, bb, (char *)host + 16384 * es, 16384 * es, &err))
+            return die("upload", &err);
+        for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
+            int hidden = kit_ln_sweep_hidden[hi];
+            double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            long rows = (long)ceil(want / ((double)hidden * 2 * (double)es));
+            ln_ctx lc = {.rt = rt, .a = {.y = y, .mean = mean, .rstd = rstd, .x = x, .weight = w, .bias = bb, .rows = (int)rows,
+                                         .hidden = hidden, .x_dtype = dt, .w_dtype = dt, .y_dtype = dt, .eps = 1e-5f}};
+            double bytes = (double)rows * hidden * 2 * (double)es + 2.0 * hidden * (double)es + 8.0 * (double)rows;
+            t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+            ms = time_median(&t, ln_launch, &lc, reps, &used);
+            if (ms < 0) continue;
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", kit_ln_sweep_dtypes[ti], hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
+            csv_row("layernorm_fwd", "kiln", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            /* probe: the same PTX asking ptxas for two blocks per SM (fewer registers, more loads in flight) */
+            probe_ctx pr = {.a = lc.a};
+            kiln_kernel *picked;
+            if (kiln_layernorm_pick(rt, &lc.a, &picked, &err) == KILN_OK &&
+                probe_load(rt, bundle, kiln_kernel_get_meta(picked), &pr.k) == 0) {
+                ms = time_median(&t, probe_launch, &pr, reps, &used);
+                if (ms > 0) {
+                    gbs = bytes / (ms * 1e-3) / 1e9;
+                    printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "  probe .minnctapersm 2", hidden, rows, ms, gbs,
+                           100 * gbs / copy_gbs);
+                    csv_row("layernorm_fwd", "kiln-minctasm2", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB",
+                            ms, used);
+                }
+            }
+        }
+    }
+#ifdef KIT_HAVE_NORM
+    /* RMSNorm forward and LayerNorm backward (bf16, weight and bias; dweight/dbias through the
+     * workspace and the reduce kernel): bytes = the row tensors read and written once */
+    kiln_devptr dy, dw, db, ws = 0;
+    size_t ws_bytes = 0;
+    if (kiln_rt_alloc(rt, max_bytes / 2, &dy, &err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &db, &err))
+        return die("alloc", &err);
+    fill_random(host, max_bytes / 2 / 2, KILN_BF16, 5);
+    if (kiln_rt_upload(rt, dy, host, max_bytes / 2 / 2 * 2, &err) != KILN_OK) return die("upload", &err);
+    for (int fam = 0; fam < 2; fam++) {
+        printf("  %-28s %7s %8s %9s %9s %7s\n", fam ? "layernorm backward bf16" : "rmsnorm forward bf16", "hidden", "rows",
+               "ms", "GB/s", "of copy");
+        for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
+            int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
+            double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            long rows = (long)ceil(want / ((double)hidden * tensors * 2));
+            norm_ctx nc = {.rt = rt, .bwd = fam};
+            nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = y, .rstd = rstd, .x = x, .weight = w, .rows = (int)rows,
+                                        .hidden = hidden, .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .y_dtype = KILN_BF16,
+                                        .r_dtype = KILN_BF16, .eps = 1e-5f};
+            nc.b = (kiln_norm_bwd_args){.kind = KILN_NORM_LAYERNORM, .dx = y, .dweight = dw, .dbias = db, .dy = dy, .x = x,
+                                        .mean = mean, .rstd = rstd, .weight = w, .rows = (int)rows, .hidden = hidden,
+                                        .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .dy_dtype = KILN_BF16,
+                                        .dx_dtype = KILN_BF16, .r_dtype = KILN_BF16};
+            if (fam) {
+                size_t need = 0;
+                if (kiln_norm_backward_workspace(rt, &nc.b, &need, NULL, &err) != KILN_OK) {
+                    fprintf(stderr, "kiln-gpucheck: layernorm backward: %s\n", err.msg);
+                    continue;
+                }
+                if (need > ws_bytes) {
+                    if (ws) kiln_rt_free(rt, ws, NULL);
+                    if (kiln_rt_alloc(rt, need, &ws, &err) != KILN_OK) return die("alloc", &err);
+                    ws_bytes = need;
+                }
+                nc.b.workspace = ws, nc.b.workspace_bytes = ws_bytes;
+            }
+            double bytes = (double)rows * hidden * tensors * 2 + (fam ? 8.0 : 4.0) * (double)rows + 2.0 * hidden * 2;
+            t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+            ms = time_median(&t, norm_launch, &nc, reps, &used);
+            if (ms < 0) continue;
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
+            csv_row(fam ? "layernorm_bwd" : "rmsnorm_fwd", "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+        }
+    }
+    if (ws) kiln_rt_free(rt, ws, NULL);
+    kiln_rt_free(rt, dy, NULL), kiln_rt_free(rt, dw, NULL), kiln_rt_free(rt, db, NULL);
+#endif
+    free(host);
+    kiln_rt_free(rt, x, NULL), kiln_rt_free(rt, y, NULL);
+
+    /* attention forward over sequence lengths */
+    size_t elems = (size_t)(quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) * KIT_ATTN_SWEEP_WIDTH;
+    kiln_devptr q, k, v, o, lse;
+    void *hq = malloc(elems * 2);
+    if (!hq) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
+    if (kiln_rt_alloc(rt, elems * 2, &q, &err) || kiln_rt_alloc(rt, elems * 2, &k, &err) ||
+        kiln_rt_alloc(rt, elems * 2, &v, &err) || kiln_rt_alloc(rt, elems * 2, &o, &err) ||
+        kiln_rt_alloc(rt, elems / 32 * 4 + 4096, &lse, &err))
+        return die("alloc", &err);
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "attention forward", "seq", "batch", "ms", "TFLOP/s", "of mma");
+    for (size_t ti = 0; ti < sizeof kit_attn_sweep_dtypes / sizeof *kit_attn_sweep_dtypes; ti++) {
+        kiln_dtype dt;
+        kiln_dtype_parse(kit_attn_sweep_dtypes[ti], &dt);
+        kiln_devptr bufs[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) {
+            fill_random(hq, elems, dt, 11 + (uint64_t)i);
+            if (kiln_rt_upload(rt, bufs[i], hq, elems * 2, &err) != KILN_OK) return die("upload", &err);
+        }
+        for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
+            for (int causal = 0; causal < 2; causal++)
+                for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
+                    int hd = kit_attn_sweep_d[di], seq = kit_attn_sweep_seq[si];
+                    if (quick && seq > 1024) continue;
+                    int tokens = quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
+                    int batch = tokens / seq > 0 ? tokens / seq : 1, heads = KIT_ATTN_SWEEP_WIDTH / hd;
+                    attn_ctx ac = {.rt = rt, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = dt, .out_dtype = dt,
+                                                   .head_dim = hd, .causal = causal, .batch = batch, .heads_q = heads,
+                                                   .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
+                    t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+                    ms = time_median(&t, attn_launch, &ac, reps, &used);
+                    if (ms < 0) continue;
+                    double tf = flops / (ms * 1e-3) / 1e12;
+                    char label[64];
+                    snprintf(label, sizeof label, "%s d%d%s", kit_attn_sweep_dtypes[ti], hd, causal ? " causal" : "");
+                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / peak_tflops);
+                    csv_row("attention_fwd", "kiln", kit_attn_sweep_dtypes[ti], 0, hd, seq, causal, batch, heads, flops,
+                            "TFLOP", ms, used);
+                }
+    }
+    free(hq);
+    if (g_csv) fclose(g_csv);
+    kiln_bundle_close(bundle);
+    kiln_rt_destroy(rt);
+    return 0;
+}
+
+static void usage(FILE *to) {
+    fprintf(to,
+            "usage: kiln-gpucheck device\n"
+            "           the SM kiln generates for on this device, and the device\n"
+            "       kiln-gpucheck check BUNDLE CASEDIR [--csv F]\n"
+            "           every case through the launch helpers, once per payload: the device SM's cubin, its PTX\n"
+            "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64\n"
+            "       kiln-gpucheck bench BUNDLE [--csv F] [--quick]\n"
+            "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq\n"
+            "exit status: 0 every check passed, 1 a check failed, 2 the kit could not run\n");
+}
+
+/* Prints "SM NAME (sm_X, driver N)": the SM kiln generates for on device 0, and what it is. */
+static int cmd_device(void) {
+    kiln_rt *rt;
+    kiln_error err;
+    kiln_rt_options opt = {.no_disk_cache = 1};
+    if (kiln_rt_create(&rt, &opt, &err) != KILN_OK) return die("runtime", &err);
+    const kiln_device_info *d = kiln_rt_device(rt);
+    printf("%d %s (sm_%d, %d SMs, driver %d)\n", target_sm(d->sm), d->name, d->sm, d->multiprocessors, d->driver_version);
+    kiln_rt_destroy(rt);
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "device")) return cmd_device();
+    if (argc == 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(stdout), 0;
+    if (argc < 3) {
+        fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
+        return 2;
+    }
+    const char *csv = NULL;
+    int quick = 0, pos = 0;
+    const char *args[2] = {NULL, NULL};
+    for (int i = 2; i < argc; i++) {
+        if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (argv[i][0] != '-' && pos < 2) args[pos++] = argv[i];
+        else return fprintf(stderr, "kiln-gpucheck: unknown argument '%s'; see kiln-gpucheck --help\n", argv[i]), 2;
+    }
+    if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv);
+    if (!strcmp(argv[1], "bench") && pos == 1) return cmd_bench(args[0], csv, quick);
+    fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
+    return 2;
+}

@@ -1,0 +1,595 @@
+/* bench/gpu/kit_gen.c - GPU check kit, generator side (static libkiln): specs, check cases, the JIT-path check. */
+#include <getopt.h>
+#include <math.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "kiln/emu.h"
+#include "kiln/emu_attention.h"
+#include "kiln/kiln.h"
+#include "kiln/runtime.h"
+#include "kit.h"
+#include "kit_rows.h"
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* ---- specs of the rows ---- */
+
+static void ln_spec(const char *x, const char *w, const char *y, int hidden, char *buf, size_t size) {
+    char h[16];
+    snprintf(h, sizeof h, hidden ? "%d" : "launch", hidden);
+    snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=true bias=true", x, w, y, h);
+}
+
+static void attn_spec(const char *dtype, const char *out, int d, int causal, char *buf, size_t size) {
+    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", dtype, out, d,
+             causal ? "true" : "false");
+}
+
+/* Every spec the kit needs in its bundle, canonical, one per line (duplicates removed). */
+static int cmd_specs(void) {
+    kiln_gen *gen;
+    kiln_error err;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
+    char list[256][KILN_SPEC_MAX];
+    int n = 0;
+    char raw[KILN_SPEC_MAX], canon[KILN_SPEC_MAX];
+#define ADD(...)                                                                                   \
+    do {                                                                                           \
+        __VA_ARGS__;                                                                               \
+        if (kiln_canonical_spec(gen, raw, canon, sizeof canon, &err) != KILN_OK) {                 \
+            fprintf(stderr, "kiln-kit: %s\n", err.msg);                                            \
+            kiln_gen_destroy(gen);                                                                 \
+            return 1;                                                                              \
+        }                                                                                          \
+        int dup = 0;                                                                               \
+        for (int i = 0; i < n; i++) dup |= !strcmp(list[i], canon);                                \
+        if (!dup && n < 256) snprintf(list[n++], sizeof list[0], "%s", canon);                     \
+    } while (0)
+    for (size_t i = 0; i < sizeof kit_ln_rows / sizeof kit_ln_rows[0]; i++) {
+        const kit_ln_row *r = &kit_ln_rows[i];
+        ADD(ln_spec(r->x, r->w, r->y, r->hidden, raw, sizeof raw));
+    }
+    for (size_t i = 0; i < sizeof kit_attn_rows / sizeof kit_attn_rows[0]; i++) {
+        const kit_attn_row *r = &kit_attn_rows[i];
+        ADD(attn_spec(r->dtype, r->out, r->head_dim, r->causal, raw, sizeof raw));
+    }
+    for (size_t t = 0; t < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; t++)
+        for (size_t i = 0; i < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; i++) {
+            const char *d = kit_ln_sweep_dtypes[t];
+            ADD(ln_spec(d, d, d, kit_ln_sweep_hidden[i], raw, sizeof raw));
+        }
+    for (size_t t = 0; t < sizeof kit_attn_sweep_dtypes / sizeof *kit_attn_sweep_dtypes; t++)
+        for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; i++)
+            for (int causal = 0; causal < 2; causal++) {
+                const char *d = kit_attn_sweep_dtypes[t];
+                ADD(attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw));
+            }
+#ifdef KIT_HAVE_NORM
+    /* the norm rows, then the RMSNorm forward and LayerNorm backward speed sweeps (bf16) */
+    size_t nrows = sizeof kit_norm_rows / sizeof kit_norm_rows[0], nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
+    for (size_t i = 0; i < nrows + 2 * nsweep; i++) {
+        if (i < nrows) {
+            ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
+        } else {
+            size_t k = i - nrows;
+            ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d", k < nsweep ? "rmsnorm" : "layernorm_bwd",
+                         kit_ln_sweep_hidden[k % nsweep]));
+        }
+        /* a backward's second kernel (the workspace reduction) must be in the bundle too */
+        static const int sms[] = {75, 80, 86, 89, 90};
+        for (size_t t = 0; t < sizeof sms / sizeof sms[0]; t++) {
+            kiln_module *mod;
+            if (kiln_generate(gen, canon, sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) {
+                fprintf(stderr, "kiln-kit: %s\n", err.msg);
+                kiln_gen_destroy(gen);
+                return 1;
+            }
+            char then[KILN_SPEC_MAX];
+            snprintf(then, sizeof then, "%s", kiln_module_meta(mod)->then_spec);
+            kiln_module_free(mod);
+            if (then[0]) ADD(snprintf(raw, sizeof raw, "%s", then));
+        }
+    }
+#endif
+#undef ADD
+    for (int i = 0; i < n; i++) printf("%s\n", list[i]);
+    kiln_gen_destroy(gen);
+    return 0;
+}
+
+/* ---- case building ---- */
+
+/* Tolerance: twice the emulator's own largest error plus two ulps, and at least a floor per dtype
+ * (f32 outputs carry f32 reduction and approximate-instruction error; f16/bf16 outputs are
+ * dominated by their own rounding). The emulator runs the very module that became the PTX, so a
+ * GPU result beyond this is a different computation, not rounding. */
+static double tolerance(kiln_dtype t, double emu_ulps) {
+    double floor_ulps = t == KILN_F32 ? 64 : 4;
+    double tol = 2 * emu_ulps + 2;
+    return tol > floor_ulps ? tol : floor_ulps;
+}
+
+static double rms(const double *v, size_t n) {
+    double s = 0;
+    size_t k = 0;
+    for (size_t i = 0; i < n; i++)
+        if (isfinite(v[i])) s += v[i] * v[i], k++;
+    return k ? sqrt(s / (double)k) : 1;
+}
+
+/* Adds a tensor; data (and ref for outputs) are copied. */
+static kit_tensor *add_tensor(kit_case *c, const char *name, kiln_dtype t, kit_role role, size_t count,
+                              const void *data, const double *ref) {
+    if (c->ntensors == KIT_MAX_TENSORS) abort(); /* a row table with more tensors than the kit allows */
+    kit_tensor *x = &c->tensors[c->ntensors++];
+    snprintf(x->name, sizeof x->name, "%s", name);
+    x->dtype = t, x->role = role, x->count = count;
+    x->data = malloc(kit_tensor_bytes(x));
+    if (x->data) memcpy(x->data, data, kit_tensor_bytes(x));
+    if (role == KIT_OUT) {
+        x->ref = malloc(count * sizeof(double));
+        if (x->ref) memcpy(x->ref, ref, count * sizeof(double));
+        x->scale = rms(ref, count);
+        double e = 0;
+        for (size_t i = 0; i < count && x->data; i++) {
+            double u = kit_error_ulps(t, kit_value(t, data, i), ref[i], x->scale);
+            if (u > e) e = u;
+        }
+        x->tol_ulps = tolerance(t, e);
+    }
+    return x;
+}
+
+static void add_scalar(kit_case *c, const char *name, kiln_param_kind k, double v) {
+    if (c->nscalars == KIT_MAX_SCALARS) abort();
+    kit_scalar *s = &c->scalars[c->nscalars++];
+    snprintf(s->name, sizeof s->name, "%s", name);
+    s->kind = k, s->value = v;
+}
+
+static int tensors_ok(const kit_case *c) {
+    for (int i = 0; i < c->ntensors; i++)
+        if (!c->tensors[i].data || (c->tensors[i].role == KIT_OUT && !c->tensors[i].ref)) return 0;
+    return 1;
+}
+
+static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, int sm, int quick, kit_case *c,
+                            kiln_error *err) {
+    char spec[KILN_SPEC_MAX];
+    ln_spec(r->x, r->w, r->y, r->hidden, spec, sizeof spec);
+    kiln_emu_kernel *k;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_layernorm_spec s;
+    if ((st = kiln_ln_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
+    int hidden = r->hidden ? r->hidden : r->run_hidden;
+    int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
+    kiln_ln_data *d;
+    st = kiln_ln_data_create(&d, &s, 1e-5f, rows, hidden, r->large_mean ? KILN_LN_LARGE_MEAN : KILN_LN_RANDOM,
+                             (uint64_t)hidden * 7 + (uint64_t)sm, err);
+    if (st != KILN_OK) return st;
+    st = kiln_ln_run(k, d, 0, err);
+    if (st == KILN_OK) {
+        kiln_ln_report rep;
+        long bad = kiln_ln_check(d, (int)m->threads_per_row, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the LayerNorm error model (%ld bad)", bad);
+    }
+    if (st == KILN_OK) {
+        snprintf(c->name, sizeof c->name, "ln-%s.%s.%s-h%s%d%s", r->x, r->w, r->y, r->hidden ? "" : "launch",
+                 hidden, r->large_mean ? "-largemean" : "");
+        snprintf(c->family, sizeof c->family, "layernorm");
+        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
+        add_scalar(c, "rows", KILN_PARAM_I32, rows);
+        add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
+        add_scalar(c, "eps", KILN_PARAM_F32, (double)d->eps);
+        size_t n = (size_t)rows * (size_t)hidden;
+        add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
+        if (d->w) add_tensor(c, "weight", s.w, KIT_IN, (size_t)hidden, d->w, NULL);
+        if (d->b) add_tensor(c, "bias", s.w, KIT_IN, (size_t)hidden, d->b, NULL);
+        add_tensor(c, "y", s.y, KIT_OUT, n, d->y, d->ref_y);
+        add_tensor(c, "mean", KILN_F32, KIT_OUT, (size_t)rows, d->mean, d->ref_mean);
+        add_tensor(c, "rstd", KILN_F32, KIT_OUT, (size_t)rows, d->rstd, d->ref_rstd);
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    kiln_ln_data_free(d);
+    kiln_emu_kernel_free(k);
+    return st;
+}
+
+static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
+                              kiln_error *err) {
+    char spec[KILN_SPEC_MAX];
+    attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
+    kiln_emu_kernel *k;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_attn_problem p = {0};
+    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) return st;
+    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
+    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
+    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_default_strides(&p);
+    uint64_t seed = (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm);
+    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
+    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
+    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p.out));
+    float *lse = malloc(nl * sizeof *lse);
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    if (!q || !kk || !v || !o || !lse || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (st == KILN_OK) st = kiln_attn_run(k, &p, o, lse, q, kk, v, 0, err);
+    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
+    if (st == KILN_OK) {
+        kiln_attn_report rep;
+        long bad = kiln_attn_check(&p, p.dtype, q, kk, v, o, lse, ro, rl, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the attention error model (%ld bad)", bad);
+    }
+    if (st == KILN_OK) {
+        snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
+                 strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
+                 p.heads_kv, p.seq_q, p.seq_k);
+        snprintf(c->family, sizeof c->family, "attention");
+        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
+        const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
+            {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
+            {"causal", p.causal}};
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
+        add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
+        const char *sn[4] = {"q", "k", "v", "o"};
+        const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
+        for (int t = 0; t < 4; t++)
+            for (int s = 0; s < 3; s++) {
+                char name[16];
+                snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
+                add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
+            }
+        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
+        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
+        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
+        add_tensor(c, "o", p.out, KIT_OUT, no, o, ro);
+        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    free(q), free(kk), free(v), free(o), free(lse), free(ro), free(rl);
+    kiln_emu_kernel_free(k);
+    return st;
+}
+
+#ifdef KIT_HAVE_NORM
+#include "kiln/emu_norm.h"
+
+/* A norm-family case (RMSNorm, residual forms, backwards). sms > 0: the emulator runs the backward
+ * on as many blocks as the runtime helper launches on a device with that many multiprocessors, so
+ * that dweight/dbias are summed in the same order. */
+static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *r, int sm, int sms, int quick,
+                              kit_case *c, kiln_error *err) {
+    kiln_emu_kernel *k, *red = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, r->spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_norm_spec s;
+    if ((st = kiln_norm_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
+    if (m->then_spec[0] && (st = kiln_emu_load(emu, gen, m->then_spec, sm, &red, err)) != KILN_OK) return st;
+    int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
+    int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
+    kiln_norm_data *d;
+    st = kiln_norm_data_create(&d, &s, 1e-5f, rows, hidden, KILN_LN_RANDOM, 1.0, (uint64_t)hidden * 13 + (uint64_t)sm, err);
+    if (st != KILN_OK) return st;
+    unsigned need = ((unsigned)rows + m->grid_tile[0] - 1) / m->grid_tile[0], blocks = 0;
+    unsigned threads = m->block[0] * m->block[1] * m->block[2];
+    if (bwd && sms > 0) {
+        unsigned per = threads && 1024 / threads > 1 ? 1024 / threads : 1, cap = (unsigned)sms * per;
+        blocks = need < cap ? need : cap;
+    }
+    st = kiln_norm_run(k, red, d, blocks, 0, err);
+    if (st == KILN_OK) {
+        unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
+        kiln_norm_report rep;
+        long bad = kiln_norm_check(d, (int)m->threads_per_row, parts, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the norm error model (%ld bad)", bad);
+    }
+    if (st == KILN_OK) {
+        char fam[KIT_NAME];
+        snprintf(fam, sizeof fam, "%.*s", (int)strcspn(m->spec, " "), m->spec);
+        snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
+                 s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "");
+        snprintf(c->family, sizeof c->family, "%s", fam);
+        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
+        add_scalar(c, "rows", KILN_PARAM_I32, rows);
+        add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
+        add_scalar(c, "eps", KILN_PARAM_F32, (double)d->eps);
+        size_t n = (size_t)rows * (size_t)hidden, h = (size_t)hidden, nr = (size_t)rows;
+        if (!bwd) {
+            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
+            if (d->res) add_tensor(c, "residual", s.r, KIT_IN, n, d->res, NULL);
+            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
+            if (d->b) add_tensor(c, "bias", s.w, KIT_IN, h, d->b, NULL);
+            add_tensor(c, "y", s.y, KIT_OUT, n, d->y, d->ref_y);
+            if (d->h) add_tensor(c, "h", s.r, KIT_OUT, n, d->h, d->ref_h);
+            if (s.family == KILN_NORM_LN && d->mean) add_tensor(c, "mean", KILN_F32, KIT_OUT, nr, d->mean, d->ref_mean);
+            if (d->rstd) add_tensor(c, "rstd", KILN_F32, KIT_OUT, nr, d->rstd, d->ref_rstd);
+        } else {
+            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
+            add_tensor(c, "dy", s.dy, KIT_IN, n, d->dy, NULL);
+            if (s.family == KILN_NORM_LN_BWD) add_tensor(c, "mean", KILN_F32, KIT_IN, nr, d->mean, NULL);
+            add_tensor(c, "rstd", KILN_F32, KIT_IN, nr, d->rstd, NULL);
+            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
+            if (d->dres) add_tensor(c, "dres", s.r, KIT_IN, n, d->dres, NULL);
+            add_tensor(c, "dx", s.dx, KIT_OUT, n, d->dx, d->ref_dx);
+            if (d->dw) add_tensor(c, "dweight", s.w, KIT_OUT, h, d->dw, d->ref_dw);
+            if (d->db) add_tensor(c, "dbias", s.w, KIT_OUT, h, d->db, d->ref_db);
+        }
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    kiln_norm_data_free(d);
+    kiln_emu_kernel_free(k);
+    if (red) kiln_emu_kernel_free(red);
+    return st;
+}
+#endif
+
+/* ---- prepare: every row x SM, in parallel ---- */
+
+typedef struct job {
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families */
+    int row, sm, index;
+} job;
+
+typedef struct prep {
+    job jobs[512];
+    int njobs, quick, sms;
+    const char *dir;
+    atomic_int next, failed;
+    pthread_mutex_t print;
+} prep;
+
+static void *prep_worker(void *arg) {
+    prep *p = arg;
+    kiln_gen *gen = NULL;
+    kiln_emu *emu = NULL;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        fprintf(stderr, "kiln-kit: %s\n", err.msg);
+        atomic_fetch_add(&p->failed, 1);
+        kiln_gen_destroy(gen);
+        return NULL;
+    }
+    for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->njobs;) {
+        const job *j = &p->jobs[i];
+        kit_case c;
+        memset(&c, 0, sizeof c);
+        double t0 = now_ms();
+        kiln_status st = KILN_OK;
+        if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
+        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
+#ifdef KIT_HAVE_NORM
+        else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->quick, &c, &err);
+#endif
+        char path[4096], msg[sizeof err.msg + 64] = "";
+        if (st == KILN_OK) {
+            snprintf(path, sizeof path, "%s/%03d-%s-sm%d.kcase", p->dir, j->index, c.name, j->sm);
+            if (kit_case_write(&c, path, msg, sizeof msg)) st = KILN_EIO;
+        } else {
+            snprintf(msg, sizeof msg, "%s", err.msg);
+        }
+        pthread_mutex_lock(&p->print);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index,
+                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : "norm",
+                    j->row, j->sm, msg);
+            atomic_fetch_add(&p->failed, 1);
+        } else {
+            printf("  %-44s sm_%d  emulated + reference in %6.0f ms\n", c.name, j->sm, now_ms() - t0);
+        }
+        fflush(stdout);
+        pthread_mutex_unlock(&p->print);
+        kit_case_free(&c);
+    }
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return NULL;
+}
+
+static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int quick) {
+    static prep p;
+    memset(&p, 0, sizeof p);
+    pthread_mutex_init(&p.print, NULL);
+    p.dir = dir, p.quick = quick, p.sms = sms;
+    mkdir(dir, 0755);
+    int targets[2] = {device_sm, 75}, ntargets = device_sm == 75 ? 1 : 2;
+    for (int s = 0; s < ntargets; s++) {
+        for (int i = 0; i < (int)(sizeof kit_attn_rows / sizeof kit_attn_rows[0]); i++)
+            if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, targets[s], p.njobs}, p.njobs++;
+        for (int i = 0; i < (int)(sizeof kit_ln_rows / sizeof kit_ln_rows[0]); i++)
+            if (!quick || kit_ln_rows[i].quick) p.jobs[p.njobs] = (job){0, i, targets[s], p.njobs}, p.njobs++;
+#ifdef KIT_HAVE_NORM
+        for (int i = 0; i < (int)(sizeof kit_norm_rows / sizeof kit_norm_rows[0]); i++)
+            if (!quick || kit_norm_rows[i].quick) p.jobs[p.njobs] = (job){2, i, targets[s], p.njobs}, p.njobs++;
+#endif
+    }
+    double t0 = now_ms();
+    printf("preparing %d cases (inputs, emulator run, float64 reference) on %d threads\n", p.njobs, threads);
+    pthread_t tid[64];
+    int n = threads < 1 ? 1 : threads > 64 ? 64 : threads;
+    for (int i = 0; i < n; i++) pthread_create(&tid[i], NULL, prep_worker, &p);
+    for (int i = 0; i < n; i++) pthread_join(tid[i], NULL);
+    printf("prepared %d cases in %.1f s, %d failed\n", p.njobs - p.failed, (now_ms() - t0) / 1e3, (int)p.failed);
+    return p.failed ? 1 : 0;
+}
+
+/* ---- the JIT path: spec -> PTX -> cuModuleLoadData -> launch, in this process ---- */
+
+static void on_warning(void *user, const char *msg) {
+    (void)user;
+    fprintf(stderr, "kiln-kit: runtime warning: %s\n", msg);
+}
+
+static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv) {
+    char **paths;
+    int n = kit_case_list(dir, &paths);
+    if (n <= 0) return fprintf(stderr, "kiln-kit: no cases in %s (run 'prepare' first)\n", dir), 2;
+    char cache[] = "/tmp/kiln-kit-cache-XXXXXX";
+    if (!mkdtemp(cache)) return fprintf(stderr, "kiln-kit: cannot create a cache directory\n"), 2;
+    kiln_rt_use_generator();
+    kiln_rt *rt = NULL, *rt2 = NULL;
+    kiln_error err = {0};
+    kiln_rt_options opt = {.cache_dir = cache, .on_warning = on_warning};
+    if (kiln_rt_create(&rt, &opt, &err) != KILN_OK || kiln_rt_create(&rt2, &opt, &err) != KILN_OK) {
+        fprintf(stderr, "kiln-kit: %s\n", err.msg);
+        kiln_rt_destroy(rt);
+        return 2;
+    }
+    const kiln_device_info *dev = kiln_rt_device(rt);
+    int tsm = 75; /* the highest SM kiln generates for that the device runs */
+    for (int i = 0, sms[16], n = kiln_targets(sms, 16); i < n; i++)
+        if (sms[i] <= dev->sm) tsm = sms[i];
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL, *tcsv = timing_csv ? fopen(timing_csv, "w") : NULL;
+    if (csv) fputs(kit_check_csv_header, csv);
+    if (tcsv) fputs("spec,generate_ms,cold_get_ms,disk_hit_ms,warm_get_us\n", tcsv);
+    kiln_gen *gen = NULL;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 2;
+    /* the first generation in a process also starts Lua and LLVM's target: timed on its own */
+    double ts = now_ms();
+    kiln_module *first = NULL;
+    if (kiln_generate(gen, "layernorm x=f16 hidden=256", tsm, KILN_EMIT_PTX, &first, &err) != KILN_OK)
+        return fprintf(stderr, "kiln-kit: %s\n", err.msg), 2;
+    kiln_module_free(first);
+    printf("JIT path on %s (sm_%d): generate in this process, cuModuleLoadData, launch through the helpers\n"
+           "  first generation in the process (Lua + LLVM start): %.1f ms; below, gen = generation alone, cold =\n"
+           "  kiln_rt_get_kernel from empty caches (generate + driver JIT + disk write), disk = a second runtime's\n"
+           "  get from the disk cache (read + driver JIT), warm = memory-cache hit\n",
+           dev->name, tsm, now_ms() - ts);
+    printf("  %-52s %9s %9s %9s %9s\n", "spec", "gen ms", "cold ms", "disk ms", "warm us");
+    long failed = 0, checked = 0;
+    static char timed_specs[256][KILN_SPEC_MAX];
+    int ntimed = 0;
+    double sum_cold = 0;
+    int ncold = 0;
+    for (int i = 0; i < n; i++) {
+        kit_case c;
+        char msg[512];
+        if (kit_case_read(&c, paths[i], msg, sizeof msg)) {
+            fprintf(stderr, "kiln-kit: %s\n", msg);
+            failed++;
+            continue;
+        }
+        /* the launch-time LayerNorm form is what a bundle falls back to; with a generator the
+         * helper generates the fixed size, so those cases are AOT-only */
+        if (c.emu_sm != tsm || strstr(c.spec, "hidden=launch")) {
+            kit_case_free(&c);
+            continue;
+        }
+        /* a spec seen in an earlier case is already loaded: checked again, timed once */
+        kiln_kernel *seen = NULL;
+        kiln_error e2;
+        int timed = 0;
+        for (int j = 0; j < ntimed; j++) timed |= !strcmp(timed_specs[j], c.spec);
+        if (timed) {
+            long bad = kiln_rt_get_kernel(rt, c.spec, &seen, &e2) == KILN_OK ? kit_run_and_compare(rt, &c, "jit", 0, csv, 1) : -1;
+            failed += bad != 0;
+            checked++;
+            kit_case_free(&c);
+            continue;
+        }
+        if (ntimed < (int)(sizeof timed_specs / sizeof timed_specs[0]))
+            snprintf(timed_specs[ntimed++], sizeof timed_specs[0], "%s", c.spec);
+        kiln_module *mod = NULL;
+        double t0 = now_ms();
+        kiln_status st = kiln_generate(gen, c.spec, tsm, KILN_EMIT_PTX, &mod, &err);
+        double tgen = now_ms() - t0;
+        kiln_module_free(mod);
+        kiln_kernel *k;
+        double t1 = now_ms();
+        if (st == KILN_OK) st = kiln_rt_get_kernel(rt, c.spec, &k, &err);
+        double tcold = now_ms() - t1, t2 = now_ms();
+        if (st == KILN_OK) st = kiln_rt_get_kernel(rt2, c.spec, &k, &err);
+        double tdisk = now_ms() - t2, t3 = now_ms();
+        for (int r = 0; st == KILN_OK && r < 1000; r++) st = kiln_rt_get_kernel(rt, c.spec, &k, &err);
+        double twarm = (now_ms() - t3) / 1000 * 1e3;
+        if (st != KILN_OK) {
+            printf("  %-40s jit            ERROR %s\n", c.name, err.msg);
+            failed++;
+        } else {
+            printf("  %-52.52s %9.1f %9.1f %9.2f %9.2f\n", c.spec, tgen, tcold, tdisk, twarm);
+            if (tcsv) fprintf(tcsv, "%s,%.3f,%.3f,%.3f,%.3f\n", c.spec, tgen, tcold, tdisk, twarm);
+            sum_cold += tcold, ncold++;
+            long bad = kit_run_and_compare(rt, &c, "jit", 0, csv, 1);
+            failed += bad != 0;
+            checked++;
+        }
+        kit_case_free(&c);
+    }
+    printf("JIT path: %ld cases checked, %ld failed; cold get (generate + driver load) mean %.1f ms\n", checked, failed,
+           ncold ? sum_cold / ncold : 0);
+    for (int i = 0; i < n; i++) free(paths[i]);
+    free(paths);
+    if (csv) fclose(csv);
+    if (tcsv) fclose(tcsv);
+    kiln_gen_destroy(gen);
+    kiln_rt_destroy(rt2);
+    kiln_rt_destroy(rt);
+    char cmd[256];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", cache);
+    if (system(cmd) != 0) fprintf(stderr, "kiln-kit: could not remove %s\n", cache);
+    return failed || !checked ? 1 : 0;
+}
+
+static void usage(FILE *to) {
+    fprintf(to,
+            "usage: kiln-kit specs                       the bundle's spec list, one per line\n"
+            "       kiln-kit prepare DIR --sm N [--sms M] [-j T] [--quick]\n"
+            "                                            write check cases (inputs, emulator outputs for sm_N\n"
+            "                                            and sm_75, float64 references) into DIR; --sms M: the\n"
+            "                                            device's multiprocessors (backward reductions then\n"
+            "                                            sum in the GPU's order)\n"
+            "       kiln-kit jit DIR [--csv F] [--timing-csv F]\n"
+            "                                            generate, load and launch every case on the GPU\n"
+            "                                            in this process; compare; time cold/disk/warm gets\n");
+}
+
+int main(int argc, char **argv) {
+    if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(stdout), 0;
+    if (argc < 2) return fprintf(stderr, "kiln-kit: expected a command: specs, prepare, jit; see kiln-kit --help\n"), 2;
+    const char *cmd = argv[1];
+    if (!strcmp(cmd, "specs")) return cmd_specs();
+    if (argc < 3) return fprintf(stderr, "kiln-kit: '%s' needs a directory; see kiln-kit --help\n", cmd), 2;
+    const char *dir = argv[2];
+    int sm = 0, sms = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
+    const char *csv = NULL, *tcsv = NULL;
+    for (int i = 3; i < argc; i++) {
+        if (!strcmp(argv[i], "--sm") && i + 1 < argc) sm = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--sms") && i + 1 < argc) sms = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "-j") && i + 1 < argc) threads = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--timing-csv") && i + 1 < argc) tcsv = argv[++i];
+        else return fprintf(stderr, "kiln-kit: unknown argument '%s'; see kiln-kit --help\n", argv[i]), 2;
+    }
+    if (!strcmp(cmd, "prepare")) {
+        if (sm < 75 || !kiln_target_find(sm))
+            return fprintf(stderr, "kiln-kit: prepare needs --sm N; valid: 75, 80, 86, 89, 90\n"), 2;
+        return cmd_prepare(dir, sm, sms, threads, quick);
+    }
+    if (!strcmp(cmd, "jit")) return cmd_jit(dir, csv, tcsv);
+    fprintf(stderr, "kiln-kit: unknown command '%s'; valid: specs, prepare, jit\n", cmd);
+    return 2;
+}

@@ -1,0 +1,85 @@
+/* bench/gpu/kit_rows.h - GPU check kit: the tables of what is checked and what is timed (one place). */
+#ifndef KILN_BENCH_GPU_KIT_ROWS_H
+#define KILN_BENCH_GPU_KIT_ROWS_H
+
+/*
+ * Correctness rows. Each becomes one case per emulated SM (the device's, and sm_75 whose PTX the
+ * device's driver JIT-compiles: the sm_75 code paths, bf16 without bf16 instructions, run there).
+ * A new family joins with a row table here, a case builder in kit_gen.c (inputs, emulator run,
+ * float64 reference) and, when it has a typed launch helper, an adapter in kit_launch.c.
+ */
+typedef struct kit_ln_row {
+    const char *x, *w, *y;   /* dtypes */
+    int hidden;              /* 0: hidden=launch */
+    int run_hidden;          /* row length for hidden=launch rows (not a fixed size in the bundle) */
+    int large_mean;          /* adversarial inputs: rows around 10000 and 1000 */
+    int quick;               /* also in the quick (fake-driver) run */
+} kit_ln_row;
+
+static const kit_ln_row kit_ln_rows[] = {
+    {"f32", "f32", "f32", 768, 0, 0, 1},     {"f32", "f32", "f32", 4096, 0, 1, 0},
+    {"f32", "f32", "f32", 16384, 0, 0, 0},   {"f32", "f32", "f32", 0, 1000, 0, 0},
+    {"f16", "f16", "f16", 768, 0, 0, 0},     {"f16", "f16", "f16", 4096, 0, 0, 0},
+    {"f16", "f16", "f16", 16384, 0, 0, 0},   {"bf16", "bf16", "bf16", 768, 0, 0, 1},
+    {"bf16", "bf16", "bf16", 1024, 0, 0, 0}, {"bf16", "bf16", "bf16", 2048, 0, 0, 0},
+    {"bf16", "bf16", "bf16", 4096, 0, 0, 0}, {"bf16", "bf16", "bf16", 8192, 0, 0, 0},
+    {"bf16", "bf16", "bf16", 12288, 0, 0, 0}, {"bf16", "bf16", "bf16", 16384, 0, 0, 0},
+    {"bf16", "bf16", "bf16", 0, 5000, 0, 1}, {"bf16", "f32", "bf16", 4096, 0, 0, 0},
+    {"bf16", "f32", "bf16", 0, 3000, 0, 0},  {"f16", "f32", "f32", 2048, 0, 0, 0},
+    {"bf16", "f32", "f32", 8192, 0, 0, 0},
+};
+
+typedef struct kit_attn_row {
+    const char *dtype, *out;
+    int head_dim, causal;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    int quick;
+} kit_attn_row;
+
+static const kit_attn_row kit_attn_rows[] = {
+    {"bf16", "bf16", 64, 0, 1, 2, 2, 200, 200, 1},  {"bf16", "bf16", 64, 1, 1, 2, 2, 200, 200, 0},
+    {"bf16", "bf16", 128, 0, 1, 2, 2, 200, 200, 0}, {"bf16", "bf16", 128, 1, 2, 2, 2, 131, 131, 0},
+    {"f16", "f16", 64, 0, 1, 2, 2, 200, 200, 0},    {"f16", "f16", 64, 1, 1, 2, 2, 200, 200, 0},
+    {"f16", "f16", 128, 0, 1, 2, 2, 200, 200, 0},   {"f16", "f16", 128, 1, 1, 2, 2, 200, 200, 1},
+    {"f32", "f32", 64, 0, 1, 2, 2, 130, 130, 0},    {"f32", "f32", 128, 1, 1, 2, 2, 130, 130, 0},
+    {"bf16", "bf16", 32, 0, 1, 2, 2, 200, 200, 0},  {"bf16", "bf16", 96, 1, 1, 2, 2, 150, 150, 0},
+    {"bf16", "bf16", 256, 0, 1, 2, 2, 100, 100, 0}, {"bf16", "bf16", 128, 1, 1, 4, 1, 77, 300, 0},
+    {"f16", "f16", 64, 1, 1, 2, 2, 150, 100, 0},    {"bf16", "f32", 64, 0, 1, 2, 2, 200, 200, 0},
+};
+
+/* Norm-family rows (used when KIT_HAVE_NORM): spec as written, row length for hidden=launch. */
+typedef struct kit_norm_row {
+    const char *spec;
+    int run_hidden;
+    int quick;
+} kit_norm_row;
+
+static const kit_norm_row kit_norm_rows[] = {
+    {"rmsnorm x=f32 hidden=768", 0, 0},
+    {"rmsnorm x=bf16 hidden=4096", 0, 1},
+    {"rmsnorm x=bf16 w=f32 y=bf16 hidden=16384", 0, 0},
+    {"rmsnorm x=f16 hidden=launch", 3000, 0},
+    {"rmsnorm x=bf16 hidden=4096 residual=true r=f32", 0, 0},
+    {"layernorm x=bf16 hidden=4096 residual=true", 0, 0},
+    {"layernorm_bwd x=f32 hidden=768", 0, 0},
+    {"layernorm_bwd x=bf16 hidden=4096", 0, 1},
+    {"layernorm_bwd x=bf16 w=f32 hidden=16384", 0, 0},
+    {"layernorm_bwd x=f16 hidden=launch", 3000, 0},
+    {"layernorm_bwd x=bf16 hidden=4096 residual=true r=f32", 0, 0},
+    {"rmsnorm_bwd x=bf16 hidden=4096", 0, 0},
+    {"rmsnorm_bwd x=f32 hidden=launch", 1000, 0},
+    {"rmsnorm_bwd x=bf16 w=f32 hidden=8192 residual=true", 0, 0},
+};
+
+/* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */
+static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384};
+static const char *const kit_ln_sweep_dtypes[] = {"bf16", "f32"};
+#define KIT_LN_SWEEP_BYTES (256.0 * 1024 * 1024) /* at least this much traffic per launch */
+
+static const int kit_attn_sweep_seq[] = {512, 1024, 2048, 4096, 8192, 16384};
+static const int kit_attn_sweep_d[] = {64, 128};
+static const char *const kit_attn_sweep_dtypes[] = {"bf16"};
+#define KIT_ATTN_SWEEP_TOKENS 16384 /* batch = tokens / seq */
+#define KIT_ATTN_SWEEP_WIDTH 2048   /* heads = width / head_dim */
+
+#endif

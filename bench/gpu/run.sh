@@ -1,0 +1,92 @@
+#!/usr/bin/env bash
+# run - the GPU check kit's one command (built by `make gpu-kit` as build/gpu-kit/run; docs/gpu-kit.md).
+# Proves every kernel in the kit on this machine's GPU (AOT bundle: cubin + PTX; JIT: generated here),
+# then times LayerNorm and attention against copy bandwidth, the mma.sync peak, torch, Triton and SDPA.
+# Output: a log, CSVs, PNG plots and summary.md in $KIT_OUT (else $OUT, else ./gpu-kit-out).
+# Environment: KIT_QUICK=1 small shapes (the fake-driver test); KIT_NO_SPEED=1 correctness only;
+# KILN_CUDA_DRIVER another libcuda.so.1. Exit status: 0 every check passed, 1 a check failed, 2 the kit broke.
+set -u
+KIT=$(cd "$(dirname "$0")" && pwd)
+OUTDIR=${KIT_OUT:-${OUT:-$PWD/gpu-kit-out}}
+mkdir -p "$OUTDIR"
+rm -f "$OUTDIR"/{kit.log,check_aot.csv,check_jit.csv,jit_timing.csv,bench.csv,summary.md,layernorm.png,attention.png}
+QUICK=""
+[ "${KIT_QUICK:-0}" = 1 ] && QUICK=--quick
+WORK=$(mktemp -d /tmp/kiln-kit-XXXXXX)
+trap 'rm -rf "$WORK"' EXIT
+exec > >(tee "$OUTDIR/kit.log") 2>&1
+T0=$SECONDS
+step() { echo; echo "== $* ($((SECONDS - T0)) s)"; }
+
+step "machine"
+date -u '+date: %Y-%m-%d %H:%M:%S UTC'
+if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | sed 's/^/  /'
+fi
+echo "  cores: $(nproc)"
+if ! gzip -dc "$KIT/kiln-kit.gz" > "$WORK/kiln-kit" 2>/dev/null; then
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$KIT/kiln-kit.gz" "$WORK/kiln-kit" || { echo "run: cannot unpack kiln-kit.gz"; exit 2; }
+fi
+chmod +x "$WORK/kiln-kit"
+DEV=$("$KIT/kiln-gpucheck" device) || { echo "run: no usable CUDA device"; exit 2; }
+SM=${DEV%% *}
+SMS=$(sed -n 's/.*, \([0-9]*\) SMs,.*/\1/p' <<<"$DEV")
+echo "  device: ${DEV#* } -> kernels for sm_$SM"
+
+# Driver JIT for real: no PTX compile cache, so every PTX load below is compiled now.
+export CUDA_CACHE_DISABLE=1
+
+step "check cases: inputs, emulator runs (sm_$SM and sm_75 modules), float64 references"
+"$WORK/kiln-kit" prepare "$WORK/cases" --sm "$SM" --sms "${SMS:-0}" -j "$(nproc)" $QUICK > "$WORK/prepare.log" 2>&1
+rc_prep=$?
+tail -n 1 "$WORK/prepare.log"
+[ $rc_prep -eq 0 ] || { cat "$WORK/prepare.log"; echo "run: preparing the cases failed"; exit 2; }
+
+step "AOT path: bundle payloads through the launch helpers (libkiln_rt only)"
+"$KIT/kiln-gpucheck" check "$KIT/kit.kbundle" "$WORK/cases" --csv "$OUTDIR/check_aot.csv"
+rc_aot=$?
+
+step "JIT path: spec -> PTX -> cuModuleLoadData -> launch in one process"
+"$WORK/kiln-kit" jit "$WORK/cases" --csv "$OUTDIR/check_jit.csv" --timing-csv "$OUTDIR/jit_timing.csv"
+rc_jit=$?
+
+rc_speed=0
+if [ "${KIT_NO_SPEED:-0}" != 1 ]; then
+    step "speed: kiln (C side)"
+    unset CUDA_CACHE_DISABLE
+    "$KIT/kiln-gpucheck" bench "$KIT/kit.kbundle" --csv "$OUTDIR/bench.csv" $QUICK
+    rc_speed=$?
+    step "speed: peers (torch layer_norm, Triton LayerNorm, SDPA flash) on the same shapes"
+    if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+        PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$KIT/lib" MPLBACKEND=Agg \
+            python3 -u "$KIT/peers.py" --kit "$KIT" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" $QUICK || rc_speed=$?
+    else
+        echo "  peers skipped: no python3 with torch and a CUDA device here; C-side figures only"
+        python3 -u "$KIT/peers.py" --kit "$KIT" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" --no-peers $QUICK 2>&1 ||
+            echo "  (no python3 for the table either: see bench.csv)"
+    fi
+fi
+
+step "summary"
+summarize() { # CSV of checks -> one line per family x mode
+    awk -F, 'NR > 1 { k = $2 " | " $3; n[k]++; if ($18 != "pass") f[k]++; cases[k, $1] = 1 }
+             END { for (k in n) printf "  %-34s %5d outputs checked, %4d failed\n", k, n[k], f[k] + 0 }' "$1" | sort
+}
+echo "correctness (family | payload): every output vs float64 (ulps of its dtype) and vs the emulator"
+[ -f "$OUTDIR/check_aot.csv" ] && summarize "$OUTDIR/check_aot.csv"
+[ -f "$OUTDIR/check_jit.csv" ] && summarize "$OUTDIR/check_jit.csv"
+fails=$(cat "$OUTDIR"/check_*.csv 2>/dev/null | awk -F, '$1 != "case" && $18 != "pass"' | wc -l)
+if [ "$fails" -gt 0 ]; then
+    echo "failing outputs (first 20):"
+    cat "$OUTDIR"/check_*.csv | awk -F, '$1 != "case" && $18 != "pass" { printf "  %s [%s] %s: %s ulps (tol %s), %s bad, %s differ from emulator; %s\n", $1, $3, $7, $10, $12, $13, $14, $18 }' | head -20
+fi
+[ -f "$OUTDIR/summary.md" ] && sed -n '/^## headline/,/^## speed/p' "$OUTDIR/summary.md" | grep -v '^## speed' &&
+    echo "(full tables: summary.md; plots: layernorm.png, attention.png; every figure: bench.csv)"
+verdict=PASS
+[ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] && verdict=FAIL
+echo
+echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit; speed exit $rc_speed) in $((SECONDS - T0)) s"
+[ "$verdict" = PASS ] || exit 1
+[ $rc_speed -eq 0 ] || exit 2
+exit 0

@@ -1,0 +1,210 @@
+/* emu/emu_ref_attention_bwd.c - attention backward: float64 gradients, their error model, emulator launches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "emu.h"
+#include "kiln/emu_attention_bwd.h"
+
+static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
+
+/* Offset of element (b, row, head, 0) with strides s. */
+static size_t at(const long long s[3], int b, int row, int head) { return (size_t)(b * s[0] + row * s[1] + head * s[2]); }
+
+static int visible(const kiln_attn_problem *p, int i, int j) {
+    return j < p->seq_k && (!p->causal || j <= i + p->seq_k - p->seq_q);
+}
+
+/* ---- error model ----
+ * With u32 = 2^-24, per query row i: A = scale max_j sum_c |q_c k_jc|, lse the row's log-sum-exp;
+ * dots = 1 (SIMT: one fma chain) or 2 (tensor cores add their own order).
+ *   e_p   = 2^-21 + 2 dots (d + 8) u32 A + 8 u32 (A + |lse|): relative error of each recomputed P
+ *           (ex2.approx, the f32 dot product, lse stored in f32, the rounding of the exponent);
+ *   eD    = ((d + 8) u32 + u(out)) sum_c |dO_c O_c|: error of delta (O is stored in `out`);
+ *   edP   = dots (d + 8) u32 sum_c |dO_ic V_jc|;
+ *   E_ij  = e_p P |dP - D| + P (edP + eD): error of dS = P (dP - D) in f32.
+ * With up = u(p_dtype) and fp half its subnormal spacing (P, dS rounded before their products), n
+ * the terms of a sum and n8 = (n + 8) u32:
+ *   tol(dV_jc) = sum_i ((e_p + up + n8) P_ij + fp) |dO_ic|
+ *   tol(dK_jc) = scale sum_i (E_ij + (up + n8) |dS_ij| + fp) |Q_ic|
+ *   tol(dQ_ic) = scale sum_j (E_ij + (up + n8) |dS_ij| + fp) |K_jc|
+ * kiln_attn_bwd_compare adds the rounding to the gradient dtype and a factor 2 for second-order
+ * terms. */
+
+typedef struct row_work {
+    double *s, *pr; /* per key: scaled score, probability */
+} row_work;
+
+kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k,
+                                    const void *v, const void *dout, double *dq, double *dk, double *dv,
+                                    double *tol_dq, double *tol_dk, double *tol_dv, kiln_error *err) {
+    kiln_status st = kiln_attn_check_problem(p, err);
+    if (st != KILN_OK) return st;
+    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const double scale = kiln_attn_scale(p), u32 = 0x1p-24, up = unit_roundoff(p_dtype), uo = unit_roundoff(p->out);
+    const double dots = p_dtype == KILN_F32 ? 1 : 2;
+    /* rounding P and dS to p_dtype: relative up, or half the subnormal spacing below the normal range */
+    const double fp = p_dtype == KILN_F16 ? 0x1p-25 : p_dtype == KILN_BF16 ? 0x1p-134 : 0;
+    size_t nq = kiln_attn_elems(p, 'q'), nk = kiln_attn_elems(p, 'k'), nv = kiln_attn_elems(p, 'v');
+    double *sq = calloc(nq, sizeof *sq), *sk = calloc(nk, sizeof *sk), *sv = calloc(nv, sizeof *sv);
+    row_work w = {malloc(sizeof(double) * (size_t)p->seq_k), malloc(sizeof(double) * (size_t)p->seq_k)};
+    double *o = malloc(sizeof(double) * (size_t)d);
+    if (!sq || !sk || !sv || !w.s || !w.pr || !o) {
+        st = kiln_fail(err, KILN_ENOMEM, "attention backward reference: out of memory");
+        goto done;
+    }
+    memset(dq, 0, nq * sizeof *dq);
+    memset(dk, 0, nk * sizeof *dk);
+    memset(dv, 0, nv * sizeof *dv);
+    const double nsum_q = (double)p->seq_k + 8, nsum_k = (double)p->seq_q * group + 8;
+#define Q(i, c) kiln_emu_value_get(p->dtype, q, qo + (size_t)(c))
+    for (int b = 0; b < p->batch; b++)
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seq_q; i++) {
+                int hk = h / group;
+                size_t qo = at(p->stride_q, b, i, h), oo = at(p->stride_o, b, i, h);
+                double m = -INFINITY, sum = 0, amax = 0;
+                for (int j = 0; j < p->seq_k; j++) {
+                    w.s[j] = -INFINITY;
+                    if (!visible(p, i, j)) continue;
+                    size_t ko = at(p->stride_k, b, j, hk);
+                    double acc = 0, mag = 0;
+                    for (int c = 0; c < d; c++) {
+                        double x = Q(i, c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
+                        acc += x;
+                        mag += fabs(x);
+                    }
+                    w.s[j] = acc * scale;
+                    if (mag * scale > amax) amax = mag * scale;
+                    if (w.s[j] > m) m = w.s[j];
+                }
+                for (int j = 0; j < p->seq_k; j++) sum += visible(p, i, j) ? exp(w.s[j] - m) : 0;
+                if (sum == 0) continue; /* no visible key: every gradient of this row is 0 */
+                double lse = m + log(sum);
+                for (int c = 0; c < d; c++) o[c] = 0;
+                for (int j = 0; j < p->seq_k; j++) {
+                    w.pr[j] = visible(p, i, j) ? exp(w.s[j] - lse) : 0;
+                    size_t vo = at(p->stride_v, b, j, hk);
+                    for (int c = 0; c < d && w.pr[j] > 0; c++) o[c] += w.pr[j] * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                }
+                double D = 0, dmag = 0;
+                for (int c = 0; c < d; c++) {
+                    double x = kiln_emu_value_get(p->out, dout, oo + (size_t)c) * o[c];
+                    D += x;
+                    dmag += fabs(x);
+                }
+                double ep = 0x1p-21 + 2 * dots * (d + 8) * u32 * amax + 8 * u32 * (amax + fabs(lse));
+                double eD = ((d + 8) * u32 + uo) * dmag;
+                for (int j = 0; j < p->seq_k; j++) {
+                    if (w.pr[j] == 0) continue;
+                    size_t ko = at(p->stride_k, b, j, hk), vo = at(p->stride_v, b, j, hk);
+                    double dp = 0, dpmag = 0;
+                    for (int c = 0; c < d; c++) {
+                        double x = kiln_emu_value_get(p->out, dout, oo + (size_t)c) * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                        dp += x;
+                        dpmag += fabs(x);
+                    }
+                    double P = w.pr[j], dS = P * (dp - D);
+                    double E = ep * P * fabs(dp - D) + P * (dots * (d + 8) * u32 * dpmag + eD);
+                    for (int c = 0; c < d; c++) {
+                        double dov = kiln_emu_value_get(p->out, dout, oo + (size_t)c);
+                        double qv = Q(i, c), kv = kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
+                        dv[vo + (size_t)c] += P * dov;
+                        dk[ko + (size_t)c] += scale * dS * qv;
+                        dq[qo + (size_t)c] += scale * dS * kv;
+                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P + fp) * fabs(dov);
+                        sk[ko + (size_t)c] += scale * (E + (up + nsum_k * u32) * fabs(dS) + fp) * fabs(qv);
+                        sq[qo + (size_t)c] += scale * (E + (up + nsum_q * u32) * fabs(dS) + fp) * fabs(kv);
+                    }
+                }
+            }
+#undef Q
+    if (tol_dq) memcpy(tol_dq, sq, nq * sizeof *sq);
+    if (tol_dk) memcpy(tol_dk, sk, nk * sizeof *sk);
+    if (tol_dv) memcpy(tol_dv, sv, nv * sizeof *sv);
+done:
+    free(sq), free(sk), free(sv), free(w.s), free(w.pr), free(o);
+    return st;
+}
+
+long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                           double *worst, double *max_abs, char *first, size_t first_size) {
+    long bad = 0;
+    /* rounding to grad: relative u(grad), and half the subnormal spacing below the normal range */
+    double ug = unit_roundoff(grad), floor_g = grad == KILN_F16 ? 0x1p-25 : grad == KILN_BF16 ? 0x1p-134 : 0x1p-150;
+    for (size_t i = 0; i < n; i++) {
+        double g = kiln_emu_value_get(grad, got, i), t = ug * fabs(ref[i]) + floor_g + 2 * tol[i] + 0x1p-100;
+        double e = fabs(g - ref[i]);
+        if (isfinite(g)) {
+            if (e > *max_abs) *max_abs = e;
+            if (e / t > *worst) *worst = e / t;
+        }
+        if (!isfinite(g) || e > t) {
+            if (!bad && first && first_size)
+                snprintf(first, first_size, "element %zu = %.9g, reference %.9g (tolerance %.3g)", i, g, ref[i], t);
+            bad++;
+        }
+    }
+    return bad;
+}
+
+/* ---- running a generated kernel on the emulator ---- */
+
+typedef struct bwd_args {
+    void *ptr[11];
+    int ints[4];
+    float scale;
+    long long strides[8][3];
+} bwd_args;
+
+static const char *ptr_names[11] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv", "delta", "dq_acc"};
+static const char *int_names[4] = {"heads_q", "heads_kv", "seq_q", "seq_k"};
+static const char *stride_names[8] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+
+static int bind(bwd_args *a, const char *name, void **slot) {
+    for (int i = 0; i < 11; i++)
+        if (!strcmp(name, ptr_names[i])) return *slot = &a->ptr[i], 0;
+    for (int i = 0; i < 4; i++)
+        if (!strcmp(name, int_names[i])) return *slot = &a->ints[i], 0;
+    if (!strcmp(name, "scale")) return *slot = &a->scale, 0;
+    if (!strncmp(name, "stride_", 7)) {
+        size_t len = strlen(name);
+        for (int t = 0; t < 8 && len > 8; t++) {
+            const char *axis = strchr("bsh", name[len - 1]);
+            if (axis && strlen(stride_names[t]) == len - 8 && !strncmp(name + 7, stride_names[t], len - 8))
+                return *slot = &a->strides[t][axis - "bsh"], 0;
+        }
+    }
+    return -1;
+}
+
+kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, kiln_attn_bwd_buffers *bf, int twice,
+                              kiln_error *err) {
+    kiln_status st = kiln_attn_check_problem(p, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kern);
+    bwd_args a = {{(void *)bf->q, (void *)bf->k, (void *)bf->v, (void *)bf->o, (void *)bf->dout, (void *)bf->lse, bf->dq,
+                   bf->dk, bf->dv, bf->delta, bf->dq_acc},
+                  {p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
+                  (float)kiln_attn_scale(p),
+                  {{0}}};
+    const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
+    for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
+    void *args[KILN_MAX_PARAMS];
+    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice};
+    for (int i = 0; i < m->nparams; i++) {
+        if (bind(&a, m->params[i].name, &args[i]) != 0)
+            return kiln_fail(err, KILN_EINVAL, "attention backward: kernel parameter '%s' is not one the emulator binds",
+                             m->params[i].name);
+        if (!strcmp(m->params[i].name, "dq_acc")) l.nullable |= 1u << i;
+    }
+    int dkdv = strstr(m->spec, "kernel=dkdv") != NULL;
+    unsigned problem[3] = {(unsigned)(dkdv ? p->seq_k : p->seq_q), (unsigned)(dkdv ? p->heads_kv : p->heads_q),
+                           (unsigned)p->batch};
+    for (int i = 0; i < 3; i++) {
+        l.grid[i] = (problem[i] + m->grid_tile[i] - 1) / m->grid_tile[i];
+        l.block[i] = m->block[i];
+    }
+    return kiln_emu_run(kern, &l, args, err);
+}

@@ -1,0 +1,518 @@
+"""kiln.runtime - the kiln runtime (libkiln_rt) on CUDA memory: kernels by spec, bundles, launches.
+
+A Runtime owns one device's primary context, kiln's memory and disk caches and the bundles
+added to it. Launch helpers take torch tensors, objects with ``__cuda_array_interface__``
+(CuPy, Numba, ...) or DLPack, check dtype, shape, strides, alignment and device, and launch on
+the caller's stream: ``stream=`` (a CUstream handle as int, or an object with ``cuda_stream``
+or ``ptr``), else torch's current stream when the arrays are torch tensors, else the default
+stream. Nothing here synchronizes.
+"""
+
+import ctypes
+import os
+import sys
+import threading
+import warnings
+
+from . import _arrays, _extents, _lib
+from ._gen import spec_values
+from .errors import KilnArgumentError, KilnError
+
+_DTYPE_CODE = {"f32": 0, "f16": 1, "bf16": 2}
+_I32 = (-(1 << 31), (1 << 31) - 1)
+_I64 = (-(1 << 63), (1 << 63) - 1)
+
+
+def _stream_handle(stream, views):
+    if stream is None:
+        if any(v.is_torch for v in views) and "torch" in sys.modules:
+            import torch
+            dev = next(v.device for v in views if v.is_torch)
+            return int(torch.cuda.current_stream(dev).cuda_stream)
+        return 0
+    if isinstance(stream, bool):
+        raise KilnArgumentError("stream must be a CUstream handle (int) or a stream object, got a bool")
+    if isinstance(stream, int):
+        return stream
+    for attr in ("cuda_stream", "ptr", "handle"):
+        h = getattr(stream, attr, None)
+        if isinstance(h, int):
+            return h
+    raise KilnArgumentError("stream: %s is not a CUDA stream; pass an int handle or an object with "
+                            "cuda_stream (torch) or ptr (CuPy)" % type(stream).__name__)
+
+
+def _check_scalar(name, kind, value):
+    if kind == "f32":
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KilnArgumentError("parameter '%s' is a float; got %r" % (name, value))
+        return float(value)
+    if isinstance(value, bool) or not isinstance(value, int):
+        if hasattr(value, "__index__"):
+            value = value.__index__()
+        else:
+            raise KilnArgumentError("parameter '%s' is an integer (%s); got %r" % (name, kind, value))
+    lo, hi = _I32 if kind == "i32" else _I64
+    if not lo <= value <= hi:
+        raise KilnArgumentError("parameter '%s' = %d does not fit %s" % (name, value, kind))
+    return value
+
+
+def bind(meta, args, what, nullable_ok, view_of):
+    """Matches keyword args to a kernel's parameters by name (metadata-driven, any family).
+    Returns (list of (param, value), pointer views). Pointers: view_of(obj, label) gives an object
+    with ptr/dtype/numel/contiguous(); a None pointer is allowed only when the spec turns that input
+    off (weight=false). Checks dtype, contiguity, alignment and size where the extent is known."""
+    names = [p["name"] for p in meta["params"]]
+    extra = sorted(set(args) - set(names))
+    if extra:
+        raise KilnArgumentError("%s takes no parameter %s; its parameters: %s" % (
+            what, ", ".join("'%s'" % e for e in extra), ", ".join(names)))
+    missing = [n for n in names if n not in args]
+    if missing:
+        raise KilnArgumentError("%s: missing parameter%s %s; its parameters: %s" % (
+            what, "s" if len(missing) > 1 else "", ", ".join("'%s'" % m for m in missing), ", ".join(names)))
+    sv = spec_values(meta["spec"])
+    scalars = {}
+    for p in meta["params"]:
+        if p["kind"] != "ptr":
+            scalars[p["name"]] = _check_scalar(p["name"], p["kind"], args[p["name"]])
+    env = _extents.variables(sv, scalars)
+    out, views = [], []
+    align = meta["align_bytes"] or 1
+    for p in meta["params"]:
+        name, v = p["name"], args[p["name"]]
+        if p["kind"] != "ptr":
+            out.append((p, scalars[name]))
+            continue
+        if v is None:
+            if not nullable_ok(name, sv):
+                raise KilnArgumentError("%s: parameter '%s' needs an array (only inputs the spec turns off, "
+                                        "such as weight=false, may be None)" % (what, name))
+            out.append((p, None))
+            continue
+        dv = view_of(v, "%s: parameter '%s'" % (what, name))
+        if dv.dtype != p["dtype"]:
+            raise KilnArgumentError("%s: parameter '%s' must be %s, got %s" % (what, name, p["dtype"], dv.dtype))
+        if not dv.contiguous():
+            raise KilnArgumentError("%s: parameter '%s' must be contiguous (strides %s for shape %s)"
+                                    % (what, name, dv.strides, dv.shape))
+        if dv.ptr % align:
+            raise KilnArgumentError("%s: parameter '%s' at address 0x%x is not %d-byte aligned as this kernel "
+                                    "needs (its vector loads)" % (what, name, dv.ptr, align))
+        need = _extents.extent(name, env)
+        if need is not None and dv.numel < need:
+            raise KilnArgumentError("%s: parameter '%s' has %d elements; the kernel reaches %d with these "
+                                    "arguments" % (what, name, dv.numel, need))
+        out.append((p, dv))
+        views.append(dv)
+    return out, views
+
+
+def nullable_by_spec(name, sv):
+    return sv.get(name) == "false"
+
+
+class Kernel:
+    """A kernel loaded on the device: ``spec``, ``meta`` (dict), ``origin`` ("bundle", "disk cache",
+    "generated", "module"). Call ``launch(grid=... or problem=..., stream=..., **params)``."""
+
+    def __init__(self, rt, ptr):
+        self._rt = rt
+        self._ptr = ptr
+        lib = rt._lib
+        self.meta = _lib.meta_dict(lib.kiln_kernel_get_meta(ptr).contents)
+        self.spec = self.meta["spec"]
+        self.origin = _lib.text(lib.kiln_kernel_origin(ptr))
+        self.payload = "cubin" if lib.kiln_kernel_payload_kind(ptr) == 1 else "ptx"
+
+    def __repr__(self):
+        return "<kiln.Kernel %s sm_%d (%s, %s)>" % (self.spec, self.meta["sm"], self.payload, self.origin)
+
+    def grid(self, problem):
+        """grid[i] = ceil(problem[i] / grid_tile[i]), checked against the device's limits."""
+        prob = list(problem) + [1] * (3 - len(problem))
+        if len(prob) != 3 or any(isinstance(x, bool) or not isinstance(x, int) or x < 0 for x in prob):
+            raise KilnArgumentError("problem must be up to 3 non-negative integers, got %r" % (problem,))
+        p = (ctypes.c_uint64 * 3)(*prob)
+        g = (ctypes.c_uint * 3)()
+        err = _lib.Error()
+        _lib.check(self._rt._lib.kiln_kernel_grid(self._ptr, p, g, ctypes.byref(err)), err)
+        return tuple(g)
+
+    def launch(self, grid=None, problem=None, stream=None, **params):
+        """Launches with every parameter given by name (arrays for pointers, numbers for scalars).
+        ``problem``: elements along each grid axis (the grid follows the metadata's grid_tile);
+        or ``grid``: blocks, given directly. Block size and shared memory come from the metadata."""
+        if (grid is None) == (problem is None):
+            raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
+        g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
+        if len(g) != 3 or any(not isinstance(x, int) or x < 1 for x in g):
+            raise KilnArgumentError("grid must be up to 3 positive integers, got %r" % (grid,))
+        dev = self._rt.device_ordinal
+        bound, views = bind(self.meta, params, self.spec, nullable_by_spec, lambda o, w: self._rt._view(o, w, dev))
+        args = (_lib.Arg * max(1, len(bound)))()
+        for i, (p, v) in enumerate(bound):
+            if p["kind"] == "ptr":
+                args[i].ptr = v.ptr if v is not None else 0
+            elif p["kind"] == "i32":
+                args[i].i32 = v
+            elif p["kind"] == "i64":
+                args[i].i64 = v
+            else:
+                args[i].f32 = v
+        h = _stream_handle(stream, views)
+        err = _lib.Error()
+        _lib.check(self._rt._lib.kiln_kernel_launch(self._ptr, (ctypes.c_uint * 3)(*g), args, len(bound),
+                                                    ctypes.c_void_p(h), ctypes.byref(err)), err)
+
+
+class DeviceArray:
+    """Device memory from kiln's runtime (cuMemAlloc), with ``__cuda_array_interface__``: for programs
+    that have no torch or CuPy. ``rt.empty(shape, "bf16")``, ``rt.from_numpy(a)``, ``a.numpy()``."""
+
+    def __init__(self, rt, shape, dtype):
+        if dtype not in _DTYPE_CODE:
+            raise KilnArgumentError("dtype %r; valid: f32, f16, bf16" % (dtype,))
+        self._rt = rt
+        self.shape = tuple(int(s) for s in shape)
+        self.dtype = dtype
+        n = 1
+        for s in self.shape:
+            n *= s
+        self.nbytes = n * _lib.DTYPE_SIZE[dtype]
+        self.ptr = rt._alloc(max(self.nbytes, 1))
+
+    @property
+    def __cuda_array_interface__(self):
+        ts = {"f32": "<f4", "f16": "<f2", "bf16": "<V2"}[self.dtype]
+        return {"shape": self.shape, "typestr": ts, "data": (self.ptr, False), "strides": None, "version": 3,
+                "stream": None}
+
+    def _kiln_view(self):
+        strides, acc = [], 1
+        for s in reversed(self.shape):
+            strides.append(acc)
+            acc *= s
+        return _arrays.DevView(self.ptr, self.shape, tuple(reversed(strides)), self.dtype, self._rt.device_ordinal,
+                               self)
+
+    def numpy(self):
+        """Copies to a new numpy array (bf16 as ml_dtypes.bfloat16). Synchronous."""
+        from ._np import np_dtype
+        import numpy as np
+        out = np.empty(self.shape, dtype=np_dtype(self.dtype))
+        self._rt._download(out, self.ptr, self.nbytes)
+        return out
+
+    def upload(self, a):
+        """Copies a host array of the same size and dtype in. Synchronous."""
+        from ._np import as_kiln_array
+        a = as_kiln_array(a, self.dtype, "upload")
+        if a.nbytes != self.nbytes:
+            raise KilnArgumentError("upload: %d bytes into an array of %d bytes" % (a.nbytes, self.nbytes))
+        self._rt._upload(self.ptr, a, self.nbytes)
+
+    def free(self):
+        if self.ptr and self._rt._ptr:
+            self._rt._free(self.ptr)
+        self.ptr = 0
+
+    def __del__(self):
+        try:
+            self.free()
+        except Exception:
+            pass
+
+    def __repr__(self):
+        return "<kiln.DeviceArray %s %s at 0x%x>" % (self.dtype, self.shape, self.ptr)
+
+
+class Runtime:
+    """``kiln.Runtime(device=0, cache_dir=None, disk_cache=True)``: the CUDA driver, one device's primary
+    context, kiln's caches and bundles. Without libkiln (a runtime-only install) kernels come from
+    bundles and the disk cache only."""
+
+    def __init__(self, device=0, cache_dir=None, disk_cache=True):
+        self._lib = _lib.rt()
+        self._ptr = ctypes.c_void_p()
+        self.warnings = []
+        self._lock = threading.Lock()
+        self._bundle_data = []
+
+        def on_warning(_user, msg):
+            text = _lib.text(msg)
+            self.warnings.append(text)
+
+        self._warn_cb = _lib.WARNING_FN(on_warning)
+        opt = _lib.RtOptions(int(device), os.fspath(cache_dir).encode() if cache_dir else None,
+                             0 if disk_cache else 1, self._warn_cb, None)
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_create(ctypes.byref(self._ptr), ctypes.byref(opt), ctypes.byref(err)), err)
+        for w in self.warnings:
+            warnings.warn("kiln: " + w, RuntimeWarning, stacklevel=2)
+        d = self._lib.kiln_rt_device(self._ptr).contents
+        self.device_ordinal = d.ordinal
+        self.device = {
+            "ordinal": d.ordinal, "name": _lib.text(d.name), "sm": d.sm, "cc": (d.cc_major, d.cc_minor),
+            "multiprocessors": d.multiprocessors, "max_threads_per_block": d.max_threads_per_block,
+            "smem_per_block": d.smem_per_block, "smem_per_block_optin": d.smem_per_block_optin,
+            "total_mem": d.total_mem, "driver_version": d.driver_version,
+            "native_bf16": bool(d.facts.native_bf16), "half_dtype": _lib.DTYPES[d.facts.half],
+        }
+        self.sm = d.sm
+        self.half_dtype = self.device["half_dtype"]
+
+    def close(self):
+        if self._ptr:
+            self._lib.kiln_rt_destroy(self._ptr)
+            self._ptr = ctypes.c_void_p()
+
+    def __del__(self):
+        try:
+            self.close()
+        except Exception:
+            pass
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __repr__(self):
+        return "<kiln.Runtime device %d %s sm_%d>" % (self.device_ordinal, self.device["name"], self.sm)
+
+    def _live(self):
+        if not self._ptr:
+            raise KilnError("this Runtime is closed")
+        return self._ptr
+
+    @property
+    def cache_dir(self):
+        return _lib.text(self._lib.kiln_rt_cache_dir(self._live()))
+
+    def stats(self):
+        s = _lib.RtStats()
+        self._lib.kiln_rt_get_stats(self._live(), ctypes.byref(s))
+        return {n: getattr(s, n) for n, _ in _lib.RtStats._fields_}
+
+    # ---- kernels ----
+
+    def kernel(self, spec, **params):
+        """The kernel for spec on this device: memory, then bundles, then the disk cache, then the generator."""
+        from ._gen import _spec_text
+        k = ctypes.c_void_p()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_get_kernel(self._live(), _spec_text(spec, params).encode(), ctypes.byref(k),
+                                                ctypes.byref(err)), err)
+        return Kernel(self, k)
+
+    def load_module(self, ptx):
+        """Loads PTX text that carries a '// kiln.meta' block (e.g. kiln.generate(...).text)."""
+        data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)
+        if not data.endswith(b"\0"):
+            data += b"\0"
+        buf = ctypes.create_string_buffer(data, len(data))
+        k = ctypes.c_void_p()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_load_module(self._live(), buf, len(data), 0, None, ctypes.byref(k),
+                                                 ctypes.byref(err)), err)
+        return Kernel(self, k)
+
+    def load_entry(self, entry):
+        """Loads one kiln.BundleEntry (PTX or cubin) as it is, whatever this device's SM: for inspection and
+        tests; add_bundle() is what picks the right entry per device."""
+        data = bytes(entry.payload)
+        buf = ctypes.create_string_buffer(data, len(data))
+        k = ctypes.c_void_p()
+        err = _lib.Error()
+        kind = 1 if entry.kind == "cubin" else 0
+        _lib.check(self._lib.kiln_rt_load_module(self._live(), buf, len(data), kind, ctypes.byref(entry._meta),
+                                                 ctypes.byref(k), ctypes.byref(err)), err)
+        return Kernel(self, k)
+
+    def add_bundle(self, bundle):
+        """Adds a bundle (a path, or bytes) whose kernels kernel()/launch helpers then use first."""
+        err = _lib.Error()
+        if isinstance(bundle, (bytes, bytearray, memoryview)):
+            buf = ctypes.create_string_buffer(bytes(bundle), len(bundle))
+            self._bundle_data.append(buf)  # the runtime reads it in place: keep it alive
+            st = self._lib.kiln_rt_add_bundle_memory(self._live(), buf, len(bundle), ctypes.byref(err))
+        else:
+            st = self._lib.kiln_rt_add_bundle_file(self._live(), os.fsencode(os.fspath(bundle)), ctypes.byref(err))
+        _lib.check(st, err)
+
+    # ---- arrays ----
+
+    def _view(self, obj, what, dev=None):
+        if isinstance(obj, DeviceArray):
+            v = obj._kiln_view()
+        else:
+            v = _arrays.view(obj, what)
+        if v.device is not None and dev is not None and v.device != dev:
+            raise KilnArgumentError("%s is on CUDA device %d; this Runtime drives device %d" % (what, v.device, dev))
+        return v
+
+    def _alloc(self, n):
+        p = ctypes.c_uint64()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_alloc(self._live(), n, ctypes.byref(p), ctypes.byref(err)), err)
+        return p.value
+
+    def _free(self, p):
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_free(self._live(), p, ctypes.byref(err)), err)
+
+    def _upload(self, dst, a, n):
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_upload(self._live(), dst, a.ctypes.data, n, ctypes.byref(err)), err)
+
+    def _download(self, a, src, n):
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_download(self._live(), a.ctypes.data, src, n, ctypes.byref(err)), err)
+
+    def empty(self, shape, dtype):
+        """Uninitialized device memory (a DeviceArray)."""
+        return DeviceArray(self, shape, dtype)
+
+    def from_numpy(self, a, dtype=None):
+        """A DeviceArray holding a copy of a host array (f32/f16/bf16)."""
+        from ._np import as_kiln_array, kiln_dtype_of
+        dt = dtype or kiln_dtype_of(a)
+        a = as_kiln_array(a, dt, "from_numpy")
+        d = DeviceArray(self, a.shape, dt)
+        d.upload(a)
+        return d
+
+    def synchronize(self):
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_synchronize(self._live(), ctypes.byref(err)), err)
+
+    # ---- typed launch helpers ----
+
+    def _ln_args(self, y, x, weight, bias, eps, mean, rstd, stream):
+        dev = self.device_ordinal
+        xv = self._view(x, "layer_norm: x", dev)
+        yv = self._view(y, "layer_norm: y", dev)
+        if not xv.shape:
+            raise KilnArgumentError("layer_norm: x must have at least one dimension")
+        hidden = xv.shape[-1]
+        rows = xv.numel // hidden if hidden else 0
+        for v, n in ((xv, "x"), (yv, "y")):
+            if not v.contiguous():
+                raise KilnArgumentError("layer_norm: %s must be contiguous (strides %s for shape %s)"
+                                        % (n, v.strides, v.shape))
+        if yv.shape != xv.shape:
+            raise KilnArgumentError("layer_norm: y has shape %s, x has %s; they must match" % (yv.shape, xv.shape))
+        a = _lib.LayerNormArgs()
+        a.y, a.x = yv.ptr, xv.ptr
+        a.rows, a.hidden = rows, hidden
+        a.x_dtype, a.y_dtype = _DTYPE_CODE[xv.dtype], _DTYPE_CODE[yv.dtype]
+        wdt = None
+        views = [xv, yv]
+        for name, obj in (("weight", weight), ("bias", bias)):
+            if obj is None:
+                continue
+            v = self._view(obj, "layer_norm: " + name, dev)
+            if v.shape != (hidden,) and v.numel != hidden:
+                raise KilnArgumentError("layer_norm: %s has shape %s; expected (%d,)" % (name, v.shape, hidden))
+            if not v.contiguous():
+                raise KilnArgumentError("layer_norm: %s must be contiguous" % name)
+            if wdt is not None and v.dtype != wdt:
+                raise KilnArgumentError("layer_norm: weight is %s and bias is %s; they must match" % (wdt, v.dtype))
+            wdt = v.dtype
+            setattr(a, name, v.ptr)
+            views.append(v)
+        a.w_dtype = _DTYPE_CODE[wdt or xv.dtype]
+        for name, obj in (("mean", mean), ("rstd", rstd)):
+            if obj is None:
+                continue
+            v = self._view(obj, "layer_norm: " + name, dev)
+            if v.dtype != "f32" or v.numel != rows or not v.contiguous():
+                raise KilnArgumentError("layer_norm: %s must be %d contiguous f32 values (one per row), got %s %s"
+                                        % (name, rows, v.dtype, v.shape))
+            setattr(a, name, v.ptr)
+            views.append(v)
+        a.eps = float(eps)
+        a.stream = _stream_handle(stream, views)
+        return a
+
+    def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None):
+        """y = layer_norm(x) over the last dimension (torch.nn.functional.layer_norm semantics), fp32 math.
+        x, y: [..., hidden] contiguous; weight/bias: [hidden] (any kiln dtype, both the same); mean/rstd:
+        optional f32 [rows] outputs. Picks the fixed-hidden variant when one exists."""
+        a = self._ln_args(y, x, weight, bias, eps, mean, rstd, stream)
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_layernorm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+
+    def layer_norm_kernel(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None):
+        """The Kernel layer_norm would launch for these arrays, without launching."""
+        a = self._ln_args(y, x, weight, bias, eps, mean, rstd, 0)
+        k = ctypes.c_void_p()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_layernorm_pick(self._live(), ctypes.byref(a), ctypes.byref(k), ctypes.byref(err)),
+                   err)
+        return Kernel(self, k)
+
+    def _attn_args(self, o, q, k, v, lse, causal, scale, stream):
+        dev = self.device_ordinal
+        views = {}
+        for n, obj in (("q", q), ("k", k), ("v", v), ("o", o)):
+            t = self._view(obj, "attention: " + n, dev)
+            if len(t.shape) != 4:
+                raise KilnArgumentError("attention: %s must be 4-d [batch, seq, heads, head_dim], got shape %s"
+                                        % (n, t.shape))
+            if t.strides[3] != 1 and t.shape[3] != 1:
+                raise KilnArgumentError("attention: %s's head_dim must be contiguous (stride %d)" % (n, t.strides[3]))
+            views[n] = t
+        qv, kv, vv, ov = views["q"], views["k"], views["v"], views["o"]
+        b, sq, hq, d = qv.shape
+        _, sk, hkv, _ = kv.shape
+        if kv.shape != vv.shape:
+            raise KilnArgumentError("attention: k has shape %s, v has %s; they must match" % (kv.shape, vv.shape))
+        if kv.shape[0] != b or kv.shape[3] != d:
+            raise KilnArgumentError("attention: k/v shape %s does not fit q %s (batch and head_dim must match)"
+                                    % (kv.shape, qv.shape))
+        if ov.shape != qv.shape:
+            raise KilnArgumentError("attention: o has shape %s; expected q's %s" % (ov.shape, qv.shape))
+        if hkv == 0 or hq % hkv:
+            raise KilnArgumentError("attention: %d query heads are not a multiple of %d key/value heads" % (hq, hkv))
+        if len({qv.dtype, kv.dtype, vv.dtype}) != 1:
+            raise KilnArgumentError("attention: q, k, v must share a dtype, got %s, %s, %s"
+                                    % (qv.dtype, kv.dtype, vv.dtype))
+        a = _lib.AttentionArgs()
+        a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kv.ptr, vv.ptr
+        a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[ov.dtype]
+        a.head_dim, a.causal = d, 1 if causal else 0
+        a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
+        a.scale = 0.0 if scale is None else float(scale)
+        for n, t in views.items():
+            getattr(a, "stride_" + n)[:] = [t.strides[0], t.strides[1], t.strides[2]]
+        vl = list(views.values())
+        if lse is not None:
+            lv = self._view(lse, "attention: lse", dev)
+            if lv.dtype != "f32" or lv.numel != b * hq * sq or not lv.contiguous():
+                raise KilnArgumentError("attention: lse must be contiguous f32 [batch, heads_q, seq_q] = %d values, "
+                                        "got %s %s" % (b * hq * sq, lv.dtype, lv.shape))
+            a.lse = lv.ptr
+            vl.append(lv)
+        a.stream = _stream_handle(stream, vl)
+        return a
+
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None):
+        """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
+        (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
+        heads_q must be a multiple of heads_kv (GQA/MQA). causal is bottom-right aligned.
+        lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim)."""
+        a = self._attn_args(o, q, k, v, lse, causal, scale, stream)
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_attention_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+
+    def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None):
+        a = self._attn_args(o, q, k, v, lse, causal, scale, 0)
+        kp = ctypes.c_void_p()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_attention_pick(self._live(), ctypes.byref(a), ctypes.byref(kp), ctypes.byref(err)),
+                   err)
+        return Kernel(self, kp)

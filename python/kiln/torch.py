@@ -1,0 +1,274 @@
+"""kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm, LayerNorm, attention.
+
+Importable only where torch is. The ops are registered as ``kiln::layer_norm`` and
+``kiln::attention`` with fake (meta) implementations, so torch.compile captures them in a graph,
+and layer_norm has an autograd formula (computed with torch ops from the saved mean and rstd
+until kiln's LayerNorm backward kernel is wired in). Kernels run on CUDA tensors, on torch's
+current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
+first use, then from kiln's memory and disk caches).
+
+    import kiln.torch as kt
+    ln = kt.LayerNorm(4096)                       # f32 weights, like torch.nn.LayerNorm
+    y = ln(x_bf16)                                # bf16 in, bf16 out, f32 math
+    o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
+"""
+
+import math
+import threading
+from typing import Optional, Tuple
+
+import torch
+
+from .errors import KilnArgumentError
+from .runtime import Runtime
+
+_DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_TORCH_DT = {v: k for k, v in _DT.items()}
+_lock = threading.Lock()
+_runtimes = {}
+HEAD_DIMS = (32, 64, 96, 128, 256)
+
+
+def runtime(device=None):
+    """The kiln.Runtime kiln.torch uses for a CUDA device (created on first use)."""
+    idx = torch.device(device).index if device is not None else None
+    if idx is None:
+        idx = torch.cuda.current_device()
+    with _lock:
+        rt = _runtimes.get(idx)
+        if rt is None:
+            rt = _runtimes[idx] = Runtime(device=idx)
+        return rt
+
+
+def _dtype_name(d, what):
+    if d not in _DT:
+        raise KilnArgumentError("%s: dtype %s is not one kiln kernels take; valid: torch.float32, torch.float16, "
+                                "torch.bfloat16" % (what, d))
+    return _DT[d]
+
+
+def _stream(t):
+    return torch.cuda.current_stream(t.device).cuda_stream
+
+
+def _on_gpu(t):
+    return t.is_cuda or t.device.type == "meta"  # meta: shape-only tracing (torch.compile, export)
+
+
+def _check_cuda(what, *ts):
+    for t in ts:
+        if t is not None and not _on_gpu(t):
+            raise KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (kiln.emulate runs kernels "
+                                    "on the CPU with numpy)" % (what, t.device))
+
+
+# ---- LayerNorm ----
+
+
+@torch.library.custom_op("kiln::layer_norm", mutates_args=())
+def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
+                out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    x2 = x.contiguous()
+    y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
+    mean = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    if rows:
+        w = weight.contiguous() if weight is not None else None
+        b = bias.contiguous() if bias is not None else None
+        runtime(x.device).layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x))
+    return y, mean, rstd
+
+
+@_layer_norm.register_fake
+def _layer_norm_fake(x, weight, bias, eps, out_dtype):
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty((rows,), dtype=torch.float32),
+            x.new_empty((rows,), dtype=torch.float32))
+
+
+def _ln_setup(ctx, inputs, output):
+    x, weight, bias, _eps, _out = inputs
+    _y, mean, rstd = output
+    ctx.save_for_backward(x, weight, mean, rstd)
+    ctx.has_bias = bias is not None
+    ctx.bias_dtype = bias.dtype if bias is not None else None
+
+
+def _ln_backward(ctx, dy, _dmean, _drstd):
+    # dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; in f32, rounded once to x's dtype.
+    x, weight, mean, rstd = ctx.saved_tensors
+    h = x.shape[-1]
+    xf = x.reshape(-1, h).float()
+    dyf = dy.reshape(-1, h).float()
+    xhat = (xf - mean[:, None]) * rstd[:, None]
+    g = dyf * weight.float() if weight is not None else dyf
+    dx = rstd[:, None] * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
+    dw = (dyf * xhat).sum(0).to(weight.dtype) if weight is not None else None
+    db = dyf.sum(0).to(ctx.bias_dtype) if ctx.has_bias else None
+    return dx.reshape(x.shape).to(x.dtype), dw, db, None, None
+
+
+_layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
+    """torch.nn.functional.layer_norm on kiln's kernel, plus ``out_dtype`` (default: input's dtype).
+    weight and bias may have another dtype than input (bf16 activations with f32 weights)."""
+    if isinstance(normalized_shape, int):
+        normalized_shape = (normalized_shape,)
+    normalized_shape = tuple(normalized_shape)
+    nd = len(normalized_shape)
+    if nd == 0 or tuple(input.shape[-nd:]) != normalized_shape:
+        raise KilnArgumentError("layer_norm: normalized_shape %s does not match the input's trailing dimensions %s"
+                                % (list(normalized_shape), list(input.shape)))
+    _check_cuda("layer_norm", input, weight, bias)
+    xd = _dtype_name(input.dtype, "layer_norm: input")
+    yd = _dtype_name(out_dtype, "layer_norm: out_dtype") if out_dtype is not None else xd
+    for n, t in (("weight", weight), ("bias", bias)):
+        if t is not None:
+            _dtype_name(t.dtype, "layer_norm: " + n)
+            if tuple(t.shape) != normalized_shape:
+                raise KilnArgumentError("layer_norm: %s has shape %s; expected %s" % (n, list(t.shape),
+                                                                                      list(normalized_shape)))
+    if weight is not None and bias is not None and weight.dtype != bias.dtype:
+        raise KilnArgumentError("layer_norm: weight is %s and bias is %s; kiln takes one dtype for both"
+                                % (weight.dtype, bias.dtype))
+    hidden = math.prod(normalized_shape)
+    x = input.reshape(input.shape[:input.dim() - nd] + (hidden,))
+    w = weight.reshape(hidden) if weight is not None else None
+    b = bias.reshape(hidden) if bias is not None else None
+    y, _mean, _rstd = _layer_norm(x, w, b, float(eps), yd)
+    return y.reshape(input.shape)
+
+
+class LayerNorm(torch.nn.Module):
+    """torch.nn.LayerNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` (the output dtype;
+    default: the input's). ``dtype`` is the parameters' dtype as in torch (default float32), so bf16 or
+    f16 activations meet f32 weights without a cast."""
+
+    def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None,
+                 out_dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.out_dtype = out_dtype
+        if out_dtype is not None:
+            _dtype_name(out_dtype, "LayerNorm: out_dtype")
+        kw = {"device": device, "dtype": dtype}
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw))
+            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw)) if bias else None
+        else:
+            self.weight = None
+            self.bias = None
+        if self.bias is None:
+            self.register_parameter("bias", None)
+        if self.weight is None:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
+        if self.bias is not None:
+            torch.nn.init.zeros_(self.bias)
+
+    def forward(self, input):
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype)
+
+    def extra_repr(self):
+        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
+
+
+# ---- attention ----
+
+
+@torch.library.custom_op("kiln::attention", mutates_args=())
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+               scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+    # q, k, v in SDPA's [batch, heads, seq, head_dim]; kiln reads [batch, seq, heads, head_dim] via strides.
+    b, h, sq, d = q.shape
+    o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
+    if b and sq:
+        qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
+        runtime(q.device).attention(o, qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), lse=lse,
+                                    causal=causal, scale=scale, stream=_stream(q))
+    return o.transpose(1, 2), lse
+
+
+@_attention.register_fake
+def _attention_fake(q, k, v, causal, scale):
+    b, h, sq, d = q.shape
+    return q.new_empty((b, sq, h, d)).transpose(1, 2), q.new_empty((b, h, sq), dtype=torch.float32)
+
+
+def _attn_backward(ctx, do, dlse):
+    raise NotImplementedError("kiln::attention has no backward yet (kiln's attention backward kernels are not "
+                              "wired into kiln.torch); use torch.nn.functional.scaled_dot_product_attention "
+                              "for training, or call kiln under torch.no_grad()")
+
+
+_attention.register_autograd(_attn_backward, setup_context=lambda ctx, inputs, output: None)
+
+
+def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                       enable_gqa=False):
+    """Why kiln cannot run this scaled_dot_product_attention call, or None when it can."""
+    if attn_mask is not None:
+        return "attn_mask is not supported (kiln has causal masking only: use is_causal=True)"
+    if dropout_p:
+        return "dropout_p=%g is not supported (kiln's attention has no dropout)" % dropout_p
+    ts = (query, key, value)
+    if any(t.dim() not in (3, 4) for t in ts) or len({t.dim() for t in ts}) != 1:
+        return "query/key/value must all be [batch, heads, seq, head_dim] (or [heads, seq, head_dim]), got %s" % (
+            [list(t.shape) for t in ts])
+    if len({t.dtype for t in ts}) != 1 or query.dtype not in _DT:
+        return "query, key and value must share one dtype of float32, float16, bfloat16, got %s" % (
+            [str(t.dtype) for t in ts])
+    if any(not _on_gpu(t) for t in ts):
+        return "kiln runs on CUDA tensors; got %s" % [str(t.device) for t in ts]
+    d = query.shape[-1]
+    if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
+        return "head_dim %d (key %d, value %d) is not one kiln generates; valid: %s, the same for q, k, v" % (
+            d, key.shape[-1], value.shape[-1], ", ".join(map(str, HEAD_DIMS)))
+    if key.shape != value.shape:
+        return "key %s and value %s must have the same shape" % (list(key.shape), list(value.shape))
+    hq, hkv = query.shape[-3], key.shape[-3]
+    if query.dim() == 4 and query.shape[0] != key.shape[0]:
+        return "query batch %d differs from key batch %d" % (query.shape[0], key.shape[0])
+    if hq != hkv and not enable_gqa:
+        return "query has %d heads and key/value %d: pass enable_gqa=True as torch requires" % (hq, hkv)
+    if hkv == 0 or hq % hkv:
+        return "%d query heads are not a multiple of %d key/value heads" % (hq, hkv)
+    if is_causal and query.shape[-2] != key.shape[-2]:
+        return ("is_causal with seq_q %d != seq_k %d: torch's causal mask is aligned top-left, kiln's bottom-right; "
+                "they agree only when the lengths are equal" % (query.shape[-2], key.shape[-2]))
+    return None
+
+
+def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
+                                 enable_gqa=False):
+    """torch.nn.functional.scaled_dot_product_attention's calling convention on kiln's attention kernel, for
+    the cases kiln covers (no attn_mask, no dropout, head_dim 32/64/96/128/256, GQA/MQA, causal with equal
+    lengths); anything else raises KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
+    why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
+    if why is not None:
+        raise KilnArgumentError("kiln attention: " + why)
+    squeeze = query.dim() == 3
+    if squeeze:
+        query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
+    sc = float(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    o, _lse = _attention(query, key, value, bool(is_causal), sc)
+    return o.squeeze(0) if squeeze else o
+
+
+attention = scaled_dot_product_attention

@@ -1,0 +1,96 @@
+"""python/tests/conftest.py - shared fixtures: the package under test, the fake CUDA driver, numpy references."""
+
+import ctypes
+import os
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+PKG_ROOT = os.path.dirname(HERE)  # python/
+REPO = os.path.dirname(PKG_ROOT)
+if os.environ.get("KILN_TEST_INSTALLED") != "1":
+    sys.path.insert(0, PKG_ROOT)  # test the source tree's package (libraries from lib/ or $KILN_LIB_DIR)
+
+O = os.environ.get("O", "build")
+FAKE_CUDA = os.environ.get("KILN_FAKE_CUDA") or os.path.join(REPO, O, "tests", "libfakecuda.so.1")
+KILN_BIN = os.environ.get("KILN") or os.path.join(REPO, "bin", "kiln")
+if not os.path.isabs(KILN_BIN):
+    KILN_BIN = os.path.join(REPO, KILN_BIN)
+
+
+class FakeLaunch(ctypes.Structure):
+    _fields_ = [("entry", ctypes.c_char * 128), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
+                ("smem", ctypes.c_uint), ("nparams", ctypes.c_int), ("param_size", ctypes.c_uint * 32),
+                ("param", ctypes.c_uint64 * 32), ("loaded_sm", ctypes.c_int), ("cubin", ctypes.c_int)]
+
+
+class FakeDriver:
+    """The fake CUDA driver (tests/fake_cuda): what the runtime launched, failure injection."""
+
+    def __init__(self, path):
+        self.path = path
+        self.dl = ctypes.CDLL(path)
+        self.dl.fake_cuda_last_launch.argtypes = [ctypes.POINTER(FakeLaunch)]
+        self.dl.fake_cuda_fail.argtypes = [ctypes.c_char_p, ctypes.c_char_p, ctypes.c_int]
+
+    def last_launch(self):
+        out = FakeLaunch()
+        assert self.dl.fake_cuda_last_launch(ctypes.byref(out)), "no launch recorded"
+        return out
+
+    def fail(self, op, error, times=1):
+        self.dl.fake_cuda_fail(op.encode(), error.encode(), times)
+
+    def reset(self):
+        self.dl.fake_cuda_reset()
+
+
+@pytest.fixture
+def fake_cuda(monkeypatch):
+    """Points the runtime at the fake driver posing as an sm_80 device (FAKE_CUDA_SM to change)."""
+    if not os.path.exists(FAKE_CUDA):
+        pytest.skip("fake CUDA driver not built (%s); run make" % FAKE_CUDA)
+    monkeypatch.setenv("KILN_CUDA_DRIVER", FAKE_CUDA)
+    monkeypatch.setenv("FAKE_CUDA_SM", "80")
+    monkeypatch.setenv("KILN_CACHE", "0")
+    d = FakeDriver(FAKE_CUDA)
+    d.reset()
+    yield d
+    d.reset()
+
+
+def ln_reference(x, w, b, eps):
+    """float64 LayerNorm over the last axis (biased variance, eps inside the sqrt)."""
+    import numpy as np
+    xd = np.asarray(x, dtype=np.float64)
+    m = xd.mean(-1, keepdims=True)
+    var = ((xd - m) ** 2).mean(-1, keepdims=True)
+    r = 1.0 / np.sqrt(var + np.float64(np.float32(eps)))
+    y = (xd - m) * r
+    if w is not None:
+        y = y * np.asarray(w, dtype=np.float64)
+    if b is not None:
+        y = y + np.asarray(b, dtype=np.float64)
+    return y, m[..., 0], r[..., 0]
+
+
+def attention_reference(q, k, v, causal, scale=None):
+    """float64 attention for [batch, seq, heads, head_dim]; causal bottom-right aligned; GQA by repetition."""
+    import numpy as np
+    q, k, v = (np.asarray(t, dtype=np.float64) for t in (q, k, v))
+    sq, hq, d = q.shape[1], q.shape[2], q.shape[3]
+    sk, hkv = k.shape[1], k.shape[2]
+    k = np.repeat(k, hq // hkv, axis=2)
+    v = np.repeat(v, hq // hkv, axis=2)
+    s = np.einsum("bqhd,bkhd->bhqk", q, k) * (1 / np.sqrt(d) if scale is None else scale)
+    if causal:
+        keep = np.arange(sk)[None, :] <= np.arange(sq)[:, None] + sk - sq
+        s = np.where(keep, s, -np.inf)
+    mx = s.max(-1, keepdims=True)
+    mx = np.where(np.isfinite(mx), mx, 0)
+    p = np.exp(s - mx)
+    den = p.sum(-1, keepdims=True)
+    lse = np.where(den[..., 0] > 0, np.log(np.where(den[..., 0] > 0, den[..., 0], 1)) + mx[..., 0], np.inf)
+    p = np.divide(p, den, out=np.zeros_like(p), where=den > 0)
+    return np.einsum("bhqk,bkhd->bqhd", p, v), lse

@@ -1,0 +1,189 @@
+/* runtime/rt_attention_bwd.c - launch helper for attention backward: the whole kernel sequence (prep, dkdv, convert or dq). */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rt.h"
+
+enum { T_Q, T_K, T_V, T_O, T_DOUT, T_DQ, T_DK, T_DV, NTENSORS };
+static const char *tensor_names[NTENSORS] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+
+static kiln_devptr pointer_of(const kiln_attention_bwd_args *a, int t) {
+    const kiln_devptr p[NTENSORS] = {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv};
+    return p[t];
+}
+
+static const int64_t *strides_of(const kiln_attention_bwd_args *a, int t) {
+    const int64_t *s[NTENSORS] = {a->stride_q, a->stride_k, a->stride_v, a->stride_o,
+                                  a->stride_dout, a->stride_dq, a->stride_dk, a->stride_dv};
+    return s[t];
+}
+
+static kiln_dtype dtype_of(const kiln_attention_bwd_args *a, int t) {
+    return t <= T_V ? a->dtype : t <= T_DOUT ? a->out_dtype : a->grad_dtype;
+}
+
+static int is_kv(int t) { return t == T_K || t == T_V || t == T_DK || t == T_DV; }
+
+/* The given strides, or those of [batch, seq, heads, head_dim] when all three are 0. */
+static void effective_strides(const kiln_attention_bwd_args *a, int t, int64_t out[3]) {
+    const int64_t *s = strides_of(a, t);
+    if (s[0] || s[1] || s[2]) {
+        memcpy(out, s, 3 * sizeof *out);
+        return;
+    }
+    int64_t heads = is_kv(t) ? a->heads_kv : a->heads_q, seq = is_kv(t) ? a->seq_k : a->seq_q;
+    out[2] = a->head_dim;
+    out[1] = heads * a->head_dim;
+    out[0] = seq * heads * a->head_dim;
+}
+
+static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
+
+size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a) {
+    if (!a || a->batch <= 0 || a->heads_q <= 0 || a->seq_q <= 0 || a->head_dim <= 0) return 0;
+    size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q;
+    size_t bytes = round_up(rows * sizeof(float), 256);
+    if (!a->deterministic) bytes += rows * (size_t)a->head_dim * sizeof(float);
+    return bytes;
+}
+
+static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err) {
+    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype) || !kiln_dtype_name(a->grad_dtype))
+        return kiln_fail(err, KILN_EINVAL, "attention backward: dtypes must be f32, f16 or bf16");
+    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "attention backward: batch (%d), seq_q (%d) and seq_k (%d) must be >= 0",
+                         a->batch, a->seq_q, a->seq_k);
+    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "attention backward: heads_q (%d) must be a positive multiple of heads_kv (%d)",
+                         a->heads_q, a->heads_kv);
+    if (!(a->scale >= 0) || isinf(a->scale))
+        return kiln_fail(err, KILN_EINVAL, "attention backward: scale must be finite and >= 0 (0: 1/sqrt(head_dim))");
+    for (int t = 0; t < NTENSORS; t++)
+        if (!pointer_of(a, t))
+            return kiln_fail(err, KILN_EINVAL, "attention backward: %s must be a device pointer, not 0", tensor_names[t]);
+    if (!a->lse) return kiln_fail(err, KILN_EINVAL, "attention backward: lse (the forward's log-sum-exp) must be given");
+    if (!a->workspace && kiln_attention_backward_workspace(a))
+        return kiln_fail(err, KILN_EINVAL, "attention backward: workspace must point at %zu bytes of device memory "
+                         "(kiln_attention_backward_workspace)", kiln_attention_backward_workspace(a));
+    if (a->workspace % 16)
+        return kiln_fail(err, KILN_EINVAL, "attention backward: workspace (0x%llx) must be 16-byte aligned",
+                         (unsigned long long)a->workspace);
+    return KILN_OK;
+}
+
+/* The spec of one kernel of the sequence. */
+static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
+    int det = a->deterministic && !strcmp(kernel, "dkdv");
+    snprintf(buf, size, "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s", kernel,
+             kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
+             a->causal ? "true" : "false", det ? "true" : "false");
+}
+
+static int tensor_index(const char *name) {
+    for (int t = 0; t < NTENSORS; t++)
+        if (!strcmp(name, tensor_names[t])) return t;
+    return -1;
+}
+
+/* Names the first tensor the kernel takes whose pointer or strides break its vector alignment. */
+static kiln_status check_alignment(const kiln_attention_bwd_args *a, const kiln_kernel_meta *m, kiln_error *err) {
+    unsigned al = m->align_bytes;
+    for (int i = 0; al > 1 && i < m->nparams; i++) {
+        int t = tensor_index(m->params[i].name);
+        if (t < 0) continue;
+        int64_t s[3];
+        effective_strides(a, t, s);
+        if (pointer_of(a, t) % al)
+            return kiln_fail(err, KILN_EINVAL, "attention backward: %s (0x%llx) is not %u-byte aligned, which '%s' needs",
+                             tensor_names[t], (unsigned long long)pointer_of(a, t), al, m->spec);
+        for (int d = 0; d < 3; d++)
+            if ((s[d] * (int64_t)kiln_dtype_size(dtype_of(a, t))) % al)
+                return kiln_fail(err, KILN_EINVAL, "attention backward: %s's %s stride (%lld elements) is not a multiple "
+                                 "of %u bytes, which '%s' needs", tensor_names[t], d == 0 ? "batch" : d == 1 ? "sequence" : "head",
+                                 (long long)s[d], al, m->spec);
+    }
+    return KILN_OK;
+}
+
+static const char *const sequence[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
+
+kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],
+                                         kiln_error *err) {
+    if (!rt || !a || !out) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward_pick: NULL argument");
+    kiln_status st = check_args(a, err);
+    for (int i = 0; i < 3 && st == KILN_OK; i++) {
+        char spec[KILN_SPEC_MAX];
+        spec_of(a, sequence[a->deterministic ? 1 : 0][i], spec, sizeof spec);
+        st = kiln_rt_get_kernel(rt, spec, &out[i], err);
+        if (st == KILN_OK) st = check_alignment(a, &out[i]->meta, err);
+    }
+    return st;
+}
+
+/* Fills args in the order and kinds of meta.params. */
+static kiln_status build_args(const kiln_attention_bwd_args *a, const kiln_kernel_meta *m, kiln_arg *args,
+                              kiln_error *err) {
+    size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q;
+    kiln_devptr delta = a->workspace, dq_acc = a->deterministic ? 0 : a->workspace + round_up(rows * sizeof(float), 256);
+    const struct {
+        const char *name;
+        int32_t value;
+    } ints[] = {{"heads_q", a->heads_q}, {"heads_kv", a->heads_kv}, {"seq_q", a->seq_q}, {"seq_k", a->seq_k}};
+    for (int i = 0; i < m->nparams; i++) {
+        const kiln_param *p = &m->params[i];
+        kiln_arg v = {0};
+        int found = 0, t = tensor_index(p->name);
+        if (p->kind == KILN_PARAM_PTR) {
+            if (t >= 0) v.ptr = pointer_of(a, t), found = 1;
+            else if (!strcmp(p->name, "lse")) v.ptr = a->lse, found = 1;
+            else if (!strcmp(p->name, "delta")) v.ptr = delta, found = 1;
+            else if (!strcmp(p->name, "dq_acc")) v.ptr = dq_acc, found = 1;
+        } else if (p->kind == KILN_PARAM_I32) {
+            for (size_t j = 0; j < sizeof ints / sizeof ints[0] && !found; j++)
+                if (!strcmp(p->name, ints[j].name)) v.i32 = ints[j].value, found = 1;
+        } else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "scale")) {
+            v.f32 = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
+            found = 1;
+        } else if (p->kind == KILN_PARAM_I64 && !strncmp(p->name, "stride_", 7)) {
+            size_t len = strlen(p->name);
+            const char *axis = len > 8 ? strchr("bsh", p->name[len - 1]) : NULL;
+            char tname[16];
+            snprintf(tname, sizeof tname, "%.*s", (int)(len - 8), p->name + 7);
+            int st = len > 8 ? tensor_index(tname) : -1;
+            if (axis && *axis && st >= 0) {
+                int64_t s[3];
+                effective_strides(a, st, s);
+                v.i64 = s[axis - "bsh"];
+                found = 1;
+            }
+        }
+        if (!found)
+            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the attention backward helper does not know",
+                             m->entry, p->name);
+        args[i] = v;
+    }
+    return KILN_OK;
+}
+
+kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward: NULL argument");
+    kiln_status st = check_args(a, err);
+    if (st != KILN_OK || a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return st;
+    kiln_kernel *ks[3];
+    if ((st = kiln_attention_backward_pick(rt, a, ks, err)) != KILN_OK) return st;
+    /* prep and the dQ kernels cover query rows, dkdv covers keys; an empty side launches nothing
+     * (its kernels would have no rows), the other side still writes its zeros. */
+    const uint64_t rows_q[3] = {(uint64_t)a->seq_q, (uint64_t)a->heads_q, (uint64_t)a->batch};
+    const uint64_t rows_k[3] = {(uint64_t)a->seq_k, (uint64_t)a->heads_kv, (uint64_t)a->batch};
+    for (int i = 0; i < 3 && st == KILN_OK; i++) {
+        const uint64_t *problem = i == 1 ? rows_k : rows_q;
+        if (!problem[0]) continue;
+        kiln_arg args[KILN_MAX_PARAMS];
+        unsigned grid[3];
+        st = kiln_kernel_grid(ks[i], problem, grid, err);
+        if (st == KILN_OK) st = build_args(a, &ks[i]->meta, args, err);
+        if (st == KILN_OK) st = kiln_kernel_launch(ks[i], grid, args, ks[i]->meta.nparams, a->stream, err);
+    }
+    return st;
+}

@@ -1,0 +1,301 @@
+-- templates/attention_bwd.lua - attention backward: dQ, dK, dV of O = softmax(scale * Q K^T [causal]) V
+-- (FlashAttention-2 algorithm), as a sequence of kernels picked by `kernel`.
+--
+-- Tensors follow the forward (templates/attention.lua): Q, K, V, O, dO and the gradients are
+-- [batch, seq, heads, head_dim] through batch/sequence/head strides given at launch (head_dim
+-- contiguous); lse is the forward's f32 [batch, heads_q, seq_q] log-sum-exp (+inf for a row that
+-- sees no key: its gradients are 0); causal masking is bottom-right aligned (query i sees key j iff
+-- j <= i + seq_k - seq_q); query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
+-- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim].
+--
+-- The sequence (runtime/rt_attention_bwd.c runs it):
+--   kernel=prep     delta = rowsum(dO * O) in f32; zeroes dq_acc when it is given.
+--                   problem {seq_q, heads_q, batch}.
+--   kernel=dkdv     one CTA per block of keys of one kv head: loops over the query heads of its
+--                   group and the query tiles that see its keys (causal: fully masked tiles are
+--                   skipped), recomputes P = exp(scale S - lse) and dS = P (dP - delta) with
+--                   dP = dO V^T, and accumulates dV = P^T dO and dK = scale dS^T Q in registers (GQA:
+--                   summed over the group without atomics). Unless deterministic=true it also adds
+--                   dS K to dq_acc with f32 atomics. problem {seq_k, heads_kv, batch}.
+--   kernel=convert  dQ = scale * dq_acc, rounded to `grad`. problem {seq_q, heads_q, batch}.
+--   kernel=dq       deterministic=true instead of the atomics and convert: one CTA per query tile
+--                   recomputes S and dP over the keys it sees and sums dQ = scale dS K in registers,
+--                   in key order. Costs a second recompute of Q K^T and dO V^T (7 tile products
+--                   per (query, key) tile instead of 5) but no atomics and no dq_acc; the result is
+--                   bit-identical run to run. problem {seq_q, heads_q, batch}.
+--
+-- Paths of dkdv and dq (prep and convert are elementwise), chosen from the target's capabilities:
+--   mma:  f16/bf16 with O/dO in the same dtype, head_dim <= 128, where the target has tensor-core
+--         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua.
+--   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
+--         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
+-- Exponentials use ex2.approx.f32 as the forward does.
+local util = require("lib.util")
+local simt = require("lib.attn_bwd_simt")
+local mma = require("lib.attn_bwd_mma")
+
+local K = {
+  doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
+  params = {
+    { name = "kernel", type = "enum", default = "dkdv", values = { "dkdv", "prep", "convert", "dq" },
+      doc = "which kernel of the sequence" },
+    { name = "dtype", type = "dtype", default = "f16", doc = "Q, K, V dtype" },
+    { name = "out", type = "dtype", default = "=dtype", doc = "O and dO dtype" },
+    { name = "grad", type = "dtype", default = "=dtype", doc = "dQ, dK, dV dtype" },
+    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
+      doc = "head dimension" },
+    { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
+    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
+    { name = "deterministic", type = "bool", default = false,
+      doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
+  },
+}
+
+function K.check(spec)
+  if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
+    return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
+  end
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others run on path=simt)"
+  end
+  if spec.deterministic and spec.kernel ~= "dkdv" then
+    return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
+  end
+end
+
+local ROW_THREADS, ROWS_PER_WARP = 128, 4 -- prep and convert: a warp per row, 4 rows a warp
+
+local function stride_params(params, names)
+  for _, t in ipairs(names) do
+    for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
+  end
+  return params
+end
+
+function K.config(spec, target)
+  local es = math.max(util.dtype_bytes[spec.dtype], util.dtype_bytes[spec.out])
+  if spec.kernel == "prep" or spec.kernel == "convert" then
+    local rows = (ROW_THREADS // 32) * ROWS_PER_WARP
+    return { block = ROW_THREADS, grid_tile = { rows, 1, 1 }, rows_per_block = rows, threads_per_row = 32,
+             align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
+  end
+  local cfg
+  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and mma.available(spec, target)
+  if spec.path == "mma" and not use_mma then
+    error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
+  end
+  if use_mma then cfg = mma.config(spec, target, {}) else cfg = simt.config(spec, target, {}) end
+  local tile = spec.kernel == "dkdv" and cfg.block_n or cfg.block_m
+  cfg.grid_tile = { tile, 1, 1 }
+  cfg.rows_per_block = tile
+  cfg.align = use_mma and 16 or 4 * es
+  cfg.max_registers = 255
+  return cfg
+end
+
+-- Keys below the bound are visible to query `row` (seq_k; causal: also row + shift + 1).
+local function key_bound(b, spec, p, row)
+  if not spec.causal then return p.seq_k end
+  return b:min(p.seq_k, row + (p.seq_k - p.seq_q) + 1)
+end
+
+-- Index of (batch, head, row 0) in [batch, heads_q, seq_q] (i64).
+local function row_index(b, p, bi, h)
+  return (b:i64(bi) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q)
+end
+
+-- Pointer to row 0 of (batch bi, head h) in tensor t.
+local function base(b, p, t, bi, h)
+  return p[t] + b:i64(bi) * p["stride_" .. t .. "b"] + b:i64(h) * p["stride_" .. t .. "h"]
+end
+
+-- ---- prep: delta = rowsum(dO * O); dq_acc rows zeroed ----
+local function build_prep(b, spec, cfg)
+  local p = b:kernel{ params = stride_params({
+    { "delta", "ptr", "f32" }, { "dq_acc", "ptr", "f32" },
+    { "o", "ptr", spec.out, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
+    { "heads_q", "i32" }, { "seq_q", "i32" },
+  }, { "o", "dout" }) }
+  local d = spec.head_dim
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local bi, h = b:ctaid("z"), b:ctaid("y")
+  local ob, dob = base(b, p, "o", bi, h), base(b, p, "dout", bi, h)
+  local ri = row_index(b, p, bi, h)
+  local zero_acc = b:not_(b:is_null(p.dq_acc))
+  for r = 0, ROWS_PER_WARP - 1 do
+    local row = b:ctaid("x") * cfg.rows_per_block + warp * ROWS_PER_WARP + r
+    local live = b:lt(row, p.seq_q)
+    local rr = b:i64(b:select(live, row, 0))
+    local sum = b:f32(0.0)
+    for c = 0, d // 32 - 1 do
+      local col = lane + 32 * c
+      local ov = b:to_f32(b:load(ob + rr * p.stride_os + col))
+      local dv = b:to_f32(b:load(dob + rr * p.stride_douts + col))
+      sum = b:fma(ov, dv, sum)
+    end
+    sum = b:warp_sum(sum, 32)
+    b:if_(b:and_(live, b:eq(lane, 0)), function() b:store(p.delta + ri + rr, sum) end)
+    b:if_(b:and_(live, zero_acc), function()
+      for c = 0, d // 32 - 1 do b:store(p.dq_acc + (ri + rr) * d + (lane + 32 * c), 0.0) end
+    end)
+  end
+end
+
+-- ---- convert: dQ = scale * dq_acc ----
+local function build_convert(b, spec, cfg)
+  local p = b:kernel{ params = stride_params({
+    { "dq", "ptr", spec.grad }, { "dq_acc", "ptr", "f32", readonly = true },
+    { "heads_q", "i32" }, { "seq_q", "i32" }, { "scale", "f32" },
+  }, { "dq" }) }
+  local d = spec.head_dim
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local bi, h = b:ctaid("z"), b:ctaid("y")
+  local qb = base(b, p, "dq", bi, h)
+  local ri = row_index(b, p, bi, h)
+  for r = 0, ROWS_PER_WARP - 1 do
+    local row = b:ctaid("x") * cfg.rows_per_block + warp * ROWS_PER_WARP + r
+    b:if_(b:lt(row, p.seq_q), function()
+      local rr = b:i64(row)
+      for c = 0, d // 32 - 1 do
+        local col = lane + 32 * c
+        local v = b:load(p.dq_acc + (ri + rr) * d + col) * p.scale
+        b:store(qb + rr * p.stride_dqs + col, b:from_f32(v, spec.grad))
+      end
+    end)
+  end
+end
+
+local function main_params(spec, first)
+  local params = first
+  local more = {
+    { "q", "ptr", spec.dtype, readonly = true }, { "k", "ptr", spec.dtype, readonly = true },
+    { "v", "ptr", spec.dtype, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
+    { "lse", "ptr", "f32", readonly = true }, { "delta", "ptr", "f32", readonly = true },
+    { "heads_q", "i32" }, { "heads_kv", "i32" }, { "seq_q", "i32" }, { "seq_k", "i32" }, { "scale", "f32" },
+  }
+  for _, x in ipairs(more) do params[#params + 1] = x end
+  return params
+end
+
+-- Stores a (rows x d) accumulator block, times `mul`, rounded to `grad`, into rows row0 + r
+-- of the slice at dst (row stride `stride`); rows at or past `seq` are skipped.
+local function store_acc(b, spec, acc, rows, dst, stride, row0, seq, mul)
+  for r = 0, rows // 4 - 1 do
+    local i, _ = simt.acc_pos(b, r, 0)
+    local row = row0 + i
+    b:if_(b:lt(row, seq), function()
+      for c = 0, spec.head_dim // 32 - 1 do
+        local _, col = simt.acc_pos(b, r, c)
+        b:store(dst + b:i64(row) * stride + col, b:from_f32(acc[r][c]:get() * mul, spec.grad))
+      end
+    end)
+  end
+end
+
+-- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
+local function build_dkdv(b, spec, cfg)
+  local p = b:kernel{ params = stride_params(main_params(spec, {
+    { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
+  }), { "q", "k", "v", "dout", "dk", "dv" }) }
+  if cfg.path == "mma" then
+    return mma.build_dkdv(b, spec, cfg, p, {
+      base = function(t, bi, h) return base(b, p, t, bi, h) end,
+      row_index = function(bi, h) return row_index(b, p, bi, h) end,
+    })
+  end
+  local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
+  local sh = simt.alloc(b, cfg, d)
+  local bi, hkv = b:ctaid("z"), b:ctaid("y")
+  local group = p.heads_q // p.heads_kv
+  local k0 = b:ctaid("x") * bn
+  simt.load_tile(b, cfg, spec.dtype, d, sh.ks, base(b, p, "k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
+  simt.load_tile(b, cfg, spec.dtype, d, sh.vs, base(b, p, "v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  local dk, dv = simt.acc(b, bn, d), simt.acc(b, bn, d)
+  -- Causal: query rows below k0 - shift see none of these keys.
+  local q_start = 0
+  if spec.causal then q_start = b:max(k0 - (p.seq_k - p.seq_q), 0) end
+  b:for_(0, group, 1, function(g)
+    local h = hkv * group + g
+    local qb, dob = base(b, p, "q", bi, h), base(b, p, "dout", bi, h)
+    local ri = row_index(b, p, bi, h)
+    b:for_(q_start, p.seq_q, bm, function(q0)
+      b:barrier() -- the previous tile's products are done with Q, dO, P, dS
+      simt.load_tile(b, cfg, spec.dtype, d, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
+      simt.load_tile(b, cfg, spec.out, d, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      b:barrier()
+      simt.scores(b, cfg, d, sh, p, {
+        q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
+        bound = function(row) return key_bound(b, spec, p, row) end,
+      })
+      b:barrier()
+      simt.dkdv_step(b, cfg, d, sh, dk, dv)
+      if not spec.deterministic then
+        local dq = simt.acc(b, bm, d)
+        simt.dq_step(b, cfg, d, sh, dq)
+        for r = 0, bm // 4 - 1 do
+          local i = simt.acc_pos(b, r, 0)
+          local row = q0 + i
+          b:if_(b:lt(row, p.seq_q), function()
+            for c = 0, d // 32 - 1 do
+              local _, col = simt.acc_pos(b, r, c)
+              b:atomic_add(p.dq_acc + (ri + b:i64(row)) * d + col, dq[r][c]:get())
+            end
+          end)
+        end
+      end
+    end)
+  end)
+  store_acc(b, spec, dk, bn, base(b, p, "dk", bi, hkv), p.stride_dks, k0, p.seq_k, p.scale)
+  store_acc(b, spec, dv, bn, base(b, p, "dv", bi, hkv), p.stride_dvs, k0, p.seq_k, 1.0)
+end
+
+-- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
+local function build_dq(b, spec, cfg)
+  local p = b:kernel{ params = stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
+                                             { "q", "k", "v", "dout", "dq" }) }
+  if cfg.path == "mma" then
+    return mma.build_dq(b, spec, cfg, p, {
+      base = function(t, bi, h) return base(b, p, t, bi, h) end,
+      row_index = function(bi, h) return row_index(b, p, bi, h) end,
+      key_bound = function(row) return key_bound(b, spec, p, row) end,
+    })
+  end
+  local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
+  local sh = simt.alloc(b, cfg, d)
+  local bi, h = b:ctaid("z"), b:ctaid("y")
+  local hkv = h // (p.heads_q // p.heads_kv)
+  local q0 = b:ctaid("x") * bm
+  local ri = row_index(b, p, bi, h)
+  simt.load_tile(b, cfg, spec.dtype, d, sh.qs, base(b, p, "q", bi, h), p.stride_qs, q0, bm, p.seq_q)
+  simt.load_tile(b, cfg, spec.out, d, sh.dos, base(b, p, "dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  local kv_end = p.seq_k
+  if spec.causal then
+    kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + (p.seq_k - p.seq_q), 0))
+  end
+  local kb, vb = base(b, p, "k", bi, hkv), base(b, p, "v", bi, hkv)
+  local dq = simt.acc(b, bm, d)
+  b:for_(0, kv_end, bn, function(k0)
+    b:barrier() -- the previous tile's products are done with K, V, dS
+    simt.load_tile(b, cfg, spec.dtype, d, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
+    simt.load_tile(b, cfg, spec.dtype, d, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    b:barrier()
+    simt.scores(b, cfg, d, sh, p, {
+      q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
+      bound = function(row) return key_bound(b, spec, p, row) end,
+    })
+    b:barrier()
+    simt.dq_step(b, cfg, d, sh, dq)
+  end)
+  store_acc(b, spec, dq, bm, base(b, p, "dq", bi, h), p.stride_dqs, q0, p.seq_q, p.scale)
+end
+
+function K.build(b, spec, cfg)
+  local builders = { prep = build_prep, convert = build_convert, dkdv = build_dkdv, dq = build_dq }
+  builders[spec.kernel](b, spec, cfg)
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end
+end
+
+return K

@@ -1,0 +1,397 @@
+-- templates/lib/attn_bwd_mma.lua - attention backward dK/dV (+ dQ atomics) on tensor cores (b:mma, ldmatrix, cp.async).
+--
+-- One CTA of 4 warps owns bn = 64 keys of one kv head; warp w owns keys 16w..16w+15. Per tile of
+-- bm = 32 query rows (16 at head_dim 128 without cp.async; Q, dO and the rows' lse and delta staged
+-- in shared memory):
+--   S^T = K Q^T and dP^T = V dO^T       (A: K / V rows of the warp, B: Q / dO rows; ldmatrix)
+--   P^T = exp2(S^T scale log2e - lse log2e), dS^T = P^T (dP^T - delta), masked entries exactly 0
+--   dV += P^T dO, dK += dS^T Q          (A: P^T / dS^T straight from the C registers, rounded to
+--                                        the dtype; B: dO / Q with ldmatrix .trans)
+--   dQ(tile) += dS K                    (dS through shared memory in the dtype; each warp takes 16
+--                                        query rows and a slice of the head dim; f32 atomics)
+-- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
+local util = require("lib.util")
+
+local M = {}
+
+M.WARPS, M.BLOCK_N, M.BLOCK_M = 4, 64, 32
+local LOG2E = 1.4426950408889634
+
+-- Whether the tensor-core dkdv serves this spec on this target: f16/bf16 inputs with O/dO in the
+-- same dtype, the target's mma for the dtype, and head_dim <= 128 (dK and dV of 16 keys x 256
+-- would need 256 accumulators a thread).
+function M.available(spec, target)
+  if spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128 or not target.ldmatrix then return false end
+  if target.mma_m16n8k16 then return true end
+  return spec.dtype == "f16" and target.mma_m16n8k8_f16
+end
+
+-- kernel=dq: 4 warps x 16 query rows; keys per tile so that Q, dO, K, V fit the opt-in limit.
+local function config_dq(spec, target, cfg)
+  local d = spec.head_dim
+  local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
+  local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
+  cfg.block, cfg.path = M.WARPS * 32, "mma"
+  cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
+  cfg.cp_async = target.cp_async
+  if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
+  return cfg
+end
+
+function M.config(spec, target, cfg)
+  if spec.kernel == "dq" then return config_dq(spec, target, cfg) end
+  local d, bm, bn = spec.head_dim, M.BLOCK_M, M.BLOCK_N
+  -- Without cp.async the tiles pass through registers; at head_dim 128 that leaves too few beside
+  -- dK and dV (64 + 64 a thread) unless the query tile shrinks to 16 rows.
+  if d == 128 and not target.cp_async then bm = 16 end
+  local ld, ldd = d + 8, bn + 8
+  local es = util.dtype_bytes[spec.dtype]
+  local bytes = (2 * bn + 2 * bm) * ld * es + bm * ldd * es + 2 * bm * 4
+  cfg.block, cfg.path = M.WARPS * 32, "mma"
+  cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd = bm, bn, ld, ldd
+  cfg.cp_async = target.cp_async
+  if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
+  return cfg
+end
+
+-- Shared tiles: ks, vs (bn x ld), qs, dos (bm x ld), dss (bm x ldd) in the dtype; lse2, dl (bm, f32).
+local function alloc(b, spec, cfg)
+  local dt, bm, bn, ld, ldd = spec.dtype, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd
+  local es = util.dtype_bytes[dt]
+  local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
+  if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
+  local sh = {}
+  if cfg.dynamic_smem then
+    local base, off = b:dynamic_shared(dt), 0
+    for _, s in ipairs(halves) do
+      sh[s[1]] = base + off
+      off = off + s[2]
+    end
+    if ldd then
+      local fbase = b:dynamic_shared("f32")
+      local foff = util.ceil_div(off * es, 16) * 16 // 4
+      sh.lse2, sh.dl = fbase + foff, fbase + foff + bm
+    end
+  else
+    for _, s in ipairs(halves) do sh[s[1]] = b:shared(dt, s[2], 128) end
+    if ldd then sh.lse2, sh.dl = b:shared("f32", bm, 16), b:shared("f32", bm, 16) end
+  end
+  return sh
+end
+
+-- Copies rows [row0, row0 + rows) of a [seq, d] slice into the tile dst (row stride ld), 16 bytes
+-- a copy: cp.async where the target has it (rows past seq zero-filled), else through registers
+-- (rows past seq read row 0; every product they meet is masked). The caller waits and syncs.
+local function load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
+  local cpr = spec.head_dim // 8
+  local tid = b:tid()
+  local threads = M.WARPS * 32
+  for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
+    local item = tid + it * threads
+    local r, c = item // cpr, item % cpr
+    local issue = function()
+      local ok = b:lt(row0 + r, seq)
+      local from = src + b:i64(b:select(ok, row0 + r, 0)) * stride + c * 8
+      local to = dst + r * cfg.ld + c * 8
+      if cfg.cp_async then
+        b:cp_async(to, from, { pred = ok })
+      else
+        b:store_vec(to, b:load_vec(from, 8, { align = 16 }), { align = 16 })
+      end
+    end
+    if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), issue) else issue() end
+  end
+end
+
+-- ldmatrix fragments (lane = tid & 31) from a row-major tile with row stride ld:
+-- A operand (16 x 16) at rows r0.., columns c0..;
+local function frag_a(b, tile, ld, lane, r0, c0)
+  local row = r0 + (lane & 7) + ((lane >> 3) & 1) * 8
+  return b:ldmatrix(tile + row * ld + c0 + (lane >> 4) * 8, 4)
+end
+-- B operands of two n-tiles (n0.., n0+8..) x 16 k from a tile stored [n][k] (B[k][n] = tile[n][k]);
+local function frag_bn(b, tile, ld, lane, n0, k0)
+  local row = n0 + (lane & 7) + ((lane >> 4) << 3)
+  local f = b:ldmatrix(tile + row * ld + k0 + ((lane >> 3) & 1) * 8, 4)
+  return { f[1], f[2] }, { f[3], f[4] }
+end
+-- B operands of two n-tiles x 16 k from a tile stored [k][n] (ldmatrix .trans).
+local function frag_bk(b, tile, ld, lane, k0, n0)
+  local row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8
+  local f = b:ldmatrix(tile + row * ld + n0 + (lane >> 4) * 8, 4, true)
+  return { f[1], f[2] }, { f[3], f[4] }
+end
+
+local function zeros(n)
+  local t = {}
+  for j = 0, n - 1 do t[j] = { 0.0, 0.0, 0.0, 0.0 } end
+  return t
+end
+
+-- The A operand (16 x 16) made of C fragments c[2s], c[2s+1] (f32), rounded to dt.
+local function c_to_a(b, c, s, dt)
+  local x, y = c[2 * s], c[2 * s + 1]
+  return { b:pack(x[1], x[2], dt), b:pack(x[3], x[4], dt), b:pack(y[1], y[2], dt), b:pack(y[3], y[4], dt) }
+end
+
+-- Builds the dkdv kernel body. io: p (params), base(t, bi, h), row_index(bi, h), key_bound, and
+-- store(acc, mul, dst, stride) hooks are given by the template.
+function M.build_dkdv(b, spec, cfg, p, io)
+  local d, bm, bn, ld, ldd, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd, spec.dtype
+  local sh = alloc(b, spec, cfg)
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local g, t = lane >> 2, lane & 3
+  local bi, hkv = b:ctaid("z"), b:ctaid("y")
+  local group = p.heads_q // p.heads_kv
+  local k0 = b:ctaid("x") * bn
+  local shift = p.seq_k - p.seq_q
+  load_tile(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
+  load_tile(b, spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  if cfg.cp_async then b:cp_async_commit() end
+
+  local nq, dtiles = bm // 8, d // 8
+  local dk, dv = {}, {}
+  for j = 0, dtiles - 1 do
+    dk[j], dv[j] = {}, {}
+    for e = 1, 4 do
+      dk[j][e] = b:var("f32", 0.0)
+      dv[j][e] = b:var("f32", 0.0)
+    end
+  end
+  -- This thread's two keys (C rows g and g + 8 of the warp's 16): in range, and the first query
+  -- that sees them (causal).
+  local key, key_ok, first_q = {}, {}, {}
+  for h = 0, 1 do
+    key[h] = k0 + warp * 16 + g + 8 * h
+    key_ok[h] = b:lt(key[h], p.seq_k)
+    first_q[h] = key[h] - shift
+  end
+  local q_start = 0
+  if spec.causal then q_start = b:max(k0 - shift, 0) end
+  -- dQ: warp w takes query rows 16 (w % qg) and head-dim slice w // qg of 4 / qg.
+  local qg = bm // 16
+  local qr, dw = (warp % qg) * 16, d // (M.WARPS // qg)
+  local dc0 = (warp // qg) * dw
+
+  b:for_(0, group, 1, function(gi)
+    local h = hkv * group + gi
+    local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
+    local ri = io.row_index(bi, h)
+    b:for_(q_start, p.seq_q, bm, function(q0)
+      b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
+      load_tile(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
+      load_tile(b, spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      if cfg.cp_async then b:cp_async_commit() end
+      b:if_(b:lt(tid, bm), function()
+        local row = q0 + tid
+        local r = b:i64(b:select(b:lt(row, p.seq_q), row, 0))
+        b:store(sh.lse2 + tid, b:load(p.lse + ri + r) * LOG2E)
+        b:store(sh.dl + tid, b:load(p.delta + ri + r))
+      end)
+      if cfg.cp_async then b:cp_async_wait(0) end
+      b:barrier()
+
+      -- S^T and dP^T: 16 keys x bm queries per warp.
+      local s, dp = zeros(nq), zeros(nq)
+      for kk = 0, d // 16 - 1 do
+        local ak = frag_a(b, sh.ks, ld, lane, warp * 16, kk * 16)
+        local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
+        for jp = 0, nq // 2 - 1 do
+          local q1, q2 = frag_bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
+          s[2 * jp] = b:mma(dt, ak, q1, s[2 * jp])
+          s[2 * jp + 1] = b:mma(dt, ak, q2, s[2 * jp + 1])
+          local o1, o2 = frag_bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
+          dp[2 * jp] = b:mma(dt, av, o1, dp[2 * jp])
+          dp[2 * jp + 1] = b:mma(dt, av, o2, dp[2 * jp + 1])
+        end
+      end
+      -- P^T and dS^T in place of S^T and dP^T.
+      local scale2 = p.scale * LOG2E
+      for j = 0, nq - 1 do
+        for e = 0, 1 do
+          local col = j * 8 + t * 2 + e
+          local qi = q0 + col
+          local lse2, dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
+          local q_ok = b:lt(qi, p.seq_q)
+          for hh = 0, 1 do
+            local vis = b:and_(q_ok, key_ok[hh])
+            if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
+            local idx = 2 * hh + e + 1
+            local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
+            s[j][idx] = pv
+            dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl), 0.0)
+          end
+        end
+      end
+      -- dV += P^T dO, dK += dS^T Q.
+      for ks = 0, nq // 2 - 1 do
+        local ap, ads = c_to_a(b, s, ks, dt), c_to_a(b, dp, ks, dt)
+        for jd = 0, dtiles // 2 - 1 do
+          local o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16)
+          local q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16)
+          for x = 0, 1 do
+            local j = 2 * jd + x
+            local ov = { dv[j][1]:get(), dv[j][2]:get(), dv[j][3]:get(), dv[j][4]:get() }
+            local kv = { dk[j][1]:get(), dk[j][2]:get(), dk[j][3]:get(), dk[j][4]:get() }
+            ov = b:mma(dt, ap, x == 0 and o1 or o2, ov)
+            kv = b:mma(dt, ads, x == 0 and q1 or q2, kv)
+            for e = 1, 4 do
+              dv[j][e]:set(ov[e])
+              dk[j][e]:set(kv[e])
+            end
+          end
+        end
+      end
+      if not spec.deterministic then
+        -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
+        for j = 0, nq - 1 do
+          for hh = 0, 1 do
+            local kcol = warp * 16 + g + 8 * hh
+            for e = 0, 1 do
+              b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dp[j][2 * hh + e + 1], dt))
+            end
+          end
+        end
+        b:barrier()
+        -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
+        for jd = 0, dw // 16 - 1 do
+          local acc = zeros(2)
+          for ks = 0, bn // 16 - 1 do
+            local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
+            local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
+            acc[0] = b:mma(dt, a, k1, acc[0])
+            acc[1] = b:mma(dt, a, k2, acc[1])
+          end
+          for hh = 0, 1 do
+            local row = q0 + qr + g + 8 * hh
+            b:if_(b:lt(row, p.seq_q), function()
+              local at = p.dq_acc + (ri + b:i64(row)) * d + dc0 + jd * 16 + t * 2
+              for j = 0, 1 do
+                b:atomic_add(at + j * 8, acc[j][2 * hh + 1])
+                b:atomic_add(at + j * 8 + 1, acc[j][2 * hh + 2])
+              end
+            end)
+          end
+        end
+      end
+    end)
+  end)
+
+  -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
+  local kb, vb = io.base("dk", bi, hkv), io.base("dv", bi, hkv)
+  local gb = util.dtype_bytes[spec.grad]
+  for hh = 0, 1 do
+    b:if_(key_ok[hh], function()
+      local r = b:i64(key[hh])
+      for j = 0, dtiles - 1 do
+        local col = j * 8 + t * 2
+        b:store_vec(kb + r * p.stride_dks + col,
+                    b:from_f32_vec({ dk[j][2 * hh + 1]:get() * p.scale, dk[j][2 * hh + 2]:get() * p.scale }, spec.grad),
+                    { align = 2 * gb })
+        b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get() }, spec.grad),
+                    { align = 2 * gb })
+      end
+    end)
+  end
+end
+
+-- Builds the deterministic dQ kernel: warp w owns query rows 16w.. of the CTA's 64 and walks the
+-- keys they see in order: S = Q K^T, dP = dO V^T (A: Q / dO rows, B: K / V rows; ldmatrix),
+-- P = exp2(S scale log2e - lse log2e), dS = P (dP - delta), dQ += dS K (A: dS from the C
+-- registers, B: K with ldmatrix .trans); dQ = scale dQ rounded once.
+function M.build_dq(b, spec, cfg, p, io)
+  local d, bm, bn, ld, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, spec.dtype
+  local sh = alloc(b, spec, cfg)
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local g, t = lane >> 2, lane & 3
+  local bi, h = b:ctaid("z"), b:ctaid("y")
+  local hkv = h // (p.heads_q // p.heads_kv)
+  local q0 = b:ctaid("x") * bm
+  local shift = p.seq_k - p.seq_q
+  local ri = io.row_index(bi, h)
+  load_tile(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
+  load_tile(b, spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  if cfg.cp_async then b:cp_async_commit() end
+  -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
+  local row, bound, lse2, dl = {}, {}, {}, {}
+  for hh = 0, 1 do
+    row[hh] = q0 + warp * 16 + g + 8 * hh
+    local live = b:lt(row[hh], p.seq_q)
+    bound[hh] = b:select(live, io.key_bound(row[hh]), 0)
+    local r = b:i64(b:select(live, row[hh], 0))
+    lse2[hh] = b:load(p.lse + ri + r) * LOG2E
+    dl[hh] = b:load(p.delta + ri + r)
+  end
+  local kv_end = p.seq_k
+  if spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  local dtiles, nk = d // 8, bn // 8
+  local dq = {}
+  for j = 0, dtiles - 1 do
+    dq[j] = {}
+    for e = 1, 4 do dq[j][e] = b:var("f32", 0.0) end
+  end
+  local kb, vb = io.base("k", bi, hkv), io.base("v", bi, hkv)
+  local scale2 = p.scale * LOG2E
+  b:for_(0, kv_end, bn, function(k0)
+    b:barrier() -- the previous tile's products are done with K and V
+    load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
+    load_tile(b, spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    if cfg.cp_async then
+      b:cp_async_commit()
+      b:cp_async_wait(0)
+    end
+    b:barrier()
+    local s, dp = zeros(nk), zeros(nk)
+    for kk = 0, d // 16 - 1 do
+      local aq = frag_a(b, sh.qs, ld, lane, warp * 16, kk * 16)
+      local ao = frag_a(b, sh.dos, ld, lane, warp * 16, kk * 16)
+      for jp = 0, nk // 2 - 1 do
+        local k1, k2 = frag_bn(b, sh.ks, ld, lane, jp * 16, kk * 16)
+        s[2 * jp] = b:mma(dt, aq, k1, s[2 * jp])
+        s[2 * jp + 1] = b:mma(dt, aq, k2, s[2 * jp + 1])
+        local v1, v2 = frag_bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
+        dp[2 * jp] = b:mma(dt, ao, v1, dp[2 * jp])
+        dp[2 * jp + 1] = b:mma(dt, ao, v2, dp[2 * jp + 1])
+      end
+    end
+    for j = 0, nk - 1 do
+      for hh = 0, 1 do
+        local lim = bound[hh] - k0 - t * 2
+        for e = 0, 1 do
+          local idx = 2 * hh + e + 1
+          local vis = b:lt(j * 8 + e, lim)
+          local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
+          dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+        end
+      end
+    end
+    for ks = 0, nk // 2 - 1 do
+      local a = c_to_a(b, dp, ks, dt)
+      for jd = 0, dtiles // 2 - 1 do
+        local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, jd * 16)
+        for x = 0, 1 do
+          local j = 2 * jd + x
+          local c = b:mma(dt, a, x == 0 and k1 or k2, { dq[j][1]:get(), dq[j][2]:get(), dq[j][3]:get(), dq[j][4]:get() })
+          for e = 1, 4 do dq[j][e]:set(c[e]) end
+        end
+      end
+    end
+  end)
+  if cfg.cp_async then b:cp_async_wait(0) end -- Q and dO when there was no key tile
+  local qb = io.base("dq", bi, h)
+  local gb = util.dtype_bytes[spec.grad]
+  for hh = 0, 1 do
+    b:if_(b:lt(row[hh], p.seq_q), function()
+      local r = b:i64(row[hh])
+      for j = 0, dtiles - 1 do
+        b:store_vec(qb + r * p.stride_dqs + j * 8 + t * 2,
+                    b:from_f32_vec({ dq[j][2 * hh + 1]:get() * p.scale, dq[j][2 * hh + 2]:get() * p.scale }, spec.grad),
+                    { align = 2 * gb })
+      end
+    end)
+  end
+end
+
+return M

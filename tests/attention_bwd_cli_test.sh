@@ -1,0 +1,40 @@
+#!/usr/bin/env bash
+# tests/attention_bwd_cli_test.sh - `kiln emit attention_bwd` and `kiln run attention_bwd`: the kernels
+# per target, the deterministic sequence, bad input exits 2 with one line.
+set -u
+. "$(dirname "$0")/cli_lib.sh"
+
+expect "dkdv adds dQ with f32 atomics" 0 "atom.global.add.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true --sm 80
+expect "sm_80 f16 dkdv uses mma.m16n8k16" 0 "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true --sm 80
+grep -q "ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16" "$tmp/out" && grep -q "cp.async.cg.shared.global" "$tmp/out" \
+    && ok "sm_80 dkdv: ldmatrix .trans and cp.async" || bad "sm_80 dkdv: ldmatrix .trans and cp.async" "missing in the PTX"
+expect "sm_75 f16 dkdv uses mma.m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=64 --sm 75
+grep -q "cp.async" "$tmp/out" && bad "sm_75 dkdv: no cp.async" "cp.async in sm_75 PTX" || ok "sm_75 dkdv: no cp.async"
+expect "deterministic dkdv has no atomics" 0 ".entry kiln_attention_bwd_dkdv" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true --sm 80
+grep -qE "^\s*(atom|red)\." "$tmp/out" && bad "deterministic: no atomics" "found in PTX" || ok "deterministic: no atomics"
+expect "sm_75 bf16 dkdv" 0 "fma.rn.f32" -- emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true --sm 75
+grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16: no bf16 instruction, no mma" "found in PTX" \
+    || ok "sm_75 bf16: no bf16 instruction, no mma"
+expect "head_dim 256 takes dynamic shared memory" 0 "kiln.meta" -- emit attention_bwd kernel=dq dtype=f16 head_dim=256 --sm 75
+grep -q "extern .shared" "$tmp/out" && ok "d256: extern .shared" || bad "d256: extern .shared" "not in PTX"
+
+expect "run f16 sm_80 GQA causal, twice" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=64 causal=true --sm 80 --rows 33 --seq-k 50 --heads 4:2 --twice
+expect "run bf16 sm_75 deterministic, MQA, f32 grads" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 grad=f32 head_dim=32 deterministic=true causal=true --sm 75 --rows 40 --seq-k 20 --heads 3:1
+expect "run f32 sm_90" 0 "PASS" -- run attention_bwd dtype=f32 head_dim=96 --sm 90 --rows 17 --batch 2
+expect "run mma f16 sm_75 (m16n8k8)" 0 "PASS" -- run attention_bwd dtype=f16 head_dim=128 causal=true --sm 75 --rows 40 --seq-k 70
+expect "path=mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention_bwd dtype=f32 path=mma --sm 80
+expect "path=mma for bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention_bwd dtype=bf16 path=mma --sm 75
+
+expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only" -- \
+    emit attention_bwd kernel=prep deterministic=true --sm 80
+expect "bad kernel" 2 "valid: dkdv, prep, convert, dq" -- emit attention_bwd kernel=fwd --sm 80
+expect "bad head_dim" 2 "valid: 32, 64, 96, 128, 256" -- run attention_bwd head_dim=48 --sm 80 --rows 4
+expect "run heads not dividing" 2 "key/value heads must divide" -- run attention_bwd --sm 80 --rows 4 --heads 3:2
+
+finish "attention bwd cli"

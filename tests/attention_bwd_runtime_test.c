@@ -1,0 +1,182 @@
+/* tests/attention_bwd_runtime_test.c - the attention backward launch helper against the fake CUDA
+ * driver: the three kernels in order, their grids and arguments, workspace, deterministic
+ * sequence, empty sides, errors. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fake_cuda/fake_cuda.h"
+#include "kiln/gen.h"
+#include "kiln/runtime.h"
+#include "rt_fixture.h"
+
+static fake_cuda_api fake;
+static fake_cuda_launch_at_fn launch_at;
+
+static int param_index(const kiln_kernel_meta *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, name)) return i;
+    return -1;
+}
+
+static uint64_t param(const fake_cuda_launch *l, const kiln_kernel_meta *m, const char *name) {
+    int i = param_index(m, name);
+    return i < 0 ? ~0ull : l->param[i];
+}
+
+static kiln_attention_bwd_args gqa_args(void) {
+    kiln_attention_bwd_args a = {.dq = 0x1000000, .dk = 0x2000000, .dv = 0x3000000, .q = 0x4000000, .k = 0x5000000,
+                                 .v = 0x6000000, .o = 0x7000000, .dout = 0x8000000, .lse = 0x9000000,
+                                 .workspace = 0xa000000, .dtype = KILN_BF16, .out_dtype = KILN_BF16,
+                                 .grad_dtype = KILN_BF16, .head_dim = 128, .causal = 1, .batch = 3, .heads_q = 8,
+                                 .heads_kv = 2, .seq_q = 1000, .seq_k = 1500};
+    return a;
+}
+
+static int launches(void) {
+    fake_cuda_counts c;
+    fake.counters(&c);
+    return c.launches;
+}
+
+static void test_sequence(int sm, int det) {
+    char name[96];
+    snprintf(name, sizeof name, "attention backward helper on sm_%d%s: kernels, grids, arguments", sm,
+             det ? ", deterministic" : "");
+    TEST_BEGIN(name);
+    kiln_rt *rt = open_rt(sm);
+    kiln_error e = {0};
+    kiln_attention_bwd_args a = gqa_args();
+    a.deterministic = det;
+    kiln_kernel *ks[3] = {NULL, NULL, NULL};
+    size_t rows = 3 * 8 * 1000;
+    size_t ws = kiln_attention_backward_workspace(&a);
+    CHECK(ws == ((rows * 4 + 255) / 256 * 256) + (det ? 0 : rows * 128 * 4), "workspace %zu bytes", ws);
+    fake.reset();
+    CHECK(rt && kiln_attention_backward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
+    CHECK(launches() == 3, "%d launches", launches());
+    CHECK(kiln_attention_backward_pick(rt, &a, ks, &e) == KILN_OK, "pick: %s", e.msg);
+    static const char *kernels[2][3] = {{"kernel=prep", "kernel=dkdv", "kernel=convert"}, {"kernel=prep", "kernel=dkdv", "kernel=dq"}};
+    kiln_devptr dq_acc = det ? 0 : a.workspace + (rows * 4 + 255) / 256 * 256;
+    for (int i = 0; i < 3 && ks[0]; i++) {
+        const kiln_kernel_meta *m = kiln_kernel_get_meta(ks[i]);
+        fake_cuda_launch l;
+        CHECK(strstr(m->spec, kernels[det][i]) && strstr(m->spec, "dtype=bf16") && strstr(m->spec, "head_dim=128") &&
+                  strstr(m->spec, "causal=true"), "kernel %d spec %s", i, m->spec);
+        CHECK(strstr(m->spec, i == 1 && det ? "deterministic=true" : "deterministic=false"), "kernel %d spec %s", i, m->spec);
+        if (!launch_at(i, &l)) {
+            CHECK(0, "launch %d not recorded", i);
+            continue;
+        }
+        CHECK(!strcmp(l.entry, m->entry), "launch %d ran %s, expected %s", i, l.entry, m->entry);
+        unsigned rows_x = i == 1 ? 1500 : 1000, heads = i == 1 ? 2 : 8;
+        CHECK(l.grid[0] == (rows_x + m->grid_tile[0] - 1) / m->grid_tile[0] && l.grid[1] == heads && l.grid[2] == 3,
+              "launch %d grid %u %u %u", i, l.grid[0], l.grid[1], l.grid[2]);
+        CHECK(l.block[0] == m->block[0] && l.smem == m->dynamic_smem, "launch %d block %u smem %u", i, l.block[0], l.smem);
+        if (param_index(m, "delta") >= 0) CHECK(param(&l, m, "delta") == a.workspace, "launch %d delta", i);
+        if (param_index(m, "dq_acc") >= 0) CHECK(param(&l, m, "dq_acc") == dq_acc, "launch %d dq_acc 0x%llx", i,
+                                                 (unsigned long long)param(&l, m, "dq_acc"));
+        static const char *ptrs[] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv"};
+        kiln_devptr want[] = {a.q, a.k, a.v, a.o, a.dout, a.lse, a.dq, a.dk, a.dv};
+        for (int p = 0; p < 9; p++)
+            if (param_index(m, ptrs[p]) >= 0) CHECK(param(&l, m, ptrs[p]) == want[p], "launch %d pointer %s", i, ptrs[p]);
+        if (param_index(m, "heads_kv") >= 0) CHECK(param(&l, m, "heads_kv") == 2, "heads_kv");
+        if (param_index(m, "seq_k") >= 0) CHECK(param(&l, m, "seq_k") == 1500, "seq_k");
+        CHECK(param(&l, m, "heads_q") == 8 && param(&l, m, "seq_q") == 1000, "launch %d sizes", i);
+        /* default strides: [batch, seq, heads, head_dim] */
+        if (param_index(m, "stride_dks") >= 0)
+            CHECK(param(&l, m, "stride_dks") == 2 * 128 && param(&l, m, "stride_dkb") == 1500ull * 2 * 128 &&
+                      param(&l, m, "stride_dvh") == 128, "dk/dv strides");
+        if (param_index(m, "stride_douts") >= 0)
+            CHECK(param(&l, m, "stride_douts") == 8 * 128 && param(&l, m, "stride_doutb") == 1000ull * 8 * 128,
+                  "dout strides");
+        if (param_index(m, "stride_dqs") >= 0) CHECK(param(&l, m, "stride_dqs") == 8 * 128, "dq strides");
+        if (param_index(m, "scale") >= 0) {
+            uint32_t bits = (uint32_t)param(&l, m, "scale");
+            float scale;
+            memcpy(&scale, &bits, 4);
+            CHECK(fabsf(scale - 1.0f / sqrtf(128.0f)) < 1e-7f, "default scale %g", scale);
+        }
+    }
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_edges_and_errors(void) {
+    TEST_BEGIN("attention backward helper: empty sides, given strides, errors");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e = {0};
+    kiln_attention_bwd_args a = gqa_args();
+    fake_cuda_launch l;
+    kiln_kernel *ks[3];
+    /* no keys: dQ must still be written (zeros) - prep and convert run, dkdv does not */
+    a.seq_k = 0;
+    fake.reset();
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK && launches() == 2, "seq_k 0: %d launches (%s)", launches(), e.msg);
+    /* no queries: dK and dV are zeros from dkdv alone; no workspace needed */
+    a.seq_k = 1500, a.seq_q = 0, a.workspace = 0;
+    fake.reset();
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK && launches() == 1, "seq_q 0: %d launches (%s)", launches(), e.msg);
+    CHECK(launch_at(0, &l) && strstr(l.entry, "dkdv"), "seq_q 0 runs dkdv");
+    a = gqa_args();
+    /* given strides pass through; dq with its own layout */
+    int64_t dqs[3] = {8ll * 1000 * 128, 128, 1000ll * 128};
+    memcpy(a.stride_dq, dqs, sizeof dqs);
+    a.scale = 0.25f;
+    fake.reset();
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK, "bhsd dq: %s", e.msg);
+    if (kiln_attention_backward_pick(rt, &a, ks, &e) == KILN_OK && launch_at(2, &l)) {
+        const kiln_kernel_meta *m = kiln_kernel_get_meta(ks[2]);
+        uint32_t bits = (uint32_t)param(&l, m, "scale");
+        float scale;
+        memcpy(&scale, &bits, 4);
+        CHECK(param(&l, m, "stride_dqs") == 128 && param(&l, m, "stride_dqh") == 1000ull * 128 && scale == 0.25f,
+              "given dq strides and scale passed to convert");
+    } else {
+        CHECK(0, "no convert launch");
+    }
+    a = gqa_args();
+    a.workspace = 0;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "workspace"), "no workspace: %s", e.msg);
+    a.workspace = 0xa000008;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "16-byte"), "odd workspace: %s", e.msg);
+    a = gqa_args();
+    a.lse = 0;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "lse"), "no lse: %s", e.msg);
+    a = gqa_args();
+    a.dout = 0;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "dout must be"), "null dout: %s", e.msg);
+    a = gqa_args();
+    a.q += 4; /* bf16: 2 elements off; the main kernels load 4 elements (8 bytes) at a time */
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "q (0x") && strstr(e.msg, "aligned"),
+          "misaligned q: %s", e.msg);
+    a = gqa_args();
+    a.heads_kv = 3;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "multiple"), "heads: %s", e.msg);
+    a = gqa_args();
+    a.head_dim = 80;
+    CHECK(kiln_attention_backward(rt, &a, &e) != KILN_OK && strstr(e.msg, "head_dim"), "head_dim 80: %s", e.msg);
+    a = gqa_args();
+    a.seq_q = -1;
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "seq_q"), "%s", e.msg);
+    a = gqa_args();
+    fake.fail("launch", "launch_failed", 1);
+    CHECK(kiln_attention_backward(rt, &a, &e) != KILN_OK && strstr(e.msg, "cuLaunchKernel"), "driver error: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+int main(void) {
+    if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
+        printf("attention bwd runtime: 0 passed, 1 failed\n");
+        return 1;
+    }
+    kiln_rt_use_generator();
+    test_sequence(75, 0);
+    test_sequence(80, 0);
+    test_sequence(90, 1);
+    test_edges_and_errors();
+    return check_summary("attention bwd runtime");
+}

@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# tests/gpukit_test.sh - the GPU check kit (make gpu-kit): what it holds and links, its bundle, and a whole
+# run against the fake CUDA driver, which executes no kernel: the kit must run end to end and FAIL its
+# correctness check (every output stays poisoned), proving that the check can fail.
+source tests/cli_lib.sh
+O=${O:-build}
+KIT=$O/gpu-kit FAKE=$O/tests/libfakecuda.so.1
+if [ ! -x "$KIT/run" ]; then # the sanitizer suite uses the plain build's kit, with the plain fake driver
+    KIT=build/gpu-kit FAKE=build/tests/libfakecuda.so.1
+fi
+if [ ! -x "$KIT/run" ] || [ ! -f "$FAKE" ]; then
+    echo "gpukit: 0 passed, 0 failed, 1 skipped (no $KIT/run or fake driver: make gpu-kit)"
+    exit 0
+fi
+FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
+
+# ---- contents and size
+for f in run kiln-gpucheck kiln-kit.gz kit.kbundle peers.py specs.txt lib/libkiln_rt.so.0; do
+    if [ -e "$KIT/$f" ]; then ok "kit has $f"; else bad "kit has $f" "missing"; fi
+done
+size=$(du -sbL "$KIT" | cut -f1)
+if [ "$size" -lt $((48 << 20)) ]; then ok "kit size"; else bad "kit size" "$size bytes: more than 48 MiB of the 64 a call carries"; fi
+
+# ---- link dependencies: the AOT check needs libc (and libdl/libm) only; the generator libc/libstdc++
+needed() { readelf -d "$1" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | sort | tr '\n' ' '; }
+deps=$(needed "$KIT/kiln-gpucheck")
+extra=$(tr ' ' '\n' <<<"$deps" | grep -vE '^(libc|libm|libdl|libpthread)\.so\.[0-9]+$|^$' || true)
+if [ -z "$extra" ]; then ok "kiln-gpucheck links libc only"; else bad "kiln-gpucheck links libc only" "also: $extra"; fi
+gzip -dc "$KIT/kiln-kit.gz" >"$tmp/kiln-kit" && chmod +x "$tmp/kiln-kit"
+deps=$(needed "$tmp/kiln-kit")
+extra=$(tr ' ' '\n' <<<"$deps" | grep -vE '^(libc|libm|libdl|libpthread|libstdc\+\+|libgcc_s)\.so\.[0-9]+$|^ld-linux-x86-64\.so\.2$|^$' || true)
+if [ -z "$extra" ]; then ok "kiln-kit links no LLVM or Lua"; else bad "kiln-kit links no LLVM or Lua" "also: $extra"; fi
+if "$tmp/kiln-kit" specs | cmp -s - "$KIT/specs.txt"; then ok "specs.txt is the kit's list"; else bad "specs" "differs"; fi
+
+# ---- the bundle: every spec as PTX and cubin for every SM, all checksums good (bundle-info checks)
+if "$KILN" bundle-info "$KIT/kit.kbundle" >"$tmp/info" 2>&1; then ok "bundle opens"; else bad "bundle opens" "$(head -3 "$tmp/info")"; fi
+nspecs=$(wc -l <"$KIT/specs.txt")
+for sm in 75 80 86 89 90; do
+    for kind in ptx cubin; do
+        n=$(awk -v sm=$sm -v k=$kind '$2 == sm && $3 == k' "$tmp/info" | wc -l)
+        if [ "$n" -eq "$nspecs" ]; then ok "bundle sm_$sm $kind"; else bad "bundle sm_$sm $kind" "$n entries, want $nspecs"; fi
+    done
+done
+
+# ---- a whole run against the fake driver: runs end to end, and the correctness check FAILS
+export KILN_CUDA_DRIVER=$FAKE FAKE_CUDA_SM=90
+KIT_QUICK=1 KIT_OUT=$tmp/kitout "$KIT/run" >"$tmp/run.log" 2>&1
+rc=$?
+if [ $rc -eq 1 ]; then ok "fake run exits 1"; else bad "fake run exits 1" "exit $rc: $(tail -5 "$tmp/run.log")"; fi
+if grep -q "^GPU KIT: correctness FAIL" "$tmp/run.log"; then ok "fake run says FAIL"; else bad "fake run says FAIL" "$(tail -3 "$tmp/run.log")"; fi
+for f in kit.log check_aot.csv check_jit.csv jit_timing.csv bench.csv summary.md; do
+    if [ -s "$tmp/kitout/$f" ]; then ok "output $f"; else bad "output $f" "missing or empty"; fi
+done
+for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "cubin sm_90/name"; do
+    for fam in layernorm attention; do
+        n=$(awk -F, -v m="$mode" -v f=$fam '$3 == m && $2 == f' "$tmp/kitout/check_aot.csv" | wc -l)
+        if [ "$n" -gt 0 ]; then ok "checked $fam $mode"; else bad "checked $fam $mode" "no rows"; fi
+    done
+done
+rows=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case"' | wc -l)
+passed=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $18 == "pass"' | wc -l)
+poisoned=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $16 ~ /nan/' | wc -l)
+if [ "$rows" -gt 20 ] && [ "$passed" -eq 0 ]; then ok "no output passes"; else bad "no output passes" "$passed of $rows passed"; fi
+if [ "$poisoned" -eq "$rows" ]; then ok "unwritten outputs read as poison"; else bad "poison" "$poisoned of $rows read NaN"; fi
+for b in copy mma_peak layernorm_fwd attention_fwd; do
+    if grep -q "^$b," "$tmp/kitout/bench.csv"; then ok "bench $b"; else bad "bench $b" "no row"; fi
+done
+if grep -q "^| bf16 | 4096 |" "$tmp/kitout/summary.md"; then ok "summary table"; else bad "summary table" "no bf16 4096 row"; fi
+
+# ---- the device's SM picks the kernels: sm_87 runs sm_86 code
+FAKE_CUDA_SM=87 "$KIT/kiln-gpucheck" device >"$tmp/dev" 2>&1
+if grep -q "^86 " "$tmp/dev"; then ok "sm_87 -> sm_86 kernels"; else bad "sm_87 -> sm_86 kernels" "$(cat "$tmp/dev")"; fi
+
+# ---- bad input: one clear line, exit 2
+KILN="$KIT/kiln-gpucheck"
+expect "no command" 2 "expected 'device'" --
+expect "unknown command" 2 "expected 'device'" -- frob a b
+expect "unknown option" 2 "unknown argument '--frob'" -- check a b --frob
+mkdir -p "$tmp/empty"
+expect "no cases" 2 "no cases in" -- check "$KIT/kit.kbundle" "$tmp/empty"
+expect "missing bundle" 2 "bundle" -- check "$tmp/nope.kbundle" "$tmp/empty"
+head -c 100000 "$KIT/kit.kbundle" >"$tmp/cut.kbundle"
+expect "truncated bundle" 2 "bundle" -- check "$tmp/cut.kbundle" "$tmp/empty"
+KILN_CUDA_DRIVER=$tmp/none.so expect "no driver" 2 "no CUDA driver" -- check "$KIT/kit.kbundle" "$tmp/empty"
+KILN="$tmp/kiln-kit"
+expect "kit: no command" 2 "expected a command" --
+expect "kit: prepare needs --sm" 2 "needs --sm" -- prepare "$tmp/c"
+expect "kit: bad sm" 2 "valid: 75" -- prepare "$tmp/c" --sm 70
+expect "kit: jit without cases" 2 "no cases" -- jit "$tmp/empty"
+finish gpukit
