@@ -179,10 +179,15 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     int cfg = lua_gettop(L);
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
-    /* config().rotate_loops: the template's loops gain from rotation (gen_lower.c) */
+    /* config().pipeline = "kiln": the family's variants are proven no worse under kiln's IR
+     * pipeline (tests/quality/); other families get default<O3> until theirs are.
+     * config().rotate_loops: the template's loops gain from rotation (gen_lower.c). */
+    lua_getfield(L, cfg, "pipeline");
+    int kiln_pipe = lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "kiln");
     lua_getfield(L, cfg, "rotate_loops");
     int rotate = lua_toboolean(L, -1);
-    lua_pop(L, 1);
+    lua_pop(L, 2);
+    const char *pipeline = g->pipeline ? g->pipeline : kiln_pipe ? NULL : "default<O3>";
     double t2 = now_ms();
     tm->config = t2 - t1;
     gen_builder_time_reset(L);
@@ -207,7 +212,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    if (st == KILN_OK) st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, g->pipeline, rotate, tm, err);
+    if (st == KILN_OK) st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, pipeline, rotate, tm, err);
     if (st != KILN_OK) LLVMDisposeModule(mod);
     else *out = mod;
 done:

@@ -44,7 +44,7 @@ function K.config(spec, target)
     local t = LOOP_THREADS_PER_ROW
     return { block = t * LOOP_ROWS_PER_BLOCK, grid_tile = LOOP_ROWS_PER_BLOCK,
              rows_per_block = LOOP_ROWS_PER_BLOCK, threads_per_row = t, vec = 1,
-             align = util.dtype_bytes[spec.x],
+             align = util.dtype_bytes[spec.x], pipeline = "kiln",
              -- the strided row loops: rotated, ptxas needs fewer registers (docs/jit.md)
              rotate_loops = true }
   end
@@ -54,7 +54,8 @@ function K.config(spec, target)
   local t = util.clamp(util.pow2_ceil(util.ceil_div(chunks, per_thread)), 32, target.max_threads)
   local rows = t == 32 and TARGET_BLOCK_THREADS // 32 or 1
   return { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
-           vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+           vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align,
+           pipeline = "kiln" } -- kiln's IR pipeline: proven no worse than default<O3> (docs/jit.md)
 end
 
 local function declare(b, spec)

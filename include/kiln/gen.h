@@ -23,7 +23,9 @@ typedef enum kiln_emit { KILN_EMIT_PTX = 0, KILN_EMIT_LL = 1 } kiln_emit;
 typedef enum kiln_pipeline {
     KILN_PIPELINE_DEFAULT = 0, /* $KILN_PIPELINE when set ("kiln", "o3" or an LLVM pipeline text for
                                   experiments), else KILN_PIPELINE_KILN */
-    KILN_PIPELINE_KILN = 1,    /* the few passes that change these kernels' PTX (docs/jit.md) */
+    KILN_PIPELINE_KILN = 1,    /* the few passes that change these kernels' PTX (docs/jit.md), for
+                                  the families whose template opts in (config().pipeline = "kiln");
+                                  default<O3> for the others */
     KILN_PIPELINE_O3 = 2       /* LLVM's default<O3> (the reference the PTX quality table holds) */
 } kiln_pipeline;
 
