@@ -21,19 +21,15 @@
  * code out of the loops the templates keep (licm: the attention KV loop, launch-time hidden),
  * vector-combine, which scalarizes extracts of loaded vectors (without it ptxas needs up to
  * twice the registers on f32 attention d256), and jump-threading with correlated-propagation,
- * which fold the guards of the small-row LayerNorm tails, and full unrolling of the short
- * constant-count loops a template keeps (indvars finds the count; attention backward's dQ
- * kernel: 1080 SASS instructions as a loop, 728 unrolled). nvvm-intr-range puts the ranges of
+ * which fold the guards of the small-row LayerNorm tails. nvvm-intr-range puts the ranges of
  * tid/ctaid on the reads, which lets instcombine narrow index arithmetic. Each of these
- * changes the PTX of some variant; the rest of default<O3> (inlining, GVN, runtime
- * unrolling, SLP, ...) made no variant of layernorm or attention better. Loop rotation is a template's choice
+ * changes the PTX of some variant; the rest of default<O3> (inlining, GVN, loop unrolling,
+ * SLP, ...) made no variant of layernorm or attention better. Loop rotation is a template's choice
  * (config().rotate_loops): it saves registers on LayerNorm's strided row loops and costs some
  * on attention's KV loop. The ptxas matrix tests check every variant against default<O3>'s
  * registers and SASS size (tests/quality/, docs/jit.md). */
 #define KILN_PIPELINE_HEAD "function(nvvm-intr-range,sroa,early-cse,instcombine,simplifycfg,"
-#define KILN_PIPELINE_TAIL                                                                              \
-    "loop(indvars,loop-deletion,loop-unroll-full),sroa,vector-combine,instcombine,jump-threading,"      \
-    "correlated-propagation)"
+#define KILN_PIPELINE_TAIL "vector-combine,instcombine,jump-threading,correlated-propagation)"
 static const char kiln_pipeline_text[] = KILN_PIPELINE_HEAD "loop-mssa(licm)," KILN_PIPELINE_TAIL;
 static const char kiln_pipeline_rotate[] = KILN_PIPELINE_HEAD "loop-mssa(licm,loop-rotate,licm)," KILN_PIPELINE_TAIL;
 
