@@ -58,8 +58,12 @@ WERROR   := $(if $(CI),-Werror,)
 CFLAGS   ?= -O2 -g
 CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
 LDFLAGS  += $(SANFLAGS)
+CXX      ?= c++
+CXXFLAGS ?= -O2 -g
+CXXFLAGS += -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
 
 LLVM_CFLAGS := $(shell $(LLVM_CONFIG) --cflags 2>/dev/null | sed 's/-std=[^ ]*//; s/-W[^ ]*//g; s/-D_GNU_SOURCE//')
+LLVM_CXXFLAGS := $(shell $(LLVM_CONFIG) --cxxflags 2>/dev/null | sed 's/-W[^ ]*//g; s/-I/-isystem /g')
 LLVM_LIBS   := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) $(shell $(LLVM_CONFIG) --libs 2>/dev/null)
 LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
@@ -73,8 +77,8 @@ LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
 LLVM_COMPONENTS := nvptx orcjit x86 passes irreader bitreader
 LIB_A       = $(firstword $(wildcard $(addsuffix /lib$(1).a,/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)))
 ifdef LLVM_SHARED
-CLI_GEN_LIBS := $(LLVM_LIBS) $(LUA_LIBS)
-SO_GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS)
+CLI_GEN_LIBS := $(LLVM_LIBS) $(LUA_LIBS) -lstdc++
+SO_GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) -lstdc++
 else
 LLVM_STATIC  := $(shell $(LLVM_CONFIG) --ldflags 2>/dev/null) \
                 $(shell $(LLVM_CONFIG) --link-static --libs $(LLVM_COMPONENTS) 2>/dev/null) -lstdc++
@@ -91,13 +95,13 @@ TEST_SRCS := $(wildcard tests/*_test.c)
 BENCH_SRCS:= $(wildcard bench/*_bench.c)
 
 RT_OBJS   := $(RT_SRCS:%.c=$(O)/%.o)
-GEN_OBJS  := $(GEN_SRCS:%.c=$(O)/%.o) $(O)/gen/templates_embed.o
+GEN_OBJS  := $(GEN_SRCS:%.c=$(O)/%.o) $(O)/gen/templates_embed.o $(patsubst %.cpp,$(O)/%.o,$(wildcard gen/*.cpp))
 CLI_OBJS  := $(CLI_SRCS:%.c=$(O)/%.o)
 TESTS     := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(O)/bench/%)
 
 RT_LIBS   := -ldl -lpthread -lm
-GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS)
+GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS) -lstdc++
 
 KILN      := $(BINDIR)/kiln
 
@@ -174,6 +178,11 @@ $(O)/gen/%.o: gen/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Igen $(LLVM_CFLAGS) $(LUA_CFLAGS) -c $< -o $@
 
+# gen/gen_llvm.cpp: the LLVM C++ API where the C API has no way to time passes.
+$(O)/gen/%.o: gen/%.cpp
+	@mkdir -p $(dir $@)
+	$(CXX) $(CXXFLAGS) -Igen $(LLVM_CXXFLAGS) $(LUA_CFLAGS) -c $< -o $@
+
 $(O)/emu/%.o: emu/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Igen -Iemu $(LLVM_CFLAGS) $(LUA_CFLAGS) -c $< -o $@
@@ -185,7 +194,7 @@ $(O)/tools/%.o: tools/%.c
 # Templates are compiled into libkiln so that it works without an installed tree.
 $(O)/tools/embed: tools/embed.c
 	@mkdir -p $(dir $@)
-	$(CC) -std=c11 -O1 $< -o $@
+	$(CC) -std=c11 -O1 $(LUA_CFLAGS) $< -o $@ $(LUA_LIBS)
 $(O)/gen/templates_embed.c: $(TEMPLATES) $(O)/tools/embed
 	@mkdir -p $(dir $@)
 	$(O)/tools/embed $@ $(TEMPLATES)
@@ -281,6 +290,28 @@ test: all $(if $(SAN),,gpu-kit)
 bench: all
 	@for b in $(BENCHES); do echo "== $$b"; $$b || exit 1; done
 
+# JIT at model load (docs/jit.md): stage split per variant, the transformer kernel set cold on
+# every core, and `kiln emit` as a process against NVRTC and Triton processes. Not in `make test`.
+$(O)/bench/nvrtc_once: bench/nvrtc_once.c bench/layernorm_cuda.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) -ldl
+bench-jit: all $(O)/bench/nvrtc_once
+	$(O)/bench/jit_bench warm
+	$(O)/bench/jit_bench model bench/transformer_kernels.txt
+	python3 bench/jit_compare.py --kiln $(KILN) --nvrtc $(O)/bench/nvrtc_once
+.PHONY: bench-jit
+
+# Rewrites tests/quality/<test>.tsv: per variant of every ptxas matrix test (those using
+# tests/matrix.h), the registers and instruction counts LLVM's default<O3> pipeline gives.
+# Run it after a template changes or new variants land; the matrix tests then check kiln's
+# pipeline against it.
+QUALITY_TESTS = $(patsubst tests/%.c,$(O)/tests/%,$(shell grep -l '"matrix.h"' tests/*_test.c))
+quality-table: all
+	@mkdir -p tests/quality
+	@for t in $(QUALITY_TESTS); do echo "== $$t (default<O3>)"; \
+	    KILN_PIPELINE=o3 KILN_QUALITY_WRITE=1 $$t | grep -E '^(wrote|FAIL|.*: [0-9]+ passed)' || exit 1; done
+.PHONY: quality-table
+
 # Installs headers, both libraries (static, and shared with their SONAME links), the CLI, and
 # pkg-config files: kiln.pc (generator + runtime) and kiln-rt.pc (runtime only: no LLVM, no Lua).
 install: all
@@ -306,6 +337,8 @@ help:
 	@echo "  make            build libraries, bin/kiln, tests, benchmarks and examples"
 	@echo "  make SAN=1 test the suite under ASan + UBSan (objects under build/san)"
 	@echo "  make bench      generation-latency and cache benchmarks"
+	@echo "  make bench-jit  JIT at model load: stage split, kernel set cold, kiln emit vs NVRTC and Triton"
+	@echo "  make quality-table  rewrite tests/quality/*.tsv (default<O3> registers/SASS per matrix variant)"
 	@echo "  make gpu-kit    build/gpu-kit/: carry it to a GPU machine and run build/gpu-kit/run (docs/gpu-kit.md)"
 	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
 	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command"

@@ -98,6 +98,18 @@ kiln_status gen_build_module(kiln_gen *gen, const char *spec, int sm, LLVMContex
 /* ---- gen_lua.c: the embedded Lua state and the templates it loads ---- */
 #include <lua.h>
 
+/* Written by tools/embed.c at build time (build/gen/templates_embed.c): each template's source
+ * (hashed into cache keys) and its Lua bytecode (what the generator loads: no parsing at run
+ * time); the table ends with a NULL path. */
+struct gen_embedded {
+    const char *path; /* "templates/layernorm.lua" */
+    const char *src;
+    size_t len;
+    const unsigned char *bc;
+    size_t bc_len;
+};
+extern const struct gen_embedded gen_embedded_templates[];
+
 typedef struct gen_lua gen_lua;
 
 /* Opens a Lua state whose `require` and family lookup read templates from template_dir,
@@ -146,19 +158,44 @@ kiln_status gen_builder_finish(gen_builder *gb, unsigned *static_smem, int *ptx_
                                kiln_error *err);
 /* Pushes a table describing the target's capabilities (for config()). */
 void gen_builder_push_target(lua_State *L, const gen_target *t);
+/* Makes every primitive of L's builder add its own time to a clock (once per state); */
+void gen_builder_time_primitives(lua_State *L);
+/* returns the clock's milliseconds since the last reset and resets it (-1: not timing). */
+double gen_builder_time_reset(lua_State *L);
 
 /* ---- gen_lower.c: verify, optimize, emit PTX ---- */
-/* Verifies mod, runs the O-level pipeline for the NVPTX target, returns PTX text
- * (malloc'd) or LLVM IR when emit is KILN_EMIT_LL. */
-kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                               int opt_level, kiln_error *err);
-kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                           kiln_emit emit, char **text, size_t *len, kiln_error *err);
+/* A generator's lowering state: the target machines it made, one per (SM, PTX version). */
+typedef struct gen_lower gen_lower;
+kiln_status gen_lower_create(gen_lower **out, kiln_error *err);
+void gen_lower_destroy(gen_lower *lw);
+/* Verifies mod and runs the pipeline: at opt_level 3 the given pipeline text (NULL: kiln's,
+ * rotating loops when rotate_loops), else default<O1>/<O2>; fills tm's verify, optimize and
+ * passes when tm is not NULL. */
+kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
+                               int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
+                               kiln_error *err);
+/* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. */
+kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
+                           kiln_emit emit, char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err);
 /* Prepares the module's triple and data layout for target t. */
 void gen_lower_prepare(LLVMModuleRef mod);
 /* Empties an optimized module that will not be printed as PTX and drops what LLVM's NVPTX
  * backend cached about it (see gen_lower.c); call it before disposing of such a module. */
-void gen_lower_forget(LLVMModuleRef mod, const gen_target *t, int ptx_version);
+void gen_lower_forget(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version);
+
+/* ---- gen_llvm.cpp: the LLVM C++ steps behind gen_lower.c (0 on success, else msg) ---- */
+#ifdef __cplusplus
+extern "C" {
+#endif
+/* Runs a textual new-pass-manager pipeline; adds exclusive time per pass to tm (if not NULL). */
+int gen_llvm_run_passes(LLVMTargetMachineRef machine, LLVMModuleRef mod, const char *pipeline,
+                        kiln_gen_timing *tm, char *msg, size_t msg_size);
+/* NVPTX codegen to PTX text (malloc'd, NUL-terminated); fills tm's codegen_ir, isel, codegen, print. */
+int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, kiln_gen_timing *tm, char **text,
+                     size_t *len, char *msg, size_t msg_size);
+#ifdef __cplusplus
+}
+#endif
 
 /* ---- builder internals, shared by gen_builder.c, gen_memory.c, gen_control.c, gen_convert.c ---- */
 enum gen_kind { GEN_PRED, GEN_I32, GEN_I64, GEN_F32, GEN_F16, GEN_BF16, GEN_PTR };

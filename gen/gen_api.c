@@ -4,6 +4,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lauxlib.h>
 #include <llvm-c/Core.h>
@@ -13,8 +14,18 @@
 struct kiln_gen {
     gen_lua *lua;
     LLVMContextRef ctx;
+    gen_lower *lower; /* target machines, kept across calls */
     int opt_level;
+    char *pipeline; /* LLVM pipeline text; NULL: kiln's */
+    kiln_gen_timing timing; /* of the call in progress, then of the last one */
+    kiln_gen_timing last;
 };
+
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
 
 struct kiln_module {
     char *text;
@@ -32,6 +43,19 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
         return st;
     }
     g->opt_level = opt && opt->opt_level > 0 && opt->opt_level <= 3 ? opt->opt_level : 3;
+    /* KILN_PIPELINE: "kiln", "o3", or any new-pass-manager pipeline text (for experiments) */
+    kiln_pipeline pipe = opt ? opt->pipeline : KILN_PIPELINE_DEFAULT;
+    const char *env = getenv("KILN_PIPELINE");
+    if (pipe == KILN_PIPELINE_O3 || (pipe == KILN_PIPELINE_DEFAULT && env && !strcmp(env, "o3")))
+        g->pipeline = strdup("default<O3>");
+    else if (pipe == KILN_PIPELINE_DEFAULT && env && *env && strcmp(env, "kiln"))
+        g->pipeline = strdup(env);
+    if ((st = gen_lower_create(&g->lower, err)) != KILN_OK) {
+        gen_lua_close(g->lua);
+        free(g);
+        return st;
+    }
+    if (opt && opt->time_builder) gen_builder_time_primitives(gen_lua_state(g->lua));
     g->ctx = LLVMContextCreate();
     *out = g;
     return KILN_OK;
@@ -40,9 +64,13 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
 void kiln_gen_destroy(kiln_gen *g) {
     if (!g) return;
     gen_lua_close(g->lua);
+    gen_lower_destroy(g->lower);
+    free(g->pipeline);
     LLVMContextDispose(g->ctx);
     free(g);
 }
+
+const kiln_gen_timing *kiln_gen_last_timing(const kiln_gen *g) { return &g->last; }
 
 static kiln_status bad_sm(int sm, kiln_error *err) {
     int sms[16], n = kiln_targets(sms, 16);
@@ -123,6 +151,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
                                    kiln_error *err) {
     *out = NULL;
     memset(m, 0, sizeof *m);
+    kiln_gen_timing *tm = &g->timing;
+    double t0 = now_ms();
     const gen_target *t = gen_target_find(sm);
     if (!t) return bad_sm(sm, err);
     *tp = t;
@@ -139,6 +169,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     m->sm = sm;
     gen_lua_push_family(g->lua, spec.family, err);
     int tmpl = lua_gettop(L);
+    double t1 = now_ms();
+    tm->spec = t1 - t0;
     char what[KILN_SPEC_MAX + 32];
     snprintf(what, sizeof what, "%s (sm_%d)", spec.canonical, sm);
     lua_getfield(L, tmpl, "config");
@@ -151,6 +183,18 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     int cfg = lua_gettop(L);
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
+    /* config().pipeline = "kiln": the family's variants are proven no worse under kiln's IR
+     * pipeline (tests/quality/); other families get default<O3> until theirs are.
+     * config().rotate_loops: the template's loops gain from rotation (gen_lower.c). */
+    lua_getfield(L, cfg, "pipeline");
+    int kiln_pipe = lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "kiln");
+    lua_getfield(L, cfg, "rotate_loops");
+    int rotate = lua_toboolean(L, -1);
+    lua_pop(L, 2);
+    const char *pipeline = g->pipeline ? g->pipeline : kiln_pipe ? NULL : "default<O3>";
+    double t2 = now_ms();
+    tm->config = t2 - t1;
+    gen_builder_time_reset(L);
     LLVMModuleRef mod = LLVMModuleCreateWithNameInContext(m->entry, ctx);
     gen_lower_prepare(mod);
     lua_getfield(L, tmpl, "build");
@@ -158,6 +202,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     lua_pushvalue(L, spec_idx);
     lua_pushvalue(L, cfg);
     st = gen_lua_call(L, 3, 0, what, err);
+    tm->builder = gen_builder_time_reset(L);
     int ptx_needed = 0;
     kiln_status fst = gen_builder_finish(gb, &m->static_smem, &ptx_needed, st == KILN_OK ? err : NULL);
     if (st == KILN_OK) st = fst;
@@ -165,6 +210,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
         st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
                        m->static_smem + m->dynamic_smem, sm, t->smem_optin_max);
+    tm->build = now_ms() - t2;
     if (st == KILN_OK && getenv("KILN_DUMP_DIR")) {
         char *ir = LLVMPrintModuleToString(mod);
         dump_stage(m, "raw.ll", ir, strlen(ir));
@@ -172,11 +218,11 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     bool optimized = false;
     if (st == KILN_OK) {
-        st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
+        st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, pipeline, rotate, tm, err);
         optimized = true;
     }
     if (st != KILN_OK) {
-        if (optimized) gen_lower_forget(mod, t, m->ptx_version);
+        if (optimized) gen_lower_forget(g->lower, mod, t, m->ptx_version);
         LLVMDisposeModule(mod);
     } else {
         *out = mod;
@@ -196,7 +242,7 @@ kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextR
     if (st != KILN_OK) return st;
     /* The caller gets a copy; the optimized original leaves LLVM's NVPTX caches (gen_lower.c). */
     *out = LLVMCloneModule(mod);
-    gen_lower_forget(mod, t, meta->ptx_version);
+    gen_lower_forget(g->lower, mod, t, meta->ptx_version);
     LLVMDisposeModule(mod);
     return *out ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory copying the module");
 }
@@ -207,6 +253,10 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
     if (!g || !spec) return kiln_fail(err, KILN_EINVAL, "kiln_generate: generator and spec are required");
     kiln_module *km = calloc(1, sizeof *km);
     if (!km) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    double t0 = now_ms();
+    struct timespec w0, w1;
+    clock_gettime(CLOCK_MONOTONIC, &w0);
+    memset(&g->timing, 0, sizeof g->timing);
     LLVMModuleRef mod;
     const gen_target *t;
     kiln_status st = build_optimized(g, spec, sm, g->ctx, &mod, &km->meta, &t, err);
@@ -218,11 +268,12 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             dump_stage(&km->meta, "opt.ll", ir, strlen(ir));
             LLVMDisposeMessage(ir);
         }
-        st = gen_lower_emit(mod, t, km->meta.ptx_version, emit, &body, &blen, err);
+        st = gen_lower_emit(g->lower, mod, t, km->meta.ptx_version, emit, &body, &blen, &g->timing, err);
         /* PTX printing erased LLVM's cached annotations of mod; anything else must (gen_lower.c) */
-        if (emit != KILN_EMIT_PTX || st != KILN_OK) gen_lower_forget(mod, t, km->meta.ptx_version);
+        if (emit != KILN_EMIT_PTX || st != KILN_OK) gen_lower_forget(g->lower, mod, t, km->meta.ptx_version);
         LLVMDisposeModule(mod);
     }
+    double t1 = now_ms();
     if (st != KILN_OK) {
         free(km);
         return st;
@@ -243,6 +294,12 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
     km->size = (size_t)mlen + blen;
     free(body);
     if (emit == KILN_EMIT_PTX) dump_stage(&km->meta, "ptx", km->text, km->size);
+    double t2 = now_ms();
+    g->timing.finish = t2 - t1;
+    g->timing.total = t2 - t0;
+    clock_gettime(CLOCK_MONOTONIC, &w1);
+    g->timing.total_wall = (double)(w1.tv_sec - w0.tv_sec) * 1e3 + (double)(w1.tv_nsec - w0.tv_nsec) * 1e-6;
+    g->last = g->timing;
     *out = km;
     return KILN_OK;
 }

@@ -3,6 +3,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <lauxlib.h>
 
@@ -434,4 +435,81 @@ kiln_status gen_builder_finish(gen_builder *gb, unsigned *static_smem, int *ptx_
     if (gb->b) LLVMDisposeBuilder(gb->b);
     gb->b = NULL;
     return st;
+}
+
+/* ---- optional timing of the primitives (kiln_gen_options.time_builder) ---- */
+
+typedef struct prim_clock {
+    double ms;  /* time inside primitives that called no other primitive */
+    int nested; /* the running primitive called another one (through a Lua callback) */
+} prim_clock;
+
+static double prim_now(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Calls the primitive in upvalue 1 and adds its time to the clock in upvalue 2, unless it ran
+ * Lua code that called primitives itself (b:if_/b:for_ bodies): that time is the template's. */
+static int timed_primitive(lua_State *L) {
+    prim_clock *c = lua_touserdata(L, lua_upvalueindex(2));
+    int outer_nested = c->nested;
+    c->nested = 0;
+    int n = lua_gettop(L);
+    lua_pushvalue(L, lua_upvalueindex(1));
+    lua_insert(L, 1);
+    double t0 = prim_now();
+    lua_call(L, n, LUA_MULTRET);
+    if (!c->nested) c->ms += prim_now() - t0;
+    c->nested = outer_nested | 1;
+    return lua_gettop(L);
+}
+
+/* Wraps every C function of the table on top of the stack (and of its __index table). */
+static void wrap_table(lua_State *L, prim_clock *c) {
+    lua_pushnil(L);
+    while (lua_next(L, -2)) {
+        if (lua_iscfunction(L, -1) && lua_tocfunction(L, -1) != timed_primitive) {
+            lua_pushvalue(L, -2); /* key */
+            lua_insert(L, -2);    /* key key fn */
+            lua_pushlightuserdata(L, c);
+            lua_pushcclosure(L, timed_primitive, 2);
+            lua_rawset(L, -4);
+        } else {
+            if (lua_istable(L, -1) && lua_type(L, -2) == LUA_TSTRING && !strcmp(lua_tostring(L, -2), "__index"))
+                wrap_table(L, c);
+            lua_pop(L, 1);
+        }
+    }
+}
+
+void gen_builder_time_primitives(lua_State *L) {
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.prim_clock") != LUA_TNIL) {
+        lua_pop(L, 1);
+        return;
+    }
+    lua_pop(L, 1);
+    prim_clock *c = lua_newuserdatauv(L, sizeof *c, 0);
+    memset(c, 0, sizeof *c);
+    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.prim_clock"); /* keeps it alive */
+    register_types(L);
+    static const char *const mts[] = {BUILDER_MT, VALUE_MT, VAR_MT};
+    for (size_t i = 0; i < sizeof mts / sizeof mts[0]; i++) {
+        luaL_getmetatable(L, mts[i]);
+        if (lua_istable(L, -1)) wrap_table(L, c);
+        lua_pop(L, 1);
+    }
+}
+
+double gen_builder_time_reset(lua_State *L) {
+    double ms = -1;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.prim_clock") == LUA_TUSERDATA) {
+        prim_clock *c = lua_touserdata(L, -1);
+        ms = c->ms;
+        c->ms = 0;
+        c->nested = 0;
+    }
+    lua_pop(L, 1);
+    return ms;
 }

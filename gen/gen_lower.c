@@ -1,18 +1,37 @@
-/* gen/gen_lower.c - verify, optimize (new pass manager) and lower a module to PTX via NVPTX. */
+/* gen/gen_lower.c - verify, optimize (kiln's pipeline or LLVM's default<On>) and lower a module
+ * to PTX via NVPTX, reusing one target machine per (SM, PTX version) for a generator. */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/Support.h>
 #include <llvm-c/Target.h>
-#include <llvm-c/Transforms/PassBuilder.h>
 
 #include "gen.h"
 
 #define NVPTX_TRIPLE "nvptx64-nvidia-cuda"
 #define NVPTX_LAYOUT "e-i64:64-i128:128-v16:16-v32:32-n16:32:64"
+
+/* kiln's pipeline. The templates unroll and vectorize by construction and name every value
+ * once, so the IR needs: promotion of the builder's variables to registers (sroa), folding
+ * and common subexpressions (early-cse, instcombine), branch cleanup (simplifycfg), invariant
+ * code out of the loops the templates keep (licm: the attention KV loop, launch-time hidden),
+ * vector-combine, which scalarizes extracts of loaded vectors (without it ptxas needs up to
+ * twice the registers on f32 attention d256), and jump-threading with correlated-propagation,
+ * which fold the guards of the small-row LayerNorm tails. nvvm-intr-range puts the ranges of
+ * tid/ctaid on the reads, which lets instcombine narrow index arithmetic. Each of these
+ * changes the PTX of some variant; the rest of default<O3> (inlining, GVN, loop unrolling,
+ * SLP, ...) made no variant of layernorm or attention better. Loop rotation is a template's choice
+ * (config().rotate_loops): it saves registers on LayerNorm's strided row loops and costs some
+ * on attention's KV loop. The ptxas matrix tests check every variant against default<O3>'s
+ * registers and SASS size (tests/quality/, docs/jit.md). */
+#define KILN_PIPELINE_HEAD "function(nvvm-intr-range,sroa,early-cse,instcombine,simplifycfg,"
+#define KILN_PIPELINE_TAIL "vector-combine,instcombine,jump-threading,correlated-propagation)"
+static const char kiln_pipeline_text[] = KILN_PIPELINE_HEAD "loop-mssa(licm)," KILN_PIPELINE_TAIL;
+static const char kiln_pipeline_rotate[] = KILN_PIPELINE_HEAD "loop-mssa(licm,loop-rotate,licm)," KILN_PIPELINE_TAIL;
 
 static pthread_once_t init_once = PTHREAD_ONCE_INIT;
 
@@ -28,15 +47,47 @@ static void init_nvptx(void) {
     LLVMInitializeNVPTXAsmPrinter();
 }
 
+static double now_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+enum { MACHINES = 8 };
+struct gen_lower {
+    struct {
+        int sm, ptx;
+        LLVMTargetMachineRef tm;
+    } machine[MACHINES]; /* most recently used first */
+    int nmachines;
+};
+
+kiln_status gen_lower_create(gen_lower **out, kiln_error *err) {
+    *out = calloc(1, sizeof **out);
+    return *out ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory");
+}
+
+void gen_lower_destroy(gen_lower *lw) {
+    if (!lw) return;
+    for (int i = 0; i < lw->nmachines; i++) LLVMDisposeTargetMachine(lw->machine[i].tm);
+    free(lw);
+}
+
 void gen_lower_prepare(LLVMModuleRef mod) {
     pthread_once(&init_once, init_nvptx);
     LLVMSetTarget(mod, NVPTX_TRIPLE);
     LLVMSetDataLayout(mod, NVPTX_LAYOUT);
 }
 
-/* A target machine for sm at a PTX version; the caller disposes it. */
-static kiln_status make_machine(const gen_target *t, int ptx_version, int opt_level,
-                                LLVMTargetMachineRef *out, kiln_error *err) {
+/* The target machine for sm at a PTX version (codegen at O2: the same PTX as O3 here, without
+ * a second GVN), created once per generator and kept. */
+static kiln_status machine_for(gen_lower *lw, const gen_target *t, int ptx_version, LLVMTargetMachineRef *out,
+                               kiln_error *err) {
+    for (int i = 0; i < lw->nmachines; i++)
+        if (lw->machine[i].sm == t->sm && lw->machine[i].ptx == ptx_version) {
+            *out = lw->machine[i].tm;
+            return KILN_OK;
+        }
     pthread_once(&init_once, init_nvptx);
     LLVMTargetRef target;
     char *msg = NULL;
@@ -48,14 +99,23 @@ static kiln_status make_machine(const gen_target *t, int ptx_version, int opt_le
     char cpu[16], features[16];
     snprintf(cpu, sizeof cpu, "sm_%d", t->sm);
     snprintf(features, sizeof features, "+ptx%d", ptx_version);
-    LLVMCodeGenOptLevel lvl = opt_level <= 0 ? LLVMCodeGenLevelNone : opt_level >= 3 ? LLVMCodeGenLevelAggressive : LLVMCodeGenLevelDefault;
-    *out = LLVMCreateTargetMachine(target, NVPTX_TRIPLE, cpu, features, lvl, LLVMRelocDefault, LLVMCodeModelDefault);
-    if (!*out) return kiln_fail(err, KILN_EGEN, "LLVM could not create a target machine for %s", cpu);
+    LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, NVPTX_TRIPLE, cpu, features, LLVMCodeGenLevelDefault,
+                                                      LLVMRelocDefault, LLVMCodeModelDefault);
+    if (!tm) return kiln_fail(err, KILN_EGEN, "LLVM could not create a target machine for %s", cpu);
+    if (lw->nmachines == MACHINES) LLVMDisposeTargetMachine(lw->machine[--lw->nmachines].tm);
+    memmove(&lw->machine[1], &lw->machine[0], sizeof lw->machine[0] * (size_t)lw->nmachines);
+    lw->machine[0].sm = t->sm;
+    lw->machine[0].ptx = ptx_version;
+    lw->machine[0].tm = tm;
+    lw->nmachines++;
+    *out = tm;
     return KILN_OK;
 }
 
-kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_version, int opt_level,
+kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
+                               int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
                                kiln_error *err) {
+    double t0 = now_ms();
     char *msg = NULL;
     if (LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg)) {
         kiln_fail(err, KILN_EGEN, "generated module does not verify: %s", msg ? msg : "?");
@@ -63,22 +123,22 @@ kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_v
         return KILN_EGEN;
     }
     LLVMDisposeMessage(msg);
+    double t1 = now_ms();
+    if (tm) tm->verify = t1 - t0;
     if (opt_level == 0) return KILN_OK;
-    LLVMTargetMachineRef tm;
-    kiln_status st = make_machine(t, ptx_version, opt_level, &tm, err);
+    LLVMTargetMachineRef machine;
+    kiln_status st = machine_for(lw, t, ptx_version, &machine, err);
     if (st != KILN_OK) return st;
-    char pipeline[32];
-    snprintf(pipeline, sizeof pipeline, "default<O%d>", opt_level);
-    LLVMPassBuilderOptionsRef opts = LLVMCreatePassBuilderOptions();
-    LLVMErrorRef e = LLVMRunPasses(mod, pipeline, tm, opts);
-    LLVMDisposePassBuilderOptions(opts);
-    LLVMDisposeTargetMachine(tm);
-    if (e) {
-        char *em = LLVMGetErrorMessage(e);
-        kiln_fail(err, KILN_EGEN, "LLVM optimization failed: %s", em);
-        LLVMDisposeErrorMessage(em);
-        return KILN_EGEN;
+    char pipe[32];
+    const char *text = pipeline ? pipeline : rotate_loops ? kiln_pipeline_rotate : kiln_pipeline_text;
+    if (opt_level < 3) {
+        snprintf(pipe, sizeof pipe, "default<O%d>", opt_level);
+        text = pipe;
     }
+    char why[512];
+    if (gen_llvm_run_passes(machine, mod, text, tm, why, sizeof why))
+        return kiln_fail(err, KILN_EGEN, "LLVM optimization failed: %s", why);
+    if (tm) tm->optimize = now_ms() - t1;
     return KILN_OK;
 }
 
@@ -93,7 +153,7 @@ kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_v
  * emu_layernorm flake, more frequent with two generators in one process). So every module
  * that is not printed goes through the AsmPrinter once, emptied first so that it costs
  * only the PTX header. */
-void gen_lower_forget(LLVMModuleRef mod, const gen_target *t, int ptx_version) {
+void gen_lower_forget(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version) {
     for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
         LLVMReplaceAllUsesWith(f, LLVMGetPoison(LLVMTypeOf(f)));
     for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g))
@@ -107,16 +167,15 @@ void gen_lower_forget(LLVMModuleRef mod, const gen_target *t, int ptx_version) {
         LLVMDeleteGlobal(g);
     }
     LLVMTargetMachineRef tm;
-    if (make_machine(t, ptx_version, 0, &tm, NULL) != KILN_OK) return;
+    if (machine_for(lw, t, ptx_version, &tm, NULL) != KILN_OK) return;
     char *msg = NULL;
     LLVMMemoryBufferRef buf = NULL;
     if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &msg, &buf)) LLVMDisposeMessage(msg);
     else LLVMDisposeMemoryBuffer(buf);
-    LLVMDisposeTargetMachine(tm);
 }
 
-kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_version, kiln_emit emit,
-                           char **text, size_t *len, kiln_error *err) {
+kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version, kiln_emit emit,
+                           char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err) {
     if (emit == KILN_EMIT_LL) {
         char *s = LLVMPrintModuleToString(mod);
         *len = strlen(s);
@@ -125,25 +184,12 @@ kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_versi
         LLVMDisposeMessage(s);
         return *text ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
-    LLVMTargetMachineRef tm;
-    kiln_status st = make_machine(t, ptx_version, 2, &tm, err); /* O2 codegen: same PTX as O3 here, without a second GVN */
+    LLVMTargetMachineRef machine;
+    kiln_status st = machine_for(lw, t, ptx_version, &machine, err);
     if (st != KILN_OK) return st;
-    char *msg = NULL;
-    LLVMMemoryBufferRef buf = NULL;
-    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &msg, &buf)) {
-        kiln_fail(err, KILN_EGEN, "NVPTX code generation failed: %s", msg ? msg : "?");
-        LLVMDisposeMessage(msg);
-        LLVMDisposeTargetMachine(tm);
-        return KILN_EGEN;
-    }
-    LLVMDisposeTargetMachine(tm);
-    size_t n = LLVMGetBufferSize(buf);
-    *text = malloc(n + 1);
-    if (*text) {
-        memcpy(*text, LLVMGetBufferStart(buf), n);
-        (*text)[n] = 0;
-        *len = strnlen(*text, n);
-    }
-    LLVMDisposeMemoryBuffer(buf);
-    return *text ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory");
+    char why[512];
+    if (gen_llvm_codegen(machine, mod, tm, text, len, why, sizeof why))
+        return kiln_fail(err, KILN_EGEN, "NVPTX code generation failed: %s", why);
+    *len = strnlen(*text, *len);
+    return KILN_OK;
 }

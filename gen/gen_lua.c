@@ -9,14 +9,6 @@
 
 #include "gen.h"
 
-/* Written by tools/embed.c at build time. */
-struct gen_embedded {
-    const char *path;
-    const char *src;
-    size_t len;
-};
-extern const struct gen_embedded gen_embedded_templates[];
-
 struct gen_lua {
     lua_State *L;
     char *dir;      /* template dir, or NULL for the embedded copies */
@@ -63,6 +55,32 @@ static const char *read_template(gen_lua *gl, const char *rel, size_t *len, int 
     return buf;
 }
 
+/* Loads templates/<rel> as a chunk named @templates/<rel>: the embedded bytecode when the
+ * templates are the built-in ones (falling back to the source if this Lua rejects it), else the
+ * file's text. Returns the luaL_loadbuffer status; NOT_FOUND when there is no such template. */
+enum { NOT_FOUND = -1 };
+static int load_template(lua_State *L, gen_lua *gl, const char *rel, const char *chunk) {
+    if (!gl->dir) {
+        char path[512];
+        snprintf(path, sizeof path, "templates/%s", rel);
+        for (const struct gen_embedded *e = gen_embedded_templates; e->path; e++)
+            if (!strcmp(e->path, path)) {
+                if (e->bc_len && luaL_loadbufferx(L, (const char *)e->bc, e->bc_len, chunk, "b") == LUA_OK)
+                    return LUA_OK;
+                if (e->bc_len) lua_pop(L, 1);
+                return luaL_loadbufferx(L, e->src, e->len, chunk, "t");
+            }
+        return NOT_FOUND;
+    }
+    size_t len;
+    int owned;
+    const char *src = read_template(gl, rel, &len, &owned);
+    if (!src) return NOT_FOUND;
+    int rc = luaL_loadbufferx(L, src, len, chunk, "t");
+    if (owned) free((void *)src);
+    return rc;
+}
+
 /* package.searchers entry: require("lib.x") finds templates/lib/x.lua. */
 static int searcher(lua_State *L) {
     gen_lua *gl = lua_touserdata(L, lua_upvalueindex(1));
@@ -71,17 +89,13 @@ static int searcher(lua_State *L) {
     size_t i = 0;
     for (; name[i] && i + 5 < sizeof rel; i++) rel[i] = name[i] == '.' ? '/' : name[i];
     snprintf(rel + i, sizeof rel - i, ".lua");
-    size_t len;
-    int owned;
-    const char *src = read_template(gl, rel, &len, &owned);
-    if (!src) {
+    char chunk[300];
+    snprintf(chunk, sizeof chunk, "@templates/%s", rel);
+    int rc = load_template(L, gl, rel, chunk);
+    if (rc == NOT_FOUND) {
         lua_pushfstring(L, "no kiln template 'templates/%s'", rel);
         return 1;
     }
-    char chunk[300];
-    snprintf(chunk, sizeof chunk, "@templates/%s", rel);
-    int rc = luaL_loadbuffer(L, src, len, chunk);
-    if (owned) free((void *)src);
     if (rc != LUA_OK) return lua_error(L);
     lua_pushstring(L, chunk + 1);
     return 2;
@@ -220,15 +234,11 @@ kiln_status gen_lua_push_family(gen_lua *gl, const char *family, kiln_error *err
     char rel[KILN_NAME_MAX + 8], chunk[KILN_NAME_MAX + 20];
     snprintf(rel, sizeof rel, "%s.lua", family);
     snprintf(chunk, sizeof chunk, "@templates/%s", rel);
-    size_t len;
-    int owned;
-    const char *src = read_template(gl, rel, &len, &owned);
-    if (!src) {
+    int rc = load_template(L, gl, rel, chunk);
+    if (rc == NOT_FOUND) {
         lua_pop(L, 1);
         return unknown_family(gl, family, err);
     }
-    int rc = luaL_loadbuffer(L, src, len, chunk);
-    if (owned) free((void *)src);
     if (rc != LUA_OK) {
         kiln_fail(err, KILN_EGEN, "loading templates/%s: %s", rel, lua_tostring(L, -1));
         lua_pop(L, 2);

@@ -7,16 +7,9 @@
 #define XXH_INLINE_ALL
 #include <xxhash.h>
 
+#include "gen.h"
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
-
-/* Written by tools/embed.c into templates_embed.c. */
-struct gen_embedded {
-    const char *path;
-    const char *src;
-    size_t len;
-};
-extern const struct gen_embedded gen_embedded_templates[];
 
 static pthread_key_t gen_key;
 static pthread_once_t gen_key_once = PTHREAD_ONCE_INIT;

@@ -141,8 +141,9 @@ function K.config(spec, target)
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
   end
-  if spec.path == "simt" or not mma then return config_simt(spec) end
-  return config_mma(spec, target)
+  local cfg = (spec.path == "simt" or not mma) and config_simt(spec) or config_mma(spec, target)
+  cfg.pipeline = "kiln" -- kiln's IR pipeline: proven no worse than default<O3> (docs/jit.md)
+  return cfg
 end
 
 local function declare(b, spec)

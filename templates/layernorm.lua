@@ -31,7 +31,11 @@ local K = {
 function K.config(spec, target)
   local dts = { spec.x, spec.y, spec.w }
   if spec.residual then dts[#dts + 1] = spec.r end
-  return norm.config(spec, target, spec.x, dts, norm.MAX_ELEMS_FWD)
+  local cfg = norm.config(spec, target, spec.x, dts, norm.MAX_ELEMS_FWD)
+  cfg.pipeline = "kiln" -- kiln's IR pipeline: checked no worse than default<O3> (docs/jit.md)
+  -- the launch-time form's strided row loops: rotated, ptxas needs fewer registers
+  if spec.hidden == "launch" then cfg.rotate_loops = true end
+  return cfg
 end
 
 function K.build(b, spec, cfg)

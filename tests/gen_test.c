@@ -190,7 +190,7 @@ static void test_template_errors(void) {
           "  local v = b:load(p.x) + b:tid()\n"
           "end\nreturn K\n", f);
     fclose(f);
-    kiln_gen_options o = {dir, 0};
+    kiln_gen_options o = {.template_dir = dir};
     kiln_gen *g2;
     kiln_error err = {0};
     TEST_BEGIN("template error names file and line");

@@ -1,8 +1,11 @@
 /* tests/matrix.h - the ptxas matrix for any list of variants: generate, lint, no bf16 below
- * sm_80, assemble with ptxas -v for the variant's SM, 0 bytes of spills. */
+ * sm_80, assemble with ptxas -v for the variant's SM, 0 bytes of spills, and registers and SASS
+ * instructions no worse than LLVM's default<O3> made them (tests/quality/<test>.tsv; rewrite
+ * the tables with `make quality-table` after changing a template or adding variants). */
 #ifndef KILN_TESTS_MATRIX_H
 #define KILN_TESTS_MATRIX_H
 
+#include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +23,8 @@ typedef struct matrix_variant {
     /* filled by matrix_check */
     int registers, smem;   /* from ptxas -v (-1 when not assembled) */
     unsigned dynamic_smem; /* from the kernel's metadata */
+    int ptx_insts, sass;   /* instructions in the PTX and in the cubin (-1 when unknown) */
+    unsigned threads;      /* per block, from the metadata */
 } matrix_variant;
 
 /* Lints ptx; returns the number of findings and describes the first in buf. */
@@ -35,6 +40,111 @@ static size_t matrix_lint(const char *ptx, size_t len, char *buf, size_t size) {
     if (n) snprintf(buf, size, "line %d: %s", kiln_lint_get(r, 0)->line, kiln_lint_get(r, 0)->message);
     kiln_lint_free(r);
     return n;
+}
+
+/* The quality table of this test program: tests/quality/<program>.tsv. */
+static void matrix_table_path(char *buf, size_t size) {
+    snprintf(buf, size, "tests/quality/%s.tsv", program_invocation_short_name);
+}
+
+/* Writes the table (KILN_QUALITY_WRITE=1; the generator must run default<O3>, KILN_PIPELINE=o3). */
+static void matrix_write_table(const matrix_variant *vs, int n) {
+    char path[512];
+    matrix_table_path(path, sizeof path);
+    TEST_BEGIN("quality table written");
+    const char *pipe = getenv("KILN_PIPELINE");
+    CHECK(pipe && !strcmp(pipe, "o3"), "the table holds default<O3> figures: run with KILN_PIPELINE=o3 (make quality-table)");
+    FILE *f = pipe && !strcmp(pipe, "o3") ? fopen(path, "w") : NULL;
+    if (pipe && !strcmp(pipe, "o3")) CHECK(f != NULL, "cannot write %s", path);
+    if (f) {
+        fprintf(f, "# %s: per variant, what LLVM's default<O3> pipeline gave: registers (ptxas -v),\n"
+                   "# SASS instructions (cubin .text bytes / 16), PTX instructions. kiln's pipeline must not\n"
+                   "# use more registers or SASS instructions. Regenerate: make quality-table\n"
+                   "# sm\tregisters\tsass\tptx\tspec\n", path);
+        int rows = 0;
+        for (int i = 0; i < n; i++)
+            if (vs[i].registers >= 0 && vs[i].sass >= 0) {
+                fprintf(f, "%d\t%d\t%d\t%d\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].spec);
+                rows++;
+            }
+        CHECK(fclose(f) == 0, "writing %s failed", path);
+        printf("wrote %s: %d variants\n", path, rows);
+    }
+    TEST_END();
+}
+
+/* Blocks of `threads` that the registers of an SM hold: registers are given out per warp in
+ * units of 256 (8 per thread), 64K per SM (every target kiln knows). */
+static int matrix_blocks_by_registers(int regs, unsigned threads) {
+    int per_warp = (regs * 32 + 255) / 256 * 256;
+    int warps = (int)((threads + 31) / 32);
+    return per_warp > 0 && warps > 0 ? 65536 / per_warp / warps : 0;
+}
+
+/* Compares with the default<O3> table; variants missing from it are listed (the table is
+ * regenerated after new variants land). A variant is worse when it has more SASS instructions,
+ * or when its registers let fewer blocks reside on an SM; a register or two more inside the
+ * same allocation step is reported in the totals, not failed: ptxas's allocation moves by a
+ * few registers with any change of instruction order. */
+static void matrix_compare_table(const matrix_variant *vs, int n) {
+    char path[512];
+    matrix_table_path(path, sizeof path);
+    size_t len;
+    char *table = slurp(path, &len);
+    if (!table) {
+        printf("SKIP quality: no table %s (make quality-table writes it)\n", path);
+        return;
+    }
+    /* rows: sm, registers, sass, ptx, spec (NUL-terminated in place) */
+    typedef struct { int sm, regs, sass, ptx; const char *spec; } row;
+    int nrows = 0;
+    row *rows = calloc(len / 8 + 1, sizeof *rows);
+    for (char *p = table; rows && *p;) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = 0;
+        row r;
+        int used = 0;
+        if (*p != '#' && sscanf(p, "%d\t%d\t%d\t%d\t%n", &r.sm, &r.regs, &r.sass, &r.ptx, &used) == 4 && used) {
+            r.spec = p + used;
+            rows[nrows++] = r;
+        }
+        p = eol ? eol + 1 : p + strlen(p);
+    }
+    int compared = 0, missing = 0, worse = 0, more_regs = 0;
+    long d_regs = 0, d_sass = 0, d_ptx = 0;
+    char first_missing[300] = "";
+    TEST_BEGIN("registers and SASS instructions no worse than default<O3> (quality table)");
+    for (int i = 0; i < n; i++) {
+        const matrix_variant *v = &vs[i];
+        if (v->registers < 0 || v->sass < 0) continue;
+        const row *r = NULL;
+        for (int k = 0; k < nrows && !r; k++)
+            if (rows[k].sm == v->sm && !strcmp(rows[k].spec, v->spec)) r = &rows[k];
+        if (!r) {
+            if (!missing++) snprintf(first_missing, sizeof first_missing, "%.255s (sm_%d)", v->spec, v->sm);
+            continue;
+        }
+        compared++;
+        d_regs += v->registers - r->regs;
+        d_sass += v->sass - r->sass;
+        d_ptx += v->ptx_insts - r->ptx;
+        more_regs += v->registers > r->regs;
+        if (matrix_blocks_by_registers(v->registers, v->threads) < matrix_blocks_by_registers(r->regs, v->threads) ||
+            v->sass > r->sass) {
+            worse++;
+            CHECK(0, "%s (sm_%d): %d registers (%d blocks/SM), %d SASS instructions; default<O3>: %d (%d), %d",
+                  v->spec, v->sm, v->registers, matrix_blocks_by_registers(v->registers, v->threads), v->sass,
+                  r->regs, matrix_blocks_by_registers(r->regs, v->threads), r->sass);
+        }
+    }
+    TEST_END();
+    printf("quality vs default<O3> over %d variants: %+ld registers, %+ld SASS instructions, %+ld PTX instructions "
+           "in all; %d with more registers in the same occupancy; %d worse\n", compared, d_regs, d_sass, d_ptx, more_regs,
+           worse);
+    if (missing)
+        printf("NOTE quality: %d variants not in %s, first %s: run make quality-table\n", missing, path, first_missing);
+    free(rows);
+    free(table);
 }
 
 static double matrix_seconds(struct timespec a, struct timespec b) {
@@ -56,7 +166,7 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
         char name[512], why[1200];
         snprintf(name, sizeof name, "%.255s (sm_%d) generates, lints clean", vs[i].spec, vs[i].sm);
         TEST_BEGIN(name);
-        vs[i].registers = vs[i].smem = -1;
+        vs[i].registers = vs[i].smem = vs[i].ptx_insts = vs[i].sass = -1;
         kiln_module *m = NULL;
         kiln_status st = kiln_generate(gen, vs[i].spec, vs[i].sm, KILN_EMIT_PTX, &m, &err);
         CHECK(st == KILN_OK, "generation failed: %s", err.msg);
@@ -70,8 +180,12 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
                 CHECK(line == 0, "bf16 instruction on line %d of sm_%d PTX", line, vs[i].sm);
             }
             vs[i].dynamic_smem = kiln_module_meta(m)->dynamic_smem;
+            vs[i].ptx_insts = ptx_instruction_count(ptx);
+            const kiln_kernel_meta *meta = kiln_module_meta(m);
+            vs[i].threads = meta->block[0] * meta->block[1] * meta->block[2];
             snprintf(jobs[nrun].ptx, sizeof jobs[nrun].ptx, "%s/v%d.ptx", dir, i);
             snprintf(jobs[nrun].log, sizeof jobs[nrun].log, "%s/v%d.log", dir, i);
+            snprintf(jobs[nrun].cubin, sizeof jobs[nrun].cubin, "%s/v%d.cubin", dir, i);
             jobs[nrun].sm = vs[i].sm;
             if (write_file(jobs[nrun].ptx, ptx, kiln_module_size(m)) == 0) idx[nrun++] = i;
             kiln_module_free(m);
@@ -102,9 +216,14 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
             CHECK(spills == 0, "%ld bytes of spills", spills);
             free(log);
             TEST_END();
+            if (jobs[k].status == 0) v->sass = cubin_sass_instructions(jobs[k].cubin);
             unlink(jobs[k].ptx);
             unlink(jobs[k].log);
+            unlink(jobs[k].cubin);
         }
+        const char *w = getenv("KILN_QUALITY_WRITE");
+        if (w && *w && strcmp(w, "0")) matrix_write_table(vs, n);
+        else matrix_compare_table(vs, n);
     }
     rmdir(dir);
     free(jobs);

@@ -35,6 +35,7 @@ static inline const char *ptxas_path(void) {
 typedef struct ptxas_job {
     char ptx[512]; /* input file */
     char log[512]; /* where ptxas -v writes its output */
+    char cubin[512]; /* where the cubin goes ("" = /dev/null) */
     int sm;
     pid_t pid;
     int status; /* exit status once finished */
@@ -43,7 +44,7 @@ typedef struct ptxas_job {
 static inline void ptxas_start(const char *ptxas, ptxas_job *j) {
     char gpu[32];
     snprintf(gpu, sizeof gpu, "sm_%d", j->sm);
-    char *argv[] = {(char *)ptxas, "--gpu-name", gpu, "-v", j->ptx, "-o", "/dev/null", NULL};
+    char *argv[] = {(char *)ptxas, "--gpu-name", gpu, "-v", j->ptx, "-o", j->cubin[0] ? j->cubin : "/dev/null", NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_addopen(&fa, 1, j->log, O_WRONLY | O_CREAT | O_TRUNC, 0644);
@@ -122,6 +123,56 @@ static inline void ptxas_resources(const char *log, long *spill_bytes, int *regi
             *smem = atoi(q);
         }
     }
+}
+
+/* Instructions in PTX text: statements that are neither directives, labels, braces nor
+ * comments (one per line, as LLVM prints them). */
+static inline int ptx_instruction_count(const char *ptx) {
+    int n = 0;
+    for (const char *p = ptx; *p;) {
+        const char *eol = strchr(p, '\n');
+        size_t len = eol ? (size_t)(eol - p) : strlen(p);
+        const char *c = p;
+        while (c < p + len && (*c == ' ' || *c == '\t')) c++;
+        const char *e = p + len;
+        while (e > c && (e[-1] == ' ' || e[-1] == '\t' || e[-1] == '\r')) e--;
+        if (c < e && ((*c >= 'a' && *c <= 'z') || *c == '@') && e[-1] == ';') n++;
+        p = eol ? eol + 1 : p + len;
+    }
+    return n;
+}
+
+/* SASS instructions in a cubin: the bytes of its .text.* sections over 16 (every instruction
+ * is 16 bytes on sm_70 and newer); -1 when the file is not a 64-bit ELF. */
+static inline int cubin_sass_instructions(const char *path) {
+    size_t len = 0;
+    unsigned char *b = (unsigned char *)slurp(path, &len);
+    int n = -1;
+    if (b && len >= 64 && !memcmp(b, "\177ELF", 4) && b[4] == 2) {
+        unsigned long long shoff;
+        unsigned short shentsize, shnum, shstrndx;
+        memcpy(&shoff, b + 0x28, 8);
+        memcpy(&shentsize, b + 0x3a, 2);
+        memcpy(&shnum, b + 0x3c, 2);
+        memcpy(&shstrndx, b + 0x3e, 2);
+        if (shentsize >= 64 && shstrndx < shnum && shoff + (unsigned long long)shnum * shentsize <= len) {
+            const unsigned char *strh = b + shoff + (size_t)shstrndx * shentsize;
+            unsigned long long stroff, strsize;
+            memcpy(&stroff, strh + 0x18, 8);
+            memcpy(&strsize, strh + 0x20, 8);
+            n = 0;
+            for (unsigned i = 0; i < shnum && stroff + strsize <= len; i++) {
+                const unsigned char *sh = b + shoff + (size_t)i * shentsize;
+                unsigned name;
+                unsigned long long size;
+                memcpy(&name, sh, 4);
+                memcpy(&size, sh + 0x20, 8);
+                if (name < strsize && !strncmp((const char *)b + stroff + name, ".text.", 6)) n += (int)(size / 16);
+            }
+        }
+    }
+    free(b);
+    return n;
 }
 
 /* A bf16 instruction in PTX: any non-comment line with a ".bf16" type or modifier. */

@@ -15,7 +15,9 @@ static void emit_usage(FILE *to) {
             "  --sm N          target SM (75, 80, 86, 89, 90; 70 is generated but CUDA 13's ptxas lacks it)\n"
             "  --emit ptx|ll   output kind (default ptx)\n"
             "  -o, --output F  write to F (atomically) instead of standard output\n"
-            "  --template-dir D  read templates from D instead of the built-in copies\n\n"
+            "  --template-dir D  read templates from D instead of the built-in copies\n"
+            "  --time          print the time of each stage on standard error (also KILN_TIME=1)\n"
+            "  --pipeline kiln|o3  the IR pipeline: kiln's own (default) or LLVM's default<O3>\n\n"
             "example: kiln emit layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75\n"
             "'kiln list' shows every family's parameters.\n");
 }
@@ -32,6 +34,30 @@ static int join_spec(int argc, char **argv, int first, char *buf, size_t size) {
     return 0;
 }
 
+/* Prints where the time of one kiln_generate went (stderr, one stage a line). */
+static void print_timing(FILE *to, const kiln_gen_timing *t) {
+    fprintf(to, "kiln: stage times (ms of CPU time of the generating thread)\n");
+    fprintf(to, "  %-34s %8.3f\n", "spec + template load", t->spec);
+    fprintf(to, "  %-34s %8.3f\n", "template config()", t->config);
+    if (t->builder >= 0) {
+        fprintf(to, "  %-34s %8.3f\n", "template build(): Lua", t->build - t->builder);
+        fprintf(to, "  %-34s %8.3f\n", "template build(): IR (builder)", t->builder);
+    } else {
+        fprintf(to, "  %-34s %8.3f\n", "template build(): Lua + IR", t->build);
+    }
+    fprintf(to, "  %-34s %8.3f\n", "verify", t->verify);
+    fprintf(to, "  %-34s %8.3f\n", "IR pipeline", t->optimize);
+    for (int i = 0; i < t->npasses; i++)
+        if (t->passes[i].ms >= 0.005) fprintf(to, "    %-32s %8.3f\n", t->passes[i].name, t->passes[i].ms);
+    fprintf(to, "  %-34s %8.3f\n", "codegen: IR passes", t->codegen_ir);
+    fprintf(to, "  %-34s %8.3f\n", "codegen: instruction selection", t->isel);
+    fprintf(to, "  %-34s %8.3f\n", "codegen: machine passes", t->codegen);
+    fprintf(to, "  %-34s %8.3f\n", "codegen: PTX print", t->print);
+    fprintf(to, "  %-34s %8.3f\n", "finish (text, metadata)", t->finish);
+    fprintf(to, "  %-34s %8.3f\n", "total", t->total);
+    fprintf(to, "  %-34s %8.3f\n", "total, wall clock", t->total_wall);
+}
+
 static int bad_option(const char *cmd, int optopt_c, char **argv, int optind_v) {
     if (optopt_c) return cli_error("option '-%c' needs a value or is unknown; see 'kiln %s --help'", optopt_c, cmd);
     return cli_error("unknown option '%s'; see 'kiln %s --help'", argv[optind_v - 1], cmd);
@@ -41,8 +67,11 @@ int cmd_emit(int argc, char **argv) {
     static const struct option longopts[] = {
         {"sm", required_argument, NULL, 's'}, {"emit", required_argument, NULL, 'e'},
         {"output", required_argument, NULL, 'o'}, {"template-dir", required_argument, NULL, 't'},
+        {"time", no_argument, NULL, 'T'}, {"pipeline", required_argument, NULL, 'p'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     int sm = 0, c;
+    const char *time_env = getenv("KILN_TIME");
+    int timing = time_env && *time_env && strcmp(time_env, "0");
     kiln_emit kind = KILN_EMIT_PTX;
     const char *out = NULL;
     kiln_gen_options gopt = {0};
@@ -60,6 +89,12 @@ int cmd_emit(int argc, char **argv) {
             break;
         case 'o': out = optarg; break;
         case 't': gopt.template_dir = optarg; break;
+        case 'T': timing = 1; break;
+        case 'p':
+            if (!strcmp(optarg, "kiln")) gopt.pipeline = KILN_PIPELINE_KILN;
+            else if (!strcmp(optarg, "o3")) gopt.pipeline = KILN_PIPELINE_O3;
+            else return cli_error("bad --pipeline '%s'; valid: kiln, o3", optarg);
+            break;
         case 'h': emit_usage(stdout); return CLI_OK;
         default: return bad_option("emit", optopt, argv, optind);
         }
@@ -70,6 +105,7 @@ int cmd_emit(int argc, char **argv) {
     if (join_spec(argc, argv, optind, spec, sizeof spec)) return CLI_USAGE;
     kiln_error err = {0};
     kiln_gen *gen;
+    gopt.time_builder = timing;
     if (kiln_gen_create(&gen, &gopt, &err) != KILN_OK) return cli_error("%s", err.msg);
     kiln_module *m;
     int rc = CLI_OK;
@@ -78,6 +114,7 @@ int cmd_emit(int argc, char **argv) {
     } else {
         rc = cli_write_output(out, kiln_module_text(m), kiln_module_size(m));
         kiln_module_free(m);
+        if (timing) print_timing(stderr, kiln_gen_last_timing(gen));
     }
     kiln_gen_destroy(gen);
     return rc;

@@ -19,10 +19,48 @@ typedef struct kiln_module kiln_module;
 
 typedef enum kiln_emit { KILN_EMIT_PTX = 0, KILN_EMIT_LL = 1 } kiln_emit;
 
+/* The IR pipeline before NVPTX code generation. */
+typedef enum kiln_pipeline {
+    KILN_PIPELINE_DEFAULT = 0, /* $KILN_PIPELINE when set ("kiln", "o3" or an LLVM pipeline text for
+                                  experiments), else KILN_PIPELINE_KILN */
+    KILN_PIPELINE_KILN = 1,    /* the few passes that change these kernels' PTX (docs/jit.md), for
+                                  the families whose template opts in (config().pipeline = "kiln");
+                                  default<O3> for the others */
+    KILN_PIPELINE_O3 = 2       /* LLVM's default<O3> (the reference the PTX quality table holds) */
+} kiln_pipeline;
+
 typedef struct kiln_gen_options {
     const char *template_dir; /* NULL: $KILN_TEMPLATE_DIR, else the templates built into libkiln */
-    int opt_level;            /* 0..3; 0 means the default (3) */
+    int opt_level;            /* 0..3; 0 means the default (3); 1 and 2 run LLVM's default<O1>/<O2> */
+    kiln_pipeline pipeline;   /* used at opt_level 3 */
+    int time_builder;         /* also split build() into Lua and builder (IR) time; costs a little */
 } kiln_gen_options;
+
+/* Where the time of the last kiln_generate went, in milliseconds of the calling thread's CPU
+ * time (the same as wall clock on an idle machine; steady on a loaded one). */
+#define KILN_TIMING_PASSES 24
+#define KILN_TIMING_OTHER "(other passes)" /* the last entry when more passes ran */
+typedef struct kiln_pass_time {
+    char name[40]; /* an LLVM pass ("InstCombinePass") or "analyses" */
+    double ms;     /* exclusive of nested passes */
+} kiln_pass_time;
+typedef struct kiln_gen_timing {
+    double total;      /* the whole kiln_generate call */
+    double total_wall; /* the same call in wall-clock milliseconds */
+    double spec;       /* parse the spec, check it against the template's params, load the template */
+    double config;     /* the template's config() */
+    double build;      /* the template's build(): Lua running and the builder making LLVM IR */
+    double builder;    /* of build: time inside builder primitives (needs time_builder; else -1) */
+    double verify;     /* LLVM's module verifier */
+    double optimize;   /* the IR pipeline, all passes */
+    int npasses;
+    kiln_pass_time passes[KILN_TIMING_PASSES]; /* the pipeline's time per pass, largest first */
+    double codegen_ir; /* NVPTX's IR-level codegen passes, before instruction selection */
+    double isel;       /* SelectionDAG instruction selection */
+    double codegen;    /* machine passes after selection (scheduling, peepholes, registers) */
+    double print;      /* the PTX assembly printer */
+    double finish;     /* copying the text and the metadata header */
+} kiln_gen_timing;
 
 kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_error *err);
 void kiln_gen_destroy(kiln_gen *gen);
@@ -32,6 +70,9 @@ void kiln_gen_destroy(kiln_gen *gen);
  * for target sm (70, 75, 80, 86, 89, 90). Keys may come in any order. */
 kiln_status kiln_generate(kiln_gen *gen, const char *spec, int sm, kiln_emit emit,
                           kiln_module **out, kiln_error *err);
+
+/* The stage times of the last successful kiln_generate on gen (valid until the next call). */
+const kiln_gen_timing *kiln_gen_last_timing(const kiln_gen *gen);
 
 const char *kiln_module_text(const kiln_module *m); /* NUL-terminated */
 size_t kiln_module_size(const kiln_module *m);      /* bytes, without the NUL */

@@ -1,0 +1,201 @@
+/* gen/gen_llvm.cpp - the two LLVM steps the C API cannot time: the IR pipeline with per-pass
+ * times, and NVPTX code generation split into its IR passes, instruction selection, machine
+ * passes and the PTX printer. C linkage; called from gen_lower.c only. */
+#include <time.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <llvm/ADT/SmallString.h>
+#include <llvm/Analysis/CGSCCPassManager.h>
+#include <llvm/Analysis/LoopAnalysisManager.h>
+#include <llvm/IR/LegacyPassManager.h>
+#include <llvm/IR/Module.h>
+#include <llvm/IR/PassInstrumentation.h>
+#include <llvm/IR/PassManager.h>
+#include <llvm/Pass.h>
+#include <llvm/Passes/PassBuilder.h>
+#include <llvm/Support/raw_ostream.h>
+#include <llvm/Target/TargetMachine.h>
+
+#include "gen.h"
+
+using namespace llvm;
+
+static double now_ms() {
+    struct timespec t;
+    clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
+}
+
+/* Adds ms to the entry named name (creating it), keeping at most GEN_TIMING_PASSES entries. */
+static void add_pass_time(kiln_gen_timing *tm, StringRef name, double ms) {
+    for (int i = 0; i < tm->npasses; i++)
+        if (name == tm->passes[i].name) {
+            tm->passes[i].ms += ms;
+            return;
+        }
+    int i = tm->npasses < KILN_TIMING_PASSES ? tm->npasses++ : KILN_TIMING_PASSES - 1;
+    if (i == KILN_TIMING_PASSES - 1) { /* the last entry sums the rest */
+        if (strcmp(tm->passes[i].name, KILN_TIMING_OTHER)) {
+            snprintf(tm->passes[i].name, sizeof tm->passes[i].name, "%s", KILN_TIMING_OTHER);
+            tm->passes[i].ms = 0;
+        }
+        tm->passes[i].ms += ms;
+        return;
+    }
+    size_t n = std::min(name.size(), sizeof tm->passes[i].name - 1);
+    memcpy(tm->passes[i].name, name.data(), n);
+    tm->passes[i].name[n] = 0;
+    tm->passes[i].ms = ms;
+}
+
+/* Pass names without the LLVM namespace and template noise ("InstCombinePass"). */
+static StringRef short_name(StringRef n) {
+    if (n.starts_with("llvm::")) n = n.drop_front(6);
+    return n;
+}
+
+extern "C" int gen_llvm_run_passes(LLVMTargetMachineRef tmr, LLVMModuleRef modr, const char *pipeline,
+                                   kiln_gen_timing *tm, char *msg, size_t msg_size) {
+    TargetMachine *machine = reinterpret_cast<TargetMachine *>(tmr);
+    Module *mod = unwrap(modr);
+    PassInstrumentationCallbacks pic;
+    /* Exclusive time per pass: a stack of (start, time of nested passes). Analyses count as
+     * one group. */
+    struct frame {
+        double start, nested;
+    };
+    std::vector<frame> stack;
+    if (tm) {
+        auto before = [&stack]() { stack.push_back({now_ms(), 0.0}); };
+        auto after = [&stack, tm](StringRef name) {
+            if (stack.empty()) return;
+            frame f = stack.back();
+            stack.pop_back();
+            double total = now_ms() - f.start;
+            if (!stack.empty()) stack.back().nested += total;
+            add_pass_time(tm, name, total - f.nested);
+        };
+        pic.registerBeforeNonSkippedPassCallback([before](StringRef, Any) { before(); });
+        pic.registerAfterPassCallback(
+            [after](StringRef name, Any, const PreservedAnalyses &) { after(short_name(name)); });
+        pic.registerAfterPassInvalidatedCallback(
+            [after](StringRef name, const PreservedAnalyses &) { after(short_name(name)); });
+        pic.registerBeforeAnalysisCallback([before](StringRef, Any) { before(); });
+        pic.registerAfterAnalysisCallback([after](StringRef, Any) { after("analyses"); });
+    }
+    PassBuilder pb(machine, PipelineTuningOptions(), std::nullopt, &pic);
+    LoopAnalysisManager lam;
+    FunctionAnalysisManager fam;
+    CGSCCAnalysisManager cgam;
+    ModuleAnalysisManager mam;
+    pb.registerModuleAnalyses(mam);
+    pb.registerCGSCCAnalyses(cgam);
+    pb.registerFunctionAnalyses(fam);
+    pb.registerLoopAnalyses(lam);
+    pb.crossRegisterProxies(lam, fam, cgam, mam);
+    ModulePassManager mpm;
+    if (Error e = pb.parsePassPipeline(mpm, pipeline)) {
+        snprintf(msg, msg_size, "%s", toString(std::move(e)).c_str());
+        return 1;
+    }
+    mpm.run(*mod, mam);
+    if (tm) { /* largest first */
+        std::sort(tm->passes, tm->passes + tm->npasses,
+                  [](const kiln_pass_time &a, const kiln_pass_time &b) {
+                      return a.ms > b.ms;
+                  });
+    }
+    return 0;
+}
+
+namespace {
+/* Where legacy codegen passes start: one stamp before every function and module pass. */
+struct stamps {
+    std::vector<std::pair<StringRef, double>> at; /* pass about to run, when */
+};
+
+class stamp_fn : public FunctionPass {
+  public:
+    static char ID;
+    stamp_fn(stamps *s, StringRef next) : FunctionPass(ID), s(s), next(next) {}
+    bool runOnFunction(Function &) override {
+        s->at.push_back({next, now_ms()});
+        return false;
+    }
+    void getAnalysisUsage(AnalysisUsage &au) const override { au.setPreservesAll(); }
+    StringRef getPassName() const override { return "kiln stage stamp"; }
+
+  private:
+    stamps *s;
+    StringRef next;
+};
+char stamp_fn::ID = 0;
+
+/* A pass manager that puts a stamp in front of each function pass it is given. Module passes
+ * in NVPTX codegen run before the first function pass (their time counts as "codegen IR") or
+ * are immutable. */
+class stamping_pm : public legacy::PassManager {
+  public:
+    explicit stamping_pm(stamps *s) : s(s) {}
+    void add(Pass *p) override {
+        if (p->getPassKind() == PT_Function) legacy::PassManager::add(new stamp_fn(s, p->getPassName()));
+        legacy::PassManager::add(p);
+    }
+
+  private:
+    stamps *s;
+};
+} // namespace
+
+extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, kiln_gen_timing *tm, char **text,
+                                size_t *len, char *msg, size_t msg_size) {
+    TargetMachine *machine = reinterpret_cast<TargetMachine *>(tmr);
+    Module *mod = unwrap(modr);
+    mod->setDataLayout(machine->createDataLayout());
+    SmallString<0> out;
+    raw_svector_ostream os(out);
+    stamps s;
+    double t0 = now_ms();
+    {
+        stamping_pm pm(&s);
+        if (machine->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile)) {
+            snprintf(msg, msg_size, "the NVPTX target cannot emit assembly");
+            return 1;
+        }
+        pm.run(*mod);
+    }
+    double t_end = now_ms();
+    if (tm) {
+        /* Stage boundaries: the stamps in front of instruction selection and the printer. */
+        double isel = -1, after_isel = -1, printer = -1;
+        for (size_t i = 0; i < s.at.size(); i++) {
+            StringRef n = s.at[i].first;
+            if (isel < 0 && (n.contains("Instruction Selection") || n.contains("ISel"))) {
+                isel = s.at[i].second;
+                if (i + 1 < s.at.size()) after_isel = s.at[i + 1].second;
+            }
+            if (printer < 0 && (n.contains("Assembly Printer") || n.contains("AsmPrinter"))) printer = s.at[i].second;
+        }
+        if (isel < 0 || after_isel < 0 || printer < 0) { /* unknown pass names: one lump */
+            tm->codegen = t_end - t0;
+        } else {
+            tm->codegen_ir = isel - t0;
+            tm->isel = after_isel - isel;
+            tm->codegen = printer - after_isel;
+            tm->print = t_end - printer;
+        }
+    }
+    *len = out.size();
+    *text = (char *)malloc(out.size() + 1);
+    if (!*text) {
+        snprintf(msg, msg_size, "out of memory");
+        return 1;
+    }
+    memcpy(*text, out.data(), out.size());
+    (*text)[out.size()] = 0;
+    return 0;
+}
