@@ -2,6 +2,7 @@
 #   make help     lists the targets
 #   make run      the main job (README)     make test    run the whole test suite
 #   make SAN=1 test   the same suite under ASan + UBSan (objects under build/san)
+#   make TSAN=1 build/tsan/tests/emu_layernorm_test   a ThreadSanitizer build (build/tsan)
 #   make setup    install the Debian packages kiln needs (as root), else print the command
 
 # The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
@@ -36,7 +37,12 @@ LLVM_CONFIG ?= llvm-config-19
 PREFIX      ?= /usr/local
 CUDA_HOME   ?= /usr/local/cuda
 
-ifdef SAN
+ifdef TSAN
+O        := build/tsan
+LIBDIR   := build/tsan/lib
+BINDIR   := build/tsan/bin
+SANFLAGS := -fsanitize=thread -fno-omit-frame-pointer
+else ifdef SAN
 O        := build/san
 LIBDIR   := build/san/lib
 BINDIR   := build/san/bin
@@ -124,6 +130,41 @@ $(O)/examples/aot_%: examples/aot_%.c $(LIBDIR)/libkiln_rt.a
 $(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
+
+# Fuzzing: libFuzzer targets for the readers (tests/fuzz/), built with clang-19 under ASan + UBSan
+# wherever clang-19 is installed (tools/setup.sh installs it). The suite runs a bounded slice
+# (tests/fuzz_test.sh); `make fuzz` runs each target FUZZ_SECONDS (default 120) on a corpus kept
+# in build/fuzz/corpus/. Without clang-19 nothing is built and the test says skipped.
+FUZZ_CC      ?= clang-19
+HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
+FUZZ_NAMES   := spec ptx bundle meta disk
+FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
+FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
+                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -Igen -Iemu \
+                $(LLVM_CFLAGS) $(LUA_CFLAGS)
+FUZZ_SRCS_spec   := gen/gen_spec.c emu/emu_layernorm.c emu/emu_half.c emu/emu_ref_attention.c
+FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
+FUZZ_SRCS_bundle :=
+FUZZ_SRCS_meta   :=
+FUZZ_SRCS_disk   :=
+# the plain build only: they link lib/libkiln.a and are sanitized anyway
+ifeq ($(HAVE_FUZZ)$(O),yesbuild)
+extra: $(FUZZERS)
+endif
+.SECONDEXPANSION:
+FUZZ_OBJ := build/fuzz/obj
+.PRECIOUS: $(FUZZ_OBJ)/%.o
+build/fuzz/obj/%.o: %.c $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
+	@mkdir -p $(dir $@)
+	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
+# The instrumented objects come first; lib/libkiln.a only supplies what they reference beyond
+# the code under test (the Lua host and the emulator that the parsers' neighbours call).
+fuzz_objs = $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(FUZZ_SRCS_$(1)))
+build/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $$(call fuzz_objs,$$*) $(RT_SRCS:%.c=$(FUZZ_OBJ)/%.o) lib/libkiln.a
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -ldl -lpthread -lm
+.PHONY: fuzz
+fuzz: $(FUZZERS)
+	@KILN_FUZZ_SECONDS=$${FUZZ_SECONDS:-120} KILN_FUZZ_KEEP=build/fuzz/corpus bash tests/fuzz_test.sh
 
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)

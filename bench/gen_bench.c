@@ -138,13 +138,21 @@ int main(int argc, char **argv) {
         {"layernorm x=f16 hidden=768", 86},
         {"layernorm x=f32 hidden=16384", 90},
         {"layernorm x=bf16 hidden=launch", 80},
+        /* the norm families (training): forward, residual, backward and its second kernel */
+        {"rmsnorm x=bf16 w=f32 y=bf16 hidden=4096", 80},
+        {"layernorm x=bf16 hidden=4096 residual=true r=f32", 80},
+        {"layernorm_bwd x=bf16 w=f32 hidden=4096", 80},
+        {"layernorm_bwd x=bf16 w=f32 hidden=4096", 75},
+        {"rmsnorm_bwd x=bf16 w=f32 hidden=4096", 90},
+        {"rmsnorm_bwd x=f16 hidden=launch residual=true", 80},
+        {"norm_reduce w=f32", 80},
     };
     printf("spec -> PTX, warm process, median of %d (budget <= 5 ms):\n", reps);
     double kiln_ref = 0;
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         double ms = time_kiln(g, cases[i].spec, cases[i].sm, reps);
         if (i == 0) kiln_ref = ms;
-        printf("  %-48s sm_%d  %7.2f ms\n", cases[i].spec, cases[i].sm, ms);
+        printf("  %-52s sm_%d  %7.2f ms\n", cases[i].spec, cases[i].sm, ms);
     }
     kiln_gen_destroy(g);
     double nv = time_nvrtc(reps < 10 ? reps : 10);

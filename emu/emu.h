@@ -27,6 +27,7 @@ typedef struct emu_fiber {
     const void *asan_bottom;  /* the stack ASan is told about when switching to this fiber */
     size_t asan_size;
     bool dirty;               /* left suspended mid-call: its stack needs unpoisoning */
+    void *tsan;               /* ThreadSanitizer's fiber (TSan builds only) */
 } emu_fiber;
 
 /* Reserves stacks for n fibers in one mapping with a guard page below each. */
@@ -63,6 +64,16 @@ typedef struct emu_shared_var {
     size_t offset, size;
 } emu_shared_var;
 
+/* One checked memory access of the kernel (a load, store, atomic or memory intrinsic that
+ * may reach global or shared memory): the emulator checks it before it happens. */
+enum { EMU_SPACE_GENERIC = 0, EMU_SPACE_GLOBAL = 1, EMU_SPACE_SHARED = 3 };
+typedef struct emu_access {
+    unsigned size;  /* bytes (0: given at run time, memory intrinsics) */
+    unsigned align; /* the alignment its PTX instruction may require: the IR's align, at most 16 */
+    unsigned space; /* EMU_SPACE_* of the pointer */
+    char what[300]; /* "16-byte global load `%18 = load <8 x half>, ptr addrspace(1) %17, align 16` in @k" */
+} emu_access;
+
 /* What the rewrite learned about the module; the arena for shared memory is allocated by
  * the caller between emu_rewrite_scan and emu_rewrite_apply. */
 typedef struct emu_rewrite_info {
@@ -73,6 +84,8 @@ typedef struct emu_rewrite_info {
     unsigned nsmem;
     size_t static_smem;    /* bytes of static shared memory (host layout) */
     size_t dynamic_offset; /* where dynamic shared memory starts in the arena */
+    emu_access *access;    /* filled by emu_rewrite_apply */
+    unsigned naccess;
     unsigned maxntid[3], reqntid[3];
     char entry_symbol[96];
 } emu_rewrite_info;
@@ -82,7 +95,9 @@ typedef struct emu_rewrite_info {
 kiln_status emu_rewrite_scan(LLVMModuleRef mod, const char *entry, unsigned id, const char *host_dl,
                              emu_rewrite_info *info, kiln_error *err);
 /* Rewrites the module for the host: intrinsic calls become kiln_emu_dispatch calls,
- * global stores are logged through kiln_emu_store, shared variables point into arena
+ * global stores are logged through kiln_emu_store, every load and store that may reach
+ * global or shared memory is checked first through kiln_emu_access (alignment, shared
+ * bounds, null page), shared variables point into arena
  * (static part first, dynamic shared memory after it), an entry trampoline
  * void ENTRY(void **args) calls the kernel. */
 kiln_status emu_rewrite_apply(LLVMModuleRef mod, const char *entry, const char *host_triple,
@@ -92,6 +107,9 @@ void emu_rewrite_info_free(emu_rewrite_info *info);
 /* Fills meta from the kernel's signature and annotations (for hand-written IR). */
 kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_kernel_meta *meta,
                              kiln_error *err);
+/* Replaces calls of __nvvm_reflect / llvm.nvvm.reflect by what NVVMReflect would give on sm:
+ * __CUDA_ARCH is sm * 10, __CUDA_FTZ and anything else 0. */
+void emu_reflect(LLVMModuleRef mod, int sm);
 /* The module's only kernel (ptx_kernel calling convention or "kernel" annotation). */
 LLVMValueRef emu_find_kernel(LLVMModuleRef mod, const char *entry, kiln_error *err);
 
@@ -136,7 +154,10 @@ typedef struct emu_kernel_rt {
     unsigned nsites;
     unsigned char *arena; /* shared memory: static variables, then dynamic */
     size_t static_smem, dynamic_offset, arena_size;
+    const emu_access *access;
+    unsigned naccess;
     const kiln_kernel_meta *meta;
+    struct emu_prof *prof; /* NULL unless loaded for profiling */
 } emu_kernel_rt;
 typedef struct emu_thread emu_thread;
 typedef struct emu_block emu_block;
@@ -190,6 +211,12 @@ kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_la
 /* Entry points host code calls (as kiln_emu_dispatch and kiln_emu_store). */
 void emu_dispatch_entry(int site, const void *args, void *ret); /* kiln_emu_dispatch */
 void emu_store_entry(void *p, uint64_t size);                  /* kiln_emu_store */
+void emu_access_entry(void *p, uint64_t size, uint32_t access); /* kiln_emu_access */
+/* Faults unless [p, p + size) lies in the block's shared memory window (static shared
+ * memory and the launch's dynamic shared memory); what names the access. */
+void emu_check_shared(emu_block *blk, const void *p, size_t size, const char *what);
+/* Faults when p lies in the null page (global memory a kernel can never own). */
+void emu_check_global(emu_block *blk, const void *p, size_t size, const char *what);
 /* Block geometry for the sreg handlers. */
 void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], unsigned nctaid[3]);
 unsigned emu_block_threads(const emu_block *blk);
@@ -224,5 +251,27 @@ typedef struct emu_symbol {
 } emu_symbol;
 const emu_symbol *emu_half_symbols(unsigned *count);
 
+/* ---- emu_profile.c: instrumentation, bank conflicts, instruction mix (kiln/emu_profile.h) ---- */
+typedef struct emu_prof emu_prof;
+struct kiln_emu_profile;
+struct kiln_smem_site;
+/* Instruments mod (before emu_rewrite_apply) for the profile; arena is the kernel's shared memory. */
+kiln_status emu_prof_instrument(LLVMModuleRef mod, const char *host_dl, const unsigned char *arena,
+                                size_t arena_size, emu_prof **out, kiln_error *err);
+void emu_prof_free(emu_prof *p);
+/* Called by host code (as kiln_emu_prof_bb and kiln_emu_prof_mem). */
+void emu_prof_bb_entry(int bb);
+void emu_prof_mem_entry(int site, void *addr, uint32_t gbytes);
+/* The scheduler's hooks: a block starts; warps [first, first + n) meet (all their live lanes at one
+ * point), so their logged accesses can be matched; a block ends. */
+void emu_prof_block_begin(emu_prof *p, unsigned nthreads);
+void emu_prof_sync(emu_prof *p, unsigned first_warp, unsigned nwarps, unsigned nthreads);
+void emu_prof_block_end(emu_prof *p, unsigned nthreads);
+kiln_status emu_prof_get(const emu_prof *p, struct kiln_emu_profile *out, kiln_error *err);
+unsigned emu_prof_nsites(const emu_prof *p);
+int emu_prof_site(const emu_prof *p, unsigned i, struct kiln_smem_site *out);
+void emu_prof_reset(emu_prof *p);
+/* emu_sched.c: the running kernel's profile and the calling thread's index (NULL: none). */
+emu_prof *emu_prof_current(unsigned *thread);
 
 #endif

@@ -15,6 +15,19 @@
 #endif
 #endif
 
+#if defined(__SANITIZE_THREAD__)
+#define EMU_TSAN 1
+#elif defined(__has_feature)
+#if __has_feature(thread_sanitizer)
+#define EMU_TSAN 1
+#endif
+#endif
+#ifdef EMU_TSAN
+/* ThreadSanitizer must be told about every stack switch, else it sees one thread's
+ * accesses jump between unrelated stacks and its shadow state is garbage. */
+#include <sanitizer/tsan_interface.h>
+#endif
+
 #ifdef EMU_ASAN
 #include <sanitizer/asan_interface.h>
 #include <sanitizer/common_interface_defs.h>
@@ -99,6 +112,10 @@ void emu_fiber_init(emu_fiber *f, const emu_stacks *s, unsigned index) {
 void emu_fiber_fini(emu_fiber *f) {
     free(f->ctx);
     f->ctx = NULL;
+#ifdef EMU_TSAN
+    if (f->tsan && f->stack) __tsan_destroy_fiber(f->tsan);
+    f->tsan = NULL;
+#endif
 }
 
 void emu_fiber_reset(emu_fiber *f, void (*entry)(void)) {
@@ -110,6 +127,9 @@ void emu_fiber_reset(emu_fiber *f, void (*entry)(void)) {
 #endif
     f->dirty = false;
     f->asan_fake = NULL;
+#ifdef EMU_TSAN
+    if (!f->tsan) f->tsan = __tsan_create_fiber(0);
+#endif
 #ifdef EMU_ASM_SWITCH
     uintptr_t top = ((uintptr_t)(f->stack + f->size)) & ~(uintptr_t)15;
     void **sp = (void **)top;
@@ -133,6 +153,10 @@ void emu_fiber_switch(emu_fiber *from, emu_fiber *to, bool exiting) {
     __sanitizer_start_switch_fiber(exiting ? NULL : &from->asan_fake, to->asan_bottom, to->asan_size);
 #else
     (void)exiting;
+#endif
+#ifdef EMU_TSAN
+    if (!from->stack) from->tsan = __tsan_get_current_fiber(); /* the host thread's own */
+    __tsan_switch_to_fiber(to->tsan, 0);
 #endif
 #ifdef EMU_ASM_SWITCH
     emu_switch_x86_64(&from->sp, to->sp);

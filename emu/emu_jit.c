@@ -12,6 +12,7 @@
 #include <llvm-c/TargetMachine.h>
 
 #include "emu.h"
+#include "kiln/emu_profile.h"
 
 struct kiln_emu {
     LLVMOrcLLJITRef jit;
@@ -19,6 +20,7 @@ struct kiln_emu {
     unsigned next_id;
     emu_block *blk;
     kiln_emu_kernel *kernels; /* doubly linked, for kiln_emu_destroy */
+    int profile;              /* instrument kernels loaded from now on (emu_profile.c) */
 };
 
 struct kiln_emu_kernel {
@@ -71,12 +73,16 @@ static kiln_status host_machine(kiln_emu *emu, LLVMTargetMachineRef *out, kiln_e
 static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
     unsigned nhalf;
     const emu_symbol *half = emu_half_symbols(&nhalf);
-    LLVMOrcCSymbolMapPair pairs[16];
+    LLVMOrcCSymbolMapPair pairs[32];
     unsigned n = 0;
-    const emu_symbol own[2] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
-                               {"kiln_emu_store", (void *)emu_store_entry}};
-    for (unsigned i = 0; i < 2 + nhalf && n < 16; i++, n++) {
-        const emu_symbol *s = i < 2 ? &own[i] : &half[i - 2];
+    enum { NOWN = 5 };
+    const emu_symbol own[NOWN] = {{"kiln_emu_dispatch", (void *)emu_dispatch_entry},
+                                  {"kiln_emu_store", (void *)emu_store_entry},
+                                  {"kiln_emu_prof_bb", (void *)emu_prof_bb_entry},
+                                  {"kiln_emu_prof_mem", (void *)emu_prof_mem_entry},
+                                  {"kiln_emu_access", (void *)emu_access_entry}};
+    for (unsigned i = 0; i < NOWN + nhalf && n < 32; i++, n++) {
+        const emu_symbol *s = i < NOWN ? &own[i] : &half[i - NOWN];
         pairs[n].Name = LLVMOrcLLJITMangleAndIntern(emu->jit, s->name);
         pairs[n].Sym.Address = (LLVMOrcExecutorAddress)(uintptr_t)s->addr;
         pairs[n].Sym.Flags.GenericFlags = LLVMJITSymbolGenericFlagsExported | LLVMJITSymbolGenericFlagsCallable;
@@ -144,6 +150,7 @@ void kiln_emu_kernel_free(kiln_emu_kernel *k) {
     else if (k->emu && k->emu->kernels == k) k->emu->kernels = k->next;
     if (k->next) k->next->prev = k->prev;
     emu_rewrite_info_free(&k->info);
+    emu_prof_free(k->run.prof);
     free(k->run.arena);
     free(k);
 }
@@ -169,6 +176,8 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
         k->run.arena = aligned_alloc(128, (k->run.arena_size + 127) / 128 * 128);
         if (!k->run.arena) st = kiln_fail(err, KILN_ENOMEM, "emulator: out of memory for shared memory");
     }
+    if (st == KILN_OK && emu->profile)
+        st = emu_prof_instrument(mod, emu->dl, k->run.arena, k->run.arena_size, &k->run.prof, err);
     if (st == KILN_OK) st = emu_rewrite_apply(mod, meta->entry, emu->triple, emu->dl, k->run.arena, &k->info, err);
     if (st != KILN_OK) {
         LLVMDisposeModule(mod);
@@ -189,6 +198,8 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
     k->run.nsites = k->info.nsites;
     k->run.static_smem = k->info.static_smem;
     k->run.dynamic_offset = k->info.dynamic_offset;
+    k->run.access = k->info.access;
+    k->run.naccess = k->info.naccess;
     k->run.meta = &k->meta;
     k->next = emu->kernels;
     if (emu->kernels) emu->kernels->prev = k;
@@ -222,6 +233,7 @@ kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const ch
         LLVMDisposeMessage(msg);
     }
     kiln_kernel_meta meta;
+    if (st == KILN_OK) emu_reflect(mod, sm);
     if (st == KILN_OK) st = emu_meta_from_ir(mod, entry, sm, &meta, err);
     if (st == KILN_OK) {
         st = load_module(emu, tsc, mod, &meta, out, err);
@@ -290,4 +302,27 @@ kiln_status kiln_emu_run(kiln_emu_kernel *k, const kiln_emu_launch *l, void **ar
     if (st == KILN_OK) st = check_args(k, args, l->nullable, err);
     if (st == KILN_OK) st = emu_grid_run(k->emu->blk, &k->run, l, args, err);
     return st;
+}
+
+/* ---- the profile (emu_profile.c does the work) ---- */
+
+void kiln_emu_set_profile(kiln_emu *emu, int on) { emu->profile = on != 0; }
+
+kiln_status kiln_emu_profile_get(const kiln_emu_kernel *k, kiln_emu_profile *out, kiln_error *err) {
+    if (!k->run.prof) {
+        memset(out, 0, sizeof *out);
+        return kiln_fail(err, KILN_EINVAL, "profile: kernel %s was loaded without profiling (call "
+                         "kiln_emu_set_profile(emu, 1) before loading it)", k->meta.entry);
+    }
+    return emu_prof_get(k->run.prof, out, err);
+}
+
+unsigned kiln_emu_profile_nsites(const kiln_emu_kernel *k) { return k->run.prof ? emu_prof_nsites(k->run.prof) : 0; }
+
+int kiln_emu_profile_site(const kiln_emu_kernel *k, unsigned i, kiln_smem_site *out) {
+    return k->run.prof ? emu_prof_site(k->run.prof, i, out) : -1;
+}
+
+void kiln_emu_profile_reset(kiln_emu_kernel *k) {
+    if (k->run.prof) emu_prof_reset(k->run.prof);
 }

@@ -207,6 +207,11 @@ static const emu_op ops[] = {
     {"llvm.nvvm.barrier0.popc", "i32 (i32)", h_barrier, BAR_POPC},
     {"llvm.nvvm.barrier0.and", "i32 (i32)", h_barrier, BAR_AND},
     {"llvm.nvvm.barrier0.or", "i32 (i32)", h_barrier, BAR_OR},
+    /* LLVM 20+ names (Triton 3.x, clang 20+): barrier.cta.sync[.aligned].{all,count} */
+    {"llvm.nvvm.barrier.cta.sync.aligned.all", "void (i32)", h_barrier, BAR_ID},
+    {"llvm.nvvm.barrier.cta.sync.all", "void (i32)", h_barrier, BAR_ID},
+    {"llvm.nvvm.barrier.cta.sync.aligned.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
+    {"llvm.nvvm.barrier.cta.sync.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
     {"llvm.nvvm.bar.warp.sync", "void (i32)", h_warp_sync, 0},
     {"llvm.nvvm.membar.cta", "void ()", h_nop, 0},
     {"llvm.nvvm.membar.gl", "void ()", h_nop, 0},
@@ -230,6 +235,16 @@ static const emu_op ops[] = {
     MATH1("rsqrt.approx", M_RSQRT), MATH1("sqrt.approx", M_SQRT), MATH1("ex2.approx", M_EX2),
     MATH1("lg2.approx", M_LG2), MATH1("sin.approx", M_SIN), MATH1("cos.approx", M_COS),
     MATH2("div.approx", M_DIV), MATH2("fmax", M_FMAX), MATH2("fmin", M_FMIN),
+    /* div.full: the full-range approximate division (2 ulp on hardware; exact here) */
+    {"llvm.nvvm.div.full", "float (float, float)", h_math, M_DIV},
+    {"llvm.nvvm.div.full.ftz", "float (float, float)", h_math, M_DIV | M_FTZ},
+    /* LLVM 20+ spells the f32 ex2 with the type suffix */
+    {"llvm.nvvm.ex2.approx.f32", "float (float)", h_math, M_EX2},
+    {"llvm.nvvm.ex2.approx.ftz.f32", "float (float)", h_math, M_EX2 | M_FTZ},
+    {"llvm.nvvm.sqrt.rn.ftz.f", "float (float)", h_math, M_SQRT | M_FTZ},
+    {"llvm.nvvm.rcp.rn.ftz.f", "float (float)", h_math, M_RCP | M_FTZ},
+    {"llvm.nvvm.div.rn.ftz.f", "float (float, float)", h_math, M_DIV | M_FTZ},
+    {"llvm.nvvm.sqrt.f", "float (float)", h_math, M_SQRT},
     {"llvm.nvvm.sqrt.rn.f", "float (float)", h_math, M_SQRT},
     {"llvm.nvvm.rcp.rn.f", "float (float)", h_math, M_RCP},
     {"llvm.nvvm.div.rn.f", "float (float, float)", h_math, M_DIV},

@@ -102,6 +102,81 @@ static void note_ntid(void *user, LLVMValueRef fn, const char *key, unsigned lon
     if (!strncmp(key, "reqntid", 7)) s->reqntid[axis] = (unsigned)v;
 }
 
+/* LLVM 20+ (Triton 3.x, newer clang) puts the block size in function attributes,
+ * "nvvm.reqntid"="128" or "128,1,1", instead of nvvm.annotations. */
+static void ntid_attribute(LLVMValueRef fn, const char *name, unsigned out[3]) {
+    LLVMAttributeRef a = LLVMGetStringAttributeAtIndex(fn, LLVMAttributeFunctionIndex, name, (unsigned)strlen(name));
+    if (!a) return;
+    unsigned len;
+    const char *v = LLVMGetStringAttributeValue(a, &len);
+    char buf[64];
+    snprintf(buf, sizeof buf, "%.*s", (int)(len < 63 ? len : 63), v);
+    char *p = buf;
+    for (int axis = 0; axis < 3 && *p; axis++) {
+        char *end;
+        unsigned long n = strtoul(p, &end, 10);
+        if (end == p) break;
+        out[axis] = (unsigned)n;
+        p = *end == ',' ? end + 1 : end;
+    }
+}
+
+static void find_ntid(LLVMModuleRef mod, ntid_search *s) {
+    each_annotation(mod, note_ntid, s);
+    ntid_attribute(s->fn, "nvvm.maxntid", s->maxntid);
+    ntid_attribute(s->fn, "nvvm.reqntid", s->reqntid);
+}
+
+/* ---- __nvvm_reflect ---- */
+
+/* The C string a constant pointer operand points at (through casts and GEPs), or NULL. */
+static const char *constant_string(LLVMValueRef v, char *buf, size_t size) {
+    for (int depth = 0; v && depth < 8 && !LLVMIsAGlobalVariable(v); depth++)
+        v = LLVMIsAConstantExpr(v) && LLVMGetNumOperands(v) ? LLVMGetOperand(v, 0) : NULL;
+    LLVMValueRef init = v ? LLVMGetInitializer(v) : NULL;
+    if (!init || !LLVMIsConstantString(init)) return NULL;
+    size_t len;
+    const char *str = LLVMGetAsString(init, &len);
+    snprintf(buf, size, "%.*s", (int)strnlen(str, len), str);
+    return buf;
+}
+
+void emu_reflect(LLVMModuleRef mod, int sm) {
+    static const char *const names[2] = {"__nvvm_reflect", "llvm.nvvm.reflect"};
+    for (int i = 0; i < 2; i++) {
+        LLVMValueRef fn = LLVMGetNamedFunction(mod, names[i]);
+        if (!fn) continue;
+        LLVMUseRef u = LLVMGetFirstUse(fn);
+        while (u) {
+            LLVMValueRef call = LLVMGetUser(u);
+            u = LLVMGetNextUse(u);
+            if (!LLVMIsACallInst(call) || LLVMGetCalledValue(call) != fn) continue;
+            char what[64];
+            const char *q = LLVMGetNumArgOperands(call) ? constant_string(LLVMGetOperand(call, 0), what, sizeof what)
+                                                        : NULL;
+            int value = q && !strcmp(q, "__CUDA_ARCH") ? sm * 10 : 0; /* __CUDA_FTZ and the rest: 0 */
+            LLVMReplaceAllUsesWith(call, LLVMConstInt(LLVMTypeOf(call), (unsigned long long)value, 0));
+            LLVMInstructionEraseFromParent(call);
+        }
+    }
+}
+
+/* Inline assembly the emulator accepts: none that computes anything. An empty string or
+ * memory fences only (membar.*, fence.*), in a call that returns nothing, is dropped (the
+ * emulator runs one thread at a time: every access is already ordered). */
+static bool harmless_asm(LLVMValueRef call) {
+    if (LLVMGetTypeKind(LLVMTypeOf(call)) != LLVMVoidTypeKind) return false;
+    size_t len;
+    const char *a = LLVMGetInlineAsmAsmString(LLVMGetCalledValue(call), &len);
+    for (size_t i = 0; i < len;) {
+        while (i < len && (a[i] == ' ' || a[i] == '\t' || a[i] == '\n' || a[i] == ';')) i++;
+        if (i == len) break;
+        if (strncmp(a + i, "membar.", 7) && strncmp(a + i, "fence.", 6)) return false;
+        while (i < len && a[i] != ';' && a[i] != '\n') i++;
+    }
+    return true;
+}
+
 /* ---- metadata for hand-written IR ---- */
 
 kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_kernel_meta *meta,
@@ -132,7 +207,7 @@ kiln_status emu_meta_from_ir(LLVMModuleRef mod, const char *entry, int sm, kiln_
         else return kiln_fail(err, KILN_EINVAL, "emulator: parameter %u of '%s' has a type the emulator cannot pass (ptr, i32, i64, float)", i, meta->entry);
     }
     ntid_search s = {.fn = fn};
-    each_annotation(mod, note_ntid, &s);
+    find_ntid(mod, &s);
     for (int a = 0; a < 3; a++) meta->block[a] = s.reqntid[a] ? s.reqntid[a] : s.maxntid[a];
     meta->grid_tile[0] = meta->grid_tile[1] = meta->grid_tile[2] = 1;
     return KILN_OK;
@@ -189,9 +264,15 @@ static kiln_status scan_calls(LLVMModuleRef mod, LLVMTargetDataRef td, emu_rewri
     for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
         for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
             for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in; in = LLVMGetNextInstruction(in)) {
-                if (LLVMIsACallInst(in) && LLVMIsAInlineAsm(LLVMGetCalledValue(in)))
-                    return kiln_fail(err, KILN_EINVAL, "emulator: @%s uses inline assembly, which the emulator "
-                                                       "cannot run", fn_name(fn));
+                if (LLVMIsACallInst(in) && LLVMIsAInlineAsm(LLVMGetCalledValue(in))) {
+                    if (harmless_asm(in)) continue; /* dropped by emu_rewrite_apply */
+                    size_t len;
+                    const char *a = LLVMGetInlineAsmAsmString(LLVMGetCalledValue(in), &len);
+                    return kiln_fail(err, KILN_EINVAL, "emulator: @%s uses inline PTX assembly \"%.*s%s\", which the "
+                                     "emulator cannot run (it runs only empty asm and membar/fence; see "
+                                     "docs/emulator.md)", fn_name(fn), (int)(len > 80 ? 80 : len), a,
+                                     len > 80 ? "..." : "");
+                }
                 LLVMValueRef callee = callee_of(in);
                 if (!callee) continue;
                 const char *name = fn_name(callee);
@@ -232,7 +313,7 @@ kiln_status emu_rewrite_scan(LLVMModuleRef mod, const char *entry, unsigned id, 
     LLVMValueRef kernel = emu_find_kernel(mod, entry, err);
     if (!kernel) return err ? err->status : KILN_ENOTFOUND;
     ntid_search s = {.fn = kernel};
-    each_annotation(mod, note_ntid, &s);
+    find_ntid(mod, &s);
     memcpy(info->maxntid, s.maxntid, sizeof s.maxntid);
     memcpy(info->reqntid, s.reqntid, sizeof s.reqntid);
     snprintf(info->entry_symbol, sizeof info->entry_symbol, "kiln_emu.k%u.entry", id);
@@ -247,6 +328,7 @@ void emu_rewrite_info_free(emu_rewrite_info *info) {
     free(info->sites);
     free(info->calls);
     free(info->smem);
+    free(info->access);
     memset(info, 0, sizeof *info);
 }
 
@@ -257,8 +339,9 @@ typedef struct rewriter {
     LLVMContextRef ctx;
     LLVMBuilderRef b;
     LLVMTargetDataRef td;
-    LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty;
-    LLVMValueRef dispatch, store;
+    LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty, access_ty;
+    LLVMValueRef dispatch, store, access;
+    unsigned access_cap;
 } rewriter;
 
 static LLVMValueRef declare(rewriter *r, const char *name, LLVMTypeRef ty) {
@@ -336,6 +419,87 @@ static void instrument_stores(rewriter *r) {
             }
 }
 
+/* ---- access checks: alignment, shared-memory bounds, null page ---- */
+
+static const char *space_name(unsigned as) {
+    return as == EMU_SPACE_GLOBAL ? "global" : as == EMU_SPACE_SHARED ? "shared" : "generic";
+}
+
+/* The alignment the PTX instruction for an access may require: the IR's align is what the
+ * NVPTX backend may assume when it picks (or, vectorizing, widens) the instruction; no PTX
+ * access is wider than 16 bytes. An access without an align has its natural one. */
+static unsigned required_align(unsigned ir_align, unsigned long long size) {
+    unsigned a = ir_align;
+    if (!a) for (a = 1; a < 16 && a * 2 <= size; a *= 2) {}
+    return a > 16 ? 16 : a;
+}
+
+static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef in, LLVMValueRef fn,
+                              const char *kind, LLVMValueRef p, LLVMValueRef size, unsigned long long fixed,
+                              unsigned align, kiln_error *err) {
+    unsigned as = LLVMGetPointerAddressSpace(LLVMTypeOf(p));
+    if ((as != EMU_SPACE_GENERIC && as != EMU_SPACE_GLOBAL && as != EMU_SPACE_SHARED) || LLVMIsAAllocaInst(p))
+        return KILN_OK; /* local, constant or param memory: the emulator's own */
+    if (info->naccess == r->access_cap) {
+        unsigned ncap = r->access_cap ? r->access_cap * 2 : 64;
+        emu_access *a = realloc(info->access, ncap * sizeof *a);
+        if (!a) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
+        info->access = a;
+        r->access_cap = ncap;
+    }
+    emu_access *a = &info->access[info->naccess];
+    a->size = (unsigned)fixed;
+    a->align = align;
+    a->space = as;
+    char *text = LLVMPrintValueToString(in);
+    const char *t = text;
+    while (*t == ' ') t++;
+    char sizes[32] = "";
+    if (fixed) snprintf(sizes, sizeof sizes, "%llu-byte ", fixed);
+    snprintf(a->what, sizeof a->what, "%s%s %s `%.140s` in @%s", sizes, space_name(as), kind, t, fn_name(fn));
+    LLVMDisposeMessage(text);
+    LLVMPositionBuilderBefore(r->b, in);
+    LLVMValueRef generic = as ? LLVMBuildAddrSpaceCast(r->b, p, r->ptr, "") : p;
+    LLVMValueRef args[3] = {generic, size ? size : LLVMConstInt(r->i64, fixed, 0),
+                            LLVMConstInt(r->i32, info->naccess, 0)};
+    LLVMBuildCall2(r->b, r->access_ty, r->access, args, 3, "");
+    info->naccess++;
+    return KILN_OK;
+}
+
+/* Every load, store, atomic and memory intrinsic that may reach global or shared memory
+ * first calls kiln_emu_access(pointer, bytes, access). */
+static kiln_status instrument_accesses(rewriter *r, emu_rewrite_info *info, kiln_error *err) {
+    kiln_status st = KILN_OK;
+    for (LLVMValueRef fn = LLVMGetFirstFunction(r->mod); fn && st == KILN_OK; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb && st == KILN_OK; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb); in && st == KILN_OK; in = LLVMGetNextInstruction(in)) {
+                LLVMOpcode op = LLVMGetInstructionOpcode(in);
+                LLVMValueRef callee = callee_of(in);
+                if (op == LLVMLoad || op == LLVMStore) {
+                    LLVMValueRef p = LLVMGetOperand(in, op == LLVMLoad ? 0 : 1);
+                    LLVMTypeRef ty = op == LLVMLoad ? LLVMTypeOf(in) : LLVMTypeOf(LLVMGetOperand(in, 0));
+                    unsigned long long size = LLVMStoreSizeOfType(r->td, ty);
+                    st = add_access(r, info, in, fn, op == LLVMLoad ? "load" : "store", p, NULL, size,
+                                    required_align(LLVMGetAlignment(in), size), err);
+                } else if (op == LLVMAtomicRMW || op == LLVMAtomicCmpXchg) {
+                    LLVMValueRef v = LLVMGetOperand(in, op == LLVMAtomicRMW ? 1 : 2);
+                    unsigned long long size = LLVMStoreSizeOfType(r->td, LLVMTypeOf(v));
+                    st = add_access(r, info, in, fn, "atomic", LLVMGetOperand(in, 0), NULL, size,
+                                    required_align(0, size), err);
+                } else if (callee && (starts_with(fn_name(callee), "llvm.memset") ||
+                                      starts_with(fn_name(callee), "llvm.memcpy") ||
+                                      starts_with(fn_name(callee), "llvm.memmove"))) {
+                    LLVMPositionBuilderBefore(r->b, in);
+                    LLVMValueRef len = LLVMBuildZExtOrBitCast(r->b, LLVMGetOperand(in, 2), r->i64, "");
+                    st = add_access(r, info, in, fn, "write", LLVMGetOperand(in, 0), len, 0, 1, err);
+                    if (st == KILN_OK && !starts_with(fn_name(callee), "llvm.memset"))
+                        st = add_access(r, info, in, fn, "read", LLVMGetOperand(in, 1), len, 0, 1, err);
+                }
+            }
+    return st;
+}
+
 /* Shared variables become fixed addresses in the kernel's arena. */
 static void place_shared(rewriter *r, unsigned char *arena, const emu_rewrite_info *info) {
     for (unsigned i = 0; i < info->nsmem; i++) {
@@ -389,6 +553,16 @@ static void hostify(rewriter *r) {
         if (!LLVMIsDeclaration(g)) LLVMSetLinkage(g, LLVMInternalLinkage);
 }
 
+static void drop_harmless_asm(LLVMModuleRef mod) {
+    for (LLVMValueRef fn = LLVMGetFirstFunction(mod); fn; fn = LLVMGetNextFunction(fn))
+        for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb; bb = LLVMGetNextBasicBlock(bb))
+            for (LLVMValueRef in = LLVMGetFirstInstruction(bb), next; in; in = next) {
+                next = LLVMGetNextInstruction(in);
+                if (LLVMIsACallInst(in) && LLVMIsAInlineAsm(LLVMGetCalledValue(in)) && harmless_asm(in))
+                    LLVMInstructionEraseFromParent(in);
+            }
+}
+
 static void drop_unused_intrinsics(LLVMModuleRef mod) {
     for (LLVMValueRef fn = LLVMGetFirstFunction(mod), next; fn; fn = next) {
         next = LLVMGetNextFunction(fn);
@@ -413,10 +587,22 @@ kiln_status emu_rewrite_apply(LLVMModuleRef mod, const char *entry, const char *
     LLVMTypeRef dargs[3] = {r.i32, r.ptr, r.ptr}, sargs[2] = {r.ptr, r.i64};
     r.dispatch_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), dargs, 3, 0);
     r.store_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), sargs, 2, 0);
+    LLVMTypeRef aargs[3] = {r.ptr, r.i64, r.i32};
+    r.access_ty = LLVMFunctionType(LLVMVoidTypeInContext(r.ctx), aargs, 3, 0);
     r.dispatch = declare(&r, "kiln_emu_dispatch", r.dispatch_ty);
     r.store = declare(&r, "kiln_emu_store", r.store_ty);
+    r.access = declare(&r, "kiln_emu_access", r.access_ty);
 
-    instrument_stores(&r); /* first: the marshalling stores below are private */
+    drop_harmless_asm(mod);
+    /* first: the marshalling stores below are private; the checks go before the store log,
+     * which reads the bytes a store overwrites */
+    kiln_status ast = instrument_accesses(&r, info, err);
+    if (ast == KILN_OK) instrument_stores(&r);
+    if (ast != KILN_OK) {
+        LLVMDisposeBuilder(r.b);
+        LLVMDisposeTargetData(r.td);
+        return ast;
+    }
     for (unsigned i = 0; i < info->nsites; i++) marshal(&r, info->calls[i], i);
     drop_unused_intrinsics(mod);
     place_shared(&r, arena, info);

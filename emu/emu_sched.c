@@ -40,7 +40,8 @@ struct emu_block {
     char fault[1024];
     emu_log log;
     bool logging;
-    size_t arena_used;
+    size_t arena_used;   /* the shared memory window: static, then the launch's dynamic bytes */
+    unsigned dynamic_smem;
 };
 
 /* The block running on this host thread; intrinsic calls find it here. */
@@ -168,6 +169,7 @@ uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t
     if (++bar->arrived == bar->expected) {
         uint32_t result = bar->acc;
         bar->arrived = 0;
+        if (b->k->prof && bar->expected == b->nthreads) emu_prof_sync(b->k->prof, 0, b->nwarps, b->nthreads);
         barrier_release(b, id, result);
         return result;
     }
@@ -219,6 +221,7 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
             if (mask >> l & 1) lanes[l] = &b->threads[w * EMU_WARP + l];
         emu_meet done = *m;
         *m = b->meet[w][--b->nmeet[w]];
+        if (b->k->prof && mask == (warp_lanes(b, w) & ~b->exited_mask[w])) emu_prof_sync(b->k->prof, w, 1, b->nthreads);
         if (!done.fn(b, done.op, lanes, mask)) return false;
         for (unsigned l = 0; l < EMU_WARP; l++)
             if (lanes[l] && lanes[l] != t) lanes[l]->state = EMU_READY;
@@ -237,6 +240,13 @@ void emu_dispatch_entry(int site, const void *args, void *ret) {
     c.site->op->fn(&c);
 }
 
+emu_prof *emu_prof_current(unsigned *thread) {
+    emu_block *b = emu_current;
+    if (!b || !b->k->prof || !b->cur) return NULL;
+    *thread = b->cur->id;
+    return b->k->prof;
+}
+
 void emu_store_entry(void *p, uint64_t size) {
     emu_block *b = emu_current;
     if (!b || !b->logging) return;
@@ -244,6 +254,64 @@ void emu_store_entry(void *p, uint64_t size) {
     unsigned char *c = p;
     if (c >= b->k->arena && c < b->k->arena + b->k->arena_size) return;
     emu_log_store(&b->log, p, (size_t)size);
+}
+
+/* ---- memory access checks (kiln_emu_access and the handlers' own accesses) ---- */
+
+#define EMU_NULL_PAGE 65536u /* no device allocation starts this low */
+
+static void describe_addr(const emu_block *b, uintptr_t a, char *buf, size_t size);
+
+/* Where a shared address lies, for messages. */
+static void describe_shared(const emu_block *b, uintptr_t a, char *buf, size_t size) {
+    uintptr_t base = (uintptr_t)b->k->arena;
+    if (a >= base && a - base < b->k->dynamic_offset)
+        snprintf(buf, size, "shared offset %zu, in static shared memory", (size_t)(a - base));
+    else if (a >= base && a - base < b->k->arena_size)
+        snprintf(buf, size, "shared offset %zu, byte %zu of dynamic shared memory", (size_t)(a - base),
+                 (size_t)(a - base - b->k->dynamic_offset));
+    else
+        snprintf(buf, size, "%p, not a shared memory address", (void *)a);
+}
+
+static _Noreturn void shared_oob(emu_block *b, uintptr_t a, size_t size, const char *what) {
+    char where[128];
+    describe_shared(b, a, where, sizeof where);
+    emu_fault(b, "out-of-bounds shared memory access at %s (%zu bytes): %s; the block has %zu bytes of shared "
+                 "memory (%zu static, %u dynamic as launched%s)", where, size, what, b->arena_used,
+              b->k->dynamic_offset, b->dynamic_smem,
+              b->k->meta && b->k->meta->dynamic_smem > b->dynamic_smem ? ", less than the kernel's metadata asks for"
+                                                                       : "");
+}
+
+void emu_check_shared(emu_block *b, const void *p, size_t size, const char *what) {
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
+    if (a < base || a - base > b->arena_used || size > b->arena_used - (a - base)) shared_oob(b, a, size, what);
+}
+
+void emu_check_global(emu_block *b, const void *p, size_t size, const char *what) {
+    uintptr_t a = (uintptr_t)p;
+    if (a < EMU_NULL_PAGE) emu_fault(b, "invalid global address %p (%zu bytes, in the null page): %s", p, size, what);
+}
+
+void emu_access_entry(void *p, uint64_t size, uint32_t access) {
+    emu_block *b = emu_current;
+    const emu_access *acc = &b->k->access[access];
+    uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
+    if (a & (acc->align - 1)) {
+        char where[160];
+        bool shared = acc->space == EMU_SPACE_SHARED || (a >= base && a - base < b->k->arena_size);
+        if (shared) describe_shared(b, a, where, sizeof where);
+        else describe_addr(b, a, where, sizeof where);
+        emu_fault(b, "misaligned address %p (%s): %s needs %u-byte alignment%s", p, where, acc->what, acc->align,
+                  acc->size && acc->size < acc->align ? " (its IR align lets the NVPTX backend merge it into a wider "
+                                                        "vector access, as it does with neighbouring elements)" : "");
+    }
+    if (acc->space == EMU_SPACE_SHARED || (acc->space == EMU_SPACE_GENERIC && a >= base && a - base < b->k->arena_size)) {
+        emu_check_shared(b, p, (size_t)size, acc->what);
+    } else if (size) {
+        emu_check_global(b, p, (size_t)size, acc->what);
+    }
 }
 
 /* ---- threads ---- */
@@ -355,6 +423,7 @@ static kiln_status deadlock(emu_block *b, kiln_error *err) {
 /* Runs every thread of the current block to completion, in ascending or descending order. */
 static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
+    if (b->k->prof) emu_prof_block_begin(b->k->prof, b->nthreads);
     for (bool progress = true; progress;) {
         progress = false;
         for (unsigned k = 0; k < b->nthreads; k++) {
@@ -370,7 +439,9 @@ static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
             }
         }
     }
-    return b->exited == b->nthreads ? KILN_OK : deadlock(b, err);
+    if (b->exited != b->nthreads) return deadlock(b, err);
+    if (b->k->prof) emu_prof_block_end(b->k->prof, b->nthreads);
+    return KILN_OK;
 }
 
 /* Names the argument an address belongs to: the pointer argument closest below it. */
@@ -426,6 +497,7 @@ kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_la
     b->nthreads = l->block[0] * l->block[1] * l->block[2];
     b->nwarps = (b->nthreads + EMU_WARP - 1) / EMU_WARP;
     b->arena_used = k->dynamic_offset + l->dynamic_smem;
+    b->dynamic_smem = l->dynamic_smem;
     kiln_status st = prepare_threads(b, err);
     emu_block *saved = emu_current;
     emu_current = b;

@@ -30,6 +30,7 @@ static bool ldmatrix_compute(emu_block *blk, const emu_op *op, emu_thread **lane
         if (!(mask >> l & 1)) emu_fault(blk, "%s: lane %d, which gives a row address, is not present", op->name, l);
         rows[l] = slot_ptr(lanes[l]->in, 0);
         if ((uintptr_t)rows[l] % 16) emu_fault(blk, "%s: lane %d's row address %p is not 16-byte aligned", op->name, l, (void *)rows[l]);
+        emu_check_shared(blk, rows[l], 16, op->name);
     }
     for (unsigned l = 0; l < EMU_WARP; l++) {
         if (!lanes[l]) continue;
@@ -154,6 +155,8 @@ static void h_cp_async(emu_call *c) {
     if ((uintptr_t)dst % bytes || (uintptr_t)src % bytes)
         emu_fault(c->blk, "%s: addresses %p <- %p not %u-byte aligned", c->site->where, (void *)dst, (void *)src, bytes);
     if (size > bytes) emu_fault(c->blk, "%s: source size %u exceeds the copy size %u", c->site->where, size, bytes);
+    emu_check_shared(c->blk, dst, bytes, c->site->where);
+    if (size) emu_check_global(c->blk, src, size, c->site->where);
     if (q->n == q->cap) {
         unsigned ncap = q->cap ? 2 * q->cap : 16;
         cp_copy *e = realloc(q->e, ncap * sizeof *e);

@@ -156,6 +156,9 @@ kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_versi
                            kiln_emit emit, char **text, size_t *len, kiln_error *err);
 /* Prepares the module's triple and data layout for target t. */
 void gen_lower_prepare(LLVMModuleRef mod);
+/* Empties an optimized module that will not be printed as PTX and drops what LLVM's NVPTX
+ * backend cached about it (see gen_lower.c); call it before disposing of such a module. */
+void gen_lower_forget(LLVMModuleRef mod, const gen_target *t, int ptx_version);
 
 /* ---- builder internals, shared by gen_builder.c, gen_memory.c, gen_control.c, gen_convert.c ---- */
 enum gen_kind { GEN_PRED, GEN_I32, GEN_I64, GEN_F32, GEN_F16, GEN_BF16, GEN_PTR };

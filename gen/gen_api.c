@@ -91,12 +91,16 @@ static kiln_status read_config(lua_State *L, const gen_target *t, kiln_kernel_me
     }
     struct { const char *name; unsigned *dst; } opt[] = {
         {"dynamic_smem", &m->dynamic_smem}, {"align", &m->align_bytes},
-        {"rows_per_block", &m->rows_per_block}, {"threads_per_row", &m->threads_per_row}};
+        {"rows_per_block", &m->rows_per_block}, {"threads_per_row", &m->threads_per_row},
+        {"workspace_slabs", &m->ws_slabs}, {"workspace_rows", &m->ws_rows_per_block}};
     for (size_t i = 0; i < sizeof opt / sizeof opt[0]; i++) {
         lua_getfield(L, -1, opt[i].name);
         *opt[i].dst = lua_isinteger(L, -1) ? (unsigned)lua_tointeger(L, -1) : 0;
         lua_pop(L, 1);
     }
+    lua_getfield(L, -1, "then_spec"); /* the kernel to launch after this one (two-kernel families) */
+    if (lua_isstring(L, -1)) snprintf(m->then_spec, sizeof m->then_spec, "%s", lua_tostring(L, -1));
+    lua_pop(L, 1);
     unsigned threads = m->block[0] * m->block[1] * m->block[2];
     if (threads == 0 || threads > t->max_threads || !m->grid_tile[0] || !m->grid_tile[1] || !m->grid_tile[2])
         return kiln_fail(err, KILN_EGEN, "templates/%s.lua chose %u threads per block (sm_%d allows 1..%u)",
@@ -166,9 +170,17 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    if (st == KILN_OK) st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
-    if (st != KILN_OK) LLVMDisposeModule(mod);
-    else *out = mod;
+    bool optimized = false;
+    if (st == KILN_OK) {
+        st = gen_lower_optimize(mod, t, m->ptx_version, g->opt_level, err);
+        optimized = true;
+    }
+    if (st != KILN_OK) {
+        if (optimized) gen_lower_forget(mod, t, m->ptx_version);
+        LLVMDisposeModule(mod);
+    } else {
+        *out = mod;
+    }
 done:
     lua_settop(L, top);
     lua_pushnil(L);
@@ -179,7 +191,14 @@ done:
 kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextRef ctx, LLVMModuleRef *out,
                              kiln_kernel_meta *meta, kiln_error *err) {
     const gen_target *t;
-    return build_optimized(g, spec, sm, ctx ? ctx : g->ctx, out, meta, &t, err);
+    LLVMModuleRef mod;
+    kiln_status st = build_optimized(g, spec, sm, ctx ? ctx : g->ctx, &mod, meta, &t, err);
+    if (st != KILN_OK) return st;
+    /* The caller gets a copy; the optimized original leaves LLVM's NVPTX caches (gen_lower.c). */
+    *out = LLVMCloneModule(mod);
+    gen_lower_forget(mod, t, meta->ptx_version);
+    LLVMDisposeModule(mod);
+    return *out ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory copying the module");
 }
 
 kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit, kiln_module **out,
@@ -200,6 +219,8 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             LLVMDisposeMessage(ir);
         }
         st = gen_lower_emit(mod, t, km->meta.ptx_version, emit, &body, &blen, err);
+        /* PTX printing erased LLVM's cached annotations of mod; anything else must (gen_lower.c) */
+        if (emit != KILN_EMIT_PTX || st != KILN_OK) gen_lower_forget(mod, t, km->meta.ptx_version);
         LLVMDisposeModule(mod);
     }
     if (st != KILN_OK) {

@@ -270,6 +270,20 @@ static int b_rsqrt(lua_State *L) {
     return 1;
 }
 
+/* b:bits(f32) -> i32 with the same bits; b:from_bits(i32) -> f32 (exponent arithmetic). */
+static int b_bits(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value a = arg_kind(L, 2, GEN_F32);
+    gen_push_value(L, LLVMBuildBitCast(gb->b, a.v, gb->i32, ""), GEN_I32, 0, 0);
+    return 1;
+}
+static int b_from_bits(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value a = arg_kind(L, 2, GEN_I32);
+    gen_push_value(L, LLVMBuildBitCast(gb->b, a.v, gb->f32, ""), GEN_F32, 0, 0);
+    return 1;
+}
+
 static int b_fma(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     LLVMValueRef args[3];
@@ -357,7 +371,7 @@ static const luaL_Reg builder_methods[] = {
     {"select", b_select}, {"and_", b_and}, {"or_", b_or}, {"not_", b_not},
     {"i32", b_i32}, {"i64", b_i64}, {"f32", b_f32},
     {"sqrt", b_sqrt}, {"rsqrt", b_rsqrt}, {"abs", b_abs}, {"fma", b_fma},
-    {"max", b_max}, {"min", b_min},
+    {"max", b_max}, {"min", b_min}, {"bits", b_bits}, {"from_bits", b_from_bits},
     {"tid", b_tid}, {"ntid", b_ntid}, {"ctaid", b_ctaid}, {"nctaid", b_nctaid},
     {"target", b_target},
     {NULL, NULL}};

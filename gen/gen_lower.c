@@ -82,6 +82,39 @@ kiln_status gen_lower_optimize(LLVMModuleRef mod, const gen_target *t, int ptx_v
     return KILN_OK;
 }
 
+/* LLVM 19's NVPTX backend keeps the nvvm.annotations it reads (maxntid, reqntid, kernel) in
+ * one process-wide map keyed by the Module's and the Function's addresses. The optimizer
+ * fills it (NVVMIntrRange reads maxntid to bound %tid), and only the NVPTX AsmPrinter's
+ * doFinalization erases a module's entry (llvm::clearAnnotationCache is not exported by
+ * libLLVM-19.so). A module that is optimized but never printed as PTX (the emulator's, or
+ * --emit ll) leaves its entry behind, and a later module that malloc places at the same
+ * addresses reads the stale one: a 256-thread LayerNorm was optimized as if maxntid were
+ * another kernel's 128, %tid.x >> 7 folded to 0 and its second row group never ran (the
+ * emu_layernorm flake, more frequent with two generators in one process). So every module
+ * that is not printed goes through the AsmPrinter once, emptied first so that it costs
+ * only the PTX header. */
+void gen_lower_forget(LLVMModuleRef mod, const gen_target *t, int ptx_version) {
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
+        LLVMReplaceAllUsesWith(f, LLVMGetPoison(LLVMTypeOf(f)));
+    for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g))
+        LLVMReplaceAllUsesWith(g, LLVMGetPoison(LLVMTypeOf(g)));
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod), next; f; f = next) {
+        next = LLVMGetNextFunction(f);
+        LLVMDeleteFunction(f);
+    }
+    for (LLVMValueRef g = LLVMGetFirstGlobal(mod), next; g; g = next) {
+        next = LLVMGetNextGlobal(g);
+        LLVMDeleteGlobal(g);
+    }
+    LLVMTargetMachineRef tm;
+    if (make_machine(t, ptx_version, 0, &tm, NULL) != KILN_OK) return;
+    char *msg = NULL;
+    LLVMMemoryBufferRef buf = NULL;
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &msg, &buf)) LLVMDisposeMessage(msg);
+    else LLVMDisposeMemoryBuffer(buf);
+    LLVMDisposeTargetMachine(tm);
+}
+
 kiln_status gen_lower_emit(LLVMModuleRef mod, const gen_target *t, int ptx_version, kiln_emit emit,
                            char **text, size_t *len, kiln_error *err) {
     if (emit == KILN_EMIT_LL) {

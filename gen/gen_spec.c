@@ -173,7 +173,7 @@ static int resolve_param(lua_State *L, gen_spec *spec, int spec_idx, int *used, 
             text = spec->values[k];
             used[k] = 1;
         }
-    if (!text && def[0] == '=') { /* default follows another param, e.g. w defaults to x */
+    if (def[0] == '=') { /* default follows another param, e.g. w defaults to x */
         lua_getfield(L, spec_idx, def + 1);
         snprintf(def, sizeof def, "%s", lua_isboolean(L, -1) ? (lua_toboolean(L, -1) ? "true" : "false") : lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
         lua_pop(L, 1);
@@ -182,6 +182,18 @@ static int resolve_param(lua_State *L, gen_spec *spec, int spec_idx, int *used, 
     if (!*text) return kiln_fail(err, KILN_EINVAL, "spec for '%s' needs '%s' (no default)", spec->family, name), -1;
     if (check_value(L, name, text, canon, sizeof canon, err) != 0) return -1;
     lua_setfield(L, spec_idx, name);
+    /* hide_default = true: left out of the canonical spec at its default (keys added to a family
+     * later keep the older canonical specs, bundles and caches valid). */
+    lua_getfield(L, -1, "hide_default");
+    int hide = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (hide) {
+        char dc[KILN_NAME_MAX];
+        int top = lua_gettop(L);
+        int same = def[0] && check_value(L, name, def, dc, sizeof dc, NULL) == 0 && !strcmp(dc, canon);
+        lua_settop(L, top);
+        if (same) return 0;
+    }
     size_t l = strlen(spec->canonical);
     if ((size_t)snprintf(spec->canonical + l, sizeof spec->canonical - l, " %s=%s", name, canon) >= sizeof spec->canonical - l)
         return kiln_fail(err, KILN_EINVAL, "spec too long"), -1;

@@ -109,8 +109,6 @@ struct kiln_bundle {
     rt_bundle_item *items;
 };
 
-/* The best entry for a normalized spec on a device: a cubin for exactly device_sm, else the
- * PTX of the highest SM not above it; NULL when none fits. */
 /* The entry to load on an sm_<device_sm> device whose driver is CUDA driver_version (0: unknown): a cubin for
  * exactly that SM, else the PTX of the highest SM not above it that the driver can load. *refused (when not
  * NULL) gets the best PTX entry skipped only because the driver is too old for its .version. */
@@ -152,6 +150,9 @@ rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char 
 int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len);
 /* The path of the entry for key (for tests and messages). */
 void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size);
+/* 1 when the size bytes at b are a sound entry for key and spec (magic, version, key, spec,
+ * lengths, checksum); the reader the disk cache and its fuzz target use. */
+int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec);
 
 /* ---- rt_runtime.c: the kiln_rt object ---- */
 typedef struct rt_entry rt_entry; /* memory-cache slot, defined in rt_kernel.c */

@@ -1,11 +1,14 @@
 /* runtime/rt_disk.c - the disk cache: one checked file per key, written atomically. */
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "rt.h"
@@ -15,6 +18,8 @@
 #define ENTRY_MAGIC "KILNCCH1"
 #define ENTRY_VERSION 1u
 #define HEADER_SIZE 56
+#define ENTRY_MAX ((size_t)64 << 20) /* no kernel's PTX comes near; larger files are not entries */
+#define STALE_TMP_SECONDS 600        /* a temporary file this old was left by a killed writer */
 
 static atomic_uint tmp_counter;
 
@@ -39,6 +44,31 @@ static int probe_writable(const char *dir) {
     close(fd);
     unlink(path);
     return 0;
+}
+
+/* Removes temporary files that writers killed mid-write left behind: those of processes
+ * that no longer exist, and any older than STALE_TMP_SECONDS. */
+static void remove_stale_tmp(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return;
+    time_t now = time(NULL);
+    for (struct dirent *e; (e = readdir(d));) {
+        /* rt_write_pieces names them ".<entry>.kiln-tmp.<pid>.<n>"; the probe ".probe.<pid>.<n>" */
+        const char *tag = strstr(e->d_name, ".kiln-tmp.");
+        const char *num = e->d_name[0] != '.' ? NULL
+                        : tag ? tag + 10 : !strncmp(e->d_name, ".probe.", 7) ? e->d_name + 7 : NULL;
+        long pid;
+        if (!num || sscanf(num, "%ld.", &pid) != 1) continue;
+        char path[1400];
+        struct stat st;
+        if (snprintf(path, sizeof path, "%s/%s", dir, e->d_name) >= (int)sizeof path) continue;
+        if (lstat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        /* a process of that id is gone (a few seconds' grace: another PID namespace may share
+         * the directory), or the file is too old to belong to a live write */
+        bool dead = pid > 0 && kill((pid_t)pid, 0) != 0 && errno == ESRCH && now - st.st_mtime > 2;
+        if (dead || now - st.st_mtime > STALE_TMP_SECONDS) unlink(path);
+    }
+    closedir(d);
 }
 
 void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warning, size_t wsize) {
@@ -67,6 +97,7 @@ void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warni
         return;
     }
     c->enabled = true;
+    remove_stale_tmp(c->dir);
 }
 
 void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size) {
@@ -85,13 +116,24 @@ static void wr(uint8_t *p, uint64_t v, int bytes) {
     for (int i = 0; i < bytes; i++) p[i] = (uint8_t)(v >> (8 * i));
 }
 
-/* Reads the whole file; returns NULL (errno set) on failure. */
-static uint8_t *slurp(const char *path, size_t *size) {
-    int fd = open(path, O_RDONLY);
-    if (fd < 0) return NULL;
+/* Reads the whole file; returns NULL (errno set) on failure. Only regular files of at most
+ * ENTRY_MAX bytes are read (a FIFO planted at the path would block open and read forever);
+ * *bad is set when something other than such a file is there. */
+static uint8_t *slurp(const char *path, size_t *size, bool *bad) {
+    *bad = false;
+    int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
+    if (fd < 0) {
+        *bad = errno == ELOOP;
+        return NULL;
+    }
     struct stat st;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) == 0 && (buf = malloc((size_t)st.st_size + 1))) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > ENTRY_MAX) {
+        *bad = true;
+        close(fd);
+        return NULL;
+    }
+    if ((buf = malloc((size_t)st.st_size + 1))) {
         size_t n = 0;
         ssize_t k;
         while (n < (size_t)st.st_size && (k = read(fd, buf + n, (size_t)st.st_size - n)) > 0) n += (size_t)k;
@@ -101,8 +143,7 @@ static uint8_t *slurp(const char *path, size_t *size) {
     return buf;
 }
 
-/* 1 when the file holds a sound entry for key and spec. */
-static int entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec) {
+int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec) {
     if (size < HEADER_SIZE || memcmp(b, ENTRY_MAGIC, 8) != 0 || rd(b + 8, 4) != ENTRY_VERSION) return 0;
     uint64_t spec_len = rd(b + 12, 4), text_len = rd(b + 16, 8);
     if (memcmp(b + 24, key, 16) != 0 || spec_len != strlen(spec) || text_len > size ||
@@ -118,9 +159,13 @@ rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char 
     size_t size = 0;
     if (!c->enabled) return RT_DISK_MISS;
     rt_disk_path(c, key, path, sizeof path);
-    uint8_t *b = slurp(path, &size);
-    if (!b) return RT_DISK_MISS;
-    if (!entry_ok(b, size, key, spec)) {
+    bool bad;
+    uint8_t *b = slurp(path, &size, &bad);
+    if (!b) {
+        if (bad) unlink(path); /* not a regular file of a sane size: never an entry */
+        return bad ? RT_DISK_BAD : RT_DISK_MISS;
+    }
+    if (!rt_disk_entry_ok(b, size, key, spec)) {
         free(b);
         unlink(path);
         return RT_DISK_BAD;
@@ -138,6 +183,11 @@ int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, con
     uint8_t h[HEADER_SIZE];
     if (!c->enabled) return 0;
     rt_disk_path(c, key, path, sizeof path);
+    /* An entry is a regular file, replaced atomically. Anything else at its path (a FIFO or a
+     * device rt_write_pieces would write into in place and may block on, a symlink it would
+     * follow out of the cache directory) is removed first. */
+    struct stat st;
+    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) unlink(path);
     memcpy(h, ENTRY_MAGIC, 8);
     wr(h + 8, ENTRY_VERSION, 4);
     wr(h + 12, strlen(spec), 4);

@@ -28,6 +28,8 @@ int kiln_meta_format(const kiln_kernel_meta *m, char *buf, size_t size) {
     EMIT(META_PREFIX "smem %u %u\n", m->static_smem, m->dynamic_smem);
     EMIT(META_PREFIX "align %u\n", m->align_bytes);
     EMIT(META_PREFIX "rows %u %u\n", m->rows_per_block, m->threads_per_row);
+    if (m->ws_slabs) EMIT(META_PREFIX "workspace %u %u\n", m->ws_slabs, m->ws_rows_per_block);
+    if (m->then_spec[0]) EMIT(META_PREFIX "then %s\n", m->then_spec);
     for (int i = 0; i < m->nparams; i++)
         EMIT(META_PREFIX "param %s %s %s\n", param_kind_names[m->params[i].kind],
              kiln_dtype_name(m->params[i].dtype), m->params[i].name);
@@ -63,6 +65,9 @@ static int parse_line(kiln_kernel_meta *m, const char *key, const char *val, siz
     if (!strcmp(key, "smem")) return sscanf(tmp, "%u %u", &m->static_smem, &m->dynamic_smem) == 2 ? 0 : -1;
     if (!strcmp(key, "align")) return sscanf(tmp, "%u", &m->align_bytes) == 1 ? 0 : -1;
     if (!strcmp(key, "rows")) return sscanf(tmp, "%u %u", &m->rows_per_block, &m->threads_per_row) == 2 ? 0 : -1;
+    if (!strcmp(key, "workspace")) return sscanf(tmp, "%u %u", &m->ws_slabs, &m->ws_rows_per_block) == 2 ? 0 : -1;
+    if (!strcmp(key, "then"))
+        return tmp[0] && snprintf(m->then_spec, sizeof m->then_spec, "%s", tmp) < (int)sizeof m->then_spec ? 0 : -1;
     if (!strcmp(key, "param")) {
         char kind[16], dt[16], name[KILN_NAME_MAX];
         if (m->nparams >= KILN_MAX_PARAMS || sscanf(tmp, "%15s %15s %63s", kind, dt, name) != 3) return -1;

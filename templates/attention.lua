@@ -14,12 +14,16 @@
 --
 -- Paths (chosen from the target's capabilities, see K.config):
 --   mma:  f16/bf16 where the target has tensor-core mma for the dtype (b:mma issues m16n8k16,
---         or two m16n8k8 for f16 where only those exist). 4 warps x 16 query rows; tiles in
---         shared memory in the input dtype, XOR-swizzled by 16-byte chunk (padded rows for
---         head_dim 96); Q, K and V^T fragments read with ldmatrix (.trans for V); S and O in f32
+--         or two m16n8k8 for f16 where only those exist). Block shape per head_dim from
+--         MMA_TILES (warps x 16 or 32 query rows each, so one K/V fragment can feed two mma);
+--         tiles in shared memory in the input dtype, XOR-swizzled by 16-byte chunk so that no
+--         ldmatrix, cp.async or st.shared has a bank conflict; Q, K and V^T fragments read with
+--         ldmatrix (.trans for V), Q kept in registers where they allow; S and O in f32
 --         registers; P rounded to the input dtype and reused in registers as the A operand of
---         P V. K/V tiles double-buffered with cp.async where the target has it, otherwise loaded
---         through registers.
+--         P V. K/V tiles stream through a cp.async pipeline of up to 3 stages, or (no cp.async)
+--         through registers into two shared buffers, software pipelined. The K/V loop is split:
+--         tiles every row sees whole run without mask work, only the diagonal / sequence-end
+--         tiles after them pay for it. docs/attention.md has the tile table and the profile.
 --   simt: f32 FMA with register tiling; any dtype on any target. Q, K and V tiles are
 --         converted to f32 in shared memory; K and V take turns in one buffer.
 local util = require("lib.util")
@@ -48,17 +52,38 @@ local SIMT_TILES = {
 }
 local SIMT_THREADS, SIMT_TC = 128, 8
 
--- Tensor-core geometry per head_dim: keys per tile and pipeline stages, in order of preference;
--- config takes the first whose shared memory (Q 64 x d plus stages x (K + V) of block_n x d)
--- fits the target's opt-in limit, in dynamic shared memory when it exceeds the static limit.
+-- Tensor-core tiles per head_dim, in order of preference; config takes the first whose shared
+-- memory (Q block_m x d, plus stages x (K + V) of n x d) fits the target's opt-in limit (dynamic
+-- shared memory when it exceeds the static limit). warps x mt m-tiles of 16 query rows per warp:
+-- with mt = 2 (32 rows a warp, FlashAttention-2's shape) every K and V fragment a warp reads from
+-- shared memory feeds two mma. q_regs: Q fragments stay in registers for the whole K/V loop.
+-- min_blocks: take the entry only if that many blocks fit an SM's shared memory (a deeper pipeline
+-- is not worth halving the warps an SM holds: sm_86/89 keep 2 stages at d <= 96).
+-- stages: cp.async pipeline depth; targets without cp.async use 2 as two shared buffers filled
+-- through registers (software pipelined), 1 as one buffer. Registers per thread decide the shape:
+-- O takes mt * d / 2, S mt * n / 2, Q in registers mt * d / 4 of the 255, and LLVM keeps the
+-- loop-invariant fragment addresses in registers too. d = 128 with 32-row warps (O alone 128) spilled
+-- on sm_90 with 32-key tiles and lost to 8 warps x 16 rows in the profile with 16-key tiles (the O
+-- rescale per tile grows per mma), so d = 128 runs 8 warps x 16 rows: the same 128 rows per block
+-- (K/V read once per 128 queries). docs/attention.md has the ptxas and profile figures behind each row.
 local MMA_TILES = {
-  [32] = { { n = 64, stages = 2 } },
-  [64] = { { n = 64, stages = 2 } },
-  [96] = { { n = 64, stages = 2 }, { n = 32, stages = 2 } },
-  [128] = { { n = 64, stages = 2 }, { n = 32, stages = 2 } },
-  [256] = { { n = 16, stages = 2 }, { n = 16, stages = 1 } },
+  [32] = { { warps = 4, mt = 2, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 2, n = 64, stages = 3, min_blocks = 2, q_regs = false }, { warps = 4, mt = 2, n = 64, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 2, n = 32, stages = 3, min_blocks = 2, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 8, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
+            { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
-local MMA_WARPS = 4
+-- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
+-- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
+local MMA_TILES_STAGED = {
+  [32] = { { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+  [128] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
+}
+
 
 function K.check(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
@@ -76,19 +101,27 @@ local function has_mma(spec, target)
 end
 
 local function config_mma(spec, target)
-  local bm, ld = MMA_WARPS * 16, spec.head_dim == 96 and 104 or spec.head_dim
-  local n, stages, bytes
-  for _, t in ipairs(MMA_TILES[spec.head_dim]) do
-    n, stages = t.n, target.cp_async and t.stages or 1
-    bytes = (bm + 2 * stages * n) * ld * util.dtype_bytes[spec.dtype]
-    if bytes <= target.smem_optin_max then break end
+  local d, eb = spec.head_dim, util.dtype_bytes[spec.dtype]
+  local pick, bytes, stages
+  for _, t in ipairs((target.cp_async and MMA_TILES or MMA_TILES_STAGED)[d]) do
+    local threads = t.warps * 32
+    stages = target.cp_async and t.stages or math.min(t.stages, 2)
+    -- register staging needs each tile to divide evenly among the threads
+    local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
+    bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
+    pick = t
+    -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
+    -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)
+    local per_sm = (t.min_blocks or 1) * (bytes + 1024) <= target.smem_optin_max + 1024
+    if ok and bytes <= target.smem_optin_max and per_sm then break end
   end
+  local bm = pick.warps * 16 * pick.mt
   local dynamic = bytes > target.smem_static_max
   return {
-    block = MMA_WARPS * 32, grid_tile = { bm, 1, 1 }, path = "mma",
-    block_m = bm, block_n = n, stages = stages, cp_async = target.cp_async,
-    ld = ld, swizzle = spec.head_dim ~= 96, dynamic_smem = dynamic and bytes or nil,
-    q_in_regs = spec.head_dim <= 128, align = 16, rows_per_block = bm, max_registers = 255,
+    block = pick.warps * 32, threads = pick.warps * 32, grid_tile = { bm, 1, 1 }, path = "mma",
+    block_m = bm, block_n = pick.n, mt = pick.mt, stages = stages, cp_async = target.cp_async,
+    ld = d, dynamic_smem = dynamic and bytes or nil,
+    q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
   }
 end
 
@@ -98,7 +131,7 @@ local function config_simt(spec)
   return {
     block = SIMT_THREADS, grid_tile = { t.m, 1, 1 }, path = "simt",
     block_m = t.m, block_n = t.n, tc = SIMT_TC, tr = tr, rm = t.m // tr, cn = t.n // SIMT_TC,
-    vec = 16 // util.dtype_bytes[spec.dtype], align = 16,
+    vec = 4, align = 16, -- 4 elements a thread: 16-byte st.shared of f32 (8 of f16 would be 32 B: 2-way conflicts)
     rows_per_block = t.m, max_registers = 255,
   }
 end
@@ -160,7 +193,7 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local r, c = item // per_row, (item % per_row) * vec
     local in_tile = (it + 1) * SIMT_THREADS <= items or nil
     local ok = b:lt(row0 + r, seq)
-    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = 16 })
+    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
@@ -173,7 +206,9 @@ end
 
 local function build_simt(b, spec, cfg, p)
   local d, bm, bn, tc, tr, rm, cn = spec.head_dim, cfg.block_m, cfg.block_n, cfg.tc, cfg.tr, cfg.rm, cfg.cn
-  local ldq, ldp = d + 4, bn + 4
+  -- Row strides: d + 4 puts the 8 column groups' rows on 8 different bank quads; bn + 8 (= 8 mod 32)
+  -- puts the 4 row groups of a warp's P stores on 4 different 8-bank octets.
+  local ldq, ldp = d + 4, bn + 8
   local qs = b:shared("f32", bm * ldq, 16)
   local kvs = b:shared("f32", bn * ldq, 16)
   local ps = b:shared("f32", bm * ldp, 16)
@@ -300,29 +335,54 @@ end
 
 -- ---- tensor-core path ----
 
--- Element offset of 16-byte chunk `chunk` of row `row` in a tile with row stride cfg.ld.
--- Swizzled tiles XOR the chunk with the row's low bits (d >= 64: row & 7; d = 32, four chunks a
--- row: (row >> 1) & 3), so the 8 rows an ldmatrix reads at one chunk hit different banks.
-local function swz(spec, cfg, row, chunk)
-  if not cfg.swizzle then return row * cfg.ld + chunk * 8 end
-  local bits = spec.head_dim >= 64 and (row & 7) or ((row >> 1) & 3)
-  return row * cfg.ld + (chunk ~ bits) * 8
+-- Element offset of 16-byte chunk `chunk` of row `row` in a tile with row stride cfg.ld (= head_dim).
+-- The chunk is XOR-swizzled with the row's low bits so that the 8 rows an ldmatrix phase reads at one
+-- chunk, and the 8 chunks a cp.async/st.shared phase writes, fall on 8 different groups of 4 banks:
+--   d = 64, 128, 256 (rows of 128 B multiples): chunk ^ (row & 7);
+--   d = 32 (4 chunks, 64 B a row; two rows share a 128 B line): chunk ^ ((row >> 1) & 3);
+--   d = 96 (12 chunks, 192 B a row): chunks 0-7 ^ (row & 7), chunks 8-11 ^ ((row >> 1) & 3).
+-- docs/attention.md shows the bank arithmetic; the profile (kiln run --profile) counts 0 conflicts.
+local function swz(b, spec, cfg, row, chunk)
+  local d = spec.head_dim
+  if d == 32 then return row * cfg.ld + (chunk ~ ((row >> 1) & 3)) * 8 end
+  if d ~= 96 then return row * cfg.ld + (chunk ~ (row & 7)) * 8 end
+  if type(chunk) == "number" then
+    if chunk < 8 then return row * cfg.ld + (chunk ~ (row & 7)) * 8 end
+    return row * cfg.ld + (8 + ((chunk - 8) ~ ((row >> 1) & 3))) * 8
+  end
+  local lo = b:select(b:lt(chunk, 8), chunk ~ (row & 7), 8 + ((chunk - 8) ~ ((row >> 1) & 3)))
+  return row * cfg.ld + lo * 8
 end
 
--- Issues the copy of rows [row0, row0 + rows) of a [seq, d] slice into the tile at dst: cp.async
--- where the target has it (rows past seq zero-filled), else loads and stores through registers
--- (rows past seq read row 0, zeroed when zero_tail).
-local function mma_load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
+-- The copy items of rows [row0, row0 + rows) of a [seq, d] slice: 16-byte chunks, thread-strided;
+-- fn(r, c, ok, src_address, partial) per item this thread owns (ok: the row exists).
+local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
-  local threads = MMA_WARPS * 32
-  for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
-    local item = tid + it * threads
+  for it = 0, util.ceil_div(rows * cpr, cfg.threads) - 1 do
+    local item = tid + it * cfg.threads
     local r, c = item // cpr, item % cpr
-    local partial = (it + 1) * threads > rows * cpr
+    if cpr == 12 then
+      -- d = 96: per pair of rows, 8 lanes write chunks 0-7 of the first row, 8 those of the second,
+      -- 8 chunks 8-11 of both (row-major order would put two rows' chunks in one phase: conflicts)
+      local pair, w = item // 24, item % 24
+      local first, second, u = b:lt(w, 8), b:lt(w, 16), w - 16
+      r = pair * 2 + b:select(first, 0, b:select(second, 1, u >> 2))
+      c = b:select(first, w, b:select(second, w - 8, 8 + (u & 3)))
+    end
+    local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
     local from = src + b:i64(b:select(ok, row0 + r, 0)) * stride + c * 8
-    local to = dst + swz(spec, cfg, r, c)
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil)
+  end
+end
+
+-- Copies a tile into shared memory at dst now: cp.async where the target has it (rows past seq
+-- zero-filled), else loads and stores through registers (rows past seq read row 0, zeroed when
+-- zero_tail; K rows past seq are masked instead).
+local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+    local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
         b:cp_async(to, from, { pred = ok })
@@ -335,87 +395,240 @@ local function mma_load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, ze
         b:store_vec(to, v, { align = 16 })
       end
     end
-    if partial then b:if_(b:lt(item, rows * cpr), issue) else issue() end
-  end
+    if guard then b:if_(guard, issue) else issue() end
+  end)
 end
 
--- The A fragments of Q for head-dim step kk (16 columns) of this warp's 16 rows.
-local function q_frag(b, spec, cfg, qs, lane, warp, kk)
-  local row = warp * 16 + (lane & 7) + ((lane >> 3) & 1) * 8
-  return b:ldmatrix(qs + swz(spec, cfg, row, (lane >> 4) + 2 * kk), 4)
+-- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
+-- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
+local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail)
+  local staged = {}
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+    assert(not guard, "register staging needs tiles that divide evenly among the threads")
+    local v = b:load_vec(from, 8, { align = 16 })
+    if zero_tail then
+      local zero = b:from_f32(0.0, spec.dtype)
+      for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+    end
+    staged[#staged + 1] = { r = r, c = c, v = v }
+  end)
+  return staged
+end
+
+local function stage_store(b, spec, cfg, dst, staged)
+  for _, e in ipairs(staged) do b:store_vec(dst + swz(b, spec, cfg, e.r, e.c), e.v, { align = 16 }) end
 end
 
 local function build_mma(b, spec, cfg, p)
-  local d, bm, bn, stages = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages
+  local d, bm, bn, stages, mt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages, cfg.mt
   local dt = spec.dtype
+  local tile = bn * cfg.ld
   local qs, ks, vs
   if cfg.dynamic_smem then
     qs = b:dynamic_shared(dt)
     ks = qs + bm * cfg.ld
-    vs = ks + stages * bn * cfg.ld
+    vs = ks + stages * tile
   else
     qs = b:shared(dt, bm * cfg.ld, 128)
-    ks = b:shared(dt, stages * bn * cfg.ld, 128)
-    vs = b:shared(dt, stages * bn * cfg.ld, 128)
+    ks = b:shared(dt, stages * tile, 128)
+    vs = b:shared(dt, stages * tile, 128)
   end
-  local tile = bn * cfg.ld
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
   local q0 = b:ctaid("x") * bm
+  local wrow = warp * (16 * mt) -- this warp's first row in the block
   local base = head_bases(b, p)
   local scale2 = p.scale * LOG2E
   local shift = p.seq_k - p.seq_q
   local kv_end = p.seq_k
   if spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local ntiles = (kv_end + (bn - 1)) // bn
+  -- Tiles every row of the block sees whole (no key past seq_k, none past any row's diagonal) run
+  -- without mask work; only the tiles after them (the diagonal, the sequence end) pay for it.
+  local nfull = p.seq_k // bn
+  if spec.causal then nfull = b:min(nfull, b:max(q0 + shift + 1, 0) // bn) end
+  nfull = b:min(nfull, ntiles)
   local nt, dtiles = bn // 8, d // 8
 
-  local function load_k(it, buf) mma_load_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, it * bn, bn, p.seq_k) end
-  local function load_v(it, buf) mma_load_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, it * bn, bn, p.seq_k, true) end
+  local function load_k(it, buf) copy_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, it * bn, bn, p.seq_k) end
+  local function load_v(it, buf) copy_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, it * bn, bn, p.seq_k, true) end
   local function load_kv(it, buf) load_k(it, buf); load_v(it, buf) end
 
-  -- Q (and the first K/V tile) in flight.
-  mma_load_tile(b, spec, cfg, qs, base.q, p.stride_qs, q0, bm, p.seq_q)
-  if cfg.cp_async then b:cp_async_commit() end
-  if stages == 2 then
-    b:if_(b:gt(ntiles, 0), function() load_kv(0, 0) end)
+  -- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
+  copy_tile(b, spec, cfg, qs, base.q, p.stride_qs, q0, bm, p.seq_q)
+  if cfg.cp_async then
     b:cp_async_commit()
-    b:cp_async_wait(1)
-  elseif cfg.cp_async then
-    b:cp_async_wait(0)
+    for st = 0, stages - 2 do
+      b:if_(b:gt(ntiles, st), function() load_kv(st, st) end)
+      b:cp_async_commit()
+    end
+    b:cp_async_wait(math.max(stages - 1, 0))
+  elseif stages == 2 then
+    b:if_(b:gt(ntiles, 0), function() load_kv(0, 0) end)
   end
   b:barrier()
-  local qf = {}
-  if cfg.q_in_regs then
-    for kk = 0, d // 16 - 1 do qf[kk] = q_frag(b, spec, cfg, qs, lane, warp, kk) end
-  end
 
-  local m, l, acc, bound = {}, {}, {}, {}
-  for h = 0, 1 do
-    bound[h] = key_bound(b, spec, p, q0 + warp * 16 + g + h * 8, shift)
-    m[h] = b:var("f32", NEG_INF)
-    l[h] = b:var("f32", 0.0)
+  -- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
+  -- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
+  -- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
+  -- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+  local lane_part = {}
+  local function frag_off(kind, row, cbit, rs, cs)
+    local lo, bits, mask = 0, row & 7, 7
+    if d == 32 then bits, mask = (row >> 1) & 3, 3 end
+    if d == 96 and cs >= 8 then lo, cs, bits, mask = 8, cs - 8, (row >> 1) & 3, 3 end
+    local key = kind .. lo .. ":" .. (cs & mask)
+    if not lane_part[key] then lane_part[key] = row * cfg.ld + ((cbit ~ bits) ~ (cs & mask)) * 8 end
+    return lane_part[key] + (rs * cfg.ld + (lo + (cs & ~mask)) * 8)
   end
-  for j = 0, dtiles - 1 do
-    acc[j] = {}
-    for e = 1, 4 do acc[j][e] = b:var("f32", 0.0) end
-  end
-
-  -- Per-lane ldmatrix row and chunk offsets: K (matrices: key tiles x head-dim halves) and
+  local q_row, q_bit = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
+  -- Per-lane ldmatrix rows and chunk bits: K (matrices: key tiles x head-dim halves) and
   -- V^T (.trans; matrices: key halves x head-dim tiles).
-  local k_row = (lane & 7) + ((lane >> 4) << 3)
-  local k_chunk = (lane >> 3) & 1
-  local v_row = (lane & 7) + (((lane >> 3) & 1) << 3)
-  local v_chunk = lane >> 4
+  local k_row, k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
+  local v_row, v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
+  for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them
+    frag_off("q", q_row, q_bit, 0, cs)
+    frag_off("k", k_row, k_bit, 0, cs)
+    frag_off("v", v_row, v_bit, 0, cs)
+  end
 
-  b:for_(0, ntiles, 1, function(it)
-    local buf = 0
-    if stages == 2 then
-      buf = it & 1
-      b:if_(b:lt(it + 1, ntiles), function() load_kv(it + 1, (it + 1) & 1) end)
+  -- The A fragments of Q for m-tile mi, head-dim step kk (16 columns).
+  local function q_frag(mi, kk)
+    return b:ldmatrix(qs + frag_off("q", q_row, q_bit, mi * 16, 2 * kk), 4)
+  end
+  local qf = {}
+  for mi = 0, mt - 1 do
+    qf[mi] = {}
+    if cfg.q_in_regs then
+      for kk = 0, d // 16 - 1 do qf[mi][kk] = q_frag(mi, kk) end
+    end
+  end
+
+  -- Per row (m-tile mi, half h: rows g and g + 8): running max, sum, key bound; O accumulators.
+  local m, l, acc = {}, {}, {}
+  for mi = 0, mt - 1 do
+    m[mi], l[mi], acc[mi] = {}, {}, {}
+    for h = 0, 1 do
+      m[mi][h] = b:var("f32", NEG_INF)
+      l[mi][h] = b:var("f32", 0.0)
+    end
+    for j = 0, dtiles - 1 do
+      acc[mi][j] = {}
+      for e = 1, 4 do acc[mi][j][e] = b:var("f32", 0.0) end
+    end
+  end
+
+  -- One K/V tile: S = Q K^T, online softmax (masked: scores past the bound are -inf), O += P V.
+  local function compute(it, buf, masked)
+    local kt, vt = ks + buf * tile, vs + buf * tile
+    local kv0 = it * bn
+    local s = {}
+    for mi = 0, mt - 1 do
+      s[mi] = {}
+      for j = 0, nt - 1 do s[mi][j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
+    end
+    for kk = 0, d // 16 - 1 do
+      local a = {}
+      for mi = 0, mt - 1 do a[mi] = qf[mi][kk] or q_frag(mi, kk) end
+      for jp = 0, nt // 2 - 1 do
+        local kf = b:ldmatrix(kt + frag_off("k", k_row, k_bit, jp * 16, 2 * kk), 4)
+        for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
+          s[mi][2 * jp] = b:mma(dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
+          s[mi][2 * jp + 1] = b:mma(dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
+        end
+      end
+    end
+
+    local pv = {}
+    for mi = 0, mt - 1 do
+      pv[mi] = {}
+      for j = 0, nt - 1 do pv[mi][j] = {} end
+      for h = 0, 1 do
+        local lim = masked and (key_bound(b, spec, p, q0 + wrow + mi * 16 + g + h * 8, shift) - kv0 - t * 2) or nil
+        local sv, mx = {}, nil
+        for j = 0, nt - 1 do
+          for e = 0, 1 do
+            local v = s[mi][j][2 * h + e + 1] * scale2
+            if masked then v = b:select(b:lt(j * 8 + e, lim), v, NEG_INF) end
+            sv[#sv + 1] = v
+            mx = mx and b:max(mx, v) or v
+          end
+        end
+        local m_old = m[mi][h]:get()
+        local m_new = b:max(m_old, b:warp_max(mx, 4))
+        local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
+        local alpha = b:ex2_approx(m_old - m_use)
+        local sum = nil
+        for j = 0, nt - 1 do
+          for e = 0, 1 do
+            local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
+            sum = sum and sum + x or x
+            pv[mi][j][2 * h + e + 1] = x
+          end
+        end
+        m[mi][h]:set(m_new)
+        l[mi][h]:set(b:fma(l[mi][h]:get(), alpha, sum))
+        for j = 0, dtiles - 1 do
+          for e = 1, 2 do acc[mi][j][2 * h + e]:set(acc[mi][j][2 * h + e]:get() * alpha) end
+        end
+      end
+    end
+
+    if stages == 1 then
+      if cfg.cp_async then b:cp_async_wait(0) else load_v(it, 0) end
+      b:barrier()
+    end
+    -- O += P V with P as the A operand straight from the S registers; each V fragment feeds every m-tile.
+    local o = {}
+    for mi = 0, mt - 1 do
+      o[mi] = {}
+      for j = 0, dtiles - 1 do
+        o[mi][j] = { acc[mi][j][1]:get(), acc[mi][j][2]:get(), acc[mi][j][3]:get(), acc[mi][j][4]:get() }
+      end
+    end
+    for kstep = 0, nt // 2 - 1 do
+      local a = {}
+      for mi = 0, mt - 1 do
+        local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
+        a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
+      end
+      for dp = 0, dtiles // 2 - 1 do
+        local vf = b:ldmatrix(vt + frag_off("v", v_row, v_bit, kstep * 16, 2 * dp), 4, true)
+        for mi = 0, mt - 1 do
+          o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
+          o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
+        end
+      end
+    end
+    for mi = 0, mt - 1 do
+      for j = 0, dtiles - 1 do
+        for e = 1, 4 do acc[mi][j][e]:set(o[mi][j][e]) end
+      end
+    end
+  end
+
+  -- One trip of the K/V loop, with the pipeline around compute().
+  local function trip(it, masked)
+    if cfg.cp_async and stages >= 2 then
+      -- tile it + stages - 1 into the buffer tile it - 1 left (every warp passed the barrier after it)
+      local ahead = it + (stages - 1)
+      b:if_(b:lt(ahead, ntiles), function() load_kv(ahead, ahead % stages) end)
       b:cp_async_commit()
-      b:cp_async_wait(1)
+      b:cp_async_wait(stages - 1)
+      b:barrier()
+      compute(it, it % stages, masked)
+      b:barrier() -- the buffer is refilled stages - 1 trips later
+    elseif stages == 2 then
+      -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
+      -- stored into the other buffer after it; one barrier a trip.
+      local nxt = b:min(it + 1, ntiles - 1)
+      local sk = stage_load(b, spec, cfg, base.k, p.stride_ks, nxt * bn, bn, p.seq_k)
+      local sv = stage_load(b, spec, cfg, base.v, p.stride_vs, nxt * bn, bn, p.seq_k, true)
+      compute(it, it & 1, masked)
+      local nb = (it + 1) & 1
+      stage_store(b, spec, cfg, ks + nb * tile, sk)
+      stage_store(b, spec, cfg, vs + nb * tile, sv)
       b:barrier()
     else
       -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through
@@ -429,96 +642,35 @@ local function build_mma(b, spec, cfg, p)
         b:cp_async_wait(1)
       end
       b:barrier()
+      compute(it, 0, masked)
     end
-    local kt, vt = ks + buf * tile, vs + buf * tile
-    local kv0 = it * bn
+  end
 
-    -- S = Q K^T: nt tiles of 16 x 8, f32.
-    local s = {}
-    for j = 0, nt - 1 do s[j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
-    for kk = 0, d // 16 - 1 do
-      local a = qf[kk] or q_frag(b, spec, cfg, qs, lane, warp, kk)
-      for jp = 0, nt // 2 - 1 do
-        local kf = b:ldmatrix(kt + swz(spec, cfg, k_row + jp * 16, k_chunk + 2 * kk), 4)
-        s[2 * jp] = b:mma(dt, a, { kf[1], kf[2] }, s[2 * jp])
-        s[2 * jp + 1] = b:mma(dt, a, { kf[3], kf[4] }, s[2 * jp + 1])
-      end
-    end
-
-    -- Online softmax for rows g (h = 0) and g + 8 (h = 1) of the warp's 16.
-    local pv = {}
-    for j = 0, nt - 1 do pv[j] = {} end
-    for h = 0, 1 do
-      local lim = bound[h] - kv0 - t * 2
-      local sv, mx = {}, b:f32(NEG_INF)
-      for j = 0, nt - 1 do
-        for e = 0, 1 do
-          local v = b:select(b:lt(j * 8 + e, lim), s[j][2 * h + e + 1] * scale2, NEG_INF)
-          sv[#sv + 1] = v
-          mx = b:max(mx, v)
-        end
-      end
-      local m_old = m[h]:get()
-      local m_new = b:max(m_old, b:warp_max(mx, 4))
-      local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
-      local alpha = b:ex2_approx(m_old - m_use)
-      local sum = b:f32(0.0)
-      for j = 0, nt - 1 do
-        for e = 0, 1 do
-          local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
-          sum = sum + x
-          pv[j][2 * h + e + 1] = x
-        end
-      end
-      m[h]:set(m_new)
-      l[h]:set(b:fma(l[h]:get(), alpha, sum))
-      for j = 0, dtiles - 1 do
-        for e = 1, 2 do acc[j][2 * h + e]:set(acc[j][2 * h + e]:get() * alpha) end
-      end
-    end
-
-    if stages == 1 then
-      if cfg.cp_async then b:cp_async_wait(0) else load_v(it, 0) end
-      b:barrier()
-    end
-    -- O += P V with P as the A operand straight from the S registers.
-    local o = {}
-    for j = 0, dtiles - 1 do o[j] = { acc[j][1]:get(), acc[j][2]:get(), acc[j][3]:get(), acc[j][4]:get() } end
-    for kstep = 0, nt // 2 - 1 do
-      local p0, p1 = pv[2 * kstep], pv[2 * kstep + 1]
-      local a = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
-      for dp = 0, dtiles // 2 - 1 do
-        local vf = b:ldmatrix(vt + swz(spec, cfg, v_row + kstep * 16, v_chunk + 2 * dp), 4, true)
-        o[2 * dp] = b:mma(dt, a, { vf[1], vf[2] }, o[2 * dp])
-        o[2 * dp + 1] = b:mma(dt, a, { vf[3], vf[4] }, o[2 * dp + 1])
-      end
-    end
-    for j = 0, dtiles - 1 do
-      for e = 1, 4 do acc[j][e]:set(o[j][e]) end
-    end
-    if stages == 2 then b:barrier() end -- the next iteration refills this buffer
-  end)
+  b:for_(0, nfull, 1, function(it) trip(it, false) end)
+  b:for_(nfull, ntiles, 1, function(it) trip(it, true) end)
 
   -- O = acc / l, rounded once; lse from lanes t == 0.
   local ob = util.dtype_bytes[spec.out]
-  for h = 0, 1 do
-    local row = q0 + warp * 16 + g + h * 8
-    local live = b:lt(row, p.seq_q)
-    local lsum = b:warp_sum(l[h]:get(), 4)
-    local empty = b:le(lsum, 0.0)
-    local inv = b:select(empty, 0.0, 1.0 / lsum)
-    local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
-    local vals = {}
-    for j = 0, dtiles - 1 do
-      vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
+  for mi = 0, mt - 1 do
+    for h = 0, 1 do
+      local row = q0 + wrow + mi * 16 + g + h * 8
+      local live = b:lt(row, p.seq_q)
+      local lsum = b:warp_sum(l[mi][h]:get(), 4)
+      local empty = b:le(lsum, 0.0)
+      local inv = b:select(empty, 0.0, 1.0 / lsum)
+      local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
+      local vals = {}
+      for j = 0, dtiles - 1 do
+        vals[j] = b:from_f32_vec({ acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, spec.out)
+      end
+      b:if_(live, function()
+        for j = 0, dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+      end)
+      local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
+      local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
+      local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+      b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
     end
-    b:if_(live, function()
-      for j = 0, dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
-    end)
-    local m_use = b:select(b:eq(m[h]:get(), NEG_INF), 0.0, m[h]:get())
-    local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-    local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
-    b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
   end
 end
 

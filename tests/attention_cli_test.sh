@@ -24,6 +24,14 @@ expect "run sm_75 f16 (m16n8k8)" 0 "PASS" -- run attention dtype=f16 head_dim=32
 expect "run SIMT bf16 sm_75, MQA" 0 "PASS" -- run attention dtype=bf16 head_dim=96 --sm 75 --rows 20 --heads 3:1
 expect "run f32 out from f16" 0 "PASS" -- run attention dtype=f16 out=f32 head_dim=64 causal=true --sm 86 --rows 40 --seq-k 9
 
+expect "run --profile: 0 bank conflicts (mma, d96)" 0 "bank conflicts       0 (hot loop 0)" -- \
+    run attention dtype=f16 head_dim=96 causal=true --sm 80 --rows 70 --seq-k 90 --heads 1 --profile
+grep -q "mma : other          1 : " "$tmp/out" && grep -q "^    ldmatrix " "$tmp/out" \
+    && ok "--profile prints the mma : other ratio and the shared-memory table" \
+    || bad "--profile output" "$(head -c 400 "$tmp/out")"
+expect "run --profile works for layernorm" 0 "bank conflicts       0" -- \
+    run layernorm x=bf16 hidden=1024 --sm 80 --rows 4 --profile
+
 expect "bad head_dim" 2 "bad value '80' for 'head_dim'; valid: 32, 64, 96, 128, 256" -- emit attention head_dim=80 --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
 expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75

@@ -12,7 +12,7 @@ expect "list targets" 0 "sm_90" -- list
 expect "emit ok" 0 ".target sm_75" -- emit layernorm x=bf16 w=f32 hidden=768 --sm 75
 expect "emit sm_ prefix" 0 ".target sm_86" -- emit layernorm x=f16 --sm sm_86
 expect "emit ll" 0 "define ptx_kernel" -- emit layernorm x=f16 hidden=100 --sm 80 --emit ll
-expect "unknown family" 2 "unknown kernel family 'rmsnorm'; valid: " -- emit rmsnorm x=f32 --sm 80
+expect "unknown family" 2 "unknown kernel family 'groupnorm'; valid: " -- emit groupnorm x=f32 --sm 80
 expect "unknown key" 2 "unknown parameter 'dtype' for layernorm; valid: x, w, y, hidden, weight, bias" -- emit layernorm dtype=f32 --sm 80
 expect "bad dtype" 2 "bad value 'fp8' for 'x'; valid: f32, f16, bf16" -- emit layernorm x=fp8 --sm 80
 expect "hidden=0" 2 "bad value '0' for 'hidden'; valid: an integer 1..16384, or 'launch'" -- emit layernorm hidden=0 --sm 80

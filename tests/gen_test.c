@@ -46,6 +46,15 @@ static void test_canonical(void) {
     CHECK(kiln_canonical_spec(gen, "layernorm bias=false hidden=768 y=f16 x=bf16", c, sizeof c, &err) == KILN_OK, "%s", err.msg);
     CHECK(!strcmp(c, "layernorm x=bf16 w=bf16 y=f16 hidden=768 weight=true bias=false"), "got '%s'", c);
     TEST_END();
+    TEST_BEGIN("hide_default keys: left out at their defaults, shown otherwise");
+    CHECK(kiln_canonical_spec(gen, "layernorm x=bf16 residual=false r=bf16", c, sizeof c, &err) == KILN_OK &&
+              !strcmp(c, "layernorm x=bf16 w=bf16 y=bf16 hidden=launch weight=true bias=true"), "got '%s' %s", c, err.msg);
+    CHECK(kiln_canonical_spec(gen, "rmsnorm residual=true x=f16", c, sizeof c, &err) == KILN_OK &&
+              !strcmp(c, "rmsnorm x=f16 w=f16 y=f16 hidden=launch weight=true residual=true"), "got '%s' %s", c, err.msg);
+    CHECK(kiln_canonical_spec(gen, "rmsnorm_bwd r=f32 residual=true x=f16", c, sizeof c, &err) == KILN_OK &&
+              !strcmp(c, "rmsnorm_bwd x=f16 w=f16 dy=f16 dx=f16 hidden=launch weight=true residual=true r=f32"),
+          "got '%s' %s", c, err.msg);
+    TEST_END();
 }
 
 static void test_errors(void) {

@@ -31,6 +31,10 @@ static const struct family_matrix {
     {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128", {NULL}},
     {"attention_bwd", {"dtype", "out", "grad", NULL}, "head_dim", "64,128",
      {"kernel=prep", "kernel=dkdv", "kernel=convert", NULL}},
+    {"rmsnorm", {"x", "w", "y", NULL}, "hidden", "launch", {NULL}},
+    {"layernorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch", {NULL}},
+    {"rmsnorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch", {NULL}},
+    {"norm_reduce", {"w", NULL, NULL, NULL}, NULL, "-", {NULL}}, /* the norm backwards' second kernel: no shape */
 };
 
 enum { MAX_SPECS = 4096, MAX_SMS = 16 };
@@ -67,8 +71,10 @@ static void bundle_usage(FILE *to) {
             "its exact SM, else the PTX of the highest SM not above it.\n\n"
             "  FAMILY...        families with a default matrix: layernorm, attention, attention_bwd\n"
             "                   (the kernels kiln_attention_backward launches: prep, dkdv, convert;\n"
-            "                   the deterministic dkdv and dq by --spec) (default: all\n"
-            "                   of them, unless --spec or --spec-list is given)\n"
+            "                   the deterministic dkdv and dq by --spec), rmsnorm, layernorm_bwd,\n"
+            "                   rmsnorm_bwd (dtypes x/w/dy/dx), norm_reduce (the norm backwards'\n"
+            "                   second kernel; dtype w) (default: all of them, unless --spec or\n"
+            "                   --spec-list is given)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad);\n"
@@ -147,8 +153,10 @@ static int add_matrix(plan *p, const char *family, const char *dtypes, const cha
         if (dtype_assignments(m, combo, assign, sizeof assign)) return CLI_USAGE;
         for (int s = 0; s < ns; s++)
             for (int k = 0; k == 0 || m->kernels[k]; k++) {
-                snprintf(spec, sizeof spec, "%s%s %s=%s%s%s", family, assign, m->shape_key, sizes[s],
-                         m->kernels[k] ? " " : "", m->kernels[k] ? m->kernels[k] : "");
+                if (!m->shape_key && s > 0) continue; /* a family without a shape key: one spec per dtype */
+                int n = m->shape_key ? snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s])
+                                     : snprintf(spec, sizeof spec, "%s%s", family, assign);
+                if (m->kernels[k]) snprintf(spec + n, sizeof spec - (size_t)n, " %s", m->kernels[k]);
                 if (add_spec(p, spec)) return CLI_USAGE;
             }
     }

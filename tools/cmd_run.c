@@ -10,12 +10,14 @@
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
 #include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_norm.h"
+#include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 
 static void run_usage(FILE *to) {
     fprintf(to,
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
-            "                [--input KIND] [--eps E] [--twice]\n\n"
+            "                [--input KIND] [--eps E] [--twice] [--profile]\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -27,6 +29,8 @@ static void run_usage(FILE *to) {
             "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
             "  --eps E       LayerNorm epsilon (default 1e-5)\n"
             "  --twice       run every block twice, threads in opposite orders; a difference is a race\n"
+            "  --profile     also print the emulator's profile: shared-memory bank conflicts, warp\n"
+            "                instruction mix (whole kernel and hot loop), global bytes (docs/profile.md)\n"
             "attention: --rows is seq_q; also\n"
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
@@ -37,12 +41,13 @@ static void run_usage(FILE *to) {
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n"
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
+            "         kiln run layernorm_bwd x=bf16 w=f32 hidden=4096 --sm 80 --rows 64   (then norm_reduce)\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention_bwd dtype=f16 head_dim=128 causal=true --sm 80 --rows 100 --heads 4:2\n");
 }
 
 typedef struct run_opts {
-    int sm, rows, hidden, twice;
+    int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv; /* attention */
     unsigned long long seed;
     float eps;
@@ -78,8 +83,59 @@ static int print_report(const kiln_ln_data *d, const kiln_ln_report *r) {
     return bad ? CLI_FINDINGS : CLI_OK;
 }
 
+/* The generator and emulator of this run (a backward's second kernel is loaded from them). */
+static kiln_gen *run_gen;
+static kiln_emu *run_emu;
+
+/* rmsnorm, layernorm_bwd, rmsnorm_bwd and the residual forms (emu/emu_norm.c's reference and
+ * error model); a backward also runs its norm_reduce kernel on the workspace. */
+static int run_norm(kiln_emu_kernel *k, const run_opts *o) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_error err = {0};
+    kiln_norm_spec spec;
+    if (kiln_norm_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);
+    int hidden = o->hidden ? o->hidden : spec.hidden;
+    if (!hidden) return cli_error("the spec has hidden=launch: give the row length with --hidden H");
+    if (spec.hidden && o->hidden && o->hidden != spec.hidden)
+        return cli_error("--hidden %d contradicts the spec's hidden=%d", o->hidden, spec.hidden);
+    if ((long long)o->rows * hidden > (1LL << 26))
+        return cli_error("%d rows x %d is too large for the emulator (at most 2^26 elements)", o->rows, hidden);
+    kiln_emu_kernel *red = NULL;
+    if (m->then_spec[0] && kiln_emu_load(run_emu, run_gen, m->then_spec, o->sm, &red, &err) != KILN_OK)
+        return report_error(&err);
+    kiln_norm_data *d;
+    if (kiln_norm_data_create(&d, &spec, o->eps, o->rows, hidden, o->input, 1.0, o->seed, &err) != KILN_OK)
+        return report_error(&err);
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, blocks = ((unsigned)o->rows + tile - 1) / tile;
+    printf("%s  sm_%d  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, o->sm, o->rows, hidden,
+           kiln_ln_input_name(o->input), o->seed, o->twice ? "  (every block twice)" : "");
+    double t0 = now_ms();
+    int rc;
+    if (kiln_norm_run(k, red, d, 0, o->twice, &err) != KILN_OK) {
+        rc = report_error(&err);
+    } else {
+        printf("  %s: %u blocks of %u threads%s%s, emulated in %.1f ms\n", m->entry, blocks,
+               m->block[0] * m->block[1] * m->block[2], red ? ", then " : "", red ? m->then_spec : "", now_ms() - t0);
+        kiln_norm_report r;
+        long bad = kiln_norm_check(d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
+        for (int i = 0; i < KILN_NORM_OUTPUTS; i++) {
+            const char *name = kiln_norm_output_name(&spec, i);
+            if (!name) continue;
+            printf("  %-7s  max |err| %.3e  max rel %.3e  worst %.3f of tolerance  %s\n", name, r.max_abs[i], r.max_rel[i],
+                   floor(r.worst[i] * 1000) / 1000, r.bad[i] ? "FAIL" : "ok");
+        }
+        for (int i = 0; i < KILN_NORM_OUTPUTS; i++)
+            if (r.bad[i]) printf("  %s: %ld values out of tolerance; first: %s\n", kiln_norm_output_name(&spec, i), r.bad[i], r.first[i]);
+        printf("%s: %s\n", bad ? "FAIL" : "PASS", bad ? "outputs differ from the float64 reference" : "every output within tolerance");
+        rc = bad ? CLI_FINDINGS : CLI_OK;
+    }
+    kiln_norm_data_free(d);
+    return rc;
+}
+
 static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    if (strstr(m->spec, " residual=")) return run_norm(k, o);
     kiln_error err = {0};
     kiln_layernorm_spec spec;
     if (kiln_ln_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);
@@ -269,6 +325,51 @@ static int run_attention_bwd(kiln_emu_kernel *k0, const run_opts *o) {
     return rc;
 }
 
+/* The profile of the run (kiln/emu_profile.h; rules in docs/profile.md). */
+static int print_profile(const kiln_emu_kernel *k) {
+    kiln_emu_profile p;
+    kiln_error err = {0};
+    if (kiln_emu_profile_get(k, &p, &err) != KILN_OK) return report_error(&err);
+    printf("profile (emulator, rules in docs/profile.md): %llu blocks, %llu warps\n", (unsigned long long)p.blocks,
+           (unsigned long long)p.warps);
+    printf("  warp instructions    whole kernel   per warp    hot loop (%u of %u basic blocks, %llu trips/kernel)\n",
+           p.hot_blocks, p.basic_blocks, (unsigned long long)p.hot_trips);
+    uint64_t other = 0, hot_other = 0;
+    for (int c = 0; c < KILN_PROF_CLASSES; c++) {
+        printf("    %-18s %12llu %10.1f %12llu\n", kiln_prof_class_name((kiln_prof_class)c), (unsigned long long)p.inst[c],
+               p.warps ? (double)p.inst[c] / (double)p.warps : 0.0, (unsigned long long)p.hot_inst[c]);
+        if (c != KILN_PROF_MMA) other += p.inst[c], hot_other += p.hot_inst[c];
+    }
+    if (p.inst[KILN_PROF_MMA])
+        printf("  mma : other          1 : %.2f (whole kernel)   1 : %.2f (hot loop)\n", (double)other / (double)p.inst[KILN_PROF_MMA],
+               p.hot_inst[KILN_PROF_MMA] ? (double)hot_other / (double)p.hot_inst[KILN_PROF_MMA] : 0.0);
+    printf("  shared memory        requests   wavefronts    conflicts   hot: requests  conflicts\n");
+    uint64_t conflicts = 0, hot_conflicts = 0;
+    for (int s = 0; s < KILN_SMEM_KINDS; s++) {
+        const kiln_smem_cost *c = &p.smem[s], *h = &p.hot_smem[s];
+        printf("    %-16s %12llu %12llu %12llu %15llu %10llu\n", kiln_prof_smem_name((kiln_prof_smem)s),
+               (unsigned long long)c->requests, (unsigned long long)c->wavefronts, (unsigned long long)c->conflicts,
+               (unsigned long long)h->requests, (unsigned long long)h->conflicts);
+        conflicts += c->conflicts, hot_conflicts += h->conflicts;
+    }
+    printf("  bank conflicts       %llu (hot loop %llu)\n", (unsigned long long)conflicts, (unsigned long long)hot_conflicts);
+    printf("  global memory        %llu B loaded, %llu B stored; per block %.0f B, %.0f B\n",
+           (unsigned long long)p.global_ld_bytes, (unsigned long long)p.global_st_bytes,
+           p.blocks ? (double)p.global_ld_bytes / (double)p.blocks : 0.0,
+           p.blocks ? (double)p.global_st_bytes / (double)p.blocks : 0.0);
+    unsigned n = kiln_emu_profile_nsites(k), shown = 0;
+    for (unsigned i = 0; i < n; i++) {
+        kiln_smem_site site;
+        if (kiln_emu_profile_site(k, i, &site) || !site.cost.conflicts) continue;
+        if (shown++ < 12)
+            printf("  conflicts at %s%s: %llu requests, %llu wavefronts for %llu\n", site.where, site.hot ? " (hot)" : "",
+                   (unsigned long long)site.cost.requests, (unsigned long long)site.cost.wavefronts,
+                   (unsigned long long)site.cost.ideal);
+    }
+    if (shown > 12) printf("  ... and %u more sites with conflicts\n", shown - 12);
+    return CLI_OK;
+}
+
 /* Families `kiln run` can check, each with its reference. */
 static const struct {
     const char *family;
@@ -277,6 +378,9 @@ static const struct {
     {"layernorm", run_layernorm},
     {"attention", run_attention},
     {"attention_bwd", run_attention_bwd},
+    {"rmsnorm", run_norm},
+    {"layernorm_bwd", run_norm},
+    {"rmsnorm_bwd", run_norm},
 };
 
 static int parse_int(const char *opt, const char *v, long lo, long hi, long *out) {
@@ -294,7 +398,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"input", required_argument, NULL, 'i'}, {"eps", required_argument, NULL, 'e'},
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
         {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
-        {"heads", required_argument, NULL, 'N'},
+        {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -319,6 +423,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             if (!*optarg || *end || !(o->eps > 0)) return cli_error("bad --eps '%s'; valid: a positive number", optarg);
             break;
         case 't': o->twice = 1; break;
+        case 'P': o->profile = 1; break;
         case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
         case 'N': {
@@ -351,7 +456,9 @@ int cmd_run(int argc, char **argv) {
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
-    if (fi == nf) return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd", argv[optind]);
+    if (fi == nf)
+        return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd, rmsnorm, "
+                         "layernorm_bwd, rmsnorm_bwd", argv[optind]);
     char spec[4096] = "";
     for (int i = optind, n = 0; i < argc; i++) {
         int k = snprintf(spec + n, sizeof spec - (size_t)n, "%s%s", i > optind ? " " : "", argv[i]);
@@ -363,11 +470,15 @@ int cmd_run(int argc, char **argv) {
     kiln_emu *emu = NULL;
     kiln_emu_kernel *k = NULL;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK ||
-        kiln_emu_load(emu, gen, spec, o.sm, &k, &err) != KILN_OK) {
+        (kiln_emu_set_profile(emu, o.profile), kiln_emu_load(emu, gen, spec, o.sm, &k, &err)) != KILN_OK) {
         rc = cli_error("%s", err.msg);
     } else {
         run_gen = gen, run_emu = emu;
         rc = families[fi].run(k, &o);
+        if (o.profile && rc != CLI_USAGE) {
+            int prc = print_profile(k);
+            if (prc) rc = prc;
+        }
     }
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tools/setup.sh - installs (as root) or names what kiln builds and tests with: Debian packages
-# (LLVM 19, Lua 5.4, xxhash, zstd/zlib, clang-19 for the fuzzers) and, for the Python package's
+# (LLVM 19, Lua 5.4, xxhash, zstd/zlib, clang-19 and its libFuzzer runtime for the fuzzers) and, for the Python package's
 # tests, pytest, numpy, ml_dtypes, setuptools and wheel from PyPI.
 #   tools/setup.sh          install what is missing (root), else print the commands
 #   tools/setup.sh --check  only check; exit 1 naming what is missing
 set -u
-DEB_PKGS="llvm-19-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-19 pkg-config make gcc"
+DEB_PKGS="llvm-19-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-19 libclang-rt-19-dev pkg-config make gcc"
 PY_PKGS="pytest numpy ml_dtypes setuptools wheel"
 PYTHON=${PYTHON:-python3}
 
@@ -16,6 +16,7 @@ pkg-config --exists lua5.4 2>/dev/null || missing+=(liblua5.4-dev)
 [ -f /usr/include/zstd.h ] || missing+=(libzstd-dev)
 [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 command -v clang-19 >/dev/null 2>&1 || missing+=(clang-19)
+[ -n "$(ls /usr/lib/llvm-19/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || missing+=(libclang-rt-19-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 py_missing=()
 if command -v "$PYTHON" >/dev/null 2>&1; then

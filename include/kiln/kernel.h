@@ -45,6 +45,12 @@ typedef struct kiln_kernel_meta {
     unsigned align_bytes;       /* required alignment of pointer arguments (vector loads) */
     unsigned rows_per_block;    /* family-specific geometry, informational */
     unsigned threads_per_row;
+    /* Two-kernel launches (norm backward): this kernel writes ws_slabs slabs of f32 partial
+     * sums to a workspace, ws_rows_per_block rows of `hidden` floats per block per slab, so
+     * the workspace holds ws_slabs * grid[0] * ws_rows_per_block * hidden floats; then the
+     * kernel `then_spec` reduces it (see docs/norms.md). 0 and "" when there is none. */
+    unsigned ws_slabs, ws_rows_per_block;
+    char then_spec[KILN_SPEC_MAX];
 } kiln_kernel_meta;
 
 /* Writes meta as PTX comment lines ("// kiln.meta ...") into buf; returns the length

@@ -161,6 +161,49 @@ kiln_status kiln_layernorm_forward(kiln_rt *rt, const kiln_layernorm_args *a, ki
 kiln_status kiln_layernorm_pick(kiln_rt *rt, const kiln_layernorm_args *a, kiln_kernel **out,
                                 kiln_error *err);
 
+/* Norm families (runtime/rt_norm.c): LayerNorm and RMSNorm, forward and backward, optionally with
+ * the fused residual add (h = x + residual, written to h and normalized). Variant choice as
+ * kiln_layernorm_pick: the fixed-hidden variant when it exists and the pointers are aligned as
+ * its metadata says, else the launch-time form. */
+typedef enum kiln_norm_kind { KILN_NORM_LAYERNORM = 0, KILN_NORM_RMSNORM = 1 } kiln_norm_kind;
+
+/* Forward. mean (LayerNorm only) and rstd may be 0; weight 0 (and bias 0, LayerNorm) select a
+ * kernel without them. residual and h both 0: no residual add; both set: h = x + residual in
+ * r_dtype. RMSNorm ignores mean and bias. */
+typedef struct kiln_norm_fwd_args {
+    kiln_norm_kind kind;
+    kiln_devptr y, mean, rstd, x, weight, bias, residual, h;
+    int rows, hidden;
+    kiln_dtype x_dtype, w_dtype, y_dtype, r_dtype;
+    float eps;
+    void *stream;
+} kiln_norm_fwd_args;
+kiln_status kiln_norm_forward(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_error *err);
+kiln_status kiln_norm_forward_pick(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_kernel **out, kiln_error *err);
+
+/* Backward. x is the tensor the forward normalized (h with a residual), mean (LayerNorm) and
+ * rstd as the forward saved them. weight != 0: the forward had a weight (g = dy * weight) and
+ * dweight is written; dbias != 0 (LayerNorm): dbias is written; dres != 0: the residual form,
+ * dx = norm gradient + dres (r_dtype). dweight/dbias go through an f32 workspace: the first
+ * kernel writes per-block partial rows, its metadata's `then` kernel (norm_reduce) adds them
+ * in a fixed order (identical bits run to run on one device); both are launched on `stream`.
+ * workspace must hold kiln_norm_backward_workspace() bytes, aligned as the kernel's meta.align. */
+typedef struct kiln_norm_bwd_args {
+    kiln_norm_kind kind;
+    kiln_devptr dx, dweight, dbias, dy, x, mean, rstd, weight, dres, workspace;
+    size_t workspace_bytes;
+    int rows, hidden;
+    kiln_dtype x_dtype, w_dtype, dy_dtype, dx_dtype, r_dtype;
+    void *stream;
+} kiln_norm_bwd_args;
+kiln_status kiln_norm_backward(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_error *err);
+kiln_status kiln_norm_backward_pick(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_kernel **out, kiln_error *err);
+/* Workspace bytes kiln_norm_backward needs (0 without dweight and dbias): slabs * blocks *
+ * meta.ws_rows_per_block * hidden * 4, blocks = min(row groups, multiprocessors * max(1, 1024 /
+ * block threads)). *blocks (may be NULL) receives the first kernel's grid. */
+kiln_status kiln_norm_backward_workspace(kiln_rt *rt, const kiln_norm_bwd_args *a, size_t *bytes, unsigned *blocks,
+                                         kiln_error *err);
+
 /* Attention forward, O = softmax(scale * Q K^T [causal]) V (runtime/rt_attention.c). Strides are
  * in elements (batch, seq, head), head_dim contiguous; all three 0: [batch, seq, heads, head_dim].
  * heads_q is a multiple of heads_kv (GQA/MQA). causal: query i sees key j iff

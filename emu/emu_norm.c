@@ -1,0 +1,519 @@
+/* emu/emu_norm.c - the norm families on the emulator: inputs, float64 references, error-model checks, launches. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include "emu.h"
+#include "kiln/emu_norm.h"
+
+#define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
+#define MAX_MAPS 16
+
+typedef struct norm_priv {
+    kiln_norm_data d;
+    struct {
+        void *base;
+        size_t len;
+    } map[MAX_MAPS];
+    int nmap;
+    double x_scale;
+} norm_priv;
+
+/* ---- buffers that end at a guard page ---- */
+
+static void *guarded(norm_priv *p, size_t size) {
+    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (size + page - 1) / page * page;
+    if (!body) body = page;
+    if (p->nmap == MAX_MAPS) return NULL;
+    unsigned char *base = mmap(NULL, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (base == MAP_FAILED) return NULL;
+    mprotect(base, page, PROT_NONE);
+    mprotect(base + page + body, page, PROT_NONE);
+    p->map[p->nmap].base = base;
+    p->map[p->nmap++].len = body + 2 * page;
+    uintptr_t at = ((uintptr_t)(base + page + body - size)) & ~(uintptr_t)15; /* 16-byte aligned, near the end */
+    return (void *)at;
+}
+
+void kiln_norm_data_free(kiln_norm_data *d) {
+    if (!d) return;
+    norm_priv *p = (norm_priv *)d;
+    for (int i = 0; i < p->nmap; i++) munmap(p->map[i].base, p->map[i].len);
+    free(d->ref_y), free(d->ref_h), free(d->ref_mean), free(d->ref_rstd);
+    free(d->ref_dx), free(d->ref_dw), free(d->ref_db);
+    free(p);
+}
+
+/* ---- specs ---- */
+
+static const char *const family_names[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
+
+int kiln_norm_is_backward(const kiln_norm_spec *s) { return s->family == KILN_NORM_LN_BWD || s->family == KILN_NORM_RMS_BWD; }
+static int is_rms(const kiln_norm_spec *s) { return s->family == KILN_NORM_RMS || s->family == KILN_NORM_RMS_BWD; }
+
+static kiln_status parse_bool(const char *key, const char *v, int *out, kiln_error *err) {
+    if (!strcmp(v, "true")) *out = 1;
+    else if (!strcmp(v, "false")) *out = 0;
+    else return kiln_fail(err, KILN_EINVAL, "bad value '%s' for %s; valid: true, false", v, key);
+    return KILN_OK;
+}
+
+kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err) {
+    memset(s, 0, sizeof *s);
+    char buf[KILN_SPEC_MAX];
+    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) return kiln_fail(err, KILN_EINVAL, "spec too long");
+    char *save = NULL, *tok = strtok_r(buf, " \t", &save);
+    int f = 0;
+    while (tok && f < 4 && strcmp(tok, family_names[f])) f++;
+    if (!tok || f == 4)
+        return kiln_fail(err, KILN_EINVAL, "not a norm spec: '%s'; families: layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd", spec);
+    s->family = (kiln_norm_family)f;
+    s->weight = 1, s->bias = !is_rms(s);
+    int set[6] = {0}; /* x w y dy dx r */
+    kiln_dtype *dts[6] = {&s->x, &s->w, &s->y, &s->dy, &s->dx, &s->r};
+    static const char *const dnames[6] = {"x", "w", "y", "dy", "dx", "r"};
+    while ((tok = strtok_r(NULL, " \t", &save))) {
+        char *eq = strchr(tok, '=');
+        if (!eq) return kiln_fail(err, KILN_EINVAL, "bad spec item '%s'; expected key=value", tok);
+        *eq = 0;
+        const char *v = eq + 1;
+        int k = 0;
+        while (k < 6 && strcmp(tok, dnames[k])) k++;
+        kiln_status st = KILN_OK;
+        if (k < 6) {
+            if (kiln_dtype_parse(v, dts[k])) return kiln_fail(err, KILN_EINVAL, "bad dtype '%s' for %s; valid: f32, f16, bf16", v, tok);
+            set[k] = 1;
+        } else if (!strcmp(tok, "hidden")) {
+            char *end;
+            long h = strtol(v, &end, 10);
+            if (!strcmp(v, "launch")) s->hidden = 0;
+            else if (*v && !*end && h > 0 && h <= 1 << 20) s->hidden = (int)h;
+            else return kiln_fail(err, KILN_EINVAL, "bad hidden '%s'; valid: a positive size or 'launch'", v);
+        } else if (!strcmp(tok, "weight")) st = parse_bool(tok, v, &s->weight, err);
+        else if (!strcmp(tok, "bias") && !is_rms(s)) st = parse_bool(tok, v, &s->bias, err);
+        else if (!strcmp(tok, "residual")) st = parse_bool(tok, v, &s->residual, err);
+        else return kiln_fail(err, KILN_EINVAL, "unknown %s key '%s'", family_names[f], tok);
+        if (st != KILN_OK) return st;
+    }
+    for (int k = 1; k < 6; k++)
+        if (!set[k]) *dts[k] = s->x; /* the templates' defaults follow x */
+    return KILN_OK;
+}
+
+const char *kiln_norm_output_name(const kiln_norm_spec *s, int o) {
+    static const char *const fwd[4] = {"y", "mean", "rstd", "h"}, *const bwd[4] = {"dx", "dweight", "dbias", NULL};
+    if (o < 0 || o >= 4) return NULL;
+    if (!kiln_norm_is_backward(s)) return (o == 1 && is_rms(s)) || (o == 3 && !s->residual) ? NULL : fwd[o];
+    if ((o == 1 && !s->weight) || (o == 2 && !s->bias)) return NULL;
+    return bwd[o];
+}
+
+/* ---- inputs ---- */
+
+typedef struct rng {
+    uint64_t s;
+} rng;
+static uint64_t rng_next(rng *r) { /* splitmix64 */
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+static double rng_uniform(rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1p-53; }
+static double rng_normal(rng *r, double mean, double sd) {
+    double u = rng_uniform(r), v = rng_uniform(r);
+    return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+static double get(kiln_dtype t, const void *p, size_t i) { return p ? kiln_emu_value_get(t, p, i) : 0.0; }
+static double round_to(kiln_dtype t, double v) {
+    unsigned char tmp[4];
+    kiln_emu_value_set(t, tmp, 0, v);
+    return kiln_emu_value_get(t, tmp, 0);
+}
+
+/* The normalized input of row element i: x, or h = round_r(round_f32(x + residual)) (the forward's h). */
+static double hval(const kiln_norm_data *d, size_t i) {
+    const kiln_norm_spec *s = &d->spec;
+    double x = get(s->x, d->x, i);
+    if (kiln_norm_is_backward(s) || !s->residual) return x;
+    return round_to(s->r, round_to(KILN_F32, x + get(s->r, d->res, i)));
+}
+
+static void fill_row(kiln_norm_data *d, kiln_ln_input in, int r, int k, double scale, rng *g) {
+    size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
+    double c = rng_normal(g, 0, 3);
+    for (size_t i = 0; i < n; i++) {
+        double v;
+        switch (in) {
+        case KILN_LN_LARGE_MEAN: v = k % 2 ? rng_normal(g, 1000, 0.1) : rng_normal(g, 10000, 1e-3); break;
+        case KILN_LN_CONSTANT: v = c; break;
+        default: v = rng_normal(g, 0.5, 2); break;
+        }
+        kiln_emu_value_set(d->spec.x, d->x, base + i, v * scale);
+        if (d->res) kiln_emu_value_set(d->spec.r, d->res, base + i, in == KILN_LN_CONSTANT ? 0.0 : rng_normal(g, 0, 1) * scale);
+    }
+    if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
+    size_t p1 = rng_next(g) % n, p2 = rng_next(g) % n;
+    if (p2 == p1) p2 = (p1 + 1) % n;
+    static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
+    kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
+    if (k % 5 == 4) kiln_emu_value_set(d->spec.x, d->x, base + p2, n > 1 ? kinds[3][1] : NAN);
+}
+
+/* float64 references. Forward: torch layer_norm / RMSNorm on h. Backward: the forward statistics
+ * (rounded to f32, as a forward saves them) and the analytic gradients from the same inputs. */
+static void reference(kiln_norm_data *d) {
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->hidden;
+    int rms = is_rms(s), bwd = kiln_norm_is_backward(s);
+    if (bwd)
+        for (size_t i = 0; i < n; i++) d->ref_dw[i] = d->ref_db[i] = 0;
+    for (int r = 0; r < d->rows; r++) {
+        size_t base = (size_t)r * n;
+        double sum = 0, sq = 0, mean = 0;
+        for (size_t i = 0; i < n; i++) sum += hval(d, base + i);
+        if (!rms) mean = sum / (double)n;
+        for (size_t i = 0; i < n; i++) {
+            double c = hval(d, base + i) - mean;
+            sq += c * c;
+        }
+        double rstd = 1.0 / sqrt(sq / (double)n + (double)d->eps);
+        if (!bwd) {
+            d->ref_mean[r] = mean, d->ref_rstd[r] = rstd;
+            for (size_t i = 0; i < n; i++) {
+                double w = s->weight ? get(s->w, d->w, i) : 1.0, b = s->bias ? get(s->w, d->b, i) : 0.0;
+                double h = hval(d, base + i);
+                if (s->residual) d->ref_h[base + i] = h;
+                d->ref_y[base + i] = (h - mean) * rstd * w + b;
+            }
+            continue;
+        }
+        /* the saved statistics, as f32 */
+        d->mean[r] = (float)mean, d->rstd[r] = (float)rstd;
+        double m = rms ? 0.0 : (double)d->mean[r], rs = d->rstd[r], sg = 0, sgx = 0;
+        for (size_t i = 0; i < n; i++) {
+            double xh = (get(s->x, d->x, base + i) - m) * rs, g = get(s->dy, d->dy, base + i) * (s->weight ? get(s->w, d->w, i) : 1.0);
+            sg += g, sgx += g * xh;
+        }
+        double a = sgx / (double)n, c = rms ? 0.0 : sg / (double)n;
+        for (size_t i = 0; i < n; i++) {
+            double dy = get(s->dy, d->dy, base + i), xh = (get(s->x, d->x, base + i) - m) * rs;
+            double g = dy * (s->weight ? get(s->w, d->w, i) : 1.0);
+            d->ref_dx[base + i] = rs * (g - c - xh * a) + (s->residual ? get(s->r, d->dres, base + i) : 0.0);
+            d->ref_dw[i] += dy * xh;
+            d->ref_db[i] += dy;
+        }
+    }
+}
+
+void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v) {
+    for (size_t i = 0; i < (size_t)d->hidden; i++) {
+        kiln_emu_value_set(d->spec.x, d->x, (size_t)r * (size_t)d->hidden + i, v);
+        if (d->res) kiln_emu_value_set(d->spec.r, d->res, (size_t)r * (size_t)d->hidden + i, 0.0);
+    }
+    reference(d);
+}
+
+kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
+                                  kiln_ln_input input, double scale, uint64_t seed, kiln_error *err) {
+    *out = NULL;
+    if (rows < 1 || hidden < 1 || (spec->hidden && spec->hidden != hidden) || (unsigned)input >= KILN_LN_INPUT_COUNT)
+        return kiln_fail(err, KILN_EINVAL, "norm data: rows %d and hidden %d must be positive, hidden must match the "
+                         "spec's %d", rows, hidden, spec->hidden);
+    if (!(eps >= 0)) return kiln_fail(err, KILN_EINVAL, "norm data: eps must be >= 0, got %g", (double)eps);
+    norm_priv *p = calloc(1, sizeof *p);
+    if (!p) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_norm_data *d = &p->d;
+    const kiln_norm_spec *s = spec;
+    int bwd = kiln_norm_is_backward(s);
+    size_t n = (size_t)rows * (size_t)hidden, hb = (size_t)hidden;
+    d->spec = *s, d->rows = rows, d->hidden = hidden, d->eps = eps;
+    int ok = 1;
+#define ALLOC(field, bytes) (ok = ok && ((field) = guarded(p, (bytes))) != NULL)
+    ALLOC(d->x, n * kiln_dtype_size(s->x));
+    ALLOC(d->rstd, (size_t)rows * 4);
+    if (!is_rms(s)) ALLOC(d->mean, (size_t)rows * 4);
+    if (s->weight) ALLOC(d->w, hb * kiln_dtype_size(s->w));
+    if (s->bias && !bwd) ALLOC(d->b, hb * kiln_dtype_size(s->w));
+    if (!bwd) {
+        ALLOC(d->y, n * kiln_dtype_size(s->y));
+        if (s->residual) ALLOC(d->res, n * kiln_dtype_size(s->r)), ALLOC(d->h, n * kiln_dtype_size(s->r));
+        ok = ok && (d->ref_y = malloc(n * sizeof(double))) && (d->ref_mean = malloc((size_t)rows * sizeof(double))) &&
+             (d->ref_rstd = malloc((size_t)rows * sizeof(double))) && (!s->residual || (d->ref_h = malloc(n * sizeof(double))));
+    } else {
+        ALLOC(d->dy, n * kiln_dtype_size(s->dy));
+        ALLOC(d->dx, n * kiln_dtype_size(s->dx));
+        if (s->residual) ALLOC(d->dres, n * kiln_dtype_size(s->r));
+        if (s->weight) ALLOC(d->dw, hb * kiln_dtype_size(s->w));
+        if (s->bias) ALLOC(d->db, hb * kiln_dtype_size(s->w));
+        if (!d->mean) ALLOC(d->mean, (size_t)rows * 4); /* RMSNorm: unused by the kernel, used by the reference */
+        ok = ok && (d->ref_dx = malloc(n * sizeof(double))) && (d->ref_dw = malloc(hb * sizeof(double))) &&
+             (d->ref_db = malloc(hb * sizeof(double)));
+    }
+#undef ALLOC
+    if (!ok) {
+        kiln_norm_data_free(d);
+        return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d norm buffers", rows, hidden);
+    }
+    p->x_scale = scale;
+    rng g = {seed * 0x2545f4914f6cdd1dull + 7};
+    for (int r = 0; r < rows; r++) {
+        kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
+        int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
+        fill_row(d, in, r, k, scale, &g);
+    }
+    for (size_t i = 0; i < hb; i++) {
+        /* every 16th weight is 0 (a gradient that must come out exactly 0 through dy w) */
+        if (d->w) kiln_emu_value_set(s->w, d->w, i, i % 16 == 5 ? 0.0 : rng_normal(&g, 1, 0.5));
+        if (d->b) kiln_emu_value_set(s->w, d->b, i, rng_normal(&g, 0, 0.5));
+    }
+    for (size_t i = 0; bwd && i < n; i++) {
+        kiln_emu_value_set(s->dy, d->dy, i, rng_normal(&g, 0, 1));
+        if (d->dres) kiln_emu_value_set(s->r, d->dres, i, rng_normal(&g, 0, 1));
+    }
+    reference(d);
+    *out = d;
+    return KILN_OK;
+}
+
+/* ---- running ---- */
+
+static void *pointer_for(kiln_norm_data *d, const char *name) {
+    static const char *const names[] = {"y", "mean", "rstd", "x", "weight", "bias", "h", "residual",
+                                        "dx", "ws", "dy", "dres", "dweight", "dbias"};
+    void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->ws, d->dy, d->dres, d->dw, d->db};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(names[i], name)) return ptrs[i];
+    return (void *)-1;
+}
+
+static kiln_status launch(kiln_emu_kernel *k, kiln_norm_data *d, unsigned grid_x, unsigned grid_y, int parts, int twice,
+                          kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    void *ptrs[KILN_MAX_PARAMS], *args[KILN_MAX_PARAMS];
+    int32_t ints[KILN_MAX_PARAMS];
+    float floats[KILN_MAX_PARAMS];
+    kiln_emu_launch l = {.grid = {grid_x, grid_y, 1}, .block = {m->block[0], m->block[1], m->block[2]},
+                         .dynamic_smem = m->dynamic_smem, .twice = twice};
+    for (int i = 0; i < m->nparams; i++) {
+        const char *name = m->params[i].name;
+        if (m->params[i].kind == KILN_PARAM_PTR) {
+            ptrs[i] = pointer_for(d, name);
+            if (ptrs[i] == (void *)-1) return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a norm tensor", name);
+            if (!ptrs[i] && i < 32) l.nullable |= 1u << i;
+            args[i] = &ptrs[i];
+        } else if (m->params[i].kind == KILN_PARAM_F32 && !strcmp(name, "eps")) {
+            floats[i] = d->eps, args[i] = &floats[i];
+        } else if (m->params[i].kind == KILN_PARAM_I32 && (!strcmp(name, "rows") || !strcmp(name, "hidden") ||
+                                                           !strcmp(name, "parts") || !strcmp(name, "cols"))) {
+            ints[i] = !strcmp(name, "rows") ? d->rows : !strcmp(name, "parts") ? parts : d->hidden;
+            args[i] = &ints[i];
+        } else {
+            return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a norm input", name);
+        }
+    }
+    return kiln_emu_run(k, &l, args, err);
+}
+
+static void poison(void *p, size_t bytes) {
+    if (p) memset(p, 0xff, bytes);
+}
+
+kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d, unsigned blocks, int twice,
+                          kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, need = ((unsigned)d->rows + tile - 1) / tile;
+    if (!kiln_norm_is_backward(s)) {
+        poison(d->y, n * kiln_dtype_size(s->y));
+        poison(d->h, n * kiln_dtype_size(s->r));
+        poison(d->mean, (size_t)d->rows * 4);
+        poison(d->rstd, (size_t)d->rows * 4);
+        return launch(k, d, need, 1, 0, twice, err);
+    }
+    unsigned grid = blocks && blocks < need ? blocks : need;
+    int parts = (int)(grid * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
+    size_t ws = (size_t)m->ws_slabs * (size_t)parts * hb;
+    if (ws > d->ws_floats) {
+        norm_priv *p = (norm_priv *)d;
+        if (!(d->ws = guarded(p, ws * 4))) return kiln_fail(err, KILN_ENOMEM, "no memory for a %zu-float workspace", ws);
+        d->ws_floats = ws;
+    }
+    poison(d->ws, ws * 4);
+    poison(d->dx, n * kiln_dtype_size(s->dx));
+    poison(d->dw, hb * kiln_dtype_size(s->w));
+    poison(d->db, hb * kiln_dtype_size(s->w));
+    kiln_status st = launch(k, d, grid, 1, 0, twice, err);
+    if (st != KILN_OK || !m->ws_slabs) return st;
+    if (!reduce) return kiln_fail(err, KILN_EINVAL, "'%s' needs its second kernel '%s'", m->spec, m->then_spec);
+    const kiln_kernel_meta *rm = kiln_emu_kernel_meta(reduce);
+    unsigned rt = rm->grid_tile[0] ? rm->grid_tile[0] : 1;
+    return launch(reduce, d, ((unsigned)d->hidden + rt - 1) / rt, m->ws_slabs, parts, twice, err);
+}
+
+/* ---- checks ----
+ * Error model (u = 2^-24), as for the LayerNorm forward (emu_layernorm.c): a row sum passes
+ * through at most D = ceil(n / T) + 8 + 5 + T / 32 additions.
+ * Forward: mean |m - mean| <= (D + 2) u mean(|h|); rstd against 1/sqrt(v + eps) with v the
+ * centered (RMSNorm: plain) mean square around the kernel's own m: ((D + 4)/2 + 4) u rstd;
+ * y against (h - m) r w + b: 4u|(h - m) r w| + u|y| + half an ulp of y's dtype; h exact
+ * (h = x + residual rounded to f32, then to r).
+ * Backward, with xh = (x - m) r, g = dy w, a = sum(g xh)/n, c = sum(g)/n from the saved m, r:
+ * the kernel's a and c are within (D + 3) u sum|g xh| / n and (D + 1) u sum|g| / n; the
+ * elementwise steps add 4u of each term, so
+ *   |dx - ref| <= 2 r [4u (|g| + |xh a| + |c|) + |xh| (D + 3) u S|g xh| / n + (D + 1) u S|g| / n]
+ *                 + 2u |dx| + half an ulp of dx's dtype;
+ * dweight and dbias sum each column over the rows: every term passes through at most
+ * E = rows + parts / 32 + 16 additions (a block's rows in sequence, the reduce kernel's four
+ * interleaved sums of parts / 32 and its eight warp sums), so |err| <= (E + 4) u S|dy xh|
+ * (S|dy|) + half an ulp of w's dtype. */
+
+static double ulp_of(kiln_dtype t, double a) {
+    static const int mant[KILN_DTYPE_COUNT] = {23, 10, 7}, emin[KILN_DTYPE_COUNT] = {-126, -14, -126};
+    int e = a > 0 && isfinite(a) ? ilogb(a) : emin[t];
+    if (e < emin[t]) e = emin[t];
+    return ldexp(1.0, e - mant[t]);
+}
+
+static int poisoned(kiln_dtype t, const void *base, size_t i) {
+    if (t == KILN_F32) {
+        uint32_t u;
+        memcpy(&u, (const char *)base + i * 4, 4);
+        return u == 0xffffffffu;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)base + i * 2, 2);
+    return h == 0xffff;
+}
+
+typedef struct checker {
+    const kiln_norm_spec *s;
+    kiln_norm_report *r;
+    long total;
+} checker;
+
+static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref, int unwritten) {
+    kiln_norm_report *r = c->r;
+    int ok;
+    if (unwritten) ok = 0;
+    else if (isnan(want)) ok = isnan(got);
+    else if (isinf(want)) ok = got == want;
+    else ok = isfinite(got) && fabs(got - want) <= tol;
+    if (!unwritten && isfinite(got) && isfinite(ref)) {
+        double e = fabs(got - ref);
+        if (e > r->max_abs[o]) r->max_abs[o] = e;
+        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
+    }
+    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
+        r->worst[o] = fabs(got - want) / tol;
+    if (ok) return;
+    if (!r->bad[o]++) {
+        char what[64];
+        if (row >= 0 && col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_norm_output_name(c->s, o), row, col);
+        else if (row >= 0) snprintf(what, sizeof what, "%s[%d]", kiln_norm_output_name(c->s, o), row);
+        else snprintf(what, sizeof what, "%s[%ld]", kiln_norm_output_name(c->s, o), col);
+        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
+        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)", what, got,
+                      want, tol, ref);
+    }
+    c->total++;
+}
+
+static void check_forward_row(const kiln_norm_data *d, int row, double D, checker *c) {
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->hidden, base = (size_t)row * n;
+    int rms = is_rms(s);
+    double mean_abs = 0, m = 0;
+    for (size_t i = 0; i < n; i++) mean_abs += fabs(hval(d, base + i));
+    mean_abs /= (double)n;
+    if (!rms) {
+        m = d->mean[row];
+        compare(c, 1, row, -1, m, d->ref_mean[row], (D + 2) * U32 * mean_abs + 1e-30, d->ref_mean[row],
+                poisoned(KILN_F32, d->mean, (size_t)row));
+        if (!isfinite(m) && isfinite(d->ref_mean[row])) m = d->ref_mean[row];
+    }
+    double v = 0;
+    for (size_t i = 0; i < n; i++) {
+        double t = hval(d, base + i) - m;
+        v += t * t;
+    }
+    double rs = d->rstd[row];
+    double r_want = isfinite(d->ref_rstd[row]) || isinf(d->ref_rstd[row]) ? 1.0 / sqrt(v / (double)n + (double)d->eps)
+                                                                           : d->ref_rstd[row];
+    compare(c, 2, row, -1, rs, r_want, ((D + 4) / 2 + 4) * U32 * fabs(r_want), d->ref_rstd[row],
+            poisoned(KILN_F32, d->rstd, (size_t)row));
+    if (!isfinite(rs) && isfinite(r_want)) rs = r_want;
+    for (size_t i = 0; i < n; i++) {
+        double w = s->weight ? get(s->w, d->w, i) : 1.0, b = s->bias && !rms ? get(s->w, d->b, i) : 0.0;
+        double h = hval(d, base + i);
+        double t = (h - m) * rs * w, want = t + b;
+        double tol = (4 * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40;
+        if (s->y != KILN_F32) tol += 0.5 * ulp_of(s->y, fabs(want) + tol);
+        if (isnan(d->ref_y[base + i])) want = NAN;
+        compare(c, 0, row, (long)i, get(s->y, d->y, base + i), want, tol, d->ref_y[base + i],
+                poisoned(s->y, d->y, base + i));
+        if (s->residual)
+            compare(c, 3, row, (long)i, get(s->r, d->h, base + i), d->ref_h[base + i], 0, d->ref_h[base + i],
+                    poisoned(s->r, d->h, base + i));
+    }
+}
+
+static void check_backward(const kiln_norm_data *d, double D, unsigned parts, checker *c) {
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->hidden;
+    int rms = is_rms(s);
+    double *sw = calloc(n, sizeof(double)), *sb = calloc(n, sizeof(double));
+    if (!sw || !sb) {
+        free(sw), free(sb);
+        return;
+    }
+    for (int row = 0; row < d->rows; row++) {
+        size_t base = (size_t)row * n;
+        double m = rms ? 0.0 : (double)d->mean[row], rs = d->rstd[row], sg = 0, sgx = 0, a = 0, cc = 0;
+        for (size_t i = 0; i < n; i++) {
+            double xh = (get(s->x, d->x, base + i) - m) * rs;
+            double g = get(s->dy, d->dy, base + i) * (s->weight ? get(s->w, d->w, i) : 1.0);
+            sg += fabs(g), sgx += fabs(g * xh), a += g * xh, cc += g;
+        }
+        a /= (double)n, cc = rms ? 0.0 : cc / (double)n;
+        for (size_t i = 0; i < n; i++) {
+            double dy = get(s->dy, d->dy, base + i), xh = (get(s->x, d->x, base + i) - m) * rs;
+            double g = dy * (s->weight ? get(s->w, d->w, i) : 1.0), want = d->ref_dx[base + i];
+            double tol = 2 * rs * (4 * U32 * (fabs(g) + fabs(xh * a) + fabs(cc)) + fabs(xh) * (D + 3) * U32 * sgx / (double)n +
+                                   (D + 1) * U32 * sg / (double)n) + 2 * U32 * fabs(want) + 1e-40;
+            if (s->dx != KILN_F32) tol += 0.5 * ulp_of(s->dx, fabs(want) + tol);
+            compare(c, 0, row, (long)i, get(s->dx, d->dx, base + i), want, tol, want, poisoned(s->dx, d->dx, base + i));
+            sw[i] += fabs(dy * xh), sb[i] += fabs(dy);
+        }
+    }
+    double E = d->rows + parts / 32.0 + 16;
+    for (size_t i = 0; i < n; i++) {
+        if (s->weight) {
+            double tol = (E + 4) * U32 * sw[i] + 1e-40;
+            if (s->w != KILN_F32) tol += 0.5 * ulp_of(s->w, fabs(d->ref_dw[i]) + tol);
+            compare(c, 1, -1, (long)i, get(s->w, d->dw, i), d->ref_dw[i], tol, d->ref_dw[i], poisoned(s->w, d->dw, i));
+        }
+        if (s->bias && !rms) {
+            double tol = (E + 4) * U32 * sb[i] + 1e-40;
+            if (s->w != KILN_F32) tol += 0.5 * ulp_of(s->w, fabs(d->ref_db[i]) + tol);
+            compare(c, 2, -1, (long)i, get(s->w, d->db, i), d->ref_db[i], tol, d->ref_db[i], poisoned(s->w, d->db, i));
+        }
+    }
+    free(sw), free(sb);
+}
+
+long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned parts, kiln_norm_report *r) {
+    memset(r, 0, sizeof *r);
+    int t = threads_per_row > 0 ? threads_per_row : 32;
+    double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
+    checker c = {&d->spec, r, 0};
+    if (kiln_norm_is_backward(&d->spec)) check_backward(d, D, parts, &c);
+    else
+        for (int row = 0; row < d->rows; row++) check_forward_row(d, row, D, &c);
+    return c.total;
+}

@@ -1,0 +1,259 @@
+/* runtime/rt_norm.c - typed launch helpers for the norm families: LayerNorm/RMSNorm forward and backward (two kernels). */
+#include <stdio.h>
+#include <string.h>
+
+#include "rt.h"
+
+typedef struct named_ptr {
+    const char *name;
+    kiln_devptr ptr;
+} named_ptr;
+
+static kiln_devptr find_ptr(const named_ptr *t, int n, const char *name) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(t[i].name, name)) return t[i].ptr;
+    return 0;
+}
+
+/* Names the first pointer (of the kernel's params) not aligned as meta needs: the row tensors
+ * (vector accesses) to meta.align_bytes, every pointer to its element size; NULL when all are. */
+static const char *misaligned(const named_ptr *t, int n, const kiln_kernel_meta *m, kiln_devptr *which) {
+    for (int i = 0; i < m->nparams; i++) {
+        if (m->params[i].kind != KILN_PARAM_PTR) continue;
+        const char *name = m->params[i].name;
+        kiln_devptr p = find_ptr(t, n, name);
+        unsigned need = (unsigned)kiln_dtype_size(m->params[i].dtype);
+        if (strcmp(name, "mean") && strcmp(name, "rstd") && m->align_bytes > need) need = m->align_bytes;
+        if (need > 1 && p % need) {
+            *which = p;
+            return m->params[i].name;
+        }
+    }
+    return NULL;
+}
+
+/* Gets the variant spec_fixed (hidden > 0), falling back to spec_launch when it is missing or
+ * the pointers are not aligned as it needs. */
+static kiln_status pick(kiln_rt *rt, const char *what, const char *spec_fixed, const char *spec_launch,
+                        const named_ptr *t, int n, int hidden, kiln_kernel **out, kiln_error *err) {
+    kiln_error e;
+    char why[sizeof e.msg] = "";
+    kiln_devptr p = 0;
+    kiln_status st = kiln_rt_get_kernel(rt, spec_fixed, out, &e);
+    if (st == KILN_OK) {
+        const char *bad = misaligned(t, n, &(*out)->meta, &p);
+        if (!bad) return KILN_OK;
+        snprintf(why, sizeof why, "'%s' needs %u-byte aligned row pointers and %s (0x%llx) is not", spec_fixed,
+                 (*out)->meta.align_bytes, bad, (unsigned long long)p);
+    } else if (st == KILN_ENOTFOUND || st == KILN_EINVAL) {
+        snprintf(why, sizeof why, "%s", e.msg);
+    } else {
+        return kiln_fail(err, st, "%s", e.msg);
+    }
+    st = kiln_rt_get_kernel(rt, spec_launch, out, &e);
+    if (st != KILN_OK) return kiln_fail(err, st, "no %s kernel for hidden=%d: %s; launch-time form: %s", what, hidden, why, e.msg);
+    const char *bad = misaligned(t, n, &(*out)->meta, &p);
+    if (bad)
+        return kiln_fail(err, KILN_EINVAL, "%s: %s (0x%llx) is not aligned as even the launch-time form '%s' needs "
+                         "(%u bytes for row tensors, the element size for every pointer) (%s)", what, bad,
+                         (unsigned long long)p, spec_launch, (*out)->meta.align_bytes, why);
+    return KILN_OK;
+}
+
+/* Fills args in the order of meta.params from named pointers and the scalars. */
+static kiln_status build_args(const kiln_kernel_meta *m, const named_ptr *t, int n, int rows, int hidden, float eps,
+                              int parts, kiln_arg *args, kiln_error *err) {
+    for (int i = 0; i < m->nparams; i++) {
+        const kiln_param *p = &m->params[i];
+        kiln_arg v = {0};
+        if (p->kind == KILN_PARAM_PTR) v.ptr = find_ptr(t, n, p->name);
+        else if (p->kind == KILN_PARAM_I32 && !strcmp(p->name, "rows")) v.i32 = rows;
+        else if (p->kind == KILN_PARAM_I32 && (!strcmp(p->name, "hidden") || !strcmp(p->name, "cols"))) v.i32 = hidden;
+        else if (p->kind == KILN_PARAM_I32 && !strcmp(p->name, "parts")) v.i32 = parts;
+        else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "eps")) v.f32 = eps;
+        else
+            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the norm helper does not know", m->entry, p->name);
+        args[i] = v;
+    }
+    return KILN_OK;
+}
+
+static int valid_dtype(kiln_dtype t) { return kiln_dtype_name(t) != NULL; }
+
+static void hidden_text(int hidden, char *buf, size_t size) {
+    if (hidden > 0) snprintf(buf, size, "%d", hidden);
+    else snprintf(buf, size, "launch");
+}
+
+/* The residual keys as the canonical spec spells them (left out when off / equal to x). */
+static void residual_text(int on, kiln_dtype r, kiln_dtype x, char *buf, size_t size) {
+    if (!on) buf[0] = 0;
+    else if (r == x) snprintf(buf, size, " residual=true");
+    else snprintf(buf, size, " residual=true r=%s", kiln_dtype_name(r));
+}
+
+/* ---- forward ---- */
+
+static void fwd_spec(const kiln_norm_fwd_args *a, int hidden, char *buf, size_t size) {
+    char h[24], res[48];
+    hidden_text(hidden, h, sizeof h);
+    residual_text(a->residual != 0, a->r_dtype, a->x_dtype, res, sizeof res);
+    if (a->kind == KILN_NORM_RMSNORM)
+        snprintf(buf, size, "rmsnorm x=%s w=%s y=%s hidden=%s weight=%s%s", kiln_dtype_name(a->x_dtype),
+                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->y_dtype), h, a->weight ? "true" : "false", res);
+    else
+        snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s%s", kiln_dtype_name(a->x_dtype),
+                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->y_dtype), h, a->weight ? "true" : "false",
+                 a->bias ? "true" : "false", res);
+}
+
+static kiln_status fwd_check(const kiln_norm_fwd_args *a, kiln_error *err) {
+    if ((unsigned)a->kind > KILN_NORM_RMSNORM) return kiln_fail(err, KILN_EINVAL, "norm: kind must be KILN_NORM_LAYERNORM or KILN_NORM_RMSNORM");
+    if (!valid_dtype(a->x_dtype) || !valid_dtype(a->w_dtype) || !valid_dtype(a->y_dtype) || (a->residual && !valid_dtype(a->r_dtype)))
+        return kiln_fail(err, KILN_EINVAL, "norm forward: dtypes must be f32, f16 or bf16");
+    if (a->rows < 0 || a->hidden <= 0)
+        return kiln_fail(err, KILN_EINVAL, "norm forward: rows (%d) must be >= 0 and hidden (%d) > 0", a->rows, a->hidden);
+    if (!a->x || !a->y) return kiln_fail(err, KILN_EINVAL, "norm forward: x and y must be device pointers, not 0");
+    if (!a->residual != !a->h) return kiln_fail(err, KILN_EINVAL, "norm forward: residual and h go together (both 0, or both set)");
+    return KILN_OK;
+}
+
+static int fwd_table(const kiln_norm_fwd_args *a, named_ptr *t) {
+    int rms = a->kind == KILN_NORM_RMSNORM;
+    named_ptr v[] = {{"y", a->y}, {"mean", rms ? 0 : a->mean}, {"rstd", a->rstd}, {"x", a->x}, {"weight", a->weight},
+                     {"bias", rms ? 0 : a->bias}, {"residual", a->residual}, {"h", a->h}};
+    memcpy(t, v, sizeof v);
+    return (int)(sizeof v / sizeof v[0]);
+}
+
+kiln_status kiln_norm_forward_pick(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_kernel **out, kiln_error *err) {
+    if (!rt || !a || !out) return kiln_fail(err, KILN_EINVAL, "kiln_norm_forward_pick: NULL argument");
+    kiln_status st = fwd_check(a, err);
+    if (st != KILN_OK) return st;
+    char fixed[KILN_SPEC_MAX], launch[KILN_SPEC_MAX];
+    named_ptr t[8];
+    int n = fwd_table(a, t);
+    fwd_spec(a, a->hidden, fixed, sizeof fixed);
+    fwd_spec(a, 0, launch, sizeof launch);
+    return pick(rt, a->kind == KILN_NORM_RMSNORM ? "RMSNorm" : "LayerNorm", fixed, launch, t, n, a->hidden, out, err);
+}
+
+kiln_status kiln_norm_forward(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_norm_forward: NULL argument");
+    kiln_status st = fwd_check(a, err);
+    if (st != KILN_OK || a->rows == 0) return st;
+    kiln_kernel *k;
+    kiln_arg args[KILN_MAX_PARAMS];
+    unsigned grid[3];
+    named_ptr t[8];
+    int n = fwd_table(a, t);
+    st = kiln_norm_forward_pick(rt, a, &k, err);
+    const uint64_t problem[3] = {(uint64_t)a->rows, 1, 1};
+    if (st == KILN_OK) st = kiln_kernel_grid(k, problem, grid, err);
+    if (st == KILN_OK) st = build_args(&k->meta, t, n, a->rows, a->hidden, a->eps, 0, args, err);
+    if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, k->meta.nparams, a->stream, err);
+    return st;
+}
+
+/* ---- backward ---- */
+
+static void bwd_spec(const kiln_norm_bwd_args *a, int hidden, char *buf, size_t size) {
+    char h[24], res[48];
+    hidden_text(hidden, h, sizeof h);
+    residual_text(a->dres != 0, a->r_dtype, a->x_dtype, res, sizeof res);
+    if (a->kind == KILN_NORM_RMSNORM)
+        snprintf(buf, size, "rmsnorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s%s", kiln_dtype_name(a->x_dtype),
+                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->dy_dtype), kiln_dtype_name(a->dx_dtype), h,
+                 a->weight ? "true" : "false", res);
+    else
+        snprintf(buf, size, "layernorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s bias=%s%s", kiln_dtype_name(a->x_dtype),
+                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->dy_dtype), kiln_dtype_name(a->dx_dtype), h,
+                 a->weight ? "true" : "false", a->dbias ? "true" : "false", res);
+}
+
+static kiln_status bwd_check(const kiln_norm_bwd_args *a, kiln_error *err) {
+    if ((unsigned)a->kind > KILN_NORM_RMSNORM) return kiln_fail(err, KILN_EINVAL, "norm: kind must be KILN_NORM_LAYERNORM or KILN_NORM_RMSNORM");
+    if (!valid_dtype(a->x_dtype) || !valid_dtype(a->w_dtype) || !valid_dtype(a->dy_dtype) || !valid_dtype(a->dx_dtype) ||
+        (a->dres && !valid_dtype(a->r_dtype)))
+        return kiln_fail(err, KILN_EINVAL, "norm backward: dtypes must be f32, f16 or bf16");
+    if (a->rows < 0 || a->hidden <= 0)
+        return kiln_fail(err, KILN_EINVAL, "norm backward: rows (%d) must be >= 0 and hidden (%d) > 0", a->rows, a->hidden);
+    if (!a->dx || !a->dy || !a->x || !a->rstd || (a->kind == KILN_NORM_LAYERNORM && !a->mean))
+        return kiln_fail(err, KILN_EINVAL, "norm backward: dx, dy, x, rstd%s must be device pointers, not 0",
+                         a->kind == KILN_NORM_LAYERNORM ? " and mean" : "");
+    if (a->weight && !a->dweight) return kiln_fail(err, KILN_EINVAL, "norm backward: weight is set, so dweight is needed");
+    if (a->kind == KILN_NORM_RMSNORM && a->dbias) return kiln_fail(err, KILN_EINVAL, "norm backward: RMSNorm has no dbias");
+    return KILN_OK;
+}
+
+static int bwd_table(const kiln_norm_bwd_args *a, named_ptr *t) {
+    named_ptr v[] = {{"dx", a->dx}, {"ws", a->workspace}, {"dy", a->dy}, {"x", a->x}, {"mean", a->mean},
+                     {"rstd", a->rstd}, {"weight", a->weight}, {"dres", a->dres}, {"dweight", a->dweight},
+                     {"dbias", a->dbias}};
+    memcpy(t, v, sizeof v);
+    return (int)(sizeof v / sizeof v[0]);
+}
+
+kiln_status kiln_norm_backward_pick(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_kernel **out, kiln_error *err) {
+    if (!rt || !a || !out) return kiln_fail(err, KILN_EINVAL, "kiln_norm_backward_pick: NULL argument");
+    kiln_status st = bwd_check(a, err);
+    if (st != KILN_OK) return st;
+    char fixed[KILN_SPEC_MAX], launch[KILN_SPEC_MAX];
+    named_ptr t[10];
+    int n = bwd_table(a, t);
+    bwd_spec(a, a->hidden, fixed, sizeof fixed);
+    bwd_spec(a, 0, launch, sizeof launch);
+    return pick(rt, a->kind == KILN_NORM_RMSNORM ? "RMSNorm backward" : "LayerNorm backward", fixed, launch, t, n,
+                a->hidden, out, err);
+}
+
+static unsigned bwd_blocks(kiln_rt *rt, const kiln_kernel_meta *m, int rows) {
+    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, need = ((unsigned)rows + tile - 1) / tile;
+    unsigned threads = m->block[0] * m->block[1] * m->block[2], per_sm = threads ? 1024 / threads : 1;
+    int sms = kiln_rt_device(rt)->multiprocessors;
+    unsigned cap = (unsigned)(sms > 0 ? sms : 1) * (per_sm ? per_sm : 1);
+    return need < cap ? need : cap;
+}
+
+kiln_status kiln_norm_backward_workspace(kiln_rt *rt, const kiln_norm_bwd_args *a, size_t *bytes, unsigned *blocks,
+                                         kiln_error *err) {
+    kiln_kernel *k;
+    if (!bytes) return kiln_fail(err, KILN_EINVAL, "kiln_norm_backward_workspace: NULL argument");
+    kiln_status st = kiln_norm_backward_pick(rt, a, &k, err);
+    if (st != KILN_OK) return st;
+    unsigned g = a->rows > 0 ? bwd_blocks(rt, &k->meta, a->rows) : 0;
+    *bytes = (size_t)k->meta.ws_slabs * g * (k->meta.ws_rows_per_block ? k->meta.ws_rows_per_block : 1) * (size_t)a->hidden * 4;
+    if (blocks) *blocks = g;
+    return KILN_OK;
+}
+
+kiln_status kiln_norm_backward(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_norm_backward: NULL argument");
+    kiln_status st = bwd_check(a, err);
+    if (st != KILN_OK || a->rows == 0) return st;
+    kiln_kernel *k, *red = NULL;
+    kiln_arg args[KILN_MAX_PARAMS];
+    named_ptr t[10];
+    int n = bwd_table(a, t);
+    size_t need;
+    unsigned blocks;
+    if ((st = kiln_norm_backward_workspace(rt, a, &need, &blocks, err)) != KILN_OK) return st;
+    if ((st = kiln_norm_backward_pick(rt, a, &k, err)) != KILN_OK) return st;
+    const kiln_kernel_meta *m = &k->meta;
+    if (need && (!a->workspace || a->workspace_bytes < need))
+        return kiln_fail(err, KILN_EINVAL, "norm backward: '%s' needs a workspace of %zu bytes (%u slabs x %u blocks x %u rows x "
+                         "hidden %d x 4), got %zu at 0x%llx", m->spec, need, m->ws_slabs, blocks, m->ws_rows_per_block,
+                         a->hidden, a->workspace_bytes, (unsigned long long)a->workspace);
+    if (m->ws_slabs && !m->then_spec[0])
+        return kiln_fail(err, KILN_ECORRUPT, "kernel '%s' writes a workspace but names no kernel to reduce it", m->entry);
+    if (m->ws_slabs && (st = kiln_rt_get_kernel(rt, m->then_spec, &red, err)) != KILN_OK) return st;
+    int parts = (int)(blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
+    unsigned grid[3] = {blocks, 1, 1};
+    if ((st = build_args(m, t, n, a->rows, a->hidden, 0.0f, parts, args, err)) != KILN_OK) return st;
+    if ((st = kiln_kernel_launch(k, grid, args, m->nparams, a->stream, err)) != KILN_OK || !red) return st;
+    const uint64_t problem[3] = {(uint64_t)a->hidden, m->ws_slabs, 1};
+    if ((st = kiln_kernel_grid(red, problem, grid, err)) != KILN_OK) return st;
+    /* slab 0 is dweight when there is one, else dbias: the reduce kernel picks by NULL-ness */
+    if ((st = build_args(&red->meta, t, n, a->rows, a->hidden, 0.0f, parts, args, err)) != KILN_OK) return st;
+    return kiln_kernel_launch(red, grid, args, red->meta.nparams, a->stream, err);
+}

@@ -1,0 +1,44 @@
+-- templates/layernorm_bwd.lua - LayerNorm backward (torch semantics): dx, and dweight/dbias partial sums for norm_reduce.
+--
+-- Inputs dy, x (h when the forward had residual=true), mean and rstd as the forward saved them,
+-- weight. xhat = (x - mean) rstd, g = dy w, dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ dres,
+-- the gradient reaching h through the residual stream, when residual=true). dweight = sum of
+-- dy xhat and dbias = sum of dy over rows are accumulated per thread while the blocks walk the
+-- rows grid-stride, then written as f32 partial rows to the workspace `ws` (slab 0 dweight,
+-- slab 1 dbias; grid * rows_per_block rows of hidden floats per slab); the kernel named by
+-- `then_spec` (norm_reduce) adds them in a fixed order: no atomics, identical bits run to run.
+local norm = require("lib.norm")
+
+local K = {
+  doc = "LayerNorm backward: dx (+ dres with residual=true); dweight/dbias partials in an f32 workspace, reduced by norm_reduce",
+  params = {
+    { name = "x", type = "dtype", default = "f32", doc = "dtype of the normalized input (h with residual)" },
+    { name = "w", type = "dtype", default = "=x", doc = "weight, dweight and dbias dtype" },
+    { name = "dy", type = "dtype", default = "=x", doc = "incoming gradient dtype" },
+    { name = "dx", type = "dtype", default = "=x", doc = "input gradient dtype" },
+    { name = "hidden", type = "size", default = "launch", max = 16384,
+      doc = "row length fixed at generation time, or 'launch'" },
+    { name = "weight", type = "bool", default = true, doc = "the forward multiplied by weight (dweight wanted)" },
+    { name = "bias", type = "bool", default = true, doc = "the forward added bias (dbias wanted)" },
+    { name = "residual", type = "bool", default = false, hide_default = true,
+      doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
+    { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },
+  },
+  check = norm.check,
+}
+
+function K.config(spec, target) return norm.backward_config(spec, target, false) end
+
+function K.build(b, spec, cfg)
+  local params = {
+    { "dx", "ptr", spec.dx }, { "ws", "ptr", "f32" },
+    { "dy", "ptr", spec.dy, readonly = true }, { "x", "ptr", spec.x, readonly = true },
+    { "mean", "ptr", "f32", readonly = true }, { "rstd", "ptr", "f32", readonly = true },
+    { "weight", "ptr", spec.w, readonly = true },
+    { "rows", "i32" }, { "hidden", "i32" },
+  }
+  if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
+  norm.backward(b, spec, cfg, b:kernel{ params = params }, false)
+end
+
+return K

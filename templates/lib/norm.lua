@@ -1,0 +1,551 @@
+-- templates/lib/norm.lua - what the LayerNorm/RMSNorm templates share: geometry, row access, statistics, reductions.
+--
+-- Two row forms. Fixed hidden: a row is split into chunks of `vec` elements (16 bytes of the
+-- narrowest... widest-allowed vector that divides hidden), chunk j*T + t belongs to thread t of
+-- the row's T threads, and the row stays in registers. hidden=launch: thread t walks elements
+-- t, t+T, ... from global memory, once per pass.
+--
+-- Statistics (forward): pass 1 sums the row and takes max |x|; pass 2 corrects the mean by
+-- sum(x - m0)/n (constant rows get their exact value, the mean error stays a few ulps); pass 3
+-- sums the squared deviations scaled by a power of two picked from max |x| (exact), so the
+-- variance is finite wherever the true one is representable. rstd = s / sqrt(v_s + eps s^2).
+local util = require("lib.util")
+
+local M = {}
+
+-- Elements per thread the fixed forms keep in registers, at most (forward, backward).
+M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
+-- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
+-- 16 elements' x, dy, weight and two accumulators): larger rows take the looping form.
+M.MAX_BWD_THREADS_PER_ROW = 512
+-- Backward rows per block when a warp handles a row (fixed form).
+M.BWD_ROWS_PER_BLOCK = 8
+-- Looping form: threads per row and rows per block.
+M.LOOP_THREADS_PER_ROW, M.LOOP_ROWS_PER_BLOCK = 128, 2
+-- Threads per block the fixed form aims for when one warp handles a row.
+M.TARGET_BLOCK_THREADS = 128
+
+-- Elements per vector: 16 bytes of the row dtype, halved until it divides hidden (so every row
+-- starts aligned); returns it and the pointer alignment the widest of `dtypes` then needs.
+function M.vector_width(hidden, row_dtype, dtypes)
+  local widest = 0
+  for _, d in ipairs(dtypes) do widest = math.max(widest, util.dtype_bytes[d]) end
+  local vec = 16 // util.dtype_bytes[row_dtype]
+  while vec > 1 and hidden % vec ~= 0 do vec = vec // 2 end
+  return vec, math.min(16, vec * widest)
+end
+
+-- Geometry for a row of spec.hidden elements of row_dtype; dtypes: every tensor accessed by row.
+function M.config(spec, target, row_dtype, dtypes, max_elems)
+  if spec.hidden == "launch" then
+    -- scalar accesses: each pointer needs only its own element alignment; `align` states the
+    -- row dtype's (as the LayerNorm forward always has)
+    local t = M.LOOP_THREADS_PER_ROW
+    return { block = t * M.LOOP_ROWS_PER_BLOCK, grid_tile = M.LOOP_ROWS_PER_BLOCK,
+             rows_per_block = M.LOOP_ROWS_PER_BLOCK, threads_per_row = t, vec = 1,
+             align = util.dtype_bytes[row_dtype] }
+  end
+  local vec, align = M.vector_width(spec.hidden, row_dtype, dtypes)
+  local chunks = spec.hidden // vec
+  local per_thread = math.max(1, max_elems // vec)
+  local t = util.clamp(util.pow2_ceil(util.ceil_div(chunks, per_thread)), 32, target.max_threads)
+  local rows = t == 32 and M.TARGET_BLOCK_THREADS // 32 or 1
+  return { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
+           vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+end
+
+-- ---- reductions ----
+
+-- All-reduce of several f32 values at once over each group of `groups` consecutive warps (the
+-- whole block reaches it when groups > 1): butterflies inside the warp, then one round through
+-- shared memory, added in warp order so every thread of a group gets the same bits.
+-- ops[i] is "sum" or "max" (max of values that are not NaN).
+function M.reduce(b, vals, ops, red)
+  local groups, nwarps = red.groups, red.nwarps
+  local out = {}
+  for i, v in ipairs(vals) do
+    out[i] = ops[i] == "max" and b:warp_max(v) or b:warp_sum(v)
+  end
+  if groups == 1 then return out end
+  local scratch = b:shared("f32", #vals * nwarps)
+  local tid = b:tid()
+  local warp, lane = tid // 32, tid % 32
+  b:if_(b:eq(lane, 0), function()
+    for i, v in ipairs(out) do b:store(scratch + (warp + (i - 1) * nwarps), v) end
+  end)
+  b:barrier()
+  local first = warp // groups * groups
+  local res = {}
+  for i = 1, #vals do
+    local acc
+    for k = 0, groups - 1 do
+      local x = b:load(scratch + (first + k + (i - 1) * nwarps))
+      if not acc then acc = x
+      elseif ops[i] == "max" then acc = b:max(acc, x)
+      else acc = acc + x end
+    end
+    res[i] = acc
+  end
+  b:barrier() -- the scratch is reused when the caller loops
+  return res
+end
+
+-- 2^-k with k >= 0 chosen from m = max |x| so that |x| * 2^-k < 2 (1 when max |x| < 2): scaling
+-- by it is exact, and squares of scaled deviations cannot overflow.
+function M.pow2_scale(b, m)
+  local e = (b:bits(m) // 8388608) % 256 - 126 -- floor(log2 m) + 1 for normal m (shift via division: m >= 0)
+  local k = b:min(b:max(e, 0), 126)
+  return b:from_bits((127 - k) * 8388608)
+end
+
+-- ---- fixed-hidden rows (registers) ----
+
+-- A row view for thread t of the row's T threads: chunk offsets and which passes may run past.
+function M.fixed_row(b, cfg, t)
+  local r = { valid = {}, offs = {}, cfg = cfg }
+  for j = 0, cfg.iters - 1 do
+    local chunk = t + j * cfg.threads_per_row
+    local full = (j + 1) * cfg.threads_per_row <= cfg.chunks
+    r.valid[j] = (not full) and b:lt(chunk, cfg.chunks) or nil
+    r.offs[j] = chunk * cfg.vec
+  end
+  return r
+end
+
+local function and_pred(b, p, q)
+  if p and q then return b:and_(p, q) end
+  return p or q
+end
+
+-- Loads the thread's elements of the row at ptr (f32 list, zeros where masked); live: optional
+-- predicate for the whole row.
+function M.load_row(b, r, ptr, dtype, live)
+  local out, vec = {}, r.cfg.vec
+  local align = math.min(16, vec * util.dtype_bytes[dtype])
+  for j = 0, r.cfg.iters - 1 do
+    local v = b:load_vec(ptr + r.offs[j], vec, { align = align, pred = and_pred(b, r.valid[j], live) })
+    for i = 1, vec do out[#out + 1] = b:to_f32(v[i]) end
+  end
+  return out
+end
+
+-- Stores f32 values (one per element the thread owns) rounded once to dtype.
+function M.store_row(b, r, ptr, dtype, vals, live)
+  local vec = r.cfg.vec
+  local align = math.min(16, vec * util.dtype_bytes[dtype])
+  for j = 0, r.cfg.iters - 1 do
+    local part = {}
+    for i = 1, vec do part[i] = vals[j * vec + i] end
+    b:store_vec(ptr + r.offs[j], b:from_f32_vec(part, dtype), { align = align, pred = and_pred(b, r.valid[j], live) })
+  end
+end
+
+-- Rounds f32 values through dtype and back (what a reader of the stored tensor sees).
+function M.round_through(b, vals, dtype)
+  if dtype == "f32" then return vals end
+  local r = b:from_f32_vec(vals, dtype)
+  local out = {}
+  for i, v in ipairs(r) do out[i] = b:to_f32(v) end
+  return out
+end
+
+-- Masks a per-element value to 0 where the element lies past the row.
+function M.masked(b, r, k, v)
+  local j = (k - 1) // r.cfg.vec
+  if r.valid[j] then return b:select(r.valid[j], v, 0.0) end
+  return v
+end
+
+-- ---- forward statistics ----
+
+-- Pairwise (tree) sum of a list of f32 values: a thread's share of a row adds in log2(n) levels,
+-- so its rounding error grows with log n, not n.
+function M.tree_sum(b, vals)
+  local level = vals
+  if #level == 0 then return b:f32(0.0) end
+  while #level > 1 do
+    local nxt = {}
+    for i = 1, #level, 2 do nxt[#nxt + 1] = level[i + 1] and level[i] + level[i + 1] or level[i] end
+    level = nxt
+  end
+  return level[1]
+end
+
+-- m0 + the mean deviation from it; an infinite m0 stays (inf - inf would make it NaN).
+function M.corrected_mean(b, m0, corr)
+  return m0 + b:select(b:lt(b:abs(m0), math.huge), corr, 0.0)
+end
+
+-- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations.
+function M.ln_stats_fixed(b, r, xs, n, eps, red)
+  local mx = b:f32(0.0)
+  for _, v in ipairs(xs) do mx = b:max(mx, b:abs(v)) end
+  local s1 = M.reduce(b, { M.tree_sum(b, xs), mx }, { "sum", "max" }, red)
+  local m0 = s1[1] / n
+  local cs = {}
+  for k, v in ipairs(xs) do cs[k] = M.masked(b, r, k, v - m0) end
+  local mean = M.corrected_mean(b, m0, M.reduce(b, { M.tree_sum(b, cs) }, { "sum" }, red)[1] / n)
+  local scale = M.pow2_scale(b, s1[2])
+  local sqs, ds = {}, {}
+  for k, v in ipairs(xs) do
+    ds[k] = M.masked(b, r, k, v - mean)
+    local d = ds[k] * scale
+    sqs[k] = d * d
+  end
+  local vs = M.reduce(b, { M.tree_sum(b, sqs) }, { "sum" }, red)[1] / n
+  local rstd = scale * b:rsqrt(b:fma(eps * scale, scale, vs))
+  return mean, rstd, ds
+end
+
+-- RMSNorm: rstd = 1 / sqrt(mean(x^2) + eps). One reduction (sum of squares and max |x|); a row
+-- whose sum of squares overflows f32 is summed again scaled by a power of two (the branch is
+-- uniform over the reduction's group).
+function M.rms_rstd(b, sum_sq_fn, n, eps, red)
+  local q, mx = sum_sq_fn(nil)
+  local s1 = M.reduce(b, { q, mx }, { "sum", "max" }, red)
+  local rstd = b:var("f32", b:rsqrt(s1[1] / n + eps))
+  local overflow = b:and_(b:eq(s1[1], math.huge), b:lt(s1[2], math.huge))
+  b:if_(overflow, function()
+    local scale = M.pow2_scale(b, s1[2])
+    local qs = sum_sq_fn(scale)
+    local vs = M.reduce(b, { qs }, { "sum" }, red)[1] / n
+    rstd:set(scale * b:rsqrt(b:fma(eps * scale, scale, vs)))
+  end)
+  return rstd:get()
+end
+
+-- Sum of squares of f32 values (scaled when scale is given) and max |v| (only unscaled), for rms_rstd.
+local function sum_sq(b, vals, scale)
+  local sq, mx = {}, b:f32(0.0)
+  for k, v in ipairs(vals) do
+    local u = scale and v * scale or v
+    sq[k] = u * u
+    if not scale then mx = b:max(mx, b:abs(v)) end
+  end
+  return M.tree_sum(b, sq), mx
+end
+
+-- The affine step in f32: n * w + bias (either may be absent).
+function M.affine(b, n, wv, bv)
+  if wv and bv then return b:fma(n, wv, bv) end
+  if wv then return n * wv end
+  if bv then return n + bv end
+  return n
+end
+
+-- Thread 0 of the row writes a per-row f32 statistic where that output is wanted.
+function M.store_stat(b, ptr, row, lead, v)
+  b:if_(b:and_(lead, b:not_(b:is_null(ptr))), function() b:store(ptr + row, v) end)
+end
+
+-- ---- forward (LayerNorm and RMSNorm) ----
+-- p: kernel params; rms: RMSNorm (no mean, no bias). With spec.residual, h = x + residual is
+-- rounded to spec.r, written to p.h, and the rounded h is what gets normalized.
+
+local function forward_fixed(b, spec, cfg, p, rms)
+  local T = cfg.threads_per_row
+  local tid = b:tid()
+  local t = tid % T
+  local row = b:ctaid() * cfg.rows_per_block + tid // T
+  b:exit_if(b:ge(row, p.rows)) -- whole warps leave together (rows_per_block > 1 only when T = 32)
+  local base = b:i64(row) * spec.hidden
+  local r = M.fixed_row(b, cfg, t)
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local xs = M.load_row(b, r, p.x + base, spec.x)
+  if spec.residual then
+    local rs, hs = M.load_row(b, r, p.residual + base, spec.r), {}
+    for k = 1, #xs do hs[k] = xs[k] + rs[k] end
+    M.store_row(b, r, p.h + base, spec.r, hs)
+    xs = M.round_through(b, hs, spec.r)
+  end
+  local mean, rstd, ns
+  if rms then
+    rstd = M.rms_rstd(b, function(scale) return sum_sq(b, xs, scale) end, spec.hidden, p.eps, red)
+    ns = xs
+  else
+    mean, rstd, ns = M.ln_stats_fixed(b, r, xs, spec.hidden, p.eps, red)
+  end
+  -- Affine in f32, rounded once into y; weight and bias are loaded a chunk at a time.
+  local vec = cfg.vec
+  local walign = math.min(16, vec * util.dtype_bytes[spec.w])
+  local yalign = math.min(16, vec * util.dtype_bytes[spec.y])
+  for j = 0, cfg.iters - 1 do
+    local wv, bv = {}, {}
+    if spec.weight then wv = b:load_vec(p.weight + r.offs[j], vec, { align = walign, pred = r.valid[j] }) end
+    if spec.bias and not rms then bv = b:load_vec(p.bias + r.offs[j], vec, { align = walign, pred = r.valid[j] }) end
+    local out = {}
+    for i = 1, vec do
+      local nv = ns[j * vec + i] * rstd
+      out[i] = M.affine(b, nv, wv[i] and b:to_f32(wv[i]), bv[i] and b:to_f32(bv[i]))
+    end
+    b:store_vec(p.y + base + r.offs[j], b:from_f32_vec(out, spec.y), { align = yalign, pred = r.valid[j] })
+  end
+  local lead = b:eq(t, 0)
+  if not rms then M.store_stat(b, p.mean, row, lead, mean) end
+  M.store_stat(b, p.rstd, row, lead, rstd)
+end
+
+local function forward_looping(b, spec, cfg, p, rms)
+  local T = cfg.threads_per_row
+  local tid = b:tid()
+  local t = tid % T
+  local row = b:ctaid() * cfg.rows_per_block + tid // T
+  -- Rows past the end still reach the block reductions' barriers, with no work.
+  local live = b:lt(row, p.rows)
+  local n = b:select(live, p.hidden, 0)
+  local base = b:i64(b:select(live, row, 0)) * b:i64(p.hidden)
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local hidden_f = b:f32(p.hidden)
+  local src = p.x + base
+  local function val(i) return b:to_f32(b:load(src + i)) end
+
+  -- Pass 1: sum (or sum of squares) and max |v|; with a residual, h is formed and written here.
+  local acc, mx = b:var("f32", 0.0), b:var("f32", 0.0)
+  b:for_(t, n, T, function(i)
+    local v = b:to_f32(b:load(p.x + base + i))
+    if spec.residual then
+      local hv = b:from_f32(v + b:to_f32(b:load(p.residual + base + i)), spec.r)
+      b:store(p.h + base + i, hv)
+      v = b:to_f32(hv)
+    end
+    acc:set(rms and b:fma(v, v, acc:get()) or acc:get() + v)
+    mx:set(b:max(mx:get(), b:abs(v)))
+  end)
+  if spec.residual then src = p.h + base end
+  local mean, rstd
+  if rms then
+    rstd = M.rms_rstd(b, function(scale)
+      if not scale then return acc:get(), mx:get() end
+      local q = b:var("f32", 0.0)
+      b:for_(t, n, T, function(i)
+        local u = val(i) * scale
+        q:set(b:fma(u, u, q:get()))
+      end)
+      return q:get()
+    end, hidden_f, p.eps, red)
+  else
+    local s1 = M.reduce(b, { acc:get(), mx:get() }, { "sum", "max" }, red)
+    local m0 = s1[1] / hidden_f
+    local c = b:var("f32", 0.0)
+    b:for_(t, n, T, function(i) c:set(c:get() + (val(i) - m0)) end)
+    mean = M.corrected_mean(b, m0, M.reduce(b, { c:get() }, { "sum" }, red)[1] / hidden_f)
+    local scale = M.pow2_scale(b, s1[2])
+    local sq = b:var("f32", 0.0)
+    b:for_(t, n, T, function(i)
+      local d = (val(i) - mean) * scale
+      sq:set(b:fma(d, d, sq:get()))
+    end)
+    local vs = M.reduce(b, { sq:get() }, { "sum" }, red)[1] / hidden_f
+    rstd = scale * b:rsqrt(b:fma(p.eps * scale, scale, vs))
+  end
+  b:for_(t, n, T, function(i)
+    local v = val(i)
+    local nv = (rms and v or v - mean) * rstd
+    local wv = spec.weight and b:to_f32(b:load(p.weight + i)) or nil
+    local bv = (spec.bias and not rms) and b:to_f32(b:load(p.bias + i)) or nil
+    b:store(p.y + base + i, b:from_f32(M.affine(b, nv, wv, bv), spec.y))
+  end)
+  local lead = b:and_(live, b:eq(t, 0))
+  if not rms then M.store_stat(b, p.mean, row, lead, mean) end
+  M.store_stat(b, p.rstd, row, lead, rstd)
+end
+
+function M.forward(b, spec, cfg, p, rms)
+  if spec.hidden == "launch" then forward_looping(b, spec, cfg, p, rms) else forward_fixed(b, spec, cfg, p, rms) end
+end
+
+-- ---- backward (LayerNorm and RMSNorm) ----
+-- xhat = (x - mean) rstd (RMSNorm: x rstd), g = dy w; dx = rstd (g - mean(g) - xhat mean(g xhat))
+-- (RMSNorm: no mean(g) term), plus dres with a residual. dweight = sum over rows of dy xhat and
+-- dbias = sum of dy go to an f32 workspace: slab s (weight first, then bias), one partial row per
+-- (block, row slot); the blocks walk the rows grid-stride, so the workspace size follows the grid
+-- the launcher picks, not the row count. norm_reduce sums the partial rows in a fixed order.
+
+-- Workspace slabs a backward spec writes.
+function M.slabs(spec, rms)
+  local n = spec.weight and 1 or 0
+  if not rms and spec.bias then n = n + 1 end
+  return n
+end
+
+local function backward_fixed(b, spec, cfg, p, rms)
+  local T, rpb = cfg.threads_per_row, cfg.rows_per_block
+  local tid = b:tid()
+  local t, slot = tid % T, tid // T
+  local r = M.fixed_row(b, cfg, t)
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local nel = cfg.iters * cfg.vec
+  local wv = spec.weight and M.load_row(b, r, p.weight, spec.w) or nil
+  local slabs = M.slabs(spec, rms)
+  local acc_w, acc_b = {}, {}
+  for k = 1, nel do
+    if spec.weight then acc_w[k] = b:var("f32", 0.0) end
+    if slabs > 0 and not rms and spec.bias then acc_b[k] = b:var("f32", 0.0) end
+  end
+  local n = spec.hidden
+  b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
+    local row = rbase + slot
+    local live = b:lt(row, p.rows)
+    local off = b:i64(row) * n
+    local xs = M.load_row(b, r, p.x + off, spec.x, live)
+    local dys = M.load_row(b, r, p.dy + off, spec.dy, live)
+    local rstd = b:load(p.rstd + row, { pred = live })
+    local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
+    local xh, g = {}, {}
+    local gx = {}
+    for k = 1, nel do
+      xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
+      g[k] = wv and dys[k] * wv[k] or dys[k]
+      gx[k] = g[k] * xh[k]
+    end
+    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
+    local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
+    local a = s[1] / n
+    local c = (not rms) and s[2] / n or nil
+    local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r, live) or nil
+    local dx = {}
+    for k = 1, nel do
+      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
+      dx[k] = (g[k] - tk) * rstd
+      if dres then dx[k] = dx[k] + dres[k] end
+      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh[k], acc_w[k]:get())) end
+      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
+    end
+    M.store_row(b, r, p.dx + off, spec.dx, dx, live)
+  end)
+  if slabs == 0 then return end
+  if rpb == 1 then -- one partial row per block and slab
+    local s = 0
+    for _, acc in ipairs({ acc_w, acc_b }) do
+      if acc[1] then
+        local vals = {}
+        for k = 1, nel do vals[k] = acc[k]:get() end
+        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
+        s = s + 1
+      end
+    end
+    return
+  end
+  -- Several row slots share the block's columns: their accumulators meet in shared memory
+  -- (thread t's k-th value of slot q at q*T*nel + (k-1)*T + t) and slot 0 adds them in slot order,
+  -- so the block still writes one partial row per slab.
+  local stride = T * nel
+  local sm = b:shared("f32", rpb * stride)
+  local s = 0
+  for _, acc in ipairs({ acc_w, acc_b }) do
+    if acc[1] then
+      for k = 1, nel do b:store(sm + (slot * stride + ((k - 1) * T) + t), acc[k]:get()) end
+      b:barrier()
+      local slab = s
+      b:if_(b:eq(slot, 0), function()
+        local vals = {}
+        for k = 1, nel do
+          local v = b:load(sm + ((k - 1) * T + t))
+          for q = 1, rpb - 1 do v = v + b:load(sm + (q * stride + (k - 1) * T + t)) end
+          vals[k] = v
+        end
+        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * slab + b:i64(b:ctaid())) * n, "f32", vals)
+      end)
+      b:barrier() -- the next slab reuses the array
+      s = s + 1
+    end
+  end
+end
+
+local function backward_looping(b, spec, cfg, p, rms)
+  local T, rpb = cfg.threads_per_row, cfg.rows_per_block
+  local tid = b:tid()
+  local t, slot = tid % T, tid // T
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local slabs = M.slabs(spec, rms)
+  local hidden64 = b:i64(p.hidden)
+  local parts = b:nctaid() * rpb
+  local part = b:ctaid() * rpb + slot
+  local wsw, wsb
+  local s = 0
+  if spec.weight then wsw = p.ws + b:i64(part) * hidden64; s = 1 end
+  if not rms and spec.bias then wsb = p.ws + (b:i64(parts) * s + b:i64(part)) * hidden64 end
+  if slabs > 0 then
+    b:for_(t, p.hidden, T, function(i)
+      if wsw then b:store(wsw + i, b:f32(0.0)) end
+      if wsb then b:store(wsb + i, b:f32(0.0)) end
+    end)
+  end
+  local hidden_f = b:f32(p.hidden)
+  b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
+    local row = rbase + slot
+    local live = b:lt(row, p.rows)
+    local n = b:select(live, p.hidden, 0)
+    local off = b:i64(b:select(live, row, 0)) * hidden64
+    local rstd = b:load(p.rstd + row, { pred = live })
+    local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
+    local function terms(i)
+      local x = b:to_f32(b:load(p.x + off + i))
+      local dy = b:to_f32(b:load(p.dy + off + i))
+      local xh = (rms and x or x - mean) * rstd
+      local g = spec.weight and dy * b:to_f32(b:load(p.weight + i)) or dy
+      return xh, g, dy
+    end
+    local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
+    b:for_(t, n, T, function(i)
+      local xh, g = terms(i)
+      sg:set(sg:get() + g)
+      sgx:set(b:fma(g, xh, sgx:get()))
+    end)
+    local sr = rms and M.reduce(b, { sgx:get() }, { "sum" }, red) or M.reduce(b, { sgx:get(), sg:get() }, { "sum", "sum" }, red)
+    local a = sr[1] / hidden_f
+    local c = (not rms) and sr[2] / hidden_f or nil
+    b:for_(t, n, T, function(i)
+      local xh, g, dy = terms(i)
+      local tk = c and b:fma(xh, a, c) or xh * a
+      local dx = (g - tk) * rstd
+      if spec.residual then dx = dx + b:to_f32(b:load(p.dres + off + i)) end
+      b:store(p.dx + off + i, b:from_f32(dx, spec.dx))
+      if wsw then b:store(wsw + i, b:fma(dy, xh, b:load(wsw + i))) end
+      if wsb then b:store(wsb + i, b:load(wsb + i) + dy) end
+    end)
+  end)
+end
+
+function M.backward(b, spec, cfg, p, rms)
+  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms) else backward_fixed(b, spec, cfg, p, rms) end
+end
+
+-- config() of a backward family: the forward geometry at MAX_ELEMS_BWD, and the workspace.
+function M.backward_config(spec, target, rms)
+  local dts = { spec.x, spec.dy, spec.dx, spec.w }
+  if spec.residual then dts[#dts + 1] = spec.r end
+  local cfg = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
+  if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
+    -- the row, its gradients and the dweight/dbias accumulators no longer fit in registers:
+    -- the looping form (hidden still passed at launch)
+    cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+    cfg.loop = true
+  end
+  if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
+    cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
+  end
+  if not cfg.loop and spec.hidden ~= "launch" and cfg.rows_per_block > 1 then
+    -- short rows: more row slots per block (their partial sums are combined in the block)
+    cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK
+    cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
+  end
+  local slabs = M.slabs(spec, rms)
+  if slabs > 0 then
+    -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
+    cfg.workspace_slabs = slabs
+    cfg.workspace_rows = (spec.hidden ~= "launch" and not cfg.loop) and 1 or cfg.rows_per_block
+    cfg.then_spec = "norm_reduce w=" .. spec.w
+  end
+  return cfg
+end
+
+-- check() shared by the families: r is the residual stream's dtype, meaningless without one.
+function M.check(spec)
+  if not spec.residual and spec.r ~= spec.x then
+    return "r=" .. spec.r .. " needs residual=true (r is the dtype of the residual stream)"
+  end
+  return nil
+end
+
+return M

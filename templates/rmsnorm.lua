@@ -1,0 +1,45 @@
+-- templates/rmsnorm.lua - RMSNorm forward, optionally fused with a residual add.
+--
+-- y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) written as f32 (NULL: not
+-- written). x, weight and y each f32, f16 or bf16; math in f32. residual=true: h = x +
+-- residual is rounded to r, written to h and normalized. Geometry and row access as the
+-- LayerNorm forward (lib/norm.lua); one reduction per row (sum of squares with max |x|; a
+-- row whose sum of squares overflows f32 is summed again scaled by a power of two).
+local norm = require("lib.norm")
+
+local K = {
+  doc = "RMSNorm forward: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) saved as f32; residual=true adds h = x + residual first",
+  params = {
+    { name = "x", type = "dtype", default = "f32", doc = "input dtype" },
+    { name = "w", type = "dtype", default = "=x", doc = "weight dtype" },
+    { name = "y", type = "dtype", default = "=x", doc = "output dtype" },
+    { name = "hidden", type = "size", default = "launch", max = 16384,
+      doc = "row length fixed at generation time, or 'launch'" },
+    { name = "weight", type = "bool", default = true, doc = "multiply by weight" },
+    { name = "residual", type = "bool", default = false, hide_default = true,
+      doc = "fused residual add: h = x + residual is written and normalized" },
+    { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of residual and h" },
+  },
+  check = norm.check,
+}
+
+function K.config(spec, target)
+  local dts = { spec.x, spec.y, spec.w }
+  if spec.residual then dts[#dts + 1] = spec.r end
+  return norm.config(spec, target, spec.x, dts, norm.MAX_ELEMS_FWD)
+end
+
+function K.build(b, spec, cfg)
+  local params = {
+    { "y", "ptr", spec.y }, { "rstd", "ptr", "f32" },
+    { "x", "ptr", spec.x, readonly = true }, { "weight", "ptr", spec.w, readonly = true },
+    { "rows", "i32" }, { "hidden", "i32" }, { "eps", "f32" },
+  }
+  if spec.residual then
+    params[#params + 1] = { "h", "ptr", spec.r }
+    params[#params + 1] = { "residual", "ptr", spec.r, readonly = true }
+  end
+  norm.forward(b, spec, cfg, b:kernel{ params = params }, true)
+end
+
+return K

@@ -1,0 +1,39 @@
+-- templates/rmsnorm_bwd.lua - RMSNorm backward: dx, and dweight partial sums for norm_reduce.
+--
+-- Inputs dy, x (h when the forward had residual=true), rstd as the forward saved it, weight.
+-- xhat = x rstd, g = dy w, dx = rstd (g - xhat mean(g xhat)) (+ dres with residual=true);
+-- dweight = sum over rows of dy xhat, as f32 partial rows in the workspace `ws` (one slab;
+-- grid * rows_per_block rows of hidden floats), added in a fixed order by norm_reduce.
+local norm = require("lib.norm")
+
+local K = {
+  doc = "RMSNorm backward: dx (+ dres with residual=true); dweight partials in an f32 workspace, reduced by norm_reduce",
+  params = {
+    { name = "x", type = "dtype", default = "f32", doc = "dtype of the normalized input (h with residual)" },
+    { name = "w", type = "dtype", default = "=x", doc = "weight and dweight dtype" },
+    { name = "dy", type = "dtype", default = "=x", doc = "incoming gradient dtype" },
+    { name = "dx", type = "dtype", default = "=x", doc = "input gradient dtype" },
+    { name = "hidden", type = "size", default = "launch", max = 16384,
+      doc = "row length fixed at generation time, or 'launch'" },
+    { name = "weight", type = "bool", default = true, doc = "the forward multiplied by weight (dweight wanted)" },
+    { name = "residual", type = "bool", default = false, hide_default = true,
+      doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
+    { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },
+  },
+  check = norm.check,
+}
+
+function K.config(spec, target) return norm.backward_config(spec, target, true) end
+
+function K.build(b, spec, cfg)
+  local params = {
+    { "dx", "ptr", spec.dx }, { "ws", "ptr", "f32" },
+    { "dy", "ptr", spec.dy, readonly = true }, { "x", "ptr", spec.x, readonly = true },
+    { "rstd", "ptr", "f32", readonly = true }, { "weight", "ptr", spec.w, readonly = true },
+    { "rows", "i32" }, { "hidden", "i32" },
+  }
+  if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
+  norm.backward(b, spec, cfg, b:kernel{ params = params }, true)
+end
+
+return K

@@ -1,0 +1,299 @@
+/* tests/emu_norm_test.c - the norm families (layernorm with residual, rmsnorm, layernorm_bwd, rmsnorm_bwd + norm_reduce) on the emulator against float64.
+ *
+ * Each variant runs on sm_75 and sm_80 (KILN_TEST_FULL=1: every SM and more shapes) with
+ * "mixed" inputs (random, large mean / tiny variance, constant, NaN/Inf rows; backwards leave
+ * the NaN/Inf rows out, since one NaN row makes every dweight column NaN), every 16th weight 0,
+ * and must match the float64 reference within tolerances derived in emu/emu_norm.c:
+ *   forward  mean (D+2)u mean|h|; rstd ((D+4)/2+4)u rstd; y 4u|(h-m) r w| + u|y| + half an ulp
+ *            of y's dtype (u = 2^-24, D ~ hidden / threads_per_row + 13); h exact;
+ *   backward dx 2r[4u(|g|+|xh a|+|c|) + |xh|(D+3)u S|g xh|/n + (D+1)u S|g|/n] + 2u|dx| + half an
+ *            ulp of dx's dtype; dweight/dbias (rows + parts/32 + 20)u S|dy xh| (S|dy|) + half an ulp.
+ * sm_75 (integer bf16 rounding) and sm_80 (native cvt) must give identical bytes. Backwards run
+ * on a grid smaller than the row count (blocks walk rows grid-stride) and twice with the same
+ * grid: dweight/dbias must be bit-identical (no atomics). Exact cases (issue 16): rows of
+ * |x| ~ 1e30 give finite statistics; a constant row of 0.1f with eps = 0 gives mean exactly
+ * 0.1f, rstd = +inf and y = NaN; a constant 65536-long f32 row (hidden=launch) gives mean
+ * exactly the constant and y exactly the bias. KILN_TEST_FULL=1 adds the sweep: every family x
+ * five dtype sets x hidden {1, 7, 33, 100, 768, 1000, 4096, 16384, launch} x residual on/off,
+ * on every SM (~360 variants). */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kiln/emu_norm.h"
+#include "kiln/kiln.h"
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+
+static kiln_emu_kernel *load(const char *spec, int sm) {
+    kiln_emu_kernel *k = NULL;
+    kiln_error err = {0};
+    if (kiln_emu_load(emu, gen, spec, sm, &k, &err) != KILN_OK) {
+        CHECK(0, "loading '%s' for sm_%d: %s", spec, sm, err.msg);
+        return NULL;
+    }
+    return k;
+}
+
+static size_t out_bytes(const kiln_norm_data *d, int o) {
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->rows * (size_t)d->hidden;
+    if (kiln_norm_is_backward(s))
+        return o == 0 ? n * kiln_dtype_size(s->dx) : (size_t)d->hidden * kiln_dtype_size(s->w);
+    return o == 0 ? n * kiln_dtype_size(s->y) : o == 3 ? n * kiln_dtype_size(s->r) : (size_t)d->rows * 4;
+}
+
+static const void *out_ptr(const kiln_norm_data *d, int o) {
+    if (kiln_norm_is_backward(&d->spec)) return o == 0 ? d->dx : o == 1 ? d->dw : o == 2 ? d->db : NULL;
+    return o == 0 ? d->y : o == 1 ? (void *)d->mean : o == 2 ? (void *)d->rstd : d->h;
+}
+
+/* Runs spec on sm with data d (blocks: backward grid, 0 = all); checks it; returns 0 on a pass. */
+static int run_check(const char *spec, int sm, kiln_norm_data *d, unsigned blocks, int twice) {
+    kiln_error err = {0};
+    kiln_emu_kernel *k = load(spec, sm), *red = NULL;
+    if (!k) return -1;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    if (m->then_spec[0] && !(red = load(m->then_spec, sm))) return -1;
+    kiln_status st = kiln_norm_run(k, red, d, blocks, twice, &err);
+    CHECK(st == KILN_OK, "%s sm_%d: %s", spec, sm, err.msg);
+    if (st != KILN_OK) return -1;
+    unsigned need = ((unsigned)d->rows + m->grid_tile[0] - 1) / m->grid_tile[0];
+    unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
+    kiln_norm_report r;
+    long bad = kiln_norm_check(d, (int)m->threads_per_row, parts, &r);
+    for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
+        CHECK(!r.bad[o], "%s sm_%d rows %d hidden %d: %ld bad %s; first: %s", spec, sm, d->rows, d->hidden, r.bad[o],
+              kiln_norm_output_name(&d->spec, o), r.first[o]);
+    kiln_emu_kernel_free(k);
+    if (red) kiln_emu_kernel_free(red);
+    return bad ? -1 : 0;
+}
+
+/* The variant on every SM in sms: each run checked, and the outputs' bytes equal across SMs. */
+static void variant(const char *spec, const int *sms, int nsms, int full) {
+    char name[300];
+    snprintf(name, sizeof name, "%s", spec);
+    TEST_BEGIN(name);
+    kiln_error err = {0};
+    char canon[KILN_SPEC_MAX];
+    kiln_norm_spec s;
+    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK) {
+        CHECK(0, "%s", err.msg);
+        TEST_END();
+        return;
+    }
+    int bwd = kiln_norm_is_backward(&s);
+    int hiddens[3], nh = 0;
+    if (s.hidden) hiddens[nh++] = s.hidden;
+    else {
+        hiddens[nh++] = 1000;
+        hiddens[nh++] = 7;
+        if (full) hiddens[nh++] = 4096;
+    }
+    for (int hi = 0; hi < nh; hi++) {
+        /* small backward rows: over 100 partial rows, so every interleaved sum of norm_reduce works */
+        int rows = hiddens[hi] >= 4096 ? 6 : bwd && hiddens[hi] <= 64 ? 150 : 19;
+        kiln_norm_data *d = NULL;
+        uint64_t seed = 11;
+        for (const char *c = spec; *c; c++) seed = seed * 31 + (unsigned char)*c;
+        if (kiln_norm_data_create(&d, &s, 1e-5f, rows, hiddens[hi], bwd ? KILN_LN_RANDOM : KILN_LN_MIXED, 1.0, seed, &err) != KILN_OK) {
+            CHECK(0, "data: %s", err.msg);
+            continue;
+        }
+        if (bwd) { /* large-mean and constant rows too (no NaN rows: they make all of dweight NaN) */
+            kiln_norm_data_set_row(d, 1, 0.1);
+        }
+        unsigned char *first[KILN_NORM_OUTPUTS] = {0};
+        for (int si = 0; si < nsms; si++) {
+            if (run_check(spec, sms[si], d, bwd ? 3 : 0, !bwd && si == 0) != 0) break;
+            for (int o = 0; o < KILN_NORM_OUTPUTS; o++) {
+                if (!kiln_norm_output_name(&s, o) || !out_ptr(d, o)) continue;
+                size_t nb = out_bytes(d, o);
+                if (si == 0) {
+                    first[o] = malloc(nb);
+                    if (first[o]) memcpy(first[o], out_ptr(d, o), nb);
+                } else if (first[o]) {
+                    CHECK(!memcmp(first[o], out_ptr(d, o), nb), "%s: %s on sm_%d differs in its bits from sm_%d's", spec,
+                          kiln_norm_output_name(&s, o), sms[si], sms[0]);
+                }
+            }
+            if (bwd && si == 0) { /* the same grid again: identical bits (deterministic reduction) */
+                if (run_check(spec, sms[0], d, 3, 0) == 0)
+                    for (int o = 1; o < 3; o++)
+                        if (first[o] && out_ptr(d, o))
+                            CHECK(!memcmp(first[o], out_ptr(d, o), out_bytes(d, o)), "%s: %s differs between two runs", spec,
+                                  kiln_norm_output_name(&s, o));
+                run_check(spec, sms[0], d, 0, 0); /* and on one block per row group */
+            }
+        }
+        for (int o = 0; o < KILN_NORM_OUTPUTS; o++) free(first[o]);
+        kiln_norm_data_free(d);
+    }
+    TEST_END();
+}
+
+/* ---- exact cases (issue 16, LayerNorm numerics at the edges) ---- */
+
+static kiln_norm_data *exact_data(const char *spec, float eps, int rows, int hidden, double scale) {
+    kiln_error err = {0};
+    char canon[KILN_SPEC_MAX];
+    kiln_norm_spec s;
+    kiln_norm_data *d = NULL;
+    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
+        kiln_norm_data_create(&d, &s, eps, rows, hidden, KILN_LN_RANDOM, scale, 5, &err) != KILN_OK)
+        CHECK(0, "%s: %s", spec, err.msg);
+    return d;
+}
+
+static void huge_rows(const char *spec, int hidden) {
+    char name[300];
+    snprintf(name, sizeof name, "%s: rows of |x| ~ 1e30 give finite rstd and the float64 answer", spec);
+    TEST_BEGIN(name);
+    kiln_norm_data *d = exact_data(spec, 1e-5f, 4, hidden, 1e30);
+    if (d && run_check(spec, 80, d, 0, 0) == 0)
+        for (int r = 0; r < d->rows; r++)
+            CHECK(d->rstd[r] > 0 && isfinite(d->rstd[r]), "rstd[%d] = %g (overflowed variance)", r, (double)d->rstd[r]);
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
+static void constant_rows(const char *spec, int hidden, float eps) {
+    char name[300];
+    snprintf(name, sizeof name, "%s hidden %d eps %g: constant rows have variance exactly 0", spec, hidden, (double)eps);
+    TEST_BEGIN(name);
+    kiln_norm_data *d = exact_data(spec, eps, 3, hidden, 1.0);
+    if (d) {
+        kiln_norm_data_set_row(d, 0, 0.1);
+        kiln_norm_data_set_row(d, 2, -3.3);
+        kiln_error err = {0};
+        kiln_emu_kernel *k = load(spec, 80);
+        if (k && kiln_norm_run(k, NULL, d, 0, 0, &err) == KILN_OK) {
+            for (int r = 0; r < 3; r += 2) {
+                float c = r ? -3.3f : 0.1f;
+                CHECK(d->mean[r] == c, "mean[%d] = %.9g, want exactly %.9g", r, (double)d->mean[r], (double)c);
+                if (eps == 0) {
+                    CHECK(isinf(d->rstd[r]) && d->rstd[r] > 0, "rstd[%d] = %g, want +inf", r, (double)d->rstd[r]);
+                    for (int i = 0; i < hidden; i++)
+                        if (!isnan(kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i))) {
+                            CHECK(0, "y[%d][%d] = %g, want NaN (0 * inf)", r, i, kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i));
+                            break;
+                        }
+                } else {
+                    for (int i = 0; i < hidden; i++) {
+                        double y = kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i);
+                        double b = kiln_emu_value_get(d->spec.w, d->b, (size_t)i);
+                        if (y != b) {
+                            CHECK(0, "y[%d][%d] = %.9g, want exactly the bias %.9g", r, i, y, b);
+                            break;
+                        }
+                    }
+                }
+            }
+        } else {
+            CHECK(0, "run: %s", err.msg);
+        }
+        if (k) kiln_emu_kernel_free(k);
+    }
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
+/* Inputs the main sweep leaves out: NaN/Inf rows in a backward (they reach every dweight column
+ * as NaN, which the check expects from float64) and a tiny eps. */
+static void adversarial(const char *spec, kiln_ln_input in, float eps) {
+    char name[300];
+    snprintf(name, sizeof name, "%s: %s inputs, eps %g", spec, kiln_ln_input_name(in), (double)eps);
+    TEST_BEGIN(name);
+    kiln_error err = {0};
+    char canon[KILN_SPEC_MAX];
+    kiln_norm_spec s;
+    kiln_norm_data *d = NULL;
+    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
+        kiln_norm_data_create(&d, &s, eps, 12, s.hidden ? s.hidden : 300, in, 1.0, 3, &err) != KILN_OK)
+        CHECK(0, "%s", err.msg);
+    else
+        run_check(spec, 80, d, 2, 0);
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
+int main(void) {
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("setup: %s\n", err.msg);
+        return 1;
+    }
+    const char *fe = getenv("KILN_TEST_FULL");
+    int full = fe && *fe == '1';
+    static const int quick_sms[] = {75, 80}, all_sms[] = {75, 80, 86, 89, 90};
+    const int *sms = full ? all_sms : quick_sms;
+    int nsms = full ? 5 : 2;
+    static const char *const fwd[] = {
+        "layernorm x=bf16 w=f32 y=bf16 hidden=768",
+        "layernorm x=f16 hidden=33 residual=true r=f32",
+        "layernorm x=bf16 w=f32 y=bf16 hidden=launch residual=true r=f32",
+        "layernorm x=f32 hidden=4096 residual=true r=bf16 bias=false",
+        "rmsnorm x=bf16 w=f32 y=bf16 hidden=768",
+        "rmsnorm x=f16 hidden=1",
+        "rmsnorm x=f32 hidden=launch weight=false",
+        "rmsnorm x=bf16 hidden=4096 residual=true r=f32",
+        "rmsnorm x=f16 w=bf16 y=f32 hidden=launch residual=true",
+    };
+    static const char *const bwd[] = {
+        "layernorm_bwd x=bf16 w=f32 hidden=768",
+        "layernorm_bwd x=f16 dx=f32 hidden=33 bias=false",
+        "layernorm_bwd x=f32 hidden=launch",
+        "layernorm_bwd x=bf16 hidden=4096 residual=true r=f32",
+        "layernorm_bwd x=f32 w=bf16 dy=bf16 hidden=launch residual=true weight=false",
+        "rmsnorm_bwd x=bf16 w=f32 hidden=768",
+        "rmsnorm_bwd x=f16 hidden=7",
+        "rmsnorm_bwd x=bf16 hidden=launch residual=true",
+        "rmsnorm_bwd x=f32 hidden=2048 weight=false",
+    };
+    static const char *const full_extra[] = {
+        "layernorm x=f32 hidden=16384", "rmsnorm x=bf16 hidden=16384", "layernorm_bwd x=bf16 hidden=16384",
+        "rmsnorm_bwd x=f16 hidden=16384", "layernorm_bwd x=f16 w=f32 dy=f16 dx=bf16 hidden=1000",
+        "rmsnorm x=bf16 hidden=100 residual=true r=f16",
+    };
+    for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++) variant(fwd[i], sms, nsms, full);
+    for (size_t i = 0; i < sizeof bwd / sizeof *bwd; i++) variant(bwd[i], sms, nsms, full);
+    for (size_t i = 0; full && i < sizeof full_extra / sizeof *full_extra; i++) variant(full_extra[i], sms, nsms, full);
+    if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
+        static const char *const fam[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
+        static const char *const fwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 y=bf16"};
+        static const char *const bwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 dy=bf16 dx=f32"};
+        static const char *const hs[] = {"1", "7", "33", "100", "768", "1000", "4096", "16384", "launch"};
+        for (int f = 0; f < 4; f++)
+            for (int d = 0; d < 5; d++)
+                for (int h = 0; h < 9; h++)
+                    for (int r = 0; r < 2; r++) {
+                        char spec[200];
+                        snprintf(spec, sizeof spec, "%s %s hidden=%s%s", fam[f], f < 2 ? fwd_dt[d] : bwd_dt[d], hs[h],
+                                 r ? " residual=true r=f32" : "");
+                        variant(spec, sms, nsms, 0);
+                    }
+    }
+
+    adversarial("layernorm_bwd x=bf16 w=f32 hidden=768", KILN_LN_MIXED, 1e-5f);
+    adversarial("rmsnorm_bwd x=f16 hidden=launch residual=true", KILN_LN_MIXED, 1e-5f);
+    adversarial("layernorm x=f32 hidden=1000", KILN_LN_MIXED, 1e-12f);
+    adversarial("rmsnorm x=bf16 hidden=launch", KILN_LN_MIXED, 1e-12f);
+    adversarial("layernorm_bwd x=f32 hidden=1000", KILN_LN_LARGE_MEAN, 1e-12f);
+    adversarial("rmsnorm_bwd x=f32 hidden=33", KILN_LN_CONSTANT, 1e-12f);
+    huge_rows("layernorm x=f32 hidden=1000", 1000);
+    huge_rows("layernorm x=bf16 hidden=launch", 777);
+    huge_rows("rmsnorm x=f32 hidden=1000", 1000);
+    huge_rows("rmsnorm x=bf16 hidden=launch", 777);
+    constant_rows("layernorm x=f32 hidden=1000", 1000, 0.0f);
+    constant_rows("layernorm x=f32 hidden=launch", 300, 0.0f);
+    constant_rows("layernorm x=f32 hidden=4096", 4096, 1e-5f);
+    constant_rows("layernorm x=f32 hidden=launch", 65536, 1e-5f);
+
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return check_summary("emu_norm");
+}

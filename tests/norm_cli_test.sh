@@ -1,0 +1,16 @@
+#!/usr/bin/env bash
+# tests/norm_cli_test.sh - kiln run / list / emit for the norm families: pass, residual forms, backward with its second kernel, bad input.
+. "$(dirname "$0")/cli_lib.sh"
+
+expect "run rmsnorm bf16" 0 "PASS" -- run rmsnorm x=bf16 w=f32 y=bf16 hidden=768 --sm 75 --rows 5
+expect "run layernorm residual (launch form)" 0 "h " -- run layernorm x=bf16 hidden=launch residual=true r=f32 --hidden 300 --sm 80 --rows 3
+expect "run layernorm_bwd runs norm_reduce" 0 "then norm_reduce w=f32" -- run layernorm_bwd x=bf16 w=f32 hidden=1000 --sm 75 --rows 9
+expect "run rmsnorm_bwd residual, twice" 0 "PASS" -- run rmsnorm_bwd x=f16 hidden=launch residual=true --hidden 77 --sm 90 --rows 11 --twice
+expect "list shows rmsnorm_bwd" 0 "rmsnorm_bwd - RMSNorm backward" -- list
+expect "list shows norm_reduce" 0 "norm_reduce - column sums" -- list
+expect "emit: backward metadata names the workspace" 0 "kiln.meta workspace 2 1" -- emit layernorm_bwd x=bf16 hidden=4096 --sm 80
+expect "emit: backward metadata names its second kernel" 0 "kiln.meta then norm_reduce w=bf16" -- emit layernorm_bwd x=bf16 hidden=4096 --sm 80
+expect "r without residual is refused" 2 "needs residual=true" -- emit rmsnorm x=f16 r=f32 --sm 80
+expect "rmsnorm has no bias key" 2 "unknown parameter 'bias'" -- emit rmsnorm x=f16 bias=true --sm 80
+expect "hidden above 16384 is refused" 2 "bad value '20000' for 'hidden'" -- emit layernorm_bwd hidden=20000 --sm 80
+finish norm_cli
