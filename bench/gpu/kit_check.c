@@ -604,8 +604,8 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
      * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
      * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
      * which does 7: its figure is the useful rate. */
-    kiln_devptr dout, dq, dk, dv, ws = 0;
-    size_t ws_bytes = 0;
+    kiln_devptr dout, dq, dk, dv, bws = 0;
+    size_t bws_bytes = 0;
     if (kiln_rt_alloc(rt, elems * 2, &dout, &err) || kiln_rt_alloc(rt, elems * 2, &dq, &err) ||
         kiln_rt_alloc(rt, elems * 2, &dk, &err) || kiln_rt_alloc(rt, elems * 2, &dv, &err))
         return die("alloc", &err);
@@ -631,13 +631,13 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
                                                        .causal = causal, .deterministic = det, .batch = batch,
                                                        .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
                     size_t need = kiln_attention_backward_workspace(&bc.a);
-                    if (need > ws_bytes) {
-                        if (ws) kiln_rt_free(rt, ws, NULL);
-                        ws = 0, ws_bytes = 0;
-                        if (kiln_rt_alloc(rt, need, &ws, &err) != KILN_OK) return die("alloc", &err);
-                        ws_bytes = need;
+                    if (need > bws_bytes) {
+                        if (bws) kiln_rt_free(rt, bws, NULL);
+                        bws = 0, bws_bytes = 0;
+                        if (kiln_rt_alloc(rt, need, &bws, &err) != KILN_OK) return die("alloc", &err);
+                        bws_bytes = need;
                     }
-                    bc.a.workspace = ws;
+                    bc.a.workspace = bws;
                     double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
                     t.flush = bytes < t.flush_bytes ? flushbuf : 0;
@@ -650,7 +650,7 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
                     csv_row(det ? "attention_bwd_det" : "attention_bwd", "kiln", "bf16", 0, hd, seq, causal, batch, heads,
                             flops, "TFLOP", ms, used);
                 }
-    if (ws) kiln_rt_free(rt, ws, NULL);
+    if (bws) kiln_rt_free(rt, bws, NULL);
     kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);
     free(hq);
     if (g_csv) fclose(g_csv);
