@@ -288,7 +288,7 @@ kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *e
             describe_allowed(L, allowed, sizeof allowed);
             char shown[KILN_NAME_MAX + 16];
             snprintf(shown, sizeof shown, def[0] == '=' ? "same as %s" : "%s", def[0] == '=' ? def + 1 : def);
-            OUT("  %-8s %-5s default %-12s %s; one of: %s\n", name, type, shown, pdoc, allowed);
+            OUT("  %-13s %-5s default %-12s %s; one of: %s\n", name, type, shown, pdoc, allowed);
             lua_pop(L, 1);
         }
         lua_pop(L, 2);
