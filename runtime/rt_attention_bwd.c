@@ -72,10 +72,12 @@ static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err)
     return KILN_OK;
 }
 
-/* The spec of one kernel of the sequence. */
+/* The spec of one kernel of the sequence, with every key the canonical form has (path=auto too): a
+ * runtime without a generator matches bundle entries on the words alone. */
 static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
     int det = a->deterministic && !strcmp(kernel, "dkdv");
-    snprintf(buf, size, "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s", kernel,
+    snprintf(buf, size,
+             "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s", kernel,
              kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
              a->causal ? "true" : "false", det ? "true" : "false");
 }

@@ -57,12 +57,23 @@ for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "cubin sm_90/name"; do
         if [ "$n" -gt 0 ]; then ok "checked $fam $mode"; else bad "checked $fam $mode" "no rows"; fi
     done
 done
+# attention backward: the whole sequence through its helper in every helper mode and in the JIT path, and the
+# deterministic cases' second run (its own rows, "<output>@rerun")
+for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do
+    n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" |
+        awk -F, -v m="$mode" '$3 == m && $2 == "attention_bwd" && $4 == "helper" && $7 ~ /^d[qkv]$/' | wc -l)
+    if [ "$n" -gt 0 ]; then ok "checked attention_bwd $mode"; else bad "checked attention_bwd $mode" "no rows"; fi
+done
+n=$(awk -F, '$2 == "attention_bwd" && $7 == "dq@rerun"' "$tmp/kitout/check_aot.csv" | wc -l)
+if [ "$n" -gt 0 ]; then ok "deterministic rerun rows"; else bad "deterministic rerun rows" "none"; fi
+n=$(awk -F, '$2 == "attention_bwd" && $4 == "by-name"' "$tmp/kitout/check_aot.csv" | wc -l)
+if [ "$n" -eq 0 ]; then ok "attention_bwd helper only"; else bad "attention_bwd helper only" "$n by-name rows"; fi
 rows=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case"' | wc -l)
 passed=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $18 == "pass"' | wc -l)
 poisoned=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $16 ~ /nan/' | wc -l)
 if [ "$rows" -gt 20 ] && [ "$passed" -eq 0 ]; then ok "no output passes"; else bad "no output passes" "$passed of $rows passed"; fi
 if [ "$poisoned" -eq "$rows" ]; then ok "unwritten outputs read as poison"; else bad "poison" "$poisoned of $rows read NaN"; fi
-for b in copy mma_peak layernorm_fwd attention_fwd; do
+for b in copy mma_peak layernorm_fwd attention_fwd attention_bwd attention_bwd_det; do
     if grep -q "^$b," "$tmp/kitout/bench.csv"; then ok "bench $b"; else bad "bench $b" "no row"; fi
 done
 if grep -q "^| bf16 | 4096 |" "$tmp/kitout/summary.md"; then ok "summary table"; else bad "summary table" "no bf16 4096 row"; fi

@@ -314,6 +314,18 @@ static int attn_launch(void *p) {
     return -1;
 }
 
+typedef struct attn_bwd_ctx {
+    kiln_rt *rt;
+    kiln_attention_bwd_args a;
+} attn_bwd_ctx;
+static int attn_bwd_launch(void *p) {
+    attn_bwd_ctx *c = p;
+    kiln_error err;
+    if (kiln_attention_backward(c->rt, &c->a, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: attention backward: %s\n", err.msg);
+    return -1;
+}
+
 typedef struct peak_ctx {
     kiln_kernel *k;
     unsigned grid[3];
@@ -588,6 +600,58 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
                             "TFLOP", ms, used);
                 }
     }
+    /* attention backward (the whole sequence: prep, dkdv, convert; deterministic: prep, dkdv, dq) on
+     * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
+     * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
+     * which does 7: its figure is the useful rate. */
+    kiln_devptr dout, dq, dk, dv, bws = 0;
+    size_t bws_bytes = 0;
+    if (kiln_rt_alloc(rt, elems * 2, &dout, &err) || kiln_rt_alloc(rt, elems * 2, &dq, &err) ||
+        kiln_rt_alloc(rt, elems * 2, &dk, &err) || kiln_rt_alloc(rt, elems * 2, &dv, &err))
+        return die("alloc", &err);
+    fill_random(hq, elems, KILN_BF16, 17);
+    if (kiln_rt_upload(rt, dout, hq, elems * 2, &err) != KILN_OK) return die("upload", &err);
+    printf("  %-28s %7s %8s %9s %9s %7s   (FLOPs = 2.5x forward, FA2 convention)\n", "attention backward", "seq",
+           "batch", "ms", "TFLOP/s", "of mma");
+    for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int det = 0; det < 2; det++)
+                for (size_t si = 0; si < sizeof kit_attn_bwd_sweep_seq / sizeof *kit_attn_bwd_sweep_seq; si++) {
+                    int hd = kit_attn_sweep_d[di], seq = kit_attn_bwd_sweep_seq[si];
+                    if (quick && seq > 1024) continue;
+                    int tokens = quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
+                    int batch = tokens / seq > 0 ? tokens / seq : 1, heads = KIT_ATTN_SWEEP_WIDTH / hd;
+                    attn_ctx fc = {.rt = rt, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = KILN_BF16,
+                                                   .out_dtype = KILN_BF16, .head_dim = hd, .causal = causal, .batch = batch,
+                                                   .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    if (attn_launch(&fc)) continue;
+                    attn_bwd_ctx bc = {.rt = rt, .a = {.dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o = o,
+                                                       .dout = dout, .lse = lse, .dtype = KILN_BF16,
+                                                       .out_dtype = KILN_BF16, .grad_dtype = KILN_BF16, .head_dim = hd,
+                                                       .causal = causal, .deterministic = det, .batch = batch,
+                                                       .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    size_t need = kiln_attention_backward_workspace(&bc.a);
+                    if (need > bws_bytes) {
+                        if (bws) kiln_rt_free(rt, bws, NULL);
+                        bws = 0, bws_bytes = 0;
+                        if (kiln_rt_alloc(rt, need, &bws, &err) != KILN_OK) return die("alloc", &err);
+                        bws_bytes = need;
+                    }
+                    bc.a.workspace = bws;
+                    double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
+                    t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+                    ms = time_median(&t, attn_bwd_launch, &bc, reps, &used);
+                    if (ms < 0) continue;
+                    double tf = flops / (ms * 1e-3) / 1e12;
+                    char label[64];
+                    snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
+                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / peak_tflops);
+                    csv_row(det ? "attention_bwd_det" : "attention_bwd", "kiln", "bf16", 0, hd, seq, causal, batch, heads,
+                            flops, "TFLOP", ms, used);
+                }
+    if (bws) kiln_rt_free(rt, bws, NULL);
+    kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);
     free(hq);
     if (g_csv) fclose(g_csv);
     kiln_bundle_close(bundle);

@@ -12,6 +12,7 @@
 
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
+#include "kiln/emu_attention_bwd.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kit.h"
@@ -36,12 +37,21 @@ static void attn_spec(const char *dtype, const char *out, int d, int causal, cha
              causal ? "true" : "false");
 }
 
+/* One kernel of the attention backward sequence, as kiln_attention_backward asks for it. */
+static void attn_bwd_spec(const char *kernel, const char *dtype, int d, int causal, int det, char *buf, size_t size) {
+    snprintf(buf, size, "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s deterministic=%s", kernel, dtype, d,
+             causal ? "true" : "false", det && !strcmp(kernel, "dkdv") ? "true" : "false");
+}
+
+/* The kernels of the sequence: prep, dkdv, then convert (atomic dQ) or dq (deterministic). */
+static const char *const attn_bwd_seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
+
 /* Every spec the kit needs in its bundle, canonical, one per line (duplicates removed). */
 static int cmd_specs(void) {
     kiln_gen *gen;
     kiln_error err;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
-    char list[256][KILN_SPEC_MAX];
+    static char list[512][KILN_SPEC_MAX];
     int n = 0;
     char raw[KILN_SPEC_MAX], canon[KILN_SPEC_MAX];
 #define ADD(...)                                                                                   \
@@ -54,7 +64,7 @@ static int cmd_specs(void) {
         }                                                                                          \
         int dup = 0;                                                                               \
         for (int i = 0; i < n; i++) dup |= !strcmp(list[i], canon);                                \
-        if (!dup && n < 256) snprintf(list[n++], sizeof list[0], "%s", canon);                     \
+        if (!dup && n < 512) snprintf(list[n++], sizeof list[0], "%s", canon);                     \
     } while (0)
     for (size_t i = 0; i < sizeof kit_ln_rows / sizeof kit_ln_rows[0]; i++) {
         const kit_ln_row *r = &kit_ln_rows[i];
@@ -64,6 +74,17 @@ static int cmd_specs(void) {
         const kit_attn_row *r = &kit_attn_rows[i];
         ADD(attn_spec(r->dtype, r->out, r->head_dim, r->causal, raw, sizeof raw));
     }
+    for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0]; i++) {
+        const kit_attn_bwd_row *r = &kit_attn_bwd_rows[i];
+        for (int s = 0; s < 3; s++)
+            ADD(attn_bwd_spec(attn_bwd_seq[r->deterministic][s], r->dtype, r->head_dim, r->causal, r->deterministic, raw,
+                              sizeof raw));
+    }
+    for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; i++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int det = 0; det < 2; det++)
+                for (int s = 0; s < 3; s++)
+                    ADD(attn_bwd_spec(attn_bwd_seq[det][s], "bf16", kit_attn_sweep_d[i], causal, det, raw, sizeof raw));
     for (size_t t = 0; t < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; t++)
         for (size_t i = 0; i < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; i++) {
             const char *d = kit_ln_sweep_dtypes[t];
@@ -272,6 +293,97 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     return st;
 }
 
+/* An attention backward case: the forward's O and lse as the backward receives them (float64
+ * forward rounded to out / f32), dO random; the emulator runs the three kernels the runtime helper
+ * launches and must pass the family's error model; dq/dk/dv against the float64 gradients. */
+static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r, int sm, int quick,
+                                  kit_case *c, kiln_error *err) {
+    kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
+    char spec[3][KILN_SPEC_MAX];
+    kiln_status st = KILN_OK;
+    for (int s = 0; s < 3 && st == KILN_OK; s++) {
+        attn_bwd_spec(attn_bwd_seq[r->deterministic][s], r->dtype, r->head_dim, r->causal, r->deterministic, spec[s],
+                      sizeof spec[s]);
+        st = kiln_emu_load(emu, gen, spec[s], sm, &ks[s], err);
+    }
+    kiln_attn_problem p = {0};
+    if (st == KILN_OK && kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
+        st = kiln_fail(err, KILN_EINVAL, "attention_bwd row: unknown dtype '%s'", r->dtype);
+    p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
+    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
+    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
+    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_default_strides(&p);
+    kiln_dtype grad = p.dtype;
+    uint64_t seed = (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm);
+    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
+    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    size_t n[3] = {nq, nk, nv};
+    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
+    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *dout = kiln_attn_random(p.out, no, 1, &seed);
+    void *o = malloc(no * kiln_dtype_size(p.out));
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    float *lse = malloc(nl * sizeof *lse), *delta = malloc(nl * sizeof *delta);
+    float *dq_acc = r->deterministic ? NULL : malloc(nl * (size_t)p.head_dim * sizeof *dq_acc);
+    void *g[3];
+    double *ref[3], *tol[3];
+    int oom = !q || !kk || !v || !dout || !o || !ro || !rl || !lse || !delta || (!r->deterministic && !dq_acc);
+    for (int t = 0; t < 3; t++) {
+        g[t] = malloc(n[t] * kiln_dtype_size(grad));
+        ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
+        oom |= !g[t] || !ref[t] || !tol[t];
+    }
+    if (st == KILN_OK && oom) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
+    if (st == KILN_OK) {
+        for (size_t i = 0; i < no; i++) kiln_emu_value_set(p.out, o, i, ro[i]);
+        for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
+        kiln_attn_bwd_buffers bf = {q, kk, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc};
+        for (int s = 0; s < 3 && st == KILN_OK; s++) st = kiln_attn_bwd_run(ks[s], &p, &bf, 0, err);
+    }
+    /* P and dS rounded to the input dtype: the mma paths' error, a bound for SIMT's f32 too */
+    if (st == KILN_OK)
+        st = kiln_attn_bwd_reference(&p, p.dtype, q, kk, v, dout, ref[0], ref[1], ref[2], tol[0], tol[1], tol[2], err);
+    for (int t = 0; t < 3 && st == KILN_OK; t++) {
+        char first[256] = "";
+        double worst, max_abs;
+        long bad = kiln_attn_bwd_compare(grad, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
+        if (bad)
+            st = kiln_fail(err, KILN_EEMU, "the emulator's own d%c fails the attention backward error model (%ld bad; %s)",
+                           "qkv"[t], bad, first);
+    }
+    if (st == KILN_OK) {
+        snprintf(c->name, sizeof c->name, "attnbwd-%s-d%d%s%s-b%dh%d:%d-q%dk%d", r->dtype, r->head_dim,
+                 r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
+                 p.seq_k);
+        snprintf(c->family, sizeof c->family, "attention_bwd");
+        snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* the helper's dkdv kernel */
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
+        const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
+            {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
+            {"causal", p.causal}, {"deterministic", r->deterministic}};
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
+        add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
+        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
+        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
+        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
+        add_tensor(c, "o", p.out, KIT_IN, no, o, NULL);
+        add_tensor(c, "dout", p.out, KIT_IN, no, dout, NULL);
+        add_tensor(c, "lse", KILN_F32, KIT_IN, nl, lse, NULL);
+        add_tensor(c, "dq", grad, KIT_OUT, nq, g[0], ref[0]);
+        add_tensor(c, "dk", grad, KIT_OUT, nk, g[1], ref[1]);
+        add_tensor(c, "dv", grad, KIT_OUT, nv, g[2], ref[2]);
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    free(q), free(kk), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc);
+    for (int t = 0; t < 3; t++) {
+        free(g[t]), free(ref[t]), free(tol[t]);
+        if (ks[t]) kiln_emu_kernel_free(ks[t]);
+    }
+    return st;
+}
+
 #ifdef KIT_HAVE_NORM
 #include "kiln/emu_norm.h"
 
@@ -350,7 +462,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
 /* ---- prepare: every row x SM, in parallel ---- */
 
 typedef struct job {
-    int family; /* 0 layernorm, 1 attention, 2 the other norm families */
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward */
     int row, sm, index;
 } job;
 
@@ -381,6 +493,7 @@ static void *prep_worker(void *arg) {
         kiln_status st = KILN_OK;
         if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
         else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
+        else if (j->family == 3) st = build_attn_bwd(gen, emu, &kit_attn_bwd_rows[j->row], j->sm, p->quick, &c, &err);
 #ifdef KIT_HAVE_NORM
         else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->quick, &c, &err);
 #endif
@@ -394,7 +507,7 @@ static void *prep_worker(void *arg) {
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index,
-                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : "norm",
+                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : j->family == 3 ? "attention_bwd" : "norm",
                     j->row, j->sm, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
@@ -417,6 +530,9 @@ static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int
     mkdir(dir, 0755);
     int targets[2] = {device_sm, 75}, ntargets = device_sm == 75 ? 1 : 2;
     for (int s = 0; s < ntargets; s++) {
+        /* the slowest to emulate first, so that the threads finish together */
+        for (int i = 0; i < (int)(sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0]); i++)
+            if (!quick || kit_attn_bwd_rows[i].quick) p.jobs[p.njobs] = (job){3, i, targets[s], p.njobs}, p.njobs++;
         for (int i = 0; i < (int)(sizeof kit_attn_rows / sizeof kit_attn_rows[0]); i++)
             if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, targets[s], p.njobs}, p.njobs++;
         for (int i = 0; i < (int)(sizeof kit_ln_rows / sizeof kit_ln_rows[0]); i++)

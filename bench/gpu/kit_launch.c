@@ -62,6 +62,30 @@ static kiln_status attention_launch(kiln_rt *rt, const kit_case *c, const kit_de
     return st == KILN_OK && k ? kiln_attention_pick(rt, &a, k, err) : st;
 }
 
+/* Attention backward: the whole sequence (prep, dkdv, convert or dq) through kiln_attention_backward,
+ * its f32 workspace allocated here as a caller would; the kernel reported is the dkdv one. */
+static kiln_status attention_bwd_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
+                                        kiln_error *err) {
+    kiln_dtype dt = dtype_of(c, "q", KILN_F16);
+    kiln_attention_bwd_args a = {
+        .dq = ptr_of(c, d, "dq"), .dk = ptr_of(c, d, "dk"), .dv = ptr_of(c, d, "dv"), .q = ptr_of(c, d, "q"),
+        .k = ptr_of(c, d, "k"), .v = ptr_of(c, d, "v"), .o = ptr_of(c, d, "o"), .dout = ptr_of(c, d, "dout"),
+        .lse = ptr_of(c, d, "lse"), .dtype = dt, .out_dtype = dtype_of(c, "o", dt), .grad_dtype = dtype_of(c, "dq", dt),
+        .head_dim = (int)scalar_of(c, "head_dim", 64), .causal = (int)scalar_of(c, "causal", 0),
+        .deterministic = (int)scalar_of(c, "deterministic", 0), .batch = (int)scalar_of(c, "batch", 1),
+        .heads_q = (int)scalar_of(c, "heads_q", 1), .heads_kv = (int)scalar_of(c, "heads_kv", 1),
+        .seq_q = (int)scalar_of(c, "seq_q", 1), .seq_k = (int)scalar_of(c, "seq_k", 1),
+        .scale = (float)scalar_of(c, "scale", 0), .stream = d->stream};
+    size_t bytes = kiln_attention_backward_workspace(&a);
+    kiln_status st = bytes ? kiln_rt_alloc(rt, bytes, &a.workspace, err) : KILN_OK;
+    if (st == KILN_OK) st = kiln_attention_backward(rt, &a, err);
+    if (st == KILN_OK) st = kiln_rt_synchronize(rt, err);
+    kiln_kernel *ks[3];
+    if (st == KILN_OK && k && (st = kiln_attention_backward_pick(rt, &a, ks, err)) == KILN_OK) *k = ks[1];
+    if (a.workspace) kiln_rt_free(rt, a.workspace, NULL);
+    return st;
+}
+
 #ifdef KIT_HAVE_NORM
 /* The norm families' helpers (runtime/rt_norm.c): forward with the residual form, and the backward's
  * two kernels with their f32 workspace (allocated here, as a caller would). */
@@ -124,6 +148,7 @@ static const struct {
     {"layernorm", layernorm_launch},
 #endif
     {"attention", attention_launch},
+    {"attention_bwd", attention_bwd_launch},
 };
 
 const char *kit_launch_route(const char *family) {
@@ -259,8 +284,12 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int b
         snprintf(payload, sizeof payload, "%s sm_%d %s", kiln_kernel_payload_kind(k) == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
                  kiln_kernel_get_meta(k)->sm, kiln_kernel_origin(k));
     long bad = 0;
-    char summary[512] = "";
+    char summary[768] = "";
     size_t sl = 0;
+    /* a deterministic case runs twice: every output must come back with the same bits */
+    const kit_scalar *det = kit_case_scalar(c, "deterministic");
+    int rerun = det && det->value != 0;
+    void *first[KIT_MAX_TENSORS] = {0};
     for (int i = 0; st == KILN_OK && i < c->ntensors; i++) {
         const kit_tensor *t = &c->tensors[i];
         if (t->role != KIT_OUT) continue;
@@ -276,7 +305,8 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int b
         }
         kit_compare r;
         kit_compare_output(t, host, &r);
-        free(host);
+        if (rerun) first[i] = host;
+        else free(host);
         bad += r.bad;
         if (csv)
             fprintf(csv, "%s,%s,%s,%s,%s,%s,%s,%s,%zu,%.4g,%.4g,%.4g,%ld,%ld,%zu,%.9g,%.9g,%s\n", c->name, c->family, mode,
@@ -289,6 +319,38 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int b
             sl += (size_t)snprintf(summary + sl, sl < sizeof summary ? sizeof summary - sl : 0,
                                    " (%ld bad; [%zu] got %.6g want %.6g)", r.bad, r.worst, r.worst_got, r.worst_ref);
     }
+    if (rerun && st == KILN_OK) st = kit_poison_outputs(rt, c, &a, &err);
+    if (rerun && st == KILN_OK) st = by_name ? kit_launch_by_name(rt, c, &a, NULL, &err) : kit_launch(rt, c, &a, NULL, &err);
+    if (rerun && st == KILN_OK) st = kiln_rt_synchronize(rt, &err);
+    for (int i = 0; rerun && st == KILN_OK && i < c->ntensors; i++) {
+        const kit_tensor *t = &c->tensors[i];
+        if (t->role != KIT_OUT || !first[i]) continue;
+        size_t bytes = kit_tensor_bytes(t), es = bytes / (t->count ? t->count : 1);
+        unsigned char *host = malloc(bytes);
+        if (!host) {
+            st = kiln_fail(&err, KILN_ENOMEM, "out of memory");
+            break;
+        }
+        st = kiln_rt_download(rt, host, a.ptr[i], bytes, &err);
+        long differ = 0;
+        for (size_t e = 0; st == KILN_OK && e < t->count; e++)
+            differ += memcmp(host + e * es, (unsigned char *)first[i] + e * es, es) != 0;
+        kit_compare r;
+        if (st == KILN_OK) kit_compare_output(t, host, &r);
+        free(host);
+        if (st != KILN_OK) break;
+        bad += differ;
+        if (csv)
+            fprintf(csv, "%s,%s,%s,%s,%s,%s,%s@rerun,%s,%zu,%.4g,%.4g,%.4g,%ld,%ld,%zu,%.9g,%.9g,%s\n", c->name, c->family,
+                    mode, by_name ? "by-name" : kit_launch_route(c->family), kiln_kernel_get_meta(k)->spec, payload,
+                    t->name, kiln_dtype_name(t->dtype), t->count, r.max_ulps, r.emu_ulps, t->tol_ulps, differ, r.diff_emu,
+                    r.worst, r.worst_got, r.worst_ref, differ || r.bad ? "FAIL" : "pass");
+        sl += (size_t)snprintf(summary + sl, sl < sizeof summary ? sizeof summary - sl : 0, " %s rerun %s", t->name,
+                               differ ? "DIFFERS" : "same bits");
+        if (differ && verbose)
+            sl += (size_t)snprintf(summary + sl, sl < sizeof summary ? sizeof summary - sl : 0, " (%ld elements)", differ);
+    }
+    for (int i = 0; i < c->ntensors; i++) free(first[i]);
     kit_free_device(rt, c, &a);
     if (st != KILN_OK) {
         if (csv)

@@ -47,6 +47,27 @@ static const kit_attn_row kit_attn_rows[] = {
     {"f16", "f16", 64, 1, 1, 2, 2, 150, 100, 0},    {"bf16", "f32", 64, 0, 1, 2, 2, 200, 200, 0},
 };
 
+/* Attention backward rows (the whole sequence through kiln_attention_backward: prep, dkdv, then
+ * convert, or dq when deterministic). Paths as the runtime picks them: mma m16n8k16 for f16/bf16 at
+ * head_dim <= 128 on the device, m16n8k8 for f16 and SIMT for bf16 in the sm_75 PTX, SIMT for f32 and
+ * head_dim 256. Deterministic rows also run twice on the GPU and must give the same bits. */
+typedef struct kit_attn_bwd_row {
+    const char *dtype;
+    int head_dim, causal, deterministic;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    int quick;
+} kit_attn_bwd_row;
+
+static const kit_attn_bwd_row kit_attn_bwd_rows[] = {
+    {"bf16", 64, 0, 0, 1, 2, 2, 128, 128, 1},  {"bf16", 64, 1, 1, 1, 2, 2, 128, 128, 1},
+    {"bf16", 128, 1, 0, 1, 2, 2, 100, 100, 0}, {"bf16", 128, 0, 1, 2, 2, 2, 70, 70, 0},
+    {"f16", 64, 1, 0, 1, 2, 2, 128, 128, 0},   {"f16", 128, 0, 0, 1, 2, 2, 100, 100, 0},
+    {"f16", 128, 1, 1, 1, 2, 2, 100, 100, 0},  {"f32", 64, 0, 0, 1, 2, 2, 80, 80, 0},
+    {"f32", 128, 1, 1, 1, 2, 2, 64, 64, 0},    {"bf16", 256, 1, 0, 1, 2, 2, 64, 64, 0},
+    {"bf16", 128, 1, 0, 1, 4, 1, 60, 150, 0},  {"f16", 64, 1, 1, 1, 4, 2, 90, 50, 0},
+    {"bf16", 32, 0, 1, 1, 3, 1, 77, 100, 0},
+};
+
 /* Norm-family rows (used when KIT_HAVE_NORM): spec as written, row length for hidden=launch. */
 typedef struct kit_norm_row {
     const char *spec;
@@ -81,5 +102,7 @@ static const int kit_attn_sweep_d[] = {64, 128};
 static const char *const kit_attn_sweep_dtypes[] = {"bf16"};
 #define KIT_ATTN_SWEEP_TOKENS 16384 /* batch = tokens / seq */
 #define KIT_ATTN_SWEEP_WIDTH 2048   /* heads = width / head_dim */
+/* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
+static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 
 #endif

@@ -207,6 +207,27 @@ def measure_peers(rows, args):
                 continue
             out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
         del q, k, v
+    # attention backward: SDPA's flash backward (FlashAttention-2) on the same shapes, the forward's
+    # graph kept and only the backward timed; the deterministic rows share the atomic rows' shapes
+    for r in [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]:
+        if not flash:
+            break
+        dt = dtypes[r["dtype"]]
+        d, seq, causal = int(r["head_dim"]), int(r["seq"]), r["causal"] == "1"
+        batch, heads = int(r["rows_or_batch"]), int(r["heads"])
+        work = num(r, "work")
+        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen).requires_grad_()
+                   for _ in range(3))
+        dout = torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen)
+        try:
+            with flash():
+                o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            fn = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
+            ms, n = timer.median_ms(fn, 9 * q.numel() * q.element_size())
+            out.append(dict(r, impl="sdpa-flash", median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
+        except Exception as e:
+            print("  sdpa-flash attention backward d%d seq %d causal %d: %s" % (d, seq, causal, e))
+        del q, k, v, dout
     return out
 
 
@@ -255,6 +276,11 @@ def headline(rows):
             add("attention bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
                 rate_of(rows, "attention_fwd", "kiln", **key), rate_of(rows, "attention_fwd", "sdpa-flash", **key),
                 "SDPA flash", peak, "mma.sync")
+    for d in (64, 128):
+        key = dict(dtype="bf16", head_dim=d, seq=4096, causal="1")
+        add("attention backward bf16 d%d seq 4096 causal TFLOP/s (2.5x fwd FLOPs)" % d,
+            rate_of(rows, "attention_bwd", "kiln", **key), rate_of(rows, "attention_bwd", "sdpa-flash", **key),
+            "SDPA flash bwd", peak, "mma.sync")
     return "\n".join(lines) + "\n\n"
 
 
@@ -295,6 +321,22 @@ def tables(rows):
             r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
             fmt(k, "%.1f"), fmt(s, "%.1f"), ratio(k, s), "%.1f%%" % (100 * k / peak) if peak else "-",
             "%.1f%%" % (100 * s / peak) if peak and s else "-"))
+    bwd = [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]
+    if bwd:
+        lines += ["", "### Attention backward, TFLOP/s (FlashAttention-2's convention: 2.5x the forward's FLOPs, "
+                  "10·b·h·s²·d, halved when causal; the whole sequence prep + dkdv + convert; deterministic: "
+                  "prep + dkdv + dq, the same FLOPs counted)", "",
+                  "| head_dim | causal | seq | batch x heads | kiln | kiln deterministic | SDPA flash bwd | kiln/SDPA "
+                  "| deterministic/atomic time | kiln % of mma peak |",
+                  "|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in bwd:
+            key = dict(dtype=r["dtype"], head_dim=r["head_dim"], seq=r["seq"], causal=r["causal"])
+            k, s = num(r, "rate"), rate_of(rows, "attention_bwd", "sdpa-flash", **key)
+            det = rate_of(rows, "attention_bwd_det", "kiln", **key)
+            lines.append("| %s | %s | %s | %s x %s | %s | %s | %s | %s | %s | %s |" % (
+                r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
+                fmt(k, "%.1f"), fmt(det, "%.1f"), fmt(s, "%.1f"), ratio(k, s), ratio(k, det),
+                "%.1f%%" % (100 * k / peak) if peak else "-"))
     kp = [r for r in rows if r["impl"] == "kiln-py"]
     if kp:
         lines += ["", "kiln through the Python package on the same torch tensors (`kiln-py` rows in bench.csv):", ""]
@@ -335,23 +377,29 @@ def plots(rows, out):
     fig.tight_layout()
     fig.savefig(os.path.join(out, "layernorm.png"), dpi=110)
     plt.close(fig)
-    fig, axes = plt.subplots(1, 4, figsize=(14, 3.8), sharey=True)
-    for i, (d, causal) in enumerate(((64, "0"), (64, "1"), (128, "0"), (128, "1"))):
-        ax = axes[i]
-        for impl, st in (("kiln", "o-"), ("sdpa-flash", "s--"), ("kiln-py", "x-")):
-            pts = sorted((int(r["seq"]), num(r, "rate")) for r in rows if r["bench"] == "attention_fwd"
-                         and r["impl"] == impl and r["head_dim"] == str(d) and r["causal"] == causal)
-            if pts:
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], st, label=impl)
-        if peak:
-            ax.axhline(peak, color="k", lw=1, ls="-.", label="mma.sync peak %.0f" % peak)
-        ax.set_xscale("log", base=2)
-        ax.set_title("d%d%s" % (d, " causal" if causal == "1" else ""))
-        ax.set_xlabel("seq")
-        ax.grid(alpha=0.3)
-    axes[0].set_ylabel("TFLOP/s")
-    axes[0].legend(fontsize=7)
-    fig.suptitle("attention forward (bf16)")
+    # top row: forward; bottom row: backward (2.5x forward FLOPs), kiln atomic and deterministic
+    fig, axes = plt.subplots(2, 4, figsize=(14, 7.4), sharey=True, squeeze=False)
+    for row, curves in ((0, (("attention_fwd", "kiln", "o-"), ("attention_fwd", "sdpa-flash", "s--"),
+                                                      ("attention_fwd", "kiln-py", "x-"))),
+                               (1, (("attention_bwd", "kiln", "o-"), ("attention_bwd_det", "kiln", "d:"),
+                                                      ("attention_bwd", "sdpa-flash", "s--")))):
+        for i, (d, causal) in enumerate(((64, "0"), (64, "1"), (128, "0"), (128, "1"))):
+            ax = axes[row][i]
+            for b, impl, st in curves:
+                pts = sorted((int(r["seq"]), num(r, "rate")) for r in rows if r["bench"] == b
+                             and r["impl"] == impl and r["head_dim"] == str(d) and r["causal"] == causal)
+                if pts:
+                    ax.plot([p[0] for p in pts], [p[1] for p in pts], st,
+                            label=impl + (" deterministic" if b.endswith("_det") else ""))
+            if peak:
+                ax.axhline(peak, color="k", lw=1, ls="-.", label="mma.sync peak %.0f" % peak)
+            ax.set_xscale("log", base=2)
+            ax.set_title("%s d%d%s" % ("fwd" if row == 0 else "bwd", d, " causal" if causal == "1" else ""))
+            ax.set_xlabel("seq")
+            ax.grid(alpha=0.3)
+        axes[row][0].set_ylabel("TFLOP/s")
+        axes[row][0].legend(fontsize=7)
+    fig.suptitle("attention forward (top) and backward (bottom, FLOPs = 2.5x forward), bf16")
     fig.tight_layout()
     fig.savefig(os.path.join(out, "attention.png"), dpi=110)
     plt.close(fig)

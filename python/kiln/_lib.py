@@ -188,6 +188,18 @@ class AttentionArgs(ctypes.Structure):
     )
 
 
+class AttentionBwdArgs(ctypes.Structure):
+    _fields_ = (
+        [(n, ctypes.c_uint64) for n in ("dq", "dk", "dv", "q", "k", "v", "o", "dout", "lse", "workspace")]
+        + [(n, ctypes.c_int) for n in ("dtype", "out_dtype", "grad_dtype", "head_dim", "causal", "deterministic",
+                                       "batch", "heads_q", "heads_kv", "seq_q", "seq_k")]
+        + [("scale", ctypes.c_float)]
+        + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_dout",
+                                             "stride_dq", "stride_dk", "stride_dv")]
+        + [("stream", ctypes.c_void_p)]
+    )
+
+
 class BundleEntry(ctypes.Structure):
     _fields_ = [
         ("spec", ctypes.c_char_p),
@@ -234,6 +246,9 @@ RT_FUNCS = {
     "kiln_layernorm_pick": (S, [P, ctypes.POINTER(LayerNormArgs), PP, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
+    "kiln_attention_backward_workspace": (sz, [ctypes.POINTER(AttentionBwdArgs)]),
+    "kiln_attention_backward": (S, [P, ctypes.POINTER(AttentionBwdArgs), ERR]),
+    "kiln_attention_backward_pick": (S, [P, ctypes.POINTER(AttentionBwdArgs), ctypes.POINTER(ctypes.c_void_p * 3), ERR]),
     "kiln_rt_alloc": (S, [P, sz, ctypes.POINTER(ctypes.c_uint64), ERR]),
     "kiln_rt_free": (S, [P, ctypes.c_uint64, ERR]),
     "kiln_rt_upload": (S, [P, ctypes.c_uint64, P, sz, ERR]),

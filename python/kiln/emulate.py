@@ -240,6 +240,88 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     return (o, lse) if return_lse else o
 
 
+_BWD_SEQUENCE = {False: ("prep", "dkdv", "convert"), True: ("prep", "dkdv", "dq")}
+
+
+def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
+                       path="auto", deterministic=False, grad_dtype=None, twice=False):
+    """dq, dk, dv of attention(q, k, v) for dL/do = dout, on the emulated attention_bwd kernels for sm:
+    prep, dkdv, then convert (dQ summed by f32 atomics) or, deterministic=True, dq (a fixed order) --
+    the sequence kiln.Runtime.attention_backward launches on a GPU. q, k, v, dout as in attention()
+    (layout "bshd" or "bhsd"; dout like q, in o's dtype). o and lse: the forward's output and f32
+    log-sum-exp ([batch, heads_q, seq_q]); None (both): the emulated forward computes them. grad_dtype: that
+    of dq/dk/dv (default q's). path: "auto", "mma" or "simt" for dkdv and dq. GQA/MQA: dk/dv summed over
+    each group's query heads. Returns (dq, dk, dv) in q's / k's layout."""
+    if layout not in ("bshd", "bhsd"):
+        raise KilnArgumentError("attention_backward: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
+    if (o is None) != (lse is None):
+        raise KilnArgumentError("attention_backward: give both o and lse (the forward's outputs) or neither")
+    if o is None:
+        o, lse = attention(q, k, v, causal=causal, sm=sm, scale=scale, layout=layout, path=path, return_lse=True)
+    arrs = [np.asarray(t) for t in (q, k, v, o, dout)]
+    for n, t in zip(("q", "k", "v", "o", "dout"), arrs):
+        if t.ndim != 4:
+            raise KilnArgumentError("attention_backward: %s must be 4-d (%s), got shape %s" % (n, layout, t.shape))
+    if layout == "bhsd":
+        arrs = [t.transpose(0, 2, 1, 3) for t in arrs]
+    qa, ka, va, oa, da = arrs
+    dt = dtype_name(qa.dtype)
+    if dtype_name(ka.dtype) != dt or dtype_name(va.dtype) != dt:
+        raise KilnArgumentError("attention_backward: q, k, v must share a dtype, got %s, %s, %s"
+                                % (qa.dtype, ka.dtype, va.dtype))
+    od = dtype_name(oa.dtype)
+    if dtype_name(da.dtype) != od:
+        raise KilnArgumentError("attention_backward: dout must have o's dtype (%s), got %s" % (oa.dtype, da.dtype))
+    b, sq, hq, d = qa.shape
+    if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d:
+        raise KilnArgumentError("attention_backward: k %s and v %s must match, with q's batch and head_dim (q %s)"
+                                % (ka.shape, va.shape, qa.shape))
+    for n, t in (("o", oa), ("dout", da)):
+        if t.shape != qa.shape:
+            raise KilnArgumentError("attention_backward: %s has shape %s; expected q's %s" % (n, t.shape, qa.shape))
+    sk, hkv = ka.shape[1], ka.shape[2]
+    if hkv < 1 or hq % hkv:
+        raise KilnArgumentError("attention_backward: %d query heads are not a multiple of %d key/value heads"
+                                % (hq, hkv))
+    la = np.asarray(lse)
+    if la.size != b * hq * sq:
+        raise KilnArgumentError("attention_backward: lse must hold [batch, heads_q, seq_q] = %d values, got shape %s"
+                                % (b * hq * sq, la.shape))
+    gd = dtype_name(grad_dtype) if grad_dtype is not None else dt
+    kernels = []
+    for name in _BWD_SEQUENCE[bool(deterministic)]:
+        spec = "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s" % (
+            name, dt, od, gd, d, "true" if causal else "false", "true" if deterministic and name == "dkdv" else "false")
+        if name in ("dkdv", "dq"):
+            spec += " path=%s" % path
+        kernels.append(load(spec, sm))
+    qa, ka, va = (_copy(t, dt, "attention_backward: " + n) for t, n in zip((qa, ka, va), "qkv"))
+    oa, da = (_copy(t, od, "attention_backward: " + n) for t, n in ((oa, "o"), (da, "dout")))
+    lsea = _copy(la.reshape(b, hq, sq), "f32", "attention_backward: lse")
+    dq = aligned_empty((b, sq, hq, d), gd)
+    dk = aligned_empty((b, sk, hkv, d), gd)
+    dv = aligned_empty((b, sk, hkv, d), gd)
+    delta = aligned_empty((b, hq, sq), "f32")
+    dq_acc = aligned_empty((b, hq, sq, d), "f32")  # zeroed by prep; read only by the atomic sequence
+    for a in (dq, dk, dv, delta, dq_acc):
+        _poison(a)
+    args = {"q": qa, "k": ka, "v": va, "o": oa, "dout": da, "lse": lsea, "delta": delta, "dq_acc": dq_acc,
+            "dq": dq, "dk": dk, "dv": dv, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
+            "scale": (1.0 / np.sqrt(d)) if scale is None else float(scale)}
+    for t, arr in (("q", qa), ("k", ka), ("v", va), ("o", oa), ("dout", da), ("dq", dq), ("dk", dk), ("dv", dv)):
+        for axis, st in zip("bsh", arr.strides[:3]):
+            args["stride_%s%s" % (t, axis)] = st // arr.itemsize
+    for kern in kernels:
+        names = {p["name"] for p in kern.params}
+        problem = (sk, hkv, b) if "kernel=dkdv" in kern.spec else (sq, hq, b)
+        if problem[0] == 0:
+            continue  # an empty side launches nothing (as the runtime helper does)
+        kern.run(problem=problem, twice=twice, **{n: a for n, a in args.items() if n in names})
+    if layout == "bhsd":
+        dq, dk, dv = (t.transpose(0, 2, 1, 3) for t in (dq, dk, dv))
+    return dq, dk, dv
+
+
 def dtypes():
     """numpy dtypes of kiln's element types: {"f32": float32, "f16": float16, "bf16": ml_dtypes.bfloat16}."""
     return {n: np_dtype(n) for n in ("f32", "f16", "bf16")}

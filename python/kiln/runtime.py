@@ -265,6 +265,13 @@ class Runtime:
 
     def close(self):
         if self._ptr:
+            ws = getattr(self, "_bwd_ws", None)
+            if ws is not None:
+                try:
+                    ws.free()
+                except KilnError:
+                    pass
+                self._bwd_ws = None
             self._lib.kiln_rt_destroy(self._ptr)
             self._ptr = ctypes.c_void_p()
 
@@ -516,3 +523,109 @@ class Runtime:
         _lib.check(self._lib.kiln_attention_pick(self._live(), ctypes.byref(a), ctypes.byref(kp), ctypes.byref(err)),
                    err)
         return Kernel(self, kp)
+
+    def _attn_bwd_args(self, dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream):
+        dev = self.device_ordinal
+        views = {}
+        for n, obj in (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
+            if obj is None:
+                raise KilnArgumentError("attention_backward: %s is required" % n)
+            t = self._view(obj, "attention_backward: " + n, dev)
+            if len(t.shape) != 4:
+                raise KilnArgumentError("attention_backward: %s must be 4-d [batch, seq, heads, head_dim], got shape "
+                                        "%s" % (n, t.shape))
+            if t.strides[3] != 1 and t.shape[3] != 1:
+                raise KilnArgumentError("attention_backward: %s's head_dim must be contiguous (stride %d)"
+                                        % (n, t.strides[3]))
+            views[n] = t
+        qv, kv = views["q"], views["k"]
+        b, sq, hq, d = qv.shape
+        _, sk, hkv, _ = kv.shape
+        for n, like in (("v", "k"), ("o", "q"), ("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
+            if views[n].shape != views[like].shape:
+                raise KilnArgumentError("attention_backward: %s has shape %s; expected %s's %s"
+                                        % (n, views[n].shape, like, views[like].shape))
+        if kv.shape[0] != b or kv.shape[3] != d:
+            raise KilnArgumentError("attention_backward: k/v shape %s does not fit q %s (batch and head_dim must "
+                                    "match)" % (kv.shape, qv.shape))
+        if hkv == 0 or hq % hkv:
+            raise KilnArgumentError("attention_backward: %d query heads are not a multiple of %d key/value heads"
+                                    % (hq, hkv))
+        for group in (("q", "k", "v"), ("o", "dout"), ("dq", "dk", "dv")):
+            if len({views[n].dtype for n in group}) != 1:
+                raise KilnArgumentError("attention_backward: %s must share a dtype, got %s" % (
+                    ", ".join(group), ", ".join(views[n].dtype for n in group)))
+        if lse is None:
+            raise KilnArgumentError("attention_backward: lse (the forward's f32 [batch, heads_q, seq_q] log-sum-exp, "
+                                    "attention(..., lse=...)) is required")
+        lv = self._view(lse, "attention_backward: lse", dev)
+        if lv.dtype != "f32" or lv.numel != b * hq * sq or not lv.contiguous():
+            raise KilnArgumentError("attention_backward: lse must be contiguous f32 [batch, heads_q, seq_q] = %d "
+                                    "values, got %s %s" % (b * hq * sq, lv.dtype, lv.shape))
+        a = _lib.AttentionBwdArgs()
+        for n, t in views.items():
+            setattr(a, n, t.ptr)
+            getattr(a, "stride_" + n)[:] = [t.strides[0], t.strides[1], t.strides[2]]
+        a.lse = lv.ptr
+        a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[views["o"].dtype]
+        a.grad_dtype = _DTYPE_CODE[views["dq"].dtype]
+        a.head_dim, a.causal, a.deterministic = d, 1 if causal else 0, 1 if deterministic else 0
+        a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
+        a.scale = 0.0 if scale is None else float(scale)
+        vl = list(views.values()) + [lv]
+        a.stream = _stream_handle(stream, vl)
+        return a, vl
+
+    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False):
+        """Bytes of device workspace attention_backward needs for these arrays (f32 delta, and the f32 dQ
+        accumulator unless deterministic)."""
+        a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0)
+        return int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
+
+    def _attn_bwd_workspace(self, a, workspace, views):
+        need = int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
+        if workspace is not None:
+            wv = self._view(workspace, "attention_backward: workspace", self.device_ordinal)
+            have = wv.numel * _lib.DTYPE_SIZE[wv.dtype]
+            if not wv.contiguous() or have < need:
+                raise KilnArgumentError("attention_backward: workspace must be %d contiguous bytes of device memory "
+                                        "(attention_backward_workspace), got %d bytes%s"
+                                        % (need, have, "" if wv.contiguous() else ", not contiguous"))
+            views.append(wv)
+            return wv.ptr
+        if not need:
+            return 0
+        # the runtime's own workspace, grown as needed; launches on several streams at once pass their own
+        with self._lock:
+            ws = getattr(self, "_bwd_ws", None)
+            if ws is None or ws.nbytes < need:
+                if ws is not None:
+                    self.synchronize()  # the old one may still be in use by an earlier launch
+                    ws.free()
+                ws = self._bwd_ws = DeviceArray(self, ((need + 3) // 4,), "f32")
+            return ws.ptr
+
+    def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
+                           workspace=None, stream=None):
+        """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
+        forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
+        attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
+        (GQA/MQA: summed over each group's query heads); lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
+        o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
+        work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
+        uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
+        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream)
+        a.workspace = self._attn_bwd_workspace(a, workspace, views)
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+
+    def attention_backward_kernels(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None,
+                                   deterministic=False):
+        """The three Kernels attention_backward launches, in order, without launching."""
+        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, 0)
+        a.workspace = self._attn_bwd_workspace(a, None, views)
+        ks = (ctypes.c_void_p * 3)()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_attention_backward_pick(self._live(), ctypes.byref(a), ctypes.byref(ks),
+                                                          ctypes.byref(err)), err)
+        return [Kernel(self, ctypes.c_void_p(p)) for p in ks]

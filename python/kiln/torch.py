@@ -1,9 +1,11 @@
 """kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm, LayerNorm, attention.
 
-Importable only where torch is. The ops are registered as ``kiln::layer_norm`` and
-``kiln::attention`` with fake (meta) implementations, so torch.compile captures them in a graph,
-and layer_norm has an autograd formula (computed with torch ops from the saved mean and rstd
-until kiln's LayerNorm backward kernel is wired in). Kernels run on CUDA tensors, on torch's
+Importable only where torch is. The ops are registered as ``kiln::layer_norm``,
+``kiln::attention`` and ``kiln::attention_backward`` with fake (meta) implementations, so
+torch.compile captures them in a graph. attention's autograd runs kiln's attention_bwd kernels
+(FlashAttention-2's backward; the deterministic sequence under
+torch.use_deterministic_algorithms(True)); layer_norm's formula is computed with torch ops from the
+saved mean and rstd until kiln's LayerNorm backward kernel is wired in. Kernels run on CUDA tensors, on torch's
 current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
 first use, then from kiln's memory and disk caches).
 
@@ -11,6 +13,7 @@ first use, then from kiln's memory and disk caches).
     ln = kt.LayerNorm(4096)                       # f32 weights, like torch.nn.LayerNorm
     y = ln(x_bf16)                                # bf16 in, bf16 out, f32 math
     o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
+    o.sum().backward()                            # dq, dk, dv by kiln's attention backward kernels
 """
 
 import math
@@ -211,13 +214,60 @@ def _attention_fake(q, k, v, causal, scale):
     return q.new_empty((b, sq, h, d)).transpose(1, 2), q.new_empty((b, h, sq), dtype=torch.float32)
 
 
+@torch.library.custom_op("kiln::attention_backward", mutates_args=())
+def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
+                        lse: torch.Tensor, causal: bool, scale: float,
+                        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
+    # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
+    dk = torch.empty((b, sk, hkv, d), dtype=k.dtype, device=q.device)
+    dv = torch.empty((b, sk, hkv, d), dtype=v.dtype, device=q.device)
+    if b:
+        rt = runtime(q.device)
+        qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
+        args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
+                    v=vs.transpose(1, 2), o=ost.transpose(1, 2), lse=lse)
+        nbytes = rt.attention_backward_workspace(causal=causal, deterministic=deterministic, **args)
+        # the workspace from torch's allocator: ordered on the stream like the tensors themselves
+        ws = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device) if nbytes else None
+        rt.attention_backward(causal=causal, scale=scale, deterministic=deterministic, workspace=ws,
+                              stream=_stream(q), **args)
+    return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
+
+
+@_attention_backward.register_fake
+def _attention_backward_fake(do, q, k, v, o, lse, causal, scale, deterministic):
+    b, hq, sq, d = q.shape
+    hkv, sk = k.shape[1], k.shape[2]
+    return (q.new_empty((b, sq, hq, d)).transpose(1, 2), k.new_empty((b, sk, hkv, d)).transpose(1, 2),
+            v.new_empty((b, sk, hkv, d)).transpose(1, 2))
+
+
+def _deterministic():
+    f = getattr(torch, "are_deterministic_algorithms_enabled", None)
+    return bool(f()) if f is not None else False
+
+
+def _attn_setup(ctx, inputs, output):
+    q, k, v, causal, scale = inputs
+    o, lse = output
+    ctx.save_for_backward(q, k, v, o, lse)
+    ctx.causal, ctx.scale = causal, scale
+
+
 def _attn_backward(ctx, do, dlse):
-    raise NotImplementedError("kiln::attention has no backward yet (kiln's attention backward kernels are not "
-                              "wired into kiln.torch); use torch.nn.functional.scaled_dot_product_attention "
-                              "for training, or call kiln under torch.no_grad()")
+    # lse is an auxiliary output (kiln.torch's public functions drop it): its gradient is not propagated.
+    # torch.use_deterministic_algorithms(True) picks kiln's deterministic sequence (no atomics, same bits
+    # every run, about 1.4x the work).
+    q, k, v, o, lse = ctx.saved_tensors
+    dq, dk, dv = _attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, _deterministic())
+    return dq, dk, dv, None, None
 
 
-_attention.register_autograd(_attn_backward, setup_context=lambda ctx, inputs, output: None)
+_attention.register_autograd(_attn_backward, setup_context=_attn_setup)
 
 
 def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
