@@ -59,6 +59,9 @@ class KernelMeta(ctypes.Structure):
         ("align_bytes", ctypes.c_uint),
         ("rows_per_block", ctypes.c_uint),
         ("threads_per_row", ctypes.c_uint),
+        ("ws_slabs", ctypes.c_uint),
+        ("ws_rows_per_block", ctypes.c_uint),
+        ("then_spec", ctypes.c_char * KILN_SPEC_MAX),
     ]
 
 
@@ -93,11 +96,14 @@ class LintModule(ctypes.Structure):
         ("device_sm", ctypes.c_int),
         ("runs_on_device", ctypes.c_int),
         ("dropped", ctypes.c_size_t),
+        ("cuda", ctypes.c_int),
+        ("cuda_loads", ctypes.c_int),
     ]
 
 
 class GenOptions(ctypes.Structure):
-    _fields_ = [("template_dir", ctypes.c_char_p), ("opt_level", ctypes.c_int)]
+    _fields_ = [("template_dir", ctypes.c_char_p), ("opt_level", ctypes.c_int), ("pipeline", ctypes.c_int),
+                ("time_builder", ctypes.c_int)]
 
 
 class EmuLaunch(ctypes.Structure):

@@ -1,0 +1,43 @@
+"""python/tests/test_abi.py - every ctypes mirror in kiln/_lib.py has the size of its C struct.
+
+A mirror that falls behind its header is silent memory corruption (the C side reads or writes past
+the Python buffer): compile a few lines of C against include/kiln and compare sizeof with
+ctypes.sizeof, struct by struct. Needs a C compiler, as building kiln does."""
+import ctypes
+import os
+import shutil
+import subprocess
+
+import pytest
+
+from kiln import _lib
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+MIRRORS = {
+    "kiln_error": _lib.Error, "kiln_param": _lib.Param, "kiln_kernel_meta": _lib.KernelMeta,
+    "kiln_lint_finding": _lib.LintFinding, "kiln_lint_module": _lib.LintModule,
+    "kiln_gen_options": _lib.GenOptions, "kiln_emu_launch": _lib.EmuLaunch, "kiln_rt_options": _lib.RtOptions,
+    "kiln_sm_facts": _lib.SmFacts, "kiln_device_info": _lib.DeviceInfo, "kiln_rt_stats": _lib.RtStats,
+    "kiln_layernorm_args": _lib.LayerNormArgs, "kiln_attention_args": _lib.AttentionArgs,
+    "kiln_attention_bwd_args": _lib.AttentionBwdArgs, "kiln_bundle_entry": _lib.BundleEntry,
+}
+
+
+def c_sizes(tmp_path):
+    cc = os.environ.get("CC", "cc")
+    if not shutil.which(cc) or not os.path.isdir(os.path.join(ROOT, "include", "kiln")):
+        pytest.skip("needs a C compiler and kiln's headers (a source tree)")
+    src = tmp_path / "sizes.c"
+    body = "".join('    printf("%s %%zu\\n", sizeof(%s));\n' % (n, n) for n in MIRRORS)
+    src.write_text('#include <stdio.h>\n#include "kiln/kiln.h"\n#include "kiln/emu.h"\n#include "kiln/lint.h"\n'
+                   '#include "kiln/runtime.h"\nint main(void) {\n' + body + "    return 0;\n}\n")
+    exe = tmp_path / "sizes"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    return {name: int(size) for name, size in (line.split() for line in out.splitlines())}
+
+
+def test_every_mirror_has_its_c_size(tmp_path):
+    sizes = c_sizes(tmp_path)
+    wrong = {n: (sizes[n], ctypes.sizeof(m)) for n, m in MIRRORS.items() if sizes[n] != ctypes.sizeof(m)}
+    assert not wrong, "ctypes mirrors differ from C (name: C size, ctypes size): %r" % wrong
