@@ -50,8 +50,31 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
   local per_thread = math.max(1, max_elems // vec)
   local t = util.clamp(util.pow2_ceil(util.ceil_div(chunks, per_thread)), 32, target.max_threads)
   local rows = t == 32 and M.TARGET_BLOCK_THREADS // 32 or 1
-  return { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
-           vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+  local cfg = { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
+                vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+  -- the forward keeps one f32 value per element (x, then its deviation) in registers
+  cfg.max_registers = M.register_cap(cfg, target, cfg.iters * vec)
+  return cfg
+end
+
+-- ---- occupancy ----
+
+-- Registers a thread needs besides the values it keeps per element (addresses, row index,
+-- reduction temporaries, the vector being converted): measured with ptxas -v on the fixed forms.
+M.REG_OVERHEAD = 32
+
+-- Register cap (.maxnreg) for a block of cfg.block threads that keeps `live` f32 values per
+-- thread: the most blocks per SM that the register file holds at live + REG_OVERHEAD registers
+-- (and the SM's resident threads allow), then the registers each thread may have at that
+-- occupancy. Without it ptxas takes what the block size alone allows (64K / block) and can
+-- settle one register above an occupancy step (a 512-thread LayerNorm at 72 registers runs
+-- 1 block per SM: 57 % of copy bandwidth on an H100; at 64 registers, 2 blocks: 87 %).
+function M.register_cap(cfg, target, live)
+  local need = util.ceil_div(live + M.REG_OVERHEAD, 8) * 8
+  local blocks = math.min(target.threads_per_sm // cfg.block, target.regs_per_sm // (cfg.block * need))
+  blocks = math.max(blocks, 1)
+  cfg.blocks_per_sm = blocks
+  return math.min(255, (target.regs_per_sm // (blocks * cfg.block)) // 8 * 8)
 end
 
 -- ---- reductions ----
@@ -243,6 +266,7 @@ end
 -- rounded to spec.r, written to p.h, and the rounded h is what gets normalized.
 
 local function forward_fixed(b, spec, cfg, p, rms)
+  b:max_registers(cfg.max_registers)
   local T = cfg.threads_per_row
   local tid = b:tid()
   local t = tid % T
@@ -369,6 +393,7 @@ function M.slabs(spec, rms)
 end
 
 local function backward_fixed(b, spec, cfg, p, rms)
+  b:max_registers(cfg.max_registers)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
   local tid = b:tid()
   local t, slot = tid % T, tid // T
@@ -531,6 +556,12 @@ function M.backward_config(spec, target, rms)
     cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
   end
   local slabs = M.slabs(spec, rms)
+  if cfg.loop or spec.hidden == "launch" then
+    cfg.max_registers = nil
+  else
+    -- per element: x, dy (and the weight) and one accumulator per workspace slab
+    cfg.max_registers = M.register_cap(cfg, target, cfg.iters * cfg.vec * (2 + (spec.weight and 1 or 0) + slabs))
+  end
   if slabs > 0 then
     -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
     cfg.workspace_slabs = slabs
