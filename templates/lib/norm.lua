@@ -52,8 +52,9 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
   local rows = t == 32 and M.TARGET_BLOCK_THREADS // 32 or 1
   local cfg = { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
                 vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
-  -- the forward keeps one f32 value per element (x, then its deviation) in registers
-  cfg.max_registers = M.register_cap(cfg, target, cfg.iters * vec)
+  -- the forward keeps one f32 value per element (x, then its deviation) in registers; two
+  -- while the residual is added
+  cfg.max_registers = M.register_cap(cfg, target, cfg.iters * vec * (spec.residual and 2 or 1))
   return cfg
 end
 
@@ -393,7 +394,6 @@ function M.slabs(spec, rms)
 end
 
 local function backward_fixed(b, spec, cfg, p, rms)
-  b:max_registers(cfg.max_registers)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
   local tid = b:tid()
   local t, slot = tid % T, tid // T
@@ -479,55 +479,91 @@ end
 
 local function backward_looping(b, spec, cfg, p, rms)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
+  local V = cfg.vec -- elements per access: 1 for hidden=launch, a 16-byte vector for a fixed wide row
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end
   local tid = b:tid()
   local t, slot = tid % T, tid // T
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
   local slabs = M.slabs(spec, rms)
-  local hidden64 = b:i64(p.hidden)
+  local hidden = spec.hidden == "launch" and p.hidden or b:i32(spec.hidden)
+  local hidden64 = b:i64(hidden)
   local parts = b:nctaid() * rpb
   local part = b:ctaid() * rpb + slot
   local wsw, wsb
   local s = 0
   if spec.weight then wsw = p.ws + b:i64(part) * hidden64; s = 1 end
   if not rms and spec.bias then wsb = p.ws + (b:i64(parts) * s + b:i64(part)) * hidden64 end
+  local function ld(ptr, dt)
+    local v = b:load_vec(ptr, V, { align = math.min(16, V * util.dtype_bytes[dt]) })
+    for k = 1, V do v[k] = b:to_f32(v[k]) end
+    return v
+  end
+  local function st(ptr, dt, vals)
+    b:store_vec(ptr, b:from_f32_vec(vals, dt), { align = math.min(16, V * util.dtype_bytes[dt]) })
+  end
+  local function ldws(ptr) return b:load_vec(ptr, V, { align = math.min(16, V * 4) }) end
+  local function stws(ptr, vals) b:store_vec(ptr, vals, { align = math.min(16, V * 4) }) end
   if slabs > 0 then
-    b:for_(t, p.hidden, T, function(i)
-      if wsw then b:store(wsw + i, b:f32(0.0)) end
-      if wsb then b:store(wsb + i, b:f32(0.0)) end
+    local zeros = {}
+    for k = 1, V do zeros[k] = b:f32(0.0) end
+    b:for_(t * V, hidden, T * V, function(i)
+      if wsw then stws(wsw + i, zeros) end
+      if wsb then stws(wsb + i, zeros) end
     end)
   end
-  local hidden_f = b:f32(p.hidden)
+  local hidden_f = b:f32(hidden)
   b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
     local row = rbase + slot
     local live = b:lt(row, p.rows)
-    local n = b:select(live, p.hidden, 0)
+    local n = b:select(live, hidden, 0)
     local off = b:i64(b:select(live, row, 0)) * hidden64
     local rstd = b:load(p.rstd + row, { pred = live })
     local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
+    -- per element of the V at i: xhat, g = dy w, dy
     local function terms(i)
-      local x = b:to_f32(b:load(p.x + off + i))
-      local dy = b:to_f32(b:load(p.dy + off + i))
-      local xh = (rms and x or x - mean) * rstd
-      local g = spec.weight and dy * b:to_f32(b:load(p.weight + i)) or dy
+      local x, dy = ld(p.x + off + i, spec.x), ld(p.dy + off + i, spec.dy)
+      local w = spec.weight and ld(p.weight + i, spec.w) or nil
+      local xh, g = {}, {}
+      for k = 1, V do
+        xh[k] = (rms and x[k] or x[k] - mean) * rstd
+        g[k] = w and dy[k] * w[k] or dy[k]
+      end
       return xh, g, dy
     end
     local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
-    b:for_(t, n, T, function(i)
+    b:for_(t * V, n, T * V, function(i)
       local xh, g = terms(i)
-      sg:set(sg:get() + g)
-      sgx:set(b:fma(g, xh, sgx:get()))
+      local a, c = sg:get(), sgx:get()
+      for k = 1, V do
+        a = a + g[k]
+        c = b:fma(g[k], xh[k], c)
+      end
+      sg:set(a)
+      sgx:set(c)
     end)
     local sr = rms and M.reduce(b, { sgx:get() }, { "sum" }, red) or M.reduce(b, { sgx:get(), sg:get() }, { "sum", "sum" }, red)
     local a = sr[1] / hidden_f
     local c = (not rms) and sr[2] / hidden_f or nil
-    b:for_(t, n, T, function(i)
+    b:for_(t * V, n, T * V, function(i)
       local xh, g, dy = terms(i)
-      local tk = c and b:fma(xh, a, c) or xh * a
-      local dx = (g - tk) * rstd
-      if spec.residual then dx = dx + b:to_f32(b:load(p.dres + off + i)) end
-      b:store(p.dx + off + i, b:from_f32(dx, spec.dx))
-      if wsw then b:store(wsw + i, b:fma(dy, xh, b:load(wsw + i))) end
-      if wsb then b:store(wsb + i, b:load(wsb + i) + dy) end
+      local dres = spec.residual and ld(p.dres + off + i, spec.r) or nil
+      local dx = {}
+      for k = 1, V do
+        local tk = c and b:fma(xh[k], a, c) or xh[k] * a
+        dx[k] = (g[k] - tk) * rstd
+        if dres then dx[k] = dx[k] + dres[k] end
+      end
+      st(p.dx + off + i, spec.dx, dx)
+      if wsw then
+        local acc = ldws(wsw + i)
+        for k = 1, V do acc[k] = b:fma(dy[k], xh[k], acc[k]) end
+        stws(wsw + i, acc)
+      end
+      if wsb then
+        local acc = ldws(wsb + i)
+        for k = 1, V do acc[k] = acc[k] + dy[k] end
+        stws(wsb + i, acc)
+      end
     end)
   end)
 end
@@ -544,8 +580,11 @@ function M.backward_config(spec, target, rms)
   if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
     -- the row, its gradients and the dweight/dbias accumulators no longer fit in registers:
     -- the looping form (hidden still passed at launch)
+    local vec, align = cfg.vec, cfg.align
     cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
     cfg.loop = true
+    -- the hidden size is still fixed: the loops step by the fixed form's 16-byte vectors
+    cfg.vec, cfg.align = vec, align
   end
   if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
@@ -556,11 +595,13 @@ function M.backward_config(spec, target, rms)
     cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
   end
   local slabs = M.slabs(spec, rms)
-  if cfg.loop or spec.hidden == "launch" then
+  if spec.hidden == "launch" then
     cfg.max_registers = nil
+  elseif cfg.loop then
+    -- vectors of x, dy, the weight, dres and the workspace rows in flight (at least 48 values)
+    cfg.max_registers = M.register_cap(cfg, target, math.max(6 * cfg.vec, 48))
   else
-    -- per element: x, dy (and the weight) and one accumulator per workspace slab
-    cfg.max_registers = M.register_cap(cfg, target, cfg.iters * cfg.vec * (2 + (spec.weight and 1 or 0) + slabs))
+    cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
   end
   if slabs > 0 then
     -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
