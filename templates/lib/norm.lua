@@ -16,8 +16,11 @@ local M = {}
 -- Elements per thread the fixed forms keep in registers, at most (forward, backward).
 M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
 -- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
--- 16 elements' x, dy, weight and two accumulators): larger rows take the looping form.
+-- 16 elements' x, dy, weight and two accumulators): larger rows take the wide form.
 M.MAX_BWD_THREADS_PER_ROW = 512
+-- Registers the wide backward form needs besides its accumulators and loaded row data (ptxas -v
+-- on sm_75..sm_90: LayerNorm bf16 h16384 spills 4 bytes on sm_75 with 8 left at 64).
+M.WIDE_SPARE_REGS = 9
 -- Backward rows per block when a warp handles a row (fixed form).
 M.BWD_ROWS_PER_BLOCK = 8
 -- Looping form: threads per row and rows per block.
@@ -100,6 +103,18 @@ function M.reduce(b, vals, ops, red)
   b:barrier()
   local first = warp // groups * groups
   local res = {}
+  if groups > 16 then
+    -- a block of more than 512 threads (the backward's wide form): lane l of every warp reads
+    -- warp l's value and the butterfly combines them (registers for one value, not groups)
+    local has = b:lt(lane, groups)
+    for i = 1, #vals do
+      local x = b:load(scratch + (first + b:select(has, lane, 0) + (i - 1) * nwarps))
+      if ops[i] == "max" then res[i] = b:warp_max(b:select(has, x, -math.huge))
+      else res[i] = b:warp_sum(b:select(has, x, 0.0)) end
+    end
+    b:barrier()
+    return res
+  end
   for i = 1, #vals do
     local acc
     for k = 0, groups - 1 do
@@ -477,99 +492,134 @@ local function backward_fixed(b, spec, cfg, p, rms)
   end
 end
 
+-- Wide rows (more than MAX_BWD_THREADS_PER_ROW threads in the fixed form): one row per block
+-- of up to 1024 threads, 16-byte vectors, at most 16 elements per thread. Only the dweight/dbias
+-- accumulators stay in registers across rows; x, dy and the weight are read in pass 1 (sums and
+-- accumulators) and read again in pass 2 (dx) instead of being held, which the 64 registers of a
+-- 1024-thread block could not do. The re-reads hit L1/L2; the loads of pass 2 take their offset
+-- from a zero in shared memory, so the optimizer cannot forward pass 1's values to them.
+local function backward_wide(b, spec, cfg, p, rms)
+  b:max_registers(cfg.max_registers)
+  local T = cfg.threads_per_row
+  local t = b:tid()
+  local r = M.fixed_row(b, cfg, t)
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local nel = cfg.iters * cfg.vec
+  local acc_w, acc_b = {}, {}
+  for k = 1, nel do
+    if spec.weight then acc_w[k] = b:var("f32", 0.0) end
+    if not rms and spec.bias then acc_b[k] = b:var("f32", 0.0) end
+  end
+  local zero = b:shared("f32", 1) -- +0.0, whose bits are the integer 0
+  b:if_(b:eq(t, 0), function() b:store(zero, b:f32(0.0)) end)
+  b:barrier()
+  local n = spec.hidden
+  b:for_(b:ctaid(), p.rows, b:nctaid(), function(row)
+    local off = b:i64(row) * n
+    local rstd = b:load(p.rstd + row)
+    local mean = (not rms) and b:load(p.mean + row) or nil
+    local function terms(o, wo)
+      local xs = M.load_row(b, r, p.x + o, spec.x)
+      local dys = M.load_row(b, r, p.dy + o, spec.dy)
+      local wv = spec.weight and M.load_row(b, r, p.weight + wo, spec.w) or nil
+      local xh, g = {}, {}
+      for k = 1, nel do
+        xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
+        g[k] = wv and dys[k] * wv[k] or dys[k]
+      end
+      return xh, g, dys
+    end
+    local z1 = b:i64(b:bits(b:load(zero)))
+    local xh, g = terms(off + z1, z1)
+    local gx = {}
+    for k = 1, nel do gx[k] = g[k] * xh[k] end
+    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
+    local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
+    local a = s[1] / n
+    local c = (not rms) and s[2] / n or nil
+    local z = b:i64(b:bits(b:load(zero)))
+    local xh2, g2, dys = terms(off + z, z)
+    local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r) or nil
+    local dx = {}
+    for k = 1, nel do
+      local tk = c and b:fma(xh2[k], a, c) or xh2[k] * a
+      dx[k] = (g2[k] - tk) * rstd
+      if dres then dx[k] = dx[k] + dres[k] end
+      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh2[k], acc_w[k]:get())) end
+      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
+    end
+    M.store_row(b, r, p.dx + off, spec.dx, dx)
+  end)
+  local s = 0
+  for _, acc in ipairs({ acc_w, acc_b }) do
+    if acc[1] then
+      local vals = {}
+      for k = 1, nel do vals[k] = acc[k]:get() end
+      M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
+      s = s + 1
+    end
+  end
+end
+
 local function backward_looping(b, spec, cfg, p, rms)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
-  local V = cfg.vec -- elements per access: 1 for hidden=launch, a 16-byte vector for a fixed wide row
-  if cfg.max_registers then b:max_registers(cfg.max_registers) end
   local tid = b:tid()
   local t, slot = tid % T, tid // T
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
   local slabs = M.slabs(spec, rms)
-  local hidden = spec.hidden == "launch" and p.hidden or b:i32(spec.hidden)
-  local hidden64 = b:i64(hidden)
+  local hidden64 = b:i64(p.hidden)
   local parts = b:nctaid() * rpb
   local part = b:ctaid() * rpb + slot
   local wsw, wsb
   local s = 0
   if spec.weight then wsw = p.ws + b:i64(part) * hidden64; s = 1 end
   if not rms and spec.bias then wsb = p.ws + (b:i64(parts) * s + b:i64(part)) * hidden64 end
-  local function ld(ptr, dt)
-    local v = b:load_vec(ptr, V, { align = math.min(16, V * util.dtype_bytes[dt]) })
-    for k = 1, V do v[k] = b:to_f32(v[k]) end
-    return v
-  end
-  local function st(ptr, dt, vals)
-    b:store_vec(ptr, b:from_f32_vec(vals, dt), { align = math.min(16, V * util.dtype_bytes[dt]) })
-  end
-  local function ldws(ptr) return b:load_vec(ptr, V, { align = math.min(16, V * 4) }) end
-  local function stws(ptr, vals) b:store_vec(ptr, vals, { align = math.min(16, V * 4) }) end
   if slabs > 0 then
-    local zeros = {}
-    for k = 1, V do zeros[k] = b:f32(0.0) end
-    b:for_(t * V, hidden, T * V, function(i)
-      if wsw then stws(wsw + i, zeros) end
-      if wsb then stws(wsb + i, zeros) end
+    b:for_(t, p.hidden, T, function(i)
+      if wsw then b:store(wsw + i, b:f32(0.0)) end
+      if wsb then b:store(wsb + i, b:f32(0.0)) end
     end)
   end
-  local hidden_f = b:f32(hidden)
+  local hidden_f = b:f32(p.hidden)
   b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
     local row = rbase + slot
     local live = b:lt(row, p.rows)
-    local n = b:select(live, hidden, 0)
+    local n = b:select(live, p.hidden, 0)
     local off = b:i64(b:select(live, row, 0)) * hidden64
     local rstd = b:load(p.rstd + row, { pred = live })
     local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
-    -- per element of the V at i: xhat, g = dy w, dy
     local function terms(i)
-      local x, dy = ld(p.x + off + i, spec.x), ld(p.dy + off + i, spec.dy)
-      local w = spec.weight and ld(p.weight + i, spec.w) or nil
-      local xh, g = {}, {}
-      for k = 1, V do
-        xh[k] = (rms and x[k] or x[k] - mean) * rstd
-        g[k] = w and dy[k] * w[k] or dy[k]
-      end
+      local x = b:to_f32(b:load(p.x + off + i))
+      local dy = b:to_f32(b:load(p.dy + off + i))
+      local xh = (rms and x or x - mean) * rstd
+      local g = spec.weight and dy * b:to_f32(b:load(p.weight + i)) or dy
       return xh, g, dy
     end
     local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
-    b:for_(t * V, n, T * V, function(i)
+    b:for_(t, n, T, function(i)
       local xh, g = terms(i)
-      local a, c = sg:get(), sgx:get()
-      for k = 1, V do
-        a = a + g[k]
-        c = b:fma(g[k], xh[k], c)
-      end
-      sg:set(a)
-      sgx:set(c)
+      sg:set(sg:get() + g)
+      sgx:set(b:fma(g, xh, sgx:get()))
     end)
     local sr = rms and M.reduce(b, { sgx:get() }, { "sum" }, red) or M.reduce(b, { sgx:get(), sg:get() }, { "sum", "sum" }, red)
     local a = sr[1] / hidden_f
     local c = (not rms) and sr[2] / hidden_f or nil
-    b:for_(t * V, n, T * V, function(i)
+    b:for_(t, n, T, function(i)
       local xh, g, dy = terms(i)
-      local dres = spec.residual and ld(p.dres + off + i, spec.r) or nil
-      local dx = {}
-      for k = 1, V do
-        local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-        dx[k] = (g[k] - tk) * rstd
-        if dres then dx[k] = dx[k] + dres[k] end
-      end
-      st(p.dx + off + i, spec.dx, dx)
-      if wsw then
-        local acc = ldws(wsw + i)
-        for k = 1, V do acc[k] = b:fma(dy[k], xh[k], acc[k]) end
-        stws(wsw + i, acc)
-      end
-      if wsb then
-        local acc = ldws(wsb + i)
-        for k = 1, V do acc[k] = acc[k] + dy[k] end
-        stws(wsb + i, acc)
-      end
+      local tk = c and b:fma(xh, a, c) or xh * a
+      local dx = (g - tk) * rstd
+      if spec.residual then dx = dx + b:to_f32(b:load(p.dres + off + i)) end
+      b:store(p.dx + off + i, b:from_f32(dx, spec.dx))
+      if wsw then b:store(wsw + i, b:fma(dy, xh, b:load(wsw + i))) end
+      if wsb then b:store(wsb + i, b:load(wsb + i) + dy) end
     end)
   end)
 end
 
 function M.backward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms) else backward_fixed(b, spec, cfg, p, rms) end
+  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
+  elseif cfg.wide then backward_wide(b, spec, cfg, p, rms)
+  else backward_fixed(b, spec, cfg, p, rms) end
 end
 
 -- config() of a backward family: the forward geometry at MAX_ELEMS_BWD, and the workspace.
@@ -578,13 +628,23 @@ function M.backward_config(spec, target, rms)
   if spec.residual then dts[#dts + 1] = spec.r end
   local cfg = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
   if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
-    -- the row, its gradients and the dweight/dbias accumulators no longer fit in registers:
-    -- the looping form (hidden still passed at launch)
-    local vec, align = cfg.vec, cfg.align
-    cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
-    cfg.loop = true
-    -- the hidden size is still fixed: the loops step by the fixed form's 16-byte vectors
-    cfg.vec, cfg.align = vec, align
+    -- the row, its gradients and the accumulators no longer fit in registers: the wide form,
+    -- with as few chunks per thread as the largest block allows, spread evenly over whole warps
+    cfg.wide = true
+    cfg.iters = util.ceil_div(cfg.chunks, target.max_threads)
+    local t = util.ceil_div(util.ceil_div(cfg.chunks, cfg.iters), 32) * 32
+    cfg.threads_per_row, cfg.block = t, t
+    -- registers per thread: the accumulators, plus x, dy, weight and dres of the thread's
+    -- elements as loaded (ptxas issues a pass's loads together); where that leaves less than
+    -- WIDE_SPARE_REGS of the cap for addresses and sums, ptxas spills: those take the looping form
+    local bytes = M.slabs(spec, rms) * 4 + util.dtype_bytes[spec.x] + util.dtype_bytes[spec.dy]
+    if spec.weight then bytes = bytes + util.dtype_bytes[spec.w] end
+    if spec.residual then bytes = bytes + util.dtype_bytes[spec.r] end
+    local nel = cfg.iters * cfg.vec
+    if bytes * nel // 4 > M.register_cap(cfg, target, M.slabs(spec, rms) * nel) - M.WIDE_SPARE_REGS then
+      cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+      cfg.loop = true
+    end
   end
   if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
@@ -597,9 +657,10 @@ function M.backward_config(spec, target, rms)
   local slabs = M.slabs(spec, rms)
   if spec.hidden == "launch" then
     cfg.max_registers = nil
+  elseif cfg.wide then
+    cfg.max_registers = M.register_cap(cfg, target, cfg.iters * cfg.vec * slabs)
   elseif cfg.loop then
-    -- vectors of x, dy, the weight, dres and the workspace rows in flight (at least 48 values)
-    cfg.max_registers = M.register_cap(cfg, target, math.max(6 * cfg.vec, 48))
+    cfg.max_registers = nil
   else
     cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
   end
