@@ -55,9 +55,20 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
   local rows = t == 32 and M.TARGET_BLOCK_THREADS // 32 or 1
   local cfg = { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
                 vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
-  -- the forward keeps one f32 value per element (x, then its deviation) in registers; two
-  -- while the residual is added
-  cfg.max_registers = M.register_cap(cfg, target, cfg.iters * vec * (spec.residual and 2 or 1))
+  -- the forward keeps one f32 value per element (x, then its deviation) in registers, two while
+  -- the residual is added, and 8 more per 4-byte tensor (wider vectors in flight) and per bf16
+  -- tensor converted without cvt.bf16 (bit operations). Blocks under
+  -- 256 threads keep ptxas's default: their occupancy is not register-bound, and masked
+  -- partial chunks (hidden 1000) need more than the estimate.
+  if cfg.block >= 256 then
+    local live = cfg.iters * vec * (spec.residual and 2 or 1)
+    for _, d in ipairs(dtypes) do
+      if util.dtype_bytes[d] == 4 then live = live + 8 end
+      -- bf16 conversions without cvt.bf16 take temporaries of their own
+      if d == "bf16" and not target.native_bf16_cvt then live = live + 8 end
+    end
+    cfg.max_registers = M.register_cap(cfg, target, live)
+  end
   return cfg
 end
 
@@ -282,7 +293,7 @@ end
 -- rounded to spec.r, written to p.h, and the rounded h is what gets normalized.
 
 local function forward_fixed(b, spec, cfg, p, rms)
-  b:max_registers(cfg.max_registers)
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end
   local T = cfg.threads_per_row
   local tid = b:tid()
   local t = tid % T
