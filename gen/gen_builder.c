@@ -339,7 +339,7 @@ static int b_target(lua_State *L) {
 }
 
 void gen_builder_push_target(lua_State *L, const gen_target *t) {
-    lua_createtable(L, 0, 12);
+    lua_createtable(L, 0, 14);
 #define FIELD_B(name) (lua_pushboolean(L, t->name), lua_setfield(L, -2, #name))
 #define FIELD_I(name) (lua_pushinteger(L, t->name), lua_setfield(L, -2, #name))
     FIELD_I(sm);
@@ -354,6 +354,8 @@ void gen_builder_push_target(lua_State *L, const gen_target *t) {
     FIELD_I(smem_static_max);
     FIELD_I(smem_optin_max);
     FIELD_I(max_threads);
+    FIELD_I(regs_per_sm);
+    FIELD_I(threads_per_sm);
 #undef FIELD_B
 #undef FIELD_I
 }

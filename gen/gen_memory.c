@@ -109,15 +109,14 @@ static int b_kernel(lua_State *L) {
     return 1;
 }
 
-/* Registers one SM offers a block: 64K 32-bit registers; a thread may use at most 255. */
-#define SM_REGISTERS 65536
+/* A thread may use at most 255 registers (the SM's register file is in the SM table). */
 #define THREAD_REGISTERS_MAX 255
 
 void gen_close_kernel(gen_builder *gb) {
     /* Without .maxnreg, ptxas spills at ~56-64 registers on some kernels even when the block
      * size leaves room for more; say how many the block size allows (or what the template chose). */
     unsigned threads = gb->meta->block[0] * gb->meta->block[1] * gb->meta->block[2];
-    unsigned cap = (SM_REGISTERS / threads) & ~7u;
+    unsigned cap = (gb->t->regs_per_sm / threads) & ~7u;
     if (cap > THREAD_REGISTERS_MAX) cap = THREAD_REGISTERS_MAX;
     gen_annotate(gb, "maxnreg", (int)(gb->max_registers ? gb->max_registers : cap));
     LLVMBuildBr(gb->b, gb->exit_bb);

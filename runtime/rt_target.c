@@ -4,13 +4,13 @@
 #include "kiln/target.h"
 
 static const kiln_target targets[] = {
-    /* sm  ptx  bf16cvt f16x2cvt f16ar bf16ar k4    k8     k16    wgmma  ldmat  cpasync smem      optin      thr */
-    {70, 60, false, false, true, false, true, false, false, false, false, false, 48 << 10, 96 << 10, 1024},
-    {75, 63, false, false, true, false, true, true, false, false, true, false, 48 << 10, 64 << 10, 1024},
-    {80, 70, true, true, true, false, true, true, true, false, true, true, 48 << 10, 163 << 10, 1024},
-    {86, 71, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024},
-    {89, 78, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024},
-    {90, 78, true, true, true, true, true, true, true, true, true, true, 48 << 10, 227 << 10, 1024},
+    /* sm  ptx  bf16cvt f16x2cvt f16ar bf16ar k4    k8     k16    wgmma  ldmat  cpasync smem      optin      thr   regs      thr/SM */
+    {70, 60, false, false, true, false, true, false, false, false, false, false, 48 << 10, 96 << 10, 1024, 65536, 2048},
+    {75, 63, false, false, true, false, true, true, false, false, true, false, 48 << 10, 64 << 10, 1024, 65536, 1024},
+    {80, 70, true, true, true, false, true, true, true, false, true, true, 48 << 10, 163 << 10, 1024, 65536, 2048},
+    {86, 71, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
+    {89, 78, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
+    {90, 78, true, true, true, true, true, true, true, true, true, true, 48 << 10, 227 << 10, 1024, 65536, 2048},
 };
 enum { NTARGETS = sizeof targets / sizeof targets[0] };
 

@@ -253,6 +253,8 @@ int main(void) {
         "rmsnorm_bwd x=f16 hidden=7",
         "rmsnorm_bwd x=bf16 hidden=launch residual=true",
         "rmsnorm_bwd x=f32 hidden=2048 weight=false",
+        "layernorm_bwd x=bf16 hidden=12288",             /* wide form, 768 threads */
+        "rmsnorm_bwd x=bf16 hidden=16384 residual=true", /* wide form, 1024 threads */
     };
     static const char *const full_extra[] = {
         "layernorm x=f32 hidden=16384", "rmsnorm x=bf16 hidden=16384", "layernorm_bwd x=bf16 hidden=16384",

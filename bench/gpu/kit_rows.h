@@ -85,11 +85,13 @@ static const kit_norm_row kit_norm_rows[] = {
     {"layernorm_bwd x=f32 hidden=768", 0, 0},
     {"layernorm_bwd x=bf16 hidden=4096", 0, 1},
     {"layernorm_bwd x=bf16 w=f32 hidden=16384", 0, 0},
+    {"layernorm_bwd x=bf16 hidden=12288", 0, 0},
     {"layernorm_bwd x=f16 hidden=launch", 3000, 0},
     {"layernorm_bwd x=bf16 hidden=4096 residual=true r=f32", 0, 0},
     {"rmsnorm_bwd x=bf16 hidden=4096", 0, 0},
     {"rmsnorm_bwd x=f32 hidden=launch", 1000, 0},
     {"rmsnorm_bwd x=bf16 w=f32 hidden=8192 residual=true", 0, 0},
+    {"rmsnorm_bwd x=bf16 hidden=16384 residual=true", 0, 0},
 };
 
 /* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */

@@ -9,7 +9,8 @@ extern "C" {
 #endif
 
 /* One row per SM kiln generates for. Sources: PTX ISA manual ("Target ISA notes"), CUDA
- * programming guide (shared memory and threads per block); ../shared/PTX_FACTS.md. */
+ * programming guide (shared memory, threads per block,
+ * registers and resident threads per SM); ../shared/PTX_FACTS.md. */
 typedef struct kiln_target {
     int sm;                   /* 75 for sm_75 */
     int ptx_min;              /* minimal PTX ISA version for this .target, times 10 */
@@ -26,6 +27,8 @@ typedef struct kiln_target {
     unsigned smem_static_max; /* bytes of static shared memory per block */
     unsigned smem_optin_max;  /* bytes per block with the opt-in attribute */
     unsigned max_threads;     /* threads per block */
+    unsigned regs_per_sm;     /* 32-bit registers one SM holds for its resident blocks */
+    unsigned threads_per_sm;  /* resident threads per SM, at most */
 } kiln_target;
 
 /* The row for exactly sm, or NULL when kiln does not generate for it. */

@@ -16,8 +16,11 @@ local M = {}
 -- Elements per thread the fixed forms keep in registers, at most (forward, backward).
 M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
 -- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
--- 16 elements' x, dy, weight and two accumulators): larger rows take the looping form.
+-- 16 elements' x, dy, weight and two accumulators): larger rows take the wide form.
 M.MAX_BWD_THREADS_PER_ROW = 512
+-- Registers the wide backward form needs besides its accumulators and loaded row data (ptxas -v
+-- on sm_75..sm_90: LayerNorm bf16 h16384 spills 4 bytes on sm_75 with 8 left at 64).
+M.WIDE_SPARE_REGS = 9
 -- Backward rows per block when a warp handles a row (fixed form).
 M.BWD_ROWS_PER_BLOCK = 8
 -- Looping form: threads per row and rows per block.
@@ -50,8 +53,43 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
   local per_thread = math.max(1, max_elems // vec)
   local t = util.clamp(util.pow2_ceil(util.ceil_div(chunks, per_thread)), 32, target.max_threads)
   local rows = t == 32 and M.TARGET_BLOCK_THREADS // 32 or 1
-  return { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
-           vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+  local cfg = { block = t * rows, grid_tile = rows, rows_per_block = rows, threads_per_row = t,
+                vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
+  -- the forward keeps one f32 value per element (x, then its deviation) in registers, two while
+  -- the residual is added, and 8 more per 4-byte tensor (wider vectors in flight) and per bf16
+  -- tensor converted without cvt.bf16 (bit operations). Blocks under
+  -- 256 threads keep ptxas's default: their occupancy is not register-bound, and masked
+  -- partial chunks (hidden 1000) need more than the estimate.
+  if cfg.block >= 256 then
+    local live = cfg.iters * vec * (spec.residual and 2 or 1)
+    for _, d in ipairs(dtypes) do
+      if util.dtype_bytes[d] == 4 then live = live + 8 end
+      -- bf16 conversions without cvt.bf16 take temporaries of their own
+      if d == "bf16" and not target.native_bf16_cvt then live = live + 8 end
+    end
+    cfg.max_registers = M.register_cap(cfg, target, live)
+  end
+  return cfg
+end
+
+-- ---- occupancy ----
+
+-- Registers a thread needs besides the values it keeps per element (addresses, row index,
+-- reduction temporaries, the vector being converted): measured with ptxas -v on the fixed forms.
+M.REG_OVERHEAD = 32
+
+-- Register cap (.maxnreg) for a block of cfg.block threads that keeps `live` f32 values per
+-- thread: the most blocks per SM that the register file holds at live + REG_OVERHEAD registers
+-- (and the SM's resident threads allow), then the registers each thread may have at that
+-- occupancy. Without it ptxas takes what the block size alone allows (64K / block) and can
+-- settle one register above an occupancy step (a 512-thread LayerNorm at 72 registers runs
+-- 1 block per SM: 57 % of copy bandwidth on an H100; at 64 registers, 2 blocks: 87 %).
+function M.register_cap(cfg, target, live)
+  local need = util.ceil_div(live + M.REG_OVERHEAD, 8) * 8
+  local blocks = math.min(target.threads_per_sm // cfg.block, target.regs_per_sm // (cfg.block * need))
+  blocks = math.max(blocks, 1)
+  cfg.blocks_per_sm = blocks
+  return math.min(255, (target.regs_per_sm // (blocks * cfg.block)) // 8 * 8)
 end
 
 -- ---- reductions ----
@@ -76,6 +114,18 @@ function M.reduce(b, vals, ops, red)
   b:barrier()
   local first = warp // groups * groups
   local res = {}
+  if groups > 16 then
+    -- a block of more than 512 threads (the backward's wide form): lane l of every warp reads
+    -- warp l's value and the butterfly combines them (registers for one value, not groups)
+    local has = b:lt(lane, groups)
+    for i = 1, #vals do
+      local x = b:load(scratch + (first + b:select(has, lane, 0) + (i - 1) * nwarps))
+      if ops[i] == "max" then res[i] = b:warp_max(b:select(has, x, -math.huge))
+      else res[i] = b:warp_sum(b:select(has, x, 0.0)) end
+    end
+    b:barrier()
+    return res
+  end
   for i = 1, #vals do
     local acc
     for k = 0, groups - 1 do
@@ -243,6 +293,7 @@ end
 -- rounded to spec.r, written to p.h, and the rounded h is what gets normalized.
 
 local function forward_fixed(b, spec, cfg, p, rms)
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end
   local T = cfg.threads_per_row
   local tid = b:tid()
   local t = tid % T
@@ -452,6 +503,75 @@ local function backward_fixed(b, spec, cfg, p, rms)
   end
 end
 
+-- Wide rows (more than MAX_BWD_THREADS_PER_ROW threads in the fixed form): one row per block
+-- of up to 1024 threads, 16-byte vectors, at most 16 elements per thread. Only the dweight/dbias
+-- accumulators stay in registers across rows; x, dy and the weight are read in pass 1 (sums and
+-- accumulators) and read again in pass 2 (dx) instead of being held, which the 64 registers of a
+-- 1024-thread block could not do. The re-reads hit L1/L2; the loads of pass 2 take their offset
+-- from a zero in shared memory, so the optimizer cannot forward pass 1's values to them.
+local function backward_wide(b, spec, cfg, p, rms)
+  b:max_registers(cfg.max_registers)
+  local T = cfg.threads_per_row
+  local t = b:tid()
+  local r = M.fixed_row(b, cfg, t)
+  local red = { groups = T // 32, nwarps = cfg.block // 32 }
+  local nel = cfg.iters * cfg.vec
+  local acc_w, acc_b = {}, {}
+  for k = 1, nel do
+    if spec.weight then acc_w[k] = b:var("f32", 0.0) end
+    if not rms and spec.bias then acc_b[k] = b:var("f32", 0.0) end
+  end
+  local zero = b:shared("f32", 1) -- +0.0, whose bits are the integer 0
+  b:if_(b:eq(t, 0), function() b:store(zero, b:f32(0.0)) end)
+  b:barrier()
+  local n = spec.hidden
+  b:for_(b:ctaid(), p.rows, b:nctaid(), function(row)
+    local off = b:i64(row) * n
+    local rstd = b:load(p.rstd + row)
+    local mean = (not rms) and b:load(p.mean + row) or nil
+    local function terms(o, wo)
+      local xs = M.load_row(b, r, p.x + o, spec.x)
+      local dys = M.load_row(b, r, p.dy + o, spec.dy)
+      local wv = spec.weight and M.load_row(b, r, p.weight + wo, spec.w) or nil
+      local xh, g = {}, {}
+      for k = 1, nel do
+        xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
+        g[k] = wv and dys[k] * wv[k] or dys[k]
+      end
+      return xh, g, dys
+    end
+    local z1 = b:i64(b:bits(b:load(zero)))
+    local xh, g = terms(off + z1, z1)
+    local gx = {}
+    for k = 1, nel do gx[k] = g[k] * xh[k] end
+    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
+    local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
+    local a = s[1] / n
+    local c = (not rms) and s[2] / n or nil
+    local z = b:i64(b:bits(b:load(zero)))
+    local xh2, g2, dys = terms(off + z, z)
+    local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r) or nil
+    local dx = {}
+    for k = 1, nel do
+      local tk = c and b:fma(xh2[k], a, c) or xh2[k] * a
+      dx[k] = (g2[k] - tk) * rstd
+      if dres then dx[k] = dx[k] + dres[k] end
+      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh2[k], acc_w[k]:get())) end
+      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
+    end
+    M.store_row(b, r, p.dx + off, spec.dx, dx)
+  end)
+  local s = 0
+  for _, acc in ipairs({ acc_w, acc_b }) do
+    if acc[1] then
+      local vals = {}
+      for k = 1, nel do vals[k] = acc[k]:get() end
+      M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
+      s = s + 1
+    end
+  end
+end
+
 local function backward_looping(b, spec, cfg, p, rms)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
   local tid = b:tid()
@@ -508,7 +628,9 @@ local function backward_looping(b, spec, cfg, p, rms)
 end
 
 function M.backward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms) else backward_fixed(b, spec, cfg, p, rms) end
+  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
+  elseif cfg.wide then backward_wide(b, spec, cfg, p, rms)
+  else backward_fixed(b, spec, cfg, p, rms) end
 end
 
 -- config() of a backward family: the forward geometry at MAX_ELEMS_BWD, and the workspace.
@@ -517,10 +639,23 @@ function M.backward_config(spec, target, rms)
   if spec.residual then dts[#dts + 1] = spec.r end
   local cfg = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
   if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
-    -- the row, its gradients and the dweight/dbias accumulators no longer fit in registers:
-    -- the looping form (hidden still passed at launch)
-    cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
-    cfg.loop = true
+    -- the row, its gradients and the accumulators no longer fit in registers: the wide form,
+    -- with as few chunks per thread as the largest block allows, spread evenly over whole warps
+    cfg.wide = true
+    cfg.iters = util.ceil_div(cfg.chunks, target.max_threads)
+    local t = util.ceil_div(util.ceil_div(cfg.chunks, cfg.iters), 32) * 32
+    cfg.threads_per_row, cfg.block = t, t
+    -- registers per thread: the accumulators, plus x, dy, weight and dres of the thread's
+    -- elements as loaded (ptxas issues a pass's loads together); where that leaves less than
+    -- WIDE_SPARE_REGS of the cap for addresses and sums, ptxas spills: those take the looping form
+    local bytes = M.slabs(spec, rms) * 4 + util.dtype_bytes[spec.x] + util.dtype_bytes[spec.dy]
+    if spec.weight then bytes = bytes + util.dtype_bytes[spec.w] end
+    if spec.residual then bytes = bytes + util.dtype_bytes[spec.r] end
+    local nel = cfg.iters * cfg.vec
+    if bytes * nel // 4 > M.register_cap(cfg, target, M.slabs(spec, rms) * nel) - M.WIDE_SPARE_REGS then
+      cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+      cfg.loop = true
+    end
   end
   if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
@@ -531,6 +666,15 @@ function M.backward_config(spec, target, rms)
     cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
   end
   local slabs = M.slabs(spec, rms)
+  if spec.hidden == "launch" then
+    cfg.max_registers = nil
+  elseif cfg.wide then
+    cfg.max_registers = M.register_cap(cfg, target, cfg.iters * cfg.vec * slabs)
+  elseif cfg.loop then
+    cfg.max_registers = nil
+  else
+    cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
+  end
   if slabs > 0 then
     -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
     cfg.workspace_slabs = slabs
