@@ -10,7 +10,9 @@ PY_PKGS="pytest numpy ml_dtypes setuptools wheel"
 PYTHON=${PYTHON:-python3}
 
 missing=()
-command -v llvm-config-19 >/dev/null 2>&1 || missing+=(llvm-19-dev)
+# llvm-config-19 comes with llvm-19 alone; the headers and static libraries are what llvm-19-dev adds
+{ command -v llvm-config-19 >/dev/null 2>&1 && [ -f "$(llvm-config-19 --includedir)/llvm-c/Core.h" ] &&
+  [ -f "$(llvm-config-19 --libdir)/libLLVMCore.a" ]; } || missing+=(llvm-19-dev)
 pkg-config --exists lua5.4 2>/dev/null || missing+=(liblua5.4-dev)
 [ -f /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
 [ -f /usr/include/zstd.h ] || missing+=(libzstd-dev)
