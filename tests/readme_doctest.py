@@ -24,7 +24,9 @@ MAX_README_LINES = 700
 MAX_DOC_LINES = 2500
 MAX_LINE_CHARS = 1000
 
-passed = failed = 0
+OPTIONAL_TOOLS = ("ptxas",)
+
+passed = failed = skipped = 0
 
 
 def ok(name):
@@ -32,6 +34,12 @@ def ok(name):
     passed += 1
     if os.environ.get("KILN_TEST_VERBOSE"):
         print(f"ok   {name}")
+
+
+def skip(name, why):
+    global skipped
+    skipped += 1
+    print(f"skip {name}: {why}")
 
 
 def bad(name, why):
@@ -103,11 +111,16 @@ def run_session(kiln, root, start, block):
     for entry in os.listdir(root):
         if not entry.startswith("."):
             os.symlink(os.path.join(root, entry), os.path.join(work, entry))
-    env = dict(os.environ, PATH=bindir + os.pathsep + os.environ.get("PATH", ""), KILN_CACHE="0")
+    cuda_bin = os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "bin")  # ptxas, as the other tests find it
+    env = dict(os.environ, PATH=os.pathsep.join([bindir, os.environ.get("PATH", ""), cuda_bin]), KILN_CACHE="0")
     status = 0
     try:
         for cmd, expected in split_commands(block):
             name = f"README line {start}: $ {cmd}"
+            tool = cmd.split()[0] if cmd.split() else ""
+            if tool in OPTIONAL_TOOLS and not shutil.which(tool, path=env["PATH"]):
+                skip(name, f"{tool} is not installed (the CUDA toolkit is optional)")
+                continue
             p = subprocess.run(f"(exit {status}); {cmd}", shell=True, cwd=work, env=env, capture_output=True,
                                text=True, timeout=300)
             status = p.returncode
@@ -170,7 +183,7 @@ def main():
         for f in sorted(os.listdir(docs)):
             if f.endswith(".md"):
                 shape(os.path.join(docs, f), MAX_DOC_LINES)
-    print(f"readme: {passed} passed, {failed} failed")
+    print(f"readme: {passed} passed, {failed} failed, {skipped} skipped")
     return 1 if failed else 0
 
 
