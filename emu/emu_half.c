@@ -76,6 +76,24 @@ double kiln_emu_value_get(kiln_dtype t, const void *base, size_t i) {
     return t == KILN_F16 ? to_double(h, 10, 5) : (double)emu_bf16_to_f32(h);
 }
 
+double emu_ulp_of(kiln_dtype t, double a) {
+    static const int mant[KILN_DTYPE_COUNT] = {23, 10, 7}, emin[KILN_DTYPE_COUNT] = {-126, -14, -126};
+    int e = a > 0 && isfinite(a) ? ilogb(a) : emin[t];
+    if (e < emin[t]) e = emin[t];
+    return ldexp(1.0, e - mant[t]);
+}
+
+bool emu_poisoned(kiln_dtype t, const void *base, size_t i) {
+    if (t == KILN_F32) {
+        uint32_t u;
+        memcpy(&u, (const char *)base + i * 4, 4);
+        return u == 0xffffffffu;
+    }
+    uint16_t h;
+    memcpy(&h, (const char *)base + i * 2, 2);
+    return h == 0xffff;
+}
+
 void kiln_emu_value_set(kiln_dtype t, void *base, size_t i, double v) {
     if (t == KILN_F32) {
         float f = (float)v;

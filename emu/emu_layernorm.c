@@ -267,24 +267,6 @@ kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_err
  *   3u |(x - m) r w| + u |b| <= 4u |(x - m) r w| + u |y_exact|; rounding to the output dtype adds half an ulp of it
  *   (f16: 2^-11 relative, bf16: 2^-8 relative; f32's rounding is already counted). */
 
-static double ulp_of(kiln_dtype t, double a) {
-    static const int mant[KILN_DTYPE_COUNT] = {23, 10, 7}, emin[KILN_DTYPE_COUNT] = {-126, -14, -126};
-    int e = a > 0 ? ilogb(a) : emin[t];
-    if (e < emin[t]) e = emin[t];
-    return ldexp(1.0, e - mant[t]);
-}
-
-static bool poisoned(kiln_dtype t, const void *base, size_t i) {
-    if (t == KILN_F32) {
-        uint32_t u;
-        memcpy(&u, (const char *)base + i * 4, 4);
-        return u == 0xffffffffu;
-    }
-    uint16_t h;
-    memcpy(&h, (const char *)base + i * 2, 2);
-    return h == 0xffff;
-}
-
 typedef struct checker {
     kiln_ln_report *r;
     long total;
@@ -326,7 +308,7 @@ static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
     mean_abs /= (double)n;
     double m = d->mean[row], rs = d->rstd[row];
     compare(c, 1, row, -1, m, d->ref_mean[row], (D + 2) * U32 * mean_abs + 1e-30, d->ref_mean[row],
-            poisoned(KILN_F32, d->mean, (size_t)row));
+            emu_poisoned(KILN_F32, d->mean, (size_t)row));
     if (!isfinite(m) && isfinite(d->ref_mean[row])) m = d->ref_mean[row];
     double v = 0;
     for (size_t i = 0; i < n; i++) {
@@ -335,17 +317,17 @@ static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
     }
     double r_want = isfinite(d->ref_rstd[row]) ? 1.0 / sqrt(v / (double)n + (double)d->eps) : d->ref_rstd[row];
     compare(c, 2, row, -1, rs, r_want, ((D + 4) / 2 + 4) * U32 * fabs(r_want), d->ref_rstd[row],
-            poisoned(KILN_F32, d->rstd, (size_t)row));
+            emu_poisoned(KILN_F32, d->rstd, (size_t)row));
     if (!isfinite(rs) && isfinite(r_want)) rs = r_want;
     for (size_t i = 0; i < n; i++) {
         double w = d->w ? kiln_emu_value_get(d->spec.w, d->w, i) : 1.0;
         double b = d->b ? kiln_emu_value_get(d->spec.w, d->b, i) : 0.0;
         double t = (kiln_emu_value_get(d->spec.x, d->x, base + i) - m) * rs * w, want = t + b;
         double tol = (4 * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40;
-        if (d->spec.y != KILN_F32) tol += 0.5 * ulp_of(d->spec.y, fabs(want) + tol);
+        if (d->spec.y != KILN_F32) tol += 0.5 * emu_ulp_of(d->spec.y, fabs(want) + tol);
         if (isnan(d->ref_y[base + i])) want = NAN;
         compare(c, 0, row, (long)i, kiln_emu_value_get(d->spec.y, d->y, base + i), want, tol, d->ref_y[base + i],
-                poisoned(d->spec.y, d->y, base + i));
+                emu_poisoned(d->spec.y, d->y, base + i));
     }
 }
 

@@ -373,24 +373,6 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
  * interleaved sums of parts / 32 and its eight warp sums), so |err| <= (E + 4) u S|dy xh|
  * (S|dy|) + half an ulp of w's dtype. */
 
-static double ulp_of(kiln_dtype t, double a) {
-    static const int mant[KILN_DTYPE_COUNT] = {23, 10, 7}, emin[KILN_DTYPE_COUNT] = {-126, -14, -126};
-    int e = a > 0 && isfinite(a) ? ilogb(a) : emin[t];
-    if (e < emin[t]) e = emin[t];
-    return ldexp(1.0, e - mant[t]);
-}
-
-static int poisoned(kiln_dtype t, const void *base, size_t i) {
-    if (t == KILN_F32) {
-        uint32_t u;
-        memcpy(&u, (const char *)base + i * 4, 4);
-        return u == 0xffffffffu;
-    }
-    uint16_t h;
-    memcpy(&h, (const char *)base + i * 2, 2);
-    return h == 0xffff;
-}
-
 typedef struct checker {
     const kiln_norm_spec *s;
     kiln_norm_report *r;
@@ -434,7 +416,7 @@ static void check_forward_row(const kiln_norm_data *d, int row, double D, checke
     if (!rms) {
         m = d->mean[row];
         compare(c, 1, row, -1, m, d->ref_mean[row], (D + 2) * U32 * mean_abs + 1e-30, d->ref_mean[row],
-                poisoned(KILN_F32, d->mean, (size_t)row));
+                emu_poisoned(KILN_F32, d->mean, (size_t)row));
         if (!isfinite(m) && isfinite(d->ref_mean[row])) m = d->ref_mean[row];
     }
     double v = 0;
@@ -446,20 +428,20 @@ static void check_forward_row(const kiln_norm_data *d, int row, double D, checke
     double r_want = isfinite(d->ref_rstd[row]) || isinf(d->ref_rstd[row]) ? 1.0 / sqrt(v / (double)n + (double)d->eps)
                                                                            : d->ref_rstd[row];
     compare(c, 2, row, -1, rs, r_want, ((D + 4) / 2 + 4) * U32 * fabs(r_want), d->ref_rstd[row],
-            poisoned(KILN_F32, d->rstd, (size_t)row));
+            emu_poisoned(KILN_F32, d->rstd, (size_t)row));
     if (!isfinite(rs) && isfinite(r_want)) rs = r_want;
     for (size_t i = 0; i < n; i++) {
         double w = s->weight ? get(s->w, d->w, i) : 1.0, b = s->bias && !rms ? get(s->w, d->b, i) : 0.0;
         double h = hval(d, base + i);
         double t = (h - m) * rs * w, want = t + b;
         double tol = (4 * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40;
-        if (s->y != KILN_F32) tol += 0.5 * ulp_of(s->y, fabs(want) + tol);
+        if (s->y != KILN_F32) tol += 0.5 * emu_ulp_of(s->y, fabs(want) + tol);
         if (isnan(d->ref_y[base + i])) want = NAN;
         compare(c, 0, row, (long)i, get(s->y, d->y, base + i), want, tol, d->ref_y[base + i],
-                poisoned(s->y, d->y, base + i));
+                emu_poisoned(s->y, d->y, base + i));
         if (s->residual)
             compare(c, 3, row, (long)i, get(s->r, d->h, base + i), d->ref_h[base + i], 0, d->ref_h[base + i],
-                    poisoned(s->r, d->h, base + i));
+                    emu_poisoned(s->r, d->h, base + i));
     }
 }
 
@@ -486,8 +468,8 @@ static void check_backward(const kiln_norm_data *d, double D, unsigned parts, ch
             double g = dy * (s->weight ? get(s->w, d->w, i) : 1.0), want = d->ref_dx[base + i];
             double tol = 2 * rs * (4 * U32 * (fabs(g) + fabs(xh * a) + fabs(cc)) + fabs(xh) * (D + 3) * U32 * sgx / (double)n +
                                    (D + 1) * U32 * sg / (double)n) + 2 * U32 * fabs(want) + 1e-40;
-            if (s->dx != KILN_F32) tol += 0.5 * ulp_of(s->dx, fabs(want) + tol);
-            compare(c, 0, row, (long)i, get(s->dx, d->dx, base + i), want, tol, want, poisoned(s->dx, d->dx, base + i));
+            if (s->dx != KILN_F32) tol += 0.5 * emu_ulp_of(s->dx, fabs(want) + tol);
+            compare(c, 0, row, (long)i, get(s->dx, d->dx, base + i), want, tol, want, emu_poisoned(s->dx, d->dx, base + i));
             sw[i] += fabs(dy * xh), sb[i] += fabs(dy);
         }
     }
@@ -495,13 +477,13 @@ static void check_backward(const kiln_norm_data *d, double D, unsigned parts, ch
     for (size_t i = 0; i < n; i++) {
         if (s->weight) {
             double tol = (E + 4) * U32 * sw[i] + 1e-40;
-            if (s->w != KILN_F32) tol += 0.5 * ulp_of(s->w, fabs(d->ref_dw[i]) + tol);
-            compare(c, 1, -1, (long)i, get(s->w, d->dw, i), d->ref_dw[i], tol, d->ref_dw[i], poisoned(s->w, d->dw, i));
+            if (s->w != KILN_F32) tol += 0.5 * emu_ulp_of(s->w, fabs(d->ref_dw[i]) + tol);
+            compare(c, 1, -1, (long)i, get(s->w, d->dw, i), d->ref_dw[i], tol, d->ref_dw[i], emu_poisoned(s->w, d->dw, i));
         }
         if (s->bias && !rms) {
             double tol = (E + 4) * U32 * sb[i] + 1e-40;
-            if (s->w != KILN_F32) tol += 0.5 * ulp_of(s->w, fabs(d->ref_db[i]) + tol);
-            compare(c, 2, -1, (long)i, get(s->w, d->db, i), d->ref_db[i], tol, d->ref_db[i], poisoned(s->w, d->db, i));
+            if (s->w != KILN_F32) tol += 0.5 * emu_ulp_of(s->w, fabs(d->ref_db[i]) + tol);
+            compare(c, 2, -1, (long)i, get(s->w, d->db, i), d->ref_db[i], tol, d->ref_db[i], emu_poisoned(s->w, d->db, i));
         }
     }
     free(sw), free(sb);
