@@ -26,6 +26,15 @@ expect "missing sm" 2 "missing --sm" -- emit layernorm x=f32
 expect "missing family" 2 "missing kernel family" -- emit --sm 80
 expect "bad emit kind" 2 "bad --emit 'sass'; valid: ptx, ll" -- emit layernorm --sm 80 --emit sass
 expect "unknown option" 2 "unknown option '--fast'" -- emit layernorm --sm 80 --fast
+# options are named as typed: a missing value, a value given to a flag, an unknown short option
+expect "emit --sm without value" 2 "option '--sm' needs a value; see 'kiln emit --help'" -- emit layernorm --sm
+expect "emit -o without value" 2 "option '-o' needs a value" -- emit layernorm --sm 80 -o
+expect "emit flag given a value" 2 "option '--time' takes no value" -- emit layernorm --sm 80 --time=1
+expect "emit unknown short option" 2 "unknown option '-z'" -- emit layernorm --sm 80 -z
+expect "run --rows without value" 2 "option '--rows' needs a value; see 'kiln run --help'" -- run layernorm --sm 80 --rows
+expect "run flag given a value" 2 "option '--twice' takes no value" -- run layernorm --sm 80 --rows 2 --twice=yes
+expect "bundle --spec without value" 2 "option '--spec' needs a value; see 'kiln bundle --help'" -- bundle --spec
+expect "bundle unknown option" 2 "unknown option '--frob'; see 'kiln bundle --help'" -- bundle --frob -o /nonexistent/b.kbundle
 expect "list extra arg" 2 "takes no arguments" -- list layernorm
 
 # An unwritable output path: error, exit 2, no file left behind, existing file untouched.

@@ -16,7 +16,13 @@ typedef struct cli_command {
 /* kiln.c */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* returns CLI_USAGE */
 int cli_parse_sm(const char *text, int *sm);                               /* 0 or CLI_USAGE */
-/* Writes data to path atomically (temp file + rename) or to stdout when path is NULL or "-". */
+/* The error for getopt_long's answer c to an option it could not take, named as the user typed it
+   (argv[optind - 1]): c == ':' (optstring starts with ':') is a missing value; '--name=value' for
+   one of longopts that takes none says so; anything else is an unknown option. Returns CLI_USAGE. */
+struct option;
+int cli_bad_option(const char *cmd, const struct option *longopts, int c, char **argv, int optind_v);
+/* Writes data to path (kiln_write_file: devices and FIFOs in place, symlinks followed, regular
+   files replaced atomically) or to stdout when path is NULL or "-". */
 int cli_write_output(const char *path, const char *data, size_t len);
 
 /* cmd_gen.c */

@@ -401,7 +401,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     char sms[256] = "75,80,86,89,90";
     opterr = 0;
     optind = 1;
-    while (rc == CLI_OK && (c = getopt_long(argc, argv, "o:j:h", longopts, NULL)) != -1) {
+    while (rc == CLI_OK && (c = getopt_long(argc, argv, ":o:j:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': dtypes = optarg; break;
         case 's': snprintf(sms, sizeof sms, "%s", optarg); break;
@@ -416,9 +416,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
             if (p->threads < 1 || p->threads > 256) rc = cli_error("bad -j '%s'; valid: 1..256", optarg);
             break;
         case 'h': bundle_usage(stdout); return -1;
-        default:
-            return optopt ? cli_error("option '-%c' needs a value or is unknown; see 'kiln bundle --help'", optopt)
-                          : cli_error("unknown option '%s'; see 'kiln bundle --help'", argv[optind - 1]);
+        default: return cli_bad_option("bundle", longopts, c, argv, optind);
         }
     }
     if (rc != CLI_OK) return rc;

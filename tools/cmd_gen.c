@@ -58,11 +58,6 @@ static void print_timing(FILE *to, const kiln_gen_timing *t) {
     fprintf(to, "  %-34s %8.3f\n", "total, wall clock", t->total_wall);
 }
 
-static int bad_option(const char *cmd, int optopt_c, char **argv, int optind_v) {
-    if (optopt_c) return cli_error("option '-%c' needs a value or is unknown; see 'kiln %s --help'", optopt_c, cmd);
-    return cli_error("unknown option '%s'; see 'kiln %s --help'", argv[optind_v - 1], cmd);
-}
-
 int cmd_emit(int argc, char **argv) {
     static const struct option longopts[] = {
         {"sm", required_argument, NULL, 's'}, {"emit", required_argument, NULL, 'e'},
@@ -77,7 +72,7 @@ int cmd_emit(int argc, char **argv) {
     kiln_gen_options gopt = {0};
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "o:h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":o:h", longopts, NULL)) != -1) {
         switch (c) {
         case 's':
             if (cli_parse_sm(optarg, &sm)) return CLI_USAGE;
@@ -96,7 +91,7 @@ int cmd_emit(int argc, char **argv) {
             else return cli_error("bad --pipeline '%s'; valid: kiln, o3", optarg);
             break;
         case 'h': emit_usage(stdout); return CLI_OK;
-        default: return bad_option("emit", optopt, argv, optind);
+        default: return cli_bad_option("emit", longopts, c, argv, optind);
         }
     }
     if (optind >= argc) return cli_error("missing kernel family; usage: kiln emit FAMILY key=value... --sm N");

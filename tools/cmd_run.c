@@ -405,7 +405,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
     char *end;
     opterr = 0;
     optind = 1;
-    while ((c = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (c) {
         case 's': if (cli_parse_sm(optarg, &o->sm)) return CLI_USAGE; break;
         case 'r': if (parse_int("--rows", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->rows = (int)v; break;
@@ -438,9 +438,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             break;
         }
         case 'h': run_usage(stdout); return -1;
-        default:
-            if (optopt) return cli_error("option '-%c' needs a value or is unknown; see 'kiln run --help'", optopt);
-            return cli_error("unknown option or missing value: '%s'; see 'kiln run --help'", argv[optind - 1]);
+        default: return cli_bad_option("run", longopts, c, argv, optind);
         }
     }
     return 0;

@@ -1,5 +1,6 @@
 /* tools/kiln.c - the kiln command line: dispatches subcommands, shared CLI helpers. */
 #include <errno.h>
+#include <getopt.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -44,6 +45,18 @@ int cli_parse_sm(const char *text, int *sm) {
         snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%d", i ? ", " : "", sms[i]);
     }
     return cli_error("unsupported SM '%s'; valid: %s", text, valid);
+}
+
+int cli_bad_option(const char *cmd, const struct option *longopts, int c, char **argv, int optind_v) {
+    const char *word = optind_v > 0 ? argv[optind_v - 1] : "?";
+    if (c == ':') return cli_error("option '%s' needs a value; see 'kiln %s --help'", word, cmd);
+    const char *eq = strchr(word, '=');
+    if (!strncmp(word, "--", 2) && eq)
+        for (const struct option *o = longopts; o->name; o++)
+            if (o->has_arg == no_argument && strlen(o->name) == (size_t)(eq - word - 2) &&
+                !strncmp(word + 2, o->name, strlen(o->name)))
+                return cli_error("option '--%s' takes no value; see 'kiln %s --help'", o->name, cmd);
+    return cli_error("unknown option '%s'; see 'kiln %s --help'", word, cmd);
 }
 
 int cli_write_output(const char *path, const char *data, size_t len) {
