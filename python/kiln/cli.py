@@ -198,7 +198,8 @@ def cmd_lint(argv):
         try:
             rep = _gen.lint(sys.stdin.buffer.read() if path == "-" else _PathArg(path), sm=a.sm)
         except KilnError as e:
-            _err("%s: %s" % (path, e))
+            msg = str(e)  # read errors already name the file
+            _err(msg if msg.startswith(path + ": ") else "%s: %s" % (path, msg))
             results.append({"file": path, "error": str(e)})
             worst = USAGE
             continue
@@ -278,7 +279,7 @@ def cmd_run(argv):
     a = p.parse_args(argv)
     if not a.spec:
         return _err("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R")
-    if not a.sm or not a.rows:
+    if a.sm is None or a.rows is None:
         return _err("kiln run needs --sm N and --rows R")
     if not 1 <= a.rows <= 1048576:
         return _err("bad --rows %d; valid: 1..1048576" % a.rows)

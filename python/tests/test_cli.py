@@ -46,13 +46,15 @@ def test_lint_text_json_and_status(tmp_path):
     assert [len(f["findings"]) for f in j["files"]] == [1, 0] and j["files"][0]["findings"][0]["line"] == 8
     missing = py("lint", str(tmp_path / "nope.ptx"))
     assert missing.returncode == 2 and b"kiln: error:" in missing.stderr
+    assert missing.stderr.count(b"nope.ptx") == 1, missing.stderr  # the path once, as bin/kiln says it
 
 
 def test_usage_errors_exit_2():
     for args, words in ([["emit", "layernorm", "--sm", "61"], b"61"], [["emit", "layernorm"], b"--sm"],
                         [["frobnicate"], b"unknown command"], [[], b"missing command"],
                         [["emit", "layernorm", "x=f99", "--sm", "80"], b"f99"],
-                        [["bundle", "layernorm", "--sm", "80"], b"-o FILE"]):
+                        [["bundle", "layernorm", "--sm", "80"], b"-o FILE"],
+                        [["run", "layernorm", "--sm", "80", "--rows", "0"], b"bad --rows 0; valid: 1..1048576"]):
         r = py(*args)
         assert r.returncode == 2 and r.stderr.startswith(b"kiln: error:") and words in r.stderr, (args, r.stderr)
 
