@@ -279,4 +279,10 @@ void emu_prof_reset(emu_prof *p);
 /* emu_sched.c: the running kernel's profile and the calling thread's index (NULL: none). */
 emu_prof *emu_prof_current(unsigned *thread);
 
+/* emu_ref_attention.c: bytes an attention (forward or backward) pointer parameter spans for
+ * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and
+ * delta [batch, heads_q, seq_q], dq_acc [batch, heads_q, seq_q, head_dim]; 0 for any other name. */
+struct kiln_attn_problem;
+size_t emu_attn_param_bytes(const struct kiln_attn_problem *p, const kiln_param *param);
+
 #endif

@@ -295,11 +295,25 @@ static kiln_status check_args(const kiln_emu_kernel *k, void **args, uint32_t nu
     return KILN_OK;
 }
 
+/* With declared extents, every non-NULL pointer argument needs one (else its accesses would fault). */
+static kiln_status check_extents(const kiln_emu_kernel *k, void **args, const size_t *bytes, kiln_error *err) {
+    const kiln_kernel_meta *m = &k->meta;
+    for (int i = 0; i < m->nparams; i++) {
+        void *p = NULL;
+        if (m->params[i].kind == KILN_PARAM_PTR) memcpy(&p, args[i], sizeof p);
+        if (p && !bytes[i])
+            return kiln_fail(err, KILN_EINVAL, "bad launch: arg_bytes gives no size for pointer argument %d ('%s'); "
+                             "give every non-NULL pointer's buffer size, or no arg_bytes at all", i, m->params[i].name);
+    }
+    return KILN_OK;
+}
+
 kiln_status kiln_emu_run(kiln_emu_kernel *k, const kiln_emu_launch *l, void **args, kiln_error *err) {
     if (!k || !l) return kiln_fail(err, KILN_EINVAL, "bad launch: no kernel or no launch configuration");
     kiln_status st = check_dims(k, l, err);
     if (st == KILN_OK) st = check_smem(k, l, err);
     if (st == KILN_OK) st = check_args(k, args, l->nullable, err);
+    if (st == KILN_OK && l->arg_bytes) st = check_extents(k, args, l->arg_bytes, err);
     if (st == KILN_OK) st = emu_grid_run(k->emu->blk, &k->run, l, args, err);
     return st;
 }

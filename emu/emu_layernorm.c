@@ -227,13 +227,18 @@ kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_err
     int32_t ints[KILN_MAX_PARAMS];
     float floats[KILN_MAX_PARAMS];
     void *args[KILN_MAX_PARAMS];
+    size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors */
     kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {m->block[0], m->block[1], m->block[2]},
-                         .dynamic_smem = m->dynamic_smem, .twice = twice};
+                         .dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
+    size_t n = (size_t)d->rows * (size_t)d->hidden;
     for (int i = 0; i < m->nparams; i++) {
         const char *name = m->params[i].name;
         ptrs[i] = !strcmp(name, "y") ? d->y : !strcmp(name, "mean") ? (void *)d->mean
                 : !strcmp(name, "rstd") ? (void *)d->rstd : !strcmp(name, "x") ? d->x
                 : !strcmp(name, "weight") ? d->w : !strcmp(name, "bias") ? d->b : NULL;
+        bytes[i] = !strcmp(name, "y") ? n * kiln_dtype_size(d->spec.y) : !strcmp(name, "x") ? n * kiln_dtype_size(d->spec.x)
+                 : !strcmp(name, "mean") || !strcmp(name, "rstd") ? (size_t)d->rows * 4
+                 : (size_t)d->hidden * kiln_dtype_size(d->spec.w);
         ints[i] = !strcmp(name, "rows") ? d->rows : d->hidden;
         floats[i] = d->eps;
         bool known = ptrs[i] || !strcmp(name, "weight") || !strcmp(name, "bias") || !strcmp(name, "rows") ||
@@ -245,7 +250,6 @@ kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_err
     }
     unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
     l.grid[0] = ((unsigned)d->rows + tile - 1) / tile;
-    size_t n = (size_t)d->rows * (size_t)d->hidden;
     memset(d->y, 0xff, n * kiln_dtype_size(d->spec.y));
     memset(d->mean, 0xff, (size_t)d->rows * 4);
     memset(d->rstd, 0xff, (size_t)d->rows * 4);

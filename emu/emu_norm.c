@@ -282,27 +282,40 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
 
 /* ---- running ---- */
 
-static void *pointer_for(kiln_norm_data *d, const char *name) {
+/* The tensor a kernel parameter names and its size in bytes (the workspace: ws_bytes, what this
+ * run uses of it); (void *)-1 for a name that is no norm tensor. */
+static void *pointer_for(kiln_norm_data *d, const char *name, size_t ws_bytes, size_t *bytes) {
     static const char *const names[] = {"y", "mean", "rstd", "x", "weight", "bias", "h", "residual",
                                         "dx", "ws", "dy", "dres", "dweight", "dbias"};
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden, rb = (size_t)d->rows * 4;
     void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->ws, d->dy, d->dres, d->dw, d->db};
+    size_t sizes[] = {n * kiln_dtype_size(s->y), rb, rb, n * kiln_dtype_size(s->x), hb * kiln_dtype_size(s->w),
+                      hb * kiln_dtype_size(s->w), n * kiln_dtype_size(s->r), n * kiln_dtype_size(s->r),
+                      n * kiln_dtype_size(s->dx), ws_bytes, n * kiln_dtype_size(s->dy), n * kiln_dtype_size(s->r),
+                      hb * kiln_dtype_size(s->w), hb * kiln_dtype_size(s->w)};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
-        if (!strcmp(names[i], name)) return ptrs[i];
+        if (!strcmp(names[i], name)) {
+            *bytes = sizes[i];
+            return ptrs[i];
+        }
     return (void *)-1;
 }
 
-static kiln_status launch(kiln_emu_kernel *k, kiln_norm_data *d, unsigned grid_x, unsigned grid_y, int parts, int twice,
-                          kiln_error *err) {
+/* Runs k with the norm tensors bound by name; every global access must stay inside them. */
+static kiln_status launch(kiln_emu_kernel *k, kiln_norm_data *d, unsigned grid_x, unsigned grid_y, int parts,
+                          size_t ws_bytes, int twice, kiln_error *err) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     void *ptrs[KILN_MAX_PARAMS], *args[KILN_MAX_PARAMS];
     int32_t ints[KILN_MAX_PARAMS];
     float floats[KILN_MAX_PARAMS];
+    size_t bytes[KILN_MAX_PARAMS] = {0};
     kiln_emu_launch l = {.grid = {grid_x, grid_y, 1}, .block = {m->block[0], m->block[1], m->block[2]},
-                         .dynamic_smem = m->dynamic_smem, .twice = twice};
+                         .dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
     for (int i = 0; i < m->nparams; i++) {
         const char *name = m->params[i].name;
         if (m->params[i].kind == KILN_PARAM_PTR) {
-            ptrs[i] = pointer_for(d, name);
+            ptrs[i] = pointer_for(d, name, ws_bytes, &bytes[i]);
             if (ptrs[i] == (void *)-1) return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a norm tensor", name);
             if (!ptrs[i] && i < 32) l.nullable |= 1u << i;
             args[i] = &ptrs[i];
@@ -334,7 +347,7 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
         poison(d->h, n * kiln_dtype_size(s->r));
         poison(d->mean, (size_t)d->rows * 4);
         poison(d->rstd, (size_t)d->rows * 4);
-        return launch(k, d, need, 1, 0, twice, err);
+        return launch(k, d, need, 1, 0, 0, twice, err);
     }
     unsigned grid = blocks && blocks < need ? blocks : need;
     int parts = (int)(grid * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
@@ -348,12 +361,12 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
     poison(d->dx, n * kiln_dtype_size(s->dx));
     poison(d->dw, hb * kiln_dtype_size(s->w));
     poison(d->db, hb * kiln_dtype_size(s->w));
-    kiln_status st = launch(k, d, grid, 1, 0, twice, err);
+    kiln_status st = launch(k, d, grid, 1, 0, ws * 4, twice, err);
     if (st != KILN_OK || !m->ws_slabs) return st;
     if (!reduce) return kiln_fail(err, KILN_EINVAL, "'%s' needs its second kernel '%s'", m->spec, m->then_spec);
     const kiln_kernel_meta *rm = kiln_emu_kernel_meta(reduce);
     unsigned rt = rm->grid_tile[0] ? rm->grid_tile[0] : 1;
-    return launch(reduce, d, ((unsigned)d->hidden + rt - 1) / rt, m->ws_slabs, parts, twice, err);
+    return launch(reduce, d, ((unsigned)d->hidden + rt - 1) / rt, m->ws_slabs, parts, ws * 4, twice, err);
 }
 
 /* ---- checks ----

@@ -79,6 +79,18 @@ size_t kiln_attn_elems(const kiln_attn_problem *p, char which) {
     return (size_t)((p->batch - 1) * s[0] + (seq - 1) * s[1] + (heads - 1) * s[2] + p->head_dim);
 }
 
+size_t emu_attn_param_bytes(const kiln_attn_problem *p, const kiln_param *param) {
+    static const char *const names[][2] = {{"q", "dq"}, {"k", "dk"}, {"v", "dv"}, {"o", "dout"}};
+    const char *n = param->name;
+    size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, elems = 0;
+    if (param->kind != KILN_PARAM_PTR) return 0;
+    for (int t = 0; t < 4; t++)
+        if (!strcmp(n, names[t][0]) || !strcmp(n, names[t][1])) elems = kiln_attn_elems(p, "qkvo"[t]);
+    if (!strcmp(n, "lse") || !strcmp(n, "delta")) elems = rows;
+    if (!strcmp(n, "dq_acc")) elems = rows * (size_t)p->head_dim;
+    return elems * kiln_dtype_size(param->dtype);
+}
+
 /* Offset of element (b, row, head, 0) of tensor t. */
 static size_t offset(const kiln_attn_problem *p, int t, int b, int row, int head) {
     const long long *s = strides_of(p, t);
@@ -173,12 +185,14 @@ kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, voi
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
     void *args[KILN_MAX_PARAMS];
-    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice};
+    size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside what the strides span */
+    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
     for (int i = 0; i < m->nparams; i++) {
         if (bind(&a, m->params[i].name, &args[i]) != 0)
             return kiln_fail(err, KILN_EINVAL, "attention: kernel parameter '%s' is not an attention parameter",
                              m->params[i].name);
         if (!strcmp(m->params[i].name, "lse")) l.nullable |= 1u << i;
+        bytes[i] = emu_attn_param_bytes(p, &m->params[i]);
     }
     memset(o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     if (lse) memset(lse, 0xff, sizeof *lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);

@@ -192,12 +192,14 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
     const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
     for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
     void *args[KILN_MAX_PARAMS];
-    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice};
+    size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors */
+    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
     for (int i = 0; i < m->nparams; i++) {
         if (bind(&a, m->params[i].name, &args[i]) != 0)
             return kiln_fail(err, KILN_EINVAL, "attention backward: kernel parameter '%s' is not one the emulator binds",
                              m->params[i].name);
         if (!strcmp(m->params[i].name, "dq_acc")) l.nullable |= 1u << i;
+        bytes[i] = emu_attn_param_bytes(p, &m->params[i]);
     }
     int dkdv = strstr(m->spec, "kernel=dkdv") != NULL;
     unsigned problem[3] = {(unsigned)(dkdv ? p->seq_k : p->seq_q), (unsigned)(dkdv ? p->heads_kv : p->heads_q),

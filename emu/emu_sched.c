@@ -42,6 +42,7 @@ struct emu_block {
     bool logging;
     size_t arena_used;   /* the shared memory window: static, then the launch's dynamic bytes */
     unsigned dynamic_smem;
+    const size_t *arg_bytes; /* kiln_emu_launch.arg_bytes: the buffers global accesses must stay in */
 };
 
 /* The block running on this host thread; intrinsic calls find it here. */
@@ -289,9 +290,44 @@ void emu_check_shared(emu_block *b, const void *p, size_t size, const char *what
     if (a < base || a - base > b->arena_used || size > b->arena_used - (a - base)) shared_oob(b, a, size, what);
 }
 
+/* A global access outside every buffer the launch declared: names the nearest one. */
+static _Noreturn void global_oob(emu_block *b, uintptr_t a, size_t size, const char *what) {
+    const kiln_kernel_meta *m = b->k->meta;
+    int best = -1;
+    uintptr_t gap = UINTPTR_MAX;
+    bool before = false;
+    for (int i = 0; i < m->nparams; i++) {
+        uintptr_t p;
+        if (m->params[i].kind != KILN_PARAM_PTR) continue;
+        memcpy(&p, b->args[i], sizeof p);
+        if (!p) continue;
+        uintptr_t end = p + b->arg_bytes[i];
+        uintptr_t d = a < p ? p - a : a >= end ? a - end : 0;
+        if (d < gap) gap = d, best = i, before = a < p;
+    }
+    if (best < 0)
+        emu_fault(b, "global access at %p (%zu bytes) with no pointer argument to reach it: %s", (void *)a, size, what);
+    uintptr_t base;
+    memcpy(&base, b->args[best], sizeof base);
+    if (before)
+        emu_fault(b, "out-of-bounds global access at %p (%zu bytes), %zu bytes before argument '%s' (%zu bytes): %s",
+                  (void *)a, size, (size_t)gap, m->params[best].name, b->arg_bytes[best], what);
+    emu_fault(b, "out-of-bounds global access at %p (%zu bytes), byte %zu of argument '%s', which has %zu bytes: %s",
+              (void *)a, size, (size_t)(a - base), m->params[best].name, b->arg_bytes[best], what);
+}
+
 void emu_check_global(emu_block *b, const void *p, size_t size, const char *what) {
     uintptr_t a = (uintptr_t)p;
     if (a < EMU_NULL_PAGE) emu_fault(b, "invalid global address %p (%zu bytes, in the null page): %s", p, size, what);
+    if (!b->arg_bytes || emu_stacks_contain(&b->stacks, p)) return;
+    const kiln_kernel_meta *m = b->k->meta;
+    for (int i = 0; i < m->nparams; i++) {
+        uintptr_t base;
+        if (m->params[i].kind != KILN_PARAM_PTR) continue;
+        memcpy(&base, b->args[i], sizeof base);
+        if (base && a >= base && a - base <= b->arg_bytes[i] && size <= b->arg_bytes[i] - (a - base)) return;
+    }
+    global_oob(b, a, size, what);
 }
 
 void emu_access_entry(void *p, uint64_t size, uint32_t access) {
@@ -498,6 +534,7 @@ kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_la
     b->nwarps = (b->nthreads + EMU_WARP - 1) / EMU_WARP;
     b->arena_used = k->dynamic_offset + l->dynamic_smem;
     b->dynamic_smem = l->dynamic_smem;
+    b->arg_bytes = l->arg_bytes;
     kiln_status st = prepare_threads(b, err);
     emu_block *saved = emu_current;
     emu_current = b;

@@ -9,7 +9,8 @@
  * and 1,024 bytes. Hand-written IR
  * for shared memory past a static array, a generic pointer into shared memory, a null-page
  * store, and a misaligned atomic. Each failing case has a passing twin (the same launch with
- * correct pointers or sizes). */
+ * correct pointers or sizes). With declared buffer extents (kiln_emu_launch.arg_bytes), global
+ * accesses before or past a buffer fault even where the memory is mapped. */
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -41,6 +42,10 @@ static void free_bufs(ln_bufs *b) {
     free(b->rstd);
 }
 
+/* Declared buffer extents for run_ln (kiln_emu_launch.arg_bytes): off (-1), exact (0), or x's
+ * declared this many bytes short of its size. */
+static long ln_x_short = -1;
+
 /* Runs spec on sm_80 with rows x hidden and the given byte offsets of x, y and mean. */
 static kiln_status run_ln(const char *spec, int hidden, size_t xoff, size_t yoff, size_t moff, kiln_error *err) {
     kiln_emu_kernel *k = NULL;
@@ -62,17 +67,20 @@ static kiln_status run_ln(const char *spec, int hidden, size_t xoff, size_t yoff
     int32_t ints[KILN_MAX_PARAMS];
     float eps = 1e-5f;
     void *args[KILN_MAX_PARAMS];
+    size_t bytes[KILN_MAX_PARAMS] = {0};
     for (int i = 0; i < m->nparams; i++) {
         const char *nm = m->params[i].name;
         ptrs[i] = !strcmp(nm, "y") ? b.y : !strcmp(nm, "mean") ? b.mean : !strcmp(nm, "rstd") ? b.rstd
                 : !strcmp(nm, "x") ? b.x : !strcmp(nm, "weight") ? b.w : b.b;
+        bytes[i] = !strcmp(nm, "y") ? n * esz : !strcmp(nm, "x") ? n * esz - (size_t)(ln_x_short > 0 ? ln_x_short : 0)
+                 : !strcmp(nm, "mean") || !strcmp(nm, "rstd") ? (size_t)rows * 4 : (size_t)hidden * esz;
         ints[i] = !strcmp(nm, "rows") ? rows : hidden;
         args[i] = m->params[i].kind == KILN_PARAM_PTR ? (void *)&ptrs[i]
                 : m->params[i].kind == KILN_PARAM_F32 ? (void *)&eps : (void *)&ints[i];
     }
     unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
     kiln_emu_launch l = {.grid = {(rows + tile - 1) / tile, 1, 1}, .block = {m->block[0], m->block[1], m->block[2]},
-                         .dynamic_smem = m->dynamic_smem};
+                         .dynamic_smem = m->dynamic_smem, .arg_bytes = ln_x_short >= 0 ? bytes : NULL};
     st = kiln_emu_run(k, &l, args, err);
     free_bufs(&b);
     kiln_emu_kernel_free(k);
@@ -307,6 +315,58 @@ static void test_handwritten(void) {
     TEST_END();
 }
 
+/* ---- global accesses against the buffers a launch declares (kiln_emu_launch.arg_bytes) ---- */
+
+static void test_global_extents(void) {
+    kiln_error err = {0};
+    TEST_BEGIN("declared extents: a generated LayerNorm runs inside its exact tensors; x declared 16 bytes "
+               "short faults at x's last vector, naming x and its size");
+    const char *f16 = "layernorm x=f16 hidden=4096";
+    ln_x_short = 0;
+    CHECK(run_ln(f16, 4096, 0, 0, 0, &err) == KILN_OK, "%s", err.msg);
+    CHECK(run_ln("layernorm x=f32 hidden=launch", 1000, 0, 0, 0, &err) == KILN_OK, "%s", err.msg);
+    ln_x_short = 16;
+    kiln_status st = run_ln(f16, 4096, 0, 0, 0, &err);
+    CHECK(st == KILN_EEMU && strstr(err.msg, "out-of-bounds global access") &&
+              strstr(err.msg, "byte 32752 of argument 'x', which has 32752 bytes") && strstr(err.msg, "16-byte global load"),
+          "%d: %s", st, err.msg);
+    if (getenv("KILN_TEST_VERBOSE")) printf("  %s\n", err.msg);
+    ln_x_short = -1;
+    CHECK(run_ln(f16, 4096, 0, 0, 0, &err) == KILN_OK, "without extents only the null page is checked: %s", err.msg);
+    TEST_END();
+
+    TEST_BEGIN("declared extents: an access before a buffer or past its end faults even inside mapped memory; "
+               "an extent missing for a pointer is a bad launch");
+    kiln_emu_kernel *k = load_ir(k_global, &err);
+    CHECK(k, "%s", err.msg);
+    if (k) {
+        int32_t words[8] = {0};
+        void *pw = words + 2; /* 16 bytes declared, with mapped memory on both sides */
+        int64_t off = 12;
+        void *args[] = {&pw, &off};
+        size_t bytes[2] = {16, 0};
+        kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {1, 1, 1}, .arg_bytes = bytes};
+        CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK && words[5] == 1, "%s", err.msg);
+        off = 16;
+        st = kiln_emu_run(k, &l, args, &err);
+        CHECK(st == KILN_EEMU && strstr(err.msg, "byte 16 of argument 'out', which has 16 bytes") &&
+                  strstr(err.msg, "4-byte global atomic") && strstr(err.msg, "@global_store"),
+              "%d: %s", st, err.msg);
+        off = -4;
+        st = kiln_emu_run(k, &l, args, &err);
+        CHECK(st == KILN_EEMU && strstr(err.msg, "4 bytes before argument 'out' (16 bytes)"), "%d: %s", st, err.msg);
+        if (getenv("KILN_TEST_VERBOSE")) printf("  %s\n", err.msg);
+        l.arg_bytes = NULL;
+        CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK && words[1] == 1, "no extents: %s", err.msg);
+        bytes[0] = 0;
+        l.arg_bytes = bytes;
+        st = kiln_emu_run(k, &l, args, &err);
+        CHECK(st == KILN_EINVAL && strstr(err.msg, "no size for pointer argument 0 ('out')"), "%d: %s", st, err.msg);
+        kiln_emu_kernel_free(k);
+    }
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -316,6 +376,7 @@ int main(void) {
     test_misaligned_layernorm();
     test_attention_smem();
     test_handwritten();
+    test_global_extents();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     return check_summary("emu_strict");

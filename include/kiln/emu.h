@@ -49,6 +49,12 @@ typedef struct kiln_emu_launch {
     int twice;             /* nonzero: run every block twice, threads in ascending then in
                             * descending order, and fail if what they wrote differs */
     uint32_t nullable;     /* bit i set: pointer parameter i may be NULL (else a bad launch) */
+    const size_t *arg_bytes; /* optional, one entry per parameter: the size in bytes of the buffer
+                              * each non-NULL pointer argument points at (other entries ignored).
+                              * Given, every global access must lie inside one of these buffers:
+                              * a read before a buffer's start or past its end fails (KILN_EEMU)
+                              * wherever it lands, not only on an unmapped page as on a GPU.
+                              * NULL: global accesses are checked for the null page only. */
 } kiln_emu_launch;
 
 /* Runs the grid as cuLaunchKernel would: args[i] points at the value of parameter i.

@@ -113,6 +113,7 @@ class EmuLaunch(ctypes.Structure):
         ("dynamic_smem", ctypes.c_uint),
         ("twice", ctypes.c_int),
         ("nullable", ctypes.c_uint32),
+        ("arg_bytes", ctypes.POINTER(ctypes.c_size_t)),
     ]
 
 

@@ -94,12 +94,17 @@ class EmuKernel:
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()
+        extents = (ctypes.c_size_t * max(n, 1))()  # every global access must stay inside the arrays
+        strict = True
         nullable = 0
         for i, (p, v) in enumerate(bound):
             if p["kind"] == "ptr":
                 c = ctypes.c_void_p(v.ptr if v is not None else None)
                 if v is None:
                     nullable |= 1 << i
+                else:
+                    extents[i] = v.keep.nbytes
+                    strict = strict and extents[i] > 0
             elif p["kind"] == "i32":
                 c = ctypes.c_int32(v)
             elif p["kind"] == "i64":
@@ -110,7 +115,7 @@ class EmuKernel:
             argv[i] = ctypes.addressof(c)
         m = self.meta
         launch = _lib.EmuLaunch((ctypes.c_uint * 3)(*g), (ctypes.c_uint * 3)(*m["block"]), m["dynamic_smem"],
-                                1 if twice else 0, nullable)
+                                1 if twice else 0, nullable, extents if strict else None)
         err = _lib.Error()
         _lib.check(self._emu._lib.kiln_emu_run(self._ptr, ctypes.byref(launch), argv, ctypes.byref(err)), err)
 
