@@ -1,5 +1,5 @@
 /* tests/runtime_jit_test.c - JIT at load: memory and disk caches, bad entries, threads, processes,
- * and the LayerNorm launch helper, with kiln's generator and the fake driver. */
+ * kiln_rt_prepare, and the LayerNorm launch helper, with kiln's generator and the fake driver. */
 #include <pthread.h>
 #include <spawn.h>
 #include <stdlib.h>
@@ -215,6 +215,56 @@ static void test_threads(void) {
     TEST_END();
 }
 
+static void test_prepare(void) {
+    TEST_BEGIN("prepare: a model's kernels on 3 threads, each generated once, then found in memory");
+    warnings w = {0};
+    kiln_rt *rt = open_rt(80, NULL, &w);
+    static const char *const specs[] = {"layernorm x=bf16 hidden=768", "rmsnorm x=bf16 w=f32 hidden=4096",
+                                        "layernorm_bwd x=bf16 w=f32 hidden=1024", "norm_reduce w=f32",
+                                        "layernorm hidden=768 x=bf16", /* the first spec again, keys moved */
+                                        "attention dtype=bf16 head_dim=64 causal=true"};
+    enum { N = sizeof specs / sizeof specs[0] };
+    kiln_kernel *ks[N] = {0};
+    kiln_error e = {0};
+    CHECK(kiln_rt_prepare(rt, specs, N, 3, ks, &e) == KILN_OK, "%s", e.msg);
+    kiln_rt_stats s = stats(rt);
+    CHECK(s.generated == N - 1 && s.modules_loaded == N - 1, "generated %llu, loaded %llu",
+          (unsigned long long)s.generated, (unsigned long long)s.modules_loaded);
+    int same = ks[0] && ks[0] == ks[4];
+    for (int i = 0; i < N; i++) {
+        kiln_kernel *k = NULL;
+        same = same && kiln_rt_get_kernel(rt, specs[i], &k, &e) == KILN_OK && k == ks[i];
+    }
+    CHECK(same, "prepare's kernels are the ones get_kernel returns afterwards");
+    s = stats(rt);
+    CHECK(s.generated == N - 1 && s.memory_hits >= N, "afterwards all from memory: %llu hits",
+          (unsigned long long)s.memory_hits);
+    CHECK(kiln_rt_prepare(rt, specs, 0, 0, NULL, &e) == KILN_OK, "n = 0 is nothing to do: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+
+    TEST_BEGIN("prepare: bad specs are named (first in order, count of the rest); the good ones are still ready");
+    rt = open_rt(86, NULL, &w);
+    static const char *const mixed[] = {"layernorm x=f16 hidden=512", "layernorm x=fp8 hidden=512",
+                                        "rmsnorm x=f16 hidden=512", "groupnorm x=f16"};
+    kiln_kernel *km[4] = {0};
+    kiln_status st = kiln_rt_prepare(rt, mixed, 4, 0, km, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "spec 1 'layernorm x=fp8 hidden=512'") && strstr(e.msg, "fp8") &&
+              strstr(e.msg, "and 1 more specs failed"),
+          "%d: %s", st, e.msg);
+    CHECK(km[0] && !km[1] && km[2] && !km[3], "kernels %p %p %p %p", (void *)km[0], (void *)km[1], (void *)km[2],
+          (void *)km[3]);
+    const char *holes[] = {"layernorm x=f16 hidden=512", NULL};
+    st = kiln_rt_prepare(rt, holes, 2, 1, NULL, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "spec 1 is NULL"), "%d: %s", st, e.msg);
+    st = kiln_rt_prepare(rt, NULL, 3, 1, NULL, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "give n >= 0 spec strings"), "%d: %s", st, e.msg);
+    st = kiln_rt_prepare(rt, mixed, 1, -2, NULL, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "bad thread count -2"), "%d: %s", st, e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 /* Child mode: asks for several specs on one shared cache; exit 0 when each is right. */
 static int child(const char *sub) {
     static const char *const specs[] = {"layernorm x=bf16 hidden=768", "layernorm x=f16 hidden=768",
@@ -389,6 +439,7 @@ int main(int argc, char **argv) {
     test_bad_entries();
     test_unwritable();
     test_threads();
+    test_prepare();
     test_processes(argv[0]);
     test_generator_errors();
     test_layernorm();

@@ -114,6 +114,17 @@ void kiln_rt_get_stats(kiln_rt *rt, kiln_rt_stats *out);
  */
 kiln_status kiln_rt_get_kernel(kiln_rt *rt, const char *spec, kiln_kernel **out, kiln_error *err);
 
+/*
+ * Gets the n kernels of specs ready at model load, as kiln_rt_get_kernel does each (memory,
+ * bundles, disk cache, else generated), on up to `threads` threads at once (0: one per online
+ * CPU; the calling thread is one of them), so that a model's kernels are generated side by side
+ * instead of one by one at their first launch. kernels (may be NULL) receives each spec's kernel
+ * in order (NULL where that spec failed). Every spec is tried; on failure err names the first
+ * failing spec in order, its error, and how many others failed.
+ */
+kiln_status kiln_rt_prepare(kiln_rt *rt, const char *const *specs, int n, int threads, kiln_kernel **kernels,
+                            kiln_error *err);
+
 typedef enum kiln_payload_kind { KILN_PAYLOAD_PTX = 0, KILN_PAYLOAD_CUBIN = 1 } kiln_payload_kind;
 
 /* Loads a module from your own bytes: PTX carrying a "// kiln.meta" block (meta NULL), or

@@ -315,6 +315,23 @@ class Runtime:
                                                 ctypes.byref(err)), err)
         return Kernel(self, k)
 
+    def prepare(self, specs, threads=0):
+        """Gets every kernel of specs ready at model load (as kernel() does each), generating on up to
+        ``threads`` threads at once (0: one per CPU), outside the GIL. Returns the Kernels in order; a
+        bad spec raises naming the first one that failed (the others are ready all the same)."""
+        from ._gen import _spec_text
+        if isinstance(specs, (str, bytes)):
+            raise KilnArgumentError("prepare takes a list of specs, got one string")
+        texts = [_spec_text(s, {}).encode() for s in specs]
+        if not isinstance(threads, int) or isinstance(threads, bool) or threads < 0:
+            raise KilnArgumentError("prepare: threads must be an int >= 0 (0: one per CPU), got %r" % (threads,))
+        n = len(texts)
+        arr = (ctypes.c_char_p * max(n, 1))(*texts)
+        ks = (ctypes.c_void_p * max(n, 1))()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_rt_prepare(self._live(), arr, n, threads, ks, ctypes.byref(err)), err)
+        return [Kernel(self, ctypes.c_void_p(ks[i])) for i in range(n)]
+
     def load_module(self, ptx):
         """Loads PTX text that carries a '// kiln.meta' block (e.g. kiln.generate(...).text)."""
         data = ptx.encode() if isinstance(ptx, str) else bytes(ptx)

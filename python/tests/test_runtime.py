@@ -217,3 +217,21 @@ def test_cubin_bundle(fake_cuda, tmp_path):
     with pytest.raises(kiln.KilnDriverError) as e:
         rt.load_entry(b[1])  # an sm_75 cubin cannot run on sm_80: the driver's own words
     assert "CUDA_ERROR_NO_BINARY_FOR_GPU" in str(e.value)
+
+
+def test_prepare_generates_a_model_set_on_threads(fake_cuda):
+    rt = kiln.Runtime(disk_cache=False)
+    specs = ["layernorm x=bf16 w=f32 hidden=2048", "rmsnorm x=bf16 w=f32 hidden=2048",
+             "layernorm_bwd x=bf16 w=f32 hidden=2048", "layernorm x=bf16 w=f32 hidden=2048"]
+    ks = rt.prepare(specs, threads=2)
+    assert [k.spec.split()[0] for k in ks] == ["layernorm", "rmsnorm", "layernorm_bwd", "layernorm"]
+    assert all(k.origin == "generated" for k in ks) and ks[0].meta["entry"] == ks[3].meta["entry"]
+    assert rt.stats()["generated"] == 3
+    assert rt.kernel(specs[1]).meta["entry"] == ks[1].meta["entry"] and rt.stats()["generated"] == 3
+    assert rt.prepare([]) == []
+    with pytest.raises(kiln.KilnError, match=r"spec 1 'layernorm x=f64': .*f64"):
+        rt.prepare(["rmsnorm x=f16 hidden=64", "layernorm x=f64"])
+    with pytest.raises(kiln.KilnArgumentError, match="list of specs"):
+        rt.prepare("layernorm x=f16")
+    with pytest.raises(kiln.KilnArgumentError, match="threads must be an int >= 0"):
+        rt.prepare(specs, threads=-1)
