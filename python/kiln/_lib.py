@@ -195,6 +195,28 @@ class AttentionArgs(ctypes.Structure):
     )
 
 
+class NormFwdArgs(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int)] + [
+        (n, ctypes.c_uint64) for n in ("y", "mean", "rstd", "x", "weight", "bias", "residual", "h")] + [
+        ("rows", ctypes.c_int), ("hidden", ctypes.c_int),
+        ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("y_dtype", ctypes.c_int), ("r_dtype", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
+class NormBwdArgs(ctypes.Structure):
+    _fields_ = [("kind", ctypes.c_int)] + [
+        (n, ctypes.c_uint64) for n in ("dx", "dweight", "dbias", "dy", "x", "mean", "rstd", "weight", "dres",
+                                       "workspace")] + [
+        ("workspace_bytes", ctypes.c_size_t),
+        ("rows", ctypes.c_int), ("hidden", ctypes.c_int),
+        ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("dy_dtype", ctypes.c_int), ("dx_dtype", ctypes.c_int),
+        ("r_dtype", ctypes.c_int),
+        ("stream", ctypes.c_void_p),
+    ]
+
+
 class AttentionBwdArgs(ctypes.Structure):
     _fields_ = (
         [(n, ctypes.c_uint64) for n in ("dq", "dk", "dv", "q", "k", "v", "o", "dout", "lse", "workspace")]
@@ -256,6 +278,12 @@ RT_FUNCS = {
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_backward_workspace": (sz, [ctypes.POINTER(AttentionBwdArgs)]),
     "kiln_attention_backward": (S, [P, ctypes.POINTER(AttentionBwdArgs), ERR]),
+    "kiln_norm_forward": (S, [P, ctypes.POINTER(NormFwdArgs), ERR]),
+    "kiln_norm_forward_pick": (S, [P, ctypes.POINTER(NormFwdArgs), PP, ERR]),
+    "kiln_norm_backward": (S, [P, ctypes.POINTER(NormBwdArgs), ERR]),
+    "kiln_norm_backward_pick": (S, [P, ctypes.POINTER(NormBwdArgs), PP, ERR]),
+    "kiln_norm_backward_workspace": (S, [P, ctypes.POINTER(NormBwdArgs), ctypes.POINTER(ctypes.c_size_t),
+                                         ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_attention_backward_pick": (S, [P, ctypes.POINTER(AttentionBwdArgs), ctypes.POINTER(ctypes.c_void_p * 3), ERR]),
     "kiln_rt_alloc": (S, [P, sz, ctypes.POINTER(ctypes.c_uint64), ERR]),
     "kiln_rt_free": (S, [P, ctypes.c_uint64, ERR]),
@@ -492,6 +520,9 @@ def meta_dict(m):
         "align_bytes": m.align_bytes,
         "rows_per_block": m.rows_per_block,
         "threads_per_row": m.threads_per_row,
+        "ws_slabs": m.ws_slabs,  # two-kernel launches: the f32 workspace, and the kernel that reduces it
+        "ws_rows_per_block": m.ws_rows_per_block,
+        "then_spec": text(m.then_spec),
     }
 
 

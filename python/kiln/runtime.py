@@ -462,13 +462,187 @@ class Runtime:
         a.stream = _stream_handle(stream, views)
         return a
 
-    def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None):
+    def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None, residual=None,
+                   h=None):
         """y = layer_norm(x) over the last dimension (torch.nn.functional.layer_norm semantics), fp32 math.
         x, y: [..., hidden] contiguous; weight/bias: [hidden] (any kiln dtype, both the same); mean/rstd:
-        optional f32 [rows] outputs. Picks the fixed-hidden variant when one exists."""
-        a = self._ln_args(y, x, weight, bias, eps, mean, rstd, stream)
+        optional f32 [rows] outputs. Picks the fixed-hidden variant when one exists. residual and h (both or
+        neither, one dtype): the pre-norm block's fused add, h = x + residual is written to h and normalized."""
+        if residual is None and h is None:
+            a = self._ln_args(y, x, weight, bias, eps, mean, rstd, stream)
+            err = _lib.Error()
+            _lib.check(self._lib.kiln_layernorm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+            return
+        a = self._norm_fwd_args("layer_norm", False, y, x, weight, bias, eps, mean, rstd, residual, h, stream)
+        self._norm_forward(a)
+
+    def rms_norm(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None, stream=None):
+        """y = x * rstd * weight over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps) (torch's rms_norm),
+        fp32 math; rstd: optional f32 [rows] output. Arrays and the fused residual add as in layer_norm."""
+        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, stream)
+        self._norm_forward(a)
+
+    def rms_norm_kernel(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None):
+        """The Kernel rms_norm would launch for these arrays, without launching."""
+        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, 0)
+        k = ctypes.c_void_p()
         err = _lib.Error()
-        _lib.check(self._lib.kiln_layernorm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+        _lib.check(self._lib.kiln_norm_forward_pick(self._live(), ctypes.byref(a), ctypes.byref(k), ctypes.byref(err)),
+                   err)
+        return Kernel(self, k)
+
+    def layer_norm_backward(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None,
+                            workspace=None, stream=None):
+        """dx (and dweight/dbias) of layer_norm from dy, the x it normalized (h with a residual) and its saved
+        mean/rstd: kiln's two-kernel backward, dweight/dbias summed in a fixed order (the same bits every
+        run). weight given: the forward had one, dweight is required; dbias: wanted when given. dres: the
+        fused-residual form, dx = the norm's gradient + dres. workspace: device memory of
+        layer_norm_backward_workspace(...) bytes; None uses one this Runtime keeps."""
+        a, views = self._norm_bwd_args("layer_norm_backward", False, dx, dy, x, mean, rstd, weight, dweight, dbias,
+                                       dres, stream)
+        self._norm_backward(a, views, workspace, "layer_norm_backward")
+
+    def rms_norm_backward(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, workspace=None, stream=None):
+        """dx (and dweight) of rms_norm; arguments as layer_norm_backward (no mean, no dbias)."""
+        a, views = self._norm_bwd_args("rms_norm_backward", True, dx, dy, x, None, rstd, weight, dweight, None, dres,
+                                       stream)
+        self._norm_backward(a, views, workspace, "rms_norm_backward")
+
+    def layer_norm_backward_workspace(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None):
+        """Bytes of device workspace layer_norm_backward needs for these arrays (0 without dweight/dbias)."""
+        a, _ = self._norm_bwd_args("layer_norm_backward", False, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, 0)
+        return self._norm_workspace_bytes(a)
+
+    def rms_norm_backward_workspace(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None):
+        """Bytes of device workspace rms_norm_backward needs for these arrays (0 without dweight)."""
+        a, _ = self._norm_bwd_args("rms_norm_backward", True, dx, dy, x, None, rstd, weight, dweight, None, dres, 0)
+        return self._norm_workspace_bytes(a)
+
+    def _rows_like(self, what, name, obj, shape, dev):
+        v = self._view(obj, "%s: %s" % (what, name), dev)
+        if tuple(v.shape) != tuple(shape):
+            raise KilnArgumentError("%s: %s has shape %s; expected x's %s" % (what, name, v.shape, tuple(shape)))
+        if not v.contiguous():
+            raise KilnArgumentError("%s: %s must be contiguous (strides %s for shape %s)" % (what, name, v.strides,
+                                                                                            v.shape))
+        return v
+
+    def _vector(self, what, name, obj, n, dev, dtype=None, per="hidden"):
+        v = self._view(obj, "%s: %s" % (what, name), dev)
+        if v.numel != n or not v.contiguous() or (dtype and v.dtype != dtype):
+            raise KilnArgumentError("%s: %s must be %d contiguous %svalues (one per %s), got %s %s"
+                                    % (what, name, n, dtype + " " if dtype else "", per, v.dtype, v.shape))
+        return v
+
+    def _norm_x(self, what, x, dev):
+        xv = self._view(x, what + ": x", dev)
+        if not xv.shape or xv.shape[-1] == 0:
+            raise KilnArgumentError("%s: x must be [..., hidden] with hidden >= 1, got shape %s" % (what, xv.shape))
+        if not xv.contiguous():
+            raise KilnArgumentError("%s: x must be contiguous (strides %s for shape %s)" % (what, xv.strides, xv.shape))
+        hidden = xv.shape[-1]
+        return xv, hidden, xv.numel // hidden
+
+    def _norm_fwd_args(self, what, rms, y, x, weight, bias, eps, mean, rstd, residual, h, stream):
+        dev = self.device_ordinal
+        xv, hidden, rows = self._norm_x(what, x, dev)
+        yv = self._rows_like(what, "y", y, xv.shape, dev)
+        a = _lib.NormFwdArgs()
+        a.kind = 1 if rms else 0
+        a.x, a.y, a.rows, a.hidden, a.eps = xv.ptr, yv.ptr, rows, hidden, float(eps)
+        a.x_dtype, a.y_dtype = _DTYPE_CODE[xv.dtype], _DTYPE_CODE[yv.dtype]
+        views = [xv, yv]
+        if (residual is None) != (h is None):
+            raise KilnArgumentError("%s: residual and h go together: give both (h = x + residual is written to h and "
+                                    "normalized) or neither" % what)
+        if residual is not None:
+            rv = self._rows_like(what, "residual", residual, xv.shape, dev)
+            hv = self._rows_like(what, "h", h, xv.shape, dev)
+            if rv.dtype != hv.dtype:
+                raise KilnArgumentError("%s: residual is %s and h is %s; they are one residual stream and share a "
+                                        "dtype" % (what, rv.dtype, hv.dtype))
+            a.residual, a.h, a.r_dtype = rv.ptr, hv.ptr, _DTYPE_CODE[rv.dtype]
+            views += [rv, hv]
+        wdt = None
+        for name, obj in (("weight", weight), ("bias", bias)):
+            if obj is None:
+                continue
+            v = self._vector(what, name, obj, hidden, dev)
+            if wdt is not None and v.dtype != wdt:
+                raise KilnArgumentError("%s: weight is %s and bias is %s; they must match" % (what, wdt, v.dtype))
+            wdt = v.dtype
+            setattr(a, name, v.ptr)
+            views.append(v)
+        a.w_dtype = _DTYPE_CODE[wdt or xv.dtype]
+        for name, obj in (("mean", mean), ("rstd", rstd)):
+            if obj is not None:
+                v = self._vector(what, name, obj, rows, dev, "f32", "row")
+                setattr(a, name, v.ptr)
+                views.append(v)
+        a.stream = _stream_handle(stream, views)
+        return a
+
+    def _norm_forward(self, a):
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_norm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+
+    def _norm_bwd_args(self, what, rms, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, stream):
+        dev = self.device_ordinal
+        xv, hidden, rows = self._norm_x(what, x, dev)
+        a = _lib.NormBwdArgs()
+        a.kind = 1 if rms else 0
+        a.x, a.rows, a.hidden, a.x_dtype = xv.ptr, rows, hidden, _DTYPE_CODE[xv.dtype]
+        views = [xv]
+        for name, obj in (("dx", dx), ("dy", dy), ("dres", dres)):
+            if obj is None:
+                if name != "dres":
+                    raise KilnArgumentError("%s: %s is required" % (what, name))
+                continue
+            v = self._rows_like(what, name, obj, xv.shape, dev)
+            setattr(a, name, v.ptr)
+            setattr(a, {"dres": "r_dtype"}.get(name, name + "_dtype"), _DTYPE_CODE[v.dtype])
+            views.append(v)
+        for name, obj in (("mean", mean), ("rstd", rstd)):
+            if obj is None:
+                if name == "rstd" or not rms:
+                    raise KilnArgumentError("%s: %s (f32, one per row, as the forward saved it) is required"
+                                            % (what, name))
+                continue
+            v = self._vector(what, name, obj, rows, dev, "f32", "row")
+            setattr(a, name, v.ptr)
+            views.append(v)
+        if weight is not None and dweight is None:
+            raise KilnArgumentError("%s: weight is given (the forward had one), so dweight is required" % what)
+        if dweight is not None and weight is None:
+            raise KilnArgumentError("%s: dweight needs weight (the forward's, for g = dy * weight)" % what)
+        wdt = None
+        for name, obj in (("weight", weight), ("dweight", dweight), ("dbias", dbias)):
+            if obj is None:
+                continue
+            v = self._vector(what, name, obj, hidden, dev)
+            if wdt is not None and v.dtype != wdt:
+                raise KilnArgumentError("%s: weight, dweight and dbias share one dtype; %s is %s, not %s"
+                                        % (what, name, v.dtype, wdt))
+            wdt = v.dtype
+            setattr(a, name, v.ptr)
+            views.append(v)
+        a.w_dtype = _DTYPE_CODE[wdt or xv.dtype]
+        a.stream = _stream_handle(stream, views)
+        return a, views
+
+    def _norm_workspace_bytes(self, a):
+        need, err = ctypes.c_size_t(), _lib.Error()
+        _lib.check(self._lib.kiln_norm_backward_workspace(self._live(), ctypes.byref(a), ctypes.byref(need), None,
+                                                          ctypes.byref(err)), err)
+        return int(need.value)
+
+    def _norm_backward(self, a, views, workspace, what):
+        if a.rows:
+            need = self._norm_workspace_bytes(a)
+            a.workspace = self._workspace(need, workspace, views, what, what + "_workspace")
+            a.workspace_bytes = need
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_norm_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def layer_norm_kernel(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None):
         """The Kernel layer_norm would launch for these arrays, without launching."""
@@ -601,13 +775,18 @@ class Runtime:
 
     def _attn_bwd_workspace(self, a, workspace, views):
         need = int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
+        return self._workspace(need, workspace, views, "attention_backward", "attention_backward_workspace")
+
+    def _workspace(self, need, workspace, views, what, query):
+        """The device pointer of a backward's f32 workspace: the caller's (checked against need bytes), else
+        one this Runtime keeps and grows."""
         if workspace is not None:
-            wv = self._view(workspace, "attention_backward: workspace", self.device_ordinal)
+            wv = self._view(workspace, what + ": workspace", self.device_ordinal)
             have = wv.numel * _lib.DTYPE_SIZE[wv.dtype]
             if not wv.contiguous() or have < need:
-                raise KilnArgumentError("attention_backward: workspace must be %d contiguous bytes of device memory "
-                                        "(attention_backward_workspace), got %d bytes%s"
-                                        % (need, have, "" if wv.contiguous() else ", not contiguous"))
+                raise KilnArgumentError("%s: workspace must be %d contiguous bytes of device memory (%s), got %d "
+                                        "bytes%s" % (what, need, query, have, "" if wv.contiguous() else
+                                                     ", not contiguous"))
             views.append(wv)
             return wv.ptr
         if not need:

@@ -1,17 +1,18 @@
-"""kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm, LayerNorm, attention.
+"""kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm/LayerNorm, rms_norm/RMSNorm, attention.
 
-Importable only where torch is. The ops are registered as ``kiln::layer_norm``,
-``kiln::attention`` and ``kiln::attention_backward`` with fake (meta) implementations, so
-torch.compile captures them in a graph. attention's autograd runs kiln's attention_bwd kernels
+Importable only where torch is. The ops are registered as ``kiln::layer_norm``, ``kiln::rms_norm``,
+``kiln::attention`` and their ``..._backward`` ops, with fake (meta) implementations, so
+torch.compile captures them in a graph. Autograd runs kiln's backward kernels: the norms' two-kernel
+backward (dweight/dbias summed in a fixed order, the same bits every run) and attention_bwd
 (FlashAttention-2's backward; the deterministic sequence under
-torch.use_deterministic_algorithms(True)); layer_norm's formula is computed with torch ops from the
-saved mean and rstd until kiln's LayerNorm backward kernel is wired in. Kernels run on CUDA tensors, on torch's
+torch.use_deterministic_algorithms(True)). Kernels run on CUDA tensors, on torch's
 current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
 first use, then from kiln's memory and disk caches).
 
     import kiln.torch as kt
     ln = kt.LayerNorm(4096)                       # f32 weights, like torch.nn.LayerNorm
     y = ln(x_bf16)                                # bf16 in, bf16 out, f32 math
+    y = kt.RMSNorm(4096)(x_bf16)                  # torch.nn.RMSNorm's signature
     o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
     o.sum().backward()                            # dq, dk, dv by kiln's attention backward kernels
 """
@@ -97,55 +98,197 @@ def _ln_setup(ctx, inputs, output):
     x, weight, bias, _eps, _out = inputs
     _y, mean, rstd = output
     ctx.save_for_backward(x, weight, mean, rstd)
-    ctx.has_bias = bias is not None
-    ctx.bias_dtype = bias.dtype if bias is not None else None
+    ctx.bias_dtype = _DT[bias.dtype] if bias is not None else ""
 
 
 def _ln_backward(ctx, dy, _dmean, _drstd):
-    # dx = rstd * (g - mean(g) - xhat * mean(g * xhat)), g = dy * w; in f32, rounded once to x's dtype.
     x, weight, mean, rstd = ctx.saved_tensors
-    h = x.shape[-1]
-    xf = x.reshape(-1, h).float()
-    dyf = dy.reshape(-1, h).float()
-    xhat = (xf - mean[:, None]) * rstd[:, None]
-    g = dyf * weight.float() if weight is not None else dyf
-    dx = rstd[:, None] * (g - g.mean(-1, keepdim=True) - xhat * (g * xhat).mean(-1, keepdim=True))
-    dw = (dyf * xhat).sum(0).to(weight.dtype) if weight is not None else None
-    db = dyf.sum(0).to(ctx.bias_dtype) if ctx.has_bias else None
-    return dx.reshape(x.shape).to(x.dtype), dw, db, None, None
+    dx, dw, db = _layer_norm_backward(dy, x, mean, rstd, weight, ctx.bias_dtype)
+    return dx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None
 
 
 _layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
-    """torch.nn.functional.layer_norm on kiln's kernel, plus ``out_dtype`` (default: input's dtype).
-    weight and bias may have another dtype than input (bf16 activations with f32 weights)."""
+def _grad_outputs(x, weight, bias_dtype):
+    """dx like x; dweight like weight (empty without one); dbias in bias_dtype (empty when '')."""
+    hidden = x.shape[-1]
+    dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    dw = (torch.empty((hidden,), dtype=weight.dtype, device=x.device) if weight is not None
+          else torch.empty((0,), dtype=x.dtype, device=x.device))
+    db = (torch.empty((hidden,), dtype=_TORCH_DT[bias_dtype], device=x.device) if bias_dtype
+          else torch.empty((0,), dtype=x.dtype, device=x.device))
+    return dx, dw, db
+
+
+def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype):
+    """Runs kiln's two-kernel norm backward (dweight/dbias summed in a fixed order: the same bits every run)
+    with its f32 workspace from torch's allocator, on torch's current stream."""
+    dx, dw, db = _grad_outputs(x, weight, bias_dtype)
+    if x.numel():
+        rt = runtime(x.device)
+        x, dy = x.contiguous(), dy.contiguous()
+        w = weight.contiguous() if weight is not None else None
+        dwv = dw if weight is not None else None
+        if rms:
+            need = rt.rms_norm_backward_workspace(dx, dy, x, rstd, w, dwv)
+        else:
+            dbv = db if bias_dtype else None
+            need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dwv, dbv)
+        ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=x.device) if need else None
+        if rms:
+            rt.rms_norm_backward(dx, dy, x, rstd, w, dwv, workspace=ws, stream=_stream(x))
+        else:
+            rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dwv, dbv, workspace=ws, stream=_stream(x))
+    return dx, dw, db
+
+
+@torch.library.custom_op("kiln::layer_norm_backward", mutates_args=())
+def _layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
+                         weight: Optional[torch.Tensor], bias_dtype: str
+                         ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    return _norm_backward(False, dy, x, mean, rstd, weight, bias_dtype)
+
+
+@_layer_norm_backward.register_fake
+def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias_dtype):
+    hidden = x.shape[-1]
+    return (x.new_empty(x.shape), x.new_empty((hidden,) if weight is not None else (0,),
+                                              dtype=weight.dtype if weight is not None else x.dtype),
+            x.new_empty((hidden,) if bias_dtype else (0,), dtype=_TORCH_DT[bias_dtype] if bias_dtype else x.dtype))
+
+
+def _norm_inputs(what, input, normalized_shape, weight, bias, out_dtype):
+    """Checks a norm call as torch.nn.functional does; returns x as [..., hidden], weight and bias flat, the
+    output dtype's name."""
     if isinstance(normalized_shape, int):
         normalized_shape = (normalized_shape,)
     normalized_shape = tuple(normalized_shape)
     nd = len(normalized_shape)
     if nd == 0 or tuple(input.shape[-nd:]) != normalized_shape:
-        raise KilnArgumentError("layer_norm: normalized_shape %s does not match the input's trailing dimensions %s"
-                                % (list(normalized_shape), list(input.shape)))
-    _check_cuda("layer_norm", input, weight, bias)
-    xd = _dtype_name(input.dtype, "layer_norm: input")
-    yd = _dtype_name(out_dtype, "layer_norm: out_dtype") if out_dtype is not None else xd
+        raise KilnArgumentError("%s: normalized_shape %s does not match the input's trailing dimensions %s"
+                                % (what, list(normalized_shape), list(input.shape)))
+    _check_cuda(what, input, weight, bias)
+    xd = _dtype_name(input.dtype, what + ": input")
+    yd = _dtype_name(out_dtype, what + ": out_dtype") if out_dtype is not None else xd
     for n, t in (("weight", weight), ("bias", bias)):
         if t is not None:
-            _dtype_name(t.dtype, "layer_norm: " + n)
+            _dtype_name(t.dtype, "%s: %s" % (what, n))
             if tuple(t.shape) != normalized_shape:
-                raise KilnArgumentError("layer_norm: %s has shape %s; expected %s" % (n, list(t.shape),
-                                                                                      list(normalized_shape)))
+                raise KilnArgumentError("%s: %s has shape %s; expected %s" % (what, n, list(t.shape),
+                                                                              list(normalized_shape)))
     if weight is not None and bias is not None and weight.dtype != bias.dtype:
-        raise KilnArgumentError("layer_norm: weight is %s and bias is %s; kiln takes one dtype for both"
-                                % (weight.dtype, bias.dtype))
+        raise KilnArgumentError("%s: weight is %s and bias is %s; kiln takes one dtype for both"
+                                % (what, weight.dtype, bias.dtype))
     hidden = math.prod(normalized_shape)
     x = input.reshape(input.shape[:input.dim() - nd] + (hidden,))
     w = weight.reshape(hidden) if weight is not None else None
     b = bias.reshape(hidden) if bias is not None else None
+    return x, w, b, yd
+
+
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
+    """torch.nn.functional.layer_norm on kiln's kernel, plus ``out_dtype`` (default: input's dtype).
+    weight and bias may have another dtype than input (bf16 activations with f32 weights). The backward
+    runs kiln's LayerNorm backward kernels."""
+    x, w, b, yd = _norm_inputs("layer_norm", input, normalized_shape, weight, bias, out_dtype)
     y, _mean, _rstd = _layer_norm(x, w, b, float(eps), yd)
     return y.reshape(input.shape)
+
+
+# ---- RMSNorm ----
+
+
+@torch.library.custom_op("kiln::rms_norm", mutates_args=())
+def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
+              out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor]:
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    x2 = x.contiguous()
+    y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
+    rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    if rows:
+        w = weight.contiguous() if weight is not None else None
+        runtime(x.device).rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x))
+    return y, rstd
+
+
+@_rms_norm.register_fake
+def _rms_norm_fake(x, weight, eps, out_dtype):
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    return x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty((rows,), dtype=torch.float32)
+
+
+@torch.library.custom_op("kiln::rms_norm_backward", mutates_args=())
+def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
+                       weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, dw, _db = _norm_backward(True, dy, x, None, rstd, weight, "")
+    return dx, dw
+
+
+@_rms_norm_backward.register_fake
+def _rms_norm_backward_fake(dy, x, rstd, weight):
+    return x.new_empty(x.shape), x.new_empty((x.shape[-1],) if weight is not None else (0,),
+                                             dtype=weight.dtype if weight is not None else x.dtype)
+
+
+def _rms_setup(ctx, inputs, output):
+    x, weight, _eps, _out = inputs
+    _y, rstd = output
+    ctx.save_for_backward(x, weight, rstd)
+
+
+def _rms_backward(ctx, dy, _drstd):
+    x, weight, rstd = ctx.saved_tensors
+    dx, dw = _rms_norm_backward(dy, x, rstd, weight)
+    return dx, dw if weight is not None else None, None, None
+
+
+_rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
+
+
+def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None):
+    """torch.nn.functional.rms_norm on kiln's kernel (eps None: torch.finfo(input.dtype).eps, as torch), plus
+    ``out_dtype`` (default: input's dtype); weight may have another dtype than input. The backward runs kiln's
+    RMSNorm backward kernels."""
+    x, w, _b, yd = _norm_inputs("rms_norm", input, normalized_shape, weight, None, out_dtype)
+    if eps is None:
+        eps = torch.finfo(input.dtype).eps
+    y, _rstd = _rms_norm(x, w, float(eps), yd)
+    return y.reshape(input.shape)
+
+
+class RMSNorm(torch.nn.Module):
+    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype``. ``dtype`` is the weight's
+    dtype (default float32), so bf16 activations meet an f32 weight without a cast."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None):
+        super().__init__()
+        if isinstance(normalized_shape, int):
+            normalized_shape = (normalized_shape,)
+        self.normalized_shape = tuple(normalized_shape)
+        self.eps = eps
+        self.elementwise_affine = elementwise_affine
+        self.out_dtype = out_dtype
+        if out_dtype is not None:
+            _dtype_name(out_dtype, "RMSNorm: out_dtype")
+        if elementwise_affine:
+            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+        else:
+            self.register_parameter("weight", None)
+        self.reset_parameters()
+
+    def reset_parameters(self):
+        if self.weight is not None:
+            torch.nn.init.ones_(self.weight)
+
+    def forward(self, input):
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype)
+
+    def extra_repr(self):
+        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
 
 
 class LayerNorm(torch.nn.Module):
@@ -165,16 +308,16 @@ class LayerNorm(torch.nn.Module):
         if out_dtype is not None:
             _dtype_name(out_dtype, "LayerNorm: out_dtype")
         kw = {"device": device, "dtype": dtype}
+        # as torch.nn.LayerNorm: absent parameters are registered as None (assigning None first would make
+        # register_parameter refuse the name)
         if elementwise_affine:
             self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw))
-            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw)) if bias else None
         else:
-            self.weight = None
-            self.bias = None
-        if self.bias is None:
-            self.register_parameter("bias", None)
-        if self.weight is None:
             self.register_parameter("weight", None)
+        if elementwise_affine and bias:
+            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw))
+        else:
+            self.register_parameter("bias", None)
         self.reset_parameters()
 
     def reset_parameters(self):

@@ -39,6 +39,15 @@ class FakeDriver:
         assert self.dl.fake_cuda_last_launch(ctypes.byref(out)), "no launch recorded"
         return out
 
+    def launches(self):
+        """Every launch since the last reset, in order: (entry, params as u64 values)."""
+        at = self.dl.fake_cuda_launch_at
+        at.argtypes = [ctypes.c_int, ctypes.POINTER(FakeLaunch)]
+        out, f = [], FakeLaunch()
+        while at(len(out), ctypes.byref(f)):
+            out.append((f.entry.decode(), list(f.param[:f.nparams])))
+        return out
+
     def fail(self, op, error, times=1):
         self.dl.fake_cuda_fail(op.encode(), error.encode(), times)
 

@@ -20,6 +20,7 @@ MIRRORS = {
     "kiln_sm_facts": _lib.SmFacts, "kiln_device_info": _lib.DeviceInfo, "kiln_rt_stats": _lib.RtStats,
     "kiln_layernorm_args": _lib.LayerNormArgs, "kiln_attention_args": _lib.AttentionArgs,
     "kiln_attention_bwd_args": _lib.AttentionBwdArgs, "kiln_bundle_entry": _lib.BundleEntry,
+    "kiln_norm_fwd_args": _lib.NormFwdArgs, "kiln_norm_bwd_args": _lib.NormBwdArgs,
 }
 
 

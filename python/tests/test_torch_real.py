@@ -1,5 +1,6 @@
-"""kiln.torch with the real PyTorch: op schemas, fake (meta) kernels, torch.compile graph capture, the LayerNorm
-backward formula; on a CUDA GPU also numerics against torch. Skipped where torch is not installed."""
+"""kiln.torch with the real PyTorch: op schemas, fake (meta) kernels, autograd through the norms' backward ops on
+meta tensors, torch.compile graph capture; on a CUDA GPU also numerics against torch. Skipped where torch is not
+installed."""
 
 import pytest
 
@@ -41,9 +42,10 @@ def test_compile_captures_the_ops():
         return gm.forward
 
     ln = kt.LayerNorm(256).to("meta")
+    rn = kt.RMSNorm(256).to("meta")
 
     def f(x, q):
-        return ln(x) * 2, kt.scaled_dot_product_attention(q, q, q, is_causal=True)
+        return rn(ln(x)) * 2, kt.scaled_dot_product_attention(q, q, q, is_causal=True)
 
     torch._dynamo.reset()
     cf = torch.compile(f, backend=backend, fullgraph=True)
@@ -51,27 +53,31 @@ def test_compile_captures_the_ops():
               torch.empty(1, 2, 8, 64, dtype=torch.float16, device="meta"))
     assert y.dtype == torch.bfloat16 and o.shape == (1, 2, 8, 64)
     assert "torch.ops.kiln.layer_norm" in graphs[0] and "torch.ops.kiln.attention" in graphs[0]
+    assert "torch.ops.kiln.rms_norm" in graphs[0]
 
 
-class _Ctx:
-    pass
-
-
-def test_layer_norm_backward_formula_matches_torch():
-    g = torch.Generator().manual_seed(0)
-    x = torch.randn(5, 96, generator=g, dtype=torch.float64, requires_grad=True)
-    w = torch.randn(96, generator=g, dtype=torch.float64, requires_grad=True)
-    b = torch.randn(96, generator=g, dtype=torch.float64, requires_grad=True)
-    dy = torch.randn(5, 96, generator=g, dtype=torch.float64)
-    F.layer_norm(x, (96,), w, b, 1e-5).backward(dy)
-    mean = x.detach().mean(-1)
-    rstd = (x.detach().var(-1, unbiased=False) + 1e-5).rsqrt()
-    ctx = _Ctx()
-    ctx.saved_tensors = (x.detach(), w.detach(), mean.float(), rstd.float())
-    ctx.has_bias, ctx.bias_dtype = True, torch.float64
-    dx, dw, db, _, _ = kt._ln_backward(ctx, dy, None, None)
-    for got, ref in ((dx, x.grad), (dw, w.grad), (db, b.grad)):
-        assert torch.allclose(got.double(), ref, rtol=1e-4, atol=1e-4)
+def test_norm_schemas_and_meta_autograd():
+    """Autograd through kiln's norm ops on meta tensors: real torch runs the backward ops' fake kernels, so the
+    wiring (setup_context, saved tensors, which gradients exist and their dtypes) is checked without a GPU."""
+    assert str(torch.ops.kiln.rms_norm.default._schema) == (
+        "kiln::rms_norm(Tensor x, Tensor? weight, float eps, str out_dtype) -> (Tensor, Tensor)")
+    assert str(torch.ops.kiln.layer_norm_backward.default._schema).startswith(
+        "kiln::layer_norm_backward(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, str bias_dtype)")
+    for bias in (True, False):
+        x = torch.empty(4, 6, 256, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        ln = kt.LayerNorm(256, bias=bias, device="meta")
+        ln(x).sum().backward()
+        assert x.grad.dtype == torch.bfloat16 and x.grad.shape == x.shape
+        assert ln.weight.grad.dtype == torch.float32 and ln.weight.grad.shape == (256,)
+        assert (ln.bias is None) != bias and (not bias or ln.bias.grad.shape == (256,))
+    x = torch.empty(3, 512, dtype=torch.float16, device="meta", requires_grad=True)
+    rn = kt.RMSNorm(512, device="meta")
+    y = rn(x)
+    y.float().sum().backward()
+    assert y.dtype == torch.float16 and x.grad.dtype == torch.float16 and rn.weight.grad.dtype == torch.float32
+    x.grad = None
+    kt.rms_norm(x, (512,), None, out_dtype=torch.float32).sum().backward()
+    assert x.grad.shape == x.shape
 
 
 def test_cpu_tensors_get_a_clear_error():
@@ -95,6 +101,31 @@ def test_gpu_layer_norm_bf16_with_f32_weights_matches_torch():
     x.requires_grad_(True)
     ln(x).float().sum().backward()
     assert x.grad is not None and ln.weight.grad is not None
+
+
+@needs_gpu
+@pytest.mark.parametrize("rms", [False, True])
+def test_gpu_norm_gradients_match_torch_and_repeat_bit_for_bit(rms):
+    g = torch.Generator(device="cuda").manual_seed(0)
+    x = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    dy = torch.randn(512, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    m = (kt.RMSNorm(4096, eps=1e-5) if rms else kt.LayerNorm(4096)).cuda()
+    with torch.no_grad():
+        m.weight.normal_(1.0, 0.5, generator=g)
+        if not rms:
+            m.bias.normal_(0.0, 0.5, generator=g)
+    m(x).backward(dy)
+    xd = x.detach().double().requires_grad_(True)
+    params = [p.detach().double().requires_grad_(True) for p in m.parameters()]
+    ref = (F.rms_norm(xd, (4096,), params[0], 1e-5) if rms else F.layer_norm(xd, (4096,), params[0], params[1], 1e-5))
+    ref.backward(dy.double())
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=2e-2, atol=2e-2)
+    for p, r in zip(m.parameters(), params):
+        torch.testing.assert_close(p.grad.double(), r.grad, rtol=1e-3, atol=1e-2)
+    first = [p.grad.clone() for p in m.parameters()]
+    m.zero_grad()
+    m(x).backward(dy)
+    assert all(torch.equal(a, p.grad) for a, p in zip(first, m.parameters()))  # fixed-order sums
 
 
 @needs_gpu

@@ -24,6 +24,13 @@ bfloat16 = dtype("bfloat16", "bfloat16", 2)
 int32 = dtype("int32", "int32", 4)
 
 
+class finfo:
+    _EPS = {"float32": 2.0 ** -23, "float16": 2.0 ** -10, "bfloat16": 2.0 ** -7}
+
+    def __init__(self, dt):
+        self.eps = self._EPS[dt.name]
+
+
 class device:
     def __init__(self, spec, index=None):
         if isinstance(spec, device):
@@ -194,6 +201,9 @@ class Module:
         self.training = True
 
     def register_parameter(self, name, value):
+        if name in self.__dict__ and name not in getattr(self, "_params", ()):
+            raise KeyError("attribute '%s' already exists" % name)  # as torch.nn.Module does
+        self.__dict__.setdefault("_params", set()).add(name)
         object.__setattr__(self, name, value)
 
     def __call__(self, *a, **k):

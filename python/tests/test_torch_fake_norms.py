@@ -1,0 +1,159 @@
+"""kiln.torch's norms for training: LayerNorm's autograd and RMSNorm (module, functional, autograd) run kiln's
+forward and two-kernel backward (layernorm_bwd / rmsnorm_bwd, then norm_reduce) on the fake torch and the fake CUDA
+driver, with the workspace from torch's allocator. Runs where torch is not installed; test_torch_real.py covers
+the real package on a GPU."""
+
+import os
+import struct
+import sys
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+try:
+    import torch as _torch  # the real one, or the fake when another test file imported it first
+    if not getattr(_torch, "_kiln_fake", False):
+        pytest.skip("the real torch is installed: test_torch_real.py covers kiln.torch", allow_module_level=True)
+except ImportError:
+    pass
+
+sys.path.insert(0, os.path.join(HERE, "faketorch"))
+import torch  # noqa: E402  (the fake)
+import kiln  # noqa: E402
+
+
+class Ctx:
+    """What torch hands setup_context and the backward: saved tensors and attributes."""
+
+    def save_for_backward(self, *ts):
+        self.saved_tensors = ts
+
+
+@pytest.fixture
+def kt(fake_cuda):
+    import kiln.torch as kt
+    kt._runtimes.clear()
+    yield kt
+    kt._runtimes.clear()
+
+
+def _f32(bits):
+    return struct.unpack("<f", struct.pack("<I", bits & 0xFFFFFFFF))[0]
+
+
+def _params(kt, spec, values):
+    k = kt.runtime().kernel(spec)
+    return {p["name"]: v for p, v in zip(k.meta["params"], values)}
+
+
+def test_norm_ops_registered_with_fakes_and_autograd(kt):
+    ops = torch.library.REGISTERED
+    for name in ("kiln::layer_norm_backward", "kiln::rms_norm", "kiln::rms_norm_backward"):
+        assert ops[name].fake is not None and ops[name].mutates_args == (), name
+    assert ops["kiln::rms_norm"].backward is not None and ops["kiln::layer_norm"].backward is not None
+    x = torch.empty((3, 4, 256), dtype=torch.bfloat16, device="cuda")
+    w = torch.empty(256, dtype=torch.float32, device="cuda")
+    y, rstd = ops["kiln::rms_norm"].fake(x, w, 1e-6, "f32")
+    assert tuple(y.shape) == (3, 4, 256) and y.dtype is torch.float32 and tuple(rstd.shape) == (12,)
+    dx, dw = ops["kiln::rms_norm_backward"].fake(x, x, rstd, w)
+    assert dx.dtype is torch.bfloat16 and tuple(dw.shape) == (256,) and dw.dtype is torch.float32
+    dx, dw, db = ops["kiln::layer_norm_backward"].fake(x, x, rstd, rstd, None, "f32")
+    assert tuple(dw.shape) == (0,) and tuple(db.shape) == (256,) and db.dtype is torch.float32
+
+
+@pytest.mark.parametrize("bias", [True, False])
+def test_layer_norm_autograd_runs_kilns_backward_kernels(kt, fake_cuda, bias):
+    hidden = 2048
+    x = torch.empty((4, 6, hidden), dtype=torch.bfloat16, device="cuda")
+    w = torch.empty(hidden, dtype=torch.float32, device="cuda")
+    b = torch.empty(hidden, dtype=torch.float32, device="cuda") if bias else None
+    op = torch.library.REGISTERED["kiln::layer_norm"]
+    out = op(x, w, b, 1e-5, "bf16")
+    ctx = Ctx()
+    op.setup_context(ctx, (x, w, b, 1e-5, "bf16"), out)
+    fake_cuda.reset()
+    dy = torch.empty((4, 6, hidden), dtype=torch.bfloat16, device="cuda")
+    dx, dw, db, deps, dout = op.backward(ctx, dy, None, None)
+    assert dx.dtype is torch.bfloat16 and tuple(dx.shape) == (4, 6, hidden)
+    assert dw.dtype is torch.float32 and tuple(dw.shape) == (hidden,) and deps is None and dout is None
+    assert (db is not None) == bias and (not bias or db.dtype is torch.float32)
+    (e1, v1), (e2, v2) = fake_cuda.launches()
+    spec = "layernorm_bwd x=bf16 w=f32 dy=bf16 dx=bf16 hidden=2048 weight=true bias=%s" % ("true" if bias else "false")
+    k1 = kt.runtime().kernel(spec)
+    assert e1 == k1.meta["entry"] and e2 == kt.runtime().kernel(k1.meta["then_spec"]).meta["entry"]
+    p = _params(kt, spec, v1)
+    _, mean, rstd = out
+    assert (p["dx"], p["dy"], p["x"], p["mean"], p["rstd"], p["weight"]) == (
+        dx.data_ptr(), dy.data_ptr(), x.data_ptr(), mean.data_ptr(), rstd.data_ptr(), w.data_ptr())
+    assert p["rows"] == 24 and p["ws"] != 0  # the workspace: a torch allocation
+    r = _params(kt, k1.meta["then_spec"], v2)
+    assert r["ws"] == p["ws"] and r["dweight"] == dw.data_ptr() and r["dbias"] == (db.data_ptr() if bias else 0)
+
+
+def test_rms_norm_module_forward_and_backward(kt, fake_cuda):
+    norm = kt.RMSNorm(1024)
+    assert norm.weight.dtype is torch.float32 and norm.eps is None
+    norm.weight = torch.empty(1024, dtype=torch.float32, device="cuda")
+    x = torch.empty((2, 8, 1024), dtype=torch.bfloat16, device="cuda")
+    y = norm(x)
+    assert y.dtype is torch.bfloat16 and tuple(y.shape) == (2, 8, 1024)
+    (entry, vals), = fake_cuda.launches()
+    spec = "rmsnorm x=bf16 w=f32 y=bf16 hidden=1024 weight=true"
+    assert entry == kt.runtime().kernel(spec).meta["entry"]
+    p = _params(kt, spec, vals)
+    assert p["x"] == x.data_ptr() and p["y"] == y.data_ptr() and p["rows"] == 16
+    assert _f32(p["eps"]) == 2.0 ** -7  # torch's default: finfo(bfloat16).eps
+    y32 = kt.rms_norm(x, 1024, norm.weight, eps=1e-6, out_dtype=torch.float32)
+    assert y32.dtype is torch.float32
+    op = torch.library.REGISTERED["kiln::rms_norm"]
+    out = op(x, norm.weight, 1e-6, "bf16")
+    ctx = Ctx()
+    op.setup_context(ctx, (x, norm.weight, 1e-6, "bf16"), out)
+    fake_cuda.reset()
+    dx, dw, deps, dout = op.backward(ctx, torch.empty((2, 8, 1024), dtype=torch.bfloat16, device="cuda"), None)
+    assert dx.dtype is torch.bfloat16 and dw.dtype is torch.float32 and deps is None and dout is None
+    (e1, _v1), (e2, v2) = fake_cuda.launches()
+    k1 = kt.runtime().kernel("rmsnorm_bwd x=bf16 w=f32 dy=bf16 dx=bf16 hidden=1024 weight=true")
+    assert e1 == k1.meta["entry"] and _params(kt, k1.meta["then_spec"], v2)["dweight"] == dw.data_ptr()
+
+
+def test_rms_norm_without_weight_and_empty_batch(kt, fake_cuda):
+    x = torch.empty((3, 512), dtype=torch.float16, device="cuda")
+    op = torch.library.REGISTERED["kiln::rms_norm"]
+    out = op(x, None, 1e-5, "f16")
+    ctx = Ctx()
+    op.setup_context(ctx, (x, None, 1e-5, "f16"), out)
+    fake_cuda.reset()
+    dx, dw, _, _ = op.backward(ctx, torch.empty((3, 512), dtype=torch.float16, device="cuda"), None)
+    assert dw is None and dx.dtype is torch.float16
+    (entry, _), = fake_cuda.launches()  # no weight: no dweight, no workspace, one kernel
+    assert entry == kt.runtime().kernel("rmsnorm_bwd x=f16 hidden=512 weight=false").meta["entry"]
+    empty = torch.empty((0, 512), dtype=torch.float16, device="cuda")
+    fake_cuda.reset()
+    y = kt.rms_norm(empty, (512,))
+    out = op(empty, None, 1e-5, "f16")
+    op.setup_context(ctx, (empty, None, 1e-5, "f16"), out)
+    dx, _, _, _ = op.backward(ctx, empty, None)
+    assert tuple(y.shape) == (0, 512) and tuple(dx.shape) == (0, 512) and fake_cuda.launches() == []
+
+
+def test_rms_norm_errors(kt):
+    x = torch.empty((4, 64), dtype=torch.float16, device="cuda")
+    with pytest.raises(kiln.KilnArgumentError, match="rms_norm: normalized_shape"):
+        kt.rms_norm(x, (32,))
+    with pytest.raises(kiln.KilnArgumentError, match="CUDA"):
+        kt.rms_norm(torch.empty((4, 64), dtype=torch.float16), (64,))
+    with pytest.raises(kiln.KilnArgumentError, match="rms_norm: weight has shape"):
+        kt.rms_norm(x, (64,), torch.empty(32, dtype=torch.float32, device="cuda"))
+    with pytest.raises(kiln.KilnArgumentError, match="int32"):
+        kt.rms_norm(torch.empty((4, 64), dtype=torch.int32, device="cuda"), (64,))
+    with pytest.raises(kiln.KilnArgumentError, match="out_dtype"):
+        kt.RMSNorm(64, out_dtype=torch.int32)
+
+
+def test_modules_without_bias_or_affine(kt):
+    ln = kt.LayerNorm(64, bias=False)  # registered as None, as torch.nn.LayerNorm does
+    assert ln.weight is not None and ln.bias is None
+    ln = kt.LayerNorm(64, elementwise_affine=False)
+    assert ln.weight is None and ln.bias is None
+    assert kt.RMSNorm(64, elementwise_affine=False).weight is None
