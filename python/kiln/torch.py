@@ -103,7 +103,7 @@ def _ln_setup(ctx, inputs, output):
 
 def _ln_backward(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layer_norm_backward(dy, x, mean, rstd, weight, ctx.bias_dtype)
+    dx, dw, db = _layer_norm_backward(dy, x, mean, rstd, weight, ctx.bias_dtype, None)
     return dx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None
 
 
@@ -121,37 +121,39 @@ def _grad_outputs(x, weight, bias_dtype):
     return dx, dw, db
 
 
-def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype):
+def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres):
     """Runs kiln's two-kernel norm backward (dweight/dbias summed in a fixed order: the same bits every run)
-    with its f32 workspace from torch's allocator, on torch's current stream."""
+    with its f32 workspace from torch's allocator, on torch's current stream. dres: the fused residual form's
+    incoming gradient of h (added to dx)."""
     dx, dw, db = _grad_outputs(x, weight, bias_dtype)
     if x.numel():
         rt = runtime(x.device)
         x, dy = x.contiguous(), dy.contiguous()
         w = weight.contiguous() if weight is not None else None
+        dr = dres.contiguous() if dres is not None else None
         dwv = dw if weight is not None else None
         if rms:
-            need = rt.rms_norm_backward_workspace(dx, dy, x, rstd, w, dwv)
+            need = rt.rms_norm_backward_workspace(dx, dy, x, rstd, w, dwv, dr)
         else:
             dbv = db if bias_dtype else None
-            need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dwv, dbv)
+            need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dwv, dbv, dr)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=x.device) if need else None
         if rms:
-            rt.rms_norm_backward(dx, dy, x, rstd, w, dwv, workspace=ws, stream=_stream(x))
+            rt.rms_norm_backward(dx, dy, x, rstd, w, dwv, dr, workspace=ws, stream=_stream(x))
         else:
-            rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dwv, dbv, workspace=ws, stream=_stream(x))
+            rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dwv, dbv, dr, workspace=ws, stream=_stream(x))
     return dx, dw, db
 
 
 @torch.library.custom_op("kiln::layer_norm_backward", mutates_args=())
 def _layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                         weight: Optional[torch.Tensor], bias_dtype: str
+                         weight: Optional[torch.Tensor], bias_dtype: str, dres: Optional[torch.Tensor]
                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _norm_backward(False, dy, x, mean, rstd, weight, bias_dtype)
+    return _norm_backward(False, dy, x, mean, rstd, weight, bias_dtype, dres)
 
 
 @_layer_norm_backward.register_fake
-def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias_dtype):
+def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias_dtype, dres):
     hidden = x.shape[-1]
     return (x.new_empty(x.shape), x.new_empty((hidden,) if weight is not None else (0,),
                                               dtype=weight.dtype if weight is not None else x.dtype),
@@ -221,14 +223,14 @@ def _rms_norm_fake(x, weight, eps, out_dtype):
 
 
 @torch.library.custom_op("kiln::rms_norm_backward", mutates_args=())
-def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor,
-                       weight: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    dx, dw, _db = _norm_backward(True, dy, x, None, rstd, weight, "")
+def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: Optional[torch.Tensor],
+                       dres: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, dw, _db = _norm_backward(True, dy, x, None, rstd, weight, "", dres)
     return dx, dw
 
 
 @_rms_norm_backward.register_fake
-def _rms_norm_backward_fake(dy, x, rstd, weight):
+def _rms_norm_backward_fake(dy, x, rstd, weight, dres):
     return x.new_empty(x.shape), x.new_empty((x.shape[-1],) if weight is not None else (0,),
                                              dtype=weight.dtype if weight is not None else x.dtype)
 
@@ -241,7 +243,7 @@ def _rms_setup(ctx, inputs, output):
 
 def _rms_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _rms_norm_backward(dy, x, rstd, weight)
+    dx, dw = _rms_norm_backward(dy, x, rstd, weight, None)
     return dx, dw if weight is not None else None, None, None
 
 
@@ -332,6 +334,123 @@ class LayerNorm(torch.nn.Module):
     def extra_repr(self):
         s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
         return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
+
+
+# ---- the pre-norm block's fused residual add ----
+
+
+def _h_like(x, residual):
+    return torch.empty(x.shape, dtype=residual.dtype, device=x.device)
+
+
+@torch.library.custom_op("kiln::add_layer_norm", mutates_args=())
+def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor],
+                    bias: Optional[torch.Tensor], eps: float,
+                    out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
+    h = _h_like(x, residual)
+    mean = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    if rows:
+        w = weight.contiguous() if weight is not None else None
+        b = bias.contiguous() if bias is not None else None
+        runtime(x.device).layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
+                                     residual=residual.contiguous(), h=h)
+    return y, h, mean, rstd
+
+
+@_add_layer_norm.register_fake
+def _add_layer_norm_fake(x, residual, weight, bias, eps, out_dtype):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty(x.shape, dtype=residual.dtype),
+            x.new_empty((rows,), dtype=torch.float32), x.new_empty((rows,), dtype=torch.float32))
+
+
+def _add_ln_setup(ctx, inputs, output):
+    x, residual, weight, bias, _eps, _out = inputs
+    _y, h, mean, rstd = output
+    ctx.save_for_backward(h, weight, mean, rstd)
+    ctx.bias_dtype = _DT[bias.dtype] if bias is not None else ""
+    ctx.x_dtype = x.dtype
+
+
+def _add_ln_backward(ctx, dy, dh, _dmean, _drstd):
+    h, weight, mean, rstd = ctx.saved_tensors
+    # d(x) = d(residual) = the norm's gradient of h plus the gradient reaching h from the residual stream
+    dhx, dw, db = _layer_norm_backward(dy, h, mean, rstd, weight, ctx.bias_dtype, dh)
+    return (dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None)
+
+
+_add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
+
+
+@torch.library.custom_op("kiln::add_rms_norm", mutates_args=())
+def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
+                  out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    hidden = x.shape[-1]
+    rows = x.numel() // hidden if hidden else 0
+    y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
+    h = _h_like(x, residual)
+    rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
+    if rows:
+        w = weight.contiguous() if weight is not None else None
+        runtime(x.device).rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
+                                   stream=_stream(x))
+    return y, h, rstd
+
+
+@_add_rms_norm.register_fake
+def _add_rms_norm_fake(x, residual, weight, eps, out_dtype):
+    rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
+    return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty(x.shape, dtype=residual.dtype),
+            x.new_empty((rows,), dtype=torch.float32))
+
+
+def _add_rms_setup(ctx, inputs, output):
+    x, _residual, weight, _eps, _out = inputs
+    _y, h, rstd = output
+    ctx.save_for_backward(h, weight, rstd)
+    ctx.x_dtype = x.dtype
+
+
+def _add_rms_backward(ctx, dy, dh, _drstd):
+    h, weight, rstd = ctx.saved_tensors
+    dhx, dw = _rms_norm_backward(dy, h, rstd, weight, dh)
+    return dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, None, None
+
+
+_add_rms_norm.register_autograd(_add_rms_backward, setup_context=_add_rms_setup)
+
+
+def _residual_checks(what, x, residual):
+    _check_cuda(what, residual)
+    _dtype_name(residual.dtype, what + ": residual")
+    if tuple(residual.shape) != tuple(x.shape):
+        raise KilnArgumentError("%s: residual has shape %s; expected the input's %s" % (what, list(residual.shape),
+                                                                                       list(x.shape)))
+
+
+def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
+    """The pre-norm transformer block's pattern in one kernel: h = input + residual (rounded to residual's dtype,
+    the residual stream), y = layer_norm(h). Returns (y, h); both take part in autograd (the backward runs kiln's
+    residual-form LayerNorm backward: input and residual get the same gradient)."""
+    x, w, b, yd = _norm_inputs("add_layer_norm", input, normalized_shape, weight, bias, out_dtype)
+    _residual_checks("add_layer_norm", input, residual)
+    y, h, _mean, _rstd = _add_layer_norm(x, residual.reshape(x.shape), w, b, float(eps), yd)
+    return y.reshape(input.shape), h.reshape(input.shape)
+
+
+def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_dtype=None):
+    """h = input + residual (in residual's dtype), y = rms_norm(h), in one kernel; returns (y, h). eps None:
+    torch.finfo(h's dtype).eps. The backward runs kiln's residual-form RMSNorm backward."""
+    x, w, _b, yd = _norm_inputs("add_rms_norm", input, normalized_shape, weight, None, out_dtype)
+    _residual_checks("add_rms_norm", input, residual)
+    if eps is None:
+        eps = torch.finfo(residual.dtype).eps
+    y, h, _rstd = _add_rms_norm(x, residual.reshape(x.shape), w, float(eps), yd)
+    return y.reshape(input.shape), h.reshape(input.shape)
 
 
 # ---- attention ----

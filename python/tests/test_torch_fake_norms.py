@@ -48,16 +48,17 @@ def _params(kt, spec, values):
 
 def test_norm_ops_registered_with_fakes_and_autograd(kt):
     ops = torch.library.REGISTERED
-    for name in ("kiln::layer_norm_backward", "kiln::rms_norm", "kiln::rms_norm_backward"):
+    for name in ("kiln::layer_norm_backward", "kiln::rms_norm", "kiln::rms_norm_backward", "kiln::add_layer_norm",
+                 "kiln::add_rms_norm"):
         assert ops[name].fake is not None and ops[name].mutates_args == (), name
     assert ops["kiln::rms_norm"].backward is not None and ops["kiln::layer_norm"].backward is not None
     x = torch.empty((3, 4, 256), dtype=torch.bfloat16, device="cuda")
     w = torch.empty(256, dtype=torch.float32, device="cuda")
     y, rstd = ops["kiln::rms_norm"].fake(x, w, 1e-6, "f32")
     assert tuple(y.shape) == (3, 4, 256) and y.dtype is torch.float32 and tuple(rstd.shape) == (12,)
-    dx, dw = ops["kiln::rms_norm_backward"].fake(x, x, rstd, w)
+    dx, dw = ops["kiln::rms_norm_backward"].fake(x, x, rstd, w, None)
     assert dx.dtype is torch.bfloat16 and tuple(dw.shape) == (256,) and dw.dtype is torch.float32
-    dx, dw, db = ops["kiln::layer_norm_backward"].fake(x, x, rstd, rstd, None, "f32")
+    dx, dw, db = ops["kiln::layer_norm_backward"].fake(x, x, rstd, rstd, None, "f32", None)
     assert tuple(dw.shape) == (0,) and tuple(db.shape) == (256,) and db.dtype is torch.float32
 
 
@@ -157,3 +158,49 @@ def test_modules_without_bias_or_affine(kt):
     ln = kt.LayerNorm(64, elementwise_affine=False)
     assert ln.weight is None and ln.bias is None
     assert kt.RMSNorm(64, elementwise_affine=False).weight is None
+
+
+@pytest.mark.parametrize("rms", [False, True])
+def test_fused_residual_add_forward_and_backward(kt, fake_cuda, rms):
+    hidden = 1024
+    x = torch.empty((2, 4, hidden), dtype=torch.bfloat16, device="cuda")
+    res = torch.empty((2, 4, hidden), dtype=torch.float32, device="cuda")  # an f32 residual stream
+    w = torch.empty(hidden, dtype=torch.float32, device="cuda")
+    fam = "rmsnorm" if rms else "layernorm"
+    y, h = kt.add_rms_norm(x, res, hidden, w) if rms else kt.add_layer_norm(x, res, hidden, w, w)
+    assert y.dtype is torch.bfloat16 and h.dtype is torch.float32 and tuple(h.shape) == (2, 4, hidden)
+    (entry, vals), = fake_cuda.launches()
+    spec = "%s x=bf16 w=f32 y=bf16 hidden=1024 residual=true r=f32" % fam
+    assert entry == kt.runtime().kernel(spec).meta["entry"]
+    p = _params(kt, spec, vals)
+    assert (p["x"], p["residual"], p["h"], p["y"]) == (x.data_ptr(), res.data_ptr(), h.data_ptr(), y.data_ptr())
+    assert not rms or _f32(p["eps"]) == 2.0 ** -23  # eps None: finfo of the residual stream's dtype (f32)
+    op = torch.library.REGISTERED["kiln::add_rms_norm" if rms else "kiln::add_layer_norm"]
+    args = (x.reshape(8, hidden), res.reshape(8, hidden), w) + (() if rms else (None,)) + (1e-5, "bf16")
+    out = op(*args)
+    ctx = Ctx()
+    op.setup_context(ctx, args, out)
+    fake_cuda.reset()
+    dy = torch.empty((8, hidden), dtype=torch.bfloat16, device="cuda")
+    dh = torch.empty((8, hidden), dtype=torch.float32, device="cuda")
+    grads = op.backward(ctx, dy, dh, *([None] * (1 if rms else 2)))
+    dx, dres, dw = grads[:3]
+    assert dx.dtype is torch.bfloat16 and dres.dtype is torch.float32 and dw.dtype is torch.float32
+    (e1, v1), (e2, _v2) = fake_cuda.launches()
+    bspec = "%s_bwd x=f32 w=f32 dy=bf16 dx=f32 hidden=1024 weight=true%s residual=true r=f32" % (
+        fam, "" if rms else " bias=false")
+    k1 = kt.runtime().kernel(bspec)
+    assert e1 == k1.meta["entry"] and e2 == kt.runtime().kernel(k1.meta["then_spec"]).meta["entry"]
+    bp = _params(kt, bspec, v1)
+    assert (bp["x"], bp["dy"], bp["dres"], bp["dx"]) == (out[1].data_ptr(), dy.data_ptr(), dh.data_ptr(),
+                                                         dres.data_ptr())
+
+
+def test_fused_residual_errors(kt):
+    x = torch.empty((4, 64), dtype=torch.float16, device="cuda")
+    with pytest.raises(kiln.KilnArgumentError, match="residual has shape"):
+        kt.add_rms_norm(x, torch.empty((4, 32), dtype=torch.float16, device="cuda"), 64)
+    with pytest.raises(kiln.KilnArgumentError, match="CUDA"):
+        kt.add_layer_norm(x, torch.empty((4, 64), dtype=torch.float16), 64)
+    with pytest.raises(kiln.KilnArgumentError, match="residual: dtype"):
+        kt.add_layer_norm(x, torch.empty((4, 64), dtype=torch.int32, device="cuda"), 64)

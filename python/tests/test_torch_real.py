@@ -61,8 +61,9 @@ def test_norm_schemas_and_meta_autograd():
     wiring (setup_context, saved tensors, which gradients exist and their dtypes) is checked without a GPU."""
     assert str(torch.ops.kiln.rms_norm.default._schema) == (
         "kiln::rms_norm(Tensor x, Tensor? weight, float eps, str out_dtype) -> (Tensor, Tensor)")
-    assert str(torch.ops.kiln.layer_norm_backward.default._schema).startswith(
-        "kiln::layer_norm_backward(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, str bias_dtype)")
+    assert str(torch.ops.kiln.layer_norm_backward.default._schema) == (
+        "kiln::layer_norm_backward(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, str bias_dtype, "
+        "Tensor? dres) -> (Tensor, Tensor, Tensor)")
     for bias in (True, False):
         x = torch.empty(4, 6, 256, dtype=torch.bfloat16, device="meta", requires_grad=True)
         ln = kt.LayerNorm(256, bias=bias, device="meta")
@@ -78,6 +79,15 @@ def test_norm_schemas_and_meta_autograd():
     x.grad = None
     kt.rms_norm(x, (512,), None, out_dtype=torch.float32).sum().backward()
     assert x.grad.shape == x.shape
+    # the fused residual add: x and the residual stream both get gradients, each in its own dtype
+    for add in (kt.add_layer_norm, kt.add_rms_norm):
+        x = torch.empty(2, 3, 256, dtype=torch.bfloat16, device="meta", requires_grad=True)
+        res = torch.empty(2, 3, 256, dtype=torch.float32, device="meta", requires_grad=True)
+        w = torch.empty(256, device="meta", requires_grad=True)
+        y, h = add(x, res, 256, w)
+        assert y.dtype == torch.bfloat16 and h.dtype == torch.float32
+        (y.float().sum() + h.sum()).backward()
+        assert x.grad.dtype == torch.bfloat16 and res.grad.dtype == torch.float32 and w.grad.shape == (256,)
 
 
 def test_cpu_tensors_get_a_clear_error():
@@ -126,6 +136,27 @@ def test_gpu_norm_gradients_match_torch_and_repeat_bit_for_bit(rms):
     m.zero_grad()
     m(x).backward(dy)
     assert all(torch.equal(a, p.grad) for a, p in zip(first, m.parameters()))  # fixed-order sums
+
+
+@needs_gpu
+@pytest.mark.parametrize("rms", [False, True])
+def test_gpu_fused_residual_add_matches_torch(rms):
+    g = torch.Generator(device="cuda").manual_seed(1)
+    x = torch.randn(256, 2048, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    res = torch.randn(256, 2048, device="cuda", dtype=torch.float32, generator=g).requires_grad_(True)
+    w = torch.randn(2048, device="cuda", generator=g).requires_grad_(True)
+    y, h = kt.add_rms_norm(x, res, 2048, w, eps=1e-5) if rms else kt.add_layer_norm(x, res, 2048, w, None)
+    dy, dh = torch.randn_like(y, generator=g), torch.randn_like(h, generator=g)
+    torch.autograd.backward((y, h), (dy, dh))
+    xd, rd, wd = (t.detach().double().requires_grad_(True) for t in (x, res, w))
+    hd = xd + rd
+    yd = F.rms_norm(hd, (2048,), wd, 1e-5) if rms else F.layer_norm(hd, (2048,), wd, None, 1e-5)
+    torch.autograd.backward((yd, hd), (dy.double(), dh.double()))
+    torch.testing.assert_close(h.double(), hd.detach(), rtol=1e-6, atol=1e-6)
+    torch.testing.assert_close(y.double(), yd.detach(), rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(res.grad.double(), rd.grad, rtol=1e-3, atol=1e-3)
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=2e-2, atol=2e-2)
+    torch.testing.assert_close(w.grad.double(), wd.grad, rtol=1e-3, atol=1e-2)
 
 
 @needs_gpu

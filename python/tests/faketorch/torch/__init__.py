@@ -130,6 +130,10 @@ class Tensor:
             del sh[d], st[d]
         return Tensor(self._s, sh, st, self.dtype, self._off)
 
+    def to(self, dtype):
+        """A tensor of dtype (the values are not converted: the fake models layouts and launches, not data)."""
+        return self if dtype is self.dtype else empty(self.shape, dtype=dtype, device=self.device)
+
     def new_empty(self, shape, dtype=None):
         return empty(shape, dtype=dtype or self.dtype, device=self.device)
 
