@@ -146,7 +146,8 @@ def test_gpu_fused_residual_add_matches_torch(rms):
     res = torch.randn(256, 2048, device="cuda", dtype=torch.float32, generator=g).requires_grad_(True)
     w = torch.randn(2048, device="cuda", generator=g).requires_grad_(True)
     y, h = kt.add_rms_norm(x, res, 2048, w, eps=1e-5) if rms else kt.add_layer_norm(x, res, 2048, w, None)
-    dy, dh = torch.randn_like(y, generator=g), torch.randn_like(h, generator=g)
+    dy = torch.randn(y.shape, device="cuda", dtype=y.dtype, generator=g)
+    dh = torch.randn(h.shape, device="cuda", dtype=h.dtype, generator=g)
     torch.autograd.backward((y, h), (dy, dh))
     xd, rd, wd = (t.detach().double().requires_grad_(True) for t in (x, res, w))
     hd = xd + rd
