@@ -239,22 +239,34 @@ $(O)/bench/%: bench/%.c $(STATIC_LIBS)
 	$(CC) $(CFLAGS) -Ibench $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
 
 # GPU check kit (bench/gpu/, docs/gpu-kit.md): everything a machine with a GPU needs, in
-# $(O)/gpu-kit: the AOT check (libkiln_rt only), the generator + emulator linked statically (gzip'd),
-# a bundle of PTX for every SM and cubins for each (ptxas), the peers script and `run`.
+# $(O)/gpu-kit: the AOT check (libkiln_rt only), libkiln.so (generator + emulator, LLVM inside; gzip'd)
+# with the libraries it needs that a GPU machine may lack (Lua, zlib, zstd) and kiln-kit on top of it,
+# a bundle of PTX for every SM and cubins for each (ptxas), the Python package and its real-torch
+# tests, the peers script and `run`.
 KIT       := $(O)/gpu-kit
 KIT_LIB   := bench/gpu/kit_case.c bench/gpu/kit_launch.c
 KIT_DEPS  := $(KIT_LIB) bench/gpu/kit.h bench/gpu/kit_rows.h
 .PHONY: gpu-kit
-# The kiln Python package (python/kiln, when present) and libkiln_rt.so ride along so that peers.py
-# can run kiln on torch tensors through it (runtime-only: bundles, no generator).
+# The kiln Python package (python/kiln, when present) rides along with its real-torch tests, so that
+# peers.py and `run` drive kiln on torch tensors (libkiln_rt, and libkiln unpacked by `run`: JIT too).
 KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init__.py,)
-gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit.gz $(KIT)/kit.kbundle $(KIT)/run $(KIT)/peers.py \
-         $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
+# what libkiln.so.0 needs beyond libc/libstdc++, copied from this machine (ldd names the files)
+KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
+gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
+         $(KIT)/peers.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
 	cp $< $@
-$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py)
-	rm -rf $(KIT)/python && mkdir -p $(KIT)/python && cp -r python/kiln $(KIT)/python/ && \
+$(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
+	@mkdir -p $(dir $@)
+	strip -o $(O)/bench/libkiln.so.stripped $< && gzip -4 -c $(O)/bench/libkiln.so.stripped > $@.tmp && mv $@.tmp $@
+	for l in $(KIT_SYSLIBS); do \
+	    p=$$(ldd $< | awk -v l=$$l '$$1 == l { print $$3 }'); \
+	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: $< needs no $$l? (ldd)"; true; }; \
+	done
+$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py
+	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
+	    cp python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py $(KIT)/python/tests/ && \
 	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
 $(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
@@ -262,17 +274,24 @@ $(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt
 $(KIT)/kiln-gpucheck: $(O)/bench/kiln-gpucheck
 	@mkdir -p $(dir $@)
 	cp $< $@
-$(O)/bench/kiln-kit: bench/gpu/kit_gen.c $(KIT_DEPS) $(STATIC_LIBS)
+# kiln-kit links libkiln.so.0: beside the kit's lib/ on the GPU machine ($ORIGIN/lib, where `run`
+# unpacks it), else this build's lib/ (make gpu-kit runs `kiln-kit specs` here).
+$(O)/bench/kiln-kit: bench/gpu/kit_gen.c $(KIT_DEPS) $(LIBDIR)/libkiln.so.$(SOFULL) $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_gen.c $(KIT_LIB) -o $@ $(LDFLAGS) $(STATIC_LIBS) $(CLI_GEN_LIBS) $(RT_LIBS)
-$(KIT)/kiln-kit.gz: $(O)/bench/kiln-kit
+	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_gen.c $(KIT_LIB) -o $@ $(LDFLAGS) $(LIBDIR)/libkiln.so.$(SOFULL) \
+	    $(LIBDIR)/libkiln_rt.so.$(SOFULL) $(RT_LIBS) -Wl,-rpath,'$$ORIGIN/lib:$(abspath $(LIBDIR))'
+$(KIT)/kiln-kit: $(O)/bench/kiln-kit
 	@mkdir -p $(dir $@)
-	strip -o $(O)/bench/kiln-kit.stripped $< && gzip -4 -c $(O)/bench/kiln-kit.stripped > $@.tmp && mv $@.tmp $@
+	rm -f $(KIT)/kiln-kit.gz # the statically linked kiln-kit of earlier kits
+	strip -o $@ $<
 $(KIT)/specs.txt: $(O)/bench/kiln-kit
 	@mkdir -p $(dir $@)
 	$< specs > $@.tmp && mv $@.tmp $@
-$(KIT)/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
+$(O)/bench/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
 	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --cubin -o $@
+$(KIT)/kit.kbundle.gz: $(O)/bench/kit.kbundle # PTX compresses ~4x; `run` unpacks it
+	rm -f $(KIT)/kit.kbundle # the uncompressed bundle of earlier kits
+	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
 $(KIT)/run: bench/gpu/run.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@

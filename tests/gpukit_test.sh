@@ -15,25 +15,33 @@ fi
 FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
 
 # ---- contents and size
-for f in run kiln-gpucheck kiln-kit.gz kit.kbundle peers.py specs.txt lib/libkiln_rt.so.0; do
+for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
+    lib/liblua5.4.so.0 python/kiln/torch.py python/tests/test_torch_real.py; do
     if [ -e "$KIT/$f" ]; then ok "kit has $f"; else bad "kit has $f" "missing"; fi
 done
 size=$(du -sbL "$KIT" | cut -f1)
 if [ "$size" -lt $((48 << 20)) ]; then ok "kit size"; else bad "kit size" "$size bytes: more than 48 MiB of the 64 a call carries"; fi
 
-# ---- link dependencies: the AOT check needs libc (and libdl/libm) only; the generator libc/libstdc++
+# ---- link dependencies: the AOT check needs libc (and libdl/libm) only; the generator (no LLVM or Lua
+# package on the GPU machine) libc/libstdc++ and what lib/ carries
 needed() { readelf -d "$1" | sed -n 's/.*Shared library: \[\(.*\)\]/\1/p' | sort | tr '\n' ' '; }
 deps=$(needed "$KIT/kiln-gpucheck")
 extra=$(tr ' ' '\n' <<<"$deps" | grep -vE '^(libc|libm|libdl|libpthread)\.so\.[0-9]+$|^$' || true)
 if [ -z "$extra" ]; then ok "kiln-gpucheck links libc only"; else bad "kiln-gpucheck links libc only" "also: $extra"; fi
-gzip -dc "$KIT/kiln-kit.gz" >"$tmp/kiln-kit" && chmod +x "$tmp/kiln-kit"
-deps=$(needed "$tmp/kiln-kit")
-extra=$(tr ' ' '\n' <<<"$deps" | grep -vE '^(libc|libm|libdl|libpthread|libstdc\+\+|libgcc_s)\.so\.[0-9]+$|^ld-linux-x86-64\.so\.2$|^$' || true)
-if [ -z "$extra" ]; then ok "kiln-kit links no LLVM or Lua"; else bad "kiln-kit links no LLVM or Lua" "also: $extra"; fi
+# kiln-kit and libkiln.so.0 (LLVM inside) need nothing the kit's lib/ does not carry beyond libc/libstdc++
+mkdir -p "$tmp/lib" && cp "$KIT/kiln-kit" "$tmp/kiln-kit" && cp "$KIT"/lib/*.so.* "$tmp/lib/" &&
+    gzip -dc "$KIT/lib/libkiln.so.0.gz" >"$tmp/lib/libkiln.so.0"
+shipped=$(cd "$tmp/lib" && ls | tr '\n' '|' | sed 's/|$//; s/\./\\./g; s/+/\\+/g')
+for bin in kiln-kit lib/libkiln.so.0; do
+    deps=$(needed "$tmp/$bin")
+    extra=$(tr ' ' '\n' <<<"$deps" | grep -vE "^(libc|libm|libdl|libpthread|libstdc\+\+|libgcc_s)\.so\.[0-9]+\$|^ld-linux-x86-64\.so\.2\$|^(${shipped})\$|^\$" || true)
+    if [ -z "$extra" ]; then ok "$bin needs only libc/libstdc++ and the kit's lib/"; else bad "$bin's libraries" "also: $extra"; fi
+done
 if "$tmp/kiln-kit" specs | cmp -s - "$KIT/specs.txt"; then ok "specs.txt is the kit's list"; else bad "specs" "differs"; fi
 
 # ---- the bundle: every spec as PTX and cubin for every SM, all checksums good (bundle-info checks)
-if "$KILN" bundle-info "$KIT/kit.kbundle" >"$tmp/info" 2>&1; then ok "bundle opens"; else bad "bundle opens" "$(head -3 "$tmp/info")"; fi
+gzip -dc "$KIT/kit.kbundle.gz" >"$tmp/kit.kbundle"
+if "$KILN" bundle-info "$tmp/kit.kbundle" >"$tmp/info" 2>&1; then ok "bundle opens"; else bad "bundle opens" "$(head -3 "$tmp/info")"; fi
 nspecs=$(wc -l <"$KIT/specs.txt")
 for sm in 75 80 86 89 90; do
     for kind in ptx cubin; do
@@ -88,11 +96,11 @@ expect "no command" 2 "expected 'device'" --
 expect "unknown command" 2 "expected 'device'" -- frob a b
 expect "unknown option" 2 "unknown argument '--frob'" -- check a b --frob
 mkdir -p "$tmp/empty"
-expect "no cases" 2 "no cases in" -- check "$KIT/kit.kbundle" "$tmp/empty"
+expect "no cases" 2 "no cases in" -- check "$tmp/kit.kbundle" "$tmp/empty"
 expect "missing bundle" 2 "bundle" -- check "$tmp/nope.kbundle" "$tmp/empty"
-head -c 100000 "$KIT/kit.kbundle" >"$tmp/cut.kbundle"
+head -c 100000 "$tmp/kit.kbundle" >"$tmp/cut.kbundle"
 expect "truncated bundle" 2 "bundle" -- check "$tmp/cut.kbundle" "$tmp/empty"
-KILN_CUDA_DRIVER=$tmp/none.so expect "no driver" 2 "no CUDA driver" -- check "$KIT/kit.kbundle" "$tmp/empty"
+KILN_CUDA_DRIVER=$tmp/none.so expect "no driver" 2 "no CUDA driver" -- check "$tmp/kit.kbundle" "$tmp/empty"
 KILN="$tmp/kiln-kit"
 expect "kit: no command" 2 "expected a command" --
 expect "kit: prepare needs --sm" 2 "needs --sm" -- prepare "$tmp/c"

@@ -104,12 +104,12 @@ def triton_layernorm():
     return run
 
 
-def kiln_python(kit):
+def kiln_python(bundle):
     """kiln's Runtime over the kit's bundle through the Python package, or None (with the reason)."""
     try:
         import kiln
         rt = kiln.Runtime(device=0, disk_cache=False)
-        rt.add_bundle(os.path.join(kit, "kit.kbundle"))
+        rt.add_bundle(bundle)
         return rt, None
     except Exception as e:  # the package is optional: the C side's figures stand in
         return None, "%s: %s" % (type(e).__name__, e)
@@ -120,7 +120,7 @@ def measure_peers(rows, args):
     import torch.nn.functional as F
     timer = Timer(torch, 5 if args.quick else 25)
     dtypes = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}
-    krt, why = kiln_python(args.kit)
+    krt, why = kiln_python(args.bundle or os.path.join(args.kit, "kit.kbundle"))
     print("  kiln Python package: %s" % ("timing kiln on the same torch tensors" if krt else
                                         "not usable here (%s); kiln rows are the C side's" % why))
     try:
@@ -409,6 +409,7 @@ def plots(rows, out):
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--kit", required=True)
+    ap.add_argument("--bundle", help="the kit's bundle, unpacked (default: KIT/kit.kbundle)")
     ap.add_argument("--csv", required=True, help="kiln-gpucheck bench's CSV; peer rows are appended")
     ap.add_argument("--out", required=True)
     ap.add_argument("--quick", action="store_true")

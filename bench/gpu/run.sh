@@ -24,11 +24,19 @@ if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=name,driver_version,compute_cap,memory.total,clocks.sm,clocks.max.sm --format=csv 2>&1 | sed 's/^/  /'
 fi
 echo "  cores: $(nproc)"
-if ! gzip -dc "$KIT/kiln-kit.gz" > "$WORK/kiln-kit" 2>/dev/null; then
+# libkiln (generator + emulator, LLVM inside) and what it needs, unpacked beside kiln-kit ($ORIGIN/lib)
+mkdir -p "$WORK/lib"
+cp "$KIT"/lib/*.so.* "$WORK/lib/" 2>/dev/null
+rm -f "$WORK"/lib/*.gz
+if ! gzip -dc "$KIT/lib/libkiln.so.0.gz" > "$WORK/lib/libkiln.so.0" 2>/dev/null; then
     python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
-        "$KIT/kiln-kit.gz" "$WORK/kiln-kit" || { echo "run: cannot unpack kiln-kit.gz"; exit 2; }
+        "$KIT/lib/libkiln.so.0.gz" "$WORK/lib/libkiln.so.0" || { echo "run: cannot unpack lib/libkiln.so.0.gz"; exit 2; }
 fi
-chmod +x "$WORK/kiln-kit"
+cp "$KIT/kiln-kit" "$WORK/kiln-kit" && chmod +x "$WORK/kiln-kit"
+BUNDLE=$WORK/kit.kbundle
+gzip -dc "$KIT/kit.kbundle.gz" > "$BUNDLE" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$KIT/kit.kbundle.gz" "$BUNDLE" || { echo "run: cannot unpack kit.kbundle.gz"; exit 2; }
 DEV=$("$KIT/kiln-gpucheck" device) || { echo "run: no usable CUDA device"; exit 2; }
 SM=${DEV%% *}
 SMS=$(sed -n 's/.*, \([0-9]*\) SMs,.*/\1/p' <<<"$DEV")
@@ -44,7 +52,7 @@ tail -n 1 "$WORK/prepare.log"
 [ $rc_prep -eq 0 ] || { cat "$WORK/prepare.log"; echo "run: preparing the cases failed"; exit 2; }
 
 step "AOT path: bundle payloads through the launch helpers (libkiln_rt only)"
-"$KIT/kiln-gpucheck" check "$KIT/kit.kbundle" "$WORK/cases" --csv "$OUTDIR/check_aot.csv"
+"$KIT/kiln-gpucheck" check "$BUNDLE" "$WORK/cases" --csv "$OUTDIR/check_aot.csv"
 rc_aot=$?
 
 step "JIT path: spec -> PTX -> cuModuleLoadData -> launch in one process"
@@ -55,17 +63,28 @@ rc_speed=0
 if [ "${KIT_NO_SPEED:-0}" != 1 ]; then
     step "speed: kiln (C side)"
     unset CUDA_CACHE_DISABLE
-    "$KIT/kiln-gpucheck" bench "$KIT/kit.kbundle" --csv "$OUTDIR/bench.csv" $QUICK
+    "$KIT/kiln-gpucheck" bench "$BUNDLE" --csv "$OUTDIR/bench.csv" $QUICK
     rc_speed=$?
     step "speed: peers (torch layer_norm, Triton LayerNorm, SDPA flash) on the same shapes"
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
-        PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$KIT/lib" MPLBACKEND=Agg \
-            python3 -u "$KIT/peers.py" --kit "$KIT" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" $QUICK || rc_speed=$?
+        PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$WORK/lib" MPLBACKEND=Agg \
+            python3 -u "$KIT/peers.py" --kit "$KIT" --bundle "$BUNDLE" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" $QUICK || rc_speed=$?
     else
         echo "  peers skipped: no python3 with torch and a CUDA device here; C-side figures only"
-        python3 -u "$KIT/peers.py" --kit "$KIT" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" --no-peers $QUICK 2>&1 ||
+        python3 -u "$KIT/peers.py" --kit "$KIT" --bundle "$BUNDLE" --csv "$OUTDIR/bench.csv" --out "$OUTDIR" --no-peers $QUICK 2>&1 ||
             echo "  (no python3 for the table either: see bench.csv)"
     fi
+fi
+
+rc_torch=0
+step "PyTorch: kiln.torch's ops (norms, residual add, attention; forward and backward) against torch"
+if python3 -c 'import torch, pytest, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
+    # JIT (libkiln unpacked above) into a fresh disk cache; gradients vs float64 torch, repeat bit for bit
+    KILN_CACHE_DIR="$WORK/torch-cache" PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$WORK/lib" \
+        python3 -m pytest -q -p no:cacheprovider "$KIT/python/tests" 2>&1 | tail -n 25
+    rc_torch=${PIPESTATUS[0]}
+else
+    echo "  skipped: no python3 with torch, pytest and a CUDA device here"
 fi
 
 step "summary"
@@ -86,7 +105,8 @@ fi
 verdict=PASS
 [ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] && verdict=FAIL
 echo
-echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit; speed exit $rc_speed) in $((SECONDS - T0)) s"
+[ $rc_torch -ne 0 ] && verdict=FAIL
+echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit, torch exit $rc_torch; speed exit $rc_speed) in $((SECONDS - T0)) s"
 [ "$verdict" = PASS ] || exit 1
 [ $rc_speed -eq 0 ] || exit 2
 exit 0
