@@ -261,11 +261,10 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None):
     return y.reshape(input.shape)
 
 
-class RMSNorm(torch.nn.Module):
-    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype``. ``dtype`` is the weight's
-    dtype (default float32), so bf16 activations meet an f32 weight without a cast."""
+class _Norm(torch.nn.Module):
+    """What kiln.torch's norm modules share with torch's: the shape, eps, elementwise_affine, out_dtype."""
 
-    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None):
+    def __init__(self, what, normalized_shape, eps, elementwise_affine, out_dtype):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -274,11 +273,28 @@ class RMSNorm(torch.nn.Module):
         self.elementwise_affine = elementwise_affine
         self.out_dtype = out_dtype
         if out_dtype is not None:
-            _dtype_name(out_dtype, "RMSNorm: out_dtype")
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype))
+            _dtype_name(out_dtype, what + ": out_dtype")
+
+    def _parameter(self, name, present, device, dtype):
+        # as torch's modules: an absent parameter is registered as None (assigning None first would make
+        # register_parameter refuse the name)
+        if present:
+            setattr(self, name, torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype)))
         else:
-            self.register_parameter("weight", None)
+            self.register_parameter(name, None)
+
+    def extra_repr(self):
+        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
+
+
+class RMSNorm(_Norm):
+    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype``. ``dtype`` is the weight's
+    dtype (default float32), so bf16 activations meet an f32 weight without a cast."""
+
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None):
+        super().__init__("RMSNorm", normalized_shape, eps, elementwise_affine, out_dtype)
+        self._parameter("weight", elementwise_affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -288,38 +304,17 @@ class RMSNorm(torch.nn.Module):
     def forward(self, input):
         return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype)
 
-    def extra_repr(self):
-        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
-        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
 
-
-class LayerNorm(torch.nn.Module):
+class LayerNorm(_Norm):
     """torch.nn.LayerNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` (the output dtype;
     default: the input's). ``dtype`` is the parameters' dtype as in torch (default float32), so bf16 or
     f16 activations meet f32 weights without a cast."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None,
                  out_dtype=None):
-        super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.out_dtype = out_dtype
-        if out_dtype is not None:
-            _dtype_name(out_dtype, "LayerNorm: out_dtype")
-        kw = {"device": device, "dtype": dtype}
-        # as torch.nn.LayerNorm: absent parameters are registered as None (assigning None first would make
-        # register_parameter refuse the name)
-        if elementwise_affine:
-            self.weight = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw))
-        else:
-            self.register_parameter("weight", None)
-        if elementwise_affine and bias:
-            self.bias = torch.nn.Parameter(torch.empty(self.normalized_shape, **kw))
-        else:
-            self.register_parameter("bias", None)
+        super().__init__("LayerNorm", normalized_shape, eps, elementwise_affine, out_dtype)
+        self._parameter("weight", elementwise_affine, device, dtype)
+        self._parameter("bias", elementwise_affine and bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
@@ -330,10 +325,6 @@ class LayerNorm(torch.nn.Module):
 
     def forward(self, input):
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype)
-
-    def extra_repr(self):
-        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
-        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
 
 
 # ---- the pre-norm block's fused residual add ----

@@ -56,6 +56,15 @@ class FakeDriver:
 
 
 @pytest.fixture
+def kt(fake_cuda):
+    """kiln.torch (over the fake torch in test_torch_fake*.py) with a fresh runtime on the fake driver."""
+    import kiln.torch as kt
+    kt._runtimes.clear()
+    yield kt
+    kt._runtimes.clear()
+
+
+@pytest.fixture
 def fake_cuda(monkeypatch):
     """Points the runtime at the fake driver posing as an sm_80 device (FAKE_CUDA_SM to change)."""
     if not os.path.exists(FAKE_CUDA):

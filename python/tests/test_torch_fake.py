@@ -1,31 +1,14 @@
 """kiln.torch's logic (checks, layouts, dtypes, streams, op registration) against a tiny fake torch and the fake
 CUDA driver. Runs where torch is not installed; test_torch_real.py covers the real package."""
 
-import os
 import struct
-import sys
 
 import numpy as np
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import torch as _real_torch  # noqa: F401
-    pytest.skip("the real torch is installed: test_torch_real.py covers kiln.torch", allow_module_level=True)
-except ImportError:
-    pass
-
-sys.path.insert(0, os.path.join(HERE, "faketorch"))
+import fake_torch_env  # noqa: F401  (skips this file where the real torch is; else the fake is importable)
 import torch  # noqa: E402  (the fake)
 import kiln  # noqa: E402
-
-
-@pytest.fixture
-def kt(fake_cuda):
-    import kiln.torch as kt
-    kt._runtimes.clear()  # a runtime per test, on the fake driver the fixture set up
-    yield kt
-    kt._runtimes.clear()
 
 
 def _f32(bits):

@@ -2,50 +2,11 @@
 torch.use_deterministic_algorithms) on the fake torch and the fake CUDA driver. Runs where torch is not installed;
 test_torch_real.py covers the real package on a GPU."""
 
-import ctypes
-import os
-import sys
-
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import torch as _torch  # the real one, or the fake when test_torch_fake.py imported it first
-    if not getattr(_torch, "_kiln_fake", False):
-        pytest.skip("the real torch is installed: test_torch_real.py covers kiln.torch", allow_module_level=True)
-except ImportError:
-    pass
-
-sys.path.insert(0, os.path.join(HERE, "faketorch"))
+from fake_torch_env import Ctx  # noqa: E402  (skips this file where the real torch is; else the fake is importable)
 import torch  # noqa: E402  (the fake)
 import kiln  # noqa: E402
-from conftest import FakeLaunch  # noqa: E402
-
-
-class Ctx:
-    """What torch hands setup_context and the backward: saved tensors and attributes."""
-
-    def save_for_backward(self, *ts):
-        self.saved_tensors = ts
-
-
-@pytest.fixture
-def kt(fake_cuda):
-    import kiln.torch as kt
-    kt._runtimes.clear()
-    yield kt
-    kt._runtimes.clear()
-
-
-def _launch_entries(fake_cuda):
-    at = fake_cuda.dl.fake_cuda_launch_at
-    at.argtypes = [ctypes.c_int, ctypes.POINTER(FakeLaunch)]
-    out, i = [], 0
-    f = FakeLaunch()
-    while at(i, ctypes.byref(f)):
-        out.append((f.entry.decode(), list(f.param)))
-        i += 1
-    return out
 
 
 def _forward(kt, shape_q, shape_kv, dt, causal):
@@ -91,7 +52,7 @@ def test_autograd_runs_kilns_backward_kernels(kt, fake_cuda, monkeypatch, det):
     dq, dk, dv = grads[:3]
     assert tuple(dq.shape) == (b, hq, s, d) and tuple(dk.shape) == (b, hkv, s, d) and tuple(dv.shape) == (b, hkv, s, d)
     assert dq.dtype is torch.float16 and dk.dtype is torch.float16
-    entries = [e for e, _ in _launch_entries(fake_cuda)]
+    entries = [e for e, _ in fake_cuda.launches()]
     assert len(entries) == 3, entries
     assert [e.split("_")[3] for e in entries] == ["prep", "dkdv", "dq" if det else "convert"], entries
     assert seen["stream"] == torch.cuda.STREAM and seen["causal"] is True and seen["deterministic"] is det
@@ -102,7 +63,7 @@ def test_autograd_runs_kilns_backward_kernels(kt, fake_cuda, monkeypatch, det):
     kerns = rt.attention_backward_kernels(dq=seen["dq"], dk=seen["dk"], dv=seen["dv"], dout=seen["dout"],
                                           q=seen["q"], k=seen["k"], v=seen["v"], o=seen["o"], lse=seen["lse"],
                                           causal=True, deterministic=det)
-    params = {p["name"]: val for p, val in zip(kerns[1].meta["params"], _launch_entries(fake_cuda)[1][1])}
+    params = {p["name"]: val for p, val in zip(kerns[1].meta["params"], fake_cuda.launches()[1][1])}
     assert params["q"] == q.data_ptr() and params["dk"] == dk.data_ptr() and params["dv"] == dv.data_ptr()
     assert params["delta"] == ws.data_ptr()
     assert (params["stride_qb"], params["stride_qs"], params["stride_qh"]) == (hq * s * d, d, s * d)
@@ -112,4 +73,4 @@ def test_backward_of_an_empty_batch_launches_nothing(kt, fake_cuda):
     op, ctx, q, k, v, o = _forward(kt, (0, 2, 8, 64), (0, 2, 8, 64), torch.bfloat16, False)
     fake_cuda.reset()
     dq, dk, dv = op.backward(ctx, torch.empty((0, 2, 8, 64), dtype=torch.bfloat16, device="cuda"), None)[:3]
-    assert tuple(dq.shape) == (0, 2, 8, 64) and _launch_entries(fake_cuda) == []
+    assert tuple(dq.shape) == (0, 2, 8, 64) and fake_cuda.launches() == []

@@ -3,38 +3,13 @@ forward and two-kernel backward (layernorm_bwd / rmsnorm_bwd, then norm_reduce) 
 driver, with the workspace from torch's allocator. Runs where torch is not installed; test_torch_real.py covers
 the real package on a GPU."""
 
-import os
 import struct
-import sys
 
 import pytest
 
-HERE = os.path.dirname(os.path.abspath(__file__))
-try:
-    import torch as _torch  # the real one, or the fake when another test file imported it first
-    if not getattr(_torch, "_kiln_fake", False):
-        pytest.skip("the real torch is installed: test_torch_real.py covers kiln.torch", allow_module_level=True)
-except ImportError:
-    pass
-
-sys.path.insert(0, os.path.join(HERE, "faketorch"))
+from fake_torch_env import Ctx  # noqa: E402  (skips this file where the real torch is; else the fake is importable)
 import torch  # noqa: E402  (the fake)
 import kiln  # noqa: E402
-
-
-class Ctx:
-    """What torch hands setup_context and the backward: saved tensors and attributes."""
-
-    def save_for_backward(self, *ts):
-        self.saved_tensors = ts
-
-
-@pytest.fixture
-def kt(fake_cuda):
-    import kiln.torch as kt
-    kt._runtimes.clear()
-    yield kt
-    kt._runtimes.clear()
 
 
 def _f32(bits):
