@@ -71,6 +71,7 @@ typedef struct emu_access {
     unsigned size;  /* bytes (0: given at run time, memory intrinsics) */
     unsigned align; /* the alignment its PTX instruction may require: the IR's align, at most 16 */
     unsigned space; /* EMU_SPACE_* of the pointer */
+    bool module;    /* the pointer is into one of the module's own global variables (not a launch buffer) */
     char what[300]; /* "16-byte global load `%18 = load <8 x half>, ptr addrspace(1) %17, align 16` in @k" */
 } emu_access;
 

@@ -434,6 +434,20 @@ static unsigned required_align(unsigned ir_align, unsigned long long size) {
     return a > 16 ? 16 : a;
 }
 
+/* Whether pointer v is into one of the module's own (non-shared) global variables, through GEPs and
+ * casts: such memory is the emulator's, not a launch buffer (kiln_emu_launch.arg_bytes). */
+static bool into_module_global(LLVMValueRef v) {
+    for (int depth = 0; v && depth < 16; depth++) {
+        if (LLVMIsAGlobalVariable(v)) return LLVMGetPointerAddressSpace(LLVMTypeOf(v)) != AS_SHARED;
+        if (LLVMIsAGetElementPtrInst(v) || LLVMIsAAddrSpaceCastInst(v) || LLVMIsABitCastInst(v) ||
+            (LLVMIsAConstantExpr(v) && LLVMGetNumOperands(v)))
+            v = LLVMGetOperand(v, 0);
+        else
+            return false;
+    }
+    return false;
+}
+
 static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef in, LLVMValueRef fn,
                               const char *kind, LLVMValueRef p, LLVMValueRef size, unsigned long long fixed,
                               unsigned align, kiln_error *err) {
@@ -451,6 +465,7 @@ static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef 
     a->size = (unsigned)fixed;
     a->align = align;
     a->space = as;
+    a->module = into_module_global(p);
     char *text = LLVMPrintValueToString(in);
     const char *t = text;
     while (*t == ' ') t++;

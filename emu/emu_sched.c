@@ -345,6 +345,8 @@ void emu_access_entry(void *p, uint64_t size, uint32_t access) {
     }
     if (acc->space == EMU_SPACE_SHARED || (acc->space == EMU_SPACE_GENERIC && a >= base && a - base < b->k->arena_size)) {
         emu_check_shared(b, p, (size_t)size, acc->what);
+    } else if (size && acc->module) {
+        if (a < EMU_NULL_PAGE) emu_check_global(b, p, (size_t)size, acc->what); /* the null page's fault */
     } else if (size) {
         emu_check_global(b, p, (size_t)size, acc->what);
     }

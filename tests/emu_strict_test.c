@@ -317,6 +317,16 @@ static void test_handwritten(void) {
 
 /* ---- global accesses against the buffers a launch declares (kiln_emu_launch.arg_bytes) ---- */
 
+/* out[tid] = table[tid] from a device global of the module: memory that is no launch buffer. */
+static const char *k_table =
+    "@table = internal addrspace(1) global [32 x float] zeroinitializer, align 4\n"
+    "define ptx_kernel void @from_table(ptr addrspace(1) %out) {\n"
+    "  %t = call i32 @llvm.nvvm.read.ptx.sreg.tid.x()\n"
+    "  %r = getelementptr [32 x float], ptr addrspace(1) @table, i32 0, i32 %t\n"
+    "  %v = load float, ptr addrspace(1) %r, align 4\n"
+    "  %o = getelementptr float, ptr addrspace(1) %out, i32 %t\n"
+    "  store float %v, ptr addrspace(1) %o, align 4\n  ret void\n}\n";
+
 static void test_global_extents(void) {
     kiln_error err = {0};
     TEST_BEGIN("declared extents: a generated LayerNorm runs inside its exact tensors; x declared 16 bytes "
@@ -362,6 +372,25 @@ static void test_global_extents(void) {
         l.arg_bytes = bytes;
         st = kiln_emu_run(k, &l, args, &err);
         CHECK(st == KILN_EINVAL && strstr(err.msg, "no size for pointer argument 0 ('out')"), "%d: %s", st, err.msg);
+        kiln_emu_kernel_free(k);
+    }
+    TEST_END();
+
+    TEST_BEGIN("declared extents: the module's own device globals are not launch buffers; the store past "
+               "a 31-float out still faults");
+    k = load_ir(k_table, &err);
+    CHECK(k, "%s", err.msg);
+    if (k) {
+        float out[32];
+        void *po = out;
+        void *args[] = {&po};
+        size_t bytes[1] = {sizeof out};
+        kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {32, 1, 1}, .arg_bytes = bytes};
+        CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK && out[31] == 0.0f, "%s", err.msg);
+        bytes[0] = 31 * sizeof(float);
+        st = kiln_emu_run(k, &l, args, &err);
+        CHECK(st == KILN_EEMU && strstr(err.msg, "byte 124 of argument 'out', which has 124 bytes"), "%d: %s", st,
+              err.msg);
         kiln_emu_kernel_free(k);
     }
     TEST_END();
