@@ -176,6 +176,8 @@ function K.config(spec, target)
   -- matrix; the tiles where it gave more SASS instructions keep default<O3> (measured: head_dim 96
   -- causal with a 2-stage cp.async pipeline, 2824 vs 2808 SASS instructions).
   local o3 = spec.head_dim == 96 and spec.causal and cfg.stages == 2 and cfg.cp_async
+  -- (and split-KV SIMT head_dim 64 causal: 130 registers, 3 blocks an SM, vs 128 and 4 with default<O3>)
+  o3 = o3 or (spec.splitkv and cfg.path == "simt" and spec.head_dim == 64 and spec.causal)
   cfg.pipeline = (not o3) and "kiln" or nil
   return cfg
 end
