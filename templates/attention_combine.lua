@@ -59,7 +59,7 @@ function K.build(b, spec, cfg)
     if n == 3 then
       vals = { b:load(at), b:load(at + 1), b:load(at + 2) }
     else
-      vals = b:load_vec(at, n, { align = 4 * n })
+      vals = b:load_vec(at, n, { align = math.min(4 * n, 16) }) -- ws is 16-byte aligned
     end
     for c = 1, n do acc[c]:set(b:fma(w, vals[c], acc[c]:get())) end
   end)
