@@ -39,7 +39,7 @@ local K = {
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
-      doc = "split-KV decoding: partial O and lse of `splits` key ranges into an f32 workspace, combined by attention_combine" },
+      doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
   },
 }
 
