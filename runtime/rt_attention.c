@@ -159,8 +159,10 @@ static uint64_t split_blocks(const kiln_attention_args *a, const kiln_kernel_met
 }
 
 /* The automatic split count (docs/attention.md, "Split-KV decoding"): 1 (the plain kernel) unless this
- * is a decoding shape (seq_q <= 16) whose plain grid has fewer blocks than the device has SMs; then
- * enough splits for two split-kernel blocks per SM, at most one per 128 keys and 128 in all. */
+ * is a decoding shape (seq_q <= 16, seq_k >= 256) whose plain grid has fewer blocks than the device has
+ * SMs, or whose query heads share kv heads (GQA/MQA: the plain kernel reads each kv head's K and V once
+ * per query head, the split kernel once per group); then enough splits for two split-kernel blocks per
+ * SM, at least 2, at most one per 128 keys and 128 in all. */
 static int auto_splits(kiln_rt *rt, const kiln_attention_args *a, const kiln_kernel_meta *plain,
                        const kiln_kernel_meta *split) {
     if (a->seq_q > KILN_ATTENTION_DECODE_MAX_SEQ_Q || a->seq_k < 256) return 1;
@@ -168,8 +170,9 @@ static int auto_splits(kiln_rt *rt, const kiln_attention_args *a, const kiln_ker
     uint64_t sm = (uint64_t)(sms > 0 ? sms : 1);
     uint64_t tile = plain->grid_tile[0] ? plain->grid_tile[0] : 1;
     uint64_t blocks = ceil_div_u64((uint64_t)a->seq_q, tile) * (uint64_t)a->heads_q * (uint64_t)a->batch;
-    if (blocks >= sm) return 1;
+    if (blocks >= sm && a->heads_q == a->heads_kv) return 1;
     uint64_t per = split_blocks(a, split), want = ceil_div_u64(2 * sm, per), by_keys = (uint64_t)a->seq_k / 128;
+    if (want < 2) want = 2;
     if (want > by_keys) want = by_keys;
     if (want > 128) want = 128;
     return want > 1 ? (int)want : 1;

@@ -153,9 +153,16 @@ static void test_splitkv_choice(void) {
     CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
           "seq_k 200: %d splits, %zu bytes", n, bytes);
     a = decode_args();
-    a.batch = 4; /* 128 plain blocks fill 108 SMs */
+    a.batch = 4, a.heads_kv = 32; /* MHA: 128 plain blocks fill 108 SMs */
     CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
-          "batch 4: %d splits", n);
+          "MHA batch 4: %d splits", n);
+    a.batch = 1; /* MHA, 32 plain blocks: 32 split blocks a split, ceil(216 / 32) = 7 */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 7, "MHA batch 1: %d splits", n);
+    a = decode_args();
+    a.batch = 8; /* GQA: the plain grid (256 blocks) fills the SMs, but reads K/V 4x: 64 split blocks, ceil(216 / 64) = 4 */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 4, "GQA batch 8: %d splits", n);
+    a.batch = 64; /* 512 split blocks already: at least 2 splits */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 2, "GQA batch 64: %d splits", n);
     a = decode_args();
     a.seq_q = 17; /* not a decoding shape */
     CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1, "seq_q 17: %d splits", n);

@@ -227,8 +227,9 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
  * partial O and log-sum-exp into an f32 workspace, then `attention_combine` (the first kernel's
  * meta.then_spec) merges them in split order (no atomics: the same bits every run) into o and lse,
  * exactly as kiln_attention_forward defines them. splits: 0 = automatic (1, the plain kernel, unless
- * seq_q <= KILN_ATTENTION_DECODE_MAX_SEQ_Q, seq_k >= 256 and the plain grid has fewer blocks than the
- * device has SMs; then enough splits for 2 blocks per SM, at most seq_k / 128 and 128), 1 = the plain
+ * seq_q <= KILN_ATTENTION_DECODE_MAX_SEQ_Q, seq_k >= 256 and either the plain grid has fewer blocks than
+ * the device has SMs or heads_q > heads_kv; then enough splits for 2 blocks per SM, at least 2, at most
+ * seq_k / 128 and 128), 1 = the plain
  * kernel, n = n splits (more than the key tiles is allowed: empty splits add nothing), at most
  * KILN_ATTENTION_MAX_SPLITS. */
 #define KILN_ATTENTION_DECODE_MAX_SEQ_Q 16
