@@ -26,6 +26,11 @@
 --         tiles after them pay for it. docs/attention.md has the tile table and the profile.
 --   simt: f32 FMA with register tiling; any dtype on any target. Q, K and V tiles are
 --         converted to f32 in shared memory; K and V take turns in one buffer.
+--
+-- splitkv=true (split-KV decoding, both paths): the block's rows are packed (query head of the
+-- group, query) pairs of one kv head, its keys one of `splits` ranges of key tiles (a launch
+-- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
+-- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 
 local K = {
