@@ -197,7 +197,7 @@ local function declare(b, spec)
   }
   local tensors = { "q", "k", "v", "o" }
   if spec.splitkv then
-    -- no O or lse: partial results go to the f32 workspace ws (see split_epilogue)
+    -- no O or lse: partial results go to the f32 workspace ws (see split_store)
     table.remove(params, 1)
     params[1] = { "ws", "ptr", "f32" }
     params[#params + 1] = { "splits", "i32" }
@@ -266,8 +266,8 @@ local function geometry(b, spec, p, bm, bn, between)
   return G
 end
 
--- splitkv epilogue for one row: O / l (f32, d columns from col0, n of them per store as `vals`
--- yields) and the base-2 log-sum-exp m + log2 l (-inf when the split saw no key of the row) go to
+-- splitkv epilogue for one row: O / l (f32; store_o(at) writes this thread's columns of the row
+-- that starts at `at`) and the base-2 log-sum-exp m + log2 l (-inf when the split saw no key of the row) go to
 -- the workspace: ws[split][row][d] then, after splits * rows * d floats, lse[split][row], with
 -- row = (batch * heads_q + head) * seq_q + query. attention_combine merges the splits.
 local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
@@ -279,7 +279,6 @@ local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
   b:if_(live, function() store_o(p.ws + slot * d) end)
   b:if_(b:and_(live, lead), function() b:store(p.ws + (b:i64(p.splits) * total * d + slot), lse2) end)
 end
-
 
 -- Copies rows [row0, row0 + rows) of a [seq, head_dim] slice (row stride `stride`; or src is a
 -- function giving row i's address, stride unused) into the
