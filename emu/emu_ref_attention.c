@@ -204,6 +204,54 @@ kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, voi
     return kiln_emu_run(kern, &l, args, err);
 }
 
+/* ---- split-KV: attention splitkv=true, then attention_combine ---- */
+
+size_t kiln_attn_splitkv_workspace_floats(const kiln_attn_problem *p, int splits) {
+    return (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)(p->head_dim + 1);
+}
+
+kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combine, const kiln_attn_problem *p,
+                                  int splits, float *ws, void *o, float *lse, const void *q, const void *k, const void *v,
+                                  int twice, kiln_error *err) {
+    kiln_status st = kiln_attn_check_problem(p, err);
+    if (st != KILN_OK) return st;
+    if (splits < 1) return kiln_fail(err, KILN_EINVAL, "attention split-KV: splits (%d) must be >= 1", splits);
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(split), *mc = kiln_emu_kernel_meta(combine);
+    attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
+                   (float)kiln_attn_scale(p), {0}};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
+    int32_t nsplits = splits;
+    void *wsp = ws;
+    void *args[KILN_MAX_PARAMS];
+    const kiln_kernel_meta *ms[2] = {m, mc};
+    memset(ws, 0xff, kiln_attn_splitkv_workspace_floats(p, splits) * sizeof *ws);
+    memset(o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
+    if (lse) memset(lse, 0xff, sizeof *lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
+    for (int pass = 0; pass < 2; pass++) {
+        kiln_emu_launch l = {.dynamic_smem = ms[pass]->dynamic_smem, .twice = twice};
+        for (int i = 0; i < ms[pass]->nparams; i++) {
+            const char *name = ms[pass]->params[i].name;
+            if (!strcmp(name, "ws")) args[i] = &wsp;
+            else if (!strcmp(name, "splits")) args[i] = &nsplits;
+            else if (bind(&a, name, &args[i]) != 0)
+                return kiln_fail(err, KILN_EINVAL, "attention: kernel parameter '%s' is not an attention parameter", name);
+            if (!strcmp(name, "lse")) l.nullable |= 1u << i;
+        }
+        unsigned group = (unsigned)(p->heads_q / p->heads_kv), bm = ms[0]->rows_per_block ? ms[0]->rows_per_block : 1;
+        unsigned rows = (unsigned)p->batch * (unsigned)p->heads_q * (unsigned)p->seq_q;
+        unsigned problem[2][3] = {{(unsigned)splits, (unsigned)p->heads_kv * ((group * (unsigned)p->seq_q + bm - 1) / bm),
+                                   (unsigned)p->batch},
+                                  {rows, 1, 1}};
+        for (int i = 0; i < 3; i++) {
+            l.grid[i] = (problem[pass][i] + ms[pass]->grid_tile[i] - 1) / ms[pass]->grid_tile[i];
+            l.block[i] = ms[pass]->block[i];
+        }
+        if ((st = kiln_emu_run(pass ? combine : split, &l, args, err)) != KILN_OK) return st;
+    }
+    return KILN_OK;
+}
+
 /* ---- error model ----
  * With u(t) the unit roundoff of dtype t (2^-24 f32, 2^-11 f16, 2^-8 bf16), for each query row:
  *   A    = scale * max_j sum_c |q_c k_jc|: how large the score sums get;

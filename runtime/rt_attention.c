@@ -1,4 +1,4 @@
-/* runtime/rt_attention.c - typed launch helper for attention forward (spec, checks, grid, args). */
+/* runtime/rt_attention.c - typed launch helpers for attention forward, plain and split-KV (spec, checks, grid, args). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -30,9 +30,9 @@ static void effective_strides(const kiln_attention_args *a, int t, int64_t out[3
     out[0] = seq * heads * a->head_dim;
 }
 
-static void spec_of(const kiln_attention_args *a, char *buf, size_t size) {
-    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", kiln_dtype_name(a->dtype),
-             kiln_dtype_name(a->out_dtype), a->head_dim, a->causal ? "true" : "false");
+static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
+    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
+             kiln_dtype_name(a->out_dtype), a->head_dim, a->causal ? "true" : "false", splitkv ? " splitkv=true" : "");
 }
 
 static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
@@ -76,14 +76,15 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
     kiln_status st = check_args(a, err);
     if (st != KILN_OK) return st;
     char spec[KILN_SPEC_MAX];
-    spec_of(a, spec, sizeof spec);
+    spec_of(a, 0, spec, sizeof spec);
     st = kiln_rt_get_kernel(rt, spec, out, err);
     if (st == KILN_OK) st = check_alignment(a, &(*out)->meta, err);
     return st;
 }
 
-/* Fills args in the order and kinds of meta.params. */
-static kiln_status build_args(const kiln_attention_args *a, const kiln_kernel_meta *m, kiln_arg *args, kiln_error *err) {
+/* Fills args in the order and kinds of meta.params (ws and splits: the split-KV kernels'). */
+static kiln_status build_args(const kiln_attention_args *a, const kiln_kernel_meta *m, kiln_devptr ws, int splits,
+                              kiln_arg *args, kiln_error *err) {
     int64_t strides[4][3];
     for (int t = 0; t < 4; t++) effective_strides(a, t, strides[t]);
     const struct {
@@ -97,11 +98,13 @@ static kiln_status build_args(const kiln_attention_args *a, const kiln_kernel_me
         if (p->kind == KILN_PARAM_PTR) {
             found = !strcmp(p->name, "lse");
             if (found) v.ptr = a->lse;
+            if (!found && !strcmp(p->name, "ws")) v.ptr = ws, found = 1;
             for (int t = 0; t < 4 && !found; t++)
                 if (p->name[0] == tensor_names[t] && !p->name[1]) v.ptr = pointer_of(a, t), found = 1;
         } else if (p->kind == KILN_PARAM_I32) {
             for (size_t j = 0; j < sizeof ints / sizeof ints[0] && !found; j++)
                 if (!strcmp(p->name, ints[j].name)) v.i32 = ints[j].value, found = 1;
+            if (!found && !strcmp(p->name, "splits")) v.i32 = splits, found = 1;
         } else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "scale")) {
             v.f32 = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
             found = 1;
@@ -127,7 +130,104 @@ kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, ki
     st = kiln_attention_pick(rt, a, &k, err);
     const uint64_t problem[3] = {(uint64_t)a->seq_q, (uint64_t)a->heads_q, (uint64_t)a->batch};
     if (st == KILN_OK) st = kiln_kernel_grid(k, problem, grid, err);
-    if (st == KILN_OK) st = build_args(a, &k->meta, args, err);
+    if (st == KILN_OK) st = build_args(a, &k->meta, 0, 0, args, err);
     if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, k->meta.nparams, a->stream, err);
     return st;
+}
+
+/* ---- split-KV decoding ---- */
+
+/* The split kernel and the combine kernel its metadata names (then_spec). */
+static kiln_status pick_splitkv(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel *out[2], kiln_error *err) {
+    char spec[KILN_SPEC_MAX];
+    spec_of(a, 1, spec, sizeof spec);
+    kiln_status st = kiln_rt_get_kernel(rt, spec, &out[0], err);
+    if (st == KILN_OK) st = check_alignment(a, &out[0]->meta, err);
+    if (st != KILN_OK) return st;
+    if (!out[0]->meta.then_spec[0])
+        return kiln_fail(err, KILN_ECORRUPT, "kernel '%s' writes split-KV partials but names no kernel to combine them",
+                         out[0]->meta.entry);
+    return kiln_rt_get_kernel(rt, out[0]->meta.then_spec, &out[1], err);
+}
+
+static uint64_t ceil_div_u64(uint64_t a, uint64_t b) { return b ? (a + b - 1) / b : a; }
+
+/* Blocks of the split kernel per split: kv heads x blocks of packed (query head, query) rows x batch. */
+static uint64_t split_blocks(const kiln_attention_args *a, const kiln_kernel_meta *m) {
+    uint64_t group = (uint64_t)(a->heads_q / a->heads_kv), bm = m->rows_per_block ? m->rows_per_block : 1;
+    return (uint64_t)a->heads_kv * ceil_div_u64(group * (uint64_t)a->seq_q, bm) * (uint64_t)a->batch;
+}
+
+/* The automatic split count (docs/attention.md, "Split-KV decoding"): 1 (the plain kernel) unless this
+ * is a decoding shape (seq_q <= 16, seq_k >= 256) whose plain grid has fewer blocks than the device has
+ * SMs, or whose query heads share kv heads (GQA/MQA: the plain kernel reads each kv head's K and V once
+ * per query head, the split kernel once per group); then enough splits for two split-kernel blocks per
+ * SM, at least 2, at most one per 128 keys and 128 in all. */
+static int auto_splits(kiln_rt *rt, const kiln_attention_args *a, const kiln_kernel_meta *plain,
+                       const kiln_kernel_meta *split) {
+    if (a->seq_q > KILN_ATTENTION_DECODE_MAX_SEQ_Q || a->seq_k < 256) return 1;
+    int sms = kiln_rt_device(rt)->multiprocessors;
+    uint64_t sm = (uint64_t)(sms > 0 ? sms : 1);
+    uint64_t tile = plain->grid_tile[0] ? plain->grid_tile[0] : 1;
+    uint64_t blocks = ceil_div_u64((uint64_t)a->seq_q, tile) * (uint64_t)a->heads_q * (uint64_t)a->batch;
+    if (blocks >= sm && a->heads_q == a->heads_kv) return 1;
+    uint64_t per = split_blocks(a, split), want = ceil_div_u64(2 * sm, per), by_keys = (uint64_t)a->seq_k / 128;
+    if (want < 2) want = 2;
+    if (want > by_keys) want = by_keys;
+    if (want > 128) want = 128;
+    return want > 1 ? (int)want : 1;
+}
+
+kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_args *a, int splits, int *chosen,
+                                             size_t *bytes, kiln_error *err) {
+    if (!rt || !a || !bytes) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward_workspace: NULL argument");
+    *bytes = 0;
+    if (chosen) *chosen = 1;
+    kiln_status st = check_args(a, err);
+    if (st != KILN_OK) return st;
+    if (splits < 0 || splits > KILN_ATTENTION_MAX_SPLITS)
+        return kiln_fail(err, KILN_EINVAL, "attention: splits (%d) must be 0 (automatic) or 1..%d", splits,
+                         KILN_ATTENTION_MAX_SPLITS);
+    if (a->batch == 0 || a->seq_q == 0) return KILN_OK;
+    kiln_kernel *plain, *two[2];
+    if (splits == 0) {
+        if ((st = kiln_attention_pick(rt, a, &plain, err)) != KILN_OK) return st;
+        if ((st = pick_splitkv(rt, a, two, err)) != KILN_OK) return st;
+        splits = auto_splits(rt, a, &plain->meta, &two[0]->meta);
+    }
+    if (chosen) *chosen = splits;
+    if (splits > 1)
+        *bytes = (size_t)splits * (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q * (size_t)(a->head_dim + 1) * 4;
+    return KILN_OK;
+}
+
+kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_args *a, int splits, kiln_devptr workspace,
+                                           size_t workspace_bytes, kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward_splitkv: NULL argument");
+    int n;
+    size_t need;
+    kiln_status st = kiln_attention_forward_workspace(rt, a, splits, &n, &need, err);
+    if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
+    if (n <= 1) return kiln_attention_forward(rt, a, err);
+    if (!workspace || workspace_bytes < need)
+        return kiln_fail(err, KILN_EINVAL, "attention split-KV: %d splits need a workspace of %zu bytes (splits x batch x "
+                         "heads_q x seq_q x (head_dim + 1) x 4), got %zu at 0x%llx (kiln_attention_forward_workspace)",
+                         n, need, workspace_bytes, (unsigned long long)workspace);
+    if (workspace % 16)
+        return kiln_fail(err, KILN_EINVAL, "attention split-KV: workspace (0x%llx) must be 16-byte aligned",
+                         (unsigned long long)workspace);
+    kiln_kernel *k[2];
+    kiln_arg args[KILN_MAX_PARAMS];
+    unsigned grid[3];
+    if ((st = pick_splitkv(rt, a, k, err)) != KILN_OK) return st;
+    const uint64_t problem[3] = {(uint64_t)n, (uint64_t)a->heads_kv * ceil_div_u64((uint64_t)(a->heads_q / a->heads_kv) *
+                                     (uint64_t)a->seq_q, k[0]->meta.rows_per_block ? k[0]->meta.rows_per_block : 1),
+                                 (uint64_t)a->batch};
+    if ((st = kiln_kernel_grid(k[0], problem, grid, err)) != KILN_OK) return st;
+    if ((st = build_args(a, &k[0]->meta, workspace, n, args, err)) != KILN_OK) return st;
+    if ((st = kiln_kernel_launch(k[0], grid, args, k[0]->meta.nparams, a->stream, err)) != KILN_OK) return st;
+    const uint64_t rows[3] = {(uint64_t)a->batch * (uint64_t)a->heads_q * (uint64_t)a->seq_q, 1, 1};
+    if ((st = kiln_kernel_grid(k[1], rows, grid, err)) != KILN_OK) return st;
+    if ((st = build_args(a, &k[1]->meta, workspace, n, args, err)) != KILN_OK) return st;
+    return kiln_kernel_launch(k[1], grid, args, k[1]->meta.nparams, a->stream, err);
 }

@@ -26,6 +26,11 @@
 --         tiles after them pay for it. docs/attention.md has the tile table and the profile.
 --   simt: f32 FMA with register tiling; any dtype on any target. Q, K and V tiles are
 --         converted to f32 in shared memory; K and V take turns in one buffer.
+--
+-- splitkv=true (split-KV decoding, both paths): the block's rows are packed (query head of the
+-- group, query) pairs of one kv head, its keys one of `splits` ranges of key tiles (a launch
+-- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
+-- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 
 local K = {
@@ -38,6 +43,8 @@ local K = {
     { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
+    { name = "splitkv", type = "bool", default = false, hide_default = true,
+      doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
   },
 }
 
@@ -84,6 +91,26 @@ local MMA_TILES_STAGED = {
   [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
 
+-- Split-KV decoding (splitkv=true): a block owns 64 packed query rows (4 warps x 16) of one kv head:
+-- the heads_q / heads_kv query heads that share the kv head times the seq_q rows, so one K/V tile
+-- read from global memory feeds every query of the group (FlashDecoding's "pack GQA"), and one
+-- `split` of the key tiles. Decoding is bound by reading K and V once, not by the tensor cores:
+-- 16-row warps keep registers low enough for a 3-stage pipeline of 64-key tiles (the bytes in
+-- flight are what a memory-bound loop needs). docs/attention.md has the evidence.
+local SPLIT_TILES = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [96] = { { warps = 4, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [128] = { { warps = 4, mt = 1, n = 64, stages = 3, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [256] = MMA_TILES[256],
+}
+local SPLIT_TILES_STAGED = {
+  [32] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+  [96] = MMA_TILES_STAGED[96],
+  [128] = MMA_TILES_STAGED[128],
+  [256] = MMA_TILES_STAGED[256],
+}
 
 function K.check(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
@@ -103,7 +130,9 @@ end
 local function config_mma(spec, target)
   local d, eb = spec.head_dim, util.dtype_bytes[spec.dtype]
   local pick, bytes, stages
-  for _, t in ipairs((target.cp_async and MMA_TILES or MMA_TILES_STAGED)[d]) do
+  local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
+    or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
+  for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
     -- register staging needs each tile to divide evenly among the threads
@@ -142,10 +171,18 @@ function K.config(spec, target)
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
   end
   local cfg = (spec.path == "simt" or not mma) and config_simt(spec) or config_mma(spec, target)
+  if spec.splitkv then
+    -- grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q / block_m), batch}: the runtime
+    -- computes it (rows_per_block = block_m), then launches the combine kernel over the workspace
+    cfg.grid_tile = { 1, 1, 1 }
+    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.head_dim)
+  end
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; the tiles where it gave more SASS instructions keep default<O3> (measured: head_dim 96
   -- causal with a 2-stage cp.async pipeline, 2824 vs 2808 SASS instructions).
   local o3 = spec.head_dim == 96 and spec.causal and cfg.stages == 2 and cfg.cp_async
+  -- (and split-KV SIMT head_dim 64 causal: 130 registers, 3 blocks an SM, vs 128 and 4 with default<O3>)
+  o3 = o3 or (spec.splitkv and cfg.path == "simt" and spec.head_dim == 64 and spec.causal)
   cfg.pipeline = (not o3) and "kiln" or nil
   return cfg
 end
@@ -158,7 +195,15 @@ local function declare(b, spec)
     { "batch", "i32" }, { "heads_q", "i32" }, { "heads_kv", "i32" }, { "seq_q", "i32" },
     { "seq_k", "i32" }, { "scale", "f32" },
   }
-  for _, t in ipairs({ "q", "k", "v", "o" }) do
+  local tensors = { "q", "k", "v", "o" }
+  if spec.splitkv then
+    -- no O or lse: partial results go to the f32 workspace ws (see split_store)
+    table.remove(params, 1)
+    params[1] = { "ws", "ptr", "f32" }
+    params[#params + 1] = { "splits", "i32" }
+    tensors[4] = nil
+  end
+  for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
   return b:kernel{ params = params }
@@ -184,7 +229,59 @@ local function head_bases(b, p)
   }
 end
 
--- Copies rows [row0, row0 + rows) of a [seq, head_dim] slice (row stride `stride`) into the
+-- Where a block's query rows come from and which keys it visits. Block-local row r is row
+-- q0 + r of a row space of `rows` rows; sq(row) is its query position (for the causal bound).
+--   plain:   rows are the seq_q queries of head ctaid.y; keys [0, seq_k).
+--   splitkv: rows are the packed (query head of the group, query) pairs of kv head
+--            ctaid.y / mblocks, row = hl * seq_q + sq (mblocks = ceil(group * seq_q / bm) blocks of
+--            bm rows); q_addr gives each row's address. Keys: tiles [t_lo, t_lo + tiles_per_split)
+--            of the bn-key tiles, split = ctaid.x of `splits`.
+-- between(): emitted after q0 and before the base pointers (keeps the plain kernels' IR order).
+local function geometry(b, spec, p, bm, bn, between)
+  if not spec.splitkv then
+    local q0 = b:ctaid("x") * bm
+    if between then between() end
+    return { q0 = q0, base = head_bases(b, p), rows = p.seq_q, sq = function(row) return row end }
+  end
+  local bi = b:i64(b:ctaid("z"))
+  local group = p.heads_q // p.heads_kv
+  local mrows = group * p.seq_q
+  local mblocks = (mrows + (bm - 1)) // bm
+  local hkv = b:ctaid("y") // mblocks
+  local qb = p.q + bi * p.stride_qb
+  local G = {
+    base = { k = p.k + bi * p.stride_kb + b:i64(hkv) * p.stride_kh, v = p.v + bi * p.stride_vb + b:i64(hkv) * p.stride_vh },
+    q0 = (b:ctaid("y") - hkv * mblocks) * bm, rows = mrows,
+    sq = function(row) return row % p.seq_q end,
+    head = function(row) return hkv * group + row // p.seq_q end,
+  }
+  G.q_addr = function(row)
+    return qb + b:i64(G.head(row)) * p.stride_qh + b:i64(G.sq(row)) * p.stride_qs
+  end
+  local ntiles = (p.seq_k + (bn - 1)) // bn
+  local per = (ntiles + (p.splits - 1)) // p.splits
+  G.split = b:ctaid("x")
+  G.t_lo = b:min(G.split * per, ntiles)
+  G.t_hi = b:min(G.t_lo + per, ntiles)
+  return G
+end
+
+-- splitkv epilogue for one row: O / l (f32; store_o(at) writes this thread's columns of the row
+-- that starts at `at`) and the base-2 log-sum-exp m + log2 l (-inf when the split saw no key of the row) go to
+-- the workspace: ws[split][row][d] then, after splits * rows * d floats, lse[split][row], with
+-- row = (batch * heads_q + head) * seq_q + query. attention_combine merges the splits.
+local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
+  local d = spec.head_dim
+  local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
+  local r = b:select(live, row, 0)
+  local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(G.head(r))) * b:i64(p.seq_q) + b:i64(G.sq(r))
+  local slot = b:i64(G.split) * total + idx
+  b:if_(live, function() store_o(p.ws + slot * d) end)
+  b:if_(b:and_(live, lead), function() b:store(p.ws + (b:i64(p.splits) * total * d + slot), lse2) end)
+end
+
+-- Copies rows [row0, row0 + rows) of a [seq, head_dim] slice (row stride `stride`; or src is a
+-- function giving row i's address, stride unused) into the
 -- f32 shared tile dst (row stride ld). Rows at or past `seq` read row 0 instead (branch-free);
 -- with zero_tail they become zeros (V: masked keys must add exactly nothing), otherwise their
 -- values are never used unmasked (Q rows are not stored, K scores are masked).
@@ -198,7 +295,9 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local r, c = item // per_row, (item % per_row) * vec
     local in_tile = (it + 1) * SIMT_THREADS <= items or nil
     local ok = b:lt(row0 + r, seq)
-    local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    local rr = b:select(ok, row0 + r, 0)
+    local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
+    local vals = b:load_vec(at + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
@@ -219,23 +318,24 @@ local function build_simt(b, spec, cfg, p)
   local ps = b:shared("f32", bm * ldp, 16)
   local tid = b:tid()
   local rg, cg = tid // tc, tid % tc
-  local q0 = b:ctaid("x") * bm
-  local base = head_bases(b, p)
+  local G = geometry(b, spec, p, bm, bn)
+  local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
   local shift = p.seq_k - p.seq_q -- causal: query i sees keys j <= i + shift
 
-  load_tile_f32(b, spec, cfg, qs, ldq, base.q, p.stride_qs, q0, bm, p.seq_q)
+  load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
 
-  -- Keys this CTA visits: all of them, or up to the diagonal of its last row.
-  local kv_end = p.seq_k
-  if spec.causal then
+  -- Keys this CTA visits: all of them, or up to the diagonal of its last row; splitkv: its split's.
+  local kv_lo, kv_end = 0, p.seq_k
+  if spec.causal and not spec.splitkv then
     kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0))
   end
+  if spec.splitkv then kv_lo, kv_end = G.t_lo * bn, b:min(G.t_hi * bn, p.seq_k) end
 
   -- Per thread: rows rg + tr*i, keys cg + tc*j of the tile, output columns 4*(cg + tc*jj)...+3.
   local dchunks = d // (4 * tc)
   local bound = {}
-  for i = 0, rm - 1 do bound[i] = key_bound(b, spec, p, q0 + rg + tr * i, shift) end
+  for i = 0, rm - 1 do bound[i] = key_bound(b, spec, p, G.sq(q0 + rg + tr * i), shift) end
   local m, l, acc = {}, {}, {}
   for i = 0, rm - 1 do
     m[i] = b:var("f32", NEG_INF)
@@ -244,7 +344,7 @@ local function build_simt(b, spec, cfg, p)
     for c = 0, dchunks * 4 - 1 do acc[i][c] = b:var("f32", 0.0) end
   end
 
-  b:for_(0, kv_end, bn, function(kv0)
+  b:for_(kv_lo, kv_end, bn, function(kv0)
     b:barrier() -- the previous tile's P V is done with kvs and ps
     load_tile_f32(b, spec, cfg, kvs, ldq, base.k, p.stride_ks, kv0, bn, p.seq_k)
     b:barrier()
@@ -313,10 +413,22 @@ local function build_simt(b, spec, cfg, p)
   -- O = acc / l; lse = (m + log2 l) ln 2. Rows that saw no key: O = 0, lse = +inf.
   for i = 0, rm - 1 do
     local row = q0 + rg + tr * i
-    local live = b:lt(row, p.seq_q)
+    local live = b:lt(row, G.rows)
     local lsum = b:warp_sum(l[i]:get(), tc)
     local empty = b:le(lsum, 0.0)
     local inv = b:select(empty, 0.0, 1.0 / lsum)
+    if spec.splitkv then
+      local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
+      local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
+      split_store(b, spec, p, G, row, live, function(at)
+        for jj = 0, dchunks - 1 do
+          local out = {}
+          for c = 0, 3 do out[c + 1] = acc[i][jj * 4 + c]:get() * inv end
+          b:store_vec(at + (cg + tc * jj) * 4, out, { align = 16 })
+        end
+      end, lse2, b:eq(cg, 0))
+      goto continue
+    end
     local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os
     local vals = {}
     for jj = 0, dchunks - 1 do
@@ -335,6 +447,7 @@ local function build_simt(b, spec, cfg, p)
     local has_lse = b:not_(b:is_null(p.lse))
     local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
     b:if_(b:and_(lead, has_lse), function() b:store(p.lse + idx, lse) end)
+    ::continue::
   end
 end
 
@@ -359,7 +472,8 @@ local function swz(b, spec, cfg, row, chunk)
   return row * cfg.ld + lo * 8
 end
 
--- The copy items of rows [row0, row0 + rows) of a [seq, d] slice: 16-byte chunks, thread-strided;
+-- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
+-- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
 -- fn(r, c, ok, src_address, partial) per item this thread owns (ok: the row exists).
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
@@ -377,7 +491,8 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     end
     local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
-    local from = src + b:i64(b:select(ok, row0 + r, 0)) * stride + c * 8
+    local rr = b:select(ok, row0 + r, 0)
+    local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + c * 8
     fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil)
   end
 end
@@ -441,27 +556,37 @@ local function build_mma(b, spec, cfg, p)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
-  local q0 = b:ctaid("x") * bm
-  local wrow = warp * (16 * mt) -- this warp's first row in the block
-  local base = head_bases(b, p)
+  local wrow
+  local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
+  if not wrow then wrow = warp * (16 * mt) end
+  local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
   local shift = p.seq_k - p.seq_q
   local kv_end = p.seq_k
-  if spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  if spec.causal and not spec.splitkv then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local ntiles = (kv_end + (bn - 1)) // bn
   -- Tiles every row of the block sees whole (no key past seq_k, none past any row's diagonal) run
   -- without mask work; only the tiles after them (the diagonal, the sequence end) pay for it.
+  -- (splitkv: rows of every query position share a block, so the first query's diagonal counts.)
   local nfull = p.seq_k // bn
-  if spec.causal then nfull = b:min(nfull, b:max(q0 + shift + 1, 0) // bn) end
+  if spec.causal then nfull = b:min(nfull, b:max((spec.splitkv and 0 or q0) + shift + 1, 0) // bn) end
   nfull = b:min(nfull, ntiles)
+  -- splitkv: the loops below count tiles from tile0, the split's first (tile0 + it is the key tile)
+  local tile0 = nil
+  if spec.splitkv then
+    tile0 = G.t_lo
+    ntiles = G.t_hi - G.t_lo
+    nfull = b:min(b:max(nfull - tile0, 0), ntiles)
+  end
+  local function key_tile(it) return tile0 and tile0 + it or it end
   local nt, dtiles = bn // 8, d // 8
 
-  local function load_k(it, buf) copy_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, it * bn, bn, p.seq_k) end
-  local function load_v(it, buf) copy_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, it * bn, bn, p.seq_k, true) end
+  local function load_k(it, buf) copy_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, key_tile(it) * bn, bn, p.seq_k) end
+  local function load_v(it, buf) copy_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, key_tile(it) * bn, bn, p.seq_k, true) end
   local function load_kv(it, buf) load_k(it, buf); load_v(it, buf) end
 
   -- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
-  copy_tile(b, spec, cfg, qs, base.q, p.stride_qs, q0, bm, p.seq_q)
+  copy_tile(b, spec, cfg, qs, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
   if cfg.cp_async then
     b:cp_async_commit()
     for st = 0, stages - 2 do
@@ -527,7 +652,7 @@ local function build_mma(b, spec, cfg, p)
   -- One K/V tile: S = Q K^T, online softmax (masked: scores past the bound are -inf), O += P V.
   local function compute(it, buf, masked)
     local kt, vt = ks + buf * tile, vs + buf * tile
-    local kv0 = it * bn
+    local kv0 = key_tile(it) * bn
     local s = {}
     for mi = 0, mt - 1 do
       s[mi] = {}
@@ -550,7 +675,7 @@ local function build_mma(b, spec, cfg, p)
       pv[mi] = {}
       for j = 0, nt - 1 do pv[mi][j] = {} end
       for h = 0, 1 do
-        local lim = masked and (key_bound(b, spec, p, q0 + wrow + mi * 16 + g + h * 8, shift) - kv0 - t * 2) or nil
+        local lim = masked and (key_bound(b, spec, p, G.sq(q0 + wrow + mi * 16 + g + h * 8), shift) - kv0 - t * 2) or nil
         local sv, mx = {}, nil
         for j = 0, nt - 1 do
           for e = 0, 1 do
@@ -628,8 +753,8 @@ local function build_mma(b, spec, cfg, p)
       -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
       -- stored into the other buffer after it; one barrier a trip.
       local nxt = b:min(it + 1, ntiles - 1)
-      local sk = stage_load(b, spec, cfg, base.k, p.stride_ks, nxt * bn, bn, p.seq_k)
-      local sv = stage_load(b, spec, cfg, base.v, p.stride_vs, nxt * bn, bn, p.seq_k, true)
+      local sk = stage_load(b, spec, cfg, base.k, p.stride_ks, key_tile(nxt) * bn, bn, p.seq_k)
+      local sv = stage_load(b, spec, cfg, base.v, p.stride_vs, key_tile(nxt) * bn, bn, p.seq_k, true)
       compute(it, it & 1, masked)
       local nb = (it + 1) & 1
       stage_store(b, spec, cfg, ks + nb * tile, sk)
@@ -659,10 +784,20 @@ local function build_mma(b, spec, cfg, p)
   for mi = 0, mt - 1 do
     for h = 0, 1 do
       local row = q0 + wrow + mi * 16 + g + h * 8
-      local live = b:lt(row, p.seq_q)
+      local live = b:lt(row, G.rows)
       local lsum = b:warp_sum(l[mi][h]:get(), 4)
       local empty = b:le(lsum, 0.0)
       local inv = b:select(empty, 0.0, 1.0 / lsum)
+      if spec.splitkv then
+        local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
+        local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
+        split_store(b, spec, p, G, row, live, function(at)
+          for j = 0, dtiles - 1 do
+            b:store_vec(at + (j * 8 + t * 2), { acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, { align = 8 })
+          end
+        end, lse2, b:eq(t, 0))
+        goto continue
+      end
       local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
       local vals = {}
       for j = 0, dtiles - 1 do
@@ -675,6 +810,7 @@ local function build_mma(b, spec, cfg, p)
       local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
       local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
       b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+      ::continue::
     end
   end
 end

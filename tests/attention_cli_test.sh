@@ -32,6 +32,19 @@ grep -q "mma : other          1 : " "$tmp/out" && grep -q "^    ldmatrix " "$tmp
 expect "run --profile works for layernorm" 0 "bank conflicts       0" -- \
     run layernorm x=bf16 hidden=1024 --sm 80 --rows 4 --profile
 
+# Split-KV decoding: the split kernel, then the combine kernel its metadata names.
+expect "run split-KV bf16 sm_80, GQA 4:1, one query" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=bf16 head_dim=64 splitkv=true --sm 80 --rows 1 --seq-k 300 --heads 4:1 --splits 6
+grep -q "6 splits, then attention_combine out=bf16 head_dim=64" "$tmp/out" \
+    && ok "split-KV run names its splits and combine kernel" || bad "split-KV run header" "$(head -c 300 "$tmp/out")"
+expect "run split-KV causal sm_75 f16, more splits than key tiles, twice" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=32 causal=true splitkv=true --sm 75 --rows 3 --seq-k 40 --heads 2:2 --splits 5 --twice
+expect "emit split-KV on sm_75 bf16: SIMT, no bf16" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=128 splitkv=true --sm 75
+grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 split-KV bf16: no mma, no bf16" "found in PTX" || ok "sm_75 split-KV bf16: no mma, no bf16"
+expect "run --splits 0" 2 "bad --splits '0'; valid: 1..1024" -- run attention splitkv=true --sm 80 --rows 1 --splits 0
+expect "run --splits without splitkv" 2 "--splits applies to split-KV attention" -- run attention --sm 80 --rows 1 --splits 2
+expect "run attention_combine alone" 2 "second kernel of split-KV attention" -- run attention_combine --sm 80 --rows 1
+
 expect "bad head_dim" 2 "bad value '80' for 'head_dim'; valid: 32, 64, 96, 128, 256" -- emit attention head_dim=80 --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
 expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75

@@ -14,7 +14,10 @@ static int add(matrix_variant *v, int n, int sm, const char *fmt, const char *a,
 }
 
 /* SM x dtype x head_dim x causal on the default path; the SIMT path forced for f16/bf16;
- * an f32 output from half-precision inputs. */
+ * an f32 output from half-precision inputs. Split-KV decoding (splitkv=true): SM x dtype x
+ * head_dim x causal and its combine kernel attention_combine for SM x out dtype x head_dim; without
+ * KILN_TEST_FULL=1 a slice: sm_75/80/90 with causal on alternate variants, combine on sm_75/80
+ * (sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows). */
 static int attention_variants(matrix_variant *v) {
     int n = 0;
     for (int s = 0; s < 5; s++)
@@ -29,11 +32,26 @@ static int attention_variants(matrix_variant *v) {
                 }
     for (int s = 0; s < 5; s++)
         for (int t = 1; t < 3; t++) n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s out=f32", dtypes[t], 128, "true");
+    const char *full = getenv("KILN_TEST_FULL");
+    int all = full && *full && strcmp(full, "0");
+    for (int s = 0; s < 5; s++)
+        for (int t = 0; t < 3; t++)
+            for (int d = 0; d < 5; d++)
+                for (int c = 0; c < 2; c++) {
+                    int some = sms[s] != 86 && sms[s] != 89;
+                    if (all || (some && (s + t + d + c) % 2 == 0))
+                        n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s splitkv=true", dtypes[t], dims[d],
+                                c ? "true" : "false");
+                    if (c == 0 && (all || sms[s] <= 80)) {
+                        snprintf(v[n].spec, sizeof v[n].spec, "attention_combine out=%s head_dim=%d", dtypes[t], dims[d]);
+                        v[n++].sm = sms[s];
+                    }
+                }
     return n;
 }
 
 int main(void) {
-    static matrix_variant vs[512];
+    static matrix_variant vs[768];
     int n = attention_variants(vs);
     kiln_error err = {0};
     kiln_gen *gen;

@@ -1,5 +1,7 @@
-/* tests/attention_runtime_test.c - the attention launch helper against the fake CUDA driver:
- * spec per dtype and SM, grid, arguments in the kernel's order, default strides and scale, errors. */
+/* tests/attention_runtime_test.c - the attention launch helpers against the fake CUDA driver:
+ * spec per dtype and SM, grid, arguments in the kernel's order, default strides and scale, errors;
+ * split-KV decoding: split choice, workspace size, the two launches, errors. */
+#include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -11,6 +13,7 @@
 #include "rt_fixture.h"
 
 static fake_cuda_api fake;
+static fake_cuda_launch_at_fn launch_at;
 
 /* Index of parameter name in the launched kernel's metadata, or -1. */
 static int param_index(const kiln_kernel_meta *m, const char *name) {
@@ -125,8 +128,158 @@ static void test_strides_and_errors(void) {
     TEST_END();
 }
 
+/* Decoding: bf16 d128, 32 query heads over 8 kv heads, one query, 4096 keys, batch 1. */
+static kiln_attention_args decode_args(void) {
+    kiln_attention_args a = gqa_args();
+    a.causal = 0;
+    a.batch = 1, a.heads_q = 32, a.heads_kv = 8, a.seq_q = 1, a.seq_k = 4096;
+    return a;
+}
+
+static void test_splitkv_choice(void) {
+    TEST_BEGIN("split-KV: automatic split count and workspace size (108 SMs)");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e;
+    kiln_attention_args a = decode_args();
+    int n = -1;
+    size_t bytes = 1;
+    /* plain grid: 32 blocks < 108 SMs; split kernel: 8 kv heads x 1 row block = 8 blocks a split;
+     * 2 blocks per SM: ceil(216 / 8) = 27 splits (<= 4096 / 128) */
+    CHECK(rt && kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK, "%s", e.msg);
+    CHECK(n == 27 && bytes == 27ull * 32 * 1 * 129 * 4, "decode: %d splits, %zu bytes", n, bytes);
+    a.seq_k = 1000; /* at most one split per 128 keys */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 7, "seq_k 1000: %d splits", n);
+    a.seq_k = 200; /* too short to split */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
+          "seq_k 200: %d splits, %zu bytes", n, bytes);
+    a = decode_args();
+    a.batch = 4, a.heads_kv = 32; /* MHA: 128 plain blocks fill 108 SMs */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
+          "MHA batch 4: %d splits", n);
+    a.batch = 1; /* MHA, 32 plain blocks: 32 split blocks a split, ceil(216 / 32) = 7 */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 7, "MHA batch 1: %d splits", n);
+    a = decode_args();
+    a.batch = 8; /* GQA: the plain grid (256 blocks) fills the SMs, but reads K/V 4x: 64 split blocks, ceil(216 / 64) = 4 */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 4, "GQA batch 8: %d splits", n);
+    a.batch = 64; /* 512 split blocks already: at least 2 splits */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 2, "GQA batch 64: %d splits", n);
+    a = decode_args();
+    a.seq_q = 17; /* not a decoding shape */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1, "seq_q 17: %d splits", n);
+    a.seq_q = 16, a.heads_q = 8; /* 16 queries x group 1 = 16 packed rows */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 27 &&
+              bytes == 27ull * 8 * 16 * 129 * 4, "seq_q 16: %d splits, %zu bytes", n, bytes);
+    a = decode_args();
+    CHECK(kiln_attention_forward_workspace(rt, &a, 500, &n, &bytes, &e) == KILN_OK && n == 500 &&
+              bytes == 500ull * 32 * 129 * 4, "forced 500 splits (more than key tiles): %d, %zu", n, bytes);
+    CHECK(kiln_attention_forward_workspace(rt, &a, 1, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0, "forced 1");
+    CHECK(kiln_attention_forward_workspace(rt, &a, -1, &n, &bytes, &e) == KILN_EINVAL &&
+              strstr(e.msg, "0 (automatic) or 1..1024"), "splits -1: %s", e.msg);
+    CHECK(kiln_attention_forward_workspace(rt, &a, 1025, &n, &bytes, &e) == KILN_EINVAL && strstr(e.msg, "1..1024"),
+          "splits 1025: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_splitkv_launch(int sm) {
+    char name[80];
+    snprintf(name, sizeof name, "split-KV on sm_%d: split and combine launches, arguments", sm);
+    TEST_BEGIN(name);
+    kiln_rt *rt = open_rt(sm);
+    kiln_error e;
+    kiln_attention_args a = decode_args();
+    a.causal = 1;
+    size_t bytes = 0;
+    int n = 0;
+    const kiln_devptr ws = 0x900000;
+    CHECK(rt && kiln_attention_forward_workspace(rt, &a, 6, &n, &bytes, &e) == KILN_OK && n == 6, "%s", e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 6, ws, bytes, &e) == KILN_OK, "launch: %s", e.msg);
+    fake_cuda_counts c;
+    fake.counters(&c);
+    CHECK(c.launches == 2, "%d launches", c.launches);
+    fake_cuda_launch l0, l1;
+    kiln_kernel *k = NULL, *plain = NULL;
+    char spec[256];
+    snprintf(spec, sizeof spec, "attention dtype=bf16 out=bf16 head_dim=128 causal=true path=auto splitkv=true");
+    CHECK(kiln_rt_get_kernel(rt, spec, &k, &e) == KILN_OK, "%s", e.msg);
+    if (k && launch_at(0, &l0) && launch_at(1, &l1)) {
+        const kiln_kernel_meta *m = kiln_kernel_get_meta(k);
+        CHECK(!strcmp(l0.entry, m->entry), "first launch %s, want %s", l0.entry, m->entry);
+        CHECK(l0.grid[0] == 6 && l0.grid[1] == 8 * ((4 + m->rows_per_block - 1) / m->rows_per_block) && l0.grid[2] == 1,
+              "split grid %u %u %u", l0.grid[0], l0.grid[1], l0.grid[2]);
+        CHECK(l0.smem == m->dynamic_smem, "dynamic shared memory %u", l0.smem);
+        CHECK(param(&l0, m, "ws") == ws && param(&l0, m, "splits") == 6 && param(&l0, m, "q") == a.q &&
+                  param(&l0, m, "k") == a.k && param(&l0, m, "v") == a.v && param(&l0, m, "seq_k") == 4096 &&
+                  param(&l0, m, "heads_kv") == 8 && param(&l0, m, "stride_ks") == 8 * 128,
+              "split kernel arguments");
+        CHECK(param_index(m, "o") < 0 && !strcmp(m->then_spec, "attention_combine out=bf16 head_dim=128"),
+              "then_spec '%s'", m->then_spec);
+        kiln_kernel *ck = NULL;
+        CHECK(kiln_rt_get_kernel(rt, m->then_spec, &ck, &e) == KILN_OK, "%s", e.msg);
+        const kiln_kernel_meta *cm = ck ? kiln_kernel_get_meta(ck) : NULL;
+        if (cm) {
+            CHECK(!strcmp(l1.entry, cm->entry), "second launch %s, want %s", l1.entry, cm->entry);
+            CHECK(l1.grid[0] == (32 + cm->grid_tile[0] - 1) / cm->grid_tile[0] && l1.grid[1] == 1, "combine grid %u",
+                  l1.grid[0]);
+            CHECK(param(&l1, cm, "o") == a.o && param(&l1, cm, "lse") == a.lse && param(&l1, cm, "ws") == ws &&
+                      param(&l1, cm, "splits") == 6 && param(&l1, cm, "heads_q") == 32 && param(&l1, cm, "seq_q") == 1 &&
+                      param(&l1, cm, "stride_os") == 32 * 128,
+                  "combine arguments");
+        }
+    } else {
+        CHECK(0, "no launches recorded");
+    }
+    /* one split: the plain kernel, no workspace needed */
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 1, 0, 0, &e) == KILN_OK, "%s", e.msg);
+    CHECK(kiln_attention_pick(rt, &a, &plain, &e) == KILN_OK && launch_at(0, &l0) &&
+              !strcmp(l0.entry, kiln_kernel_get_meta(plain)->entry) && !launch_at(1, &l1),
+          "splits 1 runs the plain kernel alone");
+    /* automatic: this decode shape splits */
+    fake.reset();
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 27, "auto %d", n);
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 0, ws, bytes, &e) == KILN_OK && launch_at(1, &l1) &&
+              launch_at(0, &l0) && l0.grid[0] == 27, "automatic split launch: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_splitkv_errors(void) {
+    TEST_BEGIN("split-KV: workspace and argument errors");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e;
+    kiln_attention_args a = decode_args();
+    size_t bytes = 0;
+    CHECK(rt && kiln_attention_forward_workspace(rt, &a, 4, NULL, &bytes, &e) == KILN_OK, "%s", e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes - 4, &e) == KILN_EINVAL &&
+              strstr(e.msg, "need a workspace of") && strstr(e.msg, "4 splits"), "small workspace: %s", e.msg);
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0, bytes, &e) == KILN_EINVAL && strstr(e.msg, "workspace"),
+          "no workspace: %s", e.msg);
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900008, bytes, &e) == KILN_EINVAL && strstr(e.msg, "16-byte"),
+          "misaligned workspace: %s", e.msg);
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 0 - 3, 0x900000, bytes, &e) == KILN_EINVAL && strstr(e.msg, "splits"),
+          "splits -3: %s", e.msg);
+    a.heads_kv = 3;
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes, &e) == KILN_EINVAL && strstr(e.msg, "multiple"),
+          "heads: %s", e.msg);
+    a = decode_args();
+    a.k += 8;
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes, &e) == KILN_EINVAL && strstr(e.msg, "k (0x"),
+          "misaligned k: %s", e.msg);
+    fake_cuda_counts c;
+    fake.counters(&c);
+    CHECK(c.launches == 0, "no launch after an error (%d)", c.launches);
+    a = decode_args();
+    a.seq_q = 0;
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0, 0, &e) == KILN_OK, "no queries: nothing to do (%s)", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
-    if (fake_cuda_open(&fake) != 0) {
+    if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
         return 1;
     }
@@ -135,5 +288,10 @@ int main(void) {
     test_launch(80);
     test_launch(90);
     test_strides_and_errors();
+    test_splitkv_choice();
+    test_splitkv_launch(75);
+    test_splitkv_launch(80);
+    test_splitkv_launch(90);
+    test_splitkv_errors();
     return check_summary("attention runtime");
 }

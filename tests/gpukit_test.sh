@@ -65,6 +65,14 @@ for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "cubin sm_90/name"; do
         if [ "$n" -gt 0 ]; then ok "checked $fam $mode"; else bad "checked $fam $mode" "no rows"; fi
     done
 done
+# split-KV decoding: split + combine through kiln_attention_forward_splitkv in every helper mode, and the
+# decoding speed rows (kiln split-KV and non-split) in bench.csv
+for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do
+    n=$(awk -F, -v m="$mode" '$3 == m && $2 == "attention_splitkv"' "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | wc -l)
+    if [ "$n" -gt 0 ]; then ok "checked attention_splitkv $mode"; else bad "checked attention_splitkv $mode" "no rows"; fi
+done
+n=$(grep -c "^attention_decode,kiln-splitkv," "$tmp/kitout/bench.csv"); m=$(grep -c "^attention_decode,kiln," "$tmp/kitout/bench.csv")
+if [ "$n" -gt 0 ] && [ "$m" -gt 0 ]; then ok "decoding speed rows"; else bad "decoding speed rows" "split-KV $n, non-split $m"; fi
 # attention backward: the whole sequence through its helper in every helper mode and in the JIT path, and the
 # deterministic cases' second run (its own rows, "<output>@rerun")
 for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do

@@ -16,7 +16,7 @@ check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
 "$KILN" bundle -o "$T/default.kbundle" 2>"$T/err"
 check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
 "$KILN" bundle-info "$T/default.kbundle" >"$T/info"
-check "bundle-info counts 195 entries (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 15 each, attention 30, attention_bwd 90)" grep -q "195 entries" "$T/info"
+check "bundle-info counts 235 entries (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 15 each, attention 30, attention_bwd 90, split-KV decoding f16/bf16 d64/d128 split + combine 40)" grep -q "235 entries" "$T/info"
 check "bundle-info lists the norm backwards' norm_reduce" grep -Eq " 90 ptx .*norm_reduce w=bf16" "$T/info"
 check "bundle-info lists sm_75 bf16" grep -Eq " 75 ptx .*layernorm x=bf16 w=bf16 y=bf16 hidden=launch" "$T/info"
 

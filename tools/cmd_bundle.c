@@ -74,7 +74,9 @@ static void bundle_usage(FILE *to) {
             "                   the deterministic dkdv and dq by --spec), rmsnorm, layernorm_bwd,\n"
             "                   rmsnorm_bwd (dtypes x/w/dy/dx), norm_reduce (the norm backwards'\n"
             "                   second kernel; dtype w) (default: all of them, unless --spec or\n"
-            "                   --spec-list is given)\n"
+            "                   --spec-list is given; with neither --dtypes nor --hidden the default\n"
+            "                   set adds split-KV decoding, 'attention ... splitkv=true' and its\n"
+            "                   attention_combine, for f16/bf16 at head_dim 64 and 128)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad);\n"
@@ -423,6 +425,17 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     for (int i = optind; i < argc && rc == CLI_OK; i++) rc = add_matrix(p, argv[i], dtypes, shapes);
     for (size_t i = 0; rc == CLI_OK && optind == argc && !explicit_specs && i < sizeof matrices / sizeof matrices[0]; i++)
         rc = add_matrix(p, matrices[i].family, dtypes, shapes);
+    /* the default set also carries split-KV decoding (kiln_attention_forward_splitkv: the split kernel
+     * and its attention_combine) for f16/bf16 at head_dim 64 and 128, the common decoding shapes; the
+     * default bundle is over its generation budget already, so no more (others by --spec) */
+    for (int i = 0; rc == CLI_OK && optind == argc && !explicit_specs && !dtypes && !shapes && i < 8; i++) {
+        char spec[KILN_SPEC_MAX];
+        const char *dt = i & 2 ? "bf16" : "f16";
+        int d = i & 4 ? 128 : 64;
+        if (i & 1) snprintf(spec, sizeof spec, "attention_combine out=%s head_dim=%d", dt, d);
+        else snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d splitkv=true", dt, d);
+        rc = add_spec(p, spec);
+    }
     if (rc == CLI_OK) rc = parse_sms(p, sms);
     if (rc == CLI_OK && !*out && !*cname) rc = cli_error("missing output: give -o FILE and/or --emit-c NAME");
     if (rc == CLI_OK && p->cubin && !(p->ptxas = find_ptxas()))

@@ -35,6 +35,8 @@ static void run_usage(FILE *to) {
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
             "  --heads H[:K] query heads, key/value heads (default 2:2; K must divide H)\n"
+            "  --splits N    splitkv=true (split-KV decoding): key splits (1..1024, default 4); the\n"
+            "                split kernel fills an f32 workspace, then its attention_combine runs\n"
             "attention_bwd: the same options; runs the whole backward sequence (prep, dkdv, convert;\n"
             "  deterministic=true: prep, dkdv, dq) whatever the spec's kernel= says, from the float64\n"
             "  forward's O and lse, and checks dq, dk, dv against the float64 gradients\n\n"
@@ -43,12 +45,13 @@ static void run_usage(FILE *to) {
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
             "         kiln run layernorm_bwd x=bf16 w=f32 hidden=4096 --sm 80 --rows 64   (then norm_reduce)\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
+            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
             "         kiln run attention_bwd dtype=f16 head_dim=128 causal=true --sm 80 --rows 100 --heads 4:2\n");
 }
 
 typedef struct run_opts {
     int sm, rows, hidden, twice, profile;
-    int seq_k, batch, heads_q, heads_kv; /* attention */
+    int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     unsigned long long seed;
     float eps;
     kiln_ln_input input;
@@ -173,6 +176,8 @@ static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
     kiln_error err = {0};
     kiln_attn_problem p = {0};
     if (kiln_attn_spec_parse(m->spec, &p, &err) != KILN_OK) return report_error(&err);
+    if (o->splits && !m->then_spec[0])
+        return cli_error("--splits applies to split-KV attention (add splitkv=true to the spec)");
     p.batch = o->batch ? o->batch : 1;
     p.heads_q = o->heads_q ? o->heads_q : 2;
     p.heads_kv = o->heads_kv ? o->heads_kv : p.heads_q;
@@ -190,17 +195,25 @@ static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
     void *out = malloc(no * kiln_dtype_size(p.out));
     float *lse = malloc(nl * sizeof *lse);
     double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    /* splitkv=true: the split kernel into a workspace, then the combine kernel its meta names */
+    int split = m->then_spec[0] != 0, splits = o->splits ? o->splits : 4;
+    kiln_emu_kernel *comb = NULL;
+    float *ws = split ? malloc(kiln_attn_splitkv_workspace_floats(&p, splits) * sizeof *ws) : NULL;
     int rc = CLI_OK;
     printf("%s  sm_%d  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, o->sm, p.batch, p.heads_q,
            p.heads_kv, p.seq_q, p.seq_k, o->seed, o->twice ? "  (every block twice)" : "");
+    if (split) printf("  %d splits, then %s\n", splits, m->then_spec);
     double t0 = now_ms();
-    if (!q || !kk || !v || !out || !lse || !ro || !rl) {
+    if (!q || !kk || !v || !out || !lse || !ro || !rl || (split && !ws)) {
         rc = cli_error("out of memory");
-    } else if (kiln_attn_run(k, &p, out, lse, q, kk, v, o->twice, &err) != KILN_OK ||
+    } else if ((split && kiln_emu_load(run_emu, run_gen, m->then_spec, o->sm, &comb, &err) != KILN_OK) ||
+               (split ? kiln_attn_run_splitkv(k, comb, &p, splits, ws, out, lse, q, kk, v, o->twice, &err)
+                      : kiln_attn_run(k, &p, out, lse, q, kk, v, o->twice, &err)) != KILN_OK ||
                kiln_attn_reference(&p, q, kk, v, ro, rl, &err) != KILN_OK) {
         rc = report_error(&err);
     } else {
-        printf("  %s: emulated in %.1f ms\n", m->entry, now_ms() - t0);
+        printf("  %s%s%s: emulated in %.1f ms\n", m->entry, split ? " + " : "", split ? kiln_emu_kernel_meta(comb)->entry : "",
+               now_ms() - t0);
         kiln_attn_report r;
         long bad = kiln_attn_check(&p, p.dtype, q, kk, v, out, lse, ro, rl, &r);
         static const char *names[2] = {"o", "lse"};
@@ -212,7 +225,8 @@ static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
         printf("%s: %s\n", bad ? "FAIL" : "PASS", bad ? "outputs differ from the float64 reference" : "every output within tolerance");
         rc = bad ? CLI_FINDINGS : CLI_OK;
     }
-    free(q), free(kk), free(v), free(out), free(lse), free(ro), free(rl);
+    free(q), free(kk), free(v), free(out), free(lse), free(ro), free(rl), free(ws);
+    if (comb) kiln_emu_kernel_free(comb);
     return rc;
 }
 
@@ -399,6 +413,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
         {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
         {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
+        {"splits", required_argument, NULL, 'X'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -426,6 +441,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         case 'P': o->profile = 1; break;
         case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
+        case 'X': if (parse_int("--splits", optarg, 1, 1024, &v)) return CLI_USAGE; o->splits = (int)v; break;
         case 'N': {
             char *colon = strchr(optarg, ':');
             if (colon) *colon = 0;
@@ -454,6 +470,9 @@ int cmd_run(int argc, char **argv) {
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
+    if (fi == nf && !strcmp(argv[optind], "attention_combine"))
+        return cli_error("attention_combine is the second kernel of split-KV attention; run it with "
+                         "'kiln run attention ... splitkv=true --splits N'");
     if (fi == nf)
         return cli_error("kiln run has no reference for family '%s'; valid: layernorm, attention, attention_bwd, rmsnorm, "
                          "layernorm_bwd, rmsnorm_bwd", argv[optind]);

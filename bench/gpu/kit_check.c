@@ -101,7 +101,8 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
         for (int m = 0; m < nall; m++) {
             if (modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
             size_t fl = strlen(c.family);
-            if (modes[m].by_name && fl > 4 && !strcmp(c.family + fl - 4, "_bwd")) continue; /* two kernels: helper only */
+            if (modes[m].by_name && ((fl > 4 && !strcmp(c.family + fl - 4, "_bwd")) || !strcmp(c.family, "attention_splitkv")))
+                continue; /* two kernels: helper only */
             long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, modes[m].by_name, csv, 1);
             checks++;
             failed += bad != 0;
@@ -311,6 +312,21 @@ static int attn_launch(void *p) {
     kiln_error err;
     if (kiln_attention_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
     fprintf(stderr, "kiln-gpucheck: attention: %s\n", err.msg);
+    return -1;
+}
+
+/* Split-KV decoding through kiln_attention_forward_splitkv (splits 0: the helper's own choice). */
+typedef struct decode_ctx {
+    kiln_rt *rt;
+    kiln_attention_args a;
+    kiln_devptr ws;
+    size_t ws_bytes;
+} decode_ctx;
+static int decode_launch(void *p) {
+    decode_ctx *c = p;
+    kiln_error err;
+    if (kiln_attention_forward_splitkv(c->rt, &c->a, 0, c->ws, c->ws_bytes, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: split-KV attention: %s\n", err.msg);
     return -1;
 }
 
@@ -600,6 +616,68 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
                             "TFLOP", ms, used);
                 }
     }
+    /* decoding: one query per sequence against a long KV cache; the work is reading K and V once
+     * (GB/s of K + V over the copy bandwidth): kiln split-KV (automatic splits) vs the non-split kernel */
+    {
+        int hd = KIT_DECODE_D, hqn = KIT_DECODE_HEADS_Q, hkv = KIT_DECODE_HEADS_KV;
+        size_t nb = sizeof kit_decode_sweep_batch / sizeof(int), ns = sizeof kit_decode_sweep_seq_k / sizeof(int);
+        size_t max_tokens = 0, max_batch = 0;
+        for (size_t bi = 0; bi < nb; bi++)
+            for (size_t si = 0; si < ns; si++) {
+                size_t tok = (size_t)kit_decode_sweep_batch[bi] * (size_t)(quick ? 4096 : kit_decode_sweep_seq_k[si]);
+                if (tok > max_tokens) max_tokens = tok;
+                if ((size_t)kit_decode_sweep_batch[bi] > max_batch) max_batch = (size_t)kit_decode_sweep_batch[bi];
+            }
+        size_t kv_elems = max_tokens * (size_t)hkv * (size_t)hd, q_elems = max_batch * (size_t)hqn * (size_t)hd;
+        kiln_devptr dk, dvv, dqq, doo, dl, dws = 0;
+        if (kiln_rt_alloc(rt, kv_elems * 2, &dk, &err) || kiln_rt_alloc(rt, kv_elems * 2, &dvv, &err) ||
+            kiln_rt_alloc(rt, q_elems * 2, &dqq, &err) || kiln_rt_alloc(rt, q_elems * 2, &doo, &err) ||
+            kiln_rt_alloc(rt, max_batch * (size_t)hqn * 4, &dl, &err))
+            return die("alloc", &err);
+        fill_random(hq, elems, KILN_BF16, 21);
+        for (size_t off = 0; off < kv_elems; off += elems) {
+            size_t n = kv_elems - off < elems ? kv_elems - off : elems;
+            if (kiln_rt_upload(rt, dk + off * 2, hq, n * 2, &err) || kiln_rt_upload(rt, dvv + off * 2, hq, n * 2, &err))
+                return die("upload", &err);
+        }
+        if (kiln_rt_upload(rt, dqq, hq, q_elems * 2, &err)) return die("upload", &err);
+        size_t ws_cap = 0;
+        printf("  %-28s %7s %8s %9s %9s %7s %7s\n", "decoding bf16 d128 32:8 heads", "seq_k", "batch", "ms", "GB/s",
+               "of copy", "splits");
+        for (size_t bi = 0; bi < nb; bi++)
+            for (size_t si = 0; si < ns; si++) {
+                int batch = kit_decode_sweep_batch[bi], seq_k = kit_decode_sweep_seq_k[si];
+                if (quick && seq_k > 4096) continue;
+                decode_ctx dc = {.rt = rt, .a = {.o = doo, .lse = dl, .q = dqq, .k = dk, .v = dvv, .dtype = KILN_BF16,
+                                                 .out_dtype = KILN_BF16, .head_dim = hd, .batch = batch, .heads_q = hqn,
+                                                 .heads_kv = hkv, .seq_q = 1, .seq_k = seq_k}};
+                int splits = 1;
+                size_t need = 0;
+                if (kiln_attention_forward_workspace(rt, &dc.a, 0, &splits, &need, &err) != KILN_OK) return die("workspace", &err);
+                if (need > ws_cap) {
+                    if (dws) kiln_rt_free(rt, dws, NULL);
+                    if (kiln_rt_alloc(rt, need, &dws, &err)) return die("alloc", &err);
+                    ws_cap = need;
+                }
+                dc.ws = dws, dc.ws_bytes = ws_cap;
+                double bytes = 2.0 * batch * (double)seq_k * hkv * hd * 2;
+                t.flush = bytes < t.flush_bytes ? flushbuf : 0;
+                for (int plain = 0; plain < 2; plain++) {
+                    attn_ctx pc = {.rt = rt, .a = dc.a};
+                    ms = plain ? time_median(&t, attn_launch, &pc, reps, &used) : time_median(&t, decode_launch, &dc, reps, &used);
+                    if (ms < 0) continue;
+                    double gbs = bytes / (ms * 1e-3) / 1e9;
+                    printf("  %-28s %7d %8d %9.4f %9.0f %6.1f%% %7d\n", plain ? "kiln non-split" : "kiln split-KV", seq_k, batch,
+                           ms, gbs, 100 * gbs / copy_gbs, plain ? 1 : splits);
+                    csv_row("attention_decode", plain ? "kiln" : "kiln-splitkv", "bf16", 0, hd, seq_k, 0, batch, hqn, bytes, "GB",
+                            ms, used);
+                }
+            }
+        if (dws) kiln_rt_free(rt, dws, NULL);
+        kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dvv, NULL), kiln_rt_free(rt, dqq, NULL), kiln_rt_free(rt, doo, NULL);
+        kiln_rt_free(rt, dl, NULL);
+    }
+
     /* attention backward (the whole sequence: prep, dkdv, convert; deterministic: prep, dkdv, dq) on
      * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
      * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,

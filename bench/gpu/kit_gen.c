@@ -37,6 +37,11 @@ static void attn_spec(const char *dtype, const char *out, int d, int causal, cha
              causal ? "true" : "false");
 }
 
+static void attn_split_spec(const char *dtype, const char *out, int d, int causal, char *buf, size_t size) {
+    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto splitkv=true", dtype, out, d,
+             causal ? "true" : "false");
+}
+
 /* One kernel of the attention backward sequence, as kiln_attention_backward asks for it. */
 static void attn_bwd_spec(const char *kernel, const char *dtype, int d, int causal, int det, char *buf, size_t size) {
     snprintf(buf, size, "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s deterministic=%s", kernel, dtype, d,
@@ -74,6 +79,15 @@ static int cmd_specs(void) {
         const kit_attn_row *r = &kit_attn_rows[i];
         ADD(attn_spec(r->dtype, r->out, r->head_dim, r->causal, raw, sizeof raw));
     }
+    /* split-KV: the split kernel and its combine kernel (attention_combine out=... head_dim=...) */
+    for (size_t i = 0; i <= sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0]; i++) {
+        const kit_attn_split_row *r = i < sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0] ? &kit_attn_split_rows[i] : NULL;
+        ADD(attn_split_spec(r ? r->dtype : "bf16", r ? r->out : "bf16", r ? r->head_dim : KIT_DECODE_D, r ? r->causal : 0,
+                            raw, sizeof raw));
+        ADD(snprintf(raw, sizeof raw, "attention_combine out=%s head_dim=%d", r ? r->out : "bf16",
+                     r ? r->head_dim : KIT_DECODE_D));
+    }
+    ADD(attn_spec("bf16", "bf16", KIT_DECODE_D, 0, raw, sizeof raw)); /* the decode sweep's non-split kernel */
     for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0]; i++) {
         const kit_attn_bwd_row *r = &kit_attn_bwd_rows[i];
         for (int s = 0; s < 3; s++)
@@ -293,6 +307,70 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     return st;
 }
 
+/* A split-KV case: the split kernel, then its combine kernel, on the emulator with `splits` forced
+ * (as kiln_attention_forward_splitkv launches them); o and lse against the float64 forward. */
+static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn_split_row *r, int sm, int quick,
+                                    kit_case *c, kiln_error *err) {
+    char spec[KILN_SPEC_MAX];
+    attn_split_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
+    kiln_emu_kernel *k, *comb = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    if ((st = kiln_emu_load(emu, gen, m->then_spec, sm, &comb, err)) != KILN_OK) {
+        kiln_emu_kernel_free(k);
+        return st;
+    }
+    kiln_attn_problem p = {0};
+    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) {
+        kiln_emu_kernel_free(k);
+        kiln_emu_kernel_free(comb);
+        return st;
+    }
+    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
+    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_default_strides(&p);
+    uint64_t seed = (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm);
+    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
+    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
+    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
+    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p.out));
+    float *lse = malloc(nl * sizeof *lse), *ws = malloc(kiln_attn_splitkv_workspace_floats(&p, r->splits) * sizeof *ws);
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    if (!q || !kk || !v || !o || !lse || !ws || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (st == KILN_OK) st = kiln_attn_run_splitkv(k, comb, &p, r->splits, ws, o, lse, q, kk, v, 0, err);
+    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
+    if (st == KILN_OK) {
+        kiln_attn_report rep;
+        long bad = kiln_attn_check(&p, p.dtype, q, kk, v, o, lse, ro, rl, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own split-KV result fails the attention error model (%ld bad)", bad);
+    }
+    if (st == KILN_OK) {
+        snprintf(c->name, sizeof c->name, "attn-splitkv-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d-s%d", r->dtype,
+                 strcmp(r->dtype, r->out) ? ">" : "", strcmp(r->dtype, r->out) ? r->out : "", r->head_dim,
+                 r->causal ? "-causal" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, r->splits);
+        snprintf(c->family, sizeof c->family, "attention_splitkv");
+        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)r->splits, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
+        const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
+            {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
+            {"causal", p.causal}, {"splits", r->splits}, {"deterministic", 1}}; /* deterministic: run twice, same bits */
+        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
+        add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
+        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
+        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
+        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
+        add_tensor(c, "o", p.out, KIT_OUT, no, o, ro);
+        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    free(q), free(kk), free(v), free(o), free(lse), free(ws), free(ro), free(rl);
+    kiln_emu_kernel_free(k);
+    kiln_emu_kernel_free(comb);
+    return st;
+}
+
 /* An attention backward case: the forward's O and lse as the backward receives them (float64
  * forward rounded to out / f32), dO random; the emulator runs the three kernels the runtime helper
  * launches and must pass the family's error model; dq/dk/dv against the float64 gradients. */
@@ -462,7 +540,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
 /* ---- prepare: every row x SM, in parallel ---- */
 
 typedef struct job {
-    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward */
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward, 4 split-KV */
     int row, sm, index;
 } job;
 
@@ -494,6 +572,7 @@ static void *prep_worker(void *arg) {
         if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
         else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
         else if (j->family == 3) st = build_attn_bwd(gen, emu, &kit_attn_bwd_rows[j->row], j->sm, p->quick, &c, &err);
+        else if (j->family == 4) st = build_attn_split(gen, emu, &kit_attn_split_rows[j->row], j->sm, p->quick, &c, &err);
 #ifdef KIT_HAVE_NORM
         else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->quick, &c, &err);
 #endif
@@ -507,7 +586,8 @@ static void *prep_worker(void *arg) {
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
             fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index,
-                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : j->family == 3 ? "attention_bwd" : "norm",
+                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : j->family == 3 ? "attention_bwd"
+                    : j->family == 4 ? "attention_splitkv" : "norm",
                     j->row, j->sm, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
@@ -535,6 +615,8 @@ static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int
             if (!quick || kit_attn_bwd_rows[i].quick) p.jobs[p.njobs] = (job){3, i, targets[s], p.njobs}, p.njobs++;
         for (int i = 0; i < (int)(sizeof kit_attn_rows / sizeof kit_attn_rows[0]); i++)
             if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, targets[s], p.njobs}, p.njobs++;
+        for (int i = 0; i < (int)(sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0]); i++)
+            if (!quick || kit_attn_split_rows[i].quick) p.jobs[p.njobs] = (job){4, i, targets[s], p.njobs}, p.njobs++;
         for (int i = 0; i < (int)(sizeof kit_ln_rows / sizeof kit_ln_rows[0]); i++)
             if (!quick || kit_ln_rows[i].quick) p.jobs[p.njobs] = (job){0, i, targets[s], p.njobs}, p.njobs++;
 #ifdef KIT_HAVE_NORM

@@ -62,6 +62,28 @@ static kiln_status attention_launch(kiln_rt *rt, const kit_case *c, const kit_de
     return st == KILN_OK && k ? kiln_attention_pick(rt, &a, k, err) : st;
 }
 
+/* Split-KV decoding: kiln_attention_forward_splitkv with the case's split count, its workspace allocated
+ * here as a caller would (kiln_attention_forward_workspace); the kernel reported is the split kernel. */
+static kiln_status attention_splitkv_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
+                                            kiln_error *err) {
+    kiln_attention_args a;
+    attention_args(c, d, &a);
+    int splits = (int)scalar_of(c, "splits", 0);
+    size_t bytes = 0;
+    kiln_devptr ws = 0;
+    kiln_status st = kiln_attention_forward_workspace(rt, &a, splits, NULL, &bytes, err);
+    if (st == KILN_OK && bytes) st = kiln_rt_alloc(rt, bytes, &ws, err);
+    if (st == KILN_OK) st = kiln_attention_forward_splitkv(rt, &a, splits, ws, bytes, err);
+    if (st == KILN_OK) st = kiln_rt_synchronize(rt, err);
+    if (st == KILN_OK && k) {
+        char spec[KILN_SPEC_MAX];
+        snprintf(spec, sizeof spec, "%s", c->spec);
+        st = kiln_rt_get_kernel(rt, spec, k, err);
+    }
+    if (ws) kiln_rt_free(rt, ws, NULL);
+    return st;
+}
+
 /* Attention backward: the whole sequence (prep, dkdv, convert or dq) through kiln_attention_backward,
  * its f32 workspace allocated here as a caller would; the kernel reported is the dkdv one. */
 static kiln_status attention_bwd_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
@@ -149,6 +171,7 @@ static const struct {
 #endif
     {"attention", attention_launch},
     {"attention_bwd", attention_bwd_launch},
+    {"attention_splitkv", attention_splitkv_launch},
 };
 
 const char *kit_launch_route(const char *family) {

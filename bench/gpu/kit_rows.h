@@ -47,6 +47,23 @@ static const kit_attn_row kit_attn_rows[] = {
     {"f16", "f16", 64, 1, 1, 2, 2, 150, 100, 0},    {"bf16", "f32", 64, 0, 1, 2, 2, 200, 200, 0},
 };
 
+/* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and
+ * combine kernels run whatever the device's SM count): GQA/MQA, seq_q 1..16, odd seq_k, more splits
+ * than key tiles. One spec, the decode sweep's (each spec is
+ * a split and a combine kernel for 5 SMs in the bundle, ~0.4 MB a kernel, and the kit must stay under
+ * 48 MiB); every dtype, head_dim and causal is proven on the emulator (tests/attention_splitkv_test.c). */
+typedef struct kit_attn_split_row {
+    const char *dtype, *out;
+    int head_dim, causal;
+    int batch, heads_q, heads_kv, seq_q, seq_k, splits;
+    int quick;
+} kit_attn_split_row;
+
+static const kit_attn_split_row kit_attn_split_rows[] = {
+    {"bf16", "bf16", 128, 0, 1, 8, 2, 1, 1500, 12, 1}, {"bf16", "bf16", 128, 0, 2, 8, 1, 3, 777, 7, 0},
+    {"bf16", "bf16", 128, 0, 1, 4, 4, 16, 300, 5, 0},  {"bf16", "bf16", 128, 0, 1, 8, 1, 1, 2000, 40, 0},
+};
+
 /* Attention backward rows (the whole sequence through kiln_attention_backward: prep, dkdv, then
  * convert, or dq when deterministic). Paths as the runtime picks them: mma m16n8k16 for f16/bf16 at
  * head_dim <= 128 on the device, m16n8k8 for f16 and SIMT for bf16 in the sm_75 PTX, SIMT for f32 and
@@ -104,6 +121,13 @@ static const int kit_attn_sweep_d[] = {64, 128};
 static const char *const kit_attn_sweep_dtypes[] = {"bf16"};
 #define KIT_ATTN_SWEEP_TOKENS 16384 /* batch = tokens / seq */
 #define KIT_ATTN_SWEEP_WIDTH 2048   /* heads = width / head_dim */
+/* decoding (one query per sequence, bf16 d128, 32 query heads over 8 kv heads, as Llama-3-8B):
+ * kiln split-KV (automatic split count), kiln non-split, and SDPA in peers.py; GB/s of K and V read */
+static const int kit_decode_sweep_seq_k[] = {4096, 16384, 65536};
+static const int kit_decode_sweep_batch[] = {1, 8};
+#define KIT_DECODE_HEADS_Q 32
+#define KIT_DECODE_HEADS_KV 8
+#define KIT_DECODE_D 128
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 

@@ -207,6 +207,30 @@ def measure_peers(rows, args):
                 continue
             out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
         del q, k, v
+    # decoding (one query against a long KV cache, GQA): torch SDPA on the kiln rows' shapes; GB/s of K + V
+    # read, as kiln counts it. enable_gqa (torch >= 2.5) reads each kv head once; older torch gets
+    # K/V repeated to heads_q first (outside the timed call), which reads heads_q / heads_kv times more.
+    for r in [r for r in rows if r["bench"] == "attention_decode" and r["impl"] == "kiln-splitkv"]:
+        dt = dtypes[r["dtype"]]
+        d, seq_k, batch, hq = int(r["head_dim"]), int(r["seq"]), int(r["rows_or_batch"]), int(r["heads"])
+        work = num(r, "work")
+        hkv = max(1, int(round(work / (2.0 * batch * seq_k * d * 2))))
+        try:
+            q = torch.randn(batch, hq, 1, d, device="cuda", dtype=dt, generator=gen)
+            k, v = (torch.randn(batch, hkv, seq_k, d, device="cuda", dtype=dt, generator=gen) for _ in range(2))
+            try:
+                F.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+                fn = lambda: F.scaled_dot_product_attention(q, k, v, enable_gqa=True)  # noqa: E731
+                name = "sdpa"
+            except TypeError:
+                kr, vr = (t.repeat_interleave(hq // hkv, dim=1) for t in (k, v))
+                fn = lambda: F.scaled_dot_product_attention(q, kr, vr)  # noqa: E731
+                name = "sdpa-repeat-kv"
+            ms, n = timer.median_ms(fn, work)
+            out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e9), reps=n))
+            del q, k, v
+        except Exception as e:
+            print("  sdpa decode seq_k %d batch %d: %s" % (seq_k, batch, e))
     # attention backward: SDPA's flash backward (FlashAttention-2) on the same shapes, the forward's
     # graph kept and only the backward timed; the deterministic rows share the atomic rows' shapes
     for r in [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]:
@@ -321,6 +345,19 @@ def tables(rows):
             r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
             fmt(k, "%.1f"), fmt(s, "%.1f"), ratio(k, s), "%.1f%%" % (100 * k / peak) if peak else "-",
             "%.1f%%" % (100 * s / peak) if peak and s else "-"))
+    dec = [r for r in rows if r["bench"] == "attention_decode" and r["impl"] == "kiln-splitkv"]
+    if dec:
+        lines += ["", "### Decoding (one query, bf16 d%s, %s query heads over GQA kv heads), GB/s of K + V read" % (
+                      dec[0]["head_dim"], dec[0]["heads"]), "",
+                  "| seq_k | batch | kiln split-KV | kiln non-split | SDPA | split/non-split | split/SDPA | split % of copy |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in dec:
+            key = dict(seq=r["seq"], rows_or_batch=r["rows_or_batch"])
+            k, p = num(r, "rate"), rate_of(rows, "attention_decode", "kiln", **key)
+            sd = rate_of(rows, "attention_decode", "sdpa", **key) or rate_of(rows, "attention_decode", "sdpa-repeat-kv", **key)
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+                r["seq"], r["rows_or_batch"], fmt(k), fmt(p), fmt(sd), ratio(k, p), ratio(k, sd),
+                "%.1f%%" % (100 * k / copy) if copy else "-"))
     bwd = [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]
     if bwd:
         lines += ["", "### Attention backward, TFLOP/s (FlashAttention-2's convention: 2.5x the forward's FLOPs, "

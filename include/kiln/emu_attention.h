@@ -37,6 +37,15 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
  * {ceil(seq_q / grid_tile.x), heads_q, batch}. */
 kiln_status kiln_attn_run(kiln_emu_kernel *k, const kiln_attn_problem *p, void *o, float *lse, const void *q,
                           const void *kk, const void *v, int twice, kiln_error *err);
+/* Split-KV decoding: floats of workspace `attention splitkv=true` needs for `splits` splits
+ * (splits * batch * heads_q * seq_q * (head_dim + 1)). */
+size_t kiln_attn_splitkv_workspace_floats(const kiln_attn_problem *p, int splits);
+/* Runs `split` (attention splitkv=true) over grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q /
+ * rows_per_block), batch} into ws (poisoned first), then `combine` (attention_combine) into o and lse,
+ * as the runtime launches them. */
+kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combine, const kiln_attn_problem *p,
+                                  int splits, float *ws, void *o, float *lse, const void *q, const void *k, const void *v,
+                                  int twice, kiln_error *err);
 /* Index 0: o, 1: lse. */
 typedef struct kiln_attn_report {
     double max_abs[2], worst[2]; /* largest |error| and error / tolerance over finite values */

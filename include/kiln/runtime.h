@@ -233,6 +233,27 @@ typedef struct kiln_attention_args {
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
 
+/* Split-KV decoding (flash-decoding; docs/attention.md). The keys are spread over `splits` blocks per
+ * (batch, kv head, block of packed query rows): `attention ... splitkv=true` writes each split's f32
+ * partial O and log-sum-exp into an f32 workspace, then `attention_combine` (the first kernel's
+ * meta.then_spec) merges them in split order (no atomics: the same bits every run) into o and lse,
+ * exactly as kiln_attention_forward defines them. splits: 0 = automatic (1, the plain kernel, unless
+ * seq_q <= KILN_ATTENTION_DECODE_MAX_SEQ_Q, seq_k >= 256 and either the plain grid has fewer blocks than
+ * the device has SMs or heads_q > heads_kv; then enough splits for 2 blocks per SM, at least 2, at most
+ * seq_k / 128 and 128), 1 = the plain
+ * kernel, n = n splits (more than the key tiles is allowed: empty splits add nothing), at most
+ * KILN_ATTENTION_MAX_SPLITS. */
+#define KILN_ATTENTION_DECODE_MAX_SEQ_Q 16
+#define KILN_ATTENTION_MAX_SPLITS 1024
+/* The split count a call with `splits` uses (*chosen, may be NULL) and the workspace bytes it needs:
+ * splits * batch * heads_q * seq_q * (head_dim + 1) * 4, 0 when it runs the plain kernel. */
+kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_args *a, int splits, int *chosen,
+                                             size_t *bytes, kiln_error *err);
+/* Launches the split and combine kernels on a->stream (or the plain kernel when 1 split is chosen).
+ * workspace: at least kiln_attention_forward_workspace() bytes of device memory, 16-byte aligned. */
+kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_args *a, int splits, kiln_devptr workspace,
+                                           size_t workspace_bytes, kiln_error *err);
+
 /* Attention backward, FlashAttention-2 algorithm (runtime/rt_attention_bwd.c): dQ, dK, dV of
  * L with dL/dO = dout, from the forward's inputs, its O and its lse. Tensors and strides as in
  * kiln_attention_args (all three strides 0: [batch, seq, heads, head_dim]); dq is laid out by

@@ -265,13 +265,14 @@ class Runtime:
 
     def close(self):
         if self._ptr:
-            ws = getattr(self, "_bwd_ws", None)
-            if ws is not None:
-                try:
-                    ws.free()
-                except KilnError:
-                    pass
-                self._bwd_ws = None
+            for attr in ("_bwd_ws", "_fwd_ws"):
+                ws = getattr(self, attr, None)
+                if ws is not None:
+                    try:
+                        ws.free()
+                    except KilnError:
+                        pass
+                    setattr(self, attr, None)
             self._lib.kiln_rt_destroy(self._ptr)
             self._ptr = ctypes.c_void_p()
 
@@ -698,14 +699,55 @@ class Runtime:
         a.stream = _stream_handle(stream, vl)
         return a
 
-    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None):
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
         heads_q must be a multiple of heads_kv (GQA/MQA). causal is bottom-right aligned.
-        lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim)."""
+        lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim).
+        splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
+        whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
+        workspace: device memory of attention_workspace(...) bytes for the split partials; None uses one the
+        Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
         a = self._attn_args(o, q, k, v, lse, causal, scale, stream)
+        n, need = self._attn_splits(a, splits)
+        views = []
+        ptr = self._workspace_ptr("attention", need, workspace, views, "_fwd_ws") if n > 1 else 0
         err = _lib.Error()
-        _lib.check(self._lib.kiln_attention_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+        _lib.check(self._lib.kiln_attention_forward_splitkv(self._live(), ctypes.byref(a), n, ptr, need,
+                                                            ctypes.byref(err)), err)
+
+    def _attn_splits(self, a, splits):
+        if isinstance(splits, bool) or not isinstance(splits, int):
+            raise KilnArgumentError("attention: splits must be an int (0: automatic, 1: no split, n: n splits), "
+                                    "got %r" % (splits,))
+        n, need, err = ctypes.c_int(1), ctypes.c_size_t(0), _lib.Error()
+        _lib.check(self._lib.kiln_attention_forward_workspace(self._live(), ctypes.byref(a), int(splits),
+                                                              ctypes.byref(n), ctypes.byref(need), ctypes.byref(err)), err)
+        return n.value, need.value
+
+    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0):
+        """(splits, bytes): the split count attention(..., splits=splits) uses for these arrays and the device
+        workspace it needs (0 bytes when it runs the non-split kernel)."""
+        return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0), splits)
+
+    def _workspace_ptr(self, what, need, workspace, views, attr):
+        if workspace is not None:
+            wv = self._view(workspace, what + ": workspace", self.device_ordinal)
+            have = wv.numel * _lib.DTYPE_SIZE[wv.dtype]
+            if not wv.contiguous() or have < need:
+                raise KilnArgumentError("%s: workspace must be %d contiguous bytes of device memory, got %d bytes%s"
+                                        % (what, need, have, "" if wv.contiguous() else ", not contiguous"))
+            views.append(wv)
+            return wv.ptr
+        with self._lock:
+            ws = getattr(self, attr, None)
+            if ws is None or ws.nbytes < need:
+                if ws is not None:
+                    self.synchronize()  # the old one may still be in use by an earlier launch
+                    ws.free()
+                ws = DeviceArray(self, ((need + 3) // 4,), "f32")
+                setattr(self, attr, ws)
+            return ws.ptr
 
     def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None):
         a = self._attn_args(o, q, k, v, lse, causal, scale, 0)

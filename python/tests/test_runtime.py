@@ -98,6 +98,32 @@ def test_attention_strides_from_sdpa_layout(fake_cuda):
     assert "must match" in str(e.value) or "multiple" in str(e.value)
 
 
+def test_attention_decoding_splits_kv(fake_cuda):
+    rt = kiln.Runtime(disk_cache=False)
+    b, hq, hkv, sk, d = 1, 8, 2, 1024, 128
+    q, o = rt.empty((b, 1, hq, d), "bf16"), rt.empty((b, 1, hq, d), "bf16")
+    k, v = rt.empty((b, sk, hkv, d), "bf16"), rt.empty((b, sk, hkv, d), "bf16")
+    lse = rt.empty((b, hq, 1), "f32")
+    n, need = rt.attention_workspace(o, q, k, v, lse=lse)
+    # one query, 8 plain blocks on the fake's 108 SMs: split, at most one split per 128 keys
+    assert n == sk // 128 and need == n * b * hq * 1 * (d + 1) * 4
+    rt.attention(o, q, k, v, lse=lse)  # automatic: split kernel, then attention_combine
+    launch = fake_cuda.last_launch()
+    assert launch.entry.decode().startswith("kiln_attention_combine_bf16_128"), launch.entry
+    assert rt.attention_workspace(o, q, k, v, splits=1) == (1, 0)
+    rt.attention(o, q, k, v, splits=1)
+    assert fake_cuda.last_launch().entry == rt.attention_kernel(o, q, k, v).meta["entry"].encode()
+    rt.attention(o, q, k, v, splits=3, workspace=rt.empty((3 * hq * (d + 1),), "f32"))
+    with pytest.raises(kiln.KilnArgumentError) as e:
+        rt.attention(o, q, k, v, splits=3, workspace=rt.empty((10,), "f32"))
+    assert "workspace must be" in str(e.value)
+    with pytest.raises(kiln.KilnError) as e:
+        rt.attention(o, q, k, v, splits=-2)
+    assert "0 (automatic) or 1..1024" in str(e.value)
+    with pytest.raises(kiln.KilnArgumentError):
+        rt.attention(o, q, k, v, splits="4")
+
+
 def test_generic_kernel_launch(fake_cuda):
     rt = kiln.Runtime(disk_cache=False)
     k = rt.kernel("layernorm", x="f32", hidden=256, bias=False)

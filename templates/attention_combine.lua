@@ -1,0 +1,86 @@
+-- templates/attention_combine.lua - second kernel of split-KV attention: merges the splits' partial O and lse.
+--
+-- `attention splitkv=true` writes, per split s and row r = (batch * heads_q + head) * seq_q + query,
+-- the split's own softmax output O_s (f32, divided by its own sum) at ws[(s * rows + r) * head_dim]
+-- and its base-2 log-sum-exp L_s (m + log2 l; -inf when the split saw no key of the row) at
+-- ws[splits * rows * head_dim + s * rows + r]. This kernel computes, in split order 0, 1, ...
+-- (deterministic: no atomics),
+--   M = max_s L_s,  w_s = 2^(L_s - M),  O = sum_s w_s O_s / sum_s w_s,  lse = (M + log2 sum_s w_s) ln 2
+-- and writes O in `out` (strides stride_o{b,s,h}) and lse (natural log, f32, [batch, heads_q, seq_q];
+-- may be NULL), as the non-split forward defines them: a row no split saw gets O = 0, lse = +inf.
+-- One warp per row, head_dim / 32 consecutive columns a lane. Grid: {ceil(rows / 4), 1, 1}.
+local util = require("lib.util")
+
+local K = {
+  doc = "split-KV attention, second kernel: O and lse from the splits' partial results (fixed order)",
+  params = {
+    { name = "out", type = "dtype", default = "f16", doc = "O dtype" },
+    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 }, doc = "head dimension" },
+  },
+}
+
+local WARPS = 4
+local LN2 = 0.6931471805599453
+local NEG_INF, POS_INF = -math.huge, math.huge
+
+function K.config(spec, target)
+  return { block = 32 * WARPS, grid_tile = { WARPS, 1, 1 }, rows_per_block = WARPS, align = 4 * util.dtype_bytes[spec.out] }
+end
+
+function K.build(b, spec, cfg)
+  local p = b:kernel{ params = {
+    { "o", "ptr", spec.out }, { "lse", "ptr", "f32" }, { "ws", "ptr", "f32", readonly = true },
+    { "batch", "i32" }, { "heads_q", "i32" }, { "seq_q", "i32" }, { "splits", "i32" },
+    { "stride_ob", "i64" }, { "stride_os", "i64" }, { "stride_oh", "i64" },
+  } }
+  local d = spec.head_dim
+  local n = d // 32 -- columns a lane
+  local tid = b:tid()
+  local lane, warp = tid & 31, tid >> 5
+  local rows = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
+  local row = b:i64(b:ctaid("x") * WARPS + warp)
+  b:exit_if(b:ge(row, rows))
+  local part = p.ws + row * d + lane * n -- O_s at part + s * rows * d
+  local lses = p.ws + b:i64(p.splits) * rows * d + row -- L_s at lses + s * rows
+  -- every lane reads the same L_s (one broadcast load per split), in split order
+  local mx = b:var("f32", NEG_INF)
+  b:for_(0, p.splits, 1, function(s) mx:set(b:max(mx:get(), b:load(lses + b:i64(s) * rows))) end)
+  local m = mx:get()
+  local m_use = b:select(b:eq(m, NEG_INF), 0.0, m)
+  local sum = b:var("f32", 0.0)
+  local acc = {}
+  for c = 1, n do acc[c] = b:var("f32", 0.0) end
+  b:for_(0, p.splits, 1, function(s)
+    local s64 = b:i64(s)
+    local w = b:ex2_approx(b:load(lses + s64 * rows) - m_use)
+    sum:set(sum:get() + w)
+    local at = part + s64 * rows * d
+    local vals
+    if n == 3 then
+      vals = { b:load(at), b:load(at + 1), b:load(at + 2) }
+    else
+      vals = b:load_vec(at, n, { align = math.min(4 * n, 16) }) -- ws is 16-byte aligned
+    end
+    for c = 1, n do acc[c]:set(b:fma(w, vals[c], acc[c]:get())) end
+  end)
+  local total = sum:get()
+  local empty = b:le(total, 0.0)
+  local inv = b:select(empty, 0.0, 1.0 / total)
+  local out = {}
+  for c = 1, n do out[c] = acc[c]:get() * inv end
+  -- row -> (batch, head, query) for O's strides
+  local sq = row % b:i64(p.seq_q)
+  local bh = row // b:i64(p.seq_q)
+  local h = bh % b:i64(p.heads_q)
+  local bi = bh // b:i64(p.heads_q)
+  local orow = p.o + bi * p.stride_ob + sq * p.stride_os + h * p.stride_oh + lane * n
+  if n == 3 then
+    for c = 1, n do b:store(orow + (c - 1), b:from_f32(out[c], spec.out)) end
+  else
+    b:store_vec(orow, b:from_f32_vec(out, spec.out), { align = n * util.dtype_bytes[spec.out] })
+  end
+  local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(total)) * LN2)
+  b:if_(b:and_(b:eq(lane, 0), b:not_(b:is_null(p.lse))), function() b:store(p.lse + row, lse) end)
+end
+
+return K
