@@ -229,7 +229,8 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
     memset(o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     if (lse) memset(lse, 0xff, sizeof *lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
     for (int pass = 0; pass < 2; pass++) {
-        kiln_emu_launch l = {.dynamic_smem = ms[pass]->dynamic_smem, .twice = twice};
+        size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors and ws */
+        kiln_emu_launch l = {.dynamic_smem = ms[pass]->dynamic_smem, .twice = twice, .arg_bytes = bytes};
         for (int i = 0; i < ms[pass]->nparams; i++) {
             const char *name = ms[pass]->params[i].name;
             if (!strcmp(name, "ws")) args[i] = &wsp;
@@ -237,6 +238,8 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
             else if (bind(&a, name, &args[i]) != 0)
                 return kiln_fail(err, KILN_EINVAL, "attention: kernel parameter '%s' is not an attention parameter", name);
             if (!strcmp(name, "lse")) l.nullable |= 1u << i;
+            bytes[i] = !strcmp(name, "ws") ? kiln_attn_splitkv_workspace_floats(p, splits) * sizeof *ws
+                                           : emu_attn_param_bytes(p, &ms[pass]->params[i]);
         }
         unsigned group = (unsigned)(p->heads_q / p->heads_kv), bm = ms[0]->rows_per_block ? ms[0]->rows_per_block : 1;
         unsigned rows = (unsigned)p->batch * (unsigned)p->heads_q * (unsigned)p->seq_q;
