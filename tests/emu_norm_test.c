@@ -273,7 +273,7 @@ int main(void) {
     static const char *const full_extra[] = {
         "layernorm x=f32 hidden=16384", "rmsnorm x=bf16 hidden=16384", "layernorm_bwd x=bf16 hidden=16384",
         "rmsnorm_bwd x=f16 hidden=16384", "layernorm_bwd x=f16 w=f32 dy=f16 dx=bf16 hidden=1000",
-        "layernorm_bwd x=f32 hidden=16384", "layernorm_bwd x=bf16 w=f32 hidden=16384 form=reg32",
+        "layernorm_bwd x=f32 hidden=16384", "layernorm_bwd x=bf16 hidden=16384 form=reg32",
         "rmsnorm x=bf16 hidden=100 residual=true r=f16",
     };
     for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++) variant(fwd[i], sms, nsms, full);
