@@ -689,7 +689,7 @@ end
 --   for a fixed variant take the looping form; short rows (one warp per row) fixed; every other
 --   fixed hidden the reload candidate with the most row bytes in flight per SM (model below).
 
-M.BWD_FORMS = { "auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16" }
+M.BWD_FORMS = { "auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32" }
 -- Bytes per SM the H100 needs in flight to cover its DRAM latency (3.35 TB/s x ~0.7 us / 132 SMs),
 -- for the docs and the kit's summary; the model maximizes the bytes anyway.
 M.BYTES_IN_FLIGHT_TARGET = 18 * 1024
@@ -785,10 +785,10 @@ function M.bwd_in_flight(spec, cfg)
   return rows * row_bytes(spec), rows, waves
 end
 
-local FORM_ELEMS = { reg8 = 8, reg16 = 16, reg32 = 32, smem8 = 8, smem16 = 16 }
+local FORM_ELEMS = { reg8 = 8, reg16 = 16, reg32 = 32, smem8 = 8, smem16 = 16, smem32 = 32 }
 -- Candidates of form=auto, in the order that breaks ties (shared-memory accumulators first: they
 -- leave ptxas the most registers).
-local AUTO_FORMS = { "smem16", "smem8", "reg32", "reg16", "reg8" }
+local AUTO_FORMS = { "smem16", "smem8", "smem32", "reg32", "reg16", "reg8" }
 
 -- config() of a backward family: the geometry of the chosen form, and the workspace.
 function M.backward_config(spec, target, rms)
@@ -820,11 +820,11 @@ function M.backward_config(spec, target, rms)
     if not cfg then error(string.format("form=%s at hidden %d on sm_%d: %s (use form=auto)", form, spec.hidden, target.sm, why)) end
   else
     local best, best_b
-    -- reg32 (T = chunks / 4 at bf16, up to 168 registers) only where 1024 threads cannot cover
-    -- the row at 8 elements: elsewhere ptxas spills beyond the estimate (masked chunks at T = 32)
+    -- reg32 and smem32 (32 elements per thread) only where 1024 threads cannot cover the row at
+    -- 8 elements: on short rows ptxas spills beyond the estimate (masked chunks, T = 32 .. 64)
     local wide = base.chunks > target.max_threads * math.max(1, 8 // base.vec)
     for _, f in ipairs(AUTO_FORMS) do
-      local c = (f ~= "reg32" or wide) and reload_config(spec, target, rms, base, FORM_ELEMS[f], f:sub(1, 4) == "smem")
+      local c = (FORM_ELEMS[f] < 32 or wide) and reload_config(spec, target, rms, base, FORM_ELEMS[f], f:sub(1, 4) == "smem")
       if c then
         local bytes = M.bwd_in_flight(spec, c)
         if not best or bytes > best_b then
