@@ -803,7 +803,7 @@ function M.backward_config(spec, target, rms)
     cfg.loop = true
   elseif form == "fixed" or (form == "auto" and base.threads_per_row == 32) then
     if base.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
-      error(string.format("form=fixed holds the row in registers with at most %d threads x %d elements: hidden %d of %s is wider (use form=auto, reg16 or smem16)",
+      error(string.format("form=fixed holds the row in registers with at most %d threads x %d elements: hidden %d of %s is wider (use form=auto)",
                           M.MAX_BWD_THREADS_PER_ROW, M.MAX_ELEMS_BWD, spec.hidden, spec.x))
     end
     cfg = base
