@@ -95,7 +95,14 @@ kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error
         } else if (!strcmp(tok, "weight")) st = parse_bool(tok, v, &s->weight, err);
         else if (!strcmp(tok, "bias") && !is_rms(s)) st = parse_bool(tok, v, &s->bias, err);
         else if (!strcmp(tok, "residual")) st = parse_bool(tok, v, &s->residual, err);
-        else return kiln_fail(err, KILN_EINVAL, "unknown %s key '%s'", family_names[f], tok);
+        else if (!strcmp(tok, "form") && kiln_norm_is_backward(s)) {
+            /* the backward's kernel form (templates/lib/norm.lua): geometry only, same semantics */
+            static const char *const forms[] = {"auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32"};
+            size_t i = 0;
+            while (i < sizeof forms / sizeof *forms && strcmp(v, forms[i])) i++;
+            if (i == sizeof forms / sizeof *forms)
+                return kiln_fail(err, KILN_EINVAL, "bad form '%s'; valid: auto, fixed, reg8, reg16, reg32, smem8, smem16, smem32", v);
+        } else return kiln_fail(err, KILN_EINVAL, "unknown %s key '%s'", family_names[f], tok);
         if (st != KILN_OK) return st;
     }
     for (int k = 1; k < 6; k++)

@@ -19,6 +19,8 @@ local K = {
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },
+    { name = "form", type = "enum", default = "auto", values = norm.BWD_FORMS, hide_default = true,
+      doc = "kernel form (docs/norms.md): auto; fixed (row in registers); reg8/reg16/reg32 (row re-read, accumulators in registers, 8/16/32 elements per thread); smem8/smem16/smem32 (accumulators in shared memory)" },
   },
   check = norm.check,
 }

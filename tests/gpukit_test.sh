@@ -20,7 +20,7 @@ for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz peers.py 
     if [ -e "$KIT/$f" ]; then ok "kit has $f"; else bad "kit has $f" "missing"; fi
 done
 size=$(du -sbL "$KIT" | cut -f1)
-if [ "$size" -lt $((48 << 20)) ]; then ok "kit size"; else bad "kit size" "$size bytes: more than 48 MiB of the 64 a call carries"; fi
+if [ "$size" -lt $((48 << 20)) ]; then ok "kit size"; else bad "kit size" "$size bytes: more than 48 MiB of the 64 a call carries with the tree"; fi
 
 # ---- link dependencies: the AOT check needs libc (and libdl/libm) only; the generator (no LLVM or Lua
 # package on the GPU machine) libc/libstdc++ and what lib/ carries

@@ -1,8 +1,9 @@
 /* tests/norm_ptxas_test.c - the ptxas matrix (tests/matrix.h) over the norm families: rmsnorm,
  * layernorm_bwd, rmsnorm_bwd (dtypes f32, f16, bf16 and bf16 with f32 weights; hidden 1, 768,
- * 16384 and launch; the residual form), layernorm residual=true, and norm_reduce; for sm_75, 80
- * and 90 (KILN_TEST_FULL=1: every SM and more hidden sizes). Each variant generates, lints clean,
- * has no bf16 instruction below sm_80 and assembles with 0 bytes of spills. */
+ * 4096, 16384 and launch; the residual form; the backwards' explicit forms at 4096 and 12288),
+ * layernorm residual=true, and norm_reduce; for sm_75, 80 and 90 (KILN_TEST_FULL=1: every SM and
+ * more hidden sizes). Each variant generates, lints clean, has no bf16 instruction below sm_80 and
+ * assembles with 0 bytes of spills. */
 #include "matrix.h"
 
 int main(void) {
@@ -14,10 +15,10 @@ int main(void) {
     int nsms = full ? 5 : 3;
     static const char *const families[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd", "layernorm"};
     static const char *const dts[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32"};
-    static const char *const quick_h[] = {"1", "768", "16384", "launch"};
+    static const char *const quick_h[] = {"1", "768", "4096", "16384", "launch"};
     static const char *const full_h[] = {"1", "7", "33", "100", "768", "1000", "2048", "4096", "8192", "16384", "launch"};
     const char *const *hs = full ? full_h : quick_h;
-    int nh = full ? 11 : 4;
+    int nh = full ? 11 : 5;
     for (int s = 0; s < nsms; s++) {
         for (int f = 0; f < 4; f++)
             for (int d = 0; d < 4; d++)
@@ -28,6 +29,13 @@ int main(void) {
                                  res ? " residual=true r=f32" : "");
                         vs[n++].sm = sms[s];
                     }
+        /* every backward form (templates/lib/norm.lua form=) where it generates: bf16 LayerNorm */
+        static const char *const forms[][2] = {{"4096", "fixed"}, {"4096", "reg8"}, {"4096", "reg16"},
+                                               {"4096", "smem8"}, {"12288", "reg32"}, {"12288", "reg16"}};
+        for (int f = 0; f < 6; f++) {
+            snprintf(vs[n].spec, sizeof vs[n].spec, "layernorm_bwd x=bf16 hidden=%s form=%s", forms[f][0], forms[f][1]);
+            vs[n++].sm = sms[s];
+        }
         static const char *const wd[] = {"f32", "f16", "bf16"};
         for (int w = 0; w < 3; w++) {
             snprintf(vs[n].spec, sizeof vs[n].spec, "norm_reduce w=%s", wd[w]);

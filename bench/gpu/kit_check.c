@@ -288,6 +288,50 @@ static int probe_load(kiln_rt *rt, const kiln_bundle *b, const kiln_kernel_meta 
 }
 
 #ifdef KIT_HAVE_NORM
+/* A backward form row: the kernel of spec `form=...` from the bundle and its norm_reduce, launched
+ * as kiln_norm_backward launches the default (same grid rule, workspace and second kernel). */
+typedef struct form_ctx {
+    kiln_kernel *k, *red;
+    kiln_norm_bwd_args a;
+    unsigned blocks;
+} form_ctx;
+
+static kiln_arg form_arg(const form_ctx *c, const char *n, int parts) {
+    kiln_arg v = {0};
+    if (!strcmp(n, "dx")) v.ptr = c->a.dx;
+    else if (!strcmp(n, "ws")) v.ptr = c->a.workspace;
+    else if (!strcmp(n, "dy")) v.ptr = c->a.dy;
+    else if (!strcmp(n, "x")) v.ptr = c->a.x;
+    else if (!strcmp(n, "mean")) v.ptr = c->a.mean;
+    else if (!strcmp(n, "rstd")) v.ptr = c->a.rstd;
+    else if (!strcmp(n, "weight")) v.ptr = c->a.weight;
+    else if (!strcmp(n, "dweight")) v.ptr = c->a.dweight;
+    else if (!strcmp(n, "dbias")) v.ptr = c->a.dbias;
+    else if (!strcmp(n, "rows")) v.i32 = c->a.rows;
+    else if (!strcmp(n, "hidden") || !strcmp(n, "cols")) v.i32 = c->a.hidden;
+    else if (!strcmp(n, "parts")) v.i32 = parts;
+    return v;
+}
+
+static int form_launch(void *p) {
+    form_ctx *c = p;
+    const kiln_kernel_meta *m = kiln_kernel_get_meta(c->k), *rm = kiln_kernel_get_meta(c->red);
+    int parts = (int)(c->blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
+    kiln_arg args[KILN_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) args[i] = form_arg(c, m->params[i].name, parts);
+    unsigned grid[3] = {c->blocks, 1, 1};
+    kiln_error err;
+    if (kiln_kernel_launch(c->k, grid, args, m->nparams, NULL, &err) != KILN_OK) goto fail;
+    for (int i = 0; i < rm->nparams; i++) args[i] = form_arg(c, rm->params[i].name, parts);
+    const uint64_t problem[3] = {(uint64_t)c->a.hidden, m->ws_slabs, 1};
+    if (kiln_kernel_grid(c->red, problem, grid, &err) == KILN_OK &&
+        kiln_kernel_launch(c->red, grid, args, rm->nparams, NULL, &err) == KILN_OK)
+        return 0;
+fail:
+    fprintf(stderr, "kiln-gpucheck: backward form %s: %s\n", m->spec, err.msg);
+    return -1;
+}
+
 typedef struct norm_ctx {
     kiln_rt *rt;
     int bwd;
@@ -298,7 +342,7 @@ static int norm_launch(void *p) {
     norm_ctx *c = p;
     kiln_error err;
     if ((c->bwd ? kiln_norm_backward(c->rt, &c->b, &err) : kiln_norm_forward(c->rt, &c->f, &err)) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: %s: %s\n", c->bwd ? "layernorm backward" : "rmsnorm forward", err.msg);
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", c->bwd ? "norm backward" : "rmsnorm forward", err.msg);
     return -1;
 }
 #endif
@@ -532,19 +576,23 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
         return die("alloc", &err);
     fill_random(host, max_bytes / 2 / 2, KILN_BF16, 5);
     if (kiln_rt_upload(rt, dy, host, max_bytes / 2 / 2 * 2, &err) != KILN_OK) return die("upload", &err);
-    for (int fam = 0; fam < 2; fam++) {
-        printf("  %-28s %7s %8s %9s %9s %7s\n", fam ? "layernorm backward bf16" : "rmsnorm forward bf16", "hidden", "rows",
-               "ms", "GB/s", "of copy");
+    /* fam 0: RMSNorm forward; 1: LayerNorm backward (weight and bias); 2: RMSNorm backward (weight).
+     * The backwards also time their kernel forms (kit_norm_bwd_forms) on the same data. */
+    static const char *const fam_names[] = {"rmsnorm forward bf16", "layernorm backward bf16", "rmsnorm backward bf16"};
+    static const char *const fam_csv[] = {"rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd"};
+    for (int fam = 0; fam < 3; fam++) {
+        printf("  %-28s %7s %8s %9s %9s %7s\n", fam_names[fam], "hidden", "rows", "ms", "GB/s", "of copy");
         for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
             int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
             double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
             long rows = (long)ceil(want / ((double)hidden * tensors * 2));
-            norm_ctx nc = {.rt = rt, .bwd = fam};
+            norm_ctx nc = {.rt = rt, .bwd = fam != 0};
             nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = y, .rstd = rstd, .x = x, .weight = w, .rows = (int)rows,
                                         .hidden = hidden, .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .y_dtype = KILN_BF16,
                                         .r_dtype = KILN_BF16, .eps = 1e-5f};
-            nc.b = (kiln_norm_bwd_args){.kind = KILN_NORM_LAYERNORM, .dx = y, .dweight = dw, .dbias = db, .dy = dy, .x = x,
-                                        .mean = mean, .rstd = rstd, .weight = w, .rows = (int)rows, .hidden = hidden,
+            nc.b = (kiln_norm_bwd_args){.kind = fam == 2 ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM, .dx = y, .dweight = dw,
+                                        .dbias = fam == 2 ? 0 : db, .dy = dy, .x = x, .mean = fam == 2 ? 0 : mean,
+                                        .rstd = rstd, .weight = w, .rows = (int)rows, .hidden = hidden,
                                         .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .dy_dtype = KILN_BF16,
                                         .dx_dtype = KILN_BF16, .r_dtype = KILN_BF16};
             if (fam) {
@@ -560,13 +608,50 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
                 }
                 nc.b.workspace = ws, nc.b.workspace_bytes = ws_bytes;
             }
-            double bytes = (double)rows * hidden * tensors * 2 + (fam ? 8.0 : 4.0) * (double)rows + 2.0 * hidden * 2;
+            /* the traffic model of the first runs: row tensors once each, the per-row statistics
+             * (mean and rstd, RMSNorm rstd), two hidden-long bf16 vectors */
+            double stats = fam == 1 ? 8.0 : 4.0;
+            double bytes = (double)rows * hidden * tensors * 2 + stats * (double)rows + 2.0 * hidden * 2;
             t.flush = bytes < t.flush_bytes ? flushbuf : 0;
             ms = time_median(&t, norm_launch, &nc, reps, &used);
             if (ms < 0) continue;
             double gbs = bytes / (ms * 1e-3) / 1e9;
             printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
-            csv_row(fam ? "layernorm_bwd" : "rmsnorm_fwd", "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            if (!fam) continue;
+            for (size_t fi = 0; fi < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows; fi++) {
+                const kit_form_row *fr = &kit_norm_bwd_form_rows[fi];
+                if (fr->rms != (fam == 2) || fr->hidden != hidden) continue;
+                char spec[KILN_SPEC_MAX], impl[64];
+                if (fam == 1)
+                    snprintf(spec, sizeof spec, "layernorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true bias=true form=%s",
+                             hidden, fr->form);
+                else
+                    snprintf(spec, sizeof spec, "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s", hidden,
+                             fr->form);
+                form_ctx fc = {.a = nc.b};
+                if (kiln_rt_get_kernel(rt, spec, &fc.k, &err) != KILN_OK) continue; /* not generated for every SM */
+                const kiln_kernel_meta *fm = kiln_kernel_get_meta(fc.k);
+                if (kiln_rt_get_kernel(rt, fm->then_spec, &fc.red, &err) != KILN_OK) return die("norm_reduce", &err);
+                unsigned threads = fm->block[0] * fm->block[1] * fm->block[2], tile = fm->grid_tile[0] ? fm->grid_tile[0] : 1;
+                unsigned need = (unsigned)((rows + tile - 1) / tile), per_sm = threads && 1024 / threads ? 1024 / threads : 1;
+                unsigned cap = (unsigned)(dev->multiprocessors > 0 ? dev->multiprocessors : 1) * per_sm;
+                fc.blocks = need < cap ? need : cap;
+                size_t wneed = (size_t)fm->ws_slabs * fc.blocks * (fm->ws_rows_per_block ? fm->ws_rows_per_block : 1) * hidden * 4;
+                if (wneed > ws_bytes) {
+                    if (ws) kiln_rt_free(rt, ws, NULL);
+                    if (kiln_rt_alloc(rt, wneed, &ws, &err) != KILN_OK) return die("alloc", &err);
+                    ws_bytes = wneed;
+                }
+                fc.a.workspace = ws, fc.a.workspace_bytes = ws_bytes;
+                ms = time_median(&t, form_launch, &fc, reps, &used);
+                if (ms < 0) continue;
+                gbs = bytes / (ms * 1e-3) / 1e9;
+                snprintf(impl, sizeof impl, "kiln-form-%s", fr->form);
+                printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%   (%u threads x %u blocks)\n", impl + 5, hidden, rows, ms, gbs,
+                       100 * gbs / copy_gbs, threads, fc.blocks);
+                csv_row(fam_csv[fam], impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            }
         }
     }
     if (ws) kiln_rt_free(rt, ws, NULL);

@@ -111,21 +111,36 @@ static int cmd_specs(void) {
                 ADD(attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw));
             }
 #ifdef KIT_HAVE_NORM
-    /* the norm rows, then the RMSNorm forward and LayerNorm backward speed sweeps (bf16) */
+    /* the norm rows, then the RMSNorm forward, LayerNorm backward and RMSNorm backward speed
+     * sweeps (bf16), then the backward forms the sweep times beside them (those that generate for
+     * every SM) */
+    static const int all_sms[] = {75, 80, 86, 89, 90};
     size_t nrows = sizeof kit_norm_rows / sizeof kit_norm_rows[0], nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
-    for (size_t i = 0; i < nrows + 2 * nsweep; i++) {
+    size_t nforms = sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows;
+    for (size_t i = 0; i < nrows + 3 * nsweep + nforms; i++) {
         if (i < nrows) {
             ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
-        } else {
+        } else if (i < nrows + 3 * nsweep) {
             size_t k = i - nrows;
-            ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d", k < nsweep ? "rmsnorm" : "layernorm_bwd",
-                         kit_ln_sweep_hidden[k % nsweep]));
+            static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
+            ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d", fams[k / nsweep], kit_ln_sweep_hidden[k % nsweep]));
+        } else {
+            const kit_form_row *f = &kit_norm_bwd_form_rows[i - nrows - 3 * nsweep];
+            snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->rms ? "rmsnorm_bwd" : "layernorm_bwd", f->hidden,
+                     f->form);
+            int every = 1;
+            for (size_t t = 0; t < sizeof all_sms / sizeof all_sms[0] && every; t++) {
+                kiln_module *mod;
+                if (kiln_generate(gen, raw, all_sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) every = 0;
+                else kiln_module_free(mod);
+            }
+            if (!every) continue;
+            ADD((void)0);
         }
         /* a backward's second kernel (the workspace reduction) must be in the bundle too */
-        static const int sms[] = {75, 80, 86, 89, 90};
-        for (size_t t = 0; t < sizeof sms / sizeof sms[0]; t++) {
+        for (size_t t = 0; t < sizeof all_sms / sizeof all_sms[0]; t++) {
             kiln_module *mod;
-            if (kiln_generate(gen, canon, sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) {
+            if (kiln_generate(gen, canon, all_sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) {
                 fprintf(stderr, "kiln-kit: %s\n", err.msg);
                 kiln_gen_destroy(gen);
                 return 1;

@@ -291,9 +291,10 @@ def headline(rows):
             t, tr = rate_of(rows, "layernorm_fwd", "torch", **key), rate_of(rows, "layernorm_fwd", "triton", **key)
             best = max([v for v in (t, tr) if v] or [0])
             add("LayerNorm fwd %s h%d GB/s" % (dt, h), k, best, "best of torch/Triton", copy, "copy")
-    for b, name in (("rmsnorm_fwd", "RMSNorm fwd"), ("layernorm_bwd", "LayerNorm bwd")):
-        k = rate_of(rows, b, "kiln", dtype="bf16", hidden=4096)
-        add("%s bf16 h4096 GB/s" % name, k, rate_of(rows, b, "torch", dtype="bf16", hidden=4096), "torch", copy, "copy")
+    for b, name in (("rmsnorm_fwd", "RMSNorm fwd"), ("layernorm_bwd", "LayerNorm bwd"), ("rmsnorm_bwd", "RMSNorm bwd")):
+        for h in ((4096,) if b == "rmsnorm_fwd" else (4096, 16384)):
+            k = rate_of(rows, b, "kiln", dtype="bf16", hidden=h)
+            add("%s bf16 h%d GB/s" % (name, h), k, rate_of(rows, b, "torch", dtype="bf16", hidden=h), "torch", copy, "copy")
     for d in (64, 128):
         for causal in ("0", "1"):
             key = dict(dtype="bf16", head_dim=d, seq=4096, causal=causal)
@@ -325,16 +326,21 @@ def tables(rows):
         lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
             r["dtype"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-",
             fmt(t), fmt(tr), ratio(k, t), ratio(k, tr), fmt(pr)))
-    extra = [r for r in rows if r["bench"] in ("rmsnorm_fwd", "layernorm_bwd") and r["impl"] == "kiln"]
+    extra = [r for r in rows if r["bench"] in ("rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd") and r["impl"] == "kiln"]
     if extra:
-        lines += ["", "### RMSNorm forward and LayerNorm backward (bf16), GB/s (row tensors read and written once)", "",
-                  "| kernel | hidden | rows | kiln | % of copy | torch | kiln/torch |", "|---|---:|---:|---:|---:|---:|---:|"]
+        lines += ["", "### RMSNorm forward, LayerNorm and RMSNorm backward (bf16), GB/s (row tensors read and written "
+                  "once); backward forms (docs/norms.md) timed beside the default", "",
+                  "| kernel | hidden | rows | kiln | % of copy | torch | kiln/torch | other forms, GB/s (% of copy) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---|"]
         for r in extra:
             k = num(r, "rate")
             t = rate_of(rows, r["bench"], "torch", dtype=r["dtype"], hidden=r["hidden"])
-            lines.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            forms = ["%s %s (%.1f%%)" % (f["impl"][len("kiln-form-"):], fmt(num(f, "rate")), 100 * num(f, "rate") / copy if copy else 0)
+                     for f in rows if f["bench"] == r["bench"] and f["impl"].startswith("kiln-form-")
+                     and f["dtype"] == r["dtype"] and f["hidden"] == r["hidden"]]
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["bench"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-", fmt(t),
-                ratio(k, t)))
+                ratio(k, t), ", ".join(forms) or "-"))
     lines += ["", "### Attention forward, TFLOP/s (4·b·h·s²·d, halved when causal; batch = 16384/seq, heads = 2048/d)", "",
               "| dtype | head_dim | causal | seq | batch x heads | kiln | SDPA flash | kiln/SDPA | kiln % of mma peak | SDPA % of mma peak |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -456,7 +462,8 @@ def main():
         print("peers.py: %s is missing (the C-side bench failed)" % args.csv)
         return 2
     rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "kiln-minctasm2", "cuMemcpyDtoD",
-                                                             "mma.sync.m16n8k16.bf16")]
+                                                             "mma.sync.m16n8k16.bf16")
+            or r["impl"].startswith("kiln-form-")]
     if not args.no_peers:
         rows += measure_peers(rows, args)
         write_rows(args.csv, rows)

@@ -15,12 +15,9 @@ local M = {}
 
 -- Elements per thread the fixed forms keep in registers, at most (forward, backward).
 M.MAX_ELEMS_FWD, M.MAX_ELEMS_BWD = 32, 16
--- Widest backward row group kept in registers (above it, 64 registers per thread cannot hold
--- 16 elements' x, dy, weight and two accumulators): larger rows take the wide form.
+-- Widest backward row group the fixed form (form=fixed) keeps in registers: 512 threads x 16
+-- elements' x, dy, weight and two accumulators.
 M.MAX_BWD_THREADS_PER_ROW = 512
--- Registers the wide backward form needs besides its accumulators and loaded row data (ptxas -v
--- on sm_75..sm_90: LayerNorm bf16 h16384 spills 4 bytes on sm_75 with 8 left at 64).
-M.WIDE_SPARE_REGS = 9
 -- Backward rows per block when a warp handles a row (fixed form).
 M.BWD_ROWS_PER_BLOCK = 8
 -- Looping form: threads per row and rows per block.
@@ -503,72 +500,119 @@ local function backward_fixed(b, spec, cfg, p, rms)
   end
 end
 
--- Wide rows (more than MAX_BWD_THREADS_PER_ROW threads in the fixed form): one row per block
--- of up to 1024 threads, 16-byte vectors, at most 16 elements per thread. Only the dweight/dbias
--- accumulators stay in registers across rows; x, dy and the weight are read in pass 1 (sums and
--- accumulators) and read again in pass 2 (dx) instead of being held, which the 64 registers of a
--- 1024-thread block could not do. The re-reads hit L1/L2; the loads of pass 2 take their offset
--- from a zero in shared memory, so the optimizer cannot forward pass 1's values to them.
-local function backward_wide(b, spec, cfg, p, rms)
-  b:max_registers(cfg.max_registers)
-  local T = cfg.threads_per_row
+-- Chunks j0..j1 (0-based, inclusive) of the thread's share of the row at ptr, as f32 (zeros where
+-- masked); the chunk-range forms of load_row/store_row.
+local function load_chunks(b, r, ptr, dtype, j0, j1)
+  local out, vec = {}, r.cfg.vec
+  local align = math.min(16, vec * util.dtype_bytes[dtype])
+  for j = j0, j1 do
+    local v = b:load_vec(ptr + r.offs[j], vec, { align = align, pred = r.valid[j] })
+    for i = 1, vec do out[#out + 1] = b:to_f32(v[i]) end
+  end
+  return out
+end
+
+local function store_chunks(b, r, ptr, dtype, vals, j0, j1)
+  local vec = r.cfg.vec
+  local align = math.min(16, vec * util.dtype_bytes[dtype])
+  for j = j0, j1 do
+    local part = {}
+    for i = 1, vec do part[i] = vals[(j - j0) * vec + i] end
+    b:store_vec(ptr + r.offs[j], b:from_f32_vec(part, dtype), { align = align, pred = r.valid[j] })
+  end
+end
+
+-- The reload form (every fixed hidden whose rows take a block of their own; `form` reg8, reg16,
+-- smem8, smem16): one row per block of T threads (whole warps), cfg.iters chunks of vec elements
+-- per thread. Only the dweight/dbias accumulators live across rows: x, dy and the weight are read
+-- in pass 1 (the two sums) and read again in pass 2 (dx and the accumulators) instead of being
+-- held; the re-reads hit L1/L2, DRAM traffic stays one read of x and dy and one write of dx. The
+-- loads of pass 2 take their offset from a zero in shared memory, so the optimizer cannot forward
+-- pass 1's values to them (which would need the registers this form saves).
+--
+-- Accumulator a (slab-major: dweight elements 1..nel, then dbias) lives in a register, or for the
+-- last cfg.acc_smem of them (the smem forms: all) in shared memory at (a - first) * T + t (each
+-- thread owns its cells: no barrier, no bank conflict); static shared memory, or dynamic where
+-- cfg.dynamic_smem is set. (Splitting them between registers and shared memory made ptxas spill
+-- more, not less: LLVM hoists the shared loads of pass 2 beside the register accumulators.)
+local function backward_reload(b, spec, cfg, p, rms)
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end
+  local T, vec = cfg.threads_per_row, cfg.vec
   local t = b:tid()
   local r = M.fixed_row(b, cfg, t)
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local nel = cfg.iters * cfg.vec
-  local acc_w, acc_b = {}, {}
-  for k = 1, nel do
-    if spec.weight then acc_w[k] = b:var("f32", 0.0) end
-    if not rms and spec.bias then acc_b[k] = b:var("f32", 0.0) end
+  local nel = cfg.iters * vec
+  local nslab = M.slabs(spec, rms)
+  local nacc = nslab * nel
+  local nsm = cfg.acc_smem or 0
+  local first = nacc - nsm + 1 -- accumulators first..nacc are in shared memory
+  local acc = {}
+  for a = 1, first - 1 do acc[a] = b:var("f32", 0.0) end
+  local sm
+  if nsm > 0 then
+    sm = cfg.dynamic_smem and b:dynamic_shared("f32") or b:shared("f32", nsm * T)
+    for a = first, nacc do b:store(sm + ((a - first) * T + t), b:f32(0.0)) end
   end
+  local function acc_add(a, f)
+    if a < first then acc[a]:set(f(acc[a]:get()))
+    else
+      local at = sm + ((a - first) * T + t)
+      b:store(at, f(b:load(at)))
+    end
+  end
+  local function acc_get(a)
+    if a < first then return acc[a]:get() end
+    return b:load(sm + ((a - first) * T + t))
+  end
+  local wslab = spec.weight and 0 or nil
+  local bslab = (not rms and spec.bias) and (spec.weight and 1 or 0) or nil
   local zero = b:shared("f32", 1) -- +0.0, whose bits are the integer 0
   b:if_(b:eq(t, 0), function() b:store(zero, b:f32(0.0)) end)
   b:barrier()
   local n = spec.hidden
+  local j1 = cfg.iters - 1
   b:for_(b:ctaid(), p.rows, b:nctaid(), function(row)
     local off = b:i64(row) * n
     local rstd = b:load(p.rstd + row)
     local mean = (not rms) and b:load(p.mean + row) or nil
-    local function terms(o, wo)
-      local xs = M.load_row(b, r, p.x + o, spec.x)
-      local dys = M.load_row(b, r, p.dy + o, spec.dy)
-      local wv = spec.weight and M.load_row(b, r, p.weight + wo, spec.w) or nil
+    -- xhat, g and dy of chunks j0..j1 (masked elements 0), reading at offset z (a zero)
+    local function terms(z, j0, j1)
+      local xs = load_chunks(b, r, p.x + (off + z), spec.x, j0, j1)
+      local dys = load_chunks(b, r, p.dy + (off + z), spec.dy, j0, j1)
+      local wv = spec.weight and load_chunks(b, r, p.weight + z, spec.w, j0, j1) or nil
       local xh, g = {}, {}
-      for k = 1, nel do
-        xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
-        g[k] = wv and dys[k] * wv[k] or dys[k]
+      for i = 1, #xs do
+        local k = j0 * vec + i
+        xh[i] = M.masked(b, r, k, (rms and xs[i] or xs[i] - mean) * rstd)
+        g[i] = wv and dys[i] * wv[i] or dys[i]
       end
       return xh, g, dys
     end
-    local z1 = b:i64(b:bits(b:load(zero)))
-    local xh, g = terms(off + z1, z1)
+    -- pass 1: sum(g xhat) and sum(g), pairwise over the thread's elements
+    local xh1, g1 = terms(b:i64(b:bits(b:load(zero))), 0, j1)
     local gx = {}
-    for k = 1, nel do gx[k] = g[k] * xh[k] end
-    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
+    for i = 1, nel do gx[i] = g1[i] * xh1[i] end
+    local sg, sgx = M.tree_sum(b, g1), M.tree_sum(b, gx)
     local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
     local a = s[1] / n
     local c = (not rms) and s[2] / n or nil
-    local z = b:i64(b:bits(b:load(zero)))
-    local xh2, g2, dys = terms(off + z, z)
-    local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r) or nil
+    -- pass 2: dx, and the accumulators
+    local xh, g, dys = terms(b:i64(b:bits(b:load(zero))), 0, j1)
+    local dres = spec.residual and load_chunks(b, r, p.dres + off, spec.r, 0, j1) or nil
     local dx = {}
     for k = 1, nel do
-      local tk = c and b:fma(xh2[k], a, c) or xh2[k] * a
-      dx[k] = (g2[k] - tk) * rstd
+      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
+      dx[k] = (g[k] - tk) * rstd
       if dres then dx[k] = dx[k] + dres[k] end
-      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh2[k], acc_w[k]:get())) end
-      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
+      if wslab then acc_add(wslab * nel + k, function(v) return b:fma(dys[k], xh[k], v) end) end
+      if bslab then acc_add(bslab * nel + k, function(v) return v + dys[k] end) end
     end
-    M.store_row(b, r, p.dx + off, spec.dx, dx)
+    store_chunks(b, r, p.dx + off, spec.dx, dx, 0, j1)
   end)
-  local s = 0
-  for _, acc in ipairs({ acc_w, acc_b }) do
-    if acc[1] then
-      local vals = {}
-      for k = 1, nel do vals[k] = acc[k]:get() end
-      M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
-      s = s + 1
-    end
+  for s = 0, nslab - 1 do
+    local vals = {}
+    for k = 1, nel do vals[k] = acc_get(s * nel + k) end
+    M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
   end
 end
 
@@ -629,56 +673,183 @@ end
 
 function M.backward(b, spec, cfg, p, rms)
   if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
-  elseif cfg.wide then backward_wide(b, spec, cfg, p, rms)
+  elseif cfg.reload then backward_reload(b, spec, cfg, p, rms)
   else backward_fixed(b, spec, cfg, p, rms) end
 end
 
--- config() of a backward family: the forward geometry at MAX_ELEMS_BWD, and the workspace.
+-- ---- backward geometry: the forms and the model that picks one ----
+--
+-- form=fixed: the row, its gradients and the accumulators in registers (short rows: 8 rows of a
+--   warp per block; otherwise one row per block of up to 512 threads, 16 elements per thread).
+-- form=reg8 / reg16 / reg32: the reload form (backward_reload) at 8 / 16 / 32 elements per thread
+--   (more where 1024 threads cannot cover the row), accumulators in registers.
+-- form=smem8 / smem16: the reload form with every accumulator in shared memory (f32, T x nacc per
+--   block), which leaves the registers to the loads: more blocks per SM.
+-- form=auto (the default, hidden in the canonical spec): hidden=launch and pointers not aligned
+--   for a fixed variant take the looping form; short rows (one warp per row) fixed; every other
+--   fixed hidden the reload candidate with the most row bytes in flight per SM (model below).
+
+M.BWD_FORMS = { "auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32" }
+-- Bytes per SM the H100 needs in flight to cover its DRAM latency (3.35 TB/s x ~0.7 us / 132 SMs),
+-- for the docs and the kit's summary; the model maximizes the bytes anyway.
+M.BYTES_IN_FLIGHT_TARGET = 18 * 1024
+-- Threads per SM the runtime's backward grid assumes (kiln_norm_backward: 1024 / block threads
+-- blocks per SM, at least 1; runtime/rt_norm.c bwd_blocks).
+M.RUNTIME_THREADS_PER_SM = 1024
+
+-- Shared memory an SM gives its blocks: the per-block opt-in maximum plus the 1 KiB it reserves
+-- per block (the SM table has the per-block figures).
+local function smem_per_sm(target) return target.smem_optin_max + 1024 end
+
+-- Bytes per element a pass holds in registers: x, dy, weight, and with a residual dres twice
+-- (ptxas keeps the loaded dres beside the finished dx values; ptxas -v: the f32 residual rows at
+-- 12288 spill with it counted once).
+local function pass_bytes(spec)
+  local n = util.dtype_bytes[spec.x] + util.dtype_bytes[spec.dy]
+  if spec.weight then n = n + util.dtype_bytes[spec.w] end
+  if spec.residual then n = n + 2 * util.dtype_bytes[spec.r] end
+  return n
+end
+
+-- Bytes of a row that come from DRAM per pass (x, dy, dres; the weight stays in L1/L2).
+local function row_bytes(spec)
+  local n = util.dtype_bytes[spec.x] + util.dtype_bytes[spec.dy]
+  if spec.residual then n = n + util.dtype_bytes[spec.r] end
+  return n * spec.hidden
+end
+
+-- Registers a reload-form thread needs besides its accumulators and one pass's loads (addresses,
+-- row index, sums): ptxas -v over sm_75..sm_90 at hidden 16384, where the estimate is tight.
+-- Targets without cvt.bf16 need BF16_SOFT_REGS more when a tensor is bf16 (integer rounding).
+M.RELOAD_SPARE_REGS, M.BF16_SOFT_REGS = 8, 8
+-- Resident blocks per SM the model counts at most (the smallest hardware limit of sm_75..sm_90).
+M.MAX_BLOCKS_PER_SM = 16
+
+-- A reload-form geometry: `elems` elements per thread (as many more as 1024 threads need);
+-- accumulators in registers (smem = false) or all in shared memory. It fits where the
+-- accumulators in registers, one pass's loads (ptxas issues them together) and the spare
+-- registers stay under the register cap. Returns the cfg, or nil and why not.
+local function reload_config(spec, target, rms, base, elems, smem)
+  local cfg = { vec = base.vec, chunks = base.chunks, align = base.align, reload = true,
+                rows_per_block = 1, grid_tile = 1 }
+  cfg.iters = math.max(math.max(1, elems // base.vec), util.ceil_div(base.chunks, target.max_threads))
+  local t = util.ceil_div(util.ceil_div(base.chunks, cfg.iters), 32) * 32
+  cfg.iters = util.ceil_div(base.chunks, t) -- no chunk slot that every thread masks
+  cfg.threads_per_row, cfg.block = t, t
+  local nel = cfg.iters * cfg.vec
+  local nacc = M.slabs(spec, rms) * nel
+  local spare = M.RELOAD_SPARE_REGS
+  if not target.native_bf16_cvt then
+    for _, d in ipairs({ spec.x, spec.dy, spec.dx, spec.w }) do
+      if d == "bf16" then spare = M.RELOAD_SPARE_REGS + M.BF16_SOFT_REGS end
+    end
+  end
+  local function loads() return util.ceil_div(pass_bytes(spec) * nel, 4) end
+  cfg.smem_bytes = 8 * (t // 32) + 64 -- the reduction's scratch and the zero cell
+  if smem then
+    local bytes = nacc * 4 * t
+    if bytes + cfg.smem_bytes > target.smem_optin_max then
+      return nil, string.format("%d bytes of accumulators per block exceed sm_%d's %d bytes of shared memory",
+                                bytes, target.sm, target.smem_optin_max)
+    end
+    cfg.acc_smem = nacc
+    if bytes + cfg.smem_bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
+    cfg.smem_bytes = cfg.smem_bytes + bytes
+    M.register_cap(cfg, target, loads())
+    local by_smem = (target.smem_optin_max + 1024) // (cfg.smem_bytes + 1024)
+    cfg.blocks_per_sm = math.max(1, math.min(cfg.blocks_per_sm, by_smem, M.MAX_BLOCKS_PER_SM))
+    cfg.max_registers = math.min(255, (target.regs_per_sm // (cfg.blocks_per_sm * t)) // 8 * 8)
+    if loads() + spare > cfg.max_registers then
+      return nil, string.format("one pass's loads need %d registers, %d are left", loads() + spare, cfg.max_registers)
+    end
+    return cfg
+  end
+  cfg.max_registers = M.register_cap(cfg, target, nacc + loads())
+  cfg.blocks_per_sm = math.min(cfg.blocks_per_sm, M.MAX_BLOCKS_PER_SM)
+  if nacc + loads() + spare > cfg.max_registers then
+    return nil, string.format("%d accumulators and one pass's loads (%d registers) need more than the %d registers left",
+                              nacc, loads(), cfg.max_registers - spare)
+  end
+  return cfg
+end
+
+-- The model: rows in flight per SM, averaged over the runtime's grid. The grid has
+-- g = max(1, RUNTIME_THREADS_PER_SM / block) blocks per SM, each walking its rows one at a time;
+-- blocks_per_sm of them are resident, so the g blocks run in ceil(g / resident) waves and the
+-- rows in flight average g / waves. Bytes in flight = that x the row's DRAM bytes (x, dy, dres).
+function M.bwd_in_flight(spec, cfg)
+  local grid = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block)
+  local resident = math.min(grid, cfg.blocks_per_sm or 1)
+  local waves = util.ceil_div(grid, resident)
+  local rows = grid * cfg.rows_per_block / waves
+  return rows * row_bytes(spec), rows, waves
+end
+
+local FORM_ELEMS = { reg8 = 8, reg16 = 16, reg32 = 32, smem8 = 8, smem16 = 16, smem32 = 32 }
+-- Candidates of form=auto, in the order that breaks ties (shared-memory accumulators first: they
+-- leave ptxas the most registers).
+local AUTO_FORMS = { "smem16", "smem8", "smem32", "reg32", "reg16", "reg8" }
+
+-- config() of a backward family: the geometry of the chosen form, and the workspace.
 function M.backward_config(spec, target, rms)
   local dts = { spec.x, spec.dy, spec.dx, spec.w }
   if spec.residual then dts[#dts + 1] = spec.r end
-  local cfg = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
-  if spec.hidden ~= "launch" and cfg.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
-    -- the row, its gradients and the accumulators no longer fit in registers: the wide form,
-    -- with as few chunks per thread as the largest block allows, spread evenly over whole warps
-    cfg.wide = true
-    cfg.iters = util.ceil_div(cfg.chunks, target.max_threads)
-    local t = util.ceil_div(util.ceil_div(cfg.chunks, cfg.iters), 32) * 32
-    cfg.threads_per_row, cfg.block = t, t
-    -- registers per thread: the accumulators, plus x, dy, weight and dres of the thread's
-    -- elements as loaded (ptxas issues a pass's loads together); where that leaves less than
-    -- WIDE_SPARE_REGS of the cap for addresses and sums, ptxas spills: those take the looping form
-    local bytes = M.slabs(spec, rms) * 4 + util.dtype_bytes[spec.x] + util.dtype_bytes[spec.dy]
-    if spec.weight then bytes = bytes + util.dtype_bytes[spec.w] end
-    if spec.residual then bytes = bytes + util.dtype_bytes[spec.r] end
-    local nel = cfg.iters * cfg.vec
-    if bytes * nel // 4 > M.register_cap(cfg, target, M.slabs(spec, rms) * nel) - M.WIDE_SPARE_REGS then
-      cfg = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
-      cfg.loop = true
+  local form = spec.form or "auto"
+  local base = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
+  local cfg
+  if spec.hidden == "launch" then
+    if form ~= "auto" then error("form=" .. form .. " needs a fixed hidden (hidden=launch takes the looping form)") end
+    cfg = base
+    cfg.loop = true
+  elseif form == "fixed" or (form == "auto" and base.threads_per_row == 32) then
+    if base.threads_per_row > M.MAX_BWD_THREADS_PER_ROW then
+      error(string.format("form=fixed holds the row in registers with at most %d threads x %d elements: hidden %d of %s is wider (use form=auto)",
+                          M.MAX_BWD_THREADS_PER_ROW, M.MAX_ELEMS_BWD, spec.hidden, spec.x))
     end
+    cfg = base
+    cfg.fixed = true
+    cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
+    if cfg.rows_per_block > 1 then
+      -- short rows: more row slots per block (their partial sums are combined in the block)
+      cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK
+      cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
+    end
+  elseif form ~= "auto" then
+    local why
+    cfg, why = reload_config(spec, target, rms, base, FORM_ELEMS[form], form:sub(1, 4) == "smem")
+    if not cfg then error(string.format("form=%s at hidden %d on sm_%d: %s (use form=auto)", form, spec.hidden, target.sm, why)) end
+  else
+    local best, best_b
+    -- reg32 and smem32 (32 elements per thread) only where 1024 threads cannot cover the row at
+    -- 8 elements: on short rows ptxas spills beyond the estimate (masked chunks, T = 32 .. 64)
+    local wide = base.chunks > target.max_threads * math.max(1, 8 // base.vec)
+    for _, f in ipairs(AUTO_FORMS) do
+      local c = (FORM_ELEMS[f] < 32 or wide) and reload_config(spec, target, rms, base, FORM_ELEMS[f], f:sub(1, 4) == "smem")
+      if c then
+        local bytes = M.bwd_in_flight(spec, c)
+        if not best or bytes > best_b then
+          best, best_b = c, bytes
+          c.form = f
+        end
+      end
+    end
+    -- no reload form fits (wide f32 or residual rows where the SM's shared memory cannot hold
+    -- the accumulators: docs/norms.md lists them): the looping form
+    if not best then
+      best = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+      best.loop = true
+    end
+    cfg = best
   end
-  if cfg.align < 16 and spec.hidden ~= "launch" and M.slabs(spec, rms) > 0 then
+  if not cfg.loop and M.slabs(spec, rms) > 0 and cfg.align < 16 then
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
   end
-  if not cfg.loop and spec.hidden ~= "launch" and cfg.rows_per_block > 1 then
-    -- short rows: more row slots per block (their partial sums are combined in the block)
-    cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK
-    cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
-  end
+  if cfg.loop then cfg.max_registers = nil end
   local slabs = M.slabs(spec, rms)
-  if spec.hidden == "launch" then
-    cfg.max_registers = nil
-  elseif cfg.wide then
-    cfg.max_registers = M.register_cap(cfg, target, cfg.iters * cfg.vec * slabs)
-  elseif cfg.loop then
-    cfg.max_registers = nil
-  else
-    cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
-  end
   if slabs > 0 then
-    -- the fixed form writes one partial row per block (slots combined), the looping form one per slot
+    -- the fixed-hidden forms write one partial row per block (slots combined), the looping form one per slot
     cfg.workspace_slabs = slabs
-    cfg.workspace_rows = (spec.hidden ~= "launch" and not cfg.loop) and 1 or cfg.rows_per_block
+    cfg.workspace_rows = cfg.loop and cfg.rows_per_block or 1
     cfg.then_spec = "norm_reduce w=" .. spec.w
   end
   return cfg
