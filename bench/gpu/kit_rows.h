@@ -49,9 +49,9 @@ static const kit_attn_row kit_attn_rows[] = {
 
 /* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and
  * combine kernels run whatever the device's SM count): GQA/MQA, seq_q 1..16, odd seq_k, more splits
- * than key tiles. One spec, the decode sweep's (each spec is
- * a split and a combine kernel for 5 SMs in the bundle, ~0.4 MB a kernel, and the kit must stay under
- * 48 MiB); every dtype, head_dim and causal is proven on the emulator (tests/attention_splitkv_test.c). */
+ * than key tiles; the decode sweep's spec (bf16 d128), f16 d64 causal, bf16 d64 causal with an f32
+ * output, f32 d128 (the SIMT path). Each spec is a split and a combine kernel for 5 SMs in the bundle;
+ * every dtype, head_dim and causal is proven on the emulator (tests/attention_splitkv_test.c). */
 typedef struct kit_attn_split_row {
     const char *dtype, *out;
     int head_dim, causal;
@@ -62,6 +62,8 @@ typedef struct kit_attn_split_row {
 static const kit_attn_split_row kit_attn_split_rows[] = {
     {"bf16", "bf16", 128, 0, 1, 8, 2, 1, 1500, 12, 1}, {"bf16", "bf16", 128, 0, 2, 8, 1, 3, 777, 7, 0},
     {"bf16", "bf16", 128, 0, 1, 4, 4, 16, 300, 5, 0},  {"bf16", "bf16", 128, 0, 1, 8, 1, 1, 2000, 40, 0},
+    {"f16", "f16", 64, 1, 2, 8, 2, 4, 1029, 9, 0},     {"bf16", "f32", 64, 1, 1, 16, 1, 2, 4097, 33, 0},
+    {"f32", "f32", 128, 0, 1, 4, 1, 1, 640, 6, 0},
 };
 
 /* Attention backward rows (the whole sequence through kiln_attention_backward: prep, dkdv, then
