@@ -640,7 +640,7 @@ class Runtime:
     def _norm_backward(self, a, views, workspace, what):
         if a.rows:
             need = self._norm_workspace_bytes(a)
-            a.workspace = self._workspace(need, workspace, views, what, what + "_workspace")
+            a.workspace = self._workspace_ptr(what, need, workspace, views, "_bwd_ws")
             a.workspace_bytes = need
         err = _lib.Error()
         _lib.check(self._lib.kiln_norm_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
@@ -731,14 +731,20 @@ class Runtime:
         return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0), splits)
 
     def _workspace_ptr(self, what, need, workspace, views, attr):
+        """The device pointer of an f32 workspace of need bytes: the caller's (checked; `what`_workspace(...)
+        gives the size), else one this Runtime keeps in attribute `attr` and grows (shared by its launches:
+        concurrent streams pass their own)."""
         if workspace is not None:
             wv = self._view(workspace, what + ": workspace", self.device_ordinal)
             have = wv.numel * _lib.DTYPE_SIZE[wv.dtype]
             if not wv.contiguous() or have < need:
-                raise KilnArgumentError("%s: workspace must be %d contiguous bytes of device memory, got %d bytes%s"
-                                        % (what, need, have, "" if wv.contiguous() else ", not contiguous"))
+                raise KilnArgumentError("%s: workspace must be %d contiguous bytes of device memory (%s_workspace), "
+                                        "got %d bytes%s" % (what, need, what, have,
+                                                            "" if wv.contiguous() else ", not contiguous"))
             views.append(wv)
             return wv.ptr
+        if not need:
+            return 0
         with self._lock:
             ws = getattr(self, attr, None)
             if ws is None or ws.nbytes < need:
@@ -817,31 +823,7 @@ class Runtime:
 
     def _attn_bwd_workspace(self, a, workspace, views):
         need = int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
-        return self._workspace(need, workspace, views, "attention_backward", "attention_backward_workspace")
-
-    def _workspace(self, need, workspace, views, what, query):
-        """The device pointer of a backward's f32 workspace: the caller's (checked against need bytes), else
-        one this Runtime keeps and grows."""
-        if workspace is not None:
-            wv = self._view(workspace, what + ": workspace", self.device_ordinal)
-            have = wv.numel * _lib.DTYPE_SIZE[wv.dtype]
-            if not wv.contiguous() or have < need:
-                raise KilnArgumentError("%s: workspace must be %d contiguous bytes of device memory (%s), got %d "
-                                        "bytes%s" % (what, need, query, have, "" if wv.contiguous() else
-                                                     ", not contiguous"))
-            views.append(wv)
-            return wv.ptr
-        if not need:
-            return 0
-        # the runtime's own workspace, grown as needed; launches on several streams at once pass their own
-        with self._lock:
-            ws = getattr(self, "_bwd_ws", None)
-            if ws is None or ws.nbytes < need:
-                if ws is not None:
-                    self.synchronize()  # the old one may still be in use by an earlier launch
-                    ws.free()
-                ws = self._bwd_ws = DeviceArray(self, ((need + 3) // 4,), "f32")
-            return ws.ptr
+        return self._workspace_ptr("attention_backward", need, workspace, views, "_bwd_ws")
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
                            workspace=None, stream=None):

@@ -456,8 +456,12 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     if b and sq:
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        runtime(q.device).attention(o, qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2), lse=lse,
-                                    causal=causal, scale=scale, stream=_stream(q))
+        rt = runtime(q.device)
+        qkv = (qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
+        # decoding shapes run split-KV; its f32 partials come from torch's allocator (stream-ordered)
+        _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=causal)
+        ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=q.device) if need else None
+        rt.attention(o, *qkv, lse=lse, causal=causal, scale=scale, stream=_stream(q), workspace=ws)
     return o.transpose(1, 2), lse
 
 

@@ -114,3 +114,19 @@ def test_runtime_uses_torchs_current_stream_for_torch_tensors(kt):
     assert runtime._stream_handle(7, [v]) == 7
     rt = kt.runtime()
     rt.layer_norm(torch.empty((2, 64), dtype=torch.float16, device="cuda"), x)  # torch tensors, no stream given
+
+
+def test_sdpa_decoding_runs_split_kv_with_a_torch_workspace(kt, fake_cuda):
+    b, hq, hkv, sk, d = 1, 32, 8, 4096, 128
+    q = torch.empty((b, hq, 1, d), dtype=torch.bfloat16, device="cuda")
+    k, v = (torch.empty((b, hkv, sk, d), dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    fake_cuda.reset()
+    o = kt.scaled_dot_product_attention(q, k, v, enable_gqa=True)
+    assert tuple(o.shape) == (b, hq, 1, d)
+    (e1, v1), (e2, v2) = fake_cuda.launches()
+    assert "combine" not in e1 and e2.startswith("kiln_attention_combine")
+    rt = kt.runtime()
+    split = rt.kernel("attention dtype=bf16 head_dim=128 splitkv=true")
+    ws = {p["name"]: val for p, val in zip(split.meta["params"], v1)}["ws"]
+    runtime_kept = getattr(rt, "_fwd_ws", None)
+    assert ws != 0 and (runtime_kept is None or ws != runtime_kept.ptr)  # torch's allocation, not the Runtime's
