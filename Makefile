@@ -260,9 +260,10 @@ $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 $(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
 	@mkdir -p $(dir $@)
 	strip -o $(O)/bench/libkiln.so.stripped $< && gzip -4 -c $(O)/bench/libkiln.so.stripped > $@.tmp && mv $@.tmp $@
+	@if ldd $< | grep -q libLLVM; then echo "gpu-kit: $< links libLLVM (LLVM_SHARED=1); the kit needs LLVM linked in statically"; exit 1; fi
 	for l in $(KIT_SYSLIBS); do \
 	    p=$$(ldd $< | awk -v l=$$l '$$1 == l { print $$3 }'); \
-	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: $< needs no $$l? (ldd)"; true; }; \
+	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: ldd finds no $$l for $< (the kit must carry it)"; exit 1; }; \
 	done
 $(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \

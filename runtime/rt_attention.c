@@ -191,13 +191,30 @@ kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_a
     if (a->batch == 0 || a->seq_q == 0) return KILN_OK;
     kiln_kernel *plain, *two[2];
     if (splits == 0) {
-        if ((st = kiln_attention_pick(rt, a, &plain, err)) != KILN_OK) return st;
-        if ((st = pick_splitkv(rt, a, two, err)) != KILN_OK) return st;
-        splits = auto_splits(rt, a, &plain->meta, &two[0]->meta);
+        /* only decoding shapes are worth the split kernels: others never look them up (no generation,
+         * no bundle entry needed); where none is found (a bundle without them, no generator) the plain
+         * kernel runs */
+        splits = 1;
+        if (a->seq_q <= KILN_ATTENTION_DECODE_MAX_SEQ_Q && a->seq_k >= 256) {
+            if ((st = kiln_attention_pick(rt, a, &plain, err)) != KILN_OK) return st;
+            kiln_error quiet;
+            st = pick_splitkv(rt, a, two, &quiet);
+            if (st == KILN_OK) splits = auto_splits(rt, a, &plain->meta, &two[0]->meta);
+            else if (st != KILN_ENOTFOUND) return kiln_fail(err, st, "%s", quiet.msg);
+        }
     }
     if (chosen) *chosen = splits;
-    if (splits > 1)
-        *bytes = (size_t)splits * (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q * (size_t)(a->head_dim + 1) * 4;
+    if (splits > 1) {
+        size_t n = 1;
+        const size_t f[6] = {(size_t)splits, (size_t)a->batch, (size_t)a->heads_q, (size_t)a->seq_q,
+                             (size_t)a->head_dim + 1, 4};
+        for (int i = 0; i < 6; i++)
+            if (__builtin_mul_overflow(n, f[i], &n))
+                return kiln_fail(err, KILN_EINVAL, "attention split-KV: the workspace for %d splits x batch %d x heads_q "
+                                 "%d x seq_q %d x (head_dim + 1) x 4 bytes does not fit in size_t", splits, a->batch,
+                                 a->heads_q, a->seq_q);
+        *bytes = n;
+    }
     return KILN_OK;
 }
 

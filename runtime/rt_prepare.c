@@ -56,6 +56,7 @@ kiln_status kiln_rt_prepare(kiln_rt *rt, const char *const *specs, int n, int th
     pthread_t *th = calloc((size_t)threads, sizeof *th);
     kiln_status st = KILN_OK;
     if (!j.kernels || !j.errs || !j.status || !th) {
+        if (kernels) memset(kernels, 0, (size_t)n * sizeof *kernels); /* as promised: NULL where not ready */
         st = kiln_fail(err, KILN_ENOMEM, "prepare: out of memory for %d specs", n);
         goto done;
     }

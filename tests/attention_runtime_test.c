@@ -278,6 +278,56 @@ static void test_splitkv_errors(void) {
     TEST_END();
 }
 
+/* A runtime-only install (libkiln_rt + a bundle of the plain kernel, no generator): the automatic split
+ * rule never asks for split kernels on a prefill shape, and falls back to the plain kernel for a
+ * decoding shape whose split kernels no bundle holds; forced splits say what is missing. */
+static void test_splitkv_bundle_only(void) {
+    TEST_BEGIN("split-KV automatic with a bundle that has no split kernels and no generator: the plain kernel");
+    kiln_gen *g = NULL;
+    kiln_module *mod = NULL;
+    kiln_bundle_writer *bw = NULL;
+    kiln_error e = {0};
+    void *data = NULL;
+    size_t size = 0;
+    kiln_bundle_writer_create(&bw, "test", NULL);
+    kiln_gen_create(&g, NULL, &e);
+    CHECK(kiln_generate(g, "attention dtype=bf16 head_dim=128 causal=true", 80, KILN_EMIT_PTX, &mod, &e) == KILN_OK,
+          "%s", e.msg);
+    if (mod) kiln_bundle_writer_add(bw, kiln_module_meta(mod), KILN_PAYLOAD_PTX, kiln_module_text(mod),
+                                    kiln_module_size(mod), NULL);
+    kiln_module_free(mod);
+    kiln_gen_destroy(g);
+    kiln_bundle_writer_finish(bw, &data, &size, &e);
+    kiln_bundle_writer_destroy(bw);
+    kiln_rt_register_generator(NULL);
+    kiln_rt *rt = open_rt(80);
+    CHECK(kiln_rt_add_bundle_memory(rt, data, size, &e) == KILN_OK, "%s", e.msg);
+    kiln_attention_args a = gqa_args(); /* prefill: 1000 queries */
+    int n = -1;
+    size_t bytes = 1;
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
+          "prefill: %d splits, %zu bytes: %s", n, bytes, e.msg);
+    a.batch = 1, a.heads_q = 32, a.heads_kv = 8, a.seq_q = 1, a.seq_k = 4096; /* decoding, GQA */
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
+          "decoding without split kernels: %d splits, %zu bytes: %s", n, bytes, e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 0, 0, 0, &e) == KILN_OK, "%s", e.msg);
+    fake_cuda_launch l;
+    CHECK(fake.last_launch(&l) && !strstr(l.entry, "combine"), "one plain launch");
+    kiln_status st = kiln_attention_forward_workspace(rt, &a, 4, &n, &bytes, &e);
+    CHECK(st == KILN_OK && n == 4 && bytes > 0, "forced splits size the workspace: %s", e.msg);
+    st = kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes, &e);
+    CHECK(st == KILN_ENOTFOUND && strstr(e.msg, "splitkv=true"), "forced splits name the missing kernel: %d %s", st,
+          e.msg);
+    a.batch = 1 << 30, a.heads_q = 1 << 20, a.heads_kv = 1 << 20, a.seq_q = 16, a.head_dim = 256; /* size_t overflow */
+    st = kiln_attention_forward_workspace(rt, &a, KILN_ATTENTION_MAX_SPLITS, &n, &bytes, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "does not fit"), "%d %s", st, e.msg);
+    kiln_rt_destroy(rt);
+    kiln_rt_use_generator();
+    free(data);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
@@ -293,5 +343,6 @@ int main(void) {
     test_splitkv_launch(80);
     test_splitkv_launch(90);
     test_splitkv_errors();
+    test_splitkv_bundle_only();
     return check_summary("attention runtime");
 }

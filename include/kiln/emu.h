@@ -42,6 +42,8 @@ const kiln_kernel_meta *kiln_emu_kernel_meta(const kiln_emu_kernel *k);
 /* Frees the kernel's code (optional: kiln_emu_destroy frees all kernels). */
 void kiln_emu_kernel_free(kiln_emu_kernel *k);
 
+/* Zero-initialize it (`= {0}` or designated initializers): fields are added at the end (arg_bytes
+ * came after nullable), and a zero field keeps the older behaviour. */
 typedef struct kiln_emu_launch {
     unsigned grid[3];      /* blocks; every dimension >= 1 */
     unsigned block[3];     /* threads per block */

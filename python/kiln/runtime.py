@@ -8,6 +8,7 @@ or ``ptr``), else torch's current stream when the arrays are torch tensors, else
 stream. Nothing here synchronizes.
 """
 
+import contextlib
 import ctypes
 import os
 import sys
@@ -237,7 +238,9 @@ class Runtime:
         self._lib = _lib.rt()
         self._ptr = ctypes.c_void_p()
         self.warnings = []
-        self._lock = threading.Lock()
+        # guards the Runtime-kept workspaces: held from taking one to the launch that uses it, so another
+        # thread cannot free or regrow it in between (re-entrant: _workspace_ptr takes it again)
+        self._lock = threading.RLock()
         self._bundle_data = []
 
         def on_warning(_user, msg):
@@ -638,12 +641,13 @@ class Runtime:
         return int(need.value)
 
     def _norm_backward(self, a, views, workspace, what):
-        if a.rows:
-            need = self._norm_workspace_bytes(a)
-            a.workspace = self._workspace_ptr(what, need, workspace, views, "_bwd_ws")
-            a.workspace_bytes = need
-        err = _lib.Error()
-        _lib.check(self._lib.kiln_norm_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+        with self._kept_workspace(workspace):
+            if a.rows:
+                need = self._norm_workspace_bytes(a)
+                a.workspace = self._workspace_ptr(what, need, workspace, views, "_bwd_ws")
+                a.workspace_bytes = need
+            err = _lib.Error()
+            _lib.check(self._lib.kiln_norm_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def layer_norm_kernel(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None):
         """The Kernel layer_norm would launch for these arrays, without launching."""
@@ -711,10 +715,11 @@ class Runtime:
         a = self._attn_args(o, q, k, v, lse, causal, scale, stream)
         n, need = self._attn_splits(a, splits)
         views = []
-        ptr = self._workspace_ptr("attention", need, workspace, views, "_fwd_ws") if n > 1 else 0
-        err = _lib.Error()
-        _lib.check(self._lib.kiln_attention_forward_splitkv(self._live(), ctypes.byref(a), n, ptr, need,
-                                                            ctypes.byref(err)), err)
+        with self._kept_workspace(workspace):
+            ptr = self._workspace_ptr("attention", need, workspace, views, "_fwd_ws") if n > 1 else 0
+            err = _lib.Error()
+            _lib.check(self._lib.kiln_attention_forward_splitkv(self._live(), ctypes.byref(a), n, ptr, need,
+                                                                ctypes.byref(err)), err)
 
     def _attn_splits(self, a, splits):
         if isinstance(splits, bool) or not isinstance(splits, int):
@@ -729,6 +734,10 @@ class Runtime:
         """(splits, bytes): the split count attention(..., splits=splits) uses for these arrays and the device
         workspace it needs (0 bytes when it runs the non-split kernel)."""
         return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0), splits)
+
+    def _kept_workspace(self, workspace):
+        """The lock to hold around a launch that may use a Runtime-kept workspace (none with the caller's)."""
+        return contextlib.nullcontext() if workspace is not None else self._lock
 
     def _workspace_ptr(self, what, need, workspace, views, attr):
         """The device pointer of an f32 workspace of need bytes: the caller's (checked; `what`_workspace(...)
@@ -835,9 +844,10 @@ class Runtime:
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
         uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
         a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream)
-        a.workspace = self._attn_bwd_workspace(a, workspace, views)
-        err = _lib.Error()
-        _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
+        with self._kept_workspace(workspace):
+            a.workspace = self._attn_bwd_workspace(a, workspace, views)
+            err = _lib.Error()
+            _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def attention_backward_kernels(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None,
                                    deterministic=False):

@@ -111,12 +111,14 @@ _layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
 
 
 def _grad_outputs(x, weight, bias_dtype):
-    """dx like x; dweight like weight (empty without one); dbias in bias_dtype (empty when '')."""
+    """dx like x; dweight like weight (empty without one); dbias in bias_dtype (empty when ''). With no rows
+    no kernel runs: dweight and dbias are sums over nothing, zeros as torch gives."""
     hidden = x.shape[-1]
+    alloc = torch.empty if x.numel() else torch.zeros
     dx = torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    dw = (torch.empty((hidden,), dtype=weight.dtype, device=x.device) if weight is not None
+    dw = (alloc((hidden,), dtype=weight.dtype, device=x.device) if weight is not None
           else torch.empty((0,), dtype=x.dtype, device=x.device))
-    db = (torch.empty((hidden,), dtype=_TORCH_DT[bias_dtype], device=x.device) if bias_dtype
+    db = (alloc((hidden,), dtype=_TORCH_DT[bias_dtype], device=x.device) if bias_dtype
           else torch.empty((0,), dtype=x.dtype, device=x.device))
     return dx, dw, db
 

@@ -179,3 +179,20 @@ def test_fused_residual_errors(kt):
         kt.add_layer_norm(x, torch.empty((4, 64), dtype=torch.float16), 64)
     with pytest.raises(kiln.KilnArgumentError, match="residual: dtype"):
         kt.add_layer_norm(x, torch.empty((4, 64), dtype=torch.int32, device="cuda"), 64)
+
+
+def test_no_rows_gives_zero_weight_gradients(kt, fake_cuda):
+    import numpy as np
+    x = torch.empty((0, 64), dtype=torch.float16, device="cuda")
+    w = torch.empty(64, dtype=torch.float32, device="cuda")
+    op = torch.library.REGISTERED["kiln::layer_norm"]
+    out = op(x, w, w, 1e-5, "f16")
+    ctx = Ctx()
+    op.setup_context(ctx, (x, w, w, 1e-5, "f16"), out)
+    fake_cuda.reset()
+    _dx, dw, db, _, _ = op.backward(ctx, x, None, None)
+    assert fake_cuda.launches() == []  # nothing to launch: sums over no rows
+    for g in (dw, db):
+        host = np.full(64, np.nan, np.float32)
+        kt.runtime()._download(host, g.data_ptr(), host.nbytes)
+        assert not host.any(), host[:4]

@@ -150,6 +150,12 @@ def empty(*shape, dtype=None, device=None):
     return Tensor(_Storage(n * dtype.itemsize, dev), shape, _contig_strides(shape), dtype)
 
 
+def zeros(*shape, dtype=None, device=None):
+    t = empty(*shape, dtype=dtype, device=device)
+    _fill(t, 0.0)
+    return t
+
+
 # ---- torch.cuda ----
 cuda = types.ModuleType("torch.cuda")
 cuda.STREAM = 0x5eed
