@@ -238,6 +238,21 @@ void emu_ops_list(char *buf, size_t size);
 /* ---- emu_warp_mma.c: ldmatrix, mma.sync and cp.async ---- */
 const emu_op *emu_mma_op_find(const char *name);
 
+/* ---- emu_guard.c: host buffers that end at a guard page (the harnesses' tensors) ---- */
+
+#define EMU_GUARDED_MAPS 16
+typedef struct emu_guarded {
+    struct {
+        void *base;
+        size_t len;
+    } map[EMU_GUARDED_MAPS];
+    int nmap;
+} emu_guarded;
+/* size bytes, 16-byte aligned, ending as close to a PROT_NONE page as alignment allows; NULL when
+ * mmap fails or EMU_GUARDED_MAPS buffers are taken. */
+void *emu_guarded_alloc(emu_guarded *g, size_t size);
+void emu_guarded_free(emu_guarded *g);
+
 /* ---- emu_half.c: f16/bf16 rounding, and the libgcc helpers host code may call ---- */
 uint16_t emu_f32_to_f16(float f);
 uint16_t emu_f32_to_bf16(float f);

@@ -3,45 +3,23 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <sys/mman.h>
-#include <unistd.h>
 
 #include "emu.h"
 
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
-#define MAX_MAPS 8
 
 /* The public struct first, then what only this file needs to free it. */
 typedef struct ln_priv {
     kiln_ln_data d;
-    struct {
-        void *base;
-        size_t len;
-    } map[MAX_MAPS];
-    int nmap;
+    emu_guarded bufs;
 } ln_priv;
 
-/* ---- buffers that end at a guard page ---- */
-
-static void *guarded(ln_priv *p, size_t size) {
-    size_t page = (size_t)sysconf(_SC_PAGESIZE), body = (size + page - 1) / page * page;
-    if (!body) body = page;
-    if (p->nmap == MAX_MAPS) return NULL;
-    unsigned char *base = mmap(NULL, body + 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    if (base == MAP_FAILED) return NULL;
-    mprotect(base, page, PROT_NONE);
-    mprotect(base + page + body, page, PROT_NONE);
-    p->map[p->nmap].base = base;
-    p->map[p->nmap++].len = body + 2 * page;
-    /* as close to the end as 16-byte alignment allows */
-    uintptr_t at = ((uintptr_t)(base + page + body - size)) & ~(uintptr_t)15;
-    return (void *)at;
-}
+static void *guarded(ln_priv *p, size_t size) { return emu_guarded_alloc(&p->bufs, size); }
 
 void kiln_ln_data_free(kiln_ln_data *d) {
     if (!d) return;
     ln_priv *p = (ln_priv *)d;
-    for (int i = 0; i < p->nmap; i++) munmap(p->map[i].base, p->map[i].len);
+    emu_guarded_free(&p->bufs);
     free(d->ref_y);
     free(d->ref_mean);
     free(d->ref_rstd);

@@ -260,6 +260,62 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
     return st;
 }
 
+/* How a forward attention case's kernels run on the emulator: the plain kernel, or split + combine. */
+typedef struct attn_runner {
+    kiln_emu_kernel *k, *comb; /* comb: the split case's combine kernel (NULL: the plain kernel) */
+    int splits;
+} attn_runner;
+
+/* The tensors of a forward attention case of problem p: random q, k, v; o and lse as the emulator
+ * computes them with r's kernels, which must pass the family's error model; the float64 forward as
+ * their reference. Adds q, k, v, o, lse to c. */
+static kiln_status attn_case_tensors(kit_case *c, const kiln_attn_problem *p, uint64_t seed, const attn_runner *r,
+                                     kiln_error *err) {
+    kiln_status st = KILN_OK;
+    size_t nq = kiln_attn_elems(p, 'q'), nk = kiln_attn_elems(p, 'k'), nv = kiln_attn_elems(p, 'v');
+    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    void *q = kiln_attn_random(p->dtype, nq, 1, &seed), *kk = kiln_attn_random(p->dtype, nk, 1, &seed);
+    void *v = kiln_attn_random(p->dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p->out));
+    float *lse = malloc(nl * sizeof *lse);
+    float *ws = r->comb ? malloc(kiln_attn_splitkv_workspace_floats(p, r->splits) * sizeof *ws) : NULL;
+    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+    if (!q || !kk || !v || !o || !lse || (r->comb && !ws) || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (st == KILN_OK)
+        st = r->comb ? kiln_attn_run_splitkv(r->k, r->comb, p, r->splits, ws, o, lse, q, kk, v, 0, err)
+                     : kiln_attn_run(r->k, p, o, lse, q, kk, v, 0, err);
+    if (st == KILN_OK) st = kiln_attn_reference(p, q, kk, v, ro, rl, err);
+    if (st == KILN_OK) {
+        kiln_attn_report rep;
+        long bad = kiln_attn_check(p, p->dtype, q, kk, v, o, lse, ro, rl, &rep);
+        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own %sresult fails the attention error model (%ld bad)",
+                                r->comb ? "split-KV " : "", bad);
+    }
+    if (st == KILN_OK) {
+        add_tensor(c, "q", p->dtype, KIT_IN, nq, q, NULL);
+        add_tensor(c, "k", p->dtype, KIT_IN, nk, kk, NULL);
+        add_tensor(c, "v", p->dtype, KIT_IN, nv, v, NULL);
+        add_tensor(c, "o", p->out, KIT_OUT, no, o, ro);
+        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
+        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    free(q), free(kk), free(v), free(o), free(lse), free(ws), free(ro), free(rl);
+    return st;
+}
+
+/* The scalars both forward attention cases bind: shape, head_dim, causal, scale; with splits > 0 also
+ * splits and deterministic (the split case runs twice and must give the same bits). */
+static void attn_case_scalars(kit_case *c, const kiln_attn_problem *p, int splits) {
+    const struct { const char *n; int v; } ints[] = {{"batch", p->batch}, {"heads_q", p->heads_q},
+        {"heads_kv", p->heads_kv}, {"seq_q", p->seq_q}, {"seq_k", p->seq_k}, {"head_dim", p->head_dim},
+        {"causal", p->causal}};
+    for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
+    if (splits) {
+        add_scalar(c, "splits", KILN_PARAM_I32, splits);
+        add_scalar(c, "deterministic", KILN_PARAM_I32, 1); /* run twice, same bits */
+    }
+    add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(p));
+}
+
 static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
                               kiln_error *err) {
     char spec[KILN_SPEC_MAX];
@@ -269,55 +325,32 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     kiln_attn_problem p = {0};
-    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) return st;
+    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) {
+        kiln_emu_kernel_free(k);
+        return st;
+    }
     p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
     p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
     p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
     kiln_attn_default_strides(&p);
-    uint64_t seed = (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm);
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
-    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p.out));
-    float *lse = malloc(nl * sizeof *lse);
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    if (!q || !kk || !v || !o || !lse || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if (st == KILN_OK) st = kiln_attn_run(k, &p, o, lse, q, kk, v, 0, err);
-    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
-    if (st == KILN_OK) {
-        kiln_attn_report rep;
-        long bad = kiln_attn_check(&p, p.dtype, q, kk, v, o, lse, ro, rl, &rep);
-        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the attention error model (%ld bad)", bad);
-    }
-    if (st == KILN_OK) {
-        snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
-                 strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
-                 p.heads_kv, p.seq_q, p.seq_k);
-        snprintf(c->family, sizeof c->family, "attention");
-        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
-        c->emu_sm = sm;
-        c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
-        const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
-            {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
-            {"causal", p.causal}};
-        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
-        add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
-        const char *sn[4] = {"q", "k", "v", "o"};
-        const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
-        for (int t = 0; t < 4; t++)
-            for (int s = 0; s < 3; s++) {
-                char name[16];
-                snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
-                add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
-            }
-        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
-        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
-        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
-        add_tensor(c, "o", p.out, KIT_OUT, no, o, ro);
-        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    }
-    free(q), free(kk), free(v), free(o), free(lse), free(ro), free(rl);
+    snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
+             strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
+             p.heads_kv, p.seq_q, p.seq_k);
+    snprintf(c->family, sizeof c->family, "attention");
+    snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+    c->emu_sm = sm;
+    c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
+    attn_case_scalars(c, &p, 0);
+    const char *sn[4] = {"q", "k", "v", "o"};
+    const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) {
+            char name[16];
+            snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
+            add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
+        }
+    attn_runner run = {k, NULL, 0};
+    st = attn_case_tensors(c, &p, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &run, err);
     kiln_emu_kernel_free(k);
     return st;
 }
@@ -332,35 +365,13 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
     kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    if ((st = kiln_emu_load(emu, gen, m->then_spec, sm, &comb, err)) != KILN_OK) {
-        kiln_emu_kernel_free(k);
-        return st;
-    }
     kiln_attn_problem p = {0};
-    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) {
-        kiln_emu_kernel_free(k);
-        kiln_emu_kernel_free(comb);
-        return st;
-    }
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
-    kiln_attn_default_strides(&p);
-    uint64_t seed = (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm);
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
-    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p.out));
-    float *lse = malloc(nl * sizeof *lse), *ws = malloc(kiln_attn_splitkv_workspace_floats(&p, r->splits) * sizeof *ws);
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    if (!q || !kk || !v || !o || !lse || !ws || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if (st == KILN_OK) st = kiln_attn_run_splitkv(k, comb, &p, r->splits, ws, o, lse, q, kk, v, 0, err);
-    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
+    if ((st = kiln_emu_load(emu, gen, m->then_spec, sm, &comb, err)) == KILN_OK)
+        st = kiln_attn_spec_parse(m->spec, &p, err);
     if (st == KILN_OK) {
-        kiln_attn_report rep;
-        long bad = kiln_attn_check(&p, p.dtype, q, kk, v, o, lse, ro, rl, &rep);
-        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own split-KV result fails the attention error model (%ld bad)", bad);
-    }
-    if (st == KILN_OK) {
+        p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
+        p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+        kiln_attn_default_strides(&p);
         snprintf(c->name, sizeof c->name, "attn-splitkv-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d-s%d", r->dtype,
                  strcmp(r->dtype, r->out) ? ">" : "", strcmp(r->dtype, r->out) ? r->out : "", r->head_dim,
                  r->causal ? "-causal" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, r->splits);
@@ -368,19 +379,10 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
         snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)r->splits, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
-        const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
-            {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
-            {"causal", p.causal}, {"splits", r->splits}, {"deterministic", 1}}; /* deterministic: run twice, same bits */
-        for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
-        add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
-        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
-        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
-        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
-        add_tensor(c, "o", p.out, KIT_OUT, no, o, ro);
-        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+        attn_case_scalars(c, &p, r->splits);
+        attn_runner run = {k, comb, r->splits};
+        st = attn_case_tensors(c, &p, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &run, err);
     }
-    free(q), free(kk), free(v), free(o), free(lse), free(ws), free(ro), free(rl);
     kiln_emu_kernel_free(k);
     kiln_emu_kernel_free(comb);
     return st;
