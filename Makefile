@@ -33,7 +33,7 @@ MAKEFLAGS += -j$(shell nproc 2>/dev/null || echo 2)
 endif
 
 CC          ?= cc
-LLVM_CONFIG ?= llvm-config-19
+LLVM_CONFIG ?= llvm-config-22
 PREFIX      ?= /usr/local
 CUDA_HOME   ?= /usr/local/cuda
 
@@ -69,10 +69,10 @@ LUA_CFLAGS  := $(shell pkg-config --cflags lua5.4 2>/dev/null)
 LUA_LIBS    := $(shell pkg-config --libs lua5.4 2>/dev/null)
 
 # How bin/kiln and lib/libkiln.so get LLVM and Lua. By default only the LLVM components kiln uses
-# are linked in statically: no libLLVM-19.so to relocate at start (a third of a short process's
+# are linked in statically: no libLLVM-22.so to relocate at start (a third of a short process's
 # time) and no LLVM package needed where they run. Lua is static in bin/kiln; lib/libkiln.so links
 # liblua5.4.so.0 because Debian's liblua5.4.a is not position-independent. LLVM_SHARED=1 links
-# libLLVM-19.so and liblua5.4.so instead (for distribution packagers). Tests and benchmarks link the
+# libLLVM-22.so and liblua5.4.so instead (for distribution packagers). Tests and benchmarks link the
 # shared libLLVM either way: they link in a fraction of the time and emit the same PTX.
 LLVM_COMPONENTS := nvptx orcjit x86 passes irreader bitreader
 LIB_A       = $(firstword $(wildcard $(addsuffix /lib$(1).a,/usr/lib/x86_64-linux-gnu /usr/lib64 /usr/lib /usr/local/lib)))
@@ -135,11 +135,11 @@ $(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(STATIC_LIBS) $(GEN_LIBS)
 
-# Fuzzing: libFuzzer targets for the readers (tests/fuzz/), built with clang-19 under ASan + UBSan
-# wherever clang-19 is installed (tools/setup.sh installs it). The suite runs a bounded slice
+# Fuzzing: libFuzzer targets for the readers (tests/fuzz/), built with clang-22 under ASan + UBSan
+# wherever clang-22 is installed (tools/setup.sh installs it). The suite runs a bounded slice
 # (tests/fuzz_test.sh); `make fuzz` runs each target FUZZ_SECONDS (default 120) on a corpus kept
-# in build/fuzz/corpus/. Without clang-19 nothing is built and the test says skipped.
-FUZZ_CC      ?= clang-19
+# in build/fuzz/corpus/. Without clang-22 nothing is built and the test says skipped.
+FUZZ_CC      ?= clang-22
 HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
 FUZZ_NAMES   := spec ptx bundle meta disk
 FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
@@ -363,7 +363,7 @@ help:
 	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
 	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command"
 	@echo "  make clean      remove build/, lib/, bin/"
-	@echo "options: LLVM_SHARED=1 (link libLLVM-19.so instead of static LLVM), CI=1 (warnings are errors)"
+	@echo "options: LLVM_SHARED=1 (link libLLVM-22.so instead of static LLVM), CI=1 (warnings are errors)"
 
 clean:
 	rm -rf build lib bin

@@ -211,10 +211,13 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
 kiln_status kiln_emu_load(kiln_emu *emu, kiln_gen *gen, const char *spec, int sm, kiln_emu_kernel **out,
                           kiln_error *err) {
     *out = NULL;
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    /* The module is built in a context of its own, which the thread-safe context then owns
+     * (LLVM 21+ no longer hands out the context inside an ORC ThreadSafeContext). */
+    LLVMContextRef ctx = LLVMContextCreate();
     LLVMModuleRef mod = NULL;
     kiln_kernel_meta meta;
-    kiln_status st = gen_build_module(gen, spec, sm, LLVMOrcThreadSafeContextGetContext(tsc), &mod, &meta, err);
+    kiln_status st = gen_build_module(gen, spec, sm, ctx, &mod, &meta, err);
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContextFromLLVMContext(ctx);
     if (st == KILN_OK) st = load_module(emu, tsc, mod, &meta, out, err);
     LLVMOrcDisposeThreadSafeContext(tsc);
     return st;
@@ -223,18 +226,19 @@ kiln_status kiln_emu_load(kiln_emu *emu, kiln_gen *gen, const char *spec, int sm
 kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const char *entry, int sm,
                              kiln_emu_kernel **out, kiln_error *err) {
     *out = NULL;
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMContextRef ctx = LLVMContextCreate();
     LLVMMemoryBufferRef buf = LLVMCreateMemoryBufferWithMemoryRangeCopy(ir, len, "kiln-emu-ir");
     LLVMModuleRef mod = NULL;
     char *msg = NULL;
     kiln_status st = KILN_OK;
-    if (LLVMParseIRInContext(LLVMOrcThreadSafeContextGetContext(tsc), buf, &mod, &msg)) {
+    if (LLVMParseIRInContext(ctx, buf, &mod, &msg)) {
         st = kiln_fail(err, KILN_EINVAL, "emulator: cannot parse the IR: %.900s", msg ? msg : "");
         LLVMDisposeMessage(msg);
     }
     kiln_kernel_meta meta;
     if (st == KILN_OK) emu_reflect(mod, sm);
     if (st == KILN_OK) st = emu_meta_from_ir(mod, entry, sm, &meta, err);
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContextFromLLVMContext(ctx);
     if (st == KILN_OK) {
         st = load_module(emu, tsc, mod, &meta, out, err);
     } else if (mod) {

@@ -210,6 +210,7 @@ typedef struct gen_value {
 } gen_value;
 
 struct gen_builder {
+    lua_State *L; /* the template's state: primitives raise their errors there */
     LLVMContextRef ctx;
     LLVMModuleRef mod;
     LLVMBuilderRef b;

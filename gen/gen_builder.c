@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include <lauxlib.h>
+#include <llvm/Config/llvm-config.h>
 
 #include "gen.h"
 
@@ -241,6 +242,10 @@ static int b_f32(lua_State *L) {
 static LLVMValueRef call_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over, int nover,
                                    LLVMValueRef *args, int nargs) {
     unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
+    /* LLVM asserts (or, in a release build, crashes) on an unknown intrinsic: a name this
+     * LLVM does not have is a primitive written for another LLVM release, and one error. */
+    if (id == 0) luaL_error(gb->L, "intrinsic '%s' is not known to LLVM %s (a primitive written for another LLVM release)",
+                            name, LLVM_VERSION_STRING);
     LLVMValueRef fn = LLVMGetIntrinsicDeclaration(gb->mod, id, over, (size_t)nover);
     LLVMTypeRef ty = LLVMIntrinsicGetType(gb->ctx, id, over, (size_t)nover);
     return LLVMBuildCall2(gb->b, ty, fn, args, (unsigned)nargs, "");
@@ -404,6 +409,7 @@ gen_builder *gen_builder_push(lua_State *L, LLVMContextRef ctx, LLVMModuleRef mo
     register_types(L);
     gen_builder *gb = lua_newuserdatauv(L, sizeof *gb, 0);
     memset(gb, 0, sizeof *gb);
+    gb->L = L;
     gb->ctx = ctx;
     gb->mod = mod;
     gb->t = target;

@@ -76,7 +76,11 @@ static int b_exit_if(lua_State *L) {
     return 0;
 }
 
-static void barrier(gen_builder *gb) { gen_intrinsic(gb, "llvm.nvvm.barrier0", NULL, 0, NULL, 0); }
+/* bar.sync 0 (barrier.sync.aligned 0): every thread of the block, converged. */
+static void barrier(gen_builder *gb) {
+    LLVMValueRef id = LLVMConstInt(gb->i32, 0, 0);
+    gen_intrinsic(gb, "llvm.nvvm.barrier.cta.sync.aligned.all", NULL, 0, &id, 1);
+}
 
 static int b_barrier(lua_State *L) {
     barrier(gen_check_builder(L, 1));

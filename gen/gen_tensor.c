@@ -18,7 +18,8 @@ static gen_value arg_f32(lua_State *L, int idx) {
 static int b_ex2_approx(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     gen_value a = arg_f32(L, 2);
-    gen_push_value(L, gen_intrinsic(gb, "llvm.nvvm.ex2.approx.f", NULL, 0, &a.v, 1), GEN_F32, 0, 0);
+    LLVMTypeRef f32 = gb->f32;
+    gen_push_value(L, gen_intrinsic(gb, "llvm.nvvm.ex2.approx", &f32, 1, &a.v, 1), GEN_F32, 0, 0);
     return 1;
 }
 

@@ -11,6 +11,13 @@ static const kiln_target targets[] = {
     {86, 71, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
     {89, 78, true, true, true, false, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
     {90, 78, true, true, true, true, true, true, true, true, true, true, 48 << 10, 227 << 10, 1024, 65536, 2048},
+    /* Blackwell: mma.sync as on sm_90, no wgmma (tcgen05 is on the 'a'/'f' targets only). Data center
+     * B200/GB200 (10.0), B300 (10.3), Jetson Thor (11.0); RTX 50 / RTX PRO (12.0), DGX Spark GB10 (12.1). */
+    {100, 86, true, true, true, true, true, true, true, false, true, true, 48 << 10, 227 << 10, 1024, 65536, 2048},
+    {103, 88, true, true, true, true, true, true, true, false, true, true, 48 << 10, 227 << 10, 1024, 65536, 2048},
+    {110, 90, true, true, true, true, true, true, true, false, true, true, 48 << 10, 227 << 10, 1024, 65536, 1536},
+    {120, 87, true, true, true, true, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
+    {121, 88, true, true, true, true, true, true, true, false, true, true, 48 << 10, 99 << 10, 1024, 65536, 1536},
 };
 enum { NTARGETS = sizeof targets / sizeof targets[0] };
 

@@ -6,7 +6,7 @@
  * KILN_TEST_FULL=1 runs every kernel on every SM, dtype and head_dim, causal or not. KILN_ATTN_TABLE=1 prints registers and shared memory per variant. */
 #include "matrix.h"
 
-static const int sms[] = {75, 80, 86, 89, 90};
+static int sms[16], nsms; /* matrix_sms() */
 static const char *dtypes[] = {"f32", "f16", "bf16"};
 static const int dims[] = {32, 64, 96, 128, 256};
 
@@ -18,7 +18,7 @@ static int add(matrix_variant *v, int n, int sm, const char *kernel, const char 
 
 static int variants(matrix_variant *v, int full) {
     int n = 0;
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int t = 0; t < 3; t++)
             for (int d = 0; d < 5; d++) {
                 int edge_d = d == 0 || d == 4, edge_sm = s == 0 || s == 4;
@@ -39,14 +39,14 @@ static int variants(matrix_variant *v, int full) {
                 }
             }
     /* mixed dtypes: f32 O/dO and gradients from bf16 inputs */
-    for (int s = 0; s < 5; s++) n = add(v, n, sms[s], "dkdv", "bf16", 128, " out=f32 grad=f32 causal=true");
+    for (int s = 0; s < nsms; s++) n = add(v, n, sms[s], "dkdv", "bf16", 128, " out=f32 grad=f32 causal=true");
     return n;
 }
 
 int main(void) {
-    static matrix_variant vs[1024];
-    const char *f = getenv("KILN_TEST_FULL");
-    int n = variants(vs, f && *f && strcmp(f, "0"));
+    static matrix_variant vs[4096];
+    nsms = matrix_sms(sms);
+    int n = matrix_slice(vs, variants(vs, matrix_full()));
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {

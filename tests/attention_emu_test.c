@@ -24,6 +24,8 @@ static const path paths[] = {
     {"auto f16 sm_75", 75, "f16", "auto", KILN_F16},    {"simt f32", 80, "f32", "auto", KILN_F32},
     {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_80", 80, "bf16", "simt", KILN_F32},
     {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
+    /* Blackwell: sm_80's mma path with the data-center and the consumer shared memory sizes */
+    {"mma bf16 sm_100", 100, "bf16", "mma", KILN_BF16}, {"mma f16 sm_120", 120, "f16", "mma", KILN_F16},
 };
 
 typedef struct shape {

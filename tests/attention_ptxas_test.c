@@ -3,7 +3,7 @@
  * KILN_ATTN_TABLE=1 prints registers and shared memory per variant as a Markdown table. */
 #include "matrix.h"
 
-static const int sms[] = {75, 80, 86, 89, 90};
+static int sms[16], nsms; /* matrix_sms() */
 static const char *dtypes[] = {"f32", "f16", "bf16"};
 static const int dims[] = {32, 64, 96, 128, 256};
 
@@ -20,7 +20,7 @@ static int add(matrix_variant *v, int n, int sm, const char *fmt, const char *a,
  * (sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows). */
 static int attention_variants(matrix_variant *v) {
     int n = 0;
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int t = 0; t < 3; t++)
             for (int d = 0; d < 5; d++)
                 for (int c = 0; c < 2; c++) {
@@ -30,11 +30,11 @@ static int attention_variants(matrix_variant *v) {
                         n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s path=simt", dtypes[t], dims[d],
                                 causal);
                 }
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int t = 1; t < 3; t++) n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s out=f32", dtypes[t], 128, "true");
     const char *full = getenv("KILN_TEST_FULL");
     int all = full && *full && strcmp(full, "0");
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int t = 0; t < 3; t++)
             for (int d = 0; d < 5; d++)
                 for (int c = 0; c < 2; c++) {
@@ -51,8 +51,9 @@ static int attention_variants(matrix_variant *v) {
 }
 
 int main(void) {
-    static matrix_variant vs[768];
-    int n = attention_variants(vs);
+    static matrix_variant vs[4096];
+    nsms = matrix_sms(sms);
+    int n = matrix_slice(vs, attention_variants(vs));
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {

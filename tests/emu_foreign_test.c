@@ -2,8 +2,8 @@
  * LLVM 20+ spellings (barrier.cta.sync.aligned.*, div.full, ex2.approx.f32, sqrt.rn.ftz.f), the
  * block size in the "nvvm.reqntid" function attribute, __nvvm_reflect, the inline assembly the
  * emulator accepts (empty, membar/fence) and the clear error for any other; and a CUDA kernel
- * compiled by clang-19 (--cuda-device-only -emit-llvm, no CUDA headers or GPU needed) run from
- * its bitcode, unoptimized and at -O2 (skipped, with the reason, without clang-19). */
+ * compiled by clang-22 (--cuda-device-only -emit-llvm, no CUDA headers or GPU needed) run from
+ * its bitcode, unoptimized and at -O2 (skipped, with the reason, without clang-22). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -116,7 +116,7 @@ static void test_inline_asm(void) {
     TEST_END();
 }
 
-/* A CUDA kernel clang-19 compiles to bitcode: a block sum of a * x with __launch_bounds__(128),
+/* A CUDA kernel clang-22 compiles to bitcode: a block sum of a * x with __launch_bounds__(128),
  * __nvvm_reflect("__CUDA_ARCH") adding 1000 below sm_80. */
 static const char *cuda_src =
     "#define __global__ __attribute__((global))\n"
@@ -153,8 +153,8 @@ static char *slurp(const char *path, size_t *len) {
 }
 
 static void test_clang_cuda(void) {
-    if (system("command -v clang-19 >/dev/null 2>&1") != 0) {
-        printf("skip clang CUDA bitcode: clang-19 is not installed (tools/setup.sh installs it)\n");
+    if (system("command -v clang-22 >/dev/null 2>&1") != 0) {
+        printf("skip clang CUDA bitcode: clang-22 is not installed (tools/setup.sh installs it)\n");
         skipped += 2;
         return;
     }
@@ -165,18 +165,18 @@ static void test_clang_cuda(void) {
     FILE *f = fopen(src, "w");
     if (f) fputs(cuda_src, f), fclose(f);
     const char *modes[2] = {"-O2 -Xclang -disable-llvm-passes", "-O2"};
-    const char *names[2] = {"clang-19 CUDA bitcode, unoptimized (llvm.nvvm.reflect kept), runs and sums right",
-                            "clang-19 CUDA bitcode at -O2 runs and sums right"};
+    const char *names[2] = {"clang-22 CUDA bitcode, unoptimized (llvm.nvvm.reflect kept), runs and sums right",
+                            "clang-22 CUDA bitcode at -O2 runs and sums right"};
     for (int m = 0; m < 2; m++) {
         TEST_BEGIN(names[m]);
-        snprintf(cmd, sizeof cmd, "clang-19 -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib "
+        snprintf(cmd, sizeof cmd, "clang-22 -x cuda --cuda-device-only --cuda-gpu-arch=sm_80 -nocudainc -nocudalib "
                  "-Wno-unknown-cuda-version %s -emit-llvm -c %s -o %s/k%d.bc 2>&1", modes[m], src, dir, m);
         int rc = system(cmd);
         char bc[160];
         snprintf(bc, sizeof bc, "%s/k%d.bc", dir, m);
         size_t len = 0;
         char *ir = rc == 0 ? slurp(bc, &len) : NULL;
-        CHECK(ir, "clang-19 failed (%d): %s", rc, cmd);
+        CHECK(ir, "clang-22 failed (%d): %s", rc, cmd);
         kiln_error err = {0};
         kiln_emu_kernel *k = ir ? load(ir, len, &err) : NULL;
         CHECK(!ir || k, "%s", err.msg);

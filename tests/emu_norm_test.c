@@ -237,9 +237,9 @@ int main(void) {
     }
     const char *fe = getenv("KILN_TEST_FULL");
     int full = fe && *fe == '1';
-    static const int quick_sms[] = {75, 80}, all_sms[] = {75, 80, 86, 89, 90};
+    static const int quick_sms[] = {75, 80}, all_sms[] = {75, 80, 86, 89, 90, 100, 103, 110, 120, 121};
     const int *sms = full ? all_sms : quick_sms;
-    int nsms = full ? 5 : 2;
+    int nsms = full ? 10 : 2;
     static const char *const fwd[] = {
         "layernorm x=bf16 w=f32 y=bf16 hidden=768",
         "layernorm x=f16 hidden=33 residual=true r=f32",

@@ -6,7 +6,7 @@
 # KILN_FUZZ_SECONDS per target (default 7; `make fuzz`: FUZZ_SECONDS, default 120, with the corpus
 # kept in build/fuzz/corpus/ through KILN_FUZZ_KEEP); under `make SAN=1 test` (O=build/san) the corpora
 # are only replayed, since the fuzzers are already sanitized and ran in `make test`.
-# Without clang-19 the fuzzers are not built and every target is skipped, with the reason.
+# Without clang-22 the fuzzers are not built and every target is skipped, with the reason.
 set -u
 secs=${KILN_FUZZ_SECONDS:-7}
 replay_only=0
@@ -16,8 +16,8 @@ total_execs=0
 for t in spec ptx bundle meta disk; do
     bin=build/fuzz/fuzz_$t
     if [ ! -x "$bin" ]; then
-        if ! command -v clang-19 >/dev/null 2>&1; then
-            echo "skip fuzz_$t: clang-19 is not installed (tools/setup.sh installs it), so the fuzzers are not built"
+        if ! command -v clang-22 >/dev/null 2>&1; then
+            echo "skip fuzz_$t: clang-22 is not installed (tools/setup.sh installs it), so the fuzzers are not built"
         else
             echo "skip fuzz_$t: $bin is not built (run make)"
         fi

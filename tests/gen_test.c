@@ -167,8 +167,20 @@ static void test_target_table(void) {
     int n;
     const gen_target *t = gen_target_all(&n);
     TEST_BEGIN("target table");
-    CHECK(n == 6, "targets %d", n);
-    for (int i = 1; i < n; i++) CHECK(t[i].sm > t[i - 1].sm && t[i].ptx_min >= t[i - 1].ptx_min, "ascending");
+    CHECK(n == 11, "targets %d", n);
+    for (int i = 1; i < n; i++) CHECK(t[i].sm > t[i - 1].sm, "ascending");
+    for (int i = 0; i < n; i++) { /* the SM table and the PTX target table agree on each row's minimal .version */
+        char name[16];
+        snprintf(name, sizeof name, "sm_%d", t[i].sm);
+        const kiln_ptx_target *p = kiln_ptx_target_find(name, strlen(name));
+        CHECK(p && p->ptx == t[i].ptx_min, "%s: SM table .version %d, PTX target table %d", name, t[i].ptx_min,
+              p ? p->ptx : -1);
+    }
+    CHECK(gen_target_find(90)->wgmma && !gen_target_find(100)->wgmma && !gen_target_find(120)->wgmma,
+          "wgmma on sm_90a only (Blackwell has tcgen05 on its 'a' targets instead)");
+    CHECK(gen_target_find(120)->mma_m16n8k16 && gen_target_find(120)->smem_optin_max == 99u << 10 &&
+              gen_target_find(121)->threads_per_sm == 1536 && gen_target_find(100)->smem_optin_max == 227u << 10,
+          "Blackwell facts");
     CHECK(!gen_target_find(75)->native_bf16_cvt && gen_target_find(80)->native_bf16_cvt, "bf16 cvt from sm_80");
     CHECK(gen_target_find(75)->mma_m16n8k8_f16 && !gen_target_find(75)->mma_m16n8k16, "sm_75 mma shapes");
     CHECK(!gen_target_find(75)->cp_async && gen_target_find(80)->cp_async, "cp.async from sm_80");

@@ -15,6 +15,7 @@
 #include "check.h"
 #include "kiln/kiln.h"
 #include "kiln/lint.h"
+#include "kiln/target.h"
 #include "ptxas_util.h"
 
 typedef struct matrix_variant {
@@ -26,6 +27,34 @@ typedef struct matrix_variant {
     int ptx_insts, sass;   /* instructions in the PTX and in the cubin (-1 when unknown) */
     unsigned threads;      /* per block, from the metadata */
 } matrix_variant;
+
+/* The SMs every ptxas matrix covers: the SM table's rows that CUDA 13's ptxas assembles (sm_75 and
+ * up; sm_70 is generated for older toolkits only). Returns the count and fills sms (cap >= 16). */
+static int matrix_sms(int *sms) {
+    int n = 0, count;
+    const kiln_target *t = kiln_target_all(&count);
+    for (int i = 0; i < count && n < 16; i++)
+        if (t[i].sm >= 75) sms[n++] = t[i].sm;
+    return n;
+}
+
+static int matrix_full(void) {
+    const char *f = getenv("KILN_TEST_FULL");
+    return f && *f && strcmp(f, "0");
+}
+
+/* The quick suite's slice of the SMs past sm_90 (KILN_TEST_FULL=1 keeps every variant): every
+ * third variant of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory,
+ * threads per SM); sm_103, sm_110 and sm_121 only in the full run. Compacts vs; returns the count. */
+static int matrix_slice(matrix_variant *vs, int n) {
+    if (matrix_full()) return n;
+    int kept = 0, seen100 = 0, seen120 = 0;
+    for (int i = 0; i < n; i++) {
+        int sm = vs[i].sm, keep = sm <= 90 || (sm == 100 && seen100++ % 3 == 0) || (sm == 120 && seen120++ % 3 == 0);
+        if (keep) vs[kept++] = vs[i];
+    }
+    return kept;
+}
 
 /* Lints ptx; returns the number of findings and describes the first in buf. */
 static size_t matrix_lint(const char *ptx, size_t len, char *buf, size_t size) {

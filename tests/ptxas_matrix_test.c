@@ -2,14 +2,14 @@
  * 27 dtype combinations x 5 SMs x hidden sizes and the launch-time form, weight/bias off. */
 #include "matrix.h"
 
-static const int sms[] = {75, 80, 86, 89, 90};
+static int sms[16], nsms; /* matrix_sms() */
 static const char *dtypes[] = {"f32", "f16", "bf16"};
 static const char *hiddens[] = {"1", "7", "33", "100", "768", "1000", "4096", "16384", "launch"};
 
 /* Every LayerNorm variant the matrix covers. */
 static int layernorm_variants(matrix_variant *v, int cap) {
     int n = 0;
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int x = 0; x < 3; x++)
             for (int w = 0; w < 3; w++)
                 for (int y = 0; y < 3; y++)
@@ -22,7 +22,7 @@ static int layernorm_variants(matrix_variant *v, int cap) {
     static const char *affine[] = {"weight=false", "bias=false", "weight=false bias=false"};
     static const char *pairs[] = {"x=bf16 w=f32 y=bf16", "x=f16", "x=f32"};
     static const char *sizes[] = {"7", "768", "launch"};
-    for (int s = 0; s < 5; s++)
+    for (int s = 0; s < nsms; s++)
         for (int a = 0; a < 3; a++)
             for (int p = 0; p < 3; p++)
                 for (int h = 0; h < 3 && n < cap; h++, n++) {
@@ -33,8 +33,9 @@ static int layernorm_variants(matrix_variant *v, int cap) {
 }
 
 int main(void) {
-    static matrix_variant vs[2048];
-    int n = layernorm_variants(vs, 2048);
+    static matrix_variant vs[4096];
+    nsms = matrix_sms(sms);
+    int n = matrix_slice(vs, layernorm_variants(vs, 4096));
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {

@@ -16,6 +16,9 @@ typedef struct cli_command {
 /* kiln.c */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* returns CLI_USAGE */
 int cli_parse_sm(const char *text, int *sm);                               /* 0 or CLI_USAGE */
+/* The SM table's SMs from min_sm up, joined by sep, into buf ("75, 80, ..." for messages; min_sm 75:
+   the SMs CUDA 13's ptxas builds, the default bundle's). Returns buf. */
+char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep);
 /* The error for getopt_long's answer c to an option it could not take, named as the user typed it
    (argv[optind - 1]): c == ':' (optstring starts with ':') is a missing value; '--name=value' for
    one of longopts that takes none says so; anything else is an unknown option. Returns CLI_USAGE. */

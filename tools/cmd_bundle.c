@@ -81,7 +81,7 @@ static void bundle_usage(FILE *to) {
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad);\n"
             "                   default f32,f16,bf16\n"
-            "  --sm LIST        target SMs, comma-separated (default 75,80,86,89,90)\n"
+            "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list)\n"
             "  --hidden LIST    shapes: layernorm hidden sizes (numbers or 'launch', default launch),\n"
             "                   attention and attention_bwd head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
@@ -400,7 +400,8 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *dtypes = NULL, *shapes = NULL;
     int c, rc = CLI_OK, explicit_specs = 0;
-    char sms[256] = "75,80,86,89,90";
+    char sms[256];
+    cli_sm_list(sms, sizeof sms, 75, ",");
     opterr = 0;
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, ":o:j:h", longopts, NULL)) != -1) {

@@ -22,7 +22,7 @@ static void run_usage(FILE *to) {
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
             "from the dtypes and the shape; see emu/emu_layernorm.c).\n\n"
-            "  --sm N        target SM (75, 80, 86, 89, 90)\n"
+            "  --sm N        target SM (kiln list names them)\n"
             "  --rows R      rows (1..1048576)\n"
             "  --hidden H    row length, needed when the spec says hidden=launch\n"
             "  --seed S      input seed (default 1)\n"
@@ -466,7 +466,8 @@ int cmd_run(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
     if (optind >= argc) return cli_error("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R");
-    if (!o.sm) return cli_error("missing --sm N (the target SM); valid: 75, 80, 86, 89, 90");
+    char valid[128];
+    if (!o.sm) return cli_error("missing --sm N (the target SM); valid: %s", cli_sm_list(valid, sizeof valid, 75, ", "));
     if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;

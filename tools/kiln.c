@@ -30,6 +30,15 @@ int cli_error(const char *fmt, ...) {
     return CLI_USAGE;
 }
 
+char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep) {
+    int sms[16], n = kiln_targets(sms, 16);
+    size_t len = 0;
+    buf[0] = 0;
+    for (int i = 0; i < n && len < size; i++)
+        if (sms[i] >= min_sm) len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? sep : "", sms[i]);
+    return buf;
+}
+
 int cli_parse_sm(const char *text, int *sm) {
     int sms[16], n = kiln_targets(sms, 16);
     char valid[128] = "";

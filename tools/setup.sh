@@ -1,24 +1,24 @@
 #!/usr/bin/env bash
 # tools/setup.sh - installs (as root) or names what kiln builds and tests with: Debian packages
-# (LLVM 19, Lua 5.4, xxhash, zstd/zlib, clang-19 and its libFuzzer runtime for the fuzzers) and, for the Python package's
+# (LLVM 22, Lua 5.4, xxhash, zstd/zlib, clang-22 and its libFuzzer runtime for the fuzzers) and, for the Python package's
 # tests, pytest, numpy, ml_dtypes, setuptools and wheel from PyPI.
 #   tools/setup.sh          install what is missing (root), else print the commands
 #   tools/setup.sh --check  only check; exit 1 naming what is missing
 set -u
-DEB_PKGS="llvm-19-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-19 libclang-rt-19-dev pkg-config make gcc"
+DEB_PKGS="llvm-22-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-22 libclang-rt-22-dev pkg-config make gcc"
 PY_PKGS="pytest numpy ml_dtypes setuptools wheel"
 PYTHON=${PYTHON:-python3}
 
 missing=()
-# llvm-config-19 comes with llvm-19 alone; the headers and static libraries are what llvm-19-dev adds
-{ command -v llvm-config-19 >/dev/null 2>&1 && [ -f "$(llvm-config-19 --includedir)/llvm-c/Core.h" ] &&
-  [ -f "$(llvm-config-19 --libdir)/libLLVMCore.a" ]; } || missing+=(llvm-19-dev)
+# llvm-config-22 comes with llvm-22 alone; the headers and static libraries are what llvm-22-dev adds
+{ command -v llvm-config-22 >/dev/null 2>&1 && [ -f "$(llvm-config-22 --includedir)/llvm-c/Core.h" ] &&
+  [ -f "$(llvm-config-22 --libdir)/libLLVMCore.a" ]; } || missing+=(llvm-22-dev)
 pkg-config --exists lua5.4 2>/dev/null || missing+=(liblua5.4-dev)
 [ -f /usr/include/xxhash.h ] || missing+=(libxxhash-dev)
 [ -f /usr/include/zstd.h ] || missing+=(libzstd-dev)
 [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
-command -v clang-19 >/dev/null 2>&1 || missing+=(clang-19)
-[ -n "$(ls /usr/lib/llvm-19/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || missing+=(libclang-rt-19-dev)
+command -v clang-22 >/dev/null 2>&1 || missing+=(clang-22)
+[ -n "$(ls /usr/lib/llvm-22/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || missing+=(libclang-rt-22-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 py_missing=()
 if command -v "$PYTHON" >/dev/null 2>&1; then

@@ -59,10 +59,16 @@ def _spec_text(spec, params):
 
 
 def targets():
-    """The SMs kiln generates for, ascending (e.g. [70, 75, 80, 86, 89, 90])."""
+    """The SMs kiln generates for, ascending (e.g. [70, 75, 80, 86, 89, 90, 100, 103, 110, 120, 121])."""
     buf = (ctypes.c_int * 32)()
     n = _lib.rt().kiln_targets(buf, 32)
     return [buf[i] for i in range(n)]
+
+
+def default_targets():
+    """The SMs a bundle holds unless told otherwise: every target from sm_75 up (what CUDA 13's
+    ptxas builds; sm_70 is generated for older toolkits only)."""
+    return [s for s in targets() if s >= 75]
 
 
 def _parse_sm(sm):
@@ -342,10 +348,10 @@ def _assemble(ptxas, ptx, sm, spec):
 
 def build_bundle(specs, sms=None, cubin=False, jobs=None):
     """Generates every spec for every SM in parallel and returns the bundle bytes (what `kiln bundle`
-    writes). ``sms`` defaults to 75, 80, 86, 89, 90; ``cubin=True`` also stores ptxas's cubins."""
+    writes). ``sms`` defaults to default_targets(); ``cubin=True`` also stores ptxas's cubins."""
     if isinstance(specs, str):
         specs = [specs]
-    sms = [_parse_sm(s) for s in (sms or (75, 80, 86, 89, 90))]
+    sms = [_parse_sm(s) for s in (sms or default_targets())]
     canon = []
     for s in specs:
         c = canonical_spec(s)

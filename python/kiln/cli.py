@@ -124,7 +124,7 @@ def cmd_bundle(argv):
     p = _Parser(prog="kiln bundle", description="Generates kernel variants in parallel into one bundle.")
     p.add_argument("families", nargs="*")
     p.add_argument("--dtypes")
-    p.add_argument("--sm", default="75,80,86,89,90")
+    p.add_argument("--sm", default=None)
     p.add_argument("--hidden")
     p.add_argument("--spec", action="append", default=[])
     p.add_argument("--spec-list")
@@ -150,7 +150,7 @@ def cmd_bundle(argv):
         return _err("bad -j '%d'; valid: 1..256" % a.j)
     if not a.output and not a.emit_c:
         return _err("missing output: give -o FILE and/or --emit-c NAME")
-    sms = [s for s in a.sm.split(",") if s]
+    sms = [s for s in a.sm.split(",") if s] if a.sm else _gen.default_targets()
     if not sms:
         return _err("--sm needs at least one SM")
     data = _gen.build_bundle(specs, sms=sms, cubin=a.cubin, jobs=a.j)
