@@ -50,7 +50,9 @@ static void h_clock(emu_call *c) {
 
 /* ---- barriers ---- */
 
-enum { BAR_ALL, BAR_ID, BAR_ID_COUNT, BAR_POPC, BAR_AND, BAR_OR };
+/* BAR_POPC..BAR_OR: barrier0.{popc,and,or}(pred); RED_*: LLVM 21+'s barrier.cta.red.{popc,and,or}.aligned
+ * .all(id, pred) and .count(id, count, pred) */
+enum { BAR_ALL, BAR_ID, BAR_ID_COUNT, BAR_POPC, BAR_AND, BAR_OR, RED_ALL = 8, RED_COUNT = 16 };
 
 static void h_barrier(emu_call *c) {
     int kind = c->site->op->arg;
@@ -58,7 +60,14 @@ static void h_barrier(emu_call *c) {
     case BAR_ALL: emu_barrier(c, 0, 0, 0, 0); break;
     case BAR_ID: emu_barrier(c, emu_arg_u32(c, 0), 0, 0, 0); break;
     case BAR_ID_COUNT: emu_barrier(c, emu_arg_u32(c, 0), emu_arg_u32(c, 1), 0, 0); break;
-    default: emu_ret_u32(c, emu_barrier(c, 0, 0, kind - BAR_POPC + 1, emu_arg_u32(c, 0))); break;
+    default:
+        if (kind & RED_COUNT)
+            emu_ret_u32(c, emu_barrier(c, emu_arg_u32(c, 0), emu_arg_u32(c, 1), (kind & 7) - BAR_POPC + 1, emu_arg_u32(c, 2)));
+        else if (kind & RED_ALL)
+            emu_ret_u32(c, emu_barrier(c, emu_arg_u32(c, 0), 0, (kind & 7) - BAR_POPC + 1, emu_arg_u32(c, 1)));
+        else
+            emu_ret_u32(c, emu_barrier(c, 0, 0, kind - BAR_POPC + 1, emu_arg_u32(c, 0)));
+        break;
     }
 }
 
@@ -212,6 +221,13 @@ static const emu_op ops[] = {
     {"llvm.nvvm.barrier.cta.sync.all", "void (i32)", h_barrier, BAR_ID},
     {"llvm.nvvm.barrier.cta.sync.aligned.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
     {"llvm.nvvm.barrier.cta.sync.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
+    /* LLVM 21+: barrier0.{popc,and,or} became barrier.cta.red.*; the IR reader upgrades the old names */
+    {"llvm.nvvm.barrier.cta.red.popc.aligned.all", "i32 (i32, i1)", h_barrier, BAR_POPC | RED_ALL},
+    {"llvm.nvvm.barrier.cta.red.and.aligned.all", "i1 (i32, i1)", h_barrier, BAR_AND | RED_ALL},
+    {"llvm.nvvm.barrier.cta.red.or.aligned.all", "i1 (i32, i1)", h_barrier, BAR_OR | RED_ALL},
+    {"llvm.nvvm.barrier.cta.red.popc.aligned.count", "i32 (i32, i32, i1)", h_barrier, BAR_POPC | RED_COUNT},
+    {"llvm.nvvm.barrier.cta.red.and.aligned.count", "i1 (i32, i32, i1)", h_barrier, BAR_AND | RED_COUNT},
+    {"llvm.nvvm.barrier.cta.red.or.aligned.count", "i1 (i32, i32, i1)", h_barrier, BAR_OR | RED_COUNT},
     {"llvm.nvvm.bar.warp.sync", "void (i32)", h_warp_sync, 0},
     {"llvm.nvvm.membar.cta", "void ()", h_nop, 0},
     {"llvm.nvvm.membar.gl", "void ()", h_nop, 0},

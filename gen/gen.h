@@ -181,7 +181,6 @@ kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t
 void gen_lower_prepare(LLVMModuleRef mod);
 /* Empties an optimized module that will not be printed as PTX and drops what LLVM's NVPTX
  * backend cached about it (see gen_lower.c); call it before disposing of such a module. */
-void gen_lower_forget(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version);
 
 /* ---- gen_llvm.cpp: the LLVM C++ steps behind gen_lower.c (0 on success, else msg) ---- */
 #ifdef __cplusplus
@@ -241,7 +240,7 @@ void gen_register_vars(lua_State *L);
 LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float or i16 */
 int gen_dtype_kind(int dtype);                         /* kiln_dtype -> enum gen_kind */
 void gen_close_kernel(gen_builder *gb);
-void gen_annotate(gen_builder *gb, const char *key, int value); /* nvvm.annotations entry */
+void gen_kernel_attr(gen_builder *gb, const char *key, unsigned value); /* "nvvm.maxntid" etc. */
 /* gen_control.c */
 void gen_register_control(lua_State *L);
 /* gen_convert.c */

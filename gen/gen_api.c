@@ -216,13 +216,9 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
         dump_stage(m, "raw.ll", ir, strlen(ir));
         LLVMDisposeMessage(ir);
     }
-    bool optimized = false;
-    if (st == KILN_OK) {
+    if (st == KILN_OK)
         st = gen_lower_optimize(g->lower, mod, t, m->ptx_version, g->opt_level, pipeline, rotate, tm, err);
-        optimized = true;
-    }
     if (st != KILN_OK) {
-        if (optimized) gen_lower_forget(g->lower, mod, t, m->ptx_version);
         LLVMDisposeModule(mod);
     } else {
         *out = mod;
@@ -240,11 +236,9 @@ kiln_status gen_build_module(kiln_gen *g, const char *spec, int sm, LLVMContextR
     LLVMModuleRef mod;
     kiln_status st = build_optimized(g, spec, sm, ctx ? ctx : g->ctx, &mod, meta, &t, err);
     if (st != KILN_OK) return st;
-    /* The caller gets a copy; the optimized original leaves LLVM's NVPTX caches (gen_lower.c). */
-    *out = LLVMCloneModule(mod);
-    gen_lower_forget(g->lower, mod, t, meta->ptx_version);
-    LLVMDisposeModule(mod);
-    return *out ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory copying the module");
+    (void)t;
+    *out = mod;
+    return KILN_OK;
 }
 
 kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit, kiln_module **out,
@@ -269,8 +263,6 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             LLVMDisposeMessage(ir);
         }
         st = gen_lower_emit(g->lower, mod, t, km->meta.ptx_version, emit, &body, &blen, &g->timing, err);
-        /* PTX printing erased LLVM's cached annotations of mod; anything else must (gen_lower.c) */
-        if (emit != KILN_EMIT_PTX || st != KILN_OK) gen_lower_forget(g->lower, mod, t, km->meta.ptx_version);
         LLVMDisposeModule(mod);
     }
     double t1 = now_ms();

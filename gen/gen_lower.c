@@ -142,37 +142,13 @@ kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_targe
     return KILN_OK;
 }
 
-/* LLVM 19's NVPTX backend keeps the nvvm.annotations it reads (maxntid, reqntid, kernel) in
- * one process-wide map keyed by the Module's and the Function's addresses. The optimizer
- * fills it (NVVMIntrRange reads maxntid to bound %tid), and only the NVPTX AsmPrinter's
- * doFinalization erases a module's entry (llvm::clearAnnotationCache is not exported by
- * libLLVM-19.so). A module that is optimized but never printed as PTX (the emulator's, or
- * --emit ll) leaves its entry behind, and a later module that malloc places at the same
- * addresses reads the stale one: a 256-thread LayerNorm was optimized as if maxntid were
- * another kernel's 128, %tid.x >> 7 folded to 0 and its second row group never ran (the
- * emu_layernorm flake, more frequent with two generators in one process). So every module
- * that is not printed goes through the AsmPrinter once, emptied first so that it costs
- * only the PTX header. */
-void gen_lower_forget(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version) {
-    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f))
-        LLVMReplaceAllUsesWith(f, LLVMGetPoison(LLVMTypeOf(f)));
-    for (LLVMValueRef g = LLVMGetFirstGlobal(mod); g; g = LLVMGetNextGlobal(g))
-        LLVMReplaceAllUsesWith(g, LLVMGetPoison(LLVMTypeOf(g)));
-    for (LLVMValueRef f = LLVMGetFirstFunction(mod), next; f; f = next) {
-        next = LLVMGetNextFunction(f);
-        LLVMDeleteFunction(f);
-    }
-    for (LLVMValueRef g = LLVMGetFirstGlobal(mod), next; g; g = next) {
-        next = LLVMGetNextGlobal(g);
-        LLVMDeleteGlobal(g);
-    }
-    LLVMTargetMachineRef tm;
-    if (machine_for(lw, t, ptx_version, &tm, NULL) != KILN_OK) return;
-    char *msg = NULL;
-    LLVMMemoryBufferRef buf = NULL;
-    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMAssemblyFile, &msg, &buf)) LLVMDisposeMessage(msg);
-    else LLVMDisposeMemoryBuffer(buf);
-}
+/* No module needs forgetting: LLVM 19's NVPTX backend cached the nvvm.annotations it read (maxntid,
+ * kernel) per Module address until the AsmPrinter erased them, and a module that was optimized but
+ * never printed left a stale entry for the next module malloc put at the same address (the old
+ * emu_layernorm flake; gen_lower_forget printed every such module once). Since LLVM 21 the launch
+ * bounds are function attributes ("nvvm.maxntid", "nvvm.maxnreg", gen_memory.c) and kernels a calling
+ * convention; the cache that remains serves only nvvm.annotations keys kiln never writes (texture,
+ * surface, sampler). tests/gen_threads_test.c keeps the regression test. */
 
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version, kiln_emit emit,
                            char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err) {

@@ -27,14 +27,13 @@ static int check_dtype(lua_State *L, int idx) {
 
 static const char *param_kinds[] = {"ptr", "i32", "i64", "f32"};
 
-void gen_annotate(gen_builder *gb, const char *key, int value) {
-    LLVMMetadataRef ops[3] = {
-        LLVMValueAsMetadata(gb->fn),
-        LLVMMDStringInContext2(gb->ctx, key, strlen(key)),
-        LLVMValueAsMetadata(LLVMConstInt(gb->i32, (unsigned long long)value, 0)),
-    };
-    LLVMValueRef node = LLVMMetadataAsValue(gb->ctx, LLVMMDNodeInContext2(gb->ctx, ops, 3));
-    LLVMAddNamedMetadataOperand(gb->mod, "nvvm.annotations", node);
+/* A kernel property NVPTX prints as a directive: since LLVM 21 a function attribute ("nvvm.maxntid" ->
+ * .maxntid, "nvvm.maxnreg" -> .maxnreg); NVPTX no longer reads nvvm.annotations built through the API. */
+void gen_kernel_attr(gen_builder *gb, const char *key, unsigned value) {
+    char text[16];
+    int n = snprintf(text, sizeof text, "%u", value);
+    LLVMAddAttributeAtIndex(gb->fn, LLVMAttributeFunctionIndex,
+                            LLVMCreateStringAttribute(gb->ctx, key, (unsigned)strlen(key), text, (unsigned)n));
 }
 
 static void add_attr(gen_builder *gb, unsigned idx, const char *name) {
@@ -84,9 +83,8 @@ static int b_kernel(lua_State *L) {
     m->nparams = n;
     LLVMTypeRef fty = LLVMFunctionType(gb->void_t, types, (unsigned)n, 0);
     gb->fn = LLVMAddFunction(gb->mod, m->entry, fty);
-    LLVMSetFunctionCallConv(gb->fn, LLVMPTXKernelCallConv);
-    gen_annotate(gb, "kernel", 1);
-    gen_annotate(gb, "maxntidx", (int)(m->block[0] * m->block[1] * m->block[2]));
+    LLVMSetFunctionCallConv(gb->fn, LLVMPTXKernelCallConv); /* .entry */
+    gen_kernel_attr(gb, "nvvm.maxntid", m->block[0] * m->block[1] * m->block[2]);
     add_attr(gb, LLVMAttributeFunctionIndex, "nounwind");
     gb->entry = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "entry");
     gb->body = LLVMAppendBasicBlockInContext(gb->ctx, gb->fn, "body");
@@ -118,7 +116,7 @@ void gen_close_kernel(gen_builder *gb) {
     unsigned threads = gb->meta->block[0] * gb->meta->block[1] * gb->meta->block[2];
     unsigned cap = (gb->t->regs_per_sm / threads) & ~7u;
     if (cap > THREAD_REGISTERS_MAX) cap = THREAD_REGISTERS_MAX;
-    gen_annotate(gb, "maxnreg", (int)(gb->max_registers ? gb->max_registers : cap));
+    gen_kernel_attr(gb, "nvvm.maxnreg", gb->max_registers ? gb->max_registers : cap);
     LLVMBuildBr(gb->b, gb->exit_bb);
     LLVMPositionBuilderAtEnd(gb->b, gb->entry);
     LLVMBuildBr(gb->b, gb->body);

@@ -400,7 +400,7 @@ int main(void) {
     int quick = (q && *q && strcmp(q, "0")) || (SANITIZED && !(full && *full && strcmp(full, "0")));
     /* Two workers by default. (Once a launch-form kernel left its second row group unwritten
      * about once in eight loaded runs: LLVM's NVPTX annotation cache handed a module another,
-     * freed module's maxntid; gen_lower_forget in gen/gen_lower.c is the fix.) */
+     * freed module's maxntid under LLVM 19; see gen/gen_lower.c.) */
     int nthreads = jn ? atoi(jn) : 2;
     if (nthreads < 1 || nthreads > 16) nthreads = 2;
     int every = full && *full && strcmp(full, "0");

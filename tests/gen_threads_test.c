@@ -1,5 +1,5 @@
 /* tests/gen_threads_test.c - generators on several threads give the same modules as one:
- * the regression test for LLVM's NVPTX annotation cache (gen_lower_forget in gen/gen_lower.c).
+ * the regression test for LLVM's NVPTX annotation cache (LLVM 19's, gone with LLVM 21's attribute launch bounds: gen/gen_lower.c).
  *
  * Three threads, each with its own kiln_gen, generate LLVM IR (the path that never prints
  * PTX, like the emulator's) for LayerNorm kernels of 128, 256 and 512 threads in turn. The

@@ -102,6 +102,19 @@ static void matrix_write_table(const matrix_variant *vs, int n) {
     TEST_END();
 }
 
+/* KILN_MATRIX_DUMP=FILE appends this run's figures (whatever the pipeline), one variant a line as in
+ * the quality tables plus threads: tools/compare_matrix.py sets two builds' dumps side by side (the
+ * LLVM 19 -> 22 figures in docs/llvm22.md came from it). */
+static void matrix_dump(const matrix_variant *vs, int n, const char *path) {
+    FILE *f = fopen(path, "a");
+    if (!f) return;
+    for (int i = 0; i < n; i++)
+        if (vs[i].registers >= 0 && vs[i].sass >= 0)
+            fprintf(f, "%d\t%d\t%d\t%d\t%u\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].threads,
+                    vs[i].spec);
+    fclose(f);
+}
+
 /* Blocks of `threads` that the registers of an SM hold: registers are given out per warp in
  * units of 256 (8 per thread), 64K per SM (every target kiln knows). */
 static int matrix_blocks_by_registers(int regs, unsigned threads) {
@@ -250,7 +263,8 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
             unlink(jobs[k].log);
             unlink(jobs[k].cubin);
         }
-        const char *w = getenv("KILN_QUALITY_WRITE");
+        const char *w = getenv("KILN_QUALITY_WRITE"), *dump = getenv("KILN_MATRIX_DUMP");
+        if (dump && *dump) matrix_dump(vs, n, dump);
         if (w && *w && strcmp(w, "0")) matrix_write_table(vs, n);
         else matrix_compare_table(vs, n);
     }
