@@ -222,12 +222,18 @@ static kiln_status not_found(kiln_rt *rt, const char *key, kiln_error *err) {
                      key, rt->info.sm, where, held);
 }
 
-/* Highest SM the generator targets that is not above the device's. */
+/* Highest SM the generator targets that is not above the device's and whose PTX .version the driver
+ * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0). */
 static kiln_status gen_target(kiln_rt *rt, const kiln_rt_generator *g, int *sm, kiln_error *err) {
     int sms[32], n = g->targets(sms, 32);
     *sm = 0;
-    for (int i = 0; i < n && i < 32; i++)
-        if (sms[i] <= rt->info.sm && sms[i] > *sm) *sm = sms[i];
+    for (int i = 0; i < n && i < 32; i++) {
+        char name[16];
+        snprintf(name, sizeof name, "sm_%d", sms[i]);
+        const kiln_ptx_target *t = kiln_ptx_target_find(name, strlen(name));
+        int readable = rt->info.driver_version <= 0 || !t || kiln_cuda_knows_target(rt->info.driver_version, t);
+        if (sms[i] <= rt->info.sm && sms[i] > *sm && readable) *sm = sms[i];
+    }
     return *sm ? KILN_OK
                : kiln_fail(err, KILN_ENOTFOUND, "the generator has no target at or below the device's sm_%d",
                            rt->info.sm);

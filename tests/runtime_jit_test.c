@@ -76,10 +76,21 @@ static void test_cold_warm(void) {
     CHECK(kiln_rt_get_kernel(rt, LN, &k1, &e) == KILN_OK && kiln_kernel_get_meta(k1)->sm == 75, "sm_75: %s", e.msg);
     CHECK(stats(rt).generated == 1, "sm_75 generated");
     kiln_rt_destroy(rt);
-    /* a device newer than every target gets the newest target's PTX */
-    rt = open_rt(120, NULL, &w);
-    CHECK(kiln_rt_get_kernel(rt, LN, &k1, &e) == KILN_OK && kiln_kernel_get_meta(k1)->sm == 90, "sm_120: %s", e.msg);
-    kiln_rt_destroy(rt);
+    /* Blackwell devices get their own target; a device between targets (sm_101 of CUDA 12.8/12.9, now
+     * sm_110) the highest target below it; a device newer than every target the newest target's PTX */
+    /* (the fake driver as CUDA 12.9, whose JIT reads PTX up to 8.8: sm_110's PTX 9.0 is out of its reach,
+     * and sm_103's serves) */
+    setenv("FAKE_CUDA_DRIVER_VERSION", "12090", 1);
+    static const int device_target[][2] = {{100, 100}, {101, 100}, {103, 103}, {110, 103}, {120, 120}, {121, 121},
+                                           {87, 86}, {130, 121}};
+    for (int i = 0; i < 8; i++) {
+        rt = open_rt(device_target[i][0], NULL, &w);
+        CHECK(kiln_rt_get_kernel(rt, LN, &k1, &e) == KILN_OK && kiln_kernel_get_meta(k1)->sm == device_target[i][1],
+              "device sm_%d: want sm_%d PTX, got sm_%d (%s)", device_target[i][0], device_target[i][1],
+              k1 ? kiln_kernel_get_meta(k1)->sm : 0, e.msg);
+        kiln_rt_destroy(rt);
+    }
+    unsetenv("FAKE_CUDA_DRIVER_VERSION");
     TEST_END();
 }
 
