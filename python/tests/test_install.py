@@ -14,7 +14,7 @@ from conftest import PKG_ROOT, REPO
 pytestmark = pytest.mark.skipif(os.environ.get("KILN_TEST_INSTALL", "1") == "0",
                                 reason="KILN_TEST_INSTALL=0 (the sanitizer pass sets it; the plain pass runs the wheel test)")
 
-HIDE = ["/usr/lib/llvm-19"] + sorted(set(glob.glob("/usr/lib/x86_64-linux-gnu/libLLVM*19*")) |
+HIDE = ["/usr/lib/llvm-22"] + sorted(set(glob.glob("/usr/lib/x86_64-linux-gnu/libLLVM*22*")) |
                                      set(glob.glob("/usr/lib/x86_64-linux-gnu/liblua5.4.so*")))
 
 CHECK = r"""
@@ -84,11 +84,11 @@ def test_wheel_ships_the_libraries(venv):
     names = sorted(os.listdir(lib))
     assert {"libkiln.so.0", "libkiln_rt.so.0", "liblua5.4.so.0"} <= set(names)
     ldd = subprocess.run(["ldd", os.path.join(lib, "libkiln.so.0")], stdout=subprocess.PIPE, text=True).stdout
-    assert "libLLVM" not in ldd and "llvm-19" not in ldd, ldd
+    assert "libLLVM" not in ldd and "llvm-22" not in ldd, ldd
 
 
 def _hidden_run(argv, tmp_path, env):
-    """Runs argv with /usr/lib/llvm-19, libLLVM-19 and liblua hidden (a private mount namespace), or plainly
+    """Runs argv with /usr/lib/llvm-22, libLLVM-22 and liblua hidden (a private mount namespace), or plainly
     where namespaces are not allowed (the LD_DEBUG checks then carry the proof)."""
     hide = " && ".join("mount --bind %s %s" % ("/dev/null" if os.path.isfile(p) else str(tmp_path), p)
                        for p in HIDE if os.path.exists(p) and not os.path.islink(p))
