@@ -3,6 +3,9 @@
 #include <string.h>
 #include <unistd.h>
 
+#include <lauxlib.h>
+#include <lualib.h>
+
 #include "check.h"
 #include "gen.h"
 #include "kiln/kiln.h"
@@ -220,6 +223,32 @@ static void test_template_errors(void) {
     rmdir(dir);
 }
 
+/* A primitive that asks LLVM for an intrinsic it does not have (one written for another LLVM release)
+ * raises one Lua error naming it; LLVM itself would crash in Intrinsic::getOrInsertDeclaration. */
+static int call_unknown_intrinsic(lua_State *L) {
+    gen_intrinsic(lua_touserdata(L, 1), "llvm.nvvm.barrier0.kiln.unknown", NULL, 0, NULL, 0);
+    return 0;
+}
+
+static void test_unknown_intrinsic(void) {
+    TEST_BEGIN("an intrinsic LLVM does not know is an error naming it, not a crash");
+    lua_State *L = luaL_newstate();
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("unknown", ctx);
+    kiln_kernel_meta meta = {0};
+    gen_builder *gb = gen_builder_push(L, ctx, mod, gen_target_find(80), &meta);
+    lua_pushcfunction(L, call_unknown_intrinsic);
+    lua_pushlightuserdata(L, gb);
+    int rc = lua_pcall(L, 1, 0, 0);
+    const char *msg = rc ? lua_tostring(L, -1) : NULL;
+    CHECK(rc != 0 && msg && strstr(msg, "'llvm.nvvm.barrier0.kiln.unknown' is not known to LLVM"), "got %s",
+          msg ? msg : "(no error)");
+    lua_close(L);
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
@@ -233,6 +262,7 @@ int main(void) {
     test_conversions();
     test_target_table();
     test_template_errors();
+    test_unknown_intrinsic();
     kiln_gen_destroy(gen);
     return check_summary("generator");
 }
