@@ -16,6 +16,7 @@ typedef struct cli_command {
 /* kiln.c */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* returns CLI_USAGE */
 int cli_parse_sm(const char *text, int *sm);                               /* 0 or CLI_USAGE */
+const char *cli_valid_sms(void); /* "70, 75, 80, ..." from the SM table (a static buffer) */
 /* The error for getopt_long's answer c to an option it could not take, named as the user typed it
    (argv[optind - 1]): c == ':' (optstring starts with ':') is a missing value; '--name=value' for
    one of longopts that takes none says so; anything else is an unknown option. Returns CLI_USAGE. */
