@@ -29,8 +29,8 @@ def check_heads(what, hq, hkv):
     if hq < 1 or hkv < 1:
         raise KilnArgumentError("%s: q has %d heads and k/v %d; each needs at least 1 head" % (what, hq, hkv))
     if hq % hkv:
-        raise KilnArgumentError("%s: %d key/value heads cannot be shared evenly by %d query heads (key/value heads "
-                                "must divide query heads)" % (what, hkv, hq))
+        raise KilnArgumentError("%s: %d query heads are not a multiple of %d key/value heads (each key/value head "
+                                "serves an equal group of query heads)" % (what, hq, hkv))
 
 
 def _stream_handle(stream, views):

@@ -81,7 +81,7 @@ def test_attention_bhsd_layout():
 
 @pytest.mark.parametrize("hq,hkv,words", [(4, 0, "q has 4 heads and k/v 0; each needs at least 1 head"),
                                            (0, 0, "q has 0 heads and k/v 0; each needs at least 1 head"),
-                                           (4, 3, "3 key/value heads cannot be shared evenly by 4 query heads")])
+                                           (4, 3, "4 query heads are not a multiple of 3 key/value heads")])
 def test_attention_head_counts_in_words(hq, hkv, words):
     q = np.zeros((1, 8, hq, 64), np.float16)
     kv = np.zeros((1, 8, hkv, 64), np.float16)
