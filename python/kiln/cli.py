@@ -54,7 +54,7 @@ class _ReaderGone:
     @staticmethod
     def _drop():
         null = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(null, sys.__stdout__.fileno())
+        os.dup2(null, 1)  # the descriptor under sys.__stdout__; its pending bytes then drain there
         os.close(null)
 
     def write(self, data):
@@ -465,12 +465,15 @@ COMMANDS = [
 
 def main(argv=None):
     out = sys.stdout
-    sys.stdout = _ReaderGone(out)
+    # None: started with standard output closed (kiln list >&-); the output goes nowhere, as bin/kiln's
+    sys.stdout = _ReaderGone(out if out is not None else open(os.devnull, "w"))
     try:
         rc = _main(argv)
         sys.stdout.flush()
         return rc
     finally:
+        if out is None:
+            sys.stdout.close()
         sys.stdout = out
 
 

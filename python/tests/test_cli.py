@@ -107,6 +107,16 @@ def test_reader_gone_early(args, status, tmp_path):
         assert (b.returncode, b.stderr) == (status, b""), (args, b.returncode, b.stderr[-600:])
 
 
+def test_stdout_closed_from_the_start():
+    """python -m kiln list >&-: no traceback (sys.stdout is None), exit 0 as bin/kiln list."""
+    env = dict(os.environ)
+    if os.environ.get("KILN_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = PKG_ROOT
+    r = subprocess.run([sys.executable, "-m", "kiln", "list"], stderr=subprocess.PIPE, env=env,
+                       preexec_fn=lambda: os.close(1))
+    assert (r.returncode, r.stderr) == (0, b""), r.stderr[-600:]
+
+
 @pytest.mark.parametrize("heads,words", [("0", "bad --heads '0': query heads must be at least 1"),
                                          ("32:0", "bad --heads '32:0': key/value heads must be at least 1"),
                                          ("-2", "bad --heads '-2': query heads must be at least 1"),
