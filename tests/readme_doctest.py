@@ -22,12 +22,15 @@ usage: readme_doctest.py KILN [README] [DOCS_DIR]
 """
 import ast
 import builtins
+import importlib.util
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 
 MAX_README_LINES = 700
 MAX_DOC_LINES = 2500
@@ -168,8 +171,6 @@ GPU_MARK = re.compile(r"#\s*GPU\b")
 
 def gpu_line(line):
     """A line whose trailing comment starts with "# GPU" (a '#' inside a string literal does not count)."""
-    import io
-    import tokenize
     try:
         toks = list(tokenize.generate_tokens(io.StringIO(line + "\n").readline))
     except (tokenize.TokenError, SyntaxError):
@@ -227,7 +228,7 @@ def run_python_block(root, start, src):
     if os.environ.get("O", "build") != "build" and not os.environ.get("KILN_LIB_DIR"):
         skip(name, "the plain pass (O=build) runs the Python blocks")
         return
-    missing = [m for m in ("numpy", "ml_dtypes") + (("torch",) if gpu else ()) if not __import__("importlib").util.find_spec(m)]
+    missing = [m for m in ("numpy", "ml_dtypes") + (("torch",) if gpu else ()) if not importlib.util.find_spec(m)]
     if missing:
         skip(name, "python3 lacks " + " ".join(missing))
         return
