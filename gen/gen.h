@@ -136,10 +136,14 @@ typedef struct gen_spec {
     char keys[GEN_SPEC_MAX_KEYS][KILN_NAME_MAX];
     char values[GEN_SPEC_MAX_KEYS][KILN_NAME_MAX];
     char canonical[KILN_SPEC_MAX];
+    char bare[KILN_NAME_MAX]; /* a word without '=' after the family (the parse failed on it), or "" */
 } gen_spec;
 
 /* Splits "family k=v k=v" (syntax only). */
 kiln_status gen_spec_parse(const char *text, gen_spec *out, kiln_error *err);
+/* gen_spec_parse, and where it failed on a bare word that names a family (two specs run together,
+ * "layernorm x=bf16 attention dtype=f16"), an error that says so. */
+kiln_status gen_spec_parse_known(gen_lua *gl, const char *text, gen_spec *out, kiln_error *err);
 /* Checks keys and values against the family's declared params, fills defaults, writes the
  * canonical string, and pushes the Lua spec table (param name -> typed value). */
 kiln_status gen_spec_resolve(gen_lua *gl, gen_spec *spec, kiln_error *err);

@@ -157,7 +157,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (!t) return bad_sm(sm, err);
     *tp = t;
     gen_spec spec;
-    kiln_status st = gen_spec_parse(spec_text, &spec, err);
+    kiln_status st = gen_spec_parse_known(g->lua, spec_text, &spec, err);
     if (st != KILN_OK) return st;
     lua_State *L = gen_lua_state(g->lua);
     int top = lua_gettop(L);
@@ -308,7 +308,7 @@ void kiln_module_free(kiln_module *m) {
 
 kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, size_t size, kiln_error *err) {
     gen_spec spec;
-    kiln_status st = gen_spec_parse(spec_text, &spec, err);
+    kiln_status st = gen_spec_parse_known(g->lua, spec_text, &spec, err);
     if (st != KILN_OK) return st;
     lua_State *L = gen_lua_state(g->lua);
     int top = lua_gettop(L);

@@ -29,6 +29,7 @@ kiln_status gen_spec_parse(const char *text, gen_spec *out, kiln_error *err) {
         }
         const char *eq = memchr(start, '=', (size_t)len);
         int klen = eq ? (int)(eq - start) : 0, vlen = eq ? len - klen - 1 : 0;
+        if (!eq && len < KILN_NAME_MAX) memcpy(out->bare, start, (size_t)len);
         if (!eq || klen == 0 || vlen == 0)
             return kiln_fail(err, KILN_EINVAL, "malformed parameter '%.*s': expected key=value", len, start);
         if (klen >= KILN_NAME_MAX || vlen >= KILN_NAME_MAX)
@@ -43,6 +44,20 @@ kiln_status gen_spec_parse(const char *text, gen_spec *out, kiln_error *err) {
     }
     if (!out->family[0]) return kiln_fail(err, KILN_EINVAL, "empty spec: expected 'FAMILY key=value ...'");
     return KILN_OK;
+}
+
+kiln_status gen_spec_parse_known(gen_lua *gl, const char *text, gen_spec *out, kiln_error *err) {
+    kiln_status st = gen_spec_parse(text, out, err);
+    if (st == KILN_OK || !out->bare[0]) return st;
+    char names[64][KILN_NAME_MAX];
+    int nf = gen_lua_families(gl, names, 64);
+    for (int i = 0; i < nf && i < 64; i++)
+        if (!strcmp(names[i], out->bare))
+            return kiln_fail(err, KILN_EINVAL,
+                             "one kernel per spec: '%s' is a second family name after '%s' (parameters are "
+                             "key=value; give each kernel its own spec, or its own command)",
+                             out->bare, out->family);
+    return st;
 }
 
 /* Reads field of the param declaration at the top of the stack as a string ("" if absent). */

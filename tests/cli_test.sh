@@ -19,6 +19,8 @@ expect "hidden=0" 2 "bad value '0' for 'hidden'; valid: an integer 1..16384, or 
 expect "hidden negative" 2 "bad value '-5' for 'hidden'" -- emit layernorm hidden=-5 --sm 80
 expect "bad bool" 2 "bad value 'maybe' for 'bias'; valid: true, false" -- emit layernorm bias=maybe --sm 80
 expect "malformed pair" 2 "malformed parameter 'hidden': expected key=value" -- emit layernorm hidden --sm 80
+expect "two specs" 2 "one kernel per spec: 'attention' is a second family name after 'layernorm'" -- emit layernorm x=bf16 hidden=768 attention dtype=f16 --sm 80
+expect "two specs, run" 2 "one kernel per spec: 'attention' is a second family name" -- run layernorm x=bf16 hidden=768 attention --sm 80 --rows 2
 expect "duplicate key" 2 "given twice" -- emit layernorm x=f32 x=f16 --sm 80
 expect "unsupported sm" 2 "unsupported SM '61'; valid: 70, 75, 80, 86, 89, 90" -- emit layernorm --sm 61
 expect "sm garbage" 2 "unsupported SM 'eighty'" -- emit layernorm --sm eighty
@@ -36,6 +38,30 @@ expect "run flag given a value" 2 "option '--twice' takes no value" -- run layer
 expect "bundle --spec without value" 2 "option '--spec' needs a value; see 'kiln bundle --help'" -- bundle --spec
 expect "bundle unknown option" 2 "unknown option '--frob'; see 'kiln bundle --help'" -- bundle --frob -o /nonexistent/b.kbundle
 expect "list extra arg" 2 "takes no arguments" -- list layernorm
+# every command's --help prints its own help (exit 0); run's and emit's name their required options
+for c in emit list bundle bundle-info lint run; do expect "$c --help" 0 "usage: kiln $c" -- "$c" --help; done
+expect "run --help: required" 0 "required:" -- run --help
+expect "run --help: --rows" 0 "--rows R      rows (1..1048576); for attention, seq_q" -- run --help
+expect "emit --help: --sm required" 0 "target SM, required" -- emit --help
+expect "run without --rows" 2 "missing --rows R (how many rows to run, required" -- run layernorm --sm 80
+# --heads H[:K] in words: zero, negative, malformed, not dividing
+expect "heads 0" 2 "bad --heads '0': query heads must be at least 1; give H or H:K" -- run attention --sm 80 --rows 2 --heads 0
+expect "heads 32:0" 2 "bad --heads '32:0': key/value heads must be at least 1" -- run attention --sm 80 --rows 2 --heads 32:0
+expect "heads negative" 2 "bad --heads '-4': query heads must be at least 1" -- run attention --sm 80 --rows 2 --heads -4
+expect "heads too many" 2 "bad --heads '70000': query heads must be at most 65535" -- run attention --sm 80 --rows 2 --heads 70000
+expect "heads word" 2 "bad --heads 'x': the query head count is not a whole number" -- run attention --sm 80 --rows 2 --heads x
+expect "heads 32:" 2 "bad --heads '32:': the key/value head count after ':' is not a whole number" -- run attention --sm 80 --rows 2 --heads 32:
+expect "heads 32:5" 2 "bad --heads '32:5': 5 key/value heads cannot be shared evenly by 32 query heads" -- run attention --sm 80 --rows 2 --heads 32:5
+
+# A reader that stops early (kiln list | head) ends the output quietly: exit 0, nothing on stderr.
+# The reader closes its end before kiln writes (kiln takes far longer to start than the subshell).
+for args in "list" "emit attention --sm 80" "run --help"; do
+    # shellcheck disable=SC2086
+    "$KILN" $args 2>"$tmp/err" | (exec 0<&-; sleep 0.5)
+    rc=${PIPESTATUS[0]}
+    if [ "$rc" -eq 0 ] && [ ! -s "$tmp/err" ]; then ok "closed reader: $args"
+    else bad "closed reader: $args" "exit $rc, stderr: $(head -c 300 "$tmp/err")"; fi
+done
 
 # An unwritable output path: error, exit 2, no file left behind, existing file untouched.
 expect "unwritable output" 2 "cannot write output file '/nonexistent/dir/k.ptx'" -- emit layernorm --sm 80 -o /nonexistent/dir/k.ptx

@@ -11,6 +11,11 @@ expect "run launch-time hidden, special inputs, twice" 0 "PASS" -- \
 expect "run options before the spec" 0 "PASS" -- run --sm 90 --rows 5 --seed 7 layernorm x=bf16 hidden=7
 expect "run large-mean inputs" 0 "PASS" -- run layernorm x=f32 hidden=4096 --sm 80 --rows 4 --input large-mean
 expect "run without weight and bias" 0 "PASS" -- run layernorm x=f16 hidden=100 weight=false bias=false --sm 75 --rows 3
+# sm_70 (Volta, in the SM table; CUDA 13's ptxas no longer builds for it): the SIMT paths on the emulator
+expect "run bf16 on sm_70" 0 "PASS" -- run layernorm x=bf16 w=f32 hidden=4096 --sm 70 --rows 8
+expect "run rmsnorm_bwd on sm_70" 0 "PASS" -- run rmsnorm_bwd x=bf16 w=f32 hidden=1024 --sm 70 --rows 8
+expect "run attention on sm_70" 0 "PASS" -- run attention dtype=bf16 head_dim=64 causal=true --sm 70 --rows 40 --seq-k 50 --heads 2:1
+expect "run attention_bwd on sm_70" 0 "PASS" -- run attention_bwd dtype=f16 head_dim=64 --sm 70 --rows 20 --heads 2:1
 
 expect "run missing --sm" 2 "missing --sm" -- run layernorm x=f32 hidden=7 --rows 3
 expect "run missing --rows" 2 "missing --rows" -- run layernorm x=f32 hidden=7 --sm 80

@@ -69,6 +69,9 @@ static void test_errors(void) {
     expect_error("layernorm hidden=12abc", 80, KILN_EINVAL, "bad value '12abc'", NULL);
     expect_error("layernorm weight=maybe", 80, KILN_EINVAL, "bad value 'maybe' for 'weight'", "true, false");
     expect_error("layernorm x", 80, KILN_EINVAL, "malformed parameter 'x'", "key=value");
+    /* two specs run together: the second family name is named as such, not as a malformed pair */
+    expect_error("layernorm x=bf16 hidden=768 attention dtype=f16", 80, KILN_EINVAL,
+                 "one kernel per spec: 'attention' is a second family name after 'layernorm'", NULL);
     expect_error("layernorm x=", 80, KILN_EINVAL, "malformed parameter", NULL);
     expect_error("layernorm =f32", 80, KILN_EINVAL, "malformed parameter", NULL);
     expect_error("layernorm x=f32 x=f16", 80, KILN_EINVAL, "given twice", NULL);

@@ -11,14 +11,26 @@ with exit status 2; a command shown without output must succeed; `$?` is the pre
 Shape checks (README.md and docs/*.md): not absurdly long, no line absurdly long, no paragraph
 repeated — the damage a runaway scripted edit does.
 
+Every ```python block in README.md runs as written, in a fresh temporary directory, with the source
+tree's package (python/, libraries from lib/ or $KILN_LIB_DIR), except the lines marked as needing a
+GPU — a trailing comment that starts "# GPU" — which become `pass` (KILN_README_GPU=1 runs them too, on
+a machine with a GPU and torch). Every name a block uses, GPU lines included, must be bound earlier in the
+block (an import, an assignment) or be a builtin; running in an empty directory, a block can read only
+the files it wrote.
+
 usage: readme_doctest.py KILN [README] [DOCS_DIR]
 """
+import ast
+import builtins
+import importlib.util
+import io
 import os
 import re
 import shutil
 import subprocess
 import sys
 import tempfile
+import tokenize
 
 MAX_README_LINES = 700
 MAX_DOC_LINES = 2500
@@ -140,6 +152,104 @@ def run_session(kiln, root, start, block):
         shutil.rmtree(work, ignore_errors=True)
 
 
+def python_blocks(lines):
+    """Yields (first line number, source) for each ```python fenced block."""
+    block, start = None, 0
+    for i, raw in enumerate(lines, 1):
+        line = raw.rstrip("\n")
+        if block is None and line.strip() == "```python":
+            block, start = [], i + 1
+        elif block is not None and line.strip().startswith("```"):
+            yield start, "\n".join(block) + "\n"
+            block = None
+        elif block is not None:
+            block.append(line)
+
+
+GPU_MARK = re.compile(r"#\s*GPU\b")
+
+
+def gpu_line(line):
+    """A line whose trailing comment starts with "# GPU" (a '#' inside a string literal does not count)."""
+    try:
+        toks = list(tokenize.generate_tokens(io.StringIO(line + "\n").readline))
+    except (tokenize.TokenError, SyntaxError):
+        return False
+    return any(t.type == tokenize.COMMENT and GPU_MARK.match(t.string) for t in toks)
+
+
+def without_gpu_lines(src):
+    out = []
+    for line in src.splitlines():
+        if gpu_line(line):
+            out.append(line[:len(line) - len(line.lstrip())] + "pass")
+        else:
+            out.append(line)
+    return "\n".join(out) + "\n"
+
+
+def unbound_names(src):
+    """[(line, name)] loaded before any binding of them in src (or never bound), builtins aside."""
+    tree = ast.parse(src)
+    first_bound = {}
+
+    def bind(name, line):
+        first_bound[name] = min(first_bound.get(name, line), line)
+
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Name) and isinstance(node.ctx, (ast.Store, ast.Del)):
+            bind(node.id, node.lineno)
+        elif isinstance(node, (ast.Import, ast.ImportFrom)):
+            for a in node.names:
+                bind((a.asname or a.name).split(".")[0], node.lineno)
+        elif isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            bind(node.name, node.lineno)
+        elif isinstance(node, ast.arg):
+            bind(node.arg, 0)  # parameters are bound inside their function
+    return [(n.lineno, n.id) for n in ast.walk(tree)
+            if isinstance(n, ast.Name) and isinstance(n.ctx, ast.Load) and not hasattr(builtins, n.id)
+            and not first_bound.get(n.id, 1 << 30) <= n.lineno]
+
+
+def run_python_block(root, start, src):
+    name = f"README line {start}: python block"
+    try:
+        full = unbound_names(src)
+        cpu = without_gpu_lines(src)
+        cpu_only = unbound_names(cpu)
+    except SyntaxError as e:
+        bad(name, f"does not parse: {e}")
+        return
+    unbound = sorted(set((start + ln - 1, n) for ln, n in full + cpu_only))
+    if unbound:
+        bad(name, "names used before they are bound: " + ", ".join(f"'{n}' (README line {ln})" for ln, n in unbound))
+        return
+    gpu = os.environ.get("KILN_README_GPU") == "1"
+    if os.environ.get("O", "build") != "build" and not os.environ.get("KILN_LIB_DIR"):
+        skip(name, "the plain pass (O=build) runs the Python blocks")
+        return
+    missing = [m for m in ("numpy", "ml_dtypes") + (("torch",) if gpu else ()) if not importlib.util.find_spec(m)]
+    if missing:
+        skip(name, "python3 lacks " + " ".join(missing))
+        return
+    work = tempfile.mkdtemp(prefix="kiln_readme_py_")
+    script = os.path.join(work, "readme_block.py")
+    with open(script, "w") as f:
+        f.write(src if gpu else cpu)
+    env = dict(os.environ, KILN_CACHE="0", PYTHONDONTWRITEBYTECODE="1",
+               PYTHONPATH=os.pathsep.join([os.path.join(root, "python")] + [p for p in [os.environ.get("PYTHONPATH")] if p]))
+    try:
+        p = subprocess.run([sys.executable, script], cwd=work, env=env, capture_output=True, text=True, timeout=600)
+        if p.returncode != 0:
+            bad(name, f"exited {p.returncode}{' (GPU lines included)' if gpu else ''}:\n" + (p.stdout + p.stderr)[-1500:])
+        else:
+            ok(name)
+            if os.environ.get("KILN_TEST_VERBOSE"):
+                print(p.stdout, end="")
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def shape(path, max_lines):
     text = open(path, encoding="utf-8").read()
     lines = text.splitlines()
@@ -179,6 +289,11 @@ def main():
         run_session(kiln, os.path.dirname(os.path.abspath(readme)), start, block)
     if n == 0:
         bad("README examples", "no '$ kiln' example found")
+    blocks = list(python_blocks(lines))
+    if not blocks:
+        bad("README Python examples", "no ```python block found")
+    for start, src in blocks:
+        run_python_block(os.path.dirname(os.path.abspath(readme)), start, src)
     if os.path.isdir(docs):
         for f in sorted(os.listdir(docs)):
             if f.endswith(".md"):

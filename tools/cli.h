@@ -19,6 +19,7 @@ int cli_parse_sm(const char *text, int *sm);                               /* 0 
 /* The SM table's SMs from min_sm up, joined by sep, into buf ("75, 80, ..." for messages; min_sm 75:
    the SMs CUDA 13's ptxas builds, the default bundle's). Returns buf. */
 char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep);
+const char *cli_valid_sms(void); /* "70, 75, 80, ..." from the SM table (a static buffer) */
 /* The error for getopt_long's answer c to an option it could not take, named as the user typed it
    (argv[optind - 1]): c == ':' (optstring starts with ':') is a missing value; '--name=value' for
    one of longopts that takes none says so; anything else is an unknown option. Returns CLI_USAGE. */

@@ -12,7 +12,7 @@ static void emit_usage(FILE *to) {
             "usage: kiln emit FAMILY key=value... --sm N [--emit ptx|ll] [-o FILE]\n\n"
             "Generates one kernel for target sm_N and writes its PTX (default) or its optimized\n"
             "LLVM IR. The text starts with '// kiln.meta' lines: entry, parameters, launch geometry.\n\n"
-            "  --sm N          target SM (kiln list names them; 70 is generated but CUDA 13's ptxas lacks it)\n"
+            "  --sm N          target SM, required ('kiln list' shows the targets; CUDA 13's ptxas lacks sm_70)\n"
             "  --emit ptx|ll   output kind (default ptx)\n"
             "  -o, --output F  write to F (atomically) instead of standard output\n"
             "  --template-dir D  read templates from D instead of the built-in copies\n"
@@ -95,8 +95,7 @@ int cmd_emit(int argc, char **argv) {
         }
     }
     if (optind >= argc) return cli_error("missing kernel family; usage: kiln emit FAMILY key=value... --sm N");
-    char valid[128];
-    if (!sm) return cli_error("missing --sm N (the target SM); valid: %s", cli_sm_list(valid, sizeof valid, 0, ", "));
+    if (!sm) return cli_error("missing --sm N (the target SM); valid: %s", cli_valid_sms());
     char spec[4096];
     if (join_spec(argc, argv, optind, spec, sizeof spec)) return CLI_USAGE;
     kiln_error err = {0};

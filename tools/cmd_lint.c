@@ -206,6 +206,7 @@ int cmd_lint(int argc, char **argv) {
     }
     if (o.json) printf("\n]}\n");
     free(files);
-    if (fflush(stdout) != 0) return cli_error("cannot write to standard output: %s", strerror(errno));
+    if (fflush(stdout) != 0 && errno != EPIPE) /* EPIPE: the reader has gone (kiln lint | head) */
+        return cli_error("cannot write to standard output: %s", strerror(errno));
     return worst;
 }

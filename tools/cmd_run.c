@@ -17,13 +17,16 @@
 static void run_usage(FILE *to) {
     fprintf(to,
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
-            "                [--input KIND] [--eps E] [--twice] [--profile]\n\n"
+            "                [--input KIND] [--eps E] [--twice] [--profile]\n"
+            "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
             "from the dtypes and the shape; see emu/emu_layernorm.c).\n\n"
-            "  --sm N        target SM (kiln list names them)\n"
-            "  --rows R      rows (1..1048576)\n"
+            "required:\n"
+            "  --sm N        target SM ('kiln list' shows the targets)\n"
+            "  --rows R      rows (1..1048576); for attention, seq_q\n"
+            "optional:\n"
             "  --hidden H    row length, needed when the spec says hidden=launch\n"
             "  --seed S      input seed (default 1)\n"
             "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
@@ -34,7 +37,7 @@ static void run_usage(FILE *to) {
             "attention: --rows is seq_q; also\n"
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
-            "  --heads H[:K] query heads, key/value heads (default 2:2; K must divide H)\n"
+            "  --heads H[:K] query heads, key/value heads, each 1..65535 (default 2:2; K must divide H)\n"
             "  --splits N    splitkv=true (split-KV decoding): key splits (1..1024, default 4); the\n"
             "                split kernel fills an f32 workspace, then its attention_combine runs\n"
             "attention_bwd: the same options; runs the whole backward sequence (prep, dkdv, convert;\n"
@@ -405,6 +408,33 @@ static int parse_int(const char *opt, const char *v, long lo, long hi, long *out
     return 0;
 }
 
+/* --heads H or H:K: query heads, key/value heads; each 1..65535, K divides H. */
+static int parse_heads(const char *text, run_opts *o) {
+    static const char *form = "give H or H:K, e.g. --heads 32 or --heads 32:8";
+    char *end;
+    const char *colon = strchr(text, ':');
+    long h = strtol(text, &end, 10);
+    if (end == text || (colon ? end != colon : *end != 0))
+        return cli_error("bad --heads '%s': the query head count is not a whole number; %s", text, form);
+    if (h < 1 || h > 65535)
+        return cli_error("bad --heads '%s': query heads must be %s; %s", text, h < 1 ? "at least 1" : "at most 65535", form);
+    long k = h;
+    if (colon) {
+        const char *ks = colon + 1;
+        k = strtol(ks, &end, 10);
+        if (end == ks || *end)
+            return cli_error("bad --heads '%s': the key/value head count after ':' is not a whole number; %s", text, form);
+        if (k < 1 || k > 65535)
+            return cli_error("bad --heads '%s': key/value heads must be %s; %s", text, k < 1 ? "at least 1" : "at most 65535",
+                             form);
+        if (h % k)
+            return cli_error("bad --heads '%s': %ld key/value heads cannot be shared evenly by %ld query heads "
+                             "(key/value heads must divide query heads: each serves H/K of them)", text, k, h);
+    }
+    o->heads_q = (int)h, o->heads_kv = (int)k;
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, run_opts *o) {
     static const struct option longopts[] = {
         {"sm", required_argument, NULL, 's'},   {"rows", required_argument, NULL, 'r'},
@@ -442,17 +472,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
         case 'X': if (parse_int("--splits", optarg, 1, 1024, &v)) return CLI_USAGE; o->splits = (int)v; break;
-        case 'N': {
-            char *colon = strchr(optarg, ':');
-            if (colon) *colon = 0;
-            if (parse_int("--heads", optarg, 1, 65535, &v)) return CLI_USAGE;
-            o->heads_q = (int)v;
-            if (colon && parse_int("--heads (key/value heads after ':')", colon + 1, 1, 65535, &v)) return CLI_USAGE;
-            o->heads_kv = colon ? (int)v : o->heads_q;
-            if (o->heads_q % o->heads_kv)
-                return cli_error("bad --heads %d:%d; key/value heads must divide query heads", o->heads_q, o->heads_kv);
-            break;
-        }
+        case 'N': if (parse_heads(optarg, o)) return CLI_USAGE; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }
@@ -466,9 +486,8 @@ int cmd_run(int argc, char **argv) {
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
     if (optind >= argc) return cli_error("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R");
-    char valid[128];
-    if (!o.sm) return cli_error("missing --sm N (the target SM); valid: %s", cli_sm_list(valid, sizeof valid, 75, ", "));
-    if (!o.rows) return cli_error("missing --rows R (how many rows to run)");
+    if (!o.sm) return cli_error("missing --sm N (the target SM, required); valid: %s", cli_valid_sms());
+    if (!o.rows) return cli_error("missing --rows R (how many rows to run, required; for attention, seq_q)");
     size_t fi = 0, nf = sizeof families / sizeof families[0];
     while (fi < nf && strcmp(families[fi].family, argv[optind])) fi++;
     if (fi == nf && !strcmp(argv[optind], "attention_combine"))

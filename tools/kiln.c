@@ -1,6 +1,7 @@
 /* tools/kiln.c - the kiln command line: dispatches subcommands, shared CLI helpers. */
 #include <errno.h>
 #include <getopt.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -39,21 +40,24 @@ char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep) {
     return buf;
 }
 
+const char *cli_valid_sms(void) {
+    static char valid[256];
+    return cli_sm_list(valid, sizeof valid, 0, ", ");
+}
+
 int cli_parse_sm(const char *text, int *sm) {
-    int sms[16], n = kiln_targets(sms, 16);
-    char valid[128] = "";
+    int sms[32], n = kiln_targets(sms, 32);
     const char *digits = text;
     if (!strncmp(digits, "sm_", 3)) digits += 3;
     char *end;
     long v = strtol(digits, &end, 10);
-    for (int i = 0; i < n; i++) {
+    for (int i = 0; i < n && i < 32; i++) {
         if (*digits && !*end && v == sms[i]) {
             *sm = sms[i];
             return 0;
         }
-        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%d", i ? ", " : "", sms[i]);
     }
-    return cli_error("unsupported SM '%s'; valid: %s", text, valid);
+    return cli_error("unsupported SM '%s'; valid: %s", text, cli_valid_sms());
 }
 
 int cli_bad_option(const char *cmd, const struct option *longopts, int c, char **argv, int optind_v) {
@@ -70,7 +74,7 @@ int cli_bad_option(const char *cmd, const struct option *longopts, int c, char *
 
 int cli_write_output(const char *path, const char *data, size_t len) {
     if (!path || !strcmp(path, "-")) {
-        if (fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0)
+        if ((fwrite(data, 1, len, stdout) != len || fflush(stdout) != 0) && errno != EPIPE)
             return cli_error("cannot write to standard output: %s", strerror(errno));
         return CLI_OK;
     }
@@ -88,6 +92,9 @@ static void usage(FILE *to) {
 }
 
 int main(int argc, char **argv) {
+    /* A reader that stops early (kiln list | head) is not an error: the rest of standard output
+     * is dropped (EPIPE, not a SIGPIPE death) and the command ends with its own status. */
+    signal(SIGPIPE, SIG_IGN);
     char valid[256] = "";
     for (size_t i = 0; i < ncommands; i++)
         snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", commands[i].name);

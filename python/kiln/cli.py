@@ -7,6 +7,7 @@ check (lint, run), 2 usage or input errors. Useful where only the Python package
 import argparse
 import json
 import os
+import re
 import sys
 
 from . import _gen
@@ -25,9 +26,52 @@ class _Usage(Exception):
     pass
 
 
+class _Formatter(argparse.HelpFormatter):
+    """argparse's help layout, keeping the line breaks written into descriptions and epilogs."""
+
+    def _fill_text(self, text, width, indent):
+        return "\n".join(super(_Formatter, self)._fill_text(line, width, indent) for line in text.splitlines())
+
+
 class _Parser(argparse.ArgumentParser):
+    def __init__(self, **kw):
+        super().__init__(formatter_class=_Formatter, **kw)
+
     def error(self, message):
         raise _Usage(message)
+
+
+class _ReaderGone:
+    """Standard output (text or its .buffer) for the CLI: once the reader has gone (kiln list | head),
+    the rest of the output is dropped (stdout points at /dev/null from then on) and the command ends
+    with its own status, as bin/kiln does; no BrokenPipeError traceback."""
+
+    def __init__(self, f):
+        self._f = f
+        if hasattr(f, "buffer"):
+            self.buffer = _ReaderGone(f.buffer)
+
+    @staticmethod
+    def _drop():
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)  # the descriptor under sys.__stdout__; its pending bytes then drain there
+        os.close(null)
+
+    def write(self, data):
+        try:
+            return self._f.write(data)
+        except BrokenPipeError:
+            self._drop()
+            return len(data)
+
+    def flush(self):
+        try:
+            self._f.flush()
+        except BrokenPipeError:
+            self._drop()
+
+    def __getattr__(self, name):
+        return getattr(self._f, name)
 
 
 def _err(msg):
@@ -48,13 +92,17 @@ def _write(path, data):
 
 
 def cmd_emit(argv):
-    p = _Parser(prog="kiln emit", description="Generates one kernel for target sm_N and writes its PTX (default) "
-                "or its optimized LLVM IR.")
-    p.add_argument("spec", nargs="*", help="FAMILY key=value ...")
-    p.add_argument("--sm", required=False)
-    p.add_argument("--emit", default="ptx")
-    p.add_argument("-o", "--output")
-    p.add_argument("--template-dir")
+    p = _Parser(prog="kiln emit", usage="kiln emit FAMILY key=value... --sm N [--emit ptx|ll] [-o FILE]",
+                description="Generates one kernel for target sm_N and writes its PTX (default) or its optimized "
+                "LLVM IR. The text starts with '// kiln.meta' lines: entry, parameters, launch geometry.",
+                epilog="example: kiln emit layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75\n"
+                "'kiln list' shows every family's parameters.")
+    p.add_argument("spec", nargs="*", metavar="FAMILY key=value", help="the kernel spec")
+    req = p.add_argument_group("required")
+    req.add_argument("--sm", metavar="N", help="target SM ('kiln list' shows the targets)")
+    p.add_argument("--emit", default="ptx", metavar="ptx|ll", help="output kind (default ptx)")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (atomically) instead of standard output")
+    p.add_argument("--template-dir", metavar="D", help="read templates from D instead of the built-in copies")
     a = p.parse_args(argv)
     if not a.spec:
         return _err("missing kernel family; usage: kiln emit FAMILY key=value... --sm N")
@@ -121,17 +169,26 @@ def _emit_c(name, data, nentries):
 
 
 def cmd_bundle(argv):
-    p = _Parser(prog="kiln bundle", description="Generates kernel variants in parallel into one bundle.")
-    p.add_argument("families", nargs="*")
-    p.add_argument("--dtypes")
-    p.add_argument("--sm", default=None)
-    p.add_argument("--hidden")
-    p.add_argument("--spec", action="append", default=[])
-    p.add_argument("--spec-list")
-    p.add_argument("--cubin", action="store_true")
-    p.add_argument("-j", type=int, default=None)
-    p.add_argument("-o", "--output")
-    p.add_argument("--emit-c")
+    p = _Parser(prog="kiln bundle", usage="kiln bundle [FAMILY...] [--dtypes LIST] [--sm LIST] [--hidden LIST] "
+                "[--spec SPEC]... [--spec-list FILE] [--cubin] [-j N] (-o FILE | --emit-c NAME)",
+                description="Generates kernel variants in parallel into one bundle that the runtime opens from a "
+                "file or from memory.",
+                epilog="example: kiln bundle layernorm --dtypes bf16,bf16/f32/bf16 --sm 75,80,90 -o ln.kbundle")
+    p.add_argument("families", nargs="*", metavar="FAMILY", help="families with a default matrix: %s (default: all "
+                   "of them, unless --spec or --spec-list is given)" % ", ".join(MATRICES))
+    p.add_argument("--dtypes", metavar="LIST", help="dtype combinations, comma-separated: one dtype for every "
+                   "tensor ('bf16') or one per tensor joined by '/' ('bf16/f32/bf16'); default f32,f16,bf16")
+    p.add_argument("--sm", default=None, metavar="LIST", help="target SMs, comma-separated "
+                   "(default: every SM from 75 up, as kiln list shows)")
+    p.add_argument("--hidden", metavar="LIST", help="shapes: layernorm hidden sizes (default launch), attention "
+                   "head_dim (default 64,128)")
+    p.add_argument("--spec", action="append", default=[], metavar="SPEC", help="one more spec (repeatable)")
+    p.add_argument("--spec-list", metavar="FILE", help="specs from FILE, one per line, '#' starts a comment")
+    p.add_argument("--cubin", action="store_true", help="also store cubins assembled with ptxas")
+    p.add_argument("-j", type=int, default=None, metavar="N", help="generator threads (default: every core)")
+    out = p.add_argument_group("required, one or both")
+    out.add_argument("-o", "--output", metavar="FILE", help="write the bundle to FILE")
+    out.add_argument("--emit-c", metavar="NAME", help="write NAME.c and NAME.h embedding the bundle")
     a = p.parse_args(argv)
     specs = list(a.spec)
     if a.spec_list:
@@ -180,10 +237,14 @@ def cmd_bundle_info(argv):
 
 
 def cmd_lint(argv):
-    p = _Parser(prog="kiln lint", description="Finds architecture problems in PTX files (any compiler's).")
-    p.add_argument("files", nargs="*")
-    p.add_argument("--sm")
-    p.add_argument("--json", action="store_true")
+    p = _Parser(prog="kiln lint", usage="kiln lint FILE... [--sm N] [--json]",
+                description="Finds architecture problems in PTX from any compiler (kiln, nvcc, Triton, ...): "
+                "instructions or types that need a newer SM than the module's .target or a newer PTX ISA than its "
+                ".version, illegal declarations, shfl/vote without .sync.",
+                epilog="exit status: 0 clean, 1 findings, 2 usage error or unreadable input")
+    p.add_argument("files", nargs="*", metavar="FILE", help="PTX files ('-' reads standard input); at least one")
+    p.add_argument("--sm", metavar="N", help="also check that the module can run on an sm_N device")
+    p.add_argument("--json", action="store_true", help="machine-readable findings on standard output")
     a = p.parse_args(argv)
     if not a.files:
         return _err("lint needs at least one PTX file")
@@ -264,23 +325,32 @@ _TOL = {"f32": 1e-4, "f16": 2e-3, "bf16": 1.6e-2}
 
 
 def cmd_run(argv):
-    p = _Parser(prog="kiln run", description="Runs one kernel on the CPU emulator and checks it against a float64 "
-                "reference computed with numpy.")
-    p.add_argument("spec", nargs="*")
-    p.add_argument("--sm")
-    p.add_argument("--rows", type=int)
-    p.add_argument("--hidden", type=int)
-    p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--eps", type=float, default=1e-5)
-    p.add_argument("--twice", action="store_true")
-    p.add_argument("--seq-k", type=int)
-    p.add_argument("--batch", type=int, default=1)
-    p.add_argument("--heads", default="2:2")
+    p = _Parser(prog="kiln run", usage="kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S] "
+                "[--eps E] [--twice] [--seq-k N] [--batch B] [--heads H[:K]]",
+                description="Runs one kernel (layernorm or attention) on the CPU emulator and checks it against a "
+                "float64 reference computed with numpy.",
+                epilog="exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault, 2 bad input."
+                "\nexample: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64")
+    p.add_argument("spec", nargs="*", metavar="FAMILY key=value", help="the kernel spec")
+    req = p.add_argument_group("required")
+    req.add_argument("--sm", metavar="N", help="target SM ('kiln list' shows the targets)")
+    req.add_argument("--rows", type=int, metavar="R", help="rows (1..1048576); for attention, seq_q")
+    p.add_argument("--hidden", type=int, metavar="H", help="row length, needed when the spec says hidden=launch")
+    p.add_argument("--seed", type=int, default=1, metavar="S", help="input seed (default 1)")
+    p.add_argument("--eps", type=float, default=1e-5, metavar="E", help="LayerNorm epsilon (default 1e-5)")
+    p.add_argument("--twice", action="store_true", help="run every block twice, threads in opposite orders")
+    att = p.add_argument_group("attention")
+    att.add_argument("--seq-k", type=int, metavar="N", help="keys (default: seq_q)")
+    att.add_argument("--batch", type=int, default=1, metavar="B", help="batch (default 1)")
+    att.add_argument("--heads", default="2:2", metavar="H[:K]", help="query heads, key/value heads, each 1..65535 "
+                     "(default 2:2; K must divide H)")
     a = p.parse_args(argv)
     if not a.spec:
         return _err("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R")
-    if a.sm is None or a.rows is None:
-        return _err("kiln run needs --sm N and --rows R")
+    if a.sm is None:
+        return _err("missing --sm N (the target SM, required); valid: %s" % ", ".join(map(str, _gen.targets())))
+    if a.rows is None:
+        return _err("missing --rows R (how many rows to run, required; for attention, seq_q)")
     if not 1 <= a.rows <= 1048576:
         return _err("bad --rows %d; valid: 1..1048576" % a.rows)
     import numpy as np
@@ -314,8 +384,7 @@ def cmd_run(argv):
             ref = ref + b.astype(np.float64)
         bad = _report("y", y, ref, _TOL[sv["y"]]) + _report("mean", mean, m, 1e-5) + _report("rstd", rstd, r, 1e-4)
     elif sv["family"] == "attention":
-        hq, _, hkv = a.heads.partition(":")
-        hq, hkv = int(hq), int(hkv or hq)
+        hq, hkv = parse_heads(a.heads)
         sk = a.seq_k or a.rows
         d = int(sv["head_dim"])
         dt = np_dtype(sv["dtype"])
@@ -335,6 +404,33 @@ def cmd_run(argv):
     print("%s: %s" % ("FAIL" if bad else "PASS", "outputs differ from the float64 reference" if bad
                       else "every output within tolerance"))
     return FINDINGS if bad else OK
+
+
+def parse_heads(text):
+    """--heads H or H:K: (query heads, key/value heads), each 1..65535, K dividing H; else _Usage in words."""
+    form = "give H or H:K, e.g. --heads 32 or --heads 32:8"
+    hs, colon, ks = text.partition(":")
+
+    def count(t, what):
+        if re.fullmatch(r"-?[0-9]+", t):
+            return int(t, 10)
+        raise _Usage("bad --heads '%s': the %s count%s is not a whole number; %s"
+                     % (text, what, " after ':'" if what.startswith("key") else "", form))
+
+    h = count(hs, "query head")
+    if not 1 <= h <= 65535:
+        raise _Usage("bad --heads '%s': query heads must be %s; %s" % (text, "at least 1" if h < 1 else "at most 65535",
+                                                                       form))
+    if not colon:
+        return h, h
+    k = count(ks, "key/value head")
+    if not 1 <= k <= 65535:
+        raise _Usage("bad --heads '%s': key/value heads must be %s; %s"
+                     % (text, "at least 1" if k < 1 else "at most 65535", form))
+    if h % k:
+        raise _Usage("bad --heads '%s': %d key/value heads cannot be shared evenly by %d query heads (key/value heads "
+                     "must divide query heads: each serves H/K of them)" % (text, k, h))
+    return h, k
 
 
 def attention_reference(q, k, v, causal):
@@ -368,6 +464,20 @@ COMMANDS = [
 
 
 def main(argv=None):
+    out = sys.stdout
+    # None: started with standard output closed (kiln list >&-); the output goes nowhere, as bin/kiln's
+    sys.stdout = _ReaderGone(out if out is not None else open(os.devnull, "w"))
+    try:
+        rc = _main(argv)
+        sys.stdout.flush()
+        return rc
+    finally:
+        if out is None:
+            sys.stdout.close()
+        sys.stdout = out
+
+
+def _main(argv):
     argv = sys.argv[1:] if argv is None else list(argv)
     names = ", ".join(c[0] for c in COMMANDS)
     if not argv:

@@ -21,7 +21,7 @@ import numpy as np
 from . import _gen, _lib
 from ._np import aligned_empty, as_kiln_array, dtype_name, np_dtype
 from .errors import KilnArgumentError, KilnSpecError
-from .runtime import bind, nullable_by_spec
+from .runtime import bind, check_heads, nullable_by_spec
 from ._arrays import DevView
 
 _tls = threading.local()
@@ -220,8 +220,7 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
         raise KilnArgumentError("attention: k %s and v %s must match, with q's batch and head_dim (q %s)"
                                 % (ka.shape, va.shape, qa.shape))
     sk, hkv = ka.shape[1], ka.shape[2]
-    if hkv < 1 or hq % hkv:
-        raise KilnArgumentError("attention: %d query heads are not a multiple of %d key/value heads" % (hq, hkv))
+    check_heads("attention", hq, hkv)
     od = dtype_name(out_dtype) if out_dtype is not None else dt
     kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s" % (
         dt, od, d, "true" if causal else "false", path), sm)
@@ -285,9 +284,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
         if t.shape != qa.shape:
             raise KilnArgumentError("attention_backward: %s has shape %s; expected q's %s" % (n, t.shape, qa.shape))
     sk, hkv = ka.shape[1], ka.shape[2]
-    if hkv < 1 or hq % hkv:
-        raise KilnArgumentError("attention_backward: %d query heads are not a multiple of %d key/value heads"
-                                % (hq, hkv))
+    check_heads("attention_backward", hq, hkv)
     la = np.asarray(lse)
     if la.size != b * hq * sq:
         raise KilnArgumentError("attention_backward: lse must hold [batch, heads_q, seq_q] = %d values, got shape %s"

@@ -24,6 +24,15 @@ _I32 = (-(1 << 31), (1 << 31) - 1)
 _I64 = (-(1 << 63), (1 << 63) - 1)
 
 
+def check_heads(what, hq, hkv):
+    """Query and key/value head counts of an attention call: each at least 1, hkv dividing hq (GQA/MQA)."""
+    if hq < 1 or hkv < 1:
+        raise KilnArgumentError("%s: q has %d heads and k/v %d; each needs at least 1 head" % (what, hq, hkv))
+    if hq % hkv:
+        raise KilnArgumentError("%s: %d query heads are not a multiple of %d key/value heads (each key/value head "
+                                "serves an equal group of query heads)" % (what, hq, hkv))
+
+
 def _stream_handle(stream, views):
     if stream is None:
         if any(v.is_torch for v in views) and "torch" in sys.modules:
@@ -679,8 +688,7 @@ class Runtime:
                                     % (kv.shape, qv.shape))
         if ov.shape != qv.shape:
             raise KilnArgumentError("attention: o has shape %s; expected q's %s" % (ov.shape, qv.shape))
-        if hkv == 0 or hq % hkv:
-            raise KilnArgumentError("attention: %d query heads are not a multiple of %d key/value heads" % (hq, hkv))
+        check_heads("attention", hq, hkv)
         if len({qv.dtype, kv.dtype, vv.dtype}) != 1:
             raise KilnArgumentError("attention: q, k, v must share a dtype, got %s, %s, %s"
                                     % (qv.dtype, kv.dtype, vv.dtype))
@@ -796,9 +804,7 @@ class Runtime:
         if kv.shape[0] != b or kv.shape[3] != d:
             raise KilnArgumentError("attention_backward: k/v shape %s does not fit q %s (batch and head_dim must "
                                     "match)" % (kv.shape, qv.shape))
-        if hkv == 0 or hq % hkv:
-            raise KilnArgumentError("attention_backward: %d query heads are not a multiple of %d key/value heads"
-                                    % (hq, hkv))
+        check_heads("attention_backward", hq, hkv)
         for group in (("q", "k", "v"), ("o", "dout"), ("dq", "dk", "dv")):
             if len({views[n].dtype for n in group}) != 1:
                 raise KilnArgumentError("attention_backward: %s must share a dtype, got %s" % (

@@ -2,6 +2,8 @@
 
 import ctypes
 import os
+import shutil
+import subprocess
 import sys
 
 import pytest
@@ -64,15 +66,34 @@ def kt(fake_cuda):
     kt._runtimes.clear()
 
 
+@pytest.fixture(scope="session")
+def fake_cuda_lib(tmp_path_factory):
+    """The fake driver's path: the build tree's ($O/tests/libfakecuda.so.1, $KILN_FAKE_CUDA) when make built it,
+    else compiled here once from its source (tests/fake_cuda/fake_cuda.c, a few hundred lines of C, well under a
+    second), so that the tests of an installed package (pip install ./python) need no build tree: only the C
+    compiler the install itself used."""
+    if os.path.exists(FAKE_CUDA):
+        return FAKE_CUDA
+    src = os.path.join(REPO, "tests", "fake_cuda", "fake_cuda.c")
+    cc = os.environ.get("CC") or shutil.which("cc") or shutil.which("gcc") or shutil.which("clang")
+    if not os.path.exists(src) or not cc:
+        pytest.skip("no fake CUDA driver: %s is not built and %s" % (
+            FAKE_CUDA, "there is no C compiler (cc)" if os.path.exists(src) else "its source %s is missing" % src))
+    out = str(tmp_path_factory.mktemp("fakecuda") / "libfakecuda.so.1")
+    r = subprocess.run([cc, "-O1", "-std=c11", "-D_GNU_SOURCE", "-fPIC", "-shared", "-fvisibility=hidden",
+                        "-I" + os.path.join(REPO, "include"), src, "-o", out, "-lpthread"],
+                       stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert r.returncode == 0, "building the fake CUDA driver failed:\n" + r.stdout[-3000:]
+    return out
+
+
 @pytest.fixture
-def fake_cuda(monkeypatch):
+def fake_cuda(monkeypatch, fake_cuda_lib):
     """Points the runtime at the fake driver posing as an sm_80 device (FAKE_CUDA_SM to change)."""
-    if not os.path.exists(FAKE_CUDA):
-        pytest.skip("fake CUDA driver not built (%s); run make" % FAKE_CUDA)
-    monkeypatch.setenv("KILN_CUDA_DRIVER", FAKE_CUDA)
+    monkeypatch.setenv("KILN_CUDA_DRIVER", fake_cuda_lib)
     monkeypatch.setenv("FAKE_CUDA_SM", "80")
     monkeypatch.setenv("KILN_CACHE", "0")
-    d = FakeDriver(FAKE_CUDA)
+    d = FakeDriver(fake_cuda_lib)
     d.reset()
     yield d
     d.reset()

@@ -1,4 +1,7 @@
-"""python -m kiln mirrors bin/kiln: same output for emit, list, lint, bundle-info; same exit statuses."""
+"""python -m kiln mirrors bin/kiln: same output for emit, list, lint, bundle-info; same exit statuses.
+
+Every test runs `python -m kiln` on its own (an installed package has no bin/kiln); where the build
+tree's bin/kiln exists, the same commands are also compared with it."""
 
 import json
 import os
@@ -7,40 +10,61 @@ import sys
 
 import pytest
 
+import kiln
 from conftest import KILN_BIN, PKG_ROOT
 
 HAVE_BIN = os.path.exists(KILN_BIN)
 BAD = ".version 6.3\n.target sm_75\n.address_size 64\n.visible .entry k()\n{\n.reg .f32 %f<2>;\n.reg .b16 %rs<2>;\n" \
       "cvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n"
+COMMANDS = ["emit", "list", "bundle", "bundle-info", "lint", "run"]
 
 
-def py(*args, stdin=None):
-    env = dict(os.environ, PYTHONPATH=PKG_ROOT)
-    return subprocess.run([sys.executable, "-m", "kiln"] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+def py(*args, stdin=None, stdout=subprocess.PIPE):
+    env = dict(os.environ)
+    if os.environ.get("KILN_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = PKG_ROOT  # the source tree's package; else the installed one
+    return subprocess.run([sys.executable, "-m", "kiln"] + list(args), stdout=stdout, stderr=subprocess.PIPE,
                           env=env, input=stdin)
 
 
-def cli(*args):
-    return subprocess.run([KILN_BIN] + list(args), stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+def cli(*args, stdout=subprocess.PIPE):
+    return subprocess.run([KILN_BIN] + list(args), stdout=stdout, stderr=subprocess.PIPE)
 
 
-@pytest.mark.skipif(not HAVE_BIN, reason="bin/kiln not built")
 @pytest.mark.parametrize("args", [["list"], ["emit", "layernorm", "x=bf16", "w=f32", "--sm", "75"],
                                   ["emit", "attention", "dtype=f16", "--sm", "sm_80", "--emit", "ll"]])
-def test_same_output_as_bin_kiln(args):
-    a, b = py(*args), cli(*args)
-    assert a.returncode == b.returncode == 0, a.stderr
-    assert a.stdout == b.stdout
+def test_list_and_emit(args):
+    a = py(*args)
+    assert a.returncode == 0, a.stderr
+    if args[0] == "list":
+        text = a.stdout.decode()
+        assert all("\n%s - " % f in "\n" + text for f in kiln.families()), text[:300]
+        assert text.endswith("\ntargets: %s\n" % " ".join("sm_%d" % s for s in kiln.targets()))
+    else:
+        sm_at = args.index("--sm")
+        spec, sm = " ".join(args[1:sm_at]), args[sm_at + 1]
+        emit = args[args.index("--emit") + 1] if "--emit" in args else "ptx"
+        assert a.stdout.decode() == kiln.generate(spec, sm, emit=emit).text
+    if HAVE_BIN:
+        b = cli(*args)
+        assert b.returncode == 0 and a.stdout == b.stdout
 
 
-@pytest.mark.skipif(not HAVE_BIN, reason="bin/kiln not built")
 def test_lint_text_json_and_status(tmp_path):
     bad = tmp_path / "bad.ptx"
     bad.write_text(BAD)
     good = tmp_path / "good.ptx"
-    good.write_bytes(cli("emit", "layernorm", "x=bf16", "--sm", "75").stdout)
-    a, b = py("lint", str(bad)), cli("lint", str(bad))
-    assert a.returncode == b.returncode == 1 and a.stdout == b.stdout
+    good.write_text(kiln.generate("layernorm x=bf16", 75).text)
+    a = py("lint", str(bad))
+    assert a.returncode == 1
+    assert a.stdout.decode().splitlines() == [
+        "%s:8: error: needs sm_80 and PTX ISA 7.0 for cvt.bf16.f32; the module's .target is sm_75 and its .version 6.3"
+        % bad,
+        "    cvt.rn.bf16.f32 %rs1, %f1;",
+        "%s: 1 error, 0 warnings (.target sm_75, .version 6.3)" % bad], a.stdout
+    if HAVE_BIN:
+        b = cli("lint", str(bad))
+        assert b.returncode == 1 and a.stdout == b.stdout
     assert py("lint", str(good)).returncode == 0
     j = json.loads(py("lint", str(bad), str(good), "--json").stdout)
     assert [len(f["findings"]) for f in j["files"]] == [1, 0] and j["files"][0]["findings"][0]["line"] == 8
@@ -49,12 +73,81 @@ def test_lint_text_json_and_status(tmp_path):
     assert missing.stderr.count(b"nope.ptx") == 1, missing.stderr  # the path once, as bin/kiln says it
 
 
+def test_help_of_every_command():
+    for c in COMMANDS:
+        r = py(c, "--help")
+        assert r.returncode == 0 and r.stdout.startswith(b"usage: kiln " + c.encode()) and not r.stderr, (c, r)
+    run = py("run", "--help").stdout.decode()
+    assert "required:\n  --sm N" in run and "\n  --rows R " in run and "--heads H[:K]" in run, run
+    assert "required:\n  --sm N" in py("emit", "--help").stdout.decode()
+    assert "-o FILE" in py("bundle", "--help").stdout.decode()
+
+
+def _closed_reader(run):
+    """Runs a CLI with its standard output a pipe whose reader has already gone."""
+    r, w = os.pipe()
+    os.close(r)
+    try:
+        return run(stdout=w)
+    finally:
+        os.close(w)
+
+
+@pytest.mark.parametrize("args,status", [(["list"], 0), (["emit", "attention", "--sm", "80"], 0),
+                                         (["run", "--help"], 0), (["--help"], 0), (["lint", "BAD"], 1)])
+def test_reader_gone_early(args, status, tmp_path):
+    """kiln list | head: the rest of the output is dropped quietly and the command keeps its own status."""
+    bad = tmp_path / "bad.ptx"
+    bad.write_text(BAD * 200)  # many findings: more output than a pipe holds
+    args = [str(bad) if a == "BAD" else a for a in args]
+    r = _closed_reader(lambda stdout: py(*args, stdout=stdout))
+    assert (r.returncode, r.stderr) == (status, b""), (args, r.returncode, r.stderr[-600:])
+    if HAVE_BIN:
+        b = _closed_reader(lambda stdout: cli(*args, stdout=stdout))
+        assert (b.returncode, b.stderr) == (status, b""), (args, b.returncode, b.stderr[-600:])
+
+
+def test_stdout_closed_from_the_start():
+    """python -m kiln list >&-: no traceback (sys.stdout is None), exit 0 as bin/kiln list."""
+    env = dict(os.environ)
+    if os.environ.get("KILN_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = PKG_ROOT
+    r = subprocess.run([sys.executable, "-m", "kiln", "list"], stderr=subprocess.PIPE, env=env,
+                       preexec_fn=lambda: os.close(1))
+    assert (r.returncode, r.stderr) == (0, b""), r.stderr[-600:]
+
+
+@pytest.mark.parametrize("heads,words", [("0", "bad --heads '0': query heads must be at least 1"),
+                                         ("32:0", "bad --heads '32:0': key/value heads must be at least 1"),
+                                         ("-2", "bad --heads '-2': query heads must be at least 1"),
+                                         ("x", "bad --heads 'x': the query head count is not a whole number"),
+                                         ("32:", "the key/value head count after ':' is not a whole number"),
+                                         ("32:5", "5 key/value heads cannot be shared evenly by 32 query heads")])
+def test_heads_in_words(heads, words):
+    args = ["run", "attention", "--sm", "80", "--rows", "2", "--heads=" + heads]
+    for r in [py(*args)] + ([cli(*args)] if HAVE_BIN else []):
+        assert r.returncode == 2 and r.stderr.decode().startswith("kiln: error: bad --heads '%s': " % heads), r.stderr
+        assert words in r.stderr.decode() and r.stderr.count(b"\n") == 1, r.stderr
+
+
+def test_two_specs_on_one_line():
+    words = b"one kernel per spec: 'attention' is a second family name after 'layernorm'"
+    for args in (["emit", "layernorm", "x=bf16", "hidden=768", "attention", "dtype=f16", "--sm", "80"],
+                 ["run", "layernorm", "x=bf16", "hidden=768", "attention", "--sm", "80", "--rows", "2"]):
+        r = py(*args)
+        assert r.returncode == 2 and words in r.stderr, r.stderr
+    with pytest.raises(kiln.KilnSpecError, match="second family name"):
+        kiln.generate("layernorm x=bf16 attention", 80)
+
+
 def test_usage_errors_exit_2():
     for args, words in ([["emit", "layernorm", "--sm", "61"], b"61"], [["emit", "layernorm"], b"--sm"],
                         [["frobnicate"], b"unknown command"], [[], b"missing command"],
                         [["emit", "layernorm", "x=f99", "--sm", "80"], b"f99"],
                         [["bundle", "layernorm", "--sm", "80"], b"-o FILE"],
-                        [["run", "layernorm", "--sm", "80", "--rows", "0"], b"bad --rows 0; valid: 1..1048576"]):
+                        [["run", "layernorm", "--sm", "80", "--rows", "0"], b"bad --rows 0; valid: 1..1048576"],
+                        [["run", "layernorm", "--sm", "80"], b"missing --rows R"],
+                        [["run", "layernorm", "--rows", "2"], b"missing --sm N"]):
         r = py(*args)
         assert r.returncode == 2 and r.stderr.startswith(b"kiln: error:") and words in r.stderr, (args, r.stderr)
 

@@ -79,6 +79,18 @@ def test_attention_bhsd_layout():
     _check(o.transpose(0, 2, 1, 3), ref, 2e-3)
 
 
+@pytest.mark.parametrize("hq,hkv,words", [(4, 0, "q has 4 heads and k/v 0; each needs at least 1 head"),
+                                           (0, 0, "q has 0 heads and k/v 0; each needs at least 1 head"),
+                                           (4, 3, "4 query heads are not a multiple of 3 key/value heads")])
+def test_attention_head_counts_in_words(hq, hkv, words):
+    q = np.zeros((1, 8, hq, 64), np.float16)
+    kv = np.zeros((1, 8, hkv, 64), np.float16)
+    for fn in (kiln.emulate.attention, kiln.emulate.attention_backward):
+        args = (q, kv, kv) if fn is kiln.emulate.attention else (q, kv, kv, q, q, np.zeros((1, hq, 8), np.float32))
+        with pytest.raises(kiln.KilnArgumentError, match=words):
+            fn(*args, sm=80)
+
+
 def _ln_args(k, rows=4, h=256, dt=np.float32):
     return dict(y=np.zeros((rows, h), dt), mean=np.zeros(rows, np.float32), rstd=np.zeros(rows, np.float32),
                 x=np.ones((rows, h), dt), weight=np.ones(h, dt), bias=np.zeros(h, dt), rows=rows, hidden=h, eps=1e-5)

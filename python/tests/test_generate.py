@@ -2,12 +2,13 @@
 
 import os
 import subprocess
+import sys
 import threading
 
 import pytest
 
 import kiln
-from conftest import KILN_BIN
+from conftest import KILN_BIN, PKG_ROOT
 
 
 def test_generate_ptx_and_metadata():
@@ -39,12 +40,18 @@ def test_generate_ll():
         k.lint()
 
 
-@pytest.mark.skipif(not os.path.exists(KILN_BIN), reason="bin/kiln not built")
 @pytest.mark.parametrize("spec,sm", [("layernorm x=bf16 w=f32 y=bf16 hidden=4096", 75),
                                      ("attention dtype=bf16 head_dim=128 causal=true", 90)])
 def test_same_ptx_as_cli(spec, sm):
-    cli = subprocess.run([KILN_BIN, "emit"] + spec.split() + ["--sm", str(sm)], stdout=subprocess.PIPE, check=True)
-    assert kiln.generate(spec, sm).text.encode() == cli.stdout
+    """kiln.generate, `python -m kiln emit` and (where the build tree has it) bin/kiln emit agree byte for byte."""
+    env = dict(os.environ)
+    if os.environ.get("KILN_TEST_INSTALLED") != "1":
+        env["PYTHONPATH"] = PKG_ROOT
+    clis = [[sys.executable, "-m", "kiln"]] + ([[KILN_BIN]] if os.path.exists(KILN_BIN) else [])
+    for cli in clis:
+        out = subprocess.run(cli + ["emit"] + spec.split() + ["--sm", str(sm)], stdout=subprocess.PIPE, env=env,
+                             check=True)
+        assert kiln.generate(spec, sm).text.encode() == out.stdout, cli
 
 
 def test_canonical_and_families():
