@@ -366,6 +366,7 @@ static kiln_status read_cubin(kiln_lint_bin_report *r, const elf *e, kiln_error 
     im->pub.kind = KILN_IMAGE_CUBIN;
     set_target(&im->pub, sm, suffix);
     im->pub.size = e->len;
+    im->bytes = d;
     r->info.containers = 1;
     return KILN_OK;
 }
@@ -402,40 +403,75 @@ static kiln_status read_input(kiln_lint_bin_report *r, const uint8_t *d, size_t 
 
 /* ---- PTX inside: inflate and lint ---- */
 
-static void lint_ptx(kiln_lint_bin_report *r, bimage *im) {
+/* The image's bytes, inflated when compressed (*owned: the caller frees it); NULL when they cannot be had
+ * (the note or a finding says why). */
+static const uint8_t *payload(kiln_lint_bin_report *r, bimage *im, size_t *n, uint8_t **owned) {
     kiln_lint_image *pi = &im->pub;
     char name[64];
-    const char *text = (const char *)im->bytes;
-    size_t n = pi->size;
-    char *owned = NULL;
+    *owned = NULL, *n = pi->size;
+    if (!pi->compression[0]) return im->bytes;
     if (!strcmp(pi->compression, "lz4")) {
         snprintf(pi->note, sizeof pi->note,
-                 "not linted: compressed with the LZ4-style scheme of CUDA 11-12.7's nvcc, which kiln does not inflate "
-                 "(its .target and .version come from the entry header)");
+                 "not read: compressed with the LZ4-style scheme of CUDA 11-12.7's nvcc, which kiln does not inflate "
+                 "(its SM%s come from the entry header)", pi->kind == KILN_IMAGE_PTX ? " and .version" : "");
+        return NULL;
+    }
+    if (im->inflated == 0 || im->inflated > MAX_PTX_BYTES) {
+        snprintf(pi->note, sizeof pi->note, "not read: it inflates to %llu bytes; lint reads up to %llu",
+                 (unsigned long long)im->inflated, (unsigned long long)MAX_PTX_BYTES);
+        return NULL;
+    }
+    uint8_t *buf = malloc((size_t)im->inflated);
+    if (!buf) {
+        r->oom = true;
+        return NULL;
+    }
+    size_t got = ZSTD_decompress(buf, (size_t)im->inflated, im->bytes, pi->size);
+    if (ZSTD_isError(got) || got != im->inflated) {
+        add_finding(r, KILN_LINT_TEXT, 0, image_name(pi, name, sizeof name), 0, 0,
+                    "the zstd-compressed %s at offset 0x%zx does not inflate to the %llu bytes its entry declares: %s",
+                    kind_names[pi->kind], pi->offset, (unsigned long long)im->inflated,
+                    ZSTD_isError(got) ? ZSTD_getErrorName(got) : "a different size");
+        free(buf);
+        return NULL;
+    }
+    *n = got;
+    return *owned = buf;
+}
+
+/* A cubin's code sections (.text.<function>), or -1 when it is not an ELF lint can read. */
+static long count_code(const uint8_t *d, size_t len) {
+    elf e;
+    kiln_error scratch;
+    if (len < 64 || memcmp(d, "\x7f" "ELF", 4) || elf_open(&e, d, len, &scratch)) return -1;
+    long n = 0;
+    for (size_t i = 0; i < e.shnum; i++) {
+        elf_sec s;
+        if (elf_get(&e, i, &s, &scratch)) return -1;
+        n += !strncmp(s.name, ".text.", 6);
+    }
+    return n;
+}
+
+/* Inflates and reads an image: a PTX's lint and functions, a cubin's code sections. */
+static void read_image(kiln_lint_bin_report *r, bimage *im) {
+    kiln_lint_image *pi = &im->pub;
+    char name[64];
+    size_t n;
+    uint8_t *owned;
+    pi->functions = -1;
+    if (pi->kind != KILN_IMAGE_PTX && pi->kind != KILN_IMAGE_CUBIN) return;
+    const uint8_t *bytes = payload(r, im, &n, &owned);
+    if (!bytes) return;
+    if (pi->kind == KILN_IMAGE_CUBIN) {
+        pi->functions = count_code(bytes, n);
+        if (pi->functions < 0)
+            add_finding(r, KILN_LINT_TEXT, 0, image_name(pi, name, sizeof name), 0, 0,
+                        "the cubin at offset 0x%zx is not an ELF file lint can read", pi->offset);
+        free(owned);
         return;
     }
-    if (!strcmp(pi->compression, "zstd")) {
-        if (im->inflated == 0 || im->inflated > MAX_PTX_BYTES) {
-            snprintf(pi->note, sizeof pi->note, "not linted: it inflates to %llu bytes; lint reads up to %llu",
-                     (unsigned long long)im->inflated, (unsigned long long)MAX_PTX_BYTES);
-            return;
-        }
-        owned = malloc((size_t)im->inflated);
-        if (!owned) {
-            r->oom = true;
-            return;
-        }
-        size_t got = ZSTD_decompress(owned, (size_t)im->inflated, im->bytes, pi->size);
-        if (ZSTD_isError(got) || got != im->inflated) {
-            add_finding(r, KILN_LINT_TEXT, 0, image_name(pi, name, sizeof name), 0, 0,
-                        "the zstd-compressed PTX at offset 0x%zx does not inflate to the %llu bytes its entry declares: %s",
-                        pi->offset, (unsigned long long)im->inflated,
-                        ZSTD_isError(got) ? ZSTD_getErrorName(got) : "a different size");
-            free(owned);
-            return;
-        }
-        text = owned, n = got;
-    }
+    const char *text = (const char *)bytes;
     const char *nul = memchr(text, 0, n); /* the text ends at its NUL; padding follows */
     if (nul) n = (size_t)(nul - text);
     kiln_error err = {0};
@@ -451,6 +487,7 @@ static void lint_ptx(kiln_lint_bin_report *r, bimage *im) {
         if (t) set_target(pi, t->sm, t->suffix); /* the text is the authority over the entry header */
         pi->ptx = m->ptx;
         pi->findings = kiln_lint_count(im->lint);
+        pi->functions = (long)m->functions;
     }
     free(owned);
 }
@@ -565,12 +602,22 @@ static void judge(kiln_lint_bin_report *r) {
             return;
         }
     }
-    size_t failed = 0, by_cubin = 0, by_ptx = 0, first = 0;
+    size_t failed = 0, by_cubin = 0, by_ptx = 0, stubs = 0, first = 0;
     const kiln_lint_image *last_choice = NULL;
     for (size_t c = 0; c < r->info.containers; c++) {
         size_t end = first;
         while (end < r->count && r->images[end].pub.container == c) end++;
         const kiln_lint_image *chosen = NULL;
+        bool codeless = end > first;
+        for (size_t i = first; i < end; i++) codeless &= r->images[i].pub.functions == 0;
+        if (codeless) { /* no kernel in it to launch: nothing asks the driver for an image */
+            stubs++;
+            for (size_t i = first; i < end; i++)
+                snprintf(r->images[i].pub.note, sizeof r->images[i].pub.note,
+                         "no code (a device-link stub): never loaded for a kernel, so not judged");
+            first = end;
+            continue;
+        }
         if (!judge_container(r, c, first, end, &chosen)) failed++;
         if (chosen) {
             last_choice = chosen;
@@ -583,7 +630,10 @@ static void judge(kiln_lint_bin_report *r) {
     if (cuda) snprintf(drv, sizeof drv, " with a CUDA %d.%d driver", cuda / 1000, cuda % 1000 / 10);
     if (dev) {
         r->info.runs_on_device = failed == 0;
-        if (failed && nc == 1)
+        if (nc == stubs)
+            snprintf(r->info.verdict, sizeof r->info.verdict,
+                     "has no code to run on sm_%d: no image holds a function (a device-link stub)", dev);
+        else if (failed && nc - stubs == 1)
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "cannot run on sm_%d%s: no kernel image for it (\"no kernel image is available for execution on "
                      "the device\")", dev, drv);
@@ -592,15 +642,15 @@ static void judge(kiln_lint_bin_report *r) {
                      "cannot run on sm_%d%s: %zu of %zu fatbin containers have no kernel image for it (\"no kernel "
                      "image is available for execution on the device\" for their kernels)",
                      dev, drv, failed, nc);
-        else if (nc == 1 && last_choice)
+        else if (nc - stubs == 1 && last_choice)
             snprintf(r->info.verdict, sizeof r->info.verdict, "runs on sm_%d%s: the driver %s %s%s", dev, drv,
                      last_choice->kind == KILN_IMAGE_CUBIN ? "loads" : "JIT-compiles", image_name(last_choice, name, sizeof name),
                      last_choice->kind == KILN_IMAGE_CUBIN ? "" : " at load time (slower first start; a cubin for it avoids that)");
         else
             snprintf(r->info.verdict, sizeof r->info.verdict,
-                     "runs on sm_%d%s: each of the %zu fatbin containers has an image for it (%zu by cubin, %zu by "
-                     "JIT-compiling PTX)",
-                     dev, drv, nc, by_cubin, by_ptx);
+                     "runs on sm_%d%s: each of the %zu fatbin containers with code has an image for it (%zu by cubin, "
+                     "%zu by JIT-compiling PTX)",
+                     dev, drv, nc - stubs, by_cubin, by_ptx);
     }
     if (cuda) {
         size_t refused = 0;
@@ -648,7 +698,7 @@ kiln_status kiln_lint_bin(const void *data, size_t len, int device_sm, int cuda,
     r->info.cuda = cuda;
     kiln_status s = read_input(r, data, len, err);
     for (size_t i = 0; !s && i < r->count; i++)
-        if (r->images[i].pub.kind == KILN_IMAGE_PTX) lint_ptx(r, &r->images[i]);
+        read_image(r, &r->images[i]);
     if (!s) judge(r);
     for (size_t i = 0; i < r->count; i++) r->images[i].bytes = NULL; /* the caller's buffer may go */
     for (size_t i = 0; i < r->nfind; i++)

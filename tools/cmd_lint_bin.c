@@ -15,6 +15,7 @@ static const char *image_label(const kiln_lint_image *im, char *buf, size_t cap)
     else
         snprintf(buf, cap, "%s %s", im->kind == KILN_IMAGE_CUBIN ? "cubin" : im->kind == KILN_IMAGE_LTOIR ? "LTO IR" : "entry",
                  im->target);
+    if (im->functions == 0) snprintf(buf + strlen(buf), cap - strlen(buf), " (no code)");
     return buf;
 }
 
@@ -100,6 +101,7 @@ static void print_json(const kiln_lint_bin_report *r, size_t *total) {
         printf("%s\n        {\"kind\": \"%s\", \"target\": \"%s\", \"sm\": %d, \"suffix\": \"%s\", ", i ? "," : "",
                kind_names[im->kind], im->target, im->sm, im->suffix == 'a' ? "a" : im->suffix == 'f' ? "f" : "");
         if (im->kind == KILN_IMAGE_PTX) printf("\"ptx\": \"%d.%d\", ", im->ptx / 10, im->ptx % 10);
+        if (im->functions >= 0) printf("\"functions\": %ld, ", im->functions);
         printf("\"container\": %zu, \"offset\": %zu, \"size\": %zu, \"compression\": \"%s\", ", im->container, im->offset,
                im->size, im->compression);
         if (b->device_sm) printf("\"runs_on_device\": %s, ", im->runs_on_device ? "true" : "false");

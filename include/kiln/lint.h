@@ -103,6 +103,9 @@ typedef struct kiln_lint_image {
     int runs_on_device;  /* with a device SM: 1 when the driver can load it there, else 0 */
     int cuda_loads;      /* with a CUDA release: 1 when that driver accepts it, else 0 */
     size_t findings;     /* PTX: findings of the PTX lint over its text (kiln_lint_bin_ptx) */
+    long functions;      /* code in it: a cubin's .text sections, a PTX's .entry/.func bodies; -1 unknown
+                            (a container whose images all have none, like nvlink's device-link stub, is
+                            never loaded for a kernel and is not judged) */
     char note[256];      /* why it cannot run or load there, or what lint could not check; "" when none */
 } kiln_lint_image;
 
