@@ -54,6 +54,7 @@ typedef struct bimage {
     kiln_lint_report *lint;  /* PTX images lint could read */
     const uint8_t *bytes;    /* the payload, valid during kiln_lint_bin only */
     uint64_t inflated;       /* compressed payloads: the size the entry says they inflate to */
+    size_t lint_errors;      /* PTX: its lint's errors (the driver's JIT would refuse it) */
 } bimage;
 
 struct kiln_lint_bin_report {
@@ -487,12 +488,22 @@ static void read_image(kiln_lint_bin_report *r, bimage *im) {
         if (t) set_target(pi, t->sm, t->suffix); /* the text is the authority over the entry header */
         pi->ptx = m->ptx;
         pi->findings = kiln_lint_count(im->lint);
+        for (size_t k = 0; k < pi->findings; k++) im->lint_errors += !kiln_lint_get(im->lint, k)->warning;
         pi->functions = (long)m->functions;
     }
     free(owned);
 }
 
 /* ---- the verdict ---- */
+
+/* runs_on, and for PTX also that lint found no error in it (ptxas in the driver would refuse it). */
+static bool serves(const bimage *im, int dev, char *why, size_t cap) {
+    if (!runs_on(&im->pub, dev, why, cap)) return false;
+    if (im->lint_errors)
+        return snprintf(why, cap, "its %zu lint error%s would fail the driver's JIT (CUDA_ERROR_INVALID_PTX)",
+                        im->lint_errors, im->lint_errors == 1 ? "" : "s"), false;
+    return true;
+}
 
 /* The image of container c the driver would pick for device dev (exact cubin, else the newest compatible
  * cubin, else the newest PTX), or NULL; *first is where c's images start, *end past them. */
@@ -502,7 +513,8 @@ static const kiln_lint_image *pick(const kiln_lint_bin_report *r, size_t first, 
     int need;
     for (size_t i = first; i < end; i++) {
         const kiln_lint_image *im = &r->images[i].pub;
-        if (!runs_on(im, dev, why, sizeof why) || (cuda && !driver_loads(im, cuda, why, sizeof why, &need))) continue;
+        if (!serves(&r->images[i], dev, why, sizeof why) || (cuda && !driver_loads(im, cuda, why, sizeof why, &need)))
+            continue;
         int rank = (im->kind == KILN_IMAGE_CUBIN ? 2000 : 0) + (im->sm == dev ? 1000 : 0) + im->sm;
         int brank = best ? (best->kind == KILN_IMAGE_CUBIN ? 2000 : 0) + (best->sm == dev ? 1000 : 0) + best->sm : -1;
         if (rank > brank) best = im;
@@ -527,7 +539,7 @@ static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, siz
     int dev = r->info.device_sm, cuda = r->info.cuda;
     char where[96], why[256], list[512] = "", name[64];
     size_t ln = 0;
-    int need_cuda = 0, served_by_device = 0, loadable = 0;
+    int need_cuda = 0, arch_ok = 0, loadable = 0;
     if (r->info.containers > 1)
         snprintf(where, sizeof where, "fatbin container %zu of %zu at offset 0x%zx", c + 1, r->info.containers,
                  first < end ? r->images[first].pub.offset : 0);
@@ -538,11 +550,11 @@ static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, siz
         bool on_dev = true, loads = true;
         int need = 0;
         char dwhy[256] = "";
-        if (dev) on_dev = runs_on(im, dev, dwhy, sizeof dwhy);
+        if (dev) on_dev = serves(&r->images[i], dev, dwhy, sizeof dwhy);
         if (cuda) loads = driver_loads(im, cuda, why, sizeof why, &need);
         if (dev) im->runs_on_device = on_dev && loads;
         if (cuda) im->cuda_loads = loads;
-        served_by_device += on_dev;
+        arch_ok += dev && runs_on(im, dev, name, sizeof name);
         loadable += loads && (im->kind == KILN_IMAGE_CUBIN || im->kind == KILN_IMAGE_PTX);
         if (!loads && need > need_cuda) need_cuda = need;
         const char *reason = !on_dev ? dwhy : !loads ? why : NULL;
@@ -559,15 +571,26 @@ static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, siz
         *chosen = pick(r, first, end, dev, cuda);
         if (*chosen) return true;
         char fix[256];
-        if (served_by_device && need_cuda)
-            snprintf(fix, sizeof fix, "update the driver to CUDA %d.%d or newer, or add a cubin: -gencode arch=compute_%d,code=sm_%d",
-                     need_cuda / 1000, need_cuda % 1000 / 10, dev, dev);
-        else
+        if (!arch_ok) { /* what the CUDA runtime reports as cudaErrorNoKernelImageForDevice */
             gencode_fix(dev, fix, sizeof fix);
-        add_finding(r, KILN_LINT_DEVICE, 0, where, dev, 0,
-                    "no kernel image is available for execution on the device: sm_%d%s gets none of its images; fix: %s "
-                    "(%s)",
-                    dev, cuda ? " with this driver" : "", fix, first == end ? "it has no entries" : list);
+            add_finding(r, KILN_LINT_DEVICE, 0, where, dev, 0,
+                        "no kernel image is available for execution on the device: sm_%d gets none of its images; fix: "
+                        "%s (%s)",
+                        dev, fix, first == end ? "it has no entries" : list);
+        } else { /* an image is for this SM, but the driver or its JIT refuses it */
+            if (need_cuda)
+                snprintf(fix, sizeof fix,
+                         "update the driver to CUDA %d.%d or newer, or add a cubin: -gencode arch=compute_%d,code=sm_%d",
+                         need_cuda / 1000, need_cuda % 1000 / 10, dev, dev);
+            else
+                snprintf(fix, sizeof fix, "fix the PTX, or add a cubin: -gencode arch=compute_%d,code=sm_%d", dev, dev);
+            add_finding(r, KILN_LINT_DEVICE, 0, where, dev, 0,
+                        "sm_%d%s can load none of its images (loading fails with %s); fix: %s (%s)", dev,
+                        cuda ? " with this driver" : "",
+                        need_cuda ? "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, \"the provided PTX was compiled with an "
+                                    "unsupported toolchain\"" : "CUDA_ERROR_INVALID_PTX",
+                        fix, list);
+        }
         return false;
     }
     if (cuda && !loadable) {
@@ -634,13 +657,12 @@ static void judge(kiln_lint_bin_report *r) {
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "has no code to run on sm_%d: no image holds a function (a device-link stub)", dev);
         else if (failed && nc - stubs == 1)
-            snprintf(r->info.verdict, sizeof r->info.verdict,
-                     "cannot run on sm_%d%s: no kernel image for it (\"no kernel image is available for execution on "
-                     "the device\")", dev, drv);
+            snprintf(r->info.verdict, sizeof r->info.verdict, "cannot run on sm_%d%s: no image it can load (see the error)",
+                     dev, drv);
         else if (failed)
             snprintf(r->info.verdict, sizeof r->info.verdict,
-                     "cannot run on sm_%d%s: %zu of %zu fatbin containers have no kernel image for it (\"no kernel "
-                     "image is available for execution on the device\" for their kernels)",
+                     "cannot run on sm_%d%s: %zu of %zu fatbin containers have no image it can load (their kernels "
+                     "fail to launch; see the errors)",
                      dev, drv, failed, nc);
         else if (nc - stubs == 1 && last_choice)
             snprintf(r->info.verdict, sizeof r->info.verdict, "runs on sm_%d%s: the driver %s %s%s", dev, drv,

@@ -524,6 +524,11 @@ static void test_nvcc(void) {
               kiln_lint_bin_image(r, 1)->functions > 0,
           "the compressed cubin is inflated and has code");
     kiln_lint_bin_free(r);
+    r = lint_bin(&b, 75, 0); /* the only sm_75 image is PTX the driver's ptxas would refuse */
+    CHECK(r && !kiln_lint_bin_info(r)->runs_on_device && has_finding(r, KILN_LINT_DEVICE, "CUDA_ERROR_INVALID_PTX"),
+          "PTX with lint errors does not count as runnable");
+    if (check_case_failed) dump(r);
+    kiln_lint_bin_free(r);
     free(b.d);
     TEST_END();
     sh("rm -rf %s", dir);
