@@ -687,9 +687,13 @@ static void judge(kiln_lint_bin_report *r) {
 
 /* ---- API ---- */
 
-int kiln_lint_is_binary(const void *data, size_t len) {
-    const uint8_t *d = data;
+static bool has_magic(const uint8_t *d, size_t len) {
     return d && len >= 4 && (rd32(d) == FATBIN_MAGIC || !memcmp(d, "\x7f" "ELF", 4));
+}
+
+int kiln_lint_is_binary(const void *data, size_t len) { /* a whole header too: shorter is just bytes */
+    const uint8_t *d = data;
+    return has_magic(d, len) && len >= (rd32(d) == FATBIN_MAGIC ? (size_t)FATBIN_HEADER : 64);
 }
 
 kiln_status kiln_lint_bin(const void *data, size_t len, int device_sm, int cuda, kiln_lint_bin_report **out,
@@ -712,7 +716,7 @@ kiln_status kiln_lint_bin(const void *data, size_t len, int device_sm, int cuda,
             return kiln_cuda_parse_version(text, &cuda, err);
         }
     }
-    if (!kiln_lint_is_binary(data, len))
+    if (!has_magic(data, len))
         return kiln_fail(err, KILN_EINVAL, "not a cubin, fatbin or ELF file (no ELF or fatbin magic at its start)");
     kiln_lint_bin_report *r = calloc(1, sizeof *r);
     if (!r) return kiln_fail(err, KILN_ENOMEM, "out of memory");

@@ -124,7 +124,7 @@ typedef struct kiln_lint_binary {
 
 typedef struct kiln_lint_bin_report kiln_lint_bin_report; /* opaque */
 
-/* 1 when data starts like a binary kiln_lint_bin reads (an ELF file or a fatbin), else 0. */
+/* 1 when data starts like a binary kiln_lint_bin reads (a whole ELF or fatbin header), else 0. */
 int kiln_lint_is_binary(const void *data, size_t len);
 /* Lists the code images of a cubin, a fatbin, or an ELF object / shared library / executable that embeds
  * fatbins (.nv_fatbin, __nv_relfatbin), and lints each PTX image (kiln_lint). With device_sm (0: none)
