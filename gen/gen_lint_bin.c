@@ -1,4 +1,5 @@
-/* gen/gen_lint_bin.c - kiln lint for binaries: the code images of cubins, fatbins and the ELF files that embed them, and whether a device and driver can run them. */
+/* gen/gen_lint_bin.c - kiln lint for binaries: the code images of cubins, fatbins and the ELF files that embed them,
+ * and whether a device and driver can run them. */
 #include <stdarg.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,8 +19,17 @@ enum { MAX_FINDINGS = 10000, EM_CUDA = 190, SHT_NOBITS = 8 };
 #define FATBIN_MAGIC 0xBA55ED50u
 enum { FATBIN_HEADER = 16, ENTRY_MIN = 64 };
 /* A fatbin entry header's fields (little-endian), at these offsets. */
-enum { E_KIND = 0, E_HSIZE = 4, E_PSIZE = 8, E_CSIZE = 16, E_MINOR = 24, E_MAJOR = 26, E_ARCH = 28, E_FLAGS = 40,
-       E_USIZE = 56 };
+enum {
+    E_KIND = 0,
+    E_HSIZE = 4,
+    E_PSIZE = 8,
+    E_CSIZE = 16,
+    E_MINOR = 24,
+    E_MAJOR = 26,
+    E_ARCH = 28,
+    E_FLAGS = 40,
+    E_USIZE = 56
+};
 
 static const struct {
     unsigned code;
@@ -51,10 +61,10 @@ static const char *const kind_names[] = {"cubin", "PTX", "LTO IR", "unknown entr
 
 typedef struct bimage {
     kiln_lint_image pub;
-    kiln_lint_report *lint;  /* PTX images lint could read */
-    const uint8_t *bytes;    /* the payload, valid during kiln_lint_bin only */
-    uint64_t inflated;       /* compressed payloads: the size the entry says they inflate to */
-    size_t lint_errors;      /* PTX: its lint's errors (the driver's JIT would refuse it) */
+    kiln_lint_report *lint; /* PTX images lint could read */
+    const uint8_t *bytes;   /* the payload, valid during kiln_lint_bin only */
+    uint64_t inflated;      /* compressed payloads: the size the entry says they inflate to */
+    size_t lint_errors;     /* PTX: its lint's errors (the driver's JIT would refuse it) */
 } bimage;
 
 struct kiln_lint_bin_report {
@@ -86,8 +96,8 @@ static bimage *add_image(kiln_lint_bin_report *r) {
 /* Adds a finding, or counts it against an identical recent one (a library's many containers repeat). */
 static void add_finding(kiln_lint_bin_report *r, kiln_lint_kind kind, int warning, const char *where, int need_sm,
                         int need_ptx, const char *fmt, ...) {
-    kiln_lint_finding f = {.kind = kind, .warning = warning, .need_sm = need_sm, .need_ptx = need_ptx,
-                           .device_sm = r->info.device_sm};
+    kiln_lint_finding f = {
+        .kind = kind, .warning = warning, .need_sm = need_sm, .need_ptx = need_ptx, .device_sm = r->info.device_sm};
     snprintf(f.instruction, sizeof f.instruction, "%s", where);
     va_list ap;
     va_start(ap, fmt);
@@ -261,12 +271,15 @@ static kiln_status read_fatbins(kiln_lint_bin_report *r, const uint8_t *d, size_
             pi->offset = p + ehs;
             pi->size = (size_t)psize;
             for (size_t k = 0; k < sizeof compressions / sizeof compressions[0]; k++)
-                if (flags & compressions[k].bit) snprintf(pi->compression, sizeof pi->compression, "%s", compressions[k].name);
+                if (flags & compressions[k].bit)
+                    snprintf(pi->compression, sizeof pi->compression, "%s", compressions[k].name);
             if (pi->compression[0]) {
                 uint32_t csize = rd32(e + E_CSIZE);
                 if (csize == 0 || csize > psize)
-                    return corrupt(err, "compressed fatbin entry at offset 0x%zx of %s declares %u compressed bytes in a "
-                                        "%llu-byte payload", p, where, csize, (unsigned long long)psize);
+                    return corrupt(err,
+                                   "compressed fatbin entry at offset 0x%zx of %s declares %u compressed bytes in a "
+                                   "%llu-byte payload",
+                                   p, where, csize, (unsigned long long)psize);
                 pi->size = csize;
                 im->inflated = rd64(e + E_USIZE);
             }
@@ -295,18 +308,23 @@ static kiln_status elf_open(elf *e, const uint8_t *d, size_t len, kiln_error *er
     memset(e, 0, sizeof *e);
     e->d = d, e->len = len;
     if (len < 64) return corrupt(err, "truncated ELF header (%zu bytes, 64 needed)", len);
-    if (d[4] != 2) return kiln_fail(err, KILN_EINVAL, "a 32-bit ELF file: kiln reads 64-bit ELF files (cubins, x86-64 and aarch64 objects and libraries)");
+    if (d[4] != 2)
+        return kiln_fail(
+            err, KILN_EINVAL,
+            "a 32-bit ELF file: kiln reads 64-bit ELF files (cubins, x86-64 and aarch64 objects and libraries)");
     if (d[5] != 1) return kiln_fail(err, KILN_EINVAL, "a big-endian ELF file: kiln reads little-endian ELF files only");
     uint64_t shoff = rd64(d + 0x28);
     size_t shentsize = rd16(d + 0x3a), shnum = rd16(d + 0x3c), shstrndx = rd16(d + 0x3e);
-    if (shoff == 0) return kiln_fail(err, KILN_EINVAL, "an ELF file without section headers: kiln finds CUDA code by its sections");
+    if (shoff == 0)
+        return kiln_fail(err, KILN_EINVAL, "an ELF file without section headers: kiln finds CUDA code by its sections");
     if (shentsize < 64 || shoff > len || len - shoff < shentsize)
         return corrupt(err, "ELF section headers at offset 0x%llx (entries of %zu bytes) lie outside the %zu-byte file",
                        (unsigned long long)shoff, shentsize, len);
     if (shnum == 0) shnum = (size_t)rd64(d + shoff + 0x20); /* more than 0xff00 sections: the count is in section 0 */
     if (shstrndx == 0xffff) shstrndx = rd32(d + shoff + 0x28);
     if (shnum > (len - shoff) / shentsize)
-        return corrupt(err, "ELF declares %zu section headers at offset 0x%llx; the %zu-byte file holds fewer (truncated?)",
+        return corrupt(err,
+                       "ELF declares %zu section headers at offset 0x%llx; the %zu-byte file holds fewer (truncated?)",
                        shnum, (unsigned long long)shoff, len);
     e->shoff = (size_t)shoff, e->shnum = shnum, e->shentsize = shentsize;
     if (shstrndx < shnum) {
@@ -327,8 +345,10 @@ static kiln_status elf_get(const elf *e, size_t i, elf_sec *s, kiln_error *err) 
         s->name = (const char *)e->d + e->stroff + name;
     if (s->type == SHT_NOBITS) off = size = 0;
     if (off > e->len || size > e->len - off)
-        return corrupt(err, "ELF section %zu (%s) declares %llu bytes at offset 0x%llx, past the end of the %zu-byte file "
-                            "(truncated?)", i, s->name, (unsigned long long)size, (unsigned long long)off, e->len);
+        return corrupt(err,
+                       "ELF section %zu (%s) declares %llu bytes at offset 0x%llx, past the end of the %zu-byte file "
+                       "(truncated?)",
+                       i, s->name, (unsigned long long)size, (unsigned long long)off, e->len);
     s->off = (size_t)off, s->size = (size_t)size;
     return KILN_OK;
 }
@@ -414,7 +434,8 @@ static const uint8_t *payload(kiln_lint_bin_report *r, bimage *im, size_t *n, ui
     if (!strcmp(pi->compression, "lz4")) {
         snprintf(pi->note, sizeof pi->note,
                  "not read: compressed with the LZ4-style scheme of CUDA 11-12.7's nvcc, which kiln does not inflate "
-                 "(its SM%s come from the entry header)", pi->kind == KILN_IMAGE_PTX ? " and .version" : "");
+                 "(its SM%s come from the entry header)",
+                 pi->kind == KILN_IMAGE_PTX ? " and .version" : "");
         return NULL;
     }
     if (im->inflated == 0 || im->inflated > MAX_PTX_BYTES) {
@@ -444,7 +465,7 @@ static const uint8_t *payload(kiln_lint_bin_report *r, bimage *im, size_t *n, ui
 static long count_code(const uint8_t *d, size_t len) {
     elf e;
     kiln_error scratch;
-    if (len < 64 || memcmp(d, "\x7f" "ELF", 4) || elf_open(&e, d, len, &scratch)) return -1;
+    if (len < 64 || memcmp(d, "\177ELF", 4) || elf_open(&e, d, len, &scratch)) return -1;
     long n = 0;
     for (size_t i = 0; i < e.shnum; i++) {
         elf_sec s;
@@ -477,7 +498,8 @@ static void read_image(kiln_lint_bin_report *r, bimage *im) {
     if (nul) n = (size_t)(nul - text);
     kiln_error err = {0};
     if (kiln_lint(text, n, 0, &im->lint, &err) != KILN_OK) {
-        if (err.status == KILN_ENOMEM) r->oom = true;
+        if (err.status == KILN_ENOMEM)
+            r->oom = true;
         else
             add_finding(r, KILN_LINT_TEXT, 0, image_name(pi, name, sizeof name), 0, 0,
                         "the PTX at offset 0x%zx cannot be read: %s", pi->offset, err.msg);
@@ -501,7 +523,8 @@ static bool serves(const bimage *im, int dev, char *why, size_t cap) {
     if (!runs_on(&im->pub, dev, why, cap)) return false;
     if (im->lint_errors)
         return snprintf(why, cap, "its %zu lint error%s would fail the driver's JIT (CUDA_ERROR_INVALID_PTX)",
-                        im->lint_errors, im->lint_errors == 1 ? "" : "s"), false;
+                        im->lint_errors, im->lint_errors == 1 ? "" : "s"),
+               false;
     return true;
 }
 
@@ -535,7 +558,8 @@ static void gencode_fix(int dev, char *buf, size_t cap) {
 }
 
 /* Judges one container [first, end) for the device and/or driver; returns whether it is served. */
-static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, size_t end, const kiln_lint_image **chosen) {
+static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, size_t end,
+                            const kiln_lint_image **chosen) {
     int dev = r->info.device_sm, cuda = r->info.cuda;
     char where[96], why[256], list[512] = "", name[64];
     size_t ln = 0;
@@ -560,8 +584,8 @@ static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, siz
         const char *reason = !on_dev ? dwhy : !loads ? why : NULL;
         if (reason && !im->note[0]) snprintf(im->note, sizeof im->note, "%s", reason);
         if (reason && ln + 1 < sizeof list)
-            ln += (size_t)snprintf(list + ln, sizeof list - ln, "%s%s: %s", ln ? "; " : "", image_name(im, name, sizeof name),
-                                   reason);
+            ln += (size_t)snprintf(list + ln, sizeof list - ln, "%s%s: %s", ln ? "; " : "",
+                                   image_name(im, name, sizeof name), reason);
         if (cuda && !loads && (!dev || on_dev))
             add_finding(r, KILN_LINT_CUDA, 1, image_name(im, name, sizeof name), 0, im->ptx,
                         "a CUDA %d.%d driver refuses %s: %s", cuda / 1000, cuda % 1000 / 10, name, why);
@@ -579,16 +603,18 @@ static bool judge_container(kiln_lint_bin_report *r, size_t c, size_t first, siz
                         dev, fix, first == end ? "it has no entries" : list);
         } else { /* an image is for this SM, but the driver or its JIT refuses it */
             if (need_cuda)
-                snprintf(fix, sizeof fix,
-                         "update the driver to CUDA %d.%d or newer, or add a cubin: -gencode arch=compute_%d,code=sm_%d",
-                         need_cuda / 1000, need_cuda % 1000 / 10, dev, dev);
+                snprintf(
+                    fix, sizeof fix,
+                    "update the driver to CUDA %d.%d or newer, or add a cubin: -gencode arch=compute_%d,code=sm_%d",
+                    need_cuda / 1000, need_cuda % 1000 / 10, dev, dev);
             else
                 snprintf(fix, sizeof fix, "fix the PTX, or add a cubin: -gencode arch=compute_%d,code=sm_%d", dev, dev);
             add_finding(r, KILN_LINT_DEVICE, 0, where, dev, 0,
                         "sm_%d%s can load none of its images (loading fails with %s); fix: %s (%s)", dev,
                         cuda ? " with this driver" : "",
                         need_cuda ? "CUDA_ERROR_UNSUPPORTED_PTX_VERSION, \"the provided PTX was compiled with an "
-                                    "unsupported toolchain\"" : "CUDA_ERROR_INVALID_PTX",
+                                    "unsupported toolchain\""
+                                  : "CUDA_ERROR_INVALID_PTX",
                         fix, list);
         }
         return false;
@@ -614,10 +640,11 @@ static void judge(kiln_lint_bin_report *r) {
         if (t && !kiln_cuda_knows_target(cuda, t)) {
             const kiln_cuda_release *f = first_release(t->ptx);
             int need = f ? f->version : 0;
-            add_finding(r, KILN_LINT_DEVICE, 0, r->info.format, dev, 0,
-                        "a CUDA %d.%d driver does not support sm_%d devices at all (they came with CUDA %d.%d); fix: update "
-                        "the driver to CUDA %d.%d or newer",
-                        cuda / 1000, cuda % 1000 / 10, dev, need / 1000, need % 1000 / 10, need / 1000, need % 1000 / 10);
+            add_finding(
+                r, KILN_LINT_DEVICE, 0, r->info.format, dev, 0,
+                "a CUDA %d.%d driver does not support sm_%d devices at all (they came with CUDA %d.%d); fix: update "
+                "the driver to CUDA %d.%d or newer",
+                cuda / 1000, cuda % 1000 / 10, dev, need / 1000, need % 1000 / 10, need / 1000, need % 1000 / 10);
             r->info.runs_on_device = 0;
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "cannot run on sm_%d with a CUDA %d.%d driver: that driver does not support the device", dev,
@@ -657,8 +684,8 @@ static void judge(kiln_lint_bin_report *r) {
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "has no code to run on sm_%d: no image holds a function (a device-link stub)", dev);
         else if (failed && nc - stubs == 1)
-            snprintf(r->info.verdict, sizeof r->info.verdict, "cannot run on sm_%d%s: no image it can load (see the error)",
-                     dev, drv);
+            snprintf(r->info.verdict, sizeof r->info.verdict,
+                     "cannot run on sm_%d%s: no image it can load (see the error)", dev, drv);
         else if (failed)
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "cannot run on sm_%d%s: %zu of %zu fatbin containers have no image it can load (their kernels "
@@ -666,8 +693,11 @@ static void judge(kiln_lint_bin_report *r) {
                      dev, drv, failed, nc);
         else if (nc - stubs == 1 && last_choice)
             snprintf(r->info.verdict, sizeof r->info.verdict, "runs on sm_%d%s: the driver %s %s%s", dev, drv,
-                     last_choice->kind == KILN_IMAGE_CUBIN ? "loads" : "JIT-compiles", image_name(last_choice, name, sizeof name),
-                     last_choice->kind == KILN_IMAGE_CUBIN ? "" : " at load time (slower first start; a cubin for it avoids that)");
+                     last_choice->kind == KILN_IMAGE_CUBIN ? "loads" : "JIT-compiles",
+                     image_name(last_choice, name, sizeof name),
+                     last_choice->kind == KILN_IMAGE_CUBIN
+                         ? ""
+                         : " at load time (slower first start; a cubin for it avoids that)");
         else
             snprintf(r->info.verdict, sizeof r->info.verdict,
                      "runs on sm_%d%s: each of the %zu fatbin containers with code has an image for it (%zu by cubin, "
@@ -676,7 +706,8 @@ static void judge(kiln_lint_bin_report *r) {
     }
     if (cuda) {
         size_t refused = 0;
-        for (size_t i = 0; i < r->nfind; i++) refused += r->findings[i].kind == KILN_LINT_CUDA && !r->findings[i].warning;
+        for (size_t i = 0; i < r->nfind; i++)
+            refused += r->findings[i].kind == KILN_LINT_CUDA && !r->findings[i].warning;
         r->info.cuda_loads = refused == 0;
         if (!dev)
             snprintf(r->info.verdict, sizeof r->info.verdict, "%s a driver of CUDA %d.%d%s",
@@ -688,7 +719,7 @@ static void judge(kiln_lint_bin_report *r) {
 /* ---- API ---- */
 
 static bool has_magic(const uint8_t *d, size_t len) {
-    return d && len >= 4 && (rd32(d) == FATBIN_MAGIC || !memcmp(d, "\x7f" "ELF", 4));
+    return d && len >= 4 && (rd32(d) == FATBIN_MAGIC || !memcmp(d, "\177ELF", 4));
 }
 
 int kiln_lint_is_binary(const void *data, size_t len) { /* a whole header too: shorter is just bytes */
@@ -723,8 +754,7 @@ kiln_status kiln_lint_bin(const void *data, size_t len, int device_sm, int cuda,
     r->info.device_sm = device_sm;
     r->info.cuda = cuda;
     kiln_status s = read_input(r, data, len, err);
-    for (size_t i = 0; !s && i < r->count; i++)
-        read_image(r, &r->images[i]);
+    for (size_t i = 0; !s && i < r->count; i++) read_image(r, &r->images[i]);
     if (!s) judge(r);
     for (size_t i = 0; i < r->count; i++) r->images[i].bytes = NULL; /* the caller's buffer may go */
     for (size_t i = 0; i < r->nfind; i++)

@@ -1,4 +1,5 @@
-/* tests/lint_bin_test.c - kiln lint on binaries: fatbin/cubin/ELF readers, who-runs-what rules, driver checks, bad and truncated input, and nvcc-built fatbins, objects and libraries. */
+/* tests/lint_bin_test.c - kiln lint on binaries: fatbin/cubin/ELF readers, who-runs-what rules, driver checks, bad
+ * and truncated input, and nvcc-built fatbins, objects and libraries. */
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -167,7 +168,8 @@ static bool has_finding(const kiln_lint_bin_report *r, kiln_lint_kind kind, cons
 
 static void dump(const kiln_lint_bin_report *r) {
     for (size_t i = 0; r && i < kiln_lint_bin_findings(r); i++)
-        printf("    finding: %s [%s]\n", kiln_lint_bin_finding(r, i)->message, kiln_lint_bin_finding(r, i)->instruction);
+        printf("    finding: %s [%s]\n", kiln_lint_bin_finding(r, i)->message,
+               kiln_lint_bin_finding(r, i)->instruction);
     if (r) printf("    verdict: %s\n", kiln_lint_bin_info(r)->verdict);
 }
 
@@ -179,29 +181,37 @@ static void test_rules(void) {
         uint64_t flags;
         int dev, runs;
     } rows[] = {
-        {2, 80, 0, 80, 1},   {2, 80, 0, 86, 1},         {2, 80, 0, 89, 1},         {2, 86, 0, 80, 0},
-        {2, 80, 0, 75, 0},   {2, 80, 0, 90, 0},         {2, 90, 0x100000, 90, 1},  {2, 100, 0x100000, 103, 0},
-        {2, 100, 0x200000, 103, 1}, {2, 100, 0x200000, 120, 0}, {2, 120, 0, 121, 1}, {2, 121, 0, 120, 0},
-        {1, 80, 0, 75, 0},   {1, 80, 0, 80, 1},         {1, 80, 0, 120, 1},        {1, 90, 0x100000, 90, 1},
-        {1, 90, 0x100000, 100, 0}, {1, 100, 0x200000, 103, 1}, {1, 100, 0x200000, 110, 0}, {8, 90, 0, 90, 0},
+        {2, 80, 0, 80, 1},          {2, 80, 0, 86, 1},          {2, 80, 0, 89, 1},          {2, 86, 0, 80, 0},
+        {2, 80, 0, 75, 0},          {2, 80, 0, 90, 0},          {2, 90, 0x100000, 90, 1},   {2, 100, 0x100000, 103, 0},
+        {2, 100, 0x200000, 103, 1}, {2, 100, 0x200000, 120, 0}, {2, 120, 0, 121, 1},        {2, 121, 0, 120, 0},
+        {1, 80, 0, 75, 0},          {1, 80, 0, 80, 1},          {1, 80, 0, 120, 1},         {1, 90, 0x100000, 90, 1},
+        {1, 90, 0x100000, 100, 0},  {1, 100, 0x200000, 103, 1}, {1, 100, 0x200000, 110, 0}, {8, 90, 0, 90, 0},
     };
     TEST_BEGIN("rules: which image runs on which device");
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char ptx[256];
         char target[16];
         snprintf(target, sizeof target, "sm_%d%s", rows[i].sm,
-                 rows[i].flags & 0x100000 ? "a" : rows[i].flags & 0x200000 ? "f" : "");
+                 rows[i].flags & 0x100000   ? "a"
+                 : rows[i].flags & 0x200000 ? "f"
+                                            : "");
         snprintf(ptx, sizeof ptx, ".version 8.8\n.target %s\n.address_size 64\n.visible .entry k() { ret; }\n", target);
         buf cub = make_cubin(rows[i].sm, false, NULL);
-        entry e = {rows[i].kind, rows[i].sm, rows[i].flags, 88, rows[i].kind == 1 ? ptx : (const void *)cub.d,
+        entry e = {rows[i].kind,
+                   rows[i].sm,
+                   rows[i].flags,
+                   88,
+                   rows[i].kind == 1 ? ptx : (const void *)cub.d,
                    rows[i].kind == 1 ? strlen(ptx) + 1 : cub.n};
         buf b = {0};
         put_container(&b, &e, 1);
         kiln_lint_bin_report *r = lint_bin(&b, rows[i].dev, 0);
         if (r) {
-            CHECK(kiln_lint_bin_info(r)->runs_on_device == rows[i].runs, "row %zu: kind %d %s on sm_%d: runs %d, want %d",
-                  i, rows[i].kind, target, rows[i].dev, kiln_lint_bin_info(r)->runs_on_device, rows[i].runs);
-            CHECK((rows[i].runs == 0) == has_finding(r, KILN_LINT_DEVICE, "no kernel image is available for execution on the device"),
+            CHECK(kiln_lint_bin_info(r)->runs_on_device == rows[i].runs,
+                  "row %zu: kind %d %s on sm_%d: runs %d, want %d", i, rows[i].kind, target, rows[i].dev,
+                  kiln_lint_bin_info(r)->runs_on_device, rows[i].runs);
+            CHECK((rows[i].runs == 0) ==
+                      has_finding(r, KILN_LINT_DEVICE, "no kernel image is available for execution on the device"),
                   "row %zu: the error goes with the verdict", i);
             if (!rows[i].runs) {
                 char fix[96];
@@ -273,30 +283,35 @@ static void test_containers(void) {
     }
     put_container(&b, &e80, 1);
     kiln_lint_bin_report *r = lint_bin(&b, 86, 0);
-    CHECK(r && kiln_lint_bin_info(r)->containers == 7, "7 containers, got %zu", r ? kiln_lint_bin_info(r)->containers : 0);
+    CHECK(r && kiln_lint_bin_info(r)->containers == 7, "7 containers, got %zu",
+          r ? kiln_lint_bin_info(r)->containers : 0);
     CHECK(r && !kiln_lint_bin_info(r)->runs_on_device, "five containers lack sm_86");
     CHECK(r && kiln_lint_bin_findings(r) == 1, "one finding for five identical containers, got %zu",
           kiln_lint_bin_findings(r));
     CHECK(r && has_finding(r, KILN_LINT_DEVICE, "(and 4 more like it)"), "it counts them");
-    CHECK(r && strstr(kiln_lint_bin_info(r)->verdict, "5 of 7"), "verdict: %s", r ? kiln_lint_bin_info(r)->verdict : "");
+    CHECK(r && strstr(kiln_lint_bin_info(r)->verdict, "5 of 7"), "verdict: %s",
+          r ? kiln_lint_bin_info(r)->verdict : "");
     CHECK(r && kiln_lint_bin_image(r, 0)->functions == 0 && strstr(kiln_lint_bin_image(r, 0)->note, "not judged"),
           "the code-less stub is not judged");
     kiln_lint_bin_free(r);
     r = lint_bin(&b, 90, 0);
-    CHECK(r && !kiln_lint_bin_info(r)->runs_on_device && kiln_lint_bin_findings(r) == 1, "the sm_80 container fails on sm_90");
+    CHECK(r && !kiln_lint_bin_info(r)->runs_on_device && kiln_lint_bin_findings(r) == 1,
+          "the sm_80 container fails on sm_90");
     kiln_lint_bin_free(r);
     free(b.d);
     TEST_END();
 
     TEST_BEGIN("compression: zstd PTX is inflated and linted, bad zstd is a finding, LZ4 is listed unread");
-    static const char bad[] = ".version 7.0\n.target sm_75\n.address_size 64\n.visible .entry k() {\n.reg .b16 %rs<2>;\n"
-                              ".reg .f32 %f<2>;\ncvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n";
+    static const char bad[] =
+        ".version 7.0\n.target sm_75\n.address_size 64\n.visible .entry k() {\n.reg .b16 %rs<2>;\n"
+        ".reg .f32 %f<2>;\ncvt.rn.bf16.f32 %rs1, %f1;\nret;\n}\n";
     entry z[] = {{1, 75, 0x8000, 70, bad, sizeof bad}, {2, 80, 0x8000, 0, c80.d, c80.n}};
     b = (buf){0};
     put_container(&b, z, 2);
     r = lint_bin(&b, 0, 0);
     const kiln_lint_report *ptx = r ? kiln_lint_bin_ptx(r, 0) : NULL;
-    CHECK(ptx && kiln_lint_count(ptx) == 1 && kiln_lint_get(ptx, 0)->line == 7, "the bf16 cvt on sm_75 is found on line 7");
+    CHECK(ptx && kiln_lint_count(ptx) == 1 && kiln_lint_get(ptx, 0)->line == 7,
+          "the bf16 cvt on sm_75 is found on line 7");
     CHECK(r && kiln_lint_bin_image(r, 0)->findings == 1 && !strcmp(kiln_lint_bin_image(r, 0)->compression, "zstd"),
           "counted on the image");
     CHECK(r && kiln_lint_bin_image(r, 1)->functions == 1, "the compressed cubin is inflated: 1 function");
@@ -322,7 +337,8 @@ static void test_containers(void) {
     TEST_BEGIN("cubins: e_flags of both ELF ABIs, 'a' from ptxas's note");
     b = make_cubin(86, false, NULL);
     r = lint_bin(&b, 0, 0);
-    CHECK(r && !strcmp(kiln_lint_bin_info(r)->format, "cubin") && kiln_lint_bin_image(r, 0)->sm == 86, "V2 e_flags: sm_86");
+    CHECK(r && !strcmp(kiln_lint_bin_info(r)->format, "cubin") && kiln_lint_bin_image(r, 0)->sm == 86,
+          "V2 e_flags: sm_86");
     kiln_lint_bin_free(r);
     free(b.d);
     static const uint8_t code[16] = {0};
@@ -358,13 +374,15 @@ static void test_bad_input(void) {
     TEST_BEGIN("bad input: one clear error each");
     buf b = {0};
     put(&b, ptx80, sizeof ptx80);
-    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "not a cubin, fatbin or ELF"), "PTX: %s", msg);
+    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "not a cubin, fatbin or ELF"), "PTX: %s",
+          msg);
     CHECK(!kiln_lint_is_binary(b.d, b.n), "PTX is not binary");
     free(b.d);
     static const char data[] = "hello";
     sec s = {".data", data, sizeof data};
     b = make_elf(62, 0, 0, &s, 1);
-    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, ".nv_fatbin"), "host ELF without CUDA: %s", msg);
+    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, ".nv_fatbin"),
+          "host ELF without CUDA: %s", msg);
     b.d[4] = 1;
     CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_EINVAL && strstr(msg, "32-bit"), "32-bit ELF: %s", msg);
     free(b.d);
@@ -396,13 +414,15 @@ static void test_bad_input(void) {
     CHECK(bad == 0, "%d prefixes gave another status", bad);
     CHECK(corrupt > 0, "truncations are KILN_ECORRUPT");
     buf cut = {b.d, b.n - 8, b.n};
-    CHECK(lint_error(&cut, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "offset 0x0") && strstr(msg, "truncated"),
+    CHECK(lint_error(&cut, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "offset 0x0") &&
+              strstr(msg, "truncated"),
           "a truncated container names its offset: %s", msg);
     set_le(b.d + 16 + 8, 1u << 30, 8); /* the first entry's payload size */
-    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "offset 0x10"), "entry past its container: %s",
-          msg);
+    CHECK(lint_error(&b, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "offset 0x10"),
+          "entry past its container: %s", msg);
     set_le(host.d + 0x28, 1u << 30, 8); /* section headers past the end */
-    CHECK(lint_error(&host, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "outside"), "section table: %s", msg);
+    CHECK(lint_error(&host, 0, 0, msg, sizeof msg) == KILN_ECORRUPT && strstr(msg, "outside"), "section table: %s",
+          msg);
     free(host.d), free(b.d), free(c80.d);
     TEST_END();
 }
@@ -441,20 +461,25 @@ static void images(const kiln_lint_bin_report *r, char *out, size_t cap) {
     for (size_t i = 0; r && i < kiln_lint_bin_count(r); i++) {
         const kiln_lint_image *im = kiln_lint_bin_image(r, i);
         n += (size_t)snprintf(out + n, cap - n, "%s%s %s", i ? ", " : "",
-                              im->kind == KILN_IMAGE_CUBIN ? "cubin" : im->kind == KILN_IMAGE_PTX ? "ptx" : "other", im->target);
+                              im->kind == KILN_IMAGE_CUBIN ? "cubin"
+                              : im->kind == KILN_IMAGE_PTX ? "ptx"
+                                                           : "other",
+                              im->target);
         if (im->kind == KILN_IMAGE_PTX) n += (size_t)snprintf(out + n, cap - n, " %d.%d", im->ptx / 10, im->ptx % 10);
         if (im->functions == 0) n += (size_t)snprintf(out + n, cap - n, " stub");
     }
 }
 
-static void expect_file(const char *name, int dev, int cuda, const char *want_images, int want_runs, const char *want_text) {
+static void expect_file(const char *name, int dev, int cuda, const char *want_images, int want_runs,
+                        const char *want_text) {
     buf b = slurp(name);
     char got[512];
     kiln_lint_bin_report *r = lint_bin(&b, dev, cuda);
     images(r, got, sizeof got);
     CHECK(!strcmp(got, want_images), "%s: images '%s', want '%s'", name, got, want_images);
-    if (dev) CHECK(r && kiln_lint_bin_info(r)->runs_on_device == want_runs, "%s on sm_%d: runs %d, want %d", name, dev,
-                   r ? kiln_lint_bin_info(r)->runs_on_device : -1, want_runs);
+    if (dev)
+        CHECK(r && kiln_lint_bin_info(r)->runs_on_device == want_runs, "%s on sm_%d: runs %d, want %d", name, dev,
+              r ? kiln_lint_bin_info(r)->runs_on_device : -1, want_runs);
     if (want_text)
         CHECK(r && (has_finding(r, KILN_LINT_DEVICE, want_text) || has_finding(r, KILN_LINT_CUDA, want_text) ||
                     strstr(kiln_lint_bin_info(r)->verdict, want_text)),
@@ -480,17 +505,22 @@ static void test_nvcc(void) {
     if (!mkdtemp(dir)) return;
     const char *k = "tests/lint_bin_kernel.cu", *k2 = "tests/lint_bin_kernel2.cu";
     TEST_BEGIN("nvcc: building the inputs");
-    CHECK(sh("%s -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90 %s -o %s/a.fatbin", nvcc, k, dir) &&
-          sh("%s -c -gencode arch=compute_75,code=sm_75 -gencode arch=compute_90a,code=sm_90a %s -o %s/b.o", nvcc, k, dir) &&
-          sh("%s -c -rdc=true -gencode arch=compute_86,code=sm_86 %s -o %s/c.o", nvcc, k, dir) &&
-          sh("%s -c -Xcompiler -fPIC -gencode arch=compute_80,code=[sm_80,compute_80] %s -o %s/d1.o && "
-             "%s -c -Xcompiler -fPIC -gencode arch=compute_90,code=sm_90 %s -o %s/d2.o && "
-             "%s -shared %s/d1.o %s/d2.o -o %s/libd.so", nvcc, k, dir, nvcc, k2, dir, nvcc, dir, dir, dir) &&
-          sh("%s -cubin -gencode arch=compute_100a,code=sm_100a %s -o %s/e.cubin", nvcc, k, dir) &&
-          sh("sed 's/^\\.target sm_80/.target sm_75/' tests/lint/bf16_cvt.sm80.ptx > %s/bad.ptx && "
-             "%s/bin/fatbinary -64 --compress-all --create=%s/bad.fatbin --image3=kind=ptx,sm=75,file=%s/bad.ptx "
-             "--image3=kind=elf,sm=100,file=%s/e.cubin", dir, home, dir, dir, dir),
-          "nvcc or fatbinary failed");
+    CHECK(
+        sh("%s -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90 %s -o %s/a.fatbin",
+           nvcc, k, dir) &&
+            sh("%s -c -gencode arch=compute_75,code=sm_75 -gencode arch=compute_90a,code=sm_90a %s -o %s/b.o", nvcc, k,
+               dir) &&
+            sh("%s -c -rdc=true -gencode arch=compute_86,code=sm_86 %s -o %s/c.o", nvcc, k, dir) &&
+            sh("%s -c -Xcompiler -fPIC -gencode arch=compute_80,code=[sm_80,compute_80] %s -o %s/d1.o && "
+               "%s -c -Xcompiler -fPIC -gencode arch=compute_90,code=sm_90 %s -o %s/d2.o && "
+               "%s -shared %s/d1.o %s/d2.o -o %s/libd.so",
+               nvcc, k, dir, nvcc, k2, dir, nvcc, dir, dir, dir) &&
+            sh("%s -cubin -gencode arch=compute_100a,code=sm_100a %s -o %s/e.cubin", nvcc, k, dir) &&
+            sh("sed 's/^\\.target sm_80/.target sm_75/' tests/lint/bf16_cvt.sm80.ptx > %s/bad.ptx && "
+               "%s/bin/fatbinary -64 --compress-all --create=%s/bad.fatbin --image3=kind=ptx,sm=75,file=%s/bad.ptx "
+               "--image3=kind=elf,sm=100,file=%s/e.cubin",
+               dir, home, dir, dir, dir),
+        "nvcc or fatbinary failed");
     TEST_END();
     TEST_BEGIN("nvcc: a fatbin of an sm_80 cubin and compute_90 PTX");
     expect_file("a.fatbin", 86, 0, "cubin sm_80, ptx sm_90 9.0", 1, "loads cubin sm_80");
@@ -505,8 +535,10 @@ static void test_nvcc(void) {
     expect_file("c.o", 80, 0, "cubin sm_86", 0, "runs on 8.6 and newer 8.x devices only");
     TEST_END();
     TEST_BEGIN("nvcc: a shared library of two translation units (and nvlink's stub)");
-    expect_file("libd.so", 86, 0, "cubin sm_75 stub, cubin sm_80, ptx sm_80 9.0, cubin sm_90", 0, "runs on 9.x devices only");
-    expect_file("libd.so", 90, 0, "cubin sm_75 stub, cubin sm_80, ptx sm_80 9.0, cubin sm_90", 1, "1 by cubin, 1 by JIT");
+    expect_file("libd.so", 86, 0, "cubin sm_75 stub, cubin sm_80, ptx sm_80 9.0, cubin sm_90", 0,
+                "runs on 9.x devices only");
+    expect_file("libd.so", 90, 0, "cubin sm_75 stub, cubin sm_80, ptx sm_80 9.0, cubin sm_90", 1,
+                "1 by cubin, 1 by JIT");
     TEST_END();
     TEST_BEGIN("nvcc: an sm_100a cubin");
     expect_file("e.cubin", 100, 12080, "cubin sm_100a", 1, NULL);

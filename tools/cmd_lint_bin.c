@@ -1,4 +1,5 @@
-/* tools/cmd_lint_bin.c - `kiln lint` on a cubin, fatbin or ELF file: its kernel images, their PTX lint, and whether a device and driver can run them. */
+/* tools/cmd_lint_bin.c - `kiln lint` on a cubin, fatbin or ELF file: its kernel images, their PTX lint, and whether
+ * a device and driver can run them. */
 #include <stdio.h>
 #include <string.h>
 
@@ -13,7 +14,10 @@ static const char *image_label(const kiln_lint_image *im, char *buf, size_t cap)
         snprintf(buf, cap, "PTX compute_%s (.version %d.%d%s%s)", im->target + 3, im->ptx / 10, im->ptx % 10,
                  im->compression[0] ? ", " : "", im->compression);
     else
-        snprintf(buf, cap, "%s %s", im->kind == KILN_IMAGE_CUBIN ? "cubin" : im->kind == KILN_IMAGE_LTOIR ? "LTO IR" : "entry",
+        snprintf(buf, cap, "%s %s",
+                 im->kind == KILN_IMAGE_CUBIN   ? "cubin"
+                 : im->kind == KILN_IMAGE_LTOIR ? "LTO IR"
+                                                : "entry",
                  im->target);
     if (im->functions == 0) snprintf(buf + strlen(buf), cap - strlen(buf), " (no code)");
     return buf;
@@ -43,7 +47,8 @@ static void print_containers(const char *path, const kiln_lint_bin_report *r) {
         else if (run_len == 1)
             printf("%s: container %zu: %s\n", path, run_first + 1, prev[0] ? prev : "no images");
         else if (run_len)
-            printf("%s: containers %zu-%zu: %s\n", path, run_first + 1, run_first + run_len, prev[0] ? prev : "no images");
+            printf("%s: containers %zu-%zu: %s\n", path, run_first + 1, run_first + run_len,
+                   prev[0] ? prev : "no images");
         memcpy(prev, cur, sizeof prev);
         run_first = c, run_len = 1;
     }
@@ -52,8 +57,8 @@ static void print_containers(const char *path, const kiln_lint_bin_report *r) {
 static void print_text(const char *path, const kiln_lint_bin_report *r, size_t *errors, size_t *total) {
     const kiln_lint_binary *b = kiln_lint_bin_info(r);
     size_t n = kiln_lint_bin_count(r);
-    printf("%s: %s, %zu fatbin container%s, %zu image%s\n", path, b->format, b->containers, b->containers == 1 ? "" : "s",
-           n, n == 1 ? "" : "s");
+    printf("%s: %s, %zu fatbin container%s, %zu image%s\n", path, b->format, b->containers,
+           b->containers == 1 ? "" : "s", n, n == 1 ? "" : "s");
     print_containers(path, r);
     for (size_t i = 0; i < n; i++) {
         const kiln_lint_image *im = kiln_lint_bin_image(r, i);
@@ -99,11 +104,14 @@ static void print_json(const kiln_lint_bin_report *r, size_t *total) {
         const kiln_lint_image *im = kiln_lint_bin_image(r, i);
         const kiln_lint_report *ptx = kiln_lint_bin_ptx(r, i);
         printf("%s\n        {\"kind\": \"%s\", \"target\": \"%s\", \"sm\": %d, \"suffix\": \"%s\", ", i ? "," : "",
-               kind_names[im->kind], im->target, im->sm, im->suffix == 'a' ? "a" : im->suffix == 'f' ? "f" : "");
+               kind_names[im->kind], im->target, im->sm,
+               im->suffix == 'a'   ? "a"
+               : im->suffix == 'f' ? "f"
+                                   : "");
         if (im->kind == KILN_IMAGE_PTX) printf("\"ptx\": \"%d.%d\", ", im->ptx / 10, im->ptx % 10);
         if (im->functions >= 0) printf("\"functions\": %ld, ", im->functions);
-        printf("\"container\": %zu, \"offset\": %zu, \"size\": %zu, \"compression\": \"%s\", ", im->container, im->offset,
-               im->size, im->compression);
+        printf("\"container\": %zu, \"offset\": %zu, \"size\": %zu, \"compression\": \"%s\", ", im->container,
+               im->offset, im->size, im->compression);
         if (b->device_sm) printf("\"runs_on_device\": %s, ", im->runs_on_device ? "true" : "false");
         if (b->cuda) printf("\"cuda_loads\": %s, ", im->cuda_loads ? "true" : "false");
         printf("\"note\": ");

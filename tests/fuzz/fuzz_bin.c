@@ -20,13 +20,15 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
     if (b->images != kiln_lint_bin_count(r)) __builtin_trap();
     for (size_t i = 0; i < kiln_lint_bin_count(r); i++) {
         const kiln_lint_image *im = kiln_lint_bin_image(r, i);
-        if (!im || im->container >= b->containers || im->offset > size || im->size > size - im->offset) __builtin_trap();
+        if (!im || im->container >= b->containers || im->offset > size || im->size > size - im->offset)
+            __builtin_trap();
         const kiln_lint_report *p = kiln_lint_bin_ptx(r, i);
         if (p && kiln_lint_count(p) != im->findings) __builtin_trap();
     }
     for (size_t i = 0; i < kiln_lint_bin_findings(r); i++)
         if (!kiln_lint_bin_finding(r, i)->message[0]) __builtin_trap();
-    if (kiln_lint_bin_image(r, kiln_lint_bin_count(r)) || kiln_lint_bin_finding(r, kiln_lint_bin_findings(r))) __builtin_trap();
+    if (kiln_lint_bin_image(r, kiln_lint_bin_count(r)) || kiln_lint_bin_finding(r, kiln_lint_bin_findings(r)))
+        __builtin_trap();
     kiln_lint_bin_free(r);
     return 0;
 }
