@@ -101,7 +101,7 @@ TESTS     := $(TEST_SRCS:tests/%.c=$(O)/tests/%)
 BENCHES   := $(BENCH_SRCS:bench/%.c=$(O)/bench/%)
 
 RT_LIBS   := -ldl -lpthread -lm
-GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) $(RT_LIBS) -lstdc++
+GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) -lzstd $(RT_LIBS) -lstdc++
 
 KILN      := $(BINDIR)/kiln
 
@@ -141,7 +141,7 @@ $(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 # in build/fuzz/corpus/. Without clang-22 nothing is built and the test says skipped.
 FUZZ_CC      ?= clang-22
 HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
-FUZZ_NAMES   := spec ptx bundle meta disk
+FUZZ_NAMES   := spec ptx bundle meta disk bin
 FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -Igen -Iemu \
@@ -151,6 +151,7 @@ FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen
 FUZZ_SRCS_bundle :=
 FUZZ_SRCS_meta   :=
 FUZZ_SRCS_disk   :=
+FUZZ_SRCS_bin    := gen/gen_lint_bin.c gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
 # the plain build only: they link lib/libkiln.a and are sanitized anyway
 ifeq ($(HAVE_FUZZ)$(O),yesbuild)
 extra: $(FUZZERS)
@@ -165,7 +166,7 @@ build/fuzz/obj/%.o: %.c $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
 # the code under test (the Lua host and the emulator that the parsers' neighbours call).
 fuzz_objs = $(patsubst %.c,$(FUZZ_OBJ)/%.o,$(FUZZ_SRCS_$(1)))
 build/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $$(call fuzz_objs,$$*) $(RT_SRCS:%.c=$(FUZZ_OBJ)/%.o) lib/libkiln.a
-	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -ldl -lpthread -lm
+	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -lzstd -ldl -lpthread -lm
 .PHONY: fuzz
 fuzz: $(FUZZERS)
 	@KILN_FUZZ_SECONDS=$${FUZZ_SECONDS:-120} KILN_FUZZ_KEEP=build/fuzz/corpus bash tests/fuzz_test.sh

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # tests/fuzz_test.sh - a bounded libFuzzer run of every reader target (tests/fuzz/): the spec
-# parsers, the PTX reader and lint, the bundle reader, the kiln.meta parser and the disk-cache
-# entry reader, each under ASan + UBSan, seeded from tests/fuzz/corpus/ (kiln's own outputs,
-# tests/fuzz/make_seeds.sh) and replaying tests/fuzz/regress/ (inputs that once crashed).
+# parsers, the PTX reader and lint, lint's binary reader (fatbins, cubins, ELF objects), the bundle
+# reader, the kiln.meta parser and the disk-cache entry reader, each under ASan + UBSan, seeded
+# from tests/fuzz/corpus/ (kiln's own outputs and nvcc's, tests/fuzz/make_seeds.sh) and replaying
+# tests/fuzz/regress/ (inputs that once crashed).
 # KILN_FUZZ_SECONDS per target (default 7; `make fuzz`: FUZZ_SECONDS, default 120, with the corpus
 # kept in build/fuzz/corpus/ through KILN_FUZZ_KEEP); under `make SAN=1 test` (O=build/san) the corpora
 # are only replayed, since the fuzzers are already sanitized and ran in `make test`.
@@ -13,7 +14,7 @@ replay_only=0
 case "${O:-build}" in *san*) replay_only=1 ;; esac
 passed=0 failed=0 skipped=0
 total_execs=0
-for t in spec ptx bundle meta disk; do
+for t in spec ptx bundle meta disk bin; do
     bin=build/fuzz/fuzz_$t
     if [ ! -x "$bin" ]; then
         if ! command -v clang-22 >/dev/null 2>&1; then

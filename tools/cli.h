@@ -39,6 +39,12 @@ int cmd_bundle_info(int argc, char **argv);
 
 /* cmd_lint.c */
 int cmd_lint(int argc, char **argv);
+struct kiln_lint_finding;
+void json_string(const char *s);                      /* a JSON string, ASCII only */
+void json_finding(const struct kiln_lint_finding *f); /* one finding as a JSON object */
+
+/* cmd_lint_bin.c: lints a cubin, fatbin or ELF file already read; returns CLI_OK, CLI_FINDINGS or CLI_USAGE. */
+int lint_binary(const char *path, const char *data, size_t len, int device_sm, int cuda, int json, int first);
 
 /* cmd_run.c */
 int cmd_run(int argc, char **argv);

@@ -26,6 +26,10 @@ static void lint_usage(FILE *to) {
                 "            not know (errors), a .target its ptxas no longer builds for (warning)\n"
                 "  --json    machine-readable findings on standard output\n"
                 "  FILE '-'  reads standard input\n\n"
+                "A cubin, a fatbin, or an ELF object, shared library or executable that embeds them (nvcc's\n"
+                ".nv_fatbin): lint lists each kernel image's SM and each PTX's .target/.version, lints the PTX,\n"
+                "and with --sm (alias --device) and/or --cuda says whether that GPU and driver can run it, or why\n"
+                "not (\"no kernel image is available for execution on the device\") and what would fix it.\n\n"
                 "exit status: 0 clean, 1 findings, 2 usage error or unreadable input\n");
 }
 
@@ -60,7 +64,7 @@ static char *read_all(const char *path, size_t *len, char *why, size_t whylen) {
     return buf;
 }
 
-static void json_string(const char *s) {
+void json_string(const char *s) {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
         if (*p == '"' || *p == '\\')
@@ -73,7 +77,7 @@ static void json_string(const char *s) {
     putchar('"');
 }
 
-static void json_finding(const kiln_lint_finding *f) {
+void json_finding(const kiln_lint_finding *f) {
     printf("{\"line\": %d, \"kind\": \"%s\", \"severity\": \"%s\", \"instruction\": ", f->line,
            kiln_lint_kind_name(f->kind), f->warning ? "warning" : "error");
     json_string(f->instruction);
@@ -140,6 +144,11 @@ static int lint_file(const char *path, const lint_opts *o, int first) {
     char why[1100];
     size_t len = 0;
     char *text = read_all(path, &len, why, sizeof why);
+    if (text && kiln_lint_is_binary(text, len)) { /* a cubin, fatbin or ELF file: cmd_lint_bin.c */
+        int rc = lint_binary(path, text, len, o->device_sm, o->cuda, o->json, first);
+        free(text);
+        return rc;
+    }
     kiln_lint_report *rep = NULL;
     kiln_error err = {0};
     if (text && kiln_lint_cuda(text, len, o->device_sm, o->cuda, &rep, &err) != KILN_OK)
@@ -172,8 +181,9 @@ int cmd_lint(int argc, char **argv) {
             return CLI_OK;
         } else if (!strcmp(a, "--json")) {
             o.json = 1;
-        } else if (!strcmp(a, "--sm") || !strncmp(a, "--sm=", 5)) {
-            value = a[4] == '=' ? a + 5 : (i + 1 < argc ? argv[++i] : NULL);
+        } else if (!strcmp(a, "--sm") || !strncmp(a, "--sm=", 5) || !strcmp(a, "--device") || !strncmp(a, "--device=", 9)) {
+            const char *eq = strchr(a, '=');
+            value = eq ? eq + 1 : (i + 1 < argc ? argv[++i] : NULL);
             kiln_error err = {0};
             if (!value || kiln_lint_parse_sm(value, &o.device_sm, &err) != KILN_OK) {
                 free(files);

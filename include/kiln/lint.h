@@ -80,6 +80,73 @@ kiln_status kiln_lint_parse_sm(const char *text, int *sm, kiln_error *err);
 /* Short name of a kind: "target", "arch", "isa", "version", "decl", "sync", "device". */
 const char *kiln_lint_kind_name(kiln_lint_kind k);
 
+/* ---- binaries: cubins, fatbins, and ELF objects / shared libraries / executables that embed them
+ * (gen/gen_lint_bin.c) ---- */
+
+typedef enum kiln_lint_image_kind {
+    KILN_IMAGE_CUBIN, /* SASS for one SM (an ELF of machine EM_CUDA) */
+    KILN_IMAGE_PTX,   /* PTX the driver JIT-compiles for SMs at or above its .target */
+    KILN_IMAGE_LTOIR, /* NVVM IR for link-time optimization: nvlink/nvJitLink input, never loaded as is */
+    KILN_IMAGE_OTHER  /* a fatbin entry kind kiln does not know */
+} kiln_lint_image_kind;
+
+/* One code image of a binary. */
+typedef struct kiln_lint_image {
+    kiln_lint_image_kind kind;
+    char target[16];     /* "sm_90a" (a cubin's SM, a PTX's .target) */
+    int sm;              /* its SM number, 90 for sm_90a */
+    char suffix;         /* 0, 'a' (runs only on exactly that SM) or 'f' (on that SM's family) */
+    int ptx;             /* PTX: .version times 10; 0 for other kinds */
+    size_t container;    /* 0-based fatbin container it came from (one per nvcc translation unit) */
+    size_t offset, size; /* its bytes in the input (compressed when compressed) */
+    char compression[8]; /* "", "zstd" (CUDA 12.8+ nvcc) or "lz4" (older nvcc; kiln does not inflate it) */
+    int runs_on_device;  /* with a device SM: 1 when the driver can load it there, else 0 */
+    int cuda_loads;      /* with a CUDA release: 1 when that driver accepts it, else 0 */
+    size_t findings;     /* PTX: findings of the PTX lint over its text (kiln_lint_bin_ptx) */
+    long functions;      /* code in it: a cubin's .text sections, a PTX's .entry/.func bodies; -1 unknown
+                            (a container whose images all have none, like nvlink's device-link stub, is
+                            never loaded for a kernel and is not judged) */
+    char note[256];      /* why it cannot run or load there, or what lint could not check; "" when none */
+} kiln_lint_image;
+
+/* What lint saw in the binary as a whole. */
+typedef struct kiln_lint_binary {
+    char format[16];    /* "cubin", "fatbin" or "elf" (a host object, shared library or executable) */
+    size_t containers;  /* fatbin containers (a cubin counts as one) */
+    size_t images;
+    int device_sm;      /* the device SM asked about, 0 for none */
+    int cuda;           /* the CUDA release asked about (12040), 0 for none */
+    int runs_on_device; /* with a device SM: 1 when every container has an image that device (and that
+                           driver, with a release) can run: no "no kernel image is available" */
+    int cuda_loads;     /* with a release: 1 when every container has an image its driver accepts */
+    char verdict[768];  /* with a device or release: one line saying which image would run, or why none */
+} kiln_lint_binary;
+
+typedef struct kiln_lint_bin_report kiln_lint_bin_report; /* opaque */
+
+/* 1 when data starts like a binary kiln_lint_bin reads (a whole ELF or fatbin header), else 0. */
+int kiln_lint_is_binary(const void *data, size_t len);
+/* Lists the code images of a cubin, a fatbin, or an ELF object / shared library / executable that embeds
+ * fatbins (.nv_fatbin, __nv_relfatbin), and lints each PTX image (kiln_lint). With device_sm (0: none)
+ * and/or cuda (a release as 12040, 0: none) it says whether that device and driver can run it: a cubin runs
+ * on its own major with an equal or higher minor ('a': that SM only), PTX on an SM at or above its .target
+ * when the driver accepts its .version. A container with no image for them is a KILN_LINT_DEVICE error
+ * ("no kernel image is available for execution on the device", with the reason and the -gencode or driver
+ * update that fixes it); an image the driver refuses is a KILN_LINT_CUDA finding. Fails with KILN_EINVAL
+ * for input that is not such a binary or an unknown device_sm / cuda, KILN_ECORRUPT for a malformed or
+ * truncated one (the message names the offset), KILN_ENOMEM when out of memory. Needs no LLVM. */
+kiln_status kiln_lint_bin(const void *data, size_t len, int device_sm, int cuda, kiln_lint_bin_report **out,
+                          kiln_error *err);
+const kiln_lint_binary *kiln_lint_bin_info(const kiln_lint_bin_report *r);
+size_t kiln_lint_bin_count(const kiln_lint_bin_report *r);                       /* images */
+const kiln_lint_image *kiln_lint_bin_image(const kiln_lint_bin_report *r, size_t i); /* NULL out of range */
+/* The PTX lint of image i (a PTX image whose text lint could read), else NULL; owned by r. */
+const kiln_lint_report *kiln_lint_bin_ptx(const kiln_lint_bin_report *r, size_t i);
+/* The binary's own findings (device and driver; line is 0, instruction names the image or container). */
+size_t kiln_lint_bin_findings(const kiln_lint_bin_report *r);
+const kiln_lint_finding *kiln_lint_bin_finding(const kiln_lint_bin_report *r, size_t i);
+void kiln_lint_bin_free(kiln_lint_bin_report *r);
+
 #ifdef __cplusplus
 }
 #endif

@@ -286,10 +286,12 @@ def _parse_device_sm(sm):
     return out.value
 
 
-def lint(ptx_or_path, sm=None):
+def lint(ptx_or_path, sm=None, cuda=None):
     """Finds architecture problems in PTX text (any compiler's). ``ptx_or_path``: PTX text (str or bytes),
     or a path (str/os.PathLike) of a PTX file. ``sm``: also check against a device SM (75, "sm_75", "7.5").
-    Returns a LintReport (a list of LintFinding; empty when clean)."""
+    ``cuda``: also check against a CUDA release's driver ("12.4" or 12040).
+    Returns a LintReport (a list of LintFinding; empty when clean). Given a cubin, a fatbin, or an ELF
+    object / shared library that embeds them (bytes or a path), returns a BinaryLintReport instead."""
     source = "<text>"
     if isinstance(ptx_or_path, bytes):
         data = ptx_or_path
@@ -308,15 +310,102 @@ def lint(ptx_or_path, sm=None):
         raise KilnArgumentError("lint takes PTX text or a path, got %s" % type(ptx_or_path).__name__)
     lib = _lib.gen()
     dev = _parse_device_sm(sm)
+    rel = _parse_cuda(cuda)
+    if lib.kiln_lint_is_binary(data, len(data)):
+        return _lint_binary(lib, data, dev, rel, source)
     rep = ctypes.c_void_p()
     err = _lib.Error()
-    _lib.check(lib.kiln_lint(data, len(data), dev, ctypes.byref(rep), ctypes.byref(err)), err)
+    _lib.check(lib.kiln_lint_cuda(data, len(data), dev, rel, ctypes.byref(rep), ctypes.byref(err)), err)
     try:
         n = lib.kiln_lint_count(rep)
         findings = [LintFinding(lib.kiln_lint_get(rep, i).contents) for i in range(n)]
         return LintReport(findings, lib.kiln_lint_module_info(rep).contents, source)
     finally:
         lib.kiln_lint_free(rep)
+
+
+def _parse_cuda(cuda):
+    if cuda is None:
+        return 0
+    out = ctypes.c_int()
+    err = _lib.Error()
+    _lib.check(_lib.rt().kiln_cuda_parse_version(str(cuda).encode(), ctypes.byref(out), ctypes.byref(err)), err)
+    return out.value
+
+
+class LintImage:
+    """One code image of a binary: ``kind`` ("cubin", "ptx", "lto-ir", "other"), ``target`` ("sm_90a"), ``sm``,
+    ``suffix`` ("", "a", "f"), ``ptx`` (PTX's .version "9.0", else None), ``container``, ``offset``, ``size``,
+    ``compression`` ("", "zstd", "lz4"), ``functions`` (None when unknown), ``runs_on_device`` / ``cuda_loads``
+    (None without a device / release), ``note``, and ``lint``: the LintReport of a PTX image (else None)."""
+
+    __slots__ = ("kind", "target", "sm", "suffix", "ptx", "container", "offset", "size", "compression", "functions",
+                 "runs_on_device", "cuda_loads", "note", "lint")
+
+    def __init__(self, im, b, lint_report):
+        self.kind = _lib.IMAGE_KINDS[im.kind] if 0 <= im.kind < len(_lib.IMAGE_KINDS) else str(im.kind)
+        self.target = _lib.text(im.target)
+        self.sm = im.sm
+        self.suffix = im.suffix.strip(b"\0").decode("ascii", "replace")
+        self.ptx = "%d.%d" % (im.ptx // 10, im.ptx % 10) if self.kind == "ptx" else None
+        self.container, self.offset, self.size = im.container, im.offset, im.size
+        self.compression = _lib.text(im.compression)
+        self.functions = im.functions if im.functions >= 0 else None
+        self.runs_on_device = bool(im.runs_on_device) if b.device_sm else None
+        self.cuda_loads = bool(im.cuda_loads) if b.cuda else None
+        self.note = _lib.text(im.note)
+        self.lint = lint_report
+
+    def __repr__(self):
+        return "<kiln.LintImage %s %s%s>" % (self.kind, self.target, " .version " + self.ptx if self.ptx else "")
+
+
+class BinaryLintReport(list):
+    """``kiln.lint`` of a cubin, fatbin or ELF file: a list of LintFinding (the binary's own, about devices and
+    drivers, then each PTX image's), plus ``format`` ("cubin", "fatbin", "elf"), ``containers``, ``images``
+    (LintImage), ``device_sm``, ``runs_on_device`` and ``cuda``, ``cuda_loads`` (None when not asked) and
+    ``verdict`` (a sentence: which image would run, or why none can)."""
+
+    def __init__(self, findings, b, images, source):
+        super().__init__(findings)
+        self.source = source
+        self.format = _lib.text(b.format)
+        self.containers = b.containers
+        self.images = images
+        self.device_sm = b.device_sm or None
+        self.runs_on_device = bool(b.runs_on_device) if b.device_sm else None
+        self.cuda = "%d.%d" % (b.cuda // 1000, b.cuda % 1000 // 10) if b.cuda else None
+        self.cuda_loads = bool(b.cuda_loads) if b.cuda else None
+        self.verdict = _lib.text(b.verdict)
+
+    @property
+    def errors(self):
+        return [f for f in self if f.severity == "error"]
+
+    def __repr__(self):
+        return "<kiln.BinaryLintReport %s: %s, %d images, %d findings>" % (
+            self.source, self.format, len(self.images), len(self))
+
+
+def _lint_binary(lib, data, dev, rel, source):
+    rep = ctypes.c_void_p()
+    err = _lib.Error()
+    _lib.check(lib.kiln_lint_bin(data, len(data), dev, rel, ctypes.byref(rep), ctypes.byref(err)), err)
+    try:
+        b = lib.kiln_lint_bin_info(rep).contents
+        findings = [LintFinding(lib.kiln_lint_bin_finding(rep, i).contents) for i in range(lib.kiln_lint_bin_findings(rep))]
+        images = []
+        for i in range(lib.kiln_lint_bin_count(rep)):
+            ptx = lib.kiln_lint_bin_ptx(rep, i)
+            sub = None
+            if ptx:
+                sub = LintReport([LintFinding(lib.kiln_lint_get(ptx, k).contents) for k in range(lib.kiln_lint_count(ptx))],
+                                 lib.kiln_lint_module_info(ptx).contents, "%s[image %d]" % (source, i))
+                findings.extend(sub)
+            images.append(LintImage(lib.kiln_lint_bin_image(rep, i).contents, b, sub))
+        return BinaryLintReport(findings, b, images, source)
+    finally:
+        lib.kiln_lint_bin_free(rep)
 
 
 # ---- bundles ----

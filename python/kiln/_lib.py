@@ -32,7 +32,8 @@ KILN_SPEC_MAX = 512
 DTYPES = ("f32", "f16", "bf16")  # kiln_dtype values 0, 1, 2
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
 PARAM_KINDS = ("ptr", "i32", "i64", "f32")  # kiln_param_kind values
-LINT_KINDS = ("target", "arch", "isa", "version", "decl", "sync", "device")
+LINT_KINDS = ("target", "arch", "isa", "version", "decl", "sync", "device", "text", "cuda")
+IMAGE_KINDS = ("cubin", "ptx", "lto-ir", "other")
 
 
 class Error(ctypes.Structure):
@@ -98,6 +99,38 @@ class LintModule(ctypes.Structure):
         ("dropped", ctypes.c_size_t),
         ("cuda", ctypes.c_int),
         ("cuda_loads", ctypes.c_int),
+    ]
+
+
+class LintImage(ctypes.Structure):
+    _fields_ = [
+        ("kind", ctypes.c_int),
+        ("target", ctypes.c_char * 16),
+        ("sm", ctypes.c_int),
+        ("suffix", ctypes.c_char),
+        ("ptx", ctypes.c_int),
+        ("container", ctypes.c_size_t),
+        ("offset", ctypes.c_size_t),
+        ("size", ctypes.c_size_t),
+        ("compression", ctypes.c_char * 8),
+        ("runs_on_device", ctypes.c_int),
+        ("cuda_loads", ctypes.c_int),
+        ("findings", ctypes.c_size_t),
+        ("functions", ctypes.c_long),
+        ("note", ctypes.c_char * 256),
+    ]
+
+
+class LintBinary(ctypes.Structure):
+    _fields_ = [
+        ("format", ctypes.c_char * 16),
+        ("containers", ctypes.c_size_t),
+        ("images", ctypes.c_size_t),
+        ("device_sm", ctypes.c_int),
+        ("cuda", ctypes.c_int),
+        ("runs_on_device", ctypes.c_int),
+        ("cuda_loads", ctypes.c_int),
+        ("verdict", ctypes.c_char * 768),
     ]
 
 
@@ -251,6 +284,7 @@ ERR = ctypes.POINTER(Error)
 sz = ctypes.c_size_t
 
 RT_FUNCS = {
+    "kiln_cuda_parse_version": (S, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ERR]),
     "kiln_status_name": (ctypes.c_char_p, [S]),
     "kiln_write_file": (S, [ctypes.c_char_p, ctypes.c_void_p, sz, ERR]),
     "kiln_targets": (ctypes.c_int, [ctypes.POINTER(ctypes.c_int), ctypes.c_int]),
@@ -324,6 +358,16 @@ GEN_FUNCS = {
     "kiln_lint_module_info": (ctypes.POINTER(LintModule), [P]),
     "kiln_lint_free": (None, [P]),
     "kiln_lint_parse_sm": (S, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int), ERR]),
+    "kiln_lint_cuda": (S, [ctypes.c_char_p, sz, ctypes.c_int, ctypes.c_int, PP, ERR]),
+    "kiln_lint_is_binary": (ctypes.c_int, [ctypes.c_char_p, sz]),
+    "kiln_lint_bin": (S, [ctypes.c_char_p, sz, ctypes.c_int, ctypes.c_int, PP, ERR]),
+    "kiln_lint_bin_info": (ctypes.POINTER(LintBinary), [P]),
+    "kiln_lint_bin_count": (sz, [P]),
+    "kiln_lint_bin_image": (ctypes.POINTER(LintImage), [P, sz]),
+    "kiln_lint_bin_ptx": (P, [P, sz]),
+    "kiln_lint_bin_findings": (sz, [P]),
+    "kiln_lint_bin_finding": (ctypes.POINTER(LintFinding), [P, sz]),
+    "kiln_lint_bin_free": (None, [P]),
     "kiln_emu_create": (S, [PP, ERR]),
     "kiln_emu_destroy": (None, [P]),
     "kiln_emu_load": (S, [P, P, ctypes.c_char_p, ctypes.c_int, PP, ERR]),

@@ -237,13 +237,17 @@ def cmd_bundle_info(argv):
 
 
 def cmd_lint(argv):
-    p = _Parser(prog="kiln lint", usage="kiln lint FILE... [--sm N] [--json]",
+    p = _Parser(prog="kiln lint", usage="kiln lint FILE... [--sm N] [--cuda X.Y] [--json]",
                 description="Finds architecture problems in PTX from any compiler (kiln, nvcc, Triton, ...): "
                 "instructions or types that need a newer SM than the module's .target or a newer PTX ISA than its "
-                ".version, illegal declarations, shfl/vote without .sync.",
+                ".version, illegal declarations, shfl/vote without .sync. Given a cubin, a fatbin, or an ELF object "
+                "or shared library that embeds them, lists each kernel image and says whether a device and driver "
+                "can run it.",
                 epilog="exit status: 0 clean, 1 findings, 2 usage error or unreadable input")
-    p.add_argument("files", nargs="*", metavar="FILE", help="PTX files ('-' reads standard input); at least one")
-    p.add_argument("--sm", metavar="N", help="also check that the module can run on an sm_N device")
+    p.add_argument("files", nargs="*", metavar="FILE", help="PTX or binary files ('-' reads standard input); at "
+                   "least one")
+    p.add_argument("--sm", "--device", dest="sm", metavar="N", help="also check that the file can run on an sm_N device")
+    p.add_argument("--cuda", metavar="X.Y", help="also check that a driver of CUDA X.Y can load it")
     p.add_argument("--json", action="store_true", help="machine-readable findings on standard output")
     a = p.parse_args(argv)
     if not a.files:
@@ -257,14 +261,16 @@ def cmd_lint(argv):
     results = []
     for path in a.files:
         try:
-            rep = _gen.lint(sys.stdin.buffer.read() if path == "-" else _PathArg(path), sm=a.sm)
+            rep = _gen.lint(sys.stdin.buffer.read() if path == "-" else _PathArg(path), sm=a.sm, cuda=a.cuda)
         except KilnError as e:
             msg = str(e)  # read errors already name the file
             _err(msg if msg.startswith(path + ": ") else "%s: %s" % (path, msg))
             results.append({"file": path, "error": str(e)})
             worst = USAGE
             continue
-        if a.json:
+        if isinstance(rep, _gen.BinaryLintReport):  # a cubin, fatbin or ELF file
+            results.append(_lint_binary_result(path, rep, a.json))
+        elif a.json:
             d = {"file": path, "target": rep.target, "sm": rep.sm, "ptx": rep.ptx, "instructions": rep.instructions,
                  "functions": rep.functions}
             if rep.device_sm:
@@ -294,6 +300,32 @@ def cmd_lint(argv):
     if a.json:
         print(json.dumps({"files": results}, indent=4))
     return worst
+
+
+def _lint_binary_result(path, rep, as_json):
+    """Prints (unless as_json) what lint saw in a binary; returns its JSON object."""
+    def label(i):
+        return "PTX compute_%s (.version %s)" % (i.target[3:], i.ptx) if i.kind == "ptx" else "%s %s" % (i.kind, i.target)
+    if not as_json:
+        print("%s: %s, %d fatbin container%s, %d image%s" % (path, rep.format, rep.containers,
+              "" if rep.containers == 1 else "s", len(rep.images), "" if len(rep.images) == 1 else "s"))
+        for c in range(rep.containers):
+            print("%s: container %d: %s" % (path, c + 1, ", ".join(label(i) for i in rep.images if i.container == c)))
+        for i in rep.images:
+            for f in i.lint or []:
+                print("%s[%s @0x%x]:%d: %s: %s\n    %s" % (path, label(i), i.offset, f.line, f.severity, f.message,
+                                                         f.instruction))
+        for f in rep[:len(rep) - sum(len(i.lint or []) for i in rep.images)]:  # the binary's own come first
+            print("%s: %s: %s\n    %s" % (path, f.severity, f.message, f.instruction))
+        if rep.verdict:
+            print("%s: %s" % (path, rep.verdict))
+    d = {"file": path, "format": rep.format, "containers": rep.containers, "verdict": rep.verdict,
+         "images": [{k: getattr(i, k) for k in i.__slots__ if k != "lint"} for i in rep.images],
+         "findings": [f.as_dict() for f in rep]}
+    for k in ("device_sm", "runs_on_device", "cuda", "cuda_loads"):
+        if getattr(rep, k) is not None:
+            d[k] = getattr(rep, k)
+    return d
 
 
 class _PathArg(os.PathLike):

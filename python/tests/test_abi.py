@@ -16,6 +16,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 MIRRORS = {
     "kiln_error": _lib.Error, "kiln_param": _lib.Param, "kiln_kernel_meta": _lib.KernelMeta,
     "kiln_lint_finding": _lib.LintFinding, "kiln_lint_module": _lib.LintModule,
+    "kiln_lint_image": _lib.LintImage, "kiln_lint_binary": _lib.LintBinary,
     "kiln_gen_options": _lib.GenOptions, "kiln_emu_launch": _lib.EmuLaunch, "kiln_rt_options": _lib.RtOptions,
     "kiln_sm_facts": _lib.SmFacts, "kiln_device_info": _lib.DeviceInfo, "kiln_rt_stats": _lib.RtStats,
     "kiln_layernorm_args": _lib.LayerNormArgs, "kiln_attention_args": _lib.AttentionArgs,

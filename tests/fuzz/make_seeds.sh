@@ -44,4 +44,17 @@ $tmp/w $tmp/cache "layernorm x=f16 w=f16 y=f16 hidden=4096 weight=true bias=true
 i=0
 for f in $tmp/cache/*.kcache; do cp "$f" $C/disk/entry$i.kcache; i=$((i + 1)); done
 rm -rf "$tmp"
+# binaries for lint's binary reader: nvcc's fatbins, objects and cubins of a tiny kernel (CUDA 13: zstd-compressed
+# entries, 'a' targets, nvlink's code-less stub in a shared library, an -rdc object's __nv_relfatbin)
+NVCC=${CUDA_HOME:-/usr/local/cuda}/bin/nvcc
+if [ -x "$NVCC" ]; then
+    mkdir -p $C/bin
+    k=tests/lint_bin_kernel.cu
+    $NVCC -fatbin -gencode arch=compute_80,code=sm_80 -gencode arch=compute_90,code=compute_90 $k -o $C/bin/a.fatbin
+    $NVCC -fatbin --compress-mode=size -gencode arch=compute_90a,code=[sm_90a,compute_90a] $k -o $C/bin/z.fatbin
+    $NVCC -cubin -gencode arch=compute_100a,code=sm_100a $k -o $C/bin/e.cubin
+    $NVCC -c -rdc=true -gencode arch=compute_86,code=sm_86 $k -o $C/bin/rdc.o
+else
+    echo "no $NVCC: the bin corpus is left as it is"
+fi
 ls -l $C/*
