@@ -130,6 +130,9 @@ typedef enum rt_output_kind { RT_OUT_ERROR = -1, RT_OUT_REPLACE, RT_OUT_IN_PLACE
 rt_output_kind rt_output_resolve(const char *path, char *final, size_t size);
 /* Writes the pieces to path as above (fsync before the rename when sync); 0, or -1 with errno. */
 int rt_write_pieces(const char *path, const rt_piece *pieces, int n, bool sync);
+/* Writes the pieces to a new file of mode 0600 beside path, fsyncs it and renames it over path (a
+ * symlink, FIFO or device there is replaced, never followed or opened); 0, or -1 with errno. */
+int rt_write_private(const char *path, const rt_piece *pieces, int n);
 
 /* ---- rt_disk.c: the disk cache ---- */
 typedef struct rt_disk {

@@ -1,7 +1,13 @@
-/* runtime/rt_disk.c - the disk cache: one checked file per key, written atomically. */
+/* runtime/rt_disk.c - the disk cache: one checked file per key, written atomically, in a directory only the user can write.
+ *
+ * Entries are code the process loads onto its GPU, so the cache must be the user's own: the directory
+ * is created 0700 and entries 0600; a directory not owned by the user, writable by group or others,
+ * or below a directory another user could rename it out of, is refused (memory-only, one warning);
+ * an entry not owned by the user or writable by others is never loaded. */
 #include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
+#include <limits.h>
 #include <signal.h>
 #include <stdatomic.h>
 #include <stdio.h>
@@ -29,17 +35,49 @@ static int mkdirs(const char *path) {
     for (char *p = buf + 1; *p; p++) {
         if (*p != '/') continue;
         *p = 0;
-        if (mkdir(buf, 0755) != 0 && errno != EEXIST) return -1;
+        if (mkdir(buf, 0700) != 0 && errno != EEXIST) return -1;
         *p = '/';
     }
-    return mkdir(buf, 0755) != 0 && errno != EEXIST ? -1 : 0;
+    return mkdir(buf, 0700) != 0 && errno != EEXIST ? -1 : 0;
+}
+
+/* Whether the user may trust what is in dir: dir (symlinks resolved into real) is owned by the user
+ * and writable by nobody else, and every directory above it is owned by the user or root and is not
+ * writable by others unless sticky (as /tmp is: nobody else can rename our directory out of it).
+ * 0, or -1 with why filled. */
+static int dir_trusted(const char *dir, char *real, size_t rsize, char *why, size_t wsize) {
+    char buf[PATH_MAX];
+    uid_t me = geteuid();
+    struct stat st;
+    if (!realpath(dir, buf)) return snprintf(why, wsize, "cannot resolve it (%s)", strerror(errno)), -1;
+    if (snprintf(real, rsize, "%s", buf) >= (int)rsize) return snprintf(why, wsize, "path too long"), -1;
+    if (stat(buf, &st) != 0 || !S_ISDIR(st.st_mode))
+        return snprintf(why, wsize, "'%s' is not a directory", buf), -1;
+    if (st.st_uid != me)
+        return snprintf(why, wsize, "'%s' is owned by uid %ld, not by this user (uid %ld)", buf, (long)st.st_uid,
+                        (long)me), -1;
+    if (st.st_mode & (S_IWGRP | S_IWOTH))
+        return snprintf(why, wsize, "'%s' is writable by %s (mode %04o; chmod go-w it)", buf,
+                        st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777)), -1;
+    for (char *slash = strrchr(buf, '/'); slash; slash = strrchr(buf, '/')) {
+        slash[slash == buf] = 0; /* the parent; "/" stays "/" */
+        if (stat(buf, &st) != 0) return snprintf(why, wsize, "cannot stat '%s' (%s)", buf, strerror(errno)), -1;
+        if (st.st_uid != me && st.st_uid != 0)
+            return snprintf(why, wsize, "'%s' above it is owned by uid %ld, neither this user nor root", buf,
+                            (long)st.st_uid), -1;
+        if ((st.st_mode & (S_IWGRP | S_IWOTH)) && !(st.st_mode & S_ISVTX))
+            return snprintf(why, wsize, "'%s' above it is writable by %s and not sticky (mode %04o)", buf,
+                            st.st_mode & S_IWOTH ? "others" : "its group", (unsigned)(st.st_mode & 07777)), -1;
+        if (!strcmp(buf, "/")) break;
+    }
+    return 0;
 }
 
 /* Creates and removes a file in dir: the only reliable writability test (root ignores modes). */
 static int probe_writable(const char *dir) {
     char path[1100];
     snprintf(path, sizeof path, "%s/.probe.%ld.%u", dir, (long)getpid(), atomic_fetch_add(&tmp_counter, 1));
-    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL, 0644);
+    int fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
     if (fd < 0) return -1;
     close(fd);
     unlink(path);
@@ -96,6 +134,14 @@ void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warni
                  c->dir, strerror(errno));
         return;
     }
+    /* from here on the checked real path is used, so a symlink swapped later cannot redirect the cache */
+    char real[sizeof c->dir], why[PATH_MAX + 200];
+    if (dir_trusted(c->dir, real, sizeof real, why, sizeof why) != 0) {
+        snprintf(warning, wsize, "disk cache directory '%s' is not safe to load kernels from: %s; kernels are cached in "
+                 "memory only (use a directory of your own, e.g. unset KILN_CACHE_DIR for ~/.cache/kiln)", c->dir, why);
+        return;
+    }
+    memcpy(c->dir, real, sizeof c->dir);
     c->enabled = true;
     remove_stale_tmp(c->dir);
 }
@@ -117,8 +163,9 @@ static void wr(uint8_t *p, uint64_t v, int bytes) {
 }
 
 /* Reads the whole file; returns NULL (errno set) on failure. Only regular files of at most
- * ENTRY_MAX bytes are read (a FIFO planted at the path would block open and read forever);
- * *bad is set when something other than such a file is there. */
+ * ENTRY_MAX bytes, owned by the user and writable by nobody else, are read (a FIFO planted at the
+ * path would block open and read forever; another user's file may be anything); *bad is set when
+ * something other than such a file is there. */
 static uint8_t *slurp(const char *path, size_t *size, bool *bad) {
     *bad = false;
     int fd = open(path, O_RDONLY | O_NONBLOCK | O_NOFOLLOW | O_CLOEXEC);
@@ -128,7 +175,8 @@ static uint8_t *slurp(const char *path, size_t *size, bool *bad) {
     }
     struct stat st;
     uint8_t *buf = NULL;
-    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > ENTRY_MAX) {
+    if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode) || (size_t)st.st_size > ENTRY_MAX || st.st_uid != geteuid() ||
+        (st.st_mode & (S_IWGRP | S_IWOTH))) {
         *bad = true;
         close(fd);
         return NULL;
@@ -183,11 +231,9 @@ int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, con
     uint8_t h[HEADER_SIZE];
     if (!c->enabled) return 0;
     rt_disk_path(c, key, path, sizeof path);
-    /* An entry is a regular file, replaced atomically. Anything else at its path (a FIFO or a
-     * device rt_write_pieces would write into in place and may block on, a symlink it would
-     * follow out of the cache directory) is removed first. */
-    struct stat st;
-    if (lstat(path, &st) == 0 && !S_ISREG(st.st_mode) && !S_ISDIR(st.st_mode)) unlink(path);
+    /* An entry is a new 0600 regular file renamed over the path: whatever was there (another
+     * user's file, a FIFO, a device, a symlink out of the cache directory) is replaced, never
+     * opened or followed. */
     memcpy(h, ENTRY_MAGIC, 8);
     wr(h + 8, ENTRY_VERSION, 4);
     wr(h + 12, strlen(spec), 4);
@@ -195,5 +241,5 @@ int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, con
     memcpy(h + 24, key, 16);
     rt_hash128(text, len, h + 40);
     rt_piece pieces[] = {{h, sizeof h}, {spec, strlen(spec)}, {text, len}};
-    return rt_write_pieces(path, pieces, 3, true);
+    return rt_write_private(path, pieces, 3);
 }

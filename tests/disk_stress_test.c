@@ -330,7 +330,10 @@ static void on_warning(void *user, const char *msg) {
 
 static int mount_tmpfs(const char *dir, const char *opts) {
     mkdir(dir, 0755);
-    if (mount("kiln-test", dir, "tmpfs", 0, opts) != 0) {
+    /* mode=0700: a tmpfs root is 1777 by default, which the cache refuses as writable by others */
+    char all[128];
+    snprintf(all, sizeof all, "%s,mode=0700", opts);
+    if (mount("kiln-test", dir, "tmpfs", 0, all) != 0) {
         printf("skip: cannot mount a tmpfs at %s (%s): full-disk and read-only cases need root\n", dir, strerror(errno));
         return -1;
     }

@@ -1,0 +1,281 @@
+/* tests/runtime_cache_test.c - the disk cache as the user's own (modes, owners), with a stand-in generator and the fake driver.
+ *
+ * Needs only libkiln_rt: the generator here hands out small PTX modules (fake_cuda_ptx), so the test
+ * builds and runs fast, also under ThreadSanitizer (make TSAN=1 build/tsan/tests/runtime_cache_test).
+ * Tests run as root on the build machines, which is the case that matters most: root may write
+ * anywhere, so only the ownership checks keep another user's files out. */
+#include <dirent.h>
+#include <errno.h>
+#include <pthread.h>
+#include <stdatomic.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "fake_cuda/fake_cuda.h"
+#include "kiln/runtime.h"
+
+#define OTHER_UID 4242 /* a user that is not us */
+
+static fake_cuda_api fake;
+static char root[256];
+
+/* ---- a stand-in generator: PTX with a kiln.meta block, one module per spec ---- */
+
+static atomic_int generated;
+
+static kiln_status g_canonical(const char *spec, char *buf, size_t size, kiln_error *err) {
+    (void)err;
+    snprintf(buf, size, "%s", spec);
+    return KILN_OK;
+}
+
+static kiln_status g_template_hash(const char *family, uint8_t out[16], kiln_error *err) {
+    (void)err;
+    memset(out, 0, 16);
+    memcpy(out, family, strlen(family) < 16 ? strlen(family) : 16);
+    return KILN_OK;
+}
+
+static kiln_status g_generate(const char *spec, int sm, char **ptx, size_t *len, kiln_error *err) {
+    char entry[64];
+    unsigned h = 5381;
+    for (const char *p = spec; *p; p++) h = h * 33 + (unsigned char)*p;
+    snprintf(entry, sizeof entry, "kern_%08x", h);
+    kiln_kernel_meta m = fake_cuda_meta(spec, entry, sm);
+    char *buf = malloc(8192);
+    if (!buf) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    *len = (size_t)fake_cuda_ptx(&m, sm, buf, 8192);
+    *ptx = buf;
+    atomic_fetch_add(&generated, 1);
+    return KILN_OK;
+}
+
+static int g_targets(int *sms, int cap) {
+    static const int t[] = {75, 80, 86, 90};
+    int n = 0;
+    for (; n < cap && n < 4; n++) sms[n] = t[n];
+    return n;
+}
+
+static const kiln_rt_generator stand_in = {"stand-in generator 1", g_canonical, g_template_hash, g_generate, g_targets};
+
+/* ---- helpers ---- */
+
+typedef struct warnings {
+    int count;
+    char first[1024];
+} warnings;
+
+static void on_warning(void *user, const char *msg) {
+    warnings *w = user;
+    if (w->count++ == 0) snprintf(w->first, sizeof w->first, "%s", msg);
+}
+
+static kiln_rt *open_rt(const char *dir, warnings *w) {
+    kiln_rt_options o = {.cache_dir = dir, .on_warning = on_warning, .warning_user = w};
+    kiln_rt *rt = NULL;
+    kiln_error e;
+    if (kiln_rt_create(&rt, &o, &e) != KILN_OK) printf("  cannot create runtime: %s\n", e.msg);
+    return rt;
+}
+
+static kiln_rt_stats stats(kiln_rt *rt) {
+    kiln_rt_stats s;
+    kiln_rt_get_stats(rt, &s);
+    return s;
+}
+
+static void path_of(char *out, size_t size, const char *sub) {
+    snprintf(out, size, "%s/%s", root, sub);
+}
+
+/* Number of files in dir whose name ends in ext; the last one's path into path (may be NULL). */
+static int files(const char *dir, const char *ext, char *path, size_t size) {
+    DIR *d = opendir(dir);
+    int n = 0;
+    for (struct dirent *e; d && (e = readdir(d));) {
+        size_t l = strlen(e->d_name), x = strlen(ext);
+        if (l <= x || strcmp(e->d_name + l - x, ext) != 0) continue;
+        n++;
+        if (path) snprintf(path, size, "%s/%s", dir, e->d_name);
+    }
+    if (d) closedir(d);
+    return n;
+}
+
+static unsigned mode_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (unsigned)(st.st_mode & 07777) : 0xffffu;
+}
+
+static long owner_of(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0 ? (long)st.st_uid : -1;
+}
+
+#define SPEC_A "layernorm x=bf16 hidden=1024"
+#define SPEC_B "rmsnorm x=f16 hidden=4096"
+
+/* One get of spec in a fresh runtime on dir; returns its stats (and the runtime's warnings in w). */
+static kiln_rt_stats one_get(const char *dir, const char *spec, warnings *w, kiln_status *st) {
+    kiln_rt *rt = open_rt(dir, w);
+    kiln_kernel *k = NULL;
+    kiln_error e = {0};
+    kiln_rt_stats s = {0};
+    *st = rt ? kiln_rt_get_kernel(rt, spec, &k, &e) : KILN_EINVAL;
+    if (*st != KILN_OK) printf("  get '%s': %s\n", spec, e.msg);
+    if (rt) s = stats(rt);
+    kiln_rt_destroy(rt);
+    return s;
+}
+
+/* ---- item 5: the cache is the user's own ---- */
+
+static void test_modes(void) {
+    TEST_BEGIN("cache: a new directory (and its parents) is created 0700, entries 0600, whatever the umask");
+    char dir[512], parent[512], entry[1024];
+    path_of(parent, sizeof parent, "modes");
+    path_of(dir, sizeof dir, "modes/kiln");
+    mode_t old = umask(0);
+    warnings w = {0};
+    kiln_status st;
+    kiln_rt_stats s = one_get(dir, SPEC_A, &w, &st);
+    umask(old);
+    CHECK(st == KILN_OK && s.disk_writes == 1 && w.count == 0, "written: %d, %llu writes, %s", st,
+          (unsigned long long)s.disk_writes, w.first);
+    CHECK(mode_of(parent) == 0700 && mode_of(dir) == 0700, "directory modes %04o %04o", mode_of(parent), mode_of(dir));
+    CHECK(files(dir, ".kcache", entry, sizeof entry) == 1 && mode_of(entry) == 0600, "entry mode %04o", mode_of(entry));
+    s = one_get(dir, SPEC_A, &w, &st);
+    CHECK(st == KILN_OK && s.disk_hits == 1 && s.generated == 0, "a second runtime loads it: %llu hits",
+          (unsigned long long)s.disk_hits);
+    TEST_END();
+}
+
+/* A runtime on dir refuses it: one warning containing want, memory only, kernels still load, nothing written. */
+static void expect_refused(const char *dir, const char *want) {
+    warnings w = {0};
+    kiln_rt *rt = open_rt(dir, &w);
+    kiln_kernel *k = NULL;
+    kiln_error e = {0};
+    int before = files(dir, ".kcache", NULL, 0);
+    CHECK(rt && kiln_rt_cache_dir(rt) == NULL, "%s: memory only", dir);
+    CHECK(w.count == 1 && strstr(w.first, want) && strstr(w.first, "memory only"), "%s: %d warning(s): %s", dir,
+          w.count, w.first);
+    CHECK(rt && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_OK, "kernels still load: %s", e.msg);
+    CHECK(rt && stats(rt).disk_writes == 0 && files(dir, ".kcache", NULL, 0) == before, "nothing written there");
+    kiln_rt_destroy(rt);
+}
+
+static void test_foreign_directory(void) {
+    TEST_BEGIN("cache: a directory owned by another uid is refused (as root too): one warning, memory only");
+    char dir[512];
+    path_of(dir, sizeof dir, "theirs");
+    CHECK(mkdir(dir, 0700) == 0 && chown(dir, OTHER_UID, OTHER_UID) == 0, "chown: %s", strerror(errno));
+    char want[64];
+    snprintf(want, sizeof want, "owned by uid %d", OTHER_UID);
+    expect_refused(dir, want);
+    /* another user's cache reached through a symlink of ours is still theirs */
+    char link[512];
+    path_of(link, sizeof link, "link-to-theirs");
+    CHECK(symlink(dir, link) == 0, "symlink");
+    expect_refused(link, want);
+    TEST_END();
+
+    TEST_BEGIN("cache: a directory writable by group or others is refused; go-w makes it usable");
+    path_of(dir, sizeof dir, "open");
+    CHECK(mkdir(dir, 0700) == 0 && chmod(dir, 0777) == 0, "mkdir");
+    expect_refused(dir, "writable by others");
+    chmod(dir, 0770);
+    expect_refused(dir, "writable by its group");
+    chmod(dir, 0755);
+    warnings w = {0};
+    kiln_status st;
+    kiln_rt_stats s = one_get(dir, SPEC_A, &w, &st);
+    CHECK(st == KILN_OK && w.count == 0 && s.disk_writes == 1, "0755 (made by an older kiln) is used: %s", w.first);
+    TEST_END();
+
+    TEST_BEGIN("cache: a directory below one another user could rename it out of is refused; below a sticky one it is used");
+    char parent[512];
+    path_of(parent, sizeof parent, "shared");
+    path_of(dir, sizeof dir, "shared/kiln");
+    CHECK(mkdir(parent, 0700) == 0 && chmod(parent, 0777) == 0 && mkdir(dir, 0700) == 0, "mkdir");
+    expect_refused(dir, "above it is writable by others and not sticky");
+    chmod(parent, 01777); /* as /tmp */
+    w.count = 0;
+    s = one_get(dir, SPEC_A, &w, &st);
+    CHECK(st == KILN_OK && w.count == 0 && s.disk_writes == 1, "sticky parent: %s", w.first);
+    chmod(parent, 0755);
+    CHECK(chown(parent, OTHER_UID, OTHER_UID) == 0, "chown");
+    expect_refused(dir, "neither this user nor root");
+    TEST_END();
+
+    TEST_BEGIN("cache: a symlink to a directory of ours is followed once; the checked real path is what is used");
+    char real[512];
+    path_of(real, sizeof real, "real");
+    path_of(link, sizeof link, "link-to-real");
+    CHECK(mkdir(real, 0700) == 0 && symlink(real, link) == 0, "mkdir");
+    w.count = 0;
+    kiln_rt *rt = open_rt(link, &w);
+    CHECK(rt && kiln_rt_cache_dir(rt) && !strcmp(kiln_rt_cache_dir(rt), real) && w.count == 0, "cache dir %s",
+          rt && kiln_rt_cache_dir(rt) ? kiln_rt_cache_dir(rt) : "(none)");
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_foreign_entries(void) {
+    TEST_BEGIN("cache: an entry owned by another uid, or writable by others, is never loaded; it is replaced by ours");
+    char dir[512], entry[1024];
+    path_of(dir, sizeof dir, "entries");
+    warnings w = {0};
+    kiln_status st;
+    one_get(dir, SPEC_B, &w, &st);
+    CHECK(st == KILN_OK && files(dir, ".kcache", entry, sizeof entry) == 1, "one entry");
+    static const char *const hows[] = {"owned by another uid", "mode 0666", "mode 0620", "a FIFO"};
+    for (int i = 0; i < 4; i++) {
+        /* the entry is a sound one (right header, key, checksum): only who may have written it is wrong */
+        int ok = i == 0 ? chown(entry, OTHER_UID, OTHER_UID) == 0
+               : i == 1 ? chmod(entry, 0666) == 0
+               : i == 2 ? chmod(entry, 0620) == 0
+                        : unlink(entry) == 0 && mkfifo(entry, 0600) == 0;
+        CHECK(ok, "%s: set up: %s", hows[i], strerror(errno));
+        int gen0 = atomic_load(&generated);
+        kiln_rt_stats s = one_get(dir, SPEC_B, &w, &st);
+        CHECK(st == KILN_OK && s.disk_hits == 0 && s.bad_entries == 1 && s.generated == 1 &&
+                  atomic_load(&generated) == gen0 + 1,
+              "%s: hits %llu, bad %llu, generated %llu", hows[i], (unsigned long long)s.disk_hits,
+              (unsigned long long)s.bad_entries, (unsigned long long)s.generated);
+        CHECK(owner_of(entry) == (long)geteuid() && mode_of(entry) == 0600, "%s: rewritten as ours: uid %ld mode %04o",
+              hows[i], owner_of(entry), mode_of(entry));
+        s = one_get(dir, SPEC_B, &w, &st);
+        CHECK(st == KILN_OK && s.disk_hits == 1 && s.bad_entries == 0, "%s: then a hit", hows[i]);
+    }
+    CHECK(w.count == 0, "no warnings: %s", w.first);
+    TEST_END();
+}
+
+int main(void) {
+    if (fake_cuda_open(&fake) != 0) {
+        printf("runtime_cache: 0 passed, 1 failed\n");
+        return 1;
+    }
+    char tmpl[] = "/tmp/kiln_cache_test_XXXXXX";
+    if (!mkdtemp(tmpl)) return 1;
+    snprintf(root, sizeof root, "%s", tmpl);
+    setenv("FAKE_CUDA_SM", "86", 1);
+    unsetenv("KILN_CACHE");
+    kiln_rt_register_generator(&stand_in);
+    test_modes();
+    if (geteuid() == 0) {
+        test_foreign_directory();
+        test_foreign_entries();
+    } else {
+        printf("skip: the ownership cases chown files to another uid, which needs root\n");
+    }
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf %s", root);
+    if (system(cmd) != 0) printf("  could not remove %s\n", root);
+    return check_summary("runtime_cache");
+}
