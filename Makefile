@@ -132,7 +132,7 @@ $(FAKE_CUDA): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h
 # (make TSAN=1 build/tsan/tests/runtime_cache_test) does not build the generator.
 $(O)/tests/runtime_cache_test: tests/runtime_cache_test.c $(LIBDIR)/libkiln_rt.a tests/check.h $(FAKE_CUDA)
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Itests $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
+	$(CC) $(CFLAGS) -Itests -Iruntime $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
 $(O)/examples/aot_%: examples/aot_%.c $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)

@@ -19,15 +19,22 @@
 
 #include "rt.h"
 
-/* Entry layout (little-endian): magic[8] "KILNCCH1", u32 version, u32 spec_len, u64 text_len,
- * key[16], text_hash[16] (XXH3-128), spec, text. */
-#define ENTRY_MAGIC "KILNCCH1"
+/* Entry layout (little-endian): magic[8] ("KILNCCH1" PTX, "KILNCUB1" cubin), u32 version, u32 spec_len,
+ * u64 text_len, key[16], text_hash[16] (XXH3-128), spec, text. */
 #define ENTRY_VERSION 1u
 #define HEADER_SIZE 56
 #define ENTRY_MAX ((size_t)64 << 20) /* no kernel's PTX comes near; larger files are not entries */
 #define STALE_TMP_SECONDS 600        /* a temporary file this old was left by a killed writer */
 
 static atomic_uint tmp_counter;
+
+/* Each kind of entry: its magic and its file name extension. */
+static const struct {
+    const char magic[9], *ext;
+} kinds[] = {
+    [RT_ENTRY_PTX] = {"KILNCCH1", "kcache"},
+    [RT_ENTRY_CUBIN] = {"KILNCUB1", "kcubin"},
+};
 
 static int mkdirs(const char *path) {
     char buf[1024];
@@ -146,10 +153,10 @@ void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warni
     remove_stale_tmp(c->dir);
 }
 
-void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size) {
+void rt_disk_path(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], char *out, size_t size) {
     char hex[33];
     rt_hex(key, 16, hex);
-    snprintf(out, size, "%s/%s.kcache", c->dir, hex);
+    snprintf(out, size, "%s/%s.%s", c->dir, hex, kinds[kind].ext);
 }
 
 static uint64_t rd(const uint8_t *p, int bytes) {
@@ -191,8 +198,8 @@ static uint8_t *slurp(const char *path, size_t *size, bool *bad) {
     return buf;
 }
 
-int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec) {
-    if (size < HEADER_SIZE || memcmp(b, ENTRY_MAGIC, 8) != 0 || rd(b + 8, 4) != ENTRY_VERSION) return 0;
+static int entry_ok(rt_entry_kind kind, const uint8_t *b, size_t size, const uint8_t key[16], const char *spec) {
+    if (size < HEADER_SIZE || memcmp(b, kinds[kind].magic, 8) != 0 || rd(b + 8, 4) != ENTRY_VERSION) return 0;
     uint64_t spec_len = rd(b + 12, 4), text_len = rd(b + 16, 8);
     if (memcmp(b + 24, key, 16) != 0 || spec_len != strlen(spec) || text_len > size ||
         HEADER_SIZE + spec_len + text_len != size || memcmp(b + HEADER_SIZE, spec, spec_len) != 0)
@@ -202,18 +209,23 @@ int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const
     return memcmp(h, b + 40, 16) == 0;
 }
 
-rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char *spec, char **text, size_t *len) {
+int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec) {
+    return entry_ok(RT_ENTRY_PTX, b, size, key, spec);
+}
+
+rt_disk_result rt_disk_read(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], const char *spec, char **text,
+                            size_t *len) {
     char path[1100];
     size_t size = 0;
     if (!c->enabled) return RT_DISK_MISS;
-    rt_disk_path(c, key, path, sizeof path);
+    rt_disk_path(c, kind, key, path, sizeof path);
     bool bad;
     uint8_t *b = slurp(path, &size, &bad);
     if (!b) {
         if (bad) unlink(path); /* not a regular file of a sane size: never an entry */
         return bad ? RT_DISK_BAD : RT_DISK_MISS;
     }
-    if (!rt_disk_entry_ok(b, size, key, spec)) {
+    if (!entry_ok(kind, b, size, key, spec)) {
         free(b);
         unlink(path);
         return RT_DISK_BAD;
@@ -226,15 +238,16 @@ rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char 
     return RT_DISK_HIT;
 }
 
-int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len) {
+int rt_disk_write(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], const char *spec, const void *text,
+                  size_t len) {
     char path[1100];
     uint8_t h[HEADER_SIZE];
     if (!c->enabled) return 0;
-    rt_disk_path(c, key, path, sizeof path);
+    rt_disk_path(c, kind, key, path, sizeof path);
     /* An entry is a new 0600 regular file renamed over the path: whatever was there (another
      * user's file, a FIFO, a device, a symlink out of the cache directory) is replaced, never
      * opened or followed. */
-    memcpy(h, ENTRY_MAGIC, 8);
+    memcpy(h, kinds[kind].magic, 8);
     wr(h + 8, ENTRY_VERSION, 4);
     wr(h + 12, strlen(spec), 4);
     wr(h + 16, len, 8);

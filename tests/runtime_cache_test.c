@@ -1,4 +1,4 @@
-/* tests/runtime_cache_test.c - the disk cache as the user's own (modes, owners), with a stand-in generator and the fake driver.
+/* tests/runtime_cache_test.c - the disk cache as the user's own, the driver's cubins in it, and prepare; stand-in generator, fake driver.
  *
  * Needs only libkiln_rt: the generator here hands out small PTX modules (fake_cuda_ptx), so the test
  * builds and runs fast, also under ThreadSanitizer (make TSAN=1 build/tsan/tests/runtime_cache_test).
@@ -16,6 +16,7 @@
 #include "check.h"
 #include "fake_cuda/fake_cuda.h"
 #include "kiln/runtime.h"
+#include "rt.h" /* rt_disk_write: a sound cubin entry the driver refuses */
 
 #define OTHER_UID 4242 /* a user that is not us */
 
@@ -256,6 +257,242 @@ static void test_foreign_entries(void) {
     TEST_END();
 }
 
+/* ---- item 1: the driver's cubins in the disk cache ---- */
+
+static fake_cuda_counts counts(void) {
+    fake_cuda_counts c;
+    fake.counters(&c);
+    return c;
+}
+
+/* A fresh runtime on dir gets spec; *kind gets the loaded payload kind; stats and driver counts of that runtime. */
+typedef struct load_result {
+    kiln_status st;
+    kiln_payload_kind kind;
+    kiln_rt_stats s;
+    fake_cuda_counts c;
+    fake_cuda_launch l;
+    char origin[32];
+} load_result;
+
+static load_result load_once(const char *dir, const char *spec, const void *bundle, size_t bundle_size) {
+    load_result r = {.st = KILN_EINVAL};
+    warnings w = {0};
+    fake.reset();
+    kiln_rt *rt = open_rt(dir, &w);
+    kiln_kernel *k = NULL;
+    kiln_error e = {0};
+    if (rt && bundle) kiln_rt_add_bundle_memory(rt, bundle, bundle_size, &e);
+    if (rt) r.st = kiln_rt_get_kernel(rt, spec, &k, &e);
+    if (r.st != KILN_OK) printf("  get '%s': %s\n", spec, e.msg);
+    if (k) {
+        r.kind = kiln_kernel_payload_kind(k);
+        snprintf(r.origin, sizeof r.origin, "%s", kiln_kernel_origin(k));
+        kiln_arg args[3] = {{.ptr = 0}, {.i32 = 7}, {.f32 = 0.5f}};
+        unsigned grid[3] = {2, 1, 1};
+        if (kiln_kernel_launch(k, grid, args, 3, NULL, &e) != KILN_OK) printf("  launch: %s\n", e.msg);
+        fake.last_launch(&r.l);
+    }
+    if (rt) r.s = stats(rt);
+    if (w.count) printf("  warning: %s\n", w.first);
+    kiln_rt_destroy(rt);
+    r.c = counts();
+    return r;
+}
+
+static void test_cubin_cache(void) {
+    TEST_BEGIN("cubin: cold, PTX compiled once by the driver's linker, the cubin loaded and cached; warm, no compile");
+    char dir[512];
+    path_of(dir, sizeof dir, "cubin");
+    load_result r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && !strcmp(r.origin, "generated"), "cold: kind %d from %s",
+          r.kind, r.origin);
+    CHECK(r.c.link_creates == 1 && r.c.link_adds == 1 && r.c.link_completes == 1 && r.c.link_destroys == 1 &&
+              r.c.live_links == 0,
+          "one link state, destroyed: %d %d %d %d live %d", r.c.link_creates, r.c.link_adds, r.c.link_completes,
+          r.c.link_destroys, r.c.live_links);
+    CHECK(r.c.ptx_compiles == 1 && r.c.cubin_loads == 1 && r.s.cubin_writes == 1 && r.s.disk_writes == 1,
+          "compiled once, loaded as cubin: %d compiles, %d cubin loads, %llu cubin writes", r.c.ptx_compiles,
+          r.c.cubin_loads, (unsigned long long)r.s.cubin_writes);
+    CHECK(r.l.cubin && r.l.loaded_sm == 86 && r.l.nparams == 3 && r.l.param[1] == 7, "launched from the sm_86 cubin");
+    char entry[1024];
+    CHECK(files(dir, ".kcubin", entry, sizeof entry) == 1 && mode_of(entry) == 0600, "one cubin entry, mode %04o",
+          mode_of(entry));
+    r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.disk_hits == 1 && r.s.cubin_hits == 1 &&
+              r.s.generated == 0,
+          "warm: disk %llu, cubin %llu", (unsigned long long)r.s.disk_hits, (unsigned long long)r.s.cubin_hits);
+    CHECK(r.c.ptx_compiles == 0 && r.c.link_creates == 0 && r.c.cubin_loads == 1, "warm: no compile (%d), no link (%d)",
+          r.c.ptx_compiles, r.c.link_creates);
+    CHECK(r.l.cubin && r.l.nparams == 3 && r.l.param[1] == 7, "warm launch");
+    TEST_END();
+
+    TEST_BEGIN("cubin: a new driver version or another device misses (and compiles), the old entry stays usable");
+    setenv("FAKE_CUDA_DRIVER_VERSION", "13010", 1);
+    r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.s.disk_hits == 1 && r.s.cubin_hits == 0 && r.s.cubin_writes == 1 && r.c.ptx_compiles == 1,
+          "driver 13010: PTX from disk, cubin compiled: hits %llu, writes %llu, compiles %d",
+          (unsigned long long)r.s.cubin_hits, (unsigned long long)r.s.cubin_writes, r.c.ptx_compiles);
+    CHECK(files(dir, ".kcubin", NULL, 0) == 2, "two cubin entries");
+    unsetenv("FAKE_CUDA_DRIVER_VERSION");
+    r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.s.cubin_hits == 1 && r.c.ptx_compiles == 0, "driver 13000 again: a hit");
+    setenv("FAKE_CUDA_SM", "89", 1); /* same sm_86 PTX, another compute capability */
+    r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.s.disk_hits == 1 && r.s.cubin_hits == 0 && r.c.ptx_compiles == 1 && r.l.loaded_sm == 89,
+          "sm_89: compiled for it: hits %llu, compiles %d, sm %d", (unsigned long long)r.s.cubin_hits,
+          r.c.ptx_compiles, r.l.loaded_sm);
+    setenv("FAKE_CUDA_SM", "86", 1);
+    TEST_END();
+}
+
+static void rewrite(const char *path, const char *how, const char *other) {
+    FILE *f = fopen(path, "r+b");
+    if (!f) return;
+    fseek(f, 0, SEEK_END);
+    long size = ftell(f);
+    if (!strcmp(how, "flip")) {
+        fseek(f, size - 9, SEEK_SET);
+        int c = fgetc(f);
+        fseek(f, size - 9, SEEK_SET);
+        fputc(c ^ 0x20, f);
+    } else if (!strcmp(how, "truncate") && ftruncate(fileno(f), size / 2) != 0) {
+        printf("  truncate failed\n");
+    } else if (!strcmp(how, "empty") && ftruncate(fileno(f), 0) != 0) {
+        printf("  truncate failed\n");
+    }
+    fclose(f);
+    if (!strcmp(how, "foreign")) {
+        char cmd[2200];
+        snprintf(cmd, sizeof cmd, "cp %s %s", other, path);
+        if (system(cmd) != 0) printf("  cp failed\n");
+    }
+}
+
+static void test_cubin_bad(void) {
+    TEST_BEGIN("cubin: a corrupt, truncated, empty or foreign cubin entry falls back to the PTX, is compiled and rewritten");
+    char dir[512], entry[1024], other_dir[512], other[1024];
+    path_of(dir, sizeof dir, "cubin-bad");
+    path_of(other_dir, sizeof other_dir, "cubin-other");
+    load_once(other_dir, SPEC_B, NULL, 0);
+    CHECK(files(other_dir, ".kcubin", other, sizeof other) == 1, "another spec's cubin entry");
+    load_once(dir, SPEC_A, NULL, 0);
+    CHECK(files(dir, ".kcubin", entry, sizeof entry) == 1, "one cubin entry");
+    static const char *const hows[] = {"flip", "truncate", "empty", "foreign", "owned by another uid", "a FIFO",
+                                       "sound, but for sm_75"};
+    for (int i = 0; i < 7; i++) {
+        if (i < 4) rewrite(entry, hows[i], other);
+        if (i == 4) CHECK(chown(entry, OTHER_UID, OTHER_UID) == 0, "chown");
+        if (i == 5) CHECK(unlink(entry) == 0 && mkfifo(entry, 0600) == 0, "fifo");
+        if (i == 6) { /* right header, key, spec and checksum around a cubin the driver refuses on this device */
+            FILE *f = fopen(entry, "rb");
+            uint8_t head[56];
+            char spec[128] = "";
+            rt_disk d = {.enabled = true};
+            snprintf(d.dir, sizeof d.dir, "%s", dir);
+            int ok = f && fread(head, 1, 56, f) == 56 && head[12] < sizeof spec && fread(spec, 1, head[12], f) == head[12];
+            if (f) fclose(f);
+            unsigned char cubin[1024];
+            size_t n = fake_cuda_cubin(75, "kern", cubin, sizeof cubin);
+            CHECK(ok && strstr(spec, "layernorm") && rt_disk_write(&d, RT_ENTRY_CUBIN, head + 24, spec, cubin, n) == 0,
+                  "planted");
+        }
+        load_result r = load_once(dir, SPEC_A, NULL, 0);
+        CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.bad_entries == 1 && r.s.cubin_hits == 0 &&
+                  r.s.cubin_writes == 1 && r.c.ptx_compiles == 1 && r.l.loaded_sm == 86,
+              "%s: bad %llu, hits %llu, writes %llu, compiles %d, sm %d", hows[i], (unsigned long long)r.s.bad_entries,
+              (unsigned long long)r.s.cubin_hits, (unsigned long long)r.s.cubin_writes, r.c.ptx_compiles, r.l.loaded_sm);
+        CHECK(owner_of(entry) == (long)geteuid() && mode_of(entry) == 0600, "%s: rewritten as ours", hows[i]);
+        r = load_once(dir, SPEC_A, NULL, 0);
+        CHECK(r.st == KILN_OK && r.s.cubin_hits == 1 && r.s.bad_entries == 0 && r.c.ptx_compiles == 0,
+              "%s: then a hit", hows[i]);
+    }
+    TEST_END();
+}
+
+static void test_cubin_fallbacks(void) {
+    TEST_BEGIN("cubin: no linker (or it fails) loads the PTX as it is; memory-only runtimes never link");
+    char dir[512];
+    path_of(dir, sizeof dir, "cubin-nolink");
+    fake.reset();
+    fake.fail("link", "not_supported", -1);
+    warnings w = {0};
+    kiln_rt *rt = open_rt(dir, &w);
+    kiln_kernel *k = NULL;
+    kiln_error e = {0};
+    CHECK(rt && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_OK && kiln_kernel_payload_kind(k) == KILN_PAYLOAD_PTX,
+          "PTX loaded: %s", e.msg);
+    fake_cuda_counts c = counts();
+    kiln_rt_stats s = rt ? stats(rt) : (kiln_rt_stats){0};
+    CHECK(c.ptx_compiles == 1 && c.live_links == 0 && s.cubin_writes == 0 && w.count == 0 &&
+              files(dir, ".kcubin", NULL, 0) == 0,
+          "compiles %d, live links %d, cubin writes %llu, warnings %d", c.ptx_compiles, c.live_links,
+          (unsigned long long)s.cubin_writes, w.count);
+    kiln_rt_destroy(rt);
+    fake.reset();
+    kiln_rt_options o = {.no_disk_cache = 1};
+    CHECK(kiln_rt_create(&rt, &o, &e) == KILN_OK && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_OK &&
+              kiln_kernel_payload_kind(k) == KILN_PAYLOAD_PTX && counts().link_creates == 0,
+          "memory only: PTX, no link: %s", e.msg);
+    kiln_rt_destroy(rt);
+    setenv("KILN_CUBIN_CACHE", "0", 1);
+    load_result r = load_once(dir, SPEC_A, NULL, 0);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.c.link_creates == 0 && r.s.disk_hits == 1,
+          "KILN_CUBIN_CACHE=0: the PTX entry, loaded as PTX");
+    unsetenv("KILN_CUBIN_CACHE");
+    TEST_END();
+}
+
+/* A bundle of SPEC_A: sm_80 PTX, and (cubin_sm > 0) a cubin for cubin_sm. */
+static void *make_bundle(int cubin_sm, size_t *size) {
+    kiln_bundle_writer *bw = NULL;
+    void *data = NULL;
+    char ptx[8192];
+    kiln_kernel_meta m = fake_cuda_meta(SPEC_A, "bundled", 80);
+    int n = fake_cuda_ptx(&m, 80, ptx, sizeof ptx);
+    kiln_bundle_writer_create(&bw, "runtime_cache_test", NULL);
+    kiln_bundle_writer_add(bw, &m, KILN_PAYLOAD_PTX, ptx, (size_t)n + 1, NULL);
+    if (cubin_sm) {
+        unsigned char cubin[1024];
+        kiln_kernel_meta mc = m;
+        mc.sm = cubin_sm;
+        size_t cn = fake_cuda_cubin(cubin_sm, "bundled", cubin, sizeof cubin);
+        kiln_bundle_writer_add(bw, &mc, KILN_PAYLOAD_CUBIN, cubin, cn, NULL);
+    }
+    kiln_bundle_writer_finish(bw, &data, size, NULL);
+    kiln_bundle_writer_destroy(bw);
+    return data;
+}
+
+static void test_cubin_bundles(void) {
+    TEST_BEGIN("cubin: a bundle's cubin for the exact SM is loaded as it is; a bundle's PTX is compiled once, then cached");
+    char dir[512];
+    path_of(dir, sizeof dir, "cubin-bundle");
+    size_t size = 0;
+    void *exact = make_bundle(86, &size);
+    load_result r = load_once(dir, SPEC_A, exact, size);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && !strcmp(r.origin, "bundle") && r.c.ptx_compiles == 0 &&
+              r.c.link_creates == 0 && r.s.cubin_writes == 0 && r.l.loaded_sm == 86,
+          "exact cubin: compiles %d, links %d, from %s", r.c.ptx_compiles, r.c.link_creates, r.origin);
+    free(exact);
+    void *ptx_only = make_bundle(0, &size);
+    r = load_once(dir, SPEC_A, ptx_only, size);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && !strcmp(r.origin, "bundle") && r.c.ptx_compiles == 1 &&
+              r.s.cubin_writes == 1 && r.l.loaded_sm == 86 && r.s.generated == 0,
+          "bundle PTX: compiled by the linker: compiles %d, writes %llu", r.c.ptx_compiles,
+          (unsigned long long)r.s.cubin_writes);
+    r = load_once(dir, SPEC_A, ptx_only, size);
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.cubin_hits == 1 && r.c.ptx_compiles == 0,
+          "second run: the cached cubin of the bundle's PTX (hits %llu, compiles %d)",
+          (unsigned long long)r.s.cubin_hits, r.c.ptx_compiles);
+    free(ptx_only);
+    void *other_sm = make_bundle(80, &size); /* a cubin for another SM is never loaded */
+    r = load_once(dir, SPEC_A, other_sm, size);
+    CHECK(r.st == KILN_OK && r.s.cubin_hits == 1 && r.l.loaded_sm == 86, "sm_80 cubin skipped on sm_86");
+    free(other_sm);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0) {
         printf("runtime_cache: 0 passed, 1 failed\n");
@@ -274,6 +511,10 @@ int main(void) {
     } else {
         printf("skip: the ownership cases chown files to another uid, which needs root\n");
     }
+    test_cubin_cache();
+    test_cubin_fallbacks();
+    test_cubin_bundles();
+    if (geteuid() == 0) test_cubin_bad(); /* it chowns an entry too */
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (system(cmd) != 0) printf("  could not remove %s\n", root);

@@ -100,6 +100,8 @@ typedef struct kiln_rt_stats {
     uint64_t disk_writes;    /* entries written to the disk cache */
     uint64_t bad_entries;    /* corrupt/truncated/foreign disk entries removed */
     uint64_t modules_loaded; /* cuModuleLoadDataEx calls that succeeded */
+    uint64_t cubin_hits;     /* PTX loaded as the driver's cubin from the disk cache (no compile) */
+    uint64_t cubin_writes;   /* cubins the driver compiled, written to the disk cache */
 } kiln_rt_stats;
 void kiln_rt_get_stats(kiln_rt *rt, kiln_rt_stats *out);
 

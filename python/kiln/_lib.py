@@ -164,7 +164,8 @@ class DeviceInfo(ctypes.Structure):
 class RtStats(ctypes.Structure):
     _fields_ = [
         (n, ctypes.c_uint64)
-        for n in ("memory_hits", "bundle_hits", "disk_hits", "generated", "disk_writes", "bad_entries", "modules_loaded")
+        for n in ("memory_hits", "bundle_hits", "disk_hits", "generated", "disk_writes", "bad_entries", "modules_loaded",
+                  "cubin_hits", "cubin_writes")
     ]
 
 
