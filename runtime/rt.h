@@ -199,6 +199,7 @@ struct kiln_rt {
     kiln_kernel *kernels;
     kiln_bundle **bundles;
     int nbundles;
+    kiln_prepare *prepares; /* background prepares not finished yet (rt_prepare.c) */
     kiln_rt_stats stats;
     int nwarnings;
     char first_warning[512];
@@ -222,6 +223,10 @@ void rt_cubin_key(const kiln_rt *rt, const char *spec, const void *ptx, size_t s
  * *len point into *state, which the caller ends with drv.cuLinkDestroy. what names the module in errors. */
 kiln_status rt_cubin_link(kiln_rt *rt, const void *ptx, size_t size, const char *what, CUlinkState *state,
                           void **cubin, size_t *len, kiln_error *err);
+
+/* ---- rt_prepare.c: background prepares ---- */
+/* Waits for and frees every background prepare of rt not finished yet (kiln_rt_destroy). */
+void rt_prepares_finish(kiln_rt *rt);
 
 /* ---- rt_kernel.c: memory cache, lookup order, module loading, launches ---- */
 void rt_kernels_free(kiln_rt *rt); /* unloads every module and frees the cache */

@@ -27,6 +27,25 @@ static char root[256];
 
 static atomic_int generated;
 
+/* Specs with "gate=1" wait in the generator until the gate opens (prepare's background tests). */
+static pthread_mutex_t gate_lock = PTHREAD_MUTEX_INITIALIZER;
+static pthread_cond_t gate_cond = PTHREAD_COND_INITIALIZER;
+static int gate_open = 1, gate_waiting;
+
+static void gate_set(int open) {
+    pthread_mutex_lock(&gate_lock);
+    gate_open = open;
+    pthread_cond_broadcast(&gate_cond);
+    pthread_mutex_unlock(&gate_lock);
+}
+
+static int gate_waiters(void) {
+    pthread_mutex_lock(&gate_lock);
+    int n = gate_waiting;
+    pthread_mutex_unlock(&gate_lock);
+    return n;
+}
+
 static kiln_status g_canonical(const char *spec, char *buf, size_t size, kiln_error *err) {
     (void)err;
     snprintf(buf, size, "%s", spec);
@@ -45,6 +64,14 @@ static kiln_status g_generate(const char *spec, int sm, char **ptx, size_t *len,
     unsigned h = 5381;
     for (const char *p = spec; *p; p++) h = h * 33 + (unsigned char)*p;
     snprintf(entry, sizeof entry, "kern_%08x", h);
+    if (strstr(spec, "gate=1")) {
+        pthread_mutex_lock(&gate_lock);
+        gate_waiting++;
+        while (!gate_open) pthread_cond_wait(&gate_cond, &gate_lock);
+        gate_waiting--;
+        pthread_mutex_unlock(&gate_lock);
+    }
+    if (strstr(spec, "bad=1")) return kiln_fail(err, KILN_EINVAL, "stand-in generator: bad=1 is not valid");
     kiln_kernel_meta m = fake_cuda_meta(spec, entry, sm);
     char *buf = malloc(8192);
     if (!buf) return kiln_fail(err, KILN_ENOMEM, "out of memory");
@@ -75,8 +102,9 @@ static void on_warning(void *user, const char *msg) {
     if (w->count++ == 0) snprintf(w->first, sizeof w->first, "%s", msg);
 }
 
+/* A runtime on the fake device with its disk cache in dir (NULL: memory only, never ~/.cache). */
 static kiln_rt *open_rt(const char *dir, warnings *w) {
-    kiln_rt_options o = {.cache_dir = dir, .on_warning = on_warning, .warning_user = w};
+    kiln_rt_options o = {.cache_dir = dir, .no_disk_cache = !dir, .on_warning = on_warning, .warning_user = w};
     kiln_rt *rt = NULL;
     kiln_error e;
     if (kiln_rt_create(&rt, &o, &e) != KILN_OK) printf("  cannot create runtime: %s\n", e.msg);
@@ -493,6 +521,122 @@ static void test_cubin_bundles(void) {
     TEST_END();
 }
 
+/* ---- item 2: prepare on every core, and in the background ---- */
+
+static void test_prepare_parallel(void) {
+    TEST_BEGIN("prepare: the driver compiles on several threads at once (a link state each), every state destroyed");
+    char dir[512];
+    path_of(dir, sizeof dir, "prepare");
+    static const char *const specs[] = {"layernorm x=bf16 hidden=256", "layernorm x=bf16 hidden=512",
+                                        "layernorm x=bf16 hidden=768", "layernorm x=bf16 hidden=1024",
+                                        "rmsnorm x=bf16 hidden=256",   "rmsnorm x=bf16 hidden=512",
+                                        "rmsnorm x=bf16 hidden=768",   "rmsnorm x=bf16 hidden=1024"};
+    enum { N = 8 };
+    setenv("FAKE_CUDA_COMPILE_US", "30000", 1);
+    warnings w = {0};
+    fake.reset();
+    kiln_rt *rt = open_rt(dir, &w);
+    kiln_kernel *ks[N] = {0};
+    kiln_error e = {0};
+    CHECK(rt && kiln_rt_prepare(rt, specs, N, 4, ks, &e) == KILN_OK, "%s", e.msg);
+    fake_cuda_counts c = counts();
+    kiln_rt_stats s = rt ? stats(rt) : (kiln_rt_stats){0};
+    printf("runtime_cache: prepare of %d specs on 4 threads: %d driver compiles, at most %d at once\n", N,
+           c.ptx_compiles, c.max_concurrent_compiles);
+    CHECK(c.ptx_compiles == N && c.link_creates == N && c.live_links == 0 && s.cubin_writes == N,
+          "compiles %d, links %d (live %d), cubin writes %llu", c.ptx_compiles, c.link_creates, c.live_links,
+          (unsigned long long)s.cubin_writes);
+    CHECK(c.max_concurrent_compiles >= 2, "compiles overlapped: at most %d at once", c.max_concurrent_compiles);
+    int all = 1;
+    for (int i = 0; i < N; i++) all &= ks[i] && kiln_kernel_payload_kind(ks[i]) == KILN_PAYLOAD_CUBIN;
+    CHECK(all, "every kernel is a cubin");
+    kiln_rt_destroy(rt);
+    /* warm: the cubins from disk, nothing compiled */
+    fake.reset();
+    rt = open_rt(dir, &w);
+    CHECK(rt && kiln_rt_prepare(rt, specs, N, 4, ks, &e) == KILN_OK, "%s", e.msg);
+    c = counts();
+    s = rt ? stats(rt) : (kiln_rt_stats){0};
+    CHECK(c.ptx_compiles == 0 && s.cubin_hits == N && s.generated == 0, "warm: compiles %d, cubin hits %llu",
+          c.ptx_compiles, (unsigned long long)s.cubin_hits);
+    kiln_rt_destroy(rt);
+    unsetenv("FAKE_CUDA_COMPILE_US");
+    TEST_END();
+}
+
+static void *open_gate_later(void *arg) {
+    (void)arg;
+    usleep(50000);
+    gate_set(1);
+    return NULL;
+}
+
+static void test_prepare_background(void) {
+    TEST_BEGIN("prepare_start: returns at once; a kernel is ready (and launches) while another is still being made");
+    warnings w = {0};
+    fake.reset();
+    kiln_rt *rt = open_rt(NULL, &w);
+    gate_set(0);
+    static const char *const specs[] = {"layernorm x=f16 hidden=512 gate=1", "layernorm x=f16 hidden=256",
+                                        "rmsnorm x=f16 hidden=256"};
+    kiln_prepare *p = NULL;
+    kiln_error e = {0};
+    int gen0 = atomic_load(&generated);
+    CHECK(rt && kiln_rt_prepare_start(rt, specs, 3, 2, &p, &e) == KILN_OK && p, "start: %s", e.msg);
+    for (int i = 0; i < 2000 && gate_waiters() == 0; i++) usleep(1000); /* a worker is held at the gate */
+    CHECK(gate_waiters() == 1, "the gated spec is being generated: %d waiting", gate_waiters());
+    kiln_kernel *k = NULL;
+    kiln_arg args[3] = {{.ptr = 0}, {.i32 = 5}, {.f32 = 1.0f}};
+    unsigned grid[3] = {1, 1, 1};
+    CHECK(rt && kiln_rt_get_kernel(rt, specs[1], &k, &e) == KILN_OK && kiln_kernel_launch(k, grid, args, 3, NULL, &e) ==
+              KILN_OK, "an ungated kernel while the gated one waits: %s", e.msg);
+    CHECK(rt && kiln_rt_get_kernel(rt, specs[2], &k, &e) == KILN_OK, "the third too: %s", e.msg);
+    CHECK(gate_waiters() == 1, "still waiting");
+    gate_set(1);
+    kiln_kernel *ks[3] = {0};
+    CHECK(kiln_prepare_finish(p, ks, &e) == KILN_OK && ks[0] && ks[1] && ks[2], "finish: %s", e.msg);
+    kiln_kernel *again = NULL;
+    CHECK(rt && kiln_rt_get_kernel(rt, specs[0], &again, &e) == KILN_OK && again == ks[0], "the gated one from memory");
+    CHECK(atomic_load(&generated) == gen0 + 3, "each generated once: %d", atomic_load(&generated) - gen0);
+    kiln_rt_destroy(rt);
+    TEST_END();
+
+    TEST_BEGIN("prepare_start: errors at start and at finish, as kiln_rt_prepare's; destroy finishes what was not");
+    int live0 = counts().live_modules;
+    gen0 = atomic_load(&generated);
+    rt = open_rt(NULL, &w);
+    static const char *const mixed[] = {"layernorm x=f16 hidden=128", "layernorm x=f16 bad=1", "rmsnorm x=f16 bad=1"};
+    const char *holes[] = {"layernorm x=f16 hidden=128", NULL};
+    CHECK(kiln_rt_prepare_start(rt, holes, 2, 1, &p, &e) == KILN_EINVAL && strstr(e.msg, "spec 1 is NULL") && !p,
+          "%s", e.msg);
+    CHECK(kiln_rt_prepare_start(rt, mixed, 3, -1, &p, &e) == KILN_EINVAL && strstr(e.msg, "bad thread count"), "%s",
+          e.msg);
+    CHECK(kiln_rt_prepare_start(rt, mixed, 3, 0, NULL, &e) == KILN_EINVAL, "NULL out");
+    kiln_kernel *km[3] = {0};
+    CHECK(kiln_rt_prepare_start(rt, mixed, 3, 0, &p, &e) == KILN_OK, "%s", e.msg);
+    kiln_status st = kiln_prepare_finish(p, km, &e);
+    CHECK(st == KILN_EINVAL && strstr(e.msg, "spec 1 'layernorm x=f16 bad=1'") && strstr(e.msg, "and 1 more"), "%d: %s",
+          st, e.msg);
+    CHECK(km[0] && !km[1] && !km[2], "the good one is ready");
+    CHECK(kiln_rt_prepare_start(rt, mixed, 0, 0, &p, &e) == KILN_OK && kiln_prepare_finish(p, NULL, &e) == KILN_OK,
+          "n = 0");
+    /* left unfinished, with a worker still held at the gate when destroy is called */
+    gate_set(0);
+    static const char *const late[] = {"rmsnorm x=bf16 hidden=128 gate=1", "rmsnorm x=bf16 hidden=640"};
+    CHECK(kiln_rt_prepare_start(rt, late, 2, 2, &p, &e) == KILN_OK, "%s", e.msg);
+    for (int i = 0; i < 2000 && gate_waiters() == 0; i++) usleep(1000);
+    CHECK(gate_waiters() == 1, "held at the gate");
+    pthread_t opener;
+    int made = pthread_create(&opener, NULL, open_gate_later, NULL) == 0;
+    kiln_rt_destroy(rt); /* waits for the worker, then unloads everything */
+    if (made) pthread_join(opener, NULL);
+    fake_cuda_counts after = counts();
+    CHECK(made && atomic_load(&generated) == gen0 + 3 && after.live_modules == live0 && after.live_links == 0,
+          "destroy finished the prepare (%d generated) and unloaded its modules: live %d -> %d",
+          atomic_load(&generated) - gen0, live0, after.live_modules);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0) {
         printf("runtime_cache: 0 passed, 1 failed\n");
@@ -503,6 +647,8 @@ int main(void) {
     snprintf(root, sizeof root, "%s", tmpl);
     setenv("FAKE_CUDA_SM", "86", 1);
     unsetenv("KILN_CACHE");
+    unsetenv("KILN_CACHE_DIR");
+    setenv("XDG_CACHE_HOME", root, 1); /* a runtime given no directory never touches the user's ~/.cache */
     kiln_rt_register_generator(&stand_in);
     test_modes();
     if (geteuid() == 0) {
@@ -515,6 +661,8 @@ int main(void) {
     test_cubin_fallbacks();
     test_cubin_bundles();
     if (geteuid() == 0) test_cubin_bad(); /* it chowns an entry too */
+    test_prepare_parallel();
+    test_prepare_background();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", root);
     if (system(cmd) != 0) printf("  could not remove %s\n", root);

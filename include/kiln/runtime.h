@@ -127,6 +127,20 @@ kiln_status kiln_rt_get_kernel(kiln_rt *rt, const char *spec, kiln_kernel **out,
 kiln_status kiln_rt_prepare(kiln_rt *rt, const char *const *specs, int n, int threads, kiln_kernel **kernels,
                             kiln_error *err);
 
+/*
+ * The same in the background: starts `threads` threads (0: one per online CPU) on the specs (copied)
+ * and returns at once, so that a program can launch its first kernels while the rest are generated
+ * and compiled. A kiln_rt_get_kernel (or launch helper) meanwhile waits only for its own kernel: a
+ * spec a worker is resolving is waited for alone, one no worker has reached is resolved by the caller.
+ * kiln_prepare_finish waits for the rest (the calling thread helps), fills kernels (may be NULL) and
+ * err exactly as kiln_rt_prepare does, and frees p. kiln_rt_destroy finishes any prepare not
+ * finished yet; p must not be used after that.
+ */
+typedef struct kiln_prepare kiln_prepare;
+kiln_status kiln_rt_prepare_start(kiln_rt *rt, const char *const *specs, int n, int threads, kiln_prepare **out,
+                                  kiln_error *err);
+kiln_status kiln_prepare_finish(kiln_prepare *p, kiln_kernel **kernels, kiln_error *err);
+
 typedef enum kiln_payload_kind { KILN_PAYLOAD_PTX = 0, KILN_PAYLOAD_CUBIN = 1 } kiln_payload_kind;
 
 /* Loads a module from your own bytes: PTX carrying a "// kiln.meta" block (meta NULL), or
