@@ -258,6 +258,7 @@ KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init_
 # what libkiln.so.0 needs beyond libc/libstdc++, copied from this machine (ldd names the files)
 KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
 gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
+         $(KIT)/transformer.kbundle.gz \
          $(KIT)/peers.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
@@ -295,6 +296,15 @@ $(KIT)/specs.txt: $(O)/bench/kiln-kit
 	$< specs > $@.tmp && mv $@.tmp $@
 $(O)/bench/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
 	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --cubin -o $@
+# the transformer set (bench/transformer_kernels.txt, its SM column dropped) as PTX for every SM: what
+# `kiln-gpucheck load` loads cold and warm through the runtime's disk cache of the driver's cubins
+$(O)/bench/transformer.kbundle: bench/transformer_kernels.txt $(KILN) $(TEMPLATES)
+	@mkdir -p $(dir $@)
+	sed -n 's/^[0-9][0-9]* //p' $< > $(O)/bench/transformer_specs.txt
+	$(KILN) bundle --spec-list $(O)/bench/transformer_specs.txt -o $@
+$(KIT)/transformer.kbundle.gz: $(O)/bench/transformer.kbundle
+	@mkdir -p $(dir $@)
+	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
 $(KIT)/kit.kbundle.gz: $(O)/bench/kit.kbundle # PTX compresses ~4x; `run` unpacks it
 	rm -f $(KIT)/kit.kbundle # the uncompressed bundle of earlier kits
 	gzip -4 -c $< > $@.tmp && mv $@.tmp $@

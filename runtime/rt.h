@@ -213,9 +213,9 @@ kiln_status rt_bind(kiln_rt *rt, kiln_error *err);
 const kiln_rt_generator *rt_generator(void);
 
 /* ---- rt_cubin.c: PTX compiled by the driver's linker into a cubin, and that cubin's cache key ---- */
-/* Whether PTX loads go through the linker and the cubin cache: the driver has the linker, the disk
- * cache is on (without it there is nothing to keep the cubin for) and $KILN_CUBIN_CACHE is not 0. */
-bool rt_cubin_usable(kiln_rt *rt);
+/* Whether PTX is compiled through the driver's linker (and its cubin cached when the disk cache is on):
+ * the driver has the linker and $KILN_DRIVER_LINK is not 0. */
+bool rt_link_usable(const kiln_rt *rt);
 /* The disk-cache key of the cubin compiled from ptx for this device: XXH3-128 over the runtime's
  * version, the spec, the device's compute capability, the driver version and the PTX bytes. */
 void rt_cubin_key(const kiln_rt *rt, const char *spec, const void *ptx, size_t size, uint8_t out[16]);

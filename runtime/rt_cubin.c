@@ -2,8 +2,9 @@
  *
  * The driver's PTX -> SASS compile is most of a kernel's load time, so the runtime keeps what the
  * driver compiles: PTX goes through cuLinkCreate / cuLinkAddData / cuLinkComplete (part of every
- * driver, compiling exactly as cuModuleLoadDataEx would), the cubin is loaded and written to the
- * disk cache, and the next load of the same PTX on the same device and driver reads it back. The
+ * driver, compiling as cuModuleLoadDataEx would, but on many threads at once where
+ * cuModuleLoadDataEx compiles one module at a time), the cubin is loaded and written to the disk
+ * cache, and the next load of the same PTX on the same device and driver reads it back. The
  * separate nvJitLink library is not used: it ships with the toolkit, not the driver, and a
  * runtime-only install has no toolkit. */
 #include <stdio.h>
@@ -12,11 +13,10 @@
 
 #include "rt.h"
 
-bool rt_cubin_usable(kiln_rt *rt) {
+bool rt_link_usable(const kiln_rt *rt) {
     const rt_driver *d = &rt->drv;
-    const char *env = getenv("KILN_CUBIN_CACHE");
-    return d->cuLinkCreate && d->cuLinkAddData && d->cuLinkComplete && d->cuLinkDestroy && rt->disk.enabled &&
-           !atomic_load(&rt->disk_off) && !(env && !strcmp(env, "0"));
+    const char *env = getenv("KILN_DRIVER_LINK");
+    return d->cuLinkCreate && d->cuLinkAddData && d->cuLinkComplete && d->cuLinkDestroy && !(env && !strcmp(env, "0"));
 }
 
 void rt_cubin_key(const kiln_rt *rt, const char *spec, const void *ptx, size_t size, uint8_t out[16]) {

@@ -375,7 +375,7 @@ static void test_full_and_readonly(void) {
                "and what was written loads later");
     /* PTX entries only: the 64 KiB would not hold the driver's cubins beside them too (those share
      * the write path, disk_write in rt_kernel.c, and are tested in runtime_cache_test) */
-    setenv("KILN_CUBIN_CACHE", "0", 1);
+    setenv("KILN_DRIVER_LINK", "0", 1);
     warnings w = {0};
     kiln_rt_options o = {.cache_dir = dir, .on_warning = on_warning, .warning_user = &w};
     kiln_rt *rt = NULL;
@@ -411,7 +411,7 @@ static void test_full_and_readonly(void) {
     CHECK((int)st.disk_hits == entries && st.bad_entries == 0 && w2.count == 0, "hits %llu, bad %llu, warnings %d",
           (unsigned long long)st.disk_hits, (unsigned long long)st.bad_entries, w2.count);
     kiln_rt_destroy(rt);
-    unsetenv("KILN_CUBIN_CACHE");
+    unsetenv("KILN_DRIVER_LINK");
     TEST_END();
 
     TEST_BEGIN("read-only directory: one warning, memory cache only, kernels still load");

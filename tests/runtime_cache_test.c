@@ -333,7 +333,8 @@ static void test_cubin_cache(void) {
     char dir[512];
     path_of(dir, sizeof dir, "cubin");
     load_result r = load_once(dir, SPEC_A, NULL, 0);
-    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && !strcmp(r.origin, "generated"), "cold: kind %d from %s",
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.l.cubin && !strcmp(r.origin, "generated"),
+          "cold: PTX picked, module from a cubin: kind %d from %s",
           r.kind, r.origin);
     CHECK(r.c.link_creates == 1 && r.c.link_adds == 1 && r.c.link_completes == 1 && r.c.link_destroys == 1 &&
               r.c.live_links == 0,
@@ -347,7 +348,7 @@ static void test_cubin_cache(void) {
     CHECK(files(dir, ".kcubin", entry, sizeof entry) == 1 && mode_of(entry) == 0600, "one cubin entry, mode %04o",
           mode_of(entry));
     r = load_once(dir, SPEC_A, NULL, 0);
-    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.disk_hits == 1 && r.s.cubin_hits == 1 &&
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.l.cubin && r.s.disk_hits == 1 && r.s.cubin_hits == 1 &&
               r.s.generated == 0,
           "warm: disk %llu, cubin %llu", (unsigned long long)r.s.disk_hits, (unsigned long long)r.s.cubin_hits);
     CHECK(r.c.ptx_compiles == 0 && r.c.link_creates == 0 && r.c.cubin_loads == 1, "warm: no compile (%d), no link (%d)",
@@ -426,7 +427,7 @@ static void test_cubin_bad(void) {
                   "planted");
         }
         load_result r = load_once(dir, SPEC_A, NULL, 0);
-        CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.bad_entries == 1 && r.s.cubin_hits == 0 &&
+        CHECK(r.st == KILN_OK && r.l.cubin && r.s.bad_entries == 1 && r.s.cubin_hits == 0 &&
                   r.s.cubin_writes == 1 && r.c.ptx_compiles == 1 && r.l.loaded_sm == 86,
               "%s: bad %llu, hits %llu, writes %llu, compiles %d, sm %d", hows[i], (unsigned long long)r.s.bad_entries,
               (unsigned long long)r.s.cubin_hits, (unsigned long long)r.s.cubin_writes, r.c.ptx_compiles, r.l.loaded_sm);
@@ -439,7 +440,7 @@ static void test_cubin_bad(void) {
 }
 
 static void test_cubin_fallbacks(void) {
-    TEST_BEGIN("cubin: no linker (or it fails) loads the PTX as it is; memory-only runtimes never link");
+    TEST_BEGIN("cubin: no linker (or it fails) loads the PTX as it is; memory-only runtimes link but keep nothing");
     char dir[512];
     path_of(dir, sizeof dir, "cubin-nolink");
     fake.reset();
@@ -452,7 +453,7 @@ static void test_cubin_fallbacks(void) {
           "PTX loaded: %s", e.msg);
     fake_cuda_counts c = counts();
     kiln_rt_stats s = rt ? stats(rt) : (kiln_rt_stats){0};
-    CHECK(c.ptx_compiles == 1 && c.live_links == 0 && s.cubin_writes == 0 && w.count == 0 &&
+    CHECK(c.ptx_compiles == 1 && c.cubin_loads == 0 && c.live_links == 0 && s.cubin_writes == 0 && w.count == 0 &&
               files(dir, ".kcubin", NULL, 0) == 0,
           "compiles %d, live links %d, cubin writes %llu, warnings %d", c.ptx_compiles, c.live_links,
           (unsigned long long)s.cubin_writes, w.count);
@@ -460,14 +461,19 @@ static void test_cubin_fallbacks(void) {
     fake.reset();
     kiln_rt_options o = {.no_disk_cache = 1};
     CHECK(kiln_rt_create(&rt, &o, &e) == KILN_OK && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_OK &&
-              kiln_kernel_payload_kind(k) == KILN_PAYLOAD_PTX && counts().link_creates == 0,
-          "memory only: PTX, no link: %s", e.msg);
+              kiln_kernel_payload_kind(k) == KILN_PAYLOAD_PTX,
+          "memory only: %s", e.msg);
+    c = counts();
+    CHECK(c.link_creates == 1 && c.cubin_loads == 1 && c.ptx_compiles == 1 && c.live_links == 0 && rt &&
+              stats(rt).cubin_writes == 0,
+          "memory only: compiled by the linker, nothing written: links %d, cubin loads %d", c.link_creates,
+          c.cubin_loads);
     kiln_rt_destroy(rt);
-    setenv("KILN_CUBIN_CACHE", "0", 1);
+    setenv("KILN_DRIVER_LINK", "0", 1);
     load_result r = load_once(dir, SPEC_A, NULL, 0);
-    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.c.link_creates == 0 && r.s.disk_hits == 1,
-          "KILN_CUBIN_CACHE=0: the PTX entry, loaded as PTX");
-    unsetenv("KILN_CUBIN_CACHE");
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && !r.l.cubin && r.c.link_creates == 0 && r.s.disk_hits == 1,
+          "KILN_DRIVER_LINK=0: the PTX entry, loaded as PTX");
+    unsetenv("KILN_DRIVER_LINK");
     TEST_END();
 }
 
@@ -505,12 +511,12 @@ static void test_cubin_bundles(void) {
     free(exact);
     void *ptx_only = make_bundle(0, &size);
     r = load_once(dir, SPEC_A, ptx_only, size);
-    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && !strcmp(r.origin, "bundle") && r.c.ptx_compiles == 1 &&
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.l.cubin && !strcmp(r.origin, "bundle") && r.c.ptx_compiles == 1 &&
               r.s.cubin_writes == 1 && r.l.loaded_sm == 86 && r.s.generated == 0,
           "bundle PTX: compiled by the linker: compiles %d, writes %llu", r.c.ptx_compiles,
           (unsigned long long)r.s.cubin_writes);
     r = load_once(dir, SPEC_A, ptx_only, size);
-    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_CUBIN && r.s.cubin_hits == 1 && r.c.ptx_compiles == 0,
+    CHECK(r.st == KILN_OK && r.kind == KILN_PAYLOAD_PTX && r.l.cubin && r.s.cubin_hits == 1 && r.c.ptx_compiles == 0,
           "second run: the cached cubin of the bundle's PTX (hits %llu, compiles %d)",
           (unsigned long long)r.s.cubin_hits, r.c.ptx_compiles);
     free(ptx_only);
@@ -548,8 +554,16 @@ static void test_prepare_parallel(void) {
           (unsigned long long)s.cubin_writes);
     CHECK(c.max_concurrent_compiles >= 2, "compiles overlapped: at most %d at once", c.max_concurrent_compiles);
     int all = 1;
-    for (int i = 0; i < N; i++) all &= ks[i] && kiln_kernel_payload_kind(ks[i]) == KILN_PAYLOAD_CUBIN;
-    CHECK(all, "every kernel is a cubin");
+    for (int i = 0; i < N; i++) all &= ks[i] != NULL;
+    CHECK(all && c.cubin_loads == N, "every kernel loaded from its cubin: %d", c.cubin_loads);
+    kiln_rt_destroy(rt);
+    /* memory only: compiled side by side all the same */
+    fake.reset();
+    rt = open_rt(NULL, &w);
+    CHECK(rt && kiln_rt_prepare(rt, specs, N, 4, ks, &e) == KILN_OK, "%s", e.msg);
+    c = counts();
+    CHECK(c.ptx_compiles == N && c.link_creates == N && c.max_concurrent_compiles >= 2,
+          "memory only: %d compiles, at most %d at once", c.ptx_compiles, c.max_concurrent_compiles);
     kiln_rt_destroy(rt);
     /* warm: the cubins from disk, nothing compiled */
     fake.reset();
