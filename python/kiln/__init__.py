@@ -20,7 +20,7 @@ from .errors import (KilnArgumentError, KilnCorruptError, KilnDriverError, KilnE
 from ._gen import (Family, FamilyParam, GeneratedKernel, LintFinding, LintReport, build_bundle,  # noqa: F401
                    canonical_spec, describe, families, generate, lint, llvm_version, targets, write_bundle)
 from .bundle import Bundle, BundleEntry, open_bundle  # noqa: F401
-from .runtime import DeviceArray, Kernel, Runtime  # noqa: F401
+from .runtime import DeviceArray, Kernel, Prepare, Runtime  # noqa: F401
 from . import _lib
 
 
