@@ -136,12 +136,13 @@ void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warni
         snprintf(warning, wsize, "disk cache disabled: directory path too long; kernels are cached in memory only");
         return;
     }
-    if (mkdirs(c->dir) != 0 || probe_writable(c->dir) != 0) {
+    if (mkdirs(c->dir) != 0) {
         snprintf(warning, wsize, "disk cache directory '%s' is not writable (%s); kernels are cached in memory only",
                  c->dir, strerror(errno));
         return;
     }
-    /* from here on the checked real path is used, so a symlink swapped later cannot redirect the cache */
+    /* trusted before anything is written there; from here on the checked real path is used, so a
+     * symlink swapped later cannot redirect the cache */
     char real[sizeof c->dir], why[PATH_MAX + 200];
     if (dir_trusted(c->dir, real, sizeof real, why, sizeof why) != 0) {
         snprintf(warning, wsize, "disk cache directory '%s' is not safe to load kernels from: %s; kernels are cached in "
@@ -149,6 +150,11 @@ void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warni
         return;
     }
     memcpy(c->dir, real, sizeof c->dir);
+    if (probe_writable(c->dir) != 0) {
+        snprintf(warning, wsize, "disk cache directory '%s' is not writable (%s); kernels are cached in memory only",
+                 c->dir, strerror(errno));
+        return;
+    }
     c->enabled = true;
     remove_stale_tmp(c->dir);
 }
