@@ -128,6 +128,11 @@ extra: $(FAKE_CUDA) $(EXAMPLES)
 $(FAKE_CUDA): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
+# runtime_cache_test needs libkiln_rt only (a stand-in generator), so that its ThreadSanitizer build
+# (make TSAN=1 build/tsan/tests/runtime_cache_test) does not build the generator.
+$(O)/tests/runtime_cache_test: tests/runtime_cache_test.c $(LIBDIR)/libkiln_rt.a tests/check.h $(FAKE_CUDA)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -Itests -Iruntime $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
 $(O)/examples/aot_%: examples/aot_%.c $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $< -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
@@ -254,6 +259,7 @@ KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init_
 # what libkiln.so.0 needs beyond libc/libstdc++, copied from this machine (ldd names the files)
 KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
 gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
+         $(KIT)/transformer.kbundle.gz \
          $(KIT)/peers.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
@@ -291,6 +297,15 @@ $(KIT)/specs.txt: $(O)/bench/kiln-kit
 	$< specs > $@.tmp && mv $@.tmp $@
 $(O)/bench/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
 	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --cubin -o $@
+# the transformer set (bench/transformer_kernels.txt, its SM column dropped) as PTX for every SM: what
+# `kiln-gpucheck load` loads cold and warm through the runtime's disk cache of the driver's cubins
+$(O)/bench/transformer.kbundle: bench/transformer_kernels.txt $(KILN) $(TEMPLATES)
+	@mkdir -p $(dir $@)
+	sed -n 's/^[0-9][0-9]* //p' $< > $(O)/bench/transformer_specs.txt
+	$(KILN) bundle --spec-list $(O)/bench/transformer_specs.txt -o $@
+$(KIT)/transformer.kbundle.gz: $(O)/bench/transformer.kbundle
+	@mkdir -p $(dir $@)
+	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
 $(KIT)/kit.kbundle.gz: $(O)/bench/kit.kbundle # PTX compresses ~4x; `run` unpacks it
 	rm -f $(KIT)/kit.kbundle # the uncompressed bundle of earlier kits
 	gzip -4 -c $< > $@.tmp && mv $@.tmp $@

@@ -18,6 +18,7 @@ typedef struct CUmod_st *CUmodule;
 typedef struct CUfunc_st *CUfunction;
 typedef struct CUstream_st *CUstream;
 typedef unsigned long long CUdeviceptr;
+typedef struct CUlinkState_st *CUlinkState;
 
 enum { RT_CUDA_SUCCESS = 0, RT_CUDA_ERROR_NO_DEVICE = 100 };
 /* Attribute and option numbers from the CUDA Driver API (cuda.h). */
@@ -35,6 +36,7 @@ enum {
     RT_JIT_INFO_LOG_BUFFER_SIZE_BYTES = 4,
     RT_JIT_ERROR_LOG_BUFFER = 5,
     RT_JIT_ERROR_LOG_BUFFER_SIZE_BYTES = 6,
+    RT_JIT_INPUT_PTX = 1,
 };
 
 typedef struct rt_driver {
@@ -63,9 +65,14 @@ typedef struct rt_driver {
     CUresult (*cuMemcpyDtoH)(void *, CUdeviceptr, size_t);
     CUresult (*cuGetErrorName)(CUresult, const char **);
     CUresult (*cuGetErrorString)(CUresult, const char **);
+    /* the linker (optional: NULL when the driver lacks it; then PTX is loaded as it is, and no cubin cached) */
+    CUresult (*cuLinkCreate)(unsigned, int *, void **, CUlinkState *);
+    CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **);
+    CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *);
+    CUresult (*cuLinkDestroy)(CUlinkState);
 } rt_driver;
 
-/* Opens $KILN_CUDA_DRIVER or libcuda.so.1 and resolves every entry point. */
+/* Opens $KILN_CUDA_DRIVER or libcuda.so.1 and resolves every entry point (the optional ones when present). */
 kiln_status rt_driver_open(rt_driver *d, kiln_error *err);
 void rt_driver_close(rt_driver *d);
 /* KILN_OK for CUDA_SUCCESS; else KILN_EDRIVER with "CALL failed: NAME (text)[: detail]". */
@@ -130,8 +137,14 @@ typedef enum rt_output_kind { RT_OUT_ERROR = -1, RT_OUT_REPLACE, RT_OUT_IN_PLACE
 rt_output_kind rt_output_resolve(const char *path, char *final, size_t size);
 /* Writes the pieces to path as above (fsync before the rename when sync); 0, or -1 with errno. */
 int rt_write_pieces(const char *path, const rt_piece *pieces, int n, bool sync);
+/* Writes the pieces to a new file of mode 0600 beside path, fsyncs it and renames it over path (a
+ * symlink, FIFO or device there is replaced, never followed or opened); 0, or -1 with errno. */
+int rt_write_private(const char *path, const rt_piece *pieces, int n);
 
 /* ---- rt_disk.c: the disk cache ---- */
+/* What an entry holds: kiln's PTX (<key>.kcache) or the cubin the driver compiled from it (<key>.kcubin). */
+typedef enum rt_entry_kind { RT_ENTRY_PTX, RT_ENTRY_CUBIN } rt_entry_kind;
+
 typedef struct rt_disk {
     char dir[1024];
     bool enabled;
@@ -142,15 +155,16 @@ typedef enum { RT_DISK_HIT, RT_DISK_MISS, RT_DISK_BAD } rt_disk_result;
 /* Resolves the directory from options and environment and checks it is writable; on failure
  * the cache is disabled and *warning says why. */
 void rt_disk_init(rt_disk *c, const char *dir_option, bool disabled, char *warning, size_t wsize);
-/* Reads the entry for key; checks magic, version, key, spec and checksum. A bad entry is
- * removed and RT_DISK_BAD returned. On a hit *text is malloc'd (NUL-terminated). */
-rt_disk_result rt_disk_read(const rt_disk *c, const uint8_t key[16], const char *spec, char **text,
-                            size_t *len);
-/* Writes atomically (temp file, fsync, rename). Returns 0, or -1 with errno set. */
-int rt_disk_write(const rt_disk *c, const uint8_t key[16], const char *spec, const char *text, size_t len);
-/* The path of the entry for key (for tests and messages). */
-void rt_disk_path(const rt_disk *c, const uint8_t key[16], char *out, size_t size);
-/* 1 when the size bytes at b are a sound entry for key and spec (magic, version, key, spec,
+/* Reads the entry of kind for key; checks owner, mode, magic, version, key, spec and checksum. A bad
+ * entry is removed and RT_DISK_BAD returned. On a hit *text is malloc'd (NUL-terminated). */
+rt_disk_result rt_disk_read(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], const char *spec,
+                            char **text, size_t *len);
+/* Writes atomically (0600 temp file, fsync, rename). Returns 0, or -1 with errno set. */
+int rt_disk_write(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], const char *spec, const void *text,
+                  size_t len);
+/* The path of the entry of kind for key (for tests and messages). */
+void rt_disk_path(const rt_disk *c, rt_entry_kind kind, const uint8_t key[16], char *out, size_t size);
+/* 1 when the size bytes at b are a sound PTX entry for key and spec (magic, version, key, spec,
  * lengths, checksum); the reader the disk cache and its fuzz target use. */
 int rt_disk_entry_ok(const uint8_t *b, size_t size, const uint8_t key[16], const char *spec);
 
@@ -185,6 +199,7 @@ struct kiln_rt {
     kiln_kernel *kernels;
     kiln_bundle **bundles;
     int nbundles;
+    kiln_prepare *prepares; /* background prepares not finished yet (rt_prepare.c) */
     kiln_rt_stats stats;
     int nwarnings;
     char first_warning[512];
@@ -196,6 +211,22 @@ void rt_warn(kiln_rt *rt, const char *fmt, ...) __attribute__((format(printf, 2,
 kiln_status rt_bind(kiln_rt *rt, kiln_error *err);
 /* The registered generator, or NULL. */
 const kiln_rt_generator *rt_generator(void);
+
+/* ---- rt_cubin.c: PTX compiled by the driver's linker into a cubin, and that cubin's cache key ---- */
+/* Whether PTX is compiled through the driver's linker (and its cubin cached when the disk cache is on):
+ * the driver has the linker and $KILN_DRIVER_LINK is not 0. */
+bool rt_link_usable(const kiln_rt *rt);
+/* The disk-cache key of the cubin compiled from ptx for this device: XXH3-128 over the runtime's
+ * version, the spec, the device's compute capability, the driver version and the PTX bytes. */
+void rt_cubin_key(const kiln_rt *rt, const char *spec, const void *ptx, size_t size, uint8_t out[16]);
+/* Compiles ptx with a link state of its own (so threads compile side by side). On KILN_OK *cubin and
+ * *len point into *state, which the caller ends with drv.cuLinkDestroy. what names the module in errors. */
+kiln_status rt_cubin_link(kiln_rt *rt, const void *ptx, size_t size, const char *what, CUlinkState *state,
+                          void **cubin, size_t *len, kiln_error *err);
+
+/* ---- rt_prepare.c: background prepares ---- */
+/* Waits for and frees every background prepare of rt not finished yet (kiln_rt_destroy). */
+void rt_prepares_finish(kiln_rt *rt);
 
 /* ---- rt_kernel.c: memory cache, lookup order, module loading, launches ---- */
 void rt_kernels_free(kiln_rt *rt); /* unloads every module and frees the cache */

@@ -1,5 +1,6 @@
 /* runtime/rt_driver.c - opens the CUDA driver with dlopen and turns its errors into messages. */
 #include <dlfcn.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -10,8 +11,10 @@
 static const struct {
     const char *symbol;
     size_t offset;
+    bool optional; /* the runtime works without it */
 } driver_symbols[] = {
-#define SYM(field, name) {name, offsetof(rt_driver, field)}
+#define SYM(field, name) {name, offsetof(rt_driver, field), false}
+#define OPT(field, name) {name, offsetof(rt_driver, field), true}
     SYM(cuInit, "cuInit"),
     SYM(cuDriverGetVersion, "cuDriverGetVersion"),
     SYM(cuDeviceGetCount, "cuDeviceGetCount"),
@@ -35,6 +38,11 @@ static const struct {
     SYM(cuMemcpyDtoH, "cuMemcpyDtoH_v2"),
     SYM(cuGetErrorName, "cuGetErrorName"),
     SYM(cuGetErrorString, "cuGetErrorString"),
+    OPT(cuLinkCreate, "cuLinkCreate_v2"),
+    OPT(cuLinkAddData, "cuLinkAddData_v2"),
+    OPT(cuLinkComplete, "cuLinkComplete"),
+    OPT(cuLinkDestroy, "cuLinkDestroy"),
+#undef OPT
 #undef SYM
 };
 
@@ -52,6 +60,7 @@ kiln_status rt_driver_open(rt_driver *d, kiln_error *err) {
     }
     for (size_t i = 0; i < sizeof driver_symbols / sizeof driver_symbols[0]; i++) {
         void *sym = dlsym(d->dl, driver_symbols[i].symbol);
+        if (!sym && driver_symbols[i].optional) continue;
         if (!sym) {
             kiln_fail(err, KILN_ENODRIVER, "no usable CUDA driver: '%s' lacks %s (driver too old?)", path,
                       driver_symbols[i].symbol);

@@ -7,7 +7,9 @@
  *   - a symbolic link: followed (chains too) and its final target written as below, the link kept;
  *   - a regular file or nothing: a temporary file beside the target, then rename(2) over it, so a
  *     reader never sees half a file; an existing file keeps its permission bits;
- *   - a directory: an error naming it. */
+ *   - a directory: an error naming it.
+ * rt_write_private (the disk cache's entries) never follows or writes into what is at the path: it
+ * always writes a new 0600 file and renames it over whatever was there. */
 #include <errno.h>
 #include <fcntl.h>
 #include <limits.h>
@@ -74,8 +76,9 @@ rt_output_kind rt_output_resolve(const char *path, char *final, size_t size) {
     return errno = ELOOP, RT_OUT_ERROR;
 }
 
-/* Writes into a temporary file beside final, then renames it over final. */
-static int replace_atomically(const char *final, const rt_piece *pieces, int n, bool sync) {
+/* Writes into a temporary file beside final, then renames it over final. private_file: created 0600
+ * (whatever was at final before); else 0666 less the umask, or the permission bits of the file replaced. */
+static int replace_atomically(const char *final, const rt_piece *pieces, int n, bool sync, bool private_file) {
     char tmp[PATH_MAX + 64];
     const char *slash = strrchr(final, '/');
     int dirlen = slash ? (int)(slash - final) + 1 : 0;
@@ -83,8 +86,8 @@ static int replace_atomically(const char *final, const rt_piece *pieces, int n, 
                  atomic_fetch_add(&tmp_counter, 1)) >= (int)sizeof tmp)
         return errno = ENAMETOOLONG, -1;
     struct stat old;
-    bool existed = stat(final, &old) == 0;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0666);
+    bool existed = !private_file && stat(final, &old) == 0;
+    int fd = open(tmp, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, private_file ? 0600 : 0666);
     if (fd < 0) return -1;
     int ok = write_pieces(fd, pieces, n) == 0;
     if (ok && existed) ok = fchmod(fd, old.st_mode & 07777) == 0;
@@ -110,9 +113,13 @@ int rt_write_pieces(const char *path, const rt_piece *pieces, int n, bool sync) 
     char final[PATH_MAX];
     switch (rt_output_resolve(path, final, sizeof final)) {
     case RT_OUT_IN_PLACE: return write_in_place(path, pieces, n);
-    case RT_OUT_REPLACE: return replace_atomically(final, pieces, n, sync);
+    case RT_OUT_REPLACE: return replace_atomically(final, pieces, n, sync, false);
     default: return -1;
     }
+}
+
+int rt_write_private(const char *path, const rt_piece *pieces, int n) {
+    return replace_atomically(path, pieces, n, true, true);
 }
 
 kiln_status kiln_write_file(const char *path, const void *data, size_t len, kiln_error *err) {

@@ -43,8 +43,10 @@ static kiln_status check_fits(const kiln_rt *rt, const kiln_kernel_meta *m, kiln
     return KILN_OK;
 }
 
-/* Loads the module, finds the entry and sets the shared-memory attribute when needed. */
-static kiln_status load_function(kiln_rt *rt, const void *data, kiln_kernel *k, kiln_error *err) {
+/* Loads the module (data: PTX or a cubin, as kind says), finds the entry and sets the shared-memory
+ * attribute when needed. */
+static kiln_status load_function(kiln_rt *rt, const void *data, kiln_payload_kind kind, kiln_kernel *k,
+                                 kiln_error *err) {
     const rt_driver *d = &rt->drv;
     char elog[4096] = "", ilog[2048] = "";
     int opts[] = {RT_JIT_ERROR_LOG_BUFFER, RT_JIT_ERROR_LOG_BUFFER_SIZE_BYTES, RT_JIT_INFO_LOG_BUFFER,
@@ -52,7 +54,7 @@ static kiln_status load_function(kiln_rt *rt, const void *data, kiln_kernel *k, 
     void *vals[] = {elog, (void *)(uintptr_t)sizeof elog, ilog, (void *)(uintptr_t)sizeof ilog};
     char what[KILN_SPEC_MAX + 160];
     snprintf(what, sizeof what, "'%s' (sm_%d %s, entry %s)", k->meta.spec, k->meta.sm,
-             k->kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx", k->meta.entry);
+             kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx", k->meta.entry);
     CUresult r = d->cuModuleLoadDataEx(&k->module, data, 4, opts, vals);
     if (r != RT_CUDA_SUCCESS) {
         char detail[sizeof what + sizeof elog + 16];
@@ -68,6 +70,64 @@ static kiln_status load_function(kiln_rt *rt, const void *data, kiln_kernel *k, 
                                                       (int)k->meta.dynamic_smem),
                              "cuFuncSetAttribute(MAX_DYNAMIC_SHARED_SIZE_BYTES)", what, err);
     if (st != KILN_OK) d->cuModuleUnload(k->module);
+    return st;
+}
+
+static void count(kiln_rt *rt, uint64_t *field) {
+    pthread_mutex_lock(&rt->lock);
+    (*field)++;
+    pthread_mutex_unlock(&rt->lock);
+}
+
+/* Writes a disk-cache entry and counts it in *written; the first failure turns the disk cache off
+ * with one warning (kernels are then cached in memory only). */
+static void disk_write(kiln_rt *rt, rt_entry_kind kind, const uint8_t key[16], const char *spec, const void *data,
+                       size_t len, uint64_t *written) {
+    if (atomic_load(&rt->disk_off) || !rt->disk.enabled) return;
+    if (rt_disk_write(&rt->disk, kind, key, spec, data, len) == 0) {
+        count(rt, written);
+    } else if (!atomic_exchange(&rt->disk_off, 1)) {
+        char why[256];
+        snprintf(why, sizeof why, "%s", strerror(errno));
+        rt_warn(rt, "cannot write to the disk cache '%s' (%s); kernels are cached in memory only from now on",
+                rt->disk.dir, why);
+    }
+}
+
+/* PTX loaded as the cubin the driver compiles from it: with the disk cache on, the cached cubin for
+ * this PTX, device and driver when there is a sound one; else compiled now by the driver's linker (in
+ * the calling thread, with a link state of its own: the driver's cuModuleLoadDataEx compiles one
+ * module at a time per process, its linker on every thread at once), loaded, and written to the disk
+ * cache. When the linker fails, the PTX is loaded as it is, so that the error is the driver's own for
+ * that module. k->kind stays what was picked (PTX); the stats count cubin hits and writes. */
+static kiln_status load_compiled(kiln_rt *rt, const void *ptx, size_t size, kiln_kernel *k, kiln_error *err) {
+    uint8_t key[16];
+    char *cubin = NULL, what[KILN_SPEC_MAX + 64];
+    size_t len = 0;
+    bool disk = rt->disk.enabled && !atomic_load(&rt->disk_off);
+    if (disk) rt_cubin_key(rt, k->meta.spec, ptx, size, key);
+    rt_disk_result r = disk ? rt_disk_read(&rt->disk, RT_ENTRY_CUBIN, key, k->meta.spec, &cubin, &len) : RT_DISK_MISS;
+    if (r == RT_DISK_HIT) {
+        if (load_function(rt, cubin, KILN_PAYLOAD_CUBIN, k, NULL) == KILN_OK) {
+            free(cubin);
+            count(rt, &rt->stats.cubin_hits);
+            return KILN_OK;
+        }
+        char path[1100]; /* sound bytes the driver will not load: compiled afresh below and replaced */
+        rt_disk_path(&rt->disk, RT_ENTRY_CUBIN, key, path, sizeof path);
+        unlink(path);
+        r = RT_DISK_BAD;
+    }
+    free(cubin);
+    if (r == RT_DISK_BAD) count(rt, &rt->stats.bad_entries);
+    CUlinkState state;
+    void *out = NULL;
+    snprintf(what, sizeof what, "'%s' (sm_%d ptx)", k->meta.spec, k->meta.sm);
+    if (rt_cubin_link(rt, ptx, size, what, &state, &out, &len, NULL) != KILN_OK)
+        return load_function(rt, ptx, KILN_PAYLOAD_PTX, k, err);
+    kiln_status st = load_function(rt, out, KILN_PAYLOAD_CUBIN, k, err);
+    if (st == KILN_OK && disk) disk_write(rt, RT_ENTRY_CUBIN, key, k->meta.spec, out, len, &rt->stats.cubin_writes);
+    rt->drv.cuLinkDestroy(state);
     return st;
 }
 
@@ -92,7 +152,8 @@ static kiln_status load(kiln_rt *rt, const void *data, size_t size, kiln_payload
     if (!k) st = kiln_fail(err, KILN_ENOMEM, "out of memory loading a module");
     if (st == KILN_OK) {
         *k = (kiln_kernel){.rt = rt, .meta = *meta, .kind = kind, .origin = origin};
-        st = load_function(rt, data, k, err);
+        st = kind == KILN_PAYLOAD_PTX && rt_link_usable(rt) ? load_compiled(rt, data, size + (copy != NULL), k, err)
+                                                            : load_function(rt, data, kind, k, err);
     }
     free(copy);
     if (st != KILN_OK) {
@@ -253,12 +314,6 @@ static kiln_status cache_key(const kiln_rt_generator *g, const char *key, int sm
     return KILN_OK;
 }
 
-static void count(kiln_rt *rt, uint64_t *field) {
-    pthread_mutex_lock(&rt->lock);
-    (*field)++;
-    pthread_mutex_unlock(&rt->lock);
-}
-
 /* Disk cache hit: 1 loaded, 0 nothing usable there (a bad entry was removed), <0 error. */
 static int from_disk(kiln_rt *rt, const uint8_t ck[16], const char *key, kiln_kernel **out, kiln_status *st,
                      kiln_error *err) {
@@ -266,9 +321,9 @@ static int from_disk(kiln_rt *rt, const uint8_t ck[16], const char *key, kiln_ke
     size_t len = 0;
     kiln_kernel_meta meta;
     if (atomic_load(&rt->disk_off)) return 0;
-    rt_disk_result r = rt_disk_read(&rt->disk, ck, key, &text, &len);
+    rt_disk_result r = rt_disk_read(&rt->disk, RT_ENTRY_PTX, ck, key, &text, &len);
     if (r == RT_DISK_HIT && kiln_meta_parse(text, len, &meta, NULL) != KILN_OK) {
-        rt_disk_path(&rt->disk, ck, path, sizeof path);
+        rt_disk_path(&rt->disk, RT_ENTRY_PTX, ck, path, sizeof path);
         unlink(path);
         r = RT_DISK_BAD;
     }
@@ -293,16 +348,7 @@ static kiln_status generate(kiln_rt *rt, const kiln_rt_generator *g, const uint8
     if (st != KILN_OK) return st;
     count(rt, &rt->stats.generated);
     st = kiln_meta_parse(text, len, &meta, err);
-    if (st == KILN_OK && !atomic_load(&rt->disk_off) && rt->disk.enabled) {
-        if (rt_disk_write(&rt->disk, ck, key, text, len) == 0) {
-            count(rt, &rt->stats.disk_writes);
-        } else if (!atomic_exchange(&rt->disk_off, 1)) {
-            char why[256];
-            snprintf(why, sizeof why, "%s", strerror(errno));
-            rt_warn(rt, "cannot write to the disk cache '%s' (%s); kernels are cached in memory only from now on",
-                    rt->disk.dir, why);
-        }
-    }
+    if (st == KILN_OK) disk_write(rt, RT_ENTRY_PTX, ck, key, text, len, &rt->stats.disk_writes);
     if (st == KILN_OK) st = load(rt, text, len + 1, KILN_PAYLOAD_PTX, &meta, "generated", out, err);
     free(text);
     return st;

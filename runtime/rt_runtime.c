@@ -80,6 +80,7 @@ kiln_status kiln_rt_create(kiln_rt **out, const kiln_rt_options *opt, kiln_error
 
 void kiln_rt_destroy(kiln_rt *rt) {
     if (!rt) return;
+    rt_prepares_finish(rt); /* its workers use the runtime */
     if (rt->ctx) {
         rt_kernels_free(rt);
         rt->drv.cuDevicePrimaryCtxRelease(rt->dev);

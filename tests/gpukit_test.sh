@@ -15,7 +15,7 @@ fi
 FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
 
 # ---- contents and size
-for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
+for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
     lib/liblua5.4.so.0 python/kiln/torch.py python/tests/test_torch_real.py; do
     if [ -e "$KIT/$f" ]; then ok "kit has $f"; else bad "kit has $f" "missing"; fi
 done

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
 #include "kiln/runtime.h"
 #include "kit.h"
@@ -831,7 +832,98 @@ static void usage(FILE *to) {
             "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64\n"
             "       kiln-gpucheck bench BUNDLE [--csv F] [--quick]\n"
             "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq\n"
+            "       kiln-gpucheck load BUNDLE [--csv F]\n"
+            "           model load of the bundle's PTX through kiln_rt_prepare, 1 thread and every core: memory\n"
+            "           only, cold disk cache (driver's linker, cubins written), warm (cubins read)\n"
             "exit status: 0 every check passed, 1 a check failed, 2 the kit could not run\n");
+}
+
+/* ---- model load: every kernel of the bundle from its PTX through kiln_rt_prepare ---- */
+
+static double wall_ms(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec / 1e6;
+}
+
+/* Loads every spec the bundle has PTX for (at the device's target SM) in a fresh runtime that sees only
+ * that PTX, through kiln_rt_prepare on 1 thread and on every core: without the linker and without a
+ * disk cache (cuModuleLoadDataEx compiles each PTX: what every load, disk-cache hits too, cost before
+ * the cache held cubins), with the linker and no disk cache, with a cold disk cache (compiled by the
+ * linker, cubins written) and with a warm one (a second runtime on that cache: cubins read, nothing
+ * compiled). Set CUDA_CACHE_DISABLE=1 so that the driver's own JIT cache does not hide the compiles. */
+static int cmd_load(const char *bundle_path, const char *csv_path) {
+    kiln_error err = {0};
+    kiln_bundle *b;
+    if (kiln_bundle_open_file(bundle_path, &b, &err) != KILN_OK) return die("bundle", &err);
+    kiln_rt *probe;
+    kiln_rt_options none = {.no_disk_cache = 1};
+    if (kiln_rt_create(&probe, &none, &err) != KILN_OK) return die("runtime", &err);
+    int sm = target_sm(kiln_rt_device(probe)->sm), cores = (int)sysconf(_SC_NPROCESSORS_ONLN), n = 0;
+    kiln_rt_destroy(probe);
+    /* a bundle of that PTX alone (no cubins: the runtime is to compile or find them itself) */
+    const char **specs = calloc((size_t)kiln_bundle_count(b) + 1, sizeof *specs);
+    kiln_bundle_writer *w;
+    void *data = NULL;
+    size_t size = 0;
+    if (!specs || kiln_bundle_writer_create(&w, kiln_bundle_producer(b), &err) != KILN_OK) return die("bundle", &err);
+    for (int i = 0; i < kiln_bundle_count(b); i++) {
+        kiln_bundle_entry e;
+        if (kiln_bundle_entry_at(b, i, &e, &err) != KILN_OK || e.kind != KILN_PAYLOAD_PTX || e.sm != sm) continue;
+        if (kiln_bundle_writer_add(w, e.meta, e.kind, e.payload, (size_t)e.size, &err) != KILN_OK) return die("bundle", &err);
+        specs[n++] = e.spec;
+    }
+    if (kiln_bundle_writer_finish(w, &data, &size, &err) != KILN_OK) return die("bundle", &err);
+    kiln_bundle_writer_destroy(w);
+    printf("model load: %d kernels from sm_%d PTX (%s), kiln_rt_prepare in a fresh runtime each row\n", n, sm,
+           bundle_path);
+    printf("  %-36s %7s %10s %10s %9s %9s\n", "row", "threads", "wall ms", "ms/kernel", "cubin wr", "cubin hit");
+    FILE *csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (csv) fputs("row,threads,kernels,wall_ms,cubins_written,cubin_hits\n", csv);
+    char dirs[2][64] = {"/tmp/kiln-load-1-XXXXXX", "/tmp/kiln-load-n-XXXXXX"};
+    if (!mkdtemp(dirs[0]) || !mkdtemp(dirs[1])) return fprintf(stderr, "kiln-gpucheck: no temporary directory\n"), 2;
+    static const struct { const char *row; int no_link, disk, all_cores; } rows[] = {
+        {"no disk cache, cuModuleLoadDataEx", 1, 0, 0}, {"no disk cache, cuModuleLoadDataEx", 1, 0, 1},
+        {"no disk cache, driver's linker", 0, 0, 0},    {"no disk cache, driver's linker", 0, 0, 1},
+        {"cold disk cache (link, write cubin)", 0, 1, 0}, {"cold disk cache (link, write cubin)", 0, 1, 1},
+        {"warm disk cache (read cubin)", 0, 1, 0},      {"warm disk cache (read cubin)", 0, 1, 1},
+    };
+    int failed = 0;
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        int threads = rows[r].all_cores ? cores : 1;
+        kiln_rt_options opt = {.cache_dir = dirs[rows[r].all_cores], .no_disk_cache = !rows[r].disk};
+        kiln_rt *rt;
+        if (kiln_rt_create(&rt, &opt, &err) != KILN_OK || kiln_rt_add_bundle_memory(rt, data, size, &err) != KILN_OK)
+            return die("runtime", &err);
+        kiln_rt_synchronize(rt, &err); /* the context is made before the clock starts */
+        if (rows[r].no_link) setenv("KILN_DRIVER_LINK", "0", 1);
+        double t0 = wall_ms();
+        kiln_status st = kiln_rt_prepare(rt, specs, n, threads, NULL, &err);
+        double ms = wall_ms() - t0;
+        unsetenv("KILN_DRIVER_LINK");
+        kiln_rt_stats s;
+        kiln_rt_get_stats(rt, &s);
+        kiln_rt_destroy(rt);
+        if (st != KILN_OK) {
+            fprintf(stderr, "kiln-gpucheck: load (%s): %s\n", rows[r].row, err.msg);
+            failed = 1;
+        }
+        printf("  %-36s %7d %10.1f %10.2f %9llu %9llu\n", rows[r].row, threads, ms, ms / (n ? n : 1),
+               (unsigned long long)s.cubin_writes, (unsigned long long)s.cubin_hits);
+        if (csv)
+            fprintf(csv, "%s,%d,%d,%.3f,%llu,%llu\n", rows[r].row, threads, n, ms,
+                    (unsigned long long)s.cubin_writes, (unsigned long long)s.cubin_hits);
+    }
+    for (int i = 0; i < 2; i++) {
+        char cmd[128];
+        snprintf(cmd, sizeof cmd, "rm -rf %s", dirs[i]);
+        if (system(cmd) != 0) fprintf(stderr, "kiln-gpucheck: could not remove %s\n", dirs[i]);
+    }
+    if (csv) fclose(csv);
+    free(specs);
+    free(data);
+    kiln_bundle_close(b);
+    return failed;
 }
 
 /* Prints "SM NAME (sm_X, driver N)": the SM kiln generates for on device 0, and what it is. */
@@ -864,6 +956,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv);
     if (!strcmp(argv[1], "bench") && pos == 1) return cmd_bench(args[0], csv, quick);
+    if (!strcmp(argv[1], "load") && pos == 1) return cmd_load(args[0], csv);
     fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
     return 2;
 }

@@ -37,6 +37,10 @@ BUNDLE=$WORK/kit.kbundle
 gzip -dc "$KIT/kit.kbundle.gz" > "$BUNDLE" 2>/dev/null ||
     python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
         "$KIT/kit.kbundle.gz" "$BUNDLE" || { echo "run: cannot unpack kit.kbundle.gz"; exit 2; }
+TFBUNDLE=$WORK/transformer.kbundle
+gzip -dc "$KIT/transformer.kbundle.gz" > "$TFBUNDLE" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$KIT/transformer.kbundle.gz" "$TFBUNDLE" || { echo "run: cannot unpack transformer.kbundle.gz"; exit 2; }
 DEV=$("$KIT/kiln-gpucheck" device) || { echo "run: no usable CUDA device"; exit 2; }
 SM=${DEV%% *}
 SMS=$(sed -n 's/.*, \([0-9]*\) SMs,.*/\1/p' <<<"$DEV")
@@ -58,6 +62,10 @@ rc_aot=$?
 step "JIT path: spec -> PTX -> cuModuleLoadData -> launch in one process"
 "$WORK/kiln-kit" jit "$WORK/cases" --csv "$OUTDIR/check_jit.csv" --timing-csv "$OUTDIR/jit_timing.csv"
 rc_jit=$?
+
+step "model load: the transformer set's PTX through kiln_rt_prepare (no disk cache; cold and warm cache of the driver's cubins)"
+"$KIT/kiln-gpucheck" load "$TFBUNDLE"
+rc_load=$?
 
 rc_speed=0
 if [ "${KIT_NO_SPEED:-0}" != 1 ]; then
@@ -103,10 +111,10 @@ fi
 [ -f "$OUTDIR/summary.md" ] && sed -n '/^## headline/,/^## speed/p' "$OUTDIR/summary.md" | grep -v '^## speed' &&
     echo "(full tables: summary.md; plots: layernorm.png, attention.png; every figure: bench.csv)"
 verdict=PASS
-[ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] && verdict=FAIL
+[ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] || [ $rc_load -ne 0 ] && verdict=FAIL
 echo
 [ $rc_torch -ne 0 ] && verdict=FAIL
-echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit, torch exit $rc_torch; speed exit $rc_speed) in $((SECONDS - T0)) s"
+echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit, load exit $rc_load, torch exit $rc_torch; speed exit $rc_speed) in $((SECONDS - T0)) s"
 [ "$verdict" = PASS ] || exit 1
 [ $rc_speed -eq 0 ] || exit 2
 exit 0

@@ -100,6 +100,8 @@ typedef struct kiln_rt_stats {
     uint64_t disk_writes;    /* entries written to the disk cache */
     uint64_t bad_entries;    /* corrupt/truncated/foreign disk entries removed */
     uint64_t modules_loaded; /* cuModuleLoadDataEx calls that succeeded */
+    uint64_t cubin_hits;     /* PTX loaded as the driver's cubin from the disk cache (no compile) */
+    uint64_t cubin_writes;   /* cubins the driver compiled, written to the disk cache */
 } kiln_rt_stats;
 void kiln_rt_get_stats(kiln_rt *rt, kiln_rt_stats *out);
 
@@ -124,6 +126,20 @@ kiln_status kiln_rt_get_kernel(kiln_rt *rt, const char *spec, kiln_kernel **out,
  */
 kiln_status kiln_rt_prepare(kiln_rt *rt, const char *const *specs, int n, int threads, kiln_kernel **kernels,
                             kiln_error *err);
+
+/*
+ * The same in the background: starts `threads` threads (0: one per online CPU) on the specs (copied)
+ * and returns at once, so that a program can launch its first kernels while the rest are generated
+ * and compiled. A kiln_rt_get_kernel (or launch helper) meanwhile waits only for its own kernel: a
+ * spec a worker is resolving is waited for alone, one no worker has reached is resolved by the caller.
+ * kiln_prepare_finish waits for the rest (the calling thread helps), fills kernels (may be NULL) and
+ * err exactly as kiln_rt_prepare does, and frees p. kiln_rt_destroy finishes any prepare not
+ * finished yet; p must not be used after that.
+ */
+typedef struct kiln_prepare kiln_prepare;
+kiln_status kiln_rt_prepare_start(kiln_rt *rt, const char *const *specs, int n, int threads, kiln_prepare **out,
+                                  kiln_error *err);
+kiln_status kiln_prepare_finish(kiln_prepare *p, kiln_kernel **kernels, kiln_error *err);
 
 typedef enum kiln_payload_kind { KILN_PAYLOAD_PTX = 0, KILN_PAYLOAD_CUBIN = 1 } kiln_payload_kind;
 

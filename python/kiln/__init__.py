@@ -21,7 +21,7 @@ from ._gen import (Family, FamilyParam, GeneratedKernel, LintFinding, LintReport
                    canonical_spec, describe, families, generate, lint, llvm_version, targets, write_bundle)
 from ._gen import BinaryLintReport, LintImage  # noqa: F401
 from .bundle import Bundle, BundleEntry, open_bundle  # noqa: F401
-from .runtime import DeviceArray, Kernel, Runtime  # noqa: F401
+from .runtime import DeviceArray, Kernel, Prepare, Runtime  # noqa: F401
 from . import _lib
 
 

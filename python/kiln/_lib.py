@@ -197,7 +197,8 @@ class DeviceInfo(ctypes.Structure):
 class RtStats(ctypes.Structure):
     _fields_ = [
         (n, ctypes.c_uint64)
-        for n in ("memory_hits", "bundle_hits", "disk_hits", "generated", "disk_writes", "bad_entries", "modules_loaded")
+        for n in ("memory_hits", "bundle_hits", "disk_hits", "generated", "disk_writes", "bad_entries", "modules_loaded",
+                  "cubin_hits", "cubin_writes")
     ]
 
 
@@ -300,6 +301,8 @@ RT_FUNCS = {
     "kiln_rt_get_stats": (None, [P, ctypes.POINTER(RtStats)]),
     "kiln_rt_get_kernel": (S, [P, ctypes.c_char_p, PP, ERR]),
     "kiln_rt_prepare": (S, [P, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int, PP, ERR]),
+    "kiln_rt_prepare_start": (S, [P, ctypes.POINTER(ctypes.c_char_p), ctypes.c_int, ctypes.c_int, PP, ERR]),
+    "kiln_prepare_finish": (S, [P, PP, ERR]),
     "kiln_rt_load_module": (S, [P, ctypes.c_void_p, sz, ctypes.c_int, ctypes.POINTER(KernelMeta), PP, ERR]),
     "kiln_kernel_get_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_kernel_origin": (ctypes.c_char_p, [P]),

@@ -238,6 +238,27 @@ class DeviceArray:
         return "<kiln.DeviceArray %s %s at 0x%x>" % (self.dtype, self.shape, self.ptr)
 
 
+class Prepare:
+    """A model's kernels being made ready in the background: ``Runtime.prepare(specs, wait=False)``."""
+
+    def __init__(self, rt, ptr, n):
+        self._rt, self._ptr, self._n = rt, ptr, n
+
+    def finish(self):
+        """Waits for every spec (helping), then returns the Kernels in order or raises as prepare() does."""
+        if not self._ptr:
+            raise KilnError("this prepare is finished already (or its Runtime is closed)")
+        ptr, self._ptr = self._ptr, None
+        self._rt._prepares.discard(self)
+        ks = (ctypes.c_void_p * max(self._n, 1))()
+        err = _lib.Error()
+        _lib.check(self._rt._lib.kiln_prepare_finish(ptr, ks, ctypes.byref(err)), err)
+        return [Kernel(self._rt, ctypes.c_void_p(ks[i])) for i in range(self._n)]
+
+    def __repr__(self):
+        return "<kiln.Prepare of %d specs%s>" % (self._n, "" if self._ptr else ", finished")
+
+
 class Runtime:
     """``kiln.Runtime(device=0, cache_dir=None, disk_cache=True)``: the CUDA driver, one device's primary
     context, kiln's caches and bundles. Without libkiln (a runtime-only install) kernels come from
@@ -251,6 +272,7 @@ class Runtime:
         # thread cannot free or regrow it in between (re-entrant: _workspace_ptr takes it again)
         self._lock = threading.RLock()
         self._bundle_data = []
+        self._prepares = set()  # background prepares not finished: kiln_rt_destroy finishes them
 
         def on_warning(_user, msg):
             text = _lib.text(msg)
@@ -285,6 +307,9 @@ class Runtime:
                     except KilnError:
                         pass
                     setattr(self, attr, None)
+            for p in list(self._prepares):
+                p._ptr = None  # kiln_rt_destroy finishes and frees it
+            self._prepares.clear()
             self._lib.kiln_rt_destroy(self._ptr)
             self._ptr = ctypes.c_void_p()
 
@@ -328,10 +353,12 @@ class Runtime:
                                                 ctypes.byref(err)), err)
         return Kernel(self, k)
 
-    def prepare(self, specs, threads=0):
-        """Gets every kernel of specs ready at model load (as kernel() does each), generating on up to
-        ``threads`` threads at once (0: one per CPU), outside the GIL. Returns the Kernels in order; a
-        bad spec raises naming the first one that failed (the others are ready all the same)."""
+    def prepare(self, specs, threads=0, wait=True):
+        """Gets every kernel of specs ready at model load (as kernel() does each), generating and compiling
+        on up to ``threads`` threads at once (0: one per CPU), outside the GIL. Returns the Kernels in
+        order; a bad spec raises naming the first one that failed (the others are ready all the same).
+        ``wait=False`` returns at once with a Prepare whose ``finish()`` returns (or raises) that later;
+        meanwhile kernel() and the launch helpers wait only for their own kernel."""
         from ._gen import _spec_text
         if isinstance(specs, (str, bytes)):
             raise KilnArgumentError("prepare takes a list of specs, got one string")
@@ -342,6 +369,13 @@ class Runtime:
         arr = (ctypes.c_char_p * max(n, 1))(*texts)
         ks = (ctypes.c_void_p * max(n, 1))()
         err = _lib.Error()
+        if not wait:
+            p = ctypes.c_void_p()
+            _lib.check(self._lib.kiln_rt_prepare_start(self._live(), arr, n, threads, ctypes.byref(p),
+                                                       ctypes.byref(err)), err)
+            handle = Prepare(self, p, n)
+            self._prepares.add(handle)
+            return handle
         _lib.check(self._lib.kiln_rt_prepare(self._live(), arr, n, threads, ks, ctypes.byref(err)), err)
         return [Kernel(self, ctypes.c_void_p(ks[i])) for i in range(n)]
 

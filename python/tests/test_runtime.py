@@ -261,3 +261,28 @@ def test_prepare_generates_a_model_set_on_threads(fake_cuda):
         rt.prepare("layernorm x=f16")
     with pytest.raises(kiln.KilnArgumentError, match="threads must be an int >= 0"):
         rt.prepare(specs, threads=-1)
+
+
+def test_prepare_in_the_background(fake_cuda, tmp_path, monkeypatch):
+    monkeypatch.delenv("KILN_CACHE")  # the fixture's memory-only default
+    rt = kiln.Runtime(cache_dir=tmp_path / "cache")
+    specs = ["layernorm x=f16 w=f32 hidden=512", "rmsnorm x=f16 w=f32 hidden=512"]
+    p = rt.prepare(specs, threads=2, wait=False)
+    assert isinstance(p, kiln.Prepare)
+    k = rt.kernel(specs[1])  # waits for its own kernel only
+    ks = p.finish()
+    assert [x.spec.split()[0] for x in ks] == ["layernorm", "rmsnorm"] and ks[1].meta["entry"] == k.meta["entry"]
+    s = rt.stats()
+    assert s["generated"] == 2 and s["cubin_writes"] == 2  # the driver's cubins kept in the disk cache
+    with pytest.raises(kiln.KilnError, match="finished already"):
+        p.finish()
+    bad = rt.prepare(["rmsnorm x=f16 hidden=64", "layernorm x=f64"], wait=False)
+    with pytest.raises(kiln.KilnError, match=r"spec 1 'layernorm x=f64'"):
+        bad.finish()
+    left = rt.prepare(["layernorm x=bf16 hidden=256"], wait=False)
+    rt.close()  # finishes it
+    with pytest.raises(kiln.KilnError, match="Runtime is closed"):
+        left.finish()
+    rt2 = kiln.Runtime(cache_dir=tmp_path / "cache")
+    rt2.prepare(specs)
+    assert rt2.stats()["cubin_hits"] == 2 and rt2.stats()["generated"] == 0

@@ -5,6 +5,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "fake_cuda.h"
 
@@ -17,7 +18,8 @@ typedef unsigned long long CUdeviceptr;
 enum {
     OK = 0, E_INVALID_VALUE = 1, E_OOM = 2, E_NOT_INITIALIZED = 3, E_NO_DEVICE = 100, E_INVALID_DEVICE = 101,
     E_INVALID_IMAGE = 200, E_INVALID_CONTEXT = 201, E_NO_BINARY = 209, E_INVALID_PTX = 218,
-    E_UNSUPPORTED_PTX = 222, E_INVALID_HANDLE = 400, E_NOT_FOUND = 500, E_LAUNCH_FAILED = 719
+    E_UNSUPPORTED_PTX = 222, E_INVALID_HANDLE = 400, E_NOT_FOUND = 500, E_LAUNCH_FAILED = 719,
+    E_NOT_SUPPORTED = 801
 };
 
 static const struct {
@@ -38,6 +40,7 @@ static const struct {
     {E_INVALID_HANDLE, "CUDA_ERROR_INVALID_HANDLE", "invalid resource handle"},
     {E_NOT_FOUND, "CUDA_ERROR_NOT_FOUND", "named symbol not found"},
     {E_LAUNCH_FAILED, "CUDA_ERROR_LAUNCH_FAILED", "unspecified launch failure"},
+    {E_NOT_SUPPORTED, "CUDA_ERROR_NOT_SUPPORTED", "operation not supported"},
 };
 
 /* Optin shared memory per block by SM (bytes). */
@@ -66,12 +69,12 @@ typedef struct falloc {
     size_t size;
 } falloc;
 
-enum { OP_INIT, OP_LOAD, OP_LAUNCH, OP_ALLOC, NOPS };
-static const char *op_names[NOPS] = {"init", "load", "launch", "alloc"};
+enum { OP_INIT, OP_LOAD, OP_LAUNCH, OP_ALLOC, OP_LINK, NOPS };
+static const char *op_names[NOPS] = {"init", "load", "launch", "alloc", "link"};
 
 static struct {
     pthread_mutex_t lock;
-    int initialized, sm, devices, ptx_max;
+    int initialized, sm, devices, ptx_max, compile_us, compiling;
     int fail_code[NOPS], fail_times[NOPS];
     fake_cuda_counts c;
     fmodule *modules;
@@ -87,7 +90,8 @@ static _Thread_local void *current_ctx;
 
 static int error_code(const char *name) {
     static const struct { const char *n; int code; } t[] = {
-        {"oom", E_OOM}, {"invalid_ptx", E_INVALID_PTX}, {"launch_failed", E_LAUNCH_FAILED}, {"no_device", E_NO_DEVICE}};
+        {"oom", E_OOM}, {"invalid_ptx", E_INVALID_PTX}, {"launch_failed", E_LAUNCH_FAILED}, {"no_device", E_NO_DEVICE},
+        {"not_supported", E_NOT_SUPPORTED}};
     for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
         if (!strcmp(t[i].n, name)) return t[i].code;
     return E_INVALID_VALUE;
@@ -119,10 +123,11 @@ EXPORT int fake_cuda_last_launch(fake_cuda_launch *out) {
 
 EXPORT void fake_cuda_reset(void) {
     pthread_mutex_lock(&S.lock);
-    int live_m = S.c.live_modules, live_a = S.c.live_allocs;
+    int live_m = S.c.live_modules, live_a = S.c.live_allocs, live_l = S.c.live_links;
     memset(&S.c, 0, sizeof S.c);
     S.c.live_modules = live_m;
     S.c.live_allocs = live_a;
+    S.c.live_links = live_l;
     memset(S.fail_times, 0, sizeof S.fail_times);
     S.have_launch = 0;
     S.nlog = 0;
@@ -173,6 +178,7 @@ EXPORT CUresult cuInit(unsigned flags) {
     S.sm = env_int("FAKE_CUDA_SM", 80);
     S.devices = env_int("FAKE_CUDA_DEVICES", 1);
     S.ptx_max = env_int("FAKE_CUDA_PTX_MAX", 88);
+    S.compile_us = env_int("FAKE_CUDA_COMPILE_US", 0);
     read_fail_env();
     S.c.inits++;
     int r = flags ? E_INVALID_VALUE : injected(OP_INIT);
@@ -332,8 +338,23 @@ static uint64_t rd(const uint8_t *p, int n) {
     return v;
 }
 
+/* A PTX compile's time (FAKE_CUDA_COMPILE_US), spent outside the lock, and how many run at once. */
+static void compile_time(void) {
+    pthread_mutex_lock(&S.lock);
+    int us = S.compile_us;
+    if (us > 0 && ++S.compiling > S.c.max_concurrent_compiles) S.c.max_concurrent_compiles = S.compiling;
+    pthread_mutex_unlock(&S.lock);
+    if (us <= 0) return;
+    struct timespec t = {us / 1000000, (long)(us % 1000000) * 1000};
+    nanosleep(&t, NULL);
+    pthread_mutex_lock(&S.lock);
+    S.compiling--;
+    pthread_mutex_unlock(&S.lock);
+}
+
 /* A cubin: ELF64 with the SM in e_flags; each ".text.<name>" section is an entry (its
- * parameter sizes are not recorded). */
+ * parameter sizes are not recorded), and a ".fake.ptx" section (the linker's output) holds the
+ * PTX it was compiled from, whose entries and parameter sizes it has. */
 static int parse_cubin(const uint8_t *img, fmodule *m, char *log, size_t cap) {
     uint32_t flags = (uint32_t)rd(img + 48, 4);
     int sm = (int)((flags >> 8) & 0xff);
@@ -351,12 +372,44 @@ static int parse_cubin(const uint8_t *img, fmodule *m, char *log, size_t cap) {
     uint64_t strsize = rd(strsh + 32, 8);
     for (uint64_t i = 0; i < shnum && m->nentries < 16; i++) {
         uint64_t off = rd(img + shoff + i * 64, 4);
+        if (off < strsize && !strcmp(strtab + off, ".fake.ptx")) {
+            const uint8_t *sh = img + shoff + i * 64;
+            char *ptx = strndup((const char *)img + rd(sh + 24, 8), (size_t)rd(sh + 32, 8));
+            int r = ptx ? parse_ptx(ptx, m, log, cap, 1000) : E_OOM;
+            free(ptx);
+            m->sm = sm;
+            if (r != OK) return r;
+            continue;
+        }
         if (off >= strsize || strncmp(strtab + off, ".text.", 6) != 0) continue;
         fentry *e = &m->entries[m->nentries++];
         snprintf(e->name, sizeof e->name, "%s", strtab + off + 6);
         e->nparams = -1;
     }
     return m->nentries ? OK : (jit_log(log, cap, "cubin has no kernels"), E_INVALID_IMAGE);
+}
+
+/* The linker's output for sm: ELF64, e_flags naming sm, sections "", ".shstrtab", ".fake.ptx" (malloc'd). */
+static uint8_t *build_cubin(int sm, const char *ptx, size_t len, size_t *size) {
+    static const char names[] = "\0.shstrtab\0.fake.ptx"; /* offsets 1 and 11 */
+    size_t nl = sizeof names, ptx_off = 64 + nl, shoff = (ptx_off + len + 7) & ~(size_t)7;
+    *size = shoff + 3 * 64;
+    uint8_t *b = calloc(1, *size);
+    if (!b) return NULL;
+    memcpy(b, "\177ELF", 4);
+    b[4] = 2, b[5] = 1, b[6] = 1, b[7] = 65;
+    unsigned flags = (unsigned)sm << 8;
+    memcpy(b + 48, &flags, 4);
+    memcpy(b + 40, &shoff, 8);
+    b[58] = 64, b[60] = 3, b[62] = 1; /* shentsize, shnum, shstrndx */
+    memcpy(b + 64, names, nl);
+    memcpy(b + ptx_off, ptx, len);
+    uint8_t *sh1 = b + shoff + 64, *sh2 = b + shoff + 128;
+    unsigned name1 = 1, name2 = 11;
+    size_t off1 = 64;
+    memcpy(sh1, &name1, 4), memcpy(sh1 + 24, &off1, 8), memcpy(sh1 + 32, &nl, 8);
+    memcpy(sh2, &name2, 4), memcpy(sh2 + 24, &ptx_off, 8), memcpy(sh2 + 32, &len, 8);
+    return b;
 }
 
 EXPORT CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned nopts, int *opts, void **vals) {
@@ -370,17 +423,21 @@ EXPORT CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned nopts
     }
     fmodule *m = calloc(1, sizeof *m);
     if (!m) return E_OOM;
+    int is_cubin = memcmp(image, "\177ELF", 4) == 0;
+    if (!is_cubin) compile_time();
     pthread_mutex_lock(&S.lock);
     int r = injected(OP_LOAD);
     if (r == E_INVALID_PTX) jit_log(elog, ecap, "ptxas application ptx input, line 1; error   : injected failure");
     const uint8_t *img = image;
-    if (r == OK) r = memcmp(img, "\177ELF", 4) == 0 ? parse_cubin(img, m, elog, ecap) : parse_ptx(image, m, elog, ecap, S.ptx_max);
+    if (r == OK) r = is_cubin ? parse_cubin(img, m, elog, ecap) : parse_ptx(image, m, elog, ecap, S.ptx_max);
     for (int i = 0; r == OK && i < m->nentries; i++) m->entries[i].mod = m;
     if (r == OK) {
         m->next = S.modules;
         S.modules = m;
         S.c.loads++;
         S.c.live_modules++;
+        if (is_cubin) S.c.cubin_loads++;
+        else S.c.ptx_compiles++;
     } else {
         S.c.load_failures++;
         free(m);
@@ -389,6 +446,85 @@ EXPORT CUresult cuModuleLoadDataEx(void **mod, const void *image, unsigned nopts
     pthread_mutex_unlock(&S.lock);
     *mod = m;
     return r;
+}
+
+/* ---- the linker: one PTX module in, the cubin for the device out ---- */
+
+typedef struct flink {
+    char *elog;
+    size_t ecap;
+    char *ptx;
+    size_t ptx_len;
+    uint8_t *cubin;
+    size_t cubin_len;
+} flink;
+
+EXPORT CUresult cuLinkCreate_v2(unsigned nopts, int *opts, void **vals, void **state) {
+    if (!current_ctx) return E_INVALID_CONTEXT;
+    if (!state || (nopts && (!opts || !vals))) return E_INVALID_VALUE;
+    flink *l = calloc(1, sizeof *l);
+    if (!l) return E_OOM;
+    for (unsigned i = 0; i < nopts; i++) {
+        if (opts[i] == 5) l->elog = vals[i];
+        if (opts[i] == 6) l->ecap = (size_t)(uintptr_t)vals[i];
+    }
+    pthread_mutex_lock(&S.lock);
+    int r = injected(OP_LINK);
+    if (r == OK) S.c.link_creates++, S.c.live_links++;
+    pthread_mutex_unlock(&S.lock);
+    if (r != OK) free(l), l = NULL;
+    *state = l;
+    return r;
+}
+
+EXPORT CUresult cuLinkAddData_v2(void *state, int type, void *data, size_t size, const char *name, unsigned nopts,
+                                 int *opts, void **vals) {
+    (void)name;
+    flink *l = state;
+    if (!l || !data || !size || (nopts && (!opts || !vals))) return E_INVALID_VALUE;
+    if (type != 1 || l->ptx) return E_INVALID_VALUE; /* CU_JIT_INPUT_PTX; kiln adds one module */
+    char *ptx = strndup(data, size);
+    fmodule *m = calloc(1, sizeof *m);
+    if (!ptx || !m) return free(ptx), free(m), E_OOM;
+    compile_time();
+    pthread_mutex_lock(&S.lock);
+    int r = parse_ptx(ptx, m, l->elog, l->ecap, S.ptx_max);
+    if (r == OK) S.c.link_adds++, S.c.ptx_compiles++;
+    pthread_mutex_unlock(&S.lock);
+    free(m);
+    if (r != OK) return free(ptx), r;
+    l->ptx = ptx;
+    l->ptx_len = strlen(ptx) + 1;
+    return OK;
+}
+
+EXPORT CUresult cuLinkComplete(void *state, void **cubin, size_t *size) {
+    flink *l = state;
+    if (!l || !cubin || !size || !l->ptx) return E_INVALID_VALUE;
+    pthread_mutex_lock(&S.lock);
+    int sm = S.sm;
+    pthread_mutex_unlock(&S.lock);
+    free(l->cubin);
+    if (!(l->cubin = build_cubin(sm, l->ptx, l->ptx_len, &l->cubin_len))) return E_OOM;
+    *cubin = l->cubin;
+    *size = l->cubin_len;
+    pthread_mutex_lock(&S.lock);
+    S.c.link_completes++;
+    pthread_mutex_unlock(&S.lock);
+    return OK;
+}
+
+EXPORT CUresult cuLinkDestroy(void *state) {
+    flink *l = state;
+    if (!l) return E_INVALID_HANDLE;
+    free(l->ptx);
+    free(l->cubin);
+    free(l);
+    pthread_mutex_lock(&S.lock);
+    S.c.link_destroys++;
+    S.c.live_links--;
+    pthread_mutex_unlock(&S.lock);
+    return OK;
 }
 
 EXPORT CUresult cuModuleUnload(void *mod) {

@@ -13,12 +13,22 @@
 /* Environment read at cuInit: FAKE_CUDA_SM (default 80), FAKE_CUDA_DEVICES (default 1),
  * FAKE_CUDA_PTX_MAX (PTX ISA version times 10 the "driver" accepts, default 88),
  * FAKE_CUDA_DRIVER_VERSION (what cuDriverGetVersion reports, default 13000),
- * FAKE_CUDA_FAIL="op=error[,op=error...]" with op one of init, load, launch, alloc and error
- * one of oom, invalid_ptx, launch_failed, no_device (every call of that op fails). */
+ * FAKE_CUDA_COMPILE_US (how long each PTX compile takes, outside the driver's lock; default 0),
+ * FAKE_CUDA_FAIL="op=error[,op=error...]" with op one of init, load, launch, alloc, link and error
+ * one of oom, invalid_ptx, launch_failed, no_device, not_supported (every call of that op fails).
+ *
+ * The linker (cuLinkCreate_v2, cuLinkAddData_v2, cuLinkComplete, cuLinkDestroy) checks PTX as a
+ * module load does and "compiles" it into a cubin for the device's SM: an ELF whose section
+ * ".fake.ptx" holds the PTX, so that a module loaded from it has the PTX's entries and parameter
+ * sizes. A PTX compile is counted (ptx_compiles) for each PTX module load and each cuLinkAddData;
+ * loading a cubin compiles nothing. */
 
 typedef struct fake_cuda_counters {
     int inits, loads, load_failures, unloads, get_functions, launches, launch_failures, set_attributes;
     int allocs, frees, live_modules, live_allocs, ctx_retains, ctx_releases;
+    int ptx_compiles, cubin_loads;                                        /* successful ones */
+    int link_creates, link_adds, link_completes, link_destroys, live_links; /* the linker */
+    int max_concurrent_compiles; /* most PTX compiles in flight at once (FAKE_CUDA_COMPILE_US > 0) */
 } fake_cuda_counts;
 
 typedef struct fake_cuda_launch {
@@ -31,8 +41,8 @@ typedef struct fake_cuda_launch {
     int cubin;
 } fake_cuda_launch;
 
-/* Fails the next `times` calls of op ("load", "launch", "alloc", "init") with error
- * ("oom", "invalid_ptx", "launch_failed", "no_device"); times < 0: every call. */
+/* Fails the next `times` calls of op ("load", "launch", "alloc", "init", "link") with error
+ * ("oom", "invalid_ptx", "launch_failed", "no_device", "not_supported"); times < 0: every call. */
 typedef void (*fake_cuda_fail_fn)(const char *op, const char *error, int times);
 typedef void (*fake_cuda_counters_fn)(fake_cuda_counts *out);
 typedef int (*fake_cuda_last_launch_fn)(fake_cuda_launch *out); /* 0 when there was none */
