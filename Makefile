@@ -295,14 +295,18 @@ $(KIT)/kiln-kit: $(O)/bench/kiln-kit
 $(KIT)/specs.txt: $(O)/bench/kiln-kit
 	@mkdir -p $(dir $@)
 	$< specs > $@.tmp && mv $@.tmp $@
+# The kit's SMs: the GPUs it is carried to today (sm_90) and the sm_75 paths it runs there, the other
+# sm_8x rows, and one data-center and one consumer Blackwell row (sm_103/110/121 share their code paths):
+# every SM with cubins would double the kit's build time for GPUs it does not meet.
+KIT_SMS   := 75,80,86,89,90,100,120
 $(O)/bench/kit.kbundle: $(KIT)/specs.txt $(KILN) $(TEMPLATES)
-	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --cubin -o $@
+	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --sm $(KIT_SMS) --cubin -o $@
 # the transformer set (bench/transformer_kernels.txt, its SM column dropped) as PTX for every SM: what
 # `kiln-gpucheck load` loads cold and warm through the runtime's disk cache of the driver's cubins
 $(O)/bench/transformer.kbundle: bench/transformer_kernels.txt $(KILN) $(TEMPLATES)
 	@mkdir -p $(dir $@)
 	sed -n 's/^[0-9][0-9]* //p' $< > $(O)/bench/transformer_specs.txt
-	$(KILN) bundle --spec-list $(O)/bench/transformer_specs.txt -o $@
+	$(KILN) bundle --spec-list $(O)/bench/transformer_specs.txt --sm $(KIT_SMS) -o $@
 $(KIT)/transformer.kbundle.gz: $(O)/bench/transformer.kbundle
 	@mkdir -p $(dir $@)
 	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
