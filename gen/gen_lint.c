@@ -486,6 +486,19 @@ static void explain_device(kiln_lint_report *rep) {
     }
 }
 
+/* A line ptxas refuses (a target, arch, ISA, .version, declaration, .sync or text error) stops the driver's
+ * JIT compiler as well: such a module neither loads on a driver of any CUDA release nor runs on any device,
+ * whatever its .version and .target say. */
+static void errors_block_loading(kiln_lint_report *rep) {
+    for (size_t i = 0; i < rep->count; i++) {
+        const kiln_lint_finding *f = &rep->findings[i];
+        if (f->warning || f->kind == KILN_LINT_DEVICE || f->kind == KILN_LINT_CUDA) continue;
+        rep->module.cuda_loads = 0;
+        rep->module.runs_on_device = 0;
+        return;
+    }
+}
+
 /* Second pass: every statement against the rules. */
 static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len) {
     gen_ptx_reader r;
@@ -588,6 +601,7 @@ kiln_status kiln_lint_cuda(const char *ptx, size_t len, int device_sm, int cuda,
     check_statements(rep, ptx, len);
     check_ascii(rep, ptx, len);
     explain_device(rep);
+    errors_block_loading(rep);
     if (rep->oom) {
         kiln_lint_free(rep);
         return kiln_fail(err, KILN_ENOMEM, "out of memory while collecting lint findings");
