@@ -70,8 +70,20 @@ static size_t operand_count(const gen_ptx_stmt *st) {
     return n;
 }
 
+/* Whether the statement ends with a predicate register and then an integer literal (tcgen05.mma's
+ * enable_input_d and scale_input_d immediate). */
+static bool ends_pred_imm(const gen_ptx_stmt *st) {
+    size_t n = st->ntok;
+    if (n > GEN_PTX_MAX_TOKENS || n < 5) return false;
+    const gen_ptx_token *t = st->tok;
+    bool comma1 = t[n - 2].len == 1 && t[n - 2].s[0] == ',', comma2 = t[n - 4].len == 1 && t[n - 4].s[0] == ',';
+    return comma1 && comma2 && t[n - 1].len && t[n - 1].s[0] >= '0' && t[n - 1].s[0] <= '9' && t[n - 3].len > 2 &&
+           !memcmp(t[n - 3].s, "%p", 2);
+}
+
 static bool has_operand(const gen_ptx_stmt *st, const char *pat) {
     if (pat[0] == '#') return operand_count(st) >= (size_t)atoi(pat + 1);
+    if (!strcmp(pat, "=%p,#")) return ends_pred_imm(st);
     size_t plen = strlen(pat), stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
     bool prefix = plen && pat[plen - 1] == '*';
     if (prefix) plen--;

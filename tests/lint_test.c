@@ -1003,6 +1003,17 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
         snprintf(name, sizeof name, "%s as %s %d.%d", label, target, ptx8[v] / 10, ptx8[v] % 10);
         add_job(js, name, relabel(ptx, NULL, ptx8[v]), target, 0);
     }
+    /* Blackwell code: every other Blackwell target, plain, arch- and family-specific (sm_101 is CUDA 12.9's
+     * name of sm_110: this ptxas does not know it), at the file's .version or the target's minimum */
+    static const char *const blackwell[] = {"sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f",
+                                            "sm_110", "sm_110a", "sm_110f", "sm_120", "sm_120a", "sm_120f",
+                                            "sm_121", "sm_121a", "sm_121f"};
+    for (size_t b = 0; sm >= 100 && b < sizeof blackwell / sizeof *blackwell; b++) {
+        int ver = target_ptx(blackwell[b]) > ptx_v ? target_ptx(blackwell[b]) : ptx_v;
+        if (!strcmp(blackwell[b], target) || (rel && ver > rel->ptx)) continue;
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, blackwell[b], ver / 10, ver % 10);
+        add_job(js, name, relabel(ptx, blackwell[b], ver), blackwell[b], 0);
+    }
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {
             int tsm = lower_sms[s],
