@@ -179,6 +179,9 @@ static const gen_lint_rule rules[] = {
     R("griddepcontrol", "*", 90, 78, "griddepcontrol", "griddepcontrol.wait;"),
     R("clusterlaunchcontrol", "*", 100, 86, "clusterlaunchcontrol",
       "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [sh], [sh+16];"),
+    RA("clusterlaunchcontrol", "*.multicast::cluster::all.*", T_AF100, 100, 86, "clusterlaunchcontrol .multicast",
+       "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 "
+       "[sh], [sh+16];"),
     R("fence", "sc|acq_rel|acquire|release.*", 70, 60, "fence.sc/.acq_rel", "fence.sc.gpu;"),
     R("fence", "proxy.*", 70, 75, "fence.proxy", "fence.proxy.alias;"),
     R("membar", "proxy.*", 70, 75, "membar.proxy", "membar.proxy.alias;"),
@@ -288,6 +291,9 @@ static const gen_lint_rule rules[] = {
     RA("tcgen05", "mma.*.kind::mxf4nvf4.*.scale_vec::2X|scale_vec::4X.*", T_A10X_11X, 100, 87,
        "tcgen05.mma .kind::mxf4nvf4 .scale_vec",
        "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X [%r1], %rd1, %rd2, %r2, [%r3], [%r4], %p1;"),
+    RA("tcgen05", "mma.sp.*.kind::mxf4|kind::mxf4nvf4.*", T_A10X_11X, 100, 86, "tcgen05.mma.sp .kind::mxf4/mxf4nvf4",
+       "tcgen05.mma.sp.cta_group::1.kind::mxf4.block_scale.scale_vec::2X [%r1], %rd1, %rd2, [%r5], %r2, [%r3], [%r4], "
+       "%p1;"),
     /* the scale_input_d immediate after enable_input_d (.kind::f16/.tf32): sm_100 and sm_103 only */
     {.op = "tcgen05", .mods = "mma.*.kind::f16|kind::tf32.*", .operand = "=%p,#", .sm = 100, .ptx = 86, .arch = true,
      .targets = T_10X, .feature = "tcgen05.mma scale_input_d",
