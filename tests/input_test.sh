@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/input_test.sh - every reader of a user's file stops: /dev/zero, a FIFO and a sparse file over the limit.
-# Readers: kiln lint (also standard input), kiln bundle-info, kiln bundle --spec-list (issue 30 item 4).
+# Readers: kiln lint (also standard input), kiln bundle-info, kiln bundle --spec-list, emit --template-dir
+# (issue 30 item 4).
 set -u
 : "${KILN:=bin/kiln}"
 dir=$(mktemp -d /tmp/kiln-input-XXXXXX)
@@ -37,6 +38,18 @@ for reader in "lint:PTX file" "bundle-info:bundle" "spec-list:spec list"; do
     expect "$cmd missing" 2 "cannot open $what '$dir/none': No such file or directory" -- "${args[@]}" "$dir/none" "${tail[@]}"
 done
 [ -e "$dir/out.kbundle" ] && { failed=$((failed + 1)); echo "FAIL a refused spec list still wrote a bundle"; }
+
+# a template directory (emit --template-dir): a template that is a FIFO, a device or too large
+mkdir -p "$dir/tpl"
+cp -r templates/. "$dir/tpl/"
+rm "$dir/tpl/layernorm.lua" && mkfifo "$dir/tpl/layernorm.lua"
+expect "template FIFO" 2 "template '$dir/tpl/layernorm.lua' is a FIFO" -- emit layernorm x=bf16 --sm 80 --template-dir "$dir/tpl"
+rm "$dir/tpl/layernorm.lua" && ln -s /dev/zero "$dir/tpl/layernorm.lua"
+expect "template -> /dev/zero" 2 "template '$dir/tpl/layernorm.lua' is a character device" -- emit layernorm x=bf16 --sm 80 --template-dir "$dir/tpl"
+rm "$dir/tpl/layernorm.lua" && truncate -s 257M "$dir/tpl/layernorm.lua"
+expect "template over the limit" 2 "template '$dir/tpl/layernorm.lua' $over" -- emit layernorm x=bf16 --sm 80 --template-dir "$dir/tpl"
+rm "$dir/tpl/layernorm.lua" && cp templates/layernorm.lua "$dir/tpl/" && rm "$dir/tpl/lib/norm.lua" && mkfifo "$dir/tpl/lib/norm.lua"
+expect "required template FIFO" 2 "template '$dir/tpl/lib/norm.lua' is a FIFO" -- emit layernorm x=bf16 --sm 80 --template-dir "$dir/tpl"
 
 # standard input: streamed, and stopped at the limit
 KILN_MAX_INPUT_MB=1 expect "lint - < endless pipe" 2 "standard input is larger than kiln's input limit of 1 MiB" -- lint - < <(cat /dev/zero)

@@ -197,12 +197,14 @@ def cmd_lint(argv):
     worst = OK
     results = []
     for path in a.files:
+        data = None
         try:
-            rep = _gen.lint(_lib.read_input(None, "PTX") if path == "-" else _PathArg(path), sm=a.sm)
+            data = _lib.read_input(None if path == "-" else path, "PTX file")  # its errors name the file
+            rep = _gen.lint(data, sm=a.sm)
         except KilnError as e:
-            msg = str(e)  # read errors already name the file
-            _err(msg if msg.startswith(path + ": ") else "%s: %s" % (path, msg))
-            results.append({"file": path, "error": str(e)})
+            msg = str(e) if data is None else "%s: %s" % (path, e)
+            _err(msg)
+            results.append({"file": path, "error": msg})
             worst = USAGE
             continue
         if a.json:
@@ -239,16 +241,6 @@ def cmd_lint(argv):
     if a.json:
         print(json.dumps({"files": results}, indent=4))
     return worst
-
-
-class _PathArg(os.PathLike):
-    """A path lint must read as a file, whatever its name looks like."""
-
-    def __init__(self, p):
-        self.p = p
-
-    def __fspath__(self):
-        return self.p
 
 
 def _report(name, got, ref, tol):
