@@ -494,6 +494,18 @@ static void test_issue14(void) {
     kiln_lint_free(c);
     CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 12345, &c, &err) == KILN_EINVAL && !c && strstr(err.msg, "valid:"),
           "unknown release: %s", err.msg);
+    /* a line ptxas refuses: CUDA 12.8 knows .version 8.6 and sm_90, yet neither its driver nor an sm_100 loads it */
+    const char *tc90 = HEAD("8.6", "sm_90") ENTRY "tcgen05.fence::before_thread_sync;\n}\n";
+    CHECK(kiln_lint_cuda(tc90, strlen(tc90), 100, 12080, &c, &err) == KILN_OK, "%s", err.msg);
+    CHECK(c && finding_at(c, 11, KILN_LINT_ARCH) && !kiln_lint_module_info(c)->cuda_loads &&
+              !kiln_lint_module_info(c)->runs_on_device,
+          "tcgen05 on sm_90 must neither load on CUDA 12.8 nor run on sm_100");
+    kiln_lint_free(c);
+    const char *clean90 = HEAD("8.6", "sm_90") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(clean90, strlen(clean90), 100, 12080, &c, &err) == KILN_OK && kiln_lint_count(c) == 0 &&
+              kiln_lint_module_info(c)->cuda_loads && kiln_lint_module_info(c)->runs_on_device,
+          "a clean sm_90 module loads on CUDA 12.8 and runs on sm_100");
+    kiln_lint_free(c);
     TEST_END();
 }
 
