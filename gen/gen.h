@@ -67,7 +67,8 @@ typedef struct gen_lint_rule {
     const char *mods;    /* pattern over the opcode's '.'-separated modifiers: elements "a|b", "*" = any
                             run; NULL = any */
     const char *operand; /* an operand token that must be present ("x*" = prefix), "#N" = at least N
-                            operands, NULL = none */
+                            operands, "=%p,#" = ends with a predicate register and an integer literal,
+                            NULL = none */
     int sm, ptx;         /* needs sm_<sm> (0: any) and PTX ISA ptx/10 (0: any) */
     bool arch;           /* needs an arch- or family-specific target: one of `targets` */
     const char *feature; /* its name in messages */

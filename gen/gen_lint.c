@@ -70,8 +70,20 @@ static size_t operand_count(const gen_ptx_stmt *st) {
     return n;
 }
 
+/* Whether the statement ends with a predicate register and then an integer literal (tcgen05.mma's
+ * enable_input_d and scale_input_d immediate). */
+static bool ends_pred_imm(const gen_ptx_stmt *st) {
+    size_t n = st->ntok;
+    if (n > GEN_PTX_MAX_TOKENS || n < 5) return false;
+    const gen_ptx_token *t = st->tok;
+    bool comma1 = t[n - 2].len == 1 && t[n - 2].s[0] == ',', comma2 = t[n - 4].len == 1 && t[n - 4].s[0] == ',';
+    return comma1 && comma2 && t[n - 1].len && t[n - 1].s[0] >= '0' && t[n - 1].s[0] <= '9' && t[n - 3].len > 2 &&
+           !memcmp(t[n - 3].s, "%p", 2);
+}
+
 static bool has_operand(const gen_ptx_stmt *st, const char *pat) {
     if (pat[0] == '#') return operand_count(st) >= (size_t)atoi(pat + 1);
+    if (!strcmp(pat, "=%p,#")) return ends_pred_imm(st);
     size_t plen = strlen(pat), stored = st->ntok < GEN_PTX_MAX_TOKENS ? st->ntok : GEN_PTX_MAX_TOKENS;
     bool prefix = plen && pat[plen - 1] == '*';
     if (prefix) plen--;
@@ -486,6 +498,19 @@ static void explain_device(kiln_lint_report *rep) {
     }
 }
 
+/* A line ptxas refuses (a target, arch, ISA, .version, declaration, .sync or text error) stops the driver's
+ * JIT compiler as well: such a module neither loads on a driver of any CUDA release nor runs on any device,
+ * whatever its .version and .target say. */
+static void errors_block_loading(kiln_lint_report *rep) {
+    for (size_t i = 0; i < rep->count; i++) {
+        const kiln_lint_finding *f = &rep->findings[i];
+        if (f->warning || f->kind == KILN_LINT_DEVICE || f->kind == KILN_LINT_CUDA) continue;
+        rep->module.cuda_loads = 0;
+        rep->module.runs_on_device = 0;
+        return;
+    }
+}
+
 /* Second pass: every statement against the rules. */
 static void check_statements(kiln_lint_report *rep, const char *ptx, size_t len) {
     gen_ptx_reader r;
@@ -588,6 +613,7 @@ kiln_status kiln_lint_cuda(const char *ptx, size_t len, int device_sm, int cuda,
     check_statements(rep, ptx, len);
     check_ascii(rep, ptx, len);
     explain_device(rep);
+    errors_block_loading(rep);
     if (rep->oom) {
         kiln_lint_free(rep);
         return kiln_fail(err, KILN_ENOMEM, "out of memory while collecting lint findings");

@@ -39,6 +39,8 @@
 #define T_A10X_11X "sm_100a|sm_101a|sm_103a|sm_110a"
 #define T_A100_103 "sm_100a|sm_103a"
 #define T_12X "sm_120a|sm_120f|sm_121a|sm_121f"
+#define T_A100_110 "sm_100a|sm_101a|sm_110a"
+#define T_LDRED "sm_103a|sm_103f|sm_101a|sm_101f|sm_110a|sm_110f"
 
 static const gen_lint_rule rules[] = {
     /* ---- Types, state spaces and cache modifiers, in any instruction ---- */
@@ -140,10 +142,16 @@ static const gen_lint_rule rules[] = {
       "cp.async.bulk.tensor.1d.shared::cta.global.mbarrier::complete_tx::bytes [sh], [%rd1, {%r1}], [sh+8];"),
     R("cp", "*.cp_mask.*", 100, 86, "cp.async.bulk .cp_mask",
       "cp.async.bulk.global.shared::cta.bulk_group.cp_mask [%rd1], [sh], 16, %rs1;"),
-    RA("cp", "*.tile::gather4|tile::scatter4|im2col::w|im2col::w::128.*", T_10X_11X, 100, 86,
-       "cp.async.bulk.tensor gather4/scatter4/im2col::w",
-       "cp.async.bulk.tensor.2d.shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [sh], "
-       "[%rd1, {%r0,%r1,%r2,%r3,%r4}], [sh+8];"),
+    {.op = "cp", .mods = "*.tile::gather4|tile::scatter4|im2col::w|im2col::w::128.*", .unless = "*.shared::cta.global.*",
+     .sm = 100, .ptx = 86, .arch = true, .targets = T_10X_11X, .feature = "cp.async.bulk.tensor gather4/scatter4/im2col::w",
+     .example = "cp.async.bulk.tensor.2d.shared::cluster.global.tile::gather4.mbarrier::complete_tx::bytes [sh], "
+                "[%rd1, {%r0,%r1,%r2,%r3,%r4}], [sh+8];"},
+    /* into .shared::cta, gather4 and im2col::w need no arch- or family-specific target (CUDA 13.0's ptxas takes
+     * them on sm_100 and sm_120 alike) */
+    R("cp", "async.bulk.tensor.*.shared::cta.global.*.tile::gather4|im2col::w|im2col::w::128.*", 100, 86,
+      "cp.async.bulk.tensor gather4/im2col::w to .shared::cta",
+      "cp.async.bulk.tensor.2d.shared::cta.global.tile::gather4.mbarrier::complete_tx::bytes [sh], "
+      "[%rd1, {%r0,%r1,%r2,%r3,%r4}], [sh+8];"),
     RA("cp", "*.cta_group::1|cta_group::2.*", T_10X_11X, 100, 86, "cp.async.bulk.tensor .cta_group",
        "cp.async.bulk.tensor.1d.shared::cluster.global.mbarrier::complete_tx::bytes.cta_group::1 [sh], "
        "[%rd1, {%r1}], [sh+8];"),
@@ -171,6 +179,9 @@ static const gen_lint_rule rules[] = {
     R("griddepcontrol", "*", 90, 78, "griddepcontrol", "griddepcontrol.wait;"),
     R("clusterlaunchcontrol", "*", 100, 86, "clusterlaunchcontrol",
       "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.b128 [sh], [sh+16];"),
+    RA("clusterlaunchcontrol", "*.multicast::cluster::all.*", T_AF100, 100, 86, "clusterlaunchcontrol .multicast",
+       "clusterlaunchcontrol.try_cancel.async.shared::cta.mbarrier::complete_tx::bytes.multicast::cluster::all.b128 "
+       "[sh], [sh+16];"),
     R("fence", "sc|acq_rel|acquire|release.*", 70, 60, "fence.sc/.acq_rel", "fence.sc.gpu;"),
     R("fence", "proxy.*", 70, 75, "fence.proxy", "fence.proxy.alias;"),
     R("membar", "proxy.*", 70, 75, "membar.proxy", "membar.proxy.alias;"),
@@ -265,6 +276,28 @@ static const gen_lint_rule rules[] = {
     RA("setmaxnreg", "*", T_AF90, 90, 80, "setmaxnreg", "setmaxnreg.inc.sync.aligned.u32 240;"),
     RA("tcgen05", "*", T_10X_11X, 100, 86, "tcgen05", "tcgen05.fence::before_thread_sync;"),
     RA("tcgen05", "shift.*", T_A10X_11X, 100, 86, "tcgen05.shift", "tcgen05.shift.cta_group::1.down [%r1];"),
+    RA("tcgen05", "ld.red.*", T_LDRED, 103, 88, "tcgen05.ld.red",
+       "tcgen05.ld.red.sync.aligned.32x32b.x2.min.f32 {%f1,%f2}, %f3, [%r2];"),
+    RA("tcgen05", "mma.*.kind::i8.*", T_A100_110, 100, 86, "tcgen05.mma .kind::i8",
+       "tcgen05.mma.cta_group::1.kind::i8 [%r1], %rd1, %rd2, %r2, %p1;"),
+    /* block scaling: with an explicit .scale_vec::NX arch-specific only, PTX ISA 8.6 (.kind::mxf4nvf4: 8.7);
+     * without it (the scale vector from .block16/.block32 or the kind's default) family-specific, 8.8 */
+    {.op = "tcgen05", .mods = "mma.*.block_scale.*", .unless = "*.scale_vec::1X|scale_vec::2X|scale_vec::4X.*",
+     .sm = 100, .ptx = 88, .arch = true, .targets = T_10X_11X, .feature = "tcgen05.mma .block_scale without .scale_vec",
+     .example = "tcgen05.mma.cta_group::1.kind::mxf8f6f4.block_scale.block32 [%r1], %rd1, %rd2, %r2, [%r3], [%r4], "
+                "%p1;"},
+    RA("tcgen05", "mma.*.scale_vec::1X|scale_vec::2X|scale_vec::4X.*", T_A10X_11X, 100, 86, "tcgen05.mma .scale_vec",
+       "tcgen05.mma.cta_group::1.kind::mxf4.block_scale.scale_vec::2X [%r1], %rd1, %rd2, %r2, [%r3], [%r4], %p1;"),
+    RA("tcgen05", "mma.*.kind::mxf4nvf4.*.scale_vec::2X|scale_vec::4X.*", T_A10X_11X, 100, 87,
+       "tcgen05.mma .kind::mxf4nvf4 .scale_vec",
+       "tcgen05.mma.cta_group::1.kind::mxf4nvf4.block_scale.scale_vec::4X [%r1], %rd1, %rd2, %r2, [%r3], [%r4], %p1;"),
+    RA("tcgen05", "mma.sp.*.kind::mxf4|kind::mxf4nvf4.*", T_A10X_11X, 100, 86, "tcgen05.mma.sp .kind::mxf4/mxf4nvf4",
+       "tcgen05.mma.sp.cta_group::1.kind::mxf4.block_scale.scale_vec::2X [%r1], %rd1, %rd2, [%r5], %r2, [%r3], [%r4], "
+       "%p1;"),
+    /* the scale_input_d immediate after enable_input_d (.kind::f16/.tf32): sm_100 and sm_103 only */
+    {.op = "tcgen05", .mods = "mma.*.kind::f16|kind::tf32.*", .operand = "=%p,#", .sm = 100, .ptx = 86, .arch = true,
+     .targets = T_10X, .feature = "tcgen05.mma scale_input_d",
+     .example = "tcgen05.mma.cta_group::1.kind::f16 [%r1], %rd1, %rd2, %r2, %p1, 1;"},
     /* ---- Special registers ---- */
     RO("*", "*", "%cluster*", 90, 78, "cluster special registers", "mov.u32 %r1, %cluster_ctarank;"),
     RO("*", "*", "%is_explicit_cluster", 90, 78, "%is_explicit_cluster", "mov.pred %p1, %is_explicit_cluster;"),

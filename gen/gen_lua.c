@@ -16,9 +16,11 @@ struct gen_lua {
 };
 
 /* Reads "templates/<rel>" from the dir or the embedded table; *owned is set when the
- * returned buffer must be freed. */
-static const char *read_template(gen_lua *gl, const char *rel, size_t *len, int *owned) {
+ * returned buffer must be freed. NULL when there is none, or (why filled) when the file there cannot be
+ * read as a template. */
+static const char *read_template(gen_lua *gl, const char *rel, size_t *len, int *owned, char *why, size_t whylen) {
     *owned = 0;
+    why[0] = '\0';
     if (!gl->dir) {
         char path[512];
         snprintf(path, sizeof path, "templates/%s", rel);
@@ -31,28 +33,17 @@ static const char *read_template(gen_lua *gl, const char *rel, size_t *len, int 
     }
     char path[4096];
     snprintf(path, sizeof path, "%s/%s", gl->dir, rel);
-    FILE *f = fopen(path, "rb");
-    if (!f) return NULL;
-    char *buf = NULL;
-    size_t cap = 0, n = 0, k;
-    do {
-        if (n + 4096 + 1 > cap) {
-            char *nb = realloc(buf, cap = (cap + 4096) * 2);
-            if (!nb) {
-                free(buf);
-                fclose(f);
-                return NULL;
-            }
-            buf = nb;
-        }
-        k = fread(buf + n, 1, 4096, f);
-        n += k;
-    } while (k > 0);
-    fclose(f);
-    buf[n] = 0;
-    *len = n;
+    void *data = NULL;
+    kiln_error e = {0};
+    /* bounded, and never a FIFO or a device: a template is read as every user-named file is */
+    kiln_status st = kiln_read_input(path, "template", &data, len, &e);
+    if (st == KILN_ENOTFOUND) return NULL;
+    if (st != KILN_OK) {
+        snprintf(why, whylen, "%s", e.msg);
+        return NULL;
+    }
     *owned = 1;
-    return buf;
+    return data;
 }
 
 /* Loads templates/<rel> as a chunk named @templates/<rel>: the embedded bytecode when the
@@ -74,7 +65,12 @@ static int load_template(lua_State *L, gen_lua *gl, const char *rel, const char 
     }
     size_t len;
     int owned;
-    const char *src = read_template(gl, rel, &len, &owned);
+    char why[sizeof ((kiln_error *)0)->msg];
+    const char *src = read_template(gl, rel, &len, &owned, why, sizeof why);
+    if (!src && why[0]) { /* there, but not readable as a template (too large, a FIFO, a device) */
+        lua_pushstring(L, why);
+        return LUA_ERRFILE;
+    }
     if (!src) return NOT_FOUND;
     int rc = luaL_loadbufferx(L, src, len, chunk, "t");
     if (owned) free((void *)src);
@@ -265,7 +261,9 @@ kiln_status gen_lua_template_source(gen_lua *gl, const char *family, const char 
     char rel[KILN_NAME_MAX + 8];
     snprintf(rel, sizeof rel, "%s.lua", family);
     int owned;
-    const char *s = read_template(gl, rel, len, &owned);
+    char why[sizeof err->msg];
+    const char *s = read_template(gl, rel, len, &owned, why, sizeof why);
+    if (!s && why[0]) return kiln_fail(err, KILN_EINVAL, "%s", why);
     if (!s) return unknown_family(gl, family, err);
     if (owned) {
         free(gl->file_buf);

@@ -152,35 +152,12 @@ kiln_status kiln_bundle_open_memory(const void *data, size_t size, kiln_bundle *
     return KILN_OK;
 }
 
-static kiln_status read_file(const char *path, void **data, size_t *size, kiln_error *err) {
-    FILE *f = fopen(path, "rb");
-    if (!f) return kiln_fail(err, errno == ENOENT ? KILN_ENOTFOUND : KILN_EIO, "cannot open bundle '%s': %s", path, strerror(errno));
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    for (size_t k; buf && (k = fread(buf + n, 1, cap - n, f)) > 0;) {
-        n += k;
-        if (n == cap) {
-            char *nb = realloc(buf, cap *= 2);
-            if (!nb) free(buf);
-            buf = nb;
-        }
-    }
-    int failed = ferror(f);
-    fclose(f);
-    if (!buf || failed) {
-        free(buf);
-        return kiln_fail(err, buf ? KILN_EIO : KILN_ENOMEM, "cannot read bundle '%s'", path);
-    }
-    *data = buf;
-    *size = n;
-    return KILN_OK;
-}
-
 kiln_status kiln_bundle_open_file(const char *path, kiln_bundle **out, kiln_error *err) {
     void *data = NULL;
     size_t size = 0;
     *out = NULL;
-    kiln_status st = read_file(path, &data, &size, err);
+    if (!path) return kiln_fail(err, KILN_EINVAL, "kiln_bundle_open_file: NULL path");
+    kiln_status st = kiln_read_input(path, "bundle", &data, &size, err);
     if (st != KILN_OK) return st;
     kiln_bundle *b = calloc(1, sizeof *b);
     if (!b || !(b->name = strdup(path))) {

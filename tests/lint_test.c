@@ -494,6 +494,18 @@ static void test_issue14(void) {
     kiln_lint_free(c);
     CHECK(kiln_lint_cuda(v70, strlen(v70), 0, 12345, &c, &err) == KILN_EINVAL && !c && strstr(err.msg, "valid:"),
           "unknown release: %s", err.msg);
+    /* a line ptxas refuses: CUDA 12.8 knows .version 8.6 and sm_90, yet neither its driver nor an sm_100 loads it */
+    const char *tc90 = HEAD("8.6", "sm_90") ENTRY "tcgen05.fence::before_thread_sync;\n}\n";
+    CHECK(kiln_lint_cuda(tc90, strlen(tc90), 100, 12080, &c, &err) == KILN_OK, "%s", err.msg);
+    CHECK(c && finding_at(c, 11, KILN_LINT_ARCH) && !kiln_lint_module_info(c)->cuda_loads &&
+              !kiln_lint_module_info(c)->runs_on_device,
+          "tcgen05 on sm_90 must neither load on CUDA 12.8 nor run on sm_100");
+    kiln_lint_free(c);
+    const char *clean90 = HEAD("8.6", "sm_90") ENTRY "ret;\n}\n";
+    CHECK(kiln_lint_cuda(clean90, strlen(clean90), 100, 12080, &c, &err) == KILN_OK && kiln_lint_count(c) == 0 &&
+              kiln_lint_module_info(c)->cuda_loads && kiln_lint_module_info(c)->runs_on_device,
+          "a clean sm_90 module loads on CUDA 12.8 and runs on sm_100");
+    kiln_lint_free(c);
     TEST_END();
 }
 
@@ -1002,6 +1014,17 @@ static void variant_jobs(jobs *js, const char *label, const char *ptx) {
         if (ptx8[v] >= ptx_v || ptx8[v] < target_ptx(target)) continue;
         snprintf(name, sizeof name, "%s as %s %d.%d", label, target, ptx8[v] / 10, ptx8[v] % 10);
         add_job(js, name, relabel(ptx, NULL, ptx8[v]), target, 0);
+    }
+    /* Blackwell code: every other Blackwell target, plain, arch- and family-specific (sm_101 is CUDA 12.9's
+     * name of sm_110: this ptxas does not know it), at the file's .version or the target's minimum */
+    static const char *const blackwell[] = {"sm_100", "sm_100a", "sm_100f", "sm_103", "sm_103a", "sm_103f",
+                                            "sm_110", "sm_110a", "sm_110f", "sm_120", "sm_120a", "sm_120f",
+                                            "sm_121", "sm_121a", "sm_121f"};
+    for (size_t b = 0; sm >= 100 && b < sizeof blackwell / sizeof *blackwell; b++) {
+        int ver = target_ptx(blackwell[b]) > ptx_v ? target_ptx(blackwell[b]) : ptx_v;
+        if (!strcmp(blackwell[b], target) || (rel && ver > rel->ptx)) continue;
+        snprintf(name, sizeof name, "%s as %s %d.%d", label, blackwell[b], ver / 10, ver % 10);
+        add_job(js, name, relabel(ptx, blackwell[b], ver), blackwell[b], 0);
     }
     for (size_t s = 0; s < sizeof lower_sms / sizeof *lower_sms; s++)
         for (size_t v = 0; v <= sizeof lower_versions / sizeof *lower_versions; v++) {

@@ -11,7 +11,7 @@ expect() {
     local name=$1 want=$2 pattern=$3
     shift 4
     local out rc
-    out=$("$KILN" "$@" 2>&1)
+    out=$(timeout 60 "$KILN" "$@" 2>&1) # a reader that never stops fails here instead of hanging the suite
     rc=$?
     if [ "$rc" -eq "$want" ] && grep -qE -- "$pattern" <<<"$out"; then
         passed=$((passed + 1))
@@ -51,14 +51,14 @@ expect "--help" 0 'usage: kiln lint FILE' -- lint --help
 
 # bad input and usage: exit 2, one clear line
 expect "no file" 2 'lint needs at least one PTX file' -- lint
-expect "missing file" 2 "kiln: error: $dir/nope.ptx: No such file or directory" -- lint "$dir/nope.ptx"
+expect "missing file" 2 "kiln: error: cannot open lint input '$dir/nope.ptx': No such file or directory" -- lint "$dir/nope.ptx"
 : >"$dir/empty.ptx"
 expect "empty file" 2 'empty.ptx: empty input' -- lint "$dir/empty.ptx"
 printf '\x7fELF\x02\x01\x01\x00\x00\x00' >"$dir/binary.ptx"
 expect "binary file" 2 'binary.ptx: binary data, not PTX text' -- lint "$dir/binary.ptx"
 printf '.version 7.0\n.address_size 64\n' >"$dir/notarget.ptx"
 expect "no .target" 2 'notarget.ptx: not a PTX module: no .target directive' -- lint "$dir/notarget.ptx"
-expect "directory" 2 "kiln: error: $dir: " -- lint "$dir"
+expect "directory" 2 "kiln: error: lint input '$dir' is a directory" -- lint "$dir"
 expect "bad --sm" 2 "--sm: unknown device SM '74'; valid: .*75, 80, 86" -- lint --sm 74 "$good"
 expect "--sm without value" 2 '--sm needs a value' -- lint "$good" --sm
 expect "unknown option" 2 "unknown option '--fast' for lint; valid: --sm N, --cuda X.Y, --json, --help" -- lint --fast "$good"
@@ -83,6 +83,23 @@ printf '\xef\xbb\xbf' | cat - "$good" >"$dir/bom.ptx"
 expect "UTF-8 BOM" 1 'bom.ptx:1: error: non-ASCII character \(byte 0xef, column 1\), a UTF-8 byte-order mark' -- lint "$dir/bom.ptx"
 printf '.version 7.0\r.target sm_75\r.address_size 64\r.visible .entry k()\r{\r.reg .b16 %%rs<2>;\r.reg .f32 %%f<2>;\rcvt.rn.bf16.f32 %%rs1, %%f1;\r}\r' >"$dir/cr.ptx"
 expect "lone CR line ends" 1 'cr.ptx:1: error: needs sm_80 for cvt.bf16.f32' -- lint "$dir/cr.ptx"
+
+# input without end or over the limit: one clear error, nothing read forever (issue 30 item 4)
+expect "/dev/zero" 2 "lint input '/dev/zero' is a character device, not a regular file" -- lint /dev/zero
+mkfifo "$dir/fifo.ptx"
+expect "a FIFO" 2 "lint input '$dir/fifo.ptx' is a FIFO \(named pipe\), not a regular file" -- lint "$dir/fifo.ptx"
+truncate -s 257M "$dir/sparse.ptx"
+expect "a sparse file over the limit" 2 "sparse.ptx' is larger \(269484032 bytes\) than kiln's input limit of 256 MiB; set KILN_MAX_INPUT_MB to raise it" -- lint "$dir/sparse.ptx"
+head -c 1500000 /dev/zero | tr '\0' '\n' | cat "$good" - >"$dir/long.ptx"
+KILN_MAX_INPUT_MB=1 expect "KILN_MAX_INPUT_MB lowers the limit" 2 "long.ptx' is larger \([0-9]+ bytes\) than kiln's input limit of 1 MiB" -- lint "$dir/long.ptx"
+KILN_MAX_INPUT_MB=2 expect "KILN_MAX_INPUT_MB raises it" 0 '^$' -- lint "$dir/long.ptx"
+KILN_MAX_INPUT_MB=1 expect "stdin streamed to the limit" 2 "standard input is larger than kiln's input limit of 1 MiB" -- lint - < <(cat /dev/zero)
+KILN_MAX_INPUT_MB=lots expect "bad KILN_MAX_INPUT_MB" 2 "KILN_MAX_INPUT_MB='lots' is not a size in mebibytes; valid: 1 to" -- lint "$good"
+
+# the summary lines agree with the errors: a module ptxas refuses neither loads nor runs anywhere
+printf '.version 8.6\n.target sm_90\n.address_size 64\n.visible .entry k()\n{\ntcgen05.fence::before_thread_sync;\nret;\n}\n' >"$dir/tc90.ptx"
+expect "--cuda summary after arch errors" 1 "tc90.ptx: does not load on a driver of CUDA 12.8: ptxas and the driver's JIT refuse the 1 error above" -- lint --cuda 12.8 "$dir/tc90.ptx"
+expect "--sm summary after arch errors" 1 "tc90.ptx: cannot run on sm_100: ptxas and the driver's JIT refuse the 1 error above" -- lint --sm 100 "$dir/tc90.ptx"
 
 # a megabyte line and CRLF line ends
 { printf '.version 7.0\r\n.target sm_75\r\n// '; head -c 2000000 /dev/zero | tr '\0' x; printf '\r\n.visible .entry k()\r\n{\r\n.reg .b16 %%rs<2>;\r\n.reg .f32 %%f<2>;\r\ncvt.rn.bf16.f32 %%rs1, %%f1;\r\n}\r\n'; } >"$dir/big.ptx"

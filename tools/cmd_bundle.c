@@ -165,18 +165,29 @@ static int add_matrix(plan *p, const char *family, const char *dtypes, const cha
     return CLI_OK;
 }
 
+/* One spec a line, '#' starts a comment; the file is read within kiln's input limit (not a FIFO or a device). */
 static int add_spec_file(plan *p, const char *path) {
-    FILE *f = fopen(path, "r");
-    if (!f) return cli_error("cannot open spec list '%s': %s", path, strerror(errno));
-    char line[KILN_SPEC_MAX];
-    int rc = CLI_OK;
-    while (rc == CLI_OK && fgets(line, sizeof line, f)) {
-        line[strcspn(line, "#\r\n")] = 0;
+    void *data = NULL;
+    size_t size = 0;
+    kiln_error err = {0};
+    if (kiln_read_input(path, "spec list", &data, &size, &err) != KILN_OK) return cli_error("%s", err.msg);
+    char *text = data;
+    int rc = CLI_OK, lineno = 0;
+    if (memchr(text, '\0', size)) rc = cli_error("spec list '%s' is binary data, not text (a NUL byte)", path);
+    for (char *line = text; rc == CLI_OK && line < text + size;) {
+        char *end = memchr(line, '\n', (size_t)(text + size - line));
+        if (end) *end = '\0';
+        lineno++;
+        line[strcspn(line, "#\r")] = 0;
         char *s = line;
         while (isspace((unsigned char)*s)) s++;
-        if (*s) rc = add_spec(p, s);
+        if (strlen(s) >= KILN_SPEC_MAX)
+            rc = cli_error("spec list '%s', line %d: a spec longer than %d characters", path, lineno, KILN_SPEC_MAX - 1);
+        else if (*s)
+            rc = add_spec(p, s);
+        line = end ? end + 1 : text + size;
     }
-    fclose(f);
+    free(data);
     return rc;
 }
 

@@ -33,37 +33,6 @@ static void lint_usage(FILE *to) {
                 "exit status: 0 clean, 1 findings, 2 usage error or unreadable input\n");
 }
 
-/* Reads a whole file (or stdin for "-") into a malloc'ed buffer. */
-static char *read_all(const char *path, size_t *len, char *why, size_t whylen) {
-    FILE *f = strcmp(path, "-") ? fopen(path, "rb") : stdin;
-    if (!f) {
-        snprintf(why, whylen, "%s", strerror(errno));
-        return NULL;
-    }
-    size_t cap = 1 << 16, n = 0;
-    char *buf = malloc(cap);
-    while (buf) {
-        if (n == cap) {
-            char *b = cap < ((size_t)1 << 40) ? realloc(buf, cap * 2) : NULL;
-            if (!b) break;
-            buf = b, cap *= 2;
-        }
-        size_t got = fread(buf + n, 1, cap - n, f);
-        n += got;
-        if (got == 0) break;
-    }
-    int failed = !buf || ferror(f);
-    int e = errno;
-    if (f != stdin) fclose(f);
-    if (failed) {
-        snprintf(why, whylen, "%s", buf ? strerror(e) : "out of memory");
-        free(buf);
-        return NULL;
-    }
-    *len = n;
-    return buf;
-}
-
 void json_string(const char *s) {
     putchar('"');
     for (const unsigned char *p = (const unsigned char *)s; *p; p++) {
@@ -120,43 +89,51 @@ static void print_json(const char *path, const kiln_lint_report *rep, const char
 
 static void print_text(const char *path, const kiln_lint_report *rep) {
     const kiln_lint_module *m = kiln_lint_module_info(rep);
-    size_t errors = 0, n = kiln_lint_count(rep);
+    size_t errors = 0, refused = 0, n = kiln_lint_count(rep);
     for (size_t i = 0; i < n; i++) {
         const kiln_lint_finding *f = kiln_lint_get(rep, i);
         errors += !f->warning;
+        refused += !f->warning && f->kind != KILN_LINT_DEVICE && f->kind != KILN_LINT_CUDA;
         printf("%s:%d: %s: %s\n    %s\n", path, f->line, f->warning ? "warning" : "error", f->message, f->instruction);
     }
+    /* why a module does not load or run, when its .target and .version alone would: lines ptxas refuses */
+    char because[96] = "";
+    if (refused)
+        snprintf(because, sizeof because, ": ptxas and the driver's JIT refuse the %zu error%s above", refused,
+                 refused == 1 ? "" : "s");
     if (m->dropped) printf("%s: %zu more findings not shown (lint keeps the first %zu)\n", path, m->dropped, n);
     if (n)
         printf("%s: %zu error%s, %zu warning%s (.target %s, .version %d.%d)\n", path, errors, errors == 1 ? "" : "s",
                n - errors, n - errors == 1 ? "" : "s", m->target, m->ptx / 10, m->ptx % 10);
     if (m->device_sm)
-        printf("%s: %s sm_%d (.target %s, .version %d.%d)\n", path, m->runs_on_device ? "runs on" : "cannot run on",
-               m->device_sm, m->target, m->ptx / 10, m->ptx % 10);
+        printf("%s: %s sm_%d%s (.target %s, .version %d.%d)\n", path, m->runs_on_device ? "runs on" : "cannot run on",
+               m->device_sm, m->runs_on_device ? "" : because, m->target, m->ptx / 10, m->ptx % 10);
     if (m->cuda)
-        printf("%s: %s CUDA %d.%d (.target %s, .version %d.%d)\n", path,
+        printf("%s: %s CUDA %d.%d%s (.target %s, .version %d.%d)\n", path,
                m->cuda_loads ? "loads on a driver of" : "does not load on a driver of", m->cuda / 1000,
-               m->cuda % 1000 / 10, m->target, m->ptx / 10, m->ptx % 10);
+               m->cuda % 1000 / 10, m->cuda_loads ? "" : because, m->target, m->ptx / 10, m->ptx % 10);
 }
 
 /* Lints one file; returns CLI_OK, CLI_FINDINGS or CLI_USAGE (unreadable or not PTX). */
 static int lint_file(const char *path, const lint_opts *o, int first) {
     char why[1100];
     size_t len = 0;
-    char *text = read_all(path, &len, why, sizeof why);
-    if (text && kiln_lint_is_binary(text, len)) { /* a cubin, fatbin or ELF file: cmd_lint_bin.c */
+    void *text = NULL;
+    kiln_lint_report *rep = NULL;
+    kiln_error err = {0};
+    /* bounded: a file over kiln's input limit, a FIFO or a device (/dev/zero) is an error, not read forever */
+    if (kiln_read_input(strcmp(path, "-") ? path : NULL, "lint input", &text, &len, &err) != KILN_OK) {
+        snprintf(why, sizeof why, "%s", err.msg);
+    } else if (kiln_lint_is_binary(text, len)) { /* a cubin, fatbin or ELF file: cmd_lint_bin.c */
         int rc = lint_binary(path, text, len, o->device_sm, o->cuda, o->json, first);
         free(text);
         return rc;
-    }
-    kiln_lint_report *rep = NULL;
-    kiln_error err = {0};
-    if (text && kiln_lint_cuda(text, len, o->device_sm, o->cuda, &rep, &err) != KILN_OK)
-        snprintf(why, sizeof why, "%s", err.msg);
+    } else if (kiln_lint_cuda(text, len, o->device_sm, o->cuda, &rep, &err) != KILN_OK)
+        snprintf(why, sizeof why, "%s: %s", path, err.msg);
     free(text);
     if (!rep) {
         if (o->json) print_json(path, NULL, why, first);
-        cli_error("%s: %s", path, why);
+        cli_error("%s", why);
         return CLI_USAGE;
     }
     if (o->json)

@@ -49,10 +49,12 @@ typedef struct kiln_lint_module {
     size_t instructions; /* instructions seen */
     size_t functions;    /* .entry and .func definitions (with a body) */
     int device_sm;       /* the device SM asked about, 0 for none */
-    int runs_on_device;  /* with a device SM: 1 when the driver can load the module there, else 0 */
+    int runs_on_device;  /* with a device SM: 1 when the driver can load the module there, else 0 (also 0 when
+                            a line has an error ptxas refuses: the driver's JIT refuses it too) */
     size_t dropped;      /* findings past the first 10000: counted, not kept */
     int cuda;            /* the CUDA release asked about (12040 for 12.4), 0 for none */
-    int cuda_loads;      /* with a release: 1 when its driver accepts the .version and .target, else 0 */
+    int cuda_loads;      /* with a release: 1 when its driver accepts the .version and .target and no line has
+                            an error ptxas refuses, else 0 */
 } kiln_lint_module;
 
 typedef struct kiln_lint_report kiln_lint_report; /* opaque */

@@ -309,6 +309,21 @@ kiln_status kiln_rt_upload(kiln_rt *rt, kiln_devptr dst, const void *src, size_t
 kiln_status kiln_rt_download(kiln_rt *rt, void *dst, kiln_devptr src, size_t bytes, kiln_error *err);
 kiln_status kiln_rt_synchronize(kiln_rt *rt, kiln_error *err);
 
+/* ---- reading users' files ---- */
+
+/* Every file kiln reads because a user named it (kiln lint, kiln bundle-info, --spec-list, bundles given to
+ * the runtime) is read within one size limit: KILN_INPUT_LIMIT_MB_DEFAULT mebibytes, or the environment's
+ * KILN_MAX_INPUT_MB (1 .. 1048576). */
+#define KILN_INPUT_LIMIT_MB_DEFAULT 256
+/* The limit in bytes; KILN_EINVAL naming the variable when KILN_MAX_INPUT_MB is not a valid size. */
+kiln_status kiln_input_limit(size_t *bytes, kiln_error *err);
+/* Reads the regular file at path (NULL: standard input, which may also be a pipe or a terminal) into a
+ * malloc'ed buffer the caller frees, with a NUL after its *size bytes. A file over the limit, and a FIFO,
+ * device, socket or directory named by path, is an error naming it (KILN_EINVAL, KILN_EIO for a directory,
+ * KILN_ENOTFOUND when missing) and nothing is read; standard input is streamed and refused at the limit.
+ * what names the kind of file in messages ("PTX file", "bundle"). */
+kiln_status kiln_read_input(const char *path, const char *what, void **data, size_t *size, kiln_error *err);
+
 /* ---- bundles ---- */
 
 /* Adds a bundle to the runtime (file, or memory that must outlive rt, e.g. from --emit-c).

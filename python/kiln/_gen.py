@@ -298,12 +298,7 @@ def lint(ptx_or_path, sm=None, cuda=None):
     elif isinstance(ptx_or_path, os.PathLike) or (isinstance(ptx_or_path, str) and "\n" not in ptx_or_path
                                                    and ".target" not in ptx_or_path):
         source = os.fspath(ptx_or_path)
-        try:
-            with open(source, "rb") as f:
-                data = f.read()
-        except OSError as e:
-            from .errors import KilnIOError
-            raise KilnIOError("%s: %s" % (source, e.strerror or e)) from None
+        data = _lib.read_input(source, "PTX file")  # bounded: over the limit, a FIFO or a device is an error
     elif isinstance(ptx_or_path, str):
         data = ptx_or_path.encode()
     else:

@@ -335,6 +335,7 @@ RT_FUNCS = {
     "kiln_bundle_open_file": (S, [ctypes.c_char_p, PP, ERR]),
     "kiln_bundle_open_memory": (S, [P, sz, PP, ERR]),
     "kiln_bundle_close": (None, [P]),
+    "kiln_read_input": (S, [ctypes.c_char_p, ctypes.c_char_p, PP, ctypes.POINTER(sz), ERR]),
     "kiln_bundle_count": (ctypes.c_int, [P]),
     "kiln_bundle_producer": (ctypes.c_char_p, [P]),
     "kiln_bundle_entry_at": (S, [P, ctypes.c_int, ctypes.POINTER(BundleEntry), ERR]),
@@ -543,6 +544,27 @@ def check(status, err):
     """Raises the KilnError subclass for a failed call."""
     if status != 0:
         raise errors.from_status(status, err.msg.decode("utf-8", "replace"))
+
+
+_libc_free = None
+
+
+def read_input(path, what):
+    """The bytes of a file a user named (None: standard input), read by libkiln_rt within kiln's input limit
+    (256 MiB, or KILN_MAX_INPUT_MB): a larger file, a FIFO or a device raises a KilnError naming it."""
+    global _libc_free
+    lib = rt()
+    data, size, err = ctypes.c_void_p(), ctypes.c_size_t(), Error()
+    p = None if path is None else os.fsencode(path)
+    st = lib.kiln_read_input(p, what.encode(), ctypes.byref(data), ctypes.byref(size), ctypes.byref(err))
+    check(4 if st == 2 else st, err)  # a missing file is a KilnIOError (an OSError), as open() would say
+    if _libc_free is None:
+        _libc_free = ctypes.CDLL(None).free
+        _libc_free.argtypes, _libc_free.restype = [ctypes.c_void_p], None
+    try:
+        return ctypes.string_at(data, size.value)
+    finally:
+        _libc_free(data)
 
 
 def text(b):

@@ -10,7 +10,7 @@ import os
 import re
 import sys
 
-from . import _gen
+from . import _gen, _lib
 from .errors import KilnEmulatorError, KilnError
 
 OK, FINDINGS, USAGE = 0, 1, 2
@@ -193,13 +193,15 @@ def cmd_bundle(argv):
     specs = list(a.spec)
     if a.spec_list:
         try:
-            with open(a.spec_list) as f:
-                for line in f:
-                    line = line.split("#", 1)[0].strip()
-                    if line:
-                        specs.append(line)
-        except OSError as e:
-            return _err("cannot open spec list '%s': %s" % (a.spec_list, e.strerror))
+            data = _lib.read_input(a.spec_list, "spec list")  # bounded, as the C tool reads it
+        except KilnError as e:
+            return _err(str(e))
+        if b"\0" in data:
+            return _err("spec list '%s' is binary data, not text (a NUL byte)" % a.spec_list)
+        for line in data.decode("utf-8", "replace").splitlines():
+            line = line.split("#", 1)[0].strip()
+            if line:
+                specs.append(line)
     fams = a.families or ([] if specs else list(MATRICES))
     for fam in fams:
         specs += _matrix_specs(fam, a.dtypes, a.hidden)
@@ -260,12 +262,14 @@ def cmd_lint(argv):
     worst = OK
     results = []
     for path in a.files:
+        data = None
         try:
-            rep = _gen.lint(sys.stdin.buffer.read() if path == "-" else _PathArg(path), sm=a.sm, cuda=a.cuda)
+            data = _lib.read_input(None if path == "-" else path, "lint input")  # its errors name the file
+            rep = _gen.lint(data, sm=a.sm, cuda=a.cuda)
         except KilnError as e:
-            msg = str(e)  # read errors already name the file
-            _err(msg if msg.startswith(path + ": ") else "%s: %s" % (path, msg))
-            results.append({"file": path, "error": str(e)})
+            msg = str(e) if data is None else "%s: %s" % (path, e)
+            _err(msg)
+            results.append({"file": path, "error": msg})
             worst = USAGE
             continue
         if isinstance(rep, _gen.BinaryLintReport):  # a cubin, fatbin or ELF file
@@ -293,8 +297,12 @@ def cmd_lint(argv):
                 print("%s: %d error%s, %d warning%s (.target %s, .version %s)" % (
                     path, ne, "" if ne == 1 else "s", nw, "" if nw == 1 else "s", rep.target, rep.ptx))
             if rep.device_sm:
-                print("%s: %s sm_%d (.target %s, .version %s)" % (
-                    path, "runs on" if rep.runs_on_device else "cannot run on", rep.device_sm, rep.target, rep.ptx))
+                refused = [f for f in rep.errors if f.kind not in ("device", "cuda")]
+                because = ": ptxas and the driver's JIT refuse the %d error%s above" % (
+                    len(refused), "" if len(refused) == 1 else "s") if refused and not rep.runs_on_device else ""
+                print("%s: %s sm_%d%s (.target %s, .version %s)" % (
+                    path, "runs on" if rep.runs_on_device else "cannot run on", rep.device_sm, because, rep.target,
+                    rep.ptx))
         if len(rep) and worst == OK:
             worst = FINDINGS
     if a.json:
@@ -326,16 +334,6 @@ def _lint_binary_result(path, rep, as_json):
         if getattr(rep, k) is not None:
             d[k] = getattr(rep, k)
     return d
-
-
-class _PathArg(os.PathLike):
-    """A path lint must read as a file, whatever its name looks like."""
-
-    def __init__(self, p):
-        self.p = p
-
-    def __fspath__(self):
-        return self.p
 
 
 def _report(name, got, ref, tol):

@@ -51,3 +51,30 @@ def test_bad_input(tmp_path):
     assert "sm_abc" in str(e.value) and "75" in str(e.value)
     with pytest.raises(kiln.KilnArgumentError):
         kiln.lint(42)
+
+
+def test_unbounded_input(tmp_path, monkeypatch):
+    """A path lint must not read forever or whole: a device, a FIFO, a file over kiln's input limit."""
+    import os
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.lint("/dev/zero")
+    assert "'/dev/zero' is a character device, not a regular file" in str(e.value)
+    fifo = tmp_path / "k.ptx"
+    os.mkfifo(fifo)
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.lint(fifo)
+    assert "is a FIFO (named pipe)" in str(e.value)
+    big = tmp_path / "big.ptx"
+    with open(big, "wb") as f:
+        f.truncate(257 << 20)  # sparse: nothing written, nothing read
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.lint(big)
+    assert "larger (269484032 bytes) than kiln's input limit of 256 MiB; set KILN_MAX_INPUT_MB" in str(e.value)
+    small = tmp_path / "small.ptx"
+    small.write_text(BAD + "\n" * (1 << 20))
+    monkeypatch.setenv("KILN_MAX_INPUT_MB", "1")
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.lint(small)
+    assert "input limit of 1 MiB" in str(e.value)
+    monkeypatch.setenv("KILN_MAX_INPUT_MB", "2")
+    assert [f.line for f in kiln.lint(small)] == [8]
