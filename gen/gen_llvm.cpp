@@ -135,32 +135,14 @@ class stamp_fn : public FunctionPass {
 };
 char stamp_fn::ID = 0;
 
-/* NVPTX's codegen IR passes that kiln leaves out, as it chose its own IR pipeline: each measured
- * on every ptxas matrix (docs/llvm22.md) to cost generation time and buy no SASS instruction or
- * register. Straight-line strength reduction grew in LLVM 21 (partial strength reduction over
- * GEP/add chains) from 0.3 to 7.6 ms of a 60 ms attention kernel; ptxas strength-reduces the same
- * address arithmetic itself. KILN_CODEGEN_PASSES=llvm keeps LLVM's full list (for comparisons). */
-static const char *const dropped_codegen_passes[] = {"Straight line strength reduction"};
-
-static bool keep_codegen_pass(Pass *p) {
-    static const char *env = getenv("KILN_CODEGEN_PASSES");
-    if (env && !strcmp(env, "llvm")) return true;
-    for (const char *name : dropped_codegen_passes)
-        if (p->getPassName() == name) return false;
-    return true;
-}
-
-/* A pass manager that puts a stamp in front of each function pass it is given and leaves out the
- * passes above. Module passes in NVPTX codegen run before the first function pass (their time
- * counts as "codegen IR") or are immutable. */
+/* A pass manager that puts a stamp in front of each function pass it is given. Module passes
+ * in NVPTX codegen run before the first function pass (their time counts as "codegen IR") or
+ * are immutable. NVPTX's codegen IR passes run as LLVM lists them: LLVM 22's straight-line strength
+ * reduction costs 13 ms of an attention kernel's 60 but saves registers (docs/llvm22.md). */
 class stamping_pm : public legacy::PassManager {
   public:
     explicit stamping_pm(stamps *s) : s(s) {}
     void add(Pass *p) override {
-        if (!keep_codegen_pass(p)) {
-            delete p;
-            return;
-        }
         if (p->getPassKind() == PT_Function) legacy::PassManager::add(new stamp_fn(s, p->getPassName()));
         legacy::PassManager::add(p);
     }
