@@ -204,6 +204,8 @@ void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v) {
     reference(d);
 }
 
+void kiln_norm_data_reference(kiln_norm_data *d) { reference(d); }
+
 kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
                                   kiln_ln_input input, double scale, uint64_t seed, kiln_error *err) {
     *out = NULL;

@@ -34,8 +34,10 @@ function K.config(spec, target)
   local cfg = norm.config(spec, target, spec.x, dts, norm.MAX_ELEMS_FWD)
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; where it gave more SASS instructions the variant keeps default<O3> (measured: a one-element
-  -- row, 232 vs 224 with f32 x; bf16 x with f16 weights at 16384, 776 vs 768)
-  local o3 = spec.hidden == 1 or (spec.hidden == 16384 and spec.x == "bf16" and spec.w == "f16")
+  -- row, 232 vs 224 with f32 x; bf16 x with f16 weights at 16384, 776 vs 768; f32 x with bf16
+  -- weights at 16384 on sm_75, 992 vs 984)
+  local o3 = spec.hidden == 1 or (spec.hidden == 16384 and ((spec.x == "bf16" and spec.w == "f16") or
+                                                           (spec.x == "f32" and spec.w == "bf16")))
   if not o3 then cfg.pipeline = "kiln" end
   -- the launch-time form's strided row loops: rotated, ptxas needs fewer registers
   if spec.hidden == "launch" then cfg.rotate_loops = true end

@@ -47,6 +47,9 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
 void kiln_norm_data_free(kiln_norm_data *d);
 /* Sets every element of row r of x to v (and residual to 0): exact-case tests. Recomputes the reference. */
 void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v);
+/* Recomputes the float64 references after a caller changed inputs in place (edge-case tests
+ * that write x or residual elements themselves, e.g. rows near f32's maximum). */
+void kiln_norm_data_reference(kiln_norm_data *d);
 
 /* Poisons the outputs, binds parameters by name and runs: a forward on its grid; a backward on
  * `blocks` blocks (0: one per row group), then `reduce` (the norm_reduce kernel its metadata
