@@ -4,6 +4,7 @@
 -- variance and eps inside the square root; mean and rstd are written as f32 (either
 -- pointer may be NULL). x, weight/bias and y each f32, f16 or bf16; math in f32.
 -- residual=true: h = x + residual is rounded to r, written to h and normalized (pre-norm block).
+-- offset=1: zero-centered weights, y = (x - mean) * rstd * (1 + weight) + bias, 1 + w formed in f32.
 --
 -- Fixed hidden: the row lives in registers, loaded as 16-byte vectors (narrower when
 -- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm.lua:
@@ -21,6 +22,8 @@ local K = {
       doc = "row length fixed at generation time, or 'launch'" },
     { name = "weight", type = "bool", default = true, doc = "multiply by weight" },
     { name = "bias", type = "bool", default = true, doc = "add bias" },
+    { name = "offset", type = "int", default = 0, values = { 0, 1 }, hide_default = true,
+      doc = "1: zero-centered weights, the norm multiplies by 1 + w (formed in f32; Gemma, Qwen3-Next)" },
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual add: h = x + residual is written and normalized" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of residual and h" },

@@ -396,6 +396,25 @@ int main(void) {
     for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++) variant(fwd[i], sms, nsms, full);
     for (size_t i = 0; i < sizeof bwd / sizeof *bwd; i++) variant(bwd[i], sms, nsms, full);
     for (size_t i = 0; full && i < sizeof full_extra / sizeof *full_extra; i++) variant(full_extra[i], sms, nsms, full);
+    /* offset=1 (zero-centered weights, issue 22 item 3): every family, w f32/f16/bf16 (weights near 0,
+     * outputs in f32 where a 16-bit y/dx would hide a 1 + w rounded to w's dtype), fixed and launch
+     * hidden, every backward form family, on every SM */
+    static const char *const offset_specs[] = {
+        "rmsnorm x=bf16 y=f32 hidden=768 offset=1",
+        "rmsnorm x=f16 y=f32 hidden=launch offset=1",
+        "rmsnorm x=f32 w=bf16 hidden=4096 residual=true r=bf16 offset=1",
+        "layernorm x=bf16 y=f32 hidden=1000 offset=1",
+        "layernorm x=f32 w=f16 hidden=launch offset=1",
+        "layernorm x=bf16 w=f32 y=bf16 hidden=33 residual=true r=f32 offset=1",
+        "rmsnorm_bwd x=bf16 dx=f32 hidden=768 offset=1",
+        "rmsnorm_bwd x=f16 w=f16 dx=f32 hidden=launch residual=true offset=1",
+        "layernorm_bwd x=bf16 dx=f32 hidden=33 offset=1",
+        "layernorm_bwd x=f32 w=bf16 hidden=launch offset=1",
+        "layernorm_bwd x=bf16 dx=f32 hidden=4096 offset=1",
+        "layernorm_bwd x=f16 w=f32 dx=f32 hidden=4096 form=fixed offset=1",
+        "rmsnorm_bwd x=bf16 dx=f32 hidden=16384 residual=true offset=1",
+    };
+    for (size_t i = 0; i < sizeof offset_specs / sizeof *offset_specs; i++) variant(offset_specs[i], all_sms, 5, full);
     if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
         static const char *const fam[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
         static const char *const fwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 y=bf16"};

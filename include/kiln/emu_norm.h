@@ -16,6 +16,7 @@ typedef struct kiln_norm_spec {
     kiln_dtype x, w, y, dy, dx, r; /* y: forward output; dy/dx: backward; r: residual stream */
     int hidden;                    /* 0: hidden=launch */
     int weight, bias, residual;
+    int offset;                    /* 1: zero-centered weights, the norm multiplies by 1 + w */
 } kiln_norm_spec;
 
 /* Parses "layernorm|rmsnorm|layernorm_bwd|rmsnorm_bwd key=value ..."; KILN_EINVAL names a bad key. */

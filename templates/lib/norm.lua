@@ -329,7 +329,7 @@ end
 -- keeps its bits).
 function M.weight_f32(b, spec, w)
   local v = b:to_f32(w)
-  if spec.offset == "1" then return v + 1.0 end
+  if spec.offset == 1 then return v + 1.0 end
   return v
 end
 
@@ -456,7 +456,7 @@ local function forward_looping(b, spec, cfg, p, rms)
   b:for_(t, n, T, function(i)
     local v = val(i)
     local nv = rms and v * rstd or b:fma(v, scale, negm) * r0
-    local wv = spec.weight and b:to_f32(b:load(p.weight + i)) or nil
+    local wv = spec.weight and M.weight_f32(b, spec, b:load(p.weight + i)) or nil
     local bv = (spec.bias and not rms) and b:to_f32(b:load(p.bias + i)) or nil
     b:store(p.y + base + i, b:from_f32(M.affine(b, nv, wv, bv), spec.y))
   end)
@@ -491,6 +491,9 @@ local function backward_fixed(b, spec, cfg, p, rms)
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
   local nel = cfg.iters * cfg.vec
   local wv = spec.weight and M.load_row(b, r, p.weight, spec.w) or nil
+  if wv and spec.offset == 1 then
+    for k = 1, #wv do wv[k] = wv[k] + 1.0 end -- 1 + w in f32 (zero-centered weights)
+  end
   local slabs = M.slabs(spec, rms)
   local acc_w, acc_b = {}, {}
   for k = 1, nel do
@@ -651,7 +654,7 @@ local function backward_reload(b, spec, cfg, p, rms)
       for i = 1, #xs do
         local k = j0 * vec + i
         xh[i] = M.masked(b, r, k, (rms and xs[i] or xs[i] - mean) * rstd)
-        g[i] = wv and dys[i] * wv[i] or dys[i]
+        g[i] = wv and dys[i] * (spec.offset == 1 and wv[i] + 1.0 or wv[i]) or dys[i]
       end
       return xh, g, dys
     end
@@ -714,7 +717,7 @@ local function backward_looping(b, spec, cfg, p, rms)
       local x = b:to_f32(b:load(p.x + off + i))
       local dy = b:to_f32(b:load(p.dy + off + i))
       local xh = (rms and x or x - mean) * rstd
-      local g = spec.weight and dy * b:to_f32(b:load(p.weight + i)) or dy
+      local g = spec.weight and dy * M.weight_f32(b, spec, b:load(p.weight + i)) or dy
       return xh, g, dy
     end
     local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
@@ -926,6 +929,9 @@ end
 function M.check(spec)
   if not spec.residual and spec.r ~= spec.x then
     return "r=" .. spec.r .. " needs residual=true (r is the dtype of the residual stream)"
+  end
+  if spec.offset == 1 and not spec.weight then
+    return "offset=1 needs weight=true (offset=1 multiplies by 1 + weight)"
   end
   return nil
 end
