@@ -13,7 +13,11 @@
  * grid: dweight/dbias must be bit-identical (no atomics). Exact cases (issue 16): rows of
  * |x| ~ 1e30 give finite statistics; a constant row of 0.1f with eps = 0 gives mean exactly
  * 0.1f, rstd = +inf and y = NaN; a constant 65536-long f32 row (hidden=launch) gives mean
- * exactly the constant and y exactly the bias. KILN_TEST_FULL=1 adds the sweep: every family x
+ * exactly the constant and y exactly the bias. Issue 22, on every SM: RMSNorm hidden=launch with one
+ * 1e30 row alone, first, second or last in its block (a divergent barrier before the fix), and
+ * LayerNorm/RMSNorm rows whose f32 sum or deviations overflow (1e36 at hidden 768, 6e37 at 7, 3e38
+ * beside -2e38) against float64; offset=1 (zero-centered weights, weights near 0, outputs in f32)
+ * in every family and row form. KILN_TEST_FULL=1 adds the sweep: every family x
  * five dtype sets x hidden {1, 7, 33, 100, 768, 1000, 4096, 16384, launch} x residual on/off,
  * on every SM (~360 variants). */
 #include <math.h>
