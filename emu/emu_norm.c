@@ -74,6 +74,10 @@ kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error
         } else if (!strcmp(tok, "weight")) st = parse_bool(tok, v, &s->weight, err);
         else if (!strcmp(tok, "bias") && !is_rms(s)) st = parse_bool(tok, v, &s->bias, err);
         else if (!strcmp(tok, "residual")) st = parse_bool(tok, v, &s->residual, err);
+        else if (!strcmp(tok, "offset")) {
+            if (strcmp(v, "0") && strcmp(v, "1")) return kiln_fail(err, KILN_EINVAL, "bad offset '%s'; valid: 0, 1", v);
+            s->offset = v[0] == '1';
+        }
         else if (!strcmp(tok, "form") && kiln_norm_is_backward(s)) {
             /* the backward's kernel form (templates/lib/norm.lua): geometry only, same semantics */
             static const char *const forms[] = {"auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32"};
@@ -115,6 +119,11 @@ static double rng_normal(rng *r, double mean, double sd) {
 }
 
 static double get(kiln_dtype t, const void *p, size_t i) { return p ? kiln_emu_value_get(t, p, i) : 0.0; }
+/* The weight the norm multiplies by at column i: w, 1 + w (offset=1; exact here, the kernel forms
+ * it in f32), or 1 without a weight. */
+static double wval(const kiln_norm_data *d, size_t i) {
+    return d->spec.weight ? get(d->spec.w, d->w, i) + d->spec.offset : 1.0;
+}
 static double round_to(kiln_dtype t, double v) {
     unsigned char tmp[4];
     kiln_emu_value_set(t, tmp, 0, v);
@@ -171,7 +180,7 @@ static void reference(kiln_norm_data *d) {
         if (!bwd) {
             d->ref_mean[r] = mean, d->ref_rstd[r] = rstd;
             for (size_t i = 0; i < n; i++) {
-                double w = s->weight ? get(s->w, d->w, i) : 1.0, b = s->bias ? get(s->w, d->b, i) : 0.0;
+                double w = wval(d, i), b = s->bias ? get(s->w, d->b, i) : 0.0;
                 double h = hval(d, base + i);
                 if (s->residual) d->ref_h[base + i] = h;
                 d->ref_y[base + i] = (h - mean) * rstd * w + b;
@@ -182,13 +191,13 @@ static void reference(kiln_norm_data *d) {
         d->mean[r] = (float)mean, d->rstd[r] = (float)rstd;
         double m = rms ? 0.0 : (double)d->mean[r], rs = d->rstd[r], sg = 0, sgx = 0;
         for (size_t i = 0; i < n; i++) {
-            double xh = (get(s->x, d->x, base + i) - m) * rs, g = get(s->dy, d->dy, base + i) * (s->weight ? get(s->w, d->w, i) : 1.0);
+            double xh = (get(s->x, d->x, base + i) - m) * rs, g = get(s->dy, d->dy, base + i) * wval(d, i);
             sg += g, sgx += g * xh;
         }
         double a = sgx / (double)n, c = rms ? 0.0 : sg / (double)n;
         for (size_t i = 0; i < n; i++) {
             double dy = get(s->dy, d->dy, base + i), xh = (get(s->x, d->x, base + i) - m) * rs;
-            double g = dy * (s->weight ? get(s->w, d->w, i) : 1.0);
+            double g = dy * wval(d, i);
             d->ref_dx[base + i] = rs * (g - c - xh * a) + (s->residual ? get(s->r, d->dres, base + i) : 0.0);
             d->ref_dw[i] += dy * xh;
             d->ref_db[i] += dy;
@@ -203,6 +212,8 @@ void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v) {
     }
     reference(d);
 }
+
+void kiln_norm_data_reference(kiln_norm_data *d) { reference(d); }
 
 kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
                                   kiln_ln_input input, double scale, uint64_t seed, kiln_error *err) {
@@ -253,8 +264,11 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
         fill_row(d, in, r, k, scale, &g);
     }
     for (size_t i = 0; i < hb; i++) {
-        /* every 16th weight is 0 (a gradient that must come out exactly 0 through dy w) */
-        if (d->w) kiln_emu_value_set(s->w, d->w, i, i % 16 == 5 ? 0.0 : rng_normal(&g, 1, 0.5));
+        /* every 16th weight multiplies by 0 (a gradient that must come out exactly 0 through dy w);
+         * offset=1: zero-centered weights (1 + w), most near 0, where rounding 1 + w to a 16-bit
+         * dtype would lose them */
+        if (d->w)
+            kiln_emu_value_set(s->w, d->w, i, i % 16 == 5 ? -(double)s->offset : s->offset ? rng_normal(&g, 0, 0.02) : rng_normal(&g, 1, 0.5));
         if (d->b) kiln_emu_value_set(s->w, d->b, i, rng_normal(&g, 0, 0.5));
     }
     for (size_t i = 0; bwd && i < n; i++) {
@@ -430,10 +444,10 @@ static void check_forward_row(const kiln_norm_data *d, int row, double D, checke
             emu_poisoned(KILN_F32, d->rstd, (size_t)row));
     if (!isfinite(rs) && isfinite(r_want)) rs = r_want;
     for (size_t i = 0; i < n; i++) {
-        double w = s->weight ? get(s->w, d->w, i) : 1.0, b = s->bias && !rms ? get(s->w, d->b, i) : 0.0;
+        double w = wval(d, i), b = s->bias && !rms ? get(s->w, d->b, i) : 0.0;
         double h = hval(d, base + i);
         double t = (h - m) * rs * w, want = t + b;
-        double tol = (4 * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40;
+        double tol = ((4 + s->offset) * fabs(t) + fabs(want)) * U32 * 1.001 + 1e-40; /* offset: 1 + w rounded to f32 */
         if (s->y != KILN_F32) tol += 0.5 * emu_ulp_of(s->y, fabs(want) + tol);
         if (isnan(d->ref_y[base + i])) want = NAN;
         compare(c, 0, row, (long)i, get(s->y, d->y, base + i), want, tol, d->ref_y[base + i],
@@ -458,15 +472,16 @@ static void check_backward(const kiln_norm_data *d, double D, unsigned parts, ch
         double m = rms ? 0.0 : (double)d->mean[row], rs = d->rstd[row], sg = 0, sgx = 0, a = 0, cc = 0;
         for (size_t i = 0; i < n; i++) {
             double xh = (get(s->x, d->x, base + i) - m) * rs;
-            double g = get(s->dy, d->dy, base + i) * (s->weight ? get(s->w, d->w, i) : 1.0);
+            double g = get(s->dy, d->dy, base + i) * wval(d, i);
             sg += fabs(g), sgx += fabs(g * xh), a += g * xh, cc += g;
         }
         a /= (double)n, cc = rms ? 0.0 : cc / (double)n;
         for (size_t i = 0; i < n; i++) {
             double dy = get(s->dy, d->dy, base + i), xh = (get(s->x, d->x, base + i) - m) * rs;
-            double g = dy * (s->weight ? get(s->w, d->w, i) : 1.0), want = d->ref_dx[base + i];
-            double tol = 2 * rs * (4 * U32 * (fabs(g) + fabs(xh * a) + fabs(cc)) + fabs(xh) * (D + 3) * U32 * sgx / (double)n +
-                                   (D + 1) * U32 * sg / (double)n) + 2 * U32 * fabs(want) + 1e-40;
+            double g = dy * wval(d, i), want = d->ref_dx[base + i];
+            double o = s->offset; /* 1 + w rounded to f32: u more on g and on both sums */
+            double tol = 2 * rs * ((4 + o) * U32 * (fabs(g) + fabs(xh * a) + fabs(cc)) + fabs(xh) * (D + 3 + o) * U32 * sgx / (double)n +
+                                   (D + 1 + o) * U32 * sg / (double)n) + 2 * U32 * fabs(want) + 1e-40;
             if (s->dx != KILN_F32) tol += 0.5 * emu_ulp_of(s->dx, fabs(want) + tol);
             compare(c, 0, row, (long)i, get(s->dx, d->dx, base + i), want, tol, want, emu_poisoned(s->dx, d->dx, base + i));
             sw[i] += fabs(dy * xh), sb[i] += fabs(dy);

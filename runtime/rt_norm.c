@@ -92,6 +92,16 @@ static void residual_text(int on, kiln_dtype r, kiln_dtype x, char *buf, size_t 
     else snprintf(buf, size, " residual=true r=%s", kiln_dtype_name(r));
 }
 
+/* The offset key as the canonical spec spells it (left out at 0). */
+static const char *offset_text(int offset) { return offset ? " offset=1" : ""; }
+
+/* offset must be 0 or 1, and 1 needs a weight (what 1 + w multiplies). */
+static kiln_status offset_check(const char *what, int offset, kiln_devptr weight, kiln_error *err) {
+    if (offset != 0 && offset != 1) return kiln_fail(err, KILN_EINVAL, "%s: offset must be 0 or 1 (1: the norm multiplies by 1 + weight), got %d", what, offset);
+    if (offset && !weight) return kiln_fail(err, KILN_EINVAL, "%s: offset = 1 multiplies by 1 + weight and needs a weight pointer", what);
+    return KILN_OK;
+}
+
 /* ---- forward ---- */
 
 static void fwd_spec(const kiln_norm_fwd_args *a, int hidden, char *buf, size_t size) {
@@ -99,12 +109,13 @@ static void fwd_spec(const kiln_norm_fwd_args *a, int hidden, char *buf, size_t 
     hidden_text(hidden, h, sizeof h);
     residual_text(a->residual != 0, a->r_dtype, a->x_dtype, res, sizeof res);
     if (a->kind == KILN_NORM_RMSNORM)
-        snprintf(buf, size, "rmsnorm x=%s w=%s y=%s hidden=%s weight=%s%s", kiln_dtype_name(a->x_dtype),
-                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->y_dtype), h, a->weight ? "true" : "false", res);
-    else
-        snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s%s", kiln_dtype_name(a->x_dtype),
+        snprintf(buf, size, "rmsnorm x=%s w=%s y=%s hidden=%s weight=%s%s%s", kiln_dtype_name(a->x_dtype),
                  kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->y_dtype), h, a->weight ? "true" : "false",
-                 a->bias ? "true" : "false", res);
+                 offset_text(a->offset), res);
+    else
+        snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s%s%s", kiln_dtype_name(a->x_dtype),
+                 kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->y_dtype), h, a->weight ? "true" : "false",
+                 a->bias ? "true" : "false", offset_text(a->offset), res);
 }
 
 static kiln_status fwd_check(const kiln_norm_fwd_args *a, kiln_error *err) {
@@ -115,7 +126,7 @@ static kiln_status fwd_check(const kiln_norm_fwd_args *a, kiln_error *err) {
         return kiln_fail(err, KILN_EINVAL, "norm forward: rows (%d) must be >= 0 and hidden (%d) > 0", a->rows, a->hidden);
     if (!a->x || !a->y) return kiln_fail(err, KILN_EINVAL, "norm forward: x and y must be device pointers, not 0");
     if (!a->residual != !a->h) return kiln_fail(err, KILN_EINVAL, "norm forward: residual and h go together (both 0, or both set)");
-    return KILN_OK;
+    return offset_check("norm forward", a->offset, a->weight, err);
 }
 
 static int fwd_table(const kiln_norm_fwd_args *a, named_ptr *t) {
@@ -162,13 +173,13 @@ static void bwd_spec(const kiln_norm_bwd_args *a, int hidden, char *buf, size_t 
     hidden_text(hidden, h, sizeof h);
     residual_text(a->dres != 0, a->r_dtype, a->x_dtype, res, sizeof res);
     if (a->kind == KILN_NORM_RMSNORM)
-        snprintf(buf, size, "rmsnorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s%s", kiln_dtype_name(a->x_dtype),
+        snprintf(buf, size, "rmsnorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s%s%s", kiln_dtype_name(a->x_dtype),
                  kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->dy_dtype), kiln_dtype_name(a->dx_dtype), h,
-                 a->weight ? "true" : "false", res);
+                 a->weight ? "true" : "false", offset_text(a->offset), res);
     else
-        snprintf(buf, size, "layernorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s bias=%s%s", kiln_dtype_name(a->x_dtype),
+        snprintf(buf, size, "layernorm_bwd x=%s w=%s dy=%s dx=%s hidden=%s weight=%s bias=%s%s%s", kiln_dtype_name(a->x_dtype),
                  kiln_dtype_name(a->w_dtype), kiln_dtype_name(a->dy_dtype), kiln_dtype_name(a->dx_dtype), h,
-                 a->weight ? "true" : "false", a->dbias ? "true" : "false", res);
+                 a->weight ? "true" : "false", a->dbias ? "true" : "false", offset_text(a->offset), res);
 }
 
 static kiln_status bwd_check(const kiln_norm_bwd_args *a, kiln_error *err) {
@@ -183,7 +194,7 @@ static kiln_status bwd_check(const kiln_norm_bwd_args *a, kiln_error *err) {
                          a->kind == KILN_NORM_LAYERNORM ? " and mean" : "");
     if (a->weight && !a->dweight) return kiln_fail(err, KILN_EINVAL, "norm backward: weight is set, so dweight is needed");
     if (a->kind == KILN_NORM_RMSNORM && a->dbias) return kiln_fail(err, KILN_EINVAL, "norm backward: RMSNorm has no dbias");
-    return KILN_OK;
+    return offset_check("norm backward", a->offset, a->weight, err);
 }
 
 static int bwd_table(const kiln_norm_bwd_args *a, named_ptr *t) {

@@ -4,6 +4,7 @@
 -- variance and eps inside the square root; mean and rstd are written as f32 (either
 -- pointer may be NULL). x, weight/bias and y each f32, f16 or bf16; math in f32.
 -- residual=true: h = x + residual is rounded to r, written to h and normalized (pre-norm block).
+-- offset=1: zero-centered weights, y = (x - mean) * rstd * (1 + weight) + bias, 1 + w formed in f32.
 --
 -- Fixed hidden: the row lives in registers, loaded as 16-byte vectors (narrower when
 -- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm.lua:
@@ -21,11 +22,18 @@ local K = {
       doc = "row length fixed at generation time, or 'launch'" },
     { name = "weight", type = "bool", default = true, doc = "multiply by weight" },
     { name = "bias", type = "bool", default = true, doc = "add bias" },
+    { name = "offset", type = "int", default = 0, values = { 0, 1 }, hide_default = true,
+      doc = "1: zero-centered weights, the norm multiplies by 1 + w (formed in f32; Gemma, Qwen3-Next)" },
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual add: h = x + residual is written and normalized" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of residual and h" },
   },
   check = norm.check,
+}
+
+-- hidden=16384 variants that keep default<O3> (K.config)
+local O3_AT_16384 = {
+  { x = "bf16", w = "f16" }, { x = "f32", w = "bf16" }, { x = "bf16", w = "bf16", offset = 1, residual = true },
 }
 
 function K.config(spec, target)
@@ -34,8 +42,13 @@ function K.config(spec, target)
   local cfg = norm.config(spec, target, spec.x, dts, norm.MAX_ELEMS_FWD)
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; where it gave more SASS instructions the variant keeps default<O3> (measured: a one-element
-  -- row, 232 vs 224 with f32 x; bf16 x with f16 weights at 16384, 776 vs 768)
-  local o3 = spec.hidden == 1 or (spec.hidden == 16384 and spec.x == "bf16" and spec.w == "f16")
+  -- row, 232 vs 224 with f32 x; at 16384: bf16 x with f16 weights, 776 vs 768; f32 x with bf16
+  -- weights on sm_75, 992 vs 984; bf16 x, offset=1, f32 residual on sm_75, 1120 vs 1112)
+  local o3 = spec.hidden == 1
+  for _, k in ipairs(O3_AT_16384) do
+    if spec.hidden == 16384 and spec.x == k.x and spec.w == k.w and (k.offset == nil or spec.offset == k.offset)
+       and (k.residual == nil or spec.residual == k.residual) then o3 = true end
+  end
   if not o3 then cfg.pipeline = "kiln" end
   -- the launch-time form's strided row loops: rotated, ptxas needs fewer registers
   if spec.hidden == "launch" then cfg.rotate_loops = true end

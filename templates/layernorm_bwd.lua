@@ -1,7 +1,7 @@
 -- templates/layernorm_bwd.lua - LayerNorm backward (torch semantics): dx, and dweight/dbias partial sums for norm_reduce.
 --
 -- Inputs dy, x (h when the forward had residual=true), mean and rstd as the forward saved them,
--- weight. xhat = (x - mean) rstd, g = dy w, dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ dres,
+-- weight. xhat = (x - mean) rstd, g = dy w (dy (1 + w) with offset=1), dx = rstd (g - mean(g) - xhat mean(g xhat)) (+ dres,
 -- the gradient reaching h through the residual stream, when residual=true). dweight = sum of
 -- dy xhat and dbias = sum of dy over rows are accumulated per thread while the blocks walk the
 -- rows grid-stride, then written as f32 partial rows to the workspace `ws` (slab 0 dweight,
@@ -20,6 +20,8 @@ local K = {
       doc = "row length fixed at generation time, or 'launch'" },
     { name = "weight", type = "bool", default = true, doc = "the forward multiplied by weight (dweight wanted)" },
     { name = "bias", type = "bool", default = true, doc = "the forward added bias (dbias wanted)" },
+    { name = "offset", type = "int", default = 0, values = { 0, 1 }, hide_default = true,
+      doc = "1: zero-centered weights, the norm multiplies by 1 + w (formed in f32; Gemma, Qwen3-Next)" },
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },

@@ -2,9 +2,10 @@
 --
 -- y = x * rstd * weight with rstd = 1 / sqrt(mean(x^2) + eps) written as f32 (NULL: not
 -- written). x, weight and y each f32, f16 or bf16; math in f32. residual=true: h = x +
--- residual is rounded to r, written to h and normalized. Geometry and row access as the
--- LayerNorm forward (lib/norm.lua); one reduction per row (sum of squares with max |x|; a
--- row whose sum of squares overflows f32 is summed again scaled by a power of two).
+-- residual is rounded to r, written to h and normalized. offset=1: y = x * rstd * (1 + weight),
+-- 1 + w formed in f32 (zero-centered weights). Geometry and row access as the LayerNorm forward
+-- (lib/norm.lua); one reduction per row (sum of squares with max |x|; a row whose sum of
+-- squares overflows f32 is summed again scaled by a power of two).
 local norm = require("lib.norm")
 
 local K = {
@@ -16,6 +17,8 @@ local K = {
     { name = "hidden", type = "size", default = "launch", max = 16384,
       doc = "row length fixed at generation time, or 'launch'" },
     { name = "weight", type = "bool", default = true, doc = "multiply by weight" },
+    { name = "offset", type = "int", default = 0, values = { 0, 1 }, hide_default = true,
+      doc = "1: zero-centered weights, the norm multiplies by 1 + w (formed in f32; Gemma, Qwen3-Next)" },
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual add: h = x + residual is written and normalized" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of residual and h" },

@@ -1,7 +1,7 @@
 -- templates/rmsnorm_bwd.lua - RMSNorm backward: dx, and dweight partial sums for norm_reduce.
 --
 -- Inputs dy, x (h when the forward had residual=true), rstd as the forward saved it, weight.
--- xhat = x rstd, g = dy w, dx = rstd (g - xhat mean(g xhat)) (+ dres with residual=true);
+-- xhat = x rstd, g = dy w (dy (1 + w) with offset=1), dx = rstd (g - xhat mean(g xhat)) (+ dres with residual=true);
 -- dweight = sum over rows of dy xhat, as f32 partial rows in the workspace `ws` (one slab;
 -- grid * rows_per_block rows of hidden floats), added in a fixed order by norm_reduce.
 local norm = require("lib.norm")
@@ -16,6 +16,8 @@ local K = {
     { name = "hidden", type = "size", default = "launch", max = 16384,
       doc = "row length fixed at generation time, or 'launch'" },
     { name = "weight", type = "bool", default = true, doc = "the forward multiplied by weight (dweight wanted)" },
+    { name = "offset", type = "int", default = 0, values = { 0, 1 }, hide_default = true,
+      doc = "1: zero-centered weights, the norm multiplies by 1 + w (formed in f32; Gemma, Qwen3-Next)" },
     { name = "residual", type = "bool", default = false, hide_default = true,
       doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },

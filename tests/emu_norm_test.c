@@ -13,7 +13,11 @@
  * grid: dweight/dbias must be bit-identical (no atomics). Exact cases (issue 16): rows of
  * |x| ~ 1e30 give finite statistics; a constant row of 0.1f with eps = 0 gives mean exactly
  * 0.1f, rstd = +inf and y = NaN; a constant 65536-long f32 row (hidden=launch) gives mean
- * exactly the constant and y exactly the bias. KILN_TEST_FULL=1 adds the sweep: every family x
+ * exactly the constant and y exactly the bias. Issue 22, on every SM: RMSNorm hidden=launch with one
+ * 1e30 row alone, first, second or last in its block (a divergent barrier before the fix), and
+ * LayerNorm/RMSNorm rows whose f32 sum or deviations overflow (1e36 at hidden 768, 6e37 at 7, 3e38
+ * beside -2e38) against float64; offset=1 (zero-centered weights, weights near 0, outputs in f32)
+ * in every family and row form. KILN_TEST_FULL=1 adds the sweep: every family x
  * five dtype sets x hidden {1, 7, 33, 100, 768, 1000, 4096, 16384, launch} x residual on/off,
  * on every SM (~360 variants). */
 #include <math.h>
@@ -210,6 +214,123 @@ static void constant_rows(const char *spec, int hidden, float eps) {
     TEST_END();
 }
 
+/* ---- rows at f32's edge (issue 22, items 1 and 2) ---- */
+
+/* Row r of the normalized stream (x; with a residual, the residual stream with x = 0) set to a
+ * row near f32's maximum. EDGE_BIG: s (1 + sin(1.7 i + r) / 2), one sign, so the f32 sum (and
+ * the sum of squares) overflows; EDGE_APART: 3e38 at element 0 and about -2e38 elsewhere, so
+ * x - mean overflows f32 (float64 gives finite statistics and y for both; the fixed-hidden
+ * LayerNorm forms promise finite statistics there but not y: docs/norms.md). */
+enum { EDGE_RANDOM, EDGE_BIG, EDGE_APART };
+
+static void edge_row(kiln_norm_data *d, int r, int kind, double s) {
+    kiln_dtype dt = d->res ? d->spec.r : d->spec.x;
+    void *dst = d->res ? d->res : d->x;
+    for (int i = 0; i < d->hidden; i++) {
+        size_t at = (size_t)r * (size_t)d->hidden + (size_t)i;
+        double v = kind == EDGE_BIG ? s * (1 + sin(1.7 * i + r) / 2) : i == 0 ? 3e38 : -2e38 * (1 + sin(1.3 * i) / 100);
+        if (d->res) kiln_emu_value_set(d->spec.x, d->x, at, 0.0);
+        kiln_emu_value_set(dt, dst, at, v);
+    }
+}
+
+/* spec on sm with rows of the given kinds (the rest random): no emulator fault (a divergent
+ * barrier when one row of a block takes an overflow branch), every output within the float64
+ * error model, mean and rstd finite wherever float64's are. */
+static void edge_rows(const char *spec, int sm, int hidden, int rows, const int *kinds, double s) {
+    char name[300], what[40] = "";
+    for (int r = 0; r < rows; r++)
+        snprintf(what + strlen(what), sizeof what - strlen(what), "%s%s", r ? "," : "",
+                 kinds[r] == EDGE_BIG ? "big" : kinds[r] == EDGE_APART ? "apart" : "random");
+    snprintf(name, sizeof name, "%s sm_%d hidden %d rows {%s} (scale %g): finite statistics, the float64 answer", spec, sm,
+             hidden, what, s);
+    TEST_BEGIN(name);
+    kiln_norm_data *d = exact_data(spec, 1e-5f, rows, hidden, 1.0);
+    if (d) {
+        for (int r = 0; r < rows; r++)
+            if (kinds[r] != EDGE_RANDOM) edge_row(d, r, kinds[r], s);
+        kiln_norm_data_reference(d);
+        if (run_check(spec, sm, d, 0, 0, NULL) == 0)
+            for (int r = 0; r < rows; r++) {
+                CHECK(isfinite(d->ref_rstd[r]) && d->rstd[r] > 0 && isfinite(d->rstd[r]), "rstd[%d] = %g (float64 %g)", r,
+                      (double)d->rstd[r], d->ref_rstd[r]);
+                if (d->mean)
+                    CHECK(isfinite(d->mean[r]), "mean[%d] = %g (float64 %g)", r, (double)d->mean[r], d->ref_mean[r]);
+            }
+    }
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
+/* EDGE_APART rows in a fixed-hidden LayerNorm: mean and rstd within the float64 error model. */
+static void apart_stats(const char *spec, int sm, int hidden) {
+    char name[300];
+    snprintf(name, sizeof name, "%s sm_%d: rows with x - mean beyond f32's maximum have finite, accurate statistics", spec, sm);
+    TEST_BEGIN(name);
+    kiln_norm_data *d = exact_data(spec, 1e-5f, 2, hidden, 1.0);
+    kiln_emu_kernel *k = d ? load(spec, sm) : NULL;
+    kiln_error err = {0};
+    if (k) {
+        edge_row(d, 0, EDGE_APART, 0);
+        kiln_norm_data_reference(d);
+        if (kiln_norm_run(k, NULL, d, 0, 0, &err) != KILN_OK) CHECK(0, "run: %s", err.msg);
+        else {
+            kiln_norm_report r;
+            kiln_norm_check(d, (int)kiln_emu_kernel_meta(k)->threads_per_row, 0, &r);
+            CHECK(!r.bad[1] && !r.bad[2], "mean: %s; rstd: %s", r.first[1], r.first[2]);
+            CHECK(isfinite(d->mean[0]) && isfinite(d->rstd[0]) && d->rstd[0] > 0, "mean %g rstd %g", (double)d->mean[0],
+                  (double)d->rstd[0]);
+        }
+        kiln_emu_kernel_free(k);
+    }
+    kiln_norm_data_free(d);
+    TEST_END();
+}
+
+/* The edge matrix on every SM: item 1 (RMSNorm, hidden=launch and its fixed sibling: one row of
+ * a block overflows, or the block's only row) and item 2 (LayerNorm and RMSNorm rows whose sum or
+ * deviations overflow f32), x f32/bf16 and f16 through an f32 residual stream. */
+static void edge_matrix(void) {
+    static const int sms[] = {75, 80, 86, 89, 90};
+    static const char *const rms[] = {
+        "rmsnorm x=f32 hidden=launch", "rmsnorm x=bf16 w=f32 y=bf16 hidden=launch",
+        "rmsnorm x=f32 hidden=launch residual=true", "rmsnorm x=bf16 hidden=launch residual=true",
+        "rmsnorm x=f16 w=bf16 y=f16 hidden=launch residual=true r=f32", "rmsnorm x=bf16 hidden=1000",
+    };
+    static const int one[] = {EDGE_BIG}, first[] = {EDGE_BIG, EDGE_RANDOM}, second[] = {EDGE_RANDOM, EDGE_BIG},
+                     last[] = {EDGE_RANDOM, EDGE_RANDOM, EDGE_BIG}, mixed[] = {EDGE_BIG, EDGE_APART, EDGE_RANDOM},
+                     big[] = {EDGE_BIG, EDGE_RANDOM, EDGE_BIG};
+    static const struct { const int *kinds; int rows; } layouts[] = {{one, 1}, {first, 2}, {second, 2}, {last, 3}};
+    for (int si = 0; si < 5; si++)
+        for (size_t i = 0; i < sizeof rms / sizeof *rms; i++)
+            for (size_t l = 0; l < sizeof layouts / sizeof *layouts; l++)
+                edge_rows(rms[i], sms[si], 1000, layouts[l].rows, layouts[l].kinds, 1e30);
+    static const struct { const char *spec; int hidden; double s; } stat[] = {
+        {"layernorm x=f32 hidden=768", 768, 1e36},
+        {"layernorm x=bf16 w=f32 y=bf16 hidden=768", 768, 1e36},
+        {"layernorm x=f32 hidden=7", 7, 6e37},
+        {"layernorm x=bf16 hidden=7 bias=false", 7, 6e37},
+        {"layernorm x=f32 hidden=launch", 768, 1e36},
+        {"layernorm x=bf16 w=f16 y=f32 hidden=launch", 7, 6e37},
+        {"layernorm x=f16 hidden=768 residual=true r=f32", 768, 1e36},
+        {"layernorm x=bf16 hidden=launch residual=true", 768, 1e36},
+        {"layernorm x=f16 w=f32 y=bf16 hidden=launch residual=true r=f32", 7, 6e37},
+        {"rmsnorm x=f32 hidden=768", 768, 1e36},
+        {"rmsnorm x=bf16 hidden=7", 7, 6e37},
+        {"rmsnorm x=f16 hidden=768 residual=true r=f32", 768, 1e36},
+        {"rmsnorm x=f32 hidden=launch", 768, 1e36},
+    };
+    for (int si = 0; si < 5; si++)
+        for (size_t i = 0; i < sizeof stat / sizeof *stat; i++) {
+            int fixed_ln = !strncmp(stat[i].spec, "layernorm ", 10) && !strstr(stat[i].spec, "hidden=launch");
+            edge_rows(stat[i].spec, sms[si], stat[i].hidden, 3, fixed_ln ? big : mixed, stat[i].s);
+        }
+    /* the fixed LayerNorm forms with EDGE_APART rows: finite statistics (y may overflow there) */
+    static const char *const apart[] = {"layernorm x=f32 hidden=768", "layernorm x=bf16 w=f32 y=bf16 hidden=7"};
+    for (int si = 0; si < 5; si++)
+        for (size_t i = 0; i < sizeof apart / sizeof *apart; i++) apart_stats(apart[i], sms[si], i ? 7 : 768);
+}
+
 /* Inputs the main sweep leaves out: NaN/Inf rows in a backward (they reach every dweight column
  * as NaN, which the check expects from float64) and a tiny eps. */
 static void adversarial(const char *spec, kiln_ln_input in, float eps) {
@@ -279,6 +400,25 @@ int main(void) {
     for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++) variant(fwd[i], sms, nsms, full);
     for (size_t i = 0; i < sizeof bwd / sizeof *bwd; i++) variant(bwd[i], sms, nsms, full);
     for (size_t i = 0; full && i < sizeof full_extra / sizeof *full_extra; i++) variant(full_extra[i], sms, nsms, full);
+    /* offset=1 (zero-centered weights, issue 22 item 3): every family, w f32/f16/bf16 (weights near 0,
+     * outputs in f32 where a 16-bit y/dx would hide a 1 + w rounded to w's dtype), fixed and launch
+     * hidden, every backward form family, on every SM */
+    static const char *const offset_specs[] = {
+        "rmsnorm x=bf16 y=f32 hidden=768 offset=1",
+        "rmsnorm x=f16 y=f32 hidden=launch offset=1",
+        "rmsnorm x=f32 w=bf16 hidden=4096 residual=true r=bf16 offset=1",
+        "layernorm x=bf16 y=f32 hidden=1000 offset=1",
+        "layernorm x=f32 w=f16 hidden=launch offset=1",
+        "layernorm x=bf16 w=f32 y=bf16 hidden=33 residual=true r=f32 offset=1",
+        "rmsnorm_bwd x=bf16 dx=f32 hidden=768 offset=1",
+        "rmsnorm_bwd x=f16 w=f16 dx=f32 hidden=launch residual=true offset=1",
+        "layernorm_bwd x=bf16 dx=f32 hidden=33 offset=1",
+        "layernorm_bwd x=f32 w=bf16 hidden=launch offset=1",
+        "layernorm_bwd x=bf16 dx=f32 hidden=4096 offset=1",
+        "layernorm_bwd x=f16 w=f32 dx=f32 hidden=4096 form=fixed offset=1",
+        "rmsnorm_bwd x=bf16 dx=f32 hidden=16384 residual=true offset=1",
+    };
+    for (size_t i = 0; i < sizeof offset_specs / sizeof *offset_specs; i++) variant(offset_specs[i], all_sms, 5, full);
     if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
         static const char *const fam[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
         static const char *const fwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 y=bf16"};
@@ -309,6 +449,7 @@ int main(void) {
     constant_rows("layernorm x=f32 hidden=launch", 300, 0.0f);
     constant_rows("layernorm x=f32 hidden=4096", 4096, 1e-5f);
     constant_rows("layernorm x=f32 hidden=launch", 65536, 1e-5f);
+    edge_matrix();
 
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

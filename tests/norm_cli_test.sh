@@ -13,4 +13,9 @@ expect "emit: backward metadata names its second kernel" 0 "kiln.meta then norm_
 expect "r without residual is refused" 2 "needs residual=true" -- emit rmsnorm x=f16 r=f32 --sm 80
 expect "rmsnorm has no bias key" 2 "unknown parameter 'bias'" -- emit rmsnorm x=f16 bias=true --sm 80
 expect "hidden above 16384 is refused" 2 "bad value '20000' for 'hidden'" -- emit layernorm_bwd hidden=20000 --sm 80
+expect "run layernorm offset=1 (zero-centered weights)" 0 "PASS" -- run layernorm x=bf16 y=f32 offset=1 hidden=launch --hidden 300 --sm 80 --rows 3
+expect "run rmsnorm_bwd offset=1" 0 "PASS" -- run rmsnorm_bwd x=bf16 dx=f32 offset=1 hidden=768 --sm 75 --rows 9
+expect "list shows offset" 0 "offset        int   default 0            1: zero-centered weights" -- list
+expect "offset=1 needs a weight" 2 "offset=1 needs weight=true" -- emit rmsnorm x=f16 weight=false offset=1 --sm 80
+expect "offset is 0 or 1" 2 "bad value '2' for 'offset'; valid: 0, 1" -- emit layernorm_bwd offset=2 --sm 80
 finish norm_cli

@@ -1,7 +1,8 @@
 /* tests/norm_ptxas_test.c - the ptxas matrix (tests/matrix.h) over the norm families: rmsnorm,
  * layernorm_bwd, rmsnorm_bwd (dtypes f32, f16, bf16 and bf16 with f32 weights; hidden 1, 768,
  * 4096, 16384 and launch; the residual form; the backwards' explicit forms at 4096 and 12288),
- * layernorm residual=true, and norm_reduce; for sm_75, 80 and 90 (KILN_TEST_FULL=1: every SM and
+ * layernorm residual=true, offset=1 (zero-centered weights: every norm family, bf16 and bf16 with f32
+ * weights, plain and residual), and norm_reduce; for sm_75, 80 and 90 (KILN_TEST_FULL=1: every SM and
  * more hidden sizes). Each variant generates, lints clean, has no bf16 instruction below sm_80 and
  * assembles with 0 bytes of spills. */
 #include "matrix.h"
@@ -37,6 +38,15 @@ int main(void) {
             snprintf(vs[n].spec, sizeof vs[n].spec, "layernorm_bwd x=bf16 hidden=%s form=%s", forms[f][0], forms[f][1]);
             vs[n++].sm = sms[s];
         }
+        /* offset=1: the weight becomes 1 + w in f32 in every form (fixed, reload, looping) */
+        static const char *const off_h[] = {"1", "768", "4096", "16384", "launch"};
+        for (int f = 0; f < 4; f++)
+            for (int d = 2; d < 4; d++)
+                for (int h = 0; h < 5; h++) {
+                    snprintf(vs[n].spec, sizeof vs[n].spec, "%s %s hidden=%s offset=1%s", families[f], dts[d], off_h[h],
+                             h == 3 && d == 2 ? " residual=true r=f32" : "");
+                    vs[n++].sm = sms[s];
+                }
         static const char *const wd[] = {"f32", "f16", "bf16"};
         for (int w = 0; w < 3; w++) {
             snprintf(vs[n].spec, sizeof vs[n].spec, "norm_reduce w=%s", wd[w]);

@@ -43,6 +43,18 @@ static void test_forward(void) {
                       "layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true residual=true r=f32"),
           "%s", k ? kiln_kernel_get_meta(k)->spec : e.msg);
     CHECK(fake.last_launch(&l) && l.nparams == 11 && l.param[9] == a.h && l.param[10] == a.residual, "h and residual last");
+    /* offset = 1 (zero-centered weights): the spec says it, in the canonical place; other values refused */
+    a.offset = 1;
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_OK, "%s", e.msg);
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK &&
+              !strcmp(kiln_kernel_get_meta(k)->spec,
+                      "layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true offset=1 residual=true r=f32"),
+          "%s", k ? kiln_kernel_get_meta(k)->spec : e.msg);
+    a.offset = 2;
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "offset must be 0 or 1"), "%s", e.msg);
+    a.offset = 1, a.weight = 0;
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "needs a weight"), "%s", e.msg);
+    a.offset = 0, a.weight = 0x400000;
     /* misaligned h: the launch-time form */
     a.h += 4;
     CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
@@ -111,7 +123,14 @@ static void test_backward(void) {
     a.dres = 0x900000, a.r_dtype = KILN_F32;
     CHECK(kiln_norm_backward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "residual=true r=f32"),
           "%s", e.msg);
-    a.weight = 0x800000;
+    a.offset = 1;
+    CHECK(kiln_norm_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "needs a weight"), "%s", e.msg);
+    a.weight = 0x800000, a.dweight = 0x200000;
+    CHECK(kiln_norm_backward_pick(rt, &a, &k, &e) == KILN_OK &&
+              !strcmp(kiln_kernel_get_meta(k)->spec,
+                      "rmsnorm_bwd x=bf16 w=f32 dy=bf16 dx=bf16 hidden=4096 weight=true offset=1 residual=true r=f32"),
+          "%s", k ? kiln_kernel_get_meta(k)->spec : e.msg);
+    a.offset = 0, a.dweight = 0;
     CHECK(kiln_norm_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "dweight"), "%s", e.msg);
     a.kind = KILN_NORM_LAYERNORM;
     CHECK(kiln_norm_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "mean"), "%s", e.msg);

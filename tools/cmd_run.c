@@ -93,7 +93,7 @@ static int print_report(const kiln_ln_data *d, const kiln_ln_report *r) {
 static kiln_gen *run_gen;
 static kiln_emu *run_emu;
 
-/* rmsnorm, layernorm_bwd, rmsnorm_bwd and the residual forms (emu/emu_norm.c's reference and
+/* rmsnorm, layernorm_bwd, rmsnorm_bwd, the residual and offset=1 forms (emu/emu_norm.c's reference and
  * error model); a backward also runs its norm_reduce kernel on the workspace. */
 static int run_norm(kiln_emu_kernel *k, const run_opts *o) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
@@ -141,7 +141,8 @@ static int run_norm(kiln_emu_kernel *k, const run_opts *o) {
 
 static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    if (strstr(m->spec, " residual=")) return run_norm(k, o);
+    /* the residual and zero-centered (offset=1) forms: emu_norm.c's reference */
+    if (strstr(m->spec, " residual=") || strstr(m->spec, " offset=")) return run_norm(k, o);
     kiln_error err = {0};
     kiln_layernorm_spec spec;
     if (kiln_ln_spec_parse(m->spec, &spec, &err) != KILN_OK) return report_error(&err);

@@ -619,6 +619,17 @@ static int cmd_bench(const char *bundle_path, const char *csv_path, int quick) {
             double gbs = bytes / (ms * 1e-3) / 1e9;
             printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
             csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            /* offset=1 (zero-centered weights) on the same data and traffic: one f32 add per element more */
+            for (size_t oi = 0; oi < sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden; oi++) {
+                if (kit_offset_sweep_hidden[oi] != hidden) continue;
+                norm_ctx oc = nc;
+                oc.f.offset = oc.b.offset = 1;
+                ms = time_median(&t, norm_launch, &oc, reps, &used);
+                if (ms < 0) continue;
+                gbs = bytes / (ms * 1e-3) / 1e9;
+                printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16 offset=1", hidden, rows, ms, gbs, 100 * gbs / copy_gbs);
+                csv_row(fam_csv[fam], "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            }
             if (!fam) continue;
             for (size_t fi = 0; fi < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows; fi++) {
                 const kit_form_row *fr = &kit_norm_bwd_form_rows[fi];

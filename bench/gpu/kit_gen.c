@@ -117,6 +117,11 @@ static int cmd_specs(void) {
     static const int all_sms[] = {75, 80, 86, 89, 90};
     size_t nrows = sizeof kit_norm_rows / sizeof kit_norm_rows[0], nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
     size_t nforms = sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows;
+    size_t noff = sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden;
+    for (size_t k = 0; k < 3 * noff; k++) {
+        static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
+        ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d offset=1", fams[k / noff], kit_offset_sweep_hidden[k % noff]));
+    }
     for (size_t i = 0; i < nrows + 3 * nsweep + nforms; i++) {
         if (i < nrows) {
             ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
@@ -515,8 +520,8 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     if (st == KILN_OK) {
         char fam[KIT_NAME];
         snprintf(fam, sizeof fam, "%.*s", (int)strcspn(m->spec, " "), m->spec);
-        snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
-                 s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "");
+        snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
+                 s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "", s.offset ? "-offset1" : "");
         snprintf(c->family, sizeof c->family, "%s", fam);
         snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;

@@ -115,6 +115,9 @@ static kiln_norm_kind norm_kind(const kit_case *c) {
     return !strncmp(c->family, "rmsnorm", 7) ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM;
 }
 
+/* offset=1 (zero-centered weights) as the case's canonical spec says */
+static int norm_offset(const kit_case *c) { return strstr(c->spec, " offset=1") != NULL; }
+
 static kiln_status norm_fwd_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
                                    kiln_error *err) {
     kiln_dtype x = dtype_of(c, "x", KILN_F32);
@@ -124,7 +127,7 @@ static kiln_status norm_fwd_launch(kiln_rt *rt, const kit_case *c, const kit_dev
         .residual = ptr_of(c, d, "residual"), .h = ptr_of(c, d, "h"), .rows = (int)scalar_of(c, "rows", 0),
         .hidden = (int)scalar_of(c, "hidden", 0), .x_dtype = x, .w_dtype = dtype_of(c, "weight", x),
         .y_dtype = dtype_of(c, "y", x), .r_dtype = dtype_of(c, "h", x), .eps = (float)scalar_of(c, "eps", 1e-5),
-        .stream = d->stream};
+        .stream = d->stream, .offset = norm_offset(c)};
     kiln_status st = kiln_norm_forward(rt, &a, err);
     return st == KILN_OK && k ? kiln_norm_forward_pick(rt, &a, k, err) : st;
 }
@@ -138,7 +141,8 @@ static kiln_status norm_bwd_launch(kiln_rt *rt, const kit_case *c, const kit_dev
         .rstd = ptr_of(c, d, "rstd"), .weight = ptr_of(c, d, "weight"), .dres = ptr_of(c, d, "dres"),
         .rows = (int)scalar_of(c, "rows", 0), .hidden = (int)scalar_of(c, "hidden", 0), .x_dtype = x,
         .w_dtype = dtype_of(c, "weight", dtype_of(c, "dweight", x)), .dy_dtype = dtype_of(c, "dy", x),
-        .dx_dtype = dtype_of(c, "dx", x), .r_dtype = dtype_of(c, "dres", x), .stream = d->stream};
+        .dx_dtype = dtype_of(c, "dx", x), .r_dtype = dtype_of(c, "dres", x), .stream = d->stream,
+        .offset = norm_offset(c)};
     size_t bytes = 0;
     kiln_status st = kiln_norm_backward_workspace(rt, &a, &bytes, NULL, err);
     if (st == KILN_OK && bytes) st = kiln_rt_alloc(rt, bytes, &a.workspace, err);
@@ -151,7 +155,8 @@ static kiln_status norm_bwd_launch(kiln_rt *rt, const kit_case *c, const kit_dev
 
 static kiln_status layernorm_any_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
                                         kiln_error *err) {
-    return kit_case_tensor(c, "residual") ? norm_fwd_launch(rt, c, d, k, err) : layernorm_launch(rt, c, d, k, err);
+    return kit_case_tensor(c, "residual") || norm_offset(c) ? norm_fwd_launch(rt, c, d, k, err)
+                                                            : layernorm_launch(rt, c, d, k, err);
 }
 #endif
 

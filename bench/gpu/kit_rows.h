@@ -111,6 +111,14 @@ static const kit_norm_row kit_norm_rows[] = {
     {"rmsnorm_bwd x=f32 hidden=launch", 1000, 0},
     {"rmsnorm_bwd x=bf16 w=f32 hidden=8192 residual=true", 0, 0},
     {"rmsnorm_bwd x=bf16 hidden=16384 residual=true", 0, 0},
+    /* offset=1: zero-centered weights (1 + w in f32), forward and backward, every row form */
+    {"rmsnorm x=bf16 y=f32 hidden=4096 offset=1", 0, 1},
+    {"rmsnorm x=bf16 hidden=4096 residual=true r=f32 offset=1", 0, 0},
+    {"layernorm x=bf16 w=f32 hidden=launch offset=1", 3000, 0},
+    {"layernorm x=f16 y=f32 hidden=768 offset=1", 0, 0},
+    {"rmsnorm_bwd x=bf16 dx=f32 hidden=4096 offset=1", 0, 1},
+    {"layernorm_bwd x=bf16 w=f32 hidden=16384 offset=1", 0, 0},
+    {"layernorm_bwd x=f16 hidden=launch offset=1", 3000, 0},
 };
 
 /* Backward kernel forms the speed sweep times beside the default (templates/lib/norm.lua
@@ -136,6 +144,8 @@ static const kit_form_row kit_norm_bwd_form_rows[] = {
 
 /* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */
 static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384};
+/* the RMSNorm forward and both backward sweeps also time offset=1 (zero-centered weights) at these */
+static const int kit_offset_sweep_hidden[] = {4096, 16384};
 static const char *const kit_ln_sweep_dtypes[] = {"bf16", "f32"};
 #define KIT_LN_SWEEP_BYTES (256.0 * 1024 * 1024) /* at least this much traffic per launch */
 

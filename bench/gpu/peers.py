@@ -329,18 +329,20 @@ def tables(rows):
     extra = [r for r in rows if r["bench"] in ("rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd") and r["impl"] == "kiln"]
     if extra:
         lines += ["", "### RMSNorm forward, LayerNorm and RMSNorm backward (bf16), GB/s (row tensors read and written "
-                  "once); backward forms (docs/norms.md) timed beside the default", "",
-                  "| kernel | hidden | rows | kiln | % of copy | torch | kiln/torch | other forms, GB/s (% of copy) |",
-                  "|---|---:|---:|---:|---:|---:|---:|---|"]
+                  "once); backward forms (docs/norms.md) and offset=1 (zero-centered weights) timed beside the default", "",
+                  "| kernel | hidden | rows | kiln | % of copy | torch | kiln/torch | offset=1 (% of copy) | other forms, GB/s (% of copy) |",
+                  "|---|---:|---:|---:|---:|---:|---:|---:|---|"]
         for r in extra:
             k = num(r, "rate")
             t = rate_of(rows, r["bench"], "torch", dtype=r["dtype"], hidden=r["hidden"])
             forms = ["%s %s (%.1f%%)" % (f["impl"][len("kiln-form-"):], fmt(num(f, "rate")), 100 * num(f, "rate") / copy if copy else 0)
                      for f in rows if f["bench"] == r["bench"] and f["impl"].startswith("kiln-form-")
                      and f["dtype"] == r["dtype"] and f["hidden"] == r["hidden"]]
-            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            o = rate_of(rows, r["bench"], "kiln-offset1", dtype=r["dtype"], hidden=r["hidden"])
+            off = "%s (%.1f%%)" % (fmt(o), 100 * o / copy) if o and copy else "-"
+            lines.append("| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["bench"], r["hidden"], r["rows_or_batch"], fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-", fmt(t),
-                ratio(k, t), ", ".join(forms) or "-"))
+                ratio(k, t), off, ", ".join(forms) or "-"))
     lines += ["", "### Attention forward, TFLOP/s (4·b·h·s²·d, halved when causal; batch = 16384/seq, heads = 2048/d)", "",
               "| dtype | head_dim | causal | seq | batch x heads | kiln | SDPA flash | kiln/SDPA | kiln % of mma peak | SDPA % of mma peak |",
               "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|"]
@@ -461,7 +463,7 @@ def main():
     if not os.path.exists(args.csv):
         print("peers.py: %s is missing (the C-side bench failed)" % args.csv)
         return 2
-    rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "kiln-minctasm2", "cuMemcpyDtoD",
+    rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "kiln-minctasm2", "kiln-offset1", "cuMemcpyDtoD",
                                                              "mma.sync.m16n8k16.bf16")
             or r["impl"].startswith("kiln-form-")]
     if not args.no_peers:

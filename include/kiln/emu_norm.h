@@ -16,6 +16,7 @@ typedef struct kiln_norm_spec {
     kiln_dtype x, w, y, dy, dx, r; /* y: forward output; dy/dx: backward; r: residual stream */
     int hidden;                    /* 0: hidden=launch */
     int weight, bias, residual;
+    int offset;                    /* 1: zero-centered weights, the norm multiplies by 1 + w */
 } kiln_norm_spec;
 
 /* Parses "layernorm|rmsnorm|layernorm_bwd|rmsnorm_bwd key=value ..."; KILN_EINVAL names a bad key. */
@@ -47,6 +48,9 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
 void kiln_norm_data_free(kiln_norm_data *d);
 /* Sets every element of row r of x to v (and residual to 0): exact-case tests. Recomputes the reference. */
 void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v);
+/* Recomputes the float64 references after a caller changed inputs in place (edge-case tests
+ * that write x or residual elements themselves, e.g. rows near f32's maximum). */
+void kiln_norm_data_reference(kiln_norm_data *d);
 
 /* Poisons the outputs, binds parameters by name and runs: a forward on its grid; a backward on
  * `blocks` blocks (0: one per row group), then `reduce` (the norm_reduce kernel its metadata

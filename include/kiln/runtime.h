@@ -196,7 +196,8 @@ typedef enum kiln_norm_kind { KILN_NORM_LAYERNORM = 0, KILN_NORM_RMSNORM = 1 } k
 
 /* Forward. mean (LayerNorm only) and rstd may be 0; weight 0 (and bias 0, LayerNorm) select a
  * kernel without them. residual and h both 0: no residual add; both set: h = x + residual in
- * r_dtype. RMSNorm ignores mean and bias. */
+ * r_dtype. RMSNorm ignores mean and bias. offset = 1: zero-centered weights, the norm multiplies
+ * by 1 + weight (formed in f32; needs a weight); 0: by weight. */
 typedef struct kiln_norm_fwd_args {
     kiln_norm_kind kind;
     kiln_devptr y, mean, rstd, x, weight, bias, residual, h;
@@ -204,6 +205,7 @@ typedef struct kiln_norm_fwd_args {
     kiln_dtype x_dtype, w_dtype, y_dtype, r_dtype;
     float eps;
     void *stream;
+    int offset;
 } kiln_norm_fwd_args;
 kiln_status kiln_norm_forward(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_error *err);
 kiln_status kiln_norm_forward_pick(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_kernel **out, kiln_error *err);
@@ -214,7 +216,8 @@ kiln_status kiln_norm_forward_pick(kiln_rt *rt, const kiln_norm_fwd_args *a, kil
  * dx = norm gradient + dres (r_dtype). dweight/dbias go through an f32 workspace: the first
  * kernel writes per-block partial rows, its metadata's `then` kernel (norm_reduce) adds them
  * in a fixed order (identical bits run to run on one device); both are launched on `stream`.
- * workspace must hold kiln_norm_backward_workspace() bytes, aligned as the kernel's meta.align. */
+ * workspace must hold kiln_norm_backward_workspace() bytes, aligned as the kernel's meta.align.
+ * offset = 1: the forward had zero-centered weights (g = dy * (1 + weight)); dweight keeps its form. */
 typedef struct kiln_norm_bwd_args {
     kiln_norm_kind kind;
     kiln_devptr dx, dweight, dbias, dy, x, mean, rstd, weight, dres, workspace;
@@ -222,6 +225,7 @@ typedef struct kiln_norm_bwd_args {
     int rows, hidden;
     kiln_dtype x_dtype, w_dtype, dy_dtype, dx_dtype, r_dtype;
     void *stream;
+    int offset;
 } kiln_norm_bwd_args;
 kiln_status kiln_norm_backward(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_error *err);
 kiln_status kiln_norm_backward_pick(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_kernel **out, kiln_error *err);

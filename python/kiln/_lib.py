@@ -236,6 +236,7 @@ class NormFwdArgs(ctypes.Structure):
         ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("y_dtype", ctypes.c_int), ("r_dtype", ctypes.c_int),
         ("eps", ctypes.c_float),
         ("stream", ctypes.c_void_p),
+        ("offset", ctypes.c_int),
     ]
 
 
@@ -248,6 +249,7 @@ class NormBwdArgs(ctypes.Structure):
         ("x_dtype", ctypes.c_int), ("w_dtype", ctypes.c_int), ("dy_dtype", ctypes.c_int), ("dx_dtype", ctypes.c_int),
         ("r_dtype", ctypes.c_int),
         ("stream", ctypes.c_void_p),
+        ("offset", ctypes.c_int),
     ]
 
 

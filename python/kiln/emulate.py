@@ -149,13 +149,14 @@ def _poison(a):
 
 
 def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weight_dtype=None, hidden=None,
-               return_stats=False, twice=False):
+               return_stats=False, twice=False, offset=0):
     """torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps) on the emulated kernel for sm.
     x: numpy [..., hidden] in float32, float16 or ml_dtypes.bfloat16; weight/bias: [hidden] (their dtype is
     the kernel's w dtype, default x's); out_dtype: y's dtype (default x's). hidden="fixed" generates the
     variant for this row length, "launch" the loop form; None picks as the runtime does (the fixed variant
-    when the template offers one for this length, else the loop form). Returns y, or
-    (y, mean, rstd) with return_stats (f32, one per row)."""
+    when the template offers one for this length, else the loop form). offset=1: zero-centered weights,
+    y = xhat * (1 + weight) + bias with 1 + weight formed in f32. Returns y, or (y, mean, rstd) with
+    return_stats (f32, one per row)."""
     x = np.asarray(x)
     if x.ndim < 1 or x.shape[-1] < 1:
         raise KilnArgumentError("layer_norm: x must be [..., hidden] with hidden >= 1, got shape %s" % (x.shape,))
@@ -174,8 +175,12 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
     yd = dtype_name(out_dtype) if out_dtype is not None else xd
     if hidden not in (None, "fixed", "launch"):
         raise KilnArgumentError("layer_norm: hidden=%r; valid: 'fixed', 'launch', None" % (hidden,))
-    spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s" % (
-        xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false")
+    if isinstance(offset, bool) or offset not in (0, 1) or (offset and weight is None):
+        raise KilnArgumentError("layer_norm: offset=%r; valid: 0, or 1 with a weight (the norm multiplies by "
+                                "1 + weight)" % (offset,))
+    spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s%s" % (
+        xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false",
+        " offset=1" if offset else "")
     try:
         k = load(spec % (h if hidden != "launch" else "launch"), sm)
     except KilnSpecError:

@@ -510,28 +510,30 @@ class Runtime:
         return a
 
     def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None, residual=None,
-                   h=None):
+                   h=None, offset=0):
         """y = layer_norm(x) over the last dimension (torch.nn.functional.layer_norm semantics), fp32 math.
         x, y: [..., hidden] contiguous; weight/bias: [hidden] (any kiln dtype, both the same); mean/rstd:
         optional f32 [rows] outputs. Picks the fixed-hidden variant when one exists. residual and h (both or
-        neither, one dtype): the pre-norm block's fused add, h = x + residual is written to h and normalized."""
-        if residual is None and h is None:
+        neither, one dtype): the pre-norm block's fused add, h = x + residual is written to h and normalized.
+        offset=1: zero-centered weights, y = xhat * (1 + weight) + bias with 1 + weight formed in f32."""
+        if residual is None and h is None and not offset:
             a = self._ln_args(y, x, weight, bias, eps, mean, rstd, stream)
             err = _lib.Error()
             _lib.check(self._lib.kiln_layernorm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
             return
-        a = self._norm_fwd_args("layer_norm", False, y, x, weight, bias, eps, mean, rstd, residual, h, stream)
+        a = self._norm_fwd_args("layer_norm", False, y, x, weight, bias, eps, mean, rstd, residual, h, stream, offset)
         self._norm_forward(a)
 
-    def rms_norm(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None, stream=None):
+    def rms_norm(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None, stream=None, offset=0):
         """y = x * rstd * weight over the last dimension, rstd = 1 / sqrt(mean(x^2) + eps) (torch's rms_norm),
-        fp32 math; rstd: optional f32 [rows] output. Arrays and the fused residual add as in layer_norm."""
-        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, stream)
+        fp32 math; rstd: optional f32 [rows] output. Arrays, the fused residual add and offset (1: y = x * rstd *
+        (1 + weight), zero-centered weights as Gemma stores them) as in layer_norm."""
+        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, stream, offset)
         self._norm_forward(a)
 
-    def rms_norm_kernel(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None):
+    def rms_norm_kernel(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None, offset=0):
         """The Kernel rms_norm would launch for these arrays, without launching."""
-        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, 0)
+        a = self._norm_fwd_args("rms_norm", True, y, x, weight, None, eps, None, rstd, residual, h, 0, offset)
         k = ctypes.c_void_p()
         err = _lib.Error()
         _lib.check(self._lib.kiln_norm_forward_pick(self._live(), ctypes.byref(a), ctypes.byref(k), ctypes.byref(err)),
@@ -539,30 +541,35 @@ class Runtime:
         return Kernel(self, k)
 
     def layer_norm_backward(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None,
-                            workspace=None, stream=None):
+                            workspace=None, stream=None, offset=0):
         """dx (and dweight/dbias) of layer_norm from dy, the x it normalized (h with a residual) and its saved
         mean/rstd: kiln's two-kernel backward, dweight/dbias summed in a fixed order (the same bits every
         run). weight given: the forward had one, dweight is required; dbias: wanted when given. dres: the
         fused-residual form, dx = the norm's gradient + dres. workspace: device memory of
-        layer_norm_backward_workspace(...) bytes; None uses one this Runtime keeps."""
+        layer_norm_backward_workspace(...) bytes; None uses one this Runtime keeps. offset=1: the forward had
+        zero-centered weights (g = dy * (1 + weight)); dweight keeps its form."""
         a, views = self._norm_bwd_args("layer_norm_backward", False, dx, dy, x, mean, rstd, weight, dweight, dbias,
-                                       dres, stream)
+                                       dres, stream, offset)
         self._norm_backward(a, views, workspace, "layer_norm_backward")
 
-    def rms_norm_backward(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, workspace=None, stream=None):
+    def rms_norm_backward(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, workspace=None, stream=None,
+                          offset=0):
         """dx (and dweight) of rms_norm; arguments as layer_norm_backward (no mean, no dbias)."""
         a, views = self._norm_bwd_args("rms_norm_backward", True, dx, dy, x, None, rstd, weight, dweight, None, dres,
-                                       stream)
+                                       stream, offset)
         self._norm_backward(a, views, workspace, "rms_norm_backward")
 
-    def layer_norm_backward_workspace(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None):
+    def layer_norm_backward_workspace(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None,
+                                      offset=0):
         """Bytes of device workspace layer_norm_backward needs for these arrays (0 without dweight/dbias)."""
-        a, _ = self._norm_bwd_args("layer_norm_backward", False, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, 0)
+        a, _ = self._norm_bwd_args("layer_norm_backward", False, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, 0,
+                                   offset)
         return self._norm_workspace_bytes(a)
 
-    def rms_norm_backward_workspace(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None):
+    def rms_norm_backward_workspace(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, offset=0):
         """Bytes of device workspace rms_norm_backward needs for these arrays (0 without dweight)."""
-        a, _ = self._norm_bwd_args("rms_norm_backward", True, dx, dy, x, None, rstd, weight, dweight, None, dres, 0)
+        a, _ = self._norm_bwd_args("rms_norm_backward", True, dx, dy, x, None, rstd, weight, dweight, None, dres, 0,
+                                   offset)
         return self._norm_workspace_bytes(a)
 
     def _rows_like(self, what, name, obj, shape, dev):
@@ -590,14 +597,25 @@ class Runtime:
         hidden = xv.shape[-1]
         return xv, hidden, xv.numel // hidden
 
-    def _norm_fwd_args(self, what, rms, y, x, weight, bias, eps, mean, rstd, residual, h, stream):
+    def _norm_offset(self, what, offset, weight):
+        """The offset key: 0, or 1 (zero-centered weights: the norm multiplies by 1 + weight; needs a weight)."""
+        if offset not in (0, 1) or isinstance(offset, bool):
+            raise KilnArgumentError("%s: offset must be 0 or 1 (1: the norm multiplies by 1 + weight, zero-centered "
+                                    "weights), got %r" % (what, offset))
+        if offset and weight is None:
+            raise KilnArgumentError("%s: offset=1 multiplies by 1 + weight and needs a weight" % what)
+        return int(offset)
+
+    def _norm_fwd_args(self, what, rms, y, x, weight, bias, eps, mean, rstd, residual, h, stream, offset=0):
         dev = self.device_ordinal
+        off = self._norm_offset(what, offset, weight)
         xv, hidden, rows = self._norm_x(what, x, dev)
         yv = self._rows_like(what, "y", y, xv.shape, dev)
         a = _lib.NormFwdArgs()
         a.kind = 1 if rms else 0
         a.x, a.y, a.rows, a.hidden, a.eps = xv.ptr, yv.ptr, rows, hidden, float(eps)
         a.x_dtype, a.y_dtype = _DTYPE_CODE[xv.dtype], _DTYPE_CODE[yv.dtype]
+        a.offset = off
         views = [xv, yv]
         if (residual is None) != (h is None):
             raise KilnArgumentError("%s: residual and h go together: give both (h = x + residual is written to h and "
@@ -633,11 +651,13 @@ class Runtime:
         err = _lib.Error()
         _lib.check(self._lib.kiln_norm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
-    def _norm_bwd_args(self, what, rms, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, stream):
+    def _norm_bwd_args(self, what, rms, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, stream, offset=0):
         dev = self.device_ordinal
+        off = self._norm_offset(what, offset, weight)
         xv, hidden, rows = self._norm_x(what, x, dev)
         a = _lib.NormBwdArgs()
         a.kind = 1 if rms else 0
+        a.offset = off
         a.x, a.rows, a.hidden, a.x_dtype = xv.ptr, rows, hidden, _DTYPE_CODE[xv.dtype]
         views = [xv]
         for name, obj in (("dx", dx), ("dy", dy), ("dres", dres)):

@@ -72,7 +72,7 @@ def _check_cuda(what, *ts):
 
 @torch.library.custom_op("kiln::layer_norm", mutates_args=())
 def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
-                out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -82,12 +82,12 @@ def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[
     if rows:
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
-        runtime(x.device).layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x))
+        runtime(x.device).layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x), offset=offset)
     return y, mean, rstd
 
 
 @_layer_norm.register_fake
-def _layer_norm_fake(x, weight, bias, eps, out_dtype):
+def _layer_norm_fake(x, weight, bias, eps, out_dtype, offset):
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty((rows,), dtype=torch.float32),
@@ -95,16 +95,17 @@ def _layer_norm_fake(x, weight, bias, eps, out_dtype):
 
 
 def _ln_setup(ctx, inputs, output):
-    x, weight, bias, _eps, _out = inputs
+    x, weight, bias, _eps, _out, offset = inputs
     _y, mean, rstd = output
     ctx.save_for_backward(x, weight, mean, rstd)
     ctx.bias_dtype = _DT[bias.dtype] if bias is not None else ""
+    ctx.offset = offset
 
 
 def _ln_backward(ctx, dy, _dmean, _drstd):
     x, weight, mean, rstd = ctx.saved_tensors
-    dx, dw, db = _layer_norm_backward(dy, x, mean, rstd, weight, ctx.bias_dtype, None)
-    return dx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None
+    dx, dw, db = _layer_norm_backward(dy, x, mean, rstd, weight, ctx.bias_dtype, None, ctx.offset)
+    return dx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None, None
 
 
 _layer_norm.register_autograd(_ln_backward, setup_context=_ln_setup)
@@ -123,10 +124,10 @@ def _grad_outputs(x, weight, bias_dtype):
     return dx, dw, db
 
 
-def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres):
+def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres, offset):
     """Runs kiln's two-kernel norm backward (dweight/dbias summed in a fixed order: the same bits every run)
     with its f32 workspace from torch's allocator, on torch's current stream. dres: the fused residual form's
-    incoming gradient of h (added to dx)."""
+    incoming gradient of h (added to dx); offset 1: zero-centered weights (g = dy * (1 + weight))."""
     dx, dw, db = _grad_outputs(x, weight, bias_dtype)
     if x.numel():
         rt = runtime(x.device)
@@ -135,31 +136,43 @@ def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres):
         dr = dres.contiguous() if dres is not None else None
         dwv = dw if weight is not None else None
         if rms:
-            need = rt.rms_norm_backward_workspace(dx, dy, x, rstd, w, dwv, dr)
+            need = rt.rms_norm_backward_workspace(dx, dy, x, rstd, w, dwv, dr, offset=offset)
         else:
             dbv = db if bias_dtype else None
-            need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dwv, dbv, dr)
+            need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dwv, dbv, dr, offset=offset)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=x.device) if need else None
         if rms:
-            rt.rms_norm_backward(dx, dy, x, rstd, w, dwv, dr, workspace=ws, stream=_stream(x))
+            rt.rms_norm_backward(dx, dy, x, rstd, w, dwv, dr, workspace=ws, stream=_stream(x), offset=offset)
         else:
-            rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dwv, dbv, dr, workspace=ws, stream=_stream(x))
+            rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dwv, dbv, dr, workspace=ws, stream=_stream(x),
+                                   offset=offset)
     return dx, dw, db
 
 
 @torch.library.custom_op("kiln::layer_norm_backward", mutates_args=())
 def _layer_norm_backward(dy: torch.Tensor, x: torch.Tensor, mean: torch.Tensor, rstd: torch.Tensor,
-                         weight: Optional[torch.Tensor], bias_dtype: str, dres: Optional[torch.Tensor]
+                         weight: Optional[torch.Tensor], bias_dtype: str, dres: Optional[torch.Tensor], offset: int
                          ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    return _norm_backward(False, dy, x, mean, rstd, weight, bias_dtype, dres)
+    return _norm_backward(False, dy, x, mean, rstd, weight, bias_dtype, dres, offset)
 
 
 @_layer_norm_backward.register_fake
-def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias_dtype, dres):
+def _layer_norm_backward_fake(dy, x, mean, rstd, weight, bias_dtype, dres, offset):
     hidden = x.shape[-1]
     return (x.new_empty(x.shape), x.new_empty((hidden,) if weight is not None else (0,),
                                               dtype=weight.dtype if weight is not None else x.dtype),
             x.new_empty((hidden,) if bias_dtype else (0,), dtype=_TORCH_DT[bias_dtype] if bias_dtype else x.dtype))
+
+
+def _norm_offset(what, offset, weight):
+    """offset: 0, or 1 for zero-centered weights (the norm multiplies by 1 + weight, formed in f32; Gemma's and
+    Qwen3-Next's RMSNorm, Liger's offset=1.0), which needs a weight."""
+    if isinstance(offset, bool) or offset not in (0, 1):
+        raise KilnArgumentError("%s: offset must be 0 or 1 (1: the norm multiplies by 1 + weight), got %r"
+                                % (what, offset))
+    if offset and weight is None:
+        raise KilnArgumentError("%s: offset=1 multiplies by 1 + weight and needs a weight" % what)
+    return int(offset)
 
 
 def _norm_inputs(what, input, normalized_shape, weight, bias, out_dtype):
@@ -191,12 +204,14 @@ def _norm_inputs(what, input, normalized_shape, weight, bias, out_dtype):
     return x, w, b, yd
 
 
-def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
-    """torch.nn.functional.layer_norm on kiln's kernel, plus ``out_dtype`` (default: input's dtype).
+def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None, offset=0):
+    """torch.nn.functional.layer_norm on kiln's kernel, plus ``out_dtype`` (default: input's dtype) and
+    ``offset`` (1: zero-centered weights, y = xhat * (1 + weight) + bias with 1 + weight formed in f32).
     weight and bias may have another dtype than input (bf16 activations with f32 weights). The backward
     runs kiln's LayerNorm backward kernels."""
     x, w, b, yd = _norm_inputs("layer_norm", input, normalized_shape, weight, bias, out_dtype)
-    y, _mean, _rstd = _layer_norm(x, w, b, float(eps), yd)
+    off = _norm_offset("layer_norm", offset, w)
+    y, _mean, _rstd = _layer_norm(x, w, b, float(eps), yd, off)
     return y.reshape(input.shape)
 
 
@@ -205,7 +220,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dt
 
 @torch.library.custom_op("kiln::rms_norm", mutates_args=())
 def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
-              out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor]:
+              out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor]:
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -213,12 +228,12 @@ def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
     rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows:
         w = weight.contiguous() if weight is not None else None
-        runtime(x.device).rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x))
+        runtime(x.device).rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x), offset=offset)
     return y, rstd
 
 
 @_rms_norm.register_fake
-def _rms_norm_fake(x, weight, eps, out_dtype):
+def _rms_norm_fake(x, weight, eps, out_dtype, offset):
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     return x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty((rows,), dtype=torch.float32)
@@ -226,47 +241,50 @@ def _rms_norm_fake(x, weight, eps, out_dtype):
 
 @torch.library.custom_op("kiln::rms_norm_backward", mutates_args=())
 def _rms_norm_backward(dy: torch.Tensor, x: torch.Tensor, rstd: torch.Tensor, weight: Optional[torch.Tensor],
-                       dres: Optional[torch.Tensor]) -> Tuple[torch.Tensor, torch.Tensor]:
-    dx, dw, _db = _norm_backward(True, dy, x, None, rstd, weight, "", dres)
+                       dres: Optional[torch.Tensor], offset: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    dx, dw, _db = _norm_backward(True, dy, x, None, rstd, weight, "", dres, offset)
     return dx, dw
 
 
 @_rms_norm_backward.register_fake
-def _rms_norm_backward_fake(dy, x, rstd, weight, dres):
+def _rms_norm_backward_fake(dy, x, rstd, weight, dres, offset):
     return x.new_empty(x.shape), x.new_empty((x.shape[-1],) if weight is not None else (0,),
                                              dtype=weight.dtype if weight is not None else x.dtype)
 
 
 def _rms_setup(ctx, inputs, output):
-    x, weight, _eps, _out = inputs
+    x, weight, _eps, _out, offset = inputs
     _y, rstd = output
     ctx.save_for_backward(x, weight, rstd)
+    ctx.offset = offset
 
 
 def _rms_backward(ctx, dy, _drstd):
     x, weight, rstd = ctx.saved_tensors
-    dx, dw = _rms_norm_backward(dy, x, rstd, weight, None)
-    return dx, dw if weight is not None else None, None, None
+    dx, dw = _rms_norm_backward(dy, x, rstd, weight, None, ctx.offset)
+    return dx, dw if weight is not None else None, None, None, None
 
 
 _rms_norm.register_autograd(_rms_backward, setup_context=_rms_setup)
 
 
-def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None):
+def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None, offset=0):
     """torch.nn.functional.rms_norm on kiln's kernel (eps None: torch.finfo(input.dtype).eps, as torch), plus
-    ``out_dtype`` (default: input's dtype); weight may have another dtype than input. The backward runs kiln's
-    RMSNorm backward kernels."""
+    ``out_dtype`` (default: input's dtype) and ``offset`` (1: zero-centered weights, y = x * rstd * (1 + weight)
+    with 1 + weight formed in f32, as Gemma computes it); weight may have another dtype than input. The backward
+    runs kiln's RMSNorm backward kernels."""
     x, w, _b, yd = _norm_inputs("rms_norm", input, normalized_shape, weight, None, out_dtype)
+    off = _norm_offset("rms_norm", offset, w)
     if eps is None:
         eps = torch.finfo(input.dtype).eps
-    y, _rstd = _rms_norm(x, w, float(eps), yd)
+    y, _rstd = _rms_norm(x, w, float(eps), yd, off)
     return y.reshape(input.shape)
 
 
 class _Norm(torch.nn.Module):
     """What kiln.torch's norm modules share with torch's: the shape, eps, elementwise_affine, out_dtype."""
 
-    def __init__(self, what, normalized_shape, eps, elementwise_affine, out_dtype):
+    def __init__(self, what, normalized_shape, eps, elementwise_affine, out_dtype, offset):
         super().__init__()
         if isinstance(normalized_shape, int):
             normalized_shape = (normalized_shape,)
@@ -276,6 +294,7 @@ class _Norm(torch.nn.Module):
         self.out_dtype = out_dtype
         if out_dtype is not None:
             _dtype_name(out_dtype, what + ": out_dtype")
+        self.offset = _norm_offset(what, offset, True if elementwise_affine else None)
 
     def _parameter(self, name, present, device, dtype):
         # as torch's modules: an absent parameter is registered as None (assigning None first would make
@@ -287,46 +306,53 @@ class _Norm(torch.nn.Module):
 
     def extra_repr(self):
         s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
+        s += ", offset=1" if self.offset else ""
         return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
 
 
 class RMSNorm(_Norm):
-    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype``. ``dtype`` is the weight's
-    dtype (default float32), so bf16 activations meet an f32 weight without a cast."""
+    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` and ``offset``. ``dtype`` is
+    the weight's dtype (default float32), so bf16 activations meet an f32 weight without a cast. offset=1:
+    zero-centered weights as Gemma and Qwen3-Next store them, y = x * rstd * (1 + weight) (1 + weight formed in
+    f32); the weight then starts at zeros."""
 
-    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None):
-        super().__init__("RMSNorm", normalized_shape, eps, elementwise_affine, out_dtype)
+    def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None,
+                 offset=0):
+        super().__init__("RMSNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
         self._parameter("weight", elementwise_affine, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
         if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
+            (torch.nn.init.zeros_ if self.offset else torch.nn.init.ones_)(self.weight)
 
     def forward(self, input):
-        return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype)
+        return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype,
+                        offset=self.offset)
 
 
 class LayerNorm(_Norm):
     """torch.nn.LayerNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` (the output dtype;
     default: the input's). ``dtype`` is the parameters' dtype as in torch (default float32), so bf16 or
-    f16 activations meet f32 weights without a cast."""
+    f16 activations meet f32 weights without a cast. offset=1: zero-centered weights (y = xhat * (1 + weight) + bias;
+    the weight then starts at zeros)."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None,
-                 out_dtype=None):
-        super().__init__("LayerNorm", normalized_shape, eps, elementwise_affine, out_dtype)
+                 out_dtype=None, offset=0):
+        super().__init__("LayerNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
         self._parameter("weight", elementwise_affine, device, dtype)
         self._parameter("bias", elementwise_affine and bias, device, dtype)
         self.reset_parameters()
 
     def reset_parameters(self):
         if self.weight is not None:
-            torch.nn.init.ones_(self.weight)
+            (torch.nn.init.zeros_ if self.offset else torch.nn.init.ones_)(self.weight)
         if self.bias is not None:
             torch.nn.init.zeros_(self.bias)
 
     def forward(self, input):
-        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype)
+        return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype,
+                          offset=self.offset)
 
 
 # ---- the pre-norm block's fused residual add ----
@@ -339,7 +365,7 @@ def _h_like(x, residual):
 @torch.library.custom_op("kiln::add_layer_norm", mutates_args=())
 def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], eps: float,
-                    out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+                    out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -350,30 +376,32 @@ def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[to
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
         runtime(x.device).layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
-                                     residual=residual.contiguous(), h=h)
+                                     residual=residual.contiguous(), h=h, offset=offset)
     return y, h, mean, rstd
 
 
 @_add_layer_norm.register_fake
-def _add_layer_norm_fake(x, residual, weight, bias, eps, out_dtype):
+def _add_layer_norm_fake(x, residual, weight, bias, eps, out_dtype, offset):
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty(x.shape, dtype=residual.dtype),
             x.new_empty((rows,), dtype=torch.float32), x.new_empty((rows,), dtype=torch.float32))
 
 
 def _add_ln_setup(ctx, inputs, output):
-    x, residual, weight, bias, _eps, _out = inputs
+    x, residual, weight, bias, _eps, _out, offset = inputs
     _y, h, mean, rstd = output
     ctx.save_for_backward(h, weight, mean, rstd)
     ctx.bias_dtype = _DT[bias.dtype] if bias is not None else ""
     ctx.x_dtype = x.dtype
+    ctx.offset = offset
 
 
 def _add_ln_backward(ctx, dy, dh, _dmean, _drstd):
     h, weight, mean, rstd = ctx.saved_tensors
     # d(x) = d(residual) = the norm's gradient of h plus the gradient reaching h from the residual stream
-    dhx, dw, db = _layer_norm_backward(dy, h, mean, rstd, weight, ctx.bias_dtype, dh)
-    return (dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None)
+    dhx, dw, db = _layer_norm_backward(dy, h, mean, rstd, weight, ctx.bias_dtype, dh, ctx.offset)
+    return (dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, db if ctx.bias_dtype else None, None, None,
+            None)
 
 
 _add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
@@ -381,7 +409,7 @@ _add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
 
 @torch.library.custom_op("kiln::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
-                  out_dtype: str) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                  out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -390,28 +418,29 @@ def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torc
     if rows:
         w = weight.contiguous() if weight is not None else None
         runtime(x.device).rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
-                                   stream=_stream(x))
+                                   stream=_stream(x), offset=offset)
     return y, h, rstd
 
 
 @_add_rms_norm.register_fake
-def _add_rms_norm_fake(x, residual, weight, eps, out_dtype):
+def _add_rms_norm_fake(x, residual, weight, eps, out_dtype, offset):
     rows = x.numel() // x.shape[-1] if x.shape[-1] else 0
     return (x.new_empty(x.shape, dtype=_TORCH_DT[out_dtype]), x.new_empty(x.shape, dtype=residual.dtype),
             x.new_empty((rows,), dtype=torch.float32))
 
 
 def _add_rms_setup(ctx, inputs, output):
-    x, _residual, weight, _eps, _out = inputs
+    x, _residual, weight, _eps, _out, offset = inputs
     _y, h, rstd = output
     ctx.save_for_backward(h, weight, rstd)
     ctx.x_dtype = x.dtype
+    ctx.offset = offset
 
 
 def _add_rms_backward(ctx, dy, dh, _drstd):
     h, weight, rstd = ctx.saved_tensors
-    dhx, dw = _rms_norm_backward(dy, h, rstd, weight, dh)
-    return dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, None, None
+    dhx, dw = _rms_norm_backward(dy, h, rstd, weight, dh, ctx.offset)
+    return dhx.to(ctx.x_dtype), dhx, dw if weight is not None else None, None, None, None
 
 
 _add_rms_norm.register_autograd(_add_rms_backward, setup_context=_add_rms_setup)
@@ -425,24 +454,26 @@ def _residual_checks(what, x, residual):
                                                                                        list(x.shape)))
 
 
-def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None):
+def add_layer_norm(input, residual, normalized_shape, weight=None, bias=None, eps=1e-5, out_dtype=None, offset=0):
     """The pre-norm transformer block's pattern in one kernel: h = input + residual (rounded to residual's dtype,
-    the residual stream), y = layer_norm(h). Returns (y, h); both take part in autograd (the backward runs kiln's
-    residual-form LayerNorm backward: input and residual get the same gradient)."""
+    the residual stream), y = layer_norm(h) (offset as layer_norm). Returns (y, h); both take part in autograd (the
+    backward runs kiln's residual-form LayerNorm backward: input and residual get the same gradient)."""
     x, w, b, yd = _norm_inputs("add_layer_norm", input, normalized_shape, weight, bias, out_dtype)
+    off = _norm_offset("add_layer_norm", offset, w)
     _residual_checks("add_layer_norm", input, residual)
-    y, h, _mean, _rstd = _add_layer_norm(x, residual.reshape(x.shape), w, b, float(eps), yd)
+    y, h, _mean, _rstd = _add_layer_norm(x, residual.reshape(x.shape), w, b, float(eps), yd, off)
     return y.reshape(input.shape), h.reshape(input.shape)
 
 
-def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_dtype=None):
-    """h = input + residual (in residual's dtype), y = rms_norm(h), in one kernel; returns (y, h). eps None:
-    torch.finfo(h's dtype).eps. The backward runs kiln's residual-form RMSNorm backward."""
+def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_dtype=None, offset=0):
+    """h = input + residual (in residual's dtype), y = rms_norm(h) (offset as rms_norm), in one kernel; returns
+    (y, h). eps None: torch.finfo(h's dtype).eps. The backward runs kiln's residual-form RMSNorm backward."""
     x, w, _b, yd = _norm_inputs("add_rms_norm", input, normalized_shape, weight, None, out_dtype)
+    off = _norm_offset("add_rms_norm", offset, w)
     _residual_checks("add_rms_norm", input, residual)
     if eps is None:
         eps = torch.finfo(residual.dtype).eps
-    y, h, _rstd = _add_rms_norm(x, residual.reshape(x.shape), w, float(eps), yd)
+    y, h, _rstd = _add_rms_norm(x, residual.reshape(x.shape), w, float(eps), yd, off)
     return y.reshape(input.shape), h.reshape(input.shape)
 
 

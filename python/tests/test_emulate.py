@@ -37,6 +37,22 @@ def test_layer_norm_matches_float64(xd, wd, yd, sm, hidden):
     _check(rstd, r.reshape(-1), 1e-5)
 
 
+@pytest.mark.parametrize("wd,hidden", [("bf16", "fixed"), ("f16", "launch"), ("f32", "fixed")])
+def test_layer_norm_offset_zero_centered_weights(wd, hidden):
+    """offset=1: y = xhat * (1 + w) + b, 1 + w formed in f32, so a 16-bit weight near 0 keeps its bits (in w's
+    dtype 1 + w would round them away: y in f32 shows it)."""
+    rng = np.random.default_rng(3)
+    h = 320 if hidden == "launch" else 512
+    x = rng.normal(0.5, 2, (4, h)).astype(np.float32)
+    w = rng.normal(0, 0.01, h).astype(NP[wd])
+    b = rng.normal(0, 0.5, h).astype(NP[wd])
+    y = kiln.emulate.layer_norm(x, w, b, sm=75, out_dtype="f32", hidden=hidden, offset=1)
+    ref, _m, _r = ln_reference(x.astype(np.float64), 1 + w.astype(np.float64), b.astype(np.float64), 1e-5)
+    _check(y, ref, TOL["f32"])
+    with pytest.raises(kiln.KilnArgumentError, match="offset"):
+        kiln.emulate.layer_norm(x, None, b, offset=1)
+
+
 def test_layer_norm_without_affine_and_large_mean():
     rng = np.random.default_rng(3)
     x = (1000 + rng.normal(0, 0.1, (4, 256))).astype(np.float32)

@@ -26,9 +26,9 @@ def test_layer_norm_bf16_activations_f32_weights(kt, fake_cuda, monkeypatch):
     seen = {}
     orig = kiln.Runtime.layer_norm
 
-    def spy(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None):
+    def spy(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None, **kw):
         seen["stream"] = stream
-        return orig(self, y, x, weight, bias, eps, mean, rstd, stream)
+        return orig(self, y, x, weight, bias, eps, mean, rstd, stream, **kw)
 
     monkeypatch.setattr(kiln.Runtime, "layer_norm", spy)
     ln = kt.LayerNorm(1024)

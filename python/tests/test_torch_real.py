@@ -20,14 +20,15 @@ needs_gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (torch.cuda.is_
 
 def test_schemas():
     assert str(torch.ops.kiln.layer_norm.default._schema) == (
-        "kiln::layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps, str out_dtype) -> (Tensor, Tensor, Tensor)")
+        "kiln::layer_norm(Tensor x, Tensor? weight, Tensor? bias, float eps, str out_dtype, SymInt offset) -> "
+        "(Tensor, Tensor, Tensor)")
     assert str(torch.ops.kiln.attention.default._schema).startswith("kiln::attention(Tensor q, Tensor k, Tensor v")
 
 
 def test_meta_shapes():
     x = torch.empty(6, 256, dtype=torch.bfloat16, device="meta")
     w = torch.empty(256, device="meta")
-    y, mean, rstd = torch.ops.kiln.layer_norm(x, w, w, 1e-5, "f32")
+    y, mean, rstd = torch.ops.kiln.layer_norm(x, w, w, 1e-5, "f32", 0)
     assert y.shape == x.shape and y.dtype == torch.float32 and mean.shape == (6,) and rstd.dtype == torch.float32
     q = torch.empty(2, 4, 16, 64, dtype=torch.float16, device="meta")
     o = kt.scaled_dot_product_attention(q, q, q)
@@ -60,10 +61,10 @@ def test_norm_schemas_and_meta_autograd():
     """Autograd through kiln's norm ops on meta tensors: real torch runs the backward ops' fake kernels, so the
     wiring (setup_context, saved tensors, which gradients exist and their dtypes) is checked without a GPU."""
     assert str(torch.ops.kiln.rms_norm.default._schema) == (
-        "kiln::rms_norm(Tensor x, Tensor? weight, float eps, str out_dtype) -> (Tensor, Tensor)")
+        "kiln::rms_norm(Tensor x, Tensor? weight, float eps, str out_dtype, SymInt offset) -> (Tensor, Tensor)")
     assert str(torch.ops.kiln.layer_norm_backward.default._schema) == (
         "kiln::layer_norm_backward(Tensor dy, Tensor x, Tensor mean, Tensor rstd, Tensor? weight, str bias_dtype, "
-        "Tensor? dres) -> (Tensor, Tensor, Tensor)")
+        "Tensor? dres, SymInt offset) -> (Tensor, Tensor, Tensor)")
     for bias in (True, False):
         x = torch.empty(4, 6, 256, dtype=torch.bfloat16, device="meta", requires_grad=True)
         ln = kt.LayerNorm(256, bias=bias, device="meta")
@@ -136,6 +137,31 @@ def test_gpu_norm_gradients_match_torch_and_repeat_bit_for_bit(rms):
     m.zero_grad()
     m(x).backward(dy)
     assert all(torch.equal(a, p.grad) for a, p in zip(first, m.parameters()))  # fixed-order sums
+
+
+@needs_gpu
+@pytest.mark.parametrize("rms", [False, True])
+def test_gpu_offset_zero_centered_weights_match_float64(rms):
+    """offset=1 (Gemma's norm): y = xhat * (1 + w) (+ b) with bf16 weights near 0; forward and gradients against
+    float64 torch on the same values, 1 + w formed in float64 there."""
+    g = torch.Generator(device="cuda").manual_seed(2)
+    x = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16, generator=g).requires_grad_(True)
+    dy = torch.randn(256, 4096, device="cuda", dtype=torch.bfloat16, generator=g)
+    m = (kt.RMSNorm(4096, eps=1e-5, dtype=torch.bfloat16, offset=1) if rms
+         else kt.LayerNorm(4096, dtype=torch.bfloat16, offset=1)).cuda()
+    with torch.no_grad():
+        m.weight.normal_(0.0, 0.02, generator=g)
+    y = m(x)
+    y.backward(dy)
+    xd = x.detach().double().requires_grad_(True)
+    params = [p.detach().double().requires_grad_(True) for p in m.parameters()]
+    ref = (F.rms_norm(xd, (4096,), 1 + params[0], 1e-5) if rms
+           else F.layer_norm(xd, (4096,), 1 + params[0], params[1], 1e-5))
+    torch.testing.assert_close(y.double(), ref, rtol=1.6e-2, atol=1.6e-2)
+    ref.backward(dy.double())
+    torch.testing.assert_close(x.grad.double(), xd.grad, rtol=2e-2, atol=2e-2)
+    for p, r in zip(m.parameters(), params):
+        torch.testing.assert_close(p.grad.double(), r.grad, rtol=1e-2, atol=5e-2)
 
 
 @needs_gpu

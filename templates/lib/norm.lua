@@ -5,10 +5,12 @@
 -- the row's T threads, and the row stays in registers. hidden=launch: thread t walks elements
 -- t, t+T, ... from global memory, once per pass.
 --
--- Statistics (forward): pass 1 sums the row and takes max |x|; pass 2 corrects the mean by
--- sum(x - m0)/n (constant rows get their exact value, the mean error stays a few ulps); pass 3
--- sums the squared deviations scaled by a power of two picked from max |x| (exact), so the
--- variance is finite wherever the true one is representable. rstd = s / sqrt(v_s + eps s^2).
+-- Statistics (forward): pass 1 sums the row scaled by 2^-k with n 2^-k < 1/2 and takes max |x|;
+-- pass 2 corrects the mean by sum(x - m0)/n (constant rows get their exact value, the mean error
+-- stays a few ulps); pass 3 sums the squared deviations. Passes 2 and 3 take the deviations
+-- scaled by a power of two s picked from max |x| (fma(x, s, -m s): exact wherever no result is
+-- subnormal), so no sum and no deviation overflows f32 and the statistics are finite wherever
+-- float64's are. rstd = s / sqrt(v_s + eps s^2); y = (scaled deviation) / sqrt(v_s + eps s^2).
 local util = require("lib.util")
 
 local M = {}
@@ -94,8 +96,11 @@ end
 -- All-reduce of several f32 values at once over each group of `groups` consecutive warps (the
 -- whole block reaches it when groups > 1): butterflies inside the warp, then one round through
 -- shared memory, added in warp order so every thread of a group gets the same bits.
--- ops[i] is "sum" or "max" (max of values that are not NaN).
-function M.reduce(b, vals, ops, red)
+-- ops[i] is "sum" or "max" (max of values that are not NaN). With `all` (groups > 1, at most 16
+-- warps each) a second result holds value `all` over the whole block (every warp, in warp order):
+-- the same in every thread, what a branch reads to be uniform over the block when several groups
+-- share the block's barriers.
+function M.reduce(b, vals, ops, red, all)
   local groups, nwarps = red.groups, red.nwarps
   local out = {}
   for i, v in ipairs(vals) do
@@ -123,18 +128,27 @@ function M.reduce(b, vals, ops, red)
     b:barrier()
     return res
   end
-  for i = 1, #vals do
+  local function combine(i, g0)
     local acc
     for k = 0, groups - 1 do
-      local x = b:load(scratch + (first + k + (i - 1) * nwarps))
+      local x = b:load(scratch + (g0 + k + (i - 1) * nwarps))
       if not acc then acc = x
       elseif ops[i] == "max" then acc = b:max(acc, x)
       else acc = acc + x end
     end
-    res[i] = acc
+    return acc
+  end
+  for i = 1, #vals do res[i] = combine(i, first) end
+  local block
+  if all then
+    block = b:load(scratch + (all - 1) * nwarps)
+    for k = 1, nwarps - 1 do
+      local x = b:load(scratch + (k + (all - 1) * nwarps))
+      block = ops[all] == "max" and b:max(block, x) or block + x
+    end
   end
   b:barrier() -- the scratch is reused when the caller loops
-  return res
+  return res, block
 end
 
 -- 2^-k with k >= 0 chosen from m = max |x| so that |x| * 2^-k < 2 (1 when max |x| < 2): scaling
@@ -223,40 +237,78 @@ function M.corrected_mean(b, m0, corr)
   return m0 + b:select(b:lt(b:abs(m0), math.huge), corr, 0.0)
 end
 
--- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations.
+-- The power of two 2^-k (k >= 0) with n 2^-k < 1/2, and 2^k: a row of n values below f32's maximum,
+-- each scaled by it, sums without overflow (pass 1 of the LayerNorm statistics). n: a Lua number
+-- (fixed hidden: constants) or an f32 value (hidden=launch).
+function M.sum_scale(b, n)
+  if type(n) == "number" then
+    local k = 0
+    while n * 2.0 ^ -k >= 0.5 do k = k + 1 end
+    return b:f32(2.0 ^ -k), b:f32(2.0 ^ k)
+  end
+  local s = M.pow2_scale(b, n) * 0.25 -- pow2_scale: n 2^-k < 2
+  return s, b:from_bits(254 * 8388608 - b:bits(s)) -- 2^k (pow2_inverse)
+end
+
+-- 1 / s for a power of two s = 2^-k from pow2_scale (exact: the exponent mirrored about 127).
+local function pow2_inverse(b, s) return b:from_bits(254 * 8388608 - b:bits(s)) end
+
+-- The mean from pass 1's scaled sum (m0) and pass 2's scaled deviation sum: m0 + corr / s.
+local function ln_mean(b, m0, csum, n, scale)
+  return M.corrected_mean(b, m0, csum / n * pow2_inverse(b, scale))
+end
+
+-- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations x - mean
+-- (y = deviation * rstd). An element whose deviation itself exceeds f32's maximum (|x| >= 2^127 in
+-- a row with both signs) gets an infinite deviation and y; the statistics stay finite. Taking y
+-- from the scaled deviations instead (as the looping form does) cost ptxas 10 more registers at
+-- bf16 4096 (a block less per SM); re-writing such rows in a branch after the common path cost 16
+-- to 40 (the row's values stay live for it).
 function M.ln_stats_fixed(b, r, xs, n, eps, red)
   local mx = b:f32(0.0)
-  for _, v in ipairs(xs) do mx = b:max(mx, b:abs(v)) end
-  local s1 = M.reduce(b, { M.tree_sum(b, xs), mx }, { "sum", "max" }, red)
-  local m0 = s1[1] / n
-  local cs = {}
-  for k, v in ipairs(xs) do cs[k] = M.masked(b, r, k, v - m0) end
-  local mean = M.corrected_mean(b, m0, M.reduce(b, { M.tree_sum(b, cs) }, { "sum" }, red)[1] / n)
+  local s0, inv0 = M.sum_scale(b, n)
+  local xs0 = {}
+  for k, v in ipairs(xs) do
+    mx = b:max(mx, b:abs(v))
+    xs0[k] = v * s0
+  end
+  local s1 = M.reduce(b, { M.tree_sum(b, xs0), mx }, { "sum", "max" }, red)
+  local m0 = s1[1] / n * inv0
   local scale = M.pow2_scale(b, s1[2])
+  local neg = -(m0 * scale)
+  local cs = {}
+  for k, v in ipairs(xs) do cs[k] = M.masked(b, r, k, b:fma(v, scale, neg)) end
+  local mean = ln_mean(b, m0, M.reduce(b, { M.tree_sum(b, cs) }, { "sum" }, red)[1], n, scale)
+  local negm = -(mean * scale)
   local sqs, ds = {}, {}
   for k, v in ipairs(xs) do
     ds[k] = M.masked(b, r, k, v - mean)
-    local d = ds[k] * scale
+    local d = M.masked(b, r, k, b:fma(v, scale, negm))
     sqs[k] = d * d
   end
   local vs = M.reduce(b, { M.tree_sum(b, sqs) }, { "sum" }, red)[1] / n
-  local rstd = scale * b:rsqrt(b:fma(eps * scale, scale, vs))
-  return mean, rstd, ds
+  return mean, scale * b:rsqrt(b:fma(eps * scale, scale, vs)), ds
 end
 
 -- RMSNorm: rstd = 1 / sqrt(mean(x^2) + eps). One reduction (sum of squares and max |x|); a row
--- whose sum of squares overflows f32 is summed again scaled by a power of two (the branch is
--- uniform over the reduction's group).
+-- whose sum of squares overflows f32 is summed again scaled by a power of two. The branch holds a
+-- block reduction, so every thread that shares its barriers must take it: over the reduction's
+-- group when the group is the block (or a warp), over the whole block when several row groups
+-- share it (the looping form's two rows of four warps: a block enters when the sum of squares
+-- over all its rows is infinite, and only the rows that overflowed take the new rstd; the sums
+-- are of squares, so a row's overflow makes the block's sum infinite).
 function M.rms_rstd(b, sum_sq_fn, n, eps, red)
   local q, mx = sum_sq_fn(nil)
-  local s1 = M.reduce(b, { q, mx }, { "sum", "max" }, red)
+  local shared = red.groups > 1 and red.nwarps > red.groups
+  local s1, block_sum = M.reduce(b, { q, mx }, { "sum", "max" }, red, shared and 1 or nil)
   local rstd = b:var("f32", b:rsqrt(s1[1] / n + eps))
-  local overflow = b:and_(b:eq(s1[1], math.huge), b:lt(s1[2], math.huge))
-  b:if_(overflow, function()
+  local own = b:and_(b:eq(s1[1], math.huge), b:lt(s1[2], math.huge))
+  b:if_(shared and b:eq(block_sum, math.huge) or own, function()
     local scale = M.pow2_scale(b, s1[2])
     local qs = sum_sq_fn(scale)
     local vs = M.reduce(b, { qs }, { "sum" }, red)[1] / n
-    rstd:set(scale * b:rsqrt(b:fma(eps * scale, scale, vs)))
+    local scaled = scale * b:rsqrt(b:fma(eps * scale, scale, vs))
+    rstd:set(shared and b:select(own, scaled, rstd:get()) or scaled)
   end)
   return rstd:get()
 end
@@ -270,6 +322,15 @@ local function sum_sq(b, vals, scale)
     if not scale then mx = b:max(mx, b:abs(v)) end
   end
   return M.tree_sum(b, sq), mx
+end
+
+-- A weight element as the affine step uses it, in f32: w, or 1 + w with offset=1 (zero-centered
+-- weights, as Gemma stores them: 1 + w is formed in f32, never in w's dtype, so a weight near 0
+-- keeps its bits).
+function M.weight_f32(b, spec, w)
+  local v = b:to_f32(w)
+  if spec.offset == 1 then return v + 1.0 end
+  return v
 end
 
 -- The affine step in f32: n * w + bias (either may be absent).
@@ -324,7 +385,7 @@ local function forward_fixed(b, spec, cfg, p, rms)
     local out = {}
     for i = 1, vec do
       local nv = ns[j * vec + i] * rstd
-      out[i] = M.affine(b, nv, wv[i] and b:to_f32(wv[i]), bv[i] and b:to_f32(bv[i]))
+      out[i] = M.affine(b, nv, wv[i] and M.weight_f32(b, spec, wv[i]), bv[i] and b:to_f32(bv[i]))
     end
     b:store_vec(p.y + base + r.offs[j], b:from_f32_vec(out, spec.y), { align = yalign, pred = r.valid[j] })
   end
@@ -347,7 +408,10 @@ local function forward_looping(b, spec, cfg, p, rms)
   local src = p.x + base
   local function val(i) return b:to_f32(b:load(src + i)) end
 
-  -- Pass 1: sum (or sum of squares) and max |v|; with a residual, h is formed and written here.
+  -- Pass 1: sum (scaled by s0: no overflow) or sum of squares, and max |v|; with a residual, h is
+  -- formed and written here.
+  local s0, inv0
+  if not rms then s0, inv0 = M.sum_scale(b, hidden_f) end
   local acc, mx = b:var("f32", 0.0), b:var("f32", 0.0)
   b:for_(t, n, T, function(i)
     local v = b:to_f32(b:load(p.x + base + i))
@@ -356,11 +420,11 @@ local function forward_looping(b, spec, cfg, p, rms)
       b:store(p.h + base + i, hv)
       v = b:to_f32(hv)
     end
-    acc:set(rms and b:fma(v, v, acc:get()) or acc:get() + v)
+    acc:set(rms and b:fma(v, v, acc:get()) or acc:get() + v * s0)
     mx:set(b:max(mx:get(), b:abs(v)))
   end)
   if spec.residual then src = p.h + base end
-  local mean, rstd
+  local mean, rstd, scale, negm, r0
   if rms then
     rstd = M.rms_rstd(b, function(scale)
       if not scale then return acc:get(), mx:get() end
@@ -373,23 +437,26 @@ local function forward_looping(b, spec, cfg, p, rms)
     end, hidden_f, p.eps, red)
   else
     local s1 = M.reduce(b, { acc:get(), mx:get() }, { "sum", "max" }, red)
-    local m0 = s1[1] / hidden_f
+    local m0 = s1[1] / hidden_f * inv0
+    scale = M.pow2_scale(b, s1[2])
+    local neg = -(m0 * scale)
     local c = b:var("f32", 0.0)
-    b:for_(t, n, T, function(i) c:set(c:get() + (val(i) - m0)) end)
-    mean = M.corrected_mean(b, m0, M.reduce(b, { c:get() }, { "sum" }, red)[1] / hidden_f)
-    local scale = M.pow2_scale(b, s1[2])
+    b:for_(t, n, T, function(i) c:set(c:get() + b:fma(val(i), scale, neg)) end)
+    mean = ln_mean(b, m0, M.reduce(b, { c:get() }, { "sum" }, red)[1], hidden_f, scale)
+    negm = -(mean * scale)
     local sq = b:var("f32", 0.0)
     b:for_(t, n, T, function(i)
-      local d = (val(i) - mean) * scale
+      local d = b:fma(val(i), scale, negm)
       sq:set(b:fma(d, d, sq:get()))
     end)
     local vs = M.reduce(b, { sq:get() }, { "sum" }, red)[1] / hidden_f
-    rstd = scale * b:rsqrt(b:fma(p.eps * scale, scale, vs))
+    r0 = b:rsqrt(b:fma(p.eps * scale, scale, vs))
+    rstd = scale * r0
   end
   b:for_(t, n, T, function(i)
     local v = val(i)
-    local nv = (rms and v or v - mean) * rstd
-    local wv = spec.weight and b:to_f32(b:load(p.weight + i)) or nil
+    local nv = rms and v * rstd or b:fma(v, scale, negm) * r0
+    local wv = spec.weight and M.weight_f32(b, spec, b:load(p.weight + i)) or nil
     local bv = (spec.bias and not rms) and b:to_f32(b:load(p.bias + i)) or nil
     b:store(p.y + base + i, b:from_f32(M.affine(b, nv, wv, bv), spec.y))
   end)
@@ -424,6 +491,9 @@ local function backward_fixed(b, spec, cfg, p, rms)
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
   local nel = cfg.iters * cfg.vec
   local wv = spec.weight and M.load_row(b, r, p.weight, spec.w) or nil
+  if wv and spec.offset == 1 then
+    for k = 1, #wv do wv[k] = wv[k] + 1.0 end -- 1 + w in f32 (zero-centered weights)
+  end
   local slabs = M.slabs(spec, rms)
   local acc_w, acc_b = {}, {}
   for k = 1, nel do
@@ -584,7 +654,7 @@ local function backward_reload(b, spec, cfg, p, rms)
       for i = 1, #xs do
         local k = j0 * vec + i
         xh[i] = M.masked(b, r, k, (rms and xs[i] or xs[i] - mean) * rstd)
-        g[i] = wv and dys[i] * wv[i] or dys[i]
+        g[i] = wv and dys[i] * (spec.offset == 1 and wv[i] + 1.0 or wv[i]) or dys[i]
       end
       return xh, g, dys
     end
@@ -647,7 +717,7 @@ local function backward_looping(b, spec, cfg, p, rms)
       local x = b:to_f32(b:load(p.x + off + i))
       local dy = b:to_f32(b:load(p.dy + off + i))
       local xh = (rms and x or x - mean) * rstd
-      local g = spec.weight and dy * b:to_f32(b:load(p.weight + i)) or dy
+      local g = spec.weight and dy * M.weight_f32(b, spec, b:load(p.weight + i)) or dy
       return xh, g, dy
     end
     local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
@@ -859,6 +929,9 @@ end
 function M.check(spec)
   if not spec.residual and spec.r ~= spec.x then
     return "r=" .. spec.r .. " needs residual=true (r is the dtype of the residual stream)"
+  end
+  if spec.offset == 1 and not spec.weight then
+    return "offset=1 needs weight=true (offset=1 multiplies by 1 + weight)"
   end
   return nil
 end
