@@ -169,9 +169,9 @@ def test_run_passes_and_bundle_round_trip(tmp_path):
         assert cli("bundle-info", str(out)).stdout == info.stdout
 
 
-@pytest.mark.skipif(not HAVE_BIN, reason="bin/kiln not built")
 def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
-    """/dev/zero, a FIFO and a sparse file over the input limit: one error, exit 2, as bin/kiln says it."""
+    """/dev/zero, a FIFO and a sparse file over the input limit: one error, exit 2 (and as bin/kiln says it,
+    where it is built)."""
     fifo = tmp_path / "fifo"
     os.mkfifo(fifo)
     sparse = tmp_path / "sparse"
@@ -181,9 +181,11 @@ def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
     for path, what in (("/dev/zero", b"is a character device"), (str(fifo), b"is a FIFO (named pipe)"),
                        (str(sparse), b"than kiln's input limit of 256 MiB")):
         for args in (["lint", path], ["bundle-info", path], ["bundle", "--spec-list", path, "--sm", "80", "-o", out]):
-            a, b = py(*args), cli(*args)
-            assert a.returncode == b.returncode == 2 and what in a.stderr, (args, a.stderr)
-            assert a.stderr == b.stderr, (args, a.stderr, b.stderr)
+            a = py(*args)
+            assert a.returncode == 2 and what in a.stderr, (args, a.stderr)
+            if HAVE_BIN:
+                b = cli(*args)
+                assert b.returncode == 2 and a.stderr == b.stderr, (args, a.stderr, b.stderr)
     assert not os.path.exists(out)
     env = dict(os.environ, PYTHONPATH=PKG_ROOT, KILN_MAX_INPUT_MB="1")  # standard input: streamed to the limit
     a = subprocess.run([sys.executable, "-m", "kiln", "lint", "-"], input=b"\0" * (3 << 20), env=env,
