@@ -213,9 +213,6 @@ typedef struct gen_value {
     int as;   /* pointers: enum gen_addrspace */
 } gen_value;
 
-/* gen_builder.max_registers: write no .maxnreg (ptxas takes what .maxntid leaves) */
-#define GEN_MAXNREG_BLOCK 0xffffffffu
-
 struct gen_builder {
     lua_State *L; /* the template's state: primitives raise their errors there */
     LLVMContextRef ctx;
@@ -230,7 +227,7 @@ struct gen_builder {
     int nshared;         /* shared arrays allocated (for unique names) */
     int depth;           /* open if/for blocks */
     int finished;
-    unsigned max_registers; /* .maxnreg; 0 = derived from the block size; GEN_MAXNREG_BLOCK: none */
+    unsigned max_registers; /* .maxnreg; 0 = derived from the block size */
     LLVMTypeRef i1, i8, i16, i32, i64, f32, f16, bf16, void_t, ptr_global, ptr_shared;
 };
 

@@ -116,8 +116,7 @@ void gen_close_kernel(gen_builder *gb) {
     unsigned threads = gb->meta->block[0] * gb->meta->block[1] * gb->meta->block[2];
     unsigned cap = (gb->t->regs_per_sm / threads) & ~7u;
     if (cap > THREAD_REGISTERS_MAX) cap = THREAD_REGISTERS_MAX;
-    if (gb->max_registers != GEN_MAXNREG_BLOCK)
-        gen_kernel_attr(gb, "nvvm.maxnreg", gb->max_registers ? gb->max_registers : cap);
+    gen_kernel_attr(gb, "nvvm.maxnreg", gb->max_registers ? gb->max_registers : cap);
     LLVMBuildBr(gb->b, gb->exit_bb);
     LLVMPositionBuilderAtEnd(gb->b, gb->entry);
     LLVMBuildBr(gb->b, gb->body);

@@ -32,16 +32,9 @@ static int b_lg2_approx(lua_State *L) {
 }
 
 /* b:max_registers(n): the kernel may use up to n registers per thread (.maxnreg), instead
- * of the default the builder derives from the block size (see gen_close_kernel).
- * b:max_registers("block"): no .maxnreg at all; ptxas takes what .maxntid leaves (64K / block). */
+ * of the default the builder derives from the block size (see gen_close_kernel). */
 static int b_max_registers(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
-    if (lua_type(L, 2) == LUA_TSTRING) {
-        if (strcmp(lua_tostring(L, 2), "block")) return luaL_error(L, "max_registers '%s'; valid: 16..255 or 'block'", lua_tostring(L, 2));
-        if (!gb->fn) return luaL_error(L, "b:max_registers needs a kernel (call b:kernel{} first)");
-        gb->max_registers = GEN_MAXNREG_BLOCK;
-        return 0;
-    }
     lua_Integer n = luaL_checkinteger(L, 2);
     if (n < 16 || n > 255) return luaL_error(L, "max_registers %d out of range 16..255", (int)n);
     if (!gb->fn) return luaL_error(L, "b:max_registers needs a kernel (call b:kernel{} first)");

@@ -840,10 +840,6 @@ local function reload_config(spec, target, rms, base, elems, smem)
     return nil, string.format("%d accumulators and one pass's loads (%d registers) need more than the %d registers left",
                               nacc, loads(), cfg.max_registers - spare)
   end
-  -- One block per SM: the cap is what the block size leaves anyway, and written out as .maxnreg it
-  -- makes ptxas hoist loads up to it and spill (bf16 h16384 reg32 on sm_120: 128 registers and 8
-  -- bytes of spills with it, 102 and none without; sm_75/86/89 no worse without it).
-  if cfg.blocks_per_sm == 1 then cfg.max_registers = "block" end
   return cfg
 end
 
