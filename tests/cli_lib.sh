@@ -23,6 +23,21 @@ expect() {
     ok "$name"
 }
 
+# expect_re NAME STATUS PATTERN -- ARGS...: kiln ARGS exits with STATUS within 60 s (a reader that never
+# stops fails here instead of hanging the suite) and prints PATTERN (grep -E, stdout or stderr).
+expect_re() {
+    local name=$1 want=$2 pattern=$3 out rc
+    shift 4
+    out=$(timeout 60 "$KILN" "$@" 2>&1)
+    rc=$?
+    if [ "$rc" -eq "$want" ] && grep -qE -- "$pattern" <<<"$out"; then
+        ok "$name"
+    else
+        bad "$name" "exit $rc (want $want), output lacks /$pattern/:"
+        sed 's/^/    /' <<<"$out" | head -20
+    fi
+}
+
 # finish SUITE: prints the summary line and exits with the verdict.
 finish() {
     echo "$1: $pass passed, $fail failed"
