@@ -136,18 +136,47 @@ class stamp_fn : public FunctionPass {
 char stamp_fn::ID = 0;
 
 /* NVPTX's codegen IR passes that kiln leaves out, as it chose its own IR pipeline: each measured
- * on every ptxas matrix (docs/llvm22.md) to cost generation time and buy no SASS instruction or
- * register. Straight-line strength reduction grew in LLVM 21 (partial strength reduction over
- * GEP/add chains) from 0.3 to 7.6 ms of a 60 ms attention kernel; ptxas strength-reduces the same
- * address arithmetic itself. KILN_CODEGEN_PASSES=llvm keeps LLVM's full list (for comparisons). */
-static const char *const dropped_codegen_passes[] = {"Straight line strength reduction"};
+ * on every ptxas matrix (docs/llvm22.md, docs/jit.md) to cost generation time and buy no SASS
+ * instruction or register. Straight-line strength reduction grew in LLVM 21 (partial strength
+ * reduction over GEP/add chains) from 0.3 to 7.6 ms of a 60 ms attention kernel; ptxas
+ * strength-reduces the same address arithmetic itself. N-ary reassociation and the EarlyCSE that
+ * follows it (NVPTX's second of three) change no byte of the PTX of any of the 2441 matrix variants
+ * (layernorm, norm, attention, attention_bwd; kiln's IR pipeline has already folded what they would
+ * find) and cost 5.5 % of an attention kernel's instructions (callgrind: 361.5 -> 341.6 M, bf16 d128
+ * causal sm_80), 4 % of a LayerNorm's. The first EarlyCSE stays: without both, 207 attention
+ * variants change. KILN_CODEGEN_PASSES=llvm keeps LLVM's full list (for comparisons). */
+struct dropped_pass {
+    const char *name; /* the legacy pass's getPassName() */
+    int nth;          /* which occurrence in NVPTX's list (1 = first), 0: every one */
+};
+static const dropped_pass dropped_codegen_passes[] = {
+    {"Straight line strength reduction", 0},
+    {"Nary reassociation", 0},
+    {"Early CSE", 2}, /* the one after N-ary reassociation */
+};
 
-static bool keep_codegen_pass(Pass *p) {
+/* KILN_CODEGEN_PASSES=llvm keeps every pass; KILN_CODEGEN_PASSES=drop:NAME[#N],... leaves out these
+ * passes as well as the table's (for measuring a candidate against the ptxas matrices). */
+static bool env_drops(const char *env, StringRef name, int nth) {
+    if (!env || strncmp(env, "drop:", 5)) return false;
+    for (StringRef rest = env + 5; !rest.empty();) {
+        auto [item, tail] = rest.split(',');
+        rest = tail;
+        auto [n, occ] = item.split('#');
+        int k = 0;
+        if (n == name && (occ.empty() || (!occ.getAsInteger(10, k) && k == nth))) return true;
+    }
+    return false;
+}
+
+/* Whether the nth pass of this name (counted per pass manager) stays in codegen. */
+static bool keep_codegen_pass(Pass *p, int nth) {
     static const char *env = getenv("KILN_CODEGEN_PASSES");
     if (env && !strcmp(env, "llvm")) return true;
-    for (const char *name : dropped_codegen_passes)
-        if (p->getPassName() == name) return false;
-    return true;
+    StringRef name = p->getPassName();
+    for (const dropped_pass &d : dropped_codegen_passes)
+        if (name == d.name && (d.nth == 0 || d.nth == nth)) return false;
+    return !env_drops(env, name, nth);
 }
 
 /* A pass manager that puts a stamp in front of each function pass it is given and leaves out the
@@ -157,7 +186,11 @@ class stamping_pm : public legacy::PassManager {
   public:
     explicit stamping_pm(stamps *s) : s(s) {}
     void add(Pass *p) override {
-        if (!keep_codegen_pass(p)) {
+        int nth = 1;
+        for (const std::string &n : seen)
+            if (n == p->getPassName()) nth++;
+        seen.push_back(p->getPassName().str());
+        if (!keep_codegen_pass(p, nth)) {
             delete p;
             return;
         }
@@ -167,6 +200,7 @@ class stamping_pm : public legacy::PassManager {
 
   private:
     stamps *s;
+    std::vector<std::string> seen; /* names of the passes offered so far, in order */
 };
 } // namespace
 
