@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# tests/codegen_passes_test.sh - the NVPTX codegen passes kiln leaves out (gen/gen_llvm.cpp's
+# dropped_codegen_passes) are really left out, and KILN_CODEGEN_PASSES=drop:NAME[#N] leaves out
+# exactly the Nth pass of that name: both judged by the PTX of a kernel the choice changes.
+set -u
+. "$(dirname "$0")/cli_lib.sh"
+
+SPEC=(attention_combine out=f32 head_dim=96)
+emit() { # FILE [KILN_CODEGEN_PASSES]
+    if KILN_CODEGEN_PASSES=${2-} "$KILN" emit "${SPEC[@]}" --sm 80 -o "$1" 2>"$tmp/err"; then return 0; fi
+    bad "emit $1" "$(cat "$tmp/err")"
+    return 1
+}
+same() { # NAME A B WANT(same|differ)
+    local got=differ
+    cmp -s "$2" "$3" && got=same
+    if [ "$got" = "$4" ]; then ok "$1"; else bad "$1" "the PTX is $got, want $4"; fi
+}
+
+emit "$tmp/default.ptx" || finish codegen_passes
+emit "$tmp/llvm.ptx" llvm && same "LLVM's full list differs from kiln's" "$tmp/default.ptx" "$tmp/llvm.ptx" differ
+emit "$tmp/nary.ptx" "drop:Nary reassociation" &&
+    same "N-ary reassociation is already left out" "$tmp/default.ptx" "$tmp/nary.ptx" same
+emit "$tmp/cse3.ptx" "drop:Early CSE#3" &&
+    same "the third EarlyCSE is one kiln keeps" "$tmp/default.ptx" "$tmp/cse3.ptx" differ
+emit "$tmp/cse4.ptx" "drop:Early CSE#4" &&
+    same "#N names one occurrence (there is no fourth)" "$tmp/default.ptx" "$tmp/cse4.ptx" same
+emit "$tmp/empty.ptx" "drop:" && same "an empty drop list changes nothing" "$tmp/default.ptx" "$tmp/empty.ptx" same
+finish codegen_passes
