@@ -174,9 +174,11 @@ void gen_lower_destroy(gen_lower *lw);
 kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
                                int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
                                kiln_error *err);
-/* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. */
+/* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. lsr = 0
+ * leaves NVPTX's loop strength reduction out (a template's config().lsr = false). */
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                           kiln_emit emit, char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err);
+                           kiln_emit emit, int lsr, char **text, size_t *len, kiln_gen_timing *tm,
+                           kiln_error *err);
 /* Prepares the module's triple and data layout for target t. */
 void gen_lower_prepare(LLVMModuleRef mod);
 /* Empties an optimized module that will not be printed as PTX and drops what LLVM's NVPTX
@@ -189,8 +191,9 @@ extern "C" {
 /* Runs a textual new-pass-manager pipeline; adds exclusive time per pass to tm (if not NULL). */
 int gen_llvm_run_passes(LLVMTargetMachineRef machine, LLVMModuleRef mod, const char *pipeline,
                         kiln_gen_timing *tm, char *msg, size_t msg_size);
-/* NVPTX codegen to PTX text (malloc'd, NUL-terminated); fills tm's codegen_ir, isel, codegen, print. */
-int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, kiln_gen_timing *tm, char **text,
+/* NVPTX codegen to PTX text (malloc'd, NUL-terminated); fills tm's codegen_ir, isel, codegen, print;
+ * lsr = 0 leaves loop strength reduction out. */
+int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, int lsr, kiln_gen_timing *tm, char **text,
                      size_t *len, char *msg, size_t msg_size);
 #ifdef __cplusplus
 }

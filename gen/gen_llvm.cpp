@@ -169,11 +169,13 @@ static bool env_drops(const char *env, StringRef name, int nth) {
     return false;
 }
 
-/* Whether the nth pass of this name (counted per pass manager) stays in codegen. */
-static bool keep_codegen_pass(Pass *p, int nth) {
+/* Whether the nth pass of this name (counted per pass manager) stays in codegen; lsr = false: the
+ * template left loop strength reduction out (config().lsr, gen_api.c). */
+static bool keep_codegen_pass(Pass *p, int nth, bool lsr) {
     static const char *env = getenv("KILN_CODEGEN_PASSES");
     if (env && !strcmp(env, "llvm")) return true;
     StringRef name = p->getPassName();
+    if (!lsr && name == "Loop Strength Reduction") return false;
     for (const dropped_pass &d : dropped_codegen_passes)
         if (name == d.name && (d.nth == 0 || d.nth == nth)) return false;
     return !env_drops(env, name, nth);
@@ -184,13 +186,13 @@ static bool keep_codegen_pass(Pass *p, int nth) {
  * counts as "codegen IR") or are immutable. */
 class stamping_pm : public legacy::PassManager {
   public:
-    explicit stamping_pm(stamps *s) : s(s) {}
+    stamping_pm(stamps *s, bool lsr) : s(s), lsr(lsr) {}
     void add(Pass *p) override {
         int nth = 1;
         for (const std::string &n : seen)
             if (n == p->getPassName()) nth++;
         seen.push_back(p->getPassName().str());
-        if (!keep_codegen_pass(p, nth)) {
+        if (!keep_codegen_pass(p, nth, lsr)) {
             delete p;
             return;
         }
@@ -200,11 +202,12 @@ class stamping_pm : public legacy::PassManager {
 
   private:
     stamps *s;
+    bool lsr;
     std::vector<std::string> seen; /* names of the passes offered so far, in order */
 };
 } // namespace
 
-extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, kiln_gen_timing *tm, char **text,
+extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, int lsr, kiln_gen_timing *tm, char **text,
                                 size_t *len, char *msg, size_t msg_size) {
     TargetMachine *machine = reinterpret_cast<TargetMachine *>(tmr);
     Module *mod = unwrap(modr);
@@ -214,7 +217,7 @@ extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, ki
     stamps s;
     double t0 = now_ms();
     {
-        stamping_pm pm(&s);
+        stamping_pm pm(&s, lsr != 0);
         if (machine->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile)) {
             snprintf(msg, msg_size, "the NVPTX target cannot emit assembly");
             return 1;

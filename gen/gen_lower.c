@@ -154,7 +154,7 @@ kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_targe
  * surface, sampler). tests/gen_threads_test.c keeps the regression test. */
 
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version, kiln_emit emit,
-                           char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err) {
+                           int lsr, char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err) {
     if (emit == KILN_EMIT_LL) {
         char *s = LLVMPrintModuleToString(mod);
         *len = strlen(s);
@@ -167,7 +167,7 @@ kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t
     kiln_status st = machine_for(lw, t, ptx_version, &machine, err);
     if (st != KILN_OK) return st;
     char why[512];
-    if (gen_llvm_codegen(machine, mod, tm, text, len, why, sizeof why))
+    if (gen_llvm_codegen(machine, mod, lsr, tm, text, len, why, sizeof why))
         return kiln_fail(err, KILN_EGEN, "NVPTX code generation failed: %s", why);
     *len = strnlen(*text, *len);
     return KILN_OK;

@@ -1,11 +1,11 @@
 #!/usr/bin/env bash
 # tests/codegen_passes_test.sh - the NVPTX codegen passes kiln leaves out (gen/gen_llvm.cpp's
-# dropped_codegen_passes) are really left out, and KILN_CODEGEN_PASSES=drop:NAME[#N] leaves out
-# exactly the Nth pass of that name: both judged by the PTX of a kernel the choice changes.
+# dropped_codegen_passes) are really left out, KILN_CODEGEN_PASSES=drop:NAME[#N] leaves out
+# exactly the Nth pass of that name, and a template's config().lsr = false leaves loop strength
+# reduction out of its kernels only: all judged by the PTX of kernels the choice changes.
 set -u
 . "$(dirname "$0")/cli_lib.sh"
 
-SPEC=(attention_combine out=f32 head_dim=96)
 emit() { # FILE [KILN_CODEGEN_PASSES]
     if KILN_CODEGEN_PASSES=${2-} "$KILN" emit "${SPEC[@]}" --sm 80 -o "$1" 2>"$tmp/err"; then return 0; fi
     bad "emit $1" "$(cat "$tmp/err")"
@@ -17,6 +17,7 @@ same() { # NAME A B WANT(same|differ)
     if [ "$got" = "$4" ]; then ok "$1"; else bad "$1" "the PTX is $got, want $4"; fi
 }
 
+SPEC=(attention dtype=f16 head_dim=96)
 emit "$tmp/default.ptx" || finish codegen_passes
 emit "$tmp/llvm.ptx" llvm && same "LLVM's full list differs from kiln's" "$tmp/default.ptx" "$tmp/llvm.ptx" differ
 emit "$tmp/nary.ptx" "drop:Nary reassociation" &&
@@ -26,4 +27,10 @@ emit "$tmp/cse3.ptx" "drop:Early CSE#3" &&
 emit "$tmp/cse4.ptx" "drop:Early CSE#4" &&
     same "#N names one occurrence (there is no fourth)" "$tmp/default.ptx" "$tmp/cse4.ptx" same
 emit "$tmp/empty.ptx" "drop:" && same "an empty drop list changes nothing" "$tmp/default.ptx" "$tmp/empty.ptx" same
+emit "$tmp/lsr.ptx" "drop:Loop Strength Reduction" && same "attention keeps LSR" "$tmp/default.ptx" "$tmp/lsr.ptx" differ
+
+SPEC=(attention_combine out=f32 head_dim=96)
+emit "$tmp/c.ptx" && emit "$tmp/c_lsr.ptx" "drop:Loop Strength Reduction" &&
+    same "attention_combine leaves LSR out (config().lsr = false)" "$tmp/c.ptx" "$tmp/c_lsr.ptx" same
+emit "$tmp/c_llvm.ptx" llvm && same "KILN_CODEGEN_PASSES=llvm brings LSR back" "$tmp/c.ptx" "$tmp/c_llvm.ptx" differ
 finish codegen_passes
