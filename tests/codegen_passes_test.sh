@@ -17,7 +17,7 @@ same() { # NAME A B WANT(same|differ)
     if [ "$got" = "$4" ]; then ok "$1"; else bad "$1" "the PTX is $got, want $4"; fi
 }
 
-SPEC=(attention dtype=f16 head_dim=96)
+SPEC=(attention dtype=f16 head_dim=96 splitkv=true)
 emit "$tmp/default.ptx" || finish codegen_passes
 emit "$tmp/llvm.ptx" llvm && same "LLVM's full list differs from kiln's" "$tmp/default.ptx" "$tmp/llvm.ptx" differ
 emit "$tmp/nary.ptx" "drop:Nary reassociation" &&
@@ -27,7 +27,12 @@ emit "$tmp/cse3.ptx" "drop:Early CSE#3" &&
 emit "$tmp/cse4.ptx" "drop:Early CSE#4" &&
     same "#N names one occurrence (there is no fourth)" "$tmp/default.ptx" "$tmp/cse4.ptx" same
 emit "$tmp/empty.ptx" "drop:" && same "an empty drop list changes nothing" "$tmp/default.ptx" "$tmp/empty.ptx" same
-emit "$tmp/lsr.ptx" "drop:Loop Strength Reduction" && same "attention keeps LSR" "$tmp/default.ptx" "$tmp/lsr.ptx" differ
+emit "$tmp/lsr.ptx" "drop:Loop Strength Reduction" &&
+    same "split-KV attention keeps LSR" "$tmp/default.ptx" "$tmp/lsr.ptx" differ
+
+SPEC=(attention dtype=f16 head_dim=96)
+emit "$tmp/a.ptx" && emit "$tmp/a_lsr.ptx" "drop:Loop Strength Reduction" &&
+    same "cp.async tensor-core attention leaves LSR out" "$tmp/a.ptx" "$tmp/a_lsr.ptx" same
 
 SPEC=(attention_combine out=f32 head_dim=96)
 emit "$tmp/c.ptx" && emit "$tmp/c_lsr.ptx" "drop:Loop Strength Reduction" &&
