@@ -179,13 +179,15 @@ void gen_lower_destroy(gen_lower *lw);
 kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
                                int opt_level, const char *pipeline, int rotate_loops, kiln_gen_timing *tm,
                                kiln_error *err);
-/* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. */
+/* NVPTX codegen passes a template may leave out of its kernels (config().lsr / .slsr = false). */
+enum { GEN_DROP_LSR = 1, GEN_DROP_SLSR = 2 };
+/* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. drop: the
+ * GEN_DROP_* passes the template leaves out. */
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,
-                           kiln_emit emit, char **text, size_t *len, kiln_gen_timing *tm, kiln_error *err);
+                           kiln_emit emit, unsigned drop, char **text, size_t *len, kiln_gen_timing *tm,
+                           kiln_error *err);
 /* Prepares the module's triple and data layout for target t. */
 void gen_lower_prepare(LLVMModuleRef mod);
-/* Empties an optimized module that will not be printed as PTX and drops what LLVM's NVPTX
- * backend cached about it (see gen_lower.c); call it before disposing of such a module. */
 
 /* ---- gen_llvm.cpp: the LLVM C++ steps behind gen_lower.c (0 on success, else msg) ---- */
 #ifdef __cplusplus
@@ -194,8 +196,9 @@ extern "C" {
 /* Runs a textual new-pass-manager pipeline; adds exclusive time per pass to tm (if not NULL). */
 int gen_llvm_run_passes(LLVMTargetMachineRef machine, LLVMModuleRef mod, const char *pipeline,
                         kiln_gen_timing *tm, char *msg, size_t msg_size);
-/* NVPTX codegen to PTX text (malloc'd, NUL-terminated); fills tm's codegen_ir, isel, codegen, print. */
-int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, kiln_gen_timing *tm, char **text,
+/* NVPTX codegen to PTX text (malloc'd, NUL-terminated); fills tm's codegen_ir, isel, codegen, print;
+ * drop: the GEN_DROP_* passes left out. */
+int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, unsigned drop, kiln_gen_timing *tm, char **text,
                      size_t *len, char *msg, size_t msg_size);
 #ifdef __cplusplus
 }

@@ -19,6 +19,7 @@ struct kiln_gen {
     char *pipeline; /* LLVM pipeline text; NULL: kiln's */
     kiln_gen_timing timing; /* of the call in progress, then of the last one */
     kiln_gen_timing last;
+    unsigned codegen_drop; /* GEN_DROP_* from config().lsr / .slsr = false of the call in progress */
 };
 
 static double now_ms(void) {
@@ -185,12 +186,19 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
     /* config().pipeline = "kiln": the family's variants are proven no worse under kiln's IR
      * pipeline (tests/quality/); other families get default<O3> until theirs are.
-     * config().rotate_loops: the template's loops gain from rotation (gen_lower.c). */
+     * config().rotate_loops: the template's loops gain from rotation (gen_lower.c).
+     * config().lsr = false: NVPTX's loop strength reduction is left out of codegen; config().slsr =
+     * false: its straight-line strength reduction; each where the family's ptxas matrix variants are
+     * no worse without it (docs/jit.md, docs/llvm22.md). */
     lua_getfield(L, cfg, "pipeline");
     int kiln_pipe = lua_type(L, -1) == LUA_TSTRING && !strcmp(lua_tostring(L, -1), "kiln");
     lua_getfield(L, cfg, "rotate_loops");
     int rotate = lua_toboolean(L, -1);
-    lua_pop(L, 2);
+    lua_getfield(L, cfg, "lsr");
+    g->codegen_drop = lua_isnil(L, -1) || lua_toboolean(L, -1) ? 0u : GEN_DROP_LSR;
+    lua_getfield(L, cfg, "slsr");
+    if (!lua_isnil(L, -1) && !lua_toboolean(L, -1)) g->codegen_drop |= GEN_DROP_SLSR;
+    lua_pop(L, 4);
     const char *pipeline = g->pipeline ? g->pipeline : kiln_pipe ? NULL : "default<O3>";
     double t2 = now_ms();
     tm->config = t2 - t1;
@@ -262,7 +270,7 @@ kiln_status kiln_generate(kiln_gen *g, const char *spec, int sm, kiln_emit emit,
             dump_stage(&km->meta, "opt.ll", ir, strlen(ir));
             LLVMDisposeMessage(ir);
         }
-        st = gen_lower_emit(g->lower, mod, t, km->meta.ptx_version, emit, &body, &blen, &g->timing, err);
+        st = gen_lower_emit(g->lower, mod, t, km->meta.ptx_version, emit, g->codegen_drop, &body, &blen, &g->timing, err);
         LLVMDisposeModule(mod);
     }
     double t1 = now_ms();

@@ -135,24 +135,79 @@ class stamp_fn : public FunctionPass {
 };
 char stamp_fn::ID = 0;
 
-/* A pass manager that puts a stamp in front of each function pass it is given. Module passes
- * in NVPTX codegen run before the first function pass (their time counts as "codegen IR") or
- * are immutable. NVPTX's codegen IR passes run as LLVM lists them: LLVM 22's straight-line strength
- * reduction costs 13 ms of an attention kernel's 60 but saves registers (docs/llvm22.md). */
+/* NVPTX's codegen IR passes that kiln leaves out, as it chose its own IR pipeline: each measured
+ * on every ptxas matrix (docs/llvm22.md, docs/jit.md) to cost generation time and buy no SASS
+ * instruction or register. Straight-line strength reduction stays although LLVM 21 made it cost
+ * 0.3 -> 7.6 ms of an attention kernel: without it 45 attention variants lose a resident block
+ * (docs/llvm22.md). N-ary reassociation and the EarlyCSE that
+ * follows it (NVPTX's second of three) change no byte of the PTX of any of the 2441 matrix variants
+ * (layernorm, norm, attention, attention_bwd; kiln's IR pipeline has already folded what they would
+ * find) and cost 5.5 % of an attention kernel's instructions (callgrind: 361.5 -> 341.6 M, bf16 d128
+ * causal sm_80), 4 % of a LayerNorm's. The first EarlyCSE stays: without both, 207 attention
+ * variants change. KILN_CODEGEN_PASSES=llvm keeps LLVM's full list (for comparisons). */
+struct dropped_pass {
+    const char *name; /* the legacy pass's getPassName() */
+    int nth;          /* which occurrence in NVPTX's list (1 = first), 0: every one */
+};
+static const dropped_pass dropped_codegen_passes[] = {
+    {"Nary reassociation", 0},
+    {"Early CSE", 2}, /* the one after N-ary reassociation */
+};
+
+/* KILN_CODEGEN_PASSES=llvm keeps every pass; KILN_CODEGEN_PASSES=drop:NAME[#N],... leaves out these
+ * passes as well as the table's (for measuring a candidate against the ptxas matrices). */
+static bool env_drops(const char *env, StringRef name, int nth) {
+    if (!env || strncmp(env, "drop:", 5)) return false;
+    for (StringRef rest = env + 5; !rest.empty();) {
+        auto [item, tail] = rest.split(',');
+        rest = tail;
+        auto [n, occ] = item.split('#');
+        int k = 0;
+        if (n == name && (occ.empty() || (!occ.getAsInteger(10, k) && k == nth))) return true;
+    }
+    return false;
+}
+
+/* Whether the nth pass of this name (counted per pass manager) stays in codegen; drop: the GEN_DROP_*
+ * passes the template left out (config().lsr / .slsr = false, gen_api.c). */
+static bool keep_codegen_pass(Pass *p, int nth, unsigned drop) {
+    static const char *env = getenv("KILN_CODEGEN_PASSES");
+    if (env && !strcmp(env, "llvm")) return true;
+    StringRef name = p->getPassName();
+    if ((drop & GEN_DROP_LSR) && name == "Loop Strength Reduction") return false;
+    if ((drop & GEN_DROP_SLSR) && name == "Straight line strength reduction") return false;
+    for (const dropped_pass &d : dropped_codegen_passes)
+        if (name == d.name && (d.nth == 0 || d.nth == nth)) return false;
+    return !env_drops(env, name, nth);
+}
+
+/* A pass manager that puts a stamp in front of each function pass it is given and leaves out the
+ * passes above. Module passes in NVPTX codegen run before the first function pass (their time
+ * counts as "codegen IR") or are immutable. */
 class stamping_pm : public legacy::PassManager {
   public:
-    explicit stamping_pm(stamps *s) : s(s) {}
+    stamping_pm(stamps *s, unsigned drop) : s(s), drop(drop) {}
     void add(Pass *p) override {
+        int nth = 1;
+        for (const std::string &n : seen)
+            if (n == p->getPassName()) nth++;
+        seen.push_back(p->getPassName().str());
+        if (!keep_codegen_pass(p, nth, drop)) {
+            delete p;
+            return;
+        }
         if (p->getPassKind() == PT_Function) legacy::PassManager::add(new stamp_fn(s, p->getPassName()));
         legacy::PassManager::add(p);
     }
 
   private:
     stamps *s;
+    unsigned drop;
+    std::vector<std::string> seen; /* names of the passes offered so far, in order */
 };
 } // namespace
 
-extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, kiln_gen_timing *tm, char **text,
+extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, unsigned drop, kiln_gen_timing *tm, char **text,
                                 size_t *len, char *msg, size_t msg_size) {
     TargetMachine *machine = reinterpret_cast<TargetMachine *>(tmr);
     Module *mod = unwrap(modr);
@@ -162,7 +217,7 @@ extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, ki
     stamps s;
     double t0 = now_ms();
     {
-        stamping_pm pm(&s);
+        stamping_pm pm(&s, drop);
         if (machine->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile)) {
             snprintf(msg, msg_size, "the NVPTX target cannot emit assembly");
             return 1;

@@ -24,7 +24,10 @@ local LN2 = 0.6931471805599453
 local NEG_INF, POS_INF = -math.huge, math.huge
 
 function K.config(spec, target)
-  return { block = 32 * WARPS, grid_tile = { WARPS, 1, 1 }, rows_per_block = WARPS, align = 4 * util.dtype_bytes[spec.out] }
+  -- lsr = false: without NVPTX's loop strength reduction every matrix variant has 27-47 % fewer
+  -- SASS instructions and none fewer blocks per SM
+  return { block = 32 * WARPS, grid_tile = { WARPS, 1, 1 }, rows_per_block = WARPS, align = 4 * util.dtype_bytes[spec.out],
+           lsr = false }
 end
 
 function K.build(b, spec, cfg)

@@ -915,6 +915,10 @@ function M.backward_config(spec, target, rms)
     cfg.align = math.max(cfg.align, math.min(16, cfg.vec * 4)) -- the f32 workspace rows
   end
   if cfg.loop then cfg.max_registers = nil end
+  -- NVPTX's straight-line strength reduction (LLVM 21+) shares the reload forms' address arithmetic
+  -- across passes and keeps it live: f32 rows at 16384 and bf16/f32 at 8192 spilled 16-24 bytes at
+  -- their register caps on sm_80..110 with it, none without (docs/llvm22.md)
+  cfg.slsr = false
   local slabs = M.slabs(spec, rms)
   if slabs > 0 then
     -- the fixed-hidden forms write one partial row per block (slots combined), the looping form one per slot
