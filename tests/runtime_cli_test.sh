@@ -12,11 +12,14 @@ ok() { pass=$((pass + 1)); }
 no() { fail=$((fail + 1)); echo "FAIL $*"; }
 check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
 
-# the default matrix: every family x 3 dtypes x 5 SMs
+# the default matrix: every family x 3 dtypes x every SM from 75 up (kiln list's targets)
 "$KILN" bundle -o "$T/default.kbundle" 2>"$T/err"
 check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
 "$KILN" bundle-info "$T/default.kbundle" >"$T/info"
-check "bundle-info counts 235 entries (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 15 each, attention 30, attention_bwd 90, split-KV decoding f16/bf16 d64/d128 split + combine 40)" grep -q "235 entries" "$T/info"
+nsm=$("$KILN" list | sed -n 's/^targets: *//p' | tr ' ' '\n' | sed 's/^sm_//' | awk '$1 >= 75' | wc -l)
+want=$((47 * nsm))
+check "bundle-info counts $want entries: 47 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8)" grep -q " $want entries" "$T/info"
+check "the default bundle holds Blackwell (sm_120 attention)" grep -Eq " 120 ptx .*attention dtype=bf16" "$T/info"
 check "bundle-info lists the norm backwards' norm_reduce" grep -Eq " 90 ptx .*norm_reduce w=bf16" "$T/info"
 check "bundle-info lists sm_75 bf16" grep -Eq " 75 ptx .*layernorm x=bf16 w=bf16 y=bf16 hidden=launch" "$T/info"
 
