@@ -246,7 +246,9 @@ static void test_unknown_intrinsic(void) {
     const char *msg = rc ? lua_tostring(L, -1) : NULL;
     CHECK(rc != 0 && msg && strstr(msg, "'llvm.nvvm.barrier0.kiln.unknown' is not known to LLVM"), "got %s",
           msg ? msg : "(no error)");
+    LLVMBuilderRef builder = gb->b; /* the generator disposes of it after build(); here the test does */
     lua_close(L);
+    LLVMDisposeBuilder(builder);
     LLVMDisposeModule(mod);
     LLVMContextDispose(ctx);
     TEST_END();
