@@ -6,7 +6,19 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "kiln/target.h"
+
 static int check_passed, check_failed, check_case_failed;
+
+/* The SM table's SMs from min_sm up (75: every SM CUDA 13's ptxas builds), at most cap of them:
+ * tests take their SM lists from the table, so a new row is tested without editing them. */
+static inline int check_table_sms(int *sms, int cap, int min_sm) {
+    int n = 0, count;
+    const kiln_target *t = kiln_target_all(&count);
+    for (int i = 0; i < count && n < cap; i++)
+        if (t[i].sm >= min_sm) sms[n++] = t[i].sm;
+    return n;
+}
 static const char *check_case_name = "";
 
 /* Starts a named test case; each case counts once as passed or failed. */

@@ -3,7 +3,7 @@
  *
  * Variants: x, w, y each f32/f16/bf16 (27 combinations) x hidden {1, 7, 33, 100, 768, 1000,
  * 4096, 16384, launch} with weight and bias, plus weight/bias switched off on three dtype
- * sets, each for sm_75, 80, 86, 89, 90. Fixed hidden runs rows 1, 3 and "many" (64, or 8 for
+ * sets, each for sm_75, 80, 86, 89, 90, 100 and 120 (every SM of the table with KILN_TEST_FULL=1). Fixed hidden runs rows 1, 3 and "many" (64, or 8 for
  * hidden >= 4096); the launch-time form runs every hidden above at "many" rows and rows 1
  * and 3 at hidden 7 and 1000. Inputs are "mixed": row r is random, 10000 + N(0, 1e-3) or
  * 1000 + N(0, 0.1) (large mean, tiny variance), constant, or random with NaN, +Inf, -Inf or

@@ -291,7 +291,7 @@ static void apart_stats(const char *spec, int sm, int hidden) {
  * a block overflows, or the block's only row) and item 2 (LayerNorm and RMSNorm rows whose sum or
  * deviations overflow f32), x f32/bf16 and f16 through an f32 residual stream. */
 static void edge_matrix(void) {
-    static const int sms[] = {75, 80, 86, 89, 90, 100, 103, 110, 120, 121};
+    int sms[16], nsms = check_table_sms(sms, 16, 75);
     static const char *const rms[] = {
         "rmsnorm x=f32 hidden=launch", "rmsnorm x=bf16 w=f32 y=bf16 hidden=launch",
         "rmsnorm x=f32 hidden=launch residual=true", "rmsnorm x=bf16 hidden=launch residual=true",
@@ -301,7 +301,7 @@ static void edge_matrix(void) {
                      last[] = {EDGE_RANDOM, EDGE_RANDOM, EDGE_BIG}, mixed[] = {EDGE_BIG, EDGE_APART, EDGE_RANDOM},
                      big[] = {EDGE_BIG, EDGE_RANDOM, EDGE_BIG};
     static const struct { const int *kinds; int rows; } layouts[] = {{one, 1}, {first, 2}, {second, 2}, {last, 3}};
-    for (int si = 0; si < (int)(sizeof sms / sizeof *sms); si++)
+    for (int si = 0; si < nsms; si++)
         for (size_t i = 0; i < sizeof rms / sizeof *rms; i++)
             for (size_t l = 0; l < sizeof layouts / sizeof *layouts; l++)
                 edge_rows(rms[i], sms[si], 1000, layouts[l].rows, layouts[l].kinds, 1e30);
@@ -320,14 +320,14 @@ static void edge_matrix(void) {
         {"rmsnorm x=f16 hidden=768 residual=true r=f32", 768, 1e36},
         {"rmsnorm x=f32 hidden=launch", 768, 1e36},
     };
-    for (int si = 0; si < (int)(sizeof sms / sizeof *sms); si++)
+    for (int si = 0; si < nsms; si++)
         for (size_t i = 0; i < sizeof stat / sizeof *stat; i++) {
             int fixed_ln = !strncmp(stat[i].spec, "layernorm ", 10) && !strstr(stat[i].spec, "hidden=launch");
             edge_rows(stat[i].spec, sms[si], stat[i].hidden, 3, fixed_ln ? big : mixed, stat[i].s);
         }
     /* the fixed LayerNorm forms with EDGE_APART rows: finite statistics (y may overflow there) */
     static const char *const apart[] = {"layernorm x=f32 hidden=768", "layernorm x=bf16 w=f32 y=bf16 hidden=7"};
-    for (int si = 0; si < (int)(sizeof sms / sizeof *sms); si++)
+    for (int si = 0; si < nsms; si++)
         for (size_t i = 0; i < sizeof apart / sizeof *apart; i++) apart_stats(apart[i], sms[si], i ? 7 : 768);
 }
 
@@ -358,9 +358,10 @@ int main(void) {
     }
     const char *fe = getenv("KILN_TEST_FULL");
     int full = fe && *fe == '1';
-    static const int quick_sms[] = {75, 80}, all_sms[] = {75, 80, 86, 89, 90, 100, 103, 110, 120, 121};
+    static const int quick_sms[] = {75, 80};
+    int all_sms[16], nall = check_table_sms(all_sms, 16, 75);
     const int *sms = full ? all_sms : quick_sms;
-    int nsms = full ? 10 : 2;
+    int nsms = full ? nall : 2;
     static const char *const fwd[] = {
         "layernorm x=bf16 w=f32 y=bf16 hidden=768",
         "layernorm x=f16 hidden=33 residual=true r=f32",

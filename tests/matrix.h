@@ -30,13 +30,7 @@ typedef struct matrix_variant {
 
 /* The SMs every ptxas matrix covers: the SM table's rows that CUDA 13's ptxas assembles (sm_75 and
  * up; sm_70 is generated for older toolkits only). Returns the count and fills sms (cap >= 16). */
-static int matrix_sms(int *sms) {
-    int n = 0, count;
-    const kiln_target *t = kiln_target_all(&count);
-    for (int i = 0; i < count && n < 16; i++)
-        if (t[i].sm >= 75) sms[n++] = t[i].sm;
-    return n;
-}
+static int matrix_sms(int *sms) { return check_table_sms(sms, 16, 75); }
 
 static int matrix_full(void) {
     const char *f = getenv("KILN_TEST_FULL");
