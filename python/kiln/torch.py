@@ -23,6 +23,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _gen, _torch_emu
 from .errors import KilnArgumentError
 from .runtime import Runtime
 
@@ -52,19 +53,65 @@ def _dtype_name(d, what):
     return _DT[d]
 
 
+# The SM whose kernels run CPU tensors on kiln's emulator inside `emulated()`; None outside: CPU tensors are refused.
+# A module global (not thread-local) so that torch.compile guards on it like any global the traced code reads.
+_emulated_sm = None
+
+
+class emulated:
+    """``with kiln.torch.emulated(sm=80):`` runs kiln.torch's ops on CPU tensors through kiln's CPU emulator: the
+    kernels generated for ``sm``, picked and launched as on a GPU, so forward and backward can be checked end to
+    end against torch's CPU ops without a GPU. Slow (each CUDA thread is a fiber): keep problems small. Applies to
+    the whole process while the block runs (it nests; leaving restores the previous state). Outside it, CPU
+    tensors get kiln's error saying that kiln runs on CUDA tensors. CUDA tensors are unaffected."""
+
+    def __init__(self, sm=80):
+        self.sm = _gen._parse_sm(sm)
+        self._saved = []
+
+    def __enter__(self):
+        global _emulated_sm
+        self._saved.append(_emulated_sm)
+        _emulated_sm = self.sm
+        return self
+
+    def __exit__(self, *exc):
+        global _emulated_sm
+        _emulated_sm = self._saved.pop()
+        return False
+
+    def __repr__(self):
+        return "kiln.torch.emulated(sm=%d)" % self.sm
+
+
 def _stream(t):
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def _on_gpu(t):
-    return t.is_cuda or t.device.type == "meta"  # meta: shape-only tracing (torch.compile, export)
+def _runnable(t):
+    # meta: shape-only tracing (torch.compile, export); cpu: on the emulator, inside emulated()
+    return t.is_cuda or t.device.type == "meta" or (t.device.type == "cpu" and _emulated_sm is not None)
+
+
+def _device_error(what, t):
+    return KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (on the CPU, `with "
+                             "kiln.torch.emulated():` runs kiln's kernels on its emulator)" % (what, t.device))
 
 
 def _check_cuda(what, *ts):
     for t in ts:
-        if t is not None and not _on_gpu(t):
-            raise KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (kiln.emulate runs kernels "
-                                    "on the CPU with numpy)" % (what, t.device))
+        if t is not None and not _runnable(t):
+            raise _device_error(what, t)
+
+
+def _backend(what, t):
+    """What runs the op's kernels for tensor t: the CUDA device's Runtime, or inside emulated() the emulator for
+    CPU tensors; anything else is kiln's device error (the raw torch.ops.kiln ops give it too)."""
+    if t.is_cuda:
+        return runtime(t.device)
+    if t.device.type == "cpu" and _emulated_sm is not None:
+        return _torch_emu.for_sm(_emulated_sm)
+    raise _device_error(what, t)
 
 
 # ---- LayerNorm ----
@@ -73,6 +120,7 @@ def _check_cuda(what, *ts):
 @torch.library.custom_op("kiln::layer_norm", mutates_args=())
 def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                 out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::layer_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -82,7 +130,7 @@ def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[
     if rows:
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
-        runtime(x.device).layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x), offset=offset)
+        rt.layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x), offset=offset)
     return y, mean, rstd
 
 
@@ -128,9 +176,9 @@ def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres, offset):
     """Runs kiln's two-kernel norm backward (dweight/dbias summed in a fixed order: the same bits every run)
     with its f32 workspace from torch's allocator, on torch's current stream. dres: the fused residual form's
     incoming gradient of h (added to dx); offset 1: zero-centered weights (g = dy * (1 + weight))."""
+    rt = _backend("kiln::%s_norm_backward" % ("rms" if rms else "layer"), x)
     dx, dw, db = _grad_outputs(x, weight, bias_dtype)
     if x.numel():
-        rt = runtime(x.device)
         x, dy = x.contiguous(), dy.contiguous()
         w = weight.contiguous() if weight is not None else None
         dr = dres.contiguous() if dres is not None else None
@@ -221,6 +269,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dt
 @torch.library.custom_op("kiln::rms_norm", mutates_args=())
 def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
               out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::rms_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -228,7 +277,7 @@ def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
     rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows:
         w = weight.contiguous() if weight is not None else None
-        runtime(x.device).rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x), offset=offset)
+        rt.rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x), offset=offset)
     return y, rstd
 
 
@@ -281,46 +330,30 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None, off
     return y.reshape(input.shape)
 
 
-class _Norm(torch.nn.Module):
-    """What kiln.torch's norm modules share with torch's: the shape, eps, elementwise_affine, out_dtype."""
-
-    def __init__(self, what, normalized_shape, eps, elementwise_affine, out_dtype, offset):
-        super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.out_dtype = out_dtype
-        if out_dtype is not None:
-            _dtype_name(out_dtype, what + ": out_dtype")
-        self.offset = _norm_offset(what, offset, True if elementwise_affine else None)
-
-    def _parameter(self, name, present, device, dtype):
-        # as torch's modules: an absent parameter is registered as None (assigning None first would make
-        # register_parameter refuse the name)
-        if present:
-            setattr(self, name, torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype)))
-        else:
-            self.register_parameter(name, None)
-
-    def extra_repr(self):
-        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
-        s += ", offset=1" if self.offset else ""
-        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
+def _kiln_options(what, out_dtype, offset, elementwise_affine):
+    """Checks kiln's two options beyond torch's norm constructors."""
+    if out_dtype is not None:
+        _dtype_name(out_dtype, what + ": out_dtype")
+    return _norm_offset(what, offset, True if elementwise_affine else None)
 
 
-class RMSNorm(_Norm):
-    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` and ``offset``. ``dtype`` is
-    the weight's dtype (default float32), so bf16 activations meet an f32 weight without a cast. offset=1:
-    zero-centered weights as Gemma and Qwen3-Next store them, y = x * rstd * (1 + weight) (1 + weight formed in
-    f32); the weight then starts at zeros."""
+def _kiln_repr(m, torch_repr):
+    return torch_repr + (", offset=1" if m.offset else "") + (
+        ", out_dtype=%s" % m.out_dtype if m.out_dtype is not None else "")
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm on kiln's kernel (an instance of torch.nn.RMSNorm: same constructor, parameters, state_dict
+    and printout), plus ``out_dtype`` (default: the input's) and ``offset``. ``dtype`` is the weight's dtype (default
+    float32), so bf16 activations meet an f32 weight without a cast. offset=1: zero-centered weights as Gemma and
+    Qwen3-Next store them, y = x * rstd * (1 + weight) (1 + weight formed in f32); the weight then starts at
+    zeros."""
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None,
                  offset=0):
-        super().__init__("RMSNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
-        self._parameter("weight", elementwise_affine, device, dtype)
-        self.reset_parameters()
+        self.offset = _kiln_options("RMSNorm", out_dtype, offset, elementwise_affine)  # reset_parameters reads it
+        self.out_dtype = out_dtype
+        super().__init__(normalized_shape, eps, elementwise_affine, device=device, dtype=dtype)
 
     def reset_parameters(self):
         if self.weight is not None:
@@ -330,19 +363,21 @@ class RMSNorm(_Norm):
         return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype,
                         offset=self.offset)
 
+    def extra_repr(self):
+        return _kiln_repr(self, super().extra_repr())
 
-class LayerNorm(_Norm):
-    """torch.nn.LayerNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` (the output dtype;
-    default: the input's). ``dtype`` is the parameters' dtype as in torch (default float32), so bf16 or
-    f16 activations meet f32 weights without a cast. offset=1: zero-centered weights (y = xhat * (1 + weight) + bias;
-    the weight then starts at zeros)."""
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm on kiln's kernel (an instance of torch.nn.LayerNorm: same constructor, parameters,
+    state_dict and printout), plus ``out_dtype`` (the output dtype; default: the input's) and ``offset``. ``dtype``
+    is the parameters' dtype as in torch (default float32), so bf16 or f16 activations meet f32 weights without a
+    cast. offset=1: zero-centered weights (y = xhat * (1 + weight) + bias; the weight then starts at zeros)."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None,
                  out_dtype=None, offset=0):
-        super().__init__("LayerNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
-        self._parameter("weight", elementwise_affine, device, dtype)
-        self._parameter("bias", elementwise_affine and bias, device, dtype)
-        self.reset_parameters()
+        self.offset = _kiln_options("LayerNorm", out_dtype, offset, elementwise_affine)  # reset_parameters reads it
+        self.out_dtype = out_dtype
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
 
     def reset_parameters(self):
         if self.weight is not None:
@@ -353,6 +388,9 @@ class LayerNorm(_Norm):
     def forward(self, input):
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype,
                           offset=self.offset)
+
+    def extra_repr(self):
+        return _kiln_repr(self, super().extra_repr())
 
 
 # ---- the pre-norm block's fused residual add ----
@@ -366,6 +404,7 @@ def _h_like(x, residual):
 def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], eps: float,
                     out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::add_layer_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -375,7 +414,7 @@ def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[to
     if rows:
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
-        runtime(x.device).layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
+        rt.layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
                                      residual=residual.contiguous(), h=h, offset=offset)
     return y, h, mean, rstd
 
@@ -410,6 +449,7 @@ _add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
 @torch.library.custom_op("kiln::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
                   out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::add_rms_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -417,7 +457,7 @@ def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torc
     rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows:
         w = weight.contiguous() if weight is not None else None
-        runtime(x.device).rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
+        rt.rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
                                    stream=_stream(x), offset=offset)
     return y, h, rstd
 
@@ -484,12 +524,12 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_d
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     # q, k, v in SDPA's [batch, heads, seq, head_dim]; kiln reads [batch, seq, heads, head_dim] via strides.
+    rt = _backend("kiln::attention", q)
     b, h, sq, d = q.shape
     o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     if b and sq:
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        rt = runtime(q.device)
         qkv = (qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
         # decoding shapes run split-KV; its f32 partials come from torch's allocator (stream-ordered)
         _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=causal)
@@ -510,13 +550,13 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
     # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
+    rt = _backend("kiln::attention_backward", q)
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((b, sk, hkv, d), dtype=k.dtype, device=q.device)
     dv = torch.empty((b, sk, hkv, d), dtype=v.dtype, device=q.device)
     if b:
-        rt = runtime(q.device)
         qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
         args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
                     v=vs.transpose(1, 2), o=ost.transpose(1, 2), lse=lse)
@@ -574,8 +614,9 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if len({t.dtype for t in ts}) != 1 or query.dtype not in _DT:
         return "query, key and value must share one dtype of float32, float16, bfloat16, got %s" % (
             [str(t.dtype) for t in ts])
-    if any(not _on_gpu(t) for t in ts):
-        return "kiln runs on CUDA tensors; got %s" % [str(t.device) for t in ts]
+    if any(not _runnable(t) for t in ts):
+        return ("kiln runs on CUDA tensors; got %s (on the CPU, `with kiln.torch.emulated():` runs kiln's kernels "
+                "on its emulator)" % [str(t.device) for t in ts])
     d = query.shape[-1]
     if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
         return "head_dim %d (key %d, value %d) is not one kiln generates; valid: %s, the same for q, k, v" % (
@@ -612,3 +653,4 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 attention = scaled_dot_product_attention
+
