@@ -654,3 +654,91 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 attention = scaled_dot_product_attention
 
+
+# ---- swapping a model's norms for kiln's ----
+
+_EPS_NAMES = ("eps", "variance_epsilon", "epsilon")  # where model code keeps an RMSNorm's epsilon
+
+
+def _rms_structure(m):
+    """(weight, eps) when m looks like an RMSNorm of model code (LlamaRMSNorm, GemmaRMSNorm, T5LayerNorm ...): no
+    submodules, exactly one parameter, a 1-d `weight` in a dtype kiln takes, and a float epsilon; else None."""
+    if next(m.children(), None) is not None:
+        return None
+    params = dict(m.named_parameters(recurse=False))
+    w = params.get("weight")
+    if len(params) != 1 or w is None or w.dim() != 1 or w.dtype not in _DT:
+        return None
+    eps = next((getattr(m, n) for n in _EPS_NAMES if isinstance(getattr(m, n, None), float)), None)
+    return (w, eps) if eps is not None else None
+
+
+def _rms_offset(m, w, eps):
+    """0 when m's forward computes x * rsqrt(mean(x^2) + eps) * weight over the last dimension, 1 when it multiplies
+    by (1 + weight) (Gemma's zero-centered weights), None otherwise: the module is run once on a small input (rows
+    with a nonzero mean, so a LayerNorm does not pass) and compared with both in float64. A module on the meta device
+    cannot be run, so it is not recognized."""
+    if w.device.type == "meta":
+        return None
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn(4, w.shape[0], generator=g) + 1).to(device=w.device, dtype=w.dtype)
+    try:
+        with torch.no_grad():
+            y = m.forward(x)
+    except Exception:  # a forward that takes more than the hidden states (a gated norm) is not one kiln's replaces
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    xd, wd = x.double(), w.detach().double()
+    xhat = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
+    tol = 8 * torch.finfo(w.dtype).eps  # the module's own roundings: to its dtype, maybe twice
+    for offset in (0, 1):
+        ref = xhat * (wd + offset)
+        if ((y.double() - ref).abs().max() <= tol * max(ref.abs().max().item(), 1)).item():
+            return offset
+    return None
+
+
+def _kiln_norm_for(m):
+    """kiln's replacement for module m, holding m's own parameter objects (so state_dict keys and values, and an
+    optimizer's references, stay); None when m is not a norm kiln replaces."""
+    if isinstance(m, (LayerNorm, RMSNorm)):
+        return None
+    if type(m) is torch.nn.LayerNorm:
+        if any(p.dtype not in _DT for p in m.parameters(recurse=False)):
+            return None
+        new = LayerNorm(m.normalized_shape, m.eps, m.elementwise_affine, m.bias is not None, device="meta")
+        new.weight, new.bias = m.weight, m.bias
+    elif type(m) is torch.nn.RMSNorm:
+        if m.weight is not None and m.weight.dtype not in _DT:
+            return None
+        new = RMSNorm(m.normalized_shape, m.eps, m.elementwise_affine, device="meta")
+        new.weight = m.weight
+    else:
+        found = _rms_structure(m)
+        offset = _rms_offset(m, *found) if found is not None else None
+        if offset is None:
+            return None
+        new = RMSNorm(tuple(found[0].shape), found[1], device="meta", offset=offset)
+        new.weight = found[0]
+    return new.train(m.training)
+
+
+def swap_norms(model):
+    """Replaces, in place, every norm of `model` that kiln's kernels compute by kiln.torch's module: nn.LayerNorm by
+    kt.LayerNorm, nn.RMSNorm by kt.RMSNorm, and the RMSNorm classes of model code (Llama's, Mistral's, Qwen's,
+    T5's, Gemma's 1 + w as offset=1 ...) recognized by structure (no submodules, one 1-d `weight` parameter, a float
+    `eps`/`variance_epsilon`) and by their math (run once on a small input and compared with x * rsqrt(mean(x^2) +
+    eps) * w and * (1 + w) in float64). The new modules hold the old parameter objects: state_dict keys and values
+    stay, and so do an optimizer's references. Norms in dtypes kiln does not take, other modules, and model-code
+    norms on the meta device are left as they are. Returns the model (kiln's module when `model` is itself a norm).
+    kt.LayerNorm / kt.RMSNorm are instances of torch's classes and print as they do."""
+    top = _kiln_norm_for(model)
+    if top is not None:
+        return top
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            new = _kiln_norm_for(child)
+            if new is not None:
+                setattr(parent, name, new)
+    return model
