@@ -330,3 +330,15 @@ def test_fake_tensors_trace_without_running_a_kernel():
                                           torch.empty(2, 2, 9, 64), False, 0.125)
     assert y.shape == (24, 256) and y.dtype == torch.float32 and mean.shape == (24,)
     assert o.shape == (2, 4, 16, 64) and lse.shape == (2, 4, 16) and lse.dtype == torch.float32
+
+
+def test_compiled_code_follows_emulated_in_and_out():
+    """torch.compile guards on emulated()'s state: compiled inside, the function runs there; called outside, it
+    retraces and the trace meets kiln's error (fullgraph: torch wraps it, the text stays)."""
+    torch._dynamo.reset()
+    f = torch.compile(kt.LayerNorm(16), backend="eager", fullgraph=True)
+    x = torch.randn(2, 16)
+    with kt.emulated():
+        torch.testing.assert_close(f(x), F.layer_norm(x, (16,)), rtol=1e-5, atol=1e-5)
+    with pytest.raises(Exception, match="kiln runs on CUDA tensors"):
+        f(x)
