@@ -12,7 +12,7 @@ PY=${PYTHON:-python3}
 skip() { echo "python tests skipped: $1"; echo "python: 0 passed, 0 failed, 1 skipped"; exit 0; }
 command -v "$PY" >/dev/null 2>&1 || skip "no $PY on PATH"
 missing=$("$PY" - <<'PYEOF'
-import importlib
+import importlib.util
 print(" ".join(m for m in ("pytest", "numpy", "ml_dtypes") if importlib.util.find_spec(m) is None))
 PYEOF
 )
