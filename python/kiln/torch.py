@@ -7,7 +7,10 @@ backward (dweight/dbias summed in a fixed order, the same bits every run) and at
 (FlashAttention-2's backward; the deterministic sequence under
 torch.use_deterministic_algorithms(True)). Kernels run on CUDA tensors, on torch's
 current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
-first use, then from kiln's memory and disk caches).
+first use, then from kiln's memory and disk caches); inside ``with kiln.torch.emulated():`` they run
+CPU tensors on kiln's CPU emulator (tests without a GPU), and outside it a CPU tensor is refused with
+one clear error, from the raw ``torch.ops.kiln`` ops too. The modules are subclasses of torch's
+nn.LayerNorm / nn.RMSNorm; swap_norms(model) puts them in place of a model's norms.
 
     import kiln.torch as kt
     ln = kt.LayerNorm(4096)                       # f32 weights, like torch.nn.LayerNorm
@@ -15,6 +18,7 @@ first use, then from kiln's memory and disk caches).
     y = kt.RMSNorm(4096)(x_bf16)                  # torch.nn.RMSNorm's signature
     o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
     o.sum().backward()                            # dq, dk, dv by kiln's attention backward kernels
+    kt.swap_norms(model)                          # nn.LayerNorm, nn.RMSNorm, Llama/Gemma RMSNorms -> kiln's
 """
 
 import math
