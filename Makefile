@@ -278,9 +278,10 @@ $(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
 	    p=$$(ldd $< | awk -v l=$$l '$$1 == l { print $$3 }'); \
 	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: ldd finds no $$l for $< (the kit must carry it)"; exit 1; }; \
 	done
-$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py
+KIT_PY_TESTS := python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py python/tests/test_torch_swap_norms.py
+$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) $(KIT_PY_TESTS)
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
-	    cp python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py $(KIT)/python/tests/ && \
+	    cp $(KIT_PY_TESTS) $(KIT)/python/tests/ && \
 	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
 $(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)

@@ -161,3 +161,23 @@ def test_swapped_model_matches_the_original_on_the_emulator(dtype):
             continue
         s = max(r.grad.abs().max().item(), 1e-3)
         torch.testing.assert_close(p.grad.float(), r.grad.float(), rtol=tol * 4, atol=tol * 4 * s, msg=n)
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+def test_gpu_swapped_model_matches_the_original():
+    """On a GPU (the kit): the model-code norms are recognized by running them on the device, and the swapped bf16
+    model's forward and gradients match the original's."""
+    ref = _model(d=256, dtype=torch.bfloat16).cuda()
+    m = copy.deepcopy(ref)
+    kt.swap_norms(m)
+    assert type(m["layers"][0]["post_layernorm"]) is kt.RMSNorm and m["layers"][0]["post_layernorm"].offset == 1
+    x = torch.randn(64, 256, device="cuda").to(torch.bfloat16)
+    y, y_ref = _run(m, x), _run(ref, x)
+    y.float().pow(2).sum().backward()
+    y_ref.float().pow(2).sum().backward()
+    scale = y_ref.abs().max().item()
+    torch.testing.assert_close(y.float(), y_ref.float(), rtol=4e-2, atol=4e-2 * scale)
+    for (n, p), (_, r) in zip(m.named_parameters(), ref.named_parameters()):
+        if r.grad is not None:
+            s = max(r.grad.abs().max().item(), 1e-3)
+            torch.testing.assert_close(p.grad.float(), r.grad.float(), rtol=0.16, atol=0.16 * s, msg=n)
