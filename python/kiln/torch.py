@@ -21,6 +21,7 @@ nn.LayerNorm / nn.RMSNorm; swap_norms(model) puts them in place of a model's nor
     kt.swap_norms(model)                          # nn.LayerNorm, nn.RMSNorm, Llama/Gemma RMSNorms -> kiln's
 """
 
+import copy
 import math
 import threading
 from typing import Optional, Tuple
@@ -679,21 +680,25 @@ def _rms_structure(m):
 
 def _rms_offset(m, w, eps):
     """0 when m's forward computes x * rsqrt(mean(x^2) + eps) * weight over the last dimension, 1 when it multiplies
-    by (1 + weight) (Gemma's zero-centered weights), None otherwise: the module is run once on a small input (rows
-    with a nonzero mean, so a LayerNorm does not pass) and compared with both in float64. A module on the meta device
-    cannot be run, so it is not recognized."""
+    by (1 + weight) (Gemma's zero-centered weights), None otherwise. A copy of the module, its weight set to values
+    in [0.5, 1.5) (so that w and 1 + w differ by a third or more whatever the model's weights are), is run once on a
+    small input (rows with a nonzero mean, so a LayerNorm does not pass) and compared with both in float64. A module
+    on the meta device cannot be run, so it is not recognized."""
     if w.device.type == "meta":
         return None
     g = torch.Generator().manual_seed(0)
     x = (torch.randn(4, w.shape[0], generator=g) + 1).to(device=w.device, dtype=w.dtype)
     try:
+        probe = copy.deepcopy(m)
+        pw = probe.weight
         with torch.no_grad():
-            y = m.forward(x)
+            pw.copy_(torch.rand(w.shape, generator=g) + 0.5)
+            y = probe.forward(x)
     except Exception:  # a forward that takes more than the hidden states (a gated norm) is not one kiln's replaces
         return None
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         return None
-    xd, wd = x.double(), w.detach().double()
+    xd, wd = x.double(), pw.detach().double()
     xhat = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
     tol = 8 * torch.finfo(w.dtype).eps  # the module's own roundings: to its dtype, maybe twice
     for offset in (0, 1):

@@ -124,6 +124,18 @@ def test_swaps_by_class_and_structure_keeping_parameters_and_state_dict():
     assert kt.swap_norms(m) is m and type(m["ln"]) is kt.LayerNorm  # a second call changes nothing
 
 
+def test_recognition_does_not_depend_on_the_weights_and_leaves_them_alone():
+    """Weights far from 1 make w and 1 + w nearly equal; the math is told apart on a copy with its own weights, and
+    the model's weights are not touched."""
+    big = nn.ModuleList([GemmaLikeRMSNorm(16), LlamaLikeRMSNorm(16)]).to(torch.bfloat16)
+    with torch.no_grad():
+        for p in big.parameters():
+            p.fill_(64.0)
+    kt.swap_norms(big)
+    assert [(type(n), n.offset) for n in big] == [(kt.RMSNorm, 1), (kt.RMSNorm, 0)]
+    assert all((p == 64.0).all() for p in big.parameters())
+
+
 def test_root_norms_meta_models_and_dtypes_kiln_does_not_take():
     assert type(kt.swap_norms(nn.LayerNorm(8))) is kt.LayerNorm
     assert type(kt.swap_norms(nn.RMSNorm(8, elementwise_affine=False))) is kt.RMSNorm
