@@ -678,34 +678,60 @@ def _rms_structure(m):
     return (w, eps) if eps is not None else None
 
 
-def _rms_offset(m, w, eps):
-    """0 when m's forward computes x * rsqrt(mean(x^2) + eps) * weight over the last dimension, 1 when it multiplies
-    by (1 + weight) (Gemma's zero-centered weights), None otherwise. A copy of the module, its weight set to values
-    in [0.5, 1.5) (so that w and 1 + w differ by a third or more whatever the model's weights are), is run once on a
-    small input (rows with a nonzero mean, so a LayerNorm does not pass) and compared with both in float64. A module
-    on the meta device cannot be run, so it is not recognized."""
-    if w.device.type == "meta":
+def _probe_offset(m, rms, shape, eps, like):
+    """What m's forward computes over the trailing dimensions `shape`: 0 when it is rms_norm (rms) or layer_norm with
+    m's weight (and bias), 1 when it multiplies by (1 + weight) (Gemma's zero-centered weights), None when neither.
+    A copy of the module is run once, its weight set to values in [0.5, 1.5) and its bias to small values (so that w
+    and 1 + w stay far apart whatever the model's weights are; the model's module is neither run nor changed), on a
+    small input in the dtype and device of `like` (a parameter of m) whose rows have a nonzero mean (a LayerNorm is
+    then no RMSNorm), and compared with both forms in float64. A module on the meta device cannot be run."""
+    if like.device.type == "meta":
         return None
     g = torch.Generator().manual_seed(0)
-    x = (torch.randn(4, w.shape[0], generator=g) + 1).to(device=w.device, dtype=w.dtype)
+    x = (torch.randn((4,) + tuple(shape), generator=g) + 1).to(device=like.device, dtype=like.dtype)
     try:
         probe = copy.deepcopy(m)
-        pw = probe.weight
+        pw, pb = getattr(probe, "weight", None), None if rms else getattr(probe, "bias", None)
         with torch.no_grad():
-            pw.copy_(torch.rand(w.shape, generator=g) + 0.5)
+            if pw is not None:
+                pw.copy_(torch.rand(pw.shape, generator=g) + 0.5)
+            if pb is not None:
+                pb.copy_(torch.randn(pb.shape, generator=g) * 0.5)
             y = probe.forward(x)
     except Exception:  # a forward that takes more than the hidden states (a gated norm) is not one kiln's replaces
         return None
     if not isinstance(y, torch.Tensor) or y.shape != x.shape:
         return None
-    xd, wd = x.double(), pw.detach().double()
-    xhat = xd * torch.rsqrt(xd.pow(2).mean(-1, keepdim=True) + eps)
-    tol = 8 * torch.finfo(w.dtype).eps  # the module's own roundings: to its dtype, maybe twice
-    for offset in (0, 1):
-        ref = xhat * (wd + offset)
+    xd, dims = x.double(), tuple(range(-len(shape), 0))
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps  # torch's rms_norm default
+    if rms:
+        xhat = xd * torch.rsqrt(xd.pow(2).mean(dims, keepdim=True) + eps)
+    else:
+        c = xd - xd.mean(dims, keepdim=True)
+        xhat = c * torch.rsqrt(c.pow(2).mean(dims, keepdim=True) + eps)
+    tol = 8 * torch.finfo(like.dtype).eps  # the module's own roundings: to its dtype, maybe twice
+    for offset in ((0, 1) if pw is not None else (0,)):
+        ref = xhat * (pw.detach().double() + offset) if pw is not None else xhat
+        ref = ref + pb.detach().double() if pb is not None else ref
         if ((y.double() - ref).abs().max() <= tol * max(ref.abs().max().item(), 1)).item():
             return offset
     return None
+
+
+def _torch_norm_offset(m, rms):
+    """For an instance of torch's nn.LayerNorm / nn.RMSNorm: 0 for the class itself; for a subclass (open_clip's
+    LayerNorm that computes in f32, ...) what _probe_offset finds, provided it has no submodules and no parameters
+    beyond weight and bias; None when kiln does not replace it (or its parameters are in a dtype kiln does not
+    take)."""
+    params = dict(m.named_parameters(recurse=False))
+    if any(p.dtype not in _DT for p in params.values()):
+        return None
+    if type(m) in (torch.nn.LayerNorm, torch.nn.RMSNorm):
+        return 0
+    if next(m.children(), None) is not None or not set(params) <= {"weight", "bias"}:
+        return None
+    return _probe_offset(m, rms, m.normalized_shape, m.eps, next(iter(params.values()), torch.empty(0)))
 
 
 def _kiln_norm_for(m):
@@ -713,19 +739,22 @@ def _kiln_norm_for(m):
     optimizer's references, stay); None when m is not a norm kiln replaces."""
     if isinstance(m, (LayerNorm, RMSNorm)):
         return None
-    if type(m) is torch.nn.LayerNorm:
-        if any(p.dtype not in _DT for p in m.parameters(recurse=False)):
+    if isinstance(m, torch.nn.LayerNorm):
+        offset = _torch_norm_offset(m, False)
+        if offset is None or (offset and m.weight is None):
             return None
-        new = LayerNorm(m.normalized_shape, m.eps, m.elementwise_affine, m.bias is not None, device="meta")
+        new = LayerNorm(m.normalized_shape, m.eps, m.elementwise_affine, m.bias is not None, device="meta",
+                        offset=offset)
         new.weight, new.bias = m.weight, m.bias
-    elif type(m) is torch.nn.RMSNorm:
-        if m.weight is not None and m.weight.dtype not in _DT:
+    elif isinstance(m, torch.nn.RMSNorm):
+        offset = _torch_norm_offset(m, True)
+        if offset is None or (offset and m.weight is None):
             return None
-        new = RMSNorm(m.normalized_shape, m.eps, m.elementwise_affine, device="meta")
+        new = RMSNorm(m.normalized_shape, m.eps, m.elementwise_affine, device="meta", offset=offset)
         new.weight = m.weight
     else:
         found = _rms_structure(m)
-        offset = _rms_offset(m, *found) if found is not None else None
+        offset = _probe_offset(m, True, found[0].shape, found[1], found[0]) if found is not None else None
         if offset is None:
             return None
         new = RMSNorm(tuple(found[0].shape), found[1], device="meta", offset=offset)

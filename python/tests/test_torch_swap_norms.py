@@ -75,6 +75,26 @@ class Scale(nn.Module):
         return x * self.weight
 
 
+class Fp32LayerNorm(nn.LayerNorm):
+    """open_clip's LayerNorm subclass: f32 math under f16/bf16 activations, the result in the input's dtype."""
+
+    def forward(self, x):
+        w, b = (t.float() if t is not None else None for t in (self.weight, self.bias))
+        return nn.functional.layer_norm(x.float(), self.normalized_shape, w, b, self.eps).to(x.dtype)
+
+
+class DoubledLayerNorm(nn.LayerNorm):
+    def forward(self, x):
+        return super().forward(x) * 2
+
+
+class OffsetRMSNorm(nn.RMSNorm):
+    """A subclass that stores zero-centered weights: y = rms_norm(x) * (1 + weight)."""
+
+    def forward(self, x):
+        return nn.functional.rms_norm(x, self.normalized_shape, 1 + self.weight, self.eps)
+
+
 def _model(d=32, dtype=torch.float32):
     torch.manual_seed(0)
     m = nn.ModuleDict({
@@ -134,6 +154,22 @@ def test_recognition_does_not_depend_on_the_weights_and_leaves_them_alone():
     kt.swap_norms(big)
     assert [(type(n), n.offset) for n in big] == [(kt.RMSNorm, 1), (kt.RMSNorm, 0)]
     assert all((p == 64.0).all() for p in big.parameters())
+
+
+def test_subclasses_of_torchs_norms_by_their_math():
+    m = nn.ModuleList([Fp32LayerNorm(16), Fp32LayerNorm(16, elementwise_affine=False), DoubledLayerNorm(16),
+                       OffsetRMSNorm(16, eps=1e-6), OffsetRMSNorm((2, 8))]).to(torch.bfloat16)
+    ref = copy.deepcopy(m)
+    kt.swap_norms(m)
+    assert [(type(n).__name__, getattr(n, "offset", None)) for n in m] == [
+        ("LayerNorm", 0), ("LayerNorm", 0), ("DoubledLayerNorm", None), ("RMSNorm", 1), ("RMSNorm", 1)]
+    assert type(m[0]) is kt.LayerNorm and m[4].normalized_shape == (2, 8)
+    x = torch.randn(3, 16).to(torch.bfloat16)
+    with kt.emulated():
+        for i in (0, 1, 3):
+            torch.testing.assert_close(m[i](x).float(), ref[i](x).float(), rtol=2e-2, atol=2e-2)
+        torch.testing.assert_close(m[4](x.view(3, 2, 8)).float(), ref[4](x.view(3, 2, 8)).float(), rtol=2e-2,
+                                   atol=2e-2)
 
 
 def test_root_norms_meta_models_and_dtypes_kiln_does_not_take():
