@@ -1,11 +1,20 @@
 #!/usr/bin/env bash
 # tools/setup.sh - installs (as root) or names what kiln builds and tests with: Debian packages
 # (LLVM 22, Lua 5.4, xxhash, zstd/zlib, clang-22 and its libFuzzer runtime for the fuzzers) and, for the Python package's
-# tests, pytest, numpy, ml_dtypes, setuptools and wheel from PyPI, and PyTorch (tools/torch-requirements.txt: the pinned
-# torch and only the libraries it loads on a machine without a GPU) for kiln.torch's.
-#   tools/setup.sh          install what is missing (root), else print the commands
-#   tools/setup.sh --check  only check; exit 1 naming what is missing
+# tests, pytest, numpy, ml_dtypes, setuptools and wheel from PyPI; with --torch also PyTorch for kiln.torch's tests
+# (tools/torch-requirements.txt: the pinned torch and only the libraries it loads on a machine without a GPU; 4 GB,
+# so a plain `make` leaves it to `make setup`, `make run` and `make test`).
+#   tools/setup.sh [--torch]          install what is missing (root), else print the commands
+#   tools/setup.sh --check [--torch]  only check; exit 1 naming what is missing
 set -u
+check=0 torch=0
+for a in "$@"; do
+    case $a in
+        --check) check=1 ;;
+        --torch) torch=1 ;;
+        *) echo "tools/setup.sh: unknown option '$a'; valid: --check, --torch" >&2; exit 2 ;;
+    esac
+done
 DEB_PKGS="llvm-22-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-22 libclang-rt-22-dev pkg-config make gcc"
 PY_PKGS="pytest numpy ml_dtypes setuptools wheel"
 PYTHON=${PYTHON:-python3}
@@ -30,8 +39,8 @@ if command -v "$PYTHON" >/dev/null 2>&1; then
     done
     # any torch 2.4+ (torch.library.custom_op) serves kiln.torch; the pin is what gets installed. Read from the
     # package's metadata: importing torch takes seconds, and make runs this check on every build.
-    "$PYTHON" -c "import importlib.metadata as m, sys; v = m.version('torch').split('.')
-sys.exit(0 if (int(v[0]), int(v[1])) >= (2, 4) else 1)" >/dev/null 2>&1 || py_missing+=("torch==$TORCH_PIN")
+    [ $torch = 1 ] && { "$PYTHON" -c "import importlib.metadata as m, sys; v = m.version('torch').split('.')
+sys.exit(0 if (int(v[0]), int(v[1])) >= (2, 4) else 1)" >/dev/null 2>&1 || py_missing+=("torch==$TORCH_PIN"); }
 fi
 [ ${#missing[@]} -eq 0 ] && [ ${#py_missing[@]} -eq 0 ] && exit 0
 
@@ -44,7 +53,7 @@ torch_cmd="$PYTHON -m pip install --no-deps -r $TORCH_REQ"
 if [ ${#py_plain[@]} -eq 0 ]; then pip_cmd=$torch_cmd
 elif [ $want_torch = 1 ]; then pip_cmd="$plain_cmd && $torch_cmd"
 else pip_cmd=$plain_cmd; fi
-if [ "${1:-}" = "--check" ]; then
+if [ $check = 1 ]; then
     [ ${#missing[@]} -gt 0 ] && echo "kiln: missing build dependencies: ${missing[*]}; run 'make setup' as root or: $apt_cmd" >&2
     [ ${#py_missing[@]} -gt 0 ] && echo "kiln: missing Python test packages: ${py_missing[*]}; run 'make setup' or: $pip_cmd" >&2
     exit 1
