@@ -3,7 +3,8 @@
 #   make run      the main job (README)     make test    run the whole test suite
 #   make SAN=1 test   the same suite under ASan + UBSan (objects under build/san)
 #   make TSAN=1 build/tsan/tests/emu_layernorm_test   a ThreadSanitizer build (build/tsan)
-#   make setup    install the Debian packages kiln needs (as root), else print the command
+#   make setup    install the Debian packages kiln needs (as root), else print the command; and the Python test
+#                 packages, PyTorch included (make run too; a plain make installs all but PyTorch)
 
 # The LLVM and Lua flags below are computed when make reads this file. On a fresh machine the
 # packages are not there yet, so the first pass only installs them (tools/setup.sh) and then
@@ -111,7 +112,7 @@ GEN_LIBS  := $(LLVM_LIBS) $(LUA_LIBS) -lzstd $(RT_LIBS) -lstdc++
 
 KILN      := $(BINDIR)/kiln
 
-.PHONY: all check-deps setup run test bench install clean help
+.PHONY: all check-deps torch-deps setup run test bench install clean help
 all: check-deps $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln.a \
      $(LIBDIR)/libkiln.so $(KILN) $(TESTS) $(BENCHES) extra
 
@@ -119,8 +120,12 @@ all: check-deps $(LIBDIR)/libkiln_rt.a $(LIBDIR)/libkiln_rt.so $(LIBDIR)/libkiln
 check-deps:
 	@tools/setup.sh
 
+# PyTorch for kiln.torch's tests (4 GB: installed by make setup and make run, not by every build)
+torch-deps:
+	@tools/setup.sh --torch
+
 setup:
-	@tools/setup.sh
+	@tools/setup.sh --torch
 
 # Rooms add their own targets to `extra` (fake driver, examples, ...).
 extra:
@@ -278,9 +283,10 @@ $(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
 	    p=$$(ldd $< | awk -v l=$$l '$$1 == l { print $$3 }'); \
 	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: ldd finds no $$l for $< (the kit must carry it)"; exit 1; }; \
 	done
-$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py
+KIT_PY_TESTS := python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py python/tests/test_torch_swap_norms.py
+$(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) $(KIT_PY_TESTS)
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
-	    cp python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py $(KIT)/python/tests/ && \
+	    cp $(KIT_PY_TESTS) $(KIT)/python/tests/ && \
 	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
 $(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
@@ -327,7 +333,7 @@ $(KIT)/peers.py: bench/gpu/peers.py
 	cp $< $@
 
 # The main job: generate LayerNorm PTX for every SM and show that ptxas accepts it.
-run: all
+run: all torch-deps
 	@tools/showcase.sh $(KILN)
 
 test: all $(if $(SAN),,gpu-kit)
@@ -377,7 +383,7 @@ install: all
 
 help:
 	@echo "kiln make targets:"
-	@echo "  make run        install missing packages (as root), build, then the main job: bf16 LayerNorm"
+	@echo "  make run        install missing packages (as root; PyTorch too), build, then the main job: bf16 LayerNorm"
 	@echo "                  for every SM through ptxas, lint and the CPU emulator"
 	@echo "  make test       build and run the whole test suite (summary line at the end)"
 	@echo "  make            build libraries, bin/kiln, tests, benchmarks and examples"
@@ -387,7 +393,8 @@ help:
 	@echo "  make quality-table  rewrite tests/quality/*.tsv (default<O3> registers/SASS per matrix variant)"
 	@echo "  make gpu-kit    build/gpu-kit/: carry it to a GPU machine and run build/gpu-kit/run (docs/gpu-kit.md)"
 	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
-	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command"
+	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command;"
+	@echo "                  and the Python test packages, PyTorch included (tools/torch-requirements.txt)"
 	@echo "  make clean      remove build/, lib/, bin/"
 	@echo "options: LLVM_SHARED=1 (link libLLVM-22.so instead of static LLVM), CI=1 (warnings are errors)"
 

@@ -42,7 +42,7 @@ def _torch_dtype(t):
 
 def is_torch_tensor(obj):
     mod = type(obj).__module__ or ""
-    return (mod.startswith("torch") or getattr(obj, "_kiln_fake_torch", False)) and hasattr(obj, "data_ptr")
+    return mod.startswith("torch") and hasattr(obj, "data_ptr")
 
 
 def _from_torch(obj, what):

@@ -83,14 +83,17 @@ class EmuKernel:
         tile = [t or 1 for t in self.meta["grid_tile"]]
         return tuple(max(1, -(-int(p) // t)) for p, t in zip(prob, tile))
 
-    def run(self, grid=None, problem=None, twice=False, **params):
+    def run(self, grid=None, problem=None, twice=False, nullable=(), **params):
         """Runs the grid once (``twice=True``: every block twice with threads in opposite orders; a
         difference is a race). Arrays are written in place. ``problem``: elements along each grid axis,
-        the grid following the metadata's grid_tile; or ``grid`` directly."""
+        the grid following the metadata's grid_tile; or ``grid`` directly. A pointer may be None where the
+        spec turns that input off (weight=false), and where ``nullable`` names it: a kernel that picks its
+        work by which pointers are NULL (norm_reduce's dweight/dbias; a workspace the spec leaves unused)."""
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
-        bound, _ = bind(self.meta, params, self.spec, nullable_by_spec, _np_view)
+        bound, _ = bind(self.meta, params, self.spec, lambda n, sv: n in nullable or nullable_by_spec(n, sv),
+                        _np_view)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()

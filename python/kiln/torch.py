@@ -7,7 +7,10 @@ backward (dweight/dbias summed in a fixed order, the same bits every run) and at
 (FlashAttention-2's backward; the deterministic sequence under
 torch.use_deterministic_algorithms(True)). Kernels run on CUDA tensors, on torch's
 current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
-first use, then from kiln's memory and disk caches).
+first use, then from kiln's memory and disk caches); inside ``with kiln.torch.emulated():`` they run
+CPU tensors on kiln's CPU emulator (tests without a GPU), and outside it a CPU tensor is refused with
+one clear error, from the raw ``torch.ops.kiln`` ops too. The modules are subclasses of torch's
+nn.LayerNorm / nn.RMSNorm; swap_norms(model) puts them in place of a model's norms.
 
     import kiln.torch as kt
     ln = kt.LayerNorm(4096)                       # f32 weights, like torch.nn.LayerNorm
@@ -15,14 +18,17 @@ first use, then from kiln's memory and disk caches).
     y = kt.RMSNorm(4096)(x_bf16)                  # torch.nn.RMSNorm's signature
     o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
     o.sum().backward()                            # dq, dk, dv by kiln's attention backward kernels
+    kt.swap_norms(model)                          # nn.LayerNorm, nn.RMSNorm, Llama/Gemma RMSNorms -> kiln's
 """
 
+import copy
 import math
 import threading
 from typing import Optional, Tuple
 
 import torch
 
+from . import _gen, _torch_emu
 from .errors import KilnArgumentError
 from .runtime import Runtime
 
@@ -52,19 +58,65 @@ def _dtype_name(d, what):
     return _DT[d]
 
 
+# The SM whose kernels run CPU tensors on kiln's emulator inside `emulated()`; None outside: CPU tensors are refused.
+# A module global (not thread-local) so that torch.compile guards on it like any global the traced code reads.
+_emulated_sm = None
+
+
+class emulated:
+    """``with kiln.torch.emulated(sm=80):`` runs kiln.torch's ops on CPU tensors through kiln's CPU emulator: the
+    kernels generated for ``sm``, picked and launched as on a GPU, so forward and backward can be checked end to
+    end against torch's CPU ops without a GPU. Slow (each CUDA thread is a fiber): keep problems small. Applies to
+    the whole process while the block runs (it nests; leaving restores the previous state). Outside it, CPU
+    tensors get kiln's error saying that kiln runs on CUDA tensors. CUDA tensors are unaffected."""
+
+    def __init__(self, sm=80):
+        self.sm = _gen._parse_sm(sm)
+        self._saved = []
+
+    def __enter__(self):
+        global _emulated_sm
+        self._saved.append(_emulated_sm)
+        _emulated_sm = self.sm
+        return self
+
+    def __exit__(self, *exc):
+        global _emulated_sm
+        _emulated_sm = self._saved.pop()
+        return False
+
+    def __repr__(self):
+        return "kiln.torch.emulated(sm=%d)" % self.sm
+
+
 def _stream(t):
-    return torch.cuda.current_stream(t.device).cuda_stream
+    return torch.cuda.current_stream(t.device).cuda_stream if t.is_cuda else 0
 
 
-def _on_gpu(t):
-    return t.is_cuda or t.device.type == "meta"  # meta: shape-only tracing (torch.compile, export)
+def _runnable(t):
+    # meta: shape-only tracing (torch.compile, export); cpu: on the emulator, inside emulated()
+    return t.is_cuda or t.device.type == "meta" or (t.device.type == "cpu" and _emulated_sm is not None)
+
+
+def _device_error(what, t):
+    return KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (on the CPU, `with "
+                             "kiln.torch.emulated():` runs kiln's kernels on its emulator)" % (what, t.device))
 
 
 def _check_cuda(what, *ts):
     for t in ts:
-        if t is not None and not _on_gpu(t):
-            raise KilnArgumentError("%s: kiln runs on CUDA tensors; this one is on %s (kiln.emulate runs kernels "
-                                    "on the CPU with numpy)" % (what, t.device))
+        if t is not None and not _runnable(t):
+            raise _device_error(what, t)
+
+
+def _backend(what, t):
+    """What runs the op's kernels for tensor t: the CUDA device's Runtime, or inside emulated() the emulator for
+    CPU tensors; anything else is kiln's device error (the raw torch.ops.kiln ops give it too)."""
+    if t.is_cuda:
+        return runtime(t.device)
+    if t.device.type == "cpu" and _emulated_sm is not None:
+        return _torch_emu.for_sm(_emulated_sm)
+    raise _device_error(what, t)
 
 
 # ---- LayerNorm ----
@@ -73,6 +125,7 @@ def _check_cuda(what, *ts):
 @torch.library.custom_op("kiln::layer_norm", mutates_args=())
 def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[torch.Tensor], eps: float,
                 out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::layer_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -82,7 +135,7 @@ def _layer_norm(x: torch.Tensor, weight: Optional[torch.Tensor], bias: Optional[
     if rows:
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
-        runtime(x.device).layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x), offset=offset)
+        rt.layer_norm(y, x2, w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x), offset=offset)
     return y, mean, rstd
 
 
@@ -128,9 +181,9 @@ def _norm_backward(rms, dy, x, mean, rstd, weight, bias_dtype, dres, offset):
     """Runs kiln's two-kernel norm backward (dweight/dbias summed in a fixed order: the same bits every run)
     with its f32 workspace from torch's allocator, on torch's current stream. dres: the fused residual form's
     incoming gradient of h (added to dx); offset 1: zero-centered weights (g = dy * (1 + weight))."""
+    rt = _backend("kiln::%s_norm_backward" % ("rms" if rms else "layer"), x)
     dx, dw, db = _grad_outputs(x, weight, bias_dtype)
     if x.numel():
-        rt = runtime(x.device)
         x, dy = x.contiguous(), dy.contiguous()
         w = weight.contiguous() if weight is not None else None
         dr = dres.contiguous() if dres is not None else None
@@ -221,6 +274,7 @@ def layer_norm(input, normalized_shape, weight=None, bias=None, eps=1e-5, out_dt
 @torch.library.custom_op("kiln::rms_norm", mutates_args=())
 def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
               out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::rms_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     x2 = x.contiguous()
@@ -228,7 +282,7 @@ def _rms_norm(x: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
     rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows:
         w = weight.contiguous() if weight is not None else None
-        runtime(x.device).rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x), offset=offset)
+        rt.rms_norm(y, x2, w, eps=eps, rstd=rstd, stream=_stream(x), offset=offset)
     return y, rstd
 
 
@@ -281,46 +335,30 @@ def rms_norm(input, normalized_shape, weight=None, eps=None, out_dtype=None, off
     return y.reshape(input.shape)
 
 
-class _Norm(torch.nn.Module):
-    """What kiln.torch's norm modules share with torch's: the shape, eps, elementwise_affine, out_dtype."""
-
-    def __init__(self, what, normalized_shape, eps, elementwise_affine, out_dtype, offset):
-        super().__init__()
-        if isinstance(normalized_shape, int):
-            normalized_shape = (normalized_shape,)
-        self.normalized_shape = tuple(normalized_shape)
-        self.eps = eps
-        self.elementwise_affine = elementwise_affine
-        self.out_dtype = out_dtype
-        if out_dtype is not None:
-            _dtype_name(out_dtype, what + ": out_dtype")
-        self.offset = _norm_offset(what, offset, True if elementwise_affine else None)
-
-    def _parameter(self, name, present, device, dtype):
-        # as torch's modules: an absent parameter is registered as None (assigning None first would make
-        # register_parameter refuse the name)
-        if present:
-            setattr(self, name, torch.nn.Parameter(torch.empty(self.normalized_shape, device=device, dtype=dtype)))
-        else:
-            self.register_parameter(name, None)
-
-    def extra_repr(self):
-        s = "{normalized_shape}, eps={eps}, elementwise_affine={elementwise_affine}".format(**self.__dict__)
-        s += ", offset=1" if self.offset else ""
-        return s + (", out_dtype=%s" % self.out_dtype if self.out_dtype is not None else "")
+def _kiln_options(what, out_dtype, offset, elementwise_affine):
+    """Checks kiln's two options beyond torch's norm constructors."""
+    if out_dtype is not None:
+        _dtype_name(out_dtype, what + ": out_dtype")
+    return _norm_offset(what, offset, True if elementwise_affine else None)
 
 
-class RMSNorm(_Norm):
-    """torch.nn.RMSNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` and ``offset``. ``dtype`` is
-    the weight's dtype (default float32), so bf16 activations meet an f32 weight without a cast. offset=1:
-    zero-centered weights as Gemma and Qwen3-Next store them, y = x * rstd * (1 + weight) (1 + weight formed in
-    f32); the weight then starts at zeros."""
+def _kiln_repr(m, torch_repr):
+    return torch_repr + (", offset=1" if m.offset else "") + (
+        ", out_dtype=%s" % m.out_dtype if m.out_dtype is not None else "")
+
+
+class RMSNorm(torch.nn.RMSNorm):
+    """torch.nn.RMSNorm on kiln's kernel (an instance of torch.nn.RMSNorm: same constructor, parameters, state_dict
+    and printout), plus ``out_dtype`` (default: the input's) and ``offset``. ``dtype`` is the weight's dtype (default
+    float32), so bf16 activations meet an f32 weight without a cast. offset=1: zero-centered weights as Gemma and
+    Qwen3-Next store them, y = x * rstd * (1 + weight) (1 + weight formed in f32); the weight then starts at
+    zeros."""
 
     def __init__(self, normalized_shape, eps=None, elementwise_affine=True, device=None, dtype=None, out_dtype=None,
                  offset=0):
-        super().__init__("RMSNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
-        self._parameter("weight", elementwise_affine, device, dtype)
-        self.reset_parameters()
+        self.offset = _kiln_options("RMSNorm", out_dtype, offset, elementwise_affine)  # reset_parameters reads it
+        self.out_dtype = out_dtype
+        super().__init__(normalized_shape, eps, elementwise_affine, device=device, dtype=dtype)
 
     def reset_parameters(self):
         if self.weight is not None:
@@ -330,19 +368,21 @@ class RMSNorm(_Norm):
         return rms_norm(input, self.normalized_shape, self.weight, self.eps, out_dtype=self.out_dtype,
                         offset=self.offset)
 
+    def extra_repr(self):
+        return _kiln_repr(self, super().extra_repr())
 
-class LayerNorm(_Norm):
-    """torch.nn.LayerNorm's constructor and forward on kiln's kernel, plus ``out_dtype`` (the output dtype;
-    default: the input's). ``dtype`` is the parameters' dtype as in torch (default float32), so bf16 or
-    f16 activations meet f32 weights without a cast. offset=1: zero-centered weights (y = xhat * (1 + weight) + bias;
-    the weight then starts at zeros)."""
+
+class LayerNorm(torch.nn.LayerNorm):
+    """torch.nn.LayerNorm on kiln's kernel (an instance of torch.nn.LayerNorm: same constructor, parameters,
+    state_dict and printout), plus ``out_dtype`` (the output dtype; default: the input's) and ``offset``. ``dtype``
+    is the parameters' dtype as in torch (default float32), so bf16 or f16 activations meet f32 weights without a
+    cast. offset=1: zero-centered weights (y = xhat * (1 + weight) + bias; the weight then starts at zeros)."""
 
     def __init__(self, normalized_shape, eps=1e-5, elementwise_affine=True, bias=True, device=None, dtype=None,
                  out_dtype=None, offset=0):
-        super().__init__("LayerNorm", normalized_shape, eps, elementwise_affine, out_dtype, offset)
-        self._parameter("weight", elementwise_affine, device, dtype)
-        self._parameter("bias", elementwise_affine and bias, device, dtype)
-        self.reset_parameters()
+        self.offset = _kiln_options("LayerNorm", out_dtype, offset, elementwise_affine)  # reset_parameters reads it
+        self.out_dtype = out_dtype
+        super().__init__(normalized_shape, eps, elementwise_affine, bias, device=device, dtype=dtype)
 
     def reset_parameters(self):
         if self.weight is not None:
@@ -353,6 +393,9 @@ class LayerNorm(_Norm):
     def forward(self, input):
         return layer_norm(input, self.normalized_shape, self.weight, self.bias, self.eps, out_dtype=self.out_dtype,
                           offset=self.offset)
+
+    def extra_repr(self):
+        return _kiln_repr(self, super().extra_repr())
 
 
 # ---- the pre-norm block's fused residual add ----
@@ -366,6 +409,7 @@ def _h_like(x, residual):
 def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor],
                     bias: Optional[torch.Tensor], eps: float,
                     out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::add_layer_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -375,7 +419,7 @@ def _add_layer_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[to
     if rows:
         w = weight.contiguous() if weight is not None else None
         b = bias.contiguous() if bias is not None else None
-        runtime(x.device).layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
+        rt.layer_norm(y, x.contiguous(), w, b, eps=eps, mean=mean, rstd=rstd, stream=_stream(x),
                                      residual=residual.contiguous(), h=h, offset=offset)
     return y, h, mean, rstd
 
@@ -410,6 +454,7 @@ _add_layer_norm.register_autograd(_add_ln_backward, setup_context=_add_ln_setup)
 @torch.library.custom_op("kiln::add_rms_norm", mutates_args=())
 def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torch.Tensor], eps: float,
                   out_dtype: str, offset: int) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    rt = _backend("kiln::add_rms_norm", x)
     hidden = x.shape[-1]
     rows = x.numel() // hidden if hidden else 0
     y = torch.empty(x.shape, dtype=_TORCH_DT[out_dtype], device=x.device)
@@ -417,7 +462,7 @@ def _add_rms_norm(x: torch.Tensor, residual: torch.Tensor, weight: Optional[torc
     rstd = torch.empty((rows,), dtype=torch.float32, device=x.device)
     if rows:
         w = weight.contiguous() if weight is not None else None
-        runtime(x.device).rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
+        rt.rms_norm(y, x.contiguous(), w, eps=eps, rstd=rstd, residual=residual.contiguous(), h=h,
                                    stream=_stream(x), offset=offset)
     return y, h, rstd
 
@@ -484,12 +529,12 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_d
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     # q, k, v in SDPA's [batch, heads, seq, head_dim]; kiln reads [batch, seq, heads, head_dim] via strides.
+    rt = _backend("kiln::attention", q)
     b, h, sq, d = q.shape
     o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     if b and sq:
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
-        rt = runtime(q.device)
         qkv = (qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
         # decoding shapes run split-KV; its f32 partials come from torch's allocator (stream-ordered)
         _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=causal)
@@ -510,13 +555,13 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
                         deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
     # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
+    rt = _backend("kiln::attention_backward", q)
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((b, sk, hkv, d), dtype=k.dtype, device=q.device)
     dv = torch.empty((b, sk, hkv, d), dtype=v.dtype, device=q.device)
     if b:
-        rt = runtime(q.device)
         qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
         args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
                     v=vs.transpose(1, 2), o=ost.transpose(1, 2), lse=lse)
@@ -574,8 +619,9 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if len({t.dtype for t in ts}) != 1 or query.dtype not in _DT:
         return "query, key and value must share one dtype of float32, float16, bfloat16, got %s" % (
             [str(t.dtype) for t in ts])
-    if any(not _on_gpu(t) for t in ts):
-        return "kiln runs on CUDA tensors; got %s" % [str(t.device) for t in ts]
+    if any(not _runnable(t) for t in ts):
+        return ("kiln runs on CUDA tensors; got %s (on the CPU, `with kiln.torch.emulated():` runs kiln's kernels "
+                "on its emulator)" % [str(t.device) for t in ts])
     d = query.shape[-1]
     if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
         return "head_dim %d (key %d, value %d) is not one kiln generates; valid: %s, the same for q, k, v" % (
@@ -612,3 +658,125 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
 
 
 attention = scaled_dot_product_attention
+
+
+# ---- swapping a model's norms for kiln's ----
+
+_EPS_NAMES = ("eps", "variance_epsilon", "epsilon")  # where model code keeps an RMSNorm's epsilon
+
+
+def _rms_structure(m):
+    """(weight, eps) when m looks like an RMSNorm of model code (LlamaRMSNorm, GemmaRMSNorm, T5LayerNorm ...): no
+    submodules, exactly one parameter, a 1-d `weight` in a dtype kiln takes, and a float epsilon; else None."""
+    if next(m.children(), None) is not None:
+        return None
+    params = dict(m.named_parameters(recurse=False))
+    w = params.get("weight")
+    if len(params) != 1 or w is None or w.dim() != 1 or w.dtype not in _DT:
+        return None
+    eps = next((getattr(m, n) for n in _EPS_NAMES if isinstance(getattr(m, n, None), float)), None)
+    return (w, eps) if eps is not None else None
+
+
+def _probe_offset(m, rms, shape, eps, like):
+    """What m's forward computes over the trailing dimensions `shape`: 0 when it is rms_norm (rms) or layer_norm with
+    m's weight (and bias), 1 when it multiplies by (1 + weight) (Gemma's zero-centered weights), None when neither.
+    A copy of the module is run once, its weight set to values in [0.5, 1.5) and its bias to small values (so that w
+    and 1 + w stay far apart whatever the model's weights are; the model's module is neither run nor changed), on a
+    small input in the dtype and device of `like` (a parameter of m) whose rows have a nonzero mean (a LayerNorm is
+    then no RMSNorm), and compared with both forms in float64. A module on the meta device cannot be run."""
+    if like.device.type == "meta":
+        return None
+    g = torch.Generator().manual_seed(0)
+    x = (torch.randn((4,) + tuple(shape), generator=g) + 1).to(device=like.device, dtype=like.dtype)
+    try:
+        probe = copy.deepcopy(m)
+        pw, pb = getattr(probe, "weight", None), None if rms else getattr(probe, "bias", None)
+        with torch.no_grad():
+            if pw is not None:
+                pw.copy_(torch.rand(pw.shape, generator=g) + 0.5)
+            if pb is not None:
+                pb.copy_(torch.randn(pb.shape, generator=g) * 0.5)
+            y = probe.forward(x)
+    except Exception:  # a forward that takes more than the hidden states (a gated norm) is not one kiln's replaces
+        return None
+    if not isinstance(y, torch.Tensor) or y.shape != x.shape:
+        return None
+    xd, dims = x.double(), tuple(range(-len(shape), 0))
+    if eps is None:
+        eps = torch.finfo(x.dtype).eps  # torch's rms_norm default
+    if rms:
+        xhat = xd * torch.rsqrt(xd.pow(2).mean(dims, keepdim=True) + eps)
+    else:
+        c = xd - xd.mean(dims, keepdim=True)
+        xhat = c * torch.rsqrt(c.pow(2).mean(dims, keepdim=True) + eps)
+    tol = 8 * torch.finfo(like.dtype).eps  # the module's own roundings: to its dtype, maybe twice
+    for offset in ((0, 1) if pw is not None else (0,)):
+        ref = xhat * (pw.detach().double() + offset) if pw is not None else xhat
+        ref = ref + pb.detach().double() if pb is not None else ref
+        if ((y.double() - ref).abs().max() <= tol * max(ref.abs().max().item(), 1)).item():
+            return offset
+    return None
+
+
+def _torch_norm_offset(m, rms):
+    """For an instance of torch's nn.LayerNorm / nn.RMSNorm: 0 for the class itself; for a subclass (open_clip's
+    LayerNorm that computes in f32, ...) what _probe_offset finds, provided it has no submodules and no parameters
+    beyond weight and bias; None when kiln does not replace it (or its parameters are in a dtype kiln does not
+    take)."""
+    params = dict(m.named_parameters(recurse=False))
+    if any(p.dtype not in _DT for p in params.values()):
+        return None
+    if type(m) in (torch.nn.LayerNorm, torch.nn.RMSNorm):
+        return 0
+    if next(m.children(), None) is not None or not set(params) <= {"weight", "bias"}:
+        return None
+    return _probe_offset(m, rms, m.normalized_shape, m.eps, next(iter(params.values()), torch.empty(0)))
+
+
+def _kiln_norm_for(m):
+    """kiln's replacement for module m, holding m's own parameter objects (so state_dict keys and values, and an
+    optimizer's references, stay); None when m is not a norm kiln replaces."""
+    if isinstance(m, (LayerNorm, RMSNorm)):
+        return None
+    if isinstance(m, torch.nn.LayerNorm):
+        offset = _torch_norm_offset(m, False)
+        if offset is None or (offset and m.weight is None):
+            return None
+        new = LayerNorm(m.normalized_shape, m.eps, m.elementwise_affine, m.bias is not None, device="meta",
+                        offset=offset)
+        new.weight, new.bias = m.weight, m.bias
+    elif isinstance(m, torch.nn.RMSNorm):
+        offset = _torch_norm_offset(m, True)
+        if offset is None or (offset and m.weight is None):
+            return None
+        new = RMSNorm(m.normalized_shape, m.eps, m.elementwise_affine, device="meta", offset=offset)
+        new.weight = m.weight
+    else:
+        found = _rms_structure(m)
+        offset = _probe_offset(m, True, found[0].shape, found[1], found[0]) if found is not None else None
+        if offset is None:
+            return None
+        new = RMSNorm(tuple(found[0].shape), found[1], device="meta", offset=offset)
+        new.weight = found[0]
+    return new.train(m.training)
+
+
+def swap_norms(model):
+    """Replaces, in place, every norm of `model` that kiln's kernels compute by kiln.torch's module: nn.LayerNorm by
+    kt.LayerNorm, nn.RMSNorm by kt.RMSNorm, and the RMSNorm classes of model code (Llama's, Mistral's, Qwen's,
+    T5's, Gemma's 1 + w as offset=1 ...) recognized by structure (no submodules, one 1-d `weight` parameter, a float
+    `eps`/`variance_epsilon`) and by their math (run once on a small input and compared with x * rsqrt(mean(x^2) +
+    eps) * w and * (1 + w) in float64). The new modules hold the old parameter objects: state_dict keys and values
+    stay, and so do an optimizer's references. Norms in dtypes kiln does not take, other modules, and model-code
+    norms on the meta device are left as they are. Returns the model (kiln's module when `model` is itself a norm).
+    kt.LayerNorm / kt.RMSNorm are instances of torch's classes and print as they do."""
+    top = _kiln_norm_for(model)
+    if top is not None:
+        return top
+    for parent in list(model.modules()):
+        for name, child in list(parent.named_children()):
+            new = _kiln_norm_for(child)
+            if new is not None:
+                setattr(parent, name, new)
+    return model

@@ -57,15 +57,6 @@ class FakeDriver:
         self.dl.fake_cuda_reset()
 
 
-@pytest.fixture
-def kt(fake_cuda):
-    """kiln.torch (over the fake torch in test_torch_fake*.py) with a fresh runtime on the fake driver."""
-    import kiln.torch as kt
-    kt._runtimes.clear()
-    yield kt
-    kt._runtimes.clear()
-
-
 @pytest.fixture(scope="session")
 def fake_cuda_lib(tmp_path_factory):
     """The fake driver's path: the build tree's ($O/tests/libfakecuda.so.1, $KILN_FAKE_CUDA) when make built it,

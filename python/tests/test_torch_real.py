@@ -1,12 +1,11 @@
 """kiln.torch with the real PyTorch: op schemas, fake (meta) kernels, autograd through the norms' backward ops on
-meta tensors, torch.compile graph capture; on a CUDA GPU also numerics against torch. Skipped where torch is not
-installed."""
+meta tensors, torch.compile graph capture, argument errors, the modules as torch's classes; on a CUDA GPU also
+numerics against torch, torch's stream and allocator. test_torch_emulated.py runs the kernels on CPU tensors. Skipped
+where torch is not installed."""
 
 import pytest
 
-torch = pytest.importorskip("torch", reason="torch is not installed (test_torch_fake.py covers kiln.torch's logic)")
-if getattr(torch, "_kiln_fake", False):
-    pytest.skip("torch is not installed (only the test fake, which test_torch_fake.py uses)", allow_module_level=True)
+torch = pytest.importorskip("torch", reason="torch is not installed (make setup installs the pinned one)")
 if not hasattr(torch.library, "custom_op"):
     pytest.skip("kiln.torch needs torch >= 2.4 (torch.library.custom_op)", allow_module_level=True)
 
@@ -97,6 +96,100 @@ def test_cpu_tensors_get_a_clear_error():
     with pytest.raises(kiln.KilnArgumentError, match="attn_mask"):
         q = torch.randn(1, 2, 4, 64)
         kt.scaled_dot_product_attention(q, q, q, attn_mask=torch.ones(4, 4, dtype=torch.bool))
+
+
+def _meta(*shape, dtype=torch.float16):
+    return torch.empty(shape, dtype=dtype, device="meta")
+
+
+def test_norm_argument_errors_name_the_problem():
+    x, w = _meta(4, 64), _meta(64, dtype=torch.float32)
+    cases = [
+        (lambda: kt.layer_norm(x, (32,)), "layer_norm: normalized_shape"),
+        (lambda: kt.layer_norm(x, (64,), w, _meta(64)), "one dtype for both"),
+        (lambda: kt.layer_norm(_meta(4, 64, dtype=torch.int32), (64,)), "int32"),
+        (lambda: kt.LayerNorm(64, out_dtype=torch.int32), "out_dtype"),
+        (lambda: kt.rms_norm(x, (32,)), "rms_norm: normalized_shape"),
+        (lambda: kt.rms_norm(x, (64,), _meta(32)), "rms_norm: weight has shape"),
+        (lambda: kt.rms_norm(_meta(4, 64, dtype=torch.int32), (64,)), "int32"),
+        (lambda: kt.add_rms_norm(x, _meta(4, 32), 64), "residual has shape"),
+        (lambda: kt.add_layer_norm(x, torch.empty(4, 64, dtype=torch.float16), 64), "CUDA"),
+        (lambda: kt.add_layer_norm(x, _meta(4, 64, dtype=torch.int32), 64), "residual: dtype"),
+        (lambda: kt.rms_norm(x, (64,), _meta(64), offset=2), "offset must be 0 or 1"),
+        (lambda: kt.layer_norm(x, (64,), offset=1), "needs a weight"),
+        (lambda: kt.RMSNorm(64, elementwise_affine=False, offset=1), "needs a weight"),
+    ]
+    for call, words in cases:
+        with pytest.raises(kiln.KilnArgumentError, match=words):
+            call()
+
+
+def test_modules_are_torchs_classes_and_print_as_torch_does():
+    """kt.LayerNorm / kt.RMSNorm are instances of torch's classes (weight-decay groups, FSDP wrap policies find them),
+    with torch's constructor defaults, parameters registered as torch registers them, and torch's printout."""
+    for kw in ({}, {"bias": False}, {"elementwise_affine": False}, {"eps": 1e-6}):
+        k, t = kt.LayerNorm(64, **kw), torch.nn.LayerNorm(64, **kw)
+        assert isinstance(k, torch.nn.LayerNorm) and repr(k) == repr(t)
+        assert list(k.state_dict()) == list(t.state_dict())
+    for kw in ({}, {"eps": 1e-6}, {"elementwise_affine": False}):
+        k, t = kt.RMSNorm(64, **kw), torch.nn.RMSNorm(64, **kw)
+        assert isinstance(k, torch.nn.RMSNorm) and repr(k) == repr(t)
+        assert list(k.state_dict()) == list(t.state_dict())
+    assert repr(kt.LayerNorm(8, bias=False)) == "LayerNorm((8,), eps=1e-05, elementwise_affine=True, bias=False)"
+    g = kt.RMSNorm(8, eps=1e-6, offset=1)
+    assert repr(g) == "RMSNorm((8,), eps=1e-06, elementwise_affine=True, offset=1)" and not g.weight.any()
+    assert repr(kt.LayerNorm(8, out_dtype=torch.bfloat16)).endswith("bias=True, out_dtype=torch.bfloat16)")
+    assert kt.LayerNorm(8, dtype=torch.bfloat16).weight.dtype == torch.bfloat16
+
+
+@pytest.mark.parametrize("kwargs,words", [
+    (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), "attn_mask"),
+    (dict(dropout_p=0.1), "dropout"),
+    (dict(kshape=(1, 2, 16, 64), is_causal=True), "top-left"),
+    (dict(kshape=(1, 1, 8, 64)), "enable_gqa"),
+    (dict(qshape=(1, 3, 8, 64), kshape=(1, 2, 8, 64), enable_gqa=True), "multiple"),
+    (dict(qshape=(1, 2, 8, 48), kshape=(1, 2, 8, 48)), "head_dim 48"),
+    (dict(kdtype=torch.bfloat16), "share one dtype"),
+    (dict(cpu=True), "CUDA"),
+])
+def test_sdpa_unsupported_cases_say_why(kwargs, words):
+    qshape = kwargs.pop("qshape", (1, 2, 8, 64))
+    kshape = kwargs.pop("kshape", qshape)
+    kdtype = kwargs.pop("kdtype", torch.float16)
+    dev = "cpu" if kwargs.pop("cpu", False) else "meta"
+    q = torch.empty(qshape, dtype=torch.float16, device=dev)
+    k = torch.empty(kshape, dtype=kdtype, device=dev)
+    v = torch.empty(kshape, dtype=kdtype, device=dev)
+    assert words in (kt.unsupported_reason(q, k, v, **kwargs) or "")
+    with pytest.raises(kiln.KilnArgumentError, match="kiln attention"):
+        kt.scaled_dot_product_attention(q, k, v, **kwargs)
+
+
+@needs_gpu
+def test_gpu_launches_use_torchs_stream_and_allocator(monkeypatch):
+    """On a GPU, kiln.torch launches on torch's current stream, and the workspaces (norm backward, split-KV
+    decoding) come from torch's allocator, not the Runtime's own."""
+    seen = {}
+    for name in ("rms_norm", "rms_norm_backward", "attention"):
+        orig = getattr(kiln.Runtime, name)
+
+        def spy(self, *a, _orig=orig, _name=name, **kw):
+            seen[_name] = kw
+            return _orig(self, *a, **kw)
+
+        monkeypatch.setattr(kiln.Runtime, name, spy)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        x = torch.randn(64, 1024, device="cuda", dtype=torch.bfloat16, requires_grad=True)
+        kt.RMSNorm(1024, device="cuda")(x).sum().backward()
+        q = torch.randn(1, 32, 1, 128, device="cuda", dtype=torch.bfloat16)
+        k = torch.randn(1, 8, 4096, 128, device="cuda", dtype=torch.bfloat16)
+        kt.scaled_dot_product_attention(q, k, k, enable_gqa=True)
+    torch.cuda.synchronize()
+    for name in ("rms_norm", "rms_norm_backward", "attention"):
+        assert seen[name]["stream"] == s.cuda_stream, name
+    assert isinstance(seen["rms_norm_backward"]["workspace"], torch.Tensor)
+    assert isinstance(seen["attention"]["workspace"], torch.Tensor)  # decoding: split-KV partials
 
 
 @needs_gpu

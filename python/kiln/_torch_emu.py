@@ -1,0 +1,242 @@
+"""kiln._torch_emu - kiln.torch's emulated path: the launches kiln.torch's ops make, run for CPU tensors on kiln's
+CPU emulator (inside ``kiln.torch.emulated()``).
+
+EmulatedRuntime answers the calls kiln.torch's ops make of a kiln.Runtime (layer_norm, rms_norm, their backwards
+and workspace sizes, attention and attention_backward) with the same kernels, picked as the runtime picks them
+(the fixed-hidden variant, else the loop form; the norm backward's blocks capped by the device's size, then the
+norm_reduce kernel its metadata names), generated for the emulated SM and run on the emulator. Inputs are read
+from the tensors (copied only when not contiguous or not aligned); each output is computed into a private
+buffer poisoned with NaN first (an element a kernel misses shows) and then copied into its tensor. The norm
+backward's workspace is the caller's tensor itself, as on a GPU. Attention runs unsplit (the GPU runtime's
+split-KV decoding path is not emulated).
+"""
+
+import numpy as np
+import torch
+
+from . import emulate
+from ._np import BF16, aligned_empty, as_kiln_array
+from .errors import KilnArgumentError, KilnSpecError
+
+# Multiprocessors of the emulated device: the norm backward runs at most SMS * (1024 / threads) blocks, as the
+# runtime sizes it for a GPU, so that with more rows than that each block loops over several row groups.
+SMS = 2
+
+_DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _name(t, what):
+    if t.device.type != "cpu":
+        raise KilnArgumentError("%s: the emulated path takes CPU tensors; this one is on %s" % (what, t.device))
+    if t.dtype not in _DT:
+        raise KilnArgumentError("%s: dtype %s is not one kiln kernels take; valid: torch.float32, torch.float16, "
+                                "torch.bfloat16" % (what, t.dtype))
+    return _DT[t.dtype]
+
+
+def _np(t, what):
+    """A numpy array sharing t's memory (bf16 as ml_dtypes.bfloat16)."""
+    _name(t, what)
+    t = t.detach()
+    if t.dtype == torch.bfloat16:
+        if BF16 is None:
+            raise KilnArgumentError("%s: bf16 tensors need the ml_dtypes package on the emulated path" % what)
+        return t.view(torch.int16).numpy().view(BF16)
+    return t.numpy()
+
+
+def _input(t, what):
+    """t as a C-contiguous, 64-byte aligned array the kernel reads (t's own memory when it already is)."""
+    return None if t is None else as_kiln_array(_np(t, what), _name(t, what), what)
+
+
+def _output(t, what):
+    """A private aligned array for output t, poisoned: every byte 0xFF is NaN in each float type."""
+    if t is None:
+        return None
+    a = aligned_empty(tuple(t.shape), _name(t, what))
+    a.view(np.uint8)[...] = 0xFF
+    return a
+
+
+def _store(t, a):
+    """Copies the kernel's output a into tensor t."""
+    if t is None:
+        return
+    src = torch.from_numpy(np.ascontiguousarray(a).view(np.int16 if t.dtype == torch.bfloat16 else a.dtype))
+    with torch.no_grad():
+        t.copy_(src.view(t.dtype).reshape(t.shape))
+
+
+def _hidden_rows(x, what):
+    if x.dim() == 0 or x.shape[-1] == 0:
+        raise KilnArgumentError("%s: x must be [..., hidden] with hidden >= 1, got shape %s" % (what, list(x.shape)))
+    return x.shape[-1], x.numel() // x.shape[-1]
+
+
+def _launch(kern, args, problem=None, grid=None, nullable=()):
+    """Runs kern with the arguments of `args` it takes (by name), as the runtime's typed helpers fill them."""
+    names = {p["name"] for p in kern.params}
+    kern.run(problem=problem, grid=grid, nullable=nullable, **{n: v for n, v in args.items() if n in names})
+
+
+class EmulatedRuntime:
+    """The kiln.Runtime calls kiln.torch makes, for CPU tensors on the emulator of one SM."""
+
+    def __init__(self, sm):
+        self.sm = sm
+
+    def __repr__(self):
+        return "<kiln.torch emulated runtime sm_%d>" % self.sm
+
+    def _pick(self, spec, hidden):
+        """The fixed-hidden variant of spec (a '%s' where hidden goes) when the template offers it, else the loop
+        form, as the runtime picks."""
+        try:
+            return emulate.load(spec % hidden, self.sm)
+        except KilnSpecError:
+            return emulate.load(spec % "launch", self.sm)
+
+    # ---- norms, forward ----
+
+    def _norm_forward(self, rms, y, x, weight, bias, eps, mean, rstd, residual, h, offset):
+        what = "rms_norm" if rms else "layer_norm"
+        hidden, rows = _hidden_rows(x, what)
+        if (residual is None) != (h is None):
+            raise KilnArgumentError("%s: residual and h go together" % what)
+        xd, yd = _name(x, what + ": x"), _name(y, what + ": y")
+        wt = weight if weight is not None else bias
+        wd = _name(wt, what + ": weight") if wt is not None else xd
+        res = "" if residual is None else " residual=true r=%s" % _name(residual, what + ": residual")
+        if rms:
+            spec = "rmsnorm x=%s w=%s y=%s hidden=%%s weight=%s offset=%d%s" % (
+                xd, wd, yd, "true" if weight is not None else "false", offset, res)
+        else:
+            spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s offset=%d%s" % (
+                xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false",
+                offset, res)
+        if not rows:
+            return
+        kern = self._pick(spec, hidden)
+        outs = {"y": y, "mean": mean, "rstd": rstd, "h": h}
+        arrs = {n: _output(t, "%s: %s" % (what, n)) for n, t in outs.items()}
+        args = dict(arrs, x=_input(x, what + ": x"), weight=_input(weight, what + ": weight"),
+                    bias=_input(bias, what + ": bias"), residual=_input(residual, what + ": residual"),
+                    rows=rows, hidden=hidden, eps=float(eps))
+        _launch(kern, args, problem=(rows,))
+        for n, t in outs.items():
+            _store(t, arrs[n])
+
+    def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None, residual=None,
+                   h=None, offset=0):
+        self._norm_forward(False, y, x, weight, bias, eps, mean, rstd, residual, h, offset)
+
+    def rms_norm(self, y, x, weight=None, eps=1e-6, rstd=None, residual=None, h=None, stream=None, offset=0):
+        self._norm_forward(True, y, x, weight, None, eps, None, rstd, residual, h, offset)
+
+    # ---- norms, backward (two kernels: the rows, then norm_reduce over the workspace) ----
+
+    def _bwd_plan(self, rms, dx, dy, x, weight, dbias, dres, offset):
+        """(kernel, blocks, workspace bytes) as kiln_norm_backward_workspace sizes them on a GPU of SMS
+        multiprocessors."""
+        what = "rms_norm_backward" if rms else "layer_norm_backward"
+        hidden, rows = _hidden_rows(x, what)
+        xd, dyd, dxd = _name(x, what + ": x"), _name(dy, what + ": dy"), _name(dx, what + ": dx")
+        wd = _name(weight, what + ": weight") if weight is not None else (
+            _name(dbias, what + ": dbias") if dbias is not None else xd)
+        res = "" if dres is None else " residual=true r=%s" % _name(dres, what + ": dres")
+        if rms:
+            spec = "rmsnorm_bwd x=%s w=%s dy=%s dx=%s hidden=%%s weight=%s offset=%d%s" % (
+                xd, wd, dyd, dxd, "true" if weight is not None else "false", offset, res)
+        else:
+            spec = "layernorm_bwd x=%s w=%s dy=%s dx=%s hidden=%%s weight=%s bias=%s offset=%d%s" % (
+                xd, wd, dyd, dxd, "true" if weight is not None else "false", "true" if dbias is not None else "false",
+                offset, res)
+        kern = self._pick(spec, hidden)
+        m = kern.meta
+        tile = m["grid_tile"][0] or 1
+        threads = m["block"][0] * m["block"][1] * m["block"][2]
+        blocks = min(-(-rows // tile), SMS * max(1024 // threads, 1)) if rows else 0
+        nbytes = m["ws_slabs"] * blocks * (m["ws_rows_per_block"] or 1) * hidden * 4
+        return kern, blocks, nbytes
+
+    def _norm_backward(self, rms, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, workspace, offset):
+        what = "rms_norm_backward" if rms else "layer_norm_backward"
+        kern, blocks, nbytes = self._bwd_plan(rms, dx, dy, x, weight, dbias, dres, offset)
+        if not blocks:
+            return
+        hidden, rows = _hidden_rows(x, what)
+        m = kern.meta
+        ws = None
+        if nbytes:
+            have = workspace.numel() * workspace.element_size() if workspace is not None else 0
+            if workspace is None or have < nbytes or workspace.dtype != torch.float32 or not workspace.is_contiguous():
+                raise KilnArgumentError("%s: '%s' needs a contiguous f32 workspace of %d bytes, got %s" % (
+                    what, m["spec"], nbytes, "none" if workspace is None else "%d bytes of %s" % (have, workspace.dtype)))
+            ws = _np(workspace, what + ": workspace")  # the caller's memory, as on a GPU
+        parts = blocks * (m["ws_rows_per_block"] or 1)
+        outs = {"dx": dx, "dweight": dweight, "dbias": dbias}
+        arrs = {n: _output(t, "%s: %s" % (what, n)) for n, t in outs.items()}
+        args = dict(arrs, ws=ws, dy=_input(dy, what + ": dy"), x=_input(x, what + ": x"),
+                    mean=_input(mean, what + ": mean"), rstd=_input(rstd, what + ": rstd"),
+                    weight=_input(weight, what + ": weight"), dres=_input(dres, what + ": dres"),
+                    rows=rows, hidden=hidden, cols=hidden, parts=parts)
+        _launch(kern, args, grid=(blocks,), nullable=() if nbytes else ("ws",))
+        if m["ws_slabs"]:
+            # norm_reduce sums the partial rows in a fixed order; slab 0 is dweight when there is one, else dbias
+            # (the kernel picks by which of them is NULL)
+            _launch(emulate.load(m["then_spec"], self.sm), args, problem=(hidden, m["ws_slabs"]),
+                    nullable=("dweight", "dbias"))
+        for n, t in outs.items():
+            _store(t, arrs[n])
+
+    def layer_norm_backward(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None,
+                            workspace=None, stream=None, offset=0):
+        self._norm_backward(False, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, workspace, offset)
+
+    def rms_norm_backward(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, workspace=None, stream=None,
+                          offset=0):
+        self._norm_backward(True, dx, dy, x, None, rstd, weight, dweight, None, dres, workspace, offset)
+
+    def layer_norm_backward_workspace(self, dx, dy, x, mean, rstd, weight=None, dweight=None, dbias=None, dres=None,
+                                      offset=0):
+        return self._bwd_plan(False, dx, dy, x, weight, dbias, dres, offset)[2]
+
+    def rms_norm_backward_workspace(self, dx, dy, x, rstd, weight=None, dweight=None, dres=None, offset=0):
+        return self._bwd_plan(True, dx, dy, x, weight, None, dres, offset)[2]
+
+    # ---- attention ----
+
+    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0):
+        return 1, 0  # one split: the emulated path runs the unsplit kernel
+
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None):
+        """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]."""
+        out, lse_out = emulate.attention(*(_np(t, "attention: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"))),
+                                         causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, "attention: o"),
+                                         return_lse=True)
+        _store(o, out)
+        _store(lse, lse_out)
+
+    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False):
+        return 0  # emulate.attention_backward keeps its delta and dQ accumulator in private buffers
+
+    def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
+                           workspace=None, stream=None):
+        arrs = [_np(t, "attention_backward: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"),
+                                                                (o, "o"), (lse, "lse"))]
+        grads = emulate.attention_backward(*arrs[:4], o=arrs[4], lse=arrs[5], causal=causal, sm=self.sm, scale=scale,
+                                           deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"))
+        for t, a in zip((dq, dk, dv), grads):
+            _store(t, a)
+
+
+_by_sm = {}
+
+
+def for_sm(sm):
+    """The EmulatedRuntime of an SM (one per process; the emulator and its kernels are per thread)."""
+    rt = _by_sm.get(sm)
+    if rt is None:
+        rt = _by_sm[sm] = EmulatedRuntime(sm)
+    return rt
