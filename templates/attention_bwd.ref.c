@@ -1,4 +1,4 @@
-/* emu/emu_ref_attention_bwd.c - attention backward: float64 gradients, their error model, emulator launches. */
+/* templates/attention_bwd.ref.c - attention_bwd's float64 reference: gradients, error model, its registry descriptor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "emu.h"
 #include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_case.h"
 
 static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
 
@@ -210,3 +211,147 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
     }
     return kiln_emu_run(kern, &l, args, err);
 }
+
+/* ---- the registry descriptor (kiln/emu_case.h) ----
+ * The forward's O and lse come from the float64 forward (rounded as a forward kernel stores them),
+ * dO is random in [-1, 1]; the whole sequence runs (prep, dkdv, convert; deterministic=true: prep,
+ * dkdv, dq) whatever the spec's kernel= says, and dq, dk, dv are checked with the error model above
+ * (P and dS taken as rounded to the input dtype: the looser of the paths). */
+
+enum { BWD_STEPS = 3 };
+
+typedef struct bwd_case {
+    kiln_attn_problem p;
+    kiln_dtype grad;
+    int det;
+    kiln_emu_kernel *ks[BWD_STEPS];
+    void *in[3], *dout, *out, *gk[3];
+    float *lse, *delta, *acc;
+    double *ro, *rl, *ref[3], *tol[3];
+    size_t n[3];
+} bwd_case;
+
+/* Replaces the value of key in a resolved spec (buf receives the result). */
+static void spec_with(const char *spec, const char *key, const char *value, char *buf, size_t size) {
+    char pat[64];
+    snprintf(pat, sizeof pat, " %s=", key);
+    const char *at = strstr(spec, pat);
+    if (!at) {
+        snprintf(buf, size, "%s %s=%s", spec, key, value);
+        return;
+    }
+    const char *end = strchr(at + 1, ' ');
+    snprintf(buf, size, "%.*s%s%s", (int)(at - spec) + (int)strlen(pat), spec, value, end ? end : "");
+}
+
+static void bwd_case_destroy(kiln_case *c) {
+    bwd_case *b = kiln_case_state(c);
+    for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
+    free(b->dout), free(b->out), free(b->lse), free(b->delta), free(b->acc), free(b->ro), free(b->rl);
+    free(b);
+}
+
+static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    bwd_case *b = calloc(1, sizeof *b);
+    if (!b) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_case_set_state(c, b);
+    kiln_attn_problem *p = &b->p;
+    kiln_status st = emu_attn_case_problem(c, p, 1e9, " backward (at most 1e9)", err);
+    if (st != KILN_OK) return st;
+    b->grad = emu_spec_dtype(emu_case_spec(c), "grad", p->dtype);
+    b->det = emu_spec_bool(emu_case_spec(c), "deterministic", 0);
+    static const char *const seq[2][BWD_STEPS] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
+    for (int i = 0; i < BWD_STEPS; i++) {
+        char x[KILN_SPEC_MAX], y[KILN_SPEC_MAX];
+        spec_with(m->spec, "kernel", seq[b->det][i], x, sizeof x);
+        spec_with(x, "deterministic", b->det && i == 1 ? "true" : "false", y, sizeof y);
+        if ((st = kiln_case_load(c, y, &b->ks[i], err)) != KILN_OK) return st;
+    }
+    uint64_t seed = kiln_case_options(c)->seed;
+    b->n[0] = kiln_attn_elems(p, 'q'), b->n[1] = kiln_attn_elems(p, 'k'), b->n[2] = kiln_attn_elems(p, 'v');
+    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    b->dout = kiln_attn_random(p->out, no, 1, &seed);
+    b->out = malloc(no * kiln_dtype_size(p->out));
+    for (int t = 0; t < 3; t++) b->in[t] = kiln_attn_random(p->dtype, b->n[t], 1, &seed);
+    b->lse = malloc(nl * sizeof *b->lse), b->delta = malloc(nl * sizeof *b->delta);
+    b->acc = b->det ? NULL : malloc(nl * (size_t)p->head_dim * sizeof *b->acc);
+    b->ro = malloc(no * sizeof *b->ro), b->rl = malloc(nl * sizeof *b->rl);
+    int ok = b->dout && b->out && b->lse && b->delta && (b->det || b->acc) && b->ro && b->rl;
+    for (int t = 0; t < 3; t++) {
+        b->gk[t] = malloc(b->n[t] * kiln_dtype_size(b->grad));
+        b->ref[t] = malloc(b->n[t] * sizeof(double)), b->tol[t] = malloc(b->n[t] * sizeof(double));
+        ok = ok && b->in[t] && b->gk[t] && b->ref[t] && b->tol[t];
+    }
+    if (!ok) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if ((st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err)) != KILN_OK) return st;
+    for (size_t i = 0; i < no; i++) kiln_emu_value_set(p->out, b->out, i, b->ro[i]);
+    for (size_t i = 0; i < nl; i++) b->lse[i] = (float)b->rl[i];
+    return kiln_attn_bwd_reference(p, p->dtype, b->in[0], b->in[1], b->in[2], b->dout, b->ref[0], b->ref[1], b->ref[2],
+                                   b->tol[0], b->tol[1], b->tol[2], err);
+}
+
+static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    bwd_case *b = kiln_case_state(c);
+    const kiln_attn_problem *p = &b->p;
+    size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, no = kiln_attn_elems(p, 'o');
+    static const char *const ins[3] = {"q", "k", "v"}, *const grads[3] = {"dq", "dk", "dv"};
+    for (int t = 0; t < 3; t++) {
+        if (!strcmp(name, ins[t])) return *ptr = b->in[t], *bytes = b->n[t] * kiln_dtype_size(p->dtype), 0;
+        if (!strcmp(name, grads[t])) return *ptr = b->gk[t], *bytes = b->n[t] * kiln_dtype_size(b->grad), 0;
+    }
+    if (!strcmp(name, "o")) *ptr = b->out, *bytes = no * kiln_dtype_size(p->out);
+    else if (!strcmp(name, "dout")) *ptr = b->dout, *bytes = no * kiln_dtype_size(p->out);
+    else if (!strcmp(name, "lse")) *ptr = b->lse, *bytes = nl * sizeof(float);
+    else if (!strcmp(name, "delta")) *ptr = b->delta, *bytes = nl * sizeof(float);
+    else if (!strcmp(name, "dq_acc")) *ptr = b->acc, *bytes = b->acc ? nl * (size_t)p->head_dim * sizeof(float) : 0;
+    else return -1;
+    return 0;
+}
+
+static int bwd_case_scalar(kiln_case *c, const char *name, double *value) {
+    bwd_case *b = kiln_case_state(c);
+    return emu_attn_case_scalar(&b->p, name, value);
+}
+
+/* prep and convert/dq over {seq_q, heads_q, batch}; dkdv over {seq_k, heads_kv, batch}. */
+static kiln_status bwd_case_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+    bwd_case *b = kiln_case_state(c);
+    const kiln_attn_problem *p = &b->p;
+    (void)err;
+    for (int t = 0; t < 3; t++) memset(b->gk[t], 0xff, b->n[t] * kiln_dtype_size(b->grad));
+    for (int i = 0; i < BWD_STEPS; i++) {
+        int dkdv = i == 1;
+        steps[i] = (kiln_case_step){.kernel = b->ks[i], .problem = {(unsigned)(dkdv ? p->seq_k : p->seq_q),
+                                    (unsigned)(dkdv ? p->heads_kv : p->heads_q), (unsigned)p->batch}};
+    }
+    *nsteps = BWD_STEPS;
+    return KILN_OK;
+}
+
+static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    bwd_case *b = kiln_case_state(c);
+    for (*nout = 0; *nout < 3; ++*nout) {
+        kiln_case_output *o = &out[*nout];
+        snprintf(o->name, sizeof o->name, "d%c", "qkv"[*nout]);
+        o->bad = kiln_attn_bwd_compare(b->grad, b->gk[*nout], b->ref[*nout], b->tol[*nout], b->n[*nout], &o->worst,
+                                       &o->max_abs, o->first, sizeof o->first);
+    }
+}
+
+static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {
+    const bwd_case *b = kiln_case_state(c);
+    emu_attn_case_describe(&b->p, buf, size);
+}
+
+const kiln_ref_family kiln_ref_attention_bwd = {
+    .family = "attention_bwd",
+    .noun = "gradient",
+    .create = bwd_case_create,
+    .destroy = bwd_case_destroy,
+    .tensor = bwd_case_tensor,
+    .scalar = bwd_case_scalar,
+    .plan = bwd_case_plan,
+    .check = bwd_case_check,
+    .describe = bwd_case_describe,
+};
