@@ -245,7 +245,7 @@ LLVMValueRef gen_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over,
 /* gen_memory.c */
 void gen_register_memory(lua_State *L); /* adds methods to the table on top of the stack */
 void gen_register_vars(lua_State *L);
-LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float or i16 */
+LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float, i16 (f16/bf16) or i32 */
 int gen_dtype_kind(int dtype);                         /* kiln_dtype -> enum gen_kind */
 void gen_close_kernel(gen_builder *gb);
 void gen_kernel_attr(gen_builder *gb, const char *key, unsigned value); /* "nvvm.maxntid" etc. */

@@ -74,7 +74,7 @@ static int parse_line(kiln_kernel_meta *m, const char *key, const char *val, siz
         kiln_param *p = &m->params[m->nparams];
         int k;
         for (k = 0; k < 4 && strcmp(kind, param_kind_names[k]); k++) {}
-        if (k == 4 || kiln_dtype_parse(dt, &p->dtype) != 0) return -1;
+        if (k == 4 || kiln_elem_parse(dt, &p->dtype) != 0) return -1;
         p->kind = (kiln_param_kind)k;
         snprintf(p->name, sizeof p->name, "%s", name);
         m->nparams++;
