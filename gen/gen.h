@@ -86,7 +86,7 @@ const char *const *gen_lint_decl_types(void); /* types a declaration may not use
 /* SM label "sm_90" or "sm_90a" for messages (buf of at least 16 bytes). */
 const char *gen_lint_sm_name(int sm, bool arch, char *buf);
 
-/* ---- gen_api.c / gen_pipeline.c: spec -> module, shared with the emulator (emu/) ---- */
+/* ---- gen_api.c: spec -> module, shared with the emulator (emu/) ---- */
 
 /* The module for one spec and target, optimized exactly as it is before NVPTX codegen,
  * created in ctx (which the caller owns; the caller disposes the module). meta is filled
@@ -127,6 +127,16 @@ kiln_status gen_lua_template_source(gen_lua *gl, const char *family, const char 
                                     size_t *len, kiln_error *err);
 /* lua_pcall with a traceback handler; on error fills err with "what: file:line: msg". */
 kiln_status gen_lua_call(lua_State *L, int nargs, int nresults, const char *what, kiln_error *err);
+
+/* ---- gen_launch.c: a template's launch description and variant matrix (docs/registry.md) ---- */
+/* Calls the template's launch(spec, cfg) (template, spec and config tables at those stack indices)
+ * and writes its lines into m->launch; nothing when the template declares none. */
+kiln_status gen_launch_describe(lua_State *L, int tmpl, int spec_idx, int cfg, kiln_kernel_meta *m, kiln_error *err);
+/* Every kernel parameter has a tensor, scalar or stride line (when there is a launch description). */
+kiln_status gen_launch_covers(const kiln_kernel_meta *m, kiln_error *err);
+kiln_status gen_family_variants(gen_lua *gl, const char *family, int full, int sm, char *buf, size_t size,
+                                int *count, kiln_error *err);
+kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matrix *out, kiln_error *err);
 
 /* ---- gen_spec.c: spec strings, checked against the parameters a template declares ---- */
 #define GEN_SPEC_MAX_KEYS 32

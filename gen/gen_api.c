@@ -184,6 +184,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
     int cfg = lua_gettop(L);
     if ((st = read_config(L, t, m, err)) != KILN_OK) goto done;
+    if ((st = gen_launch_describe(L, tmpl, spec_idx, cfg, m, err)) != KILN_OK) goto done;
     /* config().pipeline = "kiln": the family's variants are proven no worse under kiln's IR
      * pipeline (tests/quality/); other families get default<O3> until theirs are.
      * config().rotate_loops: the template's loops gain from rotation (gen_lower.c).
@@ -214,6 +215,7 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     int ptx_needed = 0;
     kiln_status fst = gen_builder_finish(gb, &m->static_smem, &ptx_needed, st == KILN_OK ? err : NULL);
     if (st == KILN_OK) st = fst;
+    if (st == KILN_OK) st = gen_launch_covers(m, err);
     m->ptx_version = ptx_needed > t->ptx_min ? ptx_needed : t->ptx_min;
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
         st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
@@ -330,6 +332,19 @@ kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, s
 
 kiln_status kiln_describe(kiln_gen *g, char *buf, size_t size, kiln_error *err) {
     return gen_spec_describe(g->lua, buf, size, err);
+}
+
+int kiln_families(kiln_gen *g, char names[][KILN_NAME_MAX], int cap) {
+    return gen_lua_families(g->lua, names, cap);
+}
+
+kiln_status kiln_family_variants(kiln_gen *g, const char *family, int full, int sm, char *buf, size_t size, int *count,
+                                 kiln_error *err) {
+    return gen_family_variants(g->lua, family, full, sm, buf, size, count, err);
+}
+
+kiln_status kiln_family_bundle(kiln_gen *g, const char *family, kiln_bundle_matrix *out, kiln_error *err) {
+    return gen_family_bundle(g->lua, family, out, err);
 }
 
 kiln_status kiln_template_source(kiln_gen *g, const char *family, const char **src, size_t *len, kiln_error *err) {

@@ -279,30 +279,10 @@ static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *
     return r;
 }
 
-static void note(kiln_attn_report *r, int which, const char *fmt, int b, int h, int i, int c, double got, double want,
-                 double tol) {
-    if (r->bad[which]++ == 0)
-        snprintf(r->first[which], sizeof r->first[which], fmt, b, h, i, c, got, want, tol);
-}
-
-/* Compares one value; returns its error / tolerance (0 when both are the same non-finite). */
-static double compare(kiln_attn_report *r, int which, double got, double want, double tol, int b, int h, int i, int c) {
-    const char *fmt = which == 0 ? "o[b=%d h=%d i=%d c=%d] = %.9g, reference %.9g (tolerance %.3g)"
-                                 : "lse[b=%d h=%d i=%d]%.0d = %.9g, reference %.9g (tolerance %.3g)";
-    if (!isfinite(want) || !isfinite(got)) {
-        if (!(got == want)) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
-        return 0;
-    }
-    double e = fabs(got - want);
-    if (e > r->max_abs[which]) r->max_abs[which] = e;
-    if (e / tol > r->worst[which]) r->worst[which] = e / tol;
-    if (e > tol) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
-    return e / tol;
-}
-
 long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k, const void *v,
                      const void *o, const float *lse, const double *ref_o, const double *ref_lse, kiln_attn_report *r) {
     memset(r, 0, sizeof *r);
+    kiln_case_output out[2] = {{.max_abs = 0}};
     double uo = unit_roundoff(p->out), up = unit_roundoff(p_dtype), u32 = 0x1p-24;
     double dots = p_dtype == KILN_F32 ? 1 : 2;
     for (int b = 0; b < p->batch; b++)
@@ -315,12 +295,17 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
                 for (int c = 0; c < p->head_dim; c++) {
                     double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);
                     double tol = uo * fabs(want) + (2 * e + up) * rb.vmax * (1 + uo) + 0x1p-126;
-                    compare(r, 0, got, want, tol, b, h, i, c);
+                    kiln_check_value(&out[0], got, want, tol, want, 0, "o[b=%d h=%d i=%d c=%d]", b, h, i, c);
                 }
                 size_t li = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i;
                 double want = ref_lse[li];
-                compare(r, 1, (double)lse[li], want, 2 * ds + e + 0x1p-21 + 0x1p-22 * fabs(want), b, h, i, 0);
+                kiln_check_value(&out[1], (double)lse[li], want, 2 * ds + e + 0x1p-21 + 0x1p-22 * fabs(want), want, 0,
+                                 "lse[b=%d h=%d i=%d]", b, h, i);
             }
+    for (int o = 0; o < 2; o++) {
+        r->max_abs[o] = out[o].max_abs, r->worst[o] = out[o].worst, r->bad[o] = out[o].bad;
+        memcpy(r->first[o], out[o].first, sizeof r->first[o]);
+    }
     return r->bad[0] + r->bad[1];
 }
 

@@ -129,24 +129,26 @@ done:
     return st;
 }
 
-long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
-                           double *worst, double *max_abs, char *first, size_t first_size) {
+/* One gradient through the one checker: its values named "<name> element <i>". */
+static long compare_grad(kiln_case_output *o, kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                         const char *name) {
     long bad = 0;
     /* rounding to grad: relative u(grad), and half the subnormal spacing below the normal range */
     double ug = unit_roundoff(grad), floor_g = grad == KILN_F16 ? 0x1p-25 : grad == KILN_BF16 ? 0x1p-134 : 0x1p-150;
     for (size_t i = 0; i < n; i++) {
-        double g = kiln_emu_value_get(grad, got, i), t = ug * fabs(ref[i]) + floor_g + 2 * tol[i] + 0x1p-100;
-        double e = fabs(g - ref[i]);
-        if (isfinite(g)) {
-            if (e > *max_abs) *max_abs = e;
-            if (e / t > *worst) *worst = e / t;
-        }
-        if (!isfinite(g) || e > t) {
-            if (!bad && first && first_size)
-                snprintf(first, first_size, "element %zu = %.9g, reference %.9g (tolerance %.3g)", i, g, ref[i], t);
-            bad++;
-        }
+        double t = ug * fabs(ref[i]) + floor_g + 2 * tol[i] + 0x1p-100;
+        bad += kiln_check_value(o, kiln_emu_value_get(grad, got, i), ref[i], t, ref[i], 0, "%s%selement %zu", name,
+                                *name ? " " : "", i);
     }
+    return bad;
+}
+
+long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                           double *worst, double *max_abs, char *first, size_t first_size) {
+    kiln_case_output o = {.worst = *worst, .max_abs = *max_abs};
+    long bad = compare_grad(&o, grad, got, ref, tol, n, "");
+    *worst = o.worst, *max_abs = o.max_abs;
+    if (bad && first && first_size) snprintf(first, first_size, "%s", o.first);
     return bad;
 }
 
@@ -334,8 +336,7 @@ static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
     for (*nout = 0; *nout < 3; ++*nout) {
         kiln_case_output *o = &out[*nout];
         snprintf(o->name, sizeof o->name, "d%c", "qkv"[*nout]);
-        o->bad = kiln_attn_bwd_compare(b->grad, b->gk[*nout], b->ref[*nout], b->tol[*nout], b->n[*nout], &o->worst,
-                                       &o->max_abs, o->first, sizeof o->first);
+        compare_grad(o, b->grad, b->gk[*nout], b->ref[*nout], b->tol[*nout], b->n[*nout], o->name);
     }
 }
 

@@ -11,6 +11,7 @@
 -- mean, corrected mean, scaled centered variance); the affine step is one fma, rounded once.
 -- hidden=launch: the kernel loops over the row, re-reading x from global memory.
 local norm = require("lib.norm")
+local util = require("lib.util")
 
 local K = {
   doc = "LayerNorm forward: y = (x - mean) * rstd * w + b, mean/rstd saved as f32; residual=true adds h = x + residual first",
@@ -71,5 +72,18 @@ function K.build(b, spec, cfg)
   end
   norm.forward(b, spec, cfg, b:kernel{ params = params }, false)
 end
+
+function K.launch(spec, cfg) return norm.forward_launch(spec, cfg, false) end
+
+-- the ptxas matrix (docs/registry.md): every x/w/y combination x hidden sizes, weight/bias off on
+-- the common dtype pairs, then the rows every norm family has
+local DT = { "f32", "f16", "bf16" }
+K.variants = norm.matrix_rows({
+  { util.axis("x", DT), util.axis("w", DT), util.axis("y", DT),
+    util.axis("hidden", { 1, 7, 33, 100, 768, 1000, 4096, 16384, "launch" }) },
+  { { "x=bf16 w=f32 y=bf16", "x=f16", "x=f32" }, util.axis("hidden", { 7, 768, "launch" }),
+    { "weight=false", "bias=false", "weight=false bias=false" } },
+})
+K.bundle = { dtypes = { "x", "w", "y" }, shape = "hidden", shapes = { "launch" } }
 
 return K

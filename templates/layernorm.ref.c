@@ -202,37 +202,17 @@ kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_err
  *   (f16: 2^-11 relative, bf16: 2^-8 relative; f32's rounding is already counted). */
 
 typedef struct checker {
-    kiln_ln_report *r;
+    kiln_case_output out[3];
     long total;
 } checker;
 
-/* Records one comparison of output o at (row, col): got against the model's want +- tol,
- * and against the pure reference ref. */
+/* Records one comparison of output o at (row, col) with the one checker (kiln_check_value): got
+ * against the model's want +- tol, and against the pure reference ref. */
 static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref,
                     bool unwritten) {
-    kiln_ln_report *r = c->r;
-    bool ok;
-    if (unwritten) ok = false;
-    else if (isnan(want)) ok = isnan(got);
-    else if (isinf(want)) ok = got == want;
-    else ok = isfinite(got) && fabs(got - want) <= tol;
-    if (!unwritten && isfinite(got) && isfinite(ref)) {
-        double e = fabs(got - ref);
-        if (e > r->max_abs[o]) r->max_abs[o] = e;
-        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
-    }
-    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
-        r->worst[o] = fabs(got - want) / tol;
-    if (ok) return;
-    if (!r->bad[o]++) {
-        char what[64];
-        if (col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_ln_output_name(o), row, col);
-        else snprintf(what, sizeof what, "%s[%d]", kiln_ln_output_name(o), row);
-        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
-        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)",
-                      what, got, want, tol, ref);
-    }
-    c->total++;
+    if (col >= 0)
+        c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d][%ld]", kiln_ln_output_name(o), row, col);
+    else c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d]", kiln_ln_output_name(o), row);
 }
 
 static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
@@ -269,8 +249,13 @@ long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
-    checker c = {r, 0};
+    checker c = {0};
     for (int row = 0; row < d->rows; row++) check_row(d, row, D, &c);
+    for (int o = 0; o < 3; o++) {
+        r->max_abs[o] = c.out[o].max_abs, r->max_rel[o] = c.out[o].max_rel, r->worst[o] = c.out[o].worst;
+        r->bad[o] = c.out[o].bad;
+        memcpy(r->first[o], c.out[o].first, sizeof r->first[o]);
+    }
     return c.total;
 }
 

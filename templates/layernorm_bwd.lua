@@ -45,4 +45,16 @@ function K.build(b, spec, cfg)
   norm.backward(b, spec, cfg, b:kernel{ params = params }, false)
 end
 
+function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, false) end
+
+-- the ptxas matrix (docs/registry.md): every dtype x hidden sizes, then the rows every norm family has
+K.variants = norm.matrix_rows({
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN, quick = true },
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN_FULL, full = true },
+})
+-- every backward form (norm.BWD_FORMS) where it generates: bf16
+K.variants[#K.variants + 1] = { "x=bf16", { "hidden=4096 form=fixed", "hidden=4096 form=reg8", "hidden=4096 form=reg16",
+                                            "hidden=4096 form=smem8", "hidden=12288 form=reg32", "hidden=12288 form=reg16" } }
+K.bundle = { dtypes = { "x", "w", "dy", "dx" }, shape = "hidden", shapes = { "launch" } }
+
 return K

@@ -40,4 +40,13 @@ function K.build(b, spec, cfg)
   norm.backward(b, spec, cfg, b:kernel{ params = params }, true)
 end
 
+function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, true) end
+
+-- the ptxas matrix (docs/registry.md): every dtype x hidden sizes, then the rows every norm family has
+K.variants = norm.matrix_rows({
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN, quick = true },
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN_FULL, full = true },
+})
+K.bundle = { dtypes = { "x", "w", "dy", "dx" }, shape = "hidden", shapes = { "launch" } }
+
 return K

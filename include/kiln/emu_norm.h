@@ -65,7 +65,7 @@ typedef struct kiln_norm_report {
     long bad[KILN_NORM_OUTPUTS];
     char first[KILN_NORM_OUTPUTS][256];
 } kiln_norm_report;
-/* Compares every output with tolerances derived from dtypes and shape (emu/emu_norm.c);
+/* Compares every output with tolerances derived from dtypes and shape (templates/lib/norm.ref.c);
  * threads_per_row and parts (backward: grid * workspace rows per block) describe the run. Returns the number of bad values. */
 long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned parts, kiln_norm_report *r);
 /* Name of output o for this spec ("y", "mean", "rstd", "h" / "dx", "dweight", "dbias"), NULL if unused. */

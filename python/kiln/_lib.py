@@ -28,6 +28,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 KILN_MAX_PARAMS = 32
 KILN_NAME_MAX = 64
 KILN_SPEC_MAX = 512
+KILN_LAUNCH_MAX = 3072
 
 DTYPES = ("f32", "f16", "bf16")  # kiln_dtype values 0, 1, 2
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -63,6 +64,7 @@ class KernelMeta(ctypes.Structure):
         ("ws_slabs", ctypes.c_uint),
         ("ws_rows_per_block", ctypes.c_uint),
         ("then_spec", ctypes.c_char * KILN_SPEC_MAX),
+        ("launch", ctypes.c_char * KILN_LAUNCH_MAX),
     ]
 
 
@@ -597,6 +599,7 @@ def meta_dict(m):
         "ws_slabs": m.ws_slabs,  # two-kernel launches: the f32 workspace, and the kernel that reduces it
         "ws_rows_per_block": m.ws_rows_per_block,
         "then_spec": text(m.then_spec),
+        "launch": text(m.launch),  # the launch description (docs/registry.md), a line each; "" from older kiln
     }
 
 

@@ -929,6 +929,75 @@ function M.backward_config(spec, target, rms)
   return cfg
 end
 
+-- ---- launch problems (docs/registry.md) ----
+
+-- launch() of a forward family: rows of `hidden` elements; mean (LayerNorm) and rstd may be 0.
+function M.forward_launch(spec, cfg, rms)
+  local row, al = { "rows", "hidden" }, cfg.align
+  local t = {
+    { "y", "out", row, align = al }, { "rstd", "out", { "rows" }, optional = true },
+    { "x", "in", row, align = al }, { "weight", "in", { "hidden" }, optional = not spec.weight, align = al },
+  }
+  if not rms then
+    t[#t + 1] = { "mean", "out", { "rows" }, optional = true }
+    t[#t + 1] = { "bias", "in", { "hidden" }, optional = not spec.bias, align = al }
+  end
+  if spec.residual then
+    t[#t + 1] = { "h", "out", row, align = al }
+    t[#t + 1] = { "residual", "in", row, align = al }
+  end
+  return {
+    tensors = t,
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil }, { "eps", 1e-5 } },
+    problem = { "rows" },
+  }
+end
+
+-- launch() of a backward family: the grid walks the rows grid-stride with at most
+-- RUNTIME_THREADS_PER_SM threads of blocks per SM (the model bwd_in_flight assumes); the f32
+-- workspace holds a partial row per (block, row slot) and slab, and norm_reduce sums it.
+function M.backward_launch(spec, cfg, rms)
+  local row, al = { "rows", "hidden" }, cfg.align
+  local slabs, slots = M.slabs(spec, rms), cfg.workspace_rows or 1
+  local per_sm = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block) * cfg.grid_tile
+  local t = {
+    { "dx", "out", row, align = al }, { "dy", "in", row, align = al }, { "x", "in", row, align = al },
+    { "rstd", "in", { "rows" } }, { "weight", "in", { "hidden" }, optional = not spec.weight, align = al },
+    { "ws", "workspace", { string.format("%d*grid_x*hidden", slabs * slots) }, align = 16 },
+  }
+  if not rms then t[#t + 1] = { "mean", "in", { "rows" } } end
+  if spec.residual then t[#t + 1] = { "dres", "in", row, align = al } end
+  local d = {
+    tensors = t,
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil },
+                { "parts", string.format("grid_x*%d", slots) } },
+    problem = { string.format("min(rows,sm_count*%d)", per_sm) },
+  }
+  if slabs > 0 then d.after = { { cfg.then_spec, bind = { cols = "hidden", parts = "parts", slabs = slabs } } } end
+  return d
+end
+
+-- ---- the variant matrix (docs/registry.md) ----
+
+M.MATRIX_DTYPES = { "x=f32", "x=f16", "x=bf16", "x=bf16 w=f32" }
+M.MATRIX_HIDDEN = util.axis("hidden", { 1, 768, 4096, 16384, "launch" })
+M.MATRIX_HIDDEN_FULL = util.axis("hidden", { 1, 7, 33, 100, 768, 1000, 2048, 4096, 8192, 16384, "launch" })
+
+-- Rows every norm family's matrix has: residual=true with f32 residuals (bf16 rows; every dtype in
+-- the full matrix), and offset=1 (zero-centered weights) in each form (fixed, reload, looping).
+function M.matrix_rows(rows)
+  local res = "residual=true r=f32"
+  local bf16 = { "x=bf16", "x=bf16 w=f32" }
+  rows[#rows + 1] = { bf16, M.MATRIX_HIDDEN, res, quick = true }
+  rows[#rows + 1] = { { "x=f32", "x=f16" }, M.MATRIX_HIDDEN_FULL, res, full = true }
+  rows[#rows + 1] = { bf16, M.MATRIX_HIDDEN_FULL, res, full = true }
+  rows[#rows + 1] = { bf16, util.axis("hidden", { 1, 768, 4096 }), "offset=1" }
+  rows[#rows + 1] = { "x=bf16", "hidden=16384", "offset=1 residual=true r=f32" }
+  rows[#rows + 1] = { "x=bf16 w=f32", "hidden=16384", "offset=1" }
+  rows[#rows + 1] = { bf16, "hidden=launch", "offset=1" }
+  return rows
+end
+
 -- check() shared by the families: r is the residual stream's dtype, meaningless without one.
 function M.check(spec)
   if not spec.residual and spec.r ~= spec.x then

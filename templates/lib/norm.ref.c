@@ -339,35 +339,17 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
 
 typedef struct checker {
     const kiln_norm_spec *s;
-    kiln_norm_report *r;
+    kiln_case_output out[KILN_NORM_OUTPUTS];
     long total;
 } checker;
 
+/* One comparison of output o at (row, col) (row < 0: a column output) with the one checker. */
 static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref, int unwritten) {
-    kiln_norm_report *r = c->r;
-    int ok;
-    if (unwritten) ok = 0;
-    else if (isnan(want)) ok = isnan(got);
-    else if (isinf(want)) ok = got == want;
-    else ok = isfinite(got) && fabs(got - want) <= tol;
-    if (!unwritten && isfinite(got) && isfinite(ref)) {
-        double e = fabs(got - ref);
-        if (e > r->max_abs[o]) r->max_abs[o] = e;
-        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
-    }
-    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
-        r->worst[o] = fabs(got - want) / tol;
-    if (ok) return;
-    if (!r->bad[o]++) {
-        char what[64];
-        if (row >= 0 && col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_norm_output_name(c->s, o), row, col);
-        else if (row >= 0) snprintf(what, sizeof what, "%s[%d]", kiln_norm_output_name(c->s, o), row);
-        else snprintf(what, sizeof what, "%s[%ld]", kiln_norm_output_name(c->s, o), col);
-        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
-        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)", what, got,
-                      want, tol, ref);
-    }
-    c->total++;
+    const char *name = kiln_norm_output_name(c->s, o);
+    if (row >= 0 && col >= 0)
+        c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d][%ld]", name, row, col);
+    else if (row >= 0) c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d]", name, row);
+    else c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%ld]", name, col);
 }
 
 static void check_forward_row(const kiln_norm_data *d, int row, double D, checker *c) {
@@ -458,10 +440,15 @@ long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned part
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
-    checker c = {&d->spec, r, 0};
+    checker c = {.s = &d->spec};
     if (kiln_norm_is_backward(&d->spec)) check_backward(d, D, parts, &c);
     else
         for (int row = 0; row < d->rows; row++) check_forward_row(d, row, D, &c);
+    for (int o = 0; o < KILN_NORM_OUTPUTS; o++) {
+        r->max_abs[o] = c.out[o].max_abs, r->max_rel[o] = c.out[o].max_rel, r->worst[o] = c.out[o].worst;
+        r->bad[o] = c.out[o].bad;
+        memcpy(r->first[o], c.out[o].first, sizeof r->first[o]);
+    }
     return c.total;
 }
 
