@@ -217,4 +217,40 @@ function K.build(b, spec, cfg)
   end
 end
 
+-- The launch problem (docs/registry.md): x (and out) [batch, seq, heads, head_dim], or varlen
+-- [total, heads, head_dim] with `total` the packed token count (its extent only); strides of x
+-- and out free but for the last dim; grid {seq, batch, heads} (varlen: seq is the longest sequence).
+function K.launch(spec, cfg)
+  local d, half = spec.head_dim, spec.rotary_dim // 2
+  local rows = spec.varlen and { "total", "heads", d } or { "batch", "seq", "heads", d }
+  local tensors, strides = {}, {}
+  local names = spec.inplace and { "x" } or { "out", "x" }
+  for _, t in ipairs(names) do
+    local role = spec.inplace and "inout" or t == "out" and "out" or "in"
+    tensors[#tensors + 1] = { t, role, rows, align = cfg.align }
+    local short = t == "out" and "o" or "x"
+    local axes = spec.varlen and { "s", "h" } or { "b", "s", "h" }
+    for i, a in ipairs(axes) do strides[#strides + 1] = { "stride_" .. short .. a, t, i - 1 } end
+  end
+  tensors[#tensors + 1] = { "cos", "in", { "seqlen_ro", half }, align = cfg.csalign }
+  tensors[#tensors + 1] = { "sin", "in", { "seqlen_ro", half }, align = cfg.csalign }
+  if spec.varlen then tensors[#tensors + 1] = { "cu_seqlens", "in", { "batch+1" } } end
+  tensors[#tensors + 1] = { "offsets", "in", { "batch" }, optional = true }
+  local scalars = { { "batch" }, { "seq" }, { "heads" }, { "seqlen_ro" }, { "offset", 0 }, { "conjugate", 0 } }
+  if spec.varlen then scalars[#scalars + 1] = { "total" } end
+  return { tensors = tensors, scalars = scalars, strides = strides, problem = { "seq", "batch", "heads" } }
+end
+
+-- the ptxas matrix: every x dtype (and f32 tables for bf16) x NeoX/GPT-J x full, half and 24-of-96
+-- rotation x out of place, varlen, in place
+K.variants = {
+  { { "dtype=f32", "dtype=f16", "dtype=bf16", "dtype=bf16 cs=f32" },
+    { "head_dim=128", "head_dim=128 rotary_dim=64", "head_dim=96 rotary_dim=24" },
+    { "", "interleaved=true" }, { "", "varlen=true", "inplace=true" } },
+}
+-- the default bundle: every dtype at head_dim 64 and 128 (GPT-NeoX halves), and GPT-J pairs for
+-- f16/bf16 at 128
+K.bundle = { dtypes = { "dtype", "cs" }, shape = "head_dim", shapes = { 64, 128 },
+             extra = { "dtype=f16 head_dim=128 interleaved=true", "dtype=bf16 head_dim=128 interleaved=true" } }
+
 return K

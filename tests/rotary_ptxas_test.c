@@ -1,8 +1,8 @@
 /* tests/rotary_ptxas_test.c - the ptxas matrix (tests/matrix.h) over the rotary family, and its 16-byte accesses.
  *
- * Variants: x in f32, f16, bf16 and bf16 with f32 cos/sin; GPT-NeoX and GPT-J; rotary_dim = head_dim
- * (128), 64 of 128 and 24 of 96 (8-byte units); out of place, varlen, in place; for sm_75, 80, 90,
- * 100 and 120 (KILN_TEST_FULL=1: every SM kiln targets from sm_75). Each generates, lints clean, has
+ * Variants: the template's K.variants (x in f32, f16, bf16 and bf16 with f32 cos/sin; GPT-NeoX and
+ * GPT-J; rotary_dim = head_dim (128), 64 of 128 and 24 of 96 (8-byte units); out of place, varlen, in
+ * place) for sm_75, 80, 90, 100 and 120 (KILN_TEST_FULL=1: every SM kiln targets from sm_75). Each generates, lints clean, has
  * no bf16 instruction below sm_80 and assembles with 0 bytes of spills.
  *
  * 16-byte accesses (the kernel is memory-bound): at head_dim 128 every global store is a v4.b32 and
@@ -48,31 +48,19 @@ static void vector_accesses(kiln_gen *gen, const char *spec, int sm, int narrow)
 
 int main(void) {
     static matrix_variant vs[4096];
-    int n = 0;
     static const int quick_sms[] = {75, 80, 90, 100, 120};
+    static const char *const families[] = {"rotary"};
     int all_sms[16], nall = matrix_sms(all_sms);
-    const int *sms = matrix_full() ? all_sms : quick_sms;
-    int nsms = matrix_full() ? nall : 5;
-    static const char *const dts[] = {"dtype=f32", "dtype=f16", "dtype=bf16", "dtype=bf16 cs=f32"};
-    static const char *const shapes[] = {"head_dim=128", "head_dim=128 rotary_dim=64", "head_dim=96 rotary_dim=24"};
-    static const char *const modes[] = {"", " varlen=true", " inplace=true"};
-    for (int s = 0; s < nsms; s++)
-        for (int d = 0; d < 4; d++)
-            for (int il = 0; il < 2; il++)
-                for (int h = 0; h < 3; h++)
-                    for (int m = 0; m < 3; m++) {
-                        snprintf(vs[n].spec, sizeof vs[n].spec, "rotary %s %s%s%s", dts[d], shapes[h],
-                                 il ? " interleaved=true" : "", modes[m]);
-                        vs[n++].sm = sms[s];
-                    }
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
         printf("cannot create generator: %s\nrotary ptxas matrix: 0 passed, 1 failed\n", err.msg);
         return 1;
     }
-    n = matrix_slice(vs, n);
-    int skipped = matrix_check(gen, vs, n);
+    int n = matrix_variants(gen, families, 1, matrix_full() ? all_sms : quick_sms, matrix_full() ? nall : 5, vs, 0, 4096);
+    if (n < 0) check_failed++;
+    else n = matrix_slice(vs, n);
+    int skipped = n > 0 ? matrix_check(gen, vs, n) : 0;
     static const char *const wide[] = {"rotary dtype=bf16 head_dim=128", "rotary dtype=f16 head_dim=128 interleaved=true",
                                        "rotary dtype=f32 head_dim=128 rotary_dim=64", "rotary dtype=bf16 cs=f32 head_dim=128 rotary_dim=64 inplace=true"};
     for (int i = 0; i < 4; i++)
