@@ -13,11 +13,12 @@ except ImportError:  # bf16 arrays then need ml_dtypes; f32/f16 work without it
     BF16 = None
 
 _ALIASES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16", "half": "f16",
-            "bf16": "bf16", "bfloat16": "bf16"}
+            "bf16": "bf16", "bfloat16": "bf16", "i32": "i32", "int32": "i32"}
 
 
 def dtype_name(d):
-    """'f32'/'f16'/'bf16' from a kiln name, a numpy dtype or a torch dtype; KilnArgumentError otherwise."""
+    """'f32'/'f16'/'bf16' ('i32' for index tensors) from a kiln name, a numpy dtype or a torch dtype;
+    KilnArgumentError otherwise."""
     if isinstance(d, str) and d in _ALIASES:
         return _ALIASES[d]
     s = str(d).replace("torch.", "")
@@ -34,7 +35,9 @@ def dtype_name(d):
             return "f16"
         if BF16 is not None and nd == BF16:
             return "bf16"
-    raise KilnArgumentError("dtype %r is not one kiln kernels take; valid: f32, f16, bf16" % (d,))
+        if nd == np.int32:
+            return "i32"
+    raise KilnArgumentError("dtype %r is not one kiln kernels take; valid: f32, f16, bf16 (i32 for index tensors)" % (d,))
 
 
 def np_dtype(name):
@@ -42,7 +45,7 @@ def np_dtype(name):
         if BF16 is None:
             raise KilnArgumentError("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)")
         return BF16
-    return np.dtype({"f32": np.float32, "f16": np.float16}[name])
+    return np.dtype({"f32": np.float32, "f16": np.float16, "i32": np.int32}[name])
 
 
 def kiln_dtype_of(a):

@@ -64,6 +64,12 @@ def _np_view(a, what):
     return DevView(a.ctypes.data, a.shape, strides, dt, None, a)
 
 
+def _optional_tensors(meta):
+    """The tensors the kernel's launch description declares optional ("tensor NAME ROLE? ..."): may be None."""
+    return {w[1] for w in (l.split() for l in meta.get("launch", "").splitlines())
+            if len(w) > 2 and w[0] == "tensor" and w[2].endswith("?")}
+
+
 class EmuKernel:
     """A kernel compiled for the emulator: ``spec``, ``sm``, ``meta`` (dict), ``params``."""
 
@@ -90,7 +96,8 @@ class EmuKernel:
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
-        bound, _ = bind(self.meta, params, self.spec, nullable_by_spec, _np_view)
+        optional = _optional_tensors(self.meta)
+        bound, _ = bind(self.meta, params, self.spec, lambda n, sv: nullable_by_spec(n, sv) or n in optional, _np_view)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()
@@ -327,6 +334,73 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     if layout == "bhsd":
         dq, dk, dv = (t.transpose(0, 2, 1, 3) for t in (dq, dk, dv))
     return dq, dk, dv
+
+
+def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None,
+                     max_seqlen=None, conjugate=False, sm=80, twice=False):
+    """FlashAttention's apply_rotary_emb on the emulator (the rotary family, templates/rotary.lua).
+
+    x: [batch, seqlen, nheads, headdim], or [total, nheads, headdim] with cu_seqlens (int32, batch + 1)
+    and max_seqlen; cos, sin: [seqlen_ro, rotary_dim / 2] in any float dtype. The first rotary_dim dims
+    of each head rotate at position s + seqlen_offsets (an int, or an int32 array [batch]): GPT-NeoX
+    halves, or GPT-J pairs with interleaved=True; a position outside the table is not rotated.
+    conjugate=True rotates by -theta (the backward: dx = apply_rotary_emb(dy, ..., conjugate=True)).
+    Returns out, or x itself rotated in place (inplace=True)."""
+    what = "apply_rotary_emb"
+    x = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    cos, sin = np.asarray(cos), np.asarray(sin)
+    dt, cs = dtype_name(x.dtype), dtype_name(cos.dtype)
+    if dtype_name(sin.dtype) != cs:
+        raise KilnArgumentError("%s: cos and sin must share a dtype, got %s and %s" % (what, cos.dtype, sin.dtype))
+    if cos.ndim != 2 or cos.shape != sin.shape:
+        raise KilnArgumentError("%s: cos and sin must be [seqlen_ro, rotary_dim / 2] of one shape, got %s and %s"
+                                % (what, cos.shape, sin.shape))
+    varlen = cu_seqlens is not None
+    if x.ndim != (3 if varlen else 4):
+        raise KilnArgumentError("%s: x must be %s, got shape %s" % (
+            what, "[total, nheads, headdim] with cu_seqlens" if varlen else "[batch, seqlen, nheads, headdim]", x.shape))
+    heads, d = x.shape[-2], x.shape[-1]
+    rdim = 2 * cos.shape[1]
+    if rdim > d or rdim == 0:
+        raise KilnArgumentError("%s: rotary_dim = 2 * cos.shape[1] = %d must be 2..headdim (%d)" % (what, rdim, d))
+    if varlen:
+        cu = _copy(cu_seqlens, "i32", what + ": cu_seqlens")
+        if cu.ndim != 1 or cu.shape[0] < 2:
+            raise KilnArgumentError("%s: cu_seqlens must be int32 [batch + 1], got shape %s" % (what, cu.shape))
+        if max_seqlen is None:
+            raise KilnArgumentError("%s: max_seqlen is needed with cu_seqlens" % what)
+        batch, seq, total = cu.shape[0] - 1, int(max_seqlen), x.shape[0]
+    else:
+        batch, seq = x.shape[0], x.shape[1]
+    if isinstance(seqlen_offsets, (int, np.integer)):
+        offset, offsets = int(seqlen_offsets), None
+    else:
+        offset, offsets = 0, _copy(seqlen_offsets, "i32", what + ": seqlen_offsets")
+        if offsets.shape != (batch,):
+            raise KilnArgumentError("%s: seqlen_offsets must be an int or int32 [batch], got shape %s" % (what, offsets.shape))
+    spec = "rotary dtype=%s cs=%s head_dim=%d rotary_dim=%d interleaved=%s varlen=%s inplace=%s" % (
+        dt, cs, d, rdim, *("true" if f else "false" for f in (interleaved, varlen, inplace)))
+    k = load(spec, sm)
+    xa = _copy(x, dt, what + ": x")
+    args = {"x": xa, "cos": _copy(cos, cs, what + ": cos"), "sin": _copy(sin, cs, what + ": sin"), "offsets": offsets,
+            "batch": batch, "seq": seq, "heads": heads, "seqlen_ro": cos.shape[0], "offset": offset,
+            "conjugate": 1 if conjugate else 0}
+    outs = [("x", xa)]
+    if not inplace:
+        out = aligned_empty(x.shape, dt)
+        _poison(out)
+        args["out"] = out
+        outs.append(("o", out))
+    if varlen:
+        args["cu_seqlens"] = cu
+    for t, arr in outs:
+        for axis, st in zip("sh" if varlen else "bsh", arr.strides[:-1]):
+            args["stride_%s%s" % (t, axis)] = st // arr.itemsize
+    k.run(problem=(seq, batch, heads), twice=twice, **args)
+    if inplace:
+        x[...] = xa
+        return x
+    return out
 
 
 def dtypes():
