@@ -13,12 +13,11 @@ except ImportError:  # bf16 arrays then need ml_dtypes; f32/f16 work without it
     BF16 = None
 
 _ALIASES = {"f32": "f32", "float32": "f32", "float": "f32", "f16": "f16", "float16": "f16", "half": "f16",
-            "bf16": "bf16", "bfloat16": "bf16", "i32": "i32", "int32": "i32"}
+            "bf16": "bf16", "bfloat16": "bf16"}
 
 
 def dtype_name(d):
-    """'f32'/'f16'/'bf16' ('i32' for index tensors) from a kiln name, a numpy dtype or a torch dtype;
-    KilnArgumentError otherwise."""
+    """'f32'/'f16'/'bf16' from a kiln name, a numpy dtype or a torch dtype; KilnArgumentError otherwise."""
     if isinstance(d, str) and d in _ALIASES:
         return _ALIASES[d]
     s = str(d).replace("torch.", "")
@@ -35,9 +34,14 @@ def dtype_name(d):
             return "f16"
         if BF16 is not None and nd == BF16:
             return "bf16"
-        if nd == np.int32:
-            return "i32"
-    raise KilnArgumentError("dtype %r is not one kiln kernels take; valid: f32, f16, bf16 (i32 for index tensors)" % (d,))
+    raise KilnArgumentError("dtype %r is not one kiln kernels take; valid: f32, f16, bf16" % (d,))
+
+
+def elem_name(d):
+    """A kernel pointer's element type: a float dtype (dtype_name) or 'i32' (index tensors: cu_seqlens, offsets)."""
+    if d in ("i32", "int32") or (not isinstance(d, str) and np.dtype(d) == np.int32):
+        return "i32"
+    return dtype_name(d)
 
 
 def np_dtype(name):

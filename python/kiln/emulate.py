@@ -19,9 +19,9 @@ import threading
 import numpy as np
 
 from . import _gen, _lib
-from ._np import aligned_empty, as_kiln_array, dtype_name, np_dtype
+from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
 from .errors import KilnArgumentError, KilnSpecError
-from .runtime import bind, check_heads, nullable_by_spec
+from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
 
 _tls = threading.local()
@@ -52,22 +52,16 @@ def _np_view(a, what):
     if not isinstance(a, np.ndarray):
         raise KilnArgumentError("%s: the emulator takes numpy arrays, got %s" % (what, type(a).__name__))
     try:
-        dt = dtype_name(a.dtype)
+        dt = elem_name(a.dtype)
     except KilnArgumentError:
         raise KilnArgumentError("%s: numpy dtype %s is not one kiln kernels take; valid: float32, float16, "
-                                "ml_dtypes.bfloat16" % (what, a.dtype)) from None
+                                "ml_dtypes.bfloat16, int32 (index arrays)" % (what, a.dtype)) from None
     if not a.flags.c_contiguous:
         raise KilnArgumentError("%s must be C-contiguous" % what)
     if not a.flags.writeable:
         raise KilnArgumentError("%s must be writable (kernels write their outputs in place)" % what)
     strides = tuple(s // a.itemsize for s in a.strides)
     return DevView(a.ctypes.data, a.shape, strides, dt, None, a)
-
-
-def _optional_tensors(meta):
-    """The tensors the kernel's launch description declares optional ("tensor NAME ROLE? ..."): may be None."""
-    return {w[1] for w in (l.split() for l in meta.get("launch", "").splitlines())
-            if len(w) > 2 and w[0] == "tensor" and w[2].endswith("?")}
 
 
 class EmuKernel:
@@ -96,8 +90,7 @@ class EmuKernel:
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
-        optional = _optional_tensors(self.meta)
-        bound, _ = bind(self.meta, params, self.spec, lambda n, sv: nullable_by_spec(n, sv) or n in optional, _np_view)
+        bound, _ = bind(self.meta, params, self.spec, nullable_for(self.meta), _np_view)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()

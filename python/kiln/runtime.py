@@ -123,6 +123,19 @@ def nullable_by_spec(name, sv):
     return sv.get(name) == "false"
 
 
+def optional_tensors(meta):
+    """The tensors the kernel's launch description declares optional ("tensor NAME ROLE? ..."): may be None."""
+    return {w[1] for w in (line.split() for line in meta.get("launch", "").splitlines())
+            if len(w) > 2 and w[0] == "tensor" and w[2].endswith("?")}
+
+
+def nullable_for(meta):
+    """bind()'s rule for a kernel: a None pointer where the spec turns the input off or the launch
+    description declares the tensor optional."""
+    optional = optional_tensors(meta)
+    return lambda name, sv: nullable_by_spec(name, sv) or name in optional
+
+
 class Kernel:
     """A kernel loaded on the device: ``spec``, ``meta`` (dict), ``origin`` ("bundle", "disk cache",
     "generated", "module"). Call ``launch(grid=... or problem=..., stream=..., **params)``."""
@@ -160,7 +173,8 @@ class Kernel:
         if len(g) != 3 or any(not isinstance(x, int) or x < 1 for x in g):
             raise KilnArgumentError("grid must be up to 3 positive integers, got %r" % (grid,))
         dev = self._rt.device_ordinal
-        bound, views = bind(self.meta, params, self.spec, nullable_by_spec, lambda o, w: self._rt._view(o, w, dev))
+        bound, views = bind(self.meta, params, self.spec, nullable_for(self.meta),
+                            lambda o, w: self._rt._view(o, w, dev, index_ok=True))
         args = (_lib.Arg * max(1, len(bound)))()
         for i, (p, v) in enumerate(bound):
             if p["kind"] == "ptr":
@@ -416,11 +430,11 @@ class Runtime:
 
     # ---- arrays ----
 
-    def _view(self, obj, what, dev=None):
+    def _view(self, obj, what, dev=None, index_ok=False):
         if isinstance(obj, DeviceArray):
             v = obj._kiln_view()
         else:
-            v = _arrays.view(obj, what)
+            v = _arrays.view(obj, what, index_ok=index_ok)
         if v.device is not None and dev is not None and v.device != dev:
             raise KilnArgumentError("%s is on CUDA device %d; this Runtime drives device %d" % (what, v.device, dev))
         return v
