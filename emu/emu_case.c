@@ -146,6 +146,7 @@ void *kiln_case_state(const kiln_case *c) { return c->state; }
 void kiln_case_set_state(kiln_case *c, void *state) { c->state = state; }
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c) { return c->kernel; }
 const kiln_ref_family *kiln_case_family(const kiln_case *c) { return c->ref; }
+const char *kiln_case_noun(const kiln_case *c) { return c->ref->noun ? c->ref->noun : "output"; }
 const kiln_case_opts *kiln_case_options(const kiln_case *c) { return &c->opts; }
 int kiln_case_noutputs(const kiln_case *c) { return c->nout; }
 const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i) {

@@ -119,6 +119,8 @@ const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i);
 int kiln_case_nsteps(const kiln_case *c);
 const kiln_case_step *kiln_case_step_at(const kiln_case *c, int i);
 const kiln_ref_family *kiln_case_family(const kiln_case *c);
+/* What the verdict counts: "output", or the family's own noun ("gradient"). */
+const char *kiln_case_noun(const kiln_case *c);
 const kiln_case_opts *kiln_case_options(const kiln_case *c);
 /* The kernel the spec named (its meta; --profile reads its counters). */
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
