@@ -66,7 +66,8 @@ static int tensors(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
     return 0;
 }
 
-/* Lines "scalar NAME [EXPR]": entries {name, default} (a number or an expression; none: required at launch). */
+/* Lines "scalar NAME [[=]EXPR]": entries {name, default, fixed = true} (a number or an expression; none:
+ * required at launch; fixed: the value the kernel was generated for, a launch may only repeat it). */
 static int scalars(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
     lua_Integer n = luaL_len(L, t);
     for (lua_Integer i = 1; i <= n; i++) {
@@ -77,9 +78,12 @@ static int scalars(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
         if (!name) return BAD("scalar %lld needs a name", m->family, (long long)i);
         int n0 = snprintf(line, sizeof line, "scalar %s", name);
         lua_geti(L, -2, 2);
+        lua_getfield(L, -3, "fixed");
+        int fixed = lua_toboolean(L, -1);
+        lua_pop(L, 1);
         if (!lua_isnil(L, -1)) {
             if (!expr_text(L, d, sizeof d)) return BAD("scalar '%s': its default is not an expression", m->family, name);
-            n0 += snprintf(line + n0, sizeof line - (size_t)n0, " %s", d);
+            n0 += snprintf(line + n0, sizeof line - (size_t)n0, " %s%s", fixed ? "=" : "", d);
         }
         if (n0 >= (int)sizeof line || add_line(m, line)) return BAD("the launch description is too long", m->family);
         lua_pop(L, 3);

@@ -325,12 +325,12 @@ function K.launch(spec, cfg)
     if spec.kernel == "prep" then
       tensor("o")
       tensor("dout")
-      t[#t + 1] = { "delta", "workspace", rows }
-      t[#t + 1] = { "dq_acc", "workspace", acc, optional = true }
+      t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+      t[#t + 1] = { "dq_acc", "workspace", acc, optional = true, align = 16 }
     else
       l.scalars[#l.scalars + 1] = { "scale", 1 / math.sqrt(d) }
       tensor("dq")
-      t[#t + 1] = { "dq_acc", "workspace", acc }
+      t[#t + 1] = { "dq_acc", "workspace", acc, align = 16 }
     end
     l.problem = { "seq_q", "heads_q", "batch" }
     return l
@@ -339,14 +339,14 @@ function K.launch(spec, cfg)
   t[#t + 1] = { "lse", "in", rows }
   if spec.kernel == "dq" then
     tensor("dq")
-    t[#t + 1] = { "delta", "workspace", rows }
+    t[#t + 1] = { "delta", "workspace", rows, align = 16 }
     l.problem = { "seq_q", "heads_q", "batch" }
     return l
   end
   tensor("dk")
   tensor("dv")
-  t[#t + 1] = { "delta", "workspace", rows }
-  t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc }
+  t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+  t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }

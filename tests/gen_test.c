@@ -236,7 +236,7 @@ static void test_registry(void) {
     if (m) {
         const char *t = kiln_module_text(m), *launch = kiln_module_meta(m)->launch;
         CHECK(strstr(t, "// kiln.meta tensor ws workspace 1*grid_x*hidden align=16\n") != NULL, "ws line");
-        CHECK(strstr(t, "// kiln.meta scalar hidden 4096\n") != NULL, "fixed hidden is the default");
+        CHECK(strstr(t, "// kiln.meta scalar hidden =4096\n") != NULL, "fixed hidden is the default");
         CHECK(strstr(t, "// kiln.meta after norm_reduce w=f32 ; cols=hidden parts=parts slabs=1\n") != NULL, "after line");
         CHECK(!strncmp(launch, "tensor dx out rows hidden", 25), "meta.launch: %.60s", launch);
         /* the same text without its launch lines: what a kiln before the registry wrote */

@@ -948,7 +948,7 @@ function M.forward_launch(spec, cfg, rms)
   end
   return {
     tensors = t,
-    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil }, { "eps", 1e-5 } },
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil, fixed = true }, { "eps", 1e-5 } },
     problem = { "rows" },
   }
 end
@@ -969,7 +969,7 @@ function M.backward_launch(spec, cfg, rms)
   if spec.residual then t[#t + 1] = { "dres", "in", row, align = al } end
   local d = {
     tensors = t,
-    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil },
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil, fixed = true },
                 { "parts", string.format("grid_x*%d", slots) } },
     problem = { string.format("min(rows,sm_count*%d)", per_sm) },
   }
