@@ -88,11 +88,7 @@ static int run_case(kiln_case *c, const run_opts *o) {
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);
         const kiln_kernel_meta *sm = kiln_emu_kernel_meta(s->kernel);
-        unsigned blocks = 1;
-        for (int a = 0; a < 3; a++) {
-            unsigned tile = sm->grid_tile[a] ? sm->grid_tile[a] : 1, p = s->problem[a] ? s->problem[a] : 1;
-            blocks *= (p + tile - 1) / tile;
-        }
+        unsigned blocks = s->grid[0] * s->grid[1] * s->grid[2];
         printf("  %s: %u blocks of %u threads, emulated in %.1f ms\n", sm->entry, blocks,
                sm->block[0] * sm->block[1] * sm->block[2], s->ms);
     }

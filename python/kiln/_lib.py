@@ -165,6 +165,7 @@ class CaseOpts(ctypes.Structure):
         ("eps", ctypes.c_float),
         ("scale", ctypes.c_double),
         ("twice", ctypes.c_int),
+        ("sm_count", ctypes.c_int),
         ("nsizes", ctypes.c_int),
         ("sizes", CaseSize * 16),
     ]
@@ -183,7 +184,7 @@ class CaseOutput(ctypes.Structure):
 
 
 class CaseStep(ctypes.Structure):
-    _fields_ = [("kernel", ctypes.c_void_p), ("problem", ctypes.c_uint * 3), ("ms", ctypes.c_double)]
+    _fields_ = [("kernel", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("ms", ctypes.c_double)]
 
 
 WARNING_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
