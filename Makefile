@@ -305,9 +305,9 @@ $(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) python/tests/test_t
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
 	    cp python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py $(KIT)/python/tests/ && \
 	    find $(KIT)/python -name __pycache__ -prune -exec rm -rf {} +
-$(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
+$(O)/bench/kiln-gpucheck: bench/gpu/kit_check.c bench/gpu/kit_bench.c $(KIT_DEPS) $(LIBDIR)/libkiln_rt.a
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_check.c $(KIT_LIB) -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
+	$(CC) $(CFLAGS) -Ibench/gpu bench/gpu/kit_check.c bench/gpu/kit_bench.c $(KIT_LIB) -o $@ $(LDFLAGS) $(LIBDIR)/libkiln_rt.a $(RT_LIBS)
 $(KIT)/kiln-gpucheck: $(O)/bench/kiln-gpucheck
 	@mkdir -p $(dir $@)
 	cp $< $@

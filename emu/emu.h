@@ -326,13 +326,12 @@ const gen_spec *emu_case_spec(const struct kiln_case *c);
 
 /* ---- templates/lib/norm.ref.c: the norm families' case hooks (kiln/emu_case.h), shared by their
  * descriptors in templates/<family>.ref.c ---- */
-struct kiln_case_step;
 struct kiln_case_output;
 kiln_status emu_norm_case_create(struct kiln_case *c, kiln_error *err);
 void emu_norm_case_destroy(struct kiln_case *c);
 int emu_norm_case_tensor(struct kiln_case *c, const char *name, void **ptr, size_t *bytes);
 int emu_norm_case_scalar(struct kiln_case *c, const char *name, double *value);
-kiln_status emu_norm_case_plan(struct kiln_case *c, struct kiln_case_step *steps, int *nsteps, kiln_error *err);
+void emu_norm_case_prepare(struct kiln_case *c);
 void emu_norm_case_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
 void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
 /* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */

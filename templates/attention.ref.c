@@ -352,14 +352,14 @@ int emu_attn_case_scalar(const kiln_attn_problem *p, const char *name, double *v
 typedef struct attn_case {
     kiln_attn_problem p;
     void *q, *k, *v, *o;
-    float *lse, *ws;
+    float *lse;
     double *ro, *rl;
-    int split, splits;
+    int splits;
 } attn_case;
 
 static void attn_case_destroy(kiln_case *c) {
     attn_case *a = kiln_case_state(c);
-    free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ws), free(a->ro), free(a->rl);
+    free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl);
     free(a);
 }
 
@@ -377,15 +377,14 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     if (st != KILN_OK) return st;
     uint64_t seed = o->seed;
     size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    a->split = m->then_spec[0] != 0, a->splits = splits ? (int)splits : 4;
+    a->splits = splits ? (int)splits : 4;
     a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), 1, &seed);
     a->k = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'k'), 1, &seed);
     a->v = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'v'), 1, &seed);
     a->o = malloc(no * kiln_dtype_size(p->out));
     a->lse = malloc(nl * sizeof *a->lse);
     a->ro = malloc(no * sizeof *a->ro), a->rl = malloc(nl * sizeof *a->rl);
-    if (a->split) a->ws = malloc(kiln_attn_splitkv_workspace_floats(p, a->splits) * sizeof *a->ws);
-    if (!a->q || !a->k || !a->v || !a->o || !a->lse || !a->ro || !a->rl || (a->split && !a->ws))
+    if (!a->q || !a->k || !a->v || !a->o || !a->lse || !a->ro || !a->rl)
         return kiln_fail(err, KILN_ENOMEM, "out of memory");
     return kiln_attn_reference(p, a->q, a->k, a->v, a->ro, a->rl, err);
 }
@@ -399,7 +398,6 @@ static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *
     else if (!strcmp(name, "v")) *ptr = a->v, *bytes = kiln_attn_elems(p, 'v') * kiln_dtype_size(p->dtype);
     else if (!strcmp(name, "o")) *ptr = a->o, *bytes = kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = a->lse, *bytes = nl * sizeof(float);
-    else if (!strcmp(name, "ws") && a->ws) *ptr = a->ws, *bytes = kiln_attn_splitkv_workspace_floats(p, a->splits) * sizeof(float);
     else return -1;
     return 0;
 }
@@ -410,30 +408,12 @@ static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
     return emu_attn_case_scalar(&a->p, name, value);
 }
 
-/* The plain forward over {seq_q, heads_q, batch}; split-KV: the split kernel over {splits, kv heads x
- * packed row blocks, batch} into the workspace, then the combine kernel its metadata names over the rows. */
-static kiln_status attn_case_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+/* Poisons o and lse (split-KV's partials are the runner's workspace). */
+static void attn_case_prepare(kiln_case *c) {
     attn_case *a = kiln_case_state(c);
     const kiln_attn_problem *p = &a->p;
-    kiln_emu_kernel *k = kiln_case_kernel(c);
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     memset(a->lse, 0xff, sizeof *a->lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
-    if (!a->split) {
-        steps[0] = (kiln_case_step){.kernel = k, .problem = {(unsigned)p->seq_q, (unsigned)p->heads_q, (unsigned)p->batch}};
-        *nsteps = 1;
-        return KILN_OK;
-    }
-    memset(a->ws, 0xff, kiln_attn_splitkv_workspace_floats(p, a->splits) * sizeof *a->ws);
-    kiln_emu_kernel *comb;
-    kiln_status st = kiln_case_load(c, m->then_spec, &comb, err);
-    if (st != KILN_OK) return st;
-    unsigned group = (unsigned)(p->heads_q / p->heads_kv), bm = m->rows_per_block ? m->rows_per_block : 1;
-    steps[0] = (kiln_case_step){.kernel = k, .problem = {(unsigned)a->splits,
-                                (unsigned)p->heads_kv * ((group * (unsigned)p->seq_q + bm - 1) / bm), (unsigned)p->batch}};
-    steps[1] = (kiln_case_step){.kernel = comb, .problem = {(unsigned)p->batch * (unsigned)p->heads_q * (unsigned)p->seq_q, 1, 1}};
-    *nsteps = 2;
-    return KILN_OK;
 }
 
 static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -464,7 +444,7 @@ const kiln_ref_family kiln_ref_attention = {
     .destroy = attn_case_destroy,
     .tensor = attn_case_tensor,
     .scalar = attn_case_scalar,
-    .plan = attn_case_plan,
+    .prepare = attn_case_prepare,
     .check = attn_case_check,
     .describe = attn_case_describe,
 };

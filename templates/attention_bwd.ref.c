@@ -216,40 +216,23 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
 
 /* ---- the registry descriptor (kiln/emu_case.h) ----
  * The forward's O and lse come from the float64 forward (rounded as a forward kernel stores them),
- * dO is random in [-1, 1]; the whole sequence runs (prep, dkdv, convert; deterministic=true: prep,
- * dkdv, dq) whatever the spec's kernel= says, and dq, dk, dv are checked with the error model above
- * (P and dS taken as rounded to the input dtype: the looser of the paths). */
-
-enum { BWD_STEPS = 3 };
+ * dO is random in [-1, 1]; the sequence the dkdv kernel declares runs (prep, dkdv, convert;
+ * deterministic=true: prep, dkdv, dq), and dq, dk, dv are checked with the error model above (P and
+ * dS taken as rounded to the input dtype: the looser of the paths). */
 
 typedef struct bwd_case {
     kiln_attn_problem p;
     kiln_dtype grad;
-    int det;
-    kiln_emu_kernel *ks[BWD_STEPS];
     void *in[3], *dout, *out, *gk[3];
-    float *lse, *delta, *acc;
+    float *lse;
     double *ro, *rl, *ref[3], *tol[3];
     size_t n[3];
 } bwd_case;
 
-/* Replaces the value of key in a resolved spec (buf receives the result). */
-static void spec_with(const char *spec, const char *key, const char *value, char *buf, size_t size) {
-    char pat[64];
-    snprintf(pat, sizeof pat, " %s=", key);
-    const char *at = strstr(spec, pat);
-    if (!at) {
-        snprintf(buf, size, "%s %s=%s", spec, key, value);
-        return;
-    }
-    const char *end = strchr(at + 1, ' ');
-    snprintf(buf, size, "%.*s%s%s", (int)(at - spec) + (int)strlen(pat), spec, value, end ? end : "");
-}
-
 static void bwd_case_destroy(kiln_case *c) {
     bwd_case *b = kiln_case_state(c);
     for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
-    free(b->dout), free(b->out), free(b->lse), free(b->delta), free(b->acc), free(b->ro), free(b->rl);
+    free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl);
     free(b);
 }
 
@@ -262,24 +245,18 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     kiln_status st = emu_attn_case_problem(c, p, 1e9, " backward (at most 1e9)", err);
     if (st != KILN_OK) return st;
     b->grad = emu_spec_dtype(emu_case_spec(c), "grad", p->dtype);
-    b->det = emu_spec_bool(emu_case_spec(c), "deterministic", 0);
-    static const char *const seq[2][BWD_STEPS] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
-    for (int i = 0; i < BWD_STEPS; i++) {
-        char x[KILN_SPEC_MAX], y[KILN_SPEC_MAX];
-        spec_with(m->spec, "kernel", seq[b->det][i], x, sizeof x);
-        spec_with(x, "deterministic", b->det && i == 1 ? "true" : "false", y, sizeof y);
-        if ((st = kiln_case_load(c, y, &b->ks[i], err)) != KILN_OK) return st;
-    }
+    if (!strstr(m->launch, "before ") && !strstr(m->launch, "after "))
+        return kiln_fail(err, KILN_EINVAL, "'%s' is one kernel of the backward: kiln run checks dq, dk and dv of the "
+                         "whole sequence, which the dkdv kernel declares (kernel=dkdv, the default)", m->spec);
     uint64_t seed = kiln_case_options(c)->seed;
     b->n[0] = kiln_attn_elems(p, 'q'), b->n[1] = kiln_attn_elems(p, 'k'), b->n[2] = kiln_attn_elems(p, 'v');
     size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     b->dout = kiln_attn_random(p->out, no, 1, &seed);
     b->out = malloc(no * kiln_dtype_size(p->out));
     for (int t = 0; t < 3; t++) b->in[t] = kiln_attn_random(p->dtype, b->n[t], 1, &seed);
-    b->lse = malloc(nl * sizeof *b->lse), b->delta = malloc(nl * sizeof *b->delta);
-    b->acc = b->det ? NULL : malloc(nl * (size_t)p->head_dim * sizeof *b->acc);
+    b->lse = malloc(nl * sizeof *b->lse);
     b->ro = malloc(no * sizeof *b->ro), b->rl = malloc(nl * sizeof *b->rl);
-    int ok = b->dout && b->out && b->lse && b->delta && (b->det || b->acc) && b->ro && b->rl;
+    int ok = b->dout && b->out && b->lse && b->ro && b->rl;
     for (int t = 0; t < 3; t++) {
         b->gk[t] = malloc(b->n[t] * kiln_dtype_size(b->grad));
         b->ref[t] = malloc(b->n[t] * sizeof(double)), b->tol[t] = malloc(b->n[t] * sizeof(double));
@@ -305,9 +282,7 @@ static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *b
     if (!strcmp(name, "o")) *ptr = b->out, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "dout")) *ptr = b->dout, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = b->lse, *bytes = nl * sizeof(float);
-    else if (!strcmp(name, "delta")) *ptr = b->delta, *bytes = nl * sizeof(float);
-    else if (!strcmp(name, "dq_acc")) *ptr = b->acc, *bytes = b->acc ? nl * (size_t)p->head_dim * sizeof(float) : 0;
-    else return -1;
+    else return -1; /* delta and dq_acc: the sequence's workspace */
     return 0;
 }
 
@@ -316,19 +291,10 @@ static int bwd_case_scalar(kiln_case *c, const char *name, double *value) {
     return emu_attn_case_scalar(&b->p, name, value);
 }
 
-/* prep and convert/dq over {seq_q, heads_q, batch}; dkdv over {seq_k, heads_kv, batch}. */
-static kiln_status bwd_case_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+/* Poisons the gradients. */
+static void bwd_case_prepare(kiln_case *c) {
     bwd_case *b = kiln_case_state(c);
-    const kiln_attn_problem *p = &b->p;
-    (void)err;
     for (int t = 0; t < 3; t++) memset(b->gk[t], 0xff, b->n[t] * kiln_dtype_size(b->grad));
-    for (int i = 0; i < BWD_STEPS; i++) {
-        int dkdv = i == 1;
-        steps[i] = (kiln_case_step){.kernel = b->ks[i], .problem = {(unsigned)(dkdv ? p->seq_k : p->seq_q),
-                                    (unsigned)(dkdv ? p->heads_kv : p->heads_q), (unsigned)p->batch}};
-    }
-    *nsteps = BWD_STEPS;
-    return KILN_OK;
 }
 
 static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -352,7 +318,7 @@ const kiln_ref_family kiln_ref_attention_bwd = {
     .destroy = bwd_case_destroy,
     .tensor = bwd_case_tensor,
     .scalar = bwd_case_scalar,
-    .plan = bwd_case_plan,
+    .prepare = bwd_case_prepare,
     .check = bwd_case_check,
     .describe = bwd_case_describe,
 };

@@ -132,15 +132,10 @@ static int combine_scalar(kiln_case *c, const char *name, double *value) {
     return emu_attn_case_scalar(&a->p, name, value);
 }
 
-/* One launch over the rows. */
-static kiln_status combine_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+static void combine_prepare(kiln_case *c) {
     combine_case *a = kiln_case_state(c);
-    (void)err;
     memset(a->o, 0xff, kiln_attn_elems(&a->p, 'o') * kiln_dtype_size(a->p.out));
     memset(a->lse, 0xff, a->rows * sizeof(float));
-    steps[0] = (kiln_case_step){.kernel = kiln_case_kernel(c), .problem = {(unsigned)a->rows, 1, 1}};
-    *nsteps = 1;
-    return KILN_OK;
 }
 
 static void combine_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -168,7 +163,7 @@ const kiln_ref_family kiln_ref_attention_combine = {
     .destroy = combine_destroy,
     .tensor = combine_tensor,
     .scalar = combine_scalar,
-    .plan = combine_plan,
+    .prepare = combine_prepare,
     .check = combine_check,
     .describe = combine_describe,
 };

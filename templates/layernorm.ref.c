@@ -315,16 +315,16 @@ static int case_scalar(kiln_case *c, const char *name, double *value) {
     return 0;
 }
 
-static kiln_status case_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
-    if (!plain(c)) return emu_norm_case_plan(c, steps, nsteps, err);
+static void case_prepare(kiln_case *c) {
+    if (!plain(c)) {
+        emu_norm_case_prepare(c);
+        return;
+    }
     kiln_ln_data *d = kiln_case_state(c);
     size_t n = (size_t)d->rows * (size_t)d->hidden;
     memset(d->y, 0xff, n * kiln_dtype_size(d->spec.y));
     memset(d->mean, 0xff, (size_t)d->rows * 4);
     memset(d->rstd, 0xff, (size_t)d->rows * 4);
-    steps[0] = (kiln_case_step){.kernel = kiln_case_kernel(c), .problem = {(unsigned)d->rows, 1, 1}};
-    *nsteps = 1;
-    return KILN_OK;
 }
 
 static void case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -358,7 +358,7 @@ const kiln_ref_family kiln_ref_layernorm = {
     .destroy = case_destroy,
     .tensor = case_tensor,
     .scalar = case_scalar,
-    .plan = case_plan,
+    .prepare = case_prepare,
     .check = case_check,
     .describe = case_describe,
 };

@@ -97,18 +97,14 @@ static int reduce_scalar(kiln_case *c, const char *name, double *value) {
     reduce_case *r = kiln_case_state(c);
     if (!strcmp(name, "parts")) *value = r->parts;
     else if (!strcmp(name, "cols")) *value = r->cols;
+    else if (!strcmp(name, "slabs")) *value = r->slabs;
     else return -1;
     return 0;
 }
 
-/* One launch over {cols, slabs}. */
-static kiln_status reduce_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+static void reduce_prepare(kiln_case *c) {
     reduce_case *r = kiln_case_state(c);
-    (void)err;
     for (int s = 0; s < r->slabs; s++) memset(r->out[s], 0xff, (size_t)r->cols * kiln_dtype_size(r->w));
-    steps[0] = (kiln_case_step){.kernel = kiln_case_kernel(c), .problem = {(unsigned)r->cols, (unsigned)r->slabs, 1}};
-    *nsteps = 1;
-    return KILN_OK;
 }
 
 static void reduce_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -147,7 +143,7 @@ const kiln_ref_family kiln_ref_norm_reduce = {
     .destroy = reduce_destroy,
     .tensor = reduce_tensor,
     .scalar = reduce_scalar,
-    .plan = reduce_plan,
+    .prepare = reduce_prepare,
     .check = reduce_check,
     .describe = reduce_describe,
 };

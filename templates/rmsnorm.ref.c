@@ -9,7 +9,7 @@ const kiln_ref_family kiln_ref_rmsnorm = {
     .destroy = emu_norm_case_destroy,
     .tensor = emu_norm_case_tensor,
     .scalar = emu_norm_case_scalar,
-    .plan = emu_norm_case_plan,
+    .prepare = emu_norm_case_prepare,
     .check = emu_norm_case_check,
     .describe = emu_norm_case_describe,
 };

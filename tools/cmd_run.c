@@ -84,7 +84,6 @@ static kiln_case_opts case_opts(const run_opts *o) {
  * how close it came to its tolerance (truncated, so that a pass never shows as 1.000), the verdict. */
 static int run_case(kiln_case *c, const run_opts *o) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
-    const kiln_ref_family *f = kiln_case_family(c);
     kiln_error err = {0};
     char problem[256];
     kiln_case_describe(c, problem, sizeof problem);
@@ -93,11 +92,7 @@ static int run_case(kiln_case *c, const run_opts *o) {
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);
         const kiln_kernel_meta *sm = kiln_emu_kernel_meta(s->kernel);
-        unsigned blocks = 1;
-        for (int a = 0; a < 3; a++) {
-            unsigned tile = sm->grid_tile[a] ? sm->grid_tile[a] : 1, p = s->problem[a] ? s->problem[a] : 1;
-            blocks *= (p + tile - 1) / tile;
-        }
+        unsigned blocks = s->grid[0] * s->grid[1] * s->grid[2];
         printf("  %s: %u blocks of %u threads, emulated in %.1f ms\n", sm->entry, blocks,
                sm->block[0] * sm->block[1] * sm->block[2], s->ms);
     }
@@ -117,7 +112,7 @@ static int run_case(kiln_case *c, const run_opts *o) {
         const kiln_case_output *r = kiln_case_output_at(c, i);
         if (r->bad) printf("  %s: %ld values out of tolerance; first: %s\n", r->name, r->bad, r->first);
     }
-    const char *noun = f->noun ? f->noun : "output";
+    const char *noun = kiln_case_noun(c);
     if (bad) printf("FAIL: %ss differ from the float64 reference\n", noun);
     else printf("PASS: every %s within tolerance\n", noun);
     return bad ? CLI_FINDINGS : CLI_OK;

@@ -32,6 +32,8 @@ typedef struct kiln_case_opts {
     float eps;      /* 0: the family's default */
     double scale;   /* multiplies the drawn activations (norms; 1e30 exercises overflow-safe statistics); 0: 1 */
     int twice;      /* run every block twice, threads in opposite orders (races) */
+    int sm_count;   /* the device's multiprocessors, for grid rules that use them (a norm backward's grid
+                     * walks the rows with a few blocks per SM); 0: as many as the problem fills */
     int nsizes;
     struct {
         char name[24];
@@ -65,12 +67,13 @@ int kiln_check_value(kiln_case_output *o, double got, double want, double tol, d
 
 typedef struct kiln_case kiln_case;
 
-/* One kernel launch of a case's sequence, as planned by the family and timed by the runner. */
+/* One kernel launch of a case's sequence (the kernel's "// kiln.meta" launch description: before,
+ * the kernel, after), with the grid its problem rule gave, timed by the runner. */
 #define KILN_CASE_MAX_STEPS 8
 typedef struct kiln_case_step {
     kiln_emu_kernel *kernel;
-    unsigned problem[3]; /* grid[i] = ceil(problem[i] / grid_tile[i]) */
-    double ms;           /* wall-clock time of the emulated launch */
+    unsigned grid[3];
+    double ms; /* wall-clock time of the emulated launch */
 } kiln_case_step;
 
 /*
@@ -84,13 +87,14 @@ typedef struct kiln_ref_family {
      * draws the inputs and computes the float64 reference. Bad sizes: KILN_EINVAL naming them. */
     kiln_status (*create)(kiln_case *c, kiln_error *err);
     void (*destroy)(kiln_case *c);
-    /* The buffer bound to pointer parameter `name` and its size in bytes (NULL, 0: an absent optional
-     * tensor, passed as a null pointer); -1 when the family has no tensor of that name. */
+    /* The buffer behind tensor `name` of the kernels' launch description and its size in bytes (NULL,
+     * 0: an absent optional tensor); -1 when the family has no tensor of that name. Workspace tensors
+     * are the runner's (carved from one buffer as the runtime carves them, poisoned). */
     int (*tensor)(kiln_case *c, const char *name, void **ptr, size_t *bytes);
-    /* The value of scalar parameter `name`; -1 when the family has none of that name. */
+    /* The value of a declared scalar; -1 leaves it to the description's default. */
     int (*scalar)(kiln_case *c, const char *name, double *value);
-    /* Fills the steps to run (kernels loaded through kiln_case_load) and poisons the outputs. */
-    kiln_status (*plan)(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err);
+    /* Before the run: poisons the outputs (0xff bytes, NaN in every float type). */
+    void (*prepare)(kiln_case *c);
     /* After the run: compares every output (kiln_check_value); fills out[0..*nout). */
     void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
     /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
@@ -109,7 +113,8 @@ const char *kiln_ref_names(void);
 kiln_status kiln_case_create(kiln_case **out, kiln_gen *gen, kiln_emu *emu, const char *spec,
                              const kiln_case_opts *opts, kiln_error *err);
 void kiln_case_free(kiln_case *c);
-/* Runs the planned sequence on the emulator. */
+/* Binds the sequence the kernel's launch description declares (kiln_launch_bind: grids, tensors and
+ * scalars by name, the workspace) and runs it on the emulator. */
 kiln_status kiln_case_run(kiln_case *c, kiln_error *err);
 /* Checks every output; returns the number of bad values. */
 long kiln_case_check(kiln_case *c);
@@ -119,6 +124,8 @@ const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i);
 int kiln_case_nsteps(const kiln_case *c);
 const kiln_case_step *kiln_case_step_at(const kiln_case *c, int i);
 const kiln_ref_family *kiln_case_family(const kiln_case *c);
+/* What the verdict counts: "output", or the family's own noun ("gradient"). */
+const char *kiln_case_noun(const kiln_case *c);
 const kiln_case_opts *kiln_case_options(const kiln_case *c);
 /* The kernel the spec named (its meta; --profile reads its counters). */
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
@@ -128,8 +135,6 @@ void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
 /* The family's own state (set by create, freed by destroy). */
 void *kiln_case_state(const kiln_case *c);
 void kiln_case_set_state(kiln_case *c, void *state);
-/* Loads another kernel of the sequence for the case's SM (owned by the case). */
-kiln_status kiln_case_load(kiln_case *c, const char *spec, kiln_emu_kernel **out, kiln_error *err);
 /* The value of key in the kernel's resolved (canonical) spec: the generator's reading of it. */
 const char *kiln_case_spec_value(const kiln_case *c, const char *key);
 

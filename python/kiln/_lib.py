@@ -152,6 +152,41 @@ class EmuLaunch(ctypes.Structure):
     ]
 
 
+class CaseSize(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_longlong)]
+
+
+class CaseOpts(ctypes.Structure):
+    """kiln_case_opts (kiln/emu_case.h): a family reference's problem, by named sizes."""
+    _fields_ = [
+        ("sm", ctypes.c_int),
+        ("seed", ctypes.c_uint64),
+        ("input", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_double),
+        ("twice", ctypes.c_int),
+        ("sm_count", ctypes.c_int),
+        ("nsizes", ctypes.c_int),
+        ("sizes", CaseSize * 16),
+    ]
+
+
+class CaseOutput(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * KILN_NAME_MAX),
+        ("show_rel", ctypes.c_int),
+        ("max_abs", ctypes.c_double),
+        ("max_rel", ctypes.c_double),
+        ("worst", ctypes.c_double),
+        ("bad", ctypes.c_long),
+        ("first", ctypes.c_char * 256),
+    ]
+
+
+class CaseStep(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("ms", ctypes.c_double)]
+
+
 WARNING_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
 
@@ -382,6 +417,20 @@ GEN_FUNCS = {
     "kiln_emu_kernel_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_emu_kernel_free": (None, [P]),
     "kiln_emu_run": (S, [P, ctypes.POINTER(EmuLaunch), PP, ERR]),
+    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_longlong]),
+    "kiln_ln_input_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "kiln_ref_names": (ctypes.c_char_p, []),
+    "kiln_case_create": (S, [PP, P, P, ctypes.c_char_p, ctypes.POINTER(CaseOpts), ERR]),
+    "kiln_case_free": (None, [P]),
+    "kiln_case_run": (S, [P, ERR]),
+    "kiln_case_check": (ctypes.c_long, [P]),
+    "kiln_case_noutputs": (ctypes.c_int, [P]),
+    "kiln_case_output_at": (ctypes.POINTER(CaseOutput), [P, ctypes.c_int]),
+    "kiln_case_nsteps": (ctypes.c_int, [P]),
+    "kiln_case_step_at": (ctypes.POINTER(CaseStep), [P, ctypes.c_int]),
+    "kiln_case_kernel": (P, [P]),
+    "kiln_case_noun": (ctypes.c_char_p, [P]),
+    "kiln_case_describe": (None, [P, ctypes.c_char_p, sz]),
 }
 
 # ---- loading ----

@@ -399,3 +399,80 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
 def dtypes():
     """numpy dtypes of kiln's element types: {"f32": float32, "f16": float16, "bf16": ml_dtypes.bfloat16}."""
     return {n: np_dtype(n) for n in ("f32", "f16", "bf16")}
+
+
+# ---- the family registry's cases: a float64 reference beside every template (docs/registry.md) ----
+
+class CaseReport:
+    """What check() found: ``spec`` (canonical), ``sm``, ``problem`` (words), ``launches`` (one dict per kernel:
+    entry, blocks, threads, ms), ``outputs`` (one dict per output: name, max_abs, max_rel (None when not
+    measured), worst (error / tolerance of the worst value; above 1 fails), bad, first), ``bad`` (total) and
+    ``passed``."""
+
+    def __init__(self, spec, sm, problem, launches, outputs, noun):
+        self.spec, self.sm, self.problem, self.launches, self.outputs = spec, sm, problem, launches, outputs
+        self.bad = sum(o["bad"] for o in outputs)
+        self.passed = self.bad == 0
+        self.noun = noun
+
+    def __repr__(self):
+        return "<kiln.emulate.CaseReport %s sm_%d: %s>" % (self.spec, self.sm, "PASS" if self.passed else "FAIL")
+
+
+def families():
+    """The families with a float64 reference (every family `kiln list` shows)."""
+    return [f.strip() for f in _lib.gen().kiln_ref_names().decode().split(",") if f.strip()]
+
+
+def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=None, splits=None, seed=1,
+          input="random", eps=None, twice=False, **params):
+    """Runs a family's kernel on the emulator against its float64 reference, as `kiln run` does (the same
+    inputs for the same seed, the same error model, the same numbers): the C library's one case runner and
+    checker. rows: rows (attention: seq_q); hidden: the row length for hidden=launch; seq_k, batch,
+    heads (H or (H, K)), splits: attention's problem; input: random, large-mean, constant, special, mixed.
+    Returns a CaseReport; a bad problem raises KilnArgumentError naming it, an emulator fault KilnError."""
+    lib = _lib.gen()
+    text = _gen._spec_text(spec, params)
+    smv = _gen._parse_sm(sm)
+    if rows is None:
+        raise KilnArgumentError("check() needs rows= (for attention, seq_q)")
+    kind = ctypes.c_int()
+    if lib.kiln_ln_input_parse(str(input).encode(), ctypes.byref(kind)) != 0:
+        raise KilnArgumentError("bad input kind %r; valid: random, large-mean, constant, special, mixed" % (input,))
+    opts = _lib.CaseOpts(sm=smv, seed=int(seed), input=kind.value, eps=float(eps or 0), twice=1 if twice else 0)
+    if isinstance(heads, (tuple, list)):
+        hq, hkv = heads
+    else:
+        hq = hkv = heads
+    for name, v in (("rows", rows), ("hidden", hidden), ("seq_k", seq_k), ("batch", batch), ("heads_q", hq),
+                    ("heads_kv", hkv), ("splits", splits)):
+        if v is not None:
+            lib.kiln_case_opts_set(ctypes.byref(opts), name.encode(), int(v))
+    e = _emu()
+    g = _gen._generator()
+    c = ctypes.c_void_p()
+    err = _lib.Error()
+    try:
+        _lib.check(lib.kiln_case_create(ctypes.byref(c), g.ptr, e.ptr, text.encode(), ctypes.byref(opts),
+                                        ctypes.byref(err)), err)
+        _lib.check(lib.kiln_case_run(c, ctypes.byref(err)), err)
+        lib.kiln_case_check(c)
+        buf = ctypes.create_string_buffer(256)
+        lib.kiln_case_describe(c, buf, len(buf))
+        launches = []
+        for i in range(lib.kiln_case_nsteps(c)):
+            st = lib.kiln_case_step_at(c, i).contents
+            m = _lib.meta_dict(lib.kiln_emu_kernel_meta(st.kernel).contents)
+            blocks = st.grid[0] * st.grid[1] * st.grid[2]
+            launches.append({"entry": m["entry"], "blocks": blocks, "threads": m["block"][0] * m["block"][1] *
+                             m["block"][2], "ms": st.ms})
+        outputs = []
+        for i in range(lib.kiln_case_noutputs(c)):
+            o = lib.kiln_case_output_at(c, i).contents
+            outputs.append({"name": o.name.decode(), "max_abs": o.max_abs, "max_rel": o.max_rel if o.show_rel else None,
+                            "worst": o.worst, "bad": o.bad, "first": o.first.decode()})
+        meta = _lib.meta_dict(lib.kiln_emu_kernel_meta(lib.kiln_case_kernel(c)).contents)
+        return CaseReport(meta["spec"], smv, buf.value.decode(), launches, outputs, lib.kiln_case_noun(c).decode())
+    finally:
+        if c:
+            lib.kiln_case_free(c)

@@ -456,9 +456,6 @@ long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned part
 
 typedef struct norm_case {
     kiln_norm_data *d;
-    size_t ws_bytes;
-    int parts;
-    unsigned blocks;
 } norm_case;
 
 kiln_status emu_norm_case_shape(const kiln_case *c, int *rows, int *hidden, kiln_error *err) {
@@ -495,7 +492,7 @@ void emu_norm_case_destroy(kiln_case *c) {
 
 int emu_norm_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
     norm_case *nc = kiln_case_state(c);
-    *ptr = pointer_for(nc->d, name, nc->ws_bytes, bytes);
+    *ptr = pointer_for(nc->d, name, 0, bytes);
     return *ptr == (void *)-1 ? -1 : 0;
 }
 
@@ -503,57 +500,37 @@ int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
     norm_case *nc = kiln_case_state(c);
     if (!strcmp(name, "eps")) *value = nc->d->eps;
     else if (!strcmp(name, "rows")) *value = nc->d->rows;
-    else if (!strcmp(name, "hidden") || !strcmp(name, "cols")) *value = nc->d->hidden;
-    else if (!strcmp(name, "parts")) *value = nc->parts;
-    else return -1;
+    else if (!strcmp(name, "hidden")) *value = nc->d->hidden;
+    else return -1; /* parts and the reduce kernel's cols: the launch description binds them */
     return 0;
 }
 
-/* Forward: one launch over the rows. Backward: the row kernel into the workspace, then the
- * reduce kernel its metadata names over hidden x slabs. */
-kiln_status emu_norm_case_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+/* Poisons the outputs (the workspace is the runner's). */
+void emu_norm_case_prepare(kiln_case *c) {
     norm_case *nc = kiln_case_state(c);
     kiln_norm_data *d = nc->d;
     const kiln_norm_spec *s = &d->spec;
-    kiln_emu_kernel *k = kiln_case_kernel(c);
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
-    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
-    nc->blocks = ((unsigned)d->rows + tile - 1) / tile;
-    steps[0] = (kiln_case_step){.kernel = k, .problem = {(unsigned)d->rows, 1, 1}};
-    *nsteps = 1;
     if (!kiln_norm_is_backward(s)) {
         poison(d->y, n * kiln_dtype_size(s->y));
         poison(d->h, n * kiln_dtype_size(s->r));
         poison(d->mean, (size_t)d->rows * 4);
         poison(d->rstd, (size_t)d->rows * 4);
-        return KILN_OK;
+        return;
     }
-    nc->parts = (int)(nc->blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
-    size_t ws = (size_t)m->ws_slabs * (size_t)nc->parts * hb;
-    if (ws > d->ws_floats) {
-        norm_priv *p = (norm_priv *)d;
-        if (!(d->ws = guarded(p, ws * 4))) return kiln_fail(err, KILN_ENOMEM, "no memory for a %zu-float workspace", ws);
-        d->ws_floats = ws;
-    }
-    nc->ws_bytes = ws * 4;
-    poison(d->ws, ws * 4);
     poison(d->dx, n * kiln_dtype_size(s->dx));
     poison(d->dw, hb * kiln_dtype_size(s->w));
     poison(d->db, hb * kiln_dtype_size(s->w));
-    if (!m->ws_slabs) return KILN_OK;
-    kiln_emu_kernel *reduce;
-    kiln_status st = kiln_case_load(c, m->then_spec, &reduce, err);
-    if (st != KILN_OK) return st;
-    steps[(*nsteps)++] = (kiln_case_step){.kernel = reduce, .problem = {(unsigned)d->hidden, m->ws_slabs, 1}};
-    return KILN_OK;
 }
 
 void emu_norm_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
     norm_case *nc = kiln_case_state(c);
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    unsigned blocks = 0; /* the row kernel's grid: a backward's partial rows are blocks x ws_rows_per_block */
+    for (int i = 0; i < kiln_case_nsteps(c); i++)
+        if (kiln_case_step_at(c, i)->kernel == kiln_case_kernel(c)) blocks = kiln_case_step_at(c, i)->grid[0];
     kiln_norm_report r;
-    kiln_norm_check(nc->d, (int)m->threads_per_row, nc->blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
+    kiln_norm_check(nc->d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
     *nout = 0;
     for (int i = 0; i < KILN_NORM_OUTPUTS; i++) {
         const char *name = kiln_norm_output_name(&nc->d->spec, i);
