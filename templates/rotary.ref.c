@@ -13,8 +13,8 @@
  * default: a per-sequence int32 tensor; 0: NULL, the scalar offset alone) and "conjugate" (0, the
  * default: the forward; 1: the backward's rotation by -theta) choose the launch.
  *
- * - x has a padded head stride (head_dim + one 16-byte vector: a slice of a packed qkv), `out` is
- *   contiguous; in place, the padding must come back untouched.
+ * - x and out are contiguous (the case runner binds tensors without strides; the strides reach the
+ *   kernel through the generic launch: tests/rotary_emu_test.c runs a padded head stride that way).
  * - varlen: sequence b has length rows for b = 0, then 0, 1, then drawn from 0..rows (odd and even).
  * - positions: s + offset + offsets[b] with offset = 1 and offsets[0] = -2 (token 0 of sequence 0
  *   sits at -1: not rotated), the other offsets drawn from 0..rows; the table stops two positions
@@ -27,7 +27,7 @@
  * Error model (u = 2^-24, u_o the output dtype's unit roundoff): out0 = fma(x0, c, -(x1 s)) rounds the
  * product and the fma in f32, then once to the output dtype:
  *   tol = u_o |ref| + 2^-23 (|x0 c| + |x1 s|) + the output dtype's smallest subnormal.
- * Dims past rotary_dim (and in place, x's padding) must keep their bits: tolerance 0.
+ * Dims past rotary_dim must keep their bits: tolerance 0.
  */
 
 typedef struct rotary_case {
@@ -35,7 +35,6 @@ typedef struct rotary_case {
     int head_dim, rdim, interleaved, varlen, inplace;
     int batch, seq, heads, seqlen_ro, offset, conjugate, use_offsets;
     int total;                 /* token rows of x: batch * seq, or the packed total */
-    long ld;                   /* x's head stride in elements (head_dim + padding) */
     int *cu, *offsets;         /* device-side int32 tensors (offsets NULL when not used) */
     void *x, *out, *cos, *sin; /* out == x in place */
     void *x0;                  /* the input as drawn (in place, x is reset to it before each run) */
@@ -122,7 +121,6 @@ static kiln_status rotary_create(kiln_case *c, kiln_error *err) {
                          seq, batch, heads);
     r->seq = (int)seq, r->batch = (int)batch, r->heads = (int)heads;
     const size_t es = kiln_dtype_size(r->dt), cs_es = kiln_dtype_size(r->cs);
-    r->ld = r->head_dim + (long)(16 / es);
     emu_rng g = {o->seed * 0x9e3779b97f4a7c15ull + 25};
 
     /* sequences and positions */
@@ -153,8 +151,7 @@ static kiln_status rotary_create(kiln_case *c, kiln_error *err) {
     free(offs);
 
     /* tensors */
-    r->x_elems = (size_t)r->total * (size_t)r->heads * (size_t)r->ld;
-    r->out_elems = r->inplace ? r->x_elems : (size_t)r->total * (size_t)r->heads * (size_t)r->head_dim;
+    r->x_elems = r->out_elems = (size_t)r->total * (size_t)r->heads * (size_t)r->head_dim;
     if ((double)r->x_elems > (double)(1 << 26))
         return kiln_fail(err, KILN_EINVAL, "tokens x heads x head_dim is too large for the emulator (at most 2^26)");
     const int half = r->rdim / 2;
@@ -176,8 +173,8 @@ static kiln_status rotary_create(kiln_case *c, kiln_error *err) {
     double scale = o->scale ? o->scale : 1;
     for (int t = 0; t < r->total; t++) {
         kiln_ln_input kind = o->input == KILN_LN_MIXED ? (kiln_ln_input)(t % 4) : o->input;
-        for (size_t i = 0; i < (size_t)r->heads * (size_t)r->ld; i++)
-            kiln_emu_value_set(r->dt, r->x0, (size_t)t * (size_t)r->heads * (size_t)r->ld + i, draw(&g, kind, r->dt, scale));
+        for (size_t i = 0; i < (size_t)r->heads * (size_t)r->head_dim; i++)
+            kiln_emu_value_set(r->dt, r->x0, (size_t)t * (size_t)r->heads * (size_t)r->head_dim + i, draw(&g, kind, r->dt, scale));
     }
 
     /* the reference, row by row */
@@ -198,12 +195,11 @@ static kiln_status rotary_create(kiln_case *c, kiln_error *err) {
             if (r->conjugate) sr[i] = -sr[i];
         }
         for (int h = 0; h < r->heads; h++) {
-            size_t xrow = ((size_t)t * (size_t)r->heads + (size_t)h) * (size_t)r->ld;
-            size_t orow = r->inplace ? xrow : ((size_t)t * (size_t)r->heads + (size_t)h) * (size_t)r->head_dim;
-            for (int i = 0; i < r->head_dim; i++) xr[i] = kiln_emu_value_get(r->dt, r->x0, xrow + (size_t)i);
+            size_t row = ((size_t)t * (size_t)r->heads + (size_t)h) * (size_t)r->head_dim;
+            for (int i = 0; i < r->head_dim; i++) xr[i] = kiln_emu_value_get(r->dt, r->x0, row + (size_t)i);
             rotary_ref_row(xr, cr, sr, r->rdim, r->interleaved, yr, mag);
             for (int i = 0; i < r->head_dim; i++) {
-                size_t e = orow + (size_t)i;
+                size_t e = row + (size_t)i;
                 if (i < r->rdim) {
                     r->ref[e] = yr[i];
                     /* what the output dtype holds: a finite value past its range is +-Inf */
@@ -216,11 +212,6 @@ static kiln_status rotary_create(kiln_case *c, kiln_error *err) {
                     r->ref[e] = r->want[e] = xr[i], r->tol[e] = 0;
                 }
             }
-            if (r->inplace) /* the padding after the row keeps its bits */
-                for (long i = r->head_dim; i < r->ld; i++) {
-                    size_t e = xrow + (size_t)i;
-                    r->ref[e] = r->want[e] = kiln_emu_value_get(r->dt, r->x0, e), r->tol[e] = 0;
-                }
         }
     }
     free(xr), free(cr), free(sr), free(yr), free(mag);
@@ -242,37 +233,30 @@ static int rotary_tensor(kiln_case *c, const char *name, void **ptr, size_t *byt
 
 static int rotary_scalar(kiln_case *c, const char *name, double *value) {
     rotary_case *r = kiln_case_state(c);
-    const long hd = r->head_dim;
     const struct {
         const char *name;
         double v;
     } vals[] = {
         {"batch", r->batch}, {"seq", r->seq}, {"heads", r->heads}, {"seqlen_ro", r->seqlen_ro},
-        {"offset", r->offset}, {"conjugate", r->conjugate},
-        {"stride_xb", (double)r->seq * r->heads * r->ld}, {"stride_xs", (double)r->heads * r->ld}, {"stride_xh", (double)r->ld},
-        {"stride_ob", (double)r->seq * r->heads * hd}, {"stride_os", (double)r->heads * hd}, {"stride_oh", (double)hd},
+        {"offset", r->offset}, {"conjugate", r->conjugate}, {"total", r->total},
     };
     for (size_t i = 0; i < sizeof vals / sizeof vals[0]; i++)
         if (!strcmp(name, vals[i].name)) return *value = vals[i].v, 0;
     return -1;
 }
 
-/* One launch over {seq, batch, heads}; x starts as the drawn input, out as poison. */
-static kiln_status rotary_plan(kiln_case *c, kiln_case_step *steps, int *nsteps, kiln_error *err) {
+/* Before the run: x starts as the drawn input, out as poison. */
+static void rotary_prepare(kiln_case *c) {
     rotary_case *r = kiln_case_state(c);
-    (void)err;
     const size_t es = kiln_dtype_size(r->dt);
     memcpy(r->x, r->x0, r->x_elems * es);
     if (!r->inplace) memset(r->out, 0xff, r->out_elems * es);
-    steps[0] = (kiln_case_step){.kernel = kiln_case_kernel(c), .problem = {(unsigned)r->seq, (unsigned)r->batch, (unsigned)r->heads}};
-    *nsteps = 1;
-    return KILN_OK;
 }
 
 static void rotary_check(kiln_case *c, kiln_case_output *out, int *nout) {
     rotary_case *r = kiln_case_state(c);
     const char *name = r->inplace ? "x" : "out";
-    const long w = r->inplace ? r->ld : r->head_dim;
+    const long w = r->head_dim;
     snprintf(out[0].name, sizeof out[0].name, "%s", name);
     for (size_t e = 0; e < r->out_elems; e++) {
         size_t row = e / (size_t)w;
@@ -303,7 +287,7 @@ const kiln_ref_family kiln_ref_rotary = {
     .destroy = rotary_destroy,
     .tensor = rotary_tensor,
     .scalar = rotary_scalar,
-    .plan = rotary_plan,
+    .prepare = rotary_prepare,
     .check = rotary_check,
     .describe = rotary_describe,
 };

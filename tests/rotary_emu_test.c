@@ -2,13 +2,15 @@
  *
  * Correctness, through the family registry's case runner (kiln/emu_case.h, reference
  * templates/rotary.ref.c): GPT-NeoX halves and GPT-J pairs; rotary_dim = head_dim and < head_dim
- * (24 of 96, 40 of 80, 200 of 256, 2 of 8); [batch, seq, heads, d] with a padded head stride and
- * varlen (lengths max, 0, 1, drawn); per-sequence offsets and the scalar offset alone (positions
- * -1 and past the table are not rotated); in place (padding untouched) and out of place (the
- * pass-through dims copied bit for bit); forward and conjugate (the backward); x in f32/f16/bf16
- * with cos/sin in any dtype; random, special (NaN, +-Inf, +-0, subnormals, max/4) and mixed
- * inputs; heads 1, 9 and 17 (a partial last group of 8); on sm_75 (bf16 without a bf16
- * instruction), 80, 90 and 120; --twice (every block twice, threads reversed) on some.
+ * (24 of 96, 40 of 80, 200 of 256, 2 of 8); [batch, seq, heads, d] and varlen (lengths max, 0,
+ * 1, drawn); per-sequence offsets and the scalar offset alone (positions -1 and past the table are
+ * not rotated); in place and out of place (the pass-through dims copied bit for bit); forward and
+ * conjugate (the backward); x in f32/f16/bf16 with cos/sin in any dtype; random, special (NaN,
+ * +-Inf, +-0, subnormals, max/4) and mixed inputs; heads 1, 9 and 17 (a partial last group of 8);
+ * on sm_75 (bf16 without a bf16 instruction), 80, 90 and 120; --twice (every block twice, threads
+ * reversed) on some.
+ * Strides, through the generic launch (kiln_launch_bind, the template's K.launch): x and out with a
+ * padded head stride give the contiguous run's bits, and in place the padding stays untouched.
  *
  * Bytes (the emulator's profile, docs/profile.md): the bytes stored must be exactly the minimum
  * (out, or in place only the rotated dims), and the bytes loaded at most 1.15x the minimum (x's
@@ -23,6 +25,7 @@
 #include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
+#include "kiln/runtime.h"
 
 static kiln_gen *gen;
 static kiln_emu *emu;
@@ -125,6 +128,86 @@ static void bytes(const char *spec, int inplace, size_t es, size_t cs_es, int he
     TEST_END();
 }
 
+/* Binds by name through the generic launch (kiln_launch_bind, strides given or not) and runs on the emulator. */
+static int run_bound(kiln_emu_kernel *k, const kiln_launch_args *a, const size_t *bytes) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    kiln_launch_step step;
+    size_t ws = 0;
+    kiln_error err = {0};
+    if (kiln_launch_bind(&m, 1, 0, a, 0, &step, &ws, &err) != KILN_OK) {
+        CHECK(0, "bind: %s", err.msg);
+        return -1;
+    }
+    void *argv[KILN_MAX_PARAMS];
+    size_t arg_bytes[KILN_MAX_PARAMS] = {0};
+    kiln_emu_launch l = {.grid = {step.grid[0], step.grid[1], step.grid[2]}, .block = {m->block[0], m->block[1], m->block[2]},
+                         .arg_bytes = arg_bytes};
+    for (int i = 0; i < m->nparams; i++) {
+        argv[i] = &step.args[i];
+        if (m->params[i].kind != KILN_PARAM_PTR) continue;
+        if (!step.args[i].ptr) l.nullable |= 1u << i;
+        for (int t = 0; t < a->ntensors; t++)
+            if (!strcmp(a->tensors[t].name, m->params[i].name)) arg_bytes[i] = bytes[t];
+    }
+    if (kiln_emu_run(k, &l, argv, &err) != KILN_OK) {
+        CHECK(0, "run: %s", err.msg);
+        return -1;
+    }
+    return 0;
+}
+
+/* x and out with a padded head stride (q and k inside a packed qkv: head stride head_dim + 24) must
+ * give the bits of the contiguous run (checked against float64 above), and leave the padding alone. */
+static void strided(const char *spec, int head_dim, int rdim, int inplace) {
+    char name[300];
+    snprintf(name, sizeof name, "%s sm_80: a padded head stride through the generic launch", spec);
+    TEST_BEGIN(name);
+    enum { B = 2, S = 9, H = 5, RO = 12, PAD = 24 };
+    const int d = head_dim, ld = d + PAD;
+    const size_t nc = (size_t)B * S * H * d, np = (size_t)B * S * H * ld, ncs = (size_t)RO * (rdim / 2);
+    kiln_emu_kernel *k = NULL;
+    kiln_error err = {0};
+    uint16_t *xc = aligned_alloc(64, nc * 2), *xp = aligned_alloc(64, np * 2), *oc = aligned_alloc(64, nc * 2);
+    uint16_t *op = aligned_alloc(64, np * 2), *cs = aligned_alloc(64, ncs * 2), *sn = aligned_alloc(64, ncs * 2);
+    CHECK(kiln_emu_load(emu, gen, spec, 80, &k, &err) == KILN_OK, "%s", err.msg);
+    if (k && xc && xp && oc && op && cs && sn) {
+        memset(xp, 0x5a, np * 2), memset(op, 0x5a, np * 2), memset(oc, 0xff, nc * 2);
+        uint64_t seed = 11;
+        for (size_t i = 0; i < nc; i++) {
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            double v = (double)(int)(seed >> 40 & 0xffff) / 8192.0 - 4.0;
+            kiln_emu_value_set(KILN_BF16, xc, i, v);
+            xp[i / (size_t)d * (size_t)ld + i % (size_t)d] = xc[i];
+        }
+        for (size_t i = 0; i < ncs; i++) {
+            double th = (double)(i / (size_t)(rdim / 2)) * pow(10000.0, -2.0 * (double)(i % (size_t)(rdim / 2)) / rdim);
+            kiln_emu_value_set(KILN_BF16, cs, i, cos(th)), kiln_emu_value_set(KILN_BF16, sn, i, sin(th));
+        }
+        kiln_launch_scalar sc[] = {{"batch", B}, {"seq", S}, {"heads", H}, {"seqlen_ro", RO}, {"offset", 2}};
+        kiln_launch_tensor tc[] = {{.name = "x", .ptr = (uintptr_t)xc}, {.name = "cos", .ptr = (uintptr_t)cs},
+                                   {.name = "sin", .ptr = (uintptr_t)sn}, {.name = "out", .ptr = (uintptr_t)oc}};
+        kiln_launch_tensor tp[] = {{.name = "x", .ptr = (uintptr_t)xp, .strides = {(int64_t)S * H * ld, (int64_t)H * ld, ld, 1}},
+                                   {.name = "cos", .ptr = (uintptr_t)cs}, {.name = "sin", .ptr = (uintptr_t)sn},
+                                   {.name = "out", .ptr = (uintptr_t)op, .strides = {(int64_t)S * H * ld, (int64_t)H * ld, ld, 1}}};
+        size_t bc[] = {nc * 2, ncs * 2, ncs * 2, nc * 2}, bp[] = {np * 2, ncs * 2, ncs * 2, np * 2};
+        kiln_launch_args ac = {.tensors = tc, .ntensors = inplace ? 3 : 4, .scalars = sc, .nscalars = 5};
+        kiln_launch_args ap = {.tensors = tp, .ntensors = inplace ? 3 : 4, .scalars = sc, .nscalars = 5};
+        if (run_bound(k, &ac, bc) == 0 && run_bound(k, &ap, bp) == 0) {
+            const uint16_t *got = inplace ? xp : op, *want = inplace ? xc : oc;
+            long diff = 0, pad = 0;
+            for (size_t i = 0; i < np; i++) {
+                size_t row = i / (size_t)ld, c = i % (size_t)ld;
+                if (c < (size_t)d) diff += got[i] != want[row * (size_t)d + c];
+                else pad += got[i] != 0x5a5a;
+            }
+            CHECK(diff == 0, "%ld elements differ from the contiguous run", diff);
+            CHECK(pad == 0, "%ld padding elements written", pad);
+        }
+    }
+    free(xc), free(xp), free(oc), free(op), free(cs), free(sn);
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -132,6 +215,9 @@ int main(void) {
         return 1;
     }
     correctness();
+    strided("rotary dtype=bf16 head_dim=128 rotary_dim=64", 128, 64, 0);
+    strided("rotary dtype=bf16 head_dim=64 interleaved=true inplace=true", 64, 64, 1);
+    strided("rotary dtype=bf16 head_dim=96 rotary_dim=24 inplace=true", 96, 24, 1);
     bytes("rotary dtype=bf16 head_dim=128", 0, 2, 2, 128, 128);
     bytes("rotary dtype=bf16 head_dim=128 interleaved=true", 0, 2, 2, 128, 128);
     bytes("rotary dtype=bf16 head_dim=128 rotary_dim=64 inplace=true", 1, 2, 2, 128, 64);

@@ -47,26 +47,19 @@ static void vector_accesses(kiln_gen *gen, const char *spec, int sm, int narrow)
 }
 
 int main(void) {
-    static matrix_variant vs[4096];
     static const int quick_sms[] = {75, 80, 90, 100, 120};
     static const char *const families[] = {"rotary"};
-    int all_sms[16], nall = matrix_sms(all_sms);
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
         printf("cannot create generator: %s\nrotary ptxas matrix: 0 passed, 1 failed\n", err.msg);
         return 1;
     }
-    int n = matrix_variants(gen, families, 1, matrix_full() ? all_sms : quick_sms, matrix_full() ? nall : 5, vs, 0, 4096);
-    if (n < 0) check_failed++;
-    else n = matrix_slice(vs, n);
-    int skipped = n > 0 ? matrix_check(gen, vs, n) : 0;
     static const char *const wide[] = {"rotary dtype=bf16 head_dim=128", "rotary dtype=f16 head_dim=128 interleaved=true",
                                        "rotary dtype=f32 head_dim=128 rotary_dim=64", "rotary dtype=bf16 cs=f32 head_dim=128 rotary_dim=64 inplace=true"};
     for (int i = 0; i < 4; i++)
         for (int s = 0; s < 3; s++) vector_accesses(gen, wide[i], quick_sms[s], i == 1 ? 3 : 1);
     vector_accesses(gen, "rotary dtype=bf16 head_dim=128 varlen=true", 80, 3);
     kiln_gen_destroy(gen);
-    printf("rotary ptxas matrix: %d passed, %d failed, %d skipped\n", check_passed, check_failed, skipped);
-    return check_failed ? 1 : 0;
+    return matrix_main("rotary ptxas matrix", families, 1, matrix_full() ? NULL : quick_sms, 5);
 }
