@@ -13,6 +13,8 @@
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
 
+unsigned gen_spec_resolutions(void); /* gen/gen_spec.c: this thread's spec resolutions */
+
 extern char **environ;
 
 static fake_cuda_api fake;
@@ -393,6 +395,27 @@ static void test_layernorm(void) {
     TEST_END();
 }
 
+/* The generate path resolves a spec once (issue 23 item 4): the canonical form the runtime asks for
+ * first (its cache key) is what the generator then builds, without resolving it again. */
+static void test_resolve_once(void) {
+    TEST_BEGIN("a generated kernel's spec is resolved once");
+    warnings w = {0};
+    kiln_rt *rt = open_rt(80, NULL, &w);
+    kiln_kernel *k = NULL;
+    kiln_error e;
+    static const char *const specs[] = {"rmsnorm hidden=96 x=f16", "rmsnorm x=f16 w=f16 y=f16 hidden=96 weight=true offset=1"};
+    for (int i = 0; i < 2; i++) {
+        unsigned before = gen_spec_resolutions();
+        CHECK(kiln_rt_get_kernel(rt, specs[i], &k, &e) == KILN_OK, "%s", e.msg);
+        CHECK(gen_spec_resolutions() - before == 1, "%s: %u resolutions", specs[i], gen_spec_resolutions() - before);
+        before = gen_spec_resolutions();
+        CHECK(kiln_rt_get_kernel(rt, specs[i], &k, &e) == KILN_OK && gen_spec_resolutions() == before, "memory hit");
+    }
+    CHECK(stats(rt).generated == 2, "generated %llu", (unsigned long long)stats(rt).generated);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 static void test_layernorm_bundle_only(void) {
     TEST_BEGIN("LayerNorm helper from a bundle, no generator");
     kiln_gen *g = NULL;
@@ -455,6 +478,7 @@ int main(int argc, char **argv) {
     test_generator_errors();
     test_layernorm();
     test_layernorm_bundle_only();
+    test_resolve_once();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
     if (system(cmd) != 0) printf("  could not remove %s\n", cache_root);
