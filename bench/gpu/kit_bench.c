@@ -107,12 +107,12 @@ static int copy_launch(void *p) {
 
 typedef struct ln_ctx {
     kiln_rt *rt;
-    kiln_layernorm_args a;
+    kiln_norm_fwd_args a;
 } ln_ctx;
 static int ln_launch(void *p) {
     ln_ctx *c = p;
     kiln_error err;
-    if (kiln_layernorm_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
+    if (kiln_norm_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
     fprintf(stderr, "kiln-gpucheck: layernorm: %s\n", err.msg);
     return -1;
 }
@@ -121,7 +121,7 @@ static int ln_launch(void *p) {
  * module and launched with its parameters bound by name. */
 typedef struct probe_ctx {
     kiln_kernel *k;
-    kiln_layernorm_args a;
+    kiln_norm_fwd_args a;
 } probe_ctx;
 
 static int probe_launch(void *p) {
@@ -499,7 +499,7 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
             /* probe: the same PTX asking ptxas for two blocks per SM (fewer registers, more loads in flight) */
             probe_ctx pr = {.a = lc.a};
             kiln_kernel *picked;
-            if (kiln_layernorm_pick(rt, &lc.a, &picked, &err) == KILN_OK &&
+            if (kiln_norm_forward_pick(rt, &lc.a, &picked, &err) == KILN_OK &&
                 probe_load(rt, b->bundle, kiln_kernel_get_meta(picked), &pr.k) == 0) {
                 ms = time_median(&t, probe_launch, &pr, reps, &used);
                 if (ms > 0) {

@@ -619,7 +619,8 @@ attention = scaled_dot_product_attention
 
 
 def _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate):
-    """One launch of the rotary family on contiguous x (and out; out None: in place)."""
+    """One launch of the rotary family through the generic launch (x and out strided but for the last
+    dim; out None: in place)."""
     varlen = cu_seqlens is not None
     heads, d = x.shape[-2], x.shape[-1]
     batch = cu_seqlens.shape[0] - 1 if varlen else x.shape[0]
@@ -629,17 +630,16 @@ def _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, m
     spec = "rotary dtype=%s cs=%s head_dim=%d rotary_dim=%d interleaved=%s varlen=%s inplace=%s" % (
         _DT[x.dtype], _DT[cos.dtype], d, 2 * cos.shape[1], *("true" if f else "false" for f in (
             interleaved, varlen, out is None)))
-    args = dict(x=x, cos=cos, sin=sin, offsets=offsets, batch=batch, seq=seq, heads=heads, seqlen_ro=cos.shape[0],
-                offset=offset, conjugate=1 if conjugate else 0)
-    tensors = [("x", x)] if out is None else [("x", x), ("o", out)]
+    tensors = {"x": x, "cos": cos, "sin": sin, "offsets": offsets}
     if out is not None:
-        args["out"] = out
+        tensors["out"] = out
     if varlen:
-        args["cu_seqlens"] = cu_seqlens
-    for t, a in tensors:
-        for axis, st in zip("sh" if varlen else "bsh", a.stride()[:-1]):
-            args["stride_%s%s" % (t, axis)] = st
-    runtime(x.device).kernel(spec).launch(problem=(seq, batch, heads), stream=_stream(x), **args)
+        tensors["cu_seqlens"] = cu_seqlens
+    scalars = {"batch": batch, "seq": seq, "heads": heads, "seqlen_ro": cos.shape[0], "offset": offset,
+               "conjugate": 1 if conjugate else 0}
+    if varlen:
+        scalars["total"] = x.shape[0]
+    runtime(x.device).launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
 
 
 @torch.library.custom_op("kiln::rotary", mutates_args=())
@@ -666,7 +666,8 @@ def _rotary_backward(ctx, dy):
     cos, sin, offsets, cu_seqlens = ctx.saved_tensors
     interleaved, offset, max_seqlen, conjugate = ctx.rotary
     # the gradient of a rotation by theta is the rotation by -theta (sin negated)
-    dx = _rotary(dy.contiguous(), cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, not conjugate)
+    dy = dy if dy.stride(-1) == 1 else dy.contiguous()
+    dx = _rotary(dy, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, not conjugate)
     return dx, None, None, None, None, None, None, None, None
 
 
@@ -691,8 +692,9 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
     batch + 1) and max_seqlen; cos, sin: [seqlen_ro, rotary_dim / 2], any float dtype (x's or f32);
     the first rotary_dim dims rotate (GPT-NeoX halves; GPT-J pairs with interleaved=True) at positions
     s + seqlen_offsets (an int or an int32/int64 tensor [batch]); positions past the table are not
-    rotated. Autograd: the backward is the same kernel rotating by -theta. inplace=True rotates x itself
-    (through a copy when x needs a gradient or is not contiguous)."""
+    rotated. x may be strided (q or k inside a packed qkv) but for its last dim. Autograd: the backward is
+    the same kernel rotating by -theta. inplace=True rotates x itself (through a copy when x needs a
+    gradient)."""
     what = "kiln apply_rotary_emb"
     _check_cuda(what, x, cos, sin, cu_seqlens)
     _dtype_name(x.dtype, what + ": x")
@@ -722,8 +724,9 @@ def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offse
         cu_seqlens = cu_seqlens.to(torch.int32)
     cos, sin = cos.contiguous(), sin.contiguous()
     ms = int(max_seqlen) if varlen else 0
-    if inplace and x.is_contiguous() and not x.requires_grad:
+    if inplace and x.stride(-1) == 1 and not x.requires_grad:
         _rotary_inplace(x, cos, sin, offsets, cu_seqlens, bool(interleaved), int(offset), ms)
         return x
-    out = _rotary(x.contiguous(), cos, sin, offsets, cu_seqlens, bool(interleaved), int(offset), ms, False)
+    xs = x if x.stride(-1) == 1 else x.contiguous()
+    out = _rotary(xs, cos, sin, offsets, cu_seqlens, bool(interleaved), int(offset), ms, False)
     return x.copy_(out) if inplace else out

@@ -67,3 +67,13 @@ def test_bad_arguments(kt):
         kt.apply_rotary_emb(x, cos, torch.empty((4, 4), dtype=torch.float32, device="cuda"))
     with pytest.raises(KilnArgumentError, match="CUDA tensors"):
         kt.apply_rotary_emb(torch.empty((1, 4, 2, 8), dtype=torch.float16), cos, cos)
+
+
+def test_strided_x_reaches_the_kernel_without_a_copy(kt, fake_cuda):
+    # [batch, heads, seq, d] storage seen as [batch, seq, heads, d]: strides pass through the generic launch
+    x = torch.empty((2, 4, 5, 64), dtype=torch.float16, device="cuda").transpose(1, 2)
+    cos, sin = (torch.empty((8, 32), dtype=torch.float16, device="cuda") for _ in range(2))
+    y = kt.apply_rotary_emb(x, cos, sin)
+    p = dict(zip(NAMES, fake_cuda.last_launch().param))
+    assert p["x"] == x.data_ptr() and (p["stride_xb"], p["stride_xs"], p["stride_xh"]) == (4 * 5 * 64, 64, 5 * 64)
+    assert (p["stride_ob"], p["stride_os"], p["stride_oh"]) == (5 * 4 * 64, 4 * 64, 64) and p["out"] == y.data_ptr()
