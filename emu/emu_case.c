@@ -194,12 +194,9 @@ kiln_status kiln_case_create(kiln_case **out, kiln_gen *gen, kiln_emu *emu, cons
         st = kiln_fail(err, KILN_ENOTFOUND, "no float64 reference for family '%s'; valid: %s", c->spec.family,
                        kiln_ref_names());
     if (st == KILN_OK) st = c->ref->create(c, err);
-    if (st != KILN_OK) {
-        kiln_case_free(c);
-        return st;
-    }
-    *out = c;
-    return KILN_OK;
+    if (st == KILN_OK) *out = c;
+    else kiln_case_free(c);
+    return st;
 }
 
 void kiln_case_free(kiln_case *c) {

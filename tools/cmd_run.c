@@ -35,22 +35,15 @@ static void run_usage(FILE *to) {
             "  --seq-k N     keys (default: seq_q)\n"
             "  --batch B     batch (default 1)\n"
             "  --heads H[:K] query heads, key/value heads, each 1..65535 (default 2:2; K must divide H)\n"
-            "  --splits N    splitkv=true (split-KV decoding): key splits (1..1024, default 4); the\n"
-            "                split kernel fills an f32 workspace, then its attention_combine runs\n"
-            "attention_bwd: the same options; runs the whole backward sequence (prep, dkdv, convert;\n"
-            "  deterministic=true: prep, dkdv, dq) whatever the spec's kernel= says, from the float64\n"
-            "  forward's O and lse, and checks dq, dk, dv against the float64 gradients\n"
-            "rotary: --rows is seq (varlen=true: the longest sequence; the others are 0, 1 and drawn),\n"
-            "  --batch B (default 2), --heads H (default 3); per-sequence position offsets, positions\n"
-            "  before and past the cos/sin table (templates/rotary.ref.c)\n\n"
+            "  --splits N    splitkv=true (split-KV decoding): key splits (1..1024, default 4)\n"
+            "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
+            "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
+            "the sequence's outputs are checked (docs/registry.md).\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n"
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
-            "         kiln run layernorm_bwd x=bf16 w=f32 hidden=4096 --sm 80 --rows 64   (then norm_reduce)\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
-            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
-            "         kiln run attention_bwd dtype=f16 head_dim=128 causal=true --sm 80 --rows 100 --heads 4:2\n"
-            "         kiln run rotary dtype=bf16 head_dim=128 rotary_dim=64 varlen=true --sm 75 --rows 300 --batch 6 --heads 8\n");
+            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n");
 }
 
 typedef struct run_opts {

@@ -105,15 +105,41 @@ static int copy_launch(void *p) {
     return c->d->cuMemcpyDtoD(c->dst, c->src, c->n);
 }
 
-typedef struct ln_ctx {
+/* One launch through a typed runtime helper: what the timer repeats. */
+typedef enum helper { H_LAYERNORM, H_NORM_FWD, H_NORM_BWD, H_ATTENTION, H_SPLITKV, H_ATTENTION_BWD } helper;
+typedef struct helper_ctx {
     kiln_rt *rt;
-    kiln_norm_fwd_args a;
-} ln_ctx;
-static int ln_launch(void *p) {
-    ln_ctx *c = p;
+    helper h;
+    kiln_norm_fwd_args ln;
+#ifdef KIT_HAVE_NORM
+    kiln_norm_fwd_args f;
+    kiln_norm_bwd_args b;
+#endif
+    kiln_attention_args a;
+    kiln_devptr ws; /* H_SPLITKV: the partials (splits 0: the helper's own choice) */
+    size_t ws_bytes;
+    kiln_attention_bwd_args ab;
+} helper_ctx;
+
+static int helper_launch(void *p) {
+    helper_ctx *c = p;
     kiln_error err;
-    if (kiln_norm_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: layernorm: %s\n", err.msg);
+    kiln_status st = KILN_EINVAL;
+    const char *what = "";
+    switch (c->h) {
+    case H_LAYERNORM: st = kiln_norm_forward(c->rt, &c->ln, &err), what = "layernorm"; break;
+#ifdef KIT_HAVE_NORM
+    case H_NORM_FWD: st = kiln_norm_forward(c->rt, &c->f, &err), what = "rmsnorm forward"; break;
+    case H_NORM_BWD: st = kiln_norm_backward(c->rt, &c->b, &err), what = "norm backward"; break;
+#else
+    case H_NORM_FWD: case H_NORM_BWD: break;
+#endif
+    case H_ATTENTION: st = kiln_attention_forward(c->rt, &c->a, &err), what = "attention"; break;
+    case H_SPLITKV: st = kiln_attention_forward_splitkv(c->rt, &c->a, 0, c->ws, c->ws_bytes, &err), what = "split-KV attention"; break;
+    case H_ATTENTION_BWD: st = kiln_attention_backward(c->rt, &c->ab, &err), what = "attention backward"; break;
+    }
+    if (st == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", what, err.msg);
     return -1;
 }
 
@@ -222,59 +248,7 @@ fail:
     return -1;
 }
 
-typedef struct norm_ctx {
-    kiln_rt *rt;
-    int bwd;
-    kiln_norm_fwd_args f;
-    kiln_norm_bwd_args b;
-} norm_ctx;
-static int norm_launch(void *p) {
-    norm_ctx *c = p;
-    kiln_error err;
-    if ((c->bwd ? kiln_norm_backward(c->rt, &c->b, &err) : kiln_norm_forward(c->rt, &c->f, &err)) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: %s: %s\n", c->bwd ? "norm backward" : "rmsnorm forward", err.msg);
-    return -1;
-}
 #endif
-
-typedef struct attn_ctx {
-    kiln_rt *rt;
-    kiln_attention_args a;
-} attn_ctx;
-static int attn_launch(void *p) {
-    attn_ctx *c = p;
-    kiln_error err;
-    if (kiln_attention_forward(c->rt, &c->a, &err) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: attention: %s\n", err.msg);
-    return -1;
-}
-
-/* Split-KV decoding through kiln_attention_forward_splitkv (splits 0: the helper's own choice). */
-typedef struct decode_ctx {
-    kiln_rt *rt;
-    kiln_attention_args a;
-    kiln_devptr ws;
-    size_t ws_bytes;
-} decode_ctx;
-static int decode_launch(void *p) {
-    decode_ctx *c = p;
-    kiln_error err;
-    if (kiln_attention_forward_splitkv(c->rt, &c->a, 0, c->ws, c->ws_bytes, &err) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: split-KV attention: %s\n", err.msg);
-    return -1;
-}
-
-typedef struct attn_bwd_ctx {
-    kiln_rt *rt;
-    kiln_attention_bwd_args a;
-} attn_bwd_ctx;
-static int attn_bwd_launch(void *p) {
-    attn_bwd_ctx *c = p;
-    kiln_error err;
-    if (kiln_attention_backward(c->rt, &c->a, &err) == KILN_OK) return 0;
-    fprintf(stderr, "kiln-gpucheck: attention backward: %s\n", err.msg);
-    return -1;
-}
 
 typedef struct peak_ctx {
     kiln_kernel *k;
@@ -357,8 +331,9 @@ typedef struct bench {
     const kiln_device_info *dev;
     timer t;
     kiln_devptr flushbuf;
-    int quick, reps;
+    int quick, reps, used; /* used: the launches the last median took */
     double copy_gbs, peak_tflops;
+    kiln_error err;
 } bench;
 
 /* The row tensors the norm sections share (x, y, the hidden-long vectors, the per-row statistics). */
@@ -408,20 +383,17 @@ static int bench_open(bench *b, const char *bundle_path, const char *csv_path, i
 /* The bandwidth ceiling: a device-to-device copy (bytes read + bytes written). */
 static int bench_copy(bench *b) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
     /* device-to-device copy: the bandwidth ceiling (bytes read + bytes written) */
-    size_t copy_bytes = quick ? (8u << 20) : (1ull << 30);
+    size_t copy_bytes = b->quick ? (8u << 20) : (1ull << 30);
     copy_ctx cc = {.d = &b->d, .n = copy_bytes};
-    if (kiln_rt_alloc(rt, copy_bytes, &cc.src, &err) != KILN_OK || kiln_rt_alloc(rt, copy_bytes, &cc.dst, &err) != KILN_OK)
-        return die("alloc", &err);
+    if (kiln_rt_alloc(rt, copy_bytes, &cc.src, &b->err) != KILN_OK || kiln_rt_alloc(rt, copy_bytes, &cc.dst, &b->err) != KILN_OK)
+        return die("alloc", &b->err);
     CK(b->d.cuMemsetD8(cc.src, 0x5a, copy_bytes));
-    ms = time_median(&t, copy_launch, &cc, reps, &used);
+    ms = time_median(&b->t, copy_launch, &cc, b->reps, &b->used);
     double copy_gbs = 2.0 * (double)copy_bytes / (ms * 1e-3) / 1e9;
     printf("  cuMemcpyDtoD %zu MiB: %.3f ms, %.0f GB/s (read + write)\n", copy_bytes >> 20, ms, copy_gbs);
-    csv_row("copy", "cuMemcpyDtoD", "-", 0, 0, 0, 0, 0, 0, 2.0 * (double)copy_bytes, "GB", ms, used);
+    csv_row("copy", "cuMemcpyDtoD", "-", 0, 0, 0, 0, 0, 0, 2.0 * (double)copy_bytes, "GB", ms, b->used);
     kiln_rt_free(rt, cc.src, NULL), kiln_rt_free(rt, cc.dst, NULL);
     b->copy_gbs = copy_gbs;
     return 0;
@@ -430,9 +402,6 @@ static int bench_copy(bench *b) {
 /* The tensor-core ceiling: a kiln-written mma.sync loop on every SM. */
 static int bench_mma_peak(bench *b) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
     /* tensor-core ceiling of mma.sync */
     char ptx[16384];
@@ -442,16 +411,16 @@ static int bench_mma_peak(bench *b) {
     snprintf(pm.params[0].name, KILN_NAME_MAX, "out"), pm.params[0].kind = KILN_PARAM_PTR;
     snprintf(pm.params[1].name, KILN_NAME_MAX, "iters"), pm.params[1].kind = KILN_PARAM_I32;
     peak_ctx pc = {.grid = {(unsigned)b->dev->multiprocessors * 8, 1, 1}};
-    unsigned iters = quick ? 16 : 1024;
+    unsigned iters = b->quick ? 16 : 1024;
     pc.args[1].i32 = (int32_t)iters;
-    if (kiln_rt_load_module(rt, ptx, plen, KILN_PAYLOAD_PTX, &pm, &pc.k, &err) != KILN_OK ||
-        kiln_rt_alloc(rt, (size_t)pc.grid[0] * 256 * 4, &pc.args[0].ptr, &err) != KILN_OK)
-        return die("mma peak kernel", &err);
-    ms = time_median(&t, peak_launch, &pc, reps, &used);
+    if (kiln_rt_load_module(rt, ptx, plen, KILN_PAYLOAD_PTX, &pm, &pc.k, &b->err) != KILN_OK ||
+        kiln_rt_alloc(rt, (size_t)pc.grid[0] * 256 * 4, &pc.args[0].ptr, &b->err) != KILN_OK)
+        return die("mma peak kernel", &b->err);
+    ms = time_median(&b->t, peak_launch, &pc, b->reps, &b->used);
     double peak_flops = (double)pc.grid[0] * 8 /* warps */ * iters * MMA_CHAINS * 2.0 * 16 * 8 * 16;
     double peak_tflops = peak_flops / (ms * 1e-3) / 1e12;
     printf("  mma.sync m16n8k16 bf16 peak: %.3f ms, %.1f TFLOP/s\n", ms, peak_tflops);
-    csv_row("mma_peak", "mma.sync.m16n8k16.bf16", "bf16", 0, 0, 0, 0, pc.grid[0], 0, peak_flops, "TFLOP", ms, used);
+    csv_row("mma_peak", "mma.sync.m16n8k16.bf16", "bf16", 0, 0, 0, 0, pc.grid[0], 0, peak_flops, "TFLOP", ms, b->used);
     b->peak_tflops = peak_tflops;
     return 0;
 }
@@ -459,55 +428,52 @@ static int bench_mma_peak(bench *b) {
 /* LayerNorm forward over the sweep's dtypes and hidden sizes, and the two-blocks-per-SM probe. */
 static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
     /* LayerNorm forward over hidden sizes */
-    size_t max_bytes = (size_t)(quick ? (4u << 20) : KIT_LN_SWEEP_BYTES) + (64u << 20);
+    size_t max_bytes = (size_t)(b->quick ? (4u << 20) : KIT_LN_SWEEP_BYTES) + (64u << 20);
     kiln_devptr x, y, w, bb, mean, rstd;
     size_t max_rows = max_bytes / 2 / 768 + 1;
     void *host = malloc(max_bytes / 2);
     if (!host) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
-    if (kiln_rt_alloc(rt, max_bytes / 2, &x, &err) || kiln_rt_alloc(rt, max_bytes / 2, &y, &err) ||
-        kiln_rt_alloc(rt, 16384 * 4, &w, &err) || kiln_rt_alloc(rt, 16384 * 4, &bb, &err) ||
-        kiln_rt_alloc(rt, max_rows * 4, &mean, &err) || kiln_rt_alloc(rt, max_rows * 4, &rstd, &err))
-        return die("alloc", &err);
+    if (kiln_rt_alloc(rt, max_bytes / 2, &x, &b->err) || kiln_rt_alloc(rt, max_bytes / 2, &y, &b->err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &w, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &bb, &b->err) ||
+        kiln_rt_alloc(rt, max_rows * 4, &mean, &b->err) || kiln_rt_alloc(rt, max_rows * 4, &rstd, &b->err))
+        return die("alloc", &b->err);
     printf("  %-28s %7s %8s %9s %9s %7s\n", "layernorm forward", "hidden", "rows", "ms", "GB/s", "of copy");
     for (size_t ti = 0; ti < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; ti++) {
         kiln_dtype dt;
         kiln_dtype_parse(kit_ln_sweep_dtypes[ti], &dt);
         size_t es = kiln_dtype_size(dt);
         fill_random(host, max_bytes / 2 / es, dt, 1 + ti);
-        if (kiln_rt_upload(rt, x, host, max_bytes / 2 / es * es, &err) != KILN_OK) return die("upload", &err);
+        if (kiln_rt_upload(rt, x, host, max_bytes / 2 / es * es, &b->err) != KILN_OK) return die("upload", &b->err);
         fill_random(host, 16384 * 2, dt, 7);
-        if (kiln_rt_upload(rt, w, host, 16384 * es, &err) || kiln_rt_upload(rt, bb, (char *)host + 16384 * es, 16384 * es, &err))
-            return die("upload", &err);
+        if (kiln_rt_upload(rt, w, host, 16384 * es, &b->err) || kiln_rt_upload(rt, bb, (char *)host + 16384 * es, 16384 * es, &b->err))
+            return die("upload", &b->err);
         for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
             int hidden = kit_ln_sweep_hidden[hi];
-            double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            double want = b->quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
             long rows = (long)ceil(want / ((double)hidden * 2 * (double)es));
-            ln_ctx lc = {.rt = rt, .a = {.y = y, .mean = mean, .rstd = rstd, .x = x, .weight = w, .bias = bb, .rows = (int)rows,
+            helper_ctx lc = {.rt = rt, .h = H_LAYERNORM, .ln = {.y = y, .mean = mean, .rstd = rstd, .x = x, .weight = w, .bias = bb, .rows = (int)rows,
                                          .hidden = hidden, .x_dtype = dt, .w_dtype = dt, .y_dtype = dt, .eps = 1e-5f}};
             double bytes = (double)rows * hidden * 2 * (double)es + 2.0 * hidden * (double)es + 8.0 * (double)rows;
-            t.flush = bytes < t.flush_bytes ? b->flushbuf : 0;
-            ms = time_median(&t, ln_launch, &lc, reps, &used);
+            b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+            ms = time_median(&b->t, helper_launch, &lc, b->reps, &b->used);
             if (ms < 0) continue;
             double gbs = bytes / (ms * 1e-3) / 1e9;
             printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", kit_ln_sweep_dtypes[ti], hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
-            csv_row("layernorm_fwd", "kiln", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            csv_row("layernorm_fwd", "kiln", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             /* probe: the same PTX asking ptxas for two blocks per SM (fewer registers, more loads in flight) */
-            probe_ctx pr = {.a = lc.a};
+            probe_ctx pr = {.a = lc.ln};
             kiln_kernel *picked;
-            if (kiln_norm_forward_pick(rt, &lc.a, &picked, &err) == KILN_OK &&
+            if (kiln_norm_forward_pick(rt, &lc.ln, &picked, &b->err) == KILN_OK &&
                 probe_load(rt, b->bundle, kiln_kernel_get_meta(picked), &pr.k) == 0) {
-                ms = time_median(&t, probe_launch, &pr, reps, &used);
+                ms = time_median(&b->t, probe_launch, &pr, b->reps, &b->used);
                 if (ms > 0) {
                     gbs = bytes / (ms * 1e-3) / 1e9;
                     printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "  probe .minnctapersm 2", hidden, rows, ms, gbs,
                            100 * gbs / b->copy_gbs);
                     csv_row("layernorm_fwd", "kiln-minctasm2", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB",
-                            ms, used);
+                            ms, b->used);
                 }
             }
         }
@@ -521,22 +487,16 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
  * their offset=1 rows and the backward's kernel forms, on the LayerNorm section's tensors. */
 static int bench_norms(bench *b, const row_bufs *rb) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
-    size_t max_bytes = rb->max_bytes;
-    kiln_devptr x = rb->x, y = rb->y, w = rb->w, mean = rb->mean, rstd = rb->rstd;
-    void *host = rb->host;
     /* RMSNorm forward and LayerNorm backward (bf16, weight and bias; dweight/dbias through the
      * workspace and the reduce kernel): bytes = the row tensors read and written once */
     kiln_devptr dy, dw, db, ws = 0;
     size_t ws_bytes = 0;
-    if (kiln_rt_alloc(rt, max_bytes / 2, &dy, &err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &err) ||
-        kiln_rt_alloc(rt, 16384 * 4, &db, &err))
-        return die("alloc", &err);
-    fill_random(host, max_bytes / 2 / 2, KILN_BF16, 5);
-    if (kiln_rt_upload(rt, dy, host, max_bytes / 2 / 2 * 2, &err) != KILN_OK) return die("upload", &err);
+    if (kiln_rt_alloc(rt, rb->max_bytes / 2, &dy, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &b->err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &db, &b->err))
+        return die("alloc", &b->err);
+    fill_random(rb->host, rb->max_bytes / 2 / 2, KILN_BF16, 5);
+    if (kiln_rt_upload(rt, dy, rb->host, rb->max_bytes / 2 / 2 * 2, &b->err) != KILN_OK) return die("upload", &b->err);
     /* fam 0: RMSNorm forward; 1: LayerNorm backward (weight and bias); 2: RMSNorm backward (weight).
      * The backwards also time their kernel forms (kit_norm_bwd_forms) on the same data. */
     static const char *const fam_names[] = {"rmsnorm forward bf16", "layernorm backward bf16", "rmsnorm backward bf16"};
@@ -545,26 +505,26 @@ static int bench_norms(bench *b, const row_bufs *rb) {
         printf("  %-28s %7s %8s %9s %9s %7s\n", fam_names[fam], "hidden", "rows", "ms", "GB/s", "of copy");
         for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
             int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
-            double want = quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            double want = b->quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
             long rows = (long)ceil(want / ((double)hidden * tensors * 2));
-            norm_ctx nc = {.rt = rt, .bwd = fam != 0};
-            nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = y, .rstd = rstd, .x = x, .weight = w, .rows = (int)rows,
+            helper_ctx nc = {.rt = rt, .h = fam ? H_NORM_BWD : H_NORM_FWD};
+            nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = rb->y, .rstd = rb->rstd, .x = rb->x, .weight = rb->w, .rows = (int)rows,
                                         .hidden = hidden, .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .y_dtype = KILN_BF16,
                                         .r_dtype = KILN_BF16, .eps = 1e-5f};
-            nc.b = (kiln_norm_bwd_args){.kind = fam == 2 ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM, .dx = y, .dweight = dw,
-                                        .dbias = fam == 2 ? 0 : db, .dy = dy, .x = x, .mean = fam == 2 ? 0 : mean,
-                                        .rstd = rstd, .weight = w, .rows = (int)rows, .hidden = hidden,
+            nc.b = (kiln_norm_bwd_args){.kind = fam == 2 ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM, .dx = rb->y, .dweight = dw,
+                                        .dbias = fam == 2 ? 0 : db, .dy = dy, .x = rb->x, .mean = fam == 2 ? 0 : rb->mean,
+                                        .rstd = rb->rstd, .weight = rb->w, .rows = (int)rows, .hidden = hidden,
                                         .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .dy_dtype = KILN_BF16,
                                         .dx_dtype = KILN_BF16, .r_dtype = KILN_BF16};
             if (fam) {
                 size_t need = 0;
-                if (kiln_norm_backward_workspace(rt, &nc.b, &need, NULL, &err) != KILN_OK) {
-                    fprintf(stderr, "kiln-gpucheck: layernorm backward: %s\n", err.msg);
+                if (kiln_norm_backward_workspace(rt, &nc.b, &need, NULL, &b->err) != KILN_OK) {
+                    fprintf(stderr, "kiln-gpucheck: layernorm backward: %s\n", b->err.msg);
                     continue;
                 }
                 if (need > ws_bytes) {
                     if (ws) kiln_rt_free(rt, ws, NULL);
-                    if (kiln_rt_alloc(rt, need, &ws, &err) != KILN_OK) return die("alloc", &err);
+                    if (kiln_rt_alloc(rt, need, &ws, &b->err) != KILN_OK) return die("alloc", &b->err);
                     ws_bytes = need;
                 }
                 nc.b.workspace = ws, nc.b.workspace_bytes = ws_bytes;
@@ -573,22 +533,22 @@ static int bench_norms(bench *b, const row_bufs *rb) {
              * (mean and rstd, RMSNorm rstd), two hidden-long bf16 vectors */
             double stats = fam == 1 ? 8.0 : 4.0;
             double bytes = (double)rows * hidden * tensors * 2 + stats * (double)rows + 2.0 * hidden * 2;
-            t.flush = bytes < t.flush_bytes ? b->flushbuf : 0;
-            ms = time_median(&t, norm_launch, &nc, reps, &used);
+            b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+            ms = time_median(&b->t, helper_launch, &nc, b->reps, &b->used);
             if (ms < 0) continue;
             double gbs = bytes / (ms * 1e-3) / 1e9;
             printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
-            csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+            csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             /* offset=1 (zero-centered weights) on the same data and traffic: one f32 add per element more */
             for (size_t oi = 0; oi < sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden; oi++) {
                 if (kit_offset_sweep_hidden[oi] != hidden) continue;
-                norm_ctx oc = nc;
+                helper_ctx oc = nc;
                 oc.f.offset = oc.b.offset = 1;
-                ms = time_median(&t, norm_launch, &oc, reps, &used);
+                ms = time_median(&b->t, helper_launch, &oc, b->reps, &b->used);
                 if (ms < 0) continue;
                 gbs = bytes / (ms * 1e-3) / 1e9;
                 printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16 offset=1", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
-                csv_row(fam_csv[fam], "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+                csv_row(fam_csv[fam], "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             }
             if (!fam) continue;
             for (size_t fi = 0; fi < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows; fi++) {
@@ -602,9 +562,9 @@ static int bench_norms(bench *b, const row_bufs *rb) {
                     snprintf(spec, sizeof spec, "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s", hidden,
                              fr->form);
                 form_ctx fc = {.a = nc.b};
-                if (kiln_rt_get_kernel(rt, spec, &fc.k, &err) != KILN_OK) continue; /* not generated for every SM */
+                if (kiln_rt_get_kernel(rt, spec, &fc.k, &b->err) != KILN_OK) continue; /* not generated for every SM */
                 const kiln_kernel_meta *fm = kiln_kernel_get_meta(fc.k);
-                if (kiln_rt_get_kernel(rt, fm->then_spec, &fc.red, &err) != KILN_OK) return die("norm_reduce", &err);
+                if (kiln_rt_get_kernel(rt, fm->then_spec, &fc.red, &b->err) != KILN_OK) return die("norm_reduce", &b->err);
                 unsigned threads = fm->block[0] * fm->block[1] * fm->block[2], tile = fm->grid_tile[0] ? fm->grid_tile[0] : 1;
                 unsigned need = (unsigned)((rows + tile - 1) / tile), per_sm = threads && 1024 / threads ? 1024 / threads : 1;
                 unsigned cap = (unsigned)(b->dev->multiprocessors > 0 ? b->dev->multiprocessors : 1) * per_sm;
@@ -612,17 +572,17 @@ static int bench_norms(bench *b, const row_bufs *rb) {
                 size_t wneed = (size_t)fm->ws_slabs * fc.blocks * (fm->ws_rows_per_block ? fm->ws_rows_per_block : 1) * hidden * 4;
                 if (wneed > ws_bytes) {
                     if (ws) kiln_rt_free(rt, ws, NULL);
-                    if (kiln_rt_alloc(rt, wneed, &ws, &err) != KILN_OK) return die("alloc", &err);
+                    if (kiln_rt_alloc(rt, wneed, &ws, &b->err) != KILN_OK) return die("alloc", &b->err);
                     ws_bytes = wneed;
                 }
                 fc.a.workspace = ws, fc.a.workspace_bytes = ws_bytes;
-                ms = time_median(&t, form_launch, &fc, reps, &used);
+                ms = time_median(&b->t, form_launch, &fc, b->reps, &b->used);
                 if (ms < 0) continue;
                 gbs = bytes / (ms * 1e-3) / 1e9;
                 snprintf(impl, sizeof impl, "kiln-form-%s", fr->form);
                 printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%   (%u threads x %u blocks)\n", impl + 5, hidden, rows, ms, gbs,
                        100 * gbs / b->copy_gbs, threads, fc.blocks);
-                csv_row(fam_csv[fam], impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, used);
+                csv_row(fam_csv[fam], impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             }
         }
     }
@@ -632,22 +592,28 @@ static int bench_norms(bench *b, const row_bufs *rb) {
 }
 #endif
 
+/* The attention sweeps' shape at head_dim hd and sequence length seq: as many sequences as fill the
+ * sweep's tokens, as many heads as fill its width. 1: the quick run skips it. */
+static int attn_shape(const bench *b, int hd, int seq, int *batch, int *heads) {
+    if (b->quick && seq > 1024) return 1;
+    int tokens = b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
+    *batch = tokens / seq > 0 ? tokens / seq : 1, *heads = KIT_ATTN_SWEEP_WIDTH / hd;
+    return 0;
+}
+
 /* Attention forward over the sweep's dtypes, head dims, causal or not, and sequence lengths. */
 static int bench_attention_fwd(bench *b, attn_bufs *ab) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
     /* attention forward over sequence lengths */
-    size_t elems = (size_t)(quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) * KIT_ATTN_SWEEP_WIDTH;
+    size_t elems = (size_t)(b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) * KIT_ATTN_SWEEP_WIDTH;
     kiln_devptr q, k, v, o, lse;
     void *hq = malloc(elems * 2);
     if (!hq) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
-    if (kiln_rt_alloc(rt, elems * 2, &q, &err) || kiln_rt_alloc(rt, elems * 2, &k, &err) ||
-        kiln_rt_alloc(rt, elems * 2, &v, &err) || kiln_rt_alloc(rt, elems * 2, &o, &err) ||
-        kiln_rt_alloc(rt, elems / 32 * 4 + 4096, &lse, &err))
-        return die("alloc", &err);
+    if (kiln_rt_alloc(rt, elems * 2, &q, &b->err) || kiln_rt_alloc(rt, elems * 2, &k, &b->err) ||
+        kiln_rt_alloc(rt, elems * 2, &v, &b->err) || kiln_rt_alloc(rt, elems * 2, &o, &b->err) ||
+        kiln_rt_alloc(rt, elems / 32 * 4 + 4096, &lse, &b->err))
+        return die("alloc", &b->err);
     printf("  %-28s %7s %8s %9s %9s %7s\n", "attention forward", "seq", "batch", "ms", "TFLOP/s", "of mma");
     for (size_t ti = 0; ti < sizeof kit_attn_sweep_dtypes / sizeof *kit_attn_sweep_dtypes; ti++) {
         kiln_dtype dt;
@@ -655,29 +621,28 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
         kiln_devptr bufs[3] = {q, k, v};
         for (int i = 0; i < 3; i++) {
             fill_random(hq, elems, dt, 11 + (uint64_t)i);
-            if (kiln_rt_upload(rt, bufs[i], hq, elems * 2, &err) != KILN_OK) return die("upload", &err);
+            if (kiln_rt_upload(rt, bufs[i], hq, elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
         }
         for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
             for (int causal = 0; causal < 2; causal++)
                 for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
                     int hd = kit_attn_sweep_d[di], seq = kit_attn_sweep_seq[si];
-                    if (quick && seq > 1024) continue;
-                    int tokens = quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
-                    int batch = tokens / seq > 0 ? tokens / seq : 1, heads = KIT_ATTN_SWEEP_WIDTH / hd;
-                    attn_ctx ac = {.rt = rt, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = dt, .out_dtype = dt,
+                    int batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    helper_ctx ac = {.rt = rt, .h = H_ATTENTION, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = dt, .out_dtype = dt,
                                                    .head_dim = hd, .causal = causal, .batch = batch, .heads_q = heads,
                                                    .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
                     double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
-                    t.flush = bytes < t.flush_bytes ? b->flushbuf : 0;
-                    ms = time_median(&t, attn_launch, &ac, reps, &used);
+                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                    ms = time_median(&b->t, helper_launch, &ac, b->reps, &b->used);
                     if (ms < 0) continue;
                     double tf = flops / (ms * 1e-3) / 1e12;
                     char label[64];
                     snprintf(label, sizeof label, "%s d%d%s", kit_attn_sweep_dtypes[ti], hd, causal ? " causal" : "");
                     printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
                     csv_row("attention_fwd", "kiln", kit_attn_sweep_dtypes[ti], 0, hd, seq, causal, batch, heads, flops,
-                            "TFLOP", ms, used);
+                            "TFLOP", ms, b->used);
                 }
     }
     *ab = (attn_bufs){elems, q, k, v, o, lse, hq};
@@ -687,12 +652,7 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
 /* Decoding: one query per sequence against a long KV cache, kiln split-KV against the non-split kernel. */
 static int bench_decode(bench *b, const attn_bufs *ab) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
-    size_t elems = ab->elems;
-    void *hq = ab->hq;
     /* decoding: one query per sequence against a long KV cache; the work is reading K and V once
      * (GB/s of K + V over the copy bandwidth): kiln split-KV (automatic splits) vs the non-split kernel */
     {
@@ -701,53 +661,53 @@ static int bench_decode(bench *b, const attn_bufs *ab) {
         size_t max_tokens = 0, max_batch = 0;
         for (size_t bi = 0; bi < nb; bi++)
             for (size_t si = 0; si < ns; si++) {
-                size_t tok = (size_t)kit_decode_sweep_batch[bi] * (size_t)(quick ? 4096 : kit_decode_sweep_seq_k[si]);
+                size_t tok = (size_t)kit_decode_sweep_batch[bi] * (size_t)(b->quick ? 4096 : kit_decode_sweep_seq_k[si]);
                 if (tok > max_tokens) max_tokens = tok;
                 if ((size_t)kit_decode_sweep_batch[bi] > max_batch) max_batch = (size_t)kit_decode_sweep_batch[bi];
             }
         size_t kv_elems = max_tokens * (size_t)hkv * (size_t)hd, q_elems = max_batch * (size_t)hqn * (size_t)hd;
         kiln_devptr dk, dvv, dqq, doo, dl, dws = 0;
-        if (kiln_rt_alloc(rt, kv_elems * 2, &dk, &err) || kiln_rt_alloc(rt, kv_elems * 2, &dvv, &err) ||
-            kiln_rt_alloc(rt, q_elems * 2, &dqq, &err) || kiln_rt_alloc(rt, q_elems * 2, &doo, &err) ||
-            kiln_rt_alloc(rt, max_batch * (size_t)hqn * 4, &dl, &err))
-            return die("alloc", &err);
-        fill_random(hq, elems, KILN_BF16, 21);
-        for (size_t off = 0; off < kv_elems; off += elems) {
-            size_t n = kv_elems - off < elems ? kv_elems - off : elems;
-            if (kiln_rt_upload(rt, dk + off * 2, hq, n * 2, &err) || kiln_rt_upload(rt, dvv + off * 2, hq, n * 2, &err))
-                return die("upload", &err);
+        if (kiln_rt_alloc(rt, kv_elems * 2, &dk, &b->err) || kiln_rt_alloc(rt, kv_elems * 2, &dvv, &b->err) ||
+            kiln_rt_alloc(rt, q_elems * 2, &dqq, &b->err) || kiln_rt_alloc(rt, q_elems * 2, &doo, &b->err) ||
+            kiln_rt_alloc(rt, max_batch * (size_t)hqn * 4, &dl, &b->err))
+            return die("alloc", &b->err);
+        fill_random(ab->hq, ab->elems, KILN_BF16, 21);
+        for (size_t off = 0; off < kv_elems; off += ab->elems) {
+            size_t n = kv_elems - off < ab->elems ? kv_elems - off : ab->elems;
+            if (kiln_rt_upload(rt, dk + off * 2, ab->hq, n * 2, &b->err) || kiln_rt_upload(rt, dvv + off * 2, ab->hq, n * 2, &b->err))
+                return die("upload", &b->err);
         }
-        if (kiln_rt_upload(rt, dqq, hq, q_elems * 2, &err)) return die("upload", &err);
+        if (kiln_rt_upload(rt, dqq, ab->hq, q_elems * 2, &b->err)) return die("upload", &b->err);
         size_t ws_cap = 0;
         printf("  %-28s %7s %8s %9s %9s %7s %7s\n", "decoding bf16 d128 32:8 heads", "seq_k", "batch", "ms", "GB/s",
                "of copy", "splits");
         for (size_t bi = 0; bi < nb; bi++)
             for (size_t si = 0; si < ns; si++) {
                 int batch = kit_decode_sweep_batch[bi], seq_k = kit_decode_sweep_seq_k[si];
-                if (quick && seq_k > 4096) continue;
-                decode_ctx dc = {.rt = rt, .a = {.o = doo, .lse = dl, .q = dqq, .k = dk, .v = dvv, .dtype = KILN_BF16,
+                if (b->quick && seq_k > 4096) continue;
+                helper_ctx dc = {.rt = rt, .h = H_SPLITKV, .a = {.o = doo, .lse = dl, .q = dqq, .k = dk, .v = dvv, .dtype = KILN_BF16,
                                                  .out_dtype = KILN_BF16, .head_dim = hd, .batch = batch, .heads_q = hqn,
                                                  .heads_kv = hkv, .seq_q = 1, .seq_k = seq_k}};
                 int splits = 1;
                 size_t need = 0;
-                if (kiln_attention_forward_workspace(rt, &dc.a, 0, &splits, &need, &err) != KILN_OK) return die("workspace", &err);
+                if (kiln_attention_forward_workspace(rt, &dc.a, 0, &splits, &need, &b->err) != KILN_OK) return die("workspace", &b->err);
                 if (need > ws_cap) {
                     if (dws) kiln_rt_free(rt, dws, NULL);
-                    if (kiln_rt_alloc(rt, need, &dws, &err)) return die("alloc", &err);
+                    if (kiln_rt_alloc(rt, need, &dws, &b->err)) return die("alloc", &b->err);
                     ws_cap = need;
                 }
                 dc.ws = dws, dc.ws_bytes = ws_cap;
                 double bytes = 2.0 * batch * (double)seq_k * hkv * hd * 2;
-                t.flush = bytes < t.flush_bytes ? b->flushbuf : 0;
+                b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
                 for (int plain = 0; plain < 2; plain++) {
-                    attn_ctx pc = {.rt = rt, .a = dc.a};
-                    ms = plain ? time_median(&t, attn_launch, &pc, reps, &used) : time_median(&t, decode_launch, &dc, reps, &used);
+                    helper_ctx pc = {.rt = rt, .h = H_ATTENTION, .a = dc.a};
+                    ms = time_median(&b->t, helper_launch, plain ? &pc : &dc, b->reps, &b->used);
                     if (ms < 0) continue;
                     double gbs = bytes / (ms * 1e-3) / 1e9;
                     printf("  %-28s %7d %8d %9.4f %9.0f %6.1f%% %7d\n", plain ? "kiln non-split" : "kiln split-KV", seq_k, batch,
                            ms, gbs, 100 * gbs / b->copy_gbs, plain ? 1 : splits);
                     csv_row("attention_decode", plain ? "kiln" : "kiln-splitkv", "bf16", 0, hd, seq_k, 0, batch, hqn, bytes, "GB",
-                            ms, used);
+                            ms, b->used);
                 }
             }
         if (dws) kiln_rt_free(rt, dws, NULL);
@@ -760,24 +720,18 @@ static int bench_decode(bench *b, const attn_bufs *ab) {
 /* Attention backward: the whole sequence on the forward's own O and lse. */
 static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
     kiln_rt *rt = b->rt;
-    kiln_error err = {0};
-    timer t = b->t;
-    int quick = b->quick, reps = b->reps, used = 0;
     double ms;
-    size_t elems = ab->elems;
-    kiln_devptr q = ab->q, k = ab->k, v = ab->v, o = ab->o, lse = ab->lse;
-    void *hq = ab->hq;
     /* attention backward (the whole sequence: prep, dkdv, convert; deterministic: prep, dkdv, dq) on
      * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
      * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
      * which does 7: its figure is the useful rate. */
     kiln_devptr dout, dq, dk, dv, bws = 0;
     size_t bws_bytes = 0;
-    if (kiln_rt_alloc(rt, elems * 2, &dout, &err) || kiln_rt_alloc(rt, elems * 2, &dq, &err) ||
-        kiln_rt_alloc(rt, elems * 2, &dk, &err) || kiln_rt_alloc(rt, elems * 2, &dv, &err))
-        return die("alloc", &err);
-    fill_random(hq, elems, KILN_BF16, 17);
-    if (kiln_rt_upload(rt, dout, hq, elems * 2, &err) != KILN_OK) return die("upload", &err);
+    if (kiln_rt_alloc(rt, ab->elems * 2, &dout, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dq, &b->err) ||
+        kiln_rt_alloc(rt, ab->elems * 2, &dk, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dv, &b->err))
+        return die("alloc", &b->err);
+    fill_random(ab->hq, ab->elems, KILN_BF16, 17);
+    if (kiln_rt_upload(rt, dout, ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
     printf("  %-28s %7s %8s %9s %9s %7s   (FLOPs = 2.5x forward, FA2 convention)\n", "attention backward", "seq",
            "batch", "ms", "TFLOP/s", "of mma");
     for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
@@ -785,37 +739,36 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
             for (int det = 0; det < 2; det++)
                 for (size_t si = 0; si < sizeof kit_attn_bwd_sweep_seq / sizeof *kit_attn_bwd_sweep_seq; si++) {
                     int hd = kit_attn_sweep_d[di], seq = kit_attn_bwd_sweep_seq[si];
-                    if (quick && seq > 1024) continue;
-                    int tokens = quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
-                    int batch = tokens / seq > 0 ? tokens / seq : 1, heads = KIT_ATTN_SWEEP_WIDTH / hd;
-                    attn_ctx fc = {.rt = rt, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = KILN_BF16,
+                    int batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    helper_ctx fc = {.rt = rt, .h = H_ATTENTION, .a = {.o = ab->o, .lse = ab->lse, .q = ab->q, .k = ab->k, .v = ab->v, .dtype = KILN_BF16,
                                                    .out_dtype = KILN_BF16, .head_dim = hd, .causal = causal, .batch = batch,
                                                    .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
-                    if (attn_launch(&fc)) continue;
-                    attn_bwd_ctx bc = {.rt = rt, .a = {.dq = dq, .dk = dk, .dv = dv, .q = q, .k = k, .v = v, .o = o,
-                                                       .dout = dout, .lse = lse, .dtype = KILN_BF16,
+                    if (helper_launch(&fc)) continue;
+                    helper_ctx bc = {.rt = rt, .h = H_ATTENTION_BWD, .ab = {.dq = dq, .dk = dk, .dv = dv, .q = ab->q, .k = ab->k, .v = ab->v, .o = ab->o,
+                                                       .dout = dout, .lse = ab->lse, .dtype = KILN_BF16,
                                                        .out_dtype = KILN_BF16, .grad_dtype = KILN_BF16, .head_dim = hd,
                                                        .causal = causal, .deterministic = det, .batch = batch,
                                                        .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
-                    size_t need = kiln_attention_backward_workspace(&bc.a);
+                    size_t need = kiln_attention_backward_workspace(&bc.ab);
                     if (need > bws_bytes) {
                         if (bws) kiln_rt_free(rt, bws, NULL);
                         bws = 0, bws_bytes = 0;
-                        if (kiln_rt_alloc(rt, need, &bws, &err) != KILN_OK) return die("alloc", &err);
+                        if (kiln_rt_alloc(rt, need, &bws, &b->err) != KILN_OK) return die("alloc", &b->err);
                         bws_bytes = need;
                     }
-                    bc.a.workspace = bws;
+                    bc.ab.workspace = bws;
                     double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
-                    t.flush = bytes < t.flush_bytes ? b->flushbuf : 0;
-                    ms = time_median(&t, attn_bwd_launch, &bc, reps, &used);
+                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                    ms = time_median(&b->t, helper_launch, &bc, b->reps, &b->used);
                     if (ms < 0) continue;
                     double tf = flops / (ms * 1e-3) / 1e12;
                     char label[64];
                     snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
                     printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
                     csv_row(det ? "attention_bwd_det" : "attention_bwd", "kiln", "bf16", 0, hd, seq, causal, batch, heads,
-                            flops, "TFLOP", ms, used);
+                            flops, "TFLOP", ms, b->used);
                 }
     if (bws) kiln_rt_free(rt, bws, NULL);
     kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);

@@ -105,7 +105,7 @@ typedef struct kiln_ref_family {
 int kiln_ref_count(void);
 const kiln_ref_family *kiln_ref_at(int i);
 const kiln_ref_family *kiln_ref_find(const char *family);
-/* "attention, attention_bwd, ...", for messages. */
+/* The registered families, comma-separated, for messages. */
 const char *kiln_ref_names(void);
 
 /* Generates spec for opts->sm, finds its family's reference and builds the case (inputs and

@@ -19,7 +19,8 @@ typedef struct kiln_norm_spec {
     int offset;                    /* 1: zero-centered weights, the norm multiplies by 1 + w */
 } kiln_norm_spec;
 
-/* Parses "layernorm|rmsnorm|layernorm_bwd|rmsnorm_bwd key=value ..."; KILN_EINVAL names a bad key. */
+/* Reads a norm family's resolved spec (kiln_canonical_spec, a kernel's meta): the family from its keys
+ * (a backward has dy, LayerNorm has bias), dtypes, hidden, weight, bias, residual, offset. */
 kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err);
 int kiln_norm_is_backward(const kiln_norm_spec *s);
 

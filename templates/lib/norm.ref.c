@@ -29,24 +29,20 @@ void kiln_norm_data_free(kiln_norm_data *d) {
 
 /* ---- specs ---- */
 
-static const char *const family_names[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
-
 int kiln_norm_is_backward(const kiln_norm_spec *s) { return s->family == KILN_NORM_LN_BWD || s->family == KILN_NORM_RMS_BWD; }
 static int is_rms(const kiln_norm_spec *s) { return s->family == KILN_NORM_RMS || s->family == KILN_NORM_RMS_BWD; }
 
-/* The typed reading of a norm family's resolved spec: the generator checked every key and value;
- * a key the spec lacks reads as the templates' default (dtypes follow x, weight on, bias on for
- * LayerNorm), for callers that pass a spec before canonicalizing it. */
+/* The typed reading of a norm family's resolved (canonical) spec, as the generator wrote it: the
+ * family from its keys (a backward has dy, a LayerNorm has bias, an RMSNorm none), then its values. */
 kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err) {
     memset(s, 0, sizeof *s);
     gen_spec g;
     kiln_status st = gen_spec_parse(spec, &g, err);
     if (st != KILN_OK) return st;
-    int f = 0;
-    while (f < 4 && strcmp(g.family, family_names[f])) f++;
-    if (f == 4)
-        return kiln_fail(err, KILN_EINVAL, "not a norm spec: '%s'; families: layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd", spec);
-    s->family = (kiln_norm_family)f;
+    if (!emu_spec_get(&g, "x") || !emu_spec_get(&g, "hidden"))
+        return kiln_fail(err, KILN_EINVAL, "not a norm spec: '%s' (a norm family's resolved spec has x and hidden)", spec);
+    int bwd = emu_spec_get(&g, "dy") != NULL, rms = emu_spec_get(&g, "bias") == NULL;
+    s->family = bwd ? (rms ? KILN_NORM_RMS_BWD : KILN_NORM_LN_BWD) : rms ? KILN_NORM_RMS : KILN_NORM_LN;
     s->x = emu_spec_dtype(&g, "x", KILN_F32);
     s->w = emu_spec_dtype(&g, "w", s->x), s->y = emu_spec_dtype(&g, "y", s->x), s->dy = emu_spec_dtype(&g, "dy", s->x);
     s->dx = emu_spec_dtype(&g, "dx", s->x), s->r = emu_spec_dtype(&g, "r", s->x);
