@@ -295,10 +295,61 @@ void emu_prof_reset(emu_prof *p);
 /* emu_sched.c: the running kernel's profile and the calling thread's index (NULL: none). */
 emu_prof *emu_prof_current(unsigned *thread);
 
-/* emu_ref_attention.c: bytes an attention (forward or backward) pointer parameter spans for
+/* ---- the references' seeded generator (splitmix64; templates/<family>.ref.c) ---- */
+#include <math.h>
+typedef struct emu_rng {
+    uint64_t s;
+} emu_rng;
+static inline uint64_t emu_rng_next(emu_rng *r) {
+    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+/* uniform in (0, 1] */
+static inline double emu_rng_uniform(emu_rng *r) { return (double)((emu_rng_next(r) >> 11) + 1) * 0x1p-53; }
+static inline double emu_rng_normal(emu_rng *r, double mean, double sd) {
+    double u = emu_rng_uniform(r), v = emu_rng_uniform(r);
+    return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
+}
+
+/* ---- emu_case.c: typed values of a resolved spec, as the generator's spec parser reads it ---- */
+/* The value of key (NULL when the spec has no such key). */
+const char *emu_spec_get(const gen_spec *s, const char *key);
+/* key's dtype, integer (0 for "launch") or boolean ("true"/"1"); def when the key is absent. */
+kiln_dtype emu_spec_dtype(const gen_spec *s, const char *key, kiln_dtype def);
+long emu_spec_int(const gen_spec *s, const char *key, long def);
+int emu_spec_bool(const gen_spec *s, const char *key, int def);
+/* The case's resolved spec. */
+struct kiln_case;
+const gen_spec *emu_case_spec(const struct kiln_case *c);
+
+/* ---- templates/lib/norm.ref.c: the norm families' case hooks (kiln/emu_case.h), shared by their
+ * descriptors in templates/<family>.ref.c ---- */
+struct kiln_case_output;
+kiln_status emu_norm_case_create(struct kiln_case *c, kiln_error *err);
+void emu_norm_case_destroy(struct kiln_case *c);
+int emu_norm_case_tensor(struct kiln_case *c, const char *name, void **ptr, size_t *bytes);
+int emu_norm_case_scalar(struct kiln_case *c, const char *name, double *value);
+void emu_norm_case_prepare(struct kiln_case *c);
+void emu_norm_case_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
+void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
+/* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */
+kiln_status emu_norm_case_shape(const struct kiln_case *c, int *rows, int *hidden, kiln_error *err);
+
+/* templates/attention.ref.c: the attention families' shared case pieces (kiln/emu_case.h).
+ * The problem from the case's options (rows = seq_q, seq_k, batch, heads_q, heads_kv) and spec,
+ * within limit elements of work; what ends the message (" (at most 1e10)"). */
+struct kiln_attn_problem;
+kiln_status emu_attn_case_problem(const struct kiln_case *c, struct kiln_attn_problem *p, double limit, const char *what,
+                                  kiln_error *err);
+/* batch, heads_q, heads_kv, seq_q, seq_k, scale and stride_<q|k|v|o|dout|dq|dk|dv><b|s|h>; -1 for another name. */
+int emu_attn_case_scalar(const struct kiln_attn_problem *p, const char *name, double *value);
+void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t size);
+
+/* templates/attention.ref.c: bytes an attention (forward or backward) pointer parameter spans for
  * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and
  * delta [batch, heads_q, seq_q], dq_acc [batch, heads_q, seq_q, head_dim]; 0 for any other name. */
-struct kiln_attn_problem;
 size_t emu_attn_param_bytes(const struct kiln_attn_problem *p, const kiln_param *param);
 
 #endif

@@ -86,7 +86,7 @@ const char *const *gen_lint_decl_types(void); /* types a declaration may not use
 /* SM label "sm_90" or "sm_90a" for messages (buf of at least 16 bytes). */
 const char *gen_lint_sm_name(int sm, bool arch, char *buf);
 
-/* ---- gen_api.c / gen_pipeline.c: spec -> module, shared with the emulator (emu/) ---- */
+/* ---- gen_api.c: spec -> module, shared with the emulator (emu/) ---- */
 
 /* The module for one spec and target, optimized exactly as it is before NVPTX codegen,
  * created in ctx (which the caller owns; the caller disposes the module). meta is filled
@@ -128,6 +128,16 @@ kiln_status gen_lua_template_source(gen_lua *gl, const char *family, const char 
 /* lua_pcall with a traceback handler; on error fills err with "what: file:line: msg". */
 kiln_status gen_lua_call(lua_State *L, int nargs, int nresults, const char *what, kiln_error *err);
 
+/* ---- gen_launch.c: a template's launch description and variant matrix (docs/registry.md) ---- */
+/* Calls the template's launch(spec, cfg) (template, spec and config tables at those stack indices)
+ * and writes its lines into m->launch; nothing when the template declares none. */
+kiln_status gen_launch_describe(lua_State *L, int tmpl, int spec_idx, int cfg, kiln_kernel_meta *m, kiln_error *err);
+/* Every kernel parameter has a tensor, scalar or stride line (when there is a launch description). */
+kiln_status gen_launch_covers(const kiln_kernel_meta *m, kiln_error *err);
+kiln_status gen_family_variants(gen_lua *gl, const char *family, int full, int sm, char *buf, size_t size,
+                                int *count, kiln_error *err);
+kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matrix *out, kiln_error *err);
+
 /* ---- gen_spec.c: spec strings, checked against the parameters a template declares ---- */
 #define GEN_SPEC_MAX_KEYS 32
 
@@ -148,6 +158,8 @@ kiln_status gen_spec_parse_known(gen_lua *gl, const char *text, gen_spec *out, k
 /* Checks keys and values against the family's declared params, fills defaults, writes the
  * canonical string, and pushes the Lua spec table (param name -> typed value). */
 kiln_status gen_spec_resolve(gen_lua *gl, gen_spec *spec, kiln_error *err);
+/* How many times this thread resolved a spec against its template (for tests: once per generation). */
+unsigned gen_spec_resolutions(void);
 /* Appends a description of every family's params to buf (for kiln_describe). */
 kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *err);
 
@@ -245,7 +257,7 @@ LLVMValueRef gen_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over,
 /* gen_memory.c */
 void gen_register_memory(lua_State *L); /* adds methods to the table on top of the stack */
 void gen_register_vars(lua_State *L);
-LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float or i16 */
+LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype); /* storage type: float, i16 (f16/bf16) or i32 */
 int gen_dtype_kind(int dtype);                         /* kiln_dtype -> enum gen_kind */
 void gen_close_kernel(gen_builder *gb);
 void gen_kernel_attr(gen_builder *gb, const char *key, unsigned value); /* "nvvm.maxntid" etc. */

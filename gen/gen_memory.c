@@ -9,11 +9,11 @@
 #define VAR_MT "kiln.var"
 
 LLVMTypeRef gen_elem_type(gen_builder *gb, int dtype) {
-    return dtype == KILN_F32 ? gb->f32 : gb->i16;
+    return dtype == KILN_F32 ? gb->f32 : dtype == KILN_I32 ? gb->i32 : gb->i16;
 }
 
 int gen_dtype_kind(int dtype) {
-    return dtype == KILN_F32 ? GEN_F32 : dtype == KILN_F16 ? GEN_F16 : GEN_BF16;
+    return dtype == KILN_F32 ? GEN_F32 : dtype == KILN_F16 ? GEN_F16 : dtype == KILN_I32 ? GEN_I32 : GEN_BF16;
 }
 
 static int check_dtype(lua_State *L, int idx) {
@@ -54,7 +54,8 @@ static void read_param(lua_State *L, kiln_param *p, int *readonly) {
     while (k < 4 && strcmp(kind, param_kinds[k])) k++;
     if (k == 4) luaL_error(L, "parameter '%s': bad kind '%s'; valid: ptr, i32, i64, f32", name, kind);
     p->kind = (kiln_param_kind)k;
-    if (kiln_dtype_parse(dt, &p->dtype) != 0) luaL_error(L, "parameter '%s': bad dtype '%s'", name, dt);
+    if (kiln_elem_parse(dt, &p->dtype) != 0)
+        luaL_error(L, "parameter '%s': bad dtype '%s'; valid: f32, f16, bf16, i32 (index tensors)", name, dt);
     lua_pop(L, 3);
     lua_getfield(L, -1, "readonly");
     *readonly = lua_toboolean(L, -1);
@@ -62,6 +63,7 @@ static void read_param(lua_State *L, kiln_param *p, int *readonly) {
 }
 
 /* b:kernel{ params = { {"x", "ptr", "bf16", readonly=true}, {"rows", "i32"}, ... } }
+ * A pointer's element type is a float dtype or "i32" (index tensors: loads give i32 values).
  * Creates the entry function and returns a table of its parameters by name. */
 static int b_kernel(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);

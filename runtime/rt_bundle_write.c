@@ -73,7 +73,7 @@ static size_t align64(size_t n) {
 }
 
 kiln_status kiln_bundle_writer_finish(kiln_bundle_writer *w, void **data, size_t *size, kiln_error *err) {
-    char (*metas)[4096] = calloc((size_t)w->count + 1, sizeof *metas);
+    char (*metas)[8192] = calloc((size_t)w->count + 1, sizeof *metas);
     if (!metas) return kiln_fail(err, KILN_ENOMEM, "out of memory writing a bundle");
     size_t toc = 4 + strlen(w->producer);
     for (int i = 0; i < w->count; i++) {

@@ -9,18 +9,20 @@
 static const struct {
     const char *name, *alias;
     size_t size;
-} dtype_table[KILN_DTYPE_COUNT] = {
+} dtype_table[KILN_I32 + 1] = {
     [KILN_F32] = {"f32", "float32", 4},
     [KILN_F16] = {"f16", "float16", 2},
     [KILN_BF16] = {"bf16", "bfloat16", 2},
+    [KILN_I32] = {"i32", "int32", 4},
 };
 
 const char *kiln_dtype_name(kiln_dtype t) {
-    return (unsigned)t < KILN_DTYPE_COUNT ? dtype_table[t].name : NULL;
+    return (unsigned)t <= KILN_I32 ? dtype_table[t].name : NULL;
 }
 
-int kiln_dtype_parse(const char *name, kiln_dtype *out) {
-    for (int i = 0; name && i < KILN_DTYPE_COUNT; i++) {
+/* Parses one of the first n element types. */
+static int parse_first(const char *name, int n, kiln_dtype *out) {
+    for (int i = 0; name && i < n; i++) {
         if (strcasecmp(name, dtype_table[i].name) == 0 || strcasecmp(name, dtype_table[i].alias) == 0) {
             *out = (kiln_dtype)i;
             return 0;
@@ -29,8 +31,12 @@ int kiln_dtype_parse(const char *name, kiln_dtype *out) {
     return -1;
 }
 
+int kiln_dtype_parse(const char *name, kiln_dtype *out) { return parse_first(name, KILN_DTYPE_COUNT, out); }
+
+int kiln_elem_parse(const char *name, kiln_dtype *out) { return parse_first(name, KILN_I32 + 1, out); }
+
 size_t kiln_dtype_size(kiln_dtype t) {
-    return (unsigned)t < KILN_DTYPE_COUNT ? dtype_table[t].size : 0;
+    return (unsigned)t <= KILN_I32 ? dtype_table[t].size : 0;
 }
 
 const char *kiln_status_name(kiln_status s) {

@@ -30,12 +30,25 @@ int kiln_meta_format(const kiln_kernel_meta *m, char *buf, size_t size) {
     EMIT(META_PREFIX "rows %u %u\n", m->rows_per_block, m->threads_per_row);
     if (m->ws_slabs) EMIT(META_PREFIX "workspace %u %u\n", m->ws_slabs, m->ws_rows_per_block);
     if (m->then_spec[0]) EMIT(META_PREFIX "then %s\n", m->then_spec);
+    for (const char *l = m->launch; *l;) { /* the launch description, a line each */
+        size_t k = strcspn(l, "\n");
+        EMIT(META_PREFIX "%.*s\n", (int)k, l);
+        l += k + (l[k] == '\n');
+    }
     for (int i = 0; i < m->nparams; i++)
         EMIT(META_PREFIX "param %s %s %s\n", param_kind_names[m->params[i].kind],
              kiln_dtype_name(m->params[i].dtype), m->params[i].name);
     EMIT(META_PREFIX "end\n");
 #undef EMIT
     return (int)n;
+}
+
+/* The keys of the launch description (docs/registry.md). */
+static int is_launch_key(const char *key) {
+    static const char *const keys[] = {"tensor", "scalar", "stride", "problem", "before", "after"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
+        if (!strcmp(key, keys[i])) return 1;
+    return 0;
 }
 
 /* Copies the rest of a meta line (up to '\n' or '\r') into dst. */
@@ -74,10 +87,16 @@ static int parse_line(kiln_kernel_meta *m, const char *key, const char *val, siz
         kiln_param *p = &m->params[m->nparams];
         int k;
         for (k = 0; k < 4 && strcmp(kind, param_kind_names[k]); k++) {}
-        if (k == 4 || kiln_dtype_parse(dt, &p->dtype) != 0) return -1;
+        if (k == 4 || kiln_elem_parse(dt, &p->dtype) != 0) return -1;
         p->kind = (kiln_param_kind)k;
         snprintf(p->name, sizeof p->name, "%s", name);
         m->nparams++;
+        return 0;
+    }
+    if (is_launch_key(key)) { /* kept as written, for the launch (rt_launch.c) */
+        size_t have = strlen(m->launch), kl = strlen(key), vl = strlen(tmp);
+        if (have + kl + 1 + vl + 1 >= sizeof m->launch) return -1;
+        snprintf(m->launch + have, sizeof m->launch - have, "%s %s\n", key, tmp);
         return 0;
     }
     return 0; /* unknown keys from newer writers are ignored */

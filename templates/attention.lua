@@ -825,4 +825,57 @@ function K.build(b, spec, cfg)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
 
+-- launch (docs/registry.md): tensors [batch, seq, heads, head_dim] with batch/sequence/head strides
+-- (contiguous by default); split-KV runs `splits` key ranges into the workspace, then attention_combine
+-- (which writes o and lse) merges them
+function K.launch(spec, cfg)
+  local d, al = spec.head_dim, cfg.align
+  local t = {
+    { "q", "in", { "batch", "seq_q", "heads_q", d }, align = al },
+    { "k", "in", { "batch", "seq_k", "heads_kv", d }, align = al },
+    { "v", "in", { "batch", "seq_k", "heads_kv", d }, align = al },
+  }
+  local strides = {}
+  for _, n in ipairs({ "q", "k", "v", "o" }) do
+    for i, a in ipairs({ "b", "s", "h" }) do strides[#strides + 1] = { "stride_" .. n .. a, n, i - 1 } end
+  end
+  local l = {
+    tensors = t,
+    scalars = { { "batch" }, { "heads_q" }, { "heads_kv" }, { "seq_q" }, { "seq_k" }, { "scale", 1 / math.sqrt(d) } },
+    strides = strides,
+    problem = { "seq_q", "heads_q", "batch" },
+  }
+  if spec.splitkv then
+    for _ = 1, 3 do table.remove(strides) end
+    t[#t + 1] = { "ws", "workspace", { string.format("splits*batch*heads_q*seq_q*%d", d + 1) }, align = 16 }
+    l.scalars[#l.scalars + 1] = { "splits" }
+    l.problem = { "splits", string.format("heads_kv*cdiv(heads_q/heads_kv*seq_q,%d)", cfg.rows_per_block), "batch" }
+    l.after = { { cfg.then_spec } }
+  else
+    t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
+    t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
+  end
+  return l
+end
+
+-- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
+-- forced for f16/bf16 on sm_75 and sm_80; an f32 output from half-precision inputs; split-KV (the
+-- quick suite: a slice, sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows)
+local DT, DIMS, CAUSAL = util.axis("dtype", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 }),
+                         util.axis("causal", { "false", "true" })
+local NOT_86_89 = { 75, 80, 90, 100, 103, 110, 120, 121 }
+K.variants = {
+  { DT, DIMS, CAUSAL },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, CAUSAL, "path=simt", sms = { 75, 80 } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", "out=f32" },
+  { DT, DIMS, CAUSAL, "splitkv=true", full = true },
+  { DT, { "head_dim=64", "head_dim=128" }, CAUSAL, "splitkv=true", quick = true, sms = NOT_86_89 },
+  { "dtype=bf16", { "head_dim=32", "head_dim=96", "head_dim=256" }, "causal=true", "splitkv=true", quick = true,
+    sms = { 75, 80, 90 } },
+}
+-- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
+K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
+             extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
+                       "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true" } }
+
 return K

@@ -298,4 +298,83 @@ function K.build(b, spec, cfg)
   if cfg.max_registers then b:max_registers(cfg.max_registers) end
 end
 
+-- launch (docs/registry.md): tensors as the forward's; the workspace (delta, and dq_acc unless
+-- deterministic) belongs to the sequence, declared by dkdv, which runs after prep and before
+-- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward
+local function seq_spec(spec, kernel, det)
+  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s",
+                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det))
+end
+
+function K.launch(spec, cfg)
+  local d, al = spec.head_dim, cfg.align
+  local q, kv = { "batch", "seq_q", "heads_q", d }, { "batch", "seq_k", "heads_kv", d }
+  local rows = { "batch", "heads_q", "seq_q" }
+  local acc = { string.format("batch*heads_q*seq_q*%d", d) }
+  local shape = { q = q, k = kv, v = kv, o = q, dout = q, dq = q, dk = kv, dv = kv }
+  local role = { dq = "out", dk = "out", dv = "out" }
+  local t, strides = {}, {}
+  local function tensor(n)
+    t[#t + 1] = { n, role[n] or "in", shape[n], align = al }
+    for i, a in ipairs({ "b", "s", "h" }) do strides[#strides + 1] = { "stride_" .. n .. a, n, i - 1 } end
+  end
+  local l = { tensors = t, strides = strides,
+              scalars = { { "batch" }, { "heads_q" }, { "heads_kv" }, { "seq_q" }, { "seq_k" }, { "scale", 1 / math.sqrt(d) } } }
+  if spec.kernel == "prep" or spec.kernel == "convert" then
+    l.scalars = { { "batch" }, { "heads_q" }, { "seq_q" } }
+    if spec.kernel == "prep" then
+      tensor("o")
+      tensor("dout")
+      t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+      t[#t + 1] = { "dq_acc", "workspace", acc, optional = true, align = 16 }
+    else
+      l.scalars[#l.scalars + 1] = { "scale", 1 / math.sqrt(d) }
+      tensor("dq")
+      t[#t + 1] = { "dq_acc", "workspace", acc, align = 16 }
+    end
+    l.problem = { "seq_q", "heads_q", "batch" }
+    return l
+  end
+  for _, n in ipairs({ "q", "k", "v", "dout" }) do tensor(n) end
+  t[#t + 1] = { "lse", "in", rows }
+  if spec.kernel == "dq" then
+    tensor("dq")
+    t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+    l.problem = { "seq_q", "heads_q", "batch" }
+    return l
+  end
+  tensor("dk")
+  tensor("dv")
+  t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+  t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
+  l.problem = { "seq_k", "heads_kv", "batch" }
+  l.before = { { seq_spec(spec, "prep", false) } }
+  l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
+  return l
+end
+
+-- the ptxas matrix (docs/registry.md); the quick suite takes slices by SM (sm_75 80 86 89 90 ... in
+-- the SM table's order) and head_dim
+local DT, DIMS = util.axis("dtype", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 })
+local HALF, TC_DIMS = { "dtype=f16", "dtype=bf16" }, util.axis("head_dim", { 32, 64, 96, 128 })
+local NOT_86 = { 75, 80, 89, 90, 100, 103, 110, 120, 121 }
+K.variants = {
+  { "kernel=dkdv", DT, DIMS, "causal=true" },
+  { "kernel=dq", DT, DIMS, "causal=true", full = true },
+  { "kernel=dq", DT, DIMS, "causal=true", quick = true, sms = NOT_86 },
+  { { "kernel=prep", "kernel=convert" }, DT, DIMS, full = true },
+  { { "kernel=prep", "kernel=convert" }, DT, util.axis("head_dim", { 32, 256 }), quick = true, sms = { 75, 90 } },
+  { "kernel=dkdv", DT, DIMS, "deterministic=true", full = true },
+  { "kernel=dkdv", DT, DIMS, "deterministic=true", quick = true, sms = { 80 } },
+  { "kernel=dkdv", HALF, TC_DIMS, "causal=true path=simt", full = true },
+  { "kernel=dkdv", HALF, TC_DIMS, "causal=true path=simt", quick = true, sms = { 80, 90 } },
+  { "kernel=dq", HALF, TC_DIMS, "causal=true path=simt", full = true },
+  { "kernel=dq", HALF, TC_DIMS, "causal=true path=simt", quick = true, sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, full = true },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "out=f32 grad=f32 causal=true" },
+}
+-- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
+K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },
+             kernels = { "kernel=prep", "kernel=dkdv", "kernel=convert" } }
+
 return K

@@ -86,4 +86,23 @@ function K.build(b, spec, cfg)
   b:if_(b:and_(b:eq(lane, 0), b:not_(b:is_null(p.lse))), function() b:store(p.lse + row, lse) end)
 end
 
+-- launch (docs/registry.md): after `attention splitkv=true`, whose workspace ws it reads
+function K.launch(spec, cfg)
+  local d = spec.head_dim
+  return {
+    tensors = { { "o", "out", { "batch", "seq_q", "heads_q", d }, align = cfg.align },
+                { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true },
+                { "ws", "in", { string.format("splits*batch*heads_q*seq_q*%d", d + 1) }, align = 16 } },
+    scalars = { { "batch" }, { "heads_q" }, { "seq_q" }, { "splits" } },
+    strides = { { "stride_ob", "o", 0 }, { "stride_os", "o", 1 }, { "stride_oh", "o", 2 } },
+    problem = { "batch*heads_q*seq_q" },
+  }
+end
+
+-- the ptxas matrix: every out dtype x head_dim (the quick suite: sm_75 and sm_80)
+local DT, DIMS = util.axis("out", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 })
+K.variants = { { DT, DIMS, full = true }, { DT, DIMS, quick = true, sms = { 75, 80 } } }
+-- the default bundle's split-KV decoding: f16/bf16 at head_dim 64 and 128 (with attention's)
+K.bundle = { extra = { "out=f16 head_dim=64", "out=bf16 head_dim=64", "out=f16 head_dim=128", "out=bf16 head_dim=128" } }
+
 return K

@@ -7,10 +7,12 @@
 -- offset=1: zero-centered weights, y = (x - mean) * rstd * (1 + weight) + bias, 1 + w formed in f32.
 --
 -- Fixed hidden: the row lives in registers, loaded as 16-byte vectors (narrower when
--- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm.lua:
+-- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm_fwd.lua:
 -- mean, corrected mean, scaled centered variance); the affine step is one fma, rounded once.
 -- hidden=launch: the kernel loops over the row, re-reading x from global memory.
 local norm = require("lib.norm")
+local norm_fwd = require("lib.norm_fwd")
+local util = require("lib.util")
 
 local K = {
   doc = "LayerNorm forward: y = (x - mean) * rstd * w + b, mean/rstd saved as f32; residual=true adds h = x + residual first",
@@ -69,7 +71,20 @@ function K.build(b, spec, cfg)
     params[#params + 1] = { "h", "ptr", spec.r }
     params[#params + 1] = { "residual", "ptr", spec.r, readonly = true }
   end
-  norm.forward(b, spec, cfg, b:kernel{ params = params }, false)
+  norm_fwd.forward(b, spec, cfg, b:kernel{ params = params }, false)
 end
+
+function K.launch(spec, cfg) return norm.forward_launch(spec, cfg, false) end
+
+-- the ptxas matrix (docs/registry.md): every x/w/y combination x hidden sizes, weight/bias off on
+-- the common dtype pairs, then the rows every norm family has
+local DT = { "f32", "f16", "bf16" }
+K.variants = norm.matrix_rows({
+  { util.axis("x", DT), util.axis("w", DT), util.axis("y", DT),
+    util.axis("hidden", { 1, 7, 33, 100, 768, 1000, 4096, 16384, "launch" }) },
+  { { "x=bf16 w=f32 y=bf16", "x=f16", "x=f32" }, util.axis("hidden", { 7, 768, "launch" }),
+    { "weight=false", "bias=false", "weight=false bias=false" } },
+})
+K.bundle = { dtypes = { "x", "w", "y" }, shape = "hidden", shapes = { "launch" } }
 
 return K

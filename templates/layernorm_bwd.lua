@@ -8,6 +8,7 @@
 -- slab 1 dbias; grid * rows_per_block rows of hidden floats per slab); the kernel named by
 -- `then_spec` (norm_reduce) adds them in a fixed order: no atomics, identical bits run to run.
 local norm = require("lib.norm")
+local norm_bwd = require("lib.norm_bwd")
 
 local K = {
   doc = "LayerNorm backward: dx (+ dres with residual=true); dweight/dbias partials in an f32 workspace, reduced by norm_reduce",
@@ -42,7 +43,19 @@ function K.build(b, spec, cfg)
     { "rows", "i32" }, { "hidden", "i32" },
   }
   if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
-  norm.backward(b, spec, cfg, b:kernel{ params = params }, false)
+  norm_bwd.backward(b, spec, cfg, b:kernel{ params = params }, false)
 end
+
+function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, false) end
+
+-- the ptxas matrix (docs/registry.md): every dtype x hidden sizes, then the rows every norm family has
+K.variants = norm.matrix_rows({
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN, quick = true },
+  { norm.MATRIX_DTYPES, norm.MATRIX_HIDDEN_FULL, full = true },
+})
+-- every backward form (norm.BWD_FORMS) where it generates: bf16
+K.variants[#K.variants + 1] = { "x=bf16", { "hidden=4096 form=fixed", "hidden=4096 form=reg8", "hidden=4096 form=reg16",
+                                            "hidden=4096 form=smem8", "hidden=12288 form=reg32", "hidden=12288 form=reg16" } }
+K.bundle = { dtypes = { "x", "w", "dy", "dx" }, shape = "hidden", shapes = { "launch" } }
 
 return K

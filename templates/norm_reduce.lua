@@ -52,4 +52,17 @@ function K.build(b, spec, cfg)
   end)
 end
 
+-- launch (docs/registry.md): as the norm backwards' second kernel, their launch binds parts, cols and slabs
+function K.launch(spec, cfg)
+  return {
+    tensors = { { "dweight", "out", { "cols" }, optional = true }, { "dbias", "out", { "cols" }, optional = true },
+                { "ws", "in", { "slabs*parts*cols" } } },
+    scalars = { { "parts" }, { "cols" }, { "slabs", 1 } },
+    problem = { "cols", "slabs" },
+  }
+end
+
+K.variants = { { { "w=f32", "w=f16", "w=bf16" } } }
+K.bundle = { dtypes = { "w" } }
+
 return K

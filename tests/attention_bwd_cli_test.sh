@@ -36,5 +36,8 @@ expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only
 expect "bad kernel" 2 "valid: dkdv, prep, convert, dq" -- emit attention_bwd kernel=fwd --sm 80
 expect "bad head_dim" 2 "valid: 32, 64, 96, 128, 256" -- run attention_bwd head_dim=48 --sm 80 --rows 4
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention_bwd --sm 80 --rows 4 --heads 3:2
+# kiln run checks the sequence a kernel's launch description declares: dkdv's (prep, dkdv, convert/dq)
+expect "run a single backward step is refused" 2 "kiln run checks dq, dk and dv of the whole sequence" -- \
+    run attention_bwd kernel=prep --sm 80 --rows 4
 
 finish "attention bwd cli"

@@ -1,6 +1,6 @@
 /* tests/attention_bwd_emu_test.c - the attention backward sequence (prep, dkdv, convert; or the
  * deterministic prep, dkdv, dq) runs on the CPU emulator and its dQ, dK, dV match the float64
- * gradients within the error model of emu/emu_ref_attention_bwd.c. KILN_TEST_FULL=1 runs every
+ * gradients within the error model of templates/attention_bwd.ref.c. KILN_TEST_FULL=1 runs every
  * shape on every kernel instead of a rotating pair. */
 #include <math.h>
 #include <stdint.h>

@@ -35,15 +35,20 @@ expect "run --profile works for layernorm" 0 "bank conflicts       0" -- \
 # Split-KV decoding: the split kernel, then the combine kernel its metadata names.
 expect "run split-KV bf16 sm_80, GQA 4:1, one query" 0 "PASS: every output within tolerance" -- \
     run attention dtype=bf16 head_dim=64 splitkv=true --sm 80 --rows 1 --seq-k 300 --heads 4:1 --splits 6
-grep -q "6 splits, then attention_combine out=bf16 head_dim=64" "$tmp/out" \
-    && ok "split-KV run names its splits and combine kernel" || bad "split-KV run header" "$(head -c 300 "$tmp/out")"
+grep -q "^  kiln_attention_bf16_bf16_64_false_auto_true: 6 blocks of 128 threads" "$tmp/out" &&
+    grep -q "^  kiln_attention_combine_bf16_64: 1 blocks of 128 threads" "$tmp/out" \
+    && ok "split-KV run shows a block per split, then the combine kernel" || bad "split-KV run launches" "$(head -c 300 "$tmp/out")"
 expect "run split-KV causal sm_75 f16, more splits than key tiles, twice" 0 "PASS" -- \
     run attention dtype=f16 head_dim=32 causal=true splitkv=true --sm 75 --rows 3 --seq-k 40 --heads 2:2 --splits 5 --twice
 expect "emit split-KV on sm_75 bf16: SIMT, no bf16" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=128 splitkv=true --sm 75
 grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 split-KV bf16: no mma, no bf16" "found in PTX" || ok "sm_75 split-KV bf16: no mma, no bf16"
 expect "run --splits 0" 2 "bad --splits '0'; valid: 1..1024" -- run attention splitkv=true --sm 80 --rows 1 --splits 0
 expect "run --splits without splitkv" 2 "--splits applies to split-KV attention" -- run attention --sm 80 --rows 1 --splits 2
-expect "run attention_combine alone" 2 "second kernel of split-KV attention" -- run attention_combine --sm 80 --rows 1
+# attention_combine on its own: its float64 reference merges drawn partials (templates/attention_combine.ref.c)
+expect "run attention_combine alone" 0 "PASS: every output within tolerance" -- run attention_combine --sm 80 --rows 3 --heads 4 --splits 5
+expect "run attention_combine, splits that saw no key, bf16 d128" 0 "PASS" -- \
+    run attention_combine out=bf16 head_dim=128 --sm 75 --rows 7 --batch 2 --splits 16 --input special
+expect "run attention_combine mixed, twice" 0 "PASS" -- run attention_combine out=f32 head_dim=32 --sm 90 --rows 12 --input mixed --twice
 
 expect "bad head_dim" 2 "bad value '80' for 'head_dim'; valid: 32, 64, 96, 128, 256" -- emit attention head_dim=80 --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80

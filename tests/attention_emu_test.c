@@ -1,5 +1,5 @@
 /* tests/attention_emu_test.c - every attention path runs on the CPU emulator and matches the
- * float64 reference within the error model of emu/emu_ref_attention.c (o and lse). */
+ * float64 reference within the error model of templates/attention.ref.c (o and lse). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

@@ -9,6 +9,12 @@ expect "unknown command" 2 "unknown command 'frobnicate'; valid: emit, list" -- 
 expect "emit help" 0 "usage: kiln emit FAMILY" -- emit --help
 expect "list" 0 "hidden" -- list
 expect "list targets" 0 "sm_90" -- list
+expect "list variants" 0 "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 out=f32 grad=f32 causal=true" -- list --variants attention_bwd --sm 80
+expect "list variants, every SM" 0 "sm_121 norm_reduce w=bf16" -- list --variants all
+expect "list variants, full" 0 "rmsnorm x=f16 hidden=33 residual=true r=f32" -- list --variants rmsnorm --full --sm 90
+expect "list variants, unknown family" 2 "unknown kernel family 'groupnorm'; valid: attention" -- list --variants groupnorm
+expect "list --sm without --variants" 2 "--sm and --full go with --variants FAMILY" -- list --sm 80
+expect "list variants, bad SM" 2 "unsupported SM" -- list --variants rmsnorm --sm 72
 expect "emit ok" 0 ".target sm_75" -- emit layernorm x=bf16 w=f32 hidden=768 --sm 75
 expect "emit sm_ prefix" 0 ".target sm_86" -- emit layernorm x=f16 --sm sm_86
 expect "emit ll" 0 "define ptx_kernel" -- emit layernorm x=f16 hidden=100 --sm 80 --emit ll

@@ -10,7 +10,7 @@
  * both infinities, by r % 4. The rows=many run goes twice through every block (ascending,
  * then descending thread order) to expose races.
  *
- * Tolerances (u = 2^-24; derivation in emu/emu_layernorm.c; D = elements a sum passes
+ * Tolerances (u = 2^-24; derivation in templates/layernorm.ref.c; D = elements a sum passes
  * through, ~ hidden / threads_per_row + 13):
  *   mean:  |m - mean| <= (D + 2) u mean(|x|)             f32 sum, a few 1e-6 relative at most
  *   rstd:  |r - 1/sqrt(v + eps)| <= ((D + 4)/2 + 4) u r   v: centered variance around the

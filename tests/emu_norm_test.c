@@ -3,7 +3,7 @@
  * Each variant runs on sm_75 and sm_80 (KILN_TEST_FULL=1: every SM and more shapes) with
  * "mixed" inputs (random, large mean / tiny variance, constant, NaN/Inf rows; backwards leave
  * the NaN/Inf rows out, since one NaN row makes every dweight column NaN), every 16th weight 0,
- * and must match the float64 reference within tolerances derived in emu/emu_norm.c:
+ * and must match the float64 reference within tolerances derived in templates/lib/norm.ref.c:
  *   forward  mean (D+2)u mean|h|; rstd ((D+4)/2+4)u rstd; y 4u|(h-m) r w| + u|y| + half an ulp
  *            of y's dtype (u = 2^-24, D ~ hidden / threads_per_row + 13); h exact;
  *   backward dx 2r[4u(|g|+|xh a|+|c|) + |xh|(D+3)u S|g xh|/n + (D+1)u S|g|/n] + 2u|dx| + half an

@@ -20,7 +20,7 @@ expect "run attention_bwd on sm_70" 0 "PASS" -- run attention_bwd dtype=f16 head
 expect "run missing --sm" 2 "missing --sm" -- run layernorm x=f32 hidden=7 --rows 3
 expect "run missing --rows" 2 "missing --rows" -- run layernorm x=f32 hidden=7 --sm 80
 expect "run missing family" 2 "missing kernel family" -- run --sm 80 --rows 3
-expect "run unknown family" 2 "no reference for family 'groupnorm'; valid: layernorm" -- run groupnorm --sm 80 --rows 3
+expect "run unknown family" 2 "no reference for family 'groupnorm'; valid: attention, attention_bwd, attention_combine, layernorm" -- run groupnorm --sm 80 --rows 3
 expect "run bad spec" 2 "bad value 'f8' for 'x'" -- run layernorm x=f8 --sm 80 --rows 3
 expect "run bad sm" 2 "unsupported SM '61'" -- run layernorm x=f32 hidden=7 --sm 61 --rows 3
 expect "run rows 0" 2 "bad --rows '0'" -- run layernorm x=f32 hidden=7 --sm 80 --rows 0

@@ -226,6 +226,93 @@ static void test_template_errors(void) {
     rmdir(dir);
 }
 
+/* The family registry (docs/registry.md): launch() reaches the meta block, a kernel parameter it
+ * leaves out is a generation error, and K.variants / K.bundle expand as declared. */
+static void test_registry(void) {
+    kiln_error err = {0};
+    kiln_module *m = NULL;
+    TEST_BEGIN("launch description in the meta block; older meta without it still parses");
+    CHECK(kiln_generate(gen, "rmsnorm_bwd x=bf16 w=f32 hidden=4096", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    if (m) {
+        const char *t = kiln_module_text(m), *launch = kiln_module_meta(m)->launch;
+        CHECK(strstr(t, "// kiln.meta tensor ws workspace 1*grid_x*hidden align=16\n") != NULL, "ws line");
+        CHECK(strstr(t, "// kiln.meta scalar hidden =4096\n") != NULL, "fixed hidden is the default");
+        CHECK(strstr(t, "// kiln.meta after norm_reduce w=f32 ; cols=hidden parts=parts slabs=1\n") != NULL, "after line");
+        CHECK(!strncmp(launch, "tensor dx out rows hidden", 25), "meta.launch: %.60s", launch);
+        /* the same text without its launch lines: what a kiln before the registry wrote */
+        char *old = malloc(kiln_module_size(m) + 1);
+        size_t n = 0;
+        for (const char *l = t; *l; l += strcspn(l, "\n") + 1) {
+            size_t k = strcspn(l, "\n") + 1;
+            int launch_line = 0;
+            for (const char *key = "tensor\0scalar\0stride\0problem\0before\0after\0"; *key; key += strlen(key) + 1) {
+                char pre[40];
+                snprintf(pre, sizeof pre, "// kiln.meta %s ", key);
+                launch_line |= !strncmp(l, pre, strlen(pre));
+            }
+            if (!launch_line) memcpy(old + n, l, k), n += k;
+            if (!l[k - 1]) break;
+        }
+        old[n] = 0;
+        kiln_kernel_meta parsed;
+        CHECK(kiln_meta_parse(old, n, &parsed, &err) == KILN_OK, "%s", err.msg);
+        CHECK(parsed.launch[0] == 0 && parsed.ws_slabs == 1 && !strcmp(parsed.then_spec, "norm_reduce w=f32"), "old meta");
+        free(old);
+        kiln_module_free(m);
+    }
+    TEST_END();
+
+    char dir[] = "/tmp/kiln-gen-test-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[256];
+    snprintf(path, sizeof path, "%s/reg.lua", dir);
+    FILE *f = fopen(path, "w");
+    fputs("local K = { params = { { name = 'leave', type = 'bool', default = false } } }\n"
+          "function K.config(spec, t) return { block = 32, grid_tile = 32 } end\n"
+          "function K.build(b, spec, cfg)\n"
+          "  local p = b:kernel{ params = { { 'x', 'ptr', 'f32' }, { 'n', 'i32' } } }\n"
+          "end\n"
+          "function K.launch(spec, cfg)\n"
+          "  return { tensors = { { 'x', 'inout', { 'n' } } }, scalars = { spec.leave and { 'm' } or { 'n' } },\n"
+          "           problem = { 'n' } }\n"
+          "end\n"
+          "K.variants = { { { 'a=1', 'a=2 b=3' }, 'c=4' }, { 'd=5', full = true }, { 'e=6', quick = true, sms = { 80 } } }\n"
+          "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' } }\n"
+          "return K\n", f);
+    fclose(f);
+    kiln_gen_options o = {.template_dir = dir};
+    kiln_gen *g2;
+    TEST_BEGIN("a kernel parameter launch() leaves out is an error naming it");
+    CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
+    CHECK(kiln_generate(g2, "reg", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    if (m) {
+        CHECK(!strcmp(kiln_module_meta(m)->launch, "tensor x inout n\nscalar n\nproblem n 1 1\n"), "got %s",
+              kiln_module_meta(m)->launch);
+        kiln_module_free(m);
+    }
+    CHECK(kiln_generate(g2, "reg leave=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
+    CHECK(strstr(err.msg, "templates/reg.lua: launch() declares no scalar or stride for the kernel's parameter 'n'"),
+          "message: %s", err.msg);
+    TEST_END();
+    TEST_BEGIN("variant rows: axes in order, full / quick / sms");
+    char buf[512];
+    int count = 0;
+    CHECK(kiln_family_variants(g2, "reg", 0, 80, buf, sizeof buf, &count, &err) == KILN_OK, "%s", err.msg);
+    CHECK(count == 3 && !strcmp(buf, "reg a=1 c=4\nreg a=2 b=3 c=4\nreg e=6\n"), "quick sm_80: %d %s", count, buf);
+    CHECK(kiln_family_variants(g2, "reg", 0, 75, buf, sizeof buf, &count, &err) == KILN_OK && count == 2, "quick sm_75");
+    CHECK(kiln_family_variants(g2, "reg", 1, 80, buf, sizeof buf, &count, &err) == KILN_OK, "%s", err.msg);
+    CHECK(count == 3 && !strcmp(buf, "reg a=1 c=4\nreg a=2 b=3 c=4\nreg d=5\n"), "full: %d %s", count, buf);
+    CHECK(kiln_family_variants(g2, "reg", 1, 80, buf, 8, &count, &err) == KILN_EINVAL, "small buffer");
+    kiln_bundle_matrix bm;
+    CHECK(kiln_family_bundle(g2, "reg", &bm, &err) == KILN_OK, "%s", err.msg);
+    CHECK(bm.declared && !strcmp(bm.dtype_keys, "x") && !strcmp(bm.shape_key, "n") && !strcmp(bm.default_shapes, "1,2") &&
+          !strcmp(bm.extra, "reg leave=true\n"), "bundle: %s %s %s %s", bm.dtype_keys, bm.shape_key, bm.default_shapes, bm.extra);
+    kiln_gen_destroy(g2);
+    TEST_END();
+    unlink(path);
+    rmdir(dir);
+}
+
 /* A primitive that asks LLVM for an intrinsic it does not have (one written for another LLVM release)
  * raises one Lua error naming it; LLVM itself would crash in Intrinsic::getOrInsertDeclaration. */
 static int call_unknown_intrinsic(lua_State *L) {
@@ -267,6 +354,7 @@ int main(void) {
     test_conversions();
     test_target_table();
     test_template_errors();
+    test_registry();
     test_unknown_intrinsic();
     kiln_gen_destroy(gen);
     return check_summary("generator");

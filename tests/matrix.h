@@ -37,6 +37,33 @@ static int matrix_full(void) {
     return f && *f && strcmp(f, "0");
 }
 
+/* The variants the families' templates declare (K.variants, docs/registry.md) on each of the SMs,
+ * SM by SM: every variant under KILN_TEST_FULL=1, else the quick suite's rows. Appends to vs from
+ * index n (capacity cap); returns the new count, or -1 after printing why. */
+static int matrix_variants(kiln_gen *gen, const char *const *families, int nfam, const int *sms, int nsms,
+                           matrix_variant *vs, int n, int cap) {
+    static char buf[1 << 18];
+    for (int s = 0; s < nsms; s++)
+        for (int f = 0; f < nfam; f++) {
+            kiln_error err = {0};
+            if (kiln_family_variants(gen, families[f], matrix_full(), sms[s], buf, sizeof buf, NULL, &err) != KILN_OK) {
+                printf("FAIL %s's variant matrix: %s\n", families[f], err.msg);
+                return -1;
+            }
+            for (char *l = buf, *e; *l; l = e + 1) {
+                e = strchr(l, '\n');
+                if (n == cap || e - l >= (long)sizeof vs[n].spec) {
+                    printf("FAIL %s's variant matrix: more than %d variants or a spec longer than %zu\n", families[f], cap,
+                           sizeof vs[n].spec - 1);
+                    return -1;
+                }
+                snprintf(vs[n].spec, sizeof vs[n].spec, "%.*s", (int)(e - l), l);
+                vs[n++].sm = sms[s];
+            }
+        }
+    return n;
+}
+
 /* The quick suite's slice of the SMs past sm_90 (KILN_TEST_FULL=1 keeps every variant): every
  * third variant of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory,
  * threads per SM); sm_103, sm_110 and sm_121 only in the full run. Compacts vs; returns the count. */
@@ -266,6 +293,36 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
     free(jobs);
     free(idx);
     return skipped;
+}
+
+/* A ptxas-matrix test program: the families' declared variants on the SMs (NULL: every SM from sm_75),
+ * sliced for the quick suite, checked; KILN_ATTN_TABLE=1 prints registers and shared memory per
+ * variant as a Markdown table. Prints "<what>: N passed, N failed, N skipped"; returns the exit status. */
+static int matrix_main(const char *what, const char *const *families, int nfam, const int *sms, int nsms) {
+    static matrix_variant vs[8192];
+    int all[16];
+    if (!sms) {
+        nsms = matrix_sms(all);
+        sms = all;
+    }
+    kiln_error err = {0};
+    kiln_gen *gen;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
+        printf("cannot create generator: %s\n%s: 0 passed, 1 failed\n", err.msg, what);
+        return 1;
+    }
+    int n = matrix_variants(gen, families, nfam, sms, nsms, vs, 0, 8192);
+    if (n < 0) check_failed++;
+    else n = matrix_slice(vs, n);
+    int skipped = n > 0 ? matrix_check(gen, vs, n) : 0;
+    kiln_gen_destroy(gen);
+    if (getenv("KILN_ATTN_TABLE")) {
+        printf("| spec | sm | registers | static + dynamic shared memory (bytes) |\n|---|---|---|---|\n");
+        for (int i = 0; i < n; i++)
+            printf("| `%s` | %d | %d | %d + %u |\n", vs[i].spec, vs[i].sm, vs[i].registers, vs[i].smem, vs[i].dynamic_smem);
+    }
+    printf("%s: %d passed, %d failed, %d skipped\n", what, check_passed, check_failed, skipped);
+    return check_failed ? 1 : 0;
 }
 
 #endif

@@ -4,7 +4,12 @@
 
 expect "run rmsnorm bf16" 0 "PASS" -- run rmsnorm x=bf16 w=f32 y=bf16 hidden=768 --sm 75 --rows 5
 expect "run layernorm residual (launch form)" 0 "h " -- run layernorm x=bf16 hidden=launch residual=true r=f32 --hidden 300 --sm 80 --rows 3
-expect "run layernorm_bwd runs norm_reduce" 0 "then norm_reduce w=f32" -- run layernorm_bwd x=bf16 w=f32 hidden=1000 --sm 75 --rows 9
+expect "run layernorm_bwd runs norm_reduce" 0 "  kiln_norm_reduce_f32: 64 blocks of 256 threads" -- run layernorm_bwd x=bf16 w=f32 hidden=1000 --sm 75 --rows 9
+# norm_reduce on its own: column sums of a drawn workspace (templates/norm_reduce.ref.c)
+expect "run norm_reduce alone" 0 "PASS: every output within tolerance" -- run norm_reduce --sm 80 --rows 70 --hidden 300
+expect "run norm_reduce bf16, NaN/Inf partials" 0 "PASS" -- run norm_reduce w=bf16 --sm 75 --rows 9 --hidden 33 --input special
+expect "run norm_reduce f16 sums past 65504 give inf" 0 "PASS" -- run norm_reduce w=f16 --sm 90 --rows 300 --hidden 64 --input large-mean
+expect "run norm_reduce needs --hidden" 2 "give it with --hidden H" -- run norm_reduce --sm 80 --rows 3
 expect "run rmsnorm_bwd residual, twice" 0 "PASS" -- run rmsnorm_bwd x=f16 hidden=launch residual=true --hidden 77 --sm 90 --rows 11 --twice
 expect "list shows rmsnorm_bwd" 0 "rmsnorm_bwd - RMSNorm backward" -- list
 expect "list shows norm_reduce" 0 "norm_reduce - column sums" -- list

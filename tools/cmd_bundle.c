@@ -18,24 +18,44 @@
 
 extern char **environ;
 
-/* How a family's default matrix is spelled: its dtype keys (a combination "a/b/c" assigns them
- * in order; one dtype assigns all), its shape key with the default shapes, and, for families whose
- * work is a sequence of kernels, the keys of each kernel (one spec per entry; none: one spec). */
-static const struct family_matrix {
-    const char *family;
-    const char *dtype_keys[4];
-    const char *shape_key, *default_shapes;
-    const char *kernels[6];
-} matrices[] = {
-    {"layernorm", {"x", "w", "y", NULL}, "hidden", "launch", {NULL}},
-    {"attention", {"dtype", "out", NULL, NULL}, "head_dim", "64,128", {NULL}},
-    {"attention_bwd", {"dtype", "out", "grad", NULL}, "head_dim", "64,128",
-     {"kernel=prep", "kernel=dkdv", "kernel=convert", NULL}},
-    {"rmsnorm", {"x", "w", "y", NULL}, "hidden", "launch", {NULL}},
-    {"layernorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch", {NULL}},
-    {"rmsnorm_bwd", {"x", "w", "dy", "dx"}, "hidden", "launch", {NULL}},
-    {"norm_reduce", {"w", NULL, NULL, NULL}, NULL, "-", {NULL}}, /* the norm backwards' second kernel: no shape */
-};
+/* A family's default matrix as its template declares it (K.bundle, docs/registry.md): its dtype keys
+ * (a combination "a/b/c" assigns them in order; one dtype assigns all), its shape key with the default
+ * shapes, for families whose work is a sequence of kernels the keys of each kernel (one spec per entry),
+ * and whole specs the default set adds. */
+typedef struct family_matrix {
+    char family[KILN_NAME_MAX];
+    kiln_bundle_matrix m;
+} family_matrix;
+
+enum { MAX_FAMILIES = 64 };
+static family_matrix matrices[MAX_FAMILIES];
+static int nmatrices;
+
+/* Reads every family's declaration once; 0 or CLI_USAGE. */
+static int load_matrices(void) {
+    if (nmatrices) return CLI_OK;
+    kiln_gen *gen;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);
+    char names[MAX_FAMILIES][KILN_NAME_MAX];
+    int n = kiln_families(gen, names, MAX_FAMILIES), rc = CLI_OK;
+    for (int i = 0; i < n && rc == CLI_OK; i++) {
+        snprintf(matrices[nmatrices].family, KILN_NAME_MAX, "%s", names[i]);
+        if (kiln_family_bundle(gen, names[i], &matrices[nmatrices].m, &err) != KILN_OK) rc = cli_error("%s", err.msg);
+        else if (matrices[nmatrices].m.declared) nmatrices++;
+    }
+    kiln_gen_destroy(gen);
+    return rc;
+}
+
+/* Families with a default matrix, "a, b, c" (for messages). */
+static char *matrix_names(char *buf, size_t size) {
+    buf[0] = 0;
+    for (int i = 0, k = 0; i < nmatrices; i++)
+        if (matrices[i].m.dtype_keys[0])
+            snprintf(buf + strlen(buf), size - strlen(buf), "%s%s", k++ ? ", " : "", matrices[i].family);
+    return buf;
+}
 
 enum { MAX_SPECS = 4096, MAX_SMS = 16 };
 
@@ -62,6 +82,9 @@ typedef struct plan {
 } plan;
 
 static void bundle_usage(FILE *to) {
+    char names[512];
+    if (load_matrices() != CLI_OK) return;
+    matrix_names(names, sizeof names);
     fprintf(to,
             "usage: kiln bundle [FAMILY...] [--dtypes LIST] [--sm LIST] [--hidden LIST]\n"
             "                   [--spec SPEC]... [--spec-list FILE] [--cubin] [-j N]\n"
@@ -69,21 +92,19 @@ static void bundle_usage(FILE *to) {
             "Generates kernel variants in parallel (one generator per thread) and writes one bundle\n"
             "that the runtime opens from a file or from memory; it picks, per device, a cubin for\n"
             "its exact SM, else the PTX of the highest SM not above it.\n\n"
-            "  FAMILY...        families with a default matrix: layernorm, attention, attention_bwd\n"
-            "                   (the kernels kiln_attention_backward launches: prep, dkdv, convert;\n"
-            "                   the deterministic dkdv and dq by --spec), rmsnorm, layernorm_bwd,\n"
-            "                   rmsnorm_bwd (dtypes x/w/dy/dx), norm_reduce (the norm backwards'\n"
-            "                   second kernel; dtype w) (default: all of them, unless --spec or\n"
-            "                   --spec-list is given; with neither --dtypes nor --hidden the default\n"
-            "                   set adds split-KV decoding, 'attention ... splitkv=true' and its\n"
-            "                   attention_combine, for f16/bf16 at head_dim 64 and 128)\n"
+            "  FAMILY...        families whose template declares a default matrix (K.bundle,\n"
+            "                   docs/registry.md): %s\n"
+            "                   (default: all of them, unless --spec or --spec-list is given; with\n"
+            "                   neither --dtypes nor --hidden the default set adds the specs the\n"
+            "                   templates list besides: split-KV decoding, 'attention ... splitkv=true'\n"
+            "                   and its attention_combine, for f16/bf16 at head_dim 64 and 128)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
-            "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad);\n"
-            "                   default f32,f16,bf16\n"
+            "                   'bf16/f32/bf16'; attention dtype/out; attention_bwd dtype/out/grad;\n"
+            "                   the keys each template declares); default f32,f16,bf16\n"
             "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list)\n"
-            "  --hidden LIST    shapes: layernorm hidden sizes (numbers or 'launch', default launch),\n"
-            "                   attention and attention_bwd head_dim (default 64,128)\n"
+            "  --hidden LIST    shapes, of the key each template declares: the norms' hidden (numbers\n"
+            "                   or 'launch', default launch), attention's head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
             "  --spec-list F    specs from file F, one per line, '#' starts a comment\n"
             "  --cubin          also store cubins assembled with ptxas ($CUDA_HOME/bin,\n"
@@ -91,12 +112,13 @@ static void bundle_usage(FILE *to) {
             "  -j N             generator threads (default: every core)\n"
             "  -o FILE          write the bundle to FILE\n"
             "  --emit-c NAME    write NAME.c and NAME.h embedding the bundle as NAME_data/NAME_size\n\n"
-            "example: kiln bundle layernorm --dtypes bf16,bf16/f32/bf16 --sm 75,80,90 -o ln.kbundle\n");
+            "example: kiln bundle layernorm --dtypes bf16,bf16/f32/bf16 --sm 75,80,90 -o ln.kbundle\n",
+            names);
 }
 
-static const struct family_matrix *find_matrix(const char *family) {
-    for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
-        if (!strcmp(matrices[i].family, family)) return &matrices[i];
+static const family_matrix *find_matrix(const char *family) {
+    for (int i = 0; i < nmatrices; i++)
+        if (!strcmp(matrices[i].family, family) && matrices[i].m.dtype_keys[0]) return &matrices[i];
     return NULL;
 }
 
@@ -115,15 +137,17 @@ static int split_list(char *text, char **words, int cap) {
 }
 
 /* "bf16" or "bf16/f32/bf16" -> "x=bf16 w=f32 y=bf16" for the family's dtype keys. */
-static int dtype_assignments(const struct family_matrix *m, char *combo, char *out, size_t size) {
-    char *parts[4];
+static int dtype_assignments(const family_matrix *fm, char *combo, char *out, size_t size) {
+    char *parts[8], *keys[8], kbuf[sizeof fm->m.dtype_keys];
     int n = 0, nkeys = 0;
-    while (nkeys < 4 && m->dtype_keys[nkeys]) nkeys++;
-    for (char *save = NULL, *w = strtok_r(combo, "/", &save); w && n < 4; w = strtok_r(NULL, "/", &save)) parts[n++] = w;
+    snprintf(kbuf, sizeof kbuf, "%s", fm->m.dtype_keys);
+    for (char *save = NULL, *w = strtok_r(kbuf, ",", &save); w && nkeys < 8; w = strtok_r(NULL, ",", &save)) keys[nkeys++] = w;
+    for (char *save = NULL, *w = strtok_r(combo, "/", &save); w && n < 8; w = strtok_r(NULL, "/", &save)) parts[n++] = w;
     if (n != 1 && n != nkeys) {
-        char keys[64] = "";
-        for (int i = 0; i < nkeys; i++) snprintf(keys + strlen(keys), sizeof keys - strlen(keys), "%s%s", i ? "/" : "", m->dtype_keys[i]);
-        return cli_error("dtype combination has %d parts; valid for %s: 1 dtype or %d (%s)", n, m->family, nkeys, keys);
+        char shown[sizeof kbuf];
+        snprintf(shown, sizeof shown, "%s", fm->m.dtype_keys);
+        for (char *c = shown; *c; c++) *c = *c == ',' ? '/' : *c;
+        return cli_error("dtype combination has %d parts; valid for %s: 1 dtype or %d (%s)", n, fm->family, nkeys, shown);
     }
     size_t k = 0;
     out[0] = 0;
@@ -131,34 +155,34 @@ static int dtype_assignments(const struct family_matrix *m, char *combo, char *o
         kiln_dtype t;
         const char *d = parts[n == 1 ? 0 : i];
         if (kiln_dtype_parse(d, &t) != 0) return cli_error("unknown dtype '%s'; valid: f32, f16, bf16", d);
-        k += (size_t)snprintf(out + k, size - k, " %s=%s", m->dtype_keys[i], kiln_dtype_name(t));
+        k += (size_t)snprintf(out + k, size - k, " %s=%s", keys[i], kiln_dtype_name(t));
     }
     return CLI_OK;
 }
 
-/* Adds family x dtype combinations x shapes. */
+/* Adds family x dtype combinations x shapes (x the kernels of a sequence). */
 static int add_matrix(plan *p, const char *family, const char *dtypes, const char *shapes) {
-    const struct family_matrix *m = find_matrix(family);
-    if (!m) {
-        char valid[256] = "";
-        for (size_t i = 0; i < sizeof matrices / sizeof matrices[0]; i++)
-            snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", matrices[i].family);
-        return cli_error("no default matrix for family '%s'; valid: %s (use --spec for others)", family, valid);
+    const family_matrix *fm = find_matrix(family);
+    if (!fm) {
+        char valid[512];
+        return cli_error("no default matrix for family '%s'; valid: %s (use --spec for others)", family,
+                         matrix_names(valid, sizeof valid));
     }
-    char dbuf[512], sbuf[512], *combos[64], *sizes[64];
+    const kiln_bundle_matrix *m = &fm->m;
+    char dbuf[512], sbuf[512], kbuf[sizeof m->kernels], *combos[64], *sizes[64], *kernels[16];
     snprintf(dbuf, sizeof dbuf, "%s", dtypes ? dtypes : "f32,f16,bf16");
-    snprintf(sbuf, sizeof sbuf, "%s", shapes ? shapes : m->default_shapes);
-    int nc = split_list(dbuf, combos, 64), ns = split_list(sbuf, sizes, 64);
+    snprintf(sbuf, sizeof sbuf, "%s", shapes && m->shape_key[0] ? shapes : m->shape_key[0] ? m->default_shapes : "-");
+    snprintf(kbuf, sizeof kbuf, "%s", m->kernels);
+    int nc = split_list(dbuf, combos, 64), ns = split_list(sbuf, sizes, 64), nk = split_list(kbuf, kernels, 16);
     for (int c = 0; c < nc; c++) {
         char assign[256], combo[64], spec[KILN_SPEC_MAX];
         snprintf(combo, sizeof combo, "%s", combos[c]);
-        if (dtype_assignments(m, combo, assign, sizeof assign)) return CLI_USAGE;
+        if (dtype_assignments(fm, combo, assign, sizeof assign)) return CLI_USAGE;
         for (int s = 0; s < ns; s++)
-            for (int k = 0; k == 0 || m->kernels[k]; k++) {
-                if (!m->shape_key && s > 0) continue; /* a family without a shape key: one spec per dtype */
-                int n = m->shape_key ? snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s])
-                                     : snprintf(spec, sizeof spec, "%s%s", family, assign);
-                if (m->kernels[k]) snprintf(spec + n, sizeof spec - (size_t)n, " %s", m->kernels[k]);
+            for (int k = 0; k == 0 || k < nk; k++) {
+                int n = m->shape_key[0] ? snprintf(spec, sizeof spec, "%s%s %s=%s", family, assign, m->shape_key, sizes[s])
+                                        : snprintf(spec, sizeof spec, "%s%s", family, assign);
+                if (nk) snprintf(spec + n, sizeof spec - (size_t)n, " %s", kernels[k]);
                 if (add_spec(p, spec)) return CLI_USAGE;
             }
     }
@@ -434,19 +458,19 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         }
     }
     if (rc != CLI_OK) return rc;
+    if (rc == CLI_OK) rc = load_matrices();
     for (int i = optind; i < argc && rc == CLI_OK; i++) rc = add_matrix(p, argv[i], dtypes, shapes);
-    for (size_t i = 0; rc == CLI_OK && optind == argc && !explicit_specs && i < sizeof matrices / sizeof matrices[0]; i++)
-        rc = add_matrix(p, matrices[i].family, dtypes, shapes);
-    /* the default set also carries split-KV decoding (kiln_attention_forward_splitkv: the split kernel
-     * and its attention_combine) for f16/bf16 at head_dim 64 and 128, the common decoding shapes; the
-     * default bundle is over its generation budget already, so no more (others by --spec) */
-    for (int i = 0; rc == CLI_OK && optind == argc && !explicit_specs && !dtypes && !shapes && i < 8; i++) {
-        char spec[KILN_SPEC_MAX];
-        const char *dt = i & 2 ? "bf16" : "f16";
-        int d = i & 4 ? 128 : 64;
-        if (i & 1) snprintf(spec, sizeof spec, "attention_combine out=%s head_dim=%d", dt, d);
-        else snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d splitkv=true", dt, d);
-        rc = add_spec(p, spec);
+    int defaults = optind == argc && !explicit_specs;
+    for (int i = 0; rc == CLI_OK && defaults && i < nmatrices; i++)
+        if (matrices[i].m.dtype_keys[0]) rc = add_matrix(p, matrices[i].family, dtypes, shapes);
+    /* the specs the templates add to the default set (split-KV decoding: the split kernel and its
+     * attention_combine for f16/bf16 at head_dim 64 and 128); the default bundle is over its
+     * generation budget already, so no more (others by --spec) */
+    for (int i = 0; rc == CLI_OK && defaults && !dtypes && !shapes && i < nmatrices; i++) {
+        char extra[sizeof matrices[i].m.extra];
+        snprintf(extra, sizeof extra, "%s", matrices[i].m.extra);
+        for (char *save = NULL, *l = strtok_r(extra, "\n", &save); l && rc == CLI_OK; l = strtok_r(NULL, "\n", &save))
+            rc = add_spec(p, l);
     }
     if (rc == CLI_OK) rc = parse_sms(p, sms);
     if (rc == CLI_OK && !*out && !*cname) rc = cli_error("missing output: give -o FILE and/or --emit-c NAME");

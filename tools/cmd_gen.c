@@ -1,4 +1,4 @@
-/* tools/cmd_gen.c - `kiln emit` (one kernel as PTX or LLVM IR) and `kiln list`. */
+/* tools/cmd_gen.c - `kiln emit` (one kernel as PTX or LLVM IR) and `kiln list` (families, targets, variant matrices). */
 #include <getopt.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -115,13 +115,72 @@ int cmd_emit(int argc, char **argv) {
     return rc;
 }
 
-int cmd_list(int argc, char **argv) {
-    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
-        printf("usage: kiln list\n\nLists kernel families with their parameters (type, default, allowed "
-               "values) and the targets.\n");
-        return CLI_OK;
+static void list_usage(FILE *to) {
+    fprintf(to,
+            "usage: kiln list\n"
+            "       kiln list --variants FAMILY|all [--sm N] [--full]\n\n"
+            "Lists kernel families with their parameters (type, default, allowed values) and the targets.\n"
+            "--variants prints the variant matrix a family's template declares (docs/registry.md): the\n"
+            "specs the ptxas matrix and its quality table check, one a line; 'all' every family's.\n\n"
+            "  --sm N   the variants of sm_N (default: every SM from 75 up, each line 'sm_N SPEC')\n"
+            "  --full   every variant (the KILN_TEST_FULL=1 matrix); default: the quick suite's\n");
+}
+
+/* Prints the variants of family on sm (prefixed "sm_N " when prefix); 0 or CLI_USAGE. */
+static int print_variants(kiln_gen *gen, const char *family, int sm, int full, int prefix) {
+    static char buf[1 << 18];
+    kiln_error err = {0};
+    if (kiln_family_variants(gen, family, full, sm, buf, sizeof buf, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);
+    for (char *l = buf, *e; *l; l = e + 1) {
+        e = strchr(l, '\n');
+        if (prefix) printf("sm_%d ", sm);
+        printf("%.*s\n", (int)(e - l), l);
     }
-    if (argc > 1) return cli_error("'kiln list' takes no arguments, got '%s'", argv[1]);
+    return CLI_OK;
+}
+
+static int list_variants(const char *family, int sm, int full) {
+    kiln_error err = {0};
+    kiln_gen *gen;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);
+    char names[64][KILN_NAME_MAX];
+    int nf = 1, rc = CLI_OK;
+    if (!strcmp(family, "all")) nf = kiln_families(gen, names, 64);
+    else snprintf(names[0], sizeof names[0], "%s", family);
+    int sms[16], ns = 0;
+    if (sm) sms[ns++] = sm;
+    else
+        for (int i = 0, all[16], n = kiln_targets(all, 16); i < n; i++)
+            if (all[i] >= 75) sms[ns++] = all[i];
+    for (int s = 0; s < ns && rc == CLI_OK; s++)
+        for (int f = 0; f < nf && rc == CLI_OK; f++) rc = print_variants(gen, names[f], sms[s], full, !sm);
+    kiln_gen_destroy(gen);
+    return rc;
+}
+
+int cmd_list(int argc, char **argv) {
+    static const struct option longopts[] = {{"variants", required_argument, NULL, 'v'}, {"sm", required_argument, NULL, 's'},
+                                             {"full", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'},
+                                             {NULL, 0, NULL, 0}};
+    const char *variants = NULL;
+    int c, sm = 0, full = 0, sm_given = 0;
+    opterr = 0;
+    optind = 1;
+    while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
+        switch (c) {
+        case 'v': variants = optarg; break;
+        case 's':
+            if (cli_parse_sm(optarg, &sm)) return CLI_USAGE;
+            sm_given = 1;
+            break;
+        case 'f': full = 1; break;
+        case 'h': list_usage(stdout); return CLI_OK;
+        default: return cli_bad_option("list", longopts, c, argv, optind);
+        }
+    }
+    if (optind < argc) return cli_error("'kiln list' takes no arguments, got '%s'", argv[optind]);
+    if (!variants && (sm_given || full)) return cli_error("--sm and --full go with --variants FAMILY");
+    if (variants) return list_variants(variants, sm, full);
     kiln_error err = {0};
     kiln_gen *gen;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);

@@ -116,4 +116,9 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int b
 /* The CSV header matching kit_run_and_compare's lines. */
 extern const char kit_check_csv_header[];
 
+/* ---- kit_bench.c: the speed run (`kiln-gpucheck bench`) ---- */
+/* Times the ceilings (device copy, an mma.sync loop), then every family's speed rows through the
+ * runtime's helpers; prints a table, writes csv_path (may be NULL). 0, or 2 when the device fails. */
+int kit_bench(const char *bundle_path, const char *csv_path, int quick);
+
 #endif

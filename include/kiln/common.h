@@ -31,13 +31,23 @@ typedef struct kiln_error {
     char msg[1024];
 } kiln_error;
 
-/* Element types a kernel may read or write. */
-typedef enum kiln_dtype { KILN_F32 = 0, KILN_F16 = 1, KILN_BF16 = 2, KILN_DTYPE_COUNT = 3 } kiln_dtype;
+/* Element types a kernel may read or write. The first KILN_DTYPE_COUNT are the float dtypes (the
+ * values of a spec's dtype keys); KILN_I32 is for index tensors only (cu_seqlens, per-sequence
+ * position offsets), which only a kernel's pointer parameters carry. */
+typedef enum kiln_dtype {
+    KILN_F32 = 0,
+    KILN_F16 = 1,
+    KILN_BF16 = 2,
+    KILN_DTYPE_COUNT = 3,
+    KILN_I32 = KILN_DTYPE_COUNT
+} kiln_dtype;
 
-/* "f32", "f16", "bf16"; NULL for an out-of-range value. */
+/* "f32", "f16", "bf16", "i32"; NULL for an out-of-range value. */
 const char *kiln_dtype_name(kiln_dtype t);
-/* Parses "f32"/"f16"/"bf16" (also "float32", "float16", "bfloat16"); returns 0 on success. */
+/* Parses a float dtype, "f32"/"f16"/"bf16" (also "float32", "float16", "bfloat16"); returns 0 on success. */
 int kiln_dtype_parse(const char *name, kiln_dtype *out);
+/* Parses any element type: a float dtype or "i32" (also "int32"); returns 0 on success. */
+int kiln_elem_parse(const char *name, kiln_dtype *out);
 /* Bytes per element. */
 size_t kiln_dtype_size(kiln_dtype t);
 

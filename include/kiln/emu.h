@@ -74,7 +74,7 @@ double kiln_emu_value_get(kiln_dtype t, const void *base, size_t i);
 /* Stores v rounded to nearest even into element i (NaN stays NaN, overflow gives Inf). */
 void kiln_emu_value_set(kiln_dtype t, void *base, size_t i, double v);
 
-/* ---- LayerNorm forward: inputs, float64 reference, checks (emu_layernorm.c) ---- */
+/* ---- LayerNorm forward: inputs, float64 reference, checks (templates/layernorm.ref.c) ---- */
 
 typedef enum kiln_ln_input {
     KILN_LN_RANDOM = 0, /* x ~ N(0.5, 2), weight ~ N(1, 0.5), bias ~ N(0, 0.5) */
@@ -125,7 +125,7 @@ typedef struct kiln_ln_report {
 } kiln_ln_report;
 
 /* Checks every output against tolerances derived from the dtypes and the shape (see
- * emu_layernorm.c for the error model). Returns the total number of bad elements. */
+ * templates/layernorm.ref.c for the error model). Returns the total number of bad elements. */
 long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r);
 /* "y", "mean", "rstd" */
 const char *kiln_ln_output_name(int i);

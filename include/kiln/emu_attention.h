@@ -52,7 +52,7 @@ typedef struct kiln_attn_report {
     long bad[2];
     char first[2][256];
 } kiln_attn_report;
-/* Checks o and lse against the reference with the error model in emu_ref_attention.c;
+/* Checks o and lse against the reference with the error model in templates/attention.ref.c;
  * p_dtype is the dtype P is rounded to before P.V (f32 on the SIMT path). Returns the number
  * of bad values. */
 long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k, const void *v,

@@ -13,7 +13,7 @@ extern "C" {
  * and v. tol_* (each may be NULL) receive, per element, a first-order bound on the error of a
  * kernel that follows the FlashAttention-2 backward (f32 products, ex2.approx, the forward's lse in
  * f32 and O rounded to p->out), before the rounding to the gradient dtype: see
- * emu_ref_attention_bwd.c. p_dtype is what P and dS are rounded to before their products (f32 on
+ * templates/attention_bwd.ref.c. p_dtype is what P and dS are rounded to before their products (f32 on
  * the SIMT path). */
 kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k,
                                     const void *v, const void *dout, double *dq, double *dk, double *dv,

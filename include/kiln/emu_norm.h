@@ -19,7 +19,8 @@ typedef struct kiln_norm_spec {
     int offset;                    /* 1: zero-centered weights, the norm multiplies by 1 + w */
 } kiln_norm_spec;
 
-/* Parses "layernorm|rmsnorm|layernorm_bwd|rmsnorm_bwd key=value ..."; KILN_EINVAL names a bad key. */
+/* Reads a norm family's resolved spec (kiln_canonical_spec, a kernel's meta): the family from its keys
+ * (a backward has dy, LayerNorm has bias), dtypes, hidden, weight, bias, residual, offset. */
 kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err);
 int kiln_norm_is_backward(const kiln_norm_spec *s);
 
@@ -65,7 +66,7 @@ typedef struct kiln_norm_report {
     long bad[KILN_NORM_OUTPUTS];
     char first[KILN_NORM_OUTPUTS][256];
 } kiln_norm_report;
-/* Compares every output with tolerances derived from dtypes and shape (emu/emu_norm.c);
+/* Compares every output with tolerances derived from dtypes and shape (templates/lib/norm.ref.c);
  * threads_per_row and parts (backward: grid * workspace rows per block) describe the run. Returns the number of bad values. */
 long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned parts, kiln_norm_report *r);
 /* Name of output o for this spec ("y", "mean", "rstd", "h" / "dx", "dweight", "dbias"), NULL if unused. */

@@ -99,6 +99,29 @@ int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t s
 /* Describes families and their parameters as text, one family per block (for `kiln list`). */
 kiln_status kiln_describe(kiln_gen *gen, char *buf, size_t size, kiln_error *err);
 
+/* ---- the family registry (docs/registry.md): what a template declares besides its kernel ---- */
+
+/* The families (templates/<name>.lua), sorted; returns the count (at most cap are written). */
+int kiln_families(kiln_gen *gen, char names[][KILN_NAME_MAX], int cap);
+
+/* The variant matrix a family's template declares (K.variants): the specs the ptxas matrix and
+ * its quality table check on target sm, one a line ("FAMILY key=value ...\n"). full: every
+ * variant (KILN_TEST_FULL), else the quick suite's rows. sm 0: the rows of every SM. *count (when
+ * not NULL) gets the number of specs; buf NULL measures. */
+kiln_status kiln_family_variants(kiln_gen *gen, const char *family, int full, int sm, char *buf, size_t size,
+                                 int *count, kiln_error *err);
+
+/* What `kiln bundle`'s default set takes of a family (K.bundle). */
+typedef struct kiln_bundle_matrix {
+    int declared;            /* 0: the family is in no default set (its specs come by --spec) */
+    char dtype_keys[64];     /* "x,w,y": a combination "a/b/c" assigns them in order, one dtype all */
+    char shape_key[32];      /* "hidden"; "" for a family without one */
+    char default_shapes[128]; /* "launch", "64,128" */
+    char kernels[256];       /* "kernel=prep,kernel=dkdv,...": a spec per kernel of a sequence; "" one */
+    char extra[1024];        /* whole specs the default set adds (without --dtypes/--hidden), a line each */
+} kiln_bundle_matrix;
+kiln_status kiln_family_bundle(kiln_gen *gen, const char *family, kiln_bundle_matrix *out, kiln_error *err);
+
 /* The source bytes of a family's template, for cache keys (valid until the next call). */
 kiln_status kiln_template_source(kiln_gen *gen, const char *family, const char **src, size_t *len,
                                  kiln_error *err);

@@ -11,6 +11,8 @@ extern "C" {
 #define KILN_MAX_PARAMS 32
 #define KILN_NAME_MAX 64
 #define KILN_SPEC_MAX 512
+#define KILN_LAUNCH_MAX 3072 /* the launch description's text (docs/registry.md) */
+#define KILN_LAUNCH_DIMS 4    /* dims of a tensor in the launch description */
 
 typedef enum kiln_param_kind {
     KILN_PARAM_PTR = 0, /* device pointer (8 bytes) */
@@ -51,6 +53,11 @@ typedef struct kiln_kernel_meta {
      * kernel `then_spec` reduces it (see docs/norms.md). 0 and "" when there is none. */
     unsigned ws_slabs, ws_rows_per_block;
     char then_spec[KILN_SPEC_MAX];
+    /* The launch problem the template declares (docs/registry.md): its "// kiln.meta" lines
+     * "tensor", "scalar", "stride", "problem", "before" and "after", one a line without the prefix,
+     * in the order written. Empty for modules from kiln builds before it (their launch needs a
+     * typed helper that knows the family). */
+    char launch[KILN_LAUNCH_MAX];
 } kiln_kernel_meta;
 
 /* Writes meta as PTX comment lines ("// kiln.meta ...") into buf; returns the length

@@ -170,28 +170,65 @@ kiln_status kiln_kernel_grid(const kiln_kernel *k, const uint64_t problem[3], un
 kiln_status kiln_kernel_launch(kiln_kernel *k, const unsigned grid[3], const kiln_arg *args, int nargs,
                                void *stream, kiln_error *err);
 
+/* ---- the generic launch (docs/registry.md) ---- */
+
+/* A tensor by name: its device pointer and, optionally, its strides in elements (outermost first;
+ * all 0: contiguous in the dims the kernel declares). */
+typedef struct kiln_launch_tensor {
+    const char *name;
+    kiln_devptr ptr;
+    int64_t strides[KILN_LAUNCH_DIMS];
+} kiln_launch_tensor;
+
+/* A scalar by name (integers exactly up to 2^53). */
+typedef struct kiln_launch_scalar {
+    const char *name;
+    double value;
+} kiln_launch_scalar;
+
+/* What a launch gives: tensors and scalars by the names the kernels' launch descriptions declare
+ * (`kiln emit ... | grep kiln.meta`), a workspace the sequence carves its scratch tensors from
+ * (kiln_launch_workspace says how large), and the stream. */
+typedef struct kiln_launch_args {
+    const kiln_launch_tensor *tensors;
+    int ntensors;
+    const kiln_launch_scalar *scalars;
+    int nscalars;
+    kiln_devptr workspace;
+    size_t workspace_bytes;
+    void *stream;
+} kiln_launch_args;
+
+/* Launches k and the kernels its description runs before and after it (norm backward + norm_reduce,
+ * split-KV + attention_combine, attention_bwd's prep, dkdv, convert/dq), each with the grid its
+ * problem gives, its parameters bound by name; a kernel with an empty grid is skipped. Errors name
+ * the kernel and the tensor or scalar missing, misaligned or unknown. */
+kiln_status kiln_launch(kiln_kernel *k, const kiln_launch_args *a, kiln_error *err);
+/* kiln_rt_get_kernel(spec) then kiln_launch. */
+kiln_status kiln_launch_spec(kiln_rt *rt, const char *spec, const kiln_launch_args *a, kiln_error *err);
+/* The bytes of workspace kiln_launch needs for these arguments (0: none; a->workspace is ignored). */
+kiln_status kiln_launch_workspace(kiln_kernel *k, const kiln_launch_args *a, size_t *bytes, kiln_error *err);
+
+/* The same without a device, for the emulator and tools: the specs of k's sequence (before, k, after;
+ * *self = k's index; returns the count, 1 for a kernel without a description), and the binding of
+ * the whole sequence from the metas of its kernels in that order: each step's grid and arguments
+ * (sm_count: the device's multiprocessors, for grid rules that use it), and the workspace size. */
+typedef struct kiln_launch_step {
+    const kiln_kernel_meta *meta;
+    unsigned grid[3];
+    kiln_arg args[KILN_MAX_PARAMS];
+} kiln_launch_step;
+int kiln_launch_sequence(const kiln_kernel_meta *m, char specs[][KILN_SPEC_MAX], int cap, int *self);
+kiln_status kiln_launch_bind(const kiln_kernel_meta *const *metas, int nsteps, int self, const kiln_launch_args *a,
+                             int sm_count, kiln_launch_step *steps, size_t *workspace_bytes, kiln_error *err);
+
 /* ---- typed launch helpers ---- */
 
-/* LayerNorm forward (torch.nn.functional.layer_norm semantics). mean/rstd may be 0; weight/bias
- * 0 select a kernel without them. Picks the variant for this hidden size when one exists (from
- * a bundle, the caches or the generator), else the launch-time form (hidden=0); pointers not
- * aligned as the variant needs fall back to the launch-time form, or the error says why not. */
-typedef struct kiln_layernorm_args {
-    kiln_devptr y, mean, rstd, x, weight, bias;
-    int rows, hidden;
-    kiln_dtype x_dtype, w_dtype, y_dtype;
-    float eps;
-    void *stream;
-} kiln_layernorm_args;
-kiln_status kiln_layernorm_forward(kiln_rt *rt, const kiln_layernorm_args *a, kiln_error *err);
-/* The kernel kiln_layernorm_forward would launch, without launching it. */
-kiln_status kiln_layernorm_pick(kiln_rt *rt, const kiln_layernorm_args *a, kiln_kernel **out,
-                                kiln_error *err);
-
-/* Norm families (runtime/rt_norm.c): LayerNorm and RMSNorm, forward and backward, optionally with
- * the fused residual add (h = x + residual, written to h and normalized). Variant choice as
- * kiln_layernorm_pick: the fixed-hidden variant when it exists and the pointers are aligned as
- * its metadata says, else the launch-time form. */
+/* Norm families (runtime/rt_norm.c, thin over kiln_launch): LayerNorm and RMSNorm, forward and
+ * backward, optionally with the fused residual add (h = x + residual, written to h and normalized).
+ * Picks the variant for this hidden size when one exists (from a bundle, the caches or the
+ * generator) and the pointers are aligned as its metadata says, else the launch-time form
+ * (hidden=launch); when even that cannot take them the error says why. */
 typedef enum kiln_norm_kind { KILN_NORM_LAYERNORM = 0, KILN_NORM_RMSNORM = 1 } kiln_norm_kind;
 
 /* Forward. mean (LayerNorm only) and rstd may be 0; weight 0 (and bias 0, LayerNorm) select a

@@ -8,7 +8,7 @@ import ctypes
 
 from .errors import KilnArgumentError
 
-_TYPESTR = {"f4": "f32", "f2": "f16"}
+_TYPESTR = {"f4": "f32", "f2": "f16", "i4": "i32"}  # i32: index tensors (cu_seqlens, offsets)
 _DL_CPU, _DL_CUDA, _DL_CUDA_MANAGED = 1, 2, 13
 
 
@@ -37,7 +37,7 @@ class DevView:
 
 def _torch_dtype(t):
     name = str(t.dtype)
-    return {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16"}.get(name), name
+    return {"torch.float32": "f32", "torch.float16": "f16", "torch.bfloat16": "bf16", "torch.int32": "i32"}.get(name), name
 
 
 def is_torch_tensor(obj):
@@ -45,8 +45,9 @@ def is_torch_tensor(obj):
     return mod.startswith("torch") and hasattr(obj, "data_ptr")
 
 
-def _from_torch(obj, what):
+def _from_torch(obj, what, index_ok):
     dt, name = _torch_dtype(obj)
+    dt = None if dt == "i32" and not index_ok else dt
     if dt is None:
         raise KilnArgumentError("%s: dtype %s is not one kiln kernels take; valid: float32, float16, bfloat16"
                                 % (what, name))
@@ -55,11 +56,12 @@ def _from_torch(obj, what):
     return DevView(obj.data_ptr(), tuple(obj.shape), tuple(obj.stride()), dt, obj.device.index, obj, True)
 
 
-def _from_cai(obj, cai, what):
+def _from_cai(obj, cai, what, index_ok):
     if cai.get("mask") is not None:
         raise KilnArgumentError("%s: masked arrays are not supported" % what)
     ts = cai.get("typestr", "")
     dt = _TYPESTR.get(ts[1:]) if len(ts) == 3 and ts[0] in "<|=" else None
+    dt = None if dt == "i32" and not index_ok else dt
     if dt is None and ts[1:] == "V2" and "bfloat16" in str(getattr(obj, "dtype", "")):
         dt = "bf16"  # numpy has no bf16 typestr; ml_dtypes' bfloat16 reads as V2
     if dt is None:
@@ -67,7 +69,7 @@ def _from_cai(obj, cai, what):
                                 "<f2 (float16), bfloat16" % (what, ts))
     ptr, _ro = cai["data"]
     shape = tuple(int(s) for s in cai["shape"])
-    esize = 4 if dt == "f32" else 2
+    esize = 4 if dt in ("f32", "i32") else 2
     if cai.get("strides") is None:
         strides, acc = [], 1
         for s in reversed(shape):
@@ -107,7 +109,7 @@ _capsule_get.restype = ctypes.c_void_p
 _capsule_get.argtypes = [ctypes.py_object, ctypes.c_char_p]
 
 
-def _from_dlpack(obj, what, stream):
+def _from_dlpack(obj, what, stream, index_ok):
     try:
         cap = obj.__dlpack__(stream=stream) if stream is not None else obj.__dlpack__()
     except TypeError:
@@ -120,7 +122,8 @@ def _from_dlpack(obj, what, stream):
         raise KilnArgumentError("%s: DLPack device type %d is not CUDA memory; kiln launches need CUDA arrays"
                                 % (what, t.device.device_type))
     code, bits, lanes = t.dtype.code, t.dtype.bits, t.dtype.lanes
-    dt = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16"}.get((code, bits)) if lanes == 1 else None
+    dt = {(2, 32): "f32", (2, 16): "f16", (4, 16): "bf16", (0, 32): "i32"}.get((code, bits)) if lanes == 1 else None
+    dt = None if dt == "i32" and not index_ok else dt
     if dt is None:
         raise KilnArgumentError("%s: DLPack dtype (code %d, %d bits, %d lanes) is not one kiln kernels take; "
                                 "valid: float32, float16, bfloat16" % (what, code, bits, lanes))
@@ -136,16 +139,17 @@ def _from_dlpack(obj, what, stream):
     return DevView((t.data or 0) + t.byte_offset, shape, strides, dt, t.device.device_id, (obj, cap))
 
 
-def view(obj, what, stream=None):
-    """A DevView of a device array; KilnArgumentError naming `what` when obj is not one."""
+def view(obj, what, stream=None, index_ok=False):
+    """A DevView of a device array; KilnArgumentError naming `what` when obj is not one. index_ok: int32
+    arrays are taken too (a kernel's index tensors: cu_seqlens, position offsets)."""
     if isinstance(obj, DevView):
         return obj
     if is_torch_tensor(obj):
-        return _from_torch(obj, what)
+        return _from_torch(obj, what, index_ok)
     cai = getattr(obj, "__cuda_array_interface__", None)
     if cai is not None:
-        return _from_cai(obj, cai, what)
+        return _from_cai(obj, cai, what, index_ok)
     if hasattr(obj, "__dlpack__"):
-        return _from_dlpack(obj, what, stream)
+        return _from_dlpack(obj, what, stream, index_ok)
     raise KilnArgumentError("%s: %s is not a CUDA array; pass a torch tensor or an object with "
                             "__cuda_array_interface__ or __dlpack__" % (what, type(obj).__name__))

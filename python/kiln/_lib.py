@@ -28,9 +28,11 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 KILN_MAX_PARAMS = 32
 KILN_NAME_MAX = 64
 KILN_SPEC_MAX = 512
+KILN_LAUNCH_MAX = 3072
+KILN_LAUNCH_DIMS = 4
 
-DTYPES = ("f32", "f16", "bf16")  # kiln_dtype values 0, 1, 2
-DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
+DTYPES = ("f32", "f16", "bf16", "i32")  # kiln_dtype values 0..3 (i32: index tensors, e.g. cu_seqlens)
+DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
 PARAM_KINDS = ("ptr", "i32", "i64", "f32")  # kiln_param_kind values
 LINT_KINDS = ("target", "arch", "isa", "version", "decl", "sync", "device", "text", "cuda")
 IMAGE_KINDS = ("cubin", "ptx", "lto-ir", "other")
@@ -63,6 +65,27 @@ class KernelMeta(ctypes.Structure):
         ("ws_slabs", ctypes.c_uint),
         ("ws_rows_per_block", ctypes.c_uint),
         ("then_spec", ctypes.c_char * KILN_SPEC_MAX),
+        ("launch", ctypes.c_char * KILN_LAUNCH_MAX),
+    ]
+
+
+class LaunchTensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("ptr", ctypes.c_uint64), ("strides", ctypes.c_int64 * KILN_LAUNCH_DIMS)]
+
+
+class LaunchScalar(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_double)]
+
+
+class LaunchArgs(ctypes.Structure):
+    _fields_ = [
+        ("tensors", ctypes.POINTER(LaunchTensor)),
+        ("ntensors", ctypes.c_int),
+        ("scalars", ctypes.POINTER(LaunchScalar)),
+        ("nscalars", ctypes.c_int),
+        ("workspace", ctypes.c_uint64),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -150,6 +173,41 @@ class EmuLaunch(ctypes.Structure):
     ]
 
 
+class CaseSize(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_longlong)]
+
+
+class CaseOpts(ctypes.Structure):
+    """kiln_case_opts (kiln/emu_case.h): a family reference's problem, by named sizes."""
+    _fields_ = [
+        ("sm", ctypes.c_int),
+        ("seed", ctypes.c_uint64),
+        ("input", ctypes.c_int),
+        ("eps", ctypes.c_float),
+        ("scale", ctypes.c_double),
+        ("twice", ctypes.c_int),
+        ("sm_count", ctypes.c_int),
+        ("nsizes", ctypes.c_int),
+        ("sizes", CaseSize * 16),
+    ]
+
+
+class CaseOutput(ctypes.Structure):
+    _fields_ = [
+        ("name", ctypes.c_char * KILN_NAME_MAX),
+        ("show_rel", ctypes.c_int),
+        ("max_abs", ctypes.c_double),
+        ("max_rel", ctypes.c_double),
+        ("worst", ctypes.c_double),
+        ("bad", ctypes.c_long),
+        ("first", ctypes.c_char * 256),
+    ]
+
+
+class CaseStep(ctypes.Structure):
+    _fields_ = [("kernel", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("ms", ctypes.c_double)]
+
+
 WARNING_FN = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_char_p)
 
 
@@ -204,18 +262,6 @@ class RtStats(ctypes.Structure):
 
 class Arg(ctypes.Union):
     _fields_ = [("ptr", ctypes.c_uint64), ("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f32", ctypes.c_float)]
-
-
-class LayerNormArgs(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in ("y", "mean", "rstd", "x", "weight", "bias")] + [
-        ("rows", ctypes.c_int),
-        ("hidden", ctypes.c_int),
-        ("x_dtype", ctypes.c_int),
-        ("w_dtype", ctypes.c_int),
-        ("y_dtype", ctypes.c_int),
-        ("eps", ctypes.c_float),
-        ("stream", ctypes.c_void_p),
-    ]
 
 
 class AttentionArgs(ctypes.Structure):
@@ -307,12 +353,12 @@ RT_FUNCS = {
     "kiln_prepare_finish": (S, [P, PP, ERR]),
     "kiln_rt_load_module": (S, [P, ctypes.c_void_p, sz, ctypes.c_int, ctypes.POINTER(KernelMeta), PP, ERR]),
     "kiln_kernel_get_meta": (ctypes.POINTER(KernelMeta), [P]),
+    "kiln_launch": (S, [P, ctypes.POINTER(LaunchArgs), ERR]),
+    "kiln_launch_workspace": (S, [P, ctypes.POINTER(LaunchArgs), ctypes.POINTER(ctypes.c_size_t), ERR]),
     "kiln_kernel_origin": (ctypes.c_char_p, [P]),
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_kernel_launch": (S, [P, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(Arg), ctypes.c_int, P, ERR]),
-    "kiln_layernorm_forward": (S, [P, ctypes.POINTER(LayerNormArgs), ERR]),
-    "kiln_layernorm_pick": (S, [P, ctypes.POINTER(LayerNormArgs), PP, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_forward_workspace": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int,
@@ -380,6 +426,20 @@ GEN_FUNCS = {
     "kiln_emu_kernel_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_emu_kernel_free": (None, [P]),
     "kiln_emu_run": (S, [P, ctypes.POINTER(EmuLaunch), PP, ERR]),
+    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_longlong]),
+    "kiln_ln_input_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
+    "kiln_ref_names": (ctypes.c_char_p, []),
+    "kiln_case_create": (S, [PP, P, P, ctypes.c_char_p, ctypes.POINTER(CaseOpts), ERR]),
+    "kiln_case_free": (None, [P]),
+    "kiln_case_run": (S, [P, ERR]),
+    "kiln_case_check": (ctypes.c_long, [P]),
+    "kiln_case_noutputs": (ctypes.c_int, [P]),
+    "kiln_case_output_at": (ctypes.POINTER(CaseOutput), [P, ctypes.c_int]),
+    "kiln_case_nsteps": (ctypes.c_int, [P]),
+    "kiln_case_step_at": (ctypes.POINTER(CaseStep), [P, ctypes.c_int]),
+    "kiln_case_kernel": (P, [P]),
+    "kiln_case_noun": (ctypes.c_char_p, [P]),
+    "kiln_case_describe": (None, [P, ctypes.c_char_p, sz]),
 }
 
 # ---- loading ----
@@ -597,6 +657,7 @@ def meta_dict(m):
         "ws_slabs": m.ws_slabs,  # two-kernel launches: the f32 workspace, and the kernel that reduces it
         "ws_rows_per_block": m.ws_rows_per_block,
         "then_spec": text(m.then_spec),
+        "launch": text(m.launch),  # the launch description (docs/registry.md), a line each; "" from older kiln
     }
 
 

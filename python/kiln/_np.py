@@ -37,12 +37,19 @@ def dtype_name(d):
     raise KilnArgumentError("dtype %r is not one kiln kernels take; valid: f32, f16, bf16" % (d,))
 
 
+def elem_name(d):
+    """A kernel pointer's element type: a float dtype (dtype_name) or 'i32' (index tensors: cu_seqlens, offsets)."""
+    if d in ("i32", "int32") or (not isinstance(d, str) and np.dtype(d) == np.int32):
+        return "i32"
+    return dtype_name(d)
+
+
 def np_dtype(name):
     if name == "bf16":
         if BF16 is None:
             raise KilnArgumentError("bf16 arrays need the ml_dtypes package (pip install ml_dtypes)")
         return BF16
-    return np.dtype({"f32": np.float32, "f16": np.float16}[name])
+    return np.dtype({"f32": np.float32, "f16": np.float16, "i32": np.int32}[name])
 
 
 def kiln_dtype_of(a):

@@ -19,9 +19,9 @@ import threading
 import numpy as np
 
 from . import _gen, _lib
-from ._np import aligned_empty, as_kiln_array, dtype_name, np_dtype
+from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
 from .errors import KilnArgumentError, KilnSpecError
-from .runtime import bind, check_heads, nullable_by_spec
+from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
 
 _tls = threading.local()
@@ -52,10 +52,10 @@ def _np_view(a, what):
     if not isinstance(a, np.ndarray):
         raise KilnArgumentError("%s: the emulator takes numpy arrays, got %s" % (what, type(a).__name__))
     try:
-        dt = dtype_name(a.dtype)
+        dt = elem_name(a.dtype)
     except KilnArgumentError:
         raise KilnArgumentError("%s: numpy dtype %s is not one kiln kernels take; valid: float32, float16, "
-                                "ml_dtypes.bfloat16" % (what, a.dtype)) from None
+                                "ml_dtypes.bfloat16, int32 (index arrays)" % (what, a.dtype)) from None
     if not a.flags.c_contiguous:
         raise KilnArgumentError("%s must be C-contiguous" % what)
     if not a.flags.writeable:
@@ -92,8 +92,8 @@ class EmuKernel:
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
-        bound, _ = bind(self.meta, params, self.spec, lambda n, sv: n in nullable or nullable_by_spec(n, sv),
-                        _np_view)
+        by_meta = nullable_for(self.meta)
+        bound, _ = bind(self.meta, params, self.spec, lambda n, sv: n in nullable or by_meta(n, sv), _np_view)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()
@@ -332,6 +332,150 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     return dq, dk, dv
 
 
+def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None,
+                     max_seqlen=None, conjugate=False, sm=80, twice=False):
+    """FlashAttention's apply_rotary_emb on the emulator (the rotary family, templates/rotary.lua).
+
+    x: [batch, seqlen, nheads, headdim], or [total, nheads, headdim] with cu_seqlens (int32, batch + 1)
+    and max_seqlen; cos, sin: [seqlen_ro, rotary_dim / 2] in any float dtype. The first rotary_dim dims
+    of each head rotate at position s + seqlen_offsets (an int, or an int32 array [batch]): GPT-NeoX
+    halves, or GPT-J pairs with interleaved=True; a position outside the table is not rotated.
+    conjugate=True rotates by -theta (the backward: dx = apply_rotary_emb(dy, ..., conjugate=True)).
+    Returns out, or x itself rotated in place (inplace=True)."""
+    what = "apply_rotary_emb"
+    x = np.asarray(x) if not isinstance(x, np.ndarray) else x
+    cos, sin = np.asarray(cos), np.asarray(sin)
+    dt, cs = dtype_name(x.dtype), dtype_name(cos.dtype)
+    if dtype_name(sin.dtype) != cs:
+        raise KilnArgumentError("%s: cos and sin must share a dtype, got %s and %s" % (what, cos.dtype, sin.dtype))
+    if cos.ndim != 2 or cos.shape != sin.shape:
+        raise KilnArgumentError("%s: cos and sin must be [seqlen_ro, rotary_dim / 2] of one shape, got %s and %s"
+                                % (what, cos.shape, sin.shape))
+    varlen = cu_seqlens is not None
+    if x.ndim != (3 if varlen else 4):
+        raise KilnArgumentError("%s: x must be %s, got shape %s" % (
+            what, "[total, nheads, headdim] with cu_seqlens" if varlen else "[batch, seqlen, nheads, headdim]", x.shape))
+    heads, d = x.shape[-2], x.shape[-1]
+    rdim = 2 * cos.shape[1]
+    if rdim > d or rdim == 0:
+        raise KilnArgumentError("%s: rotary_dim = 2 * cos.shape[1] = %d must be 2..headdim (%d)" % (what, rdim, d))
+    if varlen:
+        cu = _copy(cu_seqlens, "i32", what + ": cu_seqlens")
+        if cu.ndim != 1 or cu.shape[0] < 2:
+            raise KilnArgumentError("%s: cu_seqlens must be int32 [batch + 1], got shape %s" % (what, cu.shape))
+        if max_seqlen is None:
+            raise KilnArgumentError("%s: max_seqlen is needed with cu_seqlens" % what)
+        batch, seq, total = cu.shape[0] - 1, int(max_seqlen), x.shape[0]
+    else:
+        batch, seq = x.shape[0], x.shape[1]
+    if isinstance(seqlen_offsets, (int, np.integer)):
+        offset, offsets = int(seqlen_offsets), None
+    else:
+        offset, offsets = 0, _copy(seqlen_offsets, "i32", what + ": seqlen_offsets")
+        if offsets.shape != (batch,):
+            raise KilnArgumentError("%s: seqlen_offsets must be an int or int32 [batch], got shape %s" % (what, offsets.shape))
+    spec = "rotary dtype=%s cs=%s head_dim=%d rotary_dim=%d interleaved=%s varlen=%s inplace=%s" % (
+        dt, cs, d, rdim, *("true" if f else "false" for f in (interleaved, varlen, inplace)))
+    k = load(spec, sm)
+    xa = _copy(x, dt, what + ": x")
+    args = {"x": xa, "cos": _copy(cos, cs, what + ": cos"), "sin": _copy(sin, cs, what + ": sin"), "offsets": offsets,
+            "batch": batch, "seq": seq, "heads": heads, "seqlen_ro": cos.shape[0], "offset": offset,
+            "conjugate": 1 if conjugate else 0}
+    outs = [("x", xa)]
+    if not inplace:
+        out = aligned_empty(x.shape, dt)
+        _poison(out)
+        args["out"] = out
+        outs.append(("o", out))
+    if varlen:
+        args["cu_seqlens"] = cu
+    for t, arr in outs:
+        for axis, st in zip("sh" if varlen else "bsh", arr.strides[:-1]):
+            args["stride_%s%s" % (t, axis)] = st // arr.itemsize
+    k.run(problem=(seq, batch, heads), twice=twice, **args)
+    if inplace:
+        x[...] = xa
+        return x
+    return out
+
+
 def dtypes():
     """numpy dtypes of kiln's element types: {"f32": float32, "f16": float16, "bf16": ml_dtypes.bfloat16}."""
     return {n: np_dtype(n) for n in ("f32", "f16", "bf16")}
+
+
+# ---- the family registry's cases: a float64 reference beside every template (docs/registry.md) ----
+
+class CaseReport:
+    """What check() found: ``spec`` (canonical), ``sm``, ``problem`` (words), ``launches`` (one dict per kernel:
+    entry, blocks, threads, ms), ``outputs`` (one dict per output: name, max_abs, max_rel (None when not
+    measured), worst (error / tolerance of the worst value; above 1 fails), bad, first), ``bad`` (total) and
+    ``passed``."""
+
+    def __init__(self, spec, sm, problem, launches, outputs, noun):
+        self.spec, self.sm, self.problem, self.launches, self.outputs = spec, sm, problem, launches, outputs
+        self.bad = sum(o["bad"] for o in outputs)
+        self.passed = self.bad == 0
+        self.noun = noun
+
+    def __repr__(self):
+        return "<kiln.emulate.CaseReport %s sm_%d: %s>" % (self.spec, self.sm, "PASS" if self.passed else "FAIL")
+
+
+def families():
+    """The families with a float64 reference (every family `kiln list` shows)."""
+    return [f.strip() for f in _lib.gen().kiln_ref_names().decode().split(",") if f.strip()]
+
+
+def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=None, splits=None, seed=1,
+          input="random", eps=None, twice=False, **params):
+    """Runs a family's kernel on the emulator against its float64 reference, as `kiln run` does (the same
+    inputs for the same seed, the same error model, the same numbers): the C library's one case runner and
+    checker. rows: rows (attention: seq_q); hidden: the row length for hidden=launch; seq_k, batch,
+    heads (H or (H, K)), splits: attention's problem; input: random, large-mean, constant, special, mixed.
+    Returns a CaseReport; a bad problem raises KilnArgumentError naming it, an emulator fault KilnError."""
+    lib = _lib.gen()
+    text = _gen._spec_text(spec, params)
+    smv = _gen._parse_sm(sm)
+    if rows is None:
+        raise KilnArgumentError("check() needs rows= (for attention, seq_q)")
+    kind = ctypes.c_int()
+    if lib.kiln_ln_input_parse(str(input).encode(), ctypes.byref(kind)) != 0:
+        raise KilnArgumentError("bad input kind %r; valid: random, large-mean, constant, special, mixed" % (input,))
+    opts = _lib.CaseOpts(sm=smv, seed=int(seed), input=kind.value, eps=float(eps or 0), twice=1 if twice else 0)
+    if isinstance(heads, (tuple, list)):
+        hq, hkv = heads
+    else:
+        hq = hkv = heads
+    for name, v in (("rows", rows), ("hidden", hidden), ("seq_k", seq_k), ("batch", batch), ("heads_q", hq),
+                    ("heads_kv", hkv), ("splits", splits)):
+        if v is not None:
+            lib.kiln_case_opts_set(ctypes.byref(opts), name.encode(), int(v))
+    e = _emu()
+    g = _gen._generator()
+    c = ctypes.c_void_p()
+    err = _lib.Error()
+    try:
+        _lib.check(lib.kiln_case_create(ctypes.byref(c), g.ptr, e.ptr, text.encode(), ctypes.byref(opts),
+                                        ctypes.byref(err)), err)
+        _lib.check(lib.kiln_case_run(c, ctypes.byref(err)), err)
+        lib.kiln_case_check(c)
+        buf = ctypes.create_string_buffer(256)
+        lib.kiln_case_describe(c, buf, len(buf))
+        launches = []
+        for i in range(lib.kiln_case_nsteps(c)):
+            st = lib.kiln_case_step_at(c, i).contents
+            m = _lib.meta_dict(lib.kiln_emu_kernel_meta(st.kernel).contents)
+            blocks = st.grid[0] * st.grid[1] * st.grid[2]
+            launches.append({"entry": m["entry"], "blocks": blocks, "threads": m["block"][0] * m["block"][1] *
+                             m["block"][2], "ms": st.ms})
+        outputs = []
+        for i in range(lib.kiln_case_noutputs(c)):
+            o = lib.kiln_case_output_at(c, i).contents
+            outputs.append({"name": o.name.decode(), "max_abs": o.max_abs, "max_rel": o.max_rel if o.show_rel else None,
+                            "worst": o.worst, "bad": o.bad, "first": o.first.decode()})
+        meta = _lib.meta_dict(lib.kiln_emu_kernel_meta(lib.kiln_case_kernel(c)).contents)
+        return CaseReport(meta["spec"], smv, buf.value.decode(), launches, outputs, lib.kiln_case_noun(c).decode())
+    finally:
+        if c:
+            lib.kiln_case_free(c)

@@ -1,4 +1,4 @@
-"""kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm/LayerNorm, rms_norm/RMSNorm, attention.
+"""kiln.torch - kiln's kernels as PyTorch custom ops (torch.library): layer_norm/LayerNorm, rms_norm/RMSNorm, attention, apply_rotary_emb.
 
 Importable only where torch is. The ops are registered as ``kiln::layer_norm``, ``kiln::rms_norm``,
 ``kiln::attention`` and their ``..._backward`` ops, with fake (meta) implementations, so
@@ -19,6 +19,7 @@ nn.LayerNorm / nn.RMSNorm; swap_norms(model) puts them in place of a model's nor
     o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
     o.sum().backward()                            # dq, dk, dv by kiln's attention backward kernels
     kt.swap_norms(model)                          # nn.LayerNorm, nn.RMSNorm, Llama/Gemma RMSNorms -> kiln's
+    q = kt.apply_rotary_emb(q, cos, sin)          # FlashAttention's apply_rotary_emb (kiln::rotary)
 """
 
 import copy
@@ -780,3 +781,119 @@ def swap_norms(model):
             if new is not None:
                 setattr(parent, name, new)
     return model
+
+# ---- rotary embedding (FlashAttention's apply_rotary_emb; the rotary family, templates/rotary.lua) ----
+
+
+def _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate):
+    """One launch of the rotary family through the generic launch (x and out strided but for the last
+    dim; out None: in place)."""
+    varlen = cu_seqlens is not None
+    heads, d = x.shape[-2], x.shape[-1]
+    batch = cu_seqlens.shape[0] - 1 if varlen else x.shape[0]
+    seq = max_seqlen if varlen else x.shape[1]
+    if x.numel() == 0 or batch == 0 or seq == 0:
+        return
+    spec = "rotary dtype=%s cs=%s head_dim=%d rotary_dim=%d interleaved=%s varlen=%s inplace=%s" % (
+        _DT[x.dtype], _DT[cos.dtype], d, 2 * cos.shape[1], *("true" if f else "false" for f in (
+            interleaved, varlen, out is None)))
+    tensors = {"x": x, "cos": cos, "sin": sin, "offsets": offsets}
+    if out is not None:
+        tensors["out"] = out
+    if varlen:
+        tensors["cu_seqlens"] = cu_seqlens
+    scalars = {"batch": batch, "seq": seq, "heads": heads, "seqlen_ro": cos.shape[0], "offset": offset,
+               "conjugate": 1 if conjugate else 0}
+    if varlen:
+        scalars["total"] = x.shape[0]
+    runtime(x.device).launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
+
+
+@torch.library.custom_op("kiln::rotary", mutates_args=())
+def _rotary(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offsets: Optional[torch.Tensor],
+            cu_seqlens: Optional[torch.Tensor], interleaved: bool, offset: int, max_seqlen: int,
+            conjugate: bool) -> torch.Tensor:
+    out = torch.empty(tuple(x.shape), dtype=x.dtype, device=x.device)
+    _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate)
+    return out
+
+
+@_rotary.register_fake
+def _rotary_fake(x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate):
+    return x.new_empty(tuple(x.shape))
+
+
+def _rotary_setup(ctx, inputs, output):
+    _x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate = inputs
+    ctx.save_for_backward(cos, sin, offsets, cu_seqlens)
+    ctx.rotary = (interleaved, offset, max_seqlen, conjugate)
+
+
+def _rotary_backward(ctx, dy):
+    cos, sin, offsets, cu_seqlens = ctx.saved_tensors
+    interleaved, offset, max_seqlen, conjugate = ctx.rotary
+    # the gradient of a rotation by theta is the rotation by -theta (sin negated)
+    dy = dy if dy.stride(-1) == 1 else dy.contiguous()
+    dx = _rotary(dy, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, not conjugate)
+    return dx, None, None, None, None, None, None, None, None
+
+
+_rotary.register_autograd(_rotary_backward, setup_context=_rotary_setup)
+
+
+@torch.library.custom_op("kiln::rotary_", mutates_args=("x",))
+def _rotary_inplace(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor, offsets: Optional[torch.Tensor],
+                    cu_seqlens: Optional[torch.Tensor], interleaved: bool, offset: int, max_seqlen: int) -> None:
+    _rotary_launch(None, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, False)
+
+
+@_rotary_inplace.register_fake
+def _rotary_inplace_fake(x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen):
+    return None
+
+
+def apply_rotary_emb(x, cos, sin, interleaved=False, inplace=False, seqlen_offsets=0, cu_seqlens=None, max_seqlen=None):
+    """FlashAttention's flash_attn.layers.rotary.apply_rotary_emb on kiln's rotary kernel.
+
+    x: [batch, seqlen, nheads, headdim], or [total_seqlen, nheads, headdim] with cu_seqlens (int32,
+    batch + 1) and max_seqlen; cos, sin: [seqlen_ro, rotary_dim / 2], any float dtype (x's or f32);
+    the first rotary_dim dims rotate (GPT-NeoX halves; GPT-J pairs with interleaved=True) at positions
+    s + seqlen_offsets (an int or an int32/int64 tensor [batch]); positions past the table are not
+    rotated. x may be strided (q or k inside a packed qkv) but for its last dim. Autograd: the backward is
+    the same kernel rotating by -theta. inplace=True rotates x itself (through a copy when x needs a
+    gradient)."""
+    what = "kiln apply_rotary_emb"
+    _check_cuda(what, x, cos, sin, cu_seqlens)
+    _dtype_name(x.dtype, what + ": x")
+    _dtype_name(cos.dtype, what + ": cos")
+    if sin.dtype != cos.dtype or tuple(sin.shape) != tuple(cos.shape) or cos.dim() != 2:
+        raise KilnArgumentError("%s: cos and sin must be [seqlen_ro, rotary_dim / 2] of one shape and dtype, got %s %s "
+                                "and %s %s" % (what, tuple(cos.shape), cos.dtype, tuple(sin.shape), sin.dtype))
+    varlen = cu_seqlens is not None
+    if x.dim() != (3 if varlen else 4):
+        raise KilnArgumentError("%s: x must be %s, got shape %s" % (
+            what, "[total, nheads, headdim] with cu_seqlens" if varlen else "[batch, seqlen, nheads, headdim]",
+            tuple(x.shape)))
+    if 2 * cos.shape[1] > x.shape[-1] or cos.shape[1] == 0:
+        raise KilnArgumentError("%s: rotary_dim = 2 * cos.shape[1] = %d must be 2..headdim (%d)"
+                                % (what, 2 * cos.shape[1], x.shape[-1]))
+    if varlen and max_seqlen is None:
+        raise KilnArgumentError("%s: max_seqlen is needed with cu_seqlens" % what)
+    batch = cu_seqlens.shape[0] - 1 if varlen else x.shape[0]
+    if isinstance(seqlen_offsets, int):
+        offset, offsets = seqlen_offsets, None
+    else:
+        offset, offsets = 0, seqlen_offsets if seqlen_offsets.dtype == torch.int32 else seqlen_offsets.to(torch.int32)
+        if tuple(offsets.shape) != (batch,):
+            raise KilnArgumentError("%s: seqlen_offsets must be an int or a tensor [batch=%d], got shape %s"
+                                    % (what, batch, tuple(offsets.shape)))
+    if varlen and cu_seqlens.dtype != torch.int32:
+        cu_seqlens = cu_seqlens.to(torch.int32)
+    cos, sin = cos.contiguous(), sin.contiguous()
+    ms = int(max_seqlen) if varlen else 0
+    if inplace and x.stride(-1) == 1 and not x.requires_grad:
+        _rotary_inplace(x, cos, sin, offsets, cu_seqlens, bool(interleaved), int(offset), ms)
+        return x
+    xs = x if x.stride(-1) == 1 else x.contiguous()
+    out = _rotary(xs, cos, sin, offsets, cu_seqlens, bool(interleaved), int(offset), ms, False)
+    return x.copy_(out) if inplace else out

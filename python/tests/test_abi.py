@@ -19,9 +19,10 @@ MIRRORS = {
     "kiln_lint_image": _lib.LintImage, "kiln_lint_binary": _lib.LintBinary,
     "kiln_gen_options": _lib.GenOptions, "kiln_emu_launch": _lib.EmuLaunch, "kiln_rt_options": _lib.RtOptions,
     "kiln_sm_facts": _lib.SmFacts, "kiln_device_info": _lib.DeviceInfo, "kiln_rt_stats": _lib.RtStats,
-    "kiln_layernorm_args": _lib.LayerNormArgs, "kiln_attention_args": _lib.AttentionArgs,
+    "kiln_attention_args": _lib.AttentionArgs,
     "kiln_attention_bwd_args": _lib.AttentionBwdArgs, "kiln_bundle_entry": _lib.BundleEntry,
     "kiln_norm_fwd_args": _lib.NormFwdArgs, "kiln_norm_bwd_args": _lib.NormBwdArgs,
+    "kiln_case_opts": _lib.CaseOpts, "kiln_case_output": _lib.CaseOutput, "kiln_case_step": _lib.CaseStep,
 }
 
 
@@ -31,7 +32,7 @@ def c_sizes(tmp_path):
         pytest.skip("needs a C compiler and kiln's headers (a source tree)")
     src = tmp_path / "sizes.c"
     body = "".join('    printf("%s %%zu\\n", sizeof(%s));\n' % (n, n) for n in MIRRORS)
-    src.write_text('#include <stdio.h>\n#include "kiln/kiln.h"\n#include "kiln/emu.h"\n#include "kiln/lint.h"\n'
+    src.write_text('#include <stdio.h>\n#include "kiln/kiln.h"\n#include "kiln/emu.h"\n#include "kiln/emu_case.h"\n#include "kiln/lint.h"\n'
                    '#include "kiln/runtime.h"\nint main(void) {\n' + body + "    return 0;\n}\n")
     exe = tmp_path / "sizes"
     subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"), str(src), "-o", str(exe)], check=True)

@@ -191,3 +191,22 @@ def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
     a = subprocess.run([sys.executable, "-m", "kiln", "lint", "-"], input=b"\0" * (3 << 20), env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert a.returncode == 2 and b"standard input is larger than kiln's input limit of 1 MiB" in a.stderr, a.stderr
+
+
+@pytest.mark.skipif(not HAVE_BIN, reason="needs bin/kiln (a built source tree)")
+@pytest.mark.parametrize("args", [
+    ["layernorm", "x=bf16", "w=f32", "y=bf16", "hidden=4096", "--sm", "75", "--rows", "8"],
+    ["rmsnorm_bwd", "x=f16", "hidden=launch", "residual=true", "--hidden", "77", "--sm", "90", "--rows", "11",
+     "--input", "mixed"],
+    ["attention", "dtype=bf16", "head_dim=64", "splitkv=true", "--sm", "80", "--rows", "1", "--seq-k", "300",
+     "--heads", "4:1", "--splits", "6"],
+    ["attention_bwd", "dtype=f16", "head_dim=32", "causal=true", "--sm", "75", "--rows", "9", "--seq-k", "20"],
+    ["norm_reduce", "w=bf16", "--sm", "80", "--rows", "9", "--hidden", "33", "--input", "special"]])
+def test_run_prints_what_bin_kiln_prints(args):
+    """python -m kiln run and bin/kiln run are one case runner and checker (kiln/emu_case.h): the same report,
+    number for number (only the emulation times differ)."""
+    import re
+    blank = lambda t: re.sub(rb"emulated in [0-9.]+ ms", b"emulated in [...] ms", t)
+    a, b = py("run", *args), cli("run", *args)
+    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
+    assert blank(a.stdout) == blank(b.stdout), (a.stdout, b.stdout)

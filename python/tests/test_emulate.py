@@ -180,3 +180,21 @@ def test_layer_norm_without_a_fixed_variant_uses_the_loop_form():
     _check(kiln.emulate.layer_norm(x, sm=80), ref, TOL["f32"])
     with pytest.raises(kiln.KilnSpecError, match="20000"):
         kiln.emulate.layer_norm(x, sm=80, hidden="fixed")
+
+
+@pytest.mark.parametrize("family", kiln.emulate.families() if kiln.have_generator() else [])
+def test_check_runs_every_registered_family(family):
+    """kiln.emulate.check: every family with a reference passes on a small problem; a planted bad size is refused."""
+    r = kiln.emulate.check(family, sm=80, rows=5, hidden=40, seq_k=7, heads=(2, 1), seed=3)
+    assert r.passed and r.outputs and r.launches and r.spec.startswith(family), r.outputs
+    assert all(o["worst"] <= 1 and o["bad"] == 0 for o in r.outputs), r.outputs
+    again = kiln.emulate.check(family, sm=80, rows=5, hidden=40, seq_k=7, heads=(2, 1), seed=3)
+    assert [o["max_abs"] for o in again.outputs] == [o["max_abs"] for o in r.outputs]
+
+
+def test_check_names_bad_problems():
+    with pytest.raises(kiln.KilnError, match="--hidden"):
+        kiln.emulate.check("layernorm x=bf16", sm=80, rows=3)
+    with pytest.raises(kiln.KilnArgumentError, match="valid: random, large-mean"):
+        kiln.emulate.check("layernorm x=bf16 hidden=8", sm=80, rows=3, input="noise")
+    assert "norm_reduce" in kiln.emulate.families() and "attention_combine" in kiln.emulate.families()

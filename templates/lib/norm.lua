@@ -1,4 +1,4 @@
--- templates/lib/norm.lua - what the LayerNorm/RMSNorm templates share: geometry, row access, statistics, reductions.
+-- templates/lib/norm.lua - what the LayerNorm/RMSNorm templates share: geometry and the cost model (both directions), row access, reductions, launch problems, the variant matrix.
 --
 -- Two row forms. Fixed hidden: a row is split into chunks of `vec` elements (16 bytes of the
 -- narrowest... widest-allowed vector that divides hidden), chunk j*T + t belongs to thread t of
@@ -217,7 +217,7 @@ function M.masked(b, r, k, v)
   return v
 end
 
--- ---- forward statistics ----
+-- ---- shared by the forward and backward kernels ----
 
 -- Pairwise (tree) sum of a list of f32 values: a thread's share of a row adds in log2(n) levels,
 -- so its rounding error grows with log n, not n.
@@ -232,98 +232,6 @@ function M.tree_sum(b, vals)
   return level[1]
 end
 
--- m0 + the mean deviation from it; an infinite m0 stays (inf - inf would make it NaN).
-function M.corrected_mean(b, m0, corr)
-  return m0 + b:select(b:lt(b:abs(m0), math.huge), corr, 0.0)
-end
-
--- The power of two 2^-k (k >= 0) with n 2^-k < 1/2, and 2^k: a row of n values below f32's maximum,
--- each scaled by it, sums without overflow (pass 1 of the LayerNorm statistics). n: a Lua number
--- (fixed hidden: constants) or an f32 value (hidden=launch).
-function M.sum_scale(b, n)
-  if type(n) == "number" then
-    local k = 0
-    while n * 2.0 ^ -k >= 0.5 do k = k + 1 end
-    return b:f32(2.0 ^ -k), b:f32(2.0 ^ k)
-  end
-  local s = M.pow2_scale(b, n) * 0.25 -- pow2_scale: n 2^-k < 2
-  return s, b:from_bits(254 * 8388608 - b:bits(s)) -- 2^k (pow2_inverse)
-end
-
--- 1 / s for a power of two s = 2^-k from pow2_scale (exact: the exponent mirrored about 127).
-local function pow2_inverse(b, s) return b:from_bits(254 * 8388608 - b:bits(s)) end
-
--- The mean from pass 1's scaled sum (m0) and pass 2's scaled deviation sum: m0 + corr / s.
-local function ln_mean(b, m0, csum, n, scale)
-  return M.corrected_mean(b, m0, csum / n * pow2_inverse(b, scale))
-end
-
--- LayerNorm statistics of f32 values xs (fixed form): returns mean, rstd and the deviations x - mean
--- (y = deviation * rstd). An element whose deviation itself exceeds f32's maximum (|x| >= 2^127 in
--- a row with both signs) gets an infinite deviation and y; the statistics stay finite. Taking y
--- from the scaled deviations instead (as the looping form does) cost ptxas 10 more registers at
--- bf16 4096 (a block less per SM); re-writing such rows in a branch after the common path cost 16
--- to 40 (the row's values stay live for it).
-function M.ln_stats_fixed(b, r, xs, n, eps, red)
-  local mx = b:f32(0.0)
-  local s0, inv0 = M.sum_scale(b, n)
-  local xs0 = {}
-  for k, v in ipairs(xs) do
-    mx = b:max(mx, b:abs(v))
-    xs0[k] = v * s0
-  end
-  local s1 = M.reduce(b, { M.tree_sum(b, xs0), mx }, { "sum", "max" }, red)
-  local m0 = s1[1] / n * inv0
-  local scale = M.pow2_scale(b, s1[2])
-  local neg = -(m0 * scale)
-  local cs = {}
-  for k, v in ipairs(xs) do cs[k] = M.masked(b, r, k, b:fma(v, scale, neg)) end
-  local mean = ln_mean(b, m0, M.reduce(b, { M.tree_sum(b, cs) }, { "sum" }, red)[1], n, scale)
-  local negm = -(mean * scale)
-  local sqs, ds = {}, {}
-  for k, v in ipairs(xs) do
-    ds[k] = M.masked(b, r, k, v - mean)
-    local d = M.masked(b, r, k, b:fma(v, scale, negm))
-    sqs[k] = d * d
-  end
-  local vs = M.reduce(b, { M.tree_sum(b, sqs) }, { "sum" }, red)[1] / n
-  return mean, scale * b:rsqrt(b:fma(eps * scale, scale, vs)), ds
-end
-
--- RMSNorm: rstd = 1 / sqrt(mean(x^2) + eps). One reduction (sum of squares and max |x|); a row
--- whose sum of squares overflows f32 is summed again scaled by a power of two. The branch holds a
--- block reduction, so every thread that shares its barriers must take it: over the reduction's
--- group when the group is the block (or a warp), over the whole block when several row groups
--- share it (the looping form's two rows of four warps: a block enters when the sum of squares
--- over all its rows is infinite, and only the rows that overflowed take the new rstd; the sums
--- are of squares, so a row's overflow makes the block's sum infinite).
-function M.rms_rstd(b, sum_sq_fn, n, eps, red)
-  local q, mx = sum_sq_fn(nil)
-  local shared = red.groups > 1 and red.nwarps > red.groups
-  local s1, block_sum = M.reduce(b, { q, mx }, { "sum", "max" }, red, shared and 1 or nil)
-  local rstd = b:var("f32", b:rsqrt(s1[1] / n + eps))
-  local own = b:and_(b:eq(s1[1], math.huge), b:lt(s1[2], math.huge))
-  b:if_(shared and b:eq(block_sum, math.huge) or own, function()
-    local scale = M.pow2_scale(b, s1[2])
-    local qs = sum_sq_fn(scale)
-    local vs = M.reduce(b, { qs }, { "sum" }, red)[1] / n
-    local scaled = scale * b:rsqrt(b:fma(eps * scale, scale, vs))
-    rstd:set(shared and b:select(own, scaled, rstd:get()) or scaled)
-  end)
-  return rstd:get()
-end
-
--- Sum of squares of f32 values (scaled when scale is given) and max |v| (only unscaled), for rms_rstd.
-local function sum_sq(b, vals, scale)
-  local sq, mx = {}, b:f32(0.0)
-  for k, v in ipairs(vals) do
-    local u = scale and v * scale or v
-    sq[k] = u * u
-    if not scale then mx = b:max(mx, b:abs(v)) end
-  end
-  return M.tree_sum(b, sq), mx
-end
-
 -- A weight element as the affine step uses it, in f32: w, or 1 + w with offset=1 (zero-centered
 -- weights, as Gemma stores them: 1 + w is formed in f32, never in w's dtype, so a weight near 0
 -- keeps its bits).
@@ -333,419 +241,13 @@ function M.weight_f32(b, spec, w)
   return v
 end
 
--- The affine step in f32: n * w + bias (either may be absent).
-function M.affine(b, n, wv, bv)
-  if wv and bv then return b:fma(n, wv, bv) end
-  if wv then return n * wv end
-  if bv then return n + bv end
-  return n
-end
-
--- Thread 0 of the row writes a per-row f32 statistic where that output is wanted.
-function M.store_stat(b, ptr, row, lead, v)
-  b:if_(b:and_(lead, b:not_(b:is_null(ptr))), function() b:store(ptr + row, v) end)
-end
-
--- ---- forward (LayerNorm and RMSNorm) ----
--- p: kernel params; rms: RMSNorm (no mean, no bias). With spec.residual, h = x + residual is
--- rounded to spec.r, written to p.h, and the rounded h is what gets normalized.
-
-local function forward_fixed(b, spec, cfg, p, rms)
-  if cfg.max_registers then b:max_registers(cfg.max_registers) end
-  local T = cfg.threads_per_row
-  local tid = b:tid()
-  local t = tid % T
-  local row = b:ctaid() * cfg.rows_per_block + tid // T
-  b:exit_if(b:ge(row, p.rows)) -- whole warps leave together (rows_per_block > 1 only when T = 32)
-  local base = b:i64(row) * spec.hidden
-  local r = M.fixed_row(b, cfg, t)
-  local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local xs = M.load_row(b, r, p.x + base, spec.x)
-  if spec.residual then
-    local rs, hs = M.load_row(b, r, p.residual + base, spec.r), {}
-    for k = 1, #xs do hs[k] = xs[k] + rs[k] end
-    M.store_row(b, r, p.h + base, spec.r, hs)
-    xs = M.round_through(b, hs, spec.r)
-  end
-  local mean, rstd, ns
-  if rms then
-    rstd = M.rms_rstd(b, function(scale) return sum_sq(b, xs, scale) end, spec.hidden, p.eps, red)
-    ns = xs
-  else
-    mean, rstd, ns = M.ln_stats_fixed(b, r, xs, spec.hidden, p.eps, red)
-  end
-  -- Affine in f32, rounded once into y; weight and bias are loaded a chunk at a time.
-  local vec = cfg.vec
-  local walign = math.min(16, vec * util.dtype_bytes[spec.w])
-  local yalign = math.min(16, vec * util.dtype_bytes[spec.y])
-  for j = 0, cfg.iters - 1 do
-    local wv, bv = {}, {}
-    if spec.weight then wv = b:load_vec(p.weight + r.offs[j], vec, { align = walign, pred = r.valid[j] }) end
-    if spec.bias and not rms then bv = b:load_vec(p.bias + r.offs[j], vec, { align = walign, pred = r.valid[j] }) end
-    local out = {}
-    for i = 1, vec do
-      local nv = ns[j * vec + i] * rstd
-      out[i] = M.affine(b, nv, wv[i] and M.weight_f32(b, spec, wv[i]), bv[i] and b:to_f32(bv[i]))
-    end
-    b:store_vec(p.y + base + r.offs[j], b:from_f32_vec(out, spec.y), { align = yalign, pred = r.valid[j] })
-  end
-  local lead = b:eq(t, 0)
-  if not rms then M.store_stat(b, p.mean, row, lead, mean) end
-  M.store_stat(b, p.rstd, row, lead, rstd)
-end
-
-local function forward_looping(b, spec, cfg, p, rms)
-  local T = cfg.threads_per_row
-  local tid = b:tid()
-  local t = tid % T
-  local row = b:ctaid() * cfg.rows_per_block + tid // T
-  -- Rows past the end still reach the block reductions' barriers, with no work.
-  local live = b:lt(row, p.rows)
-  local n = b:select(live, p.hidden, 0)
-  local base = b:i64(b:select(live, row, 0)) * b:i64(p.hidden)
-  local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local hidden_f = b:f32(p.hidden)
-  local src = p.x + base
-  local function val(i) return b:to_f32(b:load(src + i)) end
-
-  -- Pass 1: sum (scaled by s0: no overflow) or sum of squares, and max |v|; with a residual, h is
-  -- formed and written here.
-  local s0, inv0
-  if not rms then s0, inv0 = M.sum_scale(b, hidden_f) end
-  local acc, mx = b:var("f32", 0.0), b:var("f32", 0.0)
-  b:for_(t, n, T, function(i)
-    local v = b:to_f32(b:load(p.x + base + i))
-    if spec.residual then
-      local hv = b:from_f32(v + b:to_f32(b:load(p.residual + base + i)), spec.r)
-      b:store(p.h + base + i, hv)
-      v = b:to_f32(hv)
-    end
-    acc:set(rms and b:fma(v, v, acc:get()) or acc:get() + v * s0)
-    mx:set(b:max(mx:get(), b:abs(v)))
-  end)
-  if spec.residual then src = p.h + base end
-  local mean, rstd, scale, negm, r0
-  if rms then
-    rstd = M.rms_rstd(b, function(scale)
-      if not scale then return acc:get(), mx:get() end
-      local q = b:var("f32", 0.0)
-      b:for_(t, n, T, function(i)
-        local u = val(i) * scale
-        q:set(b:fma(u, u, q:get()))
-      end)
-      return q:get()
-    end, hidden_f, p.eps, red)
-  else
-    local s1 = M.reduce(b, { acc:get(), mx:get() }, { "sum", "max" }, red)
-    local m0 = s1[1] / hidden_f * inv0
-    scale = M.pow2_scale(b, s1[2])
-    local neg = -(m0 * scale)
-    local c = b:var("f32", 0.0)
-    b:for_(t, n, T, function(i) c:set(c:get() + b:fma(val(i), scale, neg)) end)
-    mean = ln_mean(b, m0, M.reduce(b, { c:get() }, { "sum" }, red)[1], hidden_f, scale)
-    negm = -(mean * scale)
-    local sq = b:var("f32", 0.0)
-    b:for_(t, n, T, function(i)
-      local d = b:fma(val(i), scale, negm)
-      sq:set(b:fma(d, d, sq:get()))
-    end)
-    local vs = M.reduce(b, { sq:get() }, { "sum" }, red)[1] / hidden_f
-    r0 = b:rsqrt(b:fma(p.eps * scale, scale, vs))
-    rstd = scale * r0
-  end
-  b:for_(t, n, T, function(i)
-    local v = val(i)
-    local nv = rms and v * rstd or b:fma(v, scale, negm) * r0
-    local wv = spec.weight and M.weight_f32(b, spec, b:load(p.weight + i)) or nil
-    local bv = (spec.bias and not rms) and b:to_f32(b:load(p.bias + i)) or nil
-    b:store(p.y + base + i, b:from_f32(M.affine(b, nv, wv, bv), spec.y))
-  end)
-  local lead = b:and_(live, b:eq(t, 0))
-  if not rms then M.store_stat(b, p.mean, row, lead, mean) end
-  M.store_stat(b, p.rstd, row, lead, rstd)
-end
-
-function M.forward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" then forward_looping(b, spec, cfg, p, rms) else forward_fixed(b, spec, cfg, p, rms) end
-end
-
--- ---- backward (LayerNorm and RMSNorm) ----
--- xhat = (x - mean) rstd (RMSNorm: x rstd), g = dy w; dx = rstd (g - mean(g) - xhat mean(g xhat))
--- (RMSNorm: no mean(g) term), plus dres with a residual. dweight = sum over rows of dy xhat and
--- dbias = sum of dy go to an f32 workspace: slab s (weight first, then bias), one partial row per
--- (block, row slot); the blocks walk the rows grid-stride, so the workspace size follows the grid
--- the launcher picks, not the row count. norm_reduce sums the partial rows in a fixed order.
+-- ---- the backward workspace ----
 
 -- Workspace slabs a backward spec writes.
 function M.slabs(spec, rms)
   local n = spec.weight and 1 or 0
   if not rms and spec.bias then n = n + 1 end
   return n
-end
-
-local function backward_fixed(b, spec, cfg, p, rms)
-  if cfg.max_registers then b:max_registers(cfg.max_registers) end -- hidden=1 only (backward_config)
-  local T, rpb = cfg.threads_per_row, cfg.rows_per_block
-  local tid = b:tid()
-  local t, slot = tid % T, tid // T
-  local r = M.fixed_row(b, cfg, t)
-  local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local nel = cfg.iters * cfg.vec
-  local wv = spec.weight and M.load_row(b, r, p.weight, spec.w) or nil
-  if wv and spec.offset == 1 then
-    for k = 1, #wv do wv[k] = wv[k] + 1.0 end -- 1 + w in f32 (zero-centered weights)
-  end
-  local slabs = M.slabs(spec, rms)
-  local acc_w, acc_b = {}, {}
-  for k = 1, nel do
-    if spec.weight then acc_w[k] = b:var("f32", 0.0) end
-    if slabs > 0 and not rms and spec.bias then acc_b[k] = b:var("f32", 0.0) end
-  end
-  local n = spec.hidden
-  b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
-    local row = rbase + slot
-    local live = b:lt(row, p.rows)
-    local off = b:i64(row) * n
-    local xs = M.load_row(b, r, p.x + off, spec.x, live)
-    local dys = M.load_row(b, r, p.dy + off, spec.dy, live)
-    local rstd = b:load(p.rstd + row, { pred = live })
-    local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
-    local xh, g = {}, {}
-    local gx = {}
-    for k = 1, nel do
-      xh[k] = M.masked(b, r, k, (rms and xs[k] or xs[k] - mean) * rstd)
-      g[k] = wv and dys[k] * wv[k] or dys[k]
-      gx[k] = g[k] * xh[k]
-    end
-    local sg, sgx = M.tree_sum(b, g), M.tree_sum(b, gx)
-    local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
-    local a = s[1] / n
-    local c = (not rms) and s[2] / n or nil
-    local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r, live) or nil
-    local dx = {}
-    for k = 1, nel do
-      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-      dx[k] = (g[k] - tk) * rstd
-      if dres then dx[k] = dx[k] + dres[k] end
-      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh[k], acc_w[k]:get())) end
-      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
-    end
-    M.store_row(b, r, p.dx + off, spec.dx, dx, live)
-  end)
-  if slabs == 0 then return end
-  if rpb == 1 then -- one partial row per block and slab
-    local s = 0
-    for _, acc in ipairs({ acc_w, acc_b }) do
-      if acc[1] then
-        local vals = {}
-        for k = 1, nel do vals[k] = acc[k]:get() end
-        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
-        s = s + 1
-      end
-    end
-    return
-  end
-  -- Several row slots share the block's columns: their accumulators meet in shared memory
-  -- (thread t's k-th value of slot q at q*T*nel + (k-1)*T + t) and slot 0 adds them in slot order,
-  -- so the block still writes one partial row per slab.
-  local stride = T * nel
-  local sm = b:shared("f32", rpb * stride)
-  local s = 0
-  for _, acc in ipairs({ acc_w, acc_b }) do
-    if acc[1] then
-      for k = 1, nel do b:store(sm + (slot * stride + ((k - 1) * T) + t), acc[k]:get()) end
-      b:barrier()
-      local slab = s
-      b:if_(b:eq(slot, 0), function()
-        local vals = {}
-        for k = 1, nel do
-          local v = b:load(sm + ((k - 1) * T + t))
-          for q = 1, rpb - 1 do v = v + b:load(sm + (q * stride + (k - 1) * T + t)) end
-          vals[k] = v
-        end
-        M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * slab + b:i64(b:ctaid())) * n, "f32", vals)
-      end)
-      b:barrier() -- the next slab reuses the array
-      s = s + 1
-    end
-  end
-end
-
--- Chunks j0..j1 (0-based, inclusive) of the thread's share of the row at ptr, as f32 (zeros where
--- masked); the chunk-range forms of load_row/store_row.
-local function load_chunks(b, r, ptr, dtype, j0, j1)
-  local out, vec = {}, r.cfg.vec
-  local align = math.min(16, vec * util.dtype_bytes[dtype])
-  for j = j0, j1 do
-    local v = b:load_vec(ptr + r.offs[j], vec, { align = align, pred = r.valid[j] })
-    for i = 1, vec do out[#out + 1] = b:to_f32(v[i]) end
-  end
-  return out
-end
-
-local function store_chunks(b, r, ptr, dtype, vals, j0, j1)
-  local vec = r.cfg.vec
-  local align = math.min(16, vec * util.dtype_bytes[dtype])
-  for j = j0, j1 do
-    local part = {}
-    for i = 1, vec do part[i] = vals[(j - j0) * vec + i] end
-    b:store_vec(ptr + r.offs[j], b:from_f32_vec(part, dtype), { align = align, pred = r.valid[j] })
-  end
-end
-
--- The reload form (every fixed hidden whose rows take a block of their own; `form` reg8, reg16,
--- smem8, smem16): one row per block of T threads (whole warps), cfg.iters chunks of vec elements
--- per thread. Only the dweight/dbias accumulators live across rows: x, dy and the weight are read
--- in pass 1 (the two sums) and read again in pass 2 (dx and the accumulators) instead of being
--- held; the re-reads hit L1/L2, DRAM traffic stays one read of x and dy and one write of dx. The
--- loads of pass 2 take their offset from a zero in shared memory, so the optimizer cannot forward
--- pass 1's values to them (which would need the registers this form saves).
---
--- Accumulator a (slab-major: dweight elements 1..nel, then dbias) lives in a register, or for the
--- last cfg.acc_smem of them (the smem forms: all) in shared memory at (a - first) * T + t (each
--- thread owns its cells: no barrier, no bank conflict); static shared memory, or dynamic where
--- cfg.dynamic_smem is set. (Splitting them between registers and shared memory made ptxas spill
--- more, not less: LLVM hoists the shared loads of pass 2 beside the register accumulators.)
-local function backward_reload(b, spec, cfg, p, rms)
-  if cfg.max_registers then b:max_registers(cfg.max_registers) end
-  local T, vec = cfg.threads_per_row, cfg.vec
-  local t = b:tid()
-  local r = M.fixed_row(b, cfg, t)
-  local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local nel = cfg.iters * vec
-  local nslab = M.slabs(spec, rms)
-  local nacc = nslab * nel
-  local nsm = cfg.acc_smem or 0
-  local first = nacc - nsm + 1 -- accumulators first..nacc are in shared memory
-  local acc = {}
-  for a = 1, first - 1 do acc[a] = b:var("f32", 0.0) end
-  local sm
-  if nsm > 0 then
-    sm = cfg.dynamic_smem and b:dynamic_shared("f32") or b:shared("f32", nsm * T)
-    for a = first, nacc do b:store(sm + ((a - first) * T + t), b:f32(0.0)) end
-  end
-  local function acc_add(a, f)
-    if a < first then acc[a]:set(f(acc[a]:get()))
-    else
-      local at = sm + ((a - first) * T + t)
-      b:store(at, f(b:load(at)))
-    end
-  end
-  local function acc_get(a)
-    if a < first then return acc[a]:get() end
-    return b:load(sm + ((a - first) * T + t))
-  end
-  local wslab = spec.weight and 0 or nil
-  local bslab = (not rms and spec.bias) and (spec.weight and 1 or 0) or nil
-  local zero = b:shared("f32", 1) -- +0.0, whose bits are the integer 0
-  b:if_(b:eq(t, 0), function() b:store(zero, b:f32(0.0)) end)
-  b:barrier()
-  local n = spec.hidden
-  local j1 = cfg.iters - 1
-  b:for_(b:ctaid(), p.rows, b:nctaid(), function(row)
-    local off = b:i64(row) * n
-    local rstd = b:load(p.rstd + row)
-    local mean = (not rms) and b:load(p.mean + row) or nil
-    -- xhat, g and dy of chunks j0..j1 (masked elements 0), reading at offset z (a zero)
-    local function terms(z, j0, j1)
-      local xs = load_chunks(b, r, p.x + (off + z), spec.x, j0, j1)
-      local dys = load_chunks(b, r, p.dy + (off + z), spec.dy, j0, j1)
-      local wv = spec.weight and load_chunks(b, r, p.weight + z, spec.w, j0, j1) or nil
-      local xh, g = {}, {}
-      for i = 1, #xs do
-        local k = j0 * vec + i
-        xh[i] = M.masked(b, r, k, (rms and xs[i] or xs[i] - mean) * rstd)
-        g[i] = wv and dys[i] * (spec.offset == 1 and wv[i] + 1.0 or wv[i]) or dys[i]
-      end
-      return xh, g, dys
-    end
-    -- pass 1: sum(g xhat) and sum(g), pairwise over the thread's elements
-    local xh1, g1 = terms(b:i64(b:bits(b:load(zero))), 0, j1)
-    local gx = {}
-    for i = 1, nel do gx[i] = g1[i] * xh1[i] end
-    local sg, sgx = M.tree_sum(b, g1), M.tree_sum(b, gx)
-    local s = rms and M.reduce(b, { sgx }, { "sum" }, red) or M.reduce(b, { sgx, sg }, { "sum", "sum" }, red)
-    local a = s[1] / n
-    local c = (not rms) and s[2] / n or nil
-    -- pass 2: dx, and the accumulators
-    local xh, g, dys = terms(b:i64(b:bits(b:load(zero))), 0, j1)
-    local dres = spec.residual and load_chunks(b, r, p.dres + off, spec.r, 0, j1) or nil
-    local dx = {}
-    for k = 1, nel do
-      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-      dx[k] = (g[k] - tk) * rstd
-      if dres then dx[k] = dx[k] + dres[k] end
-      if wslab then acc_add(wslab * nel + k, function(v) return b:fma(dys[k], xh[k], v) end) end
-      if bslab then acc_add(bslab * nel + k, function(v) return v + dys[k] end) end
-    end
-    store_chunks(b, r, p.dx + off, spec.dx, dx, 0, j1)
-  end)
-  for s = 0, nslab - 1 do
-    local vals = {}
-    for k = 1, nel do vals[k] = acc_get(s * nel + k) end
-    M.store_row(b, r, p.ws + (b:i64(b:nctaid()) * s + b:i64(b:ctaid())) * n, "f32", vals)
-  end
-end
-
-local function backward_looping(b, spec, cfg, p, rms)
-  local T, rpb = cfg.threads_per_row, cfg.rows_per_block
-  local tid = b:tid()
-  local t, slot = tid % T, tid // T
-  local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local slabs = M.slabs(spec, rms)
-  local hidden64 = b:i64(p.hidden)
-  local parts = b:nctaid() * rpb
-  local part = b:ctaid() * rpb + slot
-  local wsw, wsb
-  local s = 0
-  if spec.weight then wsw = p.ws + b:i64(part) * hidden64; s = 1 end
-  if not rms and spec.bias then wsb = p.ws + (b:i64(parts) * s + b:i64(part)) * hidden64 end
-  if slabs > 0 then
-    b:for_(t, p.hidden, T, function(i)
-      if wsw then b:store(wsw + i, b:f32(0.0)) end
-      if wsb then b:store(wsb + i, b:f32(0.0)) end
-    end)
-  end
-  local hidden_f = b:f32(p.hidden)
-  b:for_(b:ctaid() * rpb, p.rows, b:nctaid() * rpb, function(rbase)
-    local row = rbase + slot
-    local live = b:lt(row, p.rows)
-    local n = b:select(live, p.hidden, 0)
-    local off = b:i64(b:select(live, row, 0)) * hidden64
-    local rstd = b:load(p.rstd + row, { pred = live })
-    local mean = (not rms) and b:load(p.mean + row, { pred = live }) or nil
-    local function terms(i)
-      local x = b:to_f32(b:load(p.x + off + i))
-      local dy = b:to_f32(b:load(p.dy + off + i))
-      local xh = (rms and x or x - mean) * rstd
-      local g = spec.weight and dy * M.weight_f32(b, spec, b:load(p.weight + i)) or dy
-      return xh, g, dy
-    end
-    local sg, sgx = b:var("f32", 0.0), b:var("f32", 0.0)
-    b:for_(t, n, T, function(i)
-      local xh, g = terms(i)
-      sg:set(sg:get() + g)
-      sgx:set(b:fma(g, xh, sgx:get()))
-    end)
-    local sr = rms and M.reduce(b, { sgx:get() }, { "sum" }, red) or M.reduce(b, { sgx:get(), sg:get() }, { "sum", "sum" }, red)
-    local a = sr[1] / hidden_f
-    local c = (not rms) and sr[2] / hidden_f or nil
-    b:for_(t, n, T, function(i)
-      local xh, g, dy = terms(i)
-      local tk = c and b:fma(xh, a, c) or xh * a
-      local dx = (g - tk) * rstd
-      if spec.residual then dx = dx + b:to_f32(b:load(p.dres + off + i)) end
-      b:store(p.dx + off + i, b:from_f32(dx, spec.dx))
-      if wsw then b:store(wsw + i, b:fma(dy, xh, b:load(wsw + i))) end
-      if wsb then b:store(wsb + i, b:load(wsb + i) + dy) end
-    end)
-  end)
-end
-
-function M.backward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
-  elseif cfg.reload then backward_reload(b, spec, cfg, p, rms)
-  else backward_fixed(b, spec, cfg, p, rms) end
 end
 
 -- ---- backward geometry: the forms and the model that picks one ----
@@ -947,6 +449,75 @@ function M.backward_config(spec, target, rms)
     cfg.then_spec = "norm_reduce w=" .. spec.w
   end
   return cfg
+end
+
+-- ---- launch problems (docs/registry.md) ----
+
+-- launch() of a forward family: rows of `hidden` elements; mean (LayerNorm) and rstd may be 0.
+function M.forward_launch(spec, cfg, rms)
+  local row, al = { "rows", "hidden" }, cfg.align
+  local t = {
+    { "y", "out", row, align = al }, { "rstd", "out", { "rows" }, optional = true },
+    { "x", "in", row, align = al }, { "weight", "in", { "hidden" }, optional = not spec.weight, align = al },
+  }
+  if not rms then
+    t[#t + 1] = { "mean", "out", { "rows" }, optional = true }
+    t[#t + 1] = { "bias", "in", { "hidden" }, optional = not spec.bias, align = al }
+  end
+  if spec.residual then
+    t[#t + 1] = { "h", "out", row, align = al }
+    t[#t + 1] = { "residual", "in", row, align = al }
+  end
+  return {
+    tensors = t,
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil, fixed = true }, { "eps", 1e-5 } },
+    problem = { "rows" },
+  }
+end
+
+-- launch() of a backward family: the grid walks the rows grid-stride with at most
+-- RUNTIME_THREADS_PER_SM threads of blocks per SM (the model bwd_in_flight assumes); the f32
+-- workspace holds a partial row per (block, row slot) and slab, and norm_reduce sums it.
+function M.backward_launch(spec, cfg, rms)
+  local row, al = { "rows", "hidden" }, cfg.align
+  local slabs, slots = M.slabs(spec, rms), cfg.workspace_rows or 1
+  local per_sm = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block) * cfg.grid_tile
+  local t = {
+    { "dx", "out", row, align = al }, { "dy", "in", row, align = al }, { "x", "in", row, align = al },
+    { "rstd", "in", { "rows" } }, { "weight", "in", { "hidden" }, optional = not spec.weight, align = al },
+    { "ws", "workspace", { string.format("%d*grid_x*hidden", slabs * slots) }, align = 16 },
+  }
+  if not rms then t[#t + 1] = { "mean", "in", { "rows" } } end
+  if spec.residual then t[#t + 1] = { "dres", "in", row, align = al } end
+  local d = {
+    tensors = t,
+    scalars = { { "rows" }, { "hidden", spec.hidden ~= "launch" and spec.hidden or nil, fixed = true },
+                { "parts", string.format("grid_x*%d", slots) } },
+    problem = { string.format("min(rows,sm_count*%d)", per_sm) },
+  }
+  if slabs > 0 then d.after = { { cfg.then_spec, bind = { cols = "hidden", parts = "parts", slabs = slabs } } } end
+  return d
+end
+
+-- ---- the variant matrix (docs/registry.md) ----
+
+M.MATRIX_DTYPES = { "x=f32", "x=f16", "x=bf16", "x=bf16 w=f32" }
+M.MATRIX_HIDDEN = util.axis("hidden", { 1, 768, 4096, 16384, "launch" })
+M.MATRIX_HIDDEN_FULL = util.axis("hidden", { 1, 7, 33, 100, 768, 1000, 2048, 4096, 8192, 16384, "launch" })
+
+-- Rows every norm family's matrix has: residual=true with f32 residuals (bf16 rows; every dtype in
+-- the full matrix), and offset=1 (zero-centered weights) in each form (fixed, reload, looping).
+function M.matrix_rows(rows)
+  local res = "residual=true r=f32"
+  local bf16 = { "x=bf16", "x=bf16 w=f32" }
+  rows[#rows + 1] = { bf16, M.MATRIX_HIDDEN, res, quick = true }
+  rows[#rows + 1] = { { "x=f32", "x=f16" }, M.MATRIX_HIDDEN_FULL, res, full = true }
+  rows[#rows + 1] = { bf16, M.MATRIX_HIDDEN_FULL, res, full = true }
+  rows[#rows + 1] = { bf16, util.axis("hidden", { 1, 768, 4096 }), "offset=1" }
+  rows[#rows + 1] = { "x=bf16", "hidden=16384", "offset=1 residual=true r=f32" }
+  rows[#rows + 1] = { "x=bf16 w=f32", "hidden=16384", "offset=1" }
+  rows[#rows + 1] = { bf16, "hidden=launch", "offset=1" }
+  return rows
 end
 
 -- check() shared by the families: r is the residual stream's dtype, meaningless without one.

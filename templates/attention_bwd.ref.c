@@ -1,4 +1,4 @@
-/* emu/emu_ref_attention_bwd.c - attention backward: float64 gradients, their error model, emulator launches. */
+/* templates/attention_bwd.ref.c - attention_bwd's float64 reference: gradients, error model, its registry descriptor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "emu.h"
 #include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_case.h"
 
 static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
 
@@ -128,24 +129,26 @@ done:
     return st;
 }
 
-long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
-                           double *worst, double *max_abs, char *first, size_t first_size) {
+/* One gradient through the one checker: its values named "<name> element <i>". */
+static long compare_grad(kiln_case_output *o, kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                         const char *name) {
     long bad = 0;
     /* rounding to grad: relative u(grad), and half the subnormal spacing below the normal range */
     double ug = unit_roundoff(grad), floor_g = grad == KILN_F16 ? 0x1p-25 : grad == KILN_BF16 ? 0x1p-134 : 0x1p-150;
     for (size_t i = 0; i < n; i++) {
-        double g = kiln_emu_value_get(grad, got, i), t = ug * fabs(ref[i]) + floor_g + 2 * tol[i] + 0x1p-100;
-        double e = fabs(g - ref[i]);
-        if (isfinite(g)) {
-            if (e > *max_abs) *max_abs = e;
-            if (e / t > *worst) *worst = e / t;
-        }
-        if (!isfinite(g) || e > t) {
-            if (!bad && first && first_size)
-                snprintf(first, first_size, "element %zu = %.9g, reference %.9g (tolerance %.3g)", i, g, ref[i], t);
-            bad++;
-        }
+        double t = ug * fabs(ref[i]) + floor_g + 2 * tol[i] + 0x1p-100;
+        bad += kiln_check_value(o, kiln_emu_value_get(grad, got, i), ref[i], t, ref[i], 0, "%s%selement %zu", name,
+                                *name ? " " : "", i);
     }
+    return bad;
+}
+
+long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                           double *worst, double *max_abs, char *first, size_t first_size) {
+    kiln_case_output o = {.worst = *worst, .max_abs = *max_abs};
+    long bad = compare_grad(&o, grad, got, ref, tol, n, "");
+    *worst = o.worst, *max_abs = o.max_abs;
+    if (bad && first && first_size) snprintf(first, first_size, "%s", o.first);
     return bad;
 }
 
@@ -210,3 +213,112 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
     }
     return kiln_emu_run(kern, &l, args, err);
 }
+
+/* ---- the registry descriptor (kiln/emu_case.h) ----
+ * The forward's O and lse come from the float64 forward (rounded as a forward kernel stores them),
+ * dO is random in [-1, 1]; the sequence the dkdv kernel declares runs (prep, dkdv, convert;
+ * deterministic=true: prep, dkdv, dq), and dq, dk, dv are checked with the error model above (P and
+ * dS taken as rounded to the input dtype: the looser of the paths). */
+
+typedef struct bwd_case {
+    kiln_attn_problem p;
+    kiln_dtype grad;
+    void *in[3], *dout, *out, *gk[3];
+    float *lse;
+    double *ro, *rl, *ref[3], *tol[3];
+    size_t n[3];
+} bwd_case;
+
+static void bwd_case_destroy(kiln_case *c) {
+    bwd_case *b = kiln_case_state(c);
+    for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
+    free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl);
+    free(b);
+}
+
+static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    bwd_case *b = calloc(1, sizeof *b);
+    if (!b) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_case_set_state(c, b);
+    kiln_attn_problem *p = &b->p;
+    kiln_status st = emu_attn_case_problem(c, p, 1e9, " backward (at most 1e9)", err);
+    if (st != KILN_OK) return st;
+    b->grad = emu_spec_dtype(emu_case_spec(c), "grad", p->dtype);
+    if (!strstr(m->launch, "before ") && !strstr(m->launch, "after "))
+        return kiln_fail(err, KILN_EINVAL, "'%s' is one kernel of the backward: kiln run checks dq, dk and dv of the "
+                         "whole sequence, which the dkdv kernel declares (kernel=dkdv, the default)", m->spec);
+    uint64_t seed = kiln_case_options(c)->seed;
+    b->n[0] = kiln_attn_elems(p, 'q'), b->n[1] = kiln_attn_elems(p, 'k'), b->n[2] = kiln_attn_elems(p, 'v');
+    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    b->dout = kiln_attn_random(p->out, no, 1, &seed);
+    b->out = malloc(no * kiln_dtype_size(p->out));
+    for (int t = 0; t < 3; t++) b->in[t] = kiln_attn_random(p->dtype, b->n[t], 1, &seed);
+    b->lse = malloc(nl * sizeof *b->lse);
+    b->ro = malloc(no * sizeof *b->ro), b->rl = malloc(nl * sizeof *b->rl);
+    int ok = b->dout && b->out && b->lse && b->ro && b->rl;
+    for (int t = 0; t < 3; t++) {
+        b->gk[t] = malloc(b->n[t] * kiln_dtype_size(b->grad));
+        b->ref[t] = malloc(b->n[t] * sizeof(double)), b->tol[t] = malloc(b->n[t] * sizeof(double));
+        ok = ok && b->in[t] && b->gk[t] && b->ref[t] && b->tol[t];
+    }
+    if (!ok) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if ((st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err)) != KILN_OK) return st;
+    for (size_t i = 0; i < no; i++) kiln_emu_value_set(p->out, b->out, i, b->ro[i]);
+    for (size_t i = 0; i < nl; i++) b->lse[i] = (float)b->rl[i];
+    return kiln_attn_bwd_reference(p, p->dtype, b->in[0], b->in[1], b->in[2], b->dout, b->ref[0], b->ref[1], b->ref[2],
+                                   b->tol[0], b->tol[1], b->tol[2], err);
+}
+
+static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    bwd_case *b = kiln_case_state(c);
+    const kiln_attn_problem *p = &b->p;
+    size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, no = kiln_attn_elems(p, 'o');
+    static const char *const ins[3] = {"q", "k", "v"}, *const grads[3] = {"dq", "dk", "dv"};
+    for (int t = 0; t < 3; t++) {
+        if (!strcmp(name, ins[t])) return *ptr = b->in[t], *bytes = b->n[t] * kiln_dtype_size(p->dtype), 0;
+        if (!strcmp(name, grads[t])) return *ptr = b->gk[t], *bytes = b->n[t] * kiln_dtype_size(b->grad), 0;
+    }
+    if (!strcmp(name, "o")) *ptr = b->out, *bytes = no * kiln_dtype_size(p->out);
+    else if (!strcmp(name, "dout")) *ptr = b->dout, *bytes = no * kiln_dtype_size(p->out);
+    else if (!strcmp(name, "lse")) *ptr = b->lse, *bytes = nl * sizeof(float);
+    else return -1; /* delta and dq_acc: the sequence's workspace */
+    return 0;
+}
+
+static int bwd_case_scalar(kiln_case *c, const char *name, double *value) {
+    bwd_case *b = kiln_case_state(c);
+    return emu_attn_case_scalar(&b->p, name, value);
+}
+
+/* Poisons the gradients. */
+static void bwd_case_prepare(kiln_case *c) {
+    bwd_case *b = kiln_case_state(c);
+    for (int t = 0; t < 3; t++) memset(b->gk[t], 0xff, b->n[t] * kiln_dtype_size(b->grad));
+}
+
+static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    bwd_case *b = kiln_case_state(c);
+    for (*nout = 0; *nout < 3; ++*nout) {
+        kiln_case_output *o = &out[*nout];
+        snprintf(o->name, sizeof o->name, "d%c", "qkv"[*nout]);
+        compare_grad(o, b->grad, b->gk[*nout], b->ref[*nout], b->tol[*nout], b->n[*nout], o->name);
+    }
+}
+
+static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {
+    const bwd_case *b = kiln_case_state(c);
+    emu_attn_case_describe(&b->p, buf, size);
+}
+
+const kiln_ref_family kiln_ref_attention_bwd = {
+    .family = "attention_bwd",
+    .noun = "gradient",
+    .create = bwd_case_create,
+    .destroy = bwd_case_destroy,
+    .tensor = bwd_case_tensor,
+    .scalar = bwd_case_scalar,
+    .prepare = bwd_case_prepare,
+    .check = bwd_case_check,
+    .describe = bwd_case_describe,
+};

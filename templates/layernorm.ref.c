@@ -1,10 +1,11 @@
-/* emu/emu_layernorm.c - LayerNorm forward: test inputs, float64 reference, error-model checks, launch. */
+/* templates/layernorm.ref.c - layernorm's float64 reference: inputs, reference, error model, its registry descriptor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu.h"
+#include "kiln/emu_case.h"
 
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
 
@@ -44,87 +45,38 @@ int kiln_ln_input_parse(const char *name, kiln_ln_input *out) {
     return -1;
 }
 
-static kiln_status parse_bool(const char *key, const char *v, int *out, kiln_error *err) {
-    if (!strcmp(v, "true")) *out = 1;
-    else if (!strcmp(v, "false")) *out = 0;
-    else return kiln_fail(err, KILN_EINVAL, "bad value '%s' for %s; valid: true, false", v, key);
-    return KILN_OK;
-}
-
-static kiln_status parse_key(kiln_layernorm_spec *s, const char *key, const char *v, int *w_set, int *y_set,
-                             kiln_error *err) {
-    kiln_dtype *dt = !strcmp(key, "x") ? &s->x : !strcmp(key, "w") ? &s->w : !strcmp(key, "y") ? &s->y : NULL;
-    if (dt) {
-        if (kiln_dtype_parse(v, dt)) return kiln_fail(err, KILN_EINVAL, "bad dtype '%s' for %s; valid: f32, f16, bf16", v, key);
-        if (dt == &s->w) *w_set = 1;
-        if (dt == &s->y) *y_set = 1;
-        return KILN_OK;
-    }
-    if (!strcmp(key, "hidden")) {
-        char *end;
-        long h = strtol(v, &end, 10);
-        if (!strcmp(v, "launch")) s->hidden = 0;
-        else if (*v && !*end && h > 0 && h <= 1 << 20) s->hidden = (int)h;
-        else return kiln_fail(err, KILN_EINVAL, "bad hidden '%s'; valid: a positive size or 'launch'", v);
-        return KILN_OK;
-    }
-    if (!strcmp(key, "weight")) return parse_bool(key, v, &s->has_weight, err);
-    if (!strcmp(key, "bias")) return parse_bool(key, v, &s->has_bias, err);
-    return kiln_fail(err, KILN_EINVAL, "unknown LayerNorm key '%s'; valid: x, w, y, hidden, weight, bias", key);
-}
-
+/* The typed reading of a resolved layernorm spec (the generator checked it); a key it lacks reads
+ * as the template's default (w and y follow x, weight and bias on). */
 kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err) {
-    *s = (kiln_layernorm_spec){KILN_F32, KILN_F32, KILN_F32, 0, 1, 1};
-    char buf[KILN_SPEC_MAX];
-    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) return kiln_fail(err, KILN_EINVAL, "spec too long");
-    char *save = NULL, *tok = strtok_r(buf, " \t", &save);
-    if (!tok || strcmp(tok, "layernorm")) return kiln_fail(err, KILN_EINVAL, "not a LayerNorm spec: '%s'", spec);
-    int w_set = 0, y_set = 0;
-    while ((tok = strtok_r(NULL, " \t", &save))) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return kiln_fail(err, KILN_EINVAL, "bad spec item '%s'; expected key=value", tok);
-        *eq = 0;
-        kiln_status st = parse_key(s, tok, eq + 1, &w_set, &y_set, err);
-        if (st != KILN_OK) return st;
-    }
-    if (!w_set) s->w = s->x; /* the template's defaults: w and y follow x */
-    if (!y_set) s->y = s->x;
+    gen_spec g;
+    kiln_status st = gen_spec_parse(spec, &g, err);
+    if (st != KILN_OK) return st;
+    if (strcmp(g.family, "layernorm")) return kiln_fail(err, KILN_EINVAL, "not a LayerNorm spec: '%s'", spec);
+    s->x = emu_spec_dtype(&g, "x", KILN_F32);
+    s->w = emu_spec_dtype(&g, "w", s->x), s->y = emu_spec_dtype(&g, "y", s->x);
+    s->hidden = (int)emu_spec_int(&g, "hidden", 0);
+    s->has_weight = emu_spec_bool(&g, "weight", 1), s->has_bias = emu_spec_bool(&g, "bias", 1);
     return KILN_OK;
 }
 
 /* ---- inputs ---- */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1p-53; } /* (0, 1] */
-static double rng_normal(rng *r, double mean, double sd) {
-    double u = rng_uniform(r), v = rng_uniform(r);
-    return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
 
 /* Row r of kind in; k counts the rows of that kind so far (it picks the special values). */
-static void fill_row(const kiln_ln_data *d, kiln_ln_input in, int r, int k, rng *g) {
+static void fill_row(const kiln_ln_data *d, kiln_ln_input in, int r, int k, emu_rng *g) {
     size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
-    double c = rng_normal(g, 0, 3);
+    double c = emu_rng_normal(g, 0, 3);
     for (size_t i = 0; i < n; i++) {
         double v;
         switch (in) {
-        case KILN_LN_LARGE_MEAN: v = k % 2 ? rng_normal(g, 1000, 0.1) : rng_normal(g, 10000, 1e-3); break;
+        case KILN_LN_LARGE_MEAN: v = k % 2 ? emu_rng_normal(g, 1000, 0.1) : emu_rng_normal(g, 10000, 1e-3); break;
         case KILN_LN_CONSTANT: v = c; break;
-        default: v = rng_normal(g, 0.5, 2); break;
+        default: v = emu_rng_normal(g, 0.5, 2); break;
         }
         kiln_emu_value_set(d->spec.x, d->x, base + i, v);
     }
     if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
-    size_t p1 = rng_next(g) % n, p2 = rng_next(g) % n;
+    size_t p1 = emu_rng_next(g) % n, p2 = emu_rng_next(g) % n;
     if (p2 == p1) p2 = (p1 + 1) % n;
     static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
     kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
@@ -181,7 +133,7 @@ kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *s
         kiln_ln_data_free(d);
         return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d LayerNorm buffers", rows, hidden);
     }
-    rng g = {seed * 0x2545f4914f6cdd1dull + 1};
+    emu_rng g = {seed * 0x2545f4914f6cdd1dull + 1};
     for (int r = 0; r < rows; r++) {
         kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
         /* in mixed rows a special row takes the next special value, never the plain one */
@@ -189,8 +141,8 @@ kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *s
         fill_row(d, in, r, k, &g);
     }
     for (int i = 0; i < hidden; i++) {
-        if (d->w) kiln_emu_value_set(spec->w, d->w, (size_t)i, rng_normal(&g, 1, 0.5));
-        if (d->b) kiln_emu_value_set(spec->w, d->b, (size_t)i, rng_normal(&g, 0, 0.5));
+        if (d->w) kiln_emu_value_set(spec->w, d->w, (size_t)i, emu_rng_normal(&g, 1, 0.5));
+        if (d->b) kiln_emu_value_set(spec->w, d->b, (size_t)i, emu_rng_normal(&g, 0, 0.5));
     }
     reference(d);
     *out = d;
@@ -250,37 +202,17 @@ kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_err
  *   (f16: 2^-11 relative, bf16: 2^-8 relative; f32's rounding is already counted). */
 
 typedef struct checker {
-    kiln_ln_report *r;
+    kiln_case_output out[3];
     long total;
 } checker;
 
-/* Records one comparison of output o at (row, col): got against the model's want +- tol,
- * and against the pure reference ref. */
+/* Records one comparison of output o at (row, col) with the one checker (kiln_check_value): got
+ * against the model's want +- tol, and against the pure reference ref. */
 static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref,
                     bool unwritten) {
-    kiln_ln_report *r = c->r;
-    bool ok;
-    if (unwritten) ok = false;
-    else if (isnan(want)) ok = isnan(got);
-    else if (isinf(want)) ok = got == want;
-    else ok = isfinite(got) && fabs(got - want) <= tol;
-    if (!unwritten && isfinite(got) && isfinite(ref)) {
-        double e = fabs(got - ref);
-        if (e > r->max_abs[o]) r->max_abs[o] = e;
-        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
-    }
-    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
-        r->worst[o] = fabs(got - want) / tol;
-    if (ok) return;
-    if (!r->bad[o]++) {
-        char what[64];
-        if (col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_ln_output_name(o), row, col);
-        else snprintf(what, sizeof what, "%s[%d]", kiln_ln_output_name(o), row);
-        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
-        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)",
-                      what, got, want, tol, ref);
-    }
-    c->total++;
+    if (col >= 0)
+        c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d][%ld]", kiln_ln_output_name(o), row, col);
+    else c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d]", kiln_ln_output_name(o), row);
 }
 
 static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
@@ -317,8 +249,13 @@ long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
-    checker c = {r, 0};
+    checker c = {0};
     for (int row = 0; row < d->rows; row++) check_row(d, row, D, &c);
+    for (int o = 0; o < 3; o++) {
+        r->max_abs[o] = c.out[o].max_abs, r->max_rel[o] = c.out[o].max_rel, r->worst[o] = c.out[o].worst;
+        r->bad[o] = c.out[o].bad;
+        memcpy(r->first[o], c.out[o].first, sizeof r->first[o]);
+    }
     return c.total;
 }
 
@@ -326,3 +263,102 @@ const char *kiln_ln_output_name(int i) {
     static const char *const names[3] = {"y", "mean", "rstd"};
     return i >= 0 && i < 3 ? names[i] : NULL;
 }
+
+/* ---- the registry descriptor (kiln/emu_case.h) ----
+ * The plain forward keeps this file's inputs and checks; the residual and zero-centered (offset=1)
+ * forms are the norm families' shared reference (templates/lib/norm.ref.c). */
+
+static int plain(const kiln_case *c) {
+    const gen_spec *g = emu_case_spec(c);
+    return !emu_spec_bool(g, "residual", 0) && !emu_spec_bool(g, "offset", 0);
+}
+
+static kiln_status case_create(kiln_case *c, kiln_error *err) {
+    if (!plain(c)) return emu_norm_case_create(c, err);
+    const kiln_case_opts *o = kiln_case_options(c);
+    kiln_layernorm_spec spec;
+    int rows, hidden;
+    kiln_ln_data *d = NULL;
+    kiln_status st = kiln_ln_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, &spec, err);
+    if (st == KILN_OK) st = emu_norm_case_shape(c, &rows, &hidden, err);
+    if (st == KILN_OK) st = kiln_ln_data_create(&d, &spec, o->eps ? o->eps : 1e-5f, rows, hidden, o->input, o->seed, err);
+    kiln_case_set_state(c, d);
+    return st;
+}
+
+static void case_destroy(kiln_case *c) {
+    if (!plain(c)) emu_norm_case_destroy(c);
+    else kiln_ln_data_free(kiln_case_state(c));
+}
+
+static int case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    if (!plain(c)) return emu_norm_case_tensor(c, name, ptr, bytes);
+    kiln_ln_data *d = kiln_case_state(c);
+    size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden * kiln_dtype_size(d->spec.w);
+    if (!strcmp(name, "x")) *ptr = d->x, *bytes = n * kiln_dtype_size(d->spec.x);
+    else if (!strcmp(name, "y")) *ptr = d->y, *bytes = n * kiln_dtype_size(d->spec.y);
+    else if (!strcmp(name, "mean")) *ptr = d->mean, *bytes = (size_t)d->rows * 4;
+    else if (!strcmp(name, "rstd")) *ptr = d->rstd, *bytes = (size_t)d->rows * 4;
+    else if (!strcmp(name, "weight")) *ptr = d->w, *bytes = hb;
+    else if (!strcmp(name, "bias")) *ptr = d->b, *bytes = hb;
+    else return -1;
+    return 0;
+}
+
+static int case_scalar(kiln_case *c, const char *name, double *value) {
+    if (!plain(c)) return emu_norm_case_scalar(c, name, value);
+    kiln_ln_data *d = kiln_case_state(c);
+    if (!strcmp(name, "rows")) *value = d->rows;
+    else if (!strcmp(name, "hidden")) *value = d->hidden;
+    else if (!strcmp(name, "eps")) *value = d->eps;
+    else return -1;
+    return 0;
+}
+
+static void case_prepare(kiln_case *c) {
+    if (!plain(c)) {
+        emu_norm_case_prepare(c);
+        return;
+    }
+    kiln_ln_data *d = kiln_case_state(c);
+    size_t n = (size_t)d->rows * (size_t)d->hidden;
+    memset(d->y, 0xff, n * kiln_dtype_size(d->spec.y));
+    memset(d->mean, 0xff, (size_t)d->rows * 4);
+    memset(d->rstd, 0xff, (size_t)d->rows * 4);
+}
+
+static void case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    if (!plain(c)) {
+        emu_norm_case_check(c, out, nout);
+        return;
+    }
+    kiln_ln_report r;
+    kiln_ln_check(kiln_case_state(c), (int)kiln_emu_kernel_meta(kiln_case_kernel(c))->threads_per_row, &r);
+    for (*nout = 0; *nout < 3; ++*nout) {
+        kiln_case_output *o = &out[*nout];
+        snprintf(o->name, sizeof o->name, "%s", kiln_ln_output_name(*nout));
+        o->show_rel = 1, o->max_abs = r.max_abs[*nout], o->max_rel = r.max_rel[*nout], o->worst = r.worst[*nout];
+        o->bad = r.bad[*nout];
+        snprintf(o->first, sizeof o->first, "%s", r.first[*nout]);
+    }
+}
+
+static void case_describe(const kiln_case *c, char *buf, size_t size) {
+    if (!plain(c)) {
+        emu_norm_case_describe(c, buf, size);
+        return;
+    }
+    const kiln_ln_data *d = kiln_case_state(c);
+    snprintf(buf, size, "%d rows x %d  %s inputs", d->rows, d->hidden, kiln_ln_input_name(kiln_case_options(c)->input));
+}
+
+const kiln_ref_family kiln_ref_layernorm = {
+    .family = "layernorm",
+    .create = case_create,
+    .destroy = case_destroy,
+    .tensor = case_tensor,
+    .scalar = case_scalar,
+    .prepare = case_prepare,
+    .check = case_check,
+    .describe = case_describe,
+};

@@ -1,10 +1,11 @@
-/* emu/emu_norm.c - the norm families on the emulator: inputs, float64 references, error-model checks, launches. */
+/* templates/lib/norm.ref.c - the norm families' float64 side: inputs, references, error model, and their case hooks. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "emu.h"
+#include "kiln/emu_case.h"
 #include "kiln/emu_norm.h"
 
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
@@ -28,68 +29,28 @@ void kiln_norm_data_free(kiln_norm_data *d) {
 
 /* ---- specs ---- */
 
-static const char *const family_names[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
-
 int kiln_norm_is_backward(const kiln_norm_spec *s) { return s->family == KILN_NORM_LN_BWD || s->family == KILN_NORM_RMS_BWD; }
 static int is_rms(const kiln_norm_spec *s) { return s->family == KILN_NORM_RMS || s->family == KILN_NORM_RMS_BWD; }
 
-static kiln_status parse_bool(const char *key, const char *v, int *out, kiln_error *err) {
-    if (!strcmp(v, "true")) *out = 1;
-    else if (!strcmp(v, "false")) *out = 0;
-    else return kiln_fail(err, KILN_EINVAL, "bad value '%s' for %s; valid: true, false", v, key);
-    return KILN_OK;
-}
-
+/* The typed reading of a norm family's resolved (canonical) spec, as the generator wrote it: the
+ * family from its keys (a backward has dy, a LayerNorm has bias, an RMSNorm none), then its values. */
 kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err) {
     memset(s, 0, sizeof *s);
-    char buf[KILN_SPEC_MAX];
-    if (snprintf(buf, sizeof buf, "%s", spec) >= (int)sizeof buf) return kiln_fail(err, KILN_EINVAL, "spec too long");
-    char *save = NULL, *tok = strtok_r(buf, " \t", &save);
-    int f = 0;
-    while (tok && f < 4 && strcmp(tok, family_names[f])) f++;
-    if (!tok || f == 4)
-        return kiln_fail(err, KILN_EINVAL, "not a norm spec: '%s'; families: layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd", spec);
-    s->family = (kiln_norm_family)f;
-    s->weight = 1, s->bias = !is_rms(s);
-    int set[6] = {0}; /* x w y dy dx r */
-    kiln_dtype *dts[6] = {&s->x, &s->w, &s->y, &s->dy, &s->dx, &s->r};
-    static const char *const dnames[6] = {"x", "w", "y", "dy", "dx", "r"};
-    while ((tok = strtok_r(NULL, " \t", &save))) {
-        char *eq = strchr(tok, '=');
-        if (!eq) return kiln_fail(err, KILN_EINVAL, "bad spec item '%s'; expected key=value", tok);
-        *eq = 0;
-        const char *v = eq + 1;
-        int k = 0;
-        while (k < 6 && strcmp(tok, dnames[k])) k++;
-        kiln_status st = KILN_OK;
-        if (k < 6) {
-            if (kiln_dtype_parse(v, dts[k])) return kiln_fail(err, KILN_EINVAL, "bad dtype '%s' for %s; valid: f32, f16, bf16", v, tok);
-            set[k] = 1;
-        } else if (!strcmp(tok, "hidden")) {
-            char *end;
-            long h = strtol(v, &end, 10);
-            if (!strcmp(v, "launch")) s->hidden = 0;
-            else if (*v && !*end && h > 0 && h <= 1 << 20) s->hidden = (int)h;
-            else return kiln_fail(err, KILN_EINVAL, "bad hidden '%s'; valid: a positive size or 'launch'", v);
-        } else if (!strcmp(tok, "weight")) st = parse_bool(tok, v, &s->weight, err);
-        else if (!strcmp(tok, "bias") && !is_rms(s)) st = parse_bool(tok, v, &s->bias, err);
-        else if (!strcmp(tok, "residual")) st = parse_bool(tok, v, &s->residual, err);
-        else if (!strcmp(tok, "offset")) {
-            if (strcmp(v, "0") && strcmp(v, "1")) return kiln_fail(err, KILN_EINVAL, "bad offset '%s'; valid: 0, 1", v);
-            s->offset = v[0] == '1';
-        }
-        else if (!strcmp(tok, "form") && kiln_norm_is_backward(s)) {
-            /* the backward's kernel form (templates/lib/norm.lua): geometry only, same semantics */
-            static const char *const forms[] = {"auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32"};
-            size_t i = 0;
-            while (i < sizeof forms / sizeof *forms && strcmp(v, forms[i])) i++;
-            if (i == sizeof forms / sizeof *forms)
-                return kiln_fail(err, KILN_EINVAL, "bad form '%s'; valid: auto, fixed, reg8, reg16, reg32, smem8, smem16, smem32", v);
-        } else return kiln_fail(err, KILN_EINVAL, "unknown %s key '%s'", family_names[f], tok);
-        if (st != KILN_OK) return st;
-    }
-    for (int k = 1; k < 6; k++)
-        if (!set[k]) *dts[k] = s->x; /* the templates' defaults follow x */
+    gen_spec g;
+    kiln_status st = gen_spec_parse(spec, &g, err);
+    if (st != KILN_OK) return st;
+    if (!emu_spec_get(&g, "x") || !emu_spec_get(&g, "hidden"))
+        return kiln_fail(err, KILN_EINVAL, "not a norm spec: '%s' (a norm family's resolved spec has x and hidden)", spec);
+    int bwd = emu_spec_get(&g, "dy") != NULL, rms = emu_spec_get(&g, "bias") == NULL;
+    s->family = bwd ? (rms ? KILN_NORM_RMS_BWD : KILN_NORM_LN_BWD) : rms ? KILN_NORM_RMS : KILN_NORM_LN;
+    s->x = emu_spec_dtype(&g, "x", KILN_F32);
+    s->w = emu_spec_dtype(&g, "w", s->x), s->y = emu_spec_dtype(&g, "y", s->x), s->dy = emu_spec_dtype(&g, "dy", s->x);
+    s->dx = emu_spec_dtype(&g, "dx", s->x), s->r = emu_spec_dtype(&g, "r", s->x);
+    s->hidden = (int)emu_spec_int(&g, "hidden", 0);
+    s->weight = emu_spec_bool(&g, "weight", 1);
+    s->bias = !is_rms(s) && emu_spec_bool(&g, "bias", 1);
+    s->residual = emu_spec_bool(&g, "residual", 0);
+    s->offset = emu_spec_bool(&g, "offset", 0);
     return KILN_OK;
 }
 
@@ -103,20 +64,6 @@ const char *kiln_norm_output_name(const kiln_norm_spec *s, int o) {
 
 /* ---- inputs ---- */
 
-typedef struct rng {
-    uint64_t s;
-} rng;
-static uint64_t rng_next(rng *r) { /* splitmix64 */
-    uint64_t z = (r->s += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
-}
-static double rng_uniform(rng *r) { return (double)((rng_next(r) >> 11) + 1) * 0x1p-53; }
-static double rng_normal(rng *r, double mean, double sd) {
-    double u = rng_uniform(r), v = rng_uniform(r);
-    return mean + sd * sqrt(-2.0 * log(u)) * cos(2.0 * M_PI * v);
-}
 
 static double get(kiln_dtype t, const void *p, size_t i) { return p ? kiln_emu_value_get(t, p, i) : 0.0; }
 /* The weight the norm multiplies by at column i: w, 1 + w (offset=1; exact here, the kernel forms
@@ -138,21 +85,21 @@ static double hval(const kiln_norm_data *d, size_t i) {
     return round_to(s->r, round_to(KILN_F32, x + get(s->r, d->res, i)));
 }
 
-static void fill_row(kiln_norm_data *d, kiln_ln_input in, int r, int k, double scale, rng *g) {
+static void fill_row(kiln_norm_data *d, kiln_ln_input in, int r, int k, double scale, emu_rng *g) {
     size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
-    double c = rng_normal(g, 0, 3);
+    double c = emu_rng_normal(g, 0, 3);
     for (size_t i = 0; i < n; i++) {
         double v;
         switch (in) {
-        case KILN_LN_LARGE_MEAN: v = k % 2 ? rng_normal(g, 1000, 0.1) : rng_normal(g, 10000, 1e-3); break;
+        case KILN_LN_LARGE_MEAN: v = k % 2 ? emu_rng_normal(g, 1000, 0.1) : emu_rng_normal(g, 10000, 1e-3); break;
         case KILN_LN_CONSTANT: v = c; break;
-        default: v = rng_normal(g, 0.5, 2); break;
+        default: v = emu_rng_normal(g, 0.5, 2); break;
         }
         kiln_emu_value_set(d->spec.x, d->x, base + i, v * scale);
-        if (d->res) kiln_emu_value_set(d->spec.r, d->res, base + i, in == KILN_LN_CONSTANT ? 0.0 : rng_normal(g, 0, 1) * scale);
+        if (d->res) kiln_emu_value_set(d->spec.r, d->res, base + i, in == KILN_LN_CONSTANT ? 0.0 : emu_rng_normal(g, 0, 1) * scale);
     }
     if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
-    size_t p1 = rng_next(g) % n, p2 = rng_next(g) % n;
+    size_t p1 = emu_rng_next(g) % n, p2 = emu_rng_next(g) % n;
     if (p2 == p1) p2 = (p1 + 1) % n;
     static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
     kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
@@ -257,7 +204,7 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
         return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d norm buffers", rows, hidden);
     }
     p->x_scale = scale;
-    rng g = {seed * 0x2545f4914f6cdd1dull + 7};
+    emu_rng g = {seed * 0x2545f4914f6cdd1dull + 7};
     for (int r = 0; r < rows; r++) {
         kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
         int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
@@ -268,12 +215,12 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
          * offset=1: zero-centered weights (1 + w), most near 0, where rounding 1 + w to a 16-bit
          * dtype would lose them */
         if (d->w)
-            kiln_emu_value_set(s->w, d->w, i, i % 16 == 5 ? -(double)s->offset : s->offset ? rng_normal(&g, 0, 0.02) : rng_normal(&g, 1, 0.5));
-        if (d->b) kiln_emu_value_set(s->w, d->b, i, rng_normal(&g, 0, 0.5));
+            kiln_emu_value_set(s->w, d->w, i, i % 16 == 5 ? -(double)s->offset : s->offset ? emu_rng_normal(&g, 0, 0.02) : emu_rng_normal(&g, 1, 0.5));
+        if (d->b) kiln_emu_value_set(s->w, d->b, i, emu_rng_normal(&g, 0, 0.5));
     }
     for (size_t i = 0; bwd && i < n; i++) {
-        kiln_emu_value_set(s->dy, d->dy, i, rng_normal(&g, 0, 1));
-        if (d->dres) kiln_emu_value_set(s->r, d->dres, i, rng_normal(&g, 0, 1));
+        kiln_emu_value_set(s->dy, d->dy, i, emu_rng_normal(&g, 0, 1));
+        if (d->dres) kiln_emu_value_set(s->r, d->dres, i, emu_rng_normal(&g, 0, 1));
     }
     reference(d);
     *out = d;
@@ -388,35 +335,17 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
 
 typedef struct checker {
     const kiln_norm_spec *s;
-    kiln_norm_report *r;
+    kiln_case_output out[KILN_NORM_OUTPUTS];
     long total;
 } checker;
 
+/* One comparison of output o at (row, col) (row < 0: a column output) with the one checker. */
 static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref, int unwritten) {
-    kiln_norm_report *r = c->r;
-    int ok;
-    if (unwritten) ok = 0;
-    else if (isnan(want)) ok = isnan(got);
-    else if (isinf(want)) ok = got == want;
-    else ok = isfinite(got) && fabs(got - want) <= tol;
-    if (!unwritten && isfinite(got) && isfinite(ref)) {
-        double e = fabs(got - ref);
-        if (e > r->max_abs[o]) r->max_abs[o] = e;
-        if (ref != 0 && e / fabs(ref) > r->max_rel[o]) r->max_rel[o] = e / fabs(ref);
-    }
-    if (!unwritten && isfinite(got) && isfinite(want) && tol > 0 && fabs(got - want) / tol > r->worst[o])
-        r->worst[o] = fabs(got - want) / tol;
-    if (ok) return;
-    if (!r->bad[o]++) {
-        char what[64];
-        if (row >= 0 && col >= 0) snprintf(what, sizeof what, "%s[%d][%ld]", kiln_norm_output_name(c->s, o), row, col);
-        else if (row >= 0) snprintf(what, sizeof what, "%s[%d]", kiln_norm_output_name(c->s, o), row);
-        else snprintf(what, sizeof what, "%s[%ld]", kiln_norm_output_name(c->s, o), col);
-        if (unwritten) snprintf(r->first[o], sizeof r->first[o], "%s was never written", what);
-        else snprintf(r->first[o], sizeof r->first[o], "%s = %.9g, want %.9g +- %.3g (float64 reference %.9g)", what, got,
-                      want, tol, ref);
-    }
-    c->total++;
+    const char *name = kiln_norm_output_name(c->s, o);
+    if (row >= 0 && col >= 0)
+        c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d][%ld]", name, row, col);
+    else if (row >= 0) c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d]", name, row);
+    else c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%ld]", name, col);
 }
 
 static void check_forward_row(const kiln_norm_data *d, int row, double D, checker *c) {
@@ -507,9 +436,109 @@ long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned part
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
-    checker c = {&d->spec, r, 0};
+    checker c = {.s = &d->spec};
     if (kiln_norm_is_backward(&d->spec)) check_backward(d, D, parts, &c);
     else
         for (int row = 0; row < d->rows; row++) check_forward_row(d, row, D, &c);
+    for (int o = 0; o < KILN_NORM_OUTPUTS; o++) {
+        r->max_abs[o] = c.out[o].max_abs, r->max_rel[o] = c.out[o].max_rel, r->worst[o] = c.out[o].worst;
+        r->bad[o] = c.out[o].bad;
+        memcpy(r->first[o], c.out[o].first, sizeof r->first[o]);
+    }
     return c.total;
+}
+
+/* ---- the case hooks (kiln/emu_case.h), shared by the four norm descriptors ---- */
+
+typedef struct norm_case {
+    kiln_norm_data *d;
+} norm_case;
+
+kiln_status emu_norm_case_shape(const kiln_case *c, int *rows, int *hidden, kiln_error *err) {
+    const kiln_case_opts *o = kiln_case_options(c);
+    long spec_hidden = emu_spec_int(emu_case_spec(c), "hidden", 0);
+    *rows = (int)kiln_case_opts_get(o, "rows", 0);
+    *hidden = (int)kiln_case_opts_get(o, "hidden", spec_hidden);
+    if (*rows < 1) return kiln_fail(err, KILN_EINVAL, "missing --rows R (how many rows to run, required)");
+    if (!*hidden) return kiln_fail(err, KILN_EINVAL, "the spec has hidden=launch: give the row length with --hidden H");
+    if (spec_hidden && *hidden != spec_hidden)
+        return kiln_fail(err, KILN_EINVAL, "--hidden %d contradicts the spec's hidden=%ld", *hidden, spec_hidden);
+    if ((long long)*rows * *hidden > (1LL << 26))
+        return kiln_fail(err, KILN_EINVAL, "%d rows x %d is too large for the emulator (at most 2^26 elements)", *rows, *hidden);
+    return KILN_OK;
+}
+
+kiln_status emu_norm_case_create(kiln_case *c, kiln_error *err) {
+    const kiln_case_opts *o = kiln_case_options(c);
+    kiln_norm_spec spec;
+    int rows, hidden;
+    kiln_status st = kiln_norm_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, &spec, err);
+    if (st != KILN_OK || (st = emu_norm_case_shape(c, &rows, &hidden, err)) != KILN_OK) return st;
+    norm_case *nc = calloc(1, sizeof *nc);
+    if (!nc) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_case_set_state(c, nc);
+    return kiln_norm_data_create(&nc->d, &spec, o->eps ? o->eps : 1e-5f, rows, hidden, o->input, o->scale, o->seed, err);
+}
+
+void emu_norm_case_destroy(kiln_case *c) {
+    norm_case *nc = kiln_case_state(c);
+    kiln_norm_data_free(nc->d);
+    free(nc);
+}
+
+int emu_norm_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    norm_case *nc = kiln_case_state(c);
+    *ptr = pointer_for(nc->d, name, 0, bytes);
+    return *ptr == (void *)-1 ? -1 : 0;
+}
+
+int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
+    norm_case *nc = kiln_case_state(c);
+    if (!strcmp(name, "eps")) *value = nc->d->eps;
+    else if (!strcmp(name, "rows")) *value = nc->d->rows;
+    else if (!strcmp(name, "hidden")) *value = nc->d->hidden;
+    else return -1; /* parts and the reduce kernel's cols: the launch description binds them */
+    return 0;
+}
+
+/* Poisons the outputs (the workspace is the runner's). */
+void emu_norm_case_prepare(kiln_case *c) {
+    norm_case *nc = kiln_case_state(c);
+    kiln_norm_data *d = nc->d;
+    const kiln_norm_spec *s = &d->spec;
+    size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
+    if (!kiln_norm_is_backward(s)) {
+        poison(d->y, n * kiln_dtype_size(s->y));
+        poison(d->h, n * kiln_dtype_size(s->r));
+        poison(d->mean, (size_t)d->rows * 4);
+        poison(d->rstd, (size_t)d->rows * 4);
+        return;
+    }
+    poison(d->dx, n * kiln_dtype_size(s->dx));
+    poison(d->dw, hb * kiln_dtype_size(s->w));
+    poison(d->db, hb * kiln_dtype_size(s->w));
+}
+
+void emu_norm_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    norm_case *nc = kiln_case_state(c);
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    unsigned blocks = 0; /* the row kernel's grid: a backward's partial rows are blocks x ws_rows_per_block */
+    for (int i = 0; i < kiln_case_nsteps(c); i++)
+        if (kiln_case_step_at(c, i)->kernel == kiln_case_kernel(c)) blocks = kiln_case_step_at(c, i)->grid[0];
+    kiln_norm_report r;
+    kiln_norm_check(nc->d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
+    *nout = 0;
+    for (int i = 0; i < KILN_NORM_OUTPUTS; i++) {
+        const char *name = kiln_norm_output_name(&nc->d->spec, i);
+        if (!name) continue;
+        kiln_case_output *o = &out[(*nout)++];
+        snprintf(o->name, sizeof o->name, "%s", name);
+        o->show_rel = 1, o->max_abs = r.max_abs[i], o->max_rel = r.max_rel[i], o->worst = r.worst[i], o->bad = r.bad[i];
+        snprintf(o->first, sizeof o->first, "%s", r.first[i]);
+    }
+}
+
+void emu_norm_case_describe(const kiln_case *c, char *buf, size_t size) {
+    norm_case *nc = kiln_case_state(c);
+    snprintf(buf, size, "%d rows x %d  %s inputs", nc->d->rows, nc->d->hidden, kiln_ln_input_name(kiln_case_options(c)->input));
 }

@@ -1,4 +1,4 @@
-/* emu/emu_ref_attention.c - attention forward: float64 reference, emulator launch, error model. */
+/* templates/attention.ref.c - attention's float64 reference: problems, reference, error model, its registry descriptor. */
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -6,6 +6,7 @@
 
 #include "emu.h"
 #include "kiln/emu_attention.h"
+#include "kiln/emu_case.h"
 
 static const char *tensor_names[4] = {"q", "k", "v", "o"};
 
@@ -14,31 +15,17 @@ static const long long *strides_of(const kiln_attn_problem *p, int t) {
     return s[t];
 }
 
+/* The typed reading of a resolved attention spec (the generator checked it); a key it lacks reads as
+ * the template's default (f16, out follows dtype, head_dim 64, not causal). */
 kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_error *err) {
-    kiln_dtype dt = KILN_F16;
-    int out_given = 0;
-    p->dtype = p->out = KILN_F16;
-    p->head_dim = 64;
-    p->causal = 0;
-    for (const char *s = spec; s && *s;) {
-        while (*s == ' ') s++;
-        const char *e = strchr(s, ' ');
-        size_t n = e ? (size_t)(e - s) : strlen(s);
-        char word[128];
-        snprintf(word, sizeof word, "%.*s", (int)(n < sizeof word ? n : sizeof word - 1), s);
-        char *v = strchr(word, '=');
-        if (v) {
-            *v++ = 0;
-            int bad = 0;
-            if (!strcmp(word, "dtype")) bad = kiln_dtype_parse(v, &dt) != 0, p->dtype = dt;
-            else if (!strcmp(word, "out")) bad = kiln_dtype_parse(v, &p->out) != 0, out_given = 1;
-            else if (!strcmp(word, "head_dim")) bad = (p->head_dim = atoi(v)) <= 0;
-            else if (!strcmp(word, "causal")) p->causal = !strcmp(v, "true") || !strcmp(v, "1");
-            if (bad) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for '%s'", v, word);
-        }
-        s += n;
-    }
-    if (!out_given) p->out = p->dtype;
+    gen_spec g;
+    kiln_status st = gen_spec_parse(spec, &g, err);
+    if (st != KILN_OK) return st;
+    p->dtype = emu_spec_dtype(&g, "dtype", KILN_F16);
+    p->out = emu_spec_dtype(&g, "out", p->dtype);
+    p->head_dim = (int)emu_spec_int(&g, "head_dim", 64);
+    p->causal = emu_spec_bool(&g, "causal", 0);
+    if (p->head_dim <= 0) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for 'head_dim'", emu_spec_get(&g, "head_dim"));
     return KILN_OK;
 }
 
@@ -292,30 +279,10 @@ static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *
     return r;
 }
 
-static void note(kiln_attn_report *r, int which, const char *fmt, int b, int h, int i, int c, double got, double want,
-                 double tol) {
-    if (r->bad[which]++ == 0)
-        snprintf(r->first[which], sizeof r->first[which], fmt, b, h, i, c, got, want, tol);
-}
-
-/* Compares one value; returns its error / tolerance (0 when both are the same non-finite). */
-static double compare(kiln_attn_report *r, int which, double got, double want, double tol, int b, int h, int i, int c) {
-    const char *fmt = which == 0 ? "o[b=%d h=%d i=%d c=%d] = %.9g, reference %.9g (tolerance %.3g)"
-                                 : "lse[b=%d h=%d i=%d]%.0d = %.9g, reference %.9g (tolerance %.3g)";
-    if (!isfinite(want) || !isfinite(got)) {
-        if (!(got == want)) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
-        return 0;
-    }
-    double e = fabs(got - want);
-    if (e > r->max_abs[which]) r->max_abs[which] = e;
-    if (e / tol > r->worst[which]) r->worst[which] = e / tol;
-    if (e > tol) note(r, which, fmt, b, h, i, which ? 0 : c, got, want, tol);
-    return e / tol;
-}
-
 long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k, const void *v,
                      const void *o, const float *lse, const double *ref_o, const double *ref_lse, kiln_attn_report *r) {
     memset(r, 0, sizeof *r);
+    kiln_case_output out[2] = {{.max_abs = 0}};
     double uo = unit_roundoff(p->out), up = unit_roundoff(p_dtype), u32 = 0x1p-24;
     double dots = p_dtype == KILN_F32 ? 1 : 2;
     for (int b = 0; b < p->batch; b++)
@@ -328,11 +295,156 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
                 for (int c = 0; c < p->head_dim; c++) {
                     double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);
                     double tol = uo * fabs(want) + (2 * e + up) * rb.vmax * (1 + uo) + 0x1p-126;
-                    compare(r, 0, got, want, tol, b, h, i, c);
+                    kiln_check_value(&out[0], got, want, tol, want, 0, "o[b=%d h=%d i=%d c=%d]", b, h, i, c);
                 }
                 size_t li = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i;
                 double want = ref_lse[li];
-                compare(r, 1, (double)lse[li], want, 2 * ds + e + 0x1p-21 + 0x1p-22 * fabs(want), b, h, i, 0);
+                kiln_check_value(&out[1], (double)lse[li], want, 2 * ds + e + 0x1p-21 + 0x1p-22 * fabs(want), want, 0,
+                                 "lse[b=%d h=%d i=%d]", b, h, i);
             }
+    for (int o = 0; o < 2; o++) {
+        r->max_abs[o] = out[o].max_abs, r->worst[o] = out[o].worst, r->bad[o] = out[o].bad;
+        memcpy(r->first[o], out[o].first, sizeof r->first[o]);
+    }
     return r->bad[0] + r->bad[1];
 }
+
+/* ---- the case hooks (kiln/emu_case.h): attention, and attention_combine's reference reuses them ---- */
+
+/* The problem of an attention case from the options: --rows is seq_q, --seq-k (default seq_q),
+ * --batch (1), --heads H:K (2:2). limit bounds batch x heads x seq_q x seq_k x head_dim. */
+kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, double limit, const char *what,
+                                  kiln_error *err) {
+    const kiln_case_opts *o = kiln_case_options(c);
+    kiln_status st = kiln_attn_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, p, err);
+    if (st != KILN_OK) return st;
+    p->batch = (int)kiln_case_opts_get(o, "batch", 1);
+    p->heads_q = (int)kiln_case_opts_get(o, "heads_q", 2);
+    p->heads_kv = (int)kiln_case_opts_get(o, "heads_kv", p->heads_q);
+    p->seq_q = (int)kiln_case_opts_get(o, "rows", 0);
+    p->seq_k = (int)kiln_case_opts_get(o, "seq_k", p->seq_q);
+    if ((st = kiln_attn_check_problem(p, err)) != KILN_OK) return st;
+    if ((double)p->batch * p->heads_q * p->seq_q * p->seq_k * p->head_dim > limit)
+        return kiln_fail(err, KILN_EINVAL, "batch x heads x seq_q x seq_k x head_dim is too large for the emulator%s", what);
+    kiln_attn_default_strides(p);
+    return KILN_OK;
+}
+
+int emu_attn_case_scalar(const kiln_attn_problem *p, const char *name, double *value) {
+    static const char *const ints[] = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k"};
+    const int vals[] = {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k};
+    for (int i = 0; i < 5; i++)
+        if (!strcmp(name, ints[i])) return *value = vals[i], 0;
+    if (!strcmp(name, "scale")) return *value = (float)kiln_attn_scale(p), 0;
+    if (!strncmp(name, "stride_", 7)) {
+        /* stride_<tensor><b|s|h>: q, k, v, o and the backward's dout (like o), dq, dk, dv (like q, k, v) */
+        static const char *const names[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+        static const int like[] = {0, 1, 2, 3, 3, 0, 1, 2};
+        size_t len = strlen(name);
+        const char *axis = len > 8 ? strchr("bsh", name[len - 1]) : NULL;
+        for (int t = 0; axis && t < 8; t++)
+            if (strlen(names[t]) == len - 8 && !strncmp(name + 7, names[t], len - 8))
+                return *value = (double)strides_of(p, like[t])[axis - "bsh"], 0;
+    }
+    return -1;
+}
+
+typedef struct attn_case {
+    kiln_attn_problem p;
+    void *q, *k, *v, *o;
+    float *lse;
+    double *ro, *rl;
+    int splits;
+} attn_case;
+
+static void attn_case_destroy(kiln_case *c) {
+    attn_case *a = kiln_case_state(c);
+    free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl);
+    free(a);
+}
+
+static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    const kiln_case_opts *o = kiln_case_options(c);
+    long long splits = kiln_case_opts_get(o, "splits", 0);
+    if (splits && !m->then_spec[0])
+        return kiln_fail(err, KILN_EINVAL, "--splits applies to split-KV attention (add splitkv=true to the spec)");
+    attn_case *a = calloc(1, sizeof *a);
+    if (!a) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_case_set_state(c, a);
+    kiln_attn_problem *p = &a->p;
+    kiln_status st = emu_attn_case_problem(c, p, 1e10, " (at most 1e10)", err);
+    if (st != KILN_OK) return st;
+    uint64_t seed = o->seed;
+    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    a->splits = splits ? (int)splits : 4;
+    a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), 1, &seed);
+    a->k = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'k'), 1, &seed);
+    a->v = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'v'), 1, &seed);
+    a->o = malloc(no * kiln_dtype_size(p->out));
+    a->lse = malloc(nl * sizeof *a->lse);
+    a->ro = malloc(no * sizeof *a->ro), a->rl = malloc(nl * sizeof *a->rl);
+    if (!a->q || !a->k || !a->v || !a->o || !a->lse || !a->ro || !a->rl)
+        return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    return kiln_attn_reference(p, a->q, a->k, a->v, a->ro, a->rl, err);
+}
+
+static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    attn_case *a = kiln_case_state(c);
+    const kiln_attn_problem *p = &a->p;
+    size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    if (!strcmp(name, "q")) *ptr = a->q, *bytes = kiln_attn_elems(p, 'q') * kiln_dtype_size(p->dtype);
+    else if (!strcmp(name, "k")) *ptr = a->k, *bytes = kiln_attn_elems(p, 'k') * kiln_dtype_size(p->dtype);
+    else if (!strcmp(name, "v")) *ptr = a->v, *bytes = kiln_attn_elems(p, 'v') * kiln_dtype_size(p->dtype);
+    else if (!strcmp(name, "o")) *ptr = a->o, *bytes = kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out);
+    else if (!strcmp(name, "lse")) *ptr = a->lse, *bytes = nl * sizeof(float);
+    else return -1;
+    return 0;
+}
+
+static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
+    attn_case *a = kiln_case_state(c);
+    if (!strcmp(name, "splits")) return *value = a->splits, 0;
+    return emu_attn_case_scalar(&a->p, name, value);
+}
+
+/* Poisons o and lse (split-KV's partials are the runner's workspace). */
+static void attn_case_prepare(kiln_case *c) {
+    attn_case *a = kiln_case_state(c);
+    const kiln_attn_problem *p = &a->p;
+    memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
+    memset(a->lse, 0xff, sizeof *a->lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
+}
+
+static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    attn_case *a = kiln_case_state(c);
+    kiln_attn_report r;
+    kiln_attn_check(&a->p, a->p.dtype, a->q, a->k, a->v, a->o, a->lse, a->ro, a->rl, &r);
+    static const char *const names[2] = {"o", "lse"};
+    for (*nout = 0; *nout < 2; ++*nout) {
+        kiln_case_output *o = &out[*nout];
+        snprintf(o->name, sizeof o->name, "%s", names[*nout]);
+        o->max_abs = r.max_abs[*nout], o->worst = r.worst[*nout], o->bad = r.bad[*nout];
+        snprintf(o->first, sizeof o->first, "%s", r.first[*nout]);
+    }
+}
+
+void emu_attn_case_describe(const kiln_attn_problem *p, char *buf, size_t size) {
+    snprintf(buf, size, "batch %d  heads %d:%d  seq_q %d  seq_k %d", p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k);
+}
+
+static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
+    const attn_case *a = kiln_case_state(c);
+    emu_attn_case_describe(&a->p, buf, size);
+}
+
+const kiln_ref_family kiln_ref_attention = {
+    .family = "attention",
+    .create = attn_case_create,
+    .destroy = attn_case_destroy,
+    .tensor = attn_case_tensor,
+    .scalar = attn_case_scalar,
+    .prepare = attn_case_prepare,
+    .check = attn_case_check,
+    .describe = attn_case_describe,
+};

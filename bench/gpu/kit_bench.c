@@ -1,0 +1,801 @@
+/* bench/gpu/kit_bench.c - GPU check kit, speed side (libkiln_rt only): ceilings, then each family's speed rows. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "kiln/runtime.h"
+#include "kit.h"
+#include "kit_rows.h"
+
+static int die(const char *what, const kiln_error *err) {
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", what, err->msg);
+    return 2;
+}
+
+typedef struct drv {
+    void *dl;
+    int (*cuDeviceGet)(int *, int);
+    int (*cuDeviceGetAttribute)(int *, int, int);
+    int (*cuEventCreate)(void **, unsigned);
+    int (*cuEventRecord)(void *, void *);
+    int (*cuEventSynchronize)(void *);
+    int (*cuEventElapsedTime)(float *, void *, void *);
+    int (*cuEventDestroy)(void *);
+    int (*cuMemcpyDtoD)(kiln_devptr, kiln_devptr, size_t);
+    int (*cuMemsetD8)(kiln_devptr, unsigned char, size_t);
+} drv;
+
+static int drv_open(drv *d) {
+    const char *path = getenv("KILN_CUDA_DRIVER");
+    d->dl = dlopen(path && *path ? path : "libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+    if (!d->dl) return fprintf(stderr, "kiln-gpucheck: cannot open the CUDA driver: %s\n", dlerror()), -1;
+    const struct { const char *sym; void **slot; } t[] = {
+        {"cuDeviceGet", (void **)&d->cuDeviceGet}, {"cuDeviceGetAttribute", (void **)&d->cuDeviceGetAttribute},
+        {"cuEventCreate", (void **)&d->cuEventCreate}, {"cuEventRecord", (void **)&d->cuEventRecord},
+        {"cuEventSynchronize", (void **)&d->cuEventSynchronize},
+        {"cuEventElapsedTime", (void **)&d->cuEventElapsedTime}, {"cuEventDestroy_v2", (void **)&d->cuEventDestroy},
+        {"cuMemcpyDtoD_v2", (void **)&d->cuMemcpyDtoD}, {"cuMemsetD8_v2", (void **)&d->cuMemsetD8},
+    };
+    for (size_t i = 0; i < sizeof t / sizeof t[0]; i++)
+        if (!(*t[i].slot = dlsym(d->dl, t[i].sym)))
+            return fprintf(stderr, "kiln-gpucheck: the CUDA driver lacks %s\n", t[i].sym), -1;
+    return 0;
+}
+
+#define CK(call)                                                                                   \
+    do {                                                                                           \
+        int r_ = (call);                                                                           \
+        if (r_) {                                                                                  \
+            fprintf(stderr, "kiln-gpucheck: %s failed: CUDA error %d\n", #call, r_);               \
+            exit(2);                                                                               \
+        }                                                                                          \
+    } while (0)
+
+typedef struct timer {
+    drv *d;
+    void *ev[2];
+    kiln_devptr flush; /* 0: no L2 flush */
+    size_t flush_bytes;
+} timer;
+
+typedef int (*launch_fn)(void *ctx);
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Median of reps launches in ms, each between two events (after an L2 flush when set), after
+ * warm-up launches; fewer reps when one launch is long (never fewer than 5). */
+static double time_median(timer *t, launch_fn f, void *ctx, int reps, int *used) {
+    float ms;
+    for (int i = 0; i < 3; i++)
+        if (f(ctx)) return -1;
+    CK(t->d->cuEventRecord(t->ev[0], NULL));
+    if (f(ctx)) return -1;
+    CK(t->d->cuEventRecord(t->ev[1], NULL));
+    CK(t->d->cuEventSynchronize(t->ev[1]));
+    CK(t->d->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
+    if (ms > 150 && reps > 5) reps = ms > 600 ? 5 : 10;
+    double v[64];
+    if (reps > 64) reps = 64;
+    for (int i = 0; i < reps; i++) {
+        if (t->flush) CK(t->d->cuMemsetD8(t->flush, (unsigned char)i, t->flush_bytes));
+        CK(t->d->cuEventRecord(t->ev[0], NULL));
+        if (f(ctx)) return -1;
+        CK(t->d->cuEventRecord(t->ev[1], NULL));
+        CK(t->d->cuEventSynchronize(t->ev[1]));
+        CK(t->d->cuEventElapsedTime(&ms, t->ev[0], t->ev[1]));
+        v[i] = ms;
+    }
+    qsort(v, (size_t)reps, sizeof v[0], cmp_double);
+    *used = reps;
+    return reps % 2 ? v[reps / 2] : (v[reps / 2 - 1] + v[reps / 2]) / 2;
+}
+
+typedef struct copy_ctx {
+    drv *d;
+    kiln_devptr dst, src;
+    size_t n;
+} copy_ctx;
+static int copy_launch(void *p) {
+    copy_ctx *c = p;
+    return c->d->cuMemcpyDtoD(c->dst, c->src, c->n);
+}
+
+/* One launch through a typed runtime helper: what the timer repeats. */
+typedef enum helper { H_LAYERNORM, H_NORM_FWD, H_NORM_BWD, H_ATTENTION, H_SPLITKV, H_ATTENTION_BWD } helper;
+typedef struct helper_ctx {
+    kiln_rt *rt;
+    helper h;
+    kiln_norm_fwd_args ln;
+#ifdef KIT_HAVE_NORM
+    kiln_norm_fwd_args f;
+    kiln_norm_bwd_args b;
+#endif
+    kiln_attention_args a;
+    kiln_devptr ws; /* H_SPLITKV: the partials (splits 0: the helper's own choice) */
+    size_t ws_bytes;
+    kiln_attention_bwd_args ab;
+} helper_ctx;
+
+static int helper_launch(void *p) {
+    helper_ctx *c = p;
+    kiln_error err;
+    kiln_status st = KILN_EINVAL;
+    const char *what = "";
+    switch (c->h) {
+    case H_LAYERNORM: st = kiln_norm_forward(c->rt, &c->ln, &err), what = "layernorm"; break;
+#ifdef KIT_HAVE_NORM
+    case H_NORM_FWD: st = kiln_norm_forward(c->rt, &c->f, &err), what = "rmsnorm forward"; break;
+    case H_NORM_BWD: st = kiln_norm_backward(c->rt, &c->b, &err), what = "norm backward"; break;
+#else
+    case H_NORM_FWD: case H_NORM_BWD: break;
+#endif
+    case H_ATTENTION: st = kiln_attention_forward(c->rt, &c->a, &err), what = "attention"; break;
+    case H_SPLITKV: st = kiln_attention_forward_splitkv(c->rt, &c->a, 0, c->ws, c->ws_bytes, &err), what = "split-KV attention"; break;
+    case H_ATTENTION_BWD: st = kiln_attention_backward(c->rt, &c->ab, &err), what = "attention backward"; break;
+    }
+    if (st == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: %s: %s\n", what, err.msg);
+    return -1;
+}
+
+/* The LayerNorm probe: a bundle PTX with ".minnctapersm 2" added after its ".maxntid", loaded as a
+ * module and launched with its parameters bound by name. */
+typedef struct probe_ctx {
+    kiln_kernel *k;
+    kiln_norm_fwd_args a;
+} probe_ctx;
+
+static int probe_launch(void *p) {
+    probe_ctx *c = p;
+    const kiln_kernel_meta *m = kiln_kernel_get_meta(c->k);
+    kiln_arg args[KILN_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) {
+        const char *n = m->params[i].name;
+        args[i] = (kiln_arg){0};
+        if (!strcmp(n, "y")) args[i].ptr = c->a.y;
+        else if (!strcmp(n, "mean")) args[i].ptr = c->a.mean;
+        else if (!strcmp(n, "rstd")) args[i].ptr = c->a.rstd;
+        else if (!strcmp(n, "x")) args[i].ptr = c->a.x;
+        else if (!strcmp(n, "weight")) args[i].ptr = c->a.weight;
+        else if (!strcmp(n, "bias")) args[i].ptr = c->a.bias;
+        else if (!strcmp(n, "rows")) args[i].i32 = c->a.rows;
+        else if (!strcmp(n, "hidden")) args[i].i32 = c->a.hidden;
+        else if (!strcmp(n, "eps")) args[i].f32 = c->a.eps;
+    }
+    const uint64_t problem[3] = {(uint64_t)c->a.rows, 1, 1};
+    unsigned grid[3];
+    kiln_error err;
+    if (kiln_kernel_grid(c->k, problem, grid, &err) == KILN_OK &&
+        kiln_kernel_launch(c->k, grid, args, m->nparams, NULL, &err) == KILN_OK)
+        return 0;
+    fprintf(stderr, "kiln-gpucheck: probe: %s\n", err.msg);
+    return -1;
+}
+
+static int probe_load(kiln_rt *rt, const kiln_bundle *b, const kiln_kernel_meta *want, kiln_kernel **out) {
+    kiln_error err;
+    for (int i = 0; i < kiln_bundle_count(b); i++) {
+        kiln_bundle_entry e;
+        if (kiln_bundle_entry_at(b, i, &e, &err) != KILN_OK || e.kind != KILN_PAYLOAD_PTX || e.sm != want->sm ||
+            strcmp(e.spec, want->spec))
+            continue;
+        const char *text = e.payload, *at = strstr(text, "\n.maxntid");
+        const char *eol = at ? memchr(at + 1, '\n', e.size - (size_t)(at + 1 - text)) : NULL;
+        if (!eol || strstr(text, ".minnctapersm")) return -1;
+        static const char add[] = "\n.minnctapersm 2";
+        size_t head = (size_t)(eol - text), n = (size_t)e.size + sizeof add - 1;
+        char *ptx = malloc(n + 1);
+        if (!ptx) return -1;
+        memcpy(ptx, text, head);
+        memcpy(ptx + head, add, sizeof add - 1);
+        memcpy(ptx + head + sizeof add - 1, eol, (size_t)e.size - head);
+        ptx[n] = 0;
+        kiln_status st = kiln_rt_load_module(rt, ptx, n, KILN_PAYLOAD_PTX, e.meta, out, &err);
+        free(ptx);
+        if (st != KILN_OK) fprintf(stderr, "kiln-gpucheck: probe: %s\n", err.msg);
+        return st == KILN_OK ? 0 : -1;
+    }
+    return -1;
+}
+
+#ifdef KIT_HAVE_NORM
+/* A backward form row: the kernel of spec `form=...` from the bundle and its norm_reduce, launched
+ * as kiln_norm_backward launches the default (same grid rule, workspace and second kernel). */
+typedef struct form_ctx {
+    kiln_kernel *k, *red;
+    kiln_norm_bwd_args a;
+    unsigned blocks;
+} form_ctx;
+
+static kiln_arg form_arg(const form_ctx *c, const char *n, int parts) {
+    kiln_arg v = {0};
+    if (!strcmp(n, "dx")) v.ptr = c->a.dx;
+    else if (!strcmp(n, "ws")) v.ptr = c->a.workspace;
+    else if (!strcmp(n, "dy")) v.ptr = c->a.dy;
+    else if (!strcmp(n, "x")) v.ptr = c->a.x;
+    else if (!strcmp(n, "mean")) v.ptr = c->a.mean;
+    else if (!strcmp(n, "rstd")) v.ptr = c->a.rstd;
+    else if (!strcmp(n, "weight")) v.ptr = c->a.weight;
+    else if (!strcmp(n, "dweight")) v.ptr = c->a.dweight;
+    else if (!strcmp(n, "dbias")) v.ptr = c->a.dbias;
+    else if (!strcmp(n, "rows")) v.i32 = c->a.rows;
+    else if (!strcmp(n, "hidden") || !strcmp(n, "cols")) v.i32 = c->a.hidden;
+    else if (!strcmp(n, "parts")) v.i32 = parts;
+    return v;
+}
+
+static int form_launch(void *p) {
+    form_ctx *c = p;
+    const kiln_kernel_meta *m = kiln_kernel_get_meta(c->k), *rm = kiln_kernel_get_meta(c->red);
+    int parts = (int)(c->blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
+    kiln_arg args[KILN_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) args[i] = form_arg(c, m->params[i].name, parts);
+    unsigned grid[3] = {c->blocks, 1, 1};
+    kiln_error err;
+    if (kiln_kernel_launch(c->k, grid, args, m->nparams, NULL, &err) != KILN_OK) goto fail;
+    for (int i = 0; i < rm->nparams; i++) args[i] = form_arg(c, rm->params[i].name, parts);
+    const uint64_t problem[3] = {(uint64_t)c->a.hidden, m->ws_slabs, 1};
+    if (kiln_kernel_grid(c->red, problem, grid, &err) == KILN_OK &&
+        kiln_kernel_launch(c->red, grid, args, rm->nparams, NULL, &err) == KILN_OK)
+        return 0;
+fail:
+    fprintf(stderr, "kiln-gpucheck: backward form %s: %s\n", m->spec, err.msg);
+    return -1;
+}
+
+#endif
+
+typedef struct peak_ctx {
+    kiln_kernel *k;
+    unsigned grid[3];
+    kiln_arg args[2];
+} peak_ctx;
+static int peak_launch(void *p) {
+    peak_ctx *c = p;
+    kiln_error err;
+    if (kiln_kernel_launch(c->k, c->grid, c->args, 2, NULL, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: mma peak: %s\n", err.msg);
+    return -1;
+}
+
+/* The tensor-core ceiling for mma.sync: each warp issues MMA_CHAINS independent
+ * m16n8k16 bf16 -> f32 mma per iteration (no loads in the loop), as many warps as fill the device. */
+enum { MMA_CHAINS = 8 };
+static const char peak_ptx_head[] =
+    ".version 7.0\n.target sm_80\n.address_size 64\n"
+    ".visible .entry kiln_kit_mma_peak(.param .u64 out, .param .u32 iters)\n{\n"
+    "  .reg .b32 a<4>, b<2>, t, i, n;\n  .reg .f32 c<32>, s;\n  .reg .pred p;\n  .reg .u64 o, off;\n"
+    "  ld.param.u64 o, [out];\n  ld.param.u32 n, [iters];\n  mov.u32 t, %tid.x;\n"
+    "  and.b32 t, t, 7;\n  or.b32 a0, t, 0x3c003c00;\n  or.b32 a1, t, 0x3c013c00;\n  or.b32 a2, t, 0x3c023c00;\n"
+    "  or.b32 a3, t, 0x3c033c00;\n  or.b32 b0, t, 0x3c003c04;\n  or.b32 b1, t, 0x3c053c00;\n";
+
+static int peak_ptx(char *buf, size_t size) {
+    int n = snprintf(buf, size, "%s", peak_ptx_head);
+    for (int i = 0; i < 4 * MMA_CHAINS; i++) n += snprintf(buf + n, size - (size_t)n, "  mov.f32 c%d, 0f00000000;\n", i);
+    n += snprintf(buf + n, size - (size_t)n, "  mov.u32 i, 0;\nLOOP:\n");
+    for (int j = 0; j < MMA_CHAINS; j++)
+        n += snprintf(buf + n, size - (size_t)n,
+                      "  mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {c%d, c%d, c%d, c%d}, {a0, a1, a2, a3}, "
+                      "{b0, b1}, {c%d, c%d, c%d, c%d};\n",
+                      4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3, 4 * j, 4 * j + 1, 4 * j + 2, 4 * j + 3);
+    n += snprintf(buf + n, size - (size_t)n, "  add.u32 i, i, 1;\n  setp.lt.u32 p, i, n;\n  @p bra LOOP;\n  mov.f32 s, c0;\n");
+    for (int i = 1; i < 4 * MMA_CHAINS; i++) n += snprintf(buf + n, size - (size_t)n, "  add.f32 s, s, c%d;\n", i);
+    n += snprintf(buf + n, size - (size_t)n,
+                  "  mov.u32 t, %%ctaid.x;\n  mov.u32 i, %%ntid.x;\n  mov.u32 n, %%tid.x;\n  mad.lo.u32 t, t, i, n;\n"
+                  "  mul.wide.u32 off, t, 4;\n  add.u64 o, o, off;\n  st.global.f32 [o], s;\n  ret;\n}\n");
+    return n;
+}
+
+static FILE *g_csv;
+static void csv_row(const char *bench, const char *impl, const char *dtype, int hidden, int d, int seq, int causal,
+                    long rows_or_batch, int heads, double work, const char *unit, double ms, int reps) {
+    double rate = ms > 0 ? work / (ms * 1e-3) / (unit[0] == 'G' ? 1e9 : 1e12) : 0;
+    if (g_csv)
+        fprintf(g_csv, "%s,%s,%s,%d,%d,%d,%d,%ld,%d,%.6g,%s,%.6f,%.4f,%d\n", bench, impl, dtype, hidden, d, seq, causal,
+                rows_or_batch, heads, work, unit, ms, rate, reps);
+}
+
+static void fill_random(void *buf, size_t n, kiln_dtype t, uint64_t seed) {
+    uint64_t s = seed * 0x9e3779b97f4a7c15ull + 1;
+    for (size_t i = 0; i < n; i++) {
+        s = s * 6364136223846793005ull + 1442695040888963407ull;
+        float v = (float)((double)(s >> 40) / (double)(1ull << 24) * 4 - 2); /* uniform [-2, 2) */
+        if (t == KILN_F32) {
+            memcpy((char *)buf + 4 * i, &v, 4);
+        } else {
+            uint32_t u;
+            memcpy(&u, &v, 4);
+            uint16_t h;
+            if (t == KILN_BF16) {
+                h = (uint16_t)((u + 0x7fff + ((u >> 16) & 1)) >> 16);
+            } else { /* f16: values in [-2, 2) are normal or tiny; truncating is fine for inputs */
+                int e = (int)((u >> 23) & 255) - 127 + 15;
+                h = (uint16_t)(((u >> 16) & 0x8000) | (e <= 0 ? 0 : (unsigned)(e << 10) | ((u >> 13) & 1023)));
+            }
+            memcpy((char *)buf + 2 * i, &h, 2);
+        }
+    }
+}
+
+/* What the sections of a speed run share: the runtime, the driver's timing calls, the ceilings
+ * measured first (rows print their share of them). */
+typedef struct bench {
+    kiln_rt *rt;
+    kiln_bundle *bundle;
+    drv d;
+    const kiln_device_info *dev;
+    timer t;
+    kiln_devptr flushbuf;
+    int quick, reps, used; /* used: the launches the last median took */
+    double copy_gbs, peak_tflops;
+    kiln_error err;
+} bench;
+
+/* The row tensors the norm sections share (x, y, the hidden-long vectors, the per-row statistics). */
+typedef struct row_bufs {
+    size_t max_bytes;
+    kiln_devptr x, y, w, bb, mean, rstd;
+    void *host;
+} row_bufs;
+
+/* The attention tensors the forward, decoding and backward sections share. */
+typedef struct attn_bufs {
+    size_t elems;
+    kiln_devptr q, k, v, o, lse;
+    void *hq;
+} attn_bufs;
+
+/* The runtime over the bundle, the driver's events, the L2 flush buffer, the CSV and the header line. */
+static int bench_open(bench *b, const char *bundle_path, const char *csv_path, int quick) {
+    kiln_error err = {0};
+    kiln_rt_options opt = {.no_disk_cache = 1};
+    if (kiln_rt_create(&b->rt, &opt, &err) != KILN_OK) return die("runtime", &err);
+    if (kiln_rt_add_bundle_file(b->rt, bundle_path, &err) != KILN_OK ||
+        kiln_bundle_open_file(bundle_path, &b->bundle, &err) != KILN_OK)
+        return die("bundle", &err);
+    if (drv_open(&b->d)) return 2;
+    kiln_rt *rt = b->rt;
+    drv *d = &b->d;
+    const kiln_device_info *dev = b->dev = kiln_rt_device(rt);
+    int cudev, l2 = 0;
+    CK(d->cuDeviceGet(&cudev, dev->ordinal));
+    CK(d->cuDeviceGetAttribute(&l2, 38 /* CU_DEVICE_ATTRIBUTE_L2_CACHE_SIZE */, cudev));
+    b->t = (timer){.d = d};
+    timer *t = &b->t;
+    if (kiln_rt_synchronize(rt, &err) != KILN_OK) return die("context", &err); /* binds the context here */
+    CK(d->cuEventCreate(&t->ev[0], 0));
+    CK(d->cuEventCreate(&t->ev[1], 0));
+    t->flush_bytes = (size_t)(l2 > 0 ? l2 : 1 << 20) * 2;
+    if (kiln_rt_alloc(rt, t->flush_bytes, &b->flushbuf, &err) != KILN_OK) return die("alloc", &err);
+    g_csv = csv_path ? fopen(csv_path, "w") : NULL;
+    if (g_csv) fputs("bench,impl,dtype,hidden,head_dim,seq,causal,rows_or_batch,heads,work,unit,median_ms,rate,reps\n", g_csv);
+    printf("speed on %s (sm_%d, %d SMs, L2 %d MiB), CUDA events, median of >= 20 launches after warm-up\n", dev->name,
+           dev->sm, dev->multiprocessors, l2 >> 20);
+    b->quick = quick, b->reps = quick ? 5 : 25;
+    return 0;
+}
+
+/* The bandwidth ceiling: a device-to-device copy (bytes read + bytes written). */
+static int bench_copy(bench *b) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* device-to-device copy: the bandwidth ceiling (bytes read + bytes written) */
+    size_t copy_bytes = b->quick ? (8u << 20) : (1ull << 30);
+    copy_ctx cc = {.d = &b->d, .n = copy_bytes};
+    if (kiln_rt_alloc(rt, copy_bytes, &cc.src, &b->err) != KILN_OK || kiln_rt_alloc(rt, copy_bytes, &cc.dst, &b->err) != KILN_OK)
+        return die("alloc", &b->err);
+    CK(b->d.cuMemsetD8(cc.src, 0x5a, copy_bytes));
+    ms = time_median(&b->t, copy_launch, &cc, b->reps, &b->used);
+    double copy_gbs = 2.0 * (double)copy_bytes / (ms * 1e-3) / 1e9;
+    printf("  cuMemcpyDtoD %zu MiB: %.3f ms, %.0f GB/s (read + write)\n", copy_bytes >> 20, ms, copy_gbs);
+    csv_row("copy", "cuMemcpyDtoD", "-", 0, 0, 0, 0, 0, 0, 2.0 * (double)copy_bytes, "GB", ms, b->used);
+    kiln_rt_free(rt, cc.src, NULL), kiln_rt_free(rt, cc.dst, NULL);
+    b->copy_gbs = copy_gbs;
+    return 0;
+}
+
+/* The tensor-core ceiling: a kiln-written mma.sync loop on every SM. */
+static int bench_mma_peak(bench *b) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* tensor-core ceiling of mma.sync */
+    char ptx[16384];
+    size_t plen = (size_t)peak_ptx(ptx, sizeof ptx);
+    kiln_kernel_meta pm = {.family = "kit", .spec = "kit mma_peak", .entry = "kiln_kit_mma_peak", .sm = 80,
+                           .ptx_version = 70, .nparams = 2, .block = {256, 1, 1}, .grid_tile = {256, 1, 1}};
+    snprintf(pm.params[0].name, KILN_NAME_MAX, "out"), pm.params[0].kind = KILN_PARAM_PTR;
+    snprintf(pm.params[1].name, KILN_NAME_MAX, "iters"), pm.params[1].kind = KILN_PARAM_I32;
+    peak_ctx pc = {.grid = {(unsigned)b->dev->multiprocessors * 8, 1, 1}};
+    unsigned iters = b->quick ? 16 : 1024;
+    pc.args[1].i32 = (int32_t)iters;
+    if (kiln_rt_load_module(rt, ptx, plen, KILN_PAYLOAD_PTX, &pm, &pc.k, &b->err) != KILN_OK ||
+        kiln_rt_alloc(rt, (size_t)pc.grid[0] * 256 * 4, &pc.args[0].ptr, &b->err) != KILN_OK)
+        return die("mma peak kernel", &b->err);
+    ms = time_median(&b->t, peak_launch, &pc, b->reps, &b->used);
+    double peak_flops = (double)pc.grid[0] * 8 /* warps */ * iters * MMA_CHAINS * 2.0 * 16 * 8 * 16;
+    double peak_tflops = peak_flops / (ms * 1e-3) / 1e12;
+    printf("  mma.sync m16n8k16 bf16 peak: %.3f ms, %.1f TFLOP/s\n", ms, peak_tflops);
+    csv_row("mma_peak", "mma.sync.m16n8k16.bf16", "bf16", 0, 0, 0, 0, pc.grid[0], 0, peak_flops, "TFLOP", ms, b->used);
+    b->peak_tflops = peak_tflops;
+    return 0;
+}
+
+/* LayerNorm forward over the sweep's dtypes and hidden sizes, and the two-blocks-per-SM probe. */
+static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* LayerNorm forward over hidden sizes */
+    size_t max_bytes = (size_t)(b->quick ? (4u << 20) : KIT_LN_SWEEP_BYTES) + (64u << 20);
+    kiln_devptr x, y, w, bb, mean, rstd;
+    size_t max_rows = max_bytes / 2 / 768 + 1;
+    void *host = malloc(max_bytes / 2);
+    if (!host) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
+    if (kiln_rt_alloc(rt, max_bytes / 2, &x, &b->err) || kiln_rt_alloc(rt, max_bytes / 2, &y, &b->err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &w, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &bb, &b->err) ||
+        kiln_rt_alloc(rt, max_rows * 4, &mean, &b->err) || kiln_rt_alloc(rt, max_rows * 4, &rstd, &b->err))
+        return die("alloc", &b->err);
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "layernorm forward", "hidden", "rows", "ms", "GB/s", "of copy");
+    for (size_t ti = 0; ti < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; ti++) {
+        kiln_dtype dt;
+        kiln_dtype_parse(kit_ln_sweep_dtypes[ti], &dt);
+        size_t es = kiln_dtype_size(dt);
+        fill_random(host, max_bytes / 2 / es, dt, 1 + ti);
+        if (kiln_rt_upload(rt, x, host, max_bytes / 2 / es * es, &b->err) != KILN_OK) return die("upload", &b->err);
+        fill_random(host, 16384 * 2, dt, 7);
+        if (kiln_rt_upload(rt, w, host, 16384 * es, &b->err) || kiln_rt_upload(rt, bb, (char *)host + 16384 * es, 16384 * es, &b->err))
+            return die("upload", &b->err);
+        for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
+            int hidden = kit_ln_sweep_hidden[hi];
+            double want = b->quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            long rows = (long)ceil(want / ((double)hidden * 2 * (double)es));
+            helper_ctx lc = {.rt = rt, .h = H_LAYERNORM, .ln = {.y = y, .mean = mean, .rstd = rstd, .x = x, .weight = w, .bias = bb, .rows = (int)rows,
+                                         .hidden = hidden, .x_dtype = dt, .w_dtype = dt, .y_dtype = dt, .eps = 1e-5f}};
+            double bytes = (double)rows * hidden * 2 * (double)es + 2.0 * hidden * (double)es + 8.0 * (double)rows;
+            b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+            ms = time_median(&b->t, helper_launch, &lc, b->reps, &b->used);
+            if (ms < 0) continue;
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", kit_ln_sweep_dtypes[ti], hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
+            csv_row("layernorm_fwd", "kiln", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+            /* probe: the same PTX asking ptxas for two blocks per SM (fewer registers, more loads in flight) */
+            probe_ctx pr = {.a = lc.ln};
+            kiln_kernel *picked;
+            if (kiln_norm_forward_pick(rt, &lc.ln, &picked, &b->err) == KILN_OK &&
+                probe_load(rt, b->bundle, kiln_kernel_get_meta(picked), &pr.k) == 0) {
+                ms = time_median(&b->t, probe_launch, &pr, b->reps, &b->used);
+                if (ms > 0) {
+                    gbs = bytes / (ms * 1e-3) / 1e9;
+                    printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "  probe .minnctapersm 2", hidden, rows, ms, gbs,
+                           100 * gbs / b->copy_gbs);
+                    csv_row("layernorm_fwd", "kiln-minctasm2", kit_ln_sweep_dtypes[ti], hidden, 0, 0, 0, rows, 0, bytes, "GB",
+                            ms, b->used);
+                }
+            }
+        }
+    }
+    *rb = (row_bufs){max_bytes, x, y, w, bb, mean, rstd, host};
+    return 0;
+}
+
+#ifdef KIT_HAVE_NORM
+/* RMSNorm forward and the norm backwards (bf16; dweight/dbias through the workspace and norm_reduce), with
+ * their offset=1 rows and the backward's kernel forms, on the LayerNorm section's tensors. */
+static int bench_norms(bench *b, const row_bufs *rb) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* RMSNorm forward and LayerNorm backward (bf16, weight and bias; dweight/dbias through the
+     * workspace and the reduce kernel): bytes = the row tensors read and written once */
+    kiln_devptr dy, dw, db, ws = 0;
+    size_t ws_bytes = 0;
+    if (kiln_rt_alloc(rt, rb->max_bytes / 2, &dy, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &b->err) ||
+        kiln_rt_alloc(rt, 16384 * 4, &db, &b->err))
+        return die("alloc", &b->err);
+    fill_random(rb->host, rb->max_bytes / 2 / 2, KILN_BF16, 5);
+    if (kiln_rt_upload(rt, dy, rb->host, rb->max_bytes / 2 / 2 * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+    /* fam 0: RMSNorm forward; 1: LayerNorm backward (weight and bias); 2: RMSNorm backward (weight).
+     * The backwards also time their kernel forms (kit_norm_bwd_forms) on the same data. */
+    static const char *const fam_names[] = {"rmsnorm forward bf16", "layernorm backward bf16", "rmsnorm backward bf16"};
+    static const char *const fam_csv[] = {"rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd"};
+    for (int fam = 0; fam < 3; fam++) {
+        printf("  %-28s %7s %8s %9s %9s %7s\n", fam_names[fam], "hidden", "rows", "ms", "GB/s", "of copy");
+        for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
+            int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
+            double want = b->quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
+            long rows = (long)ceil(want / ((double)hidden * tensors * 2));
+            helper_ctx nc = {.rt = rt, .h = fam ? H_NORM_BWD : H_NORM_FWD};
+            nc.f = (kiln_norm_fwd_args){.kind = KILN_NORM_RMSNORM, .y = rb->y, .rstd = rb->rstd, .x = rb->x, .weight = rb->w, .rows = (int)rows,
+                                        .hidden = hidden, .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .y_dtype = KILN_BF16,
+                                        .r_dtype = KILN_BF16, .eps = 1e-5f};
+            nc.b = (kiln_norm_bwd_args){.kind = fam == 2 ? KILN_NORM_RMSNORM : KILN_NORM_LAYERNORM, .dx = rb->y, .dweight = dw,
+                                        .dbias = fam == 2 ? 0 : db, .dy = dy, .x = rb->x, .mean = fam == 2 ? 0 : rb->mean,
+                                        .rstd = rb->rstd, .weight = rb->w, .rows = (int)rows, .hidden = hidden,
+                                        .x_dtype = KILN_BF16, .w_dtype = KILN_BF16, .dy_dtype = KILN_BF16,
+                                        .dx_dtype = KILN_BF16, .r_dtype = KILN_BF16};
+            if (fam) {
+                size_t need = 0;
+                if (kiln_norm_backward_workspace(rt, &nc.b, &need, NULL, &b->err) != KILN_OK) {
+                    fprintf(stderr, "kiln-gpucheck: layernorm backward: %s\n", b->err.msg);
+                    continue;
+                }
+                if (need > ws_bytes) {
+                    if (ws) kiln_rt_free(rt, ws, NULL);
+                    if (kiln_rt_alloc(rt, need, &ws, &b->err) != KILN_OK) return die("alloc", &b->err);
+                    ws_bytes = need;
+                }
+                nc.b.workspace = ws, nc.b.workspace_bytes = ws_bytes;
+            }
+            /* the traffic model of the first runs: row tensors once each, the per-row statistics
+             * (mean and rstd, RMSNorm rstd), two hidden-long bf16 vectors */
+            double stats = fam == 1 ? 8.0 : 4.0;
+            double bytes = (double)rows * hidden * tensors * 2 + stats * (double)rows + 2.0 * hidden * 2;
+            b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+            ms = time_median(&b->t, helper_launch, &nc, b->reps, &b->used);
+            if (ms < 0) continue;
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
+            csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+            /* offset=1 (zero-centered weights) on the same data and traffic: one f32 add per element more */
+            for (size_t oi = 0; oi < sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden; oi++) {
+                if (kit_offset_sweep_hidden[oi] != hidden) continue;
+                helper_ctx oc = nc;
+                oc.f.offset = oc.b.offset = 1;
+                ms = time_median(&b->t, helper_launch, &oc, b->reps, &b->used);
+                if (ms < 0) continue;
+                gbs = bytes / (ms * 1e-3) / 1e9;
+                printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16 offset=1", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
+                csv_row(fam_csv[fam], "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+            }
+            if (!fam) continue;
+            for (size_t fi = 0; fi < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows; fi++) {
+                const kit_form_row *fr = &kit_norm_bwd_form_rows[fi];
+                if (fr->rms != (fam == 2) || fr->hidden != hidden) continue;
+                char spec[KILN_SPEC_MAX], impl[64];
+                if (fam == 1)
+                    snprintf(spec, sizeof spec, "layernorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true bias=true form=%s",
+                             hidden, fr->form);
+                else
+                    snprintf(spec, sizeof spec, "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s", hidden,
+                             fr->form);
+                form_ctx fc = {.a = nc.b};
+                if (kiln_rt_get_kernel(rt, spec, &fc.k, &b->err) != KILN_OK) continue; /* not generated for every SM */
+                const kiln_kernel_meta *fm = kiln_kernel_get_meta(fc.k);
+                if (kiln_rt_get_kernel(rt, fm->then_spec, &fc.red, &b->err) != KILN_OK) return die("norm_reduce", &b->err);
+                unsigned threads = fm->block[0] * fm->block[1] * fm->block[2], tile = fm->grid_tile[0] ? fm->grid_tile[0] : 1;
+                unsigned need = (unsigned)((rows + tile - 1) / tile), per_sm = threads && 1024 / threads ? 1024 / threads : 1;
+                unsigned cap = (unsigned)(b->dev->multiprocessors > 0 ? b->dev->multiprocessors : 1) * per_sm;
+                fc.blocks = need < cap ? need : cap;
+                size_t wneed = (size_t)fm->ws_slabs * fc.blocks * (fm->ws_rows_per_block ? fm->ws_rows_per_block : 1) * hidden * 4;
+                if (wneed > ws_bytes) {
+                    if (ws) kiln_rt_free(rt, ws, NULL);
+                    if (kiln_rt_alloc(rt, wneed, &ws, &b->err) != KILN_OK) return die("alloc", &b->err);
+                    ws_bytes = wneed;
+                }
+                fc.a.workspace = ws, fc.a.workspace_bytes = ws_bytes;
+                ms = time_median(&b->t, form_launch, &fc, b->reps, &b->used);
+                if (ms < 0) continue;
+                gbs = bytes / (ms * 1e-3) / 1e9;
+                snprintf(impl, sizeof impl, "kiln-form-%s", fr->form);
+                printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%   (%u threads x %u blocks)\n", impl + 5, hidden, rows, ms, gbs,
+                       100 * gbs / b->copy_gbs, threads, fc.blocks);
+                csv_row(fam_csv[fam], impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+            }
+        }
+    }
+    if (ws) kiln_rt_free(rt, ws, NULL);
+    kiln_rt_free(rt, dy, NULL), kiln_rt_free(rt, dw, NULL), kiln_rt_free(rt, db, NULL);
+    return 0;
+}
+#endif
+
+/* The attention sweeps' shape at head_dim hd and sequence length seq: as many sequences as fill the
+ * sweep's tokens, as many heads as fill its width. 1: the quick run skips it. */
+static int attn_shape(const bench *b, int hd, int seq, int *batch, int *heads) {
+    if (b->quick && seq > 1024) return 1;
+    int tokens = b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS;
+    *batch = tokens / seq > 0 ? tokens / seq : 1, *heads = KIT_ATTN_SWEEP_WIDTH / hd;
+    return 0;
+}
+
+/* Attention forward over the sweep's dtypes, head dims, causal or not, and sequence lengths. */
+static int bench_attention_fwd(bench *b, attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* attention forward over sequence lengths */
+    size_t elems = (size_t)(b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) * KIT_ATTN_SWEEP_WIDTH;
+    kiln_devptr q, k, v, o, lse;
+    void *hq = malloc(elems * 2);
+    if (!hq) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
+    if (kiln_rt_alloc(rt, elems * 2, &q, &b->err) || kiln_rt_alloc(rt, elems * 2, &k, &b->err) ||
+        kiln_rt_alloc(rt, elems * 2, &v, &b->err) || kiln_rt_alloc(rt, elems * 2, &o, &b->err) ||
+        kiln_rt_alloc(rt, elems / 32 * 4 + 4096, &lse, &b->err))
+        return die("alloc", &b->err);
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "attention forward", "seq", "batch", "ms", "TFLOP/s", "of mma");
+    for (size_t ti = 0; ti < sizeof kit_attn_sweep_dtypes / sizeof *kit_attn_sweep_dtypes; ti++) {
+        kiln_dtype dt;
+        kiln_dtype_parse(kit_attn_sweep_dtypes[ti], &dt);
+        kiln_devptr bufs[3] = {q, k, v};
+        for (int i = 0; i < 3; i++) {
+            fill_random(hq, elems, dt, 11 + (uint64_t)i);
+            if (kiln_rt_upload(rt, bufs[i], hq, elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+        }
+        for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
+            for (int causal = 0; causal < 2; causal++)
+                for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
+                    int hd = kit_attn_sweep_d[di], seq = kit_attn_sweep_seq[si];
+                    int batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    helper_ctx ac = {.rt = rt, .h = H_ATTENTION, .a = {.o = o, .lse = lse, .q = q, .k = k, .v = v, .dtype = dt, .out_dtype = dt,
+                                                   .head_dim = hd, .causal = causal, .batch = batch, .heads_q = heads,
+                                                   .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
+                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                    ms = time_median(&b->t, helper_launch, &ac, b->reps, &b->used);
+                    if (ms < 0) continue;
+                    double tf = flops / (ms * 1e-3) / 1e12;
+                    char label[64];
+                    snprintf(label, sizeof label, "%s d%d%s", kit_attn_sweep_dtypes[ti], hd, causal ? " causal" : "");
+                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
+                    csv_row("attention_fwd", "kiln", kit_attn_sweep_dtypes[ti], 0, hd, seq, causal, batch, heads, flops,
+                            "TFLOP", ms, b->used);
+                }
+    }
+    *ab = (attn_bufs){elems, q, k, v, o, lse, hq};
+    return 0;
+}
+
+/* Decoding: one query per sequence against a long KV cache, kiln split-KV against the non-split kernel. */
+static int bench_decode(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* decoding: one query per sequence against a long KV cache; the work is reading K and V once
+     * (GB/s of K + V over the copy bandwidth): kiln split-KV (automatic splits) vs the non-split kernel */
+    {
+        int hd = KIT_DECODE_D, hqn = KIT_DECODE_HEADS_Q, hkv = KIT_DECODE_HEADS_KV;
+        size_t nb = sizeof kit_decode_sweep_batch / sizeof(int), ns = sizeof kit_decode_sweep_seq_k / sizeof(int);
+        size_t max_tokens = 0, max_batch = 0;
+        for (size_t bi = 0; bi < nb; bi++)
+            for (size_t si = 0; si < ns; si++) {
+                size_t tok = (size_t)kit_decode_sweep_batch[bi] * (size_t)(b->quick ? 4096 : kit_decode_sweep_seq_k[si]);
+                if (tok > max_tokens) max_tokens = tok;
+                if ((size_t)kit_decode_sweep_batch[bi] > max_batch) max_batch = (size_t)kit_decode_sweep_batch[bi];
+            }
+        size_t kv_elems = max_tokens * (size_t)hkv * (size_t)hd, q_elems = max_batch * (size_t)hqn * (size_t)hd;
+        kiln_devptr dk, dvv, dqq, doo, dl, dws = 0;
+        if (kiln_rt_alloc(rt, kv_elems * 2, &dk, &b->err) || kiln_rt_alloc(rt, kv_elems * 2, &dvv, &b->err) ||
+            kiln_rt_alloc(rt, q_elems * 2, &dqq, &b->err) || kiln_rt_alloc(rt, q_elems * 2, &doo, &b->err) ||
+            kiln_rt_alloc(rt, max_batch * (size_t)hqn * 4, &dl, &b->err))
+            return die("alloc", &b->err);
+        fill_random(ab->hq, ab->elems, KILN_BF16, 21);
+        for (size_t off = 0; off < kv_elems; off += ab->elems) {
+            size_t n = kv_elems - off < ab->elems ? kv_elems - off : ab->elems;
+            if (kiln_rt_upload(rt, dk + off * 2, ab->hq, n * 2, &b->err) || kiln_rt_upload(rt, dvv + off * 2, ab->hq, n * 2, &b->err))
+                return die("upload", &b->err);
+        }
+        if (kiln_rt_upload(rt, dqq, ab->hq, q_elems * 2, &b->err)) return die("upload", &b->err);
+        size_t ws_cap = 0;
+        printf("  %-28s %7s %8s %9s %9s %7s %7s\n", "decoding bf16 d128 32:8 heads", "seq_k", "batch", "ms", "GB/s",
+               "of copy", "splits");
+        for (size_t bi = 0; bi < nb; bi++)
+            for (size_t si = 0; si < ns; si++) {
+                int batch = kit_decode_sweep_batch[bi], seq_k = kit_decode_sweep_seq_k[si];
+                if (b->quick && seq_k > 4096) continue;
+                helper_ctx dc = {.rt = rt, .h = H_SPLITKV, .a = {.o = doo, .lse = dl, .q = dqq, .k = dk, .v = dvv, .dtype = KILN_BF16,
+                                                 .out_dtype = KILN_BF16, .head_dim = hd, .batch = batch, .heads_q = hqn,
+                                                 .heads_kv = hkv, .seq_q = 1, .seq_k = seq_k}};
+                int splits = 1;
+                size_t need = 0;
+                if (kiln_attention_forward_workspace(rt, &dc.a, 0, &splits, &need, &b->err) != KILN_OK) return die("workspace", &b->err);
+                if (need > ws_cap) {
+                    if (dws) kiln_rt_free(rt, dws, NULL);
+                    if (kiln_rt_alloc(rt, need, &dws, &b->err)) return die("alloc", &b->err);
+                    ws_cap = need;
+                }
+                dc.ws = dws, dc.ws_bytes = ws_cap;
+                double bytes = 2.0 * batch * (double)seq_k * hkv * hd * 2;
+                b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                for (int plain = 0; plain < 2; plain++) {
+                    helper_ctx pc = {.rt = rt, .h = H_ATTENTION, .a = dc.a};
+                    ms = time_median(&b->t, helper_launch, plain ? &pc : &dc, b->reps, &b->used);
+                    if (ms < 0) continue;
+                    double gbs = bytes / (ms * 1e-3) / 1e9;
+                    printf("  %-28s %7d %8d %9.4f %9.0f %6.1f%% %7d\n", plain ? "kiln non-split" : "kiln split-KV", seq_k, batch,
+                           ms, gbs, 100 * gbs / b->copy_gbs, plain ? 1 : splits);
+                    csv_row("attention_decode", plain ? "kiln" : "kiln-splitkv", "bf16", 0, hd, seq_k, 0, batch, hqn, bytes, "GB",
+                            ms, b->used);
+                }
+            }
+        if (dws) kiln_rt_free(rt, dws, NULL);
+        kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dvv, NULL), kiln_rt_free(rt, dqq, NULL), kiln_rt_free(rt, doo, NULL);
+        kiln_rt_free(rt, dl, NULL);
+    }
+    return 0;
+}
+
+/* Attention backward: the whole sequence on the forward's own O and lse. */
+static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    double ms;
+    /* attention backward (the whole sequence: prep, dkdv, convert; deterministic: prep, dkdv, dq) on
+     * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
+     * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
+     * which does 7: its figure is the useful rate. */
+    kiln_devptr dout, dq, dk, dv, bws = 0;
+    size_t bws_bytes = 0;
+    if (kiln_rt_alloc(rt, ab->elems * 2, &dout, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dq, &b->err) ||
+        kiln_rt_alloc(rt, ab->elems * 2, &dk, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dv, &b->err))
+        return die("alloc", &b->err);
+    fill_random(ab->hq, ab->elems, KILN_BF16, 17);
+    if (kiln_rt_upload(rt, dout, ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+    printf("  %-28s %7s %8s %9s %9s %7s   (FLOPs = 2.5x forward, FA2 convention)\n", "attention backward", "seq",
+           "batch", "ms", "TFLOP/s", "of mma");
+    for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
+        for (int causal = 0; causal < 2; causal++)
+            for (int det = 0; det < 2; det++)
+                for (size_t si = 0; si < sizeof kit_attn_bwd_sweep_seq / sizeof *kit_attn_bwd_sweep_seq; si++) {
+                    int hd = kit_attn_sweep_d[di], seq = kit_attn_bwd_sweep_seq[si];
+                    int batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    helper_ctx fc = {.rt = rt, .h = H_ATTENTION, .a = {.o = ab->o, .lse = ab->lse, .q = ab->q, .k = ab->k, .v = ab->v, .dtype = KILN_BF16,
+                                                   .out_dtype = KILN_BF16, .head_dim = hd, .causal = causal, .batch = batch,
+                                                   .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    if (helper_launch(&fc)) continue;
+                    helper_ctx bc = {.rt = rt, .h = H_ATTENTION_BWD, .ab = {.dq = dq, .dk = dk, .dv = dv, .q = ab->q, .k = ab->k, .v = ab->v, .o = ab->o,
+                                                       .dout = dout, .lse = ab->lse, .dtype = KILN_BF16,
+                                                       .out_dtype = KILN_BF16, .grad_dtype = KILN_BF16, .head_dim = hd,
+                                                       .causal = causal, .deterministic = det, .batch = batch,
+                                                       .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    size_t need = kiln_attention_backward_workspace(&bc.ab);
+                    if (need > bws_bytes) {
+                        if (bws) kiln_rt_free(rt, bws, NULL);
+                        bws = 0, bws_bytes = 0;
+                        if (kiln_rt_alloc(rt, need, &bws, &b->err) != KILN_OK) return die("alloc", &b->err);
+                        bws_bytes = need;
+                    }
+                    bc.ab.workspace = bws;
+                    double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
+                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                    ms = time_median(&b->t, helper_launch, &bc, b->reps, &b->used);
+                    if (ms < 0) continue;
+                    double tf = flops / (ms * 1e-3) / 1e12;
+                    char label[64];
+                    snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
+                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
+                    csv_row(det ? "attention_bwd_det" : "attention_bwd", "kiln", "bf16", 0, hd, seq, causal, batch, heads,
+                            flops, "TFLOP", ms, b->used);
+                }
+    if (bws) kiln_rt_free(rt, bws, NULL);
+    kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);
+    return 0;
+}
+
+int kit_bench(const char *bundle_path, const char *csv_path, int quick) {
+    bench b = {0};
+    row_bufs rb;
+    attn_bufs ab;
+    int rc = bench_open(&b, bundle_path, csv_path, quick);
+    if (!rc) rc = bench_copy(&b);
+    if (!rc) rc = bench_mma_peak(&b);
+    if (!rc) rc = bench_layernorm_fwd(&b, &rb);
+#ifdef KIT_HAVE_NORM
+    if (!rc) rc = bench_norms(&b, &rb);
+#endif
+    if (rc) return rc;
+    free(rb.host);
+    kiln_rt_free(b.rt, rb.x, NULL), kiln_rt_free(b.rt, rb.y, NULL);
+    if (!rc) rc = bench_attention_fwd(&b, &ab);
+    if (!rc) rc = bench_decode(&b, &ab);
+    if (!rc) rc = bench_attention_bwd(&b, &ab);
+    if (rc) return rc;
+    free(ab.hq);
+    if (g_csv) fclose(g_csv);
+    kiln_bundle_close(b.bundle);
+    kiln_rt_destroy(b.rt);
+    return 0;
+}

@@ -1,0 +1,144 @@
+/* kiln/emu_case.h - the family registry's float64 side: reference descriptors, and one case runner and checker. */
+#ifndef KILN_EMU_CASE_H
+#define KILN_EMU_CASE_H
+
+#include "kiln/emu.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/*
+ * A case is one kernel family on one problem: the kernels its launch runs (the spec's kernel and
+ * the sequence its metadata names), host tensors standing in for device memory (each ending at a
+ * guard page, each declared to the emulator so a read past it fails), inputs drawn from a seeded
+ * generator, the float64 reference, and the error model that turns both into a verdict per output.
+ *
+ * What is family-specific lives in the family's reference, templates/<family>.ref.c, which exports
+ * one kiln_ref_family descriptor; the build collects every templates/<family>.ref.c into the registry.
+ * Everything else - finding the reference, binding the kernel's parameters by name, the grid, the
+ * launch sequence, poisoning outputs, comparing values and reporting - is this file's runner, used
+ * by `kiln run`, the emulator tests, the GPU kit and kiln.emulate alike (docs/registry.md).
+ */
+
+/* What a caller asks for. Sizes are named (the CLI's options: "rows", "hidden", "seq_k", "batch",
+ * "heads_q", "heads_kv", "splits"); a family reads the ones its problem has and says which it needs.
+ * Zero-initialize, then set what you need. */
+#define KILN_CASE_MAX_SIZES 16
+typedef struct kiln_case_opts {
+    int sm;
+    uint64_t seed;
+    kiln_ln_input input; /* kiln_ln_input_parse: random, large-mean, constant, special, mixed */
+    float eps;      /* 0: the family's default */
+    double scale;   /* multiplies the drawn activations (norms; 1e30 exercises overflow-safe statistics); 0: 1 */
+    int twice;      /* run every block twice, threads in opposite orders (races) */
+    int sm_count;   /* the device's multiprocessors, for grid rules that use them (a norm backward's grid
+                     * walks the rows with a few blocks per SM); 0: as many as the problem fills */
+    int nsizes;
+    struct {
+        char name[24];
+        long long value;
+    } sizes[KILN_CASE_MAX_SIZES];
+} kiln_case_opts;
+/* Sets (or replaces) size `name`. */
+void kiln_case_opts_set(kiln_case_opts *o, const char *name, long long value);
+/* Size `name`, or def when it was not given. */
+long long kiln_case_opts_get(const kiln_case_opts *o, const char *name, long long def);
+
+/* One checked output: the largest errors against the float64 reference and how close the worst
+ * value came to its tolerance. */
+typedef struct kiln_case_output {
+    char name[KILN_NAME_MAX];
+    int show_rel;     /* max_rel is measured for this output */
+    double max_abs;   /* largest |kernel - reference| over finite values */
+    double max_rel;   /* largest |kernel - reference| / |reference| (reference != 0) */
+    double worst;     /* largest error / tolerance over finite values; above 1 fails */
+    long bad;         /* values out of tolerance, never written, or with the wrong NaN/Inf */
+    char first[256];  /* the first bad value, described */
+} kiln_case_output;
+
+/* The checker: records one value of output o. ok when want is NaN and got is NaN, want is +-Inf and
+ * got equals it, or both are finite and |got - want| <= tol; unwritten (still the poison) is bad.
+ * ref is the pure float64 reference (want may be a model's tighter target around the kernel's own
+ * intermediate values); max_abs/max_rel measure against ref. fmt/... name the value (e.g.
+ * "y[%d][%ld]"), formatted only for the first bad one. Returns 1 when bad. */
+int kiln_check_value(kiln_case_output *o, double got, double want, double tol, double ref, int unwritten,
+                     const char *fmt, ...);
+
+typedef struct kiln_case kiln_case;
+
+/* One kernel launch of a case's sequence (the kernel's "// kiln.meta" launch description: before,
+ * the kernel, after), with the grid its problem rule gave, timed by the runner. */
+#define KILN_CASE_MAX_STEPS 8
+typedef struct kiln_case_step {
+    kiln_emu_kernel *kernel;
+    unsigned grid[3];
+    double ms; /* wall-clock time of the emulated launch */
+} kiln_case_step;
+
+/*
+ * A family's reference. Only `family` and the functions are required; the case's own state
+ * (kiln_case_state) holds whatever the family allocates.
+ */
+typedef struct kiln_ref_family {
+    const char *family;  /* the template it checks */
+    const char *noun;    /* what the verdict counts: "output" (NULL) or "gradient" */
+    /* Reads the problem from the options and the kernel's resolved spec, allocates the tensors,
+     * draws the inputs and computes the float64 reference. Bad sizes: KILN_EINVAL naming them. */
+    kiln_status (*create)(kiln_case *c, kiln_error *err);
+    void (*destroy)(kiln_case *c);
+    /* The buffer behind tensor `name` of the kernels' launch description and its size in bytes (NULL,
+     * 0: an absent optional tensor); -1 when the family has no tensor of that name. Workspace tensors
+     * are the runner's (carved from one buffer as the runtime carves them, poisoned). */
+    int (*tensor)(kiln_case *c, const char *name, void **ptr, size_t *bytes);
+    /* The value of a declared scalar; -1 leaves it to the description's default. */
+    int (*scalar)(kiln_case *c, const char *name, double *value);
+    /* Before the run: poisons the outputs (0xff bytes, NaN in every float type). */
+    void (*prepare)(kiln_case *c);
+    /* After the run: compares every output (kiln_check_value); fills out[0..*nout). */
+    void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
+    /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
+    void (*describe)(const kiln_case *c, char *buf, size_t size);
+} kiln_ref_family;
+
+/* The registry: every family with a reference, in name order. */
+int kiln_ref_count(void);
+const kiln_ref_family *kiln_ref_at(int i);
+const kiln_ref_family *kiln_ref_find(const char *family);
+/* The registered families, comma-separated, for messages. */
+const char *kiln_ref_names(void);
+
+/* Generates spec for opts->sm, finds its family's reference and builds the case (inputs and
+ * reference). gen and emu stay the caller's and must outlive the case. */
+kiln_status kiln_case_create(kiln_case **out, kiln_gen *gen, kiln_emu *emu, const char *spec,
+                             const kiln_case_opts *opts, kiln_error *err);
+void kiln_case_free(kiln_case *c);
+/* Binds the sequence the kernel's launch description declares (kiln_launch_bind: grids, tensors and
+ * scalars by name, the workspace) and runs it on the emulator. */
+kiln_status kiln_case_run(kiln_case *c, kiln_error *err);
+/* Checks every output; returns the number of bad values. */
+long kiln_case_check(kiln_case *c);
+
+int kiln_case_noutputs(const kiln_case *c);
+const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i);
+int kiln_case_nsteps(const kiln_case *c);
+const kiln_case_step *kiln_case_step_at(const kiln_case *c, int i);
+const kiln_ref_family *kiln_case_family(const kiln_case *c);
+/* What the verdict counts: "output", or the family's own noun ("gradient"). */
+const char *kiln_case_noun(const kiln_case *c);
+const kiln_case_opts *kiln_case_options(const kiln_case *c);
+/* The kernel the spec named (its meta; --profile reads its counters). */
+kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
+void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
+
+/* ---- for the references (templates/<family>.ref.c) ---- */
+/* The family's own state (set by create, freed by destroy). */
+void *kiln_case_state(const kiln_case *c);
+void kiln_case_set_state(kiln_case *c, void *state);
+/* The value of key in the kernel's resolved (canonical) spec: the generator's reading of it. */
+const char *kiln_case_spec_value(const kiln_case *c, const char *key);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
