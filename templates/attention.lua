@@ -543,29 +543,40 @@ local function stage_store(b, spec, cfg, dst, staged)
   for _, e in ipairs(staged) do b:store_vec(dst + swz(b, spec, cfg, e.r, e.c), e.v, { align = 16 }) end
 end
 
-local function build_mma(b, spec, cfg, p)
+-- The tensor-core kernel is written in steps that share one context c (builder, spec, cfg, params and
+-- the values each step adds), in the order they emit IR: mma_setup (shared tiles, lanes, block
+-- geometry, key range), mma_prologue (Q and the first K/V tiles), mma_fragments (ldmatrix offsets,
+-- Q fragments), mma_state (running max, sum, O), then per K/V tile mma_trip (pipeline) around
+-- mma_compute (mma_scores, mma_softmax, mma_pv), and mma_epilogue.
+
+-- Shared tiles, lane coordinates, the block's rows (geometry) and the K/V tiles it visits:
+-- ntiles tiles from tile0 (splitkv; else 0), the first nfull of them without mask work.
+local function mma_setup(c)
+  local b, spec, cfg, p = c.b, c.spec, c.cfg, c.p
   local d, bm, bn, stages, mt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages, cfg.mt
   local dt = spec.dtype
-  local tile = bn * cfg.ld
-  local qs, ks, vs
+  c.d, c.bm, c.bn, c.stages, c.mt, c.dt = d, bm, bn, stages, mt, dt
+  c.tile = bn * cfg.ld
   if cfg.dynamic_smem then
-    qs = b:dynamic_shared(dt)
-    ks = qs + bm * cfg.ld
-    vs = ks + stages * tile
+    c.qs = b:dynamic_shared(dt)
+    c.ks = c.qs + bm * cfg.ld
+    c.vs = c.ks + stages * c.tile
   else
-    qs = b:shared(dt, bm * cfg.ld, 128)
-    ks = b:shared(dt, stages * tile, 128)
-    vs = b:shared(dt, stages * tile, 128)
+    c.qs = b:shared(dt, bm * cfg.ld, 128)
+    c.ks = b:shared(dt, stages * c.tile, 128)
+    c.vs = b:shared(dt, stages * c.tile, 128)
   end
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
-  local g, t = lane >> 2, lane & 3
+  c.lane, c.g, c.t = lane, lane >> 2, lane & 3
   local wrow
   local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
   if not wrow then wrow = warp * (16 * mt) end
-  local q0, base = G.q0, G.base
-  local scale2 = p.scale * LOG2E
+  c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
+  c.scale2 = p.scale * LOG2E
   local shift = p.seq_k - p.seq_q
+  c.shift = shift
+  local q0 = G.q0
   local kv_end = p.seq_k
   if spec.causal and not spec.splitkv then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local ntiles = (kv_end + (bn - 1)) // bn
@@ -576,39 +587,51 @@ local function build_mma(b, spec, cfg, p)
   if spec.causal then nfull = b:min(nfull, b:max((spec.splitkv and 0 or q0) + shift + 1, 0) // bn) end
   nfull = b:min(nfull, ntiles)
   -- splitkv: the loops below count tiles from tile0, the split's first (tile0 + it is the key tile)
-  local tile0 = nil
   if spec.splitkv then
-    tile0 = G.t_lo
+    c.tile0 = G.t_lo
     ntiles = G.t_hi - G.t_lo
-    nfull = b:min(b:max(nfull - tile0, 0), ntiles)
+    nfull = b:min(b:max(nfull - c.tile0, 0), ntiles)
   end
-  local function key_tile(it) return tile0 and tile0 + it or it end
-  local nt, dtiles = bn // 8, d // 8
+  c.ntiles, c.nfull = ntiles, nfull
+  c.nt, c.dtiles = bn // 8, d // 8
+end
 
-  local function load_k(it, buf) copy_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, key_tile(it) * bn, bn, p.seq_k) end
-  local function load_v(it, buf) copy_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, key_tile(it) * bn, bn, p.seq_k, true) end
-  local function load_kv(it, buf) load_k(it, buf); load_v(it, buf) end
+local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
 
-  -- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
-  copy_tile(b, spec, cfg, qs, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
+local function load_k(c, it, buf)
+  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k)
+end
+local function load_v(c, it, buf)
+  copy_tile(c.b, c.spec, c.cfg, c.vs + buf * c.tile, c.base.v, c.p.stride_vs, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, true)
+end
+local function load_kv(c, it, buf) load_k(c, it, buf); load_v(c, it, buf) end
+
+-- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
+local function mma_prologue(c)
+  local b, spec, cfg, p, stages = c.b, c.spec, c.cfg, c.p, c.stages
+  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows)
   if cfg.cp_async then
     b:cp_async_commit()
     for st = 0, stages - 2 do
-      b:if_(b:gt(ntiles, st), function() load_kv(st, st) end)
+      b:if_(b:gt(c.ntiles, st), function() load_kv(c, st, st) end)
       b:cp_async_commit()
     end
     b:cp_async_wait(math.max(stages - 1, 0))
   elseif stages == 2 then
-    b:if_(b:gt(ntiles, 0), function() load_kv(0, 0) end)
+    b:if_(b:gt(c.ntiles, 0), function() load_kv(c, 0, 0) end)
   end
   b:barrier()
+end
 
-  -- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
-  -- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
-  -- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
-  -- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+-- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
+-- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
+-- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
+-- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+-- Then the Q fragments that stay in registers (cfg.q_in_regs).
+local function mma_fragments(c)
+  local b, cfg, d, lane = c.b, c.cfg, c.d, c.lane
   local lane_part = {}
-  local function frag_off(kind, row, cbit, rs, cs)
+  function c.frag_off(kind, row, cbit, rs, cs)
     local lo, bits, mask = 0, row & 7, 7
     if d == 32 then bits, mask = (row >> 1) & 3, 3 end
     if d == 96 and cs >= 8 then lo, cs, bits, mask = 8, cs - 8, (row >> 1) & 3, 3 end
@@ -616,207 +639,241 @@ local function build_mma(b, spec, cfg, p)
     if not lane_part[key] then lane_part[key] = row * cfg.ld + ((cbit ~ bits) ~ (cs & mask)) * 8 end
     return lane_part[key] + (rs * cfg.ld + (lo + (cs & ~mask)) * 8)
   end
-  local q_row, q_bit = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
+  c.q_row, c.q_bit = c.wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
   -- Per-lane ldmatrix rows and chunk bits: K (matrices: key tiles x head-dim halves) and
   -- V^T (.trans; matrices: key halves x head-dim tiles).
-  local k_row, k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
-  local v_row, v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
+  c.k_row, c.k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
+  c.v_row, c.v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
   for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them
-    frag_off("q", q_row, q_bit, 0, cs)
-    frag_off("k", k_row, k_bit, 0, cs)
-    frag_off("v", v_row, v_bit, 0, cs)
+    c.frag_off("q", c.q_row, c.q_bit, 0, cs)
+    c.frag_off("k", c.k_row, c.k_bit, 0, cs)
+    c.frag_off("v", c.v_row, c.v_bit, 0, cs)
   end
 
   -- The A fragments of Q for m-tile mi, head-dim step kk (16 columns).
-  local function q_frag(mi, kk)
-    return b:ldmatrix(qs + frag_off("q", q_row, q_bit, mi * 16, 2 * kk), 4)
+  function c.q_frag(mi, kk)
+    return b:ldmatrix(c.qs + c.frag_off("q", c.q_row, c.q_bit, mi * 16, 2 * kk), 4)
   end
-  local qf = {}
-  for mi = 0, mt - 1 do
-    qf[mi] = {}
+  c.qf = {}
+  for mi = 0, c.mt - 1 do
+    c.qf[mi] = {}
     if cfg.q_in_regs then
-      for kk = 0, d // 16 - 1 do qf[mi][kk] = q_frag(mi, kk) end
+      for kk = 0, d // 16 - 1 do c.qf[mi][kk] = c.q_frag(mi, kk) end
     end
   end
+end
 
-  -- Per row (m-tile mi, half h: rows g and g + 8): running max, sum, key bound; O accumulators.
-  local m, l, acc = {}, {}, {}
-  for mi = 0, mt - 1 do
-    m[mi], l[mi], acc[mi] = {}, {}, {}
+-- Per row (m-tile mi, half h: rows g and g + 8): running max m, sum l; O accumulators acc.
+local function mma_state(c)
+  local b = c.b
+  c.m, c.l, c.acc = {}, {}, {}
+  for mi = 0, c.mt - 1 do
+    c.m[mi], c.l[mi], c.acc[mi] = {}, {}, {}
     for h = 0, 1 do
-      m[mi][h] = b:var("f32", NEG_INF)
-      l[mi][h] = b:var("f32", 0.0)
+      c.m[mi][h] = b:var("f32", NEG_INF)
+      c.l[mi][h] = b:var("f32", 0.0)
     end
-    for j = 0, dtiles - 1 do
-      acc[mi][j] = {}
-      for e = 1, 4 do acc[mi][j][e] = b:var("f32", 0.0) end
+    for j = 0, c.dtiles - 1 do
+      c.acc[mi][j] = {}
+      for e = 1, 4 do c.acc[mi][j][e] = b:var("f32", 0.0) end
     end
   end
+end
 
-  -- One K/V tile: S = Q K^T, online softmax (masked: scores past the bound are -inf), O += P V.
-  local function compute(it, buf, masked)
-    local kt, vt = ks + buf * tile, vs + buf * tile
-    local kv0 = key_tile(it) * bn
-    local s = {}
-    for mi = 0, mt - 1 do
-      s[mi] = {}
-      for j = 0, nt - 1 do s[mi][j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
-    end
-    for kk = 0, d // 16 - 1 do
-      local a = {}
-      for mi = 0, mt - 1 do a[mi] = qf[mi][kk] or q_frag(mi, kk) end
-      for jp = 0, nt // 2 - 1 do
-        local kf = b:ldmatrix(kt + frag_off("k", k_row, k_bit, jp * 16, 2 * kk), 4)
-        for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
-          s[mi][2 * jp] = b:mma(dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
-          s[mi][2 * jp + 1] = b:mma(dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
-        end
+-- S = Q K^T of the tile in buffer kt: s[mi][j] holds the C fragment of m-tile mi, keys 8j..8j+7.
+local function mma_scores(c, kt)
+  local b, mt, nt, d = c.b, c.mt, c.nt, c.d
+  local s = {}
+  for mi = 0, mt - 1 do
+    s[mi] = {}
+    for j = 0, nt - 1 do s[mi][j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
+  end
+  for kk = 0, d // 16 - 1 do
+    local a = {}
+    for mi = 0, mt - 1 do a[mi] = c.qf[mi][kk] or c.q_frag(mi, kk) end
+    for jp = 0, nt // 2 - 1 do
+      local kf = b:ldmatrix(kt + c.frag_off("k", c.k_row, c.k_bit, jp * 16, 2 * kk), 4)
+      for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
+        s[mi][2 * jp] = b:mma(c.dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
+        s[mi][2 * jp + 1] = b:mma(c.dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
       end
     end
+  end
+  return s
+end
 
-    local pv = {}
-    for mi = 0, mt - 1 do
-      pv[mi] = {}
-      for j = 0, nt - 1 do pv[mi][j] = {} end
-      for h = 0, 1 do
-        local lim = masked and (key_bound(b, spec, p, G.sq(q0 + wrow + mi * 16 + g + h * 8), shift) - kv0 - t * 2) or nil
-        local sv, mx = {}, nil
-        for j = 0, nt - 1 do
-          for e = 0, 1 do
-            local v = s[mi][j][2 * h + e + 1] * scale2
-            if masked then v = b:select(b:lt(j * 8 + e, lim), v, NEG_INF) end
-            sv[#sv + 1] = v
-            mx = mx and b:max(mx, v) or v
-          end
-        end
-        local m_old = m[mi][h]:get()
-        local m_new = b:max(m_old, b:warp_max(mx, 4))
-        local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
-        local alpha = b:ex2_approx(m_old - m_use)
-        local sum = nil
-        for j = 0, nt - 1 do
-          for e = 0, 1 do
-            local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
-            sum = sum and sum + x or x
-            pv[mi][j][2 * h + e + 1] = x
-          end
-        end
-        m[mi][h]:set(m_new)
-        l[mi][h]:set(b:fma(l[mi][h]:get(), alpha, sum))
-        for j = 0, dtiles - 1 do
-          for e = 1, 2 do acc[mi][j][2 * h + e]:set(acc[mi][j][2 * h + e]:get() * alpha) end
+-- Online softmax of the scores s of the tile at key kv0 (masked: scores past the row's bound are
+-- -inf); rescales the O accumulators; returns P (pv[mi][j], f32, the layout of s).
+local function mma_softmax(c, s, kv0, masked)
+  local b, spec, p, mt, nt = c.b, c.spec, c.p, c.mt, c.nt
+  local pv = {}
+  for mi = 0, mt - 1 do
+    pv[mi] = {}
+    for j = 0, nt - 1 do pv[mi][j] = {} end
+    for h = 0, 1 do
+      local lim = masked and (key_bound(b, spec, p, c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8), c.shift) - kv0 - c.t * 2) or nil
+      local sv, mx = {}, nil
+      for j = 0, nt - 1 do
+        for e = 0, 1 do
+          local v = s[mi][j][2 * h + e + 1] * c.scale2
+          if masked then v = b:select(b:lt(j * 8 + e, lim), v, NEG_INF) end
+          sv[#sv + 1] = v
+          mx = mx and b:max(mx, v) or v
         end
       end
-    end
-
-    if stages == 1 then
-      if cfg.cp_async then b:cp_async_wait(0) else load_v(it, 0) end
-      b:barrier()
-    end
-    -- O += P V with P as the A operand straight from the S registers; each V fragment feeds every m-tile.
-    local o = {}
-    for mi = 0, mt - 1 do
-      o[mi] = {}
-      for j = 0, dtiles - 1 do
-        o[mi][j] = { acc[mi][j][1]:get(), acc[mi][j][2]:get(), acc[mi][j][3]:get(), acc[mi][j][4]:get() }
+      local m_old = c.m[mi][h]:get()
+      local m_new = b:max(m_old, b:warp_max(mx, 4))
+      local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
+      local alpha = b:ex2_approx(m_old - m_use)
+      local sum = nil
+      for j = 0, nt - 1 do
+        for e = 0, 1 do
+          local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
+          sum = sum and sum + x or x
+          pv[mi][j][2 * h + e + 1] = x
+        end
+      end
+      c.m[mi][h]:set(m_new)
+      c.l[mi][h]:set(b:fma(c.l[mi][h]:get(), alpha, sum))
+      for j = 0, c.dtiles - 1 do
+        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha) end
       end
     end
-    for kstep = 0, nt // 2 - 1 do
-      local a = {}
+  end
+  return pv
+end
+
+-- O += P V with P as the A operand straight from the S registers; each V fragment feeds every m-tile.
+local function mma_pv(c, pv, vt)
+  local b, mt, dt = c.b, c.mt, c.dt
+  local o = {}
+  for mi = 0, mt - 1 do
+    o[mi] = {}
+    for j = 0, c.dtiles - 1 do
+      o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
+    end
+  end
+  for kstep = 0, c.nt // 2 - 1 do
+    local a = {}
+    for mi = 0, mt - 1 do
+      local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
+      a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
+    end
+    for dp = 0, c.dtiles // 2 - 1 do
+      local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
       for mi = 0, mt - 1 do
-        local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
-        a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
-      end
-      for dp = 0, dtiles // 2 - 1 do
-        local vf = b:ldmatrix(vt + frag_off("v", v_row, v_bit, kstep * 16, 2 * dp), 4, true)
-        for mi = 0, mt - 1 do
-          o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
-          o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
-        end
-      end
-    end
-    for mi = 0, mt - 1 do
-      for j = 0, dtiles - 1 do
-        for e = 1, 4 do acc[mi][j][e]:set(o[mi][j][e]) end
+        o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
+        o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
       end
     end
   end
-
-  -- One trip of the K/V loop, with the pipeline around compute().
-  local function trip(it, masked)
-    if cfg.cp_async and stages >= 2 then
-      -- tile it + stages - 1 into the buffer tile it - 1 left (every warp passed the barrier after it)
-      local ahead = it + (stages - 1)
-      b:if_(b:lt(ahead, ntiles), function() load_kv(ahead, ahead % stages) end)
-      b:cp_async_commit()
-      b:cp_async_wait(stages - 1)
-      b:barrier()
-      compute(it, it % stages, masked)
-      b:barrier() -- the buffer is refilled stages - 1 trips later
-    elseif stages == 2 then
-      -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
-      -- stored into the other buffer after it; one barrier a trip.
-      local nxt = b:min(it + 1, ntiles - 1)
-      local sk = stage_load(b, spec, cfg, base.k, p.stride_ks, key_tile(nxt) * bn, bn, p.seq_k)
-      local sv = stage_load(b, spec, cfg, base.v, p.stride_vs, key_tile(nxt) * bn, bn, p.seq_k, true)
-      compute(it, it & 1, masked)
-      local nb = (it + 1) & 1
-      stage_store(b, spec, cfg, ks + nb * tile, sk)
-      stage_store(b, spec, cfg, vs + nb * tile, sv)
-      b:barrier()
-    else
-      -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through
-      -- registers after the softmax, when fewer registers are live.
-      b:barrier()
-      load_k(it, 0)
-      if cfg.cp_async then
-        b:cp_async_commit()
-        load_v(it, 0)
-        b:cp_async_commit()
-        b:cp_async_wait(1)
-      end
-      b:barrier()
-      compute(it, 0, masked)
-    end
-  end
-
-  b:for_(0, nfull, 1, function(it) trip(it, false) end)
-  b:for_(nfull, ntiles, 1, function(it) trip(it, true) end)
-
-  -- O = acc / l, rounded once; lse from lanes t == 0.
-  local ob = util.dtype_bytes[spec.out]
   for mi = 0, mt - 1 do
+    for j = 0, c.dtiles - 1 do
+      for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e]) end
+    end
+  end
+end
+
+-- One K/V tile (buffer buf, loop trip it): S = Q K^T, online softmax, O += P V.
+local function mma_compute(c, it, buf, masked)
+  local b = c.b
+  local kt, vt = c.ks + buf * c.tile, c.vs + buf * c.tile
+  local kv0 = key_tile(c, it) * c.bn
+  local s = mma_scores(c, kt)
+  local pv = mma_softmax(c, s, kv0, masked)
+  if c.stages == 1 then
+    if c.cfg.cp_async then b:cp_async_wait(0) else load_v(c, it, 0) end
+    b:barrier()
+  end
+  mma_pv(c, pv, vt)
+end
+
+-- One trip of the K/V loop, with the pipeline around mma_compute().
+local function mma_trip(c, it, masked)
+  local b, spec, cfg, p, stages, bn = c.b, c.spec, c.cfg, c.p, c.stages, c.bn
+  if cfg.cp_async and stages >= 2 then
+    -- tile it + stages - 1 into the buffer tile it - 1 left (every warp passed the barrier after it)
+    local ahead = it + (stages - 1)
+    b:if_(b:lt(ahead, c.ntiles), function() load_kv(c, ahead, ahead % stages) end)
+    b:cp_async_commit()
+    b:cp_async_wait(stages - 1)
+    b:barrier()
+    mma_compute(c, it, it % stages, masked)
+    b:barrier() -- the buffer is refilled stages - 1 trips later
+  elseif stages == 2 then
+    -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
+    -- stored into the other buffer after it; one barrier a trip.
+    local nxt = b:min(it + 1, c.ntiles - 1)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k)
+    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
+    mma_compute(c, it, it & 1, masked)
+    local nb = (it + 1) & 1
+    stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
+    stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
+    b:barrier()
+  else
+    -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through
+    -- registers after the softmax, when fewer registers are live.
+    b:barrier()
+    load_k(c, it, 0)
+    if cfg.cp_async then
+      b:cp_async_commit()
+      load_v(c, it, 0)
+      b:cp_async_commit()
+      b:cp_async_wait(1)
+    end
+    b:barrier()
+    mma_compute(c, it, 0, masked)
+  end
+end
+
+-- O = acc / l, rounded once; lse from lanes t == 0 (splitkv: the split's O / l and base-2 lse).
+local function mma_epilogue(c)
+  local b, spec, p, G, t = c.b, c.spec, c.p, c.G, c.t
+  local ob = util.dtype_bytes[spec.out]
+  for mi = 0, c.mt - 1 do
     for h = 0, 1 do
-      local row = q0 + wrow + mi * 16 + g + h * 8
+      local row = c.q0 + c.wrow + mi * 16 + c.g + h * 8
       local live = b:lt(row, G.rows)
-      local lsum = b:warp_sum(l[mi][h]:get(), 4)
+      local lsum = b:warp_sum(c.l[mi][h]:get(), 4)
       local empty = b:le(lsum, 0.0)
       local inv = b:select(empty, 0.0, 1.0 / lsum)
+      local acc = c.acc[mi]
       if spec.splitkv then
-        local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
+        local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
         split_store(b, spec, p, G, row, live, function(at)
-          for j = 0, dtiles - 1 do
-            b:store_vec(at + (j * 8 + t * 2), { acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, { align = 8 })
+          for j = 0, c.dtiles - 1 do
+            b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
           end
         end, lse2, b:eq(t, 0))
-        goto continue
+      else
+        local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
+        local vals = {}
+        for j = 0, c.dtiles - 1 do
+          vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
+        end
+        b:if_(live, function()
+          for j = 0, c.dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+        end)
+        local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
+        local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
+        local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+        b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
       end
-      local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
-      local vals = {}
-      for j = 0, dtiles - 1 do
-        vals[j] = b:from_f32_vec({ acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, spec.out)
-      end
-      b:if_(live, function()
-        for j = 0, dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
-      end)
-      local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
-      local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-      local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
-      b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
-      ::continue::
     end
   end
+end
+
+local function build_mma(b, spec, cfg, p)
+  local c = { b = b, spec = spec, cfg = cfg, p = p }
+  mma_setup(c)
+  mma_prologue(c)
+  mma_fragments(c)
+  mma_state(c)
+  b:for_(0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
+  b:for_(c.nfull, c.ntiles, 1, function(it) mma_trip(c, it, true) end)
+  mma_epilogue(c)
 end
 
 function K.build(b, spec, cfg)
