@@ -32,6 +32,7 @@
 -- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
+local mask = require("lib.attn_mask")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -40,11 +41,12 @@ local K = {
     { name = "out", type = "dtype", default = "=dtype", doc = "O dtype" },
     { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
       doc = "head dimension" },
-    { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
+    mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
   },
 }
 
@@ -113,6 +115,7 @@ local SPLIT_TILES_STAGED = {
 }
 
 function K.check(spec)
+  spec = mask.spec(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
   end
@@ -166,6 +169,7 @@ local function config_simt(spec)
 end
 
 function K.config(spec, target)
+  spec = mask.spec(spec)
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
@@ -210,14 +214,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = params }
-end
-
--- Keys visible to query `row` are those below this bound (seq_k; causal: also row + shift + 1),
--- so masking a key is one compare of its offset in the tile against bound - kv0.
-local function key_bound(b, spec, p, row, shift)
-  if not spec.causal then return p.seq_k end
-  return b:min(p.seq_k, row + shift + 1)
+  return b:kernel{ params = mask.params(spec, params) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -268,6 +265,15 @@ local function geometry(b, spec, p, bm, bn, between)
   G.t_lo = b:min(G.split * per, ntiles)
   G.t_hi = b:min(G.t_lo + per, ntiles)
   return G
+end
+
+-- splitkv with a window: the splits share the key tiles [t0, t_end) some row of the head sees
+-- (instead of every tile), so each split's share shrinks with the window.
+local function split_range(b, p, G, t0, t_end)
+  local n = t_end - t0
+  local per = (n + (p.splits - 1)) // p.splits
+  G.t_lo = t0 + b:min(G.split * per, n)
+  G.t_hi = b:min(G.t_lo + per, t_end)
 end
 
 -- splitkv epilogue for one row: O / l (f32; store_o(at) writes this thread's columns of the row
@@ -325,21 +331,37 @@ local function build_simt(b, spec, cfg, p)
   local G = geometry(b, spec, p, bm, bn)
   local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
-  local shift = p.seq_k - p.seq_q -- causal: query i sees keys j <= i + shift
+  local mk = mask.setup(b, spec, p)
+  local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
   load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
 
   -- Keys this CTA visits: all of them, or up to the diagonal of its last row; splitkv: its split's.
+  -- window: from the first row's window start to the last row's end (splitkv: its split of them).
   local kv_lo, kv_end = 0, p.seq_k
   if spec.causal and not spec.splitkv then
     kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0))
   end
+  if spec.window and not spec.splitkv then
+    kv_lo = mask.row_range(mk, q0)
+    local _, hi = mask.row_range(mk, b:min(q0 + bm, p.seq_q) - 1)
+    kv_end = hi
+  end
+  if spec.window and spec.splitkv then
+    local t0, t_end = mask.tile_range(mk, 0, p.seq_q - 1, bn)
+    split_range(b, p, G, t0, t_end)
+  end
   if spec.splitkv then kv_lo, kv_end = G.t_lo * bn, b:min(G.t_hi * bn, p.seq_k) end
 
   -- Per thread: rows rg + tr*i, keys cg + tc*j of the tile, output columns 4*(cg + tc*jj)...+3.
+  -- Row i sees keys [lo[i], bound[i]); with ALiBi, slope[i] is its slope (base 2).
   local dchunks = d // (4 * tc)
-  local bound = {}
-  for i = 0, rm - 1 do bound[i] = key_bound(b, spec, p, G.sq(q0 + rg + tr * i), shift) end
+  local bound, lo, slope = {}, {}, {}
+  for i = 0, rm - 1 do
+    local row = q0 + rg + tr * i
+    lo[i], bound[i] = mask.row_range(mk, G.sq(row))
+    if spec.alibi then slope[i] = mask.slope(mk, G.head and G.head(b:min(row, G.rows - 1)) or b:ctaid("y")) end
+  end
   local m, l, acc = {}, {}, {}
   for i = 0, rm - 1 do
     m[i] = b:var("f32", NEG_INF)
@@ -373,9 +395,14 @@ local function build_simt(b, spec, cfg, p)
     -- Online softmax in base 2; masked scores are -inf.
     for i = 0, rm - 1 do
       local lim = bound[i] - kv0 - cg
+      local lim_lo = lo[i] and lo[i] - kv0 - cg
+      local dist = spec.alibi and b:f32(G.sq(q0 + rg + tr * i) + mk.shift - kv0 - cg) -- to key kv0 + cg
       local sv, mx = {}, b:f32(NEG_INF)
       for j = 0, cn - 1 do
-        sv[j] = b:select(b:lt(tc * j, lim), s[i][j]:get() * scale2, NEG_INF)
+        local x = mask.score(mk, s[i][j]:get(), scale2, slope[i], dist and dist - tc * j)
+        local ok = b:lt(tc * j, lim)
+        if lim_lo then ok = b:and_(ok, b:ge(tc * j, lim_lo)) end
+        sv[j] = b:select(ok, x, NEG_INF)
         mx = b:max(mx, sv[j])
       end
       local m_old = m[i]:get()
@@ -550,7 +577,8 @@ end
 -- mma_compute (mma_scores, mma_softmax, mma_pv), and mma_epilogue.
 
 -- Shared tiles, lane coordinates, the block's rows (geometry) and the K/V tiles it visits:
--- ntiles tiles from tile0 (splitkv; else 0), the first nfull of them without mask work.
+-- ntiles tiles from tile0 (splitkv, window; else 0); trips [lead, nfull) of them run without mask
+-- work (lead = 0 but with a window: the tiles before are the window's start, masked).
 local function mma_setup(c)
   local b, spec, cfg, p = c.b, c.spec, c.cfg, c.p
   local d, bm, bn, stages, mt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages, cfg.mt
@@ -574,7 +602,8 @@ local function mma_setup(c)
   if not wrow then wrow = warp * (16 * mt) end
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
   c.scale2 = p.scale * LOG2E
-  local shift = p.seq_k - p.seq_q
+  c.mask = mask.setup(b, spec, p)
+  local shift = c.mask.cshift
   c.shift = shift
   local q0 = G.q0
   local kv_end = p.seq_k
@@ -591,6 +620,17 @@ local function mma_setup(c)
     c.tile0 = G.t_lo
     ntiles = G.t_hi - G.t_lo
     nfull = b:min(b:max(nfull - c.tile0, 0), ntiles)
+  end
+  if spec.window then
+    -- the tiles the block's rows (splitkv: every query position) see, computed, not masked
+    local first, last = q0, b:min(q0 + bm, p.seq_q) - 1
+    if spec.splitkv then first, last = 0, p.seq_q - 1 end
+    local t0, t_end, f0, f1 = mask.tile_range(c.mask, first, last, bn)
+    if spec.splitkv then split_range(b, p, G, t0, t_end) end
+    c.tile0 = spec.splitkv and G.t_lo or t0
+    ntiles = spec.splitkv and G.t_hi - G.t_lo or t_end - t0
+    c.lead = b:min(b:max(f0 - c.tile0, 0), ntiles)
+    nfull = b:min(b:max(f1 - c.tile0, c.lead), ntiles)
   end
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
@@ -663,7 +703,8 @@ local function mma_fragments(c)
   end
 end
 
--- Per row (m-tile mi, half h: rows g and g + 8): running max m, sum l; O accumulators acc.
+-- Per row (m-tile mi, half h: rows g and g + 8): running max m, sum l; O accumulators acc;
+-- with ALiBi the row's slope.
 local function mma_state(c)
   local b = c.b
   c.m, c.l, c.acc = {}, {}, {}
@@ -676,6 +717,21 @@ local function mma_state(c)
     for j = 0, c.dtiles - 1 do
       c.acc[mi][j] = {}
       for e = 1, 4 do c.acc[mi][j][e] = b:var("f32", 0.0) end
+    end
+  end
+  if c.spec.alibi then -- each row's slope (split-KV: rows of several query heads share a block)
+    local G, plain = c.G, nil
+    c.slope = {}
+    for mi = 0, c.mt - 1 do
+      c.slope[mi] = {}
+      for h = 0, 1 do
+        if G.head then
+          c.slope[mi][h] = mask.slope(c.mask, G.head(b:min(c.q0 + c.wrow + mi * 16 + c.g + h * 8, G.rows - 1)))
+        else
+          plain = plain or mask.slope(c.mask, b:ctaid("y"))
+          c.slope[mi][h] = plain
+        end
+      end
     end
   end
 end
@@ -711,12 +767,24 @@ local function mma_softmax(c, s, kv0, masked)
     pv[mi] = {}
     for j = 0, nt - 1 do pv[mi][j] = {} end
     for h = 0, 1 do
-      local lim = masked and (key_bound(b, spec, p, c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8), c.shift) - kv0 - c.t * 2) or nil
+      local sq = (masked or spec.alibi) and c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)
+      local lim, lim_lo
+      if masked then
+        local lo, hi = mask.row_range(c.mask, sq)
+        lim = hi - kv0 - c.t * 2
+        lim_lo = lo and lo - kv0 - c.t * 2
+      end
+      -- ALiBi: the distance from this lane's first key kv0 + 2t to the row's diagonal
+      local dist = spec.alibi and b:f32(sq + c.mask.shift - kv0 - c.t * 2)
       local sv, mx = {}, nil
       for j = 0, nt - 1 do
         for e = 0, 1 do
-          local v = s[mi][j][2 * h + e + 1] * c.scale2
-          if masked then v = b:select(b:lt(j * 8 + e, lim), v, NEG_INF) end
+          local v = mask.score(c.mask, s[mi][j][2 * h + e + 1], c.scale2, c.slope and c.slope[mi][h], dist and dist - (j * 8 + e))
+          if masked then
+            local ok = b:lt(j * 8 + e, lim)
+            if lim_lo then ok = b:and_(ok, b:ge(j * 8 + e, lim_lo)) end
+            v = b:select(ok, v, NEG_INF)
+          end
           sv[#sv + 1] = v
           mx = mx and b:max(mx, v) or v
         end
@@ -871,12 +939,14 @@ local function build_mma(b, spec, cfg, p)
   mma_prologue(c)
   mma_fragments(c)
   mma_state(c)
-  b:for_(0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
+  if c.lead then b:for_(0, c.lead, 1, function(it) mma_trip(c, it, true) end) end
+  b:for_(c.lead or 0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
   b:for_(c.nfull, c.ntiles, 1, function(it) mma_trip(c, it, true) end)
   mma_epilogue(c)
 end
 
 function K.build(b, spec, cfg)
+  spec = mask.spec(spec)
   local p = declare(b, spec)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
