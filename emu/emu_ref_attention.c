@@ -101,12 +101,14 @@ static size_t offset(const kiln_attn_problem *p, int t, int b, int row, int head
     return (size_t)(b * s[0] + row * s[1] + head * s[2]);
 }
 
-static int visible(const kiln_attn_problem *p, int i, int j) {
+int emu_attn_visible(const kiln_attn_problem *p, int i, int j) {
     long long shift = (long long)p->seq_k - p->seq_q, d = i + shift;
     if (j >= p->seq_k || (p->causal == 1 && j > d) || (p->causal == 2 && j > i)) return 0;
     if (p->window && p->window_left >= 0 && j < d - p->window_left) return 0;
     return !(p->window && p->window_right >= 0 && j > d + p->window_right);
 }
+
+#define visible emu_attn_visible
 
 /* The ALiBi bias of (batch b, head h, query i, key j): -slope |i + shift - j| (0 without alibi). */
 static double alibi_bias(const kiln_attn_problem *p, int b, int h, int i, int j) {
@@ -115,10 +117,17 @@ static double alibi_bias(const kiln_attn_problem *p, int b, int h, int i, int j)
     return -slope * fabs((double)i + (double)p->seq_k - (double)p->seq_q - (double)j);
 }
 
-/* Scaled score x of dot product qk: softcapped, plus the ALiBi bias. */
-static double final_score(const kiln_attn_problem *p, double qk, int b, int h, int i, int j) {
-    double x = qk * kiln_attn_scale(p);
-    if (p->has_softcap) x = p->softcap * tanh(x / p->softcap);
+double emu_attn_bias(const kiln_attn_problem *p, int b, int h, int i, int j) { return fabs(alibi_bias(p, b, h, i, j)); }
+
+/* Scaled score x of dot product qk: softcapped, plus the ALiBi bias; *dx = dx / dqk. */
+double emu_attn_score(const kiln_attn_problem *p, double qk, int b, int h, int i, int j, double *dx) {
+    double scale = kiln_attn_scale(p), x = qk * scale;
+    if (dx) *dx = scale;
+    if (p->has_softcap) {
+        double t = tanh(x / p->softcap);
+        x = p->softcap * t;
+        if (dx) *dx = scale * (1 - t * t);
+    }
     return x + alibi_bias(p, b, h, i, j);
 }
 
@@ -153,7 +162,7 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
                     double acc = 0;
                     for (int c = 0; c < d; c++)
                         acc += kiln_emu_value_get(p->dtype, q, qo + (size_t)c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
-                    s[j] = final_score(p, acc, b, h, i, j);
+                    s[j] = emu_attn_score(p, acc, b, h, i, j, NULL);
                     if (s[j] > m) m = s[j];
                 }
                 for (int c = 0; c < d; c++) o[oo + (size_t)c] = 0;

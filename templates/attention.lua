@@ -399,9 +399,9 @@ local function build_simt(b, spec, cfg, p)
       local dist = spec.alibi and b:f32(G.sq(q0 + rg + tr * i) + mk.shift - kv0 - cg) -- to key kv0 + cg
       local sv, mx = {}, b:f32(NEG_INF)
       for j = 0, cn - 1 do
-        local x = mask.score(mk, s[i][j]:get(), scale2, slope[i], dist and dist - tc * j)
         local ok = b:lt(tc * j, lim)
         if lim_lo then ok = b:and_(ok, b:ge(tc * j, lim_lo)) end
+        local x = mask.score(mk, s[i][j]:get(), scale2, slope[i], dist and dist - tc * j)
         sv[j] = b:select(ok, x, NEG_INF)
         mx = b:max(mx, sv[j])
       end

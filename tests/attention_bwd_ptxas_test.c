@@ -2,7 +2,8 @@
  * SM with 0 bytes of spills, lints clean, and holds no bf16 instruction below sm_80 (tests/matrix.h).
  * Default: SM x dtype x head_dim for the causal dkdv, the causal dq on sm_75/80/89/90, the
  * deterministic dkdv on sm_80, prep and convert at the edges (sm_75/90, head_dim 32/256), path=simt
- * for f16/bf16 (dkdv on sm_80/90, dq on sm_80);
+ * for f16/bf16 (dkdv on sm_80/90, dq on sm_80); the window, softcap, alibi and top-left causal keys
+ * all on: dkdv on every SM, dtype and head_dim, dq and the deterministic dkdv on sm_75/80/90;
  * KILN_TEST_FULL=1 runs every kernel on every SM, dtype and head_dim, causal or not. KILN_ATTN_TABLE=1 prints registers and shared memory per variant. */
 #include "matrix.h"
 
@@ -36,6 +37,20 @@ static int variants(matrix_variant *v, int full) {
                 if (full) {
                     n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], "");
                     n = add(v, n, sms[s], "dq", dtypes[t], dims[d], "");
+                }
+            }
+    /* every mask key on (lib/attn_mask.lua): the kernels with the most parameters and mask work */
+    for (int s = 0; s < nsms; s++)
+        for (int t = 0; t < 3; t++)
+            for (int d = 0; d < 5; d++) {
+                const char *keys = (s + t + d) % 2 ? " causal=true window=true softcap=true alibi=true"
+                                                   : " causal=top_left window=true softcap=true alibi=true";
+                n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], keys);
+                if (full || sms[s] == 75 || sms[s] == 80 || sms[s] == 90) {
+                    char det[128];
+                    snprintf(det, sizeof det, "%s deterministic=true", keys);
+                    n = add(v, n, sms[s], "dq", dtypes[t], dims[d], keys);
+                    n = add(v, n, sms[s], "dkdv", dtypes[t], dims[d], det);
                 }
             }
     /* mixed dtypes: f32 O/dO and gradients from bf16 inputs */

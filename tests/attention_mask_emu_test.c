@@ -53,6 +53,7 @@ static const mcase cases[] = {
     {"top_left causal, seq_q > seq_k", 2, 0, 0, 0, 0, 0, 1, 3, 1, 200, 60, 1, 0},
     {"everything: window + causal + softcap + alibi + GQA", 1, 1, 40, 0, 20, 2, 2, 4, 2, 130, 150, 2, 0},
     {"window + top_left + alibi", 2, 1, 16, 8, 0, 1, 1, 2, 1, 90, 70, 1, 0},
+    {"decoding: window over a long cache (first tiles skipped)", 1, 1, 100, -1, 0, 1, 1, 4, 1, 3, 500, 1, 0},
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 

@@ -17,7 +17,10 @@ static int add(matrix_variant *v, int n, int sm, const char *fmt, const char *a,
  * an f32 output from half-precision inputs. Split-KV decoding (splitkv=true): SM x dtype x
  * head_dim x causal and its combine kernel attention_combine for SM x out dtype x head_dim; without
  * KILN_TEST_FULL=1 a slice: sm_75/80/90 with causal on alternate variants, combine on sm_75/80
- * (sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows). */
+ * (sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows). The window, softcap,
+ * alibi and top-left causal keys (lib/attn_mask.lua): SM x dtype x head_dim with every key on (causal
+ * bottom-right and top-left alternating), the SIMT path forced on sm_75/80, and split-KV with the keys
+ * on sm_75/80/90 (every SM with KILN_TEST_FULL=1). */
 static int attention_variants(matrix_variant *v) {
     int n = 0;
     for (int s = 0; s < nsms; s++)
@@ -47,6 +50,18 @@ static int attention_variants(matrix_variant *v) {
                         v[n++].sm = sms[s];
                     }
                 }
+    for (int s = 0; s < nsms; s++)
+        for (int t = 0; t < 3; t++)
+            for (int d = 0; d < 5; d++) {
+                const char *causal = (s + t + d) % 2 ? "true" : "top_left";
+                char keys[96];
+                snprintf(keys, sizeof keys, "%s window=true softcap=true alibi=true", causal);
+                n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s", dtypes[t], dims[d], keys);
+                if (t > 0 && s <= 1)
+                    n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s path=simt", dtypes[t], dims[d], keys);
+                if (all || sms[s] == 75 || sms[s] == 80 || sms[s] == 90)
+                    n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s splitkv=true", dtypes[t], dims[d], keys);
+            }
     return n;
 }
 
