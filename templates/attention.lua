@@ -7,8 +7,11 @@
 -- key j iff j <= i + seq_k - seq_q. The softmax runs online in f32, in base 2 with
 -- scale * log2(e) folded into the scores; exponentials use ex2.approx.f32. O is written in
 -- `out`; the row log-sum-exp (natural log, of the scaled scores) in f32 as lse[batch, head, seq_q]
--- (lse may be NULL). A row that sees no key (causal, seq_q > seq_k) gets O = 0 and
--- lse = +inf, as FlashAttention-2 writes it.
+-- (lse may be NULL). A row that sees no key (causal or a window, seq_q > seq_k) gets O = 0 and
+-- lse = +inf, as FlashAttention-2 writes it. causal=top_left aligns the diagonal top-left (torch
+-- SDPA); window=true, softcap=true and alibi=true take their values at launch (lib/attn_mask.lua):
+-- a block visits only the key tiles its rows' windows reach. head_dim: any multiple of 8 up to 256,
+-- run on the tiles of the next of 32, 64, 96, 128, 256 (spec_of).
 --
 -- Grid: problem = {seq_q, heads_q, batch}, grid_tile = {block_m, 1, 1}.
 --
@@ -39,8 +42,8 @@ local K = {
   params = {
     { name = "dtype", type = "dtype", default = "f16", doc = "Q, K, V dtype" },
     { name = "out", type = "dtype", default = "=dtype", doc = "O dtype" },
-    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
-      doc = "head dimension" },
+    { name = "head_dim", type = "int", default = 64, min = 8, max = 512,
+      doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
@@ -83,6 +86,12 @@ local MMA_TILES = {
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
+-- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
+-- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such
+-- specs take these entries first where the table has them.
+local MMA_TILES_KEYS = {
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -114,8 +123,31 @@ local SPLIT_TILES_STAGED = {
   [256] = MMA_TILES_STAGED[256],
 }
 
+-- head_dim: the tile tables have columns for these widths; any other multiple of 8 runs the tiles
+-- of the next width, its columns past head_dim zero in shared memory (Q and K add 0 to the scores,
+-- V gives 0 columns that are not stored). Templates see the padded width as spec.head_dim and the
+-- real one as spec.dim (spec_of).
+local TILE_DIMS = { 32, 64, 96, 128, 256 }
+local function padded(d)
+  for _, w in ipairs(TILE_DIMS) do if d <= w then return w end end
+end
+
+-- The spec as the builders read it: mask keys normalized (lib/attn_mask.lua), head_dim padded.
+local function spec_of(spec)
+  local s = mask.spec(spec)
+  if s == spec then return spec end
+  s.dim = spec.head_dim
+  s.head_dim = padded(spec.head_dim) or spec.head_dim
+  return s
+end
+
 function K.check(spec)
-  spec = mask.spec(spec)
+  local d = spec.head_dim
+  if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
+  if d > 256 then
+    return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
+  end
+  spec = spec_of(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
   end
@@ -135,6 +167,7 @@ local function config_mma(spec, target)
   local pick, bytes, stages
   local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
+  if (spec.softcap or spec.alibi) and target.cp_async and not spec.splitkv and MMA_TILES_KEYS[d] then tiles = MMA_TILES_KEYS end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -169,7 +202,7 @@ local function config_simt(spec)
 end
 
 function K.config(spec, target)
-  spec = mask.spec(spec)
+  spec = spec_of(spec)
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
@@ -179,7 +212,7 @@ function K.config(spec, target)
     -- grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q / block_m), batch}: the runtime
     -- computes it (rows_per_block = block_m), then launches the combine kernel over the workspace
     cfg.grid_tile = { 1, 1, 1 }
-    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.head_dim)
+    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.dim)
   end
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; the tiles where it gave more SASS instructions keep default<O3> (measured: head_dim 96
@@ -281,7 +314,7 @@ end
 -- the workspace: ws[split][row][d] then, after splits * rows * d floats, lse[split][row], with
 -- row = (batch * heads_q + head) * seq_q + query. attention_combine merges the splits.
 local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
-  local d = spec.head_dim
+  local d = spec.dim
   local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
   local r = b:select(live, row, 0)
   local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(G.head(r))) * b:i64(p.seq_q) + b:i64(G.sq(r))
@@ -307,11 +340,13 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local ok = b:lt(row0 + r, seq)
     local rr = b:select(ok, row0 + r, 0)
     local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
-    local vals = b:load_vec(at + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    local real = spec.dim < d and b:lt(c, spec.dim) -- padded columns read column 0 and become 0
+    local vals = b:load_vec(at + (real and b:select(real, c, 0) or c), vec, { align = vec * util.dtype_bytes[spec.dtype] })
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
       if zero_tail then f[i] = b:select(ok, f[i], 0.0) end
+      if real then f[i] = b:select(real, f[i], 0.0) end
     end
     local st = function() b:store_vec(dst + r * ld + c, f, { align = 16 }) end
     if in_tile then st() else b:if_(b:lt(item, items), st) end
@@ -442,6 +477,10 @@ local function build_simt(b, spec, cfg, p)
   end)
 
   -- O = acc / l; lse = (m + log2 l) ln 2. Rows that saw no key: O = 0, lse = +inf.
+  -- (padded head_dim: this thread's chunk jj is stored when it lies inside head_dim)
+  local function cols(jj, store)
+    if spec.dim < d then b:if_(b:lt((cg + tc * jj) * 4, spec.dim), store) else store() end
+  end
   for i = 0, rm - 1 do
     local row = q0 + rg + tr * i
     local live = b:lt(row, G.rows)
@@ -455,7 +494,7 @@ local function build_simt(b, spec, cfg, p)
         for jj = 0, dchunks - 1 do
           local out = {}
           for c = 0, 3 do out[c + 1] = acc[i][jj * 4 + c]:get() * inv end
-          b:store_vec(at + (cg + tc * jj) * 4, out, { align = 16 })
+          cols(jj, function() b:store_vec(at + (cg + tc * jj) * 4, out, { align = 16 }) end)
         end
       end, lse2, b:eq(cg, 0))
       goto continue
@@ -469,7 +508,7 @@ local function build_simt(b, spec, cfg, p)
     end
     b:if_(live, function()
       for jj = 0, dchunks - 1 do
-        b:store_vec(orow + (cg + tc * jj) * 4, vals[jj], { align = 4 * util.dtype_bytes[spec.out] })
+        cols(jj, function() b:store_vec(orow + (cg + tc * jj) * 4, vals[jj], { align = 4 * util.dtype_bytes[spec.out] }) end)
       end
     end)
     local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
@@ -505,7 +544,8 @@ end
 
 -- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
 -- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
--- fn(r, c, ok, src_address, partial) per item this thread owns (ok: the row exists).
+-- fn(r, c, ok, src_address, partial, real) per item this thread owns (ok: the row exists; real:
+-- the chunk is inside head_dim, nil when head_dim is a table width).
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
@@ -523,8 +563,10 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
     local rr = b:select(ok, row0 + r, 0)
-    local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + c * 8
-    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil)
+    -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
+    local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
+    local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real)
   end
 end
 
@@ -532,16 +574,20 @@ end
 -- zero-filled), else loads and stores through registers (rows past seq read row 0, zeroed when
 -- zero_tail; K rows past seq are masked instead).
 local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
     local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
-        b:cp_async(to, from, { pred = ok })
+        b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok })
       else
         local v = b:load_vec(from, 8, { align = 16 })
         if zero_tail then
           local zero = b:from_f32(0.0, spec.dtype)
           for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+        end
+        if real then
+          local zero = b:from_f32(0.0, spec.dtype)
+          for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
         end
         b:store_vec(to, v, { align = 16 })
       end
@@ -554,12 +600,16 @@ end
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
 local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail)
   local staged = {}
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
     if zero_tail then
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+    end
+    if real then
+      local zero = b:from_f32(0.0, spec.dtype)
+      for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
     staged[#staged + 1] = { r = r, c = c, v = v }
   end)
@@ -911,18 +961,18 @@ local function mma_epilogue(c)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
         split_store(b, spec, p, G, row, live, function(at)
-          for j = 0, c.dtiles - 1 do
+          for j = 0, spec.dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
             b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
           end
         end, lse2, b:eq(t, 0))
       else
         local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
         local vals = {}
-        for j = 0, c.dtiles - 1 do
+        for j = 0, spec.dim // 8 - 1 do
           vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
         end
         b:if_(live, function()
-          for j = 0, c.dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+          for j = 0, spec.dim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
@@ -946,7 +996,7 @@ local function build_mma(b, spec, cfg, p)
 end
 
 function K.build(b, spec, cfg)
-  spec = mask.spec(spec)
+  spec = spec_of(spec)
   local p = declare(b, spec)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end

@@ -5,7 +5,9 @@
 -- [batch, seq, heads, head_dim] through batch/sequence/head strides given at launch (head_dim
 -- contiguous); lse is the forward's f32 [batch, heads_q, seq_q] log-sum-exp (+inf for a row that
 -- sees no key: its gradients are 0); causal masking is bottom-right aligned (query i sees key j iff
--- j <= i + seq_k - seq_q); query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
+-- j <= i + seq_k - seq_q) or top-left (causal=top_left), with the forward's window, softcap and
+-- alibi keys (lib/attn_mask.lua; the softcap's gradient through tanh's derivative);
+-- query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
 -- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim].
 --
 -- The sequence (runtime/rt_attention_bwd.c runs it):
@@ -86,9 +88,11 @@ function K.config(spec, target)
              align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
   end
   local cfg
-  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and mma.available(spec, target)
+  local avail, why = mma.available(spec, target)
+  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and avail
   if spec.path == "mma" and not use_mma then
-    error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
+    error(string.format("path=mma: %s (use path=auto or simt)", why and string.format("sm_%d: %s", target.sm, why)
+      or string.format("sm_%d has no tensor-core mma for %s", target.sm, spec.dtype)))
   end
   if use_mma then cfg = mma.config(spec, target, {}) else cfg = simt.config(spec, target, {}) end
   local tile = spec.kernel == "dkdv" and cfg.block_n or cfg.block_m

@@ -20,7 +20,9 @@ static int add(matrix_variant *v, int n, int sm, const char *fmt, const char *a,
  * (sm_86/89 differ from sm_80 only in the pipeline depth shared memory allows). The window, softcap,
  * alibi and top-left causal keys (lib/attn_mask.lua): SM x dtype x head_dim with every key on (causal
  * bottom-right and top-left alternating), the SIMT path forced on sm_75/80, and split-KV with the keys
- * on sm_75/80/90 (every SM with KILN_TEST_FULL=1). */
+ * on sm_75/80/90 (every SM with KILN_TEST_FULL=1). head_dim between the table's widths (8, 40, 80,
+ * 160, 200, 248: the next width's tiles, padded) on sm_75/80/90 in every dtype, split-KV and the
+ * combine kernel at 40 and 200. */
 static int attention_variants(matrix_variant *v) {
     int n = 0;
     for (int s = 0; s < nsms; s++)
@@ -61,6 +63,19 @@ static int attention_variants(matrix_variant *v) {
                     n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s path=simt", dtypes[t], dims[d], keys);
                 if (all || sms[s] == 75 || sms[s] == 80 || sms[s] == 90)
                     n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s splitkv=true", dtypes[t], dims[d], keys);
+            }
+    static const int odd[] = {8, 40, 80, 160, 200, 248};
+    for (int s = 0; s < nsms; s++)
+        for (int t = 0; t < 3; t++)
+            for (int d = 0; d < 6; d++) {
+                if (!all && sms[s] != 75 && sms[s] != 80 && sms[s] != 90) continue;
+                const char *causal = (s + t + d) % 2 ? "true" : "false";
+                n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s", dtypes[t], odd[d], causal);
+                if (odd[d] == 40 || odd[d] == 200) {
+                    n = add(v, n, sms[s], "attention dtype=%s head_dim=%d causal=%s splitkv=true", dtypes[t], odd[d], causal);
+                    snprintf(v[n].spec, sizeof v[n].spec, "attention_combine out=%s head_dim=%d", dtypes[t], odd[d]);
+                    v[n++].sm = sms[s];
+                }
             }
     return n;
 }

@@ -21,8 +21,14 @@ local LOG2E = 1.4426950408889634
 -- Whether the tensor-core dkdv serves this spec on this target: f16/bf16 inputs with O/dO in the
 -- same dtype, the target's mma for the dtype, and head_dim <= 128 (dK and dV of 16 keys x 256
 -- would need 256 accumulators a thread).
+-- Second result: why not, when the target has the mma but the spec does not fit it.
 function M.available(spec, target)
   if spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128 or not target.ldmatrix then return false end
+  -- dkdv at d128 without cp.async (16-row query tiles, dK and dV 128 registers a thread) spills
+  -- 8 bytes with window, softcap and alibi all on (ptxas, sm_75): that combination runs on SIMT
+  if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi then
+    return false, "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async"
+  end
   if target.mma_m16n8k16 then return true end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
@@ -31,6 +37,9 @@ end
 local function config_dq(spec, target, cfg)
   local d = spec.head_dim
   local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
+  -- without cp.async, d96 with the mask keys (per-row bounds, slopes, tanh) spills at 64 keys (ptxas
+  -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
+  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
