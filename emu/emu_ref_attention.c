@@ -229,7 +229,7 @@ kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, voi
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kern);
     attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
-                   (float)kiln_attn_scale(p), {0}};
+                   (float)kiln_attn_scale(p), {0}, {0}, 0, NULL};
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
     bind_keys(&a, p);
@@ -267,7 +267,7 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
     if (splits < 1) return kiln_fail(err, KILN_EINVAL, "attention split-KV: splits (%d) must be >= 1", splits);
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(split), *mc = kiln_emu_kernel_meta(combine);
     attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
-                   (float)kiln_attn_scale(p), {0}};
+                   (float)kiln_attn_scale(p), {0}, {0}, 0, NULL};
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
     bind_keys(&a, p);

@@ -205,7 +205,7 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
                    bf->dk, bf->dv, bf->delta, bf->dq_acc},
                   {p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
                   (float)kiln_attn_scale(p),
-                  {{0}}};
+                  {{0}}, {0}, 0, NULL};
     const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
     for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
     a.keys[0] = p->window_left, a.keys[1] = p->window_right, a.keys[2] = p->alibi_stride;

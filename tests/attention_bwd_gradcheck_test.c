@@ -116,7 +116,7 @@ static const shape shapes[] = {
 };
 
 static void check_reference(const shape *s) {
-    char name[160], why[200] = "";
+    char name[300], why[200] = "";
     char keys[96];
     keys_of(s, keys, sizeof keys);
     snprintf(name, sizeof name, "float64 reference vs finite differences: hq=%d hkv=%d sq=%d sk=%d%s d=4", s->hq, s->hkv,
