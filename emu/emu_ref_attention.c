@@ -34,7 +34,8 @@ kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_er
             else if (!strcmp(word, "out")) bad = kiln_dtype_parse(v, &p->out) != 0, out_given = 1;
             else if (!strcmp(word, "head_dim")) bad = (p->head_dim = atoi(v)) <= 0;
             else if (!strcmp(word, "causal")) p->causal = !strcmp(v, "top_left") ? 2 : !strcmp(v, "true") || !strcmp(v, "1");
-            else if (!strcmp(word, "window")) p->window = !strcmp(v, "true");
+            else if (!strcmp(word, "window")) /* unbounded until the caller sets the sides */
+                p->window = !strcmp(v, "true"), p->window_left = p->window_right = -1;
             else if (!strcmp(word, "softcap")) p->has_softcap = !strcmp(v, "true");
             else if (!strcmp(word, "alibi")) p->alibi = !strcmp(v, "true");
             if (bad) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for '%s'", v, word);

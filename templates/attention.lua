@@ -220,6 +220,9 @@ function K.config(spec, target)
   local o3 = spec.head_dim == 96 and spec.causal and cfg.stages == 2 and cfg.cp_async
   -- (and split-KV SIMT head_dim 64 causal: 130 registers, 3 blocks an SM, vs 128 and 4 with default<O3>)
   o3 = o3 or (spec.splitkv and cfg.path == "simt" and spec.head_dim == 64 and spec.causal)
+  -- (and with softcap or alibi: head_dim 32, and split-KV head_dim 64: 8-112 more SASS instructions
+  -- than default<O3>, 0.1-1.3 %; elsewhere with the keys default<O3> spilled, d64 sm_86/89, d256 sm_80)
+  o3 = o3 or ((spec.softcap or spec.alibi) and (spec.head_dim == 32 or (spec.splitkv and spec.head_dim == 64)))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %

@@ -27,7 +27,8 @@ typedef struct kiln_attn_problem {
     const float *alibi_slopes;
 } kiln_attn_problem;
 
-/* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys from an attention spec (canonical or not; the rest of p
+/* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys (window=true sets both sides
+ * to -1, unbounded; softcap and the slopes stay for the caller) from an attention spec (canonical or not; the rest of p
  * is left alone); KILN_EINVAL names a bad value. */
 kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_error *err);
 /* Fills n elements of dtype t with values uniform in [-amplitude, amplitude] (rounded to t) from
