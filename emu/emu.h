@@ -351,5 +351,11 @@ void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t
  * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and
  * delta [batch, heads_q, seq_q], dq_acc [batch, heads_q, seq_q, head_dim]; 0 for any other name. */
 size_t emu_attn_param_bytes(const struct kiln_attn_problem *p, const kiln_param *param);
+/* Whether query i sees key j (causal, window); the score of dot product qk for (batch b, head h,
+ * i, j) with the softcap and ALiBi bias, and in *dx its derivative by qk (for the backward). */
+int emu_attn_visible(const struct kiln_attn_problem *p, int i, int j);
+double emu_attn_score(const struct kiln_attn_problem *p, double qk, int b, int h, int i, int j, double *dx);
+/* |ALiBi bias| of (b, h, i, j); 0 without alibi. */
+double emu_attn_bias(const struct kiln_attn_problem *p, int b, int h, int i, int j);
 
 #endif

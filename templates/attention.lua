@@ -7,8 +7,11 @@
 -- key j iff j <= i + seq_k - seq_q. The softmax runs online in f32, in base 2 with
 -- scale * log2(e) folded into the scores; exponentials use ex2.approx.f32. O is written in
 -- `out`; the row log-sum-exp (natural log, of the scaled scores) in f32 as lse[batch, head, seq_q]
--- (lse may be NULL). A row that sees no key (causal, seq_q > seq_k) gets O = 0 and
--- lse = +inf, as FlashAttention-2 writes it.
+-- (lse may be NULL). A row that sees no key (causal or a window, seq_q > seq_k) gets O = 0 and
+-- lse = +inf, as FlashAttention-2 writes it. causal=top_left aligns the diagonal top-left (torch
+-- SDPA); window=true, softcap=true and alibi=true take their values at launch (lib/attn_mask.lua):
+-- a block visits only the key tiles its rows' windows reach. head_dim: any multiple of 8 up to 256,
+-- run on the tiles of the next of 32, 64, 96, 128, 256 (spec_of).
 --
 -- Grid: problem = {seq_q, heads_q, batch}, grid_tile = {block_m, 1, 1}.
 --
@@ -32,19 +35,21 @@
 -- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
+local mask = require("lib.attn_mask")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
   params = {
     { name = "dtype", type = "dtype", default = "f16", doc = "Q, K, V dtype" },
     { name = "out", type = "dtype", default = "=dtype", doc = "O dtype" },
-    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
-      doc = "head dimension" },
-    { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
+    { name = "head_dim", type = "int", default = 64, min = 8, max = 512,
+      doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
+    mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
   },
 }
 
@@ -81,6 +86,12 @@ local MMA_TILES = {
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
+-- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
+-- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such
+-- specs take these entries first where the table has them.
+local MMA_TILES_KEYS = {
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -112,7 +123,31 @@ local SPLIT_TILES_STAGED = {
   [256] = MMA_TILES_STAGED[256],
 }
 
+-- head_dim: the tile tables have columns for these widths; any other multiple of 8 runs the tiles
+-- of the next width, its columns past head_dim zero in shared memory (Q and K add 0 to the scores,
+-- V gives 0 columns that are not stored). Templates see the padded width as spec.head_dim and the
+-- real one as spec.dim (spec_of).
+local TILE_DIMS = { 32, 64, 96, 128, 256 }
+local function padded(d)
+  for _, w in ipairs(TILE_DIMS) do if d <= w then return w end end
+end
+
+-- The spec as the builders read it: mask keys normalized (lib/attn_mask.lua), head_dim padded.
+local function spec_of(spec)
+  local s = mask.spec(spec)
+  if s == spec then return spec end
+  s.dim = spec.head_dim
+  s.head_dim = padded(spec.head_dim) or spec.head_dim
+  return s
+end
+
 function K.check(spec)
+  local d = spec.head_dim
+  if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
+  if d > 256 then
+    return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
+  end
+  spec = spec_of(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
   end
@@ -132,6 +167,7 @@ local function config_mma(spec, target)
   local pick, bytes, stages
   local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
+  if (spec.softcap or spec.alibi) and target.cp_async and not spec.splitkv and MMA_TILES_KEYS[d] then tiles = MMA_TILES_KEYS end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -166,6 +202,7 @@ local function config_simt(spec)
 end
 
 function K.config(spec, target)
+  spec = spec_of(spec)
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
@@ -175,7 +212,7 @@ function K.config(spec, target)
     -- grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q / block_m), batch}: the runtime
     -- computes it (rows_per_block = block_m), then launches the combine kernel over the workspace
     cfg.grid_tile = { 1, 1, 1 }
-    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.head_dim)
+    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.dim)
   end
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; the tiles where it gave more SASS instructions keep default<O3> (measured: head_dim 96
@@ -183,6 +220,9 @@ function K.config(spec, target)
   local o3 = spec.head_dim == 96 and spec.causal and cfg.stages == 2 and cfg.cp_async
   -- (and split-KV SIMT head_dim 64 causal: 130 registers, 3 blocks an SM, vs 128 and 4 with default<O3>)
   o3 = o3 or (spec.splitkv and cfg.path == "simt" and spec.head_dim == 64 and spec.causal)
+  -- (and with softcap or alibi: head_dim 32, and split-KV head_dim 64: 8-112 more SASS instructions
+  -- than default<O3>, 0.1-1.3 %; elsewhere with the keys default<O3> spilled, d64 sm_86/89, d256 sm_80)
+  o3 = o3 or ((spec.softcap or spec.alibi) and (spec.head_dim == 32 or (spec.splitkv and spec.head_dim == 64)))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
@@ -210,14 +250,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = params }
-end
-
--- Keys visible to query `row` are those below this bound (seq_k; causal: also row + shift + 1),
--- so masking a key is one compare of its offset in the tile against bound - kv0.
-local function key_bound(b, spec, p, row, shift)
-  if not spec.causal then return p.seq_k end
-  return b:min(p.seq_k, row + shift + 1)
+  return b:kernel{ params = mask.params(spec, params) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -270,12 +303,21 @@ local function geometry(b, spec, p, bm, bn, between)
   return G
 end
 
+-- splitkv with a window: the splits share the key tiles [t0, t_end) some row of the head sees
+-- (instead of every tile), so each split's share shrinks with the window.
+local function split_range(b, p, G, t0, t_end)
+  local n = t_end - t0
+  local per = (n + (p.splits - 1)) // p.splits
+  G.t_lo = t0 + b:min(G.split * per, n)
+  G.t_hi = b:min(G.t_lo + per, t_end)
+end
+
 -- splitkv epilogue for one row: O / l (f32; store_o(at) writes this thread's columns of the row
 -- that starts at `at`) and the base-2 log-sum-exp m + log2 l (-inf when the split saw no key of the row) go to
 -- the workspace: ws[split][row][d] then, after splits * rows * d floats, lse[split][row], with
 -- row = (batch * heads_q + head) * seq_q + query. attention_combine merges the splits.
 local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
-  local d = spec.head_dim
+  local d = spec.dim
   local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
   local r = b:select(live, row, 0)
   local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(G.head(r))) * b:i64(p.seq_q) + b:i64(G.sq(r))
@@ -301,11 +343,13 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local ok = b:lt(row0 + r, seq)
     local rr = b:select(ok, row0 + r, 0)
     local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
-    local vals = b:load_vec(at + c, vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    local real = spec.dim < d and b:lt(c, spec.dim) -- padded columns read column 0 and become 0
+    local vals = b:load_vec(at + (real and b:select(real, c, 0) or c), vec, { align = vec * util.dtype_bytes[spec.dtype] })
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
       if zero_tail then f[i] = b:select(ok, f[i], 0.0) end
+      if real then f[i] = b:select(real, f[i], 0.0) end
     end
     local st = function() b:store_vec(dst + r * ld + c, f, { align = 16 }) end
     if in_tile then st() else b:if_(b:lt(item, items), st) end
@@ -325,21 +369,37 @@ local function build_simt(b, spec, cfg, p)
   local G = geometry(b, spec, p, bm, bn)
   local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
-  local shift = p.seq_k - p.seq_q -- causal: query i sees keys j <= i + shift
+  local mk = mask.setup(b, spec, p)
+  local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
   load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
 
   -- Keys this CTA visits: all of them, or up to the diagonal of its last row; splitkv: its split's.
+  -- window: from the first row's window start to the last row's end (splitkv: its split of them).
   local kv_lo, kv_end = 0, p.seq_k
   if spec.causal and not spec.splitkv then
     kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0))
   end
+  if spec.window and not spec.splitkv then
+    kv_lo = mask.row_range(mk, q0)
+    local _, hi = mask.row_range(mk, b:min(q0 + bm, p.seq_q) - 1)
+    kv_end = hi
+  end
+  if spec.window and spec.splitkv then
+    local t0, t_end = mask.tile_range(mk, 0, p.seq_q - 1, bn)
+    split_range(b, p, G, t0, t_end)
+  end
   if spec.splitkv then kv_lo, kv_end = G.t_lo * bn, b:min(G.t_hi * bn, p.seq_k) end
 
   -- Per thread: rows rg + tr*i, keys cg + tc*j of the tile, output columns 4*(cg + tc*jj)...+3.
+  -- Row i sees keys [lo[i], bound[i]); with ALiBi, slope[i] is its slope (base 2).
   local dchunks = d // (4 * tc)
-  local bound = {}
-  for i = 0, rm - 1 do bound[i] = key_bound(b, spec, p, G.sq(q0 + rg + tr * i), shift) end
+  local bound, lo, slope = {}, {}, {}
+  for i = 0, rm - 1 do
+    local row = q0 + rg + tr * i
+    lo[i], bound[i] = mask.row_range(mk, G.sq(row))
+    if spec.alibi then slope[i] = mask.slope(mk, G.head and G.head(b:min(row, G.rows - 1)) or b:ctaid("y")) end
+  end
   local m, l, acc = {}, {}, {}
   for i = 0, rm - 1 do
     m[i] = b:var("f32", NEG_INF)
@@ -373,9 +433,14 @@ local function build_simt(b, spec, cfg, p)
     -- Online softmax in base 2; masked scores are -inf.
     for i = 0, rm - 1 do
       local lim = bound[i] - kv0 - cg
+      local lim_lo = lo[i] and lo[i] - kv0 - cg
+      local dist = spec.alibi and b:f32(G.sq(q0 + rg + tr * i) + mk.shift - kv0 - cg) -- to key kv0 + cg
       local sv, mx = {}, b:f32(NEG_INF)
       for j = 0, cn - 1 do
-        sv[j] = b:select(b:lt(tc * j, lim), s[i][j]:get() * scale2, NEG_INF)
+        local ok = b:lt(tc * j, lim)
+        if lim_lo then ok = b:and_(ok, b:ge(tc * j, lim_lo)) end
+        local x = mask.score(mk, s[i][j]:get(), scale2, slope[i], dist and dist - tc * j)
+        sv[j] = b:select(ok, x, NEG_INF)
         mx = b:max(mx, sv[j])
       end
       local m_old = m[i]:get()
@@ -415,6 +480,10 @@ local function build_simt(b, spec, cfg, p)
   end)
 
   -- O = acc / l; lse = (m + log2 l) ln 2. Rows that saw no key: O = 0, lse = +inf.
+  -- (padded head_dim: this thread's chunk jj is stored when it lies inside head_dim)
+  local function cols(jj, store)
+    if spec.dim < d then b:if_(b:lt((cg + tc * jj) * 4, spec.dim), store) else store() end
+  end
   for i = 0, rm - 1 do
     local row = q0 + rg + tr * i
     local live = b:lt(row, G.rows)
@@ -428,7 +497,7 @@ local function build_simt(b, spec, cfg, p)
         for jj = 0, dchunks - 1 do
           local out = {}
           for c = 0, 3 do out[c + 1] = acc[i][jj * 4 + c]:get() * inv end
-          b:store_vec(at + (cg + tc * jj) * 4, out, { align = 16 })
+          cols(jj, function() b:store_vec(at + (cg + tc * jj) * 4, out, { align = 16 }) end)
         end
       end, lse2, b:eq(cg, 0))
       goto continue
@@ -442,7 +511,7 @@ local function build_simt(b, spec, cfg, p)
     end
     b:if_(live, function()
       for jj = 0, dchunks - 1 do
-        b:store_vec(orow + (cg + tc * jj) * 4, vals[jj], { align = 4 * util.dtype_bytes[spec.out] })
+        cols(jj, function() b:store_vec(orow + (cg + tc * jj) * 4, vals[jj], { align = 4 * util.dtype_bytes[spec.out] }) end)
       end
     end)
     local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
@@ -478,7 +547,8 @@ end
 
 -- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
 -- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
--- fn(r, c, ok, src_address, partial) per item this thread owns (ok: the row exists).
+-- fn(r, c, ok, src_address, partial, real) per item this thread owns (ok: the row exists; real:
+-- the chunk is inside head_dim, nil when head_dim is a table width).
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
@@ -496,8 +566,10 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
     local rr = b:select(ok, row0 + r, 0)
-    local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + c * 8
-    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil)
+    -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
+    local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
+    local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real)
   end
 end
 
@@ -505,16 +577,20 @@ end
 -- zero-filled), else loads and stores through registers (rows past seq read row 0, zeroed when
 -- zero_tail; K rows past seq are masked instead).
 local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
     local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
-        b:cp_async(to, from, { pred = ok })
+        b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok })
       else
         local v = b:load_vec(from, 8, { align = 16 })
         if zero_tail then
           local zero = b:from_f32(0.0, spec.dtype)
           for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+        end
+        if real then
+          local zero = b:from_f32(0.0, spec.dtype)
+          for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
         end
         b:store_vec(to, v, { align = 16 })
       end
@@ -527,12 +603,16 @@ end
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
 local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail)
   local staged = {}
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
     if zero_tail then
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+    end
+    if real then
+      local zero = b:from_f32(0.0, spec.dtype)
+      for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
     staged[#staged + 1] = { r = r, c = c, v = v }
   end)
@@ -543,29 +623,42 @@ local function stage_store(b, spec, cfg, dst, staged)
   for _, e in ipairs(staged) do b:store_vec(dst + swz(b, spec, cfg, e.r, e.c), e.v, { align = 16 }) end
 end
 
-local function build_mma(b, spec, cfg, p)
+-- The tensor-core kernel is written in steps that share one context c (builder, spec, cfg, params and
+-- the values each step adds), in the order they emit IR: mma_setup (shared tiles, lanes, block
+-- geometry, key range), mma_prologue (Q and the first K/V tiles), mma_fragments (ldmatrix offsets,
+-- Q fragments), mma_state (running max, sum, O), then per K/V tile mma_trip (pipeline) around
+-- mma_compute (mma_scores, mma_softmax, mma_pv), and mma_epilogue.
+
+-- Shared tiles, lane coordinates, the block's rows (geometry) and the K/V tiles it visits:
+-- ntiles tiles from tile0 (splitkv, window; else 0); trips [lead, nfull) of them run without mask
+-- work (lead = 0 but with a window: the tiles before are the window's start, masked).
+local function mma_setup(c)
+  local b, spec, cfg, p = c.b, c.spec, c.cfg, c.p
   local d, bm, bn, stages, mt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages, cfg.mt
   local dt = spec.dtype
-  local tile = bn * cfg.ld
-  local qs, ks, vs
+  c.d, c.bm, c.bn, c.stages, c.mt, c.dt = d, bm, bn, stages, mt, dt
+  c.tile = bn * cfg.ld
   if cfg.dynamic_smem then
-    qs = b:dynamic_shared(dt)
-    ks = qs + bm * cfg.ld
-    vs = ks + stages * tile
+    c.qs = b:dynamic_shared(dt)
+    c.ks = c.qs + bm * cfg.ld
+    c.vs = c.ks + stages * c.tile
   else
-    qs = b:shared(dt, bm * cfg.ld, 128)
-    ks = b:shared(dt, stages * tile, 128)
-    vs = b:shared(dt, stages * tile, 128)
+    c.qs = b:shared(dt, bm * cfg.ld, 128)
+    c.ks = b:shared(dt, stages * c.tile, 128)
+    c.vs = b:shared(dt, stages * c.tile, 128)
   end
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
-  local g, t = lane >> 2, lane & 3
+  c.lane, c.g, c.t = lane, lane >> 2, lane & 3
   local wrow
   local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
   if not wrow then wrow = warp * (16 * mt) end
-  local q0, base = G.q0, G.base
-  local scale2 = p.scale * LOG2E
-  local shift = p.seq_k - p.seq_q
+  c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
+  c.scale2 = p.scale * LOG2E
+  c.mask = mask.setup(b, spec, p)
+  local shift = c.mask.cshift
+  c.shift = shift
+  local q0 = G.q0
   local kv_end = p.seq_k
   if spec.causal and not spec.splitkv then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local ntiles = (kv_end + (bn - 1)) // bn
@@ -576,39 +669,62 @@ local function build_mma(b, spec, cfg, p)
   if spec.causal then nfull = b:min(nfull, b:max((spec.splitkv and 0 or q0) + shift + 1, 0) // bn) end
   nfull = b:min(nfull, ntiles)
   -- splitkv: the loops below count tiles from tile0, the split's first (tile0 + it is the key tile)
-  local tile0 = nil
   if spec.splitkv then
-    tile0 = G.t_lo
+    c.tile0 = G.t_lo
     ntiles = G.t_hi - G.t_lo
-    nfull = b:min(b:max(nfull - tile0, 0), ntiles)
+    nfull = b:min(b:max(nfull - c.tile0, 0), ntiles)
   end
-  local function key_tile(it) return tile0 and tile0 + it or it end
-  local nt, dtiles = bn // 8, d // 8
+  if spec.window then
+    -- the tiles the block's rows (splitkv: every query position) see, computed, not masked
+    local first, last = q0, b:min(q0 + bm, p.seq_q) - 1
+    if spec.splitkv then first, last = 0, p.seq_q - 1 end
+    local t0, t_end, f0, f1 = mask.tile_range(c.mask, first, last, bn)
+    if spec.splitkv then split_range(b, p, G, t0, t_end) end
+    c.tile0 = spec.splitkv and G.t_lo or t0
+    ntiles = spec.splitkv and G.t_hi - G.t_lo or t_end - t0
+    c.lead = b:min(b:max(f0 - c.tile0, 0), ntiles)
+    nfull = b:min(b:max(f1 - c.tile0, c.lead), ntiles)
+  end
+  c.ntiles, c.nfull = ntiles, nfull
+  c.nt, c.dtiles = bn // 8, d // 8
+end
 
-  local function load_k(it, buf) copy_tile(b, spec, cfg, ks + buf * tile, base.k, p.stride_ks, key_tile(it) * bn, bn, p.seq_k) end
-  local function load_v(it, buf) copy_tile(b, spec, cfg, vs + buf * tile, base.v, p.stride_vs, key_tile(it) * bn, bn, p.seq_k, true) end
-  local function load_kv(it, buf) load_k(it, buf); load_v(it, buf) end
+local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
 
-  -- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
-  copy_tile(b, spec, cfg, qs, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
+local function load_k(c, it, buf)
+  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k)
+end
+local function load_v(c, it, buf)
+  copy_tile(c.b, c.spec, c.cfg, c.vs + buf * c.tile, c.base.v, c.p.stride_vs, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, true)
+end
+local function load_kv(c, it, buf) load_k(c, it, buf); load_v(c, it, buf) end
+
+-- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
+local function mma_prologue(c)
+  local b, spec, cfg, p, stages = c.b, c.spec, c.cfg, c.p, c.stages
+  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows)
   if cfg.cp_async then
     b:cp_async_commit()
     for st = 0, stages - 2 do
-      b:if_(b:gt(ntiles, st), function() load_kv(st, st) end)
+      b:if_(b:gt(c.ntiles, st), function() load_kv(c, st, st) end)
       b:cp_async_commit()
     end
     b:cp_async_wait(math.max(stages - 1, 0))
   elseif stages == 2 then
-    b:if_(b:gt(ntiles, 0), function() load_kv(0, 0) end)
+    b:if_(b:gt(c.ntiles, 0), function() load_kv(c, 0, 0) end)
   end
   b:barrier()
+end
 
-  -- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
-  -- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
-  -- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
-  -- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+-- ldmatrix offsets, split into a per-lane part (a few registers) and a constant: fragment rows
+-- advance by multiples of 16, which leave a row's swizzle bits alone, and the chunk is a lane bit
+-- (0/1) plus an even constant cs, so (bit + cs) ^ bits = (bit ^ bits) ^ (cs & mask) + (cs & ~mask).
+-- Without the split LLVM hoists one address per fragment out of the K/V loop: registers, spills.
+-- Then the Q fragments that stay in registers (cfg.q_in_regs).
+local function mma_fragments(c)
+  local b, cfg, d, lane = c.b, c.cfg, c.d, c.lane
   local lane_part = {}
-  local function frag_off(kind, row, cbit, rs, cs)
+  function c.frag_off(kind, row, cbit, rs, cs)
     local lo, bits, mask = 0, row & 7, 7
     if d == 32 then bits, mask = (row >> 1) & 3, 3 end
     if d == 96 and cs >= 8 then lo, cs, bits, mask = 8, cs - 8, (row >> 1) & 3, 3 end
@@ -616,210 +732,274 @@ local function build_mma(b, spec, cfg, p)
     if not lane_part[key] then lane_part[key] = row * cfg.ld + ((cbit ~ bits) ~ (cs & mask)) * 8 end
     return lane_part[key] + (rs * cfg.ld + (lo + (cs & ~mask)) * 8)
   end
-  local q_row, q_bit = wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
+  c.q_row, c.q_bit = c.wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
   -- Per-lane ldmatrix rows and chunk bits: K (matrices: key tiles x head-dim halves) and
   -- V^T (.trans; matrices: key halves x head-dim tiles).
-  local k_row, k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
-  local v_row, v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
+  c.k_row, c.k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
+  c.v_row, c.v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
   for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them
-    frag_off("q", q_row, q_bit, 0, cs)
-    frag_off("k", k_row, k_bit, 0, cs)
-    frag_off("v", v_row, v_bit, 0, cs)
+    c.frag_off("q", c.q_row, c.q_bit, 0, cs)
+    c.frag_off("k", c.k_row, c.k_bit, 0, cs)
+    c.frag_off("v", c.v_row, c.v_bit, 0, cs)
   end
 
   -- The A fragments of Q for m-tile mi, head-dim step kk (16 columns).
-  local function q_frag(mi, kk)
-    return b:ldmatrix(qs + frag_off("q", q_row, q_bit, mi * 16, 2 * kk), 4)
+  function c.q_frag(mi, kk)
+    return b:ldmatrix(c.qs + c.frag_off("q", c.q_row, c.q_bit, mi * 16, 2 * kk), 4)
   end
-  local qf = {}
-  for mi = 0, mt - 1 do
-    qf[mi] = {}
+  c.qf = {}
+  for mi = 0, c.mt - 1 do
+    c.qf[mi] = {}
     if cfg.q_in_regs then
-      for kk = 0, d // 16 - 1 do qf[mi][kk] = q_frag(mi, kk) end
-    end
-  end
-
-  -- Per row (m-tile mi, half h: rows g and g + 8): running max, sum, key bound; O accumulators.
-  local m, l, acc = {}, {}, {}
-  for mi = 0, mt - 1 do
-    m[mi], l[mi], acc[mi] = {}, {}, {}
-    for h = 0, 1 do
-      m[mi][h] = b:var("f32", NEG_INF)
-      l[mi][h] = b:var("f32", 0.0)
-    end
-    for j = 0, dtiles - 1 do
-      acc[mi][j] = {}
-      for e = 1, 4 do acc[mi][j][e] = b:var("f32", 0.0) end
-    end
-  end
-
-  -- One K/V tile: S = Q K^T, online softmax (masked: scores past the bound are -inf), O += P V.
-  local function compute(it, buf, masked)
-    local kt, vt = ks + buf * tile, vs + buf * tile
-    local kv0 = key_tile(it) * bn
-    local s = {}
-    for mi = 0, mt - 1 do
-      s[mi] = {}
-      for j = 0, nt - 1 do s[mi][j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
-    end
-    for kk = 0, d // 16 - 1 do
-      local a = {}
-      for mi = 0, mt - 1 do a[mi] = qf[mi][kk] or q_frag(mi, kk) end
-      for jp = 0, nt // 2 - 1 do
-        local kf = b:ldmatrix(kt + frag_off("k", k_row, k_bit, jp * 16, 2 * kk), 4)
-        for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
-          s[mi][2 * jp] = b:mma(dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
-          s[mi][2 * jp + 1] = b:mma(dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
-        end
-      end
-    end
-
-    local pv = {}
-    for mi = 0, mt - 1 do
-      pv[mi] = {}
-      for j = 0, nt - 1 do pv[mi][j] = {} end
-      for h = 0, 1 do
-        local lim = masked and (key_bound(b, spec, p, G.sq(q0 + wrow + mi * 16 + g + h * 8), shift) - kv0 - t * 2) or nil
-        local sv, mx = {}, nil
-        for j = 0, nt - 1 do
-          for e = 0, 1 do
-            local v = s[mi][j][2 * h + e + 1] * scale2
-            if masked then v = b:select(b:lt(j * 8 + e, lim), v, NEG_INF) end
-            sv[#sv + 1] = v
-            mx = mx and b:max(mx, v) or v
-          end
-        end
-        local m_old = m[mi][h]:get()
-        local m_new = b:max(m_old, b:warp_max(mx, 4))
-        local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
-        local alpha = b:ex2_approx(m_old - m_use)
-        local sum = nil
-        for j = 0, nt - 1 do
-          for e = 0, 1 do
-            local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
-            sum = sum and sum + x or x
-            pv[mi][j][2 * h + e + 1] = x
-          end
-        end
-        m[mi][h]:set(m_new)
-        l[mi][h]:set(b:fma(l[mi][h]:get(), alpha, sum))
-        for j = 0, dtiles - 1 do
-          for e = 1, 2 do acc[mi][j][2 * h + e]:set(acc[mi][j][2 * h + e]:get() * alpha) end
-        end
-      end
-    end
-
-    if stages == 1 then
-      if cfg.cp_async then b:cp_async_wait(0) else load_v(it, 0) end
-      b:barrier()
-    end
-    -- O += P V with P as the A operand straight from the S registers; each V fragment feeds every m-tile.
-    local o = {}
-    for mi = 0, mt - 1 do
-      o[mi] = {}
-      for j = 0, dtiles - 1 do
-        o[mi][j] = { acc[mi][j][1]:get(), acc[mi][j][2]:get(), acc[mi][j][3]:get(), acc[mi][j][4]:get() }
-      end
-    end
-    for kstep = 0, nt // 2 - 1 do
-      local a = {}
-      for mi = 0, mt - 1 do
-        local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
-        a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
-      end
-      for dp = 0, dtiles // 2 - 1 do
-        local vf = b:ldmatrix(vt + frag_off("v", v_row, v_bit, kstep * 16, 2 * dp), 4, true)
-        for mi = 0, mt - 1 do
-          o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
-          o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
-        end
-      end
-    end
-    for mi = 0, mt - 1 do
-      for j = 0, dtiles - 1 do
-        for e = 1, 4 do acc[mi][j][e]:set(o[mi][j][e]) end
-      end
-    end
-  end
-
-  -- One trip of the K/V loop, with the pipeline around compute().
-  local function trip(it, masked)
-    if cfg.cp_async and stages >= 2 then
-      -- tile it + stages - 1 into the buffer tile it - 1 left (every warp passed the barrier after it)
-      local ahead = it + (stages - 1)
-      b:if_(b:lt(ahead, ntiles), function() load_kv(ahead, ahead % stages) end)
-      b:cp_async_commit()
-      b:cp_async_wait(stages - 1)
-      b:barrier()
-      compute(it, it % stages, masked)
-      b:barrier() -- the buffer is refilled stages - 1 trips later
-    elseif stages == 2 then
-      -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
-      -- stored into the other buffer after it; one barrier a trip.
-      local nxt = b:min(it + 1, ntiles - 1)
-      local sk = stage_load(b, spec, cfg, base.k, p.stride_ks, key_tile(nxt) * bn, bn, p.seq_k)
-      local sv = stage_load(b, spec, cfg, base.v, p.stride_vs, key_tile(nxt) * bn, bn, p.seq_k, true)
-      compute(it, it & 1, masked)
-      local nb = (it + 1) & 1
-      stage_store(b, spec, cfg, ks + nb * tile, sk)
-      stage_store(b, spec, cfg, vs + nb * tile, sv)
-      b:barrier()
-    else
-      -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through
-      -- registers after the softmax, when fewer registers are live.
-      b:barrier()
-      load_k(it, 0)
-      if cfg.cp_async then
-        b:cp_async_commit()
-        load_v(it, 0)
-        b:cp_async_commit()
-        b:cp_async_wait(1)
-      end
-      b:barrier()
-      compute(it, 0, masked)
-    end
-  end
-
-  b:for_(0, nfull, 1, function(it) trip(it, false) end)
-  b:for_(nfull, ntiles, 1, function(it) trip(it, true) end)
-
-  -- O = acc / l, rounded once; lse from lanes t == 0.
-  local ob = util.dtype_bytes[spec.out]
-  for mi = 0, mt - 1 do
-    for h = 0, 1 do
-      local row = q0 + wrow + mi * 16 + g + h * 8
-      local live = b:lt(row, G.rows)
-      local lsum = b:warp_sum(l[mi][h]:get(), 4)
-      local empty = b:le(lsum, 0.0)
-      local inv = b:select(empty, 0.0, 1.0 / lsum)
-      if spec.splitkv then
-        local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
-        local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
-        split_store(b, spec, p, G, row, live, function(at)
-          for j = 0, dtiles - 1 do
-            b:store_vec(at + (j * 8 + t * 2), { acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, { align = 8 })
-          end
-        end, lse2, b:eq(t, 0))
-        goto continue
-      end
-      local orow = base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
-      local vals = {}
-      for j = 0, dtiles - 1 do
-        vals[j] = b:from_f32_vec({ acc[mi][j][2 * h + 1]:get() * inv, acc[mi][j][2 * h + 2]:get() * inv }, spec.out)
-      end
-      b:if_(live, function()
-        for j = 0, dtiles - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
-      end)
-      local m_use = b:select(b:eq(m[mi][h]:get(), NEG_INF), 0.0, m[mi][h]:get())
-      local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-      local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
-      b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
-      ::continue::
+      for kk = 0, d // 16 - 1 do c.qf[mi][kk] = c.q_frag(mi, kk) end
     end
   end
 end
 
+-- Per row (m-tile mi, half h: rows g and g + 8): running max m, sum l; O accumulators acc;
+-- with ALiBi the row's slope.
+local function mma_state(c)
+  local b = c.b
+  c.m, c.l, c.acc = {}, {}, {}
+  for mi = 0, c.mt - 1 do
+    c.m[mi], c.l[mi], c.acc[mi] = {}, {}, {}
+    for h = 0, 1 do
+      c.m[mi][h] = b:var("f32", NEG_INF)
+      c.l[mi][h] = b:var("f32", 0.0)
+    end
+    for j = 0, c.dtiles - 1 do
+      c.acc[mi][j] = {}
+      for e = 1, 4 do c.acc[mi][j][e] = b:var("f32", 0.0) end
+    end
+  end
+  if c.spec.alibi then -- each row's slope (split-KV: rows of several query heads share a block)
+    local G, plain = c.G, nil
+    c.slope = {}
+    for mi = 0, c.mt - 1 do
+      c.slope[mi] = {}
+      for h = 0, 1 do
+        if G.head then
+          c.slope[mi][h] = mask.slope(c.mask, G.head(b:min(c.q0 + c.wrow + mi * 16 + c.g + h * 8, G.rows - 1)))
+        else
+          plain = plain or mask.slope(c.mask, b:ctaid("y"))
+          c.slope[mi][h] = plain
+        end
+      end
+    end
+  end
+end
+
+-- S = Q K^T of the tile in buffer kt: s[mi][j] holds the C fragment of m-tile mi, keys 8j..8j+7.
+local function mma_scores(c, kt)
+  local b, mt, nt, d = c.b, c.mt, c.nt, c.d
+  local s = {}
+  for mi = 0, mt - 1 do
+    s[mi] = {}
+    for j = 0, nt - 1 do s[mi][j] = { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } end
+  end
+  for kk = 0, d // 16 - 1 do
+    local a = {}
+    for mi = 0, mt - 1 do a[mi] = c.qf[mi][kk] or c.q_frag(mi, kk) end
+    for jp = 0, nt // 2 - 1 do
+      local kf = b:ldmatrix(kt + c.frag_off("k", c.k_row, c.k_bit, jp * 16, 2 * kk), 4)
+      for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
+        s[mi][2 * jp] = b:mma(c.dt, a[mi], { kf[1], kf[2] }, s[mi][2 * jp])
+        s[mi][2 * jp + 1] = b:mma(c.dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
+      end
+    end
+  end
+  return s
+end
+
+-- Online softmax of the scores s of the tile at key kv0 (masked: scores past the row's bound are
+-- -inf); rescales the O accumulators; returns P (pv[mi][j], f32, the layout of s).
+local function mma_softmax(c, s, kv0, masked)
+  local b, spec, p, mt, nt = c.b, c.spec, c.p, c.mt, c.nt
+  local pv = {}
+  for mi = 0, mt - 1 do
+    pv[mi] = {}
+    for j = 0, nt - 1 do pv[mi][j] = {} end
+    for h = 0, 1 do
+      local sq = (masked or spec.alibi) and c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)
+      local lim, lim_lo
+      if masked then
+        local lo, hi = mask.row_range(c.mask, sq)
+        lim = hi - kv0 - c.t * 2
+        lim_lo = lo and lo - kv0 - c.t * 2
+      end
+      -- ALiBi: the distance from this lane's first key kv0 + 2t to the row's diagonal
+      local dist = spec.alibi and b:f32(sq + c.mask.shift - kv0 - c.t * 2)
+      local sv, mx = {}, nil
+      for j = 0, nt - 1 do
+        for e = 0, 1 do
+          local v = mask.score(c.mask, s[mi][j][2 * h + e + 1], c.scale2, c.slope and c.slope[mi][h], dist and dist - (j * 8 + e))
+          if masked then
+            local ok = b:lt(j * 8 + e, lim)
+            if lim_lo then ok = b:and_(ok, b:ge(j * 8 + e, lim_lo)) end
+            v = b:select(ok, v, NEG_INF)
+          end
+          sv[#sv + 1] = v
+          mx = mx and b:max(mx, v) or v
+        end
+      end
+      local m_old = c.m[mi][h]:get()
+      local m_new = b:max(m_old, b:warp_max(mx, 4))
+      local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
+      local alpha = b:ex2_approx(m_old - m_use)
+      local sum = nil
+      for j = 0, nt - 1 do
+        for e = 0, 1 do
+          local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
+          sum = sum and sum + x or x
+          pv[mi][j][2 * h + e + 1] = x
+        end
+      end
+      c.m[mi][h]:set(m_new)
+      c.l[mi][h]:set(b:fma(c.l[mi][h]:get(), alpha, sum))
+      for j = 0, c.dtiles - 1 do
+        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha) end
+      end
+    end
+  end
+  return pv
+end
+
+-- O += P V with P as the A operand straight from the S registers; each V fragment feeds every m-tile.
+local function mma_pv(c, pv, vt)
+  local b, mt, dt = c.b, c.mt, c.dt
+  local o = {}
+  for mi = 0, mt - 1 do
+    o[mi] = {}
+    for j = 0, c.dtiles - 1 do
+      o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
+    end
+  end
+  for kstep = 0, c.nt // 2 - 1 do
+    local a = {}
+    for mi = 0, mt - 1 do
+      local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
+      a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
+    end
+    for dp = 0, c.dtiles // 2 - 1 do
+      local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
+      for mi = 0, mt - 1 do
+        o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
+        o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
+      end
+    end
+  end
+  for mi = 0, mt - 1 do
+    for j = 0, c.dtiles - 1 do
+      for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e]) end
+    end
+  end
+end
+
+-- One K/V tile (buffer buf, loop trip it): S = Q K^T, online softmax, O += P V.
+local function mma_compute(c, it, buf, masked)
+  local b = c.b
+  local kt, vt = c.ks + buf * c.tile, c.vs + buf * c.tile
+  local kv0 = key_tile(c, it) * c.bn
+  local s = mma_scores(c, kt)
+  local pv = mma_softmax(c, s, kv0, masked)
+  if c.stages == 1 then
+    if c.cfg.cp_async then b:cp_async_wait(0) else load_v(c, it, 0) end
+    b:barrier()
+  end
+  mma_pv(c, pv, vt)
+end
+
+-- One trip of the K/V loop, with the pipeline around mma_compute().
+local function mma_trip(c, it, masked)
+  local b, spec, cfg, p, stages, bn = c.b, c.spec, c.cfg, c.p, c.stages, c.bn
+  if cfg.cp_async and stages >= 2 then
+    -- tile it + stages - 1 into the buffer tile it - 1 left (every warp passed the barrier after it)
+    local ahead = it + (stages - 1)
+    b:if_(b:lt(ahead, c.ntiles), function() load_kv(c, ahead, ahead % stages) end)
+    b:cp_async_commit()
+    b:cp_async_wait(stages - 1)
+    b:barrier()
+    mma_compute(c, it, it % stages, masked)
+    b:barrier() -- the buffer is refilled stages - 1 trips later
+  elseif stages == 2 then
+    -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
+    -- stored into the other buffer after it; one barrier a trip.
+    local nxt = b:min(it + 1, c.ntiles - 1)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k)
+    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
+    mma_compute(c, it, it & 1, masked)
+    local nb = (it + 1) & 1
+    stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
+    stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
+    b:barrier()
+  else
+    -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through
+    -- registers after the softmax, when fewer registers are live.
+    b:barrier()
+    load_k(c, it, 0)
+    if cfg.cp_async then
+      b:cp_async_commit()
+      load_v(c, it, 0)
+      b:cp_async_commit()
+      b:cp_async_wait(1)
+    end
+    b:barrier()
+    mma_compute(c, it, 0, masked)
+  end
+end
+
+-- O = acc / l, rounded once; lse from lanes t == 0 (splitkv: the split's O / l and base-2 lse).
+local function mma_epilogue(c)
+  local b, spec, p, G, t = c.b, c.spec, c.p, c.G, c.t
+  local ob = util.dtype_bytes[spec.out]
+  for mi = 0, c.mt - 1 do
+    for h = 0, 1 do
+      local row = c.q0 + c.wrow + mi * 16 + c.g + h * 8
+      local live = b:lt(row, G.rows)
+      local lsum = b:warp_sum(c.l[mi][h]:get(), 4)
+      local empty = b:le(lsum, 0.0)
+      local inv = b:select(empty, 0.0, 1.0 / lsum)
+      local acc = c.acc[mi]
+      if spec.splitkv then
+        local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
+        local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
+        split_store(b, spec, p, G, row, live, function(at)
+          for j = 0, spec.dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
+            b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
+          end
+        end, lse2, b:eq(t, 0))
+      else
+        local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
+        local vals = {}
+        for j = 0, spec.dim // 8 - 1 do
+          vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
+        end
+        b:if_(live, function()
+          for j = 0, spec.dim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+        end)
+        local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
+        local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
+        local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+        b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+      end
+    end
+  end
+end
+
+local function build_mma(b, spec, cfg, p)
+  local c = { b = b, spec = spec, cfg = cfg, p = p }
+  mma_setup(c)
+  mma_prologue(c)
+  mma_fragments(c)
+  mma_state(c)
+  if c.lead then b:for_(0, c.lead, 1, function(it) mma_trip(c, it, true) end) end
+  b:for_(c.lead or 0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
+  b:for_(c.nfull, c.ntiles, 1, function(it) mma_trip(c, it, true) end)
+  mma_epilogue(c)
+end
+
 function K.build(b, spec, cfg)
+  spec = spec_of(spec)
   local p = declare(b, spec)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
@@ -864,6 +1044,8 @@ end
 local DT, DIMS, CAUSAL = util.axis("dtype", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 }),
                          util.axis("causal", { "false", "true" })
 local NOT_86_89 = { 75, 80, 90, 100, 103, 110, 120, 121 }
+local MASK_KEYS = "window=true softcap=true alibi=true"
+local ODD_DIMS = util.axis("head_dim", { 8, 40, 80, 160, 200, 248 })
 K.variants = {
   { DT, DIMS, CAUSAL },
   { { "dtype=f16", "dtype=bf16" }, DIMS, CAUSAL, "path=simt", sms = { 75, 80 } },
@@ -872,6 +1054,16 @@ K.variants = {
   { DT, { "head_dim=64", "head_dim=128" }, CAUSAL, "splitkv=true", quick = true, sms = NOT_86_89 },
   { "dtype=bf16", { "head_dim=32", "head_dim=96", "head_dim=256" }, "causal=true", "splitkv=true", quick = true,
     sms = { 75, 80, 90 } },
+  -- every mask key on (lib/attn_mask.lua), both causal alignments; SIMT forced; split-KV
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, full = true },
+  { DT, DIMS, "causal=top_left", MASK_KEYS, quick = true },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "path=simt", sms = { 75, 80 } },
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "splitkv=true", full = true },
+  { DT, DIMS, "causal=true", MASK_KEYS, "splitkv=true", quick = true, sms = { 75, 80, 90 } },
+  -- head dims between the tile table's widths (padded to the next); split-KV at two of them
+  { DT, ODD_DIMS, CAUSAL, full = true },
+  { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
+  { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },

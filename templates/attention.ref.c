@@ -24,7 +24,12 @@ kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_er
     p->dtype = emu_spec_dtype(&g, "dtype", KILN_F16);
     p->out = emu_spec_dtype(&g, "out", p->dtype);
     p->head_dim = (int)emu_spec_int(&g, "head_dim", 64);
-    p->causal = emu_spec_bool(&g, "causal", 0);
+    const char *causal = emu_spec_get(&g, "causal");
+    p->causal = causal && !strcmp(causal, "top_left") ? 2 : emu_spec_bool(&g, "causal", 0);
+    p->window = emu_spec_bool(&g, "window", 0);
+    if (p->window) p->window_left = p->window_right = -1; /* unbounded until the caller sets the sides */
+    p->has_softcap = emu_spec_bool(&g, "softcap", 0);
+    p->alibi = emu_spec_bool(&g, "alibi", 0);
     if (p->head_dim <= 0) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for 'head_dim'", emu_spec_get(&g, "head_dim"));
     return KILN_OK;
 }
@@ -75,6 +80,7 @@ size_t emu_attn_param_bytes(const kiln_attn_problem *p, const kiln_param *param)
         if (!strcmp(n, names[t][0]) || !strcmp(n, names[t][1])) elems = kiln_attn_elems(p, "qkvo"[t]);
     if (!strcmp(n, "lse") || !strcmp(n, "delta")) elems = rows;
     if (!strcmp(n, "dq_acc")) elems = rows * (size_t)p->head_dim;
+    if (!strcmp(n, "alibi_slopes")) elems = (size_t)(p->batch - 1) * (size_t)p->alibi_stride + (size_t)p->heads_q;
     return elems * kiln_dtype_size(param->dtype);
 }
 
@@ -84,8 +90,34 @@ static size_t offset(const kiln_attn_problem *p, int t, int b, int row, int head
     return (size_t)(b * s[0] + row * s[1] + head * s[2]);
 }
 
-static int visible(const kiln_attn_problem *p, int i, int j) {
-    return j < p->seq_k && (!p->causal || j <= i + p->seq_k - p->seq_q);
+int emu_attn_visible(const kiln_attn_problem *p, int i, int j) {
+    long long shift = (long long)p->seq_k - p->seq_q, d = i + shift;
+    if (j >= p->seq_k || (p->causal == 1 && j > d) || (p->causal == 2 && j > i)) return 0;
+    if (p->window && p->window_left >= 0 && j < d - p->window_left) return 0;
+    return !(p->window && p->window_right >= 0 && j > d + p->window_right);
+}
+
+#define visible emu_attn_visible
+
+/* The ALiBi bias of (batch b, head h, query i, key j): -slope |i + shift - j| (0 without alibi). */
+static double alibi_bias(const kiln_attn_problem *p, int b, int h, int i, int j) {
+    if (!p->alibi) return 0;
+    double slope = p->alibi_slopes[(size_t)b * (size_t)p->alibi_stride + (size_t)h];
+    return -slope * fabs((double)i + (double)p->seq_k - (double)p->seq_q - (double)j);
+}
+
+double emu_attn_bias(const kiln_attn_problem *p, int b, int h, int i, int j) { return fabs(alibi_bias(p, b, h, i, j)); }
+
+/* Scaled score x of dot product qk: softcapped, plus the ALiBi bias; *dx = dx / dqk. */
+double emu_attn_score(const kiln_attn_problem *p, double qk, int b, int h, int i, int j, double *dx) {
+    double scale = kiln_attn_scale(p), x = qk * scale;
+    if (dx) *dx = scale;
+    if (p->has_softcap) {
+        double t = tanh(x / p->softcap);
+        x = p->softcap * t;
+        if (dx) *dx = scale * (1 - t * t);
+    }
+    return x + alibi_bias(p, b, h, i, j);
 }
 
 kiln_status kiln_attn_check_problem(const kiln_attn_problem *p, kiln_error *err) {
@@ -94,6 +126,10 @@ kiln_status kiln_attn_check_problem(const kiln_attn_problem *p, kiln_error *err)
     if (p->heads_q % p->heads_kv)
         return kiln_fail(err, KILN_EINVAL, "attention: heads_q (%d) must be a multiple of heads_kv (%d)", p->heads_q,
                          p->heads_kv);
+    if (p->has_softcap && !(p->softcap > 0))
+        return kiln_fail(err, KILN_EINVAL, "attention: softcap=true needs a softcap > 0 (got %g)", (double)p->softcap);
+    if (p->alibi && (!p->alibi_slopes || p->alibi_stride < 0))
+        return kiln_fail(err, KILN_EINVAL, "attention: alibi=true needs alibi_slopes and an alibi_stride >= 0");
     return KILN_OK;
 }
 
@@ -102,7 +138,6 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
     kiln_status st = kiln_attn_check_problem(p, err);
     if (st != KILN_OK) return st;
     int d = p->head_dim, group = p->heads_q / p->heads_kv;
-    double scale = kiln_attn_scale(p);
     double *s = malloc(sizeof *s * (size_t)p->seq_k);
     if (!s) return kiln_fail(err, KILN_ENOMEM, "attention reference: out of memory");
     for (int b = 0; b < p->batch; b++)
@@ -116,7 +151,7 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
                     double acc = 0;
                     for (int c = 0; c < d; c++)
                         acc += kiln_emu_value_get(p->dtype, q, qo + (size_t)c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
-                    s[j] = acc * scale;
+                    s[j] = emu_attn_score(p, acc, b, h, i, j, NULL);
                     if (s[j] > m) m = s[j];
                 }
                 for (int c = 0; c < d; c++) o[oo + (size_t)c] = 0;
@@ -142,7 +177,17 @@ typedef struct attn_args {
     int ints[5];
     float scale;
     long long strides[12];
+    int keys[3]; /* window_left, window_right, alibi_stride */
+    float softcap;
+    void *slopes;
 } attn_args;
+
+/* The launch values of the window/softcap/alibi keys. */
+static void bind_keys(attn_args *a, const kiln_attn_problem *p) {
+    a->keys[0] = p->window_left, a->keys[1] = p->window_right, a->keys[2] = p->alibi_stride;
+    a->softcap = p->softcap;
+    a->slopes = (void *)p->alibi_slopes;
+}
 
 /* Points slot at the value for parameter `name`, or returns -1. */
 static int bind(attn_args *a, const char *name, void **slot) {
@@ -153,6 +198,11 @@ static int bind(attn_args *a, const char *name, void **slot) {
         if (!strcmp(name, ints[i])) return *slot = &a->ints[i], 0;
     }
     if (!strcmp(name, "scale")) return *slot = &a->scale, 0;
+    static const char *keys[] = {"window_left", "window_right", "alibi_stride"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, keys[i])) return *slot = &a->keys[i], 0;
+    if (!strcmp(name, "softcap")) return *slot = &a->softcap, 0;
+    if (!strcmp(name, "alibi_slopes")) return *slot = &a->slopes, 0;
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) {
             char n[32];
@@ -168,9 +218,10 @@ kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, voi
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kern);
     attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
-                   (float)kiln_attn_scale(p), {0}};
+                   (float)kiln_attn_scale(p), {0}, {0}, 0, NULL};
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
+    bind_keys(&a, p);
     void *args[KILN_MAX_PARAMS];
     size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside what the strides span */
     kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
@@ -205,9 +256,10 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
     if (splits < 1) return kiln_fail(err, KILN_EINVAL, "attention split-KV: splits (%d) must be >= 1", splits);
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(split), *mc = kiln_emu_kernel_meta(combine);
     attn_args a = {{o, lse, (void *)q, (void *)k, (void *)v}, {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
-                   (float)kiln_attn_scale(p), {0}};
+                   (float)kiln_attn_scale(p), {0}, {0}, 0, NULL};
     for (int t = 0; t < 4; t++)
         for (int s = 0; s < 3; s++) a.strides[t * 3 + s] = strides_of(p, t)[s];
+    bind_keys(&a, p);
     int32_t nsplits = splits;
     void *wsp = ws;
     void *args[KILN_MAX_PARAMS];
@@ -253,15 +305,18 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
  * Each weight off by e relative moves O by at most 2 e vmax (numerator and denominator); rounding
  * P to the dtype of the P.V product (mma path) adds u(p_dtype) vmax; rounding O adds u(out)|O|:
  *   tol(O)   = u(out) |O_ref| + (2 e + u(p)) vmax (1 + u(out)) + 2^-126
- *   tol(lse) = 2 ds + e + 2^-21 (lg2.approx, 2^-22 absolute in base 2) + 2^-22 |lse_ref|. */
+ *   tol(lse) = 2 ds + e + 2^-21 (lg2.approx, 2^-22 absolute in base 2) + 2^-22 |lse_ref|.
+ * softcap: tanh' <= 1 keeps ds; the tanh (from ex2.approx and a division) adds softcap 2^-20 to e.
+ * alibi: with B = max |bias| over the row's keys, the base-2 bias (slope log2 e rounded, one fma)
+ * and the larger exponent arguments add 2^-21 B to e. */
 static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
 
 typedef struct row_bounds {
-    double a, vmax;
+    double a, vmax, bias;
 } row_bounds;
 
 static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *k, const void *v, int b, int h, int i) {
-    row_bounds r = {0, 0};
+    row_bounds r = {0, 0, 0};
     int group = p->heads_q / p->heads_kv;
     size_t qo = offset(p, 0, b, i, h);
     for (int j = 0; j < p->seq_k; j++) {
@@ -274,6 +329,7 @@ static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *
             if (x > r.vmax) r.vmax = x;
         }
         if (s > r.a) r.a = s;
+        if (fabs(alibi_bias(p, b, h, i, j)) > r.bias) r.bias = fabs(alibi_bias(p, b, h, i, j));
     }
     r.a *= kiln_attn_scale(p);
     return r;
@@ -290,7 +346,8 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
             for (int i = 0; i < p->seq_q; i++) {
                 row_bounds rb = bounds(p, q, k, v, b, h, i);
                 double ds = dots * (p->head_dim + 8) * u32 * rb.a;
-                double e = 0x1p-21 + 2 * ds + 0x1p-22 * rb.a;
+                double e = 0x1p-21 + 2 * ds + 0x1p-22 * rb.a + 0x1p-21 * rb.bias;
+                if (p->has_softcap) e += 0x1p-20 * p->softcap;
                 size_t oo = offset(p, 3, b, i, h);
                 for (int c = 0; c < p->head_dim; c++) {
                     double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);

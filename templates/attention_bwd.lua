@@ -5,7 +5,9 @@
 -- [batch, seq, heads, head_dim] through batch/sequence/head strides given at launch (head_dim
 -- contiguous); lse is the forward's f32 [batch, heads_q, seq_q] log-sum-exp (+inf for a row that
 -- sees no key: its gradients are 0); causal masking is bottom-right aligned (query i sees key j iff
--- j <= i + seq_k - seq_q); query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
+-- j <= i + seq_k - seq_q) or top-left (causal=top_left), with the forward's window, softcap and
+-- alibi keys (lib/attn_mask.lua; the softcap's gradient through tanh's derivative);
+-- query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
 -- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim].
 --
 -- The sequence (runtime/rt_attention_bwd.c runs it):
@@ -33,6 +35,7 @@
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
+local mask = require("lib.attn_mask")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -44,15 +47,17 @@ local K = {
     { name = "grad", type = "dtype", default = "=dtype", doc = "dQ, dK, dV dtype" },
     { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
       doc = "head dimension" },
-    { name = "causal", type = "bool", default = false, doc = "causal mask (bottom-right aligned)" },
+    mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
   },
 }
 
 function K.check(spec)
+  spec = mask.spec(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
@@ -64,6 +69,7 @@ function K.check(spec)
   end
 end
 
+local LOG2E = 1.4426950408889634
 local ROW_THREADS, ROWS_PER_WARP = 128, 4 -- prep and convert: a warp per row, 4 rows a warp
 
 local function stride_params(params, names)
@@ -74,6 +80,7 @@ local function stride_params(params, names)
 end
 
 function K.config(spec, target)
+  spec = mask.spec(spec)
   local es = math.max(util.dtype_bytes[spec.dtype], util.dtype_bytes[spec.out])
   if spec.kernel == "prep" or spec.kernel == "convert" then
     local rows = (ROW_THREADS // 32) * ROWS_PER_WARP
@@ -81,9 +88,11 @@ function K.config(spec, target)
              align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
   end
   local cfg
-  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and mma.available(spec, target)
+  local avail, why = mma.available(spec, target)
+  local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and avail
   if spec.path == "mma" and not use_mma then
-    error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
+    error(string.format("path=mma: %s (use path=auto or simt)", why and string.format("sm_%d: %s", target.sm, why)
+      or string.format("sm_%d has no tensor-core mma for %s", target.sm, spec.dtype)))
   end
   if use_mma then cfg = mma.config(spec, target, {}) else cfg = simt.config(spec, target, {}) end
   local tile = spec.kernel == "dkdv" and cfg.block_n or cfg.block_m
@@ -98,6 +107,23 @@ end
 local function key_bound(b, spec, p, row)
   if not spec.causal then return p.seq_k end
   return b:min(p.seq_k, row + (p.seq_k - p.seq_q) + 1)
+end
+
+-- With window/softcap/alibi/top_left (mask.any), the hooks simt.scores and the mma kernels take (lib/attn_mask.lua has the
+-- semantics): range(row) -> lo (nil: 0), hi of the keys row sees; score(s, row, key, head) -> the
+-- base-2 score and, with the softcap, tanh for the derivative (nil when the plain scale * s applies).
+local function mask_hooks(b, spec, p)
+  if not mask.any(spec) then return nil end
+  local mk = mask.setup(b, spec, p)
+  local hooks = { mask = mk }
+  function hooks.range(row) return mask.row_range(mk, row) end
+  if spec.softcap or spec.alibi then
+    local scale2 = p.scale * LOG2E
+    function hooks.score(s, row, key, slope2)
+      return mask.score(mk, s, scale2, slope2, spec.alibi and b:f32(row + mk.shift - key))
+    end
+  end
+  return hooks
 end
 
 -- Index of (batch, head, row 0) in [batch, heads_q, seq_q] (i64).
@@ -197,13 +223,14 @@ end
 
 -- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
 local function build_dkdv(b, spec, cfg)
-  local p = b:kernel{ params = stride_params(main_params(spec, {
+  local p = b:kernel{ params = mask.params(spec, stride_params(main_params(spec, {
     { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
-  }), { "q", "k", "v", "dout", "dk", "dv" }) }
+  }), { "q", "k", "v", "dout", "dk", "dv" })) }
   if cfg.path == "mma" then
     return mma.build_dkdv(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
       row_index = function(bi, h) return row_index(b, p, bi, h) end,
+      hooks = mask_hooks(b, spec, p),
     })
   end
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
@@ -214,14 +241,17 @@ local function build_dkdv(b, spec, cfg)
   simt.load_tile(b, cfg, spec.dtype, d, sh.ks, base(b, p, "k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
   simt.load_tile(b, cfg, spec.dtype, d, sh.vs, base(b, p, "v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
   local dk, dv = simt.acc(b, bn, d), simt.acc(b, bn, d)
-  -- Causal: query rows below k0 - shift see none of these keys.
-  local q_start = 0
-  if spec.causal then q_start = b:max(k0 - (p.seq_k - p.seq_q), 0) end
+  -- Causal: query rows below k0 - shift see none of these keys (window: nor rows past the window).
+  local q_start, q_end = 0, p.seq_q
+  local hooks = mask_hooks(b, spec, p)
+  if hooks then q_start, q_end = mask.query_range(hooks.mask, k0, k0 + bn - 1)
+  elseif spec.causal then q_start = b:max(k0 - (p.seq_k - p.seq_q), 0) end
   b:for_(0, group, 1, function(g)
     local h = hkv * group + g
     local qb, dob = base(b, p, "q", bi, h), base(b, p, "dout", bi, h)
     local ri = row_index(b, p, bi, h)
-    b:for_(q_start, p.seq_q, bm, function(q0)
+    local slope2 = spec.alibi and mask.slope(hooks.mask, h)
+    b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile's products are done with Q, dO, P, dS
       simt.load_tile(b, cfg, spec.dtype, d, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
       simt.load_tile(b, cfg, spec.out, d, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
@@ -229,6 +259,8 @@ local function build_dkdv(b, spec, cfg)
       simt.scores(b, cfg, d, sh, p, {
         q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
         bound = function(row) return key_bound(b, spec, p, row) end,
+        range = hooks and hooks.range,
+        score = hooks and hooks.score and function(s, row, key) return hooks.score(s, row, key, slope2) end,
       })
       b:barrier()
       simt.dkdv_step(b, cfg, d, sh, dk, dv)
@@ -254,13 +286,14 @@ end
 
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
 local function build_dq(b, spec, cfg)
-  local p = b:kernel{ params = stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
-                                             { "q", "k", "v", "dout", "dq" }) }
+  local p = b:kernel{ params = mask.params(spec, stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
+                                                             { "q", "k", "v", "dout", "dq" })) }
   if cfg.path == "mma" then
     return mma.build_dq(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
       row_index = function(bi, h) return row_index(b, p, bi, h) end,
       key_bound = function(row) return key_bound(b, spec, p, row) end,
+      hooks = mask_hooks(b, spec, p),
     })
   end
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
@@ -271,13 +304,19 @@ local function build_dq(b, spec, cfg)
   local ri = row_index(b, p, bi, h)
   simt.load_tile(b, cfg, spec.dtype, d, sh.qs, base(b, p, "q", bi, h), p.stride_qs, q0, bm, p.seq_q)
   simt.load_tile(b, cfg, spec.out, d, sh.dos, base(b, p, "dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
-  local kv_end = p.seq_k
-  if spec.causal then
+  local kv_lo, kv_end = 0, p.seq_k
+  local hooks = mask_hooks(b, spec, p)
+  if hooks then -- from the first row's window start to the last row's bound
+    kv_lo = hooks.range(q0) or 0
+    local _, hi = hooks.range(b:min(q0 + bm, p.seq_q) - 1)
+    kv_end = hi
+  elseif spec.causal then
     kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + (p.seq_k - p.seq_q), 0))
   end
+  local slope2 = spec.alibi and mask.slope(hooks.mask, h)
   local kb, vb = base(b, p, "k", bi, hkv), base(b, p, "v", bi, hkv)
   local dq = simt.acc(b, bm, d)
-  b:for_(0, kv_end, bn, function(k0)
+  b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K, V, dS
     simt.load_tile(b, cfg, spec.dtype, d, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
     simt.load_tile(b, cfg, spec.dtype, d, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
@@ -285,6 +324,8 @@ local function build_dq(b, spec, cfg)
     simt.scores(b, cfg, d, sh, p, {
       q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
       bound = function(row) return key_bound(b, spec, p, row) end,
+      range = hooks and hooks.range,
+      score = hooks and hooks.score and function(s, row, key) return hooks.score(s, row, key, slope2) end,
     })
     b:barrier()
     simt.dq_step(b, cfg, d, sh, dq)
@@ -293,6 +334,7 @@ local function build_dq(b, spec, cfg)
 end
 
 function K.build(b, spec, cfg)
+  spec = mask.spec(spec)
   local builders = { prep = build_prep, convert = build_convert, dkdv = build_dkdv, dq = build_dq }
   builders[spec.kernel](b, spec, cfg)
   if cfg.max_registers then b:max_registers(cfg.max_registers) end
@@ -358,6 +400,7 @@ end
 local DT, DIMS = util.axis("dtype", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 })
 local HALF, TC_DIMS = { "dtype=f16", "dtype=bf16" }, util.axis("head_dim", { 32, 64, 96, 128 })
 local NOT_86 = { 75, 80, 89, 90, 100, 103, 110, 120, 121 }
+local MASK_KEYS = "window=true softcap=true alibi=true"
 K.variants = {
   { "kernel=dkdv", DT, DIMS, "causal=true" },
   { "kernel=dq", DT, DIMS, "causal=true", full = true },
@@ -372,6 +415,13 @@ K.variants = {
   { "kernel=dq", HALF, TC_DIMS, "causal=true path=simt", quick = true, sms = { 80 } },
   { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, full = true },
   { "kernel=dkdv", "dtype=bf16", "head_dim=128", "out=f32 grad=f32 causal=true" },
+  -- every mask key on (lib/attn_mask.lua): the kernels with the most parameters and mask work
+  { "kernel=dkdv", DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, full = true },
+  { "kernel=dkdv", DT, DIMS, "causal=top_left", MASK_KEYS, quick = true },
+  { { "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS,
+    full = true },
+  { { "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, "causal=true", MASK_KEYS, quick = true,
+    sms = { 75, 80, 90 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

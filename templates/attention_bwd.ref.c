@@ -13,9 +13,7 @@ static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t =
 /* Offset of element (b, row, head, 0) with strides s. */
 static size_t at(const long long s[3], int b, int row, int head) { return (size_t)(b * s[0] + row * s[1] + head * s[2]); }
 
-static int visible(const kiln_attn_problem *p, int i, int j) {
-    return j < p->seq_k && (!p->causal || j <= i + p->seq_k - p->seq_q);
-}
+#define visible emu_attn_visible /* causal (either corner) and window, emu_ref_attention.c */
 
 /* ---- error model ----
  * With u32 = 2^-24, per query row i: A = scale max_j sum_c |q_c k_jc|, lse the row's log-sum-exp;
@@ -31,10 +29,13 @@ static int visible(const kiln_attn_problem *p, int i, int j) {
  *   tol(dK_jc) = scale sum_i (E_ij + (up + n8) |dS_ij| + fp) |Q_ic|
  *   tol(dQ_ic) = scale sum_j (E_ij + (up + n8) |dS_ij| + fp) |K_jc|
  * kiln_attn_bwd_compare adds the rounding to the gradient dtype and a factor 2 for second-order
- * terms. */
+ * terms. The score is emu_attn_score's (softcap, ALiBi): with B the row's largest |bias|, e_p gains
+ * 2^-21 B + 8 u32 B (and softcap 2^-20 with the softcap, its tanh); dK and dQ take dS through the
+ * softcap's derivative c = 1 - t^2 (computed from an f32 tanh: 2^-20 absolute), so E becomes
+ * c E + 2^-20 |dS| and dS becomes c dS. */
 
 typedef struct row_work {
-    double *s, *pr; /* per key: scaled score, probability */
+    double *s, *pr, *dx; /* per key: scaled score, probability, d score / d qk */
 } row_work;
 
 kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k,
@@ -49,9 +50,10 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
     const double fp = p_dtype == KILN_F16 ? 0x1p-25 : p_dtype == KILN_BF16 ? 0x1p-134 : 0;
     size_t nq = kiln_attn_elems(p, 'q'), nk = kiln_attn_elems(p, 'k'), nv = kiln_attn_elems(p, 'v');
     double *sq = calloc(nq, sizeof *sq), *sk = calloc(nk, sizeof *sk), *sv = calloc(nv, sizeof *sv);
-    row_work w = {malloc(sizeof(double) * (size_t)p->seq_k), malloc(sizeof(double) * (size_t)p->seq_k)};
+    row_work w = {malloc(sizeof(double) * (size_t)p->seq_k), malloc(sizeof(double) * (size_t)p->seq_k),
+                  malloc(sizeof(double) * (size_t)p->seq_k)};
     double *o = malloc(sizeof(double) * (size_t)d);
-    if (!sq || !sk || !sv || !w.s || !w.pr || !o) {
+    if (!sq || !sk || !sv || !w.s || !w.pr || !w.dx || !o) {
         st = kiln_fail(err, KILN_ENOMEM, "attention backward reference: out of memory");
         goto done;
     }
@@ -65,7 +67,7 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
             for (int i = 0; i < p->seq_q; i++) {
                 int hk = h / group;
                 size_t qo = at(p->stride_q, b, i, h), oo = at(p->stride_o, b, i, h);
-                double m = -INFINITY, sum = 0, amax = 0;
+                double m = -INFINITY, sum = 0, amax = 0, bmax = 0;
                 for (int j = 0; j < p->seq_k; j++) {
                     w.s[j] = -INFINITY;
                     if (!visible(p, i, j)) continue;
@@ -76,8 +78,9 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                         acc += x;
                         mag += fabs(x);
                     }
-                    w.s[j] = acc * scale;
+                    w.s[j] = emu_attn_score(p, acc, b, h, i, j, &w.dx[j]);
                     if (mag * scale > amax) amax = mag * scale;
+                    if (emu_attn_bias(p, b, h, i, j) > bmax) bmax = emu_attn_bias(p, b, h, i, j);
                     if (w.s[j] > m) m = w.s[j];
                 }
                 for (int j = 0; j < p->seq_k; j++) sum += visible(p, i, j) ? exp(w.s[j] - m) : 0;
@@ -95,7 +98,8 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                     D += x;
                     dmag += fabs(x);
                 }
-                double ep = 0x1p-21 + 2 * dots * (d + 8) * u32 * amax + 8 * u32 * (amax + fabs(lse));
+                double ep = 0x1p-21 + 2 * dots * (d + 8) * u32 * amax + 8 * u32 * (amax + fabs(lse)) + (0x1p-21 + 8 * u32) * bmax;
+                if (p->has_softcap) ep += 0x1p-20 * p->softcap;
                 double eD = ((d + 8) * u32 + uo) * dmag;
                 for (int j = 0; j < p->seq_k; j++) {
                     if (w.pr[j] == 0) continue;
@@ -108,6 +112,11 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                     }
                     double P = w.pr[j], dS = P * (dp - D);
                     double E = ep * P * fabs(dp - D) + P * (dots * (d + 8) * u32 * dpmag + eD);
+                    if (p->has_softcap) { /* through the softcap: c = dx / (scale dqk) */
+                        double c = w.dx[j] / scale;
+                        E = c * E + 0x1p-20 * fabs(dS);
+                        dS *= c;
+                    }
                     for (int c = 0; c < d; c++) {
                         double dov = kiln_emu_value_get(p->out, dout, oo + (size_t)c);
                         double qv = Q(i, c), kv = kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
@@ -125,7 +134,7 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
     if (tol_dk) memcpy(tol_dk, sk, nk * sizeof *sk);
     if (tol_dv) memcpy(tol_dv, sv, nv * sizeof *sv);
 done:
-    free(sq), free(sk), free(sv), free(w.s), free(w.pr), free(o);
+    free(sq), free(sk), free(sv), free(w.s), free(w.pr), free(w.dx), free(o);
     return st;
 }
 
@@ -159,6 +168,9 @@ typedef struct bwd_args {
     int ints[4];
     float scale;
     long long strides[8][3];
+    int keys[3]; /* window_left, window_right, alibi_stride */
+    float softcap;
+    void *slopes;
 } bwd_args;
 
 static const char *ptr_names[11] = {"q", "k", "v", "o", "dout", "lse", "dq", "dk", "dv", "delta", "dq_acc"};
@@ -171,6 +183,11 @@ static int bind(bwd_args *a, const char *name, void **slot) {
     for (int i = 0; i < 4; i++)
         if (!strcmp(name, int_names[i])) return *slot = &a->ints[i], 0;
     if (!strcmp(name, "scale")) return *slot = &a->scale, 0;
+    static const char *keys[3] = {"window_left", "window_right", "alibi_stride"};
+    for (int i = 0; i < 3; i++)
+        if (!strcmp(name, keys[i])) return *slot = &a->keys[i], 0;
+    if (!strcmp(name, "softcap")) return *slot = &a->softcap, 0;
+    if (!strcmp(name, "alibi_slopes")) return *slot = &a->slopes, 0;
     if (!strncmp(name, "stride_", 7)) {
         size_t len = strlen(name);
         for (int t = 0; t < 8 && len > 8; t++) {
@@ -191,9 +208,12 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
                    bf->dk, bf->dv, bf->delta, bf->dq_acc},
                   {p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
                   (float)kiln_attn_scale(p),
-                  {{0}}};
+                  {{0}}, {0}, 0, NULL};
     const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
     for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
+    a.keys[0] = p->window_left, a.keys[1] = p->window_right, a.keys[2] = p->alibi_stride;
+    a.softcap = p->softcap;
+    a.slopes = (void *)p->alibi_slopes;
     void *args[KILN_MAX_PARAMS];
     size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors */
     kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};

@@ -8,20 +8,25 @@
 --   M = max_s L_s,  w_s = 2^(L_s - M),  O = sum_s w_s O_s / sum_s w_s,  lse = (M + log2 sum_s w_s) ln 2
 -- and writes O in `out` (strides stride_o{b,s,h}) and lse (natural log, f32, [batch, heads_q, seq_q];
 -- may be NULL), as the non-split forward defines them: a row no split saw gets O = 0, lse = +inf.
--- One warp per row, head_dim / 32 consecutive columns a lane. Grid: {ceil(rows / 4), 1, 1}.
+-- One warp per row, head_dim / 32 consecutive columns a lane (a head_dim that is not a multiple of
+-- 32: ceil(head_dim / 32) a lane, the lanes past head_dim idle). Grid: {ceil(rows / 4), 1, 1}.
 local util = require("lib.util")
 
 local K = {
   doc = "split-KV attention, second kernel: O and lse from the splits' partial results (fixed order)",
   params = {
     { name = "out", type = "dtype", default = "f16", doc = "O dtype" },
-    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 }, doc = "head dimension" },
+    { name = "head_dim", type = "int", default = 64, min = 8, max = 256, doc = "head dimension: a multiple of 8" },
   },
 }
 
 local WARPS = 4
 local LN2 = 0.6931471805599453
 local NEG_INF, POS_INF = -math.huge, math.huge
+
+function K.check(spec)
+  if spec.head_dim % 8 ~= 0 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", spec.head_dim) end
+end
 
 function K.config(spec, target)
   -- lsr = false: without NVPTX's loop strength reduction every matrix variant has 27-47 % fewer
@@ -37,7 +42,8 @@ function K.build(b, spec, cfg)
     { "stride_ob", "i64" }, { "stride_os", "i64" }, { "stride_oh", "i64" },
   } }
   local d = spec.head_dim
-  local n = d // 32 -- columns a lane
+  local n = (d + 31) // 32 -- columns a lane
+  local ragged = d % 32 ~= 0 -- some lanes' columns run past head_dim: scalar, guarded
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local rows = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
@@ -59,8 +65,12 @@ function K.build(b, spec, cfg)
     sum:set(sum:get() + w)
     local at = part + s64 * rows * d
     local vals
-    if n == 3 then
-      vals = { b:load(at), b:load(at + 1), b:load(at + 2) }
+    if ragged then
+      vals = {}
+      for c = 1, n do vals[c] = b:load(at + b:select(b:lt(lane * n + (c - 1), d), c - 1, 0)) end
+    elseif n & (n - 1) ~= 0 then -- 3, 5, 6, 7 columns: no vector of that width
+      vals = {}
+      for c = 1, n do vals[c] = b:load(at + (c - 1)) end
     else
       vals = b:load_vec(at, n, { align = math.min(4 * n, 16) }) -- ws is 16-byte aligned
     end
@@ -77,7 +87,11 @@ function K.build(b, spec, cfg)
   local h = bh % b:i64(p.heads_q)
   local bi = bh // b:i64(p.heads_q)
   local orow = p.o + bi * p.stride_ob + sq * p.stride_os + h * p.stride_oh + lane * n
-  if n == 3 then
+  if ragged then
+    for c = 1, n do
+      b:if_(b:lt(lane * n + (c - 1), d), function() b:store(orow + (c - 1), b:from_f32(out[c], spec.out)) end)
+    end
+  elseif n & (n - 1) ~= 0 then
     for c = 1, n do b:store(orow + (c - 1), b:from_f32(out[c], spec.out)) end
   else
     b:store_vec(orow, b:from_f32_vec(out, spec.out), { align = n * util.dtype_bytes[spec.out] })
@@ -101,7 +115,8 @@ end
 
 -- the ptxas matrix: every out dtype x head_dim (the quick suite: sm_75 and sm_80)
 local DT, DIMS = util.axis("out", { "f32", "f16", "bf16" }), util.axis("head_dim", { 32, 64, 96, 128, 256 })
-K.variants = { { DT, DIMS, full = true }, { DT, DIMS, quick = true, sms = { 75, 80 } } }
+K.variants = { { DT, DIMS, full = true }, { DT, DIMS, quick = true, sms = { 75, 80 } },
+               { DT, { "head_dim=40", "head_dim=200" }, sms = { 75, 80, 90 } } } -- padded head dims
 -- the default bundle's split-KV decoding: f16/bf16 at head_dim 64 and 128 (with attention's)
 K.bundle = { extra = { "out=f16 head_dim=64", "out=bf16 head_dim=64", "out=f16 head_dim=128", "out=bf16 head_dim=128" } }
 

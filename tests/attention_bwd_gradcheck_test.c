@@ -1,7 +1,9 @@
 /* tests/attention_bwd_gradcheck_test.c - finite-difference gradient checks in float64 on tiny shapes:
  * (1) the float64 backward reference against central differences of the float64 forward;
  * (2) kiln's forward + backward kernels (f32, on the emulator) against the same differences.
- * L = sum(dO * O); inputs are multiples of 2^-8 stored in f32, so x +- 2^-12 is exact. */
+ * L = sum(dO * O); inputs are multiples of 2^-8 stored in f32, so x +- 2^-12 is exact.
+ * Shapes include the window, softcap, alibi and top-left causal keys (their derivatives: the
+ * softcap's tanh, the window's and ALiBi's constant masks and biases). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -18,18 +20,37 @@ static float coarse(void) { /* uniform multiple of 2^-8 in [-1, 1] */
     return (float)((int)(rng % 513) - 256) * 0x1p-8f;
 }
 
+typedef struct shape {
+    int hq, hkv, sq, sk, causal; /* causal 2: top_left */
+    float scale;
+    int window, left, right; /* window=true and its sides */
+    float softcap;           /* > 0: softcap=true */
+    int alibi;               /* alibi=true, slopes 0.5 and 0.25 (by head) */
+} shape;
+
+static const float slopes[2] = {0.5f, 0.25f};
+
+/* The spec keys of a shape, as " causal=... [window=true] ...". */
+static void keys_of(const shape *s, char *buf, size_t n) {
+    snprintf(buf, n, " causal=%s%s%s%s", s->causal == 2 ? "top_left" : s->causal ? "true" : "false",
+             s->window ? " window=true" : "", s->softcap > 0 ? " softcap=true" : "", s->alibi ? " alibi=true" : "");
+}
+
 typedef struct problem {
     kiln_attn_problem p;
     float *t[4]; /* q, k, v, dout (f32) */
     size_t n[4];
 } problem;
 
-static void make(problem *pr, int hq, int hkv, int sq, int sk, int d, int causal, float scale) {
+static void make(problem *pr, const shape *s, int d) {
     memset(pr, 0, sizeof *pr);
     kiln_attn_problem *p = &pr->p;
     p->dtype = p->out = KILN_F32;
-    p->head_dim = d, p->causal = causal, p->batch = 1, p->heads_q = hq, p->heads_kv = hkv;
-    p->seq_q = sq, p->seq_k = sk, p->scale = scale;
+    p->head_dim = d, p->causal = s->causal, p->batch = 1, p->heads_q = s->hq, p->heads_kv = s->hkv;
+    p->seq_q = s->sq, p->seq_k = s->sk, p->scale = s->scale;
+    p->window = s->window, p->window_left = s->left, p->window_right = s->right;
+    p->has_softcap = s->softcap > 0, p->softcap = s->softcap;
+    p->alibi = s->alibi, p->alibi_slopes = slopes, p->alibi_stride = 0;
     kiln_attn_default_strides(p);
     const char which[4] = {'q', 'k', 'v', 'o'};
     for (int i = 0; i < 4; i++) {
@@ -84,24 +105,25 @@ static double excess(double *const g[3], double *const fd[3], const size_t n[3],
     return worst;
 }
 
-typedef struct shape {
-    int hq, hkv, sq, sk, causal;
-    float scale;
-} shape;
-
 static const shape shapes[] = {
-    {2, 1, 3, 4, 0, 0.7f},  /* GQA: dK, dV summed over two query heads */
-    {2, 1, 3, 4, 1, 0.7f},  /* causal, seq_q < seq_k */
-    {2, 2, 5, 3, 1, 1.3f},  /* causal, seq_q > seq_k: rows 0 and 1 see no key */
+    {2, 1, 3, 4, 0, 0.7f, 0, 0, 0, 0, 0},  /* GQA: dK, dV summed over two query heads */
+    {2, 1, 3, 4, 1, 0.7f, 0, 0, 0, 0, 0},  /* causal, seq_q < seq_k */
+    {2, 2, 5, 3, 1, 1.3f, 0, 0, 0, 0, 0},  /* causal, seq_q > seq_k: rows 0 and 1 see no key */
+    {2, 1, 3, 4, 0, 2.5f, 0, 0, 0, 1.5f, 0}, /* softcap (scores near the cap: tanh' far from 1) */
+    {2, 2, 4, 5, 1, 0.9f, 0, 0, 0, 0, 1},  /* alibi with causal */
+    {2, 1, 5, 4, 0, 0.8f, 1, 1, 0, 0, 0},  /* window 1,0, seq_q > seq_k: row 0 sees no key */
+    {2, 1, 4, 6, 2, 1.1f, 1, 2, 1, 2.0f, 1}, /* top_left causal + window + softcap + alibi */
 };
 
 static void check_reference(const shape *s) {
-    char name[160], why[200] = "";
-    snprintf(name, sizeof name, "float64 reference vs finite differences: hq=%d hkv=%d sq=%d sk=%d causal=%d d=4", s->hq,
-             s->hkv, s->sq, s->sk, s->causal);
+    char name[300], why[200] = "";
+    char keys[96];
+    keys_of(s, keys, sizeof keys);
+    snprintf(name, sizeof name, "float64 reference vs finite differences: hq=%d hkv=%d sq=%d sk=%d%s d=4", s->hq, s->hkv,
+             s->sq, s->sk, keys);
     TEST_BEGIN(name);
     problem pr;
-    make(&pr, s->hq, s->hkv, s->sq, s->sk, 4, s->causal, s->scale);
+    make(&pr, s, 4);
     double *g[3], *fd[3];
     for (int t = 0; t < 3; t++) g[t] = malloc(pr.n[t] * sizeof(double)), fd[t] = malloc(pr.n[t] * sizeof(double));
     kiln_error err = {0};
@@ -118,20 +140,20 @@ static void check_reference(const shape *s) {
 /* kiln's forward writes O and lse; the backward sequence (prep, dkdv, convert or the
  * deterministic prep, dkdv, dq) turns them into gradients; all on the emulator, f32, head_dim 32. */
 static void check_kernels(kiln_gen *gen, kiln_emu *emu, const shape *s, int det) {
-    char name[200], why[200] = "", spec[256];
-    snprintf(name, sizeof name, "kiln forward+backward (f32 sm_80%s) vs finite differences: hq=%d hkv=%d sq=%d sk=%d causal=%d",
-             det ? ", deterministic" : "", s->hq, s->hkv, s->sq, s->sk, s->causal);
+    char name[300], why[200] = "", spec[256], keys[96];
+    keys_of(s, keys, sizeof keys);
+    snprintf(name, sizeof name, "kiln forward+backward (f32 sm_80%s) vs finite differences: hq=%d hkv=%d sq=%d sk=%d%s",
+             det ? ", deterministic" : "", s->hq, s->hkv, s->sq, s->sk, keys);
     TEST_BEGIN(name);
     problem pr;
-    make(&pr, s->hq, s->hkv, s->sq, s->sk, 32, s->causal, s->scale);
-    const char *causal = s->causal ? "true" : "false";
+    make(&pr, s, 32);
     kiln_error err = {0};
     kiln_emu_kernel *fwd = NULL, *bw[3] = {NULL, NULL, NULL};
-    snprintf(spec, sizeof spec, "attention dtype=f32 head_dim=32 causal=%s", causal);
+    snprintf(spec, sizeof spec, "attention dtype=f32 head_dim=32%s", keys);
     kiln_status st = kiln_emu_load(emu, gen, spec, 80, &fwd, &err);
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     for (int i = 0; i < 3 && st == KILN_OK; i++) {
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=f32 head_dim=32 causal=%s%s", seq[det][i], causal,
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=f32 head_dim=32%s%s", seq[det][i], keys,
                  det && i == 1 ? " deterministic=true" : "");
         st = kiln_emu_load(emu, gen, spec, 80, &bw[i], &err);
     }
@@ -160,11 +182,10 @@ static void check_kernels(kiln_gen *gen, kiln_emu *emu, const shape *s, int det)
         finite_differences(&pr, fd);
         double e = excess(g, fd, pr.n, 2e-5, 1e-4, why, sizeof why);
         CHECK(e <= 0, "beyond 2e-5 + 1e-4 |fd| by %.3g: %s", e, why);
-        /* rows that see no key: exactly zero gradient */
-        int shift = pr.p.seq_k - pr.p.seq_q;
-        for (int h = 0; h < pr.p.heads_q && s->causal; h++)
-            for (int i = 0; i < pr.p.seq_q && i + shift < 0; i++)
-                for (int c = 0; c < 32; c++) {
+        /* rows that see no key (lse = +inf): exactly zero gradient */
+        for (int h = 0; h < pr.p.heads_q; h++)
+            for (int i = 0; i < pr.p.seq_q; i++)
+                for (int c = 0; c < 32 && isinf(lse[(size_t)h * (size_t)pr.p.seq_q + (size_t)i]); c++) {
                     float x = gk[0][((size_t)i * (size_t)pr.p.heads_q + (size_t)h) * 32 + (size_t)c];
                     if (x != 0) {
                         CHECK(x == 0, "dq of empty row %d head %d is %g", i, h, x);

@@ -50,7 +50,12 @@ expect "run attention_combine, splits that saw no key, bf16 d128" 0 "PASS" -- \
     run attention_combine out=bf16 head_dim=128 --sm 75 --rows 7 --batch 2 --splits 16 --input special
 expect "run attention_combine mixed, twice" 0 "PASS" -- run attention_combine out=f32 head_dim=32 --sm 90 --rows 12 --input mixed --twice
 
-expect "bad head_dim" 2 "bad value '80' for 'head_dim'; valid: 32, 64, 96, 128, 256" -- emit attention head_dim=80 --sm 80
+expect "bad head_dim" 2 "head_dim=84: must be a multiple of 8 from 8 to 256" -- emit attention head_dim=84 --sm 80
+expect "head_dim 512 refused, naming why" 2 "head_dim=512 is refused on every target: O alone would need 256 f32 registers" -- \
+    emit attention head_dim=512 --sm 90
+expect "run head_dim 80 (padded to 96), causal" 0 "PASS" -- run attention dtype=f16 head_dim=80 causal=true --sm 80 --rows 40 --seq-k 50
+expect "causal=top_left emits" 0 "mma.sync" -- emit attention dtype=f16 head_dim=64 causal=top_left window=true --sm 80
+expect "bad causal" 2 "valid: false, true, top_left" -- emit attention causal=bottom --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
 expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention --sm 80 --rows 4 --heads 3:2

@@ -1,6 +1,7 @@
 /* tests/attention_ptxas_test.c - every attention variant templates/attention.lua and
  * attention_combine.lua declare (K.variants: dtype x head_dim x causal, the SIMT path forced, an f32
- * output, split-KV decoding and its combine kernel; the quick suite a slice) assembles with ptxas for
+ * output, split-KV decoding and its combine kernel, the window/softcap/alibi keys with both causal
+ * alignments, head dims between the tile widths; the quick suite a slice) assembles with ptxas for
  * its SM with 0 bytes of spills, lints clean, and holds no bf16 instruction below sm_80.
  * KILN_ATTN_TABLE=1 prints registers and shared memory per variant as a Markdown table. */
 #include "matrix.h"

@@ -11,13 +11,24 @@ extern "C" {
 /* One attention problem. Strides are in elements (batch, seq, head); head_dim is contiguous. */
 typedef struct kiln_attn_problem {
     kiln_dtype dtype, out; /* Q/K/V and O element types */
-    int head_dim, causal;  /* causal: query i sees key j iff j <= i + seq_k - seq_q */
+    int head_dim, causal;  /* causal 1 (true): query i sees key j iff j <= i + seq_k - seq_q;
+                              2 (top_left): iff j <= i */
     int batch, heads_q, heads_kv, seq_q, seq_k;
     float scale;           /* softmax scale; 0: 1/sqrt(head_dim) */
     long long stride_q[3], stride_k[3], stride_v[3], stride_o[3];
+    /* The spec keys window=, softcap=, alibi= (set by kiln_attn_spec_parse) and their launch values:
+     * window: i sees j iff i + shift - window_left <= j <= i + shift + window_right (shift =
+     * seq_k - seq_q; -1 unbounded); softcap (> 0): scaled scores x become softcap tanh(x / softcap);
+     * alibi: x gains -alibi_slopes[b * alibi_stride + h] |i + shift - j| (alibi_stride 0: one row). */
+    int window, window_left, window_right;
+    int has_softcap;
+    float softcap;
+    int alibi, alibi_stride;
+    const float *alibi_slopes;
 } kiln_attn_problem;
 
-/* Reads dtype, out, head_dim and causal from an attention spec (canonical or not; the rest of p
+/* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys (window=true sets both sides
+ * to -1, unbounded; softcap and the slopes stay for the caller) from an attention spec (canonical or not; the rest of p
  * is left alone); KILN_EINVAL names a bad value. */
 kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_error *err);
 /* Fills n elements of dtype t with values uniform in [-amplitude, amplitude] (rounded to t) from

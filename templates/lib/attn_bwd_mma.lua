@@ -11,6 +11,7 @@
 --                                        query rows and a slice of the head dim; f32 atomics)
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
 local util = require("lib.util")
+local mask = require("lib.attn_mask")
 
 local M = {}
 
@@ -20,8 +21,14 @@ local LOG2E = 1.4426950408889634
 -- Whether the tensor-core dkdv serves this spec on this target: f16/bf16 inputs with O/dO in the
 -- same dtype, the target's mma for the dtype, and head_dim <= 128 (dK and dV of 16 keys x 256
 -- would need 256 accumulators a thread).
+-- Second result: why not, when the target has the mma but the spec does not fit it.
 function M.available(spec, target)
   if spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128 or not target.ldmatrix then return false end
+  -- dkdv at d128 without cp.async (16-row query tiles, dK and dV 128 registers a thread) spills
+  -- 8 bytes with window, softcap and alibi all on (ptxas, sm_75): that combination runs on SIMT
+  if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi then
+    return false, "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async"
+  end
   if target.mma_m16n8k16 then return true end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
@@ -30,6 +37,9 @@ end
 local function config_dq(spec, target, cfg)
   local d = spec.head_dim
   local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
+  -- without cp.async, d96 with the mask keys (per-row bounds, slopes, tanh) spills at 64 keys (ptxas
+  -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
+  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
@@ -135,7 +145,8 @@ local function c_to_a(b, c, s, dt)
 end
 
 -- Builds the dkdv kernel body. io: p (params), base(t, bi, h), row_index(bi, h), key_bound, and
--- store(acc, mul, dst, stride) hooks are given by the template.
+-- store(acc, mul, dst, stride) hooks are given by the template; io.hooks (window, softcap, alibi,
+-- top_left: attention_bwd.lua's mask_hooks) when the spec has them.
 function M.build_dkdv(b, spec, cfg, p, io)
   local d, bm, bn, ld, ldd, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd, spec.dtype
   local sh = alloc(b, spec, cfg)
@@ -161,14 +172,18 @@ function M.build_dkdv(b, spec, cfg, p, io)
   end
   -- This thread's two keys (C rows g and g + 8 of the warp's 16): in range, and the first query
   -- that sees them (causal).
-  local key, key_ok, first_q = {}, {}, {}
+  -- (hooks: the rows [first_q, end_q) that see the key, and the rows the block's keys meet)
+  local hooks = io.hooks
+  local key, key_ok, first_q, end_q = {}, {}, {}, {}
   for h = 0, 1 do
     key[h] = k0 + warp * 16 + g + 8 * h
     key_ok[h] = b:lt(key[h], p.seq_k)
-    first_q[h] = key[h] - shift
+    if hooks then first_q[h], end_q[h] = mask.query_range(hooks.mask, key[h], key[h])
+    else first_q[h] = key[h] - shift end
   end
-  local q_start = 0
-  if spec.causal then q_start = b:max(k0 - shift, 0) end
+  local q_start, q_end = 0, p.seq_q
+  if hooks then q_start, q_end = mask.query_range(hooks.mask, k0, k0 + bn - 1)
+  elseif spec.causal then q_start = b:max(k0 - shift, 0) end
   -- dQ: warp w takes query rows 16 (w % qg) and head-dim slice w // qg of 4 / qg.
   local qg = bm // 16
   local qr, dw = (warp % qg) * 16, d // (M.WARPS // qg)
@@ -178,7 +193,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local h = hkv * group + gi
     local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
     local ri = io.row_index(bi, h)
-    b:for_(q_start, p.seq_q, bm, function(q0)
+    local slope2 = spec.alibi and mask.slope(hooks.mask, h)
+    b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
       load_tile(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
       load_tile(b, spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
@@ -216,11 +232,22 @@ function M.build_dkdv(b, spec, cfg, p, io)
           local q_ok = b:lt(qi, p.seq_q)
           for hh = 0, 1 do
             local vis = b:and_(q_ok, key_ok[hh])
-            if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
             local idx = 2 * hh + e + 1
-            local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
-            s[j][idx] = pv
-            dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl), 0.0)
+            if hooks then
+              vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
+              local x, th = s[j][idx] * scale2, nil
+              if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
+              local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
+              local ds = pv * (dp[j][idx] - dl)
+              if th then ds = ds * (1.0 - th * th) end
+              s[j][idx] = pv
+              dp[j][idx] = b:select(vis, ds, 0.0)
+            else
+              if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
+              local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
+              s[j][idx] = pv
+              dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl), 0.0)
+            end
           end
         end
       end
@@ -315,17 +342,29 @@ function M.build_dq(b, spec, cfg, p, io)
   load_tile(b, spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
-  local row, bound, lse2, dl = {}, {}, {}, {}
+  -- (hooks: also the first key lo, and keys from the first row's window start)
+  local hooks = io.hooks
+  local row, bound, lo, lse2, dl = {}, {}, {}, {}, {}
   for hh = 0, 1 do
     row[hh] = q0 + warp * 16 + g + 8 * hh
     local live = b:lt(row[hh], p.seq_q)
-    bound[hh] = b:select(live, io.key_bound(row[hh]), 0)
+    if hooks then
+      local l, hi = hooks.range(row[hh])
+      lo[hh], bound[hh] = l, b:select(live, hi, 0)
+    else
+      bound[hh] = b:select(live, io.key_bound(row[hh]), 0)
+    end
     local r = b:i64(b:select(live, row[hh], 0))
     lse2[hh] = b:load(p.lse + ri + r) * LOG2E
     dl[hh] = b:load(p.delta + ri + r)
   end
-  local kv_end = p.seq_k
-  if spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  local kv_lo, kv_end = 0, p.seq_k
+  if hooks then
+    kv_lo = hooks.range(q0) or 0
+    local _, hi = hooks.range(b:min(q0 + bm, p.seq_q) - 1)
+    kv_end = hi
+  elseif spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  local slope2 = spec.alibi and mask.slope(hooks.mask, h)
   local dtiles, nk = d // 8, bn // 8
   local dq = {}
   for j = 0, dtiles - 1 do
@@ -334,7 +373,7 @@ function M.build_dq(b, spec, cfg, p, io)
   end
   local kb, vb = io.base("k", bi, hkv), io.base("v", bi, hkv)
   local scale2 = p.scale * LOG2E
-  b:for_(0, kv_end, bn, function(k0)
+  b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K and V
     load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
     load_tile(b, spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
@@ -359,11 +398,21 @@ function M.build_dq(b, spec, cfg, p, io)
     for j = 0, nk - 1 do
       for hh = 0, 1 do
         local lim = bound[hh] - k0 - t * 2
+        local lim_lo = lo[hh] and lo[hh] - k0 - t * 2
         for e = 0, 1 do
           local idx = 2 * hh + e + 1
           local vis = b:lt(j * 8 + e, lim)
-          local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
-          dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+          if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
+          if hooks and hooks.score then
+            local x, th = hooks.score(s[j][idx], row[hh], k0 + t * 2 + (j * 8 + e), slope2)
+            local pv = b:select(vis, b:ex2_approx(x - lse2[hh]), 0.0)
+            local ds = pv * (dp[j][idx] - dl[hh])
+            if th then ds = ds * (1.0 - th * th) end
+            dp[j][idx] = b:select(vis, ds, 0.0)
+          else
+            local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
+            dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+          end
         end
       end
     end

@@ -73,7 +73,10 @@ end
 -- from the shared Q, dO, K, V tiles, and stores them in ps and dss. rows.q0 is the query index
 -- of tile row 0, rows.k0 the key index of tile column 0; rows.lse and rows.delta point at the
 -- (batch, head)'s row 0; rows.bound(row) is the key bound of a query row (keys below it are
--- visible). Entries that are masked, or whose row is past seq_q, are exactly 0 in both.
+-- visible), or rows.range(row) gives lo (nil: 0) and that bound (lib/attn_mask.lua); rows.score(s,
+-- row, key), when given, is the base-2 score of dot product s and, with the softcap, the tanh
+-- whose derivative 1 - t^2 dS takes. Entries that are masked, or whose row is past seq_q, are
+-- exactly 0 in both.
 function M.scores(b, cfg, d, sh, p, rows)
   local bm, bn, ld, ldp = cfg.block_m, cfg.block_n, cfg.ld, cfg.ldp
   local tid = b:tid()
@@ -109,9 +112,26 @@ function M.scores(b, cfg, d, sh, p, rows)
     local r = b:select(live, row, 0)
     local lse2 = b:load(rows.lse + r) * LOG2E
     local dl = b:load(rows.delta + r)
-    local vis = b:and_(live, b:lt(rows.k0 + j, rows.bound(row)))
-    local pv = b:select(vis, b:ex2_approx(b:fma(s[k]:get(), scale2, -lse2)), 0.0)
-    local ds = b:select(vis, pv * (dp[k]:get() - dl), 0.0)
+    local key = rows.k0 + j
+    local vis
+    if rows.range then
+      local lo, hi = rows.range(row)
+      vis = b:and_(live, b:lt(key, hi))
+      if lo then vis = b:and_(vis, b:ge(key, lo)) end
+    else
+      vis = b:and_(live, b:lt(key, rows.bound(row)))
+    end
+    local pv, ds
+    if rows.score then
+      local x, th = rows.score(s[k]:get(), row, key)
+      pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
+      local g = pv * (dp[k]:get() - dl)
+      if th then g = g * (1.0 - th * th) end
+      ds = b:select(vis, g, 0.0)
+    else
+      pv = b:select(vis, b:ex2_approx(b:fma(s[k]:get(), scale2, -lse2)), 0.0)
+      ds = b:select(vis, pv * (dp[k]:get() - dl), 0.0)
+    end
     b:store(sh.ps + i * ldp + j, pv)
     b:store(sh.dss + i * ldp + j, ds)
   end
