@@ -9,7 +9,19 @@ static LLVMValueRef c32(gen_builder *gb, unsigned v) { return LLVMConstInt(gb->i
 LLVMValueRef gen_to_f32(gen_builder *gb, LLVMValueRef bits, kiln_dtype from) {
     if (from == KILN_F32) return bits;
     if (from == KILN_F16) return LLVMBuildFPExt(gb->b, LLVMBuildBitCast(gb->b, bits, gb->f16, ""), gb->f32, "");
-    LLVMValueRef w = LLVMBuildShl(gb->b, LLVMBuildZExt(gb->b, bits, gb->i32, ""), c32(gb, 16), "");
+    LLVMValueRef w = NULL;
+    if (LLVMIsAExtractElementInst(bits)) {
+        LLVMValueRef vec = LLVMGetOperand(bits, 0), idx = LLVMGetOperand(bits, 1);
+        LLVMTypeRef vt = LLVMTypeOf(vec);
+        unsigned n = LLVMGetVectorSize(vt);
+        if (LLVMIsAConstantInt(idx) && n % 2 == 0) {
+            unsigned i = (unsigned)LLVMConstIntGetZExtValue(idx);
+            LLVMValueRef words = LLVMBuildBitCast(gb->b, vec, LLVMVectorType(gb->i32, n / 2), "");
+            LLVMValueRef word = LLVMBuildExtractElement(gb->b, words, c32(gb, i / 2), "");
+            w = i % 2 ? LLVMBuildAnd(gb->b, word, c32(gb, 0xffff0000u), "") : LLVMBuildShl(gb->b, word, c32(gb, 16), "");
+        }
+    }
+    if (!w) w = LLVMBuildShl(gb->b, LLVMBuildZExt(gb->b, bits, gb->i32, ""), c32(gb, 16), "");
     return LLVMBuildBitCast(gb->b, w, gb->f32, "");
 }
 

@@ -383,9 +383,9 @@ int main(void) {
         "rmsnorm_bwd x=f16 hidden=7",
         "rmsnorm_bwd x=bf16 hidden=launch residual=true",
         "rmsnorm_bwd x=f32 hidden=2048 weight=false",
-        "layernorm_bwd x=bf16 hidden=12288",             /* smem16 (sm_80), reg32 (sm_75) */
-        "rmsnorm_bwd x=bf16 hidden=16384 residual=true", /* reload form, 1024 threads */
-        "layernorm_bwd x=bf16 hidden=16384",             /* smem16 (sm_80: 128 KiB), reg32 (sm_75) */
+        "layernorm_bwd x=bf16 hidden=12288",             /* smem16 (sm_80); sm_75: 2/3 in shared memory, the rest in registers */
+        "rmsnorm_bwd x=bf16 hidden=16384 residual=true", /* reload form, 1024 threads (sm_75: split) */
+        "layernorm_bwd x=bf16 hidden=16384",             /* smem16 (sm_80: 128 KiB; sm_75: 60 KiB of it, the rest in registers) */
         "layernorm_bwd x=bf16 w=f32 hidden=4096 form=smem16", /* every form, same geometry on both SMs */
         "rmsnorm_bwd x=bf16 hidden=2048 form=reg8",
         "layernorm_bwd x=bf16 hidden=1000 form=reg16",

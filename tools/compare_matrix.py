@@ -26,11 +26,18 @@ def load(path):
     return rows
 
 
-def blocks(regs, threads):
-    """Blocks of `threads` an SM's 64K registers hold (per-warp allocation in units of 256)."""
+# Resident threads per SM where it is not 2048 (runtime/rt_target.c's SM table, last column).
+THREADS_PER_SM = {75: 1024, 86: 1536, 89: 1536, 110: 1536, 120: 1536, 121: 1536}
+
+
+def blocks(regs, threads, sm):
+    """Blocks of `threads` an SM holds by its 64K registers (per-warp allocation in units of 256) and
+    its resident-thread limit (shared memory is not in the dump)."""
     per_warp = (regs * 32 + 255) // 256 * 256
     warps = (threads + 31) // 32
-    return 65536 // per_warp // warps if per_warp and warps else 0
+    if not per_warp or not warps:
+        return 0
+    return min(65536 // per_warp // warps, THREADS_PER_SM.get(sm, 2048) // (warps * 32))
 
 
 def main():
@@ -55,8 +62,8 @@ def main():
         r1 = sum(new[k][0] for k in keys)
         s0 = sum(old[k][1] for k in keys)
         s1 = sum(new[k][1] for k in keys)
-        lost = [k for k in keys if blocks(new[k][0], new[k][3]) < blocks(old[k][0], old[k][3])]
-        gained = [k for k in keys if blocks(new[k][0], new[k][3]) > blocks(old[k][0], old[k][3])]
+        lost = [k for k in keys if blocks(new[k][0], new[k][3], k[0]) < blocks(old[k][0], old[k][3], k[0])]
+        gained = [k for k in keys if blocks(new[k][0], new[k][3], k[0]) > blocks(old[k][0], old[k][3], k[0])]
         lost_all += lost
         print("| %s | %d | %d -> %d (%+.1f%%) | %d -> %d (%+.1f%%) | %d | %d |" % (
             family, len(keys), r0, r1, 100.0 * (r1 - r0) / max(r0, 1), s0, s1, 100.0 * (s1 - s0) / max(s0, 1),
@@ -69,7 +76,7 @@ def main():
                 k[1], k[0], old[k][1], new[k][1], old[k][0], new[k][0]))
     for k in lost_all:
         print("FEWER BLOCKS: %s sm_%d: %d -> %d registers, %d -> %d blocks/SM" % (
-            k[1], k[0], old[k][0], new[k][0], blocks(old[k][0], old[k][3]), blocks(new[k][0], new[k][3])))
+            k[1], k[0], old[k][0], new[k][0], blocks(old[k][0], old[k][3], k[0]), blocks(new[k][0], new[k][3], k[0])))
     print("only in %s: %d variants; only in %s: %d" % (a.old, len(old.keys() - new.keys()), a.new,
                                                          len(new.keys() - old.keys())))
     return 1 if lost_all else 0

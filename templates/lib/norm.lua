@@ -320,18 +320,30 @@ local function reload_config(spec, target, rms, base, elems, smem)
   local function loads() return util.ceil_div(pass_bytes(spec) * nel, 4) end
   cfg.smem_bytes = 8 * (t // 32) + 64 -- the reduction's scratch and the zero cell
   if smem then
-    local bytes = nacc * 4 * t
-    if bytes + cfg.smem_bytes > target.smem_optin_max then
+    -- every accumulator in shared memory where the SM holds them; else as many as it holds (the
+    -- last ones: dbias's slab first), the rest in registers
+    local fit = math.min(nacc, (target.smem_optin_max - cfg.smem_bytes) // (4 * t))
+    local inreg = nacc - fit
+    if fit < 1 then
       return nil, string.format("%d bytes of accumulators per block exceed sm_%d's %d bytes of shared memory",
-                                bytes, target.sm, target.smem_optin_max)
+                                nacc * 4 * t, target.sm, target.smem_optin_max)
     end
-    cfg.acc_smem = nacc
+    local bytes = fit * 4 * t
+    cfg.acc_smem = fit
     if bytes + cfg.smem_bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
     cfg.smem_bytes = cfg.smem_bytes + bytes
-    M.register_cap(cfg, target, loads())
+    M.register_cap(cfg, target, inreg + loads())
     local by_smem = (target.smem_optin_max + 1024) // (cfg.smem_bytes + 1024)
     cfg.blocks_per_sm = math.max(1, math.min(cfg.blocks_per_sm, by_smem, M.MAX_BLOCKS_PER_SM))
     cfg.max_registers = math.min(255, (target.regs_per_sm // (cfg.blocks_per_sm * t)) // 8 * 8)
+    if inreg > 0 and (inreg + loads() + spare) * 4 > cfg.max_registers * 3 then
+      -- a split leaves ptxas less room than the estimate says (LLVM hoists pass 2's shared-memory
+      -- accumulator loads beside the register ones): at 3/4 of the cap and above ptxas spilled
+      -- (LayerNorm backward at 16384: f16 on sm_75 in 1024 threads at 49 of 64, f32 on sm_120 at
+      -- 119 of 128), at 40 of 64 and 89 of 128 it did not
+      return nil, string.format("%d accumulators in registers (%d of %d fit in sm_%d's shared memory) and one pass's loads (%d registers) need more than 3/4 of the %d registers left",
+                                inreg, fit, nacc, target.sm, loads(), cfg.max_registers - spare)
+    end
     if loads() + spare > cfg.max_registers then
       return nil, string.format("one pass's loads need %d registers, %d are left", loads() + spare, cfg.max_registers)
     end
@@ -382,6 +394,13 @@ function M.backward_config(spec, target, rms)
     cfg = base
     cfg.fixed = true
     cfg.max_registers = nil -- the fixed form needs its registers (x, dy, weight, accumulators)
+    if spec.hidden == 1 then
+      -- one-element rows: the statistics fold to constants and a thread keeps a handful of values;
+      -- without a cap ptxas settles 1-6 registers over the full-occupancy step (8 -> 6 blocks of 256
+      -- on sm_80/90) and it fits that step without spilling on every SM. From hidden 7 the code keeps
+      -- the row's statistics and a 32-register cap spills (4 bytes on sm_90): ptxas's choice stays.
+      cfg.max_registers = (target.regs_per_sm // target.threads_per_sm) // 8 * 8
+    end
     if cfg.rows_per_block > 1 then
       -- short rows: more row slots per block (their partial sums are combined in the block)
       cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK

@@ -14,6 +14,7 @@ local M = setmetatable({}, { __index = require("lib.norm") })
 -- the launcher picks, not the row count. norm_reduce sums the partial rows in a fixed order.
 
 local function backward_fixed(b, spec, cfg, p, rms)
+  if cfg.max_registers then b:max_registers(cfg.max_registers) end -- hidden=1 only (backward_config)
   local T, rpb = cfg.threads_per_row, cfg.rows_per_block
   local tid = b:tid()
   local t, slot = tid % T, tid // T
