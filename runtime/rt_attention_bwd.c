@@ -5,7 +5,7 @@
 
 #include "rt.h"
 
-enum { T_Q, T_K, T_V, T_O, T_DOUT, T_DQ, T_DK, T_DV, NTENSORS };
+enum { NTENSORS = 8 };
 static const char *tensor_names[NTENSORS] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
 
 static kiln_devptr pointer_of(const kiln_attention_bwd_args *a, int t) {
@@ -17,25 +17,6 @@ static const int64_t *strides_of(const kiln_attention_bwd_args *a, int t) {
     const int64_t *s[NTENSORS] = {a->stride_q, a->stride_k, a->stride_v, a->stride_o,
                                   a->stride_dout, a->stride_dq, a->stride_dk, a->stride_dv};
     return s[t];
-}
-
-static kiln_dtype dtype_of(const kiln_attention_bwd_args *a, int t) {
-    return t <= T_V ? a->dtype : t <= T_DOUT ? a->out_dtype : a->grad_dtype;
-}
-
-static int is_kv(int t) { return t == T_K || t == T_V || t == T_DK || t == T_DV; }
-
-/* The given strides, or those of [batch, seq, heads, head_dim] when all three are 0. */
-static void effective_strides(const kiln_attention_bwd_args *a, int t, int64_t out[3]) {
-    const int64_t *s = strides_of(a, t);
-    if (s[0] || s[1] || s[2]) {
-        memcpy(out, s, 3 * sizeof *out);
-        return;
-    }
-    int64_t heads = is_kv(t) ? a->heads_kv : a->heads_q, seq = is_kv(t) ? a->seq_k : a->seq_q;
-    out[2] = a->head_dim;
-    out[1] = heads * a->head_dim;
-    out[0] = seq * heads * a->head_dim;
 }
 
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
@@ -82,32 +63,6 @@ static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *
              a->causal ? "true" : "false", det ? "true" : "false");
 }
 
-static int tensor_index(const char *name) {
-    for (int t = 0; t < NTENSORS; t++)
-        if (!strcmp(name, tensor_names[t])) return t;
-    return -1;
-}
-
-/* Names the first tensor the kernel takes whose pointer or strides break its vector alignment. */
-static kiln_status check_alignment(const kiln_attention_bwd_args *a, const kiln_kernel_meta *m, kiln_error *err) {
-    unsigned al = m->align_bytes;
-    for (int i = 0; al > 1 && i < m->nparams; i++) {
-        int t = tensor_index(m->params[i].name);
-        if (t < 0) continue;
-        int64_t s[3];
-        effective_strides(a, t, s);
-        if (pointer_of(a, t) % al)
-            return kiln_fail(err, KILN_EINVAL, "attention backward: %s (0x%llx) is not %u-byte aligned, which '%s' needs",
-                             tensor_names[t], (unsigned long long)pointer_of(a, t), al, m->spec);
-        for (int d = 0; d < 3; d++)
-            if ((s[d] * (int64_t)kiln_dtype_size(dtype_of(a, t))) % al)
-                return kiln_fail(err, KILN_EINVAL, "attention backward: %s's %s stride (%lld elements) is not a multiple "
-                                 "of %u bytes, which '%s' needs", tensor_names[t], d == 0 ? "batch" : d == 1 ? "sequence" : "head",
-                                 (long long)s[d], al, m->spec);
-    }
-    return KILN_OK;
-}
-
 static const char *const sequence[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
 
 kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],
@@ -117,8 +72,7 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
     for (int i = 0; i < 3 && st == KILN_OK; i++) {
         char spec[KILN_SPEC_MAX];
         spec_of(a, sequence[a->deterministic ? 1 : 0][i], spec, sizeof spec);
-        st = kiln_rt_get_kernel(rt, spec, &out[i], err);
-        if (st == KILN_OK) st = check_alignment(a, &out[i]->meta, err);
+        st = kiln_rt_get_kernel(rt, spec, &out[i], err); /* alignment: kiln_launch checks it */
     }
     return st;
 }

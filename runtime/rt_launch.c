@@ -431,8 +431,8 @@ static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, k
             unsigned need = (unsigned)kiln_dtype_size(p->dtype);
             if (t->align > need) need = t->align;
             if (v.ptr % need)
-                return kiln_fail(err, KILN_EINVAL, "kernel '%s': tensor '%s' (0x%llx) is not %u-byte aligned as it needs",
-                                 m->spec, p->name, (unsigned long long)v.ptr, need);
+                return kiln_fail(err, KILN_EINVAL, "tensor %s (0x%llx) is not %u-byte aligned, which kernel '%s' needs",
+                                 p->name, (unsigned long long)v.ptr, need, m->spec);
         } else if (p->kind == KILN_PARAM_I64 && !decl_scalar_of(d, p->name)) {
             const decl_stride *s = NULL;
             for (int k = 0; k < d->nstr && !s; k++)
@@ -446,8 +446,8 @@ static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, k
             const kiln_param *tp = param_of(m, t->name);
             int64_t bytes = st[s->axis] * (int64_t)kiln_dtype_size(tp ? tp->dtype : KILN_F32);
             if (t->align > 1 && bytes % t->align)
-                return kiln_fail(err, KILN_EINVAL, "kernel '%s': tensor '%s''s stride of axis %d (%lld elements) is not a "
-                                 "multiple of %u bytes, which it needs", m->spec, t->name, s->axis, (long long)st[s->axis], t->align);
+                return kiln_fail(err, KILN_EINVAL, "tensor %s's stride of axis %d (%lld elements) is not a multiple of %u "
+                                 "bytes, which kernel '%s' needs", t->name, s->axis, (long long)st[s->axis], t->align, m->spec);
             v.i64 = st[s->axis];
         } else if (p->kind == KILN_PARAM_F32) {
             const kiln_launch_scalar *gs = given_scalar(e->a, p->name);
