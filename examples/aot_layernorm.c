@@ -53,15 +53,15 @@ int main(int argc, char **argv) {
         kiln_rt_upload(rt, db, b, HIDDEN * 4, &err))
         return fail(&err);
 
-    kiln_layernorm_args a = {.y = dy, .mean = dmean, .rstd = drstd, .x = dx, .weight = dw, .bias = db,
+    kiln_norm_fwd_args a = {.y = dy, .mean = dmean, .rstd = drstd, .x = dx, .weight = dw, .bias = db,
                              .rows = ROWS, .hidden = HIDDEN, .x_dtype = KILN_BF16, .w_dtype = KILN_F32,
                              .y_dtype = KILN_BF16, .eps = 1e-5f};
     kiln_kernel *k;
-    if (kiln_layernorm_pick(rt, &a, &k, &err) != KILN_OK) return fail(&err);
+    if (kiln_norm_forward_pick(rt, &a, &k, &err) != KILN_OK) return fail(&err);
     const kiln_kernel_meta *m = kiln_kernel_get_meta(k);
     printf("kernel: %s\n  from the %s, sm_%d %s, %u threads per block\n", m->spec, kiln_kernel_origin(k), m->sm,
            kiln_kernel_payload_kind(k) == KILN_PAYLOAD_CUBIN ? "cubin" : "PTX", m->block[0]);
-    if (kiln_layernorm_forward(rt, &a, &err) != KILN_OK || kiln_rt_synchronize(rt, &err) != KILN_OK) return fail(&err);
+    if (kiln_norm_forward(rt, &a, &err) != KILN_OK || kiln_rt_synchronize(rt, &err) != KILN_OK) return fail(&err);
     float mean[4];
     if (kiln_rt_download(rt, mean, dmean, sizeof mean, &err) != KILN_OK) return fail(&err);
     printf("launched %d rows; mean of row 0 as the device computed it: %g\n", ROWS, mean[0]);

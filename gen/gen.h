@@ -158,6 +158,8 @@ kiln_status gen_spec_parse_known(gen_lua *gl, const char *text, gen_spec *out, k
 /* Checks keys and values against the family's declared params, fills defaults, writes the
  * canonical string, and pushes the Lua spec table (param name -> typed value). */
 kiln_status gen_spec_resolve(gen_lua *gl, gen_spec *spec, kiln_error *err);
+/* How many times this thread resolved a spec against its template (for tests: once per generation). */
+unsigned gen_spec_resolutions(void);
 /* Appends a description of every family's params to buf (for kiln_describe). */
 kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *err);
 

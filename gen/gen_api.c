@@ -20,6 +20,11 @@ struct kiln_gen {
     kiln_gen_timing timing; /* of the call in progress, then of the last one */
     kiln_gen_timing last;
     unsigned codegen_drop; /* GEN_DROP_* from config().lsr / .slsr = false of the call in progress */
+    /* The spec kiln_canonical_spec resolved last, kept (a Lua registry reference to its table) for a
+     * generation of exactly its canonical text, which then resolves nothing again: the runtime asks
+     * for the canonical spec (its cache key), then generates it (docs/registry.md). Used once. */
+    int resolved_ref;
+    gen_spec resolved;
 };
 
 static double now_ms(void) {
@@ -58,6 +63,7 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
     }
     if (opt && opt->time_builder) gen_builder_time_primitives(gen_lua_state(g->lua));
     g->ctx = LLVMContextCreate();
+    g->resolved_ref = LUA_NOREF;
     *out = g;
     return KILN_OK;
 }
@@ -158,11 +164,18 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (!t) return bad_sm(sm, err);
     *tp = t;
     gen_spec spec;
-    kiln_status st = gen_spec_parse_known(g->lua, spec_text, &spec, err);
-    if (st != KILN_OK) return st;
     lua_State *L = gen_lua_state(g->lua);
     int top = lua_gettop(L);
-    if ((st = gen_spec_resolve(g->lua, &spec, err)) != KILN_OK) return st;
+    kiln_status st = KILN_OK;
+    if (g->resolved_ref != LUA_NOREF && !strcmp(spec_text, g->resolved.canonical)) {
+        spec = g->resolved; /* resolved by kiln_canonical_spec just before */
+        lua_rawgeti(L, LUA_REGISTRYINDEX, g->resolved_ref);
+        luaL_unref(L, LUA_REGISTRYINDEX, g->resolved_ref);
+        g->resolved_ref = LUA_NOREF;
+    } else {
+        if ((st = gen_spec_parse_known(g->lua, spec_text, &spec, err)) != KILN_OK) return st;
+        if ((st = gen_spec_resolve(g->lua, &spec, err)) != KILN_OK) return st;
+    }
     int spec_idx = lua_gettop(L);
     snprintf(m->family, sizeof m->family, "%s", spec.family);
     snprintf(m->spec, sizeof m->spec, "%s", spec.canonical);
@@ -323,6 +336,11 @@ kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, s
     lua_State *L = gen_lua_state(g->lua);
     int top = lua_gettop(L);
     st = gen_spec_resolve(g->lua, &spec, err);
+    if (st == KILN_OK) { /* kept for a generation of this canonical spec (one at a time) */
+        if (g->resolved_ref != LUA_NOREF) luaL_unref(L, LUA_REGISTRYINDEX, g->resolved_ref);
+        g->resolved_ref = luaL_ref(L, LUA_REGISTRYINDEX);
+        g->resolved = spec;
+    }
     lua_settop(L, top);
     if (st != KILN_OK) return st;
     if ((size_t)snprintf(buf, size, "%s", spec.canonical) >= size)

@@ -228,8 +228,13 @@ static kiln_status unknown_key(lua_State *L, int params_idx, const char *family,
     return kiln_fail(err, KILN_EINVAL, "unknown parameter '%s' for %s; valid: %s", key, family, list);
 }
 
+static _Thread_local unsigned resolutions;
+
+unsigned gen_spec_resolutions(void) { return resolutions; }
+
 kiln_status gen_spec_resolve(gen_lua *gl, gen_spec *spec, kiln_error *err) {
     lua_State *L = gen_lua_state(gl);
+    resolutions++;
     kiln_status st = gen_lua_push_family(gl, spec->family, err);
     if (st != KILN_OK) return st;
     int tmpl = lua_gettop(L);

@@ -87,6 +87,10 @@ kiln_status rt_device_query(const rt_driver *d, CUdevice dev, int ordinal, kiln_
 void rt_hash128(const void *data, size_t len, uint8_t out[16]);
 void rt_hex(const uint8_t *bytes, size_t n, char *out); /* out holds 2n+1 chars */
 
+/* ---- rt_launch.c: the generic launch ---- */
+/* The grid of k itself and the workspace bytes of its sequence for these arguments (grid may be NULL). */
+kiln_status rt_launch_size(kiln_kernel *k, const kiln_launch_args *a, unsigned grid[3], size_t *bytes, kiln_error *err);
+
 /* ---- rt_spec.c: spec text normalization (no templates needed) ---- */
 /* "layernorm  y=bf16 x=bf16" -> "layernorm x=bf16 y=bf16": family, then key=value pairs sorted
  * by key, single spaces. Fails (KILN_EINVAL) on an empty spec, a token without '=', or a

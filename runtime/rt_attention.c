@@ -1,4 +1,4 @@
-/* runtime/rt_attention.c - typed launch helpers for attention forward, plain and split-KV (spec, checks, grid, args). */
+/* runtime/rt_attention.c - typed launch helpers for attention forward over the generic launch: spec, checks, the split-KV choice. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -82,57 +82,42 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
     return st;
 }
 
-/* Fills args in the order and kinds of meta.params (ws and splits: the split-KV kernels'). */
-static kiln_status build_args(const kiln_attention_args *a, const kiln_kernel_meta *m, kiln_devptr ws, int splits,
-                              kiln_arg *args, kiln_error *err) {
-    int64_t strides[4][3];
-    for (int t = 0; t < 4; t++) effective_strides(a, t, strides[t]);
-    const struct {
-        const char *name;
-        int32_t value;
-    } ints[] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv}, {"seq_q", a->seq_q}, {"seq_k", a->seq_k}};
-    for (int i = 0; i < m->nparams; i++) {
-        const kiln_param *p = &m->params[i];
-        kiln_arg v = {0};
-        int found = 0;
-        if (p->kind == KILN_PARAM_PTR) {
-            found = !strcmp(p->name, "lse");
-            if (found) v.ptr = a->lse;
-            if (!found && !strcmp(p->name, "ws")) v.ptr = ws, found = 1;
-            for (int t = 0; t < 4 && !found; t++)
-                if (p->name[0] == tensor_names[t] && !p->name[1]) v.ptr = pointer_of(a, t), found = 1;
-        } else if (p->kind == KILN_PARAM_I32) {
-            for (size_t j = 0; j < sizeof ints / sizeof ints[0] && !found; j++)
-                if (!strcmp(p->name, ints[j].name)) v.i32 = ints[j].value, found = 1;
-            if (!found && !strcmp(p->name, "splits")) v.i32 = splits, found = 1;
-        } else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "scale")) {
-            v.f32 = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-            found = 1;
-        } else if (p->kind == KILN_PARAM_I64 && !strncmp(p->name, "stride_", 7) && strlen(p->name) == 9) {
-            const char *t = memchr(tensor_names, p->name[7], 4), *d = strchr("bsh", p->name[8]);
-            if (t && d && p->name[8]) v.i64 = strides[t - tensor_names][d - "bsh"], found = 1;
-        }
-        if (!found)
-            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the attention helper does not know",
-                             m->entry, p->name);
-        args[i] = v;
+/* The generic launch's arguments: q, k, v, o, lse with the given strides (or none: contiguous), the
+ * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
+typedef struct launch_buf {
+    kiln_launch_tensor t[5];
+    kiln_launch_scalar s[8];
+} launch_buf;
+
+static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b, int splits, kiln_devptr ws, size_t ws_bytes) {
+    static const char *const names[4] = {"q", "k", "v", "o"};
+    for (int t = 0; t < 4; t++) {
+        const int64_t *st = strides_of(a, t);
+        b->t[t] = (kiln_launch_tensor){.name = names[t], .ptr = pointer_of(a, t)};
+        if (st[0] || st[1] || st[2]) memcpy(b->t[t].strides, (int64_t[4]){st[0], st[1], st[2], 1}, sizeof b->t[t].strides);
     }
-    return KILN_OK;
+    b->t[4] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
+    int n = 0;
+    b->s[n++] = (kiln_launch_scalar){"batch", a->batch};
+    b->s[n++] = (kiln_launch_scalar){"heads_q", a->heads_q};
+    b->s[n++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
+    b->s[n++] = (kiln_launch_scalar){"seq_q", a->seq_q};
+    b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};
+    if (a->scale > 0) b->s[n++] = (kiln_launch_scalar){"scale", a->scale};
+    if (splits) b->s[n++] = (kiln_launch_scalar){"splits", splits};
+    return (kiln_launch_args){.tensors = b->t, .ntensors = 5, .scalars = b->s, .nscalars = n, .workspace = ws,
+                              .workspace_bytes = ws_bytes, .stream = a->stream};
 }
 
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err) {
     kiln_kernel *k;
-    kiln_arg args[KILN_MAX_PARAMS];
-    unsigned grid[3];
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward: NULL argument");
     kiln_status st = check_args(a, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
-    st = kiln_attention_pick(rt, a, &k, err);
-    const uint64_t problem[3] = {(uint64_t)a->seq_q, (uint64_t)a->heads_q, (uint64_t)a->batch};
-    if (st == KILN_OK) st = kiln_kernel_grid(k, problem, grid, err);
-    if (st == KILN_OK) st = build_args(a, &k->meta, 0, 0, args, err);
-    if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, k->meta.nparams, a->stream, err);
-    return st;
+    if ((st = kiln_attention_pick(rt, a, &k, err)) != KILN_OK) return st;
+    launch_buf b;
+    kiln_launch_args la = launch_args(a, &b, 0, 0, 0);
+    return kiln_launch(k, &la, err);
 }
 
 /* ---- split-KV decoding ---- */
@@ -205,15 +190,10 @@ kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_a
     }
     if (chosen) *chosen = splits;
     if (splits > 1) {
-        size_t n = 1;
-        const size_t f[6] = {(size_t)splits, (size_t)a->batch, (size_t)a->heads_q, (size_t)a->seq_q,
-                             (size_t)a->head_dim + 1, 4};
-        for (int i = 0; i < 6; i++)
-            if (__builtin_mul_overflow(n, f[i], &n))
-                return kiln_fail(err, KILN_EINVAL, "attention split-KV: the workspace for %d splits x batch %d x heads_q "
-                                 "%d x seq_q %d x (head_dim + 1) x 4 bytes does not fit in size_t", splits, a->batch,
-                                 a->heads_q, a->seq_q);
-        *bytes = n;
+        if ((st = pick_splitkv(rt, a, two, err)) != KILN_OK) return st;
+        launch_buf b;
+        kiln_launch_args la = launch_args(a, &b, splits, 0, 0);
+        return kiln_launch_workspace(two[0], &la, bytes, err);
     }
     return KILN_OK;
 }
@@ -234,17 +214,8 @@ kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_arg
         return kiln_fail(err, KILN_EINVAL, "attention split-KV: workspace (0x%llx) must be 16-byte aligned",
                          (unsigned long long)workspace);
     kiln_kernel *k[2];
-    kiln_arg args[KILN_MAX_PARAMS];
-    unsigned grid[3];
     if ((st = pick_splitkv(rt, a, k, err)) != KILN_OK) return st;
-    const uint64_t problem[3] = {(uint64_t)n, (uint64_t)a->heads_kv * ceil_div_u64((uint64_t)(a->heads_q / a->heads_kv) *
-                                     (uint64_t)a->seq_q, k[0]->meta.rows_per_block ? k[0]->meta.rows_per_block : 1),
-                                 (uint64_t)a->batch};
-    if ((st = kiln_kernel_grid(k[0], problem, grid, err)) != KILN_OK) return st;
-    if ((st = build_args(a, &k[0]->meta, workspace, n, args, err)) != KILN_OK) return st;
-    if ((st = kiln_kernel_launch(k[0], grid, args, k[0]->meta.nparams, a->stream, err)) != KILN_OK) return st;
-    const uint64_t rows[3] = {(uint64_t)a->batch * (uint64_t)a->heads_q * (uint64_t)a->seq_q, 1, 1};
-    if ((st = kiln_kernel_grid(k[1], rows, grid, err)) != KILN_OK) return st;
-    if ((st = build_args(a, &k[1]->meta, workspace, n, args, err)) != KILN_OK) return st;
-    return kiln_kernel_launch(k[1], grid, args, k[1]->meta.nparams, a->stream, err);
+    launch_buf b;
+    kiln_launch_args la = launch_args(a, &b, n, workspace, workspace_bytes);
+    return kiln_launch(k[0], &la, err); /* the split kernel, then attention_combine */
 }

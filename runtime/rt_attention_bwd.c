@@ -1,4 +1,4 @@
-/* runtime/rt_attention_bwd.c - launch helper for attention backward: the whole kernel sequence (prep, dkdv, convert or dq). */
+/* runtime/rt_attention_bwd.c - typed launch helper for attention backward over the generic launch (the sequence dkdv's meta declares: prep, dkdv, convert or dq). */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
@@ -123,69 +123,25 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
     return st;
 }
 
-/* Fills args in the order and kinds of meta.params. */
-static kiln_status build_args(const kiln_attention_bwd_args *a, const kiln_kernel_meta *m, kiln_arg *args,
-                              kiln_error *err) {
-    size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q;
-    kiln_devptr delta = a->workspace, dq_acc = a->deterministic ? 0 : a->workspace + round_up(rows * sizeof(float), 256);
-    const struct {
-        const char *name;
-        int32_t value;
-    } ints[] = {{"heads_q", a->heads_q}, {"heads_kv", a->heads_kv}, {"seq_q", a->seq_q}, {"seq_k", a->seq_k}};
-    for (int i = 0; i < m->nparams; i++) {
-        const kiln_param *p = &m->params[i];
-        kiln_arg v = {0};
-        int found = 0, t = tensor_index(p->name);
-        if (p->kind == KILN_PARAM_PTR) {
-            if (t >= 0) v.ptr = pointer_of(a, t), found = 1;
-            else if (!strcmp(p->name, "lse")) v.ptr = a->lse, found = 1;
-            else if (!strcmp(p->name, "delta")) v.ptr = delta, found = 1;
-            else if (!strcmp(p->name, "dq_acc")) v.ptr = dq_acc, found = 1;
-        } else if (p->kind == KILN_PARAM_I32) {
-            for (size_t j = 0; j < sizeof ints / sizeof ints[0] && !found; j++)
-                if (!strcmp(p->name, ints[j].name)) v.i32 = ints[j].value, found = 1;
-        } else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "scale")) {
-            v.f32 = a->scale > 0 ? a->scale : (float)(1.0 / sqrt((double)a->head_dim));
-            found = 1;
-        } else if (p->kind == KILN_PARAM_I64 && !strncmp(p->name, "stride_", 7)) {
-            size_t len = strlen(p->name);
-            const char *axis = len > 8 ? strchr("bsh", p->name[len - 1]) : NULL;
-            char tname[16];
-            snprintf(tname, sizeof tname, "%.*s", (int)(len - 8), p->name + 7);
-            int st = len > 8 ? tensor_index(tname) : -1;
-            if (axis && *axis && st >= 0) {
-                int64_t s[3];
-                effective_strides(a, st, s);
-                v.i64 = s[axis - "bsh"];
-                found = 1;
-            }
-        }
-        if (!found)
-            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the attention backward helper does not know",
-                             m->entry, p->name);
-        args[i] = v;
-    }
-    return KILN_OK;
-}
-
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err) {
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward: NULL argument");
     kiln_status st = check_args(a, err);
     if (st != KILN_OK || a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return st;
     kiln_kernel *ks[3];
     if ((st = kiln_attention_backward_pick(rt, a, ks, err)) != KILN_OK) return st;
-    /* prep and the dQ kernels cover query rows, dkdv covers keys; an empty side launches nothing
-     * (its kernels would have no rows), the other side still writes its zeros. */
-    const uint64_t rows_q[3] = {(uint64_t)a->seq_q, (uint64_t)a->heads_q, (uint64_t)a->batch};
-    const uint64_t rows_k[3] = {(uint64_t)a->seq_k, (uint64_t)a->heads_kv, (uint64_t)a->batch};
-    for (int i = 0; i < 3 && st == KILN_OK; i++) {
-        const uint64_t *problem = i == 1 ? rows_k : rows_q;
-        if (!problem[0]) continue;
-        kiln_arg args[KILN_MAX_PARAMS];
-        unsigned grid[3];
-        st = kiln_kernel_grid(ks[i], problem, grid, err);
-        if (st == KILN_OK) st = build_args(a, &ks[i]->meta, args, err);
-        if (st == KILN_OK) st = kiln_kernel_launch(ks[i], grid, args, ks[i]->meta.nparams, a->stream, err);
+    /* dkdv names the sequence and its workspace; the kernels with an empty grid (no query rows, or no
+     * keys) are skipped, the other side still writes its zeros */
+    kiln_launch_tensor t[NTENSORS + 1];
+    for (int i = 0; i < NTENSORS; i++) {
+        const int64_t *s = strides_of(a, i);
+        t[i] = (kiln_launch_tensor){.name = tensor_names[i], .ptr = pointer_of(a, i)};
+        if (s[0] || s[1] || s[2]) memcpy(t[i].strides, (int64_t[4]){s[0], s[1], s[2], 1}, sizeof t[i].strides);
     }
-    return st;
+    t[NTENSORS] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
+    kiln_launch_scalar s[6] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
+                               {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
+    kiln_launch_args la = {.tensors = t, .ntensors = NTENSORS + 1, .scalars = s, .nscalars = a->scale > 0 ? 6 : 5,
+                           .workspace = a->workspace, .workspace_bytes = kiln_attention_backward_workspace(a),
+                           .stream = a->stream};
+    return kiln_launch(ks[1], &la, err);
 }

@@ -24,7 +24,7 @@ static unsigned bucket_of(const char *key) {
     return h % RT_BUCKETS;
 }
 
-static kiln_status resolve(kiln_rt *rt, const char *key, int canonical, kiln_kernel **out, kiln_error *err);
+static kiln_status resolve(kiln_rt *rt, const char *key, const char *canon, kiln_kernel **out, kiln_error *err);
 
 /* ---- loading ---- */
 
@@ -185,7 +185,8 @@ kiln_status kiln_rt_load_module(kiln_rt *rt, const void *data, size_t size, kiln
 
 /* ---- the memory cache and its single-flight protocol ---- */
 
-static kiln_status get(kiln_rt *rt, const char *key, int canonical, kiln_kernel **out, kiln_error *err) {
+/* key: the normalized spec; canon: its canonical form when the generator gave it already (else NULL). */
+static kiln_status get(kiln_rt *rt, const char *key, const char *canon, kiln_kernel **out, kiln_error *err) {
     unsigned b = bucket_of(key);
     pthread_mutex_lock(&rt->lock);
     rt_entry *e = rt->buckets[b];
@@ -215,7 +216,7 @@ static kiln_status get(kiln_rt *rt, const char *key, int canonical, kiln_kernel 
     pthread_mutex_unlock(&rt->lock);
 
     kiln_kernel *k = NULL;
-    kiln_status st = resolve(rt, key, canonical, &k, &e->err);
+    kiln_status st = resolve(rt, key, canon, &k, &e->err);
 
     pthread_mutex_lock(&rt->lock);
     if (st == KILN_OK) {
@@ -240,7 +241,7 @@ kiln_status kiln_rt_get_kernel(kiln_rt *rt, const char *spec, kiln_kernel **out,
     char key[KILN_SPEC_MAX];
     if (!rt || !out) return kiln_fail(err, KILN_EINVAL, "kiln_rt_get_kernel: NULL runtime or output");
     kiln_status st = rt_spec_normalize(spec, key, sizeof key, err);
-    return st == KILN_OK ? get(rt, key, 0, out, err) : st;
+    return st == KILN_OK ? get(rt, key, NULL, out, err) : st;
 }
 
 /* ---- the lookup order below the memory cache ---- */
@@ -339,12 +340,14 @@ static int from_disk(kiln_rt *rt, const uint8_t ck[16], const char *key, kiln_ke
     return 1;
 }
 
-static kiln_status generate(kiln_rt *rt, const kiln_rt_generator *g, const uint8_t ck[16], const char *key, int sm,
-                            kiln_kernel **out, kiln_error *err) {
+/* Generates the canonical spec canon (key: its normalized form, the caches' key): the generator
+ * resolved it when it gave the canonical form and resolves nothing again (gen_api.c). */
+static kiln_status generate(kiln_rt *rt, const kiln_rt_generator *g, const uint8_t ck[16], const char *key,
+                            const char *canon, int sm, kiln_kernel **out, kiln_error *err) {
     char *text = NULL;
     size_t len = 0;
     kiln_kernel_meta meta;
-    kiln_status st = g->generate(key, sm, &text, &len, err);
+    kiln_status st = g->generate(canon, sm, &text, &len, err);
     if (st != KILN_OK) return st;
     count(rt, &rt->stats.generated);
     st = kiln_meta_parse(text, len, &meta, err);
@@ -354,17 +357,19 @@ static kiln_status generate(kiln_rt *rt, const kiln_rt_generator *g, const uint8
     return st;
 }
 
-static kiln_status resolve(kiln_rt *rt, const char *key, int canonical, kiln_kernel **out, kiln_error *err) {
+static kiln_status resolve(kiln_rt *rt, const char *key, const char *canon, kiln_kernel **out, kiln_error *err) {
     kiln_status st = from_bundles(rt, key, out, err);
     if (st != KILN_ENOTFOUND) return st;
     const kiln_rt_generator *g = rt_generator();
     if (!g) return not_found(rt, key, err);
-    if (!canonical) {
-        char canon[KILN_SPEC_MAX], norm[KILN_SPEC_MAX];
-        st = g->canonical(key, canon, sizeof canon, err);
-        if (st == KILN_OK) st = rt_spec_normalize(canon, norm, sizeof norm, err);
+    char canon_buf[KILN_SPEC_MAX];
+    if (!canon) { /* the spec as the template resolves it: the one resolution on this path */
+        char norm[KILN_SPEC_MAX];
+        st = g->canonical(key, canon_buf, sizeof canon_buf, err);
+        if (st == KILN_OK) st = rt_spec_normalize(canon_buf, norm, sizeof norm, err);
         if (st != KILN_OK) return st;
-        if (strcmp(norm, key) != 0) return get(rt, norm, 1, out, err);
+        if (strcmp(norm, key) != 0) return get(rt, norm, canon_buf, out, err);
+        canon = canon_buf;
     }
     int sm;
     uint8_t ck[16];
@@ -372,7 +377,7 @@ static kiln_status resolve(kiln_rt *rt, const char *key, int canonical, kiln_ker
     if (st == KILN_OK) st = cache_key(g, key, sm, ck, err);
     if (st != KILN_OK) return st;
     if (from_disk(rt, ck, key, out, &st, err) != 0) return st;
-    return generate(rt, g, ck, key, sm, out, err);
+    return generate(rt, g, ck, key, canon, sm, out, err);
 }
 
 void rt_kernels_free(kiln_rt *rt) {

@@ -229,8 +229,9 @@ typedef struct parser {
 static int64_t expr(parser *ps);
 
 static int64_t fail_expr(parser *ps, const char *why) {
-    if (!ps->failed)
-        kiln_fail(ps->e->err, KILN_ECORRUPT, "kernel '%s': launch expression '%s': %s", ps->e->m->spec, ps->text, why);
+    if (!ps->failed) /* a value too large is the launch's; anything else is the description's */
+        kiln_fail(ps->e->err, strstr(why, "does not fit") ? KILN_EINVAL : KILN_ECORRUPT,
+                  "kernel '%s': launch expression '%s': %s", ps->e->m->spec, ps->text, why);
     ps->failed = 1;
     return 0;
 }
@@ -299,7 +300,7 @@ static int64_t term(parser *ps) {
     while (!ps->failed && (*ps->p == '*' || *ps->p == '/')) {
         char op = *ps->p++;
         int64_t b = factor(ps);
-        if (op == '*') v = __builtin_mul_overflow(v, b, &r) ? fail_expr(ps, "overflows 64 bits") : r;
+        if (op == '*') v = __builtin_mul_overflow(v, b, &r) ? fail_expr(ps, "does not fit in 64 bits for these sizes") : r;
         else v = b ? v / b : fail_expr(ps, "division by zero");
     }
     return v;
@@ -311,7 +312,7 @@ static int64_t expr(parser *ps) {
         char op = *ps->p++;
         int64_t b = term(ps);
         int ovf = op == '+' ? __builtin_add_overflow(v, b, &r) : __builtin_sub_overflow(v, b, &r);
-        v = ovf ? fail_expr(ps, "overflows 64 bits") : r;
+        v = ovf ? fail_expr(ps, "does not fit in 64 bits for these sizes") : r;
     }
     return v;
 }
@@ -360,8 +361,9 @@ static int tensor_dims(env *e, const decl_tensor *t, int64_t dims[KILN_LAUNCH_DI
                       t->dims[i], (long long)dims[i]);
             return -1;
         }
-        if (__builtin_mul_overflow(*elems, dims[i], elems)) {
-            kiln_fail(e->err, KILN_EINVAL, "kernel '%s': tensor '%s' has more elements than 64 bits count", e->m->spec, t->name);
+        if (__builtin_mul_overflow(*elems, dims[i], elems) || *elems > INT64_MAX / 8) {
+            kiln_fail(e->err, KILN_EINVAL, "kernel '%s': tensor '%s' (%s elements) does not fit in 64-bit byte counts",
+                      e->m->spec, t->name, t->dims[i]);
             return -1;
         }
     }
@@ -536,6 +538,10 @@ kiln_status kiln_launch_bind(const kiln_kernel_meta *const *metas, int nsteps, i
         uint64_t bytes = (uint64_t)n * kiln_dtype_size(p ? p->dtype : KILN_F32);
         if (cv.n == MAX_T) break;
         if (bytes) total = (total + 255) / 256 * 256; /* each workspace tensor 256-byte aligned */
+        if (total + bytes < total || total + bytes > SIZE_MAX) {
+            st = kiln_fail(err, KILN_EINVAL, "kernel '%s': its workspace does not fit in size_t", metas[self]->spec);
+            break;
+        }
         snprintf(cv.name[cv.n], KILN_NAME_MAX, "%s", t->name);
         cv.offset[cv.n] = total;
         cv.bytes[cv.n++] = bytes;
@@ -582,8 +588,7 @@ static int device_sms(const kiln_kernel *k) {
     return sms > 0 ? sms : 1;
 }
 
-kiln_status kiln_launch_workspace(kiln_kernel *k, const kiln_launch_args *a, size_t *bytes, kiln_error *err) {
-    if (!k || !a || !bytes) return kiln_fail(err, KILN_EINVAL, "kiln_launch_workspace: NULL argument");
+kiln_status rt_launch_size(kiln_kernel *k, const kiln_launch_args *a, unsigned grid[3], size_t *bytes, kiln_error *err) {
     kiln_kernel *ks[2 * MAX_STEPS + 1];
     const kiln_kernel_meta *metas[2 * MAX_STEPS + 1];
     kiln_launch_step steps[2 * MAX_STEPS + 1];
@@ -591,7 +596,14 @@ kiln_status kiln_launch_workspace(kiln_kernel *k, const kiln_launch_args *a, siz
     kiln_status st = sequence_kernels(k, ks, metas, &n, &self, err);
     kiln_launch_args q = *a;
     q.workspace = 0;
-    return st == KILN_OK ? kiln_launch_bind(metas, n, self, &q, device_sms(k), steps, bytes, err) : st;
+    if (st == KILN_OK) st = kiln_launch_bind(metas, n, self, &q, device_sms(k), steps, bytes, err);
+    if (st == KILN_OK && grid) memcpy(grid, steps[self].grid, sizeof steps[self].grid);
+    return st;
+}
+
+kiln_status kiln_launch_workspace(kiln_kernel *k, const kiln_launch_args *a, size_t *bytes, kiln_error *err) {
+    if (!k || !a || !bytes) return kiln_fail(err, KILN_EINVAL, "kiln_launch_workspace: NULL argument");
+    return rt_launch_size(k, a, NULL, bytes, err);
 }
 
 kiln_status kiln_launch(kiln_kernel *k, const kiln_launch_args *a, kiln_error *err) {

@@ -1,4 +1,4 @@
-/* runtime/rt_norm.c - typed launch helpers for the norm families: LayerNorm/RMSNorm forward and backward (two kernels). */
+/* runtime/rt_norm.c - typed launch helpers for the norm families over the generic launch: the spec of the dtypes and the fixed-hidden/launch-hidden pick. */
 #include <stdio.h>
 #include <string.h>
 
@@ -60,22 +60,19 @@ static kiln_status pick(kiln_rt *rt, const char *what, const char *spec_fixed, c
     return KILN_OK;
 }
 
-/* Fills args in the order of meta.params from named pointers and the scalars. */
-static kiln_status build_args(const kiln_kernel_meta *m, const named_ptr *t, int n, int rows, int hidden, float eps,
-                              int parts, kiln_arg *args, kiln_error *err) {
-    for (int i = 0; i < m->nparams; i++) {
-        const kiln_param *p = &m->params[i];
-        kiln_arg v = {0};
-        if (p->kind == KILN_PARAM_PTR) v.ptr = find_ptr(t, n, p->name);
-        else if (p->kind == KILN_PARAM_I32 && !strcmp(p->name, "rows")) v.i32 = rows;
-        else if (p->kind == KILN_PARAM_I32 && (!strcmp(p->name, "hidden") || !strcmp(p->name, "cols"))) v.i32 = hidden;
-        else if (p->kind == KILN_PARAM_I32 && !strcmp(p->name, "parts")) v.i32 = parts;
-        else if (p->kind == KILN_PARAM_F32 && !strcmp(p->name, "eps")) v.f32 = eps;
-        else
-            return kiln_fail(err, KILN_EINVAL, "kernel '%s' has parameter '%s' the norm helper does not know", m->entry, p->name);
-        args[i] = v;
-    }
-    return KILN_OK;
+/* The generic launch's arguments: the named pointers (0 ones left out; the workspace, checked for
+ * alignment by pick() as "ws", goes as the launch's workspace, which the sequence carves), rows and
+ * hidden, and eps (forward). */
+static kiln_launch_args launch_args(const named_ptr *t, int n, kiln_launch_tensor *lt, kiln_launch_scalar *ls, int rows,
+                                    int hidden, const float *eps, kiln_devptr ws, size_t ws_bytes, void *stream) {
+    int k = 0;
+    for (int i = 0; i < n; i++)
+        if (t[i].ptr && strcmp(t[i].name, "ws")) lt[k++] = (kiln_launch_tensor){.name = t[i].name, .ptr = t[i].ptr};
+    ls[0] = (kiln_launch_scalar){"rows", rows};
+    ls[1] = (kiln_launch_scalar){"hidden", hidden};
+    if (eps) ls[2] = (kiln_launch_scalar){"eps", *eps};
+    return (kiln_launch_args){.tensors = lt, .ntensors = k, .scalars = ls, .nscalars = eps ? 3 : 2, .workspace = ws,
+                              .workspace_bytes = ws_bytes, .stream = stream};
 }
 
 static int valid_dtype(kiln_dtype t) { return kiln_dtype_name(t) != NULL; }
@@ -154,16 +151,13 @@ kiln_status kiln_norm_forward(kiln_rt *rt, const kiln_norm_fwd_args *a, kiln_err
     kiln_status st = fwd_check(a, err);
     if (st != KILN_OK || a->rows == 0) return st;
     kiln_kernel *k;
-    kiln_arg args[KILN_MAX_PARAMS];
-    unsigned grid[3];
     named_ptr t[8];
+    kiln_launch_tensor lt[8];
+    kiln_launch_scalar ls[3];
     int n = fwd_table(a, t);
-    st = kiln_norm_forward_pick(rt, a, &k, err);
-    const uint64_t problem[3] = {(uint64_t)a->rows, 1, 1};
-    if (st == KILN_OK) st = kiln_kernel_grid(k, problem, grid, err);
-    if (st == KILN_OK) st = build_args(&k->meta, t, n, a->rows, a->hidden, a->eps, 0, args, err);
-    if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, k->meta.nparams, a->stream, err);
-    return st;
+    if ((st = kiln_norm_forward_pick(rt, a, &k, err)) != KILN_OK) return st;
+    kiln_launch_args la = launch_args(t, n, lt, ls, a->rows, a->hidden, &a->eps, 0, 0, a->stream);
+    return kiln_launch(k, &la, err);
 }
 
 /* ---- backward ---- */
@@ -218,23 +212,20 @@ kiln_status kiln_norm_backward_pick(kiln_rt *rt, const kiln_norm_bwd_args *a, ki
                 a->hidden, out, err);
 }
 
-static unsigned bwd_blocks(kiln_rt *rt, const kiln_kernel_meta *m, int rows) {
-    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, need = ((unsigned)rows + tile - 1) / tile;
-    unsigned threads = m->block[0] * m->block[1] * m->block[2], per_sm = threads ? 1024 / threads : 1;
-    int sms = kiln_rt_device(rt)->multiprocessors;
-    unsigned cap = (unsigned)(sms > 0 ? sms : 1) * (per_sm ? per_sm : 1);
-    return need < cap ? need : cap;
-}
-
 kiln_status kiln_norm_backward_workspace(kiln_rt *rt, const kiln_norm_bwd_args *a, size_t *bytes, unsigned *blocks,
                                          kiln_error *err) {
     kiln_kernel *k;
     if (!bytes) return kiln_fail(err, KILN_EINVAL, "kiln_norm_backward_workspace: NULL argument");
     kiln_status st = kiln_norm_backward_pick(rt, a, &k, err);
     if (st != KILN_OK) return st;
-    unsigned g = a->rows > 0 ? bwd_blocks(rt, &k->meta, a->rows) : 0;
-    *bytes = (size_t)k->meta.ws_slabs * g * (k->meta.ws_rows_per_block ? k->meta.ws_rows_per_block : 1) * (size_t)a->hidden * 4;
-    if (blocks) *blocks = g;
+    named_ptr t[10];
+    kiln_launch_tensor lt[10];
+    kiln_launch_scalar ls[2];
+    int n = bwd_table(a, t);
+    kiln_launch_args la = launch_args(t, n, lt, ls, a->rows, a->hidden, NULL, 0, 0, NULL);
+    unsigned grid[3];
+    if ((st = rt_launch_size(k, &la, grid, bytes, err)) != KILN_OK) return st;
+    if (blocks) *blocks = grid[0];
     return KILN_OK;
 }
 
@@ -242,29 +233,18 @@ kiln_status kiln_norm_backward(kiln_rt *rt, const kiln_norm_bwd_args *a, kiln_er
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_norm_backward: NULL argument");
     kiln_status st = bwd_check(a, err);
     if (st != KILN_OK || a->rows == 0) return st;
-    kiln_kernel *k, *red = NULL;
-    kiln_arg args[KILN_MAX_PARAMS];
+    kiln_kernel *k;
     named_ptr t[10];
+    kiln_launch_tensor lt[10];
+    kiln_launch_scalar ls[2];
     int n = bwd_table(a, t);
-    size_t need;
-    unsigned blocks;
-    if ((st = kiln_norm_backward_workspace(rt, a, &need, &blocks, err)) != KILN_OK) return st;
     if ((st = kiln_norm_backward_pick(rt, a, &k, err)) != KILN_OK) return st;
-    const kiln_kernel_meta *m = &k->meta;
+    kiln_launch_args la = launch_args(t, n, lt, ls, a->rows, a->hidden, NULL, a->workspace, a->workspace_bytes, a->stream);
+    size_t need;
+    if ((st = rt_launch_size(k, &la, NULL, &need, err)) != KILN_OK) return st;
     if (need && (!a->workspace || a->workspace_bytes < need))
-        return kiln_fail(err, KILN_EINVAL, "norm backward: '%s' needs a workspace of %zu bytes (%u slabs x %u blocks x %u rows x "
-                         "hidden %d x 4), got %zu at 0x%llx", m->spec, need, m->ws_slabs, blocks, m->ws_rows_per_block,
-                         a->hidden, a->workspace_bytes, (unsigned long long)a->workspace);
-    if (m->ws_slabs && !m->then_spec[0])
-        return kiln_fail(err, KILN_ECORRUPT, "kernel '%s' writes a workspace but names no kernel to reduce it", m->entry);
-    if (m->ws_slabs && (st = kiln_rt_get_kernel(rt, m->then_spec, &red, err)) != KILN_OK) return st;
-    int parts = (int)(blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
-    unsigned grid[3] = {blocks, 1, 1};
-    if ((st = build_args(m, t, n, a->rows, a->hidden, 0.0f, parts, args, err)) != KILN_OK) return st;
-    if ((st = kiln_kernel_launch(k, grid, args, m->nparams, a->stream, err)) != KILN_OK || !red) return st;
-    const uint64_t problem[3] = {(uint64_t)a->hidden, m->ws_slabs, 1};
-    if ((st = kiln_kernel_grid(red, problem, grid, err)) != KILN_OK) return st;
-    /* slab 0 is dweight when there is one, else dbias: the reduce kernel picks by NULL-ness */
-    if ((st = build_args(&red->meta, t, n, a->rows, a->hidden, 0.0f, parts, args, err)) != KILN_OK) return st;
-    return kiln_kernel_launch(red, grid, args, red->meta.nparams, a->stream, err);
+        return kiln_fail(err, KILN_EINVAL, "norm backward: '%s' needs a workspace of %zu bytes "
+                         "(kiln_norm_backward_workspace), got %zu at 0x%llx", k->meta.spec, need, a->workspace_bytes,
+                         (unsigned long long)a->workspace);
+    return kiln_launch(k, &la, err);
 }

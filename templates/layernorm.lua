@@ -7,10 +7,11 @@
 -- offset=1: zero-centered weights, y = (x - mean) * rstd * (1 + weight) + bias, 1 + w formed in f32.
 --
 -- Fixed hidden: the row lives in registers, loaded as 16-byte vectors (narrower when
--- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm.lua:
+-- hidden is not a multiple of 16 bytes' worth); statistics over the registers (lib/norm_fwd.lua:
 -- mean, corrected mean, scaled centered variance); the affine step is one fma, rounded once.
 -- hidden=launch: the kernel loops over the row, re-reading x from global memory.
 local norm = require("lib.norm")
+local norm_fwd = require("lib.norm_fwd")
 local util = require("lib.util")
 
 local K = {
@@ -70,7 +71,7 @@ function K.build(b, spec, cfg)
     params[#params + 1] = { "h", "ptr", spec.r }
     params[#params + 1] = { "residual", "ptr", spec.r, readonly = true }
   end
-  norm.forward(b, spec, cfg, b:kernel{ params = params }, false)
+  norm_fwd.forward(b, spec, cfg, b:kernel{ params = params }, false)
 end
 
 function K.launch(spec, cfg) return norm.forward_launch(spec, cfg, false) end

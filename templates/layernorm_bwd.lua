@@ -8,6 +8,7 @@
 -- slab 1 dbias; grid * rows_per_block rows of hidden floats per slab); the kernel named by
 -- `then_spec` (norm_reduce) adds them in a fixed order: no atomics, identical bits run to run.
 local norm = require("lib.norm")
+local norm_bwd = require("lib.norm_bwd")
 
 local K = {
   doc = "LayerNorm backward: dx (+ dres with residual=true); dweight/dbias partials in an f32 workspace, reduced by norm_reduce",
@@ -42,7 +43,7 @@ function K.build(b, spec, cfg)
     { "rows", "i32" }, { "hidden", "i32" },
   }
   if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
-  norm.backward(b, spec, cfg, b:kernel{ params = params }, false)
+  norm_bwd.backward(b, spec, cfg, b:kernel{ params = params }, false)
 end
 
 function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, false) end

@@ -4,9 +4,10 @@
 -- written). x, weight and y each f32, f16 or bf16; math in f32. residual=true: h = x +
 -- residual is rounded to r, written to h and normalized. offset=1: y = x * rstd * (1 + weight),
 -- 1 + w formed in f32 (zero-centered weights). Geometry and row access as the LayerNorm forward
--- (lib/norm.lua); one reduction per row (sum of squares with max |x|; a row whose sum of
+-- (lib/norm_fwd.lua); one reduction per row (sum of squares with max |x|; a row whose sum of
 -- squares overflows f32 is summed again scaled by a power of two).
 local norm = require("lib.norm")
+local norm_fwd = require("lib.norm_fwd")
 
 local K = {
   doc = "RMSNorm forward: y = x * rstd * w, rstd = 1/sqrt(mean(x^2) + eps) saved as f32; residual=true adds h = x + residual first",
@@ -48,7 +49,7 @@ function K.build(b, spec, cfg)
     params[#params + 1] = { "h", "ptr", spec.r }
     params[#params + 1] = { "residual", "ptr", spec.r, readonly = true }
   end
-  norm.forward(b, spec, cfg, b:kernel{ params = params }, true)
+  norm_fwd.forward(b, spec, cfg, b:kernel{ params = params }, true)
 end
 
 function K.launch(spec, cfg) return norm.forward_launch(spec, cfg, true) end

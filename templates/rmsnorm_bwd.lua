@@ -5,6 +5,7 @@
 -- dweight = sum over rows of dy xhat, as f32 partial rows in the workspace `ws` (one slab;
 -- grid * rows_per_block rows of hidden floats), added in a fixed order by norm_reduce.
 local norm = require("lib.norm")
+local norm_bwd = require("lib.norm_bwd")
 
 local K = {
   doc = "RMSNorm backward: dx (+ dres with residual=true); dweight partials in an f32 workspace, reduced by norm_reduce",
@@ -37,7 +38,7 @@ function K.build(b, spec, cfg)
     { "rows", "i32" }, { "hidden", "i32" },
   }
   if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
-  norm.backward(b, spec, cfg, b:kernel{ params = params }, true)
+  norm_bwd.backward(b, spec, cfg, b:kernel{ params = params }, true)
 end
 
 function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, true) end

@@ -13,6 +13,8 @@
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
 
+unsigned gen_spec_resolutions(void); /* gen/gen_spec.c: this thread's spec resolutions */
+
 extern char **environ;
 
 static fake_cuda_api fake;
@@ -348,13 +350,13 @@ static void test_layernorm(void) {
     kiln_error e;
     kiln_devptr buf;
     kiln_rt_alloc(rt, 1 << 20, &buf, &e);
-    kiln_layernorm_args a = {.y = buf, .mean = buf + 0x10000, .rstd = 0, .x = buf + 0x20000, .weight = buf + 0x40000,
+    kiln_norm_fwd_args a = {.y = buf, .mean = buf + 0x10000, .rstd = 0, .x = buf + 0x20000, .weight = buf + 0x40000,
                              .bias = buf + 0x50000, .rows = 1000, .hidden = 4096, .x_dtype = KILN_BF16,
                              .w_dtype = KILN_F32, .y_dtype = KILN_BF16, .eps = 1e-5f};
     fake_cuda_launch l;
     kiln_kernel *k = NULL;
-    CHECK(kiln_layernorm_forward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=4096"),
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=4096"),
           "fixed variant");
     const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
     CHECK(fake.last_launch(&l) && m && !strcmp(l.entry, m->entry), "launched %s", l.entry);
@@ -367,28 +369,49 @@ static void test_layernorm(void) {
           "arguments in the kernel's order");
     /* misaligned x: the launch-time form (scalar loads) */
     a.x += 2;
-    CHECK(kiln_layernorm_forward(rt, &a, &e) == KILN_OK, "misaligned: %s", e.msg);
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_OK, "misaligned: %s", e.msg);
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
           "launch-time form");
     CHECK(fake.last_launch(&l) && l.param[3] == a.x && l.param[7] == 4096, "x passed through");
     /* misaligned below the element size: no variant can take it */
     a.x += 1;
-    CHECK(kiln_layernorm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "x (0x") && strstr(e.msg, "aligned"),
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "x (0x") && strstr(e.msg, "aligned"),
           "says why: %s", e.msg);
     a.x -= 3;
     /* no weight, no bias: a spec without them */
     a.weight = a.bias = 0;
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "weight=false bias=false"),
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "weight=false bias=false"),
           "%s", k ? kiln_kernel_get_meta(k)->spec : e.msg);
     /* hidden beyond what the fixed form supports: the launch-time form */
     a.hidden = 100000;
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
           "large hidden: %s", e.msg);
     a.rows = 0;
-    CHECK(kiln_layernorm_forward(rt, &a, &e) == KILN_OK, "no rows, nothing to do");
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_OK, "no rows, nothing to do");
     a.rows = -1;
-    CHECK(kiln_layernorm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "rows"), "%s", e.msg);
+    CHECK(kiln_norm_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "rows"), "%s", e.msg);
     kiln_rt_free(rt, buf, &e);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+/* The generate path resolves a spec once (issue 23 item 4): the canonical form the runtime asks for
+ * first (its cache key) is what the generator then builds, without resolving it again. */
+static void test_resolve_once(void) {
+    TEST_BEGIN("a generated kernel's spec is resolved once");
+    warnings w = {0};
+    kiln_rt *rt = open_rt(80, NULL, &w);
+    kiln_kernel *k = NULL;
+    kiln_error e;
+    static const char *const specs[] = {"rmsnorm hidden=96 x=f16", "rmsnorm x=f16 w=f16 y=f16 hidden=96 weight=true offset=1"};
+    for (int i = 0; i < 2; i++) {
+        unsigned before = gen_spec_resolutions();
+        CHECK(kiln_rt_get_kernel(rt, specs[i], &k, &e) == KILN_OK, "%s", e.msg);
+        CHECK(gen_spec_resolutions() - before == 1, "%s: %u resolutions", specs[i], gen_spec_resolutions() - before);
+        before = gen_spec_resolutions();
+        CHECK(kiln_rt_get_kernel(rt, specs[i], &k, &e) == KILN_OK && gen_spec_resolutions() == before, "memory hit");
+    }
+    CHECK(stats(rt).generated == 2, "generated %llu", (unsigned long long)stats(rt).generated);
     kiln_rt_destroy(rt);
     TEST_END();
 }
@@ -417,15 +440,15 @@ static void test_layernorm_bundle_only(void) {
     warnings w = {0};
     kiln_rt *rt = open_rt(86, NULL, &w);
     kiln_rt_add_bundle_memory(rt, data, size, &e);
-    kiln_layernorm_args a = {.y = 0x10000, .x = 0x20000, .weight = 0x30000, .bias = 0x40000, .rows = 8, .hidden = 4096,
+    kiln_norm_fwd_args a = {.y = 0x10000, .x = 0x20000, .weight = 0x30000, .bias = 0x40000, .rows = 8, .hidden = 4096,
                              .x_dtype = KILN_F16, .w_dtype = KILN_F16, .y_dtype = KILN_F16, .eps = 1e-5f};
     kiln_kernel *k = NULL;
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=4096"), "fixed");
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=4096"), "fixed");
     a.hidden = 1000;
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "hidden=launch"),
           "not in the bundle: launch-time form: %s", e.msg);
     a.x_dtype = KILN_BF16;
-    CHECK(kiln_layernorm_pick(rt, &a, &k, &e) == KILN_ENOTFOUND && strstr(e.msg, "no generator") &&
+    CHECK(kiln_norm_forward_pick(rt, &a, &k, &e) == KILN_ENOTFOUND && strstr(e.msg, "no generator") &&
               strstr(e.msg, "layernorm x=f16"),
           "%s", e.msg);
     kiln_rt_destroy(rt);
@@ -455,6 +478,7 @@ int main(int argc, char **argv) {
     test_generator_errors();
     test_layernorm();
     test_layernorm_bundle_only();
+    test_resolve_once();
     char cmd[300];
     snprintf(cmd, sizeof cmd, "rm -rf %s", cache_root);
     if (system(cmd) != 0) printf("  could not remove %s\n", cache_root);

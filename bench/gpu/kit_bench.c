@@ -14,6 +14,8 @@ static int die(const char *what, const kiln_error *err) {
     return 2;
 }
 
+/* ---- timing: CUDA events and the few driver calls the runtime does not wrap ---- */
+
 typedef struct drv {
     void *dl;
     int (*cuDeviceGet)(int *, int);
@@ -110,7 +112,7 @@ typedef enum helper { H_LAYERNORM, H_NORM_FWD, H_NORM_BWD, H_ATTENTION, H_SPLITK
 typedef struct helper_ctx {
     kiln_rt *rt;
     helper h;
-    kiln_layernorm_args ln;
+    kiln_norm_fwd_args ln;
 #ifdef KIT_HAVE_NORM
     kiln_norm_fwd_args f;
     kiln_norm_bwd_args b;
@@ -127,7 +129,7 @@ static int helper_launch(void *p) {
     kiln_status st = KILN_EINVAL;
     const char *what = "";
     switch (c->h) {
-    case H_LAYERNORM: st = kiln_layernorm_forward(c->rt, &c->ln, &err), what = "layernorm"; break;
+    case H_LAYERNORM: st = kiln_norm_forward(c->rt, &c->ln, &err), what = "layernorm"; break;
 #ifdef KIT_HAVE_NORM
     case H_NORM_FWD: st = kiln_norm_forward(c->rt, &c->f, &err), what = "rmsnorm forward"; break;
     case H_NORM_BWD: st = kiln_norm_backward(c->rt, &c->b, &err), what = "norm backward"; break;
@@ -147,7 +149,7 @@ static int helper_launch(void *p) {
  * module and launched with its parameters bound by name. */
 typedef struct probe_ctx {
     kiln_kernel *k;
-    kiln_layernorm_args a;
+    kiln_norm_fwd_args a;
 } probe_ctx;
 
 static int probe_launch(void *p) {
@@ -465,7 +467,7 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
             /* probe: the same PTX asking ptxas for two blocks per SM (fewer registers, more loads in flight) */
             probe_ctx pr = {.a = lc.ln};
             kiln_kernel *picked;
-            if (kiln_layernorm_pick(rt, &lc.ln, &picked, &b->err) == KILN_OK &&
+            if (kiln_norm_forward_pick(rt, &lc.ln, &picked, &b->err) == KILN_OK &&
                 probe_load(rt, b->bundle, kiln_kernel_get_meta(picked), &pr.k) == 0) {
                 ms = time_median(&b->t, probe_launch, &pr, b->reps, &b->used);
                 if (ms > 0) {

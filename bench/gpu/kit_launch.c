@@ -25,8 +25,8 @@ static kiln_dtype dtype_of(const kit_case *c, const char *tensor, kiln_dtype def
     return t ? t->dtype : def;
 }
 
-static kiln_status layernorm_args(const kit_case *c, const kit_device_args *d, kiln_layernorm_args *a) {
-    *a = (kiln_layernorm_args){
+static kiln_status layernorm_args(const kit_case *c, const kit_device_args *d, kiln_norm_fwd_args *a) {
+    *a = (kiln_norm_fwd_args){
         .y = ptr_of(c, d, "y"), .mean = ptr_of(c, d, "mean"), .rstd = ptr_of(c, d, "rstd"), .x = ptr_of(c, d, "x"),
         .weight = ptr_of(c, d, "weight"), .bias = ptr_of(c, d, "bias"),
         .rows = (int)scalar_of(c, "rows", 0), .hidden = (int)scalar_of(c, "hidden", 0),
@@ -38,10 +38,10 @@ static kiln_status layernorm_args(const kit_case *c, const kit_device_args *d, k
 
 static kiln_status layernorm_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **k,
                                     kiln_error *err) {
-    kiln_layernorm_args a;
+    kiln_norm_fwd_args a;
     layernorm_args(c, d, &a);
-    kiln_status st = kiln_layernorm_forward(rt, &a, err);
-    return st == KILN_OK && k ? kiln_layernorm_pick(rt, &a, k, err) : st;
+    kiln_status st = kiln_norm_forward(rt, &a, err);
+    return st == KILN_OK && k ? kiln_norm_forward_pick(rt, &a, k, err) : st;
 }
 
 static void attention_args(const kit_case *c, const kit_device_args *d, kiln_attention_args *a) {

@@ -224,26 +224,11 @@ kiln_status kiln_launch_bind(const kiln_kernel_meta *const *metas, int nsteps, i
 
 /* ---- typed launch helpers ---- */
 
-/* LayerNorm forward (torch.nn.functional.layer_norm semantics). mean/rstd may be 0; weight/bias
- * 0 select a kernel without them. Picks the variant for this hidden size when one exists (from
- * a bundle, the caches or the generator), else the launch-time form (hidden=0); pointers not
- * aligned as the variant needs fall back to the launch-time form, or the error says why not. */
-typedef struct kiln_layernorm_args {
-    kiln_devptr y, mean, rstd, x, weight, bias;
-    int rows, hidden;
-    kiln_dtype x_dtype, w_dtype, y_dtype;
-    float eps;
-    void *stream;
-} kiln_layernorm_args;
-kiln_status kiln_layernorm_forward(kiln_rt *rt, const kiln_layernorm_args *a, kiln_error *err);
-/* The kernel kiln_layernorm_forward would launch, without launching it. */
-kiln_status kiln_layernorm_pick(kiln_rt *rt, const kiln_layernorm_args *a, kiln_kernel **out,
-                                kiln_error *err);
-
-/* Norm families (runtime/rt_norm.c): LayerNorm and RMSNorm, forward and backward, optionally with
- * the fused residual add (h = x + residual, written to h and normalized). Variant choice as
- * kiln_layernorm_pick: the fixed-hidden variant when it exists and the pointers are aligned as
- * its metadata says, else the launch-time form. */
+/* Norm families (runtime/rt_norm.c, thin over kiln_launch): LayerNorm and RMSNorm, forward and
+ * backward, optionally with the fused residual add (h = x + residual, written to h and normalized).
+ * Picks the variant for this hidden size when one exists (from a bundle, the caches or the
+ * generator) and the pointers are aligned as its metadata says, else the launch-time form
+ * (hidden=launch); when even that cannot take them the error says why. */
 typedef enum kiln_norm_kind { KILN_NORM_LAYERNORM = 0, KILN_NORM_RMSNORM = 1 } kiln_norm_kind;
 
 /* Forward. mean (LayerNorm only) and rstd may be 0; weight 0 (and bias 0, LayerNorm) select a

@@ -29,6 +29,7 @@ KILN_MAX_PARAMS = 32
 KILN_NAME_MAX = 64
 KILN_SPEC_MAX = 512
 KILN_LAUNCH_MAX = 3072
+KILN_LAUNCH_DIMS = 4
 
 DTYPES = ("f32", "f16", "bf16")  # kiln_dtype values 0, 1, 2
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2}
@@ -65,6 +66,26 @@ class KernelMeta(ctypes.Structure):
         ("ws_rows_per_block", ctypes.c_uint),
         ("then_spec", ctypes.c_char * KILN_SPEC_MAX),
         ("launch", ctypes.c_char * KILN_LAUNCH_MAX),
+    ]
+
+
+class LaunchTensor(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("ptr", ctypes.c_uint64), ("strides", ctypes.c_int64 * KILN_LAUNCH_DIMS)]
+
+
+class LaunchScalar(ctypes.Structure):
+    _fields_ = [("name", ctypes.c_char_p), ("value", ctypes.c_double)]
+
+
+class LaunchArgs(ctypes.Structure):
+    _fields_ = [
+        ("tensors", ctypes.POINTER(LaunchTensor)),
+        ("ntensors", ctypes.c_int),
+        ("scalars", ctypes.POINTER(LaunchScalar)),
+        ("nscalars", ctypes.c_int),
+        ("workspace", ctypes.c_uint64),
+        ("workspace_bytes", ctypes.c_size_t),
+        ("stream", ctypes.c_void_p),
     ]
 
 
@@ -243,18 +264,6 @@ class Arg(ctypes.Union):
     _fields_ = [("ptr", ctypes.c_uint64), ("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f32", ctypes.c_float)]
 
 
-class LayerNormArgs(ctypes.Structure):
-    _fields_ = [(n, ctypes.c_uint64) for n in ("y", "mean", "rstd", "x", "weight", "bias")] + [
-        ("rows", ctypes.c_int),
-        ("hidden", ctypes.c_int),
-        ("x_dtype", ctypes.c_int),
-        ("w_dtype", ctypes.c_int),
-        ("y_dtype", ctypes.c_int),
-        ("eps", ctypes.c_float),
-        ("stream", ctypes.c_void_p),
-    ]
-
-
 class AttentionArgs(ctypes.Structure):
     _fields_ = (
         [(n, ctypes.c_uint64) for n in ("o", "lse", "q", "k", "v")]
@@ -344,12 +353,12 @@ RT_FUNCS = {
     "kiln_prepare_finish": (S, [P, PP, ERR]),
     "kiln_rt_load_module": (S, [P, ctypes.c_void_p, sz, ctypes.c_int, ctypes.POINTER(KernelMeta), PP, ERR]),
     "kiln_kernel_get_meta": (ctypes.POINTER(KernelMeta), [P]),
+    "kiln_launch": (S, [P, ctypes.POINTER(LaunchArgs), ERR]),
+    "kiln_launch_workspace": (S, [P, ctypes.POINTER(LaunchArgs), ctypes.POINTER(ctypes.c_size_t), ERR]),
     "kiln_kernel_origin": (ctypes.c_char_p, [P]),
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_kernel_launch": (S, [P, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(Arg), ctypes.c_int, P, ERR]),
-    "kiln_layernorm_forward": (S, [P, ctypes.POINTER(LayerNormArgs), ERR]),
-    "kiln_layernorm_pick": (S, [P, ctypes.POINTER(LayerNormArgs), PP, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_forward_workspace": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int,

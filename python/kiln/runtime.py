@@ -353,6 +353,60 @@ class Runtime:
                                                 ctypes.byref(err)), err)
         return Kernel(self, k)
 
+    def _launch_args(self, tensors, scalars, views):
+        """kiln_launch_args for named tensors and scalars (the name buffers ride along in ``keep``)."""
+        tensors, scalars = tensors or {}, scalars or {}
+        keep = []
+        ts = (_lib.LaunchTensor * max(1, len(tensors)))()
+        for i, (name, obj) in enumerate(tensors.items()):
+            keep.append(name.encode())
+            ts[i].name = keep[-1]
+            if obj is None:
+                continue
+            v = self._view(obj, "launch: " + name, self.device_ordinal)
+            views.append(v)
+            ts[i].ptr = v.ptr
+            if not v.contiguous():
+                if len(v.strides) > _lib.KILN_LAUNCH_DIMS:
+                    raise KilnArgumentError("launch: %s has %d dims; a strided tensor takes at most %d"
+                                            % (name, len(v.strides), _lib.KILN_LAUNCH_DIMS))
+                for d, st in enumerate(v.strides):
+                    ts[i].strides[d] = st
+        ss = (_lib.LaunchScalar * max(1, len(scalars)))()
+        for i, (name, value) in enumerate(scalars.items()):
+            keep.append(name.encode())
+            ss[i].name, ss[i].value = keep[-1], float(value)
+        a = _lib.LaunchArgs(ts, len(tensors), ss, len(scalars), 0, 0, None)
+        a._keep = (keep, ts, ss)
+        return a
+
+    def launch(self, spec, tensors=None, scalars=None, workspace=None, stream=None):
+        """Launches the kernel spec names, and the kernels its metadata runs before and after it, binding
+        tensors and scalars by the names its template declares (docs/registry.md; ``k.meta["launch"]``).
+        tensors: {name: device array or None}; a non-contiguous array passes its strides (one per declared
+        dim). scalars: {name: number}; those with a default may be left out. The sequence's workspace is
+        the caller's (``workspace``; ``launch_workspace`` gives its size) or one this Runtime keeps."""
+        k = self.kernel(spec)
+        views = []
+        a = self._launch_args(tensors, scalars, views)
+        need = ctypes.c_size_t()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_launch_workspace(k._ptr, ctypes.byref(a), ctypes.byref(need), ctypes.byref(err)), err)
+        with self._kept_workspace(workspace):
+            a.workspace = self._workspace_ptr("launch", need.value, workspace, views, "_launch_workspace")
+            a.workspace_bytes = need.value
+            a.stream = _stream_handle(stream, views)
+            _lib.check(self._lib.kiln_launch(k._ptr, ctypes.byref(a), ctypes.byref(err)), err)
+
+    def launch_workspace(self, spec, tensors=None, scalars=None):
+        """Bytes of workspace ``launch`` needs for these tensors and scalars (0: none)."""
+        k = self.kernel(spec)
+        a = self._launch_args(tensors, scalars, [])
+        need = ctypes.c_size_t()
+        err = _lib.Error()
+        _lib.check(self._lib.kiln_launch_workspace(k._ptr, ctypes.byref(a), ctypes.byref(need), ctypes.byref(err)), err)
+        return need.value
+
     def prepare(self, specs, threads=0, wait=True):
         """Gets every kernel of specs ready at model load (as kernel() does each), generating and compiling
         on up to ``threads`` threads at once (0: one per CPU), outside the GIL. Returns the Kernels in
@@ -462,53 +516,6 @@ class Runtime:
 
     # ---- typed launch helpers ----
 
-    def _ln_args(self, y, x, weight, bias, eps, mean, rstd, stream):
-        dev = self.device_ordinal
-        xv = self._view(x, "layer_norm: x", dev)
-        yv = self._view(y, "layer_norm: y", dev)
-        if not xv.shape:
-            raise KilnArgumentError("layer_norm: x must have at least one dimension")
-        hidden = xv.shape[-1]
-        rows = xv.numel // hidden if hidden else 0
-        for v, n in ((xv, "x"), (yv, "y")):
-            if not v.contiguous():
-                raise KilnArgumentError("layer_norm: %s must be contiguous (strides %s for shape %s)"
-                                        % (n, v.strides, v.shape))
-        if yv.shape != xv.shape:
-            raise KilnArgumentError("layer_norm: y has shape %s, x has %s; they must match" % (yv.shape, xv.shape))
-        a = _lib.LayerNormArgs()
-        a.y, a.x = yv.ptr, xv.ptr
-        a.rows, a.hidden = rows, hidden
-        a.x_dtype, a.y_dtype = _DTYPE_CODE[xv.dtype], _DTYPE_CODE[yv.dtype]
-        wdt = None
-        views = [xv, yv]
-        for name, obj in (("weight", weight), ("bias", bias)):
-            if obj is None:
-                continue
-            v = self._view(obj, "layer_norm: " + name, dev)
-            if v.shape != (hidden,) and v.numel != hidden:
-                raise KilnArgumentError("layer_norm: %s has shape %s; expected (%d,)" % (name, v.shape, hidden))
-            if not v.contiguous():
-                raise KilnArgumentError("layer_norm: %s must be contiguous" % name)
-            if wdt is not None and v.dtype != wdt:
-                raise KilnArgumentError("layer_norm: weight is %s and bias is %s; they must match" % (wdt, v.dtype))
-            wdt = v.dtype
-            setattr(a, name, v.ptr)
-            views.append(v)
-        a.w_dtype = _DTYPE_CODE[wdt or xv.dtype]
-        for name, obj in (("mean", mean), ("rstd", rstd)):
-            if obj is None:
-                continue
-            v = self._view(obj, "layer_norm: " + name, dev)
-            if v.dtype != "f32" or v.numel != rows or not v.contiguous():
-                raise KilnArgumentError("layer_norm: %s must be %d contiguous f32 values (one per row), got %s %s"
-                                        % (name, rows, v.dtype, v.shape))
-            setattr(a, name, v.ptr)
-            views.append(v)
-        a.eps = float(eps)
-        a.stream = _stream_handle(stream, views)
-        return a
-
     def layer_norm(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None, stream=None, residual=None,
                    h=None, offset=0):
         """y = layer_norm(x) over the last dimension (torch.nn.functional.layer_norm semantics), fp32 math.
@@ -516,11 +523,6 @@ class Runtime:
         optional f32 [rows] outputs. Picks the fixed-hidden variant when one exists. residual and h (both or
         neither, one dtype): the pre-norm block's fused add, h = x + residual is written to h and normalized.
         offset=1: zero-centered weights, y = xhat * (1 + weight) + bias with 1 + weight formed in f32."""
-        if residual is None and h is None and not offset:
-            a = self._ln_args(y, x, weight, bias, eps, mean, rstd, stream)
-            err = _lib.Error()
-            _lib.check(self._lib.kiln_layernorm_forward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
-            return
         a = self._norm_fwd_args("layer_norm", False, y, x, weight, bias, eps, mean, rstd, residual, h, stream, offset)
         self._norm_forward(a)
 
@@ -714,10 +716,10 @@ class Runtime:
 
     def layer_norm_kernel(self, y, x, weight=None, bias=None, eps=1e-5, mean=None, rstd=None):
         """The Kernel layer_norm would launch for these arrays, without launching."""
-        a = self._ln_args(y, x, weight, bias, eps, mean, rstd, 0)
+        a = self._norm_fwd_args("layer_norm", False, y, x, weight, bias, eps, mean, rstd, None, None, 0)
         k = ctypes.c_void_p()
         err = _lib.Error()
-        _lib.check(self._lib.kiln_layernorm_pick(self._live(), ctypes.byref(a), ctypes.byref(k), ctypes.byref(err)),
+        _lib.check(self._lib.kiln_norm_forward_pick(self._live(), ctypes.byref(a), ctypes.byref(k), ctypes.byref(err)),
                    err)
         return Kernel(self, k)
 

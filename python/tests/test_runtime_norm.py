@@ -117,3 +117,28 @@ def test_norm_argument_errors(fake_cuda):
         with pytest.raises(kiln.KilnArgumentError, match=words):
             call()
     assert fake_cuda.launches() == []
+
+
+def test_generic_launch_is_the_helpers_launch(fake_cuda):
+    """Runtime.launch binds by the names the template declares and runs the whole sequence: the same
+    launches as the typed helper (the backward and norm_reduce, the workspace)."""
+    rt = kiln.Runtime(disk_cache=False)
+    rows, hidden = 64, 4096
+    x, dy, dx = (rt.empty((rows, hidden), "bf16") for _ in range(3))
+    mean, rstd = rt.empty((rows,), "f32"), rt.empty((rows,), "f32")
+    w, dw, db = (rt.empty((hidden,), "f32") for _ in range(3))
+    need = rt.layer_norm_backward_workspace(dx, dy, x, mean, rstd, w, dw, db)
+    ws = rt.empty(((need + 3) // 4,), "f32")
+    rt.layer_norm_backward(dx, dy, x, mean, rstd, w, dw, db, workspace=ws)
+    helper = fake_cuda.launches()
+    fake_cuda.reset()
+    spec = "layernorm_bwd x=bf16 w=f32 hidden=4096"
+    t = dict(dx=dx, dy=dy, x=x, mean=mean, rstd=rstd, weight=w, dweight=dw, dbias=db)
+    assert rt.launch_workspace(spec, t, {"rows": rows}) == need
+    rt.launch(spec, t, {"rows": rows, "hidden": hidden}, workspace=ws)
+    assert fake_cuda.launches() == helper and len(helper) == 2
+    assert "tensor dx out rows hidden" in rt.kernel(spec).meta["launch"]
+    with pytest.raises(kiln.KilnError, match="takes no tensor 'dz'"):
+        rt.launch(spec, dict(t, dz=dx), {"rows": rows})
+    with pytest.raises(kiln.KilnError, match="needs the scalar 'rows'"):
+        rt.launch(spec, t, {})

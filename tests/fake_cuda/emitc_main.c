@@ -21,11 +21,11 @@ int main(int argc, char **argv) {
     const kiln_kernel_meta *m = kiln_kernel_get_meta(k);
     printf("sm=%d kind=%s entry=%s\n", m->sm, kiln_kernel_payload_kind(k) == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx", m->entry);
     kiln_devptr buf;
-    kiln_layernorm_args a = {.rows = 64, .hidden = 4096, .x_dtype = KILN_BF16, .w_dtype = KILN_F32, .y_dtype = KILN_BF16,
+    kiln_norm_fwd_args a = {.rows = 64, .hidden = 4096, .x_dtype = KILN_BF16, .w_dtype = KILN_F32, .y_dtype = KILN_BF16,
                              .eps = 1e-5f};
     if (kiln_rt_alloc(rt, 4 << 20, &buf, &err) != KILN_OK) return printf("error: %s\n", err.msg), 1;
     a.x = buf, a.y = buf + (1 << 20), a.weight = buf + (2 << 20), a.bias = buf + (3 << 20);
-    if (kiln_layernorm_forward(rt, &a, &err) != KILN_OK) return printf("error: %s\n", err.msg), 1;
+    if (kiln_norm_forward(rt, &a, &err) != KILN_OK) return printf("error: %s\n", err.msg), 1;
     printf("launched layernorm\n");
     kiln_rt_free(rt, buf, &err);
     kiln_rt_destroy(rt);
