@@ -141,7 +141,7 @@ char stamp_fn::ID = 0;
  * 0.3 -> 7.6 ms of an attention kernel: without it 45 attention variants lose a resident block
  * (docs/llvm22.md). N-ary reassociation and the EarlyCSE that
  * follows it (NVPTX's second of three) change no byte of the PTX of any of the 2441 matrix variants
- * (layernorm, norm, attention, attention_bwd; kiln's IR pipeline has already folded what they would
+ * (the LayerNorm, norm and both attention matrices; kiln's IR pipeline has already folded what they would
  * find) and cost 5.5 % of an attention kernel's instructions (callgrind: 361.5 -> 341.6 M, bf16 d128
  * causal sm_80), 4 % of a LayerNorm's. The first EarlyCSE stays: without both, 207 attention
  * variants change. KILN_CODEGEN_PASSES=llvm keeps LLVM's full list (for comparisons). */

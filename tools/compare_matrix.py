@@ -43,8 +43,9 @@ def main():
     fam = collections.defaultdict(list)
     for key in sorted(old.keys() & new.keys()):
         family = key[1].split()[0]
-        if family == "attention_bwd":
-            family += " " + [w for w in key[1].split() if w.startswith("kernel=")][0][7:]
+        kernel = [w[7:] for w in key[1].split() if w.startswith("kernel=")]  # a kernel of a sequence: its own row
+        if kernel:
+            family += " " + kernel[0]
         fam[family].append(key)
     print("| family | variants | registers old -> new | SASS old -> new | fewer blocks/SM | more blocks/SM |")
     print("|---|---|---|---|---|---|")

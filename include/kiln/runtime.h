@@ -199,10 +199,10 @@ typedef struct kiln_launch_args {
     void *stream;
 } kiln_launch_args;
 
-/* Launches k and the kernels its description runs before and after it (norm backward + norm_reduce,
- * split-KV + attention_combine, attention_bwd's prep, dkdv, convert/dq), each with the grid its
- * problem gives, its parameters bound by name; a kernel with an empty grid is skipped. Errors name
- * the kernel and the tensor or scalar missing, misaligned or unknown. */
+/* Launches k and the kernels its description runs before and after it (a norm backward and its
+ * reduction, split-KV attention and its combine, the attention backward's sequence), each with the
+ * grid its problem gives, its parameters bound by name; a kernel with an empty grid is skipped.
+ * Errors name the kernel and the tensor or scalar missing, misaligned or unknown. */
 kiln_status kiln_launch(kiln_kernel *k, const kiln_launch_args *a, kiln_error *err);
 /* kiln_rt_get_kernel(spec) then kiln_launch. */
 kiln_status kiln_launch_spec(kiln_rt *rt, const char *spec, const kiln_launch_args *a, kiln_error *err);

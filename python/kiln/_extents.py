@@ -1,33 +1,81 @@
-"""kiln._extents - how many elements a kernel's pointer parameter spans, from the kernel's own scalars.
+"""kiln._extents - how many elements a kernel's pointer parameter spans, from its launch description.
 
-Kernel metadata names each parameter but does not say how far a pointer reaches, so the
-generic binders (emulator and runtime) size-check a pointer whose name follows one of kiln's
-conventions below: the row-major norm tensors (x, y, dy, dx over rows x hidden; per-column
-weight/bias over hidden; per-row statistics over rows) and the strided attention tensors
-([batch, seq, heads, head_dim] with per-tensor strides). The variables are the kernel's scalar
-arguments plus the canonical spec's numeric values (hidden=4096, head_dim=64). A pointer whose
-name is not here, or whose formula needs a variable the kernel lacks, is checked for dtype and
-alignment only.
+A kernel's metadata carries the launch problem its template declares (``meta["launch"]``, docs/registry.md):
+each tensor's dims as expressions in the kernel's scalars, and for strided tensors the parameters that hold
+their strides. A tensor spans 1 + sum over its axes of (dim - 1) * stride elements (its strides: the
+stride parameters' values, else contiguous in its dims). The variables are the kernel's scalar arguments
+plus the canonical spec's numeric values (hidden=4096, head_dim=64). A pointer the description does not
+declare, a module from a kiln before it, or a dim that needs a value the kernel lacks (the grid) is
+checked for dtype and alignment only.
 """
 
-_ROWS_HIDDEN = "rows * hidden"
+import re
+
+_TOKEN = re.compile(r"\s*(?:(\d+)|([A-Za-z_]\w*)|(.))")
+_FUNCS = {"cdiv": lambda a, b: -(-a // b), "min": min, "max": max}
 
 
-def _attn(t, heads, seq):
-    return ("(batch - 1) * stride_{t}b + ({seq} - 1) * stride_{t}s + ({heads} - 1) * stride_{t}h + head_dim"
-            .format(t=t, heads=heads, seq=seq))
+def _eval(text, env):
+    """An expression of the launch description's grammar (integers, names, + - * /, parentheses, cdiv,
+    min, max), parsed here (the text may come from a bundle file: nothing is handed to Python's eval).
+    Raises KeyError for an unknown name, ValueError for anything malformed."""
+    toks = [m.groups() for m in _TOKEN.finditer(text)]
+    pos = [0]
 
+    def peek():
+        return toks[pos[0]] if pos[0] < len(toks) else (None, None, None)
 
-EXTENTS = {
-    "x": _ROWS_HIDDEN, "y": _ROWS_HIDDEN, "dy": _ROWS_HIDDEN, "dx": _ROWS_HIDDEN,
-    "residual": _ROWS_HIDDEN, "h": _ROWS_HIDDEN, "dres": _ROWS_HIDDEN,
-    "dweight": "cols", "dbias": "cols",
-    "weight": "hidden", "bias": "hidden",
-    "mean": "rows", "rstd": "rows",
-    "q": _attn("q", "heads_q", "seq_q"), "o": _attn("o", "heads_q", "seq_q"),
-    "k": _attn("k", "heads_kv", "seq_k"), "v": _attn("v", "heads_kv", "seq_k"),
-    "lse": "batch * heads_q * seq_q",
-}
+    def take(ch):
+        if peek()[2] != ch:
+            raise ValueError("expected %r in %r" % (ch, text))
+        pos[0] += 1
+
+    def factor():
+        num, name, ch = peek()
+        pos[0] += 1
+        if num is not None:
+            return int(num)
+        if ch == "(":
+            v = expr()
+            take(")")
+            return v
+        if ch == "-":
+            return -factor()
+        if name is not None:
+            if peek()[2] == "(":
+                if name not in _FUNCS:
+                    raise ValueError("unknown function %r" % name)
+                take("(")
+                a = expr()
+                take(",")
+                b = expr()
+                take(")")
+                return _FUNCS[name](a, b)
+            return env[name]
+        raise ValueError("malformed expression %r" % text)
+
+    def term():
+        v = factor()
+        while peek()[2] in ("*", "/"):
+            op = peek()[2]
+            pos[0] += 1
+            b = factor()
+            v = v * b if op == "*" else v // b
+        return v
+
+    def expr():
+        v = term()
+        while peek()[2] in ("+", "-"):
+            op = peek()[2]
+            pos[0] += 1
+            b = term()
+            v = v + b if op == "+" else v - b
+        return v
+
+    v = expr()
+    if pos[0] != len(toks):
+        raise ValueError("trailing text in %r" % text)
+    return v
 
 
 def variables(spec_values, scalars):
@@ -42,13 +90,23 @@ def variables(spec_values, scalars):
     return env
 
 
-def extent(name, env):
-    """Elements the pointer `name` spans, or None when kiln cannot tell."""
-    expr = EXTENTS.get(name)
-    if expr is None:
+def extent(name, env, launch):
+    """Elements the pointer `name` spans per the launch description `launch`, or None when kiln cannot tell."""
+    lines = [l.split() for l in (launch or "").splitlines()]
+    decl = next((w for w in lines if len(w) >= 4 and w[0] == "tensor" and w[1] == name), None)
+    if decl is None:
         return None
+    dims = [d for d in decl[3:] if "=" not in d]
+    strides = {int(w[3]): w[1] for w in lines if len(w) == 4 and w[0] == "stride" and w[2] == name}
     try:
-        n = eval(expr, {"__builtins__": {}}, env)  # expressions are the constants above, never user text
-    except NameError:
+        sizes = [_eval(d, env) for d in dims]
+        if any(s <= 0 for s in sizes):
+            return 0
+        total, contiguous = 1, 1
+        for axis in reversed(range(len(sizes))):
+            stride = env[strides[axis]] if axis in strides else contiguous
+            total += (sizes[axis] - 1) * stride
+            contiguous *= sizes[axis]
+    except (KeyError, ValueError, ZeroDivisionError):
         return None
-    return max(int(n), 0)
+    return max(int(total), 0)

@@ -110,7 +110,7 @@ def bind(meta, args, what, nullable_ok, view_of):
         if dv.ptr % align:
             raise KilnArgumentError("%s: parameter '%s' at address 0x%x is not %d-byte aligned as this kernel "
                                     "needs (its vector loads)" % (what, name, dv.ptr, align))
-        need = _extents.extent(name, env)
+        need = _extents.extent(name, env, meta.get("launch", ""))
         if need is not None and dv.numel < need:
             raise KilnArgumentError("%s: parameter '%s' has %d elements; the kernel reaches %d with these "
                                     "arguments" % (what, name, dv.numel, need))
