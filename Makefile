@@ -100,6 +100,7 @@ GEN_SRCS  := $(wildcard gen/*.c) $(wildcard emu/*.c)
 # templates/lib/*.ref.c holds what several share; the registry lists the first kind (docs/registry.md)
 REF_SRCS  := $(sort $(wildcard templates/*.ref.c templates/lib/*.ref.c))
 REF_FAMS  := $(patsubst templates/%.ref.c,%,$(sort $(wildcard templates/*.ref.c)))
+comma     := ,
 CLI_SRCS  := $(wildcard tools/kiln*.c) $(wildcard tools/cmd_*.c)
 TEMPLATES := $(sort $(wildcard templates/*.lua templates/lib/*.lua))
 TEST_SRCS := $(wildcard tests/*_test.c)
@@ -222,7 +223,8 @@ $(O)/emu/emu_ref_table.c: FORCE
 	  for f in $(REF_FAMS); do echo "extern const kiln_ref_family kiln_ref_$$f;"; done; \
 	  echo 'const kiln_ref_family *const emu_ref_table[] = {'; \
 	  for f in $(REF_FAMS); do echo "    &kiln_ref_$$f,"; done; \
-	  echo '    0};'; } > $@.tmp
+	  echo '    0};'; \
+	  echo 'const char emu_ref_names[] = "$(subst $(eval) ,$(comma) ,$(REF_FAMS))";'; } > $@.tmp
 	@cmp -s $@.tmp $@ && rm -f $@.tmp || mv $@.tmp $@
 $(O)/emu/emu_ref_table.o: $(O)/emu/emu_ref_table.c
 	$(CC) $(CFLAGS) -c $< -o $@

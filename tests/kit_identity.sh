@@ -9,6 +9,7 @@ set -u
 before=${1:?usage: tests/kit_identity.sh BEFORE_KILN_KIT AFTER_KILN_KIT [OUTDIR]}
 after=${2:?usage: tests/kit_identity.sh BEFORE_KILN_KIT AFTER_KILN_KIT [OUTDIR]}
 out=${3:-$(mktemp -d)}
+mkdir -p "$out"
 pass=0 fail=0
 run() { # NAME ARGS...
     local name=$1

@@ -14,6 +14,8 @@ static int die(const char *what, const kiln_error *err) {
     return 2;
 }
 
+/* ---- timing: CUDA events and the few driver calls the runtime does not wrap ---- */
+
 typedef struct drv {
     void *dl;
     int (*cuDeviceGet)(int *, int);

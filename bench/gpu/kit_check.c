@@ -121,8 +121,6 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     return failed || !checks ? 1 : 0;
 }
 
-/* ---- timing: CUDA events and the few driver calls the runtime does not wrap ---- */
-
 static void usage(FILE *to) {
     fprintf(to,
             "usage: kiln-gpucheck device\n"

@@ -193,7 +193,6 @@ def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
     assert a.returncode == 2 and b"standard input is larger than kiln's input limit of 1 MiB" in a.stderr, a.stderr
 
 
-@pytest.mark.skipif(not HAVE_BIN, reason="needs bin/kiln (a built source tree)")
 @pytest.mark.parametrize("args", [
     ["layernorm", "x=bf16", "w=f32", "y=bf16", "hidden=4096", "--sm", "75", "--rows", "8"],
     ["rmsnorm_bwd", "x=f16", "hidden=launch", "residual=true", "--hidden", "77", "--sm", "90", "--rows", "11",
@@ -204,9 +203,12 @@ def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
     ["norm_reduce", "w=bf16", "--sm", "80", "--rows", "9", "--hidden", "33", "--input", "special"]])
 def test_run_prints_what_bin_kiln_prints(args):
     """python -m kiln run and bin/kiln run are one case runner and checker (kiln/emu_case.h): the same report,
-    number for number (only the emulation times differ)."""
+    number for number (only the emulation times differ; an installed package without bin/kiln checks its own)."""
     import re
     blank = lambda t: re.sub(rb"emulated in [0-9.]+ ms", b"emulated in [...] ms", t)
-    a, b = py("run", *args), cli("run", *args)
-    assert a.returncode == b.returncode == 0, a.stderr + b.stderr
-    assert blank(a.stdout) == blank(b.stdout), (a.stdout, b.stdout)
+    a = py("run", *args)
+    assert a.returncode == 0 and a.stdout.rstrip().endswith(b"within tolerance") and b" max |err| " in a.stdout, \
+        a.stdout + a.stderr
+    if HAVE_BIN:
+        b = cli("run", *args)
+        assert b.returncode == 0 and blank(a.stdout) == blank(b.stdout), (a.stdout, b.stdout)
