@@ -31,9 +31,10 @@ static kiln_status resolve(kiln_rt *rt, const char *key, int canonical, kiln_ker
 static kiln_status check_fits(const kiln_rt *rt, const kiln_kernel_meta *m, kiln_error *err) {
     const kiln_device_info *d = &rt->info;
     unsigned threads = m->block[0] * (m->block[1] ? m->block[1] : 1) * (m->block[2] ? m->block[2] : 1);
-    if (m->sm > d->sm)
-        return kiln_fail(err, KILN_EINVAL, "kernel '%s' targets sm_%d; the device '%s' is sm_%d", m->spec, m->sm,
-                         d->name, d->sm);
+    char name[16];
+    if (!kiln_target_runs_on(m->sm, d->sm))
+        return kiln_fail(err, KILN_EINVAL, "kernel '%s' targets %s; the device '%s' is sm_%d", m->spec,
+                         kiln_sm_name(m->sm, name), d->name, d->sm);
     if (threads > d->max_threads_per_block)
         return kiln_fail(err, KILN_EINVAL, "kernel '%s' needs %u threads per block; the device allows %u", m->spec,
                          threads, d->max_threads_per_block);
@@ -284,16 +285,17 @@ static kiln_status not_found(kiln_rt *rt, const char *key, kiln_error *err) {
 }
 
 /* Highest SM the generator targets that is not above the device's and whose PTX .version the driver
- * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0). */
+ * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0); the device's
+ * own arch-specific target (sm_90a on a 9.0 device) before any plain one. */
 static kiln_status gen_target(kiln_rt *rt, const kiln_rt_generator *g, int *sm, kiln_error *err) {
     int sms[32], n = g->targets(sms, 32);
     *sm = 0;
     for (int i = 0; i < n && i < 32; i++) {
         char name[16];
-        snprintf(name, sizeof name, "sm_%d", sms[i]);
+        kiln_sm_name(sms[i], name);
         const kiln_ptx_target *t = kiln_ptx_target_find(name, strlen(name));
         int readable = rt->info.driver_version <= 0 || !t || kiln_cuda_knows_target(rt->info.driver_version, t);
-        if (sms[i] <= rt->info.sm && sms[i] > *sm && readable) *sm = sms[i];
+        if (kiln_target_runs_on(sms[i], rt->info.sm) && sms[i] > *sm && readable) *sm = sms[i];
     }
     return *sm ? KILN_OK
                : kiln_fail(err, KILN_ENOTFOUND, "the generator has no target at or below the device's sm_%d",

@@ -67,6 +67,18 @@ def test_canonical_and_families():
     assert kiln.targets()[:2] == [70, 75] and 90 in kiln.targets()
 
 
+def test_sm_90a_is_a_target_of_its_own():
+    # kiln numbers the arch-specific sm_90a 1090 (KILN_SM_ARCH + 90); "90a" and "sm_90a" name it
+    assert 1090 in kiln.targets() and 1090 not in kiln._gen.default_targets()
+    for name in ("90a", "sm_90a", 1090):
+        k = kiln.generate("layernorm x=bf16 w=f32 y=bf16 hidden=1024", sm=name)
+        assert k.sm == 1090 and ".target sm_90a\n" in k.text and ".version 8.0" in k.text
+        assert "sm_90a" in repr(k)
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.generate("layernorm x=f32", "80a")
+    assert "90a" in str(e.value)
+
+
 @pytest.mark.parametrize("spec,sm,cls,words", [
     ("layernorm x=f99", 80, kiln.KilnSpecError, ["f99", "f32, f16, bf16"]),
     ("nosuch x=1", 80, kiln.KilnNotFoundError, ["nosuch", "layernorm"]),
