@@ -402,6 +402,7 @@ static void register_types(lua_State *L) {
         gen_register_control(L); /* gen_control.c: if/for/exit, barriers, warp/block ops */
         gen_register_convert(L); /* gen_convert.c: dtype conversions */
         gen_register_tensor(L);  /* gen_tensor.c: mma, ldmatrix, cp.async, ex2/lg2 */
+        gen_register_hopper(L);  /* gen_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma sync */
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);
