@@ -7,6 +7,7 @@
 
 #include "check.h"
 #include "kiln/emu.h"
+#include "kiln/emu_profile.h"
 #include "kiln/gen.h"
 #include "ptxas_util.h"
 
@@ -168,6 +169,44 @@ static void test_pipeline_bugs(void) {
     }
 }
 
+/* The profile counts the primitives per warp: iters=6 sync=1 has 4 mbarrier.init (warp 0), per
+ * iteration expect_tx in warp 4 and complete_tx + arrive in the 4 producer warps, an empty-barrier
+ * wait in them from iteration 2 on, a full-barrier wait and an arrive in the 4 consumer warps; wgmma
+ * fence/commit/wait in the consumers each iteration; setmaxnreg once per warp, fence.proxy.async in
+ * the producers each iteration. */
+static void test_profile(void) {
+    TEST_BEGIN("the profile counts mbarrier, wgmma and fence/setmaxnreg per warp");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) {
+        kiln_emu_set_profile(pe, 1);
+        st = kiln_emu_load(pe, gen, "hoppipe iters=6 sync=1", SM90A, &k, &err);
+    }
+    static float x[6 * 128], y[128];
+    for (int i = 0; i < 6 * 128; i++) x[i] = 1.0f;
+    void *py = y, *px = x, *args[] = {&py, &px};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}};
+    if (st == KILN_OK) st = kiln_emu_run(k, &l, args, &err);
+    kiln_emu_profile p;
+    if (st == KILN_OK) st = kiln_emu_profile_get(k, &p, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        const int it = 6, warps = 4;
+        uint64_t mbar = 4 + it * (1 + 2 * warps) + (it - 2) * warps + it * 2 * warps;
+        CHECK(p.inst[KILN_PROF_MBARRIER] == mbar, "mbarrier %llu, want %llu",
+              (unsigned long long)p.inst[KILN_PROF_MBARRIER], (unsigned long long)mbar);
+        CHECK(p.inst[KILN_PROF_WGMMA] == (uint64_t)(it * warps * 3), "wgmma %llu, want %d",
+              (unsigned long long)p.inst[KILN_PROF_WGMMA], it * warps * 3);
+        CHECK(p.inst[KILN_PROF_ASYNC_SYNC] == (uint64_t)(2 * warps + it * warps), "fence/setmaxnreg %llu, want %d",
+              (unsigned long long)p.inst[KILN_PROF_ASYNC_SYNC], 2 * warps + it * warps);
+        CHECK(p.inst[KILN_PROF_TMA] == 0 && !strcmp(kiln_prof_class_name(KILN_PROF_WGMMA), "wgmma"), "tma, names");
+    }
+    kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 static void test_misuse(void) {
     static const struct {
         int c, sm;
@@ -257,6 +296,7 @@ int main(void) {
     }
     test_pipeline();
     test_pipeline_bugs();
+    test_profile();
     test_misuse();
     test_ptxas();
     kiln_emu_destroy(emu);
