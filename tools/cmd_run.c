@@ -113,7 +113,7 @@ static int run_norm(kiln_emu_kernel *k, const run_opts *o) {
     if (kiln_norm_data_create(&d, &spec, o->eps, o->rows, hidden, o->input, 1.0, o->seed, &err) != KILN_OK)
         return report_error(&err);
     unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, blocks = ((unsigned)o->rows + tile - 1) / tile;
-    printf("%s  sm_%d  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, o->sm, o->rows, hidden,
+    printf("%s  %s  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), o->rows, hidden,
            kiln_ln_input_name(o->input), o->seed, o->twice ? "  (every block twice)" : "");
     double t0 = now_ms();
     int rc;
@@ -156,7 +156,7 @@ static int run_layernorm(kiln_emu_kernel *k, const run_opts *o) {
     if (kiln_ln_data_create(&d, &spec, o->eps, o->rows, hidden, o->input, o->seed, &err) != KILN_OK)
         return report_error(&err);
     unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
-    printf("%s  sm_%d  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, o->sm, o->rows, hidden,
+    printf("%s  %s  %d rows x %d  %s inputs  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), o->rows, hidden,
            kiln_ln_input_name(o->input), o->seed, o->twice ? "  (every block twice)" : "");
     double t0 = now_ms();
     int rc;
@@ -204,7 +204,7 @@ static int run_attention(kiln_emu_kernel *k, const run_opts *o) {
     kiln_emu_kernel *comb = NULL;
     float *ws = split ? malloc(kiln_attn_splitkv_workspace_floats(&p, splits) * sizeof *ws) : NULL;
     int rc = CLI_OK;
-    printf("%s  sm_%d  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, o->sm, p.batch, p.heads_q,
+    printf("%s  %s  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), p.batch, p.heads_q,
            p.heads_kv, p.seq_q, p.seq_k, o->seed, o->twice ? "  (every block twice)" : "");
     if (split) printf("  %d splits, then %s\n", splits, m->then_spec);
     double t0 = now_ms();
@@ -303,7 +303,7 @@ static int run_attention_bwd(kiln_emu_kernel *k0, const run_opts *o) {
         ok = ok && in[t] && gk[t] && ref[t] && tol[t];
     }
     int rc = CLI_OK;
-    printf("%s  sm_%d  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, o->sm, p.batch, p.heads_q,
+    printf("%s  %s  batch %d  heads %d:%d  seq_q %d  seq_k %d  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), p.batch, p.heads_q,
            p.heads_kv, p.seq_q, p.seq_k, o->seed, o->twice ? "  (every block twice)" : "");
     if (!ok) {
         rc = cli_error("out of memory");

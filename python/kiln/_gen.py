@@ -429,11 +429,11 @@ def _assemble(ptxas, ptx, sm, spec):
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([ptxas, "--gpu-name", "sm_%d" % sm, "-O3", "-o", out, src],
+        r = subprocess.run([ptxas, "--gpu-name", sm_name(sm), "-O3", "-o", out, src],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             first = (r.stderr.strip().splitlines() or ["no output"])[0]
-            raise KilnGenerationError("ptxas failed for '%s' (sm_%d): %s" % (spec, sm, first))
+            raise KilnGenerationError("ptxas failed for '%s' (%s): %s" % (spec, sm_name(sm), first))
         with open(out, "rb") as f:
             return f.read()
 

@@ -121,7 +121,7 @@ def cmd_list(argv):
     if argv:
         return _err("'kiln list' takes no arguments, got '%s'" % argv[0])
     sys.stdout.write(_gen.describe())
-    print("\ntargets: " + " ".join("sm_%d" % s for s in _gen.targets()))
+    print("\ntargets: " + " ".join(_gen.sm_name(s) for s in _gen.targets()))
     return OK
 
 
@@ -402,7 +402,7 @@ def cmd_run(argv):
         y, mean, rstd = emulate.layer_norm(x, w, b, eps=a.eps, sm=a.sm, out_dtype=sv["y"], weight_dtype=sv["w"],
                                            hidden="launch" if sv["hidden"] == "launch" else "fixed",
                                            return_stats=True, twice=a.twice)
-        print("%s on sm_%d (emulated): %d rows x %d, block %s" % (spec, k.sm, a.rows, h, k.meta["block"]))
+        print("%s on %s (emulated): %d rows x %d, block %s" % (spec, _gen.sm_name(k.sm), a.rows, h, k.meta["block"]))
         xd = x.astype(np.float64)
         m = xd.mean(-1)
         var = ((xd - m[:, None]) ** 2).mean(-1)
@@ -423,7 +423,7 @@ def cmd_run(argv):
         v = rng.uniform(-1, 1, (a.batch, sk, hkv, d)).astype(dt)
         causal = sv["causal"] == "true"
         o = emulate.attention(q, kk, v, causal=causal, sm=a.sm, out_dtype=sv["out"], path=sv["path"], twice=a.twice)
-        print("%s on sm_%d (emulated): batch %d, seq_q %d, seq_k %d, heads %d:%d" % (spec, _gen._parse_sm(a.sm),
+        print("%s on %s (emulated): batch %d, seq_q %d, seq_k %d, heads %d:%d" % (spec, _gen.sm_name(_gen._parse_sm(a.sm)),
                                                                                     a.batch, a.rows, sk, hq, hkv))
         ref = attention_reference(q, kk, v, causal)
         tol = max(_TOL[sv["dtype"]], _TOL[sv["out"]])

@@ -77,6 +77,13 @@ def test_sm_90a_is_a_target_of_its_own():
     with pytest.raises(kiln.KilnSpecError) as e:
         kiln.generate("layernorm x=f32", "80a")
     assert "90a" in str(e.value)
+    # in a bundle (with ptxas: its cubin for sm_90a too)
+    ptxas = any(os.access(os.path.join(d, "ptxas"), os.X_OK)
+                for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/local/cuda/bin"])
+    data = kiln.build_bundle("layernorm x=bf16 w=f32 y=bf16 hidden=1024", sms=["90", "90a"], cubin=ptxas)
+    entries = list(kiln.Bundle(data=data))
+    assert sorted({e.sm for e in entries}) == [90, 1090]
+    assert any(e.sm == 1090 and "sm_90a" in repr(e) for e in entries)
 
 
 @pytest.mark.parametrize("spec,sm,cls,words", [
