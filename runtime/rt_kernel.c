@@ -54,7 +54,7 @@ static kiln_status load_function(kiln_rt *rt, const void *data, kiln_payload_kin
                   RT_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
     void *vals[] = {elog, (void *)(uintptr_t)sizeof elog, ilog, (void *)(uintptr_t)sizeof ilog};
     char what[KILN_SPEC_MAX + 160];
-    snprintf(what, sizeof what, "'%s' (sm_%d %s, entry %s)", k->meta.spec, k->meta.sm,
+    snprintf(what, sizeof what, "'%s' (%s %s, entry %s)", k->meta.spec, kiln_sm_name(k->meta.sm, (char[16]){0}),
              kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx", k->meta.entry);
     CUresult r = d->cuModuleLoadDataEx(&k->module, data, 4, opts, vals);
     if (r != RT_CUDA_SUCCESS) {
@@ -123,7 +123,7 @@ static kiln_status load_compiled(kiln_rt *rt, const void *ptx, size_t size, kiln
     if (r == RT_DISK_BAD) count(rt, &rt->stats.bad_entries);
     CUlinkState state;
     void *out = NULL;
-    snprintf(what, sizeof what, "'%s' (sm_%d ptx)", k->meta.spec, k->meta.sm);
+    snprintf(what, sizeof what, "'%s' (%s ptx)", k->meta.spec, kiln_sm_name(k->meta.sm, (char[16]){0}));
     if (rt_cubin_link(rt, ptx, size, what, &state, &out, &len, NULL) != KILN_OK)
         return load_function(rt, ptx, KILN_PAYLOAD_PTX, k, err);
     kiln_status st = load_function(rt, out, KILN_PAYLOAD_CUBIN, k, err);
@@ -138,8 +138,8 @@ static kiln_status load(kiln_rt *rt, const void *data, size_t size, kiln_payload
     char why[512];
     if (st == KILN_OK && kind == KILN_PAYLOAD_PTX && rt->info.driver_version &&
         kiln_ptx_driver_check(data, size, rt->info.driver_version, why, sizeof why) == 0)
-        st = kiln_fail(err, KILN_EDRIVER, "kernel '%s' (sm_%d ptx, from %s) will not load on this driver: %s",
-                       meta->spec, meta->sm, origin, why);
+        st = kiln_fail(err, KILN_EDRIVER, "kernel '%s' (%s ptx, from %s) will not load on this driver: %s",
+                       meta->spec, kiln_sm_name(meta->sm, (char[16]){0}), origin, why);
     if (st == KILN_OK) st = rt_bind(rt, err);
     if (st != KILN_OK) return st;
     char *copy = NULL;

@@ -116,6 +116,21 @@ static void test_arch_selection(void) {
         expect_choice(data, size, 120, SPEC_A, only_arch ? 80 : 90, 0);
         free(data);
     }
+    /* a bundle of sm_90a alone serves a 10.0 device nothing, and says what it holds by name */
+    kiln_bundle_writer *w;
+    kiln_bundle_writer_create(&w, "kiln test", NULL);
+    add_ptx(w, SPEC_A, arch);
+    void *data = NULL;
+    size_t size = 0;
+    kiln_error e;
+    kiln_bundle_writer_finish(w, &data, &size, &e);
+    kiln_bundle_writer_destroy(w);
+    kiln_rt *rt = open_rt(100);
+    kiln_kernel *k = NULL;
+    CHECK(rt && kiln_rt_add_bundle_memory(rt, data, size, &e) == KILN_OK, "add: %s", e.msg);
+    CHECK(rt && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_ENOTFOUND && strstr(e.msg, "(sm_90a ptx)"), "%s", e.msg);
+    kiln_rt_destroy(rt);
+    free(data);
     TEST_END();
 }
 
