@@ -204,6 +204,10 @@ uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t
 /* Blocks the calling lane until every lane in mask arrives with the same op; the last
  * one runs fn; then the lane's result is in c->t->out. Returns false after a fault. */
 bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn);
+/* The caller sleeps until emu_wake_sleepers (then re-checks what it waits for); a block whose
+ * threads all sleep or wait is reported as a deadlock naming their sites. */
+void emu_sleep(emu_call *c);
+void emu_wake_sleepers(emu_block *b);
 kiln_status emu_block_create(emu_block **out, kiln_error *err);
 void emu_block_destroy(emu_block *b);
 /* Runs every block of the launch (already checked) one after another. */
@@ -237,6 +241,8 @@ void emu_ops_list(char *buf, size_t size);
 
 /* ---- emu_warp_mma.c: ldmatrix, mma.sync and cp.async ---- */
 const emu_op *emu_mma_op_find(const char *name);
+/* emu_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma fence/commit/wait */
+const emu_op *emu_hopper_op_find(const char *name);
 
 /* ---- emu_guard.c: host buffers that end at a guard page (the harnesses' tensors) ---- */
 

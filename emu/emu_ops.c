@@ -270,7 +270,8 @@ static const emu_op ops[] = {
 const emu_op *emu_op_find(const char *name) {
     for (size_t i = 0; i < sizeof ops / sizeof ops[0]; i++)
         if (!strcmp(ops[i].name, name)) return &ops[i];
-    return emu_mma_op_find(name); /* emu_warp_mma.c: ldmatrix, mma, cp.async */
+    const emu_op *op = emu_mma_op_find(name); /* emu_warp_mma.c: ldmatrix, mma, cp.async */
+    return op ? op : emu_hopper_op_find(name); /* emu_hopper.c: mbarrier, setmaxnreg, wgmma sync */
 }
 
 void emu_ops_list(char *buf, size_t size) {

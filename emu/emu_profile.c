@@ -77,6 +77,10 @@ static unsigned ptr_as(LLVMValueRef p) { return LLVMGetPointerAddressSpace(LLVMT
 
 /* The class of an NVVM intrinsic call; -1 for ones that cost nothing. */
 static int nvvm_class(const char *n) {
+    if (starts(n, "llvm.nvvm.wgmma.") || starts(n, "kiln.wgmma.")) return KILN_PROF_WGMMA;
+    if (starts(n, "llvm.nvvm.cp.async.bulk.")) return KILN_PROF_TMA;
+    if (starts(n, "llvm.nvvm.mbarrier.")) return KILN_PROF_MBARRIER;
+    if (starts(n, "llvm.nvvm.fence.proxy.async") || starts(n, "llvm.nvvm.setmaxnreg.")) return KILN_PROF_ASYNC_SYNC;
     if (strstr(n, ".mma.")) return KILN_PROF_MMA;
     if (strstr(n, ".ldmatrix.")) return KILN_PROF_LDMATRIX;
     if (starts(n, "llvm.nvvm.cp.async.") && !strstr(n, "commit") && !strstr(n, "wait")) return KILN_PROF_CP_ASYNC;
@@ -483,7 +487,8 @@ void emu_prof_reset(emu_prof *p) {
 
 const char *kiln_prof_class_name(kiln_prof_class c) {
     static const char *n[NC] = {"mma", "ldmatrix", "cp.async", "ld.shared", "st.shared", "ld.global",
-                                "st.global", "ex2", "shfl", "barrier", "other"};
+                                "st.global", "ex2", "shfl", "barrier", "wgmma", "tma", "mbarrier",
+                                "fence.proxy/setmaxnreg", "other"};
     return (unsigned)c < NC ? n[c] : "?";
 }
 

@@ -154,7 +154,7 @@ void emu_reflect(LLVMModuleRef mod, int sm) {
             char what[64];
             const char *q = LLVMGetNumArgOperands(call) ? constant_string(LLVMGetOperand(call, 0), what, sizeof what)
                                                         : NULL;
-            int value = q && !strcmp(q, "__CUDA_ARCH") ? sm * 10 : 0; /* __CUDA_FTZ and the rest: 0 */
+            int value = q && !strcmp(q, "__CUDA_ARCH") ? kiln_sm_base(sm) * 10 : 0; /* __CUDA_FTZ and the rest: 0 */
             LLVMReplaceAllUsesWith(call, LLVMConstInt(LLVMTypeOf(call), (unsigned long long)value, 0));
             LLVMInstructionEraseFromParent(call);
         }

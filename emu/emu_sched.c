@@ -181,6 +181,22 @@ uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t
     return result;
 }
 
+/* ---- sleeping on asynchronous state (mbarrier phases) ---- */
+
+enum { WAIT_ASYNC = -2 }; /* wait_bar of a thread asleep in emu_sleep */
+
+void emu_sleep(emu_call *c) {
+    c->t->wait_bar = WAIT_ASYNC;
+    wait_here(c->blk, c->t, c->site_index);
+}
+
+void emu_wake_sleepers(emu_block *b) {
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        emu_thread *t = &b->threads[i];
+        if (t->state == EMU_WAITING && t->wait_bar == WAIT_ASYNC) t->state = EMU_READY, t->wait_bar = -1;
+    }
+}
+
 /* ---- warp meetings ---- */
 
 static uint32_t warp_lanes(const emu_block *b, unsigned warp) {

@@ -269,3 +269,5 @@ LLVMValueRef gen_from_f32(gen_builder *gb, LLVMValueRef f, kiln_dtype to);
 void gen_register_convert(lua_State *L);
 /* gen_tensor.c */
 void gen_register_tensor(lua_State *L);
+/* gen_hopper.c */
+void gen_register_hopper(lua_State *L);

@@ -82,8 +82,10 @@ const kiln_gen_timing *kiln_gen_last_timing(const kiln_gen *g) { return &g->last
 static kiln_status bad_sm(int sm, kiln_error *err) {
     int sms[16], n = kiln_targets(sms, 16);
     char list[128] = "";
-    for (int i = 0; i < n; i++) snprintf(list + strlen(list), sizeof list - strlen(list), "%s%d", i ? ", " : "", sms[i]);
-    return kiln_fail(err, KILN_EINVAL, "unsupported SM %d; valid: %s", sm, list);
+    char name[16];
+    for (int i = 0; i < n; i++)
+        snprintf(list + strlen(list), sizeof list - strlen(list), "%s%s", i ? ", " : "", kiln_sm_name(sms[i], name) + 3);
+    return kiln_fail(err, KILN_EINVAL, "unsupported SM %d; valid: %s (%d+N is sm_Na)", sm, list, KILN_SM_ARCH);
 }
 
 /* Entry name: kiln_<family>_<values of the canonical spec>, non-alphanumerics as '_'. */
@@ -138,8 +140,8 @@ static kiln_status read_config(lua_State *L, const gen_target *t, kiln_kernel_me
     lua_pop(L, 1);
     unsigned threads = m->block[0] * m->block[1] * m->block[2];
     if (threads == 0 || threads > t->max_threads || !m->grid_tile[0] || !m->grid_tile[1] || !m->grid_tile[2])
-        return kiln_fail(err, KILN_EGEN, "templates/%s.lua chose %u threads per block (sm_%d allows 1..%u)",
-                         m->family, threads, t->sm, t->max_threads);
+        return kiln_fail(err, KILN_EGEN, "templates/%s.lua chose %u threads per block (%s allows 1..%u)",
+                         m->family, threads, kiln_sm_name(t->sm, (char[16]){0}), t->max_threads);
     return KILN_OK;
 }
 
@@ -148,7 +150,8 @@ static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *t
     const char *dir = getenv("KILN_DUMP_DIR");
     if (!dir || !*dir) return;
     char path[4096];
-    snprintf(path, sizeof path, "%s/%s_sm%d.%s", dir, m->entry, m->sm, ext);
+    char sm[16];
+    snprintf(path, sizeof path, "%s/%s_sm%s.%s", dir, m->entry, kiln_sm_name(m->sm, sm) + 3, ext);
     kiln_write_file(path, text, len, NULL); /* a debugging aid: a failed dump is not the caller's error */
 }
 
@@ -186,7 +189,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     double t1 = now_ms();
     tm->spec = t1 - t0;
     char what[KILN_SPEC_MAX + 32];
-    snprintf(what, sizeof what, "%s (sm_%d)", spec.canonical, sm);
+    char smname[16];
+    snprintf(what, sizeof what, "%s (%s)", spec.canonical, kiln_sm_name(sm, smname));
     lua_getfield(L, tmpl, "config");
     lua_pushvalue(L, spec_idx);
     gen_builder_push_target(L, t);
@@ -231,8 +235,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     if (st == KILN_OK) st = gen_launch_covers(m, err);
     m->ptx_version = ptx_needed > t->ptx_min ? ptx_needed : t->ptx_min;
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
-        st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; sm_%d allows %u", what,
-                       m->static_smem + m->dynamic_smem, sm, t->smem_optin_max);
+        st = kiln_fail(err, KILN_EGEN, "%s needs %u bytes of shared memory; %s allows %u", what,
+                       m->static_smem + m->dynamic_smem, smname, t->smem_optin_max);
     tm->build = now_ms() - t2;
     if (st == KILN_OK && getenv("KILN_DUMP_DIR")) {
         char *ir = LLVMPrintModuleToString(mod);

@@ -344,10 +344,14 @@ static int b_target(lua_State *L) {
 }
 
 void gen_builder_push_target(lua_State *L, const gen_target *t) {
-    lua_createtable(L, 0, 14);
+    lua_createtable(L, 0, 18);
 #define FIELD_B(name) (lua_pushboolean(L, t->name), lua_setfield(L, -2, #name))
 #define FIELD_I(name) (lua_pushinteger(L, t->name), lua_setfield(L, -2, #name))
-    FIELD_I(sm);
+    FIELD_I(sm); /* 1090 for sm_90a (KILN_SM_ARCH + 90): messages use name */
+    char name[16];
+    lua_pushstring(L, kiln_sm_name(t->sm, name)), lua_setfield(L, -2, "name");
+    lua_pushboolean(L, kiln_sm_is_arch(t->sm)), lua_setfield(L, -2, "arch");
+    FIELD_B(wgmma);
     FIELD_B(native_bf16_cvt);
     FIELD_B(packed_f16_cvt);
     FIELD_B(f16_arith);
@@ -398,6 +402,7 @@ static void register_types(lua_State *L) {
         gen_register_control(L); /* gen_control.c: if/for/exit, barriers, warp/block ops */
         gen_register_convert(L); /* gen_convert.c: dtype conversions */
         gen_register_tensor(L);  /* gen_tensor.c: mma, ldmatrix, cp.async, ex2/lg2 */
+        gen_register_hopper(L);  /* gen_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma sync */
         lua_setfield(L, -2, "__index");
     }
     lua_pop(L, 1);

@@ -100,7 +100,7 @@ static kiln_status machine_for(gen_lower *lw, const gen_target *t, int ptx_versi
         return KILN_EGEN;
     }
     char cpu[16], features[16];
-    snprintf(cpu, sizeof cpu, "sm_%d", t->sm);
+    kiln_sm_name(t->sm, cpu);
     snprintf(features, sizeof features, "+ptx%d", ptx_version);
     LLVMTargetMachineRef tm = LLVMCreateTargetMachine(target, NVPTX_TRIPLE, cpu, features, LLVMCodeGenLevelDefault,
                                                       LLVMRelocDefault, LLVMCodeModelDefault);

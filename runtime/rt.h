@@ -9,6 +9,7 @@
 #include <stdint.h>
 
 #include "kiln/runtime.h"
+#include "kiln/target.h"
 
 /* ---- rt_driver.c: the CUDA driver, opened with dlopen; its types declared here ---- */
 typedef int CUresult;

@@ -209,9 +209,9 @@ const rt_bundle_item *rt_bundle_find(const kiln_bundle *b, const char *norm, int
     const rt_bundle_item *best = NULL;
     for (int i = 0; i < b->count; i++) {
         const rt_bundle_item *it = &b->items[i];
-        if (it->pub.sm > device_sm || strcmp(it->norm, norm) != 0) continue;
+        if (!kiln_target_runs_on(it->pub.sm, device_sm) || strcmp(it->norm, norm) != 0) continue;
         if (it->pub.kind == KILN_PAYLOAD_CUBIN) {
-            if (it->pub.sm == device_sm) return it;
+            if (kiln_sm_base(it->pub.sm) == device_sm) return it;
             continue; /* a cubin runs only on its own SM */
         }
         if (!rt_driver_loads_ptx(driver_version, it->pub.ptx_version)) {
@@ -236,7 +236,8 @@ void rt_bundle_describe_family(const kiln_bundle *b, const char *family, char *b
         for (int j = i, k = 0; j < b->count; j++) {
             if (strcmp(b->items[j].norm, it->norm) != 0) continue;
             n = strlen(buf);
-            snprintf(buf + n, size - n, "%ssm_%d %s", k++ ? ", " : "", b->items[j].pub.sm,
+            char sm[16];
+            snprintf(buf + n, size - n, "%s%s %s", k++ ? ", " : "", kiln_sm_name(b->items[j].pub.sm, sm),
                      b->items[j].pub.kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx");
         }
         n = strlen(buf);

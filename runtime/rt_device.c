@@ -25,12 +25,15 @@ static unsigned mma_bits(const kiln_target *t) {
            (t->wgmma ? KILN_WGMMA : 0u);
 }
 
-/* A device uses the newest row of the SM table whose SM is not above its own. */
+/* A device uses the newest row of the SM table whose SM is not above its own, plus the shapes of the
+ * arch-specific row of exactly its SM (a 9.0 device runs sm_90a's wgmma). */
 kiln_status kiln_sm_facts_get(int sm, kiln_sm_facts *out, kiln_error *err) {
     int n;
-    const kiln_target *rows = kiln_target_all(&n), *row = NULL;
-    for (int i = 0; i < n; i++)
+    const kiln_target *rows = kiln_target_all(&n), *row = NULL, *arch = NULL;
+    for (int i = 0; i < n; i++) {
         if (rows[i].sm <= sm) row = &rows[i];
+        if (kiln_sm_is_arch(rows[i].sm) && kiln_target_runs_on(rows[i].sm, sm)) arch = &rows[i];
+    }
     if (!row)
         return kiln_fail(err, KILN_EINVAL, "sm_%d is older than every SM kiln knows (sm_%d and newer)", sm, rows[0].sm);
     *out = (kiln_sm_facts){.sm = sm,
@@ -38,7 +41,7 @@ kiln_status kiln_sm_facts_get(int sm, kiln_sm_facts *out, kiln_error *err) {
                            .native_f16_arith = row->f16_arith,
                            .bf16_arith = row->bf16_arith,
                            .cp_async = row->cp_async,
-                           .mma = mma_bits(row),
+                           .mma = mma_bits(row) | (arch ? mma_bits(arch) : 0u),
                            .half = row->native_bf16_cvt ? KILN_BF16 : KILN_F16};
     return KILN_OK;
 }

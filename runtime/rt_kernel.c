@@ -31,9 +31,10 @@ static kiln_status resolve(kiln_rt *rt, const char *key, const char *canon, kiln
 static kiln_status check_fits(const kiln_rt *rt, const kiln_kernel_meta *m, kiln_error *err) {
     const kiln_device_info *d = &rt->info;
     unsigned threads = m->block[0] * (m->block[1] ? m->block[1] : 1) * (m->block[2] ? m->block[2] : 1);
-    if (m->sm > d->sm)
-        return kiln_fail(err, KILN_EINVAL, "kernel '%s' targets sm_%d; the device '%s' is sm_%d", m->spec, m->sm,
-                         d->name, d->sm);
+    char name[16];
+    if (!kiln_target_runs_on(m->sm, d->sm))
+        return kiln_fail(err, KILN_EINVAL, "kernel '%s' targets %s; the device '%s' is sm_%d", m->spec,
+                         kiln_sm_name(m->sm, name), d->name, d->sm);
     if (threads > d->max_threads_per_block)
         return kiln_fail(err, KILN_EINVAL, "kernel '%s' needs %u threads per block; the device allows %u", m->spec,
                          threads, d->max_threads_per_block);
@@ -53,7 +54,7 @@ static kiln_status load_function(kiln_rt *rt, const void *data, kiln_payload_kin
                   RT_JIT_INFO_LOG_BUFFER_SIZE_BYTES};
     void *vals[] = {elog, (void *)(uintptr_t)sizeof elog, ilog, (void *)(uintptr_t)sizeof ilog};
     char what[KILN_SPEC_MAX + 160];
-    snprintf(what, sizeof what, "'%s' (sm_%d %s, entry %s)", k->meta.spec, k->meta.sm,
+    snprintf(what, sizeof what, "'%s' (%s %s, entry %s)", k->meta.spec, kiln_sm_name(k->meta.sm, (char[16]){0}),
              kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx", k->meta.entry);
     CUresult r = d->cuModuleLoadDataEx(&k->module, data, 4, opts, vals);
     if (r != RT_CUDA_SUCCESS) {
@@ -122,7 +123,7 @@ static kiln_status load_compiled(kiln_rt *rt, const void *ptx, size_t size, kiln
     if (r == RT_DISK_BAD) count(rt, &rt->stats.bad_entries);
     CUlinkState state;
     void *out = NULL;
-    snprintf(what, sizeof what, "'%s' (sm_%d ptx)", k->meta.spec, k->meta.sm);
+    snprintf(what, sizeof what, "'%s' (%s ptx)", k->meta.spec, kiln_sm_name(k->meta.sm, (char[16]){0}));
     if (rt_cubin_link(rt, ptx, size, what, &state, &out, &len, NULL) != KILN_OK)
         return load_function(rt, ptx, KILN_PAYLOAD_PTX, k, err);
     kiln_status st = load_function(rt, out, KILN_PAYLOAD_CUBIN, k, err);
@@ -137,8 +138,8 @@ static kiln_status load(kiln_rt *rt, const void *data, size_t size, kiln_payload
     char why[512];
     if (st == KILN_OK && kind == KILN_PAYLOAD_PTX && rt->info.driver_version &&
         kiln_ptx_driver_check(data, size, rt->info.driver_version, why, sizeof why) == 0)
-        st = kiln_fail(err, KILN_EDRIVER, "kernel '%s' (sm_%d ptx, from %s) will not load on this driver: %s",
-                       meta->spec, meta->sm, origin, why);
+        st = kiln_fail(err, KILN_EDRIVER, "kernel '%s' (%s ptx, from %s) will not load on this driver: %s",
+                       meta->spec, kiln_sm_name(meta->sm, (char[16]){0}), origin, why);
     if (st == KILN_OK) st = rt_bind(rt, err);
     if (st != KILN_OK) return st;
     char *copy = NULL;
@@ -285,16 +286,17 @@ static kiln_status not_found(kiln_rt *rt, const char *key, kiln_error *err) {
 }
 
 /* Highest SM the generator targets that is not above the device's and whose PTX .version the driver
- * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0). */
+ * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0); the device's
+ * own arch-specific target (sm_90a on a 9.0 device) before any plain one. */
 static kiln_status gen_target(kiln_rt *rt, const kiln_rt_generator *g, int *sm, kiln_error *err) {
     int sms[32], n = g->targets(sms, 32);
     *sm = 0;
     for (int i = 0; i < n && i < 32; i++) {
         char name[16];
-        snprintf(name, sizeof name, "sm_%d", sms[i]);
+        kiln_sm_name(sms[i], name);
         const kiln_ptx_target *t = kiln_ptx_target_find(name, strlen(name));
         int readable = rt->info.driver_version <= 0 || !t || kiln_cuda_knows_target(rt->info.driver_version, t);
-        if (sms[i] <= rt->info.sm && sms[i] > *sm && readable) *sm = sms[i];
+        if (kiln_target_runs_on(sms[i], rt->info.sm) && sms[i] > *sm && readable) *sm = sms[i];
     }
     return *sm ? KILN_OK
                : kiln_fail(err, KILN_ENOTFOUND, "the generator has no target at or below the device's sm_%d",

@@ -80,6 +80,16 @@ static void test_new_spellings(void) {
         kiln_status st = kiln_emu_run(k, &l, args, &err);
         CHECK(st == KILN_EINVAL && strstr(err.msg, "requires 64 (reqntid)"), "%d: %s", st, err.msg);
     }
+    /* the arch-specific sm_90a (KILN_SM_ARCH + 90) reflects as sm_90: __CUDA_ARCH 900 */
+    kiln_emu_kernel *ka = NULL;
+    CHECK(kiln_emu_load_ir(emu, k_new, strlen(k_new), NULL, KILN_SM_ARCH + 90, &ka, &err) == KILN_OK, "%s", err.msg);
+    if (ka) {
+        float out[66];
+        void *p = out, *args[] = {&p};
+        kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {64, 1, 1}};
+        CHECK(kiln_emu_run(ka, &l, args, &err) == KILN_OK && out[64] == 900.0f, "sm_90a: __CUDA_ARCH %g (%s)", out[64],
+              err.msg);
+    }
     TEST_END();
 }
 

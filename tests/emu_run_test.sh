@@ -9,6 +9,8 @@ expect "run prints y, mean, rstd" 0 "rstd  max |err|" -- run layernorm x=f16 w=f
 expect "run launch-time hidden, special inputs, twice" 0 "PASS" -- \
     run layernorm x=f32 y=bf16 --sm 86 --rows 10 --hidden 1000 --input special --twice
 expect "run options before the spec" 0 "PASS" -- run --sm 90 --rows 5 --seed 7 layernorm x=bf16 hidden=7
+expect "run on sm_90a (named so)" 0 "hidden=64 weight=true bias=true  sm_90a  4 rows" -- \
+    run layernorm x=bf16 hidden=64 --sm 90a --rows 4
 expect "run large-mean inputs" 0 "PASS" -- run layernorm x=f32 hidden=4096 --sm 80 --rows 4 --input large-mean
 expect "run without weight and bias" 0 "PASS" -- run layernorm x=f16 hidden=100 weight=false bias=false --sm 75 --rows 3
 # sm_70 (Volta, in the SM table; CUDA 13's ptxas no longer builds for it): the SIMT paths on the emulator

@@ -107,14 +107,19 @@ static void test_metadata(void) {
     }
     TEST_END();
     static const struct { int sm; const char *version; } versions[] = {
-        {70, ".version 6.0"}, {75, ".version 6.3"}, {80, ".version 7.0"}, {86, ".version 7.1"}, {89, ".version 7.8"}, {90, ".version 7.8"}};
+        {70, ".version 6.0"}, {75, ".version 6.3"}, {80, ".version 7.0"}, {86, ".version 7.1"}, {89, ".version 7.8"}, {90, ".version 7.8"},
+        {KILN_SM_ARCH + 90, ".version 8.0"}};
     for (size_t i = 0; i < sizeof versions / sizeof versions[0]; i++) {
         char name[64];
-        snprintf(name, sizeof name, "minimal PTX version for sm_%d", versions[i].sm);
+        char sm[16];
+        snprintf(name, sizeof name, "minimal PTX version for %s", kiln_sm_name(versions[i].sm, sm));
         TEST_BEGIN(name);
         CHECK(kiln_generate(gen, "layernorm x=f16 hidden=64", versions[i].sm, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
         if (m) {
             CHECK(strstr(kiln_module_text(m), versions[i].version) != NULL, "want %s", versions[i].version);
+            char target[32];
+            snprintf(target, sizeof target, ".target %s\n", sm);
+            CHECK(strstr(kiln_module_text(m), target) != NULL, "want %s", target);
             kiln_module_free(m);
         }
         TEST_END();
@@ -173,17 +178,33 @@ static void test_target_table(void) {
     int n;
     const gen_target *t = gen_target_all(&n);
     TEST_BEGIN("target table");
-    CHECK(n == 11, "targets %d", n);
+    CHECK(n == 12, "targets %d", n);
     for (int i = 1; i < n; i++) CHECK(t[i].sm > t[i - 1].sm, "ascending");
     for (int i = 0; i < n; i++) { /* the SM table and the PTX target table agree on each row's minimal .version */
         char name[16];
-        snprintf(name, sizeof name, "sm_%d", t[i].sm);
+        kiln_sm_name(t[i].sm, name);
         const kiln_ptx_target *p = kiln_ptx_target_find(name, strlen(name));
         CHECK(p && p->ptx == t[i].ptx_min, "%s: SM table .version %d, PTX target table %d", name, t[i].ptx_min,
               p ? p->ptx : -1);
     }
-    CHECK(gen_target_find(90)->wgmma && !gen_target_find(100)->wgmma && !gen_target_find(120)->wgmma,
+    const int a90 = KILN_SM_ARCH + 90;
+    CHECK(gen_target_find(a90)->wgmma && !gen_target_find(90)->wgmma && !gen_target_find(100)->wgmma &&
+              !gen_target_find(120)->wgmma,
           "wgmma on sm_90a only (Blackwell has tcgen05 on its 'a' targets instead)");
+    char name[16];
+    CHECK(!strcmp(kiln_sm_name(a90, name), "sm_90a") && !strcmp(kiln_sm_name(75, name), "sm_75"), "names");
+    CHECK(kiln_sm_parse("90a") == a90 && kiln_sm_parse("sm_90a") == a90 && kiln_sm_parse("sm_90") == 90 &&
+              kiln_sm_parse("75") == 75 && !kiln_sm_parse("80a") && !kiln_sm_parse("90b") && !kiln_sm_parse("90aa") &&
+              !kiln_sm_parse("1090") && !kiln_sm_parse("a") && !kiln_sm_parse("") && !kiln_sm_parse(NULL) &&
+              !kiln_sm_parse("60"),
+          "parse: only the table's targets, 'a' only where a row has it");
+    CHECK(kiln_target_runs_on(a90, 90) && !kiln_target_runs_on(a90, 89) && !kiln_target_runs_on(a90, 100) &&
+              kiln_target_runs_on(90, 100) && !kiln_target_runs_on(90, 89),
+          "where each runs: sm_90a on 9.0 only, sm_90 on 9.0 and newer");
+    kiln_sm_facts f;
+    CHECK(kiln_sm_facts_get(90, &f, NULL) == KILN_OK && (f.mma & KILN_WGMMA) &&
+              kiln_sm_facts_get(100, &f, NULL) == KILN_OK && !(f.mma & KILN_WGMMA),
+          "a 9.0 device has wgmma (through sm_90a), a 10.0 device none");
     CHECK(gen_target_find(120)->mma_m16n8k16 && gen_target_find(120)->smem_optin_max == 99u << 10 &&
               gen_target_find(121)->threads_per_sm == 1536 && gen_target_find(100)->smem_optin_max == 227u << 10,
           "Blackwell facts");

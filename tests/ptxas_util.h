@@ -11,6 +11,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "kiln/target.h"
+
 extern char **environ;
 
 /* Path of ptxas ($PTXAS, $CUDA_HOME/bin, /usr/local/cuda/bin, PATH) or NULL. */
@@ -43,7 +45,7 @@ typedef struct ptxas_job {
 
 static inline void ptxas_start(const char *ptxas, ptxas_job *j) {
     char gpu[32];
-    snprintf(gpu, sizeof gpu, "sm_%d", j->sm);
+    kiln_sm_name(j->sm, gpu);
     char *argv[] = {(char *)ptxas, "--gpu-name", gpu, "-v", j->ptx, "-o", j->cubin[0] ? j->cubin : "/dev/null", NULL};
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);

@@ -94,6 +94,46 @@ static void test_selection(const void *data, size_t size) {
     TEST_END();
 }
 
+/* sm_90a (KILN_SM_ARCH + 90) PTX beside sm_90 PTX: a 9.0 device takes sm_90a, every other device passes
+ * it by (its wgmma runs on 9.0 only), and a bundle of sm_90a alone serves nothing but 9.0. */
+static void test_arch_selection(void) {
+    TEST_BEGIN("sm_90a PTX: chosen on 9.0 devices only");
+    const int arch = KILN_SM_ARCH + 90;
+    for (int only_arch = 0; only_arch < 2; only_arch++) {
+        kiln_bundle_writer *w;
+        kiln_bundle_writer_create(&w, "kiln test", NULL);
+        add_ptx(w, SPEC_A, 80);
+        if (!only_arch) add_ptx(w, SPEC_A, 90);
+        add_ptx(w, SPEC_A, arch);
+        void *data = NULL;
+        size_t size = 0;
+        kiln_error e;
+        CHECK(kiln_bundle_writer_finish(w, &data, &size, &e) == KILN_OK, "finish: %s", e.msg);
+        kiln_bundle_writer_destroy(w);
+        expect_choice(data, size, 90, SPEC_A, arch, 0);
+        expect_choice(data, size, 89, SPEC_A, 80, 0);
+        expect_choice(data, size, 100, SPEC_A, only_arch ? 80 : 90, 0);
+        expect_choice(data, size, 120, SPEC_A, only_arch ? 80 : 90, 0);
+        free(data);
+    }
+    /* a bundle of sm_90a alone serves a 10.0 device nothing, and says what it holds by name */
+    kiln_bundle_writer *w;
+    kiln_bundle_writer_create(&w, "kiln test", NULL);
+    add_ptx(w, SPEC_A, arch);
+    void *data = NULL;
+    size_t size = 0;
+    kiln_error e;
+    kiln_bundle_writer_finish(w, &data, &size, &e);
+    kiln_bundle_writer_destroy(w);
+    kiln_rt *rt = open_rt(100);
+    kiln_kernel *k = NULL;
+    CHECK(rt && kiln_rt_add_bundle_memory(rt, data, size, &e) == KILN_OK, "add: %s", e.msg);
+    CHECK(rt && kiln_rt_get_kernel(rt, SPEC_A, &k, &e) == KILN_ENOTFOUND && strstr(e.msg, "(sm_90a ptx)"), "%s", e.msg);
+    kiln_rt_destroy(rt);
+    free(data);
+    TEST_END();
+}
+
 static void test_not_found(const void *data, size_t size) {
     TEST_BEGIN("spec in no bundle, no generator linked");
     kiln_rt *rt = open_rt(80);
@@ -203,6 +243,7 @@ int main(void) {
     make_bundle(&data, &size);
     test_roundtrip(data, size);
     test_selection(data, size);
+    test_arch_selection();
     test_not_found(data, size);
     test_corrupt(data, size);
     test_file(data, size);

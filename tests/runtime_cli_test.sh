@@ -12,17 +12,23 @@ ok() { pass=$((pass + 1)); }
 no() { fail=$((fail + 1)); echo "FAIL $*"; }
 check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
 
-# the default matrix: every family x 3 dtypes x every SM from 75 up (kiln list's targets)
+# the default matrix: every family x 3 dtypes x every plain SM from 75 up (kiln list's targets less the
+# arch-specific sm_90a, which a bundle holds when --sm names it)
 "$KILN" bundle -o "$T/default.kbundle" 2>"$T/err"
 check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
 "$KILN" bundle-info "$T/default.kbundle" >"$T/info"
-nsm=$("$KILN" list | sed -n 's/^targets: *//p' | tr ' ' '\n' | sed 's/^sm_//' | awk '$1 >= 75' | wc -l)
+nsm=$("$KILN" list | sed -n 's/^targets: *//p' | tr ' ' '\n' | sed 's/^sm_//' | grep -v 'a$' | awk '$1 >= 75' | wc -l)
 want=$((55 * nsm))
 check "bundle-info counts $want entries: 55 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8, rotary 3 dtypes x d64/d128 + GPT-J f16/bf16 d128: 8)" grep -q " $want entries" "$T/info"
 check "the default bundle holds rotary (sm_75 bf16 GPT-J)" grep -Eq " 75 ptx .*rotary dtype=bf16 cs=bf16 head_dim=128 rotary_dim=128 interleaved=true" "$T/info"
 check "the default bundle holds Blackwell (sm_120 attention)" grep -Eq " 120 ptx .*attention dtype=bf16" "$T/info"
 check "bundle-info lists the norm backwards' norm_reduce" grep -Eq " 90 ptx .*norm_reduce w=bf16" "$T/info"
 check "bundle-info lists sm_75 bf16" grep -Eq " 75 ptx .*layernorm x=bf16 w=bf16 y=bf16 hidden=launch" "$T/info"
+check "the default bundle holds no sm_90a" bash -c "! grep -Eq '^ *[0-9]+ +90a ' '$T/info'"
+"$KILN" bundle layernorm --dtypes bf16/f32/bf16 --hidden 4096 --sm 90,sm_90a -o "$T/a.kbundle" 2>"$T/err"
+"$KILN" bundle-info "$T/a.kbundle" >"$T/ainfo"
+check "--sm 90,sm_90a: a bundle with sm_90 and sm_90a PTX" grep -Eq " 90a ptx +8\.0 .*layernorm x=bf16" "$T/ainfo"
+check "--sm 90,sm_90a: sm_90's entry too" grep -Eq " 90 ptx +7\.8 .*layernorm x=bf16" "$T/ainfo"
 
 # bad input: exit 2, one error line, no output file
 bad() {

@@ -2,6 +2,7 @@
 #ifndef KILN_TOOLS_CLI_H
 #define KILN_TOOLS_CLI_H
 
+#include <stdbool.h>
 #include <stdio.h>
 
 /* Exit statuses: 0 success, 1 findings/failed check (lint, run), 2 usage or input errors. */
@@ -16,9 +17,10 @@ typedef struct cli_command {
 /* kiln.c */
 int cli_error(const char *fmt, ...) __attribute__((format(printf, 1, 2))); /* returns CLI_USAGE */
 int cli_parse_sm(const char *text, int *sm);                               /* 0 or CLI_USAGE */
-/* The SM table's SMs from min_sm up, joined by sep, into buf ("75, 80, ..." for messages; min_sm 75:
-   the SMs CUDA 13's ptxas builds, the default bundle's). Returns buf. */
-char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep);
+/* The SM table's targets from min_sm up, joined by sep, into buf ("75, 80, ..., 90a" for messages;
+   min_sm 75 without arch: the plain SMs CUDA 13's ptxas builds, the default bundle's — sm_90a only
+   when asked for, since no template uses its features yet). Returns buf. */
+char *cli_sm_list(char *buf, size_t size, int min_sm, bool arch, const char *sep);
 const char *cli_valid_sms(void); /* "70, 75, 80, ..." from the SM table (a static buffer) */
 /* The error for getopt_long's answer c to an option it could not take, named as the user typed it
    (argv[optind - 1]): c == ':' (optstring starts with ':') is a missing value; '--name=value' for

@@ -102,7 +102,8 @@ static void bundle_usage(FILE *to) {
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; the dtype keys each template declares, in its\n"
             "                   order: kiln list shows them); default f32,f16,bf16\n"
-            "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list)\n"
+            "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list;\n"
+            "                   the arch-specific 90a only when named)\n"
             "  --hidden LIST    shapes, of the key each template declares: the norms' hidden (numbers\n"
             "                   or 'launch', default launch), attention's head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
@@ -287,7 +288,7 @@ static void assemble(const plan *p, job *j) {
     snprintf(ptx, sizeof ptx, "%s/k.ptx", dir);
     snprintf(cubin, sizeof cubin, "%s/k.cubin", dir);
     snprintf(log, sizeof log, "%s/log", dir);
-    snprintf(gpu, sizeof gpu, "sm_%d", j->sm);
+    kiln_sm_name(j->sm, gpu);
     FILE *f = fopen(ptx, "wb");
     int ok = f && fwrite(kiln_module_text(j->module), 1, kiln_module_size(j->module), f) == kiln_module_size(j->module);
     if (f) ok = fclose(f) == 0 && ok;
@@ -304,8 +305,7 @@ static void assemble(const plan *p, job *j) {
         size_t n = 0;
         char *text = (char *)read_all(log, &n);
         if (text) text[n - 1] = 0;
-        kiln_fail(&j->err, KILN_EGEN, "ptxas failed for '%s' (sm_%d): %s", j->spec, j->sm,
-                  text ? text : "no output");
+        kiln_fail(&j->err, KILN_EGEN, "ptxas failed for '%s' (%s): %s", j->spec, gpu, text ? text : "no output");
         free(text);
     }
     unlink(ptx), unlink(cubin), unlink(log), rmdir(dir);
@@ -436,7 +436,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     const char *dtypes = NULL, *shapes = NULL;
     int c, rc = CLI_OK, explicit_specs = 0;
     char sms[256];
-    cli_sm_list(sms, sizeof sms, 75, ",");
+    cli_sm_list(sms, sizeof sms, 75, false, ",");
     opterr = 0;
     optind = 1;
     while (rc == CLI_OK && (c = getopt_long(argc, argv, ":o:j:h", longopts, NULL)) != -1) {
@@ -520,7 +520,8 @@ int cmd_bundle_info(int argc, char **argv) {
         kiln_bundle_entry_at(b, i, &e, NULL);
         char block[40];
         snprintf(block, sizeof block, "%ux%ux%u", e.meta->block[0], e.meta->block[1], e.meta->block[2]);
-        printf("%4d %5d %-5s %2d.%d %8llu %-12s %5u  %s\n", i, e.sm, e.kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
+        char sm[16];
+        printf("%4d %5s %-5s %2d.%d %8llu %-12s %5u  %s\n", i, kiln_sm_name(e.sm, sm) + 3, e.kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
                e.ptx_version / 10, e.ptx_version % 10, (unsigned long long)e.size, block, e.meta->align_bytes, e.spec);
     }
     kiln_bundle_close(b);

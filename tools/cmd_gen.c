@@ -192,7 +192,10 @@ int cmd_list(int argc, char **argv) {
     if (rc) return rc;
     int sms[16], n = kiln_targets(sms, 16);
     printf("\ntargets:");
-    for (int i = 0; i < n; i++) printf(" sm_%d", sms[i]);
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        printf(" %s", kiln_sm_name(sms[i], name));
+    }
     printf("\n");
     return CLI_OK;
 }

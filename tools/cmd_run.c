@@ -80,7 +80,7 @@ static int run_case(kiln_case *c, const run_opts *o) {
     kiln_error err = {0};
     char problem[256];
     kiln_case_describe(c, problem, sizeof problem);
-    printf("%s  sm_%d  %s  seed %llu%s\n", m->spec, o->sm, problem, o->seed, o->twice ? "  (every block twice)" : "");
+    printf("%s  %s  %s  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), problem, o->seed, o->twice ? "  (every block twice)" : "");
     if (kiln_case_run(c, &err) != KILN_OK) return report_error(&err);
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);
@@ -122,6 +122,8 @@ static int print_profile(const kiln_emu_kernel *k) {
            p.hot_blocks, p.basic_blocks, (unsigned long long)p.hot_trips);
     uint64_t other = 0, hot_other = 0;
     for (int c = 0; c < KILN_PROF_CLASSES; c++) {
+        bool hopper = c >= KILN_PROF_WGMMA && c <= KILN_PROF_ASYNC_SYNC; /* rows only for kernels that use them */
+        if (hopper && !p.inst[c] && !p.hot_inst[c]) continue;
         printf("    %-18s %12llu %10.1f %12llu\n", kiln_prof_class_name((kiln_prof_class)c), (unsigned long long)p.inst[c],
                p.warps ? (double)p.inst[c] / (double)p.warps : 0.0, (unsigned long long)p.hot_inst[c]);
         if (c != KILN_PROF_MMA) other += p.inst[c], hot_other += p.hot_inst[c];

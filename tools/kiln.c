@@ -31,31 +31,27 @@ int cli_error(const char *fmt, ...) {
     return CLI_USAGE;
 }
 
-char *cli_sm_list(char *buf, size_t size, int min_sm, const char *sep) {
+char *cli_sm_list(char *buf, size_t size, int min_sm, bool arch, const char *sep) {
     int sms[16], n = kiln_targets(sms, 16);
     size_t len = 0;
     buf[0] = 0;
-    for (int i = 0; i < n && len < size; i++)
-        if (sms[i] >= min_sm) len += (size_t)snprintf(buf + len, size - len, "%s%d", len ? sep : "", sms[i]);
+    for (int i = 0; i < n && len < size; i++) {
+        char name[16];
+        if (sms[i] >= min_sm && (arch || !kiln_sm_is_arch(sms[i]))) len += (size_t)snprintf(buf + len, size - len, "%s%s", len ? sep : "", kiln_sm_name(sms[i], name) + 3);
+    }
     return buf;
 }
 
 const char *cli_valid_sms(void) {
     static char valid[256];
-    return cli_sm_list(valid, sizeof valid, 0, ", ");
+    return cli_sm_list(valid, sizeof valid, 0, true, ", ");
 }
 
 int cli_parse_sm(const char *text, int *sm) {
-    int sms[32], n = kiln_targets(sms, 32);
-    const char *digits = text;
-    if (!strncmp(digits, "sm_", 3)) digits += 3;
-    char *end;
-    long v = strtol(digits, &end, 10);
-    for (int i = 0; i < n && i < 32; i++) {
-        if (*digits && !*end && v == sms[i]) {
-            *sm = sms[i];
-            return 0;
-        }
+    int v = kiln_sm_parse(text);
+    if (v) {
+        *sm = v;
+        return 0;
     }
     return cli_error("unsupported SM '%s'; valid: %s", text, cli_valid_sms());
 }

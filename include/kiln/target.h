@@ -12,7 +12,7 @@ extern "C" {
  * programming guide (shared memory, threads per block,
  * registers and resident threads per SM); ../shared/PTX_FACTS.md. */
 typedef struct kiln_target {
-    int sm;                   /* 75 for sm_75 */
+    int sm;                   /* 75 for sm_75; KILN_SM_ARCH + 90 for the arch-specific sm_90a */
     int ptx_min;              /* minimal PTX ISA version for this .target, times 10 */
     bool native_bf16_cvt;     /* cvt.rn.bf16.f32 / cvt.rn.bf16x2.f32 exist */
     bool packed_f16_cvt;      /* cvt.rn.f16x2.f32 exists */
@@ -30,6 +30,23 @@ typedef struct kiln_target {
     unsigned regs_per_sm;     /* 32-bit registers one SM holds for its resident blocks */
     unsigned threads_per_sm;  /* resident threads per SM, at most */
 } kiln_target;
+
+/* An arch-specific target ("sm_90a": its PTX runs on exactly one SM and may use that SM's 'a'
+ * features such as wgmma and setmaxnreg) is numbered KILN_SM_ARCH + its SM: sm_90a is 1090. The
+ * number is above every plain SM, so "the newest target not above the device" never picks one;
+ * kiln_target_runs_on says where each runs. */
+#define KILN_SM_ARCH 1000
+/* The SM a target's code runs on: 90 for sm_90 and for sm_90a (1090). */
+static inline int kiln_sm_base(int sm) { return sm % KILN_SM_ARCH; }
+/* Whether sm is an arch-specific ('a') target number. */
+static inline bool kiln_sm_is_arch(int sm) { return sm >= KILN_SM_ARCH; }
+/* "sm_90a" for 1090, "sm_75" for 75, into buf (at least 16 bytes); returns buf. */
+const char *kiln_sm_name(int sm, char *buf);
+/* The target number of "90a", "sm_90a", "75" or "sm_75" when kiln generates for it, else 0. */
+int kiln_sm_parse(const char *text);
+/* Whether code built for target sm runs on a device of SM device_sm (kiln_sm_from_cc): a plain
+ * target on its SM and newer ones, an arch-specific one on its own SM only. */
+bool kiln_target_runs_on(int sm, int device_sm);
 
 /* The row for exactly sm, or NULL when kiln does not generate for it. */
 const kiln_target *kiln_target_find(int sm);

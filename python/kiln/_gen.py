@@ -66,13 +66,19 @@ def targets():
 
 
 def default_targets():
-    """The SMs a bundle holds unless told otherwise: every target from sm_75 up (what CUDA 13's
-    ptxas builds; sm_70 is generated for older toolkits only)."""
-    return [s for s in targets() if s >= 75]
+    """The SMs a bundle holds unless told otherwise: every plain target from sm_75 up (what CUDA 13's
+    ptxas builds; sm_70 is generated for older toolkits only); sm_90a (1090) only when named."""
+    return [s for s in targets() if 75 <= s < 1000]
+
+
+def sm_name(sm):
+    """75 -> "sm_75"; 1090 (kiln's number for the arch-specific target) -> "sm_90a"."""
+    return "sm_%d%s" % (sm % 1000, "a" if sm >= 1000 else "")
 
 
 def _parse_sm(sm):
-    """75, "75", "sm_75" or "7.5" -> 75; anything else: KilnSpecError listing the targets."""
+    """75, "75", "sm_75" or "7.5" -> 75; "90a" or "sm_90a" -> 1090; anything else: KilnSpecError listing
+    the targets."""
     valid = targets()
     v = None
     if isinstance(sm, bool):
@@ -85,10 +91,12 @@ def _parse_sm(sm):
             t = t[3:]
         if re.fullmatch(r"\d+", t):
             v = int(t)
+        elif re.fullmatch(r"\d+a", t):
+            v = 1000 + int(t[:-1])
         elif re.fullmatch(r"\d+\.\d", t):
             v = int(t.replace(".", ""))
     if v not in valid:
-        raise KilnSpecError("unsupported SM %r; valid: %s" % (sm, ", ".join(str(s) for s in valid)))
+        raise KilnSpecError("unsupported SM %r; valid: %s" % (sm, ", ".join(sm_name(s)[3:] for s in valid)))
     return v
 
 
@@ -106,7 +114,7 @@ class GeneratedKernel:
         self.params = meta["params"]
 
     def __repr__(self):
-        return "<kiln.GeneratedKernel %s sm_%d %s, %d bytes>" % (self.spec, self.sm, self.emit, len(self.text))
+        return "<kiln.GeneratedKernel %s %s %s, %d bytes>" % (self.spec, sm_name(self.sm), self.emit, len(self.text))
 
     def __str__(self):
         return self.text
@@ -421,11 +429,11 @@ def _assemble(ptxas, ptx, sm, spec):
         src, out = os.path.join(d, "k.ptx"), os.path.join(d, "k.cubin")
         with open(src, "w") as f:
             f.write(ptx)
-        r = subprocess.run([ptxas, "--gpu-name", "sm_%d" % sm, "-O3", "-o", out, src],
+        r = subprocess.run([ptxas, "--gpu-name", sm_name(sm), "-O3", "-o", out, src],
                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         if r.returncode != 0:
             first = (r.stderr.strip().splitlines() or ["no output"])[0]
-            raise KilnGenerationError("ptxas failed for '%s' (sm_%d): %s" % (spec, sm, first))
+            raise KilnGenerationError("ptxas failed for '%s' (%s): %s" % (spec, sm_name(sm), first))
         with open(out, "rb") as f:
             return f.read()
 

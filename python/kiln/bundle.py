@@ -8,7 +8,7 @@ above it.
 import ctypes
 import os
 
-from . import _lib
+from . import _gen, _lib
 
 
 class BundleEntry:
@@ -26,7 +26,7 @@ class BundleEntry:
         self.payload = payload
 
     def __repr__(self):
-        return "<kiln.BundleEntry sm_%d %s %d bytes: %s>" % (self.sm, self.kind, self.size, self.spec)
+        return "<kiln.BundleEntry %s %s %d bytes: %s>" % (_gen.sm_name(self.sm), self.kind, self.size, self.spec)
 
 
 class Bundle:

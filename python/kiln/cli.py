@@ -122,7 +122,7 @@ def cmd_list(argv):
     if argv:
         return _err("'kiln list' takes no arguments, got '%s'" % argv[0])
     sys.stdout.write(_gen.describe())
-    print("\ntargets: " + " ".join("sm_%d" % s for s in _gen.targets()))
+    print("\ntargets: " + " ".join(_gen.sm_name(s) for s in _gen.targets()))
     return OK
 
 
@@ -375,7 +375,7 @@ def cmd_run(argv):
     heads = parse_heads(a.heads) if a.heads else None
     r = emulate.check(" ".join(a.spec), sm=a.sm, rows=a.rows, hidden=a.hidden, seq_k=a.seq_k, batch=a.batch,
                       heads=heads, splits=a.splits, seed=a.seed, input=a.input, eps=a.eps, twice=a.twice)
-    print("%s  sm_%d  %s  seed %d%s" % (r.spec, r.sm, r.problem, a.seed, "  (every block twice)" if a.twice else ""))
+    print("%s  %s  %s  seed %d%s" % (r.spec, _gen.sm_name(r.sm), r.problem, a.seed, "  (every block twice)" if a.twice else ""))
     for s in r.launches:
         print("  %s: %d blocks of %d threads, emulated in %.1f ms" % (s["entry"], s["blocks"], s["threads"], s["ms"]))
     width = max([4] + [len(o["name"]) for o in r.outputs])

@@ -76,7 +76,7 @@ class EmuKernel:
         self.params = self.meta["params"]
 
     def __repr__(self):
-        return "<kiln.emulate.EmuKernel %s sm_%d>" % (self.spec, self.sm)
+        return "<kiln.emulate.EmuKernel %s %s>" % (self.spec, _gen.sm_name(self.sm))
 
     def grid(self, problem):
         prob = list(problem) + [1] * (3 - len(problem))

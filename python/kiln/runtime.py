@@ -16,7 +16,7 @@ import threading
 import warnings
 
 from . import _arrays, _extents, _lib
-from ._gen import spec_values
+from ._gen import sm_name, spec_values
 from .errors import KilnArgumentError, KilnError
 
 _DTYPE_CODE = {"f32": 0, "f16": 1, "bf16": 2}
@@ -150,7 +150,7 @@ class Kernel:
         self.payload = "cubin" if lib.kiln_kernel_payload_kind(ptr) == 1 else "ptx"
 
     def __repr__(self):
-        return "<kiln.Kernel %s sm_%d (%s, %s)>" % (self.spec, self.meta["sm"], self.payload, self.origin)
+        return "<kiln.Kernel %s %s (%s, %s)>" % (self.spec, sm_name(self.meta["sm"]), self.payload, self.origin)
 
     def grid(self, problem):
         """grid[i] = ceil(problem[i] / grid_tile[i]), checked against the device's limits."""

@@ -39,7 +39,7 @@ def test_list_and_emit(args):
     if args[0] == "list":
         text = a.stdout.decode()
         assert all("\n%s - " % f in "\n" + text for f in kiln.families()), text[:300]
-        assert text.endswith("\ntargets: %s\n" % " ".join("sm_%d" % s for s in kiln.targets()))
+        assert text.endswith("\ntargets: %s\n" % " ".join(kiln._gen.sm_name(s) for s in kiln.targets()))
     else:
         sm_at = args.index("--sm")
         spec, sm = " ".join(args[1:sm_at]), args[sm_at + 1]

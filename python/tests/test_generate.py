@@ -67,6 +67,25 @@ def test_canonical_and_families():
     assert kiln.targets()[:2] == [70, 75] and 90 in kiln.targets()
 
 
+def test_sm_90a_is_a_target_of_its_own():
+    # kiln numbers the arch-specific sm_90a 1090 (KILN_SM_ARCH + 90); "90a" and "sm_90a" name it
+    assert 1090 in kiln.targets() and 1090 not in kiln._gen.default_targets()
+    for name in ("90a", "sm_90a", 1090):
+        k = kiln.generate("layernorm x=bf16 w=f32 y=bf16 hidden=1024", sm=name)
+        assert k.sm == 1090 and ".target sm_90a\n" in k.text and ".version 8.0" in k.text
+        assert "sm_90a" in repr(k)
+    with pytest.raises(kiln.KilnSpecError) as e:
+        kiln.generate("layernorm x=f32", "80a")
+    assert "90a" in str(e.value)
+    # in a bundle (with ptxas: its cubin for sm_90a too)
+    ptxas = any(os.access(os.path.join(d, "ptxas"), os.X_OK)
+                for d in os.environ.get("PATH", "").split(os.pathsep) + ["/usr/local/cuda/bin"])
+    data = kiln.build_bundle("layernorm x=bf16 w=f32 y=bf16 hidden=1024", sms=["90", "90a"], cubin=ptxas)
+    entries = list(kiln.Bundle(data=data))
+    assert sorted({e.sm for e in entries}) == [90, 1090]
+    assert any(e.sm == 1090 and "sm_90a" in repr(e) for e in entries)
+
+
 @pytest.mark.parametrize("spec,sm,cls,words", [
     ("layernorm x=f99", 80, kiln.KilnSpecError, ["f99", "f32, f16, bf16"]),
     ("nosuch x=1", 80, kiln.KilnNotFoundError, ["nosuch", "layernorm"]),

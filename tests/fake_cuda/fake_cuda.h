@@ -108,9 +108,10 @@ static inline kiln_kernel_meta fake_cuda_meta(const char *spec, const char *entr
 static inline int fake_cuda_ptx(const kiln_kernel_meta *m, int target_sm, char *buf, size_t size) {
     int n = kiln_meta_format(m, buf, size);
     n += snprintf(buf + n, size - (size_t)n,
-                  ".version %d.%d\n.target sm_%d\n.address_size 64\n\n.visible .entry %s(\n"
+                  ".version %d.%d\n.target sm_%d%s\n.address_size 64\n\n.visible .entry %s(\n"
                   "\t.param .u64 %s_param_0,\n\t.param .u32 %s_param_1,\n\t.param .f32 %s_param_2\n)\n{\n\tret;\n}\n",
-                  m->ptx_version / 10, m->ptx_version % 10, target_sm, m->entry, m->entry, m->entry, m->entry);
+                  m->ptx_version / 10, m->ptx_version % 10, target_sm % 1000, target_sm >= 1000 ? "a" : "", m->entry,
+                  m->entry, m->entry, m->entry); /* 1090 is sm_90a (KILN_SM_ARCH) */
     return n;
 }
 

@@ -1,0 +1,164 @@
+/* emu/emu_hopper.c - Hopper intrinsics on the emulator: mbarriers (arrival and transaction counts,
+ * phases, try_wait by parity) by the PTX ISA's mbarrier section, and the checks of fence.proxy.async,
+ * setmaxnreg and wgmma fence/commit/wait. */
+#include <string.h>
+
+#include "emu.h"
+
+/* ---- mbarrier: the 8-byte object in shared memory holds the whole state ----
+ * bits 0..19 pending arrivals of the current phase, 20..39 the expected arrival count (set by init,
+ * 1..2^20-1), 40..61 the tx-count as a 22-bit two's-complement number (the ISA's range is
+ * -(2^20-1)..2^20-1), bit 62 the current phase's parity, bit 63 always 0 (so the emulator's poison,
+ * all ones, reads as "never initialized"). A phase completes when pending arrivals and tx-count are
+ * both 0; the next phase then starts with pending = expected and tx-count 0. */
+
+enum { MB_COUNT_BITS = 20, MB_TX_BITS = 22 };
+#define MB_COUNT_MAX ((1u << MB_COUNT_BITS) - 1)
+#define MB_TX_MAX ((int32_t)MB_COUNT_MAX)
+
+typedef struct mbar {
+    uint32_t pending, expected;
+    int32_t tx;
+    unsigned phase;
+} mbar;
+
+static uint64_t mb_pack(const mbar *m) {
+    return (uint64_t)m->pending | (uint64_t)m->expected << 20 |
+           (uint64_t)((uint32_t)m->tx & ((1u << MB_TX_BITS) - 1)) << 40 | (uint64_t)(m->phase & 1) << 62;
+}
+
+static void mb_unpack(uint64_t w, mbar *m) {
+    m->pending = (uint32_t)(w & MB_COUNT_MAX);
+    m->expected = (uint32_t)(w >> 20 & MB_COUNT_MAX);
+    uint32_t tx = (uint32_t)(w >> 40 & ((1u << MB_TX_BITS) - 1));
+    m->tx = tx & (1u << (MB_TX_BITS - 1)) ? (int32_t)(tx | ~((1u << MB_TX_BITS) - 1)) : (int32_t)tx;
+    m->phase = (unsigned)(w >> 62 & 1);
+}
+
+/* The mbarrier operand: an 8-byte aligned shared address. */
+static unsigned char *mb_addr(emu_call *c) {
+    unsigned char *p;
+    memcpy(&p, c->args, sizeof p);
+    if ((uintptr_t)p % 8) emu_fault(c->blk, "%s: mbarrier address %p is not 8-byte aligned", c->site->where, (void *)p);
+    emu_check_shared(c->blk, p, 8, c->site->where);
+    return p;
+}
+
+/* Reads an initialized mbarrier or faults. */
+static void mb_load(emu_call *c, const unsigned char *p, mbar *m) {
+    uint64_t w;
+    memcpy(&w, p, sizeof w);
+    mb_unpack(w, m);
+    if (w >> 63 || m->expected == 0 || m->pending > m->expected)
+        emu_fault(c->blk, "%s: the mbarrier at %p was never initialized (mbarrier.init first)", c->site->where,
+                  (const void *)p);
+}
+
+/* Stores m, first completing the phase when nothing is pending; wakes the threads waiting on phases. */
+static void mb_store(emu_call *c, unsigned char *p, mbar *m) {
+    if (m->tx > MB_TX_MAX || m->tx < -MB_TX_MAX)
+        emu_fault(c->blk, "%s: mbarrier tx-count %d is outside the ISA's range +-%d", c->site->where, (int)m->tx,
+                  (int)MB_TX_MAX);
+    bool completes = m->pending == 0 && m->tx == 0;
+    if (completes) m->phase ^= 1, m->pending = m->expected;
+    uint64_t w = mb_pack(m);
+    memcpy(p, &w, sizeof w);
+    if (completes) emu_wake_sleepers(c->blk);
+}
+
+static void h_mb_init(emu_call *c) {
+    unsigned char *p = mb_addr(c);
+    uint32_t n = emu_arg_u32(c, 1);
+    if (n < 1 || n > MB_COUNT_MAX)
+        emu_fault(c->blk, "%s: mbarrier.init count %u outside 1..%u", c->site->where, n, MB_COUNT_MAX);
+    mbar m = {.pending = n, .expected = n};
+    uint64_t w = mb_pack(&m);
+    memcpy(p, &w, sizeof w);
+}
+
+enum { MB_ARRIVE = 1, MB_EXPECT = 2, MB_COMPLETE = 4, MB_RET64 = 8 };
+
+/* arrive (MB_ARRIVE), expect-tx (MB_EXPECT, the tx operand raises the tx-count first), complete-tx
+ * (MB_COMPLETE, lowers it); an arrival returns the state token (the phase parity it arrived in). */
+static void h_mb_update(emu_call *c) {
+    int op = c->site->op->arg;
+    unsigned char *p = mb_addr(c);
+    mbar m;
+    mb_load(c, p, &m);
+    unsigned arrived_phase = m.phase;
+    if (op & (MB_EXPECT | MB_COMPLETE)) {
+        int32_t tx = (int32_t)emu_arg_u32(c, 1);
+        if (tx < 0 || tx > MB_TX_MAX)
+            emu_fault(c->blk, "%s: tx-count operand %d outside 0..%d", c->site->where, (int)tx, (int)MB_TX_MAX);
+        m.tx += op & MB_EXPECT ? tx : -tx;
+    }
+    if (op & MB_ARRIVE) {
+        if (m.pending == 0)
+            emu_fault(c->blk, "%s: arrival on an mbarrier whose phase has no pending arrival left (more arrivals "
+                      "than its init count of %u)", c->site->where, m.expected);
+        m.pending--;
+    }
+    mb_store(c, p, &m);
+    if (op & MB_RET64) {
+        uint64_t token = arrived_phase;
+        memcpy(c->ret, &token, sizeof token);
+    }
+}
+
+/* try_wait.parity: true once the phase of the given parity has completed (the current phase's parity
+ * differs from it). The hardware may return false after a time limit and the caller loops; here the
+ * thread sleeps until a phase completes somewhere and looks again, so a phase nobody can complete is a
+ * deadlock the scheduler reports with this site. */
+static void h_mb_try_wait_parity(emu_call *c) {
+    unsigned char *p = mb_addr(c);
+    uint32_t parity = emu_arg_u32(c, 1);
+    if (parity > 1) emu_fault(c->blk, "%s: phase parity %u is not 0 or 1", c->site->where, parity);
+    for (;;) {
+        mbar m;
+        mb_load(c, p, &m);
+        if (m.phase != parity) break;
+        emu_sleep(c);
+    }
+    emu_ret_u32(c, 1);
+}
+
+/* ---- fences and warpgroup synchronization: memory is coherent here, so these check and count ---- */
+
+static void h_nop(emu_call *c) { (void)c; }
+
+static void h_setmaxnreg(emu_call *c) {
+    uint32_t n = emu_arg_u32(c, 0);
+    if (n < 24 || n > 256 || n % 8)
+        emu_fault(c->blk, "%s: setmaxnreg %u is not in 24..256 in steps of 8", c->site->where, n);
+    if (emu_block_threads(c->blk) % 128)
+        emu_fault(c->blk, "%s: setmaxnreg needs whole warpgroups, but the block has %u threads", c->site->where,
+                  emu_block_threads(c->blk));
+}
+
+static void h_wgmma_wait(emu_call *c) {
+    uint32_t n = emu_arg_u32(c, 0);
+    if (n > 7) emu_fault(c->blk, "%s: wgmma.wait_group %u outside 0..7", c->site->where, n);
+}
+
+#define P3 "ptr addrspace(3)"
+static const emu_op hopper_ops[] = {
+    {"llvm.nvvm.mbarrier.init.shared", "void (" P3 ", i32)", h_mb_init, 0},
+    {"llvm.nvvm.mbarrier.arrive.shared", "i64 (" P3 ")", h_mb_update, MB_ARRIVE | MB_RET64},
+    {"llvm.nvvm.mbarrier.arrive.expect.tx.scope.cta.space.cta", "i64 (" P3 ", i32)", h_mb_update,
+     MB_ARRIVE | MB_EXPECT | MB_RET64},
+    {"llvm.nvvm.mbarrier.expect.tx.scope.cta.space.cta", "void (" P3 ", i32)", h_mb_update, MB_EXPECT},
+    {"llvm.nvvm.mbarrier.complete.tx.scope.cta.space.cta", "void (" P3 ", i32)", h_mb_update, MB_COMPLETE},
+    {"llvm.nvvm.mbarrier.try.wait.parity.scope.cta.space.cta", "i1 (" P3 ", i32)", h_mb_try_wait_parity, 0},
+    {"llvm.nvvm.fence.proxy.async", "void ()", h_nop, 0},
+    {"llvm.nvvm.setmaxnreg.inc.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
+    {"llvm.nvvm.setmaxnreg.dec.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
+    {"llvm.nvvm.wgmma.fence.sync.aligned", "void ()", h_nop, 0},
+    {"llvm.nvvm.wgmma.commit_group.sync.aligned", "void ()", h_nop, 0},
+    {"llvm.nvvm.wgmma.wait_group.sync.aligned", "void (i64)", h_wgmma_wait, 0},
+};
+
+const emu_op *emu_hopper_op_find(const char *name) {
+    for (size_t i = 0; i < sizeof hopper_ops / sizeof hopper_ops[0]; i++)
+        if (!strcmp(hopper_ops[i].name, name)) return &hopper_ops[i];
+    return NULL;
+}

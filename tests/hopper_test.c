@@ -1,0 +1,309 @@
+/* tests/hopper_test.c - the Hopper builder primitives (gen/gen_hopper.c) on the emulator (emu/emu_hopper.c)
+ * against an integer reference, their misuse faults, their target checks, and ptxas on their sm_90a PTX. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln/emu.h"
+#include "kiln/emu_profile.h"
+#include "kiln/gen.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+
+/* A producer warpgroup fills a two-stage ring in shared memory and a consumer warpgroup reads it,
+ * gated by full/empty mbarriers as FlashAttention-3's K/V pipeline is: the producer's thread 0
+ * announces the stage's bytes with expect-tx, every producer thread completes 4 of them (what TMA
+ * does) and arrives; consumers wait on the phase parity of each use, then release the stage.
+ * y[t] = sum over it of x[it*128 + t] * (it + 1). Planted-bug knobs: extra_tx (bytes announced that
+ * never complete), parity_skew (consumers wait on the wrong phase), no_empty (the producer does not
+ * wait for the consumers), arrivals (the full barriers' init count). sync=1 adds setmaxnreg,
+ * fence.proxy.async and wgmma fence/commit/wait (sm_90a only). */
+static const char *pipe_lua =
+    "local K = { params = {\n"
+    "  { name = 'iters', type = 'int', default = 6, min = 1, max = 64 },\n"
+    "  { name = 'extra_tx', type = 'int', default = 0, min = 0, max = 64 },\n"
+    "  { name = 'parity_skew', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'no_empty', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'arrivals', type = 'int', default = 128, min = 1, max = 256 },\n"
+    "  { name = 'sync', type = 'int', default = 0, min = 0, max = 1 } } }\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'x', 'ptr', 'f32', readonly = true } } }\n"
+    "  local wg, t = b:warpgroup(), b:warpgroup_thread()\n"
+    "  local data = b:shared('f32', 2 * 128)\n"
+    "  local full, empty = b:shared('f32', 4, 8), b:shared('f32', 4, 8)\n"
+    "  b:if_(b:eq(b:tid(), 0), function()\n"
+    "    for s = 0, 1 do b:mbarrier_init(full + 2 * s, spec.arrivals); b:mbarrier_init(empty + 2 * s, 128) end\n"
+    "  end)\n"
+    "  b:barrier()\n"
+    "  b:if_(b:eq(wg, 1), function()\n"
+    "    if spec.sync == 1 then b:setmaxnreg('dec', 40) end\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      if spec.no_empty == 0 then\n"
+    "        b:if_(b:ge(it, 2), function() b:mbarrier_wait(empty + 2 * s, (k + 1) % 2) end)\n"
+    "      end\n"
+    "      b:if_(b:eq(t, 0), function() b:mbarrier_expect_tx(full + 2 * s, 512 + spec.extra_tx) end)\n"
+    "      b:store(data + (s * 128 + t), b:load(p.x + (it * 128 + t)))\n"
+    "      if spec.sync == 1 then b:fence_proxy_async() end\n"
+    "      b:mbarrier_complete_tx(full + 2 * s, 4)\n"
+    "      b:mbarrier_arrive(full + 2 * s)\n"
+    "    end)\n"
+    "  end)\n"
+    "  b:if_(b:eq(wg, 0), function()\n"
+    "    if spec.sync == 1 then b:setmaxnreg('inc', 232) end\n"
+    "    local acc = b:var('f32', 0.0)\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      b:mbarrier_wait(full + 2 * s, (k + spec.parity_skew) % 2)\n"
+    "      if spec.sync == 1 then b:wgmma_fence(); b:wgmma_commit(); b:wgmma_wait(0) end\n"
+    "      acc:set(acc:get() + b:load(data + (s * 128 + t)) * b:f32(it + 1))\n"
+    "      b:mbarrier_arrive(empty + 2 * s)\n"
+    "    end)\n"
+    "    b:store(p.y + t, acc:get())\n"
+    "  end)\n"
+    "end\nreturn K\n";
+
+/* Misuse the builder must refuse (each a one-line template body). */
+static const char *misuse_lua =
+    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 5 } } }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
+    "  local bar = b:shared('f32', 2, 8)\n"
+    "  if spec.case == 0 then b:setmaxnreg('inc', 232)\n"
+    "  elseif spec.case == 1 then b:setmaxnreg('up', 232)\n"
+    "  elseif spec.case == 2 then b:setmaxnreg('dec', 20)\n"
+    "  elseif spec.case == 3 then b:mbarrier_init(p.y, 1)\n"
+    "  elseif spec.case == 4 then b:wgmma_wait(9)\n"
+    "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
+    "  b:store(p.y, b:f32(0))\n"
+    "end\nreturn K\n";
+
+static char dir[] = "/tmp/kiln-hopper-test-XXXXXX";
+static kiln_gen *gen;
+static kiln_emu *emu;
+
+static void write_template(const char *name, const char *text) {
+    char path[256];
+    snprintf(path, sizeof path, "%s/%s.lua", dir, name);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(text, f), fclose(f);
+}
+
+enum { NMAX = 64 * 128 };
+
+/* Runs hoppipe with the given spec keys on sm; returns the status and fills y, err. */
+static kiln_status run_pipe(const char *keys, int sm, int twice, float *y, kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hoppipe %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
+    if (st != KILN_OK) return st;
+    static float x[NMAX];
+    for (int i = 0; i < NMAX; i++) x[i] = (float)((i * 7919) % 97 - 48);
+    for (int i = 0; i < 128; i++) y[i] = -1.0f;
+    void *py = y, *px = x, *args[] = {&py, &px};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}, .twice = twice};
+    return kiln_emu_run(k, &l, args, err);
+}
+
+static long pipe_errors(const float *y, int iters) {
+    long bad = 0;
+    for (int t = 0; t < 128; t++) {
+        long want = 0;
+        for (int it = 0; it < iters; it++) want += (long)((((it * 128 + t) * 7919) % 97) - 48) * (it + 1);
+        if (y[t] != (float)want) bad++;
+    }
+    return bad;
+}
+
+static void test_pipeline(void) {
+    static const struct {
+        const char *keys;
+        int iters, sm;
+    } rows[] = {{"iters=1", 1, 90}, {"iters=2", 2, 90}, {"iters=7", 7, 90}, {"iters=64", 64, 90},
+                {"iters=6 sync=1", 6, SM90A}, {"iters=9", 9, SM90A}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[160], sm[16];
+        snprintf(name, sizeof name, "mbarrier ring, %s on %s: the integer reference, run twice", rows[i].keys,
+                 kiln_sm_name(rows[i].sm, sm));
+        TEST_BEGIN(name);
+        float y[128];
+        kiln_error err = {0};
+        kiln_status st = run_pipe(rows[i].keys, rows[i].sm, 1, y, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) CHECK(pipe_errors(y, rows[i].iters) == 0, "%ld wrong outputs", pipe_errors(y, rows[i].iters));
+        TEST_END();
+    }
+}
+
+/* Each broken pipeline must fail: a deadlock naming the wait, a fault, or a race/wrong answer. */
+static void test_pipeline_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+    } rows[] = {
+        {"iters=4 extra_tx=8", "deadlock"},        /* bytes that never arrive keep the phase open */
+        {"iters=4 parity_skew=1", ""},             /* waits on the wrong phase: stale or unwritten data */
+        {"iters=6 no_empty=1", ""},                /* overwrites a stage still being read */
+        {"iters=4 arrivals=127", "more arrivals"}, /* more arrivals than the init count */
+        {"iters=4 arrivals=129", "deadlock"},      /* fewer: the phase never completes */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "planted bug '%s' is caught%s%s", rows[i].keys, rows[i].want[0] ? ": " : "",
+                 rows[i].want);
+        TEST_BEGIN(name);
+        float y[128];
+        kiln_error err = {0};
+        kiln_status st = run_pipe(rows[i].keys, 90, 1, y, &err);
+        int iters = atoi(strstr(rows[i].keys, "iters=") + 6);
+        CHECK(st != KILN_OK || pipe_errors(y, iters) > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
+        if (!strcmp(rows[i].want, "deadlock"))
+            CHECK(strstr(err.msg, "mbarrier.try_wait") || strstr(err.msg, "mbar"), "names the wait: %s", err.msg);
+        TEST_END();
+    }
+}
+
+/* The profile counts the primitives per warp: iters=6 sync=1 has 4 mbarrier.init (warp 0), per
+ * iteration expect_tx in warp 4 and complete_tx + arrive in the 4 producer warps, an empty-barrier
+ * wait in them from iteration 2 on, a full-barrier wait and an arrive in the 4 consumer warps; wgmma
+ * fence/commit/wait in the consumers each iteration; setmaxnreg once per warp, fence.proxy.async in
+ * the producers each iteration. */
+static void test_profile(void) {
+    TEST_BEGIN("the profile counts mbarrier, wgmma and fence/setmaxnreg per warp");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) {
+        kiln_emu_set_profile(pe, 1);
+        st = kiln_emu_load(pe, gen, "hoppipe iters=6 sync=1", SM90A, &k, &err);
+    }
+    static float x[6 * 128], y[128];
+    for (int i = 0; i < 6 * 128; i++) x[i] = 1.0f;
+    void *py = y, *px = x, *args[] = {&py, &px};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}};
+    if (st == KILN_OK) st = kiln_emu_run(k, &l, args, &err);
+    kiln_emu_profile p;
+    if (st == KILN_OK) st = kiln_emu_profile_get(k, &p, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        const int it = 6, warps = 4;
+        uint64_t mbar = 4 + it * (1 + 2 * warps) + (it - 2) * warps + it * 2 * warps;
+        CHECK(p.inst[KILN_PROF_MBARRIER] == mbar, "mbarrier %llu, want %llu",
+              (unsigned long long)p.inst[KILN_PROF_MBARRIER], (unsigned long long)mbar);
+        CHECK(p.inst[KILN_PROF_WGMMA] == (uint64_t)(it * warps * 3), "wgmma %llu, want %d",
+              (unsigned long long)p.inst[KILN_PROF_WGMMA], it * warps * 3);
+        CHECK(p.inst[KILN_PROF_ASYNC_SYNC] == (uint64_t)(2 * warps + it * warps), "fence/setmaxnreg %llu, want %d",
+              (unsigned long long)p.inst[KILN_PROF_ASYNC_SYNC], 2 * warps + it * warps);
+        CHECK(p.inst[KILN_PROF_TMA] == 0 && !strcmp(kiln_prof_class_name(KILN_PROF_WGMMA), "wgmma"), "tma, names");
+    }
+    kiln_emu_destroy(pe);
+    TEST_END();
+}
+
+static void test_misuse(void) {
+    static const struct {
+        int c, sm;
+        const char *want;
+    } rows[] = {
+        {0, 90, "needs the arch-specific target sm_90a"},
+        {1, SM90A, "valid: inc, dec"},
+        {2, SM90A, "valid 24..256 in steps of 8"},
+        {3, SM90A, "must be a shared pointer"},
+        {4, SM90A, "valid 0..7"},
+        {5, 80, "needs sm_90 or newer"},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char spec[64], name[160], sm[16];
+        snprintf(spec, sizeof spec, "hopmisuse case=%d", rows[i].c);
+        snprintf(name, sizeof name, "%s on %s refused: %s", spec, kiln_sm_name(rows[i].sm, sm), rows[i].want);
+        TEST_BEGIN(name);
+        kiln_module *m = NULL;
+        kiln_error err = {0};
+        CHECK(kiln_generate(gen, spec, rows[i].sm, KILN_EMIT_PTX, &m, &err) == KILN_EGEN && strstr(err.msg, rows[i].want) &&
+                  strstr(err.msg, "hopmisuse.lua:"),
+              "%s", err.msg);
+        kiln_module_free(m);
+        TEST_END();
+    }
+}
+
+/* ptxas assembles the primitives for sm_90a (and the mbarrier ones for sm_90): 0 spills, and no C7508
+ * (setmaxnreg ignored). */
+static void test_ptxas(void) {
+    const char *ptxas = ptxas_path();
+    static const struct {
+        const char *spec;
+        int sm;
+    } rows[] = {{"hoppipe iters=6 sync=1", SM90A}, {"hoppipe iters=6", 90}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[160], sm[16];
+        snprintf(name, sizeof name, "ptxas %s: '%s' assembles, 0 spills, setmaxnreg kept", kiln_sm_name(rows[i].sm, sm),
+                 rows[i].spec);
+        if (!ptxas) {
+            printf("  skipped (no ptxas): %s\n", name);
+            continue;
+        }
+        TEST_BEGIN(name);
+        kiln_module *m = NULL;
+        kiln_error err = {0};
+        CHECK(kiln_generate(gen, rows[i].spec, rows[i].sm, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+        if (m) {
+            ptxas_job j = {.sm = rows[i].sm};
+            snprintf(j.ptx, sizeof j.ptx, "%s/k%zu.ptx", dir, i);
+            snprintf(j.log, sizeof j.log, "%s/k%zu.log", dir, i);
+            FILE *f = fopen(j.ptx, "w");
+            if (f) fwrite(kiln_module_text(m), 1, kiln_module_size(m), f), fclose(f);
+            ptxas_run_all(ptxas, &j, 1, 1);
+            size_t len = 0;
+            char *log = slurp(j.log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(j.status == 0, "ptxas failed: %s", log ? log : "");
+            CHECK(log && spills == 0 && !strstr(log, "C7508"), "spills %ld; log: %s", spills, log ? log : "");
+            if (rows[i].sm == SM90A)
+                CHECK(strstr(kiln_module_text(m), "setmaxnreg.dec.sync.aligned.u32 \t40;") &&
+                          strstr(kiln_module_text(m), "wgmma.wait_group.sync.aligned \t0;") &&
+                          strstr(kiln_module_text(m), "fence.proxy.async"),
+                      "PTX lacks the primitives");
+            CHECK(strstr(kiln_module_text(m), "mbarrier.try_wait.parity") &&
+                      strstr(kiln_module_text(m), "mbarrier.expect_tx") && strstr(kiln_module_text(m), "mbarrier.complete_tx"),
+                  "PTX lacks the mbarrier instructions");
+            free(log);
+            unlink(j.ptx), unlink(j.log);
+            kiln_module_free(m);
+        }
+        TEST_END();
+    }
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    write_template("hoppipe", pipe_lua);
+    write_template("hopmisuse", misuse_lua);
+    kiln_gen_options o = {.template_dir = dir};
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("hopper: setup: %s\nhopper: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_pipeline();
+    test_pipeline_bugs();
+    test_profile();
+    test_misuse();
+    test_ptxas();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    char path[256];
+    snprintf(path, sizeof path, "%s/hoppipe.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hopmisuse.lua", dir), unlink(path);
+    rmdir(dir);
+    return check_summary("hopper");
+}
