@@ -57,6 +57,32 @@ function M.params(spec, params)
   return params
 end
 
+-- The keys' part of a kernel's launch description (K.launch, docs/registry.md): the window sides
+-- default to unbounded, the softcap has none (a launch must give it), the slopes are [heads_q], or
+-- [batch, heads_q] rows alibi_stride apart (0, the default: one row for the whole batch).
+function M.launch(spec, l)
+  local s = l.scalars
+  if spec.window then
+    s[#s + 1] = { "window_left", -1 }
+    s[#s + 1] = { "window_right", -1 }
+  end
+  if spec.softcap then s[#s + 1] = { "softcap" } end
+  if spec.alibi then
+    s[#s + 1] = { "alibi_stride", 0 }
+    l.tensors[#l.tensors + 1] = { "alibi_slopes", "in", { "(batch-1)*alibi_stride+heads_q" } }
+  end
+  return l
+end
+
+-- The keys as spec text (" window=true ..."), for the other kernels of a sequence that take them.
+function M.spec_text(spec)
+  local out = ""
+  for _, k in ipairs(M.KEYS) do
+    if spec[k.name] then out = out .. " " .. k.name .. "=true" end
+  end
+  return out
+end
+
 -- The per-launch values every row uses (emit once, before the loops): the causal shift and the
 -- window sides clamped to [0, seq_q + seq_k] (-1 and anything larger mean unbounded: no key is
 -- farther than seq_q + seq_k from a row's diagonal), the softcap factors.
