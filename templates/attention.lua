@@ -1035,7 +1035,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return l
+  return mask.launch(spec, l)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path

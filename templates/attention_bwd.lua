@@ -344,8 +344,9 @@ end
 -- deterministic) belongs to the sequence, declared by dkdv, which runs after prep and before
 -- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward
 local function seq_spec(spec, kernel, det)
-  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s",
-                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det))
+  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s%s",
+                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det),
+                       kernel == "dq" and mask.words(spec) or "")
 end
 
 function K.launch(spec, cfg)
@@ -383,7 +384,7 @@ function K.launch(spec, cfg)
     tensor("dq")
     t[#t + 1] = { "delta", "workspace", rows, align = 16 }
     l.problem = { "seq_q", "heads_q", "batch" }
-    return l
+    return mask.launch(spec, l)
   end
   tensor("dk")
   tensor("dv")
@@ -392,7 +393,7 @@ function K.launch(spec, cfg)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
-  return l
+  return mask.launch(spec, l)
 end
 
 -- the ptxas matrix (docs/registry.md); the quick suite takes slices by SM (sm_75 80 86 89 90 ... in

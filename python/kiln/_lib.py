@@ -174,7 +174,7 @@ class EmuLaunch(ctypes.Structure):
 
 
 class CaseSize(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_longlong)]
+    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_double)]
 
 
 class CaseOpts(ctypes.Structure):
@@ -426,7 +426,7 @@ GEN_FUNCS = {
     "kiln_emu_kernel_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_emu_kernel_free": (None, [P]),
     "kiln_emu_run": (S, [P, ctypes.POINTER(EmuLaunch), PP, ERR]),
-    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_longlong]),
+    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_double]),
     "kiln_ln_input_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "kiln_ref_names": (ctypes.c_char_p, []),
     "kiln_case_create": (S, [PP, P, P, ctypes.c_char_p, ctypes.POINTER(CaseOpts), ERR]),

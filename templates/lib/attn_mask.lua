@@ -57,6 +57,31 @@ function M.params(spec, params)
   return params
 end
 
+-- Appends the keys' launch lines to a launch description (docs/registry.md): the window sides
+-- (default -1, unbounded), the softcap (no default: the caller gives it), the slopes tensor and its
+-- row stride (default 0: one row of heads_q slopes shared by the batch).
+function M.launch(spec, l)
+  if spec.window then
+    l.scalars[#l.scalars + 1] = { "window_left", -1 }
+    l.scalars[#l.scalars + 1] = { "window_right", -1 }
+  end
+  if spec.softcap then l.scalars[#l.scalars + 1] = { "softcap" } end
+  if spec.alibi then
+    l.tensors[#l.tensors + 1] = { "alibi_slopes", "in", { "(batch-1)*alibi_stride+heads_q" } }
+    l.scalars[#l.scalars + 1] = { "alibi_stride", 0 }
+  end
+  return l
+end
+
+-- The spec words of the keys that are on (" window=true softcap=true"), for the specs of a sequence.
+function M.words(spec)
+  local w = ""
+  for _, k in ipairs({ "window", "softcap", "alibi" }) do
+    if spec[k] then w = w .. " " .. k .. "=true" end
+  end
+  return w
+end
+
 -- The per-launch values every row uses (emit once, before the loops): the causal shift and the
 -- window sides clamped to [0, seq_q + seq_k] (-1 and anything larger mean unbounded: no key is
 -- farther than seq_q + seq_k from a row's diagonal), the softcap factors.
