@@ -815,7 +815,11 @@ def _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, m
                "conjugate": 1 if conjugate else 0}
     if varlen:
         scalars["total"] = x.shape[0]
-    runtime(x.device).launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
+    backend = _backend("kiln apply_rotary_emb", x)
+    if not x.is_cuda:  # CPU tensors inside emulated()
+        backend.rotary(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate)
+        return
+    backend.launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
 
 
 @torch.library.custom_op("kiln::rotary", mutates_args=())
