@@ -344,13 +344,16 @@ void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
 kiln_status emu_norm_case_shape(const struct kiln_case *c, int *rows, int *hidden, kiln_error *err);
 
 /* templates/attention.ref.c: the attention families' shared case pieces (kiln/emu_case.h).
- * The problem from the case's options (rows = seq_q, seq_k, batch, heads_q, heads_kv) and spec,
- * within limit elements of work; what ends the message (" (at most 1e10)"). */
+ * The problem from the case's options (rows = seq_q, seq_k, batch, heads_q, heads_kv; the mask keys
+ * window_left, window_right, softcap, alibi: each refused without its spec key) and spec, within
+ * limit elements of work; ALiBi slopes malloc'd into p (the caller frees them); what ends the message (" (at most 1e10)"). */
 struct kiln_attn_problem;
 kiln_status emu_attn_case_problem(const struct kiln_case *c, struct kiln_attn_problem *p, double limit, const char *what,
                                   kiln_error *err);
-/* batch, heads_q, heads_kv, seq_q, seq_k, scale and stride_<q|k|v|o|dout|dq|dk|dv><b|s|h>; -1 for another name. */
+/* batch, heads_q, heads_kv, seq_q, seq_k, scale, window_left, window_right, alibi_stride, softcap and stride_<q|k|v|o|dout|dq|dk|dv><b|s|h>; -1 for another name. */
 int emu_attn_case_scalar(const struct kiln_attn_problem *p, const char *name, double *value);
+/* The case's ALiBi slopes as tensor "alibi_slopes" (drawn by emu_attn_case_problem); -1 for any other name. */
+int emu_attn_case_slopes(const struct kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes);
 void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t size);
 
 /* templates/attention.ref.c: bytes an attention (forward or backward) pointer parameter spans for

@@ -57,7 +57,7 @@ const char *kiln_ref_names(void) { return emu_ref_names; }
 
 /* ---- options ---- */
 
-void kiln_case_opts_set(kiln_case_opts *o, const char *name, long long value) {
+void kiln_case_opts_set(kiln_case_opts *o, const char *name, double value) {
     for (int i = 0; i < o->nsizes; i++)
         if (!strcmp(o->sizes[i].name, name)) {
             o->sizes[i].value = value;
@@ -68,10 +68,20 @@ void kiln_case_opts_set(kiln_case_opts *o, const char *name, long long value) {
     o->sizes[o->nsizes++].value = value;
 }
 
-long long kiln_case_opts_get(const kiln_case_opts *o, const char *name, long long def) {
+double kiln_case_opts_real(const kiln_case_opts *o, const char *name, double def) {
     for (int i = 0; i < o->nsizes; i++)
         if (!strcmp(o->sizes[i].name, name)) return o->sizes[i].value;
     return def;
+}
+
+long long kiln_case_opts_get(const kiln_case_opts *o, const char *name, long long def) {
+    return kiln_case_opts_has(o, name) ? (long long)kiln_case_opts_real(o, name, 0) : def;
+}
+
+int kiln_case_opts_has(const kiln_case_opts *o, const char *name) {
+    for (int i = 0; i < o->nsizes; i++)
+        if (!strcmp(o->sizes[i].name, name)) return 1;
+    return 0;
 }
 
 /* ---- the checker ---- */

@@ -92,6 +92,17 @@ void rt_hex(const uint8_t *bytes, size_t n, char *out); /* out holds 2n+1 chars 
 /* The grid of k itself and the workspace bytes of its sequence for these arguments (grid may be NULL). */
 kiln_status rt_launch_size(kiln_kernel *k, const kiln_launch_args *a, unsigned grid[3], size_t *bytes, kiln_error *err);
 
+/* runtime/rt_attention.c: the attention helpers' shared pieces. causal's spec value ("false", "true",
+ * "top_left"; NULL for a value that is none of KILN_CAUSAL_*). */
+const char *rt_attn_causal(int causal);
+/* Checks causal and the mask's values; what names the helper ("attention", "attention backward"). */
+kiln_status rt_attn_check_mask(const char *what, int causal, const kiln_attention_mask *m, kiln_error *err);
+/* Appends the mask's spec words (" window=true softcap=true alibi=true", those that are on). */
+void rt_attn_mask_words(const kiln_attention_mask *m, char *buf, size_t size);
+/* Appends the mask's launch values: scalars window_left/window_right, softcap, alibi_stride (room for
+ * 4 in s) and the tensor alibi_slopes (room for 1 in t); returns how many of each it added. */
+void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, int *nt, kiln_launch_scalar *s, int *ns);
+
 /* ---- rt_spec.c: spec text normalization (no templates needed) ---- */
 /* "layernorm  y=bf16 x=bf16" -> "layernorm x=bf16 y=bf16": family, then key=value pairs sorted
  * by key, single spaces. Fails (KILN_EINVAL) on an empty spec, a token without '=', or a

@@ -17,9 +17,55 @@ static kiln_devptr pointer_of(const kiln_attention_args *a, int t) {
     return p[t];
 }
 
+/* ---- the mask keys (window, softcap, ALiBi, top-left causal), shared with rt_attention_bwd.c ---- */
+
+const char *rt_attn_causal(int causal) {
+    static const char *const names[] = {"false", "true", "top_left"};
+    return causal >= KILN_CAUSAL_NONE && causal <= KILN_CAUSAL_TOP_LEFT ? names[causal] : NULL;
+}
+
+kiln_status rt_attn_check_mask(const char *what, int causal, const kiln_attention_mask *m, kiln_error *err) {
+    if (!rt_attn_causal(causal))
+        return kiln_fail(err, KILN_EINVAL, "%s: causal (%d) must be 0 (none), 1 (KILN_CAUSAL_BOTTOM_RIGHT) or 2 "
+                         "(KILN_CAUSAL_TOP_LEFT)", what, causal);
+    if (m->window && (m->window_left < -1 || m->window_right < -1))
+        return kiln_fail(err, KILN_EINVAL, "%s: window sides (%d, %d) must be -1 (unbounded) or >= 0", what,
+                         m->window_left, m->window_right);
+    if (!(m->softcap >= 0) || isinf(m->softcap))
+        return kiln_fail(err, KILN_EINVAL, "%s: softcap must be finite and >= 0 (0: none)", what);
+    if (m->alibi_slopes && m->alibi_stride < 0)
+        return kiln_fail(err, KILN_EINVAL, "%s: alibi_stride (%d) must be >= 0 (0: one row of slopes for the batch)",
+                         what, m->alibi_stride);
+    if (m->alibi_slopes % 4)
+        return kiln_fail(err, KILN_EINVAL, "%s: alibi_slopes (0x%llx) must be 4-byte aligned (f32)", what,
+                         (unsigned long long)m->alibi_slopes);
+    return KILN_OK;
+}
+
+void rt_attn_mask_words(const kiln_attention_mask *m, char *buf, size_t size) {
+    size_t n = strlen(buf);
+    snprintf(buf + n, n < size ? size - n : 0, "%s%s%s", m->window ? " window=true" : "",
+             m->softcap > 0 ? " softcap=true" : "", m->alibi_slopes ? " alibi=true" : "");
+}
+
+void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, int *nt, kiln_launch_scalar *s, int *ns) {
+    if (m->window) {
+        s[(*ns)++] = (kiln_launch_scalar){"window_left", m->window_left};
+        s[(*ns)++] = (kiln_launch_scalar){"window_right", m->window_right};
+    }
+    if (m->softcap > 0) s[(*ns)++] = (kiln_launch_scalar){"softcap", m->softcap};
+    if (m->alibi_slopes) {
+        t[(*nt)++] = (kiln_launch_tensor){.name = "alibi_slopes", .ptr = m->alibi_slopes};
+        s[(*ns)++] = (kiln_launch_scalar){"alibi_stride", m->alibi_stride};
+    }
+}
+
+/* ---- the forward ---- */
+
 static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
     snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
-             kiln_dtype_name(a->out_dtype), a->head_dim, a->causal ? "true" : "false", splitkv ? " splitkv=true" : "");
+             kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
+    rt_attn_mask_words(&a->mask, buf, size);
 }
 
 static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
@@ -36,7 +82,7 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     for (int t = 0; t < 4; t++)
         if (!pointer_of(a, t))
             return kiln_fail(err, KILN_EINVAL, "attention: %c must be a device pointer, not 0", tensor_names[t]);
-    return KILN_OK;
+    return rt_attn_check_mask("attention", a->causal, &a->mask, err);
 }
 
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err) {
@@ -51,8 +97,8 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
 /* The generic launch's arguments: q, k, v, o, lse with the given strides (or none: contiguous), the
  * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
 typedef struct launch_buf {
-    kiln_launch_tensor t[5];
-    kiln_launch_scalar s[8];
+    kiln_launch_tensor t[6];
+    kiln_launch_scalar s[12];
 } launch_buf;
 
 static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b, int splits, kiln_devptr ws, size_t ws_bytes) {
@@ -71,7 +117,9 @@ static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b,
     b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};
     if (a->scale > 0) b->s[n++] = (kiln_launch_scalar){"scale", a->scale};
     if (splits) b->s[n++] = (kiln_launch_scalar){"splits", splits};
-    return (kiln_launch_args){.tensors = b->t, .ntensors = 5, .scalars = b->s, .nscalars = n, .workspace = ws,
+    int nt = 5;
+    rt_attn_mask_launch(&a->mask, b->t, &nt, b->s, &n);
+    return (kiln_launch_args){.tensors = b->t, .ntensors = nt, .scalars = b->s, .nscalars = n, .workspace = ws,
                               .workspace_bytes = ws_bytes, .stream = a->stream};
 }
 

@@ -50,17 +50,19 @@ static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err)
     if (a->workspace % 16)
         return kiln_fail(err, KILN_EINVAL, "attention backward: workspace (0x%llx) must be 16-byte aligned",
                          (unsigned long long)a->workspace);
-    return KILN_OK;
+    return rt_attn_check_mask("attention backward", a->causal, &a->mask, err);
 }
 
-/* The spec of one kernel of the sequence, with every key the canonical form has (path=auto too): a
- * runtime without a generator matches bundle entries on the words alone. */
+/* The spec of one kernel of the sequence, with every key the canonical form has (path=auto too; the
+ * mask's keys on dkdv and dq, the kernels that score): a runtime without a generator matches bundle
+ * entries on the words alone. */
 static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
     int det = a->deterministic && !strcmp(kernel, "dkdv");
     snprintf(buf, size,
              "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s", kernel,
              kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
-             a->causal ? "true" : "false", det ? "true" : "false");
+             rt_attn_causal(a->causal), det ? "true" : "false");
+    if (!strcmp(kernel, "dkdv") || !strcmp(kernel, "dq")) rt_attn_mask_words(&a->mask, buf, size);
 }
 
 static const char *const sequence[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
@@ -85,16 +87,18 @@ kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *
     if ((st = kiln_attention_backward_pick(rt, a, ks, err)) != KILN_OK) return st;
     /* dkdv names the sequence and its workspace; the kernels with an empty grid (no query rows, or no
      * keys) are skipped, the other side still writes its zeros */
-    kiln_launch_tensor t[NTENSORS + 1];
+    kiln_launch_tensor t[NTENSORS + 2];
     for (int i = 0; i < NTENSORS; i++) {
         const int64_t *s = strides_of(a, i);
         t[i] = (kiln_launch_tensor){.name = tensor_names[i], .ptr = pointer_of(a, i)};
         if (s[0] || s[1] || s[2]) memcpy(t[i].strides, (int64_t[4]){s[0], s[1], s[2], 1}, sizeof t[i].strides);
     }
     t[NTENSORS] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
-    kiln_launch_scalar s[6] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
-                               {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
-    kiln_launch_args la = {.tensors = t, .ntensors = NTENSORS + 1, .scalars = s, .nscalars = a->scale > 0 ? 6 : 5,
+    kiln_launch_scalar s[10] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
+                                {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
+    int nt = NTENSORS + 1, ns = a->scale > 0 ? 6 : 5;
+    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns,
                            .workspace = a->workspace, .workspace_bytes = kiln_attention_backward_workspace(a),
                            .stream = a->stream};
     return kiln_launch(ks[1], &la, err);

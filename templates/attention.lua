@@ -1066,8 +1066,15 @@ K.variants = {
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
+-- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
+-- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
+-- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
+-- on its global layers, with its 4096 window on the local ones)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
-                       "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true" } }
+                       "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
+                       "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
+                       "dtype=bf16 head_dim=256 causal=true softcap=true",
+                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true" } }
 
 return K

@@ -368,6 +368,45 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
 
 /* ---- the case hooks (kiln/emu_case.h): attention, and attention_combine's reference reuses them ---- */
 
+/* The ALiBi paper's slopes for H heads: the geometric sequence 2^(-8 (h + 1) / H), h = 0..H-1. */
+static float *alibi_paper_slopes(int heads) {
+    float *s = malloc(sizeof *s * (size_t)heads);
+    for (int h = 0; s && h < heads; h++) s[h] = (float)exp2(-8.0 * (h + 1) / heads);
+    return s;
+}
+
+/* The mask keys' launch values from the options, each only with its spec key (the option names the
+ * key it needs): window_left/window_right (-1 unbounded, the default), softcap (needed with
+ * softcap=true), alibi (slopes drawn as the paper's, one row for every batch: alibi_stride 0). */
+static kiln_status case_mask_keys(const kiln_case_opts *o, kiln_attn_problem *p, kiln_error *err) {
+    static const struct {
+        const char *opt, *flag, *key;
+    } need[] = {{"window_left", "--window", "window"}, {"window_right", "--window", "window"},
+                {"softcap", "--softcap", "softcap"}, {"alibi", "--alibi", "alibi"}};
+    const int has[] = {p->window, p->window, p->has_softcap, p->alibi};
+    for (int i = 0; i < 4; i++)
+        if (kiln_case_opts_has(o, need[i].opt) && !has[i])
+            return kiln_fail(err, KILN_EINVAL, "%s needs %s=true in the attention spec (the kernel has no %s key)",
+                             need[i].flag, need[i].key, need[i].key);
+    if (p->window) {
+        p->window_left = (int)kiln_case_opts_get(o, "window_left", -1);
+        p->window_right = (int)kiln_case_opts_get(o, "window_right", -1);
+        if (p->window_left < -1 || p->window_right < -1)
+            return kiln_fail(err, KILN_EINVAL, "attention window sides must be >= -1 (-1: unbounded); got %d,%d",
+                             p->window_left, p->window_right);
+    }
+    if (p->has_softcap) {
+        if (!kiln_case_opts_has(o, "softcap"))
+            return kiln_fail(err, KILN_EINVAL, "softcap=true needs the cap: give --softcap C (C > 0, e.g. 50)");
+        p->softcap = (float)kiln_case_opts_real(o, "softcap", 0);
+    }
+    if (p->alibi) {
+        p->alibi_stride = 0;
+        if (!(p->alibi_slopes = alibi_paper_slopes(p->heads_q))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    return KILN_OK;
+}
+
 /* The problem of an attention case from the options: --rows is seq_q, --seq-k (default seq_q),
  * --batch (1), --heads H:K (2:2). limit bounds batch x heads x seq_q x seq_k x head_dim. */
 kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, double limit, const char *what,
@@ -380,6 +419,7 @@ kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, doub
     p->heads_kv = (int)kiln_case_opts_get(o, "heads_kv", p->heads_q);
     p->seq_q = (int)kiln_case_opts_get(o, "rows", 0);
     p->seq_k = (int)kiln_case_opts_get(o, "seq_k", p->seq_q);
+    if ((st = case_mask_keys(o, p, err)) != KILN_OK) return st;
     if ((st = kiln_attn_check_problem(p, err)) != KILN_OK) return st;
     if ((double)p->batch * p->heads_q * p->seq_q * p->seq_k * p->head_dim > limit)
         return kiln_fail(err, KILN_EINVAL, "batch x heads x seq_q x seq_k x head_dim is too large for the emulator%s", what);
@@ -387,12 +427,22 @@ kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, doub
     return KILN_OK;
 }
 
+int emu_attn_case_slopes(const kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes) {
+    if (strcmp(name, "alibi_slopes") || !p->alibi_slopes) return -1;
+    *ptr = (void *)p->alibi_slopes;
+    *bytes = ((size_t)(p->batch - 1) * (size_t)p->alibi_stride + (size_t)p->heads_q) * sizeof(float);
+    return 0;
+}
+
 int emu_attn_case_scalar(const kiln_attn_problem *p, const char *name, double *value) {
-    static const char *const ints[] = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k"};
-    const int vals[] = {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k};
-    for (int i = 0; i < 5; i++)
+    static const char *const ints[] = {"batch", "heads_q", "heads_kv", "seq_q", "seq_k", "window_left", "window_right",
+                                       "alibi_stride"};
+    const int vals[] = {p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k, p->window_left, p->window_right,
+                        p->alibi_stride};
+    for (int i = 0; i < 8; i++)
         if (!strcmp(name, ints[i])) return *value = vals[i], 0;
     if (!strcmp(name, "scale")) return *value = (float)kiln_attn_scale(p), 0;
+    if (!strcmp(name, "softcap")) return *value = p->softcap, 0;
     if (!strncmp(name, "stride_", 7)) {
         /* stride_<tensor><b|s|h>: q, k, v, o and the backward's dout (like o), dq, dk, dv (like q, k, v) */
         static const char *const names[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
@@ -416,6 +466,7 @@ typedef struct attn_case {
 
 static void attn_case_destroy(kiln_case *c) {
     attn_case *a = kiln_case_state(c);
+    free((void *)a->p.alibi_slopes);
     free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl);
     free(a);
 }
@@ -455,7 +506,7 @@ static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *
     else if (!strcmp(name, "v")) *ptr = a->v, *bytes = kiln_attn_elems(p, 'v') * kiln_dtype_size(p->dtype);
     else if (!strcmp(name, "o")) *ptr = a->o, *bytes = kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = a->lse, *bytes = nl * sizeof(float);
-    else return -1;
+    else return emu_attn_case_slopes(p, name, ptr, bytes);
     return 0;
 }
 

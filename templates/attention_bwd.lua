@@ -344,10 +344,9 @@ end
 -- deterministic) belongs to the sequence, declared by dkdv, which runs after prep and before
 -- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward
 local function seq_spec(spec, kernel, det)
-  -- dq takes the mask keys as dkdv does; prep and convert never see them
   return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s%s",
                        kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det),
-                       kernel == "dq" and mask.spec_text(spec) or "")
+                       kernel == "dq" and mask.words(spec) or "")
 end
 
 function K.launch(spec, cfg)

@@ -253,6 +253,7 @@ static void bwd_case_destroy(kiln_case *c) {
     bwd_case *b = kiln_case_state(c);
     for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
     free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl);
+    free((void *)b->p.alibi_slopes);
     free(b);
 }
 
@@ -302,7 +303,7 @@ static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *b
     if (!strcmp(name, "o")) *ptr = b->out, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "dout")) *ptr = b->dout, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = b->lse, *bytes = nl * sizeof(float);
-    else return -1; /* delta and dq_acc: the sequence's workspace */
+    else return emu_attn_case_slopes(p, name, ptr, bytes); /* delta and dq_acc: the sequence's workspace */
     return 0;
 }
 

@@ -28,6 +28,19 @@ expect "run bf16 sm_75 deterministic, MQA, f32 grads" 0 "PASS" -- \
     run attention_bwd dtype=bf16 grad=f32 head_dim=32 deterministic=true causal=true --sm 75 --rows 40 --seq-k 20 --heads 3:1
 expect "run f32 sm_90" 0 "PASS" -- run attention_bwd dtype=f32 head_dim=96 --sm 90 --rows 17 --batch 2
 expect "run mma f16 sm_75 (m16n8k8)" 0 "PASS" -- run attention_bwd dtype=f16 head_dim=128 causal=true --sm 75 --rows 40 --seq-k 70
+# issue 24's mask keys: the whole sequence gets them (the deterministic dq kernel's spec carries them)
+expect "run every mask key, top_left, seq_q != seq_k" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=64 causal=top_left window=true softcap=true alibi=true --sm 80 --rows 20 --seq-k 30 \
+    --window 14,3 --softcap 10 --alibi
+expect "run deterministic with window and softcap, GQA" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=32 causal=true window=true softcap=true deterministic=true --sm 80 --rows 20 \
+    --seq-k 30 --window 5,3 --softcap 10 --heads 2:1
+expect "emit: the dq step of a deterministic sequence has the keys" 0 \
+    "kiln.meta after attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 causal=top_left path=auto deterministic=false window=true softcap=true" -- \
+    emit attention_bwd causal=top_left window=true softcap=true deterministic=true --sm 80
+expect "run --window without window=true" 2 "--window needs window=true in the attention spec" -- \
+    run attention_bwd --sm 80 --rows 4 --window 2,2
+expect "run softcap=true without --softcap" 2 "softcap=true needs the cap" -- run attention_bwd softcap=true --sm 80 --rows 4
 expect "path=mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention_bwd dtype=f32 path=mma --sm 80
 expect "path=mma for bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention_bwd dtype=bf16 path=mma --sm 75
 

@@ -168,6 +168,48 @@ static void test_edges_and_errors(void) {
     TEST_END();
 }
 
+/* Issue 24's keys: dkdv and dq carry them in their specs and get their values; prep and convert not. */
+static void test_mask(int det) {
+    char name[96];
+    snprintf(name, sizeof name, "attention backward helper%s: top-left causal, window, softcap, ALiBi",
+             det ? ", deterministic" : "");
+    TEST_BEGIN(name);
+    kiln_rt *rt = open_rt(80);
+    kiln_error e = {0};
+    kiln_attention_bwd_args a = gqa_args();
+    a.deterministic = det;
+    a.causal = KILN_CAUSAL_TOP_LEFT;
+    a.mask = (kiln_attention_mask){.window = 1, .window_left = 256, .window_right = 0, .softcap = 20.0f,
+                                   .alibi_slopes = 0xb000000, .alibi_stride = 8};
+    kiln_kernel *ks[3] = {NULL, NULL, NULL};
+    fake.reset();
+    CHECK(rt && kiln_attention_backward(rt, &a, &e) == KILN_OK && launches() == 3, "launch: %s", e.msg);
+    CHECK(kiln_attention_backward_pick(rt, &a, ks, &e) == KILN_OK, "pick: %s", e.msg);
+    for (int i = 0; i < 3 && ks[2]; i++) {
+        const kiln_kernel_meta *m = kiln_kernel_get_meta(ks[i]);
+        int scores = i == 1 || (i == 2 && det);
+        CHECK(strstr(m->spec, "causal=top_left") && !strstr(m->spec, "window=true") == !scores &&
+                  !strstr(m->spec, "softcap=true") == !scores && !strstr(m->spec, "alibi=true") == !scores,
+              "kernel %d spec %s", i, m->spec);
+        fake_cuda_launch l;
+        if (!launch_at(i, &l) || strcmp(l.entry, m->entry)) {
+            CHECK(0, "launch %d is not %s", i, m->entry);
+            continue;
+        }
+        if (!scores) continue;
+        uint32_t cap = (uint32_t)param(&l, m, "softcap");
+        float softcap;
+        memcpy(&softcap, &cap, 4);
+        CHECK(param(&l, m, "window_left") == 256 && param(&l, m, "window_right") == 0 && softcap == 20.0f &&
+                  param(&l, m, "alibi_slopes") == 0xb000000 && param(&l, m, "alibi_stride") == 8,
+              "launch %d keys", i);
+    }
+    a.mask = (kiln_attention_mask){.softcap = -1};
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "attention backward: softcap"), "%s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention bwd runtime: 0 passed, 1 failed\n");
@@ -178,5 +220,7 @@ int main(void) {
     test_sequence(80, 0);
     test_sequence(90, 1);
     test_edges_and_errors();
+    test_mask(0);
+    test_mask(1);
     return check_summary("attention bwd runtime");
 }

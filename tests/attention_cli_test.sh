@@ -58,6 +58,32 @@ expect "causal=top_left emits" 0 "mma.sync" -- emit attention dtype=f16 head_dim
 expect "bad causal" 2 "valid: false, true, top_left" -- emit attention causal=bottom --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
 expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75
+# issue 24's mask keys through kiln run: --window L,R, --softcap C, --alibi (slopes 2^(-8(h+1)/H))
+expect "run top_left + window + softcap, seq_q != seq_k" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --seq-k 50 --window 15,-1 --softcap 30
+expect "run alibi, GQA, batch 2, twice" 0 "PASS" -- \
+    run attention dtype=bf16 head_dim=64 alibi=true --sm 80 --rows 20 --seq-k 33 --heads 4:2 --batch 2 --alibi --twice
+expect "run alibi=true draws the slopes without --alibi (SIMT sm_75)" 0 "PASS" -- \
+    run attention dtype=bf16 head_dim=32 alibi=true causal=true --sm 75 --rows 9 --seq-k 21 --heads 3
+expect "run window one-sided (bottom-right causal, Mistral's form)" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=128 causal=true window=true --sm 90 --rows 30 --window 7,0
+expect "run split-KV with window and alibi" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=64 window=true alibi=true splitkv=true --sm 80 --rows 1 --seq-k 100 --heads 4:1 --window 30,-1 --splits 3
+expect "run --window without window=true" 2 "--window needs window=true in the attention spec" -- \
+    run attention head_dim=64 --sm 80 --rows 4 --window 2,2
+expect "run --softcap without softcap=true" 2 "--softcap needs softcap=true" -- run attention --sm 80 --rows 4 --softcap 5
+expect "run --alibi without alibi=true" 2 "--alibi needs alibi=true" -- run attention --sm 80 --rows 4 --alibi
+expect "run softcap=true without --softcap" 2 "softcap=true needs the cap: give --softcap C" -- \
+    run attention softcap=true --sm 80 --rows 4
+expect "run bad --window" 2 "bad --window '3': give L,R" -- run attention window=true --sm 80 --rows 4 --window 3
+expect "run --window below -1" 2 "bad --window '-2,0'" -- run attention window=true --sm 80 --rows 4 --window -2,0
+expect "run bad --softcap" 2 "bad --softcap '0'; valid: a finite number > 0" -- run attention softcap=true --sm 80 --rows 4 --softcap 0
+expect "emit declares the keys' launch values" 0 "kiln.meta tensor alibi_slopes in (batch-1)*alibi_stride+heads_q" -- \
+    emit attention window=true softcap=true alibi=true --sm 80
+grep -q "^// kiln.meta scalar window_left -1$" "$tmp/out" && grep -q "^// kiln.meta scalar softcap$" "$tmp/out" \
+    && grep -q "^// kiln.meta scalar alibi_stride 0$" "$tmp/out" && ok "meta: window sides -1, softcap given, alibi_stride 0" \
+    || bad "meta: the keys' scalars" "$(grep 'kiln.meta scalar' "$tmp/out")"
+
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention --sm 80 --rows 4 --heads 3:2
 expect "run bad --seq-k" 2 "bad --seq-k" -- run attention --sm 80 --rows 4 --seq-k 0
 

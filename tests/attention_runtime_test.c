@@ -112,8 +112,8 @@ static void test_strides_and_errors(void) {
     a.heads_kv = 3;
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "multiple"), "heads: %s", e.msg);
     a.heads_kv = 2;
-    a.head_dim = 80;
-    CHECK(kiln_attention_forward(rt, &a, &e) != KILN_OK && strstr(e.msg, "head_dim"), "head_dim 80: %s", e.msg);
+    a.head_dim = 84; /* not a multiple of 8 (80 runs 96's tiles) */
+    CHECK(kiln_attention_forward(rt, &a, &e) != KILN_OK && strstr(e.msg, "head_dim"), "head_dim 84: %s", e.msg);
     a.head_dim = 128;
     a.v = 0;
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "v must be"), "null v: %s", e.msg);
@@ -331,6 +331,83 @@ static void test_splitkv_bundle_only(void) {
     TEST_END();
 }
 
+static float f32_of(uint64_t bits) {
+    uint32_t b = (uint32_t)bits;
+    float f;
+    memcpy(&f, &b, 4);
+    return f;
+}
+
+/* Issue 24's keys: the spec gains exactly the keys set, the kernel gets their values, split-KV too. */
+static void test_mask(void) {
+    TEST_BEGIN("attention helper: top-left causal, window, softcap, ALiBi (plain and split-KV)");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e = {0};
+    kiln_attention_args a = gqa_args();
+    kiln_kernel *k = NULL;
+    fake_cuda_launch l;
+    a.causal = KILN_CAUSAL_TOP_LEFT;
+    a.mask = (kiln_attention_mask){.window = 1, .window_left = 4095, .window_right = -1, .softcap = 50.0f,
+                                   .alibi_slopes = 0x600000, .alibi_stride = 8};
+    CHECK(rt && kiln_attention_forward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "pick: %s", e.msg);
+    const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, "causal=top_left") && strstr(m->spec, "window=true") && strstr(m->spec, "softcap=true") &&
+              strstr(m->spec, "alibi=true"), "spec %s", m ? m->spec : "-");
+    if (m && fake.last_launch(&l)) {
+        CHECK(param(&l, m, "window_left") == 4095 && (uint32_t)param(&l, m, "window_right") == 0xffffffffu,
+              "window %llu %llu", (unsigned long long)param(&l, m, "window_left"),
+              (unsigned long long)param(&l, m, "window_right"));
+        CHECK(f32_of(param(&l, m, "softcap")) == 50.0f, "softcap %g", f32_of(param(&l, m, "softcap")));
+        CHECK(param(&l, m, "alibi_slopes") == 0x600000 && param(&l, m, "alibi_stride") == 8, "alibi");
+    } else {
+        CHECK(0, "no launch recorded");
+    }
+    /* only the keys set: the softcap alone */
+    a.causal = KILN_CAUSAL_NONE;
+    a.mask = (kiln_attention_mask){.softcap = 30.0f};
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "pick: %s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, "causal=false") && strstr(m->spec, "softcap=true") && !strstr(m->spec, "window") &&
+              !strstr(m->spec, "alibi"), "spec %s", m ? m->spec : "-");
+    /* split-KV: the split kernel gets the keys, attention_combine does not need them */
+    a.seq_q = 1, a.seq_k = 4096;
+    a.mask = (kiln_attention_mask){.window = 1, .window_left = 1000, .window_right = 0, .alibi_slopes = 0x600000};
+    size_t bytes = 0;
+    int n = 0;
+    CHECK(kiln_attention_forward_workspace(rt, &a, 4, &n, &bytes, &e) == KILN_OK && n == 4 && bytes, "%s", e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes, &e) == KILN_OK, "split-KV: %s", e.msg);
+    fake_cuda_launch l0;
+    if (launch_at(0, &l0) && strstr(l0.entry, "attention_bf16")) {
+        char spec[256];
+        snprintf(spec, sizeof spec, "attention dtype=bf16 out=bf16 head_dim=128 causal=false path=auto splitkv=true "
+                                    "window=true alibi=true");
+        CHECK(kiln_rt_get_kernel(rt, spec, &k, &e) == KILN_OK, "%s", e.msg);
+        m = k ? kiln_kernel_get_meta(k) : NULL;
+        CHECK(m && !strcmp(l0.entry, m->entry), "split launch %s", l0.entry);
+        if (m)
+            CHECK(param(&l0, m, "window_left") == 1000 && param(&l0, m, "window_right") == 0 &&
+                      param(&l0, m, "alibi_slopes") == 0x600000 && param(&l0, m, "alibi_stride") == 0,
+                  "split kernel's keys");
+    } else {
+        CHECK(0, "no split launch recorded (%s)", l0.entry);
+    }
+    /* bad values name the field */
+    a = gqa_args();
+    a.causal = 3;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "causal (3)"), "causal 3: %s", e.msg);
+    a.causal = 1;
+    a.mask = (kiln_attention_mask){.window = 1, .window_left = -2};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "window sides"), "window -2: %s", e.msg);
+    a.mask = (kiln_attention_mask){.softcap = NAN};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "softcap"), "softcap NaN: %s", e.msg);
+    a.mask = (kiln_attention_mask){.alibi_slopes = 0x600000, .alibi_stride = -1};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "alibi_stride"), "stride -1: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
@@ -347,5 +424,6 @@ int main(void) {
     test_splitkv_launch(90);
     test_splitkv_errors();
     test_splitkv_bundle_only();
+    test_mask();
     return check_summary("attention runtime");
 }

@@ -15,7 +15,8 @@ static void run_usage(FILE *to) {
     fprintf(to,
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
-            "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n\n"
+            "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
+            "                [--window L,R] [--softcap C] [--alibi]\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -36,6 +37,10 @@ static void run_usage(FILE *to) {
             "  --batch B     batch (default 1)\n"
             "  --heads H[:K] query heads, key/value heads, each 1..65535 (default 2:2; K must divide H)\n"
             "  --splits N    splitkv=true (split-KV decoding): key splits (1..1024, default 4)\n"
+            "  --window L,R  window=true: keys a query sees to its left and right, each -1 (unbounded,\n"
+            "                the default) or 0..1048576\n"
+            "  --softcap C   softcap=true (needed there): scores become C tanh(score / C), C > 0\n"
+            "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H), the ALiBi paper's\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -43,12 +48,15 @@ static void run_usage(FILE *to) {
             "2 bad input.\n\n"
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
-            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n");
+            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
+            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n");
 }
 
 typedef struct run_opts {
     int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
+    int window, window_left, window_right, alibi;
+    float softcap;
     unsigned long long seed;
     float eps;
     kiln_ln_input input;
@@ -70,6 +78,9 @@ static kiln_case_opts case_opts(const run_opts *o) {
     if (o->batch) kiln_case_opts_set(&co, "batch", o->batch);
     if (o->heads_q) kiln_case_opts_set(&co, "heads_q", o->heads_q), kiln_case_opts_set(&co, "heads_kv", o->heads_kv);
     if (o->splits) kiln_case_opts_set(&co, "splits", o->splits);
+    if (o->window) kiln_case_opts_set(&co, "window_left", o->window_left), kiln_case_opts_set(&co, "window_right", o->window_right);
+    if (o->softcap > 0) kiln_case_opts_set(&co, "softcap", o->softcap);
+    if (o->alibi) kiln_case_opts_set(&co, "alibi", 1);
     return co;
 }
 
@@ -193,6 +204,22 @@ static int parse_heads(const char *text, run_opts *o) {
     return 0;
 }
 
+/* --window L,R: each side -1 (unbounded) or 0..1048576. */
+static int parse_window(const char *text, run_opts *o) {
+    static const char *form = "give L,R, each -1 (unbounded) or 0..1048576, e.g. --window 4095,0";
+    char *end;
+    long side[2];
+    const char *at = text;
+    for (int i = 0; i < 2; i++) {
+        side[i] = strtol(at, &end, 10);
+        if (end == at || (i == 0 ? *end != ',' : *end != 0) || side[i] < -1 || side[i] > 1 << 20)
+            return cli_error("bad --window '%s': %s", text, form);
+        at = end + 1;
+    }
+    o->window = 1, o->window_left = (int)side[0], o->window_right = (int)side[1];
+    return 0;
+}
+
 static int parse_opts(int argc, char **argv, run_opts *o) {
     static const struct option longopts[] = {
         {"sm", required_argument, NULL, 's'},   {"rows", required_argument, NULL, 'r'},
@@ -201,7 +228,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
         {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
         {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
-        {"splits", required_argument, NULL, 'X'},
+        {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
+        {"softcap", required_argument, NULL, 'C'}, {"alibi", no_argument, NULL, 'A'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -231,6 +259,13 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;
         case 'X': if (parse_int("--splits", optarg, 1, 1024, &v)) return CLI_USAGE; o->splits = (int)v; break;
         case 'N': if (parse_heads(optarg, o)) return CLI_USAGE; break;
+        case 'W': if (parse_window(optarg, o)) return CLI_USAGE; break;
+        case 'C':
+            o->softcap = strtof(optarg, &end);
+            if (!*optarg || *end || !(o->softcap > 0) || isinf(o->softcap))
+                return cli_error("bad --softcap '%s'; valid: a finite number > 0 (e.g. 50)", optarg);
+            break;
+        case 'A': o->alibi = 1; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }

@@ -22,7 +22,9 @@ extern "C" {
  */
 
 /* What a caller asks for. Sizes are named (the CLI's options: "rows", "hidden", "seq_k", "batch",
- * "heads_q", "heads_kv", "splits"); a family reads the ones its problem has and says which it needs.
+ * "heads_q", "heads_kv", "splits"; attention's mask keys "window_left", "window_right", "softcap",
+ * "alibi"); a family reads the ones its problem has and says which it needs. A value is a double
+ * (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
 #define KILN_CASE_MAX_SIZES 16
 typedef struct kiln_case_opts {
@@ -37,13 +39,17 @@ typedef struct kiln_case_opts {
     int nsizes;
     struct {
         char name[24];
-        long long value;
+        double value;
     } sizes[KILN_CASE_MAX_SIZES];
 } kiln_case_opts;
 /* Sets (or replaces) size `name`. */
-void kiln_case_opts_set(kiln_case_opts *o, const char *name, long long value);
-/* Size `name`, or def when it was not given. */
+void kiln_case_opts_set(kiln_case_opts *o, const char *name, double value);
+/* Size `name` (truncated to a whole number), or def when it was not given. */
 long long kiln_case_opts_get(const kiln_case_opts *o, const char *name, long long def);
+/* Value `name` as given, or def when it was not given. */
+double kiln_case_opts_real(const kiln_case_opts *o, const char *name, double def);
+/* Whether `name` was given. */
+int kiln_case_opts_has(const kiln_case_opts *o, const char *name);
 
 /* One checked output: the largest errors against the float64 reference and how close the worst
  * value came to its tolerance. */

@@ -272,10 +272,30 @@ kiln_status kiln_norm_backward_pick(kiln_rt *rt, const kiln_norm_bwd_args *a, ki
 kiln_status kiln_norm_backward_workspace(kiln_rt *rt, const kiln_norm_bwd_args *a, size_t *bytes, unsigned *blocks,
                                          kiln_error *err);
 
+/* Issue 24's attention keys (docs/attention.md, templates/lib/attn_mask.lua), shared by the forward,
+ * split-KV and backward helpers. Zero-initialized: none of them. Each picks the kernel with its spec
+ * key and passes its launch values:
+ *   window=true   when window: query i sees key j iff i + shift - window_left <= j <= i + shift +
+ *                 window_right (shift = seq_k - seq_q; each side -1 = unbounded, or >= 0);
+ *   softcap=true  when softcap > 0: scaled scores x become softcap * tanh(x / softcap);
+ *   alibi=true    when alibi_slopes != 0 (f32 device pointer, [heads_q], or [batch, heads_q] rows
+ *                 alibi_stride apart; alibi_stride 0 shares one row): x gains
+ *                 -alibi_slopes[b * alibi_stride + h] * |i + shift - j|. */
+typedef struct kiln_attention_mask {
+    int window, window_left, window_right;
+    float softcap;
+    kiln_devptr alibi_slopes;
+    int alibi_stride;
+} kiln_attention_mask;
+/* causal values: bottom-right aligned (FlashAttention >= 2.1), top-left (torch SDPA's is_causal). */
+#define KILN_CAUSAL_NONE 0
+#define KILN_CAUSAL_BOTTOM_RIGHT 1
+#define KILN_CAUSAL_TOP_LEFT 2
+
 /* Attention forward, O = softmax(scale * Q K^T [causal]) V (runtime/rt_attention.c). Strides are
  * in elements (batch, seq, head), head_dim contiguous; all three 0: [batch, seq, heads, head_dim].
- * heads_q is a multiple of heads_kv (GQA/MQA). causal: query i sees key j iff
- * j <= i + seq_k - seq_q (bottom-right aligned). lse ([batch, heads_q, seq_q] f32) may be 0.
+ * heads_q is a multiple of heads_kv (GQA/MQA). causal KILN_CAUSAL_BOTTOM_RIGHT (1): query i sees key j
+ * iff j <= i + seq_k - seq_q; KILN_CAUSAL_TOP_LEFT (2): iff j <= i. mask: window, softcap, ALiBi. lse ([batch, heads_q, seq_q] f32) may be 0.
  * scale 0: 1/sqrt(head_dim). Grid: {ceil(seq_q / grid_tile.x), heads_q, batch}. q, k, v, o and
  * their strides must be aligned as meta.align_bytes says (16 bytes), or the error names which. */
 typedef struct kiln_attention_args {
@@ -286,6 +306,7 @@ typedef struct kiln_attention_args {
     float scale;
     int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3];
     void *stream;
+    kiln_attention_mask mask;
 } kiln_attention_args;
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
@@ -324,7 +345,7 @@ kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_arg
  *   attention_bwd kernel=convert  grid {ceil(seq_q / tile), heads_q, batch}
  * deterministic: dkdv with deterministic=true (no atomics) and kernel=dq instead of convert, which
  * recomputes the scores per query tile: about 1.4x the work, no dQ accumulator, and the same bits
- * on every run. */
+ * on every run. causal and mask as the forward's (the same values it ran with). */
 typedef struct kiln_attention_bwd_args {
     kiln_devptr dq, dk, dv;            /* outputs, grad_dtype */
     kiln_devptr q, k, v, o, dout, lse; /* inputs */
@@ -336,6 +357,7 @@ typedef struct kiln_attention_bwd_args {
     int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3], stride_dout[3], stride_dq[3], stride_dk[3],
         stride_dv[3];
     void *stream;
+    kiln_attention_mask mask;
 } kiln_attention_bwd_args;
 size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);

@@ -174,7 +174,7 @@ class EmuLaunch(ctypes.Structure):
 
 
 class CaseSize(ctypes.Structure):
-    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_longlong)]
+    _fields_ = [("name", ctypes.c_char * 24), ("value", ctypes.c_double)]
 
 
 class CaseOpts(ctypes.Structure):
@@ -264,6 +264,12 @@ class Arg(ctypes.Union):
     _fields_ = [("ptr", ctypes.c_uint64), ("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f32", ctypes.c_float)]
 
 
+class AttentionMask(ctypes.Structure):
+    """kiln_attention_mask (kiln/runtime.h): issue 24's window, softcap and ALiBi launch values."""
+    _fields_ = [("window", ctypes.c_int), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
+                ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_uint64), ("alibi_stride", ctypes.c_int)]
+
+
 class AttentionArgs(ctypes.Structure):
     _fields_ = (
         [(n, ctypes.c_uint64) for n in ("o", "lse", "q", "k", "v")]
@@ -271,7 +277,7 @@ class AttentionArgs(ctypes.Structure):
                                        "seq_q", "seq_k")]
         + [("scale", ctypes.c_float)]
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o")]
-        + [("stream", ctypes.c_void_p)]
+        + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
     )
 
 
@@ -307,7 +313,7 @@ class AttentionBwdArgs(ctypes.Structure):
         + [("scale", ctypes.c_float)]
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_dout",
                                              "stride_dq", "stride_dk", "stride_dv")]
-        + [("stream", ctypes.c_void_p)]
+        + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
     )
 
 
@@ -426,7 +432,7 @@ GEN_FUNCS = {
     "kiln_emu_kernel_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_emu_kernel_free": (None, [P]),
     "kiln_emu_run": (S, [P, ctypes.POINTER(EmuLaunch), PP, ERR]),
-    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_longlong]),
+    "kiln_case_opts_set": (None, [ctypes.POINTER(CaseOpts), ctypes.c_char_p, ctypes.c_double]),
     "kiln_ln_input_parse": (ctypes.c_int, [ctypes.c_char_p, ctypes.POINTER(ctypes.c_int)]),
     "kiln_ref_names": (ctypes.c_char_p, []),
     "kiln_case_create": (S, [PP, P, P, ctypes.c_char_p, ctypes.POINTER(CaseOpts), ERR]),

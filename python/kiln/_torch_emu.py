@@ -230,6 +230,18 @@ class EmulatedRuntime:
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 
+    def rotary(self, out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate):
+        """The rotary family on x (out None: in place), as kiln.emulate.apply_rotary_emb runs it."""
+        what = "kiln apply_rotary_emb (emulated)"
+        offs = offset if offsets is None else offsets.detach().to(torch.int32).numpy()
+        cu = None if cu_seqlens is None else cu_seqlens.detach().to(torch.int32).numpy()
+        xa = _input(x.contiguous(), what)
+        got = emulate.apply_rotary_emb(xa, _input(cos.contiguous(), what), _input(sin.contiguous(), what),
+                                       interleaved=interleaved, inplace=out is None, seqlen_offsets=offs,
+                                       cu_seqlens=cu, max_seqlen=max_seqlen if cu is not None else None,
+                                       conjugate=conjugate, sm=self.sm)
+        _store(x if out is None else out, got)
+
 
 _by_sm = {}
 

@@ -20,6 +20,7 @@ import numpy as np
 
 from . import _gen, _lib
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
+from ._attn_keys import Keys, causal_value
 from .errors import KilnArgumentError, KilnSpecError
 from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
@@ -205,11 +206,15 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
 
 
 def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="bshd", path="auto",
-              return_lse=False, twice=False):
+              return_lse=False, twice=False, window=None, softcap=None, alibi_slopes=None):
     """softmax(scale * q k^T [causal]) v on the emulated kernel for sm. layout "bshd": q [batch, seq_q,
     heads_q, head_dim], k/v [batch, seq_k, heads_kv, head_dim]; "bhsd": torch's SDPA layout [batch, heads,
-    seq, head_dim]. heads_q must be a multiple of heads_kv; causal is bottom-right aligned (query i sees
-    key j iff j <= i + seq_k - seq_q). Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
+    seq, head_dim]. heads_q must be a multiple of heads_kv; causal True is bottom-right aligned (query i sees
+    key j iff j <= i + seq_k - seq_q), "top_left" as torch's is_causal (iff j <= i). window=(left, right):
+    also iff i + seq_k - seq_q - left <= j <= i + seq_k - seq_q + right (-1: unbounded); softcap=c: scaled
+    scores x become c tanh(x / c); alibi_slopes (f32 [heads_q] or [batch, heads_q]): x gains
+    -slope |i + seq_k - seq_q - j| (docs/attention.md). Returns o in q's layout (and lse [batch, heads_q,
+    seq_q] f32)."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
     arrs = [np.asarray(t) for t in (q, k, v)]
@@ -230,8 +235,10 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     sk, hkv = ka.shape[1], ka.shape[2]
     check_heads("attention", hq, hkv)
     od = dtype_name(out_dtype) if out_dtype is not None else dt
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s" % (
-        dt, od, d, "true" if causal else "false", path), sm)
+    cv = causal_value(causal, "attention")
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
+    keys = Keys("attention", window, softcap, None if slopes is None else slopes.shape, b, hq)
+    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s" % (dt, od, d, cv, path, keys.words()), sm)
     qa, ka, va = (_copy(t, dt, "attention: " + n) for t, n in zip((qa, ka, va), "qkv"))
     o = aligned_empty((b, sq, hq, d), od)
     lse = aligned_empty((b, hq, sq), "f32")
@@ -245,6 +252,9 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     strides = {}
     for t, arr in (("q", qa), ("k", ka), ("v", va), ("o", o)):
         strides.update(st(t, [x // arr.itemsize for x in arr.strides[:3]]))
+    strides.update(keys.scalars())
+    if slopes is not None:
+        strides["alibi_slopes"] = _copy(slopes, "f32", "attention: alibi_slopes")
     kern.run(problem=(sq, hq, b), twice=twice, o=o, lse=lse, q=qa, k=ka, v=va, batch=b, heads_q=hq, heads_kv=hkv,
              seq_q=sq, seq_k=sk, scale=sc, **strides)
     if layout == "bhsd":
@@ -256,20 +266,23 @@ _BWD_SEQUENCE = {False: ("prep", "dkdv", "convert"), True: ("prep", "dkdv", "dq"
 
 
 def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
-                       path="auto", deterministic=False, grad_dtype=None, twice=False):
+                       path="auto", deterministic=False, grad_dtype=None, twice=False, window=None, softcap=None,
+                       alibi_slopes=None):
     """dq, dk, dv of attention(q, k, v) for dL/do = dout, on the emulated attention_bwd kernels for sm:
     prep, dkdv, then convert (dQ summed by f32 atomics) or, deterministic=True, dq (a fixed order) --
     the sequence kiln.Runtime.attention_backward launches on a GPU. q, k, v, dout as in attention()
     (layout "bshd" or "bhsd"; dout like q, in o's dtype). o and lse: the forward's output and f32
     log-sum-exp ([batch, heads_q, seq_q]); None (both): the emulated forward computes them. grad_dtype: that
     of dq/dk/dv (default q's). path: "auto", "mma" or "simt" for dkdv and dq. GQA/MQA: dk/dv summed over
-    each group's query heads. Returns (dq, dk, dv) in q's / k's layout."""
+    each group's query heads. causal, window, softcap, alibi_slopes: as attention()'s (the forward's values).
+    Returns (dq, dk, dv) in q's / k's layout."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention_backward: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
     if (o is None) != (lse is None):
         raise KilnArgumentError("attention_backward: give both o and lse (the forward's outputs) or neither")
     if o is None:
-        o, lse = attention(q, k, v, causal=causal, sm=sm, scale=scale, layout=layout, path=path, return_lse=True)
+        o, lse = attention(q, k, v, causal=causal, sm=sm, scale=scale, layout=layout, path=path, return_lse=True,
+                           window=window, softcap=softcap, alibi_slopes=alibi_slopes)
     arrs = [np.asarray(t) for t in (q, k, v, o, dout)]
     for n, t in zip(("q", "k", "v", "o", "dout"), arrs):
         if t.ndim != 4:
@@ -298,12 +311,15 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
         raise KilnArgumentError("attention_backward: lse must hold [batch, heads_q, seq_q] = %d values, got shape %s"
                                 % (b * hq * sq, la.shape))
     gd = dtype_name(grad_dtype) if grad_dtype is not None else dt
+    cv = causal_value(causal, "attention_backward")
+    slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
+    keys = Keys("attention_backward", window, softcap, None if slopes is None else slopes.shape, b, hq)
     kernels = []
     for name in _BWD_SEQUENCE[bool(deterministic)]:
         spec = "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s" % (
-            name, dt, od, gd, d, "true" if causal else "false", "true" if deterministic and name == "dkdv" else "false")
+            name, dt, od, gd, d, cv, "true" if deterministic and name == "dkdv" else "false")
         if name in ("dkdv", "dq"):
-            spec += " path=%s" % path
+            spec += " path=%s%s" % (path, keys.words())
         kernels.append(load(spec, sm))
     qa, ka, va = (_copy(t, dt, "attention_backward: " + n) for t, n in zip((qa, ka, va), "qkv"))
     oa, da = (_copy(t, od, "attention_backward: " + n) for t, n in ((oa, "o"), (da, "dout")))
@@ -317,7 +333,9 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
         _poison(a)
     args = {"q": qa, "k": ka, "v": va, "o": oa, "dout": da, "lse": lsea, "delta": delta, "dq_acc": dq_acc,
             "dq": dq, "dk": dk, "dv": dv, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
-            "scale": (1.0 / np.sqrt(d)) if scale is None else float(scale)}
+            "scale": (1.0 / np.sqrt(d)) if scale is None else float(scale), **keys.scalars()}
+    if slopes is not None:
+        args["alibi_slopes"] = _copy(slopes, "f32", "attention_backward: alibi_slopes")
     for t, arr in (("q", qa), ("k", ka), ("v", va), ("o", oa), ("dout", da), ("dq", dq), ("dk", dk), ("dv", dv)):
         for axis, st in zip("bsh", arr.strides[:3]):
             args["stride_%s%s" % (t, axis)] = st // arr.itemsize

@@ -17,6 +17,7 @@ import warnings
 
 from . import _arrays, _extents, _lib
 from ._gen import sm_name, spec_values
+from ._attn_keys import CAUSAL_CODE, Keys, causal_value
 from .errors import KilnArgumentError, KilnError
 
 _DTYPE_CODE = {"f32": 0, "f16": 1, "bf16": 2}
@@ -737,7 +738,20 @@ class Runtime:
                    err)
         return Kernel(self, k)
 
-    def _attn_args(self, o, q, k, v, lse, causal, scale, stream):
+    def _attn_mask(self, a, what, b, hq, vl, window=None, softcap=None, alibi_slopes=None):
+        """Sets a.causal's companions, a.mask (window, softcap, ALiBi slopes: f32 device [heads_q] or
+        [batch, heads_q], contiguous) from the keyword arguments (docs/attention.md)."""
+        sv = None
+        if alibi_slopes is not None:
+            sv = self._view(alibi_slopes, what + ": alibi_slopes", self.device_ordinal)
+            if sv.dtype != "f32" or not sv.contiguous():
+                raise KilnArgumentError("%s: alibi_slopes must be contiguous f32 [heads_q] or [batch, heads_q], got "
+                                        "%s %s" % (what, sv.dtype, sv.shape))
+            vl.append(sv)
+        keys = Keys(what, window, softcap, None if sv is None else sv.shape, b, hq)
+        keys.fill(a.mask, 0 if sv is None else sv.ptr)
+
+    def _attn_args(self, o, q, k, v, lse, causal, scale, stream, **mask):
         dev = self.device_ordinal
         views = {}
         for n, obj in (("q", q), ("k", k), ("v", v), ("o", o)):
@@ -765,7 +779,7 @@ class Runtime:
         a = _lib.AttentionArgs()
         a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kv.ptr, vv.ptr
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[ov.dtype]
-        a.head_dim, a.causal = d, 1 if causal else 0
+        a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, "attention")]
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
         for n, t in views.items():
@@ -778,19 +792,24 @@ class Runtime:
                                         "got %s %s" % (b * hq * sq, lv.dtype, lv.shape))
             a.lse = lv.ptr
             vl.append(lv)
+        self._attn_mask(a, "attention", b, hq, vl, **mask)
         a.stream = _stream_handle(stream, vl)
         return a
 
-    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None):
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
+                  window=None, softcap=None, alibi_slopes=None):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
-        heads_q must be a multiple of heads_kv (GQA/MQA). causal is bottom-right aligned.
+        heads_q must be a multiple of heads_kv (GQA/MQA). causal True is bottom-right aligned, "top_left" as
+        torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes (f32 device [heads_q]
+        or [batch, heads_q]): issue 24's keys, as kiln.emulate.attention documents them.
         lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim).
         splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
         whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
         workspace: device memory of attention_workspace(...) bytes for the split partials; None uses one the
         Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
-        a = self._attn_args(o, q, k, v, lse, causal, scale, stream)
+        a = self._attn_args(o, q, k, v, lse, causal, scale, stream, window=window, softcap=softcap,
+                            alibi_slopes=alibi_slopes)
         n, need = self._attn_splits(a, splits)
         views = []
         with self._kept_workspace(workspace):
@@ -808,10 +827,12 @@ class Runtime:
                                                               ctypes.byref(n), ctypes.byref(need), ctypes.byref(err)), err)
         return n.value, need.value
 
-    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0):
+    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0, window=None, softcap=None,
+                            alibi_slopes=None):
         """(splits, bytes): the split count attention(..., splits=splits) uses for these arrays and the device
         workspace it needs (0 bytes when it runs the non-split kernel)."""
-        return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0), splits)
+        return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0, window=window, softcap=softcap,
+                                                 alibi_slopes=alibi_slopes), splits)
 
     def _kept_workspace(self, workspace):
         """The lock to hold around a launch that may use a Runtime-kept workspace (none with the caller's)."""
@@ -842,15 +863,17 @@ class Runtime:
                 setattr(self, attr, ws)
             return ws.ptr
 
-    def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None):
-        a = self._attn_args(o, q, k, v, lse, causal, scale, 0)
+    def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None, window=None, softcap=None,
+                         alibi_slopes=None):
+        a = self._attn_args(o, q, k, v, lse, causal, scale, 0, window=window, softcap=softcap,
+                            alibi_slopes=alibi_slopes)
         kp = ctypes.c_void_p()
         err = _lib.Error()
         _lib.check(self._lib.kiln_attention_pick(self._live(), ctypes.byref(a), ctypes.byref(kp), ctypes.byref(err)),
                    err)
         return Kernel(self, kp)
 
-    def _attn_bwd_args(self, dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream):
+    def _attn_bwd_args(self, dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream, **mask):
         dev = self.device_ordinal
         views = {}
         for n, obj in (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
@@ -893,17 +916,21 @@ class Runtime:
         a.lse = lv.ptr
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[views["o"].dtype]
         a.grad_dtype = _DTYPE_CODE[views["dq"].dtype]
-        a.head_dim, a.causal, a.deterministic = d, 1 if causal else 0, 1 if deterministic else 0
+        a.head_dim, a.deterministic = d, 1 if deterministic else 0
+        a.causal = CAUSAL_CODE[causal_value(causal, "attention_backward")]
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
         vl = list(views.values()) + [lv]
+        self._attn_mask(a, "attention_backward", b, hq, vl, **mask)
         a.stream = _stream_handle(stream, vl)
         return a, vl
 
-    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False):
+    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
+                                     window=None, softcap=None, alibi_slopes=None):
         """Bytes of device workspace attention_backward needs for these arrays (f32 delta, and the f32 dQ
         accumulator unless deterministic)."""
-        a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0)
+        a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0, window=window,
+                                   softcap=softcap, alibi_slopes=alibi_slopes)
         return int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
 
     def _attn_bwd_workspace(self, a, workspace, views):
@@ -911,24 +938,27 @@ class Runtime:
         return self._workspace_ptr("attention_backward", need, workspace, views, "_bwd_ws")
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None):
+                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None):
         """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
         forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
         attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
         (GQA/MQA: summed over each group's query heads); lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
         o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
-        uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
-        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream)
+        uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams). causal, window,
+        softcap, alibi_slopes: the forward's (attention())."""
+        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream,
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes)
         with self._kept_workspace(workspace):
             a.workspace = self._attn_bwd_workspace(a, workspace, views)
             err = _lib.Error()
             _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def attention_backward_kernels(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None,
-                                   deterministic=False):
+                                   deterministic=False, window=None, softcap=None, alibi_slopes=None):
         """The three Kernels attention_backward launches, in order, without launching."""
-        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, 0)
+        a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, 0,
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes)
         a.workspace = self._attn_bwd_workspace(a, None, views)
         ks = (ctypes.c_void_p * 3)()
         err = _lib.Error()

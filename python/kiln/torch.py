@@ -37,7 +37,10 @@ _DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _TORCH_DT = {v: k for k, v in _DT.items()}
 _lock = threading.Lock()
 _runtimes = {}
-HEAD_DIMS = (32, 64, 96, 128, 256)
+# head_dim: the forward template takes any multiple of 8 up to 256 (templates/attention.lua), the backward
+# (templates/attention_bwd.lua) these five only so far
+HEAD_DIMS = tuple(range(8, 257, 8))
+BACKWARD_HEAD_DIMS = (32, 64, 96, 128, 256)
 
 
 def runtime(device=None):
@@ -530,7 +533,9 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_d
 def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
                scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
     # q, k, v in SDPA's [batch, heads, seq, head_dim]; kiln reads [batch, seq, heads, head_dim] via strides.
+    # causal is torch's is_causal: top-left aligned (query i sees key j iff j <= i), any seq_q, seq_k.
     rt = _backend("kiln::attention", q)
+    cv = "top_left" if causal else False
     b, h, sq, d = q.shape
     o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
@@ -538,9 +543,9 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         qkv = (qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
         # decoding shapes run split-KV; its f32 partials come from torch's allocator (stream-ordered)
-        _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=causal)
+        _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=cv)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=q.device) if need else None
-        rt.attention(o, *qkv, lse=lse, causal=causal, scale=scale, stream=_stream(q), workspace=ws)
+        rt.attention(o, *qkv, lse=lse, causal=cv, scale=scale, stream=_stream(q), workspace=ws)
     return o.transpose(1, 2), lse
 
 
@@ -557,6 +562,7 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
     # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
     rt = _backend("kiln::attention_backward", q)
+    cv = "top_left" if causal else False  # the forward's (torch's is_causal)
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
@@ -566,10 +572,10 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
         qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
         args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
                     v=vs.transpose(1, 2), o=ost.transpose(1, 2), lse=lse)
-        nbytes = rt.attention_backward_workspace(causal=causal, deterministic=deterministic, **args)
+        nbytes = rt.attention_backward_workspace(causal=cv, deterministic=deterministic, **args)
         # the workspace from torch's allocator: ordered on the stream like the tensors themselves
         ws = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device) if nbytes else None
-        rt.attention_backward(causal=causal, scale=scale, deterministic=deterministic, workspace=ws,
+        rt.attention_backward(causal=cv, scale=scale, deterministic=deterministic, workspace=ws,
                               stream=_stream(q), **args)
     return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
@@ -610,9 +616,10 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
                        enable_gqa=False):
     """Why kiln cannot run this scaled_dot_product_attention call, or None when it can."""
     if attn_mask is not None:
-        return "attn_mask is not supported (kiln has causal masking only: use is_causal=True)"
+        return ("attn_mask is not supported yet (kiln masks by is_causal, and by window/softcap/ALiBi through "
+                "kiln.Runtime.attention)")
     if dropout_p:
-        return "dropout_p=%g is not supported (kiln's attention has no dropout)" % dropout_p
+        return "dropout_p=%g is not supported: kiln's attention has no dropout yet (pass dropout_p=0)" % dropout_p
     ts = (query, key, value)
     if any(t.dim() not in (3, 4) for t in ts) or len({t.dim() for t in ts}) != 1:
         return "query/key/value must all be [batch, heads, seq, head_dim] (or [heads, seq, head_dim]), got %s" % (
@@ -625,8 +632,11 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
                 "on its emulator)" % [str(t.device) for t in ts])
     d = query.shape[-1]
     if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
-        return "head_dim %d (key %d, value %d) is not one kiln generates; valid: %s, the same for q, k, v" % (
-            d, key.shape[-1], value.shape[-1], ", ".join(map(str, HEAD_DIMS)))
+        return "head_dim %d (key %d, value %d) is not one kiln generates; valid: a multiple of 8 from 8 to 256, " \
+               "the same for q, k, v" % (d, key.shape[-1], value.shape[-1])
+    if d not in BACKWARD_HEAD_DIMS and torch.is_grad_enabled() and any(t.requires_grad for t in ts):
+        return "head_dim %d has kiln's forward but not its backward yet; the backward takes %s (or run under " \
+               "torch.no_grad())" % (d, ", ".join(map(str, BACKWARD_HEAD_DIMS)))
     if key.shape != value.shape:
         return "key %s and value %s must have the same shape" % (list(key.shape), list(value.shape))
     hq, hkv = query.shape[-3], key.shape[-3]
@@ -636,17 +646,16 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
         return "query has %d heads and key/value %d: pass enable_gqa=True as torch requires" % (hq, hkv)
     if hkv == 0 or hq % hkv:
         return "%d query heads are not a multiple of %d key/value heads" % (hq, hkv)
-    if is_causal and query.shape[-2] != key.shape[-2]:
-        return ("is_causal with seq_q %d != seq_k %d: torch's causal mask is aligned top-left, kiln's bottom-right; "
-                "they agree only when the lengths are equal" % (query.shape[-2], key.shape[-2]))
     return None
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's calling convention on kiln's attention kernel, for
-    the cases kiln covers (no attn_mask, no dropout, head_dim 32/64/96/128/256, GQA/MQA, causal with equal
-    lengths); anything else raises KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
+    the cases kiln covers: no attn_mask, no dropout (not built yet), head_dim any multiple of 8 up to 256 (the
+    backward: 32/64/96/128/256), GQA/MQA with enable_gqa=True, is_causal top-left aligned as torch's (any
+    seq_q, seq_k), scale; anything else raises KilnArgumentError saying why (unsupported_reason() tells
+    beforehand)."""
     why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if why is not None:
         raise KilnArgumentError("kiln attention: " + why)
@@ -806,7 +815,11 @@ def _rotary_launch(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, m
                "conjugate": 1 if conjugate else 0}
     if varlen:
         scalars["total"] = x.shape[0]
-    runtime(x.device).launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
+    backend = _backend("kiln apply_rotary_emb", x)
+    if not x.is_cuda:  # CPU tensors inside emulated()
+        backend.rotary(out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate)
+        return
+    backend.launch(spec, tensors=tensors, scalars=scalars, stream=_stream(x))
 
 
 @torch.library.custom_op("kiln::rotary", mutates_args=())

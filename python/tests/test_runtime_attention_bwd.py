@@ -23,8 +23,8 @@ def _launches(fake_cuda, n):
 
 
 def _by_name(kern, launch):
-    """The recorded parameter values by name (the fake driver records the first 32)."""
-    return {p["name"]: launch.param[i] for i, p in enumerate(kern.meta["params"]) if i < 32}
+    """The recorded parameter values by name (the fake driver records up to 48)."""
+    return {p["name"]: launch.param[i] for i, p in enumerate(kern.meta["params"]) if i < 48}
 
 
 def _arrays(rt, b, sq, sk, hq, hkv, d, dt="bf16"):

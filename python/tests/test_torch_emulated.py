@@ -162,6 +162,36 @@ def test_attention_forward_and_backward_match_float64(emu, dtype, causal, hkv, s
         _close(a, r, dtype, name, scale=4)
 
 
+@pytest.mark.parametrize("dtype,hkv,sq,sk,scale", [
+    (torch.float16, 2, 9, 30, None),     # torch's is_causal is top-left: seq_q < seq_k (rows see the first keys)
+    (torch.bfloat16, 1, 20, 7, 0.3),     # seq_q > seq_k: rows past seq_k see every key; MQA; scale=
+    (torch.float32, 2, 13, 13, None),
+])
+def test_sdpa_is_causal_is_top_left_like_torch(emu, dtype, hkv, sq, sk, scale):
+    g = torch.Generator().manual_seed(5)
+    q = torch.randn(2, 2, sq, 64, generator=g).to(dtype).requires_grad_()
+    k, v = (torch.randn(2, hkv, sk, 64, generator=g).to(dtype).requires_grad_() for _ in range(2))
+    o = kt.scaled_dot_product_attention(q, k, v, is_causal=True, scale=scale, enable_gqa=hkv != 2)
+    do = torch.randn(o.shape, generator=g).to(dtype)
+    got = torch.autograd.grad(o, (q, k, v), do)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ref_in, is_causal=True, scale=scale, enable_gqa=hkv != 2)
+    ref_g = torch.autograd.grad(ref, ref_in, do.double())
+    _close(o, ref, dtype, "o", scale=2)
+    for name, a, r in zip(("dq", "dk", "dv"), got, ref_g):
+        _close(a, r, dtype, name, scale=4)
+
+
+def test_sdpa_forward_head_dims_beyond_the_backwards(emu):
+    g = torch.Generator().manual_seed(6)
+    for d in (8, 40, 200):
+        q, k, v = (torch.randn(1, 2, 11, d, generator=g).to(torch.float16) for _ in range(3))
+        with torch.no_grad():
+            o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
+        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
+        _close(o, ref, torch.float16, "o d%d" % d, scale=2)
+
+
 def test_attention_deterministic_backward_gives_the_same_bits(emu):
     q, k, v = (torch.randn(1, 2, 20, 32).requires_grad_() for _ in range(3))
     do = torch.randn(1, 2, 20, 32)

@@ -144,11 +144,12 @@ def test_modules_are_torchs_classes_and_print_as_torch_does():
 
 @pytest.mark.parametrize("kwargs,words", [
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), "attn_mask"),
-    (dict(dropout_p=0.1), "dropout"),
-    (dict(kshape=(1, 2, 16, 64), is_causal=True), "top-left"),
+    (dict(dropout_p=0.1), "no dropout yet"),
     (dict(kshape=(1, 1, 8, 64)), "enable_gqa"),
     (dict(qshape=(1, 3, 8, 64), kshape=(1, 2, 8, 64), enable_gqa=True), "multiple"),
-    (dict(qshape=(1, 2, 8, 48), kshape=(1, 2, 8, 48)), "head_dim 48"),
+    (dict(qshape=(1, 2, 8, 44), kshape=(1, 2, 8, 44)), "head_dim 44"),
+    (dict(qshape=(1, 2, 8, 264), kshape=(1, 2, 8, 264)), "a multiple of 8 from 8 to 256"),
+    (dict(qshape=(1, 2, 8, 48), kshape=(1, 2, 8, 48), grad=True), "not its backward yet"),
     (dict(kdtype=torch.bfloat16), "share one dtype"),
     (dict(cpu=True), "CUDA"),
 ])
@@ -157,7 +158,8 @@ def test_sdpa_unsupported_cases_say_why(kwargs, words):
     kshape = kwargs.pop("kshape", qshape)
     kdtype = kwargs.pop("kdtype", torch.float16)
     dev = "cpu" if kwargs.pop("cpu", False) else "meta"
-    q = torch.empty(qshape, dtype=torch.float16, device=dev)
+    grad = kwargs.pop("grad", False)
+    q = torch.empty(qshape, dtype=torch.float16, device=dev, requires_grad=grad)
     k = torch.empty(kshape, dtype=kdtype, device=dev)
     v = torch.empty(kshape, dtype=kdtype, device=dev)
     assert words in (kt.unsupported_reason(q, k, v, **kwargs) or "")

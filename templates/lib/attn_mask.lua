@@ -57,30 +57,29 @@ function M.params(spec, params)
   return params
 end
 
--- The keys' part of a kernel's launch description (K.launch, docs/registry.md): the window sides
--- default to unbounded, the softcap has none (a launch must give it), the slopes are [heads_q], or
--- [batch, heads_q] rows alibi_stride apart (0, the default: one row for the whole batch).
+-- Appends the keys' launch lines to a launch description (docs/registry.md): the window sides
+-- (default -1, unbounded), the softcap (no default: the caller gives it), the slopes tensor and its
+-- row stride (default 0: one row of heads_q slopes shared by the batch).
 function M.launch(spec, l)
-  local s = l.scalars
   if spec.window then
-    s[#s + 1] = { "window_left", -1 }
-    s[#s + 1] = { "window_right", -1 }
+    l.scalars[#l.scalars + 1] = { "window_left", -1 }
+    l.scalars[#l.scalars + 1] = { "window_right", -1 }
   end
-  if spec.softcap then s[#s + 1] = { "softcap" } end
+  if spec.softcap then l.scalars[#l.scalars + 1] = { "softcap" } end
   if spec.alibi then
-    s[#s + 1] = { "alibi_stride", 0 }
     l.tensors[#l.tensors + 1] = { "alibi_slopes", "in", { "(batch-1)*alibi_stride+heads_q" } }
+    l.scalars[#l.scalars + 1] = { "alibi_stride", 0 }
   end
   return l
 end
 
--- The keys as spec text (" window=true ..."), for the other kernels of a sequence that take them.
-function M.spec_text(spec)
-  local out = ""
-  for _, k in ipairs(M.KEYS) do
-    if spec[k.name] then out = out .. " " .. k.name .. "=true" end
+-- The spec words of the keys that are on (" window=true softcap=true"), for the specs of a sequence.
+function M.words(spec)
+  local w = ""
+  for _, k in ipairs({ "window", "softcap", "alibi" }) do
+    if spec[k] then w = w .. " " .. k .. "=true" end
   end
-  return out
+  return w
 end
 
 -- The per-launch values every row uses (emit once, before the loops): the causal shift and the

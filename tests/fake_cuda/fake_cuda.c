@@ -53,7 +53,7 @@ typedef struct fentry {
     fmodule *mod;
     char name[128];
     int nparams;
-    unsigned size[32];
+    unsigned size[FAKE_CUDA_MAX_PARAMS];
     int max_dyn_smem;
 } fentry;
 
@@ -288,7 +288,7 @@ static void jit_log(char *log, size_t cap, const char *msg) {
 /* Parameter sizes of one ".entry name( ... )" header starting at p. */
 static void parse_params(const char *p, fentry *e) {
     const char *end = strchr(p, ')');
-    while (end && (p = strstr(p, ".param")) && p < end && e->nparams < 32) {
+    while (end && (p = strstr(p, ".param")) && p < end && e->nparams < FAKE_CUDA_MAX_PARAMS) {
         p += 6;
         unsigned size = 0;
         const char *t = p;

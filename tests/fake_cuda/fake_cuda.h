@@ -31,12 +31,15 @@ typedef struct fake_cuda_counters {
     int max_concurrent_compiles; /* most PTX compiles in flight at once (FAKE_CUDA_COMPILE_US > 0) */
 } fake_cuda_counts;
 
+/* The most parameters a recorded kernel has (kiln's KILN_MAX_PARAMS is 40). */
+#define FAKE_CUDA_MAX_PARAMS 48
+
 typedef struct fake_cuda_launch {
     char entry[128];
     unsigned grid[3], block[3], smem;
     int nparams;
-    unsigned param_size[32];
-    uint64_t param[32]; /* each value zero-extended to 64 bits */
+    unsigned param_size[FAKE_CUDA_MAX_PARAMS];
+    uint64_t param[FAKE_CUDA_MAX_PARAMS]; /* each value zero-extended to 64 bits */
     int loaded_sm;      /* .target of the module the function came from (or cubin SM) */
     int cubin;
 } fake_cuda_launch;

@@ -1,0 +1,75 @@
+"""Issue 24's attention keys for kiln.emulate and kiln.Runtime: causal, window, softcap, ALiBi, checked once."""
+
+from .errors import KilnArgumentError
+
+_CAUSAL = {False: "false", True: "true", "false": "false", "true": "true", "bottom_right": "true",
+           "top_left": "top_left"}
+CAUSAL_CODE = {"false": 0, "true": 1, "top_left": 2}  # KILN_CAUSAL_* (kiln/runtime.h)
+
+
+def causal_value(causal, what):
+    """The spec's causal value: False, True / "bottom_right" (query i sees key j iff j <= i + seq_k - seq_q),
+    or "top_left" (iff j <= i: torch's is_causal)."""
+    key = causal if isinstance(causal, (bool, str)) else None
+    if key not in _CAUSAL:
+        raise KilnArgumentError("%s: causal=%r; valid: False, True (bottom-right aligned), 'bottom_right', "
+                                "'top_left' (torch's is_causal)" % (what, causal))
+    return _CAUSAL[key]
+
+
+class Keys:
+    """The checked keys: spec words, the scalars to launch with, the slopes' row stride."""
+
+    def __init__(self, what, window=None, softcap=None, alibi_slopes_shape=None, batch=1, heads_q=1):
+        self.window = None
+        if window is not None:
+            if (not isinstance(window, (tuple, list)) or len(window) != 2
+                    or not all(isinstance(x, int) and not isinstance(x, bool) and x >= -1 for x in window)):
+                raise KilnArgumentError("%s: window=%r; valid: (left, right), each an int >= -1 (-1: unbounded), "
+                                        "e.g. (4095, 0)" % (what, window))
+            self.window = (int(window[0]), int(window[1]))
+        self.softcap = None
+        if softcap is not None and softcap != 0:
+            try:
+                cap = float(softcap)
+            except (TypeError, ValueError):
+                cap = float("nan")
+            if not (cap > 0) or cap == float("inf"):
+                raise KilnArgumentError("%s: softcap=%r; valid: a finite number > 0 (None or 0: no softcap)"
+                                        % (what, softcap))
+            self.softcap = cap
+        self.alibi_stride = None
+        if alibi_slopes_shape is not None:
+            shape = tuple(alibi_slopes_shape)
+            if shape == (heads_q,):
+                self.alibi_stride = 0
+            elif shape == (batch, heads_q):
+                self.alibi_stride = heads_q
+            else:
+                raise KilnArgumentError("%s: alibi_slopes has shape %s; valid: [heads_q] = (%d,) or [batch, heads_q] = "
+                                        "(%d, %d), f32" % (what, shape, heads_q, batch, heads_q))
+
+    def words(self):
+        """' window=true softcap=true alibi=true', those that are on."""
+        return "".join(" %s=true" % k for k, on in (("window", self.window is not None),
+                                                     ("softcap", self.softcap is not None),
+                                                     ("alibi", self.alibi_stride is not None)) if on)
+
+    def scalars(self):
+        s = {}
+        if self.window is not None:
+            s["window_left"], s["window_right"] = self.window
+        if self.softcap is not None:
+            s["softcap"] = self.softcap
+        if self.alibi_stride is not None:
+            s["alibi_stride"] = self.alibi_stride
+        return s
+
+    def fill(self, mask, slopes_ptr):
+        """Sets a kiln_attention_mask (ctypes) from the keys."""
+        if self.window is not None:
+            mask.window, (mask.window_left, mask.window_right) = 1, self.window
+        if self.softcap is not None:
+            mask.softcap = self.softcap
+        if self.alibi_stride is not None:
+            mask.alibi_slopes, mask.alibi_stride = slopes_ptr, self.alibi_stride
