@@ -92,6 +92,12 @@ local MMA_TILES = {
 local MMA_TILES_KEYS = {
   [96] = { { warps = 4, mt = 1, n = 32, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 32, stages = 2, q_regs = true } },
 }
+-- Split-KV with the score keys at d256: two stages of 32-key tiles spill 8-16 bytes on sm_100/103 (255
+-- registers with every key on), two of 16-key tiles 4 bytes there; one stage of 32-key tiles takes 240-250
+-- registers on sm_80..121 and spills nothing (decoding has many blocks per SM to hide the loads).
+local SPLIT_TILES_KEYS = {
+  [256] = { { warps = 4, mt = 1, n = 32, stages = 1, q_regs = false } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -167,7 +173,8 @@ local function config_mma(spec, target)
   local pick, bytes, stages
   local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
-  if (spec.softcap or spec.alibi) and target.cp_async and not spec.splitkv and MMA_TILES_KEYS[d] then tiles = MMA_TILES_KEYS end
+  local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
+  if keyed and keyed[d] then tiles = keyed end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
