@@ -167,8 +167,10 @@ static void strided(const char *spec, int head_dim, int rdim, int inplace) {
     const size_t nc = (size_t)B * S * H * d, np = (size_t)B * S * H * ld, ncs = (size_t)RO * (rdim / 2);
     kiln_emu_kernel *k = NULL;
     kiln_error err = {0};
-    uint16_t *xc = aligned_alloc(64, nc * 2), *xp = aligned_alloc(64, np * 2), *oc = aligned_alloc(64, nc * 2);
-    uint16_t *op = aligned_alloc(64, np * 2), *cs = aligned_alloc(64, ncs * 2), *sn = aligned_alloc(64, ncs * 2);
+    /* aligned_alloc wants a size that is a multiple of the alignment */
+#define ALLOC64(n) aligned_alloc(64, ((n) * 2 + 63) / 64 * 64)
+    uint16_t *xc = ALLOC64(nc), *xp = ALLOC64(np), *oc = ALLOC64(nc), *op = ALLOC64(np), *cs = ALLOC64(ncs), *sn = ALLOC64(ncs);
+#undef ALLOC64
     CHECK(kiln_emu_load(emu, gen, spec, 80, &k, &err) == KILN_OK, "%s", err.msg);
     if (k && xc && xp && oc && op && cs && sn) {
         memset(xp, 0x5a, np * 2), memset(op, 0x5a, np * 2), memset(oc, 0xff, nc * 2);
