@@ -14,7 +14,10 @@ LLVMValueRef gen_to_f32(gen_builder *gb, LLVMValueRef bits, kiln_dtype from) {
         LLVMValueRef vec = LLVMGetOperand(bits, 0), idx = LLVMGetOperand(bits, 1);
         LLVMTypeRef vt = LLVMTypeOf(vec);
         unsigned n = LLVMGetVectorSize(vt);
-        if (LLVMIsAConstantInt(idx) && n % 2 == 0) {
+        LLVMTypeRef et = LLVMGetElementType(vt);
+        int half_bits = LLVMGetTypeKind(et) == LLVMIntegerTypeKind ? LLVMGetIntTypeWidth(et) == 16
+                                                                     : LLVMGetTypeKind(et) == LLVMBFloatTypeKind;
+        if (LLVMIsAConstantInt(idx) && n % 2 == 0 && half_bits) {
             unsigned i = (unsigned)LLVMConstIntGetZExtValue(idx);
             LLVMValueRef words = LLVMBuildBitCast(gb->b, vec, LLVMVectorType(gb->i32, n / 2), "");
             LLVMValueRef word = LLVMBuildExtractElement(gb->b, words, c32(gb, i / 2), "");
