@@ -118,12 +118,28 @@ int cmd_emit(int argc, char **argv) {
 static void list_usage(FILE *to) {
     fprintf(to,
             "usage: kiln list\n"
-            "       kiln list --variants FAMILY|all [--sm N] [--full]\n\n"
+            "       kiln list --variants FAMILY|all [--sm N] [--full]\n"
+            "       kiln list --targets\n\n"
             "Lists kernel families with their parameters (type, default, allowed values) and the targets.\n"
             "--variants prints the variant matrix a family's template declares (docs/registry.md): the\n"
             "specs the ptxas matrix and its quality table check, one a line; 'all' every family's.\n\n"
             "  --sm N   the variants of sm_N (default: every SM from 75 up, each line 'sm_N SPEC')\n"
-            "  --full   every variant (the KILN_TEST_FULL=1 matrix); default: the quick suite's\n");
+            "  --full   every variant (the KILN_TEST_FULL=1 matrix); default: the quick suite's\n"
+            "--targets prints the SM table's occupancy facts, a header line then one line a target, tab-separated:\n"
+            "sm, registers per SM, resident threads per SM, threads per block, shared memory per block (opt-in).\n");
+}
+
+/* The SM table's occupancy facts (include/kiln/target.h), for tools that model residency. */
+static int list_targets(void) {
+    int n;
+    const kiln_target *t = kiln_target_all(&n);
+    printf("sm\tregs_per_sm\tthreads_per_sm\tmax_threads\tsmem_optin_max\n");
+    for (int i = 0; i < n; i++) {
+        char name[16];
+        printf("%s\t%u\t%u\t%u\t%u\n", kiln_sm_name(t[i].sm, name), t[i].regs_per_sm, t[i].threads_per_sm,
+               t[i].max_threads, t[i].smem_optin_max);
+    }
+    return CLI_OK;
 }
 
 /* Prints the variants of family on sm (prefixed "sm_N " when prefix); 0 or CLI_USAGE. */
@@ -160,10 +176,10 @@ static int list_variants(const char *family, int sm, int full) {
 
 int cmd_list(int argc, char **argv) {
     static const struct option longopts[] = {{"variants", required_argument, NULL, 'v'}, {"sm", required_argument, NULL, 's'},
-                                             {"full", no_argument, NULL, 'f'}, {"help", no_argument, NULL, 'h'},
-                                             {NULL, 0, NULL, 0}};
+                                             {"full", no_argument, NULL, 'f'}, {"targets", no_argument, NULL, 't'},
+                                             {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *variants = NULL;
-    int c, sm = 0, full = 0, sm_given = 0;
+    int c, sm = 0, full = 0, sm_given = 0, targets = 0;
     opterr = 0;
     optind = 1;
     while ((c = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
@@ -174,12 +190,15 @@ int cmd_list(int argc, char **argv) {
             sm_given = 1;
             break;
         case 'f': full = 1; break;
+        case 't': targets = 1; break;
         case 'h': list_usage(stdout); return CLI_OK;
         default: return cli_bad_option("list", longopts, c, argv, optind);
         }
     }
     if (optind < argc) return cli_error("'kiln list' takes no arguments, got '%s'", argv[optind]);
     if (!variants && (sm_given || full)) return cli_error("--sm and --full go with --variants FAMILY");
+    if (targets && variants) return cli_error("--targets and --variants are two listings; give one");
+    if (targets) return list_targets();
     if (variants) return list_variants(variants, sm, full);
     kiln_error err = {0};
     kiln_gen *gen;
