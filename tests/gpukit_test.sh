@@ -65,7 +65,7 @@ for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "cubin sm_90/name"; do
         if [ "$n" -gt 0 ]; then ok "checked $fam $mode"; else bad "checked $fam $mode" "no rows"; fi
     done
 done
-# split-KV decoding: split + combine through kiln_attention_forward_splitkv in every helper mode, and the
+# split-KV decoding: split + combine through the generic launch (its `after` kernel) in every payload mode, and the
 # decoding speed rows (kiln split-KV and non-split) in bench.csv
 for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do
     n=$(awk -F, -v m="$mode" '$3 == m && $2 == "attention_splitkv"' "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | wc -l)
@@ -73,17 +73,17 @@ for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do
 done
 n=$(grep -c "^attention_decode,kiln-splitkv," "$tmp/kitout/bench.csv"); m=$(grep -c "^attention_decode,kiln," "$tmp/kitout/bench.csv")
 if [ "$n" -gt 0 ] && [ "$m" -gt 0 ]; then ok "decoding speed rows"; else bad "decoding speed rows" "split-KV $n, non-split $m"; fi
-# attention backward: the whole sequence through its helper in every helper mode and in the JIT path, and the
+# attention backward: the whole sequence through the generic launch in every payload mode and in the JIT path, and the
 # deterministic cases' second run (its own rows, "<output>@rerun")
 for mode in "cubin sm_90" "ptx sm_90" "ptx sm_75" "jit"; do
     n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" |
-        awk -F, -v m="$mode" '$3 == m && $2 == "attention_bwd" && $4 == "helper" && $7 ~ /^d[qkv]$/' | wc -l)
+        awk -F, -v m="$mode" '$3 == m && $2 == "attention_bwd" && $4 == "launch" && $7 ~ /^d[qkv]$/' | wc -l)
     if [ "$n" -gt 0 ]; then ok "checked attention_bwd $mode"; else bad "checked attention_bwd $mode" "no rows"; fi
 done
 n=$(awk -F, '$2 == "attention_bwd" && $7 == "dq@rerun"' "$tmp/kitout/check_aot.csv" | wc -l)
 if [ "$n" -gt 0 ]; then ok "deterministic rerun rows"; else bad "deterministic rerun rows" "none"; fi
 n=$(awk -F, '$2 == "attention_bwd" && $4 == "by-name"' "$tmp/kitout/check_aot.csv" | wc -l)
-if [ "$n" -eq 0 ]; then ok "attention_bwd helper only"; else bad "attention_bwd helper only" "$n by-name rows"; fi
+if [ "$n" -eq 0 ]; then ok "attention_bwd generic launch only"; else bad "attention_bwd generic launch only" "$n by-name rows"; fi
 rows=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case"' | wc -l)
 passed=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $18 == "pass"' | wc -l)
 poisoned=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '$1 != "case" && $16 ~ /nan/' | wc -l)

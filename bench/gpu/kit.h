@@ -23,7 +23,7 @@
  * AOT check (kit_check.c, libkiln_rt only) and the JIT check read them, launch on the GPU
  * through the runtime's launch helpers (kit_launch.c) and compare (kit_case.c).
  */
-enum { KIT_MAX_TENSORS = 16, KIT_MAX_SCALARS = 32, KIT_NAME = 48 };
+enum { KIT_MAX_TENSORS = 16, KIT_MAX_SCALARS = 32, KIT_NAME = 48, KIT_MAX_STEPS = 8 };
 
 typedef enum kit_role { KIT_IN = 0, KIT_OUT = 1 } kit_role;
 
@@ -83,7 +83,7 @@ void kit_compare_output(const kit_tensor *t, const void *got, kit_compare *r);
 /* ulps of a value of dtype t against reference ref (see kit_compare.max_ulps). */
 double kit_error_ulps(kiln_dtype t, double got, double ref, double scale);
 
-/* ---- kit_launch.c: launching a case through the runtime's public launch helpers ---- */
+/* ---- kit_launch.c: launching a case through the runtime's generic launch ---- */
 
 /* Device pointers of the case's tensors, by index into c->tensors. */
 typedef struct kit_device_args {
@@ -91,16 +91,17 @@ typedef struct kit_device_args {
     void *stream;
 } kit_device_args;
 
-/* Launches the case: through the family's typed helper when the kit has an adapter for it,
- * else by binding the kernel's parameters by name (tensors, scalars) with grid from c->problem.
- * *picked (may be NULL) receives the kernel that ran. */
+/* Launches the case through kiln_launch: the kernel of c->spec and the sequence its launch
+ * description runs (docs/registry.md), the case's tensors and scalars by name, the workspace
+ * allocated here. *picked (may be NULL) receives the case's kernel. */
 kiln_status kit_launch(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
                        kiln_error *err);
-/* The generic route alone (what a family without a helper adapter gets). */
+/* The by-name route: the case's kernel alone, its parameters bound from the case's names (a
+ * cross-check of the description); a kernel that runs in a sequence is refused. */
 kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_args *a, kiln_kernel **picked,
                                kiln_error *err);
-/* Whether the family goes through a typed helper ("helper") or generic binding ("by-name"). */
-const char *kit_launch_route(const char *family);
+/* The number of kernels the case's launch runs (1: the case's kernel alone). */
+int kit_case_kernels(kiln_rt *rt, const kit_case *c);
 
 /* Allocates device memory for every tensor, uploads inputs and fills outputs with 0xff bytes
  * (NaN in every float type): an output the kernel does not write stays NaN. */

@@ -22,7 +22,7 @@ static int target_sm(int device_sm) {
     return 75;
 }
 
-/* A runtime that sees only the bundle entries of one kind and SM: the launch helpers then have
+/* A runtime that sees only the bundle entries of one kind and SM: the launch then has
  * exactly one payload to pick for each spec. */
 typedef struct mode {
     char name[32];
@@ -64,8 +64,8 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     int tsm = target_sm(dev->sm);
     printf("AOT path on %s (sm_%d, driver %d): bundle %s, %d entries (%s)\n", dev->name, dev->sm, dev->driver_version,
            bundle_path, kiln_bundle_count(b), kiln_bundle_producer(b));
-    /* the device SM's cubin, its PTX, sm_75's PTX (all through the typed helpers), and the cubin
-     * again through the generic by-name route that families without a helper adapter take */
+    /* the device SM's cubin, its PTX, sm_75's PTX (all through the generic launch, kiln_launch), and
+     * the cubin again through the by-name route (the kernel's parameters bound from the case's names) */
     mode modes[4] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
                      {.kind = KILN_PAYLOAD_PTX, .sm = 75}};
     int nmodes = tsm == 75 ? 2 : 3;
@@ -80,7 +80,7 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     modes[nmodes].by_name = 1;
     modes[nmodes].data = NULL; /* shares mode 0's runtime */
     snprintf(modes[nmodes].name, sizeof modes[nmodes].name, "cubin sm_%d/name", tsm);
-    printf("  mode %-14s the cubins again, parameters bound by name from kiln.meta (no typed helper)\n",
+    printf("  mode %-14s the cubins again, parameters bound by name from kiln.meta (one kernel)\n",
            modes[nmodes].name);
     int nall = nmodes + 1;
     char **paths;
@@ -99,9 +99,8 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
         }
         for (int m = 0; m < nall; m++) {
             if (modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
-            size_t fl = strlen(c.family);
-            if (modes[m].by_name && ((fl > 4 && !strcmp(c.family + fl - 4, "_bwd")) || !strcmp(c.family, "attention_splitkv")))
-                continue; /* two kernels: helper only */
+            if (modes[m].by_name && kit_case_kernels(modes[m].rt, &c) > 1)
+                continue; /* a kernel sequence: the generic launch only */
             long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, modes[m].by_name, csv, 1);
             checks++;
             failed += bad != 0;
@@ -126,7 +125,7 @@ static void usage(FILE *to) {
             "usage: kiln-gpucheck device\n"
             "           the SM kiln generates for on this device, and the device\n"
             "       kiln-gpucheck check BUNDLE CASEDIR [--csv F]\n"
-            "           every case through the launch helpers, once per payload: the device SM's cubin, its PTX\n"
+            "           every case through the generic launch, once per payload: the device SM's cubin, its PTX\n"
             "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64\n"
             "       kiln-gpucheck bench BUNDLE [--csv F] [--quick]\n"
             "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq\n"

@@ -42,125 +42,134 @@ static void attn_split_spec(const char *dtype, const char *out, int d, int causa
              causal ? "true" : "false");
 }
 
-/* One kernel of the attention backward sequence, as kiln_attention_backward asks for it. */
-static void attn_bwd_spec(const char *kernel, const char *dtype, int d, int causal, int det, char *buf, size_t size) {
-    snprintf(buf, size, "attention_bwd kernel=%s dtype=%s head_dim=%d causal=%s deterministic=%s", kernel, dtype, d,
-             causal ? "true" : "false", det && !strcmp(kernel, "dkdv") ? "true" : "false");
+/* The attention backward's spec: its dkdv kernel, whose launch description runs the whole sequence. */
+static void attn_bwd_spec(const char *dtype, int d, int causal, int det, char *buf, size_t size) {
+    snprintf(buf, size, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s deterministic=%s", dtype, d,
+             causal ? "true" : "false", det ? "true" : "false");
 }
 
-/* The kernels of the sequence: prep, dkdv, then convert (atomic dQ) or dq (deterministic). */
-static const char *const attn_bwd_seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
-
-/* Every spec the kit needs in its bundle, canonical, one per line (duplicates removed). */
-static int cmd_specs(void) {
+/* The kit's spec list: canonical specs in first-seen order, each followed by the other kernels its
+ * launch runs on some SM (the template's K.launch sequence: a norm backward's reduction, split-KV's
+ * combine, the attention backward's prep and convert or dq), so that the bundle holds every kernel
+ * kiln_launch asks for. */
+enum { MAX_SPECS = 512 };
+typedef struct spec_list {
     kiln_gen *gen;
+    char (*spec)[KILN_SPEC_MAX];
+    int n;
+} spec_list;
+
+static void list_put(spec_list *l, const char *canon) {
+    for (int i = 0; i < l->n; i++)
+        if (!strcmp(l->spec[i], canon)) return;
+    if (l->n < MAX_SPECS) snprintf(l->spec[l->n++], KILN_SPEC_MAX, "%s", canon);
+}
+
+/* Adds raw's kernels. optional: a spec some SM cannot generate is left out (returns 0); otherwise
+ * that is an error (-1, message printed). */
+static int list_add(spec_list *l, const char *raw, int optional) {
+    static const int all_sms[] = {75, 80, 86, 89, 90};
+    enum { NSM = sizeof all_sms / sizeof all_sms[0] };
+    char canon[KILN_SPEC_MAX], seq[NSM][KIT_MAX_STEPS][KILN_SPEC_MAX];
+    int nseq[NSM], self[NSM];
     kiln_error err;
-    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
-    static char list[512][KILN_SPEC_MAX];
-    int n = 0;
-    char raw[KILN_SPEC_MAX], canon[KILN_SPEC_MAX];
+    if (kiln_canonical_spec(l->gen, raw, canon, sizeof canon, &err) != KILN_OK)
+        return fprintf(stderr, "kiln-kit: %s\n", err.msg), -1;
+    for (int t = 0; t < NSM; t++) {
+        kiln_module *mod;
+        if (kiln_generate(l->gen, canon, all_sms[t], KILN_EMIT_LL, &mod, &err) != KILN_OK)
+            return optional ? 0 : (fprintf(stderr, "kiln-kit: %s\n", err.msg), -1);
+        nseq[t] = kiln_launch_sequence(kiln_module_meta(mod), seq[t], KIT_MAX_STEPS, &self[t]);
+        kiln_module_free(mod);
+        if (nseq[t] > KIT_MAX_STEPS) return fprintf(stderr, "kiln-kit: '%s' runs too many kernels\n", canon), -1;
+    }
+    /* the kernels before it, itself, the kernels after it: a sequence in launch order */
+    for (int t = 0; t < NSM; t++)
+        for (int i = 0; i < self[t]; i++) list_put(l, seq[t][i]);
+    list_put(l, canon);
+    for (int t = 0; t < NSM; t++)
+        for (int i = self[t] + 1; i < nseq[t]; i++) list_put(l, seq[t][i]);
+    return 1;
+}
+
+/* Every spec the kit needs in its bundle, canonical, one per line. */
+static int cmd_specs(void) {
+    static char specs[MAX_SPECS][KILN_SPEC_MAX];
+    spec_list l = {.spec = specs};
+    kiln_error err;
+    if (kiln_gen_create(&l.gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
+    char raw[KILN_SPEC_MAX];
+    int rc = 0;
 #define ADD(...)                                                                                   \
     do {                                                                                           \
-        __VA_ARGS__;                                                                               \
-        if (kiln_canonical_spec(gen, raw, canon, sizeof canon, &err) != KILN_OK) {                 \
-            fprintf(stderr, "kiln-kit: %s\n", err.msg);                                            \
-            kiln_gen_destroy(gen);                                                                 \
-            return 1;                                                                              \
-        }                                                                                          \
-        int dup = 0;                                                                               \
-        for (int i = 0; i < n; i++) dup |= !strcmp(list[i], canon);                                \
-        if (!dup && n < 512) snprintf(list[n++], sizeof list[0], "%s", canon);                     \
+        snprintf(raw, sizeof raw, __VA_ARGS__);                                                    \
+        if (list_add(&l, raw, 0) < 0) rc = 1;                                                      \
     } while (0)
-    for (size_t i = 0; i < sizeof kit_ln_rows / sizeof kit_ln_rows[0]; i++) {
+    for (size_t i = 0; i < sizeof kit_ln_rows / sizeof kit_ln_rows[0] && !rc; i++) {
         const kit_ln_row *r = &kit_ln_rows[i];
-        ADD(ln_spec(r->x, r->w, r->y, r->hidden, raw, sizeof raw));
+        ln_spec(r->x, r->w, r->y, r->hidden, raw, sizeof raw);
+        if (list_add(&l, raw, 0) < 0) rc = 1;
     }
-    for (size_t i = 0; i < sizeof kit_attn_rows / sizeof kit_attn_rows[0]; i++) {
+    for (size_t i = 0; i < sizeof kit_attn_rows / sizeof kit_attn_rows[0] && !rc; i++) {
         const kit_attn_row *r = &kit_attn_rows[i];
-        ADD(attn_spec(r->dtype, r->out, r->head_dim, r->causal, raw, sizeof raw));
+        attn_spec(r->dtype, r->out, r->head_dim, r->causal, raw, sizeof raw);
+        if (list_add(&l, raw, 0) < 0) rc = 1;
     }
-    /* split-KV: the split kernel and its combine kernel (attention_combine out=... head_dim=...) */
-    for (size_t i = 0; i <= sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0]; i++) {
+    /* split-KV rows, and the decode sweep's split and non-split kernels */
+    for (size_t i = 0; i <= sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0] && !rc; i++) {
         const kit_attn_split_row *r = i < sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0] ? &kit_attn_split_rows[i] : NULL;
-        ADD(attn_split_spec(r ? r->dtype : "bf16", r ? r->out : "bf16", r ? r->head_dim : KIT_DECODE_D, r ? r->causal : 0,
-                            raw, sizeof raw));
-        ADD(snprintf(raw, sizeof raw, "attention_combine out=%s head_dim=%d", r ? r->out : "bf16",
-                     r ? r->head_dim : KIT_DECODE_D));
+        attn_split_spec(r ? r->dtype : "bf16", r ? r->out : "bf16", r ? r->head_dim : KIT_DECODE_D, r ? r->causal : 0,
+                        raw, sizeof raw);
+        if (list_add(&l, raw, 0) < 0) rc = 1;
     }
-    ADD(attn_spec("bf16", "bf16", KIT_DECODE_D, 0, raw, sizeof raw)); /* the decode sweep's non-split kernel */
-    for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0]; i++) {
+    if (!rc) {
+        attn_spec("bf16", "bf16", KIT_DECODE_D, 0, raw, sizeof raw);
+        if (list_add(&l, raw, 0) < 0) rc = 1;
+    }
+    for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0] && !rc; i++) {
         const kit_attn_bwd_row *r = &kit_attn_bwd_rows[i];
-        for (int s = 0; s < 3; s++)
-            ADD(attn_bwd_spec(attn_bwd_seq[r->deterministic][s], r->dtype, r->head_dim, r->causal, r->deterministic, raw,
-                              sizeof raw));
+        attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, raw, sizeof raw);
+        if (list_add(&l, raw, 0) < 0) rc = 1;
     }
-    for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; i++)
+    for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d && !rc; i++)
         for (int causal = 0; causal < 2; causal++)
-            for (int det = 0; det < 2; det++)
-                for (int s = 0; s < 3; s++)
-                    ADD(attn_bwd_spec(attn_bwd_seq[det][s], "bf16", kit_attn_sweep_d[i], causal, det, raw, sizeof raw));
+            for (int det = 0; det < 2; det++) {
+                attn_bwd_spec("bf16", kit_attn_sweep_d[i], causal, det, raw, sizeof raw);
+                if (list_add(&l, raw, 0) < 0) rc = 1;
+            }
     for (size_t t = 0; t < sizeof kit_ln_sweep_dtypes / sizeof *kit_ln_sweep_dtypes; t++)
-        for (size_t i = 0; i < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; i++) {
+        for (size_t i = 0; i < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden && !rc; i++) {
             const char *d = kit_ln_sweep_dtypes[t];
-            ADD(ln_spec(d, d, d, kit_ln_sweep_hidden[i], raw, sizeof raw));
+            ln_spec(d, d, d, kit_ln_sweep_hidden[i], raw, sizeof raw);
+            if (list_add(&l, raw, 0) < 0) rc = 1;
         }
     for (size_t t = 0; t < sizeof kit_attn_sweep_dtypes / sizeof *kit_attn_sweep_dtypes; t++)
-        for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; i++)
+        for (size_t i = 0; i < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d && !rc; i++)
             for (int causal = 0; causal < 2; causal++) {
                 const char *d = kit_attn_sweep_dtypes[t];
-                ADD(attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw));
+                attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw);
+                if (list_add(&l, raw, 0) < 0) rc = 1;
             }
 #ifdef KIT_HAVE_NORM
-    /* the norm rows, then the RMSNorm forward, LayerNorm backward and RMSNorm backward speed
-     * sweeps (bf16), then the backward forms the sweep times beside them (those that generate for
-     * every SM) */
-    static const int all_sms[] = {75, 80, 86, 89, 90};
-    size_t nrows = sizeof kit_norm_rows / sizeof kit_norm_rows[0], nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
-    size_t nforms = sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows;
+    /* the norm rows, then the RMSNorm forward, LayerNorm backward and RMSNorm backward speed sweeps
+     * (bf16, with offset=1 at the offset sweep's sizes), then the backward forms the sweep times
+     * beside them (those that generate for every SM) */
+    static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
     size_t noff = sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden;
-    for (size_t k = 0; k < 3 * noff; k++) {
-        static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
-        ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d offset=1", fams[k / noff], kit_offset_sweep_hidden[k % noff]));
-    }
-    for (size_t i = 0; i < nrows + 3 * nsweep + nforms; i++) {
-        if (i < nrows) {
-            ADD(snprintf(raw, sizeof raw, "%s", kit_norm_rows[i].spec));
-        } else if (i < nrows + 3 * nsweep) {
-            size_t k = i - nrows;
-            static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
-            ADD(snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d", fams[k / nsweep], kit_ln_sweep_hidden[k % nsweep]));
-        } else {
-            const kit_form_row *f = &kit_norm_bwd_form_rows[i - nrows - 3 * nsweep];
-            snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->rms ? "rmsnorm_bwd" : "layernorm_bwd", f->hidden,
-                     f->form);
-            int every = 1;
-            for (size_t t = 0; t < sizeof all_sms / sizeof all_sms[0] && every; t++) {
-                kiln_module *mod;
-                if (kiln_generate(gen, raw, all_sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) every = 0;
-                else kiln_module_free(mod);
-            }
-            if (!every) continue;
-            ADD((void)0);
-        }
-        /* a backward's second kernel (the workspace reduction) must be in the bundle too */
-        for (size_t t = 0; t < sizeof all_sms / sizeof all_sms[0]; t++) {
-            kiln_module *mod;
-            if (kiln_generate(gen, canon, all_sms[t], KILN_EMIT_PTX, &mod, &err) != KILN_OK) {
-                fprintf(stderr, "kiln-kit: %s\n", err.msg);
-                kiln_gen_destroy(gen);
-                return 1;
-            }
-            char then[KILN_SPEC_MAX];
-            snprintf(then, sizeof then, "%s", kiln_module_meta(mod)->then_spec);
-            kiln_module_free(mod);
-            if (then[0]) ADD(snprintf(raw, sizeof raw, "%s", then));
-        }
+    size_t nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
+    for (size_t k = 0; k < 3 * noff && !rc; k++) ADD("%s x=bf16 hidden=%d offset=1", fams[k / noff], kit_offset_sweep_hidden[k % noff]);
+    for (size_t i = 0; i < sizeof kit_norm_rows / sizeof kit_norm_rows[0] && !rc; i++) ADD("%s", kit_norm_rows[i].spec);
+    for (size_t k = 0; k < 3 * nsweep && !rc; k++) ADD("%s x=bf16 hidden=%d", fams[k / nsweep], kit_ln_sweep_hidden[k % nsweep]);
+    for (size_t i = 0; i < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows && !rc; i++) {
+        const kit_form_row *f = &kit_norm_bwd_form_rows[i];
+        snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->rms ? "rmsnorm_bwd" : "layernorm_bwd", f->hidden, f->form);
+        if (list_add(&l, raw, 1) < 0) rc = 1;
     }
 #endif
 #undef ADD
-    for (int i = 0; i < n; i++) printf("%s\n", list[i]);
-    kiln_gen_destroy(gen);
-    return 0;
+    for (int i = 0; i < l.n && !rc; i++) printf("%s\n", l.spec[i]);
+    kiln_gen_destroy(l.gen);
+    return rc;
 }
 
 /* ---- case building ---- */
@@ -263,6 +272,19 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
     kiln_ln_data_free(d);
     kiln_emu_kernel_free(k);
     return st;
+}
+
+/* The kernel k's launch runs right after it (split-KV's combine, a norm backward's reduction): *after
+ * stays NULL when there is none. */
+static kiln_status load_after(kiln_gen *gen, kiln_emu *emu, kiln_emu_kernel *k, int sm, kiln_emu_kernel **after,
+                              kiln_error *err) {
+    char seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
+    int self = 0, n = kiln_launch_sequence(kiln_emu_kernel_meta(k), seq, KIT_MAX_STEPS, &self);
+    *after = NULL;
+    if (n > KIT_MAX_STEPS || self != 0 || n > 2)
+        return kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's case wants it and at most one after",
+                         kiln_emu_kernel_meta(k)->spec, n, self);
+    return n == 2 ? kiln_emu_load(emu, gen, seq[1], sm, after, err) : KILN_OK;
 }
 
 /* How a forward attention case's kernels run on the emulator: the plain kernel, or split + combine. */
@@ -371,8 +393,9 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
     if (st != KILN_OK) return st;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     kiln_attn_problem p = {0};
-    if ((st = kiln_emu_load(emu, gen, m->then_spec, sm, &comb, err)) == KILN_OK)
-        st = kiln_attn_spec_parse(m->spec, &p, err);
+    if ((st = load_after(gen, emu, k, sm, &comb, err)) == KILN_OK && !comb)
+        st = kiln_fail(err, KILN_EINVAL, "'%s' runs no combine kernel", m->spec);
+    if (st == KILN_OK) st = kiln_attn_spec_parse(m->spec, &p, err);
     if (st == KILN_OK) {
         p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
         p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
@@ -394,18 +417,21 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
 }
 
 /* An attention backward case: the forward's O and lse as the backward receives them (float64
- * forward rounded to out / f32), dO random; the emulator runs the three kernels the runtime helper
- * launches and must pass the family's error model; dq/dk/dv against the float64 gradients. */
+ * forward rounded to out / f32), dO random; the emulator runs the three kernels the dkdv kernel's
+ * launch description names (prep, dkdv, convert or dq) and must pass the family's error model;
+ * dq/dk/dv against the float64 gradients. */
 static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r, int sm, int quick,
                                   kit_case *c, kiln_error *err) {
     kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
-    char spec[3][KILN_SPEC_MAX];
-    kiln_status st = KILN_OK;
-    for (int s = 0; s < 3 && st == KILN_OK; s++) {
-        attn_bwd_spec(attn_bwd_seq[r->deterministic][s], r->dtype, r->head_dim, r->causal, r->deterministic, spec[s],
-                      sizeof spec[s]);
-        st = kiln_emu_load(emu, gen, spec[s], sm, &ks[s], err);
-    }
+    char spec[KILN_SPEC_MAX], seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
+    attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &ks[1], err);
+    int self = 0, nseq = st == KILN_OK ? kiln_launch_sequence(kiln_emu_kernel_meta(ks[1]), seq, KIT_MAX_STEPS, &self) : 3;
+    if (st == KILN_OK && (nseq != 3 || self != 1))
+        st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's backward case wants prep, dkdv, "
+                       "then convert or dq", spec, nseq, self);
+    for (int s = 0; s < 3 && st == KILN_OK; s++)
+        if (s != 1) st = kiln_emu_load(emu, gen, seq[s], sm, &ks[s], err);
     kiln_attn_problem p = {0};
     if (st == KILN_OK && kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
         st = kiln_fail(err, KILN_EINVAL, "attention_bwd row: unknown dtype '%s'", r->dtype);
@@ -457,7 +483,7 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
                  r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
                  p.seq_k);
         snprintf(c->family, sizeof c->family, "attention_bwd");
-        snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* the helper's dkdv kernel */
+        snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* dkdv: its launch runs the sequence */
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
         const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
@@ -488,7 +514,7 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
 #include "kiln/emu_norm.h"
 
 /* A norm-family case (RMSNorm, residual forms, backwards). sms > 0: the emulator runs the backward
- * on as many blocks as the runtime helper launches on a device with that many multiprocessors, so
+ * on as many blocks as kiln_launch gives it on a device with that many multiprocessors, so
  * that dweight/dbias are summed in the same order. */
 static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *r, int sm, int sms, int quick,
                               kit_case *c, kiln_error *err) {
@@ -498,7 +524,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     kiln_norm_spec s;
     if ((st = kiln_norm_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
-    if (m->then_spec[0] && (st = kiln_emu_load(emu, gen, m->then_spec, sm, &red, err)) != KILN_OK) return st;
+    if ((st = load_after(gen, emu, k, sm, &red, err)) != KILN_OK) return st;
     int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
     kiln_norm_data *d;
@@ -693,7 +719,7 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
     if (kiln_generate(gen, "layernorm x=f16 hidden=256", tsm, KILN_EMIT_PTX, &first, &err) != KILN_OK)
         return fprintf(stderr, "kiln-kit: %s\n", err.msg), 2;
     kiln_module_free(first);
-    printf("JIT path on %s (sm_%d): generate in this process, cuModuleLoadData, launch through the helpers\n"
+    printf("JIT path on %s (sm_%d): generate in this process, cuModuleLoadData, kiln_launch\n"
            "  first generation in the process (Lua + LLVM start): %.1f ms; below, gen = generation alone, cold =\n"
            "  kiln_rt_get_kernel from empty caches (generate + driver JIT + disk write), disk = a second runtime's\n"
            "  get from the disk cache (read + driver JIT), warm = memory-cache hit\n",
@@ -712,9 +738,7 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
             failed++;
             continue;
         }
-        /* the launch-time LayerNorm form is what a bundle falls back to; with a generator the
-         * helper generates the fixed size, so those cases are AOT-only */
-        if (c.emu_sm != tsm || strstr(c.spec, "hidden=launch")) {
+        if (c.emu_sm != tsm) {
             kit_case_free(&c);
             continue;
         }

@@ -55,7 +55,7 @@ rc_prep=$?
 tail -n 1 "$WORK/prepare.log"
 [ $rc_prep -eq 0 ] || { cat "$WORK/prepare.log"; echo "run: preparing the cases failed"; exit 2; }
 
-step "AOT path: bundle payloads through the launch helpers (libkiln_rt only)"
+step "AOT path: bundle payloads through the generic launch (libkiln_rt only)"
 "$KIT/kiln-gpucheck" check "$BUNDLE" "$WORK/cases" --csv "$OUTDIR/check_aot.csv"
 rc_aot=$?
 
