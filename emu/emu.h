@@ -342,6 +342,16 @@ void emu_norm_case_check(struct kiln_case *c, struct kiln_case_output *out, int 
 void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
 /* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */
 kiln_status emu_norm_case_shape(const struct kiln_case *c, int *rows, int *hidden, kiln_error *err);
+/* The norms' inputs, shared with LayerNorm's own reference (templates/layernorm.ref.c): rows x n
+ * values of x (dtype xt, times scale) drawn from g by input kind (row r of `mixed` takes kind r % 4;
+ * large-mean, constant, special rows as docs/registry.md says), each followed, when res is not NULL,
+ * by its residual value (dtype rt). */
+void emu_norm_fill_rows(kiln_dtype xt, void *x, kiln_dtype rt, void *res, int rows, size_t n, kiln_ln_input input,
+                        double scale, emu_rng *g);
+/* A row's float64 statistics over n values val(ctx, base + i): the mean (0 when rms) and
+ * 1/sqrt(mean((v - mean)^2) + eps), as torch's layer_norm and RMSNorm compute them. */
+void emu_norm_row_stats(double (*val)(const void *ctx, size_t i), const void *ctx, size_t base, size_t n, int rms,
+                        double eps, double *mean, double *rstd);
 
 /* templates/attention.ref.c: the attention families' shared case pieces (kiln/emu_case.h).
  * The problem from the case's options (rows = seq_q, seq_k, batch, heads_q, heads_kv; the mask keys

@@ -59,28 +59,11 @@ kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_er
     return KILN_OK;
 }
 
-/* ---- inputs ---- */
+/* ---- inputs (drawn as the norm families draw them: templates/lib/norm.ref.c) ---- */
 
-
-/* Row r of kind in; k counts the rows of that kind so far (it picks the special values). */
-static void fill_row(const kiln_ln_data *d, kiln_ln_input in, int r, int k, emu_rng *g) {
-    size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
-    double c = emu_rng_normal(g, 0, 3);
-    for (size_t i = 0; i < n; i++) {
-        double v;
-        switch (in) {
-        case KILN_LN_LARGE_MEAN: v = k % 2 ? emu_rng_normal(g, 1000, 0.1) : emu_rng_normal(g, 10000, 1e-3); break;
-        case KILN_LN_CONSTANT: v = c; break;
-        default: v = emu_rng_normal(g, 0.5, 2); break;
-        }
-        kiln_emu_value_set(d->spec.x, d->x, base + i, v);
-    }
-    if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
-    size_t p1 = emu_rng_next(g) % n, p2 = emu_rng_next(g) % n;
-    if (p2 == p1) p2 = (p1 + 1) % n;
-    static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
-    kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
-    if (k % 5 == 4) kiln_emu_value_set(d->spec.x, d->x, base + p2, n > 1 ? kinds[3][1] : NAN);
+static double xval(const void *d, size_t i) {
+    const kiln_ln_data *ln = d;
+    return kiln_emu_value_get(ln->spec.x, ln->x, i);
 }
 
 /* float64 reference: torch.nn.functional.layer_norm (biased variance, eps inside the root). */
@@ -88,14 +71,8 @@ static void reference(kiln_ln_data *d) {
     size_t n = (size_t)d->hidden;
     for (int r = 0; r < d->rows; r++) {
         size_t base = (size_t)r * n;
-        double sum = 0, sq = 0;
-        for (size_t i = 0; i < n; i++) sum += kiln_emu_value_get(d->spec.x, d->x, base + i);
-        double mean = sum / (double)n;
-        for (size_t i = 0; i < n; i++) {
-            double c = kiln_emu_value_get(d->spec.x, d->x, base + i) - mean;
-            sq += c * c;
-        }
-        double rstd = 1.0 / sqrt(sq / (double)n + (double)d->eps);
+        double mean, rstd;
+        emu_norm_row_stats(xval, d, base, n, 0, (double)d->eps, &mean, &rstd);
         d->ref_mean[r] = mean;
         d->ref_rstd[r] = rstd;
         for (size_t i = 0; i < n; i++) {
@@ -134,12 +111,7 @@ kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *s
         return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d LayerNorm buffers", rows, hidden);
     }
     emu_rng g = {seed * 0x2545f4914f6cdd1dull + 1};
-    for (int r = 0; r < rows; r++) {
-        kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
-        /* in mixed rows a special row takes the next special value, never the plain one */
-        int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
-        fill_row(d, in, r, k, &g);
-    }
+    emu_norm_fill_rows(spec->x, d->x, KILN_F32, NULL, rows, (size_t)hidden, input, 1.0, &g);
     for (int i = 0; i < hidden; i++) {
         if (d->w) kiln_emu_value_set(spec->w, d->w, (size_t)i, emu_rng_normal(&g, 1, 0.5));
         if (d->b) kiln_emu_value_set(spec->w, d->b, (size_t)i, emu_rng_normal(&g, 0, 0.5));

@@ -85,8 +85,10 @@ static double hval(const kiln_norm_data *d, size_t i) {
     return round_to(s->r, round_to(KILN_F32, x + get(s->r, d->res, i)));
 }
 
-static void fill_row(kiln_norm_data *d, kiln_ln_input in, int r, int k, double scale, emu_rng *g) {
-    size_t base = (size_t)r * (size_t)d->hidden, n = (size_t)d->hidden;
+/* Row r of kind in; k counts the rows of that kind so far (it picks the special values). */
+static void fill_row(kiln_dtype xt, void *x, kiln_dtype rt, void *res, size_t n, kiln_ln_input in, int r, int k,
+                     double scale, emu_rng *g) {
+    size_t base = (size_t)r * n;
     double c = emu_rng_normal(g, 0, 3);
     for (size_t i = 0; i < n; i++) {
         double v;
@@ -95,16 +97,40 @@ static void fill_row(kiln_norm_data *d, kiln_ln_input in, int r, int k, double s
         case KILN_LN_CONSTANT: v = c; break;
         default: v = emu_rng_normal(g, 0.5, 2); break;
         }
-        kiln_emu_value_set(d->spec.x, d->x, base + i, v * scale);
-        if (d->res) kiln_emu_value_set(d->spec.r, d->res, base + i, in == KILN_LN_CONSTANT ? 0.0 : emu_rng_normal(g, 0, 1) * scale);
+        kiln_emu_value_set(xt, x, base + i, v * scale);
+        if (res) kiln_emu_value_set(rt, res, base + i, in == KILN_LN_CONSTANT ? 0.0 : emu_rng_normal(g, 0, 1) * scale);
     }
     if (in != KILN_LN_SPECIAL || k % 5 == 0) return;
     size_t p1 = emu_rng_next(g) % n, p2 = emu_rng_next(g) % n;
     if (p2 == p1) p2 = (p1 + 1) % n;
     static const double kinds[4][2] = {{NAN, 0}, {INFINITY, 0}, {-INFINITY, 0}, {INFINITY, -INFINITY}};
-    kiln_emu_value_set(d->spec.x, d->x, base + p1, kinds[k % 5 - 1][0]);
-    if (k % 5 == 4) kiln_emu_value_set(d->spec.x, d->x, base + p2, n > 1 ? kinds[3][1] : NAN);
+    kiln_emu_value_set(xt, x, base + p1, kinds[k % 5 - 1][0]);
+    if (k % 5 == 4) kiln_emu_value_set(xt, x, base + p2, n > 1 ? kinds[3][1] : NAN);
 }
+
+void emu_norm_fill_rows(kiln_dtype xt, void *x, kiln_dtype rt, void *res, int rows, size_t n, kiln_ln_input input,
+                        double scale, emu_rng *g) {
+    for (int r = 0; r < rows; r++) {
+        kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
+        /* in mixed rows a special row takes the next special value, never the plain one */
+        int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
+        fill_row(xt, x, rt, res, n, in, r, k, scale, g);
+    }
+}
+
+void emu_norm_row_stats(double (*val)(const void *ctx, size_t i), const void *ctx, size_t base, size_t n, int rms,
+                        double eps, double *mean, double *rstd) {
+    double sum = 0, sq = 0, m = 0;
+    for (size_t i = 0; i < n; i++) sum += val(ctx, base + i);
+    if (!rms) m = sum / (double)n;
+    for (size_t i = 0; i < n; i++) {
+        double c = val(ctx, base + i) - m;
+        sq += c * c;
+    }
+    *mean = m, *rstd = 1.0 / sqrt(sq / (double)n + eps);
+}
+
+static double hval_of(const void *d, size_t i) { return hval(d, i); }
 
 /* float64 references. Forward: torch layer_norm / RMSNorm on h. Backward: the forward statistics
  * (rounded to f32, as a forward saves them) and the analytic gradients from the same inputs. */
@@ -116,14 +142,8 @@ static void reference(kiln_norm_data *d) {
         for (size_t i = 0; i < n; i++) d->ref_dw[i] = d->ref_db[i] = 0;
     for (int r = 0; r < d->rows; r++) {
         size_t base = (size_t)r * n;
-        double sum = 0, sq = 0, mean = 0;
-        for (size_t i = 0; i < n; i++) sum += hval(d, base + i);
-        if (!rms) mean = sum / (double)n;
-        for (size_t i = 0; i < n; i++) {
-            double c = hval(d, base + i) - mean;
-            sq += c * c;
-        }
-        double rstd = 1.0 / sqrt(sq / (double)n + (double)d->eps);
+        double mean, rstd;
+        emu_norm_row_stats(hval_of, d, base, n, rms, (double)d->eps, &mean, &rstd);
         if (!bwd) {
             d->ref_mean[r] = mean, d->ref_rstd[r] = rstd;
             for (size_t i = 0; i < n; i++) {
@@ -205,11 +225,7 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
     }
     p->x_scale = scale;
     emu_rng g = {seed * 0x2545f4914f6cdd1dull + 7};
-    for (int r = 0; r < rows; r++) {
-        kiln_ln_input in = input == KILN_LN_MIXED ? (kiln_ln_input)(r % 4) : input;
-        int k = input == KILN_LN_MIXED ? (in == KILN_LN_SPECIAL ? r / 4 % 4 + 1 : r / 4) : r;
-        fill_row(d, in, r, k, scale, &g);
-    }
+    emu_norm_fill_rows(s->x, d->x, s->r, d->res, rows, (size_t)hidden, input, scale, &g);
     for (size_t i = 0; i < hb; i++) {
         /* every 16th weight multiplies by 0 (a gradient that must come out exactly 0 through dy w);
          * offset=1: zero-centered weights (1 + w), most near 0, where rounding 1 + w to a 16-bit
