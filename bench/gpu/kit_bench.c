@@ -206,47 +206,49 @@ static int probe_load(kiln_rt *rt, const kiln_bundle *b, const kiln_kernel_meta 
 }
 
 #ifdef KIT_HAVE_NORM
-/* A backward form row: the kernel of spec `form=...` from the bundle and its norm_reduce, launched
- * as kiln_norm_backward launches the default (same grid rule, workspace and second kernel). */
+/* A backward form row: the kernel of spec `form=...` from the bundle, launched through kiln_launch as
+ * kiln_norm_backward launches the default: the template's grid rule, workspace and reduction kernel. */
 typedef struct form_ctx {
-    kiln_kernel *k, *red;
-    kiln_norm_bwd_args a;
-    unsigned blocks;
+    kiln_kernel *k;
+    kiln_launch_tensor t[8];
+    kiln_launch_scalar rows;
+    kiln_launch_args a;
 } form_ctx;
 
-static kiln_arg form_arg(const form_ctx *c, const char *n, int parts) {
-    kiln_arg v = {0};
-    if (!strcmp(n, "dx")) v.ptr = c->a.dx;
-    else if (!strcmp(n, "ws")) v.ptr = c->a.workspace;
-    else if (!strcmp(n, "dy")) v.ptr = c->a.dy;
-    else if (!strcmp(n, "x")) v.ptr = c->a.x;
-    else if (!strcmp(n, "mean")) v.ptr = c->a.mean;
-    else if (!strcmp(n, "rstd")) v.ptr = c->a.rstd;
-    else if (!strcmp(n, "weight")) v.ptr = c->a.weight;
-    else if (!strcmp(n, "dweight")) v.ptr = c->a.dweight;
-    else if (!strcmp(n, "dbias")) v.ptr = c->a.dbias;
-    else if (!strcmp(n, "rows")) v.i32 = c->a.rows;
-    else if (!strcmp(n, "hidden") || !strcmp(n, "cols")) v.i32 = c->a.hidden;
-    else if (!strcmp(n, "parts")) v.i32 = parts;
-    return v;
+/* The backward's tensors by name (a 0 pointer: a tensor the family does not have) and its rows. */
+static void form_bind(form_ctx *c, const kiln_norm_bwd_args *b) {
+    const struct { const char *name; kiln_devptr ptr; } t[8] = {
+        {"dx", b->dx}, {"dy", b->dy}, {"x", b->x}, {"mean", b->mean}, {"rstd", b->rstd}, {"weight", b->weight},
+        {"dweight", b->dweight}, {"dbias", b->dbias}};
+    for (int i = 0; i < 8; i++) c->t[i] = (kiln_launch_tensor){.name = t[i].name, .ptr = t[i].ptr};
+    c->rows = (kiln_launch_scalar){"rows", b->rows};
+    c->a = (kiln_launch_args){.tensors = c->t, .ntensors = 8, .scalars = &c->rows, .nscalars = 1};
+}
+
+/* The blocks the form's kernel runs on a device of sms multiprocessors (its description's grid rule). */
+static unsigned form_blocks(kiln_rt *rt, const form_ctx *c, int sms) {
+    char specs[KIT_MAX_STEPS][KILN_SPEC_MAX];
+    const kiln_kernel_meta *metas[KIT_MAX_STEPS];
+    static kiln_launch_step steps[KIT_MAX_STEPS];
+    int self, n = kiln_launch_sequence(kiln_kernel_get_meta(c->k), specs, KIT_MAX_STEPS, &self);
+    kiln_error err;
+    for (int i = 0; i < n && i < KIT_MAX_STEPS; i++) {
+        kiln_kernel *k = c->k;
+        if (i != self && kiln_rt_get_kernel(rt, specs[i], &k, &err) != KILN_OK) return 0;
+        metas[i] = kiln_kernel_get_meta(k);
+    }
+    kiln_launch_args q = c->a;
+    q.workspace = 0;
+    size_t bytes;
+    if (n > KIT_MAX_STEPS || kiln_launch_bind(metas, n, self, &q, sms, steps, &bytes, &err) != KILN_OK) return 0;
+    return steps[self].grid[0];
 }
 
 static int form_launch(void *p) {
     form_ctx *c = p;
-    const kiln_kernel_meta *m = kiln_kernel_get_meta(c->k), *rm = kiln_kernel_get_meta(c->red);
-    int parts = (int)(c->blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
-    kiln_arg args[KILN_MAX_PARAMS];
-    for (int i = 0; i < m->nparams; i++) args[i] = form_arg(c, m->params[i].name, parts);
-    unsigned grid[3] = {c->blocks, 1, 1};
     kiln_error err;
-    if (kiln_kernel_launch(c->k, grid, args, m->nparams, NULL, &err) != KILN_OK) goto fail;
-    for (int i = 0; i < rm->nparams; i++) args[i] = form_arg(c, rm->params[i].name, parts);
-    const uint64_t problem[3] = {(uint64_t)c->a.hidden, m->ws_slabs, 1};
-    if (kiln_kernel_grid(c->red, problem, grid, &err) == KILN_OK &&
-        kiln_kernel_launch(c->red, grid, args, rm->nparams, NULL, &err) == KILN_OK)
-        return 0;
-fail:
-    fprintf(stderr, "kiln-gpucheck: backward form %s: %s\n", m->spec, err.msg);
+    if (kiln_launch(c->k, &c->a, &err) == KILN_OK) return 0;
+    fprintf(stderr, "kiln-gpucheck: backward form %s: %s\n", kiln_kernel_get_meta(c->k)->spec, err.msg);
     return -1;
 }
 
@@ -501,10 +503,9 @@ static int bench_norms(bench *b, const row_bufs *rb) {
     if (kiln_rt_upload(rt, dy, rb->host, rb->max_bytes / 2 / 2 * 2, &b->err) != KILN_OK) return die("upload", &b->err);
     /* fam 0: RMSNorm forward; 1: LayerNorm backward (weight and bias); 2: RMSNorm backward (weight).
      * The backwards also time their kernel forms (kit_norm_bwd_forms) on the same data. */
-    static const char *const fam_names[] = {"rmsnorm forward bf16", "layernorm backward bf16", "rmsnorm backward bf16"};
-    static const char *const fam_csv[] = {"rmsnorm_fwd", "layernorm_bwd", "rmsnorm_bwd"};
     for (int fam = 0; fam < 3; fam++) {
-        printf("  %-28s %7s %8s %9s %9s %7s\n", fam_names[fam], "hidden", "rows", "ms", "GB/s", "of copy");
+        const kit_norm_sweep *sw = &kit_norm_sweeps[fam];
+        printf("  %-28s %7s %8s %9s %9s %7s\n", sw->title, "hidden", "rows", "ms", "GB/s", "of copy");
         for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
             int hidden = kit_ln_sweep_hidden[hi], tensors = fam ? 3 : 2;
             double want = b->quick ? 4.0 * (1 << 20) : KIT_LN_SWEEP_BYTES;
@@ -540,7 +541,7 @@ static int bench_norms(bench *b, const row_bufs *rb) {
             if (ms < 0) continue;
             double gbs = bytes / (ms * 1e-3) / 1e9;
             printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
-            csv_row(fam_csv[fam], "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+            csv_row(sw->csv, "kiln", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             /* offset=1 (zero-centered weights) on the same data and traffic: one f32 add per element more */
             for (size_t oi = 0; oi < sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden; oi++) {
                 if (kit_offset_sweep_hidden[oi] != hidden) continue;
@@ -550,41 +551,35 @@ static int bench_norms(bench *b, const row_bufs *rb) {
                 if (ms < 0) continue;
                 gbs = bytes / (ms * 1e-3) / 1e9;
                 printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%\n", "bf16 offset=1", hidden, rows, ms, gbs, 100 * gbs / b->copy_gbs);
-                csv_row(fam_csv[fam], "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+                csv_row(sw->csv, "kiln-offset1", "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             }
             if (!fam) continue;
             for (size_t fi = 0; fi < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows; fi++) {
                 const kit_form_row *fr = &kit_norm_bwd_form_rows[fi];
-                if (fr->rms != (fam == 2) || fr->hidden != hidden) continue;
+                if (strcmp(fr->family, sw->family) || fr->hidden != hidden || !sw->form_spec) continue;
                 char spec[KILN_SPEC_MAX], impl[64];
-                if (fam == 1)
-                    snprintf(spec, sizeof spec, "layernorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true bias=true form=%s",
-                             hidden, fr->form);
-                else
-                    snprintf(spec, sizeof spec, "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s", hidden,
-                             fr->form);
-                form_ctx fc = {.a = nc.b};
+                snprintf(spec, sizeof spec, sw->form_spec, hidden, fr->form);
+                form_ctx fc;
                 if (kiln_rt_get_kernel(rt, spec, &fc.k, &b->err) != KILN_OK) continue; /* not generated for every SM */
                 const kiln_kernel_meta *fm = kiln_kernel_get_meta(fc.k);
-                if (kiln_rt_get_kernel(rt, fm->then_spec, &fc.red, &b->err) != KILN_OK) return die("norm_reduce", &b->err);
-                unsigned threads = fm->block[0] * fm->block[1] * fm->block[2], tile = fm->grid_tile[0] ? fm->grid_tile[0] : 1;
-                unsigned need = (unsigned)((rows + tile - 1) / tile), per_sm = threads && 1024 / threads ? 1024 / threads : 1;
-                unsigned cap = (unsigned)(b->dev->multiprocessors > 0 ? b->dev->multiprocessors : 1) * per_sm;
-                fc.blocks = need < cap ? need : cap;
-                size_t wneed = (size_t)fm->ws_slabs * fc.blocks * (fm->ws_rows_per_block ? fm->ws_rows_per_block : 1) * hidden * 4;
+                form_bind(&fc, &nc.b);
+                size_t wneed = 0;
+                if (kiln_launch_workspace(fc.k, &fc.a, &wneed, &b->err) != KILN_OK) return die("backward form", &b->err);
                 if (wneed > ws_bytes) {
                     if (ws) kiln_rt_free(rt, ws, NULL);
                     if (kiln_rt_alloc(rt, wneed, &ws, &b->err) != KILN_OK) return die("alloc", &b->err);
                     ws_bytes = wneed;
                 }
                 fc.a.workspace = ws, fc.a.workspace_bytes = ws_bytes;
+                unsigned threads = fm->block[0] * fm->block[1] * fm->block[2];
+                unsigned blocks = form_blocks(rt, &fc, b->dev->multiprocessors > 0 ? b->dev->multiprocessors : 1);
                 ms = time_median(&b->t, form_launch, &fc, b->reps, &b->used);
                 if (ms < 0) continue;
                 gbs = bytes / (ms * 1e-3) / 1e9;
                 snprintf(impl, sizeof impl, "kiln-form-%s", fr->form);
                 printf("  %-28s %7d %8ld %9.4f %9.0f %6.1f%%   (%u threads x %u blocks)\n", impl + 5, hidden, rows, ms, gbs,
-                       100 * gbs / b->copy_gbs, threads, fc.blocks);
-                csv_row(fam_csv[fam], impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
+                       100 * gbs / b->copy_gbs, threads, blocks);
+                csv_row(sw->csv, impl, "bf16", hidden, 0, 0, 0, rows, 0, bytes, "GB", ms, b->used);
             }
         }
     }

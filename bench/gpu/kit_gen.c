@@ -154,15 +154,16 @@ static int cmd_specs(void) {
     /* the norm rows, then the RMSNorm forward, LayerNorm backward and RMSNorm backward speed sweeps
      * (bf16, with offset=1 at the offset sweep's sizes), then the backward forms the sweep times
      * beside them (those that generate for every SM) */
-    static const char *const fams[] = {"rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
     size_t noff = sizeof kit_offset_sweep_hidden / sizeof *kit_offset_sweep_hidden;
     size_t nsweep = sizeof kit_ln_sweep_hidden / sizeof(int);
-    for (size_t k = 0; k < 3 * noff && !rc; k++) ADD("%s x=bf16 hidden=%d offset=1", fams[k / noff], kit_offset_sweep_hidden[k % noff]);
+    for (size_t k = 0; k < 3 * noff && !rc; k++)
+        ADD("%s x=bf16 hidden=%d offset=1", kit_norm_sweeps[k / noff].family, kit_offset_sweep_hidden[k % noff]);
     for (size_t i = 0; i < sizeof kit_norm_rows / sizeof kit_norm_rows[0] && !rc; i++) ADD("%s", kit_norm_rows[i].spec);
-    for (size_t k = 0; k < 3 * nsweep && !rc; k++) ADD("%s x=bf16 hidden=%d", fams[k / nsweep], kit_ln_sweep_hidden[k % nsweep]);
+    for (size_t k = 0; k < 3 * nsweep && !rc; k++)
+        ADD("%s x=bf16 hidden=%d", kit_norm_sweeps[k / nsweep].family, kit_ln_sweep_hidden[k % nsweep]);
     for (size_t i = 0; i < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows && !rc; i++) {
         const kit_form_row *f = &kit_norm_bwd_form_rows[i];
-        snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->rms ? "rmsnorm_bwd" : "layernorm_bwd", f->hidden, f->form);
+        snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->family, f->hidden, f->form);
         if (list_add(&l, raw, 1) < 0) rc = 1;
     }
 #endif

@@ -131,15 +131,31 @@ static const kit_norm_row kit_norm_rows[] = {
  * 16384 spills 4 bytes on sm_90 and stays out).
  * kiln-kit prepare leaves out a row whose spec does not generate for every SM. */
 typedef struct kit_form_row {
-    int rms;
+    const char *family;
     int hidden;
     const char *form;
 } kit_form_row;
 
 static const kit_form_row kit_norm_bwd_form_rows[] = {
-    {0, 4096, "fixed"},  {0, 4096, "reg8"},  {0, 4096, "reg16"},  {0, 4096, "smem8"},
-    {0, 8192, "fixed"},  {0, 8192, "reg8"},  {0, 8192, "reg16"},  {0, 8192, "smem8"},
-    {0, 12288, "reg16"}, {0, 12288, "reg32"}, {1, 4096, "fixed"}, {1, 4096, "reg8"},
+    {"layernorm_bwd", 4096, "fixed"},  {"layernorm_bwd", 4096, "reg8"},  {"layernorm_bwd", 4096, "reg16"},
+    {"layernorm_bwd", 4096, "smem8"},  {"layernorm_bwd", 8192, "fixed"},  {"layernorm_bwd", 8192, "reg8"},
+    {"layernorm_bwd", 8192, "reg16"},  {"layernorm_bwd", 8192, "smem8"},  {"layernorm_bwd", 12288, "reg16"},
+    {"layernorm_bwd", 12288, "reg32"}, {"rmsnorm_bwd", 4096, "fixed"},    {"rmsnorm_bwd", 4096, "reg8"},
+};
+
+/* The norm speed sweeps beside LayerNorm forward (bf16, kit_ln_sweep_hidden; offset=1 also at
+ * kit_offset_sweep_hidden): the family, the CSV's bench name (peers.py's rows match it), the table's
+ * title, and for a backward the spec its kernel forms (kit_norm_bwd_form_rows) are timed as (hidden,
+ * form), written out as the bundle's canonical spec. */
+typedef struct kit_norm_sweep {
+    const char *family, *csv, *title, *form_spec;
+} kit_norm_sweep;
+
+static const kit_norm_sweep kit_norm_sweeps[] = {
+    {"rmsnorm", "rmsnorm_fwd", "rmsnorm forward bf16", NULL},
+    {"layernorm_bwd", "layernorm_bwd", "layernorm backward bf16",
+     "layernorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true bias=true form=%s"},
+    {"rmsnorm_bwd", "rmsnorm_bwd", "rmsnorm backward bf16", "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s"},
 };
 
 /* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */
