@@ -131,7 +131,7 @@ static int helper_launch(void *p) {
     switch (c->h) {
     case H_LAYERNORM: st = kiln_norm_forward(c->rt, &c->ln, &err), what = "layernorm"; break;
 #ifdef KIT_HAVE_NORM
-    case H_NORM_FWD: st = kiln_norm_forward(c->rt, &c->f, &err), what = "rmsnorm forward"; break;
+    case H_NORM_FWD: st = kiln_norm_forward(c->rt, &c->f, &err), what = "norm forward"; break;
     case H_NORM_BWD: st = kiln_norm_backward(c->rt, &c->b, &err), what = "norm backward"; break;
 #else
     case H_NORM_FWD: case H_NORM_BWD: break;
@@ -487,7 +487,7 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
 }
 
 #ifdef KIT_HAVE_NORM
-/* RMSNorm forward and the norm backwards (bf16; dweight/dbias through the workspace and norm_reduce), with
+/* RMSNorm forward and the norm backwards (bf16; dweight/dbias through the workspace and the reduction kernel), with
  * their offset=1 rows and the backward's kernel forms, on the LayerNorm section's tensors. */
 static int bench_norms(bench *b, const row_bufs *rb) {
     kiln_rt *rt = b->rt;
@@ -764,7 +764,7 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
                     char label[64];
                     snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
                     printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
-                    csv_row(det ? "attention_bwd_det" : "attention_bwd", "kiln", "bf16", 0, hd, seq, causal, batch, heads,
+                    csv_row(det ? KIT_ATTN_BWD_DET_CSV : KIT_ATTN_BWD_CSV, "kiln", "bf16", 0, hd, seq, causal, batch, heads,
                             flops, "TFLOP", ms, b->used);
                 }
     if (bws) kiln_rt_free(rt, bws, NULL);

@@ -29,23 +29,20 @@ static double now_ms(void) {
 static void ln_spec(const char *x, const char *w, const char *y, int hidden, char *buf, size_t size) {
     char h[16];
     snprintf(h, sizeof h, hidden ? "%d" : "launch", hidden);
-    snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=true bias=true", x, w, y, h);
+    snprintf(buf, size, KIT_LN_SPEC, x, w, y, h);
 }
 
 static void attn_spec(const char *dtype, const char *out, int d, int causal, char *buf, size_t size) {
-    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", dtype, out, d,
-             causal ? "true" : "false");
+    snprintf(buf, size, KIT_ATTN_SPEC, dtype, out, d, causal ? "true" : "false");
 }
 
 static void attn_split_spec(const char *dtype, const char *out, int d, int causal, char *buf, size_t size) {
-    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto splitkv=true", dtype, out, d,
-             causal ? "true" : "false");
+    snprintf(buf, size, KIT_ATTN_SPLIT_SPEC, dtype, out, d, causal ? "true" : "false");
 }
 
 /* The attention backward's spec: its dkdv kernel, whose launch description runs the whole sequence. */
 static void attn_bwd_spec(const char *dtype, int d, int causal, int det, char *buf, size_t size) {
-    snprintf(buf, size, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s deterministic=%s", dtype, d,
-             causal ? "true" : "false", det ? "true" : "false");
+    snprintf(buf, size, KIT_ATTN_BWD_SPEC, dtype, d, causal ? "true" : "false", det ? "true" : "false");
 }
 
 /* The kit's spec list: canonical specs in first-seen order, each followed by the other kernels its
@@ -175,6 +172,11 @@ static int cmd_specs(void) {
 
 /* ---- case building ---- */
 
+/* The case's family: its canonical spec's first word. */
+static void spec_family(const char *spec, kit_case *c) {
+    snprintf(c->family, sizeof c->family, "%.*s", (int)strcspn(spec, " "), spec);
+}
+
 /* Tolerance: twice the emulator's own largest error plus two ulps, and at least a floor per dtype
  * (f32 outputs carry f32 reduction and approximate-instruction error; f16/bf16 outputs are
  * dominated by their own rounding). The emulator runs the very module that became the PTX, so a
@@ -254,7 +256,7 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
     if (st == KILN_OK) {
         snprintf(c->name, sizeof c->name, "ln-%s.%s.%s-h%s%d%s", r->x, r->w, r->y, r->hidden ? "" : "launch",
                  hidden, r->large_mean ? "-largemean" : "");
-        snprintf(c->family, sizeof c->family, "layernorm");
+        spec_family(m->spec, c);
         snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
@@ -364,7 +366,7 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
              strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
              p.heads_kv, p.seq_q, p.seq_k);
-    snprintf(c->family, sizeof c->family, "attention");
+    spec_family(m->spec, c);
     snprintf(c->spec, sizeof c->spec, "%s", m->spec);
     c->emu_sm = sm;
     c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
@@ -404,7 +406,7 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
         snprintf(c->name, sizeof c->name, "attn-splitkv-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d-s%d", r->dtype,
                  strcmp(r->dtype, r->out) ? ">" : "", strcmp(r->dtype, r->out) ? r->out : "", r->head_dim,
                  r->causal ? "-causal" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, r->splits);
-        snprintf(c->family, sizeof c->family, "attention_splitkv");
+        snprintf(c->family, sizeof c->family, "%s", KIT_ATTN_SPLIT_FAMILY);
         snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)r->splits, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
@@ -435,7 +437,7 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
         if (s != 1) st = kiln_emu_load(emu, gen, seq[s], sm, &ks[s], err);
     kiln_attn_problem p = {0};
     if (st == KILN_OK && kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
-        st = kiln_fail(err, KILN_EINVAL, "attention_bwd row: unknown dtype '%s'", r->dtype);
+        st = kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
     p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
     p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
     p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
@@ -483,7 +485,7 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
         snprintf(c->name, sizeof c->name, "attnbwd-%s-d%d%s%s-b%dh%d:%d-q%dk%d", r->dtype, r->head_dim,
                  r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
                  p.seq_k);
-        snprintf(c->family, sizeof c->family, "attention_bwd");
+        spec_family(kiln_emu_kernel_meta(ks[1])->spec, c);
         snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* dkdv: its launch runs the sequence */
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
@@ -545,11 +547,10 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
         if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the norm error model (%ld bad)", bad);
     }
     if (st == KILN_OK) {
-        char fam[KIT_NAME];
-        snprintf(fam, sizeof fam, "%.*s", (int)strcspn(m->spec, " "), m->spec);
+        spec_family(m->spec, c);
+        const char *fam = c->family;
         snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
                  s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "", s.offset ? "-offset1" : "");
-        snprintf(c->family, sizeof c->family, "%s", fam);
         snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
@@ -634,10 +635,9 @@ static void *prep_worker(void *arg) {
         }
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
-            fprintf(stderr, "kiln-kit: case %d (%s row %d, sm_%d): %s\n", j->index,
-                    j->family == 0 ? "layernorm" : j->family == 1 ? "attention" : j->family == 3 ? "attention_bwd"
-                    : j->family == 4 ? "attention_splitkv" : "norm",
-                    j->row, j->sm, msg);
+            static const char *const tables[] = {"kit_ln_rows", "kit_attn_rows", "kit_norm_rows", "kit_attn_bwd_rows",
+                                                 "kit_attn_split_rows"};
+            fprintf(stderr, "kiln-kit: case %d (%s[%d], sm_%d): %s\n", j->index, tables[j->family], j->row, j->sm, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
             printf("  %-44s sm_%d  emulated + reference in %6.0f ms\n", c.name, j->sm, now_ms() - t0);

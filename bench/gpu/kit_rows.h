@@ -3,6 +3,21 @@
 #define KILN_BENCH_GPU_KIT_ROWS_H
 
 /*
+ * How each table's rows are spelled: the spec (a printf format over the row's fields; booleans as
+ * "true"/"false"), and the check CSV's family column where the table is not a plain family (split-KV
+ * decoding). The attention backward's spec is its dkdv kernel, whose launch description runs the
+ * whole sequence (prep, dkdv, convert or dq).
+ */
+#define KIT_LN_SPEC "layernorm x=%s w=%s y=%s hidden=%s weight=true bias=true"
+#define KIT_ATTN_SPEC "attention dtype=%s out=%s head_dim=%d causal=%s path=auto"
+#define KIT_ATTN_SPLIT_SPEC KIT_ATTN_SPEC " splitkv=true"
+#define KIT_ATTN_SPLIT_FAMILY "attention_splitkv"
+#define KIT_ATTN_BWD_SPEC "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s deterministic=%s"
+/* the speed sweep's CSV names of the attention backward, atomic and deterministic (peers.py's rows match) */
+#define KIT_ATTN_BWD_CSV "attention_bwd"
+#define KIT_ATTN_BWD_DET_CSV "attention_bwd_det"
+
+/*
  * Correctness rows. Each becomes one case per emulated SM (the device's, and sm_75 whose PTX the
  * device's driver JIT-compiles: the sm_75 code paths, bf16 without bf16 instructions, run there).
  * A new family joins with a row table here, a case builder in kit_gen.c (inputs, emulator run,
