@@ -589,6 +589,18 @@ static int bench_norms(bench *b, const row_bufs *rb) {
 }
 #endif
 
+/* Times one attention sweep row (c through its typed helper, the L2 flushed when bytes fit), prints
+ * it against the mma.sync peak and writes its CSV row. */
+static void attn_sweep_row(bench *b, helper_ctx *c, double flops, double bytes, const char *label, const char *csv,
+                           const char *dtype, int hd, int seq, int causal, int batch, int heads) {
+    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+    double ms = time_median(&b->t, helper_launch, c, b->reps, &b->used);
+    if (ms < 0) return;
+    double tf = flops / (ms * 1e-3) / 1e12;
+    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
+    csv_row(csv, "kiln", dtype, 0, hd, seq, causal, batch, heads, flops, "TFLOP", ms, b->used);
+}
+
 /* The attention sweeps' shape at head_dim hd and sequence length seq: as many sequences as fill the
  * sweep's tokens, as many heads as fill its width. 1: the quick run skips it. */
 static int attn_shape(const bench *b, int hd, int seq, int *batch, int *heads) {
@@ -601,7 +613,6 @@ static int attn_shape(const bench *b, int hd, int seq, int *batch, int *heads) {
 /* Attention forward over the sweep's dtypes, head dims, causal or not, and sequence lengths. */
 static int bench_attention_fwd(bench *b, attn_bufs *ab) {
     kiln_rt *rt = b->rt;
-    double ms;
     /* attention forward over sequence lengths */
     size_t elems = (size_t)(b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) * KIT_ATTN_SWEEP_WIDTH;
     kiln_devptr q, k, v, o, lse;
@@ -631,15 +642,10 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
                                                    .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
                     double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
-                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
-                    ms = time_median(&b->t, helper_launch, &ac, b->reps, &b->used);
-                    if (ms < 0) continue;
-                    double tf = flops / (ms * 1e-3) / 1e12;
                     char label[64];
                     snprintf(label, sizeof label, "%s d%d%s", kit_attn_sweep_dtypes[ti], hd, causal ? " causal" : "");
-                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
-                    csv_row("attention_fwd", "kiln", kit_attn_sweep_dtypes[ti], 0, hd, seq, causal, batch, heads, flops,
-                            "TFLOP", ms, b->used);
+                    attn_sweep_row(b, &ac, flops, bytes, label, "attention_fwd", kit_attn_sweep_dtypes[ti], hd, seq, causal,
+                                   batch, heads);
                 }
     }
     *ab = (attn_bufs){elems, q, k, v, o, lse, hq};
@@ -717,7 +723,6 @@ static int bench_decode(bench *b, const attn_bufs *ab) {
 /* Attention backward: the whole sequence on the forward's own O and lse. */
 static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
     kiln_rt *rt = b->rt;
-    double ms;
     /* attention backward (the whole sequence: prep, dkdv, convert; deterministic: prep, dkdv, dq) on
      * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
      * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
@@ -757,15 +762,10 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
                     bc.ab.workspace = bws;
                     double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
-                    b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
-                    ms = time_median(&b->t, helper_launch, &bc, b->reps, &b->used);
-                    if (ms < 0) continue;
-                    double tf = flops / (ms * 1e-3) / 1e12;
                     char label[64];
                     snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
-                    printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
-                    csv_row(det ? KIT_ATTN_BWD_DET_CSV : KIT_ATTN_BWD_CSV, "kiln", "bf16", 0, hd, seq, causal, batch, heads,
-                            flops, "TFLOP", ms, b->used);
+                    attn_sweep_row(b, &bc, flops, bytes, label, det ? KIT_ATTN_BWD_DET_CSV : KIT_ATTN_BWD_CSV, "bf16", hd, seq,
+                                   causal, batch, heads);
                 }
     if (bws) kiln_rt_free(rt, bws, NULL);
     kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);
