@@ -385,8 +385,9 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     return st;
 }
 
-/* A split-KV case: the split kernel, then its combine kernel, on the emulator with `splits` forced
- * (as kiln_attention_forward_splitkv launches them); o and lse against the float64 forward. */
+/* A split-KV case: the split kernel, then the combine kernel its launch description runs after it, on
+ * the emulator with `splits` forced (as the case's kiln_launch runs them); o and lse against the
+ * float64 forward. */
 static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn_split_row *r, int sm, int quick,
                                     kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
