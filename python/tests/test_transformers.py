@@ -25,7 +25,10 @@ import kiln.transformers as ktf  # noqa: E402
 HAVE_TF = importlib.util.find_spec("transformers") is not None
 needs_tf = pytest.mark.skipif(not HAVE_TF, reason="transformers is not installed (optional: pip install transformers; "
                                                   "the attention function's calling convention is tested without it)")
-MODELS_PY = os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "models.py")
+# the source tree's bench/gpu/models.py, or the GPU kit's copy beside python/
+MODELS_PY = next((p for p in (os.path.join(os.path.dirname(__file__), "..", "..", "bench", "gpu", "models.py"),
+                              os.path.join(os.path.dirname(__file__), "..", "..", "models.py")) if os.path.exists(p)),
+                 "bench/gpu/models.py")
 
 
 @pytest.fixture
