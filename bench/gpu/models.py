@@ -9,7 +9,7 @@ RMSNorm), GPT-2 and BERT (LayerNorm), ViT (bf16 activations with f32 LayerNorm w
 usage: models.py [--out DIR] [--quick] [--models llama,gemma2,...] [--dtype bf16]
 Needs torch with a CUDA device and transformers; without them it says so and exits 0 (a skip). The check
 functions take a device, dtype and size, so tests run them on CPU tensors under kiln.torch.emulated() with tiny
-configs (python/tests/test_transformers.py).
+configs (python/tests/test_torch_transformers.py).
 """
 import argparse
 import copy
@@ -260,7 +260,7 @@ def main(argv=None):
         print("models: skipped (%s); install transformers next to torch to run it" % e)
         return 0
     if not torch.cuda.is_available():
-        print("models: skipped: no CUDA device (the CPU-side logic is tested by python/tests/test_transformers.py)")
+        print("models: skipped: no CUDA device (the CPU-side logic is tested by python/tests/test_torch_transformers.py)")
         return 0
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
     rows, bad = [], 0

@@ -194,11 +194,11 @@ def _options(fn, q, dropout_p, softmax_scale, causal, window_size, softcap, alib
         _fail(fn, "window_size=%r; valid: (left, right), each an int >= -1 (-1: unbounded; (-1, -1): no window)"
                   % (window_size,))
     try:
-        cap = float(softcap)
+        cap = 0.0 if softcap is None else float(softcap)
     except (TypeError, ValueError):
         cap = float("nan")
     if not (cap >= 0) or cap == math.inf:
-        _fail(fn, "softcap=%r; valid: 0.0 (off) or a finite number > 0" % (softcap,))
+        _fail(fn, "softcap=%r; valid: 0.0 or None (off) or a finite number > 0" % (softcap,))
     hq = q.shape[-2]
     if alibi_slopes is not None:
         if not isinstance(alibi_slopes, torch.Tensor) or alibi_slopes.dtype != torch.float32:
@@ -492,8 +492,8 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """FlashAttention-2's flash_attn_with_kvcache on kiln: q (batch_size, seqlen, nheads, headdim); k_cache and
     v_cache (batch_size_cache, seqlen_cache, nheads_k, headdim), or with block_table (batch_size,
     max_num_blocks_per_seq) int32 paged (num_blocks, page_block_size, nheads_k, headdim); k, v (batch_size,
-    seqlen_new, nheads_k, headdim) are appended in place at cache_seqlens (an int or int32 (batch_size,); None: the
-    whole cache), rotated first by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2) when given (FlashAttention
+    seqlen_new, nheads_k, headdim) are appended in place at cache_seqlens (an int or int32 (batch_size,); None, only
+    without k and v: the whole cache), rotated first by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2) when given (FlashAttention
     applies the rotary only with k and v; interleaved by default, as there); cache_batch_idx picks cache rows.
     num_splits is a hint FlashAttention's heuristics take; kiln's runtime picks its own split-KV count. No
     autograd, as in FlashAttention. Returns out, or (out, softmax_lse (batch_size, nheads, seqlen)) with
@@ -550,7 +550,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             if any(x < 0 or x >= k_cache.shape[0] for x in batch_idx):
                 _fail(fn, "cache_batch_idx=%s holds an index outside 0..%d" % (batch_idx, k_cache.shape[0] - 1))
     if cache_seqlens is None:
-        seqlens = [capacity - (k.shape[1] if k is not None else 0)] * b
+        if k is not None:
+            _fail(fn, "cache_seqlens is needed with k and v (it says where each sequence's new keys go)")
+        seqlens = [capacity] * b
     elif _is_int(cache_seqlens):
         seqlens = [cache_seqlens] * b
     elif isinstance(cache_seqlens, torch.Tensor) and tuple(cache_seqlens.shape) == (b,):

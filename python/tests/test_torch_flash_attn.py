@@ -365,6 +365,7 @@ def test_bad_arguments_name_the_argument(emu):
         (lambda: fa.flash_attn_with_kvcache(q, k, v, k=k[:, :1]), "k and v go together"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, k=k[:, :1], v=v[:, :1], cache_seqlens=4), "cache_seqlens"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, num_splits=-1), "num_splits"),
+        (lambda: fa.flash_attn_with_kvcache(q, k, v, k=k[:, :1], v=v[:, :1]), "cache_seqlens is needed"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, block_table=torch.tensor([[9]], dtype=torch.int32)),
          "block_table holds"),
     ]
@@ -390,3 +391,18 @@ def test_ops_trace_on_meta_tensors():
     q, k, v = (torch.empty(2, 5, 4, 32, device="meta", dtype=torch.float16) for _ in range(3))
     o, lse = torch.ops.kiln.flash_attention(q, k[:, :, :2], v[:, :, :2], None, True, 3, -1, 0.0, 0.1, False)
     assert o.shape == (2, 5, 4, 32) and lse.shape == (2, 4, 5) and lse.dtype == torch.float32
+
+
+def test_opcheck_the_ops(emu):
+    """torch.library.opcheck: schema, fake kernel, autograd registration, AOT dispatch with dynamic shapes."""
+    g = torch.Generator().manual_seed(12)
+    q = torch.randn(1, 6, 2, 32, generator=g, requires_grad=True)
+    kv = torch.randn(1, 5, 1, 32, generator=g, requires_grad=True)
+    slopes = torch.tensor([0.2, 0.1])
+    torch.library.opcheck(torch.ops.kiln.flash_attention.default, (q, kv, kv, None, True, -1, -1, 0.0, 0.2, False))
+    torch.library.opcheck(torch.ops.kiln.flash_attention.default, (q, kv, kv, slopes, False, 2, 1, 3.0, 0.2, True))
+    with torch.no_grad():  # the backward op has no autograd formula of its own (no double backward)
+        o, lse = torch.ops.kiln.flash_attention(q, kv, kv, slopes, True, 3, -1, 3.0, 0.2, False)
+    torch.library.opcheck(torch.ops.kiln.flash_attention_backward.default,
+                          (torch.randn(o.shape, generator=g), q.detach(), kv.detach(), kv.detach(), o, lse, slopes, True,
+                           3, -1, 3.0, 0.2, False))
