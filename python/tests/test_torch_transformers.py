@@ -153,7 +153,7 @@ def test_register_makes_kiln_an_attn_implementation():
 
 
 @needs_tf
-@pytest.mark.parametrize("name", ["llama", "mistral", "gemma2", "gpt2", "bert", "vit"])
+@pytest.mark.parametrize("name", ["llama", "qwen2", "mistral", "gemma2", "gpt2", "bert", "vit"])
 def test_tiny_model_matches_eager(emu, name):
     """Prefill logits (left-padded batch for causal LMs), greedy generate() and one training step's gradients: kiln
     (attention and norms) against transformers' eager implementation in f32."""
@@ -177,3 +177,15 @@ def test_tiny_model_matches_eager(emu, name):
 def test_models_script_skips_without_a_gpu(capsys):
     assert _models().main(["--quick", "--models", "llama"]) == 0
     assert "skipped" in capsys.readouterr().out
+
+
+@needs_tf
+def test_models_run_model_and_summary_on_the_emulator(emu):
+    """The GPU kit's whole per-model routine (checks, then the three implementations timed) on a tiny config."""
+    m = _models()
+    row = m.run_model("llama", "cpu", torch.float32, False, 2, 6, 2, 1)
+    assert row["pass"] and row["generate_same"], row
+    for impl in ("kiln", "sdpa", "eager"):
+        assert row[impl + "_prefill_tok_s"] > 0 and row[impl + "_decode_tok_s"] > 0 and row[impl + "_step_ms"] > 0
+    table = m.summary([row])
+    assert table.splitlines()[2].startswith("| llama | float32 |") and "True" in table
