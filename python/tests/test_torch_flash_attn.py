@@ -406,3 +406,46 @@ def test_opcheck_the_ops(emu):
     torch.library.opcheck(torch.ops.kiln.flash_attention_backward.default,
                           (torch.randn(o.shape, generator=g), q.detach(), kv.detach(), kv.detach(), o, lse, slopes, True,
                            3, -1, 3.0, 0.2, False))
+
+
+# ---- on a GPU (the kit's torch step): the same checks at larger shapes on CUDA tensors ----
+
+GPU = torch.cuda.is_available()
+needs_gpu = pytest.mark.skipif(not GPU, reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+
+
+@needs_gpu
+@pytest.mark.parametrize("causal,window,softcap,alibi", CASES)
+@pytest.mark.parametrize("dtype,d", [(torch.float16, 64), (torch.bfloat16, 128)])
+def test_gpu_flash_attn_func_matches_float64(dtype, d, causal, window, softcap, alibi):
+    q, k, v = (t.cuda().requires_grad_() for t in _qkv(2, 100, 160, 8, 2, d, dtype))
+    window = tuple(w * 16 if w > 0 else w for w in window)
+    slopes = (torch.arange(1, 9, dtype=torch.float32) / 16).cuda() if alibi else None
+    out, lse, _ = fa.flash_attn_func(q, k, v, causal=causal, window_size=window, softcap=softcap * 4,
+                                     alibi_slopes=slopes, return_attn_probs=True)
+    qr, kr, vr = (t.detach().double().cpu().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = ref_attention(qr, kr, vr, causal, window, softcap * 4, slopes.cpu() if alibi else None)
+    _close(out.cpu(), ref, dtype, "out", 2)
+    _close(lse.cpu(), ref_lse, torch.float32, "lse", 60)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(9)).to(dtype)
+    out.backward(dout.cuda())
+    ref.backward(dout.double())
+    for n, t, r in (("dq", q, qr), ("dk", k, kr), ("dv", v, vr)):
+        _close(t.grad.cpu(), r.grad, dtype, n, 8)
+
+
+@needs_gpu
+def test_gpu_varlen_and_kvcache_match_the_dense_function():
+    lq = lk = [37, 0, 120]
+    q, k, v, cq, ck = _varlen_case(lq, lk, 4, 2, 64, torch.bfloat16)
+    q, k, v, cq, ck = (t.cuda() for t in (q, k, v, cq, ck))
+    out = fa.flash_attn_varlen_func(q, k, v, cq, ck, 120, 120, causal=True)
+    _close(out.cpu(), _varlen_ref(q.cpu(), k.cpu(), v.cpu(), lq, lk, causal=True)[0], torch.bfloat16, "varlen", 2)
+    kc, vc = (torch.zeros(2, 256, 2, 64, dtype=torch.bfloat16, device="cuda") for _ in range(2))
+    kc[:, :100], vc[:, :100] = k[:100].unsqueeze(0), v[:100].unsqueeze(0)
+    qd = q[:2].unsqueeze(1)
+    dec = fa.flash_attn_with_kvcache(qd, kc, vc, k[100:102].unsqueeze(1), v[100:102].unsqueeze(1),
+                                     cache_seqlens=torch.tensor([100, 100], dtype=torch.int32, device="cuda"),
+                                     causal=True)
+    want = fa.flash_attn_func(qd, kc[:, :101], vc[:, :101], causal=True)
+    _close(dec.cpu(), want.cpu().double(), torch.bfloat16, "kvcache decoding", 2)
