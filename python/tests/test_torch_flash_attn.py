@@ -408,6 +408,20 @@ def test_opcheck_the_ops(emu):
                            3, -1, 3.0, 0.2, False))
 
 
+def test_torch_compile_fullgraph_matches_eager(emu):
+    """flash_attn_func traces into one graph (its checks read shapes only) with inductor; forward and gradients
+    equal eager's bits."""
+    q, k, v = _qkv(1, 6, 6, 2, 1, 32, torch.float32, seed=13, grad=True)
+    f = lambda q, k, v: fa.flash_attn_func(q, k, v, causal=True, window_size=(2, 0), softcap=3.0)  # noqa: E731
+    out = torch.compile(f, fullgraph=True)(q, k, v)
+    out.sum().backward()
+    got = [t.grad.clone() for t in (q, k, v)]
+    for t in (q, k, v):
+        t.grad = None
+    ref = f(q, k, v)
+    ref.sum().backward()
+    assert torch.equal(out, ref) and all(torch.equal(a, t.grad) for a, t in zip(got, (q, k, v)))
+
 # ---- on a GPU (the kit's torch step): the same checks at larger shapes on CUDA tensors ----
 
 GPU = torch.cuda.is_available()
