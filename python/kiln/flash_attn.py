@@ -437,19 +437,21 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 
 
 def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, batch_idx, table, opts,
-                     rotary_interleaved):
+                     rotary_interleaved, leftpads=None):
     """out (batch_size, seqlen_q, nheads, headdim) and softmax_lse (batch_size, nheads, seqlen_q) of decoding
     against a KV cache: the composite path. New keys k (rotated by kiln's rotary op at positions cache_seqlens + s
     when rotary_cos is given; q too, at the same positions when causal or windowed, else all at cache_seqlens)
     are written into k_cache / v_cache in place (through `table`'s pages when paged), then each sequence attends
     to its cache_seqlens + seqlen_new keys with one dense launch (one launch for the batch when every sequence has
     the same length and the cache is dense and in batch order). The one place kiln's paged/append kernels take
-    over. seqlens, batch_idx, table: host lists."""
+    over. seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
+    leftpads[i] .. seqlens[i] + seqlen_new - 1 and its positions count from leftpads[i] (the rotary's too)."""
     scale, causal, wl, wr, cap, slopes = opts
     b, sq = q.shape[0], q.shape[1]
     sn = k.shape[1] if k is not None else 0
+    leftpads = leftpads or [0] * b
     if k is not None and rotary_cos is not None:
-        offs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)
+        offs = torch.tensor([s - lp for s, lp in zip(seqlens, leftpads)], dtype=torch.int32, device=q.device)
         k = kt.apply_rotary_emb(k, rotary_cos, rotary_sin, interleaved=rotary_interleaved, seqlen_offsets=offs)
         if causal or (wl, wr) != (-1, -1):
             q = kt.apply_rotary_emb(q, rotary_cos, rotary_sin, interleaved=rotary_interleaved, seqlen_offsets=offs)
@@ -468,7 +470,7 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
                 pages = torch.tensor(table[i], dtype=torch.long, device=q.device)[pos // ps]
                 k_cache[pages, pos % ps] = k[i]
                 v_cache[pages, pos % ps] = v[i]
-    if table is None and len(set(lengths)) == 1 and batch_idx == list(range(b)):
+    if table is None and len(set(lengths)) == 1 and batch_idx == list(range(b)) and not any(leftpads):
         return _flash_attention(q, k_cache[:b, :lengths[0]], v_cache[:b, :lengths[0]], slopes, causal, wl, wr, cap,
                                 scale, False)
     outs, lses = [], []
@@ -477,6 +479,7 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
             ki, vi = k_cache[batch_idx[i], :lengths[i]], v_cache[batch_idx[i], :lengths[i]]
         else:
             ki, vi = (_gather_pages(c, table[i], lengths[i]) for c in (k_cache, v_cache))
+        ki, vi = ki[leftpads[i]:], vi[leftpads[i]:]
         si = slopes if slopes is None or slopes.dim() == 1 else slopes[i]
         o, lse = _flash_attention(q[i:i + 1], ki.unsqueeze(0), vi.unsqueeze(0), si, causal, wl, wr, cap, scale,
                                   False)
@@ -497,7 +500,9 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     applies the rotary only with k and v; interleaved by default, as there); cache_batch_idx picks cache rows.
     num_splits is a hint FlashAttention's heuristics take; kiln's runtime picks its own split-KV count. No
     autograd, as in FlashAttention. Returns out, or (out, softmax_lse (batch_size, nheads, seqlen)) with
-    return_softmax_lse. Runs the composite path (lengths read to the host); cache_leftpad is not supported yet."""
+    return_softmax_lse. cache_leftpad (int32 (batch_size,)): each cache starts there (keys before it are not
+    attended; positions, the rotary's included, count from it). Runs the composite path (lengths read to the
+    host)."""
     fn = "flash_attn_with_kvcache"
     paged = block_table is not None
     _check_tensors(fn, ("q",), (q,), 4, "(batch_size, seqlen, nheads, headdim)")
@@ -513,9 +518,6 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
         if tuple(k.shape) != tuple(v.shape) or k.shape[0] != b or tuple(k.shape[2:]) != tuple(k_cache.shape[2:]):
             _fail(fn, "k %s and v %s must be (batch_size=%d, seqlen_new, nheads_k=%d, headdim=%d)" % (
                 list(k.shape), list(v.shape), b, k_cache.shape[2], k_cache.shape[3]))
-    if cache_leftpad is not None:
-        _fail(fn, "cache_leftpad is not supported yet (kiln's KV-cache path reads each cache from position 0); "
-                  "pass cache_leftpad=None")
     if (rotary_cos is None) != (rotary_sin is None):
         _fail(fn, "rotary_cos and rotary_sin go together")
     if rotary_cos is not None:
@@ -563,7 +565,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     if any(s < 0 or s + sn > capacity for s in seqlens):
         _fail(fn, "cache_seqlens=%s plus seqlen_new=%d must stay within the cache's %d positions" % (
             seqlens, sn, capacity))
+    leftpads = None
+    if cache_leftpad is not None:
+        if not isinstance(cache_leftpad, torch.Tensor) or tuple(cache_leftpad.shape) != (b,):
+            _fail(fn, "cache_leftpad must be an int32 tensor (batch_size=%d,)" % b)
+        leftpads = [int(x) for x in cache_leftpad.tolist()]
+        if any(lp < 0 or lp > s for lp, s in zip(leftpads, seqlens)):
+            _fail(fn, "cache_leftpad=%s must be 0 .. cache_seqlens=%s for each sequence" % (leftpads, seqlens))
     with torch.no_grad():
         out, lse = _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, batch_idx, table,
-                                    opts, rotary_interleaved)
+                                    opts, rotary_interleaved, leftpads)
     return (out, lse) if return_softmax_lse else out

@@ -292,6 +292,28 @@ def test_kvcache_appends_rotates_and_attends(emu, causal, interleaved):
         _close(lse[i], ref_lse[0], torch.float32, "lse %d" % i, 60)
 
 
+def test_kvcache_leftpad_starts_each_cache_there(emu):
+    """cache_leftpad: sequence i attends to cache positions leftpad[i] .. cache_seqlens[i] + seqlen_new - 1, its new
+    keys rotated at positions counted from leftpad[i] (FlashAttention's seqlen_k_cache = cache_seqlens - leftpad)."""
+    g = torch.Generator().manual_seed(14)
+    kc = torch.randn(2, 8, 1, 32, generator=g).half()
+    vc = torch.randn(2, 8, 1, 32, generator=g).half()
+    q = torch.randn(2, 1, 2, 32, generator=g).half()
+    k = torch.randn(2, 1, 1, 32, generator=g).half()
+    v = torch.randn(2, 1, 1, 32, generator=g).half()
+    ang = torch.rand(8, 8, generator=g) * 3
+    seqlens, pads = torch.tensor([5, 6], dtype=torch.int32), torch.tensor([2, 0], dtype=torch.int32)
+    kc0, vc0 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, ang.cos(), ang.sin(), seqlens, cache_leftpad=pads, causal=True)
+    for i, (s, lp) in enumerate(zip(seqlens.tolist(), pads.tolist())):
+        pos = torch.tensor([s - lp])
+        krot = _rotate(k[i], ang.cos(), ang.sin(), pos, True)
+        _close(kc[i, s:s + 1], krot, torch.float16, "appended k %d" % i)
+        keys = torch.cat([kc0[i, lp:s].double(), krot])
+        vals = torch.cat([vc0[i, lp:s].double(), v[i].double()])
+        ref, _ = ref_attention(_rotate(q[i], ang.cos(), ang.sin(), pos, True)[None], keys[None], vals[None], True)
+        _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
+
 def test_kvcache_batch_idx_int_seqlens_and_no_new_keys(emu):
     g = torch.Generator().manual_seed(8)
     kc = torch.randn(3, 6, 1, 32, generator=g).half()
@@ -360,8 +382,8 @@ def test_bad_arguments_name_the_argument(emu):
                                            torch.tensor([0, 4], dtype=torch.int32), 5, 4), "cu_seqlens_q"),
         (lambda: fa.flash_attn_varlen_func(q[0], k[0], v[0], torch.tensor([0, 4], dtype=torch.int32),
                                            torch.tensor([0, 2, 4], dtype=torch.int32), 4, 4), "1 sequences"),
-        (lambda: fa.flash_attn_with_kvcache(q, k, v, cache_leftpad=torch.zeros(1, dtype=torch.int32)),
-         "cache_leftpad is not supported yet"),
+        (lambda: fa.flash_attn_with_kvcache(q, k, v, cache_seqlens=2, cache_leftpad=torch.full((1,), 3)),
+         "cache_leftpad=\\[3\\] must be 0 .. cache_seqlens"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, k=k[:, :1]), "k and v go together"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, k=k[:, :1], v=v[:, :1], cache_seqlens=4), "cache_seqlens"),
         (lambda: fa.flash_attn_with_kvcache(q, k, v, num_splits=-1), "num_splits"),
