@@ -260,7 +260,7 @@ def main(argv=None):
         print("models: skipped (%s); install transformers next to torch to run it" % e)
         return 0
     if not torch.cuda.is_available():
-        print("models: skipped: no CUDA device (the CPU-side logic is tested by python/tests/test_torch_transformers.py)")
+        print("models: skipped: no CUDA device (python/tests/test_torch_transformers.py tests the CPU-side logic)")
         return 0
     dtype = {"bf16": torch.bfloat16, "f16": torch.float16, "f32": torch.float32}[a.dtype]
     rows, bad = [], 0

@@ -495,14 +495,14 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     """FlashAttention-2's flash_attn_with_kvcache on kiln: q (batch_size, seqlen, nheads, headdim); k_cache and
     v_cache (batch_size_cache, seqlen_cache, nheads_k, headdim), or with block_table (batch_size,
     max_num_blocks_per_seq) int32 paged (num_blocks, page_block_size, nheads_k, headdim); k, v (batch_size,
-    seqlen_new, nheads_k, headdim) are appended in place at cache_seqlens (an int or int32 (batch_size,); None, only
-    without k and v: the whole cache), rotated first by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2) when given (FlashAttention
-    applies the rotary only with k and v; interleaved by default, as there); cache_batch_idx picks cache rows.
-    num_splits is a hint FlashAttention's heuristics take; kiln's runtime picks its own split-KV count. No
-    autograd, as in FlashAttention. Returns out, or (out, softmax_lse (batch_size, nheads, seqlen)) with
-    return_softmax_lse. cache_leftpad (int32 (batch_size,)): each cache starts there (keys before it are not
-    attended; positions, the rotary's included, count from it). Runs the composite path (lengths read to the
-    host)."""
+    seqlen_new, nheads_k, headdim) are appended in place at cache_seqlens (an int or int32 (batch_size,); None,
+    only without k and v: the whole cache), rotated first by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2)
+    when given (FlashAttention applies the rotary only with k and v; interleaved by default, as there);
+    cache_batch_idx picks cache rows; cache_leftpad (int32 (batch_size,)): each cache starts there (keys before it
+    are not attended; positions, the rotary's included, count from it). num_splits is a hint FlashAttention's
+    heuristics take; kiln's runtime picks its own split-KV count. No autograd, as in FlashAttention. Returns out,
+    or (out, softmax_lse (batch_size, nheads, seqlen)) with return_softmax_lse. Runs the composite path (lengths
+    read to the host)."""
     fn = "flash_attn_with_kvcache"
     paged = block_table is not None
     _check_tensors(fn, ("q",), (q,), 4, "(batch_size, seqlen, nheads, headdim)")

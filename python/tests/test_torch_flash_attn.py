@@ -426,8 +426,8 @@ def test_opcheck_the_ops(emu):
     with torch.no_grad():  # the backward op has no autograd formula of its own (no double backward)
         o, lse = torch.ops.kiln.flash_attention(q, kv, kv, slopes, True, 3, -1, 3.0, 0.2, False)
     torch.library.opcheck(torch.ops.kiln.flash_attention_backward.default,
-                          (torch.randn(o.shape, generator=g), q.detach(), kv.detach(), kv.detach(), o, lse, slopes, True,
-                           3, -1, 3.0, 0.2, False))
+                          (torch.randn(o.shape, generator=g), q.detach(), kv.detach(), kv.detach(), o, lse, slopes,
+                           True, 3, -1, 3.0, 0.2, False))
 
 
 def test_torch_compile_fullgraph_matches_eager(emu):
