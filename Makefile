@@ -296,7 +296,7 @@ KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init_
 KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
 gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
          $(KIT)/transformer.kbundle.gz \
-         $(KIT)/peers.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
+         $(KIT)/peers.py $(KIT)/models.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
 	cp $< $@
@@ -308,7 +308,8 @@ $(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
 	    p=$$(ldd $< | awk -v l=$$l '$$1 == l { print $$3 }'); \
 	    [ -n "$$p" ] && cp -L "$$p" $(dir $@)$$l || { echo "gpu-kit: ldd finds no $$l for $< (the kit must carry it)"; exit 1; }; \
 	done
-KIT_PY_TESTS := python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py python/tests/test_torch_swap_norms.py
+KIT_PY_TESTS := python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py python/tests/test_torch_swap_norms.py \
+                python/tests/test_torch_flash_attn.py python/tests/test_torch_sdpa_mask.py python/tests/test_torch_transformers.py
 $(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) $(KIT_PY_TESTS)
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
 	    cp $(KIT_PY_TESTS) $(KIT)/python/tests/ && \
@@ -354,6 +355,9 @@ $(KIT)/run: bench/gpu/run.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
 $(KIT)/peers.py: bench/gpu/peers.py
+	@mkdir -p $(dir $@)
+	cp $< $@
+$(KIT)/models.py: bench/gpu/models.py
 	@mkdir -p $(dir $@)
 	cp $< $@
 

@@ -228,7 +228,11 @@ def run_python_block(root, start, src):
     if os.environ.get("O", "build") != "build" and not os.environ.get("KILN_LIB_DIR"):
         skip(name, "the plain pass (O=build) runs the Python blocks")
         return
-    missing = [m for m in ("numpy", "ml_dtypes") + (("torch",) if gpu else ()) if not importlib.util.find_spec(m)]
+    # a block whose CPU lines import torch (kiln.torch's emulated path) needs torch everywhere
+    torch_cpu = re.search(r"^\s*(import torch\b|import kiln\.(torch|flash_attn)\b|from kiln\.(torch|flash_attn)\b)", cpu,
+                          re.M)
+    missing = [m for m in ("numpy", "ml_dtypes") + (("torch",) if gpu or torch_cpu else ())
+               if not importlib.util.find_spec(m)]
     if missing:
         skip(name, "python3 lacks " + " ".join(missing))
         return

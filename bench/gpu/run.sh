@@ -91,6 +91,13 @@ if python3 -c 'import torch, pytest, sys; sys.exit(0 if torch.cuda.is_available(
     KILN_CACHE_DIR="$WORK/torch-cache" PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$WORK/lib" \
         python3 -m pytest -q -p no:cacheprovider "$KIT/python/tests" 2>&1 | tail -n 25
     rc_torch=${PIPESTATUS[0]}
+    # transformers models (random weights from configs): kiln vs eager/sdpa, and tokens/s (models.md)
+    if python3 -c 'import transformers' >/dev/null 2>&1; then
+        KILN_CACHE_DIR="$WORK/torch-cache" PYTHONPATH="$KIT/python${PYTHONPATH:+:$PYTHONPATH}" KILN_LIB_DIR="$WORK/lib" \
+            python3 -u "$KIT/models.py" --out "$OUTDIR" $QUICK || rc_torch=1
+    else
+        echo "  models.py skipped: python3 has no transformers (pip install transformers to run the model rows)"
+    fi
 else
     echo "  skipped: no python3 with torch, pytest and a CUDA device here"
 fi

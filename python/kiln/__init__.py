@@ -7,6 +7,8 @@
     kiln.emulate.layer_norm(x, w, b, sm=75)            # run the sm_75 kernel on the CPU (numpy)
     rt = kiln.Runtime(device=0); rt.layer_norm(y, x, w, b)   # launch on CUDA memory
     import kiln.torch                    # torch ops: kiln.torch.layer_norm, kiln.torch.LayerNorm, attention
+    import kiln.flash_attn               # FlashAttention-2's interface (flash_attn_func, ..._with_kvcache)
+    import kiln.transformers             # attn_implementation="kiln" in transformers (register())
 
 A thin layer over the C libraries (libkiln_rt, libkiln) through ctypes; see kiln/_lib.py for where
 they are loaded from ($KILN_LIB_DIR overrides). numpy is needed by kiln.emulate only.

@@ -68,6 +68,11 @@ def _store(t, a):
         t.copy_(src.view(t.dtype).reshape(t.shape))
 
 
+def _slopes(t):
+    """ALiBi slopes (a CPU f32 tensor, or None) as the numpy array kiln.emulate takes."""
+    return None if t is None else _np(t.contiguous(), "attention: alibi_slopes")
+
+
 def _hidden_rows(x, what):
     if x.dim() == 0 or x.shape[-1] == 0:
         raise KilnArgumentError("%s: x must be [..., hidden] with hidden >= 1, got shape %s" % (what, list(x.shape)))
@@ -207,26 +212,31 @@ class EmulatedRuntime:
 
     # ---- attention ----
 
-    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0):
+    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0, **mask):
         return 1, 0  # one split: the emulated path runs the unsplit kernel
 
-    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None):
-        """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]."""
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
+                  window=None, softcap=None, alibi_slopes=None):
+        """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]; window,
+        softcap, alibi_slopes (a CPU f32 tensor) as kiln.emulate.attention's."""
         out, lse_out = emulate.attention(*(_np(t, "attention: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"))),
                                          causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, "attention: o"),
-                                         return_lse=True)
+                                         return_lse=True, window=window, softcap=softcap,
+                                         alibi_slopes=_slopes(alibi_slopes))
         _store(o, out)
         _store(lse, lse_out)
 
-    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False):
+    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
+                                     **mask):
         return 0  # emulate.attention_backward keeps its delta and dQ accumulator in private buffers
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None):
+                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None):
         arrs = [_np(t, "attention_backward: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"),
                                                                 (o, "o"), (lse, "lse"))]
         grads = emulate.attention_backward(*arrs[:4], o=arrs[4], lse=arrs[5], causal=causal, sm=self.sm, scale=scale,
-                                           deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"))
+                                           deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"),
+                                           window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 

@@ -29,7 +29,7 @@ from typing import Optional, Tuple
 
 import torch
 
-from . import _gen, _torch_emu
+from . import _gen, _sdpa_mask, _torch_emu
 from .errors import KilnArgumentError
 from .runtime import Runtime
 
@@ -615,9 +615,8 @@ _attention.register_autograd(_attn_backward, setup_context=_attn_setup)
 def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                        enable_gqa=False):
     """Why kiln cannot run this scaled_dot_product_attention call, or None when it can."""
-    if attn_mask is not None:
-        return ("attn_mask is not supported yet (kiln masks by is_causal, and by window/softcap/ALiBi through "
-                "kiln.Runtime.attention)")
+    if attn_mask is not None and is_causal:
+        return "attn_mask with is_causal=True: torch refuses the pair too (pass one of them)"
     if dropout_p:
         return "dropout_p=%g is not supported: kiln's attention has no dropout yet (pass dropout_p=0)" % dropout_p
     ts = (query, key, value)
@@ -646,16 +645,20 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
         return "query has %d heads and key/value %d: pass enable_gqa=True as torch requires" % (hq, hkv)
     if hkv == 0 or hq % hkv:
         return "%d query heads are not a multiple of %d key/value heads" % (hq, hkv)
+    if attn_mask is not None:  # a right-padding key mask maps onto key lengths (kiln/_sdpa_mask.py)
+        lengths = _sdpa_mask.key_lengths(attn_mask, query, key)
+        return lengths if isinstance(lengths, str) else None
     return None
 
 
 def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's calling convention on kiln's attention kernel, for
-    the cases kiln covers: no attn_mask, no dropout (not built yet), head_dim any multiple of 8 up to 256 (the
-    backward: 32/64/96/128/256), GQA/MQA with enable_gqa=True, is_causal top-left aligned as torch's (any
-    seq_q, seq_k), scale; anything else raises KilnArgumentError saying why (unsupported_reason() tells
-    beforehand)."""
+    the cases kiln covers: attn_mask None or a key-padding mask (boolean, or its 0/-inf float form; the same for
+    every head and query row; right padding: mapped onto per-sequence key lengths, kiln/_sdpa_mask.py), no dropout
+    (not built yet), head_dim any multiple of 8 up to 256 (the backward: 32/64/96/128/256), GQA/MQA with
+    enable_gqa=True, is_causal top-left aligned as torch's (any seq_q, seq_k), scale; anything else raises
+    KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
     why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if why is not None:
         raise KilnArgumentError("kiln attention: " + why)
@@ -663,6 +666,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if squeeze:
         query, key, value = query.unsqueeze(0), key.unsqueeze(0), value.unsqueeze(0)
     sc = float(scale) if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    if attn_mask is not None:
+        lengths = _sdpa_mask.key_lengths(attn_mask.unsqueeze(0) if squeeze and attn_mask.dim() == 3 else attn_mask,
+                                         query, key)
+        o = _sdpa_mask.attention(_attention, query, key, value, lengths, sc)
+        return o.squeeze(0) if squeeze else o
     o, _lse = _attention(query, key, value, bool(is_causal), sc)
     return o.squeeze(0) if squeeze else o
 
