@@ -1,6 +1,6 @@
 /* emu/emu_hopper.c - Hopper intrinsics on the emulator: mbarriers (arrival and transaction counts,
- * phases, try_wait by parity) by the PTX ISA's mbarrier section, and the checks of fence.proxy.async,
- * setmaxnreg and wgmma fence/commit/wait. */
+ * phases, try_wait by parity) by the PTX ISA's mbarrier section, the checks of fence.proxy.async and
+ * setmaxnreg, and wgmma fence/commit/wait (whose state emu_wgmma.c keeps). */
 #include <string.h>
 
 #include "emu.h"
@@ -135,10 +135,10 @@ static void h_setmaxnreg(emu_call *c) {
                   emu_block_threads(c->blk));
 }
 
-static void h_wgmma_wait(emu_call *c) {
-    uint32_t n = emu_arg_u32(c, 0);
-    if (n > 7) emu_fault(c->blk, "%s: wgmma.wait_group %u outside 0..7", c->site->where, n);
-}
+/* wgmma fence/commit/wait keep each thread's wgmma state (emu_wgmma.c). */
+static void h_wgmma_fence(emu_call *c) { emu_wgmma_fence(c); }
+static void h_wgmma_commit(emu_call *c) { emu_wgmma_commit(c); }
+static void h_wgmma_wait(emu_call *c) { emu_wgmma_wait(c, emu_arg_u32(c, 0)); }
 
 #define P3 "ptr addrspace(3)"
 static const emu_op hopper_ops[] = {
@@ -152,13 +152,13 @@ static const emu_op hopper_ops[] = {
     {"llvm.nvvm.fence.proxy.async", "void ()", h_nop, 0},
     {"llvm.nvvm.setmaxnreg.inc.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
     {"llvm.nvvm.setmaxnreg.dec.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
-    {"llvm.nvvm.wgmma.fence.sync.aligned", "void ()", h_nop, 0},
-    {"llvm.nvvm.wgmma.commit_group.sync.aligned", "void ()", h_nop, 0},
+    {"llvm.nvvm.wgmma.fence.sync.aligned", "void ()", h_wgmma_fence, 0},
+    {"llvm.nvvm.wgmma.commit_group.sync.aligned", "void ()", h_wgmma_commit, 0},
     {"llvm.nvvm.wgmma.wait_group.sync.aligned", "void (i64)", h_wgmma_wait, 0},
 };
 
 const emu_op *emu_hopper_op_find(const char *name) {
     for (size_t i = 0; i < sizeof hopper_ops / sizeof hopper_ops[0]; i++)
         if (!strcmp(hopper_ops[i].name, name)) return &hopper_ops[i];
-    return NULL;
+    return emu_wgmma_op_find(name); /* emu_wgmma.c: kiln.wgmma.* */
 }

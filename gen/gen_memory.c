@@ -301,13 +301,15 @@ static int b_atomic_add(lua_State *L) {
 
 /* ---- shared memory ---- */
 
-/* b:shared(dtype, count [, align]) -> pointer to a block-wide array in shared memory. */
+/* b:shared(dtype, count [, align]) -> pointer to a block-wide array in shared memory (align 16 unless
+ * given: a power of two up to 1024). */
 static int b_shared(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     int dt = check_dtype(L, 2);
     lua_Integer n = luaL_checkinteger(L, 3), align = luaL_optinteger(L, 4, 16);
     if (n <= 0 || n > (1 << 20)) return luaL_error(L, "shared array length %d out of range", (int)n);
-    if (align <= 0 || (align & (align - 1)) || align > 256) return luaL_error(L, "align must be a power of two <= 256");
+    /* up to 1024: a 128B-swizzled wgmma or TMA tile starts on its swizzle pattern (docs/hopper.md) */
+    if (align <= 0 || (align & (align - 1)) || align > 1024) return luaL_error(L, "align must be a power of two <= 1024");
     unsigned bytes = (unsigned)(n * (lua_Integer)kiln_dtype_size((kiln_dtype)dt));
     unsigned start = (gb->smem_bytes + (unsigned)align - 1) & ~((unsigned)align - 1);
     if (start + bytes > gb->t->smem_static_max)

@@ -67,6 +67,90 @@ static const char *pipe_lua =
     "  end)\n"
     "end\nreturn K\n";
 
+/* One warpgroup multiplies a 64 x 16ks A by a 16ks x n B with a chain of ks wgmma.mma_async
+ * (m64nNk16), A from shared memory (swa: its swizzle in bytes, 0 none) or from registers (rs=1), B from
+ * shared memory (swb), and stores D (64 x n, row-major) from the D fragment. Inputs: a row-major 64 x 16ks,
+ * bt row-major n x 16ks (B transposed: K-major). Each thread copies elements into the ISA's layouts
+ * itself (no swizzle: core matrices of 8 rows x 16 bytes, LBO 128, SBO 256 ks; W-byte swizzle: rows of
+ * W bytes, k-steps side by side in a row, SBO 8W, the 16-byte chunk XOR the row bits 7..). Planted
+ * bugs: 1 B's descriptor says half the swizzle it was written with, 2 D read without the wait, 3 a wait
+ * that does not cover the group, 4 an accumulator changed in flight, 5 no wgmma.fence, 6 no commit. */
+static const char *wgmma_lua =
+    "local K = { params = {\n"
+    "  { name = 'n', type = 'int', default = 64, min = 8, max = 256 },\n"
+    "  { name = 'bf', type = 'int', default = 1, min = 0, max = 1 },\n"
+    "  { name = 'rs', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'swa', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'swb', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'ks', type = 'int', default = 1, min = 1, max = 4 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 6 } } }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "-- byte offset of element (r, kg) (kg: 0..16ks-1) of a rows x 16ks K-major matrix in layout W\n"
+    "local function offset(r, kg, W, rows, ks)\n"
+    "  if W == 0 then return (r // 8) * (256 * ks) + (kg // 8) * 128 + (r % 8) * 16 + (kg % 8) * 2 end\n"
+    "  local per = W // 32\n"
+    "  local s, k = kg // 16, kg % 16\n"
+    "  local lin = (s // per) * (rows * W) + (r // 8) * (8 * W) + (r % 8) * W + (k + (s % per) * 16) * 2\n"
+    "  return lin ~ (((lin >> 7) & MASK[W]) << 4)\n"
+    "end\n"
+    "local function size(W, rows, ks)\n"
+    "  if W == 0 then return rows * 32 * ks end\n"
+    "  local per = W // 32\n"
+    "  return ((ks + per - 1) // per) * rows * W\n"
+    "end\n"
+    "local function desc(b, base, s, W, rows, ks, claim)\n"
+    "  if W == 0 then return b:wgmma_desc(base + (s * 256) // 2, { lbo = 128, sbo = 256 * ks }) end\n"
+    "  local per = W // 32\n"
+    "  local C = claim or W\n"
+    "  return b:wgmma_desc(base + ((s // per) * rows * W + (s % per) * 32) // 2, { swizzle = C, lbo = 16, sbo = 8 * C })\n"
+    "end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local T = spec.bf == 1 and 'bf16' or 'f16'\n"
+    "  local N, KS = spec.n, spec.ks\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'a', 'ptr', T, readonly = true },\n"
+    "                                 { 'bt', 'ptr', T, readonly = true } } }\n"
+    "  local t = b:tid()\n"
+    "  local sa = b:shared(T, size(spec.swa, 64, KS) // 2, 1024)\n"
+    "  local sb = b:shared(T, size(spec.swb, N, KS) // 2, 1024)\n"
+    "  local function fill(dst, src, rows, W)\n"
+    "    for j = 0, rows * 16 * KS // 128 - 1 do\n"
+    "      local e = t + 128 * j\n"
+    "      local r, kg = e // (16 * KS), e % (16 * KS)\n"
+    "      b:store(dst + offset(r, kg, W, rows, KS) // 2, b:load(src + e))\n"
+    "    end\n"
+    "  end\n"
+    "  if spec.rs == 0 then fill(sa, p.a, 64, spec.swa) end\n"
+    "  fill(sb, p.bt, N, spec.swb)\n"
+    "  b:barrier()\n"
+    "  b:fence_proxy_async()\n"
+    "  local w, g, q = t // 32, (t % 32) // 4, t % 4\n"
+    "  if spec.bug ~= 5 then b:wgmma_fence() end\n"
+    "  local acc\n"
+    "  for s = 0, KS - 1 do\n"
+    "    local a\n"
+    "    if spec.rs == 1 then\n"
+    "      a = {}\n"
+    "      for j = 0, 3 do\n"
+    "        local row, col = w * 16 + g + 8 * (j % 2), q * 2 + 8 * (j // 2) + 16 * s\n"
+    "        local lo, hi = b:load(p.a + (row * (16 * KS) + col)), b:load(p.a + (row * (16 * KS) + col + 1))\n"
+    "        a[j + 1] = b:pack(b:to_f32(lo), b:to_f32(hi), T)\n"
+    "      end\n"
+    "    else\n"
+    "      a = desc(b, sa, s, spec.swa, 64, KS)\n"
+    "    end\n"
+    "    local claim = spec.bug == 1 and spec.swb // 2 or nil\n"
+    "    acc = b:wgmma{ n = N, type = T, a = a, b = desc(b, sb, s, spec.swb, N, KS, claim), acc = acc }\n"
+    "  end\n"
+    "  if spec.bug ~= 6 then b:wgmma_commit() end\n"
+    "  if spec.bug == 4 then acc[2] = acc[2] + b:f32(1) end\n"
+    "  if spec.bug ~= 2 then acc = b:wgmma_wait(spec.bug == 3 and 1 or 0, acc) end\n"
+    "  for i = 0, N // 2 - 1 do\n"
+    "    local row, col = w * 16 + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + q * 2 + (i & 1)\n"
+    "    b:store(p.y + (row * N + col), acc[i + 1])\n"
+    "  end\n"
+    "end\nreturn K\n";
+
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
     "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 5 } } }\n"
@@ -165,6 +249,98 @@ static void test_pipeline_bugs(void) {
         if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
         if (!strcmp(rows[i].want, "deadlock"))
             CHECK(strstr(err.msg, "mbarrier.try_wait") || strstr(err.msg, "mbar"), "names the wait: %s", err.msg);
+        TEST_END();
+    }
+}
+
+/* f16/bf16 bits of f, which must be exactly representable (few significant bits, normal range). */
+static uint16_t half_bits(float f, int bf) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (bf || f == 0.0f) return (uint16_t)(bf ? u >> 16 : (u >> 16 & 0x8000));
+    uint32_t e = (u >> 23 & 0xff) - 127 + 15;
+    return (uint16_t)((u >> 31) << 15 | e << 10 | (u & 0x7fffff) >> 13);
+}
+
+enum { WG_KMAX = 64, WG_NMAX = 256 };
+
+/* Runs hopwgmma with keys; y gets D (64 x n); *bad counts elements that differ from the exact
+ * reference (inputs are multiples of 1/4 in -1..1: every product and sum is exact in f32). */
+static kiln_status run_wgmma(const char *keys, int n, int ks, int bf, int twice, float *y, long *bad, kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hopwgmma %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    int K = 16 * ks;
+    static uint16_t a[64 * WG_KMAX], bt[WG_NMAX * WG_KMAX];
+    static float af[64 * WG_KMAX], bf_[WG_NMAX * WG_KMAX];
+    for (int i = 0; i < 64 * K; i++) af[i] = (float)((i * 37 + i / K * 5) % 9 - 4) * 0.25f, a[i] = half_bits(af[i], bf);
+    for (int i = 0; i < n * K; i++) bf_[i] = (float)((i * 11 + i / K * 3) % 7 - 3) * 0.25f, bt[i] = half_bits(bf_[i], bf);
+    for (int i = 0; i < 64 * n; i++) y[i] = -12345.0f;
+    void *py = y, *pa = a, *pb = bt, *args[] = {&py, &pa, &pb};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}, .twice = twice};
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < n; c++) {
+            float want = 0;
+            for (int kk = 0; kk < K; kk++) want += af[r * K + kk] * bf_[c * K + kk];
+            if (!(y[r * n + c] == want)) ++*bad;
+        }
+    return st;
+}
+
+static void test_wgmma(void) {
+    static const struct {
+        int n, bf, rs, swa, swb, ks;
+    } rows[] = {
+        {64, 1, 0, 0, 0, 2},    {64, 1, 0, 32, 32, 2},  {64, 1, 0, 64, 64, 2},  {64, 1, 0, 128, 128, 4},
+        {128, 0, 0, 128, 128, 4}, {128, 0, 0, 0, 64, 3}, {64, 1, 1, 0, 128, 2},  {256, 0, 1, 0, 64, 1},
+        {256, 1, 0, 128, 128, 1}, {8, 1, 0, 32, 32, 1},   {24, 0, 0, 64, 0, 2},   {128, 1, 1, 0, 32, 3},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[160], name[220];
+        snprintf(keys, sizeof keys, "n=%d bf=%d rs=%d swa=%d swb=%d ks=%d", rows[i].n, rows[i].bf, rows[i].rs,
+                 rows[i].swa, rows[i].swb, rows[i].ks);
+        snprintf(name, sizeof name, "wgmma m64n%dk16 %s, A from %s, %s: the exact reference, run twice", rows[i].n,
+                 rows[i].bf ? "bf16" : "f16", rows[i].rs ? "registers" : "shared memory", keys);
+        TEST_BEGIN(name);
+        static float y[64 * WG_NMAX];
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_wgmma(keys, rows[i].n, rows[i].ks, rows[i].bf, 1, y, &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld of %d outputs wrong", bad, 64 * rows[i].n);
+        TEST_END();
+    }
+}
+
+/* Each planted template bug must fail: a fault naming it, or wrong outputs. */
+static void test_wgmma_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+    } rows[] = {
+        {"n=64 swb=128 ks=2 bug=1", ""},                 /* B read with the wrong swizzle */
+        {"n=64 ks=1 bug=2", ""},                         /* D read without the wait: NaN tokens */
+        {"n=64 ks=1 bug=3", "does not cover"},           /* wait_group 1 with one group pending */
+        {"n=64 ks=2 bug=4", "changed while"},            /* an accumulator changed in flight */
+        {"n=64 ks=1 bug=5", "without a wgmma.fence"},    /* no fence before the first wgmma */
+        {"n=64 ks=1 bug=6", "never committed"},          /* waited without a commit */
+        {"n=64 swa=64 swb=64 ks=3 bug=1", ""},           /* 64B written, read as 32B */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "wgmma planted bug '%s' is caught%s%s", rows[i].keys, rows[i].want[0] ? ": " : "",
+                 rows[i].want);
+        TEST_BEGIN(name);
+        static float y[64 * WG_NMAX];
+        long bad = 0;
+        kiln_error err = {0};
+        int ks = atoi(strstr(rows[i].keys, "ks=") + 3);
+        kiln_status st = run_wgmma(rows[i].keys, 64, ks, 1, 0, y, &bad, &err);
+        CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
         TEST_END();
     }
 }
@@ -288,6 +464,7 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     write_template("hoppipe", pipe_lua);
     write_template("hopmisuse", misuse_lua);
+    write_template("hopwgmma", wgmma_lua);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -296,6 +473,8 @@ int main(void) {
     }
     test_pipeline();
     test_pipeline_bugs();
+    test_wgmma();
+    test_wgmma_bugs();
     test_profile();
     test_misuse();
     test_ptxas();
@@ -304,6 +483,7 @@ int main(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/hoppipe.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hopmisuse.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hopwgmma.lua", dir), unlink(path);
     rmdir(dir);
     return check_summary("hopper");
 }
