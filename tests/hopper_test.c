@@ -74,7 +74,8 @@ static const char *pipe_lua =
  * itself (no swizzle: core matrices of 8 rows x 16 bytes, LBO 128, SBO 256 ks; W-byte swizzle: rows of
  * W bytes, k-steps side by side in a row, SBO 8W, the 16-byte chunk XOR the row bits 7..). Planted
  * bugs: 1 B's descriptor says half the swizzle it was written with, 2 D read without the wait, 3 a wait
- * that does not cover the group, 4 an accumulator changed in flight, 5 no wgmma.fence, 6 no commit. */
+ * that does not cover the group, 4 an accumulator changed in flight, 5 no wgmma.fence, 6 no commit,
+ * 7 B's swizzled descriptor 128 bytes off its pattern, 8 B's stride reaching past shared memory. */
 static const char *wgmma_lua =
     "local K = { params = {\n"
     "  { name = 'n', type = 'int', default = 64, min = 8, max = 256 },\n"
@@ -83,7 +84,7 @@ static const char *wgmma_lua =
     "  { name = 'swa', type = 'int', default = 0, min = 0, max = 128 },\n"
     "  { name = 'swb', type = 'int', default = 0, min = 0, max = 128 },\n"
     "  { name = 'ks', type = 'int', default = 1, min = 1, max = 4 },\n"
-    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 6 } } }\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 8 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
     "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
     "-- byte offset of element (r, kg) (kg: 0..16ks-1) of a rows x 16ks K-major matrix in layout W\n"
@@ -140,7 +141,10 @@ static const char *wgmma_lua =
     "      a = desc(b, sa, s, spec.swa, 64, KS)\n"
     "    end\n"
     "    local claim = spec.bug == 1 and spec.swb // 2 or nil\n"
-    "    acc = b:wgmma{ n = N, type = T, a = a, b = desc(b, sb, s, spec.swb, N, KS, claim), acc = acc }\n"
+    "    local bd = desc(b, sb, s, spec.swb, N, KS, claim)\n"
+    "    if spec.bug == 7 then bd = b:wgmma_desc(sb + 64, { swizzle = spec.swb, lbo = 16, sbo = 8 * spec.swb }) end\n"
+    "    if spec.bug == 8 then bd = b:wgmma_desc(sb, { swizzle = spec.swb, lbo = 16, sbo = 16384 }) end\n"
+    "    acc = b:wgmma{ n = N, type = T, a = a, b = bd, acc = acc }\n"
     "  end\n"
     "  if spec.bug ~= 6 then b:wgmma_commit() end\n"
     "  if spec.bug == 4 then acc[2] = acc[2] + b:f32(1) end\n"
@@ -153,7 +157,7 @@ static const char *wgmma_lua =
 
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
-    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 5 } } }\n"
+    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 11 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
@@ -163,6 +167,12 @@ static const char *misuse_lua =
     "  elseif spec.case == 2 then b:setmaxnreg('dec', 20)\n"
     "  elseif spec.case == 3 then b:mbarrier_init(p.y, 1)\n"
     "  elseif spec.case == 4 then b:wgmma_wait(9)\n"
+    "  elseif spec.case == 6 then b:wgmma_desc(bar, { swizzle = 128, sbo = 1024 })\n"
+    "  elseif spec.case == 7 then b:wgmma{ n = 60, type = 'bf16', a = b:i64(0), b = b:i64(0) }\n"
+    "  elseif spec.case == 8 then b:wgmma_desc(bar, { swizzle = 16 })\n"
+    "  elseif spec.case == 9 then b:wgmma_desc(bar, { lbo = 24 })\n"
+    "  elseif spec.case == 10 then b:wgmma{ n = 64, type = 'f32', a = b:i64(0), b = b:i64(0) }\n"
+    "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i64(0), b = b:i64(0), trans_b = true }\n"
     "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
     "  b:store(p.y, b:f32(0))\n"
     "end\nreturn K\n";
@@ -328,6 +338,8 @@ static void test_wgmma_bugs(void) {
         {"n=64 ks=1 bug=5", "without a wgmma.fence"},    /* no fence before the first wgmma */
         {"n=64 ks=1 bug=6", "never committed"},          /* waited without a commit */
         {"n=64 swa=64 swb=64 ks=3 bug=1", ""},           /* 64B written, read as 32B */
+        {"n=64 swb=128 ks=1 bug=7", "misaligned"},       /* a 128B-swizzled B off its 1024-byte pattern */
+        {"n=64 swb=64 ks=1 bug=8", "out-of-bounds shared"}, /* SBO 16 KiB: rows past the block's shared memory */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[200];
@@ -394,6 +406,12 @@ static void test_misuse(void) {
         {3, SM90A, "must be a shared pointer"},
         {4, SM90A, "valid 0..7"},
         {5, 80, "needs sm_90 or newer"},
+        {6, 90, "b:wgmma / b:wgmma_desc (wgmma.mma_async) needs the arch-specific target sm_90a"},
+        {7, SM90A, "n = 60; valid: 8..256 in steps of 8"},
+        {8, SM90A, "swizzle = 16; valid: 0, 32, 64, 128"},
+        {9, SM90A, "lbo = 24; valid: a multiple of 16"},
+        {10, SM90A, "type 'f32'; valid: f16, bf16"},
+        {11, SM90A, "trans_b (an N-major B) is not implemented"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char spec[64], name[160], sm[16];
@@ -417,7 +435,19 @@ static void test_ptxas(void) {
     static const struct {
         const char *spec;
         int sm;
-    } rows[] = {{"hoppipe iters=6 sync=1", SM90A}, {"hoppipe iters=6", 90}};
+        const char *must[4]; /* text the PTX must hold */
+    } rows[] = {
+        {"hoppipe iters=6 sync=1", SM90A,
+         {"setmaxnreg.dec.sync.aligned.u32 \t40;", "wgmma.wait_group.sync.aligned \t0;", "fence.proxy.async",
+          "mbarrier.try_wait.parity"}},
+        {"hoppipe iters=6", 90, {"mbarrier.try_wait.parity", "mbarrier.expect_tx", "mbarrier.complete_tx", NULL}},
+        {"hopwgmma n=64 bf=1 swa=128 swb=128 ks=2", SM90A,
+         {"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "wgmma.fence.sync.aligned",
+          "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0;"}},
+        {"hopwgmma n=256 bf=0 rs=1 swb=64 ks=2", SM90A, {"wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", NULL}},
+        {"hopwgmma n=128 bf=1 rs=1 swb=32 ks=4", SM90A, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", NULL}},
+        {"hopwgmma n=24 bf=0 swa=64 ks=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16", NULL}},
+    };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[160], sm[16];
         snprintf(name, sizeof name, "ptxas %s: '%s' assembles, 0 spills, setmaxnreg kept", kiln_sm_name(rows[i].sm, sm),
@@ -444,14 +474,8 @@ static void test_ptxas(void) {
             if (log) ptxas_resources(log, &spills, &regs, &smem);
             CHECK(j.status == 0, "ptxas failed: %s", log ? log : "");
             CHECK(log && spills == 0 && !strstr(log, "C7508"), "spills %ld; log: %s", spills, log ? log : "");
-            if (rows[i].sm == SM90A)
-                CHECK(strstr(kiln_module_text(m), "setmaxnreg.dec.sync.aligned.u32 \t40;") &&
-                          strstr(kiln_module_text(m), "wgmma.wait_group.sync.aligned \t0;") &&
-                          strstr(kiln_module_text(m), "fence.proxy.async"),
-                      "PTX lacks the primitives");
-            CHECK(strstr(kiln_module_text(m), "mbarrier.try_wait.parity") &&
-                      strstr(kiln_module_text(m), "mbarrier.expect_tx") && strstr(kiln_module_text(m), "mbarrier.complete_tx"),
-                  "PTX lacks the mbarrier instructions");
+            for (int k = 0; k < 4 && rows[i].must[k]; k++)
+                CHECK(strstr(kiln_module_text(m), rows[i].must[k]), "PTX lacks '%s'", rows[i].must[k]);
             free(log);
             unlink(j.ptx), unlink(j.log);
             kiln_module_free(m);
