@@ -395,6 +395,32 @@ static void test_profile(void) {
     TEST_END();
 }
 
+/* wgmma in the profile: per warp, hopwgmma ks=2 has one fence, two mma_async, one commit and one
+ * wait (the descriptors count as integer arithmetic, not wgmma). */
+static void test_wgmma_profile(void) {
+    TEST_BEGIN("the profile counts wgmma fence, mma_async, commit and wait per warp");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) {
+        kiln_emu_set_profile(pe, 1);
+        st = kiln_emu_load(pe, gen, "hopwgmma n=64 swa=128 swb=128 ks=2", SM90A, &k, &err);
+    }
+    static uint16_t a[64 * 32], bt[64 * 32];
+    static float y[64 * 64];
+    void *py = y, *pa = a, *pb = bt, *args[] = {&py, &pa, &pb};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
+    if (st == KILN_OK) st = kiln_emu_run(k, &l, args, &err);
+    kiln_emu_profile p;
+    if (st == KILN_OK) st = kiln_emu_profile_get(k, &p, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK)
+        CHECK(p.inst[KILN_PROF_WGMMA] == 4 * 5, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], 4 * 5);
+    kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 static void test_misuse(void) {
     static const struct {
         int c, sm;
@@ -500,6 +526,7 @@ int main(void) {
     test_wgmma();
     test_wgmma_bugs();
     test_profile();
+    test_wgmma_profile();
     test_misuse();
     test_ptxas();
     kiln_emu_destroy(emu);
