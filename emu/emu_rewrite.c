@@ -547,7 +547,9 @@ static void add_trampoline(rewriter *r, LLVMValueRef kernel, const char *name) {
         LLVMValueRef idx = LLVMConstInt(r->i64, i, 0);
         LLVMValueRef slot = LLVMBuildGEP2(r->b, r->ptr, LLVMGetParam(e, 0), &idx, 1, "");
         LLVMValueRef at = LLVMBuildLoad2(r->b, r->ptr, slot, "");
-        args[i] = LLVMBuildLoad2(r->b, params[i], at, "");
+        /* a byval parameter (a tensor map) is passed as the address of its bytes, as cuLaunchKernel's are */
+        bool byval = LLVMGetEnumAttributeAtIndex(kernel, i + 1, LLVMGetEnumAttributeKindForName("byval", 5)) != NULL;
+        args[i] = byval ? at : LLVMBuildLoad2(r->b, params[i], at, "");
     }
     LLVMBuildCall2(r->b, kty, kernel, args, n, "");
     LLVMBuildRetVoid(r->b);

@@ -16,7 +16,7 @@ typedef struct hop_fact {
     bool arch;
 } hop_fact;
 
-enum { F_MBAR_INIT, F_MBAR_TX, F_MBAR_WAIT, F_FENCE_ASYNC, F_SETMAXNREG, F_WGMMA_SYNC, F_WGMMA_MMA };
+enum { F_MBAR_INIT, F_MBAR_TX, F_MBAR_WAIT, F_FENCE_ASYNC, F_SETMAXNREG, F_WGMMA_SYNC, F_WGMMA_MMA, F_TMA };
 static const hop_fact facts[] = {
     [F_MBAR_INIT] = {"b:mbarrier_init / b:mbarrier_arrive", 80, 70, false},
     [F_MBAR_TX] = {"b:mbarrier_arrive{tx=} / b:mbarrier_expect_tx / b:mbarrier_complete_tx", 90, 80, false},
@@ -25,6 +25,7 @@ static const hop_fact facts[] = {
     [F_SETMAXNREG] = {"b:setmaxnreg", 90, 80, true},
     [F_WGMMA_SYNC] = {"b:wgmma_fence / b:wgmma_commit / b:wgmma_wait", 90, 80, true},
     [F_WGMMA_MMA] = {"b:wgmma / b:wgmma_desc (wgmma.mma_async)", 90, 80, true},
+    [F_TMA] = {"b:tma_load (cp.async.bulk.tensor)", 90, 80, false},
 };
 
 /* Raises a Lua error unless the builder's target has the primitive; records the PTX ISA it needs. */
@@ -326,6 +327,45 @@ static int b_wgmma_wait(lua_State *L) {
     return 1;
 }
 
+/* ---- TMA ---- */
+
+/* b:tma_load(dst, tmap, {c0, ..}, bar): cp.async.bulk.tensor.<d>d.shared::cluster.global.tile.mbarrier::
+ * complete_tx::bytes - the box of the tensor map parameter tmap (a 'tensormap' kernel parameter) at
+ * coordinates c (elements, innermost first, i32; out-of-bounds parts zero-filled) lands in shared dst
+ * (128-byte aligned; the swizzle's span times 8 with one), and its bytes complete on mbarrier bar (the
+ * producer announces them first: b:mbarrier_arrive(bar, {tx = bytes})). */
+static int b_tma_load(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value dst = gen_arg(L, 2, -1), tm = gen_arg(L, 3, -1);
+    if (dst.kind != GEN_PTR || dst.as != GEN_AS_SHARED)
+        return luaL_error(L, "b:tma_load: the destination must be a shared pointer, got %s", gen_kind_name(dst.kind));
+    bool is_map = false;
+    for (int i = 0; gb->fn && i < gb->meta->nparams; i++)
+        if (gb->meta->params[i].kind == KILN_PARAM_TMAP && LLVMGetParam(gb->fn, (unsigned)i) == tm.v) is_map = true;
+    if (!is_map) return luaL_error(L, "b:tma_load: the map must be a kernel parameter of kind 'tensormap'");
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int rank = (int)luaL_len(L, 4);
+    if (rank < 1 || rank > 5) return luaL_error(L, "b:tma_load: %d coordinates; valid: 1..5 (the map's rank)", rank);
+    gen_value bar = check_bar(L, 5, "b:tma_load");
+    need(L, gb, F_TMA);
+    LLVMValueRef args[13];
+    int n = 0;
+    args[n++] = LLVMBuildAddrSpaceCast(gb->b, dst.v, LLVMPointerTypeInContext(gb->ctx, 7), "tma.dst");
+    args[n++] = bar.v;
+    args[n++] = tm.v;
+    read_values(L, 4, rank, GEN_I32, "b:tma_load coordinates", args + n);
+    n += rank;
+    args[n++] = LLVMConstInt(gb->i16, 0, 0); /* multicast mask, unused */
+    args[n++] = LLVMConstInt(gb->i64, 0, 0); /* cache hint, unused */
+    args[n++] = LLVMConstInt(gb->i1, 0, 0);
+    args[n++] = LLVMConstInt(gb->i1, 0, 0);
+    args[n++] = LLVMConstInt(gb->i32, 0, 0); /* no cta_group */
+    char name[64];
+    snprintf(name, sizeof name, "llvm.nvvm.cp.async.bulk.tensor.g2s.tile.%dd", rank);
+    gen_intrinsic(gb, name, NULL, 0, args, n);
+    return 0;
+}
+
 /* b:warpgroup() -> %tid.x / 128 and b:warpgroup_thread() -> %tid.x % 128 (1-D blocks: a warpgroup is
  * four consecutive warps, the unit of wgmma and setmaxnreg). */
 static int warpgroup(lua_State *L, bool index) {
@@ -348,6 +388,7 @@ void gen_register_hopper(lua_State *L) {
         {"wgmma_commit", b_wgmma_commit},         {"wgmma_wait", b_wgmma_wait},
         {"warpgroup", b_warpgroup},               {"warpgroup_thread", b_warpgroup_thread},
         {"wgmma", b_wgmma},                       {"wgmma_desc", b_wgmma_desc},
+        {"tma_load", b_tma_load},
         {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

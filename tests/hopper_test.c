@@ -9,6 +9,7 @@
 #include "kiln/emu.h"
 #include "kiln/emu_profile.h"
 #include "kiln/gen.h"
+#include "kiln/tensor_map.h"
 #include "ptxas_util.h"
 
 #define SM90A (KILN_SM_ARCH + 90)
@@ -155,12 +156,68 @@ static const char *wgmma_lua =
     "  end\n"
     "end\nreturn K\n";
 
+/* A producer thread (thread 128) streams iters boxes of a 2-D or 3-D f32 tensor through a two-stage
+ * ring with TMA (b:tma_load, the map a 'tensormap' parameter), announcing each box's bytes with
+ * arrive.expect_tx on the stage's full barrier; the consumer warpgroup waits on it, copies the box
+ * (un-swizzling it) to y[it], and releases the stage. Box it is at x = (it % 3) b0, y = (it / 3) 8
+ * (3-D: z = it % 2 too), so the right and lower edges fall outside the tensor (zero fill). Planted
+ * bugs: 1 the expect-tx announces 16 bytes too few (a wrong box), 2 no expect-tx (a plain arrival),
+ * 3 a destination 16 bytes off its alignment. */
+static const char *tma_lua =
+    "local K = { params = {\n"
+    "  { name = 'iters', type = 'int', default = 6, min = 1, max = 12 },\n"
+    "  { name = 'rank', type = 'int', default = 2, min = 2, max = 3 },\n"
+    "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
+    "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 3 } } }\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
+    "  local B0, NB = spec.b0, spec.b0 * 8\n"
+    "  local BYTES = NB * 4\n"
+    "  local STAGE = ((BYTES + 1023) // 1024) * 1024\n"
+    "  local data = b:shared('f32', 2 * STAGE // 4 + 16, 1024)\n"
+    "  local full, empty = b:shared('f32', 4, 8), b:shared('f32', 4, 8)\n"
+    "  local t = b:tid()\n"
+    "  b:if_(b:eq(t, 0), function()\n"
+    "    for s = 0, 1 do b:mbarrier_init(full + 2 * s, 1); b:mbarrier_init(empty + 2 * s, 128) end\n"
+    "  end)\n"
+    "  b:barrier()\n"
+    "  b:if_(b:eq(t, 128), function()\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      b:if_(b:ge(it, 2), function() b:mbarrier_wait(empty + 2 * s, (k + 1) % 2) end)\n"
+    "      if spec.bug == 2 then b:mbarrier_arrive(full + 2 * s)\n"
+    "      else b:mbarrier_arrive(full + 2 * s, { tx = b:i32(BYTES - (spec.bug == 1 and 16 or 0)) }) end\n"
+    "      local c = { (it % 3) * B0, (it // 3) * 8 }\n"
+    "      if spec.rank == 3 then c = { (it % 3) * B0, (it // 3) * 4, it % 2 } end\n"
+    "      b:tma_load(data + s * (STAGE // 4) + (spec.bug == 3 and 4 or 0), p.tm, c, full + 2 * s)\n"
+    "    end)\n"
+    "  end)\n"
+    "  b:if_(b:lt(t, 128), function()\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      b:mbarrier_wait(full + 2 * s, k % 2)\n"
+    "      for j = 0, (NB + 127) // 128 - 1 do\n"
+    "        local e = t + 128 * j\n"
+    "        b:if_(b:lt(e, NB), function()\n"
+    "          local off = e * 4\n"
+    "          if spec.swz > 0 then off = off ~ (((off >> 7) & MASK[spec.swz]) << 4) end\n"
+    "          b:store(p.y + (it * NB + e), b:load(data + s * (STAGE // 4) + off // 4))\n"
+    "        end)\n"
+    "      end\n"
+    "      b:mbarrier_arrive(empty + 2 * s)\n"
+    "    end)\n"
+    "  end)\n"
+    "end\nreturn K\n";
+
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
-    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 11 } } }\n"
+    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 13 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
     "function K.build(b, spec, cfg)\n"
-    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
     "  local bar = b:shared('f32', 2, 8)\n"
     "  if spec.case == 0 then b:setmaxnreg('inc', 232)\n"
     "  elseif spec.case == 1 then b:setmaxnreg('up', 232)\n"
@@ -172,6 +229,8 @@ static const char *misuse_lua =
     "  elseif spec.case == 8 then b:wgmma_desc(bar, { swizzle = 16 })\n"
     "  elseif spec.case == 9 then b:wgmma_desc(bar, { lbo = 24 })\n"
     "  elseif spec.case == 10 then b:wgmma{ n = 64, type = 'f32', a = b:i64(0), b = b:i64(0) }\n"
+    "  elseif spec.case == 12 then b:tma_load(bar, p.y, { 0, 0 }, bar)\n"
+    "  elseif spec.case == 13 then b:tma_load(bar, p.tm, { 0, 0 }, bar)\n"
     "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i64(0), b = b:i64(0), trans_b = true }\n"
     "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
     "  b:store(p.y, b:f32(0))\n"
@@ -310,7 +369,7 @@ static void test_wgmma(void) {
         {256, 1, 0, 128, 128, 1}, {8, 1, 0, 32, 32, 1},   {24, 0, 0, 64, 0, 2},   {128, 1, 1, 0, 32, 3},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
-        char keys[160], name[220];
+        char keys[160], name[320];
         snprintf(keys, sizeof keys, "n=%d bf=%d rs=%d swa=%d swb=%d ks=%d", rows[i].n, rows[i].bf, rows[i].rs,
                  rows[i].swa, rows[i].swb, rows[i].ks);
         snprintf(name, sizeof name, "wgmma m64n%dk16 %s, A from %s, %s: the exact reference, run twice", rows[i].n,
@@ -351,6 +410,84 @@ static void test_wgmma_bugs(void) {
         kiln_error err = {0};
         int ks = atoi(strstr(rows[i].keys, "ks=") + 3);
         kiln_status st = run_wgmma(rows[i].keys, 64, ks, 1, 0, y, &bad, &err);
+        CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
+        TEST_END();
+    }
+}
+
+enum { TMA_W = 80, TMA_H = 20, TMA_D = 2, TMA_ITERS = 12 };
+
+/* Runs hoptma with keys over a W x H (x D) f32 tensor whose map has box {b0, 8} ({b0, 4, 2} in 3-D);
+ * *bad counts output elements that differ from the box read on the host (zero outside the tensor). */
+static kiln_status run_tma(const char *keys, int rank, int b0, int swz, int iters, long *bad, kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hoptma %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    static float x[TMA_W * TMA_H * TMA_D], y[TMA_ITERS * 64 * 8];
+    for (int i = 0; i < TMA_W * TMA_H * TMA_D; i++) x[i] = (float)(i % 1000) + 0.5f;
+    for (int i = 0; i < TMA_ITERS * 64 * 8; i++) y[i] = -1.0f;
+    static _Alignas(64) kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    m.magic = KILN_TMAP_MAGIC, m.elem_bytes = 4, m.rank = (uint32_t)rank;
+    m.swizzle = swz == 128 ? KILN_TMAP_SWIZZLE_128B : swz == 64 ? KILN_TMAP_SWIZZLE_64B : swz == 32 ? KILN_TMAP_SWIZZLE_32B : 0;
+    m.base = (uint64_t)(uintptr_t)x;
+    m.dims[0] = TMA_W, m.dims[1] = TMA_H, m.dims[2] = TMA_D;
+    m.strides[0] = TMA_W * 4, m.strides[1] = TMA_W * TMA_H * 4;
+    m.box[0] = (uint32_t)b0, m.box[1] = rank == 3 ? 4 : 8, m.box[2] = 2;
+    void *py = y, *args[] = {&py, &m};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}};
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int it = 0; it < iters; it++)
+        for (int e = 0; e < b0 * 8; e++) {
+            int i0 = e % b0, r = e / b0, gx = it % 3 * b0 + i0, gy, gz;
+            if (rank == 2) gy = it / 3 * 8 + r, gz = 0;
+            else gy = it / 3 * 4 + r % 4, gz = it % 2 + r / 4;
+            float want = gx < TMA_W && gy < TMA_H && gz < TMA_D ? x[gx + TMA_W * (gy + TMA_H * gz)] : 0.0f;
+            if (y[it * b0 * 8 + e] != want) ++*bad;
+        }
+    return st;
+}
+
+static void test_tma(void) {
+    static const struct {
+        int rank, b0, swz, iters;
+    } rows[] = {{2, 32, 0, 6}, {2, 32, 128, 12}, {2, 16, 64, 7}, {2, 8, 32, 5}, {3, 32, 128, 8}, {3, 12, 0, 6}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[128], name[200];
+        snprintf(keys, sizeof keys, "rank=%d b0=%d swz=%d iters=%d", rows[i].rank, rows[i].b0, rows[i].swz, rows[i].iters);
+        snprintf(name, sizeof name, "TMA ring %s: every box, edges zero-filled", keys);
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_tma(keys, rows[i].rank, rows[i].b0, rows[i].swz, rows[i].iters, &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld wrong outputs", bad);
+        TEST_END();
+    }
+}
+
+static void test_tma_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+        int b0, swz;
+    } rows[] = {
+        {"iters=4 bug=1", "deadlock", 32, 0},           /* expect-tx 16 bytes short: the phase never completes */
+        {"iters=4 bug=2", "", 32, 0},                   /* no expect-tx: consumers read before the box lands */
+        {"iters=4 bug=3", "not 128-byte aligned", 32, 0}, /* destination off its alignment */
+        {"iters=4 b0=64 swz=128", "at most the swizzle span", 64, 128}, /* a 256-byte row under a 128B swizzle */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "TMA planted bug '%s' is caught%s%s", rows[i].keys, rows[i].want[0] ? ": " : "",
+                 rows[i].want);
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_tma(rows[i].keys, 2, rows[i].b0, rows[i].swz, 4, &bad, &err);
         CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
         if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
         TEST_END();
@@ -438,6 +575,8 @@ static void test_misuse(void) {
         {9, SM90A, "lbo = 24; valid: a multiple of 16"},
         {10, SM90A, "type 'f32'; valid: f16, bf16"},
         {11, SM90A, "trans_b (an N-major B) is not implemented"},
+        {12, 90, "the map must be a kernel parameter of kind 'tensormap'"},
+        {13, 80, "b:tma_load (cp.async.bulk.tensor) needs sm_90 or newer"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char spec[64], name[160], sm[16];
@@ -473,6 +612,10 @@ static void test_ptxas(void) {
         {"hopwgmma n=256 bf=0 rs=1 swb=64 ks=2", SM90A, {"wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", NULL}},
         {"hopwgmma n=128 bf=1 rs=1 swb=32 ks=4", SM90A, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", NULL}},
         {"hopwgmma n=24 bf=0 swa=64 ks=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16", NULL}},
+        {"hoptma rank=2 swz=128", 90,
+         {"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes", "cvta.param",
+          ".param .align 64 .b8", NULL}},
+        {"hoptma rank=3 b0=12", SM90A, {"cp.async.bulk.tensor.3d.shared::cluster.global.tile", NULL}},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[160], sm[16];
@@ -515,6 +658,7 @@ int main(void) {
     write_template("hoppipe", pipe_lua);
     write_template("hopmisuse", misuse_lua);
     write_template("hopwgmma", wgmma_lua);
+    write_template("hoptma", tma_lua);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -525,6 +669,8 @@ int main(void) {
     test_pipeline_bugs();
     test_wgmma();
     test_wgmma_bugs();
+    test_tma();
+    test_tma_bugs();
     test_profile();
     test_wgmma_profile();
     test_misuse();
@@ -535,6 +681,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/hoppipe.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hopmisuse.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hopwgmma.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hoptma.lua", dir), unlink(path);
     rmdir(dir);
     return check_summary("hopper");
 }
