@@ -1,6 +1,7 @@
 /* emu/emu_hopper.c - Hopper intrinsics on the emulator: mbarriers (arrival and transaction counts,
- * phases, try_wait by parity) by the PTX ISA's mbarrier section, the checks of fence.proxy.async and
- * setmaxnreg, and wgmma fence/commit/wait (whose state emu_wgmma.c keeps). */
+ * phases, try_wait by parity) by the PTX ISA's mbarrier section, TMA tile loads (cp.async.bulk.tensor)
+ * through kiln's tensor map record, the checks of fence.proxy.async and setmaxnreg, and wgmma
+ * fence/commit/wait (whose state emu_wgmma.c keeps). */
 #include <stdio.h>
 #include <string.h>
 
