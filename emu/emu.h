@@ -222,6 +222,8 @@ void emu_access_entry(void *p, uint64_t size, uint32_t access); /* kiln_emu_acce
 void emu_check_shared(emu_block *blk, const void *p, size_t size, const char *what);
 /* Faults when p lies in the null page (global memory a kernel can never own). */
 void emu_check_global(emu_block *blk, const void *p, size_t size, const char *what);
+/* The block's shared memory window starts here (shared address 0). */
+unsigned char *emu_shared_base(const emu_block *blk);
 /* Block geometry for the sreg handlers. */
 void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], unsigned nctaid[3]);
 unsigned emu_block_threads(const emu_block *blk);
@@ -243,6 +245,15 @@ void emu_ops_list(char *buf, size_t size);
 const emu_op *emu_mma_op_find(const char *name);
 /* emu_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma fence/commit/wait */
 const emu_op *emu_hopper_op_find(const char *name);
+/* emu_wgmma.c: the kiln.wgmma.* pseudo-intrinsics (their calls take up to EMU_MAX_ARGS_WIDE arguments and
+ * return up to EMU_MAX_RET_WIDE bytes: handlers that never meet as a warp) and the wgmma state per thread */
+#define EMU_MAX_ARGS_WIDE (KILN_WGMMA_MAX_ACC + 8)
+#define EMU_MAX_RET_WIDE (KILN_WGMMA_MAX_ACC * 4)
+const emu_op *emu_wgmma_op_find(const char *name);
+void emu_wgmma_block_begin(void); /* a block (or its second run) starts: no wgmma in flight */
+void emu_wgmma_fence(emu_call *c);
+void emu_wgmma_commit(emu_call *c);
+void emu_wgmma_wait(emu_call *c, uint32_t n);
 
 /* ---- emu_guard.c: host buffers that end at a guard page (the harnesses' tensors) ---- */
 

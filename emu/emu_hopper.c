@@ -1,9 +1,12 @@
 /* emu/emu_hopper.c - Hopper intrinsics on the emulator: mbarriers (arrival and transaction counts,
- * phases, try_wait by parity) by the PTX ISA's mbarrier section, and the checks of fence.proxy.async,
- * setmaxnreg and wgmma fence/commit/wait. */
+ * phases, try_wait by parity) by the PTX ISA's mbarrier section, TMA tile loads (cp.async.bulk.tensor)
+ * through kiln's tensor map record, the checks of fence.proxy.async and setmaxnreg, and wgmma
+ * fence/commit/wait (whose state emu_wgmma.c keeps). */
+#include <stdio.h>
 #include <string.h>
 
 #include "emu.h"
+#include "kiln/tensor_map.h"
 
 /* ---- mbarrier: the 8-byte object in shared memory holds the whole state ----
  * bits 0..19 pending arrivals of the current phase, 20..39 the expected arrival count (set by init,
@@ -122,6 +125,76 @@ static void h_mb_try_wait_parity(emu_call *c) {
     emu_ret_u32(c, 1);
 }
 
+/* ---- TMA: cp.async.bulk.tensor.<d>d.shared::cluster.global.tile.mbarrier::complete_tx::bytes ----
+ * The map is kiln's record (kiln/tensor_map.h). The box lands densely, innermost dimension first (a
+ * row is box[0] elements), each element read from base + g0 * elem + sum g_i * strides[i-1] where
+ * g = coordinates + index, zero where any g_i is outside 0..dims[i]-1; with a swizzle the shared
+ * address's bits [4, 4+b) XOR its bits [7, 7+b). Then the box's bytes complete on the mbarrier. */
+
+_Static_assert(sizeof(kiln_tensor_map) == KILN_TMAP_BYTES, "kiln_tensor_map is the 128 bytes of a CUtensorMap");
+
+static void h_tma_load(emu_call *c) {
+    unsigned rank = (unsigned)c->site->op->arg;
+    unsigned char *dst, *bar, *mp;
+    memcpy(&dst, c->args, sizeof dst);
+    memcpy(&bar, c->args + EMU_SLOT, sizeof bar);
+    memcpy(&mp, c->args + 2 * EMU_SLOT, sizeof mp);
+    kiln_tensor_map m;
+    memcpy(&m, mp, sizeof m);
+    const char *w = c->site->where;
+    if (m.magic != KILN_TMAP_MAGIC)
+        emu_fault(c->blk, "%s: the tensor map is not one kiln recorded (kiln/tensor_map.h; magic 0x%08x)", w, m.magic);
+    if (m.rank != rank) emu_fault(c->blk, "%s: a %u-D copy through a map of rank %u", w, rank, m.rank);
+    if (m.elem_bytes != 1 && m.elem_bytes != 2 && m.elem_bytes != 4 && m.elem_bytes != 8)
+        emu_fault(c->blk, "%s: tensor map element size %u; valid 1, 2, 4, 8", w, m.elem_bytes);
+    if (m.swizzle > KILN_TMAP_SWIZZLE_128B) emu_fault(c->blk, "%s: tensor map swizzle %u; valid 0..3", w, m.swizzle);
+    unsigned bits = m.swizzle, span = bits ? 16u << bits : 0, mask = (1u << bits) - 1;
+    unsigned row = m.box[0] * m.elem_bytes, align = bits ? 128u << bits : 128u;
+    if (row % 16 || (span && row > span))
+        emu_fault(c->blk, "%s: the box's inner dimension is %u bytes; it must be a multiple of 16%s%u", w, row,
+                  span ? " and at most the swizzle span " : "", span);
+    unsigned long long count = 1;
+    for (unsigned i = 0; i < rank; i++) {
+        if (m.box[i] < 1 || m.box[i] > 256) emu_fault(c->blk, "%s: box dimension %u is %u; valid 1..256", w, i, m.box[i]);
+        count *= m.box[i];
+    }
+    unsigned char *smem = emu_shared_base(c->blk);
+    size_t off = (size_t)(dst - smem), bytes = (size_t)count * m.elem_bytes;
+    emu_check_shared(c->blk, dst, bytes, w);
+    if (off % align)
+        emu_fault(c->blk, "%s: the destination (shared offset %zu) is not %u-byte aligned (TMA tiles: 128%s)", w, off, align,
+                  bits ? ", times 8 rows of the swizzle span" : "");
+    int32_t coord[KILN_TMAP_RANK_MAX];
+    for (unsigned i = 0; i < rank; i++) coord[i] = (int32_t)emu_slot_u32(c->args, 3 + i);
+    for (unsigned long long e = 0; e < count; e++) {
+        unsigned long long rest = e, src = m.base;
+        bool in = true;
+        for (unsigned i = 0; i < rank; i++) {
+            long long g = (long long)coord[i] + (long long)(rest % m.box[i]);
+            rest /= m.box[i];
+            if (g < 0 || (unsigned long long)g >= m.dims[i]) in = false;
+            else src += (unsigned long long)g * (i ? m.strides[i - 1] : m.elem_bytes);
+        }
+        size_t a = off + (size_t)e * m.elem_bytes;
+        if (bits) a ^= (a >> 7 & mask) << 4;
+        if (in) {
+            char what[160];
+            snprintf(what, sizeof what, "%s: the tensor map's element %llu", w, e);
+            emu_check_global(c->blk, (const void *)(uintptr_t)src, m.elem_bytes, what);
+            memcpy(smem + a, (const void *)(uintptr_t)src, m.elem_bytes);
+        } else {
+            memset(smem + a, 0, m.elem_bytes);
+        }
+    }
+    /* complete_tx on the mbarrier */
+    if ((uintptr_t)bar % 8) emu_fault(c->blk, "%s: mbarrier address %p is not 8-byte aligned", w, (void *)bar);
+    emu_check_shared(c->blk, bar, 8, w);
+    mbar mb;
+    mb_load(c, bar, &mb);
+    mb.tx -= (int32_t)bytes;
+    mb_store(c, bar, &mb);
+}
+
 /* ---- fences and warpgroup synchronization: memory is coherent here, so these check and count ---- */
 
 static void h_nop(emu_call *c) { (void)c; }
@@ -135,10 +208,10 @@ static void h_setmaxnreg(emu_call *c) {
                   emu_block_threads(c->blk));
 }
 
-static void h_wgmma_wait(emu_call *c) {
-    uint32_t n = emu_arg_u32(c, 0);
-    if (n > 7) emu_fault(c->blk, "%s: wgmma.wait_group %u outside 0..7", c->site->where, n);
-}
+/* wgmma fence/commit/wait keep each thread's wgmma state (emu_wgmma.c). */
+static void h_wgmma_fence(emu_call *c) { emu_wgmma_fence(c); }
+static void h_wgmma_commit(emu_call *c) { emu_wgmma_commit(c); }
+static void h_wgmma_wait(emu_call *c) { emu_wgmma_wait(c, emu_arg_u32(c, 0)); }
 
 #define P3 "ptr addrspace(3)"
 static const emu_op hopper_ops[] = {
@@ -152,13 +225,20 @@ static const emu_op hopper_ops[] = {
     {"llvm.nvvm.fence.proxy.async", "void ()", h_nop, 0},
     {"llvm.nvvm.setmaxnreg.inc.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
     {"llvm.nvvm.setmaxnreg.dec.sync.aligned.u32", "void (i32)", h_setmaxnreg, 0},
-    {"llvm.nvvm.wgmma.fence.sync.aligned", "void ()", h_nop, 0},
-    {"llvm.nvvm.wgmma.commit_group.sync.aligned", "void ()", h_nop, 0},
+    {"llvm.nvvm.wgmma.fence.sync.aligned", "void ()", h_wgmma_fence, 0},
+    {"llvm.nvvm.wgmma.commit_group.sync.aligned", "void ()", h_wgmma_commit, 0},
     {"llvm.nvvm.wgmma.wait_group.sync.aligned", "void (i64)", h_wgmma_wait, 0},
+#define TMA_PRE "void (ptr addrspace(7), " P3 ", ptr, i32"
+#define TMA_POST "i16, i64, i1, i1, i32)"
+    {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.1d", TMA_PRE ", " TMA_POST, h_tma_load, 1},
+    {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.2d", TMA_PRE ", i32, " TMA_POST, h_tma_load, 2},
+    {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.3d", TMA_PRE ", i32, i32, " TMA_POST, h_tma_load, 3},
+    {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.4d", TMA_PRE ", i32, i32, i32, " TMA_POST, h_tma_load, 4},
+    {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.5d", TMA_PRE ", i32, i32, i32, i32, " TMA_POST, h_tma_load, 5},
 };
 
 const emu_op *emu_hopper_op_find(const char *name) {
     for (size_t i = 0; i < sizeof hopper_ops / sizeof hopper_ops[0]; i++)
         if (!strcmp(hopper_ops[i].name, name)) return &hopper_ops[i];
-    return NULL;
+    return emu_wgmma_op_find(name); /* emu_wgmma.c: kiln.wgmma.* */
 }

@@ -77,6 +77,7 @@ static unsigned ptr_as(LLVMValueRef p) { return LLVMGetPointerAddressSpace(LLVMT
 
 /* The class of an NVVM intrinsic call; -1 for ones that cost nothing. */
 static int nvvm_class(const char *n) {
+    if (!strcmp(n, KILN_WGMMA_DESC)) return KILN_PROF_OTHER; /* integer arithmetic in the PTX */
     if (starts(n, "llvm.nvvm.wgmma.") || starts(n, "kiln.wgmma.")) return KILN_PROF_WGMMA;
     if (starts(n, "llvm.nvvm.cp.async.bulk.")) return KILN_PROF_TMA;
     if (starts(n, "llvm.nvvm.mbarrier.")) return KILN_PROF_MBARRIER;
@@ -111,7 +112,7 @@ static int classify(LLVMValueRef in) {
         LLVMValueRef f = callee(in);
         if (!f) return KILN_PROF_OTHER;
         const char *n = name_of(f);
-        if (starts(n, "llvm.nvvm.")) return nvvm_class(n);
+        if (starts(n, "llvm.nvvm.") || starts(n, "kiln.")) return nvvm_class(n); /* kiln.*: pseudo-intrinsics */
         if (starts(n, "llvm.lifetime.") || starts(n, "llvm.dbg.") || starts(n, "llvm.assume") ||
             starts(n, "llvm.experimental.noalias"))
             return -1;

@@ -233,7 +233,8 @@ static kiln_status add_site(emu_rewrite_info *info, LLVMTargetDataRef td, LLVMVa
     unsigned nargs = LLVMGetNumArgOperands(call);
     LLVMTypeRef rt = LLVMGetReturnType(LLVMGlobalGetValueType(callee));
     unsigned long long rsize = LLVMGetTypeKind(rt) == LLVMVoidTypeKind ? 0 : LLVMStoreSizeOfType(td, rt);
-    if (nargs > EMU_MAX_ARGS || rsize > EMU_MAX_RET)
+    bool wide = starts_with(name, "kiln."); /* kiln pseudo-intrinsics: per-thread handlers, wide calls */
+    if (nargs > (wide ? EMU_MAX_ARGS_WIDE : EMU_MAX_ARGS) || rsize > (wide ? EMU_MAX_RET_WIDE : EMU_MAX_RET))
         return kiln_fail(err, KILN_EINVAL, "emulator: intrinsic %s has too many arguments or too wide a result", name);
     for (unsigned i = 0; i < nargs; i++)
         if (LLVMStoreSizeOfType(td, LLVMTypeOf(LLVMGetOperand(call, i))) > EMU_SLOT)
@@ -276,7 +277,7 @@ static kiln_status scan_calls(LLVMModuleRef mod, LLVMTargetDataRef td, emu_rewri
                 LLVMValueRef callee = callee_of(in);
                 if (!callee) continue;
                 const char *name = fn_name(callee);
-                if (!starts_with(name, "llvm.nvvm.") && strcmp(name, "llvm.trap")) continue;
+                if (!starts_with(name, "llvm.nvvm.") && !starts_with(name, "kiln.") && strcmp(name, "llvm.trap")) continue;
                 kiln_status st = add_site(info, td, in, callee, fn, &cap, err);
                 if (st != KILN_OK) return st;
             }
@@ -546,7 +547,9 @@ static void add_trampoline(rewriter *r, LLVMValueRef kernel, const char *name) {
         LLVMValueRef idx = LLVMConstInt(r->i64, i, 0);
         LLVMValueRef slot = LLVMBuildGEP2(r->b, r->ptr, LLVMGetParam(e, 0), &idx, 1, "");
         LLVMValueRef at = LLVMBuildLoad2(r->b, r->ptr, slot, "");
-        args[i] = LLVMBuildLoad2(r->b, params[i], at, "");
+        /* a byval parameter (a tensor map) is passed as the address of its bytes, as cuLaunchKernel's are */
+        bool byval = LLVMGetEnumAttributeAtIndex(kernel, i + 1, LLVMGetEnumAttributeKindForName("byval", 5)) != NULL;
+        args[i] = byval ? at : LLVMBuildLoad2(r->b, params[i], at, "");
     }
     LLVMBuildCall2(r->b, kty, kernel, args, n, "");
     LLVMBuildRetVoid(r->b);

@@ -301,6 +301,8 @@ static _Noreturn void shared_oob(emu_block *b, uintptr_t a, size_t size, const c
                                                                        : "");
 }
 
+unsigned char *emu_shared_base(const emu_block *b) { return b->k->arena; }
+
 void emu_check_shared(emu_block *b, const void *p, size_t size, const char *what) {
     uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
     if (a < base || a - base > b->arena_used || size > b->arena_used - (a - base)) shared_oob(b, a, size, what);
@@ -477,6 +479,7 @@ static kiln_status deadlock(emu_block *b, kiln_error *err) {
 /* Runs every thread of the current block to completion, in ascending or descending order. */
 static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
+    emu_wgmma_block_begin(); /* emu_wgmma.c: no wgmma in flight */
     if (b->k->prof) emu_prof_block_begin(b->k->prof, b->nthreads);
     for (bool progress = true; progress;) {
         progress = false;

@@ -271,3 +271,10 @@ void gen_register_convert(lua_State *L);
 void gen_register_tensor(lua_State *L);
 /* gen_hopper.c */
 void gen_register_hopper(lua_State *L);
+/* wgmma pseudo-intrinsics (gen_hopper.c emits them; gen_wgmma_lower.c lowers them for NVPTX; emu/emu_wgmma.c
+ * runs them): kiln.wgmma.desc, kiln.wgmma.m64n<N>k16.f32.<f16|bf16>.<ss|rs>, kiln.wgmma.wait.f32x<M>. */
+#define KILN_WGMMA_MAX_ACC 128 /* f32 accumulators per thread of m64n256k16 */
+#define KILN_WGMMA_DESC "kiln.wgmma.desc"
+/* Replaces every kiln.wgmma.* call of mod by its PTX (inline asm, or integer arithmetic for the
+ * descriptor), before NVPTX codegen. */
+void gen_wgmma_lower(LLVMModuleRef mod);

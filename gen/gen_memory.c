@@ -5,6 +5,7 @@
 #include <lauxlib.h>
 
 #include "gen.h"
+#include "kiln/tensor_map.h"
 
 #define VAR_MT "kiln.var"
 
@@ -25,7 +26,7 @@ static int check_dtype(lua_State *L, int idx) {
 
 /* ---- kernel signature ---- */
 
-static const char *param_kinds[] = {"ptr", "i32", "i64", "f32"};
+static const char *param_kinds[] = {"ptr", "i32", "i64", "f32", "tensormap"};
 
 /* A kernel property NVPTX prints as a directive: since LLVM 21 a function attribute ("nvvm.maxntid" ->
  * .maxntid, "nvvm.maxnreg" -> .maxnreg); NVPTX no longer reads nvvm.annotations built through the API. */
@@ -51,8 +52,8 @@ static void read_param(lua_State *L, kiln_param *p, int *readonly) {
     if (strlen(name) >= sizeof p->name) luaL_error(L, "parameter name too long: %s", name);
     snprintf(p->name, sizeof p->name, "%s", name);
     int k = 0;
-    while (k < 4 && strcmp(kind, param_kinds[k])) k++;
-    if (k == 4) luaL_error(L, "parameter '%s': bad kind '%s'; valid: ptr, i32, i64, f32", name, kind);
+    while (k < 5 && strcmp(kind, param_kinds[k])) k++;
+    if (k == 5) luaL_error(L, "parameter '%s': bad kind '%s'; valid: ptr, i32, i64, f32, tensormap", name, kind);
     p->kind = (kiln_param_kind)k;
     if (kiln_elem_parse(dt, &p->dtype) != 0)
         luaL_error(L, "parameter '%s': bad dtype '%s'; valid: f32, f16, bf16, i32 (index tensors)", name, dt);
@@ -79,7 +80,7 @@ static int b_kernel(lua_State *L) {
         luaL_checktype(L, -1, LUA_TTABLE);
         read_param(L, &m->params[i], &readonly[i]);
         lua_pop(L, 1);
-        LLVMTypeRef ts[] = {gb->ptr_global, gb->i32, gb->i64, gb->f32};
+        LLVMTypeRef ts[] = {gb->ptr_global, gb->i32, gb->i64, gb->f32, LLVMPointerTypeInContext(gb->ctx, 0)};
         types[i] = ts[m->params[i].kind];
     }
     m->nparams = n;
@@ -100,6 +101,15 @@ static int b_kernel(lua_State *L) {
             add_attr(gb, (unsigned)i + 1, "noalias");
             if (readonly[i]) add_attr(gb, (unsigned)i + 1, "readonly");
             gen_push_value(L, p, GEN_PTR, m->params[i].dtype, GEN_AS_GLOBAL);
+        } else if (m->params[i].kind == KILN_PARAM_TMAP) {
+            /* ptr byval([128 x i8]) align 64 "nvvm.grid_constant": NVPTX passes it in param space and
+             * takes its generic address (cvta.param) for cp.async.bulk.tensor; only b:tma_load uses it */
+            unsigned byval = LLVMGetEnumAttributeKindForName("byval", 5), align = LLVMGetEnumAttributeKindForName("align", 5);
+            LLVMAddAttributeAtIndex(gb->fn, (unsigned)i + 1,
+                                    LLVMCreateTypeAttribute(gb->ctx, byval, LLVMArrayType2(gb->i8, KILN_TMAP_BYTES)));
+            LLVMAddAttributeAtIndex(gb->fn, (unsigned)i + 1, LLVMCreateEnumAttribute(gb->ctx, align, KILN_TMAP_ALIGN));
+            LLVMAddAttributeAtIndex(gb->fn, (unsigned)i + 1, LLVMCreateStringAttribute(gb->ctx, "nvvm.grid_constant", 18, "", 0));
+            gen_push_value(L, p, GEN_PTR, KILN_F32, GEN_AS_GENERIC); /* b:tma_load checks it is this parameter */
         } else {
             static const int vk[] = {GEN_PTR, GEN_I32, GEN_I64, GEN_F32};
             gen_push_value(L, p, vk[m->params[i].kind], 0, 0);
@@ -301,13 +311,15 @@ static int b_atomic_add(lua_State *L) {
 
 /* ---- shared memory ---- */
 
-/* b:shared(dtype, count [, align]) -> pointer to a block-wide array in shared memory. */
+/* b:shared(dtype, count [, align]) -> pointer to a block-wide array in shared memory (align 16 unless
+ * given: a power of two up to 1024). */
 static int b_shared(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     int dt = check_dtype(L, 2);
     lua_Integer n = luaL_checkinteger(L, 3), align = luaL_optinteger(L, 4, 16);
     if (n <= 0 || n > (1 << 20)) return luaL_error(L, "shared array length %d out of range", (int)n);
-    if (align <= 0 || (align & (align - 1)) || align > 256) return luaL_error(L, "align must be a power of two <= 256");
+    /* up to 1024: a 128B-swizzled wgmma or TMA tile starts on its swizzle pattern (docs/hopper.md) */
+    if (align <= 0 || (align & (align - 1)) || align > 1024) return luaL_error(L, "align must be a power of two <= 1024");
     unsigned bytes = (unsigned)(n * (lua_Integer)kiln_dtype_size((kiln_dtype)dt));
     unsigned start = (gb->smem_bytes + (unsigned)align - 1) & ~((unsigned)align - 1);
     if (start + bytes > gb->t->smem_static_max)

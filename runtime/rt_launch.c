@@ -412,6 +412,9 @@ static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, k
     for (int i = 0; i < m->nparams; i++) {
         const kiln_param *p = &m->params[i];
         kiln_arg v = {0};
+        if (p->kind == KILN_PARAM_TMAP)
+            return kiln_fail(err, KILN_EINVAL, "kernel '%s': parameter '%s' is a tensor map, which the launch "
+                             "description cannot supply yet (docs/hopper.md)", m->spec, p->name);
         if (p->kind == KILN_PARAM_PTR) {
             const decl_tensor *t = decl_tensor_of(d, p->name);
             const kiln_launch_tensor *g = given_tensor(e->a, p->name);

@@ -7,7 +7,7 @@
 
 #define META_PREFIX "// kiln.meta "
 
-static const char *param_kind_names[] = {"ptr", "i32", "i64", "f32"};
+static const char *param_kind_names[] = {"ptr", "i32", "i64", "f32", "tensormap"};
 
 int kiln_meta_format(const kiln_kernel_meta *m, char *buf, size_t size) {
     size_t n = 0;
@@ -86,8 +86,8 @@ static int parse_line(kiln_kernel_meta *m, const char *key, const char *val, siz
         if (m->nparams >= KILN_MAX_PARAMS || sscanf(tmp, "%15s %15s %63s", kind, dt, name) != 3) return -1;
         kiln_param *p = &m->params[m->nparams];
         int k;
-        for (k = 0; k < 4 && strcmp(kind, param_kind_names[k]); k++) {}
-        if (k == 4 || kiln_elem_parse(dt, &p->dtype) != 0) return -1;
+        for (k = 0; k < 5 && strcmp(kind, param_kind_names[k]); k++) {}
+        if (k == 5 || kiln_elem_parse(dt, &p->dtype) != 0) return -1;
         p->kind = (kiln_param_kind)k;
         snprintf(p->name, sizeof p->name, "%s", name);
         m->nparams++;

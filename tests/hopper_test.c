@@ -9,6 +9,7 @@
 #include "kiln/emu.h"
 #include "kiln/emu_profile.h"
 #include "kiln/gen.h"
+#include "kiln/tensor_map.h"
 #include "ptxas_util.h"
 
 #define SM90A (KILN_SM_ARCH + 90)
@@ -67,18 +68,170 @@ static const char *pipe_lua =
     "  end)\n"
     "end\nreturn K\n";
 
+/* One warpgroup multiplies a 64 x 16ks A by a 16ks x n B with a chain of ks wgmma.mma_async
+ * (m64nNk16), A from shared memory (swa: its swizzle in bytes, 0 none) or from registers (rs=1), B from
+ * shared memory (swb), and stores D (64 x n, row-major) from the D fragment. Inputs: a row-major 64 x 16ks,
+ * bt row-major n x 16ks (B transposed: K-major). Each thread copies elements into the ISA's layouts
+ * itself (no swizzle: core matrices of 8 rows x 16 bytes, LBO 128, SBO 256 ks; W-byte swizzle: rows of
+ * W bytes, k-steps side by side in a row, SBO 8W, the 16-byte chunk XOR the row bits 7..). Planted
+ * bugs: 1 B's descriptor says half the swizzle it was written with, 2 D read without the wait, 3 a wait
+ * that does not cover the group, 4 an accumulator changed in flight, 5 no wgmma.fence, 6 no commit,
+ * 7 B's swizzled descriptor 128 bytes off its pattern, 8 B's stride reaching past shared memory. */
+static const char *wgmma_lua =
+    "local K = { params = {\n"
+    "  { name = 'n', type = 'int', default = 64, min = 8, max = 256 },\n"
+    "  { name = 'bf', type = 'int', default = 1, min = 0, max = 1 },\n"
+    "  { name = 'rs', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'swa', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'swb', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'ks', type = 'int', default = 1, min = 1, max = 4 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 8 } } }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "-- byte offset of element (r, kg) (kg: 0..16ks-1) of a rows x 16ks K-major matrix in layout W\n"
+    "local function offset(r, kg, W, rows, ks)\n"
+    "  if W == 0 then return (r // 8) * (256 * ks) + (kg // 8) * 128 + (r % 8) * 16 + (kg % 8) * 2 end\n"
+    "  local per = W // 32\n"
+    "  local s, k = kg // 16, kg % 16\n"
+    "  local lin = (s // per) * (rows * W) + (r // 8) * (8 * W) + (r % 8) * W + (k + (s % per) * 16) * 2\n"
+    "  return lin ~ (((lin >> 7) & MASK[W]) << 4)\n"
+    "end\n"
+    "local function size(W, rows, ks)\n"
+    "  if W == 0 then return rows * 32 * ks end\n"
+    "  local per = W // 32\n"
+    "  return ((ks + per - 1) // per) * rows * W\n"
+    "end\n"
+    "local function desc(b, base, s, W, rows, ks, claim)\n"
+    "  if W == 0 then return b:wgmma_desc(base + (s * 256) // 2, { lbo = 128, sbo = 256 * ks }) end\n"
+    "  local per = W // 32\n"
+    "  local C = claim or W\n"
+    "  return b:wgmma_desc(base + ((s // per) * rows * W + (s % per) * 32) // 2, { swizzle = C, lbo = 16, sbo = 8 * C })\n"
+    "end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local T = spec.bf == 1 and 'bf16' or 'f16'\n"
+    "  local N, KS = spec.n, spec.ks\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'a', 'ptr', T, readonly = true },\n"
+    "                                 { 'bt', 'ptr', T, readonly = true } } }\n"
+    "  local t = b:tid()\n"
+    "  local sa = b:shared(T, size(spec.swa, 64, KS) // 2, 1024)\n"
+    "  local sb = b:shared(T, size(spec.swb, N, KS) // 2, 1024)\n"
+    "  local function fill(dst, src, rows, W)\n"
+    "    for j = 0, rows * 16 * KS // 128 - 1 do\n"
+    "      local e = t + 128 * j\n"
+    "      local r, kg = e // (16 * KS), e % (16 * KS)\n"
+    "      b:store(dst + offset(r, kg, W, rows, KS) // 2, b:load(src + e))\n"
+    "    end\n"
+    "  end\n"
+    "  if spec.rs == 0 then fill(sa, p.a, 64, spec.swa) end\n"
+    "  fill(sb, p.bt, N, spec.swb)\n"
+    "  b:barrier()\n"
+    "  b:fence_proxy_async()\n"
+    "  local w, g, q = t // 32, (t % 32) // 4, t % 4\n"
+    "  if spec.bug ~= 5 then b:wgmma_fence() end\n"
+    "  local acc\n"
+    "  for s = 0, KS - 1 do\n"
+    "    local a\n"
+    "    if spec.rs == 1 then\n"
+    "      a = {}\n"
+    "      for j = 0, 3 do\n"
+    "        local row, col = w * 16 + g + 8 * (j % 2), q * 2 + 8 * (j // 2) + 16 * s\n"
+    "        local lo, hi = b:load(p.a + (row * (16 * KS) + col)), b:load(p.a + (row * (16 * KS) + col + 1))\n"
+    "        a[j + 1] = b:pack(b:to_f32(lo), b:to_f32(hi), T)\n"
+    "      end\n"
+    "    else\n"
+    "      a = desc(b, sa, s, spec.swa, 64, KS)\n"
+    "    end\n"
+    "    local claim = spec.bug == 1 and spec.swb // 2 or nil\n"
+    "    local bd = desc(b, sb, s, spec.swb, N, KS, claim)\n"
+    "    if spec.bug == 7 then bd = b:wgmma_desc(sb + 64, { swizzle = spec.swb, lbo = 16, sbo = 8 * spec.swb }) end\n"
+    "    if spec.bug == 8 then bd = b:wgmma_desc(sb, { swizzle = spec.swb, lbo = 16, sbo = 16384 }) end\n"
+    "    acc = b:wgmma{ n = N, type = T, a = a, b = bd, acc = acc }\n"
+    "  end\n"
+    "  if spec.bug ~= 6 then b:wgmma_commit() end\n"
+    "  if spec.bug == 4 then acc[2] = acc[2] + b:f32(1) end\n"
+    "  if spec.bug ~= 2 then acc = b:wgmma_wait(spec.bug == 3 and 1 or 0, acc) end\n"
+    "  for i = 0, N // 2 - 1 do\n"
+    "    local row, col = w * 16 + g + 8 * ((i >> 1) & 1), 8 * (i >> 2) + q * 2 + (i & 1)\n"
+    "    b:store(p.y + (row * N + col), acc[i + 1])\n"
+    "  end\n"
+    "end\nreturn K\n";
+
+/* A producer thread (thread 128) streams iters boxes of a 2-D or 3-D f32 tensor through a two-stage
+ * ring with TMA (b:tma_load, the map a 'tensormap' parameter), announcing each box's bytes with
+ * arrive.expect_tx on the stage's full barrier; the consumer warpgroup waits on it, copies the box
+ * (un-swizzling it) to y[it], and releases the stage. Box it is at x = (it % 3) b0, y = (it / 3) 8
+ * (3-D: z = it % 2 too), so the right and lower edges fall outside the tensor (zero fill). Planted
+ * bugs: 1 the expect-tx announces 16 bytes too few (a wrong box), 2 no expect-tx (a plain arrival),
+ * 3 a destination 16 bytes off its alignment. */
+static const char *tma_lua =
+    "local K = { params = {\n"
+    "  { name = 'iters', type = 'int', default = 6, min = 1, max = 12 },\n"
+    "  { name = 'rank', type = 'int', default = 2, min = 2, max = 3 },\n"
+    "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
+    "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 3 } } }\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
+    "  local B0, NB = spec.b0, spec.b0 * 8\n"
+    "  local BYTES = NB * 4\n"
+    "  local STAGE = ((BYTES + 1023) // 1024) * 1024\n"
+    "  local data = b:shared('f32', 2 * STAGE // 4 + 16, 1024)\n"
+    "  local full, empty = b:shared('f32', 4, 8), b:shared('f32', 4, 8)\n"
+    "  local t = b:tid()\n"
+    "  b:if_(b:eq(t, 0), function()\n"
+    "    for s = 0, 1 do b:mbarrier_init(full + 2 * s, 1); b:mbarrier_init(empty + 2 * s, 128) end\n"
+    "  end)\n"
+    "  b:barrier()\n"
+    "  b:if_(b:eq(t, 128), function()\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      b:if_(b:ge(it, 2), function() b:mbarrier_wait(empty + 2 * s, (k + 1) % 2) end)\n"
+    "      if spec.bug == 2 then b:mbarrier_arrive(full + 2 * s)\n"
+    "      else b:mbarrier_arrive(full + 2 * s, { tx = b:i32(BYTES - (spec.bug == 1 and 16 or 0)) }) end\n"
+    "      local c = { (it % 3) * B0, (it // 3) * 8 }\n"
+    "      if spec.rank == 3 then c = { (it % 3) * B0, (it // 3) * 4, it % 2 } end\n"
+    "      b:tma_load(data + s * (STAGE // 4) + (spec.bug == 3 and 4 or 0), p.tm, c, full + 2 * s)\n"
+    "    end)\n"
+    "  end)\n"
+    "  b:if_(b:lt(t, 128), function()\n"
+    "    b:for_(0, spec.iters, 1, function(it)\n"
+    "      local s, k = it % 2, it // 2\n"
+    "      b:mbarrier_wait(full + 2 * s, k % 2)\n"
+    "      for j = 0, (NB + 127) // 128 - 1 do\n"
+    "        local e = t + 128 * j\n"
+    "        b:if_(b:lt(e, NB), function()\n"
+    "          local off = e * 4\n"
+    "          if spec.swz > 0 then off = off ~ (((off >> 7) & MASK[spec.swz]) << 4) end\n"
+    "          b:store(p.y + (it * NB + e), b:load(data + s * (STAGE // 4) + off // 4))\n"
+    "        end)\n"
+    "      end\n"
+    "      b:mbarrier_arrive(empty + 2 * s)\n"
+    "    end)\n"
+    "  end)\n"
+    "end\nreturn K\n";
+
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
-    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 5 } } }\n"
+    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 13 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
     "function K.build(b, spec, cfg)\n"
-    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
     "  local bar = b:shared('f32', 2, 8)\n"
     "  if spec.case == 0 then b:setmaxnreg('inc', 232)\n"
     "  elseif spec.case == 1 then b:setmaxnreg('up', 232)\n"
     "  elseif spec.case == 2 then b:setmaxnreg('dec', 20)\n"
     "  elseif spec.case == 3 then b:mbarrier_init(p.y, 1)\n"
     "  elseif spec.case == 4 then b:wgmma_wait(9)\n"
+    "  elseif spec.case == 6 then b:wgmma_desc(bar, { swizzle = 128, sbo = 1024 })\n"
+    "  elseif spec.case == 7 then b:wgmma{ n = 60, type = 'bf16', a = b:i64(0), b = b:i64(0) }\n"
+    "  elseif spec.case == 8 then b:wgmma_desc(bar, { swizzle = 16 })\n"
+    "  elseif spec.case == 9 then b:wgmma_desc(bar, { lbo = 24 })\n"
+    "  elseif spec.case == 10 then b:wgmma{ n = 64, type = 'f32', a = b:i64(0), b = b:i64(0) }\n"
+    "  elseif spec.case == 12 then b:tma_load(bar, p.y, { 0, 0 }, bar)\n"
+    "  elseif spec.case == 13 then b:tma_load(bar, p.tm, { 0, 0 }, bar)\n"
+    "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i64(0), b = b:i64(0), trans_b = true }\n"
     "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
     "  b:store(p.y, b:f32(0))\n"
     "end\nreturn K\n";
@@ -169,6 +322,178 @@ static void test_pipeline_bugs(void) {
     }
 }
 
+/* f16/bf16 bits of f, which must be exactly representable (few significant bits, normal range). */
+static uint16_t half_bits(float f, int bf) {
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    if (bf || f == 0.0f) return (uint16_t)(bf ? u >> 16 : (u >> 16 & 0x8000));
+    uint32_t e = (u >> 23 & 0xff) - 127 + 15;
+    return (uint16_t)((u >> 31) << 15 | e << 10 | (u & 0x7fffff) >> 13);
+}
+
+enum { WG_KMAX = 64, WG_NMAX = 256 };
+
+/* Runs hopwgmma with keys; y gets D (64 x n); *bad counts elements that differ from the exact
+ * reference (inputs are multiples of 1/4 in -1..1: every product and sum is exact in f32). */
+static kiln_status run_wgmma(const char *keys, int n, int ks, int bf, int twice, float *y, long *bad, kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hopwgmma %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    int K = 16 * ks;
+    static uint16_t a[64 * WG_KMAX], bt[WG_NMAX * WG_KMAX];
+    static float af[64 * WG_KMAX], bf_[WG_NMAX * WG_KMAX];
+    for (int i = 0; i < 64 * K; i++) af[i] = (float)((i * 37 + i / K * 5) % 9 - 4) * 0.25f, a[i] = half_bits(af[i], bf);
+    for (int i = 0; i < n * K; i++) bf_[i] = (float)((i * 11 + i / K * 3) % 7 - 3) * 0.25f, bt[i] = half_bits(bf_[i], bf);
+    for (int i = 0; i < 64 * n; i++) y[i] = -12345.0f;
+    void *py = y, *pa = a, *pb = bt, *args[] = {&py, &pa, &pb};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}, .twice = twice};
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int r = 0; r < 64; r++)
+        for (int c = 0; c < n; c++) {
+            float want = 0;
+            for (int kk = 0; kk < K; kk++) want += af[r * K + kk] * bf_[c * K + kk];
+            if (!(y[r * n + c] == want)) ++*bad;
+        }
+    return st;
+}
+
+static void test_wgmma(void) {
+    static const struct {
+        int n, bf, rs, swa, swb, ks;
+    } rows[] = {
+        {64, 1, 0, 0, 0, 2},    {64, 1, 0, 32, 32, 2},  {64, 1, 0, 64, 64, 2},  {64, 1, 0, 128, 128, 4},
+        {128, 0, 0, 128, 128, 4}, {128, 0, 0, 0, 64, 3}, {64, 1, 1, 0, 128, 2},  {256, 0, 1, 0, 64, 1},
+        {256, 1, 0, 128, 128, 1}, {8, 1, 0, 32, 32, 1},   {24, 0, 0, 64, 0, 2},   {128, 1, 1, 0, 32, 3},
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[160], name[320];
+        snprintf(keys, sizeof keys, "n=%d bf=%d rs=%d swa=%d swb=%d ks=%d", rows[i].n, rows[i].bf, rows[i].rs,
+                 rows[i].swa, rows[i].swb, rows[i].ks);
+        snprintf(name, sizeof name, "wgmma m64n%dk16 %s, A from %s, %s: the exact reference, run twice", rows[i].n,
+                 rows[i].bf ? "bf16" : "f16", rows[i].rs ? "registers" : "shared memory", keys);
+        TEST_BEGIN(name);
+        static float y[64 * WG_NMAX];
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_wgmma(keys, rows[i].n, rows[i].ks, rows[i].bf, 1, y, &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld of %d outputs wrong", bad, 64 * rows[i].n);
+        TEST_END();
+    }
+}
+
+/* Each planted template bug must fail: a fault naming it, or wrong outputs. */
+static void test_wgmma_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+    } rows[] = {
+        {"n=64 swb=128 ks=2 bug=1", ""},                 /* B read with the wrong swizzle */
+        {"n=64 ks=1 bug=2", ""},                         /* D read without the wait: NaN tokens */
+        {"n=64 ks=1 bug=3", "does not cover"},           /* wait_group 1 with one group pending */
+        {"n=64 ks=2 bug=4", "changed while"},            /* an accumulator changed in flight */
+        {"n=64 ks=1 bug=5", "without a wgmma.fence"},    /* no fence before the first wgmma */
+        {"n=64 ks=1 bug=6", "never committed"},          /* waited without a commit */
+        {"n=64 swa=64 swb=64 ks=3 bug=1", ""},           /* 64B written, read as 32B */
+        {"n=64 swb=128 ks=1 bug=7", "misaligned"},       /* a 128B-swizzled B off its 1024-byte pattern */
+        {"n=64 swb=64 ks=1 bug=8", "out-of-bounds shared"}, /* SBO 16 KiB: rows past the block's shared memory */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "wgmma planted bug '%s' is caught%s%s", rows[i].keys, rows[i].want[0] ? ": " : "",
+                 rows[i].want);
+        TEST_BEGIN(name);
+        static float y[64 * WG_NMAX];
+        long bad = 0;
+        kiln_error err = {0};
+        int ks = atoi(strstr(rows[i].keys, "ks=") + 3);
+        kiln_status st = run_wgmma(rows[i].keys, 64, ks, 1, 0, y, &bad, &err);
+        CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
+        TEST_END();
+    }
+}
+
+enum { TMA_W = 80, TMA_H = 20, TMA_D = 2, TMA_ITERS = 12 };
+
+/* Runs hoptma with keys over a W x H (x D) f32 tensor whose map has box {b0, 8} ({b0, 4, 2} in 3-D);
+ * *bad counts output elements that differ from the box read on the host (zero outside the tensor). */
+static kiln_status run_tma(const char *keys, int rank, int b0, int swz, int iters, long *bad, kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hoptma %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    static float x[TMA_W * TMA_H * TMA_D], y[TMA_ITERS * 64 * 8];
+    for (int i = 0; i < TMA_W * TMA_H * TMA_D; i++) x[i] = (float)(i % 1000) + 0.5f;
+    for (int i = 0; i < TMA_ITERS * 64 * 8; i++) y[i] = -1.0f;
+    static _Alignas(64) kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    m.magic = KILN_TMAP_MAGIC, m.elem_bytes = 4, m.rank = (uint32_t)rank;
+    m.swizzle = swz == 128 ? KILN_TMAP_SWIZZLE_128B : swz == 64 ? KILN_TMAP_SWIZZLE_64B : swz == 32 ? KILN_TMAP_SWIZZLE_32B : 0;
+    m.base = (uint64_t)(uintptr_t)x;
+    m.dims[0] = TMA_W, m.dims[1] = TMA_H, m.dims[2] = TMA_D;
+    m.strides[0] = TMA_W * 4, m.strides[1] = TMA_W * TMA_H * 4;
+    m.box[0] = (uint32_t)b0, m.box[1] = rank == 3 ? 4 : 8, m.box[2] = 2;
+    void *py = y, *args[] = {&py, &m};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}};
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int it = 0; it < iters; it++)
+        for (int e = 0; e < b0 * 8; e++) {
+            int i0 = e % b0, r = e / b0, gx = it % 3 * b0 + i0, gy, gz;
+            if (rank == 2) gy = it / 3 * 8 + r, gz = 0;
+            else gy = it / 3 * 4 + r % 4, gz = it % 2 + r / 4;
+            float want = gx < TMA_W && gy < TMA_H && gz < TMA_D ? x[gx + TMA_W * (gy + TMA_H * gz)] : 0.0f;
+            if (y[it * b0 * 8 + e] != want) ++*bad;
+        }
+    return st;
+}
+
+static void test_tma(void) {
+    static const struct {
+        int rank, b0, swz, iters;
+    } rows[] = {{2, 32, 0, 6}, {2, 32, 128, 12}, {2, 16, 64, 7}, {2, 8, 32, 5}, {3, 32, 128, 8}, {3, 12, 0, 6}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[128], name[200];
+        snprintf(keys, sizeof keys, "rank=%d b0=%d swz=%d iters=%d", rows[i].rank, rows[i].b0, rows[i].swz, rows[i].iters);
+        snprintf(name, sizeof name, "TMA ring %s: every box, edges zero-filled", keys);
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_tma(keys, rows[i].rank, rows[i].b0, rows[i].swz, rows[i].iters, &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld wrong outputs", bad);
+        TEST_END();
+    }
+}
+
+static void test_tma_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+        int b0, swz;
+    } rows[] = {
+        {"iters=4 bug=1", "deadlock", 32, 0},           /* expect-tx 16 bytes short: the phase never completes */
+        {"iters=4 bug=2", "", 32, 0},                   /* no expect-tx: consumers read before the box lands */
+        {"iters=4 bug=3", "not 128-byte aligned", 32, 0}, /* destination off its alignment */
+        {"iters=4 b0=64 swz=128", "at most the swizzle span", 64, 128}, /* a 256-byte row under a 128B swizzle */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "TMA planted bug '%s' is caught%s%s", rows[i].keys, rows[i].want[0] ? ": " : "",
+                 rows[i].want);
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_tma(rows[i].keys, 2, rows[i].b0, rows[i].swz, 4, &bad, &err);
+        CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
+        TEST_END();
+    }
+}
+
 /* The profile counts the primitives per warp: iters=6 sync=1 has 4 mbarrier.init (warp 0), per
  * iteration expect_tx in warp 4 and complete_tx + arrive in the 4 producer warps, an empty-barrier
  * wait in them from iteration 2 on, a full-barrier wait and an arrive in the 4 consumer warps; wgmma
@@ -207,6 +532,32 @@ static void test_profile(void) {
     TEST_END();
 }
 
+/* wgmma in the profile: per warp, hopwgmma ks=2 has one fence, two mma_async, one commit and one
+ * wait (the descriptors count as integer arithmetic, not wgmma). */
+static void test_wgmma_profile(void) {
+    TEST_BEGIN("the profile counts wgmma fence, mma_async, commit and wait per warp");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) {
+        kiln_emu_set_profile(pe, 1);
+        st = kiln_emu_load(pe, gen, "hopwgmma n=64 swa=128 swb=128 ks=2", SM90A, &k, &err);
+    }
+    static uint16_t a[64 * 32], bt[64 * 32];
+    static float y[64 * 64];
+    void *py = y, *pa = a, *pb = bt, *args[] = {&py, &pa, &pb};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
+    if (st == KILN_OK) st = kiln_emu_run(k, &l, args, &err);
+    kiln_emu_profile p;
+    if (st == KILN_OK) st = kiln_emu_profile_get(k, &p, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK)
+        CHECK(p.inst[KILN_PROF_WGMMA] == 4 * 5, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], 4 * 5);
+    kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 static void test_misuse(void) {
     static const struct {
         int c, sm;
@@ -218,6 +569,14 @@ static void test_misuse(void) {
         {3, SM90A, "must be a shared pointer"},
         {4, SM90A, "valid 0..7"},
         {5, 80, "needs sm_90 or newer"},
+        {6, 90, "b:wgmma / b:wgmma_desc (wgmma.mma_async) needs the arch-specific target sm_90a"},
+        {7, SM90A, "n = 60; valid: 8..256 in steps of 8"},
+        {8, SM90A, "swizzle = 16; valid: 0, 32, 64, 128"},
+        {9, SM90A, "lbo = 24; valid: a multiple of 16"},
+        {10, SM90A, "type 'f32'; valid: f16, bf16"},
+        {11, SM90A, "trans_b (an N-major B) is not implemented"},
+        {12, 90, "the map must be a kernel parameter of kind 'tensormap'"},
+        {13, 80, "b:tma_load (cp.async.bulk.tensor) needs sm_90 or newer"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char spec[64], name[160], sm[16];
@@ -241,7 +600,23 @@ static void test_ptxas(void) {
     static const struct {
         const char *spec;
         int sm;
-    } rows[] = {{"hoppipe iters=6 sync=1", SM90A}, {"hoppipe iters=6", 90}};
+        const char *must[4]; /* text the PTX must hold */
+    } rows[] = {
+        {"hoppipe iters=6 sync=1", SM90A,
+         {"setmaxnreg.dec.sync.aligned.u32 \t40;", "wgmma.wait_group.sync.aligned \t0;", "fence.proxy.async",
+          "mbarrier.try_wait.parity"}},
+        {"hoppipe iters=6", 90, {"mbarrier.try_wait.parity", "mbarrier.expect_tx", "mbarrier.complete_tx", NULL}},
+        {"hopwgmma n=64 bf=1 swa=128 swb=128 ks=2", SM90A,
+         {"wgmma.mma_async.sync.aligned.m64n64k16.f32.bf16.bf16", "wgmma.fence.sync.aligned",
+          "wgmma.commit_group.sync.aligned", "wgmma.wait_group.sync.aligned 0;"}},
+        {"hopwgmma n=256 bf=0 rs=1 swb=64 ks=2", SM90A, {"wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", NULL}},
+        {"hopwgmma n=128 bf=1 rs=1 swb=32 ks=4", SM90A, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", NULL}},
+        {"hopwgmma n=24 bf=0 swa=64 ks=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16", NULL}},
+        {"hoptma rank=2 swz=128", 90,
+         {"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes", "cvta.param",
+          ".param .align 64 .b8", NULL}},
+        {"hoptma rank=3 b0=12", SM90A, {"cp.async.bulk.tensor.3d.shared::cluster.global.tile", NULL}},
+    };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[160], sm[16];
         snprintf(name, sizeof name, "ptxas %s: '%s' assembles, 0 spills, setmaxnreg kept", kiln_sm_name(rows[i].sm, sm),
@@ -268,14 +643,8 @@ static void test_ptxas(void) {
             if (log) ptxas_resources(log, &spills, &regs, &smem);
             CHECK(j.status == 0, "ptxas failed: %s", log ? log : "");
             CHECK(log && spills == 0 && !strstr(log, "C7508"), "spills %ld; log: %s", spills, log ? log : "");
-            if (rows[i].sm == SM90A)
-                CHECK(strstr(kiln_module_text(m), "setmaxnreg.dec.sync.aligned.u32 \t40;") &&
-                          strstr(kiln_module_text(m), "wgmma.wait_group.sync.aligned \t0;") &&
-                          strstr(kiln_module_text(m), "fence.proxy.async"),
-                      "PTX lacks the primitives");
-            CHECK(strstr(kiln_module_text(m), "mbarrier.try_wait.parity") &&
-                      strstr(kiln_module_text(m), "mbarrier.expect_tx") && strstr(kiln_module_text(m), "mbarrier.complete_tx"),
-                  "PTX lacks the mbarrier instructions");
+            for (int k = 0; k < 4 && rows[i].must[k]; k++)
+                CHECK(strstr(kiln_module_text(m), rows[i].must[k]), "PTX lacks '%s'", rows[i].must[k]);
             free(log);
             unlink(j.ptx), unlink(j.log);
             kiln_module_free(m);
@@ -288,6 +657,8 @@ int main(void) {
     if (!mkdtemp(dir)) return 1;
     write_template("hoppipe", pipe_lua);
     write_template("hopmisuse", misuse_lua);
+    write_template("hopwgmma", wgmma_lua);
+    write_template("hoptma", tma_lua);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -296,7 +667,12 @@ int main(void) {
     }
     test_pipeline();
     test_pipeline_bugs();
+    test_wgmma();
+    test_wgmma_bugs();
+    test_tma();
+    test_tma_bugs();
     test_profile();
+    test_wgmma_profile();
     test_misuse();
     test_ptxas();
     kiln_emu_destroy(emu);
@@ -304,6 +680,8 @@ int main(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/hoppipe.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hopmisuse.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hopwgmma.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hoptma.lua", dir), unlink(path);
     rmdir(dir);
     return check_summary("hopper");
 }

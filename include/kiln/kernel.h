@@ -18,7 +18,8 @@ typedef enum kiln_param_kind {
     KILN_PARAM_PTR = 0, /* device pointer (8 bytes) */
     KILN_PARAM_I32 = 1,
     KILN_PARAM_I64 = 2,
-    KILN_PARAM_F32 = 3
+    KILN_PARAM_F32 = 3,
+    KILN_PARAM_TMAP = 4 /* a tensor map (CUtensorMap): 128 bytes by value, 64-aligned, __grid_constant__ */
 } kiln_param_kind;
 
 typedef struct kiln_param {

@@ -33,7 +33,7 @@ KILN_LAUNCH_DIMS = 4
 
 DTYPES = ("f32", "f16", "bf16", "i32")  # kiln_dtype values 0..3 (i32: index tensors, e.g. cu_seqlens)
 DTYPE_SIZE = {"f32": 4, "f16": 2, "bf16": 2, "i32": 4}
-PARAM_KINDS = ("ptr", "i32", "i64", "f32")  # kiln_param_kind values
+PARAM_KINDS = ("ptr", "i32", "i64", "f32", "tensormap")  # kiln_param_kind values
 LINT_KINDS = ("target", "arch", "isa", "version", "decl", "sync", "device", "text", "cuda")
 IMAGE_KINDS = ("cubin", "ptx", "lto-ir", "other")
 
