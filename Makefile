@@ -90,7 +90,12 @@ CLI_GEN_LIBS := -Wl,--gc-sections $(subst -lstdc++,$(or $(STDCXX_A),-lstdc++),$(
 # and 52 000 relative relocations of the PIE's vtables and tables (LLVM's). libstdc++ is linked in;
 # the binary stays position-independent (a fixed load address would save ~0.5 ms more, but kiln
 # parses untrusted PTX, bundles and ELF files, and keeps its address randomized; docs/jit.md).
-CLI_LDFLAGS  := $(if $(STDCXX_A),-static-libgcc)
+# The PIE's 52 000 relative relocations packed (DT_RELR, glibc 2.36+, binutils 2.38+): the loader
+# reads 9 KB instead of 1.4 MB of relocation records; `kiln --version` 2.4 -> 2.1 ms (docs/jit.md).
+# Only where this compiler and linker take it without a word.
+RELR_LDFLAGS := $(shell printf 'int main(void){return 0;}' | $(CC) -x c - -Wl,-z,pack-relative-relocs \
+                  -o /dev/null 2>&1 | grep -q . || echo -Wl,-z,pack-relative-relocs)
+CLI_LDFLAGS  := $(if $(STDCXX_A),-static-libgcc) $(RELR_LDFLAGS)
 SO_GEN_LIBS  := -Wl,--gc-sections -Wl,--exclude-libs,ALL $(LLVM_STATIC) $(LUA_LIBS) -lzstd -lz
 endif
 

@@ -193,6 +193,15 @@ kiln_status gen_lower_optimize(gen_lower *lw, LLVMModuleRef mod, const gen_targe
                                kiln_error *err);
 /* NVPTX codegen passes a template may leave out of its kernels (config().lsr / .slsr = false). */
 enum { GEN_DROP_LSR = 1, GEN_DROP_SLSR = 2 };
+/* More of them by name: config().skip_codegen = { KEY, ... }; entry i of the table (a NULL key ends
+ * it) is the drop bit GEN_DROP_SKIP << i. pass: NVPTX's legacy pass name; nth: which occurrence of
+ * that name in its codegen list (0: every one). gen_lower.c holds the table. */
+enum { GEN_DROP_SKIP = 4 };
+typedef struct gen_codegen_skip {
+    const char *key, *pass;
+    int nth;
+} gen_codegen_skip;
+extern const gen_codegen_skip gen_codegen_skips[];
 /* PTX text (malloc'd) or LLVM IR when emit is KILN_EMIT_LL; fills tm's codegen stages. drop: the
  * GEN_DROP_* passes the template leaves out. */
 kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t, int ptx_version,

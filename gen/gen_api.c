@@ -155,6 +155,34 @@ static void dump_stage(const kiln_kernel_meta *m, const char *ext, const char *t
     kiln_write_file(path, text, len, NULL); /* a debugging aid: a failed dump is not the caller's error */
 }
 
+/* Adds the drop bits of config().skip_codegen (a list of gen_codegen_skips keys) to *drop; a bad
+ * entry is an error naming the valid keys. */
+static kiln_status read_skip_codegen(lua_State *L, int cfg, const char *family, unsigned *drop, kiln_error *err) {
+    int type = lua_getfield(L, cfg, "skip_codegen");
+    kiln_status st = KILN_OK;
+    if (type != LUA_TNIL && type != LUA_TTABLE)
+        st = kiln_fail(err, KILN_EGEN, "templates/%s.lua: config().skip_codegen must be a list of pass names", family);
+    for (lua_Integer i = 1; st == KILN_OK && type == LUA_TTABLE && lua_geti(L, -1, i) != LUA_TNIL; i++) {
+        const char *key = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : "";
+        int k = 0;
+        while (gen_codegen_skips[k].key && strcmp(key, gen_codegen_skips[k].key)) k++;
+        if (gen_codegen_skips[k].key) {
+            *drop |= (unsigned)GEN_DROP_SKIP << k;
+        } else {
+            char valid[256] = "";
+            for (int j = 0; gen_codegen_skips[j].key; j++)
+                snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", j ? ", " : "",
+                         gen_codegen_skips[j].key);
+            st = kiln_fail(err, KILN_EGEN, "templates/%s.lua: config().skip_codegen: unknown pass '%s'; valid: %s",
+                           family, key, valid);
+        }
+        lua_pop(L, 1);
+    }
+    if (type == LUA_TTABLE && st == KILN_OK) lua_pop(L, 1); /* the nil that ended the list */
+    lua_pop(L, 1);
+    return st;
+}
+
 /* Runs the template for (spec, sm) and leaves a verified, optimized module in ctx. */
 static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, LLVMContextRef ctx,
                                    LLVMModuleRef *out, kiln_kernel_meta *m, const gen_target **tp,
@@ -217,6 +245,8 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     lua_getfield(L, cfg, "slsr");
     if (!lua_isnil(L, -1) && !lua_toboolean(L, -1)) g->codegen_drop |= GEN_DROP_SLSR;
     lua_pop(L, 4);
+    /* config().skip_codegen = { KEY, ... }: more codegen passes left out, by gen_codegen_skips' keys */
+    if ((st = read_skip_codegen(L, cfg, spec.family, &g->codegen_drop, err)) != KILN_OK) goto done;
     const char *pipeline = g->pipeline ? g->pipeline : kiln_pipe ? NULL : "default<O3>";
     double t2 = now_ms();
     tm->config = t2 - t1;

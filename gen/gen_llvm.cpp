@@ -176,6 +176,10 @@ static bool keep_codegen_pass(Pass *p, int nth, unsigned drop) {
     StringRef name = p->getPassName();
     if ((drop & GEN_DROP_LSR) && name == "Loop Strength Reduction") return false;
     if ((drop & GEN_DROP_SLSR) && name == "Straight line strength reduction") return false;
+    for (int i = 0; gen_codegen_skips[i].key; i++)
+        if ((drop & (GEN_DROP_SKIP << i)) && name == gen_codegen_skips[i].pass &&
+            (gen_codegen_skips[i].nth == 0 || gen_codegen_skips[i].nth == nth))
+            return false;
     for (const dropped_pass &d : dropped_codegen_passes)
         if (name == d.name && (d.nth == 0 || d.nth == nth)) return false;
     return !env_drops(env, name, nth);

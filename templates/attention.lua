@@ -235,6 +235,10 @@ function K.config(spec, target)
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
   -- faster; the SIMT, register-staged (sm_75) and split-KV tiles keep it (d256 SIMT: 255 registers).
   if cfg.path == "mma" and cfg.cp_async and not spec.splitkv then cfg.lsr = false end
+  -- The same tiles but the 96-wide ones (head_dim 80, 96: d96 causal sm_80 +8 SASS instructions) give
+  -- byte-identical PTX without NVPTX's straight-line strength reduction, every SM, and it is 30 % of
+  -- their generation instructions (bf16 d128 causal sm_80: 431 -> 304 M): left out (docs/jit.md).
+  if cfg.path == "mma" and cfg.cp_async and not spec.splitkv and spec.head_dim ~= 96 then cfg.slsr = false end
   return cfg
 end
 

@@ -331,6 +331,39 @@ static void test_registry(void) {
     kiln_gen_destroy(g2);
     TEST_END();
     unlink(path);
+
+    /* config().skip_codegen: the keys of gen_codegen_skips, anything else an error naming them */
+    snprintf(path, sizeof path, "%s/skip.lua", dir);
+    f = fopen(path, "w");
+    fputs("local K = { params = { { name = 'bad', type = 'bool', default = false },\n"
+          "                       { name = 'text', type = 'bool', default = false } } }\n"
+          "function K.config(spec, t)\n"
+          "  local skip = { 'early-cse-1', 'peephole-opt', 'machine-scheduler' }\n"
+          "  if spec.bad then skip = { 'consthoist', 'no-such-pass' } end\n"
+          "  if spec.text then skip = 'consthoist' end\n"
+          "  return { block = 32, grid_tile = 32, skip_codegen = skip }\n"
+          "end\n"
+          "function K.build(b, spec, cfg)\n"
+          "  local p = b:kernel{ params = { { 'x', 'ptr', 'f32' }, { 'n', 'i32' } } }\n"
+          "end\n"
+          "function K.launch(spec, cfg) return { tensors = { { 'x', 'inout', { 'n' } } }, scalars = { { 'n' } }, problem = { 'n' } } end\n"
+          "return K\n", f);
+    fclose(f);
+    TEST_BEGIN("config().skip_codegen takes the table's pass keys and names them for anything else");
+    CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
+    CHECK(kiln_generate(g2, "skip", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    kiln_module_free(m);
+    CHECK(kiln_generate(g2, "skip bad=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
+    CHECK(strstr(err.msg, "templates/skip.lua: config().skip_codegen: unknown pass 'no-such-pass'; valid: early-cse-1, "
+                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm"),
+          "message: %s", err.msg);
+    CHECK(kiln_generate(g2, "skip text=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
+    CHECK(strstr(err.msg, "config().skip_codegen must be a list of pass names"), "message: %s", err.msg);
+    CHECK(kiln_generate(g2, "skip", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "after the errors: %s", err.msg);
+    kiln_module_free(m);
+    kiln_gen_destroy(g2);
+    TEST_END();
+    unlink(path);
     rmdir(dir);
 }
 

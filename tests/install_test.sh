@@ -25,6 +25,13 @@ for f in include/kiln/runtime.h include/kiln/gen.h bin/kiln share/licenses/kiln/
     if [ -e "$P/$f" ]; then ok "installed $f"; else bad "installed $f" "missing"; fi
 done
 
+# bin/kiln's relative relocations are packed (DT_RELR: a fresh process's start) wherever this toolchain
+# takes -z pack-relative-relocs without a word (the Makefile's RELR_LDFLAGS test).
+if printf 'int main(void){return 0;}' | ${CC:-cc} -x c - -Wl,-z,pack-relative-relocs -o /dev/null 2>&1 | grep -q .; then
+    ok "bin/kiln: this toolchain cannot pack relocations"
+elif readelf -d "$P/bin/kiln" | grep -q '(RELR)'; then ok "bin/kiln packs its relative relocations"
+else bad "bin/kiln packs its relative relocations" "$(readelf -d "$P/bin/kiln" | grep -i rel)"; fi
+
 export PKG_CONFIG_PATH="$P/lib/pkgconfig"
 rtflags=$(pkg-config --cflags --libs kiln-rt 2>&1)
 if grep -qiE 'llvm|lua' <<<"$rtflags"; then bad "kiln-rt.pc has no LLVM/Lua" "$rtflags"; else ok "kiln-rt.pc has no LLVM/Lua"; fi

@@ -63,22 +63,23 @@ def main():
             return 2
     lister = a.list_from or a.after
     if a.sm:
-        sms = [int(s) for s in a.sm.split(",")]
+        sms = a.sm.split(",")
     else:
         out = subprocess.run([a.after, "list"], check=True, capture_output=True, text=True).stdout
-        sms = [int(w[3:]) for w in out.split("targets:")[1].split() if int(w[3:]) >= 75]
+        # every SM from 75 up, arch-specific targets (sm_90a) included
+        sms = [w[3:] for w in out.split("targets:")[1].split() if int(w[3:].rstrip("a")) >= 75]
     same = body_same = differ = 0
     meta_keys = collections.Counter()
     with tempfile.TemporaryDirectory(prefix="kiln-compare-") as tmp:
         for sm in sms:
             specs = variants(lister, sm, a.full)
-            lst = os.path.join(tmp, "specs-%d" % sm)
+            lst = os.path.join(tmp, "specs-%s" % sm)
             with open(lst, "w") as f:
                 f.write("\n".join(specs) + "\n")
             old = bundle(a.before, lst, sm, os.path.join(tmp, "before.kb"))
             new = bundle(a.after, lst, sm, os.path.join(tmp, "after.kb"))
             if set(old) != set(new):
-                print("sm_%d: the builds canonicalize differently: %s" % (sm, sorted(set(old) ^ set(new))[:5]))
+                print("sm_%s: the builds canonicalize differently: %s" % (sm, sorted(set(old) ^ set(new))[:5]))
                 differ += 1
             for spec in sorted(set(old) & set(new)):
                 if old[spec] == new[spec]:
@@ -88,12 +89,12 @@ def main():
                 mn, bn = split_meta(new[spec])
                 if bo != bn:
                     differ += 1
-                    print("DIFFERENT PTX: %s (sm_%d)" % (spec, sm))
+                    print("DIFFERENT PTX: %s (sm_%s)" % (spec, sm))
                     continue
                 body_same += 1
                 keys = {("+" if line in mn else "-") + line[len(META):].split(" ", 1)[0] for line in set(mo) ^ set(mn)}
                 meta_keys.update(keys)
-            print("sm_%d: %d variants compared" % (sm, len(set(old) & set(new))), flush=True)
+            print("sm_%s: %d variants compared" % (sm, len(set(old) & set(new))), flush=True)
     print("%d identical, %d identical but for their kiln.meta lines, %d different" % (same, body_same, differ))
     for k, n in sorted(meta_keys.items()):
         print("  meta lines %s %s: in %d variants" % (k[0], k[1:], n))
