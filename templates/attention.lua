@@ -36,6 +36,7 @@
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local dropout = require("lib.attn_dropout")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -49,7 +50,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2],
   },
 }
 
@@ -153,6 +154,8 @@ function K.check(spec)
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
   end
+  local why = dropout.check(spec)
+  if why then return why end
   spec = spec_of(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
@@ -257,7 +260,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = mask.params(spec, params) }
+  return b:kernel{ params = dropout.params(spec, mask.params(spec, params)) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -377,6 +380,7 @@ local function build_simt(b, spec, cfg, p)
   local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
   local mk = mask.setup(b, spec, p)
+  local dr = dropout.setup(b, spec, p)
   local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
   load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
@@ -458,6 +462,8 @@ local function build_simt(b, spec, cfg, p)
       for j = 0, cn - 1 do
         local pv = b:ex2_approx(sv[j] - m_use)
         sum = sum + pv
+        -- dropout: l sums every probability, P V only the kept ones (1 / (1 - p) at the end)
+        if dr then pv = dropout.simt(dr, b:ctaid("z"), b:ctaid("y"), q0 + rg + tr * i, kv0 + cg + tc * j, pv) end
         b:store(ps + (rg + tr * i) * ldp + (cg + tc * j), pv)
       end
       m[i]:set(m_new)
@@ -497,6 +503,7 @@ local function build_simt(b, spec, cfg, p)
     local lsum = b:warp_sum(l[i]:get(), tc)
     local empty = b:le(lsum, 0.0)
     local inv = b:select(empty, 0.0, 1.0 / lsum)
+    if dr then inv = inv * dr.rp end
     if spec.splitkv then
       local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
       local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
@@ -663,6 +670,7 @@ local function mma_setup(c)
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
   c.scale2 = p.scale * LOG2E
   c.mask = mask.setup(b, spec, p)
+  c.drop = dropout.setup(b, spec, p)
   local shift = c.mask.cshift
   c.shift = shift
   local q0 = G.q0
@@ -867,6 +875,8 @@ local function mma_softmax(c, s, kv0, masked)
         for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha) end
       end
     end
+    -- dropout: l summed every probability above; P V takes only the kept ones (1 / (1 - p) at the end)
+    if c.drop then dropout.fragments(c.drop, b:ctaid("z"), b:ctaid("y"), c.q0 + c.wrow + mi * 16 + c.g, kv0 + c.t * 2, pv[mi], nt) end
   end
   return pv
 end
@@ -966,6 +976,7 @@ local function mma_epilogue(c)
       local lsum = b:warp_sum(c.l[mi][h]:get(), 4)
       local empty = b:le(lsum, 0.0)
       local inv = b:select(empty, 0.0, 1.0 / lsum)
+      if c.drop then inv = inv * c.drop.rp end
       local acc = c.acc[mi]
       if spec.splitkv then
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
@@ -1042,7 +1053,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return mask.launch(spec, l)
+  return dropout.launch(spec, mask.launch(spec, l))
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
