@@ -12,6 +12,7 @@
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local dropout = require("lib.attn_dropout")
 
 local M = {}
 
@@ -233,20 +234,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
           for hh = 0, 1 do
             local vis = b:and_(q_ok, key_ok[hh])
             local idx = 2 * hh + e + 1
+            -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
+            local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
+            local dpz = z and dp[j][idx] * z or dp[j][idx]
             if hooks then
               vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
               local x, th = s[j][idx] * scale2, nil
               if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
               local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
-              local ds = pv * (dp[j][idx] - dl)
+              local ds = pv * (dpz - dl)
               if th then ds = ds * (1.0 - th * th) end
-              s[j][idx] = pv
+              s[j][idx] = z and pv * z or pv
               dp[j][idx] = b:select(vis, ds, 0.0)
             else
               if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
               local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
-              s[j][idx] = pv
-              dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl), 0.0)
+              s[j][idx] = z and pv * z or pv
+              dp[j][idx] = b:select(vis, pv * (dpz - dl), 0.0)
             end
           end
         end
@@ -396,6 +400,8 @@ function M.build_dq(b, spec, cfg, p, io)
       end
     end
     for j = 0, nk - 1 do
+      -- dropout: Z of the fragment's 4 entries (rows g, g + 8 x keys 2t, 2t + 1), one Philox call
+      local z = io.drop and dropout.factors4(io.drop, bi, h, row[0], k0 + t * 2 + j * 8)
       for hh = 0, 1 do
         local lim = bound[hh] - k0 - t * 2
         local lim_lo = lo[hh] and lo[hh] - k0 - t * 2
@@ -403,15 +409,16 @@ function M.build_dq(b, spec, cfg, p, io)
           local idx = 2 * hh + e + 1
           local vis = b:lt(j * 8 + e, lim)
           if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
+          local dpz = z and dp[j][idx] * z[idx] or dp[j][idx]
           if hooks and hooks.score then
             local x, th = hooks.score(s[j][idx], row[hh], k0 + t * 2 + (j * 8 + e), slope2)
             local pv = b:select(vis, b:ex2_approx(x - lse2[hh]), 0.0)
-            local ds = pv * (dp[j][idx] - dl[hh])
+            local ds = pv * (dpz - dl[hh])
             if th then ds = ds * (1.0 - th * th) end
             dp[j][idx] = b:select(vis, ds, 0.0)
           else
             local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
-            dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+            dp[j][idx] = b:select(vis, pv * (dpz - dl[hh]), 0.0)
           end
         end
       end

@@ -135,6 +135,23 @@ end
 -- The factor Z of an entry: 1 / (1 - p) kept, 0 dropped.
 function M.factor(d, keep) return d.b:select(keep, d.rp, 0.0) end
 
+-- The keep predicate of one entry, its mask bit stored (dropout_mask=true).
+function M.keep_at(d, bi, h, q, k)
+  local keep = M.keep(d, bi, h, q, k)
+  M.store_mask(d, bi, h, q, k, { keep })
+  return keep
+end
+
+-- Z of a C fragment's 4 entries (rows q, q + 8 x keys k, k + 1; M.keep4's order), mask bits stored.
+function M.factors4(d, bi, h, q, k)
+  local keeps = M.keep4(d, bi, h, q, k)
+  M.store_mask(d, bi, h, q, k, { keeps[1], keeps[2] })
+  M.store_mask(d, bi, h, q + 8, k, { keeps[3], keeps[4] })
+  local z = {}
+  for e = 1, 4 do z[e] = M.factor(d, keeps[e]) end
+  return z
+end
+
 -- dropout_mask=true: stores keep predicates of (query q, keys k .. k + n - 1) of (bi, h) when q < seq_q
 -- (keys at or past seq_k are not stored).
 function M.store_mask(d, bi, h, q, k, keeps)
