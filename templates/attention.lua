@@ -109,6 +109,12 @@ local MMA_TILES_STAGED = {
   [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
 
+-- With dropout (a Philox call per C fragment: its 4 words and the round keys live beside S), d32's 32-row
+-- warps spill without cp.async (sm_75: 96 bytes with every mask key on): 16-row warps there.
+local MMA_TILES_STAGED_DROP = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+}
+
 -- Split-KV decoding (splitkv=true): a block owns 64 packed query rows (4 warps x 16) of one kv head:
 -- the heads_q / heads_kv query heads that share the kv head times the seq_q rows, so one K/V tile
 -- read from global memory feeds every query of the group (FlashDecoding's "pack GQA"), and one
@@ -178,6 +184,7 @@ local function config_mma(spec, target)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
   local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
+  if spec.dropout and not target.cp_async and MMA_TILES_STAGED_DROP[d] then tiles = MMA_TILES_STAGED_DROP end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -1082,6 +1089,13 @@ K.variants = {
   { DT, ODD_DIMS, CAUSAL, full = true },
   { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
+  -- dropout (lib/attn_dropout.lua; not with split-KV): alone and with every mask key, SIMT forced, the test mask output
+  { DT, DIMS, CAUSAL, "dropout=true", full = true },
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "dropout=true", full = true },
+  { DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "dropout=true", "path=simt", sms = { 75, 80 } },
+  { DT, "head_dim=64", "causal=true", MASK_KEYS, "dropout=true dropout_mask=true", sms = { 75, 80 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

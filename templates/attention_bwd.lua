@@ -60,6 +60,9 @@ local K = {
 function K.check(spec)
   local why = dropout.check(spec)
   if why then return why end
+  if spec.dropout_mask and spec.window and spec.softcap and spec.alibi and (spec.kernel == "dkdv" or spec.kernel == "dq") then
+    return "dropout_mask=true (a test output) with window, softcap and alibi all on needs 41 kernel parameters (kiln's limit is 40): leave one of window, softcap, alibi off"
+  end
   spec = mask.spec(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
@@ -432,6 +435,16 @@ K.variants = {
     full = true },
   { { "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, "causal=true", MASK_KEYS, quick = true,
     sms = { 75, 80, 90 } },
+  -- dropout (lib/attn_dropout.lua): dkdv and dq alone and with every mask key, SIMT forced, the test mask output
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=false", "causal=true" },
+    "dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=true", "causal=top_left" },
+    MASK_KEYS, "dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", MASK_KEYS, "dropout=true", sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true", "window=true softcap=true", "dropout=true dropout_mask=true",
+    sms = { 75, 80 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

@@ -30,6 +30,13 @@ function M.available(spec, target)
   if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi then
     return false, "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async"
   end
+  -- dropout regenerates the mask with a Philox call per entry here (S^T's layout is not the forward's):
+  -- d128 with a score key, and d96 without cp.async, spill 8-36 bytes (ptxas sm_75/80): those run on SIMT
+  if spec.kernel == "dkdv" and spec.dropout and ((spec.head_dim == 128 and (spec.window or spec.softcap or spec.alibi))
+      or (spec.head_dim >= 96 and not target.cp_async)) then
+    return false, "dropout's per-entry mask with head_dim " .. spec.head_dim .. (target.cp_async and " and a score key" or " without cp.async")
+      .. " needs more than 255 registers a thread"
+  end
   if target.mma_m16n8k16 then return true end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
