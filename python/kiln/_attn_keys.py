@@ -93,3 +93,5 @@ class Keys:
             mask.softcap = self.softcap
         if self.alibi_stride is not None:
             mask.alibi_slopes, mask.alibi_stride = slopes_ptr, self.alibi_stride
+        if self.dropout is not None:
+            mask.dropout_p, mask.dropout_seed, mask.dropout_offset = self.dropout

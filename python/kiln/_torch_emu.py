@@ -207,26 +207,29 @@ class EmulatedRuntime:
 
     # ---- attention ----
 
-    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0):
+    def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0, dropout=None):
         return 1, 0  # one split: the emulated path runs the unsplit kernel
 
-    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None):
+    def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
+                  dropout=None):
         """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]."""
         out, lse_out = emulate.attention(*(_np(t, "attention: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"))),
                                          causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, "attention: o"),
-                                         return_lse=True)
+                                         return_lse=True, dropout=dropout)
         _store(o, out)
         _store(lse, lse_out)
 
-    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False):
+    def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
+                                     dropout=None):
         return 0  # emulate.attention_backward keeps its delta and dQ accumulator in private buffers
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None):
+                           workspace=None, stream=None, dropout=None):
         arrs = [_np(t, "attention_backward: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"),
                                                                 (o, "o"), (lse, "lse"))]
         grads = emulate.attention_backward(*arrs[:4], o=arrs[4], lse=arrs[5], causal=causal, sm=self.sm, scale=scale,
-                                           deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"))
+                                           deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"),
+                                           dropout=dropout)
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 
