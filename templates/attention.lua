@@ -109,8 +109,13 @@ local MMA_TILES_STAGED = {
   [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
 
--- With dropout (a Philox call per C fragment: its 4 words and the round keys live beside S), d32's 32-row
--- warps spill without cp.async (sm_75: 96 bytes with every mask key on): 16-row warps there.
+-- With dropout (a Philox call per C fragment: its 4 words and the round keys live beside S), the 32-row
+-- warps of d32 and d64 spill (ptxas: 24-96 bytes on sm_75..120, d64 28 bytes even without a mask key):
+-- 16-row warps there.
+local MMA_TILES_DROP = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+}
 local MMA_TILES_STAGED_DROP = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
 }
@@ -184,7 +189,8 @@ local function config_mma(spec, target)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
   local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
-  if spec.dropout and not target.cp_async and MMA_TILES_STAGED_DROP[d] then tiles = MMA_TILES_STAGED_DROP end
+  local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
+  if drop and drop[d] then tiles = drop end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -1101,12 +1107,13 @@ K.variants = {
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
 -- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
--- on its global layers, with its 4096 window on the local ones)
+-- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
                        "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
-                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true" } }
+                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
+                       "dtype=bf16 head_dim=128 causal=true dropout=true" } }
 
 return K

@@ -447,7 +447,9 @@ K.variants = {
     sms = { 75, 80 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
+-- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },
-             kernels = { "kernel=prep", "kernel=dkdv", "kernel=convert" } }
+             kernels = { "kernel=prep", "kernel=dkdv", "kernel=convert" },
+             extra = { "kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true" } }
 
 return K

@@ -51,7 +51,8 @@ static void run_usage(FILE *to) {
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
-            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n");
+            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
+            "         kiln run attention_bwd dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n");
 }
 
 typedef struct run_opts {

@@ -47,7 +47,8 @@ local function config_dq(spec, target, cfg)
   local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
   -- without cp.async, d96 with the mask keys (per-row bounds, slopes, tanh) spills at 64 keys (ptxas
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
-  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi) then bn = 32 end
+  -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
+  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld

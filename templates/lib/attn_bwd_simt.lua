@@ -20,6 +20,9 @@ M.TILES = {
 
 function M.config(spec, target, cfg)
   local t = M.TILES[spec.head_dim]
+  -- kernel=dq with dropout and the score keys: 16 scores a thread (d32: 32 x 64) with a Philox call each spill
+  -- 8 bytes (ptxas sm_75/80); half the query rows
+  if spec.kernel == "dq" and spec.dropout and t.m * t.n > 1024 then t = { m = t.m // 2, n = t.n } end
   local d = spec.head_dim
   local bytes = ((2 * t.m + 2 * t.n) * (d + 1) + 2 * t.m * (t.n + 1)) * 4
   cfg.block, cfg.path = M.THREADS, "simt"
