@@ -144,7 +144,7 @@ def test_modules_are_torchs_classes_and_print_as_torch_does():
 
 @pytest.mark.parametrize("kwargs,words", [
     (dict(attn_mask=torch.ones(8, 8, dtype=torch.bool)), "attn_mask"),
-    (dict(dropout_p=0.1), "no dropout yet"),
+    (dict(dropout_p=1.0), "takes 0 <= p < 1"),
     (dict(kshape=(1, 1, 8, 64)), "enable_gqa"),
     (dict(qshape=(1, 3, 8, 64), kshape=(1, 2, 8, 64), enable_gqa=True), "multiple"),
     (dict(qshape=(1, 2, 8, 44), kshape=(1, 2, 8, 44)), "head_dim 44"),
