@@ -344,6 +344,7 @@ const gen_spec *emu_case_spec(const struct kiln_case *c);
 /* ---- templates/lib/norm.ref.c: the norm families' case hooks (kiln/emu_case.h), shared by their
  * descriptors in templates/<family>.ref.c ---- */
 struct kiln_case_output;
+struct kiln_case_opts;
 kiln_status emu_norm_case_create(struct kiln_case *c, kiln_error *err);
 void emu_norm_case_destroy(struct kiln_case *c);
 int emu_norm_case_tensor(struct kiln_case *c, const char *name, void **ptr, size_t *bytes);
@@ -387,5 +388,20 @@ int emu_attn_visible(const struct kiln_attn_problem *p, int i, int j);
 double emu_attn_score(const struct kiln_attn_problem *p, double qk, int b, int h, int i, int j, double *dx);
 /* |ALiBi bias| of (b, h, i, j); 0 without alibi. */
 double emu_attn_bias(const struct kiln_attn_problem *p, int b, int h, int i, int j);
+
+/* templates/lib/attn_dropout.ref.c: Philox 4x32-10 of counter ctr under key; whether dropout keeps
+ * (batch b, query head h, query i, key j) (1 without dropout=true), and its factor in P V: 1 / (1 - p)
+ * kept, 0 dropped (1 without dropout). The counter layout is templates/lib/attn_dropout.lua's. */
+void emu_philox4x32_10(const uint32_t ctr[4], const uint32_t key[2], uint32_t out[4]);
+int emu_attn_dropout_keep(const struct kiln_attn_problem *p, int b, int h, int i, int j);
+double emu_attn_dropout_factor(const struct kiln_attn_problem *p, int b, int h, int i, int j);
+/* dropout_mask=true: the i32 [batch, heads_q, seq_q, seq_k] mask buffer (malloc), poisoned (-1), and
+ * checked (output "dropout_mask": every visible pair holds its keep bit, others it or -1). */
+int32_t *emu_attn_mask_alloc(const struct kiln_attn_problem *p);
+void emu_attn_mask_prepare(const struct kiln_attn_problem *p, int32_t *mask);
+void emu_attn_mask_check(const struct kiln_attn_problem *p, const int32_t *mask, struct kiln_case_output *o);
+/* The dropout launch values from the case options: "dropout" (the rate; needed with dropout=true),
+ * "dropout_offset" (0); the seed is the case's; each refused without dropout=true. */
+kiln_status emu_attn_case_dropout(const struct kiln_case_opts *o, struct kiln_attn_problem *p, kiln_error *err);
 
 #endif

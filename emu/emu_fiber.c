@@ -34,7 +34,7 @@
 #define EMU_STACK_BYTES (512u << 10) /* instrumented handlers need more room */
 #define EMU_ASAN_TOP (64u << 10)     /* unpoisoned at every reset */
 #else
-#define EMU_STACK_BYTES (128u << 10)
+#define EMU_STACK_BYTES (256u << 10)
 #endif
 
 /* x86-64 gets a register-only switch (glibc's swapcontext makes a sigprocmask system

@@ -39,13 +39,18 @@ kiln_status rt_attn_check_mask(const char *what, int causal, const kiln_attentio
     if (m->alibi_slopes % 4)
         return kiln_fail(err, KILN_EINVAL, "%s: alibi_slopes (0x%llx) must be 4-byte aligned (f32)", what,
                          (unsigned long long)m->alibi_slopes);
+    if (!(m->dropout_p >= 0 && m->dropout_p < 1))
+        return kiln_fail(err, KILN_EINVAL, "%s: dropout_p (%g) must be 0 <= p < 1 (0: no dropout)", what, (double)m->dropout_p);
+    if (m->dropout_seed > (1ull << 53) || m->dropout_offset > (1ull << 53))
+        return kiln_fail(err, KILN_EINVAL, "%s: dropout_seed and dropout_offset must be at most 2^53 (launch scalars are exact to there)", what);
     return KILN_OK;
 }
 
 void rt_attn_mask_words(const kiln_attention_mask *m, char *buf, size_t size) {
     size_t n = strlen(buf);
-    snprintf(buf + n, n < size ? size - n : 0, "%s%s%s", m->window ? " window=true" : "",
-             m->softcap > 0 ? " softcap=true" : "", m->alibi_slopes ? " alibi=true" : "");
+    snprintf(buf + n, n < size ? size - n : 0, "%s%s%s%s", m->window ? " window=true" : "",
+             m->softcap > 0 ? " softcap=true" : "", m->alibi_slopes ? " alibi=true" : "",
+             m->dropout_p > 0 ? " dropout=true" : "");
 }
 
 void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, int *nt, kiln_launch_scalar *s, int *ns) {
@@ -57,6 +62,11 @@ void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, in
     if (m->alibi_slopes) {
         t[(*nt)++] = (kiln_launch_tensor){.name = "alibi_slopes", .ptr = m->alibi_slopes};
         s[(*ns)++] = (kiln_launch_scalar){"alibi_stride", m->alibi_stride};
+    }
+    if (m->dropout_p > 0) {
+        s[(*ns)++] = (kiln_launch_scalar){"dropout_p", m->dropout_p};
+        s[(*ns)++] = (kiln_launch_scalar){"dropout_seed", (double)m->dropout_seed};
+        s[(*ns)++] = (kiln_launch_scalar){"dropout_offset", (double)m->dropout_offset};
     }
 }
 
@@ -98,7 +108,7 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
  * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
 typedef struct launch_buf {
     kiln_launch_tensor t[6];
-    kiln_launch_scalar s[12];
+    kiln_launch_scalar s[16];
 } launch_buf;
 
 static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b, int splits, kiln_devptr ws, size_t ws_bytes) {
@@ -187,7 +197,11 @@ kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_a
         return kiln_fail(err, KILN_EINVAL, "attention: splits (%d) must be 0 (automatic) or 1..%d", splits,
                          KILN_ATTENTION_MAX_SPLITS);
     if (a->batch == 0 || a->seq_q == 0) return KILN_OK;
+    if (a->mask.dropout_p > 0 && splits > 1)
+        return kiln_fail(err, KILN_EINVAL, "attention: dropout runs on the plain kernel only (split-KV is for "
+                         "decoding); give splits 0 or 1");
     kiln_kernel *plain, *two[2];
+    if (splits == 0 && a->mask.dropout_p > 0) splits = 1; /* training: never split-KV */
     if (splits == 0) {
         /* only decoding shapes are worth the split kernels: others never look them up (no generation,
          * no bundle entry needed); where none is found (a bundle without them, no generator) the plain

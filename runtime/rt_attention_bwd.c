@@ -94,7 +94,7 @@ kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *
         if (s[0] || s[1] || s[2]) memcpy(t[i].strides, (int64_t[4]){s[0], s[1], s[2], 1}, sizeof t[i].strides);
     }
     t[NTENSORS] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
-    kiln_launch_scalar s[10] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
+    kiln_launch_scalar s[16] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
                                 {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
     int nt = NTENSORS + 1, ns = a->scale > 0 ? 6 : 5;
     rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);

@@ -36,6 +36,7 @@
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local dropout = require("lib.attn_dropout")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -49,7 +50,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2],
   },
 }
 
@@ -108,6 +109,17 @@ local MMA_TILES_STAGED = {
   [256] = { { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
 
+-- With dropout (a Philox call per C fragment: its 4 words and the round keys live beside S), the 32-row
+-- warps of d32 and d64 spill (ptxas: 24-96 bytes on sm_75..120, d64 28 bytes even without a mask key):
+-- 16-row warps there.
+local MMA_TILES_DROP = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+}
+local MMA_TILES_STAGED_DROP = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+}
+
 -- Split-KV decoding (splitkv=true): a block owns 64 packed query rows (4 warps x 16) of one kv head:
 -- the heads_q / heads_kv query heads that share the kv head times the seq_q rows, so one K/V tile
 -- read from global memory feeds every query of the group (FlashDecoding's "pack GQA"), and one
@@ -153,6 +165,8 @@ function K.check(spec)
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
   end
+  local why = dropout.check(spec)
+  if why then return why end
   spec = spec_of(spec)
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
@@ -175,6 +189,8 @@ local function config_mma(spec, target)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
   local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
+  local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
+  if drop and drop[d] then tiles = drop end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -261,7 +277,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = mask.params(spec, params) }
+  return b:kernel{ params = dropout.params(spec, mask.params(spec, params)) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -381,6 +397,7 @@ local function build_simt(b, spec, cfg, p)
   local q0, base = G.q0, G.base
   local scale2 = p.scale * LOG2E
   local mk = mask.setup(b, spec, p)
+  local dr = dropout.setup(b, spec, p)
   local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
   load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
@@ -462,6 +479,8 @@ local function build_simt(b, spec, cfg, p)
       for j = 0, cn - 1 do
         local pv = b:ex2_approx(sv[j] - m_use)
         sum = sum + pv
+        -- dropout: l sums every probability, P V only the kept ones (1 / (1 - p) at the end)
+        if dr then pv = dropout.simt(dr, b:ctaid("z"), b:ctaid("y"), q0 + rg + tr * i, kv0 + cg + tc * j, pv) end
         b:store(ps + (rg + tr * i) * ldp + (cg + tc * j), pv)
       end
       m[i]:set(m_new)
@@ -501,6 +520,7 @@ local function build_simt(b, spec, cfg, p)
     local lsum = b:warp_sum(l[i]:get(), tc)
     local empty = b:le(lsum, 0.0)
     local inv = b:select(empty, 0.0, 1.0 / lsum)
+    if dr then inv = inv * dr.rp end
     if spec.splitkv then
       local m_use = b:select(b:eq(m[i]:get(), NEG_INF), 0.0, m[i]:get())
       local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
@@ -667,6 +687,7 @@ local function mma_setup(c)
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
   c.scale2 = p.scale * LOG2E
   c.mask = mask.setup(b, spec, p)
+  c.drop = dropout.setup(b, spec, p)
   local shift = c.mask.cshift
   c.shift = shift
   local q0 = G.q0
@@ -871,6 +892,8 @@ local function mma_softmax(c, s, kv0, masked)
         for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha) end
       end
     end
+    -- dropout: l summed every probability above; P V takes only the kept ones (1 / (1 - p) at the end)
+    if c.drop then dropout.fragments(c.drop, b:ctaid("z"), b:ctaid("y"), c.q0 + c.wrow + mi * 16 + c.g, kv0 + c.t * 2, pv[mi], nt) end
   end
   return pv
 end
@@ -970,6 +993,7 @@ local function mma_epilogue(c)
       local lsum = b:warp_sum(c.l[mi][h]:get(), 4)
       local empty = b:le(lsum, 0.0)
       local inv = b:select(empty, 0.0, 1.0 / lsum)
+      if c.drop then inv = inv * c.drop.rp end
       local acc = c.acc[mi]
       if spec.splitkv then
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
@@ -1046,7 +1070,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return mask.launch(spec, l)
+  return dropout.launch(spec, mask.launch(spec, l))
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
@@ -1075,17 +1099,25 @@ K.variants = {
   { DT, ODD_DIMS, CAUSAL, full = true },
   { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
+  -- dropout (lib/attn_dropout.lua; not with split-KV): alone and with every mask key, SIMT forced, the test mask output
+  { DT, DIMS, CAUSAL, "dropout=true", full = true },
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "dropout=true", full = true },
+  { DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "dropout=true", "path=simt", sms = { 75, 80 } },
+  { DT, "head_dim=64", "causal=true", MASK_KEYS, "dropout=true dropout_mask=true", sms = { 75, 80 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
 -- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
--- on its global layers, with its 4096 window on the local ones)
+-- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
                        "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
-                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true" } }
+                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
+                       "dtype=bf16 head_dim=128 causal=true dropout=true" } }
 
 return K

@@ -30,6 +30,7 @@ kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_er
     if (p->window) p->window_left = p->window_right = -1; /* unbounded until the caller sets the sides */
     p->has_softcap = emu_spec_bool(&g, "softcap", 0);
     p->alibi = emu_spec_bool(&g, "alibi", 0);
+    p->dropout = emu_spec_bool(&g, "dropout", 0);
     if (p->head_dim <= 0) return kiln_fail(err, KILN_EINVAL, "attention spec: bad value '%s' for 'head_dim'", emu_spec_get(&g, "head_dim"));
     return KILN_OK;
 }
@@ -81,6 +82,7 @@ size_t emu_attn_param_bytes(const kiln_attn_problem *p, const kiln_param *param)
     if (!strcmp(n, "lse") || !strcmp(n, "delta")) elems = rows;
     if (!strcmp(n, "dq_acc")) elems = rows * (size_t)p->head_dim;
     if (!strcmp(n, "alibi_slopes")) elems = (size_t)(p->batch - 1) * (size_t)p->alibi_stride + (size_t)p->heads_q;
+    if (!strcmp(n, "dropout_mask")) elems = rows * (size_t)p->seq_k;
     return elems * kiln_dtype_size(param->dtype);
 }
 
@@ -130,6 +132,8 @@ kiln_status kiln_attn_check_problem(const kiln_attn_problem *p, kiln_error *err)
         return kiln_fail(err, KILN_EINVAL, "attention: softcap=true needs a softcap > 0 (got %g)", (double)p->softcap);
     if (p->alibi && (!p->alibi_slopes || p->alibi_stride < 0))
         return kiln_fail(err, KILN_EINVAL, "attention: alibi=true needs alibi_slopes and an alibi_stride >= 0");
+    if (p->dropout && !(p->dropout_p >= 0 && p->dropout_p < 1))
+        return kiln_fail(err, KILN_EINVAL, "attention: dropout=true needs a rate 0 <= p < 1 (got %g)", (double)p->dropout_p);
     return KILN_OK;
 }
 
@@ -159,6 +163,7 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
                     if (!visible(p, i, j)) continue;
                     double w = exp(s[j] - m);
                     sum += w;
+                    w *= emu_attn_dropout_factor(p, b, h, i, j); /* dropout: the sum keeps every weight */
                     size_t vo = offset(p, 2, b, j, h / group);
                     for (int c = 0; c < d; c++) o[oo + (size_t)c] += w * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
                 }
@@ -308,7 +313,9 @@ kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combi
  *   tol(lse) = 2 ds + e + 2^-21 (lg2.approx, 2^-22 absolute in base 2) + 2^-22 |lse_ref|.
  * softcap: tanh' <= 1 keeps ds; the tanh (from ex2.approx and a division) adds softcap 2^-20 to e.
  * alibi: with B = max |bias| over the row's keys, the base-2 bias (slope log2 e rounded, one fma)
- * and the larger exponent arguments add 2^-21 B to e. */
+ * and the larger exponent arguments add 2^-21 B to e.
+ * dropout: a kept weight is scaled by 1 / (1 - p) (f32, rounded: 2^-24 relative), so the vmax terms grow
+ * by that factor; the mask itself is exact (templates/lib/attn_dropout.ref.c regenerates it). */
 static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
 
 typedef struct row_bounds {
@@ -351,7 +358,8 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
                 size_t oo = offset(p, 3, b, i, h);
                 for (int c = 0; c < p->head_dim; c++) {
                     double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);
-                    double tol = uo * fabs(want) + (2 * e + up) * rb.vmax * (1 + uo) + 0x1p-126;
+                    double rp = p->dropout ? 1.0 / (1.0 - (double)p->dropout_p) : 1;
+                    double tol = uo * fabs(want) + (2 * e + up + (p->dropout ? 0x1p-23 : 0)) * rp * rb.vmax * (1 + uo) + 0x1p-126;
                     kiln_check_value(&out[0], got, want, tol, want, 0, "o[b=%d h=%d i=%d c=%d]", b, h, i, c);
                 }
                 size_t li = ((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i;
@@ -404,6 +412,20 @@ static kiln_status case_mask_keys(const kiln_case_opts *o, kiln_attn_problem *p,
         p->alibi_stride = 0;
         if (!(p->alibi_slopes = alibi_paper_slopes(p->heads_q))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
+    return emu_attn_case_dropout(o, p, err);
+}
+
+kiln_status emu_attn_case_dropout(const kiln_case_opts *o, kiln_attn_problem *p, kiln_error *err) {
+    if ((kiln_case_opts_has(o, "dropout") || kiln_case_opts_has(o, "dropout_offset")) && !p->dropout)
+        return kiln_fail(err, KILN_EINVAL, "--dropout needs dropout=true in the attention spec (the kernel has no dropout key)");
+    if (!p->dropout) return KILN_OK;
+    if (!kiln_case_opts_has(o, "dropout"))
+        return kiln_fail(err, KILN_EINVAL, "dropout=true needs the rate: give --dropout P (0 <= P < 1, e.g. 0.1)");
+    p->dropout_p = (float)kiln_case_opts_real(o, "dropout", 0);
+    if (!(p->dropout_p >= 0 && p->dropout_p < 1))
+        return kiln_fail(err, KILN_EINVAL, "--dropout %g: the rate must be 0 <= P < 1", (double)p->dropout_p);
+    p->dropout_seed = o->seed; /* the case's seed keys the mask too */
+    p->dropout_offset = (unsigned long long)kiln_case_opts_get(o, "dropout_offset", 0);
     return KILN_OK;
 }
 
@@ -443,6 +465,9 @@ int emu_attn_case_scalar(const kiln_attn_problem *p, const char *name, double *v
         if (!strcmp(name, ints[i])) return *value = vals[i], 0;
     if (!strcmp(name, "scale")) return *value = (float)kiln_attn_scale(p), 0;
     if (!strcmp(name, "softcap")) return *value = p->softcap, 0;
+    if (!strcmp(name, "dropout_p")) return *value = p->dropout_p, 0;
+    if (!strcmp(name, "dropout_seed")) return *value = (double)p->dropout_seed, 0;
+    if (!strcmp(name, "dropout_offset")) return *value = (double)p->dropout_offset, 0;
     if (!strncmp(name, "stride_", 7)) {
         /* stride_<tensor><b|s|h>: q, k, v, o and the backward's dout (like o), dq, dk, dv (like q, k, v) */
         static const char *const names[] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
@@ -459,6 +484,7 @@ int emu_attn_case_scalar(const kiln_attn_problem *p, const char *name, double *v
 typedef struct attn_case {
     kiln_attn_problem p;
     void *q, *k, *v, *o;
+    int32_t *mask; /* dropout_mask=true: the kernel's keep mask */
     float *lse;
     double *ro, *rl;
     int splits;
@@ -467,7 +493,7 @@ typedef struct attn_case {
 static void attn_case_destroy(kiln_case *c) {
     attn_case *a = kiln_case_state(c);
     free((void *)a->p.alibi_slopes);
-    free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl);
+    free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl), free(a->mask);
     free(a);
 }
 
@@ -494,6 +520,8 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     a->ro = malloc(no * sizeof *a->ro), a->rl = malloc(nl * sizeof *a->rl);
     if (!a->q || !a->k || !a->v || !a->o || !a->lse || !a->ro || !a->rl)
         return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    if (strstr(m->spec, "dropout_mask=true") && !(a->mask = emu_attn_mask_alloc(p)))
+        return kiln_fail(err, KILN_ENOMEM, "out of memory");
     return kiln_attn_reference(p, a->q, a->k, a->v, a->ro, a->rl, err);
 }
 
@@ -506,6 +534,7 @@ static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *
     else if (!strcmp(name, "v")) *ptr = a->v, *bytes = kiln_attn_elems(p, 'v') * kiln_dtype_size(p->dtype);
     else if (!strcmp(name, "o")) *ptr = a->o, *bytes = kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = a->lse, *bytes = nl * sizeof(float);
+    else if (!strcmp(name, "dropout_mask") && a->mask) *ptr = a->mask, *bytes = nl * (size_t)p->seq_k * sizeof(int32_t);
     else return emu_attn_case_slopes(p, name, ptr, bytes);
     return 0;
 }
@@ -522,6 +551,7 @@ static void attn_case_prepare(kiln_case *c) {
     const kiln_attn_problem *p = &a->p;
     memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     memset(a->lse, 0xff, sizeof *a->lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
+    if (a->mask) emu_attn_mask_prepare(p, a->mask);
 }
 
 static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -535,6 +565,7 @@ static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
         o->max_abs = r.max_abs[*nout], o->worst = r.worst[*nout], o->bad = r.bad[*nout];
         snprintf(o->first, sizeof o->first, "%s", r.first[*nout]);
     }
+    if (a->mask) emu_attn_mask_check(&a->p, a->mask, &out[(*nout)++]);
 }
 
 void emu_attn_case_describe(const kiln_attn_problem *p, char *buf, size_t size) {

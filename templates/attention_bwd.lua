@@ -36,6 +36,7 @@ local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
 local mask = require("lib.attn_mask")
+local dropout = require("lib.attn_dropout")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -52,11 +53,16 @@ local K = {
       doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2],
   },
 }
 
 function K.check(spec)
+  local why = dropout.check(spec)
+  if why then return why end
+  if spec.dropout_mask and spec.window and spec.softcap and spec.alibi and (spec.kernel == "dkdv" or spec.kernel == "dq") then
+    return "dropout_mask=true (a test output) with window, softcap and alibi all on needs 41 kernel parameters (kiln's limit is 40): leave one of window, softcap, alibi off"
+  end
   spec = mask.spec(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
@@ -223,16 +229,18 @@ end
 
 -- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
 local function build_dkdv(b, spec, cfg)
-  local p = b:kernel{ params = mask.params(spec, stride_params(main_params(spec, {
+  local p = b:kernel{ params = dropout.params(spec, mask.params(spec, stride_params(main_params(spec, {
     { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
-  }), { "q", "k", "v", "dout", "dk", "dv" })) }
+  }), { "q", "k", "v", "dout", "dk", "dv" }))) }
   if cfg.path == "mma" then
     return mma.build_dkdv(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
       row_index = function(bi, h) return row_index(b, p, bi, h) end,
       hooks = mask_hooks(b, spec, p),
+      drop = dropout.setup(b, spec, p),
     })
   end
+  local dr = dropout.setup(b, spec, p)
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
   local sh = simt.alloc(b, cfg, d)
   local bi, hkv = b:ctaid("z"), b:ctaid("y")
@@ -261,6 +269,7 @@ local function build_dkdv(b, spec, cfg)
         bound = function(row) return key_bound(b, spec, p, row) end,
         range = hooks and hooks.range,
         score = hooks and hooks.score and function(s, row, key) return hooks.score(s, row, key, slope2) end,
+        drop = dr and function(row, key) return dropout.factor(dr, dropout.keep_at(dr, bi, h, row, key)) end,
       })
       b:barrier()
       simt.dkdv_step(b, cfg, d, sh, dk, dv)
@@ -286,16 +295,18 @@ end
 
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
 local function build_dq(b, spec, cfg)
-  local p = b:kernel{ params = mask.params(spec, stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
-                                                             { "q", "k", "v", "dout", "dq" })) }
+  local p = b:kernel{ params = dropout.params(spec, mask.params(spec, stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
+                                                                               { "q", "k", "v", "dout", "dq" }))) }
   if cfg.path == "mma" then
     return mma.build_dq(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
       row_index = function(bi, h) return row_index(b, p, bi, h) end,
       key_bound = function(row) return key_bound(b, spec, p, row) end,
       hooks = mask_hooks(b, spec, p),
+      drop = dropout.setup(b, spec, p),
     })
   end
+  local dr = dropout.setup(b, spec, p)
   local d, bm, bn = spec.head_dim, cfg.block_m, cfg.block_n
   local sh = simt.alloc(b, cfg, d)
   local bi, h = b:ctaid("z"), b:ctaid("y")
@@ -326,6 +337,7 @@ local function build_dq(b, spec, cfg)
       bound = function(row) return key_bound(b, spec, p, row) end,
       range = hooks and hooks.range,
       score = hooks and hooks.score and function(s, row, key) return hooks.score(s, row, key, slope2) end,
+      drop = dr and function(row, key) return dropout.factor(dr, dropout.keep_at(dr, bi, h, row, key)) end,
     })
     b:barrier()
     simt.dq_step(b, cfg, d, sh, dq)
@@ -346,7 +358,7 @@ end
 local function seq_spec(spec, kernel, det)
   return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s%s",
                        kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det),
-                       kernel == "dq" and mask.words(spec) or "")
+                       kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "")
 end
 
 function K.launch(spec, cfg)
@@ -384,7 +396,7 @@ function K.launch(spec, cfg)
     tensor("dq")
     t[#t + 1] = { "delta", "workspace", rows, align = 16 }
     l.problem = { "seq_q", "heads_q", "batch" }
-    return mask.launch(spec, l)
+    return dropout.launch(spec, mask.launch(spec, l))
   end
   tensor("dk")
   tensor("dv")
@@ -393,7 +405,7 @@ function K.launch(spec, cfg)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
-  return mask.launch(spec, l)
+  return dropout.launch(spec, mask.launch(spec, l))
 end
 
 -- the ptxas matrix (docs/registry.md); the quick suite takes slices by SM (sm_75 80 86 89 90 ... in
@@ -423,9 +435,21 @@ K.variants = {
     full = true },
   { { "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, "causal=true", MASK_KEYS, quick = true,
     sms = { 75, 80, 90 } },
+  -- dropout (lib/attn_dropout.lua): dkdv and dq alone and with every mask key, SIMT forced, the test mask output
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=false", "causal=true" },
+    "dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=true", "causal=top_left" },
+    MASK_KEYS, "dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", MASK_KEYS, "dropout=true", sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true", "window=true softcap=true", "dropout=true dropout_mask=true",
+    sms = { 75, 80 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
+-- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },
-             kernels = { "kernel=prep", "kernel=dkdv", "kernel=convert" } }
+             kernels = { "kernel=prep", "kernel=dkdv", "kernel=convert" },
+             extra = { "kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true" } }
 
 return K

@@ -32,7 +32,8 @@ static size_t at(const long long s[3], int b, int row, int head) { return (size_
  * terms. The score is emu_attn_score's (softcap, ALiBi): with B the row's largest |bias|, e_p gains
  * 2^-21 B + 8 u32 B (and softcap 2^-20 with the softcap, its tanh); dK and dQ take dS through the
  * softcap's derivative c = 1 - t^2 (computed from an f32 tanh: 2^-20 absolute), so E becomes
- * c E + 2^-20 |dS| and dS becomes c dS. */
+ * c E + 2^-20 |dS| and dS becomes c dS. Dropout: with Z = keep / (1 - p) (templates/lib/attn_dropout.ref.c's
+ * mask), dV takes P Z and dS = P (dP Z - D): E = e_p P |dP Z - D| + P (Z edP + eD), tol(dV) takes P Z. */
 
 typedef struct row_work {
     double *s, *pr, *dx; /* per key: scaled score, probability, d score / d qk */
@@ -90,7 +91,8 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                 for (int j = 0; j < p->seq_k; j++) {
                     w.pr[j] = visible(p, i, j) ? exp(w.s[j] - lse) : 0;
                     size_t vo = at(p->stride_v, b, j, hk);
-                    for (int c = 0; c < d && w.pr[j] > 0; c++) o[c] += w.pr[j] * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                    double z = emu_attn_dropout_factor(p, b, h, i, j); /* dropout: 1 / (1 - p) kept, 0 dropped */
+                    for (int c = 0; c < d && w.pr[j] > 0; c++) o[c] += w.pr[j] * z * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
                 }
                 double D = 0, dmag = 0;
                 for (int c = 0; c < d; c++) {
@@ -110,8 +112,10 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                         dp += x;
                         dpmag += fabs(x);
                     }
-                    double P = w.pr[j], dS = P * (dp - D);
-                    double E = ep * P * fabs(dp - D) + P * (dots * (d + 8) * u32 * dpmag + eD);
+                    /* dropout (FlashAttention-2): dV takes P Z, dS = P (dP Z - D) with Z = keep / (1 - p) */
+                    double z = emu_attn_dropout_factor(p, b, h, i, j);
+                    double P = w.pr[j], dS = P * (dp * z - D);
+                    double E = ep * P * fabs(dp * z - D) + P * (z * dots * (d + 8) * u32 * dpmag + eD);
                     if (p->has_softcap) { /* through the softcap: c = dx / (scale dqk) */
                         double c = w.dx[j] / scale;
                         E = c * E + 0x1p-20 * fabs(dS);
@@ -120,10 +124,10 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                     for (int c = 0; c < d; c++) {
                         double dov = kiln_emu_value_get(p->out, dout, oo + (size_t)c);
                         double qv = Q(i, c), kv = kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
-                        dv[vo + (size_t)c] += P * dov;
+                        dv[vo + (size_t)c] += P * z * dov;
                         dk[ko + (size_t)c] += scale * dS * qv;
                         dq[qo + (size_t)c] += scale * dS * kv;
-                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P + fp) * fabs(dov);
+                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P * z + fp) * fabs(dov);
                         sk[ko + (size_t)c] += scale * (E + (up + nsum_k * u32) * fabs(dS) + fp) * fabs(qv);
                         sq[qo + (size_t)c] += scale * (E + (up + nsum_q * u32) * fabs(dS) + fp) * fabs(kv);
                     }
@@ -247,12 +251,13 @@ typedef struct bwd_case {
     float *lse;
     double *ro, *rl, *ref[3], *tol[3];
     size_t n[3];
+    int32_t *mask; /* dropout_mask=true: the keep mask the backward regenerated */
 } bwd_case;
 
 static void bwd_case_destroy(kiln_case *c) {
     bwd_case *b = kiln_case_state(c);
     for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
-    free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl);
+    free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl), free(b->mask);
     free((void *)b->p.alibi_slopes);
     free(b);
 }
@@ -283,6 +288,7 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
         b->ref[t] = malloc(b->n[t] * sizeof(double)), b->tol[t] = malloc(b->n[t] * sizeof(double));
         ok = ok && b->in[t] && b->gk[t] && b->ref[t] && b->tol[t];
     }
+    if (strstr(m->spec, "dropout_mask=true") && !(b->mask = emu_attn_mask_alloc(p))) ok = 0;
     if (!ok) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     if ((st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err)) != KILN_OK) return st;
     for (size_t i = 0; i < no; i++) kiln_emu_value_set(p->out, b->out, i, b->ro[i]);
@@ -303,6 +309,7 @@ static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *b
     if (!strcmp(name, "o")) *ptr = b->out, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "dout")) *ptr = b->dout, *bytes = no * kiln_dtype_size(p->out);
     else if (!strcmp(name, "lse")) *ptr = b->lse, *bytes = nl * sizeof(float);
+    else if (!strcmp(name, "dropout_mask") && b->mask) *ptr = b->mask, *bytes = nl * (size_t)p->seq_k * sizeof(int32_t);
     else return emu_attn_case_slopes(p, name, ptr, bytes); /* delta and dq_acc: the sequence's workspace */
     return 0;
 }
@@ -316,6 +323,7 @@ static int bwd_case_scalar(kiln_case *c, const char *name, double *value) {
 static void bwd_case_prepare(kiln_case *c) {
     bwd_case *b = kiln_case_state(c);
     for (int t = 0; t < 3; t++) memset(b->gk[t], 0xff, b->n[t] * kiln_dtype_size(b->grad));
+    if (b->mask) emu_attn_mask_prepare(&b->p, b->mask);
 }
 
 static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -325,6 +333,7 @@ static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
         snprintf(o->name, sizeof o->name, "d%c", "qkv"[*nout]);
         compare_grad(o, b->grad, b->gk[*nout], b->ref[*nout], b->tol[*nout], b->n[*nout], o->name);
     }
+    if (b->mask) emu_attn_mask_check(&b->p, b->mask, &out[(*nout)++]);
 }
 
 static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {

@@ -408,6 +408,50 @@ static void test_mask(void) {
     TEST_END();
 }
 
+/* dropout: the spec key and the three launch values; never split-KV (automatic: the plain kernel; explicit
+ * splits > 1 refused); bad values name the field. */
+static void test_dropout(void) {
+    TEST_BEGIN("attention helper: dropout (rate, seed, offset; never split-KV)");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e = {0};
+    kiln_attention_args a = gqa_args();
+    kiln_kernel *k = NULL;
+    fake_cuda_launch l;
+    a.mask = (kiln_attention_mask){.dropout_p = 0.25f, .dropout_seed = 123456789012ull, .dropout_offset = 77};
+    CHECK(rt && kiln_attention_forward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "pick: %s", e.msg);
+    const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, "dropout=true") && !strstr(m->spec, "splitkv"), "spec %s", m ? m->spec : "-");
+    if (m && fake.last_launch(&l)) {
+        CHECK(f32_of(param(&l, m, "dropout_p")) == 0.25f, "p %g", f32_of(param(&l, m, "dropout_p")));
+        CHECK(param(&l, m, "dropout_seed") == 123456789012ull && param(&l, m, "dropout_offset") == 77,
+              "seed %llu offset %llu", (unsigned long long)param(&l, m, "dropout_seed"),
+              (unsigned long long)param(&l, m, "dropout_offset"));
+    } else {
+        CHECK(0, "no launch recorded");
+    }
+    /* a decoding shape: automatic gives 1 split (the plain kernel), 4 splits are refused */
+    a.seq_q = 1, a.seq_k = 4096;
+    size_t bytes = 1;
+    int n = 0;
+    CHECK(kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 1 && bytes == 0,
+          "automatic: %d splits, %zu bytes: %s", n, bytes, e.msg);
+    CHECK(kiln_attention_forward_workspace(rt, &a, 4, &n, &bytes, &e) == KILN_EINVAL && strstr(e.msg, "dropout"),
+          "4 splits: %s", e.msg);
+    /* p = 0: no key (the plain kernel) */
+    a = gqa_args();
+    a.mask = (kiln_attention_mask){.dropout_seed = 5};
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "pick: %s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && !strstr(m->spec, "dropout"), "spec %s", m ? m->spec : "-");
+    a.mask = (kiln_attention_mask){.dropout_p = 1.0f};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "dropout_p"), "p 1: %s", e.msg);
+    a.mask = (kiln_attention_mask){.dropout_p = 0.1f, .dropout_seed = (1ull << 53) + 1};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "dropout_seed"), "seed 2^53+1: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
@@ -425,5 +469,6 @@ int main(void) {
     test_splitkv_errors();
     test_splitkv_bundle_only();
     test_mask();
+    test_dropout();
     return check_summary("attention runtime");
 }

@@ -16,7 +16,7 @@ static void run_usage(FILE *to) {
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
-            "                [--window L,R] [--softcap C] [--alibi]\n\n"
+            "                [--window L,R] [--softcap C] [--alibi] [--dropout P [--dropout-offset N]]\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -41,6 +41,8 @@ static void run_usage(FILE *to) {
             "                the default) or 0..1048576\n"
             "  --softcap C   softcap=true (needed there): scores become C tanh(score / C), C > 0\n"
             "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H), the ALiBi paper's\n"
+            "  --dropout P   dropout=true (needed there): rate 0 <= P < 1; the mask's Philox seed is --seed\n"
+            "  --dropout-offset N  dropout=true: the Philox offset (default 0, 0..2^53)\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -49,7 +51,8 @@ static void run_usage(FILE *to) {
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
-            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n");
+            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
+            "         kiln run attention_bwd dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n");
 }
 
 typedef struct run_opts {
@@ -57,6 +60,7 @@ typedef struct run_opts {
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     int window, window_left, window_right, alibi;
     float softcap;
+    double dropout, dropout_offset; /* dropout: -1 not given */
     unsigned long long seed;
     float eps;
     kiln_ln_input input;
@@ -81,6 +85,8 @@ static kiln_case_opts case_opts(const run_opts *o) {
     if (o->window) kiln_case_opts_set(&co, "window_left", o->window_left), kiln_case_opts_set(&co, "window_right", o->window_right);
     if (o->softcap > 0) kiln_case_opts_set(&co, "softcap", o->softcap);
     if (o->alibi) kiln_case_opts_set(&co, "alibi", 1);
+    if (o->dropout >= 0) kiln_case_opts_set(&co, "dropout", o->dropout);
+    if (o->dropout_offset >= 0) kiln_case_opts_set(&co, "dropout_offset", o->dropout_offset);
     return co;
 }
 
@@ -230,6 +236,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
         {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
         {"softcap", required_argument, NULL, 'C'}, {"alibi", no_argument, NULL, 'A'},
+        {"dropout", required_argument, NULL, 'D'}, {"dropout-offset", required_argument, NULL, 'O'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -266,6 +273,17 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
                 return cli_error("bad --softcap '%s'; valid: a finite number > 0 (e.g. 50)", optarg);
             break;
         case 'A': o->alibi = 1; break;
+        case 'D':
+            o->dropout = strtod(optarg, &end);
+            if (!*optarg || *end || !(o->dropout >= 0 && o->dropout < 1))
+                return cli_error("bad --dropout '%s'; valid: a rate 0 <= P < 1 (e.g. 0.1)", optarg);
+            break;
+        case 'O':
+            o->dropout_offset = strtod(optarg, &end);
+            if (!*optarg || *end || !(o->dropout_offset >= 0 && o->dropout_offset <= 0x1p53) ||
+                o->dropout_offset != (double)(long long)o->dropout_offset)
+                return cli_error("bad --dropout-offset '%s'; valid: a whole number 0..2^53", optarg);
+            break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }
@@ -274,7 +292,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
 }
 
 int cmd_run(int argc, char **argv) {
-    run_opts o = {.seed = 1, .eps = 1e-5f, .input = KILN_LN_RANDOM};
+    run_opts o = {.seed = 1, .eps = 1e-5f, .input = KILN_LN_RANDOM, .dropout = -1, .dropout_offset = -1};
     /* options may come anywhere: let getopt permute, the spec words are what remains */
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;

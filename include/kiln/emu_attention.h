@@ -25,6 +25,12 @@ typedef struct kiln_attn_problem {
     float softcap;
     int alibi, alibi_stride;
     const float *alibi_slopes;
+    /* dropout=true (set by kiln_attn_spec_parse) and its launch values: each probability is kept with
+     * probability 1 - dropout_p and scaled by 1 / (1 - dropout_p) in P V, by the Philox 4x32-10 mask of
+     * (dropout_seed, dropout_offset, batch, head, query, key) (templates/lib/attn_dropout.lua). */
+    int dropout;
+    float dropout_p;
+    unsigned long long dropout_seed, dropout_offset;
 } kiln_attn_problem;
 
 /* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys (window=true sets both sides

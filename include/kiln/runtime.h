@@ -286,6 +286,12 @@ typedef struct kiln_attention_mask {
     float softcap;
     kiln_devptr alibi_slopes;
     int alibi_stride;
+    /* dropout (training; dropout_p > 0 switches dropout=true in): each probability kept with probability
+     * 1 - dropout_p (< 1) and scaled by 1 / (1 - dropout_p) in P V, by the Philox 4x32-10 mask of
+     * (dropout_seed, dropout_offset, batch, head, query, key); the backward given the same three values
+     * regenerates it (templates/lib/attn_dropout.lua). seed and offset exact up to 2^53. No split-KV. */
+    float dropout_p;
+    unsigned long long dropout_seed, dropout_offset;
 } kiln_attention_mask;
 /* causal values: bottom-right aligned (FlashAttention >= 2.1), top-left (torch SDPA's is_causal). */
 #define KILN_CAUSAL_NONE 0

@@ -1,4 +1,4 @@
-"""Issue 24's attention keys for kiln.emulate and kiln.Runtime: causal, window, softcap, ALiBi, checked once."""
+"""Issue 24's attention keys for kiln.emulate and kiln.Runtime: causal, window, softcap, ALiBi, dropout, checked once."""
 
 from .errors import KilnArgumentError
 
@@ -17,10 +17,27 @@ def causal_value(causal, what):
     return _CAUSAL[key]
 
 
+def _dropout(what, dropout):
+    """(p, seed, offset) checked, or None: dropout=(p, seed, offset) with 0 <= p < 1 and seed, offset whole numbers
+    0..2^53 (the Philox key and counter of templates/lib/attn_dropout.lua)."""
+    if dropout is None:
+        return None
+    ok = isinstance(dropout, (tuple, list)) and len(dropout) == 3
+    if ok:
+        p, seed, offset = dropout
+        ok = (isinstance(p, (int, float)) and not isinstance(p, bool) and 0 <= p < 1
+              and all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 2 ** 53 for x in (seed, offset)))
+    if not ok:
+        raise KilnArgumentError("%s: dropout=%r; valid: (p, seed, offset) with 0 <= p < 1 and seed, offset ints "
+                                "0..2^53, e.g. (0.1, 1234, 0)" % (what, dropout))
+    return (float(p), int(seed), int(offset))
+
+
 class Keys:
     """The checked keys: spec words, the scalars to launch with, the slopes' row stride."""
 
-    def __init__(self, what, window=None, softcap=None, alibi_slopes_shape=None, batch=1, heads_q=1):
+    def __init__(self, what, window=None, softcap=None, alibi_slopes_shape=None, batch=1, heads_q=1, dropout=None):
+        self.dropout = _dropout(what, dropout)
         self.window = None
         if window is not None:
             if (not isinstance(window, (tuple, list)) or len(window) != 2
@@ -53,7 +70,8 @@ class Keys:
         """' window=true softcap=true alibi=true', those that are on."""
         return "".join(" %s=true" % k for k, on in (("window", self.window is not None),
                                                      ("softcap", self.softcap is not None),
-                                                     ("alibi", self.alibi_stride is not None)) if on)
+                                                     ("alibi", self.alibi_stride is not None),
+                                                     ("dropout", self.dropout is not None)) if on)
 
     def scalars(self):
         s = {}
@@ -63,6 +81,8 @@ class Keys:
             s["softcap"] = self.softcap
         if self.alibi_stride is not None:
             s["alibi_stride"] = self.alibi_stride
+        if self.dropout is not None:
+            s["dropout_p"], s["dropout_seed"], s["dropout_offset"] = self.dropout
         return s
 
     def fill(self, mask, slopes_ptr):
@@ -73,3 +93,5 @@ class Keys:
             mask.softcap = self.softcap
         if self.alibi_stride is not None:
             mask.alibi_slopes, mask.alibi_stride = slopes_ptr, self.alibi_stride
+        if self.dropout is not None:
+            mask.dropout_p, mask.dropout_seed, mask.dropout_offset = self.dropout

@@ -265,9 +265,10 @@ class Arg(ctypes.Union):
 
 
 class AttentionMask(ctypes.Structure):
-    """kiln_attention_mask (kiln/runtime.h): issue 24's window, softcap and ALiBi launch values."""
+    """kiln_attention_mask (kiln/runtime.h): issue 24's window, softcap, ALiBi and dropout launch values."""
     _fields_ = [("window", ctypes.c_int), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
-                ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_uint64), ("alibi_stride", ctypes.c_int)]
+                ("softcap", ctypes.c_float), ("alibi_slopes", ctypes.c_uint64), ("alibi_stride", ctypes.c_int),
+                ("dropout_p", ctypes.c_float), ("dropout_seed", ctypes.c_ulonglong), ("dropout_offset", ctypes.c_ulonglong)]
 
 
 class AttentionArgs(ctypes.Structure):

@@ -216,13 +216,13 @@ class EmulatedRuntime:
         return 1, 0  # one split: the emulated path runs the unsplit kernel
 
     def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
-                  window=None, softcap=None, alibi_slopes=None):
+                  window=None, softcap=None, alibi_slopes=None, dropout=None):
         """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]; window,
-        softcap, alibi_slopes (a CPU f32 tensor) as kiln.emulate.attention's."""
+        softcap, alibi_slopes (a CPU f32 tensor), dropout (p, seed, offset) as kiln.emulate.attention's."""
         out, lse_out = emulate.attention(*(_np(t, "attention: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"))),
                                          causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, "attention: o"),
                                          return_lse=True, window=window, softcap=softcap,
-                                         alibi_slopes=_slopes(alibi_slopes))
+                                         alibi_slopes=_slopes(alibi_slopes), dropout=dropout)
         _store(o, out)
         _store(lse, lse_out)
 
@@ -231,12 +231,14 @@ class EmulatedRuntime:
         return 0  # emulate.attention_backward keeps its delta and dQ accumulator in private buffers
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None):
+                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None,
+                           dropout=None):
         arrs = [_np(t, "attention_backward: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"),
                                                                 (o, "o"), (lse, "lse"))]
         grads = emulate.attention_backward(*arrs[:4], o=arrs[4], lse=arrs[5], causal=causal, sm=self.sm, scale=scale,
                                            deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"),
-                                           window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
+                                           window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes),
+                                           dropout=dropout)
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 

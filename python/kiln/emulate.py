@@ -206,15 +206,16 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
 
 
 def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="bshd", path="auto",
-              return_lse=False, twice=False, window=None, softcap=None, alibi_slopes=None):
+              return_lse=False, twice=False, window=None, softcap=None, alibi_slopes=None, dropout=None):
     """softmax(scale * q k^T [causal]) v on the emulated kernel for sm. layout "bshd": q [batch, seq_q,
     heads_q, head_dim], k/v [batch, seq_k, heads_kv, head_dim]; "bhsd": torch's SDPA layout [batch, heads,
     seq, head_dim]. heads_q must be a multiple of heads_kv; causal True is bottom-right aligned (query i sees
     key j iff j <= i + seq_k - seq_q), "top_left" as torch's is_causal (iff j <= i). window=(left, right):
     also iff i + seq_k - seq_q - left <= j <= i + seq_k - seq_q + right (-1: unbounded); softcap=c: scaled
     scores x become c tanh(x / c); alibi_slopes (f32 [heads_q] or [batch, heads_q]): x gains
-    -slope |i + seq_k - seq_q - j| (docs/attention.md). Returns o in q's layout (and lse [batch, heads_q,
-    seq_q] f32)."""
+    -slope |i + seq_k - seq_q - j| (docs/attention.md); dropout=(p, seed, offset): each probability kept with
+    probability 1 - p (Philox 4x32-10 of seed, offset, batch, head, query, key) and scaled by 1 / (1 - p) in
+    P V, lse unchanged. Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
     arrs = [np.asarray(t) for t in (q, k, v)]
@@ -237,7 +238,7 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     od = dtype_name(out_dtype) if out_dtype is not None else dt
     cv = causal_value(causal, "attention")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
-    keys = Keys("attention", window, softcap, None if slopes is None else slopes.shape, b, hq)
+    keys = Keys("attention", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
     kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s" % (dt, od, d, cv, path, keys.words()), sm)
     qa, ka, va = (_copy(t, dt, "attention: " + n) for t, n in zip((qa, ka, va), "qkv"))
     o = aligned_empty((b, sq, hq, d), od)
@@ -267,14 +268,15 @@ _BWD_SEQUENCE = {False: ("prep", "dkdv", "convert"), True: ("prep", "dkdv", "dq"
 
 def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
                        path="auto", deterministic=False, grad_dtype=None, twice=False, window=None, softcap=None,
-                       alibi_slopes=None):
+                       alibi_slopes=None, dropout=None):
     """dq, dk, dv of attention(q, k, v) for dL/do = dout, on the emulated attention_bwd kernels for sm:
     prep, dkdv, then convert (dQ summed by f32 atomics) or, deterministic=True, dq (a fixed order) --
     the sequence kiln.Runtime.attention_backward launches on a GPU. q, k, v, dout as in attention()
     (layout "bshd" or "bhsd"; dout like q, in o's dtype). o and lse: the forward's output and f32
     log-sum-exp ([batch, heads_q, seq_q]); None (both): the emulated forward computes them. grad_dtype: that
     of dq/dk/dv (default q's). path: "auto", "mma" or "simt" for dkdv and dq. GQA/MQA: dk/dv summed over
-    each group's query heads. causal, window, softcap, alibi_slopes: as attention()'s (the forward's values).
+    each group's query heads. causal, window, softcap, alibi_slopes, dropout: as attention()'s (the forward's
+    values: the backward regenerates the forward's dropout mask from them).
     Returns (dq, dk, dv) in q's / k's layout."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention_backward: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
@@ -282,7 +284,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
         raise KilnArgumentError("attention_backward: give both o and lse (the forward's outputs) or neither")
     if o is None:
         o, lse = attention(q, k, v, causal=causal, sm=sm, scale=scale, layout=layout, path=path, return_lse=True,
-                           window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                           window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
     arrs = [np.asarray(t) for t in (q, k, v, o, dout)]
     for n, t in zip(("q", "k", "v", "o", "dout"), arrs):
         if t.ndim != 4:
@@ -313,7 +315,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     gd = dtype_name(grad_dtype) if grad_dtype is not None else dt
     cv = causal_value(causal, "attention_backward")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
-    keys = Keys("attention_backward", window, softcap, None if slopes is None else slopes.shape, b, hq)
+    keys = Keys("attention_backward", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
     kernels = []
     for name in _BWD_SEQUENCE[bool(deterministic)]:
         spec = "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s" % (

@@ -738,7 +738,7 @@ class Runtime:
                    err)
         return Kernel(self, k)
 
-    def _attn_mask(self, a, what, b, hq, vl, window=None, softcap=None, alibi_slopes=None):
+    def _attn_mask(self, a, what, b, hq, vl, window=None, softcap=None, alibi_slopes=None, dropout=None):
         """Sets a.causal's companions, a.mask (window, softcap, ALiBi slopes: f32 device [heads_q] or
         [batch, heads_q], contiguous) from the keyword arguments (docs/attention.md)."""
         sv = None
@@ -748,7 +748,7 @@ class Runtime:
                 raise KilnArgumentError("%s: alibi_slopes must be contiguous f32 [heads_q] or [batch, heads_q], got "
                                         "%s %s" % (what, sv.dtype, sv.shape))
             vl.append(sv)
-        keys = Keys(what, window, softcap, None if sv is None else sv.shape, b, hq)
+        keys = Keys(what, window, softcap, None if sv is None else sv.shape, b, hq, dropout)
         keys.fill(a.mask, 0 if sv is None else sv.ptr)
 
     def _attn_args(self, o, q, k, v, lse, causal, scale, stream, **mask):
@@ -797,19 +797,20 @@ class Runtime:
         return a
 
     def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
-                  window=None, softcap=None, alibi_slopes=None):
+                  window=None, softcap=None, alibi_slopes=None, dropout=None):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
         heads_q must be a multiple of heads_kv (GQA/MQA). causal True is bottom-right aligned, "top_left" as
         torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes (f32 device [heads_q]
-        or [batch, heads_q]): issue 24's keys, as kiln.emulate.attention documents them.
+        or [batch, heads_q]), dropout=(p, seed, offset) (training; never split-KV): issue 24's keys, as
+        kiln.emulate.attention documents them.
         lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim).
         splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
         whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
         workspace: device memory of attention_workspace(...) bytes for the split partials; None uses one the
         Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
         a = self._attn_args(o, q, k, v, lse, causal, scale, stream, window=window, softcap=softcap,
-                            alibi_slopes=alibi_slopes)
+                            alibi_slopes=alibi_slopes, dropout=dropout)
         n, need = self._attn_splits(a, splits)
         views = []
         with self._kept_workspace(workspace):
@@ -828,11 +829,11 @@ class Runtime:
         return n.value, need.value
 
     def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0, window=None, softcap=None,
-                            alibi_slopes=None):
+                            alibi_slopes=None, dropout=None):
         """(splits, bytes): the split count attention(..., splits=splits) uses for these arrays and the device
         workspace it needs (0 bytes when it runs the non-split kernel)."""
         return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0, window=window, softcap=softcap,
-                                                 alibi_slopes=alibi_slopes), splits)
+                                                 alibi_slopes=alibi_slopes, dropout=dropout), splits)
 
     def _kept_workspace(self, workspace):
         """The lock to hold around a launch that may use a Runtime-kept workspace (none with the caller's)."""
@@ -864,9 +865,9 @@ class Runtime:
             return ws.ptr
 
     def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None, window=None, softcap=None,
-                         alibi_slopes=None):
+                         alibi_slopes=None, dropout=None):
         a = self._attn_args(o, q, k, v, lse, causal, scale, 0, window=window, softcap=softcap,
-                            alibi_slopes=alibi_slopes)
+                            alibi_slopes=alibi_slopes, dropout=dropout)
         kp = ctypes.c_void_p()
         err = _lib.Error()
         _lib.check(self._lib.kiln_attention_pick(self._live(), ctypes.byref(a), ctypes.byref(kp), ctypes.byref(err)),
@@ -926,11 +927,11 @@ class Runtime:
         return a, vl
 
     def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
-                                     window=None, softcap=None, alibi_slopes=None):
+                                     window=None, softcap=None, alibi_slopes=None, dropout=None):
         """Bytes of device workspace attention_backward needs for these arrays (f32 delta, and the f32 dQ
         accumulator unless deterministic)."""
         a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0, window=window,
-                                   softcap=softcap, alibi_slopes=alibi_slopes)
+                                   softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
         return int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
 
     def _attn_bwd_workspace(self, a, workspace, views):
@@ -938,7 +939,7 @@ class Runtime:
         return self._workspace_ptr("attention_backward", need, workspace, views, "_bwd_ws")
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None):
+                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None):
         """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
         forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
         attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
@@ -946,19 +947,19 @@ class Runtime:
         o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
         uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams). causal, window,
-        softcap, alibi_slopes: the forward's (attention())."""
+        softcap, alibi_slopes, dropout: the forward's (attention(); the same dropout triple regenerates its mask)."""
         a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream,
-                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
         with self._kept_workspace(workspace):
             a.workspace = self._attn_bwd_workspace(a, workspace, views)
             err = _lib.Error()
             _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def attention_backward_kernels(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None,
-                                   deterministic=False, window=None, softcap=None, alibi_slopes=None):
+                                   deterministic=False, window=None, softcap=None, alibi_slopes=None, dropout=None):
         """The three Kernels attention_backward launches, in order, without launching."""
         a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, 0,
-                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
         a.workspace = self._attn_bwd_workspace(a, None, views)
         ks = (ctypes.c_void_p * 3)()
         err = _lib.Error()

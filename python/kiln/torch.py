@@ -530,12 +530,14 @@ def add_rms_norm(input, residual, normalized_shape, weight=None, eps=None, out_d
 
 
 @torch.library.custom_op("kiln::attention", mutates_args=())
-def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
-               scale: float) -> Tuple[torch.Tensor, torch.Tensor]:
+def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, scale: float, dropout_p: float = 0.0,
+               seed: int = 0, offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor]:
     # q, k, v in SDPA's [batch, heads, seq, head_dim]; kiln reads [batch, seq, heads, head_dim] via strides.
     # causal is torch's is_causal: top-left aligned (query i sees key j iff j <= i), any seq_q, seq_k.
+    # dropout_p > 0: kiln's Philox mask of (seed, offset, batch, head, query, key); the backward regenerates it.
     rt = _backend("kiln::attention", q)
     cv = "top_left" if causal else False
+    drop = {"dropout": (dropout_p, seed, offset)} if dropout_p > 0 else {}
     b, h, sq, d = q.shape
     o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
@@ -543,26 +545,27 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
         qkv = (qs.transpose(1, 2), ks.transpose(1, 2), vs.transpose(1, 2))
         # decoding shapes run split-KV; its f32 partials come from torch's allocator (stream-ordered)
-        _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=cv)
+        _splits, need = rt.attention_workspace(o, *qkv, lse=lse, causal=cv, **drop)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=q.device) if need else None
-        rt.attention(o, *qkv, lse=lse, causal=cv, scale=scale, stream=_stream(q), workspace=ws)
+        rt.attention(o, *qkv, lse=lse, causal=cv, scale=scale, stream=_stream(q), workspace=ws, **drop)
     return o.transpose(1, 2), lse
 
 
 @_attention.register_fake
-def _attention_fake(q, k, v, causal, scale):
+def _attention_fake(q, k, v, causal, scale, dropout_p=0.0, seed=0, offset=0):
     b, h, sq, d = q.shape
     return q.new_empty((b, sq, h, d)).transpose(1, 2), q.new_empty((b, h, sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("kiln::attention_backward", mutates_args=())
 def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
-                        lse: torch.Tensor, causal: bool, scale: float,
-                        deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+                        lse: torch.Tensor, causal: bool, scale: float, deterministic: bool, dropout_p: float = 0.0,
+                        seed: int = 0, offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
     # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
     rt = _backend("kiln::attention_backward", q)
     cv = "top_left" if causal else False  # the forward's (torch's is_causal)
+    drop = {"dropout": (dropout_p, seed, offset)} if dropout_p > 0 else {}  # the forward's mask, regenerated
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
@@ -572,16 +575,16 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
         qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
         args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
                     v=vs.transpose(1, 2), o=ost.transpose(1, 2), lse=lse)
-        nbytes = rt.attention_backward_workspace(causal=cv, deterministic=deterministic, **args)
+        nbytes = rt.attention_backward_workspace(causal=cv, deterministic=deterministic, **drop, **args)
         # the workspace from torch's allocator: ordered on the stream like the tensors themselves
         ws = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device) if nbytes else None
         rt.attention_backward(causal=cv, scale=scale, deterministic=deterministic, workspace=ws,
-                              stream=_stream(q), **args)
+                              stream=_stream(q), **drop, **args)
     return dq.transpose(1, 2), dk.transpose(1, 2), dv.transpose(1, 2)
 
 
 @_attention_backward.register_fake
-def _attention_backward_fake(do, q, k, v, o, lse, causal, scale, deterministic):
+def _attention_backward_fake(do, q, k, v, o, lse, causal, scale, deterministic, dropout_p=0.0, seed=0, offset=0):
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     return (q.new_empty((b, sq, hq, d)).transpose(1, 2), k.new_empty((b, sk, hkv, d)).transpose(1, 2),
@@ -594,10 +597,10 @@ def _deterministic():
 
 
 def _attn_setup(ctx, inputs, output):
-    q, k, v, causal, scale = inputs
+    q, k, v, causal, scale, dropout_p, seed, offset = inputs
     o, lse = output
     ctx.save_for_backward(q, k, v, o, lse)
-    ctx.causal, ctx.scale = causal, scale
+    ctx.causal, ctx.scale, ctx.dropout = causal, scale, (dropout_p, seed, offset)
 
 
 def _attn_backward(ctx, do, dlse):
@@ -605,11 +608,19 @@ def _attn_backward(ctx, do, dlse):
     # torch.use_deterministic_algorithms(True) picks kiln's deterministic sequence (no atomics, same bits
     # every run, about 1.4x the work).
     q, k, v, o, lse = ctx.saved_tensors
-    dq, dk, dv = _attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, _deterministic())
-    return dq, dk, dv, None, None
+    dq, dk, dv = _attention_backward(do, q, k, v, o, lse, ctx.causal, ctx.scale, _deterministic(), *ctx.dropout)
+    return dq, dk, dv, None, None, None, None, None
 
 
 _attention.register_autograd(_attn_backward, setup_context=_attn_setup)
+
+
+def _dropout_seed(like):
+    """(seed, offset) for one dropout call from torch's default generator of like's device: the seed drawn from it
+    (so torch.manual_seed makes runs repeat, and each call draws a new mask), below 2^53 (kiln's launch scalars are
+    exact to there); offset 0 (the seed already differs per call)."""
+    seed = torch.randint(0, 2 ** 53, (), device=like.device).item()  # the device's default generator
+    return int(seed), 0
 
 
 def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=False, scale=None,
@@ -617,8 +628,11 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     """Why kiln cannot run this scaled_dot_product_attention call, or None when it can."""
     if attn_mask is not None and is_causal:
         return "attn_mask with is_causal=True: torch refuses the pair too (pass one of them)"
-    if dropout_p:
-        return "dropout_p=%g is not supported: kiln's attention has no dropout yet (pass dropout_p=0)" % dropout_p
+    if not (0 <= dropout_p < 1):
+        return "dropout_p=%g: kiln's dropout takes 0 <= p < 1" % dropout_p
+    if attn_mask is not None and dropout_p:
+        return ("attn_mask with dropout_p=%g is not supported yet (the key-padding path runs each batch "
+                "element on its own, which would repeat one dropout mask across them)" % dropout_p)
     ts = (query, key, value)
     if any(t.dim() not in (3, 4) for t in ts) or len({t.dim() for t in ts}) != 1:
         return "query/key/value must all be [batch, heads, seq, head_dim] (or [heads, seq, head_dim]), got %s" % (
@@ -655,10 +669,11 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  enable_gqa=False):
     """torch.nn.functional.scaled_dot_product_attention's calling convention on kiln's attention kernel, for
     the cases kiln covers: attn_mask None or a key-padding mask (boolean, or its 0/-inf float form; the same for
-    every head and query row; right padding: mapped onto per-sequence key lengths, kiln/_sdpa_mask.py), no dropout
-    (not built yet), head_dim any multiple of 8 up to 256 (the backward: 32/64/96/128/256), GQA/MQA with
-    enable_gqa=True, is_causal top-left aligned as torch's (any seq_q, seq_k), scale; anything else raises
-    KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
+    every head and query row; right padding: mapped onto per-sequence key lengths, kiln/_sdpa_mask.py),
+    dropout_p in [0, 1) (kiln's Philox mask, seeded from torch's default generator for the device: not torch's
+    own mask bits; not with attn_mask), head_dim any multiple of 8 up to 256 (the backward: 32/64/96/128/256),
+    GQA/MQA with enable_gqa=True, is_causal top-left aligned as torch's (any seq_q, seq_k), scale; anything
+    else raises KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
     why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)
     if why is not None:
         raise KilnArgumentError("kiln attention: " + why)
@@ -671,7 +686,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                          query, key)
         o = _sdpa_mask.attention(_attention, query, key, value, lengths, sc)
         return o.squeeze(0) if squeeze else o
-    o, _lse = _attention(query, key, value, bool(is_causal), sc)
+    seed, offset = _dropout_seed(query) if dropout_p > 0 else (0, 0)
+    o, _lse = _attention(query, key, value, bool(is_causal), sc, float(dropout_p), seed, offset)
     return o.squeeze(0) if squeeze else o
 
 

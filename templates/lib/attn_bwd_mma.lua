@@ -12,6 +12,7 @@
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local dropout = require("lib.attn_dropout")
 
 local M = {}
 
@@ -29,6 +30,13 @@ function M.available(spec, target)
   if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi then
     return false, "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async"
   end
+  -- dropout regenerates the mask with a Philox call per entry here (S^T's layout is not the forward's):
+  -- d128 with a score key, and d96 without cp.async, spill 8-36 bytes (ptxas sm_75/80): those run on SIMT
+  if spec.kernel == "dkdv" and spec.dropout and ((spec.head_dim == 128 and (spec.window or spec.softcap or spec.alibi))
+      or (spec.head_dim >= 96 and not target.cp_async)) then
+    return false, "dropout's per-entry mask with head_dim " .. spec.head_dim .. (target.cp_async and " and a score key" or " without cp.async")
+      .. " needs more than 255 registers a thread"
+  end
   if target.mma_m16n8k16 then return true end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
@@ -39,7 +47,8 @@ local function config_dq(spec, target, cfg)
   local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
   -- without cp.async, d96 with the mask keys (per-row bounds, slopes, tanh) spills at 64 keys (ptxas
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
-  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi) then bn = 32 end
+  -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
+  if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
@@ -233,20 +242,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
           for hh = 0, 1 do
             local vis = b:and_(q_ok, key_ok[hh])
             local idx = 2 * hh + e + 1
+            -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
+            local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
+            local dpz = z and dp[j][idx] * z or dp[j][idx]
             if hooks then
               vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
               local x, th = s[j][idx] * scale2, nil
               if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
               local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
-              local ds = pv * (dp[j][idx] - dl)
+              local ds = pv * (dpz - dl)
               if th then ds = ds * (1.0 - th * th) end
-              s[j][idx] = pv
+              s[j][idx] = z and pv * z or pv
               dp[j][idx] = b:select(vis, ds, 0.0)
             else
               if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
               local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
-              s[j][idx] = pv
-              dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl), 0.0)
+              s[j][idx] = z and pv * z or pv
+              dp[j][idx] = b:select(vis, pv * (dpz - dl), 0.0)
             end
           end
         end
@@ -396,6 +408,8 @@ function M.build_dq(b, spec, cfg, p, io)
       end
     end
     for j = 0, nk - 1 do
+      -- dropout: Z of the fragment's 4 entries (rows g, g + 8 x keys 2t, 2t + 1), one Philox call
+      local z = io.drop and dropout.factors4(io.drop, bi, h, row[0], k0 + t * 2 + j * 8)
       for hh = 0, 1 do
         local lim = bound[hh] - k0 - t * 2
         local lim_lo = lo[hh] and lo[hh] - k0 - t * 2
@@ -403,15 +417,16 @@ function M.build_dq(b, spec, cfg, p, io)
           local idx = 2 * hh + e + 1
           local vis = b:lt(j * 8 + e, lim)
           if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
+          local dpz = z and dp[j][idx] * z[idx] or dp[j][idx]
           if hooks and hooks.score then
             local x, th = hooks.score(s[j][idx], row[hh], k0 + t * 2 + (j * 8 + e), slope2)
             local pv = b:select(vis, b:ex2_approx(x - lse2[hh]), 0.0)
-            local ds = pv * (dp[j][idx] - dl[hh])
+            local ds = pv * (dpz - dl[hh])
             if th then ds = ds * (1.0 - th * th) end
             dp[j][idx] = b:select(vis, ds, 0.0)
           else
             local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2[hh])), 0.0)
-            dp[j][idx] = b:select(vis, pv * (dp[j][idx] - dl[hh]), 0.0)
+            dp[j][idx] = b:select(vis, pv * (dpz - dl[hh]), 0.0)
           end
         end
       end

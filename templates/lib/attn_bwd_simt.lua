@@ -20,6 +20,9 @@ M.TILES = {
 
 function M.config(spec, target, cfg)
   local t = M.TILES[spec.head_dim]
+  -- kernel=dq with dropout and the score keys: 16 scores a thread (d32: 32 x 64) with a Philox call each spill
+  -- 8 bytes (ptxas sm_75/80); half the query rows
+  if spec.kernel == "dq" and spec.dropout and t.m * t.n > 1024 then t = { m = t.m // 2, n = t.n } end
   local d = spec.head_dim
   local bytes = ((2 * t.m + 2 * t.n) * (d + 1) + 2 * t.m * (t.n + 1)) * 4
   cfg.block, cfg.path = M.THREADS, "simt"
@@ -122,16 +125,20 @@ function M.scores(b, cfg, d, sh, p, rows)
       vis = b:and_(live, b:lt(key, rows.bound(row)))
     end
     local pv, ds
+    -- dropout: rows.drop(row, key) is Z (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
+    local z = rows.drop and rows.drop(row, key)
+    local dpz = z and dp[k]:get() * z or dp[k]:get()
     if rows.score then
       local x, th = rows.score(s[k]:get(), row, key)
       pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
-      local g = pv * (dp[k]:get() - dl)
+      local g = pv * (dpz - dl)
       if th then g = g * (1.0 - th * th) end
       ds = b:select(vis, g, 0.0)
     else
       pv = b:select(vis, b:ex2_approx(b:fma(s[k]:get(), scale2, -lse2)), 0.0)
-      ds = b:select(vis, pv * (dp[k]:get() - dl), 0.0)
+      ds = b:select(vis, pv * (dpz - dl), 0.0)
     end
+    if z then pv = pv * z end
     b:store(sh.ps + i * ldp + j, pv)
     b:store(sh.dss + i * ldp + j, ds)
   end
