@@ -36,6 +36,7 @@
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local varlen = require("lib.attn_varlen")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -49,7 +50,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], varlen.KEY,
   },
 }
 
@@ -154,6 +155,9 @@ function K.check(spec)
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
   end
   spec = spec_of(spec)
+  if spec.varlen and spec.splitkv then
+    return "varlen=true with splitkv=true is not built: varlen runs the one-pass kernel (drop splitkv=true; split-KV decoding takes fixed-length batches)"
+  end
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
   end
@@ -257,7 +261,13 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = mask.params(spec, params) }
+  return b:kernel{ params = mask.params(spec, varlen.params(spec, params, true, true)) }
+end
+
+-- Index of this CTA's (batch, head) row 0 in lse: [batch, heads_q, seq_q], varlen [heads_q, total_q].
+local function lse_row(b, spec, p)
+  if spec.varlen then return p.rows(b:ctaid("y")) end
+  return (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q)
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -525,7 +535,7 @@ local function build_simt(b, spec, cfg, p)
     local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
     local lead = b:and_(live, b:eq(cg, 0))
     local has_lse = b:not_(b:is_null(p.lse))
-    local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+    local idx = lse_row(b, spec, p) + b:i64(row)
     b:if_(b:and_(lead, has_lse), function() b:store(p.lse + idx, lse) end)
     ::continue::
   end
@@ -986,7 +996,7 @@ local function mma_epilogue(c)
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-        local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+        local idx = lse_row(b, spec, p) + b:i64(row)
         b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
       end
     end
@@ -1007,7 +1017,7 @@ end
 
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
-  local p = declare(b, spec)
+  local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1042,7 +1052,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return mask.launch(spec, l)
+  return varlen.launch(spec, mask.launch(spec, l), d, true, true)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
