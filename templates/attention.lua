@@ -1081,6 +1081,16 @@ K.variants = {
   { DT, ODD_DIMS, CAUSAL, full = true },
   { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
+  -- varlen=true (lib/attn_varlen.lua): every dtype, dim and causal form, with every mask key, SIMT forced,
+  -- the padded dims (the quick suite: a slice on sm_75 / 80 / 90)
+  { DT, DIMS, CAUSAL, "varlen=true", full = true },
+  { DT, DIMS, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "varlen=true", full = true },
+  { DT, DIMS, "causal=top_left", MASK_KEYS, "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, full = true },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, quick = true },
+  { DT, ODD_DIMS, "causal=true", "varlen=true", full = true },
+  { DT, { "head_dim=40", "head_dim=200" }, "causal=true", "varlen=true", quick = true, sms = { 80 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

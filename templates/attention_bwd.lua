@@ -426,6 +426,18 @@ K.variants = {
     full = true },
   { { "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, "causal=true", MASK_KEYS, quick = true,
     sms = { 75, 80, 90 } },
+  -- varlen=true (lib/attn_varlen.lua): every kernel of the sequence, with and without the mask keys,
+  -- the SIMT path forced (the quick suite: a slice on sm_75 / 80 / 90)
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT, DIMS,
+    "causal=true", "varlen=true", full = true },
+  { "kernel=dkdv", DT, DIMS, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dq", "kernel=prep", "kernel=convert" }, DT, "head_dim=64", "causal=true", "varlen=true", quick = true,
+    sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=true", "causal=top_left" },
+    MASK_KEYS, "varlen=true", full = true },
+  { "kernel=dkdv", DT, DIMS, "causal=top_left", MASK_KEYS, "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", "varlen=true", full = true },
+  { "kernel=dkdv", HALF, "head_dim=64", "causal=true path=simt", "varlen=true", quick = true, sms = { 80 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },
