@@ -41,11 +41,13 @@ static void run_usage(FILE *to) {
             "  --window L,R  window=true: keys a query sees to its left and right, each -1 (unbounded,\n"
             "                the default) or 0..1048576\n"
             "  --softcap C   softcap=true (needed there): scores become C tanh(score / C), C > 0\n"
-            "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H), the ALiBi paper's\n"
+            "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H) (the ALiBi paper's)\n"
             "  --varlen L,.. varlen=true (needed there): the packed sequences' query lengths, one per\n"
             "                sequence (1..1024 of them, each 0..1048576; --rows is then optional)\n"
-            "  --varlen-k L,.. their key lengths, as many (default: the query lengths)\n"
-            "  --seqused-k N,.. attention varlen=true: the keys each sequence uses (seqused_k), each at\n"
+            "  --varlen-k L,...\n"
+            "                their key lengths, as many (default: the query lengths)\n"
+            "  --seqused-k N,...\n"
+            "                attention varlen=true: the keys each sequence uses (seqused_k), each at\n"
             "                most its key length\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
@@ -55,7 +57,8 @@ static void run_usage(FILE *to) {
             "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
-            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n");
+            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
+            "         kiln run attention dtype=f16 head_dim=32 causal=true varlen=true --sm 80 --varlen 0,1,37,300 --heads 4:2\n");
 }
 
 typedef struct run_opts {
