@@ -537,3 +537,6 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
     finally:
         if c:
             lib.kiln_case_free(c)
+
+
+from ._attn_varlen import attention_varlen, attention_varlen_backward  # noqa: E402  (varlen=true, packed sequences)
