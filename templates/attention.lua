@@ -34,6 +34,9 @@
 -- group, query) pairs of one kv head, its keys one of `splits` ranges of key tiles (a launch
 -- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
+--
+-- varlen=true (lib/attn_varlen.lua): packed sequences [total, heads, head_dim] with cu_seqlens_q/k (and
+-- seqused_k); ctaid.z is the sequence, the grid is sized from max_seqlen_q, lse is [heads_q, total_q].
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local varlen = require("lib.attn_varlen")
@@ -1096,12 +1099,14 @@ K.variants = {
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
 -- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
--- on its global layers, with its 4096 window on the local ones)
+-- on its global layers, with its 4096 window on the local ones); packed-sequence prefill (varlen, f16 and
+-- bf16 head_dim 128 causal: FA2's flash_attn_varlen_func as serving stacks batch prompts)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
                        "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
-                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true" } }
+                       "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
+                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true" } }
 
 return K

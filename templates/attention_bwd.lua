@@ -32,6 +32,8 @@
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
 --         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
+-- varlen=true (lib/attn_varlen.lua): every kernel on packed sequences as the forward's; grids from
+-- max_seqlen_q (dkdv: max_seqlen_k); lse, delta [heads_q, total_q], dq_acc [heads_q, total_q, head_dim].
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
