@@ -378,6 +378,17 @@ int emu_attn_case_scalar(const struct kiln_attn_problem *p, const char *name, do
 int emu_attn_case_slopes(const struct kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes);
 void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t size);
 
+/* templates/lib/attn_varlen.ref.c: the varlen=true cases of attention (bwd 0) and attention_bwd (bwd 1),
+ * the families' hooks hand over to these when emu_attn_varlen(c) (the spec has varlen=true). */
+int emu_attn_varlen(const struct kiln_case *c);
+kiln_status emu_attn_varlen_create(struct kiln_case *c, int bwd, kiln_error *err);
+void emu_attn_varlen_destroy(struct kiln_case *c);
+int emu_attn_varlen_tensor(struct kiln_case *c, const char *name, void **ptr, size_t *bytes);
+int emu_attn_varlen_scalar(struct kiln_case *c, const char *name, double *value);
+void emu_attn_varlen_prepare(struct kiln_case *c);
+void emu_attn_varlen_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
+void emu_attn_varlen_describe(const struct kiln_case *c, char *buf, size_t size);
+
 /* templates/attention.ref.c: bytes an attention (forward or backward) pointer parameter spans for
  * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and
  * delta [batch, heads_q, seq_q], dq_acc [batch, heads_q, seq_q, head_dim]; 0 for any other name. */

@@ -34,9 +34,13 @@
 -- group, query) pairs of one kv head, its keys one of `splits` ranges of key tiles (a launch
 -- parameter); it writes the range's f32 O / l and base-2 log-sum-exp to the workspace `ws`, and
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
+--
+-- varlen=true (lib/attn_varlen.lua): packed sequences [total, heads, head_dim] with cu_seqlens_q/k (and
+-- seqused_k); ctaid.z is the sequence, the grid is sized from max_seqlen_q, lse is [heads_q, total_q].
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
+local varlen = require("lib.attn_varlen")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -50,7 +54,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
   },
 }
 
@@ -168,6 +172,9 @@ function K.check(spec)
   local why = dropout.check(spec)
   if why then return why end
   spec = spec_of(spec)
+  if spec.varlen and spec.splitkv then
+    return "varlen=true with splitkv=true is not built: varlen runs the one-pass kernel (drop splitkv=true; split-KV decoding takes fixed-length batches)"
+  end
   if spec.path == "mma" and spec.dtype == "f32" then
     return "path=mma needs dtype f16 or bf16 (f32 runs on path=simt)"
   end
@@ -277,7 +284,13 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = dropout.params(spec, mask.params(spec, params)) }
+  return b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec, params, true, true))) }
+end
+
+-- Index of this CTA's (batch, head) row 0 in lse: [batch, heads_q, seq_q], varlen [heads_q, total_q].
+local function lse_row(b, spec, p)
+  if spec.varlen then return p.rows(b:ctaid("y")) end
+  return (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q)
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -549,7 +562,7 @@ local function build_simt(b, spec, cfg, p)
     local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
     local lead = b:and_(live, b:eq(cg, 0))
     local has_lse = b:not_(b:is_null(p.lse))
-    local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+    local idx = lse_row(b, spec, p) + b:i64(row)
     b:if_(b:and_(lead, has_lse), function() b:store(p.lse + idx, lse) end)
     ::continue::
   end
@@ -1014,7 +1027,7 @@ local function mma_epilogue(c)
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-        local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(b:ctaid("y"))) * b:i64(p.seq_q) + b:i64(row)
+        local idx = lse_row(b, spec, p) + b:i64(row)
         b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
       end
     end
@@ -1035,7 +1048,7 @@ end
 
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
-  local p = declare(b, spec)
+  local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1070,7 +1083,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return dropout.launch(spec, mask.launch(spec, l))
+  return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
@@ -1106,18 +1119,31 @@ K.variants = {
   { DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
   { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "dropout=true", "path=simt", sms = { 75, 80 } },
   { DT, "head_dim=64", "causal=true", MASK_KEYS, "dropout=true dropout_mask=true", sms = { 75, 80 } },
+  -- varlen=true (lib/attn_varlen.lua): every dtype, dim and causal form, with every mask key, SIMT forced,
+  -- the padded dims (the quick suite: a slice on sm_75 / 80 / 90)
+  { DT, DIMS, CAUSAL, "varlen=true", full = true },
+  { DT, DIMS, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "varlen=true", full = true },
+  { DT, DIMS, "causal=top_left", MASK_KEYS, "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, full = true },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, quick = true },
+  { DT, ODD_DIMS, "causal=true", "varlen=true", full = true },
+  { DT, { "head_dim=40", "head_dim=200" }, "causal=true", "varlen=true", quick = true, sms = { 80 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
 -- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
--- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128)
+-- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128),
+-- packed-sequence prefill (varlen, f16 and bf16 head_dim 128 causal: FA2's flash_attn_varlen_func as serving
+-- stacks batch prompts)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
                        "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
                        "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
-                       "dtype=bf16 head_dim=128 causal=true dropout=true" } }
+                       "dtype=bf16 head_dim=128 causal=true dropout=true",
+                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true" } }
 
 return K

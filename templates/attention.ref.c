@@ -491,7 +491,12 @@ typedef struct attn_case {
 } attn_case;
 
 static void attn_case_destroy(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_destroy(c);
+        return;
+    }
     attn_case *a = kiln_case_state(c);
+    if (!a) return;
     free((void *)a->p.alibi_slopes);
     free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl), free(a->mask);
     free(a);
@@ -503,6 +508,8 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     long long splits = kiln_case_opts_get(o, "splits", 0);
     if (splits && !m->then_spec[0])
         return kiln_fail(err, KILN_EINVAL, "--splits applies to split-KV attention (add splitkv=true to the spec)");
+    if (emu_attn_varlen(c)) return emu_attn_varlen_create(c, 0, err);
+    if (o->nvarlen) return kiln_fail(err, KILN_EINVAL, "--varlen needs varlen=true in the attention spec");
     attn_case *a = calloc(1, sizeof *a);
     if (!a) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     kiln_case_set_state(c, a);
@@ -526,6 +533,7 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
 }
 
 static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_tensor(c, name, ptr, bytes);
     attn_case *a = kiln_case_state(c);
     const kiln_attn_problem *p = &a->p;
     size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
@@ -540,6 +548,7 @@ static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *
 }
 
 static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_scalar(c, name, value);
     attn_case *a = kiln_case_state(c);
     if (!strcmp(name, "splits")) return *value = a->splits, 0;
     return emu_attn_case_scalar(&a->p, name, value);
@@ -547,6 +556,10 @@ static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
 
 /* Poisons o and lse (split-KV's partials are the runner's workspace). */
 static void attn_case_prepare(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_prepare(c);
+        return;
+    }
     attn_case *a = kiln_case_state(c);
     const kiln_attn_problem *p = &a->p;
     memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
@@ -555,6 +568,10 @@ static void attn_case_prepare(kiln_case *c) {
 }
 
 static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_check(c, out, nout);
+        return;
+    }
     attn_case *a = kiln_case_state(c);
     kiln_attn_report r;
     kiln_attn_check(&a->p, a->p.dtype, a->q, a->k, a->v, a->o, a->lse, a->ro, a->rl, &r);
@@ -573,6 +590,10 @@ void emu_attn_case_describe(const kiln_attn_problem *p, char *buf, size_t size) 
 }
 
 static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_describe(c, buf, size);
+        return;
+    }
     const attn_case *a = kiln_case_state(c);
     emu_attn_case_describe(&a->p, buf, size);
 }

@@ -32,11 +32,14 @@
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
 --         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
+-- varlen=true (lib/attn_varlen.lua): every kernel on packed sequences as the forward's; grids from
+-- max_seqlen_q (dkdv: max_seqlen_k); lse, delta [heads_q, total_q], dq_acc [heads_q, total_q, head_dim].
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
+local varlen = require("lib.attn_varlen")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -53,7 +56,7 @@ local K = {
       doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
   },
 }
 
@@ -132,8 +135,9 @@ local function mask_hooks(b, spec, p)
   return hooks
 end
 
--- Index of (batch, head, row 0) in [batch, heads_q, seq_q] (i64).
+-- Index of (batch, head, row 0) in [batch, heads_q, seq_q] (i64; varlen: [heads_q, total_q]).
 local function row_index(b, p, bi, h)
+  if p.rows then return p.rows(h) end
   return (b:i64(bi) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q)
 end
 
@@ -144,11 +148,11 @@ end
 
 -- ---- prep: delta = rowsum(dO * O); dq_acc rows zeroed ----
 local function build_prep(b, spec, cfg)
-  local p = b:kernel{ params = stride_params({
+  local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params({
     { "delta", "ptr", "f32" }, { "dq_acc", "ptr", "f32" },
     { "o", "ptr", spec.out, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" },
-  }, { "o", "dout" }) }
+  }, { "o", "dout" })) }, cfg.rows_per_block)
   local d = spec.head_dim
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
@@ -177,10 +181,10 @@ end
 
 -- ---- convert: dQ = scale * dq_acc ----
 local function build_convert(b, spec, cfg)
-  local p = b:kernel{ params = stride_params({
+  local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params({
     { "dq", "ptr", spec.grad }, { "dq_acc", "ptr", "f32", readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" }, { "scale", "f32" },
-  }, { "dq" }) }
+  }, { "dq" })) }, cfg.rows_per_block)
   local d = spec.head_dim
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
@@ -229,9 +233,9 @@ end
 
 -- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
 local function build_dkdv(b, spec, cfg)
-  local p = b:kernel{ params = dropout.params(spec, mask.params(spec, stride_params(main_params(spec, {
+  local p = varlen.bind(b, spec, b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, {
     { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
-  }), { "q", "k", "v", "dout", "dk", "dv" }))) }
+  }), { "q", "k", "v", "dout", "dk", "dv" }), true))) }, cfg.block_n, true)
   if cfg.path == "mma" then
     return mma.build_dkdv(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
@@ -295,8 +299,9 @@ end
 
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
 local function build_dq(b, spec, cfg)
-  local p = b:kernel{ params = dropout.params(spec, mask.params(spec, stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }),
-                                                                               { "q", "k", "v", "dout", "dq" }))) }
+  local p = varlen.bind(b, spec, b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec,
+    stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }), { "q", "k", "v", "dout", "dq" }), true))) },
+    cfg.block_m)
   if cfg.path == "mma" then
     return mma.build_dq(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
@@ -358,7 +363,7 @@ end
 local function seq_spec(spec, kernel, det)
   return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s%s",
                        kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det),
-                       kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "")
+                       (kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "") .. varlen.words(spec))
 end
 
 function K.launch(spec, cfg)
@@ -388,7 +393,7 @@ function K.launch(spec, cfg)
       t[#t + 1] = { "dq_acc", "workspace", acc, align = 16 }
     end
     l.problem = { "seq_q", "heads_q", "batch" }
-    return l
+    return varlen.launch(spec, l, d)
   end
   for _, n in ipairs({ "q", "k", "v", "dout" }) do tensor(n) end
   t[#t + 1] = { "lse", "in", rows }
@@ -396,7 +401,7 @@ function K.launch(spec, cfg)
     tensor("dq")
     t[#t + 1] = { "delta", "workspace", rows, align = 16 }
     l.problem = { "seq_q", "heads_q", "batch" }
-    return dropout.launch(spec, mask.launch(spec, l))
+    return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
   end
   tensor("dk")
   tensor("dv")
@@ -405,7 +410,7 @@ function K.launch(spec, cfg)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
-  return dropout.launch(spec, mask.launch(spec, l))
+  return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
 end
 
 -- the ptxas matrix (docs/registry.md); the quick suite takes slices by SM (sm_75 80 86 89 90 ... in
@@ -445,6 +450,18 @@ K.variants = {
   { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", MASK_KEYS, "dropout=true", sms = { 80 } },
   { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true", "window=true softcap=true", "dropout=true dropout_mask=true",
     sms = { 75, 80 } },
+  -- varlen=true (lib/attn_varlen.lua): every kernel of the sequence, with and without the mask keys,
+  -- the SIMT path forced (the quick suite: a slice on sm_75 / 80 / 90)
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT, DIMS,
+    "causal=true", "varlen=true", full = true },
+  { "kernel=dkdv", DT, DIMS, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dq", "kernel=prep", "kernel=convert" }, DT, "head_dim=64", "causal=true", "varlen=true", quick = true,
+    sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }, DT, DIMS, { "causal=true", "causal=top_left" },
+    MASK_KEYS, "varlen=true", full = true },
+  { "kernel=dkdv", DT, DIMS, "causal=top_left", MASK_KEYS, "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", "varlen=true", full = true },
+  { "kernel=dkdv", HALF, "head_dim=64", "causal=true path=simt", "varlen=true", quick = true, sms = { 80 } },
 }
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)

@@ -255,7 +255,12 @@ typedef struct bwd_case {
 } bwd_case;
 
 static void bwd_case_destroy(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_destroy(c);
+        return;
+    }
     bwd_case *b = kiln_case_state(c);
+    if (!b) return;
     for (int t = 0; t < 3; t++) free(b->in[t]), free(b->gk[t]), free(b->ref[t]), free(b->tol[t]);
     free(b->dout), free(b->out), free(b->lse), free(b->ro), free(b->rl), free(b->mask);
     free((void *)b->p.alibi_slopes);
@@ -264,6 +269,13 @@ static void bwd_case_destroy(kiln_case *c) {
 
 static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    if (emu_attn_varlen(c)) {
+        if (!strstr(m->launch, "before ") && !strstr(m->launch, "after "))
+            return kiln_fail(err, KILN_EINVAL, "'%s' is one kernel of the backward: kiln run checks dq, dk and dv of the "
+                             "whole sequence, which the dkdv kernel declares (kernel=dkdv, the default)", m->spec);
+        return emu_attn_varlen_create(c, 1, err);
+    }
+    if (kiln_case_options(c)->nvarlen) return kiln_fail(err, KILN_EINVAL, "--varlen needs varlen=true in the attention_bwd spec");
     bwd_case *b = calloc(1, sizeof *b);
     if (!b) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     kiln_case_set_state(c, b);
@@ -298,6 +310,7 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
 }
 
 static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_tensor(c, name, ptr, bytes);
     bwd_case *b = kiln_case_state(c);
     const kiln_attn_problem *p = &b->p;
     size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, no = kiln_attn_elems(p, 'o');
@@ -315,18 +328,27 @@ static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *b
 }
 
 static int bwd_case_scalar(kiln_case *c, const char *name, double *value) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_scalar(c, name, value);
     bwd_case *b = kiln_case_state(c);
     return emu_attn_case_scalar(&b->p, name, value);
 }
 
 /* Poisons the gradients. */
 static void bwd_case_prepare(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_prepare(c);
+        return;
+    }
     bwd_case *b = kiln_case_state(c);
     for (int t = 0; t < 3; t++) memset(b->gk[t], 0xff, b->n[t] * kiln_dtype_size(b->grad));
     if (b->mask) emu_attn_mask_prepare(&b->p, b->mask);
 }
 
 static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_check(c, out, nout);
+        return;
+    }
     bwd_case *b = kiln_case_state(c);
     for (*nout = 0; *nout < 3; ++*nout) {
         kiln_case_output *o = &out[*nout];
@@ -337,6 +359,10 @@ static void bwd_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
 }
 
 static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_describe(c, buf, size);
+        return;
+    }
     const bwd_case *b = kiln_case_state(c);
     emu_attn_case_describe(&b->p, buf, size);
 }

@@ -16,7 +16,8 @@ static void run_usage(FILE *to) {
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
-            "                [--window L,R] [--softcap C] [--alibi] [--dropout P [--dropout-offset N]]\n\n"
+            "                [--window L,R] [--softcap C] [--alibi] [--dropout P [--dropout-offset N]]\n"
+            "                [--varlen L,L,... [--varlen-k L,L,...] [--seqused-k N,N,...]]\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -43,6 +44,13 @@ static void run_usage(FILE *to) {
             "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H), the ALiBi paper's\n"
             "  --dropout P   dropout=true (needed there): rate 0 <= P < 1; the mask's Philox seed is --seed\n"
             "  --dropout-offset N  dropout=true: the Philox offset (default 0, 0..2^53)\n"
+            "  --varlen L,.. varlen=true (needed there): the packed sequences' query lengths, one per\n"
+            "                sequence (1..1024 of them, each 0..1048576; --rows is then optional)\n"
+            "  --varlen-k L,...\n"
+            "                their key lengths, as many (default: the query lengths)\n"
+            "  --seqused-k N,...\n"
+            "                attention varlen=true: the keys each sequence uses (seqused_k), each at\n"
+            "                most its key length\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -52,7 +60,8 @@ static void run_usage(FILE *to) {
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
             "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
-            "         kiln run attention_bwd dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n");
+            "         kiln run attention_bwd dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n"
+            "         kiln run attention dtype=f16 head_dim=32 causal=true varlen=true --sm 80 --varlen 0,1,37,300 --heads 4:2\n");
 }
 
 typedef struct run_opts {
@@ -61,6 +70,8 @@ typedef struct run_opts {
     int window, window_left, window_right, alibi;
     float softcap;
     double dropout, dropout_offset; /* dropout: -1 not given */
+    int nvarlen, nvarlen_k, nused; /* --varlen, --varlen-k, --seqused-k */
+    int varlen_q[1024], varlen_k[1024], seqused_k[1024];
     unsigned long long seed;
     float eps;
     kiln_ln_input input;
@@ -87,6 +98,10 @@ static kiln_case_opts case_opts(const run_opts *o) {
     if (o->alibi) kiln_case_opts_set(&co, "alibi", 1);
     if (o->dropout >= 0) kiln_case_opts_set(&co, "dropout", o->dropout);
     if (o->dropout_offset >= 0) kiln_case_opts_set(&co, "dropout_offset", o->dropout_offset);
+    if (o->nvarlen) {
+        co.nvarlen = o->nvarlen, co.varlen_q = o->varlen_q;
+        co.varlen_k = o->nvarlen_k ? o->varlen_k : NULL, co.seqused_k = o->nused ? o->seqused_k : NULL;
+    }
     return co;
 }
 
@@ -210,6 +225,45 @@ static int parse_heads(const char *text, run_opts *o) {
     return 0;
 }
 
+/* A list of whole numbers lo..hi, comma-separated, 1..1024 of them (--varlen, --varlen-k, --seqused-k). */
+static int parse_list(const char *opt, const char *text, long lo, long hi, int *out, int *n) {
+    const char *at = text;
+    *n = 0;
+    for (;;) {
+        char *end;
+        long x = strtol(at, &end, 10);
+        if (end == at || (*end && *end != ','))
+            return cli_error("bad %s '%s': item %d is not a whole number; give comma-separated lengths, e.g. %s 0,1,37,300",
+                             opt, text, *n + 1, opt);
+        if (x < lo || x > hi)
+            return cli_error("bad %s '%s': item %d is %ld; valid: %ld..%ld", opt, text, *n + 1, x, lo, hi);
+        if (*n == 1024) return cli_error("bad %s '%s': more than 1024 sequences", opt, text);
+        out[(*n)++] = (int)x;
+        if (!*end) return 0;
+        at = end + 1;
+    }
+}
+
+/* The varlen lists agree: as many key lengths and used keys as sequences, each used count within its keys. */
+static int check_varlen(run_opts *o) {
+    if (!o->nvarlen && (o->nvarlen_k || o->nused))
+        return cli_error("%s needs --varlen L,L,... (the sequences' query lengths)", o->nvarlen_k ? "--varlen-k" : "--seqused-k");
+    if (o->nvarlen_k && o->nvarlen_k != o->nvarlen)
+        return cli_error("--varlen-k gives %d key lengths for %d sequences (--varlen); give one per sequence", o->nvarlen_k,
+                         o->nvarlen);
+    if (o->nused && o->nused != o->nvarlen)
+        return cli_error("--seqused-k gives %d counts for %d sequences (--varlen); give one per sequence", o->nused, o->nvarlen);
+    for (int b = 0; b < o->nused; b++) {
+        int keys = o->nvarlen_k ? o->varlen_k[b] : o->varlen_q[b];
+        if (o->seqused_k[b] > keys)
+            return cli_error("bad --seqused-k: sequence %d uses %d keys but has %d; valid: 0..%d", b, o->seqused_k[b], keys, keys);
+    }
+    int most = 1;
+    for (int b = 0; b < o->nvarlen; b++) most = o->varlen_q[b] > most ? o->varlen_q[b] : most;
+    if (o->nvarlen && !o->rows) o->rows = most; /* seq_q for the header: the longest sequence */
+    return 0;
+}
+
 /* --window L,R: each side -1 (unbounded) or 0..1048576. */
 static int parse_window(const char *text, run_opts *o) {
     static const char *form = "give L,R, each -1 (unbounded) or 0..1048576, e.g. --window 4095,0";
@@ -237,6 +291,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
         {"softcap", required_argument, NULL, 'C'}, {"alibi", no_argument, NULL, 'A'},
         {"dropout", required_argument, NULL, 'D'}, {"dropout-offset", required_argument, NULL, 'O'},
+        {"varlen", required_argument, NULL, 'V'}, {"varlen-k", required_argument, NULL, 'L'},
+        {"seqused-k", required_argument, NULL, 'U'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -284,6 +340,9 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
                 o->dropout_offset != (double)(long long)o->dropout_offset)
                 return cli_error("bad --dropout-offset '%s'; valid: a whole number 0..2^53", optarg);
             break;
+        case 'V': if (parse_list("--varlen", optarg, 0, 1 << 20, o->varlen_q, &o->nvarlen)) return CLI_USAGE; break;
+        case 'L': if (parse_list("--varlen-k", optarg, 0, 1 << 20, o->varlen_k, &o->nvarlen_k)) return CLI_USAGE; break;
+        case 'U': if (parse_list("--seqused-k", optarg, 0, 1 << 20, o->seqused_k, &o->nused)) return CLI_USAGE; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }
@@ -296,6 +355,7 @@ int cmd_run(int argc, char **argv) {
     /* options may come anywhere: let getopt permute, the spec words are what remains */
     int rc = parse_opts(argc, argv, &o);
     if (rc) return rc < 0 ? CLI_OK : rc;
+    if (check_varlen(&o)) return CLI_USAGE;
     if (optind >= argc) return cli_error("missing kernel family; usage: kiln run FAMILY key=value... --sm N --rows R");
     if (!o.sm) return cli_error("missing --sm N (the target SM, required); valid: %s", cli_valid_sms());
     if (!o.rows) return cli_error("missing --rows R (how many rows to run, required; for attention, seq_q)");

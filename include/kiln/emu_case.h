@@ -41,6 +41,10 @@ typedef struct kiln_case_opts {
         char name[24];
         double value;
     } sizes[KILN_CASE_MAX_SIZES];
+    /* varlen attention (kiln run --varlen, --varlen-k, --seqused-k): nvarlen sequences' query lengths,
+     * key lengths (NULL: the same) and the keys each uses (seqused_k; NULL: all); read by create only */
+    int nvarlen;
+    const int *varlen_q, *varlen_k, *seqused_k;
 } kiln_case_opts;
 /* Sets (or replaces) size `name`. */
 void kiln_case_opts_set(kiln_case_opts *o, const char *name, double value);

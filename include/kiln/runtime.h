@@ -371,6 +371,29 @@ kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *
 kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],
                                          kiln_error *err);
 
+/* Varlen attention (FlashAttention-2's flash_attn_varlen_func; docs/attention.md "Varlen"): packed
+ * sequences of different lengths in one launch (`attention ... varlen=true`, runtime/rt_attention_varlen.c).
+ * The args structs keep their meaning with: batch = the number of sequences, seq_q / seq_k = max_seqlen_q
+ * / max_seqlen_k (the grid); q, o, dout, dq [total_q, heads_q, head_dim] and k, v, dk, dv [total_k,
+ * heads_kv, head_dim] with stride_X[1] the token stride and stride_X[2] the head stride (stride_X[0]
+ * unused; all three 0: contiguous); lse [heads_q, total_q] f32. Sequence b is rows cu_seqlens_q[b] ..
+ * cu_seqlens_q[b + 1] - 1 of q (cu_seqlens_k: of k), each non-decreasing from 0 to total_q / total_k and
+ * no sequence longer than max_seqlen_q / max_seqlen_k (the kernels read them on the device: the caller
+ * vouches). seqused_k (forward only): int32 [batch], sequence b attends to its first seqused_k[b] keys;
+ * 0 = unused. Causal, window, softcap and ALiBi apply per sequence (seq_q, seq_k its lengths); ALiBi's
+ * rows follow the sequence index. The backward's workspace: f32 delta [heads_q, total_q] (256-byte
+ * rounded) and, unless deterministic, the f32 dQ accumulator [heads_q, total_q, head_dim]. */
+typedef struct kiln_attention_varlen {
+    kiln_devptr cu_seqlens_q, cu_seqlens_k; /* int32 [batch + 1] */
+    kiln_devptr seqused_k;                  /* int32 [batch], or 0 (forward only) */
+    int total_q, total_k;                   /* rows of q and of k */
+} kiln_attention_varlen;
+kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args *a, const kiln_attention_varlen *vl,
+                                          kiln_error *err);
+size_t kiln_attention_backward_varlen_workspace(const kiln_attention_bwd_args *a, const kiln_attention_varlen *vl);
+kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd_args *a, const kiln_attention_varlen *vl,
+                                           kiln_error *err);
+
 /* ---- small device-memory helpers (for examples and tests) ---- */
 kiln_status kiln_rt_alloc(kiln_rt *rt, size_t bytes, kiln_devptr *out, kiln_error *err);
 kiln_status kiln_rt_free(kiln_rt *rt, kiln_devptr p, kiln_error *err);

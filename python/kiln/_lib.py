@@ -189,6 +189,10 @@ class CaseOpts(ctypes.Structure):
         ("sm_count", ctypes.c_int),
         ("nsizes", ctypes.c_int),
         ("sizes", CaseSize * 16),
+        ("nvarlen", ctypes.c_int),
+        ("varlen_q", ctypes.POINTER(ctypes.c_int)),
+        ("varlen_k", ctypes.POINTER(ctypes.c_int)),
+        ("seqused_k", ctypes.POINTER(ctypes.c_int)),
     ]
 
 

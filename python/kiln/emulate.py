@@ -447,16 +447,48 @@ def families():
     return [f.strip() for f in _lib.gen().kiln_ref_names().decode().split(",") if f.strip()]
 
 
+def _varlen_lists(varlen, varlen_k, seqused_k):
+    """The checked varlen lists (query lengths, key lengths or None, used keys or None), or None without varlen."""
+    if varlen is None:
+        if varlen_k is not None or seqused_k is not None:
+            raise KilnArgumentError("check(): varlen_k and seqused_k need varlen=[query lengths]")
+        return None
+    out = []
+    for what, values in (("varlen", varlen), ("varlen_k", varlen_k), ("seqused_k", seqused_k)):
+        if values is None:
+            out.append(None)
+            continue
+        values = list(values)
+        if (not values or len(values) > 1024
+                or not all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= 1 << 20 for x in values)):
+            raise KilnArgumentError("check(): %s=%r; valid: a list of 1..1024 lengths, each an int 0..1048576"
+                                    % (what, values))
+        if out and len(values) != len(out[0]):
+            raise KilnArgumentError("check(): %s has %d entries for %d sequences (varlen); give one per sequence"
+                                    % (what, len(values), len(out[0])))
+        out.append(values)
+    keys = out[1] or out[0]
+    for i, n in enumerate(out[2] or []):
+        if n > keys[i]:
+            raise KilnArgumentError("check(): seqused_k[%d] = %d is more than the sequence's %d keys" % (i, n, keys[i]))
+    return out
+
+
 def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=None, splits=None, seed=1,
-          input="random", eps=None, twice=False, **params):
+          input="random", eps=None, twice=False, varlen=None, varlen_k=None, seqused_k=None, **params):
     """Runs a family's kernel on the emulator against its float64 reference, as `kiln run` does (the same
     inputs for the same seed, the same error model, the same numbers): the C library's one case runner and
     checker. rows: rows (attention: seq_q); hidden: the row length for hidden=launch; seq_k, batch,
     heads (H or (H, K)), splits: attention's problem; input: random, large-mean, constant, special, mixed.
+    varlen (varlen=true): the packed sequences' query lengths (rows then defaults to the longest), varlen_k
+    their key lengths (default the same), seqused_k the keys each uses (attention only).
     Returns a CaseReport; a bad problem raises KilnArgumentError naming it, an emulator fault KilnError."""
     lib = _lib.gen()
     text = _gen._spec_text(spec, params)
     smv = _gen._parse_sm(sm)
+    lists = _varlen_lists(varlen, varlen_k, seqused_k)
+    if rows is None and lists:
+        rows = max([1] + list(lists[0]))
     if rows is None:
         raise KilnArgumentError("check() needs rows= (for attention, seq_q)")
     kind = ctypes.c_int()
@@ -467,6 +499,14 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
         hq, hkv = heads
     else:
         hq = hkv = heads
+    keep = []  # the varlen arrays live until the case has read them
+    if lists:
+        opts.nvarlen = len(lists[0])
+        for field, values in zip(("varlen_q", "varlen_k", "seqused_k"), lists):
+            if values is not None:
+                arr = (ctypes.c_int * len(values))(*values)
+                keep.append(arr)
+                setattr(opts, field, arr)
     for name, v in (("rows", rows), ("hidden", hidden), ("seq_k", seq_k), ("batch", batch), ("heads_q", hq),
                     ("heads_kv", hkv), ("splits", splits)):
         if v is not None:
@@ -499,3 +539,6 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
     finally:
         if c:
             lib.kiln_case_free(c)
+
+
+from ._attn_varlen import attention_varlen, attention_varlen_backward  # noqa: E402  (varlen=true, packed sequences)

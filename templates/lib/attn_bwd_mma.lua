@@ -37,6 +37,12 @@ function M.available(spec, target)
     return false, "dropout's per-entry mask with head_dim " .. spec.head_dim .. (target.cp_async and " and a score key" or " without cp.async")
       .. " needs more than 255 registers a thread"
   end
+  -- varlen (its sequence's offsets stay live) leaves the atomic dkdv at d96/d128 without cp.async at 254
+  -- registers; a mask key more spilled 12-32 bytes (ptxas, sm_75 f16): those run on SIMT
+  if spec.kernel == "dkdv" and spec.varlen and not spec.deterministic and spec.head_dim >= 96 and not target.cp_async
+      and (spec.window or spec.softcap or spec.alibi) then
+    return false, "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers a thread in the atomic dkdv without cp.async (deterministic=true or path=simt)"
+  end
   if target.mma_m16n8k16 then return true end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end

@@ -41,6 +41,9 @@ function M.check(spec)
   if spec.dropout and spec.splitkv then
     return "dropout=true is refused with splitkv=true: split-KV is the decoding (inference) path, dropout a training feature (FlashAttention-2's kv-cache kernels have no dropout either); use splitkv=false"
   end
+  if spec.dropout and spec.varlen then
+    return "dropout=true with varlen=true is not built yet: the mask's (batch, query) counter would need the packed sequence's index and row defined and tested; run varlen without dropout, or fixed-length batches with it"
+  end
 end
 
 -- Appends the launch values to a kernel's parameter list.

@@ -1,0 +1,162 @@
+/* runtime/rt_attention_varlen.c - typed launch helpers for varlen attention (packed sequences, forward and backward) over the generic launch. */
+#include <math.h>
+#include <stdio.h>
+#include <string.h>
+
+#include "rt.h"
+
+/* The varlen values every call checks: sequences, totals, the cu_seqlens pointers (4-byte aligned). */
+static kiln_status check_varlen(const char *what, int batch, int max_q, int max_k, const kiln_attention_varlen *vl,
+                                int bwd, kiln_error *err) {
+    if (!vl) return kiln_fail(err, KILN_EINVAL, "%s: the varlen description (kiln_attention_varlen) is NULL", what);
+    if (vl->total_q < 0 || vl->total_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "%s: total_q (%d) and total_k (%d) must be >= 0", what, vl->total_q, vl->total_k);
+    if ((long long)max_q > vl->total_q || (long long)max_k > vl->total_k)
+        return kiln_fail(err, KILN_EINVAL, "%s: max_seqlen_q (seq_q %d) and max_seqlen_k (seq_k %d) cannot exceed "
+                         "total_q (%d) and total_k (%d)", what, max_q, max_k, vl->total_q, vl->total_k);
+    if (batch > 0 && (!vl->cu_seqlens_q || !vl->cu_seqlens_k))
+        return kiln_fail(err, KILN_EINVAL, "%s: cu_seqlens_q and cu_seqlens_k (int32 [batch + 1]) must be device "
+                         "pointers, not 0", what);
+    const kiln_devptr p[3] = {vl->cu_seqlens_q, vl->cu_seqlens_k, vl->seqused_k};
+    static const char *const names[3] = {"cu_seqlens_q", "cu_seqlens_k", "seqused_k"};
+    for (int i = 0; i < 3; i++)
+        if (p[i] % 4)
+            return kiln_fail(err, KILN_EINVAL, "%s: %s (0x%llx) must be 4-byte aligned (int32)", what, names[i],
+                             (unsigned long long)p[i]);
+    if (bwd && vl->seqused_k)
+        return kiln_fail(err, KILN_EINVAL, "%s: seqused_k is a forward value (the backward takes each sequence's keys "
+                         "from cu_seqlens_k); give 0", what);
+    return KILN_OK;
+}
+
+/* A packed tensor's launch strides: {token, head, 1} from stride[1], stride[2]; none when both are 0. */
+static void packed(kiln_launch_tensor *t, const char *name, kiln_devptr ptr, const int64_t s[3]) {
+    *t = (kiln_launch_tensor){.name = name, .ptr = ptr};
+    if (s[1] || s[2]) memcpy(t->strides, (int64_t[3]){s[1], s[2], 1}, sizeof(int64_t[3]));
+}
+
+/* The varlen tensors and scalars every kernel's description takes by name. */
+static void varlen_launch(int batch, int max_q, int max_k, const kiln_attention_varlen *vl, kiln_launch_tensor *t, int *nt,
+                          kiln_launch_scalar *s, int *ns) {
+    t[(*nt)++] = (kiln_launch_tensor){.name = "cu_seqlens_q", .ptr = vl->cu_seqlens_q};
+    t[(*nt)++] = (kiln_launch_tensor){.name = "cu_seqlens_k", .ptr = vl->cu_seqlens_k};
+    if (vl->seqused_k) t[(*nt)++] = (kiln_launch_tensor){.name = "seqused_k", .ptr = vl->seqused_k};
+    s[(*ns)++] = (kiln_launch_scalar){"batch", batch};
+    s[(*ns)++] = (kiln_launch_scalar){"total_q", vl->total_q};
+    s[(*ns)++] = (kiln_launch_scalar){"total_k", vl->total_k};
+    s[(*ns)++] = (kiln_launch_scalar){"max_seqlen_q", max_q};
+    s[(*ns)++] = (kiln_launch_scalar){"max_seqlen_k", max_k};
+}
+
+/* ---- forward ---- */
+
+kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args *a, const kiln_attention_varlen *vl,
+                                          kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward_varlen: NULL argument");
+    const char *what = "attention varlen";
+    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype))
+        return kiln_fail(err, KILN_EINVAL, "%s: dtypes must be f32, f16 or bf16", what);
+    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "%s: batch (%d), seq_q = max_seqlen_q (%d) and seq_k = max_seqlen_k (%d) must "
+                         "be >= 0", what, a->batch, a->seq_q, a->seq_k);
+    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "%s: heads_q (%d) must be a positive multiple of heads_kv (%d)", what, a->heads_q,
+                         a->heads_kv);
+    if (!(a->scale >= 0) || isinf(a->scale))
+        return kiln_fail(err, KILN_EINVAL, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", what);
+    const kiln_devptr ptrs[4] = {a->q, a->k, a->v, a->o};
+    for (int t = 0; t < 4; t++)
+        if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %c must be a device pointer, not 0", what, "qkvo"[t]);
+    kiln_status st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 0, err);
+    if (st == KILN_OK) st = rt_attn_check_mask(what, a->causal, &a->mask, err);
+    if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
+    char spec[KILN_SPEC_MAX];
+    snprintf(spec, sizeof spec, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", kiln_dtype_name(a->dtype),
+             kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal));
+    rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
+    kiln_kernel *k;
+    if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
+    kiln_launch_tensor t[10];
+    kiln_launch_scalar s[14];
+    int nt = 0, ns = 0;
+    packed(&t[nt++], "q", a->q, a->stride_q);
+    packed(&t[nt++], "k", a->k, a->stride_k);
+    packed(&t[nt++], "v", a->v, a->stride_v);
+    packed(&t[nt++], "o", a->o, a->stride_o);
+    t[nt++] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
+    varlen_launch(a->batch, a->seq_q, a->seq_k, vl, t, &nt, s, &ns);
+    s[ns++] = (kiln_launch_scalar){"heads_q", a->heads_q};
+    s[ns++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
+    if (a->scale > 0) s[ns++] = (kiln_launch_scalar){"scale", a->scale};
+    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns, .stream = a->stream};
+    return kiln_launch(k, &la, err);
+}
+
+/* ---- backward ---- */
+
+size_t kiln_attention_backward_varlen_workspace(const kiln_attention_bwd_args *a, const kiln_attention_varlen *vl) {
+    if (!a || !vl || a->heads_q <= 0 || vl->total_q <= 0 || a->head_dim <= 0) return 0;
+    size_t rows = (size_t)a->heads_q * (size_t)vl->total_q;
+    size_t bytes = (rows * sizeof(float) + 255) / 256 * 256;
+    if (!a->deterministic) bytes += rows * (size_t)a->head_dim * sizeof(float);
+    return bytes;
+}
+
+kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd_args *a, const kiln_attention_varlen *vl,
+                                           kiln_error *err) {
+    if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward_varlen: NULL argument");
+    const char *what = "attention backward varlen";
+    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype) || !kiln_dtype_name(a->grad_dtype))
+        return kiln_fail(err, KILN_EINVAL, "%s: dtypes must be f32, f16 or bf16", what);
+    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "%s: batch (%d), seq_q = max_seqlen_q (%d) and seq_k = max_seqlen_k (%d) must "
+                         "be >= 0", what, a->batch, a->seq_q, a->seq_k);
+    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "%s: heads_q (%d) must be a positive multiple of heads_kv (%d)", what, a->heads_q,
+                         a->heads_kv);
+    if (!(a->scale >= 0) || isinf(a->scale))
+        return kiln_fail(err, KILN_EINVAL, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", what);
+    static const char *const names[8] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
+    const kiln_devptr ptrs[8] = {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv};
+    const int64_t *strides[8] = {a->stride_q, a->stride_k, a->stride_v, a->stride_o, a->stride_dout, a->stride_dq,
+                                 a->stride_dk, a->stride_dv};
+    for (int t = 0; t < 8; t++)
+        if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %s must be a device pointer, not 0", what, names[t]);
+    if (!a->lse) return kiln_fail(err, KILN_EINVAL, "%s: lse (the forward's log-sum-exp) must be given", what);
+    kiln_status st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 1, err);
+    if (st != KILN_OK) return st;
+    size_t need = kiln_attention_backward_varlen_workspace(a, vl);
+    if (need && !a->workspace)
+        return kiln_fail(err, KILN_EINVAL, "%s: workspace must point at %zu bytes of device memory "
+                         "(kiln_attention_backward_varlen_workspace)", what, need);
+    if (a->workspace % 16)
+        return kiln_fail(err, KILN_EINVAL, "%s: workspace (0x%llx) must be 16-byte aligned", what,
+                         (unsigned long long)a->workspace);
+    if ((st = rt_attn_check_mask(what, a->causal, &a->mask, err)) != KILN_OK) return st;
+    if (a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return KILN_OK;
+    char spec[KILN_SPEC_MAX];
+    snprintf(spec, sizeof spec,
+             "attention_bwd kernel=dkdv dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s",
+             kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
+             rt_attn_causal(a->causal), a->deterministic ? "true" : "false");
+    rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
+    kiln_kernel *k;
+    if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
+    /* dkdv names the sequence (varlen prep before, convert or dq after) and its workspace */
+    kiln_launch_tensor t[14];
+    kiln_launch_scalar s[14];
+    int nt = 0, ns = 0;
+    for (int i = 0; i < 8; i++) packed(&t[nt++], names[i], ptrs[i], strides[i]);
+    t[nt++] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
+    varlen_launch(a->batch, a->seq_q, a->seq_k, vl, t, &nt, s, &ns);
+    s[ns++] = (kiln_launch_scalar){"heads_q", a->heads_q};
+    s[ns++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
+    if (a->scale > 0) s[ns++] = (kiln_launch_scalar){"scale", a->scale};
+    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns, .workspace = a->workspace,
+                           .workspace_bytes = need, .stream = a->stream};
+    return kiln_launch(k, &la, err);
+}

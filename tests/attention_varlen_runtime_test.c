@@ -1,0 +1,178 @@
+/* tests/attention_varlen_runtime_test.c - the varlen attention helpers (kiln_attention_forward_varlen,
+ * kiln_attention_backward_varlen) against the fake CUDA driver: spec, grid from max_seqlen, the varlen
+ * arguments by name, packed strides, the backward's sequence and workspace, errors naming the field. */
+#include <dlfcn.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "fake_cuda/fake_cuda.h"
+#include "kiln/gen.h"
+#include "kiln/runtime.h"
+#include "rt_fixture.h"
+
+static fake_cuda_api fake;
+static fake_cuda_launch_at_fn launch_at;
+
+static uint64_t param(const fake_cuda_launch *l, const kiln_kernel_meta *m, const char *name) {
+    for (int i = 0; i < m->nparams; i++)
+        if (!strcmp(m->params[i].name, name)) return l->param[i];
+    return ~0ull;
+}
+
+/* 3 sequences of at most 1000 queries and 1500 keys, 8:2 heads, bf16 d128, causal. */
+static kiln_attention_args fwd_args(void) {
+    return (kiln_attention_args){.o = 0x100000, .lse = 0x200000, .q = 0x300000, .k = 0x400000, .v = 0x500000,
+                                 .dtype = KILN_BF16, .out_dtype = KILN_BF16, .head_dim = 128, .causal = 1,
+                                 .batch = 3, .heads_q = 8, .heads_kv = 2, .seq_q = 1000, .seq_k = 1500};
+}
+static const kiln_attention_varlen VL = {.cu_seqlens_q = 0x700000, .cu_seqlens_k = 0x710000, .total_q = 1800,
+                                         .total_k = 2500};
+
+static void test_forward(int sm) {
+    char name[64];
+    snprintf(name, sizeof name, "varlen forward on sm_%d: spec, grid, arguments", sm);
+    TEST_BEGIN(name);
+    kiln_rt *rt = open_rt(sm);
+    kiln_error e;
+    kiln_attention_args a = fwd_args();
+    kiln_attention_varlen vl = VL;
+    vl.seqused_k = 0x720000;
+    fake.reset();
+    CHECK(rt && kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_OK, "launch: %s", e.msg);
+    kiln_kernel *k = NULL;
+    CHECK(rt && kiln_rt_get_kernel(rt, "attention dtype=bf16 out=bf16 head_dim=128 causal=true varlen=true", &k, &e) == KILN_OK,
+          "%s", e.msg);
+    const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+    fake_cuda_launch l;
+    if (m && fake.last_launch(&l)) {
+        CHECK(!strcmp(l.entry, m->entry), "launched %s, want %s", l.entry, m->entry);
+        CHECK(l.grid[0] == (1000 + m->grid_tile[0] - 1) / m->grid_tile[0] && l.grid[1] == 8 && l.grid[2] == 3,
+              "grid %u %u %u", l.grid[0], l.grid[1], l.grid[2]);
+        CHECK(param(&l, m, "cu_seqlens_q") == 0x700000 && param(&l, m, "cu_seqlens_k") == 0x710000 &&
+                  param(&l, m, "seqused_k") == 0x720000 && param(&l, m, "total_q") == 1800,
+              "varlen arguments");
+        CHECK(param(&l, m, "stride_qs") == 8 * 128 && param(&l, m, "stride_qh") == 128 &&
+                  param(&l, m, "stride_ks") == 2 * 128 && param(&l, m, "stride_os") == 8 * 128,
+              "packed strides: qs %llu ks %llu", (unsigned long long)param(&l, m, "stride_qs"),
+              (unsigned long long)param(&l, m, "stride_ks"));
+        float scale;
+        uint32_t bits = (uint32_t)param(&l, m, "scale");
+        memcpy(&scale, &bits, 4);
+        CHECK(fabsf(scale - 1 / sqrtf(128)) < 1e-7f, "default scale %g", scale);
+    } else {
+        CHECK(0, "no launch recorded");
+    }
+    /* given strides: [total, heads, d] with padded rows */
+    a.stride_q[1] = 2048, a.stride_q[2] = 256;
+    vl.seqused_k = 0;
+    fake.reset();
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_OK, "strided: %s", e.msg);
+    if (m && fake.last_launch(&l))
+        CHECK(param(&l, m, "stride_qs") == 2048 && param(&l, m, "stride_qh") == 256 && param(&l, m, "seqused_k") == 0,
+              "given strides, seqused_k 0");
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_backward(void) {
+    TEST_BEGIN("varlen backward: the sequence, its workspace, arguments");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e;
+    kiln_attention_bwd_args a = {.dq = 0x1000000, .dk = 0x1100000, .dv = 0x1200000, .q = 0x300000, .k = 0x400000,
+                                 .v = 0x500000, .o = 0x100000, .dout = 0x1300000, .lse = 0x200000,
+                                 .workspace = 0x2000000, .dtype = KILN_F16, .out_dtype = KILN_F16,
+                                 .grad_dtype = KILN_F16, .head_dim = 64, .causal = 1, .batch = 3, .heads_q = 4,
+                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900};
+    kiln_attention_varlen vl = VL;
+    size_t ws = kiln_attention_backward_varlen_workspace(&a, &vl);
+    size_t rows = 4 * 1800;
+    CHECK(ws == (rows * 4 + 255) / 256 * 256 + rows * 64 * 4, "workspace %zu", ws);
+    fake.reset();
+    CHECK(rt && kiln_attention_backward_varlen(rt, &a, &vl, &e) == KILN_OK, "launch: %s", e.msg);
+    static const char *const kinds[3] = {"prep", "dkdv", "convert"};
+    for (int i = 0; i < 3; i++) {
+        fake_cuda_launch l;
+        char spec[256];
+        snprintf(spec, sizeof spec,
+                 "attention_bwd kernel=%s dtype=f16 out=f16 grad=f16 head_dim=64 causal=true deterministic=false varlen=true",
+                 kinds[i]);
+        kiln_kernel *k = NULL;
+        CHECK(kiln_rt_get_kernel(rt, spec, &k, &e) == KILN_OK, "%s: %s", spec, e.msg);
+        const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+        if (!m || !launch_at(i, &l)) {
+            CHECK(0, "launch %d missing", i);
+            continue;
+        }
+        CHECK(!strcmp(l.entry, m->entry), "launch %d: %s, want %s", i, l.entry, m->entry);
+        unsigned rows_or_keys = i == 1 ? 900 : 700, heads = i == 1 ? 2 : 4;
+        CHECK(l.grid[0] == (rows_or_keys + m->grid_tile[0] - 1) / m->grid_tile[0] && l.grid[1] == heads && l.grid[2] == 3,
+              "%s grid %u %u %u", kinds[i], l.grid[0], l.grid[1], l.grid[2]);
+        CHECK(param(&l, m, "cu_seqlens_q") == 0x700000 && param(&l, m, "total_q") == 1800, "%s varlen arguments", kinds[i]);
+        if (i != 1) continue;
+        CHECK(param(&l, m, "cu_seqlens_k") == 0x710000 && param(&l, m, "delta") == 0x2000000 &&
+                  param(&l, m, "dq_acc") == 0x2000000 + (rows * 4 + 255) / 256 * 256,
+              "dkdv: cu_seqlens_k, delta and dq_acc carved from the workspace");
+    }
+    /* errors name the field */
+    a.workspace = 0;
+    CHECK(kiln_attention_backward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "kiln_attention_backward_varlen_workspace"),
+          "no workspace: %s", e.msg);
+    a.workspace = 0x2000000;
+    vl.seqused_k = 0x720000;
+    CHECK(kiln_attention_backward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "seqused_k is a forward value"),
+          "seqused_k in the backward: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+static void test_errors(void) {
+    TEST_BEGIN("varlen forward: bad values name the field");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e;
+    kiln_attention_args a = fwd_args();
+    kiln_attention_varlen vl = VL;
+    CHECK(kiln_attention_forward_varlen(rt, &a, NULL, &e) == KILN_EINVAL && strstr(e.msg, "kiln_attention_varlen"),
+          "NULL varlen: %s", e.msg);
+    vl.cu_seqlens_k = 0;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "cu_seqlens_q and cu_seqlens_k"),
+          "no cu_seqlens_k: %s", e.msg);
+    vl = VL;
+    vl.cu_seqlens_q = 0x700002;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "cu_seqlens_q (0x700002) must be 4-byte"),
+          "misaligned: %s", e.msg);
+    vl = VL;
+    vl.total_q = 999;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "cannot exceed total_q (999)"),
+          "max_seqlen_q > total_q: %s", e.msg);
+    vl = VL;
+    vl.total_k = -1;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "total_k (-1)"), "total_k -1: %s",
+          e.msg);
+    vl = VL;
+    a.heads_kv = 3;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "heads_q (8)"), "heads: %s", e.msg);
+    a = fwd_args();
+    a.batch = 0;
+    fake.reset();
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_OK, "no sequences: %s", e.msg);
+    fake_cuda_launch l;
+    CHECK(!launch_at(0, &l), "no sequences: nothing launched (%s)", l.entry);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
+int main(void) {
+    if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
+        printf("attention varlen runtime: 0 passed, 1 failed\n");
+        return 1;
+    }
+    kiln_rt_use_generator();
+    test_forward(75);
+    test_forward(80);
+    test_forward(90);
+    test_backward();
+    test_errors();
+    return check_summary("attention varlen runtime");
+}
