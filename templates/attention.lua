@@ -36,6 +36,7 @@
 -- attention_combine (meta.then_spec) merges the splits. See geometry() and split_store().
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local paged = require("lib.attn_paged")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -49,7 +50,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3],
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], paged.KEY,
   },
 }
 
@@ -257,7 +258,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = mask.params(spec, params) }
+  return b:kernel{ params = paged.params(spec, mask.params(spec, params)) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -285,7 +286,9 @@ local function geometry(b, spec, p, bm, bn, between)
   if not spec.splitkv then
     local q0 = b:ctaid("x") * bm
     if between then between() end
-    return { q0 = q0, base = head_bases(b, p), rows = p.seq_q, sq = function(row) return row end }
+    local base = head_bases(b, p)
+    paged.bases(b, spec, p, base, b:ctaid("y") // (p.heads_q // p.heads_kv))
+    return { q0 = q0, base = base, rows = p.seq_q, sq = function(row) return row end }
   end
   local bi = b:i64(b:ctaid("z"))
   local group = p.heads_q // p.heads_kv
@@ -299,6 +302,7 @@ local function geometry(b, spec, p, bm, bn, between)
     sq = function(row) return row % p.seq_q end,
     head = function(row) return hkv * group + row // p.seq_q end,
   }
+  paged.bases(b, spec, p, G.base, hkv)
   G.q_addr = function(row)
     return qb + b:i64(G.head(row)) * p.stride_qh + b:i64(G.sq(row)) * p.stride_qs
   end
@@ -1008,6 +1012,7 @@ end
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
   local p = declare(b, spec)
+  paged.setup(b, spec, p)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1042,7 +1047,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return mask.launch(spec, l)
+  return paged.launch(spec, mask.launch(spec, l), cfg.block_n)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path

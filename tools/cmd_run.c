@@ -16,7 +16,8 @@ static void run_usage(FILE *to) {
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
-            "                [--window L,R] [--softcap C] [--alibi]\n\n"
+            "                [--window L,R] [--softcap C] [--alibi]\n"
+            "                [--paged P] [--leftpad] [--batch-idx]                   (paged=true)\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -41,6 +42,11 @@ static void run_usage(FILE *to) {
             "                the default) or 0..1048576\n"
             "  --softcap C   softcap=true (needed there): scores become C tanh(score / C), C > 0\n"
             "  --alibi       alibi=true (implied by it): slopes 2^(-8(h+1)/H), the ALiBi paper's\n"
+            "  --paged P     paged=true (needed there): pages of P keys (>= 16, a multiple or a divisor of\n"
+            "                the kernel's key tile), shuffled in the block table; --seq-k is the capacity:\n"
+            "                entry 0 full, entry 1 empty (cache_seqlens 0), the others drawn\n"
+            "  --leftpad     paged=true: cache_leftpad of a third of each sequence\n"
+            "  --batch-idx   paged=true: cache_batch_idx, entry b reading block-table row (b + 1) %% batch\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -56,6 +62,7 @@ typedef struct run_opts {
     int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     int window, window_left, window_right, alibi;
+    int page_size, leftpad, batch_idx; /* paged=true */
     float softcap;
     unsigned long long seed;
     float eps;
@@ -81,6 +88,9 @@ static kiln_case_opts case_opts(const run_opts *o) {
     if (o->window) kiln_case_opts_set(&co, "window_left", o->window_left), kiln_case_opts_set(&co, "window_right", o->window_right);
     if (o->softcap > 0) kiln_case_opts_set(&co, "softcap", o->softcap);
     if (o->alibi) kiln_case_opts_set(&co, "alibi", 1);
+    if (o->page_size) kiln_case_opts_set(&co, "page_size", o->page_size);
+    if (o->leftpad) kiln_case_opts_set(&co, "leftpad", 1);
+    if (o->batch_idx) kiln_case_opts_set(&co, "batch_idx", 1);
     return co;
 }
 
@@ -230,6 +240,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
         {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
         {"softcap", required_argument, NULL, 'C'}, {"alibi", no_argument, NULL, 'A'},
+        {"paged", required_argument, NULL, 'G'}, {"leftpad", no_argument, NULL, 'L'},
+        {"batch-idx", no_argument, NULL, 'I'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -266,6 +278,9 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
                 return cli_error("bad --softcap '%s'; valid: a finite number > 0 (e.g. 50)", optarg);
             break;
         case 'A': o->alibi = 1; break;
+        case 'G': if (parse_int("--paged", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->page_size = (int)v; break;
+        case 'L': o->leftpad = 1; break;
+        case 'I': o->batch_idx = 1; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }
