@@ -1076,6 +1076,11 @@ K.variants = {
   { DT, ODD_DIMS, CAUSAL, full = true },
   { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
+  -- paged KV cache (lib/attn_paged.lua): split-KV decoding and the plain forward over pages
+  { DT, DIMS, CAUSAL, { "paged=true", "splitkv=true paged=true" }, full = true },
+  { DT, { "head_dim=64", "head_dim=128", "head_dim=256" }, "causal=true", "splitkv=true paged=true", quick = true,
+    sms = { 75, 80, 90, 120 } },
+  { DT, { "head_dim=64", "head_dim=128" }, "causal=true", "paged=true", quick = true, sms = { 75, 80, 90 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
