@@ -37,6 +37,7 @@
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local paged = require("lib.attn_paged")
+local append = require("lib.attn_append")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -50,7 +51,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], paged.KEY,
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], paged.KEY, append.KEY,
   },
 }
 
@@ -150,6 +151,7 @@ end
 
 function K.check(spec)
   local d = spec.head_dim
+  if append.check(spec) then return append.check(spec) end
   if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
@@ -258,7 +260,7 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = paged.params(spec, mask.params(spec, params)) }
+  return b:kernel{ params = append.params(spec, paged.params(spec, mask.params(spec, params))) }
 end
 
 -- Pointers to row 0 of this CTA's (batch, head) in q, k, v and o.
@@ -288,6 +290,7 @@ local function geometry(b, spec, p, bm, bn, between)
     if between then between() end
     local base = head_bases(b, p)
     paged.bases(b, spec, p, base, b:ctaid("y") // (p.heads_q // p.heads_kv))
+    append.bases(b, spec, p, base, b:ctaid("y") // (p.heads_q // p.heads_kv))
     return { q0 = q0, base = base, rows = p.seq_q, sq = function(row) return row end }
   end
   local bi = b:i64(b:ctaid("z"))
@@ -303,6 +306,7 @@ local function geometry(b, spec, p, bm, bn, between)
     head = function(row) return hkv * group + row // p.seq_q end,
   }
   paged.bases(b, spec, p, G.base, hkv)
+  append.bases(b, spec, p, G.base, hkv)
   G.q_addr = function(row)
     return qb + b:i64(G.head(row)) * p.stride_qh + b:i64(G.sq(row)) * p.stride_qs
   end
@@ -1013,6 +1017,8 @@ function K.build(b, spec, cfg)
   spec = spec_of(spec)
   local p = declare(b, spec)
   paged.setup(b, spec, p)
+  append.setup(b, spec, p)
+  append.write(b, spec, cfg, p)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1047,7 +1053,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return paged.launch(spec, mask.launch(spec, l), cfg.block_n)
+  return append.launch(spec, paged.launch(spec, mask.launch(spec, l), cfg.block_n), al)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path

@@ -490,8 +490,9 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     a->splits = splits ? (int)splits : 4;
     a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), 1, &seed);
     int paged = strstr(m->spec, " paged=true") != NULL;
-    static const char *const paged_opts[][2] = {{"page_size", "--paged"}, {"leftpad", "--leftpad"}, {"batch_idx", "--batch-idx"}};
-    for (int i = 0; !paged && i < 3; i++)
+    static const char *const paged_opts[][2] = {{"page_size", "--paged"}, {"leftpad", "--leftpad"}, {"batch_idx", "--batch-idx"},
+                                                 {"append", "--append"}};
+    for (int i = 0; !paged && i < 4; i++)
         if (kiln_case_opts_has(o, paged_opts[i][0]))
             return kiln_fail(err, KILN_EINVAL, "%s applies to a paged KV cache (add paged=true to the attention spec)",
                              paged_opts[i][1]);
@@ -538,15 +539,17 @@ static void attn_case_prepare(kiln_case *c) {
     const kiln_attn_problem *p = &a->p;
     memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     memset(a->lse, 0xff, sizeof *a->lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
+    if (a->paged) emu_paged_prepare(a->paged, p);
 }
 
 static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
     attn_case *a = kiln_case_state(c);
     static const char *const names[2] = {"o", "lse"};
     if (a->paged) {
-        memset(out, 0, 2 * sizeof *out);
-        emu_paged_check(a->paged, &a->p, a->q, a->o, a->lse, a->ro, a->rl, out);
-        for (*nout = 0; *nout < 2; ++*nout) snprintf(out[*nout].name, sizeof out[*nout].name, "%s", names[*nout]);
+        static const char *const pnames[3] = {"o", "lse", "cache"};
+        memset(out, 0, 3 * sizeof *out);
+        int n = emu_paged_check(a->paged, &a->p, a->q, a->o, a->lse, a->ro, a->rl, out);
+        for (*nout = 0; *nout < n; ++*nout) snprintf(out[*nout].name, sizeof out[*nout].name, "%s", pnames[*nout]);
         return;
     }
     kiln_attn_report r;

@@ -30,6 +30,27 @@ expect "plain f16 sm_80 d64 window + softcap + alibi, pages of 16" 0 "$P" -- run
     causal=true window=true softcap=true alibi=true paged=true --sm 80 --rows 12 --seq-k 120 --heads 4:1 --batch 3 \
     --paged 16 --window 30,0 --softcap 20 --alibi
 
+# append=true: the new keys written into the pages at cache_seqlens (across page boundaries) and attended
+# to in the same launch; the cache is checked bit for bit after the run (output "cache")
+expect "append split-KV bf16 sm_80 d64, 20 new keys over pages of 16, leftpad, twice" 0 "$P" -- run attention \
+    dtype=bf16 head_dim=64 paged=true append=true splitkv=true --sm 80 --rows 1 --seq-k 120 --heads 4:1 --batch 3 \
+    --paged 16 --append 20 --splits 3 --leftpad --twice
+grep -q "^  cache  max |err| 0.000e+00" "$tmp/out" && ok "append: the cache after the run is exact" || bad "append cache" "$(cat "$tmp/out")"
+expect "append plain f16 sm_80 d128 causal (chunked prefill: seq_q = new keys), pages of 32, batch_idx" 0 "$P" -- \
+    run attention dtype=f16 head_dim=128 causal=true paged=true append=true --sm 80 --rows 37 --seq-k 150 --heads 4:2 \
+    --batch 3 --paged 32 --append 37 --batch-idx
+expect "append split-KV f16 sm_75 (staged) d64, pages of 16" 0 "$P" -- run attention dtype=f16 head_dim=64 paged=true \
+    append=true splitkv=true --sm 75 --rows 3 --seq-k 80 --heads 2:1 --batch 3 --paged 16 --append 3 --splits 2
+expect "append SIMT f32 d32 causal, pages of 16, leftpad" 0 "$P" -- run attention dtype=f32 head_dim=32 causal=true \
+    paged=true append=true --sm 80 --rows 5 --seq-k 64 --heads 2:2 --batch 3 --paged 16 --append 5 --leftpad
+expect "append=true needs paged=true" 2 "append=true needs paged=true" -- emit attention append=true --sm 80
+expect "append=true needs --append" 2 "append=true needs the new keys per sequence: give --append N" -- \
+    run attention paged=true append=true --sm 80 --rows 1 --paged 16
+expect "--append needs append=true" 2 "--append applies to append=true" -- \
+    run attention paged=true --sm 80 --rows 1 --paged 16 --append 3
+expect "--append larger than the cache is refused" 2 "--append 40 does not fit a cache of 32 keys" -- \
+    run attention paged=true append=true --sm 80 --rows 1 --paged 16 --seq-k 32 --append 40
+
 # bad input: one line, exit 2
 expect "a page size neither dividing nor a multiple of the key tile is refused" 2 \
     "page size 48 does not fit this kernel's 64-key tiles; valid: 16..64 dividing 64, or a multiple of 64" -- \

@@ -17,7 +17,7 @@ static void run_usage(FILE *to) {
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
             "                [--window L,R] [--softcap C] [--alibi]\n"
-            "                [--paged P] [--leftpad] [--batch-idx]                   (paged=true)\n\n"
+            "                [--paged P] [--leftpad] [--batch-idx] [--append N]      (paged=true)\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -47,6 +47,7 @@ static void run_usage(FILE *to) {
             "                entry 0 full, entry 1 empty (cache_seqlens 0), the others drawn\n"
             "  --leftpad     paged=true: cache_leftpad of a third of each sequence\n"
             "  --batch-idx   paged=true: cache_batch_idx, entry b reading block-table row (b + 1) %% batch\n"
+            "  --append N    append=true: N new keys per sequence written at cache_seqlens and attended to\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -62,7 +63,7 @@ typedef struct run_opts {
     int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     int window, window_left, window_right, alibi;
-    int page_size, leftpad, batch_idx; /* paged=true */
+    int page_size, leftpad, batch_idx, append; /* paged=true */
     float softcap;
     unsigned long long seed;
     float eps;
@@ -91,6 +92,7 @@ static kiln_case_opts case_opts(const run_opts *o) {
     if (o->page_size) kiln_case_opts_set(&co, "page_size", o->page_size);
     if (o->leftpad) kiln_case_opts_set(&co, "leftpad", 1);
     if (o->batch_idx) kiln_case_opts_set(&co, "batch_idx", 1);
+    if (o->append) kiln_case_opts_set(&co, "append", o->append);
     return co;
 }
 
@@ -241,7 +243,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
         {"softcap", required_argument, NULL, 'C'}, {"alibi", no_argument, NULL, 'A'},
         {"paged", required_argument, NULL, 'G'}, {"leftpad", no_argument, NULL, 'L'},
-        {"batch-idx", no_argument, NULL, 'I'},
+        {"batch-idx", no_argument, NULL, 'I'}, {"append", required_argument, NULL, 'U'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -281,6 +283,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         case 'G': if (parse_int("--paged", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->page_size = (int)v; break;
         case 'L': o->leftpad = 1; break;
         case 'I': o->batch_idx = 1; break;
+        case 'U': if (parse_int("--append", optarg, 1, 1 << 16, &v)) return CLI_USAGE; o->append = (int)v; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }
