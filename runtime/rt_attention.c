@@ -68,7 +68,8 @@ static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
     rt_attn_mask_words(&a->mask, buf, size);
     size_t n = strlen(buf);
-    if (a->cache.block_table) snprintf(buf + n, n < size ? size - n : 0, " paged=true");
+    if (a->cache.block_table)
+        snprintf(buf + n, n < size ? size - n : 0, " paged=true%s", a->cache.k_new ? " append=true" : "");
 }
 
 static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
@@ -89,6 +90,9 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     if (c->block_table && (!c->cache_seqlens || c->page_size < 1 || c->max_blocks < 1 || c->num_blocks < 1))
         return kiln_fail(err, KILN_EINVAL, "attention paged KV cache: cache_seqlens must be a device pointer and page_size "
                          "(%d), max_blocks (%d), num_blocks (%d) >= 1", c->page_size, c->max_blocks, c->num_blocks);
+    if (c->k_new && (!c->block_table || !c->v_new || c->seqlen_new < 1))
+        return kiln_fail(err, KILN_EINVAL, "attention append: k_new needs a paged KV cache (block_table), v_new and "
+                         "seqlen_new >= 1 (got %d)", c->seqlen_new);
     if (!c->block_table && (c->cache_seqlens || c->cache_batch_idx || c->cache_leftpad))
         return kiln_fail(err, KILN_EINVAL, "attention: cache_seqlens, cache_batch_idx and cache_leftpad need a paged KV cache "
                          "(block_table)");
@@ -118,7 +122,7 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
 /* The generic launch's arguments: q, k, v, o, lse with the given strides (or none: contiguous), the
  * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
 typedef struct launch_buf {
-    kiln_launch_tensor t[10];
+    kiln_launch_tensor t[12];
     kiln_launch_scalar s[16];
 } launch_buf;
 
@@ -145,6 +149,15 @@ static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b,
         b->s[n++] = (kiln_launch_scalar){"page_size", c->page_size};
         b->s[n++] = (kiln_launch_scalar){"max_blocks", c->max_blocks};
         b->s[n++] = (kiln_launch_scalar){"num_blocks", c->num_blocks};
+        if (c->k_new) {
+            const int64_t *sk = c->stride_k_new, *sv = c->stride_v_new;
+            b->t[nt] = (kiln_launch_tensor){.name = "k_new", .ptr = c->k_new};
+            if (sk[0] || sk[1] || sk[2]) memcpy(b->t[nt].strides, (int64_t[4]){sk[0], sk[1], sk[2], 1}, sizeof b->t[nt].strides);
+            b->t[++nt] = (kiln_launch_tensor){.name = "v_new", .ptr = c->v_new};
+            if (sv[0] || sv[1] || sv[2]) memcpy(b->t[nt].strides, (int64_t[4]){sv[0], sv[1], sv[2], 1}, sizeof b->t[nt].strides);
+            nt++;
+            b->s[n++] = (kiln_launch_scalar){"seqlen_new", c->seqlen_new};
+        }
     } else {
         b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};
     }

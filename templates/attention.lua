@@ -1087,6 +1087,10 @@ K.variants = {
   { DT, { "head_dim=64", "head_dim=128", "head_dim=256" }, "causal=true", "splitkv=true paged=true", quick = true,
     sms = { 75, 80, 90, 120 } },
   { DT, { "head_dim=64", "head_dim=128" }, "causal=true", "paged=true", quick = true, sms = { 75, 80, 90 } },
+  -- in-kernel append into the pages (lib/attn_append.lua)
+  { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, full = true },
+  { DT, { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
+    quick = true, sms = { 75, 80, 90, 120 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

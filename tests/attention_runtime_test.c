@@ -453,6 +453,19 @@ static void test_paged(void) {
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "page_size 8"), "page 8: %s", e.msg);
     a.cache.page_size = 128;
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK, "page 128: %s", e.msg);
+    /* append: the append kernel, the new keys with their strides */
+    a.cache.k_new = 0x730000, a.cache.v_new = 0x740000, a.cache.seqlen_new = 100;
+    a.cache.stride_k_new[0] = 100 * 8 * 256, a.cache.stride_k_new[1] = 8 * 256, a.cache.stride_k_new[2] = 256;
+    fake.reset();
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "%s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, " paged=true append=true") && fake.last_launch(&l0) && param(&l0, m, "k_new") == 0x730000 &&
+              param(&l0, m, "v_new") == 0x740000 && param(&l0, m, "seqlen_new") == 100 &&
+              param(&l0, m, "stride_kns") == 8 * 256 && param(&l0, m, "stride_vns") == 8 * 128,
+          "append launch %s", m ? m->spec : "-");
+    a.cache.v_new = 0;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "v_new"), "no v_new: %s", e.msg);
+    a.cache.k_new = 0, a.cache.seqlen_new = 0;
     a.cache.cache_seqlens = 0;
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "cache_seqlens"), "no seqlens: %s", e.msg);
     a.cache = (kiln_attention_kvcache){.cache_seqlens = 0x710000};

@@ -306,10 +306,18 @@ typedef struct kiln_attention_mask {
  * each batch entry; cache_leftpad (int32 [batch] or 0) the cache position of its first key. Each entry
  * attends to its cache_seqlens - leftpad keys (the causal diagonal aligned to that count); seq_k is
  * the longest of them (the split-KV choice reads it). page_size: >= 16, a multiple or a divisor of the
- * kernel's key tile (its launch description's key_tile); anything else is refused, naming the sizes. */
+ * kernel's key tile (its launch description's key_tile); anything else is refused, naming the sizes.
+ * Append (append=true) when k_new != 0: k_new / v_new [batch, seqlen_new, heads_kv, head_dim]
+ * (stride_k_new / stride_v_new as stride_q; all 0: contiguous) are written into the pages at
+ * cache_seqlens[b] .. + seqlen_new - 1 (the table must have pages there) and attended to in the same
+ * launch: each entry sees cache_seqlens - leftpad + seqlen_new keys (seq_k: the longest such count);
+ * cache_seqlens is not advanced (the caller adds seqlen_new, as with FlashAttention-2). */
 typedef struct kiln_attention_kvcache {
     kiln_devptr block_table, cache_seqlens, cache_batch_idx, cache_leftpad;
     int page_size, max_blocks, num_blocks;
+    kiln_devptr k_new, v_new;
+    int seqlen_new;
+    int64_t stride_k_new[3], stride_v_new[3];
 } kiln_attention_kvcache;
 
 typedef struct kiln_attention_args {

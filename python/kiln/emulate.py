@@ -446,12 +446,13 @@ def families():
 
 
 def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=None, splits=None, seed=1,
-          input="random", eps=None, twice=False, page_size=None, leftpad=False, batch_idx=False, **params):
+          input="random", eps=None, twice=False, page_size=None, leftpad=False, batch_idx=False, seqlen_new=None,
+          **params):
     """Runs a family's kernel on the emulator against its float64 reference, as `kiln run` does (the same
     inputs for the same seed, the same error model, the same numbers): the C library's one case runner and
     checker. rows: rows (attention: seq_q); hidden: the row length for hidden=launch; seq_k, batch,
-    heads (H or (H, K)), splits: attention's problem; page_size, leftpad, batch_idx: a paged KV cache's
-    (paged=true: `kiln run`'s --paged, --leftpad, --batch-idx); input: random, large-mean, constant, special, mixed.
+    heads (H or (H, K)), splits: attention's problem; page_size, leftpad, batch_idx, seqlen_new: a paged KV
+    cache's (paged=true, append=true: `kiln run`'s --paged, --leftpad, --batch-idx, --append); input: random, large-mean, constant, special, mixed.
     Returns a CaseReport; a bad problem raises KilnArgumentError naming it, an emulator fault KilnError."""
     lib = _lib.gen()
     text = _gen._spec_text(spec, params)
@@ -468,7 +469,8 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
         hq = hkv = heads
     for name, v in (("rows", rows), ("hidden", hidden), ("seq_k", seq_k), ("batch", batch), ("heads_q", hq),
                     ("heads_kv", hkv), ("splits", splits), ("page_size", page_size),
-                    ("leftpad", 1 if leftpad else None), ("batch_idx", 1 if batch_idx else None)):
+                    ("leftpad", 1 if leftpad else None), ("batch_idx", 1 if batch_idx else None),
+                    ("append", seqlen_new)):
         if v is not None:
             lib.kiln_case_opts_set(ctypes.byref(opts), name.encode(), int(v))
     e = _emu()
