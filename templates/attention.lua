@@ -100,6 +100,10 @@ local MMA_TILES_KEYS = {
 local SPLIT_TILES_KEYS = {
   [256] = { { warps = 4, mt = 1, n = 32, stages = 1, q_regs = false } },
 }
+-- append=true (lib/attn_append.lua): the k/v row functions pick the pages or k_new per chunk, which costs
+-- registers: append takes the score keys' entries above, and d256 (plain and split-KV) 16-key tiles (with the
+-- 32-key ones it spilled 8 bytes on sm_120, split-KV 4 on sm_90 and 44 with one stage; d96 32-row warps 16).
+local APPEND_TILES = { [256] = { MMA_TILES[256][2], MMA_TILES[256][3] } }
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -176,8 +180,9 @@ local function config_mma(spec, target)
   local pick, bytes, stages
   local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
-  local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
+  local keyed = (spec.softcap or spec.alibi or spec.append) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
+  if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)

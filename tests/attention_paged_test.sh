@@ -43,6 +43,10 @@ expect "append split-KV f16 sm_75 (staged) d64, pages of 16" 0 "$P" -- run atten
     append=true splitkv=true --sm 75 --rows 3 --seq-k 80 --heads 2:1 --batch 3 --paged 16 --append 3 --splits 2
 expect "append SIMT f32 d32 causal, pages of 16, leftpad" 0 "$P" -- run attention dtype=f32 head_dim=32 causal=true \
     paged=true append=true --sm 80 --rows 5 --seq-k 64 --heads 2:2 --batch 3 --paged 16 --append 5 --leftpad
+expect "append split-KV bf16 sm_80 d256 (16-key tiles), pages of 16" 0 "$P" -- run attention dtype=bf16 head_dim=256 \
+    paged=true append=true splitkv=true --sm 80 --rows 1 --seq-k 64 --heads 2:1 --batch 2 --paged 16 --append 17 --splits 2
+expect "append plain f16 sm_80 d96, pages of 16" 0 "$P" -- run attention dtype=f16 head_dim=96 paged=true append=true \
+    --sm 80 --rows 6 --seq-k 48 --heads 2:1 --batch 2 --paged 16 --append 6
 expect "append=true needs paged=true" 2 "append=true needs paged=true" -- emit attention append=true --sm 80
 expect "append=true needs --append" 2 "append=true needs the new keys per sequence: give --append N" -- \
     run attention paged=true append=true --sm 80 --rows 1 --paged 16
