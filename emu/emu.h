@@ -415,4 +415,22 @@ void emu_attn_mask_check(const struct kiln_attn_problem *p, const int32_t *mask,
  * "dropout_offset" (0); the seed is the case's; each refused without dropout=true. */
 kiln_status emu_attn_case_dropout(const struct kiln_case_opts *o, struct kiln_attn_problem *p, kiln_error *err);
 
+/* templates/lib/attn_paged.ref.c: attention's paged KV cache (paged=true). create draws the cache
+ * for problem p (options page_size, leftpad, batch_idx; seq_k is the capacity) and fills the float64
+ * reference ro/rl entry by entry from q; tensor/scalar give the cache's names (-1 for another);
+ * check compares o/lse entry by entry into out[0] (o) and out[1] (lse), returning the outputs filled. */
+typedef struct emu_paged emu_paged;
+int emu_paged_valid_page(int page_size, int key_tile);
+kiln_status emu_paged_create(const struct kiln_case *c, const struct kiln_attn_problem *p, const void *q, double *ro,
+                             double *rl, uint64_t *seed, emu_paged **out, kiln_error *err);
+int emu_paged_tensor(const emu_paged *c, const struct kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes);
+int emu_paged_scalar(const emu_paged *c, const char *name, double *value);
+int emu_paged_check(const emu_paged *c, const struct kiln_attn_problem *p, const void *q, const void *o, const float *lse,
+                    const double *ro, const double *rl, struct kiln_case_output *out);
+/* append=true (option append: new keys per entry): the cache restored as drawn before a run;
+ * check adds out[2], the cache after the run bit for bit, and returns 3 (else 2). */
+void emu_paged_prepare(emu_paged *c, const struct kiln_attn_problem *p);
+void emu_paged_describe(const emu_paged *c, char *buf, size_t size);
+void emu_paged_free(emu_paged *c);
+
 #endif

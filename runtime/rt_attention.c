@@ -1,6 +1,7 @@
 /* runtime/rt_attention.c - typed launch helpers for attention forward over the generic launch: spec, checks, the split-KV choice. */
 #include <math.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "rt.h"
@@ -76,6 +77,9 @@ static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t
     snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
     rt_attn_mask_words(&a->mask, buf, size);
+    size_t n = strlen(buf);
+    if (a->cache.block_table)
+        snprintf(buf + n, n < size ? size - n : 0, " paged=true%s", a->cache.k_new ? " append=true" : "");
 }
 
 static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
@@ -92,7 +96,28 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     for (int t = 0; t < 4; t++)
         if (!pointer_of(a, t))
             return kiln_fail(err, KILN_EINVAL, "attention: %c must be a device pointer, not 0", tensor_names[t]);
+    const kiln_attention_kvcache *c = &a->cache;
+    if (c->block_table && (!c->cache_seqlens || c->page_size < 1 || c->max_blocks < 1 || c->num_blocks < 1))
+        return kiln_fail(err, KILN_EINVAL, "attention paged KV cache: cache_seqlens must be a device pointer and page_size "
+                         "(%d), max_blocks (%d), num_blocks (%d) >= 1", c->page_size, c->max_blocks, c->num_blocks);
+    if (c->k_new && (!c->block_table || !c->v_new || c->seqlen_new < 1))
+        return kiln_fail(err, KILN_EINVAL, "attention append: k_new needs a paged KV cache (block_table), v_new and "
+                         "seqlen_new >= 1 (got %d)", c->seqlen_new);
+    if (!c->block_table && (c->cache_seqlens || c->cache_batch_idx || c->cache_leftpad))
+        return kiln_fail(err, KILN_EINVAL, "attention: cache_seqlens, cache_batch_idx and cache_leftpad need a paged KV cache "
+                         "(block_table)");
     return rt_attn_check_mask("attention", a->causal, &a->mask, err);
+}
+
+/* The page-size rule of a paged kernel: >= 16 and a multiple or a divisor of its key tile (the fixed
+ * scalar key_tile of its launch description). */
+static kiln_status check_page(const kiln_attention_args *a, const kiln_kernel *k, kiln_error *err) {
+    if (!a->cache.block_table) return KILN_OK;
+    const char *at = strstr(k->meta.launch, "scalar key_tile =");
+    int tile = at ? atoi(at + strlen("scalar key_tile =")) : 0, ps = a->cache.page_size;
+    if (tile > 0 && ps >= 16 && (ps % tile == 0 || tile % ps == 0)) return KILN_OK;
+    return kiln_fail(err, KILN_EINVAL, "attention paged KV cache: page_size %d does not fit kernel '%s' (%d-key tiles); "
+                     "valid: 16..%d dividing %d, or a multiple of %d", ps, k->meta.entry, tile, tile, tile, tile);
 }
 
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err) {
@@ -107,7 +132,7 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
 /* The generic launch's arguments: q, k, v, o, lse with the given strides (or none: contiguous), the
  * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
 typedef struct launch_buf {
-    kiln_launch_tensor t[6];
+    kiln_launch_tensor t[12];
     kiln_launch_scalar s[16];
 } launch_buf;
 
@@ -124,10 +149,30 @@ static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b,
     b->s[n++] = (kiln_launch_scalar){"heads_q", a->heads_q};
     b->s[n++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
     b->s[n++] = (kiln_launch_scalar){"seq_q", a->seq_q};
-    b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};
+    const kiln_attention_kvcache *c = &a->cache;
+    int nt = 5;
+    if (c->block_table) { /* paged: each entry's key count comes from cache_seqlens */
+        b->t[nt++] = (kiln_launch_tensor){.name = "block_table", .ptr = c->block_table};
+        b->t[nt++] = (kiln_launch_tensor){.name = "cache_seqlens", .ptr = c->cache_seqlens};
+        b->t[nt++] = (kiln_launch_tensor){.name = "cache_batch_idx", .ptr = c->cache_batch_idx};
+        b->t[nt++] = (kiln_launch_tensor){.name = "cache_leftpad", .ptr = c->cache_leftpad};
+        b->s[n++] = (kiln_launch_scalar){"page_size", c->page_size};
+        b->s[n++] = (kiln_launch_scalar){"max_blocks", c->max_blocks};
+        b->s[n++] = (kiln_launch_scalar){"num_blocks", c->num_blocks};
+        if (c->k_new) {
+            const int64_t *sk = c->stride_k_new, *sv = c->stride_v_new;
+            b->t[nt] = (kiln_launch_tensor){.name = "k_new", .ptr = c->k_new};
+            if (sk[0] || sk[1] || sk[2]) memcpy(b->t[nt].strides, (int64_t[4]){sk[0], sk[1], sk[2], 1}, sizeof b->t[nt].strides);
+            b->t[++nt] = (kiln_launch_tensor){.name = "v_new", .ptr = c->v_new};
+            if (sv[0] || sv[1] || sv[2]) memcpy(b->t[nt].strides, (int64_t[4]){sv[0], sv[1], sv[2], 1}, sizeof b->t[nt].strides);
+            nt++;
+            b->s[n++] = (kiln_launch_scalar){"seqlen_new", c->seqlen_new};
+        }
+    } else {
+        b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};
+    }
     if (a->scale > 0) b->s[n++] = (kiln_launch_scalar){"scale", a->scale};
     if (splits) b->s[n++] = (kiln_launch_scalar){"splits", splits};
-    int nt = 5;
     rt_attn_mask_launch(&a->mask, b->t, &nt, b->s, &n);
     return (kiln_launch_args){.tensors = b->t, .ntensors = nt, .scalars = b->s, .nscalars = n, .workspace = ws,
                               .workspace_bytes = ws_bytes, .stream = a->stream};
@@ -138,7 +183,7 @@ kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, ki
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward: NULL argument");
     kiln_status st = check_args(a, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
-    if ((st = kiln_attention_pick(rt, a, &k, err)) != KILN_OK) return st;
+    if ((st = kiln_attention_pick(rt, a, &k, err)) != KILN_OK || (st = check_page(a, k, err)) != KILN_OK) return st;
     launch_buf b;
     kiln_launch_args la = launch_args(a, &b, 0, 0, 0);
     return kiln_launch(k, &la, err);
@@ -217,7 +262,7 @@ kiln_status kiln_attention_forward_workspace(kiln_rt *rt, const kiln_attention_a
     }
     if (chosen) *chosen = splits;
     if (splits > 1) {
-        if ((st = pick_splitkv(rt, a, two, err)) != KILN_OK) return st;
+        if ((st = pick_splitkv(rt, a, two, err)) != KILN_OK || (st = check_page(a, two[0], err)) != KILN_OK) return st;
         launch_buf b;
         kiln_launch_args la = launch_args(a, &b, splits, 0, 0);
         return kiln_launch_workspace(two[0], &la, bytes, err);

@@ -41,6 +41,8 @@ local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
+local paged = require("lib.attn_paged")
+local append = require("lib.attn_append")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -54,7 +56,7 @@ local K = {
       doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
-    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
+    mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
   },
 }
 
@@ -103,6 +105,10 @@ local MMA_TILES_KEYS = {
 local SPLIT_TILES_KEYS = {
   [256] = { { warps = 4, mt = 1, n = 32, stages = 1, q_regs = false } },
 }
+-- append=true (lib/attn_append.lua): the k/v row functions pick the pages or k_new per chunk, which costs
+-- registers: append takes the score keys' entries above, and d256 (plain and split-KV) 16-key tiles (with the
+-- 32-key ones it spilled 8 bytes on sm_120, split-KV 4 on sm_90 and 44 with one stage; d96 32-row warps 16).
+local APPEND_TILES = { [256] = { MMA_TILES[256][2], MMA_TILES[256][3] } }
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -165,6 +171,7 @@ end
 
 function K.check(spec)
   local d = spec.head_dim
+  if append.check(spec) then return append.check(spec) end
   if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
@@ -172,6 +179,10 @@ function K.check(spec)
   local why = dropout.check(spec)
   if why then return why end
   spec = spec_of(spec)
+  if spec.paged and (spec.varlen or spec.dropout) then
+    return string.format("paged=true with %s is not built: the paged KV cache serves fixed-length batches at inference (drop %s)",
+                         spec.varlen and "varlen=true" or "dropout=true", spec.varlen and "varlen=true" or "dropout=true")
+  end
   if spec.varlen and spec.splitkv then
     return "varlen=true with splitkv=true is not built: varlen runs the one-pass kernel (drop splitkv=true; split-KV decoding takes fixed-length batches)"
   end
@@ -194,10 +205,11 @@ local function config_mma(spec, target)
   local pick, bytes, stages
   local tiles = spec.splitkv and (target.cp_async and SPLIT_TILES or SPLIT_TILES_STAGED)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
-  local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
+  local keyed = (spec.softcap or spec.alibi or spec.append) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
+  if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -284,7 +296,8 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec, params, true, true))) }
+  return b:kernel{ params = append.params(spec, paged.params(spec, dropout.params(spec, mask.params(spec,
+    varlen.params(spec, params, true, true))))) }
 end
 
 -- Index of this CTA's (batch, head) row 0 in lse: [batch, heads_q, seq_q], varlen [heads_q, total_q].
@@ -318,7 +331,10 @@ local function geometry(b, spec, p, bm, bn, between)
   if not spec.splitkv then
     local q0 = b:ctaid("x") * bm
     if between then between() end
-    return { q0 = q0, base = head_bases(b, p), rows = p.seq_q, sq = function(row) return row end }
+    local base = head_bases(b, p)
+    paged.bases(b, spec, p, base, b:ctaid("y") // (p.heads_q // p.heads_kv))
+    append.bases(b, spec, p, base, b:ctaid("y") // (p.heads_q // p.heads_kv))
+    return { q0 = q0, base = base, rows = p.seq_q, sq = function(row) return row end }
   end
   local bi = b:i64(b:ctaid("z"))
   local group = p.heads_q // p.heads_kv
@@ -332,6 +348,8 @@ local function geometry(b, spec, p, bm, bn, between)
     sq = function(row) return row % p.seq_q end,
     head = function(row) return hkv * group + row // p.seq_q end,
   }
+  paged.bases(b, spec, p, G.base, hkv)
+  append.bases(b, spec, p, G.base, hkv)
   G.q_addr = function(row)
     return qb + b:i64(G.head(row)) * p.stride_qh + b:i64(G.sq(row)) * p.stride_qs
   end
@@ -1049,6 +1067,9 @@ end
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
   local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
+  paged.setup(b, spec, p)
+  append.setup(b, spec, p)
+  append.write(b, spec, cfg, p)
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1083,7 +1104,8 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true)
+  return append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
+    cfg.block_n), al)
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
@@ -1129,6 +1151,15 @@ K.variants = {
   { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, quick = true },
   { DT, ODD_DIMS, "causal=true", "varlen=true", full = true },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=true", "varlen=true", quick = true, sms = { 80 } },
+  -- paged KV cache (lib/attn_paged.lua): split-KV decoding and the plain forward over pages
+  { DT, DIMS, CAUSAL, { "paged=true", "splitkv=true paged=true" }, full = true },
+  { DT, { "head_dim=64", "head_dim=128", "head_dim=256" }, "causal=true", "splitkv=true paged=true", quick = true,
+    sms = { 75, 80, 90, 120 } },
+  { DT, { "head_dim=64", "head_dim=128" }, "causal=true", "paged=true", quick = true, sms = { 75, 80, 90 } },
+  -- in-kernel append into the pages (lib/attn_append.lua)
+  { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, full = true },
+  { DT, { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
+    quick = true, sms = { 75, 80, 90, 120 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

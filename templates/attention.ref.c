@@ -488,6 +488,7 @@ typedef struct attn_case {
     float *lse;
     double *ro, *rl;
     int splits;
+    emu_paged *paged; /* paged=true: the cache (templates/lib/attn_paged.ref.c) */
 } attn_case;
 
 static void attn_case_destroy(kiln_case *c) {
@@ -498,6 +499,7 @@ static void attn_case_destroy(kiln_case *c) {
     attn_case *a = kiln_case_state(c);
     if (!a) return;
     free((void *)a->p.alibi_slopes);
+    emu_paged_free(a->paged);
     free(a->q), free(a->k), free(a->v), free(a->o), free(a->lse), free(a->ro), free(a->rl), free(a->mask);
     free(a);
 }
@@ -520,6 +522,19 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     a->splits = splits ? (int)splits : 4;
     a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), 1, &seed);
+    int paged = strstr(m->spec, " paged=true") != NULL;
+    static const char *const paged_opts[][2] = {{"page_size", "--paged"}, {"leftpad", "--leftpad"}, {"batch_idx", "--batch-idx"},
+                                                 {"append", "--append"}};
+    for (int i = 0; !paged && i < 4; i++)
+        if (kiln_case_opts_has(o, paged_opts[i][0]))
+            return kiln_fail(err, KILN_EINVAL, "%s applies to a paged KV cache (add paged=true to the attention spec)",
+                             paged_opts[i][1]);
+    if (paged) {
+        a->o = malloc(no * kiln_dtype_size(p->out)), a->lse = malloc(nl * sizeof *a->lse);
+        a->ro = malloc(no * sizeof *a->ro), a->rl = malloc(nl * sizeof *a->rl);
+        if (!a->q || !a->o || !a->lse || !a->ro || !a->rl) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+        return emu_paged_create(c, p, a->q, a->ro, a->rl, &seed, &a->paged, err);
+    }
     a->k = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'k'), 1, &seed);
     a->v = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'v'), 1, &seed);
     a->o = malloc(no * kiln_dtype_size(p->out));
@@ -537,6 +552,7 @@ static int attn_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *
     attn_case *a = kiln_case_state(c);
     const kiln_attn_problem *p = &a->p;
     size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    if (a->paged && emu_paged_tensor(a->paged, p, name, ptr, bytes) == 0) return 0;
     if (!strcmp(name, "q")) *ptr = a->q, *bytes = kiln_attn_elems(p, 'q') * kiln_dtype_size(p->dtype);
     else if (!strcmp(name, "k")) *ptr = a->k, *bytes = kiln_attn_elems(p, 'k') * kiln_dtype_size(p->dtype);
     else if (!strcmp(name, "v")) *ptr = a->v, *bytes = kiln_attn_elems(p, 'v') * kiln_dtype_size(p->dtype);
@@ -551,6 +567,7 @@ static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
     if (emu_attn_varlen(c)) return emu_attn_varlen_scalar(c, name, value);
     attn_case *a = kiln_case_state(c);
     if (!strcmp(name, "splits")) return *value = a->splits, 0;
+    if (a->paged && emu_paged_scalar(a->paged, name, value) == 0) return 0;
     return emu_attn_case_scalar(&a->p, name, value);
 }
 
@@ -565,6 +582,7 @@ static void attn_case_prepare(kiln_case *c) {
     memset(a->o, 0xff, kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
     memset(a->lse, 0xff, sizeof *a->lse * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q);
     if (a->mask) emu_attn_mask_prepare(p, a->mask);
+    if (a->paged) emu_paged_prepare(a->paged, p);
 }
 
 static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
@@ -573,9 +591,16 @@ static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
         return;
     }
     attn_case *a = kiln_case_state(c);
+    static const char *const names[2] = {"o", "lse"};
+    if (a->paged) {
+        static const char *const pnames[3] = {"o", "lse", "cache"};
+        memset(out, 0, 3 * sizeof *out);
+        int n = emu_paged_check(a->paged, &a->p, a->q, a->o, a->lse, a->ro, a->rl, out);
+        for (*nout = 0; *nout < n; ++*nout) snprintf(out[*nout].name, sizeof out[*nout].name, "%s", pnames[*nout]);
+        return;
+    }
     kiln_attn_report r;
     kiln_attn_check(&a->p, a->p.dtype, a->q, a->k, a->v, a->o, a->lse, a->ro, a->rl, &r);
-    static const char *const names[2] = {"o", "lse"};
     for (*nout = 0; *nout < 2; ++*nout) {
         kiln_case_output *o = &out[*nout];
         snprintf(o->name, sizeof o->name, "%s", names[*nout]);
@@ -596,6 +621,7 @@ static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
     }
     const attn_case *a = kiln_case_state(c);
     emu_attn_case_describe(&a->p, buf, size);
+    if (a->paged) emu_paged_describe(a->paged, buf, size);
 }
 
 const kiln_ref_family kiln_ref_attention = {

@@ -452,6 +452,72 @@ static void test_dropout(void) {
     TEST_END();
 }
 
+/* A paged KV cache: the paged kernel, the tables and page geometry as arguments, no seq_k, the split
+ * choice from seq_k (the longest sequence), the page-size rule and the table errors. */
+static void test_paged(void) {
+    TEST_BEGIN("attention helper: paged KV cache (plain and split-KV), page-size rule");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e = {0};
+    kiln_attention_args a = decode_args();
+    a.cache = (kiln_attention_kvcache){.block_table = 0x700000, .cache_seqlens = 0x710000, .cache_leftpad = 0x720000,
+                                       .page_size = 16, .max_blocks = 256, .num_blocks = 300};
+    size_t bytes = 0;
+    int n = 0;
+    CHECK(rt && kiln_attention_forward_workspace(rt, &a, 0, &n, &bytes, &e) == KILN_OK && n == 27 && bytes,
+          "automatic split over pages: %d (%s)", n, e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 0, 0x900000, bytes, &e) == KILN_OK, "split-KV: %s", e.msg);
+    fake_cuda_launch l0, l1;
+    kiln_kernel *k = NULL;
+    CHECK(kiln_rt_get_kernel(rt, "attention dtype=bf16 out=bf16 head_dim=128 causal=false path=auto splitkv=true paged=true",
+                             &k, &e) == KILN_OK, "%s", e.msg);
+    const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+    if (m && launch_at(0, &l0) && launch_at(1, &l1)) {
+        CHECK(!strcmp(l0.entry, m->entry) && l0.grid[0] == 27, "split launch %s grid %u", l0.entry, l0.grid[0]);
+        CHECK(param(&l0, m, "block_table") == 0x700000 && param(&l0, m, "cache_seqlens") == 0x710000 &&
+                  param(&l0, m, "cache_leftpad") == 0x720000 && param(&l0, m, "cache_batch_idx") == 0 &&
+                  param(&l0, m, "page_size") == 16 && param(&l0, m, "max_blocks") == 256 && param_index(m, "seq_k") < 0 &&
+                  param(&l0, m, "stride_kb") == 16 * 8 * 128 && param(&l0, m, "stride_ks") == 8 * 128,
+              "paged split kernel arguments");
+    } else {
+        CHECK(0, "no paged launches recorded");
+    }
+    /* the plain kernel over pages */
+    a.seq_q = 100;
+    fake.reset();
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "%s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, " paged=true") && !strstr(m->spec, "splitkv") && fake.last_launch(&l0) &&
+              param(&l0, m, "block_table") == 0x700000, "plain paged launch %s", m ? m->spec : "-");
+    /* page sizes: 48 fits neither way, 8 is too small, 128 a multiple of the tile */
+    a.cache.page_size = 48;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "page_size 48") && strstr(e.msg, "valid: 16.."),
+          "page 48: %s", e.msg);
+    a.cache.page_size = 8;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "page_size 8"), "page 8: %s", e.msg);
+    a.cache.page_size = 128;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK, "page 128: %s", e.msg);
+    /* append: the append kernel, the new keys with their strides */
+    a.cache.k_new = 0x730000, a.cache.v_new = 0x740000, a.cache.seqlen_new = 100;
+    a.cache.stride_k_new[0] = 100 * 8 * 256, a.cache.stride_k_new[1] = 8 * 256, a.cache.stride_k_new[2] = 256;
+    fake.reset();
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "%s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, " paged=true append=true") && fake.last_launch(&l0) && param(&l0, m, "k_new") == 0x730000 &&
+              param(&l0, m, "v_new") == 0x740000 && param(&l0, m, "seqlen_new") == 100 &&
+              param(&l0, m, "stride_kns") == 8 * 256 && param(&l0, m, "stride_vns") == 8 * 128,
+          "append launch %s", m ? m->spec : "-");
+    a.cache.v_new = 0;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "v_new"), "no v_new: %s", e.msg);
+    a.cache.k_new = 0, a.cache.seqlen_new = 0;
+    a.cache.cache_seqlens = 0;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "cache_seqlens"), "no seqlens: %s", e.msg);
+    a.cache = (kiln_attention_kvcache){.cache_seqlens = 0x710000};
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "block_table"), "no table: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
@@ -470,5 +536,6 @@ int main(void) {
     test_splitkv_bundle_only();
     test_mask();
     test_dropout();
+    test_paged();
     return check_summary("attention runtime");
 }

@@ -17,7 +17,8 @@ static void run_usage(FILE *to) {
             "                [--input KIND] [--eps E] [--twice] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
             "                [--window L,R] [--softcap C] [--alibi] [--dropout P [--dropout-offset N]]\n"
-            "                [--varlen L,L,... [--varlen-k L,L,...] [--seqused-k N,N,...]]\n\n"
+            "                [--varlen L,L,... [--varlen-k L,L,...] [--seqused-k N,N,...]]\n"
+            "                [--paged P] [--leftpad] [--batch-idx] [--append N]      (paged=true)\n\n"
             "Generates the kernel for sm_N, runs the very module that becomes PTX on the CPU\n"
             "emulator with generated inputs, and compares every output with a float64 reference.\n"
             "Prints the largest error per output and how close it came to its tolerance (derived\n"
@@ -51,6 +52,12 @@ static void run_usage(FILE *to) {
             "  --seqused-k N,...\n"
             "                attention varlen=true: the keys each sequence uses (seqused_k), each at\n"
             "                most its key length\n"
+            "  --paged P     paged=true (needed there): pages of P keys (>= 16, a multiple or a divisor of\n"
+            "                the kernel's key tile), shuffled in the block table; --seq-k is the capacity:\n"
+            "                entry 0 full, entry 1 empty (cache_seqlens 0), the others drawn\n"
+            "  --leftpad     paged=true: cache_leftpad of a third of each sequence\n"
+            "  --batch-idx   paged=true: cache_batch_idx, entry b reading block-table row (b + 1) %% batch\n"
+            "  --append N    append=true: N new keys per sequence written at cache_seqlens and attended to\n"
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
@@ -68,6 +75,7 @@ typedef struct run_opts {
     int sm, rows, hidden, twice, profile;
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     int window, window_left, window_right, alibi;
+    int page_size, leftpad, batch_idx, append; /* paged=true */
     float softcap;
     double dropout, dropout_offset; /* dropout: -1 not given */
     int nvarlen, nvarlen_k, nused; /* --varlen, --varlen-k, --seqused-k */
@@ -102,6 +110,10 @@ static kiln_case_opts case_opts(const run_opts *o) {
         co.nvarlen = o->nvarlen, co.varlen_q = o->varlen_q;
         co.varlen_k = o->nvarlen_k ? o->varlen_k : NULL, co.seqused_k = o->nused ? o->seqused_k : NULL;
     }
+    if (o->page_size) kiln_case_opts_set(&co, "page_size", o->page_size);
+    if (o->leftpad) kiln_case_opts_set(&co, "leftpad", 1);
+    if (o->batch_idx) kiln_case_opts_set(&co, "batch_idx", 1);
+    if (o->append) kiln_case_opts_set(&co, "append", o->append);
     return co;
 }
 
@@ -293,6 +305,8 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"dropout", required_argument, NULL, 'D'}, {"dropout-offset", required_argument, NULL, 'O'},
         {"varlen", required_argument, NULL, 'V'}, {"varlen-k", required_argument, NULL, 'L'},
         {"seqused-k", required_argument, NULL, 'U'},
+        {"paged", required_argument, NULL, 'G'}, {"leftpad", no_argument, NULL, 'E'},
+        {"batch-idx", no_argument, NULL, 'I'}, {"append", required_argument, NULL, 'J'},
         {NULL, 0, NULL, 0}};
     int c;
     long v;
@@ -343,6 +357,10 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         case 'V': if (parse_list("--varlen", optarg, 0, 1 << 20, o->varlen_q, &o->nvarlen)) return CLI_USAGE; break;
         case 'L': if (parse_list("--varlen-k", optarg, 0, 1 << 20, o->varlen_k, &o->nvarlen_k)) return CLI_USAGE; break;
         case 'U': if (parse_list("--seqused-k", optarg, 0, 1 << 20, o->seqused_k, &o->nused)) return CLI_USAGE; break;
+        case 'G': if (parse_int("--paged", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->page_size = (int)v; break;
+        case 'E': o->leftpad = 1; break;
+        case 'I': o->batch_idx = 1; break;
+        case 'J': if (parse_int("--append", optarg, 1, 1 << 16, &v)) return CLI_USAGE; o->append = (int)v; break;
         case 'h': run_usage(stdout); return -1;
         default: return cli_bad_option("run", longopts, c, argv, optind);
         }

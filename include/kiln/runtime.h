@@ -304,6 +304,28 @@ typedef struct kiln_attention_mask {
  * iff j <= i + seq_k - seq_q; KILN_CAUSAL_TOP_LEFT (2): iff j <= i. mask: window, softcap, ALiBi. lse ([batch, heads_q, seq_q] f32) may be 0.
  * scale 0: 1/sqrt(head_dim). Grid: {ceil(seq_q / grid_tile.x), heads_q, batch}. q, k, v, o and
  * their strides must be aligned as meta.align_bytes says (16 bytes), or the error names which. */
+/* A paged KV cache (paged=true; docs/attention.md, templates/lib/attn_paged.lua), FlashAttention-2's
+ * flash_attn_with_kvcache layout. Zero-initialized: none (k and v as above). With block_table != 0,
+ * k and v are pages [num_blocks, page_size, heads_kv, head_dim] (stride_k/stride_v: page, row in the
+ * page, head; all 0: contiguous); block_table int32 [batch, max_blocks] lists each sequence's pages;
+ * cache_seqlens int32 [batch] its length; cache_batch_idx (int32 [batch] or 0) the block-table row of
+ * each batch entry; cache_leftpad (int32 [batch] or 0) the cache position of its first key. Each entry
+ * attends to its cache_seqlens - leftpad keys (the causal diagonal aligned to that count); seq_k is
+ * the longest of them (the split-KV choice reads it). page_size: >= 16, a multiple or a divisor of the
+ * kernel's key tile (its launch description's key_tile); anything else is refused, naming the sizes.
+ * Append (append=true) when k_new != 0: k_new / v_new [batch, seqlen_new, heads_kv, head_dim]
+ * (stride_k_new / stride_v_new as stride_q; all 0: contiguous) are written into the pages at
+ * cache_seqlens[b] .. + seqlen_new - 1 (the table must have pages there) and attended to in the same
+ * launch: each entry sees cache_seqlens - leftpad + seqlen_new keys (seq_k: the longest such count);
+ * cache_seqlens is not advanced (the caller adds seqlen_new, as with FlashAttention-2). */
+typedef struct kiln_attention_kvcache {
+    kiln_devptr block_table, cache_seqlens, cache_batch_idx, cache_leftpad;
+    int page_size, max_blocks, num_blocks;
+    kiln_devptr k_new, v_new;
+    int seqlen_new;
+    int64_t stride_k_new[3], stride_v_new[3];
+} kiln_attention_kvcache;
+
 typedef struct kiln_attention_args {
     kiln_devptr o, lse, q, k, v;
     kiln_dtype dtype, out_dtype; /* Q/K/V and O */
@@ -313,6 +335,7 @@ typedef struct kiln_attention_args {
     int64_t stride_q[3], stride_k[3], stride_v[3], stride_o[3];
     void *stream;
     kiln_attention_mask mask;
+    kiln_attention_kvcache cache; /* paged KV cache; zero: none */
 } kiln_attention_args;
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);

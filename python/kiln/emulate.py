@@ -475,13 +475,16 @@ def _varlen_lists(varlen, varlen_k, seqused_k):
 
 
 def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=None, splits=None, seed=1,
-          input="random", eps=None, twice=False, varlen=None, varlen_k=None, seqused_k=None, **params):
+          input="random", eps=None, twice=False, varlen=None, varlen_k=None, seqused_k=None, page_size=None,
+          leftpad=False, batch_idx=False, seqlen_new=None, **params):
     """Runs a family's kernel on the emulator against its float64 reference, as `kiln run` does (the same
     inputs for the same seed, the same error model, the same numbers): the C library's one case runner and
     checker. rows: rows (attention: seq_q); hidden: the row length for hidden=launch; seq_k, batch,
     heads (H or (H, K)), splits: attention's problem; input: random, large-mean, constant, special, mixed.
     varlen (varlen=true): the packed sequences' query lengths (rows then defaults to the longest), varlen_k
-    their key lengths (default the same), seqused_k the keys each uses (attention only).
+    their key lengths (default the same), seqused_k the keys each uses (attention only). page_size,
+    leftpad, batch_idx, seqlen_new: a paged KV cache's (paged=true, append=true: `kiln run`'s --paged,
+    --leftpad, --batch-idx, --append).
     Returns a CaseReport; a bad problem raises KilnArgumentError naming it, an emulator fault KilnError."""
     lib = _lib.gen()
     text = _gen._spec_text(spec, params)
@@ -508,7 +511,9 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
                 keep.append(arr)
                 setattr(opts, field, arr)
     for name, v in (("rows", rows), ("hidden", hidden), ("seq_k", seq_k), ("batch", batch), ("heads_q", hq),
-                    ("heads_kv", hkv), ("splits", splits)):
+                    ("heads_kv", hkv), ("splits", splits), ("page_size", page_size),
+                    ("leftpad", 1 if leftpad else None), ("batch_idx", 1 if batch_idx else None),
+                    ("append", seqlen_new)):
         if v is not None:
             lib.kiln_case_opts_set(ctypes.byref(opts), name.encode(), int(v))
     e = _emu()

@@ -192,6 +192,22 @@ def test_check_runs_every_registered_family(family):
     assert [o["max_abs"] for o in again.outputs] == [o["max_abs"] for o in r.outputs]
 
 
+@pytest.mark.skipif(not kiln.have_generator(), reason="needs libkiln")
+def test_check_paged_kv_cache():
+    """kiln.emulate.check over a paged KV cache: shuffled pages of 16, leftpad, batch_idx, as `kiln run --paged`."""
+    r = kiln.emulate.check("attention dtype=bf16 head_dim=64 causal=true paged=true splitkv=true", sm=80, rows=2,
+                           seq_k=70, batch=3, heads=(4, 1), splits=3, page_size=16, leftpad=True, batch_idx=True)
+    assert r.passed and "pages of 16" in r.problem and "leftpad" in r.problem, (r.problem, r.outputs)
+    assert [x["entry"].startswith("kiln_attention_combine") for x in r.launches] == [False, True]
+    r = kiln.emulate.check("attention dtype=f16 head_dim=64 paged=true append=true", sm=80, rows=3, seq_k=40, batch=2,
+                           heads=(2, 1), page_size=16, seqlen_new=3)
+    assert r.passed and [o["name"] for o in r.outputs] == ["o", "lse", "cache"] and "append 3" in r.problem, r.outputs
+    with pytest.raises(kiln.KilnError, match="page size 24 does not fit"):
+        kiln.emulate.check("attention dtype=f16 head_dim=64 paged=true", sm=80, rows=1, seq_k=40, page_size=24)
+    with pytest.raises(kiln.KilnError, match="--paged applies to a paged KV cache"):
+        kiln.emulate.check("attention dtype=f16 head_dim=64", sm=80, rows=1, page_size=16)
+
+
 def test_check_names_bad_problems():
     with pytest.raises(kiln.KilnError, match="--hidden"):
         kiln.emulate.check("layernorm x=bf16", sm=80, rows=3)
