@@ -275,6 +275,14 @@ class AttentionMask(ctypes.Structure):
                 ("dropout_p", ctypes.c_float), ("dropout_seed", ctypes.c_ulonglong), ("dropout_offset", ctypes.c_ulonglong)]
 
 
+class AttentionKvCache(ctypes.Structure):
+    """kiln_attention_kvcache (kiln/runtime.h): a paged KV cache and the keys appended into it."""
+    _fields_ = ([(n, ctypes.c_uint64) for n in ("block_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad")]
+                + [(n, ctypes.c_int) for n in ("page_size", "max_blocks", "num_blocks")]
+                + [("k_new", ctypes.c_uint64), ("v_new", ctypes.c_uint64), ("seqlen_new", ctypes.c_int)]
+                + [(n, ctypes.c_int64 * 3) for n in ("stride_k_new", "stride_v_new")])
+
+
 class AttentionArgs(ctypes.Structure):
     _fields_ = (
         [(n, ctypes.c_uint64) for n in ("o", "lse", "q", "k", "v")]
@@ -282,7 +290,7 @@ class AttentionArgs(ctypes.Structure):
                                        "seq_q", "seq_k")]
         + [("scale", ctypes.c_float)]
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o")]
-        + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
+        + [("stream", ctypes.c_void_p), ("mask", AttentionMask), ("cache", AttentionKvCache)]
     )
 
 
