@@ -119,8 +119,8 @@ def test_attention_function_errors(emu):
         ktf.attention_forward(CAUSAL, q, k, v, torch.zeros(1, 1, 4, 4))
     with pytest.raises(kiln.KilnArgumentError, match="s_aux"):
         ktf.attention_forward(CAUSAL, q, k, v, None, s_aux=torch.zeros(2))
-    with pytest.raises(kiln.KilnArgumentError, match="dropout_p=0.1"):
-        ktf.attention_forward(CAUSAL, q, k, v, None, dropout=0.1)
+    with pytest.raises(kiln.KilnArgumentError, match="dropout_p=1.0"):
+        ktf.attention_forward(CAUSAL, q, k, v, None, dropout=1.0)
     with pytest.raises(kiln.KilnArgumentError, match="value head_dim 16"):
         ktf.attention_forward(CAUSAL, q, k, v[..., :16], None)
 
