@@ -184,6 +184,7 @@ local function config_mma(spec, target)
     -- register staging needs each tile to divide evenly among the threads
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
     bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
+    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t.warps) end
     pick = t
     -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
     -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)

@@ -63,11 +63,21 @@ local function convert(b, vals, factor)
   return out
 end
 
--- Per-block state: the shared slots of the block-wide maxima, and the scales as loop variables.
+-- Shared memory for the block-wide maxima: a K and a V slot per warp (f32).
+function M.smem_bytes(warps) return 8 * warps end
+
+-- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
+-- live in dynamic shared memory), and the scales as loop variables.
 function M.setup(c)
-  local b = c.b
+  local b, cfg = c.b, c.cfg
+  local red
+  if cfg.dynamic_smem then
+    red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
+  else
+    red = b:shared("f32", 2 * (cfg.threads // 32), 16)
+  end
   c.f16s = {
-    red = b:shared("f32", 2 * (c.cfg.threads // 32), 16),
+    red = red,
     hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
