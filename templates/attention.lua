@@ -178,6 +178,7 @@ local function config_mma(spec, target)
     or (target.cp_async and MMA_TILES or MMA_TILES_STAGED)
   local keyed = (spec.softcap or spec.alibi) and target.cp_async and (spec.splitkv and SPLIT_TILES_KEYS or MMA_TILES_KEYS)
   if keyed and keyed[d] then tiles = keyed end
+  if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -1102,6 +1103,15 @@ K.variants = {
   { DT, ODD_DIMS, CAUSAL, full = true },
   { DT, ODD_DIMS, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=false", "splitkv=true", sms = { 75, 80, 90 } },
+  -- bf16 on sm_75's f16 tensor cores (path=mma, lib/attn_f16scaled.lua): every head_dim it takes, the
+  -- mask keys, split-KV, two padded head dims
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=top_left", MASK_KEYS, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=96" }, "causal=top_left", MASK_KEYS, "path=mma", full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true", "splitkv=true", "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "splitkv=true", "path=mma",
+    full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=40", "head_dim=80" }, "causal=true", "path=mma", sms = { 75 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

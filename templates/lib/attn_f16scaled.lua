@@ -33,6 +33,26 @@ local FLOOR = -100 -- groups whose largest |x| is below 2^FLOOR are scaled as if
 local RAISE = 64 -- how far a V tile may raise O's scale above the smallest seen
 M.P_SHIFT = 15 -- P is scaled by 2^P_SHIFT before rounding to f16
 
+-- Tiles (attention.lua's MMA_TILES_STAGED form) where the scaling's registers (the staged tile's
+-- conversions, per-row factors) made the f16 shapes spill on sm_75: d96 with Q re-read from shared
+-- memory (24 registers), d128 with 16-key tiles (half the staged registers and S).
+-- With softcap or ALiBi (per-row values, per-score work) d64's 32-row warps spilled 12 bytes: 16 rows.
+local TILES = {
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
+local TILES_KEYS = { [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } }
+function M.tiles(spec, tiles)
+  local d = spec.head_dim
+  local keyed = (spec.softcap or spec.alibi) and TILES_KEYS[d]
+  if keyed or TILES[d] then
+    local t = setmetatable({}, { __index = tiles })
+    t[d] = keyed or TILES[d]
+    return t
+  end
+  return tiles
+end
+
 -- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
 function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
