@@ -217,6 +217,9 @@ end
 function K.config(spec, target)
   spec = spec_of(spec)
   local mma = has_mma(spec, target)
+  if spec.path == "mma" and not mma and f16s.applies(spec, target) then
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
+  end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
   end
