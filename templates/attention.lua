@@ -724,7 +724,7 @@ local function mma_prologue(c)
     b:if_(b:gt(c.ntiles, 0), function()
       local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k)
       local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
-      f16s.stage(c, sk, sv)
+      f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end)
       stage_store(b, spec, cfg, c.ks, sk)
       stage_store(b, spec, cfg, c.vs, sv)
     end)
@@ -906,7 +906,9 @@ end
 local function mma_pv(c, pv, vt)
   local b, mt, dt = c.b, c.mt, c.dt
   local o = {}
+  if c.f16s then c.f16s.pa = {} end
   for mi = 0, mt - 1 do
+    if c.f16s then c.f16s.pa[mi] = {} end
     o[mi] = {}
     for j = 0, c.dtiles - 1 do
       o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
@@ -917,6 +919,7 @@ local function mma_pv(c, pv, vt)
     for mi = 0, mt - 1 do
       local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
       a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
+      if c.f16s then c.f16s.pa[mi][kstep] = a[mi] end -- P's fragments, for a wide V tile's low part
     end
     for dp = 0, c.dtiles // 2 - 1 do
       local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
@@ -945,6 +948,7 @@ local function mma_compute(c, it, buf, masked)
     b:barrier()
   end
   mma_pv(c, pv, vt)
+  if c.f16s then f16s.pv_lo(c, c.vs + (1 - buf) * c.tile) end -- a wide V tile's low part
 end
 
 -- One trip of the K/V loop, with the pipeline around mma_compute().
@@ -966,8 +970,8 @@ local function mma_trip(c, it, masked)
     local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
-    if c.f16s then f16s.stage(c, sk, sv) end
     local nb = (it + 1) & 1
+    if c.f16s then f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end) end
     stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
     stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
     b:barrier()

@@ -38,7 +38,9 @@ M.P_SHIFT = 15 -- P is scaled by 2^P_SHIFT before rounding to f16
 -- memory (24 registers), d128 with 16-key tiles (half the staged registers and S).
 -- With softcap or ALiBi (per-row values, per-score work) d64's 32-row warps spilled 12 bytes: 16 rows.
 local TILES = {
-  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
   [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
 local TILES_KEYS = { [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } }
@@ -83,8 +85,9 @@ local function convert(b, vals, factor)
   return out
 end
 
--- Shared memory for the block-wide maxima: a K and a V slot per warp (f32).
-function M.smem_bytes(warps) return 8 * warps end
+-- Shared memory for the block-wide extrema: K's max, V's max and V's smallest nonzero magnitude, a
+-- slot per warp each (f32).
+function M.smem_bytes(warps) return 12 * warps end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
@@ -94,7 +97,7 @@ function M.setup(c)
   if cfg.dynamic_smem then
     red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
   else
-    red = b:shared("f32", 2 * (cfg.threads // 32), 16)
+    red = b:shared("f32", 3 * (cfg.threads // 32), 16)
   end
   c.f16s = {
     red = red,
@@ -102,6 +105,7 @@ function M.setup(c)
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
     cacc = b:var("i32", 0), -- the scale O's accumulator is at
+    vlo = b:var("i32", 0), -- 1: that tile's V spans more than f16 holds, its low part is in the other buffer
   }
 end
 
@@ -148,25 +152,43 @@ function M.q_load(c, swz)
 end
 
 -- The staged K and V tile (stage_load's items: bf16 values in registers) to f16 with the tile's
--- scales: block-wide maxima (warp butterfly, then one slot a warp in shared memory and a barrier),
+-- scales: block-wide extrema (warp butterfly, then one slot a warp in shared memory and a barrier),
 -- the scales into the loop variables, the items' values replaced by their f16 conversions.
-function M.stage(c, sk, sv)
+-- Where exactness ends: a V tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32,
+-- or a tile held below its own top by RAISE) also gets its low part, v - hi (exact in f32), scaled
+-- by 2^(cv + LO) and rounded to f16, stored at lo_dst with store(dst, items) (the other V buffer:
+-- free once every thread passed the barrier here, until the next tile is staged after this one's
+-- P V), and M.pv_lo adds P times it. Low parts more than 2^-72 below the tile's largest remain lost.
+local LO = 40 -- the low part of v is below 2^-25 at the tile's scale: 2^40 puts it under 2^15
+-- The low part needs registers that d96 and d128 with softcap or ALiBi do not have (4-36 bytes of
+-- spills): there a wide V tile keeps only its high part (docs/attention.md states the bound).
+function M.has_lo(spec) return not ((spec.softcap or spec.alibi) and spec.head_dim >= 96) end
+
+function M.stage(c, sk, sv, lo_dst, store)
   local b, f = c.b, c.f16s
-  local mk, mv = b:f32(0.0), b:f32(0.0)
+  local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
   for _, e in ipairs(sk) do mk = local_max(b, e.v, mk) end
-  for _, e in ipairs(sv) do mv = local_max(b, e.v, mv) end
-  mk, mv = b:warp_max(mk, 32), b:warp_max(mv, 32)
+  for _, e in ipairs(sv) do
+    mv = local_max(b, e.v, mv)
+    for _, v in ipairs(e.v) do -- smallest nonzero |v| (Inf and NaN count as none)
+      local a = b:abs(b:to_f32(v))
+      mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge))
+    end
+  end
+  mk, mv, mn = b:warp_max(mk, 32), b:warp_max(mv, 32), -b:warp_max(-mn, 32)
   local warps = c.cfg.threads // 32
   local warp = b:tid() >> 5
   b:if_(b:eq(c.lane, 0), function()
     b:store(f.red + warp, mk)
     b:store(f.red + (warp + warps), mv)
+    b:store(f.red + (warp + 2 * warps), mn)
   end)
   b:barrier()
-  mk, mv = b:load(f.red), b:load(f.red + warps)
+  mk, mv, mn = b:load(f.red), b:load(f.red + warps), b:load(f.red + 2 * warps)
   for w = 1, warps - 1 do
     mk = b:max(mk, b:load(f.red + w))
     mv = b:max(mv, b:load(f.red + (w + warps)))
+    mn = b:min(mn, b:load(f.red + (w + 2 * warps)))
   end
   local hk, hv = scale_of(b, mk), scale_of(b, mv)
   local cmin = b:min(f.cmin:get(), hv)
@@ -175,8 +197,57 @@ function M.stage(c, sk, sv)
   f.hk:set(hk)
   f.cv:set(cv)
   local fk, fv = pow2(b, hk), pow2(b, cv)
+  local wide = M.has_lo(c.spec) and b:lt(mn * fv, 2.0 ^ -17) or b:lt(mn, 0.0)
+  f.vlo:set(b:select(wide, 1, 0))
   for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
-  for _, e in ipairs(sv) do e.v = convert(b, e.v, fv) end
+  for _, e in ipairs(sv) do
+    e.raw = e.v
+    e.v = convert(b, e.v, fv)
+  end
+  b:if_(wide, function()
+    local lo = {}
+    for i, e in ipairs(sv) do
+      local vals = {}
+      for j, v in ipairs(e.raw) do
+        vals[j] = b:from_f32((b:to_f32(v) * fv - b:to_f32(e.v[j])) * 2.0 ^ LO, "f16")
+      end
+      lo[i] = { r = e.r, c = e.c, v = vals }
+    end
+    store(lo_dst, lo)
+  end)
+  for _, e in ipairs(sv) do e.raw = nil end
+end
+
+-- O += P (V's low part) 2^-LO for a tile stage() marked (lo_t: the buffer it stored the part in):
+-- per pair of head-dim tiles, fresh f32 accumulators over the tile's keys (m16n8k8 f16 mma with
+-- mma_pv's P fragments, c.f16s.pa[mi][kstep]), then added to O at its scale.
+function M.pv_lo(c, lo_t)
+  local b, mt = c.b, c.mt
+  if not M.has_lo(c.spec) then return end
+  b:if_(b:ne(c.f16s.vlo:get(), 0), function()
+    local a = c.f16s.pa
+    for dp = 0, c.dtiles // 2 - 1 do
+      local t = {}
+      for mi = 0, mt - 1 do
+        t[mi] = { { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) }, { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } }
+      end
+      for ks = 0, c.nt // 2 - 1 do
+        local vf = b:ldmatrix(lo_t + c.frag_off("v", c.v_row, c.v_bit, ks * 16, 2 * dp), 4, true)
+        for mi = 0, mt - 1 do
+          t[mi][1] = b:mma("f16", a[mi][ks], { vf[1], vf[2] }, t[mi][1])
+          t[mi][2] = b:mma("f16", a[mi][ks], { vf[3], vf[4] }, t[mi][2])
+        end
+      end
+      for mi = 0, mt - 1 do
+        for h = 1, 2 do
+          for e = 1, 4 do
+            local acc = c.acc[mi][2 * dp + h - 1][e]
+            acc:set(acc:get() + t[mi][h][e] * 2.0 ^ -LO)
+          end
+        end
+      end
+    end
+  end)
 end
 
 -- For the tile about to be computed: each row's score factor 2^-(hq + hk) (an f32 product: it
