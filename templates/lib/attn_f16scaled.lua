@@ -23,7 +23,8 @@
 --
 -- Error against exact arithmetic (the bound docs/attention.md states): each P V term is exact but
 -- for P's rounding (2^-11 relative, or 2^-40 absolute below 2^-29) and the elements of a V tile more
--- than 2^32 below the tile's largest (rounded to f16 subnormals, flushed below 2^-40 of it); each
+-- than 2^72 below the tile's largest (a tile spanning more than 2^32 gets its low part, v - hi, and a
+-- second mma: stage, pv_lo; not at d96/d128 with softcap or ALiBi, where 2^32 is the limit); each
 -- score exact but for Q and K elements more than 2^32 below their row's or tile's largest, whose
 -- loss is at most 2^-40 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
 local M = {}
