@@ -30,8 +30,11 @@
  * of a kernel's generation instructions, so it is not run. Loop rotation is a template's choice
  * (config().rotate_loops): it saves registers on LayerNorm's strided row loops and costs some
  * on attention's KV loop. The ptxas matrix tests check every variant against default<O3>'s
- * registers and SASS size (tests/quality/, docs/jit.md). */
-#define KILN_PIPELINE_HEAD "function(nvvm-intr-range,sroa,early-cse,instcombine,simplifycfg,"
+ * registers and SASS size (tests/quality/, docs/jit.md). instcombine runs one iteration either way;
+ * LLVM 22 then checks that a second would change nothing and aborts the process when it would
+ * (bf16 attention on sm_75 with its wide-tile low part did): no-verify-fixpoint skips the check
+ * (no PTX changes: 41 sampled variants of every family on sm_75/80 byte-identical). */
+#define KILN_PIPELINE_HEAD "function(nvvm-intr-range,sroa,early-cse,instcombine<no-verify-fixpoint>,simplifycfg,"
 #define KILN_PIPELINE_TAIL "vector-combine,jump-threading,correlated-propagation)"
 static const char kiln_pipeline_text[] = KILN_PIPELINE_HEAD "loop-mssa(licm)," KILN_PIPELINE_TAIL;
 static const char kiln_pipeline_rotate[] = KILN_PIPELINE_HEAD "loop-mssa(licm,loop-rotate,licm)," KILN_PIPELINE_TAIL;

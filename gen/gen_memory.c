@@ -323,8 +323,8 @@ static int b_shared(lua_State *L) {
     unsigned bytes = (unsigned)(n * (lua_Integer)kiln_dtype_size((kiln_dtype)dt));
     unsigned start = (gb->smem_bytes + (unsigned)align - 1) & ~((unsigned)align - 1);
     if (start + bytes > gb->t->smem_static_max)
-        return luaL_error(L, "static shared memory would reach %u bytes; %s allows %u", start + bytes,
-                          kiln_sm_name(gb->t->sm, (char[16]){0}), gb->t->smem_static_max);
+        return luaL_error(L, "static shared memory would reach %d bytes; %s allows %d", (int)(start + bytes),
+                          kiln_sm_name(gb->t->sm, (char[16]){0}), (int)gb->t->smem_static_max);
     char name[32];
     snprintf(name, sizeof name, "kiln_smem%d", gb->nshared++);
     LLVMTypeRef at = LLVMArrayType2(gen_elem_type(gb, dt), (unsigned long long)n);

@@ -43,6 +43,7 @@ local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
 local paged = require("lib.attn_paged")
 local append = require("lib.attn_append")
+local f16s = require("lib.attn_f16scaled")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -197,6 +198,8 @@ end
 local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
   if target.mma_m16n8k16 then return true end
+  -- bf16 on f16-only tensor cores: exact power-of-two scaling to f16 (lib/attn_f16scaled.lua)
+  if spec.dtype == "bf16" then return spec.path == "mma" and f16s.applies(spec, target) and spec.head_dim <= 128 end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16 and spec.head_dim <= 128
 end
 
@@ -210,12 +213,14 @@ local function config_mma(spec, target)
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
+  if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
     -- register staging needs each tile to divide evenly among the threads
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
     bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
+    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t.warps) end
     pick = t
     -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
     -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)
@@ -229,6 +234,7 @@ local function config_mma(spec, target)
     block_m = bm, block_n = pick.n, mt = pick.mt, stages = stages, cp_async = target.cp_async,
     ld = d, dynamic_smem = dynamic and bytes or nil,
     q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
+    f16s = f16s.applies(spec, target) and stages == 2 or nil,
   }
 end
 
@@ -246,6 +252,13 @@ end
 function K.config(spec, target)
   spec = spec_of(spec)
   local mma = has_mma(spec, target)
+  if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.varlen or spec.paged) then
+    error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
+                        target.sm, spec.dropout and "dropout=true" or spec.varlen and "varlen=true" or "paged=true"))
+  end
+  if spec.path == "mma" and not mma and f16s.applies(spec, target) then
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
+  end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
   end
@@ -697,7 +710,7 @@ end
 local function mma_setup(c)
   local b, spec, cfg, p = c.b, c.spec, c.cfg, c.p
   local d, bm, bn, stages, mt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.stages, cfg.mt
-  local dt = spec.dtype
+  local dt = cfg.f16s and "f16" or spec.dtype -- the shared tiles' and the mma's type
   c.d, c.bm, c.bn, c.stages, c.mt, c.dt = d, bm, bn, stages, mt, dt
   c.tile = bn * cfg.ld
   if cfg.dynamic_smem then
@@ -750,6 +763,7 @@ local function mma_setup(c)
   end
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
+  if cfg.f16s then f16s.setup(c) end
 end
 
 local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
@@ -765,6 +779,18 @@ local function load_kv(c, it, buf) load_k(c, it, buf); load_v(c, it, buf) end
 -- Prologue: Q and the first stages - 1 K/V tiles in flight (cp.async), or Q and tile 0 stored.
 local function mma_prologue(c)
   local b, spec, cfg, p, stages = c.b, c.spec, c.cfg, c.p, c.stages
+  if cfg.f16s then -- bf16 scaled to f16 (lib/attn_f16scaled.lua): Q per row, tile 0 with its scales
+    f16s.q_load(c, function(r, ch) return swz(b, spec, cfg, r, ch) end)
+    b:if_(b:gt(c.ntiles, 0), function()
+      local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k)
+      local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
+      f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end)
+      stage_store(b, spec, cfg, c.ks, sk)
+      stage_store(b, spec, cfg, c.vs, sv)
+    end)
+    b:barrier()
+    return
+  end
   copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows)
   if cfg.cp_async then
     b:cp_async_commit()
@@ -879,6 +905,9 @@ end
 local function mma_softmax(c, s, kv0, masked)
   local b, spec, p, mt, nt = c.b, c.spec, c.p, c.mt, c.nt
   local pv = {}
+  -- bf16 scaled to f16: per-row score factors, O's scale change, P scaled by 2^P_SHIFT
+  local rs, delta
+  if c.f16s then rs, delta = f16s.tile_factors(c) end
   for mi = 0, mt - 1 do
     pv[mi] = {}
     for j = 0, nt - 1 do pv[mi][j] = {} end
@@ -893,9 +922,13 @@ local function mma_softmax(c, s, kv0, masked)
       -- ALiBi: the distance from this lane's first key kv0 + 2t to the row's diagonal
       local dist = spec.alibi and b:f32(sq + c.mask.shift - kv0 - c.t * 2)
       local sv, mx = {}, nil
+      local rf, sc = rs and rs[mi][h], c.scale2
+      if rf and not spec.softcap then sc = sc * rf end
       for j = 0, nt - 1 do
         for e = 0, 1 do
-          local v = mask.score(c.mask, s[mi][j][2 * h + e + 1], c.scale2, c.slope and c.slope[mi][h], dist and dist - (j * 8 + e))
+          local raw = s[mi][j][2 * h + e + 1]
+          if rf and spec.softcap then raw = raw * rf end
+          local v = mask.score(c.mask, raw, sc, c.slope and c.slope[mi][h], dist and dist - (j * 8 + e))
           if masked then
             local ok = b:lt(j * 8 + e, lim)
             if lim_lo then ok = b:and_(ok, b:ge(j * 8 + e, lim_lo)) end
@@ -909,10 +942,12 @@ local function mma_softmax(c, s, kv0, masked)
       local m_new = b:max(m_old, b:warp_max(mx, 4))
       local m_use = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
       local alpha = b:ex2_approx(m_old - m_use)
+      local alpha_o = delta and b:ex2_approx(m_old - m_use + delta) or alpha -- O: with its scale change
+      local m_p = rs and m_use - f16s.P_SHIFT or m_use
       local sum = nil
       for j = 0, nt - 1 do
         for e = 0, 1 do
-          local x = b:ex2_approx(sv[j * 2 + e + 1] - m_use)
+          local x = b:ex2_approx(sv[j * 2 + e + 1] - m_p)
           sum = sum and sum + x or x
           pv[mi][j][2 * h + e + 1] = x
         end
@@ -920,7 +955,7 @@ local function mma_softmax(c, s, kv0, masked)
       c.m[mi][h]:set(m_new)
       c.l[mi][h]:set(b:fma(c.l[mi][h]:get(), alpha, sum))
       for j = 0, c.dtiles - 1 do
-        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha) end
+        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
       end
     end
     -- dropout: l summed every probability above; P V takes only the kept ones (1 / (1 - p) at the end)
@@ -933,7 +968,9 @@ end
 local function mma_pv(c, pv, vt)
   local b, mt, dt = c.b, c.mt, c.dt
   local o = {}
+  if c.f16s then c.f16s.pa = {} end
   for mi = 0, mt - 1 do
+    if c.f16s then c.f16s.pa[mi] = {} end
     o[mi] = {}
     for j = 0, c.dtiles - 1 do
       o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
@@ -944,6 +981,7 @@ local function mma_pv(c, pv, vt)
     for mi = 0, mt - 1 do
       local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
       a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
+      if c.f16s then c.f16s.pa[mi][kstep] = a[mi] end -- P's fragments, for a wide V tile's low part
     end
     for dp = 0, c.dtiles // 2 - 1 do
       local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
@@ -972,6 +1010,7 @@ local function mma_compute(c, it, buf, masked)
     b:barrier()
   end
   mma_pv(c, pv, vt)
+  if c.f16s then f16s.pv_lo(c, c.vs + (1 - buf) * c.tile) end -- a wide V tile's low part
 end
 
 -- One trip of the K/V loop, with the pipeline around mma_compute().
@@ -994,6 +1033,7 @@ local function mma_trip(c, it, masked)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
     local nb = (it + 1) & 1
+    if c.f16s then f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end) end
     stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
     stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
     b:barrier()
@@ -1017,6 +1057,8 @@ end
 local function mma_epilogue(c)
   local b, spec, p, G, t = c.b, c.spec, c.p, c.G, c.t
   local ob = util.dtype_bytes[spec.out]
+  -- bf16 scaled to f16: O's accumulator scale is undone with 1 / l; l carries P's 2^P_SHIFT
+  local ofac, lsh = c.f16s and f16s.o_factor(c), c.f16s and f16s.P_SHIFT or 0
   for mi = 0, c.mt - 1 do
     for h = 0, 1 do
       local row = c.q0 + c.wrow + mi * 16 + c.g + h * 8
@@ -1025,10 +1067,11 @@ local function mma_epilogue(c)
       local empty = b:le(lsum, 0.0)
       local inv = b:select(empty, 0.0, 1.0 / lsum)
       if c.drop then inv = inv * c.drop.rp end
+      if ofac then inv = inv * ofac end
       local acc = c.acc[mi]
       if spec.splitkv then
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
-        local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum))
+        local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum) - lsh)
         split_store(b, spec, p, G, row, live, function(at)
           for j = 0, spec.dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
             b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
@@ -1044,7 +1087,7 @@ local function mma_epilogue(c)
           for j = 0, spec.dim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
-        local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
+        local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum) - lsh) * (1.0 / LOG2E))
         local idx = lse_row(b, spec, p) + b:i64(row)
         b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
       end
@@ -1160,6 +1203,15 @@ K.variants = {
   { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, full = true },
   { DT, { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
     quick = true, sms = { 75, 80, 90, 120 } },
+  -- bf16 on sm_75's f16 tensor cores (path=mma, lib/attn_f16scaled.lua): every head_dim it takes, the
+  -- mask keys, split-KV, two padded head dims
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=top_left", MASK_KEYS, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=96" }, "causal=top_left", MASK_KEYS, "path=mma", full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true", "splitkv=true", "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "splitkv=true", "path=mma",
+    full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=40", "head_dim=80" }, "causal=true", "path=mma", sms = { 75 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

@@ -57,7 +57,12 @@ expect "run head_dim 80 (padded to 96), causal" 0 "PASS" -- run attention dtype=
 expect "causal=top_left emits" 0 "mma.sync" -- emit attention dtype=f16 head_dim=64 causal=top_left window=true --sm 80
 expect "bad causal" 2 "valid: false, true, top_left" -- emit attention causal=bottom --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
-expect "mma bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention dtype=bf16 path=mma --sm 75
+expect "mma bf16 on sm_75 above head_dim 128" 2 "sm_75 runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=256" -- \
+    emit attention dtype=bf16 head_dim=256 path=mma --sm 75
+expect "mma bf16 on sm_75: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention dtype=bf16 head_dim=64 path=mma --sm 75
+expect "run mma bf16 on sm_75, GQA, causal" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=bf16 head_dim=96 causal=true path=mma --sm 75 --rows 40 --seq-k 70 --heads 4:2
 # issue 24's mask keys through kiln run: --window L,R, --softcap C, --alibi (slopes 2^(-8(h+1)/H))
 expect "run top_left + window + softcap, seq_q != seq_k" 0 "PASS: every output within tolerance" -- \
     run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --seq-k 50 --window 15,-1 --softcap 30

@@ -244,6 +244,25 @@ static void test_template_errors(void) {
     kiln_gen_destroy(g2);
     TEST_END();
     unlink(path);
+    /* static shared memory past the target's limit: the sizes in the message (it once failed inside
+     * lua_pushfstring, which has no %u) */
+    snprintf(path, sizeof path, "%s/bigsmem.lua", dir);
+    f = fopen(path, "w");
+    fputs("local K = { params = {} }\n"
+          "function K.config(spec, t) return { block = 32, grid_tile = 1 } end\n"
+          "function K.build(b, spec, cfg)\n"
+          "  b:kernel{ params = {} }\n"
+          "  b:shared('f32', 12000)\n"
+          "  b:shared('f32', 400)\n"
+          "end\nreturn K\n", f);
+    fclose(f);
+    TEST_BEGIN("static shared memory past the limit names both sizes");
+    CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
+    CHECK(kiln_generate(g2, "bigsmem", 75, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
+    CHECK(strstr(err.msg, "static shared memory would reach 49600 bytes; sm_75 allows 49152") != NULL, "message: %s", err.msg);
+    kiln_gen_destroy(g2);
+    TEST_END();
+    unlink(path);
     rmdir(dir);
 }
 

@@ -1,0 +1,274 @@
+-- templates/lib/attn_f16scaled.lua - bf16 attention on f16 tensor cores (sm_75 m16n8k8) through exact power-of-two scaling.
+--
+-- Targets with f16 mma but no bf16 mma (sm_75) run bf16 attention (path=mma) here: every bf16 value
+-- is multiplied by a power of two and rounded to f16 (cvt.rn.f16.f32 from the exact f32 widening;
+-- no bf16 instruction). bf16 carries 8 significant bits, f16 11, so the conversion is exact for
+-- every value whose scaled exponent is at least -17 (f16 subnormals keep 8 bits down to 2^-17).
+-- The scale puts the largest finite |x| of its group in f16's top binade [2^15, 2^16) (a bf16
+-- mantissa tops out at 65280 < 65504 there):
+--   Q: per query row (hq), when the block loads its rows (q_load); the row's factor is folded into
+--      its softmax scale.
+--   K: per key tile (hk), when the tile is staged into shared memory (stage); S = (Q 2^hq)(K 2^hk)^T
+--      accumulates in f32 and is multiplied by scale * log2(e) * 2^-(hq + hk) per row and tile.
+--   V: per key tile (cv), with O's f32 accumulator kept at the scale of the last tile: the online
+--      softmax's rescale of O takes 2^(cv_new - cv_old) with it (alpha = 2^(m_old - m_new + delta)).
+--      A tile may raise the scale by at most 2^64 over the smallest scale seen (the tile with the
+--      largest V), so the accumulator stays below 2^126 (O's values scaled by at most 2^16 and 2^64).
+--   P: ex2(x - m + 15), i.e. P * 2^15 in [0, 2^15], rounded to f16 (11 bits down to 2^-29, 0 below
+--      2^-40); the row sum l carries the same 2^15, so O = acc 2^-cv / l needs no correction and
+--      lse = m + log2(l) - 15.
+-- Non-finite values (Inf, NaN) take no part in choosing a scale and stay what they are (x 2^k), so
+-- they propagate as on the SIMT path. A group whose largest finite |x| is below 2^-100 (zero, or
+-- bf16 subnormals) takes the scale of 2^-100, keeping every factor a normal f32.
+--
+-- Error against exact arithmetic (the bound docs/attention.md states): each P V term is exact but
+-- for P's rounding (2^-11 relative, or 2^-40 absolute below 2^-29) and the elements of a V tile more
+-- than 2^72 below the tile's largest (a tile spanning more than 2^32 gets its low part, v - hi, and a
+-- second mma: stage, pv_lo; not at d96/d128 with softcap or ALiBi, where 2^32 is the limit); each
+-- score exact but for Q and K elements more than 2^32 below their row's or tile's largest, whose
+-- loss is at most 2^-40 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
+local M = {}
+
+local TOP = 15 -- the exponent the largest |x| of a group is scaled to
+local FLOOR = -100 -- groups whose largest |x| is below 2^FLOOR are scaled as if it were 2^FLOOR
+local RAISE = 64 -- how far a V tile may raise O's scale above the smallest seen
+M.P_SHIFT = 15 -- P is scaled by 2^P_SHIFT before rounding to f16
+
+-- Tiles (attention.lua's MMA_TILES_STAGED form) where the scaling's registers (the staged tile's
+-- conversions, per-row factors) made the f16 shapes spill on sm_75: d96 with Q re-read from shared
+-- memory (24 registers), d128 with 16-key tiles (half the staged registers and S).
+-- With softcap or ALiBi (per-row values, per-score work) d64's 32-row warps spilled 12 bytes: 16 rows.
+local TILES = {
+  [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
+  [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
+local TILES_KEYS = { [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } }
+function M.tiles(spec, tiles)
+  local d = spec.head_dim
+  local keyed = (spec.softcap or spec.alibi) and TILES_KEYS[d]
+  if keyed or TILES[d] then
+    local t = setmetatable({}, { __index = tiles })
+    t[d] = keyed or TILES[d]
+    return t
+  end
+  return tiles
+end
+
+-- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
+function M.applies(spec, target)
+  return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
+end
+
+-- 2^e as an f32, e an i32 value in the normal range [-126, 127].
+local function pow2(b, e) return b:from_bits((e + 127) << 23) end
+
+-- The exponent of the largest finite |x| among bf16 values vals (f32 0 when none), this thread's part.
+local function local_max(b, vals, acc)
+  for _, v in ipairs(vals) do
+    local a = b:abs(b:to_f32(v))
+    acc = b:max(acc, b:select(b:lt(a, math.huge), a, 0.0))
+  end
+  return acc
+end
+
+-- The power of two h that scales a group whose largest finite magnitude is mx (f32): 2^h mx in [2^15, 2^16).
+local function scale_of(b, mx)
+  local e = (b:bits(mx) >> 23) - 127
+  return TOP - b:max(e, FLOOR)
+end
+
+-- bf16 values to f16 values times 2^h (factor: pow2(h)); exact where the scaled value is >= 2^-17.
+local function convert(b, vals, factor)
+  local out = {}
+  for i, v in ipairs(vals) do out[i] = b:from_f32(b:to_f32(v) * factor, "f16") end
+  return out
+end
+
+-- Shared memory for the block-wide extrema: K's max, V's max and V's smallest nonzero magnitude, a
+-- slot per warp each (f32).
+function M.smem_bytes(warps) return 12 * warps end
+
+-- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
+-- live in dynamic shared memory), and the scales as loop variables.
+function M.setup(c)
+  local b, cfg = c.b, c.cfg
+  local red
+  if cfg.dynamic_smem then
+    red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
+  else
+    red = b:shared("f32", 3 * (cfg.threads // 32), 16)
+  end
+  c.f16s = {
+    red = red,
+    hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
+    cv = b:var("i32", 0), -- V scale of that tile
+    cmin = b:var("i32", 1 << 20), -- smallest V scale seen
+    cacc = b:var("i32", 0), -- the scale O's accumulator is at
+    vlo = b:var("i32", 0), -- 1: that tile's V spans more than f16 holds, its low part is in the other buffer
+  }
+end
+
+-- Q rows [q0, q0 + bm) to f16 in shared memory, each row scaled by its own power of two. Thread
+-- tid owns row tid // lpr (lpr threads a row, so warp w owns the rows its fragments read) and
+-- chunks (tid % lpr) * cpl ... + cpl - 1 of it; c.f16s.qh[mi][h] is then 2^-hq of the row this
+-- lane's fragments hold (rows mi * 16 + g + 8h of the warp's).
+function M.q_load(c, swz)
+  local b, spec, cfg, p, G = c.b, c.spec, c.cfg, c.p, c.G
+  local cpr = spec.head_dim // 8
+  local lpr = cfg.threads // c.bm
+  local cpl = cpr // lpr
+  assert(lpr * c.bm == cfg.threads and cpl * lpr == cpr, "f16 scaling: Q rows must divide among the threads")
+  local tid = b:tid()
+  local r, part = tid // lpr, tid % lpr
+  local ok = b:lt(c.q0 + r, G.rows)
+  local rr = b:select(ok, c.q0 + r, 0)
+  local src = G.q_addr and G.q_addr(rr) or c.base.q + b:i64(rr) * p.stride_qs
+  local vals, mx = {}, b:f32(0.0)
+  for k = 0, cpl - 1 do
+    local ch = part * cpl + k
+    local real = spec.dim < spec.head_dim and b:lt(ch, spec.dim // 8) or nil
+    local v = b:load_vec(src + (real and b:select(real, ch, 0) or ch) * 8, 8, { align = 16 })
+    if real then
+      local zero = b:from_f32(0.0, "bf16")
+      for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
+    end
+    vals[k] = { ch = ch, v = v }
+    mx = local_max(b, v, mx)
+  end
+  if lpr > 1 then mx = b:warp_max(mx, lpr) end
+  local hq = scale_of(b, mx)
+  local factor = pow2(b, hq)
+  for k = 0, cpl - 1 do
+    b:store_vec(c.qs + swz(r, vals[k].ch), convert(b, vals[k].v, factor), { align = 16 })
+  end
+  -- the row factor for the lanes holding row (mi * 16 + g + 8h) of this warp's rows in fragments
+  local inv = pow2(b, -hq)
+  c.f16s.qh = {}
+  for mi = 0, c.mt - 1 do
+    c.f16s.qh[mi] = {}
+    for h = 0, 1 do c.f16s.qh[mi][h] = b:shfl("idx", inv, (mi * 16 + c.g + h * 8) * lpr) end
+  end
+end
+
+-- The staged K and V tile (stage_load's items: bf16 values in registers) to f16 with the tile's
+-- scales: block-wide extrema (warp butterfly, then one slot a warp in shared memory and a barrier),
+-- the scales into the loop variables, the items' values replaced by their f16 conversions.
+-- Where exactness ends: a V tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32,
+-- or a tile held below its own top by RAISE) also gets its low part, v - hi (exact in f32), scaled
+-- by 2^(cv + LO) and rounded to f16, stored at lo_dst with store(dst, items) (the other V buffer:
+-- free once every thread passed the barrier here, until the next tile is staged after this one's
+-- P V), and M.pv_lo adds P times it. Low parts more than 2^-72 below the tile's largest remain lost.
+local LO = 40 -- the low part of v is below 2^-25 at the tile's scale: 2^40 puts it under 2^15
+-- The low part needs registers that d96 and d128 with softcap or ALiBi do not have (4-36 bytes of
+-- spills): there a wide V tile keeps only its high part (docs/attention.md states the bound).
+function M.has_lo(spec) return not ((spec.softcap or spec.alibi) and spec.head_dim >= 96) end
+
+function M.stage(c, sk, sv, lo_dst, store)
+  local b, f = c.b, c.f16s
+  local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
+  for _, e in ipairs(sk) do mk = local_max(b, e.v, mk) end
+  for _, e in ipairs(sv) do
+    mv = local_max(b, e.v, mv)
+    for _, v in ipairs(e.v) do -- smallest nonzero |v| (Inf and NaN count as none)
+      local a = b:abs(b:to_f32(v))
+      mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge))
+    end
+  end
+  mk, mv, mn = b:warp_max(mk, 32), b:warp_max(mv, 32), -b:warp_max(-mn, 32)
+  local warps = c.cfg.threads // 32
+  local warp = b:tid() >> 5
+  b:if_(b:eq(c.lane, 0), function()
+    b:store(f.red + warp, mk)
+    b:store(f.red + (warp + warps), mv)
+    b:store(f.red + (warp + 2 * warps), mn)
+  end)
+  b:barrier()
+  mk, mv, mn = b:load(f.red), b:load(f.red + warps), b:load(f.red + 2 * warps)
+  for w = 1, warps - 1 do
+    mk = b:max(mk, b:load(f.red + w))
+    mv = b:max(mv, b:load(f.red + (w + warps)))
+    mn = b:min(mn, b:load(f.red + (w + 2 * warps)))
+  end
+  local hk, hv = scale_of(b, mk), scale_of(b, mv)
+  local cmin = b:min(f.cmin:get(), hv)
+  local cv = b:min(hv, cmin + RAISE)
+  f.cmin:set(cmin)
+  f.hk:set(hk)
+  f.cv:set(cv)
+  local fk, fv = pow2(b, hk), pow2(b, cv)
+  local wide = M.has_lo(c.spec) and b:lt(mn * fv, 2.0 ^ -17) or b:lt(mn, 0.0)
+  f.vlo:set(b:select(wide, 1, 0))
+  for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
+  for _, e in ipairs(sv) do
+    e.raw = e.v
+    e.v = convert(b, e.v, fv)
+  end
+  b:if_(wide, function()
+    local lo = {}
+    for i, e in ipairs(sv) do
+      local vals = {}
+      for j, v in ipairs(e.raw) do
+        vals[j] = b:from_f32((b:to_f32(v) * fv - b:to_f32(e.v[j])) * 2.0 ^ LO, "f16")
+      end
+      lo[i] = { r = e.r, c = e.c, v = vals }
+    end
+    store(lo_dst, lo)
+  end)
+  for _, e in ipairs(sv) do e.raw = nil end
+end
+
+-- O += P (V's low part) 2^-LO for a tile stage() marked (lo_t: the buffer it stored the part in):
+-- per pair of head-dim tiles, fresh f32 accumulators over the tile's keys (m16n8k8 f16 mma with
+-- mma_pv's P fragments, c.f16s.pa[mi][kstep]), then added to O at its scale.
+function M.pv_lo(c, lo_t)
+  local b, mt = c.b, c.mt
+  if not M.has_lo(c.spec) then return end
+  b:if_(b:ne(c.f16s.vlo:get(), 0), function()
+    local a = c.f16s.pa
+    for dp = 0, c.dtiles // 2 - 1 do
+      local t = {}
+      for mi = 0, mt - 1 do
+        t[mi] = { { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) }, { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } }
+      end
+      for ks = 0, c.nt // 2 - 1 do
+        local vf = b:ldmatrix(lo_t + c.frag_off("v", c.v_row, c.v_bit, ks * 16, 2 * dp), 4, true)
+        for mi = 0, mt - 1 do
+          t[mi][1] = b:mma("f16", a[mi][ks], { vf[1], vf[2] }, t[mi][1])
+          t[mi][2] = b:mma("f16", a[mi][ks], { vf[3], vf[4] }, t[mi][2])
+        end
+      end
+      for mi = 0, mt - 1 do
+        for h = 1, 2 do
+          for e = 1, 4 do
+            local acc = c.acc[mi][2 * dp + h - 1][e]
+            acc:set(acc:get() + t[mi][h][e] * 2.0 ^ -LO)
+          end
+        end
+      end
+    end
+  end)
+end
+
+-- For the tile about to be computed: each row's score factor 2^-(hq + hk) (an f32 product: it
+-- overflows only where Q's row and K's tile both exceed 2^60, where f32 scores overflow anyway) and
+-- the power of two O's accumulator moves by (2^(cv - cacc), as an exponent delta for the rescale).
+function M.tile_factors(c)
+  local b, f = c.b, c.f16s
+  local fk = pow2(b, -f.hk:get())
+  local rs = {}
+  for mi = 0, c.mt - 1 do
+    rs[mi] = {}
+    for h = 0, 1 do rs[mi][h] = f.qh[mi][h] * fk end
+  end
+  local cv = f.cv:get()
+  local delta = b:f32(cv - f.cacc:get())
+  f.cacc:set(cv)
+  return rs, delta
+end
+
+-- The epilogue's factor on O / l: 2^-cacc (the accumulator's scale).
+function M.o_factor(c) return pow2(c.b, -c.f16s.cacc:get()) end
+
+return M

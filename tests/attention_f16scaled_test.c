@@ -1,0 +1,379 @@
+/* tests/attention_f16scaled_test.c - bf16 attention on sm_75's f16 tensor cores (templates/lib/attn_f16scaled.lua)
+ * on the emulator: random problems against float64 and against the bf16 paths' error, the adversarial
+ * tiles of issue 28 (wide magnitude ranges, an outlier key, tiny p with huge v) against the bound
+ * 2^-8 sum_j p_j |v_j| that bf16 P guarantees, and Inf/NaN propagating as on the SIMT path. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kiln/emu_attention.h"
+#include "kiln/emu_case.h"
+#include "kiln/kiln.h"
+#include "emu.h" /* emu_attn_visible: the reference's mask rule */
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+
+static uint64_t rng = 0x2545f4914f6cdd1dull;
+static double uniform(void) { /* [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53 * 2 - 1;
+}
+
+static kiln_emu_kernel *load(const char *spec, int sm) {
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, &err);
+    CHECK(st == KILN_OK, "load %s (sm_%d): %s", spec, sm, err.msg);
+    return st == KILN_OK ? k : NULL;
+}
+
+/* A problem with its host tensors (inputs bf16, o f32 or bf16). */
+typedef struct prob {
+    kiln_attn_problem p;
+    void *q, *k, *v;
+    size_t nq, nk, nv, no, nl;
+} prob;
+
+static void prob_init(prob *a, int head_dim, int causal, kiln_dtype out, int b, int hq, int hkv, int sq, int sk, float scale) {
+    memset(a, 0, sizeof *a);
+    a->p.dtype = KILN_BF16;
+    a->p.out = out;
+    a->p.head_dim = head_dim;
+    a->p.causal = causal;
+    a->p.batch = b, a->p.heads_q = hq, a->p.heads_kv = hkv, a->p.seq_q = sq, a->p.seq_k = sk;
+    a->p.scale = scale;
+    kiln_attn_default_strides(&a->p);
+    a->nq = kiln_attn_elems(&a->p, 'q'), a->nk = kiln_attn_elems(&a->p, 'k'), a->nv = kiln_attn_elems(&a->p, 'v');
+    a->no = kiln_attn_elems(&a->p, 'o'), a->nl = (size_t)b * (size_t)hq * (size_t)sq;
+    a->q = calloc(a->nq, 2), a->k = calloc(a->nk, 2), a->v = calloc(a->nv, 2);
+}
+static void prob_free(prob *a) { free(a->q), free(a->k), free(a->v); }
+static void fill(void *x, size_t n, double amp) {
+    for (size_t i = 0; i < n; i++) kiln_emu_value_set(KILN_BF16, x, i, amp * uniform());
+}
+/* Values of random sign with exponents uniform in [lo, hi]. */
+static void fill_wide(void *x, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) {
+        double e = lo + (hi - lo) * (uniform() + 1) / 2;
+        kiln_emu_value_set(KILN_BF16, x, i, (uniform() < 0 ? -1 : 1) * exp2(e));
+    }
+}
+
+/* Runs kernel k on a; o as doubles (ro, rl: the float64 reference, when not NULL); returns the status. */
+static kiln_status run(kiln_emu_kernel *k, prob *a, double *o, float *lse) {
+    kiln_error err = {0};
+    void *ob = malloc(a->no * kiln_dtype_size(a->p.out));
+    kiln_status st = kiln_attn_run(k, &a->p, ob, lse, a->q, a->k, a->v, 0, &err);
+    CHECK(st == KILN_OK, "emulator: %s", err.msg);
+    for (size_t i = 0; i < a->no; i++) o[i] = st == KILN_OK ? kiln_emu_value_get(a->p.out, ob, i) : NAN;
+    free(ob);
+    return st;
+}
+
+/* Per output value, B = sum_j p_j |v_j| / sum_j p_j over the row's visible keys (float64): the scale of
+ * the error the bf16 path's P (2^-8 relative) allows. Plain layout [b, s, h, d], any causal. */
+static void pv_bound(const prob *a, double *bound) {
+    const kiln_attn_problem *p = &a->p;
+    int d = p->head_dim, g = p->heads_q / p->heads_kv;
+    double scale = kiln_attn_scale(p);
+    double *x = malloc((size_t)p->seq_k * sizeof *x);
+    for (int b = 0; b < p->batch; b++)
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seq_q; i++) {
+                double mx = -INFINITY, l = 0;
+                for (int j = 0; j < p->seq_k; j++) {
+                    x[j] = -INFINITY;
+                    if (!emu_attn_visible(p, i, j)) continue;
+                    double s = 0;
+                    for (int c = 0; c < d; c++)
+                        s += kiln_emu_value_get(KILN_BF16, a->q, (size_t)(((b * p->seq_q + i) * p->heads_q + h) * d + c)) *
+                             kiln_emu_value_get(KILN_BF16, a->k, (size_t)(((b * p->seq_k + j) * p->heads_kv + h / g) * d + c));
+                    x[j] = s * scale;
+                    if (x[j] > mx) mx = x[j];
+                }
+                for (int j = 0; j < p->seq_k; j++) l += x[j] == -INFINITY ? 0 : exp(x[j] - mx);
+                for (int c = 0; c < d; c++) {
+                    double s = 0;
+                    for (int j = 0; j < p->seq_k; j++)
+                        if (x[j] > -INFINITY)
+                            s += exp(x[j] - mx) *
+                                 fabs(kiln_emu_value_get(KILN_BF16, a->v, (size_t)(((b * p->seq_k + j) * p->heads_kv + h / g) * d + c)));
+                    bound[((b * p->seq_q + i) * p->heads_q + h) * d + c] = l > 0 ? s / l : 0;
+                }
+            }
+    free(x);
+}
+
+/* The scaled path's o against the float64 reference: within the error model with P in f16, and within
+ * 2^-8 B + 2^-20 |o| (B: pv_bound; the f32 accumulation's share) when `bound` is set. Returns the
+ * largest error relative to max |o|. */
+static double check_scaled(kiln_emu_kernel *k, prob *a, int bound, const char *what) {
+    double *o = malloc(a->no * sizeof *o), *ro = malloc(a->no * sizeof *ro), *rl = malloc(a->nl * sizeof *rl);
+    double *bd = malloc(a->no * sizeof *bd);
+    float *lse = malloc(a->nl * sizeof *lse);
+    double rel = NAN;
+    kiln_error err = {0};
+    if (run(k, a, o, lse) == KILN_OK && kiln_attn_reference(&a->p, a->q, a->k, a->v, ro, rl, &err) == KILN_OK) {
+        void *ob = malloc(a->no * kiln_dtype_size(a->p.out));
+        for (size_t i = 0; i < a->no; i++) kiln_emu_value_set(a->p.out, ob, i, o[i]);
+        kiln_attn_report r;
+        kiln_attn_check(&a->p, KILN_F16, a->q, a->k, a->v, ob, lse, ro, rl, &r);
+        CHECK(r.bad[0] == 0, "%s: %ld bad o values; first: %s", what, r.bad[0], r.first[0]);
+        CHECK(r.bad[1] == 0, "%s: %ld bad lse values; first: %s", what, r.bad[1], r.first[1]);
+        free(ob);
+        double maxo = 0, maxe = 0;
+        long over = 0;
+        size_t first = 0;
+        if (bound) pv_bound(a, bd);
+        for (size_t i = 0; i < a->no; i++) {
+            double e = fabs(o[i] - ro[i]);
+            if (fabs(ro[i]) > maxo) maxo = fabs(ro[i]);
+            if (e > maxe) maxe = e;
+            if (bound && !(e <= 0x1p-8 * bd[i] + 0x1p-20 * fabs(ro[i])) && !over++) first = i;
+        }
+        CHECK(over == 0, "%s: %ld values beyond 2^-8 sum p|v|; first [%zu] = %.9g, want %.9g, sum p|v| %.3g", what, over,
+              first, o[first], ro[first], bd[first]);
+        rel = maxo > 0 ? maxe / maxo : maxe;
+    } else {
+        CHECK(0, "%s: reference: %s", what, err.msg);
+    }
+    free(o), free(ro), free(rl), free(bd), free(lse);
+    return rel;
+}
+
+/* Largest |o - ref| / max |ref| of kernel k on a. */
+static double rel_error(kiln_emu_kernel *k, prob *a) {
+    double *o = malloc(a->no * sizeof *o), *ro = malloc(a->no * sizeof *ro), *rl = malloc(a->nl * sizeof *rl);
+    float *lse = malloc(a->nl * sizeof *lse);
+    kiln_error err = {0};
+    double maxo = 0, maxe = 0;
+    if (run(k, a, o, lse) == KILN_OK && kiln_attn_reference(&a->p, a->q, a->k, a->v, ro, rl, &err) == KILN_OK)
+        for (size_t i = 0; i < a->no; i++) {
+            if (fabs(ro[i]) > maxo) maxo = fabs(ro[i]);
+            if (fabs(o[i] - ro[i]) > maxe) maxe = fabs(o[i] - ro[i]);
+        }
+    free(o), free(ro), free(rl), free(lse);
+    return maxo > 0 ? maxe / maxo : maxe;
+}
+
+static const int dims[] = {32, 64, 96, 128, 40};
+
+/* Random problems on every head_dim, causal and not, MHA/GQA/MQA, bf16 output. */
+static void random_plain(void) {
+    static const int shapes[][5] = {{1, 4, 2, 70, 130}, {2, 2, 1, 33, 100}, {1, 3, 3, 129, 65}};
+    int rot = 0;
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
+        for (int causal = 0; causal < 3; causal++) {
+            char spec[160], name[240];
+            snprintf(spec, sizeof spec, "attention dtype=bf16 head_dim=%d causal=%s path=mma", dims[di],
+                     causal == 0 ? "false" : causal == 1 ? "true" : "top_left");
+            const int *s = shapes[rot++ % 3];
+            snprintf(name, sizeof name, "%s sm_75 b=%d hq=%d hkv=%d sq=%d sk=%d", spec, s[0], s[1], s[2], s[3], s[4]);
+            TEST_BEGIN(name);
+            kiln_emu_kernel *k = load(spec, 75);
+            if (k) {
+                prob a;
+                prob_init(&a, dims[di], causal, KILN_BF16, s[0], s[1], s[2], s[3], s[4], 0);
+                fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
+                check_scaled(k, &a, 1, name);
+                prob_free(&a);
+                kiln_emu_kernel_free(k);
+            }
+            TEST_END();
+        }
+}
+
+/* The registry's runner (random inputs, the attention reference's model): the mask keys and split-KV. */
+static void registry_cases(void) {
+    static const struct {
+        const char *spec;
+        int rows, seq_k, hq, hkv, splits;
+        double wl, wr, cap;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=64 causal=true window=true softcap=true alibi=true path=mma", 100, 100, 4, 2, 0, 40, -1, 30},
+        {"attention dtype=bf16 head_dim=128 causal=top_left window=true path=mma", 70, 90, 2, 2, 0, 20, 5, 0},
+        {"attention dtype=bf16 head_dim=96 softcap=true path=mma", 40, 90, 2, 1, 0, 0, 0, 5},
+        {"attention dtype=bf16 head_dim=32 alibi=true causal=true path=mma", 40, 90, 4, 2, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true splitkv=true path=mma", 3, 300, 8, 2, 3, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=64 splitkv=true window=true path=mma", 2, 500, 4, 1, 4, 100, 0, 0},
+        {"attention dtype=bf16 out=f32 head_dim=64 causal=true path=mma", 90, 90, 2, 2, 0, 0, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        TEST_BEGIN(cases[i].spec);
+        kiln_case_opts o = {.sm = 75, .seed = 7 + i};
+        kiln_case_opts_set(&o, "rows", cases[i].rows);
+        kiln_case_opts_set(&o, "seq_k", cases[i].seq_k);
+        kiln_case_opts_set(&o, "heads_q", cases[i].hq);
+        kiln_case_opts_set(&o, "heads_kv", cases[i].hkv);
+        if (cases[i].splits) kiln_case_opts_set(&o, "splits", cases[i].splits);
+        if (strstr(cases[i].spec, "window")) {
+            kiln_case_opts_set(&o, "window_left", cases[i].wl);
+            kiln_case_opts_set(&o, "window_right", cases[i].wr);
+        }
+        if (cases[i].cap > 0) kiln_case_opts_set(&o, "softcap", cases[i].cap);
+        if (strstr(cases[i].spec, "alibi")) kiln_case_opts_set(&o, "alibi", 1);
+        kiln_error err = {0};
+        kiln_case *c = NULL;
+        kiln_status st = kiln_case_create(&c, gen, emu, cases[i].spec, &o, &err);
+        if (st == KILN_OK) st = kiln_case_run(c, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            long bad = kiln_case_check(c);
+            CHECK(bad == 0, "%ld bad values; first: %s", bad, kiln_case_output_at(c, 0)->first);
+        }
+        kiln_case_free(c);
+        TEST_END();
+    }
+}
+
+/* Error on random data, out=f32 (no output rounding): the scaled path against sm_80's bf16 mma (P in
+ * bf16) and sm_75's SIMT path (f32 throughout), on the same inputs; ordinary and wide-range data. */
+static void accuracy(void) {
+    kiln_emu_kernel *ks = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 75);
+    kiln_emu_kernel *kb = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 80);
+    kiln_emu_kernel *kt = load("attention dtype=bf16 out=f32 head_dim=64 path=simt", 75);
+    for (int wide = 0; wide < 2; wide++) {
+        TEST_BEGIN(wide ? "accuracy: wide-range random data (v over 2^-8..2^8)" : "accuracy: random data");
+        if (ks && kb && kt) {
+            prob a;
+            prob_init(&a, 64, 0, KILN_F32, 1, 2, 2, 64, 256, 0);
+            fill(a.q, a.nq, 2), fill(a.k, a.nk, 2);
+            if (wide) fill_wide(a.v, a.nv, -8, 8);
+            else fill(a.v, a.nv, 1);
+            double es = check_scaled(ks, &a, 1, "scaled"), eb = rel_error(kb, &a), et = rel_error(kt, &a);
+            printf("  max error / max |o|: f16-scaled sm_75 %.2e, bf16 mma sm_80 %.2e (%.1fx), SIMT sm_75 %.2e\n", es, eb,
+                   eb / es, et);
+            CHECK(es * 4 < eb, "the scaled path (%.3g) is not clearly more accurate than bf16 P (%.3g)", es, eb);
+            prob_free(&a);
+        }
+        TEST_END();
+    }
+    if (ks) kiln_emu_kernel_free(ks);
+    if (kb) kiln_emu_kernel_free(kb);
+    if (kt) kiln_emu_kernel_free(kt);
+}
+
+/* Issue 28's adversarial tiles, out=f32, against float64 and the bound 2^-8 sum p|v|. */
+static void adversarial(void) {
+    kiln_emu_kernel *k = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 75);
+    if (!k) return;
+    prob a;
+    int d = 64;
+
+    TEST_BEGIN("adversarial: V magnitudes 2^-30..2^30 in every tile");
+    prob_init(&a, d, 0, KILN_F32, 1, 2, 1, 40, 130, 0);
+    fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill_wide(a.v, a.nv, -30, 30);
+    check_scaled(k, &a, 1, "wide V");
+    prob_free(&a);
+    TEST_END();
+
+    TEST_BEGIN("adversarial: Q and K magnitudes 2^-30..2^30 (scale 2^-40)");
+    prob_init(&a, d, 0, KILN_F32, 1, 2, 2, 50, 100, 0x1p-40f);
+    fill_wide(a.q, a.nq, -30, 30), fill_wide(a.k, a.nk, -30, 30), fill(a.v, a.nv, 1);
+    check_scaled(k, &a, 1, "wide Q, K");
+    prob_free(&a);
+    TEST_END();
+
+    /* v 2^24: the tile spans less than 2^32 above the keys that matter; v 2^40: rows where the outlier
+     * has p ~ 0 are carried by entries 2^40 below it in its V tile, which only the low part (a second
+     * mma, attn_f16scaled.lua M.pv_lo) keeps */
+    for (int big = 24; big <= 40; big += 16) {
+        char name[100];
+        snprintf(name, sizeof name, "adversarial: one huge outlier key (k 2^20, v 2^%d) among ordinary keys", big);
+        TEST_BEGIN(name);
+        prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 30, 150, 0);
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1);
+        for (int c = 0; c < d; c++) {
+            kiln_emu_value_set(KILN_BF16, a.k, (size_t)(70 * d + c), 0x1p-20 * uniform());
+            kiln_emu_value_set(KILN_BF16, a.v, (size_t)(70 * d + c), ldexp(uniform(), big));
+        }
+        kiln_emu_value_set(KILN_BF16, a.k, (size_t)(70 * d), 0x1p20);
+        check_scaled(k, &a, 1, name);
+        prob_free(&a);
+        TEST_END();
+    }
+
+    /* one query; key 0: p = 2^-30 of key 1's, v = 2^30; key 1: v = 2^-10; the other 62 keys of the tile
+     * p ~ e^-200 (0 in f32), v = 0. float64: o = (1 + 2^-10) / (1 + 2^-30). */
+    TEST_BEGIN("adversarial: tiny p, huge v beside p ~ 1, tiny v in one tile");
+    prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 1, 64, 1);
+    kiln_emu_value_set(KILN_BF16, a.q, 0, 1);
+    kiln_emu_value_set(KILN_BF16, a.k, 0, -30 * log(2.0));
+    for (int j = 2; j < 64; j++) kiln_emu_value_set(KILN_BF16, a.k, (size_t)(j * d), -200);
+    for (int c = 0; c < d; c++) {
+        kiln_emu_value_set(KILN_BF16, a.v, (size_t)c, 0x1p30);
+        kiln_emu_value_set(KILN_BF16, a.v, (size_t)(d + c), 0x1p-10);
+    }
+    check_scaled(k, &a, 1, "tiny p huge v");
+    prob_free(&a);
+    TEST_END();
+    kiln_emu_kernel_free(k);
+}
+
+/* +-Inf and NaN in Q, K and V: the same non-finite outputs as the SIMT path, the finite ones close.
+ * (Not causal: a V entry of +-Inf at a key some row of a tile does not see meets P = 0 there, and
+ * 0 * Inf is NaN on every tiled path; which rows share a tile differs between the paths.) */
+static void nonfinite(void) {
+    kiln_emu_kernel *ks = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 75);
+    kiln_emu_kernel *kt = load("attention dtype=bf16 out=f32 head_dim=64 path=simt", 75);
+    if (!ks || !kt) return;
+    static const struct {
+        char t;
+        int at;
+        double v;
+    } plants[][3] = {
+        {{'k', 5 * 64 + 3, INFINITY}, {'v', 40 * 64 + 7, NAN}, {'q', 20 * 64 + 1, -INFINITY}},
+        {{'v', 3 * 64 + 9, INFINITY}, {'v', 70 * 64 + 9, -INFINITY}, {'k', 90 * 64, NAN}},
+    };
+    for (size_t pi = 0; pi < 2; pi++) {
+        char name[80];
+        snprintf(name, sizeof name, "Inf/NaN as the SIMT path (plant set %zu)", pi);
+        TEST_BEGIN(name);
+        prob a;
+        prob_init(&a, 64, 0, KILN_F32, 1, 1, 1, 100, 100, 0);
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1);
+        for (int i = 0; i < 3; i++) {
+            void *t = plants[pi][i].t == 'q' ? a.q : plants[pi][i].t == 'k' ? a.k : a.v;
+            kiln_emu_value_set(KILN_BF16, t, (size_t)plants[pi][i].at, plants[pi][i].v);
+        }
+        double *os = malloc(a.no * sizeof *os), *ot = malloc(a.no * sizeof *ot);
+        float *ls = malloc(a.nl * sizeof *ls), *lt = malloc(a.nl * sizeof *lt);
+        if (run(ks, &a, os, ls) == KILN_OK && run(kt, &a, ot, lt) == KILN_OK) {
+            long diff = 0, nonfin = 0;
+            for (size_t i = 0; i < a.no; i++) {
+                int same = isnan(os[i]) ? isnan(ot[i]) : isinf(os[i]) ? os[i] == ot[i] : isfinite(ot[i]) && fabs(os[i] - ot[i]) <= 0x1p-8;
+                nonfin += !isfinite(ot[i]);
+                diff += !same;
+            }
+            CHECK(nonfin > 0, "no non-finite output: the plants did not reach O");
+            CHECK(diff == 0, "%ld of %zu outputs differ from the SIMT path's", diff, a.no);
+        }
+        free(os), free(ot), free(ls), free(lt);
+        prob_free(&a);
+        TEST_END();
+    }
+    kiln_emu_kernel_free(ks);
+    kiln_emu_kernel_free(kt);
+}
+
+int main(void) {
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("setup failed: %s\nattention f16-scaled: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    random_plain();
+    registry_cases();
+    accuracy();
+    adversarial();
+    nonfinite();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return check_summary("attention f16-scaled");
+}
