@@ -61,6 +61,18 @@ expect "mma bf16 on sm_75 above head_dim 128" 2 "sm_75 runs bf16 on its f16 tens
     emit attention dtype=bf16 head_dim=256 path=mma --sm 75
 expect "mma bf16 on sm_75: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=bf16 head_dim=64 path=mma --sm 75
+for key in dropout=true varlen=true paged=true; do
+    expect "mma bf16 on sm_75 with $key: not built, named" 2 "is not built with $key yet; use path=auto or simt" -- \
+        emit attention dtype=bf16 head_dim=64 path=mma $key --sm 75
+done
+expect "mma bf16 on sm_75 with paged=true on sm_80: the bf16 tensor cores take it" 0 "mma.sync.aligned.m16n8k16" -- \
+    emit attention dtype=bf16 head_dim=64 path=mma paged=true --sm 80
+expect "dropout with varlen: not built, named" 2 "dropout=true with varlen=true is not built yet" -- \
+    emit attention dtype=f16 head_dim=64 dropout=true varlen=true --sm 80
+expect "paged with varlen: not built, named" 2 "paged=true with varlen=true is not built" -- \
+    emit attention dtype=f16 head_dim=64 paged=true varlen=true --sm 80
+expect "paged with dropout: not built, named" 2 "paged=true with dropout=true is not built" -- \
+    emit attention dtype=f16 head_dim=64 paged=true dropout=true --sm 80
 expect "run mma bf16 on sm_75, GQA, causal" 0 "PASS: every output within tolerance" -- \
     run attention dtype=bf16 head_dim=96 causal=true path=mma --sm 75 --rows 40 --seq-k 70 --heads 4:2
 # issue 24's mask keys through kiln run: --window L,R, --softcap C, --alibi (slopes 2^(-8(h+1)/H))
