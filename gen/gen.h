@@ -277,6 +277,7 @@ LLVMValueRef gen_to_f32(gen_builder *gb, LLVMValueRef bits, kiln_dtype from);
 LLVMValueRef gen_from_f32(gen_builder *gb, LLVMValueRef f, kiln_dtype to);
 void gen_register_convert(lua_State *L);
 /* gen_tensor.c */
+void gen_read_list(lua_State *L, int idx, int n, int kind, const char *what, LLVMValueRef *out); /* a Lua list of n values of kind */
 void gen_register_tensor(lua_State *L);
 /* gen_hopper.c */
 void gen_register_hopper(lua_State *L);

@@ -183,19 +183,6 @@ static lua_Integer int_opt(lua_State *L, int idx, const char *key, lua_Integer d
     return v;
 }
 
-/* Reads the n f32 (or i32) values of the list at idx into out. */
-static void read_values(lua_State *L, int idx, int n, int kind, const char *what, LLVMValueRef *out) {
-    if (!lua_istable(L, idx)) luaL_error(L, "%s must be a list of %d %s values", what, n, gen_kind_name(kind));
-    if ((int)luaL_len(L, idx) != n) luaL_error(L, "%s: expected %d values, got %d", what, n, (int)luaL_len(L, idx));
-    for (int i = 0; i < n; i++) {
-        lua_geti(L, idx, i + 1);
-        gen_value v = gen_arg(L, -1, kind);
-        if (v.kind != kind) luaL_error(L, "%s[%d] is %s, expected %s", what, i + 1, gen_kind_name(v.kind), gen_kind_name(kind));
-        out[i] = v.v;
-        lua_pop(L, 1);
-    }
-}
-
 static void push_values(lua_State *L, gen_builder *gb, LLVMValueRef st, int n) {
     lua_createtable(L, n, 0);
     for (int i = 0; i < n; i++) {
@@ -262,14 +249,14 @@ static int b_wgmma(lua_State *L) {
     LLVMTypeRef types[KILN_WGMMA_MAX_ACC + 8];
     lua_getfield(L, 2, "acc");
     bool has_acc = !lua_isnil(L, -1);
-    if (has_acc) read_values(L, lua_gettop(L), m, GEN_F32, "b:wgmma acc", args);
+    if (has_acc) gen_read_list(L, lua_gettop(L), m, GEN_F32, "b:wgmma acc", args);
     else
         for (int i = 0; i < m; i++) args[i] = LLVMConstReal(gb->f32, 0.0);
     for (na = 0; na < m; na++) types[na] = gb->f32;
     lua_getfield(L, 2, "a");
     bool rs = lua_istable(L, -1); /* values are userdata: a table is the register list */
     if (rs) {
-        read_values(L, lua_gettop(L), 4, GEN_I32, "b:wgmma a (registers)", args + na);
+        gen_read_list(L, lua_gettop(L), 4, GEN_I32, "b:wgmma a (registers)", args + na);
         for (int i = 0; i < 4; i++) types[na++] = gb->i32;
     } else {
         gen_value a = gen_arg(L, lua_gettop(L), -1);
@@ -318,7 +305,7 @@ static int b_wgmma_wait(lua_State *L) {
     LLVMValueRef args[KILN_WGMMA_MAX_ACC + 1];
     LLVMTypeRef types[KILN_WGMMA_MAX_ACC + 1];
     args[0] = LLVMConstInt(gb->i32, (unsigned long long)n, 0), types[0] = gb->i32;
-    read_values(L, 3, m, GEN_F32, "b:wgmma_wait values", args + 1);
+    gen_read_list(L, 3, m, GEN_F32, "b:wgmma_wait values", args + 1);
     for (int i = 1; i <= m; i++) types[i] = gb->f32;
     char name[64];
     snprintf(name, sizeof name, "kiln.wgmma.wait.f32x%d", m);
@@ -353,7 +340,7 @@ static int b_tma_load(lua_State *L) {
     args[n++] = LLVMBuildAddrSpaceCast(gb->b, dst.v, LLVMPointerTypeInContext(gb->ctx, 7), "tma.dst");
     args[n++] = bar.v;
     args[n++] = tm.v;
-    read_values(L, 4, rank, GEN_I32, "b:tma_load coordinates", args + n);
+    gen_read_list(L, 4, rank, GEN_I32, "b:tma_load coordinates", args + n);
     n += rank;
     args[n++] = LLVMConstInt(gb->i16, 0, 0); /* multicast mask, unused */
     args[n++] = LLVMConstInt(gb->i64, 0, 0); /* cache hint, unused */

@@ -77,9 +77,9 @@ static kiln_dtype half_dtype(lua_State *L, int idx) {
     return KILN_F16;
 }
 
-/* Reads n values of kind from the table at idx into out. */
-static void read_list(lua_State *L, int idx, int n, int kind, const char *what, LLVMValueRef *out) {
-    luaL_checktype(L, idx, LUA_TTABLE);
+/* Reads the n values of kind in the Lua list at idx into out (gen.h); a template error names `what`. */
+void gen_read_list(lua_State *L, int idx, int n, int kind, const char *what, LLVMValueRef *out) {
+    if (!lua_istable(L, idx)) luaL_error(L, "%s must be a list of %d %s values", what, n, gen_kind_name(kind));
     if ((int)luaL_len(L, idx) != n) luaL_error(L, "%s: expected %d values, got %d", what, n, (int)luaL_len(L, idx));
     for (int i = 0; i < n; i++) {
         lua_geti(L, idx, i + 1);
@@ -140,9 +140,9 @@ static int b_mma(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     kiln_dtype dt = half_dtype(L, 2);
     LLVMValueRef a[4], b[2], c[4];
-    read_list(L, 3, 4, GEN_I32, "mma a", a);
-    read_list(L, 4, 2, GEN_I32, "mma b", b);
-    read_list(L, 5, 4, GEN_F32, "mma c", c);
+    gen_read_list(L, 3, 4, GEN_I32, "mma a", a);
+    gen_read_list(L, 4, 2, GEN_I32, "mma b", b);
+    gen_read_list(L, 5, 4, GEN_F32, "mma c", c);
     if (gb->t->mma_m16n8k16) {
         need_ptx(gb, GEN_FEAT_MMA_M16N8K16);
         mma_call(gb, dt == KILN_F16 ? "llvm.nvvm.mma.m16n8k16.row.col.f32.f32" : "llvm.nvvm.mma.m16n8k16.row.col.bf16",

@@ -29,6 +29,23 @@ static kiln_status check_varlen(const char *what, int batch, int max_q, int max_
     return KILN_OK;
 }
 
+/* The shape values the forward and the backward both check (grad: the backward's gradient dtype, or the
+ * out dtype again for the forward). */
+static kiln_status check_shape(const char *what, kiln_dtype dtype, kiln_dtype out, kiln_dtype grad, int batch, int seq_q,
+                               int seq_k, int heads_q, int heads_kv, float scale, kiln_error *err) {
+    if (!kiln_dtype_name(dtype) || !kiln_dtype_name(out) || !kiln_dtype_name(grad))
+        return kiln_fail(err, KILN_EINVAL, "%s: dtypes must be f32, f16 or bf16", what);
+    if (batch < 0 || seq_q < 0 || seq_k < 0)
+        return kiln_fail(err, KILN_EINVAL, "%s: batch (%d), seq_q = max_seqlen_q (%d) and seq_k = max_seqlen_k (%d) must "
+                         "be >= 0", what, batch, seq_q, seq_k);
+    if (heads_q < 1 || heads_kv < 1 || heads_q % heads_kv)
+        return kiln_fail(err, KILN_EINVAL, "%s: heads_q (%d) must be a positive multiple of heads_kv (%d)", what, heads_q,
+                         heads_kv);
+    if (!(scale >= 0) || isinf(scale))
+        return kiln_fail(err, KILN_EINVAL, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", what);
+    return KILN_OK;
+}
+
 /* A packed tensor's launch strides: {token, head, 1} from stride[1], stride[2]; none when both are 0. */
 static void packed(kiln_launch_tensor *t, const char *name, kiln_devptr ptr, const int64_t s[3]) {
     *t = (kiln_launch_tensor){.name = name, .ptr = ptr};
@@ -54,20 +71,13 @@ kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args
                                           kiln_error *err) {
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_forward_varlen: NULL argument");
     const char *what = "attention varlen";
-    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype))
-        return kiln_fail(err, KILN_EINVAL, "%s: dtypes must be f32, f16 or bf16", what);
-    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
-        return kiln_fail(err, KILN_EINVAL, "%s: batch (%d), seq_q = max_seqlen_q (%d) and seq_k = max_seqlen_k (%d) must "
-                         "be >= 0", what, a->batch, a->seq_q, a->seq_k);
-    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
-        return kiln_fail(err, KILN_EINVAL, "%s: heads_q (%d) must be a positive multiple of heads_kv (%d)", what, a->heads_q,
-                         a->heads_kv);
-    if (!(a->scale >= 0) || isinf(a->scale))
-        return kiln_fail(err, KILN_EINVAL, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", what);
+    kiln_status st = check_shape(what, a->dtype, a->out_dtype, a->out_dtype, a->batch, a->seq_q, a->seq_k, a->heads_q,
+                                 a->heads_kv, a->scale, err);
+    if (st != KILN_OK) return st;
     const kiln_devptr ptrs[4] = {a->q, a->k, a->v, a->o};
     for (int t = 0; t < 4; t++)
         if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %c must be a device pointer, not 0", what, "qkvo"[t]);
-    kiln_status st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 0, err);
+    st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 0, err);
     if (st == KILN_OK) st = rt_attn_check_mask(what, a->causal, &a->mask, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
     char spec[KILN_SPEC_MAX];
@@ -108,16 +118,9 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
                                            kiln_error *err) {
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward_varlen: NULL argument");
     const char *what = "attention backward varlen";
-    if (!kiln_dtype_name(a->dtype) || !kiln_dtype_name(a->out_dtype) || !kiln_dtype_name(a->grad_dtype))
-        return kiln_fail(err, KILN_EINVAL, "%s: dtypes must be f32, f16 or bf16", what);
-    if (a->batch < 0 || a->seq_q < 0 || a->seq_k < 0)
-        return kiln_fail(err, KILN_EINVAL, "%s: batch (%d), seq_q = max_seqlen_q (%d) and seq_k = max_seqlen_k (%d) must "
-                         "be >= 0", what, a->batch, a->seq_q, a->seq_k);
-    if (a->heads_q < 1 || a->heads_kv < 1 || a->heads_q % a->heads_kv)
-        return kiln_fail(err, KILN_EINVAL, "%s: heads_q (%d) must be a positive multiple of heads_kv (%d)", what, a->heads_q,
-                         a->heads_kv);
-    if (!(a->scale >= 0) || isinf(a->scale))
-        return kiln_fail(err, KILN_EINVAL, "%s: scale must be finite and >= 0 (0: 1/sqrt(head_dim))", what);
+    kiln_status st = check_shape(what, a->dtype, a->out_dtype, a->grad_dtype, a->batch, a->seq_q, a->seq_k, a->heads_q,
+                                 a->heads_kv, a->scale, err);
+    if (st != KILN_OK) return st;
     static const char *const names[8] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
     const kiln_devptr ptrs[8] = {a->q, a->k, a->v, a->o, a->dout, a->dq, a->dk, a->dv};
     const int64_t *strides[8] = {a->stride_q, a->stride_k, a->stride_v, a->stride_o, a->stride_dout, a->stride_dq,
@@ -125,7 +128,7 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
     for (int t = 0; t < 8; t++)
         if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %s must be a device pointer, not 0", what, names[t]);
     if (!a->lse) return kiln_fail(err, KILN_EINVAL, "%s: lse (the forward's log-sum-exp) must be given", what);
-    kiln_status st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 1, err);
+    st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 1, err);
     if (st != KILN_OK) return st;
     size_t need = kiln_attention_backward_varlen_workspace(a, vl);
     if (need && !a->workspace)
