@@ -232,7 +232,7 @@ int emu_paged_check(const emu_paged *c, const kiln_attn_problem *p, const void *
         for (int i = 0; i < 2; i++) {
             if (r.max_abs[i] > out[i].max_abs) out[i].max_abs = r.max_abs[i];
             if (r.worst[i] > out[i].worst) out[i].worst = r.worst[i];
-            if (r.bad[i] && !out[i].bad) snprintf(out[i].first, sizeof out[i].first, "batch %d: %s", b, r.first[i]);
+            if (r.bad[i] && !out[i].bad) snprintf(out[i].first, sizeof out[i].first, "batch %d: %.220s", b, r.first[i]);
             out[i].bad += r.bad[i];
         }
     }

@@ -213,7 +213,7 @@ void emu_attn_varlen_prepare(kiln_case *c) {
 static void merge(kiln_case_output *o, double max_abs, double worst, long bad, const char *first, int b) {
     if (max_abs > o->max_abs) o->max_abs = max_abs;
     if (worst > o->worst) o->worst = worst;
-    if (bad && !o->bad) snprintf(o->first, sizeof o->first, "sequence %d: %s", b, first);
+    if (bad && !o->bad) snprintf(o->first, sizeof o->first, "sequence %d: %.220s", b, first);
     o->bad += bad;
 }
 
