@@ -63,7 +63,7 @@ kiln_status emu_log_snapshot(const emu_log *log, emu_snapshot *s, kiln_error *er
         emu_snapshot_free(s);
         return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory comparing runs");
     }
-    memcpy(sorted, log->e, log->n * sizeof *sorted);
+    if (log->n) memcpy(sorted, log->e, log->n * sizeof *sorted); /* a launch that stored nothing has no log */
     qsort(sorted, log->n, sizeof *sorted, by_addr);
     size_t total = 0;
     for (size_t i = 0; i < log->n; i++) {
