@@ -124,3 +124,13 @@ def attention_reference(q, k, v, causal, scale=None):
     lse = np.where(den[..., 0] > 0, np.log(np.where(den[..., 0] > 0, den[..., 0], 1)) + mx[..., 0], np.inf)
     p = np.divide(p, den, out=np.zeros_like(p), where=den > 0)
     return np.einsum("bhqk,bkhd->bqhd", p, v), lse
+
+
+@pytest.fixture
+def emu():
+    """kiln.torch.emulated() around a test: kiln's kernels run on CPU tensors through the emulator (the torch
+    test modules skip themselves where torch is missing)."""
+    import kiln.torch as kt
+    with kt.emulated() as e:
+        yield e
+

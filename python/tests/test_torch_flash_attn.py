@@ -21,12 +21,6 @@ from kiln.flash_attn import flash_attn_func  # noqa: E402,F401  (the drop-in imp
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
-@pytest.fixture
-def emu():
-    with kt.emulated() as e:
-        yield e
-
-
 def ref_attention(q, k, v, causal=False, window=(-1, -1), softcap=0.0, alibi=None, scale=None):
     """FlashAttention's definition in float64: q (b, sq, hq, d), k/v (b, sk, hkv, d); causal and window bottom-right
     aligned; rows that see no key give out 0 and lse +inf. Returns (out, lse (b, hq, sq))."""

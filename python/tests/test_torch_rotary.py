@@ -35,12 +35,6 @@ def reference(x, cos, sin, interleaved, positions):
     return torch.cat((out, x[..., r:]), dim=-1)
 
 
-@pytest.fixture
-def emu():
-    with kt.emulated() as e:
-        yield e
-
-
 @pytest.mark.parametrize("dtype,interleaved,rdim", [(torch.float32, False, 64), (torch.float16, True, 32),
                                                     (torch.bfloat16, False, 16)])
 def test_forward_matches_float64(emu, dtype, interleaved, rdim):

@@ -15,12 +15,6 @@ F = torch.nn.functional
 TOL = {torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
 
-@pytest.fixture
-def emu():
-    with kt.emulated() as e:
-        yield e
-
-
 def _close(got, ref, dtype, what, scale=1.0):
     tol = TOL[dtype] * scale
     torch.testing.assert_close(got.double(), ref.detach().double(), rtol=tol, atol=tol * max(ref.abs().max().item(), 1),

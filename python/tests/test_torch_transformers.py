@@ -31,12 +31,6 @@ MODELS_PY = next((p for p in (os.path.join(os.path.dirname(__file__), "..", ".."
                  "bench/gpu/models.py")
 
 
-@pytest.fixture
-def emu():
-    with kt.emulated() as e:
-        yield e
-
-
 def eager(q, k, v, keep, scaling, softcap=None):
     """transformers' eager attention in float64: q [b, hq, sq, d], k/v [b, hkv, sk, d], keep [b, 1, sq, sk]; rows
     with no key give 0. Returns [b, sq, hq, d] as attention functions do."""
