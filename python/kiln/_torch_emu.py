@@ -73,6 +73,11 @@ def _slopes(t):
     return None if t is None else _np(t.contiguous(), "attention: alibi_slopes")
 
 
+def _idx(t):
+    """An int32 index tensor (cu_seqlens, block_table, ...; or None) as the numpy array kiln.emulate takes."""
+    return None if t is None else t.detach().to(torch.int32).contiguous().numpy()
+
+
 def _hidden_rows(x, what):
     if x.dim() == 0 or x.shape[-1] == 0:
         raise KilnArgumentError("%s: x must be [..., hidden] with hidden >= 1, got shape %s" % (what, list(x.shape)))
@@ -241,6 +246,58 @@ class EmulatedRuntime:
                                            dropout=dropout)
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
+
+    # ---- varlen and paged KV cache (kiln.Runtime's _rt_varlen.py calls) ----
+
+    def attention_varlen(self, o, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lse=None,
+                         causal=False, scale=None, stream=None, seqused_k=None, window=None, softcap=None,
+                         alibi_slopes=None):
+        """Packed q, k, v, o [total, heads, head_dim]; lse f32 [heads_q, total_q]; as kiln.emulate.attention_varlen."""
+        w = "attention_varlen"
+        out, lse_out = emulate.attention_varlen(
+            *(_np(t, "%s: %s" % (w, n)) for t, n in ((q, "q"), (k, "k"), (v, "v"))), _idx(cu_seqlens_q),
+            _idx(cu_seqlens_k), max_seqlen_q, max_seqlen_k, causal=causal, sm=self.sm, scale=scale,
+            out_dtype=_name(o, w + ": o"), return_lse=True, window=window, softcap=softcap,
+            alibi_slopes=_slopes(alibi_slopes), seqused_k=_idx(seqused_k))
+        _store(o, out)
+        _store(lse, lse_out)
+
+    def attention_varlen_backward_workspace(self, *args, **kwargs):
+        return 0  # emulate.attention_varlen_backward keeps its delta and dQ accumulator in private buffers
+
+    def attention_varlen_backward(self, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
+                                  max_seqlen_k, causal=False, scale=None, deterministic=False, workspace=None,
+                                  stream=None, window=None, softcap=None, alibi_slopes=None):
+        w = "attention_varlen_backward"
+        arrs = [_np(t, "%s: %s" % (w, n)) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"), (o, "o"),
+                                                       (lse, "lse"))]
+        grads = emulate.attention_varlen_backward(
+            *arrs[:4], _idx(cu_seqlens_q), _idx(cu_seqlens_k), o=arrs[4], lse=arrs[5], max_seqlen_q=max_seqlen_q,
+            max_seqlen_k=max_seqlen_k, causal=causal, sm=self.sm, scale=scale, deterministic=deterministic,
+            grad_dtype=_name(dq, w + ": dq"), window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
+        for t, a in zip((dq, dk, dv), grads):
+            _store(t, a)
+
+    def attention_kvcache_workspace(self, *args, **kwargs):
+        return 1, 0  # one split: the emulated path runs the unsplit kernel
+
+    def attention_kvcache(self, o, q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx=None,
+                          cache_leftpad=None, k_new=None, v_new=None, seq_k=0, lse=None, causal=False, scale=None,
+                          stream=None, splits=0, workspace=None, window=None, softcap=None, alibi_slopes=None):
+        """As kiln.emulate.attention_kvcache; the appended keys and values land in k_cache and v_cache."""
+        w = "attention_kvcache"
+        caches = [_input(t, "%s: %s" % (w, n)) for t, n in ((k_cache, "k_cache"), (v_cache, "v_cache"))]
+        new = [None if t is None else _np(t, "%s: %s" % (w, n)) for t, n in ((k_new, "k_new"), (v_new, "v_new"))]
+        out, lse_out = emulate.attention_kvcache(
+            _np(q, w + ": q"), *caches, _idx(block_table), _idx(cache_seqlens), _idx(cache_batch_idx),
+            _idx(cache_leftpad), *new, causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, w + ": o"),
+            return_lse=True, window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
+        if k_new is not None:
+            for t, a in zip((k_cache, v_cache), caches):
+                if a.ctypes.data != t.data_ptr():  # the kernel appended into a copy
+                    _store(t, a)
+        _store(o, out)
+        _store(lse, lse_out)
 
     def rotary(self, out, x, cos, sin, offsets, cu_seqlens, interleaved, offset, max_seqlen, conjugate):
         """The rotary family on x (out None: in place), as kiln.emulate.apply_rotary_emb runs it."""

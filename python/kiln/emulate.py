@@ -547,3 +547,4 @@ def check(spec, sm=80, rows=None, hidden=None, seq_k=None, batch=None, heads=Non
 
 
 from ._attn_varlen import attention_varlen, attention_varlen_backward  # noqa: E402  (varlen=true, packed sequences)
+from ._attn_paged import attention_kvcache  # noqa: E402  (paged=true, append=true: a paged KV cache)

@@ -22,6 +22,7 @@ from typing import Optional, Tuple
 
 import torch
 
+from . import _fa_varlen
 from . import torch as kt
 from .errors import KilnArgumentError
 
@@ -364,6 +365,9 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if slopes is not None and slopes.dim() == 2 and slopes.shape[0] != batch:
         _fail(fn, "alibi_slopes has %d rows for %d sequences" % (slopes.shape[0], batch))
     _check_grad(fn, q.shape[-1], (q, k, v))
+    if table is None and p == 0:  # kiln's varlen kernels; dropout and paged varlen are not built there (composite)
+        return _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, bq[-1], bk[-1], max_seqlen_q, max_seqlen_k, opts,
+                              deterministic)
     outs, lses = [], []
     for i in range(batch):
         lq = bq[i + 1] - bq[i]
@@ -386,6 +390,20 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if not outs:
         return q.new_zeros(q.shape), torch.empty((q.shape[1], 0), dtype=torch.float32, device=q.device)
     return torch.cat(outs, 0), torch.cat(lses, 1)
+
+
+def _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, tq, tk, max_seqlen_q, max_seqlen_k, opts, deterministic):
+    """out, lse of kiln::flash_attention_varlen (one launch for every sequence); rows past cu_seqlens_q[-1] are 0
+    (lse +inf), as on the composite path."""
+    scale, causal, wl, wr, cap, slopes, _p = opts
+    cu_q, cu_k = (c.to(torch.int32) for c in (cu_seqlens_q, cu_seqlens_k))
+    out, lse = _fa_varlen.flash_attention_varlen(q[:tq], k[:tk], v[:tk], cu_q, cu_k, max_seqlen_q, max_seqlen_k,
+                                                 slopes, causal, wl, wr, cap, scale, deterministic)
+    pad = q.shape[0] - tq
+    if pad:
+        out = torch.cat([out, out.new_zeros((pad,) + tuple(out.shape[1:]))], 0)
+        lse = torch.cat([lse, lse.new_full((lse.shape[0], pad), math.inf)], 1)
+    return out, lse
 
 
 def _varlen(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, dropout_p, softmax_scale, causal,

@@ -18,6 +18,7 @@ import warnings
 from . import _arrays, _extents, _lib
 from ._gen import sm_name, spec_values
 from ._attn_keys import CAUSAL_CODE, Keys, causal_value
+from ._rt_varlen import VarlenRuntime
 from .errors import KilnArgumentError, KilnError
 
 _DTYPE_CODE = {"f32": 0, "f16": 1, "bf16": 2}
@@ -274,7 +275,7 @@ class Prepare:
         return "<kiln.Prepare of %d specs%s>" % (self._n, "" if self._ptr else ", finished")
 
 
-class Runtime:
+class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.py
     """``kiln.Runtime(device=0, cache_dir=None, disk_cache=True)``: the CUDA driver, one device's primary
     context, kiln's caches and bundles. Without libkiln (a runtime-only install) kernels come from
     bundles and the disk cache only."""
