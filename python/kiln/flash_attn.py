@@ -466,8 +466,36 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 # ---- KV cache: the composite path (append and rotary by tensor writes and kiln's rotary op, then attention) ----
 
 
+def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits):
+    """out, lse of kiln::flash_attention_kvcache (the paged kernel, appending k and v in the same launch), or None
+    where it does not apply: pages the kernels do not take (_fa_varlen.page_fits), a dense cache whose rows no page
+    size divides (or not evenly strided). A dense cache runs as pages of its own rows (_fa_varlen.dense_as_pages)."""
+    if table is None:
+        kp, vp = _fa_varlen.dense_as_pages(k_cache), _fa_varlen.dense_as_pages(v_cache)
+        if kp is None or vp is None or kp[0].shape != vp[0].shape:
+            return None
+        (k_pages, block_table), (v_pages, _) = kp, vp
+        bidx = torch.tensor(batch_idx, dtype=torch.int32, device=q.device)
+    else:
+        if not _fa_varlen.page_fits(k_cache.shape[1]):
+            return None
+        k_pages, v_pages, bidx = k_cache, v_cache, None
+        block_table = torch.tensor(table, dtype=torch.int32, device=q.device)
+    scale, causal, wl, wr, cap, slopes, _p = opts
+    keys = [n for n, on in (("append", k is not None), ("window", (wl, wr) != (-1, -1)), ("softcap", cap > 0),
+                            ("alibi", slopes is not None)) if on]
+    if _fa_varlen.paged_refuses(keys):
+        return None
+    sn = k.shape[1] if k is not None else 0
+    seq_k = max((s - lp + sn for s, lp in zip(seqlens, leftpads)), default=0)
+    cs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)
+    lp = torch.tensor(leftpads, dtype=torch.int32, device=q.device) if any(leftpads) else None
+    return _fa_varlen.flash_attention_kvcache(q, k_pages, v_pages, k, v, block_table, cs, bidx, lp, slopes, causal,
+                                              wl, wr, cap, scale, seq_k, num_splits)
+
+
 def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, batch_idx, table, opts,
-                     rotary_interleaved, leftpads=None):
+                     rotary_interleaved, leftpads=None, num_splits=0):
     """out (batch_size, seqlen_q, nheads, headdim) and softmax_lse (batch_size, nheads, seqlen_q) of decoding
     against a KV cache: the composite path. New keys k (rotated by kiln's rotary op at positions cache_seqlens + s
     when rotary_cos is given; q too, at the same positions when causal or windowed, else all at cache_seqlens)
@@ -489,6 +517,9 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
             q = kt.apply_rotary_emb(q.reshape(b, 1, sq * q.shape[2], q.shape[3]), rotary_cos, rotary_sin,
                                     interleaved=rotary_interleaved, seqlen_offsets=offs).reshape(q.shape)
     lengths = [s + sn for s in seqlens]
+    got = _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits)
+    if got is not None:
+        return got
     if k is not None:
         for i in range(b):
             if table is None:
@@ -604,5 +635,5 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
             _fail(fn, "cache_leftpad=%s must be 0 .. cache_seqlens=%s for each sequence" % (leftpads, seqlens))
     with torch.no_grad():
         out, lse = _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, batch_idx, table,
-                                    opts, rotary_interleaved, leftpads)
+                                    opts, rotary_interleaved, leftpads, num_splits)
     return (out, lse) if return_softmax_lse else out

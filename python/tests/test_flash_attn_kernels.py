@@ -1,0 +1,266 @@
+"""kiln.flash_attn's varlen and KV-cache functions on kiln's varlen and paged kernels (kiln::flash_attention_varlen,
+_backward and kiln::flash_attention_kvcache), under kiln.torch.emulated() on real torch: float64 references per
+sequence, one kernel launch per call (spied), the composite path only where the kernels refuse, opcheck."""
+
+import pytest
+
+torch = pytest.importorskip("torch", reason="torch is not installed (make setup installs the pinned one)")
+
+import kiln._torch_emu as emu_rt  # noqa: E402
+import kiln.flash_attn as fa  # noqa: E402
+from test_torch_flash_attn import _close, _rotate, ref_attention  # noqa: E402
+
+
+@pytest.fixture
+def launches(monkeypatch):
+    """Counts the emulated runtime's calls by method: which kernels ran (varlen, kvcache, or the dense one)."""
+    seen = {}
+    for name in ("attention", "attention_varlen", "attention_varlen_backward", "attention_kvcache"):
+        real = getattr(emu_rt.EmulatedRuntime, name)
+
+        def spy(self, *a, _real=real, _name=name, **kw):
+            seen[_name] = seen.get(_name, 0) + 1
+            return _real(self, *a, **kw)
+        monkeypatch.setattr(emu_rt.EmulatedRuntime, name, spy)
+    return seen
+
+
+def _cu(lens):
+    return torch.tensor([0] + torch.tensor(lens).cumsum(0).tolist(), dtype=torch.int32)
+
+
+def _packed(lens_q, lens_k, hq, hkv, d, dtype, seed):
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(sum(lens_q), hq, d, generator=g).to(dtype)
+    k = torch.randn(sum(lens_k), hkv, d, generator=g).to(dtype)
+    v = torch.randn(sum(lens_k), hkv, d, generator=g).to(dtype)
+    return q, k, v
+
+
+def _per_sequence(q, k, v, lens_q, lens_k, **kw):
+    """float64 FlashAttention per sequence, packed back: (out (total_q, hq, d), lse (hq, total_q))."""
+    outs, lses, a, c = [], [], 0, 0
+    for lq, lk in zip(lens_q, lens_k):
+        o, lse = ref_attention(q[a:a + lq][None], k[c:c + lk][None], v[c:c + lk][None], **kw)
+        outs.append(o[0])
+        lses.append(lse[0])
+        a, c = a + lq, c + lk
+    return torch.cat(outs), torch.cat(lses, 1)
+
+
+# ---- varlen ----
+
+
+@pytest.mark.parametrize("causal,window,det", [(True, (-1, -1), False), (False, (5, 2), True)])
+def test_varlen_kernel_forward_backward_vs_float64(emu, launches, causal, window, det):
+    """Lengths 0, 1, odd and long (past one 64-key tile), GQA: one varlen launch forward, one backward, no dense
+    launch; output, lse and gradients within f16 tolerance of float64 per sequence."""
+    lq, lk = [0, 1, 7, 70], [3, 1, 9, 75]
+    q, k, v = _packed(lq, lk, 4, 2, 32, torch.float16, seed=21)
+    for t in (q, k, v):
+        t.requires_grad_()
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), max(lq), max(lk), causal=causal,
+                                            window_size=window, deterministic=det, return_attn_probs=True)
+    qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref, ref_lse = _per_sequence(qr, kr, vr, lq, lk, causal=causal, window=window)
+    _close(out, ref, torch.float16, "out")
+    _close(lse, ref_lse, torch.float32, "lse", 30)
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(22)).half()
+    out.backward(dout)
+    ref.backward(dout.double())
+    for n, t, r in (("dq", q, qr), ("dk", k, kr), ("dv", v, vr)):
+        _close(t.grad, r.grad, torch.float16, n, 4)
+    assert launches == {"attention_varlen": 1, "attention_varlen_backward": 1}, launches
+
+
+def test_varlen_kernel_softcap_alibi_and_rows_past_the_last_sequence(emu, launches):
+    """bf16, softcap and per-sequence ALiBi rows; q and k hold rows past cu_seqlens[-1]: out 0 and lse +inf there,
+    and their gradients 0."""
+    lq, lk = [5, 3], [6, 4]
+    q, k, v = _packed(lq + [2], lk + [3], 2, 1, 32, torch.bfloat16, seed=23)
+    slopes = torch.tensor([[0.5, 0.25], [0.1, 0.2]])
+    q.requires_grad_()
+    out, lse, _ = fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), 5, 6, causal=True, softcap=3.0,
+                                            alibi_slopes=slopes, return_attn_probs=True)
+    refs = [ref_attention(q[a:a + n][None], k[c:c + m][None], v[c:c + m][None], True, (-1, -1), 3.0, slopes[i])[0][0]
+            for i, (a, n, c, m) in enumerate(((0, 5, 0, 6), (5, 3, 6, 4)))]
+    _close(out[:8], torch.cat(refs), torch.bfloat16, "out")
+    assert torch.equal(out[8:], torch.zeros_like(out[8:])) and torch.isinf(lse[:, 8:]).all()
+    out.float().sum().backward()
+    assert torch.equal(q.grad[8:], torch.zeros_like(q.grad[8:]))
+    assert launches["attention_varlen"] == 1 and "attention" not in launches, launches
+
+
+def test_varlen_dropout_and_block_table_stay_composite(emu, launches):
+    """The combinations kiln's varlen kernel does not build (dropout; paged keys) run one dense launch per
+    sequence, as before."""
+    lq = [3, 4]
+    q, k, v = _packed(lq, lq, 2, 2, 32, torch.float16, seed=24)
+    fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lq), 4, 4, dropout_p=0.2)
+    assert launches == {"attention": 2}, launches
+
+
+def test_planted_bug_a_shifted_sequence_bound_fails_the_reference(emu):
+    """The check has teeth: cu_seqlens_k with one bound moved by a key (a bug the kernel path could have) gives an
+    output the per-sequence float64 reference rejects."""
+    lq = lk = [5, 6]
+    q, k, v = _packed(lq, lk, 2, 2, 32, torch.float16, seed=25)
+    ref, _ = _per_sequence(q, k, v, lq, lk, causal=True)
+    bad = torch.tensor([0, 4, 11], dtype=torch.int32)
+    out = fa.flash_attn_varlen_func(q, k, v, _cu(lq), bad, 6, 7, causal=True)
+    with pytest.raises(AssertionError):
+        _close(out, ref, torch.float16, "out")
+
+
+# ---- KV cache ----
+
+
+def _paged_cache(dense, table, page):
+    """The paged form (num_blocks, page, hkv, d) of dense caches (b, max_blocks * page, hkv, d) under block_table."""
+    b, nblk = table.shape
+    pages = torch.zeros((int(table.max()) + 2, page) + tuple(dense.shape[2:]), dtype=dense.dtype)
+    for i in range(b):
+        for j in range(nblk):
+            pages[table[i, j]] = dense[i, j * page:(j + 1) * page]
+    return pages
+
+
+def test_kvcache_paged_shuffled_pages_append_leftpad(emu, launches):
+    """Pages of 16 in shuffled order, 2 new tokens appended in the kernel, cache_leftpad, GQA, causal: one paged
+    launch; the new keys land in the pages their positions map to; out and lse match float64."""
+    g = torch.Generator().manual_seed(31)
+    b, hq, hkv, d, page, nblk, sn = 2, 4, 2, 32, 16, 3, 2
+    dense_k = torch.randn(b, nblk * page, hkv, d, generator=g).half()
+    dense_v = torch.randn(b, nblk * page, hkv, d, generator=g).half()
+    table = torch.tensor([[4, 0, 6], [1, 5, 3]], dtype=torch.int32)
+    pk, pv = _paged_cache(dense_k, table, page), _paged_cache(dense_v, table, page)
+    q = torch.randn(b, sn, hq, d, generator=g).half()
+    k = torch.randn(b, sn, hkv, d, generator=g).half()
+    v = torch.randn(b, sn, hkv, d, generator=g).half()
+    lens, pads = torch.tensor([20, 33], dtype=torch.int32), torch.tensor([3, 0], dtype=torch.int32)
+    out, lse = fa.flash_attn_with_kvcache(q, pk, pv, k, v, cache_seqlens=lens, cache_leftpad=pads, block_table=table,
+                                          causal=True, return_softmax_lse=True)
+    assert launches == {"attention_kvcache": 1}, launches
+    for i, (s, lp) in enumerate(zip(lens.tolist(), pads.tolist())):
+        for t in range(sn):
+            p = s + t
+            assert torch.equal(pk[table[i, p // page], p % page], k[i, t])
+            assert torch.equal(pv[table[i, p // page], p % page], v[i, t])
+        keys = torch.cat([dense_k[i, lp:s], k[i]]).double()
+        vals = torch.cat([dense_v[i, lp:s], v[i]]).double()
+        ref, ref_lse = ref_attention(q[i:i + 1], keys[None], vals[None], True)
+        _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
+        _close(lse[i], ref_lse[0], torch.float32, "lse %d" % i, 60)
+
+
+def test_kvcache_dense_batch_idx_window_alibi_as_pages(emu, launches):
+    """A dense cache (32 positions: pages of its own rows) picked by cache_batch_idx, one new token, then window and
+    ALiBi without new keys: one paged launch each; the cache rows not picked are untouched."""
+    g = torch.Generator().manual_seed(32)
+    kc = torch.randn(3, 32, 1, 32, generator=g).to(torch.bfloat16)
+    vc = torch.randn(3, 32, 1, 32, generator=g).to(torch.bfloat16)
+    q = torch.randn(2, 1, 2, 32, generator=g).to(torch.bfloat16)
+    k = torch.randn(2, 1, 1, 32, generator=g).to(torch.bfloat16)
+    v = torch.randn(2, 1, 1, 32, generator=g).to(torch.bfloat16)
+    idx, lens = torch.tensor([2, 0], dtype=torch.int32), torch.tensor([9, 30], dtype=torch.int32)
+    slopes = torch.tensor([0.3, 0.05])
+    kc0, vc0 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, cache_seqlens=lens, cache_batch_idx=idx, causal=True,
+                                     window_size=(6, 0))
+    assert launches == {"attention_kvcache": 1}, launches
+    assert torch.equal(kc[1], kc0[1]) and torch.equal(vc[1], vc0[1])
+    for i, (j, s) in enumerate(zip(idx.tolist(), lens.tolist())):
+        assert torch.equal(kc[j, s], k[i, 0]) and torch.equal(vc[j, s], v[i, 0])
+        keys, vals = kc[j, :s + 1], vc[j, :s + 1]
+        ref, _ = ref_attention(q[i:i + 1], keys[None], vals[None], True, (6, 0), 0.0, None)
+        _close(out[i], ref[0], torch.bfloat16, "out %d" % i)
+    out = fa.flash_attn_with_kvcache(q, kc, vc, cache_seqlens=lens + 1, cache_batch_idx=idx, causal=True,
+                                     window_size=(6, 0), alibi_slopes=slopes)
+    assert launches == {"attention_kvcache": 2}, launches
+    for i, (j, s) in enumerate(zip(idx.tolist(), lens.tolist())):
+        ref, _ = ref_attention(q[i:i + 1], kc[j:j + 1, :s + 1], vc[j:j + 1, :s + 1], True, (6, 0), 0.0, slopes)
+        _close(out[i], ref[0], torch.bfloat16, "out %d" % i)
+
+
+def test_kvcache_rotary_runs_kilns_rotary_then_the_append_kernel(emu, launches):
+    """Rotary in the append is not in the kernel yet: kiln's rotary op rotates k and q, then the paged kernel
+    appends and attends (no dense launch)."""
+    g = torch.Generator().manual_seed(33)
+    b, hq, d, sn = 2, 2, 32, 2
+    kc = torch.randn(b, 16, 1, d, generator=g).half()
+    vc = torch.randn(b, 16, 1, d, generator=g).half()
+    q = torch.randn(b, sn, hq, d, generator=g).half()
+    k = torch.randn(b, sn, 1, d, generator=g).half()
+    v = torch.randn(b, sn, 1, d, generator=g).half()
+    ang = torch.rand(16, 8, generator=g) * 3
+    lens = torch.tensor([4, 11], dtype=torch.int32)
+    kc0, vc0 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, ang.cos(), ang.sin(), lens, causal=True)
+    assert launches == {"attention_kvcache": 1}, launches
+    for i, s in enumerate(lens.tolist()):
+        pos = torch.arange(s, s + sn)
+        krot = _rotate(k[i], ang.cos(), ang.sin(), pos, True)
+        _close(kc[i, s:s + sn], krot, torch.float16, "appended k %d" % i)
+        keys, vals = torch.cat([kc0[i, :s].double(), krot]), torch.cat([vc0[i, :s].double(), v[i].double()])
+        ref, _ = ref_attention(_rotate(q[i], ang.cos(), ang.sin(), pos, True)[None], keys[None], vals[None], True)
+        _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
+
+
+def test_kvcache_pages_the_kernel_does_not_take_stay_composite(emu, launches):
+    """Pages of 4 rows (below the kernels' 16) and a dense cache of 9 positions: the composite path, one dense launch
+    per sequence."""
+    g = torch.Generator().manual_seed(34)
+    kc = torch.randn(2, 9, 1, 32, generator=g).half()
+    q = torch.randn(2, 1, 2, 32, generator=g).half()
+    fa.flash_attn_with_kvcache(q, kc, kc.clone(), cache_seqlens=torch.tensor([3, 7], dtype=torch.int32))
+    assert launches == {"attention": 2}, launches
+
+
+def test_kvcache_window_alibi_append_stays_composite(emu, launches):
+    """window + ALiBi + append is not generated (kiln.flash_attn's _fa_varlen.PAGED_NOT_BUILT): the composite path
+    (one dense launch per sequence) gives the float64 result."""
+    g = torch.Generator().manual_seed(36)
+    kc = torch.randn(2, 16, 1, 32, generator=g).half()
+    vc = torch.randn(2, 16, 1, 32, generator=g).half()
+    q = torch.randn(2, 1, 2, 32, generator=g).half()
+    k = torch.randn(2, 1, 1, 32, generator=g).half()
+    lens, slopes = torch.tensor([3, 9], dtype=torch.int32), torch.tensor([0.3, 0.05])
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, k, cache_seqlens=lens, causal=True, window_size=(4, 0),
+                                     alibi_slopes=slopes)
+    assert launches == {"attention": 2}, launches
+    for i, s in enumerate(lens.tolist()):
+        ref, _ = ref_attention(q[i:i + 1], kc[i:i + 1, :s + 1], vc[i:i + 1, :s + 1], True, (4, 0), 0.0, slopes)
+        _close(out[i], ref[0], torch.float16, "out %d" % i)
+
+
+# ---- the ops ----
+
+
+def test_opcheck_the_varlen_and_kvcache_ops(emu):
+    g = torch.Generator().manual_seed(35)
+    lq, lk = [2, 3], [3, 4]
+    q, k, v = (t.float().requires_grad_() for t in _packed(lq, lk, 2, 1, 32, torch.float32, seed=35))
+    args = (q, k, v, _cu(lq), _cu(lk), 3, 4, None, True, -1, -1, 0.0, 0.2, False)
+    torch.library.opcheck(torch.ops.kiln.flash_attention_varlen.default, args)
+    with torch.no_grad():
+        o, lse = torch.ops.kiln.flash_attention_varlen(*args)
+    torch.library.opcheck(torch.ops.kiln.flash_attention_varlen_backward.default,
+                          (torch.randn(o.shape, generator=g), q.detach(), k.detach(), v.detach(), o, lse, _cu(lq),
+                           _cu(lk), 3, 4, None, True, -1, -1, 0.0, 0.2, False))
+    kc, vc = (torch.randn(3, 16, 1, 32, generator=g) for _ in range(2))
+    qd = torch.randn(2, 1, 2, 32, generator=g)
+    kn, vn = (torch.randn(2, 1, 1, 32, generator=g) for _ in range(2))
+    table = torch.tensor([[2, 0], [1, 2]], dtype=torch.int32)
+    torch.library.opcheck(torch.ops.kiln.flash_attention_kvcache.default,
+                          (qd, kc, vc, kn, vn, table, torch.tensor([5, 17], dtype=torch.int32), None, None, None, True,
+                           -1, -1, 0.0, 0.2, 18, 0))
+
+
+def test_kvcache_op_traces_on_meta_tensors():
+    q = torch.empty(2, 1, 4, 64, device="meta", dtype=torch.float16)
+    kc = torch.empty(8, 16, 2, 64, device="meta", dtype=torch.float16)
+    table = torch.empty(2, 4, device="meta", dtype=torch.int32)
+    seqlens = torch.empty(2, device="meta", dtype=torch.int32)
+    o, lse = torch.ops.kiln.flash_attention_kvcache(q, kc, kc, None, None, table, seqlens, None, None, None, True, -1,
+                                                    -1, 0.0, 0.125, 64, 0)
+    assert o.shape == q.shape and lse.shape == (2, 4, 1) and lse.dtype == torch.float32
