@@ -3,7 +3,6 @@
 kiln::flash_attention_kvcache (the paged kernel with in-kernel append; mutates the caches). Schemas, fake kernels and
 autograd as kiln::flash_attention's; CUDA tensors, or CPU tensors inside kiln.torch.emulated()."""
 
-import math
 from typing import Optional, Tuple
 
 import torch
@@ -28,12 +27,13 @@ def flash_attention_varlen(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, cu
                            cu_seqlens_k: torch.Tensor, max_seqlen_q: int, max_seqlen_k: int,
                            alibi_slopes: Optional[torch.Tensor], causal: bool, window_left: int, window_right: int,
                            softcap: float, scale: float, deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor]:
-    # q [total_q, heads_q, d], k/v [total_k, heads_kv, d]; cu_seqlens int32 [batch + 1] ending at total_q / total_k.
-    # deterministic is the backward's choice (carried so autograd sees it). Rows no sequence covers: O 0, lse +inf.
+    # q [total_q, heads_q, d], k/v [total_k, heads_kv, d]; cu_seqlens int32 [batch + 1] from 0 to total_q / total_k
+    # (kiln.flash_attn slices off rows past cu_seqlens[-1]). deterministic is the backward's choice (carried so
+    # autograd sees it).
     rt = kt._backend("kiln::flash_attention_varlen", q)
     tq, hq, d = q.shape
-    o = torch.zeros((tq, hq, d), dtype=q.dtype, device=q.device)
-    lse = torch.full((hq, tq), math.inf, dtype=torch.float32, device=q.device)
+    o = torch.empty((tq, hq, d), dtype=q.dtype, device=q.device)
+    lse = torch.empty((hq, tq), dtype=torch.float32, device=q.device)
     if tq and cu_seqlens_q.shape[0] > 1:
         rt.attention_varlen(o, _contig_last(q), _contig_last(k), _contig_last(v), cu_seqlens_q.contiguous(),
                             cu_seqlens_k.contiguous(), max_seqlen_q, max_seqlen_k, lse=lse, causal=causal, scale=scale,
@@ -56,17 +56,19 @@ def flash_attention_varlen_backward(do: torch.Tensor, q: torch.Tensor, k: torch.
                                     window_right: int, softcap: float, scale: float,
                                     deterministic: bool) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     rt = kt._backend("kiln::flash_attention_varlen_backward", q)
-    # zeros: rows no sequence covers (and keys no query sees) get zero gradients whatever the kernels touch
-    dq, dk, dv = (torch.zeros(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
-    if q.shape[0] and k.shape[0] and cu_seqlens_q.shape[0] > 1:
-        args = dict(dq=dq, dk=dk, dv=dv, dout=_contig_last(do), q=_contig_last(q), k=_contig_last(k),
-                    v=_contig_last(v), o=_contig_last(o), lse=lse.contiguous(), cu_seqlens_q=cu_seqlens_q.contiguous(),
-                    cu_seqlens_k=cu_seqlens_k.contiguous(), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
-        mask = _mask_keys(window_left, window_right, softcap, alibi_slopes)
-        nbytes = rt.attention_varlen_backward_workspace(causal=causal, deterministic=deterministic, **mask, **args)
-        ws = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device) if nbytes else None
-        rt.attention_varlen_backward(causal=causal, scale=scale, deterministic=deterministic, workspace=ws,
-                                     stream=kt._stream(q), **mask, **args)
+    # every row belongs to a sequence (cu_seqlens end at the totals): the kernels write each gradient row, keys no
+    # query sees included (zeros)
+    dq, dk, dv = (torch.empty(t.shape, dtype=t.dtype, device=t.device) for t in (q, k, v))
+    if not (q.shape[0] and k.shape[0] and cu_seqlens_q.shape[0] > 1):  # nothing attends: sums over nothing
+        return dq.zero_(), dk.zero_(), dv.zero_()
+    args = dict(dq=dq, dk=dk, dv=dv, dout=_contig_last(do), q=_contig_last(q), k=_contig_last(k),
+                v=_contig_last(v), o=_contig_last(o), lse=lse.contiguous(), cu_seqlens_q=cu_seqlens_q.contiguous(),
+                cu_seqlens_k=cu_seqlens_k.contiguous(), max_seqlen_q=max_seqlen_q, max_seqlen_k=max_seqlen_k)
+    mask = _mask_keys(window_left, window_right, softcap, alibi_slopes)
+    nbytes = rt.attention_varlen_backward_workspace(causal=causal, deterministic=deterministic, **mask, **args)
+    ws = torch.empty(((nbytes + 3) // 4,), dtype=torch.float32, device=q.device) if nbytes else None
+    rt.attention_varlen_backward(causal=causal, scale=scale, deterministic=deterministic, workspace=ws,
+                                 stream=kt._stream(q), **mask, **args)
     return dq, dk, dv
 
 

@@ -397,8 +397,10 @@ def _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, tq, tk, max_seqlen_q, ma
     (lse +inf), as on the composite path."""
     scale, causal, wl, wr, cap, slopes, _p = opts
     cu_q, cu_k = (c.to(torch.int32) for c in (cu_seqlens_q, cu_seqlens_k))
-    out, lse = _fa_varlen.flash_attention_varlen(q[:tq], k[:tk], v[:tk], cu_q, cu_k, max_seqlen_q, max_seqlen_k,
-                                                 slopes, causal, wl, wr, cap, scale, deterministic)
+    # max_seqlen: a bound FlashAttention takes as given; the kernel's grid needs no more than the totals
+    out, lse = _fa_varlen.flash_attention_varlen(q[:tq], k[:tk], v[:tk], cu_q, cu_k, min(max_seqlen_q, tq),
+                                                 min(max_seqlen_k, tk), slopes, causal, wl, wr, cap, scale,
+                                                 deterministic)
     pad = q.shape[0] - tq
     if pad:
         out = torch.cat([out, out.new_zeros((pad,) + tuple(out.shape[1:]))], 0)

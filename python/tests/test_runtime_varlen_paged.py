@@ -1,0 +1,127 @@
+"""kiln.Runtime.attention_varlen, attention_varlen_backward and attention_kvcache (python/kiln/_rt_varlen.py) against
+the fake CUDA driver: the kernel each launches, its arguments by name, grids, and the errors naming bad input."""
+
+import ctypes
+
+import pytest
+
+import kiln
+from conftest import FakeLaunch
+from devarrays import CAIArray
+
+
+def _launches(fake_cuda):
+    at = fake_cuda.dl.fake_cuda_launch_at
+    at.argtypes = [ctypes.c_int, ctypes.POINTER(FakeLaunch)]
+    out = []
+    while True:
+        f = FakeLaunch()
+        if not at(len(out), ctypes.byref(f)):
+            return out
+        out.append(f)
+
+
+def _by_name(kern, launch):
+    return {p["name"]: launch.param[i] for i, p in enumerate(kern.meta["params"]) if i < 48}
+
+
+def _i32(rt, shape):
+    """A device int32 array (the fake driver's memory) for index tensors."""
+    n = 1
+    for s in shape:
+        n *= s
+    buf = rt.empty((max(n, 1),), "f32")
+    return buf, CAIArray(buf.ptr, shape, "<i4")
+
+
+def _kernel_by_entry(rt, launch, spec):
+    kern = rt.kernel(spec)
+    assert launch.entry.decode() == kern.meta["entry"], (launch.entry, kern.meta["entry"])
+    return kern
+
+
+def test_varlen_forward_launches_the_varlen_kernel(fake_cuda):
+    rt = kiln.Runtime(disk_cache=False)
+    tq, tk, hq, hkv, d, batch = 11, 15, 4, 2, 64, 2
+    q, o = rt.empty((tq, hq, d), "bf16"), rt.empty((tq, hq, d), "bf16")
+    k, v = rt.empty((tk, hkv, d), "bf16"), rt.empty((tk, hkv, d), "bf16")
+    lse = rt.empty((hq, tq), "f32")
+    keep = [_i32(rt, (batch + 1,)) for _ in range(2)]
+    fake_cuda.reset()
+    rt.attention_varlen(o, q, k, v, keep[0][1], keep[1][1], 6, 9, lse=lse, causal=True, window=(4, 0))
+    (launch,) = _launches(fake_cuda)
+    kern = _kernel_by_entry(rt, launch, "attention dtype=bf16 out=bf16 head_dim=64 causal=true path=auto window=true "
+                                        "varlen=true")
+    got = _by_name(kern, launch)
+    assert got["cu_seqlens_q"] == keep[0][0].ptr and got["cu_seqlens_k"] == keep[1][0].ptr
+    assert got["q"] == q.ptr and got["o"] == o.ptr and got["lse"] == lse.ptr
+    assert (got["batch"], got["total_q"], got["heads_q"], got["heads_kv"]) == (batch, tq, hq, hkv)
+    assert got["window_left"] == 4 and got["window_right"] == 0
+    assert tuple(launch.grid) == (-(-6 // kern.meta["grid_tile"][0]), hq, batch)
+
+
+@pytest.mark.parametrize("det", [False, True])
+def test_varlen_backward_launches_three_varlen_kernels(fake_cuda, det):
+    rt = kiln.Runtime(disk_cache=False)
+    tq, tk, h, d, batch = 9, 12, 2, 64, 3
+    a = {n: rt.empty((tq, h, d), "f16") for n in ("q", "o", "dout", "dq")}
+    a.update({n: rt.empty((tk, h, d), "f16") for n in ("k", "v", "dk", "dv")})
+    a["lse"] = rt.empty((h, tq), "f32")
+    cq, ck = _i32(rt, (batch + 1,)), _i32(rt, (batch + 1,))
+    need = rt.attention_varlen_backward_workspace(**a, cu_seqlens_q=cq[1], cu_seqlens_k=ck[1], max_seqlen_q=5,
+                                                  max_seqlen_k=6, deterministic=det)
+    rows = h * tq
+    assert need == (4 * rows + 255) // 256 * 256 + (0 if det else 4 * rows * d)
+    fake_cuda.reset()
+    rt.attention_varlen_backward(**a, cu_seqlens_q=cq[1], cu_seqlens_k=ck[1], max_seqlen_q=5, max_seqlen_k=6,
+                                 deterministic=det)
+    launches = _launches(fake_cuda)
+    assert len(launches) == 3
+    assert all(ln.grid[2] == batch for ln in launches)  # one grid slice per sequence
+    kern = _kernel_by_entry(rt, launches[1], "attention_bwd kernel=dkdv dtype=f16 out=f16 grad=f16 head_dim=64 "
+                                             "causal=false path=auto deterministic=%s varlen=true"
+                            % ("true" if det else "false"))
+    got = _by_name(kern, launches[1])
+    assert got["dk"] == a["dk"].ptr and got["cu_seqlens_k"] == ck[0].ptr
+    assert tuple(launches[1].grid) == (-(-6 // kern.meta["grid_tile"][0]), h, batch)
+
+
+@pytest.mark.parametrize("append", [False, True])
+def test_kvcache_launches_the_paged_kernel(fake_cuda, append):
+    rt = kiln.Runtime(disk_cache=False)
+    b, sq, hq, hkv, d, nblk, page, mb = 2, 1, 4, 2, 64, 6, 16, 3
+    q, o = rt.empty((b, sq, hq, d), "f16"), rt.empty((b, sq, hq, d), "f16")
+    kc, vc = rt.empty((nblk, page, hkv, d), "f16"), rt.empty((nblk, page, hkv, d), "f16")
+    kn, vn = (rt.empty((b, 2, hkv, d), "f16") for _ in range(2)) if append else (None, None)
+    table, lens, pads = _i32(rt, (b, mb)), _i32(rt, (b,)), _i32(rt, (b,))
+    fake_cuda.reset()
+    rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], cache_leftpad=pads[1], k_new=kn, v_new=vn, seq_k=40,
+                         causal=True, splits=1)
+    (launch,) = _launches(fake_cuda)
+    kern = _kernel_by_entry(rt, launch, "attention dtype=f16 out=f16 head_dim=64 causal=true path=auto paged=true%s"
+                            % (" append=true" if append else ""))
+    got = _by_name(kern, launch)
+    assert got["block_table"] == table[0].ptr and got["cache_seqlens"] == lens[0].ptr
+    assert got["cache_leftpad"] == pads[0].ptr and got["cache_batch_idx"] == 0
+    assert got["page_size"] == page and got["max_blocks"] == mb and got["k"] == kc.ptr
+    if append:
+        assert got["k_new"] == kn.ptr and got["v_new"] == vn.ptr and got["seqlen_new"] == 2
+
+
+def test_kvcache_and_varlen_bad_input_name_the_problem(fake_cuda):
+    rt = kiln.Runtime(disk_cache=False)
+    q, o = rt.empty((2, 1, 2, 64), "f16"), rt.empty((2, 1, 2, 64), "f16")
+    kc = rt.empty((4, 16, 1, 64), "f16")
+    lens = _i32(rt, (2,))
+    with pytest.raises(kiln.KilnArgumentError, match="block_table must be int32"):
+        rt.attention_kvcache(o, q, kc, kc, _i32(rt, (3, 2))[1], lens[1], seq_k=16)
+    with pytest.raises(kiln.KilnArgumentError, match="cache_seqlens must be contiguous int32"):
+        rt.attention_kvcache(o, q, kc, kc, _i32(rt, (2, 2))[1], _i32(rt, (3,))[1], seq_k=16)
+    with pytest.raises(kiln.KilnError, match="page_size 8"):
+        small = rt.empty((4, 8, 1, 64), "f16")
+        rt.attention_kvcache(o, q, small, small, _i32(rt, (2, 2))[1], lens[1], seq_k=16, splits=1)
+    qv = rt.empty((5, 2, 64), "f16")
+    with pytest.raises(kiln.KilnArgumentError, match="max_seqlen_q=-1"):
+        rt.attention_varlen(qv, qv, qv, qv, _i32(rt, (2,))[1], _i32(rt, (2,))[1], -1, 5)
+    with pytest.raises(kiln.KilnError, match="cannot exceed"):
+        rt.attention_varlen(qv, qv, qv, qv, _i32(rt, (2,))[1], _i32(rt, (2,))[1], 6, 5)
