@@ -10,9 +10,10 @@ kvpacked forms) and flash_attn_with_kvcache take FlashAttention-2's arguments, i
 return what it returns. Dense attention is the custom op ``kiln::flash_attention`` (FlashAttention's layout, causal
 bottom-right aligned, window_size, softcap, alibi_slopes) with its backward op ``kiln::flash_attention_backward``
 (kiln's attention_bwd kernels; the deterministic sequence with deterministic=True or under
-torch.use_deterministic_algorithms(True)). The varlen and KV-cache functions are composite paths over the dense
-kernel (one launch per sequence, through ``_varlen_forward`` and ``_kvcache_forward``) until kiln's varlen and paged
-kernels take their place there. dropout_p runs kiln's Philox dropout (seeded from torch's generator).
+torch.use_deterministic_algorithms(True)). The varlen functions run kiln's varlen kernels and flash_attn_with_kvcache
+its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen dropout
+or block_table, rotary, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch
+per sequence, in ``_varlen_forward`` and ``_kvcache_forward``). dropout_p runs kiln's Philox dropout (seeded from torch's generator).
 What kiln cannot do (head dims that are not a multiple of 8 up to 256, ...) raises one KilnArgumentError naming the argument. CUDA tensors, or CPU tensors inside
 ``kiln.torch.emulated()``.
 """
@@ -294,7 +295,7 @@ def flash_attn_kvpacked_func(q, kv, dropout_p=0.0, softmax_scale=None, causal=Fa
     return _returns(fn, out, lse, return_attn_probs)
 
 
-# ---- varlen: the composite path (one dense launch per sequence) ----
+# ---- varlen: kiln's varlen kernels, else the composite path (one dense launch per sequence) ----
 
 
 def _cu_lengths(fn, name, cu, total, max_seqlen, max_name):
@@ -344,7 +345,8 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     """out (total_q, nheads, headdim) and softmax_lse (nheads, total_q) of variable-length attention: the composite
     path, one dense kiln::flash_attention launch per sequence (causal and windows aligned per sequence, as
     FlashAttention's varlen kernel aligns them); with block_table, each sequence's keys are gathered from its pages.
-    The one place kiln's varlen kernel (and its paged form) takes over. Rows past cu_seqlens_q[-1] are 0."""
+    Without dropout or block_table, kiln's varlen kernels run instead (_varlen_kernel). Rows past cu_seqlens_q[-1]
+    are 0."""
     bq = _cu_lengths(fn, "cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     batch = len(bq) - 1
     if block_table is None:
@@ -433,7 +435,8 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     headdim), or with block_table (batch_size, max_num_blocks_per_seq) int32 paged caches (num_blocks,
     page_block_size, nheads_k, headdim); cu_seqlens_q/k int32 (batch_size + 1,); causal and window aligned per
     sequence (bottom-right). Returns out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), None)
-    with return_attn_probs. Runs the composite path (one dense launch per sequence, lengths read to the host)."""
+    with return_attn_probs. Runs kiln's varlen kernel (one launch; with dropout_p or block_table the composite path,
+    one dense launch per sequence); the lengths are read to the host for the checks."""
     return _varlen("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table)
@@ -465,7 +468,7 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
                    causal, window_size, softcap, alibi_slopes, deterministic, return_attn_probs, kn="kv", vn="kv")
 
 
-# ---- KV cache: the composite path (append and rotary by tensor writes and kiln's rotary op, then attention) ----
+# ---- KV cache: kiln's paged kernel (append in the same launch), else the composite path ----
 
 
 def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits):
@@ -503,8 +506,8 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
     when rotary_cos is given; q too, at the same positions when causal or windowed, else all at cache_seqlens)
     are written into k_cache / v_cache in place (through `table`'s pages when paged), then each sequence attends
     to its cache_seqlens + seqlen_new keys with one dense launch (one launch for the batch when every sequence has
-    the same length and the cache is dense and in batch order). The one place kiln's paged/append kernels take
-    over. seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
+    the same length and the cache is dense and in batch order); where _kvcache_kernel applies, kiln's paged kernel
+    appends and attends instead (after the rotary: the place to hand the rotary to the kernel once it has it). seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
     leftpads[i] .. seqlens[i] + seqlen_new - 1 and its positions count from leftpads[i] (the rotary's too)."""
     scale, causal, wl, wr, cap, slopes, _p = opts  # FlashAttention's kvcache path has no dropout
     b, sq = q.shape[0], q.shape[1]
@@ -562,10 +565,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     only without k and v: the whole cache), rotated first by rotary_cos / rotary_sin (seqlen_ro, rotary_dim / 2)
     when given (FlashAttention applies the rotary only with k and v; interleaved by default, as there);
     cache_batch_idx picks cache rows; cache_leftpad (int32 (batch_size,)): each cache starts there (keys before it
-    are not attended; positions, the rotary's included, count from it). num_splits is a hint FlashAttention's
-    heuristics take; kiln's runtime picks its own split-KV count. No autograd, as in FlashAttention. Returns out,
-    or (out, softmax_lse (batch_size, nheads, seqlen)) with return_softmax_lse. Runs the composite path (lengths
-    read to the host)."""
+    are not attended; positions, the rotary's included, count from it). num_splits: 0 lets kiln's runtime pick
+    the split-KV count, 1 never splits, n splits n ways (the composite path ignores it). No autograd, as in FlashAttention. Returns out,
+    or (out, softmax_lse (batch_size, nheads, seqlen)) with return_softmax_lse. Runs kiln's paged kernel (the
+    composite path where it does not apply: _kvcache_kernel; lengths read to the host for the checks)."""
     fn = "flash_attn_with_kvcache"
     paged = block_table is not None
     _check_tensors(fn, ("q",), (q,), 4, "(batch_size, seqlen, nheads, headdim)")
