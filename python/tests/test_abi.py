@@ -11,6 +11,7 @@ import subprocess
 import pytest
 
 from kiln import _lib
+from kiln._rt_varlen import VarlenArgs
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 MIRRORS = {
@@ -20,7 +21,7 @@ MIRRORS = {
     "kiln_gen_options": _lib.GenOptions, "kiln_emu_launch": _lib.EmuLaunch, "kiln_rt_options": _lib.RtOptions,
     "kiln_sm_facts": _lib.SmFacts, "kiln_device_info": _lib.DeviceInfo, "kiln_rt_stats": _lib.RtStats,
     "kiln_attention_args": _lib.AttentionArgs, "kiln_attention_kvcache": _lib.AttentionKvCache,
-    "kiln_attention_mask": _lib.AttentionMask,
+    "kiln_attention_mask": _lib.AttentionMask, "kiln_attention_varlen": VarlenArgs,
     "kiln_attention_bwd_args": _lib.AttentionBwdArgs, "kiln_bundle_entry": _lib.BundleEntry,
     "kiln_norm_fwd_args": _lib.NormFwdArgs, "kiln_norm_bwd_args": _lib.NormBwdArgs,
     "kiln_case_opts": _lib.CaseOpts, "kiln_case_output": _lib.CaseOutput, "kiln_case_step": _lib.CaseStep,

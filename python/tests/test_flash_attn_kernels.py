@@ -233,6 +233,23 @@ def test_kvcache_window_alibi_append_stays_composite(emu, launches):
         _close(out[i], ref[0], torch.float16, "out %d" % i)
 
 
+def test_transformers_padded_batch_runs_the_varlen_kernel(emu, launches):
+    """kiln.transformers' padded batch (a 2-d mask, left padding) is unpadded into one varlen launch."""
+    import types
+    import kiln.transformers as ktf
+    g = torch.Generator().manual_seed(37)
+    q, k, v = (torch.randn(2, 2, 6, 32, generator=g).half() for _ in range(3))  # [batch, heads, seq, head_dim]
+    mask = torch.ones(2, 6, dtype=torch.bool)
+    mask[1, :2] = False
+    out, _ = ktf.attention_forward(types.SimpleNamespace(is_causal=True), q, k, v, mask, scaling=32 ** -0.5)
+    assert launches == {"attention_varlen": 1}, launches
+    keys = [torch.arange(6), torch.arange(2, 6)]
+    for i, kept in enumerate(keys):
+        qi, ki, vi = (t[i].transpose(0, 1)[kept][None] for t in (q, k, v))
+        ref, _ = ref_attention(qi, ki, vi, True)
+        _close(out[i][kept], ref[0], torch.float16, "sequence %d" % i)
+
+
 # ---- the ops ----
 
 
