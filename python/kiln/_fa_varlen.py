@@ -1,7 +1,8 @@
-"""kiln._fa_varlen - kiln.flash_attn's custom ops on kiln's varlen and paged-KV-cache kernels: kiln::flash_attention_varlen
-(one launch for packed sequences; autograd through kiln::flash_attention_varlen_backward) and
-kiln::flash_attention_kvcache (the paged kernel with in-kernel append; mutates the caches). Schemas, fake kernels and
-autograd as kiln::flash_attention's; CUDA tensors, or CPU tensors inside kiln.torch.emulated()."""
+"""kiln._fa_varlen - kiln.flash_attn's custom ops on kiln's varlen and paged-KV-cache kernels:
+kiln::flash_attention_varlen (one launch for packed sequences; autograd through
+kiln::flash_attention_varlen_backward) and kiln::flash_attention_kvcache (the paged kernel with in-kernel append;
+mutates the caches). Schemas, fake kernels and autograd as kiln::flash_attention's; CUDA tensors, or CPU tensors
+inside kiln.torch.emulated()."""
 
 from typing import Optional, Tuple
 

@@ -12,8 +12,9 @@ bottom-right aligned, window_size, softcap, alibi_slopes) with its backward op `
 (kiln's attention_bwd kernels; the deterministic sequence with deterministic=True or under
 torch.use_deterministic_algorithms(True)). The varlen functions run kiln's varlen kernels and flash_attn_with_kvcache
 its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen dropout
-or block_table, rotary, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch
-per sequence, in ``_varlen_forward`` and ``_kvcache_forward``). dropout_p runs kiln's Philox dropout (seeded from torch's generator).
+or block_table, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch per
+sequence, in ``_varlen_forward`` and ``_kvcache_forward``); the rotary runs kiln's rotary op before the paged kernel.
+dropout_p runs kiln's Philox dropout (seeded from torch's generator).
 What kiln cannot do (head dims that are not a multiple of 8 up to 256, ...) raises one KilnArgumentError naming the argument. CUDA tensors, or CPU tensors inside
 ``kiln.torch.emulated()``.
 """
@@ -507,7 +508,8 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
     are written into k_cache / v_cache in place (through `table`'s pages when paged), then each sequence attends
     to its cache_seqlens + seqlen_new keys with one dense launch (one launch for the batch when every sequence has
     the same length and the cache is dense and in batch order); where _kvcache_kernel applies, kiln's paged kernel
-    appends and attends instead (after the rotary: the place to hand the rotary to the kernel once it has it). seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
+    appends and attends instead (after the rotary: the place to hand the rotary to the kernel once it has it).
+    seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
     leftpads[i] .. seqlens[i] + seqlen_new - 1 and its positions count from leftpads[i] (the rotary's too)."""
     scale, causal, wl, wr, cap, slopes, _p = opts  # FlashAttention's kvcache path has no dropout
     b, sq = q.shape[0], q.shape[1]
@@ -566,9 +568,10 @@ def flash_attn_with_kvcache(q, k_cache, v_cache, k=None, v=None, rotary_cos=None
     when given (FlashAttention applies the rotary only with k and v; interleaved by default, as there);
     cache_batch_idx picks cache rows; cache_leftpad (int32 (batch_size,)): each cache starts there (keys before it
     are not attended; positions, the rotary's included, count from it). num_splits: 0 lets kiln's runtime pick
-    the split-KV count, 1 never splits, n splits n ways (the composite path ignores it). No autograd, as in FlashAttention. Returns out,
-    or (out, softmax_lse (batch_size, nheads, seqlen)) with return_softmax_lse. Runs kiln's paged kernel (the
-    composite path where it does not apply: _kvcache_kernel; lengths read to the host for the checks)."""
+    the split-KV count, 1 never splits, n splits n ways (the composite path ignores it). No autograd, as in
+    FlashAttention. Returns out, or (out, softmax_lse (batch_size, nheads, seqlen)) with return_softmax_lse. Runs
+    kiln's paged kernel (the composite path where it does not apply: _kvcache_kernel; lengths read to the host for
+    the checks)."""
     fn = "flash_attn_with_kvcache"
     paged = block_table is not None
     _check_tensors(fn, ("q",), (q,), 4, "(batch_size, seqlen, nheads, headdim)")

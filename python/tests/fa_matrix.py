@@ -1,7 +1,8 @@
-"""python/tests/fa_matrix.py - FlashAttention-2's own test matrix (tests/test_flash_attn.py of Dao-AILab/flash-attention:
-its shapes, head dims, dtypes and causal/window/softcap/ALiBi/dropout/varlen/KV-cache combinations) rebuilt for
-kiln.flash_attn, with checks against float64 torch. test_fa_matrix.py runs it: the whole matrix (or a fixed sample) on a
-CUDA GPU in the GPU kit's torch step, a small slice on the CPU under kiln.torch.emulated().
+"""python/tests/fa_matrix.py - FlashAttention-2's own test matrix (tests/test_flash_attn.py of
+Dao-AILab/flash-attention: its shapes, head dims, dtypes and causal/window/softcap/ALiBi/dropout/varlen/KV-cache
+combinations) rebuilt for kiln.flash_attn, with checks against float64 torch. test_fa_matrix.py runs it: the whole
+matrix (or a fixed sample) on a CUDA GPU in the GPU kit's torch step, a small slice on the CPU under
+kiln.torch.emulated().
 
 The yardstick is FlashAttention's: kiln's largest error against the float64 reference must stay within FACTOR times the
 error of the same attention computed by torch in the input dtype (the "pt" reference), plus 1e-5. Dropout masks are
