@@ -125,3 +125,22 @@ def test_kvcache_and_varlen_bad_input_name_the_problem(fake_cuda):
         rt.attention_varlen(qv, qv, qv, qv, _i32(rt, (2,))[1], _i32(rt, (2,))[1], -1, 5)
     with pytest.raises(kiln.KilnError, match="cannot exceed"):
         rt.attention_varlen(qv, qv, qv, qv, _i32(rt, (2,))[1], _i32(rt, (2,))[1], 6, 5)
+
+
+def test_kvcache_decoding_splits_over_the_keys(fake_cuda):
+    """A decoding shape (one query, 4096 keys, GQA) under splits=0: the runtime's split-KV choice, the split kernel
+    over the pages and the combine kernel, with the workspace attention_kvcache_workspace sizes."""
+    rt = kiln.Runtime(disk_cache=False)
+    b, hq, hkv, d, page, mb = 1, 8, 2, 64, 256, 16
+    q, o = rt.empty((b, 1, hq, d), "f16"), rt.empty((b, 1, hq, d), "f16")
+    kc, vc = rt.empty((b * mb, page, hkv, d), "f16"), rt.empty((b * mb, page, hkv, d), "f16")
+    lse = rt.empty((b, hq, 1), "f32")
+    table, lens = _i32(rt, (b, mb)), _i32(rt, (b,))
+    n, need = rt.attention_kvcache_workspace(o, q, kc, vc, table[1], lens[1], seq_k=4096, lse=lse, causal=True)
+    assert n > 1 and need == n * b * hq * 1 * (d + 1) * 4
+    fake_cuda.reset()
+    rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], seq_k=4096, lse=lse, causal=True)
+    split, combine = _launches(fake_cuda)  # exactly two launches
+    kern = rt.kernel("attention dtype=f16 out=f16 head_dim=64 causal=true path=auto splitkv=true paged=true")
+    assert split.entry.decode() == kern.meta["entry"]
+    assert _by_name(kern, split)["block_table"] == table[0].ptr
