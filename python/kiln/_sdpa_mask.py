@@ -7,8 +7,8 @@ True followed by False (right padding: keys 0 .. L-1 kept). Attention of query i
 attention over the first L keys, so each batch element runs kiln's attention on k[:, :, :L] (one launch when every
 length is seq_k); a row with L = 0 gives 0, as torch does. Any other mask (left padding, per-row or per-head
 patterns, arbitrary additive biases) is refused with the reason. The lengths are read to the host (one sync per
-call; under torch.compile the mask's values break the graph there). The composite per-sequence path is where kiln's
-varlen kernel takes over.
+call; under torch.compile the mask's values break the graph there). With any key padded, the batch runs as one
+launch of kiln's varlen kernel over the kept keys.
 """
 
 import math
@@ -62,15 +62,20 @@ def key_lengths(attn_mask, query, key):
 
 
 def attention(attention_op, query, key, value, lengths, scale):
-    """softmax over each batch element's first lengths[b] keys (4-d SDPA layout), through attention_op (kiln.torch's
-    kiln::attention, non-causal); batch elements with no key give 0."""
+    """softmax over each batch element's first lengths[b] keys (4-d SDPA layout [batch, heads, seq, head_dim]): through
+    attention_op (kiln.torch's kiln::attention, non-causal) when no key is padded, else one launch of kiln's varlen
+    kernel (kiln::flash_attention_varlen) over the kept keys; batch elements with no key give 0."""
+    from . import _fa_varlen  # imports kiln.torch, which imports this module
+    b, h, sq, d = query.shape
     sk = key.shape[-2]
     if all(n == sk for n in lengths):
         return attention_op(query, key, value, False, scale)[0]
-    outs = []
-    for i, n in enumerate(lengths):
-        if n == 0:
-            outs.append(query.new_zeros((1,) + tuple(query.shape[1:])))
-        else:
-            outs.append(attention_op(query[i:i + 1], key[i:i + 1, :, :n], value[i:i + 1, :, :n], False, scale)[0])
-    return torch.cat(outs, 0)
+    if not any(lengths):  # no key anywhere: every row sees none
+        return query.new_zeros(query.shape)
+    q = query.transpose(1, 2).reshape(b * sq, h, d)
+    k, v = (torch.cat([t[i, :, :n].transpose(0, 1) for i, n in enumerate(lengths)]) for t in (key, value))
+    cu_q = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=query.device)
+    cu_k = torch.tensor([0] + lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32).to(query.device)
+    out, _ = _fa_varlen.flash_attention_varlen(q, k, v, cu_q, cu_k, sq, max(lengths), None, False, -1, -1, 0.0,
+                                               float(scale), False)
+    return out.view(b, sq, h, d).transpose(1, 2)

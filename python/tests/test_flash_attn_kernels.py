@@ -250,6 +250,27 @@ def test_transformers_padded_batch_runs_the_varlen_kernel(emu, launches):
         _close(out[i][kept], ref[0], torch.float16, "sequence %d" % i)
 
 
+def test_sdpa_key_padding_mask_runs_one_varlen_launch(emu, launches):
+    """kiln.torch's SDPA with a right-padding key mask (lengths 6, 3, 0): one varlen launch forward and one backward,
+    torch's own SDPA in float64 for the result and the gradients."""
+    import torch.nn.functional as F
+    import kiln.torch as kt
+    g = torch.Generator().manual_seed(38)
+    q, k, v = (torch.randn(3, 2, 5, 32, generator=g).requires_grad_() for _ in range(3))
+    keep = (torch.arange(6).unsqueeze(0) < torch.tensor([[6], [3], [0]]))[:, None, None, :]
+    k6, v6 = (torch.cat([t, torch.randn(3, 2, 1, 32, generator=g)], 2).detach().requires_grad_() for t in (k, v))
+    out = kt.scaled_dot_product_attention(q, k6, v6, attn_mask=keep)
+    out.sum().backward()
+    assert launches == {"attention_varlen": 1, "attention_varlen_backward": 1}, launches
+    qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k6, v6))
+    ref = F.scaled_dot_product_attention(qr, kr, vr, attn_mask=keep).nan_to_num(0.0)
+    ref.sum().backward()
+    _close(out[:2], ref[:2], torch.float32, "out")
+    assert torch.equal(out[2], torch.zeros_like(out[2]))
+    for n, t, r in (("dq", q, qr), ("dk", k6, kr), ("dv", v6, vr)):
+        _close(t.grad[:2], r.grad[:2].nan_to_num(0.0), torch.float32, n, 4)
+
+
 # ---- the ops ----
 
 
