@@ -315,7 +315,7 @@ $(KIT)/lib/libkiln.so.$(SOVERSION).gz: $(LIBDIR)/libkiln.so.$(SOFULL)
 	done
 KIT_PY_TESTS := python/tests/test_torch_real.py python/tests/test_torch_real_attention_bwd.py python/tests/test_torch_swap_norms.py \
                 python/tests/test_torch_flash_attn.py python/tests/test_torch_sdpa_mask.py python/tests/test_torch_transformers.py \
-                python/tests/conftest.py python/tests/test_flash_attn_kernels.py python/tests/test_fa_matrix.py python/tests/fa_matrix.py
+                python/tests/conftest.py python/tests/test_torch_flash_attn_kernels.py python/tests/test_torch_fa_matrix.py python/tests/fa_matrix.py
 $(KIT)/python/kiln/__init__.py: $(wildcard python/kiln/*.py) $(KIT_PY_TESTS)
 	rm -rf $(KIT)/python && mkdir -p $(KIT)/python/tests && cp -r python/kiln $(KIT)/python/ && \
 	    cp $(KIT_PY_TESTS) $(KIT)/python/tests/ && \

@@ -18,7 +18,7 @@ FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
 for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
     lib/liblua5.4.so.0 python/kiln/torch.py python/tests/test_torch_real.py python/tests/test_torch_swap_norms.py \
     models.py python/kiln/flash_attn.py python/kiln/transformers.py python/tests/test_torch_flash_attn.py python/tests/test_torch_transformers.py \
-    python/tests/conftest.py python/kiln/_fa_varlen.py python/tests/test_flash_attn_kernels.py python/tests/test_fa_matrix.py python/tests/fa_matrix.py; do
+    python/tests/conftest.py python/kiln/_fa_varlen.py python/tests/test_torch_flash_attn_kernels.py python/tests/test_torch_fa_matrix.py python/tests/fa_matrix.py; do
     if [ -e "$KIT/$f" ]; then ok "kit has $f"; else bad "kit has $f" "missing"; fi
 done
 size=$(du -sbL "$KIT" | cut -f1)

@@ -1,6 +1,6 @@
 """python/tests/fa_matrix.py - FlashAttention-2's own test matrix (tests/test_flash_attn.py of
 Dao-AILab/flash-attention: its shapes, head dims, dtypes and causal/window/softcap/ALiBi/dropout/varlen/KV-cache
-combinations) rebuilt for kiln.flash_attn, with checks against float64 torch. test_fa_matrix.py runs it: the whole
+combinations) rebuilt for kiln.flash_attn, with checks against float64 torch. test_torch_fa_matrix.py runs it: the whole
 matrix (or a fixed sample) on a CUDA GPU in the GPU kit's torch step, a small slice on the CPU under
 kiln.torch.emulated().
 
