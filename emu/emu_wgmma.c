@@ -289,10 +289,13 @@ static void h_desc(emu_call *c) {
 enum { NOPS = 1 + 32 * 4 + KILN_WGMMA_MAX_ACC };
 static emu_op ops[NOPS];
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+static bool ops_failed; /* memory ran out building the table: every kiln.wgmma.* lookup reports it */
+
+void *(*emu_wgmma_ops_malloc)(size_t) = malloc;
 
 static char *floats(unsigned m, const char *sep) {
-    char *s = malloc(m * 7 + 1);
-    if (!s) abort();
+    char *s = emu_wgmma_ops_malloc(m * 7 + 1);
+    if (!s) return NULL;
     s[0] = 0;
     for (unsigned i = 0; i < m; i++) strcat(s, i ? sep : ""), strcat(s, "float");
     return s;
@@ -304,16 +307,26 @@ static void build_ops(void) {
     for (unsigned n = 8; n <= 256; n += 8)
         for (int v = 0; v < 4; v++) {
             bool bf = v & 1, rs = v & 2;
-            char *list = floats(n / 2, ", "), *name = malloc(64), *type = malloc(strlen(list) * 2 + 64);
-            if (!name || !type) abort();
+            char *list = floats(n / 2, ", "), *name = emu_wgmma_ops_malloc(64);
+            char *type = list ? emu_wgmma_ops_malloc(strlen(list) * 2 + 64) : NULL;
+            if (!list || !name || !type) {
+                free(list), free(name), free(type);
+                ops_failed = true;
+                return;
+            }
             snprintf(name, 64, "kiln.wgmma.m64n%uk16.f32.%s.%s", n, bf ? "bf16" : "f16", rs ? "rs" : "ss");
             sprintf(type, "{ %s } (%s, %s, i64, i32)", list, list, rs ? "i32, i32, i32, i32" : "i64");
             ops[k++] = (emu_op){name, type, h_mma, (int)n | (bf ? OP_BF16 : 0) | (rs ? OP_RS : 0)};
             free(list);
         }
     for (unsigned m = 1; m <= KILN_WGMMA_MAX_ACC; m++) {
-        char *list = floats(m, ", "), *name = malloc(48), *type = malloc(strlen(list) * 2 + 32);
-        if (!name || !type) abort();
+        char *list = floats(m, ", "), *name = emu_wgmma_ops_malloc(48);
+        char *type = list ? emu_wgmma_ops_malloc(strlen(list) * 2 + 32) : NULL;
+        if (!list || !name || !type) {
+            free(list), free(name), free(type);
+            ops_failed = true;
+            return;
+        }
         snprintf(name, 48, "kiln.wgmma.wait.f32x%u", m);
         sprintf(type, "{ %s } (i32, %s)", list, list);
         ops[k++] = (emu_op){name, type, h_wait, (int)m | OP_WAIT};
@@ -321,9 +334,15 @@ static void build_ops(void) {
     }
 }
 
+bool emu_wgmma_ops_failed(void) {
+    pthread_once(&ops_once, build_ops);
+    return ops_failed;
+}
+
 const emu_op *emu_wgmma_op_find(const char *name) {
     if (strncmp(name, "kiln.wgmma.", 11)) return NULL;
     pthread_once(&ops_once, build_ops);
+    if (ops_failed) return NULL; /* a half-built table: none of it (emu_wgmma_ops_failed says why) */
     for (size_t i = 0; i < NOPS; i++)
         if (ops[i].name && !strcmp(ops[i].name, name)) return &ops[i];
     return NULL;
