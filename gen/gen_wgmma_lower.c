@@ -54,18 +54,19 @@ static void outputs(sbuf *asm_, sbuf *con, int m) {
     for (int i = 0; i < m; i++) put(con, ",%d", i);
 }
 
-/* kiln.wgmma.m64n<N>k16.f32.<t>.<ss|rs>(acc x m, a, b, scale_d) -> the wgmma.mma_async instruction with
- * scale-d as a predicate, imm-scale-a/b 1 and no transposes (K-major A and B). */
-static void mma_asm(const char *name, int m, int rs, sbuf *asm_, sbuf *con) {
-    const char *shape = name + strlen("kiln.wgmma."); /* m64nNk16.f32.t.ss */
+/* kiln.wgmma.m64n<N>k16.f32.<t>.<ss|rs>[.tb](acc x m, a, b, scale_d) -> the wgmma.mma_async instruction with
+ * scale-d as a predicate, imm-scale-a/b 1, a K-major A (imm-trans-a 0) and B K-major, or N-major with .tb
+ * (imm-trans-b 1). */
+static void mma_asm(const char *name, int m, int rs, int tb, sbuf *asm_, sbuf *con) {
+    const char *shape = name + strlen("kiln.wgmma."); /* m64nNk16.f32.t.ss[.tb] */
     char ptx[64];
-    snprintf(ptx, sizeof ptx, "%.*s", (int)(strlen(shape) - 3), shape); /* m64nNk16.f32.t */
+    snprintf(ptx, sizeof ptx, "%.*s", (int)(strlen(shape) - 3 - (tb ? 3 : 0)), shape); /* m64nNk16.f32.t */
     const char *t = strrchr(ptx, '.') + 1;
     put(asm_, "{\n\t.reg .pred p;\n\tsetp.ne.b32 p, $%d, 0;\n\twgmma.mma_async.sync.aligned.%s.%s ", 2 * m + (rs ? 5 : 2),
         ptx, t);
     outputs(asm_, con, m);
-    if (rs) put(asm_, ", {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, 0;\n}", 2 * m, 2 * m + 1, 2 * m + 2, 2 * m + 3, 2 * m + 4);
-    else put(asm_, ", $%d, $%d, p, 1, 1, 0, 0;\n}", 2 * m, 2 * m + 1);
+    if (rs) put(asm_, ", {$%d, $%d, $%d, $%d}, $%d, p, 1, 1, %d;\n}", 2 * m, 2 * m + 1, 2 * m + 2, 2 * m + 3, 2 * m + 4, tb);
+    else put(asm_, ", $%d, $%d, p, 1, 1, 0, %d;\n}", 2 * m, 2 * m + 1, tb);
     put(con, rs ? ",r,r,r,r,l,r" : ",l,l,r");
     put(con, ",~{memory}");
 }
@@ -85,7 +86,11 @@ static LLVMValueRef lower_asm(LLVMBuilderRef b, LLVMValueRef fn, LLVMValueRef ca
     bool wait = !strncmp(name, "kiln.wgmma.wait.", 16);
     int first = wait ? 1 : 0; /* the wait's n is an immediate in the text, not an operand */
     if (wait) wait_asm(call, m, &a, &c);
-    else mma_asm(name, m, !strcmp(name + strlen(name) - 3, ".rs"), &a, &c);
+    else {
+        size_t nl = strlen(name);
+        int tb = nl > 3 && !strcmp(name + nl - 3, ".tb");
+        mma_asm(name, m, !strncmp(name + nl - 3 - (tb ? 3 : 0), ".rs", 3), tb, &a, &c);
+    }
     unsigned nargs = LLVMCountParamTypes(fty);
     LLVMTypeRef *pt = gen_wgmma_lower_realloc(NULL, nargs * sizeof *pt);
     LLVMValueRef *args = gen_wgmma_lower_realloc(NULL, nargs * sizeof *args);
