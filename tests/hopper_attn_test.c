@@ -1,0 +1,244 @@
+/* tests/hopper_attn_test.c - the consumer loop of an sm_90a attention forward (FlashAttention-3's math on one
+ * warpgroup) on the emulator against float64: S = Q K^T by wgmma from shared memory, online softmax on S's
+ * D fragment in registers, P re-packed into wgmma's A registers and O += P V with V as stored (an N-major B,
+ * trans_b); planted bugs caught; ptxas sm_90a without spills. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln/emu.h"
+#include "kiln/gen.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+
+/* One block, one warpgroup: 64 query rows, head dim 64, nt key tiles of 64. Each tile of K and V is copied
+ * row-major into shared memory under the 128-byte swizzle (a row of 64 16-bit elements is one 128-byte
+ * swizzle row: K is then K-major for S = Q K^T and V N-major for P V, the same bytes). Thread 32w + 4g + q
+ * holds S's and O's rows 16w + g and 16w + g + 8 (element i: row (i >> 1) & 1, column 8(i >> 2) + 2q +
+ * (i & 1)); the row max and sum reduce over the 4 lanes q. Planted bugs: 1 V read K-major (no trans_b),
+ * 2 P's register halves swapped, 3 O not rescaled when the row max grows, 4 the max not reduced over q. */
+static const char *attn_lua =
+    "local K = { params = {\n"
+    "  { name = 'bf', type = 'int', default = 1, min = 0, max = 1 },\n"
+    "  { name = 'nt', type = 'int', default = 2, min = 1, max = 4 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 4 } } }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local T = spec.bf == 1 and 'bf16' or 'f16'\n"
+    "  local p = b:kernel{ params = { { 'o', 'ptr', 'f32' }, { 'q', 'ptr', T, readonly = true },\n"
+    "    { 'k', 'ptr', T, readonly = true }, { 'v', 'ptr', T, readonly = true }, { 'scale_log2', 'f32' } } }\n"
+    "  local t = b:tid()\n"
+    "  local sq, sk, sv = b:shared(T, 4096, 1024), b:shared(T, 4096, 1024), b:shared(T, 4096, 1024)\n"
+    "  local function fill(dst, src, row0)\n"
+    "    for j = 0, 31 do\n"
+    "      local e = t + 128 * j\n"
+    "      local lin = (e // 64) * 128 + (e % 64) * 2\n"
+    "      lin = lin ~ (((lin >> 7) & 7) << 4)\n"
+    "      b:store(dst + lin // 2, b:load(src + (e + row0 * 64)))\n"
+    "    end\n"
+    "  end\n"
+    "  local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end\n"
+    "  fill(sq, p.q, 0)\n"
+    "  local m, l, O = { b:f32(-1e30), b:f32(-1e30) }, { b:f32(0), b:f32(0) }, nil\n"
+    "  for kt = 0, spec.nt - 1 do\n"
+    "    if kt > 0 then b:barrier() end\n"
+    "    fill(sk, p.k, kt * 64)\n"
+    "    fill(sv, p.v, kt * 64)\n"
+    "    b:barrier()\n"
+    "    b:fence_proxy_async()\n"
+    "    b:wgmma_fence()\n"
+    "    local S\n"
+    "    for s = 0, 3 do S = b:wgmma{ n = 64, type = T, a = desc(sq + 16 * s, 16), b = desc(sk + 16 * s, 16), acc = S } end\n"
+    "    b:wgmma_commit()\n"
+    "    S = b:wgmma_wait(0, S)\n"
+    "    local x, mx = {}, { b:f32(-1e30), b:f32(-1e30) }\n"
+    "    for i = 0, 31 do\n"
+    "      x[i] = S[i + 1] * p.scale_log2\n"
+    "      local r = ((i >> 1) & 1) + 1\n"
+    "      mx[r] = b:max(mx[r], x[i])\n"
+    "    end\n"
+    "    local alpha = {}\n"
+    "    for r = 1, 2 do\n"
+    "      local mr = spec.bug == 4 and mx[r] or b:warp_max(mx[r], 4)\n"
+    "      local mn = b:max(m[r], mr)\n"
+    "      alpha[r] = b:ex2_approx(m[r] - mn)\n"
+    "      m[r] = mn\n"
+    "      l[r] = l[r] * alpha[r]\n"
+    "    end\n"
+    "    local P = {}\n"
+    "    for i = 0, 31 do\n"
+    "      local r = ((i >> 1) & 1) + 1\n"
+    "      P[i] = b:ex2_approx(x[i] - m[r])\n"
+    "      l[r] = l[r] + P[i]\n"
+    "    end\n"
+    "    if O and spec.bug ~= 3 then\n"
+    "      for i = 0, 31 do O[i + 1] = O[i + 1] * alpha[((i >> 1) & 1) + 1] end\n"
+    "    end\n"
+    "    b:wgmma_fence()\n"
+    "    for s = 0, 3 do\n"
+    "      local a = {}\n"
+    "      for j = 0, 3 do\n"
+    "        local half = spec.bug == 2 and 1 - (j & 1) or (j & 1)\n"
+    "        local i = 8 * s + 4 * (j >> 1) + 2 * half\n"
+    "        a[j + 1] = b:pack(P[i], P[i + 1], T)\n"
+    "      end\n"
+    "      O = b:wgmma{ n = 64, type = T, a = a, b = desc(sv + 1024 * s, 8192), acc = O, trans_b = spec.bug ~= 1 }\n"
+    "    end\n"
+    "    b:wgmma_commit()\n"
+    "    O = b:wgmma_wait(0, O)\n"
+    "  end\n"
+    "  local w, g, q = t // 32, (t % 32) // 4, t % 4\n"
+    "  local inv = { b:f32(1) / b:warp_sum(l[1], 4), b:f32(1) / b:warp_sum(l[2], 4) }\n"
+    "  for i = 0, 31 do\n"
+    "    local r = (i >> 1) & 1\n"
+    "    local row, col = w * 16 + g + 8 * r, 8 * (i >> 2) + q * 2 + (i & 1)\n"
+    "    b:store(p.o + (row * 64 + col), O[i + 1] * inv[r + 1])\n"
+    "  end\n"
+    "end\nreturn K\n";
+
+static char dir[] = "/tmp/kiln-hopper-attn-XXXXXX";
+static kiln_gen *gen;
+static kiln_emu *emu;
+
+enum { NQ = 64, D = 64, KMAX = 256 };
+
+/* Runs hopattn with keys; *worst = the largest |o - reference| (float64 softmax(Q K^T / 8) V of the
+ * inputs as rounded to the dtype). */
+static kiln_status run_attn(const char *keys, int nt, int bf, double *worst, kiln_error *err) {
+    char spec[200];
+    snprintf(spec, sizeof spec, "hopattn %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    kiln_dtype t = bf ? KILN_BF16 : KILN_F16;
+    int nk = 64 * nt;
+    static uint16_t q[NQ * D], kk[KMAX * D], v[KMAX * D];
+    static float o[NQ * D];
+    unsigned seed = 12345u + (unsigned)nt * 7u + (unsigned)bf;
+    for (int i = 0; i < NQ * D; i++) seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, q, (size_t)i, (double)(seed >> 8) / (1 << 24) * 4 - 2);
+    for (int i = 0; i < nk * D; i++) {
+        seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, kk, (size_t)i, (double)(seed >> 8) / (1 << 24) * 4 - 2);
+        seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, v, (size_t)i, (double)(seed >> 8) / (1 << 24) * 2 - 1);
+    }
+    for (int i = 0; i < NQ * D; i++) o[i] = NAN;
+    float scale_log2 = (float)(0.125 * 1.4426950408889634);
+    void *po = o, *pq = q, *pk = kk, *pv = v, *args[] = {&po, &pq, &pk, &pv, &scale_log2};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
+    st = kiln_emu_run(k, &l, args, err);
+    *worst = 0;
+    for (int r = 0; r < NQ && st == KILN_OK; r++) {
+        double s[KMAX], mx = -INFINITY, sum = 0;
+        for (int j = 0; j < nk; j++) {
+            double a = 0;
+            for (int c = 0; c < D; c++) a += kiln_emu_value_get(t, q, (size_t)(r * D + c)) * kiln_emu_value_get(t, kk, (size_t)(j * D + c));
+            s[j] = a * 0.125;
+            mx = fmax(mx, s[j]);
+        }
+        for (int j = 0; j < nk; j++) sum += s[j] = exp(s[j] - mx);
+        for (int c = 0; c < D; c++) {
+            double want = 0;
+            for (int j = 0; j < nk; j++) want += s[j] / sum * kiln_emu_value_get(t, v, (size_t)(j * D + c));
+            double e = fabs((double)o[r * D + c] - want);
+            if (!(e <= *worst)) *worst = isnan(e) ? INFINITY : e;
+        }
+    }
+    return st;
+}
+
+static void test_attn(void) {
+    static const struct {
+        int bf, nt;
+    } rows[] = {{1, 1}, {1, 2}, {0, 2}, {0, 3}, {1, 4}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[64], name[200];
+        snprintf(keys, sizeof keys, "bf=%d nt=%d", rows[i].bf, rows[i].nt);
+        snprintf(name, sizeof name, "wgmma attention tile %s d64, %d keys: float64 softmax(QK^T/8)V", rows[i].bf ? "bf16" : "f16",
+                 64 * rows[i].nt);
+        TEST_BEGIN(name);
+        double worst = 0;
+        kiln_error err = {0};
+        kiln_status st = run_attn(keys, rows[i].nt, rows[i].bf, &worst, &err);
+        /* P is rounded to the dtype for P V (as FlashAttention does) and |O| <= 1: bf16 2^-9, f16 2^-12 */
+        double tol = rows[i].bf ? 1.0 / 512 : 1.0 / 4096;
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || worst <= tol, "largest error %.3g, tolerance %.3g", worst, tol);
+        if (getenv("KILN_TEST_VERBOSE")) printf("     largest error %.3g (tolerance %.3g)\n", worst, tol);
+        TEST_END();
+    }
+    static const char *const bugs[] = {"bug=1", "bug=2", "bug=3", "bug=4"};
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char keys[64], name[200];
+        snprintf(keys, sizeof keys, "bf=1 nt=2 %s", bugs[i]);
+        snprintf(name, sizeof name, "wgmma attention tile planted %s is caught", bugs[i]);
+        TEST_BEGIN(name);
+        double worst = 0;
+        kiln_error err = {0};
+        kiln_status st = run_attn(keys, 2, 1, &worst, &err);
+        CHECK(st != KILN_OK || worst > 1.0 / 512, "ran clean: largest error %.3g", worst);
+        TEST_END();
+    }
+}
+
+static void test_ptxas(void) {
+    const char *ptxas = ptxas_path();
+    static const char *const specs[] = {"hopattn bf=1 nt=2", "hopattn bf=0 nt=4"};
+    for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
+        char name[160];
+        snprintf(name, sizeof name, "ptxas sm_90a: '%s' assembles, 0 spills, no C7508", specs[i]);
+        if (!ptxas) {
+            printf("  skipped (no ptxas): %s\n", name);
+            continue;
+        }
+        TEST_BEGIN(name);
+        kiln_module *m = NULL;
+        kiln_error err = {0};
+        CHECK(kiln_generate(gen, specs[i], SM90A, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+        if (m) {
+            ptxas_job j = {.sm = SM90A};
+            snprintf(j.ptx, sizeof j.ptx, "%s/k%zu.ptx", dir, i);
+            snprintf(j.log, sizeof j.log, "%s/k%zu.log", dir, i);
+            FILE *f = fopen(j.ptx, "w");
+            if (f) fwrite(kiln_module_text(m), 1, kiln_module_size(m), f), fclose(f);
+            ptxas_run_all(ptxas, &j, 1, 1);
+            size_t len = 0;
+            char *log = slurp(j.log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(j.status == 0, "ptxas failed: %s", log ? log : "");
+            CHECK(log && spills == 0 && !strstr(log, "C7508"), "spills %ld; log: %s", spills, log ? log : "");
+            CHECK(strstr(kiln_module_text(m), "m64n64k16.f32") && strstr(kiln_module_text(m), ", 1, 1, 1;"),
+                  "PTX lacks the N-major P V wgmma");
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %d registers, %d bytes shared\n", regs, smem);
+            free(log);
+            unlink(j.ptx), unlink(j.log);
+            kiln_module_free(m);
+        }
+        TEST_END();
+    }
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    char path[256];
+    snprintf(path, sizeof path, "%s/hopattn.lua", dir);
+    FILE *f = fopen(path, "w");
+    if (f) fputs(attn_lua, f), fclose(f);
+    kiln_gen_options o = {.template_dir = dir};
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("hopper_attn: setup: %s\nhopper_attn: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_attn();
+    test_ptxas();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    unlink(path);
+    rmdir(dir);
+    return check_summary("hopper_attn");
+}
