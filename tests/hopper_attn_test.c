@@ -11,6 +11,7 @@
 #include "check.h"
 #include "kiln/emu.h"
 #include "kiln/gen.h"
+#include "kiln/runtime.h"
 #include "ptxas_util.h"
 
 #define SM90A (KILN_SM_ARCH + 90)
@@ -100,37 +101,138 @@ static const char *attn_lua =
     "  end\n"
     "end\nreturn K\n";
 
+/* The same math in FlashAttention-3's producer/consumer structure: 256 threads, warpgroup 1 the producer
+ * (setmaxnreg dec 40; its thread 128 issues TMA: Q once, then each key tile's K and V into a two-stage ring
+ * gated by full (1 arrival + the tiles' bytes) and empty (128 consumer arrivals) mbarriers), warpgroup 0 the
+ * consumer (setmaxnreg inc 232) running wgmma on the tiles where TMA left them (128B swizzle, the layout the
+ * descriptors name). The tensor maps come from the launch description (tmaps: q, k, v with 64 x 64 boxes).
+ * Planted bugs: 5 the consumer waits on the wrong parity of the full barrier, 6 the producer does not wait
+ * for the consumer to free a stage, 7 V's map with a 64B swizzle (its box rows are 128 bytes). Not caught
+ * (the emulator lands a TMA copy at issue): an expect-tx short by a tile whose bytes the next phase's
+ * expect-tx cancels. */
+static const char *attn_tma_lua =
+    "local K = { params = {\n"
+    "  { name = 'bf', type = 'int', default = 1, min = 0, max = 1 },\n"
+    "  { name = 'nt', type = 'int', default = 3, min = 1, max = 4 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 7 } } }\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "function K.launch(spec, cfg)\n"
+    "  return { tensors = { { 'o', 'out', { 64, 64 } }, { 'q', 'in', { 64, 64 } }, { 'k', 'in', { spec.nt * 64, 64 } },\n"
+    "                       { 'v', 'in', { spec.nt * 64, 64 } } },\n"
+    "           scalars = { { 'scale_log2', 0.18033688011112042 } }, problem = { 1 },\n"
+    "           tmaps = { { 'tm_q', 'q', box = { 64, 64 }, swizzle = 128 }, { 'tm_k', 'k', box = { 64, 64 }, swizzle = 128 },\n"
+    "                     { 'tm_v', 'v', box = { 64, 64 }, swizzle = spec.bug == 7 and 64 or 128 } } }\n"
+    "end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local T = spec.bf == 1 and 'bf16' or 'f16'\n"
+    "  local p = b:kernel{ params = { { 'o', 'ptr', 'f32' }, { 'tm_q', 'tensormap', T }, { 'tm_k', 'tensormap', T },\n"
+    "    { 'tm_v', 'tensormap', T }, { 'scale_log2', 'f32' } } }\n"
+    "  local t, wg = b:tid(), b:warpgroup()\n"
+    "  local sq, sk, sv = b:shared(T, 4096, 1024), b:shared(T, 2 * 4096, 1024), b:shared(T, 2 * 4096, 1024)\n"
+    "  local full, empty, qbar = b:shared('f32', 4, 8), b:shared('f32', 4, 8), b:shared('f32', 2, 8)\n"
+    "  b:if_(b:eq(t, 0), function()\n"
+    "    for s = 0, 1 do b:mbarrier_init(full + 2 * s, 1); b:mbarrier_init(empty + 2 * s, 128) end\n"
+    "    b:mbarrier_init(qbar, 1)\n"
+    "  end)\n"
+    "  b:barrier()\n"
+    "  b:if_(b:eq(wg, 1), function()\n"
+    "    b:setmaxnreg('dec', 40)\n"
+    "    b:if_(b:eq(t, 128), function()\n"
+    "      b:mbarrier_arrive(qbar, { tx = b:i32(8192) })\n"
+    "      b:tma_load(sq, p.tm_q, { 0, 0 }, qbar)\n"
+    "      for kt = 0, spec.nt - 1 do\n"
+    "        local s, use = kt % 2, kt // 2\n"
+    "        if kt >= 2 and spec.bug ~= 6 then b:mbarrier_wait(empty + 2 * s, (use + 1) % 2) end\n"
+    "        b:mbarrier_arrive(full + 2 * s, { tx = b:i32(16384) })\n"
+    "        b:tma_load(sk + 4096 * s, p.tm_k, { 0, kt * 64 }, full + 2 * s)\n"
+    "        b:tma_load(sv + 4096 * s, p.tm_v, { 0, kt * 64 }, full + 2 * s)\n"
+    "      end\n"
+    "    end)\n"
+    "  end)\n"
+    "  b:if_(b:eq(wg, 0), function()\n"
+    "    b:setmaxnreg('inc', 232)\n"
+    "    local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end\n"
+    "    b:mbarrier_wait(qbar, 0)\n"
+    "    local m, l, O = { b:f32(-1e30), b:f32(-1e30) }, { b:f32(0), b:f32(0) }, nil\n"
+    "    for kt = 0, spec.nt - 1 do\n"
+    "      local s, use = kt % 2, kt // 2\n"
+    "      b:mbarrier_wait(full + 2 * s, (use + (spec.bug == 5 and 1 or 0)) % 2)\n"
+    "      local ks, vs = sk + 4096 * s, sv + 4096 * s\n"
+    "      b:wgmma_fence()\n"
+    "      local S\n"
+    "      for j = 0, 3 do S = b:wgmma{ n = 64, type = T, a = desc(sq + 16 * j, 16), b = desc(ks + 16 * j, 16), acc = S } end\n"
+    "      b:wgmma_commit()\n"
+    "      S = b:wgmma_wait(0, S)\n"
+    "      local x, mx = {}, { b:f32(-1e30), b:f32(-1e30) }\n"
+    "      for i = 0, 31 do\n"
+    "        x[i] = S[i + 1] * p.scale_log2\n"
+    "        local r = ((i >> 1) & 1) + 1\n"
+    "        mx[r] = b:max(mx[r], x[i])\n"
+    "      end\n"
+    "      local alpha = {}\n"
+    "      for r = 1, 2 do\n"
+    "        local mn = b:max(m[r], b:warp_max(mx[r], 4))\n"
+    "        alpha[r] = b:ex2_approx(m[r] - mn)\n"
+    "        m[r] = mn\n"
+    "        l[r] = l[r] * alpha[r]\n"
+    "      end\n"
+    "      local P = {}\n"
+    "      for i = 0, 31 do\n"
+    "        local r = ((i >> 1) & 1) + 1\n"
+    "        P[i] = b:ex2_approx(x[i] - m[r])\n"
+    "        l[r] = l[r] + P[i]\n"
+    "      end\n"
+    "      if O then for i = 0, 31 do O[i + 1] = O[i + 1] * alpha[((i >> 1) & 1) + 1] end end\n"
+    "      b:wgmma_fence()\n"
+    "      for j = 0, 3 do\n"
+    "        local a = {}\n"
+    "        for h = 0, 3 do\n"
+    "          local i = 8 * j + 4 * (h >> 1) + 2 * (h & 1)\n"
+    "          a[h + 1] = b:pack(P[i], P[i + 1], T)\n"
+    "        end\n"
+    "        O = b:wgmma{ n = 64, type = T, a = a, b = desc(vs + 1024 * j, 8192), acc = O, trans_b = true }\n"
+    "      end\n"
+    "      b:wgmma_commit()\n"
+    "      O = b:wgmma_wait(0, O)\n"
+    "      b:mbarrier_arrive(empty + 2 * s)\n"
+    "    end\n"
+    "    local w, g, q = t // 32, (t % 32) // 4, t % 4\n"
+    "    local inv = { b:f32(1) / b:warp_sum(l[1], 4), b:f32(1) / b:warp_sum(l[2], 4) }\n"
+    "    for i = 0, 31 do\n"
+    "      local r = (i >> 1) & 1\n"
+    "      local row, col = w * 16 + g + 8 * r, 8 * (i >> 2) + q * 2 + (i & 1)\n"
+    "      b:store(p.o + (row * 64 + col), O[i + 1] * inv[r + 1])\n"
+    "    end\n"
+    "  end)\n"
+    "end\nreturn K\n";
+
 static char dir[] = "/tmp/kiln-hopper-attn-XXXXXX";
 static kiln_gen *gen;
 static kiln_emu *emu;
 
 enum { NQ = 64, D = 64, KMAX = 256 };
 
-/* Runs hopattn with keys; *worst = the largest |o - reference| (float64 softmax(Q K^T / 8) V of the
- * inputs as rounded to the dtype). */
-static kiln_status run_attn(const char *keys, int nt, int bf, double *worst, kiln_error *err) {
-    char spec[200];
-    snprintf(spec, sizeof spec, "hopattn %s", keys);
-    kiln_emu_kernel *k = NULL;
-    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
-    if (st != KILN_OK) return st;
+static _Alignas(256) uint16_t q[NQ * D], kk[KMAX * D], v[KMAX * D];
+static _Alignas(256) float o[NQ * D];
+
+/* Inputs for nt key tiles (q, k in -2..2, v in -1..1, rounded to the dtype); o poisoned. */
+static void make_inputs(int nt, int bf) {
     kiln_dtype t = bf ? KILN_BF16 : KILN_F16;
-    int nk = 64 * nt;
-    static uint16_t q[NQ * D], kk[KMAX * D], v[KMAX * D];
-    static float o[NQ * D];
     unsigned seed = 12345u + (unsigned)nt * 7u + (unsigned)bf;
     for (int i = 0; i < NQ * D; i++) seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, q, (size_t)i, (double)(seed >> 8) / (1 << 24) * 4 - 2);
-    for (int i = 0; i < nk * D; i++) {
+    for (int i = 0; i < 64 * nt * D; i++) {
         seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, kk, (size_t)i, (double)(seed >> 8) / (1 << 24) * 4 - 2);
         seed = seed * 1664525u + 1013904223u, kiln_emu_value_set(t, v, (size_t)i, (double)(seed >> 8) / (1 << 24) * 2 - 1);
     }
     for (int i = 0; i < NQ * D; i++) o[i] = NAN;
-    float scale_log2 = (float)(0.125 * 1.4426950408889634);
-    void *po = o, *pq = q, *pk = kk, *pv = v, *args[] = {&po, &pq, &pk, &pv, &scale_log2};
-    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
-    st = kiln_emu_run(k, &l, args, err);
-    *worst = 0;
-    for (int r = 0; r < NQ && st == KILN_OK; r++) {
+}
+
+/* The largest |o - reference| (float64 softmax(Q K^T / 8) V of the inputs as rounded to the dtype). */
+static double worst_error(int nt, int bf) {
+    kiln_dtype t = bf ? KILN_BF16 : KILN_F16;
+    int nk = 64 * nt;
+    double worst = 0;
+    for (int r = 0; r < NQ; r++) {
         double s[KMAX], mx = -INFINITY, sum = 0;
         for (int j = 0; j < nk; j++) {
             double a = 0;
@@ -143,9 +245,53 @@ static kiln_status run_attn(const char *keys, int nt, int bf, double *worst, kil
             double want = 0;
             for (int j = 0; j < nk; j++) want += s[j] / sum * kiln_emu_value_get(t, v, (size_t)(j * D + c));
             double e = fabs((double)o[r * D + c] - want);
-            if (!(e <= *worst)) *worst = isnan(e) ? INFINITY : e;
+            if (!(e <= worst)) worst = isnan(e) ? INFINITY : e;
         }
     }
+    return worst;
+}
+
+/* Runs hopattn with keys; *worst as worst_error. */
+static kiln_status run_attn(const char *keys, int nt, int bf, double *worst, kiln_error *err) {
+    char spec[200];
+    snprintf(spec, sizeof spec, "hopattn %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    make_inputs(nt, bf);
+    float scale_log2 = (float)(0.125 * 1.4426950408889634);
+    void *po = o, *pq = q, *pk = kk, *pv = v, *args[] = {&po, &pq, &pk, &pv, &scale_log2};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
+    st = kiln_emu_run(k, &l, args, err);
+    *worst = st == KILN_OK ? worst_error(nt, bf) : INFINITY;
+    return st;
+}
+
+/* Runs hopattn_tma with keys: the launch bound from its description (kiln_launch_bind builds the tensor maps
+ * of q, k and v), then the emulator with those maps, run twice (thread orders ascending and descending). */
+static kiln_status run_attn_tma(const char *keys, int nt, int bf, double *worst, kiln_error *err) {
+    char spec[200];
+    snprintf(spec, sizeof spec, "hopattn_tma %s", keys);
+    kiln_emu_kernel *k = NULL;
+    *worst = INFINITY;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    make_inputs(nt, bf);
+    kiln_launch_tensor ts[] = {{"o", (kiln_devptr)(uintptr_t)o, {0}}, {"q", (kiln_devptr)(uintptr_t)q, {0}},
+                               {"k", (kiln_devptr)(uintptr_t)kk, {0}}, {"v", (kiln_devptr)(uintptr_t)v, {0}}};
+    kiln_launch_args a = {.tensors = ts, .ntensors = 4};
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    static kiln_launch_step step;
+    size_t ws = 0;
+    st = kiln_launch_bind(&m, 1, 0, &a, 1, &step, &ws, err);
+    if (st != KILN_OK) return st;
+    static _Alignas(64) kiln_tensor_map maps[KILN_LAUNCH_TMAPS];
+    void *argv[KILN_MAX_PARAMS];
+    for (int i = 0; i < m->nparams; i++) argv[i] = &step.args[i];
+    for (int j = 0; j < step.ntmaps; j++) maps[j] = step.tmaps[j], argv[step.tmap_param[j]] = &maps[j];
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {256, 1, 1}, .twice = 1};
+    st = kiln_emu_run(k, &l, argv, err);
+    if (st == KILN_OK) *worst = worst_error(nt, bf);
     return st;
 }
 
@@ -183,9 +329,46 @@ static void test_attn(void) {
     }
 }
 
+static void test_attn_tma(void) {
+    static const struct {
+        int bf, nt;
+    } rows[] = {{1, 1}, {1, 3}, {0, 4}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[64], name[240];
+        snprintf(keys, sizeof keys, "bf=%d nt=%d", rows[i].bf, rows[i].nt);
+        snprintf(name, sizeof name, "FA3 structure %s d64, %d keys: TMA producer, K/V ring on mbarriers, wgmma consumer, "
+                 "maps from the launch description; float64, run twice", rows[i].bf ? "bf16" : "f16", 64 * rows[i].nt);
+        TEST_BEGIN(name);
+        double worst = 0;
+        kiln_error err = {0};
+        kiln_status st = run_attn_tma(keys, rows[i].nt, rows[i].bf, &worst, &err);
+        double tol = rows[i].bf ? 1.0 / 512 : 1.0 / 4096;
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || worst <= tol, "largest error %.3g, tolerance %.3g", worst, tol);
+        if (getenv("KILN_TEST_VERBOSE")) printf("     largest error %.3g (tolerance %.3g)\n", worst, tol);
+        TEST_END();
+    }
+    static const struct {
+        const char *keys, *want;
+    } bugs[] = {{"bf=1 nt=3 bug=5", ""}, {"bf=1 nt=3 bug=6", ""}, {"bf=1 nt=2 bug=7", "more than the 64-byte swizzle span"}};
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char name[200];
+        snprintf(name, sizeof name, "FA3 structure planted '%s' is caught%s%s", bugs[i].keys, bugs[i].want[0] ? ": " : "", bugs[i].want);
+        TEST_BEGIN(name);
+        double worst = 0;
+        kiln_error err = {0};
+        int nt = atoi(strstr(bugs[i].keys, "nt=") + 3);
+        kiln_status st = run_attn_tma(bugs[i].keys, nt, 1, &worst, &err);
+        CHECK(st != KILN_OK || worst > 1.0 / 512, "ran clean: largest error %.3g", worst);
+        if (bugs[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, bugs[i].want), "message: %s", err.msg);
+        if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", st != KILN_OK ? err.msg : "wrong answers");
+        TEST_END();
+    }
+}
+
 static void test_ptxas(void) {
     const char *ptxas = ptxas_path();
-    static const char *const specs[] = {"hopattn bf=1 nt=2", "hopattn bf=0 nt=4"};
+    static const char *const specs[] = {"hopattn bf=1 nt=2", "hopattn bf=0 nt=4", "hopattn_tma bf=1 nt=3", "hopattn_tma bf=0 nt=4"};
     for (size_t i = 0; i < sizeof specs / sizeof specs[0]; i++) {
         char name[160];
         snprintf(name, sizeof name, "ptxas sm_90a: '%s' assembles, 0 spills, no C7508", specs[i]);
@@ -228,6 +411,9 @@ int main(void) {
     snprintf(path, sizeof path, "%s/hopattn.lua", dir);
     FILE *f = fopen(path, "w");
     if (f) fputs(attn_lua, f), fclose(f);
+    char path2[256];
+    snprintf(path2, sizeof path2, "%s/hopattn_tma.lua", dir);
+    if ((f = fopen(path2, "w"))) fputs(attn_tma_lua, f), fclose(f);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -235,10 +421,11 @@ int main(void) {
         return 1;
     }
     test_attn();
+    test_attn_tma();
     test_ptxas();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
-    unlink(path);
+    unlink(path), unlink(path2);
     rmdir(dir);
     return check_summary("hopper_attn");
 }
