@@ -10,6 +10,7 @@
 
 #include "check.h"
 #include "kiln/emu.h"
+#include "kiln/emu_profile.h"
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
 #include "ptxas_util.h"
@@ -267,6 +268,8 @@ static kiln_status run_attn(const char *keys, int nt, int bf, double *worst, kil
     return st;
 }
 
+static kiln_emu_kernel *last_tma_kernel; /* the kernel run_attn_tma ran last */
+
 /* Runs hopattn_tma with keys: the launch bound from its description (kiln_launch_bind builds the tensor maps
  * of q, k and v), then the emulator with those maps, run twice (thread orders ascending and descending). */
 static kiln_status run_attn_tma(const char *keys, int nt, int bf, double *worst, kiln_error *err) {
@@ -276,6 +279,7 @@ static kiln_status run_attn_tma(const char *keys, int nt, int bf, double *worst,
     *worst = INFINITY;
     kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
     if (st != KILN_OK) return st;
+    last_tma_kernel = k;
     make_inputs(nt, bf);
     kiln_launch_tensor ts[] = {{"o", (kiln_devptr)(uintptr_t)o, {0}}, {"q", (kiln_devptr)(uintptr_t)q, {0}},
                                {"k", (kiln_devptr)(uintptr_t)kk, {0}}, {"v", (kiln_devptr)(uintptr_t)v, {0}}};
@@ -366,6 +370,40 @@ static void test_attn_tma(void) {
     }
 }
 
+/* The profile of hopattn_tma bf=1 nt=3, per warp: each consumer warp (4) runs per key tile two wgmma groups
+ * (fence, 4 mma_async, commit, wait: 14) and 34 ex2 (32 P + 2 alpha); the producer's warp issues 7 TMA copies
+ * (Q, then K and V per tile). These are the counts docs/hopper.md's estimate against H100/H200 starts from. */
+static void test_profile(void) {
+    TEST_BEGIN("the profile of the FA3-structured tile: wgmma, TMA and ex2 per warp");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu *keep = emu;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) kiln_emu_set_profile(pe, 1), emu = pe;
+    double worst = 0;
+    if (st == KILN_OK) st = run_attn_tma("bf=1 nt=3", 3, 1, &worst, &err);
+    emu = keep;
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        kiln_emu_profile p;
+        st = kiln_emu_profile_get(last_tma_kernel, &p, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        /* run twice: every count doubles */
+        if (st == KILN_OK) {
+            CHECK(p.inst[KILN_PROF_WGMMA] == 2 * 4 * 3 * 14, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], 2 * 4 * 3 * 14);
+            CHECK(p.inst[KILN_PROF_TMA] == 2 * 7, "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], 2 * 7);
+            CHECK(p.inst[KILN_PROF_EX2] == 2 * 4 * 3 * 34, "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], 2 * 4 * 3 * 34);
+            if (getenv("KILN_TEST_VERBOSE"))
+                printf("     per run: wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, shfl %llu, other %llu warp instructions\n",
+                       (unsigned long long)p.inst[KILN_PROF_WGMMA] / 2, (unsigned long long)p.inst[KILN_PROF_TMA] / 2,
+                       (unsigned long long)p.inst[KILN_PROF_MBARRIER] / 2, (unsigned long long)p.inst[KILN_PROF_EX2] / 2,
+                       (unsigned long long)p.inst[KILN_PROF_SHFL] / 2, (unsigned long long)p.inst[KILN_PROF_OTHER] / 2);
+        }
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 static void test_ptxas(void) {
     const char *ptxas = ptxas_path();
     static const char *const specs[] = {"hopattn bf=1 nt=2", "hopattn bf=0 nt=4", "hopattn_tma bf=1 nt=3", "hopattn_tma bf=0 nt=4"};
@@ -422,6 +460,7 @@ int main(void) {
     }
     test_attn();
     test_attn_tma();
+    test_profile();
     test_ptxas();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
