@@ -48,10 +48,10 @@ typedef struct fake_cuda_launch {
     int nparams;
     unsigned param_size[FAKE_CUDA_MAX_PARAMS];
     uint64_t param[FAKE_CUDA_MAX_PARAMS]; /* each value zero-extended to 64 bits; a 128-byte one: its index in tmap */
-    int ntmaps;
-    unsigned char tmap[FAKE_CUDA_MAX_TMAPS][128]; /* the 128-byte parameters' bytes (CUtensorMaps), in order */
     int loaded_sm;      /* .target of the module the function came from (or cubin SM) */
     int cubin;
+    int ntmaps;         /* (python/tests/conftest.py's FakeLaunch mirrors this struct) */
+    unsigned char tmap[FAKE_CUDA_MAX_TMAPS][128]; /* the 128-byte parameters' bytes (CUtensorMaps), in order */
 } fake_cuda_launch;
 
 /* Fails the next `times` calls of op ("load", "launch", "alloc", "init", "link") with error
