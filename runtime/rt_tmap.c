@@ -17,7 +17,9 @@ kiln_status rt_tmap_encode(kiln_rt *rt, const kiln_tensor_map *m, void *out, con
     if (!rt->drv.cuTensorMapEncodeTiled)
         return kiln_fail(err, KILN_ENODRIVER, "%s: the CUDA driver has no cuTensorMapEncodeTiled (TMA needs a CUDA 12.0 or "
                          "newer driver)", w);
-    const unsigned long long *dims = (const unsigned long long *)m->dims, *strides = (const unsigned long long *)m->strides;
+    unsigned long long dims[KILN_TMAP_RANK_MAX], strides[KILN_TMAP_RANK_MAX - 1]; /* cuuint64_t */
+    for (unsigned i = 0; i < KILN_TMAP_RANK_MAX; i++) dims[i] = m->dims[i];
+    for (unsigned i = 0; i + 1 < KILN_TMAP_RANK_MAX; i++) strides[i] = m->strides[i];
     const unsigned elem_strides[KILN_TMAP_RANK_MAX] = {1, 1, 1, 1, 1};
     kiln_status st = rt_bind(rt, err);
     if (st != KILN_OK) return st;
