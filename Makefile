@@ -145,10 +145,15 @@ extra:
 # examples (aot_*: libkiln_rt only; jit_*: libkiln too).
 FAKE_CUDA := $(O)/tests/libfakecuda.so.1
 EXAMPLES  := $(patsubst examples/%.c,$(O)/examples/%,$(wildcard examples/*.c))
-extra: $(FAKE_CUDA) $(EXAMPLES)
-$(FAKE_CUDA): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h
+FAKE_CUDA_OLD := $(O)/tests/libfakecuda_old.so.1
+extra: $(FAKE_CUDA) $(FAKE_CUDA_OLD) $(EXAMPLES)
+$(FAKE_CUDA): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h include/kiln/tensor_map.h
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
+# the same driver without cuTensorMapEncodeTiled (before CUDA 12.0)
+$(FAKE_CUDA_OLD): tests/fake_cuda/fake_cuda.c tests/fake_cuda/fake_cuda.h include/kiln/tensor_map.h
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) -DFAKE_CUDA_NO_TENSOR_MAP -shared -fvisibility=hidden $< -o $@ $(LDFLAGS) -lpthread
 # runtime_cache_test needs libkiln_rt only (a stand-in generator), so that its ThreadSanitizer build
 # (make TSAN=1 build/tsan/tests/runtime_cache_test) does not build the generator.
 $(O)/tests/runtime_cache_test: tests/runtime_cache_test.c $(LIBDIR)/libkiln_rt.a tests/check.h $(FAKE_CUDA)

@@ -250,6 +250,10 @@ const emu_op *emu_hopper_op_find(const char *name);
 #define EMU_MAX_ARGS_WIDE (KILN_WGMMA_MAX_ACC + 8)
 #define EMU_MAX_RET_WIDE (KILN_WGMMA_MAX_ACC * 4)
 const emu_op *emu_wgmma_op_find(const char *name);
+/* Whether building the kiln.wgmma.* op table ran out of memory (then every lookup finds nothing: the
+ * rewrite reports that instead of "not implemented"); emu_wgmma_ops_malloc is malloc, tests plant a failing one. */
+bool emu_wgmma_ops_failed(void);
+extern void *(*emu_wgmma_ops_malloc)(size_t);
 void emu_wgmma_block_begin(void); /* a block (or its second run) starts: no wgmma in flight */
 void emu_wgmma_fence(emu_call *c);
 void emu_wgmma_commit(emu_call *c);

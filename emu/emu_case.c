@@ -290,9 +290,12 @@ static kiln_status run_step(kiln_case *c, const given *g, const kiln_launch_step
     void *argv[KILN_MAX_PARAMS];
     size_t bytes[KILN_MAX_PARAMS] = {0};
     kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = c->opts.twice, .arg_bytes = bytes};
+    _Alignas(KILN_TMAP_ALIGN) kiln_tensor_map maps[KILN_LAUNCH_TMAPS]; /* kiln's record is what the emulator reads */
     memcpy(args, b->args, sizeof args);
     for (int i = 0; i < m->nparams; i++) {
         argv[i] = &args[i];
+        for (int j = 0; j < b->ntmaps; j++)
+            if (b->tmap_param[j] == i) argv[i] = memcpy(&maps[j], &b->tmaps[j], sizeof maps[j]);
         if (m->params[i].kind != KILN_PARAM_PTR) continue;
         uintptr_t p = (uintptr_t)args[i].ptr;
         if (!p && i < 32) l.nullable |= 1u << i;

@@ -221,7 +221,9 @@ static kiln_status add_site(emu_rewrite_info *info, LLVMTargetDataRef td, LLVMVa
     const emu_op *op = emu_op_find(name);
     char *type = LLVMPrintTypeToString(LLVMGlobalGetValueType(callee));
     kiln_status st = KILN_OK;
-    if (!op) {
+    if (!op && starts_with(name, "kiln.wgmma.") && emu_wgmma_ops_failed()) {
+        st = kiln_fail(err, KILN_ENOMEM, "emulator: out of memory building the table of wgmma pseudo-intrinsics (%s)", name);
+    } else if (!op) {
         st = kiln_fail(err, KILN_EINVAL, "emulator: intrinsic %s (%s) is not implemented (emu/emu_ops.c lists "
                                          "the supported ones)", name, type);
     } else if (strcmp(op->type, type)) {

@@ -17,7 +17,7 @@
  * on it quiets it, which the next wgmma or wait reports as a register touched in flight, and a token
  * that is read without a wait ends up as NaN in the output. */
 enum { WG_THREADS = 128, WG_MAX = EMU_MAX_THREADS / WG_THREADS, WG_RING = 64, WG_GROUPS = 64 };
-enum { OP_N = 0x1ff, OP_BF16 = 0x200, OP_RS = 0x400, OP_WAIT = 0x800, OP_DESC = 0x1000 };
+enum { OP_N = 0x1ff, OP_BF16 = 0x200, OP_RS = 0x400, OP_WAIT = 0x800, OP_DESC = 0x1000, OP_TB = 0x2000 };
 
 #define TOKEN_BASE 0x7fa00000u /* exponent all ones, quiet bit clear, bit 21 set: a signalling NaN */
 static uint32_t token(uint32_t seq, unsigned e) { return TOKEN_BASE | (seq & 0x3fffu) << 7 | e; }
@@ -102,12 +102,14 @@ static wg_rec *rec_find(emu_call *c, unsigned wg, uint32_t seq, const char *what
 
 static float half_value(uint16_t h, bool bf) { return bf ? emu_bf16_to_f32(h) : emu_f16_to_f32(h); }
 
-/* Reads rows x 16 (K-major: row r, column k) through descriptor d into out. The PTX ISA's layouts:
- * no swizzle: core matrices of 8 rows x 16 bytes, element (r, k) at start + (r/8) SBO + (k/8) LBO +
+/* Reads rows x 16 (row r of M or N, column k) through descriptor d into out. The PTX ISA's layouts,
+ * K-major: no swizzle: core matrices of 8 rows x 16 bytes, element (r, k) at start + (r/8) SBO + (k/8) LBO +
  * (r%8) 16 + (k%8) 2; swizzle 128/64/32B: rows of that many bytes, 8-row groups SBO apart, element at
- * start + (r/8) SBO + (r%8) W + 2k, then bits [4, 4+b) of the shared address XOR bits [7, 7+b)
- * (b = 3, 2, 1). */
-static void load_matrix(emu_call *c, uint64_t d, unsigned rows, bool bf, const char *which, float *out) {
+ * start + (r/8) SBO + (r%8) W + 2k. MN-major (mn, imm-trans 1: the matrix stored [k][r], r contiguous):
+ * no swizzle: core matrices of 8 k x 16 bytes (8 r), element at start + (r/8) SBO + (k/8) LBO + (k%8) 16 +
+ * (r%8) 2; swizzle W: k-rows of W bytes (W/2 consecutive r), element at start + (r/(W/2)) LBO + (k/8) SBO +
+ * (k%8) W + 2 (r%(W/2)). Then, swizzled, bits [4, 4+b) of the shared address XOR bits [7, 7+b) (b = 3, 2, 1). */
+static void load_matrix(emu_call *c, uint64_t d, unsigned rows, bool bf, bool mn, const char *which, float *out) {
     uint32_t start = (uint32_t)(d & 0x3fff) << 4, lbo = (uint32_t)(d >> 16 & 0x3fff) << 4,
              sbo = (uint32_t)(d >> 32 & 0x3fff) << 4;
     unsigned base = (unsigned)(d >> 49 & 7), mode = (unsigned)(d >> 62);
@@ -123,8 +125,10 @@ static void load_matrix(emu_call *c, uint64_t d, unsigned rows, bool bf, const c
     unsigned char *smem = emu_shared_base(c->blk);
     for (unsigned r = 0; r < rows; r++)
         for (unsigned k = 0; k < 16; k++) {
-            uint32_t a = w ? start + r / 8 * sbo + r % 8 * w + 2 * k
-                           : start + r / 8 * sbo + k / 8 * lbo + r % 8 * 16 + k % 8 * 2;
+            uint32_t a = mn ? (w ? start + r / (w / 2) * lbo + k / 8 * sbo + k % 8 * w + r % (w / 2) * 2
+                                 : start + r / 8 * sbo + k / 8 * lbo + k % 8 * 16 + r % 8 * 2)
+                            : (w ? start + r / 8 * sbo + r % 8 * w + 2 * k
+                                 : start + r / 8 * sbo + k / 8 * lbo + r % 8 * 16 + k % 8 * 2);
             if (w) a ^= (a >> 7 & mask) << 4;
             char what[160];
             snprintf(what, sizeof what, "%s: %s element (%u, %u) through its descriptor", c->site->where, which, r, k);
@@ -178,9 +182,9 @@ static void compute(emu_call *c, unsigned wg, wg_rec *r) {
             }
         }
     } else {
-        load_matrix(c, r->da, 64, bf, "A", A);
+        load_matrix(c, r->da, 64, bf, false, "A", A);
     }
-    load_matrix(c, r->db, n, bf, "B", B);
+    load_matrix(c, r->db, n, bf, r->op & OP_TB, "B", B);
     for (unsigned lt = 0; lt < WG_THREADS; lt++) {
         unsigned w = lt / 32, g = lt % 32 >> 2, q = lt & 3;
         for (unsigned i = 0; i < r->m; i++) {
@@ -286,13 +290,16 @@ static void h_desc(emu_call *c) {
 
 /* ---- the op table: every N, type and A source, built once ---- */
 
-enum { NOPS = 1 + 32 * 4 + KILN_WGMMA_MAX_ACC };
+enum { NOPS = 1 + 32 * 8 + KILN_WGMMA_MAX_ACC };
 static emu_op ops[NOPS];
 static pthread_once_t ops_once = PTHREAD_ONCE_INIT;
+static bool ops_failed; /* memory ran out building the table: every kiln.wgmma.* lookup reports it */
+
+void *(*emu_wgmma_ops_malloc)(size_t) = malloc;
 
 static char *floats(unsigned m, const char *sep) {
-    char *s = malloc(m * 7 + 1);
-    if (!s) abort();
+    char *s = emu_wgmma_ops_malloc(m * 7 + 1);
+    if (!s) return NULL;
     s[0] = 0;
     for (unsigned i = 0; i < m; i++) strcat(s, i ? sep : ""), strcat(s, "float");
     return s;
@@ -302,18 +309,28 @@ static void build_ops(void) {
     unsigned k = 0;
     ops[k++] = (emu_op){KILN_WGMMA_DESC, "i64 (ptr addrspace(3), i64)", h_desc, OP_DESC};
     for (unsigned n = 8; n <= 256; n += 8)
-        for (int v = 0; v < 4; v++) {
-            bool bf = v & 1, rs = v & 2;
-            char *list = floats(n / 2, ", "), *name = malloc(64), *type = malloc(strlen(list) * 2 + 64);
-            if (!name || !type) abort();
-            snprintf(name, 64, "kiln.wgmma.m64n%uk16.f32.%s.%s", n, bf ? "bf16" : "f16", rs ? "rs" : "ss");
+        for (int v = 0; v < 8; v++) {
+            bool bf = v & 1, rs = v & 2, tb = v & 4;
+            char *list = floats(n / 2, ", "), *name = emu_wgmma_ops_malloc(64);
+            char *type = list ? emu_wgmma_ops_malloc(strlen(list) * 2 + 64) : NULL;
+            if (!list || !name || !type) {
+                free(list), free(name), free(type);
+                ops_failed = true;
+                return;
+            }
+            snprintf(name, 64, "kiln.wgmma.m64n%uk16.f32.%s.%s%s", n, bf ? "bf16" : "f16", rs ? "rs" : "ss", tb ? ".tb" : "");
             sprintf(type, "{ %s } (%s, %s, i64, i32)", list, list, rs ? "i32, i32, i32, i32" : "i64");
-            ops[k++] = (emu_op){name, type, h_mma, (int)n | (bf ? OP_BF16 : 0) | (rs ? OP_RS : 0)};
+            ops[k++] = (emu_op){name, type, h_mma, (int)n | (bf ? OP_BF16 : 0) | (rs ? OP_RS : 0) | (tb ? OP_TB : 0)};
             free(list);
         }
     for (unsigned m = 1; m <= KILN_WGMMA_MAX_ACC; m++) {
-        char *list = floats(m, ", "), *name = malloc(48), *type = malloc(strlen(list) * 2 + 32);
-        if (!name || !type) abort();
+        char *list = floats(m, ", "), *name = emu_wgmma_ops_malloc(48);
+        char *type = list ? emu_wgmma_ops_malloc(strlen(list) * 2 + 32) : NULL;
+        if (!list || !name || !type) {
+            free(list), free(name), free(type);
+            ops_failed = true;
+            return;
+        }
         snprintf(name, 48, "kiln.wgmma.wait.f32x%u", m);
         sprintf(type, "{ %s } (i32, %s)", list, list);
         ops[k++] = (emu_op){name, type, h_wait, (int)m | OP_WAIT};
@@ -321,9 +338,15 @@ static void build_ops(void) {
     }
 }
 
+bool emu_wgmma_ops_failed(void) {
+    pthread_once(&ops_once, build_ops);
+    return ops_failed;
+}
+
 const emu_op *emu_wgmma_op_find(const char *name) {
     if (strncmp(name, "kiln.wgmma.", 11)) return NULL;
     pthread_once(&ops_once, build_ops);
+    if (ops_failed) return NULL; /* a half-built table: none of it (emu_wgmma_ops_failed says why) */
     for (size_t i = 0; i < NOPS; i++)
         if (ops[i].name && !strcmp(ops[i].name, name)) return &ops[i];
     return NULL;

@@ -286,5 +286,7 @@ void gen_register_hopper(lua_State *L);
 #define KILN_WGMMA_MAX_ACC 128 /* f32 accumulators per thread of m64n256k16 */
 #define KILN_WGMMA_DESC "kiln.wgmma.desc"
 /* Replaces every kiln.wgmma.* call of mod by its PTX (inline asm, or integer arithmetic for the
- * descriptor), before NVPTX codegen. */
-void gen_wgmma_lower(LLVMModuleRef mod);
+ * descriptor), before NVPTX codegen. 0, or -1 when memory ran out (the module is then half lowered:
+ * the caller fails the generation). */
+int gen_wgmma_lower(LLVMModuleRef mod);
+extern void *(*gen_wgmma_lower_realloc)(void *, size_t); /* realloc; tests plant a failing one */

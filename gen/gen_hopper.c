@@ -240,9 +240,8 @@ static int b_wgmma(lua_State *L) {
     const char *type = lua_tostring(L, -1);
     if (!type || (strcmp(type, "f16") && strcmp(type, "bf16")))
         return luaL_error(L, "b:wgmma: type '%s'; valid: f16, bf16", type ? type : "(none)");
-    lua_getfield(L, 2, "trans_b");
-    if (lua_toboolean(L, -1))
-        return luaL_error(L, "b:wgmma: trans_b (an N-major B) is not implemented; valid: a K-major B (trans_b = false)");
+    lua_getfield(L, 2, "trans_b"); /* an N-major B (imm-trans-b 1): B stored [k][n], n contiguous */
+    bool tb = lua_toboolean(L, -1);
     need(L, gb, F_WGMMA_MMA);
     int m = (int)n / 2, na = 0;
     LLVMValueRef args[KILN_WGMMA_MAX_ACC + 8];
@@ -279,7 +278,7 @@ static int b_wgmma(lua_State *L) {
     }
     args[na] = scale, types[na++] = gb->i32;
     char name[64];
-    snprintf(name, sizeof name, "kiln.wgmma.m64n%dk16.f32.%s.%s", (int)n, type, rs ? "rs" : "ss");
+    snprintf(name, sizeof name, "kiln.wgmma.m64n%dk16.f32.%s.%s%s", (int)n, type, rs ? "rs" : "ss", tb ? ".tb" : "");
     LLVMTypeRef ty = LLVMFunctionType(f32_struct(gb, m), types, (unsigned)na, 0);
     LLVMValueRef r = LLVMBuildCall2(gb->b, ty, pseudo(gb, name, ty), args, (unsigned)na, "wgmma");
     push_values(L, gb, r, m);

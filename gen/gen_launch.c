@@ -27,6 +27,8 @@ static const char *expr_text(lua_State *L, char *buf, size_t size) {
     return strpbrk(buf, " \t\n;") ? NULL : buf;
 }
 
+static int declares(const char *launch, const char *key, const char *name);
+
 #define BAD(...) (kiln_fail(err, KILN_EGEN, "templates/%s.lua: launch(): " __VA_ARGS__), -1)
 
 /* Lines "tensor NAME ROLE[?] DIM... [align=N]": entries {name, role, {dims...}, optional = true, align = N}. */
@@ -109,6 +111,41 @@ static int strides(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
     return 0;
 }
 
+/* Lines "tmap PARAM TENSOR BOX... [swizzle=N]": entries {param, tensor, box = {expr per dim of the tensor,
+ * outermost first}, swizzle = 32|64|128} (a 'tensormap' kernel parameter over a declared tensor). */
+static int tmaps(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
+    lua_Integer n = luaL_len(L, t);
+    for (lua_Integer i = 1; i <= n; i++) {
+        char line[KILN_SPEC_MAX], d[128];
+        lua_geti(L, t, i);
+        int e = lua_gettop(L);
+        lua_geti(L, e, 1);
+        lua_geti(L, e, 2);
+        const char *name = lua_tostring(L, -2), *tensor = lua_tostring(L, -1);
+        if (!name || !tensor) return BAD("tmap %lld needs {param, tensor, box = {...}}", m->family, (long long)i);
+        if (!declares(m->launch, "tensor", tensor)) return BAD("tmap '%s' names the undeclared tensor '%s'", m->family, name, tensor);
+        int n0 = snprintf(line, sizeof line, "tmap %s %s", name, tensor);
+        if (lua_getfield(L, e, "box") != LUA_TTABLE) return BAD("tmap '%s' needs its box {...}", m->family, name);
+        lua_Integer nd = luaL_len(L, -1);
+        if (nd < 1 || nd > KILN_LAUNCH_DIMS) return BAD("tmap '%s' has %lld box dims; valid: 1..%d", m->family, name, (long long)nd, KILN_LAUNCH_DIMS);
+        for (lua_Integer k = 1; k <= nd; k++) {
+            lua_geti(L, -1, k);
+            if (!expr_text(L, d, sizeof d)) return BAD("tmap '%s': box dim %lld is not an expression", m->family, name, (long long)k);
+            n0 += snprintf(line + n0, sizeof line - (size_t)n0, " %s", d);
+            lua_pop(L, 1);
+        }
+        lua_pop(L, 1);
+        if (lua_getfield(L, e, "swizzle") != LUA_TNIL) {
+            lua_Integer sw = lua_tointeger(L, -1);
+            if (sw != 32 && sw != 64 && sw != 128) return BAD("tmap '%s': swizzle must be 32, 64 or 128 (or absent: none)", m->family, name);
+            n0 += snprintf(line + n0, sizeof line - (size_t)n0, " swizzle=%lld", (long long)sw);
+        }
+        if (n0 >= (int)sizeof line || add_line(m, line)) return BAD("the launch description is too long", m->family);
+        lua_settop(L, e - 1);
+    }
+    return 0;
+}
+
 /* Line "problem E0 E1 E2": up to 3 expressions (missing axes are 1). */
 static int problem(lua_State *L, int t, kiln_kernel_meta *m, kiln_error *err) {
     char line[KILN_SPEC_MAX] = "problem", d[128];
@@ -178,7 +215,7 @@ kiln_status gen_launch_describe(lua_State *L, int tmpl, int spec_idx, int cfg, k
     int d = lua_gettop(L);
     int rc = 0;
     if (!lua_istable(L, d)) rc = BAD("must return a table", m->family);
-    static const char *const parts[] = {"tensors", "scalars", "strides", "problem", "before", "after"};
+    static const char *const parts[] = {"tensors", "scalars", "strides", "problem", "before", "after", "tmaps"};
     for (size_t i = 0; rc == 0 && i < sizeof parts / sizeof parts[0]; i++) {
         if (lua_getfield(L, d, parts[i]) == LUA_TNIL) {
             if (i == 3) rc = BAD("must declare problem", m->family);
@@ -191,6 +228,7 @@ kiln_status gen_launch_describe(lua_State *L, int tmpl, int spec_idx, int cfg, k
         else if (i == 1) rc = scalars(L, t, m, err);
         else if (i == 2) rc = strides(L, t, m, err);
         else if (i == 3) rc = problem(L, t, m, err);
+        else if (i == 6) rc = tmaps(L, t, m, err);
         else rc = steps(L, t, parts[i], m, err);
         lua_settop(L, t - 1);
     }
@@ -334,11 +372,13 @@ kiln_status gen_launch_covers(const kiln_kernel_meta *m, kiln_error *err) {
     if (!m->launch[0]) return KILN_OK;
     for (int i = 0; i < m->nparams; i++) {
         const kiln_param *p = &m->params[i];
-        int ok = p->kind == KILN_PARAM_PTR ? declares(m->launch, "tensor", p->name)
-                                           : declares(m->launch, "scalar", p->name) || declares(m->launch, "stride", p->name);
+        int ok = p->kind == KILN_PARAM_PTR    ? declares(m->launch, "tensor", p->name)
+                 : p->kind == KILN_PARAM_TMAP ? declares(m->launch, "tmap", p->name)
+                                              : declares(m->launch, "scalar", p->name) || declares(m->launch, "stride", p->name);
         if (!ok)
             return kiln_fail(err, KILN_EGEN, "templates/%s.lua: launch() declares no %s for the kernel's parameter '%s' (%s)",
-                             m->family, p->kind == KILN_PARAM_PTR ? "tensor" : "scalar or stride", p->name, m->spec);
+                             m->family, p->kind == KILN_PARAM_PTR ? "tensor" : p->kind == KILN_PARAM_TMAP ? "tmap" : "scalar or stride",
+                             p->name, m->spec);
     }
     return KILN_OK;
 }

@@ -181,7 +181,8 @@ kiln_status gen_lower_emit(gen_lower *lw, LLVMModuleRef mod, const gen_target *t
     LLVMTargetMachineRef machine;
     kiln_status st = machine_for(lw, t, ptx_version, &machine, err);
     if (st != KILN_OK) return st;
-    gen_wgmma_lower(mod); /* kiln.wgmma.* pseudo-intrinsics -> inline PTX (gen_wgmma_lower.c) */
+    if (gen_wgmma_lower(mod)) /* kiln.wgmma.* pseudo-intrinsics -> inline PTX (gen_wgmma_lower.c) */
+        return kiln_fail(err, KILN_ENOMEM, "out of memory lowering the wgmma pseudo-intrinsics to inline PTX");
     char why[512];
     if (gen_llvm_codegen(machine, mod, drop, tm, text, len, why, sizeof why))
         return kiln_fail(err, KILN_EGEN, "NVPTX code generation failed: %s", why);

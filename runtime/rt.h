@@ -71,6 +71,9 @@ typedef struct rt_driver {
     CUresult (*cuLinkAddData)(CUlinkState, int, void *, size_t, const char *, unsigned, int *, void **);
     CUresult (*cuLinkComplete)(CUlinkState, void **, size_t *);
     CUresult (*cuLinkDestroy)(CUlinkState);
+    /* tensor maps for TMA (optional: CUDA 12.0+ drivers; NULL otherwise, and a launch that needs one says so) */
+    CUresult (*cuTensorMapEncodeTiled)(void *, int, unsigned, void *, const unsigned long long *, const unsigned long long *,
+                                       const unsigned *, const unsigned *, int, int, int, int);
 } rt_driver;
 
 /* Opens $KILN_CUDA_DRIVER or libcuda.so.1 and resolves every entry point (the optional ones when present). */
@@ -87,6 +90,10 @@ kiln_status rt_device_query(const rt_driver *d, CUdevice dev, int ordinal, kiln_
 /* ---- rt_hash.c: XXH3-128 (header-only xxhash), canonical big-endian bytes ---- */
 void rt_hash128(const void *data, size_t len, uint8_t out[16]);
 void rt_hex(const uint8_t *bytes, size_t n, char *out); /* out holds 2n+1 chars */
+
+/* ---- rt_tmap.c: tensor maps through the driver ---- */
+/* kiln_tensor_map_encode with `what` (the kernel and parameter) leading its messages. */
+kiln_status rt_tmap_encode(kiln_rt *rt, const kiln_tensor_map *m, void *out, const char *what, kiln_error *err);
 
 /* ---- rt_launch.c: the generic launch ---- */
 /* The grid of k itself and the workspace bytes of its sequence for these arguments (grid may be NULL). */

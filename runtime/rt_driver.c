@@ -42,6 +42,7 @@ static const struct {
     OPT(cuLinkAddData, "cuLinkAddData_v2"),
     OPT(cuLinkComplete, "cuLinkComplete"),
     OPT(cuLinkDestroy, "cuLinkDestroy"),
+    OPT(cuTensorMapEncodeTiled, "cuTensorMapEncodeTiled"),
 #undef OPT
 #undef SYM
 };

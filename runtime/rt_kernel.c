@@ -433,7 +433,15 @@ kiln_status kiln_kernel_launch(kiln_kernel *k, const unsigned grid[3], const kil
     if (!grid[0] || !grid[1] || !grid[2])
         return kiln_fail(err, KILN_EINVAL, "kernel '%s': empty grid (%u, %u, %u)", m->entry, grid[0], grid[1], grid[2]);
     void *params[KILN_MAX_PARAMS];
-    for (int i = 0; i < nargs; i++) params[i] = (void *)&args[i]; /* every member sits at offset 0 */
+    for (int i = 0; i < nargs; i++) {
+        params[i] = (void *)&args[i]; /* every member sits at offset 0 */
+        if (m->params[i].kind != KILN_PARAM_TMAP) continue;
+        params[i] = (void *)args[i].tmap; /* the driver copies the map's 128 bytes */
+        if (!args[i].tmap || (uintptr_t)args[i].tmap % KILN_TMAP_ALIGN)
+            return kiln_fail(err, KILN_EINVAL, "kernel '%s': argument '%s' must point at an encoded tensor map (128 bytes, "
+                             "%d-byte aligned: kiln_tensor_map_encode), got %p", m->entry, m->params[i].name, KILN_TMAP_ALIGN,
+                             args[i].tmap);
+    }
     kiln_status st = rt_bind(k->rt, err);
     if (st != KILN_OK) return st;
     char what[KILN_SPEC_MAX + KILN_NAME_MAX + 160];

@@ -38,8 +38,18 @@ typedef struct decl_step {
     char bind_expr[8][EXPR_MAX];
 } decl_step;
 
+/* "tmap PARAM TENSOR BOX... [swizzle=32|64|128]": the tensor map parameter PARAM covers TENSOR (its dims
+ * and strides), copying boxes of BOX elements (one expression per dim, outermost first). */
+typedef struct decl_tmap {
+    char param[KILN_NAME_MAX], tensor[KILN_NAME_MAX];
+    int nbox;
+    unsigned swizzle; /* KILN_TMAP_SWIZZLE_* */
+    char box[KILN_LAUNCH_DIMS][EXPR_MAX];
+} decl_tmap;
+
 typedef struct decl {
-    int nt, ns, nstr, nbefore, nafter, has_problem;
+    int nt, ns, nstr, nbefore, nafter, has_problem, ntm;
+    decl_tmap tm[KILN_LAUNCH_TMAPS];
     decl_tensor t[MAX_T];
     decl_scalar s[MAX_S];
     decl_stride str[MAX_STRIDES];
@@ -124,6 +134,19 @@ static kiln_status parse_decl(const kiln_kernel_meta *m, decl *d, kiln_error *er
             if (!word(&p, s->param, sizeof s->param) || !word(&p, s->tensor, sizeof s->tensor) || !word(&p, w, sizeof w))
                 return bad_decl(m, line, err);
             s->axis = atoi(w);
+        } else if (!strcmp(key, "tmap")) {
+            if (d->ntm == KILN_LAUNCH_TMAPS) return bad_decl(m, line, err);
+            decl_tmap *t = &d->tm[d->ntm++];
+            if (!word(&p, t->param, sizeof t->param) || !word(&p, t->tensor, sizeof t->tensor)) return bad_decl(m, line, err);
+            while (word(&p, w, sizeof w)) {
+                if (!strncmp(w, "swizzle=", 8)) {
+                    int sw = atoi(w + 8);
+                    t->swizzle = sw == 32 ? KILN_TMAP_SWIZZLE_32B : sw == 64 ? KILN_TMAP_SWIZZLE_64B : sw == 128 ? KILN_TMAP_SWIZZLE_128B : 9;
+                    if (t->swizzle == 9) return bad_decl(m, line, err);
+                } else if (t->nbox == KILN_LAUNCH_DIMS) return bad_decl(m, line, err);
+                else snprintf(t->box[t->nbox++], EXPR_MAX, "%s", w);
+            }
+            if (!t->nbox) return bad_decl(m, line, err);
         } else if (!strcmp(key, "problem")) {
             for (int i = 0; i < 3; i++)
                 if (!word(&p, d->problem[i], sizeof d->problem[i])) return bad_decl(m, line, err);
@@ -388,6 +411,68 @@ static int tensor_strides(env *e, const decl_tensor *t, const kiln_launch_tensor
     return 0;
 }
 
+/* The CUtensorMapDataType of an element type kiln's kernels use. */
+static int tmap_type(kiln_dtype t) {
+    switch (t) {
+    case KILN_F16: return KILN_TMAP_TYPE_FLOAT16;
+    case KILN_BF16: return KILN_TMAP_TYPE_BFLOAT16;
+    case KILN_I32: return KILN_TMAP_TYPE_INT32;
+    default: return KILN_TMAP_TYPE_FLOAT32;
+    }
+}
+
+/* Fills the record of the tensor map parameter i from its tmap line: the tensor's pointer, dims and
+ * strides (innermost first, strides in bytes), the box, the swizzle; checked against the driver's rules. A
+ * kernel with an empty grid is not launched, so its maps are left empty. */
+static kiln_status bind_tmap(env *e, int i, kiln_launch_step *step) {
+    const kiln_kernel_meta *m = e->m;
+    const kiln_param *p = &m->params[i];
+    const decl_tmap *tm = NULL;
+    for (int k = 0; k < e->d->ntm && !tm; k++)
+        if (!strcmp(e->d->tm[k].param, p->name)) tm = &e->d->tm[k];
+    const decl_tensor *t = tm ? decl_tensor_of(e->d, tm->tensor) : NULL;
+    if (!t || tm->nbox != t->ndims)
+        return kiln_fail(e->err, KILN_ECORRUPT, "kernel '%s': tensor map parameter '%s' has no tmap line of a declared "
+                         "tensor with a box for each of its dims", m->spec, p->name);
+    if (step->ntmaps == KILN_LAUNCH_TMAPS)
+        return kiln_fail(e->err, KILN_ECORRUPT, "kernel '%s' takes more than %d tensor maps", m->spec, KILN_LAUNCH_TMAPS);
+    int j = step->ntmaps++;
+    step->tmap_param[j] = i;
+    kiln_tensor_map *r = &step->tmaps[j];
+    memset(r, 0, sizeof *r);
+    if (!step->grid[0] || !step->grid[1] || !step->grid[2]) return KILN_OK;
+    const kiln_launch_tensor *g = given_tensor(e->a, t->name);
+    int64_t dims[KILN_LAUNCH_DIMS], st[KILN_LAUNCH_DIMS], n, box;
+    if (tensor_dims(e, t, dims, &n) || tensor_strides(e, t, g, st)) return e->err->status;
+    if (!g || !g->ptr)
+        return kiln_fail(e->err, KILN_EINVAL, "kernel '%s' needs the tensor '%s' (%s, %lld elements of %s) for its tensor map "
+                         "'%s': give it", m->spec, t->name, t->role, (long long)n, kiln_dtype_name(p->dtype), p->name);
+    const int nd = t->ndims;
+    if (st[nd - 1] != 1)
+        return kiln_fail(e->err, KILN_EINVAL, "tensor %s's innermost stride is %lld elements; kernel '%s' reads it through a "
+                         "tensor map, which needs 1 (contiguous rows)", t->name, (long long)st[nd - 1], m->spec);
+    r->magic = KILN_TMAP_MAGIC;
+    r->data_type = (uint32_t)tmap_type(p->dtype);
+    r->elem_bytes = kiln_tensor_map_type_bytes(r->data_type);
+    r->rank = (uint32_t)nd;
+    r->swizzle = tm->swizzle;
+    r->base = g->ptr;
+    for (int k = 0; k < nd; k++) {
+        if (eval(e, tm->box[k], &box)) return e->err->status;
+        if (st[k] < 0)
+            return kiln_fail(e->err, KILN_EINVAL, "tensor %s's stride of axis %d is negative (%lld); a tensor map needs it "
+                             "positive", t->name, k, (long long)st[k]);
+        r->dims[nd - 1 - k] = (uint64_t)dims[k];
+        r->box[nd - 1 - k] = box < 0 || box > 0xffffffffLL ? 0 : (uint32_t)box;
+        if (k < nd - 1) r->strides[nd - 2 - k] = (uint64_t)st[k] * r->elem_bytes;
+    }
+    char why[200];
+    if (kiln_tensor_map_invalid(r, why, sizeof why))
+        return kiln_fail(e->err, KILN_EINVAL, "kernel '%s': tensor map '%s' of tensor %s (dims outermost first, the map's "
+                         "innermost first): %s", m->spec, p->name, t->name, why);
+    return KILN_OK;
+}
+
 static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, kiln_launch_step *step) {
     const kiln_kernel_meta *m = e->m;
     const decl *d = e->d;
@@ -412,10 +497,10 @@ static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, k
     for (int i = 0; i < m->nparams; i++) {
         const kiln_param *p = &m->params[i];
         kiln_arg v = {0};
-        if (p->kind == KILN_PARAM_TMAP)
-            return kiln_fail(err, KILN_EINVAL, "kernel '%s': parameter '%s' is a tensor map, which the launch "
-                             "description cannot supply yet (docs/hopper.md)", m->spec, p->name);
-        if (p->kind == KILN_PARAM_PTR) {
+        if (p->kind == KILN_PARAM_TMAP) {
+            kiln_status st = bind_tmap(e, i, step);
+            if (st != KILN_OK) return st;
+        } else if (p->kind == KILN_PARAM_PTR) {
             const decl_tensor *t = decl_tensor_of(d, p->name);
             const kiln_launch_tensor *g = given_tensor(e->a, p->name);
             int carved = -1;
@@ -626,7 +711,14 @@ kiln_status kiln_launch(kiln_kernel *k, const kiln_launch_args *a, kiln_error *e
                                      (uint64_t)steps[i].grid[1] * (ks[i]->meta.grid_tile[1] ? ks[i]->meta.grid_tile[1] : 1),
                                      (uint64_t)steps[i].grid[2] * (ks[i]->meta.grid_tile[2] ? ks[i]->meta.grid_tile[2] : 1)};
         unsigned grid[3];
+        _Alignas(KILN_TMAP_ALIGN) unsigned char maps[KILN_LAUNCH_TMAPS][KILN_TMAP_BYTES];
         st = kiln_kernel_grid(ks[i], problem, grid, err); /* the device's grid limits */
+        for (int j = 0; st == KILN_OK && j < steps[i].ntmaps; j++) {
+            char what[KILN_SPEC_MAX + KILN_NAME_MAX + 40];
+            snprintf(what, sizeof what, "kernel '%s': tensor map '%s'", ks[i]->meta.spec, ks[i]->meta.params[steps[i].tmap_param[j]].name);
+            st = rt_tmap_encode(k->rt, &steps[i].tmaps[j], maps[j], what, err);
+            steps[i].args[steps[i].tmap_param[j]].tmap = maps[j];
+        }
         if (st == KILN_OK) st = kiln_kernel_launch(ks[i], steps[i].grid, steps[i].args, ks[i]->meta.nparams, a->stream, err);
     }
     return st;

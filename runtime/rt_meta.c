@@ -45,7 +45,7 @@ int kiln_meta_format(const kiln_kernel_meta *m, char *buf, size_t size) {
 
 /* The keys of the launch description (docs/registry.md). */
 static int is_launch_key(const char *key) {
-    static const char *const keys[] = {"tensor", "scalar", "stride", "problem", "before", "after"};
+    static const char *const keys[] = {"tensor", "scalar", "stride", "problem", "before", "after", "tmap"};
     for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++)
         if (!strcmp(key, keys[i])) return 1;
     return 0;

@@ -85,9 +85,26 @@ static const char *wgmma_lua =
     "  { name = 'swa', type = 'int', default = 0, min = 0, max = 128 },\n"
     "  { name = 'swb', type = 'int', default = 0, min = 0, max = 128 },\n"
     "  { name = 'ks', type = 'int', default = 1, min = 1, max = 4 },\n"
-    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 8 } } }\n"
+    "  { name = 'tb', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 10 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
     "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "-- N-major B (tb = 1): B stored [k][n]. No swizzle: core matrices of 8 k x 8 n, 8-k groups LBO = 128\n"
+    "-- apart, 8-n groups SBO = 256 ks apart; W-byte swizzle: k-rows of W bytes (W/2 n), 8-k groups SBO = 8W\n"
+    "-- apart, W/2-n groups LBO = 16 ks W apart (the whole K).\n"
+    "local function offset_n(r, kg, W, ks)\n"
+    "  if W == 0 then return (r // 8) * (256 * ks) + (kg // 8) * 128 + (kg % 8) * 16 + (r % 8) * 2 end\n"
+    "  local lin = (r // (W // 2)) * (16 * ks * W) + (kg // 8) * (8 * W) + (kg % 8) * W + (r % (W // 2)) * 2\n"
+    "  return lin ~ (((lin >> 7) & MASK[W]) << 4)\n"
+    "end\n"
+    "local function desc_n(b, base, s, W, ks, bug)\n"
+    "  if W == 0 then\n"
+    "    if bug == 10 then return b:wgmma_desc(base + (s * 256) // 2, { lbo = 256 * ks, sbo = 128 }) end\n"
+    "    return b:wgmma_desc(base + (s * 256) // 2, { lbo = 128, sbo = 256 * ks })\n"
+    "  end\n"
+    "  if bug == 10 then return b:wgmma_desc(base + (s * 16 * W) // 2, { swizzle = W, lbo = 8 * W, sbo = 16 * ks * W }) end\n"
+    "  return b:wgmma_desc(base + (s * 16 * W) // 2, { swizzle = W, lbo = 16 * ks * W, sbo = 8 * W })\n"
+    "end\n"
     "-- byte offset of element (r, kg) (kg: 0..16ks-1) of a rows x 16ks K-major matrix in layout W\n"
     "local function offset(r, kg, W, rows, ks)\n"
     "  if W == 0 then return (r // 8) * (256 * ks) + (kg // 8) * 128 + (r % 8) * 16 + (kg % 8) * 2 end\n"
@@ -114,16 +131,17 @@ static const char *wgmma_lua =
     "                                 { 'bt', 'ptr', T, readonly = true } } }\n"
     "  local t = b:tid()\n"
     "  local sa = b:shared(T, size(spec.swa, 64, KS) // 2, 1024)\n"
-    "  local sb = b:shared(T, size(spec.swb, N, KS) // 2, 1024)\n"
-    "  local function fill(dst, src, rows, W)\n"
+    "  local sb = b:shared(T, (spec.tb == 1 and N * 32 * KS or size(spec.swb, N, KS)) // 2, 1024)\n"
+    "  local function fill(dst, src, rows, W, nmajor)\n"
     "    for j = 0, rows * 16 * KS // 128 - 1 do\n"
     "      local e = t + 128 * j\n"
     "      local r, kg = e // (16 * KS), e % (16 * KS)\n"
-    "      b:store(dst + offset(r, kg, W, rows, KS) // 2, b:load(src + e))\n"
+    "      local off = nmajor and offset_n(r, kg, W, KS) or offset(r, kg, W, rows, KS)\n"
+    "      b:store(dst + off // 2, b:load(src + e))\n"
     "    end\n"
     "  end\n"
     "  if spec.rs == 0 then fill(sa, p.a, 64, spec.swa) end\n"
-    "  fill(sb, p.bt, N, spec.swb)\n"
+    "  fill(sb, p.bt, N, spec.swb, spec.tb == 1)\n"
     "  b:barrier()\n"
     "  b:fence_proxy_async()\n"
     "  local w, g, q = t // 32, (t % 32) // 4, t % 4\n"
@@ -145,7 +163,8 @@ static const char *wgmma_lua =
     "    local bd = desc(b, sb, s, spec.swb, N, KS, claim)\n"
     "    if spec.bug == 7 then bd = b:wgmma_desc(sb + 64, { swizzle = spec.swb, lbo = 16, sbo = 8 * spec.swb }) end\n"
     "    if spec.bug == 8 then bd = b:wgmma_desc(sb, { swizzle = spec.swb, lbo = 16, sbo = 16384 }) end\n"
-    "    acc = b:wgmma{ n = N, type = T, a = a, b = bd, acc = acc }\n"
+    "    if spec.tb == 1 then bd = desc_n(b, sb, s, spec.swb, KS, spec.bug) end\n"
+    "    acc = b:wgmma{ n = N, type = T, a = a, b = bd, acc = acc, trans_b = spec.tb == 1 and spec.bug ~= 9 }\n"
     "  end\n"
     "  if spec.bug ~= 6 then b:wgmma_commit() end\n"
     "  if spec.bug == 4 then acc[2] = acc[2] + b:f32(1) end\n"
@@ -231,7 +250,7 @@ static const char *misuse_lua =
     "  elseif spec.case == 10 then b:wgmma{ n = 64, type = 'f32', a = b:i64(0), b = b:i64(0) }\n"
     "  elseif spec.case == 12 then b:tma_load(bar, p.y, { 0, 0 }, bar)\n"
     "  elseif spec.case == 13 then b:tma_load(bar, p.tm, { 0, 0 }, bar)\n"
-    "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i64(0), b = b:i64(0), trans_b = true }\n"
+    "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i32(0), b = b:i64(0) }\n"
     "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
     "  b:store(p.y, b:f32(0))\n"
     "end\nreturn K\n";
@@ -362,18 +381,21 @@ static kiln_status run_wgmma(const char *keys, int n, int ks, int bf, int twice,
 
 static void test_wgmma(void) {
     static const struct {
-        int n, bf, rs, swa, swb, ks;
+        int n, bf, rs, swa, swb, ks, tb;
     } rows[] = {
-        {64, 1, 0, 0, 0, 2},    {64, 1, 0, 32, 32, 2},  {64, 1, 0, 64, 64, 2},  {64, 1, 0, 128, 128, 4},
-        {128, 0, 0, 128, 128, 4}, {128, 0, 0, 0, 64, 3}, {64, 1, 1, 0, 128, 2},  {256, 0, 1, 0, 64, 1},
-        {256, 1, 0, 128, 128, 1}, {8, 1, 0, 32, 32, 1},   {24, 0, 0, 64, 0, 2},   {128, 1, 1, 0, 32, 3},
+        {64, 1, 0, 0, 0, 2, 0},    {64, 1, 0, 32, 32, 2, 0},  {64, 1, 0, 64, 64, 2, 0},  {64, 1, 0, 128, 128, 4, 0},
+        {128, 0, 0, 128, 128, 4, 0}, {128, 0, 0, 0, 64, 3, 0}, {64, 1, 1, 0, 128, 2, 0},  {256, 0, 1, 0, 64, 1, 0},
+        {256, 1, 0, 128, 128, 1, 0}, {8, 1, 0, 32, 32, 1, 0},   {24, 0, 0, 64, 0, 2, 0},   {128, 1, 1, 0, 32, 3, 0},
+        /* N-major B (trans_b): every swizzle, A from shared memory and registers, N spanning several groups */
+        {64, 1, 0, 128, 128, 2, 1}, {128, 0, 0, 128, 128, 4, 1}, {64, 1, 1, 0, 64, 2, 1}, {128, 1, 0, 64, 32, 3, 1},
+        {24, 0, 0, 0, 0, 2, 1},     {256, 1, 1, 0, 128, 1, 1},  {16, 1, 0, 32, 32, 1, 1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char keys[160], name[320];
-        snprintf(keys, sizeof keys, "n=%d bf=%d rs=%d swa=%d swb=%d ks=%d", rows[i].n, rows[i].bf, rows[i].rs,
-                 rows[i].swa, rows[i].swb, rows[i].ks);
-        snprintf(name, sizeof name, "wgmma m64n%dk16 %s, A from %s, %s: the exact reference, run twice", rows[i].n,
-                 rows[i].bf ? "bf16" : "f16", rows[i].rs ? "registers" : "shared memory", keys);
+        snprintf(keys, sizeof keys, "n=%d bf=%d rs=%d swa=%d swb=%d ks=%d tb=%d", rows[i].n, rows[i].bf, rows[i].rs,
+                 rows[i].swa, rows[i].swb, rows[i].ks, rows[i].tb);
+        snprintf(name, sizeof name, "wgmma m64n%dk16 %s, A from %s, %s B, %s: the exact reference, run twice", rows[i].n,
+                 rows[i].bf ? "bf16" : "f16", rows[i].rs ? "registers" : "shared memory", rows[i].tb ? "N-major" : "K-major", keys);
         TEST_BEGIN(name);
         static float y[64 * WG_NMAX];
         long bad = 0;
@@ -399,6 +421,10 @@ static void test_wgmma_bugs(void) {
         {"n=64 swa=64 swb=64 ks=3 bug=1", ""},           /* 64B written, read as 32B */
         {"n=64 swb=128 ks=1 bug=7", "misaligned"},       /* a 128B-swizzled B off its 1024-byte pattern */
         {"n=64 swb=64 ks=1 bug=8", "out-of-bounds shared"}, /* SBO 16 KiB: rows past the block's shared memory */
+        {"n=64 swb=128 ks=2 tb=1 bug=9", ""},            /* an N-major B read as K-major (no trans_b) */
+        {"n=64 swb=0 ks=2 tb=1 bug=9", ""},              /* the same without a swizzle */
+        {"n=64 swb=0 ks=2 tb=1 bug=10", ""},             /* N-major, no swizzle: LBO and SBO swapped */
+        {"n=64 swb=32 ks=2 tb=1 bug=10", ""},            /* N-major, 32B swizzle: LBO and SBO swapped */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[200];
@@ -574,7 +600,7 @@ static void test_misuse(void) {
         {8, SM90A, "swizzle = 16; valid: 0, 32, 64, 128"},
         {9, SM90A, "lbo = 24; valid: a multiple of 16"},
         {10, SM90A, "type 'f32'; valid: f16, bf16"},
-        {11, SM90A, "trans_b (an N-major B) is not implemented"},
+        {11, SM90A, "a must be a descriptor (b:wgmma_desc) or 4 i32 registers"},
         {12, 90, "the map must be a kernel parameter of kind 'tensormap'"},
         {13, 80, "b:tma_load (cp.async.bulk.tensor) needs sm_90 or newer"},
     };
@@ -612,6 +638,8 @@ static void test_ptxas(void) {
         {"hopwgmma n=256 bf=0 rs=1 swb=64 ks=2", SM90A, {"wgmma.mma_async.sync.aligned.m64n256k16.f32.f16.f16", NULL}},
         {"hopwgmma n=128 bf=1 rs=1 swb=32 ks=4", SM90A, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", NULL}},
         {"hopwgmma n=24 bf=0 swa=64 ks=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n24k16.f32.f16.f16", NULL}},
+        {"hopwgmma n=128 bf=1 swa=128 swb=128 ks=2 tb=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n128k16.f32.bf16.bf16", ", 1, 1, 0, 1;", NULL}},
+        {"hopwgmma n=64 bf=0 rs=1 swb=64 ks=2 tb=1", SM90A, {"wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16", ", 1, 1, 1;", NULL}},
         {"hoptma rank=2 swz=128", 90,
          {"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes", "cvta.param",
           ".param .align 64 .b8", NULL}},

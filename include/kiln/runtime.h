@@ -7,6 +7,7 @@
 
 #include "kiln/common.h"
 #include "kiln/kernel.h"
+#include "kiln/tensor_map.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -160,7 +161,14 @@ typedef union kiln_arg {
     int32_t i32;
     int64_t i64;
     float f32;
+    const void *tmap; /* KILN_PARAM_TMAP: an encoded CUtensorMap (128 bytes, 64-byte aligned; kiln_tensor_map_encode) */
 } kiln_arg;
+
+/* Encodes the map m describes (kiln's record of cuTensorMapEncodeTiled's arguments, kiln/tensor_map.h) with
+ * the driver's cuTensorMapEncodeTiled into out (128 bytes, 64-byte aligned). Fails with one message when m
+ * breaks the driver's rules (kiln_tensor_map_invalid) or the driver has no cuTensorMapEncodeTiled (before
+ * CUDA 12.0). kiln_launch does this itself for the tensor maps a launch description declares. */
+kiln_status kiln_tensor_map_encode(kiln_rt *rt, const kiln_tensor_map *m, void *out, kiln_error *err);
 
 /* grid[i] = ceil(problem[i] / meta.grid_tile[i]); fails if it exceeds the device's limits. */
 kiln_status kiln_kernel_grid(const kiln_kernel *k, const uint64_t problem[3], unsigned grid[3],
@@ -213,10 +221,14 @@ kiln_status kiln_launch_workspace(kiln_kernel *k, const kiln_launch_args *a, siz
  * *self = k's index; returns the count, 1 for a kernel without a description), and the binding of
  * the whole sequence from the metas of its kernels in that order: each step's grid and arguments
  * (sm_count: the device's multiprocessors, for grid rules that use it), and the workspace size. */
+#define KILN_LAUNCH_TMAPS 6 /* tensor map parameters of one kernel */
 typedef struct kiln_launch_step {
     const kiln_kernel_meta *meta;
     unsigned grid[3];
-    kiln_arg args[KILN_MAX_PARAMS];
+    kiln_arg args[KILN_MAX_PARAMS]; /* a tensor map parameter's is NULL here: its map is in tmaps */
+    int ntmaps;
+    int tmap_param[KILN_LAUNCH_TMAPS];        /* the parameter each map is for */
+    kiln_tensor_map tmaps[KILN_LAUNCH_TMAPS]; /* what to encode (checked; the emulator reads it as it is) */
 } kiln_launch_step;
 int kiln_launch_sequence(const kiln_kernel_meta *m, char specs[][KILN_SPEC_MAX], int cap, int *self);
 kiln_status kiln_launch_bind(const kiln_kernel_meta *const *metas, int nsteps, int self, const kiln_launch_args *a,

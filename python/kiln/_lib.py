@@ -265,7 +265,8 @@ class RtStats(ctypes.Structure):
 
 
 class Arg(ctypes.Union):
-    _fields_ = [("ptr", ctypes.c_uint64), ("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f32", ctypes.c_float)]
+    _fields_ = [("ptr", ctypes.c_uint64), ("i32", ctypes.c_int32), ("i64", ctypes.c_int64), ("f32", ctypes.c_float),
+                ("tmap", ctypes.c_void_p)]  # kiln_arg.tmap: an encoded CUtensorMap (tensormap parameters)
 
 
 class AttentionMask(ctypes.Structure):

@@ -24,7 +24,8 @@ if not os.path.isabs(KILN_BIN):
 class FakeLaunch(ctypes.Structure):
     _fields_ = [("entry", ctypes.c_char * 128), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("smem", ctypes.c_uint), ("nparams", ctypes.c_int), ("param_size", ctypes.c_uint * 48),
-                ("param", ctypes.c_uint64 * 48), ("loaded_sm", ctypes.c_int), ("cubin", ctypes.c_int)]
+                ("param", ctypes.c_uint64 * 48), ("loaded_sm", ctypes.c_int), ("cubin", ctypes.c_int),
+                ("ntmaps", ctypes.c_int), ("tmap", (ctypes.c_ubyte * 128) * 6)]  # tests/fake_cuda/fake_cuda.h
 
 
 class FakeDriver:

@@ -8,6 +8,7 @@
 #include <time.h>
 
 #include "fake_cuda.h"
+#include "kiln/tensor_map.h"
 
 #define EXPORT __attribute__((visibility("default")))
 
@@ -595,6 +596,10 @@ static int check_launch(fentry *e, const unsigned g[3], const unsigned b[3], uns
     for (int i = 0; i < e->nparams; i++) {
         l->param_size[i] = e->size[i];
         if (e->size[i] <= 8) memcpy(&l->param[i], params[i], e->size[i]);
+        else if (e->size[i] == 128 && l->ntmaps < FAKE_CUDA_MAX_TMAPS) {
+            l->param[i] = (uint64_t)l->ntmaps;
+            memcpy(l->tmap[l->ntmaps++], params[i], 128);
+        }
     }
     S.have_launch = 1;
     if (S.nlog < 16) S.log[S.nlog] = *l;
@@ -617,6 +622,44 @@ EXPORT CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, u
     pthread_mutex_unlock(&S.lock);
     return r;
 }
+
+/* ---- tensor maps: kiln's record of the arguments, checked as the driver documents them ---- */
+
+#ifndef FAKE_CUDA_NO_TENSOR_MAP
+EXPORT CUresult cuTensorMapEncodeTiled(void *map, int type, unsigned rank, void *base, const unsigned long long *dims,
+                                       const unsigned long long *strides, const unsigned *box, const unsigned *elem_strides,
+                                       int interleave, int swizzle, int l2, int oob) {
+    kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    char why[200];
+    int bad = !map || (uintptr_t)map % KILN_TMAP_ALIGN || rank < 1 || rank > KILN_TMAP_RANK_MAX || !dims || !box ||
+              !elem_strides || (rank > 1 && !strides) || interleave != 0 || l2 < 0 || l2 > 3 || oob < 0 || oob > 1 ||
+              swizzle < 0 || type < 0;
+    for (unsigned i = 0; !bad && i < rank; i++) bad = elem_strides[i] != 1;
+    if (!bad) {
+        m.magic = KILN_TMAP_MAGIC;
+        m.data_type = (uint32_t)type;
+        m.elem_bytes = kiln_tensor_map_type_bytes(m.data_type);
+        m.rank = rank;
+        m.swizzle = (uint32_t)swizzle;
+        m.base = (uint64_t)(uintptr_t)base;
+        m.oob_nan = (uint32_t)oob;
+        for (unsigned i = 0; i < rank; i++) {
+            m.dims[i] = dims[i];
+            m.box[i] = box[i];
+            if (i) m.strides[i - 1] = strides[i - 1];
+        }
+        bad = kiln_tensor_map_invalid(&m, why, sizeof why) != 0;
+    }
+    pthread_mutex_lock(&S.lock);
+    if (bad) S.c.tmap_failures++;
+    else S.c.tmap_encodes++;
+    pthread_mutex_unlock(&S.lock);
+    if (bad) return E_INVALID_VALUE;
+    memcpy(map, &m, sizeof m);
+    return OK;
+}
+#endif
 
 /* ---- memory: host memory stands in for device memory ---- */
 

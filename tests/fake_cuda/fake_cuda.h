@@ -21,7 +21,12 @@
  * module load does and "compiles" it into a cubin for the device's SM: an ELF whose section
  * ".fake.ptx" holds the PTX, so that a module loaded from it has the PTX's entries and parameter
  * sizes. A PTX compile is counted (ptx_compiles) for each PTX module load and each cuLinkAddData;
- * loading a cubin compiles nothing. */
+ * loading a cubin compiles nothing.
+ *
+ * cuTensorMapEncodeTiled checks its arguments by the driver API's rules (kiln_tensor_map_invalid, element
+ * strides 1, no interleave, a 64-byte aligned map) and writes kiln's record (kiln/tensor_map.h), the
+ * layout kiln's emulator reads, so a map the runtime had encoded runs on the emulator. The library built
+ * with -DFAKE_CUDA_NO_TENSOR_MAP ($O/tests/libfakecuda_old.so.1) lacks it, as drivers before CUDA 12.0 do. */
 
 typedef struct fake_cuda_counters {
     int inits, loads, load_failures, unloads, get_functions, launches, launch_failures, set_attributes;
@@ -29,19 +34,24 @@ typedef struct fake_cuda_counters {
     int ptx_compiles, cubin_loads;                                        /* successful ones */
     int link_creates, link_adds, link_completes, link_destroys, live_links; /* the linker */
     int max_concurrent_compiles; /* most PTX compiles in flight at once (FAKE_CUDA_COMPILE_US > 0) */
+    int tmap_encodes, tmap_failures; /* cuTensorMapEncodeTiled calls that succeeded / were refused */
 } fake_cuda_counts;
 
 /* The most parameters a recorded kernel has (kiln's KILN_MAX_PARAMS is 40). */
 #define FAKE_CUDA_MAX_PARAMS 48
+/* The most 128-byte (tensor map) parameters a recorded launch keeps. */
+#define FAKE_CUDA_MAX_TMAPS 6
 
 typedef struct fake_cuda_launch {
     char entry[128];
     unsigned grid[3], block[3], smem;
     int nparams;
     unsigned param_size[FAKE_CUDA_MAX_PARAMS];
-    uint64_t param[FAKE_CUDA_MAX_PARAMS]; /* each value zero-extended to 64 bits */
+    uint64_t param[FAKE_CUDA_MAX_PARAMS]; /* each value zero-extended to 64 bits; a 128-byte one: its index in tmap */
     int loaded_sm;      /* .target of the module the function came from (or cubin SM) */
     int cubin;
+    int ntmaps;         /* (python/tests/conftest.py's FakeLaunch mirrors this struct) */
+    unsigned char tmap[FAKE_CUDA_MAX_TMAPS][128]; /* the 128-byte parameters' bytes (CUtensorMaps), in order */
 } fake_cuda_launch;
 
 /* Fails the next `times` calls of op ("load", "launch", "alloc", "init", "link") with error
