@@ -58,9 +58,11 @@ local SPLIT = {
   [96] = TILES[96],
   [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
--- With a mask key (per-row bounds, slopes, per-score work live across the loop) d96's 32-key tiles
--- spilled 8-32 bytes: 2 warps x 16-key tiles.
+-- With a mask key (per-row bounds, slopes, per-score work live across the loop) d32's 8 warps with
+-- 64-key tiles spilled 4 bytes (window, top-left causal) and d96's 32-key tiles 8-32: d32 4 warps of
+-- 32 rows with 32-key tiles, d96 2 warps x 16-key tiles.
 local TILES_KEYS = {
+  [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
   [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
 function M.tiles(spec, tiles)
