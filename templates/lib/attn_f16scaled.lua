@@ -40,7 +40,7 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- scale, cvt, the extrema: ~9 instructions an element), so the tiles take 8 warps where the staging
 -- divides among them: 256 rows a block at d32/d64 (32-row warps: half the conversions per query of
 -- f16's 4 warps; the staged tile is then 8 elements a thread, which pays for the registers), 128 at
--- d128 (16-row warps, 16-key tiles); d64 in dynamic shared memory. d64's hot loop: 1 : 5.7 mma : other
+-- d128 (16-row warps, 16-key tiles); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
 -- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
 -- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 (4 warps: 8 do not divide its tiles)
 -- re-reads Q from shared memory.
@@ -200,32 +200,60 @@ local function lo_scale(b, seq_k, held)
   return b:max(b:min(95 - lg - held, LO), 0)
 end
 
+-- The largest |x| among bf16 values vals with Inf counted (maxnum drops NaN): two instructions an
+-- element, where local_max's finite filter takes four; stage() redoes a tile holding an Inf.
+local function abs_max(b, vals, acc)
+  for _, v in ipairs(vals) do acc = b:max(acc, b:abs(b:to_f32(v))) end
+  return acc
+end
+
+-- Block-wide maxima of per-thread values xs (each the max of its slot), through the shared slots
+-- f.red + i * warps (slot i's warps); one barrier.
+local function block_max(c, xs)
+  local b, f = c.b, c.f16s
+  local warps = c.cfg.threads // 32
+  local warp = b:tid() >> 5
+  local ws = {}
+  for i, x in ipairs(xs) do ws[i] = b:warp_max(x, 32) end
+  b:if_(b:eq(c.lane, 0), function()
+    for i, x in ipairs(ws) do b:store(f.red + (warp + (i - 1) * warps), x) end
+  end)
+  b:barrier()
+  local out = {}
+  for i = 1, #xs do
+    local m = b:load(f.red + (i - 1) * warps)
+    for w = 1, warps - 1 do m = b:max(m, b:load(f.red + (w + (i - 1) * warps))) end
+    out[i] = m
+  end
+  return out
+end
+
 function M.stage(c, sk, sv, lo_dst, store)
   local b, f = c.b, c.f16s
   local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
-  for _, e in ipairs(sk) do mk = local_max(b, e.v, mk) end
+  for _, e in ipairs(sk) do mk = abs_max(b, e.v, mk) end
   for _, e in ipairs(sv) do
-    mv = local_max(b, e.v, mv)
+    mv = abs_max(b, e.v, mv)
     for _, v in ipairs(e.v) do -- smallest nonzero |v| (Inf and NaN count as none)
       local a = b:abs(b:to_f32(v))
       mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge))
     end
   end
-  mk, mv, mn = b:warp_max(mk, 32), b:warp_max(mv, 32), -b:warp_max(-mn, 32)
-  local warps = c.cfg.threads // 32
-  local warp = b:tid() >> 5
-  b:if_(b:eq(c.lane, 0), function()
-    b:store(f.red + warp, mk)
-    b:store(f.red + (warp + warps), mv)
-    b:store(f.red + (warp + 2 * warps), mn)
+  local r = block_max(c, { mk, mv, -mn })
+  mk, mv, mn = r[1], r[2], -r[3]
+  -- a tile holding an Inf (rare; the condition is the same in every thread): the finite maxima again,
+  -- after a barrier that lets every thread read the slots first
+  local vk, vv = b:var("f32", mk), b:var("f32", mv)
+  b:if_(b:or_(b:eq(mk, math.huge), b:eq(mv, math.huge)), function()
+    local fk2, fv2 = b:f32(0.0), b:f32(0.0)
+    for _, e in ipairs(sk) do fk2 = local_max(b, e.v, fk2) end
+    for _, e in ipairs(sv) do fv2 = local_max(b, e.v, fv2) end
+    b:barrier()
+    local r2 = block_max(c, { fk2, fv2 })
+    vk:set(r2[1])
+    vv:set(r2[2])
   end)
-  b:barrier()
-  mk, mv, mn = b:load(f.red), b:load(f.red + warps), b:load(f.red + 2 * warps)
-  for w = 1, warps - 1 do
-    mk = b:max(mk, b:load(f.red + w))
-    mv = b:max(mv, b:load(f.red + (w + warps)))
-    mn = b:min(mn, b:load(f.red + (w + 2 * warps)))
-  end
+  mk, mv = vk:get(), vv:get()
   local hk, hv = scale_of(b, mk), scale_of(b, mv)
   local cmin = b:min(f.cmin:get(), hv)
   local cv = b:min(hv, cmin + RAISE)
