@@ -54,7 +54,7 @@ local K = {
       doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
-      doc = "auto: tensor cores where the target has them for the dtype; mma; simt: fp32 FMA" },
+      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged); mma; simt: fp32 FMA" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -199,7 +199,7 @@ local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
   if target.mma_m16n8k16 then return true end
   -- bf16 on f16-only tensor cores: exact power-of-two scaling to f16 (lib/attn_f16scaled.lua)
-  if spec.dtype == "bf16" then return spec.path == "mma" and f16s.applies(spec, target) and spec.head_dim <= 128 end
+  if spec.dtype == "bf16" then return f16s.serves(spec, target) end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16 and spec.head_dim <= 128
 end
 
@@ -968,9 +968,7 @@ end
 local function mma_pv(c, pv, vt)
   local b, mt, dt = c.b, c.mt, c.dt
   local o = {}
-  if c.f16s then c.f16s.pa = {} end
   for mi = 0, mt - 1 do
-    if c.f16s then c.f16s.pa[mi] = {} end
     o[mi] = {}
     for j = 0, c.dtiles - 1 do
       o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
@@ -981,7 +979,6 @@ local function mma_pv(c, pv, vt)
     for mi = 0, mt - 1 do
       local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
       a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
-      if c.f16s then c.f16s.pa[mi][kstep] = a[mi] end -- P's fragments, for a wide V tile's low part
     end
     for dp = 0, c.dtiles // 2 - 1 do
       local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
@@ -1009,8 +1006,8 @@ local function mma_compute(c, it, buf, masked)
     if c.cfg.cp_async then b:cp_async_wait(0) else load_v(c, it, 0) end
     b:barrier()
   end
+  if c.f16s then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end -- a wide V tile's low part
   mma_pv(c, pv, vt)
-  if c.f16s then f16s.pv_lo(c, c.vs + (1 - buf) * c.tile) end -- a wide V tile's low part
 end
 
 -- One trip of the K/V loop, with the pipeline around mma_compute().

@@ -13,15 +13,24 @@ expect "sm_75 f16 uses mma.m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.
     emit attention dtype=f16 head_dim=64 --sm 75
 grep -q "cp.async" "$tmp/out" && bad "sm_75: no cp.async" "cp.async in sm_75 PTX" || ok "sm_75: no cp.async"
 grep -q "^\.version 6\.5" "$tmp/out" && ok "sm_75 mma raises .version to 6.5" || bad "sm_75 .version" "$(grep '^\.version' "$tmp/out")"
-expect "sm_75 bf16 runs SIMT" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=64 --sm 75
-grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16: no mma, no bf16" "found in PTX" || ok "sm_75 bf16: no mma, no bf16"
+expect "sm_75 bf16 path=simt runs SIMT" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=64 path=simt --sm 75
+grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16 SIMT: no mma, no bf16" "found in PTX" || ok "sm_75 bf16 SIMT: no mma, no bf16"
+expect "sm_75 bf16 path=auto: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention dtype=bf16 head_dim=64 --sm 75
+grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto: no bf16" "found in PTX" || ok "sm_75 bf16 auto: no bf16"
+for key in "head_dim=64 dropout=true" "head_dim=64 varlen=true" "head_dim=64 paged=true" "head_dim=256"; do
+    expect "sm_75 bf16 path=auto with $key: SIMT (the scaled path is not built there)" 0 "fma.rn.f32" -- \
+        emit attention dtype=bf16 $key --sm 75
+    grep -q "mma" "$tmp/out" && bad "sm_75 bf16 auto with $key: no mma" "found in PTX" || ok "sm_75 bf16 auto with $key: no mma"
+done
 expect "f32 runs SIMT" 0 "fma.rn.f32" -- emit attention dtype=f32 head_dim=32 --sm 90
 grep -q "mma" "$tmp/out" && bad "f32: no mma" "mma in PTX" || ok "f32: no mma"
 
 expect "run mma bf16 sm_80, GQA, seq_q != seq_k, twice" 0 "PASS: every output within tolerance" -- \
     run attention dtype=bf16 head_dim=64 causal=true --sm 80 --rows 33 --seq-k 70 --heads 4:2 --twice
 expect "run sm_75 f16 (m16n8k8)" 0 "PASS" -- run attention dtype=f16 head_dim=32 --sm 75 --rows 17 --batch 2
-expect "run SIMT bf16 sm_75, MQA" 0 "PASS" -- run attention dtype=bf16 head_dim=96 --sm 75 --rows 20 --heads 3:1
+expect "run SIMT bf16 sm_75, MQA" 0 "PASS" -- run attention dtype=bf16 head_dim=96 path=simt --sm 75 --rows 20 --heads 3:1
+expect "run auto bf16 sm_75 (f16-scaled mma), MQA" 0 "PASS" -- run attention dtype=bf16 head_dim=64 --sm 75 --rows 20 --heads 3:1
 expect "run f32 out from f16" 0 "PASS" -- run attention dtype=f16 out=f32 head_dim=64 causal=true --sm 86 --rows 40 --seq-k 9
 
 expect "run --profile: 0 bank conflicts (mma, d96)" 0 "bank conflicts       0 (hot loop 0)" -- \
@@ -40,8 +49,10 @@ grep -q "^  kiln_attention_bf16_bf16_64_false_auto_true: 6 blocks of 128 threads
     && ok "split-KV run shows a block per split, then the combine kernel" || bad "split-KV run launches" "$(head -c 300 "$tmp/out")"
 expect "run split-KV causal sm_75 f16, more splits than key tiles, twice" 0 "PASS" -- \
     run attention dtype=f16 head_dim=32 causal=true splitkv=true --sm 75 --rows 3 --seq-k 40 --heads 2:2 --splits 5 --twice
-expect "emit split-KV on sm_75 bf16: SIMT, no bf16" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=128 splitkv=true --sm 75
+expect "emit split-KV on sm_75 bf16 path=simt: SIMT, no bf16" 0 "fma.rn.f32" -- emit attention dtype=bf16 head_dim=128 splitkv=true path=simt --sm 75
 grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 split-KV bf16: no mma, no bf16" "found in PTX" || ok "sm_75 split-KV bf16: no mma, no bf16"
+expect "emit split-KV on sm_75 bf16 path=auto: f16 m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention dtype=bf16 head_dim=128 splitkv=true --sm 75
 expect "run --splits 0" 2 "bad --splits '0'; valid: 1..1024" -- run attention splitkv=true --sm 80 --rows 1 --splits 0
 expect "run --splits without splitkv" 2 "--splits applies to split-KV attention" -- run attention --sm 80 --rows 1 --splits 2
 # attention_combine on its own: its float64 reference merges drawn partials (templates/attention_combine.ref.c)

@@ -23,7 +23,7 @@ static const path paths[] = {
     {"mma f16 sm_80", 80, "f16", "mma", KILN_F16},    {"mma bf16 sm_80", 80, "bf16", "mma", KILN_BF16},
     {"auto f16 sm_75", 75, "f16", "auto", KILN_F16},    {"simt f32", 80, "f32", "auto", KILN_F32},
     {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_80", 80, "bf16", "simt", KILN_F32},
-    {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
+    {"simt bf16 sm_75", 75, "bf16", "simt", KILN_F32}, {"auto bf16 sm_75 (f16-scaled mma)", 75, "bf16", "auto", KILN_F16},
     /* Blackwell: sm_80's mma path with the data-center and the consumer shared memory sizes */
     {"mma bf16 sm_100", 100, "bf16", "mma", KILN_BF16}, {"mma f16 sm_120", 120, "f16", "mma", KILN_F16},
 };

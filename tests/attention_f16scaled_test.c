@@ -313,6 +313,19 @@ static void adversarial(void) {
     check_scaled(k, &a, 1, "tiny p huge v");
     prob_free(&a);
     TEST_END();
+
+    /* every p equal (q = 0); keys 0..31 (the first V tile) v = 2^40, keys 32..63 v = +-2^-20 or +-2^-60
+     * (a wide tile, scaled 2^60 above the first): O's accumulator is near 2^95 there, and the low part's
+     * product is added to it scaled up (attn_f16scaled.lua lo_scale keeps that below f32's top) */
+    TEST_BEGIN("adversarial: a wide V tile 2^60 below the first (the low part beside a huge accumulator)");
+    prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 3, 64, 1);
+    for (int j = 0; j < 64; j++)
+        for (int c = 0; c < d; c++)
+            kiln_emu_value_set(KILN_BF16, a.v, (size_t)(j * d + c),
+                               j < 32 ? 0x1p40 : (uniform() < 0 ? -1 : 1) * ((j + c) % 2 ? 0x1p-20 : 0x1p-60));
+    check_scaled(k, &a, 1, "held wide tile");
+    prob_free(&a);
+    TEST_END();
     kiln_emu_kernel_free(k);
 }
 

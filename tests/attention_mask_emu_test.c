@@ -24,7 +24,7 @@ typedef struct path {
 static const path paths[] = {
     {"mma f16 sm_80", 80, "f16", "mma", KILN_F16, 0},       {"mma bf16 sm_80", 80, "bf16", "mma", KILN_BF16, 0},
     {"m16n8k8 f16 sm_75", 75, "f16", "auto", KILN_F16, 0},  {"simt f32", 80, "f32", "auto", KILN_F32, 0},
-    {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32, 0},   {"splitkv mma bf16 sm_80", 80, "bf16", "mma", KILN_BF16, 1},
+    {"simt bf16 sm_75", 75, "bf16", "simt", KILN_F32, 0},   {"splitkv mma bf16 sm_80", 80, "bf16", "mma", KILN_BF16, 1},
     {"splitkv f16 sm_75", 75, "f16", "auto", KILN_F16, 1},  {"splitkv simt f32", 80, "f32", "auto", KILN_F32, 1},
 };
 

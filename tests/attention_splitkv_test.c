@@ -24,7 +24,7 @@ typedef struct path {
 static const path paths[] = {
     {"mma bf16 sm_80", 80, "bf16", "bf16", "mma", KILN_BF16}, {"mma f16 sm_80 out=f32", 80, "f16", "f32", "mma", KILN_F16},
     {"auto f16 sm_75", 75, "f16", "f16", "auto", KILN_F16},    {"simt f32", 80, "f32", "f32", "auto", KILN_F32},
-    {"simt bf16 sm_75 out=f16", 75, "bf16", "f16", "auto", KILN_F32},
+    {"simt bf16 sm_75 out=f16", 75, "bf16", "f16", "simt", KILN_F32},
     {"mma bf16 sm_120", 120, "bf16", "bf16", "mma", KILN_BF16},
     {"simt f16 sm_80", 80, "f16", "f16", "simt", KILN_F32}, /* KILN_TEST_FULL only */
 };

@@ -23,34 +23,55 @@
 --
 -- Error against exact arithmetic (the bound docs/attention.md states): each P V term is exact but
 -- for P's rounding (2^-11 relative, or 2^-40 absolute below 2^-29) and the elements of a V tile more
--- than 2^72 below the tile's largest (a tile spanning more than 2^32 gets its low part, v - hi, and a
--- second mma: stage, pv_lo; not at d96/d128 with softcap or ALiBi, where 2^32 is the limit); each
--- score exact but for Q and K elements more than 2^32 below their row's or tile's largest, whose
--- loss is at most 2^-40 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
+-- than 2^-(32 + loe) below the tile's largest (a tile spanning more than 2^32 gets its low part,
+-- v - hi, and a second mma: stage, pv_lo; loe = 40 unless the tile's scale is more than
+-- 55 - ceil(log2 seq_k) binades above the smallest V scale seen, lo_scale); each score exact but
+-- for Q and K elements more than 2^32 below their row's or tile's largest, whose loss is at most
+-- 2^-40 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
 local M = {}
 
 local TOP = 15 -- the exponent the largest |x| of a group is scaled to
 local FLOOR = -100 -- groups whose largest |x| is below 2^FLOOR are scaled as if it were 2^FLOOR
 local RAISE = 64 -- how far a V tile may raise O's scale above the smallest seen
 M.P_SHIFT = 15 -- P is scaled by 2^P_SHIFT before rounding to f16
+local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^40 puts it under 2^15
 
--- Tiles (attention.lua's MMA_TILES_STAGED form) where the scaling's registers (the staged tile's
--- conversions, per-row factors) made the f16 shapes spill on sm_75: d96 with Q re-read from shared
--- memory (24 registers), d128 with 16-key tiles (half the staged registers and S).
--- With softcap or ALiBi (per-row values, per-score work) d64's 32-row warps spilled 12 bytes: 16 rows.
+-- Tiles (attention.lua's MMA_TILES_STAGED form). Each block converts every K/V tile it reads (widen,
+-- scale, cvt, the extrema: ~9 instructions an element), so the tiles take 8 warps where the staging
+-- divides among them: 256 rows a block at d32/d64 (32-row warps: half the conversions per query of
+-- f16's 4 warps; the staged tile is then 8 elements a thread, which pays for the registers), 128 at
+-- d128 (16-row warps, 16-key tiles); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
+-- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
+-- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 (4 warps: 8 do not divide its tiles)
+-- re-reads Q from shared memory.
 local TILES = {
+  [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
+-- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
+-- decoding block has few rows), the key tiles that fit beside the scaling.
+local SPLIT = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
-  [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
+  [96] = TILES[96],
   [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
-local TILES_KEYS = { [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } }
+-- With a mask key (per-row bounds, slopes, per-score work live across the loop) d32's 8 warps with
+-- 64-key tiles spilled 4 bytes (window, top-left causal) and d96's 32-key tiles 8-32: d32 4 warps of
+-- 32 rows with 32-key tiles, d96 2 warps x 16-key tiles.
+local TILES_KEYS = {
+  [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
+  [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 function M.tiles(spec, tiles)
   local d = spec.head_dim
-  local keyed = (spec.softcap or spec.alibi) and TILES_KEYS[d]
-  if keyed or TILES[d] then
+  local keyed = (spec.window or spec.softcap or spec.alibi) and TILES_KEYS[d]
+  local own = spec.splitkv and SPLIT[d] or TILES[d]
+  if keyed or own then
     local t = setmetatable({}, { __index = tiles })
-    t[d] = keyed or TILES[d]
+    t[d] = keyed or own
     return t
   end
   return tiles
@@ -59,6 +80,14 @@ end
 -- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
 function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
+end
+
+-- Whether the tensor-core path takes the spec here: head_dim up to 128 (d256 would need more than 255
+-- registers with m16n8k8), path=mma, or path=auto where this path is built (not with dropout, varlen
+-- or the paged KV cache: those stay on SIMT; path=mma with them is refused by attention.lua's config).
+function M.serves(spec, target)
+  if not M.applies(spec, target) or spec.head_dim > 128 then return false end
+  return spec.path == "mma" or (spec.path == "auto" and not (spec.dropout or spec.varlen or spec.paged))
 end
 
 -- 2^e as an f32, e an i32 value in the normal range [-126, 127].
@@ -107,6 +136,7 @@ function M.setup(c)
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
     cacc = b:var("i32", 0), -- the scale O's accumulator is at
     vlo = b:var("i32", 0), -- 1: that tile's V spans more than f16 holds, its low part is in the other buffer
+    loe = b:var("i32", LO), -- the power of two that low part is scaled by (lo_scale)
   }
 end
 
@@ -157,40 +187,73 @@ end
 -- the scales into the loop variables, the items' values replaced by their f16 conversions.
 -- Where exactness ends: a V tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32,
 -- or a tile held below its own top by RAISE) also gets its low part, v - hi (exact in f32), scaled
--- by 2^(cv + LO) and rounded to f16, stored at lo_dst with store(dst, items) (the other V buffer:
--- free once every thread passed the barrier here, until the next tile is staged after this one's
--- P V), and M.pv_lo adds P times it. Low parts more than 2^-72 below the tile's largest remain lost.
-local LO = 40 -- the low part of v is below 2^-25 at the tile's scale: 2^40 puts it under 2^15
--- The low part needs registers that d96 and d128 with softcap or ALiBi do not have (4-36 bytes of
--- spills): there a wide V tile keeps only its high part (docs/attention.md states the bound).
-function M.has_lo(spec) return not ((spec.softcap or spec.alibi) and spec.head_dim >= 96) end
+-- by 2^(cv + loe) (lo_scale: 2^40 but where O's accumulator could overflow) and rounded to f16,
+-- stored at lo_dst with store(dst, items) (the other V buffer: free once every thread passed the
+-- barrier here, until the next tile is staged after this one's P V), and M.pv_lo adds P times it.
+-- Low parts more than 2^-(32 + loe) below the tile's largest remain lost.
+-- The low part's power of two: LO, less where O's accumulator times it could overflow f32. pv_lo
+-- adds the part's product to the accumulator scaled up by it; |acc| < seq_k 2^(31 + cv - cmin)
+-- (P 2^15 <= 2^15 a key; every V seen is below 2^16 at the smallest scale cmin, so below
+-- 2^(16 + cv - cmin) at cv), so 2^(95 - ceil(log2 seq_k) - (cv - cmin)) keeps it below 2^126.
+local function lo_scale(b, seq_k, held)
+  local lg = (b:bits(b:f32(seq_k)) >> 23) - 126 -- ceil(log2 seq_k) or one more
+  return b:max(b:min(95 - lg - held, LO), 0)
+end
+
+-- The largest |x| among bf16 values vals with Inf counted (maxnum drops NaN): two instructions an
+-- element, where local_max's finite filter takes four; stage() redoes a tile holding an Inf.
+local function abs_max(b, vals, acc)
+  for _, v in ipairs(vals) do acc = b:max(acc, b:abs(b:to_f32(v))) end
+  return acc
+end
+
+-- Block-wide maxima of per-thread values xs (each the max of its slot), through the shared slots
+-- f.red + i * warps (slot i's warps); one barrier.
+local function block_max(c, xs)
+  local b, f = c.b, c.f16s
+  local warps = c.cfg.threads // 32
+  local warp = b:tid() >> 5
+  local ws = {}
+  for i, x in ipairs(xs) do ws[i] = b:warp_max(x, 32) end
+  b:if_(b:eq(c.lane, 0), function()
+    for i, x in ipairs(ws) do b:store(f.red + (warp + (i - 1) * warps), x) end
+  end)
+  b:barrier()
+  local out = {}
+  for i = 1, #xs do
+    local m = b:load(f.red + (i - 1) * warps)
+    for w = 1, warps - 1 do m = b:max(m, b:load(f.red + (w + (i - 1) * warps))) end
+    out[i] = m
+  end
+  return out
+end
 
 function M.stage(c, sk, sv, lo_dst, store)
   local b, f = c.b, c.f16s
   local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
-  for _, e in ipairs(sk) do mk = local_max(b, e.v, mk) end
+  for _, e in ipairs(sk) do mk = abs_max(b, e.v, mk) end
   for _, e in ipairs(sv) do
-    mv = local_max(b, e.v, mv)
+    mv = abs_max(b, e.v, mv)
     for _, v in ipairs(e.v) do -- smallest nonzero |v| (Inf and NaN count as none)
       local a = b:abs(b:to_f32(v))
       mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge))
     end
   end
-  mk, mv, mn = b:warp_max(mk, 32), b:warp_max(mv, 32), -b:warp_max(-mn, 32)
-  local warps = c.cfg.threads // 32
-  local warp = b:tid() >> 5
-  b:if_(b:eq(c.lane, 0), function()
-    b:store(f.red + warp, mk)
-    b:store(f.red + (warp + warps), mv)
-    b:store(f.red + (warp + 2 * warps), mn)
+  local r = block_max(c, { mk, mv, -mn })
+  mk, mv, mn = r[1], r[2], -r[3]
+  -- a tile holding an Inf (rare; the condition is the same in every thread): the finite maxima again,
+  -- after a barrier that lets every thread read the slots first
+  local vk, vv = b:var("f32", mk), b:var("f32", mv)
+  b:if_(b:or_(b:eq(mk, math.huge), b:eq(mv, math.huge)), function()
+    local fk2, fv2 = b:f32(0.0), b:f32(0.0)
+    for _, e in ipairs(sk) do fk2 = local_max(b, e.v, fk2) end
+    for _, e in ipairs(sv) do fv2 = local_max(b, e.v, fv2) end
+    b:barrier()
+    local r2 = block_max(c, { fk2, fv2 })
+    vk:set(r2[1])
+    vv:set(r2[2])
   end)
-  b:barrier()
-  mk, mv, mn = b:load(f.red), b:load(f.red + warps), b:load(f.red + 2 * warps)
-  for w = 1, warps - 1 do
-    mk = b:max(mk, b:load(f.red + w))
-    mv = b:max(mv, b:load(f.red + (w + warps)))
-    mn = b:min(mn, b:load(f.red + (w + 2 * warps)))
-  end
+  mk, mv = vk:get(), vv:get()
   local hk, hv = scale_of(b, mk), scale_of(b, mv)
   local cmin = b:min(f.cmin:get(), hv)
   local cv = b:min(hv, cmin + RAISE)
@@ -198,7 +261,9 @@ function M.stage(c, sk, sv, lo_dst, store)
   f.hk:set(hk)
   f.cv:set(cv)
   local fk, fv = pow2(b, hk), pow2(b, cv)
-  local wide = M.has_lo(c.spec) and b:lt(mn * fv, 2.0 ^ -17) or b:lt(mn, 0.0)
+  local loe = lo_scale(b, c.p.seq_k, cv - cmin)
+  f.loe:set(loe)
+  local wide = b:lt(mn * fv, 2.0 ^ -17)
   f.vlo:set(b:select(wide, 1, 0))
   for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
   for _, e in ipairs(sv) do
@@ -210,7 +275,7 @@ function M.stage(c, sk, sv, lo_dst, store)
     for i, e in ipairs(sv) do
       local vals = {}
       for j, v in ipairs(e.raw) do
-        vals[j] = b:from_f32((b:to_f32(v) * fv - b:to_f32(e.v[j])) * 2.0 ^ LO, "f16")
+        vals[j] = b:from_f32((b:to_f32(v) * fv - b:to_f32(e.v[j])) * pow2(b, loe), "f16")
       end
       lo[i] = { r = e.r, c = e.c, v = vals }
     end
@@ -219,33 +284,44 @@ function M.stage(c, sk, sv, lo_dst, store)
   for _, e in ipairs(sv) do e.raw = nil end
 end
 
--- O += P (V's low part) 2^-LO for a tile stage() marked (lo_t: the buffer it stored the part in):
--- per pair of head-dim tiles, fresh f32 accumulators over the tile's keys (m16n8k8 f16 mma with
--- mma_pv's P fragments, c.f16s.pa[mi][kstep]), then added to O at its scale.
-function M.pv_lo(c, lo_t)
+-- O += P (V's low part) 2^-loe for a tile stage() marked (lo_t: the buffer it stored the part in),
+-- before mma_pv adds P V's high part (pv: P as mma_softmax returns it). The accumulators are scaled
+-- up by 2^loe (exact; lo_scale keeps them finite), take the low part's mma (m16n8k8 f16, P's
+-- fragments as mma_pv packs them) and are scaled back: no registers beyond the common path's.
+function M.pv_lo(c, pv, lo_t)
   local b, mt = c.b, c.mt
-  if not M.has_lo(c.spec) then return end
-  b:if_(b:ne(c.f16s.vlo:get(), 0), function()
-    local a = c.f16s.pa
-    for dp = 0, c.dtiles // 2 - 1 do
-      local t = {}
-      for mi = 0, mt - 1 do
-        t[mi] = { { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) }, { b:f32(0.0), b:f32(0.0), b:f32(0.0), b:f32(0.0) } }
+  -- P's A fragments as mma_pv packs them (the same instructions: LLVM keeps one of each)
+  local pa = {}
+  for mi = 0, mt - 1 do
+    pa[mi] = {}
+    for ks = 0, c.nt // 2 - 1 do
+      local p0, p1 = pv[mi][2 * ks], pv[mi][2 * ks + 1]
+      pa[mi][ks] = { b:pack(p0[1], p0[2], "f16"), b:pack(p0[3], p0[4], "f16"), b:pack(p1[1], p1[2], "f16"), b:pack(p1[3], p1[4], "f16") }
+    end
+  end
+  b:if_(b:ne(c.f16s.vlo:get(), 0), function() -- rarely taken
+    local loe = c.f16s.loe:get()
+    local up, down = pow2(b, loe), pow2(b, -loe)
+    local o = {}
+    for mi = 0, mt - 1 do
+      o[mi] = {}
+      for j = 0, c.dtiles - 1 do
+        o[mi][j] = {}
+        for e = 1, 4 do o[mi][j][e] = c.acc[mi][j][e]:get() * up end
       end
-      for ks = 0, c.nt // 2 - 1 do
+    end
+    for ks = 0, c.nt // 2 - 1 do
+      for dp = 0, c.dtiles // 2 - 1 do
         local vf = b:ldmatrix(lo_t + c.frag_off("v", c.v_row, c.v_bit, ks * 16, 2 * dp), 4, true)
         for mi = 0, mt - 1 do
-          t[mi][1] = b:mma("f16", a[mi][ks], { vf[1], vf[2] }, t[mi][1])
-          t[mi][2] = b:mma("f16", a[mi][ks], { vf[3], vf[4] }, t[mi][2])
+          o[mi][2 * dp] = b:mma("f16", pa[mi][ks], { vf[1], vf[2] }, o[mi][2 * dp])
+          o[mi][2 * dp + 1] = b:mma("f16", pa[mi][ks], { vf[3], vf[4] }, o[mi][2 * dp + 1])
         end
       end
-      for mi = 0, mt - 1 do
-        for h = 1, 2 do
-          for e = 1, 4 do
-            local acc = c.acc[mi][2 * dp + h - 1][e]
-            acc:set(acc:get() + t[mi][h][e] * 2.0 ^ -LO)
-          end
-        end
+    end
+    for mi = 0, mt - 1 do
+      for j = 0, c.dtiles - 1 do
+        for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e] * down) end
       end
     end
   end)
