@@ -358,7 +358,7 @@ static void test_registry(void) {
     fputs("local K = { params = { { name = 'bad', type = 'bool', default = false },\n"
           "                       { name = 'text', type = 'bool', default = false } } }\n"
           "function K.config(spec, t)\n"
-          "  local skip = { 'early-cse-1', 'peephole-opt', 'machine-scheduler' }\n"
+          "  local skip = { 'early-cse-1', 'peephole-opt', 'machine-scheduler', 'early-cse-3' }\n"
           "  if spec.bad then skip = { 'consthoist', 'no-such-pass' } end\n"
           "  if spec.text then skip = 'consthoist' end\n"
           "  return { block = 32, grid_tile = 32, skip_codegen = skip }\n"
@@ -375,7 +375,7 @@ static void test_registry(void) {
     kiln_module_free(m);
     CHECK(kiln_generate(g2, "skip bad=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "templates/skip.lua: config().skip_codegen: unknown pass 'no-such-pass'; valid: early-cse-1, "
-                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm"),
+                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm, early-cse-3"),
           "message: %s", err.msg);
     CHECK(kiln_generate(g2, "skip text=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "config().skip_codegen must be a list of pass names"), "message: %s", err.msg);
