@@ -239,15 +239,47 @@ static int b_f32(lua_State *L) {
     return 1;
 }
 
+/* Whether this module declared the intrinsic before (then *fn, *ty are its declaration and type); 0 also
+ * for one not kept: a name or overload list longer than the cache holds, or the cache full. */
+static int cached_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over, int nover, LLVMValueRef *fn,
+                            LLVMTypeRef *ty) {
+    for (int i = 0; i < gb->nintrinsics; i++) {
+        if (gb->intrinsics[i].nover != nover || strcmp(gb->intrinsics[i].name, name)) continue;
+        int k = 0;
+        while (k < nover && gb->intrinsics[i].over[k] == over[k]) k++;
+        if (k < nover) continue;
+        *fn = gb->intrinsics[i].fn;
+        *ty = gb->intrinsics[i].ty;
+        return 1;
+    }
+    return 0;
+}
+
+static void keep_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over, int nover, LLVMValueRef fn,
+                           LLVMTypeRef ty) {
+    size_t n = strlen(name);
+    if (gb->nintrinsics == GEN_INTRINSICS || n >= GEN_INTRINSIC_NAME || nover > GEN_INTRINSIC_OVER) return;
+    int i = gb->nintrinsics++;
+    memcpy(gb->intrinsics[i].name, name, n + 1);
+    gb->intrinsics[i].nover = nover;
+    for (int k = 0; k < nover; k++) gb->intrinsics[i].over[k] = over[k];
+    gb->intrinsics[i].fn = fn;
+    gb->intrinsics[i].ty = ty;
+}
+
 static LLVMValueRef call_intrinsic(gen_builder *gb, const char *name, LLVMTypeRef *over, int nover,
                                    LLVMValueRef *args, int nargs) {
+    LLVMValueRef fn;
+    LLVMTypeRef ty;
+    if (cached_intrinsic(gb, name, over, nover, &fn, &ty)) return LLVMBuildCall2(gb->b, ty, fn, args, (unsigned)nargs, "");
     unsigned id = LLVMLookupIntrinsicID(name, strlen(name));
     /* LLVM asserts (or, in a release build, crashes) on an unknown intrinsic: a name this
      * LLVM does not have is a primitive written for another LLVM release, and one error. */
     if (id == 0) luaL_error(gb->L, "intrinsic '%s' is not known to LLVM %s (a primitive written for another LLVM release)",
                             name, LLVM_VERSION_STRING);
-    LLVMValueRef fn = LLVMGetIntrinsicDeclaration(gb->mod, id, over, (size_t)nover);
-    LLVMTypeRef ty = LLVMIntrinsicGetType(gb->ctx, id, over, (size_t)nover);
+    fn = LLVMGetIntrinsicDeclaration(gb->mod, id, over, (size_t)nover);
+    ty = LLVMIntrinsicGetType(gb->ctx, id, over, (size_t)nover);
+    keep_intrinsic(gb, name, over, nover, fn, ty);
     return LLVMBuildCall2(gb->b, ty, fn, args, (unsigned)nargs, "");
 }
 

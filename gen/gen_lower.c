@@ -48,6 +48,7 @@ const gen_codegen_skip gen_codegen_skips[] = {
     {"machine-scheduler", "Machine Instruction Scheduler", 0},
     {"early-tailduplication", "Early Tail Duplication", 0},
     {"early-machinelicm", "Early Machine Loop Invariant Code Motion", 0},
+    {"early-cse-3", "Early CSE", 3}, /* NVPTX's last EarlyCSE, after loop strength reduction */
     {NULL, NULL, 0},
 };
 

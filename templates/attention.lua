@@ -287,6 +287,12 @@ function K.config(spec, target)
   -- byte-identical PTX without NVPTX's straight-line strength reduction, every SM, and it is 30 % of
   -- their generation instructions (bf16 d128 causal sm_80: 431 -> 304 M): left out (docs/jit.md).
   if cfg.path == "mma" and cfg.cp_async and not spec.splitkv and spec.head_dim ~= 96 then cfg.slsr = false end
+  -- NVPTX's last EarlyCSE changes no byte of the cp.async and SIMT tiles' PTX (not split-KV, varlen or
+  -- paged; the matrix's variants on every SM) and is 3.6 % of their generation instructions: left out
+  -- (docs/jit.md).
+  if (cfg.cp_async or cfg.path == "simt") and not (spec.splitkv or spec.varlen or spec.paged) then
+    cfg.skip_codegen = { "early-cse-3" }
+  end
   return cfg
 end
 

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <lauxlib.h>
+#include <llvm-c/Analysis.h>
 #include <lualib.h>
 
 #include "check.h"
@@ -357,7 +358,7 @@ static void test_registry(void) {
     fputs("local K = { params = { { name = 'bad', type = 'bool', default = false },\n"
           "                       { name = 'text', type = 'bool', default = false } } }\n"
           "function K.config(spec, t)\n"
-          "  local skip = { 'early-cse-1', 'peephole-opt', 'machine-scheduler' }\n"
+          "  local skip = { 'early-cse-1', 'peephole-opt', 'machine-scheduler', 'early-cse-3' }\n"
           "  if spec.bad then skip = { 'consthoist', 'no-such-pass' } end\n"
           "  if spec.text then skip = 'consthoist' end\n"
           "  return { block = 32, grid_tile = 32, skip_codegen = skip }\n"
@@ -374,7 +375,7 @@ static void test_registry(void) {
     kiln_module_free(m);
     CHECK(kiln_generate(g2, "skip bad=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "templates/skip.lua: config().skip_codegen: unknown pass 'no-such-pass'; valid: early-cse-1, "
-                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm"),
+                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm, early-cse-3"),
           "message: %s", err.msg);
     CHECK(kiln_generate(g2, "skip text=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "config().skip_codegen must be a list of pass names"), "message: %s", err.msg);
@@ -414,6 +415,56 @@ static void test_unknown_intrinsic(void) {
     TEST_END();
 }
 
+/* The builder keeps the intrinsics a module declared (gen_builder.c): a second call reuses the
+ * declaration of the same name and overload types, a different overload gets its own, and past the
+ * cache's size every call still gets the right one. */
+static const char *callee_name(LLVMValueRef call) {
+    size_t n;
+    return LLVMGetValueName2(LLVMGetCalledValue(call), &n);
+}
+
+static void test_intrinsic_cache(void) {
+    TEST_BEGIN("intrinsic declarations are reused by name and overload, past the cache's size too");
+    lua_State *L = luaL_newstate();
+    LLVMContextRef ctx = LLVMContextCreate();
+    LLVMModuleRef mod = LLVMModuleCreateWithNameInContext("intrinsics", ctx);
+    kiln_kernel_meta meta = {0};
+    gen_builder *gb = gen_builder_push(L, ctx, mod, gen_target_find(80), &meta);
+    LLVMTypeRef void_fn = LLVMFunctionType(LLVMVoidTypeInContext(ctx), NULL, 0, 0);
+    LLVMValueRef fn = LLVMAddFunction(mod, "f", void_fn);
+    LLVMPositionBuilderAtEnd(gb->b, LLVMAppendBasicBlockInContext(ctx, fn, "entry"));
+    LLVMTypeRef f32 = LLVMFloatTypeInContext(ctx), f16 = LLVMHalfTypeInContext(ctx);
+    LLVMValueRef x32 = LLVMConstReal(f32, 2.0), x16 = LLVMConstReal(f16, 2.0);
+    LLVMValueRef a = gen_intrinsic(gb, "llvm.fabs", &f32, 1, &x32, 1);
+    LLVMValueRef b = gen_intrinsic(gb, "llvm.fabs", &f16, 1, &x16, 1);
+    LLVMValueRef c = gen_intrinsic(gb, "llvm.fabs", &f32, 1, &x32, 1);
+    CHECK(!strcmp(callee_name(a), "llvm.fabs.f32") && !strcmp(callee_name(b), "llvm.fabs.f16") &&
+              LLVMGetCalledValue(a) == LLVMGetCalledValue(c),
+          "callees %s, %s, %s", callee_name(a), callee_name(b), callee_name(c));
+    /* more distinct overloads than the cache holds, each twice */
+    enum { N = GEN_INTRINSICS + 8 };
+    for (int round = 0; round < 2; round++)
+        for (int n = 1; n <= N; n++) {
+            LLVMTypeRef v = LLVMVectorType(f32, (unsigned)n);
+            LLVMValueRef zero = LLVMConstNull(v);
+            LLVMValueRef call = gen_intrinsic(gb, "llvm.fabs", &v, 1, &zero, 1);
+            char want[32];
+            snprintf(want, sizeof want, "llvm.fabs.v%df32", n);
+            CHECK(!strcmp(callee_name(call), want), "call %d: %s, want %s", n, callee_name(call), want);
+            CHECK(LLVMTypeOf(call) == v, "call %d returns the wrong type", n);
+        }
+    LLVMBuildRetVoid(gb->b);
+    char *msg = NULL;
+    CHECK(!LLVMVerifyModule(mod, LLVMReturnStatusAction, &msg), "module does not verify: %s", msg ? msg : "?");
+    LLVMDisposeMessage(msg);
+    LLVMBuilderRef builder = gb->b;
+    lua_close(L);
+    LLVMDisposeBuilder(builder);
+    LLVMDisposeModule(mod);
+    LLVMContextDispose(ctx);
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) {
@@ -429,6 +480,7 @@ int main(void) {
     test_template_errors();
     test_registry();
     test_unknown_intrinsic();
+    test_intrinsic_cache();
     kiln_gen_destroy(gen);
     return check_summary("generator");
 }
