@@ -16,9 +16,10 @@ local M = {}
 M.KEY = { name = "varlen", type = "bool", default = false, hide_default = true,
           doc = "packed variable-length sequences: q/k/v [total, heads, head_dim] with cu_seqlens_q/k (int32, batch+1) and max_seqlen_q/k at launch (FlashAttention-2's varlen)" }
 
--- Tensors whose rows are query rows, and key rows.
-local Q_ROWS = { q = true, o = true, dout = true, dq = true }
-local K_ROWS = { k = true, v = true, dk = true, dv = true }
+-- Tensors whose rows are query rows, and key rows: lists, walked in this order, so the IR (and the
+-- PTX) is the same in every process (pairs() over a table follows Lua's per-process string hashes).
+local Q_ROWS = { "q", "o", "dout", "dq" }
+local K_ROWS = { "k", "v", "dk", "dv" }
 
 -- The varlen form of a kernel's parameter list: without seq_q, seq_k and the batch strides, with
 -- cu_seqlens_q (and, when `keys`, cu_seqlens_k), seqused_k (`used`) and total_q (the lse/delta rows).
@@ -59,14 +60,14 @@ function M.bind(b, spec, p, tile, over_keys)
     v.seq_k = len
   end
   b:exit_if(b:ge(b:ctaid("x") * tile, over_keys and v.seq_k or v.seq_q))
-  for name in pairs(Q_ROWS) do
+  for _, name in ipairs(Q_ROWS) do
     if p[name] then v[name] = p[name] + b:i64(q_at) * p["stride_" .. name .. "s"] end
   end
-  for name in pairs(K_ROWS) do
+  for _, name in ipairs(K_ROWS) do
     if p[name] then v[name] = p[name] + b:i64(k_at) * p["stride_" .. name .. "s"] end
   end
-  for name in pairs(Q_ROWS) do v["stride_" .. name .. "b"] = 0 end
-  for name in pairs(K_ROWS) do v["stride_" .. name .. "b"] = 0 end
+  for _, name in ipairs(Q_ROWS) do v["stride_" .. name .. "b"] = 0 end
+  for _, name in ipairs(K_ROWS) do v["stride_" .. name .. "b"] = 0 end
   v.rows = function(h) return b:i64(h) * b:i64(p.total_q) + b:i64(q_at) end
   return v
 end
