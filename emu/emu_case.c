@@ -156,6 +156,10 @@ kiln_emu_kernel *kiln_case_kernel(const kiln_case *c) { return c->kernel; }
 const kiln_ref_family *kiln_case_family(const kiln_case *c) { return c->ref; }
 const char *kiln_case_noun(const kiln_case *c) { return c->ref->noun ? c->ref->noun : "output"; }
 const kiln_case_opts *kiln_case_options(const kiln_case *c) { return &c->opts; }
+int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) { return c->ref->tensor(c, name, ptr, bytes); }
+const double *kiln_case_reference(kiln_case *c, const char *name) {
+    return c->ref->reference ? c->ref->reference(c, name) : NULL;
+}
 int kiln_case_noutputs(const kiln_case *c) { return c->nout; }
 const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i) {
     return i >= 0 && i < c->nout ? &c->out[i] : NULL;
@@ -248,6 +252,29 @@ static int workspace_tensor(const kiln_case *c, const char *name) {
     return 0;
 }
 
+/* The strides of tensor t as the reference lays it out: the value of each stride parameter the
+ * sequence declares for it ("stride PARAM TENSOR AXIS"), when the reference gives every one of them
+ * (an attention case's BHSD layout); else none (contiguous in its dims). */
+static void tensor_strides(const kiln_case *c, kiln_launch_tensor *t) {
+    int declared = 0, given = 0;
+    for (int k = 0; k < c->nseq; k++)
+        for (const char *l = kiln_emu_kernel_meta(c->seq[k])->launch; *l;) {
+            size_t len = strcspn(l, "\n");
+            char line[256], param[KILN_NAME_MAX], tensor[KILN_NAME_MAX];
+            int axis;
+            snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+            l += len + (l[len] == '\n');
+            if (sscanf(line, "stride %63s %63s %d", param, tensor, &axis) != 3 || strcmp(tensor, t->name)) continue;
+            double v;
+            declared++;
+            if (axis >= 0 && axis < KILN_LAUNCH_DIMS && c->ref->scalar((kiln_case *)c, param, &v) == 0) {
+                t->strides[axis] = (int64_t)v;
+                given++;
+            }
+        }
+    if (given != declared) memset(t->strides, 0, sizeof t->strides);
+}
+
 static kiln_status gather(kiln_case *c, given *g, kiln_error *err) {
     int nn = 0;
     for (int k = 0; k < c->nseq; k++) {
@@ -269,6 +296,7 @@ static kiln_status gather(kiln_case *c, given *g, kiln_error *err) {
                     return kiln_fail(err, KILN_EINVAL, "%s declares tensor '%s', which the %s reference does not know", m->entry,
                                      name, c->ref->family);
                 g->t[g->nt] = (kiln_launch_tensor){.name = g->names[nn], .ptr = (kiln_devptr)(uintptr_t)ptr};
+                tensor_strides(c, &g->t[g->nt]);
                 g->bytes[g->nt++] = bytes;
             } else {
                 double v;

@@ -12,7 +12,7 @@
 
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
-#include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kit.h"
@@ -420,74 +420,58 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
     return st;
 }
 
-/* An attention backward case: the forward's O and lse as the backward receives them (float64
- * forward rounded to out / f32), dO random; the emulator runs the three kernels the dkdv kernel's
- * launch description names (prep, dkdv, convert or dq) and must pass the family's error model;
- * dq/dk/dv against the float64 gradients. */
+/* Adds tensor `name` of case cs to c: its bytes as the case holds them (inputs as drawn, outputs as
+ * the emulator left them) and, for an output, the family's float64 reference. */
+static kiln_status add_case_tensor(kit_case *c, kiln_case *cs, const char *name, kiln_dtype t, kit_role role,
+                                   kiln_error *err) {
+    void *ptr;
+    size_t bytes;
+    const double *ref = role == KIT_OUT ? kiln_case_reference(cs, name) : NULL;
+    if (kiln_case_tensor(cs, name, &ptr, &bytes) != 0 || !ptr || (role == KIT_OUT && !ref))
+        return kiln_fail(err, KILN_EINVAL, "the %s case has no %s '%s'", kiln_case_family(cs)->family,
+                         role == KIT_OUT ? "output with a reference" : "tensor", name);
+    add_tensor(c, name, t, role, bytes / kiln_dtype_size(t), ptr, ref);
+    return KILN_OK;
+}
+
+/* An attention backward case through the family's reference and the case runner: q, k, v, dO drawn
+ * from the row's seed, the forward's O and lse as the backward receives them (float64 forward rounded
+ * to out / f32); the emulator runs the sequence the dkdv kernel's launch description names (prep,
+ * dkdv, convert or dq) and must pass the family's error model; dq/dk/dv against the float64 gradients. */
 static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r, int sm, int quick,
                                   kit_case *c, kiln_error *err) {
-    kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
-    char spec[KILN_SPEC_MAX], seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
+    char spec[KILN_SPEC_MAX];
     attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
-    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &ks[1], err);
-    int self = 0, nseq = st == KILN_OK ? kiln_launch_sequence(kiln_emu_kernel_meta(ks[1]), seq, KIT_MAX_STEPS, &self) : 3;
-    if (st == KILN_OK && (nseq != 3 || self != 1))
-        st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's backward case wants prep, dkdv, "
-                       "then convert or dq", spec, nseq, self);
-    for (int s = 0; s < 3 && st == KILN_OK; s++)
-        if (s != 1) st = kiln_emu_load(emu, gen, seq[s], sm, &ks[s], err);
     kiln_attn_problem p = {0};
-    if (st == KILN_OK && kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
-        st = kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
+    if (kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
+        return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
     p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
     p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
     p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
     p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
-    kiln_attn_default_strides(&p);
-    kiln_dtype grad = p.dtype;
-    uint64_t seed = (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm);
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    size_t n[3] = {nq, nk, nv};
-    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
-    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *dout = kiln_attn_random(p.out, no, 1, &seed);
-    void *o = malloc(no * kiln_dtype_size(p.out));
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    float *lse = malloc(nl * sizeof *lse), *delta = malloc(nl * sizeof *delta);
-    float *dq_acc = r->deterministic ? NULL : malloc(nl * (size_t)p.head_dim * sizeof *dq_acc);
-    void *g[3];
-    double *ref[3], *tol[3];
-    int oom = !q || !kk || !v || !dout || !o || !ro || !rl || !lse || !delta || (!r->deterministic && !dq_acc);
-    for (int t = 0; t < 3; t++) {
-        g[t] = malloc(n[t] * kiln_dtype_size(grad));
-        ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
-        oom |= !g[t] || !ref[t] || !tol[t];
-    }
-    if (st == KILN_OK && oom) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
-    if (st == KILN_OK) {
-        for (size_t i = 0; i < no; i++) kiln_emu_value_set(p.out, o, i, ro[i]);
-        for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
-        kiln_attn_bwd_buffers bf = {q, kk, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc};
-        for (int s = 0; s < 3 && st == KILN_OK; s++) st = kiln_attn_bwd_run(ks[s], &p, &bf, 0, err);
-    }
-    /* P and dS rounded to the input dtype: the mma paths' error, a bound for SIMT's f32 too */
-    if (st == KILN_OK)
-        st = kiln_attn_bwd_reference(&p, p.dtype, q, kk, v, dout, ref[0], ref[1], ref[2], tol[0], tol[1], tol[2], err);
-    for (int t = 0; t < 3 && st == KILN_OK; t++) {
-        char first[256] = "";
-        double worst, max_abs;
-        long bad = kiln_attn_bwd_compare(grad, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
-        if (bad)
-            st = kiln_fail(err, KILN_EEMU, "the emulator's own d%c fails the attention backward error model (%ld bad; %s)",
-                           "qkv"[t], bad, first);
+    kiln_case_opts o = {.sm = sm, .seed = (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm)};
+    kiln_case_opts_set(&o, "batch", p.batch);
+    kiln_case_opts_set(&o, "heads_q", p.heads_q);
+    kiln_case_opts_set(&o, "heads_kv", p.heads_kv);
+    kiln_case_opts_set(&o, "rows", p.seq_q);
+    kiln_case_opts_set(&o, "seq_k", p.seq_k);
+    kiln_case *cs = NULL;
+    kiln_status st = kiln_case_create(&cs, gen, emu, spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(cs, err);
+    long bad = st == KILN_OK ? kiln_case_check(cs) : 0;
+    for (int i = 0; bad && i < kiln_case_noutputs(cs); i++) {
+        const kiln_case_output *out = kiln_case_output_at(cs, i);
+        if (out->bad)
+            st = kiln_fail(err, KILN_EEMU, "the emulator's own %s fails the attention backward error model (%ld bad; %s)",
+                           out->name, out->bad, out->first);
     }
     if (st == KILN_OK) {
+        const char *canon = kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec;
         snprintf(c->name, sizeof c->name, "attnbwd-%s-d%d%s%s-b%dh%d:%d-q%dk%d", r->dtype, r->head_dim,
                  r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
                  p.seq_k);
-        spec_family(kiln_emu_kernel_meta(ks[1])->spec, c);
-        snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* dkdv: its launch runs the sequence */
+        spec_family(canon, c);
+        snprintf(c->spec, sizeof c->spec, "%s", canon); /* dkdv: its launch runs the sequence */
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
         const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
@@ -495,22 +479,14 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
             {"causal", p.causal}, {"deterministic", r->deterministic}};
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
         add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
-        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
-        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
-        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
-        add_tensor(c, "o", p.out, KIT_IN, no, o, NULL);
-        add_tensor(c, "dout", p.out, KIT_IN, no, dout, NULL);
-        add_tensor(c, "lse", KILN_F32, KIT_IN, nl, lse, NULL);
-        add_tensor(c, "dq", grad, KIT_OUT, nq, g[0], ref[0]);
-        add_tensor(c, "dk", grad, KIT_OUT, nk, g[1], ref[1]);
-        add_tensor(c, "dv", grad, KIT_OUT, nv, g[2], ref[2]);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+        const struct { const char *n; kiln_dtype t; kit_role role; } ts[] = {
+            {"q", p.dtype, KIT_IN}, {"k", p.dtype, KIT_IN}, {"v", p.dtype, KIT_IN}, {"o", p.out, KIT_IN},
+            {"dout", p.out, KIT_IN}, {"lse", KILN_F32, KIT_IN}, {"dq", p.dtype, KIT_OUT}, {"dk", p.dtype, KIT_OUT},
+            {"dv", p.dtype, KIT_OUT}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+        if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
-    free(q), free(kk), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc);
-    for (int t = 0; t < 3; t++) {
-        free(g[t]), free(ref[t]), free(tol[t]);
-        if (ks[t]) kiln_emu_kernel_free(ks[t]);
-    }
+    kiln_case_free(cs);
     return st;
 }
 

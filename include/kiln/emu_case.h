@@ -109,6 +109,9 @@ typedef struct kiln_ref_family {
     void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
     /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
     void (*describe)(const kiln_case *c, char *buf, size_t size);
+    /* Optional: the float64 reference of output `name`, one value per element of its tensor (the GPU
+     * kit's case files carry it); NULL when the family has none for that name. */
+    const double *(*reference)(kiln_case *c, const char *name);
 } kiln_ref_family;
 
 /* The registry: every family with a reference, in name order. */
@@ -140,6 +143,11 @@ const kiln_case_opts *kiln_case_options(const kiln_case *c);
 /* The kernel the spec named (its meta; --profile reads its counters). */
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
 void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
+/* The case's buffer behind tensor `name` (an input as drawn, an output as the run left it) and its
+ * bytes; -1 when the family has no tensor of that name. */
+int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes);
+/* The float64 reference of output `name` (the family's reference hook), or NULL. */
+const double *kiln_case_reference(kiln_case *c, const char *name);
 
 /* ---- for the references (templates/<family>.ref.c) ---- */
 /* The family's own state (set by create, freed by destroy). */
