@@ -587,6 +587,7 @@ static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
     attn_case *a = kiln_case_state(c);
     if (!strcmp(name, "splits")) return *value = a->splits, 0;
     if (a->paged && emu_paged_scalar(a->paged, name, value) == 0) return 0;
+    if (a->paged && !strncmp(name, "stride_", 7)) return -1; /* the cache's tensors: contiguous in their dims */
     return emu_attn_case_scalar(&a->p, name, value);
 }
 
@@ -643,6 +644,14 @@ static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (a->paged) emu_paged_describe(a->paged, buf, size);
 }
 
+/* o and lse's float64 reference (the dense problem's; paged and varlen cases have none here). */
+static const double *attn_case_reference(kiln_case *c, const char *name) {
+    if (emu_attn_varlen(c)) return NULL;
+    attn_case *a = kiln_case_state(c);
+    if (a->paged) return NULL;
+    return !strcmp(name, "o") ? a->ro : !strcmp(name, "lse") ? a->rl : NULL;
+}
+
 const kiln_ref_family kiln_ref_attention = {
     .family = "attention",
     .create = attn_case_create,
@@ -652,4 +661,5 @@ const kiln_ref_family kiln_ref_attention = {
     .prepare = attn_case_prepare,
     .check = attn_case_check,
     .describe = attn_case_describe,
+    .reference = attn_case_reference,
 };

@@ -25,7 +25,7 @@ extern "C" {
  * "heads_q", "heads_kv", "splits"; attention's mask keys "window_left", "window_right", "softcap",
  * "alibi"; and for the emulator tests: attention's "softmax_scale" (0: 1/sqrt(head_dim)), "bhsd"
  * (1: q, k, v, o laid out [batch, heads, seq, head_dim], passed as the tensors' strides),
- * "alibi_batch" (1: a row of slopes per batch entry), attention_bwd's "p_f32" (1: the error model
+ * "alibi_batch" (1: a row of slopes per batch entry), the attention backward's "p_f32" (1: the error model
  * of a kernel that keeps P and dS in f32, the SIMT path)); a family reads the ones its problem has and
  * says which it needs. A value is a double (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
@@ -36,7 +36,7 @@ typedef struct kiln_case_opts {
     kiln_ln_input input; /* kiln_ln_input_parse: random, large-mean, constant, special, mixed */
     float eps;      /* 0: the family's default */
     double scale;   /* multiplies the drawn activations (norms: 1e30 exercises overflow-safe statistics;
-                     * attention_bwd: q and k, for large scores); 0: 1 */
+                     * the attention backward: q and k, for large scores); 0: 1 */
     int twice;      /* run every block twice, threads in opposite orders (races) */
     int sm_count;   /* the device's multiprocessors, for grid rules that use them (a norm backward's grid
                      * walks the rows with a few blocks per SM); 0: as many as the problem fills */
