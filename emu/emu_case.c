@@ -173,9 +173,11 @@ void kiln_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (c->ref->describe) c->ref->describe(c, buf, size);
 }
 
-/* The kernels the spec's launch description runs (kiln_launch_sequence), the spec's own among them. */
+/* The kernels the spec's launch description runs (kiln_launch_sequence), the spec's own among them.
+ * The spec list is the caller's own (4 KB on the stack): cases are built on several threads at once
+ * (the GPU kit's prepare). */
 static kiln_status load_sequence(kiln_case *c, kiln_error *err) {
-    static char specs[KILN_CASE_MAX_STEPS][KILN_SPEC_MAX];
+    char specs[KILN_CASE_MAX_STEPS][KILN_SPEC_MAX];
     c->nseq = kiln_launch_sequence(kiln_emu_kernel_meta(c->kernel), specs, KILN_CASE_MAX_STEPS, &c->self);
     if (c->nseq < 1 || c->nseq > KILN_CASE_MAX_STEPS)
         return kiln_fail(err, KILN_EINVAL, "'%s' runs a sequence of %d kernels; the emulator runs at most %d",
@@ -338,17 +340,16 @@ static kiln_status run_step(kiln_case *c, const given *g, const kiln_launch_step
     return st;
 }
 
-kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
-    static given g;
+/* The run with g, the names gathered for it (the caller's: cases run on several threads at once). */
+static kiln_status case_run(kiln_case *c, given *g, kiln_error *err) {
     kiln_launch_step steps[KILN_CASE_MAX_STEPS];
     const kiln_kernel_meta *metas[KILN_CASE_MAX_STEPS];
-    memset(&g, 0, sizeof g);
     c->nsteps = 0;
     if (c->ref->prepare) c->ref->prepare(c);
-    kiln_status st = gather(c, &g, err);
+    kiln_status st = gather(c, g, err);
     if (st != KILN_OK) return st;
     for (int i = 0; i < c->nseq; i++) metas[i] = kiln_emu_kernel_meta(c->seq[i]);
-    kiln_launch_args a = {.tensors = g.t, .ntensors = g.nt, .scalars = g.s, .nscalars = g.ns};
+    kiln_launch_args a = {.tensors = g->t, .ntensors = g->nt, .scalars = g->s, .nscalars = g->ns};
     int sms = c->opts.sm_count > 0 ? c->opts.sm_count : 1 << 20; /* the emulator fills any grid */
     size_t wsb = 0;
     if ((st = kiln_launch_bind(metas, c->nseq, c->self, &a, sms, steps, &wsb, err)) != KILN_OK) return st;
@@ -364,8 +365,16 @@ kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
         if (!steps[i].grid[0] || !steps[i].grid[1] || !steps[i].grid[2]) continue; /* an empty grid is not launched */
         kiln_case_step *s = &c->steps[c->nsteps++];
         s->kernel = c->seq[i];
-        st = run_step(c, &g, &steps[i], (uintptr_t)ws, wsb, s, err);
+        st = run_step(c, g, &steps[i], (uintptr_t)ws, wsb, s, err);
     }
+    return st;
+}
+
+kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
+    given *g = calloc(1, sizeof *g);
+    if (!g) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_status st = case_run(c, g, err);
+    free(g);
     return st;
 }
 
