@@ -175,7 +175,7 @@ HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
 FUZZ_NAMES   := spec ptx bundle meta disk bin
 FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -Igen -Iemu \
+                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -I$(O)/runtime -Igen -Iemu \
                 $(LLVM_CFLAGS) $(LUA_CFLAGS)
 FUZZ_SRCS_spec   := gen/gen_spec.c templates/layernorm.ref.c emu/emu_half.c templates/attention.ref.c
 FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
@@ -204,7 +204,16 @@ fuzz: $(FUZZERS)
 
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
-	$(CC) $(CFLAGS) -Iruntime -c $< -o $@
+	$(CC) $(CFLAGS) -Iruntime -I$(O)/runtime -c $< -o $@
+
+# The attention helpers spell the causal key's values as templates/lib/attn_mask.lua declares them.
+$(O)/tools/key_values: tools/key_values.c
+	@mkdir -p $(dir $@)
+	$(CC) -std=c11 -O1 $(LUA_CFLAGS) $< -o $@ $(LUA_LIBS)
+$(O)/runtime/rt_keys.h: templates/lib/attn_mask.lua $(O)/tools/key_values
+	@mkdir -p $(dir $@)
+	$(O)/tools/key_values $@ templates/lib/attn_mask.lua CAUSAL RT_CAUSAL_VALUES
+$(O)/runtime/rt_attention.o $(FUZZ_OBJ)/runtime/rt_attention.o: $(O)/runtime/rt_keys.h
 
 $(O)/gen/%.o: gen/%.c
 	@mkdir -p $(dir $@)

@@ -156,6 +156,10 @@ kiln_emu_kernel *kiln_case_kernel(const kiln_case *c) { return c->kernel; }
 const kiln_ref_family *kiln_case_family(const kiln_case *c) { return c->ref; }
 const char *kiln_case_noun(const kiln_case *c) { return c->ref->noun ? c->ref->noun : "output"; }
 const kiln_case_opts *kiln_case_options(const kiln_case *c) { return &c->opts; }
+int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) { return c->ref->tensor(c, name, ptr, bytes); }
+const double *kiln_case_reference(kiln_case *c, const char *name) {
+    return c->ref->reference ? c->ref->reference(c, name) : NULL;
+}
 int kiln_case_noutputs(const kiln_case *c) { return c->nout; }
 const kiln_case_output *kiln_case_output_at(const kiln_case *c, int i) {
     return i >= 0 && i < c->nout ? &c->out[i] : NULL;
@@ -169,9 +173,11 @@ void kiln_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (c->ref->describe) c->ref->describe(c, buf, size);
 }
 
-/* The kernels the spec's launch description runs (kiln_launch_sequence), the spec's own among them. */
+/* The kernels the spec's launch description runs (kiln_launch_sequence), the spec's own among them.
+ * The spec list is the caller's own (4 KB on the stack): cases are built on several threads at once
+ * (the GPU kit's prepare). */
 static kiln_status load_sequence(kiln_case *c, kiln_error *err) {
-    static char specs[KILN_CASE_MAX_STEPS][KILN_SPEC_MAX];
+    char specs[KILN_CASE_MAX_STEPS][KILN_SPEC_MAX];
     c->nseq = kiln_launch_sequence(kiln_emu_kernel_meta(c->kernel), specs, KILN_CASE_MAX_STEPS, &c->self);
     if (c->nseq < 1 || c->nseq > KILN_CASE_MAX_STEPS)
         return kiln_fail(err, KILN_EINVAL, "'%s' runs a sequence of %d kernels; the emulator runs at most %d",
@@ -248,6 +254,29 @@ static int workspace_tensor(const kiln_case *c, const char *name) {
     return 0;
 }
 
+/* The strides of tensor t as the reference lays it out: the value of each stride parameter the
+ * sequence declares for it ("stride PARAM TENSOR AXIS"), when the reference gives every one of them
+ * (an attention case's BHSD layout); else none (contiguous in its dims). */
+static void tensor_strides(const kiln_case *c, kiln_launch_tensor *t) {
+    int declared = 0, given = 0;
+    for (int k = 0; k < c->nseq; k++)
+        for (const char *l = kiln_emu_kernel_meta(c->seq[k])->launch; *l;) {
+            size_t len = strcspn(l, "\n");
+            char line[256], param[KILN_NAME_MAX], tensor[KILN_NAME_MAX];
+            int axis;
+            snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+            l += len + (l[len] == '\n');
+            if (sscanf(line, "stride %63s %63s %d", param, tensor, &axis) != 3 || strcmp(tensor, t->name)) continue;
+            double v;
+            declared++;
+            if (axis >= 0 && axis < KILN_LAUNCH_DIMS && c->ref->scalar((kiln_case *)c, param, &v) == 0) {
+                t->strides[axis] = (int64_t)v;
+                given++;
+            }
+        }
+    if (given != declared) memset(t->strides, 0, sizeof t->strides);
+}
+
 static kiln_status gather(kiln_case *c, given *g, kiln_error *err) {
     int nn = 0;
     for (int k = 0; k < c->nseq; k++) {
@@ -269,6 +298,7 @@ static kiln_status gather(kiln_case *c, given *g, kiln_error *err) {
                     return kiln_fail(err, KILN_EINVAL, "%s declares tensor '%s', which the %s reference does not know", m->entry,
                                      name, c->ref->family);
                 g->t[g->nt] = (kiln_launch_tensor){.name = g->names[nn], .ptr = (kiln_devptr)(uintptr_t)ptr};
+                tensor_strides(c, &g->t[g->nt]);
                 g->bytes[g->nt++] = bytes;
             } else {
                 double v;
@@ -313,17 +343,16 @@ static kiln_status run_step(kiln_case *c, const given *g, const kiln_launch_step
     return st;
 }
 
-kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
-    static given g;
+/* The run with g, the names gathered for it (the caller's: cases run on several threads at once). */
+static kiln_status case_run(kiln_case *c, given *g, kiln_error *err) {
     kiln_launch_step steps[KILN_CASE_MAX_STEPS];
     const kiln_kernel_meta *metas[KILN_CASE_MAX_STEPS];
-    memset(&g, 0, sizeof g);
     c->nsteps = 0;
     if (c->ref->prepare) c->ref->prepare(c);
-    kiln_status st = gather(c, &g, err);
+    kiln_status st = gather(c, g, err);
     if (st != KILN_OK) return st;
     for (int i = 0; i < c->nseq; i++) metas[i] = kiln_emu_kernel_meta(c->seq[i]);
-    kiln_launch_args a = {.tensors = g.t, .ntensors = g.nt, .scalars = g.s, .nscalars = g.ns};
+    kiln_launch_args a = {.tensors = g->t, .ntensors = g->nt, .scalars = g->s, .nscalars = g->ns};
     int sms = c->opts.sm_count > 0 ? c->opts.sm_count : 1 << 20; /* the emulator fills any grid */
     size_t wsb = 0;
     if ((st = kiln_launch_bind(metas, c->nseq, c->self, &a, sms, steps, &wsb, err)) != KILN_OK) return st;
@@ -339,8 +368,16 @@ kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
         if (!steps[i].grid[0] || !steps[i].grid[1] || !steps[i].grid[2]) continue; /* an empty grid is not launched */
         kiln_case_step *s = &c->steps[c->nsteps++];
         s->kernel = c->seq[i];
-        st = run_step(c, &g, &steps[i], (uintptr_t)ws, wsb, s, err);
+        st = run_step(c, g, &steps[i], (uintptr_t)ws, wsb, s, err);
     }
+    return st;
+}
+
+kiln_status kiln_case_run(kiln_case *c, kiln_error *err) {
+    given *g = calloc(1, sizeof *g);
+    if (!g) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    kiln_status st = case_run(c, g, err);
+    free(g);
     return st;
 }
 

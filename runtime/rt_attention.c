@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "rt.h"
+#include "rt_keys.h" /* RT_CAUSAL_VALUES: generated from templates/lib/attn_mask.lua (Makefile) */
 
 static const char tensor_names[4] = {'q', 'k', 'v', 'o'};
 
@@ -20,8 +21,12 @@ static kiln_devptr pointer_of(const kiln_attention_args *a, int t) {
 
 /* ---- the mask keys (window, softcap, ALiBi, top-left causal), shared with rt_attention_bwd.c ---- */
 
+/* The spec's causal value for a KILN_CAUSAL_* value: the template's values in its order (none,
+ * bottom-right, top-left), as the build read them from the template. */
 const char *rt_attn_causal(int causal) {
-    static const char *const names[] = {"false", "true", "top_left"};
+    static const char *const names[] = {RT_CAUSAL_VALUES};
+    _Static_assert(sizeof names / sizeof *names == KILN_CAUSAL_TOP_LEFT + 1,
+                   "templates/lib/attn_mask.lua's causal values are one per KILN_CAUSAL_* value");
     return causal >= KILN_CAUSAL_NONE && causal <= KILN_CAUSAL_TOP_LEFT ? names[causal] : NULL;
 }
 

@@ -376,16 +376,19 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
 
 /* ---- the case hooks (kiln/emu_case.h): attention, and attention_combine's reference reuses them ---- */
 
-/* The ALiBi paper's slopes for H heads: the geometric sequence 2^(-8 (h + 1) / H), h = 0..H-1. */
-static float *alibi_paper_slopes(int heads) {
-    float *s = malloc(sizeof *s * (size_t)heads);
-    for (int h = 0; s && h < heads; h++) s[h] = (float)exp2(-8.0 * (h + 1) / heads);
+/* The ALiBi paper's slopes for H heads, 2^(-8 (h + 1) / H) for h = 0..H-1, in `rows` rows (row b
+ * scaled by 1 + b/2, so that per-batch rows differ). */
+static float *alibi_paper_slopes(int heads, int rows) {
+    float *s = malloc(sizeof *s * (size_t)heads * (size_t)rows);
+    for (int b = 0; s && b < rows; b++)
+        for (int h = 0; h < heads; h++) s[b * heads + h] = (float)(exp2(-8.0 * (h + 1) / heads) * (1 + 0.5 * b));
     return s;
 }
 
 /* The mask keys' launch values from the options, each only with its spec key (the option names the
  * key it needs): window_left/window_right (-1 unbounded, the default), softcap (needed with
- * softcap=true), alibi (slopes drawn as the paper's, one row for every batch: alibi_stride 0). */
+ * softcap=true), alibi (slopes drawn as the paper's, one row for every batch: alibi_stride 0; with
+ * alibi_batch, one row per batch entry). */
 static kiln_status case_mask_keys(const kiln_case_opts *o, kiln_attn_problem *p, kiln_error *err) {
     static const struct {
         const char *opt, *flag, *key;
@@ -408,9 +411,13 @@ static kiln_status case_mask_keys(const kiln_case_opts *o, kiln_attn_problem *p,
             return kiln_fail(err, KILN_EINVAL, "softcap=true needs the cap: give --softcap C (C > 0, e.g. 50)");
         p->softcap = (float)kiln_case_opts_real(o, "softcap", 0);
     }
+    if (kiln_case_opts_has(o, "alibi_batch") && !p->alibi)
+        return kiln_fail(err, KILN_EINVAL, "per-batch ALiBi slopes need alibi=true in the attention spec (the kernel has no alibi key)");
     if (p->alibi) {
-        p->alibi_stride = 0;
-        if (!(p->alibi_slopes = alibi_paper_slopes(p->heads_q))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+        /* alibi_batch: a row of slopes per batch entry (alibi_stride heads_q) */
+        int rows = kiln_case_opts_get(o, "alibi_batch", 0) ? p->batch : 1;
+        p->alibi_stride = rows > 1 ? p->heads_q : 0;
+        if (!(p->alibi_slopes = alibi_paper_slopes(p->heads_q, rows))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
     return emu_attn_case_dropout(o, p, err);
 }
@@ -430,7 +437,9 @@ kiln_status emu_attn_case_dropout(const kiln_case_opts *o, kiln_attn_problem *p,
 }
 
 /* The problem of an attention case from the options: --rows is seq_q, --seq-k (default seq_q),
- * --batch (1), --heads H:K (2:2). limit bounds batch x heads x seq_q x seq_k x head_dim. */
+ * --batch (1), --heads H:K (2:2); softmax_scale (0: 1/sqrt(head_dim)); bhsd (nonzero: q, k, v, o laid
+ * out [batch, heads, seq, head_dim], else [batch, seq, heads, head_dim]). limit bounds batch x heads x
+ * seq_q x seq_k x head_dim. */
 kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, double limit, const char *what,
                                   kiln_error *err) {
     const kiln_case_opts *o = kiln_case_options(c);
@@ -441,11 +450,21 @@ kiln_status emu_attn_case_problem(const kiln_case *c, kiln_attn_problem *p, doub
     p->heads_kv = (int)kiln_case_opts_get(o, "heads_kv", p->heads_q);
     p->seq_q = (int)kiln_case_opts_get(o, "rows", 0);
     p->seq_k = (int)kiln_case_opts_get(o, "seq_k", p->seq_q);
+    p->scale = (float)kiln_case_opts_real(o, "softmax_scale", 0);
     if ((st = case_mask_keys(o, p, err)) != KILN_OK) return st;
     if ((st = kiln_attn_check_problem(p, err)) != KILN_OK) return st;
     if ((double)p->batch * p->heads_q * p->seq_q * p->seq_k * p->head_dim > limit)
         return kiln_fail(err, KILN_EINVAL, "batch x heads x seq_q x seq_k x head_dim is too large for the emulator%s", what);
     kiln_attn_default_strides(p);
+    if (kiln_case_opts_get(o, "bhsd", 0)) {
+        long long *s[4] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o};
+        const int heads[4] = {p->heads_q, p->heads_kv, p->heads_kv, p->heads_q}, seq[4] = {p->seq_q, p->seq_k, p->seq_k, p->seq_q};
+        for (int t = 0; t < 4; t++) {
+            s[t][1] = p->head_dim;
+            s[t][2] = (long long)seq[t] * p->head_dim;
+            s[t][0] = (long long)heads[t] * seq[t] * p->head_dim;
+        }
+    }
     return KILN_OK;
 }
 
@@ -568,6 +587,7 @@ static int attn_case_scalar(kiln_case *c, const char *name, double *value) {
     attn_case *a = kiln_case_state(c);
     if (!strcmp(name, "splits")) return *value = a->splits, 0;
     if (a->paged && emu_paged_scalar(a->paged, name, value) == 0) return 0;
+    if (a->paged && !strncmp(name, "stride_", 7)) return -1; /* the cache's tensors: contiguous in their dims */
     return emu_attn_case_scalar(&a->p, name, value);
 }
 
@@ -624,6 +644,14 @@ static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (a->paged) emu_paged_describe(a->paged, buf, size);
 }
 
+/* o and lse's float64 reference (the dense problem's; paged and varlen cases have none here). */
+static const double *attn_case_reference(kiln_case *c, const char *name) {
+    if (emu_attn_varlen(c)) return NULL;
+    attn_case *a = kiln_case_state(c);
+    if (a->paged) return NULL;
+    return !strcmp(name, "o") ? a->ro : !strcmp(name, "lse") ? a->rl : NULL;
+}
+
 const kiln_ref_family kiln_ref_attention = {
     .family = "attention",
     .create = attn_case_create,
@@ -633,4 +661,5 @@ const kiln_ref_family kiln_ref_attention = {
     .prepare = attn_case_prepare,
     .check = attn_case_check,
     .describe = attn_case_describe,
+    .reference = attn_case_reference,
 };

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_attention.h"
 #include "kiln/emu_case.h"
 
 static double unit_roundoff(kiln_dtype t) { return t == KILN_F16 ? 0x1p-11 : t == KILN_BF16 ? 0x1p-8 : 0x1p-24; }
@@ -28,7 +28,7 @@ static size_t at(const long long s[3], int b, int row, int head) { return (size_
  *   tol(dV_jc) = sum_i ((e_p + up + n8) P_ij + fp) |dO_ic|
  *   tol(dK_jc) = scale sum_i (E_ij + (up + n8) |dS_ij| + fp) |Q_ic|
  *   tol(dQ_ic) = scale sum_j (E_ij + (up + n8) |dS_ij| + fp) |K_jc|
- * kiln_attn_bwd_compare adds the rounding to the gradient dtype and a factor 2 for second-order
+ * compare_grad adds the rounding to the gradient dtype and a factor 2 for second-order
  * terms. The score is emu_attn_score's (softcap, ALiBi): with B the row's largest |bias|, e_p gains
  * 2^-21 B + 8 u32 B (and softcap 2^-20 with the softcap, its tanh); dK and dQ take dS through the
  * softcap's derivative c = 1 - t^2 (computed from an f32 tanh: 2^-20 absolute), so E becomes
@@ -156,15 +156,6 @@ static long compare_grad(kiln_case_output *o, kiln_dtype grad, const void *got, 
     return bad;
 }
 
-long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
-                           double *worst, double *max_abs, char *first, size_t first_size) {
-    kiln_case_output o = {.worst = *worst, .max_abs = *max_abs};
-    long bad = compare_grad(&o, grad, got, ref, tol, n, "");
-    *worst = o.worst, *max_abs = o.max_abs;
-    if (bad && first && first_size) snprintf(first, first_size, "%s", o.first);
-    return bad;
-}
-
 /* ---- running a generated kernel on the emulator ---- */
 
 typedef struct bwd_args {
@@ -239,10 +230,11 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
 }
 
 /* ---- the registry descriptor (kiln/emu_case.h) ----
- * The forward's O and lse come from the float64 forward (rounded as a forward kernel stores them),
- * dO is random in [-1, 1]; the sequence the dkdv kernel declares runs (prep, dkdv, convert;
- * deterministic=true: prep, dkdv, dq), and dq, dk, dv are checked with the error model above (P and
- * dS taken as rounded to the input dtype: the looser of the paths). */
+ * q, k, v, then dO are drawn in [-1, 1] (q and k in [-scale, scale] with kiln_case_opts.scale, for
+ * large scores); the forward's O and lse come from the float64 forward (rounded as a forward kernel
+ * stores them); the sequence the dkdv kernel declares runs (prep, dkdv, convert; deterministic=true:
+ * prep, dkdv, dq), and dq, dk, dv are checked with the error model above (P and dS taken as rounded
+ * to the input dtype, the looser of the paths, unless the size p_f32 says the kernel keeps them f32). */
 
 typedef struct bwd_case {
     kiln_attn_problem p;
@@ -286,12 +278,14 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     if (!strstr(m->launch, "before ") && !strstr(m->launch, "after "))
         return kiln_fail(err, KILN_EINVAL, "'%s' is one kernel of the backward: kiln run checks dq, dk and dv of the "
                          "whole sequence, which the dkdv kernel declares (kernel=dkdv, the default)", m->spec);
-    uint64_t seed = kiln_case_options(c)->seed;
+    const kiln_case_opts *o = kiln_case_options(c);
+    uint64_t seed = o->seed;
     b->n[0] = kiln_attn_elems(p, 'q'), b->n[1] = kiln_attn_elems(p, 'k'), b->n[2] = kiln_attn_elems(p, 'v');
     size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    /* q, k (amplitude: the options' scale; large scores, a sharp softmax), v, then dO */
+    for (int t = 0; t < 3; t++) b->in[t] = kiln_attn_random(p->dtype, b->n[t], t < 2 && o->scale ? o->scale : 1, &seed);
     b->dout = kiln_attn_random(p->out, no, 1, &seed);
     b->out = malloc(no * kiln_dtype_size(p->out));
-    for (int t = 0; t < 3; t++) b->in[t] = kiln_attn_random(p->dtype, b->n[t], 1, &seed);
     b->lse = malloc(nl * sizeof *b->lse);
     b->ro = malloc(no * sizeof *b->ro), b->rl = malloc(nl * sizeof *b->rl);
     int ok = b->dout && b->out && b->lse && b->ro && b->rl;
@@ -305,7 +299,9 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     if ((st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err)) != KILN_OK) return st;
     for (size_t i = 0; i < no; i++) kiln_emu_value_set(p->out, b->out, i, b->ro[i]);
     for (size_t i = 0; i < nl; i++) b->lse[i] = (float)b->rl[i];
-    return kiln_attn_bwd_reference(p, p->dtype, b->in[0], b->in[1], b->in[2], b->dout, b->ref[0], b->ref[1], b->ref[2],
+    /* p_f32: the kernel keeps P and dS in f32 (the SIMT path), the tighter model */
+    kiln_dtype p_dtype = kiln_case_opts_get(o, "p_f32", 0) ? KILN_F32 : p->dtype;
+    return kiln_attn_bwd_reference(p, p_dtype, b->in[0], b->in[1], b->in[2], b->dout, b->ref[0], b->ref[1], b->ref[2],
                                    b->tol[0], b->tol[1], b->tol[2], err);
 }
 
@@ -367,6 +363,16 @@ static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {
     emu_attn_case_describe(&b->p, buf, size);
 }
 
+/* dq, dk, dv's float64 gradients (the dense problem's; varlen cases have none here). */
+static const double *bwd_case_reference(kiln_case *c, const char *name) {
+    if (emu_attn_varlen(c)) return NULL;
+    bwd_case *b = kiln_case_state(c);
+    static const char *const grads[3] = {"dq", "dk", "dv"};
+    for (int t = 0; t < 3; t++)
+        if (!strcmp(name, grads[t])) return b->ref[t];
+    return NULL;
+}
+
 const kiln_ref_family kiln_ref_attention_bwd = {
     .family = "attention_bwd",
     .noun = "gradient",
@@ -377,4 +383,5 @@ const kiln_ref_family kiln_ref_attention_bwd = {
     .prepare = bwd_case_prepare,
     .check = bwd_case_check,
     .describe = bwd_case_describe,
+    .reference = bwd_case_reference,
 };

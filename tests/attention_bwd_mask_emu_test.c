@@ -1,6 +1,7 @@
 /* tests/attention_bwd_mask_emu_test.c - the attention backward's window, softcap, alibi and
  * top-left causal keys on every path (mma sm_80/sm_75, SIMT), atomic and deterministic sequences,
- * on the CPU emulator against the float64 gradients (dQ, dK, dV) of emu/emu_ref_attention_bwd.c,
+ * on the CPU emulator through the registry's case runner against the float64 gradients (dQ, dK, dV) of
+ * templates/attention_bwd.ref.c,
  * with FlashAttention-2's edge cases (a window narrower than a tile, rows that see no key: zero
  * gradients, softcap with causal, alibi with GQA). */
 #include <math.h>
@@ -10,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 
 typedef struct path {
@@ -48,104 +49,68 @@ static const mcase cases[] = {
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-static uint64_t seed = 0x5eedbeef;
-
 static const char *causal_name(int c) { return c == 2 ? "top_left" : c ? "true" : "false"; }
 
 typedef struct result {
     double worst[3];
 } result;
 
-static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const mcase *mc, int d, int det, result *res) {
-    kiln_attn_problem p = {0};
-    kiln_dtype_parse(pa->dtype, &p.dtype);
-    p.out = p.dtype;
-    p.head_dim = d;
-    p.causal = mc->causal;
-    p.batch = mc->batch, p.heads_q = mc->heads_q, p.heads_kv = mc->heads_kv;
-    p.seq_q = mc->seq_q, p.seq_k = mc->seq_k, p.scale = mc->scale;
-    p.window = mc->window, p.window_left = mc->left, p.window_right = mc->right;
-    p.has_softcap = mc->softcap > 0, p.softcap = mc->softcap;
-    float *slopes = NULL;
-    if (mc->alibi) {
-        slopes = malloc(sizeof *slopes * (size_t)p.batch * (size_t)p.heads_q);
-        for (int b = 0; b < p.batch; b++)
-            for (int h = 0; h < p.heads_q; h++) slopes[b * p.heads_q + h] = (float)(exp2(-8.0 * (h + 1) / p.heads_q) * (1 + 0.5 * b));
-        p.alibi = 1, p.alibi_slopes = slopes, p.alibi_stride = mc->alibi == 2 ? p.heads_q : 0;
-    }
-    kiln_attn_default_strides(&p);
-    char keys[96];
-    snprintf(keys, sizeof keys, " causal=%s%s%s%s", causal_name(mc->causal), p.window ? " window=true" : "",
-             p.has_softcap ? " softcap=true" : "", p.alibi ? " alibi=true" : "");
-    static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
-    kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
-    char spec[3][256];
+/* One case through the family's reference and the case runner: the dkdv kernel's spec, whose launch
+ * runs prep before it and convert (deterministic: dq) after it; dq, dk, dv against the float64
+ * gradients; rows that see no key (lse = +inf) must get a dQ of exactly 0. */
+static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const mcase *mc, int d, int det, uint64_t seed,
+                     result *res) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s%s", pa->dtype, d,
+             causal_name(mc->causal), mc->window ? " window=true" : "", mc->softcap > 0 ? " softcap=true" : "",
+             mc->alibi ? " alibi=true" : "", det ? " deterministic=true" : "");
+    kiln_case_opts o = {.sm = pa->sm, .seed = seed, .twice = 1, .scale = mc->amplitude};
+    kiln_case_opts_set(&o, "batch", mc->batch);
+    kiln_case_opts_set(&o, "heads_q", mc->heads_q);
+    kiln_case_opts_set(&o, "heads_kv", mc->heads_kv);
+    kiln_case_opts_set(&o, "rows", mc->seq_q);
+    kiln_case_opts_set(&o, "seq_k", mc->seq_k);
+    if (mc->scale) kiln_case_opts_set(&o, "softmax_scale", mc->scale);
+    if (mc->window) kiln_case_opts_set(&o, "window_left", mc->left), kiln_case_opts_set(&o, "window_right", mc->right);
+    if (mc->softcap > 0) kiln_case_opts_set(&o, "softcap", mc->softcap);
+    if (mc->alibi == 2) kiln_case_opts_set(&o, "alibi_batch", 1);
+    if (pa->p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
     kiln_error err = {0};
-    kiln_status st = KILN_OK;
-    for (int s = 0; s < 3 && st == KILN_OK; s++) {
-        snprintf(spec[s], sizeof spec[s], "attention_bwd kernel=%s dtype=%s head_dim=%d%s%s", seq[det][s], pa->dtype, d, keys,
-                 det && s == 1 ? " deterministic=true" : "");
-        st = kiln_emu_load(emu, gen, spec[s], pa->sm, &ks[s], &err);
-        CHECK(st == KILN_OK, "load %s: %s", spec[s], err.msg);
-    }
-    kiln_dtype grad = p.dtype;
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    void *q = kiln_attn_random(p.dtype, nq, mc->amplitude, &seed), *k = kiln_attn_random(p.dtype, nk, mc->amplitude, &seed);
-    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *dout = kiln_attn_random(p.out, no, 1, &seed);
-    void *o = malloc(no * kiln_dtype_size(p.out));
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    float *lse = malloc(nl * sizeof *lse), *delta = malloc(nl * sizeof *delta);
-    float *dq_acc = det ? NULL : malloc(nl * (size_t)d * sizeof *dq_acc);
-    size_t n[3] = {nq, nk, nv};
-    void *g[3];
-    double *ref[3], *tol[3];
-    for (int t = 0; t < 3; t++) {
-        g[t] = malloc(n[t] * kiln_dtype_size(grad));
-        ref[t] = malloc(n[t] * sizeof(double));
-        tol[t] = malloc(n[t] * sizeof(double));
-        memset(g[t], 0xff, n[t] * kiln_dtype_size(grad));
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
+    CHECK(st == KILN_OK, "case %s: %s", spec, err.msg);
+    if (st == KILN_OK) {
+        st = kiln_case_run(c, &err);
+        CHECK(st == KILN_OK, "emulator, %s: %s", spec, err.msg);
     }
     if (st == KILN_OK) {
-        st = kiln_attn_reference(&p, q, k, v, ro, rl, &err);
-        CHECK(st == KILN_OK, "forward reference: %s", err.msg);
+        kiln_case_check(c);
+        CHECK(kiln_case_noutputs(c) == 3, "%d outputs, want dq, dk, dv", kiln_case_noutputs(c));
+        for (int t = 0; t < kiln_case_noutputs(c) && t < 3; t++) {
+            const kiln_case_output *out = kiln_case_output_at(c, t);
+            CHECK(out->bad == 0, "%s: %ld bad %s values; first: %s", spec, out->bad, out->name, out->first);
+            if (out->worst > res->worst[t]) res->worst[t] = out->worst;
+        }
+        /* rows that see no key: their dQ is exactly 0 (dq [batch, seq_q, heads_q, d], lse [batch, heads_q, seq_q]) */
+        void *dq, *lse;
+        size_t dq_bytes, lse_bytes;
+        kiln_dtype grad;
+        kiln_dtype_parse(pa->dtype, &grad);
+        CHECK(kiln_case_tensor(c, "dq", &dq, &dq_bytes) == 0 && kiln_case_tensor(c, "lse", &lse, &lse_bytes) == 0,
+              "the case has no dq or lse");
+        long nonzero = 0, empty = 0;
+        for (int b = 0; b < mc->batch; b++)
+            for (int h = 0; h < mc->heads_q; h++)
+                for (int i = 0; i < mc->seq_q; i++)
+                    if (isinf(((const float *)lse)[((size_t)b * (size_t)mc->heads_q + (size_t)h) * (size_t)mc->seq_q + (size_t)i])) {
+                        empty++;
+                        for (int e = 0; e < d; e++)
+                            nonzero += kiln_emu_value_get(grad, dq, (((size_t)b * (size_t)mc->seq_q + (size_t)i) * (size_t)mc->heads_q +
+                                                                     (size_t)h) * (size_t)d + (size_t)e) != 0;
+                    }
+        CHECK(nonzero == 0, "%ld dQ values of the %ld rows that see no key are not 0", nonzero, empty);
     }
-    int empty_rows = 0;
-    for (size_t i = 0; i < no; i++) kiln_emu_value_set(p.out, o, i, ro[i]);
-    for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i], empty_rows += isinf(rl[i]) && rl[i] > 0;
-    memset(delta, 0xff, nl * sizeof *delta);
-    if (dq_acc) memset(dq_acc, 0xff, nl * (size_t)d * sizeof *dq_acc);
-    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc};
-    for (int s = 0; s < 3 && st == KILN_OK; s++) {
-        st = kiln_attn_bwd_run(ks[s], &p, &bf, s == 1, &err);
-        CHECK(st == KILN_OK, "emulator, %s: %s", spec[s], err.msg);
-    }
-    if (st == KILN_OK) {
-        st = kiln_attn_bwd_reference(&p, pa->p_dtype, q, k, v, dout, ref[0], ref[1], ref[2], tol[0], tol[1], tol[2], &err);
-        CHECK(st == KILN_OK, "reference: %s", err.msg);
-    }
-    for (int t = 0; t < 3 && st == KILN_OK; t++) {
-        char first[256] = "";
-        double max_abs = 0;
-        long bad = kiln_attn_bwd_compare(grad, g[t], ref[t], tol[t], n[t], &res->worst[t], &max_abs, first, sizeof first);
-        CHECK(bad == 0, "%s: %ld bad d%c values; first: %s", spec[1], bad, "qkv"[t], first);
-    }
-    /* rows that see no key: their dQ is exactly 0 */
-    if (st == KILN_OK && empty_rows) {
-        long nonzero = 0;
-        for (int b = 0; b < p.batch; b++)
-            for (int h = 0; h < p.heads_q; h++)
-                for (int i = 0; i < p.seq_q; i++)
-                    if (isinf(rl[((size_t)b * (size_t)p.heads_q + (size_t)h) * (size_t)p.seq_q + (size_t)i]))
-                        for (int c = 0; c < d; c++)
-                            nonzero += kiln_emu_value_get(grad, g[0], (size_t)(b * p.stride_q[0] + i * p.stride_q[1] +
-                                                                              h * p.stride_q[2] + c)) != 0;
-        CHECK(nonzero == 0, "%ld dQ values of rows that see no key are not 0", nonzero);
-    }
-    for (int s = 0; s < 3; s++)
-        if (ks[s]) kiln_emu_kernel_free(ks[s]);
-    free(q), free(k), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc), free(slopes);
-    for (int t = 0; t < 3; t++) free(g[t]), free(ref[t]), free(tol[t]);
+    kiln_case_free(c);
 }
 
 int main(void) {
@@ -158,6 +123,7 @@ int main(void) {
     }
     static const int dims[] = {64, 32, 128, 96};
     int rot = 0;
+    uint64_t seed = 0x5eedbeef;
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         result res = {{0}};
         for (size_t ci = 0; ci < NCASES; ci++) {
@@ -165,7 +131,7 @@ int main(void) {
             char name[400];
             snprintf(name, sizeof name, "%s: %s d=%d%s", paths[pi].name, cases[ci].name, d, det ? " deterministic" : "");
             TEST_BEGIN(name);
-            run_case(emu, gen, &paths[pi], &cases[ci], d, det, &res);
+            run_case(emu, gen, &paths[pi], &cases[ci], d, det, seed++, &res);
             TEST_END();
         }
         printf("%-16s worst error/tolerance: dq %.3f dk %.3f dv %.3f\n", paths[pi].name, res.worst[0], res.worst[1],

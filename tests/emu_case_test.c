@@ -131,6 +131,9 @@ static void test_bad_problems(void) {
     CHECK(kiln_case_create(&c, gen, emu, "attention", &o, &err) == KILN_EINVAL && strstr(err.msg, "multiple of heads_kv"),
           "heads 3:2: %s", err.msg);
     CHECK(kiln_case_create(&c, gen, emu, "groupnorm", &o, &err) != KILN_OK, "an unknown family");
+    kiln_case_opts_set(&o, "heads_kv", 3), kiln_case_opts_set(&o, "alibi_batch", 1);
+    CHECK(kiln_case_create(&c, gen, emu, "attention", &o, &err) == KILN_EINVAL && strstr(err.msg, "alibi=true"),
+          "per-batch slopes without the alibi key: %s", err.msg);
     CHECK(c == NULL, "no case on failure");
     TEST_END();
 }

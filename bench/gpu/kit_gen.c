@@ -12,7 +12,7 @@
 
 #include "kiln/emu.h"
 #include "kiln/emu_attention.h"
-#include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
 #include "kit.h"
@@ -290,45 +290,54 @@ static kiln_status load_after(kiln_gen *gen, kiln_emu *emu, kiln_emu_kernel *k, 
     return n == 2 ? kiln_emu_load(emu, gen, seq[1], sm, after, err) : KILN_OK;
 }
 
-/* How a forward attention case's kernels run on the emulator: the plain kernel, or split + combine. */
-typedef struct attn_runner {
-    kiln_emu_kernel *k, *comb; /* comb: the split case's combine kernel (NULL: the plain kernel) */
-    int splits;
-} attn_runner;
+/* An attention case through the family's registry reference and the one case runner: spec on sm
+ * with the row's seed and sizes (batch, heads, seq_q, seq_k; splits > 0: split-KV's forced splits);
+ * the emulator's own result must pass the family's error model (`what` names it in the error). */
+static kiln_status attn_case_run(kiln_gen *gen, kiln_emu *emu, const char *spec, int sm, uint64_t seed,
+                                 const kiln_attn_problem *p, int splits, const char *what, kiln_case **out,
+                                 kiln_error *err) {
+    kiln_case_opts o = {.sm = sm, .seed = seed};
+    kiln_case_opts_set(&o, "batch", p->batch);
+    kiln_case_opts_set(&o, "heads_q", p->heads_q);
+    kiln_case_opts_set(&o, "heads_kv", p->heads_kv);
+    kiln_case_opts_set(&o, "rows", p->seq_q);
+    kiln_case_opts_set(&o, "seq_k", p->seq_k);
+    if (splits) kiln_case_opts_set(&o, "splits", splits);
+    kiln_status st = kiln_case_create(out, gen, emu, spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(*out, err);
+    if (st == KILN_OK && kiln_case_check(*out))
+        for (int i = 0; i < kiln_case_noutputs(*out); i++) {
+            const kiln_case_output *r = kiln_case_output_at(*out, i);
+            if (r->bad)
+                st = kiln_fail(err, KILN_EEMU, "the emulator's own %s fails the %s error model (%ld bad; %s)", r->name, what,
+                               r->bad, r->first);
+        }
+    return st;
+}
 
-/* The tensors of a forward attention case of problem p: random q, k, v; o and lse as the emulator
- * computes them with r's kernels, which must pass the family's error model; the float64 forward as
- * their reference. Adds q, k, v, o, lse to c. */
-static kiln_status attn_case_tensors(kit_case *c, const kiln_attn_problem *p, uint64_t seed, const attn_runner *r,
-                                     kiln_error *err) {
+/* Adds tensor `name` of case cs to c: its bytes as the case holds them (inputs as drawn, outputs as
+ * the emulator left them) and, for an output, the family's float64 reference. */
+static kiln_status add_case_tensor(kit_case *c, kiln_case *cs, const char *name, kiln_dtype t, kit_role role,
+                                   kiln_error *err) {
+    void *ptr;
+    size_t bytes;
+    const double *ref = role == KIT_OUT ? kiln_case_reference(cs, name) : NULL;
+    if (kiln_case_tensor(cs, name, &ptr, &bytes) != 0 || !ptr || (role == KIT_OUT && !ref))
+        return kiln_fail(err, KILN_EINVAL, "the %s case has no %s '%s'", kiln_case_family(cs)->family,
+                         role == KIT_OUT ? "output with a reference" : "tensor", name);
+    add_tensor(c, name, t, role, bytes / kiln_dtype_size(t), ptr, ref);
+    return KILN_OK;
+}
+
+/* The tensors of a forward attention case: q, k, v as drawn; o and lse as the emulator computed
+ * them, with the float64 forward as their reference. */
+static kiln_status attn_case_tensors(kit_case *c, kiln_case *cs, const kiln_attn_problem *p, kiln_error *err) {
+    const struct { const char *n; kiln_dtype t; kit_role role; } ts[] = {
+        {"q", p->dtype, KIT_IN}, {"k", p->dtype, KIT_IN}, {"v", p->dtype, KIT_IN}, {"o", p->out, KIT_OUT},
+        {"lse", KILN_F32, KIT_OUT}};
     kiln_status st = KILN_OK;
-    size_t nq = kiln_attn_elems(p, 'q'), nk = kiln_attn_elems(p, 'k'), nv = kiln_attn_elems(p, 'v');
-    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    void *q = kiln_attn_random(p->dtype, nq, 1, &seed), *kk = kiln_attn_random(p->dtype, nk, 1, &seed);
-    void *v = kiln_attn_random(p->dtype, nv, 1, &seed), *o = malloc(no * kiln_dtype_size(p->out));
-    float *lse = malloc(nl * sizeof *lse);
-    float *ws = r->comb ? malloc(kiln_attn_splitkv_workspace_floats(p, r->splits) * sizeof *ws) : NULL;
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    if (!q || !kk || !v || !o || !lse || (r->comb && !ws) || !ro || !rl) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if (st == KILN_OK)
-        st = r->comb ? kiln_attn_run_splitkv(r->k, r->comb, p, r->splits, ws, o, lse, q, kk, v, 0, err)
-                     : kiln_attn_run(r->k, p, o, lse, q, kk, v, 0, err);
-    if (st == KILN_OK) st = kiln_attn_reference(p, q, kk, v, ro, rl, err);
-    if (st == KILN_OK) {
-        kiln_attn_report rep;
-        long bad = kiln_attn_check(p, p->dtype, q, kk, v, o, lse, ro, rl, &rep);
-        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own %sresult fails the attention error model (%ld bad)",
-                                r->comb ? "split-KV " : "", bad);
-    }
-    if (st == KILN_OK) {
-        add_tensor(c, "q", p->dtype, KIT_IN, nq, q, NULL);
-        add_tensor(c, "k", p->dtype, KIT_IN, nk, kk, NULL);
-        add_tensor(c, "v", p->dtype, KIT_IN, nv, v, NULL);
-        add_tensor(c, "o", p->out, KIT_OUT, no, o, ro);
-        add_tensor(c, "lse", KILN_F32, KIT_OUT, nl, lse, rl);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    }
-    free(q), free(kk), free(v), free(o), free(lse), free(ws), free(ro), free(rl);
+    for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+    if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     return st;
 }
 
@@ -346,42 +355,45 @@ static void attn_case_scalars(kit_case *c, const kiln_attn_problem *p, int split
     add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(p));
 }
 
+/* The case's canonical spec into p (dtype, out, head_dim, causal) and c. */
+static kiln_status attn_case_spec(kit_case *c, kiln_case *cs, kiln_attn_problem *p, kiln_error *err) {
+    const char *canon = kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec;
+    snprintf(c->spec, sizeof c->spec, "%s", canon);
+    return kiln_attn_spec_parse(canon, p, err);
+}
+
 static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
                               kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_emu_kernel *k;
-    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
-    if (st != KILN_OK) return st;
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     kiln_attn_problem p = {0};
-    if ((st = kiln_attn_spec_parse(m->spec, &p, err)) != KILN_OK) {
-        kiln_emu_kernel_free(k);
-        return st;
-    }
     p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
     p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
     p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
-    kiln_attn_default_strides(&p);
-    snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
-             strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
-             p.heads_kv, p.seq_q, p.seq_k);
-    spec_family(m->spec, c);
-    snprintf(c->spec, sizeof c->spec, "%s", m->spec);
-    c->emu_sm = sm;
-    c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
-    attn_case_scalars(c, &p, 0);
-    const char *sn[4] = {"q", "k", "v", "o"};
-    const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
-    for (int t = 0; t < 4; t++)
-        for (int s = 0; s < 3; s++) {
-            char name[16];
-            snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
-            add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
-        }
-    attn_runner run = {k, NULL, 0};
-    st = attn_case_tensors(c, &p, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &run, err);
-    kiln_emu_kernel_free(k);
+    kiln_case *cs = NULL;
+    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0,
+                                   "attention", &cs, err);
+    if (st == KILN_OK) st = attn_case_spec(c, cs, &p, err);
+    if (st == KILN_OK) {
+        kiln_attn_default_strides(&p);
+        snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
+                 strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
+                 p.heads_kv, p.seq_q, p.seq_k);
+        spec_family(c->spec, c);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
+        attn_case_scalars(c, &p, 0);
+        const char *sn[4] = {"q", "k", "v", "o"};
+        const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
+        for (int t = 0; t < 4; t++)
+            for (int s = 0; s < 3; s++) {
+                char name[16];
+                snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
+                add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
+            }
+        st = attn_case_tensors(c, cs, &p, err);
+    }
+    kiln_case_free(cs);
     return st;
 }
 
@@ -392,102 +404,56 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
                                     kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_split_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_emu_kernel *k, *comb = NULL;
-    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
-    if (st != KILN_OK) return st;
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     kiln_attn_problem p = {0};
-    if ((st = load_after(gen, emu, k, sm, &comb, err)) == KILN_OK && !comb)
-        st = kiln_fail(err, KILN_EINVAL, "'%s' runs no combine kernel", m->spec);
-    if (st == KILN_OK) st = kiln_attn_spec_parse(m->spec, &p, err);
+    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
+    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_case *cs = NULL;
+    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &p, r->splits,
+                                   "split-KV attention", &cs, err);
+    if (st == KILN_OK && kiln_case_nsteps(cs) != 2)
+        st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels; the kit's split case wants it and a combine kernel after it",
+                       spec, kiln_case_nsteps(cs));
+    if (st == KILN_OK) st = attn_case_spec(c, cs, &p, err);
     if (st == KILN_OK) {
-        p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
-        p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
         kiln_attn_default_strides(&p);
         snprintf(c->name, sizeof c->name, "attn-splitkv-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d-s%d", r->dtype,
                  strcmp(r->dtype, r->out) ? ">" : "", strcmp(r->dtype, r->out) ? r->out : "", r->head_dim,
                  r->causal ? "-causal" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k, r->splits);
         snprintf(c->family, sizeof c->family, "%s", KIT_ATTN_SPLIT_FAMILY);
-        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)r->splits, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
         attn_case_scalars(c, &p, r->splits);
-        attn_runner run = {k, comb, r->splits};
-        st = attn_case_tensors(c, &p, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &run, err);
+        st = attn_case_tensors(c, cs, &p, err);
     }
-    kiln_emu_kernel_free(k);
-    kiln_emu_kernel_free(comb);
+    kiln_case_free(cs);
     return st;
 }
 
-/* An attention backward case: the forward's O and lse as the backward receives them (float64
- * forward rounded to out / f32), dO random; the emulator runs the three kernels the dkdv kernel's
- * launch description names (prep, dkdv, convert or dq) and must pass the family's error model;
- * dq/dk/dv against the float64 gradients. */
+/* An attention backward case through the family's reference and the case runner: q, k, v, dO drawn
+ * from the row's seed, the forward's O and lse as the backward receives them (float64 forward rounded
+ * to out / f32); the emulator runs the sequence the dkdv kernel's launch description names (prep,
+ * dkdv, convert or dq) and must pass the family's error model; dq/dk/dv against the float64 gradients. */
 static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r, int sm, int quick,
                                   kit_case *c, kiln_error *err) {
-    kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
-    char spec[KILN_SPEC_MAX], seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
+    char spec[KILN_SPEC_MAX];
     attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
-    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &ks[1], err);
-    int self = 0, nseq = st == KILN_OK ? kiln_launch_sequence(kiln_emu_kernel_meta(ks[1]), seq, KIT_MAX_STEPS, &self) : 3;
-    if (st == KILN_OK && (nseq != 3 || self != 1))
-        st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's backward case wants prep, dkdv, "
-                       "then convert or dq", spec, nseq, self);
-    for (int s = 0; s < 3 && st == KILN_OK; s++)
-        if (s != 1) st = kiln_emu_load(emu, gen, seq[s], sm, &ks[s], err);
     kiln_attn_problem p = {0};
-    if (st == KILN_OK && kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
-        st = kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
+    if (kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
+        return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
     p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
     p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
     p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
     p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
-    kiln_attn_default_strides(&p);
-    kiln_dtype grad = p.dtype;
-    uint64_t seed = (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm);
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    size_t n[3] = {nq, nk, nv};
-    void *q = kiln_attn_random(p.dtype, nq, 1, &seed), *kk = kiln_attn_random(p.dtype, nk, 1, &seed);
-    void *v = kiln_attn_random(p.dtype, nv, 1, &seed), *dout = kiln_attn_random(p.out, no, 1, &seed);
-    void *o = malloc(no * kiln_dtype_size(p.out));
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-    float *lse = malloc(nl * sizeof *lse), *delta = malloc(nl * sizeof *delta);
-    float *dq_acc = r->deterministic ? NULL : malloc(nl * (size_t)p.head_dim * sizeof *dq_acc);
-    void *g[3];
-    double *ref[3], *tol[3];
-    int oom = !q || !kk || !v || !dout || !o || !ro || !rl || !lse || !delta || (!r->deterministic && !dq_acc);
-    for (int t = 0; t < 3; t++) {
-        g[t] = malloc(n[t] * kiln_dtype_size(grad));
-        ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
-        oom |= !g[t] || !ref[t] || !tol[t];
-    }
-    if (st == KILN_OK && oom) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if (st == KILN_OK) st = kiln_attn_reference(&p, q, kk, v, ro, rl, err);
+    kiln_case *cs = NULL;
+    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm),
+                                   &p, 0, "attention backward", &cs, err);
     if (st == KILN_OK) {
-        for (size_t i = 0; i < no; i++) kiln_emu_value_set(p.out, o, i, ro[i]);
-        for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
-        kiln_attn_bwd_buffers bf = {q, kk, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc};
-        for (int s = 0; s < 3 && st == KILN_OK; s++) st = kiln_attn_bwd_run(ks[s], &p, &bf, 0, err);
-    }
-    /* P and dS rounded to the input dtype: the mma paths' error, a bound for SIMT's f32 too */
-    if (st == KILN_OK)
-        st = kiln_attn_bwd_reference(&p, p.dtype, q, kk, v, dout, ref[0], ref[1], ref[2], tol[0], tol[1], tol[2], err);
-    for (int t = 0; t < 3 && st == KILN_OK; t++) {
-        char first[256] = "";
-        double worst, max_abs;
-        long bad = kiln_attn_bwd_compare(grad, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
-        if (bad)
-            st = kiln_fail(err, KILN_EEMU, "the emulator's own d%c fails the attention backward error model (%ld bad; %s)",
-                           "qkv"[t], bad, first);
-    }
-    if (st == KILN_OK) {
+        const char *canon = kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec;
         snprintf(c->name, sizeof c->name, "attnbwd-%s-d%d%s%s-b%dh%d:%d-q%dk%d", r->dtype, r->head_dim,
                  r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
                  p.seq_k);
-        spec_family(kiln_emu_kernel_meta(ks[1])->spec, c);
-        snprintf(c->spec, sizeof c->spec, "%s", kiln_emu_kernel_meta(ks[1])->spec); /* dkdv: its launch runs the sequence */
+        spec_family(canon, c);
+        snprintf(c->spec, sizeof c->spec, "%s", canon); /* dkdv: its launch runs the sequence */
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
         const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
@@ -495,22 +461,14 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
             {"causal", p.causal}, {"deterministic", r->deterministic}};
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
         add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
-        add_tensor(c, "q", p.dtype, KIT_IN, nq, q, NULL);
-        add_tensor(c, "k", p.dtype, KIT_IN, nk, kk, NULL);
-        add_tensor(c, "v", p.dtype, KIT_IN, nv, v, NULL);
-        add_tensor(c, "o", p.out, KIT_IN, no, o, NULL);
-        add_tensor(c, "dout", p.out, KIT_IN, no, dout, NULL);
-        add_tensor(c, "lse", KILN_F32, KIT_IN, nl, lse, NULL);
-        add_tensor(c, "dq", grad, KIT_OUT, nq, g[0], ref[0]);
-        add_tensor(c, "dk", grad, KIT_OUT, nk, g[1], ref[1]);
-        add_tensor(c, "dv", grad, KIT_OUT, nv, g[2], ref[2]);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+        const struct { const char *n; kiln_dtype t; kit_role role; } ts[] = {
+            {"q", p.dtype, KIT_IN}, {"k", p.dtype, KIT_IN}, {"v", p.dtype, KIT_IN}, {"o", p.out, KIT_IN},
+            {"dout", p.out, KIT_IN}, {"lse", KILN_F32, KIT_IN}, {"dq", p.dtype, KIT_OUT}, {"dk", p.dtype, KIT_OUT},
+            {"dv", p.dtype, KIT_OUT}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+        if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
-    free(q), free(kk), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc);
-    for (int t = 0; t < 3; t++) {
-        free(g[t]), free(ref[t]), free(tol[t]);
-        if (ks[t]) kiln_emu_kernel_free(ks[t]);
-    }
+    kiln_case_free(cs);
     return st;
 }
 

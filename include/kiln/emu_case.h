@@ -23,8 +23,11 @@ extern "C" {
 
 /* What a caller asks for. Sizes are named (the CLI's options: "rows", "hidden", "seq_k", "batch",
  * "heads_q", "heads_kv", "splits"; attention's mask keys "window_left", "window_right", "softcap",
- * "alibi"); a family reads the ones its problem has and says which it needs. A value is a double
- * (whole sizes exact up to 2^53; softcap is a real).
+ * "alibi"; and for the emulator tests: attention's "softmax_scale" (0: 1/sqrt(head_dim)), "bhsd"
+ * (1: q, k, v, o laid out [batch, heads, seq, head_dim], passed as the tensors' strides),
+ * "alibi_batch" (1: a row of slopes per batch entry), the attention backward's "p_f32" (1: the error model
+ * of a kernel that keeps P and dS in f32, the SIMT path)); a family reads the ones its problem has and
+ * says which it needs. A value is a double (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
 #define KILN_CASE_MAX_SIZES 16
 typedef struct kiln_case_opts {
@@ -32,7 +35,8 @@ typedef struct kiln_case_opts {
     uint64_t seed;
     kiln_ln_input input; /* kiln_ln_input_parse: random, large-mean, constant, special, mixed */
     float eps;      /* 0: the family's default */
-    double scale;   /* multiplies the drawn activations (norms; 1e30 exercises overflow-safe statistics); 0: 1 */
+    double scale;   /* multiplies the drawn activations (norms: 1e30 exercises overflow-safe statistics;
+                     * the attention backward: q and k, for large scores); 0: 1 */
     int twice;      /* run every block twice, threads in opposite orders (races) */
     int sm_count;   /* the device's multiprocessors, for grid rules that use them (a norm backward's grid
                      * walks the rows with a few blocks per SM); 0: as many as the problem fills */
@@ -109,6 +113,9 @@ typedef struct kiln_ref_family {
     void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
     /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
     void (*describe)(const kiln_case *c, char *buf, size_t size);
+    /* Optional: the float64 reference of output `name`, one value per element of its tensor (the GPU
+     * kit's case files carry it); NULL when the family has none for that name. */
+    const double *(*reference)(kiln_case *c, const char *name);
 } kiln_ref_family;
 
 /* The registry: every family with a reference, in name order. */
@@ -140,6 +147,11 @@ const kiln_case_opts *kiln_case_options(const kiln_case *c);
 /* The kernel the spec named (its meta; --profile reads its counters). */
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
 void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
+/* The case's buffer behind tensor `name` (an input as drawn, an output as the run left it) and its
+ * bytes; -1 when the family has no tensor of that name. */
+int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes);
+/* The float64 reference of output `name` (the family's reference hook), or NULL. */
+const double *kiln_case_reference(kiln_case *c, const char *name);
 
 /* ---- for the references (templates/<family>.ref.c) ---- */
 /* The family's own state (set by create, freed by destroy). */

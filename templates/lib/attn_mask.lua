@@ -27,6 +27,8 @@ M.KEYS = {
   { name = "alibi", type = "bool", default = false, hide_default = true,
     doc = "ALiBi: scores gain -slope * |i + seq_k - seq_q - j|; f32 alibi_slopes [heads_q] or [batch, heads_q] (alibi_stride) at launch" },
 }
+-- The values' order is the C API's numbering (KILN_CAUSAL_NONE, _BOTTOM_RIGHT, _TOP_LEFT in kiln/runtime.h): the
+-- build writes them into the runtime's helpers (tools/key_values.c), which spell value i for C value i.
 M.CAUSAL = { name = "causal", type = "enum", default = "false", values = { "false", "true", "top_left" },
              doc = "causal mask: true aligns the diagonal bottom-right (FlashAttention-2), top_left as torch SDPA" }
 

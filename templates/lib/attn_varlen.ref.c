@@ -6,7 +6,7 @@
 
 #include "emu.h"
 #include "kiln/emu_attention.h"
-#include "kiln/emu_attention_bwd.h"
+#include "kiln/emu_attention.h"
 #include "kiln/emu_case.h"
 
 /* The layout is templates/lib/attn_varlen.lua's (FlashAttention-2's varlen): q, o, dout, dq
