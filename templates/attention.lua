@@ -43,6 +43,7 @@ local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
 local paged = require("lib.attn_paged")
 local append = require("lib.attn_append")
+local rotary = require("lib.attn_rotary")
 local f16s = require("lib.attn_f16scaled")
 
 local K = {
@@ -58,6 +59,7 @@ local K = {
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
+    rotary.KEYS[1], rotary.KEYS[2], rotary.KEYS[3],
   },
 }
 
@@ -173,6 +175,7 @@ end
 function K.check(spec)
   local d = spec.head_dim
   if append.check(spec) then return append.check(spec) end
+  if rotary.check(spec) then return rotary.check(spec) end
   if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
@@ -309,8 +312,8 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = append.params(spec, paged.params(spec, dropout.params(spec, mask.params(spec,
-    varlen.params(spec, params, true, true))))) }
+  return b:kernel{ params = rotary.params(spec, append.params(spec, paged.params(spec, dropout.params(spec, mask.params(spec,
+    varlen.params(spec, params, true, true)))))) }
 end
 
 -- Index of this CTA's (batch, head) row 0 in lse: [batch, heads_q, seq_q], varlen [heads_q, total_q].
@@ -401,8 +404,9 @@ end
 -- function giving row i's address, stride unused) into the
 -- f32 shared tile dst (row stride ld). Rows at or past `seq` read row 0 instead (branch-free);
 -- with zero_tail they become zeros (V: masked keys must add exactly nothing), otherwise their
--- values are never used unmasked (Q rows are not stored, K scores are masked).
-local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq, zero_tail)
+-- values are never used unmasked (Q rows are not stored, K scores are masked). rot: the rotary
+-- hook (lib/attn_rotary.lua) or nil.
+local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq, zero_tail, rot)
   local d, vec = spec.head_dim, cfg.vec
   local per_row = d // vec
   local items = rows * per_row
@@ -415,7 +419,9 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local rr = b:select(ok, row0 + r, 0)
     local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
     local real = spec.dim < d and b:lt(c, spec.dim) -- padded columns read column 0 and become 0
-    local vals = b:load_vec(at + (real and b:select(real, c, 0) or c), vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    local from = at + (real and b:select(real, c, 0) or c)
+    local vals = b:load_vec(from, vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    if rot then vals = rot.apply(vals, from, c, rr, rot.on(rr, c)) end
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
@@ -444,7 +450,8 @@ local function build_simt(b, spec, cfg, p)
   local dr = dropout.setup(b, spec, p)
   local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
-  load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
+  local rot_q, rot_k = rotary.hook(b, spec, p, "q", G), rotary.hook(b, spec, p, "k")
+  load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows, nil, rot_q)
 
   -- Keys this CTA visits: all of them, or up to the diagonal of its last row; splitkv: its split's.
   -- window: from the first row's window start to the last row's end (splitkv: its split of them).
@@ -482,7 +489,7 @@ local function build_simt(b, spec, cfg, p)
 
   b:for_(kv_lo, kv_end, bn, function(kv0)
     b:barrier() -- the previous tile's P V is done with kvs and ps
-    load_tile_f32(b, spec, cfg, kvs, ldq, base.k, p.stride_ks, kv0, bn, p.seq_k)
+    load_tile_f32(b, spec, cfg, kvs, ldq, base.k, p.stride_ks, kv0, bn, p.seq_k, nil, rot_k)
     b:barrier()
     -- S = Q K^T for rm x cn scores, 4 head-dim elements at a time.
     local s = {}
@@ -622,8 +629,8 @@ end
 
 -- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
 -- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
--- fn(r, c, ok, src_address, partial, real) per item this thread owns (ok: the row exists; real:
--- the chunk is inside head_dim, nil when head_dim is a table width).
+-- fn(r, c, ok, src_address, partial, real, rr) per item this thread owns (ok: the row exists; real:
+-- the chunk is inside head_dim, nil when head_dim is a table width; rr: the row read).
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
@@ -644,21 +651,27 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
     local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
     local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
-    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real)
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real, rr)
   end
 end
 
 -- Copies a tile into shared memory at dst now: cp.async where the target has it (rows past seq
 -- zero-filled), else loads and stores through registers (rows past seq read row 0, zeroed when
--- zero_tail; K rows past seq are masked instead).
-local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
+-- zero_tail; K rows past seq are masked instead). rot (lib/attn_rotary.lua, or nil): the chunks
+-- it rotates go through registers.
+local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail, rot)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
-        b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok })
+        local function async() b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok }) end
+        if not rot then return async() end
+        b:if_(rot.on(rr, c * 8), function()
+          b:store_vec(to, rot.apply(b:load_vec(from, 8, { align = 16 }), from, c * 8, rr), { align = 16 })
+        end, async)
       else
         local v = b:load_vec(from, 8, { align = 16 })
+        if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
         if zero_tail then
           local zero = b:from_f32(0.0, spec.dtype)
           for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
@@ -676,11 +689,12 @@ end
 
 -- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
-local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail)
+local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot)
   local staged = {}
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
+    if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
     if zero_tail then
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
@@ -729,6 +743,7 @@ local function mma_setup(c)
   local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
   if not wrow then wrow = warp * (16 * mt) end
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
+  c.rot_q, c.rot_k = rotary.hook(b, spec, p, "q", G), rotary.hook(b, spec, p, "k")
   c.scale2 = p.scale * LOG2E
   c.mask = mask.setup(b, spec, p)
   c.drop = dropout.setup(b, spec, p)
@@ -769,7 +784,8 @@ end
 local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
 
 local function load_k(c, it, buf)
-  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k)
+  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, nil,
+            c.rot_k)
 end
 local function load_v(c, it, buf)
   copy_tile(c.b, c.spec, c.cfg, c.vs + buf * c.tile, c.base.v, c.p.stride_vs, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, true)
@@ -791,7 +807,7 @@ local function mma_prologue(c)
     b:barrier()
     return
   end
-  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows)
+  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows, nil, c.rot_q)
   if cfg.cp_async then
     b:cp_async_commit()
     for st = 0, stages - 2 do
@@ -1029,7 +1045,7 @@ local function mma_trip(c, it, masked)
     -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
     -- stored into the other buffer after it; one barrier a trip.
     local nxt = b:min(it + 1, c.ntiles - 1)
-    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
     local nb = (it + 1) & 1
@@ -1112,7 +1128,8 @@ function K.build(b, spec, cfg)
   local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   paged.setup(b, spec, p)
   append.setup(b, spec, p)
-  append.write(b, spec, cfg, p)
+  rotary.setup(b, spec, p)
+  append.write(b, spec, cfg, p, rotary.hook(b, spec, p, "k"))
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1147,8 +1164,8 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
-    cfg.block_n), al)
+  return rotary.launch(spec, append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
+    cfg.block_n), al))
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
