@@ -112,6 +112,10 @@ local SPLIT_TILES_KEYS = {
 -- registers: append takes the score keys' entries above, and d256 (plain and split-KV) 16-key tiles (with the
 -- 32-key ones it spilled 8 bytes on sm_120, split-KV 4 on sm_90 and 44 with one stage; d96 32-row warps 16).
 local APPEND_TILES = { [256] = { MMA_TILES[256][2], MMA_TILES[256][3] } }
+-- rotary= inside the append (lib/attn_rotary.lua), split-KV on targets without cp.async: the staged K tile is rotated as
+-- it loads (partner chunk, table entries); split-KV d128 with 32-key tiles spilled 4 bytes on sm_75, 16-key
+-- tiles do not.
+local ROTARY_TILES_STAGED = { [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } } }
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -216,6 +220,7 @@ local function config_mma(spec, target)
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
+  if rotary.on(spec) and spec.splitkv and not target.cp_async and ROTARY_TILES_STAGED[d] then tiles = ROTARY_TILES_STAGED end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
@@ -1220,6 +1225,17 @@ K.variants = {
   { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, full = true },
   { DT, { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
     quick = true, sms = { 75, 80, 90, 120 } },
+  -- rotary inside the append (lib/attn_rotary.lua): both modes, rotary_dim < head_dim, other table dtypes
+  { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, { "rotary=neox", "rotary=interleaved" },
+    full = true },
+  { DT, { "head_dim=32 rotary_dim=16", "head_dim=96 rotary_dim=48", "head_dim=128 rotary_dim=64", "head_dim=256 rotary_dim=128" },
+    "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" }, { "rotary=neox", "rotary=interleaved" },
+    full = true },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
+    { "rotary=neox", "rotary=interleaved rotary_dim=64" }, quick = true, sms = { 75, 80, 90, 120 } },
+  { "dtype=f32", "head_dim=64", "causal=true", "splitkv=true paged=true append=true", "rotary=neox", quick = true, sms = { 80 } },
+  { "dtype=bf16", "head_dim=128", "causal=true", "splitkv=true paged=true append=true", { "rotary=neox rotary_cs=f32", "rotary=interleaved rotary_cs=f16" },
+    sms = { 75, 80, 90 } },
   -- bf16 on sm_75's f16 tensor cores (path=mma, lib/attn_f16scaled.lua): every head_dim it takes, the
   -- mask keys, split-KV, two padded head dims
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "path=mma", sms = { 75 } },

@@ -29,7 +29,8 @@ M.KEYS = {
     doc = "rotary_cos/rotary_sin dtype (f32, f16 or bf16)" },
 }
 
-local function on(spec) return spec.rotary and spec.rotary ~= "none" end
+local function on(spec) return spec.rotary ~= nil and spec.rotary ~= "none" end
+M.on = on
 
 function M.check(spec)
   if not on(spec) then
