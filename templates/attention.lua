@@ -112,10 +112,14 @@ local SPLIT_TILES_KEYS = {
 -- registers: append takes the score keys' entries above, and d256 (plain and split-KV) 16-key tiles (with the
 -- 32-key ones it spilled 8 bytes on sm_120, split-KV 4 on sm_90 and 44 with one stage; d96 32-row warps 16).
 local APPEND_TILES = { [256] = { MMA_TILES[256][2], MMA_TILES[256][3] } }
--- rotary= inside the append (lib/attn_rotary.lua), split-KV on targets without cp.async: the staged K tile is rotated as
--- it loads (partner chunk, table entries); split-KV d128 with 32-key tiles spilled 4 bytes on sm_75, 16-key
--- tiles do not.
-local ROTARY_TILES_STAGED = { [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } } }
+-- rotary= inside the append (lib/attn_rotary.lua) on targets without cp.async: the staged K tile is rotated as
+-- it loads (partner chunk, table entries), which costs registers: split-KV d128 with 32-key tiles spilled 4
+-- bytes on sm_75 (16-key tiles do not), the plain causal d96 with Q in registers 12 (Q from shared memory
+-- does not).
+local ROTARY_TILES_STAGED = {
+  plain = { [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } },
+  split = { [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -220,7 +224,8 @@ local function config_mma(spec, target)
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
-  if rotary.on(spec) and spec.splitkv and not target.cp_async and ROTARY_TILES_STAGED[d] then tiles = ROTARY_TILES_STAGED end
+  local rts = rotary.on(spec) and not target.cp_async and ROTARY_TILES_STAGED[spec.splitkv and "split" or "plain"]
+  if rts and rts[d] then tiles = rts end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
@@ -1252,7 +1257,9 @@ K.variants = {
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
 -- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128),
 -- packed-sequence prefill (varlen, f16 and bf16 head_dim 128 causal: FA2's flash_attn_varlen_func as serving
--- stacks batch prompts)
+-- stacks batch prompts), and the KV cache of serving (flash_attn_with_kvcache, f16/bf16 head_dim 128 causal as
+-- serving stacks call it): decoding over pages (split-KV, and the plain kernel the runtime runs when it picks one
+-- split), the same with the in-kernel append, and bf16 with GPT-NeoX rotary inside the append (Llama's)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
@@ -1260,6 +1267,15 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
                        "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
                        "dtype=bf16 head_dim=128 causal=true dropout=true",
-                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true" } }
+                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true",
+                       "dtype=f16 head_dim=128 causal=true splitkv=true paged=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true",
+                       "dtype=f16 head_dim=128 causal=true paged=true", "dtype=bf16 head_dim=128 causal=true paged=true",
+                       "dtype=f16 head_dim=128 causal=true splitkv=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true",
+                       "dtype=f16 head_dim=128 causal=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true rotary=neox",
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" } }
 
 return K
