@@ -437,4 +437,17 @@ void emu_paged_prepare(emu_paged *c, const struct kiln_attn_problem *p);
 void emu_paged_describe(const emu_paged *c, char *buf, size_t size);
 void emu_paged_free(emu_paged *c);
 
+/* templates/lib/attn_rotary.ref.c: rotary=neox|interleaved inside the append. parse reads the spec's
+ * rotary keys (0: rotary off), draw the tables [seqlen_ro, rdim / 2] in cs (random angles), row rotates
+ * one row of a q or k tensor in place at position pos with the kernel's f32 arithmetic. */
+typedef struct emu_rope {
+    int interleaved, rdim, seqlen_ro;
+    kiln_dtype cs;
+    void *cos, *sin;
+} emu_rope;
+int emu_rope_parse(const char *spec, int head_dim, kiln_dtype dtype, emu_rope *r);
+kiln_status emu_rope_draw(emu_rope *r, int seqlen_ro, uint64_t *seed, kiln_error *err);
+void emu_rope_row(const emu_rope *r, kiln_dtype t, void *row, int pos);
+void emu_rope_free(emu_rope *r);
+
 #endif

@@ -351,8 +351,13 @@ kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matri
             for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
                 lua_geti(L, -1, i);
                 size_t l = strlen(out->extra);
-                snprintf(out->extra + l, sizeof out->extra - l, "%s %s\n", family, lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
+                int n = snprintf(out->extra + l, sizeof out->extra - l, "%s %s\n", family, lua_tostring(L, -1) ? lua_tostring(L, -1) : "");
                 lua_pop(L, 1);
+                if ((size_t)n >= sizeof out->extra - l) {
+                    lua_settop(L, top);
+                    return kiln_fail(err, KILN_EGEN, "templates/%s.lua: K.bundle.extra needs more than the %zu bytes kiln_bundle_matrix.extra holds "
+                                     "(entry %lld on)", family, sizeof out->extra, (long long)i);
+                }
             }
     }
     lua_settop(L, top);

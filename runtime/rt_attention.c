@@ -85,6 +85,13 @@ static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t
     size_t n = strlen(buf);
     if (a->cache.block_table)
         snprintf(buf + n, n < size ? size - n : 0, " paged=true%s", a->cache.k_new ? " append=true" : "");
+    const kiln_attention_kvcache *c = &a->cache;
+    n = strlen(buf);
+    if (c->rotary && n < size) {
+        int r = c->rotary_dim ? c->rotary_dim : a->head_dim;
+        snprintf(buf + n, size - n, " rotary=%s rotary_dim=%d rotary_cs=%s",
+                 c->rotary == KILN_ROTARY_NEOX ? "neox" : "interleaved", r, kiln_dtype_name(c->rotary_dtype));
+    }
 }
 
 static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
@@ -108,6 +115,12 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     if (c->k_new && (!c->block_table || !c->v_new || c->seqlen_new < 1))
         return kiln_fail(err, KILN_EINVAL, "attention append: k_new needs a paged KV cache (block_table), v_new and "
                          "seqlen_new >= 1 (got %d)", c->seqlen_new);
+    if (c->rotary && (c->rotary != KILN_ROTARY_NEOX && c->rotary != KILN_ROTARY_INTERLEAVED))
+        return kiln_fail(err, KILN_EINVAL, "attention rotary: %d is not a mode; valid: KILN_ROTARY_NONE (0), "
+                         "KILN_ROTARY_NEOX (1), KILN_ROTARY_INTERLEAVED (2)", c->rotary);
+    if (c->rotary && (!c->k_new || !c->rotary_cos || !c->rotary_sin || c->seqlen_ro < 1 || !kiln_dtype_name(c->rotary_dtype)))
+        return kiln_fail(err, KILN_EINVAL, "attention rotary: needs the append (k_new), rotary_cos and rotary_sin device "
+                         "pointers, seqlen_ro >= 1 (got %d) and rotary_dtype f32, f16 or bf16", c->seqlen_ro);
     if (!c->block_table && (c->cache_seqlens || c->cache_batch_idx || c->cache_leftpad))
         return kiln_fail(err, KILN_EINVAL, "attention: cache_seqlens, cache_batch_idx and cache_leftpad need a paged KV cache "
                          "(block_table)");
@@ -137,8 +150,8 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
 /* The generic launch's arguments: q, k, v, o, lse with the given strides (or none: contiguous), the
  * shape's scalars, splits (split-KV) and the scale (0: the kernel's default, 1/sqrt(head_dim)). */
 typedef struct launch_buf {
-    kiln_launch_tensor t[12];
-    kiln_launch_scalar s[16];
+    kiln_launch_tensor t[16];
+    kiln_launch_scalar s[24];
 } launch_buf;
 
 static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b, int splits, kiln_devptr ws, size_t ws_bytes) {
@@ -172,6 +185,11 @@ static kiln_launch_args launch_args(const kiln_attention_args *a, launch_buf *b,
             if (sv[0] || sv[1] || sv[2]) memcpy(b->t[nt].strides, (int64_t[4]){sv[0], sv[1], sv[2], 1}, sizeof b->t[nt].strides);
             nt++;
             b->s[n++] = (kiln_launch_scalar){"seqlen_new", c->seqlen_new};
+            if (c->rotary) {
+                b->t[nt++] = (kiln_launch_tensor){.name = "rotary_cos", .ptr = c->rotary_cos};
+                b->t[nt++] = (kiln_launch_tensor){.name = "rotary_sin", .ptr = c->rotary_sin};
+                b->s[n++] = (kiln_launch_scalar){"seqlen_ro", c->seqlen_ro};
+            }
         }
     } else {
         b->s[n++] = (kiln_launch_scalar){"seq_k", a->seq_k};

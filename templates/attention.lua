@@ -43,6 +43,7 @@ local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
 local paged = require("lib.attn_paged")
 local append = require("lib.attn_append")
+local rotary = require("lib.attn_rotary")
 local f16s = require("lib.attn_f16scaled")
 
 local K = {
@@ -58,6 +59,7 @@ local K = {
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
+    rotary.KEYS[1], rotary.KEYS[2], rotary.KEYS[3],
   },
 }
 
@@ -110,6 +112,14 @@ local SPLIT_TILES_KEYS = {
 -- registers: append takes the score keys' entries above, and d256 (plain and split-KV) 16-key tiles (with the
 -- 32-key ones it spilled 8 bytes on sm_120, split-KV 4 on sm_90 and 44 with one stage; d96 32-row warps 16).
 local APPEND_TILES = { [256] = { MMA_TILES[256][2], MMA_TILES[256][3] } }
+-- rotary= inside the append (lib/attn_rotary.lua) on targets without cp.async: the staged K tile is rotated as
+-- it loads (partner chunk, table entries), which costs registers: split-KV d128 with 32-key tiles spilled 4
+-- bytes on sm_75 (16-key tiles do not), the plain causal d96 with Q in registers 12 (Q from shared memory
+-- does not).
+local ROTARY_TILES_STAGED = {
+  plain = { [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } },
+  split = { [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -173,6 +183,7 @@ end
 function K.check(spec)
   local d = spec.head_dim
   if append.check(spec) then return append.check(spec) end
+  if rotary.check(spec) then return rotary.check(spec) end
   if d % 8 ~= 0 or d > 512 then return string.format("head_dim=%d: must be a multiple of 8 from 8 to 256", d) end
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
@@ -213,6 +224,8 @@ local function config_mma(spec, target)
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
+  local rts = rotary.on(spec) and not target.cp_async and ROTARY_TILES_STAGED[spec.splitkv and "split" or "plain"]
+  if rts and rts[d] then tiles = rts end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
@@ -315,8 +328,8 @@ local function declare(b, spec)
   for _, t in ipairs(tensors) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
-  return b:kernel{ params = append.params(spec, paged.params(spec, dropout.params(spec, mask.params(spec,
-    varlen.params(spec, params, true, true))))) }
+  return b:kernel{ params = rotary.params(spec, append.params(spec, paged.params(spec, dropout.params(spec, mask.params(spec,
+    varlen.params(spec, params, true, true)))))) }
 end
 
 -- Index of this CTA's (batch, head) row 0 in lse: [batch, heads_q, seq_q], varlen [heads_q, total_q].
@@ -407,8 +420,9 @@ end
 -- function giving row i's address, stride unused) into the
 -- f32 shared tile dst (row stride ld). Rows at or past `seq` read row 0 instead (branch-free);
 -- with zero_tail they become zeros (V: masked keys must add exactly nothing), otherwise their
--- values are never used unmasked (Q rows are not stored, K scores are masked).
-local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq, zero_tail)
+-- values are never used unmasked (Q rows are not stored, K scores are masked). rot: the rotary
+-- hook (lib/attn_rotary.lua) or nil.
+local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq, zero_tail, rot)
   local d, vec = spec.head_dim, cfg.vec
   local per_row = d // vec
   local items = rows * per_row
@@ -421,7 +435,9 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local rr = b:select(ok, row0 + r, 0)
     local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
     local real = spec.dim < d and b:lt(c, spec.dim) -- padded columns read column 0 and become 0
-    local vals = b:load_vec(at + (real and b:select(real, c, 0) or c), vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    local from = at + (real and b:select(real, c, 0) or c)
+    local vals = b:load_vec(from, vec, { align = vec * util.dtype_bytes[spec.dtype] })
+    if rot then vals = rot.apply(vals, from, c, rr, rot.on(rr, c)) end
     local f = {}
     for i = 1, vec do
       f[i] = b:to_f32(vals[i])
@@ -450,7 +466,8 @@ local function build_simt(b, spec, cfg, p)
   local dr = dropout.setup(b, spec, p)
   local shift = mk.cshift -- causal: query i sees keys j <= i + shift
 
-  load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows)
+  local rot_q, rot_k = rotary.hook(b, spec, p, "q", G), rotary.hook(b, spec, p, "k")
+  load_tile_f32(b, spec, cfg, qs, ldq, G.q_addr or base.q, p.stride_qs, q0, bm, G.rows, nil, rot_q)
 
   -- Keys this CTA visits: all of them, or up to the diagonal of its last row; splitkv: its split's.
   -- window: from the first row's window start to the last row's end (splitkv: its split of them).
@@ -488,7 +505,7 @@ local function build_simt(b, spec, cfg, p)
 
   b:for_(kv_lo, kv_end, bn, function(kv0)
     b:barrier() -- the previous tile's P V is done with kvs and ps
-    load_tile_f32(b, spec, cfg, kvs, ldq, base.k, p.stride_ks, kv0, bn, p.seq_k)
+    load_tile_f32(b, spec, cfg, kvs, ldq, base.k, p.stride_ks, kv0, bn, p.seq_k, nil, rot_k)
     b:barrier()
     -- S = Q K^T for rm x cn scores, 4 head-dim elements at a time.
     local s = {}
@@ -628,8 +645,8 @@ end
 
 -- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
 -- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
--- fn(r, c, ok, src_address, partial, real) per item this thread owns (ok: the row exists; real:
--- the chunk is inside head_dim, nil when head_dim is a table width).
+-- fn(r, c, ok, src_address, partial, real, rr) per item this thread owns (ok: the row exists; real:
+-- the chunk is inside head_dim, nil when head_dim is a table width; rr: the row read).
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
@@ -650,21 +667,27 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
     local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
     local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
-    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real)
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real, rr)
   end
 end
 
 -- Copies a tile into shared memory at dst now: cp.async where the target has it (rows past seq
 -- zero-filled), else loads and stores through registers (rows past seq read row 0, zeroed when
--- zero_tail; K rows past seq are masked instead).
-local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail)
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
+-- zero_tail; K rows past seq are masked instead). rot (lib/attn_rotary.lua, or nil): the chunks
+-- it rotates go through registers.
+local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail, rot)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
-        b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok })
+        local function async() b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok }) end
+        if not rot then return async() end
+        b:if_(rot.on(rr, c * 8), function()
+          b:store_vec(to, rot.apply(b:load_vec(from, 8, { align = 16 }), from, c * 8, rr), { align = 16 })
+        end, async)
       else
         local v = b:load_vec(from, 8, { align = 16 })
+        if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
         if zero_tail then
           local zero = b:from_f32(0.0, spec.dtype)
           for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
@@ -682,11 +705,12 @@ end
 
 -- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
-local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail)
+local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot)
   local staged = {}
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real)
+  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
+    if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
     if zero_tail then
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
@@ -735,6 +759,7 @@ local function mma_setup(c)
   local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
   if not wrow then wrow = warp * (16 * mt) end
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
+  c.rot_q, c.rot_k = rotary.hook(b, spec, p, "q", G), rotary.hook(b, spec, p, "k")
   c.scale2 = p.scale * LOG2E
   c.mask = mask.setup(b, spec, p)
   c.drop = dropout.setup(b, spec, p)
@@ -775,7 +800,8 @@ end
 local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
 
 local function load_k(c, it, buf)
-  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k)
+  copy_tile(c.b, c.spec, c.cfg, c.ks + buf * c.tile, c.base.k, c.p.stride_ks, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, nil,
+            c.rot_k)
 end
 local function load_v(c, it, buf)
   copy_tile(c.b, c.spec, c.cfg, c.vs + buf * c.tile, c.base.v, c.p.stride_vs, key_tile(c, it) * c.bn, c.bn, c.p.seq_k, true)
@@ -797,7 +823,7 @@ local function mma_prologue(c)
     b:barrier()
     return
   end
-  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows)
+  copy_tile(b, spec, cfg, c.qs, c.G.q_addr or c.base.q, p.stride_qs, c.q0, c.bm, c.G.rows, nil, c.rot_q)
   if cfg.cp_async then
     b:cp_async_commit()
     for st = 0, stages - 2 do
@@ -1032,7 +1058,7 @@ local function mma_trip(c, it, masked)
     -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
     -- stored into the other buffer after it; one barrier a trip.
     local nxt = b:min(it + 1, c.ntiles - 1)
-    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
     local nb = (it + 1) & 1
@@ -1115,7 +1141,8 @@ function K.build(b, spec, cfg)
   local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   paged.setup(b, spec, p)
   append.setup(b, spec, p)
-  append.write(b, spec, cfg, p)
+  rotary.setup(b, spec, p)
+  append.write(b, spec, cfg, p, rotary.hook(b, spec, p, "k"))
   b:max_registers(cfg.max_registers)
   if cfg.path == "mma" then build_mma(b, spec, cfg, p) else build_simt(b, spec, cfg, p) end
 end
@@ -1150,8 +1177,8 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
-  return append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
-    cfg.block_n), al)
+  return rotary.launch(spec, append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
+    cfg.block_n), al))
 end
 
 -- the ptxas matrix (docs/registry.md): dtype x head_dim x causal on the default path; the SIMT path
@@ -1206,6 +1233,17 @@ K.variants = {
   { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, full = true },
   { DT, { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
     quick = true, sms = { 75, 80, 90, 120 } },
+  -- rotary inside the append (lib/attn_rotary.lua): both modes, rotary_dim < head_dim, other table dtypes
+  { DT, DIMS, CAUSAL, { "paged=true append=true", "splitkv=true paged=true append=true" }, { "rotary=neox", "rotary=interleaved" },
+    full = true },
+  { DT, { "head_dim=32 rotary_dim=16", "head_dim=96 rotary_dim=48", "head_dim=128 rotary_dim=64", "head_dim=256 rotary_dim=128" },
+    "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" }, { "rotary=neox", "rotary=interleaved" },
+    full = true },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
+    { "rotary=neox", "rotary=interleaved rotary_dim=64" }, quick = true, sms = { 75, 80, 90, 120 } },
+  { "dtype=f32", "head_dim=64", "causal=true", "splitkv=true paged=true append=true", "rotary=neox", quick = true, sms = { 80 } },
+  { "dtype=bf16", "head_dim=128", "causal=true", "splitkv=true paged=true append=true", { "rotary=neox rotary_cs=f32", "rotary=interleaved rotary_cs=f16" },
+    sms = { 75, 80, 90 } },
   -- bf16 on sm_75's f16 tensor cores (path=mma, lib/attn_f16scaled.lua): every head_dim it takes, the
   -- mask keys, split-KV, two padded head dims
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "path=mma", sms = { 75 } },
@@ -1222,7 +1260,9 @@ K.variants = {
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
 -- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128),
 -- packed-sequence prefill (varlen, f16 and bf16 head_dim 128 causal: FA2's flash_attn_varlen_func as serving
--- stacks batch prompts)
+-- stacks batch prompts), and the KV cache of serving (flash_attn_with_kvcache, f16/bf16 head_dim 128 causal as
+-- serving stacks call it): decoding over pages (split-KV, and the plain kernel the runtime runs when it picks one
+-- split), the same with the in-kernel append, and bf16 with GPT-NeoX rotary inside the append (Llama's)
 K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128 },
              extra = { "dtype=f16 head_dim=64 splitkv=true", "dtype=bf16 head_dim=64 splitkv=true",
                        "dtype=f16 head_dim=128 splitkv=true", "dtype=bf16 head_dim=128 splitkv=true",
@@ -1230,6 +1270,15 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
                        "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
                        "dtype=bf16 head_dim=128 causal=true dropout=true",
-                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true" } }
+                       "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true",
+                       "dtype=f16 head_dim=128 causal=true splitkv=true paged=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true",
+                       "dtype=f16 head_dim=128 causal=true paged=true", "dtype=bf16 head_dim=128 causal=true paged=true",
+                       "dtype=f16 head_dim=128 causal=true splitkv=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true",
+                       "dtype=f16 head_dim=128 causal=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true",
+                       "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true rotary=neox",
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" } }
 
 return K

@@ -20,6 +20,7 @@
 -- HEADS_PER_BLOCK heads: it loads its cos/sin vector once and applies it to every head, all the
 -- heads' loads issued before the first store. Block: TOKENS tokens x units; grid: {tokens, batch, heads}.
 local util = require("lib.util")
+local rmath = require("lib.rotary_math")
 
 local K = {
   doc = "rotary embedding (RoPE) of x [batch, seq, heads, head_dim] or varlen: first rotary_dim dims rotated by cos/sin at s + offsets; conjugate=1 at launch is the backward",
@@ -147,20 +148,11 @@ function K.build(b, spec, cfg)
   local function rotate()
     -- position and the unit's cos/sin vector (identity outside the table), sign for conjugate
     local pos = s + p.offset + b:load(p.offsets + bi, { pred = b:not_(b:is_null(p.offsets)) })
-    local in_table = b:and_(b:ge(pos, 0), b:lt(pos, p.seqlen_ro))
     local first = unit * cfg.csn -- NeoX: i0 = unit * vr; GPT-J: pair index of the unit's first pair
-    local at = b:i64(b:select(in_table, pos, 0)) * (spec.rotary_dim // 2) + b:i64(first)
-    local opts = { align = cfg.csalign, pred = in_table }
-    local cv, sv = b:load_vec(p.cos + at, cfg.csn, opts), b:load_vec(p.sin + at, cfg.csn, opts)
     local sign = b:select(b:ne(p.conjugate, 0), -1.0, 1.0)
-    local c, sn = {}, {}
-    for i = 1, cfg.csn do
-      c[i] = b:select(in_table, b:to_f32(cv[i]), 1.0)
-      sn[i] = b:to_f32(sv[i]) * sign -- 0 outside the table (masked load)
-    end
-    local function rot(x0, x1, i) -- (x0, x1) -> (x0 c - x1 s, x1 c + x0 s)
-      return b:fma(x0, c[i], -(x1 * sn[i])), b:fma(x1, c[i], x0 * sn[i])
-    end
+    local c, sn = rmath.table(b, p.cos, p.sin, pos, p.seqlen_ro, spec.rotary_dim // 2, first, cfg.csn,
+                              { align = cfg.csalign, sign = sign })
+    local function rot(x0, x1, i) return rmath.rot(b, x0, x1, c[i], sn[i]) end
     local vr = cfg.vr
     if spec.interleaved then
       local off = b:i64(unit * vr)

@@ -55,6 +55,39 @@ expect "--append needs append=true" 2 "--append applies to append=true" -- \
 expect "--append larger than the cache is refused" 2 "--append 40 does not fit a cache of 32 keys" -- \
     run attention paged=true append=true --sm 80 --rows 1 --paged 16 --seq-k 32 --append 40
 
+# rotary=neox|interleaved inside the append (lib/attn_rotary.lua): q and the new keys rotated at cache_seqlens + i
+# (every query at cache_seqlens without causal/window); the cache holds the rotated keys bit for bit; the tables
+# stop two positions short of the capacity, so the fullest entry's last new keys are past them (not rotated)
+expect "rotary neox split-KV bf16 sm_80 d64 GQA 4:1, 20 new keys over pages of 16, leftpad, twice" 0 "$P" -- run attention \
+    dtype=bf16 head_dim=64 paged=true append=true splitkv=true rotary=neox --sm 80 --rows 1 --seq-k 120 --heads 4:1 \
+    --batch 3 --paged 16 --append 20 --splits 3 --leftpad --twice
+grep -q "^  cache  max |err| 0.000e+00" "$tmp/out" && ok "rotary: the rotated cache is exact" || bad "rotary cache" "$(cat "$tmp/out")"
+expect "rotary interleaved rotary_dim 64 of 128, f16 sm_80 causal chunked prefill, pages of 32, batch_idx" 0 "$P" -- \
+    run attention dtype=f16 head_dim=128 causal=true paged=true append=true rotary=interleaved rotary_dim=64 --sm 80 \
+    --rows 37 --seq-k 150 --heads 4:2 --batch 3 --paged 32 --append 37 --batch-idx
+expect "rotary neox rotary_dim 32 of 64, split-KV f16 sm_75 (staged), pages of 16" 0 "$P" -- run attention dtype=f16 \
+    head_dim=64 paged=true append=true splitkv=true rotary=neox rotary_dim=32 --sm 75 --rows 3 --seq-k 80 --heads 2:1 \
+    --batch 3 --paged 16 --append 3 --splits 2
+expect "rotary neox not causal: every query at cache_seqlens, f16 sm_80 d64 GQA 4:2" 0 "$P" -- run attention dtype=f16 \
+    head_dim=64 paged=true append=true rotary=neox --sm 80 --rows 5 --seq-k 64 --heads 4:2 --batch 3 --paged 16 --append 5
+expect "rotary neox SIMT f32 d32 causal, bf16 tables, leftpad" 0 "$P" -- run attention dtype=f32 head_dim=32 \
+    causal=true paged=true append=true rotary=neox rotary_cs=bf16 --sm 80 --rows 5 --seq-k 64 --heads 2:2 --batch 3 \
+    --paged 16 --append 5 --leftpad
+expect "rotary interleaved SIMT bf16 sm_75 d96 rotary_dim 48, f32 tables, leftpad" 0 "$P" -- run attention dtype=bf16 \
+    head_dim=96 paged=true append=true rotary=interleaved rotary_dim=48 rotary_cs=f32 --sm 75 --rows 4 --seq-k 64 \
+    --heads 4:2 --batch 3 --paged 16 --append 4 --leftpad
+expect "rotary=neox needs append=true" 2 "rotary=neox needs append=true" -- emit attention paged=true rotary=neox --sm 80
+expect "rotary_dim not a multiple of 16 is refused" 2 "rotary_dim=24: must be a multiple of 16 from 16 to head_dim=64" -- \
+    emit attention head_dim=64 paged=true append=true rotary=neox rotary_dim=24 --sm 80
+expect "rotary_dim above head_dim is refused" 2 "rotary_dim=80: must be a multiple of 16 from 16 to head_dim=64" -- \
+    emit attention head_dim=64 paged=true append=true rotary=interleaved rotary_dim=80 --sm 80
+expect "rotary_dim without rotary is refused" 2 "rotary_dim applies to rotary=neox or rotary=interleaved" -- \
+    emit attention head_dim=64 paged=true append=true rotary_dim=32 --sm 80
+expect "rotary=gptj is refused" 2 "bad value 'gptj' for 'rotary'" -- emit attention paged=true append=true rotary=gptj --sm 80
+expect "emit declares the rotary tables" 0 "// kiln.meta tensor rotary_cos in seqlen_ro 16 align=16" -- \
+    emit attention dtype=f16 head_dim=64 paged=true append=true rotary=neox rotary_dim=32 --sm 80
+grep -qF "// kiln.meta scalar seqlen_ro" "$tmp/out" && ok "meta: scalar seqlen_ro" || bad "meta: scalar seqlen_ro" "missing"
+
 # bad input: one line, exit 2
 expect "a page size neither dividing nor a multiple of the key tile is refused" 2 \
     "page size 48 does not fit this kernel's 64-key tiles; valid: 16..64 dividing 64, or a multiple of 64" -- \

@@ -507,6 +507,31 @@ static void test_paged(void) {
               param(&l0, m, "v_new") == 0x740000 && param(&l0, m, "seqlen_new") == 100 &&
               param(&l0, m, "stride_kns") == 8 * 256 && param(&l0, m, "stride_vns") == 8 * 128,
           "append launch %s", m ? m->spec : "-");
+    /* rotary inside the append: the rotary kernel, its tables and seqlen_ro; rotary_dim 0 is head_dim; errors */
+    a.cache.rotary = KILN_ROTARY_INTERLEAVED, a.cache.rotary_dim = 64, a.cache.rotary_dtype = KILN_F32;
+    a.cache.rotary_cos = 0x750000, a.cache.rotary_sin = 0x760000, a.cache.seqlen_ro = 4096;
+    fake.reset();
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && kiln_attention_pick(rt, &a, &k, &e) == KILN_OK, "%s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    CHECK(m && strstr(m->spec, " append=true rotary=interleaved rotary_dim=64 rotary_cs=f32") && fake.last_launch(&l0) &&
+              param(&l0, m, "rotary_cos") == 0x750000 && param(&l0, m, "rotary_sin") == 0x760000 &&
+              param(&l0, m, "seqlen_ro") == 4096 && param(&l0, m, "k_new") == 0x730000,
+          "rotary launch %s", m ? m->spec : "-");
+    a.cache.rotary = KILN_ROTARY_NEOX, a.cache.rotary_dim = 0, a.cache.rotary_dtype = a.dtype;
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && (m = kiln_kernel_get_meta(k)) &&
+              strstr(m->spec, " rotary=neox") && !strstr(m->spec, "rotary_dim") && !strstr(m->spec, "rotary_cs"),
+          "rotary_dim 0: %s", m ? m->spec : e.msg);
+    a.cache.rotary_dim = 24;
+    CHECK(kiln_attention_forward(rt, &a, &e) != KILN_OK && strstr(e.msg, "rotary_dim=24: must be a multiple of 16"),
+          "rotary_dim 24: %s", e.msg);
+    a.cache.rotary_dim = 0, a.cache.rotary = 3;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "3 is not a mode"), "rotary 3: %s", e.msg);
+    a.cache.rotary = KILN_ROTARY_NEOX, a.cache.rotary_sin = 0;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "rotary_sin"), "no sin: %s", e.msg);
+    a.cache.rotary_sin = 0x760000, a.cache.seqlen_ro = 0;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "seqlen_ro >= 1 (got 0)"), "seqlen_ro 0: %s",
+          e.msg);
+    a.cache.rotary = 0;
     a.cache.v_new = 0;
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "v_new"), "no v_new: %s", e.msg);
     a.cache.k_new = 0, a.cache.seqlen_new = 0;

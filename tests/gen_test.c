@@ -321,6 +321,15 @@ static void test_registry(void) {
           "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' } }\n"
           "return K\n", f);
     fclose(f);
+    /* a K.bundle.extra longer than kiln_bundle_matrix.extra holds (300 lines of 17 bytes) */
+    char lpath[256];
+    snprintf(lpath, sizeof lpath, "%s/longx.lua", dir);
+    f = fopen(lpath, "w");
+    fputs("local K = { params = { { name = 'leave', type = 'bool', default = false } } }\n"
+          "K.bundle = { extra = {} }\n"
+          "for i = 1, 300 do K.bundle.extra[i] = 'leave=true' end\n"
+          "return K\n", f);
+    fclose(f);
     kiln_gen_options o = {.template_dir = dir};
     kiln_gen *g2;
     TEST_BEGIN("a kernel parameter launch() leaves out is an error naming it");
@@ -348,7 +357,11 @@ static void test_registry(void) {
     CHECK(kiln_family_bundle(g2, "reg", &bm, &err) == KILN_OK, "%s", err.msg);
     CHECK(bm.declared && !strcmp(bm.dtype_keys, "x") && !strcmp(bm.shape_key, "n") && !strcmp(bm.default_shapes, "1,2") &&
           !strcmp(bm.extra, "reg leave=true\n"), "bundle: %s %s %s %s", bm.dtype_keys, bm.shape_key, bm.default_shapes, bm.extra);
+    CHECK(kiln_family_bundle(g2, "longx", &bm, &err) == KILN_EGEN &&
+              strstr(err.msg, "templates/longx.lua: K.bundle.extra needs more than the 4096 bytes"),
+          "a long extra: %s", err.msg);
     kiln_gen_destroy(g2);
+    unlink(lpath);
     TEST_END();
     unlink(path);
 

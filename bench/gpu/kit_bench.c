@@ -652,6 +652,54 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
     return 0;
 }
 
+/* Decoding over a paged KV cache: the contiguous case's K and V (dc, its workspace) read as pages
+ * [batch * seq_k / P, P, heads_kv, d] through a block table that maps each sequence's pages to a
+ * random permutation of them (scattered reads, as a serving cache's), every cache_seqlens seq_k;
+ * kiln split-KV with automatic splits, for each page size P of kit_decode_page_sizes. host: scratch
+ * of at least scratch_elems * 2 bytes. */
+static int bench_decode_paged(bench *b, const helper_ctx *dc, double bytes, void *host, size_t scratch_elems) {
+    kiln_rt *rt = b->rt;
+    int batch = dc->a.batch, seq_k = dc->a.seq_k;
+    for (size_t pi = 0; pi < sizeof kit_decode_page_sizes / sizeof *kit_decode_page_sizes; pi++) {
+        int ps = kit_decode_page_sizes[pi], per = (seq_k + ps - 1) / ps, nblocks = batch * per;
+        size_t tb = (size_t)nblocks * sizeof(int32_t);
+        if (tb + (size_t)batch * sizeof(int32_t) > scratch_elems * 2) return die("paged decode: scratch too small", &b->err);
+        int32_t *table = host, *lens = (int32_t *)host + nblocks;
+        for (int i = 0; i < nblocks; i++) table[i] = i;
+        uint64_t z = 0x9e3779b97f4a7c15ull * (uint64_t)(ps + 1);
+        for (int i = nblocks - 1; i > 0; i--) { /* Fisher-Yates, xorshift */
+            z ^= z << 13, z ^= z >> 7, z ^= z << 17;
+            int j = (int)(z % (uint64_t)(i + 1)), t = table[i];
+            table[i] = table[j], table[j] = t;
+        }
+        for (int i = 0; i < batch; i++) lens[i] = seq_k;
+        kiln_devptr dt, dl;
+        if (kiln_rt_alloc(rt, tb, &dt, &b->err) || kiln_rt_alloc(rt, (size_t)batch * sizeof(int32_t), &dl, &b->err))
+            return die("alloc", &b->err);
+        if (kiln_rt_upload(rt, dt, table, tb, &b->err) || kiln_rt_upload(rt, dl, lens, (size_t)batch * sizeof(int32_t), &b->err))
+            return die("upload", &b->err);
+        helper_ctx pc = *dc;
+        pc.a.cache = (kiln_attention_kvcache){.block_table = dt, .cache_seqlens = dl, .page_size = ps, .max_blocks = per,
+                                              .num_blocks = nblocks};
+        int splits = 1;
+        size_t need = 0;
+        if (kiln_attention_forward_workspace(rt, &pc.a, 0, &splits, &need, &b->err) != KILN_OK) return die("workspace", &b->err);
+        if (need > dc->ws_bytes) return die("paged decode: workspace larger than the contiguous case's", &b->err);
+        double ms = time_median(&b->t, helper_launch, &pc, b->reps, &b->used);
+        if (ms >= 0) {
+            double gbs = bytes / (ms * 1e-3) / 1e9;
+            char label[32];
+            snprintf(label, sizeof label, "kiln split-KV, pages of %d", ps);
+            printf("  %-28s %7d %8d %9.4f %9.0f %6.1f%% %7d\n", label, seq_k, batch, ms, gbs, 100 * gbs / b->copy_gbs, splits);
+            snprintf(label, sizeof label, "kiln-splitkv-page%d", ps);
+            csv_row("attention_decode_paged", label, "bf16", 0, dc->a.head_dim, seq_k, 0, batch, dc->a.heads_q, bytes, "GB", ms,
+                    b->used);
+        }
+        kiln_rt_free(rt, dt, NULL), kiln_rt_free(rt, dl, NULL);
+    }
+    return 0;
+}
+
 /* Decoding: one query per sequence against a long KV cache, kiln split-KV against the non-split kernel. */
 static int bench_decode(bench *b, const attn_bufs *ab) {
     kiln_rt *rt = b->rt;
@@ -712,6 +760,7 @@ static int bench_decode(bench *b, const attn_bufs *ab) {
                     csv_row("attention_decode", plain ? "kiln" : "kiln-splitkv", "bf16", 0, hd, seq_k, 0, batch, hqn, bytes, "GB",
                             ms, b->used);
                 }
+                if (batch >= KIT_DECODE_PAGED_MIN_BATCH && bench_decode_paged(b, &dc, bytes, ab->hq, ab->elems) != 0) return 1;
             }
         if (dws) kiln_rt_free(rt, dws, NULL);
         kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dvv, NULL), kiln_rt_free(rt, dqq, NULL), kiln_rt_free(rt, doo, NULL);

@@ -123,6 +123,9 @@ static int cmd_specs(void) {
         attn_spec("bf16", "bf16", KIT_DECODE_D, 0, raw, sizeof raw);
         if (list_add(&l, raw, 0) < 0) rc = 1;
     }
+    /* the paged decode rows: split-KV over pages, and the plain paged kernel (one split) */
+    if (!rc) ADD(KIT_ATTN_PAGED_SPLIT_SPEC, "bf16", "bf16", KIT_DECODE_D, "false");
+    if (!rc) ADD(KIT_ATTN_PAGED_SPEC, "bf16", "bf16", KIT_DECODE_D, "false");
     for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0] && !rc; i++) {
         const kit_attn_bwd_row *r = &kit_attn_bwd_rows[i];
         attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, raw, sizeof raw);

@@ -192,6 +192,13 @@ static const int kit_decode_sweep_batch[] = {1, 8};
 #define KIT_DECODE_HEADS_Q 32
 #define KIT_DECODE_HEADS_KV 8
 #define KIT_DECODE_D 128
+/* the same decoding over a paged KV cache (issue 25: batch >= 8, pages of 16 within 10 % of the contiguous
+ * cache, >= 80 % of copy bandwidth): the decode sweep's batches from KIT_DECODE_PAGED_MIN_BATCH up, K and V
+ * as pages of these sizes through a shuffled block table (every page a random one of the cache's) */
+static const int kit_decode_page_sizes[] = {16, 256};
+#define KIT_DECODE_PAGED_MIN_BATCH 8
+#define KIT_ATTN_PAGED_SPEC KIT_ATTN_SPEC " paged=true"
+#define KIT_ATTN_PAGED_SPLIT_SPEC KIT_ATTN_SPLIT_SPEC " paged=true"
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 

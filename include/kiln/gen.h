@@ -118,7 +118,7 @@ typedef struct kiln_bundle_matrix {
     char shape_key[32];      /* "hidden"; "" for a family without one */
     char default_shapes[128]; /* "launch", "64,128" */
     char kernels[256];       /* "kernel=prep,kernel=dkdv,...": a spec per kernel of a sequence; "" one */
-    char extra[1024];        /* whole specs the default set adds (without --dtypes/--hidden), a line each */
+    char extra[4096];        /* whole specs the default set adds (without --dtypes/--hidden), a line each */
 } kiln_bundle_matrix;
 kiln_status kiln_family_bundle(kiln_gen *gen, const char *family, kiln_bundle_matrix *out, kiln_error *err);
 

@@ -329,13 +329,26 @@ typedef struct kiln_attention_mask {
  * (stride_k_new / stride_v_new as stride_q; all 0: contiguous) are written into the pages at
  * cache_seqlens[b] .. + seqlen_new - 1 (the table must have pages there) and attended to in the same
  * launch: each entry sees cache_seqlens - leftpad + seqlen_new keys (seq_k: the longest such count);
- * cache_seqlens is not advanced (the caller adds seqlen_new, as with FlashAttention-2). */
+ * cache_seqlens is not advanced (the caller adds seqlen_new, as with FlashAttention-2).
+ * Rotary inside the append (FlashAttention-2's rotary_cos/rotary_sin; templates/lib/attn_rotary.lua):
+ * rotary KILN_ROTARY_NEOX or KILN_ROTARY_INTERLEAVED (0: none; needs k_new) rotates q and the new keys:
+ * new key i at position cache_seqlens[b] + i, query i there too when causal or windowed, else every
+ * query at cache_seqlens[b]. rotary_cos / rotary_sin: [seqlen_ro, rotary_dim / 2], contiguous, 16-byte
+ * aligned, in rotary_dtype (set it whenever rotary is: KILN_F32 is 0); rotary_dim 0: head_dim, else a
+ * multiple of 16 <= head_dim. A position outside 0 .. seqlen_ro - 1 is not rotated. */
+#define KILN_ROTARY_NONE 0
+#define KILN_ROTARY_NEOX 1
+#define KILN_ROTARY_INTERLEAVED 2
 typedef struct kiln_attention_kvcache {
     kiln_devptr block_table, cache_seqlens, cache_batch_idx, cache_leftpad;
     int page_size, max_blocks, num_blocks;
     kiln_devptr k_new, v_new;
     int seqlen_new;
     int64_t stride_k_new[3], stride_v_new[3];
+    int rotary, rotary_dim;
+    kiln_dtype rotary_dtype;
+    kiln_devptr rotary_cos, rotary_sin;
+    int seqlen_ro;
 } kiln_attention_kvcache;
 
 typedef struct kiln_attention_args {

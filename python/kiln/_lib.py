@@ -277,11 +277,13 @@ class AttentionMask(ctypes.Structure):
 
 
 class AttentionKvCache(ctypes.Structure):
-    """kiln_attention_kvcache (kiln/runtime.h): a paged KV cache and the keys appended into it."""
+    """kiln_attention_kvcache (kiln/runtime.h): a paged KV cache, the keys appended into it and their rotary."""
     _fields_ = ([(n, ctypes.c_uint64) for n in ("block_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad")]
                 + [(n, ctypes.c_int) for n in ("page_size", "max_blocks", "num_blocks")]
                 + [("k_new", ctypes.c_uint64), ("v_new", ctypes.c_uint64), ("seqlen_new", ctypes.c_int)]
-                + [(n, ctypes.c_int64 * 3) for n in ("stride_k_new", "stride_v_new")])
+                + [(n, ctypes.c_int64 * 3) for n in ("stride_k_new", "stride_v_new")]
+                + [(n, ctypes.c_int) for n in ("rotary", "rotary_dim", "rotary_dtype")]
+                + [("rotary_cos", ctypes.c_uint64), ("rotary_sin", ctypes.c_uint64), ("seqlen_ro", ctypes.c_int)])
 
 
 class AttentionArgs(ctypes.Structure):

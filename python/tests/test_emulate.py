@@ -208,6 +208,21 @@ def test_check_paged_kv_cache():
         kiln.emulate.check("attention dtype=f16 head_dim=64", sm=80, rows=1, page_size=16)
 
 
+@pytest.mark.skipif(not kiln.have_generator(), reason="needs libkiln")
+def test_check_paged_append_rotary():
+    """kiln.emulate.check with rotary inside the append (spec keys rotary=, rotary_dim=, rotary_cs=): GPT-NeoX
+    and GPT-J, rotary_dim < head_dim, the rotated cache bit for bit."""
+    for mode, extra in (("neox", {}), ("interleaved", {"rotary_dim": 32, "rotary_cs": "f32"})):
+        r = kiln.emulate.check("attention dtype=f16 head_dim=64 causal=true paged=true append=true", sm=80, rows=3,
+                               seq_k=40, batch=2, heads=(4, 2), page_size=16, seqlen_new=3, leftpad=True, rotary=mode,
+                               **extra)
+        assert r.passed and ("rotary " + mode) in r.problem, (r.problem, r.outputs)
+        assert [o["name"] for o in r.outputs] == ["o", "lse", "cache"] and r.outputs[2]["max_abs"] == 0, r.outputs
+    with pytest.raises(kiln.KilnError, match="rotary=neox needs append=true"):
+        kiln.emulate.check("attention dtype=f16 head_dim=64 paged=true", sm=80, rows=1, seq_k=40, page_size=16,
+                           rotary="neox")
+
+
 def test_check_names_bad_problems():
     with pytest.raises(kiln.KilnError, match="--hidden"):
         kiln.emulate.check("layernorm x=bf16", sm=80, rows=3)

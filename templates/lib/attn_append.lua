@@ -67,7 +67,8 @@ end
 -- The writer (first thing after setup): in the one block per (batch entry, kv head) described
 -- above, copies the new rows into the cache, 16 bytes an item, thread-strided.
 -- rows_per_block: the split-KV block's packed rows (which block holds the group's first rows).
-function M.write(b, spec, cfg, p)
+-- rot: lib/attn_rotary.lua's key hook (nil without rotary): the new keys go into the cache rotated.
+function M.write(b, spec, cfg, p, rot)
   if not spec.append then return end
   local group = p.heads_q // p.heads_kv
   local hkv, first
@@ -89,11 +90,13 @@ function M.write(b, spec, cfg, p)
       local pos = p.paged_lp + p.cache_len + r
       local page = b:i64(b:load(p.paged_row + b:i64(pos // p.page_size)))
       local row = b:i64(pos % p.page_size)
-      local function copy(dst, sb, ss, sh, src, nb, ns, nh)
-        local vals = b:load_vec(src + bi * nb + b:i64(r) * ns + h64 * nh + c, vec, { align = 16 })
+      local function copy(dst, sb, ss, sh, src, nb, ns, nh, rk)
+        local from = src + bi * nb + b:i64(r) * ns + h64 * nh + c
+        local vals = b:load_vec(from, vec, { align = 16 })
+        if rk then vals = rk.apply(vals, from, c, p.cache_len + r) end
         b:store_vec(dst + page * sb + row * ss + h64 * sh + c, vals, { align = 16 })
       end
-      copy(p.k, p.stride_kb, p.stride_ks, p.stride_kh, p.k_new, p.stride_knb, p.stride_kns, p.stride_knh)
+      copy(p.k, p.stride_kb, p.stride_ks, p.stride_kh, p.k_new, p.stride_knb, p.stride_kns, p.stride_knh, rot)
       copy(p.v, p.stride_vb, p.stride_vs, p.stride_vh, p.v_new, p.stride_vnb, p.stride_vns, p.stride_vnh)
     end)
   end)

@@ -19,6 +19,9 @@ struct emu_paged {
      * drawn (k0, v0: restored before each run) and as it must be after the run (kx, vx) */
     int seqlen_new;
     void *kn, *vn, *k0, *v0, *kx, *vx;
+    /* rotary=neox|interleaved (with append): the tables, and q rotated as the kernel rotates it */
+    emu_rope rope;
+    void *qr;
 };
 
 /* The kernel's keys per tile: the fixed scalar key_tile of its launch description (0 if absent). */
@@ -40,6 +43,7 @@ void emu_paged_free(emu_paged *c) {
     if (!c) return;
     free(c->table), free(c->seqlens), free(c->bidx), free(c->leftpad), free(c->k), free(c->v);
     free(c->kn), free(c->vn), free(c->k0), free(c->v0), free(c->kx), free(c->vx);
+    emu_rope_free(&c->rope), free(c->qr);
     free(c);
 }
 
@@ -115,7 +119,8 @@ static kiln_attn_problem entry(const kiln_attn_problem *p, const emu_paged *c, i
 }
 
 /* append=true: the new keys and values, the cache as drawn (restored before each run) and the cache the
- * run must leave: the new rows at positions cache_seqlens[b] .. + seqlen_new - 1 of entry b's pages. */
+ * run must leave: the new rows at positions cache_seqlens[b] .. + seqlen_new - 1 of entry b's pages
+ * (with rotary, the keys rotated at those positions). */
 static kiln_status draw_append(const kiln_attn_problem *p, emu_paged *c, uint64_t *seed, kiln_error *err) {
     size_t es = kiln_dtype_size(p->dtype), row = (size_t)p->heads_kv * (size_t)p->head_dim * es;
     size_t nn = (size_t)p->batch * (size_t)c->seqlen_new * (size_t)p->heads_kv * (size_t)p->head_dim,
@@ -132,8 +137,30 @@ static kiln_status draw_append(const kiln_attn_problem *p, emu_paged *c, uint64_
             size_t from = ((size_t)b * (size_t)c->seqlen_new + (size_t)i) * row;
             memcpy((char *)c->kx + at, (const char *)c->kn + from, row);
             memcpy((char *)c->vx + at, (const char *)c->vn + from, row);
+            for (int h = 0; c->rope.cos && h < p->heads_kv; h++)
+                emu_rope_row(&c->rope, p->dtype, (char *)c->kx + at + (size_t)h * (size_t)p->head_dim * es, pos);
         }
     }
+    return KILN_OK;
+}
+
+/* rotary: the tables (seqlen_ro two short of the cache's capacity, so the fullest entry's last new
+ * keys lie past the table and stay unrotated) and q rotated: query i of entry b at cache_seqlens[b]
+ * + i when causal or windowed, else at cache_seqlens[b] (lib/attn_rotary.lua). */
+static kiln_status rope_draw(emu_paged *c, const kiln_attn_problem *p, const void *q, uint64_t *seed, kiln_error *err) {
+    int cap = c->max_blocks * c->page_size;
+    kiln_status st = emu_rope_draw(&c->rope, cap > 2 ? cap - 2 : cap, seed, err);
+    if (st != KILN_OK) return st;
+    size_t es = kiln_dtype_size(p->dtype), d = (size_t)p->head_dim;
+    size_t n = (size_t)p->batch * (size_t)p->seq_q * (size_t)p->heads_q * d;
+    if (!(c->qr = malloc(n * es + 1))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
+    memcpy(c->qr, q, n * es);
+    for (int b = 0; b < p->batch; b++)
+        for (int i = 0; i < p->seq_q; i++)
+            for (int h = 0; h < p->heads_q; h++) {
+                size_t at = (((size_t)b * (size_t)p->seq_q + (size_t)i) * (size_t)p->heads_q + (size_t)h) * d * es;
+                emu_rope_row(&c->rope, p->dtype, (char *)c->qr + at, c->seqlens[b] + (p->causal || p->window ? i : 0));
+            }
     return KILN_OK;
 }
 
@@ -162,7 +189,11 @@ kiln_status emu_paged_create(const kiln_case *cs, const kiln_attn_problem *p, co
                                                   : "--append applies to append=true (add it to the attention spec)");
     kiln_status st = draw(o, p, c, seed, err);
     if (st != KILN_OK) return st;
+    if (emu_rope_parse(kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec, p->head_dim, p->dtype, &c->rope) &&
+        (st = rope_draw(c, p, q, seed, err)) != KILN_OK)
+        return st;
     if (append && (st = draw_append(p, c, seed, err)) != KILN_OK) return st;
+    if (c->qr) q = c->qr;
     size_t row = (size_t)p->heads_kv * (size_t)p->head_dim * kiln_dtype_size(p->dtype);
     size_t qe = (size_t)p->seq_q * (size_t)p->heads_q * (size_t)p->head_dim, le = (size_t)p->heads_q * (size_t)p->seq_q;
     void *k = malloc(row * (size_t)c->max_blocks * (size_t)c->page_size + 1),
@@ -194,6 +225,9 @@ int emu_paged_tensor(const emu_paged *c, const kiln_attn_problem *p, const char 
     else if (c->kn && (!strcmp(name, "k_new") || !strcmp(name, "v_new")))
         *ptr = name[0] == 'k' ? c->kn : c->vn,
         *bytes = B * (size_t)c->seqlen_new * (size_t)p->heads_kv * (size_t)p->head_dim * kiln_dtype_size(p->dtype);
+    else if (c->rope.cos && (!strcmp(name, "rotary_cos") || !strcmp(name, "rotary_sin")))
+        *ptr = name[7] == 'c' ? c->rope.cos : c->rope.sin,
+        *bytes = (size_t)c->rope.seqlen_ro * (size_t)(c->rope.rdim / 2) * kiln_dtype_size(c->rope.cs);
     else return -1;
     return 0;
 }
@@ -203,6 +237,7 @@ int emu_paged_scalar(const emu_paged *c, const char *name, double *value) {
     if (!strcmp(name, "max_blocks")) return *value = c->max_blocks, 0;
     if (!strcmp(name, "num_blocks")) return *value = c->num_blocks, 0;
     if (!strcmp(name, "seqlen_new")) return *value = c->seqlen_new, 0;
+    if (c->rope.cos && !strcmp(name, "seqlen_ro")) return *value = c->rope.seqlen_ro, 0;
     return -1;
 }
 
@@ -212,6 +247,7 @@ int emu_paged_check(const emu_paged *c, const kiln_attn_problem *p, const void *
                     const double *ro, const double *rl, kiln_case_output *out) {
     size_t qe = (size_t)p->seq_q * (size_t)p->heads_q * (size_t)p->head_dim, le = (size_t)p->heads_q * (size_t)p->seq_q;
     size_t row = (size_t)p->heads_kv * (size_t)p->head_dim * kiln_dtype_size(p->dtype), es = kiln_dtype_size(p->dtype);
+    if (c->qr) q = c->qr; /* rotary: the reference's q is the rotated one */
     void *k = malloc(row * (size_t)c->max_blocks * (size_t)c->page_size + 1),
          *v = malloc(row * (size_t)c->max_blocks * (size_t)c->page_size + 1);
     for (int b = 0; k && v && b < p->batch; b++) {
@@ -260,4 +296,8 @@ void emu_paged_describe(const emu_paged *c, char *buf, size_t size) {
                  c->leftpad ? "  leftpad" : "", c->bidx ? "  batch_idx" : "");
     n = strlen(buf);
     if (c->seqlen_new && n < size) snprintf(buf + n, size - n, "  append %d", c->seqlen_new);
+    n = strlen(buf);
+    if (c->rope.cos && n < size)
+        snprintf(buf + n, size - n, "  rotary %s %d (%s tables of %d)", c->rope.interleaved ? "interleaved" : "neox",
+                 c->rope.rdim, kiln_dtype_name(c->rope.cs), c->rope.seqlen_ro);
 }
