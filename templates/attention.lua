@@ -1244,6 +1244,12 @@ K.variants = {
   { "dtype=f32", "head_dim=64", "causal=true", "splitkv=true paged=true append=true", "rotary=neox", quick = true, sms = { 80 } },
   { "dtype=bf16", "head_dim=128", "causal=true", "splitkv=true paged=true append=true", { "rotary=neox rotary_cs=f32", "rotary=interleaved rotary_cs=f16" },
     sms = { 75, 80, 90 } },
+  -- the mask keys over pages, with the append and rotary inside it (every key with the others)
+  { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS,
+    { "paged=true", "splitkv=true paged=true", "paged=true append=true", "splitkv=true paged=true append=true",
+      "paged=true append=true rotary=neox", "splitkv=true paged=true append=true rotary=neox" }, full = true },
+  { DT, DIMS, "causal=true", MASK_KEYS, { "paged=true append=true rotary=neox", "splitkv=true paged=true append=true rotary=neox" },
+    quick = true, sms = { 75, 80, 90 } },
   -- bf16 on sm_75's f16 tensor cores (path=mma, lib/attn_f16scaled.lua): every head_dim it takes, the
   -- mask keys, split-KV, two padded head dims
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "path=mma", sms = { 75 } },

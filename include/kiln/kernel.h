@@ -8,7 +8,7 @@
 extern "C" {
 #endif
 
-#define KILN_MAX_PARAMS 40 /* the attention backward's dkdv kernel with window, softcap and alibi: 37 */
+#define KILN_MAX_PARAMS 64 /* attention with paged KV, append, rotary, window, softcap and alibi: 45 */
 #define KILN_NAME_MAX 64
 #define KILN_SPEC_MAX 512
 #define KILN_LAUNCH_MAX 3072 /* the launch description's text (docs/registry.md) */

@@ -139,24 +139,6 @@ def _kvcache_fake(q, k_cache, v_cache, k, v, block_table, cache_seqlens, cache_b
 
 # ---- which calls the paged kernel takes ----
 
-# Key combinations the paged kernels do not generate today, each with why; kiln.flash_attn runs them on its composite
-# path (kiln's rotary op, tensor writes and one dense launch per sequence).
-PAGED_NOT_BUILT = [
-    ({"append", "window", "alibi"}, "the plain append kernel with window and ALiBi needs more than the generator's 40 "
-                                    "kernel parameters (templates/attention.lua)"),
-]
-
-
-def paged_refuses(keys):
-    """The reason the paged kernels do not take a call with these keys ("append", "window", "softcap", "alibi"),
-    or None."""
-    for need, why in PAGED_NOT_BUILT:
-        if need <= set(keys):
-            return why
-    return None
-
-
-
 def page_fits(page_size):
     """Whether the paged kernels take pages of page_size rows whatever their key tile (a power of two from 16 to
     128, docs/attention.md): >= 16 and a power of two (a divisor or a multiple of any such tile) or a multiple of

@@ -25,7 +25,7 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 
 # ---- C types (mirroring include/kiln/*.h) ----
 
-KILN_MAX_PARAMS = 40
+KILN_MAX_PARAMS = 64
 KILN_NAME_MAX = 64
 KILN_SPEC_MAX = 512
 KILN_LAUNCH_MAX = 3072

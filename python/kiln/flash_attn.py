@@ -488,10 +488,6 @@ def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, 
         k_pages, v_pages, bidx = k_cache, v_cache, None
         block_table = torch.tensor(table, dtype=torch.int32, device=q.device)
     scale, causal, wl, wr, cap, slopes, _p = opts
-    keys = [n for n, on in (("append", k is not None), ("window", (wl, wr) != (-1, -1)), ("softcap", cap > 0),
-                            ("alibi", slopes is not None)) if on]
-    if _fa_varlen.paged_refuses(keys):
-        return None
     sn = k.shape[1] if k is not None else 0
     seq_k = max((s - lp + sn for s, lp in zip(seqlens, leftpads)), default=0)
     cs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)

@@ -216,9 +216,9 @@ def test_kvcache_pages_the_kernel_does_not_take_stay_composite(emu, launches):
     assert launches == {"attention": 2}, launches
 
 
-def test_kvcache_window_alibi_append_stays_composite(emu, launches):
-    """window + ALiBi + append is not generated (kiln.flash_attn's _fa_varlen.PAGED_NOT_BUILT): the composite path
-    (one dense launch per sequence) gives the float64 result."""
+def test_kvcache_window_alibi_append_runs_the_paged_kernel(emu, launches):
+    """window + ALiBi + append (the paged kernel with the most parameters) runs in one paged launch and gives the
+    float64 result."""
     g = torch.Generator().manual_seed(36)
     kc = torch.randn(2, 16, 1, 32, generator=g).half()
     vc = torch.randn(2, 16, 1, 32, generator=g).half()
@@ -227,7 +227,7 @@ def test_kvcache_window_alibi_append_stays_composite(emu, launches):
     lens, slopes = torch.tensor([3, 9], dtype=torch.int32), torch.tensor([0.3, 0.05])
     out = fa.flash_attn_with_kvcache(q, kc, vc, k, k, cache_seqlens=lens, causal=True, window_size=(4, 0),
                                      alibi_slopes=slopes)
-    assert launches == {"attention": 2}, launches
+    assert launches == {"attention_kvcache": 1}, launches
     for i, s in enumerate(lens.tolist()):
         ref, _ = ref_attention(q[i:i + 1], kc[i:i + 1, :s + 1], vc[i:i + 1, :s + 1], True, (4, 0), 0.0, slopes)
         _close(out[i], ref[0], torch.float16, "out %d" % i)
