@@ -506,13 +506,14 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
     the same length and the cache is dense and in batch order); where _kvcache_kernel applies, kiln's paged kernel
     appends and attends instead (after the rotary: the place to hand the rotary to the kernel once it has it).
     seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
-    leftpads[i] .. seqlens[i] + seqlen_new - 1 and its positions count from leftpads[i] (the rotary's too)."""
+    leftpads[i] .. seqlens[i] + seqlen_new - 1; the rotary's positions stay the cache positions (FlashAttention's
+    test_flash_attn_kvcache rotates at cache_seqlens with or without leftpad; kiln's append kernel does the same)."""
     scale, causal, wl, wr, cap, slopes, _p = opts  # FlashAttention's kvcache path has no dropout
     b, sq = q.shape[0], q.shape[1]
     sn = k.shape[1] if k is not None else 0
     leftpads = leftpads or [0] * b
     if k is not None and rotary_cos is not None:
-        offs = torch.tensor([s - lp for s, lp in zip(seqlens, leftpads)], dtype=torch.int32, device=q.device)
+        offs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)  # cache positions, leftpad or not (FA2)
         k = kt.apply_rotary_emb(k, rotary_cos, rotary_sin, interleaved=rotary_interleaved, seqlen_offsets=offs)
         if causal or (wl, wr) != (-1, -1):
             q = kt.apply_rotary_emb(q, rotary_cos, rotary_sin, interleaved=rotary_interleaved, seqlen_offsets=offs)

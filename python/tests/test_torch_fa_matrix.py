@@ -145,11 +145,11 @@ def run_kvcache_case(case, device, batch=2, nheads=6, seed=0):
         r = int(bidx[i]) if batch_idx else i
         s, lp = int(seqlens[i]), int(pads[i]) if leftpad else 0
         kn, vn = (knew[i], vnew[i]) if new_kv else (kc0[r, :0], vc0[r, :0])
-        pos = torch.arange(s - lp, s - lp + sn)
+        pos = torch.arange(s, s + sn)  # cache positions, leftpad or not (FA2's test)
         qi = q[i]
         if cos is not None:
             kn = M.rotate(kn, cos, sin, pos, interleaved)
-            qi = M.rotate(q[i], cos, sin, pos if (causal or local) else torch.full((sq,), s - lp), interleaved)
+            qi = M.rotate(q[i], cos, sin, pos if (causal or local) else torch.full((sq,), s), interleaved)
         written = kc[r, s:s + sn]
         assert M.err(written, kn) <= (0 if cos is None else 2 * M.err(kn.to(dtype), kn) + 1e-6), "appended keys"
         assert torch.equal(vc[r, s:s + sn], vnew[i] if new_kv else vc0[r, :0]), "appended values"

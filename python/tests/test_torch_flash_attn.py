@@ -288,7 +288,8 @@ def test_kvcache_appends_rotates_and_attends(emu, causal, interleaved):
 
 def test_kvcache_leftpad_starts_each_cache_there(emu):
     """cache_leftpad: sequence i attends to cache positions leftpad[i] .. cache_seqlens[i] + seqlen_new - 1, its new
-    keys rotated at positions counted from leftpad[i] (FlashAttention's seqlen_k_cache = cache_seqlens - leftpad)."""
+    keys rotated at their cache positions cache_seqlens[i] + j, leftpad or not (FlashAttention's test rotates at
+    cache_seqlens with cache_leftpad too)."""
     g = torch.Generator().manual_seed(14)
     kc = torch.randn(2, 8, 1, 32, generator=g).half()
     vc = torch.randn(2, 8, 1, 32, generator=g).half()
@@ -300,7 +301,7 @@ def test_kvcache_leftpad_starts_each_cache_there(emu):
     kc0, vc0 = kc.clone(), vc.clone()
     out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, ang.cos(), ang.sin(), seqlens, cache_leftpad=pads, causal=True)
     for i, (s, lp) in enumerate(zip(seqlens.tolist(), pads.tolist())):
-        pos = torch.tensor([s - lp])
+        pos = torch.tensor([s])
         krot = _rotate(k[i], ang.cos(), ang.sin(), pos, True)
         _close(kc[i, s:s + 1], krot, torch.float16, "appended k %d" % i)
         keys = torch.cat([kc0[i, lp:s].double(), krot])
