@@ -40,6 +40,7 @@ local mma = require("lib.attn_bwd_mma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
+local dims = require("lib.attn_dims")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -49,8 +50,8 @@ local K = {
     { name = "dtype", type = "dtype", default = "f16", doc = "Q, K, V dtype" },
     { name = "out", type = "dtype", default = "=dtype", doc = "O and dO dtype" },
     { name = "grad", type = "dtype", default = "=dtype", doc = "dQ, dK, dV dtype" },
-    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
-      doc = "head dimension" },
+    { name = "head_dim", type = "int", default = 64, min = 8, max = 512,
+      doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
@@ -66,12 +67,18 @@ function K.check(spec)
   if spec.dropout_mask and spec.window and spec.softcap and spec.alibi and (spec.kernel == "dkdv" or spec.kernel == "dq") then
     return "dropout_mask=true (a test output) with window, softcap and alibi all on needs 41 kernel parameters (kiln's limit is 40): leave one of window, softcap, alibi off"
   end
-  spec = mask.spec(spec)
+  local d = spec.head_dim
+  if d > 256 and d % 8 == 0 then
+    return string.format("head_dim=%d is refused on every target: the forward refuses it (O alone would need %d f32 registers a thread on the tensor-core path), so no forward gives this backward its O and lse; head_dim goes up to 256", d, d // 2)
+  end
+  local bad = dims.check(d)
+  if bad then return bad end
+  spec = dims.spec(mask.spec(spec))
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
   if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
-    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others run on path=simt)"
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others, head_dim 136-256 among them, run on path=simt)"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then
     return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
@@ -89,7 +96,7 @@ local function stride_params(params, names)
 end
 
 function K.config(spec, target)
-  spec = mask.spec(spec)
+  spec = dims.spec(mask.spec(spec))
   local es = math.max(util.dtype_bytes[spec.dtype], util.dtype_bytes[spec.out])
   if spec.kernel == "prep" or spec.kernel == "convert" then
     local rows = (ROW_THREADS // 32) * ROWS_PER_WARP
@@ -146,6 +153,14 @@ local function base(b, p, t, bi, h)
   return p[t] + b:i64(bi) * p["stride_" .. t .. "b"] + b:i64(h) * p["stride_" .. t .. "h"]
 end
 
+-- Calls fn(col) for this lane's column lane + 32c of a head_dim row when it is inside spec.dim
+-- (a padded head_dim, lib/attn_dims.lua: the columns past it are neither read nor stored).
+local function lane_cols(b, spec, lane, c, fn)
+  local grp = dims.group(spec, c)
+  if grp == "all" then fn(lane + 32 * c)
+  elseif grp == "some" then b:if_(b:lt(lane + 32 * c, spec.dim), function() fn(lane + 32 * c) end) end
+end
+
 -- ---- prep: delta = rowsum(dO * O); dq_acc rows zeroed ----
 local function build_prep(b, spec, cfg)
   local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params({
@@ -153,7 +168,7 @@ local function build_prep(b, spec, cfg)
     { "o", "ptr", spec.out, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" },
   }, { "o", "dout" })) }, cfg.rows_per_block)
-  local d = spec.head_dim
+  local d = spec.dim -- (the real head_dim: prep and convert need no padding)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local bi, h = b:ctaid("z"), b:ctaid("y")
@@ -165,16 +180,21 @@ local function build_prep(b, spec, cfg)
     local live = b:lt(row, p.seq_q)
     local rr = b:i64(b:select(live, row, 0))
     local sum = b:f32(0.0)
-    for c = 0, d // 32 - 1 do
+    for c = 0, util.ceil_div(d, 32) - 1 do
       local col = lane + 32 * c
-      local ov = b:to_f32(b:load(ob + rr * p.stride_os + col))
-      local dv = b:to_f32(b:load(dob + rr * p.stride_douts + col))
-      sum = b:fma(ov, dv, sum)
+      -- (a head_dim that is not a multiple of 32: lanes past it read column 0 and add 0)
+      local real = dims.group(spec, c) == "some" and b:lt(col, d) or nil
+      local at = real and b:select(real, col, 0) or col
+      local ov = b:to_f32(b:load(ob + rr * p.stride_os + at))
+      local dv = b:to_f32(b:load(dob + rr * p.stride_douts + at))
+      sum = b:fma(ov, real and b:select(real, dv, 0.0) or dv, sum)
     end
     sum = b:warp_sum(sum, 32)
     b:if_(b:and_(live, b:eq(lane, 0)), function() b:store(p.delta + ri + rr, sum) end)
     b:if_(b:and_(live, zero_acc), function()
-      for c = 0, d // 32 - 1 do b:store(p.dq_acc + (ri + rr) * d + (lane + 32 * c), 0.0) end
+      for c = 0, util.ceil_div(d, 32) - 1 do
+        lane_cols(b, spec, lane, c, function(col) b:store(p.dq_acc + (ri + rr) * d + col, 0.0) end)
+      end
     end)
   end
 end
@@ -185,7 +205,7 @@ local function build_convert(b, spec, cfg)
     { "dq", "ptr", spec.grad }, { "dq_acc", "ptr", "f32", readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" }, { "scale", "f32" },
   }, { "dq" })) }, cfg.rows_per_block)
-  local d = spec.head_dim
+  local d = spec.dim -- (the real head_dim: prep and convert need no padding)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local bi, h = b:ctaid("z"), b:ctaid("y")
@@ -195,10 +215,11 @@ local function build_convert(b, spec, cfg)
     local row = b:ctaid("x") * cfg.rows_per_block + warp * ROWS_PER_WARP + r
     b:if_(b:lt(row, p.seq_q), function()
       local rr = b:i64(row)
-      for c = 0, d // 32 - 1 do
-        local col = lane + 32 * c
-        local v = b:load(p.dq_acc + (ri + rr) * d + col) * p.scale
-        b:store(qb + rr * p.stride_dqs + col, b:from_f32(v, spec.grad))
+      for c = 0, util.ceil_div(d, 32) - 1 do
+        lane_cols(b, spec, lane, c, function(col)
+          local v = b:load(p.dq_acc + (ri + rr) * d + col) * p.scale
+          b:store(qb + rr * p.stride_dqs + col, b:from_f32(v, spec.grad))
+        end)
       end
     end)
   end
@@ -224,8 +245,9 @@ local function store_acc(b, spec, acc, rows, dst, stride, row0, seq, mul)
     local row = row0 + i
     b:if_(b:lt(row, seq), function()
       for c = 0, spec.head_dim // 32 - 1 do
-        local _, col = simt.acc_pos(b, r, c)
-        b:store(dst + b:i64(row) * stride + col, b:from_f32(acc[r][c]:get() * mul, spec.grad))
+        lane_cols(b, spec, b:tid() & 31, c, function(col)
+          b:store(dst + b:i64(row) * stride + col, b:from_f32(acc[r][c]:get() * mul, spec.grad))
+        end)
       end
     end)
   end
@@ -284,9 +306,10 @@ local function build_dkdv(b, spec, cfg)
           local i = simt.acc_pos(b, r, 0)
           local row = q0 + i
           b:if_(b:lt(row, p.seq_q), function()
-            for c = 0, d // 32 - 1 do
-              local _, col = simt.acc_pos(b, r, c)
-              b:atomic_add(p.dq_acc + (ri + b:i64(row)) * d + col, dq[r][c]:get())
+            for c = 0, d // 32 - 1 do -- (dq_acc rows are spec.dim wide)
+              lane_cols(b, spec, b:tid() & 31, c, function(col)
+                b:atomic_add(p.dq_acc + (ri + b:i64(row)) * spec.dim + col, dq[r][c]:get())
+              end)
             end
           end)
         end
@@ -351,7 +374,7 @@ local function build_dq(b, spec, cfg)
 end
 
 function K.build(b, spec, cfg)
-  spec = mask.spec(spec)
+  spec = dims.spec(mask.spec(spec))
   local builders = { prep = build_prep, convert = build_convert, dkdv = build_dkdv, dq = build_dq }
   builders[spec.kernel](b, spec, cfg)
   if cfg.max_registers then b:max_registers(cfg.max_registers) end
@@ -463,6 +486,25 @@ K.variants = {
   { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", "varlen=true", full = true },
   { "kernel=dkdv", HALF, "head_dim=64", "causal=true path=simt", "varlen=true", quick = true, sms = { 80 } },
 }
+-- head dims between the tile widths (lib/attn_dims.lua: padded to the next width): every kernel, the
+-- mask keys, dropout, varlen (the quick suite: 8, 40, 80, 200 on sm_75 / 80 / 90; the full matrix
+-- also 24, 136, 248 on every SM)
+local ODD = util.axis("head_dim", { 8, 40, 80, 200 })
+local ODD_ALL = util.axis("head_dim", { 8, 24, 40, 80, 136, 200, 248 })
+local KERNELS3 = { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }
+for _, row in ipairs({
+  { KERNELS3, DT, ODD, "causal=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=prep", "kernel=convert" }, DT, ODD, quick = true, sms = { 80 } },
+  { KERNELS3, DT, ODD, "causal=true", MASK_KEYS, quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, ODD, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { "kernel=dkdv", DT, ODD, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, { "head_dim=40", "head_dim=80" }, "causal=true path=simt", quick = true, sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT, ODD_ALL,
+    { "causal=false", "causal=true" }, full = true },
+  { KERNELS3, DT, ODD_ALL, { "causal=true", "causal=top_left" }, MASK_KEYS, full = true },
+  { KERNELS3, DT, ODD_ALL, "causal=true", { "dropout=true", MASK_KEYS .. " dropout=true" }, full = true },
+  { KERNELS3, DT, ODD_ALL, "causal=true", { "varlen=true", MASK_KEYS .. " varlen=true" }, full = true },
+}) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },
