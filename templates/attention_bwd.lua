@@ -8,7 +8,8 @@
 -- j <= i + seq_k - seq_q) or top-left (causal=top_left), with the forward's window, softcap and
 -- alibi keys (lib/attn_mask.lua; the softcap's gradient through tanh's derivative);
 -- query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
--- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim].
+-- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim]. head_dim: any multiple of 8
+-- up to 256; the builders see it padded to the next tile width (lib/attn_dims.lua), the real one as spec.dim.
 --
 -- The sequence (runtime/rt_attention_bwd.c runs it):
 --   kernel=prep     delta = rowsum(dO * O) in f32; zeroes dq_acc when it is given.
