@@ -31,7 +31,13 @@ typedef struct kiln_attn_problem {
     int dropout;
     float dropout_p;
     unsigned long long dropout_seed, dropout_offset;
+    /* V's and O's head dim (spec key v_head_dim, set by kiln_attn_spec_parse); 0: head_dim (dO, dV follow
+     * O and V). kiln_attn_vdim gives the width in use. */
+    int v_head_dim;
 } kiln_attn_problem;
+
+/* V's and O's head dim: p->v_head_dim, or head_dim when it is 0. */
+static inline int kiln_attn_vdim(const kiln_attn_problem *p) { return p->v_head_dim > 0 ? p->v_head_dim : p->head_dim; }
 
 /* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys (window=true sets both sides
  * to -1, unbounded; softcap and the slopes stay for the caller) from an attention spec (canonical or not; the rest of p

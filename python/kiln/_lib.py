@@ -291,6 +291,7 @@ class AttentionArgs(ctypes.Structure):
         + [("scale", ctypes.c_float)]
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask), ("cache", AttentionKvCache)]
+        + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
     )
 
 
