@@ -52,6 +52,22 @@ expect "run head_dim 80 bf16 sm_80 varlen" 0 "PASS" -- \
     run attention_bwd dtype=bf16 head_dim=80 causal=true varlen=true --sm 80 --varlen 0,17,40 --varlen-k 5,0,44 --heads 2:1
 expect "run head_dim 24 f16 sm_75 varlen deterministic" 0 "PASS" -- \
     run attention_bwd dtype=f16 head_dim=24 varlen=true deterministic=true --sm 75 --varlen 9,30 --heads 2:2
+# v_head_dim (lib/attn_vdim.lua): dV and dO at V's head dim, dQ and dK at head_dim (MLA: 192 / 128)
+expect "run v_head_dim 128, head_dim 192 bf16 sm_80 (SIMT: 256 wide) causal GQA" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=bf16 head_dim=192 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1
+expect "run v_head_dim 128 > head_dim 64 f16 sm_80 (mma), twice" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=64 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1 --twice
+expect "run v_head_dim 64 < head_dim 128 f16 sm_75 (m16n8k8) deterministic" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=128 v_head_dim=64 causal=true deterministic=true --sm 75 --rows 40 --seq-k 50
+expect "run v_head_dim 128 > head_dim 64 f32 (SIMT)" 0 "PASS" -- \
+    run attention_bwd dtype=f32 head_dim=64 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1
+expect "run v_head_dim 24, head_dim 40 bf16 sm_90 deterministic, every mask key" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=40 v_head_dim=24 causal=true window=true softcap=true alibi=true \
+    deterministic=true --sm 90 --rows 30 --seq-k 40 --window 9,0 --softcap 10 --alibi
+expect "run v_head_dim 128, head_dim 192 dropout" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=192 v_head_dim=128 causal=true dropout=true --sm 80 --rows 20 --dropout 0.3
+expect "emit: the sequence carries v_head_dim" 0 "before attention_bwd kernel=prep dtype=f16 out=f16 grad=f16 head_dim=192 v_head_dim=128" -- \
+    emit attention_bwd head_dim=192 v_head_dim=128 --sm 80
 expect "emit: the dq step of a deterministic sequence has the keys" 0 \
     "kiln.meta after attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 causal=top_left path=auto deterministic=false window=true softcap=true" -- \
     emit attention_bwd causal=top_left window=true softcap=true deterministic=true --sm 80

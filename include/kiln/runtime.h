@@ -389,6 +389,7 @@ typedef struct kiln_attention_bwd_args {
         stride_dv[3];
     void *stream;
     kiln_attention_mask mask;
+    int v_head_dim; /* V's, O's, dO's and dV's head dim (as kiln_attention_args.v_head_dim); 0: head_dim */
 } kiln_attention_bwd_args;
 size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);

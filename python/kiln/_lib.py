@@ -328,6 +328,7 @@ class AttentionBwdArgs(ctypes.Structure):
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_dout",
                                              "stride_dq", "stride_dk", "stride_dv")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
+        + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
     )
 
 

@@ -182,11 +182,12 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local k0 = b:ctaid("x") * bn
   local shift = p.seq_k - p.seq_q
   load_tile(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
-  load_tile(b, spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  load_tile(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
   if cfg.cp_async then b:cp_async_commit() end
 
   -- (padded head_dim: the products stop at the 16-column step holding spec.dim; the rest are zeros)
-  local kd = util.ceil_div(dim, 16)
+  local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
+  local kd = util.ceil_div(math.max(dim, vd), 16)
   local nq, dtiles = bm // 8, 2 * kd
   local dk, dv = {}, {}
   for j = 0, dtiles - 1 do
@@ -223,7 +224,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
       load_tile(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
-      load_tile(b, spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      load_tile(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
       if cfg.cp_async then b:cp_async_commit() end
       b:if_(b:lt(tid, bm), function()
         local row = q0 + tid
@@ -350,6 +351,9 @@ function M.build_dkdv(b, spec, cfg, p, io)
         b:store_vec(kb + r * p.stride_dks + col,
                     b:from_f32_vec({ dk[j][2 * hh + 1]:get() * p.scale, dk[j][2 * hh + 2]:get() * p.scale }, spec.grad),
                     { align = 2 * gb })
+      end
+      for j = 0, vd // 8 - 1 do -- (dV: v_head_dim wide)
+        local col = j * 8 + t * 2
         b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get() }, spec.grad),
                     { align = 2 * gb })
       end
@@ -373,7 +377,7 @@ function M.build_dq(b, spec, cfg, p, io)
   local shift = p.seq_k - p.seq_q
   local ri = io.row_index(bi, h)
   load_tile(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
-  load_tile(b, spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  load_tile(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
   -- (hooks: also the first key lo, and keys from the first row's window start)
@@ -399,7 +403,8 @@ function M.build_dq(b, spec, cfg, p, io)
     kv_end = hi
   elseif spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local slope2 = spec.alibi and mask.slope(hooks.mask, h)
-  local kd = util.ceil_div(spec.dim or d, 16) -- (padded head_dim: products stop at the step holding spec.dim)
+  -- (padded head_dim: products stop at the step holding spec.dim, or v_head_dim when wider)
+  local kd = util.ceil_div(math.max(spec.dim or d, spec.vdim or d), 16)
   local dtiles, nk = 2 * kd, bn // 8
   local dq = {}
   for j = 0, dtiles - 1 do
@@ -411,7 +416,7 @@ function M.build_dq(b, spec, cfg, p, io)
   b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K and V
     load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
-    load_tile(b, spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    load_tile(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
     if cfg.cp_async then
       b:cp_async_commit()
       b:cp_async_wait(0)
