@@ -13,8 +13,8 @@ local M = {}
 M.KEY = { name = "v_head_dim", type = "int", default = "=head_dim", min = 8, max = 512, hide_default = true,
           doc = "V and O head dimension (default: head_dim): a multiple of 8 up to 256, independent of head_dim (MLA: 192 / 128)" }
 
--- Whether the spec's v_head_dim differs from its head_dim.
-function M.differs(spec) return spec.v_head_dim and spec.v_head_dim ~= spec.head_dim end
+-- Whether the spec's v_head_dim differs from its head_dim (the real one, spec.dim, once padded).
+function M.differs(spec) return spec.v_head_dim and spec.v_head_dim ~= (spec.dim or spec.head_dim) end
 
 -- Why the spec's v_head_dim is refused (nil when taken). `family` names what is not built with it.
 function M.check(spec)
