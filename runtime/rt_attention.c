@@ -83,6 +83,8 @@ static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
     rt_attn_mask_words(&a->mask, buf, size);
     size_t n = strlen(buf);
+    if (a->v_head_dim > 0 && a->v_head_dim != a->head_dim) /* (the template refuses what it does not build) */
+        snprintf(buf + n, n < size ? size - n : 0, " v_head_dim=%d", a->v_head_dim), n = strlen(buf);
     if (a->cache.block_table)
         snprintf(buf + n, n < size ? size - n : 0, " paged=true%s", a->cache.k_new ? " append=true" : "");
     const kiln_attention_kvcache *c = &a->cache;

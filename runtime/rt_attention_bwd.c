@@ -58,9 +58,11 @@ static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err)
  * entries on the words alone. */
 static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
     int det = a->deterministic && !strcmp(kernel, "dkdv");
+    char vd[32] = ""; /* v_head_dim, in the canonical place after head_dim, when it differs */
+    if (a->v_head_dim > 0 && a->v_head_dim != a->head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", a->v_head_dim);
     snprintf(buf, size,
-             "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s", kernel,
-             kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
+             "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=auto deterministic=%s", kernel,
+             kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim, vd,
              rt_attn_causal(a->causal), det ? "true" : "false");
     if (!strcmp(kernel, "dkdv") || !strcmp(kernel, "dq")) rt_attn_mask_words(&a->mask, buf, size);
 }

@@ -45,6 +45,7 @@ local paged = require("lib.attn_paged")
 local append = require("lib.attn_append")
 local rotary = require("lib.attn_rotary")
 local f16s = require("lib.attn_f16scaled")
+local vdim = require("lib.attn_vdim")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -53,6 +54,7 @@ local K = {
     { name = "out", type = "dtype", default = "=dtype", doc = "O dtype" },
     { name = "head_dim", type = "int", default = 64, min = 8, max = 512,
       doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
+    vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged); mma; simt: fp32 FMA" },
@@ -177,7 +179,7 @@ local function spec_of(spec)
   if s == spec then return spec end
   s.dim = spec.head_dim
   s.head_dim = padded(spec.head_dim) or spec.head_dim
-  return s
+  return vdim.apply(s) -- (v_head_dim: s.vdim, s.vspec; the width holding both dims)
 end
 
 function K.check(spec)
@@ -188,7 +190,7 @@ function K.check(spec)
   if d > 256 then
     return string.format("head_dim=%d is refused on every target: O alone would need %d f32 registers a thread on the tensor-core path (16 query rows a warp; ptxas allows 255), and the SIMT path's f32 tiles %d bytes of static shared memory (48 KiB); head_dim goes up to 256", d, d // 2, (16 + 16) * (d + 4) * 4 + 16 * 24 * 4)
   end
-  local why = dropout.check(spec)
+  local why = dropout.check(spec) or vdim.check(spec)
   if why then return why end
   spec = spec_of(spec)
   if spec.paged and (spec.varlen or spec.dropout) then
@@ -269,6 +271,9 @@ function K.config(spec, target)
     error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
                         target.sm, spec.dropout and "dropout=true" or spec.varlen and "varlen=true" or "paged=true"))
   end
+  if spec.path == "mma" and mma and f16s.applies(spec, target) and vdim.differs(spec) then
+    error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with v_head_dim != head_dim; use path=auto or simt", target.sm))
+  end
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
   end
@@ -280,7 +285,7 @@ function K.config(spec, target)
     -- grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q / block_m), batch}: the runtime
     -- computes it (rows_per_block = block_m), then launches the combine kernel over the workspace
     cfg.grid_tile = { 1, 1, 1 }
-    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.dim)
+    cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.vdim) -- (O is v_head_dim wide)
   end
   -- kiln's IR pipeline (docs/jit.md), checked variant by variant against default<O3> by the ptxas
   -- matrix; the tiles where it gave more SASS instructions keep default<O3> (measured: head_dim 96
@@ -407,7 +412,7 @@ end
 -- the workspace: ws[split][row][d] then, after splits * rows * d floats, lse[split][row], with
 -- row = (batch * heads_q + head) * seq_q + query. attention_combine merges the splits.
 local function split_store(b, spec, p, G, row, live, store_o, lse2, lead)
-  local d = spec.dim
+  local d = spec.vdim
   local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
   local r = b:select(live, row, 0)
   local idx = (b:i64(b:ctaid("z")) * b:i64(p.heads_q) + b:i64(G.head(r))) * b:i64(p.seq_q) + b:i64(G.sq(r))
@@ -434,7 +439,8 @@ local function load_tile_f32(b, spec, cfg, dst, ld, src, stride, row0, rows, seq
     local ok = b:lt(row0 + r, seq)
     local rr = b:select(ok, row0 + r, 0)
     local at = type(src) == "function" and src(rr) or src + b:i64(rr) * stride
-    local real = spec.dim < d and b:lt(c, spec.dim) -- padded columns read column 0 and become 0
+    local dim = zero_tail and spec.vdim or spec.dim -- (V: v_head_dim's columns)
+    local real = dim < d and b:lt(c, dim) -- padded columns read column 0 and become 0
     local from = at + (real and b:select(real, c, 0) or c)
     local vals = b:load_vec(from, vec, { align = vec * util.dtype_bytes[spec.dtype] })
     if rot then vals = rot.apply(vals, from, c, rr, rot.on(rr, c)) end
@@ -579,7 +585,7 @@ local function build_simt(b, spec, cfg, p)
   -- O = acc / l; lse = (m + log2 l) ln 2. Rows that saw no key: O = 0, lse = +inf.
   -- (padded head_dim: this thread's chunk jj is stored when it lies inside head_dim)
   local function cols(jj, store)
-    if spec.dim < d then b:if_(b:lt((cg + tc * jj) * 4, spec.dim), store) else store() end
+    if spec.vdim < d then b:if_(b:lt((cg + tc * jj) * 4, spec.vdim), store) else store() end
   end
   for i = 0, rm - 1 do
     local row = q0 + rg + tr * i
@@ -676,7 +682,8 @@ end
 -- zero_tail; K rows past seq are masked instead). rot (lib/attn_rotary.lua, or nil): the chunks
 -- it rotates go through registers.
 local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail, rot)
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
+  -- (zero_tail marks V: its real columns are v_head_dim's, lib/attn_vdim.lua)
+  tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     local to = dst + swz(b, spec, cfg, r, c)
     local issue = function()
       if cfg.cp_async then
@@ -707,7 +714,7 @@ end
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
 local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot)
   local staged = {}
-  tile_items(b, spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
+  tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
     if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
@@ -1102,18 +1109,18 @@ local function mma_epilogue(c)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum) - lsh)
         split_store(b, spec, p, G, row, live, function(at)
-          for j = 0, spec.dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
+          for j = 0, spec.vdim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
             b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
           end
         end, lse2, b:eq(t, 0))
       else
         local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
         local vals = {}
-        for j = 0, spec.dim // 8 - 1 do
+        for j = 0, spec.vdim // 8 - 1 do -- (O: v_head_dim wide)
           vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
         end
         b:if_(live, function()
-          for j = 0, spec.dim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+          for j = 0, spec.vdim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum) - lsh) * (1.0 / LOG2E))
@@ -1177,6 +1184,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "o", "out", { "batch", "seq_q", "heads_q", d }, align = al }
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
+  vdim.launch(spec, l)
   return rotary.launch(spec, append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
     cfg.block_n), al))
 end
@@ -1259,6 +1267,15 @@ K.variants = {
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "splitkv=true", "path=mma",
     full = true, sms = { 75 } },
   { "dtype=bf16", { "head_dim=40", "head_dim=80" }, "causal=true", "path=mma", sms = { 75 } },
+  -- v_head_dim (lib/attn_vdim.lua): MLA prefill's qk 192 / v 128 and a few other pairs, split-KV, the
+  -- mask keys, dropout, SIMT forced (the quick suite: sm_75 / 80 / 90)
+  { DT, { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" }, CAUSAL,
+    sms = { 75, 80, 90 }, quick = true },
+  { DT, { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64",
+          "head_dim=40 v_head_dim=24", "head_dim=256 v_head_dim=8" }, CAUSAL, full = true },
+  { DT, "head_dim=192 v_head_dim=128", { "causal=false splitkv=true", "causal=true " .. MASK_KEYS,
+    "causal=true dropout=true", "causal=true splitkv=true " .. MASK_KEYS }, sms = { 75, 80, 90 } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=192 v_head_dim=128", "causal=true path=simt", sms = { 80 } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

@@ -24,6 +24,8 @@ kiln_status kiln_attn_spec_parse(const char *spec, kiln_attn_problem *p, kiln_er
     p->dtype = emu_spec_dtype(&g, "dtype", KILN_F16);
     p->out = emu_spec_dtype(&g, "out", p->dtype);
     p->head_dim = (int)emu_spec_int(&g, "head_dim", 64);
+    p->v_head_dim = (int)emu_spec_int(&g, "v_head_dim", 0);
+    if (p->v_head_dim == p->head_dim) p->v_head_dim = 0;
     const char *causal = emu_spec_get(&g, "causal");
     p->causal = causal && !strcmp(causal, "top_left") ? 2 : emu_spec_bool(&g, "causal", 0);
     p->window = emu_spec_bool(&g, "window", 0);
@@ -51,10 +53,10 @@ void kiln_attn_default_strides(kiln_attn_problem *p) {
     for (int t = 0; t < 4; t++) {
         long long heads = t == 1 || t == 2 ? p->heads_kv : p->heads_q;
         long long seq = t == 1 || t == 2 ? p->seq_k : p->seq_q;
-        long long *s = (long long *)strides_of(p, t);
-        s[2] = p->head_dim;
-        s[1] = heads * p->head_dim;
-        s[0] = seq * heads * p->head_dim;
+        long long *s = (long long *)strides_of(p, t), d = t >= 2 ? kiln_attn_vdim(p) : p->head_dim; /* v, o: v_head_dim */
+        s[2] = d;
+        s[1] = heads * d;
+        s[0] = seq * heads * d;
     }
 }
 
@@ -69,7 +71,7 @@ size_t kiln_attn_elems(const kiln_attn_problem *p, char which) {
     long long heads = t == 1 || t == 2 ? p->heads_kv : p->heads_q;
     long long seq = t == 1 || t == 2 ? p->seq_k : p->seq_q;
     const long long *s = strides_of(p, t);
-    return (size_t)((p->batch - 1) * s[0] + (seq - 1) * s[1] + (heads - 1) * s[2] + p->head_dim);
+    return (size_t)((p->batch - 1) * s[0] + (seq - 1) * s[1] + (heads - 1) * s[2] + (t >= 2 ? kiln_attn_vdim(p) : p->head_dim));
 }
 
 size_t emu_attn_param_bytes(const kiln_attn_problem *p, const kiln_param *param) {
@@ -141,7 +143,7 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
                                 double *o, double *lse, kiln_error *err) {
     kiln_status st = kiln_attn_check_problem(p, err);
     if (st != KILN_OK) return st;
-    int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    int d = p->head_dim, dv = kiln_attn_vdim(p), group = p->heads_q / p->heads_kv;
     double *s = malloc(sizeof *s * (size_t)p->seq_k);
     if (!s) return kiln_fail(err, KILN_ENOMEM, "attention reference: out of memory");
     for (int b = 0; b < p->batch; b++)
@@ -158,16 +160,16 @@ kiln_status kiln_attn_reference(const kiln_attn_problem *p, const void *q, const
                     s[j] = emu_attn_score(p, acc, b, h, i, j, NULL);
                     if (s[j] > m) m = s[j];
                 }
-                for (int c = 0; c < d; c++) o[oo + (size_t)c] = 0;
+                for (int c = 0; c < dv; c++) o[oo + (size_t)c] = 0;
                 for (int j = 0; j < p->seq_k; j++) {
                     if (!visible(p, i, j)) continue;
                     double w = exp(s[j] - m);
                     sum += w;
                     w *= emu_attn_dropout_factor(p, b, h, i, j); /* dropout: the sum keeps every weight */
                     size_t vo = offset(p, 2, b, j, h / group);
-                    for (int c = 0; c < d; c++) o[oo + (size_t)c] += w * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                    for (int c = 0; c < dv; c++) o[oo + (size_t)c] += w * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
                 }
-                for (int c = 0; c < d && sum > 0; c++) o[oo + (size_t)c] /= sum;
+                for (int c = 0; c < dv && sum > 0; c++) o[oo + (size_t)c] /= sum;
                 lse[((size_t)b * (size_t)p->heads_q + (size_t)h) * (size_t)p->seq_q + (size_t)i] =
                     sum > 0 ? m + log(sum) : INFINITY;
             }
@@ -250,7 +252,7 @@ kiln_status kiln_attn_run(kiln_emu_kernel *kern, const kiln_attn_problem *p, voi
 /* ---- split-KV: attention splitkv=true, then attention_combine ---- */
 
 size_t kiln_attn_splitkv_workspace_floats(const kiln_attn_problem *p, int splits) {
-    return (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)(p->head_dim + 1);
+    return (size_t)splits * (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q * (size_t)(kiln_attn_vdim(p) + 1);
 }
 
 kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combine, const kiln_attn_problem *p,
@@ -330,8 +332,9 @@ static row_bounds bounds(const kiln_attn_problem *p, const void *q, const void *
         if (!visible(p, i, j)) continue;
         size_t ko = offset(p, 1, b, j, h / group), vo = offset(p, 2, b, j, h / group);
         double s = 0;
-        for (int c = 0; c < p->head_dim; c++) {
+        for (int c = 0; c < p->head_dim; c++)
             s += fabs(kiln_emu_value_get(p->dtype, q, qo + (size_t)c) * kiln_emu_value_get(p->dtype, k, ko + (size_t)c));
+        for (int c = 0; c < kiln_attn_vdim(p); c++) {
             double x = fabs(kiln_emu_value_get(p->dtype, v, vo + (size_t)c));
             if (x > r.vmax) r.vmax = x;
         }
@@ -356,7 +359,7 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
                 double e = 0x1p-21 + 2 * ds + 0x1p-22 * rb.a + 0x1p-21 * rb.bias;
                 if (p->has_softcap) e += 0x1p-20 * p->softcap;
                 size_t oo = offset(p, 3, b, i, h);
-                for (int c = 0; c < p->head_dim; c++) {
+                for (int c = 0; c < kiln_attn_vdim(p); c++) {
                     double want = ref_o[oo + (size_t)c], got = kiln_emu_value_get(p->out, o, oo + (size_t)c);
                     double rp = p->dropout ? 1.0 / (1.0 - (double)p->dropout_p) : 1;
                     double tol = uo * fabs(want) + (2 * e + up + (p->dropout ? 0x1p-23 : 0)) * rp * rb.vmax * (1 + uo) + 0x1p-126;

@@ -8,7 +8,8 @@
 -- j <= i + seq_k - seq_q) or top-left (causal=top_left), with the forward's window, softcap and
 -- alibi keys (lib/attn_mask.lua; the softcap's gradient through tanh's derivative);
 -- query head h reads kv head h / (heads_q / heads_kv). Workspace in f32:
--- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim].
+-- delta [batch, heads_q, seq_q] and dq_acc [batch, heads_q, seq_q, head_dim]. head_dim: any multiple of 8
+-- up to 256; the builders see it padded to the next tile width (lib/attn_dims.lua), the real one as spec.dim.
 --
 -- The sequence (runtime/rt_attention_bwd.c runs it):
 --   kernel=prep     delta = rowsum(dO * O) in f32; zeroes dq_acc when it is given.
@@ -40,6 +41,8 @@ local mma = require("lib.attn_bwd_mma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
+local dims = require("lib.attn_dims")
+local vdim = require("lib.attn_vdim")
 
 local K = {
   doc = "attention backward (FlashAttention-2): prep (delta), dkdv (+dQ atomics), convert (dQ), dq (deterministic dQ)",
@@ -49,8 +52,9 @@ local K = {
     { name = "dtype", type = "dtype", default = "f16", doc = "Q, K, V dtype" },
     { name = "out", type = "dtype", default = "=dtype", doc = "O and dO dtype" },
     { name = "grad", type = "dtype", default = "=dtype", doc = "dQ, dK, dV dtype" },
-    { name = "head_dim", type = "int", default = 64, values = { 32, 64, 96, 128, 256 },
-      doc = "head dimension" },
+    { name = "head_dim", type = "int", default = 64, min = 8, max = 512,
+      doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
+    vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
       doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
@@ -60,18 +64,30 @@ local K = {
   },
 }
 
+-- The spec as the builders read it: mask keys normalized, head_dim padded to the width that holds
+-- head_dim (spec.dim: Q, K, dQ, dK) and v_head_dim (spec.vdim: V, O, dO, dV; lib/attn_vdim.lua).
+local function bspec(spec)
+  return vdim.apply(dims.spec(mask.spec(spec)))
+end
+
 function K.check(spec)
   local why = dropout.check(spec)
   if why then return why end
   if spec.dropout_mask and spec.window and spec.softcap and spec.alibi and (spec.kernel == "dkdv" or spec.kernel == "dq") then
     return "dropout_mask=true (a test output) with window, softcap and alibi all on needs 41 kernel parameters (kiln's limit is 40): leave one of window, softcap, alibi off"
   end
-  spec = mask.spec(spec)
+  local d = spec.head_dim
+  if d > 256 and d % 8 == 0 then
+    return string.format("head_dim=%d is refused on every target: the forward refuses it (O alone would need %d f32 registers a thread on the tensor-core path), so no forward gives this backward its O and lse; head_dim goes up to 256", d, d // 2)
+  end
+  local bad = dims.check(d) or vdim.check(spec)
+  if bad then return bad end
+  spec = bspec(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
   if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
-    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others run on path=simt)"
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others, head_dim 136-256 among them, run on path=simt)"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then
     return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
@@ -89,7 +105,7 @@ local function stride_params(params, names)
 end
 
 function K.config(spec, target)
-  spec = mask.spec(spec)
+  spec = bspec(spec)
   local es = math.max(util.dtype_bytes[spec.dtype], util.dtype_bytes[spec.out])
   if spec.kernel == "prep" or spec.kernel == "convert" then
     local rows = (ROW_THREADS // 32) * ROWS_PER_WARP
@@ -146,6 +162,14 @@ local function base(b, p, t, bi, h)
   return p[t] + b:i64(bi) * p["stride_" .. t .. "b"] + b:i64(h) * p["stride_" .. t .. "h"]
 end
 
+-- Calls fn(col) for this lane's column lane + 32c of a head_dim row when it is inside spec.dim
+-- (a padded head_dim, lib/attn_dims.lua: the columns past it are neither read nor stored).
+local function lane_cols(b, spec, lane, c, fn)
+  local grp = dims.group(spec, c)
+  if grp == "all" then fn(lane + 32 * c)
+  elseif grp == "some" then b:if_(b:lt(lane + 32 * c, spec.dim), function() fn(lane + 32 * c) end) end
+end
+
 -- ---- prep: delta = rowsum(dO * O); dq_acc rows zeroed ----
 local function build_prep(b, spec, cfg)
   local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params({
@@ -153,7 +177,8 @@ local function build_prep(b, spec, cfg)
     { "o", "ptr", spec.out, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" },
   }, { "o", "dout" })) }, cfg.rows_per_block)
-  local d = spec.head_dim
+  local d = spec.vdim -- (O and dO: v_head_dim wide, no padding here)
+  local dq_d = spec.dim -- (dq_acc rows: head_dim)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local bi, h = b:ctaid("z"), b:ctaid("y")
@@ -165,16 +190,21 @@ local function build_prep(b, spec, cfg)
     local live = b:lt(row, p.seq_q)
     local rr = b:i64(b:select(live, row, 0))
     local sum = b:f32(0.0)
-    for c = 0, d // 32 - 1 do
+    for c = 0, util.ceil_div(d, 32) - 1 do
       local col = lane + 32 * c
-      local ov = b:to_f32(b:load(ob + rr * p.stride_os + col))
-      local dv = b:to_f32(b:load(dob + rr * p.stride_douts + col))
-      sum = b:fma(ov, dv, sum)
+      -- (a head_dim that is not a multiple of 32: lanes past it read column 0 and add 0)
+      local real = dims.group(spec.vspec, c) == "some" and b:lt(col, d) or nil
+      local at = real and b:select(real, col, 0) or col
+      local ov = b:to_f32(b:load(ob + rr * p.stride_os + at))
+      local dv = b:to_f32(b:load(dob + rr * p.stride_douts + at))
+      sum = b:fma(ov, real and b:select(real, dv, 0.0) or dv, sum)
     end
     sum = b:warp_sum(sum, 32)
     b:if_(b:and_(live, b:eq(lane, 0)), function() b:store(p.delta + ri + rr, sum) end)
     b:if_(b:and_(live, zero_acc), function()
-      for c = 0, d // 32 - 1 do b:store(p.dq_acc + (ri + rr) * d + (lane + 32 * c), 0.0) end
+      for c = 0, util.ceil_div(dq_d, 32) - 1 do
+        lane_cols(b, spec, lane, c, function(col) b:store(p.dq_acc + (ri + rr) * dq_d + col, 0.0) end)
+      end
     end)
   end
 end
@@ -185,7 +215,7 @@ local function build_convert(b, spec, cfg)
     { "dq", "ptr", spec.grad }, { "dq_acc", "ptr", "f32", readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" }, { "scale", "f32" },
   }, { "dq" })) }, cfg.rows_per_block)
-  local d = spec.head_dim
+  local d = spec.dim -- (the real head_dim: prep and convert need no padding)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local bi, h = b:ctaid("z"), b:ctaid("y")
@@ -195,10 +225,11 @@ local function build_convert(b, spec, cfg)
     local row = b:ctaid("x") * cfg.rows_per_block + warp * ROWS_PER_WARP + r
     b:if_(b:lt(row, p.seq_q), function()
       local rr = b:i64(row)
-      for c = 0, d // 32 - 1 do
-        local col = lane + 32 * c
-        local v = b:load(p.dq_acc + (ri + rr) * d + col) * p.scale
-        b:store(qb + rr * p.stride_dqs + col, b:from_f32(v, spec.grad))
+      for c = 0, util.ceil_div(d, 32) - 1 do
+        lane_cols(b, spec, lane, c, function(col)
+          local v = b:load(p.dq_acc + (ri + rr) * d + col) * p.scale
+          b:store(qb + rr * p.stride_dqs + col, b:from_f32(v, spec.grad))
+        end)
       end
     end)
   end
@@ -218,14 +249,15 @@ end
 
 -- Stores a (rows x d) accumulator block, times `mul`, rounded to `grad`, into rows row0 + r
 -- of the slice at dst (row stride `stride`); rows at or past `seq` are skipped.
-local function store_acc(b, spec, acc, rows, dst, stride, row0, seq, mul)
+local function store_acc(b, spec, acc, rows, dst, stride, row0, seq, mul) -- (spec.dim: the columns stored)
   for r = 0, rows // 4 - 1 do
     local i, _ = simt.acc_pos(b, r, 0)
     local row = row0 + i
     b:if_(b:lt(row, seq), function()
       for c = 0, spec.head_dim // 32 - 1 do
-        local _, col = simt.acc_pos(b, r, c)
-        b:store(dst + b:i64(row) * stride + col, b:from_f32(acc[r][c]:get() * mul, spec.grad))
+        lane_cols(b, spec, b:tid() & 31, c, function(col)
+          b:store(dst + b:i64(row) * stride + col, b:from_f32(acc[r][c]:get() * mul, spec.grad))
+        end)
       end
     end)
   end
@@ -251,7 +283,7 @@ local function build_dkdv(b, spec, cfg)
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * bn
   simt.load_tile(b, cfg, spec.dtype, d, sh.ks, base(b, p, "k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
-  simt.load_tile(b, cfg, spec.dtype, d, sh.vs, base(b, p, "v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  simt.load_tile(b, cfg, spec.dtype, d, sh.vs, base(b, p, "v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, spec.vdim)
   local dk, dv = simt.acc(b, bn, d), simt.acc(b, bn, d)
   -- Causal: query rows below k0 - shift see none of these keys (window: nor rows past the window).
   local q_start, q_end = 0, p.seq_q
@@ -266,7 +298,7 @@ local function build_dkdv(b, spec, cfg)
     b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile's products are done with Q, dO, P, dS
       simt.load_tile(b, cfg, spec.dtype, d, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
-      simt.load_tile(b, cfg, spec.out, d, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      simt.load_tile(b, cfg, spec.out, d, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, spec.vdim)
       b:barrier()
       simt.scores(b, cfg, d, sh, p, {
         q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
@@ -284,9 +316,10 @@ local function build_dkdv(b, spec, cfg)
           local i = simt.acc_pos(b, r, 0)
           local row = q0 + i
           b:if_(b:lt(row, p.seq_q), function()
-            for c = 0, d // 32 - 1 do
-              local _, col = simt.acc_pos(b, r, c)
-              b:atomic_add(p.dq_acc + (ri + b:i64(row)) * d + col, dq[r][c]:get())
+            for c = 0, d // 32 - 1 do -- (dq_acc rows are spec.dim wide)
+              lane_cols(b, spec, b:tid() & 31, c, function(col)
+                b:atomic_add(p.dq_acc + (ri + b:i64(row)) * spec.dim + col, dq[r][c]:get())
+              end)
             end
           end)
         end
@@ -294,7 +327,7 @@ local function build_dkdv(b, spec, cfg)
     end)
   end)
   store_acc(b, spec, dk, bn, base(b, p, "dk", bi, hkv), p.stride_dks, k0, p.seq_k, p.scale)
-  store_acc(b, spec, dv, bn, base(b, p, "dv", bi, hkv), p.stride_dvs, k0, p.seq_k, 1.0)
+  store_acc(b, spec.vspec, dv, bn, base(b, p, "dv", bi, hkv), p.stride_dvs, k0, p.seq_k, 1.0) -- (dV: v_head_dim)
 end
 
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
@@ -319,7 +352,7 @@ local function build_dq(b, spec, cfg)
   local q0 = b:ctaid("x") * bm
   local ri = row_index(b, p, bi, h)
   simt.load_tile(b, cfg, spec.dtype, d, sh.qs, base(b, p, "q", bi, h), p.stride_qs, q0, bm, p.seq_q)
-  simt.load_tile(b, cfg, spec.out, d, sh.dos, base(b, p, "dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  simt.load_tile(b, cfg, spec.out, d, sh.dos, base(b, p, "dout", bi, h), p.stride_douts, q0, bm, p.seq_q, spec.vdim)
   local kv_lo, kv_end = 0, p.seq_k
   local hooks = mask_hooks(b, spec, p)
   if hooks then -- from the first row's window start to the last row's bound
@@ -335,7 +368,7 @@ local function build_dq(b, spec, cfg)
   b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K, V, dS
     simt.load_tile(b, cfg, spec.dtype, d, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
-    simt.load_tile(b, cfg, spec.dtype, d, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    simt.load_tile(b, cfg, spec.dtype, d, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, spec.vdim)
     b:barrier()
     simt.scores(b, cfg, d, sh, p, {
       q0 = q0, k0 = k0, lse = p.lse + ri, delta = p.delta + ri,
@@ -351,7 +384,7 @@ local function build_dq(b, spec, cfg)
 end
 
 function K.build(b, spec, cfg)
-  spec = mask.spec(spec)
+  spec = bspec(spec)
   local builders = { prep = build_prep, convert = build_convert, dkdv = build_dkdv, dq = build_dq }
   builders[spec.kernel](b, spec, cfg)
   if cfg.max_registers then b:max_registers(cfg.max_registers) end
@@ -361,8 +394,8 @@ end
 -- deterministic) belongs to the sequence, declared by dkdv, which runs after prep and before
 -- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward
 local function seq_spec(spec, kernel, det)
-  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s%s",
-                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, tostring(spec.causal), tostring(det),
+  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=auto deterministic=%s%s",
+                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, vdim.words(spec), tostring(spec.causal), tostring(det),
                        (kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "") .. varlen.words(spec))
 end
 
@@ -371,7 +404,10 @@ function K.launch(spec, cfg)
   local q, kv = { "batch", "seq_q", "heads_q", d }, { "batch", "seq_k", "heads_kv", d }
   local rows = { "batch", "heads_q", "seq_q" }
   local acc = { string.format("batch*heads_q*seq_q*%d", d) }
-  local shape = { q = q, k = kv, v = kv, o = q, dout = q, dq = q, dk = kv, dv = kv }
+  -- (v_head_dim: V, dV, O, dO are dv wide)
+  local dvd = vdim.differs(spec) and spec.v_head_dim or d
+  local qv, kvv = { "batch", "seq_q", "heads_q", dvd }, { "batch", "seq_k", "heads_kv", dvd }
+  local shape = { q = q, k = kv, v = kvv, o = qv, dout = qv, dq = q, dk = kv, dv = kvv }
   local role = { dq = "out", dk = "out", dv = "out" }
   local t, strides = {}, {}
   local function tensor(n)
@@ -463,6 +499,34 @@ K.variants = {
   { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", "varlen=true", full = true },
   { "kernel=dkdv", HALF, "head_dim=64", "causal=true path=simt", "varlen=true", quick = true, sms = { 80 } },
 }
+-- head dims between the tile widths (lib/attn_dims.lua: padded to the next width): every kernel, the
+-- mask keys, dropout, varlen (the quick suite: 8, 40, 80, 200 on sm_75 / 80 / 90; the full matrix
+-- also 24, 136, 248 on every SM)
+local ODD = util.axis("head_dim", { 8, 40, 80, 200 })
+local ODD_ALL = util.axis("head_dim", { 8, 24, 40, 80, 136, 200, 248 })
+local KERNELS3 = { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }
+for _, row in ipairs({
+  { KERNELS3, DT, ODD, "causal=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=prep", "kernel=convert" }, DT, ODD, quick = true, sms = { 80 } },
+  { KERNELS3, DT, ODD, "causal=true", MASK_KEYS, quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, ODD, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { "kernel=dkdv", DT, ODD, "causal=true", "varlen=true", quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, { "head_dim=40", "head_dim=80" }, "causal=true path=simt", quick = true, sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT, ODD_ALL,
+    { "causal=false", "causal=true" }, full = true },
+  { KERNELS3, DT, ODD_ALL, { "causal=true", "causal=top_left" }, MASK_KEYS, full = true },
+  { KERNELS3, DT, ODD_ALL, "causal=true", { "dropout=true", MASK_KEYS .. " dropout=true" }, full = true },
+  { KERNELS3, DT, ODD_ALL, "causal=true", { "varlen=true", MASK_KEYS .. " varlen=true" }, full = true },
+  -- v_head_dim (lib/attn_vdim.lua): MLA's 192 / 128 and pairs either way, the mask keys, dropout
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
+    { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" }, "causal=true",
+    quick = true, sms = { 75, 80, 90 } },
+  { { "kernel=dkdv", "kernel=dq" }, DT, { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" },
+    "causal=true", { MASK_KEYS, "dropout=true" }, quick = true, sms = { 80 } },
+  { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
+    { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64", "head_dim=40 v_head_dim=24" },
+    { "causal=false", "causal=true", "causal=true " .. MASK_KEYS, "causal=true dropout=true" }, full = true },
+}) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

@@ -44,7 +44,7 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                                     double *tol_dq, double *tol_dk, double *tol_dv, kiln_error *err) {
     kiln_status st = kiln_attn_check_problem(p, err);
     if (st != KILN_OK) return st;
-    const int d = p->head_dim, group = p->heads_q / p->heads_kv;
+    const int d = p->head_dim, dvd = kiln_attn_vdim(p), group = p->heads_q / p->heads_kv; /* dvd: V, O, dO, dV */
     const double scale = kiln_attn_scale(p), u32 = 0x1p-24, up = unit_roundoff(p_dtype), uo = unit_roundoff(p->out);
     const double dots = p_dtype == KILN_F32 ? 1 : 2;
     /* rounding P and dS to p_dtype: relative up, or half the subnormal spacing below the normal range */
@@ -53,7 +53,7 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
     double *sq = calloc(nq, sizeof *sq), *sk = calloc(nk, sizeof *sk), *sv = calloc(nv, sizeof *sv);
     row_work w = {malloc(sizeof(double) * (size_t)p->seq_k), malloc(sizeof(double) * (size_t)p->seq_k),
                   malloc(sizeof(double) * (size_t)p->seq_k)};
-    double *o = malloc(sizeof(double) * (size_t)d);
+    double *o = malloc(sizeof(double) * (size_t)dvd);
     if (!sq || !sk || !sv || !w.s || !w.pr || !w.dx || !o) {
         st = kiln_fail(err, KILN_ENOMEM, "attention backward reference: out of memory");
         goto done;
@@ -87,27 +87,27 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                 for (int j = 0; j < p->seq_k; j++) sum += visible(p, i, j) ? exp(w.s[j] - m) : 0;
                 if (sum == 0) continue; /* no visible key: every gradient of this row is 0 */
                 double lse = m + log(sum);
-                for (int c = 0; c < d; c++) o[c] = 0;
+                for (int c = 0; c < dvd; c++) o[c] = 0;
                 for (int j = 0; j < p->seq_k; j++) {
                     w.pr[j] = visible(p, i, j) ? exp(w.s[j] - lse) : 0;
                     size_t vo = at(p->stride_v, b, j, hk);
                     double z = emu_attn_dropout_factor(p, b, h, i, j); /* dropout: 1 / (1 - p) kept, 0 dropped */
-                    for (int c = 0; c < d && w.pr[j] > 0; c++) o[c] += w.pr[j] * z * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
+                    for (int c = 0; c < dvd && w.pr[j] > 0; c++) o[c] += w.pr[j] * z * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
                 }
                 double D = 0, dmag = 0;
-                for (int c = 0; c < d; c++) {
+                for (int c = 0; c < dvd; c++) {
                     double x = kiln_emu_value_get(p->out, dout, oo + (size_t)c) * o[c];
                     D += x;
                     dmag += fabs(x);
                 }
                 double ep = 0x1p-21 + 2 * dots * (d + 8) * u32 * amax + 8 * u32 * (amax + fabs(lse)) + (0x1p-21 + 8 * u32) * bmax;
                 if (p->has_softcap) ep += 0x1p-20 * p->softcap;
-                double eD = ((d + 8) * u32 + uo) * dmag;
+                double eD = ((dvd + 8) * u32 + uo) * dmag;
                 for (int j = 0; j < p->seq_k; j++) {
                     if (w.pr[j] == 0) continue;
                     size_t ko = at(p->stride_k, b, j, hk), vo = at(p->stride_v, b, j, hk);
                     double dp = 0, dpmag = 0;
-                    for (int c = 0; c < d; c++) {
+                    for (int c = 0; c < dvd; c++) {
                         double x = kiln_emu_value_get(p->out, dout, oo + (size_t)c) * kiln_emu_value_get(p->dtype, v, vo + (size_t)c);
                         dp += x;
                         dpmag += fabs(x);
@@ -115,19 +115,21 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
                     /* dropout (FlashAttention-2): dV takes P Z, dS = P (dP Z - D) with Z = keep / (1 - p) */
                     double z = emu_attn_dropout_factor(p, b, h, i, j);
                     double P = w.pr[j], dS = P * (dp * z - D);
-                    double E = ep * P * fabs(dp * z - D) + P * (z * dots * (d + 8) * u32 * dpmag + eD);
+                    double E = ep * P * fabs(dp * z - D) + P * (z * dots * (dvd + 8) * u32 * dpmag + eD);
                     if (p->has_softcap) { /* through the softcap: c = dx / (scale dqk) */
                         double c = w.dx[j] / scale;
                         E = c * E + 0x1p-20 * fabs(dS);
                         dS *= c;
                     }
-                    for (int c = 0; c < d; c++) {
+                    for (int c = 0; c < dvd; c++) {
                         double dov = kiln_emu_value_get(p->out, dout, oo + (size_t)c);
-                        double qv = Q(i, c), kv = kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
                         dv[vo + (size_t)c] += P * z * dov;
+                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P * z + fp) * fabs(dov);
+                    }
+                    for (int c = 0; c < d; c++) {
+                        double qv = Q(i, c), kv = kiln_emu_value_get(p->dtype, k, ko + (size_t)c);
                         dk[ko + (size_t)c] += scale * dS * qv;
                         dq[qo + (size_t)c] += scale * dS * kv;
-                        sv[vo + (size_t)c] += ((ep + up + nsum_k * u32) * P * z + fp) * fabs(dov);
                         sk[ko + (size_t)c] += scale * (E + (up + nsum_k * u32) * fabs(dS) + fp) * fabs(qv);
                         sq[qo + (size_t)c] += scale * (E + (up + nsum_q * u32) * fabs(dS) + fp) * fabs(kv);
                     }
@@ -153,6 +155,15 @@ static long compare_grad(kiln_case_output *o, kiln_dtype grad, const void *got, 
         bad += kiln_check_value(o, kiln_emu_value_get(grad, got, i), ref[i], t, ref[i], 0, "%s%selement %zu", name,
                                 *name ? " " : "", i);
     }
+    return bad;
+}
+
+long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                           double *worst, double *max_abs, char *first, size_t first_size) {
+    kiln_case_output o = {.worst = *worst, .max_abs = *max_abs};
+    long bad = compare_grad(&o, grad, got, ref, tol, n, "");
+    *worst = o.worst, *max_abs = o.max_abs;
+    if (bad && first && first_size) snprintf(first, first_size, "%s", o.first);
     return bad;
 }
 

@@ -35,6 +35,39 @@ expect "run every mask key, top_left, seq_q != seq_k" 0 "PASS: every gradient wi
 expect "run deterministic with window and softcap, GQA" 0 "PASS" -- \
     run attention_bwd dtype=bf16 head_dim=32 causal=true window=true softcap=true deterministic=true --sm 80 --rows 20 \
     --seq-k 30 --window 5,3 --softcap 10 --heads 2:1
+# head dims between the tile widths (lib/attn_dims.lua: the next width's tiles, columns past head_dim zero)
+expect "run head_dim 80 (Phi-2) bf16 sm_80 causal GQA, twice" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=bf16 head_dim=80 causal=true --sm 80 --rows 70 --seq-k 70 --heads 4:2 --twice
+expect "run head_dim 40 f16 sm_75 (m16n8k8) deterministic" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=40 causal=true deterministic=true --sm 75 --rows 33 --seq-k 40
+expect "run head_dim 200 bf16 sm_90 (SIMT) every mask key" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=200 causal=true window=true softcap=true alibi=true --sm 90 --rows 20 \
+    --seq-k 30 --window 9,0 --softcap 10 --alibi
+expect "run head_dim 8 f32 sm_80" 0 "PASS" -- run attention_bwd dtype=f32 head_dim=8 --sm 80 --rows 19 --seq-k 23 --batch 2
+expect "run head_dim 40 bf16 sm_80 dropout" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=40 causal=true dropout=true --sm 80 --rows 30 --seq-k 35 --dropout 0.25 --heads 2:1
+expect "run head_dim 200 f16 sm_80 dropout deterministic" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=200 causal=true dropout=true deterministic=true --sm 80 --rows 20 --dropout 0.3
+expect "run head_dim 80 bf16 sm_80 varlen" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=80 causal=true varlen=true --sm 80 --varlen 0,17,40 --varlen-k 5,0,44 --heads 2:1
+expect "run head_dim 24 f16 sm_75 varlen deterministic" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=24 varlen=true deterministic=true --sm 75 --varlen 9,30 --heads 2:2
+# v_head_dim (lib/attn_vdim.lua): dV and dO at V's head dim, dQ and dK at head_dim (MLA: 192 / 128)
+expect "run v_head_dim 128, head_dim 192 bf16 sm_80 (SIMT: 256 wide) causal GQA" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=bf16 head_dim=192 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1
+expect "run v_head_dim 128 > head_dim 64 f16 sm_80 (mma), twice" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=64 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1 --twice
+expect "run v_head_dim 64 < head_dim 128 f16 sm_75 (m16n8k8) deterministic" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=128 v_head_dim=64 causal=true deterministic=true --sm 75 --rows 40 --seq-k 50
+expect "run v_head_dim 128 > head_dim 64 f32 (SIMT)" 0 "PASS" -- \
+    run attention_bwd dtype=f32 head_dim=64 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 2:1
+expect "run v_head_dim 24, head_dim 40 bf16 sm_90 deterministic, every mask key" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=40 v_head_dim=24 causal=true window=true softcap=true alibi=true \
+    deterministic=true --sm 90 --rows 30 --seq-k 40 --window 9,0 --softcap 10 --alibi
+expect "run v_head_dim 128, head_dim 192 dropout" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=192 v_head_dim=128 causal=true dropout=true --sm 80 --rows 20 --dropout 0.3
+expect "emit: the sequence carries v_head_dim" 0 "before attention_bwd kernel=prep dtype=f16 out=f16 grad=f16 head_dim=192 v_head_dim=128" -- \
+    emit attention_bwd head_dim=192 v_head_dim=128 --sm 80
 expect "emit: the dq step of a deterministic sequence has the keys" 0 \
     "kiln.meta after attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 causal=top_left path=auto deterministic=false window=true softcap=true" -- \
     emit attention_bwd causal=top_left window=true softcap=true deterministic=true --sm 80
@@ -47,7 +80,11 @@ expect "path=mma for bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" --
 expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only" -- \
     emit attention_bwd kernel=prep deterministic=true --sm 80
 expect "bad kernel" 2 "valid: dkdv, prep, convert, dq" -- emit attention_bwd kernel=fwd --sm 80
-expect "bad head_dim" 2 "valid: 32, 64, 96, 128, 256" -- run attention_bwd head_dim=48 --sm 80 --rows 4
+expect "bad head_dim" 2 "head_dim=44: must be a multiple of 8 from 8 to 256" -- run attention_bwd head_dim=44 --sm 80 --rows 4
+expect "head_dim 512 refused naming why" 2 "head_dim=512 is refused on every target: the forward refuses it" -- \
+    emit attention_bwd head_dim=512 --sm 90
+expect "path=mma past head_dim 128 (136 pads to 256)" 2 "head_dim 136-256 among them, run on path=simt" -- \
+    emit attention_bwd dtype=f16 head_dim=136 path=mma --sm 80
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention_bwd --sm 80 --rows 4 --heads 3:2
 # kiln run checks the sequence a kernel's launch description declares: dkdv's (prep, dkdv, convert/dq)
 expect "run a single backward step is refused" 2 "kiln run checks dq, dk and dv of the whole sequence" -- \

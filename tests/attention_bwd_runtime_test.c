@@ -156,8 +156,19 @@ static void test_edges_and_errors(void) {
     a.heads_kv = 3;
     CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "multiple"), "heads: %s", e.msg);
     a = gqa_args();
+    a.head_dim = 44; /* any multiple of 8 up to 256 is taken (padded tiles); 44 is not one */
+    CHECK(kiln_attention_backward(rt, &a, &e) != KILN_OK && strstr(e.msg, "head_dim=44: must be a multiple of 8"),
+          "head_dim 44: %s", e.msg);
+    a = gqa_args();
     a.head_dim = 80;
-    CHECK(kiln_attention_backward(rt, &a, &e) != KILN_OK && strstr(e.msg, "head_dim"), "head_dim 80: %s", e.msg);
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK, "head_dim 80 (Phi-2) launches: %s", e.msg);
+    a = gqa_args();
+    a.head_dim = 192, a.v_head_dim = 128; /* MLA: every kernel of the sequence names v_head_dim */
+    kiln_kernel *vk[3] = {NULL, NULL, NULL};
+    CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK && kiln_attention_backward_pick(rt, &a, vk, &e) == KILN_OK &&
+              strstr(kiln_kernel_get_meta(vk[0])->spec, "head_dim=192 v_head_dim=128") &&
+              strstr(kiln_kernel_get_meta(vk[1])->spec, "head_dim=192 v_head_dim=128") &&
+              strstr(kiln_kernel_get_meta(vk[2])->spec, "head_dim=192 v_head_dim=128"), "v_head_dim: %s", e.msg);
     a = gqa_args();
     a.seq_q = -1;
     CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "seq_q"), "%s", e.msg);

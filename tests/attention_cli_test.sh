@@ -115,4 +115,30 @@ grep -q "^// kiln.meta scalar window_left -1$" "$tmp/out" && grep -q "^// kiln.m
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention --sm 80 --rows 4 --heads 3:2
 expect "run bad --seq-k" 2 "bad --seq-k" -- run attention --sm 80 --rows 4 --seq-k 0
 
+# v_head_dim (lib/attn_vdim.lua): V and O at their own head dim; MLA prefill's qk 192 / v 128 on every path
+P="PASS: every output within tolerance"
+expect "run v_head_dim 128, head_dim 192 (MLA) bf16 sm_80 causal GQA, twice" 0 "$P" -- run attention dtype=bf16 \
+    head_dim=192 v_head_dim=128 causal=true --sm 80 --rows 40 --seq-k 50 --heads 4:1 --twice
+expect "run v_head_dim 128, head_dim 192 f16 sm_75 (m16n8k8)" 0 "$P" -- run attention dtype=f16 head_dim=192 \
+    v_head_dim=128 causal=true --sm 75 --rows 33 --seq-k 40
+expect "run v_head_dim 128, head_dim 192 f32 (SIMT)" 0 "$P" -- run attention dtype=f32 head_dim=192 v_head_dim=128 \
+    --sm 90 --rows 20 --seq-k 30 --batch 2
+expect "run v_head_dim 128 > head_dim 64 bf16 sm_75 (SIMT)" 0 "$P" -- run attention dtype=bf16 head_dim=64 \
+    v_head_dim=128 causal=true --sm 75 --rows 20 --seq-k 25
+expect "run v_head_dim 24, head_dim 40 every mask key" 0 "$P" -- run attention dtype=f16 head_dim=40 v_head_dim=24 \
+    causal=true window=true softcap=true alibi=true --sm 80 --rows 40 --seq-k 50 --window 10,0 --softcap 20 --alibi
+expect "run v_head_dim 128, head_dim 192 split-KV (combine at v width)" 0 "$P" -- run attention dtype=bf16 head_dim=192 \
+    v_head_dim=128 splitkv=true --sm 80 --rows 2 --seq-k 300 --heads 4:1 --splits 3
+expect "run v_head_dim 128, head_dim 192 dropout" 0 "$P" -- run attention dtype=bf16 head_dim=192 v_head_dim=128 \
+    causal=true dropout=true --sm 90 --rows 30 --dropout 0.2
+expect "emit: v_head_dim equal to head_dim is left out of the canonical spec" 0 \
+    "kiln.meta spec attention dtype=f16 out=f16 head_dim=64 causal=false path=auto" -- emit attention head_dim=64 v_head_dim=64 --sm 80
+expect "emit: the split-KV combine runs at v_head_dim" 0 "then attention_combine out=bf16 head_dim=128" -- \
+    emit attention dtype=bf16 head_dim=192 v_head_dim=128 splitkv=true --sm 80
+expect "v_head_dim not a multiple of 8" 2 "v_head_dim=44: must be a multiple of 8 from 8 to 256" -- \
+    emit attention head_dim=192 v_head_dim=44 --sm 80
+expect "v_head_dim with varlen" 2 "with varlen=true is not built" -- emit attention head_dim=192 v_head_dim=128 varlen=true --sm 80
+expect "v_head_dim on the f16-scaled bf16 path" 2 "not built with v_head_dim != head_dim" -- \
+    emit attention dtype=bf16 head_dim=64 v_head_dim=32 path=mma --sm 75
+
 finish "attention cli"

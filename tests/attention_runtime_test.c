@@ -102,6 +102,19 @@ static void test_strides_and_errors(void) {
         CHECK(param(&l, m, "stride_qs") == 128 && param(&l, m, "stride_qh") == 1000ull * 128 && scale == 0.5f,
               "given strides and scale passed through");
     }
+    /* v_head_dim (MLA: qk 192, v 128): the kernel's spec names it; O's default strides are v_head_dim wide */
+    a = gqa_args();
+    a.head_dim = 192, a.v_head_dim = 128;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && kiln_attention_pick(rt, &a, &k, &e) == KILN_OK &&
+              strstr(kiln_kernel_get_meta(k)->spec, "head_dim=192 v_head_dim=128"), "v_head_dim: %s", e.msg);
+    m = k ? kiln_kernel_get_meta(k) : NULL;
+    if (m && fake.last_launch(&l))
+        CHECK(param(&l, m, "stride_os") == 8ull * 128 && param(&l, m, "stride_qs") == 8ull * 192, "v_head_dim strides");
+    a.v_head_dim = 192; /* equal to head_dim: the plain spec */
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && !strstr(kiln_kernel_get_meta(k)->spec, "v_head_dim"), "v = qk");
+    a = gqa_args();
+    a.out_dtype = KILN_F32;
+    memcpy(a.stride_q, qs, sizeof qs);
     a.q += 8; /* bf16: 4 elements off, not 16-byte aligned */
     CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "q (0x") && strstr(e.msg, "aligned"),
           "misaligned q: %s", e.msg);

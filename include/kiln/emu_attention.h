@@ -31,7 +31,13 @@ typedef struct kiln_attn_problem {
     int dropout;
     float dropout_p;
     unsigned long long dropout_seed, dropout_offset;
+    /* V's and O's head dim (spec key v_head_dim, set by kiln_attn_spec_parse); 0: head_dim (dO, dV follow
+     * O and V). kiln_attn_vdim gives the width in use. */
+    int v_head_dim;
 } kiln_attn_problem;
+
+/* V's and O's head dim: p->v_head_dim, or head_dim when it is 0. */
+static inline int kiln_attn_vdim(const kiln_attn_problem *p) { return p->v_head_dim > 0 ? p->v_head_dim : p->head_dim; }
 
 /* Reads dtype, out, head_dim, causal and the window/softcap/alibi keys (window=true sets both sides
  * to -1, unbounded; softcap and the slopes stay for the caller) from an attention spec (canonical or not; the rest of p
@@ -89,6 +95,13 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
 kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k,
                                     const void *v, const void *dout, double *dq, double *dk, double *dv,
                                     double *tol_dq, double *tol_dk, double *tol_dv, kiln_error *err);
+
+/* Compares n gradient values of dtype grad (got) with the reference and its tolerances as the registry's
+ * checker does (the rounding to grad, a factor 2 for second-order terms; a non-finite value fails): returns
+ * the number of bad elements, raises *worst (error / tolerance) and *max_abs, and describes the first bad
+ * one in first (may be NULL). For tests that lay out their own buffers (attention_bwd_dims_emu_test). */
+long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
+                           double *worst, double *max_abs, char *first, size_t first_size);
 
 /* Buffers of one backward launch sequence (host memory standing in for device memory). */
 typedef struct kiln_attn_bwd_buffers {

@@ -361,6 +361,8 @@ typedef struct kiln_attention_args {
     void *stream;
     kiln_attention_mask mask;
     kiln_attention_kvcache cache; /* paged KV cache; zero: none */
+    int v_head_dim; /* V's and O's head dim (spec key v_head_dim; MLA prefill: head_dim 192, v_head_dim 128);
+                       0: head_dim. v and o are [.., v_head_dim], the split-KV workspace (v_head_dim + 1) floats a row */
 } kiln_attention_args;
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
@@ -412,6 +414,7 @@ typedef struct kiln_attention_bwd_args {
         stride_dv[3];
     void *stream;
     kiln_attention_mask mask;
+    int v_head_dim; /* V's, O's, dO's and dV's head dim (as kiln_attention_args.v_head_dim); 0: head_dim */
 } kiln_attention_bwd_args;
 size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);

@@ -294,6 +294,7 @@ class AttentionArgs(ctypes.Structure):
         + [("scale", ctypes.c_float)]
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask), ("cache", AttentionKvCache)]
+        + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
     )
 
 
@@ -330,6 +331,7 @@ class AttentionBwdArgs(ctypes.Structure):
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o", "stride_dout",
                                              "stride_dq", "stride_dk", "stride_dv")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
+        + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
     )
 
 

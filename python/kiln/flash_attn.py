@@ -170,12 +170,6 @@ def _check_heads(fn, q, k, v, qn="q", kn="k", vn="v"):
         _fail(fn, "the number of heads in %s (%d) must be a multiple of that in %s (%d)" % (qn, hq, kn, hkv))
 
 
-def _check_grad(fn, d, ts):
-    if d not in kt.BACKWARD_HEAD_DIMS and torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-        _fail(fn, "headdim %d has kiln's forward but not its backward yet; the backward takes %s (or run under "
-                  "torch.no_grad())" % (d, ", ".join(map(str, kt.BACKWARD_HEAD_DIMS))))
-
-
 def _is_int(x):
     return isinstance(x, int) and not isinstance(x, bool)
 
@@ -229,7 +223,6 @@ def _dense(fn, q, k, v, opts, deterministic):
     """out, lse of the dense op for checked [batch, seqlen, nheads, headdim] tensors."""
     if not isinstance(deterministic, bool):
         _fail(fn, "deterministic=%r; valid: True, False" % (deterministic,))
-    _check_grad(fn, q.shape[-1], (q, k, v))
     scale, causal, wl, wr, cap, slopes, p = opts
     seed, offset = kt._dropout_seed(q) if p > 0 else (0, 0)
     return _flash_attention(q, k, v, slopes, causal, wl, wr, cap, scale, deterministic, p, seed, offset)
@@ -367,7 +360,6 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     seed = kt._dropout_seed(q)[0] if p > 0 else 0
     if slopes is not None and slopes.dim() == 2 and slopes.shape[0] != batch:
         _fail(fn, "alibi_slopes has %d rows for %d sequences" % (slopes.shape[0], batch))
-    _check_grad(fn, q.shape[-1], (q, k, v))
     if table is None and p == 0:  # kiln's varlen kernels; dropout and paged varlen are not built there (composite)
         return _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, bq[-1], bk[-1], max_seqlen_q, max_seqlen_k, opts,
                               deterministic)

@@ -37,10 +37,9 @@ _DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _TORCH_DT = {v: k for k, v in _DT.items()}
 _lock = threading.Lock()
 _runtimes = {}
-# head_dim: the forward template takes any multiple of 8 up to 256 (templates/attention.lua), the backward
-# (templates/attention_bwd.lua) these five only so far
+# head_dim: the forward and backward templates take any multiple of 8 up to 256 (templates/attention.lua,
+# attention_bwd.lua: the tiles of the next width, templates/lib/attn_dims.lua)
 HEAD_DIMS = tuple(range(8, 257, 8))
-BACKWARD_HEAD_DIMS = (32, 64, 96, 128, 256)
 
 
 def runtime(device=None):
@@ -647,9 +646,6 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
         return "head_dim %d (key %d, value %d) is not one kiln generates; valid: a multiple of 8 from 8 to 256, " \
                "the same for q, k, v" % (d, key.shape[-1], value.shape[-1])
-    if d not in BACKWARD_HEAD_DIMS and torch.is_grad_enabled() and any(t.requires_grad for t in ts):
-        return "head_dim %d has kiln's forward but not its backward yet; the backward takes %s (or run under " \
-               "torch.no_grad())" % (d, ", ".join(map(str, BACKWARD_HEAD_DIMS)))
     if key.shape != value.shape:
         return "key %s and value %s must have the same shape" % (list(key.shape), list(value.shape))
     hq, hkv = query.shape[-3], key.shape[-3]
@@ -671,7 +667,7 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     the cases kiln covers: attn_mask None or a key-padding mask (boolean, or its 0/-inf float form; the same for
     every head and query row; right padding: mapped onto per-sequence key lengths, kiln/_sdpa_mask.py),
     dropout_p in [0, 1) (kiln's Philox mask, seeded from torch's default generator for the device: not torch's
-    own mask bits; not with attn_mask), head_dim any multiple of 8 up to 256 (the backward: 32/64/96/128/256),
+    own mask bits; not with attn_mask), head_dim any multiple of 8 up to 256 (forward and backward),
     GQA/MQA with enable_gqa=True, is_causal top-left aligned as torch's (any seq_q, seq_k), scale; anything
     else raises KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
     why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)

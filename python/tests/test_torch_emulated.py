@@ -176,14 +176,21 @@ def test_sdpa_is_causal_is_top_left_like_torch(emu, dtype, hkv, sq, sk, scale):
         _close(a, r, dtype, name, scale=4)
 
 
-def test_sdpa_forward_head_dims_beyond_the_backwards(emu):
+@pytest.mark.parametrize("d,dtype", [(8, torch.float16), (40, torch.bfloat16), (80, torch.float16), (200, torch.float16)])
+def test_sdpa_forward_and_backward_at_padded_head_dims(emu, d, dtype):
+    """head dims between the tile widths (the next width's tiles, columns past head_dim zero), backward included."""
     g = torch.Generator().manual_seed(6)
-    for d in (8, 40, 200):
-        q, k, v = (torch.randn(1, 2, 11, d, generator=g).to(torch.float16) for _ in range(3))
-        with torch.no_grad():
-            o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
-        ref = F.scaled_dot_product_attention(q.double(), k.double(), v.double(), is_causal=True)
-        _close(o, ref, torch.float16, "o d%d" % d, scale=2)
+    q, k, v = (torch.randn(1, 2, 11, d, generator=g).to(dtype).requires_grad_() for _ in range(3))
+    o = kt.scaled_dot_product_attention(q, k, v, is_causal=True)
+    do = torch.randn(o.shape, generator=g).to(dtype)
+    got = torch.autograd.grad(o, (q, k, v), do)
+    ref_in = [t.detach().double().requires_grad_() for t in (q, k, v)]
+    ref = F.scaled_dot_product_attention(*ref_in, is_causal=True)
+    ref_g = torch.autograd.grad(ref, ref_in, do.double())
+    _close(o, ref, dtype, "o d%d" % d, scale=2)
+    for name, a, r in zip(("dq", "dk", "dv"), got, ref_g):
+        assert a.shape == r.shape, name
+        _close(a, r, dtype, "%s d%d" % (name, d), scale=4)
 
 
 def test_attention_deterministic_backward_gives_the_same_bits(emu):

@@ -107,8 +107,10 @@ end
 -- Copies rows [row0, row0 + rows) of a [seq, d] slice into the tile dst (row stride ld), 16 bytes
 -- a copy: cp.async where the target has it (rows past seq zero-filled), else through registers
 -- (rows past seq read row 0; every product they meet is masked). The caller waits and syncs.
+-- A padded head_dim (lib/attn_dims.lua: spec.dim < spec.head_dim): chunks past spec.dim read chunk 0
+-- and are zero in the tile, so they add nothing to S, dP, dK, dV or dQ.
 local function load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
-  local cpr = spec.head_dim // 8
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
   local tid = b:tid()
   local threads = M.WARPS * 32
   for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
@@ -116,12 +118,18 @@ local function load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
     local r, c = item // cpr, item % cpr
     local issue = function()
       local ok = b:lt(row0 + r, seq)
-      local from = src + b:i64(b:select(ok, row0 + r, 0)) * stride + c * 8
+      local real = real_cpr < cpr and b:lt(c, real_cpr) or nil
+      local from = src + b:i64(b:select(ok, row0 + r, 0)) * stride + (real and b:select(real, c, 0) or c) * 8
       local to = dst + r * cfg.ld + c * 8
       if cfg.cp_async then
-        b:cp_async(to, from, { pred = ok })
+        b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok })
       else
-        b:store_vec(to, b:load_vec(from, 8, { align = 16 }), { align = 16 })
+        local v = b:load_vec(from, 8, { align = 16 })
+        if real then
+          local zero = b:from_f32(0.0, spec.dtype)
+          for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
+        end
+        b:store_vec(to, v, { align = 16 })
       end
     end
     if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), issue) else issue() end
@@ -164,6 +172,7 @@ end
 -- top_left: attention_bwd.lua's mask_hooks) when the spec has them.
 function M.build_dkdv(b, spec, cfg, p, io)
   local d, bm, bn, ld, ldd, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd, spec.dtype
+  local dim = spec.dim or d
   local sh = alloc(b, spec, cfg)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
@@ -173,10 +182,13 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local k0 = b:ctaid("x") * bn
   local shift = p.seq_k - p.seq_q
   load_tile(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
-  load_tile(b, spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  load_tile(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
   if cfg.cp_async then b:cp_async_commit() end
 
-  local nq, dtiles = bm // 8, d // 8
+  -- (padded head_dim: the products stop at the 16-column step holding spec.dim; the rest are zeros)
+  local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
+  local kd = util.ceil_div(math.max(dim, vd), 16)
+  local nq, dtiles = bm // 8, 2 * kd
   local dk, dv = {}, {}
   for j = 0, dtiles - 1 do
     dk[j], dv[j] = {}, {}
@@ -212,7 +224,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
       load_tile(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
-      load_tile(b, spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      load_tile(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
       if cfg.cp_async then b:cp_async_commit() end
       b:if_(b:lt(tid, bm), function()
         local row = q0 + tid
@@ -225,7 +237,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
 
       -- S^T and dP^T: 16 keys x bm queries per warp.
       local s, dp = zeros(nq), zeros(nq)
-      for kk = 0, d // 16 - 1 do
+      for kk = 0, kd - 1 do
         local ak = frag_a(b, sh.ks, ld, lane, warp * 16, kk * 16)
         local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
         for jp = 0, nq // 2 - 1 do
@@ -311,10 +323,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
           for hh = 0, 1 do
             local row = q0 + qr + g + 8 * hh
             b:if_(b:lt(row, p.seq_q), function()
-              local at = p.dq_acc + (ri + b:i64(row)) * d + dc0 + jd * 16 + t * 2
+              -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
+              local col = dc0 + jd * 16
+              local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
               for j = 0, 1 do
-                b:atomic_add(at + j * 8, acc[j][2 * hh + 1])
-                b:atomic_add(at + j * 8 + 1, acc[j][2 * hh + 2])
+                local add = function()
+                  b:atomic_add(at + j * 8, acc[j][2 * hh + 1])
+                  b:atomic_add(at + j * 8 + 1, acc[j][2 * hh + 2])
+                end
+                if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
               end
             end)
           end
@@ -329,11 +346,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
   for hh = 0, 1 do
     b:if_(key_ok[hh], function()
       local r = b:i64(key[hh])
-      for j = 0, dtiles - 1 do
+      for j = 0, dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
         local col = j * 8 + t * 2
         b:store_vec(kb + r * p.stride_dks + col,
                     b:from_f32_vec({ dk[j][2 * hh + 1]:get() * p.scale, dk[j][2 * hh + 2]:get() * p.scale }, spec.grad),
                     { align = 2 * gb })
+      end
+      for j = 0, vd // 8 - 1 do -- (dV: v_head_dim wide)
+        local col = j * 8 + t * 2
         b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get() }, spec.grad),
                     { align = 2 * gb })
       end
@@ -357,7 +377,7 @@ function M.build_dq(b, spec, cfg, p, io)
   local shift = p.seq_k - p.seq_q
   local ri = io.row_index(bi, h)
   load_tile(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
-  load_tile(b, spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  load_tile(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
   -- (hooks: also the first key lo, and keys from the first row's window start)
@@ -383,7 +403,9 @@ function M.build_dq(b, spec, cfg, p, io)
     kv_end = hi
   elseif spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
   local slope2 = spec.alibi and mask.slope(hooks.mask, h)
-  local dtiles, nk = d // 8, bn // 8
+  -- (padded head_dim: products stop at the step holding spec.dim, or v_head_dim when wider)
+  local kd = util.ceil_div(math.max(spec.dim or d, spec.vdim or d), 16)
+  local dtiles, nk = 2 * kd, bn // 8
   local dq = {}
   for j = 0, dtiles - 1 do
     dq[j] = {}
@@ -394,14 +416,14 @@ function M.build_dq(b, spec, cfg, p, io)
   b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K and V
     load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
-    load_tile(b, spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    load_tile(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
     if cfg.cp_async then
       b:cp_async_commit()
       b:cp_async_wait(0)
     end
     b:barrier()
     local s, dp = zeros(nk), zeros(nk)
-    for kk = 0, d // 16 - 1 do
+    for kk = 0, kd - 1 do
       local aq = frag_a(b, sh.qs, ld, lane, warp * 16, kk * 16)
       local ao = frag_a(b, sh.dos, ld, lane, warp * 16, kk * 16)
       for jp = 0, nk // 2 - 1 do
@@ -455,7 +477,7 @@ function M.build_dq(b, spec, cfg, p, io)
   for hh = 0, 1 do
     b:if_(b:lt(row[hh], p.seq_q), function()
       local r = b:i64(row[hh])
-      for j = 0, dtiles - 1 do
+      for j = 0, (spec.dim or d) // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
         b:store_vec(qb + r * p.stride_dqs + j * 8 + t * 2,
                     b:from_f32_vec({ dq[j][2 * hh + 1]:get() * p.scale, dq[j][2 * hh + 2]:get() * p.scale }, spec.grad),
                     { align = 2 * gb })

@@ -27,6 +27,10 @@ function M.config(spec, target, cfg)
   local bytes = ((2 * t.m + 2 * t.n) * (d + 1) + 2 * t.m * (t.n + 1)) * 4
   cfg.block, cfg.path = M.THREADS, "simt"
   cfg.block_m, cfg.block_n, cfg.ld, cfg.ldp = t.m, t.n, d + 1, t.n + 1
+  -- a padded head_dim (lib/attn_dims.lua): the real columns; with v_head_dim (lib/attn_vdim.lua) the
+  -- products over the head dim run to the wider of the two (cfg.dim), Q/K hold spec.dim columns (cfg.qdim)
+  cfg.qdim = spec.dim or d
+  cfg.dim = math.max(cfg.qdim, spec.vdim or cfg.qdim)
   cfg.smem_bytes = bytes
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
@@ -53,8 +57,12 @@ end
 
 -- Copies rows [row0, row0 + rows) of a [seq, d] slice (element type dt, row stride `stride`)
 -- into the f32 tile dst, 4 elements a load. Rows at or past seq read row 0 instead (the products
--- they meet are masked to exactly zero).
-function M.load_tile(b, cfg, dt, d, dst, src, stride, row0, rows, seq)
+-- they meet are masked to exactly zero). Columns at or past the tensor's width `dim` (cfg.qdim when
+-- nil; V and dO: v_head_dim) read column 0: past cfg.dim the products over the head dim stop and
+-- the columns only feed accumulator columns that are never stored; below it (head_dim and
+-- v_head_dim differ) they are stored as 0.
+function M.load_tile(b, cfg, dt, d, dst, src, stride, row0, rows, seq, dim)
+  dim = dim or cfg.qdim
   local vec, ld = 4, cfg.ld
   local per_row = d // vec
   local items = rows * per_row
@@ -64,9 +72,13 @@ function M.load_tile(b, cfg, dt, d, dst, src, stride, row0, rows, seq)
     local r, c = item // per_row, (item % per_row) * vec
     local copy = function()
       local ok = b:lt(row0 + r, seq)
-      local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + c, vec,
+      local real = dim < d and b:lt(c, dim) or nil
+      local vals = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * stride + (real and b:select(real, c, 0) or c), vec,
                               { align = vec * util.dtype_bytes[dt] })
-      for e = 1, vec do b:store(dst + r * ld + c + (e - 1), b:to_f32(vals[e])) end
+      for e = 1, vec do
+        local f = b:to_f32(vals[e])
+        b:store(dst + r * ld + c + (e - 1), dim < cfg.dim and b:select(real, f, 0.0) or f)
+      end
     end
     if (it + 1) * M.THREADS <= items then copy() else b:if_(b:lt(item, items), copy) end
   end
@@ -90,7 +102,7 @@ function M.scores(b, cfg, d, sh, p, rows)
     s[k] = b:var("f32", 0.0)
     dp[k] = b:var("f32", 0.0)
   end
-  b:for_(0, d, 4, function(c0)
+  b:for_(0, cfg.dim, 4, function(c0) -- (padded head_dim: its zero columns add nothing)
     local kv, vv = {}, {}
     for e = 0, 3 do
       kv[e] = b:load(sh.ks + j * ld + c0 + e)
@@ -165,7 +177,7 @@ function M.dkdv_step(b, cfg, d, sh, dk, dv)
       pj[r] = b:load(sh.ps + i * ldp + warp + 4 * r)
       dsj[r] = b:load(sh.dss + i * ldp + warp + 4 * r)
     end
-    for c = 0, d // 32 - 1 do
+    for c = 0, util.ceil_div(cfg.dim, 32) - 1 do
       local qv = b:load(sh.qs + i * ld + lane + 32 * c)
       local dov = b:load(sh.dos + i * ld + lane + 32 * c)
       for r = 0, bn // 4 - 1 do
@@ -184,7 +196,7 @@ function M.dq_step(b, cfg, d, sh, dq)
   b:for_(0, cfg.block_n, 1, function(j)
     local dsv = {}
     for r = 0, bm // 4 - 1 do dsv[r] = b:load(sh.dss + (warp + 4 * r) * ldp + j) end
-    for c = 0, d // 32 - 1 do
+    for c = 0, util.ceil_div(cfg.dim, 32) - 1 do
       local kv = b:load(sh.ks + j * ld + lane + 32 * c)
       for r = 0, bm // 4 - 1 do dq[r][c]:set(b:fma(dsv[r], kv, dq[r][c]:get())) end
     end
