@@ -122,6 +122,16 @@ local ROTARY_TILES_STAGED = {
   plain = { [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } } },
   split = { [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } } },
 }
+-- The paged plain forward with the score keys (softcap, alibi) at d64: the page lookups per K/V chunk on top of
+-- the keys' per-score work spilled the 64-key tiles (sm_80: 8 bytes with append, sm_86: 8 without and 56 with
+-- append, 255 registers); 32-key tiles take 196-219 and spill nothing. Without cp.async (sm_75) the rotary in
+-- the append on top spilled the 32-row warps 12-16 bytes: 16-row warps there.
+local PAGED_TILES_KEYS = {
+  [64] = { { warps = 4, mt = 2, n = 32, stages = 3, min_blocks = 2, q_regs = false }, { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
+}
+local PAGED_TILES_KEYS_STAGED_ROTARY = {
+  [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+}
 -- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
 -- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
 local MMA_TILES_STAGED = {
@@ -228,6 +238,10 @@ local function config_mma(spec, target)
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
   local rts = rotary.on(spec) and not target.cp_async and ROTARY_TILES_STAGED[spec.splitkv and "split" or "plain"]
   if rts and rts[d] then tiles = rts end
+  if spec.paged and not spec.splitkv and (spec.softcap or spec.alibi) then
+    local pk = target.cp_async and PAGED_TILES_KEYS or (rotary.on(spec) and PAGED_TILES_KEYS_STAGED_ROTARY)
+    if pk and pk[d] then tiles = pk end
+  end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
