@@ -56,10 +56,11 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
                 vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
   -- the forward keeps one f32 value per element (x, then its deviation) in registers, two while
   -- the residual is added, and 8 more per 4-byte tensor (wider vectors in flight) and per bf16
-  -- tensor converted without cvt.bf16 (bit operations). Blocks under
-  -- 256 threads keep ptxas's default: their occupancy is not register-bound, and masked
-  -- partial chunks (hidden 1000) need more than the estimate.
-  if cfg.block >= 256 then
+  -- tensor converted without cvt.bf16 (bit operations). Blocks under 256 threads of one row each
+  -- (f32 rows of 4096) keep ptxas's default; short rows (a warp per row) take short_row_live.
+  if cfg.block < 256 and t == 32 then
+    cfg.max_registers = M.register_cap(cfg, target, M.short_row_live(spec, target, cfg, dtypes), M.SHORT_ROW_OVERHEAD)
+  elseif cfg.block >= 256 then
     local live = cfg.iters * vec * (spec.residual and 2 or 1)
     for _, d in ipairs(dtypes) do
       if util.dtype_bytes[d] == 4 then live = live + 8 end
@@ -76,6 +77,33 @@ end
 -- Registers a thread needs besides the values it keeps per element (addresses, row index,
 -- reduction temporaries, the vector being converted): measured with ptxas -v on the fixed forms.
 M.REG_OVERHEAD = 32
+-- The same for short rows (a warp per row: butterfly reductions only, no shared-memory round).
+M.SHORT_ROW_OVERHEAD = 24
+
+-- Values a short-row forward thread keeps (a warp per row, 4 rows per block): one f32 per element,
+-- 8 per 4-byte tensor it reads or writes per element (x, y, the weight/bias dtype when either is on,
+-- the residual stream: residual and h), 8 when the last chunk is masked, 8 per bf16 tensor without
+-- cvt.bf16, and on sm_90 and later 8 per f16 tensor (F16_REGS_SM90).
+-- ptxas -v with forced caps (docs/llvm22.md): 2-byte rows of 768 fit 48 registers (24 values) on
+-- sm_80..90, 4-byte tensors and masked rows of 1000 need up to 8 more each; ptxas's own choice was
+-- 49-95, one or more occupancy steps higher.
+-- sm_100..121's ptxas: f16 rows of 768 spill 12-44 bytes at 48 registers (kiln's pipeline), none at 56;
+-- sm_90's 16 bytes at 48 with LLVM's default<O3> code (the quality tables' reference)
+M.F16_REGS_SM90 = 8
+function M.short_row_live(spec, target, cfg, dtypes)
+  local live = cfg.iters * cfg.vec
+  local uses_w = spec.weight or spec.bias
+  local sm90 = target.sm >= 90 -- sm_90a is 1090
+  for i, d in ipairs(dtypes) do
+    -- dtypes: x, y, w, then r (the forward templates' order); r stands for residual and h
+    local used, n = i ~= 3 or uses_w, i == 4 and 2 or 1
+    if used and util.dtype_bytes[d] == 4 then live = live + 8 * n end
+    if used and d == "bf16" and not target.native_bf16_cvt then live = live + 8 end
+    if used and d == "f16" and sm90 then live = live + M.F16_REGS_SM90 end
+  end
+  if cfg.chunks % cfg.threads_per_row ~= 0 then live = live + 8 end
+  return live
+end
 
 -- Register cap (.maxnreg) for a block of cfg.block threads that keeps `live` f32 values per
 -- thread: the most blocks per SM that the register file holds at live + REG_OVERHEAD registers
