@@ -27,7 +27,9 @@ local K = {
       doc = "fused residual form: dx also adds dres, the gradient of h from the residual stream" },
     { name = "r", type = "dtype", default = "=x", hide_default = true, doc = "dtype of dres" },
     { name = "form", type = "enum", default = "auto", values = norm.BWD_FORMS, hide_default = true,
-      doc = "kernel form (docs/norms.md): auto; fixed (row in registers); reg8/reg16/reg32 (row re-read, accumulators in registers, 8/16/32 elements per thread); smem8/smem16/smem32 (accumulators in shared memory)" },
+      doc = "kernel form (docs/norms.md): auto; fixed (row in registers); reg8/reg16/reg32 (row re-read, accumulators in registers, 8/16/32 elements per thread); smem8/smem16/smem32 (accumulators in shared memory); split2/split4 (the row's columns split between 2/4 blocks after a row-statistics kernel)" },
+    { name = "kernel", type = "enum", default = "dx", values = norm.BWD_KERNELS, hide_default = true,
+      doc = "dx (the backward, its launch runs the whole sequence) or stats (the split forms' row statistics, run before it)" },
   },
   check = norm.check,
 }
@@ -43,7 +45,7 @@ function K.build(b, spec, cfg)
     { "rows", "i32" }, { "hidden", "i32" },
   }
   if spec.residual then params[#params + 1] = { "dres", "ptr", spec.r, readonly = true } end
-  norm_bwd.backward(b, spec, cfg, b:kernel{ params = params }, false)
+  norm_bwd.backward(b, spec, cfg, b:kernel{ params = norm_bwd.params(spec, cfg, params) }, false)
 end
 
 function K.launch(spec, cfg) return norm.backward_launch(spec, cfg, false) end
@@ -56,6 +58,8 @@ K.variants = norm.matrix_rows({
 -- every backward form (norm.BWD_FORMS) where it generates: bf16
 K.variants[#K.variants + 1] = { "x=bf16", { "hidden=4096 form=fixed", "hidden=4096 form=reg8", "hidden=4096 form=reg16",
                                             "hidden=4096 form=smem8", "hidden=12288 form=reg32", "hidden=12288 form=reg16" } }
+-- the two-block row's forms and kernels (lib/norm_split.lua)
+require("lib.norm_split").matrix_rows(K.variants)
 K.bundle = { dtypes = { "x", "w", "dy", "dx" }, shape = "hidden", shapes = { "launch" } }
 
 return K

@@ -63,9 +63,16 @@ static int run_check(const char *spec, int sm, kiln_norm_data *d, unsigned block
     kiln_emu_kernel *k = load(spec, sm), *red = NULL;
     if (!k) return -1;
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    if (geom) *geom = ((unsigned long long)m->block[0] << 32) | ((unsigned long long)m->threads_per_row << 16) | m->grid_tile[0];
     if (m->then_spec[0] && !(red = load(m->then_spec, sm))) return -1;
-    kiln_status st = kiln_norm_run(k, red, d, blocks, twice, &err);
+    char before[KILN_SPEC_MAX] = "";
+    kiln_emu_kernel *pre = kiln_norm_before_spec(m, before, sizeof before) ? load(before, sm) : NULL;
+    if (before[0] && !pre) return -1;
+    /* a split form (a kernel before it) sums in another order than a reload form of the same block */
+    if (geom)
+        *geom = ((unsigned long long)m->block[0] << 32) | ((unsigned long long)m->threads_per_row << 16) | m->grid_tile[0] |
+                (unsigned long long)(pre != NULL) << 62;
+    kiln_status st = kiln_norm_run_seq(pre, k, red, d, blocks, twice, &err);
+    if (pre) kiln_emu_kernel_free(pre);
     CHECK(st == KILN_OK, "%s sm_%d: %s", spec, sm, err.msg);
     if (st != KILN_OK) return -1;
     unsigned need = ((unsigned)d->rows + m->grid_tile[0] - 1) / m->grid_tile[0];
@@ -78,6 +85,36 @@ static int run_check(const char *spec, int sm, kiln_norm_data *d, unsigned block
     kiln_emu_kernel_free(k);
     if (red) kiln_emu_kernel_free(red);
     return bad ? -1 : 0;
+}
+
+/* Two backward forms of one spec on the same rows and blocks (sm_80): every output's bits equal. */
+static void same_bits(const char *a, const char *b, int hidden) {
+    char name[300];
+    snprintf(name, sizeof name, "same bits: %s vs %s", a, b);
+    TEST_BEGIN(name);
+    kiln_error err = {0};
+    char canon[KILN_SPEC_MAX];
+    kiln_norm_spec s;
+    kiln_norm_data *d = NULL;
+    if (kiln_canonical_spec(gen, a, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
+        kiln_norm_data_create(&d, &s, 1e-5f, 11, hidden, KILN_LN_RANDOM, 1.0, 7, &err) != KILN_OK) {
+        CHECK(0, "%s", err.msg);
+        TEST_END();
+        return;
+    }
+    unsigned char *first[KILN_NORM_OUTPUTS] = {0};
+    if (run_check(a, 80, d, 3, 0, NULL) == 0)
+        for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
+            if (kiln_norm_output_name(&s, o) && out_ptr(d, o) && (first[o] = malloc(out_bytes(d, o))))
+                memcpy(first[o], out_ptr(d, o), out_bytes(d, o));
+    if (run_check(b, 80, d, 3, 0, NULL) == 0)
+        for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
+            if (first[o])
+                CHECK(!memcmp(first[o], out_ptr(d, o), out_bytes(d, o)), "%s: %s differs in its bits from %s's", a,
+                      kiln_norm_output_name(&s, o), b);
+    for (int o = 0; o < KILN_NORM_OUTPUTS; o++) free(first[o]);
+    kiln_norm_data_free(d);
+    TEST_END();
 }
 
 /* The variant on every SM in sms: each run checked, and the outputs' bytes equal across SMs. */
@@ -391,6 +428,12 @@ int main(void) {
         "layernorm_bwd x=bf16 hidden=1000 form=reg16",
         "layernorm_bwd x=bf16 hidden=4096 form=fixed",
         "layernorm_bwd x=bf16 hidden=768 form=smem8",
+        /* the two-block row (lib/norm_split.lua): row statistics, then 2 or 4 column ranges */
+        "layernorm_bwd x=bf16 hidden=4096 form=split2",
+        "rmsnorm_bwd x=f32 hidden=2048 residual=true form=split4",
+        "layernorm_bwd x=f16 w=f32 hidden=768 bias=false form=split4",
+        "layernorm_bwd x=bf16 hidden=4096 weight=false bias=false form=split2",
+        "layernorm_bwd x=f32 hidden=16384 residual=true r=f32", /* form=auto takes split on every SM */
     };
     static const char *const full_extra[] = {
         "layernorm x=f32 hidden=16384", "rmsnorm x=bf16 hidden=16384", "layernorm_bwd x=bf16 hidden=16384",
@@ -418,6 +461,7 @@ int main(void) {
         "layernorm_bwd x=bf16 dx=f32 hidden=4096 offset=1",
         "layernorm_bwd x=f16 w=f32 dx=f32 hidden=4096 form=fixed offset=1",
         "rmsnorm_bwd x=bf16 dx=f32 hidden=16384 residual=true offset=1",
+        "layernorm_bwd x=bf16 dx=f32 hidden=4096 form=split2 offset=1",
     };
     for (size_t i = 0; i < sizeof offset_specs / sizeof *offset_specs; i++) variant(offset_specs[i], all_sms, 5, full);
     if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
@@ -436,6 +480,10 @@ int main(void) {
                     }
     }
 
+    /* where the arithmetic order is unchanged (the stats kernel's T and elements per thread are the
+     * reload form's, and the same blocks walk the same rows), the split form gives the same bits */
+    same_bits("layernorm_bwd x=bf16 hidden=4096 form=split2", "layernorm_bwd x=bf16 hidden=4096 form=smem16", 4096);
+    same_bits("rmsnorm_bwd x=f32 w=bf16 hidden=2048 form=split4", "rmsnorm_bwd x=f32 w=bf16 hidden=2048 form=reg16", 2048);
     adversarial("layernorm_bwd x=bf16 w=f32 hidden=768", KILN_LN_MIXED, 1e-5f);
     adversarial("rmsnorm_bwd x=f16 hidden=launch residual=true", KILN_LN_MIXED, 1e-5f);
     adversarial("layernorm x=f32 hidden=1000", KILN_LN_MIXED, 1e-12f);

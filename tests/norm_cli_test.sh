@@ -23,4 +23,9 @@ expect "run rmsnorm_bwd offset=1" 0 "PASS" -- run rmsnorm_bwd x=bf16 dx=f32 offs
 expect "list shows offset" 0 "offset        int   default 0            1: zero-centered weights" -- list
 expect "offset=1 needs a weight" 2 "offset=1 needs weight=true" -- emit rmsnorm x=f16 weight=false offset=1 --sm 80
 expect "offset is 0 or 1" 2 "bad value '2' for 'offset'; valid: 0, 1" -- emit layernorm_bwd offset=2 --sm 80
+# the two-block row (docs/norms.md): the row statistics kernel before it, three kernels in all
+expect "run layernorm_bwd form=split2 runs stats, dx, norm_reduce" 0 "_stats: 9 blocks of 256 threads" -- run layernorm_bwd x=bf16 hidden=4096 form=split2 --sm 75 --rows 9
+expect "emit: split form names the kernel before it" 0 "kiln.meta before rmsnorm_bwd x=f32 w=f32 dy=f32 dx=f32 hidden=16384 weight=true kernel=stats" -- emit rmsnorm_bwd x=f32 hidden=16384 residual=true --sm 80
+expect "kernel=stats takes no residual" 2 "kernel=stats (the split forms' row statistics) takes a fixed hidden" -- emit layernorm_bwd x=f32 hidden=4096 kernel=stats residual=true --sm 80
+expect "split form needs whole vectors per range" 2 "hidden 100 does not split into 4 ranges" -- emit layernorm_bwd x=f32 hidden=100 form=split4 --sm 80
 finish norm_cli

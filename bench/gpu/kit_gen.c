@@ -281,16 +281,17 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
 }
 
 /* The kernel k's launch runs right after it (split-KV's combine, a norm backward's reduction): *after
- * stays NULL when there is none. */
+ * stays NULL when there is none. One kernel may run before it (a split norm backward's row
+ * statistics: the caller loads it, build_norm). */
 static kiln_status load_after(kiln_gen *gen, kiln_emu *emu, kiln_emu_kernel *k, int sm, kiln_emu_kernel **after,
                               kiln_error *err) {
     char seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
     int self = 0, n = kiln_launch_sequence(kiln_emu_kernel_meta(k), seq, KIT_MAX_STEPS, &self);
     *after = NULL;
-    if (n > KIT_MAX_STEPS || self != 0 || n > 2)
-        return kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's case wants it and at most one after",
+    if (n > KIT_MAX_STEPS || self > 1 || n - self > 2)
+        return kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's case wants at most one before it and one after",
                          kiln_emu_kernel_meta(k)->spec, n, self);
-    return n == 2 ? kiln_emu_load(emu, gen, seq[1], sm, after, err) : KILN_OK;
+    return n - self == 2 ? kiln_emu_load(emu, gen, seq[self + 1], sm, after, err) : KILN_OK;
 }
 
 /* An attention case through the family's registry reference and the one case runner: spec on sm
@@ -490,6 +491,10 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     kiln_norm_spec s;
     if ((st = kiln_norm_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
     if ((st = load_after(gen, emu, k, sm, &red, err)) != KILN_OK) return st;
+    kiln_emu_kernel *pre = NULL; /* form=split2/split4: the row statistics kernel */
+    char before[KILN_SPEC_MAX];
+    if (kiln_norm_before_spec(m, before, sizeof before) && (st = kiln_emu_load(emu, gen, before, sm, &pre, err)) != KILN_OK)
+        return st;
     int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
     kiln_norm_data *d;
@@ -501,7 +506,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
         unsigned per = threads && 1024 / threads > 1 ? 1024 / threads : 1, cap = (unsigned)sms * per;
         blocks = need < cap ? need : cap;
     }
-    st = kiln_norm_run(k, red, d, blocks, 0, err);
+    st = kiln_norm_run_seq(pre, k, red, d, blocks, 0, err);
     if (st == KILN_OK) {
         unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
         kiln_norm_report rep;
@@ -545,6 +550,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     kiln_norm_data_free(d);
     kiln_emu_kernel_free(k);
     if (red) kiln_emu_kernel_free(red);
+    if (pre) kiln_emu_kernel_free(pre);
     return st;
 }
 #endif

@@ -134,6 +134,11 @@ static const kit_norm_row kit_norm_rows[] = {
     {"rmsnorm_bwd x=bf16 dx=f32 hidden=4096 offset=1", 0, 1},
     {"layernorm_bwd x=bf16 w=f32 hidden=16384 offset=1", 0, 0},
     {"layernorm_bwd x=f16 hidden=launch offset=1", 3000, 0},
+    /* the two-block row (form=split2/split4: row statistics, then the columns split between blocks),
+     * which auto takes where no reload form fits (f32 and residual rows at 12288/16384 on some SMs) */
+    {"layernorm_bwd x=bf16 hidden=16384 form=split2", 0, 0},
+    {"rmsnorm_bwd x=f32 hidden=16384 residual=true form=split4", 0, 0},
+    {"layernorm_bwd x=f32 hidden=16384 residual=true r=f32", 0, 0},
 };
 
 /* Backward kernel forms the speed sweep times beside the default (templates/lib/norm.lua
@@ -143,7 +148,8 @@ static const kit_norm_row kit_norm_rows[] = {
  * register form of the first runs (fixed), the reload form with the accumulators in registers
  * at 8 and 16 elements per thread, shared-memory accumulators at 8, and at the wide sizes the
  * forms the smaller-smem SMs take (reg16 = the 12288 wide form measured at 71.5 %, reg32; reg32 at
- * 16384 spills 4 bytes on sm_90 and stays out).
+ * 16384 spills 4 bytes on sm_90 and stays out), and at 16384 the two-block row (split2, split4: a
+ * row-statistics kernel, then the columns split between 2 or 4 blocks; three kernels per launch).
  * kiln-kit prepare leaves out a row whose spec does not generate for every SM. */
 typedef struct kit_form_row {
     const char *family;
@@ -156,6 +162,8 @@ static const kit_form_row kit_norm_bwd_form_rows[] = {
     {"layernorm_bwd", 4096, "smem8"},  {"layernorm_bwd", 8192, "fixed"},  {"layernorm_bwd", 8192, "reg8"},
     {"layernorm_bwd", 8192, "reg16"},  {"layernorm_bwd", 8192, "smem8"},  {"layernorm_bwd", 12288, "reg16"},
     {"layernorm_bwd", 12288, "reg32"}, {"rmsnorm_bwd", 4096, "fixed"},    {"rmsnorm_bwd", 4096, "reg8"},
+    {"layernorm_bwd", 16384, "split2"}, {"layernorm_bwd", 16384, "split4"}, {"rmsnorm_bwd", 16384, "split2"},
+    {"rmsnorm_bwd", 16384, "split4"},
 };
 
 /* The norm speed sweeps beside LayerNorm forward (bf16, kit_ln_sweep_hidden; offset=1 also at

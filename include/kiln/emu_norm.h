@@ -58,6 +58,11 @@ void kiln_norm_data_reference(kiln_norm_data *d);
  * names; may be NULL when the spec has no weight/bias) on the workspace. */
 kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d, unsigned blocks, int twice,
                           kiln_error *err);
+/* The same with `pre`, the kernel a split backward form runs before it (its metadata's `before`
+ * spec, which kiln_norm_before_spec copies into buf; returns 0 when the kernel has none). */
+kiln_status kiln_norm_run_seq(kiln_emu_kernel *pre, kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d,
+                              unsigned blocks, int twice, kiln_error *err);
+int kiln_norm_before_spec(const kiln_kernel_meta *m, char *buf, size_t n);
 
 /* Outputs checked: 0 y/dx, 1 mean/dweight, 2 rstd/dbias, 3 h. */
 #define KILN_NORM_OUTPUTS 4

@@ -84,6 +84,14 @@ def _hidden_rows(x, what):
     return x.shape[-1], x.numel() // x.shape[-1]
 
 
+def _split(meta):
+    """(the stats kernel's spec, column ranges) of a split backward form from its launch description, else None."""
+    lines = meta["launch"].splitlines()
+    before = [l[len("before "):] for l in lines if l.startswith("before ")]
+    problem = [l.split()[2] for l in lines if l.startswith("problem ")]
+    return (before[0], int(problem[0])) if before and problem else None
+
+
 def _launch(kern, args, problem=None, grid=None, nullable=()):
     """Runs kern with the arguments of `args` it takes (by name), as the runtime's typed helpers fill them."""
     names = {p["name"] for p in kern.params}
@@ -168,6 +176,8 @@ class EmulatedRuntime:
         threads = m["block"][0] * m["block"][1] * m["block"][2]
         blocks = min(-(-rows // tile), SMS * max(1024 // threads, 1)) if rows else 0
         nbytes = m["ws_slabs"] * blocks * (m["ws_rows_per_block"] or 1) * hidden * 4
+        if _split(m):  # a split form's row statistics follow the partial rows (16-byte aligned, as the runtime carves)
+            nbytes = -(-nbytes // 16) * 16 + rows * (1 if rms else 2) * 4
         return kern, blocks, nbytes
 
     def _norm_backward(self, rms, dx, dy, x, mean, rstd, weight, dweight, dbias, dres, workspace, offset):
@@ -191,7 +201,14 @@ class EmulatedRuntime:
                     mean=_input(mean, what + ": mean"), rstd=_input(rstd, what + ": rstd"),
                     weight=_input(weight, what + ": weight"), dres=_input(dres, what + ": dres"),
                     rows=rows, hidden=hidden, cols=hidden, parts=parts)
-        _launch(kern, args, grid=(blocks,), nullable=() if nbytes else ("ws",))
+        split = _split(m)
+        if split:  # form=split2/split4 (docs/norms.md): the row statistics kernel, then the column ranges on grid y
+            wsf = ws.reshape(-1).view(np.float32)
+            off = -(-m["ws_slabs"] * parts * hidden // 4) * 4
+            args["rs"] = wsf[off:off + rows * (1 if rms else 2)]
+            args["ws"] = wsf[:m["ws_slabs"] * parts * hidden] if m["ws_slabs"] else None
+            _launch(emulate.load(split[0], self.sm), args, grid=(rows,))
+        _launch(kern, args, grid=(blocks, split[1] if split else 1), nullable=() if nbytes and m["ws_slabs"] else ("ws",))
         if m["ws_slabs"]:
             # norm_reduce sums the partial rows in a fixed order; slab 0 is dweight when there is one, else dbias
             # (the kernel picks by which of them is NULL)

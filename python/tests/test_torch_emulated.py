@@ -114,6 +114,30 @@ def test_norm_forward_and_backward_match_float64(emu, rms, xdt, wdt, bias, offse
 
 
 @pytest.mark.parametrize("rms", [False, True])
+def test_two_block_row_backward_matches_float64(emu, rms):
+    """f32 rows of 16384 with an f32 residual stream: no reload form fits, the backward is the two-block row
+    (a row-statistics kernel, then the columns split between blocks; docs/norms.md), three kernels."""
+    from kiln import _torch_emu
+    g = torch.Generator().manual_seed(2)
+    n = 16384
+    x = torch.randn(2, n, generator=g).requires_grad_()
+    res = torch.randn(2, n, generator=g).requires_grad_()
+    w = (torch.randn(n, generator=g) * 0.5 + 1).requires_grad_()
+    y, h = kt.add_rms_norm(x, res, n, w, eps=1e-5) if rms else kt.add_layer_norm(x, res, n, w, None)
+    dy, dh = torch.randn(y.shape, generator=g), torch.randn(h.shape, generator=g)
+    kern = _torch_emu.for_sm(emu.sm)._bwd_plan(rms, y, dy, h, w, None, dh, 0)[0]
+    assert _torch_emu._split(kern.meta), kern.meta["spec"]
+    torch.autograd.backward((y, h), (dy, dh))
+    xd, rd, wd = (t.detach().double().requires_grad_() for t in (x, res, w))
+    hd = xd + rd
+    yd = F.rms_norm(hd, (n,), wd, 1e-5) if rms else F.layer_norm(hd, (n,), wd, None, 1e-5)
+    torch.autograd.backward((yd, hd), (dy.double(), dh.double()))
+    _close(res.grad, rd.grad, torch.float32, "dresidual")
+    _close(x.grad, xd.grad, torch.float32, "dx")
+    _close(w.grad, wd.grad, torch.float32, "dweight", scale=10)
+
+
+@pytest.mark.parametrize("rms", [False, True])
 def test_fused_residual_add_matches_float64(emu, rms):
     g = torch.Generator().manual_seed(1)
     x = torch.randn(4, 64, generator=g).to(torch.bfloat16).requires_grad_()

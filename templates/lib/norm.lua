@@ -56,10 +56,11 @@ function M.config(spec, target, row_dtype, dtypes, max_elems)
                 vec = vec, chunks = chunks, iters = util.ceil_div(chunks, t), align = align }
   -- the forward keeps one f32 value per element (x, then its deviation) in registers, two while
   -- the residual is added, and 8 more per 4-byte tensor (wider vectors in flight) and per bf16
-  -- tensor converted without cvt.bf16 (bit operations). Blocks under
-  -- 256 threads keep ptxas's default: their occupancy is not register-bound, and masked
-  -- partial chunks (hidden 1000) need more than the estimate.
-  if cfg.block >= 256 then
+  -- tensor converted without cvt.bf16 (bit operations). Blocks under 256 threads of one row each
+  -- (f32 rows of 4096) keep ptxas's default; short rows (a warp per row) take short_row_live.
+  if cfg.block < 256 and t == 32 then
+    cfg.max_registers = M.register_cap(cfg, target, M.short_row_live(spec, target, cfg, dtypes), M.SHORT_ROW_OVERHEAD)
+  elseif cfg.block >= 256 then
     local live = cfg.iters * vec * (spec.residual and 2 or 1)
     for _, d in ipairs(dtypes) do
       if util.dtype_bytes[d] == 4 then live = live + 8 end
@@ -76,6 +77,33 @@ end
 -- Registers a thread needs besides the values it keeps per element (addresses, row index,
 -- reduction temporaries, the vector being converted): measured with ptxas -v on the fixed forms.
 M.REG_OVERHEAD = 32
+-- The same for short rows (a warp per row: butterfly reductions only, no shared-memory round).
+M.SHORT_ROW_OVERHEAD = 24
+
+-- Values a short-row forward thread keeps (a warp per row, 4 rows per block): one f32 per element,
+-- 8 per 4-byte tensor it reads or writes per element (x, y, the weight/bias dtype when either is on,
+-- the residual stream: residual and h), 8 when the last chunk is masked, 8 per bf16 tensor without
+-- cvt.bf16, and on sm_90 and later 8 per f16 tensor (F16_REGS_SM90).
+-- ptxas -v with forced caps (docs/llvm22.md): 2-byte rows of 768 fit 48 registers (24 values) on
+-- sm_80..90, 4-byte tensors and masked rows of 1000 need up to 8 more each; ptxas's own choice was
+-- 49-95, one or more occupancy steps higher.
+-- sm_100..121's ptxas: f16 rows of 768 spill 12-44 bytes at 48 registers (kiln's pipeline), none at 56;
+-- sm_90's 16 bytes at 48 with LLVM's default<O3> code (the quality tables' reference)
+M.F16_REGS_SM90 = 8
+function M.short_row_live(spec, target, cfg, dtypes)
+  local live = cfg.iters * cfg.vec
+  local uses_w = spec.weight or spec.bias
+  local sm90 = target.sm >= 90 -- sm_90a is 1090
+  for i, d in ipairs(dtypes) do
+    -- dtypes: x, y, w, then r (the forward templates' order); r stands for residual and h
+    local used, n = i ~= 3 or uses_w, i == 4 and 2 or 1
+    if used and util.dtype_bytes[d] == 4 then live = live + 8 * n end
+    if used and d == "bf16" and not target.native_bf16_cvt then live = live + 8 end
+    if used and d == "f16" and sm90 then live = live + M.F16_REGS_SM90 end
+  end
+  if cfg.chunks % cfg.threads_per_row ~= 0 then live = live + 8 end
+  return live
+end
 
 -- Register cap (.maxnreg) for a block of cfg.block threads that keeps `live` f32 values per
 -- thread: the most blocks per SM that the register file holds at live + REG_OVERHEAD registers
@@ -83,8 +111,8 @@ M.REG_OVERHEAD = 32
 -- occupancy. Without it ptxas takes what the block size alone allows (64K / block) and can
 -- settle one register above an occupancy step (a 512-thread LayerNorm at 72 registers runs
 -- 1 block per SM: 57 % of copy bandwidth on an H100; at 64 registers, 2 blocks: 87 %).
-function M.register_cap(cfg, target, live)
-  local need = util.ceil_div(live + M.REG_OVERHEAD, 8) * 8
+function M.register_cap(cfg, target, live, overhead)
+  local need = util.ceil_div(live + (overhead or M.REG_OVERHEAD), 8) * 8
   local blocks = math.min(target.threads_per_sm // cfg.block, target.regs_per_sm // (cfg.block * need))
   blocks = math.max(blocks, 1)
   cfg.blocks_per_sm = blocks
@@ -262,7 +290,10 @@ end
 --   for a fixed variant take the looping form; short rows (one warp per row) fixed; every other
 --   fixed hidden the reload candidate with the most row bytes in flight per SM (model below).
 
-M.BWD_FORMS = { "auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32" }
+M.BWD_FORMS = { "auto", "fixed", "reg8", "reg16", "reg32", "smem8", "smem16", "smem32", "split2", "split4" }
+-- The backward families' `kernel` key: dx (the kernel a caller names; its launch runs the whole
+-- sequence) or stats, the split forms' first step (lib/norm_split.lua).
+M.BWD_KERNELS = { "dx", "stats" }
 -- Bytes per SM the H100 needs in flight to cover its DRAM latency (3.35 TB/s x ~0.7 us / 132 SMs),
 -- for the docs and the kit's summary; the model maximizes the bytes anyway.
 M.BYTES_IN_FLIGHT_TARGET = 18 * 1024
@@ -295,6 +326,17 @@ end
 -- row index, sums): ptxas -v over sm_75..sm_90 at hidden 16384, where the estimate is tight.
 -- Targets without cvt.bf16 need BF16_SOFT_REGS more when a tensor is bf16 (integer rounding).
 M.RELOAD_SPARE_REGS, M.BF16_SOFT_REGS = 8, 8
+-- Spare registers of a reload-form (or split-form) thread on target.
+function M.spare_regs(spec, target)
+  if not target.native_bf16_cvt then
+    for _, d in ipairs({ spec.x, spec.dy, spec.dx, spec.w }) do
+      if d == "bf16" then return M.RELOAD_SPARE_REGS + M.BF16_SOFT_REGS end
+    end
+  end
+  return M.RELOAD_SPARE_REGS
+end
+M.pass_bytes, M.row_bytes = pass_bytes, row_bytes
+
 -- Resident blocks per SM the model counts at most (the smallest hardware limit of sm_75..sm_90).
 M.MAX_BLOCKS_PER_SM = 16
 
@@ -311,12 +353,7 @@ local function reload_config(spec, target, rms, base, elems, smem)
   cfg.threads_per_row, cfg.block = t, t
   local nel = cfg.iters * cfg.vec
   local nacc = M.slabs(spec, rms) * nel
-  local spare = M.RELOAD_SPARE_REGS
-  if not target.native_bf16_cvt then
-    for _, d in ipairs({ spec.x, spec.dy, spec.dx, spec.w }) do
-      if d == "bf16" then spare = M.RELOAD_SPARE_REGS + M.BF16_SOFT_REGS end
-    end
-  end
+  local spare = M.spare_regs(spec, target)
   local function loads() return util.ceil_div(pass_bytes(spec) * nel, 4) end
   cfg.smem_bytes = 8 * (t // 32) + 64 -- the reduction's scratch and the zero cell
   if smem then
@@ -362,11 +399,18 @@ end
 -- g = max(1, RUNTIME_THREADS_PER_SM / block) blocks per SM, each walking its rows one at a time;
 -- blocks_per_sm of them are resident, so the g blocks run in ceil(g / resident) waves and the
 -- rows in flight average g / waves. Bytes in flight = that x the row's DRAM bytes (x, dy, dres).
+-- A split form (lib/norm_split.lua) has `split` blocks per row (grid y), each with 1/split of the
+-- row's bytes. The looping form issues one element per thread at a time: its bytes in flight are
+-- its resident threads x one element of each DRAM tensor.
 function M.bwd_in_flight(spec, cfg)
-  local grid = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block)
+  local grid = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block) * (cfg.split or 1)
+  if cfg.loop then
+    local resident = math.min(grid, cfg.blocks_per_sm or 1)
+    return resident * cfg.block * row_bytes(spec) / spec.hidden, resident * cfg.rows_per_block, 1
+  end
   local resident = math.min(grid, cfg.blocks_per_sm or 1)
   local waves = util.ceil_div(grid, resident)
-  local rows = grid * cfg.rows_per_block / waves
+  local rows = grid * cfg.rows_per_block / waves / (cfg.split or 1)
   return rows * row_bytes(spec), rows, waves
 end
 
@@ -381,8 +425,12 @@ function M.backward_config(spec, target, rms)
   if spec.residual then dts[#dts + 1] = spec.r end
   local form = spec.form or "auto"
   local base = M.config(spec, target, spec.x, dts, M.MAX_ELEMS_BWD)
+  local split = require("lib.norm_split")
   local cfg
-  if spec.hidden == "launch" then
+  if spec.kernel == "stats" then
+    if spec.hidden == "launch" then error("kernel=stats needs a fixed hidden (the split forms' first step)") end
+    cfg = split.stats_config(spec, target, base)
+  elseif spec.hidden == "launch" then
     if form ~= "auto" then error("form=" .. form .. " needs a fixed hidden (hidden=launch takes the looping form)") end
     cfg = base
     cfg.loop = true
@@ -406,6 +454,13 @@ function M.backward_config(spec, target, rms)
       cfg.rows_per_block = M.BWD_ROWS_PER_BLOCK
       cfg.block, cfg.grid_tile = cfg.threads_per_row * M.BWD_ROWS_PER_BLOCK, M.BWD_ROWS_PER_BLOCK
     end
+  elseif split.SPLIT_PARTS[form] then
+    local why
+    cfg, why = split.best_split(spec, target, rms, base, { form })
+    if not cfg then
+      why = select(2, split.split_config(spec, target, rms, base, split.SPLIT_PARTS[form], split.SPLIT_ELEMS[#split.SPLIT_ELEMS]))
+      error(string.format("form=%s at hidden %d on sm_%d: %s (use form=auto)", form, spec.hidden, target.sm, why))
+    end
   elseif form ~= "auto" then
     local why
     cfg, why = reload_config(spec, target, rms, base, FORM_ELEMS[form], form:sub(1, 4) == "smem")
@@ -426,10 +481,14 @@ function M.backward_config(spec, target, rms)
       end
     end
     -- no reload form fits (wide f32 or residual rows where the SM's shared memory cannot hold
-    -- the accumulators: docs/norms.md lists them): the looping form
+    -- the accumulators: docs/norms.md lists them): the two-block row (lib/norm_split.lua) where it
+    -- moves more effective bytes in flight than the looping form, else the looping form
     if not best then
-      best = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
-      best.loop = true
+      local loop = M.config({ hidden = "launch" }, target, spec.x, dts, M.MAX_ELEMS_BWD)
+      loop.loop = true
+      loop.blocks_per_sm = math.min(M.MAX_BLOCKS_PER_SM, target.threads_per_sm // loop.block)
+      local s, s_b = split.best_split(spec, target, rms, base)
+      best = (s and s_b > split.bwd_effective(spec, loop, rms)) and s or loop
     end
     cfg = best
   end
@@ -442,7 +501,7 @@ function M.backward_config(spec, target, rms)
   -- their register caps on sm_80..110 with it, none without (docs/llvm22.md)
   cfg.slsr = false
   local slabs = M.slabs(spec, rms)
-  if slabs > 0 then
+  if slabs > 0 and not cfg.stats then
     -- the fixed-hidden forms write one partial row per block (slots combined), the looping form one per slot
     cfg.workspace_slabs = slabs
     cfg.workspace_rows = cfg.loop and cfg.rows_per_block or 1
@@ -479,6 +538,8 @@ end
 -- RUNTIME_THREADS_PER_SM threads of blocks per SM (the model bwd_in_flight assumes); the f32
 -- workspace holds a partial row per (block, row slot) and slab, and norm_reduce sums it.
 function M.backward_launch(spec, cfg, rms)
+  local split = require("lib.norm_split")
+  if cfg.stats then return split.launch_stats(spec, cfg, rms) end
   local row, al = { "rows", "hidden" }, cfg.align
   local slabs, slots = M.slabs(spec, rms), cfg.workspace_rows or 1
   local per_sm = math.max(1, M.RUNTIME_THREADS_PER_SM // cfg.block) * cfg.grid_tile
@@ -496,6 +557,7 @@ function M.backward_launch(spec, cfg, rms)
     problem = { string.format("min(rows,sm_count*%d)", per_sm) },
   }
   if slabs > 0 then d.after = { { cfg.then_spec, bind = { cols = "hidden", parts = "parts", slabs = slabs } } } end
+  if cfg.split then return split.launch_split(spec, cfg, rms, d) end
   return d
 end
 
@@ -527,6 +589,9 @@ function M.check(spec)
   end
   if spec.offset == 1 and not spec.weight then
     return "offset=1 needs weight=true (offset=1 multiplies by 1 + weight)"
+  end
+  if spec.kernel == "stats" and (spec.residual or spec.form ~= "auto" or spec.hidden == "launch") then
+    return "kernel=stats (the split forms' row statistics) takes a fixed hidden, form=auto and no residual (its sums read no dres)"
   end
   return nil
 end

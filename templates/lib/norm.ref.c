@@ -14,6 +14,8 @@ typedef struct norm_priv {
     kiln_norm_data d;
     emu_guarded bufs;
     double x_scale;
+    float *rs; /* the split forms' row statistics (kernel=stats writes, the dx kernel reads) */
+    size_t rs_floats;
 } norm_priv;
 
 static void *guarded(norm_priv *p, size_t size) { return emu_guarded_alloc(&p->bufs, size); }
@@ -249,14 +251,15 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
  * run uses of it); (void *)-1 for a name that is no norm tensor. */
 static void *pointer_for(kiln_norm_data *d, const char *name, size_t ws_bytes, size_t *bytes) {
     static const char *const names[] = {"y", "mean", "rstd", "x", "weight", "bias", "h", "residual",
-                                        "dx", "ws", "dy", "dres", "dweight", "dbias"};
+                                        "dx", "ws", "dy", "dres", "dweight", "dbias", "rs"};
+    norm_priv *p = (norm_priv *)d;
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden, rb = (size_t)d->rows * 4;
-    void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->ws, d->dy, d->dres, d->dw, d->db};
+    void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->ws, d->dy, d->dres, d->dw, d->db, p->rs};
     size_t sizes[] = {n * kiln_dtype_size(s->y), rb, rb, n * kiln_dtype_size(s->x), hb * kiln_dtype_size(s->w),
                       hb * kiln_dtype_size(s->w), n * kiln_dtype_size(s->r), n * kiln_dtype_size(s->r),
                       n * kiln_dtype_size(s->dx), ws_bytes, n * kiln_dtype_size(s->dy), n * kiln_dtype_size(s->r),
-                      hb * kiln_dtype_size(s->w), hb * kiln_dtype_size(s->w)};
+                      hb * kiln_dtype_size(s->w), hb * kiln_dtype_size(s->w), p->rs_floats * 4};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(names[i], name)) {
             *bytes = sizes[i];
@@ -299,8 +302,31 @@ static void poison(void *p, size_t bytes) {
     if (p) memset(p, 0xff, bytes);
 }
 
+/* The launch description's line `key ...` (docs/registry.md) of m into buf (without the key); 0 when absent. */
+static int launch_line(const kiln_kernel_meta *m, const char *key, char *buf, size_t n) {
+    size_t kl = strlen(key);
+    for (const char *l = m->launch; *l;) {
+        const char *e = strchr(l, '\n');
+        size_t len = e ? (size_t)(e - l) : strlen(l);
+        if (len > kl && !strncmp(l, key, kl) && l[kl] == ' ') {
+            snprintf(buf, n, "%.*s", (int)(len - kl - 1), l + kl + 1);
+            return 1;
+        }
+        if (!e) break;
+        l = e + 1;
+    }
+    return 0;
+}
+
+int kiln_norm_before_spec(const kiln_kernel_meta *m, char *buf, size_t n) { return launch_line(m, "before", buf, n); }
+
 kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d, unsigned blocks, int twice,
                           kiln_error *err) {
+    return kiln_norm_run_seq(NULL, k, reduce, d, blocks, twice, err);
+}
+
+kiln_status kiln_norm_run_seq(kiln_emu_kernel *pre, kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d,
+                              unsigned blocks, int twice, kiln_error *err) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
@@ -324,7 +350,28 @@ kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm
     poison(d->dx, n * kiln_dtype_size(s->dx));
     poison(d->dw, hb * kiln_dtype_size(s->w));
     poison(d->db, hb * kiln_dtype_size(s->w));
-    kiln_status st = launch(k, d, grid, 1, 0, ws * 4, twice, err);
+    /* a split form (form=split2/split4): the row statistics kernel first, then the column ranges
+     * on the grid's y axis (the description's second problem axis) */
+    char before[KILN_SPEC_MAX], problem[256];
+    unsigned gy = 1;
+    if (kiln_norm_before_spec(m, before, sizeof before)) {
+        if (!pre) return kiln_fail(err, KILN_EINVAL, "'%s' runs '%s' before it: pass that kernel (kiln_norm_run_seq)", m->spec, before);
+        norm_priv *p = (norm_priv *)d;
+        size_t rsf = (size_t)d->rows * (is_rms(s) ? 1 : 2);
+        if (rsf > p->rs_floats) {
+            if (!(p->rs = guarded(p, rsf * 4))) return kiln_fail(err, KILN_ENOMEM, "no memory for the row statistics");
+            p->rs_floats = rsf;
+        }
+        poison(p->rs, rsf * 4);
+        if (launch_line(m, "problem", problem, sizeof problem)) {
+            const char *sp = strchr(problem, ' ');
+            if (sp) gy = (unsigned)strtoul(sp + 1, NULL, 10);
+        }
+        if (!gy) gy = 1;
+        kiln_status pst = launch(pre, d, (unsigned)d->rows, 1, 0, ws * 4, twice, err);
+        if (pst != KILN_OK) return pst;
+    }
+    kiln_status st = launch(k, d, grid, gy, 0, ws * 4, twice, err);
     if (st != KILN_OK || !m->ws_slabs) return st;
     if (!reduce) return kiln_fail(err, KILN_EINVAL, "'%s' needs its second kernel '%s'", m->spec, m->then_spec);
     const kiln_kernel_meta *rm = kiln_emu_kernel_meta(reduce);

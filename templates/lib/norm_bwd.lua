@@ -272,8 +272,14 @@ local function backward_looping(b, spec, cfg, p, rms)
   end)
 end
 
+-- The kernel's parameters: the dx kernel's list, or what the split forms' kernels take (lib/norm_split.lua).
+function M.params(spec, cfg, params) return require("lib.norm_split").params(spec, cfg, params) end
+
 function M.backward(b, spec, cfg, p, rms)
-  if spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
+  local split = require("lib.norm_split")
+  if cfg.stats then split.build_stats(b, spec, cfg, p, rms)
+  elseif cfg.split then split.build_split(b, spec, cfg, p, rms)
+  elseif spec.hidden == "launch" or cfg.loop then backward_looping(b, spec, cfg, p, rms)
   elseif cfg.reload then backward_reload(b, spec, cfg, p, rms)
   else backward_fixed(b, spec, cfg, p, rms) end
 end
