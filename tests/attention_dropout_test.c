@@ -93,13 +93,13 @@ static int same(kiln_case *a, kiln_case *b, const char *name) {
     return x && y && na == nb && !memcmp(x, y, na);
 }
 
-/* The forward paths: mma (sm_80 f16/bf16), sm_75's m16n8k8, SIMT (f32; bf16 on sm_75; forced). */
+/* The forward paths: mma (sm_80 f16/bf16), sm_75's m16n8k8, SIMT (f32; bf16 on sm_75, named: its plain kernel takes the f16-scaled path under auto; forced). */
 static const struct {
     const char *spec;
     int sm;
 } paths[] = {
     {"attention dtype=f16 head_dim=64", 80}, {"attention dtype=bf16 head_dim=128", 80}, {"attention dtype=f16 head_dim=32", 75},
-    {"attention dtype=f32 head_dim=64", 80}, {"attention dtype=bf16 head_dim=96", 75}, {"attention dtype=f16 head_dim=64 path=simt", 80},
+    {"attention dtype=f32 head_dim=64", 80}, {"attention dtype=bf16 head_dim=96 path=simt", 75}, {"attention dtype=f16 head_dim=64 path=simt", 80},
 };
 #define NPATHS (sizeof paths / sizeof paths[0])
 
