@@ -156,8 +156,13 @@ function M.q_load(c, swz)
   local rr = b:select(ok, c.q0 + r, 0)
   local src = G.q_addr and G.q_addr(rr) or c.base.q + b:i64(rr) * p.stride_qs
   local vals, mx = {}, b:f32(0.0)
+  -- with two threads a row of 16 chunks (d128), the second walks its half from the middle, so the two halves'
+  -- k-th stores land in different 16-byte columns of a 128-byte line (rows 0..3 of a quarter warp differ in the
+  -- swizzle's low bits): no bank conflict in these stores (the profile's design rule; d96's 12-chunk rows keep
+  -- the plain order, which conflicts less there: 192 against 240 extra wavefronts in a 140 x 200 problem)
+  local turn = lpr == 2 and cpl == 8 and part * 4 or nil
   for k = 0, cpl - 1 do
-    local ch = part * cpl + k
+    local ch = part * cpl + (turn and (turn + k) % cpl or k)
     local real = spec.dim < spec.head_dim and b:lt(ch, spec.dim // 8) or nil
     local v = b:load_vec(src + (real and b:select(real, ch, 0) or ch) * 8, 8, { align = 16 })
     if real then
