@@ -26,12 +26,14 @@ def _inputs(dt, hq, hkv, d, seed=0):
     return q, k, v
 
 
-@pytest.mark.parametrize("dt,sm,causal", [(np.float16, 80, True), (np.float32, 80, "top_left"),
-                                          (ml_dtypes.bfloat16, 75, True)])
-def test_forward_is_the_dense_kernel_per_sequence(dt, sm, causal):
+# bf16 on sm_75: varlen runs the SIMT path (the f16-scaled one, auto's dense choice there, has no varlen yet)
+@pytest.mark.parametrize("dt,sm,causal,path", [(np.float16, 80, True, "auto"), (np.float32, 80, "top_left", "auto"),
+                                               (ml_dtypes.bfloat16, 75, True, "simt")])
+def test_forward_is_the_dense_kernel_per_sequence(dt, sm, causal, path):
     q, k, v = _inputs(dt, 4, 2, 32)
     cq, ck = _cu(LENS_Q), _cu(LENS_K)
-    o, lse = kiln.emulate.attention_varlen(q, k, v, cq, ck, causal=causal, sm=sm, return_lse=True, window=(20, 3))
+    o, lse = kiln.emulate.attention_varlen(q, k, v, cq, ck, causal=causal, sm=sm, return_lse=True, window=(20, 3),
+                                           path=path)
     assert o.shape == q.shape and lse.shape == (4, q.shape[0])
     for b, (lq, lk) in enumerate(zip(LENS_Q, LENS_K)):
         if lq == 0:
@@ -41,7 +43,7 @@ def test_forward_is_the_dense_kernel_per_sequence(dt, sm, causal):
             assert np.all(o[rows].astype(np.float64) == 0) and np.all(np.isposinf(lse[:, rows]))
             continue
         do, dl = kiln.emulate.attention(q[None, rows], k[None, ck[b]:ck[b + 1]], v[None, ck[b]:ck[b + 1]],
-                                        causal=causal, sm=sm, return_lse=True, window=(20, 3))
+                                        causal=causal, sm=sm, return_lse=True, window=(20, 3), path=path)
         np.testing.assert_array_equal(o[rows].view(np.uint16 if o.itemsize == 2 else np.uint32),
                                       do[0].view(np.uint16 if o.itemsize == 2 else np.uint32))
         np.testing.assert_array_equal(lse[:, rows], dl[0])
