@@ -229,6 +229,29 @@ function M.store_row(b, r, ptr, dtype, vals, live)
   end
 end
 
+-- The backward's dx for the thread's nel elements: rstd (g - (xhat a + c)) (+ dres), c and dres nil where
+-- absent (RMSNorm: no mean(g) term); accumulate(k), if given, adds element k's dweight/dbias terms right after
+-- its dx.
+function M.dx_row(b, nel, xh, g, a, c, rstd, dres, accumulate)
+  local dx = {}
+  for k = 1, nel do
+    local tk = c and b:fma(xh[k], a, c) or xh[k] * a
+    dx[k] = (g[k] - tk) * rstd
+    if dres then dx[k] = dx[k] + dres[k] end
+    if accumulate then accumulate(k) end
+  end
+  return dx
+end
+
+-- The accumulate of dx_row for accumulators in registers (b:var lists, nil where absent): dweight += dy xhat,
+-- dbias += dy.
+function M.accumulate_in(b, acc_w, acc_b, dys, xh)
+  return function(k)
+    if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh[k], acc_w[k]:get())) end
+    if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
+  end
+end
+
 -- Rounds f32 values through dtype and back (what a reader of the stored tensor sees).
 function M.round_through(b, vals, dtype)
   if dtype == "f32" then return vals end

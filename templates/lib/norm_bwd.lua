@@ -52,14 +52,7 @@ local function backward_fixed(b, spec, cfg, p, rms)
     local a = s[1] / n
     local c = (not rms) and s[2] / n or nil
     local dres = spec.residual and M.load_row(b, r, p.dres + off, spec.r, live) or nil
-    local dx = {}
-    for k = 1, nel do
-      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-      dx[k] = (g[k] - tk) * rstd
-      if dres then dx[k] = dx[k] + dres[k] end
-      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh[k], acc_w[k]:get())) end
-      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
-    end
+    local dx = M.dx_row(b, nel, xh, g, a, c, rstd, dres, M.accumulate_in(b, acc_w, acc_b, dys, xh))
     M.store_row(b, r, p.dx + off, spec.dx, dx, live)
   end)
   if slabs == 0 then return end
@@ -200,14 +193,10 @@ local function backward_reload(b, spec, cfg, p, rms)
     -- pass 2: dx, and the accumulators
     local xh, g, dys = terms(b:i64(b:bits(b:load(zero))), 0, j1)
     local dres = spec.residual and load_chunks(b, r, p.dres + off, spec.r, 0, j1) or nil
-    local dx = {}
-    for k = 1, nel do
-      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-      dx[k] = (g[k] - tk) * rstd
-      if dres then dx[k] = dx[k] + dres[k] end
+    local dx = M.dx_row(b, nel, xh, g, a, c, rstd, dres, function(k)
       if wslab then acc_add(wslab * nel + k, function(v) return b:fma(dys[k], xh[k], v) end) end
       if bslab then acc_add(bslab * nel + k, function(v) return v + dys[k] end) end
-    end
+    end)
     store_chunks(b, r, p.dx + off, spec.dx, dx, 0, j1)
   end)
   for s = 0, nslab - 1 do

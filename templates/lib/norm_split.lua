@@ -192,14 +192,7 @@ function S.build_split(b, spec, cfg, p, rms)
     local wv = spec.weight and norm.load_row(b, r, p.weight + col0, spec.w) or nil
     local dres = spec.residual and norm.load_row(b, r, p.dres + off, spec.r) or nil
     local xh, g = terms(b, spec, r, rms, xs, dys, wv, mean, rstd)
-    local dx = {}
-    for k = 1, nel do
-      local tk = c and b:fma(xh[k], a, c) or xh[k] * a
-      dx[k] = (g[k] - tk) * rstd
-      if dres then dx[k] = dx[k] + dres[k] end
-      if acc_w[k] then acc_w[k]:set(b:fma(dys[k], xh[k], acc_w[k]:get())) end
-      if acc_b[k] then acc_b[k]:set(acc_b[k]:get() + dys[k]) end
-    end
+    local dx = norm.dx_row(b, nel, xh, g, a, c, rstd, dres, norm.accumulate_in(b, acc_w, acc_b, dys, xh))
     norm.store_row(b, r, p.dx + off, spec.dx, dx)
   end)
   local s = 0
