@@ -73,6 +73,18 @@ def _same(what, views, groups):
                 views[n].dtype for n in group)))
 
 
+def _attention_args(rt, what, o, q, k, v, head_dim, causal, sizes, scale):
+    """kiln_attention_args with the pointers, dtypes, head_dim, causal code, (batch, heads_q, heads_kv, seq_q,
+    seq_k) and scale (None: the runtime's 1/sqrt(head_dim)) set; strides are the caller's."""
+    a = _lib.AttentionArgs()
+    a.o, a.q, a.k, a.v = o.ptr, q.ptr, k.ptr, v.ptr
+    a.dtype, a.out_dtype = rt._DTYPE_CODE[q.dtype], rt._DTYPE_CODE[o.dtype]
+    a.head_dim, a.causal = head_dim, CAUSAL_CODE[causal_value(causal, what)]
+    a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = sizes
+    a.scale = 0.0 if scale is None else float(scale)
+    return a
+
+
 def _check_max(what, name, value):
     if isinstance(value, bool) or not isinstance(value, int) or value < 0:
         raise KilnArgumentError("%s: %s=%r; valid: an int >= 0 (the longest sequence)" % (what, name, value))
@@ -121,12 +133,7 @@ class VarlenRuntime:
         _check_max(what, "max_seqlen_k", max_seqlen_k)
         batch = self._batch_of(what, cu_seqlens_q)
         vl_views = list(views.values())
-        a = _lib.AttentionArgs()
-        a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kv.ptr, vv.ptr
-        a.dtype, a.out_dtype = rt._DTYPE_CODE[qv.dtype], rt._DTYPE_CODE[ov.dtype]
-        a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, what)]
-        a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = batch, hq, hkv, max_seqlen_q, max_seqlen_k
-        a.scale = 0.0 if scale is None else float(scale)
+        a = _attention_args(rt, what, ov, qv, kv, vv, d, causal, (batch, hq, hkv, max_seqlen_q, max_seqlen_k), scale)
         for n, t in views.items():
             getattr(a, "stride_" + n)[:] = [0, t.strides[0], t.strides[1]]
         if lse is not None:
@@ -243,12 +250,7 @@ class VarlenRuntime:
                                     "max_blocks >= 1], got %r" % (what, b, shape))
         _check_max(what, "seq_k", seq_k)
         vl = list(views.values())
-        a = _lib.AttentionArgs()
-        a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kc.ptr, vc.ptr
-        a.dtype, a.out_dtype = rt._DTYPE_CODE[qv.dtype], rt._DTYPE_CODE[ov.dtype]
-        a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, what)]
-        a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, seq_k
-        a.scale = 0.0 if scale is None else float(scale)
+        a = _attention_args(rt, what, ov, qv, kc, vc, d, causal, (b, hq, hkv, sq, seq_k), scale)
         for n, t in (("q", qv), ("k", kc), ("v", vc), ("o", ov)):
             getattr(a, "stride_" + n)[:] = [t.strides[0], t.strides[1], t.strides[2]]
         c = a.cache
