@@ -17,6 +17,7 @@ import kiln  # noqa: E402
 import kiln.flash_attn as fa  # noqa: E402
 import kiln.torch as kt  # noqa: E402
 from kiln.flash_attn import flash_attn_func  # noqa: E402,F401  (the drop-in import form)
+import fa_matrix as M  # noqa: E402
 
 TOL = {torch.float32: 2e-5, torch.float16: 2e-3, torch.bfloat16: 1.6e-2}
 
@@ -237,19 +238,8 @@ def test_varlen_with_block_table_gathers_each_sequences_pages(emu):
 # ---- KV cache ----
 
 
-def _rotate(x, cos, sin, pos, interleaved):
-    """float64 rotary reference: x (s, h, d) rotated at positions pos (s,)."""
-    x = x.double()
-    r = cos.shape[1]
-    c, s = cos.double()[pos].unsqueeze(1), sin.double()[pos].unsqueeze(1)
-    xr, rest = x[..., :2 * r], x[..., 2 * r:]
-    if interleaved:
-        x1, x2 = xr[..., 0::2], xr[..., 1::2]
-        y = torch.stack([x1 * c - x2 * s, x1 * s + x2 * c], -1).flatten(-2)
-    else:
-        x1, x2 = xr[..., :r], xr[..., r:]
-        y = torch.cat([x1 * c - x2 * s, x1 * s + x2 * c], -1)
-    return torch.cat([y, rest], -1)
+# float64 rotary reference: x (s, h, d) rotated at positions pos (s,): FA's test matrix's (fa_matrix.rotate)
+_rotate = M.rotate
 
 
 @pytest.mark.parametrize("causal,interleaved", [(True, True), (False, False)])
