@@ -30,11 +30,18 @@ read -r listed found span size < <(awk 'NR == FNR {want[$1] = 1; n++; next}
 if [ "$found" -ge $((listed * 9 / 10)) ]; then ok "bin/kiln defines $found of the $listed listed functions"
 else bad "tools/kiln.order is stale" "bin/kiln defines only $found of its $listed functions; run make kiln-order"; fi
 
+# lld writes its name into .comment; LLVM_SHARED=1 builds link the default way on purpose
+lld_linked=0
+readelf -p .comment "$KILN" 2>/dev/null | grep -q 'Linker: .*LLD' && lld_linked=1
 LLD_DIR=$(llvm-config-22 --bindir 2>/dev/null)
 flags=(-B"$LLD_DIR" -fuse-ld=lld -Wl,--symbol-ordering-file="$ORDER" -Wl,--no-warn-symbol-ordering)
-if [ ! -x "$LLD_DIR/ld.lld" ] ||
-   printf 'int main(void){return 0;}' | ${CC:-cc} -x c - "${flags[@]}" -o /dev/null 2>&1 | grep -q .; then
-    ok "no lld-22 here: bin/kiln is linked in the default order"
+if [ -x "$LLD_DIR/ld.lld" ] && ! ldd "$KILN" 2>/dev/null | grep -q libLLVM &&
+   ! printf 'int main(void){return 0;}' | ${CC:-cc} -x c - "${flags[@]}" -o /dev/null 2>&1 | grep -q .; then
+    if [ $lld_linked = 1 ]; then ok "bin/kiln is linked by lld-22, which this toolchain takes"
+    else bad "bin/kiln is linked by lld-22, which this toolchain takes" "the Makefile's ORDER_LDFLAGS test left it out"; fi
+fi
+if [ $lld_linked = 0 ]; then
+    ok "bin/kiln is linked in the default order (no lld-22 here, or LLVM_SHARED=1)"
 elif [ "$span" -le $((size + size / 10)) ]; then
     ok "the listed functions lie side by side ($((size >> 10)) KiB of code in $((span >> 10)) KiB)"
 else
