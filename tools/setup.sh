@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tools/setup.sh - installs (as root) or names what kiln builds and tests with: Debian packages
-# (LLVM 22, Lua 5.4, xxhash, zstd/zlib, clang-22 and its libFuzzer runtime for the fuzzers) and, for the Python package's
+# (LLVM 22, Lua 5.4, xxhash, zstd/zlib, clang-22 and its libFuzzer runtime for the fuzzers, lld-22, which links bin/kiln's
+# hot functions first) and, for the Python package's
 # tests, pytest, numpy, ml_dtypes, setuptools and wheel from PyPI; with --torch also PyTorch for kiln.torch's tests
 # (tools/torch-requirements.txt: the pinned torch and only the libraries it loads on a machine without a GPU; 4 GB,
 # so a plain `make` leaves it to `make setup`, `make run` and `make test`).
@@ -15,7 +16,7 @@ for a in "$@"; do
         *) echo "tools/setup.sh: unknown option '$a'; valid: --check, --torch" >&2; exit 2 ;;
     esac
 done
-DEB_PKGS="llvm-22-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-22 libclang-rt-22-dev pkg-config make gcc"
+DEB_PKGS="llvm-22-dev liblua5.4-dev libxxhash-dev libzstd-dev zlib1g-dev clang-22 libclang-rt-22-dev lld-22 pkg-config make gcc"
 PY_PKGS="pytest numpy ml_dtypes setuptools wheel"
 PYTHON=${PYTHON:-python3}
 TORCH_REQ="$(cd "$(dirname "$0")" && pwd)/torch-requirements.txt"
@@ -31,6 +32,7 @@ pkg-config --exists lua5.4 2>/dev/null || missing+=(liblua5.4-dev)
 [ -f /usr/include/zlib.h ] || missing+=(zlib1g-dev)
 command -v clang-22 >/dev/null 2>&1 || missing+=(clang-22)
 [ -n "$(ls /usr/lib/llvm-22/lib/clang/*/lib/linux/libclang_rt.fuzzer-x86_64.a 2>/dev/null)" ] || missing+=(libclang-rt-22-dev)
+[ -x /usr/lib/llvm-22/bin/ld.lld ] || missing+=(lld-22)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 py_missing=()
 if command -v "$PYTHON" >/dev/null 2>&1; then
