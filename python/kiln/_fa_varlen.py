@@ -125,9 +125,10 @@ def flash_attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                     k_new=None if k is None else _contig_last(k), v_new=None if v is None else _contig_last(v),
                     seq_k=seq_k, lse=lse, causal=causal,
                     **_mask_keys(window_left, window_right, softcap, alibi_slopes))
-        if rotary_cos is not None:
-            args.update(rotary="interleaved" if rotary_interleaved else "neox", rotary_cos=rotary_cos.contiguous(),
-                        rotary_sin=rotary_sin.contiguous())
+        if rotary_cos is not None:  # the kernel reads the tables in 16-byte rows: contiguous, 16-byte aligned
+            cos, sin = (t.contiguous() for t in (rotary_cos, rotary_sin))
+            cos, sin = (t.clone() if t.data_ptr() % 16 else t for t in (cos, sin))
+            args.update(rotary="interleaved" if rotary_interleaved else "neox", rotary_cos=cos, rotary_sin=sin)
         qs = _contig_last(q)
         _splits, need = rt.attention_kvcache_workspace(o, qs, k_cache, v_cache, splits=num_splits, **args)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=q.device) if need else None

@@ -241,6 +241,27 @@ def test_kvcache_rotary_runs_inside_the_append_kernel(emu, launches, monkeypatch
         _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
 
 
+def test_kvcache_rotary_tables_reach_the_kernel_aligned(emu, monkeypatch):
+    """Tables at an odd address (a view 2 bytes into a buffer) reach the kernel 16-byte aligned and contiguous (it
+    reads them in 16-byte rows) and give the bits of the aligned call."""
+    q, k, v, cos, sin, kc, vc, _ = _rotary_case(42, False, torch.float16, 16)
+    seen, real = [], emu_rt.EmulatedRuntime.attention_kvcache
+
+    def spy(self, *a, **kw):
+        seen.append([t.data_ptr() % 16 == 0 and t.is_contiguous() for t in (kw["rotary_cos"], kw["rotary_sin"])])
+        return real(self, *a, **kw)
+    monkeypatch.setattr(emu_rt.EmulatedRuntime, "attention_kvcache", spy)
+    odd = [torch.empty(cos.numel() + 1, dtype=cos.dtype)[1:].view(cos.shape) for _ in range(2)]
+    odd[0].copy_(cos), odd[1].copy_(sin)
+    assert odd[0].data_ptr() % 16
+    lens = torch.tensor([5, 20], dtype=torch.int32)
+    kc2, vc2 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, lens, causal=True)
+    out2 = fa.flash_attn_with_kvcache(q, kc2, vc2, k, v, odd[0], odd[1], lens, causal=True)
+    assert seen == [[True, True], [True, True]], seen
+    assert torch.equal(out, out2) and torch.equal(kc, kc2)
+
+
 def test_kvcache_rotary_the_kernel_does_not_take_stays_composite(emu, launches):
     """rotary_dim 8 (the kernel rotates 16-byte chunks: multiples of 16, FA2's rule): kiln's rotary op rotates k and
     q, then the paged kernel appends and attends; float64 agreement."""
