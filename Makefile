@@ -216,13 +216,15 @@ $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Iruntime -I$(O)/runtime -c $< -o $@
 
-# The attention helpers spell the causal key's values as templates/lib/attn_mask.lua declares them.
+# The attention helpers spell the causal and rotary keys' values as templates/lib/attn_mask.lua and
+# templates/lib/attn_rotary.lua declare them.
 $(O)/tools/key_values: tools/key_values.c
 	@mkdir -p $(dir $@)
 	$(CC) -std=c11 -O1 $(LUA_CFLAGS) $< -o $@ $(LUA_LIBS)
-$(O)/runtime/rt_keys.h: templates/lib/attn_mask.lua $(O)/tools/key_values
+$(O)/runtime/rt_keys.h: templates/lib/attn_mask.lua templates/lib/attn_rotary.lua $(O)/tools/key_values
 	@mkdir -p $(dir $@)
-	$(O)/tools/key_values $@ templates/lib/attn_mask.lua CAUSAL RT_CAUSAL_VALUES
+	$(O)/tools/key_values $@ templates templates/lib/attn_mask.lua CAUSAL RT_CAUSAL_VALUES \
+	    templates/lib/attn_rotary.lua ROTARY RT_ROTARY_VALUES
 $(O)/runtime/rt_attention.o $(FUZZ_OBJ)/runtime/rt_attention.o: $(O)/runtime/rt_keys.h
 
 $(O)/gen/%.o: gen/%.c

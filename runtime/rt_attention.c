@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "rt.h"
-#include "rt_keys.h" /* RT_CAUSAL_VALUES: generated from templates/lib/attn_mask.lua (Makefile) */
+#include "rt_keys.h" /* RT_CAUSAL_VALUES, RT_ROTARY_VALUES: generated from templates/lib/attn_mask.lua and attn_rotary.lua (Makefile) */
 
 static const char tensor_names[4] = {'q', 'k', 'v', 'o'};
 
@@ -78,6 +78,15 @@ void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, in
 
 /* ---- the forward ---- */
 
+/* The spec's rotary value for a KILN_ROTARY_* value: the template's values in its order (none, neox,
+ * interleaved), as the build read them from templates/lib/attn_rotary.lua. */
+static const char *rotary_name(int rotary) {
+    static const char *const names[] = {RT_ROTARY_VALUES};
+    _Static_assert(sizeof names / sizeof *names == KILN_ROTARY_INTERLEAVED + 1,
+                   "templates/lib/attn_rotary.lua's rotary values are one per KILN_ROTARY_* value");
+    return rotary >= KILN_ROTARY_NONE && rotary <= KILN_ROTARY_INTERLEAVED ? names[rotary] : NULL;
+}
+
 static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
     snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
@@ -92,7 +101,7 @@ static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t
     if (c->rotary && n < size) {
         int r = c->rotary_dim ? c->rotary_dim : a->head_dim;
         snprintf(buf + n, size - n, " rotary=%s rotary_dim=%d rotary_cs=%s",
-                 c->rotary == KILN_ROTARY_NEOX ? "neox" : "interleaved", r, kiln_dtype_name(c->rotary_dtype));
+                 rotary_name(c->rotary), r, kiln_dtype_name(c->rotary_dtype));
     }
 }
 
@@ -117,7 +126,7 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     if (c->k_new && (!c->block_table || !c->v_new || c->seqlen_new < 1))
         return kiln_fail(err, KILN_EINVAL, "attention append: k_new needs a paged KV cache (block_table), v_new and "
                          "seqlen_new >= 1 (got %d)", c->seqlen_new);
-    if (c->rotary && (c->rotary != KILN_ROTARY_NEOX && c->rotary != KILN_ROTARY_INTERLEAVED))
+    if (!rotary_name(c->rotary))
         return kiln_fail(err, KILN_EINVAL, "attention rotary: %d is not a mode; valid: KILN_ROTARY_NONE (0), "
                          "KILN_ROTARY_NEOX (1), KILN_ROTARY_INTERLEAVED (2)", c->rotary);
     if (c->rotary && (!c->k_new || !c->rotary_cos || !c->rotary_sin || c->seqlen_ro < 1 || !kiln_dtype_name(c->rotary_dtype)))

@@ -95,6 +95,15 @@ for b in copy mma_peak layernorm_fwd attention_fwd attention_bwd attention_bwd_d
     if grep -q "^$b," "$tmp/kitout/bench.csv"; then ok "bench $b"; else bad "bench $b" "no row"; fi
 done
 if grep -q "^| bf16 | 4096 |" "$tmp/kitout/summary.md"; then ok "summary table"; else bad "summary table" "no bf16 4096 row"; fi
+# issue 25's speed rows: paged decoding (pages of 16 and 256), varlen beside the dense kernel, rotary both modes;
+# each with its table in summary.md
+for row in attention_decode_paged,kiln-splitkv-page16 attention_decode_paged,kiln-splitkv-page256 \
+    attention_varlen,kiln-varlen attention_varlen,kiln-dense rotary,kiln-neox rotary,kiln-interleaved; do
+    if grep -q "^$row," "$tmp/kitout/bench.csv"; then ok "bench $row"; else bad "bench $row" "no row"; fi
+done
+for t in "Paged decoding" "Varlen vs the dense kernel" "Rotary, out of place"; do
+    if grep -q "^### $t" "$tmp/kitout/summary.md"; then ok "summary: $t"; else bad "summary: $t" "no table"; fi
+done
 
 # ---- the device's SM picks the kernels: sm_87 runs sm_86 code
 FAKE_CUDA_SM=87 "$KIT/kiln-gpucheck" device >"$tmp/dev" 2>&1

@@ -108,7 +108,7 @@ static int copy_launch(void *p) {
 }
 
 /* One launch through a typed runtime helper: what the timer repeats. */
-typedef enum helper { H_LAYERNORM, H_NORM_FWD, H_NORM_BWD, H_ATTENTION, H_SPLITKV, H_ATTENTION_BWD } helper;
+typedef enum helper { H_LAYERNORM, H_NORM_FWD, H_NORM_BWD, H_ATTENTION, H_SPLITKV, H_ATTENTION_BWD, H_VARLEN, H_SPEC } helper;
 typedef struct helper_ctx {
     kiln_rt *rt;
     helper h;
@@ -121,6 +121,9 @@ typedef struct helper_ctx {
     kiln_devptr ws; /* H_SPLITKV: the partials (splits 0: the helper's own choice) */
     size_t ws_bytes;
     kiln_attention_bwd_args ab;
+    kiln_attention_varlen vl; /* H_VARLEN: a's tensors as packed sequences */
+    const char *spec;         /* H_SPEC: a kernel launched by spec through its launch description (la) */
+    kiln_launch_args la;
 } helper_ctx;
 
 static int helper_launch(void *p) {
@@ -139,6 +142,8 @@ static int helper_launch(void *p) {
     case H_ATTENTION: st = kiln_attention_forward(c->rt, &c->a, &err), what = "attention"; break;
     case H_SPLITKV: st = kiln_attention_forward_splitkv(c->rt, &c->a, 0, c->ws, c->ws_bytes, &err), what = "split-KV attention"; break;
     case H_ATTENTION_BWD: st = kiln_attention_backward(c->rt, &c->ab, &err), what = "attention backward"; break;
+    case H_VARLEN: st = kiln_attention_forward_varlen(c->rt, &c->a, &c->vl, &err), what = "varlen attention"; break;
+    case H_SPEC: st = kiln_launch_spec(c->rt, c->spec, &c->la, &err), what = c->spec; break;
     }
     if (st == KILN_OK) return 0;
     fprintf(stderr, "kiln-gpucheck: %s: %s\n", what, err.msg);
@@ -769,6 +774,91 @@ static int bench_decode(bench *b, const attn_bufs *ab) {
     return 0;
 }
 
+/* Varlen against the dense kernel on the same tokens (issue 25: within 5 %): the forward sweep's q, k, v read as
+ * `batch` packed sequences of seq tokens (cu_seqlens i * seq: the dense [batch, seq, heads, d] is the packed
+ * [total, heads, d]), kiln_attention_forward_varlen timed beside kiln_attention_forward, both on the data the
+ * forward sweep uploaded last (bf16), at kit_varlen_sweep_d x causal x kit_varlen_sweep_seq. */
+static int bench_varlen(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    int maxb = (b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) / kit_varlen_sweep_seq[0] + 1;
+    int32_t *cu = malloc((size_t)(maxb + 1) * sizeof *cu);
+    kiln_devptr dcu;
+    if (!cu) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
+    if (kiln_rt_alloc(rt, (size_t)(maxb + 1) * sizeof *cu, &dcu, &b->err) != KILN_OK) return free(cu), die("alloc", &b->err);
+    printf("  %-28s %7s %8s %9s %9s %9s %7s\n", "varlen vs dense (same tokens)", "seq", "batch", "ms varlen", "ms dense",
+           "TFLOP/s", "ratio");
+    for (size_t di = 0; di < sizeof kit_varlen_sweep_d / sizeof *kit_varlen_sweep_d; di++)
+        for (int causal = 0; causal < 2; causal++)
+            for (size_t si = 0; si < sizeof kit_varlen_sweep_seq / sizeof *kit_varlen_sweep_seq; si++) {
+                int hd = kit_varlen_sweep_d[di], seq = kit_varlen_sweep_seq[si], batch, heads;
+                if (attn_shape(b, hd, seq, &batch, &heads) || batch > maxb) continue;
+                for (int i = 0; i <= batch; i++) cu[i] = i * seq;
+                if (kiln_rt_upload(rt, dcu, cu, (size_t)(batch + 1) * sizeof *cu, &b->err) != KILN_OK)
+                    return free(cu), die("upload", &b->err);
+                helper_ctx dc = {.rt = rt, .h = H_ATTENTION, .a = {.o = ab->o, .lse = ab->lse, .q = ab->q, .k = ab->k, .v = ab->v,
+                                                  .dtype = KILN_BF16, .out_dtype = KILN_BF16, .head_dim = hd, .causal = causal,
+                                                  .batch = batch, .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                helper_ctx vc = dc;
+                vc.h = H_VARLEN;
+                vc.vl = (kiln_attention_varlen){.cu_seqlens_q = dcu, .cu_seqlens_k = dcu, .total_q = batch * seq,
+                                                .total_k = batch * seq};
+                double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
+                b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                double ms_d = time_median(&b->t, helper_launch, &dc, b->reps, &b->used);
+                int used_d = b->used;
+                double ms_v = time_median(&b->t, helper_launch, &vc, b->reps, &b->used);
+                if (ms_d < 0 || ms_v < 0) continue;
+                char label[64];
+                snprintf(label, sizeof label, "bf16 d%d%s", hd, causal ? " causal" : "");
+                printf("  %-28s %7d %8d %9.3f %9.3f %9.1f %6.3fx\n", label, seq, batch, ms_v, ms_d,
+                       flops / (ms_v * 1e-3) / 1e12, ms_d > 0 ? ms_v / ms_d : 0);
+                csv_row("attention_varlen", "kiln-varlen", "bf16", 0, hd, seq, causal, batch, heads, flops, "TFLOP", ms_v, b->used);
+                csv_row("attention_varlen", "kiln-dense", "bf16", 0, hd, seq, causal, batch, heads, flops, "TFLOP", ms_d, used_d);
+            }
+    free(cu);
+    kiln_rt_free(rt, dcu, NULL);
+    return 0;
+}
+
+/* The rotary family against copy bandwidth (issue 25: >= 90 %): bf16 x [batch, KIT_ROTARY_SEQ, heads, KIT_ROTARY_D]
+ * (the forward sweep's q, its tokens and width) rotated out of place into its o by cos/sin bf16 [seq, d / 2],
+ * GPT-NeoX and GPT-J (kit_rotary_sweep_modes), through kiln_launch_spec; bytes = x read + out written + the
+ * tables read once. */
+static int bench_rotary(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    int d = KIT_ROTARY_D, seq = b->quick ? 256 : KIT_ROTARY_SEQ, heads = KIT_ATTN_SWEEP_WIDTH / d;
+    int batch = (b->quick ? 1024 : KIT_ATTN_SWEEP_TOKENS) / seq;
+    size_t table = (size_t)seq * (size_t)(d / 2);
+    kiln_devptr cs, sn;
+    if (kiln_rt_alloc(rt, table * 2, &cs, &b->err) || kiln_rt_alloc(rt, table * 2, &sn, &b->err)) return die("alloc", &b->err);
+    fill_random(ab->hq, 2 * table, KILN_BF16, 31);
+    if (kiln_rt_upload(rt, cs, ab->hq, table * 2, &b->err) || kiln_rt_upload(rt, sn, (char *)ab->hq + table * 2, table * 2, &b->err))
+        return die("upload", &b->err);
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "rotary bf16 d128 out of place", "seq", "batch", "ms", "GB/s", "of copy");
+    for (size_t mi = 0; mi < sizeof kit_rotary_sweep_modes / sizeof *kit_rotary_sweep_modes; mi++) {
+        char spec[KILN_SPEC_MAX];
+        snprintf(spec, sizeof spec, KIT_ROTARY_SPEC, d, d, kit_rotary_sweep_modes[mi]);
+        kiln_launch_tensor t[] = {{.name = "out", .ptr = ab->o}, {.name = "x", .ptr = ab->q}, {.name = "cos", .ptr = cs},
+                                  {.name = "sin", .ptr = sn}};
+        kiln_launch_scalar s[] = {{"batch", batch}, {"seq", seq}, {"heads", heads}, {"seqlen_ro", seq}};
+        helper_ctx rc = {.rt = rt, .h = H_SPEC, .spec = spec,
+                         .la = {.tensors = t, .ntensors = 4, .scalars = s, .nscalars = 4}};
+        double bytes = 2.0 * batch * (double)seq * heads * d * 2 + 2.0 * (double)table * 2;
+        b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+        double ms = time_median(&b->t, helper_launch, &rc, b->reps, &b->used);
+        if (ms < 0) continue;
+        double gbs = bytes / (ms * 1e-3) / 1e9;
+        char label[32];
+        snprintf(label, sizeof label, "%s", strcmp(kit_rotary_sweep_modes[mi], "true") ? "neox" : "interleaved (GPT-J)");
+        printf("  %-28s %7d %8d %9.4f %9.0f %6.1f%%\n", label, seq, batch, ms, gbs, 100 * gbs / b->copy_gbs);
+        csv_row("rotary", strcmp(kit_rotary_sweep_modes[mi], "true") ? "kiln-neox" : "kiln-interleaved", "bf16", 0, d, seq, 0,
+                batch, heads, bytes, "GB", ms, b->used);
+    }
+    kiln_rt_free(rt, cs, NULL), kiln_rt_free(rt, sn, NULL);
+    return 0;
+}
+
 /* Attention backward: the whole sequence on the forward's own O and lse. */
 static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
     kiln_rt *rt = b->rt;
@@ -837,6 +927,8 @@ int kit_bench(const char *bundle_path, const char *csv_path, int quick) {
     kiln_rt_free(b.rt, rb.x, NULL), kiln_rt_free(b.rt, rb.y, NULL);
     if (!rc) rc = bench_attention_fwd(&b, &ab);
     if (!rc) rc = bench_decode(&b, &ab);
+    if (!rc) rc = bench_varlen(&b, &ab);
+    if (!rc) rc = bench_rotary(&b, &ab);
     if (!rc) rc = bench_attention_bwd(&b, &ab);
     if (rc) return rc;
     free(ab.hq);

@@ -126,6 +126,12 @@ static int cmd_specs(void) {
     /* the paged decode rows: split-KV over pages, and the plain paged kernel (one split) */
     if (!rc) ADD(KIT_ATTN_PAGED_SPLIT_SPEC, "bf16", "bf16", KIT_DECODE_D, "false");
     if (!rc) ADD(KIT_ATTN_PAGED_SPEC, "bf16", "bf16", KIT_DECODE_D, "false");
+    /* the varlen and rotary speed rows */
+    for (size_t i = 0; i < sizeof kit_varlen_sweep_d / sizeof *kit_varlen_sweep_d && !rc; i++)
+        for (int causal = 0; causal < 2 && !rc; causal++)
+            ADD(KIT_ATTN_VARLEN_SPEC, "bf16", "bf16", kit_varlen_sweep_d[i], causal ? "true" : "false");
+    for (size_t i = 0; i < sizeof kit_rotary_sweep_modes / sizeof *kit_rotary_sweep_modes && !rc; i++)
+        ADD(KIT_ROTARY_SPEC, KIT_ROTARY_D, KIT_ROTARY_D, kit_rotary_sweep_modes[i]);
     for (size_t i = 0; i < sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0] && !rc; i++) {
         const kit_attn_bwd_row *r = &kit_attn_bwd_rows[i];
         attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, raw, sizeof raw);

@@ -207,6 +207,19 @@ static const int kit_decode_page_sizes[] = {16, 256};
 #define KIT_DECODE_PAGED_MIN_BATCH 8
 #define KIT_ATTN_PAGED_SPEC KIT_ATTN_SPEC " paged=true"
 #define KIT_ATTN_PAGED_SPLIT_SPEC KIT_ATTN_SPLIT_SPEC " paged=true"
+/* varlen against the dense kernel on the same tokens (issue 25: within 5 %): the forward sweep's bf16 tensors read
+ * as packed sequences of one length (cu_seqlens i * seq), causal off/on, at these head dims and lengths (the
+ * forward's shape rule: batch = tokens / seq, heads = width / head_dim) */
+static const int kit_varlen_sweep_d[] = {128};
+static const int kit_varlen_sweep_seq[] = {1024, 4096};
+#define KIT_ATTN_VARLEN_SPEC KIT_ATTN_SPEC " varlen=true"
+/* the rotary family against copy bandwidth (issue 25: >= 90 %): bf16 x [batch, seq, heads, d] out of place (the
+ * forward sweep's tokens, heads = width / d), cos/sin bf16 [seq, d / 2], GPT-NeoX halves and GPT-J pairs */
+static const char *const kit_rotary_sweep_modes[] = {"false", "true"}; /* the spec's interleaved */
+#define KIT_ROTARY_D 128
+#define KIT_ROTARY_SEQ 4096
+/* spelled canonically: the runtime finds bundle kernels by their canonical spec (no defaults filled in without Lua) */
+#define KIT_ROTARY_SPEC "rotary dtype=bf16 cs=bf16 head_dim=%d rotary_dim=%d interleaved=%s varlen=false inplace=false"
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 

@@ -366,6 +366,7 @@ def tables(rows):
             lines.append("| %s | %s | %s | %s | %s | %s | %s | %s |" % (
                 r["seq"], r["rows_or_batch"], fmt(k), fmt(p), fmt(sd), ratio(k, p), ratio(k, sd),
                 "%.1f%%" % (100 * k / copy) if copy else "-"))
+    lines += issue25_lines(rows, copy)
     bwd = [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]
     if bwd:
         lines += ["", "### Attention backward, TFLOP/s (FlashAttention-2's convention: 2.5x the forward's FLOPs, "
@@ -391,6 +392,41 @@ def tables(rows):
             lines.append("- %s %s h%s d%s seq %s causal %s: %s (C side %s)" % (
                 r["bench"], r["dtype"], r["hidden"], r["head_dim"], r["seq"], r["causal"], r["rate"], fmt(c, "%.1f")))
     return "\n".join(lines) + "\n"
+
+
+def issue25_lines(rows, copy):
+    """The KV-cache / varlen / rotary speed goals (issue 25) against their rows: paged decoding >= 80 % of copy and
+    pages of 16 within 10 % of the contiguous cache (attention_decode_paged), varlen within 5 % of the dense kernel
+    on the same tokens (attention_varlen), rotary >= 90 % of copy (rotary)."""
+    lines = []
+    paged = [r for r in rows if r["bench"] == "attention_decode_paged"]
+    if paged:
+        lines += ["", "### Paged decoding (issue 25: >= 80 % of copy; pages of 16 within 10 % of the contiguous cache)", "",
+                  "| seq_k | batch | pages | GB/s | % of copy | paged / contiguous split-KV |", "|---:|---:|---:|---:|---:|---:|"]
+        for r in paged:
+            k = num(r, "rate")
+            c = rate_of(rows, "attention_decode", "kiln-splitkv", seq=r["seq"], rows_or_batch=r["rows_or_batch"])
+            lines.append("| %s | %s | %s | %s | %s | %s |" % (r["seq"], r["rows_or_batch"], r["impl"].rsplit("page", 1)[-1],
+                                                        fmt(k), "%.1f%%" % (100 * k / copy) if copy else "-", ratio(k, c)))
+    var = [r for r in rows if r["bench"] == "attention_varlen" and r["impl"] == "kiln-varlen"]
+    if var:
+        lines += ["", "### Varlen vs the dense kernel on the same tokens (issue 25: within 5 %, varlen/dense >= 0.95), TFLOP/s", "",
+                  "| head_dim | causal | seq | batch x heads | varlen | dense | varlen/dense |", "|---:|---|---:|---:|---:|---:|---:|"]
+        for r in var:
+            d = rate_of(rows, "attention_varlen", "kiln-dense", head_dim=r["head_dim"], seq=r["seq"], causal=r["causal"])
+            lines.append("| %s | %s | %s | %s x %s | %s | %s | %s |" % (
+                r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
+                fmt(num(r, "rate"), "%.1f"), fmt(d, "%.1f"), ratio(num(r, "rate"), d)))
+    rot = [r for r in rows if r["bench"] == "rotary"]
+    if rot:
+        lines += ["", "### Rotary, out of place, bf16 (issue 25: >= 90 % of copy), GB/s of x read + out written", "",
+                  "| mode | head_dim | seq | batch x heads | GB/s | % of copy |", "|---|---:|---:|---:|---:|---:|"]
+        for r in rot:
+            k = num(r, "rate")
+            lines.append("| %s | %s | %s | %s x %s | %s | %s |" % (r["impl"][len("kiln-"):], r["head_dim"], r["seq"],
+                                                              r["rows_or_batch"], r["heads"], fmt(k),
+                                                              "%.1f%%" % (100 * k / copy) if copy else "-"))
+    return lines
 
 
 def plots(rows, out):
@@ -463,9 +499,10 @@ def main():
     if not os.path.exists(args.csv):
         print("peers.py: %s is missing (the C-side bench failed)" % args.csv)
         return 2
-    rows = [r for r in read_rows(args.csv) if r["impl"] in ("kiln", "kiln-minctasm2", "kiln-offset1", "cuMemcpyDtoD",
-                                                             "mma.sync.m16n8k16.bf16")
-            or r["impl"].startswith("kiln-form-")]
+    # kiln-gpucheck's rows (every kiln-* impl: the decode, paged, varlen and rotary rows too) and the ceilings; the
+    # peer rows (and kiln-py, timed here) of an earlier run are measured again
+    rows = [r for r in read_rows(args.csv) if r["impl"] in ("cuMemcpyDtoD", "mma.sync.m16n8k16.bf16")
+            or (r["impl"].split("-")[0] == "kiln" and r["impl"] != "kiln-py")]
     if not args.no_peers:
         rows += measure_peers(rows, args)
         write_rows(args.csv, rows)

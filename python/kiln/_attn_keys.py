@@ -5,6 +5,16 @@ from .errors import KilnArgumentError
 _CAUSAL = {False: "false", True: "true", "false": "false", "true": "true", "bottom_right": "true",
            "top_left": "top_left"}
 CAUSAL_CODE = {"false": 0, "true": 1, "top_left": 2}  # KILN_CAUSAL_* (kiln/runtime.h)
+ROTARY_CODE = {"none": 0, "neox": 1, "interleaved": 2}  # KILN_ROTARY_* (kiln/runtime.h)
+
+
+def rotary_value(rotary, what):
+    """The spec's rotary value for rotary=None / "none", "neox" (GPT-NeoX halves) or "interleaved" (GPT-J pairs)."""
+    key = "none" if rotary is None else rotary
+    if not isinstance(key, str) or key not in ROTARY_CODE:
+        raise KilnArgumentError("%s: rotary=%r; valid: None, 'neox' (GPT-NeoX halves), 'interleaved' (GPT-J pairs)"
+                                % (what, rotary))
+    return key
 
 
 def causal_value(causal, what):

@@ -3,7 +3,7 @@ the emulated kernel (docs/attention.md, "Paged KV cache"), with numpy arrays."""
 
 import numpy as np
 
-from ._attn_keys import Keys, causal_value
+from ._attn_keys import Keys, causal_value, rotary_value
 from ._np import aligned_empty, dtype_name
 from .errors import KilnArgumentError
 from .runtime import check_heads
@@ -25,7 +25,8 @@ def _index(what, name, a, shape, out):
 
 def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx=None, cache_leftpad=None,
                       k_new=None, v_new=None, causal=False, sm=80, scale=None, out_dtype=None, path="auto",
-                      return_lse=False, window=None, softcap=None, alibi_slopes=None):
+                      return_lse=False, window=None, softcap=None, alibi_slopes=None, rotary=None, rotary_cos=None,
+                      rotary_sin=None):
     """Attention against a paged KV cache on the emulated kernel for sm: q [batch, seq_q, heads_q, head_dim];
     k_cache, v_cache pages [num_blocks, page_size, heads_kv, head_dim]; block_table int32 [batch, max_blocks];
     cache_seqlens int32 [batch]; cache_batch_idx (the block-table row of each entry) and cache_leftpad (each entry's
@@ -33,7 +34,10 @@ def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_bat
     the pages at cache_seqlens (k_cache and v_cache are updated in place) and attended in the same launch. Entry b
     sees cache_seqlens[b] - cache_leftpad[b] (+ seqlen_new) keys, causal bottom-right aligned to that count; window,
     softcap, alibi_slopes as attention(). page_size: >= 16, a multiple or a divisor of the kernel's key tile.
-    Returns o (and lse [batch, heads_q, seq_q] f32)."""
+    rotary "neox" or "interleaved" (with k_new): rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] (f32, f16 or
+    bf16, one dtype: the spec's rotary_cs; rotary_dim from their width) rotate q and the new keys inside the kernel
+    (templates/lib/attn_rotary.lua: new key i at cache_seqlens + i, q likewise when causal or windowed, else at
+    cache_seqlens). Returns o (and lse [batch, heads_q, seq_q] f32)."""
     from .emulate import _copy, _poison, load
     what = "attention_kvcache"
     qa, kc, vc = (np.asarray(t) for t in (q, k_cache, v_cache))
@@ -72,8 +76,25 @@ def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_bat
     cv = causal_value(causal, what)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, b, hq)
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s paged=true%s"
-                % (dt, od, d, cv, path, keys.words(), " append=true" if append else ""), sm)
+    rv = rotary_value(rotary, what)
+    rot_words, rot_args = "", {}
+    if rv != "none":
+        if rotary_cos is None or rotary_sin is None:
+            raise KilnArgumentError("%s: rotary=%r needs rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2]"
+                                    % (what, rv))
+        cos, sin = np.asarray(rotary_cos), np.asarray(rotary_sin)
+        if cos.ndim != 2 or cos.shape != sin.shape or cos.shape[0] < 1 or cos.shape[1] < 1:
+            raise KilnArgumentError("%s: rotary_cos %s and rotary_sin %s must be one shape [seqlen_ro >= 1, "
+                                    "rotary_dim / 2 >= 1]" % (what, list(cos.shape), list(sin.shape)))
+        cs = dtype_name(cos.dtype)
+        if dtype_name(sin.dtype) != cs:
+            raise KilnArgumentError("%s: rotary_cos and rotary_sin must share a dtype, got %s and %s"
+                                    % (what, cos.dtype, sin.dtype))
+        rot_words = " rotary=%s rotary_dim=%d rotary_cs=%s" % (rv, 2 * cos.shape[1], cs)
+        rot_args = dict(rotary_cos=_copy(cos, cs, what + ": rotary_cos"),
+                        rotary_sin=_copy(sin, cs, what + ": rotary_sin"), seqlen_ro=cos.shape[0])
+    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s paged=true%s%s"
+                % (dt, od, d, cv, path, keys.words(), " append=true" if append else "", rot_words), sm)
     tile = kern.meta["launch"].split("scalar key_tile =")[1].split()[0] if "key_tile =" in kern.meta.get(
         "launch", "") else None
     if tile is not None:
@@ -102,6 +123,7 @@ def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_bat
             args.update({"stride_%s%s" % (t, a): s // arr.itemsize for a, s in zip("bsh", arr.strides[:3])})
     if slopes is not None:
         args["alibi_slopes"] = _copy(slopes, "f32", what + ": alibi_slopes")
+    args.update(rot_args)
     if b and sq:
         names = {p["name"] for p in kern.params}
         kern.run(problem=(sq, hq, b), nullable=("cache_batch_idx", "cache_leftpad"),

@@ -106,11 +106,14 @@ def flash_attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                             v: Optional[torch.Tensor], block_table: torch.Tensor, cache_seqlens: torch.Tensor,
                             cache_batch_idx: Optional[torch.Tensor], cache_leftpad: Optional[torch.Tensor],
                             alibi_slopes: Optional[torch.Tensor], causal: bool, window_left: int, window_right: int,
-                            softcap: float, scale: float, seq_k: int,
-                            num_splits: int) -> Tuple[torch.Tensor, torch.Tensor]:
+                            softcap: float, scale: float, seq_k: int, num_splits: int,
+                            rotary_cos: Optional[torch.Tensor] = None, rotary_sin: Optional[torch.Tensor] = None,
+                            rotary_interleaved: bool = False) -> Tuple[torch.Tensor, torch.Tensor]:
     # q [batch, seq_q, heads_q, d]; caches pages [num_blocks, page_size, heads_kv, d]; block_table int32 [batch,
     # max_blocks]; k/v (or None) [batch, seqlen_new, heads_kv, d] written into the pages at cache_seqlens (not
     # advanced). seq_k: the longest key count an entry sees (the split-KV choice); num_splits as the runtime's splits.
+    # rotary_cos / rotary_sin [seqlen_ro, rotary_dim / 2] (with k): the kernel rotates q and k (rotary=interleaved
+    # with rotary_interleaved, else neox).
     rt = kt._backend("kiln::flash_attention_kvcache", q)
     b, sq, hq, d = q.shape
     o = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
@@ -122,6 +125,10 @@ def flash_attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
                     k_new=None if k is None else _contig_last(k), v_new=None if v is None else _contig_last(v),
                     seq_k=seq_k, lse=lse, causal=causal,
                     **_mask_keys(window_left, window_right, softcap, alibi_slopes))
+        if rotary_cos is not None:  # the kernel reads the tables in 16-byte rows: contiguous, 16-byte aligned
+            cos, sin = (t.contiguous() for t in (rotary_cos, rotary_sin))
+            cos, sin = (t.clone() if t.data_ptr() % 16 else t for t in (cos, sin))
+            args.update(rotary="interleaved" if rotary_interleaved else "neox", rotary_cos=cos, rotary_sin=sin)
         qs = _contig_last(q)
         _splits, need = rt.attention_kvcache_workspace(o, qs, k_cache, v_cache, splits=num_splits, **args)
         ws = torch.empty(((need + 3) // 4,), dtype=torch.float32, device=q.device) if need else None
@@ -132,7 +139,8 @@ def flash_attention_kvcache(q: torch.Tensor, k_cache: torch.Tensor, v_cache: tor
 
 @flash_attention_kvcache.register_fake
 def _kvcache_fake(q, k_cache, v_cache, k, v, block_table, cache_seqlens, cache_batch_idx, cache_leftpad, alibi_slopes,
-                  causal, window_left, window_right, softcap, scale, seq_k, num_splits):
+                  causal, window_left, window_right, softcap, scale, seq_k, num_splits, rotary_cos=None,
+                  rotary_sin=None, rotary_interleaved=False):
     b, sq, hq, d = q.shape
     return q.new_empty((b, sq, hq, d)), q.new_empty((b, hq, sq), dtype=torch.float32)
 

@@ -9,7 +9,7 @@ memory: the kernels read the sequence bounds on the device, as kiln/runtime.h do
 import ctypes
 
 from . import _lib
-from ._attn_keys import CAUSAL_CODE, causal_value
+from ._attn_keys import CAUSAL_CODE, ROTARY_CODE, causal_value, rotary_value
 from .errors import KilnArgumentError
 
 
@@ -222,7 +222,8 @@ class VarlenRuntime:
     # ---- paged KV cache (flash_attn_with_kvcache) ----
 
     def _kvcache_args(self, what, o, q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx, cache_leftpad,
-                      k_new, v_new, seq_k, lse, causal, scale, stream, **mask):
+                      k_new, v_new, seq_k, lse, causal, scale, stream, rotary=None, rotary_cos=None, rotary_sin=None,
+                      **mask):
         rt = _rt()
         named = [("q", q), ("k_cache", k_cache), ("v_cache", v_cache), ("o", o)]
         if k_new is not None or v_new is not None:
@@ -273,32 +274,61 @@ class VarlenRuntime:
                                         % (what, b * hq * sq, lv.dtype, lv.shape))
             a.lse = lv.ptr
             vl.append(lv)
+        self._kvcache_rotary(what, c, rotary, rotary_cos, rotary_sin, vl)
         self._attn_mask(a, what, b, hq, vl, **mask)
         a.stream = rt._stream_handle(stream, vl)
         return a
 
+    def _kvcache_rotary(self, what, c, rotary, rotary_cos, rotary_sin, views):
+        """The cache block's rotary fields: rotary "neox" / "interleaved" (None: none) with rotary_cos / rotary_sin
+        contiguous [seqlen_ro, rotary_dim / 2] of one dtype (rotary_dim, rotary_dtype and seqlen_ro follow)."""
+        rv = rotary_value(rotary, what)
+        if rv == "none":
+            if rotary_cos is not None or rotary_sin is not None:
+                raise KilnArgumentError("%s: rotary_cos / rotary_sin need rotary='neox' or 'interleaved'" % what)
+            return
+        if rotary_cos is None or rotary_sin is None:
+            raise KilnArgumentError("%s: rotary=%r needs rotary_cos and rotary_sin [seqlen_ro, rotary_dim / 2]"
+                                    % (what, rv))
+        cs, sn = (self._view(t, "%s: %s" % (what, n), self.device_ordinal)
+                  for t, n in ((rotary_cos, "rotary_cos"), (rotary_sin, "rotary_sin")))
+        if (len(cs.shape) != 2 or tuple(cs.shape) != tuple(sn.shape) or cs.dtype != sn.dtype or cs.shape[0] < 1
+                or cs.shape[1] < 1 or not cs.contiguous() or not sn.contiguous() or cs.dtype not in _rt()._DTYPE_CODE):
+            raise KilnArgumentError("%s: rotary_cos %s %s and rotary_sin %s %s must be contiguous, one shape "
+                                    "[seqlen_ro >= 1, rotary_dim / 2 >= 1] and one dtype (f32, f16 or bf16)"
+                                    % (what, cs.dtype, cs.shape, sn.dtype, sn.shape))
+        c.rotary, c.rotary_dim, c.rotary_dtype = ROTARY_CODE[rv], 2 * cs.shape[1], _rt()._DTYPE_CODE[cs.dtype]
+        c.rotary_cos, c.rotary_sin, c.seqlen_ro = cs.ptr, sn.ptr, cs.shape[0]
+        views += [cs, sn]
+
     def attention_kvcache_workspace(self, o, q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx=None,
                                     cache_leftpad=None, k_new=None, v_new=None, seq_k=0, lse=None, causal=False,
-                                    splits=0, window=None, softcap=None, alibi_slopes=None):
+                                    splits=0, window=None, softcap=None, alibi_slopes=None, rotary=None,
+                                    rotary_cos=None, rotary_sin=None):
         """(splits, bytes) attention_kvcache(..., splits=splits) uses, as attention_workspace."""
         a = self._kvcache_args("attention_kvcache", o, q, k_cache, v_cache, block_table, cache_seqlens,
                                cache_batch_idx, cache_leftpad, k_new, v_new, seq_k, lse, causal, None, 0,
-                               window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                               rotary, rotary_cos, rotary_sin, window=window, softcap=softcap,
+                               alibi_slopes=alibi_slopes)
         return self._attn_splits(a, splits)
 
     def attention_kvcache(self, o, q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx=None,
                           cache_leftpad=None, k_new=None, v_new=None, seq_k=0, lse=None, causal=False, scale=None,
-                          stream=None, splits=0, workspace=None, window=None, softcap=None, alibi_slopes=None):
+                          stream=None, splits=0, workspace=None, window=None, softcap=None, alibi_slopes=None,
+                          rotary=None, rotary_cos=None, rotary_sin=None):
         """Attention against a paged KV cache (FlashAttention-2's flash_attn_with_kvcache; kiln_attention_kvcache):
         q, o [batch, seq_q, heads_q, head_dim]; k_cache, v_cache pages [num_blocks, page_size, heads_kv, head_dim];
         block_table int32 [batch, max_blocks]; cache_seqlens int32 [batch]; cache_batch_idx, cache_leftpad int32
         [batch] or None. k_new / v_new [batch, seqlen_new, heads_kv, head_dim] (or None) are written into the pages
         at cache_seqlens and attended in the same launch (cache_seqlens is not advanced). seq_k: the longest key
         count any entry sees (only the split-KV choice reads it; an upper bound is fine). lse f32 [batch, heads_q,
-        seq_q] or None; splits, workspace as attention()."""
+        seq_q] or None; splits, workspace as attention(). rotary "neox" or "interleaved" (with k_new): rotary_cos /
+        rotary_sin contiguous [seqlen_ro, rotary_dim / 2] (f32, f16 or bf16, one dtype) rotate q and the new keys in
+        the kernel (FlashAttention-2's rotary_cos / rotary_sin / rotary_interleaved; docs/attention.md)."""
         a = self._kvcache_args("attention_kvcache", o, q, k_cache, v_cache, block_table, cache_seqlens,
                                cache_batch_idx, cache_leftpad, k_new, v_new, seq_k, lse, causal, scale, stream,
-                               window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                               rotary, rotary_cos, rotary_sin, window=window, softcap=softcap,
+                               alibi_slopes=alibi_slopes)
         n, need = self._attn_splits(a, splits)
         views = []
         with self._kept_workspace(workspace):

@@ -300,7 +300,8 @@ class EmulatedRuntime:
 
     def attention_kvcache(self, o, q, k_cache, v_cache, block_table, cache_seqlens, cache_batch_idx=None,
                           cache_leftpad=None, k_new=None, v_new=None, seq_k=0, lse=None, causal=False, scale=None,
-                          stream=None, splits=0, workspace=None, window=None, softcap=None, alibi_slopes=None):
+                          stream=None, splits=0, workspace=None, window=None, softcap=None, alibi_slopes=None,
+                          rotary=None, rotary_cos=None, rotary_sin=None):
         """As kiln.emulate.attention_kvcache; the appended keys and values land in k_cache and v_cache."""
         w = "attention_kvcache"
         caches = [_input(t, "%s: %s" % (w, n)) for t, n in ((k_cache, "k_cache"), (v_cache, "v_cache"))]
@@ -308,7 +309,9 @@ class EmulatedRuntime:
         out, lse_out = emulate.attention_kvcache(
             _np(q, w + ": q"), *caches, _idx(block_table), _idx(cache_seqlens), _idx(cache_batch_idx),
             _idx(cache_leftpad), *new, causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, w + ": o"),
-            return_lse=True, window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
+            return_lse=True, window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes), rotary=rotary,
+            rotary_cos=None if rotary_cos is None else _np(rotary_cos, w + ": rotary_cos"),
+            rotary_sin=None if rotary_sin is None else _np(rotary_sin, w + ": rotary_sin"))
         if k_new is not None:
             for t, a in zip((k_cache, v_cache), caches):
                 if a.ctypes.data != t.data_ptr():  # the kernel appended into a copy

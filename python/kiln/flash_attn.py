@@ -13,7 +13,8 @@ bottom-right aligned, window_size, softcap, alibi_slopes) with its backward op `
 torch.use_deterministic_algorithms(True)). The varlen functions run kiln's varlen kernels and flash_attn_with_kvcache
 its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen dropout
 or block_table, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch per
-sequence, in ``_varlen_forward`` and ``_kvcache_forward``); the rotary runs kiln's rotary op before the paged kernel.
+sequence, in ``_varlen_forward`` and ``_kvcache_forward``); the paged kernel rotates q and the new keys itself
+(rotary=neox|interleaved in the append), kiln's rotary op only where it cannot (``_rotary_in_kernel``).
 dropout_p runs kiln's Philox dropout (seeded from torch's generator).
 What kiln cannot do (head dims that are not a multiple of 8 up to 256, ...) raises one KilnArgumentError naming the argument. CUDA tensors, or CPU tensors inside
 ``kiln.torch.emulated()``.
@@ -464,10 +465,19 @@ def flash_attn_varlen_kvpacked_func(q, kv, cu_seqlens_q, cu_seqlens_k, max_seqle
 # ---- KV cache: kiln's paged kernel (append in the same launch), else the composite path ----
 
 
-def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits):
-    """out, lse of kiln::flash_attention_kvcache (the paged kernel, appending k and v in the same launch), or None
-    where it does not apply: pages the kernels do not take (_fa_varlen.page_fits), a dense cache whose rows no page
-    size divides (or not evenly strided). A dense cache runs as pages of its own rows (_fa_varlen.dense_as_pages)."""
+def _rotary_in_kernel(rotary_cos, rotary_sin):
+    """Whether the append kernel takes these tables (templates/lib/attn_rotary.lua): rotary_dim = 2 * width a
+    multiple of 16 (FlashAttention-2's own rule; kiln's rotary op takes any even width), seqlen_ro >= 1, cos and
+    sin of one dtype among f32, f16, bf16 (the spec's rotary_cs)."""
+    return (rotary_cos.shape[1] % 8 == 0 and rotary_cos.shape[0] >= 1 and rotary_sin.shape == rotary_cos.shape
+            and rotary_cos.dtype == rotary_sin.dtype and rotary_cos.dtype in _DTYPES)
+
+
+def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits, rotary=None):
+    """out, lse of kiln::flash_attention_kvcache (the paged kernel, appending k and v in the same launch; rotary:
+    (cos, sin, interleaved) rotates q and k inside it), or None where it does not apply: pages the kernels do not
+    take (_fa_varlen.page_fits), a dense cache whose rows no page size divides (or not evenly strided). A dense cache
+    runs as pages of its own rows (_fa_varlen.dense_as_pages)."""
     if table is None:
         kp, vp = _fa_varlen.dense_as_pages(k_cache), _fa_varlen.dense_as_pages(v_cache)
         if kp is None or vp is None or kp[0].shape != vp[0].shape:
@@ -485,18 +495,19 @@ def _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, 
     cs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)
     lp = torch.tensor(leftpads, dtype=torch.int32, device=q.device) if any(leftpads) else None
     return _fa_varlen.flash_attention_kvcache(q, k_pages, v_pages, k, v, block_table, cs, bidx, lp, slopes, causal,
-                                              wl, wr, cap, scale, seq_k, num_splits)
+                                              wl, wr, cap, scale, seq_k, num_splits, *(rotary or (None, None, False)))
 
 
 def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seqlens, batch_idx, table, opts,
                      rotary_interleaved, leftpads=None, num_splits=0):
     """out (batch_size, seqlen_q, nheads, headdim) and softmax_lse (batch_size, nheads, seqlen_q) of decoding
-    against a KV cache: the composite path. New keys k (rotated by kiln's rotary op at positions cache_seqlens + s
-    when rotary_cos is given; q too, at the same positions when causal or windowed, else all at cache_seqlens)
+    against a KV cache. Where _kvcache_kernel applies, kiln's paged kernel appends and attends in one launch, and
+    rotates q and the new keys itself when rotary_cos is given and _rotary_in_kernel takes the tables. Otherwise
+    the composite path: new keys k (rotated by kiln's rotary op at positions cache_seqlens + s when rotary_cos is
+    given; q too, at the same positions when causal or windowed, else all at cache_seqlens: the kernel's rule)
     are written into k_cache / v_cache in place (through `table`'s pages when paged), then each sequence attends
-    to its cache_seqlens + seqlen_new keys with one dense launch (one launch for the batch when every sequence has
-    the same length and the cache is dense and in batch order); where _kvcache_kernel applies, kiln's paged kernel
-    appends and attends instead (after the rotary: the place to hand the rotary to the kernel once it has it).
+    to its cache_seqlens + seqlen_new keys with the paged kernel where it applies, else one dense launch (one launch
+    for the batch when every sequence has the same length and the cache is dense and in batch order).
     seqlens, batch_idx, table, leftpads: host lists. With cache_leftpad, sequence i's keys are cache positions
     leftpads[i] .. seqlens[i] + seqlen_new - 1; the rotary's positions stay the cache positions (FlashAttention's
     test_flash_attn_kvcache rotates at cache_seqlens with or without leftpad; kiln's append kernel does the same)."""
@@ -504,7 +515,13 @@ def _kvcache_forward(fn, q, k_cache, v_cache, k, v, rotary_cos, rotary_sin, seql
     b, sq = q.shape[0], q.shape[1]
     sn = k.shape[1] if k is not None else 0
     leftpads = leftpads or [0] * b
-    if k is not None and rotary_cos is not None:
+    rotate = k is not None and rotary_cos is not None  # FlashAttention rotates only with new keys
+    if rotate and _rotary_in_kernel(rotary_cos, rotary_sin):
+        got = _kvcache_kernel(q, k_cache, v_cache, k, v, seqlens, batch_idx, table, opts, leftpads, num_splits,
+                              (rotary_cos, rotary_sin, rotary_interleaved))
+        if got is not None:
+            return got
+    if rotate:
         offs = torch.tensor(seqlens, dtype=torch.int32, device=q.device)  # cache positions, leftpad or not (FA2)
         k = kt.apply_rotary_emb(k, rotary_cos, rotary_sin, interleaved=rotary_interleaved, seqlen_offsets=offs)
         if causal or (wl, wr) != (-1, -1):

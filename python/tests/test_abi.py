@@ -1,4 +1,4 @@
-"""python/tests/test_abi.py - every ctypes mirror in kiln/_lib.py has the size of its C struct.
+"""python/tests/test_abi.py - every ctypes mirror in kiln/_lib.py has the size of its C struct, and the key codes their C numbers.
 
 A mirror that falls behind its header is silent memory corruption (the C side reads or writes past
 the Python buffer): compile a few lines of C against include/kiln and compare sizeof with
@@ -46,3 +46,23 @@ def test_every_mirror_has_its_c_size(tmp_path):
     sizes = c_sizes(tmp_path)
     wrong = {n: (sizes[n], ctypes.sizeof(m)) for n, m in MIRRORS.items() if sizes[n] != ctypes.sizeof(m)}
     assert not wrong, "ctypes mirrors differ from C (name: C size, ctypes size): %r" % wrong
+
+
+def test_key_codes_mirror_the_header(tmp_path):
+    """_attn_keys' CAUSAL_CODE and ROTARY_CODE are kiln/runtime.h's KILN_CAUSAL_* and KILN_ROTARY_* numbers (the
+    runtime spells value i of the template's list for C value i)."""
+    from kiln._attn_keys import CAUSAL_CODE, ROTARY_CODE
+    cc = os.environ.get("CC", "cc")
+    if not shutil.which(cc) or not os.path.isdir(os.path.join(ROOT, "include", "kiln")):
+        pytest.skip("needs a C compiler and kiln's headers (a source tree)")
+    names = {"KILN_CAUSAL_NONE": CAUSAL_CODE["false"], "KILN_CAUSAL_BOTTOM_RIGHT": CAUSAL_CODE["true"],
+             "KILN_CAUSAL_TOP_LEFT": CAUSAL_CODE["top_left"], "KILN_ROTARY_NONE": ROTARY_CODE["none"],
+             "KILN_ROTARY_NEOX": ROTARY_CODE["neox"], "KILN_ROTARY_INTERLEAVED": ROTARY_CODE["interleaved"]}
+    src = tmp_path / "codes.c"
+    src.write_text('#include <stdio.h>\n#include "kiln/runtime.h"\nint main(void) {\n'
+                   + "".join('    printf("%s %%d\\n", %s);\n' % (n, n) for n in names) + "    return 0;\n}\n")
+    exe = tmp_path / "codes"
+    subprocess.run([cc, "-std=c11", "-I", os.path.join(ROOT, "include"), str(src), "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], check=True, capture_output=True, text=True).stdout
+    got = {n: int(v) for n, v in (line.split() for line in out.splitlines())}
+    assert got == names, "Python's key codes differ from kiln/runtime.h (C: %r, Python: %r)" % (got, names)

@@ -108,6 +108,35 @@ def test_kvcache_launches_the_paged_kernel(fake_cuda, append):
         assert got["k_new"] == kn.ptr and got["v_new"] == vn.ptr and got["seqlen_new"] == 2
 
 
+@pytest.mark.parametrize("rotary,cs", [("interleaved", "f32"), ("neox", "bf16")])
+def test_kvcache_rotary_launches_the_rotary_append_kernel(fake_cuda, rotary, cs):
+    """rotary= with rotary_cos / rotary_sin: the append kernel with rotary, rotary_dim from the tables' width,
+    rotary_cs from their dtype, seqlen_ro from their rows; tables that do not fit are refused by name."""
+    rt = kiln.Runtime(disk_cache=False)
+    b, hq, hkv, d, page, mb, ro = 2, 4, 2, 64, 16, 3, 48
+    q, o = rt.empty((b, 1, hq, d), "bf16"), rt.empty((b, 1, hq, d), "bf16")
+    kc, vc = rt.empty((6, page, hkv, d), "bf16"), rt.empty((6, page, hkv, d), "bf16")
+    kn, vn = rt.empty((b, 1, hkv, d), "bf16"), rt.empty((b, 1, hkv, d), "bf16")
+    cos, sin = rt.empty((ro, 16), cs), rt.empty((ro, 16), cs)
+    table, lens = _i32(rt, (b, mb)), _i32(rt, (b,))
+    fake_cuda.reset()
+    rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], k_new=kn, v_new=vn, seq_k=40, causal=True, splits=1,
+                         rotary=rotary, rotary_cos=cos, rotary_sin=sin)
+    (launch,) = _launches(fake_cuda)
+    kern = _kernel_by_entry(rt, launch, "attention dtype=bf16 out=bf16 head_dim=64 causal=true path=auto paged=true "
+                                        "append=true rotary=%s rotary_dim=32 rotary_cs=%s" % (rotary, cs))
+    got = _by_name(kern, launch)
+    assert got["rotary_cos"] == cos.ptr and got["rotary_sin"] == sin.ptr and got["seqlen_ro"] == ro
+    with pytest.raises(kiln.KilnArgumentError, match="rotary='gptj'; valid: None, 'neox'"):
+        rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], k_new=kn, v_new=vn, rotary="gptj", rotary_cos=cos,
+                             rotary_sin=sin)
+    with pytest.raises(kiln.KilnArgumentError, match="one shape"):
+        rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], k_new=kn, v_new=vn, rotary=rotary, rotary_cos=cos,
+                             rotary_sin=rt.empty((ro, 8), cs))
+    with pytest.raises(kiln.KilnArgumentError, match="need rotary='neox' or 'interleaved'"):
+        rt.attention_kvcache(o, q, kc, vc, table[1], lens[1], k_new=kn, v_new=vn, rotary_cos=cos, rotary_sin=sin)
+
+
 def test_kvcache_and_varlen_bad_input_name_the_problem(fake_cuda):
     rt = kiln.Runtime(disk_cache=False)
     q, o = rt.empty((2, 1, 2, 64), "f16"), rt.empty((2, 1, 2, 64), "f16")

@@ -13,9 +13,9 @@ from test_torch_flash_attn import _close, _rotate, ref_attention  # noqa: E402
 
 @pytest.fixture
 def launches(monkeypatch):
-    """Counts the emulated runtime's calls by method: which kernels ran (varlen, kvcache, or the dense one)."""
+    """Counts the emulated runtime's calls by method: which kernels ran (varlen, kvcache, the dense one, rotary)."""
     seen = {}
-    for name in ("attention", "attention_varlen", "attention_varlen_backward", "attention_kvcache"):
+    for name in ("attention", "attention_varlen", "attention_varlen_backward", "attention_kvcache", "rotary"):
         real = getattr(emu_rt.EmulatedRuntime, name)
 
         def spy(self, *a, _real=real, _name=name, **kw):
@@ -182,27 +182,100 @@ def test_kvcache_dense_batch_idx_window_alibi_as_pages(emu, launches):
         _close(out[i], ref[0], torch.bfloat16, "out %d" % i)
 
 
-def test_kvcache_rotary_runs_kilns_rotary_then_the_append_kernel(emu, launches):
-    """Rotary in the append is not in the kernel yet: kiln's rotary op rotates k and q, then the paged kernel
-    appends and attends (no dense launch)."""
-    g = torch.Generator().manual_seed(33)
-    b, hq, d, sn = 2, 2, 32, 2
-    kc = torch.randn(b, 16, 1, d, generator=g).half()
-    vc = torch.randn(b, 16, 1, d, generator=g).half()
-    q = torch.randn(b, sn, hq, d, generator=g).half()
-    k = torch.randn(b, sn, 1, d, generator=g).half()
-    v = torch.randn(b, sn, 1, d, generator=g).half()
-    ang = torch.rand(16, 8, generator=g) * 3
-    lens = torch.tensor([4, 11], dtype=torch.int32)
+def _rotary_case(seed, paged, cs_dtype, rdim, d=32, sn=3):
+    """Two sequences of f16 q/k/v and a cache: dense [2, 32, 1, d], or 16-row pages shuffled through a block table;
+    tables [40, rdim / 2] in cs_dtype (positions past cache_seqlens + sn stay inside)."""
+    g = torch.Generator().manual_seed(seed)
+    q = torch.randn(2, sn, 2, d, generator=g).half()
+    k = torch.randn(2, sn, 1, d, generator=g).half()
+    v = torch.randn(2, sn, 1, d, generator=g).half()
+    ang = torch.rand(40, rdim // 2, generator=g, dtype=torch.float64) * 3
+    cos, sin = ang.cos().to(cs_dtype), ang.sin().to(cs_dtype)
+    if paged:
+        kc = torch.randn(6, 16, 1, d, generator=g).half()
+        table = torch.tensor([[4, 1, 5], [0, 3, 2]], dtype=torch.int32)
+    else:
+        kc, table = torch.randn(2, 32, 1, d, generator=g).half(), None
+    return q, k, v, cos, sin, kc, torch.randn(kc.shape, generator=g).half(), table
+
+
+def _rows(cache, table, i, n):
+    """Sequence i's first n cache rows (through its pages when paged)."""
+    return cache[i, :n] if table is None else torch.cat([cache[p] for p in table[i].tolist()])[:n]
+
+
+@pytest.mark.parametrize("interleaved,causal,paged,cs_dtype,rdim,leftpad", [
+    (True, True, False, torch.float32, 32, None),          # GPT-J pairs, every dim, f32 tables, dense cache
+    (False, False, True, torch.float16, 16, [2, 0]),       # NeoX halves of 16 of 32 dims, q at cache_seqlens, pages
+])
+def test_kvcache_rotary_runs_inside_the_append_kernel(emu, launches, monkeypatch, interleaved, causal, paged,
+                                                      cs_dtype, rdim, leftpad):
+    """rotary_cos / rotary_sin go to the append kernel: one launch, no rotary op. The cache holds the new keys
+    rotated at cache_seqlens + i (leftpad does not move them, as FA2), bit for bit what the composite path (kiln's
+    rotary op, then the kernel) writes; q rotated at cache_seqlens + i when causal, else at cache_seqlens; the
+    output within f16 tolerance of float64. The first append crosses a page boundary (cache_seqlens 14, 3 new keys)."""
+    q, k, v, cos, sin, kc, vc, table = _rotary_case(40, paged, cs_dtype, rdim)
+    lens = torch.tensor([14, 28], dtype=torch.int32)
+    lp = None if leftpad is None else torch.tensor(leftpad, dtype=torch.int32)
     kc0, vc0 = kc.clone(), vc.clone()
-    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, ang.cos(), ang.sin(), lens, causal=True)
+    call = dict(cache_seqlens=lens, cache_leftpad=lp, block_table=table, causal=causal, rotary_interleaved=interleaved)
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, **call)
     assert launches == {"attention_kvcache": 1}, launches
+    monkeypatch.setattr(fa, "_rotary_in_kernel", lambda *_: False)
+    kc2, vc2 = kc0.clone(), vc0.clone()
+    out2 = fa.flash_attn_with_kvcache(q, kc2, vc2, k, v, cos, sin, **call)
+    assert launches == {"attention_kvcache": 2, "rotary": 2}, launches  # the composite path: k, then q
+    assert torch.equal(kc, kc2) and torch.equal(vc, vc2), "the kernel's cache differs from the rotary op's"
+    _close(out, out2, torch.float16, "kernel vs composite")
+    sn, pads = k.shape[1], leftpad or [0, 0]
     for i, s in enumerate(lens.tolist()):
         pos = torch.arange(s, s + sn)
-        krot = _rotate(k[i], ang.cos(), ang.sin(), pos, True)
-        _close(kc[i, s:s + sn], krot, torch.float16, "appended k %d" % i)
+        krot = _rotate(k[i], cos, sin, pos, interleaved)
+        _close(_rows(kc, table, i, s + sn)[s:], krot, torch.float16, "appended k %d" % i)
+        assert torch.equal(_rows(kc, table, i, s), _rows(kc0, table, i, s)), "cache rows before the append moved"
+        assert torch.equal(_rows(vc, table, i, s + sn)[s:], v[i])
+        qpos = pos if causal else torch.full((sn,), s)
+        keys = torch.cat([_rows(kc0, table, i, s)[pads[i]:].double(), krot])
+        vals = torch.cat([_rows(vc0, table, i, s)[pads[i]:].double(), v[i].double()])
+        ref, _ = ref_attention(_rotate(q[i], cos, sin, qpos, interleaved)[None], keys[None], vals[None], causal)
+        _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
+
+
+def test_kvcache_rotary_tables_reach_the_kernel_aligned(emu, monkeypatch):
+    """Tables at an odd address (a view 2 bytes into a buffer) reach the kernel 16-byte aligned and contiguous (it
+    reads them in 16-byte rows) and give the bits of the aligned call."""
+    q, k, v, cos, sin, kc, vc, _ = _rotary_case(42, False, torch.float16, 16)
+    seen, real = [], emu_rt.EmulatedRuntime.attention_kvcache
+
+    def spy(self, *a, **kw):
+        seen.append([t.data_ptr() % 16 == 0 and t.is_contiguous() for t in (kw["rotary_cos"], kw["rotary_sin"])])
+        return real(self, *a, **kw)
+    monkeypatch.setattr(emu_rt.EmulatedRuntime, "attention_kvcache", spy)
+    odd = [torch.empty(cos.numel() + 1, dtype=cos.dtype)[1:].view(cos.shape) for _ in range(2)]
+    odd[0].copy_(cos), odd[1].copy_(sin)
+    assert odd[0].data_ptr() % 16
+    lens = torch.tensor([5, 20], dtype=torch.int32)
+    kc2, vc2 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, lens, causal=True)
+    out2 = fa.flash_attn_with_kvcache(q, kc2, vc2, k, v, odd[0], odd[1], lens, causal=True)
+    assert seen == [[True, True], [True, True]], seen
+    assert torch.equal(out, out2) and torch.equal(kc, kc2)
+
+
+def test_kvcache_rotary_the_kernel_does_not_take_stays_composite(emu, launches):
+    """rotary_dim 8 (the kernel rotates 16-byte chunks: multiples of 16, FA2's rule): kiln's rotary op rotates k and
+    q, then the paged kernel appends and attends; float64 agreement."""
+    q, k, v, cos, sin, kc, vc, _ = _rotary_case(41, False, torch.float32, 8)
+    lens = torch.tensor([4, 11], dtype=torch.int32)
+    kc0, vc0 = kc.clone(), vc.clone()
+    out = fa.flash_attn_with_kvcache(q, kc, vc, k, v, cos, sin, lens, causal=True)
+    assert launches == {"rotary": 2, "attention_kvcache": 1}, launches
+    for i, s in enumerate(lens.tolist()):
+        pos = torch.arange(s, s + k.shape[1])
+        krot = _rotate(k[i], cos, sin, pos, True)
+        _close(kc[i, s:s + k.shape[1]], krot, torch.float16, "appended k %d" % i)
         keys, vals = torch.cat([kc0[i, :s].double(), krot]), torch.cat([vc0[i, :s].double(), v[i].double()])
-        ref, _ = ref_attention(_rotate(q[i], ang.cos(), ang.sin(), pos, True)[None], keys[None], vals[None], True)
+        ref, _ = ref_attention(_rotate(q[i], cos, sin, pos, True)[None], keys[None], vals[None], True)
         _close(out[i], ref[0], torch.float16, "out %d" % i, 2)
 
 

@@ -20,9 +20,13 @@ local util = require("lib.util")
 local rmath = require("lib.rotary_math")
 local M = {}
 
+-- The values' order is the C API's numbering (KILN_ROTARY_NONE, _NEOX, _INTERLEAVED in kiln/runtime.h): the build
+-- writes them into the runtime's helpers (tools/key_values.c), which spell value i for C value i.
+M.ROTARY = { name = "rotary", type = "enum", default = "none", values = { "none", "neox", "interleaved" }, hide_default = true,
+    doc = "rotary embedding of q and the new keys inside the append (needs append=true): neox (GPT-NeoX halves) or interleaved (GPT-J pairs), tables rotary_cos/rotary_sin [seqlen_ro, rotary_dim/2] at launch" }
+
 M.KEYS = {
-  { name = "rotary", type = "enum", default = "none", values = { "none", "neox", "interleaved" }, hide_default = true,
-    doc = "rotary embedding of q and the new keys inside the append (needs append=true): neox (GPT-NeoX halves) or interleaved (GPT-J pairs), tables rotary_cos/rotary_sin [seqlen_ro, rotary_dim/2] at launch" },
+  M.ROTARY,
   { name = "rotary_dim", type = "int", default = "=head_dim", min = 1, max = 512, hide_default = true,
     doc = "dims rotated (a multiple of 16, <= head_dim); the rest pass through" },
   { name = "rotary_cs", type = "dtype", default = "=dtype", hide_default = true,
