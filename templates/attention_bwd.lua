@@ -505,6 +505,8 @@ K.variants = {
 local ODD = util.axis("head_dim", { 8, 40, 80, 200 })
 local ODD_ALL = util.axis("head_dim", { 8, 24, 40, 80, 136, 200, 248 })
 local KERNELS3 = { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }
+local F16S_KEYS = { "causal=false", "causal=true", "causal=top_left", "causal=true window=true", "causal=true softcap=true",
+                    "causal=true alibi=true", "causal=true " .. MASK_KEYS, "causal=top_left " .. MASK_KEYS }
 for _, row in ipairs({
   { KERNELS3, DT, ODD, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { { "kernel=prep", "kernel=convert" }, DT, ODD, quick = true, sms = { 80 } },
@@ -526,6 +528,13 @@ for _, row in ipairs({
   { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
     { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64", "head_dim=40 v_head_dim=24" },
     { "causal=false", "causal=true", "causal=true " .. MASK_KEYS, "causal=true dropout=true" }, full = true },
+  -- bf16 on sm_75's f16 tensor cores (lib/attn_bwd_f16scaled.lua, path=mma): dkdv to head_dim 64, dq to 128
+  { KERNELS3, "dtype=bf16", util.axis("head_dim", { 32, 64 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
+    quick = true, sms = { 75 } },
+  { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 96, 128 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
+    quick = true, sms = { 75 } },
+  { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
+  { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)

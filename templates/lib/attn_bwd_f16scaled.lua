@@ -42,6 +42,13 @@ end
 -- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75): head_dim <= 128,
 -- out = dtype (checked before), not with dropout or varlen (those stay on SIMT); second result: why not.
 function M.serves(spec, target)
+  -- dkdv at head_dim 96/128 (dK and dV: 96/128 accumulators a thread) spilled 4-12 bytes beside the scaling
+  -- (ptxas sm_75, atomic and deterministic; f16's dkdv uses 240-248 registers there); dq fits at every dim
+  local d = spec.head_dim
+  if d > 64 and spec.kernel == "dkdv" then
+    return false, string.format("bf16 at head_dim %d runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there)",
+                                spec.dim or d, spec.kernel)
+  end
   if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
   if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
   if spec.path ~= "mma" then return false end
@@ -86,18 +93,14 @@ function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
     if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
     local from = src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8
     local v = b:load_vec(from, 8, { align = 16 })
-    local x, mx = {}, b:f32(0.0)
-    for i = 1, 8 do
-      x[i] = b:select(use, b:to_f32(v[i]), 0.0)
-      local a = b:abs(x[i])
-      mx = b:max(mx, b:select(b:lt(a, math.huge), a, 0.0))
-    end
+    local zero = b:from_f32(0.0, "bf16")
+    for i = 1, 8 do v[i] = b:select(use, v[i], zero) end -- (not 0 x a value: row 0 may hold an Inf)
+    local mx = f16s.local_max(b, v, b:f32(0.0))
     if slots > 1 then mx = b:warp_max(mx, slots) end
     local h = f16s.scale_of(b, mx)
     local factor = f16s.pow2(b, h)
     local put = function()
-      local out = {}
-      for i = 1, 8 do out[i] = b:from_f32(x[i] * factor, "f16") end
+      local out = f16s.convert(b, v, factor)
       b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
       b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
     end

@@ -57,6 +57,8 @@ local function config_dq(spec, target, cfg)
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
   -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
   if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
+  -- (bf16 on f16 tensor cores: d96's 64-key tiles spilled 36-64 bytes beside the scaling, lib/attn_bwd_f16scaled.lua)
+  if d == 96 and f16s.applies(spec, target) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
@@ -316,13 +318,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
       end
       -- dV += P^T dO, dK += dS^T Q.
-      local pa, dsa = s, dp
-      if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16)
-        pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
-        dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
+      local aps, adss = {}, {}
+      if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
+        local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
+        for ks = 0, nq // 2 - 1 do aps[ks] = c_to_a(b, pa, ks, mdt) end
+        local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
+        for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
       end
       for ks = 0, nq // 2 - 1 do
-        local ap, ads = c_to_a(b, pa, ks, mdt), c_to_a(b, dsa, ks, mdt)
+        local ap, ads = aps[ks] or c_to_a(b, s, ks, dt), adss[ks] or c_to_a(b, dp, ks, dt)
         for jd = 0, dtiles // 2 - 1 do
           local o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16)
           local q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16)
