@@ -534,6 +534,10 @@ for _, row in ipairs({
     quick = true, sms = { 75 } },
   { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 96, 128 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
     quick = true, sms = { 75 } },
+  { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { "causal=true", "causal=top_left window=true alibi=true" },
+    "path=mma", quick = true, sms = { 75 } },
+  { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { table.unpack(F16S_KEYS, 1, 6) }, "path=mma", full = true,
+    sms = { 75 } },
   { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
   { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end

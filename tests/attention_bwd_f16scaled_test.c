@@ -45,6 +45,7 @@ static const rcase rcases[] = {
     {64, 1, "causal=true softcap=true", 2, 1, 30, 35, 8},
     {40, 0, "causal=true", 2, 1, 30, 33, 0},
     {8, 1, "causal=false", 1, 1, 29, 31, 0},
+    {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {
@@ -146,9 +147,10 @@ static kiln_emu_kernel *kernel(const char *spec, int sm) {
 
 /* Runs the backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) with path `path` on
  * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). Past head_dim 64 the f16-scaled
- * path is the deterministic dq kernel's only (its dkdv would need more than 255 registers): dkdv on SIMT. */
+ * path takes the deterministic dq kernel, and dkdv only deterministic at 128 (elsewhere it would need more
+ * than 255 registers): dkdv on SIMT there. */
 static kiln_status backward(prob *a, const char *path, int sm, int det, float *g[3]) {
-    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim > 64;
+    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim > 64 && !(a->p.head_dim == 128 && det);
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     const kiln_attn_problem *p = &a->p;
     kiln_error err = {0};

@@ -32,6 +32,10 @@ local util = require("lib.util")
 local M = {}
 
 local ATOP = 14 -- an A row's largest |a| is scaled into [2^ATOP, 2^(ATOP + 1))
+-- INF: an A row's maximum counts Inf (two instructions an entry instead of four): a row holding an Inf makes
+-- every output of its row Inf or NaN (Inf times each column of B), so its finite entries may be lost; its
+-- exponent is then 128 - ATOP, which keeps every factor below normal f32's range limits. The staged B rows
+-- (load) take finite maxima: an Inf there reaches only its own column's outputs.
 local CMIN = f16s.FLOOR - ATOP -- the running exponent's start (a row of zeros keeps it)
 
 -- Whether this spec is bf16 on a target whose tensor cores take f16 only (sm_75).
@@ -42,12 +46,13 @@ end
 -- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75): head_dim <= 128,
 -- out = dtype (checked before), not with dropout or varlen (those stay on SIMT); second result: why not.
 function M.serves(spec, target)
-  -- dkdv at head_dim 96/128 (dK and dV: 96/128 accumulators a thread) spilled 4-12 bytes beside the scaling
-  -- (ptxas sm_75, atomic and deterministic; f16's dkdv uses 240-248 registers there); dq fits at every dim
+  -- dkdv at head_dim 96/128 (dK and dV: 96/128 accumulators a thread) spilled 8-12 bytes beside the scaling
+  -- (ptxas sm_75; f16's dkdv uses 240-248 registers there) but for the deterministic one at 128 (16-row query
+  -- tiles, no dQ step: 228-242 registers); dq fits at every dim
   local d = spec.head_dim
-  if d > 64 and spec.kernel == "dkdv" then
-    return false, string.format("bf16 at head_dim %d runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there)",
-                                spec.dim or d, spec.kernel)
+  if d > 64 and spec.kernel == "dkdv" and not (d == 128 and spec.deterministic) then
+    return false, string.format("bf16 at head_dim %d runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there%s)",
+                                spec.dim or d, spec.kernel, d == 128 and "; deterministic=true fits" or "")
   end
   if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
   if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
@@ -129,8 +134,7 @@ function M.scale_a(b, c, n, colf, st, accs)
         local idx = 2 * hh + e + 1
         local x = colf and c[j][idx] * colf(j, e) or c[j][idx]
         a[j][idx] = x
-        local ab = b:abs(x)
-        m = b:max(m, b:select(b:lt(ab, math.huge), ab, 0.0))
+        m = b:max(m, b:abs(x)) -- (Inf counted, NaN dropped: see INF)
       end
     end
     m = b:warp_max(m, 4) -- (the row's other columns: the quad's lanes)
@@ -141,7 +145,7 @@ function M.scale_a(b, c, n, colf, st, accs)
   end
   b:if_(grow, function()
     for hh = 0, 1 do
-      -- 2^(old - new) in two normal factors (old - new >= CMIN - (127 - ATOP) = -227: each half >= -114)
+      -- 2^(old - new) in two normal factors (old - new >= CMIN - (128 - ATOP) = -228: each half >= -114)
       local diff = st[hh]:get() - new[hh]
       local d1 = diff // 2
       local f = f16s.pow2(b, d1) * f16s.pow2(b, diff - d1)
@@ -178,8 +182,7 @@ function M.ds_rows(b, sh, dp, nq, kf, bm, warp, lane)
         local idx = 2 * hh + e + 1
         local x = dp[j][idx] * kf[hh]
         a[j][idx] = x
-        local ab = b:abs(x)
-        m = b:max(m, b:select(b:lt(ab, math.huge), ab, 0.0))
+        m = b:max(m, b:abs(x)) -- (Inf counted, NaN dropped: see INF)
       end
       for _, off in ipairs({ 4, 8, 16 }) do m = b:max(m, b:shfl("bfly", m, off)) end
       mx[j][e] = m
