@@ -538,6 +538,8 @@ for _, row in ipairs({
     "path=mma", quick = true, sms = { 75 } },
   { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { table.unpack(F16S_KEYS, 1, 6) }, "path=mma", full = true,
     sms = { 75 } },
+  { { "kernel=dkdv", "kernel=dq" }, "dtype=bf16", { "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64" }, "causal=true",
+    "path=mma", quick = true, sms = { 75 } },
   { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
   { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end

@@ -79,7 +79,7 @@ expect "path=mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attentio
 expect "path=mma for bf16 on sm_75: f16 mma" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention_bwd dtype=bf16 path=mma --sm 75 --emit ptx
 expect "path=mma for bf16 on sm_75: dkdv past head_dim 64 refused naming why" 2 \
-    "bf16 at head_dim 128 runs on SIMT (the f16-scaled dkdv needs more than 255 registers" -- \
+    "bf16 on 128-wide tiles (head_dim 128) runs on SIMT (the f16-scaled dkdv needs more than 255 registers" -- \
     emit attention_bwd dtype=bf16 head_dim=128 path=mma --sm 75
 expect "path=mma for bf16 on sm_75 with dropout refused" 2 "bf16 with dropout runs on SIMT" -- \
     emit attention_bwd dtype=bf16 dropout=true path=mma --sm 75

@@ -46,6 +46,8 @@ static const rcase rcases[] = {
     {40, 0, "causal=true", 2, 1, 30, 33, 0},
     {8, 1, "causal=false", 1, 1, 29, 31, 0},
     {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0},
+    {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0},
+    {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {

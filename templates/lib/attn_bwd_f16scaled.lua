@@ -51,8 +51,10 @@ function M.serves(spec, target)
   -- tiles, no dQ step: 228-242 registers); dq fits at every dim
   local d = spec.head_dim
   if d > 64 and spec.kernel == "dkdv" and not (d == 128 and spec.deterministic) then
-    return false, string.format("bf16 at head_dim %d runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there%s)",
-                                spec.dim or d, spec.kernel, d == 128 and "; deterministic=true fits" or "")
+    local dims = (spec.vdim or d) ~= (spec.dim or d) and string.format("head_dim %d, v_head_dim %d", spec.dim, spec.vdim)
+      or string.format("head_dim %d", spec.dim or d)
+    return false, string.format("bf16 on %d-wide tiles (%s) runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there%s)",
+                                d, dims, spec.kernel, d == 128 and "; deterministic=true fits" or "")
   end
   if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
   if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
