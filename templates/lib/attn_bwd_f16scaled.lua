@@ -12,15 +12,16 @@
 --   dV += P^T dO, dK += dS^T Q, dQ += dS K (contraction over queries or keys): the B operand's row
 --     factor goes onto the A operand's column (exact: a power of two), then each A row (a key of dK
 --     and dV, a query of the deterministic dQ) takes a running power of two 2^-c that keeps its
---     largest finite |a| seen so far in [2^14, 2^15) (f16's top is 65504: an f32 in [2^15, 2^16)
+--     largest |a| seen so far in [2^14, 2^15) (f16's top is 65504: an f32 in [2^15, 2^16)
 --     could round to Inf) before the f16 rounding; the row's f32 accumulators hold the sum times
 --     2^-c and are multiplied by 2^(c_old - c_new) when a tile raises c (a rare branch), so the
 --     result is acc 2^c (scale_a, factor).
 --   The atomic dQ's dS tile goes through shared memory: each query row's largest |dS K-factor| over
 --     the block's 64 keys (a slot per warp, one more barrier) picks its power of two, and that
 --     tile's dQ product is multiplied back before the f32 atomics (ds_rows, dq_factor).
--- Non-finite values (Inf, NaN) take no part in choosing a scale and stay what they are, so they
--- propagate as on the SIMT path. Rows past the sequence are staged as zeros.
+-- Non-finite values (Inf, NaN) take no part in choosing a staged row's scale (an A row's counts Inf: INF
+-- below) and stay what they are, so they propagate as on the SIMT path. Rows past the sequence are
+-- staged as zeros.
 --
 -- Error (docs/attention.md, "bf16 on Turing"): each product term is exact but for the A operand's
 -- rounding to f16 (2^-11 relative), A entries more than 2^-39 below their row's largest seen
