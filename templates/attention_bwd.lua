@@ -29,7 +29,8 @@
 --
 -- Paths of dkdv and dq (prep and convert are elementwise), chosen from the target's capabilities:
 --   mma:  f16/bf16 with O/dO in the same dtype, head_dim <= 128, where the target has tensor-core
---         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua.
+--         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua; bf16 on
+--         sm_75 with path=mma on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua).
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
 --         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
@@ -505,6 +506,8 @@ K.variants = {
 local ODD = util.axis("head_dim", { 8, 40, 80, 200 })
 local ODD_ALL = util.axis("head_dim", { 8, 24, 40, 80, 136, 200, 248 })
 local KERNELS3 = { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true" }
+local F16S_KEYS = { "causal=false", "causal=true", "causal=top_left", "causal=true window=true", "causal=true softcap=true",
+                    "causal=true alibi=true", "causal=true " .. MASK_KEYS, "causal=top_left " .. MASK_KEYS }
 for _, row in ipairs({
   { KERNELS3, DT, ODD, "causal=true", quick = true, sms = { 75, 80, 90 } },
   { { "kernel=prep", "kernel=convert" }, DT, ODD, quick = true, sms = { 80 } },
@@ -526,6 +529,19 @@ for _, row in ipairs({
   { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
     { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64", "head_dim=40 v_head_dim=24" },
     { "causal=false", "causal=true", "causal=true " .. MASK_KEYS, "causal=true dropout=true" }, full = true },
+  -- bf16 on sm_75's f16 tensor cores (lib/attn_bwd_f16scaled.lua, path=mma): dkdv to head_dim 64, dq to 128
+  { KERNELS3, "dtype=bf16", util.axis("head_dim", { 32, 64 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
+    quick = true, sms = { 75 } },
+  { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 96, 128 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
+    quick = true, sms = { 75 } },
+  { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { "causal=true", "causal=top_left window=true alibi=true" },
+    "path=mma", quick = true, sms = { 75 } },
+  { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { table.unpack(F16S_KEYS, 1, 6) }, "path=mma", full = true,
+    sms = { 75 } },
+  { { "kernel=dkdv", "kernel=dq" }, "dtype=bf16", { "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64" }, "causal=true",
+    "path=mma", quick = true, sms = { 75 } },
+  { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
+  { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)

@@ -75,7 +75,14 @@ expect "run --window without window=true" 2 "--window needs window=true in the a
     run attention_bwd --sm 80 --rows 4 --window 2,2
 expect "run softcap=true without --softcap" 2 "softcap=true needs the cap" -- run attention_bwd softcap=true --sm 80 --rows 4
 expect "path=mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention_bwd dtype=f32 path=mma --sm 80
-expect "path=mma for bf16 on sm_75" 2 "sm_75 has no tensor-core mma for bf16" -- emit attention_bwd dtype=bf16 path=mma --sm 75
+# bf16 on sm_75 with path=mma: the f16 tensor cores with power-of-two scaling (lib/attn_bwd_f16scaled.lua)
+expect "path=mma for bf16 on sm_75: f16 mma" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd dtype=bf16 path=mma --sm 75 --emit ptx
+expect "path=mma for bf16 on sm_75: dkdv past head_dim 64 refused naming why" 2 \
+    "bf16 on 128-wide tiles (head_dim 128) runs on SIMT (the f16-scaled dkdv needs more than 255 registers" -- \
+    emit attention_bwd dtype=bf16 head_dim=128 path=mma --sm 75
+expect "path=mma for bf16 on sm_75 with dropout refused" 2 "bf16 with dropout runs on SIMT" -- \
+    emit attention_bwd dtype=bf16 dropout=true path=mma --sm 75
 
 expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only" -- \
     emit attention_bwd kernel=prep deterministic=true --sm 80

@@ -10,9 +10,11 @@
 --   dQ(tile) += dS K                    (dS through shared memory in the dtype; each warp takes 16
 --                                        query rows and a slice of the head dim; f32 atomics)
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
+-- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua.
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
+local f16s = require("lib.attn_bwd_f16scaled") -- bf16 on sm_75's f16 tensor cores (cfg.f16s)
 
 local M = {}
 
@@ -44,6 +46,7 @@ function M.available(spec, target)
     return false, "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers a thread in the atomic dkdv without cp.async (deterministic=true or path=simt)"
   end
   if target.mma_m16n8k16 then return true end
+  if f16s.applies(spec, target) then return f16s.serves(spec, target) end
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
@@ -55,10 +58,13 @@ local function config_dq(spec, target, cfg)
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
   -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
   if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
+  -- (bf16 on f16 tensor cores: d96's 64-key tiles spilled 36-64 bytes beside the scaling, lib/attn_bwd_f16scaled.lua)
+  if d == 96 and f16s.applies(spec, target) then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
   cfg.cp_async = target.cp_async
+  if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
 end
@@ -75,16 +81,22 @@ function M.config(spec, target, cfg)
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd = bm, bn, ld, ldd
   cfg.cp_async = target.cp_async
+  if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
 end
 
--- Shared tiles: ks, vs (bn x ld), qs, dos (bm x ld), dss (bm x ldd) in the dtype; lse2, dl (bm, f32).
+-- Shared tiles: ks, vs (bn x ld), qs, dos (bm x ld), dss (bm x ldd) in the dtype (f16 on the f16-scaled
+-- path); lse2, dl (bm, f32), and the f16-scaled path's f32 arrays (lib/attn_bwd_f16scaled.lua floats).
 local function alloc(b, spec, cfg)
-  local dt, bm, bn, ld, ldd = spec.dtype, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd
+  local dt, bm, bn, ld, ldd = cfg.f16s and "f16" or spec.dtype, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd
   local es = util.dtype_bytes[dt]
   local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
   if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
+  local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
+  if cfg.f16s then
+    for _, f in ipairs(f16s.floats(spec, cfg)) do floats[#floats + 1] = f end
+  end
   local sh = {}
   if cfg.dynamic_smem then
     local base, off = b:dynamic_shared(dt), 0
@@ -92,14 +104,17 @@ local function alloc(b, spec, cfg)
       sh[s[1]] = base + off
       off = off + s[2]
     end
-    if ldd then
+    if #floats > 0 then
       local fbase = b:dynamic_shared("f32")
       local foff = util.ceil_div(off * es, 16) * 16 // 4
-      sh.lse2, sh.dl = fbase + foff, fbase + foff + bm
+      for _, f in ipairs(floats) do
+        sh[f[1]] = fbase + foff
+        foff = foff + f[2]
+      end
     end
   else
     for _, s in ipairs(halves) do sh[s[1]] = b:shared(dt, s[2], 128) end
-    if ldd then sh.lse2, sh.dl = b:shared("f32", bm, 16), b:shared("f32", bm, 16) end
+    for _, f in ipairs(floats) do sh[f[1]] = b:shared("f32", f[2], 16) end
   end
   return sh
 end
@@ -134,6 +149,12 @@ local function load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
     end
     if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), issue) else issue() end
   end
+end
+
+-- load_tile, or on the f16-scaled path (cfg.f16s) its scaled staging with the rows' factors into fdst.
+local function stage(b, spec, cfg, dst, src, stride, row0, rows, seq, fdst)
+  if cfg.f16s then return f16s.load(b, spec, cfg, M.WARPS * 32, dst, src, stride, row0, rows, seq, fdst) end
+  load_tile(b, spec, cfg, dst, src, stride, row0, rows, seq)
 end
 
 -- ldmatrix fragments (lane = tid & 31) from a row-major tile with row stride ld:
@@ -174,6 +195,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local d, bm, bn, ld, ldd, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd, spec.dtype
   local dim = spec.dim or d
   local sh = alloc(b, spec, cfg)
+  local fs = cfg.f16s and f16s -- (bf16 on f16 tensor cores: lib/attn_bwd_f16scaled.lua)
+  local mdt = fs and "f16" or dt
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
@@ -181,8 +204,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * bn
   local shift = p.seq_k - p.seq_q
-  load_tile(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k)
-  load_tile(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k)
+  stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
+  stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
   if cfg.cp_async then b:cp_async_commit() end
 
   -- (padded head_dim: the products stop at the 16-column step holding spec.dim; the rest are zeros)
@@ -215,6 +238,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local qg = bm // 16
   local qr, dw = (warp % qg) * 16, d // (M.WARPS // qg)
   local dc0 = (warp // qg) * dw
+  local stk, stv = fs and fs.rows_state(b), fs and fs.rows_state(b) -- (dK's and dV's running exponents)
 
   b:for_(0, group, 1, function(gi)
     local h = hkv * group + gi
@@ -223,8 +247,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local slope2 = spec.alibi and mask.slope(hooks.mask, h)
     b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
-      load_tile(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q)
-      load_tile(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q)
+      stage(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+      stage(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
       if cfg.cp_async then b:cp_async_commit() end
       b:if_(b:lt(tid, bm), function()
         local row = q0 + tid
@@ -234,6 +258,12 @@ function M.build_dkdv(b, spec, cfg, p, io)
       end)
       if cfg.cp_async then b:cp_async_wait(0) end
       b:barrier()
+      local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
+      if fs then
+        for hh = 0, 1 do
+          kf[hh], vf[hh] = b:load(sh.kf + (warp * 16 + g + 8 * hh)), b:load(sh.vf + (warp * 16 + g + 8 * hh))
+        end
+      end
 
       -- S^T and dP^T: 16 keys x bm queries per warp.
       local s, dp = zeros(nq), zeros(nq)
@@ -242,24 +272,31 @@ function M.build_dkdv(b, spec, cfg, p, io)
         local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
         for jp = 0, nq // 2 - 1 do
           local q1, q2 = frag_bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
-          s[2 * jp] = b:mma(dt, ak, q1, s[2 * jp])
-          s[2 * jp + 1] = b:mma(dt, ak, q2, s[2 * jp + 1])
+          s[2 * jp] = b:mma(mdt, ak, q1, s[2 * jp])
+          s[2 * jp + 1] = b:mma(mdt, ak, q2, s[2 * jp + 1])
           local o1, o2 = frag_bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
-          dp[2 * jp] = b:mma(dt, av, o1, dp[2 * jp])
-          dp[2 * jp + 1] = b:mma(dt, av, o2, dp[2 * jp + 1])
+          dp[2 * jp] = b:mma(mdt, av, o1, dp[2 * jp])
+          dp[2 * jp + 1] = b:mma(mdt, av, o2, dp[2 * jp + 1])
         end
       end
       -- P^T and dS^T in place of S^T and dP^T.
       local scale2 = p.scale * LOG2E
+      local qf, of = {}, {} -- (f16-scaled: the Q and dO row factors of column (j, e))
       for j = 0, nq - 1 do
+        qf[j], of[j] = {}, {}
         for e = 0, 1 do
           local col = j * 8 + t * 2 + e
           local qi = q0 + col
           local lse2, dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
           local q_ok = b:lt(qi, p.seq_q)
+          if fs then qf[j][e], of[j][e] = b:load(sh.qf + col), b:load(sh.of + col) end
           for hh = 0, 1 do
             local vis = b:and_(q_ok, key_ok[hh])
             local idx = 2 * hh + e + 1
+            if fs then -- the products' row factors back on S^T and dP^T (exact)
+              s[j][idx] = s[j][idx] * (qf[j][e] * kf[hh])
+              dp[j][idx] = dp[j][idx] * (of[j][e] * vf[hh])
+            end
             -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
             local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
             local dpz = z and dp[j][idx] * z or dp[j][idx]
@@ -282,8 +319,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
       end
       -- dV += P^T dO, dK += dS^T Q.
+      local aps, adss = {}, {}
+      if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
+        local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
+        for ks = 0, nq // 2 - 1 do aps[ks] = c_to_a(b, pa, ks, mdt) end
+        local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
+        for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
+      end
       for ks = 0, nq // 2 - 1 do
-        local ap, ads = c_to_a(b, s, ks, dt), c_to_a(b, dp, ks, dt)
+        local ap, ads = aps[ks] or c_to_a(b, s, ks, dt), adss[ks] or c_to_a(b, dp, ks, dt)
         for jd = 0, dtiles // 2 - 1 do
           local o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16)
           local q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16)
@@ -291,8 +335,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
             local j = 2 * jd + x
             local ov = { dv[j][1]:get(), dv[j][2]:get(), dv[j][3]:get(), dv[j][4]:get() }
             local kv = { dk[j][1]:get(), dk[j][2]:get(), dk[j][3]:get(), dk[j][4]:get() }
-            ov = b:mma(dt, ap, x == 0 and o1 or o2, ov)
-            kv = b:mma(dt, ads, x == 0 and q1 or q2, kv)
+            ov = b:mma(mdt, ap, x == 0 and o1 or o2, ov)
+            kv = b:mma(mdt, ads, x == 0 and q1 or q2, kv)
             for e = 1, 4 do
               dv[j][e]:set(ov[e])
               dk[j][e]:set(kv[e])
@@ -302,11 +346,13 @@ function M.build_dkdv(b, spec, cfg, p, io)
       end
       if not spec.deterministic then
         -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
+        -- (f16-scaled: dS times K's row factors, each query row scaled by its own power of two)
+        local dsq = fs and fs.ds_rows(b, sh, dp, nq, kf, bm, warp, lane) or dp
         for j = 0, nq - 1 do
           for hh = 0, 1 do
             local kcol = warp * 16 + g + 8 * hh
             for e = 0, 1 do
-              b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dp[j][2 * hh + e + 1], dt))
+              b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dsq[j][2 * hh + e + 1], mdt))
             end
           end
         end
@@ -317,19 +363,20 @@ function M.build_dkdv(b, spec, cfg, p, io)
           for ks = 0, bn // 16 - 1 do
             local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
             local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
-            acc[0] = b:mma(dt, a, k1, acc[0])
-            acc[1] = b:mma(dt, a, k2, acc[1])
+            acc[0] = b:mma(mdt, a, k1, acc[0])
+            acc[1] = b:mma(mdt, a, k2, acc[1])
           end
           for hh = 0, 1 do
             local row = q0 + qr + g + 8 * hh
+            local rf = fs and fs.dq_factor(b, sh, qr + g + 8 * hh) -- (f16-scaled: the row's power of two)
             b:if_(b:lt(row, p.seq_q), function()
               -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
               local col = dc0 + jd * 16
               local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
               for j = 0, 1 do
                 local add = function()
-                  b:atomic_add(at + j * 8, acc[j][2 * hh + 1])
-                  b:atomic_add(at + j * 8 + 1, acc[j][2 * hh + 2])
+                  b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
+                  b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
                 end
                 if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
               end
@@ -346,15 +393,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
   for hh = 0, 1 do
     b:if_(key_ok[hh], function()
       local r = b:i64(key[hh])
+      -- (f16-scaled: the accumulators hold dK 2^-ck, dV 2^-cv)
+      local mk, mv = fs and p.scale * fs.factor(b, stk, hh) or p.scale, fs and fs.factor(b, stv, hh)
       for j = 0, dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
         local col = j * 8 + t * 2
         b:store_vec(kb + r * p.stride_dks + col,
-                    b:from_f32_vec({ dk[j][2 * hh + 1]:get() * p.scale, dk[j][2 * hh + 2]:get() * p.scale }, spec.grad),
+                    b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
                     { align = 2 * gb })
       end
       for j = 0, vd // 8 - 1 do -- (dV: v_head_dim wide)
         local col = j * 8 + t * 2
-        b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get() }, spec.grad),
+        local x, y = dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get()
+        if mv then x, y = x * mv, y * mv end
+        b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ x, y }, spec.grad),
                     { align = 2 * gb })
       end
     end)
@@ -368,6 +419,8 @@ end
 function M.build_dq(b, spec, cfg, p, io)
   local d, bm, bn, ld, dt = spec.head_dim, cfg.block_m, cfg.block_n, cfg.ld, spec.dtype
   local sh = alloc(b, spec, cfg)
+  local fs = cfg.f16s and f16s -- (bf16 on f16 tensor cores: lib/attn_bwd_f16scaled.lua)
+  local mdt = fs and "f16" or dt
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
@@ -376,8 +429,8 @@ function M.build_dq(b, spec, cfg, p, io)
   local q0 = b:ctaid("x") * bm
   local shift = p.seq_k - p.seq_q
   local ri = io.row_index(bi, h)
-  load_tile(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
-  load_tile(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
+  stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
+  stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
   -- (hooks: also the first key lo, and keys from the first row's window start)
@@ -411,28 +464,39 @@ function M.build_dq(b, spec, cfg, p, io)
     dq[j] = {}
     for e = 1, 4 do dq[j][e] = b:var("f32", 0.0) end
   end
+  local stq = fs and fs.rows_state(b) -- (f16-scaled: dQ's running exponents)
   local kb, vb = io.base("k", bi, hkv), io.base("v", bi, hkv)
   local scale2 = p.scale * LOG2E
   b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K and V
-    load_tile(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k)
-    load_tile(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k)
+    stage(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf)
+    stage(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf)
     if cfg.cp_async then
       b:cp_async_commit()
       b:cp_async_wait(0)
     end
     b:barrier()
+    local qf, of, kf, vf = {}, {}, {}, {} -- (f16-scaled: the rows' and key columns' factors)
+    if fs then
+      for hh = 0, 1 do
+        qf[hh], of[hh] = b:load(sh.qf + (warp * 16 + g + 8 * hh)), b:load(sh.of + (warp * 16 + g + 8 * hh))
+      end
+      for j = 0, nk - 1 do
+        kf[j], vf[j] = {}, {}
+        for e = 0, 1 do kf[j][e], vf[j][e] = b:load(sh.kf + (j * 8 + t * 2 + e)), b:load(sh.vf + (j * 8 + t * 2 + e)) end
+      end
+    end
     local s, dp = zeros(nk), zeros(nk)
     for kk = 0, kd - 1 do
       local aq = frag_a(b, sh.qs, ld, lane, warp * 16, kk * 16)
       local ao = frag_a(b, sh.dos, ld, lane, warp * 16, kk * 16)
       for jp = 0, nk // 2 - 1 do
         local k1, k2 = frag_bn(b, sh.ks, ld, lane, jp * 16, kk * 16)
-        s[2 * jp] = b:mma(dt, aq, k1, s[2 * jp])
-        s[2 * jp + 1] = b:mma(dt, aq, k2, s[2 * jp + 1])
+        s[2 * jp] = b:mma(mdt, aq, k1, s[2 * jp])
+        s[2 * jp + 1] = b:mma(mdt, aq, k2, s[2 * jp + 1])
         local v1, v2 = frag_bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
-        dp[2 * jp] = b:mma(dt, ao, v1, dp[2 * jp])
-        dp[2 * jp + 1] = b:mma(dt, ao, v2, dp[2 * jp + 1])
+        dp[2 * jp] = b:mma(mdt, ao, v1, dp[2 * jp])
+        dp[2 * jp + 1] = b:mma(mdt, ao, v2, dp[2 * jp + 1])
       end
     end
     for j = 0, nk - 1 do
@@ -443,6 +507,10 @@ function M.build_dq(b, spec, cfg, p, io)
         local lim_lo = lo[hh] and lo[hh] - k0 - t * 2
         for e = 0, 1 do
           local idx = 2 * hh + e + 1
+          if fs then -- the products' row factors back on S and dP (exact)
+            s[j][idx] = s[j][idx] * (qf[hh] * kf[j][e])
+            dp[j][idx] = dp[j][idx] * (of[hh] * vf[j][e])
+          end
           local vis = b:lt(j * 8 + e, lim)
           if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
           local dpz = z and dp[j][idx] * z[idx] or dp[j][idx]
@@ -459,13 +527,15 @@ function M.build_dq(b, spec, cfg, p, io)
         end
       end
     end
+    -- (f16-scaled: K's row factors onto dS's columns, each query row scaled to f16)
+    local dsa = fs and fs.scale_a(b, dp, nk, function(j, e) return kf[j][e] end, stq, { { dq, dtiles } }) or dp
     for ks = 0, nk // 2 - 1 do
-      local a = c_to_a(b, dp, ks, dt)
+      local a = c_to_a(b, dsa, ks, mdt)
       for jd = 0, dtiles // 2 - 1 do
         local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, jd * 16)
         for x = 0, 1 do
           local j = 2 * jd + x
-          local c = b:mma(dt, a, x == 0 and k1 or k2, { dq[j][1]:get(), dq[j][2]:get(), dq[j][3]:get(), dq[j][4]:get() })
+          local c = b:mma(mdt, a, x == 0 and k1 or k2, { dq[j][1]:get(), dq[j][2]:get(), dq[j][3]:get(), dq[j][4]:get() })
           for e = 1, 4 do dq[j][e]:set(c[e]) end
         end
       end
@@ -477,9 +547,10 @@ function M.build_dq(b, spec, cfg, p, io)
   for hh = 0, 1 do
     b:if_(b:lt(row[hh], p.seq_q), function()
       local r = b:i64(row[hh])
+      local m = fs and p.scale * fs.factor(b, stq, hh) or p.scale -- (f16-scaled: dQ 2^-cq held)
       for j = 0, (spec.dim or d) // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
         b:store_vec(qb + r * p.stride_dqs + j * 8 + t * 2,
-                    b:from_f32_vec({ dq[j][2 * hh + 1]:get() * p.scale, dq[j][2 * hh + 2]:get() * p.scale }, spec.grad),
+                    b:from_f32_vec({ dq[j][2 * hh + 1]:get() * m, dq[j][2 * hh + 2]:get() * m }, spec.grad),
                     { align = 2 * gb })
       end
     end)

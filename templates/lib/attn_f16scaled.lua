@@ -352,4 +352,7 @@ end
 -- The epilogue's factor on O / l: 2^-cacc (the accumulator's scale).
 function M.o_factor(c) return pow2(c.b, -c.f16s.cacc:get()) end
 
+-- (the backward's scaling, lib/attn_bwd_f16scaled.lua, uses the same conversions)
+M.pow2, M.local_max, M.scale_of, M.convert, M.FLOOR = pow2, local_max, scale_of, convert, FLOOR
+
 return M

@@ -1,0 +1,221 @@
+-- templates/lib/attn_bwd_f16scaled.lua - the bf16 attention backward on sm_75's f16 tensor cores through exact power-of-two scaling.
+--
+-- The forward's scheme (lib/attn_f16scaled.lua) carried to the five products of the backward
+-- (lib/attn_bwd_mma.lua's kernels, which call in here where cfg.f16s is set; no bf16 instruction):
+--   Operands from memory: every staged row of Q, dO (per query row), K and V (per key row) is
+--     multiplied by its own power of two 2^h that puts the row's largest finite |x| in f16's top
+--     binade [2^15, 2^16) and rounded to f16 (exact: bf16's 8 bits fit f16's 11 for every value
+--     whose scaled exponent is at least -17, i.e. within 2^32 of its row's largest); 2^-h goes to a
+--     shared f32 slot per row (load).
+--   S = Q K^T, dP = dO V^T (contraction over head_dim): the f32 results carry 2^(hq + hk) and
+--     2^(ho + hv), undone per entry by the two rows' factors before the softmax (fold).
+--   dV += P^T dO, dK += dS^T Q, dQ += dS K (contraction over queries or keys): the B operand's row
+--     factor goes onto the A operand's column (exact: a power of two), then each A row (a key of dK
+--     and dV, a query of the deterministic dQ) takes a running power of two 2^-c that keeps its
+--     largest |a| seen so far in [2^14, 2^15) (f16's top is 65504: an f32 in [2^15, 2^16)
+--     could round to Inf) before the f16 rounding; the row's f32 accumulators hold the sum times
+--     2^-c and are multiplied by 2^(c_old - c_new) when a tile raises c (a rare branch), so the
+--     result is acc 2^c (scale_a, factor).
+--   The atomic dQ's dS tile goes through shared memory: each query row's largest |dS K-factor| over
+--     the block's 64 keys (a slot per warp, one more barrier) picks its power of two, and that
+--     tile's dQ product is multiplied back before the f32 atomics (ds_rows, dq_factor).
+-- Non-finite values (Inf, NaN) take no part in choosing a staged row's scale (an A row's counts Inf: INF
+-- below) and stay what they are, so they propagate as on the SIMT path. Rows past the sequence are
+-- staged as zeros.
+--
+-- Error (docs/attention.md, "bf16 on Turing"): each product term is exact but for the A operand's
+-- rounding to f16 (2^-11 relative), A entries more than 2^-39 below their row's largest seen
+-- (f16's subnormals; 2^-40 of the row max absolute), and B entries more than 2^32 below their own
+-- row's largest (lost). The sm_80 bf16 path rounds P and dS to bf16 (2^-8 relative).
+local f16s = require("lib.attn_f16scaled")
+local util = require("lib.util")
+
+local M = {}
+
+local ATOP = 14 -- an A row's largest |a| is scaled into [2^ATOP, 2^(ATOP + 1))
+-- INF: an A row's maximum counts Inf (two instructions an entry instead of four): a row holding an Inf makes
+-- every output of its row Inf or NaN (Inf times each column of B), so its finite entries may be lost; its
+-- exponent is then 128 - ATOP, which keeps every factor below normal f32's range limits. The staged B rows
+-- (load) take finite maxima: an Inf there reaches only its own column's outputs.
+local CMIN = f16s.FLOOR - ATOP -- the running exponent's start (a row of zeros keeps it)
+
+-- Whether this spec is bf16 on a target whose tensor cores take f16 only (sm_75).
+function M.applies(spec, target)
+  return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
+end
+
+-- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75): head_dim <= 128,
+-- out = dtype (checked before), not with dropout or varlen (those stay on SIMT); second result: why not.
+function M.serves(spec, target)
+  -- dkdv at head_dim 96/128 (dK and dV: 96/128 accumulators a thread) spilled 8-12 bytes beside the scaling
+  -- (ptxas sm_75; f16's dkdv uses 240-248 registers there) but for the deterministic one at 128 (16-row query
+  -- tiles, no dQ step: 228-242 registers); dq fits at every dim
+  local d = spec.head_dim
+  if d > 64 and spec.kernel == "dkdv" and not (d == 128 and spec.deterministic) then
+    local dims = (spec.vdim or d) ~= (spec.dim or d) and string.format("head_dim %d, v_head_dim %d", spec.dim, spec.vdim)
+      or string.format("head_dim %d", spec.dim or d)
+    return false, string.format("bf16 on %d-wide tiles (%s) runs on SIMT (the f16-scaled %s needs more than 255 registers a thread there%s)",
+                                d, dims, spec.kernel, d == 128 and "; deterministic=true fits" or "")
+  end
+  if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
+  if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
+  if spec.path ~= "mma" then return false end
+  return true
+end
+
+-- The shared f32 arrays this path adds (name, count): the row factors of the staged tiles, and for the
+-- atomic dQ the per-warp row maxima and the rows' dQ factors.
+function M.floats(spec, cfg)
+  local bm, bn = cfg.block_m, cfg.block_n
+  local t = { { "qf", bm }, { "of", bm }, { "kf", bn }, { "vf", bn } }
+  if spec.kernel == "dkdv" and not spec.deterministic then
+    t[#t + 1] = { "rmax", 4 * bm }
+    t[#t + 1] = { "dqf", bm }
+  end
+  return t
+end
+function M.float_bytes(spec, cfg)
+  local n = 0
+  for _, f in ipairs(M.floats(spec, cfg)) do n = n + f[2] end
+  return 4 * n + 16
+end
+
+-- Copies rows [row0, row0 + rows) of a bf16 [seq, d] slice into the f16 tile dst (row stride ld), each
+-- row times its power of two, and 2^-h of row r into fdst + r. A row's 8-element chunks go to
+-- `slots` consecutive lanes (the power of two >= d / 8; d96's 12 chunks take 16 lanes), so the row's
+-- maximum is a butterfly inside the group. Rows past seq, chunks past spec.dim (a padded head_dim)
+-- and the extra slots read chunk 0 of row 0 and count as zeros.
+function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
+  local slots = 1
+  while slots < cpr do slots = slots * 2 end
+  local tid = b:tid()
+  local n = rows * slots
+  for it = 0, util.ceil_div(n, threads) - 1 do
+    local item = tid + it * threads
+    local r, c = item // slots, item % slots
+    local live = (it + 1) * threads > n and b:lt(item, n) or nil
+    if slots > cpr then live = live and b:and_(live, b:lt(c, cpr)) or b:lt(c, cpr) end
+    local use = b:lt(row0 + r, seq)
+    if live then use = b:and_(use, live) end
+    if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
+    local from = src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8
+    local v = b:load_vec(from, 8, { align = 16 })
+    local zero = b:from_f32(0.0, "bf16")
+    for i = 1, 8 do v[i] = b:select(use, v[i], zero) end -- (not 0 x a value: row 0 may hold an Inf)
+    local mx = f16s.local_max(b, v, b:f32(0.0))
+    if slots > 1 then mx = b:warp_max(mx, slots) end
+    local h = f16s.scale_of(b, mx)
+    local factor = f16s.pow2(b, h)
+    local put = function()
+      local out = f16s.convert(b, v, factor)
+      b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
+      b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
+    end
+    if live then b:if_(live, put) else put() end
+  end
+end
+
+-- Running exponents of an A operand's two rows (this thread's C rows g and g + 8).
+function M.rows_state(b) return { [0] = b:var("i32", CMIN), [1] = b:var("i32", CMIN) } end
+
+-- 2^c of row hh: the factor the row's accumulators are multiplied by at the end.
+function M.factor(b, st, hh) return f16s.pow2(b, st[hh]:get()) end
+
+-- The A operand of the next product from the f32 C fragments c[0..n-1] (entry idx = 2 hh + e + 1 at
+-- row hh, column 8 j + 2 t + e), each times colf(j, e) (the B operand's row factor; nil: 1): raises
+-- the rows' running exponents st to cover this tile's largest finite |a|, rescales the accumulators
+-- accs (tables acc[0..m-1][1..4] of f32 vars) of the rows that rose, and returns the entries times
+-- 2^-c (below 2^15, ready for the f16 rounding of the A fragment). accs: { {acc, m}, ... }.
+function M.scale_a(b, c, n, colf, st, accs)
+  local a, new, grow = {}, {}, nil
+  for j = 0, n - 1 do a[j] = {} end
+  for hh = 0, 1 do
+    local m = b:f32(0.0)
+    for j = 0, n - 1 do
+      for e = 0, 1 do
+        local idx = 2 * hh + e + 1
+        local x = colf and c[j][idx] * colf(j, e) or c[j][idx]
+        a[j][idx] = x
+        m = b:max(m, b:abs(x)) -- (Inf counted, NaN dropped: see INF)
+      end
+    end
+    m = b:warp_max(m, 4) -- (the row's other columns: the quad's lanes)
+    local ex = b:max((b:bits(m) >> 23) - 127, f16s.FLOOR) - ATOP
+    new[hh] = b:max(st[hh]:get(), ex)
+    local g = b:lt(st[hh]:get(), new[hh])
+    grow = grow and b:or_(grow, g) or g
+  end
+  b:if_(grow, function()
+    for hh = 0, 1 do
+      -- 2^(old - new) in two normal factors (old - new >= CMIN - (128 - ATOP) = -228: each half >= -114)
+      local diff = st[hh]:get() - new[hh]
+      local d1 = diff // 2
+      local f = f16s.pow2(b, d1) * f16s.pow2(b, diff - d1)
+      for _, am in ipairs(accs) do
+        local acc = am[1]
+        for j = 0, am[2] - 1 do
+          for e = 2 * hh + 1, 2 * hh + 2 do acc[j][e]:set(acc[j][e]:get() * f) end
+        end
+      end
+    end
+  end)
+  for hh = 0, 1 do
+    st[hh]:set(new[hh])
+    local inv = f16s.pow2(b, -new[hh])
+    for j = 0, n - 1 do
+      for e = 0, 1 do a[j][2 * hh + e + 1] = a[j][2 * hh + e + 1] * inv end
+    end
+  end
+  return a
+end
+
+-- The atomic dQ's A operand: dS (keys as C rows hh: this thread's keys with K factors kf[hh]; queries as
+-- columns 8 j + 2 t + e of the block's bm rows) times the K factors, each query row scaled by the power
+-- of two of its largest finite |a| over the block's keys (the warps' row maxima through sh.rmax, one
+-- barrier); warp 0 leaves 2^c of each row in sh.dqf for dq_factor. Returns a[j][idx] below 2^15.
+function M.ds_rows(b, sh, dp, nq, kf, bm, warp, lane)
+  local t = lane & 3
+  local a, mx = {}, {}
+  for j = 0, nq - 1 do
+    a[j], mx[j] = {}, {}
+    for e = 0, 1 do
+      local m = b:f32(0.0)
+      for hh = 0, 1 do
+        local idx = 2 * hh + e + 1
+        local x = dp[j][idx] * kf[hh]
+        a[j][idx] = x
+        m = b:max(m, b:abs(x)) -- (Inf counted, NaN dropped: see INF)
+      end
+      for _, off in ipairs({ 4, 8, 16 }) do m = b:max(m, b:shfl("bfly", m, off)) end
+      mx[j][e] = m
+    end
+  end
+  b:if_(b:lt(lane, 4), function()
+    for j = 0, nq - 1 do
+      for e = 0, 1 do b:store(sh.rmax + (warp * bm + j * 8 + t * 2 + e), mx[j][e]) end
+    end
+  end)
+  b:barrier()
+  local top = {}
+  for j = 0, nq - 1 do
+    for e = 0, 1 do
+      local col = j * 8 + t * 2 + e
+      local m = b:load(sh.rmax + col)
+      for w = 1, 3 do m = b:max(m, b:load(sh.rmax + (w * bm + col))) end
+      local ex = b:max((b:bits(m) >> 23) - 127, f16s.FLOOR) - ATOP
+      local inv = f16s.pow2(b, -ex)
+      for hh = 0, 1 do a[j][2 * hh + e + 1] = a[j][2 * hh + e + 1] * inv end
+      top[#top + 1] = { col, ex }
+    end
+  end
+  b:if_(b:and_(b:eq(warp, 0), b:lt(lane, 4)), function()
+    for _, x in ipairs(top) do b:store(sh.dqf + x[1], f16s.pow2(b, x[2])) end
+  end)
+  return a
+end
+
+-- 2^c of query row `row` (of the block's bm) for the atomic dQ's product.
+function M.dq_factor(b, sh, row) return b:load(sh.dqf + row) end
+
+return M

@@ -1,0 +1,382 @@
+/* tests/attention_bwd_f16scaled_test.c - the bf16 attention backward on sm_75's f16 tensor cores
+ * (templates/lib/attn_bwd_f16scaled.lua, path=mma) on the emulator: random problems through the
+ * registry's case runner (every head dim, causal both ways, GQA, the mask keys, atomic and
+ * deterministic dQ), its error against float64 beside sm_80's bf16 mma and the SIMT path, issue 28's
+ * adversarial tiles (magnitudes 2^-30 ... 2^30 in one tile, an outlier key, tiny p with huge v, wide
+ * dO) against the error model of the bf16 path (P and dS rounded to bf16), and Inf / NaN in the
+ * inputs giving non-finite gradients where the SIMT path gives them. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "check.h"
+#include "kiln/emu_attention.h"
+#include "kiln/emu_case.h"
+#include "kiln/kiln.h"
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static double uniform(void) { /* [-1, 1) */
+    rng ^= rng << 13;
+    rng ^= rng >> 7;
+    rng ^= rng << 17;
+    return (double)(rng >> 11) * 0x1p-53 * 2 - 1;
+}
+
+/* ---- random problems through the case runner (the bf16 path's error model) ---- */
+
+typedef struct rcase {
+    int d, det;
+    const char *keys; /* causal and mask keys of the spec */
+    int heads_q, heads_kv, seq_q, seq_k;
+    double softcap;
+} rcase;
+
+static const rcase rcases[] = {
+    {64, 0, "causal=true", 2, 1, 45, 52, 0},
+    {64, 1, "causal=top_left", 2, 2, 52, 45, 0},
+    {32, 0, "causal=false window=true softcap=true", 2, 1, 40, 70, 5},
+    {32, 1, "causal=true alibi=true", 3, 1, 37, 41, 0},
+    {64, 0, "causal=top_left window=true alibi=true", 2, 2, 33, 40, 0},
+    {64, 1, "causal=true softcap=true", 2, 1, 30, 35, 8},
+    {40, 0, "causal=true", 2, 1, 30, 33, 0},
+    {8, 1, "causal=false", 1, 1, 29, 31, 0},
+    {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0},
+    {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0},
+    {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0},
+};
+
+static void run_random(const rcase *rc, uint64_t seed) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 head_dim=%d %s path=mma%s", rc->d, rc->keys,
+             rc->det ? " deterministic=true" : "");
+    kiln_case_opts o = {.sm = 75, .seed = seed, .twice = rc == rcases, .scale = 1}; /* (the race check on the first) */
+    kiln_case_opts_set(&o, "heads_q", rc->heads_q);
+    kiln_case_opts_set(&o, "heads_kv", rc->heads_kv);
+    kiln_case_opts_set(&o, "rows", rc->seq_q);
+    kiln_case_opts_set(&o, "seq_k", rc->seq_k);
+    if (strstr(rc->keys, "window")) kiln_case_opts_set(&o, "window_left", 9), kiln_case_opts_set(&o, "window_right", 3);
+    if (rc->softcap > 0) kiln_case_opts_set(&o, "softcap", rc->softcap);
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
+    CHECK(st == KILN_OK, "case %s: %s", spec, err.msg);
+    if (st == KILN_OK) {
+        st = kiln_case_run(c, &err);
+        CHECK(st == KILN_OK, "emulator, %s: %s", spec, err.msg);
+    }
+    if (st == KILN_OK) {
+        kiln_case_check(c);
+        for (int t = 0; t < kiln_case_noutputs(c); t++) {
+            const kiln_case_output *out = kiln_case_output_at(c, t);
+            CHECK(out->bad == 0, "%s: %ld bad %s values; first: %s", spec, out->bad, out->name, out->first);
+        }
+    }
+    kiln_case_free(c);
+}
+
+/* ---- own inputs: a problem, its buffers, one backward sequence ---- */
+
+typedef struct prob {
+    kiln_attn_problem p;
+    void *q, *k, *v, *dout, *o;
+    float *lse;
+    size_t nq, nk, nv, no, nl;
+} prob;
+
+static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int sk) {
+    memset(a, 0, sizeof *a);
+    a->p.dtype = a->p.out = KILN_BF16;
+    a->p.head_dim = d;
+    a->p.causal = causal;
+    a->p.batch = 1, a->p.heads_q = hq, a->p.heads_kv = hkv, a->p.seq_q = sq, a->p.seq_k = sk;
+    kiln_attn_default_strides(&a->p);
+    a->nq = kiln_attn_elems(&a->p, 'q'), a->nk = kiln_attn_elems(&a->p, 'k'), a->nv = kiln_attn_elems(&a->p, 'v');
+    a->no = kiln_attn_elems(&a->p, 'o'), a->nl = (size_t)hq * (size_t)sq;
+    a->q = calloc(a->nq, 2), a->k = calloc(a->nk, 2), a->v = calloc(a->nv, 2);
+    a->dout = calloc(a->no, 2), a->o = calloc(a->no, 2), a->lse = calloc(a->nl, sizeof(float));
+}
+static void prob_free(prob *a) { free(a->q), free(a->k), free(a->v), free(a->dout), free(a->o), free(a->lse); }
+static void fill(void *x, size_t n, double amp) {
+    for (size_t i = 0; i < n; i++) kiln_emu_value_set(KILN_BF16, x, i, amp * uniform());
+}
+/* Values of random sign with exponents uniform in [lo, hi]. */
+static void fill_wide(void *x, size_t n, double lo, double hi) {
+    for (size_t i = 0; i < n; i++) {
+        double e = lo + (hi - lo) * (uniform() + 1) / 2;
+        kiln_emu_value_set(KILN_BF16, x, i, (uniform() < 0 ? -1 : 1) * exp2(e));
+    }
+}
+static void set(void *x, size_t i, double v) { kiln_emu_value_set(KILN_BF16, x, i, v); }
+
+/* O and lse from the float64 forward (O rounded to bf16, lse to f32), as a forward pass leaves them. */
+static int forward(prob *a) {
+    kiln_error err = {0};
+    double *ro = malloc(a->no * sizeof *ro), *rl = malloc(a->nl * sizeof *rl);
+    kiln_status st = kiln_attn_reference(&a->p, a->q, a->k, a->v, ro, rl, &err);
+    CHECK(st == KILN_OK, "forward reference: %s", err.msg);
+    for (size_t i = 0; i < a->no; i++) kiln_emu_value_set(KILN_BF16, a->o, i, ro[i]);
+    for (size_t i = 0; i < a->nl; i++) a->lse[i] = (float)rl[i];
+    free(ro), free(rl);
+    return st == KILN_OK;
+}
+
+/* Kernels by spec and SM, loaded once (the cases share them; main frees them). */
+static struct {
+    char spec[256];
+    int sm;
+    kiln_emu_kernel *k;
+} loaded[64];
+static int nloaded;
+static kiln_emu_kernel *kernel(const char *spec, int sm) {
+    for (int i = 0; i < nloaded; i++)
+        if (loaded[i].sm == sm && !strcmp(loaded[i].spec, spec)) return loaded[i].k;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, &err);
+    CHECK(st == KILN_OK, "load %s (sm_%d): %s", spec, sm, err.msg);
+    if (st != KILN_OK) return NULL;
+    if (nloaded < 64) {
+        snprintf(loaded[nloaded].spec, sizeof loaded[nloaded].spec, "%s", spec);
+        loaded[nloaded].sm = sm, loaded[nloaded++].k = k;
+    }
+    return k;
+}
+
+/* Runs the backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) with path `path` on
+ * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). Past head_dim 64 the f16-scaled
+ * path takes the deterministic dq kernel, and dkdv only deterministic at 128 (elsewhere it would need more
+ * than 255 registers): dkdv on SIMT there. */
+static kiln_status backward(prob *a, const char *path, int sm, int det, float *g[3]) {
+    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim > 64 && !(a->p.head_dim == 128 && det);
+    static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
+    const kiln_attn_problem *p = &a->p;
+    kiln_error err = {0};
+    kiln_status st = KILN_OK;
+    size_t d = (size_t)p->head_dim;
+    float *delta = malloc(a->nl * sizeof *delta), *acc = det ? NULL : malloc(a->nl * d * sizeof *acc);
+    kiln_attn_bwd_buffers bf = {a->q, a->k, a->v, a->o, a->dout, a->lse, g[0], g[1], g[2], delta, acc};
+    for (int s = 0; s < 3 && st == KILN_OK; s++) {
+        char spec[256];
+        int mid = s == 1 || (det && s == 2);
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s", seq[det][s], p->head_dim,
+                 mid && p->causal ? " causal=true" : "", mid ? " path=" : "", mid ? (dq_only && s == 1 ? "simt" : path) : "",
+                 det && s == 1 ? " deterministic=true" : "");
+        kiln_emu_kernel *k = kernel(spec, sm);
+        if (!k) {
+            st = KILN_EGEN;
+            break;
+        }
+        st = kiln_attn_bwd_run(k, p, &bf, s == 1, &err);
+        CHECK(st == KILN_OK, "emulator, %s: %s", spec, err.msg);
+    }
+    free(delta), free(acc);
+    return st;
+}
+
+static void grads_alloc(prob *a, float *g[3]) {
+    g[0] = calloc(a->nq, sizeof(float)), g[1] = calloc(a->nk, sizeof(float)), g[2] = calloc(a->nv, sizeof(float));
+}
+static void grads_free(float *g[3]) { free(g[0]), free(g[1]), free(g[2]); }
+
+/* The f16-scaled path's gradients (atomic and deterministic) against float64 within the bf16 path's error
+ * model (kiln_attn_bwd_reference with P and dS rounded to bf16). Returns the largest error / max |ref|
+ * over the three gradients in rel[3] (NULL: not wanted). */
+static void check_model(prob *a, const char *what, int det, double rel[3]) {
+    float *g[3];
+    grads_alloc(a, g);
+    size_t n[3] = {a->nq, a->nk, a->nv};
+    double *ref[3], *tol[3];
+    for (int t = 0; t < 3; t++) ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
+    kiln_error err = {0};
+    if (a->p.head_dim > 64 && !det) { /* (dkdv past d64 is SIMT: the deterministic dq is the path's kernel there) */
+        grads_free(g);
+        for (int t = 0; t < 3; t++) free(ref[t]), free(tol[t]);
+        return;
+    }
+    if (backward(a, "mma", 75, det, g) == KILN_OK) {
+        kiln_status st = kiln_attn_bwd_reference(&a->p, KILN_BF16, a->q, a->k, a->v, a->dout, ref[0], ref[1], ref[2], tol[0],
+                                                 tol[1], tol[2], &err);
+        CHECK(st == KILN_OK, "reference: %s", err.msg);
+        for (int t = 0; st == KILN_OK && t < 3; t++) {
+            double worst = 0, max_abs = 0, maxr = 0, maxe = 0;
+            char first[256] = "";
+            long bad = kiln_attn_bwd_compare(KILN_F32, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
+            CHECK(bad == 0, "%s%s: %ld d%c values beyond the bf16 path's bound; first: %s", what, det ? " (deterministic)" : "",
+                  bad, "qkv"[t], first);
+            for (size_t i = 0; i < n[t]; i++) {
+                if (fabs(ref[t][i]) > maxr) maxr = fabs(ref[t][i]);
+                if (fabs(g[t][i] - ref[t][i]) > maxe) maxe = fabs(g[t][i] - ref[t][i]);
+            }
+            if (rel) rel[t] = maxr > 0 ? maxe / maxr : maxe;
+        }
+    }
+    for (int t = 0; t < 3; t++) free(ref[t]), free(tol[t]);
+    grads_free(g);
+}
+
+/* Largest error / max |ref| of one path's gradients (f32) against float64, over dq, dk, dv. */
+static double path_error(prob *a, const char *path, int sm) {
+    float *g[3];
+    grads_alloc(a, g);
+    size_t n[3] = {a->nq, a->nk, a->nv};
+    double *ref[3], worst = NAN;
+    for (int t = 0; t < 3; t++) ref[t] = malloc(n[t] * sizeof(double));
+    kiln_error err = {0};
+    if (backward(a, path, sm, 0, g) == KILN_OK &&
+        kiln_attn_bwd_reference(&a->p, KILN_F32, a->q, a->k, a->v, a->dout, ref[0], ref[1], ref[2], NULL, NULL, NULL, &err) ==
+            KILN_OK) {
+        worst = 0;
+        for (int t = 0; t < 3; t++) {
+            double maxr = 0, maxe = 0;
+            for (size_t i = 0; i < n[t]; i++) {
+                if (fabs(ref[t][i]) > maxr) maxr = fabs(ref[t][i]);
+                if (fabs(g[t][i] - ref[t][i]) > maxe) maxe = fabs(g[t][i] - ref[t][i]);
+            }
+            if (maxe / maxr > worst) worst = maxe / maxr;
+        }
+    }
+    for (int t = 0; t < 3; t++) free(ref[t]);
+    grads_free(g);
+    return worst;
+}
+
+/* The accuracy against sm_80's bf16 mma (P, dS in bf16) and the SIMT path (f32), same inputs. */
+static void accuracy(int d, int wide) {
+    prob a;
+    prob_init(&a, d, 1, 2, 1, 40, 48);
+    if (wide) fill_wide(a.v, a.nv, -8, 8), fill_wide(a.dout, a.no, -8, 8);
+    else fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+    fill(a.q, a.nq, 1), fill(a.k, a.nk, 1);
+    if (forward(&a)) {
+        double f16s = path_error(&a, "mma", 75), bf16 = path_error(&a, "mma", 80), simt = path_error(&a, "simt", 75);
+        printf("  d%d %s: max error / max |grad|: f16-scaled sm_75 %.2e, bf16 mma sm_80 %.2e (%.1fx), SIMT %.2e\n", d,
+               wide ? "wide V, dO (2^-8..2^8)" : "random", f16s, bf16, bf16 / f16s, simt);
+        /* (the three share the error of O stored in bf16, which dominates the f32 SIMT path's) */
+        CHECK(f16s < bf16 && f16s <= 1.25 * simt, "d%d: the f16-scaled path's error %.3g is not below the bf16 mma's %.3g and within 1.25x the SIMT path's %.3g",
+              d, f16s, bf16, simt);
+    }
+    prob_free(&a);
+}
+
+/* ---- issue 28's adversarial tiles, against the bf16 path's bound ---- */
+
+static void adversarial(void) {
+    static const int dims[] = {64, 32, 128, 96};
+    for (int kind = 0; kind < 6; kind++) {
+        int d = dims[kind % 4];
+        prob a;
+        prob_init(&a, d, kind & 1, 2, 1, 35, 70);
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        const char *what = "";
+        switch (kind) {
+        case 0: what = "V magnitudes 2^-30..2^30 in every tile", fill_wide(a.v, a.nv, -30, 30); break;
+        /* (rows spanning 2^34 and 2^30; the scores stay below ~2^7: the forward's lse in f32 holds an exponent to
+         * 2^-24 of itself, so scores of 2^30 would leave P undefined on every path) */
+        case 1: what = "Q magnitudes 2^-30..2^4, K 2^-30..2^0", fill_wide(a.q, a.nq, -30, 4), fill_wide(a.k, a.nk, -30, 0); break;
+        case 2: what = "dO magnitudes 2^-30..2^30", fill_wide(a.dout, a.no, -30, 30); break;
+        case 3: /* an outlier key: k 2^20, v 2^24 */
+            what = "an outlier key (k 2^20, v 2^24)";
+            for (int c = 0; c < d; c++) set(a.k, (size_t)(17 * d + c), (c & 1 ? -1 : 1) * 0x1p20), set(a.v, (size_t)(17 * d + c), 0x1p24);
+            break;
+        case 4: { /* tiny p with huge v: per query, key 3 at p ~ 1 with v 2^-10, key 5 at p ~ 2^-30 with v 2^30, others far below */
+            what = "tiny p (2^-30) with huge v (2^30) beside p ~ 1 with v 2^-10";
+            double s = sqrt((double)d);
+            for (size_t i = 0; i < a.nq; i++) set(a.q, i, i % (size_t)d == 0 ? 1.0 : 0.0);
+            for (int j = 0; j < a.p.seq_k; j++)
+                for (int c = 0; c < d; c++) {
+                    double kv = c ? 0 : j == 3 ? 0 : j == 5 ? -30 * log(2) * s : -200 * s;
+                    set(a.k, (size_t)(j * d + c), kv);
+                    set(a.v, (size_t)(j * d + c), j == 3 ? 0x1p-10 : j == 5 ? 0x1p30 : uniform());
+                }
+            break;
+        }
+        case 5: what = "wide everything: V, dO 2^-20..2^20, Q 2^-20..2^3, K 2^-20..2^0";
+            fill_wide(a.q, a.nq, -20, 3), fill_wide(a.k, a.nk, -20, 0), fill_wide(a.v, a.nv, -20, 20), fill_wide(a.dout, a.no, -20, 20);
+            break;
+        }
+        char name[256];
+        snprintf(name, sizeof name, "adversarial d%d: %s", d, what);
+        TEST_BEGIN(name);
+        if (forward(&a)) {
+            check_model(&a, name, 0, NULL);
+            check_model(&a, name, 1, NULL);
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
+/* ---- Inf and NaN: non-finite gradients exactly where the SIMT path has them ----
+ * (without a mask: a masked entry's P = 0 meets a non-finite dO, Q, K or V in a product on any tiled path,
+ * 0 Inf = NaN, and which rows and keys share a tile differs between the paths) */
+
+static void nonfinite(void) {
+    for (int kind = 0; kind < 4; kind++) {
+        prob a;
+        prob_init(&a, kind & 1 ? 32 : 64, 0, 2, 1, 33, 40);
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        const char *what = "";
+        switch (kind) {
+        case 0: what = "+Inf in V", set(a.v, 5 * 64 + 3, INFINITY); break;
+        case 1: what = "NaN in dO", set(a.dout, (7 * 2 + 1) * 32 + 9, NAN); break;
+        case 2: what = "-Inf in K", set(a.k, 20 * 64 + 1, -INFINITY); break;
+        case 3: what = "NaN in Q", set(a.q, (3 * 2) * 32 + 30, NAN); break;
+        }
+        char name[128];
+        snprintf(name, sizeof name, "%s: non-finite where the SIMT path's are", what);
+        TEST_BEGIN(name);
+        if (forward(&a)) {
+            for (int det = kind & 1; det < 2; det += 2) { /* (atomic and deterministic alternate) */
+                float *g[3], *s[3];
+                grads_alloc(&a, g), grads_alloc(&a, s);
+                if (backward(&a, "mma", 75, det, g) == KILN_OK && backward(&a, "simt", 75, det, s) == KILN_OK) {
+                    size_t n[3] = {a.nq, a.nk, a.nv};
+                    long differ = 0, nonfin = 0;
+                    for (int t = 0; t < 3; t++)
+                        for (size_t i = 0; i < n[t]; i++) {
+                            nonfin += !isfinite(s[t][i]);
+                            differ += isfinite(g[t][i]) != isfinite(s[t][i]);
+                        }
+                    CHECK(nonfin > 0, "%s: the SIMT path has no non-finite gradient", what);
+                    CHECK(differ == 0, "%s%s: %ld gradients finite on one path and not on the other (SIMT: %ld non-finite)", what,
+                          det ? " (deterministic)" : "", differ, nonfin);
+                }
+                grads_free(g), grads_free(s);
+            }
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
+int main(void) {
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("setup failed: %s\nattention bwd f16scaled: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    uint64_t seed = 0x28b;
+    for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
+        char name[256];
+        snprintf(name, sizeof name, "random d%d %s heads %d:%d%s", rcases[i].d, rcases[i].keys, rcases[i].heads_q,
+                 rcases[i].heads_kv, rcases[i].det ? " deterministic" : "");
+        TEST_BEGIN(name);
+        run_random(&rcases[i], seed++);
+        TEST_END();
+    }
+    TEST_BEGIN("accuracy against sm_80's bf16 mma");
+    accuracy(64, 0);
+    accuracy(32, 1);
+    TEST_END();
+    adversarial();
+    nonfinite();
+    for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    return check_summary("attention bwd f16scaled");
+}
