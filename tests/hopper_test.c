@@ -19,13 +19,14 @@
  * announces the stage's bytes with expect-tx, every producer thread completes 4 of them (what TMA
  * does) and arrives; consumers wait on the phase parity of each use, then release the stage.
  * y[t] = sum over it of x[it*128 + t] * (it + 1). Planted-bug knobs: extra_tx (bytes announced that
- * never complete), parity_skew (consumers wait on the wrong phase), no_empty (the producer does not
+ * never complete), short_tx (bytes completed that were never announced), parity_skew (consumers wait on the wrong phase), no_empty (the producer does not
  * wait for the consumers), arrivals (the full barriers' init count). sync=1 adds setmaxnreg,
  * fence.proxy.async and wgmma fence/commit/wait (sm_90a only). */
 static const char *pipe_lua =
     "local K = { params = {\n"
     "  { name = 'iters', type = 'int', default = 6, min = 1, max = 64 },\n"
     "  { name = 'extra_tx', type = 'int', default = 0, min = 0, max = 64 },\n"
+    "  { name = 'short_tx', type = 'int', default = 0, min = 0, max = 64 },\n"
     "  { name = 'parity_skew', type = 'int', default = 0, min = 0, max = 1 },\n"
     "  { name = 'no_empty', type = 'int', default = 0, min = 0, max = 1 },\n"
     "  { name = 'arrivals', type = 'int', default = 128, min = 1, max = 256 },\n"
@@ -47,7 +48,7 @@ static const char *pipe_lua =
     "      if spec.no_empty == 0 then\n"
     "        b:if_(b:ge(it, 2), function() b:mbarrier_wait(empty + 2 * s, (k + 1) % 2) end)\n"
     "      end\n"
-    "      b:if_(b:eq(t, 0), function() b:mbarrier_expect_tx(full + 2 * s, 512 + spec.extra_tx) end)\n"
+    "      b:if_(b:eq(t, 0), function() b:mbarrier_expect_tx(full + 2 * s, 512 + spec.extra_tx - spec.short_tx) end)\n"
     "      b:store(data + (s * 128 + t), b:load(p.x + (it * 128 + t)))\n"
     "      if spec.sync == 1 then b:fence_proxy_async() end\n"
     "      b:mbarrier_complete_tx(full + 2 * s, 4)\n"
@@ -319,6 +320,7 @@ static void test_pipeline_bugs(void) {
         const char *keys, *want;
     } rows[] = {
         {"iters=4 extra_tx=8", "deadlock"},        /* bytes that never arrive keep the phase open */
+        {"iters=4 short_tx=8", "8 bytes more were completed than expect-tx announced"}, /* can never complete */
         {"iters=4 parity_skew=1", ""},             /* waits on the wrong phase: stale or unwritten data */
         {"iters=6 no_empty=1", ""},                /* overwrites a stage still being read */
         {"iters=4 arrivals=127", "more arrivals"}, /* more arrivals than the init count */
@@ -501,8 +503,8 @@ static void test_tma_bugs(void) {
         const char *keys, *want;
         int b0, swz;
     } rows[] = {
-        {"iters=4 bug=1", "deadlock", 32, 0},           /* expect-tx 16 bytes short: the phase never completes */
-        {"iters=4 bug=2", "", 32, 0},                   /* no expect-tx: consumers read before the box lands */
+        {"iters=4 bug=1", "expect-tx short by 16 bytes", 32, 0}, /* the phase would complete mid-copy */
+        {"iters=4 bug=2", "race: ", 32, 0},             /* no expect-tx: consumers read before the box lands */
         {"iters=4 bug=3", "not 128-byte aligned", 32, 0}, /* destination off its alignment */
         {"iters=4 b0=64 swz=128", "at most the swizzle span", 64, 128}, /* a 256-byte row under a 128B swizzle */
     };
