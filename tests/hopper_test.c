@@ -182,14 +182,14 @@ static const char *wgmma_lua =
  * (un-swizzling it) to y[it], and releases the stage. Box it is at x = (it % 3) b0, y = (it / 3) 8
  * (3-D: z = it % 2 too), so the right and lower edges fall outside the tensor (zero fill). Planted
  * bugs: 1 the expect-tx announces 16 bytes too few (a wrong box), 2 no expect-tx (a plain arrival),
- * 3 a destination 16 bytes off its alignment. */
+ * 3 a destination 16 bytes off its alignment, 4 one more box issued after the last that nobody waits for. */
 static const char *tma_lua =
     "local K = { params = {\n"
     "  { name = 'iters', type = 'int', default = 6, min = 1, max = 12 },\n"
     "  { name = 'rank', type = 'int', default = 2, min = 2, max = 3 },\n"
     "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
     "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 },\n"
-    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 3 } } }\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 4 } } }\n"
     "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
     "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
     "function K.build(b, spec, cfg)\n"
@@ -214,6 +214,12 @@ static const char *tma_lua =
     "      if spec.rank == 3 then c = { (it % 3) * B0, (it // 3) * 4, it % 2 } end\n"
     "      b:tma_load(data + s * (STAGE // 4) + (spec.bug == 3 and 4 or 0), p.tm, c, full + 2 * s)\n"
     "    end)\n"
+    "    if spec.bug == 4 then\n"
+    "      local s, k = spec.iters % 2, spec.iters // 2\n"
+    "      b:mbarrier_wait(empty + 2 * s, (k + 1) % 2)\n"
+    "      b:mbarrier_arrive(full + 2 * s, { tx = b:i32(BYTES) })\n"
+    "      b:tma_load(data + s * (STAGE // 4), p.tm, { 0, 0 }, full + 2 * s)\n"
+    "    end\n"
     "  end)\n"
     "  b:if_(b:lt(t, 128), function()\n"
     "    b:for_(0, spec.iters, 1, function(it)\n"
@@ -506,6 +512,7 @@ static void test_tma_bugs(void) {
         {"iters=4 bug=1", "expect-tx short by 16 bytes", 32, 0}, /* the phase would complete mid-copy */
         {"iters=4 bug=2", "race: ", 32, 0},             /* no expect-tx: consumers read before the box lands */
         {"iters=4 bug=3", "not 128-byte aligned", 32, 0}, /* destination off its alignment */
+        {"iters=4 bug=4", "every thread exited with 1 TMA copy unfinished", 32, 0}, /* a box nobody waits for */
         {"iters=4 b0=64 swz=128", "at most the swizzle span", 64, 128}, /* a 256-byte row under a 128B swizzle */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
