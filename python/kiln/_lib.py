@@ -269,6 +269,17 @@ class Arg(ctypes.Union):
                 ("tmap", ctypes.c_void_p)]  # kiln_arg.tmap: an encoded CUtensorMap (tensormap parameters)
 
 
+KILN_LAUNCH_TMAPS = 6
+
+
+class LaunchStep(ctypes.Structure):
+    """kiln_launch_step (kiln/runtime.h): one kernel of a bound launch; its tensor maps as kiln's records
+    (kiln/tensor_map.h: 128 bytes, 8-byte aligned), for kiln_tensor_map_encode."""
+    _fields_ = [("meta", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("args", Arg * KILN_MAX_PARAMS),
+                ("ntmaps", ctypes.c_int), ("tmap_param", ctypes.c_int * KILN_LAUNCH_TMAPS),
+                ("tmaps", (ctypes.c_uint64 * 16) * KILN_LAUNCH_TMAPS)]
+
+
 class AttentionMask(ctypes.Structure):
     """kiln_attention_mask (kiln/runtime.h): issue 24's window, softcap, ALiBi and dropout launch values."""
     _fields_ = [("window", ctypes.c_int), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
@@ -383,6 +394,9 @@ RT_FUNCS = {
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_kernel_launch": (S, [P, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(Arg), ctypes.c_int, P, ERR]),
+    "kiln_launch_bind": (S, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.POINTER(LaunchArgs),
+                             ctypes.c_int, ctypes.POINTER(LaunchStep), ctypes.POINTER(sz), ERR]),
+    "kiln_tensor_map_encode": (S, [P, ctypes.c_void_p, ctypes.c_void_p, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_forward_workspace": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int,
