@@ -187,6 +187,7 @@ static const kit_norm_sweep kit_norm_sweeps[] = {
  * worth building. */
 static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384, 32768, 65536};
 #define KIT_LN_SWEEP_MAX_HIDDEN 65536
+#define KIT_LN_MAX_FIXED 16384 /* the norm templates' largest fixed hidden: above it, hidden=launch */
 /* the RMSNorm forward and both backward sweeps also time offset=1 (zero-centered weights) at these */
 static const int kit_offset_sweep_hidden[] = {4096, 16384};
 static const char *const kit_ln_sweep_dtypes[] = {"bf16", "f32"};
