@@ -168,11 +168,7 @@ class Kernel:
     def launch(self, grid=None, problem=None, stream=None, **params):
         """Launches with every parameter given by name (arrays for pointers, numbers for scalars).
         ``problem``: elements along each grid axis (the grid follows the metadata's grid_tile);
-        or ``grid``: blocks, given directly. Block size and shared memory come from the metadata.
-        A kernel with tensor map parameters (TMA, sm_90+) takes the tensors and scalars of its launch
-        description by name instead; the C runtime builds, checks and encodes its maps (``_launch_tmaps``)."""
-        if any(p["kind"] == "tensormap" for p in self.meta["params"]):
-            return self._launch_tmaps(grid, problem, stream, params)
+        or ``grid``: blocks, given directly. Block size and shared memory come from the metadata."""
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
@@ -196,13 +192,13 @@ class Kernel:
         _lib.check(self._rt._lib.kiln_kernel_launch(self._ptr, (ctypes.c_uint * 3)(*g), args, len(bound),
                                                     ctypes.c_void_p(h), ctypes.byref(err)), err)
 
-
-    def _launch_tmaps(self, grid, problem, stream, params):
-        """A kernel with tensor map parameters: params name the tensors and scalars of its launch description
-        (docs/registry.md: arrays are tensors, numbers scalars), which the C runtime binds (kiln_launch_bind:
-        each map from its tensor's pointer, dims and strides, checked by the driver's rules) and the driver
-        encodes (kiln_tensor_map_encode, cuTensorMapEncodeTiled); the grid is the description's unless
-        grid= or problem= is given."""
+    def launch_bound(self, grid=None, problem=None, stream=None, **params):
+        """Launches this kernel alone with ``params`` naming the tensors and scalars of its launch description
+        (docs/registry.md; arrays are tensors, numbers scalars), bound by the C runtime (kiln_launch_bind):
+        pointers, strides and grid from the description, and each tensor map (TMA kernels) built from its
+        tensor, checked by the driver's rules and encoded by the driver (kiln_tensor_map_encode,
+        cuTensorMapEncodeTiled; nothing of it in Python). The grid is the description's unless grid= or
+        problem= is given; a kernel that needs a workspace is launched with Runtime.launch."""
         if grid is not None and problem is not None:
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), at most one")
         tensors = {n: v for n, v in params.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}

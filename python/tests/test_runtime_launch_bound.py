@@ -1,6 +1,7 @@
 """kiln.Runtime launching a TMA kernel against the fake CUDA driver: the tensor maps its launch description declares
 are bound and checked by the C runtime (kiln_launch_bind), encoded by the driver (cuTensorMapEncodeTiled, the fake
-one writes kiln's record) and passed as 128-byte parameters, by Runtime.launch and by Kernel.launch."""
+one writes kiln's record) and passed as 128-byte parameters, by Runtime.launch and by Kernel.launch_bound (the
+launch description's names, bound in C)."""
 
 import json
 import os
@@ -68,15 +69,15 @@ out["x"], out["ydev"] = x.ptr, y.ptr
 rt.launch("tmaone row0=8", tensors={"y": y, "x": x}, scalars={"h": 20, "w": 64})
 last("runtime")
 k = rt.kernel("tmaone row0=8")
-k.launch(y=y, x=x, h=20, w=64)
+k.launch_bound(y=y, x=x, h=20, w=64)
 last("kernel")
-k.launch(grid=(3,), y=y, x=x, h=20, w=64)
+k.launch_bound(grid=(3,), y=y, x=x, h=20, w=64)
 last("kernel_grid")
 for label, kw in (("bad_stride", {"h": 20, "w": 62}), ("missing", {"h": 20, "w": 64, "x": None})):
     try:
         kw = dict(kw)
         xx = kw.pop("x", x)
-        k.launch(y=y, x=xx, **kw)
+        k.launch_bound(y=y, x=xx, **kw)
         out[label] = "launched"
     except kiln.KilnError as e:
         out[label] = str(e)
