@@ -227,6 +227,8 @@ unsigned char *emu_shared_base(const emu_block *blk);
 /* Block geometry for the sreg handlers. */
 void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], unsigned nctaid[3]);
 unsigned emu_block_threads(const emu_block *blk);
+/* The kernel's entry name ("" for a module without metadata). */
+const char *emu_block_kernel(const emu_block *blk);
 
 /* ---- emu_ops.c: the NVVM intrinsics the emulator implements ---- */
 typedef void (*emu_handler)(emu_call *c);
@@ -255,6 +257,35 @@ const emu_op *emu_wgmma_op_find(const char *name);
 bool emu_wgmma_ops_failed(void);
 extern void *(*emu_wgmma_ops_malloc)(size_t);
 void emu_wgmma_block_begin(void); /* a block (or its second run) starts: no wgmma in flight */
+/* emu_hopper.c: an mbarrier's state (the PTX ISA's: pending arrivals, expected count, tx-count, phase) */
+typedef struct emu_mbar {
+    uint32_t pending, expected;
+    int32_t tx;
+    unsigned phase;
+} emu_mbar;
+/* Reads the 8 bytes at p; false if they are not an initialized mbarrier. */
+bool emu_mbar_read(const unsigned char *p, emu_mbar *m);
+/* Stores m at p, completing the phase when no arrival and no byte is pending (then the copies that landed
+ * on it become visible and sleepers wake); false and msg (prefixed by where) when the tx-count leaves the
+ * ISA's range or goes negative with every arrival in (the phase could never complete). */
+bool emu_mbar_write(emu_block *b, unsigned char *p, emu_mbar *m, const char *where, char *msg, size_t size);
+
+/* ---- emu_tma.c: TMA copies in flight (landed as late as a waiter or the scheduler allows) ---- */
+extern _Thread_local unsigned emu_tma_live; /* copies in flight or landed on an open phase */
+void emu_tma_block_begin(void);             /* a block (or its second run) starts: none */
+/* The buffer a TMA copy's box is read into (kept by emu_tma.c), then the copy put in flight. */
+unsigned char *emu_tma_reserve(emu_call *c, size_t bytes);
+void emu_tma_issue(emu_call *c, unsigned char *dst, unsigned char *bar, unsigned elem, size_t bytes, unsigned bits);
+/* Faults (a race) when [p, p + size) meets a copy whose phase has not completed; what names the access. */
+void emu_tma_guard(emu_block *b, const void *p, size_t size, const char *what);
+/* A phase of the mbarrier at bar completed: the copies that landed on it are visible. */
+void emu_tma_phase_done(const unsigned char *bar);
+/* Lands the oldest copy in flight to bar (a waiter needs it); false if there is none. Faults on a rule. */
+bool emu_tma_land_for(emu_call *c, const unsigned char *bar);
+/* The scheduler found no thread to run: lands the oldest copy in flight; 1 landed, 0 none, -1 msg. */
+int emu_tma_land_oldest(emu_block *b, char *msg, size_t size);
+/* Every thread exited: true if no copy is unfinished, else false and msg. */
+bool emu_tma_block_end(emu_block *b, char *msg, size_t size);
 void emu_wgmma_fence(emu_call *c);
 void emu_wgmma_commit(emu_call *c);
 void emu_wgmma_wait(emu_call *c, uint32_t n);

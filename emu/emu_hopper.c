@@ -19,11 +19,7 @@ enum { MB_COUNT_BITS = 20, MB_TX_BITS = 22 };
 #define MB_COUNT_MAX ((1u << MB_COUNT_BITS) - 1)
 #define MB_TX_MAX ((int32_t)MB_COUNT_MAX)
 
-typedef struct mbar {
-    uint32_t pending, expected;
-    int32_t tx;
-    unsigned phase;
-} mbar;
+typedef emu_mbar mbar; /* emu.h */
 
 static uint64_t mb_pack(const mbar *m) {
     return (uint64_t)m->pending | (uint64_t)m->expected << 20 |
@@ -47,26 +43,48 @@ static unsigned char *mb_addr(emu_call *c) {
     return p;
 }
 
-/* Reads an initialized mbarrier or faults. */
-static void mb_load(emu_call *c, const unsigned char *p, mbar *m) {
+bool emu_mbar_read(const unsigned char *p, emu_mbar *m) {
     uint64_t w;
     memcpy(&w, p, sizeof w);
     mb_unpack(w, m);
-    if (w >> 63 || m->expected == 0 || m->pending > m->expected)
+    return !(w >> 63 || m->expected == 0 || m->pending > m->expected);
+}
+
+/* Reads an initialized mbarrier or faults. */
+static void mb_load(emu_call *c, const unsigned char *p, mbar *m) {
+    if (!emu_mbar_read(p, m))
         emu_fault(c->blk, "%s: the mbarrier at %p was never initialized (mbarrier.init first)", c->site->where,
                   (const void *)p);
 }
 
-/* Stores m, first completing the phase when nothing is pending; wakes the threads waiting on phases. */
-static void mb_store(emu_call *c, unsigned char *p, mbar *m) {
-    if (m->tx > MB_TX_MAX || m->tx < -MB_TX_MAX)
-        emu_fault(c->blk, "%s: mbarrier tx-count %d is outside the ISA's range +-%d", c->site->where, (int)m->tx,
-                  (int)MB_TX_MAX);
+bool emu_mbar_write(emu_block *b, unsigned char *p, emu_mbar *m, const char *where, char *msg, size_t size) {
+    size_t off = (size_t)(p - emu_shared_base(b));
+    if (m->tx > MB_TX_MAX || m->tx < -MB_TX_MAX) {
+        snprintf(msg, size, "%s: kernel %s: mbarrier at shared offset %zu: tx-count %d is outside the ISA's range "
+                 "+-%d", where, emu_block_kernel(b), off, (int)m->tx, (int)MB_TX_MAX);
+        return false;
+    }
+    if (m->pending == 0 && m->tx < 0) {
+        snprintf(msg, size, "%s: kernel %s: mbarrier at shared offset %zu: every arrival of the phase (parity %u) is "
+                 "in with a tx-count of %d: %d bytes more were completed than expect-tx announced, so the phase can "
+                 "never complete", where, emu_block_kernel(b), off, m->phase, (int)m->tx, (int)-m->tx);
+        return false;
+    }
     bool completes = m->pending == 0 && m->tx == 0;
     if (completes) m->phase ^= 1, m->pending = m->expected;
     uint64_t w = mb_pack(m);
     memcpy(p, &w, sizeof w);
-    if (completes) emu_wake_sleepers(c->blk);
+    if (completes) {
+        emu_tma_phase_done(p); /* emu_tma.c: the copies that landed on the phase are visible */
+        emu_wake_sleepers(b);
+    }
+    return true;
+}
+
+/* Stores m, first completing the phase when nothing is pending; wakes the threads waiting on phases. */
+static void mb_store(emu_call *c, unsigned char *p, mbar *m) {
+    char msg[600];
+    if (!emu_mbar_write(c->blk, p, m, c->site->where, msg, sizeof msg)) emu_fault(c->blk, "%s", msg);
 }
 
 static void h_mb_init(emu_call *c) {
@@ -120,6 +138,7 @@ static void h_mb_try_wait_parity(emu_call *c) {
         mbar m;
         mb_load(c, p, &m);
         if (m.phase != parity) break;
+        if (emu_tma_land_for(c, p)) continue; /* emu_tma.c: a copy it waits for lands now */
         emu_sleep(c);
     }
     emu_ret_u32(c, 1);
@@ -129,7 +148,8 @@ static void h_mb_try_wait_parity(emu_call *c) {
  * The map is kiln's record (kiln/tensor_map.h). The box lands densely, innermost dimension first (a
  * row is box[0] elements), each element read from base + g0 * elem + sum g_i * strides[i-1] where
  * g = coordinates + index, zero where any g_i is outside 0..dims[i]-1; with a swizzle the shared
- * address's bits [4, 4+b) XOR its bits [7, 7+b). Then the box's bytes complete on the mbarrier. */
+ * address's bits [4, 4+b) XOR its bits [7, 7+b). The box is read now but lands, and its bytes complete on
+ * the mbarrier, only when emu_tma.c lands it (a waiter on that mbarrier or the scheduler needs it). */
 
 _Static_assert(sizeof(kiln_tensor_map) == KILN_TMAP_BYTES, "kiln_tensor_map is the 128 bytes of a CUtensorMap");
 
@@ -148,7 +168,7 @@ static void h_tma_load(emu_call *c) {
     if (m.elem_bytes != 1 && m.elem_bytes != 2 && m.elem_bytes != 4 && m.elem_bytes != 8)
         emu_fault(c->blk, "%s: tensor map element size %u; valid 1, 2, 4, 8", w, m.elem_bytes);
     if (m.swizzle > KILN_TMAP_SWIZZLE_128B) emu_fault(c->blk, "%s: tensor map swizzle %u; valid 0..3", w, m.swizzle);
-    unsigned bits = m.swizzle, span = bits ? 16u << bits : 0, mask = (1u << bits) - 1;
+    unsigned bits = m.swizzle, span = bits ? 16u << bits : 0;
     unsigned row = m.box[0] * m.elem_bytes, align = bits ? 128u << bits : 128u;
     if (row % 16 || (span && row > span))
         emu_fault(c->blk, "%s: the box's inner dimension is %u bytes; it must be a multiple of 16%s%u", w, row,
@@ -164,6 +184,12 @@ static void h_tma_load(emu_call *c) {
     if (off % align)
         emu_fault(c->blk, "%s: the destination (shared offset %zu) is not %u-byte aligned (TMA tiles: 128%s)", w, off, align,
                   bits ? ", times 8 rows of the swizzle span" : "");
+    /* the mbarrier it completes on */
+    if ((uintptr_t)bar % 8) emu_fault(c->blk, "%s: mbarrier address %p is not 8-byte aligned", w, (void *)bar);
+    emu_check_shared(c->blk, bar, 8, w);
+    mbar mb;
+    mb_load(c, bar, &mb);
+    unsigned char *data = emu_tma_reserve(c, bytes); /* emu_tma.c keeps it, even through a fault */
     int32_t coord[KILN_TMAP_RANK_MAX];
     for (unsigned i = 0; i < rank; i++) coord[i] = (int32_t)emu_slot_u32(c->args, 3 + i);
     for (unsigned long long e = 0; e < count; e++) {
@@ -175,24 +201,17 @@ static void h_tma_load(emu_call *c) {
             if (g < 0 || (unsigned long long)g >= m.dims[i]) in = false;
             else src += (unsigned long long)g * (i ? m.strides[i - 1] : m.elem_bytes);
         }
-        size_t a = off + (size_t)e * m.elem_bytes;
-        if (bits) a ^= (a >> 7 & mask) << 4;
+        unsigned char *to = data + (size_t)e * m.elem_bytes;
         if (in) {
             char what[160];
             snprintf(what, sizeof what, "%s: the tensor map's element %llu", w, e);
             emu_check_global(c->blk, (const void *)(uintptr_t)src, m.elem_bytes, what);
-            memcpy(smem + a, (const void *)(uintptr_t)src, m.elem_bytes);
+            memcpy(to, (const void *)(uintptr_t)src, m.elem_bytes);
         } else {
-            memset(smem + a, 0, m.elem_bytes);
+            memset(to, 0, m.elem_bytes);
         }
     }
-    /* complete_tx on the mbarrier */
-    if ((uintptr_t)bar % 8) emu_fault(c->blk, "%s: mbarrier address %p is not 8-byte aligned", w, (void *)bar);
-    emu_check_shared(c->blk, bar, 8, w);
-    mbar mb;
-    mb_load(c, bar, &mb);
-    mb.tx -= (int32_t)bytes;
-    mb_store(c, bar, &mb);
+    emu_tma_issue(c, dst, bar, m.elem_bytes, bytes, bits); /* emu_tma.c: in flight from now */
 }
 
 /* ---- fences and warpgroup synchronization: memory is coherent here, so these check and count ---- */

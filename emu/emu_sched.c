@@ -70,6 +70,7 @@ void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], u
     memcpy(nctaid, blk->grid, sizeof blk->grid);
 }
 unsigned emu_block_threads(const emu_block *blk) { return blk->nthreads; }
+const char *emu_block_kernel(const emu_block *blk) { return blk->k->meta ? blk->k->meta->entry : ""; }
 
 static int thread_desc(const emu_block *b, const emu_thread *t, char *buf, size_t size) {
     return snprintf(buf, size, "block (%u,%u,%u) thread (%u,%u,%u)", b->ctaid[0], b->ctaid[1], b->ctaid[2],
@@ -306,6 +307,7 @@ unsigned char *emu_shared_base(const emu_block *b) { return b->k->arena; }
 void emu_check_shared(emu_block *b, const void *p, size_t size, const char *what) {
     uintptr_t a = (uintptr_t)p, base = (uintptr_t)b->k->arena;
     if (a < base || a - base > b->arena_used || size > b->arena_used - (a - base)) shared_oob(b, a, size, what);
+    if (emu_tma_live) emu_tma_guard(b, p, size, what); /* emu_tma.c: a TMA copy's phase still open */
 }
 
 /* A global access outside every buffer the launch declared: names the nearest one. */
@@ -480,7 +482,9 @@ static kiln_status deadlock(emu_block *b, kiln_error *err) {
 static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
     emu_wgmma_block_begin(); /* emu_wgmma.c: no wgmma in flight */
+    emu_tma_block_begin();   /* emu_tma.c: no TMA copy in flight */
     if (b->k->prof) emu_prof_block_begin(b->k->prof, b->nthreads);
+    char msg[900];
     for (bool progress = true; progress;) {
         progress = false;
         for (unsigned k = 0; k < b->nthreads; k++) {
@@ -495,8 +499,19 @@ static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
                 return kiln_fail(err, KILN_EEMU, "%s", b->fault);
             }
         }
+        if (!progress && b->exited != b->nthreads) { /* nothing runs: a TMA copy in flight lands */
+            int landed = emu_tma_land_oldest(b, msg, sizeof msg);
+            if (landed < 0) {
+                for (unsigned i = 0; i < b->nthreads; i++)
+                    if (b->threads[i].state == EMU_WAITING) b->threads[i].fiber.dirty = true;
+                return kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): %s", b->ctaid[0], b->ctaid[1], b->ctaid[2], msg);
+            }
+            progress = landed > 0;
+        }
     }
     if (b->exited != b->nthreads) return deadlock(b, err);
+    if (!emu_tma_block_end(b, msg, sizeof msg))
+        return kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): %s", b->ctaid[0], b->ctaid[1], b->ctaid[2], msg);
     if (b->k->prof) emu_prof_block_end(b->k->prof, b->nthreads);
     return KILN_OK;
 }

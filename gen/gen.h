@@ -248,6 +248,7 @@ struct gen_builder {
     const gen_target *t;
     kiln_kernel_meta *meta;
     int ptx_needed;      /* PTX ISA version the emitted instructions need, times 10 */
+    const char *arch_method; /* the first primitive used that exists on the arch-specific target only */
     unsigned smem_bytes; /* static shared memory allocated so far */
     int nshared;         /* shared arrays allocated (for unique names) */
     int depth;           /* open if/for blocks */

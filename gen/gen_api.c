@@ -260,8 +260,16 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     st = gen_lua_call(L, 3, 0, what, err);
     tm->builder = gen_builder_time_reset(L);
     int ptx_needed = 0;
+    const char *arch_method = gb->arch_method;
     kiln_status fst = gen_builder_finish(gb, &m->static_smem, &ptx_needed, st == KILN_OK ? err : NULL);
     if (st == KILN_OK) st = fst;
+    lua_getfield(L, cfg, "arch_specific");
+    bool arch_declared = lua_toboolean(L, -1);
+    lua_pop(L, 1);
+    if (st == KILN_OK && arch_method && !arch_declared) /* the runtime picks sm_90a by that flag (kiln_arch_specific) */
+        st = kiln_fail(err, KILN_EGEN, "%s uses %s, which only the arch-specific target has, but templates/%s.lua's "
+                       "config() does not return arch_specific = true for it (the runtime would never choose this "
+                       "path)", what, arch_method, spec.family);
     if (st == KILN_OK) st = gen_launch_covers(m, err);
     m->ptx_version = ptx_needed > t->ptx_min ? ptx_needed : t->ptx_min;
     if (st == KILN_OK && m->static_smem + m->dynamic_smem > t->smem_optin_max)
@@ -284,6 +292,41 @@ done:
     lua_settop(L, top);
     lua_pushnil(L);
     lua_setfield(L, LUA_REGISTRYINDEX, "kiln.current");
+    return st;
+}
+
+kiln_status kiln_arch_specific(kiln_gen *g, const char *spec_text, int sm, int *out, kiln_error *err) {
+    *out = 0;
+    if (!g || !spec_text) return kiln_fail(err, KILN_EINVAL, "kiln_arch_specific: generator and spec are required");
+    const gen_target *t = gen_target_find(sm);
+    if (!t) return bad_sm(sm, err);
+    if (!kiln_sm_is_arch(sm)) return KILN_OK;
+    lua_State *L = gen_lua_state(g->lua);
+    int top = lua_gettop(L);
+    gen_spec spec;
+    kiln_status st = gen_spec_parse_known(g->lua, spec_text, &spec, err);
+    if (st == KILN_OK) st = gen_spec_resolve(g->lua, &spec, err);
+    if (st != KILN_OK) {
+        lua_settop(L, top);
+        return st;
+    }
+    int spec_idx = lua_gettop(L);
+    st = gen_lua_push_family(g->lua, spec.family, err);
+    if (st == KILN_OK) {
+        char what[KILN_SPEC_MAX + 32], smname[16];
+        snprintf(what, sizeof what, "%s (%s)", spec.canonical, kiln_sm_name(sm, smname));
+        lua_getfield(L, -1, "config");
+        lua_pushvalue(L, spec_idx);
+        gen_builder_push_target(L, t);
+        st = gen_lua_call(L, 2, 1, what, err);
+        if (st == KILN_OK && !lua_istable(L, -1))
+            st = kiln_fail(err, KILN_EGEN, "templates/%s.lua: config() must return a table", spec.family);
+        if (st == KILN_OK) {
+            lua_getfield(L, -1, "arch_specific");
+            *out = lua_toboolean(L, -1);
+        }
+    }
+    lua_settop(L, top);
     return st;
 }
 

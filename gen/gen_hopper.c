@@ -40,6 +40,7 @@ static void need(lua_State *L, gen_builder *gb, int f) {
                    kiln_sm_name(sm, name));
     }
     if (h->ptx > gb->ptx_needed) gb->ptx_needed = h->ptx;
+    if (h->arch && !gb->arch_method) gb->arch_method = h->method;
 }
 
 static gen_value check_bar(lua_State *L, int idx, const char *method) {

@@ -116,12 +116,19 @@ static kiln_status hook_generate(const char *spec, int sm, char **text, size_t *
     return *text ? KILN_OK : kiln_fail(err, KILN_ENOMEM, "out of memory copying generated PTX");
 }
 
+static kiln_status hook_arch_specific(const char *spec, int sm, int *out, kiln_error *err) {
+    kiln_gen *g;
+    kiln_status st = thread_gen(&g, err);
+    return st == KILN_OK ? kiln_arch_specific(g, spec, sm, out, err) : st;
+}
+
 static kiln_rt_generator hook = {
     .identity = identity,
     .canonical = hook_canonical,
     .template_hash = hook_template_hash,
     .generate = hook_generate,
     .targets = kiln_targets,
+    .arch_specific = hook_arch_specific,
 };
 
 void kiln_rt_use_generator(void) {

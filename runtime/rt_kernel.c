@@ -287,16 +287,26 @@ static kiln_status not_found(kiln_rt *rt, const char *key, kiln_error *err) {
 
 /* Highest SM the generator targets that is not above the device's and whose PTX .version the driver
  * reads (a CUDA 12.9 driver on a sm_110 device gets sm_103's PTX 8.8, not sm_110's 9.0); the device's
- * own arch-specific target (sm_90a on a 9.0 device) before any plain one. */
-static kiln_status gen_target(kiln_rt *rt, const kiln_rt_generator *g, int *sm, kiln_error *err) {
-    int sms[32], n = g->targets(sms, 32);
+ * own arch-specific target (sm_90a on a 9.0 device) before any plain one, but only for a spec whose
+ * template has a path specific to it (the generator's arch_specific): every other spec gets the plain
+ * target's PTX (sm_90), which later GPUs run too. */
+static kiln_status gen_target(kiln_rt *rt, const kiln_rt_generator *g, const char *canon, int *sm, kiln_error *err) {
+    int sms[32], n = g->targets(sms, 32), arch = 0;
     *sm = 0;
     for (int i = 0; i < n && i < 32; i++) {
         char name[16];
         kiln_sm_name(sms[i], name);
         const kiln_ptx_target *t = kiln_ptx_target_find(name, strlen(name));
         int readable = rt->info.driver_version <= 0 || !t || kiln_cuda_knows_target(rt->info.driver_version, t);
-        if (kiln_target_runs_on(sms[i], rt->info.sm) && sms[i] > *sm && readable) *sm = sms[i];
+        if (!kiln_target_runs_on(sms[i], rt->info.sm) || !readable) continue;
+        if (kiln_sm_is_arch(sms[i])) arch = sms[i] > arch ? sms[i] : arch;
+        else if (sms[i] > *sm) *sm = sms[i];
+    }
+    if (arch && g->arch_specific) {
+        int specific = 0;
+        kiln_status st = g->arch_specific(canon, arch, &specific, err);
+        if (st != KILN_OK) return st;
+        if (specific) *sm = arch;
     }
     return *sm ? KILN_OK
                : kiln_fail(err, KILN_ENOTFOUND, "the generator has no target at or below the device's sm_%d",
@@ -375,7 +385,7 @@ static kiln_status resolve(kiln_rt *rt, const char *key, const char *canon, kiln
     }
     int sm;
     uint8_t ck[16];
-    st = gen_target(rt, g, &sm, err);
+    st = gen_target(rt, g, canon, &sm, err);
     if (st == KILN_OK) st = cache_key(g, key, sm, ck, err);
     if (st != KILN_OK) return st;
     if (from_disk(rt, ck, key, out, &st, err) != 0) return st;

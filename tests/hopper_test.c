@@ -19,18 +19,19 @@
  * announces the stage's bytes with expect-tx, every producer thread completes 4 of them (what TMA
  * does) and arrives; consumers wait on the phase parity of each use, then release the stage.
  * y[t] = sum over it of x[it*128 + t] * (it + 1). Planted-bug knobs: extra_tx (bytes announced that
- * never complete), parity_skew (consumers wait on the wrong phase), no_empty (the producer does not
+ * never complete), short_tx (bytes completed that were never announced), parity_skew (consumers wait on the wrong phase), no_empty (the producer does not
  * wait for the consumers), arrivals (the full barriers' init count). sync=1 adds setmaxnreg,
  * fence.proxy.async and wgmma fence/commit/wait (sm_90a only). */
 static const char *pipe_lua =
     "local K = { params = {\n"
     "  { name = 'iters', type = 'int', default = 6, min = 1, max = 64 },\n"
     "  { name = 'extra_tx', type = 'int', default = 0, min = 0, max = 64 },\n"
+    "  { name = 'short_tx', type = 'int', default = 0, min = 0, max = 64 },\n"
     "  { name = 'parity_skew', type = 'int', default = 0, min = 0, max = 1 },\n"
     "  { name = 'no_empty', type = 'int', default = 0, min = 0, max = 1 },\n"
     "  { name = 'arrivals', type = 'int', default = 128, min = 1, max = 256 },\n"
     "  { name = 'sync', type = 'int', default = 0, min = 0, max = 1 } } }\n"
-    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'x', 'ptr', 'f32', readonly = true } } }\n"
     "  local wg, t = b:warpgroup(), b:warpgroup_thread()\n"
@@ -47,7 +48,7 @@ static const char *pipe_lua =
     "      if spec.no_empty == 0 then\n"
     "        b:if_(b:ge(it, 2), function() b:mbarrier_wait(empty + 2 * s, (k + 1) % 2) end)\n"
     "      end\n"
-    "      b:if_(b:eq(t, 0), function() b:mbarrier_expect_tx(full + 2 * s, 512 + spec.extra_tx) end)\n"
+    "      b:if_(b:eq(t, 0), function() b:mbarrier_expect_tx(full + 2 * s, 512 + spec.extra_tx - spec.short_tx) end)\n"
     "      b:store(data + (s * 128 + t), b:load(p.x + (it * 128 + t)))\n"
     "      if spec.sync == 1 then b:fence_proxy_async() end\n"
     "      b:mbarrier_complete_tx(full + 2 * s, 4)\n"
@@ -87,7 +88,7 @@ static const char *wgmma_lua =
     "  { name = 'ks', type = 'int', default = 1, min = 1, max = 4 },\n"
     "  { name = 'tb', type = 'int', default = 0, min = 0, max = 1 },\n"
     "  { name = 'bug', type = 'int', default = 0, min = 0, max = 10 } } }\n"
-    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
     "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
     "-- N-major B (tb = 1): B stored [k][n]. No swizzle: core matrices of 8 k x 8 n, 8-k groups LBO = 128\n"
     "-- apart, 8-n groups SBO = 256 ks apart; W-byte swizzle: k-rows of W bytes (W/2 n), 8-k groups SBO = 8W\n"
@@ -181,15 +182,15 @@ static const char *wgmma_lua =
  * (un-swizzling it) to y[it], and releases the stage. Box it is at x = (it % 3) b0, y = (it / 3) 8
  * (3-D: z = it % 2 too), so the right and lower edges fall outside the tensor (zero fill). Planted
  * bugs: 1 the expect-tx announces 16 bytes too few (a wrong box), 2 no expect-tx (a plain arrival),
- * 3 a destination 16 bytes off its alignment. */
+ * 3 a destination 16 bytes off its alignment, 4 one more box issued after the last that nobody waits for. */
 static const char *tma_lua =
     "local K = { params = {\n"
     "  { name = 'iters', type = 'int', default = 6, min = 1, max = 12 },\n"
     "  { name = 'rank', type = 'int', default = 2, min = 2, max = 3 },\n"
     "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
     "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 },\n"
-    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 3 } } }\n"
-    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 4 } } }\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1, arch_specific = t.arch } end\n"
     "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
@@ -213,6 +214,12 @@ static const char *tma_lua =
     "      if spec.rank == 3 then c = { (it % 3) * B0, (it // 3) * 4, it % 2 } end\n"
     "      b:tma_load(data + s * (STAGE // 4) + (spec.bug == 3 and 4 or 0), p.tm, c, full + 2 * s)\n"
     "    end)\n"
+    "    if spec.bug == 4 then\n"
+    "      local s, k = spec.iters % 2, spec.iters // 2\n"
+    "      b:mbarrier_wait(empty + 2 * s, (k + 1) % 2)\n"
+    "      b:mbarrier_arrive(full + 2 * s, { tx = b:i32(BYTES) })\n"
+    "      b:tma_load(data + s * (STAGE // 4), p.tm, { 0, 0 }, full + 2 * s)\n"
+    "    end\n"
     "  end)\n"
     "  b:if_(b:lt(t, 128), function()\n"
     "    b:for_(0, spec.iters, 1, function(it)\n"
@@ -234,7 +241,7 @@ static const char *tma_lua =
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
     "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 13 } } }\n"
-    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
     "  local bar = b:shared('f32', 2, 8)\n"
@@ -319,6 +326,7 @@ static void test_pipeline_bugs(void) {
         const char *keys, *want;
     } rows[] = {
         {"iters=4 extra_tx=8", "deadlock"},        /* bytes that never arrive keep the phase open */
+        {"iters=4 short_tx=8", "8 bytes more were completed than expect-tx announced"}, /* can never complete */
         {"iters=4 parity_skew=1", ""},             /* waits on the wrong phase: stale or unwritten data */
         {"iters=6 no_empty=1", ""},                /* overwrites a stage still being read */
         {"iters=4 arrivals=127", "more arrivals"}, /* more arrivals than the init count */
@@ -501,9 +509,10 @@ static void test_tma_bugs(void) {
         const char *keys, *want;
         int b0, swz;
     } rows[] = {
-        {"iters=4 bug=1", "deadlock", 32, 0},           /* expect-tx 16 bytes short: the phase never completes */
-        {"iters=4 bug=2", "", 32, 0},                   /* no expect-tx: consumers read before the box lands */
+        {"iters=4 bug=1", "expect-tx short by 16 bytes", 32, 0}, /* the phase would complete mid-copy */
+        {"iters=4 bug=2", "race: ", 32, 0},             /* no expect-tx: consumers read before the box lands */
         {"iters=4 bug=3", "not 128-byte aligned", 32, 0}, /* destination off its alignment */
+        {"iters=4 bug=4", "every thread exited with 1 TMA copy unfinished", 32, 0}, /* a box nobody waits for */
         {"iters=4 b0=64 swz=128", "at most the swizzle span", 64, 128}, /* a 256-byte row under a 128B swizzle */
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {

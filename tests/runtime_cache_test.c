@@ -88,7 +88,8 @@ static int g_targets(int *sms, int cap) {
     return n;
 }
 
-static const kiln_rt_generator stand_in = {"stand-in generator 1", g_canonical, g_template_hash, g_generate, g_targets};
+static const kiln_rt_generator stand_in = {"stand-in generator 1", g_canonical, g_template_hash, g_generate, g_targets,
+                                           NULL}; /* no arch-specific paths */
 
 /* ---- helpers ---- */
 

@@ -25,7 +25,7 @@ static const char *tmal_lua =
     "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
     "  { name = 'box1', type = 'int', default = 8, min = 1, max = 1024 },\n"
     "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 } } }\n"
-    "function K.config(spec, t) return { block = 256, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 256, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.launch(spec, cfg)\n"
     "  return { tensors = { { 'y', 'out', { spec.iters * spec.b0 * 8 } }, { 'x', 'in', { 'h', 'w' } } },\n"
     "           scalars = { { 'h' }, { 'w' } }, problem = { 1 },\n"
@@ -243,7 +243,7 @@ static void test_old_driver(void) {
 /* The generator refuses a tensormap parameter without a tmap line, and a tmap over an undeclared tensor. */
 static const char *nomap_lua =
     "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 1 } } }\n"
-    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.launch(spec, cfg)\n"
     "  local d = { tensors = { { 'y', 'out', { 1 } } }, problem = { 1 } }\n"
     "  if spec.case == 1 then d.tmaps = { { 'tm', 'z', box = { 1 } } } end\n"

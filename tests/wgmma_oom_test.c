@@ -24,7 +24,7 @@ static void *failing_malloc(size_t n) { return allow-- > 0 ? malloc(n) : NULL; }
 /* One warpgroup: D = A B with A and B in shared memory (what they hold does not matter here). */
 static const char *oom_lua =
     "local K = { params = { } }\n"
-    "function K.config(spec, t) return { block = 128, grid_tile = 1 } end\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
     "  local sa, sb = b:shared('bf16', 64 * 16, 128), b:shared('bf16', 16 * 16, 128)\n"

@@ -445,7 +445,8 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
     void *host = malloc(max_bytes / 2);
     if (!host) return fprintf(stderr, "kiln-gpucheck: out of memory\n"), 2;
     if (kiln_rt_alloc(rt, max_bytes / 2, &x, &b->err) || kiln_rt_alloc(rt, max_bytes / 2, &y, &b->err) ||
-        kiln_rt_alloc(rt, 16384 * 4, &w, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &bb, &b->err) ||
+        kiln_rt_alloc(rt, KIT_LN_SWEEP_MAX_HIDDEN * 4, &w, &b->err) ||
+        kiln_rt_alloc(rt, KIT_LN_SWEEP_MAX_HIDDEN * 4, &bb, &b->err) ||
         kiln_rt_alloc(rt, max_rows * 4, &mean, &b->err) || kiln_rt_alloc(rt, max_rows * 4, &rstd, &b->err))
         return die("alloc", &b->err);
     printf("  %-28s %7s %8s %9s %9s %7s\n", "layernorm forward", "hidden", "rows", "ms", "GB/s", "of copy");
@@ -455,8 +456,9 @@ static int bench_layernorm_fwd(bench *b, row_bufs *rb) {
         size_t es = kiln_dtype_size(dt);
         fill_random(host, max_bytes / 2 / es, dt, 1 + ti);
         if (kiln_rt_upload(rt, x, host, max_bytes / 2 / es * es, &b->err) != KILN_OK) return die("upload", &b->err);
-        fill_random(host, 16384 * 2, dt, 7);
-        if (kiln_rt_upload(rt, w, host, 16384 * es, &b->err) || kiln_rt_upload(rt, bb, (char *)host + 16384 * es, 16384 * es, &b->err))
+        fill_random(host, KIT_LN_SWEEP_MAX_HIDDEN * 2, dt, 7);
+        if (kiln_rt_upload(rt, w, host, KIT_LN_SWEEP_MAX_HIDDEN * es, &b->err) ||
+            kiln_rt_upload(rt, bb, (char *)host + KIT_LN_SWEEP_MAX_HIDDEN * es, KIT_LN_SWEEP_MAX_HIDDEN * es, &b->err))
             return die("upload", &b->err);
         for (size_t hi = 0; hi < sizeof kit_ln_sweep_hidden / sizeof *kit_ln_sweep_hidden; hi++) {
             int hidden = kit_ln_sweep_hidden[hi];
@@ -501,8 +503,8 @@ static int bench_norms(bench *b, const row_bufs *rb) {
      * workspace and the reduce kernel): bytes = the row tensors read and written once */
     kiln_devptr dy, dw, db, ws = 0;
     size_t ws_bytes = 0;
-    if (kiln_rt_alloc(rt, rb->max_bytes / 2, &dy, &b->err) || kiln_rt_alloc(rt, 16384 * 4, &dw, &b->err) ||
-        kiln_rt_alloc(rt, 16384 * 4, &db, &b->err))
+    if (kiln_rt_alloc(rt, rb->max_bytes / 2, &dy, &b->err) || kiln_rt_alloc(rt, KIT_LN_SWEEP_MAX_HIDDEN * 4, &dw, &b->err) ||
+        kiln_rt_alloc(rt, KIT_LN_SWEEP_MAX_HIDDEN * 4, &db, &b->err))
         return die("alloc", &b->err);
     fill_random(rb->host, rb->max_bytes / 2 / 2, KILN_BF16, 5);
     if (kiln_rt_upload(rt, dy, rb->host, rb->max_bytes / 2 / 2 * 2, &b->err) != KILN_OK) return die("upload", &b->err);

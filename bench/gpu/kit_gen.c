@@ -28,7 +28,7 @@ static double now_ms(void) {
 
 static void ln_spec(const char *x, const char *w, const char *y, int hidden, char *buf, size_t size) {
     char h[16];
-    snprintf(h, sizeof h, hidden ? "%d" : "launch", hidden);
+    snprintf(h, sizeof h, hidden && hidden <= KIT_LN_MAX_FIXED ? "%d" : "launch", hidden);
     snprintf(buf, size, KIT_LN_SPEC, x, w, y, h);
 }
 
@@ -166,7 +166,8 @@ static int cmd_specs(void) {
         ADD("%s x=bf16 hidden=%d offset=1", kit_norm_sweeps[k / noff].family, kit_offset_sweep_hidden[k % noff]);
     for (size_t i = 0; i < sizeof kit_norm_rows / sizeof kit_norm_rows[0] && !rc; i++) ADD("%s", kit_norm_rows[i].spec);
     for (size_t k = 0; k < 3 * nsweep && !rc; k++)
-        ADD("%s x=bf16 hidden=%d", kit_norm_sweeps[k / nsweep].family, kit_ln_sweep_hidden[k % nsweep]);
+        if (kit_ln_sweep_hidden[k % nsweep] > KIT_LN_MAX_FIXED) ADD("%s x=bf16 hidden=launch", kit_norm_sweeps[k / nsweep].family);
+        else ADD("%s x=bf16 hidden=%d", kit_norm_sweeps[k / nsweep].family, kit_ln_sweep_hidden[k % nsweep]);
     for (size_t i = 0; i < sizeof kit_norm_bwd_form_rows / sizeof *kit_norm_bwd_form_rows && !rc; i++) {
         const kit_form_row *f = &kit_norm_bwd_form_rows[i];
         snprintf(raw, sizeof raw, "%s x=bf16 hidden=%d form=%s", f->family, f->hidden, f->form);

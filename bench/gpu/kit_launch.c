@@ -84,9 +84,34 @@ int kit_case_kernels(kiln_rt *rt, const kit_case *c) {
     return kiln_launch_sequence(kiln_kernel_get_meta(k), NULL, 0, NULL);
 }
 
+/* A kernel's tensor map parameters (TMA): the runtime binds its launch description to the case's tensors and
+ * scalars (kiln_launch_bind builds and checks each map from its tensor) and the driver encodes them
+ * (kiln_tensor_map_encode) into maps; args[param] then points at its map. */
+static kiln_status bind_tmaps(kiln_rt *rt, const kit_case *c, const kit_device_args *d, const kiln_kernel_meta *m,
+                              kiln_arg *args, kiln_tensor_map maps[KILN_LAUNCH_TMAPS], kiln_error *err) {
+    kiln_launch_tensor t[KIT_MAX_TENSORS];
+    kiln_launch_scalar s[KIT_MAX_SCALARS];
+    int ns = 0;
+    for (int i = 0; i < c->ntensors; i++) t[i] = (kiln_launch_tensor){.name = c->tensors[i].name, .ptr = d->ptr[i]};
+    for (int i = 0; i < c->nscalars; i++)
+        if (declares(&m, 1, "scalar", c->scalars[i].name, NULL, NULL))
+            s[ns++] = (kiln_launch_scalar){c->scalars[i].name, c->scalars[i].value};
+    kiln_launch_args a = {.tensors = t, .ntensors = c->ntensors, .scalars = s, .nscalars = ns};
+    kiln_launch_step *step = malloc(sizeof *step); /* over 1 KB of maps: not on the stack */
+    if (!step) return kiln_fail(err, KILN_ENOMEM, "out of memory binding the tensor maps of '%s'", m->spec);
+    size_t ws = 0;
+    kiln_status st = kiln_launch_bind(&m, 1, 0, &a, 0, step, &ws, err);
+    for (int j = 0; st == KILN_OK && j < step->ntmaps; j++) {
+        st = kiln_tensor_map_encode(rt, &step->tmaps[j], &maps[j], err);
+        args[step->tmap_param[j]].tmap = &maps[j];
+    }
+    free(step);
+    return st;
+}
+
 /* The by-name route: the kernel of c->spec alone, its parameters bound by name to the case's tensors
- * (pointers) and scalars, grid from c->problem and the metadata's grid rule; a cross-check of the
- * launch description against the kernel's own parameter list. */
+ * (pointers) and scalars (tensor maps through bind_tmaps), grid from c->problem and the metadata's grid
+ * rule; a cross-check of the launch description against the kernel's own parameter list. */
 kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_args *d, kiln_kernel **out,
                                   kiln_error *err) {
     kiln_kernel *k;
@@ -98,9 +123,15 @@ kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_
         return kiln_fail(err, KILN_EINVAL, "'%s' runs in a sequence of %d kernels: only the generic launch runs it", m->spec,
                          nk);
     kiln_arg args[KILN_MAX_PARAMS];
+    _Alignas(64) kiln_tensor_map maps[KILN_LAUNCH_TMAPS];
+    int tmaps = 0;
     for (int i = 0; i < m->nparams; i++) {
         const kiln_param *p = &m->params[i];
         args[i] = (kiln_arg){0};
+        if (p->kind == KILN_PARAM_TMAP) {
+            tmaps = 1;
+            continue;
+        }
         if (p->kind == KILN_PARAM_PTR) {
             const kit_tensor *t = kit_case_tensor(c, p->name);
             if (!t && !kit_case_scalar(c, p->name)) /* a pointer the case leaves out is passed as 0 */
@@ -116,8 +147,9 @@ kiln_status kit_launch_by_name(kiln_rt *rt, const kit_case *c, const kit_device_
         else if (p->kind == KILN_PARAM_I64) args[i].i64 = (int64_t)s->value;
         else args[i].f32 = (float)s->value;
     }
+    if (tmaps) st = bind_tmaps(rt, c, d, m, args, maps, err);
     unsigned grid[3];
-    st = kiln_kernel_grid(k, c->problem, grid, err);
+    if (st == KILN_OK) st = kiln_kernel_grid(k, c->problem, grid, err);
     if (st == KILN_OK) st = kiln_kernel_launch(k, grid, args, m->nparams, d->stream, err);
     if (st == KILN_OK && out) *out = k;
     return st;

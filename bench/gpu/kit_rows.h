@@ -181,8 +181,13 @@ static const kit_norm_sweep kit_norm_sweeps[] = {
     {"rmsnorm_bwd", "rmsnorm_bwd", "rmsnorm backward bf16", "rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=%d weight=true form=%s"},
 };
 
-/* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). */
-static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384};
+/* Speed sweeps (the AOT check times these; peers.py times torch, Triton and SDPA on the same shapes). Rows
+ * above 16384 take the hidden=launch form (x read again per pass, through L2): 32768 and 65536 measure it
+ * against copy before a cluster-reduction form (a row over 2-4 CTAs, docs/norms.md "Norms on sm_90") is
+ * worth building. */
+static const int kit_ln_sweep_hidden[] = {768, 1024, 2048, 4096, 8192, 12288, 16384, 32768, 65536};
+#define KIT_LN_SWEEP_MAX_HIDDEN 65536
+#define KIT_LN_MAX_FIXED 16384 /* the norm templates' largest fixed hidden: above it, hidden=launch */
 /* the RMSNorm forward and both backward sweeps also time offset=1 (zero-centered weights) at these */
 static const int kit_offset_sweep_hidden[] = {4096, 16384};
 static const char *const kit_ln_sweep_dtypes[] = {"bf16", "f32"};

@@ -84,6 +84,13 @@ void kiln_module_free(kiln_module *m);
 kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size_t size,
                                 kiln_error *err);
 
+/* Whether the family's template takes a path specific to the arch-specific target sm (sm_90a: wgmma,
+ * setmaxnreg) for spec: its config(spec, target) returns arch_specific = true. *out is 0 for a plain
+ * target. The runtime asks before it generates for sm_90a; a spec without such a path gets sm_90 PTX,
+ * which later GPUs run too. Generating for sm_90a with an sm_90a-only primitive while config() does not
+ * say arch_specific fails, naming the primitive (docs/runtime.md). */
+kiln_status kiln_arch_specific(kiln_gen *gen, const char *spec, int sm, int *out, kiln_error *err);
+
 /* Typed form of a LayerNorm spec, for C callers that prefer a struct to a string. */
 typedef struct kiln_layernorm_spec {
     kiln_dtype x, w, y; /* input, weight/bias, output */

@@ -509,6 +509,9 @@ typedef struct kiln_rt_generator {
     kiln_status (*template_hash)(const char *family, uint8_t out[16], kiln_error *err);
     kiln_status (*generate)(const char *spec, int sm, char **ptx, size_t *len, kiln_error *err);
     int (*targets)(int *sms, int cap);
+    /* *out = 1 when the template has a path for spec specific to the arch-specific target sm (sm_90a);
+     * NULL: no spec has one (the runtime then generates for plain targets only). */
+    kiln_status (*arch_specific)(const char *spec, int sm, int *out, kiln_error *err);
 } kiln_rt_generator;
 
 /* Registers (or, with NULL, removes) the process's generator. The table must stay valid. */

@@ -269,6 +269,17 @@ class Arg(ctypes.Union):
                 ("tmap", ctypes.c_void_p)]  # kiln_arg.tmap: an encoded CUtensorMap (tensormap parameters)
 
 
+KILN_LAUNCH_TMAPS = 6
+
+
+class LaunchStep(ctypes.Structure):
+    """kiln_launch_step (kiln/runtime.h): one kernel of a bound launch; its tensor maps as kiln's records
+    (kiln/tensor_map.h: 128 bytes, 8-byte aligned), for kiln_tensor_map_encode."""
+    _fields_ = [("meta", ctypes.c_void_p), ("grid", ctypes.c_uint * 3), ("args", Arg * KILN_MAX_PARAMS),
+                ("ntmaps", ctypes.c_int), ("tmap_param", ctypes.c_int * KILN_LAUNCH_TMAPS),
+                ("tmaps", (ctypes.c_uint64 * 16) * KILN_LAUNCH_TMAPS)]
+
+
 class AttentionMask(ctypes.Structure):
     """kiln_attention_mask (kiln/runtime.h): issue 24's window, softcap, ALiBi and dropout launch values."""
     _fields_ = [("window", ctypes.c_int), ("window_left", ctypes.c_int), ("window_right", ctypes.c_int),
@@ -379,6 +390,9 @@ RT_FUNCS = {
     "kiln_kernel_get_meta": (ctypes.POINTER(KernelMeta), [P]),
     "kiln_launch": (S, [P, ctypes.POINTER(LaunchArgs), ERR]),
     "kiln_launch_workspace": (S, [P, ctypes.POINTER(LaunchArgs), ctypes.POINTER(ctypes.c_size_t), ERR]),
+    "kiln_launch_bind": (S, [ctypes.POINTER(ctypes.c_void_p), ctypes.c_int, ctypes.c_int, ctypes.POINTER(LaunchArgs),
+                             ctypes.c_int, ctypes.POINTER(LaunchStep), ctypes.POINTER(sz), ERR]),
+    "kiln_tensor_map_encode": (S, [P, P, P, ERR]),  # (a tensor map record, the 128-byte output)
     "kiln_kernel_origin": (ctypes.c_char_p, [P]),
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),

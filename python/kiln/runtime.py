@@ -192,6 +192,41 @@ class Kernel:
         _lib.check(self._rt._lib.kiln_kernel_launch(self._ptr, (ctypes.c_uint * 3)(*g), args, len(bound),
                                                     ctypes.c_void_p(h), ctypes.byref(err)), err)
 
+    def launch_bound(self, grid=None, problem=None, stream=None, **params):
+        """Launches this kernel alone with ``params`` naming the tensors and scalars of its launch description
+        (docs/registry.md; arrays are tensors, numbers scalars), bound by the C runtime (kiln_launch_bind):
+        pointers, strides and grid from the description, and each tensor map (TMA kernels) built from its
+        tensor, checked by the driver's rules and encoded by the driver (kiln_tensor_map_encode,
+        cuTensorMapEncodeTiled; nothing of it in Python). The grid is the description's unless grid= or
+        problem= is given; a kernel that needs a workspace is launched with Runtime.launch."""
+        if grid is not None and problem is not None:
+            raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), at most one")
+        tensors = {n: v for n, v in params.items() if not isinstance(v, (int, float)) or isinstance(v, bool)}
+        scalars = {n: v for n, v in params.items() if n not in tensors}
+        lib, views, err = self._rt._lib, [], _lib.Error()
+        a = self._rt._launch_args(tensors, scalars, views)
+        step, ws = _lib.LaunchStep(), ctypes.c_size_t()
+        metas = (ctypes.c_void_p * 1)(ctypes.cast(lib.kiln_kernel_get_meta(self._ptr), ctypes.c_void_p))
+        sms = self._rt.device["multiprocessors"]
+        _lib.check(lib.kiln_launch_bind(metas, 1, 0, ctypes.byref(a), sms, ctypes.byref(step), ctypes.byref(ws),
+                                        ctypes.byref(err)), err)
+        if ws.value:
+            raise KilnArgumentError("%s needs %d bytes of workspace: launch it with Runtime.launch" % (self.spec, ws.value))
+        maps = (ctypes.c_ubyte * (128 * _lib.KILN_LAUNCH_TMAPS + 64))()  # 64-byte aligned 128-byte CUtensorMaps
+        base = -ctypes.addressof(maps) % 64
+        for j in range(step.ntmaps):
+            at = ctypes.addressof(maps) + base + 128 * j
+            _lib.check(lib.kiln_tensor_map_encode(self._rt._ptr, ctypes.byref(step.tmaps[j]), ctypes.c_void_p(at),
+                                                  ctypes.byref(err)), err)
+            step.args[step.tmap_param[j]].tmap = at
+        g = self.grid(problem) if problem is not None else tuple(step.grid) if grid is None else \
+            tuple(list(grid) + [1] * (3 - len(grid)))
+        if len(g) != 3 or any(not isinstance(x, int) or x < 1 for x in g):
+            raise KilnArgumentError("grid must be up to 3 positive integers, got %r" % (grid,))
+        h = _stream_handle(stream, views)
+        _lib.check(lib.kiln_kernel_launch(self._ptr, (ctypes.c_uint * 3)(*g), step.args, len(self.meta["params"]),
+                                          ctypes.c_void_p(h), ctypes.byref(err)), err)
+
 
 class DeviceArray:
     """Device memory from kiln's runtime (cuMemAlloc), with ``__cuda_array_interface__``: for programs
