@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn_case.h"
 #include "check.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
@@ -46,16 +47,9 @@ static const shape shapes[] = {
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
 static kiln_case_opts shape_opts(const path *pa, const shape *sh, uint64_t seed, int twice) {
-    kiln_case_opts o = {.sm = pa->sm, .seed = seed, .twice = twice, .scale = sh->amplitude};
-    kiln_case_opts_set(&o, "batch", sh->batch);
-    kiln_case_opts_set(&o, "heads_q", sh->heads_q);
-    kiln_case_opts_set(&o, "heads_kv", sh->heads_kv);
-    kiln_case_opts_set(&o, "rows", sh->seq_q);
-    kiln_case_opts_set(&o, "seq_k", sh->seq_k);
-    if (sh->scale) kiln_case_opts_set(&o, "softmax_scale", sh->scale);
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, twice, sh->batch, sh->heads_q, sh->heads_kv, sh->seq_q, sh->seq_k,
+                                      sh->amplitude, sh->scale, pa->p_dtype);
     if (sh->bhsd) kiln_case_opts_set(&o, "bhsd", 1);
-    if (pa->p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
-    else if (pa->p_dtype == KILN_F16) kiln_case_opts_set(&o, "p_f16", 1);
     return o;
 }
 

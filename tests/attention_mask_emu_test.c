@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "attn_case.h"
 #include "check.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
@@ -77,13 +78,8 @@ static void spec_of(const path *pa, const mcase *mc, int d, int window, int alib
  * the window's and alibi's (PLAIN: the spec without those keys). */
 enum { MASKED, NEUTRAL, PLAIN };
 static kiln_case_opts case_opts(const path *pa, const mcase *mc, uint64_t seed, int twice, int keys) {
-    kiln_case_opts o = {.sm = pa->sm, .seed = seed, .twice = twice, .scale = mc->amplitude};
-    kiln_case_opts_set(&o, "batch", mc->batch);
-    kiln_case_opts_set(&o, "heads_q", mc->heads_q);
-    kiln_case_opts_set(&o, "heads_kv", mc->heads_kv);
-    kiln_case_opts_set(&o, "rows", mc->seq_q);
-    kiln_case_opts_set(&o, "seq_k", mc->seq_k);
-    if (mc->scale) kiln_case_opts_set(&o, "softmax_scale", mc->scale);
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, twice, mc->batch, mc->heads_q, mc->heads_kv, mc->seq_q, mc->seq_k,
+                                      mc->amplitude, mc->scale, pa->p_dtype);
     if (mc->window && keys != PLAIN) {
         kiln_case_opts_set(&o, "window_left", keys == NEUTRAL ? -1 : mc->left);
         kiln_case_opts_set(&o, "window_right", keys == NEUTRAL ? -1 : mc->right);
@@ -91,8 +87,6 @@ static kiln_case_opts case_opts(const path *pa, const mcase *mc, uint64_t seed, 
     if (mc->softcap > 0) kiln_case_opts_set(&o, "softcap", mc->softcap);
     if (mc->alibi == 2 && keys != PLAIN) kiln_case_opts_set(&o, "alibi_batch", 1);
     if (pa->splitkv) kiln_case_opts_set(&o, "splits", 3);
-    if (pa->p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
-    else if (pa->p_dtype == KILN_F16) kiln_case_opts_set(&o, "p_f16", 1);
     return o;
 }
 
