@@ -366,14 +366,21 @@ static kiln_status attn_case_spec(kit_case *c, kiln_case *cs, kiln_attn_problem 
     return kiln_attn_spec_parse(canon, p, err);
 }
 
+/* A row's problem sizes; quick: a quarter of each length (rounded up) where `lengths` says so (1: seq_k,
+ * 2: seq_q and seq_k). */
+static kiln_attn_problem row_problem(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int quick, int lengths) {
+    kiln_attn_problem p = {0};
+    p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv;
+    p.seq_q = quick && lengths == 2 ? (seq_q + 3) / 4 : seq_q;
+    p.seq_k = quick ? (seq_k + 3) / 4 : seq_k;
+    return p;
+}
+
 static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
                               kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_attn_problem p = {0};
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
-    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0,
                                    "attention", &cs, err);
@@ -408,9 +415,7 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
                                     kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_split_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_attn_problem p = {0};
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 1);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &p, r->splits,
                                    "split-KV attention", &cs, err);
@@ -441,13 +446,10 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
                                   kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
-    kiln_attn_problem p = {0};
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     if (kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
         return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
     p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
-    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm),
                                    &p, 0, "attention backward", &cs, err);
