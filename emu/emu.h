@@ -387,6 +387,8 @@ int emu_norm_case_scalar(struct kiln_case *c, const char *name, double *value);
 void emu_norm_case_prepare(struct kiln_case *c);
 void emu_norm_case_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
 void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
+/* The float64 reference of output `name` (y, h, mean, rstd; dx, dweight, dbias), or NULL. */
+const double *emu_norm_case_reference(struct kiln_case *c, const char *name);
 /* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */
 kiln_status emu_norm_case_shape(const struct kiln_case *c, int *rows, int *hidden, kiln_error *err);
 /* The norms' inputs, shared with LayerNorm's own reference (templates/layernorm.ref.c): rows x n

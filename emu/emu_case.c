@@ -208,6 +208,18 @@ kiln_status kiln_case_create(kiln_case **out, kiln_gen *gen, kiln_emu *emu, cons
     return st;
 }
 
+kiln_status kiln_case_reset(kiln_case *c, const kiln_case_opts *opts, kiln_error *err) {
+    if (opts->sm != c->opts.sm)
+        return kiln_fail(err, KILN_EINVAL, "a case's kernels are sm_%d's; a new problem on sm_%d needs a case of its own",
+                         c->opts.sm, opts->sm);
+    if (c->state && c->ref->destroy) c->ref->destroy(c);
+    c->state = NULL;
+    c->opts = *opts;
+    if (!c->opts.scale) c->opts.scale = 1;
+    c->nsteps = c->nout = 0;
+    return c->ref->create(c, err);
+}
+
 void kiln_case_free(kiln_case *c) {
     if (!c) return;
     if (c->state && c->ref && c->ref->destroy) c->ref->destroy(c);

@@ -510,7 +510,8 @@ typedef struct attn_case {
     float *lse;
     double *ro, *rl;
     int splits;
-    emu_paged *paged; /* paged=true: the cache (templates/lib/attn_paged.ref.c) */
+    kiln_dtype p_dtype; /* what the kernel rounds P to before P.V: the error model's (options p_f32, p_f16) */
+    emu_paged *paged;   /* paged=true: the cache (templates/lib/attn_paged.ref.c) */
 } attn_case;
 
 static void attn_case_destroy(kiln_case *c) {
@@ -543,8 +544,14 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
     uint64_t seed = o->seed;
     size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
     a->splits = splits ? (int)splits : 4;
-    a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), 1, &seed);
+    /* p_f32: the kernel keeps P in f32 (the SIMT paths), p_f16: it rounds P to f16 (sm_75's f16-scaled
+     * bf16 path); else P is rounded to the input dtype (the mma paths), the looser model */
+    a->p_dtype = kiln_case_opts_get(o, "p_f32", 0) ? KILN_F32 : kiln_case_opts_get(o, "p_f16", 0) ? KILN_F16 : p->dtype;
     int paged = strstr(m->spec, " paged=true") != NULL;
+    /* q and k in [-scale, scale] (kiln_case_opts.scale: large scores, a sharp softmax), v in [-1, 1];
+     * a paged cache draws its own keys */
+    double amp = paged ? 1 : o->scale;
+    a->q = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'q'), amp, &seed);
     static const char *const paged_opts[][2] = {{"page_size", "--paged"}, {"leftpad", "--leftpad"}, {"batch_idx", "--batch-idx"},
                                                  {"append", "--append"}};
     for (int i = 0; !paged && i < 4; i++)
@@ -557,7 +564,7 @@ static kiln_status attn_case_create(kiln_case *c, kiln_error *err) {
         if (!a->q || !a->o || !a->lse || !a->ro || !a->rl) return kiln_fail(err, KILN_ENOMEM, "out of memory");
         return emu_paged_create(c, p, a->q, a->ro, a->rl, &seed, &a->paged, err);
     }
-    a->k = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'k'), 1, &seed);
+    a->k = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'k'), amp, &seed);
     a->v = kiln_attn_random(p->dtype, kiln_attn_elems(p, 'v'), 1, &seed);
     a->o = malloc(no * kiln_dtype_size(p->out));
     a->lse = malloc(nl * sizeof *a->lse);
@@ -623,7 +630,7 @@ static void attn_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
         return;
     }
     kiln_attn_report r;
-    kiln_attn_check(&a->p, a->p.dtype, a->q, a->k, a->v, a->o, a->lse, a->ro, a->rl, &r);
+    kiln_attn_check(&a->p, a->p_dtype, a->q, a->k, a->v, a->o, a->lse, a->ro, a->rl, &r);
     for (*nout = 0; *nout < 2; ++*nout) {
         kiln_case_output *o = &out[*nout];
         snprintf(o->name, sizeof o->name, "%s", names[*nout]);

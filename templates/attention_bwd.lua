@@ -393,10 +393,12 @@ end
 
 -- launch (docs/registry.md): tensors as the forward's; the workspace (delta, and dq_acc unless
 -- deterministic) belongs to the sequence, declared by dkdv, which runs after prep and before
--- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward
+-- convert (or dq): `attention_bwd ...` (kernel=dkdv) names the whole backward; dq, the other kernel that
+-- scores, takes dkdv's path (path=simt names a backward on SIMT throughout), prep and convert path=auto
 local function seq_spec(spec, kernel, det)
-  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=auto deterministic=%s%s",
-                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, vdim.words(spec), tostring(spec.causal), tostring(det),
+  return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=%s deterministic=%s%s",
+                       kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, vdim.words(spec), tostring(spec.causal),
+                       kernel == "dq" and spec.path or "auto", tostring(det),
                        (kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "") .. varlen.words(spec))
 end
 

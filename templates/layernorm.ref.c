@@ -324,6 +324,14 @@ static void case_describe(const kiln_case *c, char *buf, size_t size) {
     snprintf(buf, size, "%d rows x %d  %s inputs", d->rows, d->hidden, kiln_ln_input_name(kiln_case_options(c)->input));
 }
 
+/* The outputs' float64 reference (y, mean, rstd; the residual and offset forms: the norm families'), which
+ * the GPU kit's case files carry. */
+static const double *case_reference(kiln_case *c, const char *name) {
+    if (!plain(c)) return emu_norm_case_reference(c, name);
+    const kiln_ln_data *d = kiln_case_state(c);
+    return !strcmp(name, "y") ? d->ref_y : !strcmp(name, "mean") ? d->ref_mean : !strcmp(name, "rstd") ? d->ref_rstd : NULL;
+}
+
 const kiln_ref_family kiln_ref_layernorm = {
     .family = "layernorm",
     .create = case_create,
@@ -333,4 +341,5 @@ const kiln_ref_family kiln_ref_layernorm = {
     .prepare = case_prepare,
     .check = case_check,
     .describe = case_describe,
+    .reference = case_reference,
 };

@@ -12,4 +12,5 @@ const kiln_ref_family kiln_ref_rmsnorm_bwd = {
     .prepare = emu_norm_case_prepare,
     .check = emu_norm_case_check,
     .describe = emu_norm_case_describe,
+    .reference = emu_norm_case_reference,
 };

@@ -71,6 +71,12 @@ expect "emit: the sequence carries v_head_dim" 0 "before attention_bwd kernel=pr
 expect "emit: the dq step of a deterministic sequence has the keys" 0 \
     "kiln.meta after attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 causal=top_left path=auto deterministic=false window=true softcap=true" -- \
     emit attention_bwd causal=top_left window=true softcap=true deterministic=true --sm 80
+expect "emit: the deterministic dq takes dkdv's path, prep stays auto" 0 \
+    "kiln.meta after attention_bwd kernel=dq dtype=bf16 out=bf16 grad=bf16 head_dim=64 causal=false path=simt deterministic=false" -- \
+    emit attention_bwd dtype=bf16 path=simt deterministic=true --sm 80
+expect "emit: prep before a path=simt dkdv is path=auto" 0 \
+    "kiln.meta before attention_bwd kernel=prep dtype=bf16 out=bf16 grad=bf16 head_dim=64 causal=false path=auto deterministic=false" -- \
+    emit attention_bwd dtype=bf16 path=simt deterministic=true --sm 80
 expect "run --window without window=true" 2 "--window needs window=true in the attention spec" -- \
     run attention_bwd --sm 80 --rows 4 --window 2,2
 expect "run softcap=true without --softcap" 2 "softcap=true needs the cap" -- run attention_bwd softcap=true --sm 80 --rows 4

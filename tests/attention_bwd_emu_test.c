@@ -9,6 +9,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "attn_case.h"
 #include "check.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
@@ -52,15 +53,9 @@ typedef struct result {
  * dq) for one problem through the family's reference and the case runner, and checks dq, dk, dv. */
 static void run_case(kiln_gen *gen, kiln_emu *emu, const char *spec, const path *pa, const shape *sh, uint64_t seed,
                      int twice, result *res) {
-    kiln_case_opts o = {.sm = pa->sm, .seed = seed, .twice = twice, .scale = sh->amplitude};
-    kiln_case_opts_set(&o, "batch", sh->batch);
-    kiln_case_opts_set(&o, "heads_q", sh->heads_q);
-    kiln_case_opts_set(&o, "heads_kv", sh->heads_kv);
-    kiln_case_opts_set(&o, "rows", sh->seq_q);
-    kiln_case_opts_set(&o, "seq_k", sh->seq_k);
-    if (sh->scale) kiln_case_opts_set(&o, "softmax_scale", sh->scale);
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, twice, sh->batch, sh->heads_q, sh->heads_kv, sh->seq_q, sh->seq_k,
+                                      sh->amplitude, sh->scale, pa->p_dtype);
     if (sh->bhsd) kiln_case_opts_set(&o, "bhsd", 1);
-    if (pa->p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
     kiln_error err = {0};
     kiln_case *c = NULL;
     kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);

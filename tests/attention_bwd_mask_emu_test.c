@@ -10,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "attn_case.h"
 #include "check.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
@@ -64,17 +65,11 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const mcase *
     snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s%s", pa->dtype, d,
              causal_name(mc->causal), mc->window ? " window=true" : "", mc->softcap > 0 ? " softcap=true" : "",
              mc->alibi ? " alibi=true" : "", det ? " deterministic=true" : "");
-    kiln_case_opts o = {.sm = pa->sm, .seed = seed, .twice = 1, .scale = mc->amplitude};
-    kiln_case_opts_set(&o, "batch", mc->batch);
-    kiln_case_opts_set(&o, "heads_q", mc->heads_q);
-    kiln_case_opts_set(&o, "heads_kv", mc->heads_kv);
-    kiln_case_opts_set(&o, "rows", mc->seq_q);
-    kiln_case_opts_set(&o, "seq_k", mc->seq_k);
-    if (mc->scale) kiln_case_opts_set(&o, "softmax_scale", mc->scale);
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, 1, mc->batch, mc->heads_q, mc->heads_kv, mc->seq_q, mc->seq_k,
+                                      mc->amplitude, mc->scale, pa->p_dtype);
     if (mc->window) kiln_case_opts_set(&o, "window_left", mc->left), kiln_case_opts_set(&o, "window_right", mc->right);
     if (mc->softcap > 0) kiln_case_opts_set(&o, "softcap", mc->softcap);
     if (mc->alibi == 2) kiln_case_opts_set(&o, "alibi_batch", 1);
-    if (pa->p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
     kiln_error err = {0};
     kiln_case *c = NULL;
     kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);

@@ -1,17 +1,17 @@
-/* tests/attention_emu_test.c - every attention path runs on the CPU emulator and matches the
- * float64 reference within the error model of templates/attention.ref.c (o and lse). */
-#include <math.h>
+/* tests/attention_emu_test.c - every attention path runs on the CPU emulator through the registry's case
+ * runner and matches the float64 reference within the error model of templates/attention.ref.c (o and lse). */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
+#include "attn_case.h"
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 
-/* A path as the test sees it: target, the spec's dtype/path, and what P is rounded to. */
+/* A path as the test sees it: target, the spec's dtype/path, and what P is rounded to (the error
+ * model's p_f32 / p_f16 options; the input dtype otherwise). */
 typedef struct path {
     const char *name;
     int sm;
@@ -30,7 +30,7 @@ static const path paths[] = {
 
 typedef struct shape {
     int batch, heads_q, heads_kv, seq_q, seq_k;
-    double amplitude; /* inputs uniform in [-amplitude, amplitude] */
+    double amplitude; /* q and k uniform in [-amplitude, amplitude] (v in [-1, 1]) */
     float scale;      /* 0: 1/sqrt(head_dim) */
     int bhsd;         /* Q, K, V, O laid out [batch, heads, seq, head_dim] through the strides */
 } shape;
@@ -46,71 +46,27 @@ static const shape shapes[] = {
 };
 #define NSHAPES (sizeof shapes / sizeof shapes[0])
 
-static uint64_t rng = 0x9e3779b97f4a7c15ull;
-static double uniform(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53 * 2 - 1;
+static kiln_case_opts shape_opts(const path *pa, const shape *sh, uint64_t seed, int twice) {
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, twice, sh->batch, sh->heads_q, sh->heads_kv, sh->seq_q, sh->seq_k,
+                                      sh->amplitude, sh->scale, pa->p_dtype);
+    if (sh->bhsd) kiln_case_opts_set(&o, "bhsd", 1);
+    return o;
 }
 
-static void bhsd_strides(kiln_attn_problem *p) {
-    long long d = p->head_dim;
-    long long *s[4] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o};
-    int heads[4] = {p->heads_q, p->heads_kv, p->heads_kv, p->heads_q};
-    int seq[4] = {p->seq_q, p->seq_k, p->seq_k, p->seq_q};
-    for (int t = 0; t < 4; t++) {
-        s[t][1] = d;
-        s[t][2] = seq[t] * d;
-        s[t][0] = (long long)heads[t] * seq[t] * d;
-    }
-}
-
-static void *fill(kiln_dtype t, size_t n, double amp) {
-    void *x = malloc(n * kiln_dtype_size(t));
-    for (size_t i = 0; i < n; i++) kiln_emu_value_set(t, x, i, amp * uniform());
-    return x;
-}
-
-/* Runs one problem; returns the report's worst error/tolerance ratio for o. */
-static void run_case(kiln_emu_kernel *k, const path *pa, int head_dim, int causal, const shape *sh, int twice,
-                     double worst[2], double max_abs[2]) {
-    kiln_attn_problem p = {0};
-    kiln_dtype_parse(pa->dtype, &p.dtype);
-    p.out = p.dtype;
-    p.head_dim = head_dim;
-    p.causal = causal;
-    p.batch = sh->batch;
-    p.heads_q = sh->heads_q;
-    p.heads_kv = sh->heads_kv;
-    p.seq_q = sh->seq_q;
-    p.seq_k = sh->seq_k;
-    p.scale = sh->scale;
-    if (sh->bhsd) bhsd_strides(&p);
-    else kiln_attn_default_strides(&p);
-    size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), nv = kiln_attn_elems(&p, 'v');
-    size_t no = kiln_attn_elems(&p, 'o'), nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-    void *q = fill(p.dtype, nq, sh->amplitude), *kk = fill(p.dtype, nk, sh->amplitude), *v = fill(p.dtype, nv, 1);
-    void *o = malloc(no * kiln_dtype_size(p.out));
-    float *lse = malloc(nl * sizeof *lse);
-    double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
+/* Runs and checks the case's problem; folds its figures into the path's. */
+static void run_check(kiln_case *c, double worst[2], double max_abs[2]) {
     kiln_error err = {0};
-    kiln_status st = kiln_attn_run(k, &p, o, lse, q, kk, v, twice, &err);
+    kiln_status st = kiln_case_run(c, &err);
     CHECK(st == KILN_OK, "emulator: %s", err.msg);
-    if (st == KILN_OK) {
-        st = kiln_attn_reference(&p, q, kk, v, ro, rl, &err);
-        CHECK(st == KILN_OK, "reference: %s", err.msg);
-        kiln_attn_report r;
-        long bad = kiln_attn_check(&p, pa->p_dtype, q, kk, v, o, lse, ro, rl, &r);
-        CHECK(r.bad[0] == 0, "%ld bad o values; first: %s", r.bad[0], r.first[0]);
-        CHECK(r.bad[1] == 0, "%ld bad lse values; first: %s", r.bad[1], r.first[1]);
-        (void)bad;
-        for (int i = 0; i < 2; i++)
-            if (r.worst[i] > worst[i]) worst[i] = r.worst[i];
-        for (int i = 0; i < 2; i++)
-            if (r.max_abs[i] > max_abs[i]) max_abs[i] = r.max_abs[i];
+    if (st != KILN_OK) return;
+    kiln_case_check(c);
+    CHECK(kiln_case_noutputs(c) == 2, "%d outputs, want o and lse", kiln_case_noutputs(c));
+    for (int i = 0; i < kiln_case_noutputs(c) && i < 2; i++) {
+        const kiln_case_output *out = kiln_case_output_at(c, i);
+        CHECK(out->bad == 0, "%ld bad %s values; first: %s", out->bad, out->name, out->first);
+        if (out->worst > worst[i]) worst[i] = out->worst;
+        if (out->max_abs > max_abs[i]) max_abs[i] = out->max_abs;
     }
-    free(q), free(kk), free(v), free(o), free(lse), free(ro), free(rl);
 }
 
 int main(void) {
@@ -123,6 +79,7 @@ int main(void) {
     }
     static const int dims[] = {32, 64, 96, 128, 256};
     int rot = 0;
+    uint64_t seed = 0x9e3779b97f4a7c15ull;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
@@ -133,19 +90,22 @@ int main(void) {
                 char spec[256], name[400];
                 snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d causal=%s path=%s", pa->dtype, dims[di],
                          causal ? "true" : "false", pa->path);
-                kiln_emu_kernel *k = NULL;
-                kiln_status st = kiln_emu_load(emu, gen, spec, pa->sm, &k, &err);
-                /* two shapes per kernel, rotating so that every shape meets every path */
+                kiln_case *c = NULL;
+                /* two shapes per kernel (one case, reset), rotating so that every shape meets every path */
                 for (int s = 0; s < 2; s++) {
                     const shape *sh = &shapes[(rot++) % NSHAPES];
                     snprintf(name, sizeof name, "%s (sm_%d) b=%d hq=%d hkv=%d sq=%d sk=%d%s", spec, pa->sm, sh->batch,
                              sh->heads_q, sh->heads_kv, sh->seq_q, sh->seq_k, sh->bhsd ? " bhsd" : "");
                     TEST_BEGIN(name);
-                    CHECK(st == KILN_OK, "load: %s", err.msg);
-                    if (st == KILN_OK) run_case(k, pa, dims[di], causal, sh, s == 0, worst, max_abs);
+                    kiln_case_opts o = shape_opts(pa, sh, seed++, s == 0);
+                    kiln_status st = s == 0 ? kiln_case_create(&c, gen, emu, spec, &o, &err)
+                                     : c    ? kiln_case_reset(c, &o, &err)
+                                            : KILN_EINVAL;
+                    CHECK(st == KILN_OK, "case: %s", err.msg);
+                    if (st == KILN_OK) run_check(c, worst, max_abs);
                     TEST_END();
                 }
-                if (k) kiln_emu_kernel_free(k);
+                kiln_case_free(c);
             }
         printf("%-16s max |error|: o %.3g, lse %.3g; worst error/tolerance: o %.3f, lse %.3f\n", pa->name,
                max_abs[0], max_abs[1], worst[0], worst[1]);

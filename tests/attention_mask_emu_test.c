@@ -2,15 +2,15 @@
  * causal keys on every path (mma sm_80/sm_75, SIMT, split-KV + combine) on the CPU emulator against
  * the float64 reference (O and lse), FlashAttention-2's edge cases among them; and the keys at
  * their neutral values (window -1,-1; slopes 0) give the plain kernel's bits. Also head_dim values
- * between the tile table's widths (multiples of 8: the tiles of the next width, columns zero-padded). */
-#include <math.h>
+ * between the tile table's widths (multiples of 8: the tiles of the next width, columns zero-padded).
+ * Every case runs through the registry's case runner (templates/attention.ref.c). */
 #include <stdint.h>
 #include <stdio.h>
-#include <stdlib.h>
 #include <string.h>
 
+#include "attn_case.h"
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 
 typedef struct path {
@@ -65,67 +65,77 @@ static const mcase cases[] = {
 };
 #define NCASES (sizeof cases / sizeof cases[0])
 
-static uint64_t rng = 0x2545f4914f6cdd1dull;
-static double uniform(void) {
-    rng ^= rng << 13;
-    rng ^= rng >> 7;
-    rng ^= rng << 17;
-    return (double)(rng >> 11) * 0x1p-53 * 2 - 1;
-}
-
-static void *fill(kiln_dtype t, size_t n, double amp) {
-    void *x = malloc(n * kiln_dtype_size(t));
-    for (size_t i = 0; i < n; i++) kiln_emu_value_set(t, x, i, amp * uniform());
-    return x;
-}
-
-/* ALiBi slopes as the paper draws them for n heads: 2^(-8 (h + 1) / n), per batch shifted a little. */
-static float *slopes_for(int batch, int heads, int per_batch) {
-    float *s = malloc(sizeof *s * (size_t)batch * (size_t)heads);
-    for (int b = 0; b < (per_batch ? batch : 1); b++)
-        for (int h = 0; h < heads; h++) s[b * heads + h] = (float)(exp2(-8.0 * (h + 1) / heads) * (1 + 0.25 * b));
-    return s;
-}
-
 static const char *causal_name(int c) { return c == 2 ? "top_left" : c ? "true" : "false"; }
 
-/* The kernel spec(s) of a path and case at head_dim d. */
-static void specs(const path *pa, const mcase *mc, int d, int window, int softcap, int alibi, char *spec, size_t n,
-                  char *combine, size_t cn) {
+/* The kernel spec of a path and case at head_dim d (split-KV: its launch runs attention_combine after it). */
+static void spec_of(const path *pa, const mcase *mc, int d, int window, int alibi, char *spec, size_t n) {
     snprintf(spec, n, "attention dtype=%s head_dim=%d causal=%s path=%s%s%s%s%s", pa->dtype, d, causal_name(mc->causal),
-             pa->path, pa->splitkv ? " splitkv=true" : "", window ? " window=true" : "", softcap ? " softcap=true" : "",
+             pa->path, pa->splitkv ? " splitkv=true" : "", window ? " window=true" : "", mc->softcap > 0 ? " softcap=true" : "",
              alibi ? " alibi=true" : "");
-    snprintf(combine, cn, "attention_combine out=%s head_dim=%d", pa->dtype, d);
 }
 
-typedef struct outputs {
-    void *o;
-    float *lse, *ws;
-} outputs;
-
-static kiln_status run(kiln_emu *emu, kiln_gen *gen, const path *pa, const char *spec, const char *combine,
-                       const kiln_attn_problem *p, const void *q, const void *k, const void *v, outputs *out, int twice,
-                       kiln_error *err) {
-    kiln_emu_kernel *kern = NULL, *comb = NULL;
-    kiln_status st = kiln_emu_load(emu, gen, spec, pa->sm, &kern, err);
-    if (st == KILN_OK && pa->splitkv) st = kiln_emu_load(emu, gen, combine, pa->sm, &comb, err);
-    size_t nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    out->o = malloc(kiln_attn_elems(p, 'o') * kiln_dtype_size(p->out));
-    out->lse = malloc(nl * sizeof *out->lse);
-    out->ws = NULL;
-    if (st == KILN_OK && pa->splitkv) {
-        int splits = 3;
-        out->ws = malloc(kiln_attn_splitkv_workspace_floats(p, splits) * sizeof *out->ws);
-        st = kiln_attn_run_splitkv(kern, comb, p, splits, out->ws, out->o, out->lse, q, k, v, twice, err);
-    } else if (st == KILN_OK) {
-        st = kiln_attn_run(kern, p, out->o, out->lse, q, k, v, twice, err);
+/* The case's options. keys: the case's (MASKED), the window's sides unbounded (NEUTRAL), or none of
+ * the window's and alibi's (PLAIN: the spec without those keys). */
+enum { MASKED, NEUTRAL, PLAIN };
+static kiln_case_opts case_opts(const path *pa, const mcase *mc, uint64_t seed, int twice, int keys) {
+    kiln_case_opts o = attn_case_opts(pa->sm, seed, twice, mc->batch, mc->heads_q, mc->heads_kv, mc->seq_q, mc->seq_k,
+                                      mc->amplitude, mc->scale, pa->p_dtype);
+    if (mc->window && keys != PLAIN) {
+        kiln_case_opts_set(&o, "window_left", keys == NEUTRAL ? -1 : mc->left);
+        kiln_case_opts_set(&o, "window_right", keys == NEUTRAL ? -1 : mc->right);
     }
-    if (kern) kiln_emu_kernel_free(kern);
-    if (comb) kiln_emu_kernel_free(comb);
-    return st;
+    if (mc->softcap > 0) kiln_case_opts_set(&o, "softcap", mc->softcap);
+    if (mc->alibi == 2 && keys != PLAIN) kiln_case_opts_set(&o, "alibi_batch", 1);
+    if (pa->splitkv) kiln_case_opts_set(&o, "splits", 3);
+    return o;
 }
 
-static void free_out(outputs *o) { free(o->o), free(o->lse), free(o->ws); }
+/* Whether tensor `name` holds the same bytes in cases a and b. */
+static int same_bytes(kiln_case *a, kiln_case *b, const char *name) {
+    void *pa, *pb;
+    size_t na, nb;
+    return kiln_case_tensor(a, name, &pa, &na) == 0 && kiln_case_tensor(b, name, &pb, &nb) == 0 && na == nb &&
+           !memcmp(pa, pb, na);
+}
+
+/* Runs case c and checks o and lse against the float64 reference. */
+static void run_check(kiln_case *c, const char *spec, double worst[2]) {
+    kiln_error err = {0};
+    kiln_status st = kiln_case_run(c, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    if (st != KILN_OK) return;
+    kiln_case_check(c);
+    CHECK(kiln_case_noutputs(c) == 2, "%d outputs, want o and lse", kiln_case_noutputs(c));
+    for (int i = 0; i < kiln_case_noutputs(c) && i < 2; i++) {
+        const kiln_case_output *out = kiln_case_output_at(c, i);
+        CHECK(out->bad == 0, "%s: %ld bad %s values; first: %s", spec, out->bad, out->name, out->first);
+        if (out->worst > worst[i]) worst[i] = out->worst;
+    }
+}
+
+/* Neutral values: case c (its spec's window and alibi keys) with the window's sides -1,-1 and its
+ * slopes 0 gives the bits of the plain kernel (the same spec without those keys) on the same inputs. */
+static void neutral(kiln_emu *emu, kiln_gen *gen, kiln_case *c, const path *pa, const mcase *mc, int d, uint64_t seed,
+                    const char *spec) {
+    kiln_error err = {0};
+    char plain[256];
+    spec_of(pa, mc, d, 0, 0, plain, sizeof plain);
+    kiln_case_opts o = case_opts(pa, mc, seed, 0, NEUTRAL), op = case_opts(pa, mc, seed, 0, PLAIN);
+    kiln_case *p = NULL;
+    kiln_status st = kiln_case_reset(c, &o, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    void *slopes;
+    size_t bytes;
+    if (st == KILN_OK && kiln_case_tensor(c, "alibi_slopes", &slopes, &bytes) == 0) memset(slopes, 0, bytes);
+    if (st == KILN_OK && (st = kiln_case_run(c, &err)) != KILN_OK) CHECK(0, "%s: %s", spec, err.msg);
+    if (st == KILN_OK && (st = kiln_case_create(&p, gen, emu, plain, &op, &err)) != KILN_OK) CHECK(0, "%s: %s", plain, err.msg);
+    if (st == KILN_OK && (st = kiln_case_run(p, &err)) != KILN_OK) CHECK(0, "%s: %s", plain, err.msg);
+    if (st == KILN_OK) {
+        CHECK(same_bytes(c, p, "o"), "%s: O differs from %s", spec, plain);
+        CHECK(same_bytes(c, p, "lse"), "%s: lse differs from %s", spec, plain);
+    }
+    kiln_case_free(p);
+}
 
 int main(void) {
     kiln_error err = {0};
@@ -137,75 +147,33 @@ int main(void) {
     }
     static const int dims[] = {64, 128, 32, 96, 256};
     int rot = 0;
+    uint64_t seed = 0x2545f4914f6cdd1dull;
     for (size_t pi = 0; pi < sizeof paths / sizeof paths[0]; pi++) {
         const path *pa = &paths[pi];
         double worst[2] = {0, 0};
-        for (size_t ci = 0; ci < NCASES; ci++) {
+        for (size_t ci = 0; ci < NCASES; ci++, seed++) {
             const mcase *mc = &cases[ci];
             int d = mc->head_dim ? mc->head_dim : dims[(rot++) % 5];
             if (!strcmp(pa->name, "simt bf16 sm_75") && d == 256) d = 64; /* keep the slow SIMT d256 out of the slice */
             if (!strcmp(pa->name, "simt bf16 sm_75") && d > 128) d -= 128; /* (and d > 128: 32- to 120-wide instead) */
-            kiln_attn_problem p = {0};
-            kiln_dtype_parse(pa->dtype, &p.dtype);
-            p.out = p.dtype;
-            p.head_dim = d;
-            p.causal = mc->causal;
-            p.batch = mc->batch, p.heads_q = mc->heads_q, p.heads_kv = mc->heads_kv;
-            p.seq_q = mc->seq_q, p.seq_k = mc->seq_k, p.scale = mc->scale;
-            p.window = mc->window, p.window_left = mc->left, p.window_right = mc->right;
-            p.has_softcap = mc->softcap > 0, p.softcap = mc->softcap;
-            float *slopes = mc->alibi ? slopes_for(p.batch, p.heads_q, mc->alibi == 2) : NULL;
-            p.alibi = mc->alibi != 0, p.alibi_slopes = slopes, p.alibi_stride = mc->alibi == 2 ? p.heads_q : 0;
-            kiln_attn_default_strides(&p);
-            size_t nq = kiln_attn_elems(&p, 'q'), nk = kiln_attn_elems(&p, 'k'), no = kiln_attn_elems(&p, 'o');
-            size_t nl = (size_t)p.batch * (size_t)p.heads_q * (size_t)p.seq_q;
-            void *q = fill(p.dtype, nq, mc->amplitude), *k = fill(p.dtype, nk, mc->amplitude), *v = fill(p.dtype, nk, 1);
-            char spec[256], combine[128], name[512];
-            specs(pa, mc, d, p.window, p.has_softcap, p.alibi, spec, sizeof spec, combine, sizeof combine);
+            char spec[256], name[512];
+            spec_of(pa, mc, d, mc->window, mc->alibi, spec, sizeof spec);
             snprintf(name, sizeof name, "%s: %s (sm_%d) w=%d,%d cap=%g", pa->name, mc->name, pa->sm, mc->left, mc->right,
                      (double)mc->softcap);
             TEST_BEGIN(name);
-            outputs out;
-            kiln_status st = run(emu, gen, pa, spec, combine, &p, q, k, v, &out, ci == 0, &err);
+            kiln_case_opts o = case_opts(pa, mc, seed, ci == 0, MASKED);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
             CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
-            double *ro = malloc(no * sizeof *ro), *rl = malloc(nl * sizeof *rl);
-            if (st == KILN_OK) {
-                st = kiln_attn_reference(&p, q, k, v, ro, rl, &err);
-                CHECK(st == KILN_OK, "reference: %s", err.msg);
-                kiln_attn_report r;
-                kiln_attn_check(&p, pa->p_dtype, q, k, v, out.o, out.lse, ro, rl, &r);
-                CHECK(r.bad[0] == 0, "%s: %ld bad o values; first: %s", spec, r.bad[0], r.first[0]);
-                CHECK(r.bad[1] == 0, "%s: %ld bad lse values; first: %s", spec, r.bad[1], r.first[1]);
-                for (int i = 0; i < 2; i++)
-                    if (r.worst[i] > worst[i]) worst[i] = r.worst[i];
-            }
+            if (st == KILN_OK) run_check(c, spec, worst);
             TEST_END();
-            free_out(&out);
-            /* neutral values: window -1,-1 and slopes 0 give the plain kernel's bits */
-            if (mc->window || mc->alibi) {
+            if (c && (mc->window || mc->alibi)) {
                 snprintf(name, sizeof name, "%s: %s (sm_%d) neutral values = plain kernel", pa->name, mc->name, pa->sm);
                 TEST_BEGIN(name);
-                kiln_attn_problem pn = p;
-                pn.window_left = pn.window_right = -1;
-                float *zero = calloc((size_t)p.batch * (size_t)p.heads_q, sizeof *zero);
-                pn.alibi_slopes = zero;
-                kiln_attn_problem pp = pn;
-                pp.window = 0, pp.alibi = 0;
-                char plain[256];
-                specs(pa, mc, d, 0, p.has_softcap, 0, plain, sizeof plain, combine, sizeof combine);
-                outputs a, b;
-                kiln_status s1 = run(emu, gen, pa, spec, combine, &pn, q, k, v, &a, 0, &err);
-                CHECK(s1 == KILN_OK, "%s: %s", spec, err.msg);
-                kiln_status s2 = run(emu, gen, pa, plain, combine, &pp, q, k, v, &b, 0, &err);
-                CHECK(s2 == KILN_OK, "%s: %s", plain, err.msg);
-                if (s1 == KILN_OK && s2 == KILN_OK) {
-                    CHECK(!memcmp(a.o, b.o, no * kiln_dtype_size(p.out)), "%s: O differs from %s", spec, plain);
-                    CHECK(!memcmp(a.lse, b.lse, nl * sizeof *a.lse), "%s: lse differs from %s", spec, plain);
-                }
-                free_out(&a), free_out(&b), free(zero);
+                neutral(emu, gen, c, pa, mc, d, seed, spec);
                 TEST_END();
             }
-            free(q), free(k), free(v), free(ro), free(rl), free(slopes);
+            kiln_case_free(c);
         }
         printf("%-24s worst error/tolerance: o %.3f, lse %.3f\n", pa->name, worst[0], worst[1]);
         fflush(stdout);

@@ -138,6 +138,37 @@ static void test_bad_problems(void) {
     TEST_END();
 }
 
+/* kiln_case_reset: the same kernels on another problem give what a fresh case of that problem gives;
+ * another SM is refused, naming both. */
+static void test_reset(void) {
+    TEST_BEGIN("reset: another problem on the case's kernels, as a fresh case; another SM refused");
+    kiln_error err = {0};
+    kiln_case *c = NULL, *f = NULL;
+    kiln_case_opts o = small(80, 3), p = small(80, 4), q = small(75, 4);
+    kiln_case_opts_set(&p, "rows", 9);
+    const char *spec = "rmsnorm x=bf16 w=f32 hidden=40";
+    kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
+    if (st == KILN_OK) st = kiln_case_run(c, &err);
+    if (st == KILN_OK) st = kiln_case_reset(c, &p, &err);
+    if (st == KILN_OK) st = kiln_case_run(c, &err);
+    if (st == KILN_OK) st = kiln_case_create(&f, gen, emu, spec, &p, &err);
+    if (st == KILN_OK) st = kiln_case_run(f, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        CHECK(kiln_case_check(c) == 0 && kiln_case_noutputs(c) > 0, "the reset case fails its check");
+        void *a, *b;
+        size_t na, nb;
+        CHECK(kiln_case_tensor(c, "y", &a, &na) == 0 && kiln_case_tensor(f, "y", &b, &nb) == 0 && na == nb &&
+                  na == 9 * 40 * 2 && !memcmp(a, b, na),
+              "y after the reset (%zu bytes) differs from a fresh case's (%zu)", na, nb);
+        CHECK(kiln_case_reset(c, &q, &err) == KILN_EINVAL && strstr(err.msg, "sm_80") && strstr(err.msg, "sm_75"),
+              "another SM: %s", err.msg);
+    }
+    kiln_case_free(c);
+    kiln_case_free(f);
+    TEST_END();
+}
+
 static void test_checker(void) {
     TEST_BEGIN("the checker: NaN and Inf must match, unwritten values fail, the first bad value is named");
     kiln_case_output o = {0};
@@ -165,6 +196,7 @@ int main(void) {
     test_checker();
     test_registry_covers_list();
     test_bad_problems();
+    test_reset();
     for (int i = 0; i < kiln_ref_count(); i++) {
         test_family(kiln_ref_at(i)->family, 80);
         test_family(kiln_ref_at(i)->family, 75);

@@ -241,64 +241,49 @@ static int tensors_ok(const kit_case *c) {
     return 1;
 }
 
+static kiln_status add_case_tensor(kit_case *c, kiln_case *cs, const char *name, kiln_dtype t, kit_role role,
+                                   kiln_error *err);
+
+/* A LayerNorm case through the family's reference and the case runner: x, weight, bias drawn from the
+ * row's seed (large-mean rows where the row says so), y, mean and rstd as the emulator computed them,
+ * with the float64 forward as their reference. */
 static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, int sm, int quick, kit_case *c,
                             kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     ln_spec(r->x, r->w, r->y, r->hidden, spec, sizeof spec);
-    kiln_emu_kernel *k;
-    kiln_status st = kiln_emu_load(emu, gen, spec, sm, &k, err);
-    if (st != KILN_OK) return st;
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    kiln_layernorm_spec s;
-    if ((st = kiln_ln_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
     int hidden = r->hidden ? r->hidden : r->run_hidden;
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
-    kiln_ln_data *d;
-    st = kiln_ln_data_create(&d, &s, 1e-5f, rows, hidden, r->large_mean ? KILN_LN_LARGE_MEAN : KILN_LN_RANDOM,
-                             (uint64_t)hidden * 7 + (uint64_t)sm, err);
-    if (st != KILN_OK) return st;
-    st = kiln_ln_run(k, d, 0, err);
-    if (st == KILN_OK) {
-        kiln_ln_report rep;
-        long bad = kiln_ln_check(d, (int)m->threads_per_row, &rep);
-        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the LayerNorm error model (%ld bad)", bad);
-    }
+    kiln_case_opts o = {.sm = sm, .seed = (uint64_t)hidden * 7 + (uint64_t)sm,
+                        .input = r->large_mean ? KILN_LN_LARGE_MEAN : KILN_LN_RANDOM};
+    kiln_case_opts_set(&o, "rows", rows);
+    kiln_case_opts_set(&o, "hidden", hidden);
+    kiln_case *cs = NULL;
+    kiln_status st = kiln_case_create(&cs, gen, emu, spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(cs, err);
+    long bad = st == KILN_OK ? kiln_case_check(cs) : 0;
+    if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the LayerNorm error model (%ld bad)", bad);
+    kiln_layernorm_spec s;
+    const char *canon = st == KILN_OK ? kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec : "";
+    if (st == KILN_OK) st = kiln_ln_spec_parse(canon, &s, err);
     if (st == KILN_OK) {
         snprintf(c->name, sizeof c->name, "ln-%s.%s.%s-h%s%d%s", r->x, r->w, r->y, r->hidden ? "" : "launch",
                  hidden, r->large_mean ? "-largemean" : "");
-        spec_family(m->spec, c);
-        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        spec_family(canon, c);
+        snprintf(c->spec, sizeof c->spec, "%s", canon);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
         add_scalar(c, "rows", KILN_PARAM_I32, rows);
         add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
-        add_scalar(c, "eps", KILN_PARAM_F32, (double)d->eps);
-        size_t n = (size_t)rows * (size_t)hidden;
-        add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
-        if (d->w) add_tensor(c, "weight", s.w, KIT_IN, (size_t)hidden, d->w, NULL);
-        if (d->b) add_tensor(c, "bias", s.w, KIT_IN, (size_t)hidden, d->b, NULL);
-        add_tensor(c, "y", s.y, KIT_OUT, n, d->y, d->ref_y);
-        add_tensor(c, "mean", KILN_F32, KIT_OUT, (size_t)rows, d->mean, d->ref_mean);
-        add_tensor(c, "rstd", KILN_F32, KIT_OUT, (size_t)rows, d->rstd, d->ref_rstd);
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+        add_scalar(c, "eps", KILN_PARAM_F32, (double)1e-5f); /* the reference's default eps */
+        const struct { const char *n; kiln_dtype t; kit_role role; int on; } ts[] = {
+            {"x", s.x, KIT_IN, 1}, {"weight", s.w, KIT_IN, s.has_weight}, {"bias", s.w, KIT_IN, s.has_bias},
+            {"y", s.y, KIT_OUT, 1}, {"mean", KILN_F32, KIT_OUT, 1}, {"rstd", KILN_F32, KIT_OUT, 1}};
+        for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++)
+            if (ts[i].on) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+        if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
-    kiln_ln_data_free(d);
-    kiln_emu_kernel_free(k);
+    kiln_case_free(cs);
     return st;
-}
-
-/* The kernel k's launch runs right after it (split-KV's combine, a norm backward's reduction): *after
- * stays NULL when there is none. One kernel may run before it (a split norm backward's row
- * statistics: the caller loads it, build_norm). */
-static kiln_status load_after(kiln_gen *gen, kiln_emu *emu, kiln_emu_kernel *k, int sm, kiln_emu_kernel **after,
-                              kiln_error *err) {
-    char seq[KIT_MAX_STEPS][KILN_SPEC_MAX];
-    int self = 0, n = kiln_launch_sequence(kiln_emu_kernel_meta(k), seq, KIT_MAX_STEPS, &self);
-    *after = NULL;
-    if (n > KIT_MAX_STEPS || self > 1 || n - self > 2)
-        return kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels (itself at %d); the kit's case wants at most one before it and one after",
-                         kiln_emu_kernel_meta(k)->spec, n, self);
-    return n - self == 2 ? kiln_emu_load(emu, gen, seq[self + 1], sm, after, err) : KILN_OK;
 }
 
 /* An attention case through the family's registry reference and the one case runner: spec on sm
@@ -373,14 +358,21 @@ static kiln_status attn_case_spec(kit_case *c, kiln_case *cs, kiln_attn_problem 
     return kiln_attn_spec_parse(canon, p, err);
 }
 
+/* A row's problem sizes; quick: a quarter of each length (rounded up) where `lengths` says so (1: seq_k,
+ * 2: seq_q and seq_k). */
+static kiln_attn_problem row_problem(int batch, int heads_q, int heads_kv, int seq_q, int seq_k, int quick, int lengths) {
+    kiln_attn_problem p = {0};
+    p.batch = batch, p.heads_q = heads_q, p.heads_kv = heads_kv;
+    p.seq_q = quick && lengths == 2 ? (seq_q + 3) / 4 : seq_q;
+    p.seq_k = quick ? (seq_k + 3) / 4 : seq_k;
+    return p;
+}
+
 static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
                               kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_attn_problem p = {0};
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
-    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0,
                                    "attention", &cs, err);
@@ -415,9 +407,7 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
                                     kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_split_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
-    kiln_attn_problem p = {0};
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv, p.seq_q = r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 1);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &p, r->splits,
                                    "split-KV attention", &cs, err);
@@ -448,13 +438,10 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
                                   kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
     attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
-    kiln_attn_problem p = {0};
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     if (kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
         return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
     p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
-    p.batch = r->batch, p.heads_q = r->heads_q, p.heads_kv = r->heads_kv;
-    p.seq_q = quick ? (r->seq_q + 3) / 4 : r->seq_q;
-    p.seq_k = quick ? (r->seq_k + 3) / 4 : r->seq_k;
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm),
                                    &p, 0, "attention backward", &cs, err);
@@ -491,73 +478,59 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
  * that dweight/dbias are summed in the same order. */
 static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *r, int sm, int sms, int quick,
                               kit_case *c, kiln_error *err) {
-    kiln_emu_kernel *k, *red = NULL;
-    kiln_status st = kiln_emu_load(emu, gen, r->spec, sm, &k, err);
-    if (st != KILN_OK) return st;
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
+    /* the row count from hidden, which a launch-time row names and a fixed one takes from its spec */
+    char canon[KILN_SPEC_MAX];
     kiln_norm_spec s;
-    if ((st = kiln_norm_spec_parse(m->spec, &s, err)) != KILN_OK) return st;
-    if ((st = load_after(gen, emu, k, sm, &red, err)) != KILN_OK) return st;
-    kiln_emu_kernel *pre = NULL; /* form=split2/split4: the row statistics kernel */
-    char before[KILN_SPEC_MAX];
-    if (kiln_norm_before_spec(m, before, sizeof before) && (st = kiln_emu_load(emu, gen, before, sm, &pre, err)) != KILN_OK)
-        return st;
+    kiln_status st = kiln_canonical_spec(gen, r->spec, canon, sizeof canon, err);
+    if (st == KILN_OK) st = kiln_norm_spec_parse(canon, &s, err);
+    if (st != KILN_OK) return st;
     int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
-    kiln_norm_data *d;
-    st = kiln_norm_data_create(&d, &s, 1e-5f, rows, hidden, KILN_LN_RANDOM, 1.0, (uint64_t)hidden * 13 + (uint64_t)sm, err);
-    if (st != KILN_OK) return st;
-    unsigned need = ((unsigned)rows + m->grid_tile[0] - 1) / m->grid_tile[0], blocks = 0;
-    unsigned threads = m->block[0] * m->block[1] * m->block[2];
-    if (bwd && sms > 0) {
-        unsigned per = threads && 1024 / threads > 1 ? 1024 / threads : 1, cap = (unsigned)sms * per;
-        blocks = need < cap ? need : cap;
-    }
-    st = kiln_norm_run_seq(pre, k, red, d, blocks, 0, err);
+    /* through the family's reference and the case runner: the sequence its launch description names (a
+     * split form's row statistics before it, norm_reduce after a backward), a backward's grid walking the
+     * rows with the blocks `sms` SMs hold (0: one per row group) */
+    kiln_case_opts o = {.sm = sm, .seed = (uint64_t)hidden * 13 + (uint64_t)sm, .input = KILN_LN_RANDOM,
+                        .sm_count = bwd ? sms : 0};
+    kiln_case_opts_set(&o, "rows", rows);
+    kiln_case_opts_set(&o, "hidden", hidden);
+    kiln_case *cs = NULL;
+    st = kiln_case_create(&cs, gen, emu, r->spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(cs, err);
+    long bad = st == KILN_OK ? kiln_case_check(cs) : 0;
+    if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the norm error model (%ld bad)", bad);
     if (st == KILN_OK) {
-        unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
-        kiln_norm_report rep;
-        long bad = kiln_norm_check(d, (int)m->threads_per_row, parts, &rep);
-        if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the norm error model (%ld bad)", bad);
-    }
-    if (st == KILN_OK) {
-        spec_family(m->spec, c);
+        spec_family(canon, c);
         const char *fam = c->family;
         snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
                  s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "", s.offset ? "-offset1" : "");
-        snprintf(c->spec, sizeof c->spec, "%s", m->spec);
+        snprintf(c->spec, sizeof c->spec, "%s", canon);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
         add_scalar(c, "rows", KILN_PARAM_I32, rows);
         add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
-        add_scalar(c, "eps", KILN_PARAM_F32, (double)d->eps);
-        size_t n = (size_t)rows * (size_t)hidden, h = (size_t)hidden, nr = (size_t)rows;
-        if (!bwd) {
-            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
-            if (d->res) add_tensor(c, "residual", s.r, KIT_IN, n, d->res, NULL);
-            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
-            if (d->b) add_tensor(c, "bias", s.w, KIT_IN, h, d->b, NULL);
-            add_tensor(c, "y", s.y, KIT_OUT, n, d->y, d->ref_y);
-            if (d->h) add_tensor(c, "h", s.r, KIT_OUT, n, d->h, d->ref_h);
-            if (s.family == KILN_NORM_LN && d->mean) add_tensor(c, "mean", KILN_F32, KIT_OUT, nr, d->mean, d->ref_mean);
-            if (d->rstd) add_tensor(c, "rstd", KILN_F32, KIT_OUT, nr, d->rstd, d->ref_rstd);
-        } else {
-            add_tensor(c, "x", s.x, KIT_IN, n, d->x, NULL);
-            add_tensor(c, "dy", s.dy, KIT_IN, n, d->dy, NULL);
-            if (s.family == KILN_NORM_LN_BWD) add_tensor(c, "mean", KILN_F32, KIT_IN, nr, d->mean, NULL);
-            add_tensor(c, "rstd", KILN_F32, KIT_IN, nr, d->rstd, NULL);
-            if (d->w) add_tensor(c, "weight", s.w, KIT_IN, h, d->w, NULL);
-            if (d->dres) add_tensor(c, "dres", s.r, KIT_IN, n, d->dres, NULL);
-            add_tensor(c, "dx", s.dx, KIT_OUT, n, d->dx, d->ref_dx);
-            if (d->dw) add_tensor(c, "dweight", s.w, KIT_OUT, h, d->dw, d->ref_dw);
-            if (d->db) add_tensor(c, "dbias", s.w, KIT_OUT, h, d->db, d->ref_db);
+        add_scalar(c, "eps", KILN_PARAM_F32, (double)1e-5f); /* the reference's default eps */
+        const int ln = s.family == KILN_NORM_LN, ln_bwd = s.family == KILN_NORM_LN_BWD;
+        /* in the case file's order; `need` 0: only when the case has the tensor (an optional one) */
+        const struct { const char *n; kiln_dtype t; kit_role role; int need; } fwd_t[] = {
+            {"x", s.x, KIT_IN, 1}, {"residual", s.r, KIT_IN, 0}, {"weight", s.w, KIT_IN, 0}, {"bias", s.w, KIT_IN, 0},
+            {"y", s.y, KIT_OUT, 1}, {"h", s.r, KIT_OUT, 0}, {ln ? "mean" : NULL, KILN_F32, KIT_OUT, 0},
+            {"rstd", KILN_F32, KIT_OUT, 0}},
+          bwd_t[] = {
+            {"x", s.x, KIT_IN, 1}, {"dy", s.dy, KIT_IN, 1}, {ln_bwd ? "mean" : NULL, KILN_F32, KIT_IN, 1},
+            {"rstd", KILN_F32, KIT_IN, 1}, {"weight", s.w, KIT_IN, 0}, {"dres", s.r, KIT_IN, 0}, {"dx", s.dx, KIT_OUT, 1},
+            {"dweight", s.w, KIT_OUT, 0}, {"dbias", s.w, KIT_OUT, 0}};
+        const size_t nt = bwd ? sizeof bwd_t / sizeof bwd_t[0] : sizeof fwd_t / sizeof fwd_t[0];
+        for (size_t i = 0; i < nt && st == KILN_OK; i++) {
+            const char *n = bwd ? bwd_t[i].n : fwd_t[i].n;
+            void *ptr = NULL;
+            size_t bytes;
+            if (!n || (!(bwd ? bwd_t[i].need : fwd_t[i].need) && (kiln_case_tensor(cs, n, &ptr, &bytes) != 0 || !ptr)))
+                continue;
+            st = add_case_tensor(c, cs, n, bwd ? bwd_t[i].t : fwd_t[i].t, bwd ? bwd_t[i].role : fwd_t[i].role, err);
         }
-        if (!tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+        if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
-    kiln_norm_data_free(d);
-    kiln_emu_kernel_free(k);
-    if (red) kiln_emu_kernel_free(red);
-    if (pre) kiln_emu_kernel_free(pre);
+    kiln_case_free(cs);
     return st;
 }
 #endif

@@ -25,8 +25,9 @@ extern "C" {
  * "heads_q", "heads_kv", "splits"; attention's mask keys "window_left", "window_right", "softcap",
  * "alibi"; and for the emulator tests: attention's "softmax_scale" (0: 1/sqrt(head_dim)), "bhsd"
  * (1: q, k, v, o laid out [batch, heads, seq, head_dim], passed as the tensors' strides),
- * "alibi_batch" (1: a row of slopes per batch entry), the attention backward's "p_f32" (1: the error model
- * of a kernel that keeps P and dS in f32, the SIMT path)); a family reads the ones its problem has and
+ * "alibi_batch" (1: a row of slopes per batch entry), "p_f32" (1: the error model of a kernel that keeps P
+ * (the backward: and dS) in f32, the SIMT path) and the forward's "p_f16" (1: P rounded to f16, sm_75's
+ * f16-scaled bf16 path)); a family reads the ones its problem has and
  * says which it needs. A value is a double (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
 #define KILN_CASE_MAX_SIZES 16
@@ -36,7 +37,7 @@ typedef struct kiln_case_opts {
     kiln_ln_input input; /* kiln_ln_input_parse: random, large-mean, constant, special, mixed */
     float eps;      /* 0: the family's default */
     double scale;   /* multiplies the drawn activations (norms: 1e30 exercises overflow-safe statistics;
-                     * the attention backward: q and k, for large scores); 0: 1 */
+                     * attention and its backward: q and k, for large scores); 0: 1 */
     int twice;      /* run every block twice, threads in opposite orders (races) */
     int sm_count;   /* the device's multiprocessors, for grid rules that use them (a norm backward's grid
                      * walks the rows with a few blocks per SM); 0: as many as the problem fills */
@@ -130,6 +131,10 @@ const char *kiln_ref_names(void);
 kiln_status kiln_case_create(kiln_case **out, kiln_gen *gen, kiln_emu *emu, const char *spec,
                              const kiln_case_opts *opts, kiln_error *err);
 void kiln_case_free(kiln_case *c);
+/* The same kernels on another problem: the family's state is dropped and built again from opts
+ * (inputs and reference), the loaded sequence kept (generating and loading a kernel costs more than a
+ * small emulated run). opts->sm must be the case's. */
+kiln_status kiln_case_reset(kiln_case *c, const kiln_case_opts *opts, kiln_error *err);
 /* Binds the sequence the kernel's launch description declares (kiln_launch_bind: grids, tensors and
  * scalars by name, the workspace) and runs it on the emulator. */
 kiln_status kiln_case_run(kiln_case *c, kiln_error *err);

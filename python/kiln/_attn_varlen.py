@@ -134,10 +134,10 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
 def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None, lse=None, max_seqlen_q=None,
                               max_seqlen_k=None, causal=False, sm=80, scale=None, path="auto", deterministic=False,
                               grad_dtype=None, twice=False, window=None, softcap=None, alibi_slopes=None):
-    """dq, dk, dv of attention_varlen(q, k, v, ...) for dL/do = dout on the emulated attention_bwd kernels (prep,
-    dkdv, convert; deterministic=True: prep, dkdv, dq), packed like q and k. o and lse ([heads_q, total_q]):
+    """dq, dk, dv of attention_varlen(q, k, v, ...) for dL/do = dout on the emulated backward kernels (the sequence
+    the dkdv kernel's description names: prep, dkdv, convert; deterministic=True: prep, dkdv, dq), packed like q and k. o and lse ([heads_q, total_q]):
     the forward's; None (both): the emulated forward computes them."""
-    from .emulate import _BWD_SEQUENCE, _copy, _poison, load
+    from .emulate import _bwd_kernels, _copy, _poison
     what = "attention_varlen_backward"
     if (o is None) != (lse is None):
         raise KilnArgumentError("%s: give both o and lse (the forward's outputs) or neither" % what)
@@ -165,13 +165,7 @@ def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None,
     cv = causal_value(causal, what)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, vl.batch, hq)
-    kernels = []
-    for name in _BWD_SEQUENCE[bool(deterministic)]:
-        spec = "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s varlen=true" % (
-            name, dt, od, gd, d, cv, "true" if deterministic and name == "dkdv" else "false")
-        if name in ("dkdv", "dq"):
-            spec += " path=%s%s" % (path, keys.words())
-        kernels.append(load(spec, sm))
+    kernels = _bwd_kernels(dt, od, gd, d, cv, deterministic, path, keys.words() + " varlen=true", sm)
     qa, ka, va = (_copy(t, dt, what + ": " + n) for t, n in zip((qa, ka, va), "qkv"))
     oa, da = (_copy(t, od, what + ": " + n) for t, n in ((oa, "o"), (da, "dout")))
     grads = [aligned_empty(t.shape, gd) for t in (qa, ka, va)]

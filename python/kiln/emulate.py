@@ -263,7 +263,21 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     return (o, lse) if return_lse else o
 
 
-_BWD_SEQUENCE = {False: ("prep", "dkdv", "convert"), True: ("prep", "dkdv", "dq")}
+def sequence(spec, sm=80):
+    """The kernels spec's launch description runs, in order: those it names ``before``, its own, those it names
+    ``after`` (docs/registry.md; the attention backward's dkdv: prep, dkdv, then convert or dq), each loaded."""
+    kern = load(spec, sm)
+    lines = kern.meta["launch"].splitlines()
+    named = {w: [load(l[len(w) + 1:].split(";")[0].strip(), sm) for l in lines if l.startswith(w + " ")]
+             for w in ("before", "after")}
+    return named["before"] + [kern] + named["after"]
+
+
+def _bwd_kernels(dt, od, gd, d, causal, deterministic, path, words, sm):
+    """The attention backward's kernels for sm: the dkdv spec (path, and the mask/varlen words, on it) and the
+    sequence its description names (prep before it; convert, or deterministic dq at dkdv's path, after it)."""
+    return sequence("attention_bwd kernel=dkdv dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s path=%s%s"
+                    % (dt, od, gd, d, causal, "true" if deterministic else "false", path, words), sm)
 
 
 def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
@@ -316,13 +330,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     cv = causal_value(causal, "attention_backward")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys("attention_backward", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
-    kernels = []
-    for name in _BWD_SEQUENCE[bool(deterministic)]:
-        spec = "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d causal=%s deterministic=%s" % (
-            name, dt, od, gd, d, cv, "true" if deterministic and name == "dkdv" else "false")
-        if name in ("dkdv", "dq"):
-            spec += " path=%s%s" % (path, keys.words())
-        kernels.append(load(spec, sm))
+    kernels = _bwd_kernels(dt, od, gd, d, cv, deterministic, path, keys.words(), sm)
     qa, ka, va = (_copy(t, dt, "attention_backward: " + n) for t, n in zip((qa, ka, va), "qkv"))
     oa, da = (_copy(t, od, "attention_backward: " + n) for t, n in ((oa, "o"), (da, "dout")))
     lsea = _copy(la.reshape(b, hq, sq), "f32", "attention_backward: lse")

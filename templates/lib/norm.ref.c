@@ -555,6 +555,15 @@ int emu_norm_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *byt
     return *ptr == (void *)-1 ? -1 : 0;
 }
 
+const double *emu_norm_case_reference(kiln_case *c, const char *name) {
+    const kiln_norm_data *d = ((norm_case *)kiln_case_state(c))->d;
+    static const char *const names[] = {"y", "h", "mean", "rstd", "dx", "dweight", "dbias"};
+    const double *refs[] = {d->ref_y, d->ref_h, d->ref_mean, d->ref_rstd, d->ref_dx, d->ref_dw, d->ref_db};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (!strcmp(names[i], name)) return refs[i];
+    return NULL;
+}
+
 int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
     norm_case *nc = kiln_case_state(c);
     if (!strcmp(name, "eps")) *value = nc->d->eps;

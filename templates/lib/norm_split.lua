@@ -110,9 +110,10 @@ end
 -- ---- kernels ----
 
 -- The family spec of the stats step that goes with spec (canonical: the keys in the template's order,
--- hidden defaults left out; the residual does not change the sums, so residual rows share it).
+-- hidden defaults left out; the residual does not change the sums, so residual rows share it); the
+-- family is the resolved spec's own (the generator sets spec.family).
 function S.stats_spec(spec, rms)
-  local s = string.format("%s x=%s w=%s dy=%s dx=%s hidden=%d weight=%s", rms and "rmsnorm_bwd" or "layernorm_bwd",
+  local s = string.format("%s x=%s w=%s dy=%s dx=%s hidden=%d weight=%s", spec.family,
                           spec.x, spec.w, spec.dy, spec.dx, spec.hidden, tostring(spec.weight))
   if not rms then s = s .. " bias=" .. tostring(spec.bias) end
   if spec.offset == 1 then s = s .. " offset=1" end

@@ -1,0 +1,26 @@
+/* tests/attn_case.h - the attention emulator tests' problem as the case runner's named options. */
+#ifndef KILN_TESTS_ATTN_CASE_H
+#define KILN_TESTS_ATTN_CASE_H
+
+#include <stdint.h>
+
+#include "kiln/emu_case.h"
+
+/* The options of one attention (or backward) case on sm: batch, heads, the query and key lengths, q and k's
+ * amplitude, the softmax scale (0: 1/sqrt(head_dim)) and what the kernel rounds P to (the error model:
+ * KILN_F32 sets p_f32, KILN_F16 p_f16, else the input dtype's). The caller adds its mask keys. */
+static inline kiln_case_opts attn_case_opts(int sm, uint64_t seed, int twice, int batch, int heads_q, int heads_kv,
+                                            int seq_q, int seq_k, double amplitude, float scale, kiln_dtype p_dtype) {
+    kiln_case_opts o = {.sm = sm, .seed = seed, .twice = twice, .scale = amplitude};
+    kiln_case_opts_set(&o, "batch", batch);
+    kiln_case_opts_set(&o, "heads_q", heads_q);
+    kiln_case_opts_set(&o, "heads_kv", heads_kv);
+    kiln_case_opts_set(&o, "rows", seq_q);
+    kiln_case_opts_set(&o, "seq_k", seq_k);
+    if (scale) kiln_case_opts_set(&o, "softmax_scale", scale);
+    if (p_dtype == KILN_F32) kiln_case_opts_set(&o, "p_f32", 1);
+    else if (p_dtype == KILN_F16) kiln_case_opts_set(&o, "p_f16", 1);
+    return o;
+}
+
+#endif
