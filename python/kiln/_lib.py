@@ -663,7 +663,7 @@ def meta_dict(m):
     for i in range(m.nparams):
         p = m.params[i]
         kind = PARAM_KINDS[p.kind] if 0 <= p.kind < len(PARAM_KINDS) else str(p.kind)
-        params.append({"name": text(p.name), "kind": kind, "dtype": DTYPES[p.dtype] if kind == "ptr" else None})
+        params.append({"name": text(p.name), "kind": kind, "dtype": DTYPES[p.dtype] if kind in ("ptr", "tensormap") else None})
     return {
         "family": text(m.family),
         "spec": text(m.spec),
