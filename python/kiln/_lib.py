@@ -383,6 +383,7 @@ RT_FUNCS = {
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_kernel_launch": (S, [P, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(Arg), ctypes.c_int, P, ERR]),
+    "kiln_tensor_map_encode": (S, [P, P, P, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_forward_workspace": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int,

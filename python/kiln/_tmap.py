@@ -4,7 +4,8 @@ its strides (the stride parameters given, else contiguous), the box and the swiz
 
 import ctypes
 
-from . import _extents
+from . import _extents, _lib
+from ._gen import spec_values
 from .errors import KilnArgumentError
 
 _RANK_MAX = 5
@@ -25,6 +26,35 @@ def _buffer():
     raw = ctypes.create_string_buffer(128 + 64)
     at = (ctypes.addressof(raw) + 63) & ~63
     return raw, at
+
+
+def _ptrs(meta, bound):
+    """ptr_of for records(): the address of a bound tensor, or a clear error when it is missing."""
+    views = {p["name"]: v for p, v in bound if p["kind"] == "ptr" and v is not None}
+
+    def ptr_of(name):
+        if name not in views:
+            raise KilnArgumentError("%s: its tensor map over '%s' needs that array (got None)" % (meta["spec"], name))
+        return views[name].ptr
+    return ptr_of
+
+
+def emulated(meta, params, bound):
+    """The records of the kernel's tensormap parameters as the emulator reads them: {name: (keep, address)}."""
+    return records(meta, params, _extents.variables(spec_values(meta["spec"]), params), _ptrs(meta, bound))
+
+
+def encoded(rt, meta, params, bound):
+    """The kernel's tensormap parameters encoded by the driver (kiln_tensor_map_encode, cuTensorMapEncodeTiled):
+    {name: (keep, address of the 128 bytes)} for kiln_kernel_launch's kiln_arg.tmap."""
+    out = {}
+    for name, (raw, at) in emulated(meta, params, bound).items():
+        buf, addr = _buffer()
+        err = _lib.Error()
+        _lib.check(rt._lib.kiln_tensor_map_encode(rt._live(), ctypes.c_void_p(at), ctypes.c_void_p(addr),
+                                                  ctypes.byref(err)), err)
+        out[name] = ((raw, buf), addr)
+    return out
 
 
 def records(meta, params, env, ptr_of):

@@ -18,11 +18,11 @@ import threading
 
 import numpy as np
 
-from . import _extents, _gen, _lib, _tmap
+from . import _gen, _lib, _tmap
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
 from ._attn_keys import Keys, causal_value
 from .errors import KilnArgumentError, KilnSpecError
-from .runtime import bind, check_heads, nullable_for, spec_values
+from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
 
 _tls = threading.local()
@@ -95,9 +95,7 @@ class EmuKernel:
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
         by_meta = nullable_for(self.meta)
         bound, _ = bind(self.meta, params, self.spec, lambda n, sv: n in nullable or by_meta(n, sv), _np_view)
-        views = {p["name"]: v for p, v in bound if p["kind"] == "ptr" and v is not None}
-        maps = _tmap.records(self.meta, params, _extents.variables(spec_values(self.meta["spec"]), params),
-                             lambda name: views[name].ptr)  # tensormap parameters (TMA kernels, sm_90a)
+        maps = _tmap.emulated(self.meta, params, bound)  # tensormap parameters (TMA kernels, sm_90a)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()

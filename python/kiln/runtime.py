@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 
-from . import _arrays, _extents, _lib
+from . import _arrays, _extents, _lib, _tmap
 from ._gen import sm_name, spec_values
 from ._attn_keys import CAUSAL_CODE, Keys, causal_value
 from ._rt_varlen import VarlenRuntime
@@ -181,8 +181,11 @@ class Kernel:
         bound, views = bind(self.meta, params, self.spec, nullable_for(self.meta),
                             lambda o, w: self._rt._view(o, w, dev, index_ok=True))
         args = (_lib.Arg * max(1, len(bound)))()
+        maps = _tmap.encoded(self._rt, self.meta, params, bound)  # tensormap parameters (TMA kernels, sm_90a)
         for i, (p, v) in enumerate(bound):
-            if p["kind"] == "ptr":
+            if p["kind"] == "tensormap":
+                args[i].tmap = maps[p["name"]][1]
+            elif p["kind"] == "ptr":
                 args[i].ptr = v.ptr if v is not None else 0
             elif p["kind"] == "i32":
                 args[i].i32 = v
