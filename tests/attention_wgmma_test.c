@@ -143,8 +143,14 @@ static void test_planted(void) {
         row r;
     } bugs[] = {
         {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64", 64, 64, 1, 1, 1, 0, 0, 0}},
-        {"keys past seq_k not masked", "x[i] = b:select(ok, v, NEG_INF)", "x[i] = v",
+        {"keys past seq_k not masked", "v = b:select(ok, v, NEG_INF)", "v = v",
          {"attention dtype=bf16 head_dim=64", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"a partly visible tile run as a whole one (the loop split rounding up)",
+         "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)",
+         "local f1 = b:min(b:max((b:max(hi_first, 0) + (BN - 1)) // BN - t0, f0), ntiles)",
+         {"attention dtype=f16 head_dim=64 causal=true", 100, 100, 1, 1, 1, 0, 0, 0}},
+        {"the window's left edge tiles run unmasked", "local f0 = lo_last and", "local f0 = false and",
+         {"attention dtype=bf16 head_dim=64 causal=true window=true", 130, 200, 1, 1, 1, 40, 0, 0}},
         {"O not rescaled", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
          {"attention dtype=f16 head_dim=64", 64, 192, 1, 1, 1, 0, 0, 0}},
         {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",

@@ -202,7 +202,15 @@ function M.build(b, spec, cfg)
     if spec.alibi then slope = mask.slope(m, h) end
     local scale2 = p.scale * LOG2E
     b:mbarrier_wait(qbar, 0)
-    b:for_(0, ntiles, 1, function(k)
+    -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
+    -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
+    local first = q0 + wg * 64
+    local wlast = b:min(first + 63, p.seq_q - 1)
+    local _, hi_first = mask.row_range(m, first)
+    local lo_last = spec.window and mask.row_range(m, wlast) or nil
+    local f0 = lo_last and b:min(b:max((lo_last + (BN - 1)) // BN - t0, 0), ntiles) or b:i32(0)
+    local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)
+    local function tile(k, masked)
       local s = k % ns
       b:mbarrier_wait(full + 2 * s, (k // ns) % 2)
       local ks, vs = sk + s * (panels * PANEL), sv + s * (panels * PANEL)
@@ -222,9 +230,12 @@ function M.build(b, spec, cfg)
         local key = kv0 + q * 2 + col
         local dist = spec.alibi and b:f32(sqpos[r] + m.shift - key) or nil
         local v = mask.score(m, S[i + 1], scale2, slope, dist)
-        local ok = b:lt(key, lim_hi[r])
-        if lim_lo[r] then ok = b:and_(ok, b:ge(key, lim_lo[r])) end
-        x[i] = b:select(ok, v, NEG_INF)
+        if masked then
+          local ok = b:lt(key, lim_hi[r])
+          if lim_lo[r] then ok = b:and_(ok, b:ge(key, lim_lo[r])) end
+          v = b:select(ok, v, NEG_INF)
+        end
+        x[i] = v
         mx[r] = mx[r] and b:max(mx[r], x[i]) or x[i]
       end
       local alpha, muse = {}, {}
@@ -257,7 +268,10 @@ function M.build(b, spec, cfg)
       O = b:wgmma_wait(0, O)
       for i = 1, d // 2 do ov[i]:set(O[i]) end
       b:mbarrier_arrive(empty + 2 * s)
-    end)
+    end
+    b:for_(0, f0, 1, function(k) tile(k, true) end)
+    b:for_(f0, f1, 1, function(k) tile(k, false) end)
+    b:for_(f1, ntiles, 1, function(k) tile(k, true) end)
     -- epilogue: O / l in the out dtype, lse from the lanes q == 0
     local ob = util.dtype_bytes[spec.out]
     for r = 0, 1 do
