@@ -67,6 +67,8 @@ static const row ROWS[] = {
     {"attention dtype=bf16 head_dim=64 softcap=true", 70, 90, 2, 2, 1, 0, 0, 0},
     {"attention dtype=f16 head_dim=64 causal=true alibi=true", 70, 190, 4, 1, 1, 0, 0, 0},
     {"attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true", 90, 140, 2, 1, 1, 30, 0, 0},
+    {"attention dtype=f16 head_dim=256", 70, 100, 2, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=top_left alibi=true", 129, 75, 2, 1, 1, 0, 0, 0},
 };
 
 static void test_emulator(void) {
@@ -101,6 +103,8 @@ static void test_selection(void) {
         {"attention dtype=bf16 head_dim=64", SM90A, 1},
         {"attention dtype=f16 head_dim=128 causal=true window=true", SM90A, 1},
         {"attention dtype=bf16 head_dim=96", SM90A, 0},           /* head_dim 96: FA2 */
+        {"attention dtype=bf16 head_dim=256 causal=true window=true", SM90A, 0}, /* d256 with a window: FA2 */
+        {"attention dtype=bf16 head_dim=256 causal=true", SM90A, 1},
         {"attention dtype=bf16 head_dim=128 splitkv=true", SM90A, 0},
         {"attention dtype=bf16 head_dim=128 dropout=true", SM90A, 0},
         {"attention dtype=f32 head_dim=64", SM90A, 0},
@@ -123,9 +127,10 @@ static void test_selection(void) {
     } refused[] = {
         {"attention dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
-        {"attention dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128 only)"},
+        {"attention dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64, 128 and 256 only)"},
         {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", SM90A, "dropout=true"},
         {"attention dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
+        {"attention dtype=bf16 head_dim=256 softcap=true path=wgmma", SM90A, "head_dim=256 with softcap=true (it spills"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error err = {0};
@@ -266,20 +271,21 @@ static void test_ptxas(void) {
     static const char *const quick[] = {
         "attention dtype=bf16 head_dim=64", "attention dtype=f16 head_dim=128 causal=true",
         "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true",
-        "attention dtype=f16 head_dim=64 out=f32 causal=true",
+        "attention dtype=f16 head_dim=64 out=f32 causal=true", "attention dtype=bf16 head_dim=256 causal=true alibi=true",
     };
     static char full[64][160];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
-        static const char *keys[] = {"", " window=true softcap=true alibi=true"};
+        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"};
         static const char *ptrs[64];
         n = 0;
         for (int a = 0; a < 2; a++)
-            for (int d = 64; d <= 128; d += 64)
+            for (int d = 64; d <= 256; d *= 2)
                 for (int c = 0; c < 3; c++)
-                    for (int k = 0; k < 2; k++) {
+                    for (int k = 0; k < 3; k++) {
+                        if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap; alibi alone there */
                         snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s", dts[a], d, causal[c], keys[k]);
                         ptrs[n] = full[n];
                         n++;

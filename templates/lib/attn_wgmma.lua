@@ -2,14 +2,14 @@
 -- a producer warpgroup issuing TMA into a K/V ring gated by mbarriers, consumer warpgroups on wgmma.
 --
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma, or path=auto on a target
--- with wgmma (sm_90a) for the specs this file covers (M.covers): f16/bf16 inputs, head_dim 64 or 128
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA; not
+-- with wgmma (sm_90a) for the specs this file covers (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA; not
 -- split-KV, dropout, varlen, paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
 -- boxes of 1 x 64 rows x 1 x 64 columns: one 128-byte row of 64 16-bit elements, the 128B swizzle's
--- span; head_dim 128 takes two boxes a tile). Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
+-- span; head_dim 128 and 256 take two and four boxes a tile). Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
 -- fill); scores of keys past seq_k are masked; stores of rows past seq_q are not made.
 --
 -- Block: NC consumer warpgroups (threads 0 .. 128 NC - 1; warpgroup c owns query rows q0 + 64c .. +63)
@@ -39,19 +39,26 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- inc: (dec + NC inc) x 128 <= 65536, the register file one block takes). Two consumer warpgroups (128 query
 -- rows a block, FA3's BM for d64/d128) read each K/V tile once for both; they run side by side, not yet
 -- ping-ponged (no named barriers order one's softmax under the other's wgmma). One warpgroup (nc = 1,
--- dec 40 / inc 232) also builds and passes the same tests; 2 halves K/V traffic per query row.
+-- dec 40 / inc 232) also builds and passes the same tests; 2 halves K/V traffic per query row. d256: O is 128
+-- f32 registers a consumer thread (S 32, P 16 more) within the 240, shared memory 192 KiB of the 227 (ptxas:
+-- no spill, with causal and ALiBi too; window or softcap spilled 4-60 bytes: not covered at d256).
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
   [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [256] = { nc = 2, stages = 2, dec = 24, inc = 240 },
 }
 
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
   if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
-    return string.format("head_dim=%d (64 and 128 only)", spec.dim or spec.head_dim)
+    return string.format("head_dim=%d (64, 128 and 256 only)", spec.dim or spec.head_dim)
   end
   if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  if spec.head_dim == 256 and (spec.window or spec.softcap) then
+    -- (O's 128 f32 registers a thread and the window's / softcap's per-row values: ptxas spilled 4-60 bytes)
+    return "head_dim=256 with " .. (spec.window and "window" or "softcap") .. "=true (it spills: O alone holds 128 of the 240 registers)"
+  end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
     if spec[k] then return k .. "=true" end
   end
@@ -70,7 +77,7 @@ function M.config(spec, target)
   end
   local why = not_covered(spec)
   if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64 or 128, causal, window, softcap, alibi, GQA (use path=auto)")
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA (use path=auto)")
   end
   local d = spec.head_dim
   local sh = SHAPES[d]
