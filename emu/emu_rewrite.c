@@ -550,7 +550,11 @@ static void add_trampoline(rewriter *r, LLVMValueRef kernel, const char *name) {
         LLVMValueRef slot = LLVMBuildGEP2(r->b, r->ptr, LLVMGetParam(e, 0), &idx, 1, "");
         LLVMValueRef at = LLVMBuildLoad2(r->b, r->ptr, slot, "");
         /* a byval parameter (a tensor map) is passed as the address of its bytes, as cuLaunchKernel's are */
-        bool byval = LLVMGetEnumAttributeAtIndex(kernel, i + 1, LLVMGetEnumAttributeKindForName("byval", 5)) != NULL;
+        unsigned byval_kind = LLVMGetEnumAttributeKindForName("byval", 5);
+        bool byval = LLVMGetEnumAttributeAtIndex(kernel, i + 1, byval_kind) != NULL;
+        /* the host kernel takes that address as a plain pointer: a byval parameter would have the call pass
+         * the bytes themselves on the stack, which this call (no byval at its site) does not */
+        if (byval) LLVMRemoveEnumAttributeAtIndex(kernel, i + 1, byval_kind);
         args[i] = byval ? at : LLVMBuildLoad2(r->b, params[i], at, "");
     }
     LLVMBuildCall2(r->b, kty, kernel, args, n, "");

@@ -42,14 +42,18 @@ static int b_max_registers(lua_State *L) {
     return 0;
 }
 
-/* b:dynamic_shared(dtype) -> pointer to the block's dynamic shared memory (extern __shared__,
- * 128-byte aligned), sized at launch by meta.dynamic_smem, which config() sets; every call
- * returns the same base, typed as dtype. */
+/* b:dynamic_shared(dtype[, align]) -> pointer to the block's dynamic shared memory (extern __shared__,
+ * 128-byte aligned, or `align` bytes: a power of two up to 1024, e.g. the 1024 of a 128B-swizzled
+ * TMA/wgmma tile), sized at launch by meta.dynamic_smem, which config() sets; every call returns
+ * the same base, typed as dtype (its alignment the largest asked for). */
 static int b_dynamic_shared(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
     kiln_dtype dt;
     const char *s = luaL_checkstring(L, 2);
+    lua_Integer align = luaL_optinteger(L, 3, 128);
     if (kiln_dtype_parse(s, &dt) != 0) return luaL_error(L, "bad dtype '%s'; valid: f32, f16, bf16", s);
+    if (align < 16 || align > 1024 || (align & (align - 1)))
+        return luaL_error(L, "b:dynamic_shared: align %d; valid: a power of two from 16 to 1024", (int)align);
     if (!gb->meta->dynamic_smem) return luaL_error(L, "b:dynamic_shared: config() set no dynamic_smem");
     LLVMValueRef g = LLVMGetNamedGlobal(gb->mod, "kiln_dsmem");
     if (!g) {
@@ -58,6 +62,7 @@ static int b_dynamic_shared(lua_State *L) {
         LLVMSetLinkage(g, LLVMExternalLinkage);
         LLVMSetAlignment(g, 128);
     }
+    if ((unsigned)align > LLVMGetAlignment(g)) LLVMSetAlignment(g, (unsigned)align);
     gen_push_value(L, g, GEN_PTR, (int)dt, GEN_AS_SHARED);
     return 1;
 }

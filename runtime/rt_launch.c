@@ -448,6 +448,10 @@ static kiln_status bind_tmap(env *e, int i, kiln_launch_step *step) {
         return kiln_fail(e->err, KILN_EINVAL, "kernel '%s' needs the tensor '%s' (%s, %lld elements of %s) for its tensor map "
                          "'%s': give it", m->spec, t->name, t->role, (long long)n, kiln_dtype_name(p->dtype), p->name);
     const int nd = t->ndims;
+    /* given strides leave 0 on an axis the kernel takes no stride for (attention's head_dim): contiguous */
+    int declared = 0;
+    for (int k = 0; k < e->d->nstr; k++) declared |= !strcmp(e->d->str[k].tensor, t->name) && e->d->str[k].axis == nd - 1;
+    if (st[nd - 1] == 0 && !declared) st[nd - 1] = 1;
     if (st[nd - 1] != 1)
         return kiln_fail(e->err, KILN_EINVAL, "tensor %s's innermost stride is %lld elements; kernel '%s' reads it through a "
                          "tensor map, which needs 1 (contiguous rows)", t->name, (long long)st[nd - 1], m->spec);

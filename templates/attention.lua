@@ -46,6 +46,7 @@ local append = require("lib.attn_append")
 local rotary = require("lib.attn_rotary")
 local f16s = require("lib.attn_f16scaled")
 local vdim = require("lib.attn_vdim")
+local wgmma = require("lib.attn_wgmma")
 
 local K = {
   doc = "attention forward: O = softmax(scale * Q K^T [causal]) V, lse saved as f32",
@@ -56,8 +57,8 @@ local K = {
       doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
     vdim.KEY,
     mask.CAUSAL,
-    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
-      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged); mma; simt: fp32 FMA" },
+    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
+      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged; sm_90a: wgmma where lib/attn_wgmma.lua covers the spec); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -280,6 +281,8 @@ end
 
 function K.config(spec, target)
   spec = spec_of(spec)
+  local wg = wgmma.config(spec, target) -- sm_90a: TMA + wgmma (lib/attn_wgmma.lua)
+  if wg then return wg end
   local mma = has_mma(spec, target)
   if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.varlen or spec.paged) then
     error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
@@ -1159,6 +1162,7 @@ end
 
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
+  if cfg.path == "wgmma" then return wgmma.build(b, spec, cfg) end
   local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   paged.setup(b, spec, p)
   append.setup(b, spec, p)
@@ -1199,6 +1203,7 @@ function K.launch(spec, cfg)
     t[#t + 1] = { "lse", "out", { "batch", "heads_q", "seq_q" }, optional = true }
   end
   vdim.launch(spec, l)
+  if cfg.path == "wgmma" then wgmma.launch(spec, cfg, l) end
   return rotary.launch(spec, append.launch(spec, paged.launch(spec, varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true, true),
     cfg.block_n), al))
 end

@@ -397,6 +397,7 @@ RT_FUNCS = {
     "kiln_kernel_payload_kind": (ctypes.c_int, [P]),
     "kiln_kernel_grid": (S, [P, ctypes.POINTER(ctypes.c_uint64), ctypes.POINTER(ctypes.c_uint), ERR]),
     "kiln_kernel_launch": (S, [P, ctypes.POINTER(ctypes.c_uint), ctypes.POINTER(Arg), ctypes.c_int, P, ERR]),
+    "kiln_tensor_map_encode": (S, [P, P, P, ERR]),
     "kiln_attention_forward": (S, [P, ctypes.POINTER(AttentionArgs), ERR]),
     "kiln_attention_pick": (S, [P, ctypes.POINTER(AttentionArgs), PP, ERR]),
     "kiln_attention_forward_workspace": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int,
@@ -677,7 +678,7 @@ def meta_dict(m):
     for i in range(m.nparams):
         p = m.params[i]
         kind = PARAM_KINDS[p.kind] if 0 <= p.kind < len(PARAM_KINDS) else str(p.kind)
-        params.append({"name": text(p.name), "kind": kind, "dtype": DTYPES[p.dtype] if kind == "ptr" else None})
+        params.append({"name": text(p.name), "kind": kind, "dtype": DTYPES[p.dtype] if kind in ("ptr", "tensormap") else None})
     return {
         "family": text(m.family),
         "spec": text(m.spec),

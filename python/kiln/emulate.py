@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from . import _gen, _lib
+from . import _gen, _lib, _tmap
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
 from ._attn_keys import Keys, causal_value
 from .errors import KilnArgumentError, KilnSpecError
@@ -95,6 +95,7 @@ class EmuKernel:
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
         by_meta = nullable_for(self.meta)
         bound, _ = bind(self.meta, params, self.spec, lambda n, sv: n in nullable or by_meta(n, sv), _np_view)
+        maps = _tmap.emulated(self.meta, params, bound)  # tensormap parameters (TMA kernels, sm_90a)
         n = len(bound)
         store = []
         argv = (ctypes.c_void_p * max(n, 1))()
@@ -109,6 +110,10 @@ class EmuKernel:
                 else:
                     extents[i] = v.keep.nbytes
                     strict = strict and extents[i] > 0
+            elif p["kind"] == "tensormap":
+                store.append(maps[p["name"]][0])
+                argv[i] = maps[p["name"]][1]
+                continue
             elif p["kind"] == "i32":
                 c = ctypes.c_int32(v)
             elif p["kind"] == "i64":

@@ -15,7 +15,7 @@ import sys
 import threading
 import warnings
 
-from . import _arrays, _extents, _lib
+from . import _arrays, _extents, _lib, _tmap
 from ._gen import sm_name, spec_values
 from ._attn_keys import CAUSAL_CODE, Keys, causal_value
 from ._rt_varlen import VarlenRuntime
@@ -75,7 +75,7 @@ def bind(meta, args, what, nullable_ok, view_of):
     Returns (list of (param, value), pointer views). Pointers: view_of(obj, label) gives an object
     with ptr/dtype/numel/contiguous(); a None pointer is allowed only when the spec turns that input
     off (weight=false). Checks dtype, contiguity, alignment and size where the extent is known."""
-    names = [p["name"] for p in meta["params"]]
+    names = [p["name"] for p in meta["params"] if p["kind"] != "tensormap"]  # (maps: built from the tensors)
     extra = sorted(set(args) - set(names))
     if extra:
         raise KilnArgumentError("%s takes no parameter %s; its parameters: %s" % (
@@ -87,12 +87,15 @@ def bind(meta, args, what, nullable_ok, view_of):
     sv = spec_values(meta["spec"])
     scalars = {}
     for p in meta["params"]:
-        if p["kind"] != "ptr":
+        if p["kind"] not in ("ptr", "tensormap"):
             scalars[p["name"]] = _check_scalar(p["name"], p["kind"], args[p["name"]])
     env = _extents.variables(sv, scalars)
     out, views = [], []
     align = meta["align_bytes"] or 1
     for p in meta["params"]:
+        if p["kind"] == "tensormap":
+            out.append((p, None))  # the caller builds the map (kiln.emulate: _tmap.records)
+            continue
         name, v = p["name"], args[p["name"]]
         if p["kind"] != "ptr":
             out.append((p, scalars[name]))
@@ -178,8 +181,11 @@ class Kernel:
         bound, views = bind(self.meta, params, self.spec, nullable_for(self.meta),
                             lambda o, w: self._rt._view(o, w, dev, index_ok=True))
         args = (_lib.Arg * max(1, len(bound)))()
+        maps = _tmap.encoded(self._rt, self.meta, params, bound)  # tensormap parameters (TMA kernels, sm_90a)
         for i, (p, v) in enumerate(bound):
-            if p["kind"] == "ptr":
+            if p["kind"] == "tensormap":
+                args[i].tmap = maps[p["name"]][1]
+            elif p["kind"] == "ptr":
                 args[i].ptr = v.ptr if v is not None else 0
             elif p["kind"] == "i32":
                 args[i].i32 = v

@@ -73,7 +73,9 @@ def test_layer_norm_detects_a_planted_error():
 
 @pytest.mark.parametrize("dt,sm,causal,sq,sk,hq,hkv,d", [
     ("f16", 80, False, 17, 40, 2, 2, 64), ("bf16", 75, True, 33, 50, 4, 1, 64), ("f32", 90, True, 9, 9, 2, 1, 32),
-    ("bf16", 90, True, 20, 70, 2, 2, 128)])
+    ("bf16", 90, True, 20, 70, 2, 2, 128),
+    # sm_90a: the TMA + wgmma kernel (path=wgmma), its tensor maps built by kiln.emulate (_tmap.records)
+    ("bf16", "90a", True, 70, 130, 4, 2, 128), ("f16", "90a", False, 33, 65, 2, 1, 64)])
 def test_attention_matches_float64(dt, sm, causal, sq, sk, hq, hkv, d):
     rng = np.random.default_rng(11)
     q = rng.uniform(-1, 1, (1, sq, hq, d)).astype(NP[dt])

@@ -1,0 +1,307 @@
+-- templates/lib/attn_wgmma.lua - the attention forward on sm_90a in FlashAttention-3's structure (path=wgmma):
+-- a producer warpgroup issuing TMA into a K/V ring gated by mbarriers, consumer warpgroups on wgmma.
+--
+-- attention.lua hands a spec here (config / build / launch) when path=wgmma, or path=auto on a target
+-- with wgmma (sm_90a) for the specs this file covers (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA; not
+-- split-KV, dropout, varlen, paged, append or rotary (those keep the FA2 kernel there).
+--
+-- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
+-- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
+-- boxes of 1 x 64 rows x 1 x 64 columns: one 128-byte row of 64 16-bit elements, the 128B swizzle's
+-- span; head_dim 128 and 256 take two and four boxes a tile). Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
+-- fill); scores of keys past seq_k are masked; stores of rows past seq_q are not made.
+--
+-- Block: NC consumer warpgroups (threads 0 .. 128 NC - 1; warpgroup c owns query rows q0 + 64c .. +63)
+-- and one producer warpgroup (the last; its first thread issues every TMA). setmaxnreg moves registers
+-- from the producer (dec) to the consumers (inc). Shared memory (dynamic, 1024-byte aligned): Q of the
+-- block (NC x d/64 panels of 64 x 64), then NS stages of K and of V (d/64 panels each); a panel is
+-- 8192 bytes, rows of 128 bytes under the 128-byte swizzle, which is also the layout wgmma's descriptors
+-- name: K as stored is K-major for S = Q K^T, V as stored is N-major for O += P V (trans_b).
+-- Barriers: qbar (Q landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
+--
+-- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n64k16 wgmma; commit; wait; the
+-- online softmax on S's D fragment (thread 32w + 4g + q holds rows 16w + g and 16w + g + 8, element i at
+-- row (i >> 1) & 1, column 8(i >> 2) + 2q + (i & 1); row max and sum over the 4 lanes q); O rescaled;
+-- P packed into wgmma's A registers; O += P V by 4 chained m64n{d}k16 wgmma; commit; wait; arrive
+-- empty[s]. The epilogue divides by l and writes O (out dtype) and lse (natural log; +inf and O = 0 for
+-- a row that sees no key, as FlashAttention-2).
+local util = require("lib.util")
+local mask = require("lib.attn_mask")
+
+local M = {}
+
+local LOG2E = 1.4426950408889634
+local NEG_INF, POS_INF = -math.huge, math.huge
+local BN = 64          -- keys per tile
+local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
+-- Geometry per head_dim: consumer warpgroups, ring stages, setmaxnreg counts (producer dec, consumers
+-- inc: (dec + NC inc) x 128 <= 65536, the register file one block takes). Two consumer warpgroups (128 query
+-- rows a block, FA3's BM for d64/d128) read each K/V tile once for both; they run side by side, not yet
+-- ping-ponged (no named barriers order one's softmax under the other's wgmma). One warpgroup (nc = 1,
+-- dec 40 / inc 232) also builds and passes the same tests; 2 halves K/V traffic per query row. d256: O is 128
+-- f32 registers a consumer thread (S 32, P 16 more) within the 240, shared memory 192 KiB of the 227 (ptxas:
+-- no spill, with causal and ALiBi too; window or softcap spilled 4-60 bytes: not covered at d256).
+local SHAPES = {
+  [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [256] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+}
+
+-- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
+local function not_covered(spec)
+  if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
+  if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
+    return string.format("head_dim=%d (64, 128 and 256 only)", spec.dim or spec.head_dim)
+  end
+  if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  if spec.head_dim == 256 and (spec.window or spec.softcap) then
+    -- (O's 128 f32 registers a thread and the window's / softcap's per-row values: ptxas spilled 4-60 bytes)
+    return "head_dim=256 with " .. (spec.window and "window" or "softcap") .. "=true (it spills: O alone holds 128 of the 240 registers)"
+  end
+  for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
+    if spec[k] then return k .. "=true" end
+  end
+  if spec.rotary and spec.rotary ~= "none" and spec.rotary ~= false then return "rotary=" .. tostring(spec.rotary) end
+  return nil
+end
+M.not_covered = not_covered
+
+-- The config of path=wgmma, or nil when the spec stays on attention.lua's paths. Errors: path=wgmma on a
+-- target without wgmma, or for a spec this path does not build.
+function M.config(spec, target)
+  if spec.path ~= "wgmma" and not (spec.path == "auto" and target.wgmma and not not_covered(spec)) then return nil end
+  if not target.wgmma then
+    error(string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
+                        target.name or ("sm_" .. target.sm)))
+  end
+  local why = not_covered(spec)
+  if why then
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA (use path=auto)")
+  end
+  local d = spec.head_dim
+  local sh = SHAPES[d]
+  local panels = d // 64
+  local eb = util.dtype_bytes[spec.dtype]
+  local bytes = (sh.nc * panels + 2 * sh.stages * panels) * PANEL * eb
+  return {
+    path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
+    rows_per_block = 64 * sh.nc, block_n = BN, nc = sh.nc, stages = sh.stages, dec = sh.dec, inc = sh.inc,
+    dynamic_smem = bytes, align = 16,
+  }
+end
+
+-- The tensor maps of the launch (docs/registry.md): q, k, v as [batch, seq, heads, d], boxes of 64 rows x 64
+-- columns, 128-byte swizzle.
+function M.launch(spec, cfg, l)
+  l.tmaps = {
+    { "tm_q", "q", box = { 1, 64, 1, 64 }, swizzle = 128 },
+    { "tm_k", "k", box = { 1, 64, 1, 64 }, swizzle = 128 },
+    { "tm_v", "v", box = { 1, 64, 1, 64 }, swizzle = 128 },
+  }
+  return l
+end
+
+local function declare(b, spec)
+  local params = {
+    { "o", "ptr", spec.out }, { "lse", "ptr", "f32" },
+    { "q", "ptr", spec.dtype, readonly = true }, { "k", "ptr", spec.dtype, readonly = true },
+    { "v", "ptr", spec.dtype, readonly = true },
+    { "batch", "i32" }, { "heads_q", "i32" }, { "heads_kv", "i32" }, { "seq_q", "i32" },
+    { "seq_k", "i32" }, { "scale", "f32" },
+  }
+  for _, t in ipairs({ "q", "k", "v", "o" }) do
+    for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
+  end
+  for _, t in ipairs({ "q", "k", "v" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
+  mask.params(spec, params)
+  return b:kernel{ params = params }
+end
+
+-- The key tiles [t0, t_end) the block's rows (query positions first..last) see.
+local function key_tiles(b, spec, m, first, last)
+  local p = m.p
+  if spec.window then
+    local t0, t_end = mask.tile_range(m, first, last, BN)
+    return t0, t_end
+  end
+  local hi = p.seq_k
+  if spec.causal then
+    local _, h = mask.row_range(m, last)
+    hi = h
+  end
+  return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN
+end
+
+function M.build(b, spec, cfg)
+  local p = declare(b, spec)
+  local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
+  local panels = d // 64
+  local t, wg = b:tid(), b:warpgroup()
+  local smem = b:dynamic_shared(T, 1024)
+  local sq = smem
+  local sk = smem + nc * panels * PANEL
+  local sv = sk + ns * panels * PANEL
+  local bars = b:shared("f32", 2 * (1 + 2 * ns), 8)
+  local qbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
+  local bz, h = b:ctaid("z"), b:ctaid("y")
+  local hkv = h // (p.heads_q // p.heads_kv)
+  local q0 = b:ctaid("x") * (64 * nc)
+  local m = mask.setup(b, spec, p)
+  local last = b:min(q0 + (64 * nc - 1), p.seq_q - 1)
+  local t0, t_end = key_tiles(b, spec, m, q0, last)
+  local ntiles = b:max(t_end - t0, 0)
+  local stage_bytes = 2 * panels * PANEL * util.dtype_bytes[T]
+
+  b:if_(b:eq(t, 0), function()
+    b:mbarrier_init(qbar, 1)
+    for s = 0, ns - 1 do
+      b:mbarrier_init(full + 2 * s, 1)
+      b:mbarrier_init(empty + 2 * s, 128 * nc)
+    end
+  end)
+  b:barrier()
+
+  -- producer: Q once, then each key tile's K and V into stage k % ns once the consumers freed it
+  b:if_(b:eq(wg, nc), function()
+    b:setmaxnreg("dec", cfg.dec)
+    b:if_(b:eq(t, 128 * nc), function()
+      b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
+      for c = 0, nc - 1 do
+        for j = 0, panels - 1 do
+          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, { 64 * j, h, q0 + 64 * c, bz }, qbar)
+        end
+      end
+      b:for_(0, ntiles, 1, function(k)
+        local s = k % ns
+        b:if_(b:ge(k, ns), function() b:mbarrier_wait(empty + 2 * s, (k // ns + 1) % 2) end)
+        local fb = full + 2 * s
+        b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
+        local row = (t0 + k) * BN
+        for j = 0, panels - 1 do
+          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, row, bz }, fb)
+          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, row, bz }, fb)
+        end
+      end)
+    end)
+  end)
+
+  -- consumers
+  b:if_(b:lt(wg, nc), function()
+    b:setmaxnreg("inc", cfg.inc)
+    local tc = b:warpgroup_thread()
+    local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
+    local my_q = sq + wg * (panels * PANEL)
+    local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
+    local rows, sqpos = {}, {}
+    for r = 0, 1 do
+      rows[r] = q0 + wg * 64 + w * 16 + g + 8 * r
+      sqpos[r] = rows[r]
+    end
+    local mv, lv, ov = {}, {}, {}
+    for r = 0, 1 do mv[r], lv[r] = b:var("f32", NEG_INF), b:var("f32", 0.0) end
+    for i = 1, d // 2 do ov[i] = b:var("f32", 0.0) end
+    local lim_hi, lim_lo, slope = {}, {}, nil
+    for r = 0, 1 do
+      local lo, hi = mask.row_range(m, sqpos[r])
+      lim_hi[r], lim_lo[r] = hi, lo
+    end
+    if spec.alibi then slope = mask.slope(m, h) end
+    local scale2 = p.scale * LOG2E
+    b:mbarrier_wait(qbar, 0)
+    -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
+    -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
+    local first = q0 + wg * 64
+    local wlast = b:min(first + 63, p.seq_q - 1)
+    local _, hi_first = mask.row_range(m, first)
+    local lo_last = spec.window and mask.row_range(m, wlast) or nil
+    local f0 = lo_last and b:min(b:max((lo_last + (BN - 1)) // BN - t0, 0), ntiles) or b:i32(0)
+    local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)
+    local function tile(k, masked)
+      local s = k % ns
+      b:mbarrier_wait(full + 2 * s, (k // ns) % 2)
+      local ks, vs = sk + s * (panels * PANEL), sv + s * (panels * PANEL)
+      b:wgmma_fence()
+      local S
+      for j = 0, d // 16 - 1 do
+        local off = (j // 4) * PANEL + 16 * (j % 4)
+        S = b:wgmma{ n = BN, type = T, a = desc(my_q + off, 16), b = desc(ks + off, 16), acc = S }
+      end
+      b:wgmma_commit()
+      S = b:wgmma_wait(0, S)
+      local kv0 = (t0 + k) * BN
+      local x, mx = {}, {}
+      for i = 0, BN // 2 - 1 do
+        local r = (i >> 1) & 1
+        local col = 8 * (i >> 2) + (i & 1)
+        local key = kv0 + q * 2 + col
+        local dist = spec.alibi and b:f32(sqpos[r] + m.shift - key) or nil
+        local v = mask.score(m, S[i + 1], scale2, slope, dist)
+        if masked then
+          local ok = b:lt(key, lim_hi[r])
+          if lim_lo[r] then ok = b:and_(ok, b:ge(key, lim_lo[r])) end
+          v = b:select(ok, v, NEG_INF)
+        end
+        x[i] = v
+        mx[r] = mx[r] and b:max(mx[r], x[i]) or x[i]
+      end
+      local alpha, muse = {}, {}
+      for r = 0, 1 do
+        local m_old = mv[r]:get()
+        local m_new = b:max(m_old, b:warp_max(mx[r], 4))
+        muse[r] = b:select(b:eq(m_new, NEG_INF), 0.0, m_new)
+        alpha[r] = b:select(b:eq(m_old, NEG_INF), 0.0, b:ex2_approx(m_old - muse[r]))
+        mv[r]:set(m_new)
+      end
+      local P, sum = {}, {}
+      for i = 0, BN // 2 - 1 do
+        local r = (i >> 1) & 1
+        P[i] = b:ex2_approx(x[i] - muse[r])
+        sum[r] = sum[r] and sum[r] + P[i] or P[i]
+      end
+      for r = 0, 1 do lv[r]:set(b:fma(lv[r]:get(), alpha[r], sum[r])) end
+      local O = {}
+      for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
+      b:wgmma_fence()
+      for j = 0, BN // 16 - 1 do
+        local a = {}
+        for hh = 0, 3 do
+          local i = 8 * j + 4 * (hh >> 1) + 2 * (hh & 1)
+          a[hh + 1] = b:pack(P[i], P[i + 1], T)
+        end
+        O = b:wgmma{ n = d, type = T, a = a, b = desc(vs + 1024 * j, 8192), acc = O, trans_b = true }
+      end
+      b:wgmma_commit()
+      O = b:wgmma_wait(0, O)
+      for i = 1, d // 2 do ov[i]:set(O[i]) end
+      b:mbarrier_arrive(empty + 2 * s)
+    end
+    b:for_(0, f0, 1, function(k) tile(k, true) end)
+    b:for_(f0, f1, 1, function(k) tile(k, false) end)
+    b:for_(f1, ntiles, 1, function(k) tile(k, true) end)
+    -- epilogue: O / l in the out dtype, lse from the lanes q == 0
+    local ob = util.dtype_bytes[spec.out]
+    for r = 0, 1 do
+      local row = rows[r]
+      local live = b:lt(row, p.seq_q)
+      local lsum = b:warp_sum(lv[r]:get(), 4)
+      local empty_row = b:le(lsum, 0.0)
+      local inv = b:select(empty_row, 0.0, 1.0 / lsum)
+      local orow = p.o + b:i64(bz) * p.stride_ob + b:i64(h) * p.stride_oh + b:i64(b:select(live, row, 0)) * p.stride_os + q * 2
+      local vals = {}
+      for j = 0, d // 8 - 1 do
+        local i = 4 * j + 2 * r
+        vals[j] = b:from_f32_vec({ ov[i + 1]:get() * inv, ov[i + 2]:get() * inv }, spec.out)
+      end
+      b:if_(live, function()
+        for j = 0, d // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+      end)
+      local m_use = b:select(b:eq(mv[r]:get(), NEG_INF), 0.0, mv[r]:get())
+      local lse = b:select(empty_row, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
+      local idx = (b:i64(bz) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(row)
+      b:if_(b:and_(b:and_(live, b:eq(q, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+    end
+  end)
+end
+
+return M

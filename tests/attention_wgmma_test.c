@@ -1,0 +1,354 @@
+/* tests/attention_wgmma_test.c - the attention family's sm_90a forward (path=wgmma, templates/lib/attn_wgmma.lua:
+ * TMA producer, K/V ring on mbarriers, wgmma consumer) on the emulator against the float64 reference through the
+ * family's case runner (tensor maps bound from the launch description), path selection and refusals, planted
+ * template bugs caught, the profile's wgmma/TMA/ex2 counts, ptxas sm_90a (0 spills, no C7508) and lint. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln/emu_case.h"
+#include "kiln/emu_profile.h"
+#include "kiln/kiln.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+static char dir[] = "/tmp/kiln-attn-wgmma-XXXXXX";
+
+typedef struct row {
+    const char *spec;
+    int seq_q, seq_k, heads_q, heads_kv, batch;
+    int left, right; /* window=true */
+    int twice;
+} row;
+
+/* Runs one case on g (the built-in templates or a planted copy); returns the status, *bad the values out of
+ * tolerance; err names a failed run. */
+static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, kiln_case **keep, kiln_error *err) {
+    kiln_case_opts o = {.sm = SM90A, .seed = 7, .twice = r->twice};
+    kiln_case_opts_set(&o, "rows", r->seq_q);
+    kiln_case_opts_set(&o, "seq_k", r->seq_k);
+    kiln_case_opts_set(&o, "heads_q", r->heads_q);
+    kiln_case_opts_set(&o, "heads_kv", r->heads_kv);
+    kiln_case_opts_set(&o, "batch", r->batch);
+    if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
+    if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 5);
+    if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(c, err);
+    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
+    if (st == KILN_OK && *bad) {
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            if (kiln_case_output_at(c, i)->bad) snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    if (keep && st == KILN_OK) *keep = c;
+    else kiln_case_free(c);
+    return st;
+}
+
+/* Small problems: odd tails on both sequence lengths (TMA's zero fill past seq_k, masked stores past seq_q),
+ * one query, one key, GQA, batches, every mask key, both causal alignments, f32 output. */
+static const row ROWS[] = {
+    {"attention dtype=bf16 head_dim=64", 64, 64, 1, 1, 1, 0, 0, 1},
+    {"attention dtype=f16 head_dim=64", 1, 200, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=128", 77, 130, 2, 1, 2, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 out=f32", 130, 1, 1, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=64 causal=true", 100, 37, 4, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 causal=top_left", 65, 150, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 causal=true", 150, 200, 1, 1, 1, 0, 0, 1},
+    {"attention dtype=bf16 head_dim=64 causal=true window=true", 130, 130, 2, 2, 1, 20, 5, 0},
+    {"attention dtype=bf16 head_dim=64 softcap=true", 70, 90, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 causal=true alibi=true", 70, 190, 4, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true", 90, 140, 2, 1, 1, 30, 0, 0},
+    {"attention dtype=f16 head_dim=256", 70, 100, 2, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=top_left alibi=true", 129, 75, 2, 1, 1, 0, 0, 0},
+};
+
+static void test_emulator(void) {
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        const row *r = &ROWS[i];
+        char name[300];
+        snprintf(name, sizeof name, "%s sm_90a: seq %d x %d, heads %d:%d, batch %d%s vs float64", r->spec + 10, r->seq_q, r->seq_k,
+                 r->heads_q, r->heads_kv, r->batch, r->twice ? ", run twice" : "");
+        TEST_BEGIN(name);
+        kiln_error err = {0};
+        long bad = 0;
+        kiln_status st = run_case(gen, emu, r, &bad, NULL, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld bad: %s", bad, err.msg);
+        TEST_END();
+    }
+}
+
+/* The PTX of spec for sm (NULL on failure, err filled). */
+static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
+    kiln_module *m = NULL;
+    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
+    return m;
+}
+
+static void test_selection(void) {
+    TEST_BEGIN("path=auto takes wgmma on sm_90a for the specs it covers, the FA2 kernel elsewhere; path=wgmma refused off sm_90a and for uncovered specs");
+    static const struct {
+        const char *spec;
+        int sm, wgmma;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=64", SM90A, 1},
+        {"attention dtype=f16 head_dim=128 causal=true window=true", SM90A, 1},
+        {"attention dtype=bf16 head_dim=96", SM90A, 0},           /* head_dim 96: FA2 */
+        {"attention dtype=bf16 head_dim=256 causal=true window=true", SM90A, 0}, /* d256 with a window: FA2 */
+        {"attention dtype=bf16 head_dim=256 causal=true", SM90A, 1},
+        {"attention dtype=bf16 head_dim=128 splitkv=true", SM90A, 0},
+        {"attention dtype=bf16 head_dim=128 dropout=true", SM90A, 0},
+        {"attention dtype=f32 head_dim=64", SM90A, 0},
+        {"attention dtype=bf16 head_dim=64", 90, 0},               /* plain sm_90: no wgmma */
+        {"attention dtype=bf16 head_dim=64 path=mma", SM90A, 0},   /* the FA2 kernel on request */
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, cases[i].spec, cases[i].sm, &err);
+        CHECK(m, "%s: %s", cases[i].spec, err.msg);
+        if (!m) continue;
+        int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
+        CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
+        kiln_module_free(m);
+    }
+    static const struct {
+        const char *spec;
+        int sm;
+        const char *want;
+    } refused[] = {
+        {"attention dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
+        {"attention dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
+        {"attention dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64, 128 and 256 only)"},
+        {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", SM90A, "dropout=true"},
+        {"attention dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
+        {"attention dtype=bf16 head_dim=256 softcap=true path=wgmma", SM90A, "head_dim=256 with softcap=true (it spills"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, refused[i].spec, refused[i].sm, &err);
+        CHECK(!m && strstr(err.msg, refused[i].want), "%s (sm %d): %s", refused[i].spec, refused[i].sm, m ? "generated" : err.msg);
+        kiln_module_free(m);
+    }
+    TEST_END();
+}
+
+/* Planted bugs: a copy of the templates with one edit to lib/attn_wgmma.lua; each must fail a case. */
+static void test_planted(void) {
+    static const struct {
+        const char *what, *from, *to;
+        row r;
+        int clean; /* not a bug: the edited template must pass */
+    } bugs[] = {
+        {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+        {"keys past seq_k not masked", "v = b:select(ok, v, NEG_INF)", "v = v",
+         {"attention dtype=bf16 head_dim=64", 40, 40, 1, 1, 1, 0, 0, 0}, 0},
+        {"a partly visible tile run as a whole one (the loop split rounding up)",
+         "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)",
+         "local f1 = b:min(b:max((b:max(hi_first, 0) + (BN - 1)) // BN - t0, f0), ntiles)",
+         {"attention dtype=f16 head_dim=64 causal=true", 100, 100, 1, 1, 1, 0, 0, 0}, 0},
+        {"the window's left edge tiles run unmasked", "local f0 = lo_last and", "local f0 = false and",
+         {"attention dtype=bf16 head_dim=64 causal=true window=true", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
+        {"O not rescaled", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
+         {"attention dtype=f16 head_dim=64", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
+        {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",
+         "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
+        {"consumer on the wrong parity of full", "(k // ns) % 2)", "(k // ns + 1) % 2)",
+         {"attention dtype=bf16 head_dim=64", 64, 128, 1, 1, 1, 0, 0, 0}, 0},
+        {"producer not waiting for a free stage", "b:if_(b:ge(k, ns), function()", "b:if_(b:ge(k, 1000000), function()",
+         {"attention dtype=bf16 head_dim=64", 64, 320, 1, 1, 1, 0, 0, 0}, 0},
+        {"the second consumer warpgroup reads the first's Q rows", "local my_q = sq + wg * (panels * PANEL)", "local my_q = sq",
+         {"attention dtype=bf16 head_dim=64", 100, 64, 1, 1, 1, 0, 0, 0}, 0},
+        {"(clean) the tensor maps after the window's i32 parameters: the emulator's host call of a byval parameter",
+         "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n"
+         "  mask.params(spec, params)\n",
+         "  mask.params(spec, params)\n"
+         "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n",
+         {"attention dtype=bf16 head_dim=64 causal=true window=true", 64, 64, 3, 3, 2, 7, 5, 0}, 1},
+        {"second d128 panel of K skipped", "local off = (j // 4) * PANEL + 16 * (j % 4)", "local off = 16 * (j % 4)",
+         {"attention dtype=f16 head_dim=128", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+    };
+    const char *src = __FILE__;
+    const char *cut = strstr(src, "tests/attention_wgmma_test.c");
+    char root[512];
+    snprintf(root, sizeof root, "%.*s", cut ? (int)(cut - src) : 0, src);
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char name[300];
+        snprintf(name, sizeof name, bugs[i].clean ? "edited template passes: %s" : "planted bug caught: %s", bugs[i].what);
+        TEST_BEGIN(name);
+        char cmd[1400], path[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
+        int rc = system(cmd);
+        CHECK(rc == 0, "could not copy the templates: %s", cmd);
+        snprintf(path, sizeof path, "%s/t/lib/attn_wgmma.lua", dir);
+        size_t len = 0;
+        char *text = slurp(path, &len);
+        char *at = text ? strstr(text, bugs[i].from) : NULL;
+        CHECK(at, "the template no longer has '%s'", bugs[i].from);
+        if (at) {
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fwrite(text, 1, (size_t)(at - text), f);
+                fputs(bugs[i].to, f);
+                fputs(at + strlen(bugs[i].from), f);
+                fclose(f);
+            }
+            kiln_gen *pg = NULL;
+            kiln_emu *pe = NULL;
+            char tdir[600];
+            snprintf(tdir, sizeof tdir, "%s/t", dir);
+            kiln_gen_options o = {.template_dir = tdir};
+            kiln_error err = {0};
+            if (kiln_gen_create(&pg, &o, &err) == KILN_OK && kiln_emu_create(&pe, &err) == KILN_OK) {
+                long bad = 0;
+                kiln_status st = run_case(pg, pe, &bugs[i].r, &bad, NULL, &err);
+                if (bugs[i].clean) CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+                else CHECK(st != KILN_OK || bad > 0, "ran clean");
+                if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
+            } else {
+                CHECK(0, "setup: %s", err.msg);
+            }
+            if (pe) kiln_emu_destroy(pe);
+            if (pg) kiln_gen_destroy(pg);
+        }
+        free(text);
+        TEST_END();
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+}
+
+/* The profile of bf16 d128 causal, seq_q 130 x seq_k 200, 2 heads: blocks of 128 query rows (two consumer
+ * warpgroups of 64), 2 per head; the last row of each (127, 129) sees keys < 198 / 200 (bottom-right, shift
+ * 70): 4 key tiles a block, loaded once and consumed by both warpgroups (16 warpgroup-tiles a head, 32 in all).
+ * Per consumer warp and tile: S by 8 chained wgmma and O by 4, each group fence + mma_async + commit + wait
+ * (18), and 34 ex2 (32 P + 2 alpha); TMA per block: Q's 2 panels per warpgroup, then K's and V's 2 panels per
+ * tile. */
+static void test_profile(void) {
+    TEST_BEGIN("profile of bf16 d128 causal 130 x 200: wgmma, TMA and ex2 warp instructions");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
+    row r = {"attention dtype=bf16 head_dim=128 causal=true", 130, 200, 2, 2, 1, 0, 0, 0};
+    long bad = 0;
+    if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
+    CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+    if (c) {
+        kiln_emu_profile p;
+        st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            const int blocks = 4, block_tiles = 4 * blocks, tiles = 2 * block_tiles; /* tiles: per consumer warpgroup */
+            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(tiles * 4 * 18), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], tiles * 4 * 18);
+            CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 4), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 4);
+            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(tiles * 4 * 34), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], tiles * 4 * 34);
+            if (getenv("KILN_TEST_VERBOSE"))
+                printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, shfl %llu, other %llu warp instructions\n",
+                       (unsigned long long)p.inst[KILN_PROF_WGMMA], (unsigned long long)p.inst[KILN_PROF_TMA],
+                       (unsigned long long)p.inst[KILN_PROF_MBARRIER], (unsigned long long)p.inst[KILN_PROF_EX2],
+                       (unsigned long long)p.inst[KILN_PROF_SHFL], (unsigned long long)p.inst[KILN_PROF_OTHER]);
+        }
+        kiln_case_free(c);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
+/* ptxas sm_90a over the path's variants (a sample here, every one under KILN_TEST_FULL=1): 0 spills, no C7508
+ * (a setmaxnreg ptxas ignored), lint clean. */
+static void test_ptxas(void) {
+    static const char *const quick[] = {
+        "attention dtype=bf16 head_dim=64", "attention dtype=f16 head_dim=128 causal=true",
+        "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true",
+        "attention dtype=f16 head_dim=64 out=f32 causal=true", "attention dtype=bf16 head_dim=256 causal=true alibi=true",
+    };
+    static char full[64][160];
+    const char *const *specs = quick;
+    int n = (int)(sizeof quick / sizeof quick[0]);
+    if (getenv("KILN_TEST_FULL")) {
+        static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
+        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"};
+        static const char *ptrs[64];
+        n = 0;
+        for (int a = 0; a < 2; a++)
+            for (int d = 64; d <= 256; d *= 2)
+                for (int c = 0; c < 3; c++)
+                    for (int k = 0; k < 3; k++) {
+                        if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap; alibi alone there */
+                        snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s", dts[a], d, causal[c], keys[k]);
+                        ptrs[n] = full[n];
+                        n++;
+                    }
+        specs = ptrs;
+    }
+    const char *ptxas = ptxas_path();
+    TEST_BEGIN("ptxas sm_90a: the wgmma attention variants assemble, 0 spills, no C7508; lint clean");
+    if (!ptxas) printf("  (no ptxas: lint only)\n");
+    ptxas_job jobs[64];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, specs[i], SM90A, &err);
+        CHECK(m, "%s: %s", specs[i], err.msg);
+        if (!m) continue;
+        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
+        kiln_lint_report *rep = NULL;
+        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
+            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings (on a 9.0 device)", specs[i], kiln_lint_count(rep));
+            kiln_lint_free(rep);
+        } else {
+            CHECK(0, "%s: lint: %s", specs[i], err.msg);
+        }
+        jobs[i].sm = SM90A;
+        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
+        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
+        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
+        kiln_module_free(m);
+    }
+    if (ptxas) {
+        ptxas_run_all(ptxas, jobs, n, 2);
+        for (int i = 0; i < n; i++) {
+            size_t len = 0;
+            char *log = slurp(jobs[i].log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
+                  jobs[i].status, spills, log ? log : "");
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
+            free(log);
+            unlink(jobs[i].log);
+        }
+    }
+    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    TEST_END();
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("attention_wgmma: setup: %s\nattention_wgmma: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_emulator();
+    test_selection();
+    test_planted();
+    test_profile();
+    test_ptxas();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    rmdir(dir);
+    return check_summary("attention_wgmma");
+}
