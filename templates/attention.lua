@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged; sm_90a: wgmma where lib/attn_wgmma.lua covers the spec); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure)" },
+      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,

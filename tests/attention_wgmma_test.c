@@ -56,19 +56,19 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
 /* Small problems: odd tails on both sequence lengths (TMA's zero fill past seq_k, masked stores past seq_q),
  * one query, one key, GQA, batches, every mask key, both causal alignments, f32 output. */
 static const row ROWS[] = {
-    {"attention dtype=bf16 head_dim=64", 64, 64, 1, 1, 1, 0, 0, 1},
-    {"attention dtype=f16 head_dim=64", 1, 200, 2, 2, 1, 0, 0, 0},
-    {"attention dtype=bf16 head_dim=128", 77, 130, 2, 1, 2, 0, 0, 0},
-    {"attention dtype=f16 head_dim=128 out=f32", 130, 1, 1, 1, 1, 0, 0, 0},
-    {"attention dtype=bf16 head_dim=64 causal=true", 100, 37, 4, 2, 1, 0, 0, 0},
-    {"attention dtype=f16 head_dim=64 causal=top_left", 65, 150, 2, 2, 1, 0, 0, 0},
-    {"attention dtype=f16 head_dim=128 causal=true", 150, 200, 1, 1, 1, 0, 0, 1},
-    {"attention dtype=bf16 head_dim=64 causal=true window=true", 130, 130, 2, 2, 1, 20, 5, 0},
-    {"attention dtype=bf16 head_dim=64 softcap=true", 70, 90, 2, 2, 1, 0, 0, 0},
-    {"attention dtype=f16 head_dim=64 causal=true alibi=true", 70, 190, 4, 1, 1, 0, 0, 0},
-    {"attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true", 90, 140, 2, 1, 1, 30, 0, 0},
-    {"attention dtype=f16 head_dim=256", 70, 100, 2, 1, 1, 0, 0, 0},
-    {"attention dtype=bf16 head_dim=256 causal=top_left alibi=true", 129, 75, 2, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 1},
+    {"attention dtype=f16 head_dim=64 path=wgmma", 1, 200, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=128 path=wgmma", 77, 130, 2, 1, 2, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 out=f32 path=wgmma", 130, 1, 1, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 100, 37, 4, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 causal=top_left path=wgmma", 65, 150, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 causal=true path=wgmma", 150, 200, 1, 1, 1, 0, 0, 1},
+    {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 130, 2, 2, 1, 20, 5, 0},
+    {"attention dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 causal=true alibi=true path=wgmma", 70, 190, 4, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 0, 0},
+    {"attention dtype=f16 head_dim=256 path=wgmma", 70, 100, 2, 1, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=top_left alibi=true path=wgmma", 129, 75, 2, 1, 1, 0, 0, 0},
 };
 
 static void test_emulator(void) {
@@ -95,16 +95,17 @@ static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err)
 }
 
 static void test_selection(void) {
-    TEST_BEGIN("path=auto takes wgmma on sm_90a for the specs it covers, the FA2 kernel elsewhere; path=wgmma refused off sm_90a and for uncovered specs");
+    TEST_BEGIN("path=wgmma builds the wgmma kernel on sm_90a for the specs it covers; path=auto keeps the FA2 kernel (opt-in until a GPU ran it); path=wgmma refused off sm_90a and for uncovered specs");
     static const struct {
         const char *spec;
         int sm, wgmma;
     } cases[] = {
-        {"attention dtype=bf16 head_dim=64", SM90A, 1},
-        {"attention dtype=f16 head_dim=128 causal=true window=true", SM90A, 1},
-        {"attention dtype=bf16 head_dim=96", SM90A, 0},           /* head_dim 96: FA2 */
-        {"attention dtype=bf16 head_dim=256 causal=true window=true", SM90A, 0}, /* d256 with a window: FA2 */
-        {"attention dtype=bf16 head_dim=256 causal=true", SM90A, 1},
+        {"attention dtype=bf16 head_dim=64 path=wgmma", SM90A, 1},
+        {"attention dtype=f16 head_dim=128 causal=true window=true path=wgmma", SM90A, 1},
+        {"attention dtype=bf16 head_dim=256 causal=true path=wgmma", SM90A, 1},
+        {"attention dtype=bf16 head_dim=64", SM90A, 0},           /* auto: FA2 until a GPU ran wgmma */
+        {"attention dtype=bf16 head_dim=256 causal=true", SM90A, 0},
+        {"attention dtype=bf16 head_dim=96", SM90A, 0},
         {"attention dtype=bf16 head_dim=128 splitkv=true", SM90A, 0},
         {"attention dtype=bf16 head_dim=128 dropout=true", SM90A, 0},
         {"attention dtype=f32 head_dim=64", SM90A, 0},
@@ -148,33 +149,33 @@ static void test_planted(void) {
         row r;
         int clean; /* not a bug: the edited template must pass */
     } bugs[] = {
-        {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+        {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
         {"keys past seq_k not masked", "v = b:select(ok, v, NEG_INF)", "v = v",
-         {"attention dtype=bf16 head_dim=64", 40, 40, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}, 0},
         {"a partly visible tile run as a whole one (the loop split rounding up)",
          "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)",
          "local f1 = b:min(b:max((b:max(hi_first, 0) + (BN - 1)) // BN - t0, f0), ntiles)",
-         {"attention dtype=f16 head_dim=64 causal=true", 100, 100, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=f16 head_dim=64 causal=true path=wgmma", 100, 100, 1, 1, 1, 0, 0, 0}, 0},
         {"the window's left edge tiles run unmasked", "local f0 = lo_last and", "local f0 = false and",
-         {"attention dtype=bf16 head_dim=64 causal=true window=true", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
         {"O not rescaled", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
-         {"attention dtype=f16 head_dim=64", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
         {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",
-         "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
+         "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
         {"consumer on the wrong parity of full", "(k // ns) % 2)", "(k // ns + 1) % 2)",
-         {"attention dtype=bf16 head_dim=64", 64, 128, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0},
         {"producer not waiting for a free stage", "b:if_(b:ge(k, ns), function()", "b:if_(b:ge(k, 1000000), function()",
-         {"attention dtype=bf16 head_dim=64", 64, 320, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 320, 1, 1, 1, 0, 0, 0}, 0},
         {"the second consumer warpgroup reads the first's Q rows", "local my_q = sq + wg * (panels * PANEL)", "local my_q = sq",
-         {"attention dtype=bf16 head_dim=64", 100, 64, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0}, 0},
         {"(clean) the tensor maps after the window's i32 parameters: the emulator's host call of a byval parameter",
          "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n"
          "  mask.params(spec, params)\n",
          "  mask.params(spec, params)\n"
          "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n",
-         {"attention dtype=bf16 head_dim=64 causal=true window=true", 64, 64, 3, 3, 2, 7, 5, 0}, 1},
+         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 64, 64, 3, 3, 2, 7, 5, 0}, 1},
         {"second d128 panel of K skipped", "local off = (j // 4) * PANEL + 16 * (j % 4)", "local off = 16 * (j % 4)",
-         {"attention dtype=f16 head_dim=128", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
     };
     const char *src = __FILE__;
     const char *cut = strstr(src, "tests/attention_wgmma_test.c");
@@ -240,7 +241,7 @@ static void test_profile(void) {
     kiln_case *c = NULL;
     kiln_status st = kiln_emu_create(&pe, &err);
     if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
-    row r = {"attention dtype=bf16 head_dim=128 causal=true", 130, 200, 2, 2, 1, 0, 0, 0};
+    row r = {"attention dtype=bf16 head_dim=128 causal=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0};
     long bad = 0;
     if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
     CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
@@ -269,9 +270,9 @@ static void test_profile(void) {
  * (a setmaxnreg ptxas ignored), lint clean. */
 static void test_ptxas(void) {
     static const char *const quick[] = {
-        "attention dtype=bf16 head_dim=64", "attention dtype=f16 head_dim=128 causal=true",
-        "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true",
-        "attention dtype=f16 head_dim=64 out=f32 causal=true", "attention dtype=bf16 head_dim=256 causal=true alibi=true",
+        "attention dtype=bf16 head_dim=64 path=wgmma", "attention dtype=f16 head_dim=128 causal=true path=wgmma",
+        "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=wgmma",
+        "attention dtype=f16 head_dim=64 out=f32 causal=true path=wgmma", "attention dtype=bf16 head_dim=256 causal=true alibi=true path=wgmma",
     };
     static char full[64][160];
     const char *const *specs = quick;
@@ -286,7 +287,7 @@ static void test_ptxas(void) {
                 for (int c = 0; c < 3; c++)
                     for (int k = 0; k < 3; k++) {
                         if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap; alibi alone there */
-                        snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s", dts[a], d, causal[c], keys[k]);
+                        snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s path=wgmma", dts[a], d, causal[c], keys[k]);
                         ptrs[n] = full[n];
                         n++;
                     }

@@ -52,16 +52,24 @@ def test_sm_90a_attention_kernel_launch_encodes_its_maps(fake_cuda, monkeypatch)
     _check_maps(fake_cuda.last_launch(), kern.meta, q, k, v, b, sq, sk, hq, hkv, d)
 
 
-def test_sm_90a_attention_through_rt_attention(fake_cuda, monkeypatch):
-    # a 9.0 device: the runtime generates for sm_90a, where path=auto takes the wgmma kernel for bf16 d128 causal;
-    # kiln_launch builds and encodes its maps from the tensors (runtime/rt_launch.c)
+def test_sm_90a_attention_through_rt_launch(fake_cuda, monkeypatch):
+    # a 9.0 device: path=wgmma generates for sm_90a, and kiln_launch builds and encodes its maps from the
+    # tensors (runtime/rt_launch.c); rt.attention's path=auto keeps the mma.sync kernel as portable sm_90 PTX
+    # until the wgmma kernel has run on a GPU (templates/lib/attn_wgmma.lua)
     monkeypatch.setenv("FAKE_CUDA_SM", "90")
     rt = kiln.Runtime(disk_cache=False)
     b, sq, sk, hq, hkv, d = 1, 100, 33, 2, 1, 128
     q, k, v = rt.empty((b, sq, hq, d), "bf16"), rt.empty((b, sk, hkv, d), "bf16"), rt.empty((b, sk, hkv, d), "bf16")
     o, lse = rt.empty((b, sq, hq, d), "bf16"), rt.empty((b, hq, sq), "f32")
-    rt.attention(o, q, k, v, lse=lse, causal=True)
+    spec = "attention dtype=bf16 head_dim=128 causal=true path=wgmma"
+    rt.launch(spec, tensors=dict(o=o, lse=lse, q=q, k=k, v=v),
+              scalars=dict(batch=b, heads_q=hq, heads_kv=hkv, seq_q=sq, seq_k=sk, scale=0.125))
     launch = fake_cuda.last_launch()
-    kern = rt.kernel("attention dtype=bf16 head_dim=128 causal=true")
+    kern = rt.kernel(spec)
+    assert kern.meta["sm"] == 1090  # sm_90a (KILN_SM_ARCH + 90, include/kiln/target.h)
     assert launch.entry.decode() == kern.meta["entry"] and launch.grid[0] == 1  # 128 query rows a block
     _check_maps(launch, kern.meta, q, k, v, b, sq, sk, hq, hkv, d)
+    rt.attention(o, q, k, v, lse=lse, causal=True)
+    auto = rt.kernel("attention dtype=bf16 head_dim=128 causal=true")
+    assert fake_cuda.last_launch().entry.decode() == auto.meta["entry"]
+    assert auto.meta["sm"] == 90 and "tm_q" not in [p["name"] for p in auto.meta["params"]]

@@ -1,8 +1,9 @@
 -- templates/lib/attn_wgmma.lua - the attention forward on sm_90a in FlashAttention-3's structure (path=wgmma):
 -- a producer warpgroup issuing TMA into a K/V ring gated by mbarriers, consumer warpgroups on wgmma.
 --
--- attention.lua hands a spec here (config / build / launch) when path=wgmma, or path=auto on a target
--- with wgmma (sm_90a) for the specs this file covers (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
+-- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
+-- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
+-- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
 -- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA; not
 -- split-KV, dropout, varlen, paged, append or rotary (those keep the FA2 kernel there).
 --
@@ -70,7 +71,8 @@ M.not_covered = not_covered
 -- The config of path=wgmma, or nil when the spec stays on attention.lua's paths. Errors: path=wgmma on a
 -- target without wgmma, or for a spec this path does not build.
 function M.config(spec, target)
-  if spec.path ~= "wgmma" and not (spec.path == "auto" and target.wgmma and not not_covered(spec)) then return nil end
+  -- Opt-in until a GPU has run it (the kit's wgmma rows): path=auto keeps the FA2 kernel, proven on an H100.
+  if spec.path ~= "wgmma" then return nil end
   if not target.wgmma then
     error(string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
                         target.name or ("sm_" .. target.sm)))
@@ -87,7 +89,7 @@ function M.config(spec, target)
   return {
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
     rows_per_block = 64 * sh.nc, block_n = BN, nc = sh.nc, stages = sh.stages, dec = sh.dec, inc = sh.inc,
-    dynamic_smem = bytes, align = 16,
+    dynamic_smem = bytes, align = 16, arch_specific = true,
   }
 end
 
