@@ -17,7 +17,7 @@ import warnings
 
 from . import _arrays, _extents, _lib
 from ._gen import sm_name, spec_values
-from ._attn_keys import CAUSAL_CODE, Keys, causal_value
+from ._attn_keys import CAUSAL_CODE, Keys, causal_value, check_v_head_dim
 from ._rt_varlen import VarlenRuntime
 from .errors import KilnArgumentError, KilnError
 
@@ -766,13 +766,10 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         qv, kv, vv, ov = views["q"], views["k"], views["v"], views["o"]
         b, sq, hq, d = qv.shape
         _, sk, hkv, _ = kv.shape
-        if kv.shape != vv.shape:
-            raise KilnArgumentError("attention: k has shape %s, v has %s; they must match" % (kv.shape, vv.shape))
-        if kv.shape[0] != b or kv.shape[3] != d:
-            raise KilnArgumentError("attention: k/v shape %s does not fit q %s (batch and head_dim must match)"
-                                    % (kv.shape, qv.shape))
-        if ov.shape != qv.shape:
-            raise KilnArgumentError("attention: o has shape %s; expected q's %s" % (ov.shape, qv.shape))
+        dv = check_v_head_dim("attention", qv.shape, kv.shape, vv.shape)
+        if ov.shape != (b, sq, hq, dv):
+            raise KilnArgumentError("attention: o has shape %s; expected %s (q's, at v's head_dim %d)"
+                                    % (ov.shape, (b, sq, hq, dv), dv))
         check_heads("attention", hq, hkv)
         if len({qv.dtype, kv.dtype, vv.dtype}) != 1:
             raise KilnArgumentError("attention: q, k, v must share a dtype, got %s, %s, %s"
@@ -781,6 +778,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kv.ptr, vv.ptr
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[ov.dtype]
         a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, "attention")]
+        a.v_head_dim = dv if dv != d else 0
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
         for n, t in views.items():
@@ -892,13 +890,12 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         qv, kv = views["q"], views["k"]
         b, sq, hq, d = qv.shape
         _, sk, hkv, _ = kv.shape
-        for n, like in (("v", "k"), ("o", "q"), ("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
-            if views[n].shape != views[like].shape:
-                raise KilnArgumentError("attention_backward: %s has shape %s; expected %s's %s"
-                                        % (n, views[n].shape, like, views[like].shape))
-        if kv.shape[0] != b or kv.shape[3] != d:
-            raise KilnArgumentError("attention_backward: k/v shape %s does not fit q %s (batch and head_dim must "
-                                    "match)" % (kv.shape, qv.shape))
+        vd = check_v_head_dim("attention_backward", qv.shape, kv.shape, views["v"].shape)
+        want = {"o": (b, sq, hq, vd), "dout": (b, sq, hq, vd), "dq": qv.shape, "dk": kv.shape, "dv": views["v"].shape}
+        for n in ("o", "dout", "dq", "dk", "dv"):
+            if views[n].shape != want[n]:
+                raise KilnArgumentError("attention_backward: %s has shape %s; expected %s%s"
+                                        % (n, views[n].shape, want[n], " (v's head_dim)" if n in ("o", "dout") else ""))
         check_heads("attention_backward", hq, hkv)
         for group in (("q", "k", "v"), ("o", "dout"), ("dq", "dk", "dv")):
             if len({views[n].dtype for n in group}) != 1:
@@ -919,6 +916,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[views["o"].dtype]
         a.grad_dtype = _DTYPE_CODE[views["dq"].dtype]
         a.head_dim, a.deterministic = d, 1 if deterministic else 0
+        a.v_head_dim = vd if vd != d else 0
         a.causal = CAUSAL_CODE[causal_value(causal, "attention_backward")]
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
