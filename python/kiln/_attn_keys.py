@@ -28,8 +28,8 @@ def check_v_head_dim(what, q_shape, k_shape, v_shape):
         raise KilnArgumentError("%s: k shape %s does not fit q %s (batch and head_dim must match)"
                                 % (what, k_shape, q_shape))
     if v_shape[:3] != k_shape[:3]:
-        raise KilnArgumentError("%s: v has shape %s; expected k's [batch, seq_k, heads_kv] = %s and a head_dim"
-                                % (what, v_shape, k_shape[:3]))
+        raise KilnArgumentError("%s: k has shape %s and v %s; their batch, seq_k and heads_kv must match (v's "
+                                "head_dim may differ: v_head_dim)" % (what, k_shape, v_shape))
     if dv != d and (dv % 8 or not 8 <= dv <= 256):
         raise KilnArgumentError("%s: v's head_dim %d differs from q's %d; valid: q's head_dim, or a multiple of 8 "
                                 "from 8 to 256 (v_head_dim: v and o are that wide)" % (what, dv, d))
