@@ -799,10 +799,11 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
                   window=None, softcap=None, alibi_slopes=None, dropout=None):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
-        heads_q must be a multiple of heads_kv (GQA/MQA). causal True is bottom-right aligned, "top_left" as
-        torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes (f32 device [heads_q]
-        or [batch, heads_q]), dropout=(p, seed, offset) (training; never split-KV): issue 24's keys, as
-        kiln.emulate.attention documents them.
+        heads_q must be a multiple of heads_kv (GQA/MQA); v (and o) may have a head_dim of their own (v_head_dim:
+        a multiple of 8 up to 256, e.g. q/k 192 and v 128; the scale stays q's). causal True is bottom-right
+        aligned, "top_left" as torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes
+        (f32 device [heads_q] or [batch, heads_q]), dropout=(p, seed, offset) (training; never split-KV): issue
+        24's keys, as kiln.emulate.attention documents them.
         lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim).
         splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
         whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
@@ -942,7 +943,8 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
         forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
         attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
-        (GQA/MQA: summed over each group's query heads); lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
+        (GQA/MQA: summed over each group's query heads); v, o, dout, dv at v's head_dim (v_head_dim, as attention());
+        lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
         o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
         uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams). causal, window,
