@@ -215,7 +215,8 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     scores x become c tanh(x / c); alibi_slopes (f32 [heads_q] or [batch, heads_q]): x gains
     -slope |i + seq_k - seq_q - j| (docs/attention.md); dropout=(p, seed, offset): each probability kept with
     probability 1 - p (Philox 4x32-10 of seed, offset, batch, head, query, key) and scaled by 1 / (1 - p) in
-    P V, lse unchanged. Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
+    P V, lse unchanged. v may have a head_dim of its own (v_head_dim, e.g. q/k 192 and v 128; o is v's width, the
+    scale stays 1/sqrt(q's head_dim)). Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
     arrs = [np.asarray(t) for t in (q, k, v)]
