@@ -24,13 +24,14 @@ def _qkv(dt, b, sq, sk, hq, hkv, d, dv, seed):
     return q, k, v, do
 
 
-# (dt, sm, causal, sq, sk, hq, hkv, d, dv): the tensor-core paths (m16n8k16, sm_75's m16n8k8 f16), SIMT (f32, and
-# bf16 on sm_75, where path=auto runs SIMT: the f16-scaled tensor-core path is not built with v_head_dim)
+# (dt, sm, causal, sq, sk, hq, hkv, d, dv): the tensor-core paths (m16n8k16, sm_75's m16n8k8 f16, and bf16 on sm_75,
+# where path=auto runs the f16-scaled tensor-core path with v_head_dim: only an explicit path="mma" is refused there)
+# and SIMT (f32)
 CASES = [
     ("f16", 80, True, 9, 12, 2, 1, 192, 128),   # MLA prefill: qk 192, v 128 (256's tiles), GQA
     ("bf16", 90, False, 7, 10, 1, 1, 128, 64),
     ("f16", 75, True, 8, 8, 2, 2, 64, 128),     # v wider than q/k
-    ("bf16", 75, True, 6, 9, 1, 1, 64, 32),     # bf16 on sm_75: path=auto runs SIMT with v_head_dim
+    ("bf16", 75, True, 6, 9, 1, 1, 64, 32),     # bf16 on sm_75: path=auto's f16-scaled tensor cores
     ("f32", 80, False, 5, 11, 2, 1, 40, 24),    # padded dims both
 ]
 
@@ -79,7 +80,7 @@ def test_refusals_name_the_rule():
     with pytest.raises(kiln.KilnArgumentError, match=r"k has shape \(1, 4, 1, 64\) and v \(1, 5, 1, 32\); their "
                                                      r"batch, seq_k and heads_kv must match"):
         kiln.emulate.attention(q, k, np.zeros((1, 5, 1, 32), np.float16), sm=80)
-    # sm_75 bf16's f16-scaled tensor-core path named explicitly: the template's own refusal
+    # sm_75 bf16's f16-scaled tensor-core path named explicitly (path="mma"): the template's own refusal, passed on
     qb, kb, vb, _ = _qkv("bf16", 1, 4, 4, 1, 1, 64, 32, seed=1)
     with pytest.raises(kiln.KilnError, match="not built with v_head_dim != head_dim; use path=auto or simt"):
         kiln.emulate.attention(qb, kb, vb, sm=75, path="mma")
