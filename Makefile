@@ -428,6 +428,12 @@ quality-table: all
 	@for t in $(QUALITY_TESTS); do echo "== $$t (default<O3>)"; \
 	    KILN_PIPELINE=o3 KILN_QUALITY_WRITE=1 $$t | grep -E '^(wrote|FAIL|.*: [0-9]+ passed)' || exit 1; done
 .PHONY: quality-table
+# Appends rows for the variants a table lacks (the NOTE line of a matrix test), leaving the existing rows:
+# QUALITY_TEST=attention_ptxas_test (default: every matrix test); KILN_TEST_FULL=1 for the full matrices' variants.
+quality-add: all
+	@for t in $(if $(QUALITY_TEST),$(O)/tests/$(QUALITY_TEST),$(QUALITY_TESTS)); do echo "== $$t (default<O3>, missing rows)"; \
+	    KILN_PIPELINE=o3 KILN_QUALITY_ADD=1 $$t | grep -E '^(quality add|appended|FAIL|.*: [0-9]+ passed)' || exit 1; done
+.PHONY: quality-add
 
 # Installs headers, both libraries (static, and shared with their SONAME links), the CLI, and
 # pkg-config files: kiln.pc (generator + runtime) and kiln-rt.pc (runtime only: no LLVM, no Lua).
@@ -457,6 +463,7 @@ help:
 	@echo "  make bench-jit  JIT at model load: stage split, kernel set cold, kiln emit vs NVRTC and Triton"
 	@echo "  make kiln-order rewrite tools/kiln.order (bin/kiln's hot functions, linked first; needs valgrind)"
 	@echo "  make quality-table  rewrite tests/quality/*.tsv (default<O3> registers/SASS per matrix variant)"
+	@echo "  make quality-add    append the rows tests/quality/*.tsv lack (QUALITY_TEST=name_ptxas_test for one)"
 	@echo "  make gpu-kit    build/gpu-kit/: carry it to a GPU machine and run build/gpu-kit/run (docs/gpu-kit.md)"
 	@echo "  make install PREFIX=/usr/local [DESTDIR=]   headers, libraries, CLI, pkg-config files"
 	@echo "  make setup      install the Debian packages kiln builds with (as root), else print the command;"

@@ -1300,7 +1300,8 @@ K.variants = {
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as
 -- FlashAttention runs them (prefill and decoding over a KV cache): Mistral 7B's sliding window
 -- (head_dim 128, window 4096: f16 and bf16), Gemma 2's logit softcap (head_dim 256, bf16: softcap 50
--- on its global layers, with its 4096 window on the local ones), training with attention dropout (bf16 d128),
+-- on its global layers, with its 4096 window on the local ones), ALiBi (BLOOM's and MPT's bf16 d128, causal),
+-- training with attention dropout (bf16 d128),
 -- packed-sequence prefill (varlen, f16 and bf16 head_dim 128 causal: FA2's flash_attn_varlen_func as serving
 -- stacks batch prompts), and the KV cache of serving (flash_attn_with_kvcache, f16/bf16 head_dim 128 causal as
 -- serving stacks call it): decoding over pages (split-KV, and the plain kernel the runtime runs when it picks one
@@ -1311,6 +1312,7 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                        "dtype=f16 head_dim=128 causal=true window=true", "dtype=bf16 head_dim=128 causal=true window=true",
                        "dtype=bf16 head_dim=256 causal=true softcap=true",
                        "dtype=bf16 head_dim=256 causal=true window=true softcap=true",
+                       "dtype=bf16 head_dim=128 causal=true alibi=true",
                        "dtype=bf16 head_dim=128 causal=true dropout=true",
                        "dtype=f16 head_dim=128 causal=true varlen=true", "dtype=bf16 head_dim=128 causal=true varlen=true",
                        "dtype=f16 head_dim=128 causal=true splitkv=true paged=true",

@@ -28,6 +28,9 @@ typedef struct matrix_variant {
     unsigned threads;      /* per block, from the metadata */
 } matrix_variant;
 
+/* Variants one matrix test holds (the full attention_bwd matrix has about 15500 over its SMs). */
+#define MATRIX_CAP 32768
+
 /* The SMs every ptxas matrix covers: the SM table's rows that CUDA 13's ptxas assembles (sm_75 and
  * up; sm_70 is generated for older toolkits only). Returns the count and fills sms (cap >= 16). */
 static int matrix_sms(int *sms) { return check_table_sms(sms, 16, 75); }
@@ -42,7 +45,7 @@ static int matrix_full(void) {
  * index n (capacity cap); returns the new count, or -1 after printing why. */
 static int matrix_variants(kiln_gen *gen, const char *const *families, int nfam, const int *sms, int nsms,
                            matrix_variant *vs, int n, int cap) {
-    static char buf[1 << 18];
+    static char buf[1 << 20]; /* one family's variants on one SM (attention_bwd full: about 220 KB) */
     for (int s = 0; s < nsms; s++)
         for (int f = 0; f < nfam; f++) {
             kiln_error err = {0};
@@ -155,6 +158,78 @@ static int matrix_blocks_by_registers(int regs, unsigned threads) {
     return per_warp > 0 && warps > 0 ? 65536 / per_warp / warps : 0;
 }
 
+/* One row of a quality table: sm, registers, sass, ptx, spec (pointing into the slurped table). */
+typedef struct { int sm, regs, sass, ptx; const char *spec; } matrix_row;
+
+/* Parses a slurped table in place (NUL-terminating each line); returns the rows (free them) and their count. */
+static matrix_row *matrix_table_rows(char *table, size_t len, int *nrows) {
+    matrix_row *rows = calloc(len / 8 + 1, sizeof *rows);
+    *nrows = 0;
+    for (char *p = table; rows && *p;) {
+        char *eol = strchr(p, '\n');
+        if (eol) *eol = 0;
+        matrix_row r;
+        int used = 0;
+        if (*p != '#' && sscanf(p, "%d\t%d\t%d\t%d\t%n", &r.sm, &r.regs, &r.sass, &r.ptx, &used) == 4 && used) {
+            r.spec = p + used;
+            rows[(*nrows)++] = r;
+        }
+        p = eol ? eol + 1 : p + strlen(p);
+    }
+    return rows;
+}
+
+static const matrix_row *matrix_find_row(const matrix_row *rows, int nrows, int sm, const char *spec) {
+    for (int k = 0; k < nrows; k++)
+        if (rows[k].sm == sm && !strcmp(rows[k].spec, spec)) return &rows[k];
+    return NULL;
+}
+
+/* KILN_QUALITY_ADD=1 (with KILN_PIPELINE=o3; make quality-add): the run keeps only the variants without a
+ * row in the table, and appends their rows, leaving the existing ones as they are. */
+static int matrix_adding(void) {
+    const char *a = getenv("KILN_QUALITY_ADD");
+    return a && *a && strcmp(a, "0");
+}
+
+/* Keeps (compacting vs) the variants the quality table has no row for; returns their count. */
+static int matrix_only_missing(matrix_variant *vs, int n) {
+    char path[512];
+    matrix_table_path(path, sizeof path);
+    size_t len = 0;
+    char *table = slurp(path, &len);
+    int nrows = 0, kept = 0;
+    matrix_row *rows = table ? matrix_table_rows(table, len, &nrows) : NULL;
+    for (int i = 0; i < n; i++)
+        if (!matrix_find_row(rows, nrows, vs[i].sm, vs[i].spec)) vs[kept++] = vs[i];
+    printf("quality add: %d of %d variants have no row in %s\n", kept, n, path);
+    free(rows);
+    free(table);
+    return kept;
+}
+
+/* Appends the rows of vs (the variants matrix_only_missing kept) to the table. */
+static void matrix_append_table(const matrix_variant *vs, int n) {
+    char path[512];
+    matrix_table_path(path, sizeof path);
+    TEST_BEGIN("quality rows appended");
+    const char *pipe = getenv("KILN_PIPELINE");
+    CHECK(pipe && !strcmp(pipe, "o3"), "the table holds default<O3> figures: run with KILN_PIPELINE=o3 (make quality-add)");
+    FILE *f = pipe && !strcmp(pipe, "o3") ? fopen(path, "a") : NULL;
+    if (pipe && !strcmp(pipe, "o3")) CHECK(f != NULL, "cannot append to %s", path);
+    if (f) {
+        int rows = 0;
+        for (int i = 0; i < n; i++)
+            if (vs[i].registers >= 0 && vs[i].sass >= 0) {
+                fprintf(f, "%d\t%d\t%d\t%d\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].spec);
+                rows++;
+            }
+        CHECK(fclose(f) == 0, "writing %s failed", path);
+        printf("appended to %s: %d variants\n", path, rows);
+    }
+    TEST_END();
+}
+
 /* Compares with the default<O3> table; variants missing from it are listed (the table is
  * regenerated after new variants land). A variant is worse when it has more SASS instructions,
  * or when its registers let fewer blocks reside on an SM; a register or two more inside the
@@ -169,21 +244,8 @@ static void matrix_compare_table(const matrix_variant *vs, int n) {
         printf("SKIP quality: no table %s (make quality-table writes it)\n", path);
         return;
     }
-    /* rows: sm, registers, sass, ptx, spec (NUL-terminated in place) */
-    typedef struct { int sm, regs, sass, ptx; const char *spec; } row;
     int nrows = 0;
-    row *rows = calloc(len / 8 + 1, sizeof *rows);
-    for (char *p = table; rows && *p;) {
-        char *eol = strchr(p, '\n');
-        if (eol) *eol = 0;
-        row r;
-        int used = 0;
-        if (*p != '#' && sscanf(p, "%d\t%d\t%d\t%d\t%n", &r.sm, &r.regs, &r.sass, &r.ptx, &used) == 4 && used) {
-            r.spec = p + used;
-            rows[nrows++] = r;
-        }
-        p = eol ? eol + 1 : p + strlen(p);
-    }
+    matrix_row *rows = matrix_table_rows(table, len, &nrows);
     int compared = 0, missing = 0, worse = 0, more_regs = 0;
     long d_regs = 0, d_sass = 0, d_ptx = 0;
     char first_missing[300] = "";
@@ -191,9 +253,7 @@ static void matrix_compare_table(const matrix_variant *vs, int n) {
     for (int i = 0; i < n; i++) {
         const matrix_variant *v = &vs[i];
         if (v->registers < 0 || v->sass < 0) continue;
-        const row *r = NULL;
-        for (int k = 0; k < nrows && !r; k++)
-            if (rows[k].sm == v->sm && !strcmp(rows[k].spec, v->spec)) r = &rows[k];
+        const matrix_row *r = matrix_find_row(rows, nrows, v->sm, v->spec);
         if (!r) {
             if (!missing++) snprintf(first_missing, sizeof first_missing, "%.255s (sm_%d)", v->spec, v->sm);
             continue;
@@ -297,7 +357,8 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
         }
         const char *w = getenv("KILN_QUALITY_WRITE"), *dump = getenv("KILN_MATRIX_DUMP");
         if (dump && *dump) matrix_dump(vs, n, dump);
-        if (w && *w && strcmp(w, "0")) matrix_write_table(vs, n);
+        if (matrix_adding()) matrix_append_table(vs, n);
+        else if (w && *w && strcmp(w, "0")) matrix_write_table(vs, n);
         else matrix_compare_table(vs, n);
     }
     rmdir(dir);
@@ -310,7 +371,7 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
  * sliced for the quick suite, checked; KILN_ATTN_TABLE=1 prints registers and shared memory per
  * variant as a Markdown table. Prints "<what>: N passed, N failed, N skipped"; returns the exit status. */
 static int matrix_main(const char *what, const char *const *families, int nfam, const int *sms, int nsms) {
-    static matrix_variant vs[8192];
+    static matrix_variant vs[MATRIX_CAP];
     int all[16];
     if (!sms) {
         nsms = matrix_sms(all);
@@ -322,9 +383,18 @@ static int matrix_main(const char *what, const char *const *families, int nfam, 
         printf("cannot create generator: %s\n%s: 0 passed, 1 failed\n", err.msg, what);
         return 1;
     }
-    int n = matrix_variants(gen, families, nfam, sms, nsms, vs, 0, 8192);
+    int n = matrix_variants(gen, families, nfam, sms, nsms, vs, 0, MATRIX_CAP);
     if (n < 0) check_failed++;
     else n = matrix_slice(vs, n);
+    const char *only = getenv("KILN_MATRIX_ONLY"); /* a slice by spec text, e.g. v_head_dim= (with quality-add) */
+    if (n > 0 && only && *only) {
+        int kept = 0;
+        for (int i = 0; i < n; i++)
+            if (strstr(vs[i].spec, only)) vs[kept++] = vs[i];
+        printf("KILN_MATRIX_ONLY=%s: %d of %d variants\n", only, kept, n);
+        n = kept;
+    }
+    if (n > 0 && matrix_adding()) n = matrix_only_missing(vs, n);
     int skipped = n > 0 ? matrix_check(gen, vs, n) : 0;
     kiln_gen_destroy(gen);
     if (getenv("KILN_ATTN_TABLE")) {

@@ -18,8 +18,8 @@ check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
 check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
 "$KILN" bundle-info "$T/default.kbundle" >"$T/info"
 nsm=$("$KILN" list | sed -n 's/^targets: *//p' | tr ' ' '\n' | sed 's/^sm_//' | grep -v 'a$' | awk '$1 >= 75' | wc -l)
-want=$((73 * nsm))
-check "bundle-info counts $want entries: 73 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8, Mistral's window f16/bf16 d128 2, Gemma 2's softcap bf16 d256 with and without the window 2, dropout bf16 d128 forward + dkdv 2, varlen prefill f16/bf16 d128 causal 2, paged KV cache f16/bf16 d128 causal split-KV + plain, with and without the append 8, bf16 with rotary=neox in the append split-KV + plain 2, rotary 3 dtypes x d64/d128 + GPT-J f16/bf16 d128: 8)" grep -q " $want entries" "$T/info"
+want=$((74 * nsm))
+check "bundle-info counts $want entries: 74 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8, Mistral's window f16/bf16 d128 2, Gemma 2's softcap bf16 d256 with and without the window 2, BLOOM/MPT's ALiBi bf16 d128 1, dropout bf16 d128 forward + dkdv 2, varlen prefill f16/bf16 d128 causal 2, paged KV cache f16/bf16 d128 causal split-KV + plain, with and without the append 8, bf16 with rotary=neox in the append split-KV + plain 2, rotary 3 dtypes x d64/d128 + GPT-J f16/bf16 d128: 8)" grep -q " $want entries" "$T/info"
 check "the default bundle holds dropout (sm_80 bf16 d128, forward and dkdv)" \
     grep -Eq " 80 ptx .*attention_bwd kernel=dkdv dtype=bf16 out=bf16 grad=bf16 head_dim=128 causal=true .*dropout=true" "$T/info"
 check "the default bundle holds paged decoding with the append and rotary (sm_80 bf16 d128)" \
@@ -28,6 +28,8 @@ check "the default bundle holds varlen prefill (sm_80 bf16 d128)" \
     grep -Eq " 80 ptx .*attention dtype=bf16 out=bf16 head_dim=128 causal=true path=auto varlen=true" "$T/info"
 check "the default bundle holds Mistral's window (sm_80 bf16 d128)" \
     grep -Eq " 80 ptx .*attention dtype=bf16 out=bf16 head_dim=128 causal=true path=auto window=true" "$T/info"
+check "the default bundle holds ALiBi (sm_80 bf16 d128 causal: BLOOM, MPT)" \
+    grep -Eq " 80 ptx .*attention dtype=bf16 out=bf16 head_dim=128 causal=true path=auto alibi=true" "$T/info"
 check "the default bundle holds Gemma 2's softcap (sm_90 bf16 d256)" \
     grep -Eq " 90 ptx .*attention dtype=bf16 out=bf16 head_dim=256 causal=true path=auto window=true softcap=true" "$T/info"
 check "the default bundle holds rotary (sm_75 bf16 GPT-J)" grep -Eq " 75 ptx .*rotary dtype=bf16 cs=bf16 head_dim=128 rotary_dim=128 interleaved=true" "$T/info"

@@ -1,4 +1,5 @@
-"""Issue 24's attention keys for kiln.emulate and kiln.Runtime: causal, window, softcap, ALiBi, dropout, checked once."""
+"""Issue 24's attention keys for kiln.emulate and kiln.Runtime: causal, window, softcap, ALiBi, dropout, v_head_dim,
+checked once."""
 
 from .errors import KilnArgumentError
 
@@ -25,6 +26,32 @@ def causal_value(causal, what):
         raise KilnArgumentError("%s: causal=%r; valid: False, True (bottom-right aligned), 'bottom_right', "
                                 "'top_left' (torch's is_causal)" % (what, causal))
     return _CAUSAL[key]
+
+
+def check_v_head_dim(what, q_shape, k_shape, v_shape):
+    """V's head dim (v_head_dim, templates/lib/attn_vdim.lua) of q [batch, seq_q, heads_q, d], k [batch, seq_k,
+    heads_kv, d] and v [batch, seq_k, heads_kv, dv]: dv may differ from d (MLA: qk 192, v 128) when it is a
+    multiple of 8 from 8 to 256; o (and dO) are then [.., dv]."""
+    q_shape, k_shape, v_shape = tuple(q_shape), tuple(k_shape), tuple(v_shape)
+    d, dv = q_shape[3], v_shape[3]
+    if k_shape[0] != q_shape[0] or k_shape[3] != d:
+        raise KilnArgumentError("%s: k shape %s does not fit q %s (batch and head_dim must match)"
+                                % (what, k_shape, q_shape))
+    if v_shape[:3] != k_shape[:3]:
+        raise KilnArgumentError("%s: k has shape %s and v %s; their batch, seq_k and heads_kv must match (v's "
+                                "head_dim may differ: v_head_dim)" % (what, k_shape, v_shape))
+    if dv != d and (dv % 8 or not 8 <= dv <= 256):
+        raise KilnArgumentError("%s: v's head_dim %d differs from q's %d; valid: q's head_dim, or a multiple of 8 "
+                                "from 8 to 256 (v_head_dim: v and o are that wide)" % (what, dv, d))
+    return dv
+
+
+def refuse_v_head_dim(what, d, dv, kernel):
+    """One line refusing v of another head dim on a kernel not built with v_head_dim (varlen, paged, append)."""
+    if dv != d:
+        raise KilnArgumentError("%s: v's head_dim %d differs from q/k's %d; the %s kernel is not built with "
+                                "v_head_dim (the dense and split-KV kernels are): give v q's head_dim" % (what, dv, d,
+                                                                                                          kernel))
 
 
 def _dropout(what, dropout):

@@ -3,7 +3,7 @@ the emulated kernel (docs/attention.md, "Paged KV cache"), with numpy arrays."""
 
 import numpy as np
 
-from ._attn_keys import Keys, causal_value, rotary_value
+from ._attn_keys import Keys, causal_value, refuse_v_head_dim, rotary_value
 from ._np import aligned_empty, dtype_name
 from .errors import KilnArgumentError
 from .runtime import check_heads
@@ -54,6 +54,7 @@ def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_bat
                                                                                               kc.dtype, vc.dtype))
     b, sq, hq, d = qa.shape
     nblocks, page, hkv, _ = kc.shape
+    refuse_v_head_dim(what, d, vc.shape[3], "paged")
     if vc.shape != kc.shape or kc.shape[3] != d:
         raise KilnArgumentError("%s: k_cache %s and v_cache %s must match, with q's head_dim (q %s)"
                                 % (what, kc.shape, vc.shape, qa.shape))

@@ -6,7 +6,7 @@ sequences, seqused_k); attention_varlen() and attention_varlen_backward() run th
 
 import numpy as np
 
-from ._attn_keys import Keys, causal_value
+from ._attn_keys import Keys, causal_value, refuse_v_head_dim
 from ._np import aligned_empty, dtype_name
 from .errors import KilnArgumentError
 from .runtime import check_heads
@@ -103,6 +103,7 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     if dtype_name(ka.dtype) != dt or dtype_name(va.dtype) != dt:
         raise KilnArgumentError("%s: q, k, v must share a dtype, got %s, %s, %s" % (what, qa.dtype, ka.dtype, va.dtype))
     tq, hq, d = qa.shape
+    refuse_v_head_dim(what, d, va.shape[2], "varlen")
     if ka.shape != va.shape or ka.shape[2] != d:
         raise KilnArgumentError("%s: k %s and v %s must match, with q's head_dim (q %s)" % (what, ka.shape, va.shape,
                                                                                           qa.shape))
@@ -152,6 +153,7 @@ def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None,
         raise KilnArgumentError("%s: q, k, v share a dtype and dout has o's" % what)
     tq, hq, d = qa.shape
     tk, hkv = ka.shape[0], ka.shape[1]
+    refuse_v_head_dim(what, d, va.shape[2], "varlen")
     if ka.shape != va.shape or ka.shape[2] != d or oa.shape != qa.shape or da.shape != qa.shape:
         raise KilnArgumentError("%s: k %s and v %s must match with q's head_dim; o and dout have q's shape %s"
                                 % (what, ka.shape, va.shape, qa.shape))

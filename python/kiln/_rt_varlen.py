@@ -9,7 +9,7 @@ memory: the kernels read the sequence bounds on the device, as kiln/runtime.h do
 import ctypes
 
 from . import _lib
-from ._attn_keys import CAUSAL_CODE, ROTARY_CODE, causal_value, rotary_value
+from ._attn_keys import CAUSAL_CODE, ROTARY_CODE, causal_value, refuse_v_head_dim, rotary_value
 from .errors import KilnArgumentError
 
 
@@ -124,6 +124,7 @@ class VarlenRuntime:
         qv, kv, vv, ov = (views[n] for n in "qkvo")
         tq, hq, d = qv.shape
         tk, hkv, _ = kv.shape
+        refuse_v_head_dim(what, d, vv.shape[2], "varlen")
         if kv.shape != vv.shape or kv.shape[2] != d or ov.shape != qv.shape:
             raise KilnArgumentError("%s: k %s and v %s must match with q's head_dim; o has q's shape %s" % (
                 what, kv.shape, vv.shape, qv.shape))
@@ -158,6 +159,7 @@ class VarlenRuntime:
         qv, kv = views["q"], views["k"]
         tq, hq, d = qv.shape
         tk, hkv, _ = kv.shape
+        refuse_v_head_dim(what, d, views["v"].shape[2], "varlen")
         for n, like in (("v", "k"), ("o", "q"), ("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
             if views[n].shape != views[like].shape:
                 raise KilnArgumentError("%s: %s has shape %s; expected %s's %s" % (what, n, views[n].shape, like,
@@ -233,6 +235,7 @@ class VarlenRuntime:
         qv, kc, vc, ov = views["q"], views["k_cache"], views["v_cache"], views["o"]
         b, sq, hq, d = qv.shape
         nblocks, page, hkv, _ = kc.shape
+        refuse_v_head_dim(what, d, vc.shape[3], "paged")
         if vc.shape != kc.shape or kc.shape[3] != d or ov.shape != qv.shape:
             raise KilnArgumentError("%s: k_cache %s and v_cache %s must match with q's head_dim; o has q's shape %s"
                                     % (what, kc.shape, vc.shape, qv.shape))

@@ -70,8 +70,8 @@ def attention(attention_op, query, key, value, lengths, scale):
     sk = key.shape[-2]
     if all(n == sk for n in lengths):
         return attention_op(query, key, value, False, scale)[0]
-    if not any(lengths):  # no key anywhere: every row sees none
-        return query.new_zeros(query.shape)
+    if not any(lengths):  # no key anywhere: every row sees none (O is value's head_dim wide)
+        return query.new_zeros(query.shape[:-1] + value.shape[-1:])
     q = query.transpose(1, 2).reshape(b * sq, h, d)
     k, v = (torch.cat([t[i, :, :n].transpose(0, 1) for i, n in enumerate(lengths)]) for t in (key, value))
     cu_q = torch.arange(0, (b + 1) * sq, sq, dtype=torch.int32, device=query.device)

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _gen, _lib, _tmap
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
-from ._attn_keys import Keys, causal_value
+from ._attn_keys import Keys, causal_value, check_v_head_dim
 from .errors import KilnArgumentError, KilnSpecError
 from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
@@ -220,7 +220,8 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     scores x become c tanh(x / c); alibi_slopes (f32 [heads_q] or [batch, heads_q]): x gains
     -slope |i + seq_k - seq_q - j| (docs/attention.md); dropout=(p, seed, offset): each probability kept with
     probability 1 - p (Philox 4x32-10 of seed, offset, batch, head, query, key) and scaled by 1 / (1 - p) in
-    P V, lse unchanged. Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
+    P V, lse unchanged. v may have a head_dim of its own (v_head_dim, e.g. q/k 192 and v 128; o is v's width, the
+    scale stays 1/sqrt(q's head_dim)). Returns o in q's layout (and lse [batch, heads_q, seq_q] f32)."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
     arrs = [np.asarray(t) for t in (q, k, v)]
@@ -235,18 +236,17 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
         raise KilnArgumentError("attention: q, k, v must share a dtype, got %s, %s, %s" % (qa.dtype, ka.dtype,
                                                                                           va.dtype))
     b, sq, hq, d = qa.shape
-    if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d:
-        raise KilnArgumentError("attention: k %s and v %s must match, with q's batch and head_dim (q %s)"
-                                % (ka.shape, va.shape, qa.shape))
+    dv = check_v_head_dim("attention", qa.shape, ka.shape, va.shape)
     sk, hkv = ka.shape[1], ka.shape[2]
     check_heads("attention", hq, hkv)
     od = dtype_name(out_dtype) if out_dtype is not None else dt
     cv = causal_value(causal, "attention")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys("attention", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s" % (dt, od, d, cv, path, keys.words()), sm)
+    kern = load("attention dtype=%s out=%s head_dim=%d%s causal=%s path=%s%s" % (dt, od, d, _vdim_words(d, dv), cv,
+                                                                             path, keys.words()), sm)
     qa, ka, va = (_copy(t, dt, "attention: " + n) for t, n in zip((qa, ka, va), "qkv"))
-    o = aligned_empty((b, sq, hq, d), od)
+    o = aligned_empty((b, sq, hq, dv), od)
     lse = aligned_empty((b, hq, sq), "f32")
     _poison(o)
     _poison(lse)
@@ -285,6 +285,11 @@ def _bwd_kernels(dt, od, gd, d, causal, deterministic, path, words, sm):
                     % (dt, od, gd, d, causal, "true" if deterministic else "false", path, words), sm)
 
 
+def _vdim_words(d, dv):
+    """' v_head_dim=dv' when v's head dim dv differs from head_dim d (templates/lib/attn_vdim.lua), else ''."""
+    return " v_head_dim=%d" % dv if dv != d else ""
+
+
 def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
                        path="auto", deterministic=False, grad_dtype=None, twice=False, window=None, softcap=None,
                        alibi_slopes=None, dropout=None):
@@ -319,12 +324,11 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     if dtype_name(da.dtype) != od:
         raise KilnArgumentError("attention_backward: dout must have o's dtype (%s), got %s" % (oa.dtype, da.dtype))
     b, sq, hq, d = qa.shape
-    if ka.shape != va.shape or ka.shape[0] != b or ka.shape[3] != d:
-        raise KilnArgumentError("attention_backward: k %s and v %s must match, with q's batch and head_dim (q %s)"
-                                % (ka.shape, va.shape, qa.shape))
+    vd = check_v_head_dim("attention_backward", qa.shape, ka.shape, va.shape)
     for n, t in (("o", oa), ("dout", da)):
-        if t.shape != qa.shape:
-            raise KilnArgumentError("attention_backward: %s has shape %s; expected q's %s" % (n, t.shape, qa.shape))
+        if t.shape != (b, sq, hq, vd):
+            raise KilnArgumentError("attention_backward: %s has shape %s; expected %s (q's, at v's head_dim %d)"
+                                    % (n, t.shape, (b, sq, hq, vd), vd))
     sk, hkv = ka.shape[1], ka.shape[2]
     check_heads("attention_backward", hq, hkv)
     la = np.asarray(lse)
@@ -335,13 +339,13 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     cv = causal_value(causal, "attention_backward")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys("attention_backward", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
-    kernels = _bwd_kernels(dt, od, gd, d, cv, deterministic, path, keys.words(), sm)
+    kernels = _bwd_kernels(dt, od, gd, d, cv, deterministic, path, _vdim_words(d, vd) + keys.words(), sm)
     qa, ka, va = (_copy(t, dt, "attention_backward: " + n) for t, n in zip((qa, ka, va), "qkv"))
     oa, da = (_copy(t, od, "attention_backward: " + n) for t, n in ((oa, "o"), (da, "dout")))
     lsea = _copy(la.reshape(b, hq, sq), "f32", "attention_backward: lse")
     dq = aligned_empty((b, sq, hq, d), gd)
     dk = aligned_empty((b, sk, hkv, d), gd)
-    dv = aligned_empty((b, sk, hkv, d), gd)
+    dv = aligned_empty((b, sk, hkv, vd), gd)
     delta = aligned_empty((b, hq, sq), "f32")
     dq_acc = aligned_empty((b, hq, sq, d), "f32")  # zeroed by prep; read only by the atomic sequence
     for a in (dq, dk, dv, delta, dq_acc):

@@ -17,7 +17,7 @@ import warnings
 
 from . import _arrays, _extents, _lib, _tmap
 from ._gen import sm_name, spec_values
-from ._attn_keys import CAUSAL_CODE, Keys, causal_value
+from ._attn_keys import CAUSAL_CODE, Keys, causal_value, check_v_head_dim
 from ._rt_varlen import VarlenRuntime
 from .errors import KilnArgumentError, KilnError
 
@@ -807,13 +807,10 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         qv, kv, vv, ov = views["q"], views["k"], views["v"], views["o"]
         b, sq, hq, d = qv.shape
         _, sk, hkv, _ = kv.shape
-        if kv.shape != vv.shape:
-            raise KilnArgumentError("attention: k has shape %s, v has %s; they must match" % (kv.shape, vv.shape))
-        if kv.shape[0] != b or kv.shape[3] != d:
-            raise KilnArgumentError("attention: k/v shape %s does not fit q %s (batch and head_dim must match)"
-                                    % (kv.shape, qv.shape))
-        if ov.shape != qv.shape:
-            raise KilnArgumentError("attention: o has shape %s; expected q's %s" % (ov.shape, qv.shape))
+        dv = check_v_head_dim("attention", qv.shape, kv.shape, vv.shape)
+        if ov.shape != (b, sq, hq, dv):
+            raise KilnArgumentError("attention: o has shape %s; expected %s (q's, at v's head_dim %d)"
+                                    % (ov.shape, (b, sq, hq, dv), dv))
         check_heads("attention", hq, hkv)
         if len({qv.dtype, kv.dtype, vv.dtype}) != 1:
             raise KilnArgumentError("attention: q, k, v must share a dtype, got %s, %s, %s"
@@ -822,6 +819,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.o, a.q, a.k, a.v = ov.ptr, qv.ptr, kv.ptr, vv.ptr
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[ov.dtype]
         a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, "attention")]
+        a.v_head_dim = dv if dv != d else 0
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
         for n, t in views.items():
@@ -842,10 +840,11 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
                   window=None, softcap=None, alibi_slopes=None, dropout=None):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
-        heads_q must be a multiple of heads_kv (GQA/MQA). causal True is bottom-right aligned, "top_left" as
-        torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes (f32 device [heads_q]
-        or [batch, heads_q]), dropout=(p, seed, offset) (training; never split-KV): issue 24's keys, as
-        kiln.emulate.attention documents them.
+        heads_q must be a multiple of heads_kv (GQA/MQA); v (and o) may have a head_dim of their own (v_head_dim:
+        a multiple of 8 up to 256, e.g. q/k 192 and v 128; the scale stays q's). causal True is bottom-right
+        aligned, "top_left" as torch's is_causal. window=(left, right) (-1 unbounded), softcap=c, alibi_slopes
+        (f32 device [heads_q] or [batch, heads_q]), dropout=(p, seed, offset) (training; never split-KV): issue
+        24's keys, as kiln.emulate.attention documents them.
         lse: optional f32 [batch, heads_q, seq_q] output. scale None: 1/sqrt(head_dim).
         splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
         whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
@@ -933,13 +932,12 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         qv, kv = views["q"], views["k"]
         b, sq, hq, d = qv.shape
         _, sk, hkv, _ = kv.shape
-        for n, like in (("v", "k"), ("o", "q"), ("dout", "q"), ("dq", "q"), ("dk", "k"), ("dv", "k")):
-            if views[n].shape != views[like].shape:
-                raise KilnArgumentError("attention_backward: %s has shape %s; expected %s's %s"
-                                        % (n, views[n].shape, like, views[like].shape))
-        if kv.shape[0] != b or kv.shape[3] != d:
-            raise KilnArgumentError("attention_backward: k/v shape %s does not fit q %s (batch and head_dim must "
-                                    "match)" % (kv.shape, qv.shape))
+        vd = check_v_head_dim("attention_backward", qv.shape, kv.shape, views["v"].shape)
+        want = {"o": (b, sq, hq, vd), "dout": (b, sq, hq, vd), "dq": qv.shape, "dk": kv.shape, "dv": views["v"].shape}
+        for n in ("o", "dout", "dq", "dk", "dv"):
+            if views[n].shape != want[n]:
+                raise KilnArgumentError("attention_backward: %s has shape %s; expected %s%s"
+                                        % (n, views[n].shape, want[n], " (v's head_dim)" if n in ("o", "dout") else ""))
         check_heads("attention_backward", hq, hkv)
         for group in (("q", "k", "v"), ("o", "dout"), ("dq", "dk", "dv")):
             if len({views[n].dtype for n in group}) != 1:
@@ -960,6 +958,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[views["o"].dtype]
         a.grad_dtype = _DTYPE_CODE[views["dq"].dtype]
         a.head_dim, a.deterministic = d, 1 if deterministic else 0
+        a.v_head_dim = vd if vd != d else 0
         a.causal = CAUSAL_CODE[causal_value(causal, "attention_backward")]
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
@@ -985,7 +984,8 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
         forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
         attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
-        (GQA/MQA: summed over each group's query heads); lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
+        (GQA/MQA: summed over each group's query heads); v, o, dout, dv at v's head_dim (v_head_dim, as attention());
+        lse f32 [batch, heads_q, seq_q]. dtypes: q/k/v one,
         o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
         uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams). causal, window,

@@ -538,7 +538,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
     cv = "top_left" if causal else False
     drop = {"dropout": (dropout_p, seed, offset)} if dropout_p > 0 else {}
     b, h, sq, d = q.shape
-    o = torch.empty((b, sq, h, d), dtype=q.dtype, device=q.device)
+    o = torch.empty((b, sq, h, v.shape[-1]), dtype=q.dtype, device=q.device)  # (v_head_dim: v's width)
     lse = torch.empty((b, h, sq), dtype=torch.float32, device=q.device)
     if b and sq:
         qs, ks, vs = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v))
@@ -553,7 +553,7 @@ def _attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, 
 @_attention.register_fake
 def _attention_fake(q, k, v, causal, scale, dropout_p=0.0, seed=0, offset=0):
     b, h, sq, d = q.shape
-    return q.new_empty((b, sq, h, d)).transpose(1, 2), q.new_empty((b, h, sq), dtype=torch.float32)
+    return q.new_empty((b, sq, h, v.shape[-1])).transpose(1, 2), q.new_empty((b, h, sq), dtype=torch.float32)
 
 
 @torch.library.custom_op("kiln::attention_backward", mutates_args=())
@@ -569,7 +569,7 @@ def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: t
     hkv, sk = k.shape[1], k.shape[2]
     dq = torch.empty((b, sq, hq, d), dtype=q.dtype, device=q.device)
     dk = torch.empty((b, sk, hkv, d), dtype=k.dtype, device=q.device)
-    dv = torch.empty((b, sk, hkv, d), dtype=v.dtype, device=q.device)
+    dv = torch.empty((b, sk, hkv, v.shape[-1]), dtype=v.dtype, device=q.device)
     if b:
         qs, ks, vs, ost, dos = (t if t.stride(-1) == 1 else t.contiguous() for t in (q, k, v, o, do))
         args = dict(dq=dq, dk=dk, dv=dv, dout=dos.transpose(1, 2), q=qs.transpose(1, 2), k=ks.transpose(1, 2),
@@ -587,7 +587,7 @@ def _attention_backward_fake(do, q, k, v, o, lse, causal, scale, deterministic, 
     b, hq, sq, d = q.shape
     hkv, sk = k.shape[1], k.shape[2]
     return (q.new_empty((b, sq, hq, d)).transpose(1, 2), k.new_empty((b, sk, hkv, d)).transpose(1, 2),
-            v.new_empty((b, sk, hkv, d)).transpose(1, 2))
+            v.new_empty((b, sk, hkv, v.shape[-1])).transpose(1, 2))
 
 
 def _deterministic():
@@ -642,12 +642,13 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
     if any(not _runnable(t) for t in ts):
         return ("kiln runs on CUDA tensors; got %s (on the CPU, `with kiln.torch.emulated():` runs kiln's kernels "
                 "on its emulator)" % [str(t.device) for t in ts])
-    d = query.shape[-1]
-    if d not in HEAD_DIMS or key.shape[-1] != d or value.shape[-1] != d:
+    d, dv = query.shape[-1], value.shape[-1]
+    if d not in HEAD_DIMS or key.shape[-1] != d or dv not in HEAD_DIMS:
         return "head_dim %d (key %d, value %d) is not one kiln generates; valid: a multiple of 8 from 8 to 256, " \
-               "the same for q, k, v" % (d, key.shape[-1], value.shape[-1])
-    if key.shape != value.shape:
-        return "key %s and value %s must have the same shape" % (list(key.shape), list(value.shape))
+               "the same for query and key (value's may differ: v_head_dim)" % (d, key.shape[-1], dv)
+    if key.shape[:-1] != value.shape[:-1]:
+        return "key %s and value %s must have the same shape but the last dimension" % (list(key.shape),
+                                                                                       list(value.shape))
     hq, hkv = query.shape[-3], key.shape[-3]
     if query.dim() == 4 and query.shape[0] != key.shape[0]:
         return "query batch %d differs from key batch %d" % (query.shape[0], key.shape[0])
@@ -657,7 +658,12 @@ def unsupported_reason(query, key, value, attn_mask=None, dropout_p=0.0, is_caus
         return "%d query heads are not a multiple of %d key/value heads" % (hq, hkv)
     if attn_mask is not None:  # a right-padding key mask maps onto key lengths (kiln/_sdpa_mask.py)
         lengths = _sdpa_mask.key_lengths(attn_mask, query, key)
-        return lengths if isinstance(lengths, str) else None
+        if isinstance(lengths, str):
+            return lengths
+        if dv != d and any(lengths) and any(n != key.shape[-2] for n in lengths):
+            return ("attn_mask padding keys with value's head_dim %d != query's %d: the key-padding path runs kiln's "
+                    "varlen kernel, which is not built with v_head_dim (pass value at query's head_dim, or no "
+                    "padding)" % (dv, d))
     return None
 
 
@@ -667,7 +673,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     the cases kiln covers: attn_mask None or a key-padding mask (boolean, or its 0/-inf float form; the same for
     every head and query row; right padding: mapped onto per-sequence key lengths, kiln/_sdpa_mask.py),
     dropout_p in [0, 1) (kiln's Philox mask, seeded from torch's default generator for the device: not torch's
-    own mask bits; not with attn_mask), head_dim any multiple of 8 up to 256 (forward and backward),
+    own mask bits; not with attn_mask), head_dim any multiple of 8 up to 256 (forward and backward; value's may
+    differ from query's and key's, as torch allows: [.., S, Ev] gives [.., L, Ev], MLA's qk 192 / v 128),
     GQA/MQA with enable_gqa=True, is_causal top-left aligned as torch's (any seq_q, seq_k), scale; anything
     else raises KilnArgumentError saying why (unsupported_reason() tells beforehand)."""
     why = unsupported_reason(query, key, value, attn_mask, dropout_p, is_causal, scale, enable_gqa)

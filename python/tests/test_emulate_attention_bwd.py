@@ -15,7 +15,8 @@ TOL = {"f32": 2e-5, "f16": 4e-3, "bf16": 3e-2}
 
 def attention_grads(q, k, v, dout, causal, scale=None):
     """float64 dq, dk, dv of L = sum(dout * O), O = softmax(scale q k^T [causal, bottom-right]) v, for
-    [batch, seq, heads, head_dim] arrays; GQA: k/v heads shared by heads_q / heads_kv query heads."""
+    [batch, seq, heads, head_dim] arrays (v and dout may have another head_dim: v_head_dim); GQA: k/v heads
+    shared by heads_q / heads_kv query heads."""
     q, k, v, do = (np.asarray(t, dtype=np.float64) for t in (q, k, v, dout))
     sq, hq, d = q.shape[1], q.shape[2], q.shape[3]
     sk, hkv = k.shape[1], k.shape[2]
@@ -38,7 +39,7 @@ def attention_grads(q, k, v, dout, causal, scale=None):
     dk = np.einsum("bhqk,bqhd->bkhd", ds, q) * sc
     b = q.shape[0]
     dk = dk.reshape(b, sk, hkv, g, d).sum(3)
-    dv = dv.reshape(b, sk, hkv, g, d).sum(3)
+    dv = dv.reshape(b, sk, hkv, g, v.shape[3]).sum(3)
     return dq, dk, dv
 
 
