@@ -21,7 +21,7 @@ def _rt():
 class VarlenArgs(ctypes.Structure):
     """kiln_attention_varlen (kiln/runtime.h)."""
     _fields_ = [("cu_seqlens_q", ctypes.c_uint64), ("cu_seqlens_k", ctypes.c_uint64), ("seqused_k", ctypes.c_uint64),
-                ("total_q", ctypes.c_int), ("total_k", ctypes.c_int)]
+                ("total_q", ctypes.c_int), ("total_k", ctypes.c_int), ("dropout_mask", ctypes.c_uint64)]
 
 
 _SIGS = {
