@@ -125,9 +125,9 @@ static void test_forward(void) {
     TEST_END();
 }
 
-/* p = 0: the varlen kernel without dropout's O and lse bit for bit; every written mask bit 1. */
+/* p = 0: the varlen kernel without dropout's O and lse bit for bit; every written mask bit 1 (mma, m16n8k8, SIMT). */
 static void test_rate_zero(void) {
-    for (size_t i = 0; i < NPATHS; i++) {
+    for (size_t i = 0; i < NPATHS; i += 2) {
         char spec[256], plain[256], name[320];
         snprintf(spec, sizeof spec, "%s causal=true varlen=true dropout=true dropout_mask=true", paths[i].spec);
         snprintf(plain, sizeof plain, "%s causal=true varlen=true", paths[i].spec);
@@ -151,9 +151,9 @@ static void test_rate_zero(void) {
 /* Keep rates within 5 standard deviations of the binomial (p near 1 among them), counted over the
  * written entries (no causal: every pair inside a sequence); the outputs pass. */
 static void test_keep_rate(void) {
-    static const double rates[] = {0.1, 0.5, 0.97};
+    static const double rates[] = {0.1, 0.97};
     static const int lq[] = {1, 63, 0, 100}, lk[] = {64, 130, 5, 99};
-    for (int ri = 0; ri < 3; ri++) {
+    for (int ri = 0; ri < 2; ri++) {
         char name[160];
         snprintf(name, sizeof name, "forward mma f16 sm_80 p=%g: keep rate within binomial bounds", rates[ri]);
         TEST_BEGIN(name);
