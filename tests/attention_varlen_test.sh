@@ -59,6 +59,9 @@ expect "bwd dropout mma f16 sm_80 (atomic dQ), mask regenerated" 0 "PASS: every 
     run attention_bwd dtype=f16 head_dim=32 causal=true varlen=true dropout=true dropout_mask=true --sm 80 \
     --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --dropout 0.2
 grep -q "dropout_mask  max |err| 0.000e+00" "$tmp/out" && ok "bwd mask checked" || bad "bwd mask" "$(tail -3 "$tmp/out")"
+expect "bwd dropout deterministic d80 sm_90 (dq: 32-key tiles, 0 spills)" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=80 causal=true varlen=true deterministic=true dropout=true --sm 90 \
+    --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --dropout 0.2
 expect "emit varlen dropout_mask: [batch, heads_q, max_seqlen_q, max_seqlen_k]" 0 \
     "kiln.meta tensor dropout_mask out batch heads_q max_seqlen_q max_seqlen_k" -- \
     emit attention dtype=f16 head_dim=64 varlen=true dropout=true dropout_mask=true --sm 80

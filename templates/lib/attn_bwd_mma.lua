@@ -55,6 +55,9 @@ local function config_dq(spec, target, cfg)
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
   -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
   if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
+  -- (and varlen with dropout at a padded width, head_dim 80/88: 255 registers, 4-8 bytes spilled at 64 keys,
+  -- ptxas sm_90 ... 121)
+  if d == 96 and spec.varlen and spec.dropout and spec.dim and spec.dim ~= d then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
