@@ -23,6 +23,9 @@ static kiln_status check_varlen(const char *what, int batch, int max_q, int max_
         if (p[i] % 4)
             return kiln_fail(err, KILN_EINVAL, "%s: %s (0x%llx) must be 4-byte aligned (int32)", what, names[i],
                              (unsigned long long)p[i]);
+    if (vl->dropout_mask % 4)
+        return kiln_fail(err, KILN_EINVAL, "%s: dropout_mask (0x%llx) must be 4-byte aligned (int32)", what,
+                         (unsigned long long)vl->dropout_mask);
     if (bwd && vl->seqused_k)
         return kiln_fail(err, KILN_EINVAL, "%s: seqused_k is a forward value (the backward takes each sequence's keys "
                          "from cu_seqlens_k); give 0", what);
@@ -52,6 +55,22 @@ static void packed(kiln_launch_tensor *t, const char *name, kiln_devptr ptr, con
     if (s[1] || s[2]) memcpy(t->strides, (int64_t[3]){s[1], s[2], 1}, sizeof(int64_t[3]));
 }
 
+/* dropout_mask (the keep mask, a test output) is a dropout kernel's: refused without a rate. */
+static kiln_status check_dropout_mask(const char *what, const kiln_attention_mask *m, const kiln_attention_varlen *vl,
+                                      kiln_error *err) {
+    if (vl->dropout_mask && !(m->dropout_p > 0))
+        return kiln_fail(err, KILN_EINVAL, "%s: dropout_mask is the keep mask of a dropout launch: give mask.dropout_p > 0, "
+                         "or dropout_mask 0", what);
+    return KILN_OK;
+}
+
+/* " dropout_mask=true" and the mask tensor when the caller asked for the keep mask. */
+static void dropout_mask_launch(const kiln_attention_varlen *vl, char *spec, size_t size, kiln_launch_tensor *t, int *nt) {
+    if (!vl->dropout_mask) return;
+    strncat(spec, " dropout_mask=true", size - strlen(spec) - 1);
+    t[(*nt)++] = (kiln_launch_tensor){.name = "dropout_mask", .ptr = vl->dropout_mask};
+}
+
 /* The varlen tensors and scalars every kernel's description takes by name. */
 static void varlen_launch(int batch, int max_q, int max_k, const kiln_attention_varlen *vl, kiln_launch_tensor *t, int *nt,
                           kiln_launch_scalar *s, int *ns) {
@@ -79,17 +98,19 @@ kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args
         if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %c must be a device pointer, not 0", what, "qkvo"[t]);
     st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 0, err);
     if (st == KILN_OK) st = rt_attn_check_mask(what, a->causal, &a->mask, err);
+    if (st == KILN_OK) st = check_dropout_mask(what, &a->mask, vl, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
     char spec[KILN_SPEC_MAX];
     snprintf(spec, sizeof spec, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", kiln_dtype_name(a->dtype),
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal));
     rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    kiln_launch_tensor t[10];
+    kiln_launch_scalar s[16]; /* (5 varlen, heads, scale, window 2, softcap, alibi_stride, dropout 3) */
+    int nt = 0, ns = 0;
+    dropout_mask_launch(vl, spec, sizeof spec, t, &nt);
     strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
     kiln_kernel *k;
     if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
-    kiln_launch_tensor t[10];
-    kiln_launch_scalar s[14];
-    int nt = 0, ns = 0;
     packed(&t[nt++], "q", a->q, a->stride_q);
     packed(&t[nt++], "k", a->k, a->stride_k);
     packed(&t[nt++], "v", a->v, a->stride_v);
@@ -138,6 +159,7 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
         return kiln_fail(err, KILN_EINVAL, "%s: workspace (0x%llx) must be 16-byte aligned", what,
                          (unsigned long long)a->workspace);
     if ((st = rt_attn_check_mask(what, a->causal, &a->mask, err)) != KILN_OK) return st;
+    if ((st = check_dropout_mask(what, &a->mask, vl, err)) != KILN_OK) return st;
     if (a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return KILN_OK;
     char spec[KILN_SPEC_MAX];
     snprintf(spec, sizeof spec,
@@ -145,13 +167,14 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
              kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
              rt_attn_causal(a->causal), a->deterministic ? "true" : "false");
     rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    /* dkdv names the sequence (varlen prep before, convert or dq after) and its workspace */
+    kiln_launch_tensor t[14];
+    kiln_launch_scalar s[16]; /* (5 varlen, heads, scale, window 2, softcap, alibi_stride, dropout 3) */
+    int nt = 0, ns = 0;
+    dropout_mask_launch(vl, spec, sizeof spec, t, &nt);
     strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
     kiln_kernel *k;
     if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
-    /* dkdv names the sequence (varlen prep before, convert or dq after) and its workspace */
-    kiln_launch_tensor t[14];
-    kiln_launch_scalar s[14];
-    int nt = 0, ns = 0;
     for (int i = 0; i < 8; i++) packed(&t[nt++], names[i], ptrs[i], strides[i]);
     t[nt++] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
     varlen_launch(a->batch, a->seq_q, a->seq_k, vl, t, &nt, s, &ns);

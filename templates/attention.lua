@@ -1251,6 +1251,17 @@ K.variants = {
   { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", "varlen=true", "path=simt", sms = { 75, 80 }, quick = true },
   { DT, ODD_DIMS, "causal=true", "varlen=true", full = true },
   { DT, { "head_dim=40", "head_dim=200" }, "causal=true", "varlen=true", quick = true, sms = { 80 } },
+  -- dropout on packed sequences (lib/attn_dropout.lua with lib/attn_varlen.lua): alone and with every mask key,
+  -- SIMT forced, the padded dims, the mask output (the quick suite: d64/d128 on sm_75 / 80)
+  { DT, DIMS, { "causal=true", "causal=top_left" }, { "varlen=true dropout=true", MASK_KEYS .. " varlen=true dropout=true" },
+    full = true },
+  { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", "varlen=true dropout=true", "path=simt", sms = { 75, 80 }, full = true },
+  { DT, ODD_DIMS, "causal=true", "varlen=true dropout=true", full = true },
+  { DT, "head_dim=64", "causal=true", MASK_KEYS, "varlen=true dropout=true dropout_mask=true", full = true },
+  { DT, { "head_dim=64", "head_dim=128" }, "causal=true",
+    { "varlen=true dropout=true", MASK_KEYS .. " varlen=true dropout=true" }, quick = true, sms = { 75, 80 } },
+  { "dtype=f16", "head_dim=64", "causal=true", MASK_KEYS, "varlen=true dropout=true dropout_mask=true", quick = true,
+    sms = { 80 } },
   -- paged KV cache (lib/attn_paged.lua): split-KV decoding and the plain forward over pages
   { DT, DIMS, CAUSAL, { "paged=true", "splitkv=true paged=true" }, full = true },
   { DT, { "head_dim=64", "head_dim=128", "head_dim=256" }, "causal=true", "splitkv=true paged=true", quick = true,

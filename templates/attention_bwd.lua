@@ -522,6 +522,17 @@ for _, row in ipairs({
   { KERNELS3, DT, ODD_ALL, { "causal=true", "causal=top_left" }, MASK_KEYS, full = true },
   { KERNELS3, DT, ODD_ALL, "causal=true", { "dropout=true", MASK_KEYS .. " dropout=true" }, full = true },
   { KERNELS3, DT, ODD_ALL, "causal=true", { "varlen=true", MASK_KEYS .. " varlen=true" }, full = true },
+  -- dropout on packed sequences (lib/attn_dropout.lua with lib/attn_varlen.lua): every kernel that draws the
+  -- mask, alone and with every mask key, SIMT forced, the padded dims, the mask output (the quick suite: d64 on
+  -- sm_75 / 80)
+  { KERNELS3, DT, DIMS, { "causal=true", "causal=top_left" },
+    { "varlen=true dropout=true", MASK_KEYS .. " varlen=true dropout=true" }, full = true },
+  { KERNELS3, DT, ODD_ALL, "causal=true", "varlen=true dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", "varlen=true dropout=true", full = true },
+  { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true", "window=true softcap=true",
+    "varlen=true dropout=true dropout_mask=true", full = true },
+  { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true",
+    { "varlen=true dropout=true", MASK_KEYS .. " varlen=true dropout=true" }, quick = true, sms = { 75, 80 } },
   -- v_head_dim (lib/attn_vdim.lua): MLA's 192 / 128 and pairs either way, the mask keys, dropout
   { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
     { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" }, "causal=true",

@@ -78,7 +78,7 @@ for key in dropout=true varlen=true paged=true; do
 done
 expect "mma bf16 on sm_75 with paged=true on sm_80: the bf16 tensor cores take it" 0 "mma.sync.aligned.m16n8k16" -- \
     emit attention dtype=bf16 head_dim=64 path=mma paged=true --sm 80
-expect "dropout with varlen: not built, named" 2 "dropout=true with varlen=true is not built yet" -- \
+expect "dropout with varlen: built (FA2 allows it)" 0 "kiln.meta scalar dropout_p" -- \
     emit attention dtype=f16 head_dim=64 dropout=true varlen=true --sm 80
 expect "paged with varlen: not built, named" 2 "paged=true with varlen=true is not built" -- \
     emit attention dtype=f16 head_dim=64 paged=true varlen=true --sm 80

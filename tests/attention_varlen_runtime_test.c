@@ -1,6 +1,7 @@
 /* tests/attention_varlen_runtime_test.c - the varlen attention helpers (kiln_attention_forward_varlen,
  * kiln_attention_backward_varlen) against the fake CUDA driver: spec, grid from max_seqlen, the varlen
- * arguments by name, packed strides, the backward's sequence and workspace, errors naming the field. */
+ * arguments by name, packed strides, the backward's sequence and workspace, dropout and its mask output,
+ * errors naming the field. */
 #include <dlfcn.h>
 #include <math.h>
 #include <stdlib.h>
@@ -163,6 +164,68 @@ static void test_errors(void) {
     TEST_END();
 }
 
+/* Dropout on packed sequences: rate, seed, offset and the mask output reach the forward and the dQ kernel
+ * of the deterministic backward by name, with every mask key (15 scalars); the mask needs a rate. */
+static void test_dropout(void) {
+    TEST_BEGIN("varlen dropout: p, seed, offset, dropout_mask through forward and backward; every key with it");
+    kiln_rt *rt = open_rt(80);
+    kiln_error e;
+    kiln_attention_args a = fwd_args();
+    a.mask = (kiln_attention_mask){.window = 1, .window_left = 64, .window_right = 0, .softcap = 30,
+                                   .alibi_slopes = 0x800000, .alibi_stride = 8, .dropout_p = 0.25f, .dropout_seed = 1234567,
+                                   .dropout_offset = 1ull << 40};
+    kiln_attention_varlen vl = VL;
+    vl.dropout_mask = 0x900000;
+    fake.reset();
+    CHECK(rt && kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_OK, "launch: %s", e.msg);
+    kiln_kernel *k = NULL;
+    CHECK(rt && kiln_rt_get_kernel(rt, "attention dtype=bf16 out=bf16 head_dim=128 causal=true window=true softcap=true "
+                                       "alibi=true dropout=true dropout_mask=true varlen=true", &k, &e) == KILN_OK, "%s", e.msg);
+    const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+    fake_cuda_launch l;
+    if (m && fake.last_launch(&l)) {
+        CHECK(!strcmp(l.entry, m->entry), "launched %s, want %s", l.entry, m->entry);
+        float p;
+        uint32_t bits = (uint32_t)param(&l, m, "dropout_p");
+        memcpy(&p, &bits, 4);
+        CHECK(p == 0.25f && param(&l, m, "dropout_seed") == 1234567 && param(&l, m, "dropout_offset") == 1ull << 40,
+              "dropout scalars: p %g seed %llu", p, (unsigned long long)param(&l, m, "dropout_seed"));
+        CHECK(param(&l, m, "dropout_mask") == 0x900000 && param(&l, m, "max_seqlen_q") == 1000 &&
+                  param(&l, m, "max_seqlen_k") == 1500 && param(&l, m, "cu_seqlens_q") == 0x700000,
+              "mask [batch, heads_q, max_seqlen_q, max_seqlen_k] and the varlen arguments");
+    } else {
+        CHECK(0, "no launch recorded");
+    }
+    kiln_attention_bwd_args b = {.dq = 0x1000000, .dk = 0x1100000, .dv = 0x1200000, .q = 0x300000, .k = 0x400000,
+                                 .v = 0x500000, .o = 0x100000, .dout = 0x1300000, .lse = 0x200000,
+                                 .workspace = 0x2000000, .dtype = KILN_F16, .out_dtype = KILN_F16,
+                                 .grad_dtype = KILN_F16, .head_dim = 64, .causal = 1, .batch = 3, .heads_q = 4,
+                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900, .deterministic = 1};
+    b.mask = (kiln_attention_mask){.dropout_p = 0.5f, .dropout_seed = 9, .dropout_offset = 3};
+    fake.reset();
+    CHECK(kiln_attention_backward_varlen(rt, &b, &vl, &e) == KILN_OK, "backward: %s", e.msg);
+    CHECK(kiln_rt_get_kernel(rt, "attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 causal=true "
+                                 "dropout=true dropout_mask=true varlen=true", &k, &e) == KILN_OK, "%s", e.msg);
+    m = kiln_kernel_get_meta(k);
+    if (launch_at(2, &l)) {
+        CHECK(!strcmp(l.entry, m->entry), "third launch %s, want the dq kernel %s", l.entry, m->entry);
+        CHECK(param(&l, m, "dropout_seed") == 9 && param(&l, m, "dropout_offset") == 3 &&
+                  param(&l, m, "dropout_mask") == 0x900000 && param(&l, m, "max_seqlen_k") == 900,
+              "dq: dropout values and mask");
+    } else {
+        CHECK(0, "dq launch missing");
+    }
+    a.mask.dropout_p = 0;
+    CHECK(kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_EINVAL && strstr(e.msg, "dropout_mask is the keep mask"),
+          "mask without a rate: %s", e.msg);
+    vl.dropout_mask = 0x900002;
+    b.mask.dropout_p = 0.5f;
+    CHECK(kiln_attention_backward_varlen(rt, &b, &vl, &e) == KILN_EINVAL && strstr(e.msg, "dropout_mask (0x900002) must be 4-byte"),
+          "misaligned mask: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention varlen runtime: 0 passed, 1 failed\n");
@@ -174,5 +237,6 @@ int main(void) {
     test_forward(90);
     test_backward();
     test_errors();
+    test_dropout();
     return check_summary("attention varlen runtime");
 }

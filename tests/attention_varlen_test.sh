@@ -49,6 +49,26 @@ expect "bwd sm_75 f16 d96, every mask key (runs on SIMT: the atomic mma dkdv wou
 expect "bwd SIMT bf16 sm_75 (no bf16 tensor cores), long sequence" 0 "PASS" -- \
     run attention_bwd dtype=bf16 head_dim=32 causal=true varlen=true --sm 75 --varlen 1,150 --heads 1
 
+# ---- dropout on packed sequences (issue 24 item 6 with varlen; tests/attention_varlen_dropout_test.c has the rest) ----
+expect "fwd dropout mma f16 sm_80, lengths 0,1,37,300" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=f16 head_dim=32 causal=true varlen=true dropout=true --sm 80 --varlen 0,1,37,300 --dropout 0.1
+expect "fwd dropout + mask, sm_75 m16n8k8, every mask key" 0 "dropout_mask  max |err| 0.000e+00" -- \
+    run attention dtype=f16 head_dim=64 causal=true window=true softcap=true alibi=true varlen=true dropout=true \
+    dropout_mask=true --sm 75 --varlen 17,1,0,33 --varlen-k 20,0,5,33 --window 9,3 --softcap 30 --heads 2:1 --dropout 0.2
+expect "bwd dropout mma f16 sm_80 (atomic dQ), mask regenerated" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=32 causal=true varlen=true dropout=true dropout_mask=true --sm 80 \
+    --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --dropout 0.2
+grep -q "dropout_mask  max |err| 0.000e+00" "$tmp/out" && ok "bwd mask checked" || bad "bwd mask" "$(tail -3 "$tmp/out")"
+expect "bwd dropout deterministic d80 sm_90 (dq: 32-key tiles, 0 spills)" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=80 causal=true varlen=true deterministic=true dropout=true --sm 90 \
+    --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --dropout 0.2
+expect "emit varlen dropout_mask: [batch, heads_q, max_seqlen_q, max_seqlen_k]" 0 \
+    "kiln.meta tensor dropout_mask out batch heads_q max_seqlen_q max_seqlen_k" -- \
+    emit attention dtype=f16 head_dim=64 varlen=true dropout=true dropout_mask=true --sm 80
+expect "emit bwd dq varlen dropout_mask: the forward's layout" 0 \
+    "kiln.meta tensor dropout_mask out batch heads_q max_seqlen_q max_seqlen_k" -- \
+    emit attention_bwd kernel=dq dtype=bf16 head_dim=64 varlen=true dropout=true dropout_mask=true --sm 80
+
 # ---- the launch description ----
 expect "emit: packed tensors, cu_seqlens, grid from max_seqlen_q" 0 "kiln.meta tensor q in total_q heads_q 64 align=16" -- \
     emit attention dtype=f16 head_dim=64 causal=true varlen=true --sm 80

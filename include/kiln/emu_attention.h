@@ -34,6 +34,9 @@ typedef struct kiln_attn_problem {
     /* V's and O's head dim (spec key v_head_dim, set by kiln_attn_spec_parse); 0: head_dim (dO, dV follow
      * O and V). kiln_attn_vdim gives the width in use. */
     int v_head_dim;
+    /* dropout's batch index of this problem's batch 0 (0 but for a varlen sequence checked as a dense
+     * problem of batch 1: its index in the packed batch, templates/lib/attn_varlen.ref.c). */
+    int dropout_batch;
 } kiln_attn_problem;
 
 /* V's and O's head dim: p->v_head_dim, or head_dim when it is 0. */

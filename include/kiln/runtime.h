@@ -432,12 +432,17 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
  * no sequence longer than max_seqlen_q / max_seqlen_k (the kernels read them on the device: the caller
  * vouches). seqused_k (forward only): int32 [batch], sequence b attends to its first seqused_k[b] keys;
  * 0 = unused. Causal, window, softcap and ALiBi apply per sequence (seq_q, seq_k its lengths); ALiBi's
- * rows follow the sequence index. The backward's workspace: f32 delta [heads_q, total_q] (256-byte
+ * rows follow the sequence index. Dropout (mask.dropout_p > 0) keys its Philox mask by the sequence's index and
+ * the rows and keys within the sequence (FlashAttention-2's convention; a batch of one sequence draws the dense
+ * kernel's batch-1 mask); dropout_mask (tests; needs dropout_p > 0): int32 [batch, heads_q, max_seqlen_q,
+ * max_seqlen_k] receives the keep mask (1 kept, 0 dropped) of the pairs the kernel visits, nothing past a
+ * sequence's lengths; the backward writes the mask it regenerates there. The backward's workspace: f32 delta [heads_q, total_q] (256-byte
  * rounded) and, unless deterministic, the f32 dQ accumulator [heads_q, total_q, head_dim]. */
 typedef struct kiln_attention_varlen {
     kiln_devptr cu_seqlens_q, cu_seqlens_k; /* int32 [batch + 1] */
     kiln_devptr seqused_k;                  /* int32 [batch], or 0 (forward only) */
     int total_q, total_k;                   /* rows of q and of k */
+    kiln_devptr dropout_mask;               /* int32 [batch, heads_q, max_seqlen_q, max_seqlen_k], or 0 (tests) */
 } kiln_attention_varlen;
 kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args *a, const kiln_attention_varlen *vl,
                                           kiln_error *err);

@@ -88,13 +88,16 @@ def _strides(arr, t):
 
 def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max_seqlen_k=None, causal=False, sm=80,
                      scale=None, out_dtype=None, path="auto", return_lse=False, twice=False, window=None, softcap=None,
-                     alibi_slopes=None, seqused_k=None):
+                     alibi_slopes=None, seqused_k=None, dropout=None, return_mask=False):
     """FlashAttention-2's flash_attn_varlen_func on the emulated kernel for sm: q [total_q, heads_q, head_dim],
     k/v [total_k, heads_kv, head_dim] packed, sequence b in rows cu_seqlens_q[b] .. cu_seqlens_q[b + 1] - 1
     (cu_seqlens_k for keys), int32 [batch + 1] from 0, monotone; max_seqlen_q/k default to the longest.
     seqused_k (int32 [batch]): sequence b attends to its first seqused_k[b] keys. causal, window, softcap,
-    alibi_slopes ([heads_q] or [batch, heads_q]) as attention(), per sequence. Returns o like q (and lse
-    [heads_q, total_q] f32, FA2's varlen layout)."""
+    alibi_slopes ([heads_q] or [batch, heads_q]) as attention(), per sequence. dropout=(p, seed, offset) as
+    attention()'s, the Philox mask keyed by the sequence's index and its rows and keys (FA2's convention: a batch of
+    one sequence draws attention()'s batch-1 mask). Returns o like q (and lse [heads_q, total_q] f32, FA2's varlen
+    layout; with return_mask and dropout, the int32 keep mask [batch, heads_q, max_seqlen_q, max_seqlen_k]: 1 kept,
+    0 dropped, -1 where the kernel visited no tile: past a sequence's lengths or outside its causal/window band)."""
     from .emulate import _copy, _poison, load
     what = "attention_varlen"
     qa, ka, va = (np.asarray(t) for t in (q, k, v))
@@ -113,9 +116,12 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     od = dtype_name(out_dtype) if out_dtype is not None else dt
     cv = causal_value(causal, what)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
-    keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, vl.batch, hq)
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s varlen=true"
-                % (dt, od, d, cv, path, keys.words()), sm)
+    keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, vl.batch, hq, dropout)
+    if return_mask and keys.dropout is None:
+        raise KilnArgumentError("%s: return_mask=True returns the dropout keep mask; give dropout=(p, seed, offset)"
+                                % what)
+    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s%s varlen=true"
+                % (dt, od, d, cv, path, keys.words(), " dropout_mask=true" if return_mask else ""), sm)
     qa, ka, va = (_copy(t, dt, what + ": " + n) for t, n in zip((qa, ka, va), "qkv"))
     o = aligned_empty((tq, hq, d), od)
     lse = aligned_empty((hq, tq), "f32")
@@ -127,17 +133,25 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
         args.update(_strides(arr, t))
     if slopes is not None:
         args["alibi_slopes"] = _copy(slopes, "f32", what + ": alibi_slopes")
+    mask = None
+    if return_mask:
+        mask = aligned_empty((vl.batch, hq, vl.max_q, vl.max_k), "i32")
+        mask.fill(-1)
+        args.update(dropout_mask=mask, max_seqlen_q=vl.max_q, max_seqlen_k=vl.max_k)
     if vl.batch and vl.max_q:
         kern.run(problem=(vl.max_q, hq, vl.batch), twice=twice, nullable=("seqused_k",), **args)
-    return (o, lse) if return_lse else o
+    out = (o, lse) if return_lse else (o,)
+    out += (mask,) if return_mask else ()
+    return out if len(out) > 1 else o
 
 
 def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None, lse=None, max_seqlen_q=None,
                               max_seqlen_k=None, causal=False, sm=80, scale=None, path="auto", deterministic=False,
-                              grad_dtype=None, twice=False, window=None, softcap=None, alibi_slopes=None):
+                              grad_dtype=None, twice=False, window=None, softcap=None, alibi_slopes=None, dropout=None):
     """dq, dk, dv of attention_varlen(q, k, v, ...) for dL/do = dout on the emulated backward kernels (the sequence
     the dkdv kernel's description names: prep, dkdv, convert; deterministic=True: prep, dkdv, dq), packed like q and k. o and lse ([heads_q, total_q]):
-    the forward's; None (both): the emulated forward computes them."""
+    the forward's; None (both): the emulated forward computes them. dropout: the forward's (p, seed, offset), which
+    regenerates its mask."""
     from .emulate import _bwd_kernels, _copy, _poison
     what = "attention_varlen_backward"
     if (o is None) != (lse is None):
@@ -145,7 +159,7 @@ def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None,
     if o is None:
         o, lse = attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal=causal, sm=sm,
                                   scale=scale, path=path, return_lse=True, window=window, softcap=softcap,
-                                  alibi_slopes=alibi_slopes)
+                                  alibi_slopes=alibi_slopes, dropout=dropout)
     qa, ka, va, oa, da = (np.asarray(t) for t in (q, k, v, o, dout))
     _packed(what, (qa, ka, va, oa, da), ("q", "k", "v", "o", "dout"))
     dt, od = dtype_name(qa.dtype), dtype_name(oa.dtype)
@@ -166,7 +180,7 @@ def attention_varlen_backward(q, k, v, dout, cu_seqlens_q, cu_seqlens_k, o=None,
     gd = dtype_name(grad_dtype) if grad_dtype is not None else dt
     cv = causal_value(causal, what)
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
-    keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, vl.batch, hq)
+    keys = Keys(what, window, softcap, None if slopes is None else slopes.shape, vl.batch, hq, dropout)
     kernels = _bwd_kernels(dt, od, gd, d, cv, deterministic, path, keys.words() + " varlen=true", sm)
     qa, ka, va = (_copy(t, dt, what + ": " + n) for t, n in zip((qa, ka, va), "qkv"))
     oa, da = (_copy(t, od, what + ": " + n) for t, n in ((oa, "o"), (da, "dout")))

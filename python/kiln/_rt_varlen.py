@@ -21,7 +21,7 @@ def _rt():
 class VarlenArgs(ctypes.Structure):
     """kiln_attention_varlen (kiln/runtime.h)."""
     _fields_ = [("cu_seqlens_q", ctypes.c_uint64), ("cu_seqlens_k", ctypes.c_uint64), ("seqused_k", ctypes.c_uint64),
-                ("total_q", ctypes.c_int), ("total_k", ctypes.c_int)]
+                ("total_q", ctypes.c_int), ("total_k", ctypes.c_int), ("dropout_mask", ctypes.c_uint64)]
 
 
 _SIGS = {
@@ -95,12 +95,15 @@ class VarlenRuntime:
 
     # ---- varlen (packed sequences) ----
 
-    def _varlen_desc(self, what, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, seqused_k, views):
+    def _varlen_desc(self, what, cu_seqlens_q, cu_seqlens_k, batch, total_q, total_k, seqused_k, views,
+                     dropout_mask=None, mask_shape=None):
         vl = VarlenArgs()
         vl.cu_seqlens_q = _index(self, cu_seqlens_q, what + ": cu_seqlens_q", (batch + 1,), views)
         vl.cu_seqlens_k = _index(self, cu_seqlens_k, what + ": cu_seqlens_k", (batch + 1,), views)
         vl.seqused_k = _index(self, seqused_k, what + ": seqused_k", (batch,), views)
         vl.total_q, vl.total_k = total_q, total_k
+        # the keep mask (tests): int32 [batch, heads_q, max_seqlen_q, max_seqlen_k]
+        vl.dropout_mask = _index(self, dropout_mask, what + ": dropout_mask", mask_shape, views)
         return vl
 
     @staticmethod
@@ -112,12 +115,14 @@ class VarlenRuntime:
 
     def attention_varlen(self, o, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lse=None,
                          causal=False, scale=None, stream=None, seqused_k=None, window=None, softcap=None,
-                         alibi_slopes=None):
+                         alibi_slopes=None, dropout=None, dropout_mask=None):
         """Varlen attention (FlashAttention-2's flash_attn_varlen_func) in one launch: q, o [total_q, heads_q,
         head_dim], k, v [total_k, heads_kv, head_dim] (any token/head strides, head_dim contiguous); cu_seqlens_q/k
         int32 [batch + 1] device tensors; max_seqlen_q/k the longest sequences (the grid); lse f32 [heads_q, total_q]
         or None; seqused_k int32 [batch] or None. causal, window, softcap, alibi_slopes ([heads_q] or [batch,
-        heads_q]) per sequence, as attention()."""
+        heads_q]) per sequence, as attention(). dropout=(p, seed, offset) as attention()'s, the mask keyed by the
+        sequence's index and its rows and keys (FlashAttention-2's); dropout_mask (tests): int32 [batch, heads_q,
+        max_seqlen_q, max_seqlen_k] receives the keep mask (1 kept, 0 dropped; nothing past a sequence's lengths)."""
         rt = _rt()
         what = "attention_varlen"
         views = _views(self, what, (("q", q), ("k", k), ("v", v), ("o", o)), 3, "[total, heads, head_dim]")
@@ -144,15 +149,17 @@ class VarlenRuntime:
                                         % (what, hq * tq, lv.dtype, lv.shape))
             a.lse = lv.ptr
             vl_views.append(lv)
-        self._attn_mask(a, what, batch, hq, vl_views, window=window, softcap=softcap, alibi_slopes=alibi_slopes)
-        vl = self._varlen_desc(what, cu_seqlens_q, cu_seqlens_k, batch, tq, tk, seqused_k, vl_views)
+        self._attn_mask(a, what, batch, hq, vl_views, window=window, softcap=softcap, alibi_slopes=alibi_slopes,
+                        dropout=dropout)
+        vl = self._varlen_desc(what, cu_seqlens_q, cu_seqlens_k, batch, tq, tk, seqused_k, vl_views, dropout_mask,
+                               (batch, hq, max_seqlen_q, max_seqlen_k))
         a.stream = rt._stream_handle(stream, vl_views)
         err = _lib.Error()
         _lib.check(_fn(self._lib, "kiln_attention_forward_varlen")(self._live(), ctypes.byref(a), ctypes.byref(vl),
                                                                    ctypes.byref(err)), err)
 
     def _varlen_bwd_args(self, what, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
-                         max_seqlen_k, causal, scale, deterministic, stream, **mask):
+                         max_seqlen_k, causal, scale, deterministic, stream, dropout_mask=None, **mask):
         rt = _rt()
         views = _views(self, what, (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq), ("dk", dk),
                                     ("dv", dv)), 3, "[total, heads, head_dim]")
@@ -190,30 +197,34 @@ class VarlenRuntime:
         a.scale = 0.0 if scale is None else float(scale)
         vl_views = list(views.values()) + [lv]
         self._attn_mask(a, what, batch, hq, vl_views, **mask)
-        vl = self._varlen_desc(what, cu_seqlens_q, cu_seqlens_k, batch, tq, tk, None, vl_views)
+        vl = self._varlen_desc(what, cu_seqlens_q, cu_seqlens_k, batch, tq, tk, None, vl_views, dropout_mask,
+                               (batch, hq, max_seqlen_q, max_seqlen_k))
         a.stream = rt._stream_handle(stream, vl_views)
         return a, vl, vl_views
 
     def attention_varlen_backward_workspace(self, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                             max_seqlen_q, max_seqlen_k, causal=False, deterministic=False, window=None,
-                                            softcap=None, alibi_slopes=None):
+                                            softcap=None, alibi_slopes=None, dropout=None):
         """Bytes of device workspace attention_varlen_backward needs (f32 delta [heads_q, total_q] and, unless
         deterministic, the f32 dQ accumulator)."""
         a, vl, _ = self._varlen_bwd_args("attention_varlen_backward", dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q,
                                          cu_seqlens_k, max_seqlen_q, max_seqlen_k, causal, None, deterministic, 0,
-                                         window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                                         window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
         return int(_fn(self._lib, "kiln_attention_backward_varlen_workspace")(ctypes.byref(a), ctypes.byref(vl)))
 
     def attention_varlen_backward(self, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, causal=False, scale=None, deterministic=False, workspace=None,
-                                  stream=None, window=None, softcap=None, alibi_slopes=None):
+                                  stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None,
+                                  dropout_mask=None):
         """dq, dk, dv of attention_varlen (packed like q and k) from its q, k, v, o, lse ([heads_q, total_q]) and
         dout: the varlen attention_bwd kernels (prep, dkdv, convert; deterministic: prep, dkdv, dq). workspace: as
-        attention_backward's (attention_varlen_backward_workspace bytes; None: one the Runtime keeps)."""
+        attention_backward's (attention_varlen_backward_workspace bytes; None: one the Runtime keeps). dropout: the
+        forward's (p, seed, offset), which regenerates its mask; dropout_mask (tests) receives that mask."""
         what = "attention_varlen_backward"
         a, vl, views = self._varlen_bwd_args(what, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,
                                              max_seqlen_q, max_seqlen_k, causal, scale, deterministic, stream,
-                                             window=window, softcap=softcap, alibi_slopes=alibi_slopes)
+                                             dropout_mask=dropout_mask, window=window, softcap=softcap,
+                                             alibi_slopes=alibi_slopes, dropout=dropout)
         with self._kept_workspace(workspace):
             need = int(_fn(self._lib, "kiln_attention_backward_varlen_workspace")(ctypes.byref(a), ctypes.byref(vl)))
             a.workspace = self._workspace_ptr(what, need, workspace, views, "_bwd_ws")

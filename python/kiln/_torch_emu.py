@@ -268,14 +268,19 @@ class EmulatedRuntime:
 
     def attention_varlen(self, o, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k, lse=None,
                          causal=False, scale=None, stream=None, seqused_k=None, window=None, softcap=None,
-                         alibi_slopes=None):
-        """Packed q, k, v, o [total, heads, head_dim]; lse f32 [heads_q, total_q]; as kiln.emulate.attention_varlen."""
+                         alibi_slopes=None, dropout=None, dropout_mask=None):
+        """Packed q, k, v, o [total, heads, head_dim]; lse f32 [heads_q, total_q]; as kiln.emulate.attention_varlen
+        (dropout_mask: int32 [batch, heads_q, max_seqlen_q, max_seqlen_k] receives the keep mask)."""
         w = "attention_varlen"
-        out, lse_out = emulate.attention_varlen(
+        got = emulate.attention_varlen(
             *(_np(t, "%s: %s" % (w, n)) for t, n in ((q, "q"), (k, "k"), (v, "v"))), _idx(cu_seqlens_q),
             _idx(cu_seqlens_k), max_seqlen_q, max_seqlen_k, causal=causal, sm=self.sm, scale=scale,
             out_dtype=_name(o, w + ": o"), return_lse=True, window=window, softcap=softcap,
-            alibi_slopes=_slopes(alibi_slopes), seqused_k=_idx(seqused_k))
+            alibi_slopes=_slopes(alibi_slopes), seqused_k=_idx(seqused_k), dropout=dropout,
+            return_mask=dropout_mask is not None)
+        out, lse_out = got[:2]
+        if dropout_mask is not None:
+            _store(dropout_mask, got[2])
         _store(o, out)
         _store(lse, lse_out)
 
@@ -284,14 +289,15 @@ class EmulatedRuntime:
 
     def attention_varlen_backward(self, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k, max_seqlen_q,
                                   max_seqlen_k, causal=False, scale=None, deterministic=False, workspace=None,
-                                  stream=None, window=None, softcap=None, alibi_slopes=None):
+                                  stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None):
         w = "attention_varlen_backward"
         arrs = [_np(t, "%s: %s" % (w, n)) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"), (o, "o"),
                                                        (lse, "lse"))]
         grads = emulate.attention_varlen_backward(
             *arrs[:4], _idx(cu_seqlens_q), _idx(cu_seqlens_k), o=arrs[4], lse=arrs[5], max_seqlen_q=max_seqlen_q,
             max_seqlen_k=max_seqlen_k, causal=causal, sm=self.sm, scale=scale, deterministic=deterministic,
-            grad_dtype=_name(dq, w + ": dq"), window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes))
+            grad_dtype=_name(dq, w + ": dq"), window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes),
+            dropout=dropout)
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 

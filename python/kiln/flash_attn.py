@@ -11,8 +11,8 @@ return what it returns. Dense attention is the custom op ``kiln::flash_attention
 bottom-right aligned, window_size, softcap, alibi_slopes) with its backward op ``kiln::flash_attention_backward``
 (kiln's attention_bwd kernels; the deterministic sequence with deterministic=True or under
 torch.use_deterministic_algorithms(True)). The varlen functions run kiln's varlen kernels and flash_attn_with_kvcache
-its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen dropout
-or block_table, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch per
+its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen with
+block_table, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch per
 sequence, in ``_varlen_forward`` and ``_kvcache_forward``); the paged kernel rotates q and the new keys itself
 (rotary=neox|interleaved in the append), kiln's rotary op only where it cannot (``_rotary_in_kernel``).
 dropout_p runs kiln's Philox dropout (seeded from torch's generator).
@@ -350,7 +350,7 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     """out (total_q, nheads, headdim) and softmax_lse (nheads, total_q) of variable-length attention: the composite
     path, one dense kiln::flash_attention launch per sequence (causal and windows aligned per sequence, as
     FlashAttention's varlen kernel aligns them); with block_table, each sequence's keys are gathered from its pages.
-    Without dropout or block_table, kiln's varlen kernels run instead (_varlen_kernel). Rows past cu_seqlens_q[-1]
+    Without block_table, kiln's varlen kernels run instead (_varlen_kernel), dropout too. Rows past cu_seqlens_q[-1]
     are 0."""
     bq = _cu_lengths(fn, "cu_seqlens_q", cu_seqlens_q, q.shape[0], max_seqlen_q, "max_seqlen_q")
     batch = len(bq) - 1
@@ -367,13 +367,14 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     if len(bk) - 1 != batch:
         _fail(fn, "cu_seqlens_q has %d sequences and cu_seqlens_k %d" % (batch, len(bk) - 1))
     scale, causal, wl, wr, cap, slopes, p = opts
-    # dropout: one seed for the call, each sequence its own Philox offset (its index), so no two share a mask
+    # dropout: one seed for the call; the varlen kernel keys each sequence's mask by its index (FA2's convention),
+    # the composite path gives each sequence its own Philox offset (its index), so no two share a mask
     seed = kt._dropout_seed(q)[0] if p > 0 else 0
     if slopes is not None and slopes.dim() == 2 and slopes.shape[0] != batch:
         _fail(fn, "alibi_slopes has %d rows for %d sequences" % (slopes.shape[0], batch))
-    if table is None and p == 0:  # kiln's varlen kernels; dropout and paged varlen are not built there (composite)
+    if table is None:  # kiln's varlen kernels (dropout too); paged varlen is not built there (composite)
         return _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, bq[-1], bk[-1], max_seqlen_q, max_seqlen_k, opts,
-                              deterministic)
+                              deterministic, seed)
     outs, lses = [], []
     for i in range(batch):
         lq = bq[i + 1] - bq[i]
@@ -398,15 +399,17 @@ def _varlen_forward(fn, q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_s
     return torch.cat(outs, 0), torch.cat(lses, 1)
 
 
-def _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, tq, tk, max_seqlen_q, max_seqlen_k, opts, deterministic):
-    """out, lse of kiln::flash_attention_varlen (one launch for every sequence); rows past cu_seqlens_q[-1] are 0
-    (lse +inf), as on the composite path."""
-    scale, causal, wl, wr, cap, slopes, _p = opts
+def _varlen_kernel(q, k, v, cu_seqlens_q, cu_seqlens_k, tq, tk, max_seqlen_q, max_seqlen_k, opts, deterministic,
+                   seed=0):
+    """out, lse of kiln::flash_attention_varlen (one launch for every sequence; dropout_p > 0: the Philox mask of
+    seed, offset 0, keyed by the sequence's index and its rows and keys); rows past cu_seqlens_q[-1] are 0 (lse
+    +inf), as on the composite path."""
+    scale, causal, wl, wr, cap, slopes, p = opts
     cu_q, cu_k = (c.to(torch.int32) for c in (cu_seqlens_q, cu_seqlens_k))
     # max_seqlen: a bound FlashAttention takes as given; the kernel's grid needs no more than the totals
     out, lse = _fa_varlen.flash_attention_varlen(q[:tq], k[:tk], v[:tk], cu_q, cu_k, min(max_seqlen_q, tq),
                                                  min(max_seqlen_k, tk), slopes, causal, wl, wr, cap, scale,
-                                                 deterministic)
+                                                 deterministic, p, seed, 0)
     pad = q.shape[0] - tq
     if pad:
         out = torch.cat([out, out.new_zeros((pad,) + tuple(out.shape[1:]))], 0)
@@ -439,8 +442,10 @@ def flash_attn_varlen_func(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, ma
     headdim), or with block_table (batch_size, max_num_blocks_per_seq) int32 paged caches (num_blocks,
     page_block_size, nheads_k, headdim); cu_seqlens_q/k int32 (batch_size + 1,); causal and window aligned per
     sequence (bottom-right). Returns out (total_q, nheads, headdim), or (out, softmax_lse (nheads, total_q), None)
-    with return_attn_probs. Runs kiln's varlen kernel (one launch; with dropout_p or block_table the composite path,
-    one dense launch per sequence); the lengths are read to the host for the checks."""
+    with return_attn_probs (S_dmask None: kiln never forms the attention matrix, as flash_attn_func). Runs kiln's
+    varlen kernel (one launch, dropout_p included: the Philox mask keyed by the sequence's index and its rows and
+    keys, as FA2 keys it; with block_table the composite path, one dense launch per sequence); the lengths are read
+    to the host for the checks."""
     return _varlen("flash_attn_varlen_func", q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q, max_seqlen_k,
                    dropout_p, softmax_scale, causal, window_size, softcap, alibi_slopes, deterministic,
                    return_attn_probs, block_table)

@@ -111,3 +111,32 @@ def test_check_runs_varlen_cases():
         kiln.emulate.check("attention varlen=true", sm=80, varlen=[1, -2])
     with pytest.raises(kiln.KilnError, match="varlen=true needs the sequence lengths"):
         kiln.emulate.check("attention varlen=true", sm=80, rows=4)
+
+
+def test_varlen_dropout_mask_and_backward():
+    """dropout on packed sequences: the keep mask holds a bit for each visible pair (keep rate near 1 - p), sequences
+    of equal length draw different masks (the key holds the sequence's index, as FA2's); p = 0 equals no dropout bit
+    for bit forward and backward, p = 0.4 changes the gradients (the backward applies the mask); return_mask needs
+    dropout. (The dense kernel's mask bit for bit: tests/attention_varlen_dropout_test.c.)"""
+    lens = [20, 20, 20]
+    rng = np.random.default_rng(5)
+    q, k, v = (rng.uniform(-1, 1, (60, 2, 32)).astype(np.float16) for _ in range(3))
+    cu = _cu(lens)
+    o, mask = kiln.emulate.attention_varlen(q, k, v, cu, cu, causal=True, sm=80, dropout=(0.4, 9, 0), return_mask=True)
+    assert mask.shape == (3, 2, 20, 20)
+    vis = np.tril(np.ones((20, 20), bool))
+    assert ((mask >= 0) | ~vis[None, None]).all() and set(np.unique(mask[:, :, vis])) <= {0, 1}
+    n = vis.sum() * 6
+    assert 0.4 * n * 0.8 < (mask[:, :, vis] == 0).sum() < 0.4 * n * 1.2
+    assert not np.array_equal(mask[0], mask[1]) and not np.array_equal(mask[1], mask[2])
+    plain = kiln.emulate.attention_varlen(q, k, v, cu, cu, causal=True, sm=80)
+    zero = kiln.emulate.attention_varlen(q, k, v, cu, cu, causal=True, sm=80, dropout=(0.0, 9, 0))
+    assert np.array_equal(plain.view(np.uint16), zero.view(np.uint16))
+    dout = rng.uniform(-1, 1, (60, 2, 32)).astype(np.float16)
+    g0 = kiln.emulate.attention_varlen_backward(q, k, v, dout, cu, cu, causal=True, sm=80, dropout=(0.0, 9, 0))
+    gp = kiln.emulate.attention_varlen_backward(q, k, v, dout, cu, cu, causal=True, sm=80)
+    assert all(np.array_equal(a.view(np.uint16), b.view(np.uint16)) for a, b in zip(g0, gp))
+    g4 = kiln.emulate.attention_varlen_backward(q, k, v, dout, cu, cu, causal=True, sm=80, dropout=(0.4, 9, 0))
+    assert not np.array_equal(g4[2], gp[2])
+    with pytest.raises(kiln.KilnArgumentError, match="return_mask=True returns the dropout keep mask"):
+        kiln.emulate.attention_varlen(q, k, v, cu, cu, return_mask=True)

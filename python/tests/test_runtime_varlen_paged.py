@@ -86,6 +86,42 @@ def test_varlen_backward_launches_three_varlen_kernels(fake_cuda, det):
     assert tuple(launches[1].grid) == (-(-6 // kern.meta["grid_tile"][0]), h, batch)
 
 
+def test_varlen_dropout_reaches_forward_and_backward(fake_cuda):
+    """dropout=(p, seed, offset) and the keep-mask tensor reach the varlen forward and the deterministic backward's
+    dq kernel by name; a mask without a rate, or of the wrong shape, is refused naming it."""
+    rt = kiln.Runtime(disk_cache=False)
+    tq, tk, h, d, batch = 9, 12, 2, 64, 3
+    a = {n: rt.empty((tq, h, d), "f16") for n in ("q", "o", "dout", "dq")}
+    a.update({n: rt.empty((tk, h, d), "f16") for n in ("k", "v", "dk", "dv")})
+    a["lse"] = rt.empty((h, tq), "f32")
+    cq, ck = _i32(rt, (batch + 1,)), _i32(rt, (batch + 1,))
+    mask = _i32(rt, (batch, h, 5, 6))
+    fake_cuda.reset()
+    rt.attention_varlen(a["o"], a["q"], a["k"], a["v"], cq[1], ck[1], 5, 6, lse=a["lse"], causal=True,
+                        dropout=(0.25, 77, 3), dropout_mask=mask[1])
+    (launch,) = _launches(fake_cuda)
+    kern = _kernel_by_entry(rt, launch, "attention dtype=f16 out=f16 head_dim=64 causal=true path=auto dropout=true "
+                                        "dropout_mask=true varlen=true")
+    got = _by_name(kern, launch)
+    assert (got["dropout_seed"], got["dropout_offset"], got["dropout_mask"]) == (77, 3, mask[0].ptr)
+    assert (got["max_seqlen_q"], got["max_seqlen_k"]) == (5, 6)
+    assert ctypes.c_uint32(got["dropout_p"]).value == ctypes.cast(ctypes.pointer(ctypes.c_float(0.25)),
+                                                                   ctypes.POINTER(ctypes.c_uint32)).contents.value
+    fake_cuda.reset()
+    rt.attention_varlen_backward(**a, cu_seqlens_q=cq[1], cu_seqlens_k=ck[1], max_seqlen_q=5, max_seqlen_k=6,
+                                 causal=True, deterministic=True, dropout=(0.25, 77, 3))
+    launches = _launches(fake_cuda)
+    kern = _kernel_by_entry(rt, launches[2], "attention_bwd kernel=dq dtype=f16 out=f16 grad=f16 head_dim=64 "
+                                             "causal=true path=auto deterministic=false dropout=true varlen=true")
+    got = _by_name(kern, launches[2])
+    assert (got["dropout_seed"], got["dropout_offset"]) == (77, 3)
+    with pytest.raises(kiln.KilnError, match="dropout_mask is the keep mask"):
+        rt.attention_varlen(a["o"], a["q"], a["k"], a["v"], cq[1], ck[1], 5, 6, dropout_mask=mask[1])
+    with pytest.raises(kiln.KilnError, match="dropout_mask must be contiguous int32"):
+        rt.attention_varlen(a["o"], a["q"], a["k"], a["v"], cq[1], ck[1], 5, 7, dropout=(0.1, 1, 0),
+                            dropout_mask=mask[1])
+
+
 @pytest.mark.parametrize("append", [False, True])
 def test_kvcache_launches_the_paged_kernel(fake_cuda, append):
     rt = kiln.Runtime(disk_cache=False)

@@ -192,6 +192,7 @@ CPU_DENSE = [  # (dtype, d, seqlens, mha, causal, local, softcap, alibi, dropout
     (H, 32, (113, 211), "mqa", True, False, 0.0, False, 0.17, False, False),
     (B, 64, (108, 256), "gqa", True, True, 0.0, True, 0.0, False, True),
     (H, 40, (113, 203), "mha", False, False, 50.0, False, 0.0, False, True),
+    (H, 32, (113, 203), "gqa", True, False, 0.0, False, 0.17, False, True),  # varlen dropout: the varlen kernel
     (H, 59, (113, 203), "mha", False, False, 0.0, False, 0.0, False, False),
 ]
 CPU_KVCACHE = [  # (dtype, d, seqlens, mha, causal, local, alibi, page, leftpad, batch_idx, new_kv, rotary fraction,

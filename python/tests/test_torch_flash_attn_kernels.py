@@ -2,6 +2,8 @@
 _backward and kiln::flash_attention_kvcache), under kiln.torch.emulated() on real torch: float64 references per
 sequence, one kernel launch per call (spied), the composite path only where the kernels refuse, opcheck."""
 
+import math
+
 import pytest
 
 torch = pytest.importorskip("torch", reason="torch is not installed (make setup installs the pinned one)")
@@ -91,12 +93,84 @@ def test_varlen_kernel_softcap_alibi_and_rows_past_the_last_sequence(emu, launch
     assert launches["attention_varlen"] == 1 and "attention" not in launches, launches
 
 
-def test_varlen_dropout_and_block_table_stay_composite(emu, launches):
-    """The combinations kiln's varlen kernel does not build (dropout; paged keys) run one dense launch per
-    sequence, as before."""
+def _dropout_reference(q, k, v, lens_q, lens_k, keep, p, causal):
+    """float64 out of FlashAttention with dropout per sequence: softmax(scale QK^T) * keep / (1 - p) V, keep the
+    kernel's mask [batch, heads_q, max_seqlen_q, max_seqlen_k] (1 kept; 0 and -1, an unvisited entry, dropped)."""
+    outs, a, c = [], 0, 0
+    hq, hkv, d = q.shape[1], k.shape[1], q.shape[2]
+    for b, (lq, lk) in enumerate(zip(lens_q, lens_k)):
+        qi, ki, vi = q[a:a + lq], k[c:c + lk].repeat_interleave(hq // hkv, 1), v[c:c + lk].repeat_interleave(hq // hkv, 1)
+        sc = torch.einsum("qhd,khd->hqk", qi, ki) * d ** -0.5
+        if causal:
+            ok = torch.arange(lk).view(1, lk) <= torch.arange(lq).view(lq, 1) + lk - lq
+            sc = sc.masked_fill(~ok, -math.inf)
+        pr = torch.softmax(sc, -1).nan_to_num(0.0)
+        z = (keep[b, :, :lq, :lk] == 1).double() / (1 - p)
+        outs.append(torch.einsum("hqk,khd->qhd", pr * z, vi))
+        a, c = a + lq, c + lk
+    return torch.cat(outs)
+
+
+def test_varlen_dropout_runs_the_varlen_kernel(emu, launches):
+    """dropout_p > 0 runs one varlen launch forward and one backward (no dense launch): out and gradients against
+    float64 with the mask the kernel drew (read back through kiln.emulate under the same seed, lengths 0, 1, odd
+    and long, GQA); its keep rate within binomial bounds; -1 (never written) only past each sequence's lengths."""
+    import kiln.emulate as ke
+    import kiln.torch as kt
+    lq, lk, p = [0, 1, 7, 70], [3, 1, 9, 75], 0.3
+    q, k, v = _packed(lq, lk, 4, 2, 32, torch.float16, seed=26)
+    for t in (q, k, v):
+        t.requires_grad_()
+    torch.manual_seed(11)
+    out = fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), max(lq), max(lk), dropout_p=p, causal=True)
+    torch.manual_seed(11)
+    seed = kt._dropout_seed(q)[0]
+    _o, keep = ke.attention_varlen(q.detach().numpy(), k.detach().numpy(), v.detach().numpy(), _cu(lq).numpy(),
+                                   _cu(lk).numpy(), causal=True, dropout=(p, seed, 0), return_mask=True)
+    keep = torch.from_numpy(keep)
+    qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
+    ref = _dropout_reference(qr, kr, vr, lq, lk, keep, p, True)
+    _close(out, ref, torch.float16, "out")
+    dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(27)).half()
+    out.backward(dout)
+    ref.backward(dout.double())
+    for n, t, r in (("dq", q, qr), ("dk", k, kr), ("dv", v, vr)):
+        _close(t.grad, r.grad, torch.float16, n, 4)
+    assert launches == {"attention_varlen": 1, "attention_varlen_backward": 1}, launches
+    seen = torch.zeros(keep.shape, dtype=torch.bool)
+    for b, (a, c) in enumerate(zip(lq, lk)):
+        seen[b, :, :a, :c] = True
+        vis = torch.arange(c).view(1, c) <= torch.arange(a).view(a, 1) + c - a
+        assert ((keep[b, :, :a, :c] >= 0) | ~vis).all(), "a visible pair without its bit"
+    assert (keep[~seen] == -1).all(), "the kernel wrote past a sequence's lengths"
+    n = int((keep >= 0).sum())
+    kept = int((keep == 1).sum())
+    assert abs(kept - n * (1 - p)) <= 5 * math.sqrt(n * p * (1 - p)), (kept, n)
+
+
+def test_varlen_dropout_of_one_sequence_is_flash_attn_funcs(emu):
+    """The mask's key is the dense kernel's: one packed sequence under a torch seed gives flash_attn_func's output of
+    the same batch-1 problem bit for bit (the same Philox mask), and another seed another output."""
+    lq, lk = [33], [40]
+    q, k, v = _packed(lq, lk, 2, 1, 32, torch.float16, seed=28)
+    torch.manual_seed(5)
+    packed = fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), 33, 40, dropout_p=0.4, causal=True)
+    torch.manual_seed(5)
+    dense = fa.flash_attn_func(q[None], k[None], v[None], dropout_p=0.4, causal=True)[0]
+    assert torch.equal(packed, dense)
+    torch.manual_seed(6)
+    assert not torch.equal(fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lk), 33, 40, dropout_p=0.4, causal=True),
+                           packed)
+
+
+def test_varlen_block_table_stays_composite(emu, launches):
+    """Paged keys with varlen (not built in the varlen kernel) run one dense launch per sequence, as before."""
     lq = [3, 4]
-    q, k, v = _packed(lq, lq, 2, 2, 32, torch.float16, seed=24)
-    fa.flash_attn_varlen_func(q, k, v, _cu(lq), _cu(lq), 4, 4, dropout_p=0.2)
+    q, _k, _v = _packed(lq, lq, 2, 2, 32, torch.float16, seed=24)
+    g = torch.Generator().manual_seed(29)
+    kc, vc = (torch.randn(4, 16, 2, 32, generator=g).half() for _ in range(2))
+    table = torch.tensor([[2, 0], [1, 3]], dtype=torch.int32)
+    fa.flash_attn_varlen_func(q, kc, vc, _cu(lq), _cu(lq), 4, 4, block_table=table)
     assert launches == {"attention": 2}, launches
 
 

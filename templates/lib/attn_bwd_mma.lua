@@ -60,6 +60,9 @@ local function config_dq(spec, target, cfg)
   if d == 96 and not target.cp_async and (spec.window or spec.softcap or spec.alibi or spec.dropout) then bn = 32 end
   -- (bf16 on f16 tensor cores: d96's 64-key tiles spilled 36-64 bytes beside the scaling, lib/attn_bwd_f16scaled.lua)
   if d == 96 and f16s.applies(spec, target) then bn = 32 end
+  -- (and varlen with dropout at a padded width, head_dim 80/88: 255 registers, 4-8 bytes spilled at 64 keys,
+  -- ptxas sm_90 ... 121)
+  if d == 96 and spec.varlen and spec.dropout and spec.dim and spec.dim ~= d then bn = 32 end
   local bytes = (2 * bm + 2 * bn) * ld * util.dtype_bytes[spec.dtype]
   cfg.block, cfg.path = M.WARPS * 32, "mma"
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld

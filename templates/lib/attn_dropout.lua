@@ -8,7 +8,16 @@
 --                      regenerates the same mask: dV = (P o Z)^T dO, dS = P o (dP o Z - D), Z = M / (1 - p).
 --   dropout_mask=true  (tests; needs dropout=true) the kernel also writes the keep mask it used into the
 --                      i32 launch tensor dropout_mask [batch, heads_q, seq_q, seq_k]: 1 kept, 0 dropped,
---                      for every (query, key) pair of the key tiles it visits (others keep their bytes).
+--                      for every (query, key) pair of the key tiles it visits (others keep their bytes);
+--                      with varlen=true [batch, heads_q, max_seqlen_q, max_seqlen_k] (FA2's varlen
+--                      S_dmask is [batch, heads, max_seqlen_q, max_seqlen_k] rounded up), sequence b's
+--                      (query i, key j) at [b, h, i, j]; nothing past a sequence's lengths is written.
+--
+-- varlen=true (packed sequences, lib/attn_varlen.lua): the mask's (batch, query, key) are (the sequence's
+-- index b, the row within the sequence, the key within the sequence) — FlashAttention-2's convention
+-- (it keys its Philox by (batch, head, row, col) of the sequence). So a packed batch draws exactly the
+-- mask of the dense batch of the same sequences when they have equal lengths, and a batch of one
+-- sequence the dense kernel's batch-1 mask, bit for bit (tests/attention_varlen_dropout_test.c checks it).
 --
 -- The RNG (also in templates/lib/attn_dropout.ref.c, for the float64 references; they must agree bit
 -- for bit): Philox 4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC 2011)
@@ -41,9 +50,6 @@ function M.check(spec)
   if spec.dropout and spec.splitkv then
     return "dropout=true is refused with splitkv=true: split-KV is the decoding (inference) path, dropout a training feature (FlashAttention-2's kv-cache kernels have no dropout either); use splitkv=false"
   end
-  if spec.dropout and spec.varlen then
-    return "dropout=true with varlen=true is not built yet: the mask's (batch, query) counter would need the packed sequence's index and row defined and tested; run varlen without dropout, or fixed-length batches with it"
-  end
 end
 
 -- Appends the launch values to a kernel's parameter list.
@@ -53,6 +59,10 @@ function M.params(spec, params)
   params[#params + 1] = { "dropout_seed", "i64" }
   params[#params + 1] = { "dropout_offset", "i64" }
   if spec.dropout_mask then params[#params + 1] = { "dropout_mask", "ptr", "i32" } end
+  if spec.dropout_mask and spec.varlen then -- (the mask's rows and columns: the longest sequence's)
+    params[#params + 1] = { "max_seqlen_q", "i32" }
+    params[#params + 1] = { "max_seqlen_k", "i32" }
+  end
   return params
 end
 
@@ -63,7 +73,8 @@ function M.launch(spec, l)
   l.scalars[#l.scalars + 1] = { "dropout_seed", 0 }
   l.scalars[#l.scalars + 1] = { "dropout_offset", 0 }
   if spec.dropout_mask then
-    l.tensors[#l.tensors + 1] = { "dropout_mask", "out", { "batch", "heads_q", "seq_q", "seq_k" } }
+    l.tensors[#l.tensors + 1] = { "dropout_mask", "out", spec.varlen and { "batch", "heads_q", "max_seqlen_q", "max_seqlen_k" }
+                                                          or { "batch", "heads_q", "seq_q", "seq_k" } }
   end
   return l
 end
@@ -156,11 +167,14 @@ function M.factors4(d, bi, h, q, k)
 end
 
 -- dropout_mask=true: stores keep predicates of (query q, keys k .. k + n - 1) of (bi, h) when q < seq_q
--- (keys at or past seq_k are not stored).
+-- (keys at or past seq_k are not stored). varlen: [batch, heads_q, max_seqlen_q, max_seqlen_k], q and
+-- k within sequence bi (seq_q, seq_k its lengths), so nothing past a sequence's lengths is written.
 function M.store_mask(d, bi, h, q, k, keeps)
   if not d.spec.dropout_mask then return end
   local b, p = d.b, d.p
-  local row = ((b:i64(bi) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(q)) * b:i64(p.seq_k)
+  local rows, cols = p.seq_q, p.seq_k
+  if d.spec.varlen then rows, cols = p.max_seqlen_q, p.max_seqlen_k end
+  local row = ((b:i64(bi) * b:i64(p.heads_q) + b:i64(h)) * b:i64(rows) + b:i64(q)) * b:i64(cols)
   b:if_(b:lt(q, p.seq_q), function()
     for i, kp in ipairs(keeps) do
       local key = k + (i - 1)

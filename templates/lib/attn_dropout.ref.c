@@ -32,7 +32,7 @@ int emu_attn_dropout_keep(const kiln_attn_problem *p, int b, int h, int i, int j
     if (!p->dropout) return 1;
     uint32_t key[2] = {(uint32_t)p->dropout_seed, (uint32_t)(p->dropout_seed >> 32)};
     uint32_t ctr[4] = {(uint32_t)j >> 1, (((uint32_t)i >> 4) << 3) | ((uint32_t)i & 7),
-                       (uint32_t)b * (uint32_t)p->heads_q + (uint32_t)h + (uint32_t)(p->dropout_offset >> 32),
+                       (uint32_t)(b + p->dropout_batch) * (uint32_t)p->heads_q + (uint32_t)h + (uint32_t)(p->dropout_offset >> 32),
                        (uint32_t)p->dropout_offset};
     uint32_t w[4];
     emu_philox4x32_10(ctr, key, w);

@@ -81,7 +81,7 @@ function M.launch(spec, l, d, keys, used)
   if not spec.varlen then return l end
   local function dims(t)
     local x = t[3]
-    if #x == 4 and x[1] == "batch" then
+    if #x == 4 and x[1] == "batch" and (x[2] == "seq_q" or x[2] == "seq_k") then
       t[3] = { x[2] == "seq_q" and "total_q" or "total_k", x[3], x[4] }
     elseif #x == 3 and x[1] == "batch" then
       t[3] = { "heads_q", "total_q" }

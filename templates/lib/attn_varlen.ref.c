@@ -6,7 +6,6 @@
 
 #include "emu.h"
 #include "kiln/emu_attention.h"
-#include "kiln/emu_attention.h"
 #include "kiln/emu_case.h"
 
 /* The layout is templates/lib/attn_varlen.lua's (FlashAttention-2's varlen): q, o, dout, dq
@@ -16,7 +15,10 @@
  * tensors starting at its first rows: the dense float64 reference, tolerances and checker apply to
  * it unchanged (causal, window, softcap and ALiBi per sequence). A sequence without queries has
  * nothing to check (forward) and dK = dV = 0 (backward); one without keys has O = 0, lse = +inf and
- * dQ = 0. */
+ * dQ = 0. Dropout keys its mask by the sequence's index, its rows and keys counted within the sequence
+ * (templates/lib/attn_dropout.lua): the dense problem of sequence b draws it with dropout_batch = b. The
+ * keep mask (dropout_mask=true) is [batch, heads_q, max_seqlen_q, max_seqlen_k]: sequence b's visible
+ * pairs hold their bits, nothing past its lengths is written. */
 
 typedef struct vcase {
     kiln_attn_problem p; /* batch = sequences, seq_q / seq_k the longest, packed strides */
@@ -25,6 +27,7 @@ typedef struct vcase {
     kiln_dtype grad;
     void *in[3], *o, *dout, *g[3];
     float *lse;
+    int32_t *mask; /* dropout_mask=true: the kernel's keep mask, [batch, heads_q, max_seqlen_q, max_seqlen_k] */
     double *ro, *rl, *ref[3], *tol[3];
 } vcase;
 
@@ -45,10 +48,14 @@ static size_t elems(const vcase *v, char t) {
 /* Sequence b as a dense problem; *qo, *ko: element offsets of its first query and key rows. */
 static void sequence(const vcase *v, int b, kiln_attn_problem *s, size_t *qo, size_t *ko) {
     *s = v->p;
-    s->batch = 1, s->seq_q = len_q(v, b), s->seq_k = len_k(v, b);
+    s->batch = 1, s->seq_q = len_q(v, b), s->seq_k = len_k(v, b), s->dropout_batch = b;
     if (s->alibi_slopes) s->alibi_slopes += (size_t)b * (size_t)s->alibi_stride;
     *qo = (size_t)v->cu_q[b] * (size_t)v->p.heads_q * (size_t)v->p.head_dim;
     *ko = (size_t)v->cu_k[b] * (size_t)v->p.heads_kv * (size_t)v->p.head_dim;
+}
+
+static size_t mask_elems(const vcase *v) {
+    return (size_t)v->p.batch * (size_t)v->p.heads_q * (size_t)v->p.seq_q * (size_t)v->p.seq_k;
 }
 
 static const void *at(const void *x, kiln_dtype t, size_t off) { return (const char *)x + off * kiln_dtype_size(t); }
@@ -137,6 +144,8 @@ kiln_status emu_attn_varlen_create(kiln_case *c, int bwd, kiln_error *err) {
     v->lse = malloc((nl + 1) * sizeof *v->lse);
     v->ro = calloc(nq + 1, sizeof *v->ro), v->rl = calloc(nl + 1, sizeof *v->rl);
     int ok = v->in[0] && v->in[1] && v->in[2] && v->o && v->lse && v->ro && v->rl && (!bwd || v->dout);
+    const char *dm = kiln_case_spec_value(c, "dropout_mask");
+    if (dm && !strcmp(dm, "true")) ok = ok && (v->mask = malloc(mask_elems(v) * sizeof *v->mask)) != NULL;
     for (int t = 0; bwd && t < 3; t++) {
         size_t n = t ? nk : nq;
         v->g[t] = malloc((n + 1) * kiln_dtype_size(v->grad));
@@ -166,7 +175,7 @@ void emu_attn_varlen_destroy(kiln_case *c) {
     free((void *)v->p.alibi_slopes);
     free(v->cu_q), free(v->cu_k), free(v->used);
     for (int t = 0; t < 3; t++) free(v->in[t]), free(v->g[t]), free(v->ref[t]), free(v->tol[t]);
-    free(v->o), free(v->dout), free(v->lse), free(v->ro), free(v->rl);
+    free(v->o), free(v->dout), free(v->lse), free(v->ro), free(v->rl), free(v->mask);
     free(v);
 }
 
@@ -186,6 +195,7 @@ int emu_attn_varlen_tensor(kiln_case *c, const char *name, void **ptr, size_t *b
     else if (!strcmp(name, "cu_seqlens_q")) *ptr = v->cu_q, *bytes = (size_t)(p->batch + 1) * sizeof(int);
     else if (!strcmp(name, "cu_seqlens_k")) *ptr = v->cu_k, *bytes = (size_t)(p->batch + 1) * sizeof(int);
     else if (!strcmp(name, "seqused_k")) *ptr = v->used, *bytes = v->used ? (size_t)p->batch * sizeof(int) : 0;
+    else if (!strcmp(name, "dropout_mask") && v->mask) *ptr = v->mask, *bytes = mask_elems(v) * sizeof(int32_t);
     else return emu_attn_case_slopes(p, name, ptr, bytes);
     return 0;
 }
@@ -201,6 +211,7 @@ int emu_attn_varlen_scalar(kiln_case *c, const char *name, double *value) {
 
 void emu_attn_varlen_prepare(kiln_case *c) {
     vcase *v = kiln_case_state(c);
+    if (v->mask) memset(v->mask, 0xff, mask_elems(v) * sizeof *v->mask);
     if (v->bwd) {
         for (int t = 0; t < 3; t++) memset(v->g[t], 0xff, elems(v, t ? 'k' : 'q') * kiln_dtype_size(v->grad));
         return;
@@ -262,6 +273,29 @@ static void check_grad(vcase *v, int t, kiln_case_output *o) {
                 }
 }
 
+/* dropout_mask=true: a pair sequence b's query sees holds its keep bit (1 kept, 0 dropped); one it does
+ * not see within its lengths may be unwritten (-1) or hold the bit of the visited tile it lies in; every
+ * entry past the sequence's lengths stays unwritten. */
+static void check_mask(vcase *v, kiln_case_output *o) {
+    const kiln_attn_problem *p = &v->p;
+    size_t at = 0;
+    for (int b = 0; b < p->batch; b++) {
+        kiln_attn_problem s;
+        size_t qo, ko;
+        sequence(v, b, &s, &qo, &ko);
+        for (int h = 0; h < p->heads_q; h++)
+            for (int i = 0; i < p->seq_q; i++)
+                for (int j = 0; j < p->seq_k; j++, at++) {
+                    int inside = i < s.seq_q && j < s.seq_k, got = v->mask[at];
+                    int want = inside ? emu_attn_dropout_keep(&s, 0, h, i, j) : -1;
+                    if (inside && !emu_attn_visible(&s, i, j) && got == -1) continue;
+                    kiln_check_value(o, got, want, 0, want, got == -1 && inside,
+                                     "dropout_mask[sequence %d, head %d, row %d, key %d]%s", b, h, i, j,
+                                     inside ? "" : " (past the sequence: must stay unwritten)");
+                }
+    }
+}
+
 void emu_attn_varlen_check(kiln_case *c, kiln_case_output *out, int *nout) {
     vcase *v = kiln_case_state(c);
     static const char *const fwd[2] = {"o", "lse"}, *const bwd[3] = {"dq", "dk", "dv"};
@@ -270,11 +304,16 @@ void emu_attn_varlen_check(kiln_case *c, kiln_case_output *out, int *nout) {
         memset(&out[i], 0, sizeof out[i]);
         snprintf(out[i].name, sizeof out[i].name, "%s", v->bwd ? bwd[i] : fwd[i]);
     }
-    if (!v->bwd) {
+    if (v->bwd) {
+        for (int t = 0; t < 3; t++) check_grad(v, t, &out[t]);
+    } else {
         check_forward(v, out);
-        return;
     }
-    for (int t = 0; t < 3; t++) check_grad(v, t, &out[t]);
+    if (v->mask) {
+        memset(&out[*nout], 0, sizeof out[*nout]);
+        snprintf(out[*nout].name, sizeof out[*nout].name, "dropout_mask");
+        check_mask(v, &out[(*nout)++]);
+    }
 }
 
 /* "varlen 4 sequences  heads 2:2  seq_q 0,1,37,300  seq_k 0,1,37,300" (lists cut at the buffer's end). */
