@@ -288,9 +288,6 @@ function K.config(spec, target)
     error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
                         target.sm, spec.dropout and "dropout=true" or spec.varlen and "varlen=true" or "paged=true"))
   end
-  if spec.path == "mma" and mma and f16s.applies(spec, target) and vdim.differs(spec) then
-    error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with v_head_dim != head_dim; use path=auto or simt", target.sm))
-  end
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
   end

@@ -123,7 +123,7 @@ expect "run v_head_dim 128, head_dim 192 f16 sm_75 (m16n8k8)" 0 "$P" -- run atte
     v_head_dim=128 causal=true --sm 75 --rows 33 --seq-k 40
 expect "run v_head_dim 128, head_dim 192 f32 (SIMT)" 0 "$P" -- run attention dtype=f32 head_dim=192 v_head_dim=128 \
     --sm 90 --rows 20 --seq-k 30 --batch 2
-expect "run v_head_dim 128 > head_dim 64 bf16 sm_75 (SIMT)" 0 "$P" -- run attention dtype=bf16 head_dim=64 \
+expect "run v_head_dim 128 > head_dim 64 bf16 sm_75 (f16-scaled tensor cores)" 0 "$P" -- run attention dtype=bf16 head_dim=64 \
     v_head_dim=128 causal=true --sm 75 --rows 20 --seq-k 25
 expect "run v_head_dim 24, head_dim 40 every mask key" 0 "$P" -- run attention dtype=f16 head_dim=40 v_head_dim=24 \
     causal=true window=true softcap=true alibi=true --sm 80 --rows 40 --seq-k 50 --window 10,0 --softcap 20 --alibi
@@ -138,7 +138,7 @@ expect "emit: the split-KV combine runs at v_head_dim" 0 "then attention_combine
 expect "v_head_dim not a multiple of 8" 2 "v_head_dim=44: must be a multiple of 8 from 8 to 256" -- \
     emit attention head_dim=192 v_head_dim=44 --sm 80
 expect "v_head_dim with varlen" 2 "with varlen=true is not built" -- emit attention head_dim=192 v_head_dim=128 varlen=true --sm 80
-expect "v_head_dim on the f16-scaled bf16 path" 2 "not built with v_head_dim != head_dim" -- \
-    emit attention dtype=bf16 head_dim=64 v_head_dim=32 path=mma --sm 75
+expect "run v_head_dim 32 < head_dim 64 bf16 sm_75 path=mma (the f16-scaled path, named)" 0 "$P" -- run attention \
+    dtype=bf16 head_dim=64 v_head_dim=32 path=mma --sm 75 --rows 20 --seq-k 25
 
 finish "attention cli"

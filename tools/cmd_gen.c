@@ -149,7 +149,8 @@ static int print_variants(kiln_gen *gen, const char *family, int sm, int full, i
     if (kiln_family_variants(gen, family, full, sm, buf, sizeof buf, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);
     for (char *l = buf, *e; *l; l = e + 1) {
         e = strchr(l, '\n');
-        if (prefix) printf("sm_%d ", sm);
+        char name[16];
+        if (prefix) printf("%s ", kiln_sm_name(sm, name));
         printf("%.*s\n", (int)(e - l), l);
     }
     return CLI_OK;
