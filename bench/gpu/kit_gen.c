@@ -624,14 +624,16 @@ static void *prep_worker(void *arg) {
         } else {
             snprintf(msg, sizeof msg, "%s", err.msg);
         }
+        char smn[16];
+        kiln_sm_name(j->sm, smn);
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
             static const char *const tables[] = {"kit_ln_rows", "kit_attn_rows", "kit_norm_rows", "kit_attn_bwd_rows",
                                                  "kit_attn_split_rows", "kit_attn_wgmma_rows"};
-            fprintf(stderr, "kiln-kit: case %d (%s[%d], sm_%d): %s\n", j->index, tables[j->family], j->row, j->sm, msg);
+            fprintf(stderr, "kiln-kit: case %d (%s[%d], %s): %s\n", j->index, tables[j->family], j->row, smn, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
-            printf("  %-44s sm_%d  emulated + reference in %6.0f ms\n", c.name, j->sm, now_ms() - t0);
+            printf("  %-44s %-6s emulated + reference in %6.0f ms\n", c.name, smn, now_ms() - t0);
         }
         fflush(stdout);
         pthread_mutex_unlock(&p->print);
