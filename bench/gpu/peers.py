@@ -210,7 +210,9 @@ def measure_peers(rows, args):
     # the sm_90a wgmma rows (a 9.0 device): SDPA restricted to its flash and to its cuDNN backend on the same shapes
     try:
         from torch.nn.attention import SDPBackend, sdpa_kernel
-        cudnn = (lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)) if hasattr(SDPBackend, "CUDNN_ATTENTION") else None  # noqa: E731
+        cudnn = None
+        if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+            cudnn = lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)  # noqa: E731
     except Exception:
         cudnn = None
     if not cudnn and any(r["bench"] == WGMMA_BENCH for r in rows):
@@ -229,7 +231,8 @@ def measure_peers(rows, args):
             try:
                 ms, n = timer.median_ms(sdpa, 4 * q.numel() * q.element_size())
             except Exception as e:
-                print("  %s %s d%d seq %d causal %d: %s" % (name, r["dtype"], d, seq, causal, str(e).splitlines()[0]))
+                why = (str(e).splitlines() or [type(e).__name__])[0]
+                print("  %s %s d%d seq %d causal %d: %s" % (name, r["dtype"], d, seq, causal, why))
                 continue
             out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
         del q, k, v
@@ -327,6 +330,11 @@ def headline(rows):
             add("attention bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
                 rate_of(rows, "attention_fwd", "kiln", **key), rate_of(rows, "attention_fwd", "sdpa-flash", **key),
                 "SDPA flash", peak, "mma.sync")
+    for causal in ("0", "1"):  # the sm_90a wgmma forward (a 9.0 device; no row elsewhere) against SDPA's cuDNN backend
+        key = dict(dtype="bf16", head_dim=128, seq=4096, causal=causal)
+        add("attention sm_90a wgmma bf16 d128 seq 4096%s TFLOP/s" % (" causal" if causal == "1" else ""),
+            rate_of(rows, WGMMA_BENCH, "kiln-wgmma", **key), rate_of(rows, WGMMA_BENCH, "sdpa-cudnn", **key),
+            "SDPA cuDNN", peak, "mma.sync")
     for d in (64, 128):
         key = dict(dtype="bf16", head_dim=d, seq=4096, causal="1")
         add("attention backward bf16 d%d seq 4096 causal TFLOP/s (2.5x fwd FLOPs)" % d,
