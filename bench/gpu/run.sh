@@ -2,6 +2,7 @@
 # run - the GPU check kit's one command (built by `make gpu-kit` as build/gpu-kit/run; docs/gpu-kit.md).
 # Proves every kernel in the kit on this machine's GPU (AOT bundle: cubin + PTX; JIT: generated here),
 # then times LayerNorm and attention against copy bandwidth, the mma.sync peak, torch, Triton and SDPA.
+# On a 9.0 device also the sm_90a wgmma attention forward (the arch bundle kit_90a.kbundle.gz); others skip it.
 # Output: a log, CSVs, PNG plots and summary.md in $KIT_OUT (else $OUT, else ./gpu-kit-out).
 # Environment: KIT_QUICK=1 small shapes (the fake-driver test); KIT_NO_SPEED=1 correctness only;
 # KILN_CUDA_DRIVER another libcuda.so.1. Exit status: 0 every check passed, 1 a check failed, 2 the kit broke.
