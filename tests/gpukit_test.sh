@@ -170,6 +170,8 @@ KILN="$KIT/kiln-gpucheck"
 expect "no command" 2 "expected 'device'" --
 expect "unknown command" 2 "expected 'device'" -- frob a b
 expect "unknown option" 2 "unknown argument '--frob'" -- check a b --frob
+expect "gpucheck: --arch-bundle without a file" 2 "unknown argument '--arch-bundle'" -- bench "$tmp/kit.kbundle" --arch-bundle
+expect "missing arch bundle" 2 "kiln-gpucheck: arch bundle:" -- check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/nope.kbundle"
 mkdir -p "$tmp/empty"
 expect "no cases" 2 "no cases in" -- check "$tmp/kit.kbundle" "$tmp/empty"
 expect "missing bundle" 2 "bundle" -- check "$tmp/nope.kbundle" "$tmp/empty"
@@ -178,6 +180,7 @@ expect "truncated bundle" 2 "bundle" -- check "$tmp/cut.kbundle" "$tmp/empty"
 KILN_CUDA_DRIVER=$tmp/none.so expect "no driver" 2 "no CUDA driver" -- check "$tmp/kit.kbundle" "$tmp/empty"
 KILN="$tmp/kiln-kit"
 expect "kit: no command" 2 "expected a command" --
+expect "kit: specs bad argument" 2 "specs takes no argument or --arch, not '--frob'" -- specs --frob
 expect "kit: prepare needs --sm" 2 "needs --sm" -- prepare "$tmp/c"
 expect "kit: bad sm" 2 "valid: 75" -- prepare "$tmp/c" --sm 70
 expect "kit: jit without cases" 2 "no cases" -- jit "$tmp/empty"
