@@ -326,7 +326,7 @@ KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init_
 # what libkiln.so.0 needs beyond libc/libstdc++, copied from this machine (ldd names the files)
 KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
 gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
-         $(KIT)/transformer.kbundle.gz \
+         $(KIT)/transformer.kbundle.gz $(KIT)/kit_90a.kbundle.gz \
          $(KIT)/peers.py $(KIT)/models.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
@@ -379,6 +379,14 @@ $(O)/bench/transformer.kbundle: bench/transformer_kernels.txt $(KILN) $(TEMPLATE
 	$(KILN) bundle --spec-list $(O)/bench/transformer_specs.txt --sm $(KIT_SMS) -o $@
 $(KIT)/transformer.kbundle.gz: $(O)/bench/transformer.kbundle
 	@mkdir -p $(dir $@)
+	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
+# the arch bundle: sm_90a PTX and cubins of the wgmma attention rows and sweep (`kiln-kit specs --arch`)
+$(KIT)/specs_90a.txt: $(O)/bench/kiln-kit
+	@mkdir -p $(dir $@)
+	$< specs --arch > $@.tmp && mv $@.tmp $@
+$(O)/bench/kit_90a.kbundle: $(KIT)/specs_90a.txt $(KILN) $(TEMPLATES)
+	PATH="$(CUDA_HOME)/bin:$$PATH" $(KILN) bundle --spec-list $< --sm 90a --cubin -o $@
+$(KIT)/kit_90a.kbundle.gz: $(O)/bench/kit_90a.kbundle
 	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
 $(KIT)/kit.kbundle.gz: $(O)/bench/kit.kbundle # PTX compresses ~4x; `run` unpacks it
 	rm -f $(KIT)/kit.kbundle # the uncompressed bundle of earlier kits

@@ -15,7 +15,7 @@ fi
 FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
 
 # ---- contents and size
-for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
+for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz kit_90a.kbundle.gz specs_90a.txt transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
     lib/liblua5.4.so.0 python/kiln/torch.py python/tests/test_torch_real.py python/tests/test_torch_swap_norms.py \
     models.py python/kiln/flash_attn.py python/kiln/transformers.py python/tests/test_torch_flash_attn.py python/tests/test_torch_transformers.py \
     python/tests/conftest.py python/kiln/_fa_varlen.py python/tests/test_torch_flash_attn_kernels.py python/tests/test_torch_fa_matrix.py python/tests/fa_matrix.py; do
@@ -51,6 +51,18 @@ for sm in 75 80 86 89 90; do
         if [ "$n" -eq "$nspecs" ]; then ok "bundle sm_$sm $kind"; else bad "bundle sm_$sm $kind" "$n entries, want $nspecs"; fi
     done
 done
+
+# the arch bundle: sm_90a PTX and a cubin of every spec `kiln-kit specs --arch` lists (the wgmma attention rows), nothing else
+if "$tmp/kiln-kit" specs --arch | cmp -s - "$KIT/specs_90a.txt"; then ok "specs_90a.txt is the kit's arch list"; else bad "arch specs" "differs"; fi
+gzip -dc "$KIT/kit_90a.kbundle.gz" >"$tmp/kit_90a.kbundle"
+"$KILN" bundle-info "$tmp/kit_90a.kbundle" >"$tmp/info90a" 2>&1
+n90a=$(grep -c "path=wgmma" "$KIT/specs_90a.txt")
+for kind in ptx cubin; do
+    n=$(awk -v k=$kind '$2 == "90a" && $3 == k && /path=wgmma/' "$tmp/info90a" | wc -l)
+    if [ "$n" -eq "$n90a" ] && [ "$n" -gt 0 ]; then ok "arch bundle sm_90a $kind"; else bad "arch bundle sm_90a $kind" "$n entries, want $n90a"; fi
+done
+n=$(awk '$2 ~ /^[0-9]+a?$/ && $2 != "90a"' "$tmp/info90a" | wc -l)
+if [ "$n" -eq 0 ]; then ok "arch bundle holds sm_90a only"; else bad "arch bundle holds sm_90a only" "$n other entries"; fi
 
 # ---- a whole run against the fake driver: runs end to end, and the correctness check FAILS
 export KILN_CUDA_DRIVER=$FAKE FAKE_CUDA_SM=90
@@ -105,6 +117,50 @@ for t in "Paged decoding" "Varlen vs the dense kernel" "Rotary, out of place"; d
     if grep -q "^### $t" "$tmp/kitout/summary.md"; then ok "summary: $t"; else bad "summary: $t" "no table"; fi
 done
 
+# issue 27: the sm_90a wgmma rows (the fake device is a 9.0) in every sm_90a payload mode and the JIT path (sm_90a PTX
+# generated), and only there; the speed rows (kiln-wgmma beside kiln-fa2 at each dtype and head_dim) and their table
+for mode in "cubin sm_90a" "ptx sm_90a" "cubin sm_90a/name" "jit"; do
+    n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" |
+        awk -F, -v m="$mode" '$3 == m && $1 ~ /^attn-wgmma-/ && $5 ~ /path=wgmma/ && $6 ~ / sm_90a /' | wc -l)
+    if [ "$n" -gt 0 ]; then ok "checked wgmma attention $mode"; else bad "checked wgmma attention $mode" "no rows"; fi
+done
+n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" | awk -F, '($1 ~ /^attn-wgmma-/) != ($3 ~ /sm_90a/) && $3 != "jit"' | wc -l)
+if [ "$n" -eq 0 ]; then ok "sm_90a modes check the wgmma rows only"; else bad "sm_90a modes check the wgmma rows only" "$n rows elsewhere"; fi
+for dt in bf16 f16; do
+    for d in 64 128 256; do
+        for impl in kiln-wgmma kiln-fa2; do
+            n=$(grep -c "^attention_fwd_wgmma,$impl,$dt,0,$d," "$tmp/kitout/bench.csv")
+            if [ "$n" -gt 0 ]; then ok "bench $impl $dt d$d"; else bad "bench $impl $dt d$d" "no row"; fi
+        done
+    done
+done
+if grep -q "^### Attention forward on sm_90a" "$tmp/kitout/summary.md" && grep -q "wgmma/FA2 | wgmma/cuDNN" "$tmp/kitout/summary.md"; then
+    ok "summary: wgmma table"; else bad "summary: wgmma table" "no table with the wgmma/FA2 and wgmma/cuDNN ratios"; fi
+# planted bugs on the wgmma cases (prepared again here, the run's are gone): an arch bundle without their specs, and
+# a K row stride the tensor map cannot take (100 bf16 = 200 bytes); each must be refused, naming the cause
+"$tmp/kiln-kit" prepare "$tmp/cases" --sm 90 --quick -j 2 >"$tmp/prep90" 2>&1
+mkdir -p "$tmp/wcases" && cp "$tmp"/cases/*attn-wgmma-* "$tmp/wcases/" 2>/dev/null
+"$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" >"$tmp/right" 2>&1
+n=$(grep -c "sm_90a .* FAIL " "$tmp/right")
+if [ "$n" -gt 0 ] && ! grep -q "ERROR" "$tmp/right"; then ok "wgmma cases launch (poison, no error)"; else bad "wgmma cases launch" "$(grep -m2 ERROR "$tmp/right")"; fi
+"$KILN" bundle --spec 'attention dtype=f16 head_dim=64 causal=true path=wgmma' --sm 90a -o "$tmp/wrong90a.kbundle" >/dev/null 2>&1
+"$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/wrong90a.kbundle" >"$tmp/wrong" 2>&1
+rc=$?
+n=$(grep -c "sm_90a .*ERROR kernel 'attention .*path=wgmma' for sm_90 is in no loaded bundle" "$tmp/wrong")
+if [ $rc -eq 1 ] && [ "$n" -gt 0 ]; then ok "planted: arch bundle without the case's spec fails"; else bad "planted: wrong arch bundle" "exit $rc: $(tail -2 "$tmp/wrong")"; fi
+sed -i 's/^scalar stride_ks i64 128$/scalar stride_ks i64 100/' "$tmp"/wcases/*.kcase # same length: the data stays in place
+"$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" >"$tmp/badmap" 2>&1
+rc=$?
+n=$(grep -c "sm_90a .*ERROR tensor k's stride of axis 1 .* is not a multiple of 16 bytes" "$tmp/badmap")
+if [ $rc -eq 1 ] && [ "$n" -gt 0 ]; then ok "planted: a K stride no tensor map takes fails"; else bad "planted: bad map" "exit $rc: $(tail -2 "$tmp/badmap")"; fi
+# another device: the rows are skipped, saying why (no case prepared, no sm_90a mode)
+"$tmp/kiln-kit" prepare "$tmp/cases89" --sm 89 --quick -j 2 >"$tmp/prep89" 2>&1
+if grep -q "sm_90a wgmma attention rows skipped: they run on a 9.0 device only (this one is sm_89)" "$tmp/prep89" &&
+    ! ls "$tmp/cases89" | grep -q wgmma; then ok "prepare sm_89: no wgmma cases"; else bad "prepare sm_89" "$(head -3 "$tmp/prep89")"; fi
+FAKE_CUDA_SM=89 "$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" >"$tmp/sm89" 2>&1
+if grep -q "sm_90a modes skipped: the wgmma attention rows run on a 9.0 device only (this one is sm_89)" "$tmp/sm89" &&
+    ! grep -q "sm_90a .*FAIL\|sm_90a .*ERROR" "$tmp/sm89"; then ok "sm_89: sm_90a rows skipped"; else bad "sm_89 skip" "$(head -5 "$tmp/sm89")"; fi
+
 # ---- the device's SM picks the kernels: sm_87 runs sm_86 code
 FAKE_CUDA_SM=87 "$KIT/kiln-gpucheck" device >"$tmp/dev" 2>&1
 if grep -q "^86 " "$tmp/dev"; then ok "sm_87 -> sm_86 kernels"; else bad "sm_87 -> sm_86 kernels" "$(cat "$tmp/dev")"; fi
@@ -114,6 +170,8 @@ KILN="$KIT/kiln-gpucheck"
 expect "no command" 2 "expected 'device'" --
 expect "unknown command" 2 "expected 'device'" -- frob a b
 expect "unknown option" 2 "unknown argument '--frob'" -- check a b --frob
+expect "gpucheck: --arch-bundle without a file" 2 "unknown argument '--arch-bundle'" -- bench "$tmp/kit.kbundle" --arch-bundle
+expect "missing arch bundle" 2 "kiln-gpucheck: arch bundle:" -- check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/nope.kbundle"
 mkdir -p "$tmp/empty"
 expect "no cases" 2 "no cases in" -- check "$tmp/kit.kbundle" "$tmp/empty"
 expect "missing bundle" 2 "bundle" -- check "$tmp/nope.kbundle" "$tmp/empty"
@@ -122,6 +180,7 @@ expect "truncated bundle" 2 "bundle" -- check "$tmp/cut.kbundle" "$tmp/empty"
 KILN_CUDA_DRIVER=$tmp/none.so expect "no driver" 2 "no CUDA driver" -- check "$tmp/kit.kbundle" "$tmp/empty"
 KILN="$tmp/kiln-kit"
 expect "kit: no command" 2 "expected a command" --
+expect "kit: specs bad argument" 2 "specs takes no argument or --arch, not '--frob'" -- specs --frob
 expect "kit: prepare needs --sm" 2 "needs --sm" -- prepare "$tmp/c"
 expect "kit: bad sm" 2 "valid: 75" -- prepare "$tmp/c" --sm 70
 expect "kit: jit without cases" 2 "no cases" -- jit "$tmp/empty"

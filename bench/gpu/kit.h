@@ -120,6 +120,7 @@ extern const char kit_check_csv_header[];
 /* ---- kit_bench.c: the speed run (`kiln-gpucheck bench`) ---- */
 /* Times the ceilings (device copy, an mma.sync loop), then every family's speed rows through the
  * runtime's helpers; prints a table, writes csv_path (may be NULL). 0, or 2 when the device fails. */
-int kit_bench(const char *bundle_path, const char *csv_path, int quick);
+/* arch: the arch bundle (sm_90a wgmma attention) or NULL: its sweep runs on a 9.0 device only. */
+int kit_bench(const char *bundle_path, const char *csv_path, int quick, const char *arch);
 
 #endif

@@ -659,6 +659,53 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
     return 0;
 }
 
+/* The sm_90a wgmma forward (path=wgmma, from the arch bundle) beside kiln's FA2 kernel (path=auto: mma.sync
+ * on sm_90) on the same tensors, both through kiln_launch_spec, at kit_wgmma_sweep_dtypes x kit_wgmma_sweep_d,
+ * causal off/on, the forward sweep's lengths and shape rule (issue 27): rows `kiln-wgmma` and `kiln-fa2` of
+ * attention_fwd_wgmma; peers.py times SDPA flash and cuDNN on the same shapes. A 9.0 device only. */
+static int bench_attention_wgmma(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    printf("  %-28s %7s %8s %9s %9s %7s\n", "attention forward sm_90a", "seq", "batch", "ms", "TFLOP/s", "of mma");
+    for (size_t ti = 0; ti < sizeof kit_wgmma_sweep_dtypes / sizeof *kit_wgmma_sweep_dtypes; ti++) {
+        const char *dt = kit_wgmma_sweep_dtypes[ti];
+        kiln_dtype t;
+        kiln_dtype_parse(dt, &t);
+        kiln_devptr bufs[3] = {ab->q, ab->k, ab->v};
+        for (int i = 0; i < 3; i++) {
+            fill_random(ab->hq, ab->elems, t, 41 + (uint64_t)i);
+            if (kiln_rt_upload(rt, bufs[i], ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+        }
+        for (size_t di = 0; di < sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d; di++)
+            for (int causal = 0; causal < 2; causal++)
+                for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
+                    int hd = kit_wgmma_sweep_d[di], seq = kit_attn_sweep_seq[si], batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    kiln_launch_tensor tt[] = {{.name = "q", .ptr = ab->q}, {.name = "k", .ptr = ab->k},
+                                               {.name = "v", .ptr = ab->v}, {.name = "o", .ptr = ab->o},
+                                               {.name = "lse", .ptr = ab->lse}};
+                    kiln_launch_scalar sc[] = {{"batch", batch}, {"heads_q", heads}, {"heads_kv", heads}, {"seq_q", seq},
+                                               {"seq_k", seq}};
+                    double flops = 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
+                    for (int w = 1; w >= 0; w--) {
+                        char spec[KILN_SPEC_MAX], label[64];
+                        snprintf(spec, sizeof spec, w ? KIT_ATTN_WGMMA_SPEC : KIT_ATTN_SPEC, dt, dt, hd, causal ? "true" : "false");
+                        helper_ctx c = {.rt = rt, .h = H_SPEC, .spec = spec,
+                                        .la = {.tensors = tt, .ntensors = 5, .scalars = sc, .nscalars = 5}};
+                        b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
+                        double ms = time_median(&b->t, helper_launch, &c, b->reps, &b->used);
+                        if (ms < 0) continue;
+                        double tf = flops / (ms * 1e-3) / 1e12;
+                        snprintf(label, sizeof label, "%s %s d%d%s", w ? "wgmma" : "fa2", dt, hd, causal ? " causal" : "");
+                        printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
+                        csv_row(KIT_WGMMA_CSV, w ? "kiln-wgmma" : "kiln-fa2", dt, 0, hd, seq, causal, batch, heads, flops, "TFLOP",
+                                ms, b->used);
+                    }
+                }
+    }
+    return 0;
+}
+
 /* Decoding over a paged KV cache: the contiguous case's K and V (dc, its workspace) read as pages
  * [batch * seq_k / P, P, heads_kv, d] through a block table that maps each sequence's pages to a
  * random permutation of them (scattered reads, as a serving cache's), every cache_seqlens seq_k;
@@ -913,7 +960,7 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
     return 0;
 }
 
-int kit_bench(const char *bundle_path, const char *csv_path, int quick) {
+int kit_bench(const char *bundle_path, const char *csv_path, int quick, const char *arch) {
     bench b = {0};
     row_bufs rb;
     attn_bufs ab;
@@ -932,6 +979,12 @@ int kit_bench(const char *bundle_path, const char *csv_path, int quick) {
     if (!rc) rc = bench_varlen(&b, &ab);
     if (!rc) rc = bench_rotary(&b, &ab);
     if (!rc) rc = bench_attention_bwd(&b, &ab);
+    if (!rc && arch && b.dev->sm != 90)
+        printf("  sm_90a wgmma attention rows skipped: they run on a 9.0 device only (this one is sm_%d)\n", b.dev->sm);
+    else if (!rc && arch) {
+        if (kiln_rt_add_bundle_file(b.rt, arch, &b.err) != KILN_OK) return die("arch bundle", &b.err);
+        rc = bench_attention_wgmma(&b, &ab);
+    }
     if (rc) return rc;
     free(ab.hq);
     if (g_csv) fclose(g_csv);

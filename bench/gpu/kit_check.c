@@ -53,7 +53,9 @@ static kiln_status open_mode(mode *m, const kiln_bundle *b, kiln_error *err) {
     return st;
 }
 
-static int cmd_check(const char *bundle_path, const char *dir, const char *csv_path) {
+/* arch: the arch bundle (sm_90a's wgmma attention, kit_90a.kbundle) or NULL; its payloads are modes of
+ * their own on a 9.0 device (cubin, PTX, the cubin by name), and skipped, saying why, on any other. */
+static int cmd_check(const char *bundle_path, const char *dir, const char *csv_path, const char *arch) {
     kiln_error err = {0};
     kiln_bundle *b;
     if (kiln_bundle_open_file(bundle_path, &b, &err) != KILN_OK) return die("bundle", &err);
@@ -66,7 +68,7 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
            bundle_path, kiln_bundle_count(b), kiln_bundle_producer(b));
     /* the device SM's cubin, its PTX, sm_75's PTX (all through the generic launch, kiln_launch), and
      * the cubin again through the by-name route (the kernel's parameters bound from the case's names) */
-    mode modes[4] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
+    mode modes[7] = {{.kind = KILN_PAYLOAD_CUBIN, .sm = tsm}, {.kind = KILN_PAYLOAD_PTX, .sm = tsm},
                      {.kind = KILN_PAYLOAD_PTX, .sm = 75}};
     int nmodes = tsm == 75 ? 2 : 3;
     for (int i = 0; i < nmodes; i++) {
@@ -83,6 +85,23 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     printf("  mode %-14s the cubins again, parameters bound by name from kiln.meta (one kernel)\n",
            modes[nmodes].name);
     int nall = nmodes + 1;
+    kiln_bundle *ab = NULL;
+    if (arch && dev->sm != 90) {
+        printf("  sm_90a modes skipped: the wgmma attention rows run on a 9.0 device only (this one is sm_%d)\n", dev->sm);
+    } else if (arch) {
+        if (kiln_bundle_open_file(arch, &ab, &err) != KILN_OK) return die("arch bundle", &err);
+        modes[nall] = (mode){.kind = KILN_PAYLOAD_CUBIN, .sm = KIT_SM_90A};
+        modes[nall + 1] = (mode){.kind = KILN_PAYLOAD_PTX, .sm = KIT_SM_90A};
+        for (int i = nall; i < nall + 2; i++) {
+            snprintf(modes[i].name, sizeof modes[i].name, "%s sm_90a", modes[i].kind == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx");
+            if (open_mode(&modes[i], ab, &err) != KILN_OK) return die(modes[i].name, &err);
+            printf("  mode %-14s %3d bundle entries (%s)\n", modes[i].name, modes[i].entries, arch);
+        }
+        modes[nall + 2] = modes[nall];
+        modes[nall + 2].by_name = 1, modes[nall + 2].data = NULL;
+        snprintf(modes[nall + 2].name, sizeof modes[nall + 2].name, "cubin sm_90a/name");
+        nall += 3;
+    }
     char **paths;
     int n = kit_case_list(dir, &paths);
     if (n <= 0) return fprintf(stderr, "kiln-gpucheck: no cases in %s\n", dir), 2;
@@ -111,10 +130,12 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
     free(paths);
     if (csv) fclose(csv);
     printf("AOT path: %ld checks (case x payload), %ld failed\n", checks, failed);
-    for (int i = 0; i < nmodes; i++) {
+    for (int i = 0; i < nall; i++) {
+        if (modes[i].by_name) continue; /* shares a runtime */
         kiln_rt_destroy(modes[i].rt);
         free(modes[i].data);
     }
+    kiln_bundle_close(ab);
     kiln_rt_destroy(probe);
     kiln_bundle_close(b);
     return failed || !checks ? 1 : 0;
@@ -124,11 +145,13 @@ static void usage(FILE *to) {
     fprintf(to,
             "usage: kiln-gpucheck device\n"
             "           the SM kiln generates for on this device, and the device\n"
-            "       kiln-gpucheck check BUNDLE CASEDIR [--csv F]\n"
+            "       kiln-gpucheck check BUNDLE CASEDIR [--csv F] [--arch-bundle F]\n"
             "           every case through the generic launch, once per payload: the device SM's cubin, its PTX\n"
-            "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64\n"
-            "       kiln-gpucheck bench BUNDLE [--csv F] [--quick]\n"
-            "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq\n"
+            "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64;\n"
+            "           --arch-bundle: sm_90a's cubins and PTX (the wgmma attention rows) on a 9.0 device\n"
+            "       kiln-gpucheck bench BUNDLE [--csv F] [--quick] [--arch-bundle F]\n"
+            "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq;\n"
+            "           --arch-bundle: the wgmma attention forward beside the FA2 kernel on a 9.0 device\n"
             "       kiln-gpucheck load BUNDLE [--csv F]\n"
             "           model load of the bundle's PTX through kiln_rt_prepare, 1 thread and every core: memory\n"
             "           only, cold disk cache (driver's linker, cubins written), warm (cubins read)\n"
@@ -242,17 +265,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
         return 2;
     }
-    const char *csv = NULL;
+    const char *csv = NULL, *arch = NULL;
     int quick = 0, pos = 0;
     const char *args[2] = {NULL, NULL};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--arch-bundle") && i + 1 < argc) arch = argv[++i];
         else if (argv[i][0] != '-' && pos < 2) args[pos++] = argv[i];
         else return fprintf(stderr, "kiln-gpucheck: unknown argument '%s'; see kiln-gpucheck --help\n", argv[i]), 2;
     }
-    if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv);
-    if (!strcmp(argv[1], "bench") && pos == 1) return kit_bench(args[0], csv, quick);
+    if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv, arch);
+    if (!strcmp(argv[1], "bench") && pos == 1) return kit_bench(args[0], csv, quick, arch);
     if (!strcmp(argv[1], "load") && pos == 1) return cmd_load(args[0], csv);
     fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
     return 2;

@@ -89,6 +89,38 @@ static int list_add(spec_list *l, const char *raw, int optional) {
     return 1;
 }
 
+/* The arch bundle's specs (kit_90a.kbundle, sm_90a only): the wgmma check rows and speed sweep, canonical,
+ * each generated for sm_90a here so that a spec the template refuses fails the kit's build. */
+static int cmd_specs_arch(void) {
+    static char specs[MAX_SPECS][KILN_SPEC_MAX];
+    spec_list l = {.spec = specs};
+    kiln_error err;
+    if (kiln_gen_create(&l.gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
+    char raw[KILN_SPEC_MAX], canon[KILN_SPEC_MAX];
+    int rc = 0;
+    size_t nrows = sizeof kit_attn_wgmma_rows / sizeof *kit_attn_wgmma_rows;
+    size_t nd = sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d, nt = sizeof kit_wgmma_sweep_dtypes / sizeof(char *);
+    for (size_t i = 0; i < nrows + nt * nd * 2 && !rc; i++) {
+        if (i < nrows) {
+            const kit_attn_row *r = &kit_attn_wgmma_rows[i];
+            snprintf(raw, sizeof raw, KIT_ATTN_WGMMA_SPEC, r->dtype, r->out, r->head_dim, r->causal ? "true" : "false");
+        } else {
+            size_t k = i - nrows;
+            const char *dt = kit_wgmma_sweep_dtypes[k / (nd * 2)];
+            snprintf(raw, sizeof raw, KIT_ATTN_WGMMA_SPEC, dt, dt, kit_wgmma_sweep_d[k / 2 % nd], k % 2 ? "true" : "false");
+        }
+        kiln_module *mod = NULL;
+        if (kiln_canonical_spec(l.gen, raw, canon, sizeof canon, &err) != KILN_OK ||
+            kiln_generate(l.gen, canon, KIT_SM_90A, KILN_EMIT_LL, &mod, &err) != KILN_OK)
+            rc = 1, fprintf(stderr, "kiln-kit: %s\n", err.msg);
+        kiln_module_free(mod);
+        if (!rc) list_put(&l, canon);
+    }
+    for (int i = 0; i < l.n && !rc; i++) printf("%s\n", l.spec[i]);
+    kiln_gen_destroy(l.gen);
+    return rc;
+}
+
 /* Every spec the kit needs in its bundle, canonical, one per line. */
 static int cmd_specs(void) {
     static char specs[MAX_SPECS][KILN_SPEC_MAX];
@@ -154,6 +186,14 @@ static int cmd_specs(void) {
             for (int causal = 0; causal < 2; causal++) {
                 const char *d = kit_attn_sweep_dtypes[t];
                 attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw);
+                if (list_add(&l, raw, 0) < 0) rc = 1;
+            }
+    /* the wgmma sweep's FA2 (path=auto) kernels, timed beside it on a 9.0 device */
+    for (size_t t = 0; t < sizeof kit_wgmma_sweep_dtypes / sizeof *kit_wgmma_sweep_dtypes && !rc; t++)
+        for (size_t i = 0; i < sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d && !rc; i++)
+            for (int causal = 0; causal < 2; causal++) {
+                const char *d = kit_wgmma_sweep_dtypes[t];
+                attn_spec(d, d, kit_wgmma_sweep_d[i], causal, raw, sizeof raw);
                 if (list_add(&l, raw, 0) < 0) rc = 1;
             }
 #ifdef KIT_HAVE_NORM
@@ -368,10 +408,12 @@ static kiln_attn_problem row_problem(int batch, int heads_q, int heads_kv, int s
     return p;
 }
 
-static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, kit_case *c,
-                              kiln_error *err) {
+/* A forward attention case; wgmma: a kit_attn_wgmma_rows row (path=wgmma, emulated for sm_90a). */
+static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, int wgmma,
+                              kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
-    attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
+    if (wgmma) snprintf(spec, sizeof spec, KIT_ATTN_WGMMA_SPEC, r->dtype, r->out, r->head_dim, r->causal ? "true" : "false");
+    else attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
     kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0,
@@ -379,7 +421,7 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
     if (st == KILN_OK) st = attn_case_spec(c, cs, &p, err);
     if (st == KILN_OK) {
         kiln_attn_default_strides(&p);
-        snprintf(c->name, sizeof c->name, "attn-%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
+        snprintf(c->name, sizeof c->name, "attn-%s%s%s%s-d%d%s-b%dh%d:%d-q%dk%d", wgmma ? "wgmma-" : "", r->dtype, strcmp(r->dtype, r->out) ? ">" : "",
                  strcmp(r->dtype, r->out) ? r->out : "", r->head_dim, r->causal ? "-causal" : "", p.batch, p.heads_q,
                  p.heads_kv, p.seq_q, p.seq_k);
         spec_family(c->spec, c);
@@ -538,7 +580,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
 /* ---- prepare: every row x SM, in parallel ---- */
 
 typedef struct job {
-    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward, 4 split-KV */
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward, 4 split-KV, 5 sm_90a wgmma */
     int row, sm, index;
 } job;
 
@@ -568,7 +610,8 @@ static void *prep_worker(void *arg) {
         double t0 = now_ms();
         kiln_status st = KILN_OK;
         if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
-        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, &c, &err);
+        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, 0, &c, &err);
+        else if (j->family == 5) st = build_attn(gen, emu, &kit_attn_wgmma_rows[j->row], j->sm, p->quick, 1, &c, &err);
         else if (j->family == 3) st = build_attn_bwd(gen, emu, &kit_attn_bwd_rows[j->row], j->sm, p->quick, &c, &err);
         else if (j->family == 4) st = build_attn_split(gen, emu, &kit_attn_split_rows[j->row], j->sm, p->quick, &c, &err);
 #ifdef KIT_HAVE_NORM
@@ -581,14 +624,16 @@ static void *prep_worker(void *arg) {
         } else {
             snprintf(msg, sizeof msg, "%s", err.msg);
         }
+        char smn[16];
+        kiln_sm_name(j->sm, smn);
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
             static const char *const tables[] = {"kit_ln_rows", "kit_attn_rows", "kit_norm_rows", "kit_attn_bwd_rows",
-                                                 "kit_attn_split_rows"};
-            fprintf(stderr, "kiln-kit: case %d (%s[%d], sm_%d): %s\n", j->index, tables[j->family], j->row, j->sm, msg);
+                                                 "kit_attn_split_rows", "kit_attn_wgmma_rows"};
+            fprintf(stderr, "kiln-kit: case %d (%s[%d], %s): %s\n", j->index, tables[j->family], j->row, smn, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
-            printf("  %-44s sm_%d  emulated + reference in %6.0f ms\n", c.name, j->sm, now_ms() - t0);
+            printf("  %-44s %-6s emulated + reference in %6.0f ms\n", c.name, smn, now_ms() - t0);
         }
         fflush(stdout);
         pthread_mutex_unlock(&p->print);
@@ -620,6 +665,13 @@ static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int
         for (int i = 0; i < (int)(sizeof kit_norm_rows / sizeof kit_norm_rows[0]); i++)
             if (!quick || kit_norm_rows[i].quick) p.jobs[p.njobs] = (job){2, i, targets[s], p.njobs}, p.njobs++;
 #endif
+    }
+    /* the sm_90a wgmma rows: only for a 9.0 device (sm_90a code runs on exactly that SM) */
+    if (device_sm == 90) {
+        for (int i = 0; i < (int)(sizeof kit_attn_wgmma_rows / sizeof kit_attn_wgmma_rows[0]); i++)
+            if (!quick || kit_attn_wgmma_rows[i].quick) p.jobs[p.njobs] = (job){5, i, KIT_SM_90A, p.njobs}, p.njobs++;
+    } else {
+        printf("sm_90a wgmma attention rows skipped: they run on a 9.0 device only (this one is sm_%d)\n", device_sm);
     }
     double t0 = now_ms();
     printf("preparing %d cases (inputs, emulator run, float64 reference) on %d threads\n", p.njobs, threads);
@@ -687,7 +739,8 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
             failed++;
             continue;
         }
-        if (c.emu_sm != tsm) {
+        /* the device's plain SM, or sm_90a's wgmma rows on a 9.0 device (the runtime generates sm_90a for them) */
+        if (c.emu_sm != tsm && !(c.emu_sm == KIT_SM_90A && dev->sm == 90)) {
             kit_case_free(&c);
             continue;
         }
@@ -707,7 +760,7 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
             snprintf(timed_specs[ntimed++], sizeof timed_specs[0], "%s", c.spec);
         kiln_module *mod = NULL;
         double t0 = now_ms();
-        kiln_status st = kiln_generate(gen, c.spec, tsm, KILN_EMIT_PTX, &mod, &err);
+        kiln_status st = kiln_generate(gen, c.spec, c.emu_sm, KILN_EMIT_PTX, &mod, &err);
         double tgen = now_ms() - t0;
         kiln_module_free(mod);
         kiln_kernel *k;
@@ -748,7 +801,8 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
 
 static void usage(FILE *to) {
     fprintf(to,
-            "usage: kiln-kit specs                       the bundle's spec list, one per line\n"
+            "usage: kiln-kit specs [--arch]              the bundle's spec list, one per line; --arch: the arch\n"
+            "                                            bundle's (sm_90a: the wgmma attention rows and sweep)\n"
             "       kiln-kit prepare DIR --sm N [--sms M] [-j T] [--quick]\n"
             "                                            write check cases (inputs, emulator outputs for sm_N\n"
             "                                            and sm_75, float64 references) into DIR; --sms M: the\n"
@@ -763,7 +817,11 @@ int main(int argc, char **argv) {
     if (argc >= 2 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) return usage(stdout), 0;
     if (argc < 2) return fprintf(stderr, "kiln-kit: expected a command: specs, prepare, jit; see kiln-kit --help\n"), 2;
     const char *cmd = argv[1];
-    if (!strcmp(cmd, "specs")) return cmd_specs();
+    if (!strcmp(cmd, "specs")) {
+        if (argc == 2) return cmd_specs();
+        if (argc == 3 && !strcmp(argv[2], "--arch")) return cmd_specs_arch();
+        return fprintf(stderr, "kiln-kit: specs takes no argument or --arch, not '%s'; see kiln-kit --help\n", argv[2]), 2;
+    }
     if (argc < 3) return fprintf(stderr, "kiln-kit: '%s' needs a directory; see kiln-kit --help\n", cmd), 2;
     const char *dir = argv[2];
     int sm = 0, sms = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;

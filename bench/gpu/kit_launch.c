@@ -5,6 +5,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "kiln/target.h"
 #include "kit.h"
 
 /* ---- the registry's launch: a case's named tensors and scalars -> kiln_launch ---- */
@@ -208,10 +209,10 @@ long kit_run_and_compare(kiln_rt *rt, const kit_case *c, const char *mode, int b
     if (st == KILN_OK && strcmp(kiln_kernel_get_meta(k)->spec, c->spec))
         st = kiln_fail(&err, KILN_EINVAL, "the runtime gave '%s' for the case's '%s'", kiln_kernel_get_meta(k)->spec,
                        c->spec);
-    char payload[64] = "-";
+    char payload[64] = "-", smn[16];
     if (k)
-        snprintf(payload, sizeof payload, "%s sm_%d %s", kiln_kernel_payload_kind(k) == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
-                 kiln_kernel_get_meta(k)->sm, kiln_kernel_origin(k));
+        snprintf(payload, sizeof payload, "%s %s %s", kiln_kernel_payload_kind(k) == KILN_PAYLOAD_CUBIN ? "cubin" : "ptx",
+                 kiln_sm_name(kiln_kernel_get_meta(k)->sm, smn), kiln_kernel_origin(k));
     long bad = 0;
     char summary[768] = "";
     size_t sl = 0;

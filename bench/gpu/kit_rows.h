@@ -62,6 +62,19 @@ static const kit_attn_row kit_attn_rows[] = {
     {"f16", "f16", 64, 1, 1, 2, 2, 150, 100, 0},    {"bf16", "f32", 64, 0, 1, 2, 2, 200, 200, 0},
 };
 
+/* The sm_90a attention forward (TMA + wgmma, FA3's structure; `path=wgmma` is opt-in until a GPU has run it,
+ * docs/hopper.md): the same row fields, checked only on a 9.0 device, emulated for sm_90a (KIT_SM_90A) and
+ * launched from the arch bundle (kit_90a.kbundle: sm_90a PTX and cubins of `kiln-kit specs --arch`). bf16/f16,
+ * d64/d128/d256, causal and not, odd seq tails (a partial 128-row query tile and key tile), GQA, seq_q != seq_k. */
+#define KIT_ATTN_WGMMA_SPEC "attention dtype=%s out=%s head_dim=%d causal=%s path=wgmma"
+#define KIT_SM_90A 1090 /* KILN_SM_ARCH + 90: the arch-specific sm_90a target */
+static const kit_attn_row kit_attn_wgmma_rows[] = {
+    {"bf16", "bf16", 64, 0, 1, 2, 2, 200, 200, 1},  {"bf16", "bf16", 64, 1, 2, 4, 2, 131, 131, 0},
+    {"bf16", "bf16", 128, 0, 1, 2, 2, 150, 150, 0}, {"bf16", "bf16", 128, 1, 1, 4, 1, 77, 300, 1},
+    {"f16", "f16", 64, 1, 1, 2, 2, 200, 200, 0},    {"f16", "f16", 128, 0, 1, 4, 2, 130, 70, 0},
+    {"bf16", "bf16", 256, 1, 1, 2, 2, 100, 100, 0}, {"f16", "f16", 256, 0, 1, 2, 1, 90, 150, 0},
+};
+
 /* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and
  * combine kernels run whatever the device's SM count): GQA/MQA, seq_q 1..16, odd seq_k, more splits
  * than key tiles; the decode sweep's spec (bf16 d128), f16 d64 causal, bf16 d64 causal with an f32
@@ -225,6 +238,11 @@ static const char *const kit_rotary_sweep_modes[] = {"false", "true"}; /* the sp
 #define KIT_ROTARY_SEQ 4096
 /* spelled canonically: the runtime finds bundle kernels by their canonical spec (no defaults filled in without Lua) */
 #define KIT_ROTARY_SPEC "rotary dtype=bf16 cs=bf16 head_dim=%d rotary_dim=%d interleaved=%s varlen=false inplace=false"
+/* the sm_90a wgmma forward against kiln's FA2 (mma.sync, path=auto) kernel on the same tensors, on a 9.0 device
+ * (issue 27): these dtypes and head dims, causal off/on, the forward's sequence lengths and shape rule */
+static const char *const kit_wgmma_sweep_dtypes[] = {"bf16", "f16"};
+static const int kit_wgmma_sweep_d[] = {64, 128, 256};
+#define KIT_WGMMA_CSV "attention_fwd_wgmma" /* the CSV's bench name (peers.py's rows match) */
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 

@@ -207,6 +207,35 @@ def measure_peers(rows, args):
                 continue
             out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
         del q, k, v
+    # the sm_90a wgmma rows (a 9.0 device): SDPA restricted to its flash and to its cuDNN backend on the same shapes
+    try:
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+        cudnn = None
+        if hasattr(SDPBackend, "CUDNN_ATTENTION"):
+            cudnn = lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)  # noqa: E731
+    except Exception:
+        cudnn = None
+    if not cudnn and any(r["bench"] == WGMMA_BENCH for r in rows):
+        print("  SDPA cuDNN backend unavailable in this torch: the wgmma table has no cuDNN column")
+    for r in [r for r in rows if r["bench"] == WGMMA_BENCH and r["impl"] == "kiln-wgmma"]:
+        dt = dtypes[r["dtype"]]
+        d, seq, causal = int(r["head_dim"]), int(r["seq"]), r["causal"] == "1"
+        batch, heads, work = int(r["rows_or_batch"]), int(r["heads"]), num(r, "work")
+        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen) for _ in range(3))
+        for name, ctx in (("sdpa-flash", flash), ("sdpa-cudnn", cudnn)):
+            if not ctx:
+                continue
+            def sdpa(ctx=ctx):
+                with ctx():
+                    return F.scaled_dot_product_attention(q, k, v, is_causal=causal)
+            try:
+                ms, n = timer.median_ms(sdpa, 4 * q.numel() * q.element_size())
+            except Exception as e:
+                why = (str(e).splitlines() or [type(e).__name__])[0]
+                print("  %s %s d%d seq %d causal %d: %s" % (name, r["dtype"], d, seq, causal, why))
+                continue
+            out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
+        del q, k, v
     # decoding (one query against a long KV cache, GQA): torch SDPA on the kiln rows' shapes; GB/s of K + V
     # read, as kiln counts it. enable_gqa (torch >= 2.5) reads each kv head once; older torch gets
     # K/V repeated to heads_q first (outside the timed call), which reads heads_q / heads_kv times more.
@@ -301,6 +330,11 @@ def headline(rows):
             add("attention bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
                 rate_of(rows, "attention_fwd", "kiln", **key), rate_of(rows, "attention_fwd", "sdpa-flash", **key),
                 "SDPA flash", peak, "mma.sync")
+    for causal in ("0", "1"):  # the sm_90a wgmma forward (a 9.0 device; no row elsewhere) against SDPA's cuDNN backend
+        key = dict(dtype="bf16", head_dim=128, seq=4096, causal=causal)
+        add("attention sm_90a wgmma bf16 d128 seq 4096%s TFLOP/s" % (" causal" if causal == "1" else ""),
+            rate_of(rows, WGMMA_BENCH, "kiln-wgmma", **key), rate_of(rows, WGMMA_BENCH, "sdpa-cudnn", **key),
+            "SDPA cuDNN", peak, "mma.sync")
     for d in (64, 128):
         key = dict(dtype="bf16", head_dim=d, seq=4096, causal="1")
         add("attention backward bf16 d%d seq 4096 causal TFLOP/s (2.5x fwd FLOPs)" % d,
@@ -353,6 +387,7 @@ def tables(rows):
             r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
             fmt(k, "%.1f"), fmt(s, "%.1f"), ratio(k, s), "%.1f%%" % (100 * k / peak) if peak else "-",
             "%.1f%%" % (100 * s / peak) if peak and s else "-"))
+    lines += wgmma_lines(rows, peak)
     dec = [r for r in rows if r["bench"] == "attention_decode" and r["impl"] == "kiln-splitkv"]
     if dec:
         lines += ["", "### Decoding (one query, bf16 d%s, %s query heads over GQA kv heads), GB/s of K + V read" % (
@@ -392,6 +427,29 @@ def tables(rows):
             lines.append("- %s %s h%s d%s seq %s causal %s: %s (C side %s)" % (
                 r["bench"], r["dtype"], r["hidden"], r["head_dim"], r["seq"], r["causal"], r["rate"], fmt(c, "%.1f")))
     return "\n".join(lines) + "\n"
+
+
+WGMMA_BENCH = "attention_fwd_wgmma"  # kit_rows.h's KIT_WGMMA_CSV
+
+
+def wgmma_lines(rows, peak):
+    """The sm_90a wgmma forward (path=wgmma) beside kiln's FA2 kernel and SDPA's flash and cuDNN backends on the same
+    shapes (issue 27), with the wgmma/FA2 and wgmma/cuDNN ratios; a 9.0 device only."""
+    wg = [r for r in rows if r["bench"] == WGMMA_BENCH and r["impl"] == "kiln-wgmma"]
+    if not wg:
+        return []
+    lines = ["", "### Attention forward on sm_90a: wgmma (path=wgmma) vs kiln FA2 (mma.sync) and the peers, TFLOP/s", "",
+             "| dtype | head_dim | causal | seq | batch x heads | wgmma | FA2 | SDPA flash | SDPA cuDNN | wgmma/FA2 "
+             "| wgmma/cuDNN | wgmma % of mma.sync peak |", "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in wg:
+        key = dict(dtype=r["dtype"], head_dim=r["head_dim"], seq=r["seq"], causal=r["causal"])
+        w = num(r, "rate")
+        fa2, fl, cu = (rate_of(rows, WGMMA_BENCH, i, **key) for i in ("kiln-fa2", "sdpa-flash", "sdpa-cudnn"))
+        lines.append("| %s | %s | %s | %s | %s x %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
+            fmt(w, "%.1f"), fmt(fa2, "%.1f"), fmt(fl, "%.1f"), fmt(cu, "%.1f"), ratio(w, fa2), ratio(w, cu),
+            "%.1f%%" % (100 * w / peak) if peak else "-"))
+    return lines
 
 
 def issue25_lines(rows, copy):

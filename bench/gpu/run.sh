@@ -2,6 +2,7 @@
 # run - the GPU check kit's one command (built by `make gpu-kit` as build/gpu-kit/run; docs/gpu-kit.md).
 # Proves every kernel in the kit on this machine's GPU (AOT bundle: cubin + PTX; JIT: generated here),
 # then times LayerNorm and attention against copy bandwidth, the mma.sync peak, torch, Triton and SDPA.
+# On a 9.0 device also the sm_90a wgmma attention forward (the arch bundle kit_90a.kbundle.gz); others skip it.
 # Output: a log, CSVs, PNG plots and summary.md in $KIT_OUT (else $OUT, else ./gpu-kit-out).
 # Environment: KIT_QUICK=1 small shapes (the fake-driver test); KIT_NO_SPEED=1 correctness only;
 # KILN_CUDA_DRIVER another libcuda.so.1. Exit status: 0 every check passed, 1 a check failed, 2 the kit broke.
@@ -37,6 +38,11 @@ BUNDLE=$WORK/kit.kbundle
 gzip -dc "$KIT/kit.kbundle.gz" > "$BUNDLE" 2>/dev/null ||
     python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
         "$KIT/kit.kbundle.gz" "$BUNDLE" || { echo "run: cannot unpack kit.kbundle.gz"; exit 2; }
+# the arch bundle (sm_90a: the wgmma attention rows), checked and timed on a 9.0 device only
+ARCHBUNDLE=$WORK/kit_90a.kbundle
+gzip -dc "$KIT/kit_90a.kbundle.gz" > "$ARCHBUNDLE" 2>/dev/null ||
+    python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
+        "$KIT/kit_90a.kbundle.gz" "$ARCHBUNDLE" || { echo "run: cannot unpack kit_90a.kbundle.gz"; exit 2; }
 TFBUNDLE=$WORK/transformer.kbundle
 gzip -dc "$KIT/transformer.kbundle.gz" > "$TFBUNDLE" 2>/dev/null ||
     python3 -c 'import gzip,shutil,sys; shutil.copyfileobj(gzip.open(sys.argv[1]), open(sys.argv[2], "wb"))' \
@@ -56,7 +62,7 @@ tail -n 1 "$WORK/prepare.log"
 [ $rc_prep -eq 0 ] || { cat "$WORK/prepare.log"; echo "run: preparing the cases failed"; exit 2; }
 
 step "AOT path: bundle payloads through the generic launch (libkiln_rt only)"
-"$KIT/kiln-gpucheck" check "$BUNDLE" "$WORK/cases" --csv "$OUTDIR/check_aot.csv"
+"$KIT/kiln-gpucheck" check "$BUNDLE" "$WORK/cases" --csv "$OUTDIR/check_aot.csv" --arch-bundle "$ARCHBUNDLE"
 rc_aot=$?
 
 step "JIT path: spec -> PTX -> cuModuleLoadData -> launch in one process"
@@ -71,7 +77,7 @@ rc_speed=0
 if [ "${KIT_NO_SPEED:-0}" != 1 ]; then
     step "speed: kiln (C side)"
     unset CUDA_CACHE_DISABLE
-    "$KIT/kiln-gpucheck" bench "$BUNDLE" --csv "$OUTDIR/bench.csv" $QUICK
+    "$KIT/kiln-gpucheck" bench "$BUNDLE" --csv "$OUTDIR/bench.csv" $QUICK --arch-bundle "$ARCHBUNDLE"
     rc_speed=$?
     step "speed: peers (torch layer_norm, Triton LayerNorm, SDPA flash) on the same shapes"
     if python3 -c 'import torch, sys; sys.exit(0 if torch.cuda.is_available() else 1)' >/dev/null 2>&1; then
