@@ -328,14 +328,19 @@ function K.config(spec, target)
   return cfg
 end
 
-local function declare(b, spec)
-  local params = {
+-- The dense forward's parameters before its strides (every path; lib/attn_wgmma.lua's kernel too).
+local function base_params(spec)
+  return {
     { "o", "ptr", spec.out }, { "lse", "ptr", "f32" },
     { "q", "ptr", spec.dtype, readonly = true }, { "k", "ptr", spec.dtype, readonly = true },
     { "v", "ptr", spec.dtype, readonly = true },
     { "batch", "i32" }, { "heads_q", "i32" }, { "heads_kv", "i32" }, { "seq_q", "i32" },
     { "seq_k", "i32" }, { "scale", "f32" },
   }
+end
+
+local function declare(b, spec)
+  local params = base_params(spec)
   local tensors = { "q", "k", "v", "o" }
   if spec.splitkv then
     -- no O or lse: partial results go to the f32 workspace ws (see split_store)
@@ -1159,7 +1164,7 @@ end
 
 function K.build(b, spec, cfg)
   spec = spec_of(spec)
-  if cfg.path == "wgmma" then return wgmma.build(b, spec, cfg) end
+  if cfg.path == "wgmma" then return wgmma.build(b, spec, cfg, base_params) end
   local p = varlen.bind(b, spec, declare(b, spec), cfg.rows_per_block) -- (varlen: the block's sequence)
   paged.setup(b, spec, p)
   append.setup(b, spec, p)

@@ -111,6 +111,18 @@ static void matrix_table_path(char *buf, size_t size) {
     snprintf(buf, size, "tests/quality/%s.tsv", program_invocation_short_name);
 }
 
+/* Prints a quality row (sm, registers, SASS and PTX instructions, spec) for each variant ptxas measured;
+ * returns how many. */
+static int matrix_print_rows(FILE *f, const matrix_variant *vs, int n) {
+    int rows = 0;
+    for (int i = 0; i < n; i++)
+        if (vs[i].registers >= 0 && vs[i].sass >= 0) {
+            fprintf(f, "%d\t%d\t%d\t%d\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].spec);
+            rows++;
+        }
+    return rows;
+}
+
 /* Writes the table (KILN_QUALITY_WRITE=1; the generator must run default<O3>, KILN_PIPELINE=o3). */
 static void matrix_write_table(const matrix_variant *vs, int n) {
     char path[512];
@@ -125,12 +137,7 @@ static void matrix_write_table(const matrix_variant *vs, int n) {
                    "# SASS instructions (cubin .text bytes / 16), PTX instructions. kiln's pipeline must not\n"
                    "# use more registers or SASS instructions. Regenerate: make quality-table\n"
                    "# sm\tregisters\tsass\tptx\tspec\n", path);
-        int rows = 0;
-        for (int i = 0; i < n; i++)
-            if (vs[i].registers >= 0 && vs[i].sass >= 0) {
-                fprintf(f, "%d\t%d\t%d\t%d\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].spec);
-                rows++;
-            }
+        int rows = matrix_print_rows(f, vs, n);
         CHECK(fclose(f) == 0, "writing %s failed", path);
         printf("wrote %s: %d variants\n", path, rows);
     }
@@ -218,12 +225,7 @@ static void matrix_append_table(const matrix_variant *vs, int n) {
     FILE *f = pipe && !strcmp(pipe, "o3") ? fopen(path, "a") : NULL;
     if (pipe && !strcmp(pipe, "o3")) CHECK(f != NULL, "cannot append to %s", path);
     if (f) {
-        int rows = 0;
-        for (int i = 0; i < n; i++)
-            if (vs[i].registers >= 0 && vs[i].sass >= 0) {
-                fprintf(f, "%d\t%d\t%d\t%d\t%s\n", vs[i].sm, vs[i].registers, vs[i].sass, vs[i].ptx_insts, vs[i].spec);
-                rows++;
-            }
+        int rows = matrix_print_rows(f, vs, n);
         CHECK(fclose(f) == 0, "writing %s failed", path);
         printf("appended to %s: %d variants\n", path, rows);
     }

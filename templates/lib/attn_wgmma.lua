@@ -104,14 +104,10 @@ function M.launch(spec, cfg, l)
   return l
 end
 
-local function declare(b, spec)
-  local params = {
-    { "o", "ptr", spec.out }, { "lse", "ptr", "f32" },
-    { "q", "ptr", spec.dtype, readonly = true }, { "k", "ptr", spec.dtype, readonly = true },
-    { "v", "ptr", spec.dtype, readonly = true },
-    { "batch", "i32" }, { "heads_q", "i32" }, { "heads_kv", "i32" }, { "seq_q", "i32" },
-    { "seq_k", "i32" }, { "scale", "f32" },
-  }
+-- The kernel's parameters: attention.lua's (base_params: o, lse, q, k, v, the sizes, scale), the strides, the
+-- three tensor maps, the mask keys' values.
+local function declare(b, spec, base_params)
+  local params = base_params(spec)
   for _, t in ipairs({ "q", "k", "v", "o" }) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
@@ -135,8 +131,8 @@ local function key_tiles(b, spec, m, first, last)
   return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN
 end
 
-function M.build(b, spec, cfg)
-  local p = declare(b, spec)
+function M.build(b, spec, cfg, base_params)
+  local p = declare(b, spec, base_params)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
   local t, wg = b:tid(), b:warpgroup()
