@@ -11,6 +11,7 @@
 #include "fake_cuda/fake_cuda.h"
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
+#include "rt_fixture.h"
 
 #define SM90A (KILN_SM_ARCH + 90)
 
@@ -58,17 +59,6 @@ static const char *const templates[][2] = {
               "end\nreturn K\n"},
 };
 #define NTEMPLATES (sizeof templates / sizeof templates[0])
-
-static kiln_rt *open_rt(int sm) {
-    char v[16];
-    snprintf(v, sizeof v, "%d", sm);
-    setenv("FAKE_CUDA_SM", v, 1);
-    kiln_rt_options o = {.no_disk_cache = 1};
-    kiln_rt *rt = NULL;
-    kiln_error e;
-    if (kiln_rt_create(&rt, &o, &e) != KILN_OK) printf("  cannot create runtime: %s\n", e.msg);
-    return rt;
-}
 
 /* The SM of the kernel the runtime gives for spec on a device of SM device (0 on failure, msg in e). */
 static int target_of(int device, const char *spec, kiln_error *e) {
