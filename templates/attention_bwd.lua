@@ -30,9 +30,10 @@
 -- Paths of dkdv and dq (prep and convert are elementwise), chosen from the target's capabilities:
 --   mma:  f16/bf16 with O/dO in the same dtype, head_dim <= 128, where the target has tensor-core
 --         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua; bf16 on
---         sm_75 with path=mma on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua).
+--         sm_75 on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua; what it
+--         serves, under auto as under mma).
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
---         sm_75, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
+--         sm_75 where the f16-scaled path does not serve, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
 -- varlen=true (lib/attn_varlen.lua): every kernel on packed sequences as the forward's; grids from
 -- max_seqlen_q (dkdv: max_seqlen_k); lse, delta [heads_q, total_q], dq_acc [heads_q, total_q, head_dim].

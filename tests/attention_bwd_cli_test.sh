@@ -16,9 +16,16 @@ grep -q "cp.async" "$tmp/out" && bad "sm_75 dkdv: no cp.async" "cp.async in sm_7
 expect "deterministic dkdv has no atomics" 0 ".entry kiln_attention_bwd_dkdv" -- \
     emit attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true --sm 80
 grep -qE "^\s*(atom|red)\." "$tmp/out" && bad "deterministic: no atomics" "found in PTX" || ok "deterministic: no atomics"
-expect "sm_75 bf16 dkdv" 0 "fma.rn.f32" -- emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true --sm 75
-grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16: no bf16 instruction, no mma" "found in PTX" \
-    || ok "sm_75 bf16: no bf16 instruction, no mma"
+expect "sm_75 bf16 atomic dkdv at d128 (SIMT under auto)" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true --sm 75
+grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 SIMT: no bf16 instruction, no mma" "found in PTX" \
+    || ok "sm_75 bf16 SIMT: no bf16 instruction, no mma"
+for s in "kernel=dkdv head_dim=64 causal=true" "kernel=dkdv head_dim=128 deterministic=true" "kernel=dq head_dim=96"; do
+    expect "sm_75 bf16 $s: path=auto takes the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+        emit attention_bwd dtype=bf16 $s --sm 75
+    grep -qE "\.bf16" "$tmp/out" && bad "sm_75 bf16 $s: no bf16 instruction" "found in PTX" \
+        || ok "sm_75 bf16 $s: no bf16 instruction"
+done
 expect "head_dim 256 takes dynamic shared memory" 0 "kiln.meta" -- emit attention_bwd kernel=dq dtype=f16 head_dim=256 --sm 75
 grep -q "extern .shared" "$tmp/out" && ok "d256: extern .shared" || bad "d256: extern .shared" "not in PTX"
 

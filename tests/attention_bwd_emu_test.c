@@ -24,7 +24,7 @@ typedef struct path {
 static const path paths[] = {
     {"mma f16 sm_80", 80, "f16", "auto", KILN_F16},   {"mma bf16 sm_90", 90, "bf16", "auto", KILN_BF16},
     {"mma f16 sm_75", 75, "f16", "auto", KILN_F16},   {"simt f32 sm_80", 80, "f32", "auto", KILN_F32},
-    {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
+    {"simt f16 sm_80", 80, "f16", "simt", KILN_F32},  {"simt bf16 sm_75 (forced)", 75, "bf16", "simt", KILN_F32},
     {"mma bf16 sm_100", 100, "bf16", "auto", KILN_BF16}, {"mma f16 sm_120", 120, "f16", "auto", KILN_F16},
 };
 

@@ -25,7 +25,7 @@ typedef struct path {
 static const path paths[] = {
     {"mma f16 sm_80", 80, "f16", "auto", KILN_F16}, {"mma bf16 sm_80", 80, "bf16", "auto", KILN_BF16},
     {"mma f16 sm_75", 75, "f16", "auto", KILN_F16}, {"simt f32 sm_80", 80, "f32", "auto", KILN_F32},
-    {"simt bf16 sm_75", 75, "bf16", "auto", KILN_F32},
+    {"simt bf16 sm_75 (forced)", 75, "bf16", "simt", KILN_F32},
 };
 
 typedef struct mcase {
@@ -62,9 +62,9 @@ typedef struct result {
 static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const mcase *mc, int d, int det, uint64_t seed,
                      result *res) {
     char spec[256];
-    snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s%s", pa->dtype, d,
+    snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s%s%s", pa->dtype, d,
              causal_name(mc->causal), mc->window ? " window=true" : "", mc->softcap > 0 ? " softcap=true" : "",
-             mc->alibi ? " alibi=true" : "", det ? " deterministic=true" : "");
+             mc->alibi ? " alibi=true" : "", det ? " deterministic=true" : "", strcmp(pa->path, "auto") ? " path=simt" : "");
     kiln_case_opts o = attn_case_opts(pa->sm, seed, 1, mc->batch, mc->heads_q, mc->heads_kv, mc->seq_q, mc->seq_k,
                                       mc->amplitude, mc->scale, pa->p_dtype);
     if (mc->window) kiln_case_opts_set(&o, "window_left", mc->left), kiln_case_opts_set(&o, "window_right", mc->right);

@@ -60,16 +60,18 @@ def _inputs(dt, b, sq, sk, hq, hkv, d, seed):
     return q, k, v, do
 
 
-@pytest.mark.parametrize("dt,sm,causal,det,b,sq,sk,hq,hkv,d", [
-    ("f32", 80, False, False, 2, 11, 13, 2, 2, 32),    # SIMT
-    ("f16", 75, True, False, 1, 20, 20, 2, 1, 64),     # m16n8k8 on Turing, GQA
-    ("bf16", 90, True, True, 1, 33, 18, 2, 2, 64),     # m16n8k16, deterministic, rows that see no key
-    ("bf16", 75, False, True, 1, 9, 30, 3, 1, 32),     # bf16 on Turing: SIMT, MQA
-    ("f16", 80, False, False, 1, 17, 17, 1, 1, 128),
+@pytest.mark.parametrize("dt,sm,causal,det,b,sq,sk,hq,hkv,d,path", [
+    ("f32", 80, False, False, 2, 11, 13, 2, 2, 32, "auto"),    # SIMT
+    ("f16", 75, True, False, 1, 20, 20, 2, 1, 64, "auto"),     # m16n8k8 on Turing, GQA
+    ("bf16", 90, True, True, 1, 33, 18, 2, 2, 64, "auto"),     # m16n8k16, deterministic, rows that see no key
+    ("bf16", 75, False, True, 1, 9, 30, 3, 1, 32, "auto"),     # bf16 on Turing: f16 mma, power-of-two scaled, MQA
+    ("bf16", 75, True, False, 1, 20, 26, 2, 1, 64, "auto"),    # the same with the atomic dQ, GQA
+    ("bf16", 75, False, True, 1, 9, 30, 3, 1, 32, "simt"),     # bf16 on Turing forced to SIMT
+    ("f16", 80, False, False, 1, 17, 17, 1, 1, 128, "auto"),
 ])
-def test_attention_backward_matches_float64(dt, sm, causal, det, b, sq, sk, hq, hkv, d):
+def test_attention_backward_matches_float64(dt, sm, causal, det, b, sq, sk, hq, hkv, d, path):
     q, k, v, do = _inputs(dt, b, sq, sk, hq, hkv, d, seed=sq * 31 + d)
-    dq, dk, dv = kiln.emulate.attention_backward(q, k, v, do, causal=causal, sm=sm, deterministic=det)
+    dq, dk, dv = kiln.emulate.attention_backward(q, k, v, do, causal=causal, sm=sm, deterministic=det, path=path)
     assert dq.shape == q.shape and dk.shape == k.shape and dv.shape == v.shape
     assert dq.dtype == NP[dt] and dk.dtype == NP[dt] and dv.dtype == NP[dt]
     refs = attention_grads(q, k, v, do, causal)

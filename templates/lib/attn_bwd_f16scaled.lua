@@ -44,8 +44,9 @@ function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
 end
 
--- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75): head_dim <= 128,
--- out = dtype (checked before), not with dropout or varlen (those stay on SIMT); second result: why not.
+-- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75, under path=auto as under
+-- path=mma): head_dim <= 128, out = dtype (checked before), not with dropout or varlen (those stay on SIMT);
+-- second result: why not.
 function M.serves(spec, target)
   -- dkdv at head_dim 96/128 (dK and dV: 96/128 accumulators a thread) spilled 8-12 bytes beside the scaling
   -- (ptxas sm_75; f16's dkdv uses 240-248 registers there) but for the deterministic one at 128 (16-row query
@@ -59,7 +60,6 @@ function M.serves(spec, target)
   end
   if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
   if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
-  if spec.path ~= "mma" then return false end
   return true
 end
 
