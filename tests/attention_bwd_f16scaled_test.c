@@ -46,6 +46,9 @@ static const rcase rcases[] = {
     {40, 0, "causal=true", 2, 1, 30, 33, 0},
     {8, 1, "causal=false", 1, 1, 29, 31, 0},
     {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0},
+    {96, 0, "causal=true", 2, 1, 35, 40, 0},           /* 16-row query tiles, the dQ step's 24-column slices */
+    {96, 1, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6},
+    {80, 0, "causal=false alibi=true", 2, 1, 33, 29, 0}, /* (padded to 96) */
     {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0},
     {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0},
 };
@@ -148,11 +151,10 @@ static kiln_emu_kernel *kernel(const char *spec, int sm) {
 }
 
 /* Runs the backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) with path `path` on
- * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). Past head_dim 64 the f16-scaled
- * path takes the deterministic dq kernel, and dkdv only deterministic at 128 (elsewhere it would need more
- * than 255 registers): dkdv on SIMT there. */
+ * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). At head_dim 128 the f16-scaled
+ * dkdv is only deterministic (the atomic one would need more than 255 registers): the atomic dkdv on SIMT there. */
 static kiln_status backward(prob *a, const char *path, int sm, int det, float *g[3]) {
-    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim > 64 && !(a->p.head_dim == 128 && det);
+    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim == 128 && !det;
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     const kiln_attn_problem *p = &a->p;
     kiln_error err = {0};
@@ -193,7 +195,7 @@ static void check_model(prob *a, const char *what, int det, double rel[3]) {
     double *ref[3], *tol[3];
     for (int t = 0; t < 3; t++) ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
     kiln_error err = {0};
-    if (a->p.head_dim > 64 && !det) { /* (dkdv past d64 is SIMT: the deterministic dq is the path's kernel there) */
+    if (a->p.head_dim == 128 && !det) { /* (the atomic dkdv at d128 is SIMT: the deterministic one is the path's there) */
         grads_free(g);
         for (int t = 0; t < 3; t++) free(ref[t]), free(tol[t]);
         return;

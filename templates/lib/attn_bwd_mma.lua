@@ -76,8 +76,9 @@ function M.config(spec, target, cfg)
   if spec.kernel == "dq" then return config_dq(spec, target, cfg) end
   local d, bm, bn = spec.head_dim, M.BLOCK_M, M.BLOCK_N
   -- Without cp.async the tiles pass through registers; at head_dim 128 that leaves too few beside
-  -- dK and dV (64 + 64 a thread) unless the query tile shrinks to 16 rows.
-  if d == 128 and not target.cp_async then bm = 16 end
+  -- dK and dV (64 + 64 a thread) unless the query tile shrinks to 16 rows; so for d96 beside the f16-scaled
+  -- path's scaling (32 rows spilled 8-12 bytes, sm_75; 16 rows: 230-252 registers, 0 spills).
+  if (d == 128 or (d == 96 and f16s.applies(spec, target))) and not target.cp_async then bm = 16 end
   local ld, ldd = d + 8, bn + 8
   local es = util.dtype_bytes[spec.dtype]
   local bytes = (2 * bn + 2 * bm) * ld * es + bm * ldd * es + 2 * bm * 4
@@ -177,6 +178,13 @@ local function frag_bk(b, tile, ld, lane, k0, n0)
   local row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8
   local f = b:ldmatrix(tile + row * ld + n0 + (lane >> 4) * 8, 4, true)
   return { f[1], f[2] }, { f[3], f[4] }
+end
+
+-- The B operand of one n-tile x 16 k from a tile stored [k][n] (ldmatrix .x2 .trans: lanes 0-15 address).
+local function frag_bk1(b, tile, ld, lane, k0, n0)
+  local row = k0 + (lane & 7) + ((lane >> 3) & 1) * 8
+  local f = b:ldmatrix(tile + row * ld + n0, 2, true)
+  return { f[1], f[2] }
 end
 
 local function zeros(n)
@@ -361,13 +369,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
         b:barrier()
         -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
-        for jd = 0, dw // 16 - 1 do
-          local acc = zeros(2)
+        -- (a slice of 24 columns, d96 with 16-row query tiles: a last step of 8)
+        for jd = 0, (dw + 15) // 16 - 1 do
+          local nh = math.min(2, (dw - jd * 16) // 8)
+          local acc = zeros(nh)
           for ks = 0, bn // 16 - 1 do
             local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
-            local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
-            acc[0] = b:mma(mdt, a, k1, acc[0])
-            acc[1] = b:mma(mdt, a, k2, acc[1])
+            if nh == 2 then
+              local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
+              acc[0] = b:mma(mdt, a, k1, acc[0])
+              acc[1] = b:mma(mdt, a, k2, acc[1])
+            else
+              acc[0] = b:mma(mdt, a, frag_bk1(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16), acc[0])
+            end
           end
           for hh = 0, 1 do
             local row = q0 + qr + g + 8 * hh
@@ -376,7 +390,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
               -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
               local col = dc0 + jd * 16
               local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
-              for j = 0, 1 do
+              for j = 0, nh - 1 do
                 local add = function()
                   b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
                   b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
