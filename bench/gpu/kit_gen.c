@@ -529,7 +529,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
     /* through the family's reference and the case runner: the sequence its launch description names (a
-     * split form's row statistics before it, norm_reduce after a backward), a backward's grid walking the
+     * split form's row statistics before it, the partials' reduction after a backward), a backward's grid walking the
      * rows with the blocks `sms` SMs hold (0: one per row group) */
     kiln_case_opts o = {.sm = sm, .seed = (uint64_t)hidden * 13 + (uint64_t)sm, .input = KILN_LN_RANDOM,
                         .sm_count = bwd ? sms : 0};
