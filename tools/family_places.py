@@ -22,6 +22,7 @@ files with the first line that names it; with --max N it exits 1 when a family i
 counted places (more than its OVER row for a family there), 0 otherwise, 2 on bad input."""
 import os
 import re
+import signal
 import subprocess
 import sys
 
@@ -246,4 +247,5 @@ def main(argv):
 
 
 if __name__ == "__main__":
+    signal.signal(signal.SIGPIPE, signal.SIG_DFL)  # `| head` ends the listing quietly
     sys.exit(main(sys.argv[1:]))
