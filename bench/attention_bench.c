@@ -4,20 +4,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "kiln/kiln.h"
 
 #define BUDGET_MS 30.0
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e3 + t.tv_nsec / 1e6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     static const struct {
@@ -42,16 +32,16 @@ int main(int argc, char **argv) {
     for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++) {
         for (int r = -1; r < reps; r++) { /* one warm-up run */
             kiln_module *m = NULL;
-            double t0 = now_ms();
+            double t0 = bench_now_ms();
             if (kiln_generate(gen, cases[c].spec, cases[c].sm, KILN_EMIT_PTX, &m, &err) != KILN_OK) {
                 fprintf(stderr, "attention_bench: %s\n", err.msg);
                 return 1;
             }
-            double dt = now_ms() - t0;
+            double dt = bench_now_ms() - t0;
             if (r >= 0) t[r] = dt;
             kiln_module_free(m);
         }
-        qsort(t, (size_t)reps, sizeof *t, cmp_double);
+        qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
         double med = t[reps / 2];
         over += med > BUDGET_MS;
         printf("%-50s sm_%d  median %7.2f ms  min %7.2f ms  (budget <= %.0f ms: %s)\n", cases[c].spec, cases[c].sm, med,

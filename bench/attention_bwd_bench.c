@@ -4,18 +4,8 @@
 #include <stdlib.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "kiln/kiln.h"
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
 
 int main(int argc, char **argv) {
     static const struct {
@@ -44,15 +34,15 @@ int main(int argc, char **argv) {
             snprintf(spec, sizeof spec, "attention_bwd kernel=%s %s", kernels[k], cases[c].keys);
             for (int r = -1; r < reps; r++) { /* one warm-up run */
                 kiln_module *m = NULL;
-                double t0 = now_ms();
+                double t0 = bench_now_ms();
                 if (kiln_generate(gen, spec, cases[c].sm, KILN_EMIT_PTX, &m, &err) != KILN_OK) {
                     fprintf(stderr, "attention_bwd_bench: %s\n", err.msg);
                     return 1;
                 }
-                if (r >= 0) t[r] = now_ms() - t0;
+                if (r >= 0) t[r] = bench_now_ms() - t0;
                 kiln_module_free(m);
             }
-            qsort(t, (size_t)reps, sizeof *t, cmp_double);
+            qsort(t, (size_t)reps, sizeof *t, bench_cmp_double);
             if (k < 3) seq += t[reps / 2];
             printf("  %s %.1f ms", kernels[k], t[reps / 2]);
         }

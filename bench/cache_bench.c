@@ -6,26 +6,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
 #include "kiln/gen.h"
 #include "kiln/runtime.h"
 
 #define LN "layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true"
 
-static double now_us(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return t.tv_sec * 1e6 + t.tv_nsec / 1e3;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
-}
+static double now_us(void) { return bench_now_ms() * 1e3; }
 
 static kiln_rt *open_rt(const char *dir, int no_disk) {
     kiln_rt_options o = {.cache_dir = dir, .no_disk_cache = no_disk};
@@ -65,7 +52,7 @@ static void bench_memory(void) {
         for (int i = 0; i < CALLS; i++) get(rt, LN);
         t[b] = (now_us() - t0) / CALLS;
     }
-    report("memory-cache hit (kiln_rt_get_kernel)", median(t, BATCHES), 1);
+    report("memory-cache hit (kiln_rt_get_kernel)", bench_median(t, BATCHES), 1);
     kiln_rt_destroy(rt);
 }
 
@@ -85,7 +72,7 @@ static void bench_disk(const char *dir) {
         if (s.disk_hits != 1) fprintf(stderr, "cache_bench: expected a disk hit\n"), exit(1);
         kiln_rt_destroy(rt);
     }
-    report("disk-cache hit (fresh runtime, incl. load)", median(t, N), 100);
+    report("disk-cache hit (fresh runtime, incl. load)", bench_median(t, N), 100);
 }
 
 static void bench_bundle(void) {
@@ -118,7 +105,7 @@ static void bench_bundle(void) {
         t[i] = now_us() - t0;
         kiln_rt_destroy(rt);
     }
-    report("bundle hit (fresh runtime, incl. load)", median(t, N), 0);
+    report("bundle hit (fresh runtime, incl. load)", bench_median(t, N), 0);
     free(data);
 }
 
@@ -132,7 +119,7 @@ static void bench_cold(void) {
         t[i] = now_us() - t0;
         kiln_rt_destroy(rt);
     }
-    report("cold JIT: generate + load (no disk cache)", median(t, N), 0);
+    report("cold JIT: generate + load (no disk cache)", bench_median(t, N), 0);
 }
 
 /* CPU milliseconds used by waited-for children so far. */
@@ -160,7 +147,7 @@ static void bench_bundle_cli(void) {
     }
     double cpu = (children_cpu_ms() - cpu0) / N;
     printf("%-44s median %10.1f ms   (budget <= 2000 ms on 2 cores; %ld cores here)\n",
-           "default bundle wall time (kiln bundle)", median(t, N) / 1000, sysconf(_SC_NPROCESSORS_ONLN));
+           "default bundle wall time (kiln bundle)", bench_median(t, N) / 1000, sysconf(_SC_NPROCESSORS_ONLN));
     printf("%-44s mean   %10.1f ms   (wall on 2 idle cores is about half)\n", "default bundle CPU time (user+sys)", cpu);
     fflush(stdout);
     snprintf(cmd, sizeof cmd, "%s bundle-info %s | head -1", kiln, out);

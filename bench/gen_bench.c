@@ -6,23 +6,8 @@
 #include <string.h>
 #include <time.h>
 
+#include "bench_time.h"
 #include "kiln/kiln.h"
-
-static double now_ms(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* Median ms of kiln_generate(spec, sm) over reps, after warm-up. */
 static double time_kiln(kiln_gen *g, const char *spec, int sm, int reps) {
@@ -30,16 +15,16 @@ static double time_kiln(kiln_gen *g, const char *spec, int sm, int reps) {
     kiln_error err = {0};
     for (int i = -3; i < reps; i++) {
         kiln_module *m;
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, &err) != KILN_OK) {
             fprintf(stderr, "gen_bench: %s\n", err.msg);
             exit(1);
         }
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         kiln_module_free(m);
         if (i >= 0) t[i] = t1 - t0;
     }
-    return median(t, reps);
+    return bench_median(t, reps);
 }
 
 #include "layernorm_cuda.h"
@@ -68,14 +53,14 @@ static double time_nvrtc(int reps) {
     double t[64];
     for (int i = -1; i < reps; i++) {
         void *prog;
-        double t0 = now_ms();
+        double t0 = bench_now_ms();
         create(&prog, cuda_src, "layernorm.cu", 0, NULL, NULL);
         int rc = compile(prog, 3, opts);
         size_t n = 0;
         psize(prog, &n);
         char *ptx = malloc(n + 1);
         get(prog, ptx);
-        double t1 = now_ms();
+        double t1 = bench_now_ms();
         if (rc != 0) {
             size_t ln = 0;
             lsize(prog, &ln);
@@ -92,7 +77,7 @@ static double time_nvrtc(int reps) {
         if (i >= 0) t[i] = t1 - t0;
     }
     dlclose(h);
-    return median(t, reps);
+    return bench_median(t, reps);
 }
 
 int main(int argc, char **argv) {

@@ -15,23 +15,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "bench_time.h"
 #include "kiln/kiln.h"
-
-static double clock_ms(clockid_t id) {
-    struct timespec t;
-    clock_gettime(id, &t);
-    return (double)t.tv_sec * 1e3 + (double)t.tv_nsec * 1e-6;
-}
-
-static int cmp_double(const void *a, const void *b) {
-    double x = *(const double *)a, y = *(const double *)b;
-    return (x > y) - (x < y);
-}
-
-static double median(double *v, int n) {
-    qsort(v, (size_t)n, sizeof *v, cmp_double);
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 /* ---- warm: per variant, stage split ---- */
 
@@ -94,12 +79,12 @@ static int warm(int reps) {
             kiln_gen *g = pass ? timed : plain;
             for (int r = -2; r < reps; r++) { /* two warm-up runs */
                 kiln_module *m;
-                double w0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+                double w0 = bench_clock_ms(CLOCK_MONOTONIC), c0 = bench_clock_ms(CLOCK_THREAD_CPUTIME_ID);
                 if (kiln_generate(g, warm_cases[c].spec, warm_cases[c].sm, KILN_EMIT_PTX, &m, &err) != KILN_OK) {
                     fprintf(stderr, "jit_bench: %s\n", err.msg);
                     return 1;
                 }
-                double w1 = clock_ms(CLOCK_MONOTONIC), c1 = clock_ms(CLOCK_THREAD_CPUTIME_ID);
+                double w1 = bench_clock_ms(CLOCK_MONOTONIC), c1 = bench_clock_ms(CLOCK_THREAD_CPUTIME_ID);
                 kiln_module_free(m);
                 if (r < 0) continue;
                 if (pass == 0) {
@@ -112,11 +97,11 @@ static int warm(int reps) {
                 }
             }
         }
-        double mw = median(wall, reps), mc = median(cpu, reps);
+        double mw = bench_median(wall, reps), mc = bench_median(cpu, reps);
         over += mw > warm_cases[c].budget;
         printf("%-47s sm_%d %7.2f %7.2f %3.0f %s |", warm_cases[c].spec, warm_cases[c].sm, mw, mc,
                warm_cases[c].budget, mw <= warm_cases[c].budget ? "ok" : "--");
-        for (int k = 0; k < NSTAGES; k++) printf(" %6.2f", median(st + k * reps, reps));
+        for (int k = 0; k < NSTAGES; k++) printf(" %6.2f", bench_median(st + k * reps, reps));
         printf("\n");
     }
     printf("%d of %zu variants over budget (wall, on this machine under its current load)\n", over,
@@ -151,10 +136,10 @@ static void *worker(void *arg) {
     if (kiln_gen_create(&g, NULL, &err) != KILN_OK) return NULL;
     for (int i; (i = atomic_fetch_add(&next_job, 1)) < njobs;) {
         job *j = &jobs[i];
-        double t0 = clock_ms(CLOCK_MONOTONIC);
+        double t0 = bench_clock_ms(CLOCK_MONOTONIC);
         kiln_module *m;
         kiln_status st = kiln_generate(g, j->spec, j->sm, KILN_EMIT_PTX, &m, &err);
-        j->ms = clock_ms(CLOCK_MONOTONIC) - t0;
+        j->ms = bench_clock_ms(CLOCK_MONOTONIC) - t0;
         if (st == KILN_OK) {
             j->bytes = kiln_module_size(m);
             kiln_module_free(m);
@@ -204,10 +189,10 @@ static int model(const char *path, int threads, double t_main) {
     if (threads < 1) threads = (int)sysconf(_SC_NPROCESSORS_ONLN);
     if (threads < 1) threads = 1;
     pthread_t *th = malloc(sizeof *th * (size_t)threads);
-    double t0 = clock_ms(CLOCK_MONOTONIC), c0 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
+    double t0 = bench_clock_ms(CLOCK_MONOTONIC), c0 = bench_clock_ms(CLOCK_PROCESS_CPUTIME_ID);
     for (int i = 0; i < threads; i++) pthread_create(&th[i], NULL, worker, NULL);
     for (int i = 0; i < threads; i++) pthread_join(th[i], NULL);
-    double t1 = clock_ms(CLOCK_MONOTONIC), c1 = clock_ms(CLOCK_PROCESS_CPUTIME_ID);
+    double t1 = bench_clock_ms(CLOCK_MONOTONIC), c1 = bench_clock_ms(CLOCK_PROCESS_CPUTIME_ID);
     free(th);
     int ok = 0, failed = 0, skipped = 0;
     for (int i = 0; i < njobs; i++) {
@@ -226,7 +211,7 @@ static int model(const char *path, int threads, double t_main) {
 }
 
 int main(int argc, char **argv) {
-    double t_main = clock_ms(CLOCK_MONOTONIC);
+    double t_main = bench_clock_ms(CLOCK_MONOTONIC);
     const char *mode = argc > 1 ? argv[1] : "warm";
     if (!strcmp(mode, "warm")) {
         int reps = argc > 2 ? atoi(argv[2]) : 11;

@@ -415,7 +415,7 @@ int emu_attn_case_scalar(const struct kiln_attn_problem *p, const char *name, do
 int emu_attn_case_slopes(const struct kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes);
 void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t size);
 
-/* templates/lib/attn_varlen.ref.c: the varlen=true cases of attention (bwd 0) and attention_bwd (bwd 1),
+/* templates/lib/attn_varlen.ref.c: the varlen=true cases of attention (bwd 0) and its backward (bwd 1),
  * the families' hooks hand over to these when emu_attn_varlen(c) (the spec has varlen=true). */
 int emu_attn_varlen(const struct kiln_case *c);
 kiln_status emu_attn_varlen_create(struct kiln_case *c, int bwd, kiln_error *err);

@@ -153,7 +153,7 @@ typedef struct gen_spec {
 /* Splits "family k=v k=v" (syntax only). */
 kiln_status gen_spec_parse(const char *text, gen_spec *out, kiln_error *err);
 /* gen_spec_parse, and where it failed on a bare word that names a family (two specs run together,
- * "layernorm x=bf16 attention dtype=f16"), an error that says so. */
+ * "FAMILY a=1 OTHER b=2", OTHER a family `kiln list` shows), an error that says so. */
 kiln_status gen_spec_parse_known(gen_lua *gl, const char *text, gen_spec *out, kiln_error *err);
 /* Checks keys and values against the family's declared params, fills defaults, writes the
  * canonical string, and pushes the Lua spec table (param name -> typed value). */

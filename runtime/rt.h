@@ -109,9 +109,15 @@ void rt_attn_mask_words(const kiln_attention_mask *m, char *buf, size_t size);
 /* Appends the mask's launch values: scalars window_left/window_right, softcap, alibi_stride (room for
  * 4 in s) and the tensor alibi_slopes (room for 1 in t); returns how many of each it added. */
 void rt_attn_mask_launch(const kiln_attention_mask *m, kiln_launch_tensor *t, int *nt, kiln_launch_scalar *s, int *ns);
+/* runtime/rt_attention.c: the forward's spec (with " splitkv=true" when splitkv), every key its canonical form
+ * has: the mask's, v_head_dim when it differs, the KV cache's (paged, append, rotary) when a->cache has them. */
+void rt_attn_spec(const kiln_attention_args *a, int splitkv, char *buf, size_t size);
+/* runtime/rt_attention_bwd.c: the spec of one kernel of the attention backward's sequence (kernel "prep", "dkdv",
+ * "convert" or "dq"), with every key the canonical form has; the dense and the varlen helper build it here. */
+void rt_attn_bwd_spec(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size);
 
 /* ---- rt_spec.c: spec text normalization (no templates needed) ---- */
-/* "layernorm  y=bf16 x=bf16" -> "layernorm x=bf16 y=bf16": family, then key=value pairs sorted
+/* "FAMILY  y=bf16 x=bf16" -> "FAMILY x=bf16 y=bf16": family, then key=value pairs sorted
  * by key, single spaces. Fails (KILN_EINVAL) on an empty spec, a token without '=', or a
  * repeated key. */
 kiln_status rt_spec_normalize(const char *spec, char *out, size_t size, kiln_error *err);

@@ -87,7 +87,7 @@ static const char *rotary_name(int rotary) {
     return rotary >= KILN_ROTARY_NONE && rotary <= KILN_ROTARY_INTERLEAVED ? names[rotary] : NULL;
 }
 
-static void spec_of(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
+void rt_attn_spec(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
     snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
              kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
     rt_attn_mask_words(&a->mask, buf, size);
@@ -154,7 +154,7 @@ kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_
     kiln_status st = check_args(a, err);
     if (st != KILN_OK) return st;
     char spec[KILN_SPEC_MAX];
-    spec_of(a, 0, spec, sizeof spec);
+    rt_attn_spec(a, 0, spec, sizeof spec);
     return kiln_rt_get_kernel(rt, spec, out, err); /* alignment: kiln_launch checks what the kernel declares */
 }
 
@@ -228,7 +228,7 @@ kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, ki
 /* The split kernel and the combine kernel its metadata names (then_spec). */
 static kiln_status pick_splitkv(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel *out[2], kiln_error *err) {
     char spec[KILN_SPEC_MAX];
-    spec_of(a, 1, spec, sizeof spec);
+    rt_attn_spec(a, 1, spec, sizeof spec);
     kiln_status st = kiln_rt_get_kernel(rt, spec, &out[0], err);
     if (st != KILN_OK) return st;
     if (!out[0]->meta.then_spec[0])
@@ -323,5 +323,5 @@ kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_arg
     if ((st = pick_splitkv(rt, a, k, err)) != KILN_OK) return st;
     launch_buf b;
     kiln_launch_args la = launch_args(a, &b, n, workspace, workspace_bytes);
-    return kiln_launch(k[0], &la, err); /* the split kernel, then attention_combine */
+    return kiln_launch(k[0], &la, err); /* the split kernel, then its meta.then_spec */
 }

@@ -56,7 +56,7 @@ static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err)
 /* The spec of one kernel of the sequence, with every key the canonical form has (path=auto too; the
  * mask's keys on dkdv and dq, the kernels that score): a runtime without a generator matches bundle
  * entries on the words alone. */
-static void spec_of(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
+void rt_attn_bwd_spec(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size) {
     int det = a->deterministic && !strcmp(kernel, "dkdv");
     char vd[32] = ""; /* v_head_dim, in the canonical place after head_dim, when it differs */
     if (a->v_head_dim > 0 && a->v_head_dim != a->head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", a->v_head_dim);
@@ -75,7 +75,7 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
     kiln_status st = check_args(a, err);
     for (int i = 0; i < 3 && st == KILN_OK; i++) {
         char spec[KILN_SPEC_MAX];
-        spec_of(a, sequence[a->deterministic ? 1 : 0][i], spec, sizeof spec);
+        rt_attn_bwd_spec(a, sequence[a->deterministic ? 1 : 0][i], spec, sizeof spec);
         st = kiln_rt_get_kernel(rt, spec, &out[i], err); /* alignment: kiln_launch checks it */
     }
     return st;

@@ -64,15 +64,22 @@ static kiln_status check_dropout_mask(const char *what, const kiln_attention_mas
     return KILN_OK;
 }
 
-/* " dropout_mask=true" and the mask tensor when the caller asked for the keep mask. */
-static void dropout_mask_launch(const kiln_attention_varlen *vl, char *spec, size_t size, kiln_launch_tensor *t, int *nt) {
-    if (!vl->dropout_mask) return;
-    strncat(spec, " dropout_mask=true", size - strlen(spec) - 1);
-    t[(*nt)++] = (kiln_launch_tensor){.name = "dropout_mask", .ptr = vl->dropout_mask};
+/* The varlen kernel of spec (the dense spec's words): adds " dropout_mask=true" and the mask tensor when the
+ * caller asked for the keep mask, then " varlen=true", and gets the kernel. */
+static kiln_status varlen_kernel(kiln_rt *rt, const kiln_attention_varlen *vl, char *spec, size_t size,
+                                 kiln_launch_tensor *t, int *nt, kiln_kernel **k, kiln_error *err) {
+    if (vl->dropout_mask) {
+        strncat(spec, " dropout_mask=true", size - strlen(spec) - 1);
+        t[(*nt)++] = (kiln_launch_tensor){.name = "dropout_mask", .ptr = vl->dropout_mask};
+    }
+    strncat(spec, " varlen=true", size - strlen(spec) - 1);
+    return kiln_rt_get_kernel(rt, spec, k, err);
 }
 
-/* The varlen tensors and scalars every kernel's description takes by name. */
-static void varlen_launch(int batch, int max_q, int max_k, const kiln_attention_varlen *vl, kiln_launch_tensor *t, int *nt,
+/* The varlen tensors and scalars every kernel's description takes by name, then the heads, the scale
+ * (when given) and the mask's launch values, as the forward and the backward pass them. */
+static void varlen_launch(int batch, int max_q, int max_k, int heads_q, int heads_kv, float scale,
+                          const kiln_attention_mask *m, const kiln_attention_varlen *vl, kiln_launch_tensor *t, int *nt,
                           kiln_launch_scalar *s, int *ns) {
     t[(*nt)++] = (kiln_launch_tensor){.name = "cu_seqlens_q", .ptr = vl->cu_seqlens_q};
     t[(*nt)++] = (kiln_launch_tensor){.name = "cu_seqlens_k", .ptr = vl->cu_seqlens_k};
@@ -82,6 +89,10 @@ static void varlen_launch(int batch, int max_q, int max_k, const kiln_attention_
     s[(*ns)++] = (kiln_launch_scalar){"total_k", vl->total_k};
     s[(*ns)++] = (kiln_launch_scalar){"max_seqlen_q", max_q};
     s[(*ns)++] = (kiln_launch_scalar){"max_seqlen_k", max_k};
+    s[(*ns)++] = (kiln_launch_scalar){"heads_q", heads_q};
+    s[(*ns)++] = (kiln_launch_scalar){"heads_kv", heads_kv};
+    if (scale > 0) s[(*ns)++] = (kiln_launch_scalar){"scale", scale};
+    rt_attn_mask_launch(m, t, nt, s, ns);
 }
 
 /* ---- forward ---- */
@@ -101,26 +112,21 @@ kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args
     if (st == KILN_OK) st = check_dropout_mask(what, &a->mask, vl, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
     char spec[KILN_SPEC_MAX];
-    snprintf(spec, sizeof spec, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto", kiln_dtype_name(a->dtype),
-             kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal));
-    rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    kiln_attention_args one = *a; /* the varlen kernel: one head dim, no KV cache (their words stay off) */
+    one.v_head_dim = 0;
+    memset(&one.cache, 0, sizeof one.cache);
+    rt_attn_spec(&one, 0, spec, sizeof spec);
     kiln_launch_tensor t[10];
     kiln_launch_scalar s[16]; /* (5 varlen, heads, scale, window 2, softcap, alibi_stride, dropout 3) */
     int nt = 0, ns = 0;
-    dropout_mask_launch(vl, spec, sizeof spec, t, &nt);
-    strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
     kiln_kernel *k;
-    if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
+    if ((st = varlen_kernel(rt, vl, spec, sizeof spec, t, &nt, &k, err)) != KILN_OK) return st;
     packed(&t[nt++], "q", a->q, a->stride_q);
     packed(&t[nt++], "k", a->k, a->stride_k);
     packed(&t[nt++], "v", a->v, a->stride_v);
     packed(&t[nt++], "o", a->o, a->stride_o);
     t[nt++] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
-    varlen_launch(a->batch, a->seq_q, a->seq_k, vl, t, &nt, s, &ns);
-    s[ns++] = (kiln_launch_scalar){"heads_q", a->heads_q};
-    s[ns++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
-    if (a->scale > 0) s[ns++] = (kiln_launch_scalar){"scale", a->scale};
-    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    varlen_launch(a->batch, a->seq_q, a->seq_k, a->heads_q, a->heads_kv, a->scale, &a->mask, vl, t, &nt, s, &ns);
     kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns, .stream = a->stream};
     return kiln_launch(k, &la, err);
 }
@@ -162,26 +168,18 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
     if ((st = check_dropout_mask(what, &a->mask, vl, err)) != KILN_OK) return st;
     if (a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return KILN_OK;
     char spec[KILN_SPEC_MAX];
-    snprintf(spec, sizeof spec,
-             "attention_bwd kernel=dkdv dtype=%s out=%s grad=%s head_dim=%d causal=%s path=auto deterministic=%s",
-             kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim,
-             rt_attn_causal(a->causal), a->deterministic ? "true" : "false");
-    rt_attn_mask_words(&a->mask, spec, sizeof spec);
+    kiln_attention_bwd_args one = *a; /* the varlen kernels take one head dim: v_head_dim is not read */
+    one.v_head_dim = 0;
+    rt_attn_bwd_spec(&one, "dkdv", spec, sizeof spec);
     /* dkdv names the sequence (varlen prep before, convert or dq after) and its workspace */
     kiln_launch_tensor t[14];
     kiln_launch_scalar s[16]; /* (5 varlen, heads, scale, window 2, softcap, alibi_stride, dropout 3) */
     int nt = 0, ns = 0;
-    dropout_mask_launch(vl, spec, sizeof spec, t, &nt);
-    strncat(spec, " varlen=true", sizeof spec - strlen(spec) - 1);
     kiln_kernel *k;
-    if ((st = kiln_rt_get_kernel(rt, spec, &k, err)) != KILN_OK) return st;
+    if ((st = varlen_kernel(rt, vl, spec, sizeof spec, t, &nt, &k, err)) != KILN_OK) return st;
     for (int i = 0; i < 8; i++) packed(&t[nt++], names[i], ptrs[i], strides[i]);
     t[nt++] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
-    varlen_launch(a->batch, a->seq_q, a->seq_k, vl, t, &nt, s, &ns);
-    s[ns++] = (kiln_launch_scalar){"heads_q", a->heads_q};
-    s[ns++] = (kiln_launch_scalar){"heads_kv", a->heads_kv};
-    if (a->scale > 0) s[ns++] = (kiln_launch_scalar){"scale", a->scale};
-    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    varlen_launch(a->batch, a->seq_q, a->seq_k, a->heads_q, a->heads_kv, a->scale, &a->mask, vl, t, &nt, s, &ns);
     kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns, .workspace = a->workspace,
                            .workspace_bytes = need, .stream = a->stream};
     return kiln_launch(k, &la, err);

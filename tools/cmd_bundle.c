@@ -96,8 +96,8 @@ static void bundle_usage(FILE *to) {
             "                   docs/registry.md): %s\n"
             "                   (default: all of them, unless --spec or --spec-list is given; with\n"
             "                   neither --dtypes nor --hidden the default set adds the specs the\n"
-            "                   templates list besides: split-KV decoding, 'attention ... splitkv=true'\n"
-            "                   and its attention_combine, for f16/bf16 at head_dim 64 and 128)\n"
+            "                   templates list besides: split-KV decoding (splitkv=true)\n"
+            "                   and the kernel it names next, for f16/bf16 at head_dim 64 and 128)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; the dtype keys each template declares, in its\n"
@@ -463,8 +463,8 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     int defaults = optind == argc && !explicit_specs;
     for (int i = 0; rc == CLI_OK && defaults && i < nmatrices; i++)
         if (matrices[i].m.dtype_keys[0]) rc = add_matrix(p, matrices[i].family, dtypes, shapes);
-    /* the specs the templates add to the default set (split-KV decoding: the split kernel and its
-     * attention_combine for f16/bf16 at head_dim 64 and 128); the default bundle is over its
+    /* the specs the templates add to the default set (split-KV decoding: the split kernel and the kernel
+     * its meta names next, for f16/bf16 at head_dim 64 and 128); the default bundle is over its
      * generation budget already, so no more (others by --spec) */
     for (int i = 0; rc == CLI_OK && defaults && !dtypes && !shapes && i < nmatrices; i++) {
         char extra[sizeof matrices[i].m.extra];

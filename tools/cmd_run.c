@@ -50,7 +50,7 @@ static void run_usage(FILE *to) {
             "  --varlen-k L,...\n"
             "                their key lengths, as many (default: the query lengths)\n"
             "  --seqused-k N,...\n"
-            "                attention varlen=true: the keys each sequence uses (seqused_k), each at\n"
+            "                the forward with varlen=true: the keys each sequence uses (seqused_k), each at\n"
             "                most its key length\n"
             "  --paged P     paged=true (needed there): pages of P keys (>= 16, a multiple or a divisor of\n"
             "                the kernel's key tile), shuffled in the block table; --seq-k is the capacity:\n"
@@ -67,7 +67,7 @@ static void run_usage(FILE *to) {
             "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
             "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
             "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
-            "         kiln run attention_bwd dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n"
+            "         kiln run attention dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n"
             "         kiln run attention dtype=f16 head_dim=32 causal=true varlen=true --sm 80 --varlen 0,1,37,300 --heads 4:2\n");
 }
 

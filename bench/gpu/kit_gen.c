@@ -529,7 +529,7 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
     /* through the family's reference and the case runner: the sequence its launch description names (a
-     * split form's row statistics before it, norm_reduce after a backward), a backward's grid walking the
+     * split form's row statistics before it, the partials' reduction after a backward), a backward's grid walking the
      * rows with the blocks `sms` SMs hold (0: one per row group) */
     kiln_case_opts o = {.sm = sm, .seed = (uint64_t)hidden * 13 + (uint64_t)sm, .input = KILN_LN_RANDOM,
                         .sm_count = bwd ? sms : 0};
@@ -714,10 +714,11 @@ static int cmd_jit(const char *dir, const char *csv_path, const char *timing_csv
     if (tcsv) fputs("spec,generate_ms,cold_get_ms,disk_hit_ms,warm_get_us\n", tcsv);
     kiln_gen *gen = NULL;
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 2;
-    /* the first generation in a process also starts Lua and LLVM's target: timed on its own */
+    /* the first generation in a process also starts Lua and LLVM's target: timed on its own (a small norm
+     * row's kernel) */
     double ts = now_ms();
     kiln_module *first = NULL;
-    if (kiln_generate(gen, "layernorm x=f16 hidden=256", tsm, KILN_EMIT_PTX, &first, &err) != KILN_OK)
+    if (kiln_generate(gen, kit_norm_rows[0].spec, tsm, KILN_EMIT_PTX, &first, &err) != KILN_OK)
         return fprintf(stderr, "kiln-kit: %s\n", err.msg), 2;
     kiln_module_free(first);
     printf("JIT path on %s (sm_%d): generate in this process, cuModuleLoadData, kiln_launch\n"

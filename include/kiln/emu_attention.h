@@ -67,8 +67,8 @@ kiln_status kiln_attn_run(kiln_emu_kernel *k, const kiln_attn_problem *p, void *
  * (splits * batch * heads_q * seq_q * (head_dim + 1)). */
 size_t kiln_attn_splitkv_workspace_floats(const kiln_attn_problem *p, int splits);
 /* Runs `split` (attention splitkv=true) over grid {splits, heads_kv * ceil(heads_q / heads_kv * seq_q /
- * rows_per_block), batch} into ws (poisoned first), then `combine` (attention_combine) into o and lse,
- * as the runtime launches them. */
+ * rows_per_block), batch} into ws (poisoned first), then `combine` (the kernel the split's then_spec
+ * names) into o and lse, as the runtime launches them. */
 kiln_status kiln_attn_run_splitkv(kiln_emu_kernel *split, kiln_emu_kernel *combine, const kiln_attn_problem *p,
                                   int splits, float *ws, void *o, float *lse, const void *q, const void *k, const void *v,
                                   int twice, kiln_error *err);
@@ -85,7 +85,7 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
                      const void *o, const float *lse, const double *ref_o, const double *ref_lse,
                      kiln_attn_report *r);
 
-/* ---- the backward (templates/attention_bwd.ref.c; its registry descriptor runs and checks the whole
+/* ---- the backward (its reference in templates/; its registry descriptor runs and checks the whole
  * sequence: the emulator tests and the GPU kit use that; these serve tests that feed their own inputs) ---- */
 
 /* The gradients of L = sum(dO * O) for O = attention(Q, K, V) of problem p (float64, from the
@@ -93,7 +93,7 @@ long kiln_attn_check(const kiln_attn_problem *p, kiln_dtype p_dtype, const void 
  * and v. tol_* (each may be NULL) receive, per element, a first-order bound on the error of a
  * kernel that follows the FlashAttention-2 backward (f32 products, ex2.approx, the forward's lse in
  * f32 and O rounded to p->out), before the rounding to the gradient dtype: see
- * templates/attention_bwd.ref.c. p_dtype is what P and dS are rounded to before their products (f32 on
+ * the backward's reference. p_dtype is what P and dS are rounded to before their products (f32 on
  * the SIMT path). */
 kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dtype, const void *q, const void *k,
                                     const void *v, const void *dout, double *dq, double *dk, double *dv,
@@ -102,7 +102,7 @@ kiln_status kiln_attn_bwd_reference(const kiln_attn_problem *p, kiln_dtype p_dty
 /* Compares n gradient values of dtype grad (got) with the reference and its tolerances as the registry's
  * checker does (the rounding to grad, a factor 2 for second-order terms; a non-finite value fails): returns
  * the number of bad elements, raises *worst (error / tolerance) and *max_abs, and describes the first bad
- * one in first (may be NULL). For tests that lay out their own buffers (attention_bwd_dims_emu_test). */
+ * one in first (may be NULL). For tests that lay out their own buffers (the head-dim test of the backward). */
 long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, const double *tol, size_t n,
                            double *worst, double *max_abs, char *first, size_t first_size);
 

@@ -263,7 +263,7 @@ kiln_status kiln_norm_forward_pick(kiln_rt *rt, const kiln_norm_fwd_args *a, kil
  * rstd as the forward saved them. weight != 0: the forward had a weight (g = dy * weight) and
  * dweight is written; dbias != 0 (LayerNorm): dbias is written; dres != 0: the residual form,
  * dx = norm gradient + dres (r_dtype). dweight/dbias go through an f32 workspace: the first
- * kernel writes per-block partial rows, its metadata's `then` kernel (norm_reduce) adds them
+ * kernel writes per-block partial rows, its metadata's `then` kernel adds them
  * in a fixed order (identical bits run to run on one device); both are launched on `stream`.
  * workspace must hold kiln_norm_backward_workspace() bytes, aligned as the kernel's meta.align.
  * offset = 1: the forward had zero-centered weights (g = dy * (1 + weight)); dweight keeps its form. */
@@ -368,9 +368,9 @@ kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, ki
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
 
 /* Split-KV decoding (flash-decoding; docs/attention.md). The keys are spread over `splits` blocks per
- * (batch, kv head, block of packed query rows): `attention ... splitkv=true` writes each split's f32
- * partial O and log-sum-exp into an f32 workspace, then `attention_combine` (the first kernel's
- * meta.then_spec) merges them in split order (no atomics: the same bits every run) into o and lse,
+ * (batch, kv head, block of packed query rows): the kernel with splitkv=true writes each split's f32
+ * partial O and log-sum-exp into an f32 workspace, then the kernel the first one's meta.then_spec
+ * names merges them in split order (no atomics: the same bits every run) into o and lse,
  * exactly as kiln_attention_forward defines them. splits: 0 = automatic (1, the plain kernel, unless
  * seq_q <= KILN_ATTENTION_DECODE_MAX_SEQ_Q, seq_k >= 256 and either the plain grid has fewer blocks than
  * the device has SMs or heads_q > heads_kv; then enough splits for 2 blocks per SM, at least 2, at most
@@ -395,10 +395,10 @@ kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_arg
  * GQA/MQA: dk/dv are summed over each group's query heads. Rows that saw no key (lse = +inf) get
  * zero gradients. workspace: kiln_attention_backward_workspace(a) bytes of device memory, 16-byte
  * aligned, that the call may overwrite (f32 delta, and the f32 dQ accumulator unless
- * deterministic). Launches on a->stream, in order:
- *   attention_bwd kernel=prep     grid {ceil(seq_q / tile), heads_q, batch}
- *   attention_bwd kernel=dkdv     grid {ceil(seq_k / tile), heads_kv, batch}  (dQ by f32 atomics)
- *   attention_bwd kernel=convert  grid {ceil(seq_q / tile), heads_q, batch}
+ * deterministic). Launches on a->stream, in order, the kernels of the backward family's spec (`kiln list`):
+ *   kernel=prep     grid {ceil(seq_q / tile), heads_q, batch}
+ *   kernel=dkdv     grid {ceil(seq_k / tile), heads_kv, batch}  (dQ by f32 atomics)
+ *   kernel=convert  grid {ceil(seq_q / tile), heads_q, batch}
  * deterministic: dkdv with deterministic=true (no atomics) and kernel=dq instead of convert, which
  * recomputes the scores per query tile: about 1.4x the work, no dQ accumulator, and the same bits
  * on every run. causal and mask as the forward's (the same values it ran with). */
@@ -423,7 +423,8 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
                                          kiln_error *err);
 
 /* Varlen attention (FlashAttention-2's flash_attn_varlen_func; docs/attention.md "Varlen"): packed
- * sequences of different lengths in one launch (`attention ... varlen=true`, runtime/rt_attention_varlen.c).
+ * sequences of different lengths in one launch (the forward's and the backward's varlen=true,
+ * runtime/rt_attention_varlen.c).
  * The args structs keep their meaning with: batch = the number of sequences, seq_q / seq_k = max_seqlen_q
  * / max_seqlen_k (the grid); q, o, dout, dq [total_q, heads_q, head_dim] and k, v, dk, dv [total_k,
  * heads_kv, head_dim] with stride_X[1] the token stride and stride_X[2] the head stride (stride_X[0]

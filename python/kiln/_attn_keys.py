@@ -132,3 +132,10 @@ class Keys:
             mask.alibi_slopes, mask.alibi_stride = slopes_ptr, self.alibi_stride
         if self.dropout is not None:
             mask.dropout_p, mask.dropout_seed, mask.dropout_offset = self.dropout
+
+
+def forward_spec(dt, od, d, cv, path, words, vdim_words="", tail=""):
+    """The attention forward's spec as kiln.emulate's dense, varlen and paged paths load it: dtype, out, head_dim
+    (then vdim_words, ' v_head_dim=N' or ''), causal, path, the mask/dropout words, then tail (their own keys)."""
+    return "attention dtype=%s out=%s head_dim=%d%s causal=%s path=%s%s%s" % (dt, od, d, vdim_words, cv, path, words,
+                                                                              tail)

@@ -3,7 +3,7 @@ the emulated kernel (docs/attention.md, "Paged KV cache"), with numpy arrays."""
 
 import numpy as np
 
-from ._attn_keys import Keys, causal_value, refuse_v_head_dim, rotary_value
+from ._attn_keys import Keys, causal_value, forward_spec, refuse_v_head_dim, rotary_value
 from ._np import aligned_empty, dtype_name
 from .errors import KilnArgumentError
 from .runtime import check_heads
@@ -94,8 +94,8 @@ def attention_kvcache(q, k_cache, v_cache, block_table, cache_seqlens, cache_bat
         rot_words = " rotary=%s rotary_dim=%d rotary_cs=%s" % (rv, 2 * cos.shape[1], cs)
         rot_args = dict(rotary_cos=_copy(cos, cs, what + ": rotary_cos"),
                         rotary_sin=_copy(sin, cs, what + ": rotary_sin"), seqlen_ro=cos.shape[0])
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s paged=true%s%s"
-                % (dt, od, d, cv, path, keys.words(), " append=true" if append else "", rot_words), sm)
+    kern = load(forward_spec(dt, od, d, cv, path, keys.words(),
+                             tail=" paged=true%s%s" % (" append=true" if append else "", rot_words)), sm)
     tile = kern.meta["launch"].split("scalar key_tile =")[1].split()[0] if "key_tile =" in kern.meta.get(
         "launch", "") else None
     if tile is not None:

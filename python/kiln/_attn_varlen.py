@@ -6,7 +6,7 @@ sequences, seqused_k); attention_varlen() and attention_varlen_backward() run th
 
 import numpy as np
 
-from ._attn_keys import Keys, causal_value, refuse_v_head_dim
+from ._attn_keys import Keys, causal_value, forward_spec, refuse_v_head_dim
 from ._np import aligned_empty, dtype_name
 from .errors import KilnArgumentError
 from .runtime import check_heads
@@ -120,8 +120,8 @@ def attention_varlen(q, k, v, cu_seqlens_q, cu_seqlens_k, max_seqlen_q=None, max
     if return_mask and keys.dropout is None:
         raise KilnArgumentError("%s: return_mask=True returns the dropout keep mask; give dropout=(p, seed, offset)"
                                 % what)
-    kern = load("attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s%s varlen=true"
-                % (dt, od, d, cv, path, keys.words(), " dropout_mask=true" if return_mask else ""), sm)
+    kern = load(forward_spec(dt, od, d, cv, path, keys.words(),
+                             tail="%s varlen=true" % (" dropout_mask=true" if return_mask else "")), sm)
     qa, ka, va = (_copy(t, dt, what + ": " + n) for t, n in zip((qa, ka, va), "qkv"))
     o = aligned_empty((tq, hq, d), od)
     lse = aligned_empty((hq, tq), "f32")

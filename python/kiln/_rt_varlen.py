@@ -217,8 +217,8 @@ class VarlenRuntime:
                                   stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None,
                                   dropout_mask=None):
         """dq, dk, dv of attention_varlen (packed like q and k) from its q, k, v, o, lse ([heads_q, total_q]) and
-        dout: the varlen attention_bwd kernels (prep, dkdv, convert; deterministic: prep, dkdv, dq). workspace: as
-        attention_backward's (attention_varlen_backward_workspace bytes; None: one the Runtime keeps). dropout: the
+        dout: the varlen attention backward kernels (prep, dkdv, convert; deterministic: prep, dkdv, dq). workspace:
+        as attention_backward's (attention_varlen_backward_workspace bytes; None: one the Runtime keeps). dropout: the
         forward's (p, seed, offset), which regenerates its mask; dropout_mask (tests) receives that mask."""
         what = "attention_varlen_backward"
         a, vl, views = self._varlen_bwd_args(what, dq, dk, dv, dout, q, k, v, o, lse, cu_seqlens_q, cu_seqlens_k,

@@ -20,7 +20,7 @@ import numpy as np
 
 from . import _gen, _lib, _tmap
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
-from ._attn_keys import Keys, causal_value, check_v_head_dim
+from ._attn_keys import Keys, causal_value, check_v_head_dim, forward_spec
 from .errors import KilnArgumentError, KilnSpecError
 from .runtime import bind, check_heads, nullable_for
 from ._arrays import DevView
@@ -89,7 +89,8 @@ class EmuKernel:
         difference is a race). Arrays are written in place. ``problem``: elements along each grid axis,
         the grid following the metadata's grid_tile; or ``grid`` directly. A pointer may be None where the
         spec turns that input off (weight=false), and where ``nullable`` names it: a kernel that picks its
-        work by which pointers are NULL (norm_reduce's dweight/dbias; a workspace the spec leaves unused)."""
+        work by which pointers are NULL (the norm backward's reduction of dweight/dbias; a workspace the
+        spec leaves unused)."""
         if (grid is None) == (problem is None):
             raise KilnArgumentError("give grid=(x, y, z) or problem=(n, ...), exactly one")
         g = self.grid(problem) if problem is not None else tuple(list(grid) + [1] * (3 - len(grid)))
@@ -243,8 +244,7 @@ def attention(q, k, v, causal=False, sm=80, scale=None, out_dtype=None, layout="
     cv = causal_value(causal, "attention")
     slopes = None if alibi_slopes is None else np.asarray(alibi_slopes)
     keys = Keys("attention", window, softcap, None if slopes is None else slopes.shape, b, hq, dropout)
-    kern = load("attention dtype=%s out=%s head_dim=%d%s causal=%s path=%s%s" % (dt, od, d, _vdim_words(d, dv), cv,
-                                                                             path, keys.words()), sm)
+    kern = load(forward_spec(dt, od, d, cv, path, keys.words(), _vdim_words(d, dv)), sm)
     qa, ka, va = (_copy(t, dt, "attention: " + n) for t, n in zip((qa, ka, va), "qkv"))
     o = aligned_empty((b, sq, hq, dv), od)
     lse = aligned_empty((b, hq, sq), "f32")

@@ -9,7 +9,7 @@ flash_attn_func, flash_attn_qkvpacked_func, flash_attn_kvpacked_func, flash_attn
 kvpacked forms) and flash_attn_with_kvcache take FlashAttention-2's arguments, in its order, with its defaults, and
 return what it returns. Dense attention is the custom op ``kiln::flash_attention`` (FlashAttention's layout, causal
 bottom-right aligned, window_size, softcap, alibi_slopes) with its backward op ``kiln::flash_attention_backward``
-(kiln's attention_bwd kernels; the deterministic sequence with deterministic=True or under
+(kiln's attention backward kernels; the deterministic sequence with deterministic=True or under
 torch.use_deterministic_algorithms(True)). The varlen functions run kiln's varlen kernels and flash_attn_with_kvcache
 its paged kernel with in-kernel append (custom ops in ``_fa_varlen``); what those kernels do not take (varlen with
 block_table, a few page sizes and key combinations) runs composite paths over the dense kernel (one launch per

@@ -3,8 +3,8 @@
 Importable only where torch is. The ops are registered as ``kiln::layer_norm``, ``kiln::rms_norm``,
 ``kiln::attention`` and their ``..._backward`` ops, with fake (meta) implementations, so
 torch.compile captures them in a graph. Autograd runs kiln's backward kernels: the norms' two-kernel
-backward (dweight/dbias summed in a fixed order, the same bits every run) and attention_bwd
-(FlashAttention-2's backward; the deterministic sequence under
+backward (dweight/dbias summed in a fixed order, the same bits every run) and the attention backward
+(FlashAttention-2's; the deterministic sequence under
 torch.use_deterministic_algorithms(True)). Kernels run on CUDA tensors, on torch's
 current stream, through one kiln.Runtime per device (JIT-generated for the device's SM on
 first use, then from kiln's memory and disk caches); inside ``with kiln.torch.emulated():`` they run
@@ -37,8 +37,8 @@ _DT = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _TORCH_DT = {v: k for k, v in _DT.items()}
 _lock = threading.Lock()
 _runtimes = {}
-# head_dim: the forward and backward templates take any multiple of 8 up to 256 (templates/attention.lua,
-# attention_bwd.lua: the tiles of the next width, templates/lib/attn_dims.lua)
+# head_dim: the forward and backward templates take any multiple of 8 up to 256 (the attention
+# template and its backward's: the tiles of the next width, templates/lib/attn_dims.lua)
 HEAD_DIMS = tuple(range(8, 257, 8))
 
 
@@ -560,7 +560,7 @@ def _attention_fake(q, k, v, causal, scale, dropout_p=0.0, seed=0, offset=0):
 def _attention_backward(do: torch.Tensor, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, o: torch.Tensor,
                         lse: torch.Tensor, causal: bool, scale: float, deterministic: bool, dropout_p: float = 0.0,
                         seed: int = 0, offset: int = 0) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    # kiln's attention_bwd sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
+    # kiln's attention backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) through
     # kiln_attention_backward; tensors in SDPA's [batch, heads, seq, head_dim], read through strides.
     rt = _backend("kiln::attention_backward", q)
     cv = "top_left" if causal else False  # the forward's (torch's is_causal)
