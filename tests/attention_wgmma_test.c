@@ -147,7 +147,8 @@ static void test_planted(void) {
     static const struct {
         const char *what, *from, *to;
         row r;
-        int clean; /* not a bug: the edited template must pass */
+        int clean;        /* not a bug: the edited template must pass */
+        const char *file; /* the template edited (templates/lib/...; NULL: attn_wgmma.lua) */
     } bugs[] = {
         {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
         {"keys past seq_k not masked", "v = b:select(ok, v, NEG_INF)", "v = v",
@@ -158,12 +159,23 @@ static void test_planted(void) {
          {"attention dtype=f16 head_dim=64 causal=true path=wgmma", 100, 100, 1, 1, 1, 0, 0, 0}, 0},
         {"the window's left edge tiles run unmasked", "local f0 = lo_last and", "local f0 = false and",
          {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
-        {"O not rescaled", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
-         {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
+        {"O not rescaled", "c.ov[i]:set(O[i] * alpha[((i - 1) >> 1) & 1])", "c.ov[i]:set(O[i])",
+         {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"O not rescaled (d256, the loop without ping-pong)", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
+         {"attention dtype=f16 head_dim=256 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
         {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",
          "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
-        {"consumer on the wrong parity of full", "(k // ns) % 2)", "(k // ns + 1) % 2)",
-         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0},
+        {"consumer on the wrong parity of full", "(k // c.ns) % 2)", "(k // c.ns + 1) % 2)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"ping-pong: warpgroup 1's first arrive missing (deadlock)", "function() b:bar_arrive(FIRST, n) end", "function() end",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"ping-pong: the arrive names one warpgroup (count mismatch)", "b:bar_arrive(other, n)", "b:bar_arrive(other, 128)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"overlap: O read after wait_group 1 (its group still pending)", "O = b:wgmma_wait(0, O)\n      b:mbarrier_arrive(c.empty + 2 * sp)",
+         "O = b:wgmma_wait(1, O)\n      b:mbarrier_arrive(c.empty + 2 * sp)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"overlap: P of tile j-1 times V of tile j", "O = c.pv(O, a, sp)", "O = c.pv(O, a, s)",
+         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
         {"producer not waiting for a free stage", "b:if_(b:ge(k, ns), function()", "b:if_(b:ge(k, 1000000), function()",
          {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 320, 1, 1, 1, 0, 0, 0}, 0},
         {"the second consumer warpgroup reads the first's Q rows", "local my_q = sq + wg * (panels * PANEL)", "local my_q = sq",
@@ -189,7 +201,7 @@ static void test_planted(void) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
         int rc = system(cmd);
         CHECK(rc == 0, "could not copy the templates: %s", cmd);
-        snprintf(path, sizeof path, "%s/t/lib/attn_wgmma.lua", dir);
+        snprintf(path, sizeof path, "%s/t/lib/%s", dir, bugs[i].file ? bugs[i].file : "attn_wgmma.lua");
         size_t len = 0;
         char *text = slurp(path, &len);
         char *at = text ? strstr(text, bugs[i].from) : NULL;
@@ -251,9 +263,16 @@ static void test_profile(void) {
         CHECK(st == KILN_OK, "%s", err.msg);
         if (st == KILN_OK) {
             const int blocks = 4, block_tiles = 4 * blocks, tiles = 2 * block_tiles; /* tiles: per consumer warpgroup */
-            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(tiles * 4 * 18), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], tiles * 4 * 18);
+            /* lib/attn_wgmma_pp.lua per consumer warp over n = 4 tiles: the prologue's S (fence, 8, commit, wait), per
+             * further tile S and P V (fence, 8, commit, 4, commit, wait, wait), the last P V (fence, 4, commit, wait):
+             * 17 n + 1; the prologue's alpha is 0 without an ex2 (34 n - 2); barriers: bar.sync 0 in all 12 warps of a
+             * block, per consumer warp sync + arrive per section (n + 1), warpgroup 1's first arrive */
+            const int n = 4, runs = tiles / n, wg_insts = runs * 4 * (17 * n + 1), ex2 = runs * 4 * (34 * n - 2);
+            const int bars = blocks * (12 + 4 * 2 * (n + 1) * 2 + 4);
+            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)wg_insts, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], wg_insts);
+            CHECK(p.inst[KILN_PROF_BARRIER] == (unsigned long long)bars, "barrier %llu, want %d", (unsigned long long)p.inst[KILN_PROF_BARRIER], bars);
             CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 4), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 4);
-            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(tiles * 4 * 34), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], tiles * 4 * 34);
+            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)ex2, "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], ex2);
             if (getenv("KILN_TEST_VERBOSE"))
                 printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, shfl %llu, other %llu warp instructions\n",
                        (unsigned long long)p.inst[KILN_PROF_WGMMA], (unsigned long long)p.inst[KILN_PROF_TMA],
