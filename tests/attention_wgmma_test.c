@@ -161,8 +161,8 @@ static void test_planted(void) {
          {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
         {"O not rescaled", "c.ov[i]:set(O[i] * alpha[((i - 1) >> 1) & 1])", "c.ov[i]:set(O[i])",
          {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
-        {"O not rescaled (d256, the loop without ping-pong)", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
-         {"attention dtype=f16 head_dim=256 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
+        {"O not rescaled (d256 causal+ALiBi: the loop without ping-pong)", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
+         {"attention dtype=f16 head_dim=256 causal=true alibi=true path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
         {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",
          "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
         {"consumer on the wrong parity of full", "(k // c.ns) % 2)", "(k // c.ns + 1) % 2)",
@@ -264,10 +264,10 @@ static void test_profile(void) {
         if (st == KILN_OK) {
             const int blocks = 4, block_tiles = 4 * blocks, tiles = 2 * block_tiles; /* tiles: per consumer warpgroup */
             /* lib/attn_wgmma_pp.lua per consumer warp over n = 4 tiles: the prologue's S (fence, 8, commit, wait), per
-             * further tile S and P V (fence, 8, commit, 4, commit, wait, wait), the last P V (fence, 4, commit, wait):
-             * 17 n + 1; the prologue's alpha is 0 without an ex2 (34 n - 2); barriers: bar.sync 0 in all 12 warps of a
-             * block, per consumer warp sync + arrive per section (n + 1), warpgroup 1's first arrive */
-            const int n = 4, runs = tiles / n, wg_insts = runs * 4 * (17 * n + 1), ex2 = runs * 4 * (34 * n - 2);
+             * further tile S and P V (fence, 8, commit, fence, 4, commit, wait, wait), the last P V (fence, 4, commit,
+             * wait): 18 n; the prologue's alpha is 0 without an ex2 (34 n - 2); barriers: bar.sync 0 in all 12 warps of
+             * a block, per consumer warp sync + arrive per section (n + 1), warpgroup 1's first arrive */
+            const int n = 4, runs = tiles / n, wg_insts = runs * 4 * 18 * n, ex2 = runs * 4 * (34 * n - 2);
             const int bars = blocks * (12 + 4 * 2 * (n + 1) * 2 + 4);
             CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)wg_insts, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], wg_insts);
             CHECK(p.inst[KILN_PROF_BARRIER] == (unsigned long long)bars, "barrier %llu, want %d", (unsigned long long)p.inst[KILN_PROF_BARRIER], bars);

@@ -45,12 +45,19 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- f32 registers a consumer thread (S 32, P 16 more) within the 240, shared memory 192 KiB of the 227 (ptxas:
 -- no spill, with causal and ALiBi too; window or softcap spilled 4-60 bytes: not covered at d256).
 -- pingpong: the consumers' loop in FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong between the two
--- warpgroups on named barriers, the softmax of tile j under the wgmma of S_{j+1} and P_j V_j).
+-- warpgroups on named barriers, the softmax of tile j under the wgmma of S_{j+1} and P_j V_j); see pingpong().
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
   [128] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
-  [256] = { nc = 2, stages = 2, dec = 24, inc = 240 }, -- (pingpong: ptxas spilled 4-16 bytes with causal+alibi)
+  [256] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
 }
+
+-- Whether the consumers run FA3's schedule: two consumer warpgroups, and not at d256 with causal and ALiBi
+-- together (ptxas spilled 12 bytes there; the side-by-side loop does not spill).
+local function pingpong(spec, nc)
+  if nc ~= 2 or not SHAPES[spec.head_dim].pingpong then return false end
+  return not (spec.head_dim == 256 and spec.causal and spec.alibi)
+end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
 local function not_covered(spec)
@@ -287,7 +294,7 @@ function M.build(b, spec, cfg, base_params)
       for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
       return O
     end
-    if not (SHAPES[d].pingpong and nc == 2) then
+    if not pingpong(spec, nc) then
       -- one warpgroup's key tile start to end: S, softmax, O += P V (the two warpgroups side by side)
       local function tile(k, masked)
         local s = k % ns

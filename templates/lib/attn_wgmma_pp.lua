@@ -61,16 +61,19 @@ function M.consumer_loop(b, c)
         b:wgmma_commit()
         local O = {}
         for i = 1, #c.ov do O[i] = c.ov[i]:get() end
+        b:wgmma_fence() -- (each group after its own fence, as CUTLASS's gemm(): O's and P's registers set before it)
         O = c.pv(O, a, sp)
         b:wgmma_commit()
         return S, O
       end)
       S = b:wgmma_wait(1, S)
       local P, alpha = c.softmax(S, k, masked)
-      local ap = c.pack(P)
       O = b:wgmma_wait(0, O)
       b:mbarrier_arrive(c.empty + 2 * sp)
       for i = 1, #c.ov do c.ov[i]:set(O[i] * alpha[((i - 1) >> 1) & 1]) end
+      -- P packed only now: packing while P_{j-1} V_{j-1} is in flight redefines its A registers (the loop's
+      -- phi), and ptxas then serializes the wgmma (C7513)
+      local ap = c.pack(P)
       for i = 1, 16 do pa[i]:set(ap[i]) end
     end
     local lo, mid = b:max(c.f0, 1), b:max(c.f1, 1)
