@@ -21,6 +21,9 @@
 -- name: K as stored is K-major for S = Q K^T, V as stored is N-major for O += P V (trans_b).
 -- Barriers: qbar (Q landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
 --
+-- The consumers' loop runs FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong on named barriers 1 and 2, the
+-- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi, where it is
+-- the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
 -- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n64k16 wgmma; commit; wait; the
 -- online softmax on S's D fragment (thread 32w + 4g + q holds rows 16w + g and 16w + g + 8, element i at
 -- row (i >> 1) & 1, column 8(i >> 2) + 2q + (i & 1); row max and sum over the 4 lanes q); O rescaled;
