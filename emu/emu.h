@@ -201,6 +201,8 @@ _Noreturn void emu_fault(emu_block *blk, const char *fmt, ...) __attribute__((fo
 /* Blocks the calling thread until all threads of barrier id arrive (count 0: the whole
  * block). red: 0 none, 1 popc, 2 and, 3 or of pred; returns the reduction. */
 uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred);
+/* The same with arrive: barrier.arrive (count needed) signals its warp's arrival without waiting for the others. */
+uint32_t emu_barrier_op(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred, bool arrive);
 /* Blocks the calling lane until every lane in mask arrives with the same op; the last
  * one runs fn; then the lane's result is in c->t->out. Returns false after a fault. */
 bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn);

@@ -52,7 +52,7 @@ static void h_clock(emu_call *c) {
 
 /* BAR_POPC..BAR_OR: barrier0.{popc,and,or}(pred); RED_*: LLVM 21+'s barrier.cta.red.{popc,and,or}.aligned
  * .all(id, pred) and .count(id, count, pred) */
-enum { BAR_ALL, BAR_ID, BAR_ID_COUNT, BAR_POPC, BAR_AND, BAR_OR, RED_ALL = 8, RED_COUNT = 16 };
+enum { BAR_ALL, BAR_ID, BAR_ID_COUNT, BAR_POPC, BAR_AND, BAR_OR, BAR_ARRIVE, RED_ALL = 8, RED_COUNT = 16 };
 
 static void h_barrier(emu_call *c) {
     int kind = c->site->op->arg;
@@ -60,6 +60,7 @@ static void h_barrier(emu_call *c) {
     case BAR_ALL: emu_barrier(c, 0, 0, 0, 0); break;
     case BAR_ID: emu_barrier(c, emu_arg_u32(c, 0), 0, 0, 0); break;
     case BAR_ID_COUNT: emu_barrier(c, emu_arg_u32(c, 0), emu_arg_u32(c, 1), 0, 0); break;
+    case BAR_ARRIVE: emu_barrier_op(c, emu_arg_u32(c, 0), emu_arg_u32(c, 1), 0, 0, true); break;
     default:
         if (kind & RED_COUNT)
             emu_ret_u32(c, emu_barrier(c, emu_arg_u32(c, 0), emu_arg_u32(c, 1), (kind & 7) - BAR_POPC + 1, emu_arg_u32(c, 2)));
@@ -221,6 +222,9 @@ static const emu_op ops[] = {
     {"llvm.nvvm.barrier.cta.sync.all", "void (i32)", h_barrier, BAR_ID},
     {"llvm.nvvm.barrier.cta.sync.aligned.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
     {"llvm.nvvm.barrier.cta.sync.count", "void (i32, i32)", h_barrier, BAR_ID_COUNT},
+    /* named barriers' arrive (bar.arrive a, b: signal without waiting) */
+    {"llvm.nvvm.barrier.cta.arrive.aligned.count", "void (i32, i32)", h_barrier, BAR_ARRIVE},
+    {"llvm.nvvm.barrier.cta.arrive.count", "void (i32, i32)", h_barrier, BAR_ARRIVE},
     /* LLVM 21+: barrier0.{popc,and,or} became barrier.cta.red.*; the IR reader upgrades the old names */
     {"llvm.nvvm.barrier.cta.red.popc.aligned.all", "i32 (i32, i1)", h_barrier, BAR_POPC | RED_ALL},
     {"llvm.nvvm.barrier.cta.red.and.aligned.all", "i1 (i32, i1)", h_barrier, BAR_AND | RED_ALL},

@@ -10,9 +10,11 @@
 #define EMU_POISON 0xff
 
 typedef struct emu_bar {
-    unsigned expected, arrived;
-    int site, red;
+    unsigned expected, arrived; /* warps: the phase's count / 32 (the block's warps without one), arrived so far */
+    bool all;                   /* the phase takes every thread of the block (no count) */
+    int site, red;              /* the site that began the phase; its reduction */
     uint32_t acc;
+    uint32_t lanes[EMU_MAX_THREADS / EMU_WARP]; /* lanes at it per warp; all ones once the warp arrived */
 } emu_bar;
 
 /* A warp collective some lanes of a warp wait in. */
@@ -109,7 +111,15 @@ static void wait_here(emu_block *b, emu_thread *t, int site) {
     t->wait_site = -1;
 }
 
-/* ---- block barriers ---- */
+/* ---- block barriers (the PTX ISA's barrier{.cta}: 16 per CTA, ids 0..15) ----
+ * A thread count b (a multiple of 32) or, without one, every thread of the block takes part. Arrival is
+ * per warp: a warp arrives once all of its non-exited lanes have executed the instruction, and counts as
+ * 32 threads of b (a partial last warp of the block too); sync and red wait until b threads' warps have
+ * arrived, arrive does not (its lanes only wait for the rest of their warp). Then the barrier starts its
+ * next phase at once. Every thread of a phase must name the same count (and the same reduction); a thread
+ * arriving twice in one phase (its warp's other lanes elsewhere), an id or count out of range, a phase
+ * left incomplete when the block ends and a phase nobody can complete (a deadlock) are faults naming the
+ * kernel, the site and the barrier. */
 
 static uint32_t red_init(int red) { return red == 2 ? 1u : 0u; }
 static uint32_t red_step(int red, uint32_t acc, uint32_t pred) {
@@ -121,7 +131,22 @@ static uint32_t red_step(int red, uint32_t acc, uint32_t pred) {
     }
 }
 
+/* wait_bar of a thread that executed barrier.arrive on barrier id and waits for the rest of its warp */
+#define ARRIVE_WAIT(id) (EMU_BARRIERS + (int)(id))
+
+/* The lanes of warp w that exist and have not exited. */
+static uint32_t live_lanes(const emu_block *b, unsigned w) {
+    unsigned n = b->nthreads - w * EMU_WARP;
+    uint32_t all = n >= EMU_WARP ? 0xffffffffu : (1u << n) - 1u;
+    return all & ~b->exited_mask[w];
+}
+
+/* Barrier id's phase completed: its waiters run again with the reduction's result. */
 static void barrier_release(emu_block *b, unsigned id, uint32_t result) {
+    emu_bar *bar = &b->bar[id];
+    if (b->k->prof && bar->all) emu_prof_sync(b->k->prof, 0, b->nwarps, b->nthreads);
+    bar->arrived = 0;
+    memset(bar->lanes, 0, sizeof bar->lanes);
     for (unsigned i = 0; i < b->nthreads; i++) {
         emu_thread *t = &b->threads[i];
         if (t->state == EMU_WAITING && t->wait_bar == (int)id) {
@@ -130,6 +155,20 @@ static void barrier_release(emu_block *b, unsigned id, uint32_t result) {
             memcpy(t->out, &result, sizeof result);
         }
     }
+}
+
+/* If every live lane of warp w is at barrier id, the warp arrives (and may complete the phase); its lanes
+ * waiting in barrier.arrive go on. True when the warp arrived. */
+static bool warp_arrival(emu_block *b, unsigned id, unsigned w) {
+    emu_bar *bar = &b->bar[id];
+    if (!bar->lanes[w] || bar->lanes[w] != live_lanes(b, w)) return false;
+    bar->lanes[w] = 0xffffffffu; /* counted: a lane of it arriving again in this phase is a fault */
+    for (unsigned i = w * EMU_WARP; i < b->nthreads && i < (w + 1) * EMU_WARP; i++) {
+        emu_thread *t = &b->threads[i];
+        if (t->state == EMU_WAITING && t->wait_bar == ARRIVE_WAIT(id)) t->state = EMU_READY, t->wait_bar = -1;
+    }
+    if (++bar->arrived == bar->expected) barrier_release(b, id, bar->acc);
+    return true;
 }
 
 static void first_exited(const emu_block *b, char *buf, size_t size) {
@@ -141,45 +180,76 @@ static void first_exited(const emu_block *b, char *buf, size_t size) {
     snprintf(buf, size, "?");
 }
 
-uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred) {
+uint32_t emu_barrier_op(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred, bool arrive) {
     emu_block *b = c->blk;
     emu_thread *t = c->t;
     const char *where = c->site->where;
-    if (id >= EMU_BARRIERS) emu_fault(b, "%s: barrier id %u out of range 0..%d", where, id, EMU_BARRIERS - 1);
-    if (count && (count % EMU_WARP || count > b->nthreads))
-        emu_fault(b, "%s: barrier thread count %u must be a multiple of %d and at most the block's %u threads",
-                  where, count, EMU_WARP, b->nthreads);
-    unsigned expected = count ? count : b->nthreads;
+    if (id >= EMU_BARRIERS)
+        emu_fault(b, "%s: barrier id %u out of range (valid: 0..%d)", where, id, EMU_BARRIERS - 1);
+    if (arrive && !count)
+        emu_fault(b, "%s: barrier.arrive on barrier %u needs a non-zero thread count", where, id);
+    if (count && (count % EMU_WARP || count > b->nwarps * EMU_WARP))
+        emu_fault(b, "%s: barrier %u thread count %u must be a multiple of %d and at most the block's %u threads",
+                  where, id, count, EMU_WARP, b->nwarps * EMU_WARP);
     if (!count && b->exited) {
         char gone[64];
         first_exited(b, gone, sizeof gone);
         emu_fault(b, "divergent barrier: reached %s (barrier %u), but %s has exited; a barrier needs every "
                      "thread of the block", where, id, gone);
     }
+    unsigned expected = count ? count / EMU_WARP : b->nwarps;
     emu_bar *bar = &b->bar[id];
-    if (bar->arrived == 0) {
+    bool fresh = true;
+    for (unsigned w = 0; w < b->nwarps && fresh; w++) fresh = !bar->lanes[w];
+    if (fresh) {
         bar->expected = expected;
+        bar->all = !count;
         bar->site = c->site_index;
         bar->red = red;
         bar->acc = red_init(red);
-    } else if (bar->expected != expected || bar->red != red || (!count && bar->site != c->site_index)) {
-        emu_fault(b, "divergent barrier: reached %s (barrier %u, %u threads) while %u threads wait at %s "
-                     "(barrier %u, %u threads)", where, id, expected, bar->arrived, site_where(b, bar->site), id,
-                  bar->expected);
+    } else if (!count && bar->all && bar->red == red && bar->site != c->site_index) {
+        emu_fault(b, "divergent barrier: reached %s (barrier %u, %u threads) while %u warps wait at %s "
+                     "(barrier %u, %u threads)", where, id, b->nthreads, bar->arrived, site_where(b, bar->site), id,
+                  b->nthreads);
+    } else if (bar->expected != expected || bar->all != !count || bar->red != red) {
+        emu_fault(b, "barrier %u count mismatch: %s names %u threads%s while the phase begun at %s names %u%s "
+                     "(%u warps arrived); every thread of a phase must name the same count",
+                  id, where, count ? count : b->nthreads, red ? " with a reduction" : "", site_where(b, bar->site),
+                  bar->all ? b->nthreads : bar->expected * EMU_WARP, bar->red ? " with a reduction" : "",
+                  bar->arrived);
     }
+    if (bar->lanes[t->warp] >> t->lane & 1)
+        emu_fault(b, "%s: barrier %u: thread (%u,%u,%u) arrived twice in one phase (lanes 0x%08x of its warp "
+                     "never arrived: an aligned barrier needs the whole warp)", where, id, t->tid[0], t->tid[1],
+                  t->tid[2], live_lanes(b, t->warp) & ~bar->lanes[t->warp]);
     bar->acc = red_step(red, bar->acc, pred);
-    if (++bar->arrived == bar->expected) {
-        uint32_t result = bar->acc;
-        bar->arrived = 0;
-        if (b->k->prof && bar->expected == b->nthreads) emu_prof_sync(b->k->prof, 0, b->nwarps, b->nthreads);
-        barrier_release(b, id, result);
-        return result;
+    bar->lanes[t->warp] |= 1u << t->lane;
+    bool warp_done = warp_arrival(b, id, t->warp);
+    if (warp_done && bar->arrived == 0) return bar->acc; /* this warp completed the phase */
+    if (arrive) {
+        if (!warp_done) {
+            t->wait_bar = ARRIVE_WAIT(id);
+            wait_here(b, t, c->site_index);
+        }
+        return 0;
     }
     t->wait_bar = (int)id;
     wait_here(b, t, c->site_index);
     uint32_t result;
     memcpy(&result, t->out, sizeof result);
     return result;
+}
+
+uint32_t emu_barrier(emu_call *c, unsigned id, unsigned count, int red, uint32_t pred) {
+    return emu_barrier_op(c, id, count, red, pred, false);
+}
+
+/* Thread t exited: warps of it waiting at a counted barrier may now be whole. */
+static void barrier_exit(emu_block *b, emu_thread *t) {
+    for (unsigned id = 0; id < EMU_BARRIERS; id++) {
+        emu_bar *bar = &b->bar[id];
+        if (bar->lanes[t->warp] && bar->lanes[t->warp] != 0xffffffffu) warp_arrival(b, id, t->warp);
+    }
 }
 
 /* ---- sleeping on asynchronous state (mbarrier phases) ---- */
@@ -382,10 +452,14 @@ static void thread_exit_checks(emu_block *b, emu_thread *t) {
             emu_fault(b, "exited while lanes 0x%08x of its warp wait for it in %s (mask 0x%08x)", m->arrived,
                       site_where(b, m->site), m->mask);
     }
-    for (unsigned id = 0; id < EMU_BARRIERS; id++)
-        if (b->bar[id].arrived && b->bar[id].expected == b->nthreads)
+    for (unsigned id = 0; id < EMU_BARRIERS; id++) {
+        const emu_bar *bar = &b->bar[id];
+        unsigned at = 0;
+        for (unsigned w = 0; w < b->nwarps; w++) at += (unsigned)__builtin_popcount(bar->lanes[w] & live_lanes(b, w));
+        if (bar->all && at)
             emu_fault(b, "divergent barrier: exited while %u threads wait at %s (barrier %u needs every thread "
-                         "of the block)", b->bar[id].arrived, site_where(b, b->bar[id].site), id);
+                         "of the block)", at, site_where(b, bar->site), id);
+    }
 }
 
 static void fiber_main(void) {
@@ -397,6 +471,7 @@ static void fiber_main(void) {
     t->state = EMU_EXITED;
     b->exited++;
     b->exited_mask[t->warp] |= 1u << t->lane;
+    barrier_exit(b, t);
     emu_fiber_switch(&t->fiber, &b->host, true);
     abort(); /* unreachable: an exited fiber is only ever reset */
 }
@@ -461,20 +536,35 @@ static void reset_block(emu_block *b) {
     b->failed = false;
 }
 
-/* Describes who waits where when no thread can run. */
+/* Appends "; barrier N: W of E warps arrived (begun at SITE)" for each barrier whose phase has arrivals. */
+static size_t barrier_states(const emu_block *b, char *buf, size_t size) {
+    size_t len = 0;
+    for (unsigned id = 0; id < EMU_BARRIERS && len + 160 < size; id++) {
+        const emu_bar *bar = &b->bar[id];
+        unsigned lanes = 0;
+        for (unsigned w = 0; w < b->nwarps; w++) lanes += bar->lanes[w] != 0;
+        if (!lanes) continue;
+        len += (size_t)snprintf(buf + len, size - len, "; barrier %u: %u of %u warps arrived (%u threads named at %s)",
+                                id, bar->arrived, bar->expected, bar->all ? b->nthreads : bar->expected * EMU_WARP,
+                                site_where(b, bar->site));
+    }
+    return len;
+}
+
+/* Describes who waits where when no thread can run: the barriers with arrivals first, then the threads. */
 static kiln_status deadlock(emu_block *b, kiln_error *err) {
     char msg[900] = "";
-    size_t len = 0;
+    size_t len = barrier_states(b, msg, 480);
     for (unsigned i = 0; i < b->nthreads && len < sizeof msg - 120;) {
         emu_thread *t = &b->threads[i];
         unsigned j = i + 1;
         while (j < b->nthreads && b->threads[j].state == t->state && b->threads[j].wait_site == t->wait_site) j++;
         const char *what = t->state == EMU_EXITED ? "exited" : site_where(b, t->wait_site);
-        len += (size_t)snprintf(msg + len, sizeof msg - len, "%sthreads %u-%u %s%s", len ? "; " : "", i, j - 1,
+        len += (size_t)snprintf(msg + len, sizeof msg - len, "; threads %u-%u %s%s", i, j - 1,
                                 t->state == EMU_EXITED ? "" : "wait at ", what);
         i = j;
     }
-    return kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): deadlock, no thread can continue: %s", b->ctaid[0],
+    return kiln_fail(err, KILN_EEMU, "block (%u,%u,%u): deadlock, no thread can continue%s", b->ctaid[0],
                      b->ctaid[1], b->ctaid[2], msg);
 }
 

@@ -87,6 +87,35 @@ static int b_barrier(lua_State *L) {
     return 0;
 }
 
+/* b:bar_sync(id, count) / b:bar_arrive(id, count): named barrier id (0..15, a number or an i32 value) taken by
+ * count threads (a multiple of 32 up to 1024; arrive needs one, sync without one takes the whole block). The
+ * warp is the unit: every lane of a warp executes it together (barrier.cta.{sync,arrive}.aligned). sync waits
+ * until count threads' warps arrived; arrive signals and goes on (FA3's ping-pong: one warpgroup syncs on the
+ * barrier the other arrives at). */
+static int named_barrier(lua_State *L, bool arrive) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    const char *what = arrive ? "b:bar_arrive" : "b:bar_sync";
+    if (lua_isinteger(L, 2) && (lua_tointeger(L, 2) < 0 || lua_tointeger(L, 2) > 15))
+        return luaL_error(L, "%s: barrier id %d out of range; valid ids 0..15", what, (int)lua_tointeger(L, 2));
+    gen_value id = gen_arg(L, 2, GEN_I32);
+    if (id.kind != GEN_I32) return luaL_error(L, "%s: the barrier id must be an i32 value or a number 0..15", what);
+    if (lua_isnoneornil(L, 3)) {
+        if (arrive) return luaL_error(L, "b:bar_arrive needs a thread count (a multiple of 32, 32..1024)");
+        gen_intrinsic(gb, "llvm.nvvm.barrier.cta.sync.aligned.all", NULL, 0, &id.v, 1);
+        return 0;
+    }
+    if (!lua_isinteger(L, 3)) return luaL_error(L, "%s: the thread count must be a number (a multiple of 32, 32..1024)", what);
+    lua_Integer n = lua_tointeger(L, 3);
+    if (n < 32 || n > 1024 || n % 32)
+        return luaL_error(L, "%s: thread count %d; valid: a multiple of 32 (the warp), 32..1024", what, (int)n);
+    LLVMValueRef args[2] = {id.v, LLVMConstInt(gb->i32, (unsigned long long)n, 0)};
+    gen_intrinsic(gb, arrive ? "llvm.nvvm.barrier.cta.arrive.aligned.count" : "llvm.nvvm.barrier.cta.sync.aligned.count",
+                  NULL, 0, args, 2);
+    return 0;
+}
+static int b_bar_sync(lua_State *L) { return named_barrier(L, false); }
+static int b_bar_arrive(lua_State *L) { return named_barrier(L, true); }
+
 /* One shuffle of a 32-bit value over the full warp; mode "bfly", "idx", "down" or "up". */
 static LLVMValueRef shuffle(gen_builder *gb, const char *mode, gen_value v, LLVMValueRef lane, int width) {
     char name[48];
@@ -196,7 +225,7 @@ static int b_block_sum(lua_State *L) {
 
 void gen_register_control(lua_State *L) {
     static const luaL_Reg methods[] = {
-        {"if_", b_if}, {"for_", b_for}, {"exit_if", b_exit_if}, {"barrier", b_barrier},
+        {"if_", b_if}, {"for_", b_for}, {"exit_if", b_exit_if}, {"barrier", b_barrier}, {"bar_sync", b_bar_sync}, {"bar_arrive", b_bar_arrive},
         {"shfl", b_shfl}, {"warp_sum", b_warp_sum}, {"warp_max", b_warp_max},
         {"block_sum", b_block_sum}, {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);

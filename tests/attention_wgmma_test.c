@@ -147,35 +147,47 @@ static void test_planted(void) {
     static const struct {
         const char *what, *from, *to;
         row r;
-        int clean; /* not a bug: the edited template must pass */
+        int clean;        /* not a bug: the edited template must pass */
+        const char *file; /* the template edited (templates/lib/...; NULL: attn_wgmma.lua) */
     } bugs[] = {
-        {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+        {"V read K-major", "acc = O, trans_b = true", "acc = O, trans_b = false", {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"keys past seq_k not masked", "v = b:select(ok, v, NEG_INF)", "v = v",
-         {"attention dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"a partly visible tile run as a whole one (the loop split rounding up)",
          "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)",
          "local f1 = b:min(b:max((b:max(hi_first, 0) + (BN - 1)) // BN - t0, f0), ntiles)",
-         {"attention dtype=f16 head_dim=64 causal=true path=wgmma", 100, 100, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=f16 head_dim=64 causal=true path=wgmma", 100, 100, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"the window's left edge tiles run unmasked", "local f0 = lo_last and", "local f0 = false and",
-         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 200, 1, 1, 1, 40, 0, 0}, 0},
-        {"O not rescaled", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
-         {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 200, 1, 1, 1, 40, 0, 0}, 0, NULL},
+        {"O not rescaled", "c.ov[i]:set(O[i] * alpha[((i - 1) >> 1) & 1])", "c.ov[i]:set(O[i])",
+         {"attention dtype=f16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"O not rescaled (d256 causal+ALiBi: the loop without ping-pong)", "ov[i + 1]:get() * alpha[(i >> 1) & 1]", "ov[i + 1]:get()",
+         {"attention dtype=f16 head_dim=256 causal=true alibi=true path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"causal tiles past the last row's bound skipped one too early", "return b:i32(0), (b:max(hi, 0) + (BN - 1)) // BN",
-         "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 50, 100, 1, 1, 1, 0, 0, 0}, 0},
-        {"consumer on the wrong parity of full", "(k // ns) % 2)", "(k // ns + 1) % 2)",
-         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0},
+         "return b:i32(0), b:max(hi, 0) // BN", {"attention dtype=bf16 head_dim=64 causal=true path=wgmma", 50, 100, 1, 1, 1, 0, 0, 0}, 0, NULL},
+        {"consumer on the wrong parity of full", "(k // c.ns) % 2)", "(k // c.ns + 1) % 2)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"ping-pong: warpgroup 1's first arrive missing (deadlock)", "function() b:bar_arrive(FIRST, n) end", "function() end",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"ping-pong: the arrive names one warpgroup (count mismatch)", "b:bar_arrive(other, n)", "b:bar_arrive(other, 128)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 128, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"overlap: O read after wait_group 1 (its group still pending)", "O = b:wgmma_wait(0, O)\n      b:mbarrier_arrive(c.empty + 2 * sp)",
+         "O = b:wgmma_wait(1, O)\n      b:mbarrier_arrive(c.empty + 2 * sp)",
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
+        {"overlap: P of tile j-1 times V of tile j", "O = c.pv(O, a, sp)", "O = c.pv(O, a, s)",
+         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 192, 1, 1, 1, 0, 0, 0}, 0, "attn_wgmma_pp.lua"},
         {"producer not waiting for a free stage", "b:if_(b:ge(k, ns), function()", "b:if_(b:ge(k, 1000000), function()",
-         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 320, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 64, 320, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"the second consumer warpgroup reads the first's Q rows", "local my_q = sq + wg * (panels * PANEL)", "local my_q = sq",
-         {"attention dtype=bf16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=bf16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0}, 0, NULL},
         {"(clean) the tensor maps after the window's i32 parameters: the emulator's host call of a byval parameter",
          "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n"
          "  mask.params(spec, params)\n",
          "  mask.params(spec, params)\n"
          "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n",
-         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 64, 64, 3, 3, 2, 7, 5, 0}, 1},
+         {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 64, 64, 3, 3, 2, 7, 5, 0}, 1, NULL},
         {"second d128 panel of K skipped", "local off = (j // 4) * PANEL + 16 * (j % 4)", "local off = 16 * (j % 4)",
-         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0},
+         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0, NULL},
     };
     const char *src = __FILE__;
     const char *cut = strstr(src, "tests/attention_wgmma_test.c");
@@ -189,7 +201,7 @@ static void test_planted(void) {
         snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
         int rc = system(cmd);
         CHECK(rc == 0, "could not copy the templates: %s", cmd);
-        snprintf(path, sizeof path, "%s/t/lib/attn_wgmma.lua", dir);
+        snprintf(path, sizeof path, "%s/t/lib/%s", dir, bugs[i].file ? bugs[i].file : "attn_wgmma.lua");
         size_t len = 0;
         char *text = slurp(path, &len);
         char *at = text ? strstr(text, bugs[i].from) : NULL;
@@ -251,9 +263,16 @@ static void test_profile(void) {
         CHECK(st == KILN_OK, "%s", err.msg);
         if (st == KILN_OK) {
             const int blocks = 4, block_tiles = 4 * blocks, tiles = 2 * block_tiles; /* tiles: per consumer warpgroup */
-            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(tiles * 4 * 18), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], tiles * 4 * 18);
+            /* lib/attn_wgmma_pp.lua per consumer warp over n = 4 tiles: the prologue's S (fence, 8, commit, wait), per
+             * further tile S and P V (fence, 8, commit, fence, 4, commit, wait, wait), the last P V (fence, 4, commit,
+             * wait): 18 n; the prologue's alpha is 0 without an ex2 (34 n - 2); barriers: bar.sync 0 in all 12 warps of
+             * a block, per consumer warp sync + arrive per section (n + 1), warpgroup 1's first arrive */
+            const int n = 4, runs = tiles / n, wg_insts = runs * 4 * 18 * n, ex2 = runs * 4 * (34 * n - 2);
+            const int bars = blocks * (12 + 4 * 2 * (n + 1) * 2 + 4);
+            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)wg_insts, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], wg_insts);
+            CHECK(p.inst[KILN_PROF_BARRIER] == (unsigned long long)bars, "barrier %llu, want %d", (unsigned long long)p.inst[KILN_PROF_BARRIER], bars);
             CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 4), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 4);
-            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(tiles * 4 * 34), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], tiles * 4 * 34);
+            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)ex2, "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], ex2);
             if (getenv("KILN_TEST_VERBOSE"))
                 printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, shfl %llu, other %llu warp instructions\n",
                        (unsigned long long)p.inst[KILN_PROF_WGMMA], (unsigned long long)p.inst[KILN_PROF_TMA],
@@ -273,6 +292,7 @@ static void test_ptxas(void) {
         "attention dtype=bf16 head_dim=64 path=wgmma", "attention dtype=f16 head_dim=128 causal=true path=wgmma",
         "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=wgmma",
         "attention dtype=f16 head_dim=64 out=f32 causal=true path=wgmma", "attention dtype=bf16 head_dim=256 causal=true alibi=true path=wgmma",
+        "attention dtype=f16 head_dim=256 causal=top_left path=wgmma",
     };
     static char full[64][160];
     const char *const *specs = quick;
@@ -327,6 +347,10 @@ static void test_ptxas(void) {
             if (log) ptxas_resources(log, &spills, &regs, &smem);
             CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
                   jobs[i].status, spills, log ? log : "");
+            /* FA3's schedule (every variant but d256 causal+ALiBi): ptxas must not serialize its wgmma ("Potential
+             * Performance Loss: wgmma.mma_async instructions are serialized", C7510..C7520), or the overlap is lost */
+            bool pp = !(strstr(specs[i], "head_dim=256") && strstr(specs[i], "alibi=true") && !strstr(specs[i], "causal=false"));
+            CHECK(!pp || !log || !strstr(log, "instructions are serialized"), "%s: ptxas serializes the wgmma: %s", specs[i], log);
             if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
             free(log);
             unlink(jobs[i].log);

@@ -21,6 +21,9 @@
 -- name: K as stored is K-major for S = Q K^T, V as stored is N-major for O += P V (trans_b).
 -- Barriers: qbar (Q landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
 --
+-- The consumers' loop runs FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong on named barriers 1 and 2, the
+-- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi, where it is
+-- the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
 -- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n64k16 wgmma; commit; wait; the
 -- online softmax on S's D fragment (thread 32w + 4g + q holds rows 16w + g and 16w + g + 8, element i at
 -- row (i >> 1) & 1, column 8(i >> 2) + 2q + (i & 1); row max and sum over the 4 lanes q); O rescaled;
@@ -29,6 +32,7 @@
 -- a row that sees no key, as FlashAttention-2).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local pp = require("lib.attn_wgmma_pp")
 
 local M = {}
 
@@ -43,11 +47,20 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- dec 40 / inc 232) also builds and passes the same tests; 2 halves K/V traffic per query row. d256: O is 128
 -- f32 registers a consumer thread (S 32, P 16 more) within the 240, shared memory 192 KiB of the 227 (ptxas:
 -- no spill, with causal and ALiBi too; window or softcap spilled 4-60 bytes: not covered at d256).
+-- pingpong: the consumers' loop in FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong between the two
+-- warpgroups on named barriers, the softmax of tile j under the wgmma of S_{j+1} and P_j V_j); see pingpong().
 local SHAPES = {
-  [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
-  [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
-  [256] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [64] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
+  [128] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
+  [256] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
 }
+
+-- Whether the consumers run FA3's schedule: two consumer warpgroups, and not at d256 with causal and ALiBi
+-- together (ptxas spilled 12 bytes there; the side-by-side loop does not spill).
+local function pingpong(spec, nc)
+  if nc ~= 2 or not SHAPES[spec.head_dim].pingpong then return false end
+  return not (spec.head_dim == 256 and spec.causal and spec.alibi)
+end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
 local function not_covered(spec)
@@ -215,18 +228,9 @@ function M.build(b, spec, cfg, base_params)
     local lo_last = spec.window and mask.row_range(m, wlast) or nil
     local f0 = lo_last and b:min(b:max((lo_last + (BN - 1)) // BN - t0, 0), ntiles) or b:i32(0)
     local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)
-    local function tile(k, masked)
-      local s = k % ns
-      b:mbarrier_wait(full + 2 * s, (k // ns) % 2)
-      local ks, vs = sk + s * (panels * PANEL), sv + s * (panels * PANEL)
-      b:wgmma_fence()
-      local S
-      for j = 0, d // 16 - 1 do
-        local off = (j // 4) * PANEL + 16 * (j % 4)
-        S = b:wgmma{ n = BN, type = T, a = desc(my_q + off, 16), b = desc(ks + off, 16), acc = S }
-      end
-      b:wgmma_commit()
-      S = b:wgmma_wait(0, S)
+    -- S's scores of key tile k after the mask and the online softmax: P (f32, the D fragment's order) and
+    -- the rows' rescale alpha; m and l advance
+    local function softmax(S, k, masked)
       local kv0 = (t0 + k) * BN
       local x, mx = {}, {}
       for i = 0, BN // 2 - 1 do
@@ -258,25 +262,66 @@ function M.build(b, spec, cfg, base_params)
         sum[r] = sum[r] and sum[r] + P[i] or P[i]
       end
       for r = 0, 1 do lv[r]:set(b:fma(lv[r]:get(), alpha[r], sum[r])) end
-      local O = {}
-      for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
-      b:wgmma_fence()
+      return P, alpha
+    end
+    -- P packed into wgmma's A registers: register hh of k-step j holds elements 8j + 4(hh >> 1) + 2(hh & 1), +1
+    local function pack(P)
+      local a = {}
       for j = 0, BN // 16 - 1 do
-        local a = {}
         for hh = 0, 3 do
           local i = 8 * j + 4 * (hh >> 1) + 2 * (hh & 1)
-          a[hh + 1] = b:pack(P[i], P[i + 1], T)
+          a[4 * j + hh + 1] = b:pack(P[i], P[i + 1], T)
         end
-        O = b:wgmma{ n = d, type = T, a = a, b = desc(vs + 1024 * j, 8192), acc = O, trans_b = true }
       end
-      b:wgmma_commit()
-      O = b:wgmma_wait(0, O)
-      for i = 1, d // 2 do ov[i]:set(O[i]) end
-      b:mbarrier_arrive(empty + 2 * s)
+      return a
     end
-    b:for_(0, f0, 1, function(k) tile(k, true) end)
-    b:for_(f0, f1, 1, function(k) tile(k, false) end)
-    b:for_(f1, ntiles, 1, function(k) tile(k, true) end)
+    local function qk(s)
+      local ks = sk + s * (panels * PANEL)
+      local S
+      for j = 0, d // 16 - 1 do
+        local off = (j // 4) * PANEL + 16 * (j % 4)
+        S = b:wgmma{ n = BN, type = T, a = desc(my_q + off, 16), b = desc(ks + off, 16), acc = S }
+      end
+      return S
+    end
+    local function pv(O, a, s)
+      local vs = sv + s * (panels * PANEL)
+      for j = 0, BN // 16 - 1 do
+        O = b:wgmma{ n = d, type = T, a = { a[4 * j + 1], a[4 * j + 2], a[4 * j + 3], a[4 * j + 4] },
+                     b = desc(vs + 1024 * j, 8192), acc = O, trans_b = true }
+      end
+      return O
+    end
+    local function rescaled(alpha)
+      local O = {}
+      for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
+      return O
+    end
+    if not pingpong(spec, nc) then
+      -- one warpgroup's key tile start to end: S, softmax, O += P V (the two warpgroups side by side)
+      local function tile(k, masked)
+        local s = k % ns
+        b:mbarrier_wait(full + 2 * s, (k // ns) % 2)
+        b:wgmma_fence()
+        local S = qk(s)
+        b:wgmma_commit()
+        S = b:wgmma_wait(0, S)
+        local P, alpha = softmax(S, k, masked)
+        local O = rescaled(alpha)
+        b:wgmma_fence()
+        O = pv(O, pack(P), s)
+        b:wgmma_commit()
+        O = b:wgmma_wait(0, O)
+        for i = 1, d // 2 do ov[i]:set(O[i]) end
+        b:mbarrier_arrive(empty + 2 * s)
+      end
+      b:for_(0, f0, 1, function(k) tile(k, true) end)
+      b:for_(f0, f1, 1, function(k) tile(k, false) end)
+      b:for_(f1, ntiles, 1, function(k) tile(k, true) end)
+    else
+      pp.consumer_loop(b, { wg = wg, nc = nc, ns = ns, ntiles = ntiles, f0 = f0, f1 = f1, full = full, empty = empty,
+                            ov = ov, softmax = softmax, pack = pack, qk = qk, pv = pv, rescaled = rescaled })
+    end
     -- epilogue: O / l in the out dtype, lse from the lanes q == 0
     local ob = util.dtype_bytes[spec.out]
     for r = 0, 1 do
