@@ -4,8 +4,9 @@
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA; not
--- split-KV, dropout, varlen, paged, append or rotary (those keep the FA2 kernel there).
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen
+-- (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence, the lse index); not split-KV,
+-- dropout, paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
@@ -29,6 +30,7 @@
 -- a row that sees no key, as FlashAttention-2).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local keys = require("lib.attn_wgmma_keys")
 
 local M = {}
 
@@ -61,7 +63,7 @@ local function not_covered(spec)
     return "head_dim=256 with " .. (spec.window and "window" or "softcap") .. "=true (it spills: O alone holds 128 of the 240 registers)"
   end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
-    if spec[k] then return k .. "=true" end
+    if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
   if spec.rotary and spec.rotary ~= "none" and spec.rotary ~= false then return "rotary=" .. tostring(spec.rotary) end
   return nil
@@ -79,7 +81,7 @@ function M.config(spec, target)
   end
   local why = not_covered(spec)
   if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA (use path=auto)")
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen (use path=auto)")
   end
   local d = spec.head_dim
   local sh = SHAPES[d]
@@ -97,9 +99,9 @@ end
 -- columns, 128-byte swizzle.
 function M.launch(spec, cfg, l)
   l.tmaps = {
-    { "tm_q", "q", box = { 1, 64, 1, 64 }, swizzle = 128 },
-    { "tm_k", "k", box = { 1, 64, 1, 64 }, swizzle = 128 },
-    { "tm_v", "v", box = { 1, 64, 1, 64 }, swizzle = 128 },
+    { "tm_q", "q", box = keys.box(spec, "q"), swizzle = 128 },
+    { "tm_k", "k", box = keys.box(spec, "k"), swizzle = 128 },
+    { "tm_v", "v", box = keys.box(spec, "v"), swizzle = 128 },
   }
   return l
 end
@@ -111,6 +113,7 @@ local function declare(b, spec, base_params)
   for _, t in ipairs({ "q", "k", "v", "o" }) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
+  params = keys.params(spec, params)
   for _, t in ipairs({ "q", "k", "v" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   mask.params(spec, params)
   return b:kernel{ params = params }
@@ -132,7 +135,7 @@ local function key_tiles(b, spec, m, first, last)
 end
 
 function M.build(b, spec, cfg, base_params)
-  local p = declare(b, spec, base_params)
+  local p = keys.bind(b, spec, declare(b, spec, base_params), 64 * cfg.nc)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
   local t, wg = b:tid(), b:warpgroup()
@@ -167,7 +170,7 @@ function M.build(b, spec, cfg, base_params)
       b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
       for c = 0, nc - 1 do
         for j = 0, panels - 1 do
-          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, { 64 * j, h, q0 + 64 * c, bz }, qbar)
+          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
         end
       end
       b:for_(0, ntiles, 1, function(k)
@@ -177,8 +180,8 @@ function M.build(b, spec, cfg, base_params)
         b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
         local row = (t0 + k) * BN
         for j = 0, panels - 1 do
-          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, row, bz }, fb)
-          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, row, bz }, fb)
+          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
+          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
         end
       end)
     end)
@@ -296,7 +299,7 @@ function M.build(b, spec, cfg, base_params)
       end)
       local m_use = b:select(b:eq(mv[r]:get(), NEG_INF), 0.0, mv[r]:get())
       local lse = b:select(empty_row, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-      local idx = (b:i64(bz) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(row)
+      local idx = keys.lse_index(b, spec, p, bz, h, row)
       b:if_(b:and_(b:and_(live, b:eq(q, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
     end
   end)
