@@ -1,5 +1,5 @@
 /* tests/attention_wgmma_keys_test.c - the keys of the sm_90a attention forward (path=wgmma) beyond the dense problem
- * (templates/lib/attn_wgmma_keys.lua: varlen) on the emulator against the float64 reference, the keys still refused
+ * (templates/lib/attn_wgmma_keys.lua: varlen, split-KV) on the emulator against the float64 reference, the keys still refused
  * (each naming its rule), planted template bugs caught, ptxas sm_90a (0 spills, no C7508) and lint. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -26,13 +26,16 @@ typedef struct row {
     int used[MAXSEQ], has_used;  /* seqused_k */
     int left, right;             /* window=true */
     int twice;
+    int seq_q, seq_k, batch, splits; /* the dense problem (not varlen); splits: splitkv=true */
 } row;
 
 /* Runs one case on g (the built-in templates or a planted copy); *bad: values out of tolerance; err names a
  * failed run or the first bad value. */
 static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, kiln_error *err) {
     kiln_case_opts o = {.sm = SM90A, .seed = 11, .twice = r->twice};
-    kiln_case_opts_set(&o, "rows", 1); /* (the sequences' lengths come from the varlen lists) */
+    kiln_case_opts_set(&o, "rows", r->nseq ? 1 : r->seq_q); /* (varlen: the lengths come from the lists) */
+    if (!r->nseq) kiln_case_opts_set(&o, "seq_k", r->seq_k), kiln_case_opts_set(&o, "batch", r->batch);
+    if (r->splits) kiln_case_opts_set(&o, "splits", r->splits);
     kiln_case_opts_set(&o, "heads_q", r->heads_q);
     kiln_case_opts_set(&o, "heads_kv", r->heads_kv);
     if (r->nseq) {
@@ -58,12 +61,19 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
  * the next (keys masked by the sequence's own seq_k, rows not stored); key lengths apart from query lengths;
  * seqused_k; GQA; every mask key; both causal alignments; d128 and d256; run twice (thread orders). */
 static const row ROWS[] = {
-    {"attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 4, 2, 4, {0, 1, 37, 130}, {5, 0, 64, 129}, {0}, 0, 0, 0, 1},
-    {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 3, {70, 3, 65}, {20, 100, 9}, {0}, 0, 0, 0, 0},
-    {"attention dtype=f16 head_dim=128 causal=top_left varlen=true path=wgmma", 2, 1, 3, {33, 80, 1}, {90, 30, 70}, {17, 30, 0}, 1, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 4, 2, 4, {0, 1, 37, 130}, {5, 0, 64, 129}, {0}, 0, 0, 0, 1, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 3, {70, 3, 65}, {20, 100, 9}, {0}, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 causal=top_left varlen=true path=wgmma", 2, 1, 3, {33, 80, 1}, {90, 30, 70}, {17, 30, 0}, 1, 0, 0, 0, 0, 0, 0, 0},
     {"attention dtype=bf16 head_dim=128 causal=true window=true softcap=true alibi=true varlen=true path=wgmma", 2, 1, 3,
-     {17, 1, 100}, {20, 0, 140}, {0}, 0, 9, 3, 0},
-    {"attention dtype=bf16 head_dim=256 causal=true alibi=true varlen=true path=wgmma", 2, 2, 2, {70, 9}, {75, 60}, {0}, 0, 0, 0, 0},
+     {17, 1, 100}, {20, 0, 140}, {0}, 0, 9, 3, 0, 0, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=true alibi=true varlen=true path=wgmma", 2, 2, 2, {70, 9}, {75, 60}, {0}, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* split-KV: the partial O and lse per split, attention_combine after; more splits than key tiles (empty runs),
+     * decoding (one query), the mask keys (the window's run of tiles cut in splits), d256 */
+    {"attention dtype=bf16 head_dim=64 causal=true splitkv=true path=wgmma", 2, 1, .twice = 1, .seq_q = 70, .seq_k = 300, .batch = 1, .splits = 3},
+    {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 4, 1, .seq_q = 1, .seq_k = 200, .batch = 2, .splits = 8},
+    {"attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma", 2, 2, .left = 70,
+     .right = 5, .seq_q = 33, .seq_k = 260, .batch = 1, .splits = 4},
+    {"attention dtype=bf16 head_dim=256 causal=true splitkv=true path=wgmma", 2, 1, .seq_q = 3, .seq_k = 150, .batch = 1, .splits = 2},
 };
 
 static void test_emulator(void) {
@@ -72,7 +82,8 @@ static void test_emulator(void) {
         char name[400], lens[160] = "";
         int n = 0;
         for (int s = 0; s < r->nseq; s++) n += snprintf(lens + n, sizeof lens - (size_t)n, "%s%dx%d", s ? "," : "", r->lq[s], r->lk[s]);
-        snprintf(name, sizeof name, "%s sm_90a: sequences %s%s, heads %d:%d%s vs float64", r->spec + 10, lens,
+        if (!r->nseq) snprintf(lens, sizeof lens, "seq %d x %d, batch %d, %d splits", r->seq_q, r->seq_k, r->batch, r->splits);
+        snprintf(name, sizeof name, "%s sm_90a: %s%s, heads %d:%d%s vs float64", r->spec + 10, lens,
                  r->has_used ? " with seqused_k" : "", r->heads_q, r->heads_kv, r->twice ? ", run twice" : "");
         TEST_BEGIN(name);
         kiln_error err = {0};
@@ -109,7 +120,6 @@ static void test_launch_and_refusals(void) {
         {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", "dropout=true"},
         {"attention dtype=f16 head_dim=64 varlen=true dropout=true path=wgmma", "dropout=true"},
         {"attention dtype=bf16 head_dim=128 paged=true path=wgmma", "paged=true"},
-        {"attention dtype=bf16 head_dim=128 splitkv=true path=wgmma", "splitkv=true"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error e2 = {0};
@@ -128,15 +138,23 @@ static void test_planted(void) {
     } bugs[] = {
         {"varlen: K/V boxes from the packed tensor's row 0, not the sequence's", "lib/attn_wgmma_keys.lua",
          "return { col, h, p.k_at + row }", "return { col, h, row }",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: Q boxes from the packed tensor's row 0", "lib/attn_wgmma_keys.lua",
          "return { col, h, p.q_at + row }", "return { col, h, row }",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: the next sequence's keys in a box's tail unmasked (the tail tile run whole)", "lib/attn_wgmma.lua",
          "b:for_(f1, ntiles, 1, function(k) tile(k, true) end)", "b:for_(f1, ntiles, 1, function(k) tile(k, false) end)",
-         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0}},
+         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: lse at the dense index", "lib/attn_wgmma_keys.lua", "if spec.varlen then return p.rows(h) + b:i64(row) end", "",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
+        {"split-KV: every split takes the first run of key tiles", "lib/attn_wgmma_keys.lua", "local lo = t0 + b:min(p.split * per, n)",
+         "local lo = t0", {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
+        {"split-KV: the partial lse in natural log (the combine weighs in base 2)", "lib/attn_wgmma_keys.lua",
+         "m_use + b:lg2_approx(lsum))", "(m_use + b:lg2_approx(lsum)) * 0.6931471805599453)",
+         {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
+        {"split-KV: query block and split read the other way from grid x", "lib/attn_wgmma_keys.lua",
+         "p.qblock, p.split = x // p.splits, x % p.splits", "p.qblock, p.split = x % p.splits, x // p.splits",
+         {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 200, .seq_k = 130, .batch = 1, .splits = 3}},
     };
     const char *src = __FILE__;
     const char *cut = strstr(src, "tests/attention_wgmma_keys_test.c");
@@ -192,31 +210,34 @@ static void test_ptxas(void) {
         "attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma",
         "attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true varlen=true path=wgmma",
         "attention dtype=bf16 head_dim=256 causal=true varlen=true path=wgmma",
+        "attention dtype=f16 head_dim=128 causal=true splitkv=true path=wgmma",
+        "attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma",
     };
-    static char full[64][200];
-    static const char *ptrs[64];
+    static char full[80][200];
+    static const char *ptrs[80];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
-        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"};
+        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"}, *how[] = {"varlen", "splitkv"};
         n = 0;
         for (int a = 0; a < 2; a++)
             for (int d = 64; d <= 256; d *= 2)
                 for (int c = 0; c < 3; c++)
-                    for (int k = 0; k < 3; k++) {
-                        if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap */
-                        snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s varlen=true path=wgmma", dts[a], d,
-                                 causal[c], keys[k]);
-                        ptrs[n] = full[n];
-                        n++;
-                    }
+                    for (int k = 0; k < 3; k++)
+                        for (int w = 0; w < 2; w++) {
+                            if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap */
+                            snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s %s=true path=wgmma", dts[a], d,
+                                     causal[c], keys[k], how[w]);
+                            ptrs[n] = full[n];
+                            n++;
+                        }
         specs = ptrs;
     }
     const char *ptxas = ptxas_path();
     TEST_BEGIN("ptxas sm_90a: the wgmma attention's key variants assemble, 0 spills, no C7508; lint clean");
     if (!ptxas) printf("  (no ptxas: lint only)\n");
-    ptxas_job jobs[64];
+    ptxas_job jobs[80];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < n; i++) {
         kiln_error err = {0};

@@ -88,11 +88,11 @@ function M.config(spec, target)
   local panels = d // 64
   local eb = util.dtype_bytes[spec.dtype]
   local bytes = (sh.nc * panels + 2 * sh.stages * panels) * PANEL * eb
-  return {
+  return keys.config(spec, {
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
     rows_per_block = 64 * sh.nc, block_n = BN, nc = sh.nc, stages = sh.stages, dec = sh.dec, inc = sh.inc,
     dynamic_smem = bytes, align = 16, arch_specific = true,
-  }
+  })
 end
 
 -- The tensor maps of the launch (docs/registry.md): q, k, v as [batch, seq, heads, d], boxes of 64 rows x 64
@@ -103,7 +103,7 @@ function M.launch(spec, cfg, l)
     { "tm_k", "k", box = keys.box(spec, "k"), swizzle = 128 },
     { "tm_v", "v", box = keys.box(spec, "v"), swizzle = 128 },
   }
-  return l
+  return keys.launch(spec, cfg, l)
 end
 
 -- The kernel's parameters: attention.lua's (base_params: o, lse, q, k, v, the sizes, scale), the strides, the
@@ -147,10 +147,10 @@ function M.build(b, spec, cfg, base_params)
   local qbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local bz, h = b:ctaid("z"), b:ctaid("y")
   local hkv = h // (p.heads_q // p.heads_kv)
-  local q0 = b:ctaid("x") * (64 * nc)
+  local q0 = (p.qblock or b:ctaid("x")) * (64 * nc)
   local m = mask.setup(b, spec, p)
   local last = b:min(q0 + (64 * nc - 1), p.seq_q - 1)
-  local t0, t_end = key_tiles(b, spec, m, q0, last)
+  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, q0, last))
   local ntiles = b:max(t_end - t0, 0)
   local stage_bytes = 2 * panels * PANEL * util.dtype_bytes[T]
 
@@ -288,6 +288,11 @@ function M.build(b, spec, cfg, base_params)
       local lsum = b:warp_sum(lv[r]:get(), 4)
       local empty_row = b:le(lsum, 0.0)
       local inv = b:select(empty_row, 0.0, 1.0 / lsum)
+      if spec.splitkv then -- (the partial O and lse of the block's split: lib/attn_wgmma_keys.lua)
+        local function o(j) return { ov[4 * j + 2 * r + 1]:get() * inv, ov[4 * j + 2 * r + 2]:get() * inv } end
+        keys.split_store(b, spec, p, bz, h, row, q, live, b:eq(q, 0), o, lsum, mv[r]:get())
+        goto continue
+      end
       local orow = p.o + b:i64(bz) * p.stride_ob + b:i64(h) * p.stride_oh + b:i64(b:select(live, row, 0)) * p.stride_os + q * 2
       local vals = {}
       for j = 0, d // 8 - 1 do
@@ -301,6 +306,7 @@ function M.build(b, spec, cfg, base_params)
       local lse = b:select(empty_row, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
       local idx = keys.lse_index(b, spec, p, bz, h, row)
       b:if_(b:and_(b:and_(live, b:eq(q, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+      ::continue::
     end
   end)
 end

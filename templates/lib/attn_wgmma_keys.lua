@@ -13,23 +13,92 @@
 -- sequence (FA3's other choice): cu_seqlens lives on the device, so the host could only encode per-sequence
 -- maps after reading it back (a sync per launch) or the kernel would have to write maps itself
 -- (tensormap.replace, a fence per map); the masking costs nothing the tail tile did not already pay.
+--
+-- splitkv=true (the FA2 kernel's split-KV launch: no o, the f32 workspace ws, the scalar splits, then
+-- attention_combine): the block's key tiles [t0, t_end) (causal/window bounds as without splits) are cut in
+-- `splits` equal runs; split s takes run s, its rows' O / l (f32) and base-2 log-sum-exp m + log2 l (-inf when
+-- the run saw no key of the row) go to ws[s][row][d] and ws[splits * rows * d + s * rows + row] with row =
+-- (batch * heads_q + head) * seq_q + query, the layout attention_combine merges. Geometry: the dense kernel's
+-- (128 query rows of one head a block), the splits along grid x (x = query block * splits + split); GQA heads
+-- are not packed into one block's rows as the FA2 split kernel packs them (a map box is 64 rows of one head):
+-- decoding at seq_q 1 fills 1 of a block's 128 rows.
 local varlen = require("lib.attn_varlen")
 
 local M = {}
 
+local NEG_INF = -math.huge
+
 -- The keys this module builds on path=wgmma (attn_wgmma.lua's not_covered lets them through).
-M.KEYS = { varlen = true }
+M.KEYS = { varlen = true, splitkv = true }
+
+-- The config's split-KV fields: the grid is the launch's problem (grid tile 1), attention_combine runs after.
+function M.config(spec, cfg)
+  if not spec.splitkv then return cfg end
+  cfg.grid_tile = { 1, 1, 1 }
+  cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.head_dim)
+  return cfg
+end
 
 -- The kernel's parameter list: the dense one with its strides, made varlen's (no seq_q / seq_k, no batch
--- strides; cu_seqlens_q, cu_seqlens_k, seqused_k, total_q). Called before the tensor maps are added.
+-- strides; cu_seqlens_q, cu_seqlens_k, seqused_k, total_q) or split-KV's (no o nor its strides, lse's place
+-- taken by the workspace ws, splits). Called before the tensor maps are added.
 function M.params(spec, params)
+  if spec.splitkv then
+    local out = {}
+    for _, prm in ipairs(params) do
+      if prm[1] == "lse" then out[#out + 1] = { "ws", "ptr", "f32" }
+      elseif prm[1] ~= "o" and not prm[1]:match("^stride_o") then out[#out + 1] = prm end
+    end
+    out[#out + 1] = { "splits", "i32" }
+    return out
+  end
   return varlen.params(spec, params, true, true)
 end
 
 -- The parameters as the body reads them: with varlen, sequence ctaid.z's lengths and first rows (the block
--- leaves at once when its first query row is past the sequence's end: before any barrier).
+-- leaves at once when its first query row is past the sequence's end: before any barrier); with split-KV the
+-- block's query block (qblock; nil otherwise: ctaid.x) and split.
 function M.bind(b, spec, p, rows_per_block)
+  if spec.splitkv then
+    local x = b:ctaid("x")
+    p.qblock, p.split = x // p.splits, x % p.splits
+    return p
+  end
   return varlen.bind(b, spec, p, rows_per_block)
+end
+
+-- The key tiles the block visits: [t0, t_end), split-KV's run of them.
+function M.key_range(b, spec, p, t0, t_end)
+  if not spec.splitkv then return t0, t_end end
+  local n = b:max(t_end - t0, 0)
+  local per = (n + (p.splits - 1)) // p.splits
+  local lo = t0 + b:min(p.split * per, n)
+  return lo, b:min(lo + per, t0 + n)
+end
+
+-- split-KV's epilogue of one row (live: inside seq_q; lead: the thread that writes lse): o(j) the f32 pair of
+-- columns 8j + 2q, +1 this thread holds (already divided by l), lsum the row's l, mrow its running max (base 2).
+function M.split_store(b, spec, p, bz, h, row, q, live, lead, o, lsum, mrow)
+  local d = spec.head_dim
+  local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
+  local idx = (b:i64(bz) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(b:select(live, row, 0))
+  local slot = b:i64(p.split) * total + idx
+  local at = p.ws + slot * d + q * 2
+  b:if_(live, function()
+    for j = 0, d // 8 - 1 do b:store_vec(at + j * 8, o(j), { align = 8 }) end
+  end)
+  local m_use = b:select(b:eq(mrow, NEG_INF), 0.0, mrow)
+  local lse2 = b:select(b:le(lsum, 0.0), NEG_INF, m_use + b:lg2_approx(lsum))
+  b:if_(b:and_(live, lead), function() b:store(p.ws + (b:i64(p.splits) * total * d + slot), lse2) end)
+end
+
+-- The launch's split-KV geometry: grid x = query blocks x splits (attention.lua's launch made the rest:
+-- ws, splits, attention_combine after).
+function M.launch(spec, cfg, l)
+  if spec.splitkv then
+    l.problem = { string.format("splits*cdiv(seq_q,%d)", cfg.rows_per_block), "heads_q", "batch" }
+  end
+  return l
 end
 
 -- TMA coordinates (innermost first) of a box: column col, head h, row `row` of the sequence (query rows for q,
