@@ -1,5 +1,5 @@
 /* tests/attention_wgmma_keys_test.c - the keys of the sm_90a attention forward (path=wgmma) beyond the dense problem
- * (templates/lib/attn_wgmma_keys.lua: varlen, split-KV) on the emulator against the float64 reference, the keys still refused
+ * (templates/lib/attn_wgmma_keys.lua: varlen, split-KV, dropout) on the emulator against the float64 reference, the keys still refused
  * (each naming its rule), planted template bugs caught, ptxas sm_90a (0 spills, no C7508) and lint. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -27,6 +27,7 @@ typedef struct row {
     int left, right;             /* window=true */
     int twice;
     int seq_q, seq_k, batch, splits; /* the dense problem (not varlen); splits: splitkv=true */
+    double dropout;                  /* dropout=true: the rate */
 } row;
 
 /* Runs one case on g (the built-in templates or a planted copy); *bad: values out of tolerance; err names a
@@ -36,6 +37,7 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
     kiln_case_opts_set(&o, "rows", r->nseq ? 1 : r->seq_q); /* (varlen: the lengths come from the lists) */
     if (!r->nseq) kiln_case_opts_set(&o, "seq_k", r->seq_k), kiln_case_opts_set(&o, "batch", r->batch);
     if (r->splits) kiln_case_opts_set(&o, "splits", r->splits);
+    if (r->dropout > 0) kiln_case_opts_set(&o, "dropout", r->dropout), kiln_case_opts_set(&o, "dropout_offset", 12345);
     kiln_case_opts_set(&o, "heads_q", r->heads_q);
     kiln_case_opts_set(&o, "heads_kv", r->heads_kv);
     if (r->nseq) {
@@ -61,12 +63,12 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
  * the next (keys masked by the sequence's own seq_k, rows not stored); key lengths apart from query lengths;
  * seqused_k; GQA; every mask key; both causal alignments; d128 and d256; run twice (thread orders). */
 static const row ROWS[] = {
-    {"attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 4, 2, 4, {0, 1, 37, 130}, {5, 0, 64, 129}, {0}, 0, 0, 0, 1, 0, 0, 0, 0},
-    {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 3, {70, 3, 65}, {20, 100, 9}, {0}, 0, 0, 0, 0, 0, 0, 0, 0},
-    {"attention dtype=f16 head_dim=128 causal=top_left varlen=true path=wgmma", 2, 1, 3, {33, 80, 1}, {90, 30, 70}, {17, 30, 0}, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 4, 2, 4, {0, 1, 37, 130}, {5, 0, 64, 129}, {0}, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 3, {70, 3, 65}, {20, 100, 9}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 causal=top_left varlen=true path=wgmma", 2, 1, 3, {33, 80, 1}, {90, 30, 70}, {17, 30, 0}, 1, 0, 0, 0, 0, 0, 0, 0, 0},
     {"attention dtype=bf16 head_dim=128 causal=true window=true softcap=true alibi=true varlen=true path=wgmma", 2, 1, 3,
-     {17, 1, 100}, {20, 0, 140}, {0}, 0, 9, 3, 0, 0, 0, 0, 0},
-    {"attention dtype=bf16 head_dim=256 causal=true alibi=true varlen=true path=wgmma", 2, 2, 2, {70, 9}, {75, 60}, {0}, 0, 0, 0, 0, 0, 0, 0, 0},
+     {17, 1, 100}, {20, 0, 140}, {0}, 0, 9, 3, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=true alibi=true varlen=true path=wgmma", 2, 2, 2, {70, 9}, {75, 60}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     /* split-KV: the partial O and lse per split, attention_combine after; more splits than key tiles (empty runs),
      * decoding (one query), the mask keys (the window's run of tiles cut in splits), d256 */
     {"attention dtype=bf16 head_dim=64 causal=true splitkv=true path=wgmma", 2, 1, .twice = 1, .seq_q = 70, .seq_k = 300, .batch = 1, .splits = 3},
@@ -74,6 +76,14 @@ static const row ROWS[] = {
     {"attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma", 2, 2, .left = 70,
      .right = 5, .seq_q = 33, .seq_k = 260, .batch = 1, .splits = 4},
     {"attention dtype=bf16 head_dim=256 causal=true splitkv=true path=wgmma", 2, 1, .seq_q = 3, .seq_k = 150, .batch = 1, .splits = 2},
+    /* dropout: the keep mask written by the kernel equals the float64 reference's Philox bits (the FA2 kernel's, same
+     * seed and offset) exactly; O and lse vs float64; with every mask key, varlen (counted within the sequence), d128 */
+    {"attention dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma", 2, 1, .twice = 1, .seq_q = 70, .seq_k = 150,
+     .batch = 2, .dropout = 0.2},
+    {"attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true path=wgmma", 2, 2,
+     .left = 40, .right = 3, .seq_q = 65, .seq_k = 100, .batch = 1, .dropout = 0.3},
+    {"attention dtype=f16 head_dim=64 causal=true varlen=true dropout=true dropout_mask=true path=wgmma", 2, 1, 3, {17, 1, 80}, {20, 0, 70},
+     .dropout = 0.1},
 };
 
 static void test_emulator(void) {
@@ -117,9 +127,8 @@ static void test_launch_and_refusals(void) {
     static const struct {
         const char *spec, *want;
     } refused[] = {
-        {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", "dropout=true"},
-        {"attention dtype=f16 head_dim=64 varlen=true dropout=true path=wgmma", "dropout=true"},
         {"attention dtype=bf16 head_dim=128 paged=true path=wgmma", "paged=true"},
+        {"attention dtype=bf16 head_dim=256 dropout=true path=wgmma", "head_dim=256 with dropout=true (it spills"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error e2 = {0};
@@ -138,20 +147,25 @@ static void test_planted(void) {
     } bugs[] = {
         {"varlen: K/V boxes from the packed tensor's row 0, not the sequence's", "lib/attn_wgmma_keys.lua",
          "return { col, h, p.k_at + row }", "return { col, h, row }",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: Q boxes from the packed tensor's row 0", "lib/attn_wgmma_keys.lua",
          "return { col, h, p.q_at + row }", "return { col, h, row }",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: the next sequence's keys in a box's tail unmasked (the tail tile run whole)", "lib/attn_wgmma.lua",
          "b:for_(f1, ntiles, 1, function(k) tile(k, true) end)", "b:for_(f1, ntiles, 1, function(k) tile(k, false) end)",
-         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
+         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: lse at the dense index", "lib/attn_wgmma_keys.lua", "if spec.varlen then return p.rows(h) + b:i64(row) end", "",
-         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0}},
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"split-KV: every split takes the first run of key tiles", "lib/attn_wgmma_keys.lua", "local lo = t0 + b:min(p.split * per, n)",
          "local lo = t0", {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
         {"split-KV: the partial lse in natural log (the combine weighs in base 2)", "lib/attn_wgmma_keys.lua",
          "m_use + b:lg2_approx(lsum))", "(m_use + b:lg2_approx(lsum)) * 0.6931471805599453)",
          {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
+        {"dropout: the mask's keys one column apart from the fragment's (2q read as q)", "lib/attn_wgmma.lua",
+         "keys.drop(b, spec, drop, h, rows[0], kv0 + q * 2,", "keys.drop(b, spec, drop, h, rows[0], kv0 + q,", {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", 1, 1, .seq_q = 30, .seq_k = 40, .batch = 1,
+         .dropout = 0.3}},
+        {"dropout: O not scaled by 1 / (1 - p)", "lib/attn_wgmma.lua", "if drop then inv = inv * drop.rp end", "",
+         {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", 1, 1, .seq_q = 30, .seq_k = 40, .batch = 1, .dropout = 0.3}},
         {"split-KV: query block and split read the other way from grid x", "lib/attn_wgmma_keys.lua",
          "p.qblock, p.split = x // p.splits, x % p.splits", "p.qblock, p.split = x % p.splits, x // p.splits",
          {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 200, .seq_k = 130, .batch = 1, .splits = 3}},
@@ -212,21 +226,23 @@ static void test_ptxas(void) {
         "attention dtype=bf16 head_dim=256 causal=true varlen=true path=wgmma",
         "attention dtype=f16 head_dim=128 causal=true splitkv=true path=wgmma",
         "attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma",
+        "attention dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
     };
-    static char full[80][200];
-    static const char *ptrs[80];
+    static char full[120][200];
+    static const char *ptrs[120];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
-        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"}, *how[] = {"varlen", "splitkv"};
+        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"}, *how[] = {"varlen", "splitkv", "dropout"};
         n = 0;
         for (int a = 0; a < 2; a++)
             for (int d = 64; d <= 256; d *= 2)
                 for (int c = 0; c < 3; c++)
                     for (int k = 0; k < 3; k++)
-                        for (int w = 0; w < 2; w++) {
+                        for (int w = 0; w < 3; w++) {
                             if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap */
+                            if (d == 256 && w == 2) continue;         /* nor dropout */
                             snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s %s=true path=wgmma", dts[a], d,
                                      causal[c], keys[k], how[w]);
                             ptrs[n] = full[n];
@@ -237,7 +253,7 @@ static void test_ptxas(void) {
     const char *ptxas = ptxas_path();
     TEST_BEGIN("ptxas sm_90a: the wgmma attention's key variants assemble, 0 spills, no C7508; lint clean");
     if (!ptxas) printf("  (no ptxas: lint only)\n");
-    ptxas_job jobs[80];
+    ptxas_job jobs[120];
     memset(jobs, 0, sizeof jobs);
     for (int i = 0; i < n; i++) {
         kiln_error err = {0};

@@ -4,9 +4,9 @@
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen
--- (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence, the lse index); not split-KV,
--- dropout, paged, append or rotary (those keep the FA2 kernel there).
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen,
+-- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
+-- lse index, the split epilogue, the dropout mask); not paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
@@ -66,7 +66,7 @@ local function not_covered(spec)
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
   if spec.rotary and spec.rotary ~= "none" and spec.rotary ~= false then return "rotary=" .. tostring(spec.rotary) end
-  return nil
+  return keys.not_built(spec)
 end
 M.not_covered = not_covered
 
@@ -81,7 +81,7 @@ function M.config(spec, target)
   end
   local why = not_covered(spec)
   if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen (use path=auto)")
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)")
   end
   local d = spec.head_dim
   local sh = SHAPES[d]
@@ -209,6 +209,7 @@ function M.build(b, spec, cfg, base_params)
     end
     if spec.alibi then slope = mask.slope(m, h) end
     local scale2 = p.scale * LOG2E
+    local drop = keys.dropout_setup(b, spec, p) -- (dropout=true: lib/attn_wgmma_keys.lua)
     b:mbarrier_wait(qbar, 0)
     -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
     -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
@@ -261,6 +262,7 @@ function M.build(b, spec, cfg, base_params)
         sum[r] = sum[r] and sum[r] + P[i] or P[i]
       end
       for r = 0, 1 do lv[r]:set(b:fma(lv[r]:get(), alpha[r], sum[r])) end
+      keys.drop(b, spec, drop, h, rows[0], kv0 + q * 2, P, BN // 8)
       local O = {}
       for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
       b:wgmma_fence()
@@ -288,6 +290,7 @@ function M.build(b, spec, cfg, base_params)
       local lsum = b:warp_sum(lv[r]:get(), 4)
       local empty_row = b:le(lsum, 0.0)
       local inv = b:select(empty_row, 0.0, 1.0 / lsum)
+      if drop then inv = inv * drop.rp end
       if spec.splitkv then -- (the partial O and lse of the block's split: lib/attn_wgmma_keys.lua)
         local function o(j) return { ov[4 * j + 2 * r + 1]:get() * inv, ov[4 * j + 2 * r + 2]:get() * inv } end
         keys.split_store(b, spec, p, bz, h, row, q, live, b:eq(q, 0), o, lsum, mv[r]:get())

@@ -22,14 +22,29 @@
 -- (128 query rows of one head a block), the splits along grid x (x = query block * splits + split); GQA heads
 -- are not packed into one block's rows as the FA2 split kernel packs them (a map box is 64 rows of one head):
 -- decoding at seq_q 1 fills 1 of a block's 128 rows.
+-- dropout=true (lib/attn_dropout.lua, the FA2 kernel's Philox 4x32-10 mask): the S fragment of a consumer thread
+-- holds, per 8 keys, rows g and g + 8 x keys 2q and 2q + 1 — the mma.sync C fragment attn_dropout's counter is laid
+-- out for — so one Philox call per 8 keys gives the same bits as the FA2 kernel for the same seed and offset
+-- (counted within the sequence under varlen); P is dropped after the row sums (m, l, lse are the undropped P's) and
+-- O scaled by 1 / (1 - p) at the end.
 local varlen = require("lib.attn_varlen")
+local dropout = require("lib.attn_dropout")
 
 local M = {}
 
 local NEG_INF = -math.huge
 
 -- The keys this module builds on path=wgmma (attn_wgmma.lua's not_covered lets them through).
-M.KEYS = { varlen = true, splitkv = true }
+M.KEYS = { varlen = true, splitkv = true, dropout = true }
+
+-- Why a spec with these keys is not built (nil when it is): dropout at head_dim 256 spills (O's 128 f32 registers a
+-- thread and the Philox words: ptxas spilled 88-136 bytes).
+function M.not_built(spec)
+  if spec.dropout and spec.head_dim == 256 then
+    return "head_dim=256 with dropout=true (it spills: O alone holds 128 of the 240 registers, the Philox words the rest)"
+  end
+  return nil
+end
 
 -- The config's split-KV fields: the grid is the launch's problem (grid tile 1), attention_combine runs after.
 function M.config(spec, cfg)
@@ -52,7 +67,7 @@ function M.params(spec, params)
     out[#out + 1] = { "splits", "i32" }
     return out
   end
-  return varlen.params(spec, params, true, true)
+  return dropout.params(spec, varlen.params(spec, params, true, true))
 end
 
 -- The parameters as the body reads them: with varlen, sequence ctaid.z's lengths and first rows (the block
@@ -90,6 +105,22 @@ function M.split_store(b, spec, p, bz, h, row, q, live, lead, o, lsum, mrow)
   local m_use = b:select(b:eq(mrow, NEG_INF), 0.0, mrow)
   local lse2 = b:select(b:le(lsum, 0.0), NEG_INF, m_use + b:lg2_approx(lsum))
   b:if_(b:and_(live, lead), function() b:store(p.ws + (b:i64(p.splits) * total * d + slot), lse2) end)
+end
+
+-- dropout=true: the per-launch values (nil without dropout), emitted once in the consumer's prologue.
+function M.dropout_setup(b, spec, p) return dropout.setup(b, spec, p) end
+
+-- dropout=true: P (P[0 .. BN/2 - 1], the S fragment's layout) of query row `row` (rows row and row + 8, within the
+-- sequence) and keys key + 8j, +1 (j = 0 .. nt - 1) of head h, the dropped entries zeroed (the mask stored with
+-- dropout_mask=true).
+function M.drop(b, spec, d, h, row, key, P, nt)
+  if not d then return end
+  local frag = {}
+  for j = 0, nt - 1 do frag[j] = { P[4 * j], P[4 * j + 1], P[4 * j + 2], P[4 * j + 3] } end
+  dropout.fragments(d, b:ctaid("z"), h, row, key, frag, nt)
+  for j = 0, nt - 1 do
+    for e = 1, 4 do P[4 * j + e - 1] = frag[j][e] end
+  end
 end
 
 -- The launch's split-KV geometry: grid x = query blocks x splits (attention.lua's launch made the rest:
