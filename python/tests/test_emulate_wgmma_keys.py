@@ -48,3 +48,21 @@ def test_splitkv_on_wgmma_runs_the_combine_after():
     assert r.passed, r.outputs
     assert [x["entry"].startswith("kiln_attention_combine") for x in r.launches] == [False, True]
     assert "wgmma" in r.launches[0]["entry"]
+
+
+def test_dropout_mask_is_the_fa2_kernels():
+    """The same seed and offset give the wgmma kernel the FA2 kernel's keep bits (Philox on the S fragment)."""
+    rng = np.random.default_rng(5)
+    d, hq, hkv = 64, 2, 1
+    q = rng.uniform(-1, 1, (sum(LENS_Q), hq, d)).astype(np.float16)
+    k = rng.uniform(-1, 1, (sum(LENS_K), hkv, d)).astype(np.float16)
+    v = rng.uniform(-1, 1, (sum(LENS_K), hkv, d)).astype(np.float16)
+    cq, ck = _cu(LENS_Q), _cu(LENS_K)
+    masks = {}
+    for path in ("wgmma", "auto"):
+        _, masks[path] = kiln.emulate.attention_varlen(q, k, v, cq, ck, causal=True, sm="90a", path=path,
+                                                       dropout=(0.25, 0x1234567890, 77), return_mask=True)
+    both = (masks["wgmma"] >= 0) & (masks["auto"] >= 0)  # -1: a pair the kernel's tiles did not visit
+    assert both.sum() > 1000
+    np.testing.assert_array_equal(masks["wgmma"][both], masks["auto"][both])
+    assert 0.15 < 1 - masks["wgmma"][both].mean() < 0.35
