@@ -152,7 +152,7 @@ static void test_planted(void) {
          "return { col, h, p.q_at + row }", "return { col, h, row }",
          {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: the next sequence's keys in a box's tail unmasked (the tail tile run whole)", "lib/attn_wgmma.lua",
-         "b:for_(f1, ntiles, 1, function(k) tile(k, true) end)", "b:for_(f1, ntiles, 1, function(k) tile(k, false) end)",
+         "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)", "local f1 = ntiles",
          {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: lse at the dense index", "lib/attn_wgmma_keys.lua", "if spec.varlen then return p.rows(h) + b:i64(row) end", "",
          {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
