@@ -239,7 +239,9 @@ kiln_status gen_launch_describe(lua_State *L, int tmpl, int spec_idx, int cfg, k
 /* ---- the variant matrix ---- */
 
 /* Whether row (table at idx) applies to the set and SM: set "full" takes every row, "quick" those
- * without full = true; sms = {...} limits a row to those SMs (0: any). */
+ * without full = true; sms = {...} limits a row to those SMs (0: any), numbers or names ("90a"). An
+ * arch-specific SM (sm_90a) takes only the rows that name it: the others' kernels there are the portable
+ * SM's (sm_90) under another .target, already in that SM's rows. */
 static int row_applies(lua_State *L, int idx, int full, int sm) {
     lua_getfield(L, idx, "full");
     int full_only = lua_toboolean(L, -1);
@@ -248,12 +250,14 @@ static int row_applies(lua_State *L, int idx, int full, int sm) {
     int quick_only = lua_toboolean(L, -1);
     lua_pop(L, 1);
     if ((full_only && !full) || (quick_only && full)) return 0;
-    int ok = 1;
+    int ok = !kiln_sm_is_arch(sm);
     if (sm && lua_getfield(L, idx, "sms") == LUA_TTABLE) {
+        char name[16];
+        kiln_sm_name(sm, name);
         ok = 0;
         for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n && !ok; i++) {
             lua_geti(L, -1, i);
-            ok = lua_tointeger(L, -1) == sm;
+            ok = lua_type(L, -1) == LUA_TSTRING ? !strcmp(lua_tostring(L, -1), name + 3) : lua_tointeger(L, -1) == sm;
             lua_pop(L, 1);
         }
     }

@@ -1308,6 +1308,30 @@ K.variants = {
   { DT, "head_dim=192 v_head_dim=128", { "causal=false splitkv=true", "causal=true " .. MASK_KEYS,
     "causal=true dropout=true", "causal=true splitkv=true " .. MASK_KEYS }, sms = { 75, 80, 90 } },
   { { "dtype=f16", "dtype=bf16" }, "head_dim=192 v_head_dim=128", "causal=true path=simt", sms = { 80 } },
+  -- sm_90a's TMA + wgmma kernel (path=wgmma, lib/attn_wgmma.lua; the arch-specific target takes only the rows
+  -- that name it): f16/bf16 at head_dim 64/128/256, every causal form, the mask keys (not window/softcap at 256),
+  -- varlen, split-KV and dropout (lib/attn_wgmma_keys.lua; not dropout at 256), an f32 output (the quick suite: 33 of them)
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
+    { "", "varlen=true", "splitkv=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
+    { "", "varlen=true", "splitkv=true", "dropout=true", "varlen=true dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=false", "causal=true", "causal=top_left" },
+    { "dropout=true", "varlen=true dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", { "causal=true", "causal=top_left" }, "alibi=true", { "", "varlen=true", "splitkv=true" },
+    "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, CAUSAL, "path=wgmma", quick = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, "causal=top_left", MASK_KEYS, "path=wgmma", quick = true,
+    sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", "causal=top_left", "alibi=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, "causal=true", "varlen=true", "path=wgmma",
+    quick = true, sms = { "90a" } },
+  { "dtype=bf16", "head_dim=128", "causal=top_left", MASK_KEYS, "varlen=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { { "dtype=bf16 head_dim=64", "dtype=bf16 head_dim=128", "dtype=f16 head_dim=256" }, "causal=true", "splitkv=true", "path=wgmma",
+    quick = true, sms = { "90a" } },
+  { "dtype=f16", "head_dim=64", "causal=top_left", MASK_KEYS, "splitkv=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { { "dtype=bf16 head_dim=64", "dtype=f16 head_dim=128" }, "causal=true", "dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=bf16", "head_dim=128", "causal=true", MASK_KEYS, "varlen=true dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=f16", "head_dim=128", "causal=true", "out=f32", "path=wgmma", sms = { "90a" } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

@@ -12,6 +12,10 @@ expect "list targets" 0 "sm_90" -- list
 expect "list variants" 0 "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 out=f32 grad=f32 causal=true" -- list --variants attention_bwd --sm 80
 expect "list variants, every SM" 0 "sm_121 norm_reduce w=bf16" -- list --variants all
 expect "list variants, sm_90a by its name (what --sm takes)" 0 "sm_90a attention dtype=" -- list --variants attention
+expect "list variants on sm_90a: the rows that name it (path=wgmma)" 0 "attention dtype=bf16 head_dim=128 causal=true splitkv=true path=wgmma" -- \
+    list --variants attention --sm 90a
+grep -qv "path=wgmma" "$tmp/out" && bad "sm_90a variants: a row that does not name sm_90a" "$(grep -v path=wgmma "$tmp/out" | head -1)" \
+    || ok "sm_90a variants: only the rows that name it"
 expect "list variants, full" 0 "rmsnorm x=f16 hidden=33 residual=true r=f32" -- list --variants rmsnorm --full --sm 90
 expect "list variants, unknown family" 2 "unknown kernel family 'groupnorm'; valid: attention" -- list --variants groupnorm
 expect "list --sm without --variants" 2 "--sm and --full go with --variants FAMILY" -- list --sm 80

@@ -67,7 +67,7 @@ static int matrix_variants(kiln_gen *gen, const char *const *families, int nfam,
     return n;
 }
 
-/* The quick suite's slice of the SMs past sm_90 (KILN_TEST_FULL=1 keeps every variant): every
+/* The quick suite's slice of the SMs past sm_90 (sm_90a's rows, quick ones already, stay; KILN_TEST_FULL=1 keeps every variant): every
  * third variant of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory,
  * threads per SM); sm_103, sm_110 and sm_121 only in the full run; under the sanitizer build a third
  * of that. Compacts vs; returns the count. */
@@ -75,7 +75,7 @@ static int matrix_slice(matrix_variant *vs, int n) {
     if (matrix_full()) return n;
     int kept = 0, seen100 = 0, seen120 = 0;
     for (int i = 0; i < n; i++) {
-        int sm = vs[i].sm, keep = sm <= 90 || (sm == 100 && seen100++ % 3 == 0) || (sm == 120 && seen120++ % 3 == 0);
+        int sm = vs[i].sm, keep = sm <= 90 || kiln_sm_is_arch(sm) || (sm == 100 && seen100++ % 3 == 0) || (sm == 120 && seen120++ % 3 == 0);
         if (keep) vs[kept++] = vs[i];
     }
 #ifdef __SANITIZE_ADDRESS__

@@ -39,9 +39,25 @@ def _ptrs(meta, bound):
     return ptr_of
 
 
+def _shape_names(meta, bound, env):
+    """env with the dims a tensor's declaration names that are no kernel parameter (varlen's total_k) read from the
+    shape of the array bound to it, where the ranks agree."""
+    views = {p["name"]: v for p, v in bound if p["kind"] == "ptr" and v is not None}
+    for w in (l.split() for l in meta.get("launch", "").splitlines()):
+        if len(w) >= 4 and w[0] == "tensor" and w[1] in views:
+            dims = [d for d in w[3:] if "=" not in d]
+            shape = tuple(views[w[1]].shape)
+            if len(dims) == len(shape):
+                for d, n in zip(dims, shape):
+                    if d.isidentifier() and d not in env:
+                        env[d] = int(n)
+    return env
+
+
 def emulated(meta, params, bound):
     """The records of the kernel's tensormap parameters as the emulator reads them: {name: (keep, address)}."""
-    return records(meta, params, _extents.variables(spec_values(meta["spec"]), params), _ptrs(meta, bound))
+    env = _shape_names(meta, bound, _extents.variables(spec_values(meta["spec"]), params))
+    return records(meta, params, env, _ptrs(meta, bound))
 
 
 def encoded(rt, meta, params, bound):

@@ -69,6 +69,7 @@ function M.bind(b, spec, p, tile, over_keys)
   for _, name in ipairs(Q_ROWS) do v["stride_" .. name .. "b"] = 0 end
   for _, name in ipairs(K_ROWS) do v["stride_" .. name .. "b"] = 0 end
   v.rows = function(h) return b:i64(h) * b:i64(p.total_q) + b:i64(q_at) end
+  v.q_at, v.k_at = q_at, k_at -- (the sequence's first rows: TMA coordinates, lib/attn_wgmma_keys.lua)
   return v
 end
 

@@ -4,8 +4,9 @@
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA; not
--- split-KV, dropout, varlen, paged, append or rotary (those keep the FA2 kernel there).
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen,
+-- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
+-- lse index, the split epilogue, the dropout mask); not paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
@@ -33,6 +34,7 @@
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local pp = require("lib.attn_wgmma_pp")
+local keys = require("lib.attn_wgmma_keys")
 
 local M = {}
 
@@ -74,10 +76,10 @@ local function not_covered(spec)
     return "head_dim=256 with " .. (spec.window and "window" or "softcap") .. "=true (it spills: O alone holds 128 of the 240 registers)"
   end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
-    if spec[k] then return k .. "=true" end
+    if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
   if spec.rotary and spec.rotary ~= "none" and spec.rotary ~= false then return "rotary=" .. tostring(spec.rotary) end
-  return nil
+  return keys.not_built(spec)
 end
 M.not_covered = not_covered
 
@@ -92,29 +94,29 @@ function M.config(spec, target)
   end
   local why = not_covered(spec)
   if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA (use path=auto)")
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)")
   end
   local d = spec.head_dim
   local sh = SHAPES[d]
   local panels = d // 64
   local eb = util.dtype_bytes[spec.dtype]
   local bytes = (sh.nc * panels + 2 * sh.stages * panels) * PANEL * eb
-  return {
+  return keys.config(spec, {
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
     rows_per_block = 64 * sh.nc, block_n = BN, nc = sh.nc, stages = sh.stages, dec = sh.dec, inc = sh.inc,
     dynamic_smem = bytes, align = 16, arch_specific = true,
-  }
+  })
 end
 
 -- The tensor maps of the launch (docs/registry.md): q, k, v as [batch, seq, heads, d], boxes of 64 rows x 64
 -- columns, 128-byte swizzle.
 function M.launch(spec, cfg, l)
   l.tmaps = {
-    { "tm_q", "q", box = { 1, 64, 1, 64 }, swizzle = 128 },
-    { "tm_k", "k", box = { 1, 64, 1, 64 }, swizzle = 128 },
-    { "tm_v", "v", box = { 1, 64, 1, 64 }, swizzle = 128 },
+    { "tm_q", "q", box = keys.box(spec, "q"), swizzle = 128 },
+    { "tm_k", "k", box = keys.box(spec, "k"), swizzle = 128 },
+    { "tm_v", "v", box = keys.box(spec, "v"), swizzle = 128 },
   }
-  return l
+  return keys.launch(spec, cfg, l)
 end
 
 -- The kernel's parameters: attention.lua's (base_params: o, lse, q, k, v, the sizes, scale), the strides, the
@@ -124,6 +126,7 @@ local function declare(b, spec, base_params)
   for _, t in ipairs({ "q", "k", "v", "o" }) do
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
+  params = keys.params(spec, params)
   for _, t in ipairs({ "q", "k", "v" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   mask.params(spec, params)
   return b:kernel{ params = params }
@@ -145,7 +148,7 @@ local function key_tiles(b, spec, m, first, last)
 end
 
 function M.build(b, spec, cfg, base_params)
-  local p = declare(b, spec, base_params)
+  local p = keys.bind(b, spec, declare(b, spec, base_params), 64 * cfg.nc)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
   local t, wg = b:tid(), b:warpgroup()
@@ -157,10 +160,10 @@ function M.build(b, spec, cfg, base_params)
   local qbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local bz, h = b:ctaid("z"), b:ctaid("y")
   local hkv = h // (p.heads_q // p.heads_kv)
-  local q0 = b:ctaid("x") * (64 * nc)
+  local q0 = (p.qblock or b:ctaid("x")) * (64 * nc)
   local m = mask.setup(b, spec, p)
   local last = b:min(q0 + (64 * nc - 1), p.seq_q - 1)
-  local t0, t_end = key_tiles(b, spec, m, q0, last)
+  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, q0, last))
   local ntiles = b:max(t_end - t0, 0)
   local stage_bytes = 2 * panels * PANEL * util.dtype_bytes[T]
 
@@ -180,7 +183,7 @@ function M.build(b, spec, cfg, base_params)
       b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
       for c = 0, nc - 1 do
         for j = 0, panels - 1 do
-          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, { 64 * j, h, q0 + 64 * c, bz }, qbar)
+          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
         end
       end
       b:for_(0, ntiles, 1, function(k)
@@ -190,8 +193,8 @@ function M.build(b, spec, cfg, base_params)
         b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
         local row = (t0 + k) * BN
         for j = 0, panels - 1 do
-          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, row, bz }, fb)
-          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, row, bz }, fb)
+          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
+          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
         end
       end)
     end)
@@ -219,6 +222,7 @@ function M.build(b, spec, cfg, base_params)
     end
     if spec.alibi then slope = mask.slope(m, h) end
     local scale2 = p.scale * LOG2E
+    local drop = keys.dropout_setup(b, spec, p) -- (dropout=true: lib/attn_wgmma_keys.lua)
     b:mbarrier_wait(qbar, 0)
     -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
     -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
@@ -262,6 +266,7 @@ function M.build(b, spec, cfg, base_params)
         sum[r] = sum[r] and sum[r] + P[i] or P[i]
       end
       for r = 0, 1 do lv[r]:set(b:fma(lv[r]:get(), alpha[r], sum[r])) end
+      keys.drop(b, spec, drop, h, rows[0], kv0 + q * 2, P, BN // 8)
       return P, alpha
     end
     -- P packed into wgmma's A registers: register hh of k-step j holds elements 8j + 4(hh >> 1) + 2(hh & 1), +1
@@ -330,6 +335,12 @@ function M.build(b, spec, cfg, base_params)
       local lsum = b:warp_sum(lv[r]:get(), 4)
       local empty_row = b:le(lsum, 0.0)
       local inv = b:select(empty_row, 0.0, 1.0 / lsum)
+      if drop then inv = inv * drop.rp end
+      if spec.splitkv then -- (the partial O and lse of the block's split: lib/attn_wgmma_keys.lua)
+        local function o(j) return { ov[4 * j + 2 * r + 1]:get() * inv, ov[4 * j + 2 * r + 2]:get() * inv } end
+        keys.split_store(b, spec, p, bz, h, row, q, live, b:eq(q, 0), o, lsum, mv[r]:get())
+        goto continue
+      end
       local orow = p.o + b:i64(bz) * p.stride_ob + b:i64(h) * p.stride_oh + b:i64(b:select(live, row, 0)) * p.stride_os + q * 2
       local vals = {}
       for j = 0, d // 8 - 1 do
@@ -341,8 +352,9 @@ function M.build(b, spec, cfg, base_params)
       end)
       local m_use = b:select(b:eq(mv[r]:get(), NEG_INF), 0.0, mv[r]:get())
       local lse = b:select(empty_row, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))
-      local idx = (b:i64(bz) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(row)
+      local idx = keys.lse_index(b, spec, p, bz, h, row)
       b:if_(b:and_(b:and_(live, b:eq(q, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+      ::continue::
     end
   end)
 end

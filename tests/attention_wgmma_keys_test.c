@@ -1,0 +1,312 @@
+/* tests/attention_wgmma_keys_test.c - the keys of the sm_90a attention forward (path=wgmma) beyond the dense problem
+ * (templates/lib/attn_wgmma_keys.lua: varlen, split-KV, dropout) on the emulator against the float64 reference, the keys still refused
+ * (each naming its rule), planted template bugs caught, ptxas sm_90a (0 spills, no C7508) and lint. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln/emu_case.h"
+#include "kiln/kiln.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+#define MAXSEQ 8
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+static char dir[] = "/tmp/kiln-attn-wgmma-keys-XXXXXX";
+
+typedef struct row {
+    const char *spec;
+    int heads_q, heads_kv;
+    int nseq;                    /* varlen: the sequences */
+    int lq[MAXSEQ], lk[MAXSEQ];  /* their query and key lengths */
+    int used[MAXSEQ], has_used;  /* seqused_k */
+    int left, right;             /* window=true */
+    int twice;
+    int seq_q, seq_k, batch, splits; /* the dense problem (not varlen); splits: splitkv=true */
+    double dropout;                  /* dropout=true: the rate */
+} row;
+
+/* Runs one case on g (the built-in templates or a planted copy); *bad: values out of tolerance; err names a
+ * failed run or the first bad value. */
+static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, kiln_error *err) {
+    kiln_case_opts o = {.sm = SM90A, .seed = 11, .twice = r->twice};
+    kiln_case_opts_set(&o, "rows", r->nseq ? 1 : r->seq_q); /* (varlen: the lengths come from the lists) */
+    if (!r->nseq) kiln_case_opts_set(&o, "seq_k", r->seq_k), kiln_case_opts_set(&o, "batch", r->batch);
+    if (r->splits) kiln_case_opts_set(&o, "splits", r->splits);
+    if (r->dropout > 0) kiln_case_opts_set(&o, "dropout", r->dropout), kiln_case_opts_set(&o, "dropout_offset", 12345);
+    kiln_case_opts_set(&o, "heads_q", r->heads_q);
+    kiln_case_opts_set(&o, "heads_kv", r->heads_kv);
+    if (r->nseq) {
+        o.nvarlen = r->nseq, o.varlen_q = r->lq, o.varlen_k = r->lk;
+        if (r->has_used) o.seqused_k = r->used;
+    }
+    if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
+    if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 5);
+    if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(c, err);
+    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
+    if (st == KILN_OK && *bad) {
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            if (kiln_case_output_at(c, i)->bad) snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    kiln_case_free(c);
+    return st;
+}
+
+/* varlen: sequences of 0, 1, odd and >64 rows packed back to back, so a 64-row box from one sequence reaches into
+ * the next (keys masked by the sequence's own seq_k, rows not stored); key lengths apart from query lengths;
+ * seqused_k; GQA; every mask key; both causal alignments; d128 and d256; run twice (thread orders). */
+static const row ROWS[] = {
+    {"attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 4, 2, 4, {0, 1, 37, 130}, {5, 0, 64, 129}, {0}, 0, 0, 0, 1, 0, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 3, {70, 3, 65}, {20, 100, 9}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=f16 head_dim=128 causal=top_left varlen=true path=wgmma", 2, 1, 3, {33, 80, 1}, {90, 30, 70}, {17, 30, 0}, 1, 0, 0, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=128 causal=true window=true softcap=true alibi=true varlen=true path=wgmma", 2, 1, 3,
+     {17, 1, 100}, {20, 0, 140}, {0}, 0, 9, 3, 0, 0, 0, 0, 0, 0},
+    {"attention dtype=bf16 head_dim=256 causal=true alibi=true varlen=true path=wgmma", 2, 2, 2, {70, 9}, {75, 60}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0},
+    /* split-KV: the partial O and lse per split, attention_combine after; more splits than key tiles (empty runs),
+     * decoding (one query), the mask keys (the window's run of tiles cut in splits), d256 */
+    {"attention dtype=bf16 head_dim=64 causal=true splitkv=true path=wgmma", 2, 1, .twice = 1, .seq_q = 70, .seq_k = 300, .batch = 1, .splits = 3},
+    {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 4, 1, .seq_q = 1, .seq_k = 200, .batch = 2, .splits = 8},
+    {"attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma", 2, 2, .left = 70,
+     .right = 5, .seq_q = 33, .seq_k = 260, .batch = 1, .splits = 4},
+    {"attention dtype=bf16 head_dim=256 causal=true splitkv=true path=wgmma", 2, 1, .seq_q = 3, .seq_k = 150, .batch = 1, .splits = 2},
+    /* dropout: the keep mask written by the kernel equals the float64 reference's Philox bits (the FA2 kernel's, same
+     * seed and offset) exactly; O and lse vs float64; with every mask key, varlen (counted within the sequence), d128 */
+    {"attention dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma", 2, 1, .twice = 1, .seq_q = 70, .seq_k = 150,
+     .batch = 2, .dropout = 0.2},
+    {"attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true path=wgmma", 2, 2,
+     .left = 40, .right = 3, .seq_q = 65, .seq_k = 100, .batch = 1, .dropout = 0.3},
+    {"attention dtype=f16 head_dim=64 causal=true varlen=true dropout=true dropout_mask=true path=wgmma", 2, 1, 3, {17, 1, 80}, {20, 0, 70},
+     .dropout = 0.1},
+};
+
+static void test_emulator(void) {
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        const row *r = &ROWS[i];
+        char name[400], lens[160] = "";
+        int n = 0;
+        for (int s = 0; s < r->nseq; s++) n += snprintf(lens + n, sizeof lens - (size_t)n, "%s%dx%d", s ? "," : "", r->lq[s], r->lk[s]);
+        if (!r->nseq) snprintf(lens, sizeof lens, "seq %d x %d, batch %d, %d splits", r->seq_q, r->seq_k, r->batch, r->splits);
+        snprintf(name, sizeof name, "%s sm_90a: %s%s, heads %d:%d%s vs float64", r->spec + 10, lens,
+                 r->has_used ? " with seqused_k" : "", r->heads_q, r->heads_kv, r->twice ? ", run twice" : "");
+        TEST_BEGIN(name);
+        kiln_error err = {0};
+        long bad = 0;
+        kiln_status st = run_case(gen, emu, r, &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld bad: %s", bad, err.msg);
+        TEST_END();
+    }
+}
+
+static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
+    kiln_module *m = NULL;
+    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
+    return m;
+}
+
+static void test_launch_and_refusals(void) {
+    TEST_BEGIN("varlen on path=wgmma: the FA2 kernel's varlen launch plus maps over the packed tensors; the keys not built refused by name");
+    kiln_error err = {0};
+    kiln_module *m = emit(gen, "attention dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma", SM90A, &err);
+    CHECK(m, "%s", err.msg);
+    if (m) {
+        const char *t = kiln_module_text(m);
+        CHECK(strstr(t, "wgmma.mma_async") && strstr(t, "cp.async.bulk.tensor.3d"), "no wgmma / 3-d TMA");
+        CHECK(strstr(t, "// kiln.meta tmap tm_k k 64 1 64 swizzle=128") && strstr(t, "// kiln.meta tmap tm_q q 64 1 64 swizzle=128"),
+              "the maps' boxes over [total, heads, d]");
+        CHECK(strstr(t, "cu_seqlens_q") && strstr(t, "cu_seqlens_k") && strstr(t, "seqused_k"), "varlen's tensors");
+        kiln_module_free(m);
+    }
+    static const struct {
+        const char *spec, *want;
+    } refused[] = {
+        {"attention dtype=bf16 head_dim=128 paged=true path=wgmma", "paged=true"},
+        {"attention dtype=bf16 head_dim=256 dropout=true path=wgmma", "head_dim=256 with dropout=true (it spills"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        kiln_error e2 = {0};
+        kiln_module *r = emit(gen, refused[i].spec, SM90A, &e2);
+        CHECK(!r && strstr(e2.msg, refused[i].want) && strstr(e2.msg, "varlen"), "%s: %s", refused[i].spec, r ? "generated" : e2.msg);
+        kiln_module_free(r);
+    }
+    TEST_END();
+}
+
+/* Planted bugs: a copy of the templates with one edit to file; each must fail its case. */
+static void test_planted(void) {
+    static const struct {
+        const char *what, *file, *from, *to;
+        row r;
+    } bugs[] = {
+        {"varlen: K/V boxes from the packed tensor's row 0, not the sequence's", "lib/attn_wgmma_keys.lua",
+         "return { col, h, p.k_at + row }", "return { col, h, row }",
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+        {"varlen: Q boxes from the packed tensor's row 0", "lib/attn_wgmma_keys.lua",
+         "return { col, h, p.q_at + row }", "return { col, h, row }",
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+        {"varlen: the next sequence's keys in a box's tail unmasked (the tail tile run whole)", "lib/attn_wgmma.lua",
+         "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)", "local f1 = ntiles",
+         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+        {"varlen: lse at the dense index", "lib/attn_wgmma_keys.lua", "if spec.varlen then return p.rows(h) + b:i64(row) end", "",
+         {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+        {"split-KV: every split takes the first run of key tiles", "lib/attn_wgmma_keys.lua", "local lo = t0 + b:min(p.split * per, n)",
+         "local lo = t0", {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
+        {"split-KV: the partial lse in natural log (the combine weighs in base 2)", "lib/attn_wgmma_keys.lua",
+         "m_use + b:lg2_approx(lsum))", "(m_use + b:lg2_approx(lsum)) * 0.6931471805599453)",
+         {"attention dtype=f16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 20, .seq_k = 200, .batch = 1, .splits = 2}},
+        {"dropout: the mask's keys one column apart from the fragment's (2q read as q)", "lib/attn_wgmma.lua",
+         "keys.drop(b, spec, drop, h, rows[0], kv0 + q * 2,", "keys.drop(b, spec, drop, h, rows[0], kv0 + q,", {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", 1, 1, .seq_q = 30, .seq_k = 40, .batch = 1,
+         .dropout = 0.3}},
+        {"dropout: O not scaled by 1 / (1 - p)", "lib/attn_wgmma.lua", "if drop then inv = inv * drop.rp end", "",
+         {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", 1, 1, .seq_q = 30, .seq_k = 40, .batch = 1, .dropout = 0.3}},
+        {"split-KV: query block and split read the other way from grid x", "lib/attn_wgmma_keys.lua",
+         "p.qblock, p.split = x // p.splits, x % p.splits", "p.qblock, p.split = x % p.splits, x // p.splits",
+         {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 200, .seq_k = 130, .batch = 1, .splits = 3}},
+    };
+    const char *src = __FILE__;
+    const char *cut = strstr(src, "tests/attention_wgmma_keys_test.c");
+    char root[512];
+    snprintf(root, sizeof root, "%.*s", cut ? (int)(cut - src) : 0, src);
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char name[300];
+        snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
+        TEST_BEGIN(name);
+        char cmd[1400], path[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
+        CHECK(system(cmd) == 0, "could not copy the templates: %s", cmd);
+        snprintf(path, sizeof path, "%s/t/%s", dir, bugs[i].file);
+        size_t len = 0;
+        char *text = slurp(path, &len);
+        char *at = text ? strstr(text, bugs[i].from) : NULL;
+        CHECK(at, "the template no longer has '%s'", bugs[i].from);
+        if (at) {
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fwrite(text, 1, (size_t)(at - text), f);
+                fputs(bugs[i].to, f);
+                fputs(at + strlen(bugs[i].from), f);
+                fclose(f);
+            }
+            kiln_gen *pg = NULL;
+            char tdir[600];
+            snprintf(tdir, sizeof tdir, "%s/t", dir);
+            kiln_gen_options o = {.template_dir = tdir};
+            kiln_error err = {0};
+            if (kiln_gen_create(&pg, &o, &err) == KILN_OK) {
+                long bad = 0;
+                kiln_status st = run_case(pg, emu, &bugs[i].r, &bad, &err);
+                CHECK(st != KILN_OK || bad > 0, "ran clean");
+                if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
+            } else {
+                CHECK(0, "setup: %s", err.msg);
+            }
+            if (pg) kiln_gen_destroy(pg);
+        }
+        free(text);
+        TEST_END();
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+}
+
+/* The keys' variants lint clean (a sample; 96 under KILN_TEST_FULL=1, assembled by ptxas sm_90a there: 0 spills, no
+ * C7508). */
+static void test_ptxas(void) {
+    static const char *const quick[] = {
+        "attention dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma",
+        "attention dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true varlen=true path=wgmma",
+        "attention dtype=bf16 head_dim=256 causal=true varlen=true path=wgmma",
+        "attention dtype=f16 head_dim=128 causal=true splitkv=true path=wgmma",
+        "attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma",
+        "attention dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
+    };
+    static char full[120][200];
+    static const char *ptrs[120];
+    const char *const *specs = quick;
+    int n = (int)(sizeof quick / sizeof quick[0]);
+    if (getenv("KILN_TEST_FULL")) {
+        static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
+        static const char *keys[] = {"", " window=true softcap=true alibi=true", " alibi=true"}, *how[] = {"varlen", "splitkv", "dropout"};
+        n = 0;
+        for (int a = 0; a < 2; a++)
+            for (int d = 64; d <= 256; d *= 2)
+                for (int c = 0; c < 3; c++)
+                    for (int k = 0; k < 3; k++)
+                        for (int w = 0; w < 3; w++) {
+                            if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap */
+                            if (d == 256 && w == 2) continue;         /* nor dropout */
+                            snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s %s=true path=wgmma", dts[a], d,
+                                     causal[c], keys[k], how[w]);
+                            ptrs[n] = full[n];
+                            n++;
+                        }
+        specs = ptrs;
+    }
+    /* (the quick run lints; ptxas assembles these variants in attention_ptxas_test's sm_90a rows, so here only under
+     * KILN_TEST_FULL=1, over the 96) */
+    const char *ptxas = getenv("KILN_TEST_FULL") ? ptxas_path() : NULL;
+    TEST_BEGIN("ptxas sm_90a (KILN_TEST_FULL=1): the wgmma attention's key variants assemble, 0 spills, no C7508; lint clean");
+    ptxas_job jobs[120];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, specs[i], SM90A, &err);
+        CHECK(m, "%s: %s", specs[i], err.msg);
+        if (!m) continue;
+        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
+        kiln_lint_report *rep = NULL;
+        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
+            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings", specs[i], kiln_lint_count(rep));
+            kiln_lint_free(rep);
+        } else {
+            CHECK(0, "%s: lint: %s", specs[i], err.msg);
+        }
+        jobs[i].sm = SM90A;
+        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
+        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
+        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
+        kiln_module_free(m);
+    }
+    if (ptxas) {
+        ptxas_run_all(ptxas, jobs, n, 2);
+        for (int i = 0; i < n; i++) {
+            size_t len = 0;
+            char *log = slurp(jobs[i].log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
+                  jobs[i].status, spills, log ? log : "");
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
+            free(log);
+            unlink(jobs[i].log);
+        }
+    }
+    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    TEST_END();
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("attention_wgmma_keys: setup: %s\nattention_wgmma_keys: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_emulator();
+    test_launch_and_refusals();
+    test_planted();
+    test_ptxas();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    rmdir(dir);
+    return check_summary("attention_wgmma_keys");
+}
