@@ -454,11 +454,10 @@ function K.launch(spec, cfg)
   tensor("dk")
   tensor("dv")
   t[#t + 1] = { "delta", "workspace", rows, align = 16 }
-  local det = spec.deterministic or cfg.path == "wgmma" -- (path=wgmma: dQ from kernel=dq, no atomics)
-  t[#t + 1] = { "dq_acc", "workspace", det and { 0 } or acc, align = 16 }
+  t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
-  l.after = { { seq_spec(spec, det and "dq" or "convert", false) } }
+  l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
   if cfg.path == "wgmma" then bwd_wgmma.launch(spec, cfg, l) end
   return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
 end

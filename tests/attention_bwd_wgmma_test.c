@@ -1,6 +1,6 @@
 /* tests/attention_bwd_wgmma_test.c - the attention backward's sm_90a dkdv kernel (path=wgmma,
  * templates/lib/attn_bwd_wgmma.lua: TMA producer, Q/dO ring on mbarriers, wgmma consumers) on the emulator: the
- * whole sequence (prep, dkdv, dq) against the float64 gradients through the family's case runner, path selection
+ * whole sequence (prep, dkdv with dQ's atomics, convert; or, deterministic, prep, dkdv, dq) against the float64 gradients through the family's case runner, path selection
  * and refusals, planted template bugs caught, the profile's wgmma/TMA/ex2 counts, ptxas sm_90a (0 spills, no
  * C7508) and lint. */
 #include <math.h>
@@ -51,10 +51,11 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
     return st;
 }
 
-/* Small problems: odd tails on both lengths (TMA's zero fill past seq_q and seq_k, stores past seq_k not made),
- * one query and one key, GQA/MQA (a block sums its group's heads), batches, both causal alignments (query tiles
- * before a key block's first visible row skipped), every mask key, grad=f32, d64 (two consumer warpgroups, 128
- * keys a block) and d128 / softcap (one), two run twice in both thread orders. */
+/* Small problems: odd tails on both lengths (TMA's zero fill past seq_q and seq_k, stores and dQ atomics past them
+ * not made), one query and one key, GQA/MQA (a block sums its group's heads), batches, both causal alignments
+ * (query tiles before a key block's first visible row skipped), every mask key, grad=f32, d64 (two consumer
+ * warpgroups, 128 keys a block) and d128 / softcap (one), dQ by atomics (default) and by kernel=dq
+ * (deterministic=true), three run twice in both thread orders (the atomics' order differs: within tolerance). */
 static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 1},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0},
@@ -65,7 +66,9 @@ static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 130, 1, 1, 1, 20, 5, 0},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 80, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true deterministic=true path=wgmma", 130, 200, 2, 1, 1, 0, 0, 1},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 deterministic=true path=wgmma", 70, 65, 1, 1, 2, 0, 0, 0},
 };
 
 static void test_emulator(void) {
@@ -110,6 +113,11 @@ static void test_selection(void) {
         if (!m) continue;
         int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
         CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
+        if (has) { /* dQ's f32 atomics in the kernel unless deterministic=true */
+            int atomics = strstr(kiln_module_text(m), "atom.global.add.f32") || strstr(kiln_module_text(m), "red.global.add.f32");
+            int want = !strstr(cases[i].spec, "deterministic=true");
+            CHECK(atomics == want, "%s: atomics %s", cases[i].spec, atomics ? "present" : "absent");
+        }
         kiln_module_free(m);
     }
     static const struct {
@@ -169,6 +177,14 @@ static void test_planted(void) {
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 200, 64, 1, 1, 1, 0, 0, 0}},
         {"rows past seq_q keep a stale lse", "row_val(p.lse, c, POS_INF)", "row_val(p.lse, c, -200.0)",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"dS stored for dQ without the 128B swizzle's XOR", "((2 * w + rr) ~ (2 * q + e)) * 8", "(2 * w + rr) * 8",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+        {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+        {"dQ's atomics on the wrong query row", "local row = q0 + w * 16 + g + 8 * r\n", "local row = q0 + w * 16 + g\n",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+        {"the dS barrier waited on the wrong parity", "b:mbarrier_wait(dsbar + 2 * wg, it % 2)", "b:mbarrier_wait(dsbar + 2 * wg, (it + 1) % 2)",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
     };
     const char *src = __FILE__;
     const char *cut = strstr(src, "tests/attention_bwd_wgmma_test.c");
@@ -220,11 +236,12 @@ static void test_planted(void) {
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
 }
 
-/* The profile of the dkdv kernel, bf16 d64 causal (bottom-right, shift 70), seq_q 130 x seq_k 200, 2 heads: blocks
+/* The profile of the (atomic) dkdv kernel, bf16 d64 causal (bottom-right, shift 70), seq_q 130 x seq_k 200, 2 heads: blocks
  * of 128 keys (two consumer warpgroups of 64), 2 per head; block 0 (keys 0..127) visits the query tiles from row 0
  * (3 tiles: 64, 64, 2 rows), block 1 (keys 128..199) from row 58 (2 tiles): 10 block-tiles, 8 consumer warps each.
  * Per consumer warp and tile: fence, 4 S^T, commit, 4 dP^T, commit, wait; fence, 4 dV, commit, wait; fence, 4 dK,
- * commit, 2 waits (27 wgmma warp instructions), 32 ex2 (P^T); TMA per block: K's and V's panel of each consumer
+ * commit, 2 waits; fence, 4 dQ, commit, wait (34 wgmma warp instructions), 32 ex2 (P^T), 32 st.shared (dS for dQ);
+ * TMA per block: K's and V's panel of each consumer
  * warpgroup (4), then Q's and dO's panel per tile (2). */
 static void test_profile(void) {
     TEST_BEGIN("profile of the bf16 d64 causal dkdv 130 x 200: wgmma, TMA and ex2 warp instructions");
@@ -243,7 +260,8 @@ static void test_profile(void) {
         CHECK(st == KILN_OK, "%s", err.msg);
         if (st == KILN_OK) {
             const int blocks = 4, block_tiles = 10, warp_tiles = 8 * block_tiles;
-            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(warp_tiles * 27), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 27);
+            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(warp_tiles * 34), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 34);
+            CHECK(p.inst[KILN_PROF_ST_SHARED] == (unsigned long long)(warp_tiles * 32), "st.shared %llu, want %d", (unsigned long long)p.inst[KILN_PROF_ST_SHARED], warp_tiles * 32);
             CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 2), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 2);
             CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(warp_tiles * 32), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], warp_tiles * 32);
             if (getenv("KILN_TEST_VERBOSE"))
@@ -266,19 +284,21 @@ static void test_ptxas(void) {
         "attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=true window=true alibi=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true deterministic=true path=wgmma",
     };
     static char full[64][200];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
-        static const char *keys[] = {"", " window=true alibi=true", " softcap=true", " window=true softcap=true alibi=true grad=f32"};
+        static const char *keys[] = {"", " window=true alibi=true", " softcap=true", " window=true softcap=true alibi=true grad=f32",
+                                     " deterministic=true", " window=true softcap=true alibi=true deterministic=true"};
         static const char *ptrs[64];
         n = 0;
         for (int a = 0; a < 2; a++)
             for (int d = 64; d <= 128; d *= 2)
                 for (int c = 0; c < 3; c++)
-                    for (int k = 0; k < 4; k++) {
+                    for (int k = 0; k < 6; k++) {
                         if (d == 128 && strstr(keys[k], "softcap")) continue; /* d128: softcap refused (spills) */
                         snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s path=wgmma", dts[a], d,
                                  causal[c], keys[k]);

@@ -88,8 +88,10 @@ function M.config(spec, target)
   end
   local sh = spec.softcap and SOFTCAP[spec.head_dim] or SHAPES[spec.head_dim]
   local panels = spec.head_dim // 64
-  local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels) * PANEL * util.dtype_bytes[spec.dtype]
+  local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
+  local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
   return {
+    atomic = atomic,
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
     rows_per_block = 64 * sh.nc, block_n = 64 * sh.nc, block_m = BM, nc = sh.nc, stages = sh.stages,
     dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true,
@@ -120,8 +122,10 @@ function M.build(b, spec, cfg, params, io)
   local sv = sk + nc * panels * PANEL
   local sq = sv + nc * panels * PANEL
   local sdo = sq + ns * panels * PANEL
-  local bars = b:shared("f32", 2 * (1 + 2 * ns), 8)
+  local sds = sdo + ns * panels * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
+  local dsbar = bars + 2 + 4 * ns -- (atomic dQ: per consumer warpgroup, its 128 threads' dS stores)
   local bi, hkv = b:ctaid("z"), b:ctaid("y")
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * (64 * nc)
@@ -136,6 +140,9 @@ function M.build(b, spec, cfg, params, io)
     for s = 0, ns - 1 do
       b:mbarrier_init(full + 2 * s, 1)
       b:mbarrier_init(empty + 2 * s, 128 * nc)
+    end
+    if cfg.atomic then
+      for c = 0, nc - 1 do b:mbarrier_init(dsbar + 2 * c, 128) end
     end
   end)
   b:barrier()
@@ -271,19 +278,68 @@ function M.build(b, spec, cfg, params, io)
             dS[i] = P[i] * (dP[i + 1] - dl[c])
           end
         end
+        local my_ds = sds + wg * PANEL
+        if cfg.atomic then
+          -- dQ (queries x d) += dS K needs dS as A: dS^T's fragment stored transposed into this warpgroup's
+          -- [query][key] tile (128B-swizzled, wgmma's K-major A; element (qr, kr) in row qr, 16-byte chunk
+          -- kr / 8 XOR qr % 8), the 128 threads' stores gathered on an mbarrier and handed to the async proxy.
+          -- Element i: key kr = 16w + g + 8 rr (chunk 2w + rr, column g), query qr = 8 jj + 2q + e (qr % 8 = 2q + e)
+          local base = {}
+          for rr = 0, 1 do
+            for e = 0, 1 do base[2 * rr + e] = (2 * q + e) * 64 + ((2 * w + rr) ~ (2 * q + e)) * 8 + g end
+          end
+          for i = 0, BM // 2 - 1 do
+            local rr, e, jj = (i >> 1) & 1, i & 1, i >> 2
+            b:store(my_ds + (base[2 * rr + e] + 512 * jj), b:from_f32(dS[i], T))
+          end
+          b:fence_proxy_async()
+          b:mbarrier_arrive(dsbar + 2 * wg)
+        end
         for i = 1, d // 2 do DK[i] = dkv[i]:get() end
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
           DK = b:wgmma{ n = d, type = T, a = areg(dS, j), b = desc(qs + 1024 * j, 8192), acc = DK, trans_b = true }
         end
         b:wgmma_commit()
-        DV = b:wgmma_wait(0, DV)
-        DK = b:wgmma_wait(0, DK)
-        for i = 1, d // 2 do
-          dvv[i]:set(DV[i])
-          dkv[i]:set(DK[i])
+        -- dV, dK back into their registers; the stage (Q, dO) is free for the producer
+        local function settle()
+          DV = b:wgmma_wait(0, DV)
+          DK = b:wgmma_wait(0, DK)
+          for i = 1, d // 2 do
+            dvv[i]:set(DV[i])
+            dkv[i]:set(DK[i])
+          end
+          b:mbarrier_arrive(empty + 2 * s)
         end
-        b:mbarrier_arrive(empty + 2 * s)
+        if cfg.atomic then
+          b:mbarrier_wait(dsbar + 2 * wg, it % 2)
+          settle()
+          -- 64 columns of dQ at a time (K's panels): 32 more registers beside dK and dV, not d/2
+          for hp = 0, panels - 1 do
+            local DQ
+            b:wgmma_fence()
+            for j = 0, BM // 16 - 1 do
+              DQ = b:wgmma{ n = 64, type = T, a = desc(my_ds + 16 * j, 16), b = desc(my_k + hp * PANEL + 1024 * j, 8192), acc = DQ,
+                            trans_b = true }
+            end
+            b:wgmma_commit()
+            DQ = b:wgmma_wait(0, DQ)
+            -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
+            for r = 0, 1 do
+              local row = q0 + w * 16 + g + 8 * r
+              b:if_(b:lt(row, p.seq_q), function()
+                local at = p.dq_acc + (ri + b:i64(row)) * d + (64 * hp + 2 * q)
+                for j = 0, 7 do
+                  local i = 4 * j + 2 * r
+                  b:atomic_add(at + 8 * j, DQ[i + 1])
+                  b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                end
+              end)
+            end
+          end
+        else
+          settle()
+        end
       end)
     end)
     -- epilogue: dK scale and dV in the grad dtype, rows of keys < seq_k
