@@ -5,8 +5,9 @@
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
 -- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; not dropout or varlen. dQ comes from the sequence's kernel=dq (the deterministic form:
--- this kernel makes no atomics, the workspace has no dq_acc), prep (delta) runs before it as for every path.
+-- batch/heads/lengths; not dropout or varlen. dQ: by default this kernel adds dS K into the f32 workspace dq_acc
+-- with atomics (FA3's default; prep zeroes it, convert scales and rounds it); deterministic=true makes no atomics
+-- and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
 -- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
@@ -15,9 +16,10 @@
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA). Shared memory (dynamic, 1024-byte aligned):
--- K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO (d/64 panels each); a panel is
--- 64 rows of 128 bytes, 128B-swizzled, which is also the layout wgmma's descriptors name. Barriers: kbar (K, V
--- landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
+-- K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO (d/64 panels each), then (atomic
+-- dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes, 128B-swizzled, which is also the
+-- layout wgmma's descriptors name. Barriers: kbar (K, V landed), full[s] (1 arrival + the stage's bytes), empty[s]
+-- (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
 --
 -- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
 -- keys (mask.query_range: causal and window skip the others). Per tile a consumer warpgroup:
@@ -26,7 +28,12 @@
 --   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{d}k16 issued before dP^T is waited;
 --   dS^T = P^T (dP^T - delta) (softcap: times 1 - tanh^2, computed with P^T once dP^T is in); dK += dS^T Q by 4
 --   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P), dO / Q B N-major as
---   stored (trans_b). Then the consumer arrives on empty. lse and delta come from global memory (L1) per tile.
+--   stored (trans_b). lse and delta come from global memory (L1) per tile. Atomic dQ: dS^T's fragment is stored
+--   transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A), the warpgroup's
+--   stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK waited (the consumer
+--   then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of d (K N-major, trans_b), each 64
+--   columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer arrives on empty
+--   once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
