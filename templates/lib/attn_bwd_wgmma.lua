@@ -118,6 +118,9 @@ end
 -- Builds the kernel. params: attention_bwd's dkdv parameter list (tensors, sizes, strides, mask values);
 -- io.base(p, t, bi, h): row 0 of (batch bi, head h) in tensor t; io.row_index(p, bi, h): (bi, h, row 0) of lse/delta.
 function M.build(b, spec, cfg, params, io)
+  -- (batch: the tensor maps' outer extent, which the launch's binders read from the kernel's arguments, as for
+  -- the forward's wgmma kernel)
+  params[#params + 1] = { "batch", "i32" }
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   local p = b:kernel{ params = params }
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
