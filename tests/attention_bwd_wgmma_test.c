@@ -175,8 +175,10 @@ static void test_planted(void) {
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
         {"producer not waiting for a free stage", "b:if_(b:ge(it, ns), function()", "b:if_(b:ge(it, 1000000), function()",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 200, 64, 1, 1, 1, 0, 0, 0}},
-        {"rows past seq_q keep a stale lse", "row_val(p.lse, c, POS_INF)", "row_val(p.lse, c, -200.0)",
+        {"lse and delta read from the wrong columns of the stage", "(c & 1) + 2 * q))", "(c & 1)))",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"full barriers not counting the producer threads' lse/delta rows", "b:mbarrier_init(full + 2 * s, 1 + 128)",
+         "b:mbarrier_init(full + 2 * s, 1)", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
         {"dS stored for dQ without the 128B swizzle's XOR", "((2 * w + rr) ~ (2 * q + e)) * 8", "(2 * w + rr) * 8",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
@@ -240,8 +242,9 @@ static void test_planted(void) {
  * of 128 keys (two consumer warpgroups of 64), 2 per head; block 0 (keys 0..127) visits the query tiles from row 0
  * (3 tiles: 64, 64, 2 rows), block 1 (keys 128..199) from row 58 (2 tiles): 10 block-tiles, 8 consumer warps each.
  * Per consumer warp and tile: fence, 4 S^T, commit, 4 dP^T, commit, wait; fence, 4 dV, commit, wait; fence, 4 dK,
- * commit, 2 waits; fence, 4 dQ, commit, wait (34 wgmma warp instructions), 32 ex2 (P^T), 32 st.shared (dS for dQ);
- * TMA per block: K's and V's panel of each consumer
+ * commit, 2 waits; fence, 4 dQ, commit, wait (34 wgmma warp instructions), 32 ex2 (P^T), 32 ld.shared (the stage's
+ * lse and delta), 32 st.shared (dS for dQ) and, per block-tile, one st.shared per producer warp (lse/delta); TMA per
+ * block: K's and V's panel of each consumer
  * warpgroup (4), then Q's and dO's panel per tile (2). */
 static void test_profile(void) {
     TEST_BEGIN("profile of the bf16 d64 causal dkdv 130 x 200: wgmma, TMA and ex2 warp instructions");
@@ -261,7 +264,9 @@ static void test_profile(void) {
         if (st == KILN_OK) {
             const int blocks = 4, block_tiles = 10, warp_tiles = 8 * block_tiles;
             CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(warp_tiles * 34), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 34);
-            CHECK(p.inst[KILN_PROF_ST_SHARED] == (unsigned long long)(warp_tiles * 32), "st.shared %llu, want %d", (unsigned long long)p.inst[KILN_PROF_ST_SHARED], warp_tiles * 32);
+            CHECK(p.inst[KILN_PROF_ST_SHARED] == (unsigned long long)(warp_tiles * 32 + block_tiles * 4), "st.shared %llu, want %d",
+                  (unsigned long long)p.inst[KILN_PROF_ST_SHARED], warp_tiles * 32 + block_tiles * 4);
+            CHECK(p.inst[KILN_PROF_LD_SHARED] == (unsigned long long)(warp_tiles * 32), "ld.shared %llu, want %d", (unsigned long long)p.inst[KILN_PROF_LD_SHARED], warp_tiles * 32);
             CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 2), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 2);
             CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(warp_tiles * 32), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], warp_tiles * 32);
             if (getenv("KILN_TEST_VERBOSE"))

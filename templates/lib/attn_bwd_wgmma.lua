@@ -136,6 +136,8 @@ function M.build(b, spec, cfg, params, io)
   local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local dsbar = bars + 2 + 4 * ns -- (atomic dQ: per consumer warpgroup, its 128 threads' dS stores)
+  -- each stage's 64 rows of lse (base 2) and delta, staged by the producer warpgroup's threads
+  local srow = b:shared("f32", ns * 2 * BM, 16)
   local bi, hkv = b:ctaid("z"), b:ctaid("y")
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * (64 * nc)
@@ -148,7 +150,7 @@ function M.build(b, spec, cfg, params, io)
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(kbar, 1)
     for s = 0, ns - 1 do
-      b:mbarrier_init(full + 2 * s, 1)
+      b:mbarrier_init(full + 2 * s, 1 + 128) -- (the TMA thread's expect-tx and the 128 producer threads' rows)
       b:mbarrier_init(empty + 2 * s, 128 * nc)
     end
     if cfg.atomic then
@@ -160,7 +162,8 @@ function M.build(b, spec, cfg, params, io)
   -- producer: K and V of the block once, then per (query head, query tile) Q and dO into stage it % ns
   b:if_(b:eq(wg, nc), function()
     b:setmaxnreg("dec", cfg.dec)
-    b:if_(b:eq(t, 128 * nc), function()
+    local pt = t - 128 * nc
+    b:if_(b:eq(pt, 0), function()
       b:mbarrier_arrive(kbar, { tx = b:i32(2 * nc * panels * PANEL * eb) })
       for c = 0, nc - 1 do
         for j = 0, panels - 1 do
@@ -168,20 +171,34 @@ function M.build(b, spec, cfg, params, io)
           b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
         end
       end
-      b:for_(0, group, 1, function(gi)
-        local h = hkv * group + gi
-        b:for_(0, nqt, 1, function(qt)
-          local it = gi * nqt + qt
-          local s = it % ns
-          b:if_(b:ge(it, ns), function() b:mbarrier_wait(empty + 2 * s, (it // ns + 1) % 2) end)
-          local fb = full + 2 * s
+    end)
+    -- every producer thread: wait for a free stage; thread 0 issues Q's and dO's TMA, threads 0..63 stage the
+    -- tile's lse (x log2 e; +inf past seq_q: P = 0), 64..127 its delta (0 past seq_q), then all arrive on full
+    b:for_(0, group, 1, function(gi)
+      local h = hkv * group + gi
+      local ri = io.row_index(p, bi, h)
+      b:for_(0, nqt, 1, function(qt)
+        local it = gi * nqt + qt
+        local s = it % ns
+        b:if_(b:ge(it, ns), function() b:mbarrier_wait(empty + 2 * s, (it // ns + 1) % 2) end)
+        local fb = full + 2 * s
+        local row = q_start + qt * BM
+        b:if_(b:eq(pt, 0), function()
           b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
-          local row = q_start + qt * BM
           for j = 0, panels - 1 do
             b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, { 64 * j, h, row, bi }, fb)
             b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, { 64 * j, h, row, bi }, fb)
           end
         end)
+        local r = row + (pt % BM)
+        local live = b:lt(r, p.seq_q)
+        local at = ri + b:i64(b:select(live, r, 0))
+        b:if_(b:lt(pt, BM), function()
+          b:store(srow + (s * 2 * BM + pt), b:select(live, b:load(p.lse + at) * LOG2E, POS_INF))
+        end, function()
+          b:store(srow + (s * 2 * BM + pt), b:select(live, b:load(p.delta + at), 0.0))
+        end)
+        b:mbarrier_arrive(fb)
       end)
     end)
   end)
@@ -217,10 +234,8 @@ function M.build(b, spec, cfg, params, io)
         for j = 0, 7 do
           for e = 0, 1 do col[2 * j + e] = q0 + 8 * j + 2 * q + e end
         end
-        local function row_val(t, c, dead)
-          local live = b:lt(col[c], p.seq_q)
-          return b:select(live, b:load(t + ri + b:i64(b:select(live, col[c], 0))), dead)
-        end
+        -- (the stage's lse x log2 e and delta of local column c = 8j + 2q + e, staged by the producer)
+        local function row_val(which, c) return b:load(srow + (s * 2 * BM + which * BM + 8 * (c >> 1) + (c & 1) + 2 * q)) end
         b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
         local qs, dos = sq + s * (panels * PANEL), sdo + s * (panels * PANEL)
         b:wgmma_fence()
@@ -241,7 +256,7 @@ function M.build(b, spec, cfg, params, io)
         local dl = {}
         if fused then
           dP = b:wgmma_wait(0, dP)
-          for c = 0, 15 do dl[c] = row_val(p.delta, c, 0.0) end
+          for c = 0, 15 do dl[c] = row_val(1, c) end
         end
         -- wgmma's A registers of X's k-step j (query columns 16j .. 16j + 15), from the D fragment
         local function areg(X, j)
@@ -254,7 +269,7 @@ function M.build(b, spec, cfg, params, io)
         end
         -- P^T (element i: key row (i >> 1) & 1, query column (i >> 2, i & 1)), under dP^T's wgmma
         local P, dS, lse2 = {}, {}, {}
-        for c = 0, 15 do lse2[c] = row_val(p.lse, c, POS_INF) * LOG2E end
+        for c = 0, 15 do lse2[c] = row_val(0, c) end
         for i = 0, BM // 2 - 1 do
           local r, c = (i >> 1) & 1, 2 * (i >> 2) + (i & 1)
           local x, th
@@ -282,7 +297,7 @@ function M.build(b, spec, cfg, params, io)
         b:wgmma_commit()
         if not fused then
           dP = b:wgmma_wait(1, dP)
-          for c = 0, 15 do dl[c] = row_val(p.delta, c, 0.0) end
+          for c = 0, 15 do dl[c] = row_val(1, c) end
           for i = 0, BM // 2 - 1 do
             local c = 2 * (i >> 2) + (i & 1)
             dS[i] = P[i] * (dP[i + 1] - dl[c])
