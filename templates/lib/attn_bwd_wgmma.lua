@@ -15,10 +15,11 @@
 -- row past seq_q has Q = dO = 0 (its lse is taken as +inf: P = 0), a key past seq_k is not stored.
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
--- producer warpgroup (the last; its first thread issues every TMA). Shared memory (dynamic, 1024-byte aligned):
--- K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO (d/64 panels each), then (atomic
+-- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
+-- (dynamic, 1024-byte aligned): K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO (d/64 panels each), then (atomic
 -- dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes, 128B-swizzled, which is also the
--- layout wgmma's descriptors name. Barriers: kbar (K, V landed), full[s] (1 arrival + the stage's bytes), empty[s]
+-- layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta. Barriers: kbar (K, V landed), full[s]
+-- (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer threads' rows), empty[s]
 -- (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
 --
 -- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
@@ -28,12 +29,13 @@
 --   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{d}k16 issued before dP^T is waited;
 --   dS^T = P^T (dP^T - delta) (softcap: times 1 - tanh^2, computed with P^T once dP^T is in); dK += dS^T Q by 4
 --   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P), dO / Q B N-major as
---   stored (trans_b). lse and delta come from global memory (L1) per tile. Atomic dQ: dS^T's fragment is stored
---   transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A), the warpgroup's
---   stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK waited (the consumer
---   then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of d (K N-major, trans_b), each 64
---   columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer arrives on empty
---   once dV and dK are in.
+--   stored (trans_b). lse (x log2 e) and delta of the tile's 64 rows come from the stage in shared memory, where
+--   the producer warpgroup's threads put them (TMA would need lse rows padded to 16 bytes). Atomic dQ: dS^T's
+--   fragment is stored transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A),
+--   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
+--   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of d (K N-major,
+--   trans_b), each 64 columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer
+--   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
