@@ -1,8 +1,8 @@
 /* tests/attention_bwd_wgmma_test.c - the attention backward's sm_90a dkdv kernel (path=wgmma,
  * templates/lib/attn_bwd_wgmma.lua: TMA producer, Q/dO ring on mbarriers, wgmma consumers) on the emulator: the
- * whole sequence (prep, dkdv with dQ's atomics, convert; or, deterministic, prep, dkdv, dq) against the float64 gradients through the family's case runner, path selection
- * and refusals, planted template bugs caught, the profile's wgmma/TMA/ex2 counts, ptxas sm_90a (0 spills, no
- * C7508) and lint. */
+ * whole sequence (prep, dkdv with dQ's atomics, convert; or, deterministic, prep, dkdv, dq) against the float64
+ * gradients through the family's case runner, path selection and refusals, planted template bugs caught, the
+ * profile's wgmma/TMA/ex2/shared counts, ptxas sm_90a (0 spills, no C7508) and lint. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>

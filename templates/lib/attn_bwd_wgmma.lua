@@ -16,11 +16,11 @@
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
--- (dynamic, 1024-byte aligned): K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO (d/64 panels each), then (atomic
--- dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes, 128B-swizzled, which is also the
--- layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta. Barriers: kbar (K, V landed), full[s]
--- (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer threads' rows), empty[s]
--- (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
+-- (dynamic, 1024-byte aligned): K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO
+-- (d/64 panels each), then (atomic dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes,
+-- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
+-- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
+-- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
 --
 -- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
 -- keys (mask.query_range: causal and window skip the others). Per tile a consumer warpgroup:
