@@ -283,7 +283,9 @@ function M.build(b, spec, cfg, params, io)
           end
           local pv = b:ex2_approx(x)
           if first_q[r] then
-            local vis = b:and_(b:ge(col[c], first_q[r]), b:lt(col[c], end_q[r]))
+            -- (without a window the rows past end_q are those past seq_q, whose P is already 0: lse +inf)
+            local vis = b:ge(col[c], first_q[r])
+            if spec.window then vis = b:and_(vis, b:lt(col[c], end_q[r])) end
             pv = b:select(vis, pv, 0.0)
           end
           P[i] = pv
