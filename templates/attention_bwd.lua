@@ -40,6 +40,7 @@
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
+local bwd_wgmma = require("lib.attn_bwd_wgmma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
@@ -58,8 +59,8 @@ local K = {
       doc = "head dimension: a multiple of 8 up to 256 (tiles of the next width of 32, 64, 96, 128, 256, the columns past head_dim zero); 512 is refused" },
     vdim.KEY,
     mask.CAUSAL,
-    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt" },
-      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype)" },
+    { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
@@ -73,7 +74,7 @@ local function bspec(spec)
 end
 
 function K.check(spec)
-  local why = dropout.check(spec)
+  local why = dropout.check(spec) or bwd_wgmma.check(spec)
   if why then return why end
   if spec.dropout_mask and spec.window and spec.softcap and spec.alibi and (spec.kernel == "dkdv" or spec.kernel == "dq") then
     return "dropout_mask=true (a test output) with window, softcap and alibi all on needs 41 kernel parameters (kiln's limit is 40): leave one of window, softcap, alibi off"
@@ -114,7 +115,8 @@ function K.config(spec, target)
     return { block = ROW_THREADS, grid_tile = { rows, 1, 1 }, rows_per_block = rows, threads_per_row = 32,
              align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
   end
-  local cfg
+  local cfg = bwd_wgmma.config(spec, target) -- sm_90a: TMA + wgmma dkdv (lib/attn_bwd_wgmma.lua)
+  if cfg then return cfg end
   local avail, why = mma.available(spec, target)
   local use_mma = (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.path ~= "simt" and avail
   if spec.path == "mma" and not use_mma then
@@ -267,9 +269,16 @@ end
 
 -- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
 local function build_dkdv(b, spec, cfg)
-  local p = varlen.bind(b, spec, b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, {
+  local params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, {
     { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
-  }), { "q", "k", "v", "dout", "dk", "dv" }), true))) }, cfg.block_n, true)
+  }), { "q", "k", "v", "dout", "dk", "dv" }), true)))
+  if cfg.path == "wgmma" then
+    return bwd_wgmma.build(b, spec, cfg, params, {
+      base = function(p, t, bi, h) return base(b, p, t, bi, h) end,
+      row_index = function(p, bi, h) return row_index(b, p, bi, h) end,
+    })
+  end
+  local p = varlen.bind(b, spec, b:kernel{ params = params }, cfg.block_n, true)
   if cfg.path == "mma" then
     return mma.build_dkdv(b, spec, cfg, p, {
       base = function(t, bi, h) return base(b, p, t, bi, h) end,
@@ -399,7 +408,7 @@ end
 local function seq_spec(spec, kernel, det)
   return string.format("attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=%s deterministic=%s%s",
                        kernel, spec.dtype, spec.out, spec.grad, spec.head_dim, vdim.words(spec), tostring(spec.causal),
-                       kernel == "dq" and spec.path or "auto", tostring(det),
+                       kernel == "dq" and spec.path ~= "wgmma" and spec.path or "auto", tostring(det),
                        (kernel == "dq" and mask.words(spec) .. dropout.words(spec) or "") .. varlen.words(spec))
 end
 
@@ -450,6 +459,7 @@ function K.launch(spec, cfg)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
+  if cfg.path == "wgmma" then bwd_wgmma.launch(spec, cfg, l) end
   return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
 end
 

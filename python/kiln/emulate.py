@@ -298,9 +298,10 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     the sequence kiln.Runtime.attention_backward launches on a GPU. q, k, v, dout as in attention()
     (layout "bshd" or "bhsd"; dout like q, in o's dtype). o and lse: the forward's output and f32
     log-sum-exp ([batch, heads_q, seq_q]); None (both): the emulated forward computes them. grad_dtype: that
-    of dq/dk/dv (default q's). path: "auto", "mma" or "simt" for dkdv and dq. GQA/MQA: dk/dv summed over
-    each group's query heads. causal, window, softcap, alibi_slopes, dropout: as attention()'s (the forward's
-    values: the backward regenerates the forward's dropout mask from them).
+    of dq/dk/dv (default q's). path: "auto", "mma" or "simt" for dkdv and dq; "wgmma" (sm="90a"): the forward's
+    and dkdv's TMA + wgmma kernels. GQA/MQA: dk/dv summed over each group's query heads. causal, window,
+    softcap, alibi_slopes, dropout: as attention()'s (the forward's values: the backward regenerates the
+    forward's dropout mask from them).
     Returns (dq, dk, dv) in q's / k's layout."""
     if layout not in ("bshd", "bhsd"):
         raise KilnArgumentError("attention_backward: layout %r; valid: 'bshd', 'bhsd'" % (layout,))
@@ -351,7 +352,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     for a in (dq, dk, dv, delta, dq_acc):
         _poison(a)
     args = {"q": qa, "k": ka, "v": va, "o": oa, "dout": da, "lse": lsea, "delta": delta, "dq_acc": dq_acc,
-            "dq": dq, "dk": dk, "dv": dv, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
+            "dq": dq, "dk": dk, "dv": dv, "batch": b, "heads_q": hq, "heads_kv": hkv, "seq_q": sq, "seq_k": sk,
             "scale": (1.0 / np.sqrt(d)) if scale is None else float(scale), **keys.scalars()}
     if slopes is not None:
         args["alibi_slopes"] = _copy(slopes, "f32", "attention_backward: alibi_slopes")

@@ -92,6 +92,16 @@ def test_given_forward_outputs_bhsd_layout_and_scale():
         _check(got.transpose(0, 2, 1, 3), ref, TOL["f32"], name)
 
 
+@pytest.mark.parametrize("dt,det,d", [("bf16", False, 64), ("f16", True, 128)])
+def test_attention_backward_wgmma_sm90a(dt, det, d):
+    """path="wgmma" on sm_90a: the forward's and the backward's TMA + wgmma kernels (dQ by atomics in dkdv, or by
+    kernel=dq when deterministic), their tensor maps built from the launch lines, against float64."""
+    q, k, v, do = _inputs(dt, 1, 70, 40, 2, 1, d, seed=5 + d)
+    grads = kiln.emulate.attention_backward(q, k, v, do, causal=True, sm="90a", path="wgmma", deterministic=det)
+    for name, got, ref in zip(("dq", "dk", "dv"), grads, attention_grads(q, k, v, do, True)):
+        _check(got, ref, TOL[dt], name)
+
+
 def test_deterministic_agrees_with_atomic():
     q, k, v, do = _inputs("f32", 1, 40, 40, 2, 2, 32, seed=9)
     a = kiln.emulate.attention_backward(q, k, v, do, sm=80)

@@ -1,0 +1,396 @@
+-- templates/lib/attn_bwd_wgmma.lua - the attention backward's dkdv kernel on sm_90a in FlashAttention-3's
+-- structure (path=wgmma): a producer warpgroup issuing TMA for Q and dO tiles into a ring gated by mbarriers,
+-- consumer warpgroups each holding 64 keys' K and V in shared memory and dK, dV in registers, on wgmma.
+--
+-- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
+-- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
+-- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
+-- batch/heads/lengths; not dropout or varlen. dQ: by default this kernel adds dS K into the f32 workspace dq_acc
+-- with atomics (FA3's default; prep zeroes it, convert scales and rounds it); deterministic=true makes no atomics
+-- and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
+--
+-- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
+-- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
+-- the 128-byte swizzle; d128 takes two boxes a tile). Rows past seq_q / seq_k come in as TMA's zeros: a query
+-- row past seq_q has Q = dO = 0 (its lse is taken as +inf: P = 0), a key past seq_k is not stored.
+--
+-- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
+-- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
+-- (dynamic, 1024-byte aligned): K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO
+-- (d/64 panels each), then (atomic dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes,
+-- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
+-- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
+-- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
+--
+-- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
+-- keys (mask.query_range: causal and window skip the others). Per tile a consumer warpgroup:
+--   S^T = K Q^T and dP^T = V dO^T by d/16 chained m64n64k16 each (K, V as A and Q, dO as B from shared memory,
+--   all K-major as stored, two commit groups); P^T = exp2(S^T scale log2e - lse log2e) (the mask's score and
+--   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{d}k16 issued before dP^T is waited;
+--   dS^T = P^T (dP^T - delta) (softcap: times 1 - tanh^2, computed with P^T once dP^T is in); dK += dS^T Q by 4
+--   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P), dO / Q B N-major as
+--   stored (trans_b). lse (x log2 e) and delta of the tile's 64 rows come from the stage in shared memory, where
+--   the producer warpgroup's threads put them (TMA would need lse rows padded to 16 bytes). Atomic dQ: dS^T's
+--   fragment is stored transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A),
+--   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
+--   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of d (K N-major,
+--   trans_b), each 64 columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer
+--   arrives on empty once dV and dK are in.
+-- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
+local util = require("lib.util")
+local mask = require("lib.attn_mask")
+
+local M = {}
+
+local LOG2E = 1.4426950408889634
+local POS_INF = math.huge
+local BM = 64          -- query rows per tile
+local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
+-- Geometry per head_dim: consumer warpgroups (64 keys each), Q/dO ring stages, setmaxnreg counts (producer
+-- dec, consumers inc: (dec + NC inc) x 128 <= 65536). ptxas gives a 384-thread block 168 registers a thread
+-- (.maxnreg) whatever setmaxnreg later hands the consumers: d64 fits (dK, dV, S, dP: 128 f32) with two consumer
+-- warpgroups (128 keys a block, each Q/dO tile read once for both); d128 (192 f32) takes one consumer warpgroup
+-- (256 threads; setmaxnreg's most, 256 registers: at 240 window with ALiBi spilled 20 bytes; the block's 35840
+-- registers and 96 KiB of shared memory make one block an SM either way), and so does d64 with the softcap (its tanh
+-- values beside P spilled at 168, at 240 not). d128 with the softcap spilled 8 bytes at 256: not covered.
+local SHAPES = {
+  [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [128] = { nc = 1, stages = 2, dec = 24, inc = 256 },
+}
+local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
+
+-- Why the spec is not built on this path (nil when it is). spec: attention_bwd's builder spec (bspec).
+local function not_covered(spec)
+  if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
+  if spec.out ~= spec.dtype then return "out=" .. spec.out .. " (out = dtype only)" end
+  if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
+    return string.format("head_dim=%d (64 and 128 only)", spec.dim or spec.head_dim)
+  end
+  if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  if spec.softcap and not SOFTCAP[spec.head_dim] then
+    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.head_dim)
+  end
+  for _, k in ipairs({ "dropout", "varlen" }) do
+    if spec[k] then return k .. "=true" end
+  end
+  return nil
+end
+
+-- The refusal of path=wgmma on a kernel other than dkdv (nil when none): attention_bwd's check().
+function M.check(spec)
+  if spec.path == "wgmma" and spec.kernel ~= "dkdv" then
+    return "path=wgmma applies to kernel=dkdv only (its sequence runs prep, dq and convert on path=auto)"
+  end
+end
+
+-- The config of path=wgmma, or nil when the spec stays on attention_bwd.lua's paths. Errors: path=wgmma on a
+-- target without wgmma, or for a spec this path does not build.
+function M.config(spec, target)
+  if spec.path ~= "wgmma" then return nil end
+  if not target.wgmma then
+    error(string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
+                        target.name or ("sm_" .. target.sm)))
+  end
+  local why = not_covered(spec)
+  if why then
+    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)")
+  end
+  local sh = spec.softcap and SOFTCAP[spec.head_dim] or SHAPES[spec.head_dim]
+  local panels = spec.head_dim // 64
+  local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
+  local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
+  return {
+    atomic = atomic,
+    path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
+    rows_per_block = 64 * sh.nc, block_n = 64 * sh.nc, block_m = BM, nc = sh.nc, stages = sh.stages,
+    dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true,
+  }
+end
+
+-- The tensor maps of the launch (docs/registry.md): q, k, v, dout as [batch, seq, heads, d], boxes of 64 rows x
+-- 64 columns, 128-byte swizzle.
+function M.launch(spec, cfg, l)
+  l.tmaps = {}
+  for _, t in ipairs({ "q", "k", "v", "dout" }) do
+    l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = { 1, 64, 1, 64 }, swizzle = 128 }
+  end
+  return l
+end
+
+-- Builds the kernel. params: attention_bwd's dkdv parameter list (tensors, sizes, strides, mask values);
+-- io.base(p, t, bi, h): row 0 of (batch bi, head h) in tensor t; io.row_index(p, bi, h): (bi, h, row 0) of lse/delta.
+function M.build(b, spec, cfg, params, io)
+  -- (batch: the tensor maps' outer extent, which the launch's binders read from the kernel's arguments, as for
+  -- the forward's wgmma kernel)
+  params[#params + 1] = { "batch", "i32" }
+  for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
+  local p = b:kernel{ params = params }
+  local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
+  local panels = d // 64
+  local eb = util.dtype_bytes[T]
+  local t, wg = b:tid(), b:warpgroup()
+  local smem = b:dynamic_shared(T, 1024)
+  local sk = smem
+  local sv = sk + nc * panels * PANEL
+  local sq = sv + nc * panels * PANEL
+  local sdo = sq + ns * panels * PANEL
+  local sds = sdo + ns * panels * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
+  local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
+  local dsbar = bars + 2 + 4 * ns -- (atomic dQ: per consumer warpgroup, its 128 threads' dS stores)
+  -- each stage's 64 rows of lse (base 2) and delta, staged by the producer warpgroup's threads
+  local srow = b:shared("f32", ns * 2 * BM, 16)
+  local bi, hkv = b:ctaid("z"), b:ctaid("y")
+  local group = p.heads_q // p.heads_kv
+  local k0 = b:ctaid("x") * (64 * nc)
+  local m = mask.setup(b, spec, p)
+  -- the query rows [q_start, q_end) that see a key of the block; tiles of BM from q_start
+  local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * nc, p.seq_k) - 1)
+  local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM
+  local stage_bytes = 2 * panels * PANEL * eb
+
+  b:if_(b:eq(t, 0), function()
+    b:mbarrier_init(kbar, 1)
+    for s = 0, ns - 1 do
+      b:mbarrier_init(full + 2 * s, 1 + 128) -- (the TMA thread's expect-tx and the 128 producer threads' rows)
+      b:mbarrier_init(empty + 2 * s, 128 * nc)
+    end
+    if cfg.atomic then
+      for c = 0, nc - 1 do b:mbarrier_init(dsbar + 2 * c, 128) end
+    end
+  end)
+  b:barrier()
+
+  -- producer: K and V of the block once, then per (query head, query tile) Q and dO into stage it % ns
+  b:if_(b:eq(wg, nc), function()
+    b:setmaxnreg("dec", cfg.dec)
+    local pt = t - 128 * nc
+    b:if_(b:eq(pt, 0), function()
+      b:mbarrier_arrive(kbar, { tx = b:i32(2 * nc * panels * PANEL * eb) })
+      for c = 0, nc - 1 do
+        for j = 0, panels - 1 do
+          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
+          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
+        end
+      end
+    end)
+    -- every producer thread: wait for a free stage; thread 0 issues Q's and dO's TMA, threads 0..63 stage the
+    -- tile's lse (x log2 e; +inf past seq_q: P = 0), 64..127 its delta (0 past seq_q), then all arrive on full
+    b:for_(0, group, 1, function(gi)
+      local h = hkv * group + gi
+      local ri = io.row_index(p, bi, h)
+      b:for_(0, nqt, 1, function(qt)
+        local it = gi * nqt + qt
+        local s = it % ns
+        b:if_(b:ge(it, ns), function() b:mbarrier_wait(empty + 2 * s, (it // ns + 1) % 2) end)
+        local fb = full + 2 * s
+        local row = q_start + qt * BM
+        b:if_(b:eq(pt, 0), function()
+          b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
+          for j = 0, panels - 1 do
+            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, { 64 * j, h, row, bi }, fb)
+            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, { 64 * j, h, row, bi }, fb)
+          end
+        end)
+        local r = row + (pt % BM)
+        local live = b:lt(r, p.seq_q)
+        local at = ri + b:i64(b:select(live, r, 0))
+        b:if_(b:lt(pt, BM), function()
+          b:store(srow + (s * 2 * BM + pt), b:select(live, b:load(p.lse + at) * LOG2E, POS_INF))
+        end, function()
+          b:store(srow + (s * 2 * BM + pt), b:select(live, b:load(p.delta + at), 0.0))
+        end)
+        b:mbarrier_arrive(fb)
+      end)
+    end)
+  end)
+
+  -- consumers
+  b:if_(b:lt(wg, nc), function()
+    b:setmaxnreg("inc", cfg.inc)
+    local tc = b:warpgroup_thread()
+    local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
+    local my_k, my_v = sk + wg * (panels * PANEL), sv + wg * (panels * PANEL)
+    local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
+    local key, first_q, end_q = {}, {}, {}
+    for r = 0, 1 do
+      key[r] = k0 + wg * 64 + w * 16 + g + 8 * r
+      -- (the rows [first_q, end_q) that see the key: causal / window only)
+      if spec.causal or spec.window then first_q[r], end_q[r] = mask.query_range(m, key[r], key[r]) end
+    end
+    local dkv, dvv = {}, {}
+    for i = 1, d // 2 do dkv[i], dvv[i] = b:var("f32", 0.0), b:var("f32", 0.0) end
+    local scale2 = p.scale * LOG2E
+    b:mbarrier_wait(kbar, 0)
+    b:for_(0, group, 1, function(gi)
+      local h = hkv * group + gi
+      local ri = io.row_index(p, bi, h)
+      local slope2 = spec.alibi and mask.slope(m, h) or nil
+      b:for_(0, nqt, 1, function(qt)
+        local it = gi * nqt + qt
+        local s = it % ns
+        local q0 = q_start + qt * BM
+        -- this thread's 16 query columns 8j + 2q + e; their lse (base 2) and delta are loaded where used (few
+        -- registers live beside dK, dV and the in-flight S, dP: at d128 those four hold 192 of the 240)
+        local col = {}
+        for j = 0, 7 do
+          for e = 0, 1 do col[2 * j + e] = q0 + 8 * j + 2 * q + e end
+        end
+        -- (the stage's lse x log2 e and delta of local column c = 8j + 2q + e, staged by the producer)
+        local function row_val(which, c) return b:load(srow + (s * 2 * BM + which * BM + 8 * (c >> 1) + (c & 1) + 2 * q)) end
+        b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
+        local qs, dos = sq + s * (panels * PANEL), sdo + s * (panels * PANEL)
+        b:wgmma_fence()
+        local S, dP
+        for j = 0, d // 16 - 1 do
+          local off = (j // 4) * PANEL + 16 * (j % 4)
+          S = b:wgmma{ n = BM, type = T, a = desc(my_k + off, 16), b = desc(qs + off, 16), acc = S }
+        end
+        b:wgmma_commit()
+        for j = 0, d // 16 - 1 do
+          local off = (j // 4) * PANEL + 16 * (j % 4)
+          dP = b:wgmma{ n = BM, type = T, a = desc(my_v + off, 16), b = desc(dos + off, 16), acc = dP }
+        end
+        b:wgmma_commit()
+        -- (softcap: P^T and dS^T in one pass once dP^T is in, so that tanh's 32 values are not held across)
+        local fused = spec.softcap
+        S = b:wgmma_wait(fused and 0 or 1, S)
+        local dl = {}
+        if fused then
+          dP = b:wgmma_wait(0, dP)
+          for c = 0, 15 do dl[c] = row_val(1, c) end
+        end
+        -- wgmma's A registers of X's k-step j (query columns 16j .. 16j + 15), from the D fragment
+        local function areg(X, j)
+          local a = {}
+          for hh = 0, 3 do
+            local i = 8 * j + 4 * (hh >> 1) + 2 * (hh & 1)
+            a[hh + 1] = b:pack(X[i], X[i + 1], T)
+          end
+          return a
+        end
+        -- P^T (element i: key row (i >> 1) & 1, query column (i >> 2, i & 1)), under dP^T's wgmma
+        local P, dS, lse2 = {}, {}, {}
+        for c = 0, 15 do lse2[c] = row_val(0, c) end
+        for i = 0, BM // 2 - 1 do
+          local r, c = (i >> 1) & 1, 2 * (i >> 2) + (i & 1)
+          local x, th
+          if spec.softcap or spec.alibi then
+            x, th = mask.score(m, S[i + 1], scale2, slope2, spec.alibi and b:f32(col[c] + m.shift - key[r]) or nil)
+            x = x - lse2[c]
+          else
+            x = b:fma(S[i + 1], scale2, -lse2[c])
+          end
+          local pv = b:ex2_approx(x)
+          if first_q[r] then
+            -- (without a window the rows past end_q are those past seq_q, whose P is already 0: lse +inf)
+            local vis = b:ge(col[c], first_q[r])
+            if spec.window then vis = b:and_(vis, b:lt(col[c], end_q[r])) end
+            pv = b:select(vis, pv, 0.0)
+          end
+          P[i] = pv
+          if fused then dS[i] = pv * (dP[i + 1] - dl[c]) * (1.0 - th * th) end
+        end
+        -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
+        local DV, DK = {}, {}
+        for i = 1, d // 2 do DV[i] = dvv[i]:get() end
+        b:wgmma_fence()
+        for j = 0, BM // 16 - 1 do
+          DV = b:wgmma{ n = d, type = T, a = areg(P, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
+        end
+        b:wgmma_commit()
+        if not fused then
+          dP = b:wgmma_wait(1, dP)
+          for c = 0, 15 do dl[c] = row_val(1, c) end
+          for i = 0, BM // 2 - 1 do
+            local c = 2 * (i >> 2) + (i & 1)
+            dS[i] = P[i] * (dP[i + 1] - dl[c])
+          end
+        end
+        local my_ds = sds + wg * PANEL
+        if cfg.atomic then
+          -- dQ (queries x d) += dS K needs dS as A: dS^T's fragment stored transposed into this warpgroup's
+          -- [query][key] tile (128B-swizzled, wgmma's K-major A; element (qr, kr) in row qr, 16-byte chunk
+          -- kr / 8 XOR qr % 8), the 128 threads' stores gathered on an mbarrier and handed to the async proxy.
+          -- Element i: key kr = 16w + g + 8 rr (chunk 2w + rr, column g), query qr = 8 jj + 2q + e (qr % 8 = 2q + e)
+          local base = {}
+          for rr = 0, 1 do
+            for e = 0, 1 do base[2 * rr + e] = (2 * q + e) * 64 + ((2 * w + rr) ~ (2 * q + e)) * 8 + g end
+          end
+          for i = 0, BM // 2 - 1 do
+            local rr, e, jj = (i >> 1) & 1, i & 1, i >> 2
+            b:store(my_ds + (base[2 * rr + e] + 512 * jj), b:from_f32(dS[i], T))
+          end
+          b:fence_proxy_async()
+          b:mbarrier_arrive(dsbar + 2 * wg)
+        end
+        for i = 1, d // 2 do DK[i] = dkv[i]:get() end
+        b:wgmma_fence()
+        for j = 0, BM // 16 - 1 do
+          DK = b:wgmma{ n = d, type = T, a = areg(dS, j), b = desc(qs + 1024 * j, 8192), acc = DK, trans_b = true }
+        end
+        b:wgmma_commit()
+        -- dV, dK back into their registers; the stage (Q, dO) is free for the producer
+        local function settle()
+          DV = b:wgmma_wait(0, DV)
+          DK = b:wgmma_wait(0, DK)
+          for i = 1, d // 2 do
+            dvv[i]:set(DV[i])
+            dkv[i]:set(DK[i])
+          end
+          b:mbarrier_arrive(empty + 2 * s)
+        end
+        if cfg.atomic then
+          b:mbarrier_wait(dsbar + 2 * wg, it % 2)
+          settle()
+          -- 64 columns of dQ at a time (K's panels): 32 more registers beside dK and dV, not d/2
+          for hp = 0, panels - 1 do
+            local DQ
+            b:wgmma_fence()
+            for j = 0, BM // 16 - 1 do
+              DQ = b:wgmma{ n = 64, type = T, a = desc(my_ds + 16 * j, 16), b = desc(my_k + hp * PANEL + 1024 * j, 8192), acc = DQ,
+                            trans_b = true }
+            end
+            b:wgmma_commit()
+            DQ = b:wgmma_wait(0, DQ)
+            -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
+            for r = 0, 1 do
+              local row = q0 + w * 16 + g + 8 * r
+              b:if_(b:lt(row, p.seq_q), function()
+                local at = p.dq_acc + (ri + b:i64(row)) * d + (64 * hp + 2 * q)
+                for j = 0, 7 do
+                  local i = 4 * j + 2 * r
+                  b:atomic_add(at + 8 * j, DQ[i + 1])
+                  b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                end
+              end)
+            end
+          end
+        else
+          settle()
+        end
+      end)
+    end)
+    -- epilogue: dK scale and dV in the grad dtype, rows of keys < seq_k
+    local gb = util.dtype_bytes[spec.grad]
+    local kb, vb = io.base(p, "dk", bi, hkv), io.base(p, "dv", bi, hkv)
+    for r = 0, 1 do
+      local live = b:lt(key[r], p.seq_k)
+      local at = b:i64(b:select(live, key[r], 0))
+      local kvals, vvals = {}, {}
+      for j = 0, d // 8 - 1 do
+        local i = 4 * j + 2 * r
+        kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad)
+        vvals[j] = b:from_f32_vec({ dvv[i + 1]:get(), dvv[i + 2]:get() }, spec.grad)
+      end
+      b:if_(live, function()
+        for j = 0, d // 8 - 1 do
+          b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb })
+          b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb })
+        end
+      end)
+    end
+  end)
+end
+
+return M

@@ -1,0 +1,374 @@
+/* tests/attention_bwd_wgmma_test.c - the attention backward's sm_90a dkdv kernel (path=wgmma,
+ * templates/lib/attn_bwd_wgmma.lua: TMA producer, Q/dO ring on mbarriers, wgmma consumers) on the emulator: the
+ * whole sequence (prep, dkdv with dQ's atomics, convert; or, deterministic, prep, dkdv, dq) against the float64
+ * gradients through the family's case runner, path selection and refusals, planted template bugs caught, the
+ * profile's wgmma/TMA/ex2/shared counts, ptxas sm_90a (0 spills, no C7508) and lint. */
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "attn_case.h"
+#include "check.h"
+#include "kiln/emu_case.h"
+#include "kiln/emu_profile.h"
+#include "kiln/kiln.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+
+static kiln_gen *gen;
+static kiln_emu *emu;
+static char dir[] = "/tmp/kiln-attn-bwd-wgmma-XXXXXX";
+
+typedef struct row {
+    const char *spec;
+    int seq_q, seq_k, heads_q, heads_kv, batch;
+    int left, right; /* window=true */
+    int twice;
+} row;
+
+/* Runs the backward sequence of one case on g (the built-in templates or a planted copy); returns the status,
+ * *bad the values out of tolerance; err names a failed run or the first bad value. */
+static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, kiln_case **keep, kiln_error *err) {
+    kiln_dtype pd = strstr(r->spec, "dtype=bf16") ? KILN_BF16 : KILN_F16;
+    kiln_case_opts o = attn_case_opts(SM90A, 11, r->twice, r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, 1, 0, pd);
+    if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
+    if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 1); /* (tanh well past linear: its derivative matters) */
+    if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(c, err);
+    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
+    if (st == KILN_OK && *bad) {
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            if (kiln_case_output_at(c, i)->bad) snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    if (keep && st == KILN_OK) *keep = c;
+    else kiln_case_free(c);
+    return st;
+}
+
+/* Small problems: odd tails on both lengths (TMA's zero fill past seq_q and seq_k, stores and dQ atomics past them
+ * not made), one query and one key, GQA/MQA (a block sums its group's heads), batches, both causal alignments
+ * (query tiles before a key block's first visible row skipped), every mask key, grad=f32, d64 (two consumer
+ * warpgroups, 128 keys a block) and d128 / softcap (one), dQ by atomics (default) and by kernel=dq
+ * (deterministic=true), three run twice in both thread orders (the atomics' order differs: within tolerance). */
+static const row ROWS[] = {
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 1},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 77, 130, 2, 1, 2, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 100, 37, 4, 2, 1, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=top_left path=wgmma", 65, 150, 2, 2, 1, 0, 0, 1},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 150, 100, 3, 1, 1, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 130, 1, 1, 1, 20, 5, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 80, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true deterministic=true path=wgmma", 130, 200, 2, 1, 1, 0, 0, 1},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 deterministic=true path=wgmma", 70, 65, 1, 1, 2, 0, 0, 0},
+};
+
+static void test_emulator(void) {
+    for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        const row *r = &ROWS[i];
+        char name[400];
+        snprintf(name, sizeof name, "%s sm_90a: seq %d x %d, heads %d:%d, batch %d%s: dQ, dK, dV vs float64", r->spec + 26, r->seq_q,
+                 r->seq_k, r->heads_q, r->heads_kv, r->batch, r->twice ? ", run twice" : "");
+        TEST_BEGIN(name);
+        kiln_error err = {0};
+        long bad = 0;
+        kiln_status st = run_case(gen, emu, r, &bad, NULL, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld bad: %s", bad, err.msg);
+        TEST_END();
+    }
+}
+
+/* The PTX of spec for sm (NULL on failure, err filled). */
+static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
+    kiln_module *m = NULL;
+    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
+    return m;
+}
+
+static void test_selection(void) {
+    TEST_BEGIN("path=wgmma builds the wgmma dkdv on sm_90a for the specs it covers; path=auto keeps mma.sync there; refusals name the rule");
+    static const struct {
+        const char *spec;
+        int sm, wgmma;
+    } cases[] = {
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true window=true alibi=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64", SM90A, 0}, /* auto: mma.sync until a GPU ran wgmma */
+        {"attention_bwd kernel=dq dtype=bf16 head_dim=64", SM90A, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, cases[i].spec, cases[i].sm, &err);
+        CHECK(m, "%s: %s", cases[i].spec, err.msg);
+        if (!m) continue;
+        int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
+        CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
+        if (has) { /* dQ's f32 atomics in the kernel unless deterministic=true */
+            int atomics = strstr(kiln_module_text(m), "atom.global.add.f32") || strstr(kiln_module_text(m), "red.global.add.f32");
+            int want = !strstr(cases[i].spec, "deterministic=true");
+            CHECK(atomics == want, "%s: atomics %s", cases[i].spec, atomics ? "present" : "absent");
+        }
+        kiln_module_free(m);
+    }
+    static const struct {
+        const char *spec;
+        int sm;
+        const char *want;
+    } refused[] = {
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
+        {"attention_bwd kernel=dq dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
+        {"attention_bwd kernel=prep dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128 only)"},
+        {"attention_bwd kernel=dkdv dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
+        {"attention_bwd kernel=dkdv dtype=bf16 out=f32 head_dim=64 path=wgmma", SM90A, "out=f32 (out = dtype only)"},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", SM90A, "dropout=true"},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", SM90A, "varlen=true"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 softcap=true path=wgmma", SM90A, "head_dim=128 with softcap=true (it spills"},
+    };
+    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, refused[i].spec, refused[i].sm, &err);
+        CHECK(!m && strstr(err.msg, refused[i].want), "%s (sm %d): %s", refused[i].spec, refused[i].sm, m ? "generated" : err.msg);
+        kiln_module_free(m);
+    }
+    TEST_END();
+}
+
+/* Planted bugs: a copy of the templates with one edit to lib/attn_bwd_wgmma.lua; each must fail a case. */
+static void test_planted(void) {
+    static const struct {
+        const char *what, *from, *to;
+        row r;
+    } bugs[] = {
+        {"dO read K-major for dV", "acc = DV, trans_b = true", "acc = DV, trans_b = false",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+        {"delta not subtracted from dP", "dS[i] = P[i] * (dP[i + 1] - dl[c])", "dS[i] = P[i] * dP[i + 1]",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"dK not scaled", "dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale", "dkv[i + 1]:get(), dkv[i + 2]:get()",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"causal visibility not applied", "pv = b:select(vis, pv, 0.0)", "pv = pv",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 70, 70, 1, 1, 1, 0, 0, 0}},
+        {"the last, partial query tile dropped", "local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM",
+         "local nqt = b:max(q_end - q_start, 0) // BM", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0}},
+        {"GQA: only the group's first query head", "local group = p.heads_q // p.heads_kv", "local group = b:min(p.heads_q // p.heads_kv, 1)",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 2, 1, 1, 0, 0, 0}},
+        {"the second consumer warpgroup reads the first's K", "local my_k, my_v = sk + wg * (panels * PANEL), sv",
+         "local my_k, my_v = sk, sv", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 128, 1, 1, 1, 0, 0, 0}},
+        {"second d128 panel of K skipped in S^T", "a = desc(my_k + off, 16)", "a = desc(my_k + 16 * (j % 4), 16)",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+        {"softcap's derivative left out", "* (1.0 - th * th)", "",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"dP^T read before its wgmma is waited (wait_group 2)", "dP = b:wgmma_wait(1, dP)", "dP = b:wgmma_wait(2, dP)",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"consumer on the wrong parity of full", "(it // ns) % 2)", "(it // ns + 1) % 2)",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+        {"producer not waiting for a free stage", "b:if_(b:ge(it, ns), function()", "b:if_(b:ge(it, 1000000), function()",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 200, 64, 1, 1, 1, 0, 0, 0}},
+        {"lse and delta read from the wrong columns of the stage", "(c & 1) + 2 * q))", "(c & 1)))",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+        {"full barriers not counting the producer threads' lse/delta rows", "b:mbarrier_init(full + 2 * s, 1 + 128)",
+         "b:mbarrier_init(full + 2 * s, 1)", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+        {"dS stored for dQ without the 128B swizzle's XOR", "((2 * w + rr) ~ (2 * q + e)) * 8", "(2 * w + rr) * 8",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+        {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+        {"dQ's atomics on the wrong query row", "local row = q0 + w * 16 + g + 8 * r\n", "local row = q0 + w * 16 + g\n",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+        {"the dS barrier waited on the wrong parity", "b:mbarrier_wait(dsbar + 2 * wg, it % 2)", "b:mbarrier_wait(dsbar + 2 * wg, (it + 1) % 2)",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+    };
+    const char *src = __FILE__;
+    const char *cut = strstr(src, "tests/attention_bwd_wgmma_test.c");
+    char root[512];
+    snprintf(root, sizeof root, "%.*s", cut ? (int)(cut - src) : 0, src);
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+        char name[300];
+        snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
+        TEST_BEGIN(name);
+        char cmd[1400], path[700];
+        snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
+        int rc = system(cmd);
+        CHECK(rc == 0, "could not copy the templates: %s", cmd);
+        snprintf(path, sizeof path, "%s/t/lib/attn_bwd_wgmma.lua", dir);
+        size_t len = 0;
+        char *text = slurp(path, &len);
+        char *at = text ? strstr(text, bugs[i].from) : NULL;
+        CHECK(at, "the template no longer has '%s'", bugs[i].from);
+        if (at) {
+            FILE *f = fopen(path, "w");
+            if (f) {
+                fwrite(text, 1, (size_t)(at - text), f);
+                fputs(bugs[i].to, f);
+                fputs(at + strlen(bugs[i].from), f);
+                fclose(f);
+            }
+            kiln_gen *pg = NULL;
+            kiln_emu *pe = NULL;
+            char tdir[600];
+            snprintf(tdir, sizeof tdir, "%s/t", dir);
+            kiln_gen_options o = {.template_dir = tdir};
+            kiln_error err = {0};
+            if (kiln_gen_create(&pg, &o, &err) == KILN_OK && kiln_emu_create(&pe, &err) == KILN_OK) {
+                long bad = 0;
+                kiln_status st = run_case(pg, pe, &bugs[i].r, &bad, NULL, &err);
+                CHECK(st != KILN_OK || bad > 0, "ran clean");
+                if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
+            } else {
+                CHECK(0, "setup: %s", err.msg);
+            }
+            if (pe) kiln_emu_destroy(pe);
+            if (pg) kiln_gen_destroy(pg);
+        }
+        free(text);
+        TEST_END();
+    }
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+}
+
+/* The profile of the (atomic) dkdv kernel, bf16 d64 causal (bottom-right, shift 70), seq_q 130 x seq_k 200, 2 heads: blocks
+ * of 128 keys (two consumer warpgroups of 64), 2 per head; block 0 (keys 0..127) visits the query tiles from row 0
+ * (3 tiles: 64, 64, 2 rows), block 1 (keys 128..199) from row 58 (2 tiles): 10 block-tiles, 8 consumer warps each.
+ * Per consumer warp and tile: fence, 4 S^T, commit, 4 dP^T, commit, wait; fence, 4 dV, commit, wait; fence, 4 dK,
+ * commit, 2 waits; fence, 4 dQ, commit, wait (34 wgmma warp instructions), 32 ex2 (P^T), 32 ld.shared (the stage's
+ * lse and delta), 32 st.shared (dS for dQ) and, per block-tile, one st.shared per producer warp (lse/delta); TMA per
+ * block: K's and V's panel of each consumer
+ * warpgroup (4), then Q's and dO's panel per tile (2). */
+static void test_profile(void) {
+    TEST_BEGIN("profile of the bf16 d64 causal dkdv 130 x 200: wgmma, TMA and ex2 warp instructions");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
+    row r = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0};
+    long bad = 0;
+    if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
+    CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+    if (c) {
+        kiln_emu_profile p;
+        st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err); /* (the kernel the spec names: dkdv) */
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            const int blocks = 4, block_tiles = 10, warp_tiles = 8 * block_tiles;
+            CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)(warp_tiles * 34), "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 34);
+            CHECK(p.inst[KILN_PROF_ST_SHARED] == (unsigned long long)(warp_tiles * 32 + block_tiles * 4), "st.shared %llu, want %d",
+                  (unsigned long long)p.inst[KILN_PROF_ST_SHARED], warp_tiles * 32 + block_tiles * 4);
+            CHECK(p.inst[KILN_PROF_LD_SHARED] == (unsigned long long)(warp_tiles * 32), "ld.shared %llu, want %d", (unsigned long long)p.inst[KILN_PROF_LD_SHARED], warp_tiles * 32);
+            CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 2), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 2);
+            CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)(warp_tiles * 32), "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], warp_tiles * 32);
+            if (getenv("KILN_TEST_VERBOSE"))
+                printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, ld.global %llu, other %llu warp instructions\n",
+                       (unsigned long long)p.inst[KILN_PROF_WGMMA], (unsigned long long)p.inst[KILN_PROF_TMA],
+                       (unsigned long long)p.inst[KILN_PROF_MBARRIER], (unsigned long long)p.inst[KILN_PROF_EX2],
+                       (unsigned long long)p.inst[KILN_PROF_LD_GLOBAL], (unsigned long long)p.inst[KILN_PROF_OTHER]);
+        }
+        kiln_case_free(c);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
+/* ptxas sm_90a over the path's variants (a sample here, every one under KILN_TEST_FULL=1): 0 spills, no C7508
+ * (a setmaxnreg ptxas ignored), lint clean. */
+static void test_ptxas(void) {
+    static const char *const quick[] = {
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=true window=true alibi=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true deterministic=true path=wgmma",
+    };
+    static char full[64][200];
+    const char *const *specs = quick;
+    int n = (int)(sizeof quick / sizeof quick[0]);
+    if (getenv("KILN_TEST_FULL")) {
+        static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
+        static const char *keys[] = {"", " window=true alibi=true", " softcap=true", " window=true softcap=true alibi=true grad=f32",
+                                     " deterministic=true", " window=true softcap=true alibi=true deterministic=true"};
+        static const char *ptrs[64];
+        n = 0;
+        for (int a = 0; a < 2; a++)
+            for (int d = 64; d <= 128; d *= 2)
+                for (int c = 0; c < 3; c++)
+                    for (int k = 0; k < 6; k++) {
+                        if (d == 128 && strstr(keys[k], "softcap")) continue; /* d128: softcap refused (spills) */
+                        snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s path=wgmma", dts[a], d,
+                                 causal[c], keys[k]);
+                        ptrs[n] = full[n];
+                        n++;
+                    }
+        specs = ptrs;
+    }
+    const char *ptxas = ptxas_path();
+    TEST_BEGIN("ptxas sm_90a: the wgmma dkdv variants assemble, 0 spills, no C7508; lint clean");
+    if (!ptxas) printf("  (no ptxas: lint only)\n");
+    ptxas_job jobs[64];
+    memset(jobs, 0, sizeof jobs);
+    for (int i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = emit(gen, specs[i], SM90A, &err);
+        CHECK(m, "%s: %s", specs[i], err.msg);
+        if (!m) continue;
+        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
+        kiln_lint_report *rep = NULL;
+        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
+            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings (on a 9.0 device)", specs[i], kiln_lint_count(rep));
+            kiln_lint_free(rep);
+        } else {
+            CHECK(0, "%s: lint: %s", specs[i], err.msg);
+        }
+        jobs[i].sm = SM90A;
+        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
+        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
+        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
+        kiln_module_free(m);
+    }
+    if (ptxas) {
+        ptxas_run_all(ptxas, jobs, n, 2);
+        for (int i = 0; i < n; i++) {
+            size_t len = 0;
+            char *log = slurp(jobs[i].log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
+                  jobs[i].status, spills, log ? log : "");
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
+            free(log);
+            unlink(jobs[i].log);
+        }
+    }
+    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    TEST_END();
+}
+
+int main(void) {
+    if (!mkdtemp(dir)) return 1;
+    kiln_error err = {0};
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
+        printf("attention_bwd_wgmma: setup: %s\nattention_bwd_wgmma: 0 passed, 1 failed\n", err.msg);
+        return 1;
+    }
+    test_emulator();
+    test_selection();
+    test_planted();
+    test_profile();
+    test_ptxas();
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    rmdir(dir);
+    return check_summary("attention_bwd_wgmma");
+}
