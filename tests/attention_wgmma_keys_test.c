@@ -153,7 +153,8 @@ static void test_planted(void) {
          {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: the next sequence's keys in a box's tail unmasked (the tail tile run whole)", "lib/attn_wgmma.lua",
          "local f1 = b:min(b:max(b:max(hi_first, 0) // BN - t0, f0), ntiles)", "local f1 = ntiles",
-         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
+         /* two key tiles a sequence: the ping-pong loop runs tile 0 masked in its prologue, so the tail is tile 1 */
+         {"attention dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 2, {10, 10}, {100, 120}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"varlen: lse at the dense index", "lib/attn_wgmma_keys.lua", "if spec.varlen then return p.rows(h) + b:i64(row) end", "",
          {"attention dtype=f16 head_dim=64 varlen=true path=wgmma", 2, 2, 2, {20, 30}, {40, 50}, {0}, 0, 0, 0, 0, 0, 0, 0, 0, 0}},
         {"split-KV: every split takes the first run of key tiles", "lib/attn_wgmma_keys.lua", "local lo = t0 + b:min(p.split * per, n)",
