@@ -57,11 +57,11 @@ local SHAPES = {
   [256] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
 }
 
--- Whether the consumers run FA3's schedule: two consumer warpgroups, and not at d256 with causal and ALiBi
--- together (ptxas spilled 12 bytes there; the side-by-side loop does not spill).
+-- Whether the consumers run FA3's schedule: two consumer warpgroups, and not at d256 causal with ALiBi or
+-- varlen (ptxas spilled 12 and 92-96 bytes there; the side-by-side loop does not spill).
 local function pingpong(spec, nc)
   if nc ~= 2 or not SHAPES[spec.head_dim].pingpong then return false end
-  return not (spec.head_dim == 256 and spec.causal and spec.alibi)
+  return not (spec.head_dim == 256 and spec.causal and (spec.alibi or spec.varlen))
 end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
