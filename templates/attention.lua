@@ -670,14 +670,29 @@ end
 
 -- The copy items of rows [row0, row0 + rows) of a [seq, d] slice (src: pointer with row stride
 -- `stride`, or a function giving row i's address): 16-byte chunks, thread-strided;
--- fn(r, c, ok, src_address, partial, real, rr) per item this thread owns (ok: the row exists; real:
--- the chunk is inside head_dim, nil when head_dim is a table width; rr: the row read).
+-- fn(r, c, ok, src_address, partial, real, rr, rb, dr) per item this thread owns (ok: the row exists;
+-- real: the chunk is inside head_dim, nil when head_dim is a table width; rr: the row read; r = rb +
+-- dr with dr a Lua number that is a multiple of 8, see swz_rows).
+-- When the threads cover whole rows, a thread's chunk is the same in every step and its row advances
+-- by a constant: the row and chunk are computed once (less IR for LLVM to simplify, docs/jit.md "Wave
+-- 9"). Only for cp.async tiles of 8 chunks a row or more: head_dim 32 with mask keys and sm_75's
+-- register-staged tiles came out worse in SASS (or spilled) that way.
 local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
+  local step = cfg.threads // cpr
+  local whole = cfg.cp_async and cpr >= 8 and cpr ~= 12 and cfg.threads % cpr == 0 and step % 8 == 0
+  local rb, cb
+  if whole then rb, cb = tid // cpr, tid % cpr end
   for it = 0, util.ceil_div(rows * cpr, cfg.threads) - 1 do
     local item = tid + it * cfg.threads
-    local r, c = item // cpr, item % cpr
+    local r, c, dr
+    if whole then
+      dr = it * step
+      r, c = it == 0 and rb or rb + dr, cb
+    else
+      r, c = item // cpr, item % cpr
+    end
     if cpr == 12 then
       -- d = 96: per pair of rows, 8 lanes write chunks 0-7 of the first row, 8 those of the second,
       -- 8 chunks 8-11 of both (row-major order would put two rows' chunks in one phase: conflicts)
@@ -692,7 +707,18 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
     local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
     local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
-    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real, rr)
+    fn(r, c, ok, from, partial and b:lt(item, rows * cpr) or nil, real, rr, whole and rb or nil, dr)
+  end
+end
+
+-- swz for tile_items' rows: a row rb + dr (dr a multiple of 8) keeps rb's swizzle bits (row & 7,
+-- (row >> 1) & 3), so its offset is rb's plus dr rows; rb's is computed once.
+local function swz_rows(b, spec, cfg)
+  local rb0, c0, off0
+  return function(r, c, rb, dr)
+    if not rb then return swz(b, spec, cfg, r, c) end
+    if rb ~= rb0 or c ~= c0 then rb0, c0, off0 = rb, c, swz(b, spec, cfg, rb, c) end
+    return dr == 0 and off0 or off0 + dr * cfg.ld
   end
 end
 
@@ -702,8 +728,9 @@ end
 -- it rotates go through registers.
 local function copy_tile(b, spec, cfg, dst, src, stride, row0, rows, seq, zero_tail, rot)
   -- (zero_tail marks V: its real columns are v_head_dim's, lib/attn_vdim.lua)
-  tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
-    local to = dst + swz(b, spec, cfg, r, c)
+  local sw = swz_rows(b, spec, cfg)
+  tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr, rb, dr)
+    local to = dst + sw(r, c, rb, dr)
     local issue = function()
       if cfg.cp_async then
         local function async() b:cp_async(to, from, { pred = real and b:and_(ok, real) or ok }) end
