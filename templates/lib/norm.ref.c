@@ -531,6 +531,11 @@ kiln_status emu_norm_case_shape(const kiln_case *c, int *rows, int *hidden, kiln
     return KILN_OK;
 }
 
+float emu_norm_case_eps(const kiln_case *c) {
+    const kiln_case_opts *o = kiln_case_options(c);
+    return kiln_case_opts_has(o, "eps") ? (float)kiln_case_opts_real(o, "eps", 0) : o->eps ? o->eps : 1e-5f;
+}
+
 kiln_status emu_norm_case_create(kiln_case *c, kiln_error *err) {
     const kiln_case_opts *o = kiln_case_options(c);
     kiln_norm_spec spec;
@@ -540,7 +545,7 @@ kiln_status emu_norm_case_create(kiln_case *c, kiln_error *err) {
     norm_case *nc = calloc(1, sizeof *nc);
     if (!nc) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     kiln_case_set_state(c, nc);
-    return kiln_norm_data_create(&nc->d, &spec, o->eps ? o->eps : 1e-5f, rows, hidden, o->input, o->scale, o->seed, err);
+    return kiln_norm_data_create(&nc->d, &spec, emu_norm_case_eps(c), rows, hidden, o->input, o->scale, o->seed, err);
 }
 
 void emu_norm_case_destroy(kiln_case *c) {
@@ -563,6 +568,8 @@ const double *emu_norm_case_reference(kiln_case *c, const char *name) {
         if (!strcmp(names[i], name)) return refs[i];
     return NULL;
 }
+
+void emu_norm_case_refresh(kiln_case *c) { reference(((norm_case *)kiln_case_state(c))->d); }
 
 int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
     norm_case *nc = kiln_case_state(c);
