@@ -391,6 +391,10 @@ void emu_norm_case_check(struct kiln_case *c, struct kiln_case_output *out, int 
 void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
 /* The float64 reference of output `name` (y, h, mean, rstd; dx, dweight, dbias), or NULL. */
 const double *emu_norm_case_reference(struct kiln_case *c, const char *name);
+/* The reference (a backward's saved statistics too) of the inputs as they are now (the refresh hook). */
+void emu_norm_case_refresh(struct kiln_case *c);
+/* A norm case's eps: the named option "eps" as given (0 too), else opts.eps, else 1e-5. */
+float emu_norm_case_eps(const struct kiln_case *c);
 /* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */
 kiln_status emu_norm_case_shape(const struct kiln_case *c, int *rows, int *hidden, kiln_error *err);
 /* The norms' inputs, shared with LayerNorm's own reference (templates/layernorm.ref.c): rows x n

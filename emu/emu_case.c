@@ -401,3 +401,127 @@ long kiln_case_check(kiln_case *c) {
     for (int i = 0; i < c->nout; i++) bad += c->out[i].bad;
     return bad;
 }
+
+/* ---- special inputs, launches and bits ---- */
+
+/* The dtype the sequence's kernels declare for pointer parameter `name`; -1 when none takes it. */
+static int tensor_dtype(const kiln_case *c, const char *name) {
+    for (int k = 0; k < c->nseq; k++) {
+        const kiln_kernel_meta *m = kiln_emu_kernel_meta(c->seq[k]);
+        for (int i = 0; i < m->nparams; i++)
+            if (m->params[i].kind == KILN_PARAM_PTR && !strcmp(m->params[i].name, name)) return (int)m->params[i].dtype;
+    }
+    return -1;
+}
+
+/* Tensor `name`'s buffer, dtype and elements; NULL when the case has none of that name. */
+static void *typed_tensor(kiln_case *c, const char *name, kiln_dtype *t, size_t *count) {
+    void *p = NULL;
+    size_t bytes = 0;
+    int dt = tensor_dtype(c, name);
+    if (dt < 0 || c->ref->tensor(c, name, &p, &bytes) != 0 || !p) return NULL;
+    *t = (kiln_dtype)dt, *count = bytes / kiln_dtype_size(*t);
+    return p;
+}
+
+size_t kiln_case_count(kiln_case *c, const char *name) {
+    kiln_dtype t;
+    size_t n = 0;
+    return typed_tensor(c, name, &t, &n) ? n : 0;
+}
+
+kiln_status kiln_case_set(kiln_case *c, const char *name, size_t i, double value, kiln_error *err) {
+    kiln_dtype t;
+    size_t n = 0;
+    void *p = typed_tensor(c, name, &t, &n);
+    if (!p) return kiln_fail(err, KILN_EINVAL, "'%s' has no tensor '%s' in this case", kiln_emu_kernel_meta(c->kernel)->spec, name);
+    if (i >= n) return kiln_fail(err, KILN_EINVAL, "%s[%zu] is past its %zu elements", name, i, n);
+    kiln_emu_value_set(t, p, i, value);
+    return KILN_OK;
+}
+
+double kiln_case_get(kiln_case *c, const char *name, size_t i) {
+    kiln_dtype t;
+    size_t n = 0;
+    void *p = typed_tensor(c, name, &t, &n);
+    return p && i < n ? kiln_emu_value_get(t, p, i) : NAN;
+}
+
+kiln_status kiln_case_refresh(kiln_case *c, kiln_error *err) {
+    if (!c->ref->refresh)
+        return kiln_fail(err, KILN_EINVAL, "the %s reference cannot recompute itself from written inputs (no refresh hook)",
+                         c->ref->family);
+    c->ref->refresh(c);
+    return KILN_OK;
+}
+
+void kiln_case_set_launch(kiln_case *c, int sm_count, int twice) { c->opts.sm_count = sm_count, c->opts.twice = twice; }
+
+struct kiln_case_bits {
+    int n;
+    char name[MAX_OUTPUTS][KILN_NAME_MAX];
+    size_t bytes[MAX_OUTPUTS];
+    unsigned char *data[MAX_OUTPUTS];
+};
+
+/* The output tensors the sequence's launch descriptions declare (role out or inout, optional or not), once each. */
+static int output_names(const kiln_case *c, char names[][KILN_NAME_MAX], int cap) {
+    int n = 0;
+    for (int k = 0; k < c->nseq; k++)
+        for (const char *l = kiln_emu_kernel_meta(c->seq[k])->launch; *l;) {
+            size_t len = strcspn(l, "\n");
+            char line[256], key[16] = "", name[KILN_NAME_MAX] = "", role[16] = "";
+            snprintf(line, sizeof line, "%.*s", (int)(len < sizeof line ? len : sizeof line - 1), l);
+            l += len + (l[len] == '\n');
+            if (sscanf(line, "%15s %63s %15s", key, name, role) != 3 || strcmp(key, "tensor")) continue;
+            role[strcspn(role, "?")] = 0; /* an optional output: "out?" */
+            if (strcmp(role, "out") && strcmp(role, "inout")) continue;
+            int seen = 0;
+            for (int i = 0; i < n && !seen; i++) seen = !strcmp(names[i], name);
+            if (!seen && n < cap) snprintf(names[n++], KILN_NAME_MAX, "%s", name);
+        }
+    return n;
+}
+
+void kiln_case_bits_free(kiln_case_bits *b) {
+    if (!b) return;
+    for (int i = 0; i < b->n; i++) free(b->data[i]);
+    free(b);
+}
+
+kiln_case_bits *kiln_case_bits_take(kiln_case *c) {
+    kiln_case_bits *b = calloc(1, sizeof *b);
+    if (!b) return NULL;
+    char names[MAX_OUTPUTS][KILN_NAME_MAX];
+    int n = output_names(c, names, MAX_OUTPUTS);
+    for (int i = 0; i < n; i++) {
+        void *p = NULL;
+        size_t bytes = 0;
+        if (c->ref->tensor(c, names[i], &p, &bytes) != 0 || !p) continue;
+        if (!(b->data[b->n] = malloc(bytes ? bytes : 1))) {
+            kiln_case_bits_free(b);
+            return NULL;
+        }
+        memcpy(b->data[b->n], p, bytes);
+        snprintf(b->name[b->n], KILN_NAME_MAX, "%.*s", KILN_NAME_MAX - 1, names[i]);
+        b->bytes[b->n++] = bytes;
+    }
+    return b;
+}
+
+int kiln_case_bits_same(kiln_case *c, const kiln_case_bits *b, char *which, size_t size) {
+    if (size) which[0] = 0;
+    if (!b) {
+        if (size) snprintf(which, size, "(no bits were taken)");
+        return 0;
+    }
+    for (int i = 0; i < b->n; i++) {
+        void *p = NULL;
+        size_t bytes = 0;
+        if (c->ref->tensor(c, b->name[i], &p, &bytes) != 0 || !p || bytes != b->bytes[i] || memcmp(p, b->data[i], bytes)) {
+            if (size) snprintf(which, size, "%s", b->name[i]);
+            return 0;
+        }
+    }
+    return 1;
+}

@@ -89,7 +89,7 @@ kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *s
     if (rows < 1 || hidden < 1 || (spec->hidden && spec->hidden != hidden) || (unsigned)input >= KILN_LN_INPUT_COUNT)
         return kiln_fail(err, KILN_EINVAL, "LayerNorm data: rows %d and hidden %d must be positive, hidden must "
                          "match the spec's %d", rows, hidden, spec->hidden);
-    if (!(eps > 0)) return kiln_fail(err, KILN_EINVAL, "LayerNorm data: eps must be positive, got %g", (double)eps);
+    if (!(eps >= 0)) return kiln_fail(err, KILN_EINVAL, "LayerNorm data: eps must be >= 0, got %g", (double)eps);
     ln_priv *p = calloc(1, sizeof *p);
     if (!p) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     kiln_ln_data *d = &p->d;
@@ -245,6 +245,13 @@ static int plain(const kiln_case *c) {
     return !emu_spec_bool(g, "residual", 0) && !emu_spec_bool(g, "offset", 0);
 }
 
+/* x times s (each value rounded to x's dtype again), and the reference of it. */
+static void scale_rows(kiln_ln_data *d, double s) {
+    for (size_t i = 0; i < (size_t)d->rows * (size_t)d->hidden; i++)
+        kiln_emu_value_set(d->spec.x, d->x, i, kiln_emu_value_get(d->spec.x, d->x, i) * s);
+    reference(d);
+}
+
 static kiln_status case_create(kiln_case *c, kiln_error *err) {
     if (!plain(c)) return emu_norm_case_create(c, err);
     const kiln_case_opts *o = kiln_case_options(c);
@@ -253,7 +260,9 @@ static kiln_status case_create(kiln_case *c, kiln_error *err) {
     kiln_ln_data *d = NULL;
     kiln_status st = kiln_ln_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, &spec, err);
     if (st == KILN_OK) st = emu_norm_case_shape(c, &rows, &hidden, err);
-    if (st == KILN_OK) st = kiln_ln_data_create(&d, &spec, o->eps ? o->eps : 1e-5f, rows, hidden, o->input, o->seed, err);
+    if (st == KILN_OK) st = kiln_ln_data_create(&d, &spec, emu_norm_case_eps(c), rows, hidden, o->input, o->seed, err);
+    if (st == KILN_OK && o->scale != 1) /* the draw times scale (rows of |x| ~ 1e30), as the norm families' */
+        scale_rows(d, o->scale);
     kiln_case_set_state(c, d);
     return st;
 }
@@ -332,6 +341,12 @@ static const double *case_reference(kiln_case *c, const char *name) {
     return !strcmp(name, "y") ? d->ref_y : !strcmp(name, "mean") ? d->ref_mean : !strcmp(name, "rstd") ? d->ref_rstd : NULL;
 }
 
+/* The reference of the inputs as they are now (a caller wrote some: kiln_case_set). */
+static void case_refresh(kiln_case *c) {
+    if (!plain(c)) emu_norm_case_refresh(c);
+    else reference(kiln_case_state(c));
+}
+
 const kiln_ref_family kiln_ref_layernorm = {
     .family = "layernorm",
     .create = case_create,
@@ -342,4 +357,5 @@ const kiln_ref_family kiln_ref_layernorm = {
     .check = case_check,
     .describe = case_describe,
     .reference = case_reference,
+    .refresh = case_refresh,
 };

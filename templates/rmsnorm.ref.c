@@ -13,4 +13,5 @@ const kiln_ref_family kiln_ref_rmsnorm = {
     .check = emu_norm_case_check,
     .describe = emu_norm_case_describe,
     .reference = emu_norm_case_reference,
+    .refresh = emu_norm_case_refresh,
 };

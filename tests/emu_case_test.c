@@ -169,6 +169,59 @@ static void test_reset(void) {
     TEST_END();
 }
 
+/* The options for special rows, block counts and bits: a value written after the draw reads back in
+ * its dtype and refresh moves the reference with it; bad names and indices are one clear error; a
+ * family without a refresh hook says so; sm_count changes a backward's blocks, not its problem;
+ * bits taken after a run match a rerun and catch one changed byte. */
+static void test_special_rows(void) {
+    TEST_BEGIN("special rows, per-run block counts, bits: kiln_case_set/get/refresh, set_launch, bits_take/same");
+    kiln_error err = {0};
+    kiln_case *c = NULL, *a = NULL;
+    kiln_case_opts o = small(80, 3);
+    kiln_case_opts_set(&o, "rows", 40);
+    kiln_status st = kiln_case_create(&c, gen, emu, "rmsnorm_bwd x=bf16 w=f32 hidden=40", &o, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        const double *ref = kiln_case_reference(c, "dx");
+        double before = ref[2 * 40 + 1];
+        CHECK(kiln_case_count(c, "x") == 40 * 40 && kiln_case_count(c, "weight") == 40 && kiln_case_count(c, "nope") == 0,
+              "counts %zu %zu", kiln_case_count(c, "x"), kiln_case_count(c, "weight"));
+        for (size_t i = 0; i < 40; i++) kiln_case_set(c, "x", 2 * 40 + i, i == 1 ? 1e30 : 3.0, &err);
+        CHECK(kiln_case_get(c, "x", 2 * 40 + 1) == (double)(float)1e30 || kiln_case_get(c, "x", 2 * 40 + 1) > 9e29,
+              "x[2][1] reads %g", kiln_case_get(c, "x", 2 * 40 + 1));
+        CHECK(kiln_case_refresh(c, &err) == KILN_OK && ref[2 * 40 + 1] != before, "refresh left dx's reference at %g", before);
+        CHECK(kiln_case_set(c, "nope", 0, 1, &err) == KILN_EINVAL && strstr(err.msg, "nope"), "unknown tensor: %s", err.msg);
+        CHECK(kiln_case_set(c, "x", 40 * 40, 1, &err) == KILN_EINVAL && strstr(err.msg, "1600"), "past the end: %s", err.msg);
+        CHECK(isnan(kiln_case_get(c, "nope", 0)), "an unknown tensor reads as a number");
+        unsigned grid[2] = {0, 0};
+        for (int r = 0; r < 2; r++) {
+            kiln_case_set_launch(c, r ? 1 : 0, 0);
+            st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK && kiln_case_check(c) == 0, "sm_count %d: %s", r, err.msg);
+            for (int s = 0; s < kiln_case_nsteps(c); s++)
+                if (kiln_case_step_at(c, s)->kernel == kiln_case_kernel(c)) grid[r] = kiln_case_step_at(c, s)->grid[0];
+        }
+        CHECK(grid[1] > 0 && grid[1] < grid[0], "blocks %u (all rows) and %u (one SM): want fewer on one SM", grid[0], grid[1]);
+        kiln_case_bits *b = kiln_case_bits_take(c);
+        char which[KILN_NAME_MAX];
+        CHECK(kiln_case_run(c, &err) == KILN_OK && kiln_case_bits_same(c, b, which, sizeof which), "a rerun differs in %s", which);
+        void *dw;
+        size_t nb;
+        kiln_case_tensor(c, "dweight", &dw, &nb);
+        ((unsigned char *)dw)[3] ^= 1;
+        CHECK(!kiln_case_bits_same(c, b, which, sizeof which) && !strcmp(which, "dweight"), "one flipped bit: '%s'", which);
+        kiln_case_bits_free(b);
+    }
+    kiln_case_opts q = small(80, 3);
+    st = kiln_case_create(&a, gen, emu, "attention dtype=f16 head_dim=16", &q, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK)
+        CHECK(kiln_case_refresh(a, &err) == KILN_EINVAL && strstr(err.msg, "attention"), "no refresh hook: %s", err.msg);
+    kiln_case_free(a);
+    kiln_case_free(c);
+    TEST_END();
+}
+
 static void test_checker(void) {
     TEST_BEGIN("the checker: NaN and Inf must match, unwritten values fail, the first bad value is named");
     kiln_case_output o = {0};
@@ -197,6 +250,7 @@ int main(void) {
     test_registry_covers_list();
     test_bad_problems();
     test_reset();
+    test_special_rows();
     for (int i = 0; i < kiln_ref_count(); i++) {
         test_family(kiln_ref_at(i)->family, 80);
         test_family(kiln_ref_at(i)->family, 75);

@@ -20,7 +20,9 @@
  *   NaN in a row makes mean, rstd and all of y NaN; +Inf alone makes mean +Inf and the rest
  *   NaN; both infinities make everything NaN. An output element never written fails.
  * sm_75 (no bf16/f16x2 cvt: integer rounding) and sm_80/86/89/90 (native cvt) must produce
- * identical bytes for every output.
+ * identical bytes for every output (y, mean, rstd: kiln_case_bits). Every run goes through the one
+ * case runner (kiln/emu_case.h): a spec's kernel is loaded once per SM and each data set is a new
+ * problem on it (kiln_case_reset), drawn and checked by the layernorm registry reference.
  *
  * KILN_TEST_QUICK=1 (and sanitizer builds, unless KILN_TEST_FULL=1): sm_75 and sm_80 only,
  * hidden {1, 33, 1000, launch}; KILN_TEST_JOBS=N: worker threads (default 2, each with its
@@ -35,7 +37,8 @@
 #include <time.h>
 
 #include "check.h"
-#include "kiln/emu.h"
+#include "kiln/emu_case.h"
+#include "kiln/kiln.h"
 
 #if defined(__SANITIZE_ADDRESS__)
 #define SANITIZED 1
@@ -97,79 +100,61 @@ static double now(void) {
     return (double)t.tv_sec + (double)t.tv_nsec * 1e-9;
 }
 
-/* One data set of a job, shared by every SM: inputs, reference, and sm_80's outputs. */
+/* One data set of a job, shared by every SM: its problem (the runner's options) and sm_80's output bits. */
 typedef struct dataset {
-    kiln_ln_data *d;
+    kiln_case_opts o;
     int rows, hidden, twice;
-    unsigned char *y80;
-    float *mean80, *rstd80;
+    kiln_case_bits *bits80;
 } dataset;
 
-static size_t ybytes(const dataset *s) {
-    return (size_t)s->rows * (size_t)s->hidden * kiln_dtype_size(s->d->spec.y);
+static int ydtype(kiln_case *c) {
+    kiln_dtype t = KILN_F32;
+    kiln_dtype_parse(kiln_case_spec_value(c, "y"), &t);
+    return (int)t;
 }
 
-static void record(job *j, const dataset *s, const kiln_ln_report *r, kiln_ln_input in) {
-    int yd = (int)s->d->spec.y;
-    for (int o = 0; o < 3; o++)
-        if (r->worst[o] > j->st.worst[yd][o]) j->st.worst[yd][o] = r->worst[o];
-    if (in != KILN_LN_RANDOM) return;
-    if (r->max_rel[0] > j->st.y_rel[yd]) j->st.y_rel[yd] = r->max_rel[0];
-    if (r->max_abs[0] > j->st.y_abs[yd]) j->st.y_abs[yd] = r->max_abs[0];
-    if (r->max_abs[1] > j->st.mean_abs) j->st.mean_abs = r->max_abs[1];
-    if (r->max_rel[2] > j->st.rstd_rel) j->st.rstd_rel = r->max_rel[2];
+static void record(job *j, kiln_case *c, kiln_ln_input in) {
+    int yd = ydtype(c);
+    for (int o = 0; o < 3 && o < kiln_case_noutputs(c); o++)
+        if (kiln_case_output_at(c, o)->worst > j->st.worst[yd][o]) j->st.worst[yd][o] = kiln_case_output_at(c, o)->worst;
+    if (in != KILN_LN_RANDOM || kiln_case_noutputs(c) < 3) return;
+    const kiln_case_output *y = kiln_case_output_at(c, 0), *mean = kiln_case_output_at(c, 1), *rstd = kiln_case_output_at(c, 2);
+    if (y->max_rel > j->st.y_rel[yd]) j->st.y_rel[yd] = y->max_rel;
+    if (y->max_abs > j->st.y_abs[yd]) j->st.y_abs[yd] = y->max_abs;
+    if (mean->max_abs > j->st.mean_abs) j->st.mean_abs = mean->max_abs;
+    if (rstd->max_rel > j->st.rstd_rel) j->st.rstd_rel = rstd->max_rel;
 }
 
-/* Runs one data set on kernel k for sm; checks it and compares its bytes with sm_80's. */
-static void run_set(job *j, kiln_emu_kernel *k, int sm, dataset *s, kiln_ln_input in) {
+/* Runs the case's problem on its kernel for sm (the case runner), checks it and compares its bytes
+ * with sm_80's (sm_80: takes them). */
+static void run_set(job *j, kiln_case *c, int sm, dataset *s, kiln_ln_input in) {
     kiln_error err = {0};
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    if (kiln_ln_run(k, s->d, s->twice, &err) != KILN_OK) {
+    if (kiln_case_run(c, &err) != KILN_OK) {
         fail(j, "sm_%d rows %d hidden %d: %s", sm, s->rows, s->hidden, err.msg);
         return;
     }
     j->st.runs++;
-    kiln_ln_report r;
-    if (kiln_ln_check(s->d, (int)m->threads_per_row, &r)) {
-        for (int o = 0; o < 3; o++)
-            if (r.bad[o]) fail(j, "sm_%d rows %d hidden %d: %ld bad %s values; first: %s", sm, s->rows, s->hidden,
-                               r.bad[o], kiln_ln_output_name(o), r.first[o]);
-    }
-    record(j, s, &r, in);
-    if (in == KILN_LN_RANDOM) return; /* statistics only */
-    size_t rb = (size_t)s->rows * sizeof(float);
-    if (sm == 80) {
-        s->y80 = malloc(ybytes(s));
-        s->mean80 = malloc(rb);
-        s->rstd80 = malloc(rb);
-        if (s->y80 && s->mean80 && s->rstd80) {
-            memcpy(s->y80, s->d->y, ybytes(s));
-            memcpy(s->mean80, s->d->mean, rb);
-            memcpy(s->rstd80, s->d->rstd, rb);
+    if (kiln_case_check(c))
+        for (int o = 0; o < kiln_case_noutputs(c); o++) {
+            const kiln_case_output *out = kiln_case_output_at(c, o);
+            if (out->bad) fail(j, "sm_%d rows %d hidden %d: %ld bad %s values; first: %s", sm, s->rows, s->hidden, out->bad,
+                               out->name, out->first);
         }
-        return;
-    }
-    if (!s->y80 || !s->mean80 || !s->rstd80) return;
-    const char *diff = memcmp(s->y80, s->d->y, ybytes(s)) ? "y"
-                     : memcmp(s->mean80, s->d->mean, rb) ? "mean"
-                     : memcmp(s->rstd80, s->d->rstd, rb) ? "rstd" : NULL;
-    if (diff) fail(j, "sm_%d rows %d hidden %d: %s differs in its bits from sm_80's", sm, s->rows, s->hidden, diff);
-}
-
-static void free_set(dataset *s) {
-    kiln_ln_data_free(s->d);
-    free(s->y80);
-    free(s->mean80);
-    free(s->rstd80);
+    record(j, c, in);
+    if (in == KILN_LN_RANDOM) return; /* statistics only */
+    char which[KILN_NAME_MAX];
+    if (sm == 80) s->bits80 = kiln_case_bits_take(c);
+    else if (s->bits80 && !kiln_case_bits_same(c, s->bits80, which, sizeof which))
+        fail(j, "sm_%d rows %d hidden %d: %s differs in its bits from sm_80's", sm, s->rows, s->hidden, which);
 }
 
 /* The data sets of one spec: rows {1, 3, many} at a fixed hidden, or many hidden sizes. */
-static int plan(const kiln_layernorm_spec *spec, int quick, int *rows, int *hidden, int *twice) {
+static int plan(int spec_hidden, int quick, int *rows, int *hidden, int *twice) {
     int n = 0;
-    if (spec->hidden) {
-        int many = spec->hidden >= 4096 ? 8 : 64;
+    if (spec_hidden) {
+        int many = spec_hidden >= 4096 ? 8 : 64;
         const int r[3] = {1, 3, many};
-        for (int i = 0; i < 3; i++) rows[n] = r[i], hidden[n] = spec->hidden, twice[n++] = i == 2;
+        for (int i = 0; i < 3; i++) rows[n] = r[i], hidden[n] = spec_hidden, twice[n++] = i == 2;
         return n;
     }
     for (size_t i = 0; i < sizeof launch_sizes / sizeof *launch_sizes; i++) {
@@ -180,45 +165,57 @@ static int plan(const kiln_layernorm_spec *spec, int quick, int *rows, int *hidd
     return n;
 }
 
+static kiln_case_opts ln_opts(int sm, uint64_t seed, kiln_ln_input in, int rows, int hidden, int twice) {
+    kiln_case_opts o = {.sm = sm, .seed = seed, .input = in, .eps = EPS, .twice = twice};
+    kiln_case_opts_set(&o, "rows", rows);
+    kiln_case_opts_set(&o, "hidden", hidden);
+    return o;
+}
+
+/* One spec on every SM: its kernel loaded once per SM (the first data set's case), each further data
+ * set a new problem on it (kiln_case_reset). */
 static void run_job(kiln_gen *gen, kiln_emu *emu, job *j, int quick) {
     double t0 = now();
     kiln_error err = {0};
-    kiln_layernorm_spec spec;
-    if (kiln_ln_spec_parse(j->spec, &spec, &err) != KILN_OK) {
+    char canon[KILN_SPEC_MAX];
+    if (kiln_canonical_spec(gen, j->spec, canon, sizeof canon, &err) != KILN_OK) {
         fail(j, "%s", err.msg);
         return;
     }
-    int rows[16], hidden[16], twice[16], n = plan(&spec, quick, rows, hidden, twice);
+    const char *h = strstr(canon, " hidden=");
+    int spec_hidden = h ? atoi(h + 8) : 0;
+    int rows[16], hidden[16], twice[16], n = plan(spec_hidden, quick, rows, hidden, twice);
     dataset sets[16];
     memset(sets, 0, sizeof sets);
     uint64_t seed = 1;
     for (const char *c = j->spec; *c; c++) seed = seed * 31 + (unsigned char)*c;
     for (int i = 0; i < n; i++) {
         sets[i].rows = rows[i], sets[i].hidden = hidden[i], sets[i].twice = twice[i];
-        if (kiln_ln_data_create(&sets[i].d, &spec, EPS, rows[i], hidden[i], KILN_LN_MIXED, seed + (uint64_t)i, &err))
-            fail(j, "data: %s", err.msg);
+        sets[i].o = ln_opts(0, seed + (uint64_t)i, KILN_LN_MIXED, rows[i], hidden[i], twice[i]);
     }
     for (int si = 0; si < nsms; si++) {
-        kiln_emu_kernel *k = NULL;
-        if (kiln_emu_load(emu, gen, j->spec, all_sms[si], &k, &err) != KILN_OK) {
-            fail(j, "sm_%d: load: %s", all_sms[si], err.msg);
-            continue;
-        }
-        j->st.loads++;
-        for (int i = 0; i < n; i++)
-            if (sets[i].d) run_set(j, k, all_sms[si], &sets[i], KILN_LN_MIXED);
-        if (all_sms[si] == 80) { /* random inputs alone, for the error statistics */
-            kiln_ln_data *d;
-            int h = spec.hidden ? spec.hidden : 1000;
-            if (kiln_ln_data_create(&d, &spec, EPS, h >= 4096 ? 8 : 64, h, KILN_LN_RANDOM, seed, &err) == KILN_OK) {
-                dataset s = {.d = d, .rows = d->rows, .hidden = h};
-                run_set(j, k, 80, &s, KILN_LN_RANDOM);
-                kiln_ln_data_free(d);
+        kiln_case *c = NULL;
+        for (int i = 0; i < n; i++) {
+            sets[i].o.sm = all_sms[si];
+            kiln_status st = i == 0 ? kiln_case_create(&c, gen, emu, j->spec, &sets[i].o, &err)
+                                    : kiln_case_reset(c, &sets[i].o, &err);
+            if (st != KILN_OK) {
+                fail(j, "sm_%d rows %d hidden %d: %s", all_sms[si], rows[i], hidden[i], err.msg);
+                break;
             }
+            if (i == 0) j->st.loads++;
+            run_set(j, c, all_sms[si], &sets[i], KILN_LN_MIXED);
         }
-        kiln_emu_kernel_free(k);
+        if (c && all_sms[si] == 80) { /* random inputs alone, for the error statistics */
+            int hr = spec_hidden ? spec_hidden : 1000;
+            kiln_case_opts o = ln_opts(80, seed, KILN_LN_RANDOM, hr >= 4096 ? 8 : 64, hr, 0);
+            dataset s = {.rows = hr >= 4096 ? 8 : 64, .hidden = hr};
+            if (kiln_case_reset(c, &o, &err) == KILN_OK) run_set(j, c, 80, &s, KILN_LN_RANDOM);
+            else fail(j, "sm_80 random inputs: %s", err.msg);
+        }
+        kiln_case_free(c);
     }
-    for (int i = 0; i < n; i++) free_set(&sets[i]);
+    for (int i = 0; i < n; i++) kiln_case_bits_free(sets[i].bits80);
     j->seconds = now() - t0;
 }
 
@@ -263,25 +260,27 @@ static void make_jobs(int quick) {
             for (int h = 0; h < 3; h++) add_job("layernorm %s hidden=%s %s", pairs[p], sizes[h], affine[a]);
 }
 
-/* mean and rstd may be NULL (the template skips them): y keeps its bits. */
+/* mean and rstd may be NULL (the template skips them): y keeps its bits. The case draws the inputs
+ * and runs the kernel; the second launch binds the kernel's parameters by hand, mean and rstd NULL. */
 static void test_null_stats(void) {
     TEST_BEGIN("mean and rstd passed as NULL: y is unchanged");
     kiln_error err = {0};
     kiln_gen *gen = NULL;
     kiln_emu *emu = NULL;
-    kiln_emu_kernel *k = NULL;
-    kiln_ln_data *d = NULL;
-    kiln_layernorm_spec spec = {KILN_BF16, KILN_F32, KILN_BF16, 768, 1, 1};
+    kiln_case *c = NULL;
+    kiln_case_opts o = ln_opts(75, 7, KILN_LN_RANDOM, 9, 768, 0);
     int ok = kiln_gen_create(&gen, NULL, &err) == KILN_OK && kiln_emu_create(&emu, &err) == KILN_OK &&
-             kiln_emu_load(emu, gen, "layernorm x=bf16 w=f32 y=bf16 hidden=768", 75, &k, &err) == KILN_OK &&
-             kiln_ln_data_create(&d, &spec, EPS, 9, 768, KILN_LN_RANDOM, 7, &err) == KILN_OK &&
-             kiln_ln_run(k, d, 0, &err) == KILN_OK;
+             kiln_case_create(&c, gen, emu, "layernorm x=bf16 w=f32 y=bf16 hidden=768", &o, &err) == KILN_OK &&
+             kiln_case_run(c, &err) == KILN_OK;
     CHECK(ok, "%s", err.msg);
     if (ok) {
-        size_t n = 9 * 768 * 2;
+        void *yp = NULL;
+        size_t n = 0, bytes;
+        kiln_case_tensor(c, "y", &yp, &n);
         unsigned char *y = malloc(n);
-        memcpy(y, d->y, n);
-        memset(d->y, 0xff, n);
+        memcpy(y, yp, n);
+        memset(yp, 0xff, n);
+        kiln_emu_kernel *k = kiln_case_kernel(c);
         const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
         void *ptr[KILN_MAX_PARAMS], *args[KILN_MAX_PARAMS];
         int32_t ints[KILN_MAX_PARAMS];
@@ -290,21 +289,28 @@ static void test_null_stats(void) {
                              .block = {m->block[0], m->block[1], m->block[2]}};
         for (int i = 0; i < m->nparams; i++) {
             const char *nm = m->params[i].name;
-            ptr[i] = !strcmp(nm, "y") ? d->y : !strcmp(nm, "x") ? d->x : !strcmp(nm, "weight") ? d->w
-                   : !strcmp(nm, "bias") ? d->b : NULL;
+            ptr[i] = NULL;
+            if (strcmp(nm, "mean") && strcmp(nm, "rstd") && m->params[i].kind == KILN_PARAM_PTR) kiln_case_tensor(c, nm, &ptr[i], &bytes);
             ints[i] = !strcmp(nm, "rows") ? 9 : 768;
             args[i] = m->params[i].kind == KILN_PARAM_PTR ? (void *)&ptr[i]
                     : m->params[i].kind == KILN_PARAM_F32 ? (void *)&eps : (void *)&ints[i];
             if (m->params[i].kind == KILN_PARAM_PTR && !ptr[i]) l.nullable |= 1u << i;
         }
         CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK, "%s", err.msg);
-        CHECK(!memcmp(y, d->y, n), "y differs with mean/rstd NULL");
+        CHECK(!memcmp(y, yp, n), "y differs with mean/rstd NULL");
         free(y);
     }
-    kiln_ln_data_free(d);
+    kiln_case_free(c);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     TEST_END();
+}
+
+/* The outputs (y, mean, rstd) of c's check, with the bad values counted; returns the total. */
+static long check3(kiln_case *c, const kiln_case_output **out) {
+    long bad = kiln_case_check(c);
+    for (int o = 0; o < 3; o++) out[o] = kiln_case_output_at(c, o);
+    return bad;
 }
 
 /* The checks can fail: wrong values planted into correct outputs are found. */
@@ -312,59 +318,64 @@ static void test_checker_catches(void) {
     kiln_error err = {0};
     kiln_gen *gen = NULL;
     kiln_emu *emu = NULL;
-    kiln_emu_kernel *k = NULL;
-    kiln_ln_data *d = NULL, *big = NULL;
-    kiln_layernorm_spec spec = {KILN_F32, KILN_F32, KILN_F16, 100, 1, 1};
+    kiln_case *d = NULL, *big = NULL;
+    const char *spec = "layernorm x=f32 w=f32 y=f16 hidden=100";
+    kiln_case_opts od = ln_opts(80, 3, KILN_LN_MIXED, 8, 100, 0), ob = ln_opts(80, 4, KILN_LN_LARGE_MEAN, 8, 100, 0);
+    const kiln_case_output *r[3] = {0};
     TEST_BEGIN("checker: a correct run passes (baseline for the planted errors)");
     int ok = kiln_gen_create(&gen, NULL, &err) == KILN_OK && kiln_emu_create(&emu, &err) == KILN_OK &&
-             kiln_emu_load(emu, gen, "layernorm x=f32 w=f32 y=f16 hidden=100", 80, &k, &err) == KILN_OK &&
-             kiln_ln_data_create(&d, &spec, EPS, 8, 100, KILN_LN_MIXED, 3, &err) == KILN_OK &&
-             kiln_ln_data_create(&big, &spec, EPS, 8, 100, KILN_LN_LARGE_MEAN, 4, &err) == KILN_OK &&
-             kiln_ln_run(k, d, 0, &err) == KILN_OK && kiln_ln_run(k, big, 0, &err) == KILN_OK;
+             kiln_case_create(&d, gen, emu, spec, &od, &err) == KILN_OK &&
+             kiln_case_create(&big, gen, emu, spec, &ob, &err) == KILN_OK && kiln_case_run(d, &err) == KILN_OK &&
+             kiln_case_run(big, &err) == KILN_OK;
     CHECK(ok, "%s", err.msg);
-    kiln_ln_report r;
-    if (ok) CHECK(kiln_ln_check(d, 32, &r) == 0 && kiln_ln_check(big, 32, &r) == 0, "baseline fails: %s", r.first[0]);
+    if (ok) CHECK(check3(d, r) == 0 && check3(big, r) == 0, "baseline fails: %s", r[0]->first);
     TEST_END();
     if (!ok) goto out;
-    uint16_t *y = d->y, saved = y[5];
+    void *yp = NULL, *mp = NULL, *rp = NULL, *xp = NULL;
+    size_t nb;
+    kiln_case_tensor(d, "y", &yp, &nb);
+    kiln_case_tensor(d, "mean", &mp, &nb);
+    uint16_t *y = yp, saved = y[5];
     TEST_BEGIN("checker: y off by 2 ulps of f16 is caught");
     y[5] = (uint16_t)(y[5] + 2);
-    CHECK(kiln_ln_check(d, 32, &r) == 1 && r.bad[0] == 1 && strstr(r.first[0], "y[0][5]"), "%ld: %s", r.bad[0], r.first[0]);
+    CHECK(check3(d, r) == 1 && r[0]->bad == 1 && strstr(r[0]->first, "y[0][5]"), "%ld: %s", r[0]->bad, r[0]->first);
     y[5] = saved;
     TEST_END();
     TEST_BEGIN("checker: an unwritten y element is caught");
     y[7] = 0xffff;
-    CHECK(kiln_ln_check(d, 32, &r) == 1 && strstr(r.first[0], "never written"), "%s", r.first[0]);
+    CHECK(check3(d, r) == 1 && strstr(r[0]->first, "never written"), "%s", r[0]->first);
     TEST_END();
     TEST_BEGIN("checker: a number where NaN must propagate is caught");
     /* mixed rows: row 3 is special (NaN), so all its y must be NaN */
-    kiln_ln_run(k, d, 0, &err);
+    kiln_case_run(d, &err);
     y[3 * 100 + 1] = 0;
-    CHECK(kiln_ln_check(d, 32, &r) == 1 && strstr(r.first[0], "y[3][1]"), "%ld: %s", r.bad[0], r.first[0]);
+    CHECK(check3(d, r) == 1 && strstr(r[0]->first, "y[3][1]"), "%ld: %s", r[0]->bad, r[0]->first);
     TEST_END();
     TEST_BEGIN("checker: a mean off by 1e-5 relative is caught");
-    kiln_ln_run(k, d, 0, &err);
-    d->mean[0] *= 1.00001f;
+    kiln_case_run(d, &err);
+    ((float *)mp)[0] *= 1.00001f;
     /* y is checked against the kernel's own mean, so near-zero y may flag it too */
-    CHECK(kiln_ln_check(d, 32, &r) >= 1 && r.bad[1] == 1 && r.bad[2] == 0, "%s", r.first[1]);
+    CHECK(check3(d, r) >= 1 && r[1]->bad == 1 && r[2]->bad == 0, "%s", r[1]->first);
     TEST_END();
     TEST_BEGIN("checker: rstd from a naive sum / sum-of-squares variance fails on large-mean rows");
-    for (int row = 0; row < big->rows; row++) {
+    kiln_case_tensor(big, "rstd", &rp, &nb);
+    kiln_case_tensor(big, "x", &xp, &nb);
+    for (int row = 0; row < 8; row++) {
         float s = 0, sq = 0;
         for (int i = 0; i < 100; i++) {
-            float x = ((float *)big->x)[row * 100 + i];
+            float x = ((float *)xp)[row * 100 + i];
             s += x;
             sq += x * x;
         }
         float mean = s / 100, var = sq / 100 - mean * mean;
-        big->rstd[row] = 1.0f / sqrtf((var > 0 ? var : 0) + EPS);
+        ((float *)rp)[row] = 1.0f / sqrtf((var > 0 ? var : 0) + EPS);
     }
-    kiln_ln_check(big, 32, &r);
-    CHECK(r.bad[2] >= big->rows / 2, "naive variance passed on %ld of %d rows", big->rows - r.bad[2], big->rows);
+    check3(big, r);
+    CHECK(r[2]->bad >= 8 / 2, "naive variance passed on %ld of %d rows", 8 - r[2]->bad, 8);
     TEST_END();
 out:
-    kiln_ln_data_free(d);
-    kiln_ln_data_free(big);
+    kiln_case_free(d);
+    kiln_case_free(big);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
 }

@@ -8,9 +8,13 @@
  *            of y's dtype (u = 2^-24, D ~ hidden / threads_per_row + 13); h exact;
  *   backward dx 2r[4u(|g|+|xh a|+|c|) + |xh|(D+3)u S|g xh|/n + (D+1)u S|g|/n] + 2u|dx| + half an
  *            ulp of dx's dtype; dweight/dbias (rows + parts/32 + 20)u S|dy xh| (S|dy|) + half an ulp.
- * sm_75 (integer bf16 rounding) and sm_80 (native cvt) must give identical bytes. Backwards run
- * on a grid smaller than the row count (blocks walk rows grid-stride) and twice with the same
- * grid: dweight/dbias must be bit-identical (no atomics). Exact cases (issue 16): rows of
+ * sm_75 (integer bf16 rounding) and sm_80 (native cvt) must give identical bytes. Every case goes
+ * through the one case runner (kiln/emu_case.h): the family's registry reference draws the inputs,
+ * special rows are written after the draw (kiln_case_set, then kiln_case_refresh), the launch
+ * description's sequence runs, and bits are compared with kiln_case_bits. Backwards run on a
+ * one-SM device's grid (the template's rule: 16 blocks, a split form 4, fewer than the rows, so
+ * blocks walk rows grid-stride), then twice with the same grid: every output (dx, dweight, dbias)
+ * must be bit-identical (no atomics), then on one block per row group. Exact cases (issue 16): rows of
  * |x| ~ 1e30 give finite statistics; a constant row of 0.1f with eps = 0 gives mean exactly
  * 0.1f, rstd = +inf and y = NaN; a constant 65536-long f32 row (hidden=launch) gives mean
  * exactly the constant and y exactly the bias. Issue 22, on every SM: RMSNorm hidden=launch with one
@@ -26,113 +30,131 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_norm.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 
 static kiln_gen *gen;
 static kiln_emu *emu;
 
-static kiln_emu_kernel *load(const char *spec, int sm) {
-    kiln_emu_kernel *k = NULL;
+/* The resolved spec's hidden (0: hidden=launch) and whether it is a backward; -1 when it does not resolve. */
+static int spec_shape(const char *spec, int *hidden, int *bwd) {
     kiln_error err = {0};
-    if (kiln_emu_load(emu, gen, spec, sm, &k, &err) != KILN_OK) {
-        CHECK(0, "loading '%s' for sm_%d: %s", spec, sm, err.msg);
-        return NULL;
+    char canon[KILN_SPEC_MAX];
+    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK) {
+        CHECK(0, "%s: %s", spec, err.msg);
+        return -1;
     }
-    return k;
+    const char *h = strstr(canon, " hidden=");
+    *hidden = h ? atoi(h + 8) : 0;
+    *bwd = strstr(canon, "_bwd ") != NULL;
+    return 0;
 }
 
-static size_t out_bytes(const kiln_norm_data *d, int o) {
-    const kiln_norm_spec *s = &d->spec;
-    size_t n = (size_t)d->rows * (size_t)d->hidden;
-    if (kiln_norm_is_backward(s))
-        return o == 0 ? n * kiln_dtype_size(s->dx) : (size_t)d->hidden * kiln_dtype_size(s->w);
-    return o == 0 ? n * kiln_dtype_size(s->y) : o == 3 ? n * kiln_dtype_size(s->r) : (size_t)d->rows * 4;
+/* The case runner's options for one norm problem on sm (eps as given, 0 included). */
+static kiln_case_opts norm_opts(int sm, uint64_t seed, kiln_ln_input in, float eps, int rows, int hidden, double scale) {
+    kiln_case_opts o = {.sm = sm, .seed = seed, .input = in, .scale = scale};
+    kiln_case_opts_set(&o, "rows", rows);
+    kiln_case_opts_set(&o, "hidden", hidden);
+    kiln_case_opts_set(&o, "eps", eps);
+    return o;
 }
 
-static const void *out_ptr(const kiln_norm_data *d, int o) {
-    if (kiln_norm_is_backward(&d->spec)) return o == 0 ? d->dx : o == 1 ? d->dw : o == 2 ? d->db : NULL;
-    return o == 0 ? d->y : o == 1 ? (void *)d->mean : o == 2 ? (void *)d->rstd : d->h;
-}
-
-/* Runs spec on sm with data d (blocks: backward grid, 0 = all); checks it; returns 0 on a pass.
- * geom (may be NULL) receives the kernel's block threads, threads per row and iterations' worth
- * of geometry packed in one number: outputs of two SMs are bit-identical only at one geometry. */
-static int run_check(const char *spec, int sm, kiln_norm_data *d, unsigned blocks, int twice, unsigned long long *geom) {
+/* The case of spec (NULL, the failure recorded, when it cannot be built). */
+static kiln_case *make(const char *spec, const kiln_case_opts *o) {
+    kiln_case *c = NULL;
     kiln_error err = {0};
-    kiln_emu_kernel *k = load(spec, sm), *red = NULL;
-    if (!k) return -1;
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    if (m->then_spec[0] && !(red = load(m->then_spec, sm))) return -1;
-    char before[KILN_SPEC_MAX] = "";
-    kiln_emu_kernel *pre = kiln_norm_before_spec(m, before, sizeof before) ? load(before, sm) : NULL;
-    if (before[0] && !pre) return -1;
-    /* a split form (a kernel before it) sums in another order than a reload form of the same block */
-    if (geom)
-        *geom = ((unsigned long long)m->block[0] << 32) | ((unsigned long long)m->threads_per_row << 16) | m->grid_tile[0] |
-                (unsigned long long)(pre != NULL) << 62;
-    kiln_status st = kiln_norm_run_seq(pre, k, red, d, blocks, twice, &err);
-    if (pre) kiln_emu_kernel_free(pre);
-    CHECK(st == KILN_OK, "%s sm_%d: %s", spec, sm, err.msg);
-    if (st != KILN_OK) return -1;
-    unsigned need = ((unsigned)d->rows + m->grid_tile[0] - 1) / m->grid_tile[0];
-    unsigned parts = (blocks && blocks < need ? blocks : need) * (m->ws_rows_per_block ? m->ws_rows_per_block : 1);
-    kiln_norm_report r;
-    long bad = kiln_norm_check(d, (int)m->threads_per_row, parts, &r);
-    for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
-        CHECK(!r.bad[o], "%s sm_%d rows %d hidden %d: %ld bad %s; first: %s", spec, sm, d->rows, d->hidden, r.bad[o],
-              kiln_norm_output_name(&d->spec, o), r.first[o]);
-    kiln_emu_kernel_free(k);
-    if (red) kiln_emu_kernel_free(red);
+    if (kiln_case_create(&c, gen, emu, spec, o, &err) != KILN_OK) CHECK(0, "%s sm_%d: %s", spec, o->sm, err.msg);
+    return c;
+}
+
+static int rows_of(kiln_case *c) { return (int)kiln_case_opts_get(kiln_case_options(c), "rows", 0); }
+static int hidden_of(kiln_case *c) { return (int)kiln_case_opts_get(kiln_case_options(c), "hidden", 0); }
+static int has(kiln_case *c, const char *tensor) { return kiln_case_count(c, tensor) > 0; }
+
+/* Runs c's sequence (a split form's statistics kernel, the kernel, norm_reduce) and checks every
+ * output against float64; 0 on a pass. */
+static int run_check(kiln_case *c) {
+    kiln_error err = {0};
+    const char *spec = kiln_emu_kernel_meta(kiln_case_kernel(c))->spec;
+    int sm = kiln_case_options(c)->sm;
+    if (kiln_case_run(c, &err) != KILN_OK) {
+        CHECK(0, "%s sm_%d: %s", spec, sm, err.msg);
+        return -1;
+    }
+    long bad = kiln_case_check(c);
+    for (int i = 0; i < kiln_case_noutputs(c); i++) {
+        const kiln_case_output *o = kiln_case_output_at(c, i);
+        CHECK(!o->bad, "%s sm_%d rows %d hidden %d: %ld bad %s; first: %s", spec, sm, rows_of(c), hidden_of(c), o->bad,
+              o->name, o->first);
+    }
     return bad ? -1 : 0;
+}
+
+/* The checked output `name` of c's last check, or NULL. */
+static const kiln_case_output *output(kiln_case *c, const char *name) {
+    for (int i = 0; i < kiln_case_noutputs(c); i++)
+        if (!strcmp(kiln_case_output_at(c, i)->name, name)) return kiln_case_output_at(c, i);
+    return NULL;
+}
+
+/* Every element of row r of x set to v (a residual row to 0): constant rows written after the draw. */
+static void set_row(kiln_case *c, int r, double v) {
+    kiln_error err = {0};
+    size_t n = (size_t)hidden_of(c);
+    for (size_t i = 0; i < n; i++) {
+        if (kiln_case_set(c, "x", (size_t)r * n + i, v, &err) != KILN_OK ||
+            (has(c, "residual") && kiln_case_set(c, "residual", (size_t)r * n + i, 0.0, &err) != KILN_OK)) {
+            CHECK(0, "%s", err.msg);
+            return;
+        }
+    }
+}
+
+static void refresh(kiln_case *c) {
+    kiln_error err = {0};
+    CHECK(kiln_case_refresh(c, &err) == KILN_OK, "%s", err.msg);
+}
+
+/* The geometry a run took, packed in one number (block threads, threads per row, rows per block, a
+ * kernel before it): outputs of two SMs are bit-identical only at one geometry. */
+static unsigned long long geometry(kiln_case *c) {
+    const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
+    int pre = kiln_case_nsteps(c) > 0 && kiln_case_step_at(c, 0)->kernel != kiln_case_kernel(c);
+    return ((unsigned long long)m->block[0] << 32) | ((unsigned long long)m->threads_per_row << 16) | m->grid_tile[0] |
+           (unsigned long long)pre << 62;
 }
 
 /* Two backward forms of one spec on the same rows and blocks (sm_80): every output's bits equal. */
 static void same_bits(const char *a, const char *b, int hidden) {
-    char name[300];
+    char name[300], which[KILN_NAME_MAX];
     snprintf(name, sizeof name, "same bits: %s vs %s", a, b);
     TEST_BEGIN(name);
-    kiln_error err = {0};
-    char canon[KILN_SPEC_MAX];
-    kiln_norm_spec s;
-    kiln_norm_data *d = NULL;
-    if (kiln_canonical_spec(gen, a, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
-        kiln_norm_data_create(&d, &s, 1e-5f, 11, hidden, KILN_LN_RANDOM, 1.0, 7, &err) != KILN_OK) {
-        CHECK(0, "%s", err.msg);
-        TEST_END();
-        return;
+    /* one block per row group (sm_count 0): the split form's grid rule gives 4 blocks per SM, the
+     * others 16, so on no device do both walk the same rows grid-stride */
+    kiln_case_opts o = norm_opts(80, 7, KILN_LN_RANDOM, 1e-5f, 11, hidden, 1.0);
+    kiln_case *ca = make(a, &o), *cb = ca ? make(b, &o) : NULL;
+    if (cb && run_check(ca) == 0 && run_check(cb) == 0) {
+        kiln_case_bits *bits = kiln_case_bits_take(ca);
+        CHECK(kiln_case_bits_same(cb, bits, which, sizeof which), "%s: %s differs in its bits from %s's", a, which, b);
+        kiln_case_bits_free(bits);
     }
-    unsigned char *first[KILN_NORM_OUTPUTS] = {0};
-    if (run_check(a, 80, d, 3, 0, NULL) == 0)
-        for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
-            if (kiln_norm_output_name(&s, o) && out_ptr(d, o) && (first[o] = malloc(out_bytes(d, o))))
-                memcpy(first[o], out_ptr(d, o), out_bytes(d, o));
-    if (run_check(b, 80, d, 3, 0, NULL) == 0)
-        for (int o = 0; o < KILN_NORM_OUTPUTS; o++)
-            if (first[o])
-                CHECK(!memcmp(first[o], out_ptr(d, o), out_bytes(d, o)), "%s: %s differs in its bits from %s's", a,
-                      kiln_norm_output_name(&s, o), b);
-    for (int o = 0; o < KILN_NORM_OUTPUTS; o++) free(first[o]);
-    kiln_norm_data_free(d);
+    kiln_case_free(ca);
+    kiln_case_free(cb);
     TEST_END();
 }
 
 /* The variant on every SM in sms: each run checked, and the outputs' bytes equal across SMs. */
 static void variant(const char *spec, const int *sms, int nsms, int full) {
-    char name[300];
+    char name[300], which[KILN_NAME_MAX];
     snprintf(name, sizeof name, "%s", spec);
     TEST_BEGIN(name);
-    kiln_error err = {0};
-    char canon[KILN_SPEC_MAX];
-    kiln_norm_spec s;
-    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK) {
-        CHECK(0, "%s", err.msg);
+    int fixed, bwd;
+    if (spec_shape(spec, &fixed, &bwd) != 0) {
         TEST_END();
         return;
     }
-    int bwd = kiln_norm_is_backward(&s);
     int hiddens[3], nh = 0;
-    if (s.hidden) hiddens[nh++] = s.hidden;
+    if (fixed) hiddens[nh++] = fixed;
     else {
         hiddens[nh++] = 1000;
         hiddens[nh++] = 7;
@@ -141,72 +163,67 @@ static void variant(const char *spec, const int *sms, int nsms, int full) {
     for (int hi = 0; hi < nh; hi++) {
         /* small backward rows: over 100 partial rows, so every interleaved sum of norm_reduce works */
         int rows = hiddens[hi] >= 4096 ? 6 : bwd && hiddens[hi] <= 64 ? 150 : 19;
-        kiln_norm_data *d = NULL;
         uint64_t seed = 11;
-        for (const char *c = spec; *c; c++) seed = seed * 31 + (unsigned char)*c;
-        if (kiln_norm_data_create(&d, &s, 1e-5f, rows, hiddens[hi], bwd ? KILN_LN_RANDOM : KILN_LN_MIXED, 1.0, seed, &err) != KILN_OK) {
-            CHECK(0, "data: %s", err.msg);
-            continue;
-        }
-        if (bwd) { /* large-mean and constant rows too (no NaN rows: they make all of dweight NaN) */
-            kiln_norm_data_set_row(d, 1, 0.1);
-        }
-        unsigned char *first[KILN_NORM_OUTPUTS] = {0};
-        unsigned long long geom0 = 0, geom = 0;
+        for (const char *ch = spec; *ch; ch++) seed = seed * 31 + (unsigned char)*ch;
+        kiln_case_opts o = norm_opts(sms[0], seed, bwd ? KILN_LN_RANDOM : KILN_LN_MIXED, 1e-5f, rows, hiddens[hi], 1.0);
+        kiln_case_bits *first = NULL;
+        unsigned long long geom0 = 0;
         for (int si = 0; si < nsms; si++) {
-            if (run_check(spec, sms[si], d, bwd ? 3 : 0, !bwd && si == 0, &geom) != 0) break;
-            if (si == 0) geom0 = geom;
-            /* a backward may take another form on an SM with less shared memory (docs/norms.md):
-             * another summation order, checked against float64 only */
-            else if (geom != geom0) continue;
-            for (int o = 0; o < KILN_NORM_OUTPUTS; o++) {
-                if (!kiln_norm_output_name(&s, o) || !out_ptr(d, o)) continue;
-                size_t nb = out_bytes(d, o);
-                if (si == 0) {
-                    first[o] = malloc(nb);
-                    if (first[o]) memcpy(first[o], out_ptr(d, o), nb);
-                } else if (first[o]) {
-                    CHECK(!memcmp(first[o], out_ptr(d, o), nb), "%s: %s on sm_%d differs in its bits from sm_%d's", spec,
-                          kiln_norm_output_name(&s, o), sms[si], sms[0]);
-                }
+            o.sm = sms[si];
+            kiln_case *c = make(spec, &o);
+            if (!c) break;
+            if (bwd) { /* a constant row too (no NaN rows: they make all of dweight NaN) */
+                set_row(c, 1, 0.1);
+                refresh(c);
+            }
+            /* a backward on a one-SM device: fewer blocks than rows, each walking rows grid-stride;
+             * a forward's first SM runs every block twice, threads in opposite orders */
+            kiln_case_set_launch(c, bwd ? 1 : 0, !bwd && si == 0);
+            if (run_check(c) != 0) {
+                kiln_case_free(c);
+                break;
+            }
+            if (si == 0) {
+                geom0 = geometry(c);
+                first = kiln_case_bits_take(c);
+            } else if (geometry(c) == geom0) {
+                /* a backward may take another form on an SM with less shared memory (docs/norms.md):
+                 * another summation order, checked against float64 only */
+                CHECK(kiln_case_bits_same(c, first, which, sizeof which), "%s: %s on sm_%d differs in its bits from sm_%d's",
+                      spec, which, sms[si], sms[0]);
             }
             if (bwd && si == 0) { /* the same grid again: identical bits (deterministic reduction) */
-                if (run_check(spec, sms[0], d, 3, 0, NULL) == 0)
-                    for (int o = 1; o < 3; o++)
-                        if (first[o] && out_ptr(d, o))
-                            CHECK(!memcmp(first[o], out_ptr(d, o), out_bytes(d, o)), "%s: %s differs between two runs", spec,
-                                  kiln_norm_output_name(&s, o));
-                run_check(spec, sms[0], d, 0, 0, NULL); /* and on one block per row group */
+                if (run_check(c) == 0)
+                    CHECK(kiln_case_bits_same(c, first, which, sizeof which), "%s: %s differs between two runs", spec, which);
+                kiln_case_set_launch(c, 0, 0); /* and on one block per row group */
+                run_check(c);
             }
+            kiln_case_free(c);
         }
-        for (int o = 0; o < KILN_NORM_OUTPUTS; o++) free(first[o]);
-        kiln_norm_data_free(d);
+        kiln_case_bits_free(first);
     }
     TEST_END();
 }
 
 /* ---- exact cases (issue 16, LayerNorm numerics at the edges) ---- */
 
-static kiln_norm_data *exact_data(const char *spec, float eps, int rows, int hidden, double scale) {
-    kiln_error err = {0};
-    char canon[KILN_SPEC_MAX];
-    kiln_norm_spec s;
-    kiln_norm_data *d = NULL;
-    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
-        kiln_norm_data_create(&d, &s, eps, rows, hidden, KILN_LN_RANDOM, scale, 5, &err) != KILN_OK)
-        CHECK(0, "%s: %s", spec, err.msg);
-    return d;
+/* Random rows of spec on sm 80 (seed 5), not yet run. */
+static kiln_case *exact_case(const char *spec, float eps, int rows, int hidden, double scale) {
+    kiln_case_opts o = norm_opts(80, 5, KILN_LN_RANDOM, eps, rows, hidden, scale);
+    return make(spec, &o);
 }
 
 static void huge_rows(const char *spec, int hidden) {
     char name[300];
     snprintf(name, sizeof name, "%s: rows of |x| ~ 1e30 give finite rstd and the float64 answer", spec);
     TEST_BEGIN(name);
-    kiln_norm_data *d = exact_data(spec, 1e-5f, 4, hidden, 1e30);
-    if (d && run_check(spec, 80, d, 0, 0, NULL) == 0)
-        for (int r = 0; r < d->rows; r++)
-            CHECK(d->rstd[r] > 0 && isfinite(d->rstd[r]), "rstd[%d] = %g (overflowed variance)", r, (double)d->rstd[r]);
-    kiln_norm_data_free(d);
+    kiln_case *c = exact_case(spec, 1e-5f, 4, hidden, 1e30);
+    if (c && run_check(c) == 0)
+        for (int r = 0; r < 4; r++) {
+            double rs = kiln_case_get(c, "rstd", (size_t)r);
+            CHECK(rs > 0 && isfinite(rs), "rstd[%d] = %g (overflowed variance)", r, rs);
+        }
+    kiln_case_free(c);
     TEST_END();
 }
 
@@ -214,27 +231,28 @@ static void constant_rows(const char *spec, int hidden, float eps) {
     char name[300];
     snprintf(name, sizeof name, "%s hidden %d eps %g: constant rows have variance exactly 0", spec, hidden, (double)eps);
     TEST_BEGIN(name);
-    kiln_norm_data *d = exact_data(spec, eps, 3, hidden, 1.0);
-    if (d) {
-        kiln_norm_data_set_row(d, 0, 0.1);
-        kiln_norm_data_set_row(d, 2, -3.3);
-        kiln_error err = {0};
-        kiln_emu_kernel *k = load(spec, 80);
-        if (k && kiln_norm_run(k, NULL, d, 0, 0, &err) == KILN_OK) {
+    kiln_case *c = exact_case(spec, eps, 3, hidden, 1.0);
+    if (c) {
+        set_row(c, 0, 0.1);
+        set_row(c, 2, -3.3);
+        refresh(c);
+        if (run_check(c) == 0) {
             for (int r = 0; r < 3; r += 2) {
-                float c = r ? -3.3f : 0.1f;
-                CHECK(d->mean[r] == c, "mean[%d] = %.9g, want exactly %.9g", r, (double)d->mean[r], (double)c);
+                float k = r ? -3.3f : 0.1f;
+                double mean = kiln_case_get(c, "mean", (size_t)r), rstd = kiln_case_get(c, "rstd", (size_t)r);
+                CHECK(mean == k, "mean[%d] = %.9g, want exactly %.9g", r, mean, (double)k);
                 if (eps == 0) {
-                    CHECK(isinf(d->rstd[r]) && d->rstd[r] > 0, "rstd[%d] = %g, want +inf", r, (double)d->rstd[r]);
-                    for (int i = 0; i < hidden; i++)
-                        if (!isnan(kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i))) {
-                            CHECK(0, "y[%d][%d] = %g, want NaN (0 * inf)", r, i, kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i));
+                    CHECK(isinf(rstd) && rstd > 0, "rstd[%d] = %g, want +inf", r, rstd);
+                    for (int i = 0; i < hidden; i++) {
+                        double y = kiln_case_get(c, "y", (size_t)r * hidden + i);
+                        if (!isnan(y)) {
+                            CHECK(0, "y[%d][%d] = %g, want NaN (0 * inf)", r, i, y);
                             break;
                         }
+                    }
                 } else {
                     for (int i = 0; i < hidden; i++) {
-                        double y = kiln_emu_value_get(d->spec.y, d->y, (size_t)r * hidden + i);
-                        double b = kiln_emu_value_get(d->spec.w, d->b, (size_t)i);
+                        double y = kiln_case_get(c, "y", (size_t)r * hidden + i), b = kiln_case_get(c, "bias", (size_t)i);
                         if (y != b) {
                             CHECK(0, "y[%d][%d] = %.9g, want exactly the bias %.9g", r, i, y, b);
                             break;
@@ -242,12 +260,9 @@ static void constant_rows(const char *spec, int hidden, float eps) {
                     }
                 }
             }
-        } else {
-            CHECK(0, "run: %s", err.msg);
         }
-        if (k) kiln_emu_kernel_free(k);
     }
-    kiln_norm_data_free(d);
+    kiln_case_free(c);
     TEST_END();
 }
 
@@ -260,14 +275,17 @@ static void constant_rows(const char *spec, int hidden, float eps) {
  * LayerNorm forms promise finite statistics there but not y: docs/norms.md). */
 enum { EDGE_RANDOM, EDGE_BIG, EDGE_APART };
 
-static void edge_row(kiln_norm_data *d, int r, int kind, double s) {
-    kiln_dtype dt = d->res ? d->spec.r : d->spec.x;
-    void *dst = d->res ? d->res : d->x;
-    for (int i = 0; i < d->hidden; i++) {
-        size_t at = (size_t)r * (size_t)d->hidden + (size_t)i;
+static void edge_row(kiln_case *c, int r, int kind, double s) {
+    kiln_error err = {0};
+    int res = has(c, "residual"), n = hidden_of(c);
+    for (int i = 0; i < n; i++) {
+        size_t at = (size_t)r * (size_t)n + (size_t)i;
         double v = kind == EDGE_BIG ? s * (1 + sin(1.7 * i + r) / 2) : i == 0 ? 3e38 : -2e38 * (1 + sin(1.3 * i) / 100);
-        if (d->res) kiln_emu_value_set(d->spec.x, d->x, at, 0.0);
-        kiln_emu_value_set(dt, dst, at, v);
+        if ((res && kiln_case_set(c, "x", at, 0.0, &err) != KILN_OK) ||
+            kiln_case_set(c, res ? "residual" : "x", at, v, &err) != KILN_OK) {
+            CHECK(0, "%s", err.msg);
+            return;
+        }
     }
 }
 
@@ -282,20 +300,23 @@ static void edge_rows(const char *spec, int sm, int hidden, int rows, const int 
     snprintf(name, sizeof name, "%s sm_%d hidden %d rows {%s} (scale %g): finite statistics, the float64 answer", spec, sm,
              hidden, what, s);
     TEST_BEGIN(name);
-    kiln_norm_data *d = exact_data(spec, 1e-5f, rows, hidden, 1.0);
-    if (d) {
+    kiln_case_opts o = norm_opts(sm, 5, KILN_LN_RANDOM, 1e-5f, rows, hidden, 1.0);
+    kiln_case *c = make(spec, &o);
+    if (c) {
         for (int r = 0; r < rows; r++)
-            if (kinds[r] != EDGE_RANDOM) edge_row(d, r, kinds[r], s);
-        kiln_norm_data_reference(d);
-        if (run_check(spec, sm, d, 0, 0, NULL) == 0)
+            if (kinds[r] != EDGE_RANDOM) edge_row(c, r, kinds[r], s);
+        refresh(c);
+        const double *ref_rstd = kiln_case_reference(c, "rstd"), *ref_mean = kiln_case_reference(c, "mean");
+        if (run_check(c) == 0)
             for (int r = 0; r < rows; r++) {
-                CHECK(isfinite(d->ref_rstd[r]) && d->rstd[r] > 0 && isfinite(d->rstd[r]), "rstd[%d] = %g (float64 %g)", r,
-                      (double)d->rstd[r], d->ref_rstd[r]);
-                if (d->mean)
-                    CHECK(isfinite(d->mean[r]), "mean[%d] = %g (float64 %g)", r, (double)d->mean[r], d->ref_mean[r]);
+                double rs = kiln_case_get(c, "rstd", (size_t)r);
+                CHECK(isfinite(ref_rstd[r]) && rs > 0 && isfinite(rs), "rstd[%d] = %g (float64 %g)", r, rs, ref_rstd[r]);
+                if (has(c, "mean"))
+                    CHECK(isfinite(kiln_case_get(c, "mean", (size_t)r)), "mean[%d] = %g (float64 %g)", r,
+                          kiln_case_get(c, "mean", (size_t)r), ref_mean[r]);
             }
     }
-    kiln_norm_data_free(d);
+    kiln_case_free(c);
     TEST_END();
 }
 
@@ -304,23 +325,22 @@ static void apart_stats(const char *spec, int sm, int hidden) {
     char name[300];
     snprintf(name, sizeof name, "%s sm_%d: rows with x - mean beyond f32's maximum have finite, accurate statistics", spec, sm);
     TEST_BEGIN(name);
-    kiln_norm_data *d = exact_data(spec, 1e-5f, 2, hidden, 1.0);
-    kiln_emu_kernel *k = d ? load(spec, sm) : NULL;
+    kiln_case_opts o = norm_opts(sm, 5, KILN_LN_RANDOM, 1e-5f, 2, hidden, 1.0);
+    kiln_case *c = make(spec, &o);
     kiln_error err = {0};
-    if (k) {
-        edge_row(d, 0, EDGE_APART, 0);
-        kiln_norm_data_reference(d);
-        if (kiln_norm_run(k, NULL, d, 0, 0, &err) != KILN_OK) CHECK(0, "run: %s", err.msg);
+    if (c) {
+        edge_row(c, 0, EDGE_APART, 0);
+        refresh(c);
+        if (kiln_case_run(c, &err) != KILN_OK) CHECK(0, "run: %s", err.msg);
         else {
-            kiln_norm_report r;
-            kiln_norm_check(d, (int)kiln_emu_kernel_meta(k)->threads_per_row, 0, &r);
-            CHECK(!r.bad[1] && !r.bad[2], "mean: %s; rstd: %s", r.first[1], r.first[2]);
-            CHECK(isfinite(d->mean[0]) && isfinite(d->rstd[0]) && d->rstd[0] > 0, "mean %g rstd %g", (double)d->mean[0],
-                  (double)d->rstd[0]);
+            kiln_case_check(c); /* y may overflow there */
+            const kiln_case_output *m = output(c, "mean"), *r = output(c, "rstd");
+            CHECK(m && r && !m->bad && !r->bad, "mean: %s; rstd: %s", m ? m->first : "(none)", r ? r->first : "(none)");
+            double mean = kiln_case_get(c, "mean", 0), rstd = kiln_case_get(c, "rstd", 0);
+            CHECK(isfinite(mean) && isfinite(rstd) && rstd > 0, "mean %g rstd %g", mean, rstd);
         }
-        kiln_emu_kernel_free(k);
     }
-    kiln_norm_data_free(d);
+    kiln_case_free(c);
     TEST_END();
 }
 
@@ -369,21 +389,20 @@ static void edge_matrix(void) {
 }
 
 /* Inputs the main sweep leaves out: NaN/Inf rows in a backward (they reach every dweight column
- * as NaN, which the check expects from float64) and a tiny eps. */
+ * as NaN, which the check expects from float64) and a tiny eps; 20 rows, a backward's on a one-SM
+ * device's blocks (16, or a split form's 4: some walk two rows). */
 static void adversarial(const char *spec, kiln_ln_input in, float eps) {
     char name[300];
     snprintf(name, sizeof name, "%s: %s inputs, eps %g", spec, kiln_ln_input_name(in), (double)eps);
     TEST_BEGIN(name);
-    kiln_error err = {0};
-    char canon[KILN_SPEC_MAX];
-    kiln_norm_spec s;
-    kiln_norm_data *d = NULL;
-    if (kiln_canonical_spec(gen, spec, canon, sizeof canon, &err) != KILN_OK || kiln_norm_spec_parse(canon, &s, &err) != KILN_OK ||
-        kiln_norm_data_create(&d, &s, eps, 12, s.hidden ? s.hidden : 300, in, 1.0, 3, &err) != KILN_OK)
-        CHECK(0, "%s", err.msg);
-    else
-        run_check(spec, 80, d, 2, 0, NULL);
-    kiln_norm_data_free(d);
+    int fixed, bwd;
+    if (spec_shape(spec, &fixed, &bwd) == 0) {
+        kiln_case_opts o = norm_opts(80, 3, in, eps, 20, fixed ? fixed : 300, 1.0);
+        o.sm_count = 1;
+        kiln_case *c = make(spec, &o);
+        if (c) run_check(c);
+        kiln_case_free(c);
+    }
     TEST_END();
 }
 

@@ -58,7 +58,6 @@ OVER = {
     "layernorm": (16, "the generic API's example spec (include/kiln/gen.h, runtime.h, _gen.py, __init__.py, emulate.py, "
                       "cmd_gen/cmd_bundle/cmd_run usage, showcase.sh), kiln_layernorm_spec_string (gen/gen_api.c), "
                       "rt_spec.c's error message, cli.py's per-family table"),
-    "rmsnorm": (5, "include/kiln/emu_norm.h's header comment (the typed emulator harness another branch retires)"),
 }
 
 SKIP_DIRS = ("tests/", "python/tests/", "docs/")

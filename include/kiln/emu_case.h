@@ -27,7 +27,7 @@ extern "C" {
  * (1: q, k, v, o laid out [batch, heads, seq, head_dim], passed as the tensors' strides),
  * "alibi_batch" (1: a row of slopes per batch entry), "p_f32" (1: the error model of a kernel that keeps P
  * (the backward: and dS) in f32, the SIMT path) and the forward's "p_f16" (1: P rounded to f16, sm_75's
- * f16-scaled bf16 path)); a family reads the ones its problem has and
+ * f16-scaled bf16 path); the norms' "eps" (as given, 0 included; opts.eps 0 means the default)); a family reads the ones its problem has and
  * says which it needs. A value is a double (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
 #define KILN_CASE_MAX_SIZES 16
@@ -117,6 +117,10 @@ typedef struct kiln_ref_family {
     /* Optional: the float64 reference of output `name`, one value per element of its tensor (the GPU
      * kit's case files carry it); NULL when the family has none for that name. */
     const double *(*reference)(kiln_case *c, const char *name);
+    /* Optional: recomputes the float64 reference, and whatever input the family derives from others
+     * (a norm backward's saved statistics), from the inputs as they are now: a caller wrote special
+     * values after the draw (kiln_case_set). */
+    void (*refresh)(kiln_case *c);
 } kiln_ref_family;
 
 /* The registry: every family with a reference, in name order. */
@@ -157,6 +161,30 @@ void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
 int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes);
 /* The float64 reference of output `name` (the family's reference hook), or NULL. */
 const double *kiln_case_reference(kiln_case *c, const char *name);
+
+/* ---- special inputs, launches and bits (any family) ---- */
+/* Element i of tensor `name` (an input as drawn or written, an output as the run left it), read in
+ * and written in the dtype the sequence's kernels declare for it; a name no kernel takes, an absent
+ * optional tensor or i past its end: KILN_EINVAL naming it (get: NaN). Writing inputs after the draw
+ * (constant rows, large offsets, values near the dtype's maximum, NaN/Inf) then kiln_case_refresh
+ * gives the reference of those inputs. */
+kiln_status kiln_case_set(kiln_case *c, const char *name, size_t i, double value, kiln_error *err);
+double kiln_case_get(kiln_case *c, const char *name, size_t i);
+/* The tensor's elements (0 when the case has no such tensor). */
+size_t kiln_case_count(kiln_case *c, const char *name);
+/* The family's refresh hook: the reference of the inputs as they are now; KILN_EINVAL when the
+ * family has none. */
+kiln_status kiln_case_refresh(kiln_case *c, kiln_error *err);
+/* How the next runs launch, the problem left as it is: sm_count (the device's multiprocessors, for
+ * grid rules that use them: a norm backward's blocks) and twice. */
+void kiln_case_set_launch(kiln_case *c, int sm_count, int twice);
+/* The bytes of every output tensor the sequence declares (role out or inout, present), taken after
+ * a run; kiln_case_bits_same compares c's outputs now with them: 1 when every byte is equal, else 0
+ * with the first output that differs named in `which` (same spec on several SMs, or a rerun). */
+typedef struct kiln_case_bits kiln_case_bits;
+kiln_case_bits *kiln_case_bits_take(kiln_case *c);
+int kiln_case_bits_same(kiln_case *c, const kiln_case_bits *b, char *which, size_t size);
+void kiln_case_bits_free(kiln_case_bits *b);
 
 /* ---- for the references (templates/<family>.ref.c) ---- */
 /* The family's own state (set by create, freed by destroy). */

@@ -10,17 +10,45 @@
 
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
 
+/*
+ * One problem. Forward: x (and residual) in, y, mean (LayerNorm), rstd (and h) out. Backward:
+ * x (h for the residual form), dy, weight, dres in; mean and rstd are the float64 forward
+ * statistics rounded to f32 (as a forward would save them); dx, dweight, dbias out. The
+ * references are float64 from the same rounded inputs. Every buffer ends at a guard page.
+ */
+typedef struct norm_data {
+    kiln_norm_spec spec;
+    int rows, hidden;
+    float eps;
+    void *x, *res, *w, *b, *dy, *dres;   /* inputs (NULL when the spec has none) */
+    void *y, *h, *dx, *dw, *db;          /* outputs */
+    float *mean, *rstd;                  /* forward: outputs; backward: inputs */
+    double *ref_y, *ref_h, *ref_mean, *ref_rstd, *ref_dx, *ref_dw, *ref_db;
+} norm_data;
+
+/* Inputs: kiln_ln_input kinds (random, large-mean, constant, special, mixed); scale multiplies
+ * x (1e30 exercises overflow-safe statistics); eps may be 0. */
+static kiln_status norm_data_create(norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
+                             kiln_ln_input input, double scale, uint64_t seed, kiln_error *err);
+static void norm_data_free(norm_data *d);
+
 typedef struct norm_priv {
-    kiln_norm_data d;
+    norm_data d;
     emu_guarded bufs;
     double x_scale;
-    float *rs; /* the split forms' row statistics (kernel=stats writes, the dx kernel reads) */
-    size_t rs_floats;
 } norm_priv;
+
+/* Outputs checked: 0 y/dx, 1 mean/dweight, 2 rstd/dbias, 3 h. */
+#define NORM_OUTPUTS 4
+typedef struct norm_report {
+    double max_abs[NORM_OUTPUTS], max_rel[NORM_OUTPUTS], worst[NORM_OUTPUTS];
+    long bad[NORM_OUTPUTS];
+    char first[NORM_OUTPUTS][256];
+} norm_report;
 
 static void *guarded(norm_priv *p, size_t size) { return emu_guarded_alloc(&p->bufs, size); }
 
-void kiln_norm_data_free(kiln_norm_data *d) {
+static void norm_data_free(norm_data *d) {
     if (!d) return;
     norm_priv *p = (norm_priv *)d;
     emu_guarded_free(&p->bufs);
@@ -56,7 +84,7 @@ kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error
     return KILN_OK;
 }
 
-const char *kiln_norm_output_name(const kiln_norm_spec *s, int o) {
+static const char *output_name(const kiln_norm_spec *s, int o) {
     static const char *const fwd[4] = {"y", "mean", "rstd", "h"}, *const bwd[4] = {"dx", "dweight", "dbias", NULL};
     if (o < 0 || o >= 4) return NULL;
     if (!kiln_norm_is_backward(s)) return (o == 1 && is_rms(s)) || (o == 3 && !s->residual) ? NULL : fwd[o];
@@ -70,7 +98,7 @@ const char *kiln_norm_output_name(const kiln_norm_spec *s, int o) {
 static double get(kiln_dtype t, const void *p, size_t i) { return p ? kiln_emu_value_get(t, p, i) : 0.0; }
 /* The weight the norm multiplies by at column i: w, 1 + w (offset=1; exact here, the kernel forms
  * it in f32), or 1 without a weight. */
-static double wval(const kiln_norm_data *d, size_t i) {
+static double wval(const norm_data *d, size_t i) {
     return d->spec.weight ? get(d->spec.w, d->w, i) + d->spec.offset : 1.0;
 }
 static double round_to(kiln_dtype t, double v) {
@@ -80,7 +108,7 @@ static double round_to(kiln_dtype t, double v) {
 }
 
 /* The normalized input of row element i: x, or h = round_r(round_f32(x + residual)) (the forward's h). */
-static double hval(const kiln_norm_data *d, size_t i) {
+static double hval(const norm_data *d, size_t i) {
     const kiln_norm_spec *s = &d->spec;
     double x = get(s->x, d->x, i);
     if (kiln_norm_is_backward(s) || !s->residual) return x;
@@ -136,7 +164,7 @@ static double hval_of(const void *d, size_t i) { return hval(d, i); }
 
 /* float64 references. Forward: torch layer_norm / RMSNorm on h. Backward: the forward statistics
  * (rounded to f32, as a forward saves them) and the analytic gradients from the same inputs. */
-static void reference(kiln_norm_data *d) {
+static void reference(norm_data *d) {
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->hidden;
     int rms = is_rms(s), bwd = kiln_norm_is_backward(s);
@@ -174,17 +202,7 @@ static void reference(kiln_norm_data *d) {
     }
 }
 
-void kiln_norm_data_set_row(kiln_norm_data *d, int r, double v) {
-    for (size_t i = 0; i < (size_t)d->hidden; i++) {
-        kiln_emu_value_set(d->spec.x, d->x, (size_t)r * (size_t)d->hidden + i, v);
-        if (d->res) kiln_emu_value_set(d->spec.r, d->res, (size_t)r * (size_t)d->hidden + i, 0.0);
-    }
-    reference(d);
-}
-
-void kiln_norm_data_reference(kiln_norm_data *d) { reference(d); }
-
-kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
+static kiln_status norm_data_create(norm_data **out, const kiln_norm_spec *spec, float eps, int rows, int hidden,
                                   kiln_ln_input input, double scale, uint64_t seed, kiln_error *err) {
     *out = NULL;
     if (rows < 1 || hidden < 1 || (spec->hidden && spec->hidden != hidden) || (unsigned)input >= KILN_LN_INPUT_COUNT)
@@ -193,7 +211,7 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
     if (!(eps >= 0)) return kiln_fail(err, KILN_EINVAL, "norm data: eps must be >= 0, got %g", (double)eps);
     norm_priv *p = calloc(1, sizeof *p);
     if (!p) return kiln_fail(err, KILN_ENOMEM, "out of memory");
-    kiln_norm_data *d = &p->d;
+    norm_data *d = &p->d;
     const kiln_norm_spec *s = spec;
     int bwd = kiln_norm_is_backward(s);
     size_t n = (size_t)rows * (size_t)hidden, hb = (size_t)hidden;
@@ -222,7 +240,7 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
     }
 #undef ALLOC
     if (!ok) {
-        kiln_norm_data_free(d);
+        norm_data_free(d);
         return kiln_fail(err, KILN_ENOMEM, "out of memory for %d x %d norm buffers", rows, hidden);
     }
     p->x_scale = scale;
@@ -245,21 +263,20 @@ kiln_status kiln_norm_data_create(kiln_norm_data **out, const kiln_norm_spec *sp
     return KILN_OK;
 }
 
-/* ---- running ---- */
+/* ---- tensors (the case runner binds them by name and carves the workspaces) ---- */
 
-/* The tensor a kernel parameter names and its size in bytes (the workspace: ws_bytes, what this
- * run uses of it); (void *)-1 for a name that is no norm tensor. */
-static void *pointer_for(kiln_norm_data *d, const char *name, size_t ws_bytes, size_t *bytes) {
+/* The tensor a kernel parameter names and its size in bytes; (void *)-1 for a name that is no norm
+ * tensor (the workspaces ws and rs are the runner's). */
+static void *pointer_for(norm_data *d, const char *name, size_t *bytes) {
     static const char *const names[] = {"y", "mean", "rstd", "x", "weight", "bias", "h", "residual",
-                                        "dx", "ws", "dy", "dres", "dweight", "dbias", "rs"};
-    norm_priv *p = (norm_priv *)d;
+                                        "dx", "dy", "dres", "dweight", "dbias"};
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden, rb = (size_t)d->rows * 4;
-    void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->ws, d->dy, d->dres, d->dw, d->db, p->rs};
+    void *ptrs[] = {d->y, d->mean, d->rstd, d->x, d->w, d->b, d->h, d->res, d->dx, d->dy, d->dres, d->dw, d->db};
     size_t sizes[] = {n * kiln_dtype_size(s->y), rb, rb, n * kiln_dtype_size(s->x), hb * kiln_dtype_size(s->w),
                       hb * kiln_dtype_size(s->w), n * kiln_dtype_size(s->r), n * kiln_dtype_size(s->r),
-                      n * kiln_dtype_size(s->dx), ws_bytes, n * kiln_dtype_size(s->dy), n * kiln_dtype_size(s->r),
-                      hb * kiln_dtype_size(s->w), hb * kiln_dtype_size(s->w), p->rs_floats * 4};
+                      n * kiln_dtype_size(s->dx), n * kiln_dtype_size(s->dy), n * kiln_dtype_size(s->r),
+                      hb * kiln_dtype_size(s->w), hb * kiln_dtype_size(s->w)};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(names[i], name)) {
             *bytes = sizes[i];
@@ -268,115 +285,8 @@ static void *pointer_for(kiln_norm_data *d, const char *name, size_t ws_bytes, s
     return (void *)-1;
 }
 
-/* Runs k with the norm tensors bound by name; every global access must stay inside them. */
-static kiln_status launch(kiln_emu_kernel *k, kiln_norm_data *d, unsigned grid_x, unsigned grid_y, int parts,
-                          size_t ws_bytes, int twice, kiln_error *err) {
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    void *ptrs[KILN_MAX_PARAMS], *args[KILN_MAX_PARAMS];
-    int32_t ints[KILN_MAX_PARAMS];
-    float floats[KILN_MAX_PARAMS];
-    size_t bytes[KILN_MAX_PARAMS] = {0};
-    kiln_emu_launch l = {.grid = {grid_x, grid_y, 1}, .block = {m->block[0], m->block[1], m->block[2]},
-                         .dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
-    for (int i = 0; i < m->nparams; i++) {
-        const char *name = m->params[i].name;
-        if (m->params[i].kind == KILN_PARAM_PTR) {
-            ptrs[i] = pointer_for(d, name, ws_bytes, &bytes[i]);
-            if (ptrs[i] == (void *)-1) return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a norm tensor", name);
-            if (!ptrs[i] && i < 32) l.nullable |= 1u << i;
-            args[i] = &ptrs[i];
-        } else if (m->params[i].kind == KILN_PARAM_F32 && !strcmp(name, "eps")) {
-            floats[i] = d->eps, args[i] = &floats[i];
-        } else if (m->params[i].kind == KILN_PARAM_I32 && (!strcmp(name, "rows") || !strcmp(name, "hidden") ||
-                                                           !strcmp(name, "parts") || !strcmp(name, "cols"))) {
-            ints[i] = !strcmp(name, "rows") ? d->rows : !strcmp(name, "parts") ? parts : d->hidden;
-            args[i] = &ints[i];
-        } else {
-            return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a norm input", name);
-        }
-    }
-    return kiln_emu_run(k, &l, args, err);
-}
-
 static void poison(void *p, size_t bytes) {
     if (p) memset(p, 0xff, bytes);
-}
-
-/* The launch description's line `key ...` (docs/registry.md) of m into buf (without the key); 0 when absent. */
-static int launch_line(const kiln_kernel_meta *m, const char *key, char *buf, size_t n) {
-    size_t kl = strlen(key);
-    for (const char *l = m->launch; *l;) {
-        const char *e = strchr(l, '\n');
-        size_t len = e ? (size_t)(e - l) : strlen(l);
-        if (len > kl && !strncmp(l, key, kl) && l[kl] == ' ') {
-            snprintf(buf, n, "%.*s", (int)(len - kl - 1), l + kl + 1);
-            return 1;
-        }
-        if (!e) break;
-        l = e + 1;
-    }
-    return 0;
-}
-
-int kiln_norm_before_spec(const kiln_kernel_meta *m, char *buf, size_t n) { return launch_line(m, "before", buf, n); }
-
-kiln_status kiln_norm_run(kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d, unsigned blocks, int twice,
-                          kiln_error *err) {
-    return kiln_norm_run_seq(NULL, k, reduce, d, blocks, twice, err);
-}
-
-kiln_status kiln_norm_run_seq(kiln_emu_kernel *pre, kiln_emu_kernel *k, kiln_emu_kernel *reduce, kiln_norm_data *d,
-                              unsigned blocks, int twice, kiln_error *err) {
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    const kiln_norm_spec *s = &d->spec;
-    size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
-    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1, need = ((unsigned)d->rows + tile - 1) / tile;
-    if (!kiln_norm_is_backward(s)) {
-        poison(d->y, n * kiln_dtype_size(s->y));
-        poison(d->h, n * kiln_dtype_size(s->r));
-        poison(d->mean, (size_t)d->rows * 4);
-        poison(d->rstd, (size_t)d->rows * 4);
-        return launch(k, d, need, 1, 0, 0, twice, err);
-    }
-    unsigned grid = blocks && blocks < need ? blocks : need;
-    int parts = (int)(grid * (m->ws_rows_per_block ? m->ws_rows_per_block : 1));
-    size_t ws = (size_t)m->ws_slabs * (size_t)parts * hb;
-    if (ws > d->ws_floats) {
-        norm_priv *p = (norm_priv *)d;
-        if (!(d->ws = guarded(p, ws * 4))) return kiln_fail(err, KILN_ENOMEM, "no memory for a %zu-float workspace", ws);
-        d->ws_floats = ws;
-    }
-    poison(d->ws, ws * 4);
-    poison(d->dx, n * kiln_dtype_size(s->dx));
-    poison(d->dw, hb * kiln_dtype_size(s->w));
-    poison(d->db, hb * kiln_dtype_size(s->w));
-    /* a split form (form=split2/split4): the row statistics kernel first, then the column ranges
-     * on the grid's y axis (the description's second problem axis) */
-    char before[KILN_SPEC_MAX], problem[256];
-    unsigned gy = 1;
-    if (kiln_norm_before_spec(m, before, sizeof before)) {
-        if (!pre) return kiln_fail(err, KILN_EINVAL, "'%s' runs '%s' before it: pass that kernel (kiln_norm_run_seq)", m->spec, before);
-        norm_priv *p = (norm_priv *)d;
-        size_t rsf = (size_t)d->rows * (is_rms(s) ? 1 : 2);
-        if (rsf > p->rs_floats) {
-            if (!(p->rs = guarded(p, rsf * 4))) return kiln_fail(err, KILN_ENOMEM, "no memory for the row statistics");
-            p->rs_floats = rsf;
-        }
-        poison(p->rs, rsf * 4);
-        if (launch_line(m, "problem", problem, sizeof problem)) {
-            const char *sp = strchr(problem, ' ');
-            if (sp) gy = (unsigned)strtoul(sp + 1, NULL, 10);
-        }
-        if (!gy) gy = 1;
-        kiln_status pst = launch(pre, d, (unsigned)d->rows, 1, 0, ws * 4, twice, err);
-        if (pst != KILN_OK) return pst;
-    }
-    kiln_status st = launch(k, d, grid, gy, 0, ws * 4, twice, err);
-    if (st != KILN_OK || !m->ws_slabs) return st;
-    if (!reduce) return kiln_fail(err, KILN_EINVAL, "'%s' needs its second kernel '%s'", m->spec, m->then_spec);
-    const kiln_kernel_meta *rm = kiln_emu_kernel_meta(reduce);
-    unsigned rt = rm->grid_tile[0] ? rm->grid_tile[0] : 1;
-    return launch(reduce, d, ((unsigned)d->hidden + rt - 1) / rt, m->ws_slabs, parts, ws * 4, twice, err);
 }
 
 /* ---- checks ----
@@ -398,20 +308,20 @@ kiln_status kiln_norm_run_seq(kiln_emu_kernel *pre, kiln_emu_kernel *k, kiln_emu
 
 typedef struct checker {
     const kiln_norm_spec *s;
-    kiln_case_output out[KILN_NORM_OUTPUTS];
+    kiln_case_output out[NORM_OUTPUTS];
     long total;
 } checker;
 
 /* One comparison of output o at (row, col) (row < 0: a column output) with the one checker. */
 static void compare(checker *c, int o, int row, long col, double got, double want, double tol, double ref, int unwritten) {
-    const char *name = kiln_norm_output_name(c->s, o);
+    const char *name = output_name(c->s, o);
     if (row >= 0 && col >= 0)
         c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d][%ld]", name, row, col);
     else if (row >= 0) c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%d]", name, row);
     else c->total += kiln_check_value(&c->out[o], got, want, tol, ref, unwritten, "%s[%ld]", name, col);
 }
 
-static void check_forward_row(const kiln_norm_data *d, int row, double D, checker *c) {
+static void check_forward_row(const norm_data *d, int row, double D, checker *c) {
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->hidden, base = (size_t)row * n;
     int rms = is_rms(s);
@@ -450,7 +360,7 @@ static void check_forward_row(const kiln_norm_data *d, int row, double D, checke
     }
 }
 
-static void check_backward(const kiln_norm_data *d, double D, unsigned parts, checker *c) {
+static void check_backward(const norm_data *d, double D, unsigned parts, checker *c) {
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->hidden;
     int rms = is_rms(s);
@@ -495,7 +405,7 @@ static void check_backward(const kiln_norm_data *d, double D, unsigned parts, ch
     free(sw), free(sb);
 }
 
-long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned parts, kiln_norm_report *r) {
+static long norm_check(const norm_data *d, int threads_per_row, unsigned parts, norm_report *r) {
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
@@ -503,7 +413,7 @@ long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned part
     if (kiln_norm_is_backward(&d->spec)) check_backward(d, D, parts, &c);
     else
         for (int row = 0; row < d->rows; row++) check_forward_row(d, row, D, &c);
-    for (int o = 0; o < KILN_NORM_OUTPUTS; o++) {
+    for (int o = 0; o < NORM_OUTPUTS; o++) {
         r->max_abs[o] = c.out[o].max_abs, r->max_rel[o] = c.out[o].max_rel, r->worst[o] = c.out[o].worst;
         r->bad[o] = c.out[o].bad;
         memcpy(r->first[o], c.out[o].first, sizeof r->first[o]);
@@ -514,7 +424,7 @@ long kiln_norm_check(const kiln_norm_data *d, int threads_per_row, unsigned part
 /* ---- the case hooks (kiln/emu_case.h), shared by the four norm descriptors ---- */
 
 typedef struct norm_case {
-    kiln_norm_data *d;
+    norm_data *d;
 } norm_case;
 
 kiln_status emu_norm_case_shape(const kiln_case *c, int *rows, int *hidden, kiln_error *err) {
@@ -531,6 +441,11 @@ kiln_status emu_norm_case_shape(const kiln_case *c, int *rows, int *hidden, kiln
     return KILN_OK;
 }
 
+float emu_norm_case_eps(const kiln_case *c) {
+    const kiln_case_opts *o = kiln_case_options(c);
+    return kiln_case_opts_has(o, "eps") ? (float)kiln_case_opts_real(o, "eps", 0) : o->eps ? o->eps : 1e-5f;
+}
+
 kiln_status emu_norm_case_create(kiln_case *c, kiln_error *err) {
     const kiln_case_opts *o = kiln_case_options(c);
     kiln_norm_spec spec;
@@ -540,29 +455,31 @@ kiln_status emu_norm_case_create(kiln_case *c, kiln_error *err) {
     norm_case *nc = calloc(1, sizeof *nc);
     if (!nc) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     kiln_case_set_state(c, nc);
-    return kiln_norm_data_create(&nc->d, &spec, o->eps ? o->eps : 1e-5f, rows, hidden, o->input, o->scale, o->seed, err);
+    return norm_data_create(&nc->d, &spec, emu_norm_case_eps(c), rows, hidden, o->input, o->scale, o->seed, err);
 }
 
 void emu_norm_case_destroy(kiln_case *c) {
     norm_case *nc = kiln_case_state(c);
-    kiln_norm_data_free(nc->d);
+    norm_data_free(nc->d);
     free(nc);
 }
 
 int emu_norm_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
     norm_case *nc = kiln_case_state(c);
-    *ptr = pointer_for(nc->d, name, 0, bytes);
+    *ptr = pointer_for(nc->d, name, bytes);
     return *ptr == (void *)-1 ? -1 : 0;
 }
 
 const double *emu_norm_case_reference(kiln_case *c, const char *name) {
-    const kiln_norm_data *d = ((norm_case *)kiln_case_state(c))->d;
+    const norm_data *d = ((norm_case *)kiln_case_state(c))->d;
     static const char *const names[] = {"y", "h", "mean", "rstd", "dx", "dweight", "dbias"};
     const double *refs[] = {d->ref_y, d->ref_h, d->ref_mean, d->ref_rstd, d->ref_dx, d->ref_dw, d->ref_db};
     for (size_t i = 0; i < sizeof names / sizeof *names; i++)
         if (!strcmp(names[i], name)) return refs[i];
     return NULL;
 }
+
+void emu_norm_case_refresh(kiln_case *c) { reference(((norm_case *)kiln_case_state(c))->d); }
 
 int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
     norm_case *nc = kiln_case_state(c);
@@ -576,7 +493,7 @@ int emu_norm_case_scalar(kiln_case *c, const char *name, double *value) {
 /* Poisons the outputs (the workspace is the runner's). */
 void emu_norm_case_prepare(kiln_case *c) {
     norm_case *nc = kiln_case_state(c);
-    kiln_norm_data *d = nc->d;
+    norm_data *d = nc->d;
     const kiln_norm_spec *s = &d->spec;
     size_t n = (size_t)d->rows * (size_t)d->hidden, hb = (size_t)d->hidden;
     if (!kiln_norm_is_backward(s)) {
@@ -597,11 +514,11 @@ void emu_norm_case_check(kiln_case *c, kiln_case_output *out, int *nout) {
     unsigned blocks = 0; /* the row kernel's grid: a backward's partial rows are blocks x ws_rows_per_block */
     for (int i = 0; i < kiln_case_nsteps(c); i++)
         if (kiln_case_step_at(c, i)->kernel == kiln_case_kernel(c)) blocks = kiln_case_step_at(c, i)->grid[0];
-    kiln_norm_report r;
-    kiln_norm_check(nc->d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
+    norm_report r;
+    norm_check(nc->d, (int)m->threads_per_row, blocks * (m->ws_rows_per_block ? m->ws_rows_per_block : 1), &r);
     *nout = 0;
-    for (int i = 0; i < KILN_NORM_OUTPUTS; i++) {
-        const char *name = kiln_norm_output_name(&nc->d->spec, i);
+    for (int i = 0; i < NORM_OUTPUTS; i++) {
+        const char *name = output_name(&nc->d->spec, i);
         if (!name) continue;
         kiln_case_output *o = &out[(*nout)++];
         snprintf(o->name, sizeof o->name, "%s", name);
