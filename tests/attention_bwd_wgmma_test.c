@@ -16,8 +16,7 @@
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 #include "ptxas_util.h"
-
-#define SM90A (KILN_SM_ARCH + 90)
+#include "sm90a_check.h"
 
 static kiln_gen *gen;
 static kiln_emu *emu;
@@ -145,6 +144,11 @@ static void test_selection(void) {
     TEST_END();
 }
 
+/* run_case as sm90a_planted runs it. */
+static kiln_status run_row(kiln_gen *g, kiln_emu *e, const void *r, long *bad, kiln_error *err) {
+    return run_case(g, e, (const row *)r, bad, NULL, err);
+}
+
 /* Planted bugs: a copy of the templates with one edit to lib/attn_bwd_wgmma.lua; each must fail a case. */
 static void test_planted(void) {
     static const struct {
@@ -188,54 +192,11 @@ static void test_planted(void) {
         {"the dS barrier waited on the wrong parity", "b:mbarrier_wait(dsbar + 2 * wg, it % 2)", "b:mbarrier_wait(dsbar + 2 * wg, (it + 1) % 2)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
     };
-    const char *src = __FILE__;
-    const char *cut = strstr(src, "tests/attention_bwd_wgmma_test.c");
     char root[512];
-    snprintf(root, sizeof root, "%.*s", cut ? (int)(cut - src) : 0, src);
-    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
-        char name[300];
-        snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
-        TEST_BEGIN(name);
-        char cmd[1400], path[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
-        int rc = system(cmd);
-        CHECK(rc == 0, "could not copy the templates: %s", cmd);
-        snprintf(path, sizeof path, "%s/t/lib/attn_bwd_wgmma.lua", dir);
-        size_t len = 0;
-        char *text = slurp(path, &len);
-        char *at = text ? strstr(text, bugs[i].from) : NULL;
-        CHECK(at, "the template no longer has '%s'", bugs[i].from);
-        if (at) {
-            FILE *f = fopen(path, "w");
-            if (f) {
-                fwrite(text, 1, (size_t)(at - text), f);
-                fputs(bugs[i].to, f);
-                fputs(at + strlen(bugs[i].from), f);
-                fclose(f);
-            }
-            kiln_gen *pg = NULL;
-            kiln_emu *pe = NULL;
-            char tdir[600];
-            snprintf(tdir, sizeof tdir, "%s/t", dir);
-            kiln_gen_options o = {.template_dir = tdir};
-            kiln_error err = {0};
-            if (kiln_gen_create(&pg, &o, &err) == KILN_OK && kiln_emu_create(&pe, &err) == KILN_OK) {
-                long bad = 0;
-                kiln_status st = run_case(pg, pe, &bugs[i].r, &bad, NULL, &err);
-                CHECK(st != KILN_OK || bad > 0, "ran clean");
-                if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
-            } else {
-                CHECK(0, "setup: %s", err.msg);
-            }
-            if (pe) kiln_emu_destroy(pe);
-            if (pg) kiln_gen_destroy(pg);
-        }
-        free(text);
-        TEST_END();
-    }
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+    sm90a_root(__FILE__, root, sizeof root);
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++)
+        sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
+    sm90a_planted_done(dir);
 }
 
 /* The profile of the (atomic) dkdv kernel, bf16 d64 causal (bottom-right, shift 70), seq_q 130 x seq_k 200, 2 heads: blocks
@@ -315,43 +276,7 @@ static void test_ptxas(void) {
     const char *ptxas = ptxas_path();
     TEST_BEGIN("ptxas sm_90a: the wgmma dkdv variants assemble, 0 spills, no C7508; lint clean");
     if (!ptxas) printf("  (no ptxas: lint only)\n");
-    ptxas_job jobs[64];
-    memset(jobs, 0, sizeof jobs);
-    for (int i = 0; i < n; i++) {
-        kiln_error err = {0};
-        kiln_module *m = emit(gen, specs[i], SM90A, &err);
-        CHECK(m, "%s: %s", specs[i], err.msg);
-        if (!m) continue;
-        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
-        kiln_lint_report *rep = NULL;
-        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
-            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings (on a 9.0 device)", specs[i], kiln_lint_count(rep));
-            kiln_lint_free(rep);
-        } else {
-            CHECK(0, "%s: lint: %s", specs[i], err.msg);
-        }
-        jobs[i].sm = SM90A;
-        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
-        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
-        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
-        kiln_module_free(m);
-    }
-    if (ptxas) {
-        ptxas_run_all(ptxas, jobs, n, 2);
-        for (int i = 0; i < n; i++) {
-            size_t len = 0;
-            char *log = slurp(jobs[i].log, &len);
-            long spills = -1;
-            int regs = 0, smem = 0;
-            if (log) ptxas_resources(log, &spills, &regs, &smem);
-            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
-                  jobs[i].status, spills, log ? log : "");
-            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
-            free(log);
-            unlink(jobs[i].log);
-        }
-    }
-    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    sm90a_ptxas_check(gen, dir, specs, n, ptxas, NULL);
     TEST_END();
 }
 

@@ -10,8 +10,8 @@
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "ptxas_util.h"
+#include "sm90a_check.h"
 
-#define SM90A (KILN_SM_ARCH + 90)
 #define MAXSEQ 8
 
 static kiln_gen *gen;
@@ -139,6 +139,11 @@ static void test_launch_and_refusals(void) {
     TEST_END();
 }
 
+/* run_case as sm90a_planted runs it. */
+static kiln_status run_row(kiln_gen *g, kiln_emu *e, const void *r, long *bad, kiln_error *err) {
+    return run_case(g, e, (const row *)r, bad, err);
+}
+
 /* Planted bugs: a copy of the templates with one edit to file; each must fail its case. */
 static void test_planted(void) {
     static const struct {
@@ -171,51 +176,11 @@ static void test_planted(void) {
          "p.qblock, p.split = x // p.splits, x % p.splits", "p.qblock, p.split = x % p.splits, x // p.splits",
          {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 200, .seq_k = 130, .batch = 1, .splits = 3}},
     };
-    const char *src = __FILE__;
-    const char *cut = strstr(src, "tests/attention_wgmma_keys_test.c");
     char root[512];
-    snprintf(root, sizeof root, "%.*s", cut ? (int)(cut - src) : 0, src);
-    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
-        char name[300];
-        snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
-        TEST_BEGIN(name);
-        char cmd[1400], path[700];
-        snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
-        CHECK(system(cmd) == 0, "could not copy the templates: %s", cmd);
-        snprintf(path, sizeof path, "%s/t/%s", dir, bugs[i].file);
-        size_t len = 0;
-        char *text = slurp(path, &len);
-        char *at = text ? strstr(text, bugs[i].from) : NULL;
-        CHECK(at, "the template no longer has '%s'", bugs[i].from);
-        if (at) {
-            FILE *f = fopen(path, "w");
-            if (f) {
-                fwrite(text, 1, (size_t)(at - text), f);
-                fputs(bugs[i].to, f);
-                fputs(at + strlen(bugs[i].from), f);
-                fclose(f);
-            }
-            kiln_gen *pg = NULL;
-            char tdir[600];
-            snprintf(tdir, sizeof tdir, "%s/t", dir);
-            kiln_gen_options o = {.template_dir = tdir};
-            kiln_error err = {0};
-            if (kiln_gen_create(&pg, &o, &err) == KILN_OK) {
-                long bad = 0;
-                kiln_status st = run_case(pg, emu, &bugs[i].r, &bad, &err);
-                CHECK(st != KILN_OK || bad > 0, "ran clean");
-                if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
-            } else {
-                CHECK(0, "setup: %s", err.msg);
-            }
-            if (pg) kiln_gen_destroy(pg);
-        }
-        free(text);
-        TEST_END();
-    }
-    char cmd[200];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
-    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+    sm90a_root(__FILE__, root, sizeof root);
+    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++)
+        sm90a_planted(dir, root, bugs[i].what, bugs[i].file, bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, emu);
+    sm90a_planted_done(dir);
 }
 
 /* The keys' variants lint clean (a sample; 96 under KILN_TEST_FULL=1, assembled by ptxas sm_90a there: 0 spills, no
@@ -255,43 +220,7 @@ static void test_ptxas(void) {
      * KILN_TEST_FULL=1, over the 96) */
     const char *ptxas = getenv("KILN_TEST_FULL") ? ptxas_path() : NULL;
     TEST_BEGIN("ptxas sm_90a (KILN_TEST_FULL=1): the wgmma attention's key variants assemble, 0 spills, no C7508; lint clean");
-    ptxas_job jobs[120];
-    memset(jobs, 0, sizeof jobs);
-    for (int i = 0; i < n; i++) {
-        kiln_error err = {0};
-        kiln_module *m = emit(gen, specs[i], SM90A, &err);
-        CHECK(m, "%s: %s", specs[i], err.msg);
-        if (!m) continue;
-        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
-        kiln_lint_report *rep = NULL;
-        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
-            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings", specs[i], kiln_lint_count(rep));
-            kiln_lint_free(rep);
-        } else {
-            CHECK(0, "%s: lint: %s", specs[i], err.msg);
-        }
-        jobs[i].sm = SM90A;
-        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
-        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
-        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
-        kiln_module_free(m);
-    }
-    if (ptxas) {
-        ptxas_run_all(ptxas, jobs, n, 2);
-        for (int i = 0; i < n; i++) {
-            size_t len = 0;
-            char *log = slurp(jobs[i].log, &len);
-            long spills = -1;
-            int regs = 0, smem = 0;
-            if (log) ptxas_resources(log, &spills, &regs, &smem);
-            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
-                  jobs[i].status, spills, log ? log : "");
-            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
-            free(log);
-            unlink(jobs[i].log);
-        }
-    }
-    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    sm90a_ptxas_check(gen, dir, specs, n, ptxas, NULL);
     TEST_END();
 }
 

@@ -1,0 +1,136 @@
+/* tests/sm90a_check.h - what the path=wgmma (sm_90a) tests share: the ptxas check over a list of specs (emit each
+ * for sm_90a, wgmma and TMA present, lint clean on a 9.0 device, ptxas: 0 spills, no C7508, plus the caller's
+ * per-variant check of the log) and the planted-bug runner (a copy of the templates with one edit, a case run on it). */
+#ifndef KILN_TESTS_SM90A_CHECK_H
+#define KILN_TESTS_SM90A_CHECK_H
+
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "check.h"
+#include "kiln/kiln.h"
+#include "kiln/lint.h"
+#include "ptxas_util.h"
+
+#define SM90A (KILN_SM_ARCH + 90)
+
+/* A test's extra check of one variant's ptxas log (log is never NULL). */
+typedef void (*sm90a_log_check)(const char *spec, const char *log);
+
+/* Inside a test case: emits each of specs[0..n) for sm_90a into dir (k<i>.ptx), checks wgmma and TMA are there and
+ * lint is clean; with ptxas (NULL: lint only) assembles them 2 at a time and checks status 0, 0 bytes of spills,
+ * no C7508 (a setmaxnreg ptxas ignored) and extra (may be NULL). Removes the files it wrote. */
+static inline void sm90a_ptxas_check(kiln_gen *gen, const char *dir, const char *const *specs, int n, const char *ptxas,
+                                     sm90a_log_check extra) {
+    ptxas_job *jobs = calloc((size_t)(n > 0 ? n : 1), sizeof *jobs);
+    if (!jobs) {
+        CHECK(0, "out of memory");
+        return;
+    }
+    for (int i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = NULL;
+        if (kiln_generate(gen, specs[i], SM90A, KILN_EMIT_PTX, &m, &err) != KILN_OK) m = NULL;
+        CHECK(m, "%s: %s", specs[i], err.msg);
+        if (!m) continue;
+        CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
+        kiln_lint_report *rep = NULL;
+        if (kiln_lint(kiln_module_text(m), kiln_module_size(m), 90, &rep, &err) == KILN_OK) {
+            CHECK(kiln_lint_count(rep) == 0, "%s: lint reports %zu findings (on a 9.0 device)", specs[i], kiln_lint_count(rep));
+            kiln_lint_free(rep);
+        } else {
+            CHECK(0, "%s: lint: %s", specs[i], err.msg);
+        }
+        jobs[i].sm = SM90A;
+        snprintf(jobs[i].ptx, sizeof jobs[i].ptx, "%s/k%d.ptx", dir, i);
+        snprintf(jobs[i].log, sizeof jobs[i].log, "%s/k%d.log", dir, i);
+        write_file(jobs[i].ptx, kiln_module_text(m), kiln_module_size(m));
+        kiln_module_free(m);
+    }
+    if (ptxas) {
+        ptxas_run_all(ptxas, jobs, n, 2);
+        for (int i = 0; i < n; i++) {
+            size_t len = 0;
+            char *log = slurp(jobs[i].log, &len);
+            long spills = -1;
+            int regs = 0, smem = 0;
+            if (log) ptxas_resources(log, &spills, &regs, &smem);
+            CHECK(jobs[i].status == 0 && log && spills == 0 && !strstr(log, "C7508"), "%s: status %d, spills %ld: %s", specs[i],
+                  jobs[i].status, spills, log ? log : "");
+            if (extra && log) extra(specs[i], log);
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %s: %d registers\n", specs[i], regs);
+            free(log);
+            unlink(jobs[i].log);
+        }
+    }
+    for (int i = 0; i < n; i++) unlink(jobs[i].ptx);
+    free(jobs);
+}
+
+/* A test's case on generator g and emulator e: its status, *bad the elements out of tolerance, err filled. */
+typedef kiln_status (*sm90a_case_run)(kiln_gen *g, kiln_emu *e, const void *row, long *bad, kiln_error *err);
+
+/* The repository root (with its trailing '/') of a test's __FILE__, src: what comes before its last "tests/". */
+static inline void sm90a_root(const char *src, char *root, size_t size) {
+    const char *cut = NULL;
+    for (const char *p = strstr(src, "tests/"); p; p = strstr(p + 1, "tests/")) cut = p;
+    snprintf(root, size, "%.*s", cut ? (int)(cut - src) : 0, src);
+}
+
+/* One planted bug as a test case: copies root's templates to dir/t, replaces the first from in file (under
+ * templates/) by to, and runs the case row on a generator over the copy and emu (NULL: a fresh emulator). The case
+ * must fail (clean: must pass, the edit is not a bug). Call sm90a_planted_done(dir) after the last. */
+static inline void sm90a_planted(const char *dir, const char *root, const char *what, const char *file, const char *from,
+                                 const char *to, int clean, sm90a_case_run run, const void *row, kiln_emu *emu) {
+    char name[300];
+    snprintf(name, sizeof name, clean ? "edited template passes: %s" : "planted bug caught: %s", what);
+    TEST_BEGIN(name);
+    char cmd[1400], path[700];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/t' && cp -r '%stemplates' '%s/t'", dir, root, dir);
+    int rc = system(cmd);
+    CHECK(rc == 0, "could not copy the templates: %s", cmd);
+    snprintf(path, sizeof path, "%s/t/%s", dir, file);
+    size_t len = 0;
+    char *text = slurp(path, &len);
+    char *at = text ? strstr(text, from) : NULL;
+    CHECK(at, "the template no longer has '%s'", from);
+    if (at) {
+        FILE *f = fopen(path, "w");
+        if (f) {
+            fwrite(text, 1, (size_t)(at - text), f);
+            fputs(to, f);
+            fputs(at + strlen(from), f);
+            fclose(f);
+        }
+        kiln_gen *pg = NULL;
+        kiln_emu *pe = NULL;
+        char tdir[600];
+        snprintf(tdir, sizeof tdir, "%s/t", dir);
+        kiln_gen_options o = {.template_dir = tdir};
+        kiln_error err = {0};
+        if (kiln_gen_create(&pg, &o, &err) == KILN_OK && (emu || kiln_emu_create(&pe, &err) == KILN_OK)) {
+            long bad = 0;
+            kiln_status st = run(pg, emu ? emu : pe, row, &bad, &err);
+            if (clean) CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+            else CHECK(st != KILN_OK || bad > 0, "ran clean");
+            if (getenv("KILN_TEST_VERBOSE")) printf("     %s\n", err.msg);
+        } else {
+            CHECK(0, "setup: %s", err.msg);
+        }
+        if (pe) kiln_emu_destroy(pe);
+        if (pg) kiln_gen_destroy(pg);
+    }
+    free(text);
+    TEST_END();
+}
+
+/* Removes the templates' copy the planted bugs edited. */
+static inline void sm90a_planted_done(const char *dir) {
+    char cmd[200];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
+    if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+}
+
+#endif
