@@ -39,6 +39,7 @@
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local wgmma = require("lib.attn_wgmma") -- (target_refusal: the error on a target without wgmma)
 
 local M = {}
 
@@ -87,10 +88,7 @@ end
 -- target without wgmma, or for a spec this path does not build.
 function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
-  if not target.wgmma then
-    error(string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
-                        target.name or ("sm_" .. target.sm)))
-  end
+  if not target.wgmma then error(wgmma.target_refusal(target)) end
   local why = not_covered(spec)
   if why then
     error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)")

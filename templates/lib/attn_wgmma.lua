@@ -83,15 +83,19 @@ local function not_covered(spec)
 end
 M.not_covered = not_covered
 
+-- The error path=wgmma raises on a target without wgmma (this config's and lib/attn_bwd_wgmma.lua's; each raises
+-- it itself, so the position it carries is the config's).
+function M.target_refusal(target)
+  return string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
+                       target.name or ("sm_" .. target.sm))
+end
+
 -- The config of path=wgmma, or nil when the spec stays on attention.lua's paths. Errors: path=wgmma on a
 -- target without wgmma, or for a spec this path does not build.
 function M.config(spec, target)
   -- Opt-in until a GPU has run it (the kit's wgmma rows): path=auto keeps the FA2 kernel, proven on an H100.
   if spec.path ~= "wgmma" then return nil end
-  if not target.wgmma then
-    error(string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
-                        target.name or ("sm_" .. target.sm)))
-  end
+  if not target.wgmma then error(M.target_refusal(target)) end
   local why = not_covered(spec)
   if why then
     error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)")
