@@ -39,9 +39,12 @@
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
-local wgmma = require("lib.attn_wgmma") -- (target_refusal: the error on a target without wgmma)
+local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
 
 local M = {}
+
+-- What path=wgmma builds, as its refusal of a spec (M.config) says.
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -84,15 +87,12 @@ function M.check(spec)
   end
 end
 
--- The config of path=wgmma, or nil when the spec stays on attention_bwd.lua's paths. Errors: path=wgmma on a
--- target without wgmma, or for a spec this path does not build.
+-- The dkdv kernel's config on path=wgmma (nil: the spec stays on attention_bwd.lua's paths); the errors are
+-- lib/attn_wgmma.lua's refusal (a target without wgmma, a spec not_covered names).
 function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
-  if not target.wgmma then error(wgmma.target_refusal(target)) end
-  local why = not_covered(spec)
-  if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)")
-  end
+  local no = wgmma.refusal(spec, target, not_covered, TAKES)
+  if no then error(no) end
   local sh = spec.softcap and SOFTCAP[spec.head_dim] or SHAPES[spec.head_dim]
   local panels = spec.head_dim // 64
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)

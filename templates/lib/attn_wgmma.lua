@@ -38,6 +38,9 @@ local keys = require("lib.attn_wgmma_keys")
 
 local M = {}
 
+-- What path=wgmma builds, as its refusal of a spec (M.config) says.
+local TAKES = "it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)"
+
 local LOG2E = 1.4426950408889634
 local NEG_INF, POS_INF = -math.huge, math.huge
 local BN = 64          -- keys per tile
@@ -83,11 +86,16 @@ local function not_covered(spec)
 end
 M.not_covered = not_covered
 
--- The error path=wgmma raises on a target without wgmma (this config's and lib/attn_bwd_wgmma.lua's; each raises
--- it itself, so the position it carries is the config's).
-function M.target_refusal(target)
-  return string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
-                       target.name or ("sm_" .. target.sm))
+-- Why path=wgmma refuses spec on target, as the error message (nil: it builds it): a target without wgmma, or a spec
+-- not_covered(spec) names, the message ending in takes (what the path builds). This config's and
+-- lib/attn_bwd_wgmma.lua's; each raises it itself, so the position the error carries is the config's.
+function M.refusal(spec, target, not_covered, takes)
+  if not target.wgmma then
+    return string.format("path=wgmma runs on sm_90a only (wgmma.mma_async and setmaxnreg exist there alone), not %s; valid targets: sm_90a (elsewhere use path=auto, mma or simt)",
+                         target.name or ("sm_" .. target.sm))
+  end
+  local why = not_covered(spec)
+  if why then return "path=wgmma is not built for " .. why .. "; " .. takes end
 end
 
 -- The config of path=wgmma, or nil when the spec stays on attention.lua's paths. Errors: path=wgmma on a
@@ -95,11 +103,8 @@ end
 function M.config(spec, target)
   -- Opt-in until a GPU has run it (the kit's wgmma rows): path=auto keeps the FA2 kernel, proven on an H100.
   if spec.path ~= "wgmma" then return nil end
-  if not target.wgmma then error(M.target_refusal(target)) end
-  local why = not_covered(spec)
-  if why then
-    error("path=wgmma is not built for " .. why .. "; it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)")
-  end
+  local no = M.refusal(spec, target, not_covered, TAKES)
+  if no then error(no) end
   local d = spec.head_dim
   local sh = SHAPES[d]
   local panels = d // 64
