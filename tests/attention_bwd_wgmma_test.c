@@ -86,13 +86,6 @@ static void test_emulator(void) {
     }
 }
 
-/* The PTX of spec for sm (NULL on failure, err filled). */
-static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
-    kiln_module *m = NULL;
-    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
-    return m;
-}
-
 static void test_selection(void) {
     TEST_BEGIN("path=wgmma builds the wgmma dkdv on sm_90a for the specs it covers; path=auto keeps mma.sync there; refusals name the rule");
     static const struct {
@@ -107,7 +100,7 @@ static void test_selection(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_error err = {0};
-        kiln_module *m = emit(gen, cases[i].spec, cases[i].sm, &err);
+        kiln_module *m = sm90a_emit(gen, cases[i].spec, cases[i].sm, &err);
         CHECK(m, "%s: %s", cases[i].spec, err.msg);
         if (!m) continue;
         int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
@@ -119,11 +112,7 @@ static void test_selection(void) {
         }
         kiln_module_free(m);
     }
-    static const struct {
-        const char *spec;
-        int sm;
-        const char *want;
-    } refused[] = {
+    static const sm90a_refusal refused[] = {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
@@ -135,12 +124,7 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", SM90A, "varlen=true"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 softcap=true path=wgmma", SM90A, "head_dim=128 with softcap=true (it spills"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        kiln_error err = {0};
-        kiln_module *m = emit(gen, refused[i].spec, refused[i].sm, &err);
-        CHECK(!m && strstr(err.msg, refused[i].want), "%s (sm %d): %s", refused[i].spec, refused[i].sm, m ? "generated" : err.msg);
-        kiln_module_free(m);
-    }
+    sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
     TEST_END();
 }
 

@@ -105,16 +105,10 @@ static void test_emulator(void) {
     }
 }
 
-static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
-    kiln_module *m = NULL;
-    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
-    return m;
-}
-
 static void test_launch_and_refusals(void) {
     TEST_BEGIN("varlen on path=wgmma: the FA2 kernel's varlen launch plus maps over the packed tensors; the keys not built refused by name");
     kiln_error err = {0};
-    kiln_module *m = emit(gen, "attention dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma", SM90A, &err);
+    kiln_module *m = sm90a_emit(gen, "attention dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma", SM90A, &err);
     CHECK(m, "%s", err.msg);
     if (m) {
         const char *t = kiln_module_text(m);
@@ -132,7 +126,7 @@ static void test_launch_and_refusals(void) {
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error e2 = {0};
-        kiln_module *r = emit(gen, refused[i].spec, SM90A, &e2);
+        kiln_module *r = sm90a_emit(gen, refused[i].spec, SM90A, &e2);
         CHECK(!r && strstr(e2.msg, refused[i].want) && strstr(e2.msg, "varlen"), "%s: %s", refused[i].spec, r ? "generated" : e2.msg);
         kiln_module_free(r);
     }

@@ -86,13 +86,6 @@ static void test_emulator(void) {
     }
 }
 
-/* The PTX of spec for sm (NULL on failure, err filled). */
-static kiln_module *emit(kiln_gen *g, const char *spec, int sm, kiln_error *err) {
-    kiln_module *m = NULL;
-    if (kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
-    return m;
-}
-
 static void test_selection(void) {
     TEST_BEGIN("path=wgmma builds the wgmma kernel on sm_90a for the specs it covers; path=auto keeps the FA2 kernel (opt-in until a GPU ran it); path=wgmma refused off sm_90a and for uncovered specs");
     static const struct {
@@ -113,18 +106,14 @@ static void test_selection(void) {
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         kiln_error err = {0};
-        kiln_module *m = emit(gen, cases[i].spec, cases[i].sm, &err);
+        kiln_module *m = sm90a_emit(gen, cases[i].spec, cases[i].sm, &err);
         CHECK(m, "%s: %s", cases[i].spec, err.msg);
         if (!m) continue;
         int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
         CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
         kiln_module_free(m);
     }
-    static const struct {
-        const char *spec;
-        int sm;
-        const char *want;
-    } refused[] = {
+    static const sm90a_refusal refused[] = {
         {"attention dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
         {"attention dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64, 128 and 256 only)"},
@@ -132,12 +121,7 @@ static void test_selection(void) {
         {"attention dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
         {"attention dtype=bf16 head_dim=256 softcap=true path=wgmma", SM90A, "head_dim=256 with softcap=true (it spills"},
     };
-    for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
-        kiln_error err = {0};
-        kiln_module *m = emit(gen, refused[i].spec, refused[i].sm, &err);
-        CHECK(!m && strstr(err.msg, refused[i].want), "%s (sm %d): %s", refused[i].spec, refused[i].sm, m ? "generated" : err.msg);
-        kiln_module_free(m);
-    }
+    sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
     TEST_END();
 }
 

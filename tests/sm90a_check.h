@@ -16,6 +16,30 @@
 
 #define SM90A (KILN_SM_ARCH + 90)
 
+/* The PTX of spec for sm (NULL on failure, err filled). */
+static inline kiln_module *sm90a_emit(kiln_gen *gen, const char *spec, int sm, kiln_error *err) {
+    kiln_module *m = NULL;
+    if (kiln_generate(gen, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
+    return m;
+}
+
+/* A spec path=wgmma must refuse on sm, with want in the error. */
+typedef struct sm90a_refusal {
+    const char *spec;
+    int sm;
+    const char *want;
+} sm90a_refusal;
+
+/* Inside a test case: each of refused[0..n) generates nothing and says its want. */
+static inline void sm90a_check_refusals(kiln_gen *gen, const sm90a_refusal *refused, size_t n) {
+    for (size_t i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = sm90a_emit(gen, refused[i].spec, refused[i].sm, &err);
+        CHECK(!m && strstr(err.msg, refused[i].want), "%s (sm %d): %s", refused[i].spec, refused[i].sm, m ? "generated" : err.msg);
+        kiln_module_free(m);
+    }
+}
+
 /* A test's extra check of one variant's ptxas log (log is never NULL). */
 typedef void (*sm90a_log_check)(const char *spec, const char *log);
 
@@ -31,8 +55,7 @@ static inline void sm90a_ptxas_check(kiln_gen *gen, const char *dir, const char 
     }
     for (int i = 0; i < n; i++) {
         kiln_error err = {0};
-        kiln_module *m = NULL;
-        if (kiln_generate(gen, specs[i], SM90A, KILN_EMIT_PTX, &m, &err) != KILN_OK) m = NULL;
+        kiln_module *m = sm90a_emit(gen, specs[i], SM90A, &err);
         CHECK(m, "%s: %s", specs[i], err.msg);
         if (!m) continue;
         CHECK(strstr(kiln_module_text(m), "wgmma.mma_async") && strstr(kiln_module_text(m), "cp.async.bulk.tensor"), "%s: no wgmma/TMA", specs[i]);
