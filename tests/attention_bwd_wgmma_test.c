@@ -86,32 +86,23 @@ static void test_emulator(void) {
     }
 }
 
+/* dQ's f32 atomics in the wgmma kernel unless deterministic=true. */
+static void dq_atomics(const char *spec, const char *ptx) {
+    int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
+    int want = !strstr(spec, "deterministic=true");
+    CHECK(atomics == want, "%s: atomics %s", spec, atomics ? "present" : "absent");
+}
+
 static void test_selection(void) {
     TEST_BEGIN("path=wgmma builds the wgmma dkdv on sm_90a for the specs it covers; path=auto keeps mma.sync there; refusals name the rule");
-    static const struct {
-        const char *spec;
-        int sm, wgmma;
-    } cases[] = {
+    static const sm90a_pick cases[] = {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true window=true alibi=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64", SM90A, 0}, /* auto: mma.sync until a GPU ran wgmma */
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64", SM90A, 0},
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kiln_error err = {0};
-        kiln_module *m = sm90a_emit(gen, cases[i].spec, cases[i].sm, &err);
-        CHECK(m, "%s: %s", cases[i].spec, err.msg);
-        if (!m) continue;
-        int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
-        CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
-        if (has) { /* dQ's f32 atomics in the kernel unless deterministic=true */
-            int atomics = strstr(kiln_module_text(m), "atom.global.add.f32") || strstr(kiln_module_text(m), "red.global.add.f32");
-            int want = !strstr(cases[i].spec, "deterministic=true");
-            CHECK(atomics == want, "%s: atomics %s", cases[i].spec, atomics ? "present" : "absent");
-        }
-        kiln_module_free(m);
-    }
+    sm90a_check_picks(gen, cases, sizeof cases / sizeof cases[0], dq_atomics);
     static const sm90a_refusal refused[] = {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
@@ -265,19 +256,11 @@ static void test_ptxas(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(dir)) return 1;
-    kiln_error err = {0};
-    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
-        printf("attention_bwd_wgmma: setup: %s\nattention_bwd_wgmma: 0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
+    if (!sm90a_setup(dir, &gen, &emu, "attention_bwd_wgmma")) return 1;
     test_emulator();
     test_selection();
     test_planted();
     test_profile();
     test_ptxas();
-    kiln_emu_destroy(emu);
-    kiln_gen_destroy(gen);
-    rmdir(dir);
-    return check_summary("attention_bwd_wgmma");
+    return sm90a_finish(dir, gen, emu, "attention_bwd_wgmma");
 }

@@ -219,18 +219,10 @@ static void test_ptxas(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(dir)) return 1;
-    kiln_error err = {0};
-    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
-        printf("attention_wgmma_keys: setup: %s\nattention_wgmma_keys: 0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
+    if (!sm90a_setup(dir, &gen, &emu, "attention_wgmma_keys")) return 1;
     test_emulator();
     test_launch_and_refusals();
     test_planted();
     test_ptxas();
-    kiln_emu_destroy(emu);
-    kiln_gen_destroy(gen);
-    rmdir(dir);
-    return check_summary("attention_wgmma_keys");
+    return sm90a_finish(dir, gen, emu, "attention_wgmma_keys");
 }

@@ -88,10 +88,7 @@ static void test_emulator(void) {
 
 static void test_selection(void) {
     TEST_BEGIN("path=wgmma builds the wgmma kernel on sm_90a for the specs it covers; path=auto keeps the FA2 kernel (opt-in until a GPU ran it); path=wgmma refused off sm_90a and for uncovered specs");
-    static const struct {
-        const char *spec;
-        int sm, wgmma;
-    } cases[] = {
+    static const sm90a_pick cases[] = {
         {"attention dtype=bf16 head_dim=64 path=wgmma", SM90A, 1},
         {"attention dtype=f16 head_dim=128 causal=true window=true path=wgmma", SM90A, 1},
         {"attention dtype=bf16 head_dim=256 causal=true path=wgmma", SM90A, 1},
@@ -104,15 +101,7 @@ static void test_selection(void) {
         {"attention dtype=bf16 head_dim=64", 90, 0},               /* plain sm_90: no wgmma */
         {"attention dtype=bf16 head_dim=64 path=mma", SM90A, 0},   /* the FA2 kernel on request */
     };
-    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        kiln_error err = {0};
-        kiln_module *m = sm90a_emit(gen, cases[i].spec, cases[i].sm, &err);
-        CHECK(m, "%s: %s", cases[i].spec, err.msg);
-        if (!m) continue;
-        int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
-        CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
-        kiln_module_free(m);
-    }
+    sm90a_check_picks(gen, cases, sizeof cases / sizeof cases[0], NULL);
     static const sm90a_refusal refused[] = {
         {"attention dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
@@ -275,19 +264,11 @@ static void test_ptxas(void) {
 }
 
 int main(void) {
-    if (!mkdtemp(dir)) return 1;
-    kiln_error err = {0};
-    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
-        printf("attention_wgmma: setup: %s\nattention_wgmma: 0 passed, 1 failed\n", err.msg);
-        return 1;
-    }
+    if (!sm90a_setup(dir, &gen, &emu, "attention_wgmma")) return 1;
     test_emulator();
     test_selection();
     test_planted();
     test_profile();
     test_ptxas();
-    kiln_emu_destroy(emu);
-    kiln_gen_destroy(gen);
-    rmdir(dir);
-    return check_summary("attention_wgmma");
+    return sm90a_finish(dir, gen, emu, "attention_wgmma");
 }

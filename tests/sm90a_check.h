@@ -16,11 +16,52 @@
 
 #define SM90A (KILN_SM_ARCH + 90)
 
+/* main's start: makes dir (a mkdtemp template), the generator and the emulator; on failure says so as the suite's
+ * one failed case and returns 0. */
+static inline int sm90a_setup(char *dir, kiln_gen **gen, kiln_emu **emu, const char *suite) {
+    if (!mkdtemp(dir)) return 0;
+    kiln_error err = {0};
+    if (kiln_gen_create(gen, NULL, &err) != KILN_OK || kiln_emu_create(emu, &err) != KILN_OK) {
+        printf("%s: setup: %s\n%s: 0 passed, 1 failed\n", suite, err.msg, suite);
+        return 0;
+    }
+    return 1;
+}
+
+/* main's end: frees what sm90a_setup made, removes dir and returns check_summary's status. */
+static inline int sm90a_finish(char *dir, kiln_gen *gen, kiln_emu *emu, const char *suite) {
+    kiln_emu_destroy(emu);
+    kiln_gen_destroy(gen);
+    rmdir(dir);
+    return check_summary(suite);
+}
+
 /* The PTX of spec for sm (NULL on failure, err filled). */
 static inline kiln_module *sm90a_emit(kiln_gen *gen, const char *spec, int sm, kiln_error *err) {
     kiln_module *m = NULL;
     if (kiln_generate(gen, spec, sm, KILN_EMIT_PTX, &m, err) != KILN_OK) return NULL;
     return m;
+}
+
+/* A spec that must generate on sm, wgmma: whether its kernel is the wgmma one (wgmma.mma_async in the PTX). */
+typedef struct sm90a_pick {
+    const char *spec;
+    int sm, wgmma;
+} sm90a_pick;
+
+/* Inside a test case: each of cases[0..n) generates, with wgmma.mma_async as it says; extra (may be NULL) checks the
+ * PTX of those that have it. */
+static inline void sm90a_check_picks(kiln_gen *gen, const sm90a_pick *cases, size_t n, void (*extra)(const char *spec, const char *ptx)) {
+    for (size_t i = 0; i < n; i++) {
+        kiln_error err = {0};
+        kiln_module *m = sm90a_emit(gen, cases[i].spec, cases[i].sm, &err);
+        CHECK(m, "%s: %s", cases[i].spec, err.msg);
+        if (!m) continue;
+        int has = strstr(kiln_module_text(m), "wgmma.mma_async") != NULL;
+        CHECK(has == cases[i].wgmma, "%s (sm %d): wgmma %s", cases[i].spec, cases[i].sm, has ? "present" : "absent");
+        if (has && extra) extra(cases[i].spec, kiln_module_text(m));
+        kiln_module_free(m);
+    }
 }
 
 /* A spec path=wgmma must refuse on sm, with want in the error. */
