@@ -87,6 +87,11 @@ int main(void) {
         double worst[2] = {0, 0}, max_abs[2] = {0, 0};
         for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++)
             for (int causal = 0; causal < 2; causal++) {
+                if (attn_case_sampled_out(pi, 2 * di + causal)) { /* (the sanitizer build: every other kernel) */
+                    rot += 2;
+                    seed += 2;
+                    continue;
+                }
                 char spec[256], name[400];
                 snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d causal=%s path=%s", pa->dtype, dims[di],
                          causal ? "true" : "false", pa->path);
