@@ -1,19 +1,38 @@
 #!/usr/bin/env bash
-# tests/run.sh - runs every test program and script, then prints the overall summary line.
+# tests/run.sh - runs every test program and script, KILN_TEST_JOBS at a time (default: one per core), each
+# test's output printed whole when it ends, then prints the overall summary line.
 # Each test prints "SUITE: N passed, N failed[, N skipped]" as its last such line.
 set -u
 : "${O:=build}" "${KILN:=bin/kiln}"
 export KILN O
+jobs=${KILN_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in '' | *[!0-9]* | 0) echo "KILN_TEST_JOBS must be a positive integer, not '$jobs'"; exit 2 ;; esac
+# The longest tests start first so that the pool's last minutes are not one long test alone (seconds on the
+# 2-core build machine, make test: attention_ptxas 184, attention_bwd_ptxas 138, python 97, emu_layernorm 85,
+# attention_mask_emu 58, fuzz 49); the rest keep their order.
+longest_first=(attention_ptxas_test attention_bwd_ptxas_test python_test.sh emu_layernorm_test
+               attention_mask_emu_test fuzz_test.sh)
+
+names=() cmds=()
+add() { names+=("$1"); cmds+=("$2"); }
+for t in "$O"/tests/*_test; do [ -x "$t" ] && add "$(basename "$t")" "$t"; done
+for s in tests/*_test.sh; do [ -f "$s" ] && add "$(basename "$s")" "bash $s"; done
+order=()
+for first in "${longest_first[@]}"; do
+    for i in "${!names[@]}"; do [ "${names[$i]}" = "$first" ] && order+=("$i"); done
+done
+for i in "${!names[@]}"; do
+    case " ${longest_first[*]} " in *" ${names[$i]} "*) ;; *) order+=("$i") ;; esac
+done
+
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
 passed=0 failed=0 skipped=0 broken=()
-run_one() {
-    local name=$1; shift
-    local log; log=$(mktemp)
-    local t0=$SECONDS
-    "$@" >"$log" 2>&1
-    local rc=$?
+report() { # the finished test $1: its output, then its counts added to the totals
+    local i=$1 name=${names[$1]}
+    local log=$work/$i.log rc; rc=$(cat "$work/$i.rc")
     cat "$log"
     local line; line=$(grep -E '^[A-Za-z0-9_. -]+: [0-9]+ passed, [0-9]+ failed' "$log" | tail -n 1)
-    rm -f "$log"
     if [ -z "$line" ]; then
         echo "FAIL $name: printed no summary line (exit $rc)"; failed=$((failed + 1)); broken+=("$name"); return
     fi
@@ -24,16 +43,28 @@ run_one() {
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); broken+=("$name (exit $rc)"); fi
     [ "$f" -gt 0 ] && broken+=("$name")
-    echo "   ($name: $((SECONDS - t0)) s)"
+    echo "   ($name: $(cat "$work/$i.secs") s)"
 }
-for t in "$O"/tests/*_test; do
-    [ -x "$t" ] || continue
-    run_one "$(basename "$t")" "$t"
+running=()
+reap() { # report every running test that has ended; keep the others
+    local still=() i
+    for i in "${running[@]}"; do
+        if [ -e "$work/$i.rc" ]; then report "$i"; else still+=("$i"); fi
+    done
+    running=("${still[@]}")
+}
+for i in "${order[@]}"; do
+    while [ ${#running[@]} -ge "$jobs" ]; do wait -n 2>/dev/null; reap; done
+    (
+        t0=$SECONDS
+        ${cmds[$i]} >"$work/$i.log" 2>&1
+        rc=$?
+        echo $((SECONDS - t0)) >"$work/$i.secs"
+        echo $rc >"$work/$i.rc.tmp" && mv "$work/$i.rc.tmp" "$work/$i.rc"
+    ) &
+    running+=("$i")
 done
-for s in tests/*_test.sh; do
-    [ -f "$s" ] || continue
-    run_one "$(basename "$s")" bash "$s"
-done
+while [ ${#running[@]} -gt 0 ]; do wait -n 2>/dev/null; reap; done
 [ ${#broken[@]} -gt 0 ] && echo "failing: ${broken[*]}"
 echo "kiln tests: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
