@@ -9,13 +9,14 @@ AttentionInterface.
 
 The attention function takes transformers' calling convention (module, query, key, value, attention_mask, dropout,
 scaling, sliding_window, softcap, is_causal, ...; query/key/value [batch, heads, seq, head_dim], GQA with fewer key
-heads) and runs kiln.flash_attn: causal bottom-right aligned (prefill and cached decoding alike), the model's sliding
-window as FlashAttention's window_size (sliding_window - 1 keys before the query, as transformers' masks count them),
-its logit softcap, its scaling. Padding arrives as transformers' 2-d mask (register() gives "kiln" the mask function
-of FlashAttention's integration): the kept queries and keys are unpadded and run through flash_attn_varlen_func, the
-output scattered back (rows at padded queries are 0, as FlashAttention writes them). Packed sequences
-(cu_seq_lens_q/k and max_length_q/k in the kwargs, as transformers' padding-free path passes them) run varlen
-directly. transformers is imported only when register() runs; it is not a dependency of kiln.
+heads, value's head_dim may differ from query's as in MLA models) and runs kiln.flash_attn: causal bottom-right
+aligned (prefill and cached decoding alike), the model's sliding window as FlashAttention's window_size
+(sliding_window - 1 keys before the query, as transformers' masks count them), its logit softcap, its scaling
+(default query's head_dim ** -0.5). Padding arrives as transformers' 2-d mask (register() gives "kiln" the mask
+function of FlashAttention's integration): the kept queries and keys are unpadded and run through
+flash_attn_varlen_func, the output scattered back (rows at padded queries are 0, as FlashAttention writes them).
+Packed sequences (cu_seq_lens_q/k and max_length_q/k in the kwargs, as transformers' padding-free path passes them)
+run varlen directly. transformers is imported only when register() runs; it is not a dependency of kiln.
 """
 
 import torch
@@ -49,7 +50,7 @@ def _padded(q, k, v, mask, kw):
     lq, lk = keep_q.sum(1), keep_k.sum(1)
     out = fa.flash_attn_varlen_func(q[keep_q], k[keep_k], v[keep_k], _cu(lq), _cu(lk), int(lq.max()), int(lk.max()),
                                     **kw)
-    return q.new_zeros(q.shape).index_put((keep_q,), out)
+    return out.new_zeros(q.shape[:-1] + out.shape[-1:]).index_put((keep_q,), out)
 
 
 def attention_forward(module, query, key, value, attention_mask, dropout=0.0, scaling=None, sliding_window=None,
@@ -58,16 +59,25 @@ def attention_forward(module, query, key, value, attention_mask, dropout=0.0, sc
     head_dim], None): kiln never forms the attention weights (output_attentions gives None, as FlashAttention's)."""
     if s_aux is not None:
         _fail("s_aux (learned attention sinks) is not supported by kiln's attention; use attn_implementation='eager'")
-    if query.shape[-1] != value.shape[-1]:
-        _fail("value head_dim %d differs from query head_dim %d; kiln's attention takes one head_dim"
-              % (value.shape[-1], query.shape[-1]))
+    d, dv = query.shape[-1], value.shape[-1]
+    if key.shape[-1] != d:
+        _fail("key head_dim %d differs from query head_dim %d; they must be equal" % (key.shape[-1], d))
     causal = bool(is_causal if is_causal is not None else getattr(module, "is_causal", True))
     window = (-1, -1) if sliding_window is None else (int(sliding_window) - 1, int(sliding_window) - 1)
-    kw = dict(dropout_p=dropout, softmax_scale=scaling, causal=causal, window_size=window,
-              softcap=float(softcap) if softcap else 0.0)
+    kw = dict(dropout_p=dropout, softmax_scale=d ** -0.5 if scaling is None else scaling, causal=causal,
+              window_size=window, softcap=float(softcap) if softcap else 0.0)
     q, k, v = query.transpose(1, 2), key.transpose(1, 2), value.transpose(1, 2)
     packed = [kwargs.get(n) for n in ("cu_seq_lens_q", "cu_seq_lens_k", "max_length_q", "max_length_k")]
-    if all(x is not None for x in packed) and q.shape[0] == 1:
+    varlen = all(x is not None for x in packed) and q.shape[0] == 1
+    if dv != d and (varlen or attention_mask is not None):
+        # the varlen kernels take one head_dim: zero columns widen the narrower side (q·k and p·v unchanged, as
+        # transformers' own FlashAttention path pads an MLA model's value), then out keeps v's columns
+        width = max(d, dv)
+        query, key, value = (torch.nn.functional.pad(t, (0, width - t.shape[-1])) for t in (query, key, value))
+        out, _ = attention_forward(module, query, key, value, attention_mask, dropout, kw["softmax_scale"],
+                                   sliding_window, softcap, is_causal, **kwargs)
+        return out[..., :dv], None
+    if varlen:
         cq, ck, mq, mk = packed
         out = fa.flash_attn_varlen_func(q[0], k[0], v[0], cq.to(torch.int32), ck.to(torch.int32), int(mq), int(mk),
                                         **kw).unsqueeze(0)

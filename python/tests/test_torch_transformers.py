@@ -115,8 +115,35 @@ def test_attention_function_errors(emu):
         ktf.attention_forward(CAUSAL, q, k, v, None, s_aux=torch.zeros(2))
     with pytest.raises(kiln.KilnArgumentError, match="dropout_p=1.0"):
         ktf.attention_forward(CAUSAL, q, k, v, None, dropout=1.0)
-    with pytest.raises(kiln.KilnArgumentError, match="value head_dim 16"):
-        ktf.attention_forward(CAUSAL, q, k, v[..., :16], None)
+    with pytest.raises(kiln.KilnArgumentError, match="key head_dim 16 differs from query head_dim 32"):
+        ktf.attention_forward(CAUSAL, q, k[..., :16], v, None)
+    with pytest.raises(kiln.KilnArgumentError, match="headdim 12 is not one kiln generates"):
+        ktf.attention_forward(CAUSAL, q[..., :12], k[..., :12], v, None)
+
+
+@pytest.mark.parametrize("d, dv", [(32, 16), (16, 24)])
+def test_attention_function_value_head_dim_of_its_own(emu, d, dv):
+    """An MLA model's value head_dim differs from query's: the dense kernel takes it (v_head_dim), the padded and
+    packed paths widen the narrower side with zero columns; each matches eager, out has v's head_dim."""
+    q, k, _ = _qkv(2, 2, 1, 5, 5, d=d, seed=5)
+    v = _qkv(2, 2, 1, 5, 5, d=dv, seed=6)[2]
+    keep = _causal(5, 5).view(1, 1, 5, 5)
+    out, _ = ktf.attention_forward(CAUSAL, q, k, v, None)
+    assert out.shape == (2, 5, 2, dv)
+    _close(out, eager(q, k, v, keep, d ** -0.5), "dense")
+    mask = torch.ones(2, 5, dtype=torch.bool)
+    mask[1, :2] = False
+    out, _ = ktf.attention_forward(CAUSAL, q, k, v, mask, scaling=0.3)
+    ref = eager(q, k, v, keep & mask.view(2, 1, 1, 5), 0.3)
+    assert out.shape == (2, 5, 2, dv) and (out[1, :2] == 0).all()
+    _close(out[mask], ref[mask], "padded")
+    cu = torch.tensor([0, 2, 5], dtype=torch.int32)
+    out, _ = ktf.attention_forward(CAUSAL, q[:1], k[:1], v[:1], None, cu_seq_lens_q=cu, cu_seq_lens_k=cu,
+                                   max_length_q=3, max_length_k=3)
+    block = torch.zeros(5, 5, dtype=torch.bool)
+    block[:2, :2], block[2:, 2:] = _causal(2, 2), _causal(3, 3)
+    assert out.shape == (1, 5, 2, dv)
+    _close(out, eager(q[:1], k[:1], v[:1], block.view(1, 1, 5, 5), d ** -0.5), "packed")
 
 
 def test_register_without_transformers_says_what_is_missing(monkeypatch):
