@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# tests/run.sh - runs every test program and script, KILN_TEST_JOBS at a time (default: one per core), each
+# tests/run.sh - runs every test program and script, KILN_TEST_PROCS at a time (default: one per core), each
 # test's output printed whole when it ends, then prints the overall summary line.
 # Each test prints "SUITE: N passed, N failed[, N skipped]" as its last such line.
 set -u
 : "${O:=build}" "${KILN:=bin/kiln}"
 export KILN O
-jobs=${KILN_TEST_JOBS:-$(nproc 2>/dev/null || echo 1)}
-case $jobs in '' | *[!0-9]* | 0) echo "KILN_TEST_JOBS must be a positive integer, not '$jobs'"; exit 2 ;; esac
+jobs=${KILN_TEST_PROCS:-$(nproc 2>/dev/null || echo 1)}
+case $jobs in '' | *[!0-9]* | 0) echo "KILN_TEST_PROCS must be a positive integer, not '$jobs'"; exit 2 ;; esac
 # The longest tests start first so that the pool's last minutes are not one long test alone (seconds on the
 # 2-core build machine, make test: attention_ptxas 184, attention_bwd_ptxas 138, python 97, emu_layernorm 85,
 # attention_mask_emu 58, fuzz 49); the rest keep their order.
