@@ -497,6 +497,15 @@ K.variants = {
   { { "kernel=dkdv", "kernel=dq" }, HALF, TC_DIMS, "causal=true path=simt", MASK_KEYS, "dropout=true", sms = { 80 } },
   { { "kernel=dkdv", "kernel=dq" }, DT, "head_dim=64", "causal=true", "window=true softcap=true", "dropout=true dropout_mask=true",
     sms = { 75, 80 } },
+  -- dropout with two score keys at the padded width 96 (lib/attn_bwd_mma.lua M.available: the ones that spilled on
+  -- tensor cores run on SIMT), with and without the mask output
+  { { "kernel=dkdv", "kernel=dkdv deterministic=true" }, HALF, util.axis("head_dim", { 88, 96 }), "causal=true",
+    { "window=true softcap=true", "window=true alibi=true", "softcap=true alibi=true" },
+    { "dropout=true", "dropout=true dropout_mask=true" }, full = true },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=88", "causal=true", { "window=true softcap=true", "softcap=true alibi=true" },
+    "dropout=true", quick = true, sms = { 90 } },
+  { "kernel=dkdv deterministic=true", "dtype=f16", "head_dim=96", "causal=true", "window=true alibi=true",
+    "dropout=true dropout_mask=true", quick = true, sms = { 80 } },
   -- varlen=true (lib/attn_varlen.lua): every kernel of the sequence, with and without the mask keys,
   -- the SIMT path forced (the quick suite: a slice on sm_75 / 80 / 90)
   { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT, DIMS,

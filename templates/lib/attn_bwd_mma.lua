@@ -39,6 +39,17 @@ function M.available(spec, target)
     return false, "dropout's per-entry mask with head_dim " .. spec.head_dim .. (target.cp_async and " and a score key" or " without cp.async")
       .. " needs more than 255 registers a thread"
   end
+  -- dropout with two or more score keys at the padded width 96 (head_dim 72-96): the test's dropout_mask output
+  -- spilled 4-68 bytes (ptxas sm_80 ... 120); without it head_dim 88 with softcap and another key spilled 4 bytes
+  -- in the atomic dkdv (sm_90): those run on SIMT
+  -- (spec.head_dim is the padded width, spec.dim the real one: lib/attn_dims.lua)
+  local score_keys = (spec.window and 1 or 0) + (spec.softcap and 1 or 0) + (spec.alibi and 1 or 0)
+  local real_dim = spec.dim or spec.head_dim
+  if spec.kernel == "dkdv" and spec.dropout and score_keys >= 2 and spec.head_dim == 96
+      and (spec.dropout_mask or (real_dim == 88 and spec.softcap and not spec.deterministic)) then
+    return false, "dropout" .. (spec.dropout_mask and " with its dropout_mask output" or "") .. " and "
+      .. score_keys .. " score keys at head_dim " .. real_dim .. " needs more than 255 registers a thread"
+  end
   -- varlen (its sequence's offsets stay live) leaves the atomic dkdv at d96/d128 without cp.async at 254
   -- registers; a mask key more spilled 12-32 bytes (ptxas, sm_75 f16): those run on SIMT
   if spec.kernel == "dkdv" and spec.varlen and not spec.deterministic and spec.head_dim >= 96 and not target.cp_async
