@@ -4,31 +4,33 @@
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen,
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
 -- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
 -- lse index, the split epilogue, the dropout mask); not paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
 -- boxes of 1 x 64 rows x 1 x 64 columns: one 128-byte row of 64 16-bit elements, the 128B swizzle's
--- span; head_dim 128 and 256 take two and four boxes a tile). Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
+-- span; head_dim 128 and 256 take two and four boxes a 64-row panel; K and V boxes have 32 rows on 32-key tiles,
+-- a 128-key tile takes two boxes a panel). Keys a tile (BN: 64, 128 at d128, 32 at d256 with window, softcap or
+-- dropout), the ring's stages and the loop: lib/attn_wgmma_tiles.lua. Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
 -- fill); scores of keys past seq_k are masked; stores of rows past seq_q are not made.
 --
 -- Block: NC consumer warpgroups (threads 0 .. 128 NC - 1; warpgroup c owns query rows q0 + 64c .. +63)
 -- and one producer warpgroup (the last; its first thread issues every TMA). setmaxnreg moves registers
 -- from the producer (dec) to the consumers (inc). Shared memory (dynamic, 1024-byte aligned): Q of the
--- block (NC x d/64 panels of 64 x 64), then NS stages of K and of V (d/64 panels each); a panel is
--- 8192 bytes, rows of 128 bytes under the 128-byte swizzle, which is also the layout wgmma's descriptors
+-- block (NC x d/64 panels of 64 x 64), then NS stages of K and of V (d/64 panels of BN rows each); a Q panel
+-- is 8192 bytes, rows of 128 bytes under the 128-byte swizzle, which is also the layout wgmma's descriptors
 -- name: K as stored is K-major for S = Q K^T, V as stored is N-major for O += P V (trans_b).
 -- Barriers: qbar (Q landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
 --
 -- The consumers' loop runs FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong on named barriers 1 and 2, the
--- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi, where it is
--- the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
--- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n64k16 wgmma; commit; wait; the
+-- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi or varlen on
+-- 64-key tiles, where it is the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
+-- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n{BN}k16 wgmma; commit; wait; the
 -- online softmax on S's D fragment (thread 32w + 4g + q holds rows 16w + g and 16w + g + 8, element i at
 -- row (i >> 1) & 1, column 8(i >> 2) + 2q + (i & 1); row max and sum over the 4 lanes q); O rescaled;
--- P packed into wgmma's A registers; O += P V by 4 chained m64n{d}k16 wgmma; commit; wait; arrive
+-- P packed into wgmma's A registers; O += P V by BN/16 chained m64n{d}k16 wgmma; commit; wait; arrive
 -- empty[s]. The epilogue divides by l and writes O (out dtype) and lse (natural log; +inf and O = 0 for
 -- a row that sees no key, as FlashAttention-2).
 local util = require("lib.util")
@@ -54,8 +56,6 @@ local function not_covered(spec)
     return string.format("head_dim=%d (64, 128 and 256 only)", spec.dim or spec.head_dim)
   end
   if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
-  local budget = tiles.not_built(spec)
-  if budget then return budget end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
@@ -97,8 +97,8 @@ end
 function M.launch(spec, cfg, l)
   l.tmaps = {
     { "tm_q", "q", box = keys.box(spec, "q"), swizzle = 128 },
-    { "tm_k", "k", box = keys.box(spec, "k"), swizzle = 128 },
-    { "tm_v", "v", box = keys.box(spec, "v"), swizzle = 128 },
+    { "tm_k", "k", box = tiles.kv_box(keys.box(spec, "k"), cfg.block_n), swizzle = 128 },
+    { "tm_v", "v", box = tiles.kv_box(keys.box(spec, "v"), cfg.block_n), swizzle = 128 },
   }
   return keys.launch(spec, cfg, l)
 end
@@ -177,11 +177,12 @@ function M.build(b, spec, cfg, base_params)
         local fb = full + 2 * s
         b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
         local row = (t0 + k) * BN
+        local br = tiles.box_rows(BN)
         for j = 0, panels - 1 do
-          for r = 0, BN // 64 - 1 do -- (boxes of 64 rows: a BN-row panel takes BN / 64)
-            local at = (s * panels + j) * KPANEL + r * PANEL
-            b:tma_load(sk + at, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row + 64 * r, bz), fb)
-            b:tma_load(sv + at, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row + 64 * r, bz), fb)
+          for r = 0, BN // br - 1 do -- (boxes of br rows: a BN-row panel takes BN / br)
+            local at = (s * panels + j) * KPANEL + r * br * 64
+            b:tma_load(sk + at, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
+            b:tma_load(sv + at, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
           end
         end
       end)
