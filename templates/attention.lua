@@ -1391,6 +1391,19 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                        "dtype=f16 head_dim=128 causal=true paged=true append=true",
                        "dtype=bf16 head_dim=128 causal=true paged=true append=true",
                        "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true rotary=neox",
-                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" } }
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" },
+             -- sm_90a's own kernels (path=wgmma, opt-in: lib/attn_wgmma.lua), on sm_90a alone: the default set's f16/bf16
+             -- specs that path builds (not f32, paged, append or rotary: those run the sm_90 entries on a 9.0 device;
+             -- split-KV's attention_combine too)
+             arch = { ["90a"] = {
+               "dtype=f16 head_dim=64 path=wgmma", "dtype=bf16 head_dim=64 path=wgmma",
+               "dtype=f16 head_dim=128 path=wgmma", "dtype=bf16 head_dim=128 path=wgmma",
+               "dtype=f16 head_dim=64 splitkv=true path=wgmma", "dtype=bf16 head_dim=64 splitkv=true path=wgmma",
+               "dtype=f16 head_dim=128 splitkv=true path=wgmma", "dtype=bf16 head_dim=128 splitkv=true path=wgmma",
+               "dtype=f16 head_dim=128 causal=true window=true path=wgmma", "dtype=bf16 head_dim=128 causal=true window=true path=wgmma",
+               "dtype=bf16 head_dim=256 causal=true softcap=true path=wgmma",
+               "dtype=bf16 head_dim=256 causal=true window=true softcap=true path=wgmma",
+               "dtype=bf16 head_dim=128 causal=true alibi=true path=wgmma", "dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
+               "dtype=f16 head_dim=128 causal=true varlen=true path=wgmma", "dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma" } } }
 
 return K
