@@ -337,6 +337,49 @@ static void bundle_field(lua_State *L, int t, const char *field, char *out, size
     lua_pop(L, 1);
 }
 
+/* K.bundle.arch (on the stack's top) = { ["90a"] = { spec, ... } } into out->arch, "90a FAMILY SPEC" a line each, the SMs
+ * in name order. Errors: an SM kiln does not know or that is not arch-specific, a spec that is not a string, more
+ * than out->arch holds. */
+static kiln_status bundle_arch(lua_State *L, const char *family, kiln_bundle_matrix *out, kiln_error *err) {
+    int t = lua_gettop(L);
+    char names[8][16];
+    int n = 0;
+    for (lua_pushnil(L); lua_next(L, t); lua_pop(L, 1)) {
+        const char *k = lua_type(L, -2) == LUA_TSTRING ? lua_tostring(L, -2) : NULL;
+        int sm = 0;
+        if (!k || (sm = kiln_sm_parse(k)) <= 0 || !kiln_sm_is_arch(sm) || !kiln_target_find(sm) || !lua_istable(L, -1) || n == 8) {
+            lua_pop(L, 2);
+            return kiln_fail(err, KILN_EGEN, "templates/%s.lua: K.bundle.arch's keys name arch-specific SMs, each with a list of specs "
+                             "(K.bundle.arch = { [\"90a\"] = { \"dtype=bf16 head_dim=128 path=wgmma\" } }); valid SMs: 90a", family);
+        }
+        snprintf(names[n++], sizeof names[0], "%s", k);
+    }
+    for (int i = 1; i < n; i++) /* name order, so the set does not follow Lua's hash order */
+        for (int j = i; j > 0 && strcmp(names[j - 1], names[j]) > 0; j--) {
+            char tmp[16];
+            memcpy(tmp, names[j], sizeof tmp), memcpy(names[j], names[j - 1], sizeof tmp), memcpy(names[j - 1], tmp, sizeof tmp);
+        }
+    for (int s = 0; s < n; s++) {
+        lua_getfield(L, t, names[s]);
+        for (lua_Integer i = 1, len = luaL_len(L, -1); i <= len; i++) {
+            lua_geti(L, -1, i);
+            const char *spec = lua_type(L, -1) == LUA_TSTRING ? lua_tostring(L, -1) : NULL;
+            size_t l = strlen(out->arch);
+            int w = spec ? snprintf(out->arch + l, sizeof out->arch - l, "%s %s %s\n", names[s], family, spec) : 0;
+            lua_pop(L, 1);
+            if (!spec || (size_t)w >= sizeof out->arch - l) {
+                lua_pop(L, 1);
+                out->arch[l] = 0;
+                return kiln_fail(err, KILN_EGEN, spec ? "templates/%s.lua: K.bundle.arch needs more than the %zu bytes kiln_bundle_matrix.arch holds"
+                                                      : "templates/%s.lua: K.bundle.arch's lists hold spec strings (entry %zu)",
+                                 family, spec ? sizeof out->arch : (size_t)i);
+            }
+        }
+        lua_pop(L, 1);
+    }
+    return KILN_OK;
+}
+
 kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matrix *out, kiln_error *err) {
     lua_State *L = gen_lua_state(gl);
     int top = lua_gettop(L);
@@ -363,6 +406,11 @@ kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matri
                                      "(entry %lld on)", family, sizeof out->extra, (long long)i);
                 }
             }
+        lua_pop(L, 1);
+        if (lua_getfield(L, t, "arch") == LUA_TTABLE && (st = bundle_arch(L, family, out, err)) != KILN_OK) {
+            lua_settop(L, top);
+            return st;
+        }
     }
     lua_settop(L, top);
     return KILN_OK;

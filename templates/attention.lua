@@ -1336,14 +1336,18 @@ K.variants = {
     "causal=true dropout=true", "causal=true splitkv=true " .. MASK_KEYS }, sms = { 75, 80, 90 } },
   { { "dtype=f16", "dtype=bf16" }, "head_dim=192 v_head_dim=128", "causal=true path=simt", sms = { 80 } },
   -- sm_90a's TMA + wgmma kernel (path=wgmma, lib/attn_wgmma.lua; the arch-specific target takes only the rows
-  -- that name it): f16/bf16 at head_dim 64/128/256, every causal form, the mask keys (not window/softcap at 256),
-  -- varlen, split-KV and dropout (lib/attn_wgmma_keys.lua; not dropout at 256), an f32 output (the quick suite: 33 of them)
+  -- that name it): f16/bf16 at head_dim 64/128/256, every causal form, the mask keys, varlen, split-KV and dropout
+  -- (lib/attn_wgmma_keys.lua; d256 with window/softcap/dropout on 32-key tiles: lib/attn_wgmma_tiles.lua), an f32
+  -- output (the quick suite: 37 of them)
   { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
     { "", "varlen=true", "splitkv=true" }, "path=wgmma", full = true, sms = { "90a" } },
-  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
     { "", "varlen=true", "splitkv=true", "dropout=true", "varlen=true dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
-  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=false", "causal=true", "causal=top_left" },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
     { "dropout=true", "varlen=true dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", "causal=top_left", MASK_KEYS, "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=bf16", "head_dim=256", "causal=true", { "dropout=true", MASK_KEYS .. " varlen=true dropout=true" }, "path=wgmma", quick = true,
+    sms = { "90a" } },
   { { "dtype=f16", "dtype=bf16" }, "head_dim=256", { "causal=true", "causal=top_left" }, "alibi=true", { "", "varlen=true", "splitkv=true" },
     "path=wgmma", full = true, sms = { "90a" } },
   { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, CAUSAL, "path=wgmma", quick = true, sms = { "90a" } },
@@ -1387,6 +1391,19 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                        "dtype=f16 head_dim=128 causal=true paged=true append=true",
                        "dtype=bf16 head_dim=128 causal=true paged=true append=true",
                        "dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true rotary=neox",
-                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" } }
+                       "dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox" },
+             -- sm_90a's own kernels (path=wgmma, opt-in: lib/attn_wgmma.lua), on sm_90a alone: the default set's f16/bf16
+             -- specs that path builds (not f32, paged, append or rotary: those run the sm_90 entries on a 9.0 device;
+             -- split-KV's attention_combine too)
+             arch = { ["90a"] = {
+               "dtype=f16 head_dim=64 path=wgmma", "dtype=bf16 head_dim=64 path=wgmma",
+               "dtype=f16 head_dim=128 path=wgmma", "dtype=bf16 head_dim=128 path=wgmma",
+               "dtype=f16 head_dim=64 splitkv=true path=wgmma", "dtype=bf16 head_dim=64 splitkv=true path=wgmma",
+               "dtype=f16 head_dim=128 splitkv=true path=wgmma", "dtype=bf16 head_dim=128 splitkv=true path=wgmma",
+               "dtype=f16 head_dim=128 causal=true window=true path=wgmma", "dtype=bf16 head_dim=128 causal=true window=true path=wgmma",
+               "dtype=bf16 head_dim=256 causal=true softcap=true path=wgmma",
+               "dtype=bf16 head_dim=256 causal=true window=true softcap=true path=wgmma",
+               "dtype=bf16 head_dim=128 causal=true alibi=true path=wgmma", "dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
+               "dtype=f16 head_dim=128 causal=true varlen=true path=wgmma", "dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma" } } }
 
 return K

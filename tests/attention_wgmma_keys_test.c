@@ -84,6 +84,9 @@ static const row ROWS[] = {
      .left = 40, .right = 3, .seq_q = 65, .seq_k = 100, .batch = 1, .dropout = 0.3},
     {"attention dtype=f16 head_dim=64 causal=true varlen=true dropout=true dropout_mask=true path=wgmma", 2, 1, 3, {17, 1, 80}, {20, 0, 70},
      .dropout = 0.1},
+    /* d256 with dropout: 32-key tiles (lib/attn_wgmma_tiles.lua), 4 Philox calls a tile */
+    {"attention dtype=bf16 head_dim=256 causal=true dropout=true dropout_mask=true path=wgmma", 1, 1, .seq_q = 40, .seq_k = 100,
+     .batch = 1, .dropout = 0.25},
 };
 
 static void test_emulator(void) {
@@ -122,7 +125,6 @@ static void test_launch_and_refusals(void) {
         const char *spec, *want;
     } refused[] = {
         {"attention dtype=bf16 head_dim=128 paged=true path=wgmma", "paged=true"},
-        {"attention dtype=bf16 head_dim=256 dropout=true path=wgmma", "head_dim=256 with dropout=true (it spills"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error e2 = {0};
@@ -177,7 +179,7 @@ static void test_planted(void) {
     sm90a_planted_done(dir);
 }
 
-/* The keys' variants lint clean (a sample; 96 under KILN_TEST_FULL=1, assembled by ptxas sm_90a there: 0 spills, no
+/* The keys' variants lint clean (a sample; 126 under KILN_TEST_FULL=1, assembled by ptxas sm_90a there: 0 spills, no
  * C7508). */
 static void test_ptxas(void) {
     static const char *const quick[] = {
@@ -188,8 +190,8 @@ static void test_ptxas(void) {
         "attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true splitkv=true path=wgmma",
         "attention dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
     };
-    static char full[120][200];
-    static const char *ptrs[120];
+    static char full[160][200];
+    static const char *ptrs[160];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
@@ -201,8 +203,7 @@ static void test_ptxas(void) {
                 for (int c = 0; c < 3; c++)
                     for (int k = 0; k < 3; k++)
                         for (int w = 0; w < 3; w++) {
-                            if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap */
-                            if (d == 256 && w == 2) continue;         /* nor dropout */
+                            if (d != 256 && k == 2) continue; /* alibi alone: d256's row */
                             snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s %s=true path=wgmma", dts[a], d,
                                      causal[c], keys[k], how[w]);
                             ptrs[n] = full[n];
@@ -211,7 +212,7 @@ static void test_ptxas(void) {
         specs = ptrs;
     }
     /* (the quick run lints; ptxas assembles these variants in attention_ptxas_test's sm_90a rows, so here only under
-     * KILN_TEST_FULL=1, over the 96) */
+     * KILN_TEST_FULL=1, over the 126) */
     const char *ptxas = getenv("KILN_TEST_FULL") ? ptxas_path() : NULL;
     TEST_BEGIN("ptxas sm_90a (KILN_TEST_FULL=1): the wgmma attention's key variants assemble, 0 spills, no C7508; lint clean");
     sm90a_ptxas_check(gen, dir, specs, n, ptxas, NULL);

@@ -68,6 +68,11 @@ static const row ROWS[] = {
     {"attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 0, 0},
     {"attention dtype=f16 head_dim=256 path=wgmma", 70, 100, 2, 1, 1, 0, 0, 0},
     {"attention dtype=bf16 head_dim=256 causal=top_left alibi=true path=wgmma", 129, 75, 2, 1, 1, 0, 0, 0},
+    /* d128's 128-key tiles: the window's left edge skipping whole 128-key tiles, the diagonal inside one */
+    {"attention dtype=f16 head_dim=128 causal=true window=true path=wgmma", 300, 300, 1, 1, 1, 40, 0, 0},
+    /* d256 with window / softcap: 32-key tiles (boxes of 32 rows), ping-pong */
+    {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true path=wgmma", 80, 100, 1, 1, 1, 20, 0, 0},
+    {"attention dtype=f16 head_dim=256 causal=top_left window=true softcap=true alibi=true path=wgmma", 70, 90, 2, 1, 1, 30, 3, 0},
 };
 
 static void test_emulator(void) {
@@ -108,7 +113,7 @@ static void test_selection(void) {
         {"attention dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64, 128 and 256 only)"},
         {"attention dtype=f16 head_dim=64 paged=true path=wgmma", SM90A, "paged=true"},
         {"attention dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
-        {"attention dtype=bf16 head_dim=256 softcap=true path=wgmma", SM90A, "head_dim=256 with softcap=true (it spills"},
+        {"attention dtype=bf16 head_dim=128 v_head_dim=64 path=wgmma", SM90A, "v_head_dim != head_dim"},
     };
     sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
     TEST_END();
@@ -163,8 +168,16 @@ static void test_planted(void) {
          "  mask.params(spec, params)\n"
          "  for _, t in ipairs({ \"q\", \"k\", \"v\" }) do params[#params + 1] = { \"tm_\" .. t, \"tensormap\", spec.dtype } end\n",
          {"attention dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 64, 64, 3, 3, 2, 7, 5, 0}, 1, NULL},
-        {"second d128 panel of K skipped", "local off = (j // 4) * PANEL + 16 * (j % 4)", "local off = 16 * (j % 4)",
+        {"32-key tiles (d256 window): the maps' K/V boxes left at 64 rows", "box = tiles.kv_box(keys.box(spec, \"k\"), cfg.block_n)",
+         "box = keys.box(spec, \"k\")", {"attention dtype=bf16 head_dim=256 window=true path=wgmma", 40, 70, 1, 1, 1, 10, 10, 0}, 0, NULL},
+        {"32-key tiles (d256 softcap): the second k-step of P V reading the first 16 keys' V", "b = desc(vs + 1024 * j, 2 * KPANEL)",
+         "b = desc(vs + 1024 * (j % 1), 2 * KPANEL)", {"attention dtype=f16 head_dim=256 softcap=true path=wgmma", 64, 40, 1, 1, 1, 0, 0, 0}, 0, NULL},
+        {"second d128 panel of K skipped", "b = desc(ks + (j // 4) * KPANEL + off, 16)", "b = desc(ks + off, 16)",
          {"attention dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}, 0, NULL},
+        {"128-key tiles (d128): the second 64-row box of K and V loaded from the tile's first row", "row + br * r, bz), fb)", "row, bz), fb)",
+         {"attention dtype=bf16 head_dim=128 path=wgmma", 64, 200, 1, 1, 1, 0, 0, 0}, 0, NULL},
+        {"128-key tiles (d128): V's d/64 panels a 64-key panel apart (LBO)", "b = desc(vs + 1024 * j, 2 * KPANEL)", "b = desc(vs + 1024 * j, 8192)",
+         {"attention dtype=f16 head_dim=128 path=wgmma", 64, 130, 1, 1, 1, 0, 0, 0}, 0, NULL},
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);
@@ -178,10 +191,10 @@ static void test_planted(void) {
 
 /* The profile of bf16 d128 causal, seq_q 130 x seq_k 200, 2 heads: blocks of 128 query rows (two consumer
  * warpgroups of 64), 2 per head; the last row of each (127, 129) sees keys < 198 / 200 (bottom-right, shift
- * 70): 4 key tiles a block, loaded once and consumed by both warpgroups (16 warpgroup-tiles a head, 32 in all).
- * Per consumer warp and tile: S by 8 chained wgmma and O by 4, each group fence + mma_async + commit + wait
- * (18), and 34 ex2 (32 P + 2 alpha); TMA per block: Q's 2 panels per warpgroup, then K's and V's 2 panels per
- * tile. */
+ * 70): 2 key tiles of 128 a block (lib/attn_wgmma_tiles.lua), loaded once and consumed by both warpgroups.
+ * Per consumer warp and tile: S by 8 chained m64n128k16 and O by 8 (128 keys / 16), each group fence +
+ * mma_async + commit + wait (22), and 66 ex2 (64 P + 2 alpha); TMA per block: Q's 2 panels per warpgroup, then
+ * K's and V's 2 panels of 2 boxes of 64 rows per tile. */
 static void test_profile(void) {
     TEST_BEGIN("profile of bf16 d128 causal 130 x 200: wgmma, TMA and ex2 warp instructions");
     kiln_emu *pe = NULL;
@@ -198,16 +211,16 @@ static void test_profile(void) {
         st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err);
         CHECK(st == KILN_OK, "%s", err.msg);
         if (st == KILN_OK) {
-            const int blocks = 4, block_tiles = 4 * blocks, tiles = 2 * block_tiles; /* tiles: per consumer warpgroup */
-            /* lib/attn_wgmma_pp.lua per consumer warp over n = 4 tiles: the prologue's S (fence, 8, commit, wait), per
-             * further tile S and P V (fence, 8, commit, fence, 4, commit, wait, wait), the last P V (fence, 4, commit,
-             * wait): 18 n; the prologue's alpha is 0 without an ex2 (34 n - 2); barriers: bar.sync 0 in all 12 warps of
+            const int blocks = 4, n = 2, block_tiles = n * blocks, runs = 2 * blocks; /* runs: consumer warpgroups */
+            /* lib/attn_wgmma_pp.lua per consumer warp over n tiles: the prologue's S (fence, 8, commit, wait), per
+             * further tile S and P V (fence, 8, commit, fence, 8, commit, wait, wait), the last P V (fence, 8, commit,
+             * wait): 22 n; the prologue's alpha is 0 without an ex2 (66 n - 2); barriers: bar.sync 0 in all 12 warps of
              * a block, per consumer warp sync + arrive per section (n + 1), warpgroup 1's first arrive */
-            const int n = 4, runs = tiles / n, wg_insts = runs * 4 * 18 * n, ex2 = runs * 4 * (34 * n - 2);
+            const int wg_insts = runs * 4 * 22 * n, ex2 = runs * 4 * (66 * n - 2);
             const int bars = blocks * (12 + 4 * 2 * (n + 1) * 2 + 4);
             CHECK(p.inst[KILN_PROF_WGMMA] == (unsigned long long)wg_insts, "wgmma %llu, want %d", (unsigned long long)p.inst[KILN_PROF_WGMMA], wg_insts);
             CHECK(p.inst[KILN_PROF_BARRIER] == (unsigned long long)bars, "barrier %llu, want %d", (unsigned long long)p.inst[KILN_PROF_BARRIER], bars);
-            CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 4), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 4);
+            CHECK(p.inst[KILN_PROF_TMA] == (unsigned long long)(blocks * 4 + block_tiles * 8), "TMA %llu, want %d", (unsigned long long)p.inst[KILN_PROF_TMA], blocks * 4 + block_tiles * 8);
             CHECK(p.inst[KILN_PROF_EX2] == (unsigned long long)ex2, "ex2 %llu, want %d", (unsigned long long)p.inst[KILN_PROF_EX2], ex2);
             if (getenv("KILN_TEST_VERBOSE"))
                 printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, shfl %llu, other %llu warp instructions\n",
@@ -224,7 +237,8 @@ static void test_profile(void) {
 /* FA3's schedule (every variant but d256 causal+ALiBi): ptxas must not serialize its wgmma ("Potential
  * Performance Loss: wgmma.mma_async instructions are serialized", C7510..C7520), or the overlap is lost. */
 static void not_serialized(const char *spec, const char *log) {
-    bool pp = !(strstr(spec, "head_dim=256") && strstr(spec, "alibi=true") && !strstr(spec, "causal=false"));
+    bool small = strstr(spec, "window=true") || strstr(spec, "softcap=true") || strstr(spec, "dropout=true"); /* 32-key tiles */
+    bool pp = small || !(strstr(spec, "head_dim=256") && strstr(spec, "alibi=true") && !strstr(spec, "causal=false"));
     CHECK(!pp || !strstr(log, "instructions are serialized"), "%s: ptxas serializes the wgmma: %s", spec, log);
 }
 
@@ -236,6 +250,7 @@ static void test_ptxas(void) {
         "attention dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=wgmma",
         "attention dtype=f16 head_dim=64 out=f32 causal=true path=wgmma", "attention dtype=bf16 head_dim=256 causal=true alibi=true path=wgmma",
         "attention dtype=f16 head_dim=256 causal=top_left path=wgmma",
+        "attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true path=wgmma",
     };
     static char full[64][160];
     const char *const *specs = quick;
@@ -249,7 +264,7 @@ static void test_ptxas(void) {
             for (int d = 64; d <= 256; d *= 2)
                 for (int c = 0; c < 3; c++)
                     for (int k = 0; k < 3; k++) {
-                        if (d == 256 ? k == 1 : k == 2) continue; /* d256: not with window/softcap; alibi alone there */
+                        if (d != 256 && k == 2) continue; /* alibi alone: d256's row (the side-by-side loop) */
                         snprintf(full[n], sizeof full[n], "attention dtype=%s head_dim=%d causal=%s%s path=wgmma", dts[a], d, causal[c], keys[k]);
                         ptrs[n] = full[n];
                         n++;

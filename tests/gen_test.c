@@ -318,9 +318,19 @@ static void test_registry(void) {
           "           problem = { 'n' } }\n"
           "end\n"
           "K.variants = { { { 'a=1', 'a=2 b=3' }, 'c=4' }, { 'd=5', full = true }, { 'e=6', quick = true, sms = { 80 } } }\n"
-          "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' } }\n"
+          "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' },\n"
+          "             arch = { ['90a'] = { 'a=1', 'a=2 b=3' } } }\n"
           "return K\n", f);
     fclose(f);
+    /* K.bundle.arch keyed by a plain SM, and by an arch SM with a list entry that is not a string */
+    char apath[2][256];
+    static const char *const bad_arch[2] = {"{ ['90'] = { 'a=1' } }", "{ ['90a'] = { 'a=1', 7 } }"};
+    for (int i = 0; i < 2; i++) {
+        snprintf(apath[i], sizeof apath[i], "%s/badarch%d.lua", dir, i);
+        f = fopen(apath[i], "w");
+        fprintf(f, "local K = { params = {} }\nK.bundle = { arch = %s }\nreturn K\n", bad_arch[i]);
+        fclose(f);
+    }
     /* a K.bundle.extra longer than kiln_bundle_matrix.extra holds (300 lines of 17 bytes) */
     char lpath[256];
     snprintf(lpath, sizeof lpath, "%s/longx.lua", dir);
@@ -357,11 +367,18 @@ static void test_registry(void) {
     CHECK(kiln_family_bundle(g2, "reg", &bm, &err) == KILN_OK, "%s", err.msg);
     CHECK(bm.declared && !strcmp(bm.dtype_keys, "x") && !strcmp(bm.shape_key, "n") && !strcmp(bm.default_shapes, "1,2") &&
           !strcmp(bm.extra, "reg leave=true\n"), "bundle: %s %s %s %s", bm.dtype_keys, bm.shape_key, bm.default_shapes, bm.extra);
+    CHECK(!strcmp(bm.arch, "90a reg a=1\n90a reg a=2 b=3\n"), "bundle arch: %s", bm.arch);
+    CHECK(kiln_family_bundle(g2, "badarch0", &bm, &err) == KILN_EGEN &&
+              strstr(err.msg, "templates/badarch0.lua: K.bundle.arch's keys name arch-specific SMs") && strstr(err.msg, "valid SMs: 90a"),
+          "an arch key naming sm_90: %s", err.msg);
+    CHECK(kiln_family_bundle(g2, "badarch1", &bm, &err) == KILN_EGEN &&
+              strstr(err.msg, "templates/badarch1.lua: K.bundle.arch's lists hold spec strings (entry 2)"),
+          "a number in the list: %s", err.msg);
     CHECK(kiln_family_bundle(g2, "longx", &bm, &err) == KILN_EGEN &&
               strstr(err.msg, "templates/longx.lua: K.bundle.extra needs more than the 4096 bytes"),
           "a long extra: %s", err.msg);
     kiln_gen_destroy(g2);
-    unlink(lpath);
+    unlink(lpath), unlink(apath[0]), unlink(apath[1]);
     TEST_END();
     unlink(path);
 

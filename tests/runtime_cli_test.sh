@@ -13,13 +13,14 @@ no() { fail=$((fail + 1)); echo "FAIL $*"; }
 check() { local what=$1; shift; if "$@"; then ok; else no "$what"; fi; }
 
 # the default matrix: every family x 3 dtypes x every plain SM from 75 up (kiln list's targets less the
-# arch-specific sm_90a, which a bundle holds when --sm names it)
+# arch-specific sm_90a, which a bundle holds for every spec when --sm names it), plus on sm_90a alone the kernels the
+# templates declare for it (K.bundle.arch: attention's path=wgmma, 16)
 "$KILN" bundle -o "$T/default.kbundle" 2>"$T/err"
 check "default bundle" test -s "$T/default.kbundle" -a ! -s "$T/err"
 "$KILN" bundle-info "$T/default.kbundle" >"$T/info"
 nsm=$("$KILN" list | sed -n 's/^targets: *//p' | tr ' ' '\n' | sed 's/^sm_//' | grep -v 'a$' | awk '$1 >= 75' | wc -l)
-want=$((74 * nsm))
-check "bundle-info counts $want entries: 74 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8, Mistral's window f16/bf16 d128 2, Gemma 2's softcap bf16 d256 with and without the window 2, BLOOM/MPT's ALiBi bf16 d128 1, dropout bf16 d128 forward + dkdv 2, varlen prefill f16/bf16 d128 causal 2, paged KV cache f16/bf16 d128 causal split-KV + plain, with and without the append 8, bf16 with rotary=neox in the append split-KV + plain 2, rotary 3 dtypes x d64/d128 + GPT-J f16/bf16 d128: 8)" grep -q " $want entries" "$T/info"
+want=$((74 * nsm + 16))
+check "bundle-info counts $want entries: 16 sm_90a path=wgmma attention kernels and 74 per SM x $nsm SMs (layernorm, rmsnorm, layernorm_bwd, rmsnorm_bwd, norm_reduce 3 each, attention 6, attention_bwd 18, split-KV decoding f16/bf16 d64/d128 split + combine 8, Mistral's window f16/bf16 d128 2, Gemma 2's softcap bf16 d256 with and without the window 2, BLOOM/MPT's ALiBi bf16 d128 1, dropout bf16 d128 forward + dkdv 2, varlen prefill f16/bf16 d128 causal 2, paged KV cache f16/bf16 d128 causal split-KV + plain, with and without the append 8, bf16 with rotary=neox in the append split-KV + plain 2, rotary 3 dtypes x d64/d128 + GPT-J f16/bf16 d128: 8)" grep -q " $want entries" "$T/info"
 check "the default bundle holds dropout (sm_80 bf16 d128, forward and dkdv)" \
     grep -Eq " 80 ptx .*attention_bwd kernel=dkdv dtype=bf16 out=bf16 grad=bf16 head_dim=128 causal=true .*dropout=true" "$T/info"
 check "the default bundle holds paged decoding with the append and rotary (sm_80 bf16 d128)" \
@@ -36,7 +37,31 @@ check "the default bundle holds rotary (sm_75 bf16 GPT-J)" grep -Eq " 75 ptx .*r
 check "the default bundle holds Blackwell (sm_120 attention)" grep -Eq " 120 ptx .*attention dtype=bf16" "$T/info"
 check "bundle-info lists the norm backwards' norm_reduce" grep -Eq " 90 ptx .*norm_reduce w=bf16" "$T/info"
 check "bundle-info lists sm_75 bf16" grep -Eq " 75 ptx .*layernorm x=bf16 w=bf16 y=bf16 hidden=launch" "$T/info"
-check "the default bundle holds no sm_90a" bash -c "! grep -Eq '^ *[0-9]+ +90a ' '$T/info'"
+check "the default bundle holds sm_90a for path=wgmma alone: 16 attention kernels" \
+    test "$(grep -Ec '^ *[0-9]+ +90a ptx .*attention dtype=.* path=wgmma' "$T/info")" -eq 16 -a "$(grep -Ec '^ *[0-9]+ +90a ' "$T/info")" -eq 16
+check "  d128 128-key tiles, d256 softcap on 32-key tiles among them" \
+    grep -Eq " 90a ptx .*attention dtype=bf16 out=bf16 head_dim=256 causal=true path=wgmma window=true softcap=true" "$T/info"
+# the runtime's pick from that bundle on the fake driver (libkiln_rt alone: an entry or an error, never a generator)
+cc -std=c11 -Wall -Wextra -Werror $CFLAGS_EXTRA -Iinclude tests/fake_cuda/bundle_pick.c "$LIBDIR/libkiln_rt.a" -ldl -lpthread \
+    -o "$T/pick" 2>"$T/cc"
+check "bundle_pick builds: $(head -3 "$T/cc")" test -x "$T/pick"
+# (libkiln_rt alone has no templates to canonicalize a spec: the bundle's own spelling)
+WG="attention dtype=bf16 out=bf16 head_dim=128 causal=false path=wgmma" AUTO="attention dtype=bf16 out=bf16 head_dim=128 causal=false path=auto"
+out=$(FAKE_CUDA_SM=90 "$T/pick" "$T/default.kbundle" "$WG" 2>&1)
+check "9.0 device: path=wgmma from the sm_90a entry ($out)" grep -q "sm=1090 kind=ptx entry=kiln_attention_bf16_bf16_128_false_wgmma" <<<"$out"
+out=$(FAKE_CUDA_SM=90 "$T/pick" "$T/default.kbundle" "$AUTO" 2>&1)
+check "9.0 device: path=auto from sm_90 PTX ($out)" grep -q "sm=90 kind=ptx" <<<"$out"
+for dev in 100 120; do
+    out=$(FAKE_CUDA_SM=$dev "$T/pick" "$T/default.kbundle" "$AUTO" 2>&1)
+    check "sm_$dev device: path=auto from its own PTX, not sm_90a ($out)" grep -q "sm=$dev kind=ptx" <<<"$out"
+    out=$(FAKE_CUDA_SM=$dev "$T/pick" "$T/default.kbundle" "$WG" 2>&1)
+    check "sm_$dev device: no path=wgmma entry runs there ($out)" grep -q "^error: " <<<"$out"
+done
+"$KILN" bundle --sm 75 -o "$T/plain.kbundle" 2>"$T/err" && "$KILN" bundle-info "$T/plain.kbundle" >"$T/pinfo"
+check "--sm without 90a: the default set's sm_90a kernels left out" bash -c "! grep -Eq '^ *[0-9]+ +90a ' '$T/pinfo'"
+"$KILN" bundle --sm 90a -o "$T/arch.kbundle" 2>"$T/err" && "$KILN" bundle-info "$T/arch.kbundle" >"$T/ainfo"
+check "--sm 90a: every default spec on sm_90a, path=wgmma's once each" \
+    test "$(grep -Ec ' 90a ptx .*path=wgmma' "$T/ainfo")" -eq 16 -a "$(grep -Ec '^ *[0-9]+ +90a ' "$T/ainfo")" -eq 90
 "$KILN" bundle layernorm --dtypes bf16/f32/bf16 --hidden 4096 --sm 90,sm_90a -o "$T/a.kbundle" 2>"$T/err"
 "$KILN" bundle-info "$T/a.kbundle" >"$T/ainfo"
 check "--sm 90,sm_90a: a bundle with sm_90 and sm_90a PTX" grep -Eq " 90a ptx +8\.0 .*layernorm x=bf16" "$T/ainfo"

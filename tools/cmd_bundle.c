@@ -70,6 +70,7 @@ typedef struct job {
 
 typedef struct plan {
     char *specs[MAX_SPECS];
+    int only_sm[MAX_SPECS]; /* 0: the spec on every SM of the list; else on this arch-specific SM alone (K.bundle.arch) */
     int nspecs;
     int sms[MAX_SMS], nsms;
     int cubin, threads;
@@ -97,13 +98,16 @@ static void bundle_usage(FILE *to) {
             "                   (default: all of them, unless --spec or --spec-list is given; with\n"
             "                   neither --dtypes nor --hidden the default set adds the specs the\n"
             "                   templates list besides: split-KV decoding (splitkv=true)\n"
-            "                   and the kernel it names next, for f16/bf16 at head_dim 64 and 128)\n"
+            "                   and the kernel it names next, for f16/bf16 at head_dim 64 and 128;\n"
+            "                   and on sm_90a alone the kernels a template declares for it:\n"
+            "                   attention's path=wgmma)\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
             "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
             "                   'bf16/f32/bf16'; the dtype keys each template declares, in its\n"
             "                   order: kiln list shows them); default f32,f16,bf16\n"
             "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list;\n"
-            "                   the arch-specific 90a only when named)\n"
+            "                   the arch-specific 90a for every spec only when named, else for the\n"
+            "                   default set's sm_90a kernels only, which a --sm list without 90a drops)\n"
             "  --hidden LIST    shapes, of the key each template declares: the norms' hidden (numbers\n"
             "                   or 'launch', default launch), attention's head_dim (default 64,128)\n"
             "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
@@ -123,11 +127,31 @@ static const family_matrix *find_matrix(const char *family) {
     return NULL;
 }
 
-static int add_spec(plan *p, const char *spec) {
+static int add_spec_on(plan *p, const char *spec, int only_sm) {
     if (p->nspecs == MAX_SPECS) return cli_error("too many specs (at most %d)", MAX_SPECS);
     if (!(p->specs[p->nspecs] = strdup(spec))) return cli_error("out of memory");
-    p->nspecs++;
+    p->only_sm[p->nspecs++] = only_sm;
     return CLI_OK;
+}
+
+static int add_spec(plan *p, const char *spec) { return add_spec_on(p, spec, 0); }
+
+/* The default set's specs for arch-specific SMs (K.bundle.arch lines "90a SPEC"), each on its SM alone, when sms_given
+ * is 0 (the default list) or the --sm list names that SM. */
+static int add_arch_specs(plan *p, const char *lines, const char *sm_list, int sms_given) {
+    char text[sizeof ((kiln_bundle_matrix *)0)->arch], list[256];
+    snprintf(text, sizeof text, "%s", lines);
+    int rc = CLI_OK;
+    for (char *save = NULL, *l = strtok_r(text, "\n", &save); l && rc == CLI_OK; l = strtok_r(NULL, "\n", &save)) {
+        char *spec = strchr(l, ' ');
+        if (!spec) continue;
+        *spec++ = 0;
+        int sm = kiln_sm_parse(l), named = !sms_given;
+        snprintf(list, sizeof list, "%s", sm_list);
+        for (char *s2 = NULL, *w = strtok_r(list, ",", &s2); w && !named; w = strtok_r(NULL, ",", &s2)) named = kiln_sm_parse(w) == sm;
+        if (sm > 0 && named) rc = add_spec_on(p, spec, sm);
+    }
+    return rc;
 }
 
 /* Splits text at commas into words (modifies text); returns the count. */
@@ -236,11 +260,11 @@ static int canonicalize(plan *p) {
             rc = cli_error("%s", err.msg);
             break;
         }
-        int dup = 0;
-        for (int j = 0; j < n && !dup; j++) dup = !strcmp(p->specs[j], canon);
+        int dup = 0, only = p->only_sm[i];
+        for (int j = 0; j < n && !dup; j++) dup = !strcmp(p->specs[j], canon) && p->only_sm[j] == only;
         free(p->specs[i]);
         p->specs[i] = NULL;
-        if (!dup) p->specs[n++] = strdup(canon);
+        if (!dup) p->only_sm[n] = only, p->specs[n++] = strdup(canon);
     }
     for (int i = n; i < p->nspecs; i++) free(p->specs[i]), p->specs[i] = NULL;
     p->nspecs = n;
@@ -337,12 +361,29 @@ static void *worker(void *arg) {
     return NULL;
 }
 
+/* Whether spec s runs on SM sm of the list: a plain spec on each, an arch spec (only_sm) on its own SM unless the same
+ * spec is in the plain set and the list holds that SM (its plain job is the same kernel). */
+static int job_wanted(const plan *p, int s, int sm) {
+    if (!p->only_sm[s]) return 1;
+    if (sm != p->only_sm[s]) return 0;
+    for (int j = 0; j < p->nspecs; j++)
+        if (!p->only_sm[j] && !strcmp(p->specs[j], p->specs[s]))
+            for (int m = 0; m < p->nsms; m++)
+                if (p->sms[m] == sm) return 0;
+    return 1;
+}
+
 static int run_jobs(plan *p) {
-    p->njobs = p->nspecs * p->nsms;
-    p->jobs = calloc((size_t)p->njobs, sizeof *p->jobs);
+    int arch_sms[MAX_SPECS], narch = 0;
+    for (int s = 0; s < p->nspecs; s++) /* an arch spec's SM may be outside the list (the default list leaves 90a out) */
+        if (p->only_sm[s] && job_wanted(p, s, p->only_sm[s])) arch_sms[narch++] = s;
+    p->njobs = 0;
+    p->jobs = calloc((size_t)(p->nspecs * p->nsms + narch) + 1, sizeof *p->jobs);
     if (!p->jobs) return cli_error("out of memory");
     for (int s = 0; s < p->nspecs; s++)
-        for (int m = 0; m < p->nsms; m++) p->jobs[s * p->nsms + m] = (job){.spec = p->specs[s], .sm = p->sms[m]};
+        for (int m = 0; m < p->nsms; m++)
+            if (!p->only_sm[s]) p->jobs[p->njobs++] = (job){.spec = p->specs[s], .sm = p->sms[m]};
+    for (int a = 0; a < narch; a++) p->jobs[p->njobs++] = (job){.spec = p->specs[arch_sms[a]], .sm = p->only_sm[arch_sms[a]]};
     int nt = p->threads < p->njobs ? p->threads : p->njobs;
     pthread_t t[256];
     pthread_mutex_init(&p->progress_lock, NULL);
@@ -434,7 +475,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         {"emit-c", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *dtypes = NULL, *shapes = NULL;
-    int c, rc = CLI_OK, explicit_specs = 0;
+    int c, rc = CLI_OK, explicit_specs = 0, sms_given = 0;
     char sms[256];
     cli_sm_list(sms, sizeof sms, 75, false, ",");
     opterr = 0;
@@ -442,7 +483,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     while (rc == CLI_OK && (c = getopt_long(argc, argv, ":o:j:h", longopts, NULL)) != -1) {
         switch (c) {
         case 'd': dtypes = optarg; break;
-        case 's': snprintf(sms, sizeof sms, "%s", optarg); break;
+        case 's': snprintf(sms, sizeof sms, "%s", optarg), sms_given = 1; break;
         case 'H': shapes = optarg; break;
         case 'S': rc = add_spec(p, optarg), explicit_specs = 1; break;
         case 'L': rc = add_spec_file(p, optarg), explicit_specs = 1; break;
@@ -472,6 +513,9 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         for (char *save = NULL, *l = strtok_r(extra, "\n", &save); l && rc == CLI_OK; l = strtok_r(NULL, "\n", &save))
             rc = add_spec(p, l);
     }
+    /* the kernels an arch-specific SM has of its own (K.bundle.arch: attention's path=wgmma on sm_90a), on that SM */
+    for (int i = 0; rc == CLI_OK && defaults && !dtypes && !shapes && i < nmatrices; i++)
+        rc = add_arch_specs(p, matrices[i].m.arch, sms, sms_given);
     if (rc == CLI_OK) rc = parse_sms(p, sms);
     if (rc == CLI_OK && !*out && !*cname) rc = cli_error("missing output: give -o FILE and/or --emit-c NAME");
     if (rc == CLI_OK && p->cubin && !(p->ptxas = find_ptxas()))

@@ -126,6 +126,8 @@ typedef struct kiln_bundle_matrix {
     char default_shapes[128]; /* "launch", "64,128" */
     char kernels[256];       /* "kernel=prep,kernel=dkdv,...": a spec per kernel of a sequence; "" one */
     char extra[4096];        /* whole specs the default set adds (without --dtypes/--hidden), a line each */
+    char arch[2048];         /* "90a SPEC" a line each: specs the default set adds for an arch-specific SM only
+                                (K.bundle.arch: the kernels that SM has of its own) */
 } kiln_bundle_matrix;
 kiln_status kiln_family_bundle(kiln_gen *gen, const char *family, kiln_bundle_matrix *out, kiln_error *err);
 

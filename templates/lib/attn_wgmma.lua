@@ -4,37 +4,40 @@
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap (not at d256), ALiBi, GQA, varlen,
+-- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
 -- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
 -- lse index, the split epilogue, the dropout mask); not paged, append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
 -- boxes of 1 x 64 rows x 1 x 64 columns: one 128-byte row of 64 16-bit elements, the 128B swizzle's
--- span; head_dim 128 and 256 take two and four boxes a tile). Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
+-- span; head_dim 128 and 256 take two and four boxes a 64-row panel; K and V boxes have 32 rows on 32-key tiles,
+-- a 128-key tile takes two boxes a panel). Keys a tile (BN: 64, 128 at d128, 32 at d256 with window, softcap or
+-- dropout), the ring's stages and the loop: lib/attn_wgmma_tiles.lua. Rows past seq_q / seq_k come in as zeros (TMA's out-of-bounds
 -- fill); scores of keys past seq_k are masked; stores of rows past seq_q are not made.
 --
 -- Block: NC consumer warpgroups (threads 0 .. 128 NC - 1; warpgroup c owns query rows q0 + 64c .. +63)
 -- and one producer warpgroup (the last; its first thread issues every TMA). setmaxnreg moves registers
 -- from the producer (dec) to the consumers (inc). Shared memory (dynamic, 1024-byte aligned): Q of the
--- block (NC x d/64 panels of 64 x 64), then NS stages of K and of V (d/64 panels each); a panel is
--- 8192 bytes, rows of 128 bytes under the 128-byte swizzle, which is also the layout wgmma's descriptors
+-- block (NC x d/64 panels of 64 x 64), then NS stages of K and of V (d/64 panels of BN rows each); a Q panel
+-- is 8192 bytes, rows of 128 bytes under the 128-byte swizzle, which is also the layout wgmma's descriptors
 -- name: K as stored is K-major for S = Q K^T, V as stored is N-major for O += P V (trans_b).
 -- Barriers: qbar (Q landed), full[s] (1 arrival + the stage's bytes), empty[s] (128 NC consumer arrivals).
 --
 -- The consumers' loop runs FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong on named barriers 1 and 2, the
--- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi, where it is
--- the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
--- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n64k16 wgmma; commit; wait; the
+-- softmax of tile j under the wgmma of S_{j+1} and P_j V_j) except at d256 with causal and ALiBi or varlen on
+-- 64-key tiles, where it is the side-by-side loop below; the math per tile is the same (softmax, pack, qk, pv here).
+-- Per key tile (consumer): wait full[s]; S = Q K^T by d/16 chained m64n{BN}k16 wgmma; commit; wait; the
 -- online softmax on S's D fragment (thread 32w + 4g + q holds rows 16w + g and 16w + g + 8, element i at
 -- row (i >> 1) & 1, column 8(i >> 2) + 2q + (i & 1); row max and sum over the 4 lanes q); O rescaled;
--- P packed into wgmma's A registers; O += P V by 4 chained m64n{d}k16 wgmma; commit; wait; arrive
+-- P packed into wgmma's A registers; O += P V by BN/16 chained m64n{d}k16 wgmma; commit; wait; arrive
 -- empty[s]. The epilogue divides by l and writes O (out dtype) and lse (natural log; +inf and O = 0 for
 -- a row that sees no key, as FlashAttention-2).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local pp = require("lib.attn_wgmma_pp")
 local keys = require("lib.attn_wgmma_keys")
+local tiles = require("lib.attn_wgmma_tiles")
 
 local M = {}
 
@@ -43,41 +46,16 @@ local TAKES = "it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window,
 
 local LOG2E = 1.4426950408889634
 local NEG_INF, POS_INF = -math.huge, math.huge
-local BN = 64          -- keys per tile
-local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
--- Geometry per head_dim: consumer warpgroups, ring stages, setmaxnreg counts (producer dec, consumers
--- inc: (dec + NC inc) x 128 <= 65536, the register file one block takes). Two consumer warpgroups (128 query
--- rows a block, FA3's BM for d64/d128) read each K/V tile once for both; they run side by side, not yet
--- ping-ponged (no named barriers order one's softmax under the other's wgmma). One warpgroup (nc = 1,
--- dec 40 / inc 232) also builds and passes the same tests; 2 halves K/V traffic per query row. d256: O is 128
--- f32 registers a consumer thread (S 32, P 16 more) within the 240, shared memory 192 KiB of the 227 (ptxas:
--- no spill, with causal and ALiBi too; window or softcap spilled 4-60 bytes: not covered at d256).
--- pingpong: the consumers' loop in FA3's schedule (lib/attn_wgmma_pp.lua: ping-pong between the two
--- warpgroups on named barriers, the softmax of tile j under the wgmma of S_{j+1} and P_j V_j); see pingpong().
-local SHAPES = {
-  [64] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
-  [128] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
-  [256] = { nc = 2, stages = 2, dec = 24, inc = 240, pingpong = true },
-}
-
--- Whether the consumers run FA3's schedule: two consumer warpgroups, and not at d256 causal with ALiBi or
--- varlen (ptxas spilled 12 and 92-96 bytes there; the side-by-side loop does not spill).
-local function pingpong(spec, nc)
-  if nc ~= 2 or not SHAPES[spec.head_dim].pingpong then return false end
-  return not (spec.head_dim == 256 and spec.causal and (spec.alibi or spec.varlen))
-end
+local PANEL = tiles.PANEL -- elements of one 64 x 64 panel (8192 bytes)
+-- The tile config (consumer warpgroups, keys a tile, setmaxnreg, the ring's stages, the loop): lib/attn_wgmma_tiles.lua.
 
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
-  if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
+  if spec.dim ~= spec.head_dim or not tiles.shape(spec) then
     return string.format("head_dim=%d (64, 128 and 256 only)", spec.dim or spec.head_dim)
   end
   if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
-  if spec.head_dim == 256 and (spec.window or spec.softcap) then
-    -- (O's 128 f32 registers a thread and the window's / softcap's per-row values: ptxas spilled 4-60 bytes)
-    return "head_dim=256 with " .. (spec.window and "window" or "softcap") .. "=true (it spills: O alone holds 128 of the 240 registers)"
-  end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
@@ -105,14 +83,11 @@ function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
   local no = M.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
-  local d = spec.head_dim
-  local sh = SHAPES[d]
-  local panels = d // 64
-  local eb = util.dtype_bytes[spec.dtype]
-  local bytes = (sh.nc * panels + 2 * sh.stages * panels) * PANEL * eb
+  local sh = tiles.shape(spec)
+  local stages, bytes = tiles.ring(spec, sh, target)
   return keys.config(spec, {
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
-    rows_per_block = 64 * sh.nc, block_n = BN, nc = sh.nc, stages = sh.stages, dec = sh.dec, inc = sh.inc,
+    rows_per_block = 64 * sh.nc, block_n = sh.bn, nc = sh.nc, stages = stages, dec = sh.dec, inc = sh.inc,
     dynamic_smem = bytes, align = 16, arch_specific = true,
   })
 end
@@ -122,8 +97,8 @@ end
 function M.launch(spec, cfg, l)
   l.tmaps = {
     { "tm_q", "q", box = keys.box(spec, "q"), swizzle = 128 },
-    { "tm_k", "k", box = keys.box(spec, "k"), swizzle = 128 },
-    { "tm_v", "v", box = keys.box(spec, "v"), swizzle = 128 },
+    { "tm_k", "k", box = tiles.kv_box(keys.box(spec, "k"), cfg.block_n), swizzle = 128 },
+    { "tm_v", "v", box = tiles.kv_box(keys.box(spec, "v"), cfg.block_n), swizzle = 128 },
   }
   return keys.launch(spec, cfg, l)
 end
@@ -141,8 +116,8 @@ local function declare(b, spec, base_params)
   return b:kernel{ params = params }
 end
 
--- The key tiles [t0, t_end) the block's rows (query positions first..last) see.
-local function key_tiles(b, spec, m, first, last)
+-- The key tiles [t0, t_end) of BN keys the block's rows (query positions first..last) see.
+local function key_tiles(b, spec, m, first, last, BN)
   local p = m.p
   if spec.window then
     local t0, t_end = mask.tile_range(m, first, last, BN)
@@ -158,13 +133,14 @@ end
 
 function M.build(b, spec, cfg, base_params)
   local p = keys.bind(b, spec, declare(b, spec, base_params), 64 * cfg.nc)
-  local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
+  local T, d, nc, ns, BN = spec.dtype, spec.head_dim, cfg.nc, cfg.stages, cfg.block_n
   local panels = d // 64
+  local KPANEL = BN * 64 -- elements of one d/64 panel of a K or V tile (BN rows of 128 bytes)
   local t, wg = b:tid(), b:warpgroup()
   local smem = b:dynamic_shared(T, 1024)
   local sq = smem
   local sk = smem + nc * panels * PANEL
-  local sv = sk + ns * panels * PANEL
+  local sv = sk + ns * panels * KPANEL
   local bars = b:shared("f32", 2 * (1 + 2 * ns), 8)
   local qbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local bz, h = b:ctaid("z"), b:ctaid("y")
@@ -172,9 +148,9 @@ function M.build(b, spec, cfg, base_params)
   local q0 = (p.qblock or b:ctaid("x")) * (64 * nc)
   local m = mask.setup(b, spec, p)
   local last = b:min(q0 + (64 * nc - 1), p.seq_q - 1)
-  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, q0, last))
+  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, q0, last, BN))
   local ntiles = b:max(t_end - t0, 0)
-  local stage_bytes = 2 * panels * PANEL * util.dtype_bytes[T]
+  local stage_bytes = 2 * panels * KPANEL * util.dtype_bytes[T]
 
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(qbar, 1)
@@ -201,9 +177,13 @@ function M.build(b, spec, cfg, base_params)
         local fb = full + 2 * s
         b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
         local row = (t0 + k) * BN
+        local br = tiles.box_rows(BN)
         for j = 0, panels - 1 do
-          b:tma_load(sk + (s * panels + j) * PANEL, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
-          b:tma_load(sv + (s * panels + j) * PANEL, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row, bz), fb)
+          for r = 0, BN // br - 1 do -- (boxes of br rows: a BN-row panel takes BN / br)
+            local at = (s * panels + j) * KPANEL + r * br * 64
+            b:tma_load(sk + at, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
+            b:tma_load(sv + at, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
+          end
         end
       end)
     end)
@@ -290,19 +270,19 @@ function M.build(b, spec, cfg, base_params)
       return a
     end
     local function qk(s)
-      local ks = sk + s * (panels * PANEL)
+      local ks = sk + s * (panels * KPANEL)
       local S
       for j = 0, d // 16 - 1 do
-        local off = (j // 4) * PANEL + 16 * (j % 4)
-        S = b:wgmma{ n = BN, type = T, a = desc(my_q + off, 16), b = desc(ks + off, 16), acc = S }
+        local off = 16 * (j % 4)
+        S = b:wgmma{ n = BN, type = T, a = desc(my_q + (j // 4) * PANEL + off, 16), b = desc(ks + (j // 4) * KPANEL + off, 16), acc = S }
       end
       return S
     end
     local function pv(O, a, s)
-      local vs = sv + s * (panels * PANEL)
+      local vs = sv + s * (panels * KPANEL)
       for j = 0, BN // 16 - 1 do
         O = b:wgmma{ n = d, type = T, a = { a[4 * j + 1], a[4 * j + 2], a[4 * j + 3], a[4 * j + 4] },
-                     b = desc(vs + 1024 * j, 8192), acc = O, trans_b = true }
+                     b = desc(vs + 1024 * j, 2 * KPANEL), acc = O, trans_b = true }
       end
       return O
     end
@@ -311,7 +291,7 @@ function M.build(b, spec, cfg, base_params)
       for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
       return O
     end
-    if not pingpong(spec, nc) then
+    if not tiles.pingpong(spec, nc) then
       -- one warpgroup's key tile start to end: S, softmax, O += P V (the two warpgroups side by side)
       local function tile(k, masked)
         local s = k % ns
@@ -333,7 +313,7 @@ function M.build(b, spec, cfg, base_params)
       b:for_(f0, f1, 1, function(k) tile(k, false) end)
       b:for_(f1, ntiles, 1, function(k) tile(k, true) end)
     else
-      pp.consumer_loop(b, { wg = wg, nc = nc, ns = ns, ntiles = ntiles, f0 = f0, f1 = f1, full = full, empty = empty,
+      pp.consumer_loop(b, { wg = wg, nc = nc, ns = ns, na = BN // 4, ntiles = ntiles, f0 = f0, f1 = f1, full = full, empty = empty,
                             ov = ov, softmax = softmax, pack = pack, qk = qk, pv = pv, rescaled = rescaled })
     end
     -- epilogue: O / l in the out dtype, lse from the lanes q == 0

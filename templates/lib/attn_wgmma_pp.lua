@@ -21,7 +21,7 @@ local M = {}
 local FIRST = 1 -- named barrier ids FIRST .. FIRST + NC - 1 (0 stays b:barrier()'s)
 
 -- Runs the consumer loop. c: the warpgroup's state and helpers from attn_wgmma.lua's consumer: wg, nc, ns
--- (stages), ntiles, f0, f1 (tiles every row of the warpgroup sees whole: [f0, f1)), full, empty (mbarrier
+-- (stages), na (P's A registers: block_n / 4), ntiles, f0, f1 (tiles every row of the warpgroup sees whole: [f0, f1)), full, empty (mbarrier
 -- arrays), ov (O's variables), softmax(S, k, masked) -> P, alpha; pack(P) -> A registers; qk(s) -> S in
 -- flight; pv(O, a, s) -> O in flight; rescaled(alpha) -> O * alpha.
 function M.consumer_loop(b, c)
@@ -36,7 +36,7 @@ function M.consumer_loop(b, c)
   end
   b:if_(b:eq(c.wg, 1), function() b:bar_arrive(FIRST, n) end)
   local pa = {}
-  for i = 1, 16 do pa[i] = b:var("i32", 0) end
+  for i = 1, c.na do pa[i] = b:var("i32", 0) end
   b:if_(b:gt(c.ntiles, 0), function()
     -- prologue: tile 0's S and softmax (masked: the loop split starts at tile 1)
     b:mbarrier_wait(c.full, 0)
@@ -49,12 +49,12 @@ function M.consumer_loop(b, c)
     S = b:wgmma_wait(0, S)
     local P = c.softmax(S, b:i32(0), true)
     local a = c.pack(P)
-    for i = 1, 16 do pa[i]:set(a[i]) end
+    for i = 1, c.na do pa[i]:set(a[i]) end
     local function step(k, masked)
       local s, sp = k % c.ns, (k - 1) % c.ns
       b:mbarrier_wait(c.full + 2 * s, (k // c.ns) % 2)
       local a = {}
-      for i = 1, 16 do a[i] = pa[i]:get() end
+      for i = 1, c.na do a[i] = pa[i]:get() end
       local S, O = section(function()
         b:wgmma_fence()
         local S = c.qk(s)
@@ -74,7 +74,7 @@ function M.consumer_loop(b, c)
       -- P packed only now: packing while P_{j-1} V_{j-1} is in flight redefines its A registers (the loop's
       -- phi), and ptxas then serializes the wgmma (C7513)
       local ap = c.pack(P)
-      for i = 1, 16 do pa[i]:set(ap[i]) end
+      for i = 1, c.na do pa[i]:set(ap[i]) end
     end
     local lo, mid = b:max(c.f0, 1), b:max(c.f1, 1)
     b:for_(1, lo, 1, function(k) step(k, true) end)
@@ -84,7 +84,7 @@ function M.consumer_loop(b, c)
     local last = c.ntiles - 1
     local s = last % c.ns
     local a = {}
-    for i = 1, 16 do a[i] = pa[i]:get() end
+    for i = 1, c.na do a[i] = pa[i]:get() end
     local O = section(function()
       b:wgmma_fence()
       local O = {}
