@@ -5,9 +5,10 @@
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
 -- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; not dropout or varlen. dQ: by default this kernel adds dS K into the f32 workspace dq_acc
--- with atomics (FA3's default; prep zeroes it, convert scales and rounds it); deterministic=true makes no atomics
--- and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
+-- batch/heads/lengths; dropout at head_dim 64 (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask); not varlen.
+-- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
+-- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
+-- mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
 -- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
@@ -38,13 +39,15 @@
 --   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
+local dropout = require("lib.attn_dropout")
 local mask = require("lib.attn_mask")
 local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
+local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout)
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -62,6 +65,8 @@ local SHAPES = {
   [128] = { nc = 1, stages = 2, dec = 24, inc = 256 },
 }
 local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
+-- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256)
+local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
 
 -- Why the spec is not built on this path (nil when it is). spec: attention_bwd's builder spec (bspec).
 local function not_covered(spec)
@@ -75,9 +80,9 @@ local function not_covered(spec)
     return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.head_dim)
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
-    if spec[k] then return k .. "=true" end
+    if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
-  return nil
+  return keys.not_built(spec)
 end
 
 -- The refusal of path=wgmma on a kernel other than dkdv (nil when none): attention_bwd's check().
@@ -93,7 +98,7 @@ function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
   local no = wgmma.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
-  local sh = spec.softcap and SOFTCAP[spec.head_dim] or SHAPES[spec.head_dim]
+  local sh = spec.softcap and (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] or SHAPES[spec.head_dim]
   local panels = spec.head_dim // 64
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
   local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
@@ -144,6 +149,7 @@ function M.build(b, spec, cfg, params, io)
   local m = mask.setup(b, spec, p)
   -- the query rows [q_start, q_end) that see a key of the block; tiles of BM from q_start
   local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * nc, p.seq_k) - 1)
+  q_start, q_end = keys.tile_start(b, spec, q_start, q_end) -- (dropout: from a multiple of 16)
   local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM
   local stage_bytes = 2 * panels * PANEL * eb
 
@@ -206,6 +212,7 @@ function M.build(b, spec, cfg, params, io)
   -- consumers
   b:if_(b:lt(wg, nc), function()
     b:setmaxnreg("inc", cfg.inc)
+    local drop = keys.setup(b, spec, p) -- (dropout's per-launch values; nil without)
     local tc = b:warpgroup_thread()
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
     local my_k, my_v = sk + wg * (panels * PANEL), sv + wg * (panels * PANEL)
@@ -234,6 +241,8 @@ function M.build(b, spec, cfg, params, io)
         for j = 0, 7 do
           for e = 0, 1 do col[2 * j + e] = q0 + 8 * j + 2 * q + e end
         end
+        -- (dropout: the tile's keep predicates of element i, drawn before its Q and dO are waited for)
+        local keep = keys.keeper(b, spec, drop, bi, h, col, key)
         -- (the stage's lse x log2 e and delta of local column c = 8j + 2q + e, staged by the producer)
         local function row_val(which, c) return b:load(srow + (s * 2 * BM + which * BM + 8 * (c >> 1) + (c & 1) + 2 * q)) end
         b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
@@ -286,15 +295,23 @@ function M.build(b, spec, cfg, params, io)
             if spec.window then vis = b:and_(vis, b:lt(col[c], end_q[r])) end
             pv = b:select(vis, pv, 0.0)
           end
+          local kp = drop and keep(i)
+          if fused then
+            local z = kp and dropout.factor(drop, kp) -- (dropout: dP Z, and P o M for dV)
+            dS[i] = pv * ((z and dP[i + 1] * z or dP[i + 1]) - dl[c]) * (1.0 - th * th)
+            if kp then pv = b:select(kp, pv, 0.0) end
+          elseif kp then
+            pv = keys.held(b, kp, pv) -- (dropout: P kept, -P dropped)
+          end
           P[i] = pv
-          if fused then dS[i] = pv * (dP[i + 1] - dl[c]) * (1.0 - th * th) end
         end
         -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
         local DV, DK = {}, {}
         for i = 1, d // 2 do DV[i] = dvv[i]:get() end
+        local dva = keys.dv_operand(b, drop, P, fused) -- ((P o M)^T with dropout)
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DV = b:wgmma{ n = d, type = T, a = areg(P, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
+          DV = b:wgmma{ n = d, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
         end
         b:wgmma_commit()
         if not fused then
@@ -302,7 +319,11 @@ function M.build(b, spec, cfg, params, io)
           for c = 0, 15 do dl[c] = row_val(1, c) end
           for i = 0, BM // 2 - 1 do
             local c = 2 * (i >> 2) + (i & 1)
-            dS[i] = P[i] * (dP[i + 1] - dl[c])
+            if drop then
+              dS[i] = keys.ds(b, drop, P[i], dP[i + 1], dl[c])
+            else
+              dS[i] = P[i] * (dP[i + 1] - dl[c])
+            end
           end
         end
         local my_ds = sds + wg * PANEL
@@ -379,7 +400,7 @@ function M.build(b, spec, cfg, params, io)
       for j = 0, d // 8 - 1 do
         local i = 4 * j + 2 * r
         kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad)
-        vvals[j] = b:from_f32_vec({ dvv[i + 1]:get(), dvv[i + 2]:get() }, spec.grad)
+        vvals[j] = b:from_f32_vec({ keys.dv_out(drop, dvv[i + 1]:get()), keys.dv_out(drop, dvv[i + 2]:get()) }, spec.grad)
       end
       b:if_(live, function()
         for j = 0, d // 8 - 1 do

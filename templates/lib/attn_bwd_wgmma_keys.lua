@@ -1,0 +1,100 @@
+-- templates/lib/attn_bwd_wgmma_keys.lua - the keys of the sm_90a backward's dkdv kernel (path=wgmma,
+-- lib/attn_bwd_wgmma.lua) beyond the dense problem: dropout today.
+--
+-- attn_bwd_wgmma.lua calls these hooks (where the query tiles start, the per-launch values, P^T's entries, the dS
+-- of an entry, dV's A operand); with none of the keys on they give the dense kernel's values unchanged.
+--
+-- dropout=true (lib/attn_dropout.lua: the forward's and the FA2 backward's Philox 4x32-10 mask, bit for bit for the
+-- same seed and offset): a consumer thread's S^T fragment holds, per 8 query columns jj, keys g and g + 8 of its
+-- warp's 16 x queries 8 jj + 2q and + 1, transposed from the mma.sync C fragment attn_dropout's counter is laid out
+-- for (queries Q, Q + 8 x keys K, K + 1). The block's query tiles start at a multiple of 16 (the rows before the
+-- first one that sees a key are invisible: P = 0), so the columns of jj = 2 jp and 2 jp + 1 are Q and Q + 8 with
+-- bit 3 of Q clear: one Philox call gives both of a key's words, 16 calls a thread per 64-query tile (the FA2
+-- backward's per-entry form would take 32); they are drawn into one i32 before the tile's Q and dO are waited for.
+-- P^T is held with the drop in its sign (FlashAttention's encoding): P kept, -P dropped; dV's A operand is
+-- max(P^T, 0) = (P o M)^T (M the keep mask) and the epilogue scales dV by 1 / (1 - p) (dV = (P o Z)^T dO,
+-- Z = M / (1 - p)); dS = P o (dP o Z - D) is P^T (dP^T / (1 - p) - D) kept, P^T D dropped (-P D). With the softcap
+-- (dS computed beside P^T once dP^T is in, attn_bwd_wgmma.lua) Z is applied there and P o M held. The softmax
+-- statistics are the undropped P's (lse from the forward). One register more than the dense kernel a thread
+-- (the bits; the Philox key and threshold come from the launch's constants).
+local dropout = require("lib.attn_dropout")
+
+local M = {}
+
+-- As a signed 32-bit constant (the builder's i32 constants are signed): bit 31 of the keep bits.
+local function s32(x) return x >= 0x80000000 and x - 0x100000000 or x end
+
+-- The keys this module builds (attn_bwd_wgmma.lua's not_covered lets them through).
+M.KEYS = { dropout = true }
+
+-- Why a spec with these keys is not built (nil when it is): dropout at head_dim 128 spills (ptxas sm_90a: 4-8 bytes
+-- in every variant, atomic or deterministic, with the bits drawn before the tile's wait or per element).
+function M.not_built(spec)
+  if spec.dropout and spec.head_dim == 128 then
+    return "head_dim=128 with dropout=true (it spills 4-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits and Philox words the rest)"
+  end
+  return nil
+end
+
+-- The block's query rows [q_start, q_end) as its tiles walk them: unchanged, or with dropout q_start rounded down
+-- to a multiple of 16 so that a tile's query columns pair into Philox calls (rows before q_start are invisible to
+-- every key of the block: causal / window, the only keys that make q_start > 0), and q_end taken to that start
+-- when no row sees the block (no tile then).
+function M.tile_start(b, spec, q_start, q_end)
+  if not spec.dropout then return q_start, q_end end
+  local first = (q_start // 16) * 16
+  return first, b:select(b:gt(q_end, q_start), q_end, first)
+end
+
+-- The per-launch values (nil without dropout), emitted once in the consumers' prologue.
+function M.setup(b, spec, p) return dropout.setup(b, spec, p) end
+
+-- The keep predicates of S^T's 32 elements i (key row (i >> 1) & 1, query column 8 (i >> 2) + 2q + (i & 1)) of a
+-- tile whose first query row is a multiple of 16, as a function of i (nil without dropout). They are drawn at once
+-- into one i32 (bit i: element i kept), so that the 16 Philox calls (one per pair of elements i, i ^ 4: queries
+-- Q, Q + 8 of one key) can run before the tile's data is waited for, with none of S^T, dP^T live; the mask bits
+-- are stored (dropout_mask=true). d: M.setup's values; bi, h: the mask's batch entry (the sequence under varlen)
+-- and query head; col[c]: the query row of local column c = 2 (i >> 2) + (i & 1); key[r]: the key of row r.
+function M.keeper(b, spec, d, bi, h, col, key)
+  if not d then return nil end
+  local bits = b:i32(0)
+  for i = 0, 31 do
+    if i & 4 == 0 then
+      local r, e = (i >> 1) & 1, i & 1
+      local qlo = col[2 * (i >> 2) + e] -- (query Q of the pair: bit 3 clear)
+      local w = dropout.philox(d, { key[r] >> 1, ((qlo >> 4) << 3) | (qlo & 7), bi * d.p.heads_q + h + d.off_hi, d.off_lo })
+      local odd = b:ne(key[r] & 1, 0)
+      local kq = b:ge(b:select(odd, w[2], w[1]) >> 1, d.thr)
+      local kq8 = b:ge(b:select(odd, w[4], w[3]) >> 1, d.thr)
+      dropout.store_mask(d, bi, h, qlo, key[r], { kq })
+      dropout.store_mask(d, bi, h, qlo + 8, key[r], { kq8 })
+      bits = bits | b:select(kq, s32(1 << i), 0) | b:select(kq8, s32(1 << (i + 4)), 0)
+    end
+  end
+  return function(i) return b:ne((bits >> i) & 1, 0) end
+end
+
+-- dropout: P^T's element as held (pv the probability, keep its predicate): P kept, -P dropped.
+function M.held(b, keep, pv) return b:select(keep, pv, -pv) end
+
+-- dropout: dS of an element from its held P^T value, dP^T and delta (outside the softcap's fused form).
+function M.ds(b, d, held, dp, delta)
+  return b:select(b:ge(held, 0.0), held * (dp * d.rp - delta), held * delta)
+end
+
+-- dV's A operand: the held P^T (P[0 ..]) as it is, or with dropout outside the softcap's fused form (which holds
+-- P o M) max(held, 0) = (P o M)^T.
+function M.dv_operand(b, d, P, fused)
+  if not d or fused then return P end
+  local a = {}
+  for i = 0, #P do a[i] = b:max(P[i], 0.0) end
+  return a
+end
+
+-- dV's f32 value x as stored: x, or with dropout x / (1 - p) (dV = (P o M)^T dO / (1 - p)).
+function M.dv_out(d, x)
+  if not d then return x end
+  return x * d.rp
+end
+
+return M
