@@ -5,15 +5,18 @@
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
 -- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; dropout at head_dim 64 (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask); not varlen.
+-- batch/heads/lengths; dropout at head_dim 64 and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
+-- maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
 -- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
 -- mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
 -- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
--- the 128-byte swizzle; d128 takes two boxes a tile). Rows past seq_q / seq_k come in as TMA's zeros: a query
--- row past seq_q has Q = dO = 0 (its lse is taken as +inf: P = 0), a key past seq_k is not stored.
+-- the 128-byte swizzle; d128 takes two boxes a tile; varlen: the FA2 backward's varlen launch, maps over the
+-- packed [total, heads, d] tensors, lib/attn_bwd_wgmma_keys.lua). Rows past seq_q / seq_k come in as TMA's
+-- zeros (varlen: as the next sequence's rows): a query row past seq_q has its lse taken as +inf (P = 0), a key
+-- past seq_k is not stored (varlen: its P is 0, so that dQ takes nothing from it).
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
@@ -40,14 +43,15 @@
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
 local dropout = require("lib.attn_dropout")
+local varlen = require("lib.attn_varlen")
 local mask = require("lib.attn_mask")
 local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
-local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout)
+local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -65,8 +69,17 @@ local SHAPES = {
   [128] = { nc = 1, stages = 2, dec = 24, inc = 256 },
 }
 local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
--- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256)
+-- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256.
+-- d64 varlen with dropout: the sequence's offsets beside the keep bits spilled 2-8 bytes at 168: one consumer
+-- warpgroup, 240)
 local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
+
+-- The geometry of a spec this file builds.
+local function shape(spec)
+  if spec.softcap then return (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] end
+  if spec.dropout and spec.varlen then return SOFTCAP[spec.head_dim] end
+  return SHAPES[spec.head_dim]
+end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention_bwd's builder spec (bspec).
 local function not_covered(spec)
@@ -98,7 +111,7 @@ function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
   local no = wgmma.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
-  local sh = spec.softcap and (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] or SHAPES[spec.head_dim]
+  local sh = shape(spec)
   local panels = spec.head_dim // 64
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
   local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
@@ -115,7 +128,7 @@ end
 function M.launch(spec, cfg, l)
   l.tmaps = {}
   for _, t in ipairs({ "q", "k", "v", "dout" }) do
-    l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = { 1, 64, 1, 64 }, swizzle = 128 }
+    l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = keys.box(spec), swizzle = 128 }
   end
   return l
 end
@@ -124,10 +137,11 @@ end
 -- io.base(p, t, bi, h): row 0 of (batch bi, head h) in tensor t; io.row_index(p, bi, h): (bi, h, row 0) of lse/delta.
 function M.build(b, spec, cfg, params, io)
   -- (batch: the tensor maps' outer extent, which the launch's binders read from the kernel's arguments, as for
-  -- the forward's wgmma kernel)
-  params[#params + 1] = { "batch", "i32" }
+  -- the forward's wgmma kernel; varlen's maps are over the packed tensors)
+  if not spec.varlen then params[#params + 1] = { "batch", "i32" } end
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
-  local p = b:kernel{ params = params }
+  -- (varlen: the sequence's lengths, first rows and pointers; a block past its sequence's keys leaves at once)
+  local p = varlen.bind(b, spec, b:kernel{ params = params }, 64 * cfg.nc, true)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
   local eb = util.dtype_bytes[T]
@@ -173,8 +187,8 @@ function M.build(b, spec, cfg, params, io)
       b:mbarrier_arrive(kbar, { tx = b:i32(2 * nc * panels * PANEL * eb) })
       for c = 0, nc - 1 do
         for j = 0, panels - 1 do
-          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
-          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
+          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
+          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
         end
       end
     end)
@@ -192,8 +206,8 @@ function M.build(b, spec, cfg, params, io)
         b:if_(b:eq(pt, 0), function()
           b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
           for j = 0, panels - 1 do
-            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, { 64 * j, h, row, bi }, fb)
-            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, { 64 * j, h, row, bi }, fb)
+            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
+            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
           end
         end)
         local r = row + (pt % BM)
@@ -217,9 +231,10 @@ function M.build(b, spec, cfg, params, io)
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
     local my_k, my_v = sk + wg * (panels * PANEL), sv + wg * (panels * PANEL)
     local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
-    local key, first_q, end_q = {}, {}, {}
+    local key, first_q, end_q, key_live = {}, {}, {}, {}
     for r = 0, 1 do
       key[r] = k0 + wg * 64 + w * 16 + g + 8 * r
+      key_live[r] = keys.key_live(b, spec, p, key[r])
       -- (the rows [first_q, end_q) that see the key: causal / window only)
       if spec.causal or spec.window then first_q[r], end_q[r] = mask.query_range(m, key[r], key[r]) end
     end
@@ -289,6 +304,7 @@ function M.build(b, spec, cfg, params, io)
             x = b:fma(S[i + 1], scale2, -lse2[c])
           end
           local pv = b:ex2_approx(x)
+          if key_live[r] then pv = b:select(key_live[r], pv, 0.0) end -- (varlen: the next sequence's keys)
           if first_q[r] then
             -- (without a window the rows past end_q are those past seq_q, whose P is already 0: lse +inf)
             local vis = b:ge(col[c], first_q[r])

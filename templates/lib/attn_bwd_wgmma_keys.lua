@@ -25,7 +25,29 @@ local M = {}
 local function s32(x) return x >= 0x80000000 and x - 0x100000000 or x end
 
 -- The keys this module builds (attn_bwd_wgmma.lua's not_covered lets them through).
-M.KEYS = { dropout = true }
+M.KEYS = { dropout = true, varlen = true }
+
+-- varlen: the TMA coordinates (innermost first) of a box: column col, head h, row `row` of the sequence (which
+-- = "q": a query row of q / dout, "k": a key row of k / v), batch entry bi. Dense: the [batch, seq, heads, d]
+-- map's; varlen: the packed [total, heads, d] map's, the row the sequence's first plus `row`.
+function M.coord(spec, p, col, h, row, bi, which)
+  if not spec.varlen then return { col, h, row, bi } end
+  return { col, h, (which == "q" and p.q_at or p.k_at) + row }
+end
+
+-- The box of the maps over q, k, v, dout (one per dim, outermost first, as the launch names them).
+function M.box(spec)
+  if spec.varlen then return { 64, 1, 64 } end
+  return { 1, 64, 1, 64 }
+end
+
+-- varlen: whether key `key` (within the sequence) is one of its keys (nil: every key of a box is, TMA's zeros past
+-- seq_k make them harmless). A box reaching past the sequence's end brings the next sequence's K and V rows: their
+-- P must be 0, or dQ would take their dS K.
+function M.key_live(b, spec, p, key)
+  if not spec.varlen then return nil end
+  return b:lt(key, p.seq_k)
+end
 
 -- Why a spec with these keys is not built (nil when it is): dropout at head_dim 128 spills (ptxas sm_90a: 4-8 bytes
 -- in every variant, atomic or deterministic, with the bits drawn before the tile's wait or per element).
