@@ -88,6 +88,11 @@ static const row ROWS[] = {
      1, 1, 2, 1, 1, 20, 4, 0, 0.25, 3, {17, 1, 80}, {20, 0, 70}},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true varlen=true dropout=true dropout_mask=true deterministic=true path=wgmma",
      1, 1, 2, 2, 1, 0, 0, 0, 0.3, 3, {50, 66, 9}, {70, 65, 1}},
+    /* padded head dims (40-56 on the d64 kernel, 104-120 on d128's): TMA's zeros past the real columns, S^T and
+     * dP^T stopping at the k-step holding them, nothing stored past them (dK, dV, dq_acc rows dim wide) */
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=40 causal=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=56 window=true softcap=true alibi=true dropout=true path=wgmma", 50, 75, 2, 1, 1, 20, 6, 0, 0.2, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=120 causal=true varlen=true path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0, 0, 2, {40, 65}, {70, 30}},
 };
 
 static void test_emulator(void) {
@@ -137,7 +142,9 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
         {"attention_bwd kernel=prep dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128 only)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128, and 40-56 / 104-120 padded to them)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 path=wgmma", SM90A, "head_dim=32 (64 and 128, and 40-56 / 104-120 padded to them)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=112 dropout=true path=wgmma", SM90A, "head_dim=112 with dropout=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
         {"attention_bwd kernel=dkdv dtype=bf16 out=f32 head_dim=64 path=wgmma", SM90A, "out=f32 (out = dtype only)"},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 dropout=true path=wgmma", SM90A, "head_dim=128 with dropout=true (it spills"},
@@ -239,8 +246,11 @@ static void test_planted(void) {
         const char *what, *file, *from, *to;
         row r;
     } dbugs[] = {
-        {"dropout: the pair's second query (Q + 8) given Q's word", "lib/attn_bwd_wgmma_keys.lua", "select(odd, w[4], w[3])", "select(odd, w[2], w[1])",
+        {"dropout: the pair's second query (Q + 8) given Q's word", "lib/attn_bwd_wgmma_keys.lua", "b:select(odd, k[4], k[3]), 1 << (i + 4)",
+         "b:select(odd, k[2], k[1]), 1 << (i + 4)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: the neighbouring key's half shuffled from the wrong lane", "lib/attn_bwd_wgmma_keys.lua", "theirs << 16, theirs), 4)",
+         "theirs << 16, theirs), 8)", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
         {"dropout: query tiles not started at a multiple of 16", "lib/attn_bwd_wgmma_keys.lua", "local first = (q_start // 16) * 16", "local first = q_start",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true path=wgmma", 70, 155, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
         {"dropout: dV not scaled by 1 / (1 - p)", "lib/attn_bwd_wgmma_keys.lua", "return x * d.rp", "return x",
@@ -261,6 +271,12 @@ static void test_planted(void) {
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {20, 30}, {40, 50}}},
         {"varlen: the next sequence's keys in a box not masked", "lib/attn_bwd_wgmma_keys.lua", "return b:lt(key, p.seq_k)", "return nil",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {30, 40}, {20, 50}}},
+        {"padded head_dim: S^T stops a k-step short of the real columns", "lib/attn_bwd_wgmma.lua", "for j = 0, (dim + 15) // 16 - 1 do",
+         "for j = 0, dim // 16 - 1 do", {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"padded head_dim: dq_acc rows taken as the padded width", "lib/attn_bwd_wgmma.lua", "(ri + b:i64(row)) * dim +", "(ri + b:i64(row)) * d +",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 2, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"padded head_dim taken as the real one (dK, dV stored past the real columns)", "lib/attn_bwd_wgmma.lua", "local dim = spec.dim or d",
+         "local dim = d", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=48 path=wgmma", 30, 40, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dropout: the deterministic dq from a window's odd first key (lib/attn_bwd_mma.lua)", "lib/attn_bwd_mma.lua",
          "if io.drop and spec.window then kv_lo = (kv_lo // 2) * 2 end", "",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true window=true dropout=true deterministic=true path=wgmma", 100, 90, 1, 1, 1, 25, 3, 0, 0.4, 0, {0}, {0}}},
@@ -330,6 +346,8 @@ static void test_ptxas(void) {
         "attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true dropout=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true varlen=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=40 causal=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=120 causal=true window=true alibi=true varlen=true path=wgmma",
     };
     static char full[256][230];
     const char *const *specs = quick;

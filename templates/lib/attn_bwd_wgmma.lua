@@ -4,7 +4,7 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
+-- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
 -- batch/heads/lengths; dropout at head_dim 64 and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
 -- maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
@@ -51,7 +51,7 @@ local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -85,12 +85,12 @@ end
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
   if spec.out ~= spec.dtype then return "out=" .. spec.out .. " (out = dtype only)" end
-  if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
-    return string.format("head_dim=%d (64 and 128 only)", spec.dim or spec.head_dim)
+  if not SHAPES[spec.head_dim] then
+    return string.format("head_dim=%d (64 and 128, and 40-56 / 104-120 padded to them)", spec.dim or spec.head_dim)
   end
-  if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  if spec.vdim and spec.vdim ~= (spec.dim or spec.head_dim) then return "v_head_dim != head_dim" end
   if spec.softcap and not SOFTCAP[spec.head_dim] then
-    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.head_dim)
+    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.dim or spec.head_dim)
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
@@ -144,6 +144,9 @@ function M.build(b, spec, cfg, params, io)
   local p = varlen.bind(b, spec, b:kernel{ params = params }, 64 * cfg.nc, true)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
+  -- (a padded head_dim, lib/attn_dims.lua: the real one, dim; TMA fills the columns past it with zeros, so the
+  -- products read them as 0, Q K^T and dO V^T stop at the k-step holding dim, and nothing past it is stored)
+  local dim = spec.dim or d
   local eb = util.dtype_bytes[T]
   local t, wg = b:tid(), b:warpgroup()
   local smem = b:dynamic_shared(T, 1024)
@@ -264,12 +267,12 @@ function M.build(b, spec, cfg, params, io)
         local qs, dos = sq + s * (panels * PANEL), sdo + s * (panels * PANEL)
         b:wgmma_fence()
         local S, dP
-        for j = 0, d // 16 - 1 do
+        for j = 0, (dim + 15) // 16 - 1 do
           local off = (j // 4) * PANEL + 16 * (j % 4)
           S = b:wgmma{ n = BM, type = T, a = desc(my_k + off, 16), b = desc(qs + off, 16), acc = S }
         end
         b:wgmma_commit()
-        for j = 0, d // 16 - 1 do
+        for j = 0, (dim + 15) // 16 - 1 do
           local off = (j // 4) * PANEL + 16 * (j % 4)
           dP = b:wgmma{ n = BM, type = T, a = desc(my_v + off, 16), b = desc(dos + off, 16), acc = dP }
         end
@@ -392,8 +395,8 @@ function M.build(b, spec, cfg, params, io)
             for r = 0, 1 do
               local row = q0 + w * 16 + g + 8 * r
               b:if_(b:lt(row, p.seq_q), function()
-                local at = p.dq_acc + (ri + b:i64(row)) * d + (64 * hp + 2 * q)
-                for j = 0, 7 do
+                local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
+                for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
                   local i = 4 * j + 2 * r
                   b:atomic_add(at + 8 * j, DQ[i + 1])
                   b:atomic_add(at + 8 * j + 1, DQ[i + 2])
@@ -413,13 +416,13 @@ function M.build(b, spec, cfg, params, io)
       local live = b:lt(key[r], p.seq_k)
       local at = b:i64(b:select(live, key[r], 0))
       local kvals, vvals = {}, {}
-      for j = 0, d // 8 - 1 do
+      for j = 0, dim // 8 - 1 do
         local i = 4 * j + 2 * r
         kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad)
         vvals[j] = b:from_f32_vec({ keys.dv_out(drop, dvv[i + 1]:get()), keys.dv_out(drop, dvv[i + 2]:get()) }, spec.grad)
       end
       b:if_(live, function()
-        for j = 0, d // 8 - 1 do
+        for j = 0, dim // 8 - 1 do
           b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb })
           b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb })
         end

@@ -1,5 +1,5 @@
 -- templates/lib/attn_bwd_wgmma_keys.lua - the keys of the sm_90a backward's dkdv kernel (path=wgmma,
--- lib/attn_bwd_wgmma.lua) beyond the dense problem: dropout today.
+-- lib/attn_bwd_wgmma.lua) beyond the dense problem: dropout and varlen.
 --
 -- attn_bwd_wgmma.lua calls these hooks (where the query tiles start, the per-launch values, P^T's entries, the dS
 -- of an entry, dV's A operand); with none of the keys on they give the dense kernel's values unchanged.
@@ -9,20 +9,21 @@
 -- warp's 16 x queries 8 jj + 2q and + 1, transposed from the mma.sync C fragment attn_dropout's counter is laid out
 -- for (queries Q, Q + 8 x keys K, K + 1). The block's query tiles start at a multiple of 16 (the rows before the
 -- first one that sees a key are invisible: P = 0), so the columns of jj = 2 jp and 2 jp + 1 are Q and Q + 8 with
--- bit 3 of Q clear: one Philox call gives both of a key's words, 16 calls a thread per 64-query tile (the FA2
--- backward's per-entry form would take 32); they are drawn into one i32 before the tile's Q and dO are waited for.
+-- bit 3 of Q clear: one Philox call gives both of a key's words and the neighbouring key's (the thread with g ^ 1):
+-- 8 calls a thread per 64-query tile, halves traded by one shuffle (the FA2 backward's per-entry form would take
+-- 32); they are drawn into one i32 before the tile's Q and dO are waited for.
 -- P^T is held with the drop in its sign (FlashAttention's encoding): P kept, -P dropped; dV's A operand is
 -- max(P^T, 0) = (P o M)^T (M the keep mask) and the epilogue scales dV by 1 / (1 - p) (dV = (P o Z)^T dO,
 -- Z = M / (1 - p)); dS = P o (dP o Z - D) is P^T (dP^T / (1 - p) - D) kept, P^T D dropped (-P D). With the softcap
 -- (dS computed beside P^T once dP^T is in, attn_bwd_wgmma.lua) Z is applied there and P o M held. The softmax
--- statistics are the undropped P's (lse from the forward). One register more than the dense kernel a thread
--- (the bits; the Philox key and threshold come from the launch's constants).
+-- statistics are the undropped P's (lse from the forward).
+--
+-- varlen=true (lib/attn_varlen.lua's launch and bind, as the FA2 backward's): one map per tensor over the packed
+-- [total, heads, d] tensor, the box's row the sequence's first plus the tile's (M.coord, M.box); the next
+-- sequence's keys a box brings are masked (M.key_live), its query rows have lse +inf (P = 0) and are not stored.
 local dropout = require("lib.attn_dropout")
 
 local M = {}
-
--- As a signed 32-bit constant (the builder's i32 constants are signed): bit 31 of the keep bits.
-local function s32(x) return x >= 0x80000000 and x - 0x100000000 or x end
 
 -- The keys this module builds (attn_bwd_wgmma.lua's not_covered lets them through).
 M.KEYS = { dropout = true, varlen = true }
@@ -49,11 +50,13 @@ function M.key_live(b, spec, p, key)
   return b:lt(key, p.seq_k)
 end
 
--- Why a spec with these keys is not built (nil when it is): dropout at head_dim 128 spills (ptxas sm_90a: 4-8 bytes
--- in every variant, atomic or deterministic, with the bits drawn before the tile's wait or per element).
+-- Why a spec with these keys is not built (nil when it is): dropout at head_dim 128 (and the widths padded to it)
+-- spills (ptxas sm_90a: 4-8 bytes in every variant, atomic or deterministic, with the bits drawn before the tile's
+-- wait or per element).
 function M.not_built(spec)
   if spec.dropout and spec.head_dim == 128 then
-    return "head_dim=128 with dropout=true (it spills 4-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits and Philox words the rest)"
+    return string.format("head_dim=%d with dropout=true (it spills 4-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits and Philox words the rest)",
+                         spec.dim or spec.head_dim)
   end
   return nil
 end
@@ -73,26 +76,35 @@ function M.setup(b, spec, p) return dropout.setup(b, spec, p) end
 
 -- The keep predicates of S^T's 32 elements i (key row (i >> 1) & 1, query column 8 (i >> 2) + 2q + (i & 1)) of a
 -- tile whose first query row is a multiple of 16, as a function of i (nil without dropout). They are drawn at once
--- into one i32 (bit i: element i kept), so that the 16 Philox calls (one per pair of elements i, i ^ 4: queries
--- Q, Q + 8 of one key) can run before the tile's data is waited for, with none of S^T, dP^T live; the mask bits
--- are stored (dropout_mask=true). d: M.setup's values; bi, h: the mask's batch entry (the sequence under varlen)
--- and query head; col[c]: the query row of local column c = 2 (i >> 2) + (i & 1); key[r]: the key of row r.
+-- into one i32 (bit i: element i kept), so that the Philox calls can run before the tile's data is waited for,
+-- with none of S^T, dP^T live. A call gives queries Q, Q + 8 x keys K, K + 1 (K even): the keys of this thread
+-- and of the one with g ^ 1 (lane ^ 4, the same queries). So the pair splits the work: the thread with g even
+-- draws the calls of query columns 0 .. 31 of the tile (elements 0 .. 15), the odd one 32 .. 63 (16 .. 31), each
+-- call's words for both keys, and each hands the other its half by one shuffle: 8 calls a thread a tile (the FA2
+-- backward's per-entry form would take 32). The mask bits are stored (dropout_mask=true). d: M.setup's values;
+-- bi, h: the mask's batch entry (the sequence under varlen) and query head; col[c]: the query row of local column
+-- c = 2 (i >> 2) + (i & 1); key[r]: the key of row r (key[1] = key[0] + 8: one parity).
 function M.keeper(b, spec, d, bi, h, col, key)
   if not d then return nil end
-  local bits = b:i32(0)
-  for i = 0, 31 do
+  local odd = b:ne(key[0] & 1, 0)
+  local up = b:select(odd, 32, 0)
+  local mine, theirs = b:i32(0), b:i32(0)
+  for i = 0, 15 do
     if i & 4 == 0 then
       local r, e = (i >> 1) & 1, i & 1
-      local qlo = col[2 * (i >> 2) + e] -- (query Q of the pair: bit 3 clear)
+      local qlo = col[2 * (i >> 2) + e] + up -- (query Q of the call: bit 3 clear)
       local w = dropout.philox(d, { key[r] >> 1, ((qlo >> 4) << 3) | (qlo & 7), bi * d.p.heads_q + h + d.off_hi, d.off_lo })
-      local odd = b:ne(key[r] & 1, 0)
-      local kq = b:ge(b:select(odd, w[2], w[1]) >> 1, d.thr)
-      local kq8 = b:ge(b:select(odd, w[4], w[3]) >> 1, d.thr)
-      dropout.store_mask(d, bi, h, qlo, key[r], { kq })
-      dropout.store_mask(d, bi, h, qlo + 8, key[r], { kq8 })
-      bits = bits | b:select(kq, s32(1 << i), 0) | b:select(kq8, s32(1 << (i + 4)), 0)
+      local k = {}
+      for x = 1, 4 do k[x] = b:ge(w[x] >> 1, d.thr) end -- (Q, K), (Q, K + 1), (Q + 8, K), (Q + 8, K + 1)
+      local kev = key[r] - b:select(odd, 1, 0)
+      dropout.store_mask(d, bi, h, qlo, kev, { k[1], k[2] })
+      dropout.store_mask(d, bi, h, qlo + 8, kev, { k[3], k[4] })
+      mine = mine | b:select(b:select(odd, k[2], k[1]), 1 << i, 0) | b:select(b:select(odd, k[4], k[3]), 1 << (i + 4), 0)
+      theirs = theirs | b:select(b:select(odd, k[1], k[2]), 1 << i, 0) | b:select(b:select(odd, k[3], k[4]), 1 << (i + 4), 0)
     end
   end
+  -- (each half at bits 0 .. 15 for the even thread's query columns, 16 .. 31 for the odd one's)
+  local bits = b:select(odd, mine << 16, mine) | b:shfl("bfly", b:select(odd, theirs << 16, theirs), 4)
   return function(i) return b:ne((bits >> i) & 1, 0) end
 end
 
