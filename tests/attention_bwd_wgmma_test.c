@@ -333,6 +333,37 @@ static void test_profile(void) {
     TEST_END();
 }
 
+/* dropout's profile on the same problem (p = 0.2): the wgmma and ex2 counts unchanged (the query tiles start at
+ * 0 and 48, still 3 and 2 tiles), one shuffle per consumer warp and tile (the key pair's halves of the keep bits). */
+static void test_profile_dropout(void) {
+    TEST_BEGIN("profile of the bf16 d64 causal dropout dkdv 130 x 200: wgmma and ex2 as without dropout, one shfl a warp-tile");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
+    row r = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0, 0.2, 0, {0}, {0}};
+    long bad = 0;
+    if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
+    CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+    if (c) {
+        kiln_emu_profile p;
+        st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            const unsigned long long warp_tiles = 8 * 10;
+            CHECK(p.inst[KILN_PROF_WGMMA] == warp_tiles * 34, "wgmma %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 34);
+            CHECK(p.inst[KILN_PROF_EX2] == warp_tiles * 32, "ex2 %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_EX2], warp_tiles * 32);
+            CHECK(p.inst[KILN_PROF_SHFL] == warp_tiles, "shfl %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_SHFL], warp_tiles);
+            if (getenv("KILN_TEST_VERBOSE"))
+                printf("     hot loop: other %llu warp instructions over %llu warp-tiles\n", (unsigned long long)p.hot_inst[KILN_PROF_OTHER], warp_tiles);
+        }
+        kiln_case_free(c);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 /* ptxas sm_90a over the path's variants (a sample here, every one under KILN_TEST_FULL=1): 0 spills, no C7508
  * (a setmaxnreg ptxas ignored), lint clean. */
 static void test_ptxas(void) {
@@ -386,6 +417,7 @@ int main(void) {
     test_dropout_mask();
     test_planted();
     test_profile();
+    test_profile_dropout();
     test_ptxas();
     return sm90a_finish(dir, gen, emu, "attention_bwd_wgmma");
 }
