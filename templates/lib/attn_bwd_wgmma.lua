@@ -70,14 +70,14 @@ local SHAPES = {
 }
 local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
 -- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256.
--- d64 varlen with dropout: the sequence's offsets beside the keep bits spilled 2-8 bytes at 168: one consumer
--- warpgroup, 240)
+-- d64 dropout with varlen, a window or ALiBi: the sequence's offsets, the window's bounds or the slope beside the
+-- keep bits spilled 2-8 bytes at 168 (varlen; not causal with window and ALiBi): one consumer warpgroup, 240)
 local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
 
 -- The geometry of a spec this file builds.
 local function shape(spec)
   if spec.softcap then return (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] end
-  if spec.dropout and spec.varlen then return SOFTCAP[spec.head_dim] end
+  if spec.dropout and (spec.varlen or spec.window or spec.alibi) then return SOFTCAP[spec.head_dim] end
   return SHAPES[spec.head_dim]
 end
 
