@@ -79,6 +79,7 @@ static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma", 70, 155, 2, 1, 1, 0, 0, 1, 0.2, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true dropout=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0, 0.3, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true window=true dropout=true deterministic=true path=wgmma", 100, 90, 1, 1, 2, 25, 3, 0, 0.4, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true dropout_mask=true path=wgmma", 70, 65, 2, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}},
     /* varlen (the packed tensors' maps, boxes from the sequence's first row): lengths 0 and 1, key lengths apart
      * from query lengths, boxes reaching into the next sequence's rows (its keys masked, its query rows' lse +inf);
      * GQA, every mask key, dropout within the sequence, d128, deterministic */
@@ -144,10 +145,10 @@ static void test_selection(void) {
         {"attention_bwd kernel=prep dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128, and 40-56 / 104-120 padded to them)"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 path=wgmma", SM90A, "head_dim=32 (64 and 128, and 40-56 / 104-120 padded to them)"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=112 dropout=true path=wgmma", SM90A, "head_dim=112 with dropout=true (it spills"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=112 causal=true alibi=true dropout=true path=wgmma", SM90A, "head_dim=112 with dropout=true and alibi=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
         {"attention_bwd kernel=dkdv dtype=bf16 out=f32 head_dim=64 path=wgmma", SM90A, "out=f32 (out = dtype only)"},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 dropout=true path=wgmma", SM90A, "head_dim=128 with dropout=true (it spills"},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 alibi=true dropout=true path=wgmma", SM90A, "head_dim=128 with dropout=true and alibi=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 softcap=true path=wgmma", SM90A, "head_dim=128 with softcap=true (it spills"},
     };
     sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
@@ -378,6 +379,7 @@ static void test_ptxas(void) {
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true varlen=true dropout=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=40 causal=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true window=true dropout=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=f16 head_dim=120 causal=true window=true alibi=true varlen=true path=wgmma",
     };
     static char full[256][230];
@@ -395,7 +397,8 @@ static void test_ptxas(void) {
                     for (int k = 0; k < 6; k++)
                         for (int dr = 0; dr < 2; dr++)
                             for (int vl = 0; vl < 2; vl++) {
-                                if (d == 128 && (strstr(keys[k], "softcap") || dr)) continue; /* d128: softcap, dropout refused (spills) */
+                                /* d128: softcap, and dropout with ALiBi, refused (spills) */
+                                if (d == 128 && (strstr(keys[k], "softcap") || (dr && strstr(keys[k], "alibi")))) continue;
                                 snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s path=wgmma", dts[a],
                                          d, causal[c], keys[k], dr ? " dropout=true" : "", vl ? " varlen=true" : "");
                                 ptrs[n] = full[n];

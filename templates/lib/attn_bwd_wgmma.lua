@@ -5,7 +5,7 @@
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
 -- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; dropout at head_dim 64 and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
+-- batch/heads/lengths; dropout (not with ALiBi at d128) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
 -- maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
 -- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
@@ -51,7 +51,7 @@ local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap (head_dim 64), alibi, dropout (head_dim 64), varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap (head_dim 64), alibi, dropout (not with alibi at head_dim 128), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -77,7 +77,7 @@ local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
 -- The geometry of a spec this file builds.
 local function shape(spec)
   if spec.softcap then return (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] end
-  if spec.dropout and (spec.varlen or spec.window or spec.alibi) then return SOFTCAP[spec.head_dim] end
+  if spec.dropout and (spec.varlen or spec.window or spec.alibi) and SOFTCAP[spec.head_dim] then return SOFTCAP[spec.head_dim] end
   return SHAPES[spec.head_dim]
 end
 

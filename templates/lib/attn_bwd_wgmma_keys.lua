@@ -50,12 +50,13 @@ function M.key_live(b, spec, p, key)
   return b:lt(key, p.seq_k)
 end
 
--- Why a spec with these keys is not built (nil when it is): dropout at head_dim 128 (and the widths padded to it)
--- spills (ptxas sm_90a: 4-8 bytes in every variant, atomic or deterministic, with the bits drawn before the tile's
--- wait or per element).
+-- Why a spec with these keys is not built (nil when it is): dropout with ALiBi at head_dim 128 (and the widths
+-- padded to it) spills (ptxas sm_90a: 6-8 bytes causal; the 50 d128 dropout variants without ALiBi, atomic and
+-- deterministic, window, varlen, 0 bytes with the key pair's shared Philox calls; with a call per entry pair every
+-- d128 dropout variant spilled 4-8 bytes).
 function M.not_built(spec)
-  if spec.dropout and spec.head_dim == 128 then
-    return string.format("head_dim=%d with dropout=true (it spills 4-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits and Philox words the rest)",
+  if spec.dropout and spec.alibi and spec.head_dim == 128 then
+    return string.format("head_dim=%d with dropout=true and alibi=true (it spills 6-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits, Philox words and the slope the rest)",
                          spec.dim or spec.head_dim)
   end
   return nil
