@@ -27,6 +27,9 @@ typedef struct row {
     int seq_q, seq_k, heads_q, heads_kv, batch;
     int left, right; /* window=true */
     int twice;
+    double dropout; /* dropout=true: the rate (offset 12345) */
+    int nseq;       /* varlen=true: the packed sequences (seq_q, seq_k, batch: 1, unused) */
+    int lq[4], lk[4];
 } row;
 
 /* Runs the backward sequence of one case on g (the built-in templates or a planted copy); returns the status,
@@ -37,6 +40,8 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
     if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
     if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 1); /* (tanh well past linear: its derivative matters) */
     if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
+    if (r->dropout > 0) kiln_case_opts_set(&o, "dropout", r->dropout), kiln_case_opts_set(&o, "dropout_offset", 12345);
+    if (r->nseq) o.nvarlen = r->nseq, o.varlen_q = r->lq, o.varlen_k = r->lk, kiln_case_opts_set(&o, "rows", 1);
     kiln_case *c = NULL;
     kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
     if (st == KILN_OK) st = kiln_case_run(c, err);
@@ -56,26 +61,55 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
  * warpgroups, 128 keys a block) and d128 / softcap (one), dQ by atomics (default) and by kernel=dq
  * (deterministic=true), three run twice in both thread orders (the atomics' order differs: within tolerance). */
 static const row ROWS[] = {
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 1},
-    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 77, 130, 2, 1, 2, 0, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 100, 37, 4, 2, 1, 0, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=top_left path=wgmma", 65, 150, 2, 2, 1, 0, 0, 1},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 150, 100, 3, 1, 1, 0, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 130, 1, 1, 1, 20, 5, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 80, 0, 0},
-    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true deterministic=true path=wgmma", 130, 200, 2, 1, 1, 0, 0, 1},
-    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 deterministic=true path=wgmma", 70, 65, 1, 1, 2, 0, 0, 0},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 1, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 77, 130, 2, 1, 2, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 100, 37, 4, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=top_left path=wgmma", 65, 150, 2, 2, 1, 0, 0, 1, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 150, 100, 3, 1, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true window=true path=wgmma", 130, 130, 1, 1, 1, 20, 5, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 80, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true deterministic=true path=wgmma", 130, 200, 2, 1, 1, 0, 0, 1, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 deterministic=true path=wgmma", 70, 65, 1, 1, 2, 0, 0, 0, 0, 0, {0}, {0}},
+    /* dropout (lib/attn_bwd_wgmma_keys.lua): the kernel's mask against the reference's Philox bits; bottom-right
+     * causal 70 x 155 starts key block 1's query tiles at row 43, taken down to 32 (the Philox pairs); the softcap's
+     * fused dS with every mask key; the deterministic sequence (dq's own mask) */
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma", 70, 155, 2, 1, 1, 0, 0, 1, 0.2, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true dropout=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0, 0.3, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true window=true dropout=true deterministic=true path=wgmma", 100, 90, 1, 1, 2, 25, 3, 0, 0.4, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true dropout_mask=true path=wgmma", 70, 65, 2, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}},
+    /* varlen (the packed tensors' maps, boxes from the sequence's first row): lengths 0 and 1, key lengths apart
+     * from query lengths, boxes reaching into the next sequence's rows (its keys masked, its query rows' lse +inf);
+     * GQA, every mask key, dropout within the sequence, d128, deterministic */
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true varlen=true path=wgmma", 1, 1, 4, 2, 1, 0, 0, 1, 0, 4, {0, 1, 37, 130}, {5, 0, 64, 129}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 varlen=true path=wgmma", 1, 1, 2, 1, 1, 0, 0, 0, 0, 3, {70, 3, 65}, {20, 100, 9}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true varlen=true dropout=true path=wgmma",
+     1, 1, 2, 1, 1, 20, 4, 0, 0.25, 3, {17, 1, 80}, {20, 0, 70}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true varlen=true dropout=true dropout_mask=true deterministic=true path=wgmma",
+     1, 1, 2, 2, 1, 0, 0, 0, 0.3, 3, {50, 66, 9}, {70, 65, 1}},
+    /* padded head dims (40-56 on the d64 kernel, 104-120 on d128's): TMA's zeros past the real columns, S^T and
+     * dP^T stopping at the k-step holding them, nothing stored past them (dK, dV, dq_acc rows dim wide) */
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=40 causal=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=56 window=true softcap=true alibi=true dropout=true path=wgmma", 50, 75, 2, 1, 1, 20, 6, 0, 0.2, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=120 causal=true varlen=true path=wgmma", 1, 1, 2, 2, 1, 0, 0, 0, 0, 2, {40, 65}, {70, 30}},
 };
 
 static void test_emulator(void) {
     for (size_t i = 0; i < sizeof ROWS / sizeof ROWS[0]; i++) {
+        if (attn_case_sampled_out(0, i)) continue; /* (the sanitizer build: every other problem) */
         const row *r = &ROWS[i];
         char name[400];
-        snprintf(name, sizeof name, "%s sm_90a: seq %d x %d, heads %d:%d, batch %d%s: dQ, dK, dV vs float64", r->spec + 26, r->seq_q,
-                 r->seq_k, r->heads_q, r->heads_kv, r->batch, r->twice ? ", run twice" : "");
+        char shape[120];
+        if (r->nseq) {
+            int at = snprintf(shape, sizeof shape, "sequences");
+            for (int k = 0; k < r->nseq && at < (int)sizeof shape; k++) at += snprintf(shape + at, sizeof shape - (size_t)at, " %dx%d", r->lq[k], r->lk[k]);
+        } else {
+            snprintf(shape, sizeof shape, "seq %d x %d, batch %d", r->seq_q, r->seq_k, r->batch);
+        }
+        snprintf(name, sizeof name, "%s sm_90a: %s, heads %d:%d%s%s: dQ, dK, dV vs float64", r->spec + 26, shape, r->heads_q, r->heads_kv,
+                 r->dropout > 0 ? ", dropout" : "", r->twice ? ", run twice" : "");
         TEST_BEGIN(name);
         kiln_error err = {0};
         long bad = 0;
@@ -99,6 +133,8 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true window=true alibi=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true dropout=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64", SM90A, 0}, /* auto: mma.sync until a GPU ran wgmma */
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64", SM90A, 0},
     };
@@ -108,14 +144,54 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
         {"attention_bwd kernel=prep dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128 only)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", SM90A, "head_dim=96 (64 and 128, and 40-56 / 104-120 padded to them)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 path=wgmma", SM90A, "head_dim=32 (64 and 128, and 40-56 / 104-120 padded to them)"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=112 causal=true alibi=true dropout=true path=wgmma", SM90A, "head_dim=112 with dropout=true and alibi=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
         {"attention_bwd kernel=dkdv dtype=bf16 out=f32 head_dim=64 path=wgmma", SM90A, "out=f32 (out = dtype only)"},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", SM90A, "dropout=true"},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", SM90A, "varlen=true"},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 alibi=true dropout=true path=wgmma", SM90A, "head_dim=128 with dropout=true and alibi=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 softcap=true path=wgmma", SM90A, "head_dim=128 with softcap=true (it spills"},
     };
     sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
+    TEST_END();
+}
+
+/* A case's dropout_mask tensor (NULL when it has none), *n its entries. */
+static const int32_t *case_mask(kiln_case *c, size_t *n) {
+    void *ptr = NULL;
+    *n = 0;
+    if (!c || kiln_case_family(c)->tensor(c, "dropout_mask", &ptr, n) != 0) return NULL;
+    *n /= sizeof(int32_t);
+    return ptr;
+}
+
+/* dropout: the wgmma dkdv's keep mask equals the FA2 backward's (path=auto, mma.sync dkdv) and the wgmma forward's
+ * for the same seed and offset, bit for bit on every (query, key) both wrote. */
+static void test_dropout_mask(void) {
+    TEST_BEGIN("dropout: the wgmma dkdv's mask = the FA2 backward's = the wgmma forward's (same seed, offset)");
+    static const char *const specs[] = {
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true dropout=true dropout_mask=true",
+        "attention dtype=f16 head_dim=64 causal=true dropout=true dropout_mask=true path=wgmma",
+    };
+    kiln_case *c[3] = {0};
+    for (int i = 0; i < 3; i++) {
+        row r = {specs[i], 75, 150, 2, 1, 2, 0, 0, 0, 0.35, 0, {0}, {0}};
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_case(gen, emu, &r, &bad, &c[i], &err);
+        CHECK(st == KILN_OK && bad == 0, "%s: %s", specs[i], err.msg);
+    }
+    size_t n[3];
+    const int32_t *m[3];
+    for (int i = 0; i < 3; i++) m[i] = case_mask(c[i], &n[i]);
+    for (int i = 1; i < 3; i++) {
+        long both = 0, differ = 0;
+        for (size_t j = 0; m[0] && m[i] && n[0] == n[i] && j < n[0]; j++)
+            if (m[0][j] != -1 && m[i][j] != -1) both++, differ += m[0][j] != m[i][j];
+        CHECK(m[0] && m[i] && n[0] == n[i] && both > 1000 && differ == 0, "%s: %ld of %ld mask entries differ", specs[i], differ, both);
+    }
+    for (int i = 0; i < 3; i++) kiln_case_free(c[i]);
     TEST_END();
 }
 
@@ -131,46 +207,88 @@ static void test_planted(void) {
         row r;
     } bugs[] = {
         {"dO read K-major for dV", "acc = DV, trans_b = true", "acc = DV, trans_b = false",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"delta not subtracted from dP", "dS[i] = P[i] * (dP[i + 1] - dl[c])", "dS[i] = P[i] * dP[i + 1]",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dK not scaled", "dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale", "dkv[i + 1]:get(), dkv[i + 2]:get()",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"causal visibility not applied", "pv = b:select(vis, pv, 0.0)", "pv = pv",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 70, 70, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 70, 70, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"the last, partial query tile dropped", "local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM",
-         "local nqt = b:max(q_end - q_start, 0) // BM", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0}},
+         "local nqt = b:max(q_end - q_start, 0) // BM", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 100, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"GQA: only the group's first query head", "local group = p.heads_q // p.heads_kv", "local group = b:min(p.heads_q // p.heads_kv, 1)",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 2, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 2, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"the second consumer warpgroup reads the first's K", "local my_k, my_v = sk + wg * (panels * PANEL), sv",
-         "local my_k, my_v = sk, sv", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 128, 1, 1, 1, 0, 0, 0}},
+         "local my_k, my_v = sk, sv", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 128, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"second d128 panel of K skipped in S^T", "a = desc(my_k + off, 16)", "a = desc(my_k + 16 * (j % 4), 16)",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"softcap's derivative left out", "* (1.0 - th * th)", "",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dP^T read before its wgmma is waited (wait_group 2)", "dP = b:wgmma_wait(1, dP)", "dP = b:wgmma_wait(2, dP)",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"consumer on the wrong parity of full", "(it // ns) % 2)", "(it // ns + 1) % 2)",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"producer not waiting for a free stage", "b:if_(b:ge(it, ns), function()", "b:if_(b:ge(it, 1000000), function()",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 200, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 200, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"lse and delta read from the wrong columns of the stage", "(c & 1) + 2 * q))", "(c & 1)))",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"full barriers not counting the producer threads' lse/delta rows", "b:mbarrier_init(full + 2 * s, 1 + 128)",
-         "b:mbarrier_init(full + 2 * s, 1)", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+         "b:mbarrier_init(full + 2 * s, 1)", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dS stored for dQ without the 128B swizzle's XOR", "((2 * w + rr) ~ (2 * q + e)) * 8", "(2 * w + rr) * 8",
-         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dQ's atomics on the wrong query row", "local row = q0 + w * 16 + g + 8 * r\n", "local row = q0 + w * 16 + g\n",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"the dS barrier waited on the wrong parity", "b:mbarrier_wait(dsbar + 2 * wg, it % 2)", "b:mbarrier_wait(dsbar + 2 * wg, (it + 1) % 2)",
-         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0}},
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+    };
+    /* dropout (lib/attn_bwd_wgmma_keys.lua and its hooks) */
+    static const struct {
+        const char *what, *file, *from, *to;
+        row r;
+    } dbugs[] = {
+        {"dropout: the pair's second query (Q + 8) given Q's word", "lib/attn_bwd_wgmma_keys.lua", "b:select(odd, k[4], k[3]), 1 << (i + 4)",
+         "b:select(odd, k[2], k[1]), 1 << (i + 4)",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: the neighbouring key's half shuffled from the wrong lane", "lib/attn_bwd_wgmma_keys.lua", "theirs << 16, theirs), 4)",
+         "theirs << 16, theirs), 8)", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: query tiles not started at a multiple of 16", "lib/attn_bwd_wgmma_keys.lua", "local first = (q_start // 16) * 16", "local first = q_start",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true path=wgmma", 70, 155, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: dV not scaled by 1 / (1 - p)", "lib/attn_bwd_wgmma_keys.lua", "return x * d.rp", "return x",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: dV takes the dropped entries", "lib/attn_bwd_wgmma_keys.lua", "a[i] = b:max(P[i], 0.0)", "a[i] = b:abs(P[i])",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: a dropped entry's dS taken as 0 (not -P D)", "lib/attn_bwd_wgmma_keys.lua", "held * delta)", "0.0)",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout: dP not scaled in dS", "lib/attn_bwd_wgmma_keys.lua", "held * (dp * d.rp - delta)", "held * (dp - delta)",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"dropout with the softcap: dP not dropped in the fused dS", "lib/attn_bwd_wgmma.lua", "(z and dP[i + 1] * z or dP[i + 1])", "dP[i + 1]",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 softcap=true dropout=true path=wgmma", 40, 40, 1, 1, 1, 0, 0, 0, 0.3, 0, {0}, {0}}},
+        {"varlen: K/V boxes from the packed tensor's row 0, not the sequence's", "lib/attn_bwd_wgmma_keys.lua",
+         "(which == \"q\" and p.q_at or p.k_at) + row", "(which == \"q\" and p.q_at or 0) + row",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {20, 30}, {40, 50}}},
+        {"varlen: Q/dO boxes from the packed tensor's row 0", "lib/attn_bwd_wgmma_keys.lua",
+         "(which == \"q\" and p.q_at or p.k_at) + row", "(which == \"q\" and 0 or p.k_at) + row",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {20, 30}, {40, 50}}},
+        {"varlen: the next sequence's keys in a box not masked", "lib/attn_bwd_wgmma_keys.lua", "return b:lt(key, p.seq_k)", "return nil",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {30, 40}, {20, 50}}},
+        {"padded head_dim: S^T stops a k-step short of the real columns", "lib/attn_bwd_wgmma.lua", "for j = 0, (dim + 15) // 16 - 1 do",
+         "for j = 0, dim // 16 - 1 do", {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"padded head_dim: dq_acc rows taken as the padded width", "lib/attn_bwd_wgmma.lua", "(ri + b:i64(row)) * dim +", "(ri + b:i64(row)) * d +",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 2, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"padded head_dim taken as the real one (dK, dV stored past the real columns)", "lib/attn_bwd_wgmma.lua", "local dim = spec.dim or d",
+         "local dim = d", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=48 path=wgmma", 30, 40, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"dropout: the deterministic dq from a window's odd first key (lib/attn_bwd_mma.lua)", "lib/attn_bwd_mma.lua",
+         "if io.drop and spec.window then kv_lo = (kv_lo // 2) * 2 end", "",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true window=true dropout=true deterministic=true path=wgmma", 100, 90, 1, 1, 1, 25, 3, 0, 0.4, 0, {0}, {0}}},
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);
     for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++)
         sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
+    for (size_t i = 0; i < sizeof dbugs / sizeof dbugs[0]; i++)
+        sm90a_planted(dir, root, dbugs[i].what, dbugs[i].file, dbugs[i].from, dbugs[i].to, 0, run_row, &dbugs[i].r, NULL);
     sm90a_planted_done(dir);
 }
 
@@ -189,7 +307,7 @@ static void test_profile(void) {
     kiln_case *c = NULL;
     kiln_status st = kiln_emu_create(&pe, &err);
     if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
-    row r = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0};
+    row r = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}};
     long bad = 0;
     if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
     CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
@@ -217,6 +335,37 @@ static void test_profile(void) {
     TEST_END();
 }
 
+/* dropout's profile on the same problem (p = 0.2): the wgmma and ex2 counts unchanged (the query tiles start at
+ * 0 and 48, still 3 and 2 tiles), one shuffle per consumer warp and tile (the key pair's halves of the keep bits). */
+static void test_profile_dropout(void) {
+    TEST_BEGIN("profile of the bf16 d64 causal dropout dkdv 130 x 200: wgmma and ex2 as without dropout, one shfl a warp-tile");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
+    row r = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true path=wgmma", 130, 200, 2, 2, 1, 0, 0, 0, 0.2, 0, {0}, {0}};
+    long bad = 0;
+    if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
+    CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
+    if (c) {
+        kiln_emu_profile p;
+        st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        if (st == KILN_OK) {
+            const unsigned long long warp_tiles = 8 * 10;
+            CHECK(p.inst[KILN_PROF_WGMMA] == warp_tiles * 34, "wgmma %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_WGMMA], warp_tiles * 34);
+            CHECK(p.inst[KILN_PROF_EX2] == warp_tiles * 32, "ex2 %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_EX2], warp_tiles * 32);
+            CHECK(p.inst[KILN_PROF_SHFL] == warp_tiles, "shfl %llu, want %llu", (unsigned long long)p.inst[KILN_PROF_SHFL], warp_tiles);
+            if (getenv("KILN_TEST_VERBOSE"))
+                printf("     hot loop: other %llu warp instructions over %llu warp-tiles\n", (unsigned long long)p.hot_inst[KILN_PROF_OTHER], warp_tiles);
+        }
+        kiln_case_free(c);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 /* ptxas sm_90a over the path's variants (a sample here, every one under KILN_TEST_FULL=1): 0 spills, no C7508
  * (a setmaxnreg ptxas ignored), lint clean. */
 static void test_ptxas(void) {
@@ -226,26 +375,36 @@ static void test_ptxas(void) {
         "attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=top_left window=true softcap=true alibi=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=true window=true alibi=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true deterministic=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=64 causal=true varlen=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=40 causal=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=128 causal=true window=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=f16 head_dim=120 causal=true window=true alibi=true varlen=true path=wgmma",
     };
-    static char full[64][200];
+    static char full[256][230];
     const char *const *specs = quick;
     int n = (int)(sizeof quick / sizeof quick[0]);
     if (getenv("KILN_TEST_FULL")) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
         static const char *keys[] = {"", " window=true alibi=true", " softcap=true", " window=true softcap=true alibi=true grad=f32",
                                      " deterministic=true", " window=true softcap=true alibi=true deterministic=true"};
-        static const char *ptrs[64];
+        static const char *ptrs[256];
         n = 0;
         for (int a = 0; a < 2; a++)
             for (int d = 64; d <= 128; d *= 2)
                 for (int c = 0; c < 3; c++)
-                    for (int k = 0; k < 6; k++) {
-                        if (d == 128 && strstr(keys[k], "softcap")) continue; /* d128: softcap refused (spills) */
-                        snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s path=wgmma", dts[a], d,
-                                 causal[c], keys[k]);
-                        ptrs[n] = full[n];
-                        n++;
-                    }
+                    for (int k = 0; k < 6; k++)
+                        for (int dr = 0; dr < 2; dr++)
+                            for (int vl = 0; vl < 2; vl++) {
+                                /* d128: softcap, and dropout with ALiBi, refused (spills) */
+                                if (d == 128 && (strstr(keys[k], "softcap") || (dr && strstr(keys[k], "alibi")))) continue;
+                                snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s head_dim=%d causal=%s%s%s%s path=wgmma", dts[a],
+                                         d, causal[c], keys[k], dr ? " dropout=true" : "", vl ? " varlen=true" : "");
+                                ptrs[n] = full[n];
+                                n++;
+                            }
         specs = ptrs;
     }
     const char *ptxas = ptxas_path();
@@ -259,8 +418,10 @@ int main(void) {
     if (!sm90a_setup(dir, &gen, &emu, "attention_bwd_wgmma")) return 1;
     test_emulator();
     test_selection();
+    test_dropout_mask();
     test_planted();
     test_profile();
+    test_profile_dropout();
     test_ptxas();
     return sm90a_finish(dir, gen, emu, "attention_bwd_wgmma");
 }

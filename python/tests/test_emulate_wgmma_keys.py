@@ -66,3 +66,30 @@ def test_dropout_mask_is_the_fa2_kernels():
     assert both.sum() > 1000
     np.testing.assert_array_equal(masks["wgmma"][both], masks["auto"][both])
     assert 0.15 < 1 - masks["wgmma"][both].mean() < 0.35
+
+
+@pytest.mark.parametrize("det,causal", [(False, False), (True, True)])
+def test_varlen_backward_on_wgmma_is_the_dense_wgmma_backward_per_sequence(det, causal):
+    """attention_varlen_backward(path="wgmma", sm="90a"): the dkdv kernel's maps over the packed tensors (boxes from
+    each sequence's first row, the next sequence's rows masked), dQ by atomics or the deterministic dq kernel; each
+    sequence's gradients are the dense wgmma backward's of that sequence alone (not causal: sequence 2's second
+    block of 64 keys is sequence 3's rows, seen by its queries unless masked)."""
+    rng = np.random.default_rng(7)
+    d, hq, hkv = 64, 2, 1
+    q = rng.uniform(-1, 1, (sum(LENS_Q), hq, d)).astype(np.float16)
+    k = rng.uniform(-1, 1, (sum(LENS_K), hkv, d)).astype(np.float16)
+    v = rng.uniform(-1, 1, (sum(LENS_K), hkv, d)).astype(np.float16)
+    dout = rng.uniform(-1, 1, q.shape).astype(np.float16)
+    cq, ck = _cu(LENS_Q), _cu(LENS_K)
+    dq, dk, dv = kiln.emulate.attention_varlen_backward(q, k, v, dout, cq, ck, causal=causal, sm="90a", path="wgmma",
+                                                        deterministic=det)
+    for b, (lq, lk) in enumerate(zip(LENS_Q, LENS_K)):
+        rq, rk = slice(cq[b], cq[b + 1]), slice(ck[b], ck[b + 1])
+        if lq == 0 or lk == 0:  # no queries: dK = dV = 0; no keys: dQ = 0
+            assert np.all(dq[rq].astype(np.float64) == 0) and np.all(dk[rk].astype(np.float64) == 0)
+            assert np.all(dv[rk].astype(np.float64) == 0)
+            continue
+        g = kiln.emulate.attention_backward(q[None, rq], k[None, rk], v[None, rk], dout[None, rq], causal=causal, sm="90a",
+                                            path="wgmma", deterministic=det)
+        for got, want in zip((dq[rq], dk[rk], dv[rk]), g):
+            np.testing.assert_array_equal(got.view(np.uint16), want[0].view(np.uint16))

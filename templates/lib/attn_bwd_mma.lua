@@ -483,6 +483,9 @@ function M.build_dq(b, spec, cfg, p, io)
     local _, hi = hooks.range(b:min(q0 + bm, p.seq_q) - 1)
     kv_end = hi
   elseif spec.causal then kv_end = b:min(p.seq_k, b:max(b:min(q0 + bm, p.seq_q) + shift, 0)) end
+  -- (dropout: Philox pairs keys 2t, 2t + 1 from an even key; a window's first key may be odd, the keys before it
+  -- are masked by lo)
+  if io.drop and spec.window then kv_lo = (kv_lo // 2) * 2 end
   local slope2 = spec.alibi and mask.slope(hooks.mask, h)
   -- (padded head_dim: products stop at the step holding spec.dim, or v_head_dim when wider)
   local kd = util.ceil_div(math.max(spec.dim or d, spec.vdim or d), 16)

@@ -4,15 +4,19 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- 64 or 128 (v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; not dropout or varlen. dQ: by default this kernel adds dS K into the f32 workspace dq_acc
--- with atomics (FA3's default; prep zeroes it, convert scales and rounds it); deterministic=true makes no atomics
--- and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
+-- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
+-- batch/heads/lengths; dropout (not with ALiBi at d128) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
+-- maps over the packed tensors).
+-- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
+-- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
+-- mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
 -- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
--- the 128-byte swizzle; d128 takes two boxes a tile). Rows past seq_q / seq_k come in as TMA's zeros: a query
--- row past seq_q has Q = dO = 0 (its lse is taken as +inf: P = 0), a key past seq_k is not stored.
+-- the 128-byte swizzle; d128 takes two boxes a tile; varlen: the FA2 backward's varlen launch, maps over the
+-- packed [total, heads, d] tensors, lib/attn_bwd_wgmma_keys.lua). Rows past seq_q / seq_k come in as TMA's
+-- zeros (varlen: as the next sequence's rows): a query row past seq_q has its lse taken as +inf (P = 0), a key
+-- past seq_k is not stored (varlen: its P is 0, so that dQ takes nothing from it).
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
@@ -38,13 +42,16 @@
 --   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
+local dropout = require("lib.attn_dropout")
+local varlen = require("lib.attn_varlen")
 local mask = require("lib.attn_mask")
 local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
+local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128, causal, window, softcap (head_dim 64), alibi, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap (head_dim 64), alibi, dropout (not with alibi at head_dim 128), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -62,22 +69,33 @@ local SHAPES = {
   [128] = { nc = 1, stages = 2, dec = 24, inc = 256 },
 }
 local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
+-- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256.
+-- d64 dropout with varlen, a window or ALiBi: the sequence's offsets, the window's bounds or the slope beside the
+-- keep bits spilled 2-8 bytes at 168 (varlen; not causal with window and ALiBi): one consumer warpgroup, 240)
+local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
+
+-- The geometry of a spec this file builds.
+local function shape(spec)
+  if spec.softcap then return (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] end
+  if spec.dropout and (spec.varlen or spec.window or spec.alibi) and SOFTCAP[spec.head_dim] then return SOFTCAP[spec.head_dim] end
+  return SHAPES[spec.head_dim]
+end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention_bwd's builder spec (bspec).
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
   if spec.out ~= spec.dtype then return "out=" .. spec.out .. " (out = dtype only)" end
-  if spec.dim ~= spec.head_dim or not SHAPES[spec.head_dim] then
-    return string.format("head_dim=%d (64 and 128 only)", spec.dim or spec.head_dim)
+  if not SHAPES[spec.head_dim] then
+    return string.format("head_dim=%d (64 and 128, and 40-56 / 104-120 padded to them)", spec.dim or spec.head_dim)
   end
-  if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  if spec.vdim and spec.vdim ~= (spec.dim or spec.head_dim) then return "v_head_dim != head_dim" end
   if spec.softcap and not SOFTCAP[spec.head_dim] then
-    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.head_dim)
+    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.dim or spec.head_dim)
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
-    if spec[k] then return k .. "=true" end
+    if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
-  return nil
+  return keys.not_built(spec)
 end
 
 -- The refusal of path=wgmma on a kernel other than dkdv (nil when none): attention_bwd's check().
@@ -93,7 +111,7 @@ function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
   local no = wgmma.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
-  local sh = spec.softcap and SOFTCAP[spec.head_dim] or SHAPES[spec.head_dim]
+  local sh = shape(spec)
   local panels = spec.head_dim // 64
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
   local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
@@ -110,7 +128,7 @@ end
 function M.launch(spec, cfg, l)
   l.tmaps = {}
   for _, t in ipairs({ "q", "k", "v", "dout" }) do
-    l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = { 1, 64, 1, 64 }, swizzle = 128 }
+    l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = keys.box(spec), swizzle = 128 }
   end
   return l
 end
@@ -119,12 +137,16 @@ end
 -- io.base(p, t, bi, h): row 0 of (batch bi, head h) in tensor t; io.row_index(p, bi, h): (bi, h, row 0) of lse/delta.
 function M.build(b, spec, cfg, params, io)
   -- (batch: the tensor maps' outer extent, which the launch's binders read from the kernel's arguments, as for
-  -- the forward's wgmma kernel)
-  params[#params + 1] = { "batch", "i32" }
+  -- the forward's wgmma kernel; varlen's maps are over the packed tensors)
+  if not spec.varlen then params[#params + 1] = { "batch", "i32" } end
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
-  local p = b:kernel{ params = params }
+  -- (varlen: the sequence's lengths, first rows and pointers; a block past its sequence's keys leaves at once)
+  local p = varlen.bind(b, spec, b:kernel{ params = params }, 64 * cfg.nc, true)
   local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
   local panels = d // 64
+  -- (a padded head_dim, lib/attn_dims.lua: the real one, dim; TMA fills the columns past it with zeros, so the
+  -- products read them as 0, Q K^T and dO V^T stop at the k-step holding dim, and nothing past it is stored)
+  local dim = spec.dim or d
   local eb = util.dtype_bytes[T]
   local t, wg = b:tid(), b:warpgroup()
   local smem = b:dynamic_shared(T, 1024)
@@ -144,6 +166,7 @@ function M.build(b, spec, cfg, params, io)
   local m = mask.setup(b, spec, p)
   -- the query rows [q_start, q_end) that see a key of the block; tiles of BM from q_start
   local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * nc, p.seq_k) - 1)
+  q_start, q_end = keys.tile_start(b, spec, q_start, q_end) -- (dropout: from a multiple of 16)
   local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM
   local stage_bytes = 2 * panels * PANEL * eb
 
@@ -167,8 +190,8 @@ function M.build(b, spec, cfg, params, io)
       b:mbarrier_arrive(kbar, { tx = b:i32(2 * nc * panels * PANEL * eb) })
       for c = 0, nc - 1 do
         for j = 0, panels - 1 do
-          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
-          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, { 64 * j, hkv, k0 + 64 * c, bi }, kbar)
+          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
+          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
         end
       end
     end)
@@ -186,8 +209,8 @@ function M.build(b, spec, cfg, params, io)
         b:if_(b:eq(pt, 0), function()
           b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
           for j = 0, panels - 1 do
-            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, { 64 * j, h, row, bi }, fb)
-            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, { 64 * j, h, row, bi }, fb)
+            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
+            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
           end
         end)
         local r = row + (pt % BM)
@@ -206,13 +229,15 @@ function M.build(b, spec, cfg, params, io)
   -- consumers
   b:if_(b:lt(wg, nc), function()
     b:setmaxnreg("inc", cfg.inc)
+    local drop = keys.setup(b, spec, p) -- (dropout's per-launch values; nil without)
     local tc = b:warpgroup_thread()
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
     local my_k, my_v = sk + wg * (panels * PANEL), sv + wg * (panels * PANEL)
     local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
-    local key, first_q, end_q = {}, {}, {}
+    local key, first_q, end_q, key_live = {}, {}, {}, {}
     for r = 0, 1 do
       key[r] = k0 + wg * 64 + w * 16 + g + 8 * r
+      key_live[r] = keys.key_live(b, spec, p, key[r])
       -- (the rows [first_q, end_q) that see the key: causal / window only)
       if spec.causal or spec.window then first_q[r], end_q[r] = mask.query_range(m, key[r], key[r]) end
     end
@@ -234,18 +259,20 @@ function M.build(b, spec, cfg, params, io)
         for j = 0, 7 do
           for e = 0, 1 do col[2 * j + e] = q0 + 8 * j + 2 * q + e end
         end
+        -- (dropout: the tile's keep predicates of element i, drawn before its Q and dO are waited for)
+        local keep = keys.keeper(b, spec, drop, bi, h, col, key)
         -- (the stage's lse x log2 e and delta of local column c = 8j + 2q + e, staged by the producer)
         local function row_val(which, c) return b:load(srow + (s * 2 * BM + which * BM + 8 * (c >> 1) + (c & 1) + 2 * q)) end
         b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
         local qs, dos = sq + s * (panels * PANEL), sdo + s * (panels * PANEL)
         b:wgmma_fence()
         local S, dP
-        for j = 0, d // 16 - 1 do
+        for j = 0, (dim + 15) // 16 - 1 do
           local off = (j // 4) * PANEL + 16 * (j % 4)
           S = b:wgmma{ n = BM, type = T, a = desc(my_k + off, 16), b = desc(qs + off, 16), acc = S }
         end
         b:wgmma_commit()
-        for j = 0, d // 16 - 1 do
+        for j = 0, (dim + 15) // 16 - 1 do
           local off = (j // 4) * PANEL + 16 * (j % 4)
           dP = b:wgmma{ n = BM, type = T, a = desc(my_v + off, 16), b = desc(dos + off, 16), acc = dP }
         end
@@ -280,21 +307,30 @@ function M.build(b, spec, cfg, params, io)
             x = b:fma(S[i + 1], scale2, -lse2[c])
           end
           local pv = b:ex2_approx(x)
+          if key_live[r] then pv = b:select(key_live[r], pv, 0.0) end -- (varlen: the next sequence's keys)
           if first_q[r] then
             -- (without a window the rows past end_q are those past seq_q, whose P is already 0: lse +inf)
             local vis = b:ge(col[c], first_q[r])
             if spec.window then vis = b:and_(vis, b:lt(col[c], end_q[r])) end
             pv = b:select(vis, pv, 0.0)
           end
+          local kp = drop and keep(i)
+          if fused then
+            local z = kp and dropout.factor(drop, kp) -- (dropout: dP Z, and P o M for dV)
+            dS[i] = pv * ((z and dP[i + 1] * z or dP[i + 1]) - dl[c]) * (1.0 - th * th)
+            if kp then pv = b:select(kp, pv, 0.0) end
+          elseif kp then
+            pv = keys.held(b, kp, pv) -- (dropout: P kept, -P dropped)
+          end
           P[i] = pv
-          if fused then dS[i] = pv * (dP[i + 1] - dl[c]) * (1.0 - th * th) end
         end
         -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
         local DV, DK = {}, {}
         for i = 1, d // 2 do DV[i] = dvv[i]:get() end
+        local dva = keys.dv_operand(b, drop, P, fused) -- ((P o M)^T with dropout)
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DV = b:wgmma{ n = d, type = T, a = areg(P, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
+          DV = b:wgmma{ n = d, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
         end
         b:wgmma_commit()
         if not fused then
@@ -302,7 +338,11 @@ function M.build(b, spec, cfg, params, io)
           for c = 0, 15 do dl[c] = row_val(1, c) end
           for i = 0, BM // 2 - 1 do
             local c = 2 * (i >> 2) + (i & 1)
-            dS[i] = P[i] * (dP[i + 1] - dl[c])
+            if drop then
+              dS[i] = keys.ds(b, drop, P[i], dP[i + 1], dl[c])
+            else
+              dS[i] = P[i] * (dP[i + 1] - dl[c])
+            end
           end
         end
         local my_ds = sds + wg * PANEL
@@ -355,8 +395,8 @@ function M.build(b, spec, cfg, params, io)
             for r = 0, 1 do
               local row = q0 + w * 16 + g + 8 * r
               b:if_(b:lt(row, p.seq_q), function()
-                local at = p.dq_acc + (ri + b:i64(row)) * d + (64 * hp + 2 * q)
-                for j = 0, 7 do
+                local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
+                for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
                   local i = 4 * j + 2 * r
                   b:atomic_add(at + 8 * j, DQ[i + 1])
                   b:atomic_add(at + 8 * j + 1, DQ[i + 2])
@@ -376,13 +416,13 @@ function M.build(b, spec, cfg, params, io)
       local live = b:lt(key[r], p.seq_k)
       local at = b:i64(b:select(live, key[r], 0))
       local kvals, vvals = {}, {}
-      for j = 0, d // 8 - 1 do
+      for j = 0, dim // 8 - 1 do
         local i = 4 * j + 2 * r
         kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad)
-        vvals[j] = b:from_f32_vec({ dvv[i + 1]:get(), dvv[i + 2]:get() }, spec.grad)
+        vvals[j] = b:from_f32_vec({ keys.dv_out(drop, dvv[i + 1]:get()), keys.dv_out(drop, dvv[i + 2]:get()) }, spec.grad)
       end
       b:if_(live, function()
-        for j = 0, d // 8 - 1 do
+        for j = 0, dim // 8 - 1 do
           b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb })
           b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb })
         end
