@@ -121,7 +121,7 @@ static void test_launch_and_refusals(void) {
     static const struct {
         const char *spec, *want;
     } refused[] = {
-        {"attention dtype=bf16 head_dim=128 paged=true path=wgmma", "paged=true"},
+        {"attention dtype=bf16 head_dim=128 paged=true append=true path=wgmma", "append=true"},
         {"attention dtype=bf16 head_dim=256 dropout=true path=wgmma", "head_dim=256 with dropout=true (it spills"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {

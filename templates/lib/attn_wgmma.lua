@@ -138,11 +138,9 @@ local function declare(b, spec, base_params)
     for _, d in ipairs({ "b", "s", "h" }) do params[#params + 1] = { "stride_" .. t .. d, "i64" } end
   end
   params = keys.params(spec, params)
-  for _, t in ipairs({ "q", "k", "v" }) do
-    if wpaged.has_map(spec, t) then params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
-  end
+  for _, t in ipairs({ "q", "k", "v" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   mask.params(spec, params)
-  return b:kernel{ params = params }
+  return b:kernel{ params = wpaged.maps(spec, params) }
 end
 
 -- The key tiles [t0, t_end) the block's rows (query positions first..last) see.

@@ -42,8 +42,15 @@ function M.launch(spec, l)
   return l
 end
 
--- Whether the kernel has tensor map parameter tm_<t> (t: "q", "k" or "v").
-function M.has_map(spec, t) return not spec.paged or t == "q" end
+-- The kernel's parameter list without tm_k and tm_v when paged (K and V have no map).
+function M.maps(spec, params)
+  if not spec.paged then return params end
+  local keep = {}
+  for _, prm in ipairs(params) do
+    if prm[1] ~= "tm_k" and prm[1] ~= "tm_v" then keep[#keep + 1] = prm end
+  end
+  return keep
+end
 
 -- The arrivals a stage's full barrier counts: the TMA thread's (1, with the stage's bytes), or the 128 producer
 -- threads' once their copies landed.
