@@ -1364,6 +1364,8 @@ K.variants = {
     { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
   { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
     { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", { "causal=true", "causal=top_left" }, "alibi=true",
+    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
   { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true", "splitkv=true paged=true" }, "path=wgmma",
     quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=128", "causal=top_left", MASK_KEYS, "splitkv=true paged=true", "path=wgmma", quick = true, sms = { "90a" } },
