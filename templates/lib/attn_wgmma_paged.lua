@@ -4,7 +4,7 @@
 -- The layout, tables and launch are lib/attn_paged.lua's (the FA2 kernel's: k/v [num_blocks, page_size, heads_kv,
 -- d] pages, block_table, cache_seqlens, optional cache_batch_idx / cache_leftpad); the launch description is that
 -- kernel's plus one tensor map, over q (K and V have none). attn_wgmma_keys.lua calls params/setup/launch,
--- attn_wgmma.lua calls full_count and produce.
+-- attn_wgmma.lua calls maps, full_count and produce.
 --
 -- Why cp.async and not TMA (docs/hopper.md "Paged KV on path=wgmma"): a key tile is 64 keys from cache position
 -- leftpad + 64 t. A 64-row TMA box over the page pool holds a tile only when page_size % 64 == 0 and leftpad % 64
