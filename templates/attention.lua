@@ -1363,6 +1363,17 @@ K.variants = {
   { { "dtype=bf16 head_dim=64", "dtype=f16 head_dim=128" }, "causal=true", "dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=bf16", "head_dim=128", "causal=true", MASK_KEYS, "varlen=true dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=128", "causal=true", "out=f32", "path=wgmma", sms = { "90a" } },
+  -- paged KV on path=wgmma (lib/attn_wgmma_paged.lua: the producer's cp.async from the pages), plain and split-KV
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
+    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
+    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", { "causal=true", "causal=top_left" }, "alibi=true",
+    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true", "splitkv=true paged=true" }, "path=wgmma",
+    quick = true, sms = { "90a" } },
+  { "dtype=f16", "head_dim=128", "causal=top_left", MASK_KEYS, "splitkv=true paged=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=f16", "head_dim=256", "causal=true", "alibi=true", "paged=true", "path=wgmma", quick = true, sms = { "90a" } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

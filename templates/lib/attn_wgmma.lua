@@ -6,7 +6,8 @@
 -- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
 -- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
 -- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
--- lse index, the split epilogue, the dropout mask); not paged, append or rotary (those keep the FA2 kernel there).
+-- lse index, the split epilogue, the dropout mask), paged KV (lib/attn_wgmma_paged.lua: the producer warpgroup copies
+-- K and V from the pages); not append or rotary (those keep the FA2 kernel there).
 --
 -- The launch is the FA2 kernel's (same tensors, scalars, strides and grid: problem {seq_q, heads_q, batch},
 -- grid tile {BM, 1, 1}) plus three tensor maps the runtime builds over q, k and v ([batch, seq, heads, d],
@@ -38,11 +39,12 @@ local mask = require("lib.attn_mask")
 local pp = require("lib.attn_wgmma_pp")
 local keys = require("lib.attn_wgmma_keys")
 local tiles = require("lib.attn_wgmma_tiles")
+local wpaged = require("lib.attn_wgmma_paged")
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout (use path=auto)"
+local TAKES = "it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout, paged (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local NEG_INF, POS_INF = -math.huge, math.huge
@@ -113,7 +115,7 @@ local function declare(b, spec, base_params)
   params = keys.params(spec, params)
   for _, t in ipairs({ "q", "k", "v" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   mask.params(spec, params)
-  return b:kernel{ params = params }
+  return b:kernel{ params = wpaged.maps(spec, params) }
 end
 
 -- The key tiles [t0, t_end) of BN keys the block's rows (query positions first..last) see.
@@ -155,7 +157,7 @@ function M.build(b, spec, cfg, base_params)
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(qbar, 1)
     for s = 0, ns - 1 do
-      b:mbarrier_init(full + 2 * s, 1)
+      b:mbarrier_init(full + 2 * s, wpaged.full_count(spec))
       b:mbarrier_init(empty + 2 * s, 128 * nc)
     end
   end)
@@ -171,6 +173,7 @@ function M.build(b, spec, cfg, base_params)
           b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
         end
       end
+      if spec.paged then return end -- (K and V: every producer thread copies them from the pages, below)
       b:for_(0, ntiles, 1, function(k)
         local s = k % ns
         b:if_(b:ge(k, ns), function() b:mbarrier_wait(empty + 2 * s, (k // ns + 1) % 2) end)
@@ -187,6 +190,8 @@ function M.build(b, spec, cfg, base_params)
         end
       end)
     end)
+    wpaged.produce(b, spec, p, { t0 = t0, ntiles = ntiles, ns = ns, nc = nc, panels = panels, sk = sk, sv = sv,
+                                 full = full, empty = empty, hkv = hkv }) -- (paged=true: lib/attn_wgmma_paged.lua)
   end)
 
   -- consumers

@@ -29,17 +29,25 @@
 -- O scaled by 1 / (1 - p) at the end.
 local varlen = require("lib.attn_varlen")
 local dropout = require("lib.attn_dropout")
+local wpaged = require("lib.attn_wgmma_paged")
 
 local M = {}
 
 local NEG_INF = -math.huge
 
--- The keys this module builds on path=wgmma (attn_wgmma.lua's not_covered lets them through).
-M.KEYS = { varlen = true, splitkv = true, dropout = true }
+-- The keys this module builds on path=wgmma (attn_wgmma.lua's not_covered lets them through; paged=true:
+-- lib/attn_wgmma_paged.lua; append=true comes through to be refused by not_built with its reason).
+M.KEYS = { varlen = true, splitkv = true, dropout = true, paged = true, append = true }
 
 -- Why a spec with these keys is not built (nil when it is). (dropout at head_dim 256 is built on 32-key tiles:
 -- lib/attn_wgmma_tiles.lua; on 64 ptxas spilled 88-136 bytes.)
 function M.not_built(spec)
+  if spec.append then
+    return "append=true (the FA2 kernel writes the new keys into the pages and reads them back in one launch; path=wgmma's producer reads the cache only)"
+  end
+  if spec.paged and spec.head_dim == 256 and (spec.window or spec.softcap or spec.dropout) then
+    return "paged=true at head_dim 256 with window, softcap or dropout (those take 32-key tiles, lib/attn_wgmma_tiles.lua; the pages' producer copies 64-key tiles, and at 64 they spill)"
+  end
   return nil
 end
 
@@ -62,15 +70,16 @@ function M.params(spec, params)
       elseif prm[1] ~= "o" and not prm[1]:match("^stride_o") then out[#out + 1] = prm end
     end
     out[#out + 1] = { "splits", "i32" }
-    return out
+    return wpaged.params(spec, out)
   end
-  return dropout.params(spec, varlen.params(spec, params, true, true))
+  return wpaged.params(spec, dropout.params(spec, varlen.params(spec, params, true, true)))
 end
 
 -- The parameters as the body reads them: with varlen, sequence ctaid.z's lengths and first rows (the block
 -- leaves at once when its first query row is past the sequence's end: before any barrier); with split-KV the
 -- block's query block (qblock; nil otherwise: ctaid.x) and split.
 function M.bind(b, spec, p, rows_per_block)
+  wpaged.setup(b, spec, p) -- (paged=true: p.seq_k the batch entry's key count)
   if spec.splitkv then
     local x = b:ctaid("x")
     p.qblock, p.split = x // p.splits, x % p.splits
@@ -123,6 +132,7 @@ end
 -- The launch's split-KV geometry: grid x = query blocks x splits (attention.lua's launch made the rest:
 -- ws, splits, attention_combine after).
 function M.launch(spec, cfg, l)
+  wpaged.launch(spec, l)
   if spec.splitkv then
     l.problem = { string.format("splits*cdiv(seq_q,%d)", cfg.rows_per_block), "heads_q", "batch" }
   end

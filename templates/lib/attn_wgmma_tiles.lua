@@ -42,6 +42,9 @@ function M.shape(spec)
   -- the per-row window bounds, tanh's values or the Philox words room beside O's 128 f32; with 64 ptxas spilled
   -- 4-60 bytes (window, softcap) and 88-136 (dropout)
   if spec.head_dim == 256 and (spec.window or spec.softcap or spec.dropout) then bn = 32 end
+  -- paged=true: 64 keys a tile (lib/attn_wgmma_paged.lua's producer copies 64-key tiles; d256 with window, softcap
+  -- or dropout, which need 32, is refused in lib/attn_wgmma_keys.lua)
+  if spec.paged then bn = 64 end
   return { nc = sh.nc, bn = bn, dec = sh.dec, inc = sh.inc }
 end
 
