@@ -290,8 +290,6 @@ static kiln_status build_optimized(kiln_gen *g, const char *spec_text, int sm, L
     }
 done:
     lua_settop(L, top);
-    lua_pushnil(L);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.current");
     return st;
 }
 

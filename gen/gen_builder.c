@@ -21,32 +21,58 @@ static const char *kind_names[] = {"pred", "i32", "i64", "f32", "f16", "bf16", "
 
 const char *gen_kind_name(int kind) { return kind_names[kind]; }
 
+/* What every primitive looks up, kept where a Lua state finds it without a lookup by name: the
+ * builder of the kernel being built and the value metatable (its address, and a registry reference
+ * to push it). A pointer to it lies in the state's extra space (a coroutine copies its creator's),
+ * set by register_types on every gen_builder_push. luaL_testudata,
+ * luaL_setmetatable and the registry's string keys cost ~2 % of a kernel's generation instructions. */
+typedef struct gen_state {
+    gen_builder *current; /* between gen_builder_push and gen_builder_finish */
+    const void *value_mt, *builder_mt;
+    int value_ref;
+} gen_state;
+
+static gen_state *state_of(lua_State *L) { return *(gen_state **)lua_getextraspace(L); }
+
+/* The gen_value at idx, or NULL when it is something else (luaL_testudata's test by address). */
+static gen_value *value_at(lua_State *L, int idx) {
+    void *p = lua_touserdata(L, idx);
+    if (!p || !lua_getmetatable(L, idx)) return NULL;
+    const void *mt = lua_topointer(L, -1);
+    lua_pop(L, 1);
+    return mt == state_of(L)->value_mt ? p : NULL;
+}
+
 gen_value *gen_push_value(lua_State *L, LLVMValueRef v, int kind, int elem, int as) {
     gen_value *gv = lua_newuserdatauv(L, sizeof *gv, 0);
     gv->v = v;
     gv->kind = kind;
     gv->elem = elem;
     gv->as = as;
-    luaL_setmetatable(L, VALUE_MT);
+    lua_rawgeti(L, LUA_REGISTRYINDEX, state_of(L)->value_ref);
+    lua_setmetatable(L, -2);
     return gv;
 }
 
 gen_builder *gen_current(lua_State *L) {
-    lua_getfield(L, LUA_REGISTRYINDEX, "kiln.current");
-    gen_builder *gb = lua_touserdata(L, -1);
-    lua_pop(L, 1);
+    gen_builder *gb = state_of(L)->current;
     if (!gb || !gb->fn) luaL_error(L, "no kernel is being built (call b:kernel{...} first)");
     return gb;
 }
 
 gen_builder *gen_check_builder(lua_State *L, int idx) {
-    gen_builder *gb = luaL_checkudata(L, idx, BUILDER_MT);
-    return gb;
+    void *p = lua_touserdata(L, idx);
+    if (p && lua_getmetatable(L, idx)) {
+        const void *mt = lua_topointer(L, -1);
+        lua_pop(L, 1);
+        if (mt == state_of(L)->builder_mt) return p;
+    }
+    return luaL_checkudata(L, idx, BUILDER_MT); /* raises the error naming the argument */
 }
 
 /* A value argument; Lua numbers become constants of kind `like` (or f32/i32 by form). */
 gen_value gen_arg(lua_State *L, int idx, int like) {
-    gen_value *p = luaL_testudata(L, idx, VALUE_MT);
+    gen_value *p = value_at(L, idx);
     if (p) return *p;
     gen_builder *gb = gen_current(L);
     gen_value c = {0};
@@ -76,7 +102,7 @@ static gen_value arg_kind(lua_State *L, int idx, int kind) {
 
 /* Two operands of one kind (numbers follow the other operand). */
 static int pair(lua_State *L, int i, int j, gen_value *a, gen_value *b) {
-    gen_value *pa = luaL_testudata(L, i, VALUE_MT), *pb = luaL_testudata(L, j, VALUE_MT);
+    gen_value *pa = value_at(L, i), *pb = value_at(L, j);
     int like = pa ? pa->kind : pb ? pb->kind : -1;
     *a = gen_arg(L, i, like);
     *b = gen_arg(L, j, like);
@@ -90,7 +116,7 @@ static int pair(lua_State *L, int i, int j, gen_value *a, gen_value *b) {
 enum { OP_ADD, OP_SUB, OP_MUL, OP_DIV, OP_REM, OP_AND, OP_OR, OP_XOR, OP_SHL, OP_SHR };
 
 static int binop(lua_State *L, int op, int i, int j) {
-    gen_value *pa = luaL_testudata(L, i, VALUE_MT);
+    gen_value *pa = value_at(L, i);
     if (pa && pa->kind == GEN_PTR && (op == OP_ADD || op == OP_SUB)) {
         gen_builder *gb = gen_current(L);
         gen_value idx = gen_arg(L, j, GEN_I64);
@@ -421,10 +447,26 @@ static const luaL_Reg builder_methods[] = {
     {NULL, NULL}};
 
 static void register_types(lua_State *L) {
+    /* once per Lua state, kept by the registry; the extra space (which Lua leaves uninitialized) is
+     * set from it here, before any primitive can run */
+    gen_state *gs = NULL;
+    if (lua_getfield(L, LUA_REGISTRYINDEX, "kiln.state") == LUA_TUSERDATA) gs = lua_touserdata(L, -1);
+    lua_pop(L, 1);
+    if (!gs) {
+        gs = lua_newuserdatauv(L, sizeof *gs, 0);
+        memset(gs, 0, sizeof *gs);
+        lua_setfield(L, LUA_REGISTRYINDEX, "kiln.state");
+    }
+    *(gen_state **)lua_getextraspace(L) = gs;
     if (luaL_newmetatable(L, VALUE_MT)) {
         luaL_setfuncs(L, value_meta, 0);
         luaL_newlib(L, value_methods);
         lua_setfield(L, -2, "__index");
+    }
+    if (!gs->value_mt) {
+        gs->value_mt = lua_topointer(L, -1);
+        lua_pushvalue(L, -1);
+        gs->value_ref = luaL_ref(L, LUA_REGISTRYINDEX);
     }
     lua_pop(L, 1);
     if (luaL_newmetatable(L, BUILDER_MT)) {
@@ -437,6 +479,7 @@ static void register_types(lua_State *L) {
         gen_register_hopper(L);  /* gen_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma sync */
         lua_setfield(L, -2, "__index");
     }
+    gs->builder_mt = lua_topointer(L, -1);
     lua_pop(L, 1);
     gen_register_vars(L);
 }
@@ -465,8 +508,7 @@ gen_builder *gen_builder_push(lua_State *L, LLVMContextRef ctx, LLVMModuleRef mo
     gb->ptr_shared = LLVMPointerTypeInContext(ctx, GEN_AS_SHARED);
     gb->b = LLVMCreateBuilderInContext(ctx);
     luaL_setmetatable(L, BUILDER_MT);
-    lua_pushlightuserdata(L, gb);
-    lua_setfield(L, LUA_REGISTRYINDEX, "kiln.current");
+    state_of(L)->current = gb;
     return gb;
 }
 
@@ -479,6 +521,7 @@ kiln_status gen_builder_finish(gen_builder *gb, unsigned *static_smem, int *ptx_
     *ptx_needed = gb->ptx_needed;
     if (gb->b) LLVMDisposeBuilder(gb->b);
     gb->b = NULL;
+    if (state_of(gb->L)->current == gb) state_of(gb->L)->current = NULL;
     return st;
 }
 

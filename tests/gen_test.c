@@ -267,6 +267,54 @@ static void test_template_errors(void) {
     rmdir(dir);
 }
 
+/* The builder's argument checks (gen_builder.c value_at, gen_check_builder, gen_current, which find
+ * the value metatable and the current builder through the Lua state's extra space): a userdata of
+ * another type is no value, a value is no builder, and a value kept from a finished build names
+ * the problem instead of reaching a disposed LLVM builder. */
+static void test_value_checks(void) {
+    char dir[] = "/tmp/kiln-gen-test-XXXXXX";
+    if (!mkdtemp(dir)) return;
+    char path[256];
+    snprintf(path, sizeof path, "%s/args.lua", dir);
+    FILE *f = fopen(path, "w");
+    fputs("local K = { params = { { name = 'case', type = 'int', default = 1, min = 1, max = 4 } } }\n"
+          "function K.config(spec, t)\n"
+          "  if spec.case == 4 then local w = KEPT + 1 end\n"
+          "  return { block = 32, grid_tile = 1 }\n"
+          "end\n"
+          "function K.build(b, spec, cfg)\n"
+          "  local p = b:kernel{ params = { { 'x', 'ptr', 'f32' } } }\n"
+          "  local v = b:load(p.x)\n"
+          "  if spec.case == 1 then v = b:max(v, io.stdout) end\n"
+          "  if spec.case == 2 then v = b.tid(v) end\n"
+          "  KEPT = v\n"
+          "  b:store(p.x, b:max(v, 1.0))\n"
+          "end\nreturn K\n",
+          f);
+    fclose(f);
+    kiln_gen_options o = {.template_dir = dir};
+    kiln_gen *g2;
+    kiln_error err = {0};
+    kiln_module *m = NULL;
+    TEST_BEGIN("builder arguments: foreign userdata, a value for the builder, a value from a finished build");
+    CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
+    CHECK(kiln_generate(g2, "args case=1", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
+    CHECK(strstr(err.msg, "bad argument #3: expected a kiln value or number, got userdata") != NULL, "message: %s", err.msg);
+    CHECK(kiln_generate(g2, "args case=2", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
+    CHECK(strstr(err.msg, "kiln.builder expected, got kiln.value") != NULL, "message: %s", err.msg);
+    CHECK(kiln_generate(g2, "args case=3", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    kiln_module_free(m);
+    CHECK(kiln_generate(g2, "args case=4", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
+    CHECK(strstr(err.msg, "no kernel is being built") != NULL, "message: %s", err.msg);
+    /* and the generator still builds */
+    CHECK(kiln_generate(g2, "args case=3", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
+    kiln_module_free(m);
+    kiln_gen_destroy(g2);
+    TEST_END();
+    unlink(path);
+    rmdir(dir);
+}
+
 /* The family registry (docs/registry.md): launch() reaches the meta block, a kernel parameter it
  * leaves out is a generation error, and K.variants / K.bundle expand as declared. */
 static void test_registry(void) {
@@ -508,6 +556,7 @@ int main(void) {
     test_conversions();
     test_target_table();
     test_template_errors();
+    test_value_checks();
     test_registry();
     test_unknown_intrinsic();
     test_intrinsic_cache();
