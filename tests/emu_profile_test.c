@@ -5,7 +5,7 @@
 
 #include "check.h"
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 

@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"

@@ -6,7 +6,7 @@
 
 #include "gen.h"
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "rt.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
