@@ -446,13 +446,8 @@ kiln_status kiln_template_source(kiln_gen *g, const char *family, const char **s
     return gen_lua_template_source(g->lua, family, src, len, err);
 }
 
-int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t size) {
-    char hidden[24];
-    if (s->hidden > 0) snprintf(hidden, sizeof hidden, "%d", s->hidden);
-    else snprintf(hidden, sizeof hidden, "launch");
-    return snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s", kiln_dtype_name(s->x),
-                    kiln_dtype_name(s->w), kiln_dtype_name(s->y), hidden, s->has_weight ? "true" : "false",
-                    s->has_bias ? "true" : "false");
+kiln_status kiln_family_examples(kiln_gen *g, const char *family, char *buf, size_t size, int *count, kiln_error *err) {
+    return gen_family_examples(g->lua, family, buf, size, count, err);
 }
 
 static char llvm_version[32];

@@ -138,16 +138,6 @@ static void test_emit_ll_and_struct(void) {
         kiln_module_free(m);
     }
     TEST_END();
-    TEST_BEGIN("spec from struct");
-    kiln_layernorm_spec s = {KILN_BF16, KILN_F32, KILN_F16, 4096, 1, 0};
-    char text[256], c[KILN_SPEC_MAX];
-    kiln_layernorm_spec_string(&s, text, sizeof text);
-    CHECK(kiln_canonical_spec(gen, text, c, sizeof c, &err) == KILN_OK, "%s", err.msg);
-    CHECK(!strcmp(c, "layernorm x=bf16 w=f32 y=f16 hidden=4096 weight=true bias=false"), "got '%s'", c);
-    s.hidden = 0;
-    kiln_layernorm_spec_string(&s, text, sizeof text);
-    CHECK(strstr(text, "hidden=launch") != NULL, "hidden 0 means launch: '%s'", text);
-    TEST_END();
 }
 
 /* Packed conversions only where the target table says they exist. */
@@ -319,6 +309,7 @@ static void test_registry(void) {
           "end\n"
           "K.variants = { { { 'a=1', 'a=2 b=3' }, 'c=4' }, { 'd=5', full = true }, { 'e=6', quick = true, sms = { 80 } } }\n"
           "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' } }\n"
+          "K.examples = { 'leave=true --sm 80 --rows 4', '--sm 75' }\n"
           "return K\n", f);
     fclose(f);
     /* a K.bundle.extra longer than kiln_bundle_matrix.extra holds (300 lines of 17 bytes) */
@@ -328,6 +319,7 @@ static void test_registry(void) {
     fputs("local K = { params = { { name = 'leave', type = 'bool', default = false } } }\n"
           "K.bundle = { extra = {} }\n"
           "for i = 1, 300 do K.bundle.extra[i] = 'leave=true' end\n"
+          "K.examples = { 'leave=true' }\n"
           "return K\n", f);
     fclose(f);
     kiln_gen_options o = {.template_dir = dir};
@@ -360,6 +352,15 @@ static void test_registry(void) {
     CHECK(kiln_family_bundle(g2, "longx", &bm, &err) == KILN_EGEN &&
               strstr(err.msg, "templates/longx.lua: K.bundle.extra needs more than the 4096 bytes"),
           "a long extra: %s", err.msg);
+    TEST_END();
+    TEST_BEGIN("K.examples: FAMILY then each example, a line each; one without --sm is an error naming it");
+    CHECK(kiln_family_examples(g2, "reg", buf, sizeof buf, &count, &err) == KILN_OK, "%s", err.msg);
+    CHECK(count == 2 && !strcmp(buf, "reg leave=true --sm 80 --rows 4\nreg --sm 75\n"), "examples: %d %s", count, buf);
+    CHECK(kiln_family_examples(g2, "reg", NULL, 0, &count, &err) == KILN_OK && count == 2, "measure: %d", count);
+    CHECK(kiln_family_examples(g2, "reg", buf, 8, &count, &err) == KILN_EINVAL, "small buffer");
+    CHECK(kiln_family_examples(g2, "longx", buf, sizeof buf, &count, &err) == KILN_EGEN &&
+              strstr(err.msg, "templates/longx.lua: K.examples[1] must be a string"), "no --sm: %s", err.msg);
+    CHECK(kiln_family_examples(g2, "nosuch", buf, sizeof buf, &count, &err) != KILN_OK, "unknown family");
     kiln_gen_destroy(g2);
     unlink(lpath);
     TEST_END();

@@ -109,7 +109,7 @@ void kiln_rt_get_stats(kiln_rt *rt, kiln_rt_stats *out);
 /* ---- kernels ---- */
 
 /*
- * The kernel for spec (e.g. "layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true")
+ * The kernel for spec ("FAMILY key=value ...": `kiln list` shows each family's keys and examples)
  * on this device: from memory, else a loaded bundle, else the disk cache, else the generator
  * (when libkiln is linked; see kiln_rt_use_generator). Thread-safe; many threads asking for
  * one spec generate it once. Without a generator, the spec must name every parameter (keys in

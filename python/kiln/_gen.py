@@ -47,9 +47,11 @@ def _generator(template_dir=None):
 
 
 def _spec_text(spec, params):
-    """A spec string from text and/or keyword parameters: ("layernorm", x="bf16") -> "layernorm x=bf16"."""
+    """A spec string from text and/or keyword parameters: ("FAMILY", k="v") -> "FAMILY k=v"."""
     if not isinstance(spec, str):
-        raise KilnSpecError("spec must be a string such as 'layernorm x=bf16 hidden=4096', got %r" % (spec,))
+        ex = examples()
+        raise KilnSpecError("spec must be a string \"FAMILY key=value ...\"%s, got %r" % (
+            " such as %r" % ex[0][0] if ex else "", spec))
     words = [spec.strip()]
     for k, v in params.items():
         if isinstance(v, bool):
@@ -127,8 +129,9 @@ class GeneratedKernel:
 
 
 def generate(spec, sm, emit="ptx", template_dir=None, **params):
-    """Generates one kernel. ``kiln.generate("layernorm x=bf16 w=f32 y=bf16 hidden=4096", sm=75)`` or
-    ``kiln.generate("layernorm", 75, x="bf16", hidden=4096)``. emit: "ptx" (default) or "ll"."""
+    """Generates one kernel: ``kiln.generate("FAMILY key=value ...", sm=75)`` or ``kiln.generate("FAMILY", 75,
+    key=value, ...)`` (``kiln.examples()`` and `kiln list` show each family's examples). emit: "ptx" (default)
+    or "ll"."""
     kinds = {"ptx": 0, "ll": 1}
     if emit not in kinds:
         raise KilnSpecError("bad emit %r; valid: ptx, ll" % (emit,))
@@ -204,6 +207,44 @@ def describe():
             continue
         _lib.check(st, err)
         return buf.value.decode()
+
+
+def examples(family=None):
+    """The runnable examples the templates declare (K.examples), as `kiln list` shows them: a list of (spec, sm,
+    `kiln run` options) with spec "FAMILY key=value ...", every family's (in `kiln list`'s order) or family's."""
+    g = _generator()
+    size = 1 << 14
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        err = _lib.Error()
+        st = g._lib.kiln_family_examples(g.ptr, family.encode() if family else None, buf, size, None, ctypes.byref(err))
+        if st == 1 and "needs" in err.msg.decode() and size < (1 << 24):
+            size *= 4
+            continue
+        _lib.check(st, err)
+        break
+    out = []
+    for line in buf.value.decode().splitlines():
+        spec, _, rest = line.partition(" --sm ")
+        sm, _, opts = rest.partition(" ")
+        out.append((spec, sm, opts))
+    return out
+
+
+def bundle_matrix(family):
+    """What `kiln bundle`'s default set takes of family (its template's K.bundle, as the C tool reads it): None
+    when the family declares none, else {"dtype_keys": [...], "shape_key", "default_shapes", "kernels": [...],
+    "extra": [whole specs]}."""
+    g = _generator()
+    m = _lib.BundleMatrix()
+    err = _lib.Error()
+    _lib.check(g._lib.kiln_family_bundle(g.ptr, family.encode(), ctypes.byref(m), ctypes.byref(err)), err)
+    if not m.declared:
+        return None
+    split = lambda b, sep: [w for w in b.decode().split(sep) if w]  # noqa: E731
+    return {"dtype_keys": split(m.dtype_keys, ","), "shape_key": m.shape_key.decode(),
+            "default_shapes": m.default_shapes.decode(), "kernels": split(m.kernels, ","),
+            "extra": split(m.extra, "\n")}
 
 
 def families():
