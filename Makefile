@@ -187,7 +187,7 @@ FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
                 -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Itemplates -Iruntime -I$(O)/runtime -Igen -Iemu \
                 $(LLVM_CFLAGS) $(LUA_CFLAGS)
-FUZZ_SRCS_spec   := gen/gen_spec.c templates/layernorm.ref.c emu/emu_half.c templates/attention.ref.c
+FUZZ_SRCS_spec   := gen/gen_spec.c emu/emu_half.c templates/attention.ref.c
 FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
 FUZZ_SRCS_bundle :=
 FUZZ_SRCS_meta   :=

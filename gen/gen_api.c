@@ -425,6 +425,21 @@ kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, s
     return KILN_OK;
 }
 
+kiln_status kiln_spec_value(kiln_gen *g, const char *spec_text, const char *key, char *buf, size_t size, kiln_error *err) {
+    char canon[KILN_SPEC_MAX];
+    gen_spec spec;
+    kiln_status st = kiln_canonical_spec(g, spec_text, canon, sizeof canon, err);
+    if (st == KILN_OK) st = gen_spec_parse(canon, &spec, err);
+    if (st != KILN_OK) return st;
+    for (int i = 0; i < spec.nkeys; i++)
+        if (!strcmp(spec.keys[i], key)) {
+            if ((size_t)snprintf(buf, size, "%s", spec.values[i]) >= size)
+                return kiln_fail(err, KILN_EINVAL, "buffer too small for the value of '%s'", key);
+            return KILN_OK;
+        }
+    return kiln_fail(err, KILN_EINVAL, "%s has no key '%s' (kiln list shows its keys)", spec.family, key);
+}
+
 kiln_status kiln_describe(kiln_gen *g, char *buf, size_t size, kiln_error *err) {
     return gen_spec_describe(g->lua, buf, size, err);
 }

@@ -138,6 +138,18 @@ static void test_emit_ll_and_struct(void) {
         kiln_module_free(m);
     }
     TEST_END();
+    TEST_BEGIN("kiln_spec_value: the resolved spec's value, defaults filled in; a key the family lacks named");
+    char v[64];
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16 hidden=100", "w", v, sizeof v, &err) == KILN_OK && !strcmp(v, "bf16"),
+          "w follows x: %s %s", v, err.msg);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16 hidden=100", "hidden", v, sizeof v, &err) == KILN_OK && !strcmp(v, "100"),
+          "hidden: %s", v);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "bias", v, sizeof v, &err) == KILN_OK && !strcmp(v, "true"), "bias: %s", v);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "dy", v, sizeof v, &err) == KILN_EINVAL &&
+              strstr(err.msg, "layernorm has no key 'dy'"), "no such key: %s", err.msg);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "x", v, 3, &err) == KILN_EINVAL, "small buffer");
+    CHECK(kiln_spec_value(gen, "layernorm x=f99", "x", v, sizeof v, &err) != KILN_OK && strstr(err.msg, "f99"), "bad spec: %s", err.msg);
+    TEST_END();
 }
 
 /* Packed conversions only where the target table says they exist. */

@@ -84,6 +84,10 @@ void kiln_module_free(kiln_module *m);
 kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size_t size,
                                 kiln_error *err);
 
+/* The value of key in spec as the generator resolves it (the canonical spec's: defaults filled in), for
+ * callers that need one fact of a spec ("hidden", a dtype key); KILN_EINVAL when the family has no such key. */
+kiln_status kiln_spec_value(kiln_gen *gen, const char *spec, const char *key, char *buf, size_t size, kiln_error *err);
+
 /* Whether the family's template takes a path specific to the arch-specific target sm (sm_90a: wgmma,
  * setmaxnreg) for spec: its config(spec, target) returns arch_specific = true. *out is 0 for a plain
  * target. The runtime asks before it generates for sm_90a; a spec without such a path gets sm_90 PTX,
@@ -91,12 +95,6 @@ kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size
  * say arch_specific fails, naming the primitive (docs/runtime.md). */
 kiln_status kiln_arch_specific(kiln_gen *gen, const char *spec, int sm, int *out, kiln_error *err);
 
-/* Typed form of a LayerNorm spec: the typed emulator harness' (include/kiln/emu.h kiln_ln_*). */
-typedef struct kiln_layernorm_spec {
-    kiln_dtype x, w, y; /* input, weight/bias, output */
-    int hidden;         /* > 0: fixed at generation time; 0: passed at launch (hidden=launch) */
-    int has_weight, has_bias;
-} kiln_layernorm_spec;
 
 /* The targets: kiln_targets() and the SM table in kiln/target.h. */
 
