@@ -57,7 +57,7 @@ endif
 
 WERROR   := $(if $(CI),-Werror,)
 CFLAGS   ?= -O2 -g
-CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -MMD -MP
+CFLAGS   += -std=c11 -D_GNU_SOURCE -Wall -Wextra $(WERROR) -fPIC $(SANFLAGS) -Iinclude -Itemplates -MMD -MP
 LDFLAGS  += $(SANFLAGS)
 CXX      ?= c++
 CXXFLAGS ?= -O2 -g
@@ -185,9 +185,9 @@ HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
 FUZZ_NAMES   := spec ptx bundle meta disk bin
 FUZZERS      := $(FUZZ_NAMES:%=build/fuzz/fuzz_%)
 FUZZ_CFLAGS  := -g -O1 -std=c11 -D_GNU_SOURCE -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Iruntime -I$(O)/runtime -Igen -Iemu \
+                -fno-omit-frame-pointer -ffunction-sections -fdata-sections -Iinclude -Itemplates -Iruntime -I$(O)/runtime -Igen -Iemu \
                 $(LLVM_CFLAGS) $(LUA_CFLAGS)
-FUZZ_SRCS_spec   := gen/gen_spec.c templates/layernorm.ref.c emu/emu_half.c templates/attention.ref.c
+FUZZ_SRCS_spec   := gen/gen_spec.c emu/emu_half.c templates/attention.ref.c
 FUZZ_SRCS_ptx    := gen/gen_lint.c gen/gen_lint_table.c gen/gen_ptx_reader.c gen/gen_target.c
 FUZZ_SRCS_bundle :=
 FUZZ_SRCS_meta   :=
@@ -200,7 +200,7 @@ endif
 .SECONDEXPANSION:
 FUZZ_OBJ := build/fuzz/obj
 .PRECIOUS: $(FUZZ_OBJ)/%.o
-build/fuzz/obj/%.o: %.c $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h)
+build/fuzz/obj/%.o: %.c $(wildcard runtime/*.h gen/*.h emu/*.h include/kiln/*.h templates/*.h)
 	@mkdir -p $(dir $@)
 	$(FUZZ_CC) $(FUZZ_CFLAGS) -c $< -o $@
 # The instrumented objects come first; lib/libkiln.a only supplies what they reference beyond

@@ -380,6 +380,21 @@ const gen_spec *emu_case_spec(const struct kiln_case *c);
 
 /* ---- templates/lib/norm.ref.c: the norm families' case hooks (kiln/emu_case.h), shared by their
  * descriptors in templates/<family>.ref.c ---- */
+typedef enum kiln_norm_family { KILN_NORM_LN = 0, KILN_NORM_RMS, KILN_NORM_LN_BWD, KILN_NORM_RMS_BWD } kiln_norm_family;
+
+/* A norm spec as the templates read it (keys left out take the templates' defaults). */
+typedef struct kiln_norm_spec {
+    kiln_norm_family family;
+    kiln_dtype x, w, y, dy, dx, r; /* y: forward output; dy/dx: backward; r: residual stream */
+    int hidden;                    /* 0: hidden=launch */
+    int weight, bias, residual;
+    int offset;                    /* 1: zero-centered weights, the norm multiplies by 1 + w */
+} kiln_norm_spec;
+
+/* Reads a norm family's resolved spec (a kernel's meta): the family from its keys (a backward has dy,
+ * LayerNorm has bias), dtypes, hidden, weight, bias, residual, offset. */
+kiln_status kiln_norm_spec_parse(const char *spec, kiln_norm_spec *s, kiln_error *err);
+int kiln_norm_is_backward(const kiln_norm_spec *s);
 struct kiln_case_output;
 struct kiln_case_opts;
 kiln_status emu_norm_case_create(struct kiln_case *c, kiln_error *err);

@@ -137,6 +137,7 @@ kiln_status gen_launch_covers(const kiln_kernel_meta *m, kiln_error *err);
 kiln_status gen_family_variants(gen_lua *gl, const char *family, int full, int sm, char *buf, size_t size,
                                 int *count, kiln_error *err);
 kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matrix *out, kiln_error *err);
+kiln_status gen_family_examples(gen_lua *gl, const char *family, char *buf, size_t size, int *count, kiln_error *err);
 
 /* ---- gen_spec.c: spec strings, checked against the parameters a template declares ---- */
 #define GEN_SPEC_MAX_KEYS 32

@@ -423,6 +423,21 @@ kiln_status kiln_canonical_spec(kiln_gen *g, const char *spec_text, char *buf, s
     return KILN_OK;
 }
 
+kiln_status kiln_spec_value(kiln_gen *g, const char *spec_text, const char *key, char *buf, size_t size, kiln_error *err) {
+    char canon[KILN_SPEC_MAX];
+    gen_spec spec;
+    kiln_status st = kiln_canonical_spec(g, spec_text, canon, sizeof canon, err);
+    if (st == KILN_OK) st = gen_spec_parse(canon, &spec, err);
+    if (st != KILN_OK) return st;
+    for (int i = 0; i < spec.nkeys; i++)
+        if (!strcmp(spec.keys[i], key)) {
+            if ((size_t)snprintf(buf, size, "%s", spec.values[i]) >= size)
+                return kiln_fail(err, KILN_EINVAL, "buffer too small for the value of '%s'", key);
+            return KILN_OK;
+        }
+    return kiln_fail(err, KILN_EINVAL, "%s has no key '%s' (kiln list shows its keys)", spec.family, key);
+}
+
 kiln_status kiln_describe(kiln_gen *g, char *buf, size_t size, kiln_error *err) {
     return gen_spec_describe(g->lua, buf, size, err);
 }
@@ -444,13 +459,8 @@ kiln_status kiln_template_source(kiln_gen *g, const char *family, const char **s
     return gen_lua_template_source(g->lua, family, src, len, err);
 }
 
-int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t size) {
-    char hidden[24];
-    if (s->hidden > 0) snprintf(hidden, sizeof hidden, "%d", s->hidden);
-    else snprintf(hidden, sizeof hidden, "launch");
-    return snprintf(buf, size, "layernorm x=%s w=%s y=%s hidden=%s weight=%s bias=%s", kiln_dtype_name(s->x),
-                    kiln_dtype_name(s->w), kiln_dtype_name(s->y), hidden, s->has_weight ? "true" : "false",
-                    s->has_bias ? "true" : "false");
+kiln_status kiln_family_examples(kiln_gen *g, const char *family, char *buf, size_t size, int *count, kiln_error *err) {
+    return gen_family_examples(g->lua, family, buf, size, count, err);
 }
 
 static char llvm_version[32];

@@ -416,6 +416,49 @@ kiln_status gen_family_bundle(gen_lua *gl, const char *family, kiln_bundle_matri
     return KILN_OK;
 }
 
+/* The runnable examples a family's template declares (K.examples: "key=value... --sm N [kiln run options]"
+ * each), appended as "FAMILY ...\n" lines to o. */
+static kiln_status family_examples(gen_lua *gl, const char *family, out_buf *o, kiln_error *err) {
+    lua_State *L = gen_lua_state(gl);
+    int top = lua_gettop(L);
+    kiln_status st = gen_lua_push_family(gl, family, err);
+    if (st != KILN_OK) return st;
+    if (lua_getfield(L, -1, "examples") == LUA_TTABLE)
+        for (lua_Integer i = 1, n = luaL_len(L, -1); i <= n; i++) {
+            lua_geti(L, -1, i);
+            const char *ex = lua_tostring(L, -1);
+            if (!ex || !strstr(ex, "--sm ")) {
+                lua_settop(L, top);
+                return kiln_fail(err, KILN_EGEN, "templates/%s.lua: K.examples[%lld] must be a string \"key=value... --sm N "
+                                 "[kiln run options]\"", family, (long long)i);
+            }
+            size_t at = o->used < o->size ? o->used : o->size;
+            o->used += (size_t)snprintf(o->buf ? o->buf + at : NULL, o->buf ? o->size - at : 0, "%s %s\n", family, ex);
+            o->count++;
+            lua_pop(L, 1);
+        }
+    lua_settop(L, top);
+    return KILN_OK;
+}
+
+kiln_status gen_family_examples(gen_lua *gl, const char *family, char *buf, size_t size, int *count, kiln_error *err) {
+    out_buf o = {buf, size, 0, 0};
+    if (buf && size) buf[0] = 0;
+    kiln_status st = KILN_OK;
+    if (family) {
+        st = family_examples(gl, family, &o, err);
+    } else {
+        char names[64][KILN_NAME_MAX];
+        for (int f = 0, nf = gen_lua_families(gl, names, 64); f < nf && st == KILN_OK; f++)
+            st = family_examples(gl, names[f], &o, err);
+    }
+    if (st != KILN_OK) return st;
+    if (count) *count = o.count;
+    if (buf && o.used >= size)
+        return kiln_fail(err, KILN_EINVAL, "the example list needs %zu bytes, the buffer has %zu", o.used + 1, size);
+    return KILN_OK;
+}
+
 /* Whether the launch text has a line "KEY NAME ..." */
 static int declares(const char *launch, const char *key, const char *name) {
     size_t kl = strlen(key), nl = strlen(name);

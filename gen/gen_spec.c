@@ -311,6 +311,13 @@ kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *e
             OUT("  %-13s %-5s default %-12s %s; one of: %s\n", name, type, shown, pdoc, allowed);
             lua_pop(L, 1);
         }
+        lua_pop(L, 1);
+        if (lua_getfield(L, -1, "examples") == LUA_TTABLE) /* K.examples: runnable, `kiln run` options included */
+            for (lua_Integer i = 1, ne = luaL_len(L, -1); i <= ne; i++) {
+                lua_geti(L, -1, i);
+                if (lua_isstring(L, -1)) OUT("  example: kiln run %s %s\n", names[f], lua_tostring(L, -1));
+                lua_pop(L, 1);
+            }
         lua_pop(L, 2);
     }
 #undef OUT

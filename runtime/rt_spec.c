@@ -39,7 +39,7 @@ kiln_status rt_spec_normalize(const char *spec, char *out, size_t size, kiln_err
     int n = spec ? split(spec, t, MAX_TOKENS) : 0;
     if (n <= 0) return kiln_fail(err, KILN_EINVAL, n < 0 ? "spec has too many parameters" : "empty kernel spec");
     if (memchr(t[0].p, '=', t[0].len))
-        return kiln_fail(err, KILN_EINVAL, "spec '%s' must start with a family name (e.g. 'layernorm')", spec);
+        return kiln_fail(err, KILN_EINVAL, "spec '%s' must start with a family name ('kiln list' shows them)", spec);
     for (int i = 1; i < n; i++) {
         const char *eq = memchr(t[i].p, '=', t[i].len);
         if (!eq || eq == t[i].p || eq == t[i].p + t[i].len - 1)

@@ -1417,4 +1417,11 @@ K.bundle = { dtypes = { "dtype", "out" }, shape = "head_dim", shapes = { 64, 128
                "dtype=bf16 head_dim=128 causal=true alibi=true path=wgmma", "dtype=bf16 head_dim=128 causal=true dropout=true path=wgmma",
                "dtype=f16 head_dim=128 causal=true varlen=true path=wgmma", "dtype=bf16 head_dim=128 causal=true varlen=true path=wgmma" } } }
 
+-- Runnable examples (`kiln list`, the CLI's usage texts): the spec's keys, the SM, then `kiln run`'s options
+K.examples = { "dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1",
+               "dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16",
+               "dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30",
+               "dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7",
+               "dtype=f16 head_dim=32 causal=true varlen=true --sm 80 --varlen 0,1,37,300 --heads 4:2" }
+
 return K

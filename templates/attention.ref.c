@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 
 static const char *tensor_names[4] = {"q", "k", "v", "o"};

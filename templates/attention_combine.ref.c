@@ -4,7 +4,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 
 /*

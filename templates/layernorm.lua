@@ -93,5 +93,7 @@ K.variants = norm.matrix_rows({
     { "weight=false", "bias=false", "weight=false bias=false" } },
 })
 K.bundle = { dtypes = { "x", "w", "y" }, shape = "hidden", shapes = { "launch" } }
+-- Runnable examples (`kiln list`, the CLI's usage texts): the spec's keys, the SM, then `kiln run`'s options
+K.examples = { "x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64" }
 
 return K

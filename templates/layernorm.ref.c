@@ -7,9 +7,49 @@
 #include "emu.h"
 #include "kiln/emu_case.h"
 
+/* The resolved spec's facts this reference reads (the generator checked the spec). */
+typedef struct kiln_layernorm_spec {
+    kiln_dtype x, w, y; /* input, weight/bias, output */
+    int hidden;         /* > 0: fixed at generation time; 0: passed at launch (hidden=launch) */
+    int has_weight, has_bias;
+} kiln_layernorm_spec;
+
+/* A LayerNorm problem: inputs in their dtypes, outputs as the kernel writes them, and the
+ * float64 reference. Buffers end at a guard page, so reads past the end fault. */
+typedef struct kiln_ln_data {
+    kiln_layernorm_spec spec;
+    int rows, hidden;
+    float eps;
+    void *x, *w, *b;   /* w, b NULL when the spec has none */
+    void *y;           /* rows x hidden in spec.y */
+    float *mean, *rstd; /* rows */
+    double *ref_y, *ref_mean, *ref_rstd;
+} kiln_ln_data;
+
+/* Allocates and fills a problem; hidden must equal spec->hidden unless that is 0. */
+static kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps,
+                                int rows, int hidden, kiln_ln_input input, uint64_t seed,
+                                kiln_error *err);
+static void kiln_ln_data_free(kiln_ln_data *d);
+
+/* Outcome of comparing the outputs with the reference; index 0 y, 1 mean, 2 rstd. */
+typedef struct kiln_ln_report {
+    double max_abs[3];   /* largest |kernel - reference| over finite values */
+    double max_rel[3];   /* largest |kernel - reference| / |reference| (reference != 0) */
+    double worst[3];     /* largest error / tolerance; above 1 fails */
+    long bad[3];         /* elements out of tolerance, unwritten, or with wrong NaN/Inf */
+    char first[3][256];  /* the first bad element of each output, described */
+} kiln_ln_report;
+
+/* Checks every output against tolerances derived from the dtypes and the shape (see
+ * templates/layernorm.ref.c for the error model). Returns the total number of bad elements. */
+static long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r);
+/* "y", "mean", "rstd" */
+static const char *kiln_ln_output_name(int i);
+
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
 
-/* The public struct first, then what only this file needs to free it. */
+/* The problem first, then what only this file needs to free it. */
 typedef struct ln_priv {
     kiln_ln_data d;
     emu_guarded bufs;
@@ -17,7 +57,7 @@ typedef struct ln_priv {
 
 static void *guarded(ln_priv *p, size_t size) { return emu_guarded_alloc(&p->bufs, size); }
 
-void kiln_ln_data_free(kiln_ln_data *d) {
+static void kiln_ln_data_free(kiln_ln_data *d) {
     if (!d) return;
     ln_priv *p = (ln_priv *)d;
     emu_guarded_free(&p->bufs);
@@ -47,7 +87,7 @@ int kiln_ln_input_parse(const char *name, kiln_ln_input *out) {
 
 /* The typed reading of a resolved layernorm spec (the generator checked it); a key it lacks reads
  * as the template's default (w and y follow x, weight and bias on). */
-kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err) {
+static kiln_status ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err) {
     gen_spec g;
     kiln_status st = gen_spec_parse(spec, &g, err);
     if (st != KILN_OK) return st;
@@ -83,7 +123,7 @@ static void reference(kiln_ln_data *d) {
     }
 }
 
-kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps, int rows,
+static kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps, int rows,
                                 int hidden, kiln_ln_input input, uint64_t seed, kiln_error *err) {
     *out = NULL;
     if (rows < 1 || hidden < 1 || (spec->hidden && spec->hidden != hidden) || (unsigned)input >= KILN_LN_INPUT_COUNT)
@@ -119,43 +159,6 @@ kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *s
     reference(d);
     *out = d;
     return KILN_OK;
-}
-
-/* ---- running ---- */
-
-kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_error *err) {
-    const kiln_kernel_meta *m = kiln_emu_kernel_meta(k);
-    void *ptrs[KILN_MAX_PARAMS];
-    int32_t ints[KILN_MAX_PARAMS];
-    float floats[KILN_MAX_PARAMS];
-    void *args[KILN_MAX_PARAMS];
-    size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors */
-    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {m->block[0], m->block[1], m->block[2]},
-                         .dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};
-    size_t n = (size_t)d->rows * (size_t)d->hidden;
-    for (int i = 0; i < m->nparams; i++) {
-        const char *name = m->params[i].name;
-        ptrs[i] = !strcmp(name, "y") ? d->y : !strcmp(name, "mean") ? (void *)d->mean
-                : !strcmp(name, "rstd") ? (void *)d->rstd : !strcmp(name, "x") ? d->x
-                : !strcmp(name, "weight") ? d->w : !strcmp(name, "bias") ? d->b : NULL;
-        bytes[i] = !strcmp(name, "y") ? n * kiln_dtype_size(d->spec.y) : !strcmp(name, "x") ? n * kiln_dtype_size(d->spec.x)
-                 : !strcmp(name, "mean") || !strcmp(name, "rstd") ? (size_t)d->rows * 4
-                 : (size_t)d->hidden * kiln_dtype_size(d->spec.w);
-        ints[i] = !strcmp(name, "rows") ? d->rows : d->hidden;
-        floats[i] = d->eps;
-        bool known = ptrs[i] || !strcmp(name, "weight") || !strcmp(name, "bias") || !strcmp(name, "rows") ||
-                     !strcmp(name, "hidden") || !strcmp(name, "eps");
-        if (!known) return kiln_fail(err, KILN_EINVAL, "kernel parameter '%s' is not a LayerNorm input or output", name);
-        args[i] = m->params[i].kind == KILN_PARAM_PTR ? (void *)&ptrs[i]
-                : m->params[i].kind == KILN_PARAM_F32 ? (void *)&floats[i] : (void *)&ints[i];
-        if (m->params[i].kind == KILN_PARAM_PTR && !ptrs[i] && i < 32) l.nullable |= 1u << i; /* weight/bias off */
-    }
-    unsigned tile = m->grid_tile[0] ? m->grid_tile[0] : 1;
-    l.grid[0] = ((unsigned)d->rows + tile - 1) / tile;
-    memset(d->y, 0xff, n * kiln_dtype_size(d->spec.y));
-    memset(d->mean, 0xff, (size_t)d->rows * 4);
-    memset(d->rstd, 0xff, (size_t)d->rows * 4);
-    return kiln_emu_run(k, &l, args, err);
 }
 
 /* ---- checks ----
@@ -217,7 +220,7 @@ static void check_row(const kiln_ln_data *d, int row, double D, checker *c) {
     }
 }
 
-long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r) {
+static long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r) {
     memset(r, 0, sizeof *r);
     int t = threads_per_row > 0 ? threads_per_row : 32;
     double D = ceil((double)d->hidden / t) + 8 + 5 + t / 32.0;
@@ -231,7 +234,7 @@ long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r
     return c.total;
 }
 
-const char *kiln_ln_output_name(int i) {
+static const char *kiln_ln_output_name(int i) {
     static const char *const names[3] = {"y", "mean", "rstd"};
     return i >= 0 && i < 3 ? names[i] : NULL;
 }
@@ -258,7 +261,7 @@ static kiln_status case_create(kiln_case *c, kiln_error *err) {
     kiln_layernorm_spec spec;
     int rows, hidden;
     kiln_ln_data *d = NULL;
-    kiln_status st = kiln_ln_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, &spec, err);
+    kiln_status st = ln_spec_parse(kiln_emu_kernel_meta(kiln_case_kernel(c))->spec, &spec, err);
     if (st == KILN_OK) st = emu_norm_case_shape(c, &rows, &hidden, err);
     if (st == KILN_OK) st = kiln_ln_data_create(&d, &spec, emu_norm_case_eps(c), rows, hidden, o->input, o->seed, err);
     if (st == KILN_OK && o->scale != 1) /* the draw times scale (rows of |x| ~ 1e30), as the norm families' */

@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/kiln.h"
 
 typedef struct path {

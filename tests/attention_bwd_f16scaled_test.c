@@ -12,7 +12,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 

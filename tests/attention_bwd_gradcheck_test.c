@@ -11,7 +11,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/kiln.h"
 
 static uint64_t rng = 0x243f6a8885a308d3ull;

@@ -9,7 +9,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "emu.h" /* emu_attn_visible: the reference's mask rule */

@@ -11,7 +11,7 @@
 #include <time.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/kiln.h"
 
 typedef struct path {

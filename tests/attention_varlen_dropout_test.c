@@ -7,7 +7,7 @@
 
 #include "check.h"
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 

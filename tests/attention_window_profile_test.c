@@ -10,7 +10,7 @@
 #include <string.h>
 
 #include "check.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 

@@ -54,6 +54,13 @@ for c in emit list bundle bundle-info lint run; do expect "$c --help" 0 "usage: 
 expect "run --help: required" 0 "required:" -- run --help
 expect "run --help: --rows" 0 "--rows R      rows (1..1048576); for attention, seq_q" -- run --help
 expect "emit --help: --sm required" 0 "target SM, required" -- emit --help
+# the usage texts' examples are the templates' (K.examples, as kiln list prints them): run lists every one, emit the first
+first=$("$KILN" list | sed -n 's/^  example: kiln run //p' | head -1)
+if [ -n "$first" ]; then
+    expect "emit --help: the registry's first example" 0 "example: kiln emit ${first%% --sm *} --sm $(sed 's/.* --sm \([^ ]*\).*/\1/' <<<"$first")" -- emit --help
+    while read -r ex; do expect "run --help lists: $ex" 0 "kiln run $ex" -- run --help; done < <("$KILN" list | sed -n 's/^  example: kiln run //p')
+    expect "bundle --help: the --spec example" 0 "kiln bundle --spec '${first%% --sm *}'" -- bundle --help
+else bad "kiln list prints examples" "none"; fi
 expect "run without --rows" 2 "missing --rows R (how many rows to run, required" -- run layernorm --sm 80
 # --heads H[:K] in words: zero, negative, malformed, not dividing
 expect "heads 0" 2 "bad --heads '0': query heads must be at least 1; give H or H:K" -- run attention --sm 80 --rows 2 --heads 0

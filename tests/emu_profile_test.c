@@ -5,7 +5,8 @@
 
 #include "check.h"
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
+#include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 
@@ -397,14 +398,13 @@ static void test_kernels_conflict_free(kiln_gen *gen) {
         snprintf(name, sizeof name, "0 bank conflicts: %s (sm_80)", ln[i]);
         TEST_BEGIN(name);
         kiln_error err = {0};
-        kiln_emu_kernel *k = NULL;
-        kiln_layernorm_spec spec;
-        kiln_ln_data *d = NULL;
-        kiln_status st = kiln_emu_load(emu, gen, ln[i], 80, &k, &err);
-        if (st == KILN_OK) st = kiln_ln_spec_parse(ln[i], &spec, &err);
-        if (st == KILN_OK)
-            st = kiln_ln_data_create(&d, &spec, 1e-5f, 8, spec.hidden ? spec.hidden : 3000, KILN_LN_RANDOM, 1, &err);
-        if (st == KILN_OK) st = kiln_ln_run(k, d, 0, &err);
+        kiln_case *cs = NULL;
+        kiln_case_opts o = {.sm = 80, .seed = 1, .input = KILN_LN_RANDOM};
+        kiln_case_opts_set(&o, "rows", 8);
+        if (strstr(ln[i], "hidden=launch")) kiln_case_opts_set(&o, "hidden", 3000); /* else the spec's own */
+        kiln_status st = kiln_case_create(&cs, gen, emu, ln[i], &o, &err);
+        if (st == KILN_OK) st = kiln_case_run(cs, &err);
+        kiln_emu_kernel *k = st == KILN_OK ? kiln_case_kernel(cs) : NULL;
         kiln_emu_profile pr;
         if (st == KILN_OK) st = kiln_emu_profile_get(k, &pr, &err);
         CHECK(st == KILN_OK, "%s", err.msg);
@@ -415,8 +415,7 @@ static void test_kernels_conflict_free(kiln_gen *gen) {
             CHECK(pr.global_ld_bytes > 0 && pr.global_st_bytes > 0, "global bytes %llu %llu",
                   (unsigned long long)pr.global_ld_bytes, (unsigned long long)pr.global_st_bytes);
         }
-        kiln_ln_data_free(d);
-        kiln_emu_kernel_free(k);
+        kiln_case_free(cs);
         TEST_END();
     }
 }

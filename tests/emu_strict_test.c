@@ -18,7 +18,7 @@
 
 #include "check.h"
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 
 static kiln_emu *emu;
 static kiln_gen *gen;

@@ -43,12 +43,12 @@ printf '# bench/planted.py - sums what rmsnorm_bwd leaves.\n' >"$tmp/tree/bench/
 fp --root "$tmp/tree" >"$tmp/p" 2>&1
 if [ "$(count rmsnorm_bwd)" = "$((base_bwd + 1))" ]; then ok "a comment naming rmsnorm_bwd counts"; else bad "a comment naming rmsnorm_bwd counts" "$base_bwd -> $(count rmsnorm_bwd)"; fi
 rm "$tmp/tree/bench/planted.py"
-# a word-named family (attention) over its OVER row: a spec head in a new file fails the check
+# a word-named family (attention) past 4: a spec head in a new file fails the check
 printf '# tools/planted.sh - one more place.\nkiln run attention dtype=f16 --sm 80\n' >"$tmp/tree/tools/planted.sh"
 fp --root "$tmp/tree" --max 4 >"$tmp/p" 2>&1
 rc=$?
-if [ $rc -eq 1 ] && grep -q "^attention: $((base_attn + 1)) places.*OVER" "$tmp/p"; then ok "attention past its OVER row: exit 1"
-else bad "attention past its OVER row: exit 1" "exit $rc: $(grep '^attention:' "$tmp/p")"; fi
+if [ $rc -eq 1 ] && grep -q "^attention: $((base_attn + 1)) places.*OVER" "$tmp/p"; then ok "attention past 4: exit 1"
+else bad "attention past 4: exit 1" "exit $rc: $(grep '^attention:' "$tmp/p")"; fi
 # an exception (a spec list) does not count
 printf '80 rmsnorm_bwd x=f16 hidden=128\n' >>"$tmp/tree/bench/transformer_kernels.txt"
 fp --root "$tmp/tree" >"$tmp/p" 2>&1

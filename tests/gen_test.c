@@ -138,15 +138,17 @@ static void test_emit_ll_and_struct(void) {
         kiln_module_free(m);
     }
     TEST_END();
-    TEST_BEGIN("spec from struct");
-    kiln_layernorm_spec s = {KILN_BF16, KILN_F32, KILN_F16, 4096, 1, 0};
-    char text[256], c[KILN_SPEC_MAX];
-    kiln_layernorm_spec_string(&s, text, sizeof text);
-    CHECK(kiln_canonical_spec(gen, text, c, sizeof c, &err) == KILN_OK, "%s", err.msg);
-    CHECK(!strcmp(c, "layernorm x=bf16 w=f32 y=f16 hidden=4096 weight=true bias=false"), "got '%s'", c);
-    s.hidden = 0;
-    kiln_layernorm_spec_string(&s, text, sizeof text);
-    CHECK(strstr(text, "hidden=launch") != NULL, "hidden 0 means launch: '%s'", text);
+    TEST_BEGIN("kiln_spec_value: the resolved spec's value, defaults filled in; a key the family lacks named");
+    char v[64];
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16 hidden=100", "w", v, sizeof v, &err) == KILN_OK && !strcmp(v, "bf16"),
+          "w follows x: %s %s", v, err.msg);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16 hidden=100", "hidden", v, sizeof v, &err) == KILN_OK && !strcmp(v, "100"),
+          "hidden: %s", v);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "bias", v, sizeof v, &err) == KILN_OK && !strcmp(v, "true"), "bias: %s", v);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "dy", v, sizeof v, &err) == KILN_EINVAL &&
+              strstr(err.msg, "layernorm has no key 'dy'"), "no such key: %s", err.msg);
+    CHECK(kiln_spec_value(gen, "layernorm x=bf16", "x", v, 3, &err) == KILN_EINVAL, "small buffer");
+    CHECK(kiln_spec_value(gen, "layernorm x=f99", "x", v, sizeof v, &err) != KILN_OK && strstr(err.msg, "f99"), "bad spec: %s", err.msg);
     TEST_END();
 }
 
@@ -368,6 +370,7 @@ static void test_registry(void) {
           "K.variants = { { { 'a=1', 'a=2 b=3' }, 'c=4' }, { 'd=5', full = true }, { 'e=6', quick = true, sms = { 80 } } }\n"
           "K.bundle = { dtypes = { 'x' }, shape = 'n', shapes = { 1, 2 }, extra = { 'leave=true' },\n"
           "             arch = { ['90a'] = { 'a=1', 'a=2 b=3' } } }\n"
+          "K.examples = { 'leave=true --sm 80 --rows 4', '--sm 75' }\n"
           "return K\n", f);
     fclose(f);
     /* K.bundle.arch keyed by a plain SM, and by an arch SM with a list entry that is not a string */
@@ -386,6 +389,7 @@ static void test_registry(void) {
     fputs("local K = { params = { { name = 'leave', type = 'bool', default = false } } }\n"
           "K.bundle = { extra = {} }\n"
           "for i = 1, 300 do K.bundle.extra[i] = 'leave=true' end\n"
+          "K.examples = { 'leave=true' }\n"
           "return K\n", f);
     fclose(f);
     kiln_gen_options o = {.template_dir = dir};
@@ -425,6 +429,15 @@ static void test_registry(void) {
     CHECK(kiln_family_bundle(g2, "longx", &bm, &err) == KILN_EGEN &&
               strstr(err.msg, "templates/longx.lua: K.bundle.extra needs more than the 4096 bytes"),
           "a long extra: %s", err.msg);
+    TEST_END();
+    TEST_BEGIN("K.examples: FAMILY then each example, a line each; one without --sm is an error naming it");
+    CHECK(kiln_family_examples(g2, "reg", buf, sizeof buf, &count, &err) == KILN_OK, "%s", err.msg);
+    CHECK(count == 2 && !strcmp(buf, "reg leave=true --sm 80 --rows 4\nreg --sm 75\n"), "examples: %d %s", count, buf);
+    CHECK(kiln_family_examples(g2, "reg", NULL, 0, &count, &err) == KILN_OK && count == 2, "measure: %d", count);
+    CHECK(kiln_family_examples(g2, "reg", buf, 8, &count, &err) == KILN_EINVAL, "small buffer");
+    CHECK(kiln_family_examples(g2, "longx", buf, sizeof buf, &count, &err) == KILN_EGEN &&
+              strstr(err.msg, "templates/longx.lua: K.examples[1] must be a string"), "no --sm: %s", err.msg);
+    CHECK(kiln_family_examples(g2, "nosuch", buf, sizeof buf, &count, &err) != KILN_OK, "unknown family");
     kiln_gen_destroy(g2);
     unlink(lpath), unlink(apath[0]), unlink(apath[1]);
     TEST_END();

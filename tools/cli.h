@@ -30,6 +30,12 @@ int cli_bad_option(const char *cmd, const struct option *longopts, int c, char *
 /* Writes data to path (kiln_write_file: devices and FIFOs in place, symlinks followed, regular
    files replaced atomically) or to stdout when path is NULL or "-". */
 int cli_write_output(const char *path, const char *data, size_t len);
+/* Prints the registry's examples (each template's K.examples, as `kiln list` shows them) as
+   "kiln CMD FAMILY key=value... --sm N ..." lines, the first after "example: ": every one with its
+   `kiln run` options (run = 1), else the first only, its spec and --sm. Returns the first example's
+   spec ("FAMILY key=value...", without --sm) in spec (may be NULL), "" when none is declared; to NULL
+   prints nothing. */
+void cli_print_examples(FILE *to, const char *cmd, int run, char *spec, size_t spec_size);
 
 /* cmd_gen.c */
 int cmd_emit(int argc, char **argv);

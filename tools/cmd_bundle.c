@@ -83,9 +83,16 @@ typedef struct plan {
 } plan;
 
 static void bundle_usage(FILE *to) {
-    char names[512];
+    char names[512], shapes[1024] = "", spec[KILN_SPEC_MAX];
     if (load_matrices() != CLI_OK) return;
     matrix_names(names, sizeof names);
+    const family_matrix *first = NULL;
+    for (int i = 0; i < nmatrices; i++) /* each family's shape key and its default shapes, from its K.bundle */
+        if (matrices[i].m.dtype_keys[0] && matrices[i].m.shape_key[0]) {
+            if (!first) first = &matrices[i];
+            snprintf(shapes + strlen(shapes), sizeof shapes - strlen(shapes), "\n                   %s: %s (default %s)",
+                     matrices[i].family, matrices[i].m.shape_key, matrices[i].m.default_shapes);
+        }
     fprintf(to,
             "usage: kiln bundle [FAMILY...] [--dtypes LIST] [--sm LIST] [--hidden LIST]\n"
             "                   [--spec SPEC]... [--spec-list FILE] [--cubin] [-j N]\n"
@@ -97,28 +104,29 @@ static void bundle_usage(FILE *to) {
             "                   docs/registry.md): %s\n"
             "                   (default: all of them, unless --spec or --spec-list is given; with\n"
             "                   neither --dtypes nor --hidden the default set adds the specs the\n"
-            "                   templates list besides: split-KV decoding (splitkv=true)\n"
-            "                   and the kernel it names next, for f16/bf16 at head_dim 64 and 128;\n"
-            "                   and on sm_90a alone the kernels a template declares for it:\n"
-            "                   attention's path=wgmma)\n"
+            "                   templates list besides (K.bundle.extra): split-KV decoding and the\n"
+            "                   kernel it names next, ...; and on sm_90a alone the kernels a template\n"
+            "                   declares for it (K.bundle.arch))\n"
             "  --dtypes LIST    dtype combinations, comma-separated: one dtype for every tensor\n"
-            "                   ('bf16') or one per tensor joined by '/' (layernorm x/w/y:\n"
-            "                   'bf16/f32/bf16'; the dtype keys each template declares, in its\n"
-            "                   order: kiln list shows them); default f32,f16,bf16\n"
+            "                   ('bf16') or one per dtype key joined by '/' ('bf16/f32/bf16': the\n"
+            "                   dtype keys each template declares, in its order: kiln list shows\n"
+            "                   them); default f32,f16,bf16\n"
             "  --sm LIST        target SMs, comma-separated (default: every SM from 75 up, see kiln list;\n"
             "                   the arch-specific 90a for every spec only when named, else for the\n"
             "                   default set's sm_90a kernels only, which a --sm list without 90a drops)\n"
-            "  --hidden LIST    shapes, of the key each template declares: the norms' hidden (numbers\n"
-            "                   or 'launch', default launch), attention's head_dim (default 64,128)\n"
-            "  --spec SPEC      one more spec, e.g. 'layernorm x=bf16 w=f32 hidden=4096' (repeatable)\n"
+            "  --hidden LIST    shapes, of the shape key each template declares (numbers, or 'launch'\n"
+            "                   where the key takes it):%s\n",
+            names, shapes);
+    fprintf(to, "  --spec SPEC      one more spec (repeatable)\n"
             "  --spec-list F    specs from file F, one per line, '#' starts a comment\n"
             "  --cubin          also store cubins assembled with ptxas ($CUDA_HOME/bin,\n"
             "                   /usr/local/cuda/bin or PATH)\n"
             "  -j N             generator threads (default: every core)\n"
             "  -o FILE          write the bundle to FILE\n"
-            "  --emit-c NAME    write NAME.c and NAME.h embedding the bundle as NAME_data/NAME_size\n\n"
-            "example: kiln bundle layernorm --dtypes bf16,bf16/f32/bf16 --sm 75,80,90 -o ln.kbundle\n",
-            names);
+            "  --emit-c NAME    write NAME.c and NAME.h embedding the bundle as NAME_data/NAME_size\n\n");
+    cli_print_examples(NULL, NULL, 0, spec, sizeof spec);
+    if (first) fprintf(to, "example: kiln bundle %s --dtypes bf16,f16 --sm 75,80,90 -o %s.kbundle\n", first->family, first->family);
+    if (spec[0]) fprintf(to, "         kiln bundle --spec '%s' --sm 80 -o one.kbundle\n", spec);
 }
 
 static const family_matrix *find_matrix(const char *family) {

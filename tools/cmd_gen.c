@@ -17,9 +17,9 @@ static void emit_usage(FILE *to) {
             "  -o, --output F  write to F (atomically) instead of standard output\n"
             "  --template-dir D  read templates from D instead of the built-in copies\n"
             "  --time          print the time of each stage on standard error (also KILN_TIME=1)\n"
-            "  --pipeline kiln|o3  the IR pipeline: kiln's own (default) or LLVM's default<O3>\n\n"
-            "example: kiln emit layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75\n"
-            "'kiln list' shows every family's parameters.\n");
+            "  --pipeline kiln|o3  the IR pipeline: kiln's own (default) or LLVM's default<O3>\n\n");
+    cli_print_examples(to, "emit", 0, NULL, 0);
+    fprintf(to, "'kiln list' shows every family's parameters and examples.\n");
 }
 
 /* Joins argv words (FAMILY key=value ...) into one spec string. */

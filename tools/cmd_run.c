@@ -62,13 +62,9 @@ static void run_usage(FILE *to) {
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
-            "2 bad input.\n\n"
-            "example: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64\n"
-            "         kiln run attention dtype=bf16 head_dim=64 causal=true --sm 75 --rows 129 --seq-k 200 --heads 4:1\n"
-            "         kiln run attention dtype=bf16 head_dim=128 splitkv=true --sm 80 --rows 1 --seq-k 4096 --heads 32:8 --splits 16\n"
-            "         kiln run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --window 8,0 --softcap 30\n"
-            "         kiln run attention dtype=bf16 head_dim=64 causal=true dropout=true --sm 80 --rows 40 --dropout 0.1 --seed 7\n"
-            "         kiln run attention dtype=f16 head_dim=32 causal=true varlen=true --sm 80 --varlen 0,1,37,300 --heads 4:2\n");
+            "2 bad input.\n\n");
+    cli_print_examples(to, "run", 1, NULL, 0);
+    fprintf(to, "('kiln list' shows every family's examples: each template's K.examples)\n");
 }
 
 typedef struct run_opts {

@@ -79,6 +79,25 @@ int cli_write_output(const char *path, const char *data, size_t len) {
     return CLI_OK;
 }
 
+void cli_print_examples(FILE *to, const char *cmd, int run, char *spec, size_t spec_size) {
+    kiln_gen *gen;
+    kiln_error err = {0};
+    char buf[16384];
+    int n = 0;
+    if (spec && spec_size) spec[0] = 0;
+    if (kiln_gen_create(&gen, NULL, &err) != KILN_OK) return;
+    if (kiln_family_examples(gen, NULL, buf, sizeof buf, &n, &err) == KILN_OK) {
+        int k = 0;
+        for (char *save = NULL, *l = strtok_r(buf, "\n", &save); l && (run || k < 1); l = strtok_r(NULL, "\n", &save), k++) {
+            char *sm = strstr(l, " --sm ");
+            if (k == 0 && spec && sm) snprintf(spec, spec_size, "%.*s", (int)(sm - l), l);
+            if (!run && sm) sm[6 + strcspn(sm + 6, " ")] = 0; /* the spec and its --sm only */
+            if (to) fprintf(to, "%s kiln %s %s\n", k ? "        " : "example:", cmd, l);
+        }
+    }
+    kiln_gen_destroy(gen);
+}
+
 static void usage(FILE *to) {
     fprintf(to, "usage: kiln COMMAND [ARGS...]\n\nkiln generates GPU kernels (PTX) from kernel "
                 "templates, without Triton or nvcc.\n\ncommands:\n");

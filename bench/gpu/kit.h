@@ -8,9 +8,9 @@
 #include "kiln/runtime.h"
 
 /* The norm families beyond LayerNorm forward (RMSNorm, backwards, residual forms) are checked when
- * the tree has them (their emulator header comes with their runtime helpers). */
+ * the tree has them (their cases come with the registry's case runner). */
 #if defined(__has_include)
-#if __has_include("kiln/emu_norm.h")
+#if __has_include("kiln/emu_case.h")
 #define KIT_HAVE_NORM 1
 #endif
 #endif

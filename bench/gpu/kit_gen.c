@@ -11,7 +11,7 @@
 #include <unistd.h>
 
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "kiln/runtime.h"
@@ -283,6 +283,8 @@ static int tensors_ok(const kit_case *c) {
 
 static kiln_status add_case_tensor(kit_case *c, kiln_case *cs, const char *name, kiln_dtype t, kit_role role,
                                    kiln_error *err);
+static kiln_status add_kernel_tensor(kit_case *c, kiln_case *cs, const char *name, kit_role role, int need,
+                                     kiln_error *err);
 
 /* A LayerNorm case through the family's reference and the case runner: x, weight, bias drawn from the
  * row's seed (large-mean rows where the row says so), y, mean and rstd as the emulator computed them,
@@ -302,9 +304,7 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
     if (st == KILN_OK) st = kiln_case_run(cs, err);
     long bad = st == KILN_OK ? kiln_case_check(cs) : 0;
     if (bad) st = kiln_fail(err, KILN_EEMU, "the emulator's own result fails the LayerNorm error model (%ld bad)", bad);
-    kiln_layernorm_spec s;
     const char *canon = st == KILN_OK ? kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec : "";
-    if (st == KILN_OK) st = kiln_ln_spec_parse(canon, &s, err);
     if (st == KILN_OK) {
         snprintf(c->name, sizeof c->name, "ln-%s.%s.%s-h%s%d%s", r->x, r->w, r->y, r->hidden ? "" : "launch",
                  hidden, r->large_mean ? "-largemean" : "");
@@ -315,11 +315,12 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
         add_scalar(c, "rows", KILN_PARAM_I32, rows);
         add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
         add_scalar(c, "eps", KILN_PARAM_F32, (double)1e-5f); /* the reference's default eps */
-        const struct { const char *n; kiln_dtype t; kit_role role; int on; } ts[] = {
-            {"x", s.x, KIT_IN, 1}, {"weight", s.w, KIT_IN, s.has_weight}, {"bias", s.w, KIT_IN, s.has_bias},
-            {"y", s.y, KIT_OUT, 1}, {"mean", KILN_F32, KIT_OUT, 1}, {"rstd", KILN_F32, KIT_OUT, 1}};
+        /* in the case file's order, each in the dtype its kernel declares; `need` 0: only when the case has it */
+        const struct { const char *n; kit_role role; int need; } ts[] = {
+            {"x", KIT_IN, 1}, {"weight", KIT_IN, 0}, {"bias", KIT_IN, 0}, {"y", KIT_OUT, 1}, {"mean", KIT_OUT, 1},
+            {"rstd", KIT_OUT, 1}};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++)
-            if (ts[i].on) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+            st = add_kernel_tensor(c, cs, ts[i].n, ts[i].role, ts[i].need, err);
         if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
     kiln_case_free(cs);
@@ -363,6 +364,24 @@ static kiln_status add_case_tensor(kit_case *c, kiln_case *cs, const char *name,
                          role == KIT_OUT ? "output with a reference" : "tensor", name);
     add_tensor(c, name, t, role, bytes / kiln_dtype_size(t), ptr, ref);
     return KILN_OK;
+}
+
+/* The tensor `name` of the case in the dtype the case's kernels declare for it (their pointer parameter of
+ * that name, in any kernel of the sequence); need 0: skipped when the case has no such tensor (an optional
+ * one the spec leaves out) or no kernel takes it. */
+static kiln_status add_kernel_tensor(kit_case *c, kiln_case *cs, const char *name, kit_role role, int need,
+                                     kiln_error *err) {
+    void *ptr = NULL;
+    size_t bytes;
+    if (!need && (kiln_case_tensor(cs, name, &ptr, &bytes) != 0 || !ptr)) return KILN_OK;
+    for (int i = 0; i < kiln_case_nsteps(cs); i++) {
+        const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_step_at(cs, i)->kernel);
+        for (int p = 0; p < m->nparams; p++)
+            if (m->params[p].kind == KILN_PARAM_PTR && !strcmp(m->params[p].name, name))
+                return add_case_tensor(c, cs, name, m->params[p].dtype, role, err);
+    }
+    return need ? kiln_fail(err, KILN_EINVAL, "no kernel of the %s case takes a tensor '%s'", kiln_case_family(cs)->family, name)
+                : KILN_OK;
 }
 
 /* The tensors of a forward attention case: q, k, v as drawn; o and lse as the emulator computed
@@ -513,7 +532,11 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
 }
 
 #ifdef KIT_HAVE_NORM
-#include "kiln/emu_norm.h"
+/* The value of key in spec as the generator resolves it; def when the family has no such key. */
+static const char *spec_value(kiln_gen *gen, const char *spec, const char *key, const char *def, char *buf, size_t size) {
+    kiln_error e = {0};
+    return kiln_spec_value(gen, spec, key, buf, size, &e) == KILN_OK ? buf : def;
+}
 
 /* A norm-family case (RMSNorm, residual forms, backwards). sms > 0: the emulator runs the backward
  * on as many blocks as kiln_launch gives it on a device with that many multiprocessors, so
@@ -521,12 +544,14 @@ static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_b
 static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *r, int sm, int sms, int quick,
                               kit_case *c, kiln_error *err) {
     /* the row count from hidden, which a launch-time row names and a fixed one takes from its spec */
-    char canon[KILN_SPEC_MAX];
-    kiln_norm_spec s;
+    char canon[KILN_SPEC_MAX], hbuf[32], xbuf[16], wbuf[16], rbuf[16], obuf[16], dybuf[16];
     kiln_status st = kiln_canonical_spec(gen, r->spec, canon, sizeof canon, err);
-    if (st == KILN_OK) st = kiln_norm_spec_parse(canon, &s, err);
     if (st != KILN_OK) return st;
-    int hidden = s.hidden ? s.hidden : r->run_hidden, bwd = kiln_norm_is_backward(&s);
+    const char *hv = spec_value(gen, canon, "hidden", "launch", hbuf, sizeof hbuf);
+    const int fixed = strcmp(hv, "launch") != 0, hidden = fixed ? atoi(hv) : r->run_hidden;
+    const int bwd = spec_value(gen, canon, "dy", NULL, dybuf, sizeof dybuf) != NULL; /* a backward takes dy */
+    const int residual = !strcmp(spec_value(gen, canon, "residual", "false", rbuf, sizeof rbuf), "true");
+    const int offset = atoi(spec_value(gen, canon, "offset", "0", obuf, sizeof obuf));
     int rows = (quick ? (1 << 14) : (1 << 18)) / hidden + 3;
     /* through the family's reference and the case runner: the sequence its launch description names (a
      * split form's row statistics before it, the partials' reduction after a backward), a backward's grid walking the
@@ -543,33 +568,27 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
     if (st == KILN_OK) {
         spec_family(canon, c);
         const char *fam = c->family;
-        snprintf(c->name, sizeof c->name, "%s-%s.%s-h%s%d%s%s", fam, kiln_dtype_name(s.x), kiln_dtype_name(s.w),
-                 s.hidden ? "" : "launch", hidden, s.residual ? "-residual" : "", s.offset ? "-offset1" : "");
+        snprintf(c->name, sizeof c->name, "%s-%.4s.%.4s-h%s%d%s%s", fam, spec_value(gen, canon, "x", "", xbuf, sizeof xbuf),
+                 spec_value(gen, canon, "w", "", wbuf, sizeof wbuf), fixed ? "" : "launch", hidden, residual ? "-residual" : "",
+                 offset ? "-offset1" : "");
         snprintf(c->spec, sizeof c->spec, "%s", canon);
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)rows, c->problem[1] = c->problem[2] = 1;
         add_scalar(c, "rows", KILN_PARAM_I32, rows);
         add_scalar(c, "hidden", KILN_PARAM_I32, hidden);
         add_scalar(c, "eps", KILN_PARAM_F32, (double)1e-5f); /* the reference's default eps */
-        const int ln = s.family == KILN_NORM_LN, ln_bwd = s.family == KILN_NORM_LN_BWD;
-        /* in the case file's order; `need` 0: only when the case has the tensor (an optional one) */
-        const struct { const char *n; kiln_dtype t; kit_role role; int need; } fwd_t[] = {
-            {"x", s.x, KIT_IN, 1}, {"residual", s.r, KIT_IN, 0}, {"weight", s.w, KIT_IN, 0}, {"bias", s.w, KIT_IN, 0},
-            {"y", s.y, KIT_OUT, 1}, {"h", s.r, KIT_OUT, 0}, {ln ? "mean" : NULL, KILN_F32, KIT_OUT, 0},
-            {"rstd", KILN_F32, KIT_OUT, 0}},
+        /* in the case file's order, each in the dtype its kernel declares; `need` 0: only when the case has the
+         * tensor and a kernel of the sequence takes it (an optional one; LayerNorm's mean) */
+        const struct { const char *n; kit_role role; int need; } fwd_t[] = {
+            {"x", KIT_IN, 1}, {"residual", KIT_IN, 0}, {"weight", KIT_IN, 0}, {"bias", KIT_IN, 0}, {"y", KIT_OUT, 1},
+            {"h", KIT_OUT, 0}, {"mean", KIT_OUT, 0}, {"rstd", KIT_OUT, 0}},
           bwd_t[] = {
-            {"x", s.x, KIT_IN, 1}, {"dy", s.dy, KIT_IN, 1}, {ln_bwd ? "mean" : NULL, KILN_F32, KIT_IN, 1},
-            {"rstd", KILN_F32, KIT_IN, 1}, {"weight", s.w, KIT_IN, 0}, {"dres", s.r, KIT_IN, 0}, {"dx", s.dx, KIT_OUT, 1},
-            {"dweight", s.w, KIT_OUT, 0}, {"dbias", s.w, KIT_OUT, 0}};
+            {"x", KIT_IN, 1}, {"dy", KIT_IN, 1}, {"mean", KIT_IN, 0}, {"rstd", KIT_IN, 1}, {"weight", KIT_IN, 0},
+            {"dres", KIT_IN, 0}, {"dx", KIT_OUT, 1}, {"dweight", KIT_OUT, 0}, {"dbias", KIT_OUT, 0}};
         const size_t nt = bwd ? sizeof bwd_t / sizeof bwd_t[0] : sizeof fwd_t / sizeof fwd_t[0];
-        for (size_t i = 0; i < nt && st == KILN_OK; i++) {
-            const char *n = bwd ? bwd_t[i].n : fwd_t[i].n;
-            void *ptr = NULL;
-            size_t bytes;
-            if (!n || (!(bwd ? bwd_t[i].need : fwd_t[i].need) && (kiln_case_tensor(cs, n, &ptr, &bytes) != 0 || !ptr)))
-                continue;
-            st = add_case_tensor(c, cs, n, bwd ? bwd_t[i].t : fwd_t[i].t, bwd ? bwd_t[i].role : fwd_t[i].role, err);
-        }
+        for (size_t i = 0; i < nt && st == KILN_OK; i++)
+            st = add_kernel_tensor(c, cs, bwd ? bwd_t[i].n : fwd_t[i].n, bwd ? bwd_t[i].role : fwd_t[i].role,
+                                   bwd ? bwd_t[i].need : fwd_t[i].need, err);
         if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
     kiln_case_free(cs);

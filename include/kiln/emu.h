@@ -74,7 +74,7 @@ double kiln_emu_value_get(kiln_dtype t, const void *base, size_t i);
 /* Stores v rounded to nearest even into element i (NaN stays NaN, overflow gives Inf). */
 void kiln_emu_value_set(kiln_dtype t, void *base, size_t i, double v);
 
-/* ---- LayerNorm forward: inputs, float64 reference, checks (templates/layernorm.ref.c) ---- */
+/* ---- the input kinds every family's reference draws (kiln_case_opts.input; templates/layernorm.ref.c) ---- */
 
 typedef enum kiln_ln_input {
     KILN_LN_RANDOM = 0, /* x ~ N(0.5, 2), weight ~ N(1, 0.5), bias ~ N(0, 0.5) */
@@ -91,44 +91,6 @@ typedef enum kiln_ln_input {
 const char *kiln_ln_input_name(kiln_ln_input in);
 int kiln_ln_input_parse(const char *name, kiln_ln_input *out);
 
-/* A LayerNorm problem: inputs in their dtypes, outputs as the kernel writes them, and the
- * float64 reference. Buffers end at a guard page, so reads past the end fault. */
-typedef struct kiln_ln_data {
-    kiln_layernorm_spec spec;
-    int rows, hidden;
-    float eps;
-    void *x, *w, *b;   /* w, b NULL when the spec has none */
-    void *y;           /* rows x hidden in spec.y */
-    float *mean, *rstd; /* rows */
-    double *ref_y, *ref_mean, *ref_rstd;
-} kiln_ln_data;
-
-/* Reads a LayerNorm spec string (as kiln_canonical_spec writes it) into s; missing keys
- * take the template's defaults; KILN_EINVAL names a bad key or value. */
-kiln_status kiln_ln_spec_parse(const char *spec, kiln_layernorm_spec *s, kiln_error *err);
-/* Allocates and fills a problem; hidden must equal spec->hidden unless that is 0. */
-kiln_status kiln_ln_data_create(kiln_ln_data **out, const kiln_layernorm_spec *spec, float eps,
-                                int rows, int hidden, kiln_ln_input input, uint64_t seed,
-                                kiln_error *err);
-void kiln_ln_data_free(kiln_ln_data *d);
-/* Fills the outputs with poison (0xff bytes), binds the kernel's parameters by name and
- * runs the grid the kernel's metadata asks for. */
-kiln_status kiln_ln_run(kiln_emu_kernel *k, kiln_ln_data *d, int twice, kiln_error *err);
-
-/* Outcome of comparing the outputs with the reference; index 0 y, 1 mean, 2 rstd. */
-typedef struct kiln_ln_report {
-    double max_abs[3];   /* largest |kernel - reference| over finite values */
-    double max_rel[3];   /* largest |kernel - reference| / |reference| (reference != 0) */
-    double worst[3];     /* largest error / tolerance; above 1 fails */
-    long bad[3];         /* elements out of tolerance, unwritten, or with wrong NaN/Inf */
-    char first[3][256];  /* the first bad element of each output, described */
-} kiln_ln_report;
-
-/* Checks every output against tolerances derived from the dtypes and the shape (see
- * templates/layernorm.ref.c for the error model). Returns the total number of bad elements. */
-long kiln_ln_check(const kiln_ln_data *d, int threads_per_row, kiln_ln_report *r);
-/* "y", "mean", "rstd" */
-const char *kiln_ln_output_name(int i);
 
 #ifdef __cplusplus
 }

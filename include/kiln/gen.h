@@ -65,9 +65,9 @@ typedef struct kiln_gen_timing {
 kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_error *err);
 void kiln_gen_destroy(kiln_gen *gen);
 
-/* Generates the kernel named by a spec string such as
- *   "layernorm x=bf16 w=f32 y=bf16 hidden=4096"
- * for target sm (70, 75, 80, 86, 89, 90). Keys may come in any order. */
+/* Generates the kernel named by a spec string "FAMILY key=value ..." (`kiln list` shows each family's
+ * keys and examples; kiln_family_examples gives them) for target sm (kiln/target.h's table). Keys may
+ * come in any order. */
 kiln_status kiln_generate(kiln_gen *gen, const char *spec, int sm, kiln_emit emit,
                           kiln_module **out, kiln_error *err);
 
@@ -84,6 +84,10 @@ void kiln_module_free(kiln_module *m);
 kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size_t size,
                                 kiln_error *err);
 
+/* The value of key in spec as the generator resolves it (the canonical spec's: defaults filled in), for
+ * callers that need one fact of a spec ("hidden", a dtype key); KILN_EINVAL when the family has no such key. */
+kiln_status kiln_spec_value(kiln_gen *gen, const char *spec, const char *key, char *buf, size_t size, kiln_error *err);
+
 /* Whether the family's template takes a path specific to the arch-specific target sm (sm_90a: wgmma,
  * setmaxnreg) for spec: its config(spec, target) returns arch_specific = true. *out is 0 for a plain
  * target. The runtime asks before it generates for sm_90a; a spec without such a path gets sm_90 PTX,
@@ -91,15 +95,6 @@ kiln_status kiln_canonical_spec(kiln_gen *gen, const char *spec, char *buf, size
  * say arch_specific fails, naming the primitive (docs/runtime.md). */
 kiln_status kiln_arch_specific(kiln_gen *gen, const char *spec, int sm, int *out, kiln_error *err);
 
-/* Typed form of a LayerNorm spec, for C callers that prefer a struct to a string. */
-typedef struct kiln_layernorm_spec {
-    kiln_dtype x, w, y; /* input, weight/bias, output */
-    int hidden;         /* > 0: fixed at generation time; 0: passed at launch (hidden=launch) */
-    int has_weight, has_bias;
-} kiln_layernorm_spec;
-
-/* Writes the spec string for s into buf (snprintf semantics). */
-int kiln_layernorm_spec_string(const kiln_layernorm_spec *s, char *buf, size_t size);
 
 /* The targets: kiln_targets() and the SM table in kiln/target.h. */
 
@@ -130,6 +125,13 @@ typedef struct kiln_bundle_matrix {
                                 (K.bundle.arch: the kernels that SM has of its own) */
 } kiln_bundle_matrix;
 kiln_status kiln_family_bundle(kiln_gen *gen, const char *family, kiln_bundle_matrix *out, kiln_error *err);
+
+/* The runnable examples a family's template declares (K.examples), one a line: "FAMILY key=value...
+ * --sm N [kiln run options]" (`kiln list` prints them; the CLI's usage texts take theirs from here).
+ * family NULL: every family's, in kiln_families' order. *count (when not NULL) gets the number of
+ * lines; buf NULL measures. */
+kiln_status kiln_family_examples(kiln_gen *gen, const char *family, char *buf, size_t size, int *count,
+                                 kiln_error *err);
 
 /* The source bytes of a family's template, for cache keys (valid until the next call). */
 kiln_status kiln_template_source(kiln_gen *gen, const char *family, const char **src, size_t *len,

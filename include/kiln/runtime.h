@@ -109,7 +109,7 @@ void kiln_rt_get_stats(kiln_rt *rt, kiln_rt_stats *out);
 /* ---- kernels ---- */
 
 /*
- * The kernel for spec (e.g. "layernorm x=bf16 w=f32 y=bf16 hidden=4096 weight=true bias=true")
+ * The kernel for spec ("FAMILY key=value ...": `kiln list` shows each family's keys and examples)
  * on this device: from memory, else a loaded bundle, else the disk cache, else the generator
  * (when libkiln is linked; see kiln_rt_use_generator). Thread-safe; many threads asking for
  * one spec generate it once. Without a generator, the spec must name every parameter (keys in
@@ -424,7 +424,7 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
 
 /* Varlen attention (FlashAttention-2's flash_attn_varlen_func; docs/attention.md "Varlen"): packed
  * sequences of different lengths in one launch (the forward's and the backward's varlen=true,
- * runtime/rt_attention_varlen.c).
+ * runtime/rt_varlen.c).
  * The args structs keep their meaning with: batch = the number of sequences, seq_q / seq_k = max_seqlen_q
  * / max_seqlen_k (the grid); q, o, dout, dq [total_q, heads_q, head_dim] and k, v, dk, dv [total_k,
  * heads_kv, head_dim] with stride_X[1] the token stride and stride_X[2] the head stride (stride_X[0]

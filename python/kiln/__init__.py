@@ -1,8 +1,9 @@
 """kiln - GPU kernels (LayerNorm family, attention) generated as PTX without Triton or nvcc.
 
     import kiln
-    k = kiln.generate("layernorm x=bf16 w=f32 y=bf16 hidden=4096", sm=75)   # k.text, k.spec, k.meta
+    k = kiln.generate("FAMILY key=value ...", sm=75)   # k.text, k.spec, k.meta
     kiln.families()                     # what `kiln list` shows
+    kiln.examples()                     # the templates' runnable examples: (spec, sm, `kiln run` options)
     kiln.lint("kernel.ptx", sm=75)      # architecture problems in any PTX
     kiln.emulate.layer_norm(x, w, b, sm=75)            # run the sm_75 kernel on the CPU (numpy)
     rt = kiln.Runtime(device=0); rt.layer_norm(y, x, w, b)   # launch on CUDA memory
@@ -20,7 +21,8 @@ from .errors import (KilnArgumentError, KilnCorruptError, KilnDriverError, KilnE
                      KilnError, KilnGenerationError, KilnIOError, KilnMemoryError, KilnNotFoundError,
                      KilnSpecError, KilnUnavailableError)
 from ._gen import (Family, FamilyParam, GeneratedKernel, LintFinding, LintReport, build_bundle,  # noqa: F401
-                   canonical_spec, describe, families, generate, lint, llvm_version, targets, write_bundle)
+                   canonical_spec, describe, examples, families, generate, lint, llvm_version, targets,
+                   write_bundle)
 from ._gen import BinaryLintReport, LintImage  # noqa: F401
 from .bundle import Bundle, BundleEntry, open_bundle  # noqa: F401
 from .runtime import DeviceArray, Kernel, Prepare, Runtime  # noqa: F401

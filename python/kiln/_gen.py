@@ -47,9 +47,11 @@ def _generator(template_dir=None):
 
 
 def _spec_text(spec, params):
-    """A spec string from text and/or keyword parameters: ("layernorm", x="bf16") -> "layernorm x=bf16"."""
+    """A spec string from text and/or keyword parameters: ("FAMILY", k="v") -> "FAMILY k=v"."""
     if not isinstance(spec, str):
-        raise KilnSpecError("spec must be a string such as 'layernorm x=bf16 hidden=4096', got %r" % (spec,))
+        ex = examples()
+        raise KilnSpecError("spec must be a string \"FAMILY key=value ...\"%s, got %r" % (
+            " such as %r" % ex[0][0] if ex else "", spec))
     words = [spec.strip()]
     for k, v in params.items():
         if isinstance(v, bool):
@@ -127,8 +129,9 @@ class GeneratedKernel:
 
 
 def generate(spec, sm, emit="ptx", template_dir=None, **params):
-    """Generates one kernel. ``kiln.generate("layernorm x=bf16 w=f32 y=bf16 hidden=4096", sm=75)`` or
-    ``kiln.generate("layernorm", 75, x="bf16", hidden=4096)``. emit: "ptx" (default) or "ll"."""
+    """Generates one kernel: ``kiln.generate("FAMILY key=value ...", sm=75)`` or ``kiln.generate("FAMILY", 75,
+    key=value, ...)`` (``kiln.examples()`` and `kiln list` show each family's examples). emit: "ptx" (default)
+    or "ll"."""
     kinds = {"ptx": 0, "ll": 1}
     if emit not in kinds:
         raise KilnSpecError("bad emit %r; valid: ptx, ll" % (emit,))
@@ -204,6 +207,45 @@ def describe():
             continue
         _lib.check(st, err)
         return buf.value.decode()
+
+
+def examples(family=None):
+    """The runnable examples the templates declare (K.examples), as `kiln list` shows them: a list of (spec, sm,
+    `kiln run` options) with spec "FAMILY key=value ...", every family's (in `kiln list`'s order) or family's."""
+    g = _generator()
+    size = 1 << 14
+    while True:
+        buf = ctypes.create_string_buffer(size)
+        err = _lib.Error()
+        st = g._lib.kiln_family_examples(g.ptr, family.encode() if family else None, buf, size, None, ctypes.byref(err))
+        if st == 1 and "needs" in err.msg.decode() and size < (1 << 24):
+            size *= 4
+            continue
+        _lib.check(st, err)
+        break
+    out = []
+    for line in buf.value.decode().splitlines():
+        spec, _, rest = line.partition(" --sm ")
+        sm, _, opts = rest.partition(" ")
+        out.append((spec, sm, opts))
+    return out
+
+
+def bundle_matrix(family):
+    """What `kiln bundle`'s default set takes of family (its template's K.bundle, as the C tool reads it): None
+    when the family declares none, else {"dtype_keys": [...], "shape_key", "default_shapes", "kernels": [...],
+    "extra": [whole specs], "arch": [(arch SM, whole spec)] (K.bundle.arch: the kernels an arch-specific SM has of
+    its own)}."""
+    g = _generator()
+    m = _lib.BundleMatrix()
+    err = _lib.Error()
+    _lib.check(g._lib.kiln_family_bundle(g.ptr, family.encode(), ctypes.byref(m), ctypes.byref(err)), err)
+    if not m.declared:
+        return None
+    split = lambda b, sep: [w for w in b.decode().split(sep) if w]  # noqa: E731
+    return {"dtype_keys": split(m.dtype_keys, ","), "shape_key": m.shape_key.decode(),
+            "default_shapes": m.default_shapes.decode(), "kernels": split(m.kernels, ","),
+            "extra": split(m.extra, "\n"), "arch": [tuple(l.split(" ", 1)) for l in split(m.arch, "\n") if " " in l]}
 
 
 def families():
@@ -438,9 +480,11 @@ def _assemble(ptxas, ptx, sm, spec):
             return f.read()
 
 
-def build_bundle(specs, sms=None, cubin=False, jobs=None):
+def build_bundle(specs, sms=None, cubin=False, jobs=None, arch_specs=()):
     """Generates every spec for every SM in parallel and returns the bundle bytes (what `kiln bundle`
-    writes). ``sms`` defaults to default_targets(); ``cubin=True`` also stores ptxas's cubins."""
+    writes). ``sms`` defaults to default_targets(); ``cubin=True`` also stores ptxas's cubins;
+    ``arch_specs``: (spec, SM) pairs generated on that SM alone (an arch-specific SM's own kernels, which may be
+    outside ``sms``), unless the spec is among ``specs`` and ``sms`` holds the SM."""
     if isinstance(specs, str):
         specs = [specs]
     sms = [_parse_sm(s) for s in (sms or default_targets())]
@@ -449,12 +493,17 @@ def build_bundle(specs, sms=None, cubin=False, jobs=None):
         c = canonical_spec(s)
         if c not in canon:
             canon.append(c)
-    if not canon:
+    only = []
+    for s, sm in arch_specs:
+        item = (canonical_spec(s), _parse_sm(sm))
+        if item not in only and not (item[0] in canon and item[1] in sms):
+            only.append(item)
+    if not canon and not only:
         raise KilnSpecError("no specs to generate")
     ptxas = _find_ptxas() if cubin else None
     if cubin and not ptxas:
         raise KilnError("cubin=True needs ptxas: none in $CUDA_HOME/bin, /usr/local/cuda/bin or PATH")
-    work = [(s, sm) for s in canon for sm in sms]
+    work = [(s, sm) for s in canon for sm in sms] + only
 
     def one(item):
         spec, sm = item

@@ -89,6 +89,13 @@ class LaunchArgs(ctypes.Structure):
     ]
 
 
+class BundleMatrix(ctypes.Structure):
+    """kiln_bundle_matrix: what `kiln bundle`'s default set takes of a family (its template's K.bundle)."""
+    _fields_ = [("declared", ctypes.c_int), ("dtype_keys", ctypes.c_char * 64), ("shape_key", ctypes.c_char * 32),
+                ("default_shapes", ctypes.c_char * 128), ("kernels", ctypes.c_char * 256), ("extra", ctypes.c_char * 4096),
+                ("arch", ctypes.c_char * 2048)]
+
+
 class LintFinding(ctypes.Structure):
     _fields_ = [
         ("kind", ctypes.c_int),
@@ -443,6 +450,8 @@ GEN_FUNCS = {
     "kiln_module_free": (None, [P]),
     "kiln_canonical_spec": (S, [P, ctypes.c_char_p, ctypes.c_char_p, sz, ERR]),
     "kiln_describe": (S, [P, ctypes.c_char_p, sz, ERR]),
+    "kiln_family_bundle": (S, [P, ctypes.c_char_p, ctypes.POINTER(BundleMatrix), ERR]),
+    "kiln_family_examples": (S, [P, ctypes.c_char_p, ctypes.c_char_p, sz, ctypes.POINTER(ctypes.c_int), ERR]),
     "kiln_lint": (S, [ctypes.c_char_p, sz, ctypes.c_int, PP, ERR]),
     "kiln_lint_count": (sz, [P]),
     "kiln_lint_get": (ctypes.POINTER(LintFinding), [P, sz]),

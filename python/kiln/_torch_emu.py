@@ -125,14 +125,8 @@ class EmulatedRuntime:
         xd, yd = _name(x, what + ": x"), _name(y, what + ": y")
         wt = weight if weight is not None else bias
         wd = _name(wt, what + ": weight") if wt is not None else xd
-        res = "" if residual is None else " residual=true r=%s" % _name(residual, what + ": residual")
-        if rms:
-            spec = "rmsnorm x=%s w=%s y=%s hidden=%%s weight=%s offset=%d%s" % (
-                xd, wd, yd, "true" if weight is not None else "false", offset, res)
-        else:
-            spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s offset=%d%s" % (
-                xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false",
-                offset, res)
+        r = None if residual is None else _name(residual, what + ": residual")
+        spec = emulate.norm_spec(rms, xd, wd, yd, weight is not None, bias is not None, offset, r)
         if not rows:
             return
         kern = self._pick(spec, hidden)

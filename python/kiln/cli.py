@@ -16,11 +16,31 @@ from .errors import KilnEmulatorError, KilnError
 
 OK, FINDINGS, USAGE = 0, 1, 2
 
-# How a family's default bundle matrix is spelled (as tools/cmd_bundle.c): its dtype keys and shape key.
-MATRICES = {
-    "layernorm": (("x", "w", "y"), "hidden", "launch"),
-    "attention": (("dtype", "out"), "head_dim", "64,128"),
-}
+
+
+def _matrices():
+    """{family: its template's K.bundle} for the families that declare one, in `kiln list`'s order (the
+    default set's order, as tools/cmd_bundle.c reads them)."""
+    out = {}
+    for fam in _gen.families():
+        m = _gen.bundle_matrix(fam)
+        if m is not None:
+            out[fam] = m
+    return out
+
+
+def _matrix_names(matrices):
+    """The families with a default dtype matrix, "a, b, c" (for messages)."""
+    return ", ".join(f for f, m in matrices.items() if m["dtype_keys"])
+
+
+def _first_example(run=False):
+    """The registry's first example as `kiln emit` (spec --sm N) or `kiln run` (with its options) arguments."""
+    ex = _gen.examples()
+    if not ex:
+        return ""
+    spec, sm, opts = ex[0]
+    return "%s --sm %s%s" % (spec, sm, " " + opts if run and opts else "")
 
 
 class _Usage(Exception):
@@ -96,8 +116,8 @@ def cmd_emit(argv):
     p = _Parser(prog="kiln emit", usage="kiln emit FAMILY key=value... --sm N [--emit ptx|ll] [-o FILE]",
                 description="Generates one kernel for target sm_N and writes its PTX (default) or its optimized "
                 "LLVM IR. The text starts with '// kiln.meta' lines: entry, parameters, launch geometry.",
-                epilog="example: kiln emit layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75\n"
-                "'kiln list' shows every family's parameters.")
+                epilog="example: kiln emit %s\n'kiln list' shows every family's parameters and examples."
+                % _first_example())
     p.add_argument("spec", nargs="*", metavar="FAMILY key=value", help="the kernel spec")
     req = p.add_argument_group("required")
     req.add_argument("--sm", metavar="N", help="target SM ('kiln list' shows the targets)")
@@ -126,20 +146,27 @@ def cmd_list(argv):
     return OK
 
 
-def _matrix_specs(family, dtypes, shapes):
-    if family not in MATRICES:
+def _matrix_specs(matrices, family, dtypes, shapes):
+    """family x dtype combinations x shapes (x the kernels of a sequence), as tools/cmd_bundle.c adds them."""
+    m = matrices.get(family)
+    if m is None or not m["dtype_keys"]:
         raise _Usage("no default matrix for family '%s'; valid: %s (use --spec for others)"
-                     % (family, ", ".join(MATRICES)))
-    keys, shape_key, default_shapes = MATRICES[family]
+                     % (family, _matrix_names(matrices)))
+    keys, shape_key = m["dtype_keys"], m["shape_key"]
+    sizes = [w for w in ((shapes if shapes else m["default_shapes"]) if shape_key else "-").split(",") if w]
     out = []
-    for combo in (dtypes or "f32,f16,bf16").split(","):
-        parts = combo.split("/")
+    for combo in [c for c in (dtypes or "f32,f16,bf16").split(",") if c]:
+        parts = [w for w in combo.split("/") if w]
         if len(parts) not in (1, len(keys)):
             raise _Usage("dtype combination has %d parts; valid for %s: 1 dtype or %d (%s)"
                          % (len(parts), family, len(keys), "/".join(keys)))
-        assign = " ".join("%s=%s" % (k, parts[0 if len(parts) == 1 else i]) for i, k in enumerate(keys))
-        for s in (shapes or default_shapes).split(","):
-            out.append("%s %s %s=%s" % (family, assign, shape_key, s))
+        for d in parts:
+            if d not in ("f32", "f16", "bf16"):
+                raise _Usage("unknown dtype '%s'; valid: f32, f16, bf16" % d)
+        assign = "".join(" %s=%s" % (k, parts[0 if len(parts) == 1 else i]) for i, k in enumerate(keys))
+        for size in sizes:
+            base = "%s%s %s=%s" % (family, assign, shape_key, size) if shape_key else family + assign
+            out += ["%s %s" % (base, k) for k in m["kernels"]] or [base]
     return out
 
 
@@ -170,19 +197,24 @@ def _emit_c(name, data, nentries):
 
 
 def cmd_bundle(argv):
+    matrices = _matrices()
+    first = next((f for f, m in matrices.items() if m["dtype_keys"] and m["shape_key"]), "FAMILY")
     p = _Parser(prog="kiln bundle", usage="kiln bundle [FAMILY...] [--dtypes LIST] [--sm LIST] [--hidden LIST] "
                 "[--spec SPEC]... [--spec-list FILE] [--cubin] [-j N] (-o FILE | --emit-c NAME)",
                 description="Generates kernel variants in parallel into one bundle that the runtime opens from a "
                 "file or from memory.",
-                epilog="example: kiln bundle layernorm --dtypes bf16,bf16/f32/bf16 --sm 75,80,90 -o ln.kbundle")
-    p.add_argument("families", nargs="*", metavar="FAMILY", help="families with a default matrix: %s (default: all "
-                   "of them, unless --spec or --spec-list is given)" % ", ".join(MATRICES))
+                epilog="example: kiln bundle %s --dtypes bf16,f16 --sm 75,80,90 -o %s.kbundle" % (first, first))
+    p.add_argument("families", nargs="*", metavar="FAMILY", help="families whose template declares a default "
+                   "matrix (K.bundle): %s (default: all of them, unless --spec or --spec-list is given; with neither "
+                   "--dtypes nor --hidden the default set adds the specs the templates list besides, K.bundle.extra)"
+                   % _matrix_names(matrices))
     p.add_argument("--dtypes", metavar="LIST", help="dtype combinations, comma-separated: one dtype for every "
                    "tensor ('bf16') or one per tensor joined by '/' ('bf16/f32/bf16'); default f32,f16,bf16")
     p.add_argument("--sm", default=None, metavar="LIST", help="target SMs, comma-separated "
                    "(default: every SM from 75 up, as kiln list shows)")
-    p.add_argument("--hidden", metavar="LIST", help="shapes: layernorm hidden sizes (default launch), attention "
-                   "head_dim (default 64,128)")
+    p.add_argument("--hidden", metavar="LIST", help="shapes, of the shape key each template declares: %s" % "; ".join(
+        "%s: %s (default %s)" % (f, m["shape_key"], m["default_shapes"]) for f, m in matrices.items()
+        if m["dtype_keys"] and m["shape_key"]))
     p.add_argument("--spec", action="append", default=[], metavar="SPEC", help="one more spec (repeatable)")
     p.add_argument("--spec-list", metavar="FILE", help="specs from FILE, one per line, '#' starts a comment")
     p.add_argument("--cubin", action="store_true", help="also store cubins assembled with ptxas")
@@ -203,9 +235,17 @@ def cmd_bundle(argv):
             line = line.split("#", 1)[0].strip()
             if line:
                 specs.append(line)
-    fams = a.families or ([] if specs else list(MATRICES))
-    for fam in fams:
-        specs += _matrix_specs(fam, a.dtypes, a.hidden)
+    defaults = not a.families and not a.spec and not a.spec_list
+    for fam in a.families or ([f for f, m in matrices.items() if m["dtype_keys"]] if defaults else []):
+        specs += _matrix_specs(matrices, fam, a.dtypes, a.hidden)
+    arch = []
+    if defaults and not a.dtypes and not a.hidden:  # the specs the templates add (K.bundle.extra): split-KV, ...
+        named = [_gen._parse_sm(s) for s in a.sm.split(",") if s] if a.sm else None
+        for m in matrices.values():
+            specs += m["extra"]
+            # an arch-specific SM's own kernels (K.bundle.arch), on that SM: with the default SM list, or when
+            # --sm names it
+            arch += [(spec, sm) for sm, spec in m["arch"] if named is None or _gen._parse_sm(sm) in named]
     if a.j is not None and not 1 <= a.j <= 256:
         return _err("bad -j '%d'; valid: 1..256" % a.j)
     if not a.output and not a.emit_c:
@@ -213,7 +253,7 @@ def cmd_bundle(argv):
     sms = [s for s in a.sm.split(",") if s] if a.sm else _gen.default_targets()
     if not sms:
         return _err("--sm needs at least one SM")
-    data = _gen.build_bundle(specs, sms=sms, cubin=a.cubin, jobs=a.j)
+    data = _gen.build_bundle(specs, sms=sms, cubin=a.cubin, jobs=a.j, arch_specs=arch)
     if a.output:
         _write(a.output, data)
     if a.emit_c:
@@ -343,7 +383,7 @@ def cmd_run(argv):
                 description="Runs one kernel on the CPU emulator and checks every output against its family's "
                 "float64 reference (the C library's one case runner and checker: the numbers of the C `kiln run`).",
                 epilog="exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault, 2 bad input."
-                "\nexample: kiln run layernorm x=bf16 w=f32 y=bf16 hidden=4096 --sm 75 --rows 64")
+                "\nexample: kiln run %s" % _first_example(run=True))
     p.add_argument("spec", nargs="*", metavar="FAMILY key=value", help="the kernel spec")
     req = p.add_argument_group("required")
     req.add_argument("--sm", metavar="N", help="target SM ('kiln list' shows the targets)")

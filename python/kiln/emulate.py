@@ -4,8 +4,8 @@ The emulator compiles the very LLVM module that becomes PTX for the host and run
 each CUDA thread a fiber, with barriers and warp collectives checked. So a bf16 kernel for a
 Turing GPU (sm_75) runs here exactly as generated for it.
 
-    k = kiln.emulate.load("layernorm x=bf16 w=f32 y=bf16 hidden=1024", sm=75)
-    k.run(problem=(rows,), y=y, mean=mean, rstd=rstd, x=x, weight=w, bias=b, rows=rows, hidden=1024, eps=1e-5)
+    k = kiln.emulate.load(spec, sm=75)   # spec: "FAMILY key=value ...", `kiln list` shows each family's
+    k.run(problem=(rows,), y=y, x=x, rows=rows, ...)   # the tensors and scalars its meta["launch"] declares
 
 Any family works through load()/run(): parameters are bound by name from the kernel's metadata
 and checked for dtype, contiguity, alignment and (where kiln knows the extent) size. The helpers
@@ -158,6 +158,18 @@ def _poison(a):
     a.view(np.uint8)[...] = 0xFF  # NaN in every float type: an element the kernel missed shows
 
 
+def norm_spec(rms, xd, wd, yd, weight, bias, offset=0, r=None):
+    """The norm forward's spec with "hidden=%s" left to fill (a length or "launch"): RMSNorm when rms, else
+    LayerNorm; weight, bias: whether the kernel takes them; r: the residual's dtype (residual=true), or None.
+    kiln.emulate.layer_norm and kiln.torch's emulated path build theirs here."""
+    res = "" if r is None else " residual=true r=%s" % r
+    if rms:
+        return "rmsnorm x=%s w=%s y=%s hidden=%%s weight=%s offset=%d%s" % (
+            xd, wd, yd, "true" if weight else "false", offset, res)
+    return "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s offset=%d%s" % (
+        xd, wd, yd, "true" if weight else "false", "true" if bias else "false", offset, res)
+
+
 def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weight_dtype=None, hidden=None,
                return_stats=False, twice=False, offset=0):
     """torch.nn.functional.layer_norm(x, x.shape[-1:], weight, bias, eps) on the emulated kernel for sm.
@@ -188,9 +200,7 @@ def layer_norm(x, weight=None, bias=None, eps=1e-5, sm=80, out_dtype=None, weigh
     if isinstance(offset, bool) or offset not in (0, 1) or (offset and weight is None):
         raise KilnArgumentError("layer_norm: offset=%r; valid: 0, or 1 with a weight (the norm multiplies by "
                                 "1 + weight)" % (offset,))
-    spec = "layernorm x=%s w=%s y=%s hidden=%%s weight=%s bias=%s%s" % (
-        xd, wd, yd, "true" if weight is not None else "false", "true" if bias is not None else "false",
-        " offset=1" if offset else "")
+    spec = norm_spec(False, xd, wd, yd, weight is not None, bias is not None, offset)
     try:
         k = load(spec % (h if hidden != "launch" else "launch"), sm)
     except KilnSpecError:

@@ -25,7 +25,7 @@ MIRRORS = {
     "kiln_attention_bwd_args": _lib.AttentionBwdArgs, "kiln_bundle_entry": _lib.BundleEntry,
     "kiln_norm_fwd_args": _lib.NormFwdArgs, "kiln_norm_bwd_args": _lib.NormBwdArgs,
     "kiln_case_opts": _lib.CaseOpts, "kiln_case_output": _lib.CaseOutput, "kiln_case_step": _lib.CaseStep,
-    "kiln_launch_step": _lib.LaunchStep,
+    "kiln_launch_step": _lib.LaunchStep, "kiln_bundle_matrix": _lib.BundleMatrix,
 }
 
 

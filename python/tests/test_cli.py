@@ -169,6 +169,58 @@ def test_run_passes_and_bundle_round_trip(tmp_path):
         assert cli("bundle-info", str(out)).stdout == info.stdout
 
 
+def test_bundle_matrices_from_the_templates(tmp_path):
+    """The families and dtype keys come from each template's K.bundle, as bin/kiln reads them: the same entries."""
+    fams = [f for f in kiln.families() if (kiln._gen.bundle_matrix(f) or {}).get("dtype_keys")]
+    assert len(fams) >= 3
+    out = tmp_path / "m.kbundle"
+    args = [fams[-1], fams[0], "--dtypes", "f16", "--hidden", "64", "--sm", "80", "-j", "2", "-o", str(out)]
+    r = py("bundle", *args)
+    assert r.returncode == 0, r.stderr
+    info = py("bundle-info", str(out)).stdout.decode().splitlines()[2:]
+    assert info and all(w.split()[7] in fams for w in info), info
+    if HAVE_BIN:
+        c_out = tmp_path / "c.kbundle"
+        assert cli("bundle", *args[:-1], str(c_out)).returncode == 0
+        assert cli("bundle-info", str(c_out)).stdout.decode().splitlines()[2:] == info
+    r = py("bundle", fams[0], "--dtypes", "f16/f16/f16/f16/f16/f16/f16/f16/f16", "--sm", "80", "-o", str(out))
+    assert r.returncode == 2 and b"dtype combination has 9 parts; valid for " + fams[0].encode() in r.stderr
+    r = py("bundle", "nosuch", "--sm", "80", "-o", str(out))
+    assert r.returncode == 2 and b"no default matrix for family 'nosuch'; valid: " + ", ".join(fams).encode() in r.stderr
+
+
+def test_bundle_arch_specs_on_their_own_sm(tmp_path):
+    """K.bundle.arch (attention's path=wgmma kernels on sm_90a) reaches Python's bundle as the C tool's: each spec
+    on its arch SM alone, also when that SM is outside the list, and once when the plain set has it there."""
+    arch = kiln._gen.bundle_matrix("attention")["arch"]
+    assert arch and all(sm == "90a" and "path=wgmma" in spec for sm, spec in arch), arch
+    spec = arch[0][1]
+    data = kiln._gen.build_bundle(["rmsnorm x=f16 hidden=256"], sms=[80], arch_specs=[(spec, "90a")])
+    out = tmp_path / "a.kbundle"
+    out.write_bytes(data)
+    info = py("bundle-info", str(out)).stdout.decode()
+    assert "sm_90a" in info and info.count("attention") == 1 and info.count("rmsnorm") == 1, info
+    data = kiln._gen.build_bundle([spec], sms=["90a"], arch_specs=[(spec, "90a")])
+    out.write_bytes(data)
+    assert py("bundle-info", str(out)).stdout.decode().count("attention") == 1
+
+
+def test_examples_from_the_templates():
+    """kiln.examples() are `kiln list`'s example lines; each generates; the usage texts show the first."""
+    ex = kiln.examples()
+    assert ex and all(spec.split()[0] in kiln.families() and sm for spec, sm, _ in ex), ex
+    listed = [line[len("  example: kiln run "):] for line in py("list").stdout.decode().splitlines()
+              if line.startswith("  example: kiln run ")]
+    assert listed == ["%s --sm %s%s" % (s, sm, " " + o if o else "") for s, sm, o in ex]
+    for spec, sm, _ in ex:
+        assert kiln.generate(spec, sm).meta["entry"]
+    assert ("example: kiln emit %s --sm %s" % ex[0][:2]) in py("emit", "--help").stdout.decode()
+    assert ("example: kiln run %s --sm %s" % ex[0][:2]) in py("run", "--help").stdout.decode()
+    if HAVE_BIN:
+        run_help = cli("run", "--help").stdout.decode()
+        assert all(("kiln run %s" % line) in run_help for line in listed)
+
+
 def test_unbounded_inputs_refused_like_bin_kiln(tmp_path):
     """/dev/zero, a FIFO and a sparse file over the input limit: one error, exit 2 (and as bin/kiln says it,
     where it is built)."""

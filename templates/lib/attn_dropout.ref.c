@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 
 /* Philox 4x32-10 (Salmon et al., SC 2011; Random123's philox4x32 with 10 rounds): the multipliers and

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 
 /* The cache of a case (templates/lib/attn_paged.lua has the layout): pages [num_blocks, page_size,

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "kiln/emu_case.h"
 
 /* The layout is templates/lib/attn_varlen.lua's (FlashAttention-2's varlen): q, o, dout, dq

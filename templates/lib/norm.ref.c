@@ -6,7 +6,6 @@
 
 #include "emu.h"
 #include "kiln/emu_case.h"
-#include "kiln/emu_norm.h"
 
 #define U32 (1.0 / 16777216.0) /* 2^-24, the unit roundoff of f32 */
 

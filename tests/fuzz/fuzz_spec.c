@@ -1,12 +1,12 @@
 /* tests/fuzz/fuzz_spec.c - libFuzzer target: the spec parsers - the generator's tokenizer
- * (gen/gen_spec.c), the runtime's normalizer (runtime/rt_spec.c) and the emulator's LayerNorm
- * and attention readers. Normalizing twice must change nothing. */
+ * (gen/gen_spec.c), the runtime's normalizer (runtime/rt_spec.c) and the attention reference's
+ * reader (templates/attention.ref.c). Normalizing twice must change nothing. */
 #include <stdlib.h>
 #include <string.h>
 
 #include "gen.h"
 #include "kiln/emu.h"
-#include "kiln/emu_attention.h"
+#include "attention.ref.h"
 #include "rt.h"
 
 int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
@@ -22,8 +22,6 @@ int LLVMFuzzerTestOneInput(const unsigned char *data, size_t size) {
         if (rt_spec_normalize(norm, again, sizeof again, &err) != KILN_OK || strcmp(norm, again)) abort();
         rt_spec_family(norm, family, sizeof family);
     }
-    kiln_layernorm_spec ln;
-    (void)kiln_ln_spec_parse(text, &ln, &err);
     kiln_attn_problem p;
     memset(&p, 0, sizeof p);
     (void)kiln_attn_spec_parse(text, &p, &err);

@@ -1,4 +1,4 @@
-/* runtime/rt_attention_varlen.c - typed launch helpers for varlen attention (packed sequences, forward and backward) over the generic launch. */
+/* runtime/rt_varlen.c - typed launch helpers for varlen attention (packed sequences, forward and backward) over the generic launch. */
 #include <math.h>
 #include <stdio.h>
 #include <string.h>

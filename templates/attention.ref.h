@@ -1,6 +1,6 @@
-/* kiln/emu_attention.h - attention on the emulator: problems, float64 forward and backward references, checks. */
-#ifndef KILN_EMU_ATTENTION_H
-#define KILN_EMU_ATTENTION_H
+/* templates/attention.ref.h - the attention reference's typed API (templates/attention.ref.c, attention_bwd.ref.c): problems, float64 forward and backward references, runs and checks on the emulator. */
+#ifndef KILN_ATTENTION_REF_H
+#define KILN_ATTENTION_REF_H
 
 #include "kiln/emu.h"
 
