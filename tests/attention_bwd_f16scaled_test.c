@@ -161,7 +161,9 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     kiln_status st = KILN_OK;
     size_t d = (size_t)p->head_dim;
     float *delta = malloc(a->nl * sizeof *delta), *acc = det ? NULL : malloc(a->nl * d * sizeof *acc);
-    kiln_attn_bwd_buffers bf = {a->q, a->k, a->v, a->o, a->dout, a->lse, g[0], g[1], g[2], delta, acc};
+    void *scaled = malloc(kiln_attn_bwd_scaled_bytes(p)); /* Q and dO scaled by prep (NaN until it writes them) */
+    memset(scaled, 0xff, kiln_attn_bwd_scaled_bytes(p));
+    kiln_attn_bwd_buffers bf = {a->q, a->k, a->v, a->o, a->dout, a->lse, g[0], g[1], g[2], delta, acc, scaled};
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
@@ -176,7 +178,7 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
         st = kiln_attn_bwd_run(k, p, &bf, s == 1, &err);
         CHECK(st == KILN_OK, "emulator, %s: %s", spec, err.msg);
     }
-    free(delta), free(acc);
+    free(delta), free(acc), free(scaled);
     return st;
 }
 
