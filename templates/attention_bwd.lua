@@ -40,6 +40,7 @@
 local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
+local f16s = require("lib.attn_bwd_f16scaled")
 local bwd_wgmma = require("lib.attn_bwd_wgmma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
@@ -110,7 +111,8 @@ function K.config(spec, target)
   if spec.kernel == "prep" or spec.kernel == "convert" then
     local rows = (ROW_THREADS // 32) * ROWS_PER_WARP
     return { block = ROW_THREADS, grid_tile = { rows, 1, 1 }, rows_per_block = rows, threads_per_row = 32,
-             align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad] }
+             align = util.dtype_bytes[spec.kernel == "prep" and spec.out or spec.grad],
+             f16s = spec.kernel == "prep" and f16s.prep_applies(spec, target) or nil } -- (prep: Q, dO scaled once)
   end
   local cfg = bwd_wgmma.config(spec, target) -- sm_90a: TMA + wgmma dkdv (lib/attn_bwd_wgmma.lua)
   if cfg then return cfg end
@@ -173,11 +175,17 @@ end
 
 -- ---- prep: delta = rowsum(dO * O); dq_acc rows zeroed ----
 local function build_prep(b, spec, cfg)
-  local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params({
+  local first = {
     { "delta", "ptr", "f32" }, { "dq_acc", "ptr", "f32" },
     { "o", "ptr", spec.out, readonly = true }, { "dout", "ptr", spec.out, readonly = true },
     { "heads_q", "i32" }, { "seq_q", "i32" },
-  }, { "o", "dout" })) }, cfg.rows_per_block)
+  }
+  if cfg.f16s then -- (bf16 on sm_75: Q and dO scaled once into the workspace, lib/attn_bwd_f16scaled.lua)
+    f16s.ws_params(first)
+    first[#first + 1] = { "q", "ptr", spec.dtype, readonly = true }
+  end
+  local p = varlen.bind(b, spec, b:kernel{ params = varlen.params(spec, stride_params(first,
+    cfg.f16s and { "o", "dout", "q" } or { "o", "dout" })) }, cfg.rows_per_block)
   local d = spec.vdim -- (O and dO: v_head_dim wide, no padding here)
   local dq_d = spec.dim -- (dq_acc rows: head_dim)
   local tid = b:tid()
@@ -186,6 +194,8 @@ local function build_prep(b, spec, cfg)
   local ob, dob = base(b, p, "o", bi, h), base(b, p, "dout", bi, h)
   local ri = row_index(b, p, bi, h)
   local zero_acc = b:not_(b:is_null(p.dq_acc))
+  local scaled = cfg.f16s and b:not_(b:is_null(p.qh))
+  local qb = cfg.f16s and base(b, p, "q", bi, h)
   for r = 0, ROWS_PER_WARP - 1 do
     local row = b:ctaid("x") * cfg.rows_per_block + warp * ROWS_PER_WARP + r
     local live = b:lt(row, p.seq_q)
@@ -202,6 +212,14 @@ local function build_prep(b, spec, cfg)
     end
     sum = b:warp_sum(sum, 32)
     b:if_(b:and_(live, b:eq(lane, 0)), function() b:store(p.delta + ri + rr, sum) end)
+    if scaled then
+      b:if_(scaled, function()
+        local at = ri + rr
+        f16s.prep_row(b, lane, live, qb + rr * p.stride_qs, spec.dim, spec.head_dim, p.qh + at * spec.head_dim, p.qsf + at)
+        f16s.prep_row(b, lane, live, dob + rr * p.stride_douts, spec.vdim, spec.head_dim, p.doh + at * spec.head_dim,
+                      p.dosf + at)
+      end)
+    end
     b:if_(b:and_(live, zero_acc), function()
       for c = 0, util.ceil_div(dq_d, 32) - 1 do
         lane_cols(b, spec, lane, c, function(col) b:store(p.dq_acc + (ri + rr) * dq_d + col, 0.0) end)
@@ -266,9 +284,10 @@ end
 
 -- ---- dkdv: dK, dV for a block of keys (and dQ atomics) ----
 local function build_dkdv(b, spec, cfg)
-  local params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, {
-    { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" },
-  }), { "q", "k", "v", "dout", "dk", "dv" }), true)))
+  local first = { { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" } }
+  if cfg.f16s then f16s.ws_params(first) end -- (Q and dO as prep scaled them, lib/attn_bwd_f16scaled.lua)
+  local params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, first),
+    { "q", "k", "v", "dout", "dk", "dv" }), true)))
   if cfg.path == "wgmma" then
     return bwd_wgmma.build(b, spec, cfg, params, {
       base = function(p, t, bi, h) return base(b, p, t, bi, h) end,
@@ -433,6 +452,10 @@ function K.launch(spec, cfg)
       tensor("dout")
       t[#t + 1] = { "delta", "workspace", rows, align = 16 }
       t[#t + 1] = { "dq_acc", "workspace", acc, optional = true, align = 16 }
+      if cfg.f16s then -- (Q scaled once, lib/attn_bwd_f16scaled.lua; dkdv declares the rows it reads)
+        tensor("q")
+        f16s.ws_launch(t, bspec(spec).head_dim, rows, true)
+      end
     else
       l.scalars[#l.scalars + 1] = { "scale", 1 / math.sqrt(d) }
       tensor("dq")
@@ -453,6 +476,7 @@ function K.launch(spec, cfg)
   tensor("dv")
   t[#t + 1] = { "delta", "workspace", rows, align = 16 }
   t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
+  if cfg.f16s then f16s.ws_launch(t, bspec(spec).head_dim, rows) end
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }

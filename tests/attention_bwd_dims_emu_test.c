@@ -123,7 +123,7 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
     memset(delta, 0xff, nl * sizeof *delta);
     if (dq_acc) memset(dq_acc, 0xff, nl * (size_t)d * sizeof *dq_acc);
-    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc};
+    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc, NULL};
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         st = kiln_attn_bwd_run(ks[s], &p, &bf, s == 1, &err);
         CHECK(st == KILN_OK, "emulator, %s: %s", spec[s], err.msg);

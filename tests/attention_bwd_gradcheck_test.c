@@ -171,7 +171,7 @@ static void check_kernels(kiln_gen *gen, kiln_emu *emu, const shape *s, int det)
         st = kiln_attn_run(fwd, &pr.p, o, lse, pr.t[0], pr.t[1], pr.t[2], 0, &err);
         CHECK(st == KILN_OK, "forward: %s", err.msg);
     }
-    kiln_attn_bwd_buffers bf = {pr.t[0], pr.t[1], pr.t[2], o, pr.t[3], lse, gk[0], gk[1], gk[2], delta, det ? NULL : acc};
+    kiln_attn_bwd_buffers bf = {pr.t[0], pr.t[1], pr.t[2], o, pr.t[3], lse, gk[0], gk[1], gk[2], delta, det ? NULL : acc, NULL};
     for (int i = 0; i < 3 && st == KILN_OK; i++) {
         st = kiln_attn_bwd_run(bw[i], &pr.p, &bf, 1, &err);
         CHECK(st == KILN_OK, "backward kernel %d: %s", i + 1, err.msg);

@@ -53,7 +53,12 @@ static void test_sequence(int sm, int det) {
     kiln_kernel *ks[3] = {NULL, NULL, NULL};
     size_t rows = 3 * 8 * 1000;
     size_t ws = kiln_attention_backward_workspace(&a);
-    CHECK(ws == ((rows * 4 + 255) / 256 * 256) + (det ? 0 : rows * 128 * 4), "workspace %zu bytes", ws);
+    /* then bf16's Q and dO as prep scales them once (qh, doh f16 [rows, 128], qsf, dosf f32 [rows]): read by the
+     * f16-scaled dkdv on sm_75, an upper bound elsewhere; each workspace tensor 256-byte aligned */
+    size_t off[5] = {((rows * 4 + 255) / 256 * 256) + (det ? 0 : rows * 128 * 4)};
+    const size_t each[4] = {rows * 128 * 2, rows * 128 * 2, rows * 4, rows * 4};
+    for (int i = 0; i < 4; i++) off[i] = (off[i] + 255) / 256 * 256, off[i + 1] = off[i] + each[i];
+    CHECK(ws == off[4], "workspace %zu bytes, expected %zu", ws, off[4]);
     fake.reset();
     CHECK(rt && kiln_attention_backward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
     CHECK(launches() == 3, "%d launches", launches());
@@ -82,6 +87,11 @@ static void test_sequence(int sm, int det) {
         kiln_devptr want[] = {a.q, a.k, a.v, a.o, a.dout, a.lse, a.dq, a.dk, a.dv};
         for (int p = 0; p < 9; p++)
             if (param_index(m, ptrs[p]) >= 0) CHECK(param(&l, m, ptrs[p]) == want[p], "launch %d pointer %s", i, ptrs[p]);
+        static const char *scaled[] = {"qh", "doh", "qsf", "dosf"}; /* sm_75's f16-scaled prep and dkdv */
+        for (int p = 0; p < 4; p++)
+            if (param_index(m, scaled[p]) >= 0 || (sm == 75 && det && i < 2))
+                CHECK(param(&l, m, scaled[p]) == (sm == 75 && det ? a.workspace + off[p] : 0), "launch %d pointer %s 0x%llx",
+                      i, scaled[p], (unsigned long long)param(&l, m, scaled[p]));
         if (param_index(m, "heads_kv") >= 0) CHECK(param(&l, m, "heads_kv") == 2, "heads_kv");
         if (param_index(m, "seq_k") >= 0) CHECK(param(&l, m, "seq_k") == 1500, "seq_k");
         CHECK(param(&l, m, "heads_q") == 8 && param(&l, m, "seq_q") == 1000, "launch %d sizes", i);
@@ -228,6 +238,7 @@ int main(void) {
     }
     kiln_rt_use_generator();
     test_sequence(75, 0);
+    test_sequence(75, 1);
     test_sequence(80, 0);
     test_sequence(90, 1);
     test_edges_and_errors();

@@ -18,7 +18,7 @@ import threading
 
 import numpy as np
 
-from . import _gen, _lib, _tmap
+from . import _extents, _gen, _lib, _tmap
 from ._np import aligned_empty, as_kiln_array, dtype_name, elem_name, np_dtype
 from ._attn_keys import Keys, causal_value, check_v_head_dim, forward_spec
 from .errors import KilnArgumentError, KilnSpecError
@@ -300,6 +300,24 @@ def _vdim_words(d, dv):
     return " v_head_dim=%d" % dv if dv != d else ""
 
 
+def _workspace(kernels, args):
+    """Adds to args the workspace tensors the dkdv kernel's launch description declares beyond those given
+    (bf16 on sm_75: Q and dO as prep scales them once, templates/lib/attn_bwd_f16scaled.lua), poisoned, at
+    their extents; the other kernels' optional ones it does not declare are None (prep then skips them)."""
+    env = {n: x for n, x in args.items() if isinstance(x, int)}
+    for kern in sorted(kernels, key=lambda k: "kernel=dkdv" not in k.spec):
+        launch = kern.meta.get("launch") or ""
+        dts = {p["name"]: p.get("dtype") for p in kern.params}
+        for w in (line.split() for line in launch.splitlines()):
+            if len(w) < 3 or w[0] != "tensor" or w[1] in args:
+                continue
+            if w[2] == "workspace" and "kernel=dkdv" in kern.spec:
+                args[w[1]] = aligned_empty((_extents.extent(w[1], env, launch),), dts[w[1]])
+                _poison(args[w[1]])
+            elif w[2] == "workspace?":
+                args[w[1]] = None
+
+
 def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, scale=None, layout="bshd",
                        path="auto", deterministic=False, grad_dtype=None, twice=False, window=None, softcap=None,
                        alibi_slopes=None, dropout=None):
@@ -369,6 +387,7 @@ def attention_backward(q, k, v, dout, o=None, lse=None, causal=False, sm=80, sca
     for t, arr in (("q", qa), ("k", ka), ("v", va), ("o", oa), ("dout", da), ("dq", dq), ("dk", dk), ("dv", dv)):
         for axis, st in zip("bsh", arr.strides[:3]):
             args["stride_%s%s" % (t, axis)] = st // arr.itemsize
+    _workspace(kernels, args)
     for kern in kernels:
         names = {p["name"] for p in kern.params}
         problem = (sk, hkv, b) if "kernel=dkdv" in kern.spec else (sq, hq, b)

@@ -117,6 +117,76 @@ function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
   end
 end
 
+-- ---- Q and dO scaled once, by prep (the workspace) ----
+-- prep writes every query row of Q and dO once as f16 times its power of two (the row's largest finite
+-- |x| in [2^15, 2^16), as load does) into the sequence's workspace, with 2^-h of each row, so dkdv's query
+-- tiles copy f16 rows and their factors instead of scaling them again for every key block. Rows are the
+-- tile width W (spec.head_dim as the builders see it, lib/attn_dims.lua / attn_vdim.lua) wide, the columns
+-- past the real dim zero, at index (batch, head, row) as delta's. Workspace (f16 / f32): qh, doh [batch,
+-- heads_q, seq_q, W], qsf, dosf [batch, heads_q, seq_q]. The dq kernel stages its Q and dO tile once a block
+-- and keeps load.
+M.WS = { { "qh", "f16" }, { "doh", "f16" }, { "qsf", "f32" }, { "dosf", "f32" } }
+
+-- Whether prep writes the workspace above for this spec (bf16 on sm_75 with the f16-scaled tiles; not
+-- varlen, whose dkdv stays on SIMT): prep's pointers are optional, so a dkdv that does not declare them
+-- (SIMT: dropout, the atomic d128, path=simt) leaves them 0 and prep skips the rows.
+function M.prep_applies(spec, target)
+  return M.applies(spec, target) and spec.out == spec.dtype and spec.head_dim <= 128 and not spec.varlen
+end
+
+-- The kernel parameters of the workspace (appended to params).
+function M.ws_params(params)
+  for _, w in ipairs(M.WS) do params[#params + 1] = { w[1], "ptr", w[2] } end
+  return params
+end
+
+-- The launch description's workspace rows (tensors t; optional in prep), rows: { "batch", "heads_q", "seq_q" }.
+function M.ws_launch(t, w, rows, optional)
+  local ext = { string.format("batch*heads_q*seq_q*%d", w) }
+  for _, x in ipairs(M.WS) do
+    t[#t + 1] = { x[1], "workspace", x[2] == "f16" and ext or rows, optional = optional or nil, align = 16 }
+  end
+end
+
+-- prep: writes query row `row` (live) of one tensor: a warp, 32 lanes a row; src the row (bf16, `dim`
+-- real columns), dst the workspace row (f16, w wide), fdst its factor slot.
+function M.prep_row(b, lane, live, src, dim, w, dst, fdst)
+  local zero = b:from_f32(0.0, "bf16")
+  local vals = {}
+  for c = 0, w // 32 - 1 do
+    local col = lane + 32 * c
+    local real = dim < w and (c + 1) * 32 > dim and b:lt(col, dim) or nil
+    local x = b:load(src + (real and b:select(real, col, 0) or col))
+    vals[c + 1] = real and b:select(real, x, zero) or x -- (not 0 x a value: column 0 may hold an Inf)
+  end
+  local mx = b:warp_max(f16s.local_max(b, vals, b:f32(0.0)), 32)
+  local h = f16s.scale_of(b, mx)
+  local out = f16s.convert(b, vals, f16s.pow2(b, h))
+  b:if_(live, function()
+    for c = 0, w // 32 - 1 do b:store(dst + (lane + 32 * c), out[c + 1]) end
+    b:if_(b:eq(lane, 0), function() b:store(fdst, f16s.pow2(b, -h)) end)
+  end)
+end
+
+-- dkdv: copies rows [row0, row0 + rows) of a workspace slice src (f16, w wide) into the tile dst (row
+-- stride cfg.ld), 16 bytes a copy; rows past seq are zeros (not row 0: P = 0 there, and 0 x Inf is NaN).
+function M.load_ws(b, cfg, threads, dst, src, w, row0, rows, seq)
+  local cpr = w // 8
+  local tid = b:tid()
+  local zero = b:from_f32(0.0, "f16")
+  for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
+    local item = tid + it * threads
+    local r, c = item // cpr, item % cpr
+    local copy = function()
+      local ok = b:lt(row0 + r, seq)
+      local v = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * w + c * 8, 8, { align = 16 })
+      for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
+      b:store_vec(dst + r * cfg.ld + c * 8, v, { align = 16 })
+    end
+    if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), copy) else copy() end
+  end
+end
+
 -- Running exponents of an A operand's two rows (this thread's C rows g and g + 8).
 function M.rows_state(b) return { [0] = b:var("i32", CMIN), [1] = b:var("i32", CMIN) } end
 

@@ -269,14 +269,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local slope2 = spec.alibi and mask.slope(hooks.mask, h)
     b:for_(q_start, q_end, bm, function(q0)
       b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
-      stage(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
-      stage(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+      if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
+        fs.load_ws(b, cfg, M.WARPS * 32, sh.qs, p.qh + ri * d, d, q0, bm, p.seq_q)
+        fs.load_ws(b, cfg, M.WARPS * 32, sh.dos, p.doh + ri * d, d, q0, bm, p.seq_q)
+      else
+        stage(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+        stage(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+      end
       if cfg.cp_async then b:cp_async_commit() end
       b:if_(b:lt(tid, bm), function()
         local row = q0 + tid
         local r = b:i64(b:select(b:lt(row, p.seq_q), row, 0))
         b:store(sh.lse2 + tid, b:load(p.lse + ri + r) * LOG2E)
         b:store(sh.dl + tid, b:load(p.delta + ri + r))
+        if fs then
+          b:store(sh.qf + tid, b:load(p.qsf + ri + r))
+          b:store(sh.of + tid, b:load(p.dosf + ri + r))
+        end
       end)
       if cfg.cp_async then b:cp_async_wait(0) end
       b:barrier()
