@@ -94,27 +94,52 @@ kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_a
     return st;
 }
 
+/* The generic launch of the sequence dkdv names (its tensors, scalars and mask values; t and s its storage). */
+static kiln_launch_args launch_args(const kiln_attention_bwd_args *a, kiln_launch_tensor t[NTENSORS + 2],
+                                    kiln_launch_scalar s[16]) {
+    for (int i = 0; i < NTENSORS; i++) {
+        const int64_t *st = strides_of(a, i);
+        t[i] = (kiln_launch_tensor){.name = tensor_names[i], .ptr = pointer_of(a, i)};
+        if (st[0] || st[1] || st[2]) memcpy(t[i].strides, (int64_t[4]){st[0], st[1], st[2], 1}, sizeof t[i].strides);
+    }
+    t[NTENSORS] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
+    const kiln_launch_scalar base[6] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
+                                        {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
+    memcpy(s, base, sizeof base);
+    int nt = NTENSORS + 1, ns = a->scale > 0 ? 6 : 5;
+    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
+    return (kiln_launch_args){.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns, .workspace = a->workspace,
+                              .stream = a->stream};
+}
+
+kiln_status kiln_attention_backward_workspace_on(kiln_rt *rt, const kiln_attention_bwd_args *a, size_t *bytes,
+                                                 kiln_error *err) {
+    if (!rt || !a || !bytes) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward_workspace_on: NULL argument");
+    *bytes = 0;
+    kiln_attention_bwd_args probe = *a; /* (the pointers' values do not size anything: any non-zero passes the checks) */
+    if (!probe.workspace) probe.workspace = 16;
+    kiln_status st = check_args(&probe, err);
+    if (st != KILN_OK || a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return st;
+    kiln_kernel *ks[3];
+    if ((st = kiln_attention_backward_pick(rt, &probe, ks, err)) != KILN_OK) return st;
+    kiln_launch_tensor t[NTENSORS + 2];
+    kiln_launch_scalar s[16];
+    kiln_launch_args la = launch_args(&probe, t, s);
+    return kiln_launch_workspace(ks[1], &la, bytes, err);
+}
+
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err) {
     if (!rt || !a) return kiln_fail(err, KILN_EINVAL, "kiln_attention_backward: NULL argument");
     kiln_status st = check_args(a, err);
     if (st != KILN_OK || a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return st;
     kiln_kernel *ks[3];
     if ((st = kiln_attention_backward_pick(rt, a, ks, err)) != KILN_OK) return st;
-    /* dkdv names the sequence and its workspace; the kernels with an empty grid (no query rows, or no
-     * keys) are skipped, the other side still writes its zeros */
+    /* dkdv names the sequence and its workspace (what this device's kernels declare: at most
+     * kiln_attention_backward_workspace); the kernels with an empty grid (no query rows, or no keys) are
+     * skipped, the other side still writes its zeros */
     kiln_launch_tensor t[NTENSORS + 2];
-    for (int i = 0; i < NTENSORS; i++) {
-        const int64_t *s = strides_of(a, i);
-        t[i] = (kiln_launch_tensor){.name = tensor_names[i], .ptr = pointer_of(a, i)};
-        if (s[0] || s[1] || s[2]) memcpy(t[i].strides, (int64_t[4]){s[0], s[1], s[2], 1}, sizeof t[i].strides);
-    }
-    t[NTENSORS] = (kiln_launch_tensor){.name = "lse", .ptr = a->lse};
-    kiln_launch_scalar s[16] = {{"batch", a->batch}, {"heads_q", a->heads_q}, {"heads_kv", a->heads_kv},
-                                {"seq_q", a->seq_q}, {"seq_k", a->seq_k}, {"scale", a->scale}};
-    int nt = NTENSORS + 1, ns = a->scale > 0 ? 6 : 5;
-    rt_attn_mask_launch(&a->mask, t, &nt, s, &ns);
-    kiln_launch_args la = {.tensors = t, .ntensors = nt, .scalars = s, .nscalars = ns,
-                           .workspace = a->workspace, .workspace_bytes = kiln_attention_backward_workspace(a),
-                           .stream = a->stream};
+    kiln_launch_scalar s[16];
+    kiln_launch_args la = launch_args(a, t, s);
+    if ((st = kiln_launch_workspace(ks[1], &la, &la.workspace_bytes, err)) != KILN_OK) return st;
     return kiln_launch(ks[1], &la, err);
 }

@@ -37,22 +37,10 @@ typedef struct row {
 static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, kiln_case **keep, kiln_error *err) {
     kiln_dtype pd = strstr(r->spec, "dtype=bf16") ? KILN_BF16 : KILN_F16;
     kiln_case_opts o = attn_case_opts(SM90A, 11, r->twice, r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, 1, 0, pd);
-    if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
-    if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 1); /* (tanh well past linear: its derivative matters) */
-    if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
+    sm90a_mask_opts(&o, r->spec, r->left, r->right, 1); /* (softcap 1: tanh well past linear, its derivative matters) */
     if (r->dropout > 0) kiln_case_opts_set(&o, "dropout", r->dropout), kiln_case_opts_set(&o, "dropout_offset", 12345);
     if (r->nseq) o.nvarlen = r->nseq, o.varlen_q = r->lq, o.varlen_k = r->lk, kiln_case_opts_set(&o, "rows", 1);
-    kiln_case *c = NULL;
-    kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
-    if (st == KILN_OK) st = kiln_case_run(c, err);
-    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
-    if (st == KILN_OK && *bad) {
-        for (int i = 0; i < kiln_case_noutputs(c); i++)
-            if (kiln_case_output_at(c, i)->bad) snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
-    }
-    if (keep && st == KILN_OK) *keep = c;
-    else kiln_case_free(c);
-    return st;
+    return sm90a_run_case(g, e, r->spec, &o, bad, keep, err);
 }
 
 /* Small problems: odd tails on both lengths (TMA's zero fill past seq_q and seq_k, stores and dQ atomics past them

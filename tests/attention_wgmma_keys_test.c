@@ -44,19 +44,8 @@ static kiln_status run_case(kiln_gen *g, kiln_emu *e, const row *r, long *bad, k
         o.nvarlen = r->nseq, o.varlen_q = r->lq, o.varlen_k = r->lk;
         if (r->has_used) o.seqused_k = r->used;
     }
-    if (strstr(r->spec, "window=true")) kiln_case_opts_set(&o, "window_left", r->left), kiln_case_opts_set(&o, "window_right", r->right);
-    if (strstr(r->spec, "softcap=true")) kiln_case_opts_set(&o, "softcap", 5);
-    if (strstr(r->spec, "alibi=true")) kiln_case_opts_set(&o, "alibi", 1);
-    kiln_case *c = NULL;
-    kiln_status st = kiln_case_create(&c, g, e, r->spec, &o, err);
-    if (st == KILN_OK) st = kiln_case_run(c, err);
-    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
-    if (st == KILN_OK && *bad) {
-        for (int i = 0; i < kiln_case_noutputs(c); i++)
-            if (kiln_case_output_at(c, i)->bad) snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
-    }
-    kiln_case_free(c);
-    return st;
+    sm90a_mask_opts(&o, r->spec, r->left, r->right, 5);
+    return sm90a_run_case(g, e, r->spec, &o, bad, NULL, err);
 }
 
 /* varlen: sequences of 0, 1, odd and >64 rows packed back to back, so a 64-row box from one sequence reaches into

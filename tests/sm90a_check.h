@@ -1,6 +1,7 @@
 /* tests/sm90a_check.h - what the path=wgmma (sm_90a) tests share: the ptxas check over a list of specs (emit each
  * for sm_90a, wgmma and TMA present, lint clean on a 9.0 device, ptxas: 0 spills, no C7508, plus the caller's
- * per-variant check of the log) and the planted-bug runner (a copy of the templates with one edit, a case run on it). */
+ * per-variant check of the log), the planted-bug runner (a copy of the templates with one edit, a case run on it) and
+ * one case's run and check with its mask options. */
 #ifndef KILN_TESTS_SM90A_CHECK_H
 #define KILN_TESTS_SM90A_CHECK_H
 
@@ -10,6 +11,7 @@
 #include <unistd.h>
 
 #include "check.h"
+#include "kiln/emu_case.h"
 #include "kiln/kiln.h"
 #include "kiln/lint.h"
 #include "ptxas_util.h"
@@ -195,6 +197,32 @@ static inline void sm90a_planted_done(const char *dir) {
     char cmd[200];
     snprintf(cmd, sizeof cmd, "rm -rf '%s/t'", dir);
     if (system(cmd) != 0) fprintf(stderr, "could not remove %s/t\n", dir);
+}
+
+/* The mask keys' launch options of spec: window_left / right, the softcap's value, ALiBi's slopes. */
+static inline void sm90a_mask_opts(kiln_case_opts *o, const char *spec, int left, int right, double softcap) {
+    if (strstr(spec, "window=true")) kiln_case_opts_set(o, "window_left", left), kiln_case_opts_set(o, "window_right", right);
+    if (strstr(spec, "softcap=true")) kiln_case_opts_set(o, "softcap", softcap);
+    if (strstr(spec, "alibi=true")) kiln_case_opts_set(o, "alibi", 1);
+}
+
+/* Creates, runs and checks a case of spec with options o on g; returns the status, *bad the values out of tolerance
+ * (-1 when it did not run); err names a failed run or the first bad value. The case goes to *keep when asked and
+ * it ran, else it is freed. */
+static inline kiln_status sm90a_run_case(kiln_gen *g, kiln_emu *e, const char *spec, const kiln_case_opts *o, long *bad,
+                                         kiln_case **keep, kiln_error *err) {
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, g, e, spec, o, err);
+    if (st == KILN_OK) st = kiln_case_run(c, err);
+    *bad = st == KILN_OK ? kiln_case_check(c) : -1;
+    if (st == KILN_OK && *bad) {
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            if (kiln_case_output_at(c, i)->bad)
+                snprintf(err->msg, sizeof err->msg, "%s: %s", kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    if (keep && st == KILN_OK) *keep = c;
+    else kiln_case_free(c);
+    return st;
 }
 
 #endif

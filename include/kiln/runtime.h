@@ -393,7 +393,8 @@ kiln_status kiln_attention_forward_splitkv(kiln_rt *rt, const kiln_attention_arg
  * kiln_attention_args (all three strides 0: [batch, seq, heads, head_dim]); dq is laid out by
  * stride_dq, and so on. grad_dtype is the dtype of dq, dk, dv; out_dtype that of o and dout.
  * GQA/MQA: dk/dv are summed over each group's query heads. Rows that saw no key (lse = +inf) get
- * zero gradients. workspace: kiln_attention_backward_workspace(a) bytes of device memory, 16-byte
+ * zero gradients. workspace: kiln_attention_backward_workspace_on(rt, a) bytes of device memory (or the
+ * any-device bound kiln_attention_backward_workspace(a)), 16-byte
  * aligned, that the call may overwrite (f32 delta, and the f32 dQ accumulator unless
  * deterministic). Launches on a->stream, in order, the kernels of the backward family's spec (`kiln list`):
  *   kernel=prep     grid {ceil(seq_q / tile), heads_q, batch}
@@ -416,7 +417,12 @@ typedef struct kiln_attention_bwd_args {
     kiln_attention_mask mask;
     int v_head_dim; /* V's, O's, dO's and dV's head dim (as kiln_attention_args.v_head_dim); 0: head_dim */
 } kiln_attention_bwd_args;
+/* Device workspace bytes for a on any device: an upper bound (bf16 counts the f16-scaled rows that only
+ * sm_75's kernels use). kiln_attention_backward_workspace_on: the exact bytes the kernels rt picks for its
+ * device declare (it generates or loads them, as the launch would). */
 size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a);
+kiln_status kiln_attention_backward_workspace_on(kiln_rt *rt, const kiln_attention_bwd_args *a, size_t *bytes,
+                                                 kiln_error *err);
 kiln_status kiln_attention_backward(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_error *err);
 /* The three kernels kiln_attention_backward launches, in order, without launching them. */
 kiln_status kiln_attention_backward_pick(kiln_rt *rt, const kiln_attention_bwd_args *a, kiln_kernel *out[3],

@@ -411,6 +411,7 @@ RT_FUNCS = {
                                              ctypes.POINTER(ctypes.c_int), ctypes.POINTER(sz), ERR]),
     "kiln_attention_forward_splitkv": (S, [P, ctypes.POINTER(AttentionArgs), ctypes.c_int, ctypes.c_uint64, sz, ERR]),
     "kiln_attention_backward_workspace": (sz, [ctypes.POINTER(AttentionBwdArgs)]),
+    "kiln_attention_backward_workspace_on": (S, [P, ctypes.POINTER(AttentionBwdArgs), ctypes.POINTER(sz), ERR]),
     "kiln_attention_backward": (S, [P, ctypes.POINTER(AttentionBwdArgs), ERR]),
     "kiln_norm_forward": (S, [P, ctypes.POINTER(NormFwdArgs), ERR]),
     "kiln_norm_forward_pick": (S, [P, ctypes.POINTER(NormFwdArgs), PP, ERR]),

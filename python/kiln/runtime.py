@@ -969,14 +969,20 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
 
     def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
                                      window=None, softcap=None, alibi_slopes=None, dropout=None):
-        """Bytes of device workspace attention_backward needs for these arrays (f32 delta, and the f32 dQ
-        accumulator unless deterministic)."""
+        """Bytes of device workspace attention_backward needs for these arrays on this Runtime's device (f32
+        delta, the f32 dQ accumulator unless deterministic, and for bf16 on sm_75 Q and dO scaled to f16)."""
         a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0, window=window,
                                    softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
-        return int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
+        return self._attn_bwd_workspace_bytes(a)
+
+    def _attn_bwd_workspace_bytes(self, a):
+        need, err = ctypes.c_size_t(), _lib.Error()
+        _lib.check(self._lib.kiln_attention_backward_workspace_on(self._live(), ctypes.byref(a), ctypes.byref(need),
+                                                                  ctypes.byref(err)), err)
+        return int(need.value)
 
     def _attn_bwd_workspace(self, a, workspace, views):
-        need = int(self._lib.kiln_attention_backward_workspace(ctypes.byref(a)))
+        need = self._attn_bwd_workspace_bytes(a)
         return self._workspace_ptr("attention_backward", need, workspace, views, "_bwd_ws")
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
