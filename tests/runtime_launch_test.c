@@ -184,6 +184,11 @@ static void test_attention(void) {
                                          : "attention_bwd dtype=bf16 head_dim=64 causal=true", &k, &e) == KILN_OK, "%s", e.msg);
         CHECK(k && kiln_launch_workspace(k, &ba, &need2, &e) == KILN_OK && need2 == ba.workspace_bytes, "%zu vs %zu",
               need2, ba.workspace_bytes);
+        kiln_attention_bwd_args unset = g; /* the size query before the workspace is allocated */
+        size_t before = 0;
+        unset.workspace = 0;
+        CHECK(kiln_attention_backward_workspace_on(rt, &unset, &before, &e) == KILN_OK && before == need2, "%zu vs %zu: %s",
+              before, need2, e.msg);
         /* the any-device bound holds it (bf16: plus the f16-scaled rows only sm_75's kernels declare) */
         CHECK(kiln_attention_backward_workspace(&g) > need2, "%zu vs %zu", kiln_attention_backward_workspace(&g), need2);
         CHECK(k && kiln_launch(k, &ba, &e) == KILN_OK, "%s", e.msg);

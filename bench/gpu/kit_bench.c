@@ -940,8 +940,7 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
                                                        .out_dtype = KILN_BF16, .grad_dtype = KILN_BF16, .head_dim = hd,
                                                        .causal = causal, .deterministic = det, .batch = batch,
                                                        .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
-                    size_t need = 0;
-                    bc.ab.workspace = 16; /* (a placeholder for the size query; the buffer below replaces it) */
+                    size_t need = 0; /* (the query needs no workspace pointer yet) */
                     if (kiln_attention_backward_workspace_on(rt, &bc.ab, &need, &b->err) != KILN_OK) return die("workspace", &b->err);
                     if (need > bws_bytes) {
                         if (bws) kiln_rt_free(rt, bws, NULL);
