@@ -179,7 +179,8 @@ $(O)/examples/jit_%: examples/jit_%.c $(LIBDIR)/libkiln.a $(LIBDIR)/libkiln_rt.a
 # Fuzzing: libFuzzer targets for the readers (tests/fuzz/), built with clang-22 under ASan + UBSan
 # wherever clang-22 is installed (tools/setup.sh installs it). The suite runs a bounded slice
 # (tests/fuzz_test.sh); `make fuzz` runs each target FUZZ_SECONDS (default 120) on a corpus kept
-# in build/fuzz/corpus/. Without clang-22 nothing is built and the test says skipped.
+# in build/fuzz/corpus/ with a fresh random seed each run (FUZZ_SEED=N repeats one). Without clang-22
+# nothing is built and the test says skipped.
 FUZZ_CC      ?= clang-22
 HAVE_FUZZ    := $(shell command -v $(FUZZ_CC) >/dev/null 2>&1 && echo yes)
 FUZZ_NAMES   := spec ptx bundle meta disk bin
@@ -210,7 +211,7 @@ build/fuzz/fuzz_%: $(FUZZ_OBJ)/tests/fuzz/fuzz_%.o $$(call fuzz_objs,$$*) $(RT_S
 	$(FUZZ_CC) $(FUZZ_CFLAGS) $(filter %.o,$^) -o $@ lib/libkiln.a $(LLVM_LIBS) $(LUA_LIBS) -lzstd -ldl -lpthread -lm
 .PHONY: fuzz
 fuzz: $(FUZZERS)
-	@KILN_FUZZ_SECONDS=$${FUZZ_SECONDS:-120} KILN_FUZZ_KEEP=build/fuzz/corpus bash tests/fuzz_test.sh
+	@KILN_FUZZ_SECONDS=$${FUZZ_SECONDS:-120} KILN_FUZZ_SEED=$${FUZZ_SEED:-0} KILN_FUZZ_KEEP=build/fuzz/corpus bash tests/fuzz_test.sh
 
 $(O)/runtime/%.o: runtime/%.c
 	@mkdir -p $(dir $@)

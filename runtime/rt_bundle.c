@@ -1,5 +1,6 @@
 /* runtime/rt_bundle.c - reads and checks bundle files (header, table of contents, payloads). */
 #include <errno.h>
+#include <limits.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -15,6 +16,9 @@
  *        u32 spec_len, u32 meta_len, u32 reserved, u64 offset, u64 size, hash[16], spec, meta
  *   payloads, each at a 64-byte aligned offset; meta is the "// kiln.meta" text block.
  */
+
+/* Bytes of a table entry before its spec and meta text: six u32, two u64, the 16-byte hash. */
+#define TOC_ENTRY_FIXED 56u
 
 typedef struct cursor {
     const uint8_t *p, *end;
@@ -72,16 +76,21 @@ static kiln_status parse_header(kiln_bundle *b, uint64_t *toc_off, uint64_t *toc
     uint8_t h[16];
     rt_hash128(b->data, 56, h);
     if (memcmp(h, b->data + 56, 8) != 0) return bad(b, err, "header checksum mismatch");
-    b->count = (int)take(&c, 4);
+    uint32_t count = (uint32_t)take(&c, 4);
     *toc_off = take(&c, 8);
     *toc_size = take(&c, 8);
     uint64_t file_size = take(&c, 8);
     if (file_size != b->size)
         return bad(b, err, "truncated or padded: header says %llu bytes, have %zu", (unsigned long long)file_size,
                    b->size);
-    if (*toc_off > b->size || *toc_size > b->size - *toc_off || b->count < 0 || b->count > 1000000)
+    if (*toc_off > b->size || *toc_size > b->size - *toc_off || *toc_size < 4)
         return bad(b, err, "table of contents out of bounds (offset %llu, size %llu)",
                    (unsigned long long)*toc_off, (unsigned long long)*toc_size);
+    /* The count sizes an allocation before any entry is read: it must fit in the table it describes. */
+    if (count > INT_MAX || count > (*toc_size - 4) / TOC_ENTRY_FIXED)
+        return bad(b, err, "header lists %u entries; a %llu-byte table of contents holds at most %llu", count,
+                   (unsigned long long)*toc_size, (unsigned long long)((*toc_size - 4) / TOC_ENTRY_FIXED));
+    b->count = (int)count;
     rt_hash128(b->data + *toc_off, *toc_size, h);
     if (memcmp(h, b->data + 40, 16) != 0) return bad(b, err, "table of contents checksum mismatch");
     return KILN_OK;

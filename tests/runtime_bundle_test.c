@@ -6,6 +6,7 @@
 #include "check.h"
 #include "fake_cuda/fake_cuda.h"
 #include "kiln/runtime.h"
+#include "rt.h"
 #include "rt_fixture.h"
 
 static fake_cuda_api fake;
@@ -206,6 +207,20 @@ static void test_corrupt(const unsigned char *data, size_t size) {
           "%s", e.msg);
     CHECK(kiln_bundle_open_file("/nonexistent.kbundle", &b, &e) == KILN_ENOTFOUND && strstr(e.msg, "/nonexistent"),
           "%s", e.msg);
+    /* A header whose checksum is right but whose entry count its table of contents cannot hold (a fuzzer
+     * forges the checksum from the comparison): refused before anything is sized by that count. */
+    uint64_t toc_size = 0;
+    for (int k = 0; k < 8; k++) toc_size |= (uint64_t)data[24 + k] << (8 * k);
+    const uint32_t forged[] = {(uint32_t)((toc_size - 4) / 56 + 1), 1000000, 0x7fffffffu, 0xffffffffu};
+    for (int f = 0; f < 4; f++) {
+        memcpy(copy, data, size);
+        for (int k = 0; k < 4; k++) copy[12 + k] = (unsigned char)(forged[f] >> (8 * k));
+        uint8_t h[16];
+        rt_hash128(copy, 56, h);
+        memcpy(copy + 56, h, 8);
+        CHECK(kiln_bundle_open_memory(copy, size, &b, &e) == KILN_ECORRUPT && strstr(e.msg, "holds at most"),
+              "count %u: %s", forged[f], e.msg);
+    }
     kiln_rt *rt = open_rt(80);
     memcpy(copy, data, size);
     copy[size / 2] ^= 0xff;
