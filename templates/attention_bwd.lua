@@ -583,8 +583,8 @@ for _, row in ipairs({
   { { "kernel=dkdv", "kernel=dq", "kernel=dkdv deterministic=true", "kernel=prep", "kernel=convert" }, DT,
     { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64", "head_dim=40 v_head_dim=24" },
     { "causal=false", "causal=true", "causal=true " .. MASK_KEYS, "causal=true dropout=true" }, full = true },
-  -- bf16 on sm_75's f16 tensor cores (lib/attn_bwd_f16scaled.lua, path=mma): dkdv to head_dim 96 (at 128 the
-  -- deterministic one), dq to 128
+  -- bf16 on sm_75's f16 tensor cores (lib/attn_bwd_f16scaled.lua, path=mma): dkdv and dq to head_dim 128 (the
+  -- atomic dkdv at 128 in two passes, lib/attn_bwd_f16scaled_d128.lua)
   { KERNELS3, "dtype=bf16", util.axis("head_dim", { 32, 64 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
     quick = true, sms = { 75 } },
   { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 96, 128 }), { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma",
@@ -593,6 +593,9 @@ for _, row in ipairs({
     "path=mma", quick = true, sms = { 75 } },
   { "kernel=dkdv deterministic=true", "dtype=bf16", "head_dim=128", { table.unpack(F16S_KEYS, 1, 6) }, "path=mma", full = true,
     sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", { "causal=true", "causal=top_left " .. MASK_KEYS }, "path=mma", quick = true,
+    sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", F16S_KEYS, "path=mma", full = true, sms = { 75 } },
   { { "kernel=dkdv", "kernel=dq" }, "dtype=bf16", { "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64" }, "causal=true",
     "path=mma", quick = true, sms = { 75 } },
   { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS, "path=mma", full = true, sms = { 75 } },

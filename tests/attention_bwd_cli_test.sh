@@ -16,11 +16,12 @@ grep -q "cp.async" "$tmp/out" && bad "sm_75 dkdv: no cp.async" "cp.async in sm_7
 expect "deterministic dkdv has no atomics" 0 ".entry kiln_attention_bwd_dkdv" -- \
     emit attention_bwd kernel=dkdv dtype=bf16 head_dim=64 deterministic=true --sm 80
 grep -qE "^\s*(atom|red)\." "$tmp/out" && bad "deterministic: no atomics" "found in PTX" || ok "deterministic: no atomics"
-expect "sm_75 bf16 atomic dkdv at d128 (SIMT under auto)" 0 "fma.rn.f32" -- \
-    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true --sm 75
+expect "sm_75 bf16 atomic dkdv at d128 with path=simt" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=simt --sm 75
 grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 SIMT: no bf16 instruction, no mma" "found in PTX" \
     || ok "sm_75 bf16 SIMT: no bf16 instruction, no mma"
 for s in "kernel=dkdv head_dim=64 causal=true" "kernel=dkdv head_dim=128 deterministic=true" "kernel=dq head_dim=96" \
+    "kernel=dkdv head_dim=128 causal=true" \
     "kernel=dkdv head_dim=96 causal=true" "kernel=dkdv head_dim=80 deterministic=true"; do
     expect "sm_75 bf16 $s: path=auto takes the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
         emit attention_bwd dtype=bf16 $s --sm 75
@@ -92,9 +93,12 @@ expect "path=mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attentio
 # bf16 on sm_75 with path=mma: the f16 tensor cores with power-of-two scaling (lib/attn_bwd_f16scaled.lua)
 expect "path=mma for bf16 on sm_75: f16 mma" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention_bwd dtype=bf16 path=mma --sm 75 --emit ptx
-expect "path=mma for bf16 on sm_75: the atomic dkdv at head_dim 128 refused naming why" 2 \
-    "bf16 on 128-wide tiles (head_dim 128) runs on SIMT (the f16-scaled atomic dkdv needs more than 255 registers" -- \
-    emit attention_bwd dtype=bf16 head_dim=128 path=mma --sm 75
+expect "path=mma for bf16 on sm_75: the atomic dkdv at head_dim 128 on f16 mma (dV and dK in two passes)" 0 \
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=mma --sm 75 --emit ptx
+expect "path=mma for f16 on sm_75: head_dim 128 with every mask key refused naming why" 2 \
+    "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async" -- \
+    emit attention_bwd dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=mma --sm 75
 expect "path=mma for bf16 on sm_75 with dropout refused" 2 "bf16 with dropout runs on SIMT" -- \
     emit attention_bwd dtype=bf16 dropout=true path=mma --sm 75
 

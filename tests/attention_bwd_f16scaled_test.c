@@ -51,6 +51,10 @@ static const rcase rcases[] = {
     {80, 0, "causal=false alibi=true", 2, 1, 33, 29, 0}, /* (padded to 96) */
     {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0},
     {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0},
+    /* the atomic dkdv at 128 (dV, then dK and the dQ step: two passes over the query tiles) */
+    {128, 0, "causal=true", 2, 1, 35, 70, 0},
+    {128, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6},
+    {64, 0, "causal=false v_head_dim=128", 2, 1, 33, 29, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {
@@ -151,10 +155,8 @@ static kiln_emu_kernel *kernel(const char *spec, int sm) {
 }
 
 /* Runs the backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) with path `path` on
- * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). At head_dim 128 the f16-scaled
- * dkdv is only deterministic (the atomic one would need more than 255 registers): the atomic dkdv on SIMT there. */
+ * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). */
 static kiln_status backward(prob *a, const char *path, int sm, int det, float *g[3]) {
-    int dq_only = sm == 75 && !strcmp(path, "mma") && a->p.head_dim == 128 && !det;
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     const kiln_attn_problem *p = &a->p;
     kiln_error err = {0};
@@ -168,7 +170,7 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
         char spec[256];
         int mid = s == 1 || (det && s == 2);
         snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s", seq[det][s], p->head_dim,
-                 mid && p->causal ? " causal=true" : "", mid ? " path=" : "", mid ? (dq_only && s == 1 ? "simt" : path) : "",
+                 mid && p->causal ? " causal=true" : "", mid ? " path=" : "", mid ? path : "",
                  det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
         if (!k) {
@@ -197,11 +199,6 @@ static void check_model(prob *a, const char *what, int det, double rel[3]) {
     double *ref[3], *tol[3];
     for (int t = 0; t < 3; t++) ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
     kiln_error err = {0};
-    if (a->p.head_dim == 128 && !det) { /* (the atomic dkdv at d128 is SIMT: the deterministic one is the path's there) */
-        grads_free(g);
-        for (int t = 0; t < 3; t++) free(ref[t]), free(tol[t]);
-        return;
-    }
     if (backward(a, "mma", 75, det, g) == KILN_OK) {
         kiln_status st = kiln_attn_bwd_reference(&a->p, KILN_BF16, a->q, a->k, a->v, a->dout, ref[0], ref[1], ref[2], tol[0],
                                                  tol[1], tol[2], &err);
@@ -320,9 +317,9 @@ static void adversarial(void) {
  * 0 Inf = NaN, and which rows and keys share a tile differs between the paths) */
 
 static void nonfinite(void) {
-    for (int kind = 0; kind < 4; kind++) {
+    for (int kind = 0; kind < 5; kind++) {
         prob a;
-        prob_init(&a, kind & 1 ? 32 : 64, 0, 2, 1, 33, 40);
+        prob_init(&a, kind == 4 ? 128 : kind & 1 ? 32 : 64, 0, 2, 1, 33, 40);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         const char *what = "";
         switch (kind) {
@@ -330,6 +327,7 @@ static void nonfinite(void) {
         case 1: what = "NaN in dO", set(a.dout, (7 * 2 + 1) * 32 + 9, NAN); break;
         case 2: what = "-Inf in K", set(a.k, 20 * 64 + 1, -INFINITY); break;
         case 3: what = "NaN in Q", set(a.q, (3 * 2) * 32 + 30, NAN); break;
+        case 4: what = "+Inf in V at d128 (the atomic dkdv's two passes)", set(a.v, 5 * 128 + 70, INFINITY); break;
         }
         char name[128];
         snprintf(name, sizeof name, "%s: non-finite where the SIMT path's are", what);
@@ -402,6 +400,7 @@ int main(void) {
     TEST_BEGIN("accuracy against sm_80's bf16 mma");
     accuracy(64, 0);
     accuracy(32, 1);
+    accuracy(128, 0);
     TEST_END();
     adversarial();
     nonfinite();

@@ -48,17 +48,7 @@ end
 -- path=mma): head_dim <= 128, out = dtype (checked before), not with dropout or varlen (those stay on SIMT);
 -- second result: why not.
 function M.serves(spec, target)
-  -- the atomic dkdv at head_dim 128 (dK and dV: 128 accumulators a thread, 16-row query tiles) spilled 12
-  -- bytes beside the scaling and the dQ step (ptxas sm_75; f16's dkdv uses 240-248 registers there); the
-  -- deterministic one at 128 fits (no dQ step: 228-244 registers), d96 both with 16-row query tiles
-  -- (attn_bwd_mma.config: 188-252 registers); dq fits at every dim
-  local d = spec.head_dim
-  if d == 128 and spec.kernel == "dkdv" and not spec.deterministic then
-    local dims = (spec.vdim or d) ~= (spec.dim or d) and string.format("head_dim %d, v_head_dim %d", spec.dim, spec.vdim)
-      or string.format("head_dim %d", spec.dim or d)
-    return false, string.format("bf16 on %d-wide tiles (%s) runs on SIMT (the f16-scaled atomic dkdv needs more than 255 registers a thread there; deterministic=true fits)",
-                                d, dims)
-  end
+  -- (the atomic dkdv at head_dim 128 accumulates dV and dK in two passes: lib/attn_bwd_f16scaled_d128.lua)
   if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
   if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
   return true

@@ -15,6 +15,7 @@ local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local f16s = require("lib.attn_bwd_f16scaled") -- bf16 on sm_75's f16 tensor cores (cfg.f16s)
+local passes = require("lib.attn_bwd_f16scaled_d128") -- dV and dK in two passes (cfg.passes)
 
 local M = {}
 
@@ -29,7 +30,9 @@ function M.available(spec, target)
   if spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128 or not target.ldmatrix then return false end
   -- dkdv at d128 without cp.async (16-row query tiles, dK and dV 128 registers a thread) spills
   -- 8 bytes with window, softcap and alibi all on (ptxas, sm_75): that combination runs on SIMT
-  if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi then
+  -- (bf16 on sm_75's two passes fits: lib/attn_bwd_f16scaled_d128.lua)
+  if spec.kernel == "dkdv" and spec.head_dim == 128 and not target.cp_async and spec.window and spec.softcap and spec.alibi
+      and not passes.passes(spec, target) then
     return false, "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async"
   end
   -- dropout regenerates the mask with a Philox call per entry here (S^T's layout is not the forward's):
@@ -98,6 +101,7 @@ function M.config(spec, target, cfg)
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
+  cfg.passes = passes.passes(spec, target)
   return cfg
 end
 
@@ -234,14 +238,6 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
   local kd = util.ceil_div(math.max(dim, vd), 16)
   local nq, dtiles = bm // 8, 2 * kd
-  local dk, dv = {}, {}
-  for j = 0, dtiles - 1 do
-    dk[j], dv[j] = {}, {}
-    for e = 1, 4 do
-      dk[j][e] = b:var("f32", 0.0)
-      dv[j][e] = b:var("f32", 0.0)
-    end
-  end
   -- This thread's two keys (C rows g and g + 8 of the warp's 16): in range, and the first query
   -- that sees them (causal).
   -- (hooks: the rows [first_q, end_q) that see the key, and the rows the block's keys meet)
@@ -260,192 +256,212 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local qg = bm // 16
   local qr, dw = (warp % qg) * 16, d // (M.WARPS // qg)
   local dc0 = (warp // qg) * dw
-  local stk, stv = fs and fs.rows_state(b), fs and fs.rows_state(b) -- (dK's and dV's running exponents)
-
-  b:for_(0, group, 1, function(gi)
-    local h = hkv * group + gi
-    local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
-    local ri = io.row_index(bi, h)
-    local slope2 = spec.alibi and mask.slope(hooks.mask, h)
-    b:for_(q_start, q_end, bm, function(q0)
-      b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
-      if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
-        fs.load_ws(b, cfg, M.WARPS * 32, sh.qs, p.qh + ri * d, d, q0, bm, p.seq_q)
-        fs.load_ws(b, cfg, M.WARPS * 32, sh.dos, p.doh + ri * d, d, q0, bm, p.seq_q)
-      else
-        stage(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
-        stage(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+  -- dV and dK in one pass over the query tiles, or in two (cfg.passes: lib/attn_bwd_f16scaled_d128.lua): the
+  -- first accumulates dV alone and stores it, the second recomputes P, adds dS and takes dK and the dQ step
+  for _, pass in ipairs(cfg.passes or { { dv = true, dk = true } }) do
+    local dk, dv = {}, {}
+    for j = 0, dtiles - 1 do
+      dk[j], dv[j] = {}, {}
+      for e = 1, 4 do
+        dk[j][e] = b:var("f32", 0.0)
+        dv[j][e] = b:var("f32", 0.0)
       end
-      if cfg.cp_async then b:cp_async_commit() end
-      b:if_(b:lt(tid, bm), function()
-        local row = q0 + tid
-        local r = b:i64(b:select(b:lt(row, p.seq_q), row, 0))
-        b:store(sh.lse2 + tid, b:load(p.lse + ri + r) * LOG2E)
-        b:store(sh.dl + tid, b:load(p.delta + ri + r))
+    end
+    local stk, stv = fs and fs.rows_state(b), fs and fs.rows_state(b) -- (dK's and dV's running exponents)
+
+    b:for_(0, group, 1, function(gi)
+      local h = hkv * group + gi
+      local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
+      local ri = io.row_index(bi, h)
+      local slope2 = spec.alibi and mask.slope(hooks.mask, h)
+      b:for_(q_start, q_end, bm, function(q0)
+        b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
+        if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
+          fs.load_ws(b, cfg, M.WARPS * 32, sh.qs, p.qh + ri * d, d, q0, bm, p.seq_q)
+          fs.load_ws(b, cfg, M.WARPS * 32, sh.dos, p.doh + ri * d, d, q0, bm, p.seq_q)
+        else
+          stage(b, spec, cfg, sh.qs, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+          stage(b, spec.vspec or spec, cfg, sh.dos, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+        end
+        if cfg.cp_async then b:cp_async_commit() end
+        b:if_(b:lt(tid, bm), function()
+          local row = q0 + tid
+          local r = b:i64(b:select(b:lt(row, p.seq_q), row, 0))
+          b:store(sh.lse2 + tid, b:load(p.lse + ri + r) * LOG2E)
+          b:store(sh.dl + tid, b:load(p.delta + ri + r))
+          if fs then
+            b:store(sh.qf + tid, b:load(p.qsf + ri + r))
+            b:store(sh.of + tid, b:load(p.dosf + ri + r))
+          end
+        end)
+        if cfg.cp_async then b:cp_async_wait(0) end
+        b:barrier()
+        local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
         if fs then
-          b:store(sh.qf + tid, b:load(p.qsf + ri + r))
-          b:store(sh.of + tid, b:load(p.dosf + ri + r))
+          for hh = 0, 1 do
+            kf[hh], vf[hh] = b:load(sh.kf + (warp * 16 + g + 8 * hh)), b:load(sh.vf + (warp * 16 + g + 8 * hh))
+          end
+        end
+
+        -- S^T and dP^T: 16 keys x bm queries per warp.
+        local s, dp = zeros(nq), zeros(nq)
+        for kk = 0, kd - 1 do
+          local ak = frag_a(b, sh.ks, ld, lane, warp * 16, kk * 16)
+          local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
+          for jp = 0, nq // 2 - 1 do
+            local q1, q2 = frag_bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
+            s[2 * jp] = b:mma(mdt, ak, q1, s[2 * jp])
+            s[2 * jp + 1] = b:mma(mdt, ak, q2, s[2 * jp + 1])
+            if pass.dk then -- (dP feeds dS alone)
+              local o1, o2 = frag_bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
+              dp[2 * jp] = b:mma(mdt, av, o1, dp[2 * jp])
+              dp[2 * jp + 1] = b:mma(mdt, av, o2, dp[2 * jp + 1])
+            end
+          end
+        end
+        -- P^T and dS^T in place of S^T and dP^T.
+        local scale2 = p.scale * LOG2E
+        local qf, of = {}, {} -- (f16-scaled: the Q and dO row factors of column (j, e))
+        for j = 0, nq - 1 do
+          qf[j], of[j] = {}, {}
+          for e = 0, 1 do
+            local col = j * 8 + t * 2 + e
+            local qi = q0 + col
+            local lse2, dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
+            local q_ok = b:lt(qi, p.seq_q)
+            if fs then qf[j][e], of[j][e] = b:load(sh.qf + col), b:load(sh.of + col) end
+            for hh = 0, 1 do
+              local vis = b:and_(q_ok, key_ok[hh])
+              local idx = 2 * hh + e + 1
+              if fs then -- the products' row factors back on S^T and dP^T (exact)
+                s[j][idx] = s[j][idx] * (qf[j][e] * kf[hh])
+                dp[j][idx] = dp[j][idx] * (of[j][e] * vf[hh])
+              end
+              -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
+              local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
+              local dpz = z and dp[j][idx] * z or dp[j][idx]
+              if hooks then
+                vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
+                local x, th = s[j][idx] * scale2, nil
+                if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
+                local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
+                local ds = pv * (dpz - dl)
+                if th then ds = ds * (1.0 - th * th) end
+                s[j][idx] = z and pv * z or pv
+                dp[j][idx] = b:select(vis, ds, 0.0)
+              else
+                if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
+                local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
+                s[j][idx] = z and pv * z or pv
+                dp[j][idx] = b:select(vis, pv * (dpz - dl), 0.0)
+              end
+            end
+          end
+        end
+        -- dV += P^T dO, dK += dS^T Q.
+        local aps, adss = {}, {}
+        if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
+          if pass.dv then
+            local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
+            for ks = 0, nq // 2 - 1 do aps[ks] = c_to_a(b, pa, ks, mdt) end
+          end
+          if pass.dk then
+            local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
+            for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
+          end
+        end
+        for ks = 0, nq // 2 - 1 do
+          local ap = pass.dv and (aps[ks] or c_to_a(b, s, ks, dt))
+          local ads = pass.dk and (adss[ks] or c_to_a(b, dp, ks, dt))
+          for jd = 0, dtiles // 2 - 1 do
+            local o1, o2, q1, q2
+            if pass.dv then o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16) end
+            if pass.dk then q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16) end
+            for x = 0, 1 do
+              local j = 2 * jd + x
+              local ov = { dv[j][1]:get(), dv[j][2]:get(), dv[j][3]:get(), dv[j][4]:get() }
+              local kv = { dk[j][1]:get(), dk[j][2]:get(), dk[j][3]:get(), dk[j][4]:get() }
+              if pass.dv then ov = b:mma(mdt, ap, x == 0 and o1 or o2, ov) end
+              if pass.dk then kv = b:mma(mdt, ads, x == 0 and q1 or q2, kv) end
+              for e = 1, 4 do
+                dv[j][e]:set(ov[e])
+                dk[j][e]:set(kv[e])
+              end
+            end
+          end
+        end
+        if pass.dk and not spec.deterministic then
+          -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
+          -- (f16-scaled: dS times K's row factors, each query row scaled by its own power of two)
+          local dsq = fs and fs.ds_rows(b, sh, dp, nq, kf, bm, warp, lane) or dp
+          for j = 0, nq - 1 do
+            for hh = 0, 1 do
+              local kcol = warp * 16 + g + 8 * hh
+              for e = 0, 1 do
+                b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dsq[j][2 * hh + e + 1], mdt))
+              end
+            end
+          end
+          b:barrier()
+          -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
+          -- (a slice of 24 columns, d96 with 16-row query tiles: a last step of 8)
+          for jd = 0, (dw + 15) // 16 - 1 do
+            local nh = math.min(2, (dw - jd * 16) // 8)
+            local acc = zeros(nh)
+            for ks = 0, bn // 16 - 1 do
+              local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
+              if nh == 2 then
+                local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
+                acc[0] = b:mma(mdt, a, k1, acc[0])
+                acc[1] = b:mma(mdt, a, k2, acc[1])
+              else
+                acc[0] = b:mma(mdt, a, frag_bk1(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16), acc[0])
+              end
+            end
+            for hh = 0, 1 do
+              local row = q0 + qr + g + 8 * hh
+              local rf = fs and fs.dq_factor(b, sh, qr + g + 8 * hh) -- (f16-scaled: the row's power of two)
+              b:if_(b:lt(row, p.seq_q), function()
+                -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
+                local col = dc0 + jd * 16
+                local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
+                for j = 0, nh - 1 do
+                  local add = function()
+                    b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
+                    b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
+                  end
+                  if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
+                end
+              end)
+            end
+          end
         end
       end)
-      if cfg.cp_async then b:cp_async_wait(0) end
-      b:barrier()
-      local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
-      if fs then
-        for hh = 0, 1 do
-          kf[hh], vf[hh] = b:load(sh.kf + (warp * 16 + g + 8 * hh)), b:load(sh.vf + (warp * 16 + g + 8 * hh))
-        end
-      end
-
-      -- S^T and dP^T: 16 keys x bm queries per warp.
-      local s, dp = zeros(nq), zeros(nq)
-      for kk = 0, kd - 1 do
-        local ak = frag_a(b, sh.ks, ld, lane, warp * 16, kk * 16)
-        local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
-        for jp = 0, nq // 2 - 1 do
-          local q1, q2 = frag_bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
-          s[2 * jp] = b:mma(mdt, ak, q1, s[2 * jp])
-          s[2 * jp + 1] = b:mma(mdt, ak, q2, s[2 * jp + 1])
-          local o1, o2 = frag_bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
-          dp[2 * jp] = b:mma(mdt, av, o1, dp[2 * jp])
-          dp[2 * jp + 1] = b:mma(mdt, av, o2, dp[2 * jp + 1])
-        end
-      end
-      -- P^T and dS^T in place of S^T and dP^T.
-      local scale2 = p.scale * LOG2E
-      local qf, of = {}, {} -- (f16-scaled: the Q and dO row factors of column (j, e))
-      for j = 0, nq - 1 do
-        qf[j], of[j] = {}, {}
-        for e = 0, 1 do
-          local col = j * 8 + t * 2 + e
-          local qi = q0 + col
-          local lse2, dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
-          local q_ok = b:lt(qi, p.seq_q)
-          if fs then qf[j][e], of[j][e] = b:load(sh.qf + col), b:load(sh.of + col) end
-          for hh = 0, 1 do
-            local vis = b:and_(q_ok, key_ok[hh])
-            local idx = 2 * hh + e + 1
-            if fs then -- the products' row factors back on S^T and dP^T (exact)
-              s[j][idx] = s[j][idx] * (qf[j][e] * kf[hh])
-              dp[j][idx] = dp[j][idx] * (of[j][e] * vf[hh])
-            end
-            -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
-            local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
-            local dpz = z and dp[j][idx] * z or dp[j][idx]
-            if hooks then
-              vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
-              local x, th = s[j][idx] * scale2, nil
-              if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
-              local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
-              local ds = pv * (dpz - dl)
-              if th then ds = ds * (1.0 - th * th) end
-              s[j][idx] = z and pv * z or pv
-              dp[j][idx] = b:select(vis, ds, 0.0)
-            else
-              if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
-              local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
-              s[j][idx] = z and pv * z or pv
-              dp[j][idx] = b:select(vis, pv * (dpz - dl), 0.0)
-            end
-          end
-        end
-      end
-      -- dV += P^T dO, dK += dS^T Q.
-      local aps, adss = {}, {}
-      if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
-        local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
-        for ks = 0, nq // 2 - 1 do aps[ks] = c_to_a(b, pa, ks, mdt) end
-        local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
-        for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
-      end
-      for ks = 0, nq // 2 - 1 do
-        local ap, ads = aps[ks] or c_to_a(b, s, ks, dt), adss[ks] or c_to_a(b, dp, ks, dt)
-        for jd = 0, dtiles // 2 - 1 do
-          local o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16)
-          local q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16)
-          for x = 0, 1 do
-            local j = 2 * jd + x
-            local ov = { dv[j][1]:get(), dv[j][2]:get(), dv[j][3]:get(), dv[j][4]:get() }
-            local kv = { dk[j][1]:get(), dk[j][2]:get(), dk[j][3]:get(), dk[j][4]:get() }
-            ov = b:mma(mdt, ap, x == 0 and o1 or o2, ov)
-            kv = b:mma(mdt, ads, x == 0 and q1 or q2, kv)
-            for e = 1, 4 do
-              dv[j][e]:set(ov[e])
-              dk[j][e]:set(kv[e])
-            end
-          end
-        end
-      end
-      if not spec.deterministic then
-        -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
-        -- (f16-scaled: dS times K's row factors, each query row scaled by its own power of two)
-        local dsq = fs and fs.ds_rows(b, sh, dp, nq, kf, bm, warp, lane) or dp
-        for j = 0, nq - 1 do
-          for hh = 0, 1 do
-            local kcol = warp * 16 + g + 8 * hh
-            for e = 0, 1 do
-              b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dsq[j][2 * hh + e + 1], mdt))
-            end
-          end
-        end
-        b:barrier()
-        -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
-        -- (a slice of 24 columns, d96 with 16-row query tiles: a last step of 8)
-        for jd = 0, (dw + 15) // 16 - 1 do
-          local nh = math.min(2, (dw - jd * 16) // 8)
-          local acc = zeros(nh)
-          for ks = 0, bn // 16 - 1 do
-            local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
-            if nh == 2 then
-              local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
-              acc[0] = b:mma(mdt, a, k1, acc[0])
-              acc[1] = b:mma(mdt, a, k2, acc[1])
-            else
-              acc[0] = b:mma(mdt, a, frag_bk1(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16), acc[0])
-            end
-          end
-          for hh = 0, 1 do
-            local row = q0 + qr + g + 8 * hh
-            local rf = fs and fs.dq_factor(b, sh, qr + g + 8 * hh) -- (f16-scaled: the row's power of two)
-            b:if_(b:lt(row, p.seq_q), function()
-              -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
-              local col = dc0 + jd * 16
-              local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
-              for j = 0, nh - 1 do
-                local add = function()
-                  b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
-                  b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
-                end
-                if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
-              end
-            end)
-          end
-        end
-      end
     end)
-  end)
 
-  -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
-  local kb, vb = io.base("dk", bi, hkv), io.base("dv", bi, hkv)
-  local gb = util.dtype_bytes[spec.grad]
-  for hh = 0, 1 do
-    b:if_(key_ok[hh], function()
-      local r = b:i64(key[hh])
-      -- (f16-scaled: the accumulators hold dK 2^-ck, dV 2^-cv)
-      local mk, mv = fs and p.scale * fs.factor(b, stk, hh) or p.scale, fs and fs.factor(b, stv, hh)
-      for j = 0, dim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
-        local col = j * 8 + t * 2
-        b:store_vec(kb + r * p.stride_dks + col,
-                    b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
-                    { align = 2 * gb })
-      end
-      for j = 0, vd // 8 - 1 do -- (dV: v_head_dim wide)
-        local col = j * 8 + t * 2
-        local x, y = dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get()
-        if mv then x, y = x * mv, y * mv end
-        b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ x, y }, spec.grad),
-                    { align = 2 * gb })
-      end
-    end)
+    -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
+    local kb, vb = io.base("dk", bi, hkv), io.base("dv", bi, hkv)
+    local gb = util.dtype_bytes[spec.grad]
+    for hh = 0, 1 do
+      b:if_(key_ok[hh], function()
+        local r = b:i64(key[hh])
+        -- (f16-scaled: the accumulators hold dK 2^-ck, dV 2^-cv)
+        local mk, mv = fs and p.scale * fs.factor(b, stk, hh) or p.scale, fs and fs.factor(b, stv, hh)
+        for j = 0, pass.dk and dim // 8 - 1 or -1 do -- (padded head_dim: the columns past it are not stored)
+          local col = j * 8 + t * 2
+          b:store_vec(kb + r * p.stride_dks + col,
+                      b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
+                      { align = 2 * gb })
+        end
+        for j = 0, pass.dv and vd // 8 - 1 or -1 do -- (dV: v_head_dim wide)
+          local col = j * 8 + t * 2
+          local x, y = dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get()
+          if mv then x, y = x * mv, y * mv end
+          b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ x, y }, spec.grad),
+                      { align = 2 * gb })
+        end
+      end)
+    end
   end
 end
 
