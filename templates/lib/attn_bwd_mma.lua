@@ -10,7 +10,9 @@
 --   dQ(tile) += dS K                    (dS through shared memory in the dtype; each warp takes 16
 --                                        query rows and a slice of the head dim; f32 atomics)
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
--- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua.
+-- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua;
+-- its atomic dkdv at head_dim 128 walks the query tiles twice (cfg.passes: dV, then dK and the dQ step),
+-- lib/attn_bwd_f16scaled_d128.lua.
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
