@@ -269,14 +269,15 @@ static void accuracy(int d, int wide) {
 /* ---- issue 28's adversarial tiles, against the bf16 path's bound ---- */
 
 static void adversarial(void) {
-    static const int dims[] = {64, 32, 128, 96};
-    for (int kind = 0; kind < 6; kind++) {
-        int d = dims[kind % 4];
+    /* (kinds 6 and 7: wide V and the tiny p at d128, through the atomic dkdv's dK and dV passes) */
+    static const int dims[] = {64, 32, 128, 96, 64, 32, 128, 128};
+    for (int kind = 0; kind < 8; kind++) {
+        int d = dims[kind];
         prob a;
         prob_init(&a, d, kind & 1, 2, 1, 35, 70);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         const char *what = "";
-        switch (kind) {
+        switch (kind < 6 ? kind : kind == 6 ? 0 : 4) {
         case 0: what = "V magnitudes 2^-30..2^30 in every tile", fill_wide(a.v, a.nv, -30, 30); break;
         /* (rows spanning 2^34 and 2^30; the scores stay below ~2^7: the forward's lse in f32 holds an exponent to
          * 2^-24 of itself, so scores of 2^30 would leave P undefined on every path) */
