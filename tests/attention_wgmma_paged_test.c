@@ -80,7 +80,7 @@ static void test_emulator(void) {
 static void test_launch_and_refusals(void) {
     TEST_BEGIN("paged on path=wgmma: the FA2 paged kernel's launch plus q's map (none over the pages), cp.async from the pages");
     kiln_error err = {0};
-    kiln_module *m = sm90a_emit(gen, "attention dtype=bf16 head_dim=128 causal=true paged=true splitkv=true path=wgmma", SM90A, &err);
+    kiln_module *m = sm90a_emit(gen, "attention dtype=bf16 head_dim=128 causal=true paged=true path=wgmma", SM90A, &err);
     CHECK(m, "%s", err.msg);
     if (m) {
         const char *t = kiln_module_text(m);

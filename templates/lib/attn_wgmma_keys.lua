@@ -30,6 +30,7 @@
 local varlen = require("lib.attn_varlen")
 local dropout = require("lib.attn_dropout")
 local wpaged = require("lib.attn_wgmma_paged")
+local gqa = require("lib.attn_wgmma_gqa")
 
 local M = {}
 
@@ -80,11 +81,7 @@ end
 -- block's query block (qblock; nil otherwise: ctaid.x) and split.
 function M.bind(b, spec, p, rows_per_block)
   wpaged.setup(b, spec, p) -- (paged=true: p.seq_k the batch entry's key count)
-  if spec.splitkv then
-    local x = b:ctaid("x")
-    p.qblock, p.split = x // p.splits, x % p.splits
-    return p
-  end
+  if spec.splitkv then return gqa.bind(b, spec, p, rows_per_block) end -- (the packed rows: lib/attn_wgmma_gqa.lua)
   return varlen.bind(b, spec, p, rows_per_block)
 end
 
@@ -132,11 +129,7 @@ end
 -- The launch's split-KV geometry: grid x = query blocks x splits (attention.lua's launch made the rest:
 -- ws, splits, attention_combine after).
 function M.launch(spec, cfg, l)
-  wpaged.launch(spec, l)
-  if spec.splitkv then
-    l.problem = { string.format("splits*cdiv(seq_q,%d)", cfg.rows_per_block), "heads_q", "batch" }
-  end
-  return l
+  return wpaged.launch(spec, l)
 end
 
 -- TMA coordinates (innermost first) of a box: column col, head h, row `row` of the sequence (query rows for q,
