@@ -130,7 +130,7 @@ static void test_planted(void) {
         {"leftpad dropped (keys from cache position 0)", F, "local pos = b:select(live, key, 0) + p.paged_lp", "local pos = b:select(live, key, 0)", &pg16},
         {"the rows copied without the 128B swizzle's XOR", F, "local y8 = (c0 ~ (r % 8)) * 8", "local y8 = c0 * 8", &split},
         {"the query head's pages read, not its KV head's (GQA)", "lib/attn_wgmma.lua", "full = full, empty = empty, hkv = hkv })",
-         "full = full, empty = empty, hkv = h })", &split},
+         "full = full, empty = empty, hkv = h })", &pg16}, /* (split-KV's grid y is the kv head: lib/attn_wgmma_gqa.lua) */
         {"the full barrier counting one producer thread, not 128", F, "return spec.paged and 128 or 1", "return 1", &split},
         {"no cp.async wait before the arrival", F, "    b:cp_async_wait(0)\n", "", &pg16},
         {"the producer not waiting for a free stage", F, "b:if_(b:ge(k, a.ns), function() b:mbarrier_wait(", "b:if_(b:lt(k, 0), function() b:mbarrier_wait(",
