@@ -131,12 +131,12 @@ static void test_planted(void) {
     sm90a_planted_done(dir);
 }
 
-/* ptxas sm_90a over the split-KV variants: 3 in the default run, every one under KILN_TEST_FULL=1 (dtype x head_dim x
+/* ptxas sm_90a over the split-KV variants: in the default run the two d256 ones attention_ptxas_test's quick rows
+ * leave out (where holding a head a row spilled 44-60 bytes), every one under KILN_TEST_FULL=1 (dtype x head_dim x
  * causal x mask keys, dense and paged; paged at d256 with window or softcap is refused). */
 static void test_ptxas(void) {
     static const char *const quick[] = {
-        "attention dtype=bf16 head_dim=64 causal=true alibi=true splitkv=true path=wgmma",
-        "attention dtype=f16 head_dim=128 causal=true window=true softcap=true alibi=true splitkv=true path=wgmma",
+        "attention dtype=bf16 head_dim=256 causal=true alibi=true splitkv=true path=wgmma",
         "attention dtype=bf16 head_dim=256 causal=true paged=true splitkv=true path=wgmma",
     };
     static char full[160][200];

@@ -227,7 +227,7 @@ function M.build(b, spec, cfg, base_params)
     b:mbarrier_wait(qbar, 0)
     -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
     -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
-    local first, wlast = gqa.positions(b, spec, p, q0 + wg * 64, 64)
+    local first, wlast = gqa.positions(b, spec, p, q0 + wg * 64, 64, true)
     local _, hi_first = mask.row_range(m, first)
     local lo_last = spec.window and mask.row_range(m, wlast) or nil
     local f0 = lo_last and b:min(b:max((lo_last + (BN - 1)) // BN - t0, 0), ntiles) or b:i32(0)

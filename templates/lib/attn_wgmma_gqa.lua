@@ -61,9 +61,11 @@ function M.first_head(spec, p, h)
 end
 
 -- The query positions [first, last] rows lo .. lo + n - 1 of the block hold (packed: their own span when they lie in
--- one head's run of seq_q rows, else every position).
-function M.positions(b, spec, p, lo, n)
+-- one head's run of seq_q rows, else every position; whole: every position, the consumer warpgroups' loop split,
+-- where the exact span spilled 4 bytes at d128 paged with every mask key).
+function M.positions(b, spec, p, lo, n, whole)
   if not M.on(spec) then return lo, b:min(lo + (n - 1), p.seq_q - 1) end
+  if whole then return b:i32(0), p.seq_q - 1 end
   local hi = b:min(lo + (n - 1), p.mrows - 1)
   local h0, h1 = lo // p.seq_q, b:max(hi, 0) // p.seq_q
   local one = b:eq(h0, h1)
