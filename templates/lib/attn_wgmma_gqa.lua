@@ -17,8 +17,9 @@
 -- fence.proxy.async (wgmma reads the panels through the async proxy) and one arrival each on qbar (count 128).
 -- The tensor map over q stays in the launch (unused here), so every caller binds the kernel as before.
 --
--- Each consumer row carries its own head (ALiBi's slope, the split epilogue's O / lse slot) and query position
--- (the causal / window bounds, the ALiBi distance); a block's key range covers the query positions its rows hold.
+-- Each consumer row carries its own head (ALiBi's slope; the split epilogue's O / lse slot follows from the packed
+-- row: first_head) and query position (the causal / window bounds, the ALiBi distance); a block's key range covers
+-- the query positions its rows hold.
 -- Dropout never meets this (split-KV refuses it: lib/attn_dropout.lua).
 local M = {}
 
