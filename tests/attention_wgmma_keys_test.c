@@ -158,9 +158,9 @@ static void test_planted(void) {
          .dropout = 0.3}},
         {"dropout: O not scaled by 1 / (1 - p)", "lib/attn_wgmma.lua", "if drop then inv = inv * drop.rp end", "",
          {"attention dtype=f16 head_dim=64 dropout=true path=wgmma", 1, 1, .seq_q = 30, .seq_k = 40, .batch = 1, .dropout = 0.3}},
-        {"split-KV: query block and split read the other way from grid x", "lib/attn_wgmma_keys.lua",
-         "p.qblock, p.split = x // p.splits, x % p.splits", "p.qblock, p.split = x % p.splits, x // p.splits",
-         {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 1, 1, .seq_q = 200, .seq_k = 130, .batch = 1, .splits = 3}},
+        {"split-KV: grid y's blocks a kv head counted over seq_q, not the group's G seq_q packed rows", "lib/attn_wgmma_gqa.lua",
+         "local mblocks = (p.mrows + (rows - 1)) // rows", "local mblocks = (p.seq_q + (rows - 1)) // rows",
+         {"attention dtype=bf16 head_dim=64 splitkv=true path=wgmma", 4, 1, .seq_q = 40, .seq_k = 130, .batch = 1, .splits = 3}},
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);

@@ -80,7 +80,7 @@ static void test_emulator(void) {
 static void test_launch_and_refusals(void) {
     TEST_BEGIN("paged on path=wgmma: the FA2 paged kernel's launch plus q's map (none over the pages), cp.async from the pages");
     kiln_error err = {0};
-    kiln_module *m = sm90a_emit(gen, "attention dtype=bf16 head_dim=128 causal=true paged=true splitkv=true path=wgmma", SM90A, &err);
+    kiln_module *m = sm90a_emit(gen, "attention dtype=bf16 head_dim=128 causal=true paged=true path=wgmma", SM90A, &err);
     CHECK(m, "%s", err.msg);
     if (m) {
         const char *t = kiln_module_text(m);
@@ -130,7 +130,7 @@ static void test_planted(void) {
         {"leftpad dropped (keys from cache position 0)", F, "local pos = b:select(live, key, 0) + p.paged_lp", "local pos = b:select(live, key, 0)", &pg16},
         {"the rows copied without the 128B swizzle's XOR", F, "local y8 = (c0 ~ (r % 8)) * 8", "local y8 = c0 * 8", &split},
         {"the query head's pages read, not its KV head's (GQA)", "lib/attn_wgmma.lua", "full = full, empty = empty, hkv = hkv })",
-         "full = full, empty = empty, hkv = h })", &split},
+         "full = full, empty = empty, hkv = h })", &pg16}, /* (split-KV's grid y is the kv head: lib/attn_wgmma_gqa.lua) */
         {"the full barrier counting one producer thread, not 128", F, "return spec.paged and 128 or 1", "return 1", &split},
         {"no cp.async wait before the arrival", F, "    b:cp_async_wait(0)\n", "", &pg16},
         {"the producer not waiting for a free stage", F, "b:if_(b:ge(k, a.ns), function() b:mbarrier_wait(", "b:if_(b:lt(k, 0), function() b:mbarrier_wait(",

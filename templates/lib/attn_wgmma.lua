@@ -40,6 +40,7 @@ local pp = require("lib.attn_wgmma_pp")
 local keys = require("lib.attn_wgmma_keys")
 local tiles = require("lib.attn_wgmma_tiles")
 local wpaged = require("lib.attn_wgmma_paged")
+local gqa = require("lib.attn_wgmma_gqa")
 
 local M = {}
 
@@ -146,16 +147,16 @@ function M.build(b, spec, cfg, base_params)
   local bars = b:shared("f32", 2 * (1 + 2 * ns), 8)
   local qbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local bz, h = b:ctaid("z"), b:ctaid("y")
-  local hkv = h // (p.heads_q // p.heads_kv)
+  local hkv = p.hkv or h // (p.heads_q // p.heads_kv)
   local q0 = (p.qblock or b:ctaid("x")) * (64 * nc)
   local m = mask.setup(b, spec, p)
-  local last = b:min(q0 + (64 * nc - 1), p.seq_q - 1)
-  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, q0, last, BN))
+  local first_q, last = gqa.positions(b, spec, p, q0, 64 * nc) -- (split-KV's packed rows: lib/attn_wgmma_gqa.lua)
+  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, first_q, last, BN))
   local ntiles = b:max(t_end - t0, 0)
   local stage_bytes = 2 * panels * KPANEL * util.dtype_bytes[T]
 
   b:if_(b:eq(t, 0), function()
-    b:mbarrier_init(qbar, 1)
+    b:mbarrier_init(qbar, gqa.q_count(spec))
     for s = 0, ns - 1 do
       b:mbarrier_init(full + 2 * s, wpaged.full_count(spec))
       b:mbarrier_init(empty + 2 * s, 128 * nc)
@@ -166,11 +167,14 @@ function M.build(b, spec, cfg, base_params)
   -- producer: Q once, then each key tile's K and V into stage k % ns once the consumers freed it
   b:if_(b:eq(wg, nc), function()
     b:setmaxnreg("dec", cfg.dec)
+    gqa.stage_q(b, spec, p, { nc = nc, panels = panels, q0 = q0, sq = sq, qbar = qbar }) -- (split-KV: Q's packed rows)
     b:if_(b:eq(t, 128 * nc), function()
-      b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
-      for c = 0, nc - 1 do
-        for j = 0, panels - 1 do
-          b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
+      if not gqa.on(spec) then
+        b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
+        for c = 0, nc - 1 do
+          for j = 0, panels - 1 do
+            b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
+          end
         end
       end
       if spec.paged then return end -- (K and V: every producer thread copies them from the pages, below)
@@ -201,10 +205,10 @@ function M.build(b, spec, cfg, base_params)
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
     local my_q = sq + wg * (panels * PANEL)
     local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
-    local rows, sqpos = {}, {}
+    local rows, sqpos, heads = {}, {}, {}
     for r = 0, 1 do
       rows[r] = q0 + wg * 64 + w * 16 + g + 8 * r
-      sqpos[r] = rows[r]
+      sqpos[r], heads[r] = gqa.row(b, spec, p, rows[r], h) -- (split-KV: each row its own head and query)
     end
     local mv, lv, ov = {}, {}, {}
     for r = 0, 1 do mv[r], lv[r] = b:var("f32", NEG_INF), b:var("f32", 0.0) end
@@ -214,14 +218,16 @@ function M.build(b, spec, cfg, base_params)
       local lo, hi = mask.row_range(m, sqpos[r])
       lim_hi[r], lim_lo[r] = hi, lo
     end
-    if spec.alibi then slope = mask.slope(m, h) end
+    if spec.alibi then
+      slope = { [0] = mask.slope(m, heads[0]) }
+      slope[1] = heads[1] == heads[0] and slope[0] or mask.slope(m, heads[1])
+    end
     local scale2 = p.scale * LOG2E
     local drop = keys.dropout_setup(b, spec, p) -- (dropout=true: lib/attn_wgmma_keys.lua)
     b:mbarrier_wait(qbar, 0)
     -- the tiles every row of this warpgroup sees whole, [f0, f1) of the block's 0..ntiles, skip the per-key
     -- compare (FA2's loop split): before them (window) and after them (causal diagonal, seq_k's tail) it runs
-    local first = q0 + wg * 64
-    local wlast = b:min(first + 63, p.seq_q - 1)
+    local first, wlast = gqa.positions(b, spec, p, q0 + wg * 64, 64, true)
     local _, hi_first = mask.row_range(m, first)
     local lo_last = spec.window and mask.row_range(m, wlast) or nil
     local f0 = lo_last and b:min(b:max((lo_last + (BN - 1)) // BN - t0, 0), ntiles) or b:i32(0)
@@ -236,7 +242,7 @@ function M.build(b, spec, cfg, base_params)
         local col = 8 * (i >> 2) + (i & 1)
         local key = kv0 + q * 2 + col
         local dist = spec.alibi and b:f32(sqpos[r] + m.shift - key) or nil
-        local v = mask.score(m, S[i + 1], scale2, slope, dist)
+        local v = mask.score(m, S[i + 1], scale2, slope and slope[r], dist)
         if masked then
           local ok = b:lt(key, lim_hi[r])
           if lim_lo[r] then ok = b:and_(ok, b:ge(key, lim_lo[r])) end
@@ -325,14 +331,14 @@ function M.build(b, spec, cfg, base_params)
     local ob = util.dtype_bytes[spec.out]
     for r = 0, 1 do
       local row = rows[r]
-      local live = b:lt(row, p.seq_q)
+      local live = b:lt(row, p.mrows or p.seq_q)
       local lsum = b:warp_sum(lv[r]:get(), 4)
       local empty_row = b:le(lsum, 0.0)
       local inv = b:select(empty_row, 0.0, 1.0 / lsum)
       if drop then inv = inv * drop.rp end
       if spec.splitkv then -- (the partial O and lse of the block's split: lib/attn_wgmma_keys.lua)
         local function o(j) return { ov[4 * j + 2 * r + 1]:get() * inv, ov[4 * j + 2 * r + 2]:get() * inv } end
-        keys.split_store(b, spec, p, bz, h, row, q, live, b:eq(q, 0), o, lsum, mv[r]:get())
+        keys.split_store(b, spec, p, bz, gqa.first_head(spec, p, h), row, q, live, b:eq(q, 0), o, lsum, mv[r]:get())
         goto continue
       end
       local orow = p.o + b:i64(bz) * p.stride_ob + b:i64(h) * p.stride_oh + b:i64(b:select(live, row, 0)) * p.stride_os + q * 2

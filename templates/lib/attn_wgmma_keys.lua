@@ -18,10 +18,9 @@
 -- attention_combine): the block's key tiles [t0, t_end) (causal/window bounds as without splits) are cut in
 -- `splits` equal runs; split s takes run s, its rows' O / l (f32) and base-2 log-sum-exp m + log2 l (-inf when
 -- the run saw no key of the row) go to ws[s][row][d] and ws[splits * rows * d + s * rows + row] with row =
--- (batch * heads_q + head) * seq_q + query, the layout attention_combine merges. Geometry: the dense kernel's
--- (128 query rows of one head a block), the splits along grid x (x = query block * splits + split); GQA heads
--- are not packed into one block's rows as the FA2 split kernel packs them (a map box is 64 rows of one head):
--- decoding at seq_q 1 fills 1 of a block's 128 rows.
+-- (batch * heads_q + head) * seq_q + query, the layout attention_combine merges. Geometry: the FA2 split kernel's,
+-- GQA packed (lib/attn_wgmma_gqa.lua): a block's 128 rows are the (query head of the group, query) pairs of one kv
+-- head, staged by the producer's threads; grid x the split, grid y = kv head x packed-row blocks.
 -- dropout=true (lib/attn_dropout.lua, the FA2 kernel's Philox 4x32-10 mask): the S fragment of a consumer thread
 -- holds, per 8 keys, rows g and g + 8 x keys 2q and 2q + 1 — the mma.sync C fragment attn_dropout's counter is laid
 -- out for — so one Philox call per 8 keys gives the same bits as the FA2 kernel for the same seed and offset
@@ -30,6 +29,7 @@
 local varlen = require("lib.attn_varlen")
 local dropout = require("lib.attn_dropout")
 local wpaged = require("lib.attn_wgmma_paged")
+local gqa = require("lib.attn_wgmma_gqa")
 
 local M = {}
 
@@ -77,14 +77,10 @@ end
 
 -- The parameters as the body reads them: with varlen, sequence ctaid.z's lengths and first rows (the block
 -- leaves at once when its first query row is past the sequence's end: before any barrier); with split-KV the
--- block's query block (qblock; nil otherwise: ctaid.x) and split.
+-- block's kv head, packed-row block (qblock; nil otherwise: ctaid.x) and split (lib/attn_wgmma_gqa.lua).
 function M.bind(b, spec, p, rows_per_block)
   wpaged.setup(b, spec, p) -- (paged=true: p.seq_k the batch entry's key count)
-  if spec.splitkv then
-    local x = b:ctaid("x")
-    p.qblock, p.split = x // p.splits, x % p.splits
-    return p
-  end
+  if spec.splitkv then return gqa.bind(b, spec, p, rows_per_block) end -- (the packed rows: lib/attn_wgmma_gqa.lua)
   return varlen.bind(b, spec, p, rows_per_block)
 end
 
@@ -129,14 +125,10 @@ function M.drop(b, spec, d, h, row, key, P, nt)
   end
 end
 
--- The launch's split-KV geometry: grid x = query blocks x splits (attention.lua's launch made the rest:
--- ws, splits, attention_combine after).
+-- The launch: paged's maps (split-KV's is attention.lua's FA2 split launch as it stands: ws, splits, the grid
+-- {splits, heads_kv x cdiv(G seq_q, 128), batch}, attention_combine after).
 function M.launch(spec, cfg, l)
-  wpaged.launch(spec, l)
-  if spec.splitkv then
-    l.problem = { string.format("splits*cdiv(seq_q,%d)", cfg.rows_per_block), "heads_q", "batch" }
-  end
-  return l
+  return wpaged.launch(spec, l)
 end
 
 -- TMA coordinates (innermost first) of a box: column col, head h, row `row` of the sequence (query rows for q,
