@@ -4,6 +4,8 @@
  *
  *   jit_bench warm [REPS]            median per variant, wall and thread CPU, and its stages
  *   jit_bench model [FILE [THREADS]] the kernel set in this fresh process, one generator a thread
+ *   jit_bench count SM SPEC          one spec generated three times; under callgrind
+ *                                    (--instr-atstart=no) only the third, warm one is counted
  *
  * Medians of wall-clock time on a shared machine: the CPU time of the calling thread is printed
  * next to it because it moves less with the load of other processes. */
@@ -14,6 +16,16 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+
+#if defined(__has_include)
+#if __has_include(<valgrind/callgrind.h>)
+#include <valgrind/callgrind.h>
+#endif
+#endif
+#ifndef CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_START_INSTRUMENTATION
+#define CALLGRIND_STOP_INSTRUMENTATION
+#endif
 
 #include "bench_time.h"
 #include "kiln/kiln.h"
@@ -210,6 +222,34 @@ static int model(const char *path, int threads, double t_main) {
     return failed ? 1 : 0;
 }
 
+/* ---- count: exact instructions of one warm generation (valgrind --tool=callgrind --instr-atstart=no) ---- */
+
+static int count(int sm, const char *spec) {
+    kiln_error err = {0};
+    kiln_gen *g;
+    if (kiln_gen_create(&g, NULL, &err) != KILN_OK) {
+        fprintf(stderr, "jit_bench: %s\n", err.msg);
+        return 1;
+    }
+    size_t bytes = 0;
+    for (int r = 0; r < 3; r++) {
+        kiln_module *m = NULL;
+        if (r == 2) CALLGRIND_START_INSTRUMENTATION;
+        kiln_status st = kiln_generate(g, spec, sm, KILN_EMIT_PTX, &m, &err);
+        if (r == 2) CALLGRIND_STOP_INSTRUMENTATION;
+        if (st != KILN_OK) {
+            fprintf(stderr, "jit_bench: %s\n", err.msg);
+            kiln_gen_destroy(g);
+            return 1;
+        }
+        bytes = kiln_module_size(m);
+        kiln_module_free(m);
+    }
+    printf("%s sm_%d: %zu bytes of PTX, generated 3 times (callgrind counts the third)\n", spec, sm, bytes);
+    kiln_gen_destroy(g);
+    return 0;
+}
+
 int main(int argc, char **argv) {
     double t_main = bench_clock_ms(CLOCK_MONOTONIC);
     const char *mode = argc > 1 ? argv[1] : "warm";
@@ -219,6 +259,7 @@ int main(int argc, char **argv) {
     }
     if (!strcmp(mode, "model"))
         return model(argc > 2 ? argv[2] : "bench/transformer_kernels.txt", argc > 3 ? atoi(argv[3]) : 0, t_main);
-    fprintf(stderr, "usage: jit_bench warm [REPS] | model [FILE [THREADS]]\n");
+    if (!strcmp(mode, "count") && argc == 4 && atoi(argv[2]) > 0) return count(atoi(argv[2]), argv[3]);
+    fprintf(stderr, "usage: jit_bench warm [REPS] | model [FILE [THREADS]] | count SM SPEC\n");
     return 2;
 }

@@ -173,18 +173,26 @@ static bool env_drops(const char *env, StringRef name, int nth) {
     return false;
 }
 
-/* Whether the nth pass of this name (counted per pass manager) stays in codegen; drop: the GEN_DROP_*
- * passes the template left out (config().lsr / .slsr = false, gen_api.c). */
-static bool keep_codegen_pass(Pass *p, int nth, unsigned drop) {
+static bool keep_all_codegen_passes() {
     static const char *env = getenv("KILN_CODEGEN_PASSES");
-    if (env && !strcmp(env, "llvm")) return true;
+    return env && !strcmp(env, "llvm");
+}
+
+/* Whether the nth pass of this name (counted per pass manager) stays in codegen; drop: the GEN_DROP_*
+ * passes the template left out (config().lsr / .slsr = false, gen_api.c); the drop bits of the passes
+ * it leaves out are added to *found. */
+static bool keep_codegen_pass(Pass *p, int nth, unsigned drop, unsigned *found) {
+    static const char *env = getenv("KILN_CODEGEN_PASSES");
+    if (keep_all_codegen_passes()) return true;
     StringRef name = p->getPassName();
-    if ((drop & GEN_DROP_LSR) && name == "Loop Strength Reduction") return false;
-    if ((drop & GEN_DROP_SLSR) && name == "Straight line strength reduction") return false;
+    if ((drop & GEN_DROP_LSR) && name == "Loop Strength Reduction") return *found |= GEN_DROP_LSR, false;
+    if ((drop & GEN_DROP_SLSR) && name == "Straight line strength reduction") return *found |= GEN_DROP_SLSR, false;
     for (int i = 0; gen_codegen_skips[i].key; i++)
         if ((drop & (GEN_DROP_SKIP << i)) && name == gen_codegen_skips[i].pass &&
-            (gen_codegen_skips[i].nth == 0 || gen_codegen_skips[i].nth == nth))
+            (gen_codegen_skips[i].nth == 0 || gen_codegen_skips[i].nth == nth)) {
+            *found |= (unsigned)GEN_DROP_SKIP << i;
             return false;
+        }
     for (const dropped_pass &d : dropped_codegen_passes)
         if (name == d.name && (d.nth == 0 || d.nth == nth)) return false;
     return !env_drops(env, name, nth);
@@ -198,7 +206,7 @@ class stamping_pm : public legacy::PassManager {
     stamping_pm(stamps *s, unsigned drop) : s(s), drop(drop) {}
     void add(Pass *p) override {
         int nth = ++seen[p->getPassName()];
-        if (!keep_codegen_pass(p, nth, drop)) {
+        if (!keep_codegen_pass(p, nth, drop, &found)) {
             delete p;
             return;
         }
@@ -216,6 +224,10 @@ class stamping_pm : public legacy::PassManager {
         after_isel = isel;
         return isel || after || is_printer(n);
     }
+  public:
+    unsigned found = 0; /* the drop bits whose pass was offered and left out */
+
+  private:
     bool after_isel = false;
     stamps *s;
     unsigned drop;
@@ -237,6 +249,19 @@ extern "C" int gen_llvm_codegen(LLVMTargetMachineRef tmr, LLVMModuleRef modr, un
         stamping_pm pm(&s, drop);
         if (machine->addPassesToEmitFile(pm, os, nullptr, CodeGenFileType::AssemblyFile)) {
             snprintf(msg, msg_size, "the NVPTX target cannot emit assembly");
+            return 1;
+        }
+        /* A pass the template leaves out that NVPTX's list no longer has (an LLVM upgrade renamed or
+         * moved it) would be kept unseen: an error naming it instead. */
+        unsigned missing = keep_all_codegen_passes() ? 0 : drop & ~pm.found;
+        if (missing) {
+            const char *what = missing & GEN_DROP_LSR ? "Loop Strength Reduction"
+                               : missing & GEN_DROP_SLSR ? "Straight line strength reduction"
+                                                         : "?";
+            for (int i = 0; gen_codegen_skips[i].key && !strcmp(what, "?"); i++)
+                if (missing & (GEN_DROP_SKIP << i)) what = gen_codegen_skips[i].pass;
+            snprintf(msg, msg_size, "the template leaves out the codegen pass '%s', which NVPTX's pass list does not have",
+                     what);
             return 1;
         }
         pm.run(*mod);

@@ -49,6 +49,10 @@ const gen_codegen_skip gen_codegen_skips[] = {
     {"early-tailduplication", "Early Tail Duplication", 0},
     {"early-machinelicm", "Early Machine Loop Invariant Code Motion", 0},
     {"early-cse-3", "Early CSE", 3}, /* NVPTX's last EarlyCSE, after loop strength reduction */
+    {"dead-mi-elimination", "Remove dead machine instructions", 0},
+    {"stack-coloring", "Merge disjoint stack slots", 0},
+    {"stack-slot-coloring", "Stack Slot Coloring", 0},
+    {"opt-phis", "Optimize machine instruction PHIs", 0},
     {NULL, NULL, 0},
 };
 

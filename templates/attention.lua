@@ -319,12 +319,20 @@ function K.config(spec, target)
   -- byte-identical PTX without NVPTX's straight-line strength reduction, every SM, and it is 30 % of
   -- their generation instructions (bf16 d128 causal sm_80: 431 -> 304 M): left out (docs/jit.md).
   if cfg.path == "mma" and cfg.cp_async and not spec.splitkv and spec.head_dim ~= 96 then cfg.slsr = false end
-  -- NVPTX's last EarlyCSE changes no byte of the cp.async and SIMT tiles' PTX (not split-KV, varlen or
-  -- paged; the matrix's variants on every SM) and is 3.6 % of their generation instructions: left out
-  -- (docs/jit.md).
+  -- Codegen passes that change no byte of these tiles' PTX (the matrix's variants on every SM; docs/jit.md):
+  -- constant hoisting, the peephole optimizer, the machine scheduler, dead machine instructions and the
+  -- two stack-slot passes on every tile (0.7 % of bf16 d128 causal's generation instructions; PHI
+  -- optimization, which the norms leave out, changes 3 bf16 sm_75 variants with window, softcap and
+  -- ALiBi), early tail duplication without window, softcap and ALiBi (0.3 %; with all three it changes
+  -- 39 sm_80 variants), and NVPTX's last EarlyCSE on the cp.async and SIMT tiles but split-KV, varlen
+  -- and paged (3.6 %).
+  local skip = { "consthoist", "peephole-opt", "machine-scheduler", "dead-mi-elimination", "stack-coloring",
+                 "stack-slot-coloring" }
+  if not (spec.window or spec.softcap or spec.alibi) then skip[#skip + 1] = "early-tailduplication" end
   if (cfg.cp_async or cfg.path == "simt") and not (spec.splitkv or spec.varlen or spec.paged) then
-    cfg.skip_codegen = { "early-cse-3" }
+    skip[#skip + 1] = "early-cse-3"
   end
+  cfg.skip_codegen = skip
   return cfg
 end
 

@@ -61,9 +61,11 @@ function K.config(spec, target)
   -- SM) and is 4 % of the generation instructions (bf16 h4096 sm_80): left out (docs/jit.md)
   cfg.slsr = false
   -- and these NVPTX codegen passes, the same: no PTX byte changes on any matrix variant of any SM
-  -- without them (layernorm and rmsnorm, 330 a SM), 3.8 % of the generation instructions
+  -- without them (layernorm and rmsnorm, 330 a SM), 3.8 % of the generation instructions; the last
+  -- four (dead machine instructions, the two stack-slot passes, PHI optimization) 0.7 % more (docs/jit.md)
   cfg.skip_codegen = { "early-cse-1", "consthoist", "peephole-opt", "machine-scheduler",
-                       "early-tailduplication", "early-machinelicm" }
+                       "early-tailduplication", "early-machinelicm",
+                       "dead-mi-elimination", "stack-coloring", "stack-slot-coloring", "opt-phis" }
   return cfg
 end
 

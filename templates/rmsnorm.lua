@@ -38,7 +38,8 @@ function K.config(spec, target)
   cfg.lsr = false -- as the LayerNorm forward: 110 matrix variants, -4 % SASS, none worse
   cfg.slsr = false -- as the LayerNorm forward: the same PTX without it, every matrix variant and SM
   cfg.skip_codegen = { "early-cse-1", "consthoist", "peephole-opt", "machine-scheduler", -- as the LayerNorm forward
-                       "early-tailduplication", "early-machinelicm" }
+                       "early-tailduplication", "early-machinelicm",
+                       "dead-mi-elimination", "stack-coloring", "stack-slot-coloring", "opt-phis" }
   return cfg
 end
 

@@ -2,7 +2,8 @@
 # tests/codegen_passes_test.sh - the NVPTX codegen passes kiln leaves out (gen/gen_llvm.cpp's
 # dropped_codegen_passes) are really left out, KILN_CODEGEN_PASSES=drop:NAME[#N] leaves out
 # exactly the Nth pass of that name, and a template's config().lsr / .slsr = false leaves loop /
-# straight-line strength reduction out of its kernels only: all judged by the PTX of kernels the choice changes.
+# straight-line strength reduction out of its kernels only, and attention keeps early tail duplication
+# where it changes the PTX (window, softcap and ALiBi together): all judged by the PTX of kernels the choice changes.
 set -u
 . "$(dirname "$0")/cli_lib.sh"
 
@@ -34,6 +35,10 @@ emit "$tmp/lsr.ptx" "drop:Loop Strength Reduction" &&
 SPEC=(attention dtype=f16 head_dim=96)
 emit "$tmp/a.ptx" && emit "$tmp/a_lsr.ptx" "drop:Loop Strength Reduction" &&
     same "cp.async tensor-core attention leaves LSR out" "$tmp/a.ptx" "$tmp/a_lsr.ptx" same
+
+SPEC=(attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true alibi=true)
+emit "$tmp/w.ptx" && emit "$tmp/w_td.ptx" "drop:Early Tail Duplication" &&
+    same "attention with window, softcap and ALiBi keeps early tail duplication (config().skip_codegen)" "$tmp/w.ptx" "$tmp/w_td.ptx" differ
 
 SPEC=(attention_combine out=f32 head_dim=96)
 emit "$tmp/c.ptx" && emit "$tmp/c_lsr.ptx" "drop:Loop Strength Reduction" &&

@@ -466,7 +466,8 @@ static void test_registry(void) {
     kiln_module_free(m);
     CHECK(kiln_generate(g2, "skip bad=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "templates/skip.lua: config().skip_codegen: unknown pass 'no-such-pass'; valid: early-cse-1, "
-                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm, early-cse-3"),
+                          "consthoist, peephole-opt, machine-scheduler, early-tailduplication, early-machinelicm, early-cse-3, "
+                          "dead-mi-elimination, stack-coloring, stack-slot-coloring, opt-phis"),
           "message: %s", err.msg);
     CHECK(kiln_generate(g2, "skip text=true", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status");
     CHECK(strstr(err.msg, "config().skip_codegen must be a list of pass names"), "message: %s", err.msg);
