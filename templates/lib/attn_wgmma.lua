@@ -3,8 +3,8 @@
 --
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
--- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
+-- (not_covered): f16/bf16 inputs, head_dim and v_head_dim up to 256 (lib/attn_wgmma_dims.lua: on tiles 64, 128 or
+-- 256 columns wide, d32 and d96 and the padded dims among them), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
 -- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
 -- lse index, the split epilogue, the dropout mask), paged KV (lib/attn_wgmma_paged.lua: the producer warpgroup copies
 -- K and V from the pages); not append or rotary (those keep the FA2 kernel there).
