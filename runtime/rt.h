@@ -102,6 +102,10 @@ kiln_status rt_launch_size(kiln_kernel *k, const kiln_launch_args *a, unsigned g
 /* runtime/rt_attention.c: the attention helpers' shared pieces. causal's spec value ("false", "true",
  * "top_left"; NULL for a value that is none of KILN_CAUSAL_*). */
 const char *rt_attn_causal(int causal);
+/* path's spec value ("auto", "mma", "simt", "wgmma"; NULL for a value that is none of KILN_ATTENTION_PATH_*), and
+ * the check that names the valid ones (what: the helper). */
+const char *rt_attn_path(int path);
+kiln_status rt_attn_check_path(const char *what, int path, kiln_error *err);
 /* Checks causal and the mask's values; what names the helper ("attention", "attention backward"). */
 kiln_status rt_attn_check_mask(const char *what, int causal, const kiln_attention_mask *m, kiln_error *err);
 /* Appends the mask's spec words (" window=true softcap=true alibi=true", those that are on). */

@@ -30,6 +30,18 @@ const char *rt_attn_causal(int causal) {
     return causal >= KILN_CAUSAL_NONE && causal <= KILN_CAUSAL_TOP_LEFT ? names[causal] : NULL;
 }
 
+const char *rt_attn_path(int path) {
+    static const char *const names[] = {"auto", "mma", "simt", "wgmma"}; /* (KILN_ATTENTION_PATH_* in order) */
+    _Static_assert(sizeof names / sizeof *names == KILN_ATTENTION_PATH_WGMMA + 1, "one name per KILN_ATTENTION_PATH_*");
+    return path >= KILN_ATTENTION_PATH_AUTO && path <= KILN_ATTENTION_PATH_WGMMA ? names[path] : NULL;
+}
+
+kiln_status rt_attn_check_path(const char *what, int path, kiln_error *err) {
+    if (rt_attn_path(path)) return KILN_OK;
+    return kiln_fail(err, KILN_EINVAL, "%s: path (%d) must be KILN_ATTENTION_PATH_AUTO (0), _MMA (1), _SIMT (2) or "
+                     "_WGMMA (3)", what, path);
+}
+
 kiln_status rt_attn_check_mask(const char *what, int causal, const kiln_attention_mask *m, kiln_error *err) {
     if (!rt_attn_causal(causal))
         return kiln_fail(err, KILN_EINVAL, "%s: causal (%d) must be 0 (none), 1 (KILN_CAUSAL_BOTTOM_RIGHT) or 2 "
@@ -88,8 +100,10 @@ static const char *rotary_name(int rotary) {
 }
 
 void rt_attn_spec(const kiln_attention_args *a, int splitkv, char *buf, size_t size) {
-    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=auto%s", kiln_dtype_name(a->dtype),
-             kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), splitkv ? " splitkv=true" : "");
+    const char *path = rt_attn_path(a->path); /* (checked by the callers; a bad value stays in the words, refused) */
+    snprintf(buf, size, "attention dtype=%s out=%s head_dim=%d causal=%s path=%s%s", kiln_dtype_name(a->dtype),
+             kiln_dtype_name(a->out_dtype), a->head_dim, rt_attn_causal(a->causal), path ? path : "?",
+             splitkv ? " splitkv=true" : "");
     rt_attn_mask_words(&a->mask, buf, size);
     size_t n = strlen(buf);
     if (a->v_head_dim > 0 && a->v_head_dim != a->head_dim) /* (the template refuses what it does not build) */
@@ -135,6 +149,7 @@ static kiln_status check_args(const kiln_attention_args *a, kiln_error *err) {
     if (!c->block_table && (c->cache_seqlens || c->cache_batch_idx || c->cache_leftpad))
         return kiln_fail(err, KILN_EINVAL, "attention: cache_seqlens, cache_batch_idx and cache_leftpad need a paged KV cache "
                          "(block_table)");
+    if (rt_attn_check_path("attention", a->path, err)) return err->status;
     return rt_attn_check_mask("attention", a->causal, &a->mask, err);
 }
 

@@ -63,6 +63,7 @@ static kiln_status check_args(const kiln_attention_bwd_args *a, kiln_error *err)
     if (a->workspace % 16)
         return kiln_fail(err, KILN_EINVAL, "attention backward: workspace (0x%llx) must be 16-byte aligned",
                          (unsigned long long)a->workspace);
+    if (rt_attn_check_path("attention backward", a->path, err)) return err->status;
     return rt_attn_check_mask("attention backward", a->causal, &a->mask, err);
 }
 
@@ -73,10 +74,13 @@ void rt_attn_bwd_spec(const kiln_attention_bwd_args *a, const char *kernel, char
     int det = a->deterministic && !strcmp(kernel, "dkdv");
     char vd[32] = ""; /* v_head_dim, in the canonical place after head_dim, when it differs */
     if (a->v_head_dim > 0 && a->v_head_dim != a->head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", a->v_head_dim);
+    /* path: dkdv's, and deterministic dq's but for wgmma (its dq is path=auto's, as dkdv's description names it) */
+    const char *path = rt_attn_path(a->path);
+    int on = !strcmp(kernel, "dkdv") || (!strcmp(kernel, "dq") && a->path != KILN_ATTENTION_PATH_WGMMA);
     snprintf(buf, size,
-             "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=auto deterministic=%s", kernel,
+             "attention_bwd kernel=%s dtype=%s out=%s grad=%s head_dim=%d%s causal=%s path=%s deterministic=%s", kernel,
              kiln_dtype_name(a->dtype), kiln_dtype_name(a->out_dtype), kiln_dtype_name(a->grad_dtype), a->head_dim, vd,
-             rt_attn_causal(a->causal), det ? "true" : "false");
+             rt_attn_causal(a->causal), on ? (path ? path : "?") : "auto", det ? "true" : "false");
     if (!strcmp(kernel, "dkdv") || !strcmp(kernel, "dq")) rt_attn_mask_words(&a->mask, buf, size);
 }
 

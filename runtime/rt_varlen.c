@@ -108,6 +108,7 @@ kiln_status kiln_attention_forward_varlen(kiln_rt *rt, const kiln_attention_args
     for (int t = 0; t < 4; t++)
         if (!ptrs[t]) return kiln_fail(err, KILN_EINVAL, "%s: %c must be a device pointer, not 0", what, "qkvo"[t]);
     st = check_varlen(what, a->batch, a->seq_q, a->seq_k, vl, 0, err);
+    if (st == KILN_OK) st = rt_attn_check_path(what, a->path, err);
     if (st == KILN_OK) st = rt_attn_check_mask(what, a->causal, &a->mask, err);
     if (st == KILN_OK) st = check_dropout_mask(what, &a->mask, vl, err);
     if (st != KILN_OK || a->batch == 0 || a->seq_q == 0) return st;
@@ -164,6 +165,7 @@ kiln_status kiln_attention_backward_varlen(kiln_rt *rt, const kiln_attention_bwd
     if (a->workspace % 16)
         return kiln_fail(err, KILN_EINVAL, "%s: workspace (0x%llx) must be 16-byte aligned", what,
                          (unsigned long long)a->workspace);
+    if ((st = rt_attn_check_path(what, a->path, err)) != KILN_OK) return st;
     if ((st = rt_attn_check_mask(what, a->causal, &a->mask, err)) != KILN_OK) return st;
     if ((st = check_dropout_mask(what, &a->mask, vl, err)) != KILN_OK) return st;
     if (a->batch == 0 || (a->seq_q == 0 && a->seq_k == 0)) return KILN_OK;

@@ -1371,6 +1371,15 @@ K.variants = {
   { { "dtype=bf16 head_dim=64", "dtype=f16 head_dim=128" }, "causal=true", "dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=bf16", "head_dim=128", "causal=true", MASK_KEYS, "varlen=true dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=128", "causal=true", "out=f32", "path=wgmma", sms = { "90a" } },
+  -- path=wgmma's other head dims (lib/attn_wgmma_dims.lua: on 64/128/256-column tiles): d32, d96, padded ones
+  -- near them, 136-248 on 256 (O 192 wide), v_head_dim != head_dim (MLA's 192 / 128) (the quick suite: 10 of them)
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=32", "head_dim=96", "head_dim=48", "head_dim=80", "head_dim=120" }, CAUSAL,
+    { "", MASK_KEYS, MASK_KEYS .. " varlen=true", "splitkv=true", "dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=160", "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" },
+    CAUSAL, { "", MASK_KEYS, "splitkv=true", "dropout=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=96" }, "causal=true", { "", MASK_KEYS .. " varlen=true", "splitkv=true", "dropout=true" },
+    "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=f16", "head_dim=192 v_head_dim=128", "causal=true", { "", "splitkv=true" }, "path=wgmma", quick = true, sms = { "90a" } },
   -- paged KV on path=wgmma (lib/attn_wgmma_paged.lua: the producer's cp.async from the pages), plain and split-KV
   { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
     { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },

@@ -232,6 +232,44 @@ static void test_mask(int det) {
     TEST_END();
 }
 
+/* kiln_attention_bwd_args.path: dkdv's path word (and deterministic dq's, but for wgmma: its dq is path=auto's, as
+ * the wgmma dkdv's description names it); the workspace the picked kernels declare; a bad value named. */
+static void test_path(void) {
+    TEST_BEGIN("attention backward helper: path into dkdv's spec (and deterministic dq's but for wgmma); wgmma on a 9.0 device; a bad value named");
+    static const struct {
+        int sm, path, det;
+        const char *dkdv, *third;
+    } rows[] = {
+        {90, KILN_ATTENTION_PATH_WGMMA, 0, "path=wgmma", "kernel=convert"},
+        {90, KILN_ATTENTION_PATH_WGMMA, 1, "path=wgmma", "path=auto"},
+        {80, KILN_ATTENTION_PATH_SIMT, 1, "path=simt", "path=simt"},
+        {80, KILN_ATTENTION_PATH_AUTO, 1, "path=auto", "path=auto"},
+    };
+    for (size_t r = 0; r < sizeof rows / sizeof rows[0]; r++) {
+        kiln_rt *rt = open_rt(rows[r].sm);
+        kiln_error e = {0};
+        kiln_attention_bwd_args a = gqa_args();
+        a.head_dim = 64, a.path = rows[r].path, a.deterministic = rows[r].det;
+        size_t need = 0;
+        CHECK(kiln_attention_backward_workspace_on(rt, &a, &need, &e) == KILN_OK, "row %zu workspace: %s", r, e.msg);
+        fake.reset();
+        CHECK(kiln_attention_backward(rt, &a, &e) == KILN_OK && launches() == 3, "row %zu launch: %s", r, e.msg);
+        kiln_kernel *ks[3] = {NULL, NULL, NULL};
+        CHECK(kiln_attention_backward_pick(rt, &a, ks, &e) == KILN_OK, "row %zu pick: %s", r, e.msg);
+        if (ks[2]) {
+            const char *s0 = kiln_kernel_get_meta(ks[0])->spec, *s1 = kiln_kernel_get_meta(ks[1])->spec, *s2 = kiln_kernel_get_meta(ks[2])->spec;
+            CHECK(strstr(s0, "path=auto") && strstr(s1, "kernel=dkdv") && strstr(s1, rows[r].dkdv) && strstr(s2, rows[r].third),
+                  "row %zu: %s / %s / %s", r, s0, s1, s2);
+        }
+        if (r == 0) {
+            a.path = -1;
+            CHECK(kiln_attention_backward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "attention backward: path (-1)"), "bad path: %s", e.msg);
+        }
+        kiln_rt_destroy(rt);
+    }
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention bwd runtime: 0 passed, 1 failed\n");
@@ -245,5 +283,6 @@ int main(void) {
     test_edges_and_errors();
     test_mask(0);
     test_mask(1);
+    test_path();
     return check_summary("attention bwd runtime");
 }

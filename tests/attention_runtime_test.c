@@ -556,6 +556,60 @@ static void test_paged(void) {
     TEST_END();
 }
 
+static int launches(void) {
+    fake_cuda_counts c;
+    fake.counters(&c);
+    return c.launches;
+}
+
+/* kiln_attention_args.path: the spec's path word (sm_90a's wgmma kernels reachable before path=auto takes them, at
+ * the head dims lib/attn_wgmma_dims.lua adds too), split-KV with it, refusals naming why. */
+static void test_path(void) {
+    TEST_BEGIN("attention helper: path (auto, mma, simt, wgmma) into the spec; wgmma on a 9.0 device with its tensor maps, off sm_90a refused; a bad value named");
+    kiln_rt *rt = open_rt(90);
+    kiln_error e = {0};
+    kiln_kernel *k = NULL;
+    kiln_attention_args a = gqa_args();
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "path=auto"), "auto: %s", e.msg);
+    static const int dims[] = {128, 96, 32};
+    for (int i = 0; i < 3; i++) {
+        a = gqa_args();
+        a.path = KILN_ATTENTION_PATH_WGMMA, a.head_dim = dims[i];
+        fake.reset();
+        CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK && launches() == 1, "wgmma d%d: %s", dims[i], e.msg);
+        CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "path=wgmma") &&
+                  kiln_kernel_get_meta(k)->block[0] == 384,
+              "wgmma d%d: the wgmma kernel (384 threads): %s", dims[i], k ? kiln_kernel_get_meta(k)->spec : e.msg);
+    }
+    /* MLA on wgmma; split-KV decoding on wgmma: both launches, the split kernel's spec with the path */
+    a = gqa_args();
+    a.path = KILN_ATTENTION_PATH_WGMMA, a.head_dim = 192, a.v_head_dim = 128;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_OK, "wgmma MLA: %s", e.msg);
+    a = decode_args();
+    a.path = KILN_ATTENTION_PATH_WGMMA;
+    int chosen = 0;
+    size_t bytes = 0;
+    CHECK(kiln_attention_forward_workspace(rt, &a, 4, &chosen, &bytes, &e) == KILN_OK && chosen == 4 && bytes > 0, "wgmma split workspace: %s", e.msg);
+    fake.reset();
+    CHECK(kiln_attention_forward_splitkv(rt, &a, 4, 0x900000, bytes, &e) == KILN_OK && launches() == 2, "wgmma split-KV: %s", e.msg);
+    a = gqa_args();
+    a.path = KILN_ATTENTION_PATH_SIMT;
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "path=simt"), "simt: %s", e.msg);
+    a.path = 7;
+    CHECK(kiln_attention_forward(rt, &a, &e) == KILN_EINVAL && strstr(e.msg, "path (7)") && strstr(e.msg, "_WGMMA (3)"), "bad path: %s", e.msg);
+    a.path = KILN_ATTENTION_PATH_WGMMA, a.dtype = a.out_dtype = KILN_F32;
+    CHECK(kiln_attention_forward(rt, &a, &e) != KILN_OK && strstr(e.msg, "dtype f32"), "wgmma f32: %s", e.msg);
+    kiln_rt_destroy(rt);
+    rt = open_rt(80);
+    a = gqa_args();
+    a.path = KILN_ATTENTION_PATH_WGMMA;
+    CHECK(kiln_attention_forward(rt, &a, &e) != KILN_OK && strstr(e.msg, "valid targets: sm_90a"), "wgmma on 8.0: %s", e.msg);
+    a.path = KILN_ATTENTION_PATH_MMA;
+    CHECK(kiln_attention_pick(rt, &a, &k, &e) == KILN_OK && strstr(kiln_kernel_get_meta(k)->spec, "path=mma"), "mma: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention runtime: 0 passed, 1 failed\n");
@@ -575,5 +629,6 @@ int main(void) {
     test_mask();
     test_dropout();
     test_paged();
+    test_path();
     return check_summary("attention runtime");
 }

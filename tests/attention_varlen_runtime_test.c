@@ -226,6 +226,38 @@ static void test_dropout(void) {
     TEST_END();
 }
 
+/* path on the varlen helpers: the forward's kernel and the backward's dkdv at path=wgmma on a 9.0 device (the
+ * launched entries are the wgmma kernels'); a bad value named. */
+static void test_path(void) {
+    TEST_BEGIN("varlen helpers with path=wgmma on sm_90a: the wgmma forward and dkdv launched; a bad path named");
+    kiln_rt *rt = open_rt(90);
+    kiln_error e = {0};
+    kiln_attention_args a = fwd_args();
+    a.path = KILN_ATTENTION_PATH_WGMMA;
+    kiln_attention_varlen vl = VL;
+    fake.reset();
+    CHECK(rt && kiln_attention_forward_varlen(rt, &a, &vl, &e) == KILN_OK, "forward: %s", e.msg);
+    kiln_kernel *k = NULL;
+    fake_cuda_launch l;
+    CHECK(kiln_rt_get_kernel(rt, "attention dtype=bf16 out=bf16 head_dim=128 causal=true varlen=true path=wgmma", &k, &e) == KILN_OK &&
+              fake.last_launch(&l) && !strcmp(l.entry, kiln_kernel_get_meta(k)->entry),
+          "the wgmma varlen forward launched: %s", e.msg);
+    kiln_attention_bwd_args b = {.dq = 0x1000000, .dk = 0x1100000, .dv = 0x1200000, .q = 0x300000, .k = 0x400000,
+                                 .v = 0x500000, .o = 0x100000, .dout = 0x1300000, .lse = 0x200000,
+                                 .workspace = 0x2000000, .dtype = KILN_F16, .out_dtype = KILN_F16,
+                                 .grad_dtype = KILN_F16, .head_dim = 64, .causal = 1, .batch = 3, .heads_q = 4,
+                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900, .path = KILN_ATTENTION_PATH_WGMMA};
+    fake.reset();
+    CHECK(kiln_attention_backward_varlen(rt, &b, &vl, &e) == KILN_OK, "backward: %s", e.msg);
+    CHECK(kiln_rt_get_kernel(rt, "attention_bwd kernel=dkdv dtype=f16 out=f16 grad=f16 head_dim=64 causal=true path=wgmma deterministic=false varlen=true",
+                             &k, &e) == KILN_OK && launch_at(1, &l) && !strcmp(l.entry, kiln_kernel_get_meta(k)->entry),
+          "the wgmma varlen dkdv launched second: %s", e.msg);
+    b.path = 9;
+    CHECK(kiln_attention_backward_varlen(rt, &b, &vl, &e) == KILN_EINVAL && strstr(e.msg, "path (9)"), "bad path: %s", e.msg);
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 int main(void) {
     if (fake_cuda_open(&fake) != 0 || !(*(void **)&launch_at = dlsym(fake.dl, "fake_cuda_launch_at"))) {
         printf("attention varlen runtime: 0 passed, 1 failed\n");
@@ -238,5 +270,6 @@ int main(void) {
     test_backward();
     test_errors();
     test_dropout();
+    test_path();
     return check_summary("attention varlen runtime");
 }

@@ -65,7 +65,7 @@ static const kit_attn_row kit_attn_rows[] = {
 /* The sm_90a attention forward (TMA + wgmma, FA3's structure; `path=wgmma` is opt-in until a GPU has run it,
  * docs/hopper.md): the same row fields, checked only on a 9.0 device, emulated for sm_90a (KIT_SM_90A) and
  * launched from the arch bundle (kit_90a.kbundle: sm_90a PTX and cubins of `kiln-kit specs --arch`). bf16/f16,
- * d64/d128/d256, causal and not, odd seq tails (a partial 128-row query tile and key tile), GQA, seq_q != seq_k. */
+ * d64/d128/d256 (and d96, d32), causal and not, odd seq tails (a partial 128-row query tile and key tile), GQA, seq_q != seq_k. */
 #define KIT_ATTN_WGMMA_SPEC "attention dtype=%s out=%s head_dim=%d causal=%s path=wgmma"
 #define KIT_SM_90A 1090 /* KILN_SM_ARCH + 90: the arch-specific sm_90a target */
 static const kit_attn_row kit_attn_wgmma_rows[] = {
@@ -73,6 +73,8 @@ static const kit_attn_row kit_attn_wgmma_rows[] = {
     {"bf16", "bf16", 128, 0, 1, 2, 2, 150, 150, 0}, {"bf16", "bf16", 128, 1, 1, 4, 1, 77, 300, 1},
     {"f16", "f16", 64, 1, 1, 2, 2, 200, 200, 0},    {"f16", "f16", 128, 0, 1, 4, 2, 130, 70, 0},
     {"bf16", "bf16", 256, 1, 1, 2, 2, 100, 100, 0}, {"f16", "f16", 256, 0, 1, 2, 1, 90, 150, 0},
+    /* d96 and d32 on the 128- and 64-column tiles (templates/lib/attn_wgmma_dims.lua) */
+    {"bf16", "bf16", 96, 1, 1, 4, 2, 130, 170, 0},  {"f16", "f16", 32, 0, 1, 2, 2, 100, 140, 0},
 };
 
 /* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and

@@ -305,6 +305,16 @@ typedef struct kiln_attention_mask {
     float dropout_p;
     unsigned long long dropout_seed, dropout_offset;
 } kiln_attention_mask;
+/* The kernel path the attention helpers ask for (kiln_attention_args.path, kiln_attention_bwd_args.path: the spec
+ * key path of templates/attention.lua and attention_bwd.lua). KILN_ATTENTION_PATH_AUTO (0, zero-initialized: the
+ * template's choice for the device), _MMA (mma.sync tensor cores), _SIMT (fp32 FMA), _WGMMA (sm_90a's TMA + wgmma
+ * kernels in FlashAttention-3's structure, opt-in until path=auto takes them; refused off sm_90a and for the specs
+ * it does not build, the error naming why). The backward asks it of its dkdv kernel (and of dq when deterministic,
+ * but for wgmma, whose dq is path=auto's); the varlen helpers take it too. */
+#define KILN_ATTENTION_PATH_AUTO 0
+#define KILN_ATTENTION_PATH_MMA 1
+#define KILN_ATTENTION_PATH_SIMT 2
+#define KILN_ATTENTION_PATH_WGMMA 3
 /* causal values: bottom-right aligned (FlashAttention >= 2.1), top-left (torch SDPA's is_causal). */
 #define KILN_CAUSAL_NONE 0
 #define KILN_CAUSAL_BOTTOM_RIGHT 1
@@ -363,6 +373,7 @@ typedef struct kiln_attention_args {
     kiln_attention_kvcache cache; /* paged KV cache; zero: none */
     int v_head_dim; /* V's and O's head dim (spec key v_head_dim; MLA prefill: head_dim 192, v_head_dim 128);
                        0: head_dim. v and o are [.., v_head_dim], the split-KV workspace (v_head_dim + 1) floats a row */
+    int path; /* KILN_ATTENTION_PATH_*; 0: auto */
 } kiln_attention_args;
 kiln_status kiln_attention_forward(kiln_rt *rt, const kiln_attention_args *a, kiln_error *err);
 kiln_status kiln_attention_pick(kiln_rt *rt, const kiln_attention_args *a, kiln_kernel **out, kiln_error *err);
@@ -416,6 +427,7 @@ typedef struct kiln_attention_bwd_args {
     void *stream;
     kiln_attention_mask mask;
     int v_head_dim; /* V's, O's, dO's and dV's head dim (as kiln_attention_args.v_head_dim); 0: head_dim */
+    int path;       /* KILN_ATTENTION_PATH_* of dkdv (and deterministic dq); 0: auto */
 } kiln_attention_bwd_args;
 /* Device workspace bytes for a on any device: an upper bound (bf16 counts the f16-scaled rows that only
  * sm_75's kernels use). kiln_attention_backward_workspace_on: the exact bytes the kernels rt picks for its

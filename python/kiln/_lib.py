@@ -304,6 +304,17 @@ class AttentionKvCache(ctypes.Structure):
                 + [("rotary_cos", ctypes.c_uint64), ("rotary_sin", ctypes.c_uint64), ("seqlen_ro", ctypes.c_int)])
 
 
+# kiln_attention_args.path's values (KILN_ATTENTION_PATH_* in kiln/runtime.h, in order): the spec key path's.
+ATTENTION_PATHS = ("auto", "mma", "simt", "wgmma")
+
+
+def attention_path(path, what):
+    """The KILN_ATTENTION_PATH_* code of path (a name of ATTENTION_PATHS), else KilnArgumentError naming them."""
+    if path not in ATTENTION_PATHS:
+        raise errors.KilnArgumentError("%s: path must be one of %s, got %r" % (what, ", ".join(ATTENTION_PATHS), path))
+    return ATTENTION_PATHS.index(path)
+
+
 class AttentionArgs(ctypes.Structure):
     _fields_ = (
         [(n, ctypes.c_uint64) for n in ("o", "lse", "q", "k", "v")]
@@ -313,6 +324,7 @@ class AttentionArgs(ctypes.Structure):
         + [(n, ctypes.c_int64 * 3) for n in ("stride_q", "stride_k", "stride_v", "stride_o")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask), ("cache", AttentionKvCache)]
         + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
+        + [("path", ctypes.c_int)]  # KILN_ATTENTION_PATH_* (ATTENTION_PATHS' index); 0: auto
     )
 
 
@@ -350,6 +362,7 @@ class AttentionBwdArgs(ctypes.Structure):
                                              "stride_dq", "stride_dk", "stride_dv")]
         + [("stream", ctypes.c_void_p), ("mask", AttentionMask)]
         + [("v_head_dim", ctypes.c_int)]  # 0: head_dim
+        + [("path", ctypes.c_int)]  # KILN_ATTENTION_PATH_* of dkdv (and deterministic dq); 0: auto
     )
 
 

@@ -232,13 +232,13 @@ class EmulatedRuntime:
         return 1, 0  # one split: the emulated path runs the unsplit kernel
 
     def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
-                  window=None, softcap=None, alibi_slopes=None, dropout=None):
+                  window=None, softcap=None, alibi_slopes=None, dropout=None, path="auto"):
         """q, k, v, o: [batch, seq, heads, head_dim] (any strides); lse: f32 [batch, heads_q, seq_q]; window,
-        softcap, alibi_slopes (a CPU f32 tensor), dropout (p, seed, offset) as kiln.emulate.attention's."""
+        softcap, alibi_slopes (a CPU f32 tensor), dropout (p, seed, offset), path as kiln.emulate.attention's."""
         out, lse_out = emulate.attention(*(_np(t, "attention: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"))),
                                          causal=causal, sm=self.sm, scale=scale, out_dtype=_name(o, "attention: o"),
                                          return_lse=True, window=window, softcap=softcap,
-                                         alibi_slopes=_slopes(alibi_slopes), dropout=dropout)
+                                         alibi_slopes=_slopes(alibi_slopes), dropout=dropout, path=path)
         _store(o, out)
         _store(lse, lse_out)
 
@@ -248,13 +248,13 @@ class EmulatedRuntime:
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
                            workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None,
-                           dropout=None):
+                           dropout=None, path="auto"):
         arrs = [_np(t, "attention_backward: " + n) for t, n in ((q, "q"), (k, "k"), (v, "v"), (dout, "dout"),
                                                                 (o, "o"), (lse, "lse"))]
         grads = emulate.attention_backward(*arrs[:4], o=arrs[4], lse=arrs[5], causal=causal, sm=self.sm, scale=scale,
                                            deterministic=deterministic, grad_dtype=_name(dq, "attention_backward: dq"),
                                            window=window, softcap=softcap, alibi_slopes=_slopes(alibi_slopes),
-                                           dropout=dropout)
+                                           dropout=dropout, path=path)
         for t, a in zip((dq, dk, dv), grads):
             _store(t, a)
 

@@ -793,7 +793,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         keys = Keys(what, window, softcap, None if sv is None else sv.shape, b, hq, dropout)
         keys.fill(a.mask, 0 if sv is None else sv.ptr)
 
-    def _attn_args(self, o, q, k, v, lse, causal, scale, stream, **mask):
+    def _attn_args(self, o, q, k, v, lse, causal, scale, stream, path="auto", **mask):
         dev = self.device_ordinal
         views = {}
         for n, obj in (("q", q), ("k", k), ("v", v), ("o", o)):
@@ -820,6 +820,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.dtype, a.out_dtype = _DTYPE_CODE[qv.dtype], _DTYPE_CODE[ov.dtype]
         a.head_dim, a.causal = d, CAUSAL_CODE[causal_value(causal, "attention")]
         a.v_head_dim = dv if dv != d else 0
+        a.path = _lib.attention_path(path, "attention")
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
         for n, t in views.items():
@@ -837,7 +838,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         return a
 
     def attention(self, o, q, k, v, lse=None, causal=False, scale=None, stream=None, splits=0, workspace=None,
-                  window=None, softcap=None, alibi_slopes=None, dropout=None):
+                  window=None, softcap=None, alibi_slopes=None, dropout=None, path="auto"):
         """o = softmax(scale * q k^T [causal]) v. Tensors are [batch, seq, heads, head_dim] with any strides
         (head_dim contiguous), so a torch [batch, heads, seq, head_dim] tensor passes as t.transpose(1, 2).
         heads_q must be a multiple of heads_kv (GQA/MQA); v (and o) may have a head_dim of their own (v_head_dim:
@@ -849,9 +850,11 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         splits: split-KV decoding (docs/attention.md): 0 lets the runtime choose (decoding shapes, seq_q <= 16,
         whose plain grid would not fill the GPU are split over the keys), 1 never splits, n forces n splits.
         workspace: device memory of attention_workspace(...) bytes for the split partials; None uses one the
-        Runtime keeps (shared by its launches: pass your own for concurrent streams)."""
+        Runtime keeps (shared by its launches: pass your own for concurrent streams).
+        path: the kernel path ("auto", "mma", "simt", "wgmma": sm_90a's TMA + wgmma kernel, opt-in until "auto"
+        takes it; refused off sm_90a and for specs it does not build, the error naming why)."""
         a = self._attn_args(o, q, k, v, lse, causal, scale, stream, window=window, softcap=softcap,
-                            alibi_slopes=alibi_slopes, dropout=dropout)
+                            alibi_slopes=alibi_slopes, dropout=dropout, path=path)
         n, need = self._attn_splits(a, splits)
         views = []
         with self._kept_workspace(workspace):
@@ -870,11 +873,11 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         return n.value, need.value
 
     def attention_workspace(self, o, q, k, v, lse=None, causal=False, splits=0, window=None, softcap=None,
-                            alibi_slopes=None, dropout=None):
+                            alibi_slopes=None, dropout=None, path="auto"):
         """(splits, bytes): the split count attention(..., splits=splits) uses for these arrays and the device
         workspace it needs (0 bytes when it runs the non-split kernel)."""
         return self._attn_splits(self._attn_args(o, q, k, v, lse, causal, None, 0, window=window, softcap=softcap,
-                                                 alibi_slopes=alibi_slopes, dropout=dropout), splits)
+                                                 alibi_slopes=alibi_slopes, dropout=dropout, path=path), splits)
 
     def _kept_workspace(self, workspace):
         """The lock to hold around a launch that may use a Runtime-kept workspace (none with the caller's)."""
@@ -906,16 +909,17 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
             return ws.ptr
 
     def attention_kernel(self, o, q, k, v, lse=None, causal=False, scale=None, window=None, softcap=None,
-                         alibi_slopes=None, dropout=None):
+                         alibi_slopes=None, dropout=None, path="auto"):
         a = self._attn_args(o, q, k, v, lse, causal, scale, 0, window=window, softcap=softcap,
-                            alibi_slopes=alibi_slopes, dropout=dropout)
+                            alibi_slopes=alibi_slopes, dropout=dropout, path=path)
         kp = ctypes.c_void_p()
         err = _lib.Error()
         _lib.check(self._lib.kiln_attention_pick(self._live(), ctypes.byref(a), ctypes.byref(kp), ctypes.byref(err)),
                    err)
         return Kernel(self, kp)
 
-    def _attn_bwd_args(self, dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream, **mask):
+    def _attn_bwd_args(self, dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream, path="auto",
+                       **mask):
         dev = self.device_ordinal
         views = {}
         for n, obj in (("q", q), ("k", k), ("v", v), ("o", o), ("dout", dout), ("dq", dq), ("dk", dk), ("dv", dv)):
@@ -959,6 +963,7 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         a.grad_dtype = _DTYPE_CODE[views["dq"].dtype]
         a.head_dim, a.deterministic = d, 1 if deterministic else 0
         a.v_head_dim = vd if vd != d else 0
+        a.path = _lib.attention_path(path, "attention_backward")
         a.causal = CAUSAL_CODE[causal_value(causal, "attention_backward")]
         a.batch, a.heads_q, a.heads_kv, a.seq_q, a.seq_k = b, hq, hkv, sq, sk
         a.scale = 0.0 if scale is None else float(scale)
@@ -968,11 +973,11 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         return a, vl
 
     def attention_backward_workspace(self, q, k, v, o, dout, lse, dq, dk, dv, causal=False, deterministic=False,
-                                     window=None, softcap=None, alibi_slopes=None, dropout=None):
+                                     window=None, softcap=None, alibi_slopes=None, dropout=None, path="auto"):
         """Bytes of device workspace attention_backward needs for these arrays on this Runtime's device (f32
         delta, the f32 dQ accumulator unless deterministic, and for bf16 on sm_75 Q and dO scaled to f16)."""
         a, _ = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, None, deterministic, 0, window=window,
-                                   softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
+                                   softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout, path=path)
         return self._attn_bwd_workspace_bytes(a)
 
     def _attn_bwd_workspace_bytes(self, a):
@@ -986,7 +991,8 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         return self._workspace_ptr("attention_backward", need, workspace, views, "_bwd_ws")
 
     def attention_backward(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None, deterministic=False,
-                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None):
+                           workspace=None, stream=None, window=None, softcap=None, alibi_slopes=None, dropout=None,
+                           path="auto"):
         """dq, dk, dv of attention (FlashAttention-2's backward: prep, dkdv, then convert or dq), from the
         forward's q, k, v, its output o and lse (attention(..., lse=lse)) and dout = dL/do. Arrays as in
         attention(): [batch, seq, heads, head_dim], any strides with head_dim contiguous; dq like q, dk/dv like k
@@ -995,19 +1001,23 @@ class Runtime(VarlenRuntime):  # varlen and paged-KV-cache launches: _rt_varlen.
         o/dout one, dq/dk/dv one. deterministic=True: no atomics, the same bits every run (about 1.4x the
         work). workspace: device memory of attention_backward_workspace(...) bytes, 16-byte aligned; None
         uses one the Runtime keeps (shared by its launches: pass your own for concurrent streams). causal, window,
-        softcap, alibi_slopes, dropout: the forward's (attention(); the same dropout triple regenerates its mask)."""
+        softcap, alibi_slopes, dropout: the forward's (attention(); the same dropout triple regenerates its mask).
+        path: dkdv's kernel path (and deterministic dq's but for "wgmma"), as attention()'s."""
         a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, stream,
-                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout,
+                                       path=path)
         with self._kept_workspace(workspace):
             a.workspace = self._attn_bwd_workspace(a, workspace, views)
             err = _lib.Error()
             _lib.check(self._lib.kiln_attention_backward(self._live(), ctypes.byref(a), ctypes.byref(err)), err)
 
     def attention_backward_kernels(self, dq, dk, dv, dout, q, k, v, o, lse, causal=False, scale=None,
-                                   deterministic=False, window=None, softcap=None, alibi_slopes=None, dropout=None):
+                                   deterministic=False, window=None, softcap=None, alibi_slopes=None, dropout=None,
+                                   path="auto"):
         """The three Kernels attention_backward launches, in order, without launching."""
         a, views = self._attn_bwd_args(dq, dk, dv, dout, q, k, v, o, lse, causal, scale, deterministic, 0,
-                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout)
+                                       window=window, softcap=softcap, alibi_slopes=alibi_slopes, dropout=dropout,
+                                       path=path)
         a.workspace = self._attn_bwd_workspace(a, None, views)
         ks = (ctypes.c_void_p * 3)()
         err = _lib.Error()

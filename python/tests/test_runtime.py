@@ -124,6 +124,33 @@ def test_attention_decoding_splits_kv(fake_cuda):
         rt.attention(o, q, k, v, splits="4")
 
 
+def test_attention_path(fake_cuda, monkeypatch):
+    """path= reaches sm_90a's wgmma kernels (d96 too: lib/attn_wgmma_dims.lua) before path=auto takes them; the
+    backward puts it on dkdv; a bad name and wgmma off sm_90a are refused by name."""
+    monkeypatch.setenv("FAKE_CUDA_SM", "90")
+    rt = kiln.Runtime(disk_cache=False)
+    b, s, h, d = 1, 40, 2, 96
+    q, k, v, o = (rt.empty((b, s, h, d), "bf16") for _ in range(4))
+    lse = rt.empty((b, h, s), "f32")
+    assert "path=auto" in rt.attention_kernel(o, q, k, v, causal=True).spec
+    kern = rt.attention_kernel(o, q, k, v, causal=True, path="wgmma")
+    assert "path=wgmma" in kern.spec and kern.meta["block"][0] == 384
+    rt.attention(o, q, k, v, lse=lse, causal=True, path="wgmma")
+    assert fake_cuda.last_launch().entry == kern.meta["entry"].encode()
+    d = 64
+    q, k, v, o, do, dq, dk, dv = (rt.empty((b, s, h, d), "bf16") for _ in range(8))
+    ks = rt.attention_backward_kernels(dq, dk, dv, do, q, k, v, o, lse, causal=True, path="wgmma")
+    assert "kernel=dkdv" in ks[1].spec and "path=wgmma" in ks[1].spec and "path=auto" in ks[0].spec
+    rt.attention_backward(dq, dk, dv, do, q, k, v, o, lse, causal=True, path="wgmma")
+    with pytest.raises(kiln.KilnArgumentError) as e:
+        rt.attention(o, q, k, v, path="tensor")
+    assert "path must be one of auto, mma, simt, wgmma" in str(e.value)
+    monkeypatch.setenv("FAKE_CUDA_SM", "80")
+    with pytest.raises(kiln.KilnError) as e:
+        kiln.Runtime(disk_cache=False).attention(o, q, k, v, path="wgmma")
+    assert "valid targets: sm_90a" in str(e.value)
+
+
 def test_generic_kernel_launch(fake_cuda):
     rt = kiln.Runtime(disk_cache=False)
     k = rt.kernel("layernorm", x="f32", hidden=256, bias=False)

@@ -98,6 +98,30 @@ def test_flash_attn_func_forward_and_backward_match_float64(emu, dtype, causal, 
         _close(t.grad, r.grad, dtype, n, 4)
 
 
+def test_path_wgmma_on_sm90a_forward_and_backward_match_float64():
+    """path="wgmma" (kiln's argument) reaches sm_90a's TMA + wgmma kernels before path="auto" takes them: d64
+    forward and backward (the dkdv kernel on wgmma), d96 forward (lib/attn_wgmma_dims.lua), against float64;
+    off sm_90a and for a bad name, the error names the choices."""
+    with kt.emulated(sm="90a"):
+        q, k, v = _qkv(1, 70, 90, 2, 1, 64, torch.bfloat16, seed=3, grad=True)
+        out = fa.flash_attn_func(q, k, v, causal=True, path="wgmma")
+        qr, kr, vr = (t.detach().double().requires_grad_() for t in (q, k, v))
+        ref, _ = ref_attention(qr, kr, vr, True)
+        _close(out, ref, torch.bfloat16, "out")
+        dout = torch.randn(out.shape, generator=torch.Generator().manual_seed(4)).to(torch.bfloat16)
+        out.backward(dout)
+        ref.backward(dout.double())
+        for n, t, r in (("dq", q, qr), ("dk", k, kr), ("dv", v, vr)):
+            _close(t.grad, r.grad, torch.bfloat16, n, 4)
+        q, k, v = _qkv(1, 40, 50, 2, 2, 96, torch.float16, seed=5)
+        _close(fa.flash_attn_func(q, k, v, window_size=(10, 3), path="wgmma"),
+               ref_attention(q, k, v, window=(10, 3))[0], torch.float16, "d96 out")
+        with pytest.raises(kiln.KilnArgumentError, match="path='tensor'; valid: 'auto', 'mma', 'simt', 'wgmma'"):
+            fa.flash_attn_func(q, k, v, path="tensor")
+    with kt.emulated(sm=80), pytest.raises(kiln.KilnError, match="valid targets: sm_90a"):
+        fa.flash_attn_func(q, k, v, path="wgmma")
+
+
 def test_rows_that_see_no_key_give_zero_and_infinite_lse(emu):
     """causal with seqlen_q > seqlen_k: the first rows see no key (FlashAttention: out 0, lse +inf); their dq is 0."""
     q, k, v = _qkv(1, 6, 3, 2, 2, 32, torch.float16, grad=True)

@@ -3,8 +3,8 @@
 --
 -- attention.lua hands a spec here (config / build / launch) when path=wgmma (opt-in: path=auto keeps the
 -- mma.sync kernel on sm_90a until the kit's wgmma rows have run on a GPU), for the specs this file covers
--- (not_covered): f16/bf16 inputs, head_dim 64, 128 or 256
--- (v_head_dim the same), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
+-- (not_covered): f16/bf16 inputs, head_dim and v_head_dim up to 256 (lib/attn_wgmma_dims.lua: on tiles 64, 128 or
+-- 256 columns wide, d32 and d96 and the padded dims among them), any out dtype, causal (both alignments), window, softcap, ALiBi, GQA, varlen,
 -- split-KV, dropout (lib/attn_wgmma_keys.lua: the producer's coordinates, the block's sequence and key range, the
 -- lse index, the split epilogue, the dropout mask), paged KV (lib/attn_wgmma_paged.lua: the producer warpgroup copies
 -- K and V from the pages); not append or rotary (those keep the FA2 kernel there).
@@ -41,11 +41,12 @@ local keys = require("lib.attn_wgmma_keys")
 local tiles = require("lib.attn_wgmma_tiles")
 local wpaged = require("lib.attn_wgmma_paged")
 local gqa = require("lib.attn_wgmma_gqa")
+local wdims = require("lib.attn_wgmma_dims")
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16, head_dim 64, 128 or 256, causal, window, softcap, alibi, GQA, varlen, splitkv, dropout, paged (use path=auto)"
+local TAKES = "it takes dtype f16/bf16, head_dim and v_head_dim up to 256 (on 64, 128 or 256-column tiles: lib/attn_wgmma_dims.lua), causal, window, softcap, alibi, GQA, varlen, splitkv, dropout, paged (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local NEG_INF, POS_INF = -math.huge, math.huge
@@ -55,10 +56,8 @@ local PANEL = tiles.PANEL -- elements of one 64 x 64 panel (8192 bytes)
 -- Why the spec is not built on this path (nil when it is). spec: attention's resolved spec (spec_of).
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
-  if spec.dim ~= spec.head_dim or not tiles.shape(spec) then
-    return string.format("head_dim=%d (64, 128 and 256 only)", spec.dim or spec.head_dim)
-  end
-  if spec.vdim and spec.vdim ~= spec.head_dim then return "v_head_dim != head_dim" end
+  local why = wdims.not_served(spec) -- (the head dims: lib/attn_wgmma_dims.lua)
+  if why then return why end
   for _, k in ipairs({ "splitkv", "dropout", "varlen", "paged", "append" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
@@ -86,8 +85,8 @@ function M.config(spec, target)
   if spec.path ~= "wgmma" then return nil end
   local no = M.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
-  local sh = tiles.shape(spec)
-  local stages, bytes = tiles.ring(spec, sh, target)
+  local sh = tiles.shape(wdims.spec(spec))
+  local stages, bytes = tiles.ring(wdims.spec(spec), sh, target)
   return keys.config(spec, {
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
     rows_per_block = 64 * sh.nc, block_n = sh.bn, nc = sh.nc, stages = stages, dec = sh.dec, inc = sh.inc,
@@ -135,6 +134,7 @@ local function key_tiles(b, spec, m, first, last, BN)
 end
 
 function M.build(b, spec, cfg, base_params)
+  spec = wdims.spec(spec) -- (head_dim the tiles' width W; dim, vdim the real ones, kq, qp, vp, vw: lib/attn_wgmma_dims.lua)
   local p = keys.bind(b, spec, declare(b, spec, base_params), 64 * cfg.nc)
   local T, d, nc, ns, BN = spec.dtype, spec.head_dim, cfg.nc, cfg.stages, cfg.block_n
   local panels = d // 64
@@ -153,7 +153,8 @@ function M.build(b, spec, cfg, base_params)
   local first_q, last = gqa.positions(b, spec, p, q0, 64 * nc) -- (split-KV's packed rows: lib/attn_wgmma_gqa.lua)
   local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, first_q, last, BN))
   local ntiles = b:max(t_end - t0, 0)
-  local stage_bytes = 2 * panels * KPANEL * util.dtype_bytes[T]
+  local stage_bytes = (spec.qp + spec.vp) * KPANEL * util.dtype_bytes[T] -- (the panels holding real columns)
+  local vw = spec.vw -- (O's columns: P V's n)
 
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(qbar, gqa.q_count(spec))
@@ -170,9 +171,9 @@ function M.build(b, spec, cfg, base_params)
     gqa.stage_q(b, spec, p, { nc = nc, panels = panels, q0 = q0, sq = sq, qbar = qbar }) -- (split-KV: Q's packed rows)
     b:if_(b:eq(t, 128 * nc), function()
       if not gqa.on(spec) then
-        b:mbarrier_arrive(qbar, { tx = b:i32(nc * panels * PANEL * util.dtype_bytes[T]) })
+        b:mbarrier_arrive(qbar, { tx = b:i32(nc * spec.qp * PANEL * util.dtype_bytes[T]) })
         for c = 0, nc - 1 do
-          for j = 0, panels - 1 do
+          for j = 0, spec.qp - 1 do
             b:tma_load(sq + (c * panels + j) * PANEL, p.tm_q, keys.q_coord(b, spec, p, 64 * j, h, q0 + 64 * c, bz), qbar)
           end
         end
@@ -188,8 +189,8 @@ function M.build(b, spec, cfg, base_params)
         for j = 0, panels - 1 do
           for r = 0, BN // br - 1 do -- (boxes of br rows: a BN-row panel takes BN / br)
             local at = (s * panels + j) * KPANEL + r * br * 64
-            b:tma_load(sk + at, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
-            b:tma_load(sv + at, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb)
+            if j < spec.qp then b:tma_load(sk + at, p.tm_k, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb) end
+            if j < spec.vp then b:tma_load(sv + at, p.tm_v, keys.kv_coord(b, spec, p, 64 * j, hkv, row + br * r, bz), fb) end
           end
         end
       end)
@@ -212,7 +213,7 @@ function M.build(b, spec, cfg, base_params)
     end
     local mv, lv, ov = {}, {}, {}
     for r = 0, 1 do mv[r], lv[r] = b:var("f32", NEG_INF), b:var("f32", 0.0) end
-    for i = 1, d // 2 do ov[i] = b:var("f32", 0.0) end
+    for i = 1, vw // 2 do ov[i] = b:var("f32", 0.0) end
     local lim_hi, lim_lo, slope = {}, {}, nil
     for r = 0, 1 do
       local lo, hi = mask.row_range(m, sqpos[r])
@@ -283,7 +284,7 @@ function M.build(b, spec, cfg, base_params)
     local function qk(s)
       local ks = sk + s * (panels * KPANEL)
       local S
-      for j = 0, d // 16 - 1 do
+      for j = 0, spec.kq - 1 do -- (k-steps up to the one holding head_dim: TMA zero-filled the columns past it)
         local off = 16 * (j % 4)
         S = b:wgmma{ n = BN, type = T, a = desc(my_q + (j // 4) * PANEL + off, 16), b = desc(ks + (j // 4) * KPANEL + off, 16), acc = S }
       end
@@ -292,14 +293,14 @@ function M.build(b, spec, cfg, base_params)
     local function pv(O, a, s)
       local vs = sv + s * (panels * KPANEL)
       for j = 0, BN // 16 - 1 do
-        O = b:wgmma{ n = d, type = T, a = { a[4 * j + 1], a[4 * j + 2], a[4 * j + 3], a[4 * j + 4] },
+        O = b:wgmma{ n = vw, type = T, a = { a[4 * j + 1], a[4 * j + 2], a[4 * j + 3], a[4 * j + 4] },
                      b = desc(vs + 1024 * j, 2 * KPANEL), acc = O, trans_b = true }
       end
       return O
     end
     local function rescaled(alpha)
       local O = {}
-      for i = 0, d // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
+      for i = 0, vw // 2 - 1 do O[i + 1] = ov[i + 1]:get() * alpha[(i >> 1) & 1] end
       return O
     end
     if not tiles.pingpong(spec, nc) then
@@ -317,7 +318,7 @@ function M.build(b, spec, cfg, base_params)
         O = pv(O, pack(P), s)
         b:wgmma_commit()
         O = b:wgmma_wait(0, O)
-        for i = 1, d // 2 do ov[i]:set(O[i]) end
+        for i = 1, vw // 2 do ov[i]:set(O[i]) end
         b:mbarrier_arrive(empty + 2 * s)
       end
       b:for_(0, f0, 1, function(k) tile(k, true) end)
@@ -343,12 +344,12 @@ function M.build(b, spec, cfg, base_params)
       end
       local orow = p.o + b:i64(bz) * p.stride_ob + b:i64(h) * p.stride_oh + b:i64(b:select(live, row, 0)) * p.stride_os + q * 2
       local vals = {}
-      for j = 0, d // 8 - 1 do
+      for j = 0, spec.vdim // 8 - 1 do -- (O: v_head_dim's columns)
         local i = 4 * j + 2 * r
         vals[j] = b:from_f32_vec({ ov[i + 1]:get() * inv, ov[i + 2]:get() * inv }, spec.out)
       end
       b:if_(live, function()
-        for j = 0, d // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+        for j = 0, spec.vdim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
       end)
       local m_use = b:select(b:eq(mv[r]:get(), NEG_INF), 0.0, mv[r]:get())
       local lse = b:select(empty_row, POS_INF, (m_use + b:lg2_approx(lsum)) * (1.0 / LOG2E))

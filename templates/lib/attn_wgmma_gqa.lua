@@ -13,7 +13,8 @@
 -- read once a block (d x 2 bytes a row), so the copies cost nothing next to the key tiles. Producer thread pt
 -- copies packed row pt (warpgroup pt / 64's panel row pt % 64) with cp.async, 16 bytes a chunk, chunk c of panel
 -- row r at c ^ (r % 8) (the 128B swizzle a TMA box writes: 8 consecutive rows of one chunk land on 8 distinct
--- chunks, no bank conflict), zero-filled past the block's G seq_q rows; then cp.async.wait_group 0,
+-- chunks, no bank conflict), zero-filled past the block's G seq_q rows and past head_dim (a padded dim: only the
+-- panels holding real columns, lib/attn_wgmma_dims.lua); then cp.async.wait_group 0,
 -- fence.proxy.async (wgmma reads the panels through the async proxy) and one arrival each on qbar (count 128).
 -- The tensor map over q stays in the launch (unused here), so every caller binds the kernel as before.
 --
@@ -85,9 +86,12 @@ function M.stage_q(b, spec, p, a)
   local r = pt % 64
   local dst = a.sq + (pt // 64) * (a.panels * PANEL) + r * 64
   local y = r % 8
-  for j = 0, a.panels - 1 do
+  local dim = spec.dim or spec.head_dim
+  local past = b:ne(b:i32(0), 0) -- (false: a chunk past head_dim is zero-filled, as TMA fills a box past the map)
+  for j = 0, (spec.qp or a.panels) - 1 do -- (the panels holding real columns: lib/attn_wgmma_dims.lua)
     for c = 0, 7 do
-      b:cp_async(dst + (j * PANEL + (y ~ c) * 8), src + (64 * j + 8 * c), { pred = live })
+      local real = 64 * j + 8 * c < dim -- (head_dim is a multiple of 8: a chunk is all real or all past it)
+      b:cp_async(dst + (j * PANEL + (y ~ c) * 8), src + (64 * j + 8 * c), { pred = real and live or past })
     end
   end
   b:cp_async_commit()

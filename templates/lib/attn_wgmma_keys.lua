@@ -55,7 +55,7 @@ end
 function M.config(spec, cfg)
   if not spec.splitkv then return cfg end
   cfg.grid_tile = { 1, 1, 1 }
-  cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.head_dim)
+  cfg.then_spec = string.format("attention_combine out=%s head_dim=%d", spec.out, spec.vdim or spec.head_dim) -- (O's real width)
   return cfg
 end
 
@@ -96,7 +96,7 @@ end
 -- split-KV's epilogue of one row (live: inside seq_q; lead: the thread that writes lse): o(j) the f32 pair of
 -- columns 8j + 2q, +1 this thread holds (already divided by l), lsum the row's l, mrow its running max (base 2).
 function M.split_store(b, spec, p, bz, h, row, q, live, lead, o, lsum, mrow)
-  local d = spec.head_dim
+  local d = spec.vdim or spec.head_dim -- (ws rows are v_head_dim wide, not the tiles' padded width)
   local total = b:i64(p.batch) * b:i64(p.heads_q) * b:i64(p.seq_q)
   local idx = (b:i64(bz) * b:i64(p.heads_q) + b:i64(h)) * b:i64(p.seq_q) + b:i64(b:select(live, row, 0))
   local slot = b:i64(p.split) * total + idx
