@@ -39,6 +39,10 @@ size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a) {
     size_t w = scaled_width(a); /* then qh, doh (f16 [rows, w]), qsf, dosf (f32 [rows]), each 256-aligned */
     const size_t each[4] = {rows * w * 2, rows * w * 2, rows * sizeof(float), rows * sizeof(float)};
     for (int i = 0; w && i < 4; i++) bytes = round_up(bytes, 256) + each[i];
+    /* deterministic: then kh, vh (f16 [keys, w]), ksf, vsf (f32 [keys]): K and V as dkdv scales them once for dq */
+    size_t keys = a->heads_kv > 0 && a->seq_k > 0 ? (size_t)a->batch * (size_t)a->heads_kv * (size_t)a->seq_k : 0;
+    const size_t kv[4] = {keys * w * 2, keys * w * 2, keys * sizeof(float), keys * sizeof(float)};
+    for (int i = 0; w && a->deterministic && i < 4; i++) bytes = round_up(bytes, 256) + kv[i];
     return bytes;
 }
 

@@ -114,11 +114,13 @@ typedef struct kiln_attn_bwd_buffers {
     float *delta;                     /* workspace [batch, heads_q, seq_q] */
     float *dq_acc;                    /* workspace [batch, heads_q, seq_q, head_dim]; NULL when deterministic */
     void *scaled; /* workspace of bf16 on sm_75's f16 tensor cores: Q and dO as prep scales them once (qh, doh,
-                     qsf, dosf: kiln_attn_bwd_scaled_bytes); NULL elsewhere (prep then skips them) */
+                     qsf, dosf), K and V as the deterministic dkdv scales them once for dq (kh, vh, ksf, vsf):
+                     kiln_attn_bwd_scaled_bytes; NULL elsewhere (prep then skips them) */
 } kiln_attn_bwd_buffers;
 
 /* Bytes of kiln_attn_bwd_buffers.scaled for problem p: qh and doh [batch, heads_q, seq_q, W] f16, qsf and
- * dosf [batch, heads_q, seq_q] f32, W the tile width holding head_dim and v_head_dim (32, 64, 96, 128, 256). */
+ * dosf [batch, heads_q, seq_q] f32, then kh and vh [batch, heads_kv, seq_k, W] f16, ksf and vsf
+ * [batch, heads_kv, seq_k] f32, W the tile width holding head_dim and v_head_dim (32, 64, 96, 128, 256). */
 size_t kiln_attn_bwd_scaled_bytes(const kiln_attn_problem *p);
 
 /* Runs one kernel of the sequence (its spec's kernel=prep|dkdv|convert|dq picks the grid:

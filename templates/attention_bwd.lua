@@ -41,6 +41,7 @@ local util = require("lib.util")
 local simt = require("lib.attn_bwd_simt")
 local mma = require("lib.attn_bwd_mma")
 local f16s = require("lib.attn_bwd_f16scaled")
+local kvs = require("lib.attn_bwd_kvscaled")
 local bwd_wgmma = require("lib.attn_bwd_wgmma")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
@@ -123,6 +124,7 @@ function K.config(spec, target)
       or string.format("sm_%d has no tensor-core mma for %s", target.sm, spec.dtype)))
   end
   if use_mma then cfg = mma.config(spec, target, {}) else cfg = simt.config(spec, target, {}) end
+  cfg.kvs = use_mma and cfg.f16s and kvs.applies(spec, target, mma.available) or nil -- (K, V scaled once for dq)
   local tile = spec.kernel == "dkdv" and cfg.block_n or cfg.block_m
   cfg.grid_tile = { tile, 1, 1 }
   cfg.rows_per_block = tile
@@ -286,6 +288,7 @@ end
 local function build_dkdv(b, spec, cfg)
   local first = { { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" } }
   if cfg.f16s then f16s.ws_params(first) end -- (Q and dO as prep scaled them, lib/attn_bwd_f16scaled.lua)
+  if cfg.kvs then kvs.params(first) end -- (K and V scaled once for dq, lib/attn_bwd_kvscaled.lua)
   local params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, first),
     { "q", "k", "v", "dout", "dk", "dv" }), true)))
   if cfg.path == "wgmma" then
@@ -359,8 +362,10 @@ end
 
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
 local function build_dq(b, spec, cfg)
+  local first = { { "dq", "ptr", spec.grad } }
+  if cfg.kvs then kvs.params(first, true) end -- (K and V as the deterministic dkdv scaled them, lib/attn_bwd_kvscaled.lua)
   local p = varlen.bind(b, spec, b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec,
-    stride_params(main_params(spec, { { "dq", "ptr", spec.grad } }), { "q", "k", "v", "dout", "dq" }), true))) },
+    stride_params(main_params(spec, first), { "q", "k", "v", "dout", "dq" }), true))) },
     cfg.block_m)
   if cfg.path == "mma" then
     return mma.build_dq(b, spec, cfg, p, {
@@ -469,6 +474,7 @@ function K.launch(spec, cfg)
   if spec.kernel == "dq" then
     tensor("dq")
     t[#t + 1] = { "delta", "workspace", rows, align = 16 }
+    if cfg.kvs then kvs.launch(t, bspec(spec).head_dim) end
     l.problem = { "seq_q", "heads_q", "batch" }
     return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
   end
@@ -477,6 +483,7 @@ function K.launch(spec, cfg)
   t[#t + 1] = { "delta", "workspace", rows, align = 16 }
   t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
   if cfg.f16s then f16s.ws_launch(t, bspec(spec).head_dim, rows) end
+  if cfg.kvs then kvs.launch(t, bspec(spec).head_dim) end -- (deterministic: K and V scaled once for dq)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }

@@ -170,7 +170,7 @@ long kiln_attn_bwd_compare(kiln_dtype grad, const void *got, const double *ref, 
 /* ---- running a generated kernel on the emulator ---- */
 
 typedef struct bwd_args {
-    void *ptr[15];
+    void *ptr[19];
     int ints[4];
     float scale;
     long long strides[8][3];
@@ -179,8 +179,8 @@ typedef struct bwd_args {
     void *slopes;
 } bwd_args;
 
-static const char *ptr_names[15] = {"q",  "k",     "v",      "o",  "dout", "lse", "dq",  "dk",
-                                    "dv", "delta", "dq_acc", "qh", "doh",  "qsf", "dosf"};
+static const char *ptr_names[19] = {"q",  "k",     "v",      "o",  "dout", "lse", "dq",  "dk",  "dv",  "delta",
+                                    "dq_acc", "qh", "doh",  "qsf", "dosf", "kh",  "vh",  "ksf", "vsf"};
 
 /* The tile width holding head_dim and v_head_dim (lib/attn_dims.lua's widths). */
 static size_t scaled_width(const kiln_attn_problem *p) {
@@ -193,13 +193,15 @@ static size_t scaled_width(const kiln_attn_problem *p) {
 
 size_t kiln_attn_bwd_scaled_bytes(const kiln_attn_problem *p) {
     size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
-    return rows * (2 * scaled_width(p) * 2 + 2 * sizeof(float));
+    size_t keys = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k; /* kh, vh, ksf, vsf after them */
+    size_t row_bytes = 2 * scaled_width(p) * 2 + 2 * sizeof(float); /* (K's part 16-byte aligned) */
+    return (rows * row_bytes + 15) / 16 * 16 + keys * row_bytes;
 }
 static const char *int_names[4] = {"heads_q", "heads_kv", "seq_q", "seq_k"};
 static const char *stride_names[8] = {"q", "k", "v", "o", "dout", "dq", "dk", "dv"};
 
 static int bind(bwd_args *a, const char *name, void **slot) {
-    for (int i = 0; i < 15; i++)
+    for (int i = 0; i < 19; i++)
         if (!strcmp(name, ptr_names[i])) return *slot = &a->ptr[i], 0;
     for (int i = 0; i < 4; i++)
         if (!strcmp(name, int_names[i])) return *slot = &a->ints[i], 0;
@@ -233,10 +235,15 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
     const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
     for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
     size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, w = scaled_width(p);
-    if (bf->scaled) { /* qh, doh, qsf, dosf in one buffer */
+    size_t keys = (size_t)p->batch * (size_t)p->heads_kv * (size_t)p->seq_k;
+    if (bf->scaled) { /* qh, doh, qsf, dosf, then kh, vh, ksf, vsf in one buffer */
         char *sc = bf->scaled;
-        a.ptr[11] = sc, a.ptr[12] = sc + rows * w * 2, a.ptr[13] = sc + rows * w * 4;
-        a.ptr[14] = sc + rows * (w * 4 + sizeof(float));
+        for (int t = 0; t < 2; t++) {
+            size_t n = t ? keys : rows;
+            a.ptr[11 + 4 * t] = sc, a.ptr[12 + 4 * t] = sc + n * w * 2, a.ptr[13 + 4 * t] = sc + n * w * 4;
+            a.ptr[14 + 4 * t] = sc + n * (w * 4 + sizeof(float));
+            sc += (n * (w * 4 + 2 * sizeof(float)) + 15) / 16 * 16;
+        }
     }
     a.keys[0] = p->window_left, a.keys[1] = p->window_right, a.keys[2] = p->alibi_stride;
     a.softcap = p->softcap;
@@ -250,14 +257,15 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
                              m->params[i].name);
         if (!strcmp(m->params[i].name, "dq_acc")) l.nullable |= 1u << i;
         bytes[i] = emu_attn_param_bytes(p, &m->params[i]);
-        for (int x = 11; x < 15; x++)
+        for (int x = 11; x < 19; x++)
             if (!strcmp(m->params[i].name, ptr_names[x])) { /* the f16-scaled workspace: optional in prep */
                 if (!bf->scaled && !strstr(m->spec, "kernel=prep"))
-                    return kiln_fail(err, KILN_EINVAL, "attention backward: %s reads Q and dO as prep scaled them: "
+                    return kiln_fail(err, KILN_EINVAL, "attention backward: %s reads %s as %s scaled them: "
                                      "kiln_attn_bwd_buffers.scaled must point at kiln_attn_bwd_scaled_bytes (%zu) bytes",
-                                     m->spec, kiln_attn_bwd_scaled_bytes(p));
+                                     m->spec, x < 15 ? "Q and dO" : "K and V", x < 15 ? "prep" : "the deterministic dkdv",
+                                     kiln_attn_bwd_scaled_bytes(p));
                 l.nullable |= 1u << i;
-                bytes[i] = rows * (x < 13 ? w * 2 : sizeof(float));
+                bytes[i] = (x < 15 ? rows : keys) * ((x - 11) % 4 < 2 ? w * 2 : sizeof(float));
             }
     }
     int dkdv = strstr(m->spec, "kernel=dkdv") != NULL;

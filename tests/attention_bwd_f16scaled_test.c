@@ -385,6 +385,65 @@ static void past_rows(void) {
     prob_free(&a);
 }
 
+/* ---- K and V scaled once: the deterministic dkdv writes its staged K and V rows (f16, times the row's power
+ * of two) and their 2^-h into the workspace (kh, vh, ksf, vsf: lib/attn_bwd_kvscaled.lua) for dq to copy.
+ * GQA 4:2, head_dim 40 (padded to 64: columns 40..63 zero), 70 keys (a second key block of 6 rows), K rows
+ * spanning 2^-14 .. 2^14 (within the 2^32 a row keeps exactly), one zero row: every row of every kv head written,
+ * each f16 value times its factor exactly the bf16 input, the factor a power of two that puts the row's largest
+ * |x| in [2^15, 2^16). */
+static void kv_rows(void) {
+    TEST_BEGIN("K and V scaled once by the deterministic dkdv: kh, vh, ksf, vsf hold every key row exactly");
+    prob a;
+    prob_init(&a, 40, 1, 4, 2, 33, 70);
+    fill(a.q, a.nq, 1), fill_wide(a.k, a.nk, -14, 14), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+    for (int c = 0; c < 40; c++) set(a.k, (size_t)(3 * 2 + 1) * 40 + (size_t)c, 0.0); /* key 3 of kv head 1: zeros */
+    const kiln_attn_problem *p = &a.p;
+    size_t rows = 4 * 33, keys = 2 * 70, w = 64;
+    size_t bytes = kiln_attn_bwd_scaled_bytes(p);
+    char *scaled = malloc(bytes);
+    float *delta = malloc(a.nl * sizeof *delta), *g[3];
+    grads_alloc(&a, g);
+    memset(scaled, 0xff, bytes); /* NaN until written */
+    kiln_attn_bwd_buffers bf = {a.q, a.k, a.v, a.o, a.dout, a.lse, g[0], g[1], g[2], delta, NULL, scaled};
+    kiln_error err = {0};
+    kiln_status st = forward(&a) ? KILN_OK : KILN_EGEN;
+    static const char *specs[2] = {"attention_bwd kernel=prep dtype=bf16 grad=f32 head_dim=40",
+                                   "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=40 causal=true path=mma deterministic=true"};
+    for (int s = 0; s < 2 && st == KILN_OK; s++) {
+        kiln_emu_kernel *k = kernel(specs[s], 75);
+        st = k ? kiln_attn_bwd_run(k, p, &bf, 0, &err) : KILN_EGEN;
+        CHECK(st == KILN_OK, "emulator, %s: %s", specs[s], err.msg);
+    }
+    /* the K part: kh, vh [keys, w] f16, ksf, vsf [keys] f32, after the 16-byte-aligned Q part */
+    const char *kp = scaled + (rows * (w * 4 + 8) + 15) / 16 * 16;
+    const void *xh[2] = {kp, kp + keys * w * 2};
+    const float *xf[2] = {(const float *)(kp + keys * w * 4), (const float *)(kp + keys * (w * 4 + 4))};
+    const void *in[2] = {a.k, a.v};
+    long bad = 0, checked = 0;
+    for (int t = 0; t < 2 && st == KILN_OK; t++)
+        for (size_t r = 0; r < keys; r++) { /* r = kv head * 70 + key; the input is [seq, heads_kv, 40] */
+            size_t key = r % 70, h = r / 70;
+            double f = xf[t][r], top = 0;
+            int e;
+            if (!(f > 0) || frexp(f, &e) != 0.5) bad++, printf("  %s row %zu: factor %g is not a power of two\n", t ? "V" : "K", r, f);
+            for (size_t c = 0; c < w; c++) {
+                double x = kiln_emu_value_get(KILN_F16, xh[t], r * w + c);
+                double want = c < 40 ? kiln_emu_value_get(KILN_BF16, in[t], (key * 2 + h) * 40 + c) : 0.0;
+                if (fabs(x) > top) top = fabs(x);
+                checked++;
+                if (x * f != want && bad++ < 4)
+                    printf("  %s row %zu column %zu: %g x %g = %g, expected %g\n", t ? "V" : "K", r, c, x, f, x * f, want);
+            }
+            if (top != 0 && (top < 0x1p15 || top >= 0x1p16) && bad++ < 4)
+                printf("  %s row %zu: largest |f16| %g outside [2^15, 2^16)\n", t ? "V" : "K", r, top);
+        }
+    CHECK(st == KILN_OK && bad == 0 && checked == 2 * (long)(keys * w), "%ld of %ld values wrong", bad, checked);
+    grads_free(g);
+    free(scaled), free(delta);
+    TEST_END();
+    prob_free(&a);
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -408,6 +467,7 @@ int main(void) {
     adversarial();
     nonfinite();
     past_rows();
+    kv_rows();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

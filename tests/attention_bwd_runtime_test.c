@@ -54,11 +54,17 @@ static void test_sequence(int sm, int det) {
     size_t rows = 3 * 8 * 1000;
     size_t ws = kiln_attention_backward_workspace(&a);
     /* then bf16's Q and dO as prep scales them once (qh, doh f16 [rows, 128], qsf, dosf f32 [rows]): read by the
-     * f16-scaled dkdv on sm_75, an upper bound elsewhere; each workspace tensor 256-byte aligned */
-    size_t off[5] = {((rows * 4 + 255) / 256 * 256) + (det ? 0 : rows * 128 * 4)};
-    const size_t each[4] = {rows * 128 * 2, rows * 128 * 2, rows * 4, rows * 4};
-    for (int i = 0; i < 4; i++) off[i] = (off[i] + 255) / 256 * 256, off[i + 1] = off[i] + each[i];
-    CHECK(ws == off[4], "workspace %zu bytes, expected %zu", ws, off[4]);
+     * f16-scaled dkdv on sm_75 (at d128 the atomic one too, in two passes), an upper bound elsewhere; each workspace
+     * tensor 256-byte aligned */
+    /* deterministic: then K and V as the dkdv scales them once for dq (kh, vh f16 [keys, 128], ksf, vsf f32 [keys]) */
+    size_t keys = 3 * 2 * 1500, off[9] = {((rows * 4 + 255) / 256 * 256) + (det ? 0 : rows * 128 * 4)};
+    const size_t each[8] = {rows * 128 * 2, rows * 128 * 2, rows * 4, rows * 4, keys * 128 * 2, keys * 128 * 2, keys * 4, keys * 4};
+    int nws = det ? 8 : 4;
+    for (int i = 0; i < nws; i++) off[i] = (off[i] + 255) / 256 * 256, off[i + 1] = off[i] + each[i];
+    CHECK(ws == off[nws], "workspace %zu bytes, expected %zu", ws, off[nws]);
+    size_t exact = 0;
+    CHECK(rt && kiln_attention_backward_workspace_on(rt, &a, &exact, &e) == KILN_OK, "workspace_on: %s", e.msg);
+    CHECK(sm == 75 ? exact == ws : exact < ws, "sm_%d: the kernels declare %zu bytes, the any-device bound %zu", sm, exact, ws);
     fake.reset();
     CHECK(rt && kiln_attention_backward(rt, &a, &e) == KILN_OK, "launch: %s", e.msg);
     CHECK(launches() == 3, "%d launches", launches());
@@ -93,6 +99,11 @@ static void test_sequence(int sm, int det) {
             if (param_index(m, scaled[p]) >= 0 || (sm == 75 && i < 2))
                 CHECK(param(&l, m, scaled[p]) == (sm == 75 ? a.workspace + off[p] : 0), "launch %d pointer %s 0x%llx",
                       i, scaled[p], (unsigned long long)param(&l, m, scaled[p]));
+        static const char *kv[] = {"kh", "vh", "ksf", "vsf"}; /* sm_75's deterministic dkdv writes them, dq reads them */
+        for (int p = 0; p < 4; p++)
+            if (param_index(m, kv[p]) >= 0 || (sm == 75 && det && i > 0))
+                CHECK(param(&l, m, kv[p]) == (sm == 75 && det ? a.workspace + off[4 + p] : 0), "launch %d pointer %s 0x%llx",
+                      i, kv[p], (unsigned long long)param(&l, m, kv[p]));
         if (param_index(m, "heads_kv") >= 0) CHECK(param(&l, m, "heads_kv") == 2, "heads_kv");
         if (param_index(m, "seq_k") >= 0) CHECK(param(&l, m, "seq_k") == 1500, "seq_k");
         CHECK(param(&l, m, "heads_q") == 8 && param(&l, m, "seq_q") == 1000, "launch %d sizes", i);

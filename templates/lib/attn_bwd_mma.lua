@@ -18,6 +18,7 @@ local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local f16s = require("lib.attn_bwd_f16scaled") -- bf16 on sm_75's f16 tensor cores (cfg.f16s)
 local passes = require("lib.attn_bwd_f16scaled_d128") -- dV and dK in two passes (cfg.passes)
+local kvs = require("lib.attn_bwd_kvscaled") -- (cfg.kvs: K and V scaled once by the deterministic dkdv for dq)
 
 local M = {}
 
@@ -235,6 +236,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
   stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
   stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
   if cfg.cp_async then b:cp_async_commit() end
+  if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
 
   -- (padded head_dim: the products stop at the 16-column step holding spec.dim; the rest are zeros)
   local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
@@ -527,8 +529,10 @@ function M.build_dq(b, spec, cfg, p, io)
   local scale2 = p.scale * LOG2E
   b:for_(kv_lo, kv_end, bn, function(k0)
     b:barrier() -- the previous tile's products are done with K and V
-    stage(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf)
-    stage(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf)
+    if cfg.kvs then kvs.load(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) else
+      stage(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf)
+      stage(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf)
+    end
     if cfg.cp_async then
       b:cp_async_commit()
       b:cp_async_wait(0)
