@@ -306,7 +306,7 @@ typedef struct kiln_attention_mask {
     unsigned long long dropout_seed, dropout_offset;
 } kiln_attention_mask;
 /* The kernel path the attention helpers ask for (kiln_attention_args.path, kiln_attention_bwd_args.path: the spec
- * key path of templates/attention.lua and attention_bwd.lua). KILN_ATTENTION_PATH_AUTO (0, zero-initialized: the
+ * key path of the forward's and the backward's templates). KILN_ATTENTION_PATH_AUTO (0, zero-initialized: the
  * template's choice for the device), _MMA (mma.sync tensor cores), _SIMT (fp32 FMA), _WGMMA (sm_90a's TMA + wgmma
  * kernels in FlashAttention-3's structure, opt-in until path=auto takes them; refused off sm_90a and for the specs
  * it does not build, the error naming why). The backward asks it of its dkdv kernel (and of dq when deterministic,
