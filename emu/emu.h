@@ -27,6 +27,8 @@ typedef struct emu_fiber {
     const void *asan_bottom;  /* the stack ASan is told about when switching to this fiber */
     size_t asan_size;
     bool dirty;               /* left suspended mid-call: its stack needs unpoisoning */
+    unsigned char *low;       /* the deepest frame a dispatch from the kernel's code ran in since the last reset
+                                 (ASan builds unpoison from there to the top: emu_fiber_reset) */
     void *tsan;               /* ThreadSanitizer's fiber (TSan builds only) */
 } emu_fiber;
 

@@ -33,6 +33,7 @@
 #include <sanitizer/common_interface_defs.h>
 #define EMU_STACK_BYTES (512u << 10) /* instrumented handlers need more room */
 #define EMU_ASAN_TOP (64u << 10)     /* unpoisoned at every reset */
+#define EMU_ASAN_HANDLER_SLACK (32u << 10) /* the handlers' frames below the deepest dispatch's */
 #else
 #define EMU_STACK_BYTES (256u << 10)
 #endif
@@ -121,11 +122,20 @@ void emu_fiber_fini(emu_fiber *f) {
 void emu_fiber_reset(emu_fiber *f, void (*entry)(void)) {
 #ifdef EMU_ASAN
     /* ASan keeps the redzones of frames that never returned: everything a thread abandoned
-     * mid-call left, and (seen with GCC 12) some near the top of a fiber that exited. */
-    size_t clean = f->dirty || f->size < EMU_ASAN_TOP ? f->size : EMU_ASAN_TOP;
+     * mid-call left, and (seen with GCC 12) some near the top of a fiber that exited, and as deep
+     * as the handlers ran: a wide wgmma kernel's host frame put them past 64 KiB, where the next
+     * block's frame met them (a false report on an intrinsic's argument slots). So the span from
+     * the deepest dispatch (less the handlers' own frames) to the top, at least EMU_ASAN_TOP. */
+    size_t clean = f->size < EMU_ASAN_TOP ? f->size : EMU_ASAN_TOP;
+    if (f->dirty) clean = f->size;
+    else if (f->low && f->low >= f->stack && f->low < f->stack + f->size) {
+        size_t used = (size_t)(f->stack + f->size - f->low) + EMU_ASAN_HANDLER_SLACK;
+        if (used > clean) clean = used < f->size ? used : f->size;
+    }
     __asan_unpoison_memory_region(f->stack + f->size - clean, clean);
 #endif
     f->dirty = false;
+    f->low = NULL;
     f->asan_fake = NULL;
 #ifdef EMU_TSAN
     if (!f->tsan) f->tsan = __tsan_create_fiber(0);

@@ -324,6 +324,8 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
 
 void emu_dispatch_entry(int site, const void *args, void *ret) {
     emu_block *b = emu_current;
+    unsigned char *depth = __builtin_frame_address(0);
+    if (!b->cur->fiber.low || depth < b->cur->fiber.low) b->cur->fiber.low = depth;
     emu_call c = {b, b->cur, &b->k->sites[site], site, args, ret};
     c.site->op->fn(&c);
 }
