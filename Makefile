@@ -327,7 +327,7 @@ KIT_PY    := $(if $(wildcard python/kiln/__init__.py),$(KIT)/python/kiln/__init_
 # what libkiln.so.0 needs beyond libc/libstdc++, copied from this machine (ldd names the files)
 KIT_SYSLIBS := liblua5.4.so.0 libz.so.1 libzstd.so.1
 gpu-kit: $(KIT)/kiln-gpucheck $(KIT)/kiln-kit $(KIT)/lib/libkiln.so.$(SOVERSION).gz $(KIT)/kit.kbundle.gz $(KIT)/run \
-         $(KIT)/transformer.kbundle.gz $(KIT)/kit_90a.kbundle.gz \
+         $(KIT)/transformer.kbundle.gz $(KIT)/kit_90a.kbundle.gz $(KIT)/sanitize \
          $(KIT)/peers.py $(KIT)/models.py $(KIT)/lib/libkiln_rt.so.$(SOVERSION) $(KIT_PY)
 $(KIT)/lib/libkiln_rt.so.$(SOVERSION): $(LIBDIR)/libkiln_rt.so.$(SOFULL)
 	@mkdir -p $(dir $@)
@@ -393,6 +393,9 @@ $(KIT)/kit.kbundle.gz: $(O)/bench/kit.kbundle # PTX compresses ~4x; `run` unpack
 	rm -f $(KIT)/kit.kbundle # the uncompressed bundle of earlier kits
 	gzip -4 -c $< > $@.tmp && mv $@.tmp $@
 $(KIT)/run: bench/gpu/run.sh
+	@mkdir -p $(dir $@)
+	cp $< $@ && chmod +x $@
+$(KIT)/sanitize: bench/gpu/sanitize.sh
 	@mkdir -p $(dir $@)
 	cp $< $@ && chmod +x $@
 $(KIT)/peers.py: bench/gpu/peers.py

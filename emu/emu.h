@@ -332,6 +332,7 @@ const emu_symbol *emu_half_symbols(unsigned *count);
 typedef struct emu_prof emu_prof;
 struct kiln_emu_profile;
 struct kiln_smem_site;
+struct kiln_prof_block;
 /* Instruments mod (before emu_rewrite_apply) for the profile; arena is the kernel's shared memory. */
 kiln_status emu_prof_instrument(LLVMModuleRef mod, const char *host_dl, const unsigned char *arena,
                                 size_t arena_size, emu_prof **out, kiln_error *err);
@@ -347,6 +348,7 @@ void emu_prof_block_end(emu_prof *p, unsigned nthreads);
 kiln_status emu_prof_get(const emu_prof *p, struct kiln_emu_profile *out, kiln_error *err);
 unsigned emu_prof_nsites(const emu_prof *p);
 int emu_prof_site(const emu_prof *p, unsigned i, struct kiln_smem_site *out);
+int emu_prof_block(const emu_prof *p, unsigned i, struct kiln_prof_block *out);
 void emu_prof_reset(emu_prof *p);
 /* emu_sched.c: the running kernel's profile and the calling thread's index (NULL: none). */
 emu_prof *emu_prof_current(unsigned *thread);

@@ -341,6 +341,10 @@ int kiln_emu_profile_site(const kiln_emu_kernel *k, unsigned i, kiln_smem_site *
     return k->run.prof ? emu_prof_site(k->run.prof, i, out) : -1;
 }
 
+int kiln_emu_profile_block(const kiln_emu_kernel *k, unsigned i, kiln_prof_block *out) {
+    return k->run.prof ? emu_prof_block(k->run.prof, i, out) : -1;
+}
+
 void kiln_emu_profile_reset(kiln_emu_kernel *k) {
     if (k->run.prof) emu_prof_reset(k->run.prof);
 }

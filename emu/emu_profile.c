@@ -468,6 +468,15 @@ kiln_status emu_prof_get(const emu_prof *p, kiln_emu_profile *o, kiln_error *err
 
 unsigned emu_prof_nsites(const emu_prof *p) { return p->nsites; }
 
+int emu_prof_block(const emu_prof *p, unsigned i, kiln_prof_block *out) {
+    if (i >= p->nbb) return -1;
+    memset(out, 0, sizeof *out);
+    out->warp_runs = p->bb_warp[i];
+    for (int c = 0; c < NC; c++) out->inst[c] = p->cls[(size_t)i * NC + (size_t)c];
+    out->hot = is_hot(p, i, hottest(p));
+    return 0;
+}
+
 int emu_prof_site(const emu_prof *p, unsigned i, kiln_smem_site *out) {
     if (i >= p->nsites) return -1;
     const prof_site *s = &p->sites[i];

@@ -1380,17 +1380,24 @@ K.variants = {
   { "dtype=bf16", { "head_dim=32", "head_dim=96" }, "causal=true", { "", MASK_KEYS .. " varlen=true", "splitkv=true", "dropout=true" },
     "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=192 v_head_dim=128", "causal=true", { "", "splitkv=true" }, "path=wgmma", quick = true, sms = { "90a" } },
-  -- paged KV on path=wgmma (lib/attn_wgmma_paged.lua: the producer's cp.async from the pages), plain and split-KV
+  -- paged KV on path=wgmma (lib/attn_wgmma_paged.lua: the producer's cp.async from the pages into the dense kernel's
+  -- tiles, 32/64/128 keys), plain and split-KV, at the padded head dims too (the quick suite: 10 of them)
   { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=false", "causal=true", "causal=top_left" },
     { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
-  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128" }, { "causal=true", "causal=top_left" }, MASK_KEYS,
-    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
-  { { "dtype=f16", "dtype=bf16" }, "head_dim=256", { "causal=true", "causal=top_left" }, "alibi=true",
-    { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=64", "head_dim=128", "head_dim=256" }, { "causal=true", "causal=top_left" },
+    { MASK_KEYS, "window=true", "softcap=true", "alibi=true" }, { "paged=true", "splitkv=true paged=true" }, "path=wgmma", full = true,
+    sms = { "90a" } },
+  { { "dtype=f16", "dtype=bf16" }, { "head_dim=32", "head_dim=40", "head_dim=96", "head_dim=112", "head_dim=160", "head_dim=248" },
+    { "causal=false", "causal=true", "causal=top_left" }, { "", MASK_KEYS }, { "paged=true", "splitkv=true paged=true" }, "path=wgmma",
+    full = true, sms = { "90a" } },
   { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true", { "paged=true", "splitkv=true paged=true" }, "path=wgmma",
     quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=128", "causal=top_left", MASK_KEYS, "splitkv=true paged=true", "path=wgmma", quick = true, sms = { "90a" } },
   { "dtype=f16", "head_dim=256", "causal=true", "alibi=true", "paged=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "dtype=bf16", "head_dim=256", "causal=true", MASK_KEYS, "paged=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { { "dtype=f16 head_dim=96", "dtype=bf16 head_dim=160" }, "causal=true", "splitkv=true paged=true", "path=wgmma", quick = true,
+    sms = { "90a" } },
+  { "dtype=bf16", "head_dim=40", "causal=true", MASK_KEYS, "paged=true", "path=wgmma", quick = true, sms = { "90a" } },
 }
 -- the default bundle: every dtype at head_dim 64 and 128, and split-KV decoding for f16/bf16 there
 -- extra: split-KV decoding; issue 24's keys where a model needs them, bottom-right causal as

@@ -654,11 +654,11 @@ static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (a->paged) emu_paged_describe(a->paged, buf, size);
 }
 
-/* o and lse's float64 reference (the dense problem's; paged and varlen cases have none here). */
+/* o and lse's float64 reference: the dense problem's, or a paged cache's entry by entry in o's and lse's layout (an
+ * empty entry's O 0 and lse +inf); varlen cases have none here. */
 static const double *attn_case_reference(kiln_case *c, const char *name) {
     if (emu_attn_varlen(c)) return NULL;
     attn_case *a = kiln_case_state(c);
-    if (a->paged) return NULL;
     return !strcmp(name, "o") ? a->ro : !strcmp(name, "lse") ? a->rl : NULL;
 }
 

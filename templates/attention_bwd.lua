@@ -612,6 +612,26 @@ for _, row in ipairs({
   { { "kernel=dkdv", "kernel=dkdv deterministic=true" }, "dtype=bf16", util.axis("head_dim", { 80, 96 }), F16S_KEYS, "path=mma",
     full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
+-- sm_90a's TMA + wgmma dkdv (path=wgmma, lib/attn_bwd_wgmma.lua; the arch-specific target takes only the rows that
+-- name it): f16/bf16 at head_dim 64 / 128 and padded ones, every causal form, the mask keys, dropout (not with the
+-- softcap at 128), varlen, deterministic (the quick suite: 7 of them)
+local CAUSAL3, WG_DIMS = { "causal=false", "causal=true", "causal=top_left" }, util.axis("head_dim", { 64, 128 })
+for _, row in ipairs({
+  { "kernel=dkdv", HALF, WG_DIMS, CAUSAL3, { "", "window=true alibi=true" }, { "", "deterministic=true" }, { "", "varlen=true" },
+    "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS, CAUSAL3, { "", "window=true", "window=true alibi=true" }, { "", "deterministic=true" }, "dropout=true",
+    { "", "varlen=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS, CAUSAL3, { "softcap=true", MASK_KEYS, "grad=f32 " .. MASK_KEYS }, { "", "deterministic=true" },
+    { "", "varlen=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, "head_dim=64", CAUSAL3, { "softcap=true", MASK_KEYS, "grad=f32 " .. MASK_KEYS }, "dropout=true",
+    { "", "deterministic=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, util.axis("head_dim", { 40, 56, 104, 120 }), "causal=true", { "", "varlen=true" }, "path=wgmma", full = true,
+    sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS, "causal=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=top_left " .. MASK_KEYS, "path=wgmma", quick = true, sms = { "90a" } },
+  { "kernel=dkdv", "dtype=f16", { "head_dim=64 causal=true " .. MASK_KEYS, "head_dim=128 causal=true" }, "dropout=true", "path=wgmma",
+    quick = true, sms = { "90a" } },
+}) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

@@ -3,8 +3,10 @@
  * registry's case runner (every head dim, causal both ways, GQA, the mask keys, atomic and
  * deterministic dQ), its error against float64 beside sm_80's bf16 mma and the SIMT path, issue 28's
  * adversarial tiles (magnitudes 2^-30 ... 2^30 in one tile, an outlier key, tiny p with huge v, wide
- * dO) against the error model of the bf16 path (P and dS rounded to bf16), and Inf / NaN in the
- * inputs giving non-finite gradients where the SIMT path gives them. */
+ * dO) against the error model of the bf16 path (P and dS rounded to bf16), Inf / NaN in the inputs
+ * giving non-finite gradients where the SIMT path gives them, head_dim 32's key blocks of one power of two
+ * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop) and
+ * the T4 estimate that path is for. */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -14,6 +16,7 @@
 #include "check.h"
 #include "attention.ref.h"
 #include "kiln/emu_case.h"
+#include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 
 static kiln_gen *gen;
@@ -55,14 +58,22 @@ static const rcase rcases[] = {
     {128, 0, "causal=true", 2, 1, 35, 70, 0},
     {128, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6},
     {64, 0, "causal=false v_head_dim=128", 2, 1, 33, 29, 0},
+    /* head_dim 32's key blocks of one power of two (lib/attn_bwd_f16scaled_d32.lua): whole blocks take it, the
+     * partial last one keeps per-row factors; causal tiles on the diagonal take its masked body; a last query
+     * tile past seq_q; a padded head_dim */
+    {32, 0, "causal=true", 2, 1, 75, 140, 0},
+    {32, 1, "causal=false", 2, 2, 45, 128, 0},
+    {24, 0, "causal=false", 1, 1, 40, 64, 0},
+    {32, 1, "causal=true", 2, 1, 64, 150, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {
     char spec[256];
     snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 head_dim=%d %s path=mma%s", rc->d, rc->keys,
              rc->det ? " deterministic=true" : "");
-    /* (the race check on the first, and on the d128 atomic dkdv's two passes) */
-    int twice = rc == rcases || (rc->d == 128 && !rc->det && !strcmp(rc->keys, "causal=true"));
+    /* (the race check on the first, on the d128 atomic dkdv's two passes and on d32's blocks of one factor) */
+    int twice = rc == rcases || (rc->d == 128 && !rc->det && !strcmp(rc->keys, "causal=true")) ||
+                (rc->d == 32 && !rc->det && !strcmp(rc->keys, "causal=true"));
     kiln_case_opts o = {.sm = 75, .seed = seed, .twice = twice, .scale = 1};
     kiln_case_opts_set(&o, "heads_q", rc->heads_q);
     kiln_case_opts_set(&o, "heads_kv", rc->heads_kv);
@@ -269,15 +280,20 @@ static void accuracy(int d, int wide) {
 /* ---- issue 28's adversarial tiles, against the bf16 path's bound ---- */
 
 static void adversarial(void) {
-    /* (kinds 6 and 7: wide V and the tiny p at d128, through the atomic dkdv's dK and dV passes) */
-    static const int dims[] = {64, 32, 128, 96, 64, 32, 128, 128};
-    for (int kind = 0; kind < 8; kind++) {
+    /* (kinds 6 and 7: wide V and the tiny p at d128, through the atomic dkdv's dK and dV passes; 8 and 9: d32's key
+     * blocks of one power of two (lib/attn_bwd_f16scaled_d32.lua), whose K and V must span less than 2^32: the
+     * first block takes one factor, the partial second keeps per-row ones) */
+    static const int dims[] = {64, 32, 128, 96, 64, 32, 128, 128, 32, 32};
+    for (int kind = 0; kind < 10; kind++) {
         int d = dims[kind];
         prob a;
         prob_init(&a, d, kind & 1, 2, 1, 35, 70);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         const char *what = "";
-        switch (kind < 6 ? kind : kind == 6 ? 0 : 4) {
+        /* (kind 8: the tiny p's v 2^16 keeps d32's first block of one factor, and its p 2^-40 needs the key row's own
+         * scale for dV: the rows of the last query tile past seq_q must stay out of its maximum) */
+        double vbig = kind == 8 ? 0x1p16 : 0x1p30, ptiny = kind == 8 ? 40 : 30;
+        switch (kind < 6 ? kind : kind == 6 ? 0 : kind == 9 ? 6 : 4) {
         case 0: what = "V magnitudes 2^-30..2^30 in every tile", fill_wide(a.v, a.nv, -30, 30); break;
         /* (rows spanning 2^34 and 2^30; the scores stay below ~2^7: the forward's lse in f32 holds an exponent to
          * 2^-24 of itself, so scores of 2^30 would leave P undefined on every path) */
@@ -288,19 +304,22 @@ static void adversarial(void) {
             for (int c = 0; c < d; c++) set(a.k, (size_t)(17 * d + c), (c & 1 ? -1 : 1) * 0x1p20), set(a.v, (size_t)(17 * d + c), 0x1p24);
             break;
         case 4: { /* tiny p with huge v: per query, key 3 at p ~ 1 with v 2^-10, key 5 at p ~ 2^-30 with v 2^30, others far below */
-            what = "tiny p (2^-30) with huge v (2^30) beside p ~ 1 with v 2^-10";
+            what = kind == 8 ? "tiny p (2^-40) with v 2^16 beside p ~ 1 with v 2^-10" : "tiny p (2^-30) with huge v (2^30) beside p ~ 1 with v 2^-10";
             double s = sqrt((double)d);
             for (size_t i = 0; i < a.nq; i++) set(a.q, i, i % (size_t)d == 0 ? 1.0 : 0.0);
             for (int j = 0; j < a.p.seq_k; j++)
                 for (int c = 0; c < d; c++) {
-                    double kv = c ? 0 : j == 3 ? 0 : j == 5 ? -30 * log(2) * s : -200 * s;
+                    double kv = c ? 0 : j == 3 ? 0 : j == 5 ? -ptiny * log(2) * s : -200 * s;
                     set(a.k, (size_t)(j * d + c), kv);
-                    set(a.v, (size_t)(j * d + c), j == 3 ? 0x1p-10 : j == 5 ? 0x1p30 : uniform());
+                    set(a.v, (size_t)(j * d + c), j == 3 ? 0x1p-10 : j == 5 ? vbig : uniform());
                 }
             break;
         }
         case 5: what = "wide everything: V, dO 2^-20..2^20, Q 2^-20..2^3, K 2^-20..2^0";
             fill_wide(a.q, a.nq, -20, 3), fill_wide(a.k, a.nk, -20, 0), fill_wide(a.v, a.nv, -20, 20), fill_wide(a.dout, a.no, -20, 20);
+            break;
+        case 6: what = "V, dO 2^-14..2^14, K 2^-14..2^0 (blocks spanning 2^28: one factor each)";
+            fill_wide(a.k, a.nk, -14, 0), fill_wide(a.v, a.nv, -14, 14), fill_wide(a.dout, a.no, -14, 14);
             break;
         }
         char name[256];
@@ -320,9 +339,10 @@ static void adversarial(void) {
  * 0 Inf = NaN, and which rows and keys share a tile differs between the paths) */
 
 static void nonfinite(void) {
-    for (int kind = 0; kind < 5; kind++) {
+    for (int kind = 0; kind < 9; kind++) {
         prob a;
-        prob_init(&a, kind == 4 ? 128 : kind & 1 ? 32 : 64, 0, 2, 1, 33, 40);
+        /* (kinds 5..8: d32 with a whole key block, one power of two for K and V when they are finite) */
+        prob_init(&a, kind == 4 ? 128 : kind >= 5 || kind & 1 ? 32 : 64, 0, 2, 1, 33, kind >= 5 ? 64 : 40);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         const char *what = "";
         switch (kind) {
@@ -331,6 +351,10 @@ static void nonfinite(void) {
         case 2: what = "-Inf in K", set(a.k, 20 * 64 + 1, -INFINITY); break;
         case 3: what = "NaN in Q", set(a.q, (3 * 2) * 32 + 30, NAN); break;
         case 4: what = "+Inf in V at d128 (the atomic dkdv's two passes)", set(a.v, 5 * 128 + 70, INFINITY); break;
+        case 5: what = "NaN in Q at d32 (a key block of one factor)", set(a.q, (9 * 2 + 1) * 32 + 4, NAN); break;
+        case 6: what = "NaN in dO at d32 (a key block of one factor)", set(a.dout, (20 * 2) * 32 + 17, NAN); break;
+        case 7: what = "+Inf in V at d32 (its block keeps per-row factors)", set(a.v, 40 * 32 + 3, INFINITY); break;
+        case 8: what = "-Inf in K at d32 (its block keeps per-row factors)", set(a.k, 12 * 32 + 30, -INFINITY); break;
         }
         char name[128];
         snprintf(name, sizeof name, "%s: non-finite where the SIMT path's are", what);
@@ -444,6 +468,156 @@ static void kv_rows(void) {
     prob_free(&a);
 }
 
+/* ---- head_dim 32's key blocks of one power of two (lib/attn_bwd_f16scaled_d32.lua) ----
+ * The dkdv kernel gives a key block one factor for K and one for V when every value stays exact (its smallest
+ * nonzero |x| within 2^32 of its largest), none is Inf or NaN and the block is whole; the deterministic dkdv
+ * writes the staged rows for dq (kh, vh, ksf, vsf), so the factors show the decision. 264 keys: block 0 spans
+ * 2^14 (K) and 2^20 (V): one factor each; block 1's K rows (each spanning 2^10) span 2^45 together: per-row
+ * factors for K and V; block 2's V rows span 2^45 (its first row the smallest): per-row factors, K's all equal
+ * (its rows' largest in one binade), so dq must read V's factors too to leave the tile to its per-row body;
+ * block 3 spans 2^8 but one V value is +Inf: per-row factors; block 4 (8 keys) is partial: per-row. Every value
+ * times its factor must be the bf16 input, and the gradients (the Inf made 1) within the bf16 path's bound. */
+static void d32_blocks(void) {
+    TEST_BEGIN("d32: key blocks of one power of two where K and V fit it exactly, per-row factors elsewhere");
+    prob a;
+    enum { SQ = 40, SK = 264, D = 32 };
+    prob_init(&a, D, 0, 1, 1, SQ, SK);
+    fill(a.q, a.nq, 1), fill(a.dout, a.no, 1);
+    for (int j = 0; j < SK; j++)
+        for (int c = 0; c < D; c++) {
+            size_t i = (size_t)j * D + (size_t)c;
+            double sgn = uniform() < 0 ? -1 : 1, e = (uniform() + 1) / 2;
+            int blk = j / 64;
+            double wide = sgn * exp2(-5 * (j % 8) - 10 * e), rows = sgn * exp2(-(j % 8)) * (1 - e / 2);
+            set(a.k, i, blk == 0 ? sgn * exp2(-14 * e) : blk == 1 ? wide : blk == 2 ? sgn * (0.5 + e / 4) : rows);
+            set(a.v, i, blk == 0 ? sgn * exp2(20 * e - 20) : blk == 2 ? sgn * exp2(5 * (j % 8) - 35 - 10 * e) : rows);
+        }
+    set(a.v, (size_t)214 * D + 7, INFINITY);
+    float *delta = malloc(a.nl * sizeof *delta), *g[3];
+    grads_alloc(&a, g);
+    size_t bytes = kiln_attn_bwd_scaled_bytes(&a.p);
+    char *scaled = malloc(bytes);
+    memset(scaled, 0xff, bytes);
+    kiln_attn_bwd_buffers bf = {a.q, a.k, a.v, a.o, a.dout, a.lse, g[0], g[1], g[2], delta, NULL, scaled};
+    kiln_error err = {0};
+    kiln_status st = forward(&a) ? KILN_OK : KILN_EGEN;
+    static const char *specs[2] = {"attention_bwd kernel=prep dtype=bf16 grad=f32 head_dim=32",
+                                   "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=32 path=mma deterministic=true"};
+    for (int s = 0; s < 2 && st == KILN_OK; s++) {
+        kiln_emu_kernel *k = kernel(specs[s], 75);
+        st = k ? kiln_attn_bwd_run(k, &a.p, &bf, 0, &err) : KILN_EGEN;
+        CHECK(st == KILN_OK, "emulator, %s: %s", specs[s], err.msg);
+    }
+    const char *kp = scaled + ((size_t)SQ * (D * 4 + 8) + 15) / 16 * 16;
+    const void *xh[2] = {kp, kp + (size_t)SK * D * 2};
+    const float *xf[2] = {(const float *)(kp + (size_t)SK * D * 4), (const float *)(kp + (size_t)SK * (D * 4 + 4))};
+    const void *in[2] = {a.k, a.v};
+    long inexact = 0, wrong_kind = 0;
+    for (int t = 0; t < 2 && st == KILN_OK; t++) {
+        for (int j = 0; j < SK; j++)
+            for (int c = 0; c < D; c++) {
+                double x = kiln_emu_value_get(KILN_F16, xh[t], (size_t)j * D + (size_t)c) * xf[t][j];
+                double want = kiln_emu_value_get(KILN_BF16, in[t], (size_t)j * D + (size_t)c);
+                if (x != want && inexact++ < 4) printf("  %s key %d column %d: %g, expected %g\n", t ? "V" : "K", j, c, x, want);
+            }
+        for (int blk = 0; blk * 64 < SK; blk++) { /* one factor in block 0 (and K's rows in block 2), several elsewhere */
+            int end = blk * 64 + 64 < SK ? blk * 64 + 64 : SK, same = 1, one = blk == 0 || (blk == 2 && t == 0);
+            for (int j = blk * 64 + 1; j < end; j++) same &= xf[t][j] == xf[t][blk * 64];
+            if (same != one && wrong_kind++ < 4)
+                printf("  %s block %d: %s, expected %s\n", t ? "V" : "K", blk, same ? "one factor" : "per-row factors",
+                       one ? "one factor" : "per-row factors");
+        }
+    }
+    CHECK(st == KILN_OK && inexact == 0 && wrong_kind == 0, "%ld staged values inexact, %ld blocks with the wrong kind of factor",
+          inexact, wrong_kind);
+    free(scaled), free(delta);
+    grads_free(g);
+    set(a.v, (size_t)214 * D + 7, 1.0); /* (finite gradients for the bound) */
+    if (st == KILN_OK && forward(&a)) {
+        check_model(&a, "d32 blocks", 0, NULL);
+        check_model(&a, "d32 blocks", 1, NULL);
+    }
+    TEST_END();
+    prob_free(&a);
+}
+
+/* The running exponents of dV's and dK's key rows on d32's blocks of one factor grow inside the loop when a
+ * query tile's values outgrow them: dO rows growing by 2^4 every 32 queries (and with them P dO's and dS's rows)
+ * make every tile raise them, rescaling the accumulators of the tiles before. Every key has the same K row, so
+ * P is the same for every key and each tile's P dO rows are 2^4 above the last tile's in every key row (into
+ * [2^16, 2^17) at the exponents before: Inf in f16, unless raised). */
+static void d32_regrow(void) {
+    TEST_BEGIN("d32: running exponents raised inside the loop (dO growing 2^4 a query tile)");
+    prob a;
+    prob_init(&a, 32, 0, 1, 1, 128, 64);
+    fill(a.q, a.nq, 1), fill(a.k, 32, 1), fill(a.v, a.nv, 1);
+    for (size_t i = 32; i < a.nk; i++) set(a.k, i, kiln_emu_value_get(KILN_BF16, a.k, i % 32));
+    for (size_t i = 0; i < a.no; i++) set(a.dout, i, uniform() * exp2((double)(i / 32) / 8));
+    if (forward(&a)) {
+        check_model(&a, "d32 regrow", 0, NULL);
+        check_model(&a, "d32 regrow", 1, NULL);
+    }
+    TEST_END();
+    prob_free(&a);
+}
+
+/* ---- what head_dim 32's path is for: the T4 estimate of docs/attention.md "bf16 on Turing" ----
+ * From the emulator's profile (deterministic), over a kernel's tile loop: every basic block from the first to
+ * the last one the warps run more than once (or that holds mma), so the rare branches (the first tile's
+ * running exponents) and both bodies of a causal loop count as often as they run. T4 clocks = mma x max(tensor
+ * 2.0, fp32/alu (other + shfl) / 2, issue (all instructions) / 4). bf16's dkdv (atomic and deterministic) and
+ * dq at head_dim 32 must stay within 1.25x of f16's (the goal of issue 28): a tile body that lost its cheap
+ * common path (the rare branch taken every tile, a mask on every tile) fails here before it shows on a GPU. */
+static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr) {
+    kiln_prof_block bk;
+    int lo = -1, hi = -1;
+    for (unsigned i = 0; kiln_emu_profile_block(k, i, &bk) == 0; i++)
+        if (bk.warp_runs > pr->warps || (bk.warp_runs && bk.inst[KILN_PROF_MMA])) hi = (int)i, lo = lo < 0 ? (int)i : lo;
+    double n[KILN_PROF_CLASSES] = {0}, all = 0;
+    for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
+        for (int c = 0; c < KILN_PROF_CLASSES; c++) n[c] += (double)bk.warp_runs * bk.inst[c], all += (double)bk.warp_runs * bk.inst[c];
+    double m = n[KILN_PROF_MMA], alu = (n[KILN_PROF_OTHER] + n[KILN_PROF_SHFL]) / m / 2, issue = all / m / 4;
+    return m * fmax(2.0, fmax(alu, issue));
+}
+static void d32_estimate(void) {
+    TEST_BEGIN("d32: bf16's dkdv and dq within 1.25x of f16's T4 estimate (emulator profile, the tile loop)");
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (int run = 0; pe && run < 4; run++) {
+        int det = run & 1, causal = run >> 1;
+        double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[160];
+            snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=32 causal=%s path=mma%s", dt ? "f16" : "bf16",
+                     causal ? "true" : "false", det ? " deterministic=true" : "");
+            kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
+            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+            kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
+                const kiln_case_step *s = kiln_case_step_at(c, i);
+                kiln_emu_profile pr;
+                if (kiln_emu_profile_get(s->kernel, &pr, &err) == KILN_OK && pr.hot_inst[KILN_PROF_MMA])
+                    t[dt][strstr(kiln_emu_kernel_meta(s->kernel)->spec, "kernel=dq") != NULL] = t4_clocks(s->kernel, &pr);
+            }
+            kiln_case_free(c);
+        }
+        for (int k = 0; k < 1 + det; k++) {
+            printf("  %s%s%s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
+                   det && !k ? " (deterministic)" : "", causal ? ", causal" : "", t[0][k], t[1][k], t[0][k] / t[1][k]);
+            CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= 1.25 * t[1][k], "%s: bf16 %.0f against f16 %.0f T4 clocks",
+                  k ? "dq" : "dkdv", t[0][k], t[1][k]);
+        }
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -468,6 +642,9 @@ int main(void) {
     nonfinite();
     past_rows();
     kv_rows();
+    d32_blocks();
+    d32_regrow();
+    d32_estimate();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

@@ -114,7 +114,6 @@ static void test_launch_and_refusals(void) {
         const char *spec, *want;
     } refused[] = {
         {"attention dtype=bf16 head_dim=128 paged=true append=true path=wgmma", "append=true"},
-        {"attention dtype=bf16 head_dim=256 paged=true window=true path=wgmma", "paged=true at head_dim 256 with window"},
     };
     for (size_t i = 0; i < sizeof refused / sizeof refused[0]; i++) {
         kiln_error e2 = {0};

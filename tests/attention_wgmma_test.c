@@ -98,7 +98,6 @@ static void test_selection(void) {
     static const sm90a_refusal refused[] = {
         {"attention dtype=bf16 head_dim=64 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
-        {"attention dtype=bf16 head_dim=96 paged=true path=wgmma", SM90A, "paged=true at head_dim=96"}, /* (d96: attention_wgmma_dims_test) */
         {"attention dtype=f16 head_dim=64 paged=true append=true path=wgmma", SM90A, "append=true"},
         {"attention dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
     };

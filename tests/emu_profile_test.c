@@ -310,6 +310,21 @@ static void test_mix(void) {
               "hot: %llu trips, %u blocks, %llu other", (unsigned long long)p.hot_trips, p.hot_blocks,
               (unsigned long long)p.hot_inst[KILN_PROF_OTHER]);
         CHECK(out[31] == 31 * 0 + 32 + 30 * 10, "out[31] = %d", out[31]);
+        /* the same counts block by block: entry, loop (10 runs), div (32), tail, half (one run: half the lanes), done */
+        static const uint64_t runs[6] = {1, 10, 32, 1, 1, 1};
+        uint64_t sum[KILN_PROF_CLASSES] = {0};
+        kiln_prof_block bk;
+        unsigned nb = 0;
+        for (; kiln_emu_profile_block(k, nb, &bk) == 0; nb++) {
+            CHECK(nb >= 6 || bk.warp_runs == runs[nb], "block %u: %llu runs, want %llu", nb, (unsigned long long)bk.warp_runs,
+                  (unsigned long long)runs[nb < 6 ? nb : 0]);
+            CHECK(bk.hot == (nb == 2), "block %u: hot %d", nb, bk.hot);
+            for (int c = 0; c < KILN_PROF_CLASSES; c++) sum[c] += bk.warp_runs * bk.inst[c];
+        }
+        CHECK(nb == p.basic_blocks && nb == 6, "%u blocks, profile says %u", nb, p.basic_blocks);
+        for (int c = 0; c < KILN_PROF_CLASSES; c++)
+            CHECK(sum[c] == p.inst[c], "%s: blocks sum to %llu, profile %llu", kiln_prof_class_name((kiln_prof_class)c),
+                  (unsigned long long)sum[c], (unsigned long long)p.inst[c]);
     }
     kiln_emu_kernel_free(k);
     TEST_END();

@@ -119,6 +119,20 @@ static void test_file(void) {
     CK(y && !memcmp(y->data, c.tensors[1].data, 20) && !memcmp(y->ref, c.tensors[1].ref, 80));
     CK(kit_case_tensor(&d, "x") && kit_case_tensor(&d, "x")->role == KIT_IN && !kit_case_tensor(&d, "z"));
     kit_case_free(&d);
+    /* an i32 input (a paged cache's block table) round-trips; an i32 output is refused */
+    kit_tensor *bt = &c.tensors[c.ntensors++];
+    snprintf(bt->name, KIT_NAME, "block_table"), bt->dtype = KILN_I32, bt->role = KIT_IN, bt->count = 3;
+    int32_t table[3] = {7, -1, 2};
+    bt->data = malloc(sizeof table), memcpy(bt->data, table, sizeof table);
+    CK(kit_case_write(&c, path, err, sizeof err) == 0 && kit_case_read(&d, path, err, sizeof err) == 0);
+    CK(kit_case_tensor(&d, "block_table") && kit_case_tensor(&d, "block_table")->dtype == KILN_I32 &&
+       !memcmp(kit_case_tensor(&d, "block_table")->data, table, sizeof table));
+    kit_case_free(&d);
+    bt->role = KIT_OUT, bt->ref = calloc(3, sizeof(double));
+    CK(kit_case_write(&c, path, err, sizeof err) == 0);
+    CK(kit_case_read(&d, path, err, sizeof err) != 0 && strstr(err, "bad tensor line 'tensor block_table i32 out"));
+    c.ntensors--, free(bt->data), free(bt->ref), bt->data = NULL, bt->ref = NULL;
+    CK(kit_case_write(&c, path, err, sizeof err) == 0);
     char **paths;
     CK(kit_case_list(dir, &paths) == 1);
     free(paths[0]), free(paths);

@@ -15,7 +15,7 @@ fi
 FAKE=$(cd "$(dirname "$FAKE")" && pwd)/$(basename "$FAKE")
 
 # ---- contents and size
-for f in run kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz kit_90a.kbundle.gz specs_90a.txt transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
+for f in run sanitize kiln-gpucheck kiln-kit lib/libkiln.so.0.gz kit.kbundle.gz kit_90a.kbundle.gz specs_90a.txt transformer.kbundle.gz peers.py specs.txt lib/libkiln_rt.so.0 \
     lib/liblua5.4.so.0 python/kiln/torch.py python/tests/test_torch_real.py python/tests/test_torch_swap_norms.py \
     models.py python/kiln/flash_attn.py python/kiln/transformers.py python/tests/test_torch_flash_attn.py python/tests/test_torch_transformers.py \
     python/tests/conftest.py python/kiln/_fa_varlen.py python/tests/test_torch_flash_attn_kernels.py python/tests/test_torch_fa_matrix.py python/tests/fa_matrix.py; do
@@ -39,7 +39,12 @@ for bin in kiln-kit lib/libkiln.so.0; do
     extra=$(tr ' ' '\n' <<<"$deps" | grep -vE "^(libc|libm|libdl|libpthread|libstdc\+\+|libgcc_s)\.so\.[0-9]+\$|^ld-linux-x86-64\.so\.2\$|^(${shipped})\$|^\$" || true)
     if [ -z "$extra" ]; then ok "$bin needs only libc/libstdc++ and the kit's lib/"; else bad "$bin's libraries" "also: $extra"; fi
 done
-if "$tmp/kiln-kit" specs | cmp -s - "$KIT/specs.txt"; then ok "specs.txt is the kit's list"; else bad "specs" "differs"; fi
+# the spec lists: make writes them with `kiln-kit specs [--arch]` after building kiln-kit (which links libkiln, the
+# templates inside), so a list newer than that kiln-kit is its list; listing again here took ~10 s of CPU
+kk=$(dirname "$KIT")/bench/kiln-kit
+for f in specs.txt specs_90a.txt; do
+    if [ "$KIT/$f" -nt "$kk" ]; then ok "$f is kiln-kit's list"; else bad "$f" "older than $kk: make gpu-kit"; fi
+done
 
 # ---- the bundle: every spec as PTX and cubin for every SM, all checksums good (bundle-info checks)
 gzip -dc "$KIT/kit.kbundle.gz" >"$tmp/kit.kbundle"
@@ -53,7 +58,6 @@ for sm in 75 80 86 89 90; do
 done
 
 # the arch bundle: sm_90a PTX and a cubin of every spec `kiln-kit specs --arch` lists (the wgmma attention rows), nothing else
-if "$tmp/kiln-kit" specs --arch | cmp -s - "$KIT/specs_90a.txt"; then ok "specs_90a.txt is the kit's arch list"; else bad "arch specs" "differs"; fi
 gzip -dc "$KIT/kit_90a.kbundle.gz" >"$tmp/kit_90a.kbundle"
 "$KILN" bundle-info "$tmp/kit_90a.kbundle" >"$tmp/info90a" 2>&1
 n90a=$(grep -c "path=wgmma" "$KIT/specs_90a.txt")
@@ -66,10 +70,37 @@ if [ "$n" -eq 0 ]; then ok "arch bundle holds sm_90a only"; else bad "arch bundl
 
 # ---- a whole run against the fake driver: runs end to end, and the correctness check FAILS
 export KILN_CUDA_DRIVER=$FAKE FAKE_CUDA_SM=90
-KIT_QUICK=1 KIT_OUT=$tmp/kitout "$KIT/run" >"$tmp/run.log" 2>&1
+# a fake compute-sanitizer: records its arguments, runs the command it wraps, then reports as FAKE_SANITIZER says
+# (clean, errors: 3 of them and the --error-exitcode status, unsupported: the device refused, hang: never ends)
+mkdir -p "$tmp/bin"
+cat >"$tmp/bin/compute-sanitizer" <<'EOF'
+#!/usr/bin/env bash
+printf '%s|' "$@" >>"$FAKE_SANITIZER_LOG"; echo >>"$FAKE_SANITIZER_LOG"
+ec=1
+while [ $# -gt 0 ]; do case $1 in --error-exitcode) ec=$2; shift 2 ;; --*=*) shift ;; --*) shift 2 ;; *) break ;; esac; done
+case ${FAKE_SANITIZER:-clean} in
+unsupported) echo "========= Error: Device not supported"; exit 1 ;;
+hang) exec sleep 30 ;;
+esac
+"$@"; rc=$?
+if [ "${FAKE_SANITIZER:-clean}" = errors ]; then
+    echo "========= Invalid __shared__ write of size 16 bytes"; echo "========= ERROR SUMMARY: 3 errors"; exit "$ec"
+fi
+echo "========= ERROR SUMMARY: 0 errors"; exit $rc
+EOF
+chmod +x "$tmp/bin/compute-sanitizer"
+export FAKE_SANITIZER_LOG=$tmp/sanitizer.args
+PATH="$tmp/bin:$PATH" FAKE_SANITIZER=errors KIT_QUICK=1 KIT_OUT=$tmp/kitout "$KIT/run" >"$tmp/run.log" 2>&1
 rc=$?
 if [ $rc -eq 1 ]; then ok "fake run exits 1"; else bad "fake run exits 1" "exit $rc: $(tail -5 "$tmp/run.log")"; fi
 if grep -q "^GPU KIT: correctness FAIL" "$tmp/run.log"; then ok "fake run says FAIL"; else bad "fake run says FAIL" "$(tail -3 "$tmp/run.log")"; fi
+# compute-sanitizer: each tool once over kiln-gpucheck check of the sm_90a cases in mode 'cubin sm_90a'; its errors fail
+# the run, and each tool's verdict is a row of summary.md
+n=$(grep -c "^--tool|\(memcheck\|racecheck\|synccheck\)|--error-exitcode|86|--print-limit|20|[^|]*/kiln-gpucheck|check|[^|]*kit.kbundle|[^|]*/cases|--arch-bundle|[^|]*kit_90a.kbundle|--mode|cubin sm_90a|$" "$tmp/sanitizer.args")
+if [ "$n" -eq 3 ]; then ok "sanitizer: memcheck, racecheck, synccheck over check --mode 'cubin sm_90a'"; else bad "sanitizer command lines" "$n of 3: $(head -3 "$tmp/sanitizer.args")"; fi
+n=$(grep -c "^| \(memcheck\|racecheck\|synccheck\) | FAIL: 3 errors | 3 | [0-9]* | [0-9]* checks (case x payload), [0-9]* failed (exit 86) |$" "$tmp/kitout/summary.md")
+if [ "$n" -eq 3 ] && grep -q "^verdict: FAIL$" "$tmp/kitout/summary.md" && grep -q "compute-sanitizer FAIL;" "$tmp/run.log"; then
+    ok "sanitizer errors: FAIL in summary.md and the verdict"; else bad "sanitizer errors" "$n rows; $(grep -A8 '^## compute-sanitizer' "$tmp/kitout/summary.md")"; fi
 for f in kit.log check_aot.csv check_jit.csv jit_timing.csv bench.csv summary.md; do
     if [ -s "$tmp/kitout/$f" ]; then ok "output $f"; else bad "output $f" "missing or empty"; fi
 done
@@ -136,13 +167,51 @@ for dt in bf16 f16; do
 done
 if grep -q "^### Attention forward on sm_90a" "$tmp/kitout/summary.md" && grep -q "wgmma/FA2 | wgmma/cuDNN" "$tmp/kitout/summary.md"; then
     ok "summary: wgmma table"; else bad "summary: wgmma table" "no table with the wgmma/FA2 and wgmma/cuDNN ratios"; fi
-# planted bugs on the wgmma cases (prepared again here, the run's are gone): an arch bundle without their specs, and
-# a K row stride the tensor map cannot take (100 bf16 = 200 bytes); each must be refused, naming the cause
-"$tmp/kiln-kit" prepare "$tmp/cases" --sm 90 --quick -j 2 >"$tmp/prep90" 2>&1
-mkdir -p "$tmp/wcases" && cp "$tmp"/cases/*attn-wgmma-* "$tmp/wcases/" 2>/dev/null
+# the sm_90a backward (path=wgmma: prep, dkdv, convert or dq from the arch bundle) in every sm_90a launch mode and the JIT
+# path, its deterministic rows run twice, never by name (a sequence); the forward's split-KV (GQA-packed) and paged rows,
+# the paged kernel by name too (one kernel); the backward's speed rows beside kiln's FA2 backward, and their table with
+# the goals' ratios and the head dim that is not built on wgmma said in it
+for mode in "cubin sm_90a" "ptx sm_90a" "jit"; do
+    n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" |
+        awk -F, -v m="$mode" '$3 == m && $1 ~ /^attn-wgmma-bwd-/ && $2 == "attention_bwd" && $5 ~ /kernel=dkdv .*path=wgmma/ && $6 ~ / sm_90a / && $7 ~ /^d[qkv]$/' | wc -l)
+    if [ "$n" -ge 6 ]; then ok "checked wgmma attention_bwd $mode"; else bad "checked wgmma attention_bwd $mode" "$n rows"; fi
+    for kind in splitkv paged; do
+        n=$(cat "$tmp/kitout/check_aot.csv" "$tmp/kitout/check_jit.csv" |
+            awk -F, -v m="$mode" -v k="$kind" '$3 == m && $1 ~ ("^attn-wgmma-" k "-") && $5 ~ ("path=wgmma.*" k "=true") && $6 ~ / sm_90a /' | wc -l)
+        if [ "$n" -gt 0 ]; then ok "checked wgmma $kind $mode"; else bad "checked wgmma $kind $mode" "no rows"; fi
+    done
+done
+n=$(awk -F, '$1 ~ /^attn-wgmma-bwd-.*-det-/ && $3 == "cubin sm_90a" && $7 == "dq@rerun"' "$tmp/kitout/check_aot.csv" | wc -l)
+if [ "$n" -gt 0 ]; then ok "wgmma deterministic rerun rows"; else bad "wgmma deterministic rerun rows" "none"; fi
+n=$(awk -F, '$1 ~ /^attn-wgmma-(bwd|splitkv)-/ && $4 == "by-name"' "$tmp/kitout/check_aot.csv" | wc -l)
+m=$(awk -F, '$1 ~ /^attn-wgmma-paged-/ && $3 == "cubin sm_90a/name" && $7 == "o"' "$tmp/kitout/check_aot.csv" | wc -l)
+if [ "$n" -eq 0 ] && [ "$m" -gt 0 ]; then ok "wgmma sequences generic launch only, paged by name too"; else bad "wgmma by-name rows" "sequences $n, paged $m"; fi
+for dt in bf16 f16; do
+    for d in 64 128; do
+        for impl in kiln-wgmma kiln-wgmma-det kiln-fa2 kiln-fa2-det; do
+            n=$(grep -c "^attention_bwd_wgmma,$impl,$dt,0,$d," "$tmp/kitout/bench.csv")
+            if [ "$n" -gt 0 ]; then ok "bench backward $impl $dt d$d"; else bad "bench backward $impl $dt d$d" "no row"; fi
+        done
+    done
+done
+if grep -q "^### Attention backward on sm_90a" "$tmp/kitout/summary.md" && grep -q "wgmma/cuDNN | det./cuDNN" "$tmp/kitout/summary.md" &&
+    grep -q "^| bf16, f16 | 256 | .* not built on wgmma" "$tmp/kitout/summary.md"; then
+    ok "summary: wgmma backward table"; else bad "summary: wgmma backward table" "no table with the ratios and the d256 line"; fi
+# planted bugs on the sm_90a cases (prepared again here, alone: the run's are gone): an arch bundle without their specs,
+# one with the backward's dkdv but not the rest of its sequence, and a K row stride the tensor map cannot take (100 bf16 =
+# 200 bytes); each must be refused, naming the cause
+"$tmp/kiln-kit" prepare "$tmp/wcases" --sm 90 --arch-only --quick -j 2 >"$tmp/prep90" 2>&1
+n=$(ls "$tmp/wcases" | grep -vc "attn-wgmma-")
+if [ "$n" -eq 0 ] && grep -q "^prepared [1-9][0-9]* cases .* 0 failed" "$tmp/prep90"; then ok "prepare --arch-only: the sm_90a rows alone";
+else bad "prepare --arch-only" "$n others; $(tail -2 "$tmp/prep90")"; fi
 "$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" >"$tmp/right" 2>&1
 n=$(grep -c "sm_90a .* FAIL " "$tmp/right")
 if [ "$n" -gt 0 ] && ! grep -q "ERROR" "$tmp/right"; then ok "wgmma cases launch (poison, no error)"; else bad "wgmma cases launch" "$(grep -m2 ERROR "$tmp/right")"; fi
+dkdv=$(grep -m1 "^attention_bwd kernel=dkdv .*path=wgmma" "$KIT/specs_90a.txt")
+"$KILN" bundle --spec "$dkdv" --sm 90a -o "$tmp/dkdv90a.kbundle" >/dev/null 2>&1
+"$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/dkdv90a.kbundle" >"$tmp/noprep" 2>&1
+n=$(grep -c "attn-wgmma-bwd-.* ptx sm_90a .*ERROR kernel 'attention_bwd [^']*kernel=prep [^']*' for sm_90 is in no loaded bundle" "$tmp/noprep")
+if [ "$n" -gt 0 ]; then ok "planted: an arch bundle without the backward's prep fails"; else bad "planted: no prep" "$(grep -m2 "bwd" "$tmp/noprep")"; fi
 "$KILN" bundle --spec 'attention dtype=f16 head_dim=64 causal=true path=wgmma' --sm 90a -o "$tmp/wrong90a.kbundle" >/dev/null 2>&1
 "$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/wrong90a.kbundle" >"$tmp/wrong" 2>&1
 rc=$?
@@ -154,12 +223,47 @@ rc=$?
 n=$(grep -c "sm_90a .*ERROR tensor k's stride of axis 1 .* is not a multiple of 16 bytes" "$tmp/badmap")
 if [ $rc -eq 1 ] && [ "$n" -gt 0 ]; then ok "planted: a K stride no tensor map takes fails"; else bad "planted: bad map" "exit $rc: $(tail -2 "$tmp/badmap")"; fi
 # another device: the rows are skipped, saying why (no case prepared, no sm_90a mode)
-"$tmp/kiln-kit" prepare "$tmp/cases89" --sm 89 --quick -j 2 >"$tmp/prep89" 2>&1
+"$tmp/kiln-kit" prepare "$tmp/cases89" --sm 89 --arch-only --small -j 2 >"$tmp/prep89" 2>&1
 if grep -q "sm_90a wgmma attention rows skipped: they run on a 9.0 device only (this one is sm_89)" "$tmp/prep89" &&
-    ! ls "$tmp/cases89" | grep -q wgmma; then ok "prepare sm_89: no wgmma cases"; else bad "prepare sm_89" "$(head -3 "$tmp/prep89")"; fi
+    [ -z "$(ls "$tmp/cases89")" ]; then ok "prepare sm_89: no wgmma cases"; else bad "prepare sm_89" "$(head -3 "$tmp/prep89")"; fi
 FAKE_CUDA_SM=89 "$KIT/kiln-gpucheck" check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" >"$tmp/sm89" 2>&1
 if grep -q "sm_90a modes skipped: the wgmma attention rows run on a 9.0 device only (this one is sm_89)" "$tmp/sm89" &&
     ! grep -q "sm_90a .*FAIL\|sm_90a .*ERROR" "$tmp/sm89"; then ok "sm_89: sm_90a rows skipped"; else bad "sm_89 skip" "$(head -5 "$tmp/sm89")"; fi
+
+# run's sanitizer step alone (KIT_SANITIZER_ONLY=1: it prepares its own cases, the quick sm_90a rows here): the verdict
+# is the tools', summary.md the section
+PATH="$tmp/bin:$PATH" FAKE_SANITIZER=clean KIT_SANITIZER_ONLY=1 KIT_QUICK=1 KIT_OUT=$tmp/sanout "$KIT/run" >"$tmp/sanonly.log" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^GPU KIT: compute-sanitizer only (KIT_SANITIZER_ONLY=1): clean in" "$tmp/sanonly.log" &&
+    grep -q "^verdict: clean$" "$tmp/sanout/summary.md" && ! grep -q "^== AOT path" "$tmp/sanonly.log"; then
+    ok "run KIT_SANITIZER_ONLY=1"; else bad "run KIT_SANITIZER_ONLY=1" "exit $rc: $(tail -5 "$tmp/sanonly.log")"; fi
+# the sanitizer step on its own (over the sm_90a cases above): clean; none found (skipped, exit 0); a device it does not
+# support (skipped); a tool that does not finish in KIT_SANITIZER_TIMEOUT (FAIL); bad usage (exit 2, one line)
+san() { "$KIT/sanitize" "$KIT/kiln-gpucheck" "$tmp/kit.kbundle" "$tmp/kit_90a.kbundle" "$tmp/wcases" "$tmp/san.md"; }
+rm -f "$tmp/san.md"; PATH="$tmp/bin:$PATH" FAKE_SANITIZER=clean san >"$tmp/san.out" 2>&1
+rc=$?
+nw=$(ls "$tmp/wcases" | wc -l) # each case once: the one mode
+if [ $rc -eq 0 ] && [ "$(grep -c "| clean | 0 | [0-9]* | $nw checks (case x payload)" "$tmp/san.md")" -eq 3 ] && grep -q "^verdict: clean$" "$tmp/san.md"; then
+    ok "sanitizer clean"; else bad "sanitizer clean" "exit $rc: $(cat "$tmp/san.out")"; fi
+rm -f "$FAKE_SANITIZER_LOG"; PATH="$tmp/bin:$PATH" KIT_SANITIZER_TOOLS=synccheck KIT_SANITIZER_OPTIONS="--check-bulk-copy=yes --x y" san >"$tmp/san.out" 2>&1
+if grep -q "^--tool|synccheck|--error-exitcode|86|--print-limit|20|--check-bulk-copy=yes|--x|y|[^|]*/kiln-gpucheck|check|" "$FAKE_SANITIZER_LOG"; then
+    ok "sanitizer: KIT_SANITIZER_OPTIONS on the command line"; else bad "sanitizer options" "$(cat "$FAKE_SANITIZER_LOG")"; fi
+rm -f "$tmp/san.md"; KIT_CUDA_DIRS=$tmp/nocuda san >"$tmp/san.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^  skipped: no compute-sanitizer (not on PATH, none under $tmp/nocuda)$" "$tmp/san.out" &&
+    grep -q "^verdict: skipped: no compute-sanitizer" "$tmp/san.md"; then ok "sanitizer: none found, skipped"; else bad "sanitizer none" "exit $rc: $(cat "$tmp/san.out")"; fi
+rm -f "$tmp/san.md"; PATH="$tmp/bin:$PATH" FAKE_SANITIZER=unsupported san >"$tmp/san.out" 2>&1
+rc=$?
+if [ $rc -eq 0 ] && grep -q "^verdict: skipped: compute-sanitizer does not support this device" "$tmp/san.md"; then
+    ok "sanitizer: unsupported device, skipped"; else bad "sanitizer unsupported" "exit $rc: $(cat "$tmp/san.out")"; fi
+rm -f "$tmp/san.md"; PATH="$tmp/bin:$PATH" FAKE_SANITIZER=hang KIT_SANITIZER_TIMEOUT=1 KIT_SANITIZER_TOOLS=racecheck san >"$tmp/san.out" 2>&1
+rc=$?
+if [ $rc -eq 1 ] && grep -q "^  racecheck  FAIL: did not finish in 1 s" "$tmp/san.out"; then ok "sanitizer: a tool past its time fails";
+else bad "sanitizer timeout" "exit $rc: $(cat "$tmp/san.out")"; fi
+KIT_SANITIZER_TOOLS=memcheck,racecheck san >"$tmp/san.out" 2>&1
+rc=$?
+if [ $rc -eq 2 ] && [ "$(wc -l <"$tmp/san.out")" -eq 1 ] && grep -q "valid: memcheck, racecheck, synccheck, initcheck" "$tmp/san.out"; then
+    ok "sanitizer: bad tool list"; else bad "sanitizer bad tools" "exit $rc: $(cat "$tmp/san.out")"; fi
 
 # ---- the device's SM picks the kernels: sm_87 runs sm_86 code
 FAKE_CUDA_SM=87 "$KIT/kiln-gpucheck" device >"$tmp/dev" 2>&1
@@ -171,6 +275,8 @@ expect "no command" 2 "expected 'device'" --
 expect "unknown command" 2 "expected 'device'" -- frob a b
 expect "unknown option" 2 "unknown argument '--frob'" -- check a b --frob
 expect "gpucheck: --arch-bundle without a file" 2 "unknown argument '--arch-bundle'" -- bench "$tmp/kit.kbundle" --arch-bundle
+expect "gpucheck: an unknown mode" 2 "no mode 'cubin sm_91a' on this device; its modes: 'cubin sm_90', 'ptx sm_90', 'ptx sm_75', 'cubin sm_90/name', 'cubin sm_90a', 'ptx sm_90a', 'cubin sm_90a/name'" -- check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/kit_90a.kbundle" --mode "cubin sm_91a"
+expect "gpucheck: --mode is check's" 2 "unknown argument '--mode'" -- bench "$tmp/kit.kbundle" --mode "cubin sm_90"
 expect "missing arch bundle" 2 "kiln-gpucheck: arch bundle:" -- check "$tmp/kit.kbundle" "$tmp/wcases" --arch-bundle "$tmp/nope.kbundle"
 mkdir -p "$tmp/empty"
 expect "no cases" 2 "no cases in" -- check "$tmp/kit.kbundle" "$tmp/empty"

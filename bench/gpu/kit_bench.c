@@ -599,13 +599,13 @@ static int bench_norms(bench *b, const row_bufs *rb) {
 /* Times one attention sweep row (c through its typed helper, the L2 flushed when bytes fit), prints
  * it against the mma.sync peak and writes its CSV row. */
 static void attn_sweep_row(bench *b, helper_ctx *c, double flops, double bytes, const char *label, const char *csv,
-                           const char *dtype, int hd, int seq, int causal, int batch, int heads) {
+                           const char *impl, const char *dtype, int hd, int seq, int causal, int batch, int heads) {
     b->t.flush = bytes < b->t.flush_bytes ? b->flushbuf : 0;
     double ms = time_median(&b->t, helper_launch, c, b->reps, &b->used);
     if (ms < 0) return;
     double tf = flops / (ms * 1e-3) / 1e12;
     printf("  %-28s %7d %8d %9.3f %9.1f %6.1f%%\n", label, seq, batch, ms, tf, 100 * tf / b->peak_tflops);
-    csv_row(csv, "kiln", dtype, 0, hd, seq, causal, batch, heads, flops, "TFLOP", ms, b->used);
+    csv_row(csv, impl, dtype, 0, hd, seq, causal, batch, heads, flops, "TFLOP", ms, b->used);
 }
 
 /* The attention sweeps' shape at head_dim hd and sequence length seq: as many sequences as fill the
@@ -651,11 +651,58 @@ static int bench_attention_fwd(bench *b, attn_bufs *ab) {
                     double bytes = 4.0 * (double)batch * seq * heads * hd * 2;
                     char label[64];
                     snprintf(label, sizeof label, "%s d%d%s", kit_attn_sweep_dtypes[ti], hd, causal ? " causal" : "");
-                    attn_sweep_row(b, &ac, flops, bytes, label, "attention_fwd", kit_attn_sweep_dtypes[ti], hd, seq, causal,
+                    attn_sweep_row(b, &ac, flops, bytes, label, "attention_fwd", "kiln", kit_attn_sweep_dtypes[ti], hd, seq, causal,
                                    batch, heads);
                 }
     }
     *ab = (attn_bufs){elems, q, k, v, o, lse, hq};
+    return 0;
+}
+
+/* The attention backward sweeps' tensors: dO, the gradients (the forward sweep's size each) and the workspace, grown
+ * to what a row's sequence needs (bwd_workspace). */
+typedef struct bwd_bufs {
+    kiln_devptr dout, dq, dk, dv, ws;
+    size_t ws_bytes;
+} bwd_bufs;
+
+static int bwd_bufs_alloc(bench *b, const attn_bufs *ab, bwd_bufs *g) {
+    *g = (bwd_bufs){0};
+    kiln_rt *rt = b->rt;
+    if (kiln_rt_alloc(rt, ab->elems * 2, &g->dout, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &g->dq, &b->err) ||
+        kiln_rt_alloc(rt, ab->elems * 2, &g->dk, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &g->dv, &b->err))
+        return die("alloc", &b->err);
+    return 0;
+}
+
+static void bwd_bufs_free(bench *b, bwd_bufs *g) {
+    const kiln_devptr p[5] = {g->dout, g->dq, g->dk, g->dv, g->ws};
+    for (int i = 0; i < 5; i++)
+        if (p[i]) kiln_rt_free(b->rt, p[i], NULL);
+}
+
+/* a's workspace from g, grown to what the device's sequence for a needs: 0; -1 when the helper refuses a (b->err says
+ * why); 2 when the allocation fails (said). */
+static int bwd_workspace(bench *b, bwd_bufs *g, kiln_attention_bwd_args *a) {
+    size_t need = 0; /* (the query needs no workspace pointer yet) */
+    if (kiln_attention_backward_workspace_on(b->rt, a, &need, &b->err) != KILN_OK) return -1;
+    if (need > g->ws_bytes) {
+        if (g->ws) kiln_rt_free(b->rt, g->ws, NULL);
+        g->ws = 0, g->ws_bytes = 0;
+        if (kiln_rt_alloc(b->rt, need, &g->ws, &b->err) != KILN_OK) return die("alloc", &b->err);
+        g->ws_bytes = need;
+    }
+    a->workspace = g->ws;
+    return 0;
+}
+
+/* Fills n of the attention sweeps' tensors (ab->elems 16-bit values each) with uniform values of dtype t, seeds
+ * seed, seed + 1, ...; 0, or nonzero (said) when an upload fails. */
+static int upload_random(bench *b, const attn_bufs *ab, const kiln_devptr *bufs, int n, kiln_dtype t, uint64_t seed) {
+    for (int i = 0; i < n; i++) {
+        fill_random(ab->hq, ab->elems, t, seed + (uint64_t)i);
+        if (kiln_rt_upload(b->rt, bufs[i], ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+    }
     return 0;
 }
 
@@ -670,11 +717,8 @@ static int bench_attention_wgmma(bench *b, const attn_bufs *ab) {
         const char *dt = kit_wgmma_sweep_dtypes[ti];
         kiln_dtype t;
         kiln_dtype_parse(dt, &t);
-        kiln_devptr bufs[3] = {ab->q, ab->k, ab->v};
-        for (int i = 0; i < 3; i++) {
-            fill_random(ab->hq, ab->elems, t, 41 + (uint64_t)i);
-            if (kiln_rt_upload(rt, bufs[i], ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
-        }
+        const kiln_devptr bufs[3] = {ab->q, ab->k, ab->v};
+        if (upload_random(b, ab, bufs, 3, t, 41)) return 2;
         for (size_t di = 0; di < sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d; di++)
             for (int causal = 0; causal < 2; causal++)
                 for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
@@ -703,6 +747,71 @@ static int bench_attention_wgmma(bench *b, const attn_bufs *ab) {
                     }
                 }
     }
+    return 0;
+}
+
+/* The sm_90a wgmma backward (kiln_attention_backward with path=wgmma: prep, the wgmma dK/dV kernel, convert; and the
+ * deterministic sequence, prep, dkdv, dq) beside kiln's FA2 backward (path=auto: mma.sync on sm_90), atomic and
+ * deterministic, on the forward's own O and lse of the same tensors, at kit_wgmma_sweep_dtypes x kit_wgmma_bwd_sweep_d,
+ * causal off/on, the forward sweep's lengths and shape rule (issue 27): rows kiln-wgmma, kiln-wgmma-det, kiln-fa2 and
+ * kiln-fa2-det of attention_bwd_wgmma; FLOPs as the FA2 backward's rows count them (2.5x the forward's); peers.py
+ * times SDPA's flash and cuDNN backward on the same shapes. A 9.0 device only. */
+static int bench_attention_bwd_wgmma(bench *b, const attn_bufs *ab) {
+    kiln_rt *rt = b->rt;
+    bwd_bufs g;
+    if (bwd_bufs_alloc(b, ab, &g)) return 2;
+    printf("  %-28s %7s %8s %9s %9s %7s   (FLOPs = 2.5x forward, FA2 convention)\n", "attention backward sm_90a", "seq",
+           "batch", "ms", "TFLOP/s", "of mma");
+    static const struct { int path, det; const char *impl, *label; } impls[] = {
+        {KILN_ATTENTION_PATH_WGMMA, 0, "kiln-wgmma", "wgmma"}, {KILN_ATTENTION_PATH_WGMMA, 1, "kiln-wgmma-det", "wgmma det."},
+        {KILN_ATTENTION_PATH_AUTO, 0, "kiln-fa2", "fa2"}, {KILN_ATTENTION_PATH_AUTO, 1, "kiln-fa2-det", "fa2 det."}};
+    for (size_t ti = 0; ti < sizeof kit_wgmma_sweep_dtypes / sizeof *kit_wgmma_sweep_dtypes; ti++) {
+        const char *dt = kit_wgmma_sweep_dtypes[ti];
+        kiln_dtype t;
+        kiln_dtype_parse(dt, &t);
+        const kiln_devptr bufs[4] = {ab->q, ab->k, ab->v, g.dout};
+        if (upload_random(b, ab, bufs, 4, t, 51)) return 2;
+        for (size_t di = 0; di < sizeof kit_wgmma_bwd_sweep_d / sizeof *kit_wgmma_bwd_sweep_d; di++)
+            for (int causal = 0; causal < 2; causal++)
+                for (size_t si = 0; si < sizeof kit_attn_sweep_seq / sizeof *kit_attn_sweep_seq; si++) {
+                    int hd = kit_wgmma_bwd_sweep_d[di], seq = kit_attn_sweep_seq[si], batch, heads;
+                    if (attn_shape(b, hd, seq, &batch, &heads)) continue;
+                    helper_ctx fc = {.rt = rt, .h = H_ATTENTION, .a = {.o = ab->o, .lse = ab->lse, .q = ab->q, .k = ab->k,
+                                                                       .v = ab->v, .dtype = t, .out_dtype = t, .head_dim = hd,
+                                                                       .causal = causal, .batch = batch, .heads_q = heads,
+                                                                       .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
+                    if (helper_launch(&fc)) continue; /* the backward's O and lse */
+                    double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
+                    double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
+                    for (size_t ii = 0; ii < sizeof impls / sizeof *impls; ii++) {
+                        helper_ctx bc = {.rt = rt, .h = H_ATTENTION_BWD,
+                                         .ab = {.dq = g.dq, .dk = g.dk, .dv = g.dv, .q = ab->q, .k = ab->k, .v = ab->v,
+                                                .o = ab->o, .dout = g.dout, .lse = ab->lse, .dtype = t, .out_dtype = t,
+                                                .grad_dtype = t, .head_dim = hd, .causal = causal,
+                                                .deterministic = impls[ii].det, .batch = batch, .heads_q = heads,
+                                                .heads_kv = heads, .seq_q = seq, .seq_k = seq, .path = impls[ii].path}};
+                        int w = bwd_workspace(b, &g, &bc.ab);
+                        if (w > 0) return w;
+                        if (w < 0) {
+                            fprintf(stderr, "kiln-gpucheck: attention backward %s: %s\n", impls[ii].impl, b->err.msg);
+                            continue;
+                        }
+                        char label[64];
+                        snprintf(label, sizeof label, "%s %s d%d%s", impls[ii].label, dt, hd, causal ? " causal" : "");
+                        attn_sweep_row(b, &bc, flops, bytes, label, KIT_WGMMA_BWD_CSV, impls[ii].impl, dt, hd, seq, causal,
+                                       batch, heads);
+                    }
+                }
+    }
+    /* the forward sweep's head dims the wgmma backward is not built for: said, not timed (kiln-kit checks the refusal) */
+    for (size_t d = 0; d < sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d; d++) {
+        int built = 0;
+        for (size_t i = 0; i < sizeof kit_wgmma_bwd_sweep_d / sizeof *kit_wgmma_bwd_sweep_d; i++)
+            built |= kit_wgmma_bwd_sweep_d[i] == kit_wgmma_sweep_d[d];
+        if (!built) printf("  attention backward sm_90a d%d: not built on wgmma (its template refuses path=wgmma there)\n",
+                           kit_wgmma_sweep_d[d]);
+    }
+    bwd_bufs_free(b, &g);
     return 0;
 }
 
@@ -915,13 +1024,8 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
      * the forward's own O and lse. FLOPs by FlashAttention-2's convention: 2.5x the forward's
      * (5 tile products of the 2 the forward does), counted the same for the deterministic sequence,
      * which does 7: its figure is the useful rate. */
-    kiln_devptr dout, dq, dk, dv, bws = 0;
-    size_t bws_bytes = 0;
-    if (kiln_rt_alloc(rt, ab->elems * 2, &dout, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dq, &b->err) ||
-        kiln_rt_alloc(rt, ab->elems * 2, &dk, &b->err) || kiln_rt_alloc(rt, ab->elems * 2, &dv, &b->err))
-        return die("alloc", &b->err);
-    fill_random(ab->hq, ab->elems, KILN_BF16, 17);
-    if (kiln_rt_upload(rt, dout, ab->hq, ab->elems * 2, &b->err) != KILN_OK) return die("upload", &b->err);
+    bwd_bufs g;
+    if (bwd_bufs_alloc(b, ab, &g) || upload_random(b, ab, &g.dout, 1, KILN_BF16, 17)) return 2;
     printf("  %-28s %7s %8s %9s %9s %7s   (FLOPs = 2.5x forward, FA2 convention)\n", "attention backward", "seq",
            "batch", "ms", "TFLOP/s", "of mma");
     for (size_t di = 0; di < sizeof kit_attn_sweep_d / sizeof *kit_attn_sweep_d; di++)
@@ -935,29 +1039,21 @@ static int bench_attention_bwd(bench *b, const attn_bufs *ab) {
                                                    .out_dtype = KILN_BF16, .head_dim = hd, .causal = causal, .batch = batch,
                                                    .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
                     if (helper_launch(&fc)) continue;
-                    helper_ctx bc = {.rt = rt, .h = H_ATTENTION_BWD, .ab = {.dq = dq, .dk = dk, .dv = dv, .q = ab->q, .k = ab->k, .v = ab->v, .o = ab->o,
-                                                       .dout = dout, .lse = ab->lse, .dtype = KILN_BF16,
+                    helper_ctx bc = {.rt = rt, .h = H_ATTENTION_BWD, .ab = {.dq = g.dq, .dk = g.dk, .dv = g.dv, .q = ab->q, .k = ab->k, .v = ab->v, .o = ab->o,
+                                                       .dout = g.dout, .lse = ab->lse, .dtype = KILN_BF16,
                                                        .out_dtype = KILN_BF16, .grad_dtype = KILN_BF16, .head_dim = hd,
                                                        .causal = causal, .deterministic = det, .batch = batch,
                                                        .heads_q = heads, .heads_kv = heads, .seq_q = seq, .seq_k = seq}};
-                    size_t need = 0; /* (the query needs no workspace pointer yet) */
-                    if (kiln_attention_backward_workspace_on(rt, &bc.ab, &need, &b->err) != KILN_OK) return die("workspace", &b->err);
-                    if (need > bws_bytes) {
-                        if (bws) kiln_rt_free(rt, bws, NULL);
-                        bws = 0, bws_bytes = 0;
-                        if (kiln_rt_alloc(rt, need, &bws, &b->err) != KILN_OK) return die("alloc", &b->err);
-                        bws_bytes = need;
-                    }
-                    bc.ab.workspace = bws;
+                    int w = bwd_workspace(b, &g, &bc.ab);
+                    if (w) return w > 0 ? w : die("workspace", &b->err);
                     double flops = 2.5 * 4.0 * batch * heads * (double)seq * seq * hd * (causal ? 0.5 : 1);
                     double bytes = 9.0 * (double)batch * seq * heads * hd * 2;
                     char label[64];
                     snprintf(label, sizeof label, "bf16 d%d%s%s", hd, causal ? " causal" : "", det ? " determ." : "");
-                    attn_sweep_row(b, &bc, flops, bytes, label, det ? KIT_ATTN_BWD_DET_CSV : KIT_ATTN_BWD_CSV, "bf16", hd, seq,
+                    attn_sweep_row(b, &bc, flops, bytes, label, det ? KIT_ATTN_BWD_DET_CSV : KIT_ATTN_BWD_CSV, "kiln", "bf16", hd, seq,
                                    causal, batch, heads);
                 }
-    if (bws) kiln_rt_free(rt, bws, NULL);
-    kiln_rt_free(rt, dout, NULL), kiln_rt_free(rt, dq, NULL), kiln_rt_free(rt, dk, NULL), kiln_rt_free(rt, dv, NULL);
+    bwd_bufs_free(b, &g);
     return 0;
 }
 
@@ -985,6 +1081,7 @@ int kit_bench(const char *bundle_path, const char *csv_path, int quick, const ch
     else if (!rc && arch) {
         if (kiln_rt_add_bundle_file(b.rt, arch, &b.err) != KILN_OK) return die("arch bundle", &b.err);
         rc = bench_attention_wgmma(&b, &ab);
+        if (!rc) rc = bench_attention_bwd_wgmma(&b, &ab);
     }
     if (rc) return rc;
     free(ab.hq);

@@ -96,7 +96,8 @@ int kit_case_read(kit_case *c, const char *path, char *err, size_t errsize) {
         } else if (!strncmp(line, "tensor ", 7) && c->ntensors < KIT_MAX_TENSORS) {
             kit_tensor *t = &c->tensors[c->ntensors];
             if (sscanf(line, "tensor %47s %15s %7s %zu %lf %lf", a, b, d, &count, &tol, &scale) != 6 ||
-                kiln_dtype_parse(b, &t->dtype) || (strcmp(d, "in") && strcmp(d, "out")) || count == 0) {
+                kiln_elem_parse(b, &t->dtype) || (strcmp(d, "in") && strcmp(d, "out")) || count == 0 ||
+                (t->dtype == KILN_I32 && !strcmp(d, "out"))) { /* i32: index inputs (a block table, lengths) only */
                 snprintf(err, errsize, "%s:%d: bad tensor line '%s'", path, lineno + 1, line);
                 goto out;
             }

@@ -54,8 +54,10 @@ static kiln_status open_mode(mode *m, const kiln_bundle *b, kiln_error *err) {
 }
 
 /* arch: the arch bundle (sm_90a's wgmma attention, kit_90a.kbundle) or NULL; its payloads are modes of
- * their own on a 9.0 device (cubin, PTX, the cubin by name), and skipped, saying why, on any other. */
-static int cmd_check(const char *bundle_path, const char *dir, const char *csv_path, const char *arch) {
+ * their own on a 9.0 device (cubin, PTX, the cubin by name), and skipped, saying why, on any other.
+ * only[0..nonly): the modes to run, by name ("cubin sm_90a"; compute-sanitizer's run); none: every mode. */
+static int cmd_check(const char *bundle_path, const char *dir, const char *csv_path, const char *arch,
+                     const char *const *only, int nonly) {
     kiln_error err = {0};
     kiln_bundle *b;
     if (kiln_bundle_open_file(bundle_path, &b, &err) != KILN_OK) return die("bundle", &err);
@@ -102,6 +104,26 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
         snprintf(modes[nall + 2].name, sizeof modes[nall + 2].name, "cubin sm_90a/name");
         nall += 3;
     }
+    /* --mode: every name must be one of this device's modes; the others are left out */
+    int run[16];
+    for (int m = 0; m < nall; m++) run[m] = nonly == 0;
+    for (int i = 0; i < nonly; i++) {
+        int found = 0;
+        for (int m = 0; m < nall; m++)
+            if (!strcmp(modes[m].name, only[i])) run[m] = found = 1;
+        if (!found) {
+            char valid[512] = "";
+            for (int m = 0; m < nall; m++)
+                snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s'%s'", m ? ", " : "", modes[m].name);
+            return fprintf(stderr, "kiln-gpucheck: no mode '%s' on this device; its modes: %s\n", only[i], valid), 2;
+        }
+    }
+    if (nonly) {
+        printf("  modes run here:");
+        for (int m = 0; m < nall; m++)
+            if (run[m]) printf(" '%s'", modes[m].name);
+        printf(" (--mode)\n");
+    }
     char **paths;
     int n = kit_case_list(dir, &paths);
     if (n <= 0) return fprintf(stderr, "kiln-gpucheck: no cases in %s\n", dir), 2;
@@ -117,7 +139,7 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
             continue;
         }
         for (int m = 0; m < nall; m++) {
-            if (modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
+            if (!run[m] || modes[m].sm != c.emu_sm) continue; /* the emulator ran this SM's module */
             if (modes[m].by_name && kit_case_kernels(modes[m].rt, &c) > 1)
                 continue; /* a kernel sequence: the generic launch only */
             long bad = kit_run_and_compare(modes[m].rt, &c, modes[m].name, modes[m].by_name, csv, 1);
@@ -145,10 +167,11 @@ static void usage(FILE *to) {
     fprintf(to,
             "usage: kiln-gpucheck device\n"
             "           the SM kiln generates for on this device, and the device\n"
-            "       kiln-gpucheck check BUNDLE CASEDIR [--csv F] [--arch-bundle F]\n"
+            "       kiln-gpucheck check BUNDLE CASEDIR [--csv F] [--arch-bundle F] [--mode NAME]...\n"
             "           every case through the generic launch, once per payload: the device SM's cubin, its PTX\n"
             "           and sm_75's PTX (both JIT-compiled by the driver); compared with the emulator and float64;\n"
-            "           --arch-bundle: sm_90a's cubins and PTX (the wgmma attention rows) on a 9.0 device\n"
+            "           --arch-bundle: sm_90a's cubins and PTX (the wgmma attention rows) on a 9.0 device;\n"
+            "           --mode: only the payload modes named (e.g. 'cubin sm_90a'; the check prints them all)\n"
             "       kiln-gpucheck bench BUNDLE [--csv F] [--quick] [--arch-bundle F]\n"
             "           copy bandwidth, mma.sync peak, LayerNorm GB/s over hidden, attention TFLOP/s over seq;\n"
             "           --arch-bundle: the wgmma attention forward beside the FA2 kernel on a 9.0 device\n"
@@ -265,17 +288,18 @@ int main(int argc, char **argv) {
         fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");
         return 2;
     }
-    const char *csv = NULL, *arch = NULL;
-    int quick = 0, pos = 0;
+    const char *csv = NULL, *arch = NULL, *only[16];
+    int quick = 0, pos = 0, nonly = 0;
     const char *args[2] = {NULL, NULL};
     for (int i = 2; i < argc; i++) {
         if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
+        else if (!strcmp(argv[i], "--mode") && i + 1 < argc && nonly < 16 && !strcmp(argv[1], "check")) only[nonly++] = argv[++i];
         else if (!strcmp(argv[i], "--quick")) quick = 1;
         else if (!strcmp(argv[i], "--arch-bundle") && i + 1 < argc) arch = argv[++i];
         else if (argv[i][0] != '-' && pos < 2) args[pos++] = argv[i];
         else return fprintf(stderr, "kiln-gpucheck: unknown argument '%s'; see kiln-gpucheck --help\n", argv[i]), 2;
     }
-    if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv, arch);
+    if (!strcmp(argv[1], "check") && pos == 2) return cmd_check(args[0], args[1], csv, arch, only, nonly);
     if (!strcmp(argv[1], "bench") && pos == 1) return kit_bench(args[0], csv, quick, arch);
     if (!strcmp(argv[1], "load") && pos == 1) return cmd_load(args[0], csv);
     fprintf(stderr, "kiln-gpucheck: expected 'device', 'check BUNDLE CASEDIR' or 'bench BUNDLE'; see kiln-gpucheck --help\n");

@@ -62,59 +62,122 @@ static void list_put(spec_list *l, const char *canon) {
     if (l->n < MAX_SPECS) snprintf(l->spec[l->n++], KILN_SPEC_MAX, "%s", canon);
 }
 
-/* Adds raw's kernels. optional: a spec some SM cannot generate is left out (returns 0); otherwise
- * that is an error (-1, message printed). */
-static int list_add(spec_list *l, const char *raw, int optional) {
-    static const int all_sms[] = {75, 80, 86, 89, 90};
-    enum { NSM = sizeof all_sms / sizeof all_sms[0] };
+/* Adds raw's kernels as generated for each of the nsm SMs in sms. optional: a spec some SM cannot generate is left
+ * out (returns 0); otherwise that is an error (-1, message printed). */
+static int list_add_on(spec_list *l, const char *raw, int optional, const int *sms, int nsm) {
+    enum { NSM = 8 };
     char canon[KILN_SPEC_MAX], seq[NSM][KIT_MAX_STEPS][KILN_SPEC_MAX];
     int nseq[NSM], self[NSM];
     kiln_error err;
+    if (nsm > NSM) return fprintf(stderr, "kiln-kit: %d SMs for one spec list (at most %d)\n", nsm, NSM), -1;
     if (kiln_canonical_spec(l->gen, raw, canon, sizeof canon, &err) != KILN_OK)
         return fprintf(stderr, "kiln-kit: %s\n", err.msg), -1;
-    for (int t = 0; t < NSM; t++) {
+    for (int t = 0; t < nsm; t++) {
         kiln_module *mod;
-        if (kiln_generate(l->gen, canon, all_sms[t], KILN_EMIT_LL, &mod, &err) != KILN_OK)
+        if (kiln_generate(l->gen, canon, sms[t], KILN_EMIT_LL, &mod, &err) != KILN_OK)
             return optional ? 0 : (fprintf(stderr, "kiln-kit: %s\n", err.msg), -1);
         nseq[t] = kiln_launch_sequence(kiln_module_meta(mod), seq[t], KIT_MAX_STEPS, &self[t]);
         kiln_module_free(mod);
         if (nseq[t] > KIT_MAX_STEPS) return fprintf(stderr, "kiln-kit: '%s' runs too many kernels\n", canon), -1;
     }
     /* the kernels before it, itself, the kernels after it: a sequence in launch order */
-    for (int t = 0; t < NSM; t++)
+    for (int t = 0; t < nsm; t++)
         for (int i = 0; i < self[t]; i++) list_put(l, seq[t][i]);
     list_put(l, canon);
-    for (int t = 0; t < NSM; t++)
+    for (int t = 0; t < nsm; t++)
         for (int i = self[t] + 1; i < nseq[t]; i++) list_put(l, seq[t][i]);
     return 1;
 }
 
-/* The arch bundle's specs (kit_90a.kbundle, sm_90a only): the wgmma check rows and speed sweep, canonical,
- * each generated for sm_90a here so that a spec the template refuses fails the kit's build. */
+/* The main bundle's SMs: raw's kernels on every one. */
+static int list_add(spec_list *l, const char *raw, int optional) {
+    static const int all_sms[] = {75, 80, 86, 89, 90};
+    return list_add_on(l, raw, optional, all_sms, (int)(sizeof all_sms / sizeof all_sms[0]));
+}
+
+static void attn_wgmma_spec(const kit_attn_row *r, char *buf, size_t size) {
+    snprintf(buf, size, KIT_ATTN_WGMMA_SPEC, r->dtype, r->out, r->head_dim, r->causal ? "true" : "false");
+}
+
+/* A kit_attn_wgmma_kv_rows row's spec: split-KV, paged, or both. */
+static void attn_wgmma_kv_spec(const kit_attn_wgmma_kv_row *r, char *buf, size_t size) {
+    const char *fmt = r->splits && r->page_size ? KIT_ATTN_WGMMA_PAGED_SPLIT_SPEC
+                      : r->splits               ? KIT_ATTN_WGMMA_SPLIT_SPEC
+                                                : KIT_ATTN_WGMMA_PAGED_SPEC;
+    snprintf(buf, size, fmt, r->dtype, r->dtype, r->head_dim, r->causal ? "true" : "false");
+}
+
+/* A kit_attn_bwd_wgmma_rows row's spec (its dkdv kernel, path=wgmma; window=true when the row has a window). */
+static void attn_bwd_wgmma_spec(const kit_attn_bwd_wgmma_row *r, char *buf, size_t size) {
+    int n = snprintf(buf, size, KIT_ATTN_BWD_WGMMA_SPEC, r->dtype, r->head_dim, r->causal ? "true" : "false",
+                     r->deterministic ? "true" : "false");
+    if (r->window && n > 0 && (size_t)n < size) snprintf(buf + n, size - (size_t)n, " window=true");
+}
+
+/* Whether canon is one of the first n specs of l. */
+static int listed(const spec_list *l, int n, const char *canon) {
+    for (int i = 0; i < n; i++)
+        if (!strcmp(l->spec[i], canon)) return 1;
+    return 0;
+}
+
+/* The arch bundle's specs (kit_90a.kbundle, sm_90a only): every sm_90a check row's kernel (the wgmma forward, its
+ * split-KV and paged forms, the wgmma backward) with the other kernels its launch runs (split-KV's combine, the
+ * backward's prep, convert or dq), each generated for sm_90a here so that a spec the template refuses fails the kit's
+ * build; then the speed sweeps' kernels, each of which must be a row's (a kernel is checked before it is timed, and
+ * compute-sanitizer, which runs the rows, covers every one); and the sweep's head dims the backward leaves out
+ * must still be refused (summary.md says so). */
 static int cmd_specs_arch(void) {
     static char specs[MAX_SPECS][KILN_SPEC_MAX];
+    static const int arch[] = {KIT_SM_90A};
     spec_list l = {.spec = specs};
     kiln_error err;
     if (kiln_gen_create(&l.gen, NULL, &err) != KILN_OK) return fprintf(stderr, "kiln-kit: %s\n", err.msg), 1;
     char raw[KILN_SPEC_MAX], canon[KILN_SPEC_MAX];
     int rc = 0;
-    size_t nrows = sizeof kit_attn_wgmma_rows / sizeof *kit_attn_wgmma_rows;
-    size_t nd = sizeof kit_wgmma_sweep_d / sizeof *kit_wgmma_sweep_d, nt = sizeof kit_wgmma_sweep_dtypes / sizeof(char *);
-    for (size_t i = 0; i < nrows + nt * nd * 2 && !rc; i++) {
-        if (i < nrows) {
-            const kit_attn_row *r = &kit_attn_wgmma_rows[i];
-            snprintf(raw, sizeof raw, KIT_ATTN_WGMMA_SPEC, r->dtype, r->out, r->head_dim, r->causal ? "true" : "false");
+    for (size_t i = 0; i < sizeof kit_attn_wgmma_rows / sizeof *kit_attn_wgmma_rows && !rc; i++) {
+        attn_wgmma_spec(&kit_attn_wgmma_rows[i], raw, sizeof raw);
+        rc = list_add_on(&l, raw, 0, arch, 1) < 0;
+    }
+    for (size_t i = 0; i < sizeof kit_attn_wgmma_kv_rows / sizeof *kit_attn_wgmma_kv_rows && !rc; i++) {
+        attn_wgmma_kv_spec(&kit_attn_wgmma_kv_rows[i], raw, sizeof raw);
+        rc = list_add_on(&l, raw, 0, arch, 1) < 0;
+    }
+    for (size_t i = 0; i < sizeof kit_attn_bwd_wgmma_rows / sizeof *kit_attn_bwd_wgmma_rows && !rc; i++) {
+        attn_bwd_wgmma_spec(&kit_attn_bwd_wgmma_rows[i], raw, sizeof raw);
+        rc = list_add_on(&l, raw, 0, arch, 1) < 0;
+    }
+    const int nrows = l.n;
+    /* the sweeps: forward at kit_wgmma_sweep_d, backward (atomic and deterministic) at kit_wgmma_bwd_sweep_d */
+    size_t nt = sizeof kit_wgmma_sweep_dtypes / sizeof(char *), nd = sizeof kit_wgmma_sweep_d / sizeof(int),
+           nb = sizeof kit_wgmma_bwd_sweep_d / sizeof(int);
+    for (size_t k = 0; k < nt * (nd * 2 + nb * 4) && !rc; k++) {
+        const char *dt = kit_wgmma_sweep_dtypes[k / (nd * 2 + nb * 4)];
+        size_t x = k % (nd * 2 + nb * 4);
+        if (x < nd * 2) {
+            snprintf(raw, sizeof raw, KIT_ATTN_WGMMA_SPEC, dt, dt, kit_wgmma_sweep_d[x / 2], x % 2 ? "true" : "false");
         } else {
-            size_t k = i - nrows;
-            const char *dt = kit_wgmma_sweep_dtypes[k / (nd * 2)];
-            snprintf(raw, sizeof raw, KIT_ATTN_WGMMA_SPEC, dt, dt, kit_wgmma_sweep_d[k / 2 % nd], k % 2 ? "true" : "false");
+            x -= nd * 2;
+            snprintf(raw, sizeof raw, KIT_ATTN_BWD_WGMMA_SPEC, dt, kit_wgmma_bwd_sweep_d[x / 4], x % 2 ? "true" : "false",
+                     x / 2 % 2 ? "true" : "false");
         }
-        kiln_module *mod = NULL;
-        if (kiln_canonical_spec(l.gen, raw, canon, sizeof canon, &err) != KILN_OK ||
-            kiln_generate(l.gen, canon, KIT_SM_90A, KILN_EMIT_LL, &mod, &err) != KILN_OK)
+        if (kiln_canonical_spec(l.gen, raw, canon, sizeof canon, &err) != KILN_OK)
             rc = 1, fprintf(stderr, "kiln-kit: %s\n", err.msg);
+        else if (!listed(&l, nrows, canon))
+            rc = 1, fprintf(stderr, "kiln-kit: the sm_90a speed sweep times '%s', which no check row runs (add a row to "
+                                    "bench/gpu/kit_rows.h)\n", canon);
+    }
+    for (size_t d = 0; d < nd && !rc; d++) {
+        int built = 0;
+        for (size_t b = 0; b < nb; b++) built |= kit_wgmma_bwd_sweep_d[b] == kit_wgmma_sweep_d[d];
+        if (built) continue;
+        kiln_module *mod = NULL;
+        snprintf(raw, sizeof raw, KIT_ATTN_BWD_WGMMA_SPEC, kit_wgmma_sweep_dtypes[0], kit_wgmma_sweep_d[d], "false", "false");
+        if (kiln_canonical_spec(l.gen, raw, canon, sizeof canon, &err) == KILN_OK &&
+            kiln_generate(l.gen, canon, KIT_SM_90A, KILN_EMIT_LL, &mod, &err) == KILN_OK)
+            rc = 1, fprintf(stderr, "kiln-kit: the sm_90a backward builds head_dim %d now: add it to kit_wgmma_bwd_sweep_d "
+                                    "(bench/gpu/kit_rows.h; summary.md says it is refused)\n", kit_wgmma_sweep_d[d]);
         kiln_module_free(mod);
-        if (!rc) list_put(&l, canon);
     }
     for (int i = 0; i < l.n && !rc; i++) printf("%s\n", l.spec[i]);
     kiln_gen_destroy(l.gen);
@@ -186,6 +249,13 @@ static int cmd_specs(void) {
             for (int causal = 0; causal < 2; causal++) {
                 const char *d = kit_attn_sweep_dtypes[t];
                 attn_spec(d, d, kit_attn_sweep_d[i], causal, raw, sizeof raw);
+                if (list_add(&l, raw, 0) < 0) rc = 1;
+            }
+    /* the wgmma backward sweep's FA2 (path=auto) sequences, atomic and deterministic, timed beside it on a 9.0 device */
+    for (size_t t = 0; t < sizeof kit_wgmma_sweep_dtypes / sizeof *kit_wgmma_sweep_dtypes && !rc; t++)
+        for (size_t i = 0; i < sizeof kit_wgmma_bwd_sweep_d / sizeof *kit_wgmma_bwd_sweep_d && !rc; i++)
+            for (int k = 0; k < 4 && !rc; k++) {
+                attn_bwd_spec(kit_wgmma_sweep_dtypes[t], kit_wgmma_bwd_sweep_d[i], k & 1, k >> 1, raw, sizeof raw);
                 if (list_add(&l, raw, 0) < 0) rc = 1;
             }
     /* the wgmma sweep's FA2 (path=auto) kernels, timed beside it on a 9.0 device */
@@ -328,12 +398,14 @@ static kiln_status build_ln(kiln_gen *gen, kiln_emu *emu, const kit_ln_row *r, i
 }
 
 /* An attention case through the family's registry reference and the one case runner: spec on sm
- * with the row's seed and sizes (batch, heads, seq_q, seq_k; splits > 0: split-KV's forced splits);
+ * with the row's seed and sizes (batch, heads, seq_q, seq_k; splits > 0: split-KV's forced splits; extra,
+ * when given: more of the case's sizes, a paged cache's page_size, a window's sides);
  * the emulator's own result must pass the family's error model (`what` names it in the error). */
 static kiln_status attn_case_run(kiln_gen *gen, kiln_emu *emu, const char *spec, int sm, uint64_t seed,
-                                 const kiln_attn_problem *p, int splits, const char *what, kiln_case **out,
-                                 kiln_error *err) {
+                                 const kiln_attn_problem *p, int splits, const kiln_case_opts *extra, const char *what,
+                                 kiln_case **out, kiln_error *err) {
     kiln_case_opts o = {.sm = sm, .seed = seed};
+    for (int i = 0; extra && i < extra->nsizes; i++) kiln_case_opts_set(&o, extra->sizes[i].name, extra->sizes[i].value);
     kiln_case_opts_set(&o, "batch", p->batch);
     kiln_case_opts_set(&o, "heads_q", p->heads_q);
     kiln_case_opts_set(&o, "heads_kv", p->heads_kv);
@@ -410,6 +482,18 @@ static void attn_case_scalars(kit_case *c, const kiln_attn_problem *p, int split
     add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(p));
 }
 
+/* The strides of q, k, v and o (batch, sequence, head) as the scalars their launch descriptions name (stride_qb ...). */
+static void attn_stride_scalars(kit_case *c, const kiln_attn_problem *p) {
+    const char *sn[4] = {"q", "k", "v", "o"};
+    const long long *strides[4] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o};
+    for (int t = 0; t < 4; t++)
+        for (int s = 0; s < 3; s++) {
+            char name[16];
+            snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
+            add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
+        }
+}
+
 /* The case's canonical spec into p (dtype, out, head_dim, causal) and c. */
 static kiln_status attn_case_spec(kit_case *c, kiln_case *cs, kiln_attn_problem *p, kiln_error *err) {
     const char *canon = kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec;
@@ -431,11 +515,11 @@ static kiln_attn_problem row_problem(int batch, int heads_q, int heads_kv, int s
 static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *r, int sm, int quick, int wgmma,
                               kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
-    if (wgmma) snprintf(spec, sizeof spec, KIT_ATTN_WGMMA_SPEC, r->dtype, r->out, r->head_dim, r->causal ? "true" : "false");
+    if (wgmma) attn_wgmma_spec(r, spec, sizeof spec);
     else attn_spec(r->dtype, r->out, r->head_dim, r->causal, spec, sizeof spec);
     kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
     kiln_case *cs = NULL;
-    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0,
+    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 131 + r->seq_q * 7 + sm), &p, 0, NULL,
                                    "attention", &cs, err);
     if (st == KILN_OK) st = attn_case_spec(c, cs, &p, err);
     if (st == KILN_OK) {
@@ -447,14 +531,7 @@ static kiln_status build_attn(kiln_gen *gen, kiln_emu *emu, const kit_attn_row *
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_q, c->problem[1] = (uint64_t)p.heads_q, c->problem[2] = (uint64_t)p.batch;
         attn_case_scalars(c, &p, 0);
-        const char *sn[4] = {"q", "k", "v", "o"};
-        const long long *strides[4] = {p.stride_q, p.stride_k, p.stride_v, p.stride_o};
-        for (int t = 0; t < 4; t++)
-            for (int s = 0; s < 3; s++) {
-                char name[16];
-                snprintf(name, sizeof name, "stride_%s%c", sn[t], "bsh"[s]);
-                add_scalar(c, name, KILN_PARAM_I64, (double)strides[t][s]);
-            }
+        attn_stride_scalars(c, &p);
         st = attn_case_tensors(c, cs, &p, err);
     }
     kiln_case_free(cs);
@@ -471,7 +548,7 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
     kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 1);
     kiln_case *cs = NULL;
     kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 137 + r->seq_k * 3 + sm), &p, r->splits,
-                                   "split-KV attention", &cs, err);
+                                   NULL, "split-KV attention", &cs, err);
     if (st == KILN_OK && kiln_case_nsteps(cs) != 2)
         st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels; the kit's split case wants it and a combine kernel after it",
                        spec, kiln_case_nsteps(cs));
@@ -494,37 +571,112 @@ static kiln_status build_attn_split(kiln_gen *gen, kiln_emu *emu, const kit_attn
 /* An attention backward case through the family's reference and the case runner: q, k, v, dO drawn
  * from the row's seed, the forward's O and lse as the backward receives them (float64 forward rounded
  * to out / f32); the emulator runs the sequence the dkdv kernel's launch description names (prep,
- * dkdv, convert or dq) and must pass the family's error model; dq/dk/dv against the float64 gradients. */
-static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r, int sm, int quick,
-                                  kit_case *c, kiln_error *err) {
+ * dkdv, convert or dq) and must pass the family's error model; dq/dk/dv against the float64 gradients.
+ * r: a kit_attn_bwd_rows row, or a kit_attn_bwd_wgmma_rows row as w (path=wgmma, emulated for sm_90a; its
+ * window's sides given to the case and bound as the launch's scalars). */
+static kiln_status build_attn_bwd(kiln_gen *gen, kiln_emu *emu, const kit_attn_bwd_row *r,
+                                  const kit_attn_bwd_wgmma_row *w, int sm, int quick, kit_case *c, kiln_error *err) {
     char spec[KILN_SPEC_MAX];
-    attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
-    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, 2);
-    if (kiln_dtype_parse(r->dtype, &p.dtype) != KILN_OK)
-        return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", r->dtype);
-    p.out = p.dtype, p.head_dim = r->head_dim, p.causal = r->causal;
+    kit_attn_bwd_wgmma_row row = {0};
+    if (w) row = *w, attn_bwd_wgmma_spec(w, spec, sizeof spec);
+    else {
+        row = (kit_attn_bwd_wgmma_row){r->dtype, r->head_dim, r->causal, r->deterministic, 0, 0, 0, r->batch, r->heads_q,
+                                       r->heads_kv, r->seq_q, r->seq_k, r->quick};
+        attn_bwd_spec(r->dtype, r->head_dim, r->causal, r->deterministic, spec, sizeof spec);
+    }
+    kiln_attn_problem p = row_problem(row.batch, row.heads_q, row.heads_kv, row.seq_q, row.seq_k, quick, 2);
+    if (kiln_dtype_parse(row.dtype, &p.dtype) != KILN_OK)
+        return kiln_fail(err, KILN_EINVAL, "backward row: unknown dtype '%s'", row.dtype);
+    p.out = p.dtype, p.head_dim = row.head_dim, p.causal = row.causal;
+    kiln_case_opts extra = {0};
+    if (row.window) {
+        kiln_case_opts_set(&extra, "window_left", row.window_left);
+        kiln_case_opts_set(&extra, "window_right", row.window_right);
+    }
     kiln_case *cs = NULL;
-    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 151 + r->seq_q * 11 + r->deterministic * 3 + sm),
-                                   &p, 0, "attention backward", &cs, err);
+    kiln_status st = attn_case_run(gen, emu, spec, sm,
+                                   (uint64_t)(row.head_dim * 151 + row.seq_q * 11 + row.deterministic * 3 + sm), &p, 0,
+                                   &extra, "attention backward", &cs, err);
     if (st == KILN_OK) {
         const char *canon = kiln_emu_kernel_meta(kiln_case_kernel(cs))->spec;
-        snprintf(c->name, sizeof c->name, "attnbwd-%s-d%d%s%s-b%dh%d:%d-q%dk%d", r->dtype, r->head_dim,
-                 r->causal ? "-causal" : "", r->deterministic ? "-det" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q,
-                 p.seq_k);
+        char window[32] = "";
+        if (row.window) snprintf(window, sizeof window, "-window%d,%d", row.window_left, row.window_right);
+        snprintf(c->name, sizeof c->name, "%s-%s-d%d%s%s%s-b%dh%d:%d-q%dk%d", w ? "attn-wgmma-bwd" : "attnbwd", row.dtype,
+                 row.head_dim, row.causal ? "-causal" : "", row.deterministic ? "-det" : "", window, p.batch, p.heads_q,
+                 p.heads_kv, p.seq_q, p.seq_k);
         spec_family(canon, c);
         snprintf(c->spec, sizeof c->spec, "%s", canon); /* dkdv: its launch runs the sequence */
         c->emu_sm = sm;
         c->problem[0] = (uint64_t)p.seq_k, c->problem[1] = (uint64_t)p.heads_kv, c->problem[2] = (uint64_t)p.batch;
         const struct { const char *n; int v; } ints[] = {{"batch", p.batch}, {"heads_q", p.heads_q},
             {"heads_kv", p.heads_kv}, {"seq_q", p.seq_q}, {"seq_k", p.seq_k}, {"head_dim", p.head_dim},
-            {"causal", p.causal}, {"deterministic", r->deterministic}};
+            {"causal", p.causal}, {"deterministic", row.deterministic}};
         for (size_t i = 0; i < sizeof ints / sizeof ints[0]; i++) add_scalar(c, ints[i].n, KILN_PARAM_I32, ints[i].v);
         add_scalar(c, "scale", KILN_PARAM_F32, (double)(float)kiln_attn_scale(&p));
+        if (row.window) {
+            add_scalar(c, "window_left", KILN_PARAM_I32, row.window_left);
+            add_scalar(c, "window_right", KILN_PARAM_I32, row.window_right);
+        }
         const struct { const char *n; kiln_dtype t; kit_role role; } ts[] = {
             {"q", p.dtype, KIT_IN}, {"k", p.dtype, KIT_IN}, {"v", p.dtype, KIT_IN}, {"o", p.out, KIT_IN},
             {"dout", p.out, KIT_IN}, {"lse", KILN_F32, KIT_IN}, {"dq", p.dtype, KIT_OUT}, {"dk", p.dtype, KIT_OUT},
             {"dv", p.dtype, KIT_OUT}};
         for (size_t i = 0; i < sizeof ts / sizeof ts[0] && st == KILN_OK; i++) st = add_case_tensor(c, cs, ts[i].n, ts[i].t, ts[i].role, err);
+        if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
+    }
+    kiln_case_free(cs);
+    return st;
+}
+
+/* A kit_attn_wgmma_kv_rows case (sm_90a): GQA-packed split-KV decoding (the split kernel and its combine, `splits`
+ * forced, run twice on the GPU: the same bits), a paged KV cache (K and V as the case's pages, its block table and
+ * per-entry lengths; each entry against its own float64 reference), or both; o and lse as the emulator computed them. */
+static kiln_status build_attn_wgmma_kv(kiln_gen *gen, kiln_emu *emu, const kit_attn_wgmma_kv_row *r, int sm, int quick,
+                                       kit_case *c, kiln_error *err) {
+    char spec[KILN_SPEC_MAX];
+    attn_wgmma_kv_spec(r, spec, sizeof spec);
+    kiln_attn_problem p = row_problem(r->batch, r->heads_q, r->heads_kv, r->seq_q, r->seq_k, quick, r->splits ? 1 : 2);
+    kiln_case_opts extra = {0};
+    if (r->page_size) kiln_case_opts_set(&extra, "page_size", r->page_size);
+    kiln_case *cs = NULL;
+    kiln_status st = attn_case_run(gen, emu, spec, sm, (uint64_t)(r->head_dim * 157 + r->seq_k * 5 + r->page_size + sm), &p,
+                                   r->splits, &extra, r->splits ? "split-KV attention" : "paged attention", &cs, err);
+    if (st == KILN_OK && kiln_case_nsteps(cs) != (r->splits ? 2 : 1))
+        st = kiln_fail(err, KILN_EINVAL, "'%s' runs %d kernels; the kit's row wants %s", spec, kiln_case_nsteps(cs),
+                       r->splits ? "it and a combine kernel after it" : "it alone");
+    if (st == KILN_OK) st = attn_case_spec(c, cs, &p, err);
+    if (st == KILN_OK) {
+        kiln_attn_default_strides(&p);
+        char kind[24];
+        snprintf(kind, sizeof kind, "%s%s", r->splits ? "splitkv-" : "", r->page_size ? "paged-" : "");
+        snprintf(c->name, sizeof c->name, "attn-wgmma-%s%s-d%d%s-b%dh%d:%d-q%dk%d", kind, r->dtype, r->head_dim,
+                 r->causal ? "-causal" : "", p.batch, p.heads_q, p.heads_kv, p.seq_q, p.seq_k);
+        if (r->splits) snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), "-s%d", r->splits);
+        if (r->page_size) snprintf(c->name + strlen(c->name), sizeof c->name - strlen(c->name), "-p%d", r->page_size);
+        if (r->splits) snprintf(c->family, sizeof c->family, "%s", KIT_ATTN_SPLIT_FAMILY);
+        else spec_family(c->spec, c);
+        c->emu_sm = sm;
+        c->problem[0] = (uint64_t)(r->splits ? r->splits : p.seq_q), c->problem[1] = (uint64_t)(r->splits ? p.heads_kv : p.heads_q);
+        c->problem[2] = (uint64_t)p.batch;
+        attn_case_scalars(c, &p, r->splits);
+        /* strides: q and o as drawn ([batch, seq, heads, d]); k and v the cache's pages [num_blocks, page_size,
+         * heads_kv, d], whose sizes follow from the case's block table and pages */
+        size_t hd = (size_t)p.head_dim, row = (size_t)p.heads_kv * hd;
+        long long pages = r->page_size ? (long long)(kiln_case_count(cs, "k") / ((size_t)r->page_size * row)) : 0;
+        long long max_blocks = r->page_size ? (long long)(kiln_case_count(cs, "block_table") / (size_t)p.batch) : 0;
+        if (r->page_size) {
+            add_scalar(c, "page_size", KILN_PARAM_I32, r->page_size);
+            add_scalar(c, "num_blocks", KILN_PARAM_I32, (double)pages);
+            add_scalar(c, "max_blocks", KILN_PARAM_I32, (double)max_blocks);
+            const long long kv[3] = {(long long)((size_t)r->page_size * row), (long long)row, (long long)hd};
+            memcpy(p.stride_k, kv, sizeof kv), memcpy(p.stride_v, kv, sizeof kv);
+        }
+        attn_stride_scalars(c, &p);
+        st = attn_case_tensors(c, cs, &p, err);
+        /* the cache's index tensors (i32), each when the kernel takes it */
+        static const char *const index[] = {"block_table", "cache_seqlens", "cache_batch_idx", "cache_leftpad"};
+        for (size_t i = 0; i < sizeof index / sizeof *index && st == KILN_OK && r->page_size; i++)
+            st = add_kernel_tensor(c, cs, index[i], KIT_IN, i < 2, err);
         if (st == KILN_OK && !tensors_ok(c)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     }
     kiln_case_free(cs);
@@ -599,13 +751,14 @@ static kiln_status build_norm(kiln_gen *gen, kiln_emu *emu, const kit_norm_row *
 /* ---- prepare: every row x SM, in parallel ---- */
 
 typedef struct job {
-    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward, 4 split-KV, 5 sm_90a wgmma */
+    int family; /* 0 layernorm, 1 attention, 2 the other norm families, 3 attention backward, 4 split-KV, and on sm_90a:
+                 * 5 the wgmma forward, 6 its split-KV and paged forms, 7 the wgmma backward */
     int row, sm, index;
 } job;
 
 typedef struct prep {
     job jobs[512];
-    int njobs, quick, sms;
+    int njobs, small, sms; /* small: the rows' lengths a quarter (the quick run's, compute-sanitizer's) */
     const char *dir;
     atomic_int next, failed;
     pthread_mutex_t print;
@@ -628,13 +781,16 @@ static void *prep_worker(void *arg) {
         memset(&c, 0, sizeof c);
         double t0 = now_ms();
         kiln_status st = KILN_OK;
-        if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->quick, &c, &err);
-        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->quick, 0, &c, &err);
-        else if (j->family == 5) st = build_attn(gen, emu, &kit_attn_wgmma_rows[j->row], j->sm, p->quick, 1, &c, &err);
-        else if (j->family == 3) st = build_attn_bwd(gen, emu, &kit_attn_bwd_rows[j->row], j->sm, p->quick, &c, &err);
-        else if (j->family == 4) st = build_attn_split(gen, emu, &kit_attn_split_rows[j->row], j->sm, p->quick, &c, &err);
+        if (j->family == 0) st = build_ln(gen, emu, &kit_ln_rows[j->row], j->sm, p->small, &c, &err);
+        else if (j->family == 1) st = build_attn(gen, emu, &kit_attn_rows[j->row], j->sm, p->small, 0, &c, &err);
+        else if (j->family == 5) st = build_attn(gen, emu, &kit_attn_wgmma_rows[j->row], j->sm, p->small, 1, &c, &err);
+        else if (j->family == 6) st = build_attn_wgmma_kv(gen, emu, &kit_attn_wgmma_kv_rows[j->row], j->sm, p->small, &c, &err);
+        else if (j->family == 7)
+            st = build_attn_bwd(gen, emu, NULL, &kit_attn_bwd_wgmma_rows[j->row], j->sm, p->small, &c, &err);
+        else if (j->family == 3) st = build_attn_bwd(gen, emu, &kit_attn_bwd_rows[j->row], NULL, j->sm, p->small, &c, &err);
+        else if (j->family == 4) st = build_attn_split(gen, emu, &kit_attn_split_rows[j->row], j->sm, p->small, &c, &err);
 #ifdef KIT_HAVE_NORM
-        else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->quick, &c, &err);
+        else st = build_norm(gen, emu, &kit_norm_rows[j->row], j->sm, p->sms, p->small, &c, &err);
 #endif
         char path[4096], msg[sizeof err.msg + 64] = "";
         if (st == KILN_OK) {
@@ -647,8 +803,9 @@ static void *prep_worker(void *arg) {
         kiln_sm_name(j->sm, smn);
         pthread_mutex_lock(&p->print);
         if (st != KILN_OK) {
-            static const char *const tables[] = {"kit_ln_rows", "kit_attn_rows", "kit_norm_rows", "kit_attn_bwd_rows",
-                                                 "kit_attn_split_rows", "kit_attn_wgmma_rows"};
+            static const char *const tables[] = {"kit_ln_rows",         "kit_attn_rows",       "kit_norm_rows",
+                                                 "kit_attn_bwd_rows",   "kit_attn_split_rows", "kit_attn_wgmma_rows",
+                                                 "kit_attn_wgmma_kv_rows", "kit_attn_bwd_wgmma_rows"};
             fprintf(stderr, "kiln-kit: case %d (%s[%d], %s): %s\n", j->index, tables[j->family], j->row, smn, msg);
             atomic_fetch_add(&p->failed, 1);
         } else {
@@ -663,35 +820,37 @@ static void *prep_worker(void *arg) {
     return NULL;
 }
 
-static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int quick) {
+/* quick: the rows marked quick, small (the fake-driver run); small: every row, lengths a quarter; arch_only: only
+ * the sm_90a rows (nothing but a line saying so on another device) */
+static int cmd_prepare(const char *dir, int device_sm, int sms, int threads, int quick, int small, int arch_only) {
     static prep p;
     memset(&p, 0, sizeof p);
     pthread_mutex_init(&p.print, NULL);
-    p.dir = dir, p.quick = quick, p.sms = sms;
+    p.dir = dir, p.small = quick || small, p.sms = sms;
     mkdir(dir, 0755);
-    int targets[2] = {device_sm, 75}, ntargets = device_sm == 75 ? 1 : 2;
+    int targets[2] = {device_sm, 75}, ntargets = arch_only ? 0 : device_sm == 75 ? 1 : 2;
+#define JOBS(table, fam, sm)                                                                                           \
+    for (int i = 0; i < (int)(sizeof table / sizeof table[0]); i++)                                                    \
+        if (!quick || table[i].quick) p.jobs[p.njobs] = (job){fam, i, sm, p.njobs}, p.njobs++
     for (int s = 0; s < ntargets; s++) {
         /* the slowest to emulate first, so that the threads finish together */
-        for (int i = 0; i < (int)(sizeof kit_attn_bwd_rows / sizeof kit_attn_bwd_rows[0]); i++)
-            if (!quick || kit_attn_bwd_rows[i].quick) p.jobs[p.njobs] = (job){3, i, targets[s], p.njobs}, p.njobs++;
-        for (int i = 0; i < (int)(sizeof kit_attn_rows / sizeof kit_attn_rows[0]); i++)
-            if (!quick || kit_attn_rows[i].quick) p.jobs[p.njobs] = (job){1, i, targets[s], p.njobs}, p.njobs++;
-        for (int i = 0; i < (int)(sizeof kit_attn_split_rows / sizeof kit_attn_split_rows[0]); i++)
-            if (!quick || kit_attn_split_rows[i].quick) p.jobs[p.njobs] = (job){4, i, targets[s], p.njobs}, p.njobs++;
-        for (int i = 0; i < (int)(sizeof kit_ln_rows / sizeof kit_ln_rows[0]); i++)
-            if (!quick || kit_ln_rows[i].quick) p.jobs[p.njobs] = (job){0, i, targets[s], p.njobs}, p.njobs++;
+        JOBS(kit_attn_bwd_rows, 3, targets[s]);
+        JOBS(kit_attn_rows, 1, targets[s]);
+        JOBS(kit_attn_split_rows, 4, targets[s]);
+        JOBS(kit_ln_rows, 0, targets[s]);
 #ifdef KIT_HAVE_NORM
-        for (int i = 0; i < (int)(sizeof kit_norm_rows / sizeof kit_norm_rows[0]); i++)
-            if (!quick || kit_norm_rows[i].quick) p.jobs[p.njobs] = (job){2, i, targets[s], p.njobs}, p.njobs++;
+        JOBS(kit_norm_rows, 2, targets[s]);
 #endif
     }
-    /* the sm_90a wgmma rows: only for a 9.0 device (sm_90a code runs on exactly that SM) */
+    /* the sm_90a rows: only for a 9.0 device (sm_90a code runs on exactly that SM) */
     if (device_sm == 90) {
-        for (int i = 0; i < (int)(sizeof kit_attn_wgmma_rows / sizeof kit_attn_wgmma_rows[0]); i++)
-            if (!quick || kit_attn_wgmma_rows[i].quick) p.jobs[p.njobs] = (job){5, i, KIT_SM_90A, p.njobs}, p.njobs++;
+        JOBS(kit_attn_bwd_wgmma_rows, 7, KIT_SM_90A);
+        JOBS(kit_attn_wgmma_rows, 5, KIT_SM_90A);
+        JOBS(kit_attn_wgmma_kv_rows, 6, KIT_SM_90A);
     } else {
         printf("sm_90a wgmma attention rows skipped: they run on a 9.0 device only (this one is sm_%d)\n", device_sm);
     }
+#undef JOBS
     double t0 = now_ms();
     printf("preparing %d cases (inputs, emulator run, float64 reference) on %d threads\n", p.njobs, threads);
     pthread_t tid[64];
@@ -823,11 +982,13 @@ static void usage(FILE *to) {
     fprintf(to,
             "usage: kiln-kit specs [--arch]              the bundle's spec list, one per line; --arch: the arch\n"
             "                                            bundle's (sm_90a: the wgmma attention rows and sweep)\n"
-            "       kiln-kit prepare DIR --sm N [--sms M] [-j T] [--quick]\n"
+            "       kiln-kit prepare DIR --sm N [--sms M] [-j T] [--quick] [--small] [--arch-only]\n"
             "                                            write check cases (inputs, emulator outputs for sm_N\n"
             "                                            and sm_75, float64 references) into DIR; --sms M: the\n"
             "                                            device's multiprocessors (backward reductions then\n"
-            "                                            sum in the GPU's order)\n"
+            "                                            sum in the GPU's order); --quick: the quick rows, small;\n"
+            "                                            --small: every row, a quarter of its lengths; --arch-only:\n"
+            "                                            the sm_90a rows alone (--sm 90; none elsewhere)\n"
             "       kiln-kit jit DIR [--csv F] [--timing-csv F]\n"
             "                                            generate, load and launch every case on the GPU\n"
             "                                            in this process; compare; time cold/disk/warm gets\n");
@@ -844,13 +1005,15 @@ int main(int argc, char **argv) {
     }
     if (argc < 3) return fprintf(stderr, "kiln-kit: '%s' needs a directory; see kiln-kit --help\n", cmd), 2;
     const char *dir = argv[2];
-    int sm = 0, sms = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0;
+    int sm = 0, sms = 0, threads = (int)sysconf(_SC_NPROCESSORS_ONLN), quick = 0, small = 0, arch_only = 0;
     const char *csv = NULL, *tcsv = NULL;
     for (int i = 3; i < argc; i++) {
         if (!strcmp(argv[i], "--sm") && i + 1 < argc) sm = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--sms") && i + 1 < argc) sms = atoi(argv[++i]);
         else if (!strcmp(argv[i], "-j") && i + 1 < argc) threads = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--quick")) quick = 1;
+        else if (!strcmp(argv[i], "--small")) small = 1;
+        else if (!strcmp(argv[i], "--arch-only")) arch_only = 1;
         else if (!strcmp(argv[i], "--csv") && i + 1 < argc) csv = argv[++i];
         else if (!strcmp(argv[i], "--timing-csv") && i + 1 < argc) tcsv = argv[++i];
         else return fprintf(stderr, "kiln-kit: unknown argument '%s'; see kiln-kit --help\n", argv[i]), 2;
@@ -858,7 +1021,7 @@ int main(int argc, char **argv) {
     if (!strcmp(cmd, "prepare")) {
         if (sm < 75 || !kiln_target_find(sm))
             return fprintf(stderr, "kiln-kit: prepare needs --sm N; valid: 75, 80, 86, 89, 90\n"), 2;
-        return cmd_prepare(dir, sm, sms, threads, quick);
+        return cmd_prepare(dir, sm, sms, threads, quick, small, arch_only);
     }
     if (!strcmp(cmd, "jit")) return cmd_jit(dir, csv, tcsv);
     fprintf(stderr, "kiln-kit: unknown command '%s'; valid: specs, prepare, jit\n", cmd);

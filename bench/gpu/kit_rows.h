@@ -75,6 +75,65 @@ static const kit_attn_row kit_attn_wgmma_rows[] = {
     {"bf16", "bf16", 256, 1, 1, 2, 2, 100, 100, 0}, {"f16", "f16", 256, 0, 1, 2, 1, 90, 150, 0},
     /* d96 and d32 on the 128- and 64-column tiles (templates/lib/attn_wgmma_dims.lua) */
     {"bf16", "bf16", 96, 1, 1, 4, 2, 130, 170, 0},  {"f16", "f16", 32, 0, 1, 2, 2, 100, 140, 0},
+    /* the rest of the speed sweep's kernels (kiln-kit checks that every spec it times has a row) */
+    {"f16", "f16", 64, 0, 2, 2, 2, 70, 200, 0},     {"f16", "f16", 128, 1, 1, 2, 1, 190, 190, 0},
+    {"bf16", "bf16", 256, 0, 1, 4, 2, 60, 130, 0},  {"f16", "f16", 256, 1, 1, 2, 2, 130, 80, 0},
+};
+
+/* The sm_90a forward's decoding and KV-cache kernels (issue 27), checked like the rows above: splits > 0 is
+ * split-KV decoding (`splitkv=true`; the split kernel and its combine, `splits` forced), GQA-packed (a 128-row
+ * block holds the heads_q / heads_kv query heads that share a kv head, times the query rows: G 8 below);
+ * page_size > 0 is a paged KV cache (`paged=true`: K and V in shuffled pages of that many rows, each entry's length
+ * drawn up to seq_k, entry 1 empty; templates/lib/attn_paged.ref.c), both at once where a row has both. The page
+ * sizes divide both key tiles (64 and 128). */
+#define KIT_ATTN_WGMMA_SPLIT_SPEC KIT_ATTN_WGMMA_SPEC " splitkv=true"
+#define KIT_ATTN_WGMMA_PAGED_SPEC KIT_ATTN_WGMMA_SPEC " paged=true"
+#define KIT_ATTN_WGMMA_PAGED_SPLIT_SPEC KIT_ATTN_WGMMA_SPEC " splitkv=true paged=true"
+typedef struct kit_attn_wgmma_kv_row {
+    const char *dtype;
+    int head_dim, causal;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    int splits, page_size;
+    int quick;
+} kit_attn_wgmma_kv_row;
+
+static const kit_attn_wgmma_kv_row kit_attn_wgmma_kv_rows[] = {
+    {"bf16", 128, 0, 2, 8, 1, 1, 1000, 4, 0, 1},  /* G 8, one query: decoding */
+    {"f16", 64, 1, 1, 16, 2, 2, 700, 3, 0, 0},    /* G 8, two query rows (16 packed rows a head group), causal */
+    {"bf16", 256, 0, 1, 8, 1, 1, 300, 2, 0, 0},   /* G 8 at d256 */
+    {"bf16", 64, 1, 2, 4, 2, 100, 300, 0, 16, 1}, /* paged, pages of 16, GQA 2 */
+    {"f16", 128, 0, 3, 2, 2, 130, 200, 0, 64, 0}, /* paged, pages of 64, an empty entry */
+    {"bf16", 128, 0, 3, 8, 1, 1, 600, 3, 32, 0},  /* paged split-KV decoding, G 8, pages of 32 */
+};
+
+/* The sm_90a attention backward (`attention_bwd kernel=dkdv ... path=wgmma`: its launch description runs prep, the
+ * wgmma dK/dV kernel (dQ inside it by f32 atomics), convert; deterministic: prep, dkdv, then the dq kernel), checked
+ * as kit_attn_bwd_rows are: float64 gradients through the family's reference, the emulator's run of the sm_90a
+ * modules first; deterministic rows run twice on the GPU. Every (dtype, head_dim, causal, deterministic) the
+ * backward's speed sweep times, with odd tails and seq_q != seq_k; GQA; a sliding window (window=true with these
+ * sides, -1 unbounded). head_dim 256 is not built on wgmma (refused by name; kiln-kit checks it). */
+#define KIT_ATTN_BWD_WGMMA_SPEC KIT_ATTN_BWD_SPEC " path=wgmma"
+typedef struct kit_attn_bwd_wgmma_row {
+    const char *dtype;
+    int head_dim, causal, deterministic;
+    int window, window_left, window_right;
+    int batch, heads_q, heads_kv, seq_q, seq_k;
+    int quick;
+} kit_attn_bwd_wgmma_row;
+
+static const kit_attn_bwd_wgmma_row kit_attn_bwd_wgmma_rows[] = {
+    {"bf16", 64, 0, 0, 0, 0, 0, 1, 2, 2, 150, 150, 1},  {"bf16", 64, 0, 1, 0, 0, 0, 2, 2, 2, 70, 130, 0},
+    {"bf16", 64, 1, 0, 0, 0, 0, 1, 2, 2, 130, 130, 0},  {"bf16", 64, 1, 1, 0, 0, 0, 1, 2, 2, 200, 170, 0},
+    {"f16", 64, 0, 0, 0, 0, 0, 1, 2, 2, 100, 77, 0},    {"f16", 64, 0, 1, 0, 0, 0, 1, 2, 2, 129, 129, 0},
+    {"f16", 64, 1, 0, 0, 0, 0, 2, 2, 2, 64, 64, 0},     {"f16", 64, 1, 1, 0, 0, 0, 1, 2, 2, 90, 150, 0},
+    {"bf16", 128, 0, 0, 0, 0, 0, 1, 2, 2, 140, 140, 0}, {"bf16", 128, 0, 1, 0, 0, 0, 1, 2, 2, 100, 60, 0},
+    {"bf16", 128, 1, 0, 0, 0, 0, 1, 2, 2, 150, 150, 0}, {"bf16", 128, 1, 1, 0, 0, 0, 1, 2, 2, 100, 100, 1},
+    {"f16", 128, 0, 0, 0, 0, 0, 2, 2, 2, 70, 70, 0},    {"f16", 128, 0, 1, 0, 0, 0, 1, 2, 2, 130, 190, 0},
+    {"f16", 128, 1, 0, 0, 0, 0, 1, 2, 2, 129, 100, 0},  {"f16", 128, 1, 1, 0, 0, 0, 1, 2, 2, 150, 150, 0},
+    /* GQA 4:1 with seq_q < seq_k (bottom-right causal), and GQA 6:2 deterministic */
+    {"bf16", 128, 1, 0, 0, 0, 0, 1, 4, 1, 77, 300, 0},  {"f16", 64, 0, 1, 0, 0, 0, 1, 6, 2, 100, 90, 0},
+    /* a sliding window (Mistral's shape: left only, causal), and both sides without causal */
+    {"bf16", 64, 1, 0, 1, 50, 0, 1, 2, 2, 200, 200, 0}, {"f16", 128, 0, 1, 1, 40, 20, 1, 4, 2, 130, 160, 0},
 };
 
 /* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and
@@ -247,5 +306,11 @@ static const int kit_wgmma_sweep_d[] = {64, 128, 256};
 #define KIT_WGMMA_CSV "attention_fwd_wgmma" /* the CSV's bench name (peers.py's rows match) */
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
+/* the sm_90a wgmma backward beside kiln's FA2 backward (path=auto: mma.sync on sm_90), atomic and deterministic, on a
+ * 9.0 device (issue 27): kit_wgmma_sweep_dtypes, these head dims (the forward sweep's others are not built on wgmma:
+ * refused by name, which kiln-kit checks and summary.md says), causal off/on, the forward's lengths and shape rule;
+ * peers.py times SDPA's flash and cuDNN backward on the same shapes */
+static const int kit_wgmma_bwd_sweep_d[] = {64, 128};
+#define KIT_WGMMA_BWD_CSV "attention_bwd_wgmma" /* the CSV's bench name (peers.py's rows match) */
 
 #endif

@@ -215,7 +215,7 @@ def measure_peers(rows, args):
             cudnn = lambda: sdpa_kernel(SDPBackend.CUDNN_ATTENTION)  # noqa: E731
     except Exception:
         cudnn = None
-    if not cudnn and any(r["bench"] == WGMMA_BENCH for r in rows):
+    if not cudnn and any(r["bench"] in (WGMMA_BENCH, WGMMA_BWD_BENCH) for r in rows):
         print("  SDPA cuDNN backend unavailable in this torch: the wgmma table has no cuDNN column")
     for r in [r for r in rows if r["bench"] == WGMMA_BENCH and r["impl"] == "kiln-wgmma"]:
         dt = dtypes[r["dtype"]]
@@ -265,22 +265,36 @@ def measure_peers(rows, args):
     for r in [r for r in rows if r["bench"] == "attention_bwd" and r["impl"] == "kiln"]:
         if not flash:
             break
-        dt = dtypes[r["dtype"]]
-        d, seq, causal = int(r["head_dim"]), int(r["seq"]), r["causal"] == "1"
-        batch, heads = int(r["rows_or_batch"]), int(r["heads"])
-        work = num(r, "work")
-        q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen).requires_grad_()
-                   for _ in range(3))
-        dout = torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen)
+        out += sdpa_backward(torch, F, timer, gen, dtypes, r, (("sdpa-flash", flash),))
+    # the sm_90a wgmma backward rows (a 9.0 device): SDPA's flash and cuDNN backward on the same shapes
+    for r in [r for r in rows if r["bench"] == WGMMA_BWD_BENCH and r["impl"] == "kiln-wgmma"]:
+        out += sdpa_backward(torch, F, timer, gen, dtypes, r, (("sdpa-flash", flash), ("sdpa-cudnn", cudnn)))
+    return out
+
+
+def sdpa_backward(torch, F, timer, gen, dtypes, r, backends):
+    """SDPA's backward on row r's shape through each (name, context) of backends that is there: the forward run once
+    under the backend, its graph kept, `torch.autograd.grad` alone timed; peer rows like r (its work: FLOPs)."""
+    dt = dtypes[r["dtype"]]
+    d, seq, causal = int(r["head_dim"]), int(r["seq"]), r["causal"] == "1"
+    batch, heads, work = int(r["rows_or_batch"]), int(r["heads"]), num(r, "work")
+    q, k, v = (torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen).requires_grad_() for _ in range(3))
+    dout = torch.randn(batch, heads, seq, d, device="cuda", dtype=dt, generator=gen)
+    out = []
+    for name, ctx in backends:
+        if not ctx:
+            continue
         try:
-            with flash():
+            with ctx():
                 o = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
             fn = lambda: torch.autograd.grad(o, (q, k, v), dout, retain_graph=True)  # noqa: E731
             ms, n = timer.median_ms(fn, 9 * q.numel() * q.element_size())
-            out.append(dict(r, impl="sdpa-flash", median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
+            out.append(dict(r, impl=name, median_ms="%.6f" % ms, rate="%.4f" % (work / (ms * 1e-3) / 1e12), reps=n))
         except Exception as e:
-            print("  sdpa-flash attention backward d%d seq %d causal %d: %s" % (d, seq, causal, e))
-        del q, k, v, dout
+            why = (str(e).splitlines() or [type(e).__name__])[0]
+            print("  %s attention backward %s d%d seq %d causal %d: %s" % (name, r["dtype"], d, seq, causal, why))
+        o = None
+    del q, k, v, dout
     return out
 
 
@@ -330,11 +344,16 @@ def headline(rows):
             add("attention bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
                 rate_of(rows, "attention_fwd", "kiln", **key), rate_of(rows, "attention_fwd", "sdpa-flash", **key),
                 "SDPA flash", peak, "mma.sync")
-    for causal in ("0", "1"):  # the sm_90a wgmma forward (a 9.0 device; no row elsewhere) against SDPA's cuDNN backend
-        key = dict(dtype="bf16", head_dim=128, seq=4096, causal=causal)
-        add("attention sm_90a wgmma bf16 d128 seq 4096%s TFLOP/s" % (" causal" if causal == "1" else ""),
+    for d, causal in ((128, "0"), (128, "1"), (256, "0"), (256, "1")):  # the sm_90a wgmma forward (a 9.0 device; no row
+        key = dict(dtype="bf16", head_dim=d, seq=4096, causal=causal)  # elsewhere) against SDPA's cuDNN backend (the goal)
+        add("attention sm_90a wgmma bf16 d%d seq 4096%s TFLOP/s" % (d, " causal" if causal == "1" else ""),
             rate_of(rows, WGMMA_BENCH, "kiln-wgmma", **key), rate_of(rows, WGMMA_BENCH, "sdpa-cudnn", **key),
             "SDPA cuDNN", peak, "mma.sync")
+    for impl, what in (("kiln-wgmma", ""), ("kiln-wgmma-det", " deterministic")):  # the sm_90a backward vs cuDNN's
+        key = dict(dtype="bf16", head_dim=128, seq=4096, causal="1")
+        add("attention backward sm_90a wgmma%s bf16 d128 seq 4096 causal TFLOP/s" % what,
+            rate_of(rows, WGMMA_BWD_BENCH, impl, **key), rate_of(rows, WGMMA_BWD_BENCH, "sdpa-cudnn", **key),
+            "SDPA cuDNN bwd", peak, "mma.sync")
     for d in (64, 128):
         key = dict(dtype="bf16", head_dim=d, seq=4096, causal="1")
         add("attention backward bf16 d%d seq 4096 causal TFLOP/s (2.5x fwd FLOPs)" % d,
@@ -388,6 +407,7 @@ def tables(rows):
             fmt(k, "%.1f"), fmt(s, "%.1f"), ratio(k, s), "%.1f%%" % (100 * k / peak) if peak else "-",
             "%.1f%%" % (100 * s / peak) if peak and s else "-"))
     lines += wgmma_lines(rows, peak)
+    lines += wgmma_bwd_lines(rows, peak)
     dec = [r for r in rows if r["bench"] == "attention_decode" and r["impl"] == "kiln-splitkv"]
     if dec:
         lines += ["", "### Decoding (one query, bf16 d%s, %s query heads over GQA kv heads), GB/s of K + V read" % (
@@ -449,6 +469,39 @@ def wgmma_lines(rows, peak):
             r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
             fmt(w, "%.1f"), fmt(fa2, "%.1f"), fmt(fl, "%.1f"), fmt(cu, "%.1f"), ratio(w, fa2), ratio(w, cu),
             "%.1f%%" % (100 * w / peak) if peak else "-"))
+    return lines
+
+
+WGMMA_BWD_BENCH = "attention_bwd_wgmma"  # kit_rows.h's KIT_WGMMA_BWD_CSV
+
+
+def wgmma_bwd_lines(rows, peak):
+    """The sm_90a wgmma backward (path=wgmma), atomic and deterministic, beside kiln's FA2 backward and SDPA's flash and
+    cuDNN backward on the same shapes (issue 27's goals: wgmma >= 0.9x cuDNN, deterministic >= 0.8x); the forward
+    sweep's head dims with no backward row are said in the table (not built on wgmma). A 9.0 device only."""
+    wg = [r for r in rows if r["bench"] == WGMMA_BWD_BENCH and r["impl"] == "kiln-wgmma"]
+    if not wg:
+        return []
+    lines = ["", "### Attention backward on sm_90a: wgmma (path=wgmma) vs kiln FA2 (mma.sync) and SDPA's flash and cuDNN "
+             "backward, TFLOP/s (2.5x the forward's FLOPs; goals: wgmma/cuDNN >= 0.9, deterministic/cuDNN >= 0.8)", "",
+             "| dtype | head_dim | causal | seq | batch x heads | wgmma | wgmma det. | FA2 | FA2 det. | SDPA flash | SDPA cuDNN "
+             "| wgmma/FA2 | wgmma/cuDNN | det./cuDNN | wgmma % of mma.sync peak |",
+             "|---|---:|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    for r in wg:
+        key = dict(dtype=r["dtype"], head_dim=r["head_dim"], seq=r["seq"], causal=r["causal"])
+        w = num(r, "rate")
+        det, fa2, fa2d, fl, cu = (rate_of(rows, WGMMA_BWD_BENCH, i, **key)
+                                  for i in ("kiln-wgmma-det", "kiln-fa2", "kiln-fa2-det", "sdpa-flash", "sdpa-cudnn"))
+        lines.append("| %s | %s | %s | %s | %s x %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+            r["dtype"], r["head_dim"], "yes" if r["causal"] == "1" else "no", r["seq"], r["rows_or_batch"], r["heads"],
+            fmt(w, "%.1f"), fmt(det, "%.1f"), fmt(fa2, "%.1f"), fmt(fa2d, "%.1f"), fmt(fl, "%.1f"), fmt(cu, "%.1f"),
+            ratio(w, fa2), ratio(w, cu), ratio(det, cu), "%.1f%%" % (100 * w / peak) if peak else "-"))
+    fwd_dims = sorted({int(r["head_dim"]) for r in rows if r["bench"] == WGMMA_BENCH and r["impl"] == "kiln-wgmma"})
+    bwd_dims = {int(r["head_dim"]) for r in wg}
+    for d in [d for d in fwd_dims if d not in bwd_dims]:
+        lines.append("| %s | %d | - | - | - | not built on wgmma: `attention_bwd path=wgmma` refuses head_dim %d by name "
+                     "(kiln-kit checks it when the kit is built), so no row | - | - | - | - | - | - | - | - | - |" % (
+                         ", ".join(sorted({r["dtype"] for r in wg})), d, d))
     return lines
 
 

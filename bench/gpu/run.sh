@@ -2,10 +2,14 @@
 # run - the GPU check kit's one command (built by `make gpu-kit` as build/gpu-kit/run; docs/gpu-kit.md).
 # Proves every kernel in the kit on this machine's GPU (AOT bundle: cubin + PTX; JIT: generated here),
 # then times LayerNorm and attention against copy bandwidth, the mma.sync peak, torch, Triton and SDPA.
-# On a 9.0 device also the sm_90a wgmma attention forward (the arch bundle kit_90a.kbundle.gz); others skip it.
+# On a 9.0 device also the sm_90a wgmma attention (the arch bundle kit_90a.kbundle.gz: forward, split-KV, paged, backward),
+# and compute-sanitizer's memcheck, racecheck and synccheck over those kernels (`sanitize`); others skip them.
 # Output: a log, CSVs, PNG plots and summary.md in $KIT_OUT (else $OUT, else ./gpu-kit-out).
-# Environment: KIT_QUICK=1 small shapes (the fake-driver test); KIT_NO_SPEED=1 correctness only;
-# KILN_CUDA_DRIVER another libcuda.so.1. Exit status: 0 every check passed, 1 a check failed, 2 the kit broke.
+# Environment: KIT_QUICK=1 small shapes (the fake-driver test); KIT_NO_SPEED=1 correctness only; KIT_NO_SANITIZER=1 no
+# compute-sanitizer, KIT_SANITIZER_ONLY=1 that step alone (KIT_SANITIZER, KIT_SANITIZER_TIMEOUT, KIT_SANITIZER_TOOLS,
+# KIT_CUDA_DIRS: see `sanitize`);
+# KILN_CUDA_DRIVER another libcuda.so.1. Exit status: 0 every check passed (and every sanitizer tool clean or skipped),
+# 1 a check failed or a sanitizer tool found errors, 2 the kit broke.
 set -u
 KIT=$(cd "$(dirname "$0")" && pwd)
 OUTDIR=${KIT_OUT:-${OUT:-$PWD/gpu-kit-out}}
@@ -18,6 +22,33 @@ trap 'rm -rf "$WORK"' EXIT
 exec > >(tee "$OUTDIR/kit.log") 2>&1
 T0=$SECONDS
 step() { echo; echo "== $* ($((SECONDS - T0)) s)"; }
+
+# compute-sanitizer over every Hopper kernel the kit runs: the sm_90a cases, small (the quick run's own cases when they are
+# there), in the arch bundle's cubin mode; sets rc_san and writes SANREPORT (its markdown section, a `verdict:` line last)
+rc_san=0
+SANREPORT=$WORK/sanitizer.md
+sanitizer_step() {
+    step "compute-sanitizer: memcheck, racecheck, synccheck over the sm_90a kernels (small cases, mode 'cubin sm_90a')"
+    if [ "${KIT_NO_SANITIZER:-0}" = 1 ]; then
+        echo "  skipped: KIT_NO_SANITIZER=1"
+        printf '## compute-sanitizer (the sm_90a kernels)\n\nverdict: skipped: KIT_NO_SANITIZER=1\n' >"$SANREPORT"
+    elif [ "$DEVSM" != 90 ]; then
+        echo "  skipped: no sm_90a kernel runs on this device (sm_$DEVSM)"
+        printf '## compute-sanitizer (the sm_90a kernels)\n\nverdict: skipped: no sm_90a kernel runs on this device (sm_%s)\n' \
+            "$DEVSM" >"$SANREPORT"
+    else
+        local cases=$WORK/cases
+        if [ -z "$QUICK" ] || [ ! -d "$cases" ]; then
+            cases=$WORK/sancases
+            "$WORK/kiln-kit" prepare "$cases" --sm 90 --arch-only ${QUICK:---small} -j "$(nproc)" >"$WORK/prepare_san.log" 2>&1 ||
+                { cat "$WORK/prepare_san.log"; echo "run: preparing the sanitizer's cases failed"; exit 2; }
+            tail -n 1 "$WORK/prepare_san.log"
+        fi
+        "$KIT/sanitize" "$KIT/kiln-gpucheck" "$BUNDLE" "$ARCHBUNDLE" "$cases" "$SANREPORT"
+        rc_san=$?
+    fi
+}
+
 
 step "machine"
 date -u '+date: %Y-%m-%d %H:%M:%S UTC'
@@ -50,10 +81,20 @@ gzip -dc "$KIT/transformer.kbundle.gz" > "$TFBUNDLE" 2>/dev/null ||
 DEV=$("$KIT/kiln-gpucheck" device) || { echo "run: no usable CUDA device"; exit 2; }
 SM=${DEV%% *}
 SMS=$(sed -n 's/.*, \([0-9]*\) SMs,.*/\1/p' <<<"$DEV")
+DEVSM=$(sed -n 's/.*(sm_\([0-9]*\), [0-9]* SMs,.*/\1/p' <<<"$DEV") # the device's own SM (SM: the kernels' for it)
 echo "  device: ${DEV#* } -> kernels for sm_$SM"
 
 # Driver JIT for real: no PTX compile cache, so every PTX load below is compiled now.
 export CUDA_CACHE_DISABLE=1
+
+# KIT_SANITIZER_ONLY=1: the compute-sanitizer step alone (the second half of a run split to fit a time limit)
+if [ "${KIT_SANITIZER_ONLY:-0}" = 1 ]; then
+    sanitizer_step
+    cp "$SANREPORT" "$OUTDIR/summary.md"
+    echo
+    echo "GPU KIT: compute-sanitizer only (KIT_SANITIZER_ONLY=1): $(sed -n 's/^verdict: //p' "$SANREPORT" | tail -n 1) in $((SECONDS - T0)) s"
+    exit $rc_san
+fi
 
 step "check cases: inputs, emulator runs (sm_$SM and sm_75 modules), float64 references"
 "$WORK/kiln-kit" prepare "$WORK/cases" --sm "$SM" --sms "${SMS:-0}" -j "$(nproc)" $QUICK > "$WORK/prepare.log" 2>&1
@@ -108,6 +149,8 @@ else
     echo "  skipped: no python3 with torch, pytest and a CUDA device here"
 fi
 
+sanitizer_step
+
 step "summary"
 summarize() { # CSV of checks -> one line per family x mode
     awk -F, 'NR > 1 { k = $2 " | " $3; n[k]++; if ($18 != "pass") f[k]++; cases[k, $1] = 1 }
@@ -123,11 +166,19 @@ if [ "$fails" -gt 0 ]; then
 fi
 [ -f "$OUTDIR/summary.md" ] && sed -n '/^## headline/,/^## speed/p' "$OUTDIR/summary.md" | grep -v '^## speed' &&
     echo "(full tables: summary.md; plots: layernorm.png, attention.png; every figure: bench.csv)"
+# the sanitizer's verdicts: the last section of summary.md, and here
+if [ -f "$SANREPORT" ]; then
+    { [ -s "$OUTDIR/summary.md" ] && echo; cat "$SANREPORT"; } >>"$OUTDIR/summary.md"
+    sed 's/^/  /' "$SANREPORT"
+fi
+san=$(sed -n 's/^verdict: //p' "$SANREPORT" 2>/dev/null | tail -n 1)
+[ $rc_san -eq 2 ] && san="broken (exit 2)"
 verdict=PASS
 [ $rc_aot -ne 0 ] || [ $rc_jit -ne 0 ] || [ $rc_load -ne 0 ] && verdict=FAIL
 echo
 [ $rc_torch -ne 0 ] && verdict=FAIL
-echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit, load exit $rc_load, torch exit $rc_torch; speed exit $rc_speed) in $((SECONDS - T0)) s"
+[ $rc_san -ne 0 ] && verdict=FAIL
+echo "GPU KIT: correctness $verdict (AOT exit $rc_aot, JIT exit $rc_jit, load exit $rc_load, torch exit $rc_torch, compute-sanitizer $san; speed exit $rc_speed) in $((SECONDS - T0)) s"
 [ "$verdict" = PASS ] || exit 1
 [ $rc_speed -eq 0 ] || exit 2
 exit 0

@@ -72,6 +72,16 @@ typedef struct kiln_smem_site {
     kiln_smem_cost cost;
 } kiln_smem_site;
 
+/* One basic block of the kernel's optimized IR, in the module's order (a loop's blocks lie between its first
+ * and last): how often the warps ran it, its static instruction count per class, and whether it is in the
+ * hot loop. Loop-level figures that the hot loop leaves out (a branch taken on a minority of the trips)
+ * are sums over a range of blocks. */
+typedef struct kiln_prof_block {
+    uint64_t warp_runs;                  /* warp executions so far */
+    uint32_t inst[KILN_PROF_CLASSES];    /* instructions per execution */
+    int hot;
+} kiln_prof_block;
+
 /* on: kernels loaded from now on are instrumented (slower); off: they are not. */
 void kiln_emu_set_profile(kiln_emu *emu, int on);
 /* The kernel's counts so far; KILN_EINVAL when it was loaded without profiling. */
@@ -79,6 +89,8 @@ kiln_status kiln_emu_profile_get(const kiln_emu_kernel *k, kiln_emu_profile *out
 /* Number of shared-memory access sites (0 without profiling), and site i. */
 unsigned kiln_emu_profile_nsites(const kiln_emu_kernel *k);
 int kiln_emu_profile_site(const kiln_emu_kernel *k, unsigned i, kiln_smem_site *out);
+/* Basic block i (i < kiln_emu_profile's basic_blocks); 0, or -1 past the last one or without profiling. */
+int kiln_emu_profile_block(const kiln_emu_kernel *k, unsigned i, kiln_prof_block *out);
 void kiln_emu_profile_reset(kiln_emu_kernel *k);
 /* "mma", "ldmatrix", ... / "ld.shared", "st.shared", "ldmatrix", "cp.async". */
 const char *kiln_prof_class_name(kiln_prof_class c);

@@ -54,3 +54,26 @@ def test_splitkv_decoding_on_pages_runs_the_combine_after():
     assert r.passed, r.outputs
     assert [x["entry"].startswith("kiln_attention_combine") for x in r.launches] == [False, True]
     assert "wgmma" in r.launches[0]["entry"]
+
+
+def test_kvcache_on_wgmma_at_a_padded_dim_on_128_key_tiles():
+    """d96 runs d128's tiles (128 keys, two panels, the second half zero-filled past head_dim) over pages of 16: a
+    tile spans 8 pages; GQA 2:1, bottom-right causal, against float64 and the FA2 kernel."""
+    rng = np.random.default_rng(11)
+    b, sq, hq, hkv, d, page, nb = 2, 3, 4, 2, 96, 16, 24
+    q = rng.uniform(-1, 1, (b, sq, hq, d)).astype(np.float16)
+    kc = rng.uniform(-1, 1, (nb, page, hkv, d)).astype(np.float16)
+    vc = rng.uniform(-1, 1, (nb, page, hkv, d)).astype(np.float16)
+    table = rng.permutation(nb)[:2 * 11].reshape(2, 11).astype(np.int32)
+    lens = np.array([170, 150], np.int32)  # two 128-key tiles each, the second a partial one
+    pads = np.array([3, 21], np.int32)
+    o, lse = emulate.attention_kvcache(q, kc, vc, table, lens, cache_leftpad=pads, causal=True, sm="90a",
+                                       path="wgmma", return_lse=True)
+    o2, lse2 = emulate.attention_kvcache(q, kc, vc, table, lens, cache_leftpad=pads, causal=True, sm=80,
+                                         return_lse=True)
+    for i in range(b):
+        keys = kc[table[i]].reshape(-1, hkv, d)[pads[i]:lens[i]]
+        vals = vc[table[i]].reshape(-1, hkv, d)[pads[i]:lens[i]]
+        assert np.abs(o[i].astype(np.float64) - _reference(q[i], keys, vals)).max() < 2e-3
+    assert np.abs(o.astype(np.float64) - o2.astype(np.float64)).max() < 2e-3
+    assert np.abs(lse - lse2).max() < 1e-4

@@ -12,13 +12,15 @@
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
 -- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua;
 -- its atomic dkdv at head_dim 128 walks the query tiles twice (cfg.passes: dV, then dK and the dQ step),
--- lib/attn_bwd_f16scaled_d128.lua.
+-- lib/attn_bwd_f16scaled_d128.lua; at head_dim 32 a key block whose K and V take one power of two each runs
+-- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
 local f16s = require("lib.attn_bwd_f16scaled") -- bf16 on sm_75's f16 tensor cores (cfg.f16s)
 local passes = require("lib.attn_bwd_f16scaled_d128") -- dV and dK in two passes (cfg.passes)
 local kvs = require("lib.attn_bwd_kvscaled") -- (cfg.kvs: K and V scaled once by the deterministic dkdv for dq)
+local d32 = require("lib.attn_bwd_f16scaled_d32") -- (cfg.d32: head_dim 32's key blocks of one power of two)
 
 local M = {}
 
@@ -85,6 +87,7 @@ local function config_dq(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
+  if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
 end
@@ -103,6 +106,7 @@ function M.config(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd = bm, bn, ld, ldd
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
+  if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   cfg.passes = passes.passes(spec, target)
   return cfg
@@ -118,6 +122,9 @@ local function alloc(b, spec, cfg)
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
   if cfg.f16s then
     for _, f in ipairs(f16s.floats(spec, cfg)) do floats[#floats + 1] = f end
+  end
+  if cfg.d32 then
+    for _, f in ipairs(d32.floats(spec, cfg)) do floats[#floats + 1] = f end
   end
   local sh = {}
   if cfg.dynamic_smem then
@@ -233,8 +240,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * bn
   local shift = p.seq_k - p.seq_q
-  stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
-  stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
+  local fast, kT, vT -- (cfg.d32: whether the block took one power of two for K and one for V, and those factors)
+  if cfg.d32 then
+    fast, kT, vT = d32.stage_kv(b, spec, cfg, sh, io.base("k", bi, hkv), io.base("v", bi, hkv), p.stride_ks, p.stride_vs,
+                                k0, p.seq_k)
+  else
+    stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
+    stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
+  end
   if cfg.cp_async then b:cp_async_commit() end
   if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
 
@@ -272,13 +285,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
       end
     end
     local stk, stv = fs and fs.rows_state(b), fs and fs.rows_state(b) -- (dK's and dV's running exponents)
+    local cx = cfg.d32 and { -- (the fast body's view of the kernel, lib/attn_bwd_f16scaled_d32.lua)
+      spec = spec, cfg = cfg, sh = sh, p = p, fast = fast, kT = kT, vT = vT, fscale = p.scale * LOG2E * kT,
+      d = d, bm = bm, bn = bn, ld = ld, nq = nq, kd = kd, dtiles = dtiles, k0 = k0, shift = shift, first_q = first_q,
+      tid = tid, lane = lane, warp = warp, g = g, t = t, dk = dk, dv = dv, stk = stk, stv = stv,
+      frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
+    }
 
     b:for_(0, group, 1, function(gi)
       local h = hkv * group + gi
       local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
       local ri = io.row_index(bi, h)
       local slope2 = spec.alibi and mask.slope(hooks.mask, h)
-      b:for_(q_start, q_end, bm, function(q0)
+      local function tile(q0)
         b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
         if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
           fs.load_ws(b, cfg, M.WARPS * 32, sh.qs, p.qh + ri * d, d, q0, bm, p.seq_q)
@@ -440,7 +459,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
           end
         end
-      end)
+      end
+      if cfg.d32 then d32.query_loop(b, cx, ri, q_start, q_end, tile) else b:for_(q_start, q_end, bm, tile) end
     end)
 
     -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
@@ -527,17 +547,27 @@ function M.build_dq(b, spec, cfg, p, io)
   local stq = fs and fs.rows_state(b) -- (f16-scaled: dQ's running exponents)
   local kb, vb = io.base("k", bi, hkv), io.base("v", bi, hkv)
   local scale2 = p.scale * LOG2E
-  b:for_(kv_lo, kv_end, bn, function(k0)
+  -- (cfg.d32 with K and V from the deterministic dkdv: a key tile whose rows share one factor runs
+  -- lib/attn_bwd_f16scaled_d32.lua's body)
+  local cx = cfg.d32 and cfg.kvs and {
+    spec = spec, sh = sh, p = p, d = d, bn = bn, ld = ld, kd = kd, nk = nk, dtiles = dtiles, q0 = q0, shift = shift,
+    lane = lane, warp = warp, g = g, t = t, tid = tid, bound = bound, lse2 = lse2, dl = dl, dq = dq, stq = stq,
+    scale2 = scale2, frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
+  }
+  local function load_kv(k0)
     b:barrier() -- the previous tile's products are done with K and V
     if cfg.kvs then kvs.load(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) else
       stage(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf)
       stage(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf)
     end
+    if cx then d32.dq_flags(b, cx, k0) end
     if cfg.cp_async then
       b:cp_async_commit()
       b:cp_async_wait(0)
     end
     b:barrier()
+  end
+  local function tile(k0)
     local qf, of, kf, vf = {}, {}, {}, {} -- (f16-scaled: the rows' and key columns' factors)
     if fs then
       for hh = 0, 1 do
@@ -602,6 +632,10 @@ function M.build_dq(b, spec, cfg, p, io)
         end
       end
     end
+  end
+  b:for_(kv_lo, kv_end, bn, function(k0)
+    load_kv(k0)
+    if cx then d32.dq_tile(b, cx, k0, tile) else tile(k0) end
   end)
   if cfg.cp_async then b:cp_async_wait(0) end -- Q and dO when there was no key tile
   local qb = io.base("dq", bi, h)

@@ -4,8 +4,8 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap (d64), ALiBi, GQA/MQA, any
--- batch/heads/lengths; dropout (not with ALiBi at d128) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
+-- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap, ALiBi, GQA/MQA, any
+-- batch/heads/lengths; dropout (not with the softcap at d128) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
 -- maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
 -- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
@@ -25,15 +25,18 @@
 -- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
 -- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
 -- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
+-- The consumers address shared memory from its start by warp-uniform offsets made once a tile, their wgmma
+-- descriptors a base's plus an offset (lib/attn_bwd_wgmma_regs.lua: what keeps d128's two warpgroups in 240
+-- registers and every variant's wgmma chains asynchronous).
 --
 -- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
 -- keys (mask.query_range: causal and window skip the others). Per tile a consumer warpgroup:
 --   S^T = K Q^T and dP^T = V dO^T by d/16 chained m64n64k16 each (K, V as A and Q, dO as B from shared memory,
 --   all K-major as stored, two commit groups); P^T = exp2(S^T scale log2e - lse log2e) (the mask's score and
 --   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{d}k16 issued before dP^T is waited;
---   dS^T = P^T (dP^T - delta) (softcap: times 1 - tanh^2, computed with P^T once dP^T is in); dK += dS^T Q by 4
---   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P), dO / Q B N-major as
---   stored (trans_b). lse (x log2 e) and delta of the tile's 64 rows come from the stage in shared memory, where
+--   dS^T = P^T (dP^T - delta) (softcap: P^T (1 - tanh^2), made with P^T under dP^T's wgmma); dK += dS^T Q by 4
+--   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P: FA3's RS form at
+--   d128, Mma_dKV_is_RS), dO / Q B N-major as stored (trans_b). lse (x log2 e) and delta of the tile's 64 rows come from the stage in shared memory, where
 --   the producer warpgroup's threads put them (TMA would need lse rows padded to 16 bytes). Atomic dQ: dS^T's
 --   fragment is stored transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A),
 --   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
@@ -42,42 +45,39 @@
 --   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
 local util = require("lib.util")
-local dropout = require("lib.attn_dropout")
 local varlen = require("lib.attn_varlen")
 local mask = require("lib.attn_mask")
 local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
 local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
+local regs = require("lib.attn_bwd_wgmma_regs") -- (uniform offsets, descriptors as base + offset)
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap (head_dim 64), alibi, dropout (not with alibi at head_dim 128), varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap, alibi, dropout (not with softcap at head_dim 128), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
 local BM = 64          -- query rows per tile
 local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
--- Geometry per head_dim: consumer warpgroups (64 keys each), Q/dO ring stages, setmaxnreg counts (producer
--- dec, consumers inc: (dec + NC inc) x 128 <= 65536). ptxas gives a 384-thread block 168 registers a thread
--- (.maxnreg) whatever setmaxnreg later hands the consumers: d64 fits (dK, dV, S, dP: 128 f32) with two consumer
--- warpgroups (128 keys a block, each Q/dO tile read once for both); d128 (192 f32) takes one consumer warpgroup
--- (256 threads; setmaxnreg's most, 256 registers: at 240 window with ALiBi spilled 20 bytes; the block's 35840
--- registers and 96 KiB of shared memory make one block an SM either way), and so does d64 with the softcap (its tanh
--- values beside P spilled at 168, at 240 not). d128 with the softcap spilled 8 bytes at 256: not covered.
+-- Geometry: consumer warpgroups (64 keys each), Q/dO ring stages, setmaxnreg counts (producer dec, consumers inc;
+-- the block starts with .maxnreg 168 at 384 threads, 255 at 256, and dec + NC inc <= that x (NC + 1): 24 + 2 x 240
+-- = 3 x 168). ptxas allocates a consumer up to its inc count; what a shape must fit is the consumer's own
+-- registers, measured with ptxas sm_90a (docs/hopper.md "Two consumer warpgroups at d128"). Two consumer warpgroups
+-- (128 keys a block, each Q/dO tile read once for both; FA3's 24 / 240): d64 (dK, dV, S^T, dP^T: 128 f32 a thread)
+-- and d128 (192 f32), with the addressing of lib/attn_bwd_wgmma_regs.lua (before it d128 spilled 72 bytes at 240
+-- and d64's wgmma were serialized). One (256 threads, setmaxnreg's most, 256): d128 with dropout (the Philox words
+-- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two).
+-- d128 with the softcap and dropout (4-8 bytes at 256 in 8 of its 36 variants) is not built.
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
-  [128] = { nc = 1, stages = 2, dec = 24, inc = 256 },
+  [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
 }
-local SOFTCAP = { [64] = { nc = 1, stages = 2, dec = 24, inc = 240 } }
--- (d64 softcap with dropout: the keep bits beside tanh's values spilled 8 bytes at 240 with window and ALiBi; 256.
--- d64 dropout with varlen, a window or ALiBi: the sequence's offsets, the window's bounds or the slope beside the
--- keep bits spilled 2-8 bytes at 168 (varlen; not causal with window and ALiBi): one consumer warpgroup, 240)
-local SOFTCAP_DROPOUT = { [64] = { nc = 1, stages = 2, dec = 24, inc = 256 } }
+local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 
 -- The geometry of a spec this file builds.
 local function shape(spec)
-  if spec.softcap then return (spec.dropout and SOFTCAP_DROPOUT or SOFTCAP)[spec.head_dim] end
-  if spec.dropout and (spec.varlen or spec.window or spec.alibi) and SOFTCAP[spec.head_dim] then return SOFTCAP[spec.head_dim] end
+  if (spec.dropout or spec.softcap) and spec.head_dim == 128 then return ONE end
   return SHAPES[spec.head_dim]
 end
 
@@ -89,13 +89,14 @@ local function not_covered(spec)
     return string.format("head_dim=%d (64 and 128, and 40-56 / 104-120 padded to them)", spec.dim or spec.head_dim)
   end
   if spec.vdim and spec.vdim ~= (spec.dim or spec.head_dim) then return "v_head_dim != head_dim" end
-  if spec.softcap and not SOFTCAP[spec.head_dim] then
-    return string.format("head_dim=%d with softcap=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers)", spec.dim or spec.head_dim)
+  if spec.softcap and spec.dropout and spec.head_dim == 128 then
+    return string.format("head_dim=%d with softcap=true and dropout=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers, the keep bits, Philox words and the softcap's factors the rest)",
+                         spec.dim or spec.head_dim)
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
   end
-  return keys.not_built(spec)
+  return nil
 end
 
 -- The refusal of path=wgmma on a kernel other than dkdv (nil when none): attention_bwd's check().
@@ -149,12 +150,14 @@ function M.build(b, spec, cfg, params, io)
   local dim = spec.dim or d
   local eb = util.dtype_bytes[T]
   local t, wg = b:tid(), b:warpgroup()
+  local role = regs.uniform(b, wg) -- (the warpgroup, warp-uniform to ptxas: the roles' branches are not divergent)
   local smem = b:dynamic_shared(T, 1024)
-  local sk = smem
-  local sv = sk + nc * panels * PANEL
-  local sq = sv + nc * panels * PANEL
-  local sdo = sq + ns * panels * PANEL
-  local sds = sdo + ns * panels * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  -- (the regions' offsets in elements: the consumers address them from smem, lib/attn_bwd_wgmma_regs.lua)
+  local ok, ov = 0, nc * panels * PANEL
+  local oq = ov + nc * panels * PANEL
+  local odo = oq + ns * panels * PANEL
+  local ods = odo + ns * panels * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  local sk, sv, sq, sdo = smem + ok, smem + ov, smem + oq, smem + odo
   local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local dsbar = bars + 2 + 4 * ns -- (atomic dQ: per consumer warpgroup, its 128 threads' dS stores)
@@ -183,7 +186,7 @@ function M.build(b, spec, cfg, params, io)
   b:barrier()
 
   -- producer: K and V of the block once, then per (query head, query tile) Q and dO into stage it % ns
-  b:if_(b:eq(wg, nc), function()
+  b:if_(b:eq(role, nc), function()
     b:setmaxnreg("dec", cfg.dec)
     local pt = t - 128 * nc
     b:if_(b:eq(pt, 0), function()
@@ -227,20 +230,20 @@ function M.build(b, spec, cfg, params, io)
   end)
 
   -- consumers
-  b:if_(b:lt(wg, nc), function()
+  b:if_(b:lt(role, nc), function()
     b:setmaxnreg("inc", cfg.inc)
     local drop = keys.setup(b, spec, p) -- (dropout's per-launch values; nil without)
     local tc = b:warpgroup_thread()
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
-    local my_k, my_v = sk + wg * (panels * PANEL), sv + wg * (panels * PANEL)
-    local function desc(base, lbo) return b:wgmma_desc(base, { swizzle = 128, lbo = lbo, sbo = 1024 }) end
-    local key, first_q, end_q, key_live = {}, {}, {}, {}
+    local function desc(a, lbo) return a:desc(lbo) end -- (a: a regs.at address)
+    local function at(o, u) return regs.at(b, smem, eb, o * eb // 16 + u) end -- (region o, u 16-byte units on)
+    local key, key_live = {}, {}
     for r = 0, 1 do
       key[r] = k0 + wg * 64 + w * 16 + g + 8 * r
       key_live[r] = keys.key_live(b, spec, p, key[r])
-      -- (the rows [first_q, end_q) that see the key: causal / window only)
-      if spec.causal or spec.window then first_q[r], end_q[r] = mask.query_range(m, key[r], key[r]) end
     end
+    -- (causal / window: a key k sees the rows k + [klo, khi), nil where unbounded; rows past seq_q have P = 0)
+    local klo, khi = mask.key_offsets(m)
     local dkv, dvv = {}, {}
     for i = 1, d // 2 do dkv[i], dvv[i] = b:var("f32", 0.0), b:var("f32", 0.0) end
     local scale2 = p.scale * LOG2E
@@ -251,8 +254,15 @@ function M.build(b, spec, cfg, params, io)
       local slope2 = spec.alibi and mask.slope(m, h) or nil
       b:for_(0, nqt, 1, function(qt)
         local it = gi * nqt + qt
-        local s = it % ns
         local q0 = q_start + qt * BM
+        -- the warpgroup and the stage, warp-uniform (lib/attn_bwd_wgmma_regs.lua); this warpgroup's K and V, the
+        -- stage's Q and dO, as addresses whose descriptors are a base's plus an offset
+        local us = regs.uniform(b, nc > 1 and ((wg << 8) | (it % ns)) or it % ns)
+        local uw, s = 0, us -- (one consumer warpgroup: 0, a constant)
+        if nc > 1 then uw, s = us >> 8, us & 255 end
+        local U = panels * PANEL * eb // 16 -- (16-byte units of d/64 panels)
+        local my_k, my_v = at(ok, uw * U), at(ov, uw * U)
+        local qs, dos = at(oq, s * U), at(odo, s * U)
         -- this thread's 16 query columns 8j + 2q + e; their lse (base 2) and delta are loaded where used (few
         -- registers live beside dK, dV and the in-flight S, dP: at d128 those four hold 192 of the 240)
         local col = {}
@@ -264,7 +274,6 @@ function M.build(b, spec, cfg, params, io)
         -- (the stage's lse x log2 e and delta of local column c = 8j + 2q + e, staged by the producer)
         local function row_val(which, c) return b:load(srow + (s * 2 * BM + which * BM + 8 * (c >> 1) + (c & 1) + 2 * q)) end
         b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
-        local qs, dos = sq + s * (panels * PANEL), sdo + s * (panels * PANEL)
         b:wgmma_fence()
         local S, dP
         for j = 0, (dim + 15) // 16 - 1 do
@@ -277,75 +286,78 @@ function M.build(b, spec, cfg, params, io)
           dP = b:wgmma{ n = BM, type = T, a = desc(my_v + off, 16), b = desc(dos + off, 16), acc = dP }
         end
         b:wgmma_commit()
-        -- (softcap: P^T and dS^T in one pass once dP^T is in, so that tanh's 32 values are not held across)
-        local fused = spec.softcap
-        S = b:wgmma_wait(fused and 0 or 1, S)
+        S = b:wgmma_wait(1, S)
         local dl = {}
-        if fused then
-          dP = b:wgmma_wait(0, dP)
-          for c = 0, 15 do dl[c] = row_val(1, c) end
-        end
         -- wgmma's A registers of X's k-step j (query columns 16j .. 16j + 15), from the D fragment
         local function areg(X, j)
           local a = {}
           for hh = 0, 3 do
             local i = 8 * j + 4 * (hh >> 1) + 2 * (hh & 1)
-            a[hh + 1] = b:pack(X[i], X[i + 1], T)
+            a[hh + 1] = X.packed and X.packed[i] or b:pack(X[i], X[i + 1], T)
           end
           return a
         end
-        -- P^T (element i: key row (i >> 1) & 1, query column (i >> 2, i & 1)), under dP^T's wgmma
-        local P, dS, lse2 = {}, {}, {}
+        -- P^T (element i: key row (i >> 1) & 1, query column (i >> 2, i & 1)), under dP^T's wgmma. Softcap: dS's
+        -- factor P^T (1 - tanh^2) is made here (Pd), so that tanh's values are not held until dP^T is in, and dV's
+        -- A registers are packed as P^T's pairs come (pk), so that P^T's f32 values are not held beside Pd
+        local P, Pd, pk, dS, lse2 = {}, {}, {}, {}, {}
         for c = 0, 15 do lse2[c] = row_val(0, c) end
+        -- the mask of element i by one compare against a constant: its query minus its key is d0 + t, t = o - 8r
+        -- (o: its column's offset from this thread's first, 8 (c >> 1) + (c & 1); key row r is 8r past row 0's),
+        -- visible for lo <= d0 + t < hi, ALiBi's distance f32(d0 + shift) + t (exact); three values a tile, not
+        -- the 16 columns and 2 x 2 bounds
+        local d0 = q0 + 2 * q - key[0]
+        local lo, hi = klo and d0 - klo, khi and d0 - khi
+        local ad = spec.alibi and b:f32(d0 + m.shift)
         for i = 0, BM // 2 - 1 do
           local r, c = (i >> 1) & 1, 2 * (i >> 2) + (i & 1)
+          local t = 8 * (c >> 1) + (c & 1) - 8 * r
           local x, th
           if spec.softcap or spec.alibi then
-            x, th = mask.score(m, S[i + 1], scale2, slope2, spec.alibi and b:f32(col[c] + m.shift - key[r]) or nil)
+            x, th = mask.score(m, S[i + 1], scale2, slope2, spec.alibi and ad + t or nil)
             x = x - lse2[c]
           else
             x = b:fma(S[i + 1], scale2, -lse2[c])
           end
           local pv = b:ex2_approx(x)
           if key_live[r] then pv = b:select(key_live[r], pv, 0.0) end -- (varlen: the next sequence's keys)
-          if first_q[r] then
-            -- (without a window the rows past end_q are those past seq_q, whose P is already 0: lse +inf)
-            local vis = b:ge(col[c], first_q[r])
-            if spec.window then vis = b:and_(vis, b:lt(col[c], end_q[r])) end
+          if lo or hi then -- (d0 + t >= lo: d0 - lo >= -t; d0 + t < hi: d0 - hi < -t)
+            local vis = lo and b:ge(lo, -t)
+            if hi then vis = vis and b:and_(vis, b:lt(hi, -t)) or b:lt(hi, -t) end
             pv = b:select(vis, pv, 0.0)
           end
           local kp = drop and keep(i)
-          if fused then
-            local z = kp and dropout.factor(drop, kp) -- (dropout: dP Z, and P o M for dV)
-            dS[i] = pv * ((z and dP[i + 1] * z or dP[i + 1]) - dl[c]) * (1.0 - th * th)
-            if kp then pv = b:select(kp, pv, 0.0) end
-          elseif kp then
-            pv = keys.held(b, kp, pv) -- (dropout: P kept, -P dropped)
-          end
+          if kp then pv = keys.held(b, kp, pv) end -- (dropout: P kept, -P dropped)
           P[i] = pv
+          if th then
+            Pd[i] = pv * (1.0 - th * th)
+            if i & 1 == 1 then
+              local a = keys.dv_operand(b, drop, { [0] = P[i - 1], [1] = P[i] })
+              pk[i - 1] = b:pack(a[0], a[1], T)
+            end
+          end
         end
         -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
         local DV, DK = {}, {}
         for i = 1, d // 2 do DV[i] = dvv[i]:get() end
-        local dva = keys.dv_operand(b, drop, P, fused) -- ((P o M)^T with dropout)
+        local dva = spec.softcap and { packed = pk } or keys.dv_operand(b, drop, P) -- ((P o M)^T with dropout)
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
           DV = b:wgmma{ n = d, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
         end
         b:wgmma_commit()
-        if not fused then
-          dP = b:wgmma_wait(1, dP)
-          for c = 0, 15 do dl[c] = row_val(1, c) end
-          for i = 0, BM // 2 - 1 do
-            local c = 2 * (i >> 2) + (i & 1)
-            if drop then
-              dS[i] = keys.ds(b, drop, P[i], dP[i + 1], dl[c])
-            else
-              dS[i] = P[i] * (dP[i + 1] - dl[c])
-            end
+        dP = b:wgmma_wait(1, dP)
+        for c = 0, 15 do dl[c] = row_val(1, c) end
+        local Ps = spec.softcap and Pd or P
+        for i = 0, BM // 2 - 1 do
+          local c = 2 * (i >> 2) + (i & 1)
+          if drop then
+            dS[i] = keys.ds(b, drop, Ps[i], dP[i + 1], dl[c])
+          else
+            dS[i] = Ps[i] * (dP[i + 1] - dl[c])
           end
         end
-        local my_ds = sds + wg * PANEL
+        local my_ds = at(ods, uw * (PANEL * eb // 16))
         if cfg.atomic then
           -- dQ (queries x d) += dS K needs dS as A: dS^T's fragment stored transposed into this warpgroup's
           -- [query][key] tile (128B-swizzled, wgmma's K-major A; element (qr, kr) in row qr, 16-byte chunk
@@ -360,7 +372,7 @@ function M.build(b, spec, cfg, params, io)
             b:store(my_ds + (base[2 * rr + e] + 512 * jj), b:from_f32(dS[i], T))
           end
           b:fence_proxy_async()
-          b:mbarrier_arrive(dsbar + 2 * wg)
+          b:mbarrier_arrive(dsbar + 2 * uw)
         end
         for i = 1, d // 2 do DK[i] = dkv[i]:get() end
         b:wgmma_fence()
@@ -379,7 +391,7 @@ function M.build(b, spec, cfg, params, io)
           b:mbarrier_arrive(empty + 2 * s)
         end
         if cfg.atomic then
-          b:mbarrier_wait(dsbar + 2 * wg, it % 2)
+          b:mbarrier_wait(dsbar + 2 * uw, it % 2)
           settle()
           -- 64 columns of dQ at a time (K's panels): 32 more registers beside dK and dV, not d/2
           for hp = 0, panels - 1 do

@@ -15,13 +15,14 @@
 -- P^T is held with the drop in its sign (FlashAttention's encoding): P kept, -P dropped; dV's A operand is
 -- max(P^T, 0) = (P o M)^T (M the keep mask) and the epilogue scales dV by 1 / (1 - p) (dV = (P o Z)^T dO,
 -- Z = M / (1 - p)); dS = P o (dP o Z - D) is P^T (dP^T / (1 - p) - D) kept, P^T D dropped (-P D). With the softcap
--- (dS computed beside P^T once dP^T is in, attn_bwd_wgmma.lua) Z is applied there and P o M held. The softmax
--- statistics are the undropped P's (lse from the forward).
+-- dS takes P^T (1 - tanh^2) held the same way (attn_bwd_wgmma.lua: the derivative is positive, the sign still the
+-- drop). The softmax statistics are the undropped P's (lse from the forward).
 --
 -- varlen=true (lib/attn_varlen.lua's launch and bind, as the FA2 backward's): one map per tensor over the packed
 -- [total, heads, d] tensor, the box's row the sequence's first plus the tile's (M.coord, M.box); the next
 -- sequence's keys a box brings are masked (M.key_live), its query rows have lse +inf (P = 0) and are not stored.
 local dropout = require("lib.attn_dropout")
+local regs = require("lib.attn_bwd_wgmma_regs")
 
 local M = {}
 
@@ -50,18 +51,6 @@ function M.key_live(b, spec, p, key)
   return b:lt(key, p.seq_k)
 end
 
--- Why a spec with these keys is not built (nil when it is): dropout with ALiBi at head_dim 128 (and the widths
--- padded to it) spills (ptxas sm_90a: 6-8 bytes causal; the 50 d128 dropout variants without ALiBi, atomic and
--- deterministic, window, varlen, 0 bytes with the key pair's shared Philox calls; with a call per entry pair every
--- d128 dropout variant spilled 4-8 bytes).
-function M.not_built(spec)
-  if spec.dropout and spec.alibi and spec.head_dim == 128 then
-    return string.format("head_dim=%d with dropout=true and alibi=true (it spills 6-8 bytes: dK, dV, S^T, dP^T hold 192 of the 255 registers, the keep bits, Philox words and the slope the rest)",
-                         spec.dim or spec.head_dim)
-  end
-  return nil
-end
-
 -- The block's query rows [q_start, q_end) as its tiles walk them: unchanged, or with dropout q_start rounded down
 -- to a multiple of 16 so that a tile's query columns pair into Philox calls (rows before q_start are invisible to
 -- every key of the block: causal / window, the only keys that make q_start > 0), and q_end taken to that start
@@ -87,6 +76,9 @@ function M.setup(b, spec, p) return dropout.setup(b, spec, p) end
 -- c = 2 (i >> 2) + (i & 1); key[r]: the key of row r (key[1] = key[0] + 8: one parity).
 function M.keeper(b, spec, d, bi, h, col, key)
   if not d then return nil end
+  -- (the Philox key as warp-uniform copies made this tile: its round keys are computed where they are used, on the
+  -- uniform datapath, not 18 values held through the loops: lib/attn_bwd_wgmma_regs.lua)
+  d = setmetatable({ k0 = regs.uniform(b, d.k0), k1 = regs.uniform(b, d.k1) }, { __index = d })
   local odd = b:ne(key[0] & 1, 0)
   local up = b:select(odd, 32, 0)
   local mine, theirs = b:i32(0), b:i32(0)
@@ -112,15 +104,15 @@ end
 -- dropout: P^T's element as held (pv the probability, keep its predicate): P kept, -P dropped.
 function M.held(b, keep, pv) return b:select(keep, pv, -pv) end
 
--- dropout: dS of an element from its held P^T value, dP^T and delta (outside the softcap's fused form).
+-- dropout: dS of an element from its held P^T value (softcap: times tanh's derivative, the sign still the drop), dP^T
+-- and delta.
 function M.ds(b, d, held, dp, delta)
   return b:select(b:ge(held, 0.0), held * (dp * d.rp - delta), held * delta)
 end
 
--- dV's A operand: the held P^T (P[0 ..]) as it is, or with dropout outside the softcap's fused form (which holds
--- P o M) max(held, 0) = (P o M)^T.
-function M.dv_operand(b, d, P, fused)
-  if not d or fused then return P end
+-- dV's A operand: the held P^T (P[0 ..]) as it is, or with dropout max(held, 0) = (P o M)^T.
+function M.dv_operand(b, d, P)
+  if not d then return P end
   local a = {}
   for i = 0, #P do a[i] = b:max(P[i], 0.0) end
   return a

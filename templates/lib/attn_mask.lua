@@ -143,6 +143,21 @@ function M.query_range(m, k_first, k_last)
   return q_lo, q_hi
 end
 
+-- The query rows a key k sees, as the row's offset from k (query_range's bounds before its clamps to [0, seq_q)):
+-- row - k >= lo (causal: -cshift; window: -(shift + right); both: the larger) and row - k < hi (window:
+-- left + 1 - shift); nil where there is no bound. A kernel whose rows past seq_q have P = 0 needs no more.
+function M.key_offsets(m)
+  local b, spec = m.b, m.spec
+  local lo, hi
+  if spec.causal then lo = -m.cshift end
+  if spec.window then
+    local wl = -(m.shift + m.right)
+    lo = lo and b:max(wl, lo) or wl
+    hi = m.left + 1 - m.shift
+  end
+  return lo, hi
+end
+
 -- tanh(x) from ex2.approx: (1 - e) / (1 + e) with e = 2^(-2 |x| log2 e), the sign put back.
 -- Absolute error a few 2^-23 (ex2.approx is 2^-22.5 relative); tanh.approx.f32 would be 2^-11.
 local function tanh(b, x)

@@ -149,14 +149,20 @@ function M.build(b, spec, cfg, base_params)
   local bz, h = b:ctaid("z"), b:ctaid("y")
   local hkv = p.hkv or h // (p.heads_q // p.heads_kv)
   local q0 = (p.qblock or b:ctaid("x")) * (64 * nc)
-  local m = mask.setup(b, spec, p)
-  local first_q, last = gqa.positions(b, spec, p, q0, 64 * nc) -- (split-KV's packed rows: lib/attn_wgmma_gqa.lua)
-  local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, first_q, last, BN))
-  local ntiles = b:max(t_end - t0, 0)
+  -- the mask's values and the block's key tiles [t0, t0 + ntiles), from p.seq_k
+  local function key_range()
+    local m = mask.setup(b, spec, p)
+    local first_q, last = gqa.positions(b, spec, p, q0, 64 * nc) -- (split-KV's packed rows: lib/attn_wgmma_gqa.lua)
+    local t0, t_end = keys.key_range(b, spec, p, key_tiles(b, spec, m, first_q, last, BN))
+    return m, t0, b:max(t_end - t0, 0)
+  end
+  local m, t0, ntiles = key_range()
   local stage_bytes = (spec.qp + spec.vp) * KPANEL * util.dtype_bytes[T] -- (the panels holding real columns)
   local vw = spec.vw -- (O's columns: P V's n)
 
+  local kslot = wpaged.share(b, spec, p) -- (paged=true: seq_k in shared memory for the consumers, below)
   b:if_(b:eq(t, 0), function()
+    wpaged.store(b, spec, p, kslot)
     b:mbarrier_init(qbar, gqa.q_count(spec))
     for s = 0, ns - 1 do
       b:mbarrier_init(full + 2 * s, wpaged.full_count(spec))
@@ -195,13 +201,14 @@ function M.build(b, spec, cfg, base_params)
         end
       end)
     end)
-    wpaged.produce(b, spec, p, { t0 = t0, ntiles = ntiles, ns = ns, nc = nc, panels = panels, sk = sk, sv = sv,
+    wpaged.produce(b, spec, p, { t0 = t0, ntiles = ntiles, ns = ns, nc = nc, bn = BN, panels = panels, sk = sk, sv = sv,
                                  full = full, empty = empty, hkv = hkv }) -- (paged=true: lib/attn_wgmma_paged.lua)
   end)
 
   -- consumers
   b:if_(b:lt(wg, nc), function()
     b:setmaxnreg("inc", cfg.inc)
+    if wpaged.reload(b, spec, p, kslot) then m, t0, ntiles = key_range() end
     local tc = b:warpgroup_thread()
     local w, g, q = tc // 32, (tc % 32) // 4, tc % 4
     local my_q = sq + wg * (panels * PANEL)

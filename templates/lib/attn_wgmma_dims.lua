@@ -30,9 +30,6 @@ end
 -- the real head_dim, spec.vdim v_head_dim).
 function M.not_served(spec)
   local dim, vdim = spec.dim or spec.head_dim, spec.vdim or spec.dim or spec.head_dim
-  if spec.paged and (dim ~= M.width(dim) or vdim ~= dim) then
-    return string.format("paged=true at head_dim=%d (the pages' producer copies whole 64-column panels: head_dim 64, 128 or 256 with paged=true)", dim)
-  end
   if not M.width(math.max(dim, vdim)) then return string.format("head_dim=%d (up to 256)", math.max(dim, vdim)) end
 end
 

@@ -45,9 +45,6 @@ function M.not_built(spec)
   if spec.append then
     return "append=true (the FA2 kernel writes the new keys into the pages and reads them back in one launch; path=wgmma's producer reads the cache only)"
   end
-  if spec.paged and spec.head_dim == 256 and (spec.window or spec.softcap or spec.dropout) then
-    return "paged=true at head_dim 256 with window, softcap or dropout (those take 32-key tiles, lib/attn_wgmma_tiles.lua; the pages' producer copies 64-key tiles, and at 64 they spill)"
-  end
   return nil
 end
 

@@ -42,10 +42,18 @@ function M.shape(spec)
   -- the per-row window bounds, tanh's values or the Philox words room beside O's 128 f32; with 64 ptxas spilled
   -- 4-60 bytes (window, softcap) and 88-136 (dropout)
   if spec.head_dim == 256 and (spec.window or spec.softcap or spec.dropout) then bn = 32 end
-  -- paged=true: 64 keys a tile (lib/attn_wgmma_paged.lua's producer copies 64-key tiles; d256 with window, softcap
-  -- or dropout, which need 32, is refused in lib/attn_wgmma_keys.lua)
-  if spec.paged then bn = 64 end
-  return { nc = sh.nc, bn = bn, dec = sh.dec, inc = sh.inc }
+  -- paged split-KV decoding at d256 with causal ALiBi: 32 keys too (the packed rows' query positions and slopes beside
+  -- O, and the pages' bounds: at 64 ptxas spilled 4 bytes, top-left causal)
+  if spec.head_dim == 256 and spec.paged and spec.splitkv and spec.alibi and spec.causal then bn = 32 end
+  -- paged=true takes the same tiles (lib/attn_wgmma_paged.lua's producer copies 32, 64 or 128 keys a tile), but its
+  -- 128 threads walk the pages with cp.async instead of one thread issuing TMA: the producer gets 40 registers and
+  -- the consumers 232 (FA3's split for a cp.async K/V producer, hopper/flash_fwd_kernel_sm90.h as read: 40 x 128 +
+  -- 232 x 256 = 64512, the 168 x 384 the block starts with); at 24, the 128-key tile's page walk spilled 4 bytes
+  -- (d128 with split-KV or a window). d256 on 64-key tiles keeps 24 / 240: its consumers hold O's 128 f32 a thread
+  -- (at 232 they spilled 4-88 bytes), and its producer's one pass of 64 rows fits 24.
+  local dec, inc = sh.dec, sh.inc
+  if spec.paged and not (spec.head_dim == 256 and bn == 64) then dec, inc = 40, 232 end
+  return { nc = sh.nc, bn = bn, dec = dec, inc = inc }
 end
 
 -- Whether the consumers run FA3's schedule (lib/attn_wgmma_pp.lua): two consumer warpgroups, and not at d256 causal
