@@ -249,6 +249,7 @@ void emu_ops_list(char *buf, size_t size);
 
 /* ---- emu_warp_mma.c: ldmatrix, mma.sync and cp.async ---- */
 const emu_op *emu_mma_op_find(const char *name);
+void emu_cp_async_block_begin(void); /* a block (or its second run) starts: no cp.async copy pending */
 /* emu_hopper.c: mbarrier, fence.proxy.async, setmaxnreg, wgmma fence/commit/wait */
 const emu_op *emu_hopper_op_find(const char *name);
 /* emu_wgmma.c: the kiln.wgmma.* pseudo-intrinsics (their calls take up to EMU_MAX_ARGS_WIDE arguments and

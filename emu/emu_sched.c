@@ -575,6 +575,7 @@ static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
     emu_wgmma_block_begin(); /* emu_wgmma.c: no wgmma in flight */
     emu_tma_block_begin();   /* emu_tma.c: no TMA copy in flight */
+    emu_cp_async_block_begin(); /* emu_warp_mma.c: no cp.async copy pending */
     if (b->k->prof) emu_prof_block_begin(b->k->prof, b->nthreads);
     char msg[900];
     for (bool progress = true; progress;) {

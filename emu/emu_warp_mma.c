@@ -118,30 +118,21 @@ typedef struct cp_copy {
 typedef struct cp_queue {
     cp_copy *e;
     unsigned n, cap;
-    unsigned committed;       /* groups committed so far */
-    const emu_block *blk;     /* the block the queue belongs to */
-    unsigned ctaid[3];
+    unsigned committed; /* groups committed so far */
 } cp_queue;
 
 static _Thread_local cp_queue queues[EMU_MAX_THREADS];
 
-static void queue_drop(cp_queue *q) {
-    free(q->e);
-    memset(q, 0, sizeof *q);
+/* A block (or its second run) starts: copies a kernel left without waiting are dropped (they could only have landed in
+ * the shared memory of a block that is gone). */
+void emu_cp_async_block_begin(void) {
+    for (unsigned i = 0; i < EMU_MAX_THREADS; i++) {
+        free(queues[i].e);
+        memset(&queues[i], 0, sizeof queues[i]);
+    }
 }
 
-/* The caller's queue; copies left by another block (a kernel that never waited) are dropped. */
-static cp_queue *queue_of(emu_call *c) {
-    cp_queue *q = &queues[c->t->id];
-    unsigned ntid[3], ctaid[3], nctaid[3];
-    emu_block_dims(c->blk, ntid, ctaid, nctaid);
-    if (q->blk != c->blk || memcmp(q->ctaid, ctaid, sizeof ctaid)) {
-        queue_drop(q);
-        q->blk = c->blk;
-        memcpy(q->ctaid, ctaid, sizeof ctaid);
-    }
-    return q;
-}
+static cp_queue *queue_of(emu_call *c) { return &queues[c->t->id]; }
 
 enum { CP_SRC_SIZE = 32 }; /* arg: bytes | CP_SRC_SIZE for the variants with a source size */
 

@@ -553,6 +553,56 @@ static void test_bad_launches(void) {
     kiln_emu_kernel_free(capped);
 }
 
+/* flag != 0: cp.async s[0] <- in[0], commit, exit without waiting; flag == 0: s[0] = 7, wait for every copy, out[0] = s[0] */
+static const char *k_cp_leftover =
+    "declare void @llvm.nvvm.cp.async.ca.shared.global.4(ptr addrspace(3), ptr addrspace(1))\n"
+    "declare void @llvm.nvvm.cp.async.commit.group()\n"
+    "declare void @llvm.nvvm.cp.async.wait.all()\n"
+    "@s = internal addrspace(3) global [4 x i32] undef, align 16\n"
+    "define ptx_kernel void @leftover(ptr addrspace(1) %in, ptr addrspace(1) %out, i32 %flag) {\n"
+    "entry:\n"
+    "  %f = icmp ne i32 %flag, 0\n"
+    "  br i1 %f, label %issue, label %read\n"
+    "issue:\n"
+    "  call void @llvm.nvvm.cp.async.ca.shared.global.4(ptr addrspace(3) @s, ptr addrspace(1) %in)\n"
+    "  call void @llvm.nvvm.cp.async.commit.group()\n"
+    "  ret void\n"
+    "read:\n"
+    "  store i32 7, ptr addrspace(3) @s\n"
+    "  call void @llvm.nvvm.cp.async.wait.all()\n"
+    "  %v = load i32, ptr addrspace(3) @s\n"
+    "  store i32 %v, ptr addrspace(1) %out\n"
+    "  ret void\n}\n";
+
+static void test_cp_async_leftover(void) {
+    TEST_BEGIN("cp.async copies a kernel exits without waiting for never land in a later launch or kernel");
+    kiln_error err = {0};
+    int32_t in = 99, out = 0;
+    void *pin = &in, *pout = &out;
+    int32_t issue = 1, read = 0;
+    void *args_issue[] = {&pin, &pout, &issue}, *args_read[] = {&pin, &pout, &read};
+    /* the same kernel: the same block, the same ctaid */
+    kiln_emu_kernel *k = load(k_cp_leftover, 80, &err);
+    CHECK(k, "%s", err.msg);
+    if (k) {
+        CHECK(launch1(k, 1, 1, args_issue, 0, &err) == KILN_OK, "%s", err.msg);
+        CHECK(launch1(k, 1, 1, args_read, 0, &err) == KILN_OK && out == 7, "same kernel: out %d, %s", out, err.msg);
+        out = 0;
+        CHECK(launch1(k, 1, 1, args_issue, 1, &err) == KILN_OK, "%s", err.msg);
+        CHECK(launch1(k, 1, 1, args_read, 1, &err) == KILN_OK && out == 7, "run twice: out %d, %s", out, err.msg);
+        out = 0;
+        CHECK(launch1(k, 1, 1, args_issue, 0, &err) == KILN_OK, "%s", err.msg);
+        kiln_emu_kernel_free(k); /* its shared memory is gone: a stale copy would write freed memory */
+    }
+    k = load(k_cp_leftover, 80, &err);
+    CHECK(k, "%s", err.msg);
+    if (k) {
+        CHECK(launch1(k, 1, 1, args_read, 0, &err) == KILN_OK && out == 7, "a new kernel: out %d, %s", out, err.msg);
+        kiln_emu_kernel_free(k);
+    }
+    TEST_END();
+}
+
 static void test_bad_modules(void) {
     TEST_BEGIN("an intrinsic the emulator lacks is named when loading");
     kiln_error err = {0};
@@ -592,6 +642,7 @@ int main(void) {
     test_conversions();
     test_dynamic_smem();
     test_bad_launches();
+    test_cp_async_leftover();
     test_bad_modules();
     kiln_emu_destroy(emu);
     return check_summary("emu_mech");
