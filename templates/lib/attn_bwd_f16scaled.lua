@@ -71,12 +71,13 @@ function M.float_bytes(spec, cfg)
   return 4 * n + 16
 end
 
--- Copies rows [row0, row0 + rows) of a bf16 [seq, d] slice into the f16 tile dst (row stride ld), each
--- row times its power of two, and 2^-h of row r into fdst + r. A row's 8-element chunks go to
--- `slots` consecutive lanes (the power of two >= d / 8; d96's 12 chunks take 16 lanes), so the row's
--- maximum is a butterfly inside the group. Rows past seq, chunks past spec.dim (a padded head_dim)
--- and the extra slots read chunk 0 of row 0 and count as zeros.
-function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
+-- Walks this thread's items of rows [row0, row0 + rows) of a bf16 [seq, d] slice (src, row stride `stride`)
+-- for a block of `threads`: a row's 8-element chunks go to `slots` consecutive lanes (the power of two >= d / 8;
+-- d96's 12 chunks take 16 lanes), so the row's maximum is a butterfly inside the group. Rows past seq, chunks
+-- past spec.dim (a padded head_dim) and the extra slots read chunk 0 of row 0 and count as zeros. Calls
+-- fn(r, c, live, v, rmax) per item: row r, chunk c, live (nil: always; else whether the item exists), the 8
+-- values v and the row's largest finite |x| rmax.
+function M.row_items(b, spec, threads, src, stride, row0, rows, seq, fn)
   local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
   local slots = 1
   while slots < cpr do slots = slots * 2 end
@@ -96,6 +97,14 @@ function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
     for i = 1, 8 do v[i] = b:select(use, v[i], zero) end -- (not 0 x a value: row 0 may hold an Inf)
     local mx = f16s.local_max(b, v, b:f32(0.0))
     if slots > 1 then mx = b:warp_max(mx, slots) end
+    fn(r, c, live, v, mx)
+  end
+end
+
+-- Copies rows [row0, row0 + rows) of a bf16 [seq, d] slice into the f16 tile dst (row stride ld), each
+-- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items).
+function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
+  M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
     local h = f16s.scale_of(b, mx)
     local factor = f16s.pow2(b, h)
     local put = function()
@@ -104,7 +113,7 @@ function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
       b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
     end
     if live then b:if_(live, put) else put() end
-  end
+  end)
 end
 
 -- ---- Q and dO scaled once, by prep (the workspace) ----

@@ -39,6 +39,7 @@
 local f16s = require("lib.attn_f16scaled")
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
+local bwd = require("lib.attn_bwd_f16scaled") -- (row_items: the staged rows' items, as its load)
 
 local M = {}
 
@@ -86,26 +87,9 @@ local function exponent(b, x) return (b:bits(x) >> 23) - 127 end -- (x >= 0 fini
 -- this thread's block extrema (largest finite |x|, smallest nonzero |x|, the largest |x| bit pattern:
 -- at or above +inf's when an Inf or NaN is there).
 local function load_items(b, spec, threads, src, stride, row0, rows, seq)
-  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
-  local slots = 1
-  while slots < cpr do slots = slots * 2 end
-  local tid = b:tid()
-  local n = rows * slots
   local items = {}
   local mx, mn, nf = b:f32(0.0), b:f32(math.huge), b:i32(0)
-  for it = 0, util.ceil_div(n, threads) - 1 do
-    local item = tid + it * threads
-    local r, c = item // slots, item % slots
-    local live = (it + 1) * threads > n and b:lt(item, n) or nil
-    if slots > cpr then live = live and b:and_(live, b:lt(c, cpr)) or b:lt(c, cpr) end
-    local use = b:lt(row0 + r, seq)
-    if live then use = b:and_(use, live) end
-    if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
-    local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
-    local zero = b:from_f32(0.0, "bf16")
-    for i = 1, 8 do v[i] = b:select(use, v[i], zero) end
-    local rmax = f16s.local_max(b, v, b:f32(0.0))
-    if slots > 1 then rmax = b:warp_max(rmax, slots) end
+  bwd.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, rmax)
     mx = b:max(mx, rmax)
     for i = 1, 8 do
       local a = b:abs(b:to_f32(v[i]))
@@ -113,7 +97,7 @@ local function load_items(b, spec, threads, src, stride, row0, rows, seq)
       nf = b:max(nf, b:bits(a))
     end
     items[#items + 1] = { r = r, c = c, live = live, v = v, rmax = rmax }
-  end
+  end)
   return items, mx, mn, nf
 end
 
