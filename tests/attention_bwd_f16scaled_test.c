@@ -37,34 +37,50 @@ typedef struct rcase {
     const char *keys; /* causal and mask keys of the spec */
     int heads_q, heads_kv, seq_q, seq_k;
     double softcap;
+    int wl, wr; /* window sides (window=true; 0, 0: 9, 3) */
 } rcase;
 
 static const rcase rcases[] = {
-    {64, 0, "causal=true", 2, 1, 45, 52, 0},
-    {64, 1, "causal=top_left", 2, 2, 52, 45, 0},
-    {32, 0, "causal=false window=true softcap=true", 2, 1, 40, 70, 5},
-    {32, 1, "causal=true alibi=true", 3, 1, 37, 41, 0},
-    {64, 0, "causal=top_left window=true alibi=true", 2, 2, 33, 40, 0},
-    {64, 1, "causal=true softcap=true", 2, 1, 30, 35, 8},
-    {40, 0, "causal=true", 2, 1, 30, 33, 0},
-    {8, 1, "causal=false", 1, 1, 29, 31, 0},
-    {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0},
-    {96, 0, "causal=true", 2, 1, 35, 40, 0},           /* 16-row query tiles, the dQ step's 24-column slices */
-    {96, 1, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6},
-    {80, 0, "causal=false alibi=true", 2, 1, 33, 29, 0}, /* (padded to 96) */
-    {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0},
-    {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0},
+    {64, 0, "causal=true", 2, 1, 45, 52, 0, 0, 0},
+    {64, 1, "causal=top_left", 2, 2, 52, 45, 0, 0, 0},
+    {32, 0, "causal=false window=true softcap=true", 2, 1, 40, 70, 5, 0, 0},
+    {32, 1, "causal=true alibi=true", 3, 1, 37, 41, 0, 0, 0},
+    {64, 0, "causal=top_left window=true alibi=true", 2, 2, 33, 40, 0, 0, 0},
+    {64, 1, "causal=true softcap=true", 2, 1, 30, 35, 8, 0, 0},
+    {40, 0, "causal=true", 2, 1, 30, 33, 0, 0, 0},
+    {8, 1, "causal=false", 1, 1, 29, 31, 0, 0, 0},
+    {128, 1, "causal=top_left window=true alibi=true", 2, 1, 30, 37, 0, 0, 0},
+    {96, 0, "causal=true", 2, 1, 35, 40, 0, 0, 0},           /* 16-row query tiles, the dQ step's 24-column slices */
+    {96, 1, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6, 0, 0},
+    {80, 0, "causal=false alibi=true", 2, 1, 33, 29, 0, 0, 0}, /* (padded to 96) */
+    {64, 0, "causal=true v_head_dim=32", 2, 1, 35, 40, 0, 0, 0},
+    {32, 1, "causal=true v_head_dim=64", 2, 2, 35, 40, 0, 0, 0},
     /* the atomic dkdv at 128 (dV, then dK and the dQ step: two passes over the query tiles) */
-    {128, 0, "causal=true", 2, 1, 35, 70, 0},
-    {128, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6},
-    {64, 0, "causal=false v_head_dim=128", 2, 1, 33, 29, 0},
+    {128, 0, "causal=true", 2, 1, 35, 70, 0, 0, 0},
+    {128, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 30, 37, 6, 0, 0},
+    {64, 0, "causal=false v_head_dim=128", 2, 1, 33, 29, 0, 0, 0},
     /* head_dim 32's key blocks of one power of two (lib/attn_bwd_f16scaled_d32.lua): whole blocks take it, the
      * partial last one keeps per-row factors; causal tiles on the diagonal take its masked body; a last query
      * tile past seq_q; a padded head_dim */
-    {32, 0, "causal=true", 2, 1, 75, 140, 0},
-    {32, 1, "causal=false", 2, 2, 45, 128, 0},
-    {24, 0, "causal=false", 1, 1, 40, 64, 0},
-    {32, 1, "causal=true", 2, 1, 64, 150, 0},
+    {32, 0, "causal=true", 2, 1, 75, 140, 0, 0, 0},
+    {32, 1, "causal=false", 2, 2, 45, 128, 0, 0, 0},
+    {24, 0, "causal=false", 1, 1, 40, 64, 0, 0, 0},
+    {32, 1, "causal=true", 2, 1, 64, 150, 0, 0, 0},
+    /* d32's blocks of one factor with the mask keys: tiles inside a window of 100 / 70 / 90 keys and crossing its
+     * edges, softcap, ALiBi's distances of one sign and of both (top_left with seq_q > seq_k: the visible keys
+     * of a row lie on both sides of q + shift), each alone and all three, causal both ways and not, GQA, a partial
+     * last query tile and key block */
+    {32, 0, "causal=true window=true", 2, 1, 150, 200, 0, 100, 16},
+    {32, 1, "causal=false window=true", 2, 1, 150, 200, 0, 100, 16},
+    {32, 0, "causal=false softcap=true", 2, 2, 100, 192, 5, 0, 0},
+    {32, 1, "causal=top_left softcap=true", 2, 1, 130, 200, 6, 0, 0},
+    {32, 0, "causal=true alibi=true", 2, 1, 140, 200, 0, 0, 0},
+    {32, 1, "causal=false alibi=true", 2, 1, 120, 130, 0, 0, 0},
+    {32, 0, "causal=top_left alibi=true", 2, 1, 200, 150, 0, 0, 0},
+    {32, 1, "causal=top_left window=true softcap=true alibi=true", 2, 1, 200, 150, 7, 90, 40},
+    {32, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 130, 200, 7, 90, 40},
+    {32, 0, "causal=false window=true softcap=true alibi=true", 2, 1, 150, 256, 5, 70, 70},
+    {32, 1, "causal=true window=true softcap=true alibi=true", 3, 1, 160, 192, 5, 100, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {
@@ -79,7 +95,9 @@ static void run_random(const rcase *rc, uint64_t seed) {
     kiln_case_opts_set(&o, "heads_kv", rc->heads_kv);
     kiln_case_opts_set(&o, "rows", rc->seq_q);
     kiln_case_opts_set(&o, "seq_k", rc->seq_k);
-    if (strstr(rc->keys, "window")) kiln_case_opts_set(&o, "window_left", 9), kiln_case_opts_set(&o, "window_right", 3);
+    if (strstr(rc->keys, "window"))
+        kiln_case_opts_set(&o, "window_left", rc->wl || rc->wr ? rc->wl : 9),
+            kiln_case_opts_set(&o, "window_right", rc->wl || rc->wr ? rc->wr : 3);
     if (rc->softcap > 0) kiln_case_opts_set(&o, "softcap", rc->softcap);
     kiln_error err = {0};
     kiln_case *c = NULL;
@@ -577,43 +595,72 @@ static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr) {
     for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
         for (int c = 0; c < KILN_PROF_CLASSES; c++) n[c] += (double)bk.warp_runs * bk.inst[c], all += (double)bk.warp_runs * bk.inst[c];
     double m = n[KILN_PROF_MMA], alu = (n[KILN_PROF_OTHER] + n[KILN_PROF_SHFL]) / m / 2, issue = all / m / 4;
+    if (getenv("KILN_D32_BLOCKS"))
+        for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
+            if (bk.warp_runs) printf("      block %d: runs %llu, mma %u, other %u, all-ish ex2 %u\n", i, (unsigned long long)bk.warp_runs, bk.inst[KILN_PROF_MMA], bk.inst[KILN_PROF_OTHER], bk.inst[KILN_PROF_EX2]);
+    if (getenv("KILN_D32_ESTIMATE_ONLY"))
+        printf("    (per m16n8k8: other %.2f, shfl %.2f, all %.2f, mma %.0f)\n", n[KILN_PROF_OTHER] / m, n[KILN_PROF_SHFL] / m, all / m, m);
     return m * fmax(2.0, fmax(alu, issue));
 }
+/* The key sets the estimate runs (each causal=false and true, atomic and deterministic, bf16 against f16): the
+ * mask keys alone and together, top-left causal; a window of 100 keys to the left (256 queries: tiles inside it,
+ * crossing its lower edge and outside it). */
+static const struct {
+    const char *keys;
+    int wl, wr;
+    double cap;
+} est_keys[] = {
+    {"", 0, 0, 0}, {" window=true", 100, 16, 0}, {" softcap=true", 0, 0, 30}, {" alibi=true", 0, 0, 0},
+    {" window=true softcap=true alibi=true", 100, 16, 30},
+};
 static void d32_estimate(void) {
     TEST_BEGIN("d32: bf16's dkdv and dq within 1.25x of f16's T4 estimate (emulator profile, the tile loop)");
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
-    for (int run = 0; pe && run < 4; run++) {
-        int det = run & 1, causal = run >> 1;
-        double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
-        for (int dt = 0; dt < 2; dt++) {
-            char spec[160];
-            snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=32 causal=%s path=mma%s", dt ? "f16" : "bf16",
-                     causal ? "true" : "false", det ? " deterministic=true" : "");
-            kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
-            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
-            kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
-            kiln_case *c = NULL;
-            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
-            if (st == KILN_OK) st = kiln_case_run(c, &err);
-            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
-            for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
-                const kiln_case_step *s = kiln_case_step_at(c, i);
-                kiln_emu_profile pr;
-                if (kiln_emu_profile_get(s->kernel, &pr, &err) == KILN_OK && pr.hot_inst[KILN_PROF_MMA])
-                    t[dt][strstr(kiln_emu_kernel_meta(s->kernel)->spec, "kernel=dq") != NULL] = t4_clocks(s->kernel, &pr);
+    const char *only = getenv("KILN_D32_ESTIMATE_ONLY"); /* (a substring of the keys: one row while measuring) */
+    for (size_t ki = 0; pe && ki < sizeof est_keys / sizeof est_keys[0]; ki++)
+        for (int run = 0; run < 6; run++) {
+            int det = run & 1, causal = run >> 1; /* causal: false, true, top_left */
+            static const char *causal_word[3] = {"false", "true", "top_left"};
+            /* (top_left, the same tiles as causal=true at seq_q = seq_k: with all three keys only, the last set) */
+            if (causal == 2 && ki + 1 < sizeof est_keys / sizeof est_keys[0]) continue;
+            char keys[160];
+            snprintf(keys, sizeof keys, "causal=%s%s", causal_word[causal], est_keys[ki].keys);
+            if (only && !strstr(keys, only)) continue;
+            double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
+            for (int dt = 0; dt < 2; dt++) {
+                char spec[256];
+                snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=32 %s path=mma%s", dt ? "f16" : "bf16", keys,
+                         det ? " deterministic=true" : "");
+                kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
+                kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+                kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
+                if (est_keys[ki].wl)
+                    kiln_case_opts_set(&o, "window_left", est_keys[ki].wl), kiln_case_opts_set(&o, "window_right", est_keys[ki].wr);
+                if (est_keys[ki].cap > 0) kiln_case_opts_set(&o, "softcap", est_keys[ki].cap);
+                kiln_case *c = NULL;
+                kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+                if (st == KILN_OK) st = kiln_case_run(c, &err);
+                CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+                for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
+                    const kiln_case_step *s = kiln_case_step_at(c, i);
+                    kiln_emu_profile pr;
+                    if (kiln_emu_profile_get(s->kernel, &pr, &err) == KILN_OK && pr.hot_inst[KILN_PROF_MMA])
+                        t[dt][strstr(kiln_emu_kernel_meta(s->kernel)->spec, "kernel=dq") != NULL] = t4_clocks(s->kernel, &pr);
+                }
+                kiln_case_free(c);
             }
-            kiln_case_free(c);
+            for (int k = 0; k < 1 + det; k++) {
+                printf("  %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
+                       det && !k ? " (deterministic)" : "", keys, t[0][k], t[1][k], t[0][k] / t[1][k]);
+                /* (the mask keys: 1.25x where docs/attention.md's table says met, else below the per-row body's 1.34x..2.32x) */
+                double goal = !*est_keys[ki].keys ? 1.25 : 1.5;
+                CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= goal * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
+                      k ? "dq" : "dkdv", keys, t[0][k], t[1][k], goal);
+            }
         }
-        for (int k = 0; k < 1 + det; k++) {
-            printf("  %s%s%s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
-                   det && !k ? " (deterministic)" : "", causal ? ", causal" : "", t[0][k], t[1][k], t[0][k] / t[1][k]);
-            CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= 1.25 * t[1][k], "%s: bf16 %.0f against f16 %.0f T4 clocks",
-                  k ? "dq" : "dkdv", t[0][k], t[1][k]);
-        }
-    }
     if (pe) kiln_emu_destroy(pe);
     TEST_END();
 }
@@ -625,6 +672,12 @@ int main(void) {
         return 1;
     }
     uint64_t seed = 0x28b;
+    if (getenv("KILN_D32_ESTIMATE_ONLY")) { /* (measuring: the estimate's rows alone) */
+        d32_estimate();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention bwd f16scaled");
+    }
     for (size_t i = 0; i < sizeof rcases / sizeof rcases[0]; i++) {
         char name[256];
         snprintf(name, sizeof name, "random d%d %s heads %d:%d%s", rcases[i].d, rcases[i].keys, rcases[i].heads_q,

@@ -57,7 +57,7 @@ local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free store
 -- reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
   return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.head_dim == 32
-    and not mask.any(spec) and not spec.dropout and not spec.varlen
+    and not spec.dropout and not spec.varlen
 end
 
 -- The shared f32 arrays this path adds (name, count): the query tile's column values (F, -L, G, -D, and
@@ -66,6 +66,7 @@ function M.floats(spec, cfg)
   local bm, bn = cfg.block_m, cfg.block_n
   if spec.kernel == "dq" then return { { "dqflag", 2 } } end
   local t = { { "cF", bm }, { "cL", bm }, { "cG", bm }, { "cD", bm }, { "kvred", 6 * 4 } }
+  if spec.alibi then t[#t + 1] = { "cQ", bm } end -- (ALiBi: the column's q + shift - k0)
   if not spec.deterministic then
     t[#t + 1] = { "cR", bm }
     t[#t + 1] = { "dsf", bm * (bn + LDF) }
@@ -251,22 +252,54 @@ end
 
 -- The dkdv kernel's loop over the query tiles [q_start, q_end) of query head (ri: its row index) for the
 -- block: the body below when `fast` (stage_kv's predicate), else slow_tile(q0) (lib/attn_bwd_mma.lua's
--- per-row body). c: the kernel's context (lib/attn_bwd_mma.lua build_dkdv).
+-- per-row body). c: the kernel's context (lib/attn_bwd_mma.lua build_dkdv; c.slope2: the head's ALiBi slope).
 function M.query_loop(b, c, ri, q_start, q_end, slow_tile)
+  local spec = c.spec
+  if not c.mk then
+    b:if_(c.fast, function()
+      b:for_(q_start, q_end, c.bm, function(q0)
+        if spec.causal then -- (a tile below the diagonal sees every key of the block: no mask)
+          b:if_(b:lt(q0 + c.shift, c.k0 + c.bn - 1), function() M.tile(b, c, ri, q0, true) end,
+                function() M.tile(b, c, ri, q0, false) end)
+        else
+          M.tile(b, c, ri, q0, false)
+        end
+      end)
+    end, function() b:for_(q_start, q_end, c.bm, slow_tile) end)
+    return
+  end
+  -- The mask keys: a tile whose every (query, key) entry is visible (lo <= q - k < hi: lib/attn_mask.lua
+  -- key_offsets, the causal diagonal either way and the window's edges) and, with ALiBi, whose distances
+  -- q + shift - k all have one sign (the bias then splits into a column and a row term) takes the body without
+  -- a per-entry mask; any other the masked copy (the tiles no query row of the block sees are not visited).
   b:if_(c.fast, function()
+    local lo, hi = mask.key_offsets(c.mk)
+    local last_k, last_q = c.k0 + (c.bn - 1), c.bm - 1
     b:for_(q_start, q_end, c.bm, function(q0)
-      if c.spec.causal then -- (a tile below the diagonal sees every key of the block: no mask)
-        b:if_(b:lt(q0 + c.shift, c.k0 + c.bn - 1), function() M.tile(b, c, ri, q0, true) end,
-              function() M.tile(b, c, ri, q0, false) end)
+      local clean, sl
+      local function both(x) clean = clean and b:and_(clean, x) or x end
+      if lo then both(b:ge(q0 - last_k, lo)) end
+      if hi then both(b:lt(q0 + last_q - c.k0, hi)) end
+      if spec.alibi then
+        local pos = b:ge(q0 + c.shift - last_k, 0) -- (every distance >= 0; or every one <= 0)
+        both(b:or_(pos, b:le(q0 + last_q + c.shift - c.k0, 0)))
+        sl = b:select(pos, c.slope2, -c.slope2)
+      end
+      if clean then
+        b:if_(clean, function() M.tile(b, c, ri, q0, false, sl) end, function() M.tile(b, c, ri, q0, true) end)
       else
-        M.tile(b, c, ri, q0, false)
+        M.tile(b, c, ri, q0, false) -- (softcap alone: no mask, no bias)
       end
     end)
   end, function() b:for_(q_start, q_end, c.bm, slow_tile) end)
 end
 
--- One query tile q0 of the fast body; masked: the causal mask on (queries below a key's first see it not).
-function M.tile(b, c, ri, q0, masked)
+-- One query tile q0 of the fast body; masked: the per-entry mask on (queries outside a key's [first_q, end_q)
+-- see it not) and ALiBi's |q + shift - k| per entry; else (ALiBi) sl = slope log2e times the tile's sign of
+-- q + shift - k: the bias -sl (q + shift - k0) goes onto the column's L, +sl (k - k0) onto the key row.
+-- Softcap: the column's F holds scale / softcap instead of scale log2e (the tanh's argument), and
+-- P' = 2^(t softcap log2e - L), dS' = P' (dp G - D) (1 - t^2) with t = tanh(s F).
+function M.tile(b, c, ri, q0, masked, sl)
   local spec, cfg, sh, p, fr = c.spec, c.cfg, c.sh, c.p, c.frag
   local d, bm, bn, ld, nq, kd, dtiles = c.d, c.bm, c.bn, c.ld, c.nq, c.kd, c.dtiles
   local tid, lane, warp, g, t = c.tid, c.lane, c.warp, c.g, c.t
@@ -282,7 +315,12 @@ function M.tile(b, c, ri, q0, masked)
     local qf, of = b:load(p.qsf + ri + r), b:load(p.dosf + ri + r)
     local eo = exponent(b, of) -- (of = 2^eo, a normal power of two)
     b:store(sh.cF + tid, qf * c.fscale)
-    b:store(sh.cL + tid, b:select(live, b:f32(eo) - lse2, -math.huge))
+    local nL = b:select(live, b:f32(eo) - lse2, -math.huge)
+    if spec.alibi then
+      local cq = b:f32(row + c.shift - c.k0) -- (exact: |q + shift - k0| < 2^24)
+      if masked then b:store(sh.cQ + tid, cq) else nL = b:fma(cq, -sl, nL) end
+    end
+    b:store(sh.cL + tid, nL)
     b:store(sh.cG + tid, qf * c.vT)
     b:store(sh.cD + tid, b:select(live, b:load(p.delta + ri + r) * (qf * f16s.pow2(b, -eo)) * -1.0, 0.0))
     if atomic then b:store(sh.cR + tid, c.kT * f16s.pow2(b, -exponent(b, qf))) end -- (kT / qf, exactly)
@@ -303,18 +341,46 @@ function M.tile(b, c, ri, q0, masked)
       dp[2 * jp + 1] = b:mma("f16", av, o2, dp[2 * jp + 1])
     end
   end
-  -- P' = 2^(s F - L), dS' = P' (dp G - D) in place of S^T and dP^T.
+  -- P' = 2^(s F - L), dS' = P' (dp G - D) in place of S^T and dP^T (the mask keys: above).
+  local kr, kb = {}, {} -- (ALiBi: this thread's keys k - k0; the unmasked body's row term sl (k - k0))
+  if spec.alibi then
+    for hh = 0, 1 do
+      kr[hh] = b:f32(warp * 16 + g + 8 * hh)
+      if not masked then kb[hh] = sl * kr[hh] end
+    end
+  end
   for j = 0, nq - 1 do
     for e = 0, 1 do
       local col = j * 8 + t * 2 + e
       local F, nL, G, nD = b:load(sh.cF + col), b:load(sh.cL + col), b:load(sh.cG + col), b:load(sh.cD + col)
+      local cq = spec.alibi and masked and b:load(sh.cQ + col)
       for hh = 0, 1 do
         local idx = 2 * hh + e + 1
-        local pv = b:ex2_approx(b:fma(s[j][idx], F, nL))
+        local x, th
+        if spec.softcap then
+          th = mask.tanh(b, s[j][idx] * F)
+          x = b:fma(th, c.mk.cap_out, nL)
+        else
+          x = b:fma(s[j][idx], F, nL)
+        end
+        if spec.alibi then
+          if masked then x = b:fma(b:abs(cq - kr[hh]), -c.slope2, x) else x = x + kb[hh] end
+        end
+        local pv = b:ex2_approx(x)
         local ds = pv * b:fma(dp[j][idx], G, nD)
+        if th then ds = ds * (1.0 - th * th) end
         if masked then
-          local vis = b:ge(q0 + col, c.first_q[hh])
-          pv, ds = b:select(vis, pv, 0.0), b:select(vis, ds, 0.0)
+          local vis
+          if c.mk then -- (the key's rows [first_q, end_q); only the bounds the keys have)
+            if spec.causal or spec.window then vis = b:ge(q0 + col, c.first_q[hh]) end
+            if spec.window then
+              local v2 = b:lt(q0 + col, c.end_q[hh])
+              vis = vis and b:and_(vis, v2) or v2
+            end
+          else
+            vis = b:ge(q0 + col, c.first_q[hh])
+          end
+          if vis then pv, ds = b:select(vis, pv, 0.0), b:select(vis, ds, 0.0) end
         end
         s[j][idx], dp[j][idx] = pv, ds
       end
@@ -433,27 +499,46 @@ function M.dq_flags(b, c, k0)
 end
 
 -- Key tile k0 of dq: the body below when the tile's rows share one factor, else slow(k0) (the per-row body).
+-- The mask keys: a tile takes the body without a per-entry mask where the CTA's first row sees up to its last
+-- key (c.hi_first: lib/attn_mask.lua row_range), its last row from its first key (c.lo_last, a window) and,
+-- with ALiBi, every distance q + shift - k has one sign (sl: slope log2e times it; the bias -sl (q + shift - k0)
+-- goes onto the row, +sl (k - k0) onto the column); any other the masked copy with |q + shift - k| per entry.
 function M.dq_tile(b, c, k0, slow)
-  local sh, p = c.sh, c.p
+  local sh, p, spec = c.sh, c.p, c.spec
   local one = b:eq(b:load(sh.dqflag) + b:load(sh.dqflag + 1), 0.0)
   b:if_(one, function()
     -- a tile every row sees whole: inside seq_k, and (causal) below the first row's bound
     local whole = b:le(k0 + c.bn, p.seq_k)
-    if c.spec.causal then whole = b:and_(whole, b:le(k0 + c.bn, c.q0 + c.shift + 1)) end
-    b:if_(whole, function() M.dq_body(b, c, k0, false) end, function() M.dq_body(b, c, k0, true) end)
+    local sl
+    if c.mk then
+      whole = b:and_(whole, b:le(k0 + c.bn, c.hi_first))
+      if c.lo_last then whole = b:and_(whole, b:le(c.lo_last, k0)) end
+      if spec.alibi then
+        local pos = b:ge(c.q0 + c.shift - (k0 + (c.bn - 1)), 0)
+        whole = b:and_(whole, b:or_(pos, b:le(c.q0 + (c.bm - 1) + c.shift - k0, 0)))
+        sl = b:select(pos, c.slope2, -c.slope2)
+      end
+    elseif c.spec.causal then whole = b:and_(whole, b:le(k0 + c.bn, c.q0 + c.shift + 1)) end
+    b:if_(whole, function() M.dq_body(b, c, k0, false, sl) end, function() M.dq_body(b, c, k0, true) end)
   end, function() slow(k0) end)
 end
 
-function M.dq_body(b, c, k0, masked)
+function M.dq_body(b, c, k0, masked, sl)
   local sh, fr, ld, lane, warp, g, t = c.sh, c.frag, c.ld, c.lane, c.warp, c.g, c.t
   local nk, kd, dtiles = c.nk, c.kd, c.dtiles
+  local spec = c.spec
   local kT, vT = b:load(sh.kf), b:load(sh.vf) -- (the tile's one factor: its first row is inside seq_k)
-  local F, G, extra = {}, {}, {}
+  local F, G, extra, nl, dq0 = {}, {}, {}, {}, {}
   for hh = 0, 1 do
     local r = warp * 16 + g + 8 * hh
-    F[hh] = b:load(sh.qf + r) * (c.scale2 * kT)
+    F[hh] = b:load(sh.qf + r) * ((spec.softcap and c.mk.cap_in or c.scale2) * kT) -- (softcap: the tanh's argument)
     G[hh] = b:load(sh.of + r) * vT
     extra[hh] = kT
+    nl[hh] = -c.lse2[hh]
+    if spec.alibi then -- (masked: the row's q + shift - k0 - 2t; else the row term -sl (q + shift - k0); exact in f32)
+      if masked then dq0[hh] = b:f32(c.row[hh] + c.shift - k0 - t * 2)
+      else nl[hh] = b:fma(b:f32(c.row[hh] + c.shift - k0), -sl, nl[hh]) end
+    end
   end
   local s, dp = c.zeros(nk), c.zeros(nk)
   for kk = 0, kd - 1 do
@@ -468,14 +553,35 @@ function M.dq_body(b, c, k0, masked)
       dp[2 * jp + 1] = b:mma("f16", ao, v2, dp[2 * jp + 1])
     end
   end
+  local kb = {} -- (ALiBi, unmasked: the column's sl (k - k0), k - k0 = j 8 + e + 2t)
   for j = 0, nk - 1 do
     for hh = 0, 1 do
       local lim = masked and c.bound[hh] - k0 - t * 2
+      local lim_lo = masked and c.lo[hh] and c.lo[hh] - k0 - t * 2
       for e = 0, 1 do
         local idx = 2 * hh + e + 1
-        local pv = b:ex2_approx(b:fma(s[j][idx], F[hh], -c.lse2[hh]))
+        local x, th
+        if spec.softcap then
+          th = mask.tanh(b, s[j][idx] * F[hh])
+          x = b:fma(th, c.mk.cap_out, nl[hh])
+        else
+          x = b:fma(s[j][idx], F[hh], nl[hh])
+        end
+        if spec.alibi then
+          if masked then x = b:fma(b:abs(dq0[hh] - (j * 8 + e)), -c.slope2, x)
+          else
+            kb[j * 2 + e] = kb[j * 2 + e] or sl * b:f32(t * 2 + (j * 8 + e))
+            x = x + kb[j * 2 + e]
+          end
+        end
+        local pv = b:ex2_approx(x)
         local ds = pv * b:fma(dp[j][idx], G[hh], -c.dl[hh])
-        if masked then ds = b:select(b:lt(j * 8 + e, lim), ds, 0.0) end
+        if th then ds = ds * (1.0 - th * th) end
+        if masked then
+          local vis = b:lt(j * 8 + e, lim)
+          if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
+          ds = b:select(vis, ds, 0.0)
+        end
         dp[j][idx] = ds
       end
     end
