@@ -212,6 +212,15 @@ static int b_gt(lua_State *L) { return compare(L, LLVMIntSGT, LLVMRealOGT); }
 static int b_ge(lua_State *L) { return compare(L, LLVMIntSGE, LLVMRealOGE); }
 static int b_eq(lua_State *L) { return compare(L, LLVMIntEQ, LLVMRealOEQ); }
 static int b_ne(lua_State *L) { return compare(L, LLVMIntNE, LLVMRealUNE); }
+/* b:ltu(a, b): a < b as unsigned integers (i32/i64; a range check lo <= x < hi is ltu(x - lo, hi - lo)). */
+static int b_ltu(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value a, b;
+    int kind = pair(L, 2, 3, &a, &b);
+    if (kind != GEN_I32 && kind != GEN_I64) return luaL_error(L, "ltu compares integers, not %s values", kind_names[kind]);
+    gen_push_value(L, LLVMBuildICmp(gb->b, LLVMIntULT, a.v, b.v, ""), GEN_PRED, 0, 0);
+    return 1;
+}
 
 static int b_select(lua_State *L) {
     gen_builder *gb = gen_check_builder(L, 1);
@@ -437,7 +446,7 @@ static const luaL_Reg value_meta[] = {
 static const luaL_Reg value_methods[] = {{"kind", m_kind}, {NULL, NULL}};
 
 static const luaL_Reg builder_methods[] = {
-    {"lt", b_lt}, {"le", b_le}, {"gt", b_gt}, {"ge", b_ge}, {"eq", b_eq}, {"ne", b_ne},
+    {"lt", b_lt}, {"le", b_le}, {"gt", b_gt}, {"ge", b_ge}, {"eq", b_eq}, {"ne", b_ne}, {"ltu", b_ltu},
     {"select", b_select}, {"and_", b_and}, {"or_", b_or}, {"not_", b_not},
     {"i32", b_i32}, {"i64", b_i64}, {"f32", b_f32},
     {"sqrt", b_sqrt}, {"rsqrt", b_rsqrt}, {"abs", b_abs}, {"fma", b_fma},

@@ -200,9 +200,10 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s", seq[det][s], p->head_dim,
-                 mid && p->causal ? " causal=true" : "", mid ? " path=" : "", mid ? path : "",
-                 det && s == 1 ? " deterministic=true" : "");
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s", seq[det][s],
+                 p->head_dim, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
+                 mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
+                 mid && p->alibi ? " alibi=true" : "", mid ? " path=" : "", mid ? path : "", det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
         if (!k) {
             st = KILN_EGEN;
@@ -559,6 +560,47 @@ static void d32_blocks(void) {
     prob_free(&a);
 }
 
+/* d32's blocks of one factor with the mask keys (lib/attn_bwd_f16scaled_d32.lua: tiles inside the window and of
+ * one ALiBi sign without a per-entry mask, the bias split between the column's L and the key row; softcap's tanh
+ * argument in the column's F and (1 - t^2) on dS'), against the bf16 path's bound, atomic and deterministic: steep
+ * ALiBi slopes (1/2 and 1/8: biases to ~100 beside the scores, the fold's roundings at their largest) with V and
+ * dO spanning 2^-12..2^12 (one factor a block still), bottom-right and top-left (seq_q > seq_k: a row's visible
+ * keys on both sides of q + shift); a softcap of 2 that the scores saturate (1 - t^2 down to ~2^-20) in a window;
+ * all three non-causal with a two-sided window. 150 or 200 queries (a partial
+ * last query tile), 150 / 200 keys (a partial last block), GQA 2:1. */
+static void d32_mask_adversarial(void) {
+    static const struct {
+        const char *what;
+        int causal, window, wl, wr, softcap, alibi, sq, sk;
+        double cap, qk_amp;
+    } cases[] = {
+        {"ALiBi slopes 1/2, 1/8, V and dO 2^-12..2^12, causal", 1, 0, 0, 0, 0, 1, 150, 200, 0, 1},
+        {"ALiBi slopes 1/2, 1/8, V and dO 2^-12..2^12, top-left, seq_q > seq_k", 2, 0, 0, 0, 0, 1, 200, 150, 0, 1},
+        {"softcap 2 saturated (|Q|, |K| to 4), window 100/16", 0, 1, 100, 16, 1, 0, 150, 200, 2, 4},
+        {"window 60/60, softcap 8, ALiBi slopes 1/2, 1/8, V and dO 2^-12..2^12", 0, 1, 60, 60, 1, 1, 150, 200, 8, 1},
+    };
+    static const float slopes[2] = {0.5f, 0.125f};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        char name[256];
+        snprintf(name, sizeof name, "d32 mask keys, adversarial: %s", cases[ci].what);
+        TEST_BEGIN(name);
+        prob a;
+        prob_init(&a, 32, cases[ci].causal, 2, 1, cases[ci].sq, cases[ci].sk);
+        a.p.window = cases[ci].window, a.p.window_left = cases[ci].wl, a.p.window_right = cases[ci].wr;
+        a.p.has_softcap = cases[ci].softcap, a.p.softcap = (float)cases[ci].cap;
+        a.p.alibi = cases[ci].alibi, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
+        fill(a.q, a.nq, cases[ci].qk_amp), fill(a.k, a.nk, cases[ci].qk_amp);
+        if (ci != 2) fill_wide(a.v, a.nv, -12, 12), fill_wide(a.dout, a.no, -12, 12);
+        else fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        if (forward(&a)) {
+            check_model(&a, cases[ci].what, 0, NULL);
+            check_model(&a, cases[ci].what, 1, NULL);
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
 /* The running exponents of dV's and dK's key rows on d32's blocks of one factor grow inside the loop when a
  * query tile's values outgrow them: dO rows growing by 2^4 every 32 queries (and with them P dO's and dS's rows)
  * make every tile raise them, rescaling the accumulators of the tiles before. Every key has the same K row, so
@@ -595,10 +637,7 @@ static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr) {
     for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
         for (int c = 0; c < KILN_PROF_CLASSES; c++) n[c] += (double)bk.warp_runs * bk.inst[c], all += (double)bk.warp_runs * bk.inst[c];
     double m = n[KILN_PROF_MMA], alu = (n[KILN_PROF_OTHER] + n[KILN_PROF_SHFL]) / m / 2, issue = all / m / 4;
-    if (getenv("KILN_D32_BLOCKS"))
-        for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
-            if (bk.warp_runs) printf("      block %d: runs %llu, mma %u, other %u, all-ish ex2 %u\n", i, (unsigned long long)bk.warp_runs, bk.inst[KILN_PROF_MMA], bk.inst[KILN_PROF_OTHER], bk.inst[KILN_PROF_EX2]);
-    if (getenv("KILN_D32_ESTIMATE_ONLY"))
+    if (getenv("KILN_D32_ESTIMATE_ONLY")) /* (measuring: the terms, bf16's first) */
         printf("    (per m16n8k8: other %.2f, shfl %.2f, all %.2f, mma %.0f)\n", n[KILN_PROF_OTHER] / m, n[KILN_PROF_SHFL] / m, all / m, m);
     return m * fmax(2.0, fmax(alu, issue));
 }
@@ -655,8 +694,9 @@ static void d32_estimate(void) {
             for (int k = 0; k < 1 + det; k++) {
                 printf("  %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
                        det && !k ? " (deterministic)" : "", keys, t[0][k], t[1][k], t[0][k] / t[1][k]);
-                /* (the mask keys: 1.25x where docs/attention.md's table says met, else below the per-row body's 1.34x..2.32x) */
-                double goal = !*est_keys[ki].keys ? 1.25 : 1.5;
+                /* (1.25x everywhere but the atomic dkdv with a window: 1.25x..1.32x, docs/attention.md's table; the
+                 * per-row body took 1.88x..2.31x there) */
+                double goal = !k && !det && strstr(keys, "window") ? 1.35 : 1.25;
                 CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= goal * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
                       k ? "dq" : "dkdv", keys, t[0][k], t[1][k], goal);
             }
@@ -697,6 +737,7 @@ int main(void) {
     kv_rows();
     d32_blocks();
     d32_regrow();
+    d32_mask_adversarial();
     d32_estimate();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);

@@ -21,6 +21,13 @@
 --     past seq_q takes L = +inf and D = 0: P' and dS' are 0 there without a mask (its Q and dO rows are zeros
 --     and K, V finite), and stay out of the key rows' maxima.
 --   No masks inside a full tile: a causal tile that meets the diagonal takes the masked copy of the body.
+--   The mask keys (query_loop, tile): a tile every entry of which is visible (the causal diagonal either way,
+--     the window's edges: lib/attn_mask.lua key_offsets) and, with ALiBi, whose distances q + shift - k have
+--     one sign runs without a mask: the bias -slope |q + shift - k| = -sl (q + shift - k0) + sl (k - k0), sl
+--     = slope log2e times that sign, goes onto the column's L (one fma a column) and the key row (one add an
+--     entry); softcap puts scale / softcap into the column's F (the tanh's argument, kT qf exact), P' =
+--     2^(t softcap log2e - L) and dS' gains (1 - t^2). Other tiles take the masked copy, which keeps the
+--     key rows' [first_q, end_q) and |q + shift - k| per entry (exact integers in f32).
 --   dV += P'^T dO, dK += dS'^T Q: each key row's running power of two (lib/attn_bwd_f16scaled.lua scale_a's
 --     rows, here with H bits of headroom) is applied first and checked after (scale_check): a value at or
 --     above 2^15 means the row's largest grew past its range; a warp-wide maximum takes the rare branch
@@ -35,7 +42,9 @@
 --     factor folds it into the query rows' (dq_tile, below).
 -- Error: as lib/attn_bwd_f16scaled.lua's, but for the running exponents' headroom: an A entry is lost below
 -- 2^-(39 - H) of its row's largest seen (2^-39 there) and, exactly as the per-row staging, none of K and V
--- (a block takes one factor only where every value stays exact).
+-- (a block takes one factor only where every value stays exact). ALiBi's split adds two f32 roundings to the
+-- exponent, each below 2^-24 of slope (|q + shift - k| + 63) log2e, i.e. of log2e times the largest bias of the
+-- row inside the tile (every entry of an unmasked tile is visible): below attention_bwd.ref.c's 2^-21 B.
 local f16s = require("lib.attn_f16scaled")
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
@@ -53,8 +62,8 @@ local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free store
 
 -- Whether the kernel of `spec` builds this path (beside the per-row one): the dkdv kernel (atomic or
 -- deterministic) and the dq kernel of bf16 on sm_75 at the tile width 32 (head_dim up to 32, v_head_dim too),
--- without the mask keys (their per-entry bounds and scores stay on the per-row body). (dq takes it where it
--- reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
+-- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (SIMT). (dq
+-- takes it where it reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
   return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.head_dim == 32
     and not spec.dropout and not spec.varlen
@@ -180,7 +189,8 @@ end
 
 -- The rare branch for one A operand (its entries x times extra, a power of two; nil: 1): each row's largest
 -- |x| (Inf counted, NaN dropped, as scale_a) over the quad, the running exponent raised to cover it, the
--- accumulator rows rescaled by 2^(old - new), the scaled entries redone.
+-- accumulator rows rescaled by 2^(old - new) (accs nil: the first tile, whose accumulators are zeros), the
+-- scaled entries redone.
 local function regrow(b, x, n, st, pk, accs, extra)
   local FLOOR = f16s.FLOOR
   for hh = 0, 1 do
@@ -191,12 +201,14 @@ local function regrow(b, x, n, st, pk, accs, extra)
     m = b:warp_max(m, 4)
     if extra then m = m * extra[hh] end
     local new = b:max(st[hh]:get(), b:max(exponent(b, m), FLOOR) - (ATOP - M.H))
-    local diff = st[hh]:get() - new -- (>= CMIN - (128 - ATOP + H): each half a normal factor)
-    local d1 = diff // 2
-    local f = f16s.pow2(b, d1) * f16s.pow2(b, diff - d1)
-    for _, am in ipairs(accs) do
-      for j = 0, am[2] - 1 do
-        for e = 2 * hh + 1, 2 * hh + 2 do am[1][j][e]:set(am[1][j][e]:get() * f) end
+    if accs then
+      local diff = st[hh]:get() - new -- (>= CMIN - (128 - ATOP + H): each half a normal factor)
+      local d1 = diff // 2
+      local f = f16s.pow2(b, d1) * f16s.pow2(b, diff - d1)
+      for _, am in ipairs(accs) do
+        for j = 0, am[2] - 1 do
+          for e = 2 * hh + 1, 2 * hh + 2 do am[1][j][e]:set(am[1][j][e]:get() * f) end
+        end
       end
     end
     st[hh]:set(new)
@@ -342,6 +354,10 @@ function M.tile(b, c, ri, q0, masked, sl)
     end
   end
   -- P' = 2^(s F - L), dS' = P' (dp G - D) in place of S^T and dP^T (the mask keys: above).
+  local span = {} -- (masked, window: the rows a key sees, end_q - first_q, 0 when none)
+  if masked and spec.window then
+    for hh = 0, 1 do span[hh] = b:max(c.end_q[hh] - c.first_q[hh], 0) end
+  end
   local kr, kb = {}, {} -- (ALiBi: this thread's keys k - k0; the unmasked body's row term sl (k - k0))
   if spec.alibi then
     for hh = 0, 1 do
@@ -372,11 +388,8 @@ function M.tile(b, c, ri, q0, masked, sl)
         if masked then
           local vis
           if c.mk then -- (the key's rows [first_q, end_q); only the bounds the keys have)
-            if spec.causal or spec.window then vis = b:ge(q0 + col, c.first_q[hh]) end
-            if spec.window then
-              local v2 = b:lt(q0 + col, c.end_q[hh])
-              vis = vis and b:and_(vis, v2) or v2
-            end
+            if spec.window then vis = b:ltu(q0 + col - c.first_q[hh], span[hh]) -- (one compare for both)
+            elseif spec.causal then vis = b:ge(q0 + col, c.first_q[hh]) end
           else
             vis = b:ge(q0 + col, c.first_q[hh])
           end
@@ -386,13 +399,11 @@ function M.tile(b, c, ri, q0, masked, sl)
       end
     end
   end
-  -- The A operands of dV and dK at the rows' running exponents, checked; the rare branch when one grew.
+  -- The A operands of dV and dK at the rows' running exponents, checked; the rare branch when one grew. The
+  -- CTA's first tile (c.fresh) sets the exponents from its own maxima at once (the check would send it to the
+  -- rare branch always: the exponents start at their floor, the accumulators at zero).
   local stv, stk = c.stv, c.stk
   local pv, pk = a_vars(b, nq), a_vars(b, nq)
-  local inv_v = { [0] = f16s.pow2(b, -stv[0]:get()), [1] = f16s.pow2(b, -stv[1]:get()) }
-  local inv_k = { [0] = f16s.pow2(b, -stk[0]:get()), [1] = f16s.pow2(b, -stk[1]:get()) }
-  local chk = scale_check(b, s, nq, inv_v, pv, false, b:f32(0.0))
-  chk = scale_check(b, dp, nq, inv_k, pk, true, chk)
   if atomic then -- dS' to shared memory for the dQ step (rows: the tile's queries)
     for j = 0, nq - 1 do
       for hh = 0, 1 do
@@ -402,10 +413,20 @@ function M.tile(b, c, ri, q0, masked, sl)
       end
     end
   end
-  local grew = warp_all(b, chk, function(u, w) return b:max(u, w) end)
-  b:if_(b:ge(grew, 0x1p15), function()
-    regrow(b, s, nq, stv, pv, { { c.dv, dtiles } })
-    regrow(b, dp, nq, stk, pk, { { c.dk, dtiles } })
+  b:if_(b:ne(c.fresh:get(), 0), function()
+    regrow(b, s, nq, stv, pv, nil)
+    regrow(b, dp, nq, stk, pk, nil)
+    c.fresh:set(0)
+  end, function()
+    local inv_v = { [0] = f16s.pow2(b, -stv[0]:get()), [1] = f16s.pow2(b, -stv[1]:get()) }
+    local inv_k = { [0] = f16s.pow2(b, -stk[0]:get()), [1] = f16s.pow2(b, -stk[1]:get()) }
+    local chk = scale_check(b, s, nq, inv_v, pv, false, b:f32(0.0))
+    chk = scale_check(b, dp, nq, inv_k, pk, true, chk)
+    local grew = warp_all(b, chk, function(u, w) return b:max(u, w) end)
+    b:if_(b:ge(grew, 0x1p15), function()
+      regrow(b, s, nq, stv, pv, { { c.dv, dtiles } })
+      regrow(b, dp, nq, stk, pk, { { c.dk, dtiles } })
+    end)
   end)
   -- dV += P'^T dO, dK += dS'^T Q.
   for ks = 0, nq // 2 - 1 do
@@ -478,10 +499,12 @@ end
 -- ---- the dq kernel: key tiles whose rows share one factor ----
 -- The deterministic dkdv writes each key block's K and V rows with their factors for dq (lib/attn_bwd_kvscaled.lua);
 -- a block that took one power of two gives every row the same one, and dq's 64-key tiles are its blocks (both
--- start at key 0 without a window). In dq the keys are S's columns, so such a tile folds its factors into each
+-- start at key 0 without a window; with one, dq's start at the first row's first key, and a tile across two
+-- blocks takes the body where both gave their rows the same factors, dq_flags). In dq the keys are S's columns, so such a tile folds its factors into each
 -- query row's: S = Q K^T is P = 2^(s F - lse) with F = scale log2e qf kT, dS = P (dp G - delta) with G = of vT,
 -- and dQ's A operand dS kT 2^-c with c the row's running exponent (checked as in dkdv, the rare branch raising
--- it). Tiles past seq_k or on the causal diagonal take the masked copy; any other tile the per-row body.
+-- it). Tiles past seq_k or on the causal diagonal take the masked copy; any other tile the per-row body. The
+-- mask keys: dq_tile, below.
 
 -- While the tile's rows are copied (before the barrier): whether every row of K and V inside seq_k carries
 -- the factor of the tile's first row, a warp's answer in sh.dqflag (warps 0 and 1 hold the 64 rows).
@@ -520,7 +543,10 @@ function M.dq_tile(b, c, k0, slow)
       end
     elseif c.spec.causal then whole = b:and_(whole, b:le(k0 + c.bn, c.q0 + c.shift + 1)) end
     b:if_(whole, function() M.dq_body(b, c, k0, false, sl) end, function() M.dq_body(b, c, k0, true) end)
-  end, function() slow(k0) end)
+  end, function()
+    slow(k0)
+    c.fresh:set(0) -- (the per-row body raised the exponents and added to the accumulators)
+  end)
 end
 
 function M.dq_body(b, c, k0, masked, sl)
@@ -558,6 +584,7 @@ function M.dq_body(b, c, k0, masked, sl)
     for hh = 0, 1 do
       local lim = masked and c.bound[hh] - k0 - t * 2
       local lim_lo = masked and c.lo[hh] and c.lo[hh] - k0 - t * 2
+      local span = lim_lo and b:max(lim - lim_lo, 0) -- (a window: one unsigned compare for both bounds)
       for e = 0, 1 do
         local idx = 2 * hh + e + 1
         local x, th
@@ -578,8 +605,7 @@ function M.dq_body(b, c, k0, masked, sl)
         local ds = pv * b:fma(dp[j][idx], G[hh], -c.dl[hh])
         if th then ds = ds * (1.0 - th * th) end
         if masked then
-          local vis = b:lt(j * 8 + e, lim)
-          if lim_lo then vis = b:and_(vis, b:ge(j * 8 + e, lim_lo)) end
+          local vis = lim_lo and b:ltu(j * 8 + e - lim_lo, span) or b:lt(j * 8 + e, lim)
           ds = b:select(vis, ds, 0.0)
         end
         dp[j][idx] = ds
@@ -588,10 +614,15 @@ function M.dq_body(b, c, k0, masked, sl)
   end
   local st = c.stq
   local a = a_vars(b, nk)
-  local inv = { [0] = f16s.pow2(b, -st[0]:get()) * kT, [1] = f16s.pow2(b, -st[1]:get()) * kT }
-  local chk = scale_check(b, dp, nk, inv, a, true, b:f32(0.0))
-  local grew = warp_all(b, chk, function(u, w) return b:max(u, w) end)
-  b:if_(b:ge(grew, 0x1p15), function() regrow(b, dp, nk, st, a, { { c.dq, dtiles } }, extra) end)
+  b:if_(b:ne(c.fresh:get(), 0), function() -- (the first tile: as dkdv's)
+    regrow(b, dp, nk, st, a, nil, extra)
+    c.fresh:set(0)
+  end, function()
+    local inv = { [0] = f16s.pow2(b, -st[0]:get()) * kT, [1] = f16s.pow2(b, -st[1]:get()) * kT }
+    local chk = scale_check(b, dp, nk, inv, a, true, b:f32(0.0))
+    local grew = warp_all(b, chk, function(u, w) return b:max(u, w) end)
+    b:if_(b:ge(grew, 0x1p15), function() regrow(b, dp, nk, st, a, { { c.dq, dtiles } }, extra) end)
+  end)
   for ks = 0, nk // 2 - 1 do
     local af = a_frag(b, a, ks)
     for jd = 0, dtiles // 2 - 1 do

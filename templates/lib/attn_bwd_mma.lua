@@ -288,7 +288,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local cx = cfg.d32 and { -- (the fast body's view of the kernel, lib/attn_bwd_f16scaled_d32.lua)
       spec = spec, cfg = cfg, sh = sh, p = p, fast = fast, kT = kT, vT = vT,
       fscale = (spec.softcap and hooks.mask.cap_in or p.scale * LOG2E) * kT, -- (softcap: the tanh's argument)
-      mk = hooks and hooks.mask, end_q = end_q,
+      mk = hooks and hooks.mask, end_q = end_q, fresh = b:var("i32", 1), -- (fresh: no tile done yet)
       d = d, bm = bm, bn = bn, ld = ld, nq = nq, kd = kd, dtiles = dtiles, k0 = k0, shift = shift, first_q = first_q,
       tid = tid, lane = lane, warp = warp, g = g, t = t, dk = dk, dv = dv, stk = stk, stv = stv,
       frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
@@ -556,7 +556,7 @@ function M.build_dq(b, spec, cfg, p, io)
     spec = spec, sh = sh, p = p, d = d, bn = bn, ld = ld, kd = kd, nk = nk, dtiles = dtiles, q0 = q0, shift = shift,
     lane = lane, warp = warp, g = g, t = t, tid = tid, bound = bound, lse2 = lse2, dl = dl, dq = dq, stq = stq,
     scale2 = scale2, frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
-    bm = bm, row = row, lo = lo, slope2 = slope2, mk = hooks and hooks.mask,
+    bm = bm, row = row, lo = lo, slope2 = slope2, mk = hooks and hooks.mask, fresh = cfg.d32 and cfg.kvs and b:var("i32", 1),
   }
   if cx and hooks then -- (the mask keys: the first row's last key and the last row's first)
     local _, hi = hooks.range(q0)
