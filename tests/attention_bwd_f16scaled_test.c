@@ -560,6 +560,26 @@ static void d32_blocks(void) {
     prob_free(&a);
 }
 
+/* dq's first key tile on the per-row body, its second on d32's body of one factor (lib/attn_bwd_f16scaled_d32.lua:
+ * the first fast tile sets the running exponents at once only while no tile came before, for the per-row one has
+ * raised them and filled the accumulators): keys 0..63 span 2^45 across rows (per-row factors, rows' largest |k|
+ * at most 1), keys 64..127 up to 2^4 (one factor: dS times it 2^4 and more above the first tile's values, so the
+ * exponents rise there); Q 2^-4 small keeps both tiles' probabilities alike. */
+static void d32_dq_after_slow(void) {
+    TEST_BEGIN("d32: dq's tile of one factor after a per-row tile (the running exponents rise with the accumulators)");
+    prob a;
+    prob_init(&a, 32, 0, 1, 1, 40, 128);
+    fill(a.q, a.nq, 0x1p-4), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+    for (int j = 0; j < 128; j++)
+        for (int c = 0; c < 32; c++) {
+            double sgn = uniform() < 0 ? -1 : 1, e = (uniform() + 1) / 2;
+            set(a.k, (size_t)j * 32 + (size_t)c, j < 64 ? sgn * exp2(-5 * (j % 8) - 10 * e) : sgn * 0x1p4 * (0.5 + e / 2));
+        }
+    if (forward(&a)) check_model(&a, "d32 dq after a per-row tile", 1, NULL);
+    TEST_END();
+    prob_free(&a);
+}
+
 /* d32's blocks of one factor with the mask keys (lib/attn_bwd_f16scaled_d32.lua: tiles inside the window and of
  * one ALiBi sign without a per-entry mask, the bias split between the column's L and the key row; softcap's tanh
  * argument in the column's F and (1 - t^2) on dS'), against the bf16 path's bound, atomic and deterministic: steep
@@ -737,6 +757,7 @@ int main(void) {
     kv_rows();
     d32_blocks();
     d32_regrow();
+    d32_dq_after_slow();
     d32_mask_adversarial();
     d32_estimate();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
