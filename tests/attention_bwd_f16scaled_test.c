@@ -5,8 +5,9 @@
  * adversarial tiles (magnitudes 2^-30 ... 2^30 in one tile, an outlier key, tiny p with huge v, wide
  * dO) against the error model of the bf16 path (P and dS rounded to bf16), Inf / NaN in the inputs
  * giving non-finite gradients where the SIMT path gives them, head_dim 32's key blocks of one power of two
- * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop) and
- * the T4 estimate that path is for. */
+ * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop, the
+ * window, softcap, ALiBi and top-left causal on it, random and adversarial) and the T4 estimate that path is for,
+ * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
