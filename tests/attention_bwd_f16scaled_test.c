@@ -715,9 +715,9 @@ static void d32_estimate(void) {
             for (int k = 0; k < 1 + det; k++) {
                 printf("  %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
                        det && !k ? " (deterministic)" : "", keys, t[0][k], t[1][k], t[0][k] / t[1][k]);
-                /* (1.25x everywhere but the atomic dkdv with a window: 1.25x..1.32x, docs/attention.md's table; the
-                 * per-row body took 1.88x..2.31x there) */
-                double goal = !k && !det && strstr(keys, "window") ? 1.35 : 1.25;
+                /* (1.25x everywhere but the atomic dkdv with a window alone: 1.26x, 1.28x causal, docs/attention.md's
+                 * table; the per-row body took 2.30x, 2.31x there) */
+                double goal = !k && !det && !strcmp(est_keys[ki].keys, " window=true") ? 1.30 : 1.25;
                 CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= goal * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
                       k ? "dq" : "dkdv", keys, t[0][k], t[1][k], goal);
             }

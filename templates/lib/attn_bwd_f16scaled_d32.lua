@@ -190,9 +190,10 @@ end
 -- The rare branch for one A operand (its entries x times extra, a power of two; nil: 1): each row's largest
 -- |x| (Inf counted, NaN dropped, as scale_a) over the quad, the running exponent raised to cover it, the
 -- accumulator rows rescaled by 2^(old - new) (accs nil: the first tile, whose accumulators are zeros), the
--- scaled entries redone.
+-- scaled entries redone. Returns the larger of the two rows' maxima.
 local function regrow(b, x, n, st, pk, accs, extra)
   local FLOOR = f16s.FLOOR
+  local top = b:f32(0.0)
   for hh = 0, 1 do
     local m = b:f32(0.0)
     for j = 0, n - 1 do
@@ -200,6 +201,7 @@ local function regrow(b, x, n, st, pk, accs, extra)
     end
     m = b:warp_max(m, 4)
     if extra then m = m * extra[hh] end
+    top = b:max(top, m)
     local new = b:max(st[hh]:get(), b:max(exponent(b, m), FLOOR) - (ATOP - M.H))
     if accs then
       local diff = st[hh]:get() - new -- (>= CMIN - (128 - ATOP + H): each half a normal factor)
@@ -216,6 +218,7 @@ local function regrow(b, x, n, st, pk, accs, extra)
   local inv = { [0] = f16s.pow2(b, -st[0]:get()), [1] = f16s.pow2(b, -st[1]:get()) }
   if extra then inv[0], inv[1] = inv[0] * extra[0], inv[1] * extra[1] end
   scale_check(b, x, n, inv, pk, false, nil)
+  return top
 end
 
 local function a_vars(b, n)
@@ -401,7 +404,9 @@ function M.tile(b, c, ri, q0, masked, sl)
   end
   -- The A operands of dV and dK at the rows' running exponents, checked; the rare branch when one grew. The
   -- CTA's first tile (c.fresh) sets the exponents from its own maxima at once (the check would send it to the
-  -- rare branch always: the exponents start at their floor, the accumulators at zero).
+  -- rare branch always: the exponents start at their floor, the accumulators at zero); a warp whose entries
+  -- were all 0 (masked: a window's edge) stays fresh, its accumulators still 0 (or NaN where a B row holds
+  -- Inf / NaN, which a rescale keeps NaN).
   local stv, stk = c.stv, c.stk
   local pv, pk = a_vars(b, nq), a_vars(b, nq)
   if atomic then -- dS' to shared memory for the dQ step (rows: the tile's queries)
@@ -414,9 +419,9 @@ function M.tile(b, c, ri, q0, masked, sl)
     end
   end
   b:if_(b:ne(c.fresh:get(), 0), function()
-    regrow(b, s, nq, stv, pv, nil)
-    regrow(b, dp, nq, stk, pk, nil)
-    c.fresh:set(0)
+    local seen = b:max(regrow(b, s, nq, stv, pv, nil), regrow(b, dp, nq, stk, pk, nil))
+    seen = warp_all(b, seen, function(u, w) return b:max(u, w) end)
+    c.fresh:set(b:select(b:gt(seen, 0.0), 0, 1))
   end, function()
     local inv_v = { [0] = f16s.pow2(b, -stv[0]:get()), [1] = f16s.pow2(b, -stv[1]:get()) }
     local inv_k = { [0] = f16s.pow2(b, -stk[0]:get()), [1] = f16s.pow2(b, -stk[1]:get()) }
