@@ -279,7 +279,7 @@ static void test_value_checks(void) {
     char path[256];
     snprintf(path, sizeof path, "%s/args.lua", dir);
     FILE *f = fopen(path, "w");
-    fputs("local K = { params = { { name = 'case', type = 'int', default = 1, min = 1, max = 4 } } }\n"
+    fputs("local K = { params = { { name = 'case', type = 'int', default = 1, min = 1, max = 5 } } }\n"
           "function K.config(spec, t)\n"
           "  if spec.case == 4 then local w = KEPT + 1 end\n"
           "  return { block = 32, grid_tile = 1 }\n"
@@ -289,6 +289,7 @@ static void test_value_checks(void) {
           "  local v = b:load(p.x)\n"
           "  if spec.case == 1 then v = b:max(v, io.stdout) end\n"
           "  if spec.case == 2 then v = b.tid(v) end\n"
+          "  if spec.case == 5 then v = b:select(b:ltu(v, 1.0), v, 1.0) end\n"
           "  KEPT = v\n"
           "  b:store(p.x, b:max(v, 1.0))\n"
           "end\nreturn K\n",
@@ -298,7 +299,7 @@ static void test_value_checks(void) {
     kiln_gen *g2;
     kiln_error err = {0};
     kiln_module *m = NULL;
-    TEST_BEGIN("builder arguments: foreign userdata, a value for the builder, a value from a finished build");
+    TEST_BEGIN("builder arguments: foreign userdata, a value for the builder, a value from a finished build, ltu on floats");
     CHECK(kiln_gen_create(&g2, &o, &err) == KILN_OK, "%s", err.msg);
     CHECK(kiln_generate(g2, "args case=1", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
     CHECK(strstr(err.msg, "bad argument #3: expected a kiln value or number, got userdata") != NULL, "message: %s", err.msg);
@@ -308,6 +309,8 @@ static void test_value_checks(void) {
     kiln_module_free(m);
     CHECK(kiln_generate(g2, "args case=4", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
     CHECK(strstr(err.msg, "no kernel is being built") != NULL, "message: %s", err.msg);
+    CHECK(kiln_generate(g2, "args case=5", 80, KILN_EMIT_PTX, &m, &err) == KILN_EGEN, "status: %s", err.msg);
+    CHECK(strstr(err.msg, "ltu compares integers, not f32 values") != NULL, "message: %s", err.msg);
     /* and the generator still builds */
     CHECK(kiln_generate(g2, "args case=3", 80, KILN_EMIT_PTX, &m, &err) == KILN_OK, "%s", err.msg);
     kiln_module_free(m);
