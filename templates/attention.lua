@@ -250,7 +250,7 @@ local function config_mma(spec, target)
     -- register staging needs each tile to divide evenly among the threads
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
     bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
-    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t.warps) end
+    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t) end
     pick = t
     -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
     -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)
@@ -265,6 +265,7 @@ local function config_mma(spec, target)
     ld = d, dynamic_smem = dynamic and bytes or nil,
     q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
+    f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
   }
 end
 
@@ -1190,6 +1191,7 @@ local function build_mma(b, spec, cfg, p)
   mma_setup(c)
   mma_prologue(c)
   mma_fragments(c)
+  if c.f16s then f16s.fragments_done(c) end
   mma_state(c)
   if c.lead then b:for_(0, c.lead, 1, function(it) mma_trip(c, it, true) end) end
   b:for_(c.lead or 0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
