@@ -43,14 +43,16 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- d128 (16-row warps, 32-key tiles: the block-wide extrema, the online-softmax rescale of O's 64
 -- accumulators a thread and the row maxima come once per 32 keys, not 16; T4 estimate 1.57x -> 1.23x
 -- f16's time; 255 registers, Q's fragments in registers so that the extrema's slots can live in Q's
--- tile: with them the block needs 96 bytes over sm_75's 64 KiB); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
+-- tile: with them the block needs 96 bytes over sm_75's 64 KiB); d96 6 warps x 32 rows with 16-key tiles
+-- (192 rows a block: a third of the conversions per query of 4 x 16 rows; one K and one V chunk a
+-- thread; T4 estimate 1.87x -> 1.29x; 32-key tiles spilled 104 bytes, 12 warps x 16 rows needed 209
+-- registers, over the 168 that 384 threads may hold); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
 -- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
--- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 (4 warps: 8 do not divide its tiles)
--- re-reads Q from shared memory.
+-- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 re-reads Q from shared memory.
 local TILES = {
   [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
-  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
 }
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
@@ -58,7 +60,7 @@ local TILES = {
 local SPLIT = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
-  [96] = TILES[96],
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
   [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
 -- With a mask key (per-row bounds, slopes, per-score work live across the loop) d32's 8 warps with
