@@ -1005,6 +1005,7 @@ local function mma_softmax(c, s, kv0, masked)
   for mi = 0, mt - 1 do
     pv[mi] = {}
     for j = 0, nt - 1 do pv[mi][j] = {} end
+    local alphas = {}
     for h = 0, 1 do
       local sq = (masked or spec.alibi) and c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)
       local lim, lim_lo
@@ -1048,10 +1049,15 @@ local function mma_softmax(c, s, kv0, masked)
       end
       c.m[mi][h]:set(m_new)
       c.l[mi][h]:set(b:fma(c.l[mi][h]:get(), alpha, sum))
-      for j = 0, c.dtiles - 1 do
-        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
+      if c.f16s then
+        alphas[h] = alpha_o -- (O is rescaled after both rows: f16s.rescale_o)
+      else
+        for j = 0, c.dtiles - 1 do
+          for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
+        end
       end
     end
+    if c.f16s then f16s.rescale_o(c, mi, alphas) end
     -- dropout: l summed every probability above; P V takes only the kept ones (1 / (1 - p) at the end)
     if c.drop then dropout.fragments(c.drop, b:ctaid("z"), b:ctaid("y"), c.q0 + c.wrow + mi * 16 + c.g, kv0 + c.t * 2, pv[mi], nt) end
   end
