@@ -250,7 +250,7 @@ local function config_mma(spec, target)
     -- register staging needs each tile to divide evenly among the threads
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
     bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
-    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t.warps) end
+    if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t) end
     pick = t
     -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
     -- memory is the opt-in limit plus the 1 KiB the driver reserves per block)
@@ -265,6 +265,7 @@ local function config_mma(spec, target)
     ld = d, dynamic_smem = dynamic and bytes or nil,
     q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
+    f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
   }
 end
 
@@ -1004,6 +1005,7 @@ local function mma_softmax(c, s, kv0, masked)
   for mi = 0, mt - 1 do
     pv[mi] = {}
     for j = 0, nt - 1 do pv[mi][j] = {} end
+    local alphas = {}
     for h = 0, 1 do
       local sq = (masked or spec.alibi) and c.G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)
       local lim, lim_lo
@@ -1047,10 +1049,15 @@ local function mma_softmax(c, s, kv0, masked)
       end
       c.m[mi][h]:set(m_new)
       c.l[mi][h]:set(b:fma(c.l[mi][h]:get(), alpha, sum))
-      for j = 0, c.dtiles - 1 do
-        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
+      if c.f16s then
+        alphas[h] = alpha_o -- (O is rescaled after both rows: f16s.rescale_o)
+      else
+        for j = 0, c.dtiles - 1 do
+          for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
+        end
       end
     end
+    if c.f16s then f16s.rescale_o(c, mi, alphas) end
     -- dropout: l summed every probability above; P V takes only the kept ones (1 / (1 - p) at the end)
     if c.drop then dropout.fragments(c.drop, b:ctaid("z"), b:ctaid("y"), c.q0 + c.wrow + mi * 16 + c.g, kv0 + c.t * 2, pv[mi], nt) end
   end
@@ -1190,6 +1197,7 @@ local function build_mma(b, spec, cfg, p)
   mma_setup(c)
   mma_prologue(c)
   mma_fragments(c)
+  if c.f16s then f16s.fragments_done(c) end
   mma_state(c)
   if c.lead then b:for_(0, c.lead, 1, function(it) mma_trip(c, it, true) end) end
   b:for_(c.lead or 0, c.nfull, 1, function(it) mma_trip(c, it, false) end)

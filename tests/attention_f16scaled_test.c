@@ -11,6 +11,7 @@
 #include "check.h"
 #include "attention.ref.h"
 #include "kiln/emu_case.h"
+#include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
 #include "emu.h" /* emu_attn_visible: the reference's mask rule */
 
@@ -195,18 +196,25 @@ static void registry_cases(void) {
         const char *spec;
         int rows, seq_k, hq, hkv, splits;
         double wl, wr, cap;
+        int twice; /* blocks run twice, threads in opposite orders: a race shows */
     } cases[] = {
-        {"attention dtype=bf16 head_dim=64 causal=true window=true softcap=true alibi=true path=mma", 100, 100, 4, 2, 0, 40, -1, 30},
-        {"attention dtype=bf16 head_dim=128 causal=top_left window=true path=mma", 70, 90, 2, 2, 0, 20, 5, 0},
-        {"attention dtype=bf16 head_dim=96 softcap=true path=mma", 40, 90, 2, 1, 0, 0, 0, 5},
-        {"attention dtype=bf16 head_dim=32 alibi=true causal=true path=mma", 40, 90, 4, 2, 0, 0, 0, 0},
-        {"attention dtype=bf16 head_dim=128 causal=true splitkv=true path=mma", 3, 300, 8, 2, 3, 0, 0, 0},
-        {"attention dtype=bf16 head_dim=64 splitkv=true window=true path=mma", 2, 500, 4, 1, 4, 100, 0, 0},
-        {"attention dtype=bf16 out=f32 head_dim=64 causal=true path=mma", 90, 90, 2, 2, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=true window=true softcap=true alibi=true path=mma", 100, 100, 4, 2, 0, 40, -1, 30, 0},
+        {"attention dtype=bf16 head_dim=128 causal=top_left window=true path=mma", 70, 90, 2, 2, 0, 20, 5, 0, 0},
+        {"attention dtype=bf16 head_dim=96 softcap=true path=mma", 40, 90, 2, 1, 0, 0, 0, 5, 0},
+        {"attention dtype=bf16 head_dim=32 alibi=true causal=true path=mma", 40, 90, 4, 2, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true splitkv=true path=mma", 3, 300, 8, 2, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=64 splitkv=true window=true path=mma", 2, 500, 4, 1, 4, 100, 0, 0, 0},
+        {"attention dtype=bf16 out=f32 head_dim=64 causal=true path=mma", 90, 90, 2, 2, 0, 0, 0, 0, 0},
+        /* d128's 32-key tiles: the extrema's slots in K's second buffer, then in Q's tile */
+        {"attention dtype=bf16 head_dim=128 causal=true path=mma", 200, 230, 2, 1, 0, 0, 0, 0, 1},
+        {"attention dtype=bf16 head_dim=128 path=mma", 130, 300, 3, 3, 0, 0, 0, 0, 1},
+        /* d96's 6 warps x 32 rows, 16-key tiles (192 rows a block) */
+        {"attention dtype=bf16 head_dim=96 causal=true path=mma", 400, 410, 2, 1, 0, 0, 0, 0, 1},
+        {"attention dtype=bf16 head_dim=80 causal=top_left path=mma", 200, 150, 1, 1, 0, 0, 0, 0, 1},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TEST_BEGIN(cases[i].spec);
-        kiln_case_opts o = {.sm = 75, .seed = 7 + i};
+        kiln_case_opts o = {.sm = 75, .seed = 7 + i, .twice = cases[i].twice};
         kiln_case_opts_set(&o, "rows", cases[i].rows);
         kiln_case_opts_set(&o, "seq_k", cases[i].seq_k);
         kiln_case_opts_set(&o, "heads_q", cases[i].hq);
@@ -259,21 +267,25 @@ static void accuracy(void) {
     if (kt) kiln_emu_kernel_free(kt);
 }
 
-/* Issue 28's adversarial tiles, out=f32, against float64 and the bound 2^-8 sum p|v|. */
-static void adversarial(void) {
-    kiln_emu_kernel *k = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 75);
+/* Issue 28's adversarial tiles, out=f32, against float64 and the bound 2^-8 sum p|v|, at head_dim d (each
+ * head dim's tiles: d64 32 keys, d96 16 keys with 32-row warps, d128 32 keys with the extrema's slots in Q's tile). */
+static void adversarial(int d) {
+    char spec[100];
+    snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d path=mma", d);
+    kiln_emu_kernel *k = load(spec, 75);
     if (!k) return;
     prob a;
-    int d = 64;
+    char tn[200]; /* the case names with the head dim */
+#define ADV_NAME(what) (snprintf(tn, sizeof tn, "%s (head_dim %d)", what, d), tn)
 
-    TEST_BEGIN("adversarial: V magnitudes 2^-30..2^30 in every tile");
+    TEST_BEGIN(ADV_NAME("adversarial: V magnitudes 2^-30..2^30 in every tile"));
     prob_init(&a, d, 0, KILN_F32, 1, 2, 1, 40, 130, 0);
     fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill_wide(a.v, a.nv, -30, 30);
     check_scaled(k, &a, 1, "wide V");
     prob_free(&a);
     TEST_END();
 
-    TEST_BEGIN("adversarial: Q and K magnitudes 2^-30..2^30 (scale 2^-40)");
+    TEST_BEGIN(ADV_NAME("adversarial: Q and K magnitudes 2^-30..2^30 (scale 2^-40)"));
     prob_init(&a, d, 0, KILN_F32, 1, 2, 2, 50, 100, 0x1p-40f);
     fill_wide(a.q, a.nq, -30, 30), fill_wide(a.k, a.nk, -30, 30), fill(a.v, a.nv, 1);
     check_scaled(k, &a, 1, "wide Q, K");
@@ -286,7 +298,7 @@ static void adversarial(void) {
     for (int big = 24; big <= 40; big += 16) {
         char name[100];
         snprintf(name, sizeof name, "adversarial: one huge outlier key (k 2^20, v 2^%d) among ordinary keys", big);
-        TEST_BEGIN(name);
+        TEST_BEGIN(ADV_NAME(name));
         prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 30, 150, 0);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1);
         for (int c = 0; c < d; c++) {
@@ -301,7 +313,7 @@ static void adversarial(void) {
 
     /* one query; key 0: p = 2^-30 of key 1's, v = 2^30; key 1: v = 2^-10; the other 62 keys of the tile
      * p ~ e^-200 (0 in f32), v = 0. float64: o = (1 + 2^-10) / (1 + 2^-30). */
-    TEST_BEGIN("adversarial: tiny p, huge v beside p ~ 1, tiny v in one tile");
+    TEST_BEGIN(ADV_NAME("adversarial: tiny p, huge v beside p ~ 1, tiny v in one tile"));
     prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 1, 64, 1);
     kiln_emu_value_set(KILN_BF16, a.q, 0, 1);
     kiln_emu_value_set(KILN_BF16, a.k, 0, -30 * log(2.0));
@@ -317,7 +329,7 @@ static void adversarial(void) {
     /* every p equal (q = 0); keys 0..31 (the first V tile) v = 2^40, keys 32..63 v = +-2^-20 or +-2^-60
      * (a wide tile, scaled 2^60 above the first): O's accumulator is near 2^95 there, and the low part's
      * product is added to it scaled up (attn_f16scaled.lua lo_scale keeps that below f32's top) */
-    TEST_BEGIN("adversarial: a wide V tile 2^60 below the first (the low part beside a huge accumulator)");
+    TEST_BEGIN(ADV_NAME("adversarial: a wide V tile 2^60 below the first (the low part beside a huge accumulator)"));
     prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 3, 64, 1);
     for (int j = 0; j < 64; j++)
         for (int c = 0; c < d; c++)
@@ -327,14 +339,17 @@ static void adversarial(void) {
     prob_free(&a);
     TEST_END();
     kiln_emu_kernel_free(k);
+#undef ADV_NAME
 }
 
 /* +-Inf and NaN in Q, K and V: the same non-finite outputs as the SIMT path, the finite ones close.
  * (Not causal: a V entry of +-Inf at a key some row of a tile does not see meets P = 0 there, and
  * 0 * Inf is NaN on every tiled path; which rows share a tile differs between the paths.) */
-static void nonfinite(void) {
-    kiln_emu_kernel *ks = load("attention dtype=bf16 out=f32 head_dim=64 path=mma", 75);
-    kiln_emu_kernel *kt = load("attention dtype=bf16 out=f32 head_dim=64 path=simt", 75);
+static void nonfinite(int d) {
+    char spec[2][100];
+    snprintf(spec[0], sizeof spec[0], "attention dtype=bf16 out=f32 head_dim=%d path=mma", d);
+    snprintf(spec[1], sizeof spec[1], "attention dtype=bf16 out=f32 head_dim=%d path=simt", d);
+    kiln_emu_kernel *ks = load(spec[0], 75), *kt = load(spec[1], 75);
     if (!ks || !kt) return;
     static const struct {
         char t;
@@ -343,17 +358,18 @@ static void nonfinite(void) {
     } plants[][3] = {
         {{'k', 5 * 64 + 3, INFINITY}, {'v', 40 * 64 + 7, NAN}, {'q', 20 * 64 + 1, -INFINITY}},
         {{'v', 3 * 64 + 9, INFINITY}, {'v', 70 * 64 + 9, -INFINITY}, {'k', 90 * 64, NAN}},
-    };
+    }; /* (positions as [row * 64 + column]: at head_dim d, [row * d + column]) */
     for (size_t pi = 0; pi < 2; pi++) {
         char name[80];
-        snprintf(name, sizeof name, "Inf/NaN as the SIMT path (plant set %zu)", pi);
+        snprintf(name, sizeof name, "Inf/NaN as the SIMT path (head_dim %d, plant set %zu)", d, pi);
         TEST_BEGIN(name);
         prob a;
-        prob_init(&a, 64, 0, KILN_F32, 1, 1, 1, 100, 100, 0);
+        prob_init(&a, d, 0, KILN_F32, 1, 1, 1, 100, 100, 0);
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1);
         for (int i = 0; i < 3; i++) {
             void *t = plants[pi][i].t == 'q' ? a.q : plants[pi][i].t == 'k' ? a.k : a.v;
-            kiln_emu_value_set(KILN_BF16, t, (size_t)plants[pi][i].at, plants[pi][i].v);
+            size_t at = (size_t)(plants[pi][i].at / 64 * d + plants[pi][i].at % 64);
+            kiln_emu_value_set(KILN_BF16, t, at, plants[pi][i].v);
         }
         double *os = malloc(a.no * sizeof *os), *ot = malloc(a.no * sizeof *ot);
         float *ls = malloc(a.nl * sizeof *ls), *lt = malloc(a.nl * sizeof *lt);
@@ -375,6 +391,69 @@ static void nonfinite(void) {
     kiln_emu_kernel_free(kt);
 }
 
+/* ---- what the path is for: the T4 estimate of docs/attention.md "bf16 on Turing" ----
+ * From the emulator's profile (deterministic) at 768 x 512 (a multiple of every block's rows: 128, 192, 256), one
+ * head, as the doc's figures: T4 clocks = m16n8k8
+ * x max(tensor 2.0, fp32/alu (other + shfl) / 2, issue (all instructions) / 4), over the hot loop (the doc's
+ * figures) and over the whole tile loop (every basic block from the first to the last one the warps run more
+ * than once or that holds mma: the rare branches and the last, masked tile count as often as they run).
+ * bf16 within `goal` x f16's on both: 1.25 (issue 28's goal) where reached, else the figure measured. */
+static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr, int hot) {
+    double n[KILN_PROF_CLASSES] = {0}, all = 0;
+    if (hot) {
+        for (int c = 0; c < KILN_PROF_CLASSES; c++) n[c] = (double)pr->hot_inst[c], all += n[c];
+    } else {
+        kiln_prof_block bk;
+        int lo = -1, hi = -1;
+        for (unsigned i = 0; kiln_emu_profile_block(k, i, &bk) == 0; i++)
+            if (bk.warp_runs > pr->warps || (bk.warp_runs && bk.inst[KILN_PROF_MMA])) hi = (int)i, lo = lo < 0 ? (int)i : lo;
+        for (int i = lo; lo >= 0 && i <= hi && kiln_emu_profile_block(k, (unsigned)i, &bk) == 0; i++)
+            for (int c = 0; c < KILN_PROF_CLASSES; c++) n[c] += (double)bk.warp_runs * bk.inst[c], all += (double)bk.warp_runs * bk.inst[c];
+    }
+    double m = n[KILN_PROF_MMA], alu = (n[KILN_PROF_OTHER] + n[KILN_PROF_SHFL]) / m / 2, issue = all / m / 4;
+    return m > 0 ? m * fmax(2.0, fmax(alu, issue)) : 0;
+}
+static void estimate(void) {
+    static const struct {
+        int d;
+        double goal;
+    } rows[] = {{32, 1.56}, {64, 1.25}, {96, 1.25}, {128, 1.25}};
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (size_t r = 0; pe && r < sizeof rows / sizeof rows[0]; r++) {
+        char name[160];
+        snprintf(name, sizeof name, "T4 estimate: bf16 head_dim %d within %.2fx of f16's (emulator profile, 768 x 512)",
+                 rows[r].d, rows[r].goal);
+        TEST_BEGIN(name);
+        double t[2][2] = {{0}}; /* [bf16, f16][hot loop, tile loop] */
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[160];
+            snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d path=mma", dt ? "f16" : "bf16", rows[r].d);
+            kiln_case_opts o = {.sm = 75, .seed = 3};
+            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+            kiln_case_opts_set(&o, "rows", 768), kiln_case_opts_set(&o, "seq_k", 512);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            if (st == KILN_OK) CHECK(kiln_case_check(c) == 0, "%s: bad values", spec);
+            kiln_emu_profile pr;
+            if (st == KILN_OK && kiln_emu_profile_get(kiln_case_kernel(c), &pr, &err) == KILN_OK)
+                for (int hot = 0; hot < 2; hot++) t[dt][hot] = t4_clocks(kiln_case_kernel(c), &pr, !hot);
+            kiln_case_free(c);
+        }
+        printf("  head_dim %d: T4 clocks bf16 / f16: hot loop %.0f / %.0f = %.3fx, tile loop %.0f / %.0f = %.3fx\n", rows[r].d,
+               t[0][0], t[1][0], t[0][0] / t[1][0], t[0][1], t[1][1], t[0][1] / t[1][1]);
+        for (int w = 0; w < 2; w++)
+            CHECK(t[0][w] > 0 && t[1][w] > 0 && t[0][w] <= rows[r].goal * t[1][w], "%s: bf16 %.0f against f16 %.0f T4 clocks",
+                  w ? "tile loop" : "hot loop", t[0][w], t[1][w]);
+        TEST_END();
+    }
+    if (pe) kiln_emu_destroy(pe);
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -384,8 +463,13 @@ int main(void) {
     random_plain();
     registry_cases();
     accuracy();
-    adversarial();
-    nonfinite();
+    adversarial(64);
+    adversarial(96);
+    adversarial(128);
+    nonfinite(64);
+    nonfinite(96);
+    nonfinite(128);
+    estimate();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     return check_summary("attention f16-scaled");

@@ -40,22 +40,27 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- scale, cvt, the extrema: ~9 instructions an element), so the tiles take 8 warps where the staging
 -- divides among them: 256 rows a block at d32/d64 (32-row warps: half the conversions per query of
 -- f16's 4 warps; the staged tile is then 8 elements a thread, which pays for the registers), 128 at
--- d128 (16-row warps, 16-key tiles); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
+-- d128 (16-row warps, 32-key tiles: the block-wide extrema, the online-softmax rescale of O's 64
+-- accumulators a thread and the row maxima come once per 32 keys, not 16; T4 estimate 1.57x -> 1.23x
+-- f16's time; 255 registers, Q's fragments in registers so that the extrema's slots can live in Q's
+-- tile: with them the block needs 96 bytes over sm_75's 64 KiB); d96 6 warps x 32 rows with 16-key tiles
+-- (192 rows a block: a third of the conversions per query of 4 x 16 rows; one K and one V chunk a
+-- thread; T4 estimate 1.87x -> 1.29x; 32-key tiles spilled 104 bytes, 12 warps x 16 rows needed 209
+-- registers, over the 168 that 384 threads may hold); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
 -- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
--- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 (4 warps: 8 do not divide its tiles)
--- re-reads Q from shared memory.
+-- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 re-reads Q from shared memory.
 local TILES = {
   [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
-  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
-  [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
+  [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
 }
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
 local SPLIT = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
-  [96] = TILES[96],
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
   [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
 -- With a mask key (per-row bounds, slopes, per-score work live across the loop) d32's 8 warps with
@@ -65,9 +70,17 @@ local TILES_KEYS = {
   [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
   [96] = { { warps = 2, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
+-- (not split-KV, which keeps SPLIT's) d128 with a mask key, a padded head_dim or a v_head_dim: TILES'
+-- 32-key tiles spilled 4-36 bytes at 255 registers (window, softcap, ALiBi; head_dim 120 causal; 64/128),
+-- so 16-key tiles (one K and one V chunk a thread)
+local TILES_KEYS_WHOLE = {
+  [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 function M.tiles(spec, tiles)
   local d = spec.head_dim
+  local other = spec.window or spec.softcap or spec.alibi or spec.dim ~= d or spec.vdim ~= d
   local keyed = (spec.window or spec.softcap or spec.alibi) and TILES_KEYS[d]
+    or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
   local own = spec.splitkv and SPLIT[d] or TILES[d]
   if keyed or own then
     local t = setmetatable({}, { __index = tiles })
@@ -116,21 +129,30 @@ local function convert(b, vals, factor)
 end
 
 -- Shared memory for the block-wide extrema: K's max, V's max and V's smallest nonzero magnitude, a
--- slot per warp each (f32).
-function M.smem_bytes(warps) return 12 * warps end
+-- slot per warp each (f32); none for a tile entry with slots_in_q (setup puts them in tiles that are
+-- free when they are used).
+function M.smem_bytes(t) return t.slots_in_q and 0 or 12 * t.warps end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
 function M.setup(c)
   local b, cfg = c.b, c.cfg
-  local red
-  if cfg.dynamic_smem then
+  local red, red_loop
+  if cfg.f16s_slots_in_q then
+    -- (d128's 32-key tiles fill sm_75's 64 KiB without them) the prologue's slots in K's second buffer
+    -- (trip 0 stages tile 1 there, after every read of them), the loop's in Q's tile: its fragments stay
+    -- in registers, so it is free once every warp loaded them (fragments_done's barrier)
+    assert(cfg.dynamic_smem and cfg.q_in_regs and c.stages == 2, "f16 scaling: slots_in_q needs Q in registers")
+    local base = b:dynamic_shared("f32")
+    red, red_loop = base + (c.bm * cfg.ld + c.tile) // 2, base
+  elseif cfg.dynamic_smem then
     red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
   else
     red = b:shared("f32", 3 * (cfg.threads // 32), 16)
   end
   c.f16s = {
     red = red,
+    red_loop = red_loop,
     hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
@@ -138,6 +160,15 @@ function M.setup(c)
     vlo = b:var("i32", 0), -- 1: that tile's V spans more than f16 holds, its low part is in the other buffer
     loe = b:var("i32", LO), -- the power of two that low part is scaled by (lo_scale)
   }
+end
+
+-- After the Q fragments are in registers: the loop's slots move into Q's tile (slots_in_q), once every
+-- warp has its fragments.
+function M.fragments_done(c)
+  if c.f16s.red_loop then
+    c.b:barrier()
+    c.f16s.red = c.f16s.red_loop
+  end
 end
 
 -- Q rows [q0, q0 + bm) to f16 in shared memory, each row scaled by its own power of two. Thread
@@ -347,6 +378,23 @@ function M.tile_factors(c)
   local delta = b:f32(cv - f.cacc:get())
   f.cacc:set(cv)
   return rs, delta
+end
+
+-- O's accumulators of m-tile mi times alpha[h] (rows g and g + 8 of this lane: the online softmax's
+-- rescale with V's scale change), skipped where both are 1 (NaN rescales: ne is unordered). A tile that
+-- raises none of the lane's row maxima and keeps V's scale leaves O as it is bit for bit, so the branch
+-- only saves work: the warp skips when none of the m-tile's 16 rows moved, most tiles once the maxima
+-- settle (random data, 512 keys: d96's 16-key tiles 1.29x -> 1.17x f16's T4 estimate; f16's kernel is
+-- tensor-bound there, the rescale costs it nothing).
+function M.rescale_o(c, mi, alpha)
+  local b = c.b
+  b:if_(b:or_(b:ne(alpha[0], 1.0), b:ne(alpha[1], 1.0)), function()
+    for h = 0, 1 do
+      for j = 0, c.dtiles - 1 do
+        for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha[h]) end
+      end
+    end
+  end)
 end
 
 -- The epilogue's factor on O / l: 2^-cacc (the accumulator's scale).
