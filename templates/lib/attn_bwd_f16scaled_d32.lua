@@ -265,6 +265,27 @@ local function copy_rows(b, cfg, dst, src, w, row0, rows, seq)
   end
 end
 
+-- The two products of a tile over the head dim: x = A1 B1^T and y = A2 B2^T for this warp's 16 rows of A1, A2
+-- (shared tiles, rows of ld halves) against n 8-wide columns of B1, B2 (dkdv: S^T and dP^T from K, V against Q,
+-- dO; dq: S and dP from Q, dO against K, V), f32 accumulators.
+local function products(b, c, n, a1, a2, b1, b2)
+  local fr, ld, lane, warp = c.frag, c.ld, c.lane, c.warp
+  local x, y = c.zeros(n), c.zeros(n)
+  for kk = 0, c.kd - 1 do
+    local f1 = fr.a(b, a1, ld, lane, warp * 16, kk * 16)
+    local f2 = fr.a(b, a2, ld, lane, warp * 16, kk * 16)
+    for jp = 0, n // 2 - 1 do
+      local u1, u2 = fr.bn(b, b1, ld, lane, jp * 16, kk * 16)
+      x[2 * jp] = b:mma("f16", f1, u1, x[2 * jp])
+      x[2 * jp + 1] = b:mma("f16", f1, u2, x[2 * jp + 1])
+      local w1, w2 = fr.bn(b, b2, ld, lane, jp * 16, kk * 16)
+      y[2 * jp] = b:mma("f16", f2, w1, y[2 * jp])
+      y[2 * jp + 1] = b:mma("f16", f2, w2, y[2 * jp + 1])
+    end
+  end
+  return x, y
+end
+
 -- The dkdv kernel's loop over the query tiles [q_start, q_end) of query head (ri: its row index) for the
 -- block: the body below when `fast` (stage_kv's predicate), else slow_tile(q0) (lib/attn_bwd_mma.lua's
 -- per-row body). c: the kernel's context (lib/attn_bwd_mma.lua build_dkdv; c.slope2: the head's ALiBi slope).
@@ -343,19 +364,7 @@ function M.tile(b, c, ri, q0, masked, sl)
   b:barrier()
 
   -- S^T and dP^T: 16 keys x bm queries per warp (as the per-row body).
-  local s, dp = c.zeros(nq), c.zeros(nq)
-  for kk = 0, kd - 1 do
-    local ak = fr.a(b, sh.ks, ld, lane, warp * 16, kk * 16)
-    local av = fr.a(b, sh.vs, ld, lane, warp * 16, kk * 16)
-    for jp = 0, nq // 2 - 1 do
-      local q1, q2 = fr.bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
-      s[2 * jp] = b:mma("f16", ak, q1, s[2 * jp])
-      s[2 * jp + 1] = b:mma("f16", ak, q2, s[2 * jp + 1])
-      local o1, o2 = fr.bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
-      dp[2 * jp] = b:mma("f16", av, o1, dp[2 * jp])
-      dp[2 * jp + 1] = b:mma("f16", av, o2, dp[2 * jp + 1])
-    end
-  end
+  local s, dp = products(b, c, nq, sh.ks, sh.vs, sh.qs, sh.dos)
   -- P' = 2^(s F - L), dS' = P' (dp G - D) in place of S^T and dP^T (the mask keys: above).
   local span = {} -- (masked, window: the rows a key sees, end_q - first_q, 0 when none)
   if masked and spec.window then
@@ -571,19 +580,7 @@ function M.dq_body(b, c, k0, masked, sl)
       else nl[hh] = b:fma(b:f32(c.row[hh] + c.shift - k0), -sl, nl[hh]) end
     end
   end
-  local s, dp = c.zeros(nk), c.zeros(nk)
-  for kk = 0, kd - 1 do
-    local aq = fr.a(b, sh.qs, ld, lane, warp * 16, kk * 16)
-    local ao = fr.a(b, sh.dos, ld, lane, warp * 16, kk * 16)
-    for jp = 0, nk // 2 - 1 do
-      local k1, k2 = fr.bn(b, sh.ks, ld, lane, jp * 16, kk * 16)
-      s[2 * jp] = b:mma("f16", aq, k1, s[2 * jp])
-      s[2 * jp + 1] = b:mma("f16", aq, k2, s[2 * jp + 1])
-      local v1, v2 = fr.bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
-      dp[2 * jp] = b:mma("f16", ao, v1, dp[2 * jp])
-      dp[2 * jp + 1] = b:mma("f16", ao, v2, dp[2 * jp + 1])
-    end
-  end
+  local s, dp = products(b, c, nk, sh.qs, sh.dos, sh.ks, sh.vs)
   local kb = {} -- (ALiBi, unmasked: the column's sl (k - k0), k - k0 = j 8 + e + 2t)
   for j = 0, nk - 1 do
     for hh = 0, 1 do
