@@ -145,10 +145,13 @@ local MMA_TILES_STAGED = {
 
 -- With dropout (a Philox call per C fragment: its 4 words and the round keys live beside S), the 32-row
 -- warps of d32 and d64 spill (ptxas: 24-96 bytes on sm_75..120, d64 28 bytes even without a mask key):
--- 16-row warps there.
+-- 16-row warps there. d96 (and the dims padded to it, 80/88) with 32-row warps spilled too (ptxas CUDA 13, 255
+-- registers: 28-64 bytes on sm_80..100 without a mask key, 8-48 with window, d88 32-56): it takes the score keys'
+-- d96 entries (16-row warps, Q in registers), which the keyed dropout variants already ran.
 local MMA_TILES_DROP = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 1, n = 64, stages = 3, min_blocks = 2, q_regs = true }, { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
+  [96] = MMA_TILES_KEYS[96],
 }
 local MMA_TILES_STAGED_DROP = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
@@ -1283,6 +1286,7 @@ K.variants = {
   { DT, DIMS, CAUSAL, "dropout=true", full = true },
   { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "dropout=true", full = true },
   { DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
+  { "dtype=bf16", "head_dim=96", "causal=false", "dropout=true", quick = true, sms = { 80, 86 } }, -- (spilled on 32-row warps)
   { DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
   { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "dropout=true", "path=simt", sms = { 75, 80 } },
   { DT, "head_dim=64", "causal=true", MASK_KEYS, "dropout=true dropout_mask=true", sms = { 75, 80 } },

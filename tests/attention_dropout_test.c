@@ -93,13 +93,14 @@ static int same(kiln_case *a, kiln_case *b, const char *name) {
     return x && y && na == nb && !memcmp(x, y, na);
 }
 
-/* The forward paths: mma (sm_80 f16/bf16), sm_75's m16n8k8, SIMT (f32; bf16 on sm_75, named: its plain kernel takes the f16-scaled path under auto; forced). */
+/* The forward paths: mma (sm_80 f16/bf16; bf16 d96 on its dropout tiles), sm_75's m16n8k8, SIMT (f32; bf16 on sm_75, named: its plain kernel takes the f16-scaled path under auto; forced). */
 static const struct {
     const char *spec;
     int sm;
 } paths[] = {
     {"attention dtype=f16 head_dim=64", 80}, {"attention dtype=bf16 head_dim=128", 80}, {"attention dtype=f16 head_dim=32", 75},
     {"attention dtype=f32 head_dim=64", 80}, {"attention dtype=bf16 head_dim=96 path=simt", 75}, {"attention dtype=f16 head_dim=64 path=simt", 80},
+    {"attention dtype=bf16 head_dim=96", 80}, /* d96 with dropout: 16-row warps (attention.lua MMA_TILES_DROP) */
 };
 #define NPATHS (sizeof paths / sizeof paths[0])
 
