@@ -156,6 +156,14 @@ local MMA_TILES_DROP = {
 local MMA_TILES_STAGED_DROP = {
   [32] = { { warps = 4, mt = 1, n = 64, stages = 2, q_regs = true } },
 }
+-- ... and with a window too at a padded head_dim (the real width below the tile's: each chunk's column test
+-- lives beside the window's bounds and dropout's words), sm_75's staged tiles spilled (ptxas CUDA 13, 255
+-- registers: d88 4 bytes, d104-120 8-24, d120 with all three mask keys 8): d88 (on the 96 tile) keeps Q in
+-- shared memory (240-250 registers), d104-120 (on the 128 tile) take 16-key tiles (184-220); 0 spills.
+local MMA_TILES_STAGED_DROP_PADDED_WINDOW = {
+  [96] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
+  [128] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 
 -- Split-KV decoding (splitkv=true): a block owns 64 packed query rows (4 warps x 16) of one kv head:
 -- the heads_q / heads_kv query heads that share the kv head times the seq_q rows, so one K/V tile
@@ -239,6 +247,9 @@ local function config_mma(spec, target)
   if keyed and keyed[d] then tiles = keyed end
   local drop = spec.dropout and (target.cp_async and MMA_TILES_DROP or MMA_TILES_STAGED_DROP)
   if drop and drop[d] then tiles = drop end
+  if spec.dropout and spec.window and not target.cp_async and (spec.dim or d) < d and MMA_TILES_STAGED_DROP_PADDED_WINDOW[d] then
+    tiles = MMA_TILES_STAGED_DROP_PADDED_WINDOW
+  end
   if spec.append and target.cp_async and APPEND_TILES[d] then tiles = APPEND_TILES end
   local rts = rotary.on(spec) and not target.cp_async and ROTARY_TILES_STAGED[spec.splitkv and "split" or "plain"]
   if rts and rts[d] then tiles = rts end
@@ -1287,6 +1298,11 @@ K.variants = {
   { DT, DIMS, { "causal=true", "causal=top_left" }, MASK_KEYS, "dropout=true", full = true },
   { DT, DIMS, "causal=true", "dropout=true", quick = true, sms = { 75, 80, 90 } },
   { "dtype=bf16", "head_dim=96", "causal=false", "dropout=true", quick = true, sms = { 80, 86 } }, -- (spilled on 32-row warps)
+  -- padded head dims with dropout and a window on sm_75's staged tiles (spilled: MMA_TILES_STAGED_DROP_PADDED_WINDOW)
+  { "dtype=f16", util.axis("head_dim", { 88, 104, 112, 120 }), util.axis("causal", { "false", "true", "top_left" }),
+    { "window=true dropout=true", MASK_KEYS .. " dropout=true" },
+    full = true, sms = { 75 } },
+  { "dtype=f16", { "head_dim=88", "head_dim=104" }, "causal=true", "window=true dropout=true", quick = true, sms = { 75 } },
   { DT, DIMS, "causal=true", MASK_KEYS, "dropout=true", quick = true, sms = { 75, 80, 90, 120 } },
   { { "dtype=f16", "dtype=bf16" }, DIMS, "causal=true", MASK_KEYS, "dropout=true", "path=simt", sms = { 75, 80 } },
   { DT, "head_dim=64", "causal=true", MASK_KEYS, "dropout=true dropout_mask=true", sms = { 75, 80 } },

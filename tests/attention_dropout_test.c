@@ -101,6 +101,8 @@ static const struct {
     {"attention dtype=f16 head_dim=64", 80}, {"attention dtype=bf16 head_dim=128", 80}, {"attention dtype=f16 head_dim=32", 75},
     {"attention dtype=f32 head_dim=64", 80}, {"attention dtype=bf16 head_dim=96 path=simt", 75}, {"attention dtype=f16 head_dim=64 path=simt", 80},
     {"attention dtype=bf16 head_dim=96", 80}, /* d96 with dropout: 16-row warps (attention.lua MMA_TILES_DROP) */
+    /* padded widths on sm_75 with dropout and a window: Q in shared memory (d88), 16-key tiles (d104) */
+    {"attention dtype=f16 head_dim=88", 75}, {"attention dtype=f16 head_dim=104", 75},
 };
 #define NPATHS (sizeof paths / sizeof paths[0])
 
