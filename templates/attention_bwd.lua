@@ -632,6 +632,29 @@ for _, row in ipairs({
   { "kernel=dkdv", "dtype=f16", { "head_dim=64 causal=true " .. MASK_KEYS, "head_dim=128 causal=true" }, "dropout=true", "path=wgmma",
     quick = true, sms = { "90a" } },
 }) do K.variants[#K.variants + 1] = row end
+-- path=wgmma's other head dims (lib/attn_wgmma_dims.lua's widths: d32 and 8-24 on the 64-column tiles, d96 and 72-88
+-- on the 128-column ones) and v_head_dim != head_dim up to 128: every causal form, the mask keys, grad=f32,
+-- deterministic, dropout (the softcap with it where one of head_dim, v_head_dim is <= 64), varlen (the quick suite: 7 of them)
+local WG_DIMS2 = util.axis("head_dim", { 32, 96 })
+local WG_VDIMS = { "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64", "head_dim=96 v_head_dim=64", "head_dim=128 v_head_dim=64",
+                   "head_dim=64 v_head_dim=128" }
+for _, row in ipairs({
+  { "kernel=dkdv", HALF, WG_DIMS2, CAUSAL3, { "", "window=true alibi=true", "softcap=true", MASK_KEYS, "grad=f32 " .. MASK_KEYS },
+    { "", "deterministic=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS2, CAUSAL3, { "", "window=true alibi=true" }, "dropout=true", { "", "deterministic=true" }, "path=wgmma",
+    full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, "head_dim=32", CAUSAL3, { "softcap=true", MASK_KEYS }, "dropout=true", "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS2, CAUSAL3, { "", MASK_KEYS, "dropout=true" }, "varlen=true", "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, util.axis("head_dim", { 8, 24, 72, 88 }), "causal=true", { "", "varlen=true", "dropout=true" }, "path=wgmma",
+    full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_VDIMS, CAUSAL3, { "", MASK_KEYS, "dropout=true", MASK_KEYS .. " dropout=true", "deterministic=true" }, "path=wgmma", full = true,
+    sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG_DIMS2, "causal=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "kernel=dkdv", "dtype=bf16", { "head_dim=64 v_head_dim=32", "head_dim=128 v_head_dim=64" }, "causal=true", "path=wgmma", quick = true,
+    sms = { "90a" } },
+  { "kernel=dkdv", "dtype=f16", "head_dim=96", "causal=top_left", "window=true alibi=true dropout=true", "path=wgmma", quick = true,
+    sms = { "90a" } },
+}) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

@@ -4,24 +4,26 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- 64 or 128 (and 40-56, 104-120 padded to them; v_head_dim the same), any grad dtype, causal (both alignments), window, softcap, ALiBi, GQA/MQA, any
--- batch/heads/lengths; dropout (not with the softcap at d128) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
+-- and v_head_dim up to 128 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 else; d32,
+-- 8-56 padded to 64, d96, 72-120 to 128; v_head_dim != head_dim on the wider's tiles), any grad dtype, causal (both
+-- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (not with the softcap where
+-- head_dim and v_head_dim are both past 64) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
 -- maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
 -- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
 -- mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
--- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], boxes of 1 x 64 rows x 1 x 64 columns under
--- the 128-byte swizzle; d128 takes two boxes a tile; varlen: the FA2 backward's varlen launch, maps over the
+-- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], d the real head_dim or v_head_dim, boxes of
+-- 1 x 64 rows x 1 x 64 columns under the 128-byte swizzle, zero-filled past d; a tile takes ceil(d / 64) boxes; varlen: the FA2 backward's varlen launch, maps over the
 -- packed [total, heads, d] tensors, lib/attn_bwd_wgmma_keys.lua). Rows past seq_q / seq_k come in as TMA's
 -- zeros (varlen: as the next sequence's rows): a query row past seq_q has its lse taken as +inf (P = 0), a key
 -- past seq_k is not stored (varlen: its P is 0, so that dQ takes nothing from it).
 --
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
--- (dynamic, 1024-byte aligned): K and V of the block (NC x d/64 panels each), then NS stages of Q and of dO
--- (d/64 panels each), then (atomic dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes,
+-- (dynamic, 1024-byte aligned): K and V of the block (NC x qp and NC x vp panels: qp = ceil(head_dim / 64), vp =
+-- ceil(v_head_dim / 64)), then NS stages of Q and of dO (qp and vp panels), then (atomic dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes,
 -- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
 -- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
 -- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
@@ -31,30 +33,32 @@
 --
 -- The block walks the query heads of its kv head's group and, in each, the query tiles of 64 rows that see its
 -- keys (mask.query_range: causal and window skip the others). Per tile a consumer warpgroup:
---   S^T = K Q^T and dP^T = V dO^T by d/16 chained m64n64k16 each (K, V as A and Q, dO as B from shared memory,
+--   S^T = K Q^T and dP^T = V dO^T by ceil(head_dim / 16) and ceil(v_head_dim / 16) chained m64n64k16 (K, V as A
+--   and Q, dO as B from shared memory,
 --   all K-major as stored, two commit groups); P^T = exp2(S^T scale log2e - lse log2e) (the mask's score and
---   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{d}k16 issued before dP^T is waited;
+--   visibility) while dP^T is in flight; dV += P^T dO by 4 chained m64n{64 vp}k16 issued before dP^T is waited;
 --   dS^T = P^T (dP^T - delta) (softcap: P^T (1 - tanh^2), made with P^T under dP^T's wgmma); dK += dS^T Q by 4
---   more. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P: FA3's RS form at
+--   m64n{64 qp}k16. P^T / dS^T are A from registers (the D fragment re-packed as the forward packs P: FA3's RS form at
 --   d128, Mma_dKV_is_RS), dO / Q B N-major as stored (trans_b). lse (x log2 e) and delta of the tile's 64 rows come from the stage in shared memory, where
 --   the producer warpgroup's threads put them (TMA would need lse rows padded to 16 bytes). Atomic dQ: dS^T's
 --   fragment is stored transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A),
 --   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
---   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of d (K N-major,
+--   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of head_dim (K N-major,
 --   trans_b), each 64 columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer
 --   arrives on empty once dV and dK are in.
--- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k).
+-- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k), head_dim and v_head_dim columns.
 local util = require("lib.util")
 local varlen = require("lib.attn_varlen")
 local mask = require("lib.attn_mask")
 local wgmma = require("lib.attn_wgmma") -- (refusal: the errors of path=wgmma's config)
 local keys = require("lib.attn_bwd_wgmma_keys") -- (dropout, varlen)
 local regs = require("lib.attn_bwd_wgmma_regs") -- (uniform offsets, descriptors as base + offset)
+local wdims = require("lib.attn_wgmma_dims") -- (the tiles' width W and the real widths' panels and k-steps)
 
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim 64 or 128 (40-56, 104-120 padded), causal, window, softcap, alibi, dropout (not with softcap at head_dim 128), varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 128 (on 64- or 128-column tiles: 8-64 on 64, 72-128 on 128; v_head_dim != head_dim on the tiles of the wider), causal, window, softcap, alibi, dropout (not with softcap where head_dim and v_head_dim are both past 64), varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -68,30 +72,39 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- and d128 (192 f32), with the addressing of lib/attn_bwd_wgmma_regs.lua (before it d128 spilled 72 bytes at 240
 -- and d64's wgmma were serialized). One (256 threads, setmaxnreg's most, 256): d128 with dropout (the Philox words
 -- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two).
--- d128 with the softcap and dropout (4-8 bytes at 256 in 8 of its 36 variants) is not built.
+-- d128 with the softcap and dropout (4-8 bytes at 256 in 8 of its 36 variants) is not built, nor any spec whose
+-- head_dim and v_head_dim are both past 64 (d72/d96 top_left: 4 bytes); with one of them <= 64 (dK or dV 64 columns
+-- wide) every variant fits one warpgroup (docs/hopper.md "Head dims 32, 96 and v_head_dim").
+-- Shapes are keyed by the tiles' width W (64, 128): d32 runs d64's, d96 and qk 128 / v 64 d128's.
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
   [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
 }
 local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 
--- The geometry of a spec this file builds.
+-- The geometry of a spec this file builds (keyed by the tiles' width W, lib/attn_wgmma_dims.lua).
 local function shape(spec)
-  if (spec.dropout or spec.softcap) and spec.head_dim == 128 then return ONE end
-  return SHAPES[spec.head_dim]
+  local w = wdims.width(math.max(spec.dim or spec.head_dim, spec.vdim or spec.dim or spec.head_dim))
+  if (spec.dropout or spec.softcap) and w == 128 then return ONE end
+  return SHAPES[w]
 end
 
 -- Why the spec is not built on this path (nil when it is). spec: attention_bwd's builder spec (bspec).
 local function not_covered(spec)
   if spec.dtype ~= "f16" and spec.dtype ~= "bf16" then return "dtype " .. spec.dtype .. " (f16 and bf16 only)" end
   if spec.out ~= spec.dtype then return "out=" .. spec.out .. " (out = dtype only)" end
-  if not SHAPES[spec.head_dim] then
-    return string.format("head_dim=%d (64 and 128, and 40-56 / 104-120 padded to them)", spec.dim or spec.head_dim)
+  local dim = spec.dim or spec.head_dim
+  local vdim = spec.vdim or dim
+  local w = wdims.width(math.max(dim, vdim))
+  if not SHAPES[w] then
+    if vdim ~= dim then
+      return string.format("head_dim=%d v_head_dim=%d (both up to 128: the tiles are 64 or 128 columns wide)", dim, vdim)
+    end
+    return string.format("head_dim=%d (up to 128: 8-64 on 64-column tiles, 72-128 on 128-column ones)", dim)
   end
-  if spec.vdim and spec.vdim ~= (spec.dim or spec.head_dim) then return "v_head_dim != head_dim" end
-  if spec.softcap and spec.dropout and spec.head_dim == 128 then
-    return string.format("head_dim=%d with softcap=true and dropout=true (it spills: dK, dV, S^T, dP^T hold 192 of the 256 registers, the keep bits, Philox words and the softcap's factors the rest)",
-                         spec.dim or spec.head_dim)
+  if spec.softcap and spec.dropout and dim > 64 and vdim > 64 then
+    return string.format("head_dim=%d%s with softcap=true and dropout=true (it spills where dK and dV are both 128 columns wide, head_dim and v_head_dim 72-128: dK, dV, S^T, dP^T hold 192 of the 256 registers, the keep bits, Philox words and the softcap's factors the rest)",
+                         dim, vdim ~= dim and string.format(" v_head_dim=%d", vdim) or "")
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
@@ -113,9 +126,9 @@ function M.config(spec, target)
   local no = wgmma.refusal(spec, target, not_covered, TAKES)
   if no then error(no) end
   local sh = shape(spec)
-  local panels = spec.head_dim // 64
+  local ws = wdims.spec(spec) -- (qp, vp: the panels of head_dim's and v_head_dim's columns)
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
-  local bytes = (2 * sh.nc * panels + 2 * sh.stages * panels + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
+  local bytes = ((sh.nc + sh.stages) * (ws.qp + ws.vp) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
   return {
     atomic = atomic,
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
@@ -143,20 +156,23 @@ function M.build(b, spec, cfg, params, io)
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   -- (varlen: the sequence's lengths, first rows and pointers; a block past its sequence's keys leaves at once)
   local p = varlen.bind(b, spec, b:kernel{ params = params }, 64 * cfg.nc, true)
-  local T, d, nc, ns = spec.dtype, spec.head_dim, cfg.nc, cfg.stages
-  local panels = d // 64
-  -- (a padded head_dim, lib/attn_dims.lua: the real one, dim; TMA fills the columns past it with zeros, so the
-  -- products read them as 0, Q K^T and dO V^T stop at the k-step holding dim, and nothing past it is stored)
-  local dim = spec.dim or d
+  -- (the head dims, lib/attn_wgmma_dims.lua: the tiles' width W = head_dim here, 64 or 128; the real head_dim dim
+  -- (Q, K, dQ, dK) on qp panels, v_head_dim vdim (V, dO, dV) on vp; TMA fills the columns past a real width with
+  -- zeros, so the products read them as 0, S^T = K Q^T stops at the k-step holding dim and dP^T = V dO^T at the one
+  -- holding vdim, dK is qp panels wide and dV vp, and nothing past dim / vdim is stored)
+  spec = wdims.spec(spec)
+  local T, nc, ns = spec.dtype, cfg.nc, cfg.stages
+  local dim, vdim, qp, vp = spec.dim, spec.vdim, spec.qp, spec.vp
+  local kq, kv = spec.kq, (vdim + 15) // 16 -- (S^T's and dP^T's k-steps)
   local eb = util.dtype_bytes[T]
   local t, wg = b:tid(), b:warpgroup()
   local role = regs.uniform(b, wg) -- (the warpgroup, warp-uniform to ptxas: the roles' branches are not divergent)
   local smem = b:dynamic_shared(T, 1024)
   -- (the regions' offsets in elements: the consumers address them from smem, lib/attn_bwd_wgmma_regs.lua)
-  local ok, ov = 0, nc * panels * PANEL
-  local oq = ov + nc * panels * PANEL
-  local odo = oq + ns * panels * PANEL
-  local ods = odo + ns * panels * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  local ok, ov = 0, nc * qp * PANEL
+  local oq = ov + nc * vp * PANEL
+  local odo = oq + ns * qp * PANEL
+  local ods = odo + ns * vp * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
   local sk, sv, sq, sdo = smem + ok, smem + ov, smem + oq, smem + odo
   local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
@@ -171,7 +187,7 @@ function M.build(b, spec, cfg, params, io)
   local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * nc, p.seq_k) - 1)
   q_start, q_end = keys.tile_start(b, spec, q_start, q_end) -- (dropout: from a multiple of 16)
   local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM
-  local stage_bytes = 2 * panels * PANEL * eb
+  local stage_bytes = (qp + vp) * PANEL * eb -- (the panels holding real columns)
 
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(kbar, 1)
@@ -190,11 +206,11 @@ function M.build(b, spec, cfg, params, io)
     b:setmaxnreg("dec", cfg.dec)
     local pt = t - 128 * nc
     b:if_(b:eq(pt, 0), function()
-      b:mbarrier_arrive(kbar, { tx = b:i32(2 * nc * panels * PANEL * eb) })
+      b:mbarrier_arrive(kbar, { tx = b:i32(nc * (qp + vp) * PANEL * eb) })
       for c = 0, nc - 1 do
-        for j = 0, panels - 1 do
-          b:tma_load(sk + (c * panels + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
-          b:tma_load(sv + (c * panels + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar)
+        for j = 0, math.max(qp, vp) - 1 do
+          if j < qp then b:tma_load(sk + (c * qp + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
+          if j < vp then b:tma_load(sv + (c * vp + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
         end
       end
     end)
@@ -211,9 +227,9 @@ function M.build(b, spec, cfg, params, io)
         local row = q_start + qt * BM
         b:if_(b:eq(pt, 0), function()
           b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
-          for j = 0, panels - 1 do
-            b:tma_load(sq + (s * panels + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
-            b:tma_load(sdo + (s * panels + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb)
+          for j = 0, math.max(qp, vp) - 1 do
+            if j < qp then b:tma_load(sq + (s * qp + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
+            if j < vp then b:tma_load(sdo + (s * vp + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
           end
         end)
         local r = row + (pt % BM)
@@ -244,8 +260,11 @@ function M.build(b, spec, cfg, params, io)
     end
     -- (causal / window: a key k sees the rows k + [klo, khi), nil where unbounded; rows past seq_q have P = 0)
     local klo, khi = mask.key_offsets(m)
-    local dkv, dvv = {}, {}
-    for i = 1, d // 2 do dkv[i], dvv[i] = b:var("f32", 0.0), b:var("f32", 0.0) end
+    local dkv, dvv = {}, {} -- (dK: 64 qp columns, 32 qp f32 a thread; dV: 64 vp)
+    for i = 1, 32 * math.max(qp, vp) do
+      if i <= 32 * qp then dkv[i] = b:var("f32", 0.0) end
+      if i <= 32 * vp then dvv[i] = b:var("f32", 0.0) end
+    end
     local scale2 = p.scale * LOG2E
     b:mbarrier_wait(kbar, 0)
     b:for_(0, group, 1, function(gi)
@@ -260,9 +279,9 @@ function M.build(b, spec, cfg, params, io)
         local us = regs.uniform(b, nc > 1 and ((wg << 8) | (it % ns)) or it % ns)
         local uw, s = 0, us -- (one consumer warpgroup: 0, a constant)
         if nc > 1 then uw, s = us >> 8, us & 255 end
-        local U = panels * PANEL * eb // 16 -- (16-byte units of d/64 panels)
-        local my_k, my_v = at(ok, uw * U), at(ov, uw * U)
-        local qs, dos = at(oq, s * U), at(odo, s * U)
+        local UQ, UV = qp * PANEL * eb // 16, vp * PANEL * eb // 16 -- (16-byte units of qp and of vp panels)
+        local my_k, my_v = at(ok, uw * UQ), at(ov, uw * UV)
+        local qs, dos = at(oq, s * UQ), at(odo, s * UV)
         -- this thread's 16 query columns 8j + 2q + e; their lse (base 2) and delta are loaded where used (few
         -- registers live beside dK, dV and the in-flight S, dP: at d128 those four hold 192 of the 240)
         local col = {}
@@ -276,12 +295,12 @@ function M.build(b, spec, cfg, params, io)
         b:mbarrier_wait(full + 2 * s, (it // ns) % 2)
         b:wgmma_fence()
         local S, dP
-        for j = 0, (dim + 15) // 16 - 1 do
+        for j = 0, kq - 1 do -- (K Q^T over head_dim)
           local off = (j // 4) * PANEL + 16 * (j % 4)
           S = b:wgmma{ n = BM, type = T, a = desc(my_k + off, 16), b = desc(qs + off, 16), acc = S }
         end
         b:wgmma_commit()
-        for j = 0, (dim + 15) // 16 - 1 do
+        for j = 0, kv - 1 do -- (V dO^T over v_head_dim)
           local off = (j // 4) * PANEL + 16 * (j % 4)
           dP = b:wgmma{ n = BM, type = T, a = desc(my_v + off, 16), b = desc(dos + off, 16), acc = dP }
         end
@@ -339,11 +358,11 @@ function M.build(b, spec, cfg, params, io)
         end
         -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
         local DV, DK = {}, {}
-        for i = 1, d // 2 do DV[i] = dvv[i]:get() end
+        for i = 1, 32 * vp do DV[i] = dvv[i]:get() end
         local dva = spec.softcap and { packed = pk } or keys.dv_operand(b, drop, P) -- ((P o M)^T with dropout)
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DV = b:wgmma{ n = d, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
+          DV = b:wgmma{ n = 64 * vp, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
         end
         b:wgmma_commit()
         dP = b:wgmma_wait(1, dP)
@@ -374,19 +393,19 @@ function M.build(b, spec, cfg, params, io)
           b:fence_proxy_async()
           b:mbarrier_arrive(dsbar + 2 * uw)
         end
-        for i = 1, d // 2 do DK[i] = dkv[i]:get() end
+        for i = 1, 32 * qp do DK[i] = dkv[i]:get() end
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DK = b:wgmma{ n = d, type = T, a = areg(dS, j), b = desc(qs + 1024 * j, 8192), acc = DK, trans_b = true }
+          DK = b:wgmma{ n = 64 * qp, type = T, a = areg(dS, j), b = desc(qs + 1024 * j, 8192), acc = DK, trans_b = true }
         end
         b:wgmma_commit()
         -- dV, dK back into their registers; the stage (Q, dO) is free for the producer
         local function settle()
           DV = b:wgmma_wait(0, DV)
           DK = b:wgmma_wait(0, DK)
-          for i = 1, d // 2 do
-            dvv[i]:set(DV[i])
-            dkv[i]:set(DK[i])
+          for i = 1, 32 * math.max(qp, vp) do
+            if i <= 32 * vp then dvv[i]:set(DV[i]) end
+            if i <= 32 * qp then dkv[i]:set(DK[i]) end
           end
           b:mbarrier_arrive(empty + 2 * s)
         end
@@ -394,7 +413,7 @@ function M.build(b, spec, cfg, params, io)
           b:mbarrier_wait(dsbar + 2 * uw, it % 2)
           settle()
           -- 64 columns of dQ at a time (K's panels): 32 more registers beside dK and dV, not d/2
-          for hp = 0, panels - 1 do
+          for hp = 0, qp - 1 do
             local DQ
             b:wgmma_fence()
             for j = 0, BM // 16 - 1 do
@@ -428,15 +447,18 @@ function M.build(b, spec, cfg, params, io)
       local live = b:lt(key[r], p.seq_k)
       local at = b:i64(b:select(live, key[r], 0))
       local kvals, vvals = {}, {}
-      for j = 0, dim // 8 - 1 do
+      local kw, vw = dim // 8, vdim // 8 -- (the 8-column groups of dK's real columns and of dV's)
+      for j = 0, math.max(kw, vw) - 1 do
         local i = 4 * j + 2 * r
-        kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad)
-        vvals[j] = b:from_f32_vec({ keys.dv_out(drop, dvv[i + 1]:get()), keys.dv_out(drop, dvv[i + 2]:get()) }, spec.grad)
+        if j < kw then kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad) end
+        if j < vw then
+          vvals[j] = b:from_f32_vec({ keys.dv_out(drop, dvv[i + 1]:get()), keys.dv_out(drop, dvv[i + 2]:get()) }, spec.grad)
+        end
       end
       b:if_(live, function()
-        for j = 0, dim // 8 - 1 do
-          b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb })
-          b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb })
+        for j = 0, math.max(kw, vw) - 1 do
+          if kvals[j] then b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb }) end
+          if vvals[j] then b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb }) end
         end
       end)
     end
