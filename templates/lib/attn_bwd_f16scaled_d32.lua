@@ -1,4 +1,4 @@
--- templates/lib/attn_bwd_f16scaled_d32.lua - the bf16 backward at head_dim 32 on sm_75: key blocks whose K and V each take one power of two.
+-- templates/lib/attn_bwd_f16scaled_d32.lua - the bf16 backward at head_dim 32 and 64 on sm_75: key blocks whose K and V each take one power of two.
 --
 -- lib/attn_bwd_f16scaled.lua runs the bf16 backward on sm_75's f16 tensor cores with every staged row
 -- scaled by its own power of two. In the dkdv kernel (lib/attn_bwd_mma.lua: S^T = K Q^T with a warp's keys
@@ -61,11 +61,13 @@ M.H = 2
 local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free stores and 8-byte loads)
 
 -- Whether the kernel of `spec` builds this path (beside the per-row one): the dkdv kernel (atomic or
--- deterministic) and the dq kernel of bf16 on sm_75 at the tile width 32 (head_dim up to 32, v_head_dim too),
+-- deterministic) and the dq kernel of bf16 on sm_75 at the tile widths 32 and 64 (head_dim up to 64, v_head_dim
+-- too; at 64 the per-row body's folds and A scaling with the mask keys' per-entry work cost 1.3-1.7x f16's time by
+-- the T4 estimate, this body 1.00-1.07x, in at most 250 registers: docs/attention.md "Head dim 64 on the same body"),
 -- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (SIMT). (dq
 -- takes it where it reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
-  return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.head_dim == 32
+  return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and (spec.head_dim == 32 or spec.head_dim == 64)
     and not spec.dropout and not spec.varlen
 end
 
