@@ -745,9 +745,9 @@ static void d32_estimate(int hd) {
             for (int k = 0; k < 1 + det; k++) {
                 printf("  d%d %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", hd, k ? "dq" : "dkdv",
                        det && !k ? " (deterministic)" : "", keys, t[0][k], t[1][k], t[0][k] / t[1][k]);
-                /* (1.25x everywhere but the atomic dkdv with a window alone: 1.26x, 1.28x causal, docs/attention.md's
-                 * table; the per-row body took 2.30x, 2.31x there) */
-                double goal = hd == 32 && !k && !det && !strcmp(est_keys[ki].keys, " window=true") ? 1.30 : 1.25;
+                /* (the atomic dkdv with a window alone at d32: 1.21x, 1.24x causal since each warp decides its mask,
+                 * wave 14; 1.26x, 1.28x with the block's decision, 2.30x, 2.31x on the per-row body) */
+                double goal = 1.25;
                 CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= goal * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
                       k ? "dq" : "dkdv", keys, t[0][k], t[1][k], goal);
             }
