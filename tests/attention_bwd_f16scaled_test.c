@@ -82,6 +82,21 @@ static const rcase rcases[] = {
     {32, 0, "causal=top_left window=true softcap=true alibi=true", 2, 2, 130, 200, 7, 90, 40},
     {32, 0, "causal=false window=true softcap=true alibi=true", 2, 1, 150, 256, 5, 70, 70},
     {32, 1, "causal=true window=true softcap=true alibi=true", 3, 1, 160, 192, 5, 100, 0},
+    /* head_dim 64 (and 40-56, padded to it) on the same blocks of one factor (wave 14): whole blocks, the diagonal
+     * both ways, each mask key alone and all three, GQA, partial last query tiles and key blocks, v_head_dim */
+    {64, 0, "causal=false", 2, 1, 75, 140, 0, 0, 0},
+    {64, 1, "causal=true", 2, 1, 64, 150, 0, 0, 0},
+    {64, 0, "causal=true window=true", 2, 1, 150, 200, 0, 100, 16},
+    {64, 1, "causal=false window=true", 2, 1, 150, 200, 0, 100, 16},
+    {64, 0, "causal=false softcap=true", 2, 2, 100, 192, 5, 0, 0},
+    {64, 1, "causal=top_left softcap=true", 2, 1, 130, 200, 6, 0, 0},
+    {64, 0, "causal=top_left alibi=true", 2, 1, 200, 150, 0, 0, 0},
+    {64, 1, "causal=false alibi=true", 2, 1, 120, 130, 0, 0, 0},
+    {64, 0, "causal=false window=true softcap=true alibi=true", 2, 1, 150, 256, 5, 70, 70},
+    {64, 1, "causal=true window=true softcap=true alibi=true", 3, 1, 160, 192, 5, 100, 0},
+    {48, 0, "causal=true", 2, 1, 70, 128, 0, 0, 0},
+    {32, 0, "causal=true v_head_dim=64", 2, 1, 70, 128, 0, 0, 0},
+    {64, 1, "causal=true v_head_dim=32", 2, 1, 70, 128, 0, 0, 0},
 };
 
 static void run_random(const rcase *rc, uint64_t seed) {
@@ -90,7 +105,8 @@ static void run_random(const rcase *rc, uint64_t seed) {
              rc->det ? " deterministic=true" : "");
     /* (the race check on the first, on the d128 atomic dkdv's two passes and on d32's blocks of one factor) */
     int twice = rc == rcases || (rc->d == 128 && !rc->det && !strcmp(rc->keys, "causal=true")) ||
-                (rc->d == 32 && !rc->det && !strcmp(rc->keys, "causal=true"));
+                (rc->d == 32 && !rc->det && !strcmp(rc->keys, "causal=true")) ||
+                (rc->d == 64 && !rc->det && !strcmp(rc->keys, "causal=false"));
     kiln_case_opts o = {.sm = 75, .seed = seed, .twice = twice, .scale = 1};
     kiln_case_opts_set(&o, "heads_q", rc->heads_q);
     kiln_case_opts_set(&o, "heads_kv", rc->heads_kv);
@@ -280,18 +296,19 @@ static double path_error(prob *a, const char *path, int sm) {
 }
 
 /* The accuracy against sm_80's bf16 mma (P, dS in bf16) and the SIMT path (f32), same inputs. */
-static void accuracy(int d, int wide) {
+static void accuracy(int d, int wide, int sq, int sk) {
     prob a;
-    prob_init(&a, d, 1, 2, 1, 40, 48);
+    prob_init(&a, d, 1, 2, 1, sq, sk);
     if (wide) fill_wide(a.v, a.nv, -8, 8), fill_wide(a.dout, a.no, -8, 8);
     else fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
     fill(a.q, a.nq, 1), fill(a.k, a.nk, 1);
     if (forward(&a)) {
         double f16s = path_error(&a, "mma", 75), bf16 = path_error(&a, "mma", 80), simt = path_error(&a, "simt", 75);
-        printf("  d%d %s: max error / max |grad|: f16-scaled sm_75 %.2e, bf16 mma sm_80 %.2e (%.1fx), SIMT %.2e\n", d,
-               wide ? "wide V, dO (2^-8..2^8)" : "random", f16s, bf16, bf16 / f16s, simt);
-        /* (the three share the error of O stored in bf16, which dominates the f32 SIMT path's) */
-        CHECK(f16s < bf16 && f16s <= 1.25 * simt, "d%d: the f16-scaled path's error %.3g is not below the bf16 mma's %.3g and within 1.25x the SIMT path's %.3g",
+        printf("  d%d %s, %d x %d: max error / max |grad|: f16-scaled sm_75 %.2e, bf16 mma sm_80 %.2e (%.1fx), SIMT %.2e\n", d,
+               wide ? "wide V, dO (2^-8..2^8)" : "random", sq, sk, f16s, bf16, bf16 / f16s, simt);
+        /* (the three share the error of O stored in bf16, which dominates the f32 SIMT path's; where it dominates
+         * the bf16 mma's too, SIMT's error above it, only SIMT's bound is asked: the rest is that shared error) */
+        CHECK((f16s < bf16 || simt > bf16) && f16s <= 1.25 * simt, "d%d: the f16-scaled path's error %.3g is not below the bf16 mma's %.3g and within 1.25x the SIMT path's %.3g",
               d, f16s, bf16, simt);
     }
     prob_free(&a);
@@ -464,11 +481,21 @@ static void kv_rows(void) {
     const float *xf[2] = {(const float *)(kp + keys * w * 4), (const float *)(kp + keys * (w * 4 + 4))};
     const void *in[2] = {a.k, a.v};
     long bad = 0, checked = 0;
+    /* (each row's largest |f16| in [2^15, 2^16); or, a key block of one factor (head_dim 64's tiles: 64 keys whose
+     * rows share one power of two, lib/attn_bwd_f16scaled_d32.lua), the block's largest there and every row below 2^16) */
+    double tops[2][2 * 70];
+    for (int t = 0; t < 2 && st == KILN_OK; t++)
+        for (size_t r = 0; r < keys; r++) {
+            tops[t][r] = 0;
+            for (size_t c = 0; c < w; c++) tops[t][r] = fmax(tops[t][r], fabs(kiln_emu_value_get(KILN_F16, xh[t], r * w + c)));
+        }
     for (int t = 0; t < 2 && st == KILN_OK; t++)
         for (size_t r = 0; r < keys; r++) { /* r = kv head * 70 + key; the input is [seq, heads_kv, 40] */
             size_t key = r % 70, h = r / 70;
-            double f = xf[t][r], top = 0;
-            int e;
+            double f = xf[t][r], top = 0, block_top = 0;
+            int e, one = 1;
+            for (size_t q = r - key % 64; q < r - key % 64 + 64 && q < (h + 1) * 70; q++)
+                block_top = fmax(block_top, tops[t][q]), one &= xf[t][q] == f;
             if (!(f > 0) || frexp(f, &e) != 0.5) bad++, printf("  %s row %zu: factor %g is not a power of two\n", t ? "V" : "K", r, f);
             for (size_t c = 0; c < w; c++) {
                 double x = kiln_emu_value_get(KILN_F16, xh[t], r * w + c);
@@ -478,8 +505,9 @@ static void kv_rows(void) {
                 if (x * f != want && bad++ < 4)
                     printf("  %s row %zu column %zu: %g x %g = %g, expected %g\n", t ? "V" : "K", r, c, x, f, x * f, want);
             }
+            if (one) top = block_top; /* (a block of one factor: its largest) */
             if (top != 0 && (top < 0x1p15 || top >= 0x1p16) && bad++ < 4)
-                printf("  %s row %zu: largest |f16| %g outside [2^15, 2^16)\n", t ? "V" : "K", r, top);
+                printf("  %s row %zu: largest |f16| %g outside [2^15, 2^16)%s\n", t ? "V" : "K", r, top, one ? " (its block's)" : "");
         }
     CHECK(st == KILN_OK && bad == 0 && checked == 2 * (long)(keys * w), "%ld of %ld values wrong", bad, checked);
     grads_free(g);
@@ -589,7 +617,7 @@ static void d32_dq_after_slow(void) {
  * keys on both sides of q + shift); a softcap of 2 that the scores saturate (1 - t^2 down to ~2^-20) in a window;
  * all three non-causal with a two-sided window. 150 or 200 queries (a partial
  * last query tile), 150 / 200 keys (a partial last block), GQA 2:1. */
-static void d32_mask_adversarial(void) {
+static void d32_mask_adversarial(int d) {
     static const struct {
         const char *what;
         int causal, window, wl, wr, softcap, alibi, sq, sk;
@@ -603,10 +631,10 @@ static void d32_mask_adversarial(void) {
     static const float slopes[2] = {0.5f, 0.125f};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         char name[256];
-        snprintf(name, sizeof name, "d32 mask keys, adversarial: %s", cases[ci].what);
+        snprintf(name, sizeof name, "d%d mask keys, adversarial: %s", d, cases[ci].what);
         TEST_BEGIN(name);
         prob a;
-        prob_init(&a, 32, cases[ci].causal, 2, 1, cases[ci].sq, cases[ci].sk);
+        prob_init(&a, d, cases[ci].causal, 2, 1, cases[ci].sq, cases[ci].sk);
         a.p.window = cases[ci].window, a.p.window_left = cases[ci].wl, a.p.window_right = cases[ci].wr;
         a.p.has_softcap = cases[ci].softcap, a.p.softcap = (float)cases[ci].cap;
         a.p.alibi = cases[ci].alibi, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
@@ -673,8 +701,10 @@ static const struct {
     {"", 0, 0, 0}, {" window=true", 100, 16, 0}, {" softcap=true", 0, 0, 30}, {" alibi=true", 0, 0, 0},
     {" window=true softcap=true alibi=true", 100, 16, 30},
 };
-static void d32_estimate(void) {
-    TEST_BEGIN("d32: bf16's dkdv and dq within 1.25x of f16's T4 estimate (emulator profile, the tile loop)");
+static void d32_estimate(int hd) {
+    char title[160];
+    snprintf(title, sizeof title, "d%d: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)", hd);
+    TEST_BEGIN(title);
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
@@ -692,7 +722,7 @@ static void d32_estimate(void) {
             double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
             for (int dt = 0; dt < 2; dt++) {
                 char spec[256];
-                snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=32 %s path=mma%s", dt ? "f16" : "bf16", keys,
+                snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=%d %s path=mma%s", dt ? "f16" : "bf16", hd, keys,
                          det ? " deterministic=true" : "");
                 kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
                 kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
@@ -713,11 +743,11 @@ static void d32_estimate(void) {
                 kiln_case_free(c);
             }
             for (int k = 0; k < 1 + det; k++) {
-                printf("  %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
+                printf("  d%d %s%s, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", hd, k ? "dq" : "dkdv",
                        det && !k ? " (deterministic)" : "", keys, t[0][k], t[1][k], t[0][k] / t[1][k]);
-                /* (1.25x everywhere but the atomic dkdv with a window alone: 1.26x, 1.28x causal, docs/attention.md's
-                 * table; the per-row body took 2.30x, 2.31x there) */
-                double goal = !k && !det && !strcmp(est_keys[ki].keys, " window=true") ? 1.30 : 1.25;
+                /* (the atomic dkdv with a window alone at d32: 1.21x, 1.24x causal since each warp decides its mask,
+                 * wave 14; 1.26x, 1.28x with the block's decision, 2.30x, 2.31x on the per-row body) */
+                double goal = 1.25;
                 CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= goal * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
                       k ? "dq" : "dkdv", keys, t[0][k], t[1][k], goal);
             }
@@ -733,8 +763,8 @@ int main(void) {
         return 1;
     }
     uint64_t seed = 0x28b;
-    if (getenv("KILN_D32_ESTIMATE_ONLY")) { /* (measuring: the estimate's rows alone) */
-        d32_estimate();
+    if (getenv("KILN_D32_ESTIMATE_ONLY")) { /* (measuring: the estimate's rows alone; KILN_ESTIMATE_DIM: that head_dim's) */
+        d32_estimate(getenv("KILN_ESTIMATE_DIM") ? atoi(getenv("KILN_ESTIMATE_DIM")) : 32);
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
         return check_summary("attention bwd f16scaled");
@@ -748,9 +778,9 @@ int main(void) {
         TEST_END();
     }
     TEST_BEGIN("accuracy against sm_80's bf16 mma");
-    accuracy(64, 0);
-    accuracy(32, 1);
-    accuracy(128, 0);
+    accuracy(64, 0, 40, 48);
+    accuracy(32, 1, 40, 48);
+    accuracy(128, 0, 40, 48);
     TEST_END();
     adversarial();
     nonfinite();
@@ -759,8 +789,14 @@ int main(void) {
     d32_blocks();
     d32_regrow();
     d32_dq_after_slow();
-    d32_mask_adversarial();
-    d32_estimate();
+    d32_mask_adversarial(32);
+    d32_mask_adversarial(64);
+    TEST_BEGIN("accuracy against sm_80's bf16 mma, d64's whole key blocks (blocks of one factor)");
+    accuracy(64, 0, 128, 128); /* (after the cases above: their random data as before) */
+    accuracy(64, 1, 128, 128);
+    TEST_END();
+    d32_estimate(32);
+    d32_estimate(64);
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

@@ -1,4 +1,4 @@
--- templates/lib/attn_bwd_f16scaled_d32.lua - the bf16 backward at head_dim 32 on sm_75: key blocks whose K and V each take one power of two.
+-- templates/lib/attn_bwd_f16scaled_d32.lua - the bf16 backward at head_dim 32 and 64 on sm_75: key blocks whose K and V each take one power of two.
 --
 -- lib/attn_bwd_f16scaled.lua runs the bf16 backward on sm_75's f16 tensor cores with every staged row
 -- scaled by its own power of two. In the dkdv kernel (lib/attn_bwd_mma.lua: S^T = K Q^T with a warp's keys
@@ -61,11 +61,13 @@ M.H = 2
 local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free stores and 8-byte loads)
 
 -- Whether the kernel of `spec` builds this path (beside the per-row one): the dkdv kernel (atomic or
--- deterministic) and the dq kernel of bf16 on sm_75 at the tile width 32 (head_dim up to 32, v_head_dim too),
+-- deterministic) and the dq kernel of bf16 on sm_75 at the tile widths 32 and 64 (head_dim up to 64, v_head_dim
+-- too; at 64 the per-row body's folds and A scaling with the mask keys' per-entry work cost 1.3-1.7x f16's time by
+-- the T4 estimate, this body 1.00-1.07x, in at most 250 registers: docs/attention.md "Head dim 64 on the same body"),
 -- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (SIMT). (dq
 -- takes it where it reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
-  return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.head_dim == 32
+  return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and (spec.head_dim == 32 or spec.head_dim == 64)
     and not spec.dropout and not spec.varlen
 end
 
@@ -307,7 +309,8 @@ function M.query_loop(b, c, ri, q_start, q_end, slow_tile)
   -- The mask keys: a tile whose every (query, key) entry is visible (lo <= q - k < hi: lib/attn_mask.lua
   -- key_offsets, the causal diagonal either way and the window's edges) and, with ALiBi, whose distances
   -- q + shift - k all have one sign (the bias then splits into a column and a row term) takes the body without
-  -- a per-entry mask; any other the masked copy (the tiles no query row of the block sees are not visited).
+  -- a per-entry mask; any other the masked copy (the tiles no query row of the block sees are not visited). With a
+  -- window and no ALiBi each warp decides for its own 16 keys instead (tile's wclean).
   b:if_(c.fast, function()
     local lo, hi = mask.key_offsets(c.mk)
     local last_k, last_q = c.k0 + (c.bn - 1), c.bm - 1
@@ -321,7 +324,13 @@ function M.query_loop(b, c, ri, q_start, q_end, slow_tile)
         both(b:or_(pos, b:le(q0 + last_q + c.shift - c.k0, 0)))
         sl = b:select(pos, c.slope2, -c.slope2)
       end
-      if clean then
+      if spec.window and not spec.alibi then
+        -- (no ALiBi: the staged column values do not depend on the mask, so each warp decides for its own 16 keys,
+        -- which lie inside the window at more offsets than the block's 64)
+        local kw = c.k0 + c.warp * 16
+        local wclean = b:and_(b:ge(q0 - (kw + 15), lo), b:lt(q0 + last_q - kw, hi))
+        M.tile(b, c, ri, q0, true, nil, wclean)
+      elseif clean then
         b:if_(clean, function() M.tile(b, c, ri, q0, false, sl) end, function() M.tile(b, c, ri, q0, true) end)
       else
         M.tile(b, c, ri, q0, false) -- (softcap alone: no mask, no bias)
@@ -335,7 +344,9 @@ end
 -- q + shift - k: the bias -sl (q + shift - k0) goes onto the column's L, +sl (k - k0) onto the key row.
 -- Softcap: the column's F holds scale / softcap instead of scale log2e (the tanh's argument), and
 -- P' = 2^(t softcap log2e - L), dS' = P' (dp G - D) (1 - t^2) with t = tanh(s F).
-function M.tile(b, c, ri, q0, masked, sl)
+-- wclean (masked, no ALiBi: the staged column values are the same either way): whether this warp's keys see every
+-- query of the tile; its P', dS' then skip the mask (a branch per warp around the entries alone).
+function M.tile(b, c, ri, q0, masked, sl, wclean)
   local spec, cfg, sh, p, fr = c.spec, c.cfg, c.sh, c.p, c.frag
   local d, bm, bn, ld, nq, kd, dtiles = c.d, c.bm, c.bn, c.ld, c.nq, c.kd, c.dtiles
   local tid, lane, warp, g, t = c.tid, c.lane, c.warp, c.g, c.t
@@ -377,39 +388,66 @@ function M.tile(b, c, ri, q0, masked, sl)
       if not masked then kb[hh] = sl * kr[hh] end
     end
   end
-  for j = 0, nq - 1 do
-    for e = 0, 1 do
-      local col = j * 8 + t * 2 + e
-      local F, nL, G, nD = b:load(sh.cF + col), b:load(sh.cL + col), b:load(sh.cG + col), b:load(sh.cD + col)
-      local cq = spec.alibi and masked and b:load(sh.cQ + col)
-      for hh = 0, 1 do
-        local idx = 2 * hh + e + 1
-        local x, th
-        if spec.softcap then
-          th = mask.tanh(b, s[j][idx] * F)
-          x = b:fma(th, c.mk.cap_out, nL)
-        else
-          x = b:fma(s[j][idx], F, nL)
-        end
-        if spec.alibi then
-          if masked then x = b:fma(b:abs(cq - kr[hh]), -c.slope2, x) else x = x + kb[hh] end
-        end
-        local pv = b:ex2_approx(x)
-        local ds = pv * b:fma(dp[j][idx], G, nD)
-        if th then ds = ds * (1.0 - th * th) end
-        if masked then
-          local vis
-          if c.mk then -- (the key's rows [first_q, end_q); only the bounds the keys have)
-            if spec.window then vis = b:ltu(q0 + col - c.first_q[hh], span[hh]) -- (one compare for both)
-            elseif spec.causal then vis = b:ge(q0 + col, c.first_q[hh]) end
+  -- P', dS' of this thread's entries, with the per-entry mask (msk) or without
+  local function entries(msk)
+    local ps, dss = {}, {}
+    for j = 0, nq - 1 do ps[j], dss[j] = {}, {} end
+    for j = 0, nq - 1 do
+      for e = 0, 1 do
+        local col = j * 8 + t * 2 + e
+        local F, nL, G, nD = b:load(sh.cF + col), b:load(sh.cL + col), b:load(sh.cG + col), b:load(sh.cD + col)
+        local cq = spec.alibi and msk and b:load(sh.cQ + col)
+        for hh = 0, 1 do
+          local idx = 2 * hh + e + 1
+          local x, th
+          if spec.softcap then
+            th = mask.tanh(b, s[j][idx] * F)
+            x = b:fma(th, c.mk.cap_out, nL)
           else
-            vis = b:ge(q0 + col, c.first_q[hh])
+            x = b:fma(s[j][idx], F, nL)
           end
-          if vis then pv, ds = b:select(vis, pv, 0.0), b:select(vis, ds, 0.0) end
+          if spec.alibi then
+            if msk then x = b:fma(b:abs(cq - kr[hh]), -c.slope2, x) else x = x + kb[hh] end
+          end
+          local pv = b:ex2_approx(x)
+          local ds = pv * b:fma(dp[j][idx], G, nD)
+          if th then ds = ds * (1.0 - th * th) end
+          if msk then
+            local vis
+            if c.mk then -- (the key's rows [first_q, end_q); only the bounds the keys have)
+              if spec.window then vis = b:ltu(q0 + col - c.first_q[hh], span[hh]) -- (one compare for both)
+              elseif spec.causal then vis = b:ge(q0 + col, c.first_q[hh]) end
+            else
+              vis = b:ge(q0 + col, c.first_q[hh])
+            end
+            if vis then pv, ds = b:select(vis, pv, 0.0), b:select(vis, ds, 0.0) end
+          end
+          ps[j][idx], dss[j][idx] = pv, ds
         end
-        s[j][idx], dp[j][idx] = pv, ds
       end
     end
+    return ps, dss
+  end
+  local ps, dss
+  if wclean then -- (the warp's own 16 keys decide: a warp whose entries are all visible skips the mask)
+    local pvar, dvar = a_vars(b, nq), a_vars(b, nq)
+    local function keep(msk)
+      local x, y = entries(msk)
+      for j = 0, nq - 1 do
+        for idx = 1, 4 do pvar[j][idx]:set(x[j][idx]); dvar[j][idx]:set(y[j][idx]) end
+      end
+    end
+    b:if_(wclean, function() keep(false) end, function() keep(true) end)
+    ps, dss = {}, {}
+    for j = 0, nq - 1 do
+      ps[j], dss[j] = {}, {}
+      for idx = 1, 4 do ps[j][idx], dss[j][idx] = pvar[j][idx]:get(), dvar[j][idx]:get() end
+    end
+  else
+    ps, dss = entries(masked)
+  end
+  for j = 0, nq - 1 do
+    for idx = 1, 4 do s[j][idx], dp[j][idx] = ps[j][idx], dss[j][idx] end
   end
   -- The A operands of dV and dK at the rows' running exponents, checked; the rare branch when one grew. The
   -- CTA's first tile (c.fresh) sets the exponents from its own maxima at once (the check would send it to the

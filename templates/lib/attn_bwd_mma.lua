@@ -12,7 +12,7 @@
 -- Tiles are row-major in the dtype with rows padded by 16 bytes (ldmatrix rows on different banks).
 -- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua;
 -- its atomic dkdv at head_dim 128 walks the query tiles twice (cfg.passes: dV, then dK and the dQ step),
--- lib/attn_bwd_f16scaled_d128.lua; at head_dim 32 a key block whose K and V take one power of two each runs
+-- lib/attn_bwd_f16scaled_d128.lua; at head_dim 32 and 64 a key block whose K and V take one power of two each runs
 -- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
@@ -20,7 +20,7 @@ local dropout = require("lib.attn_dropout")
 local f16s = require("lib.attn_bwd_f16scaled") -- bf16 on sm_75's f16 tensor cores (cfg.f16s)
 local passes = require("lib.attn_bwd_f16scaled_d128") -- dV and dK in two passes (cfg.passes)
 local kvs = require("lib.attn_bwd_kvscaled") -- (cfg.kvs: K and V scaled once by the deterministic dkdv for dq)
-local d32 = require("lib.attn_bwd_f16scaled_d32") -- (cfg.d32: head_dim 32's key blocks of one power of two)
+local d32 = require("lib.attn_bwd_f16scaled_d32") -- (cfg.d32: head_dim 32's and 64's key blocks of one power of two)
 
 local M = {}
 
