@@ -7,7 +7,9 @@
  * giving non-finite gradients where the SIMT path gives them, head_dim 32's key blocks of one power of two
  * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop, the
  * window, softcap, ALiBi and top-left causal on it, random and adversarial) and the T4 estimate that path is for,
- * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms). */
+ * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms);
+ * varlen and dropout on the path (ragged batches, p 0.1 / 0.5, both, wide V and dO; KILN_F16S_KEYS_ONLY=1: those
+ * cases alone) and their T4 estimate at head_dim 64 (KILN_D32_ESTIMATE_ONLY=varlen or =dropout). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -909,6 +911,12 @@ int main(void) {
         return 1;
     }
     uint64_t seed = 0x28b;
+    if (getenv("KILN_F16S_KEYS_ONLY")) { /* (the varlen and dropout cases alone: while planting bugs there) */
+        keys_cases();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention bwd f16scaled");
+    }
     if (getenv("KILN_D32_ESTIMATE_ONLY")) { /* (measuring: the estimate's rows alone) */
         d32_estimate();
         keys_estimate();
