@@ -612,9 +612,10 @@ for _, row in ipairs({
   { { "kernel=dkdv", "kernel=dkdv deterministic=true" }, "dtype=bf16", util.axis("head_dim", { 80, 96 }), F16S_KEYS, "path=mma",
     full = true, sms = { 75 } },
   -- with varlen and dropout (the f16-scaled workspace rows packed [heads, total]; dropout's mask on P and dS): every
-  -- kernel to head_dim 64 with every causal form and mask key, dq to 128, the dkdv at 80-128 where it fits 255
-  -- registers (lib/attn_bwd_mma.lua M.available refuses the rest by name: dropout's dkdv at the padded width 96
-  -- and 128, varlen's atomic dkdv there with a mask key, the deterministic d128 with all three)
+  -- kernel to head_dim 64 with every causal form and mask key, dq to 128, the atomic dkdv at 128 (two passes) with
+  -- both and every key, the dkdv at 80-128 with varlen where it fits 255 registers (lib/attn_bwd_mma.lua M.available
+  -- refuses the rest by name: dropout's dkdv at the padded width 96 and the deterministic one at 128, varlen's
+  -- atomic dkdv at 96 with a mask key, the deterministic d128 with all three)
   { KERNELS3, "dtype=bf16", "head_dim=64", "causal=true", { "varlen=true", "dropout=true", "varlen=true dropout=true" }, "path=mma",
     quick = true, sms = { 75 } },
   { { "kernel=dkdv", "kernel=dq" }, "dtype=bf16", "head_dim=32", "causal=top_left " .. MASK_KEYS, "varlen=true dropout=true",
@@ -629,6 +630,11 @@ for _, row in ipairs({
     "varlen=true", "path=mma", full = true, sms = { 75 } },
   { "kernel=dkdv", "dtype=bf16", "head_dim=64", "causal=true", "varlen=true dropout=true dropout_mask=true", "path=mma",
     full = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=top_left " .. MASK_KEYS, "varlen=true dropout=true", "path=mma",
+    quick = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", util.axis("head_dim", { 104, 128 }), F16S_KEYS, { "varlen=true", "dropout=true", "varlen=true dropout=true" },
+    "path=mma", full = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=true", "dropout=true dropout_mask=true", "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
 -- sm_90a's TMA + wgmma dkdv (path=wgmma, lib/attn_bwd_wgmma.lua; the arch-specific target takes only the rows that
 -- name it): f16/bf16 at head_dim 64 / 128 and padded ones, every causal form, the mask keys, dropout (not with the

@@ -109,13 +109,16 @@ expect "path=mma for bf16 on sm_75 with dropout: the f16-scaled m16n8k8" 0 "mma.
 expect "path=mma for bf16 on sm_75: dkdv with dropout at head_dim 96 refused naming why" 2 \
     "dropout's per-entry mask with head_dim 96 without cp.async needs more than 255 registers a thread" -- \
     emit attention_bwd dtype=bf16 head_dim=96 causal=true dropout=true path=mma --sm 75
-expect "sm_75 bf16 dkdv with dropout at head_dim 128: path=auto keeps SIMT" 0 "fma.rn.f32" -- \
-    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true --sm 75
+expect "sm_75 bf16 deterministic dkdv with dropout at head_dim 128: path=auto keeps SIMT" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true deterministic=true --sm 75
 grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 d128 dropout SIMT: no bf16 instruction, no mma" "found in PTX" \
     || ok "sm_75 bf16 d128 dropout SIMT: no bf16 instruction, no mma"
-expect "path=mma for bf16 on sm_75: varlen atomic dkdv at head_dim 128 with a mask key refused naming why" 2 \
+expect "sm_75 bf16 atomic dkdv at head_dim 128 with dropout, varlen and every mask key: the two passes on f16 mma" 0 \
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true varlen=true dropout=true --sm 75
+expect "path=mma for bf16 on sm_75: varlen atomic dkdv at head_dim 96 with a mask key refused naming why" 2 \
     "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers" -- \
-    emit attention_bwd dtype=bf16 head_dim=128 causal=true window=true varlen=true path=mma --sm 75
+    emit attention_bwd dtype=bf16 head_dim=96 causal=true window=true varlen=true path=mma --sm 75
 expect "run bf16 sm_75 varlen dropout (f16-scaled), f32 grads" 0 "PASS" -- \
     run attention_bwd dtype=bf16 grad=f32 head_dim=64 causal=true varlen=true dropout=true --sm 75 --varlen 1,17,64 --heads 2:1 --dropout 0.1
 expect "run bf16 sm_75 varlen deterministic (f16-scaled: K, V rows packed for dq)" 0 "PASS" -- \

@@ -158,6 +158,9 @@ static const kcase kcases[] = {
     {32, 1, "causal=true dropout=true", 3, 1, NULL, 0.1, 70, 75, 0, 0, 0, 0},
     {64, 0, "causal=true window=true softcap=true alibi=true dropout=true", 2, 1, NULL, 0.1, 60, 80, 0, 5, 20, 4},
     {64, 0, "causal=true varlen=true dropout=true", 4, 2, NULL, 0.1, 0, 0, 0, 0, 0, 0},
+    /* the atomic dkdv at 128 (two passes) with dropout, its mask output, varlen and every mask key */
+    {128, 0, "causal=true dropout=true dropout_mask=true", 2, 1, NULL, 0.1, 45, 80, 0, 0, 0, 0},
+    {128, 0, "causal=top_left window=true softcap=true alibi=true varlen=true dropout=true", 2, 1, rag_k, 0.5, 0, 0, 0, 6, 30, 10},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.5, 0, 0, 0, 0, 0, 0},
     {32, 1, "causal=true window=true softcap=true alibi=true varlen=true dropout=true", 2, 1, NULL, 0.1, 0, 0, 0, 6, 40, 8},
     {32, 0, "causal=false varlen=true dropout=true", 2, 2, rag_k, 0.5, 0, 0, 0, 0, 0, 0},
@@ -223,8 +226,8 @@ static void keys_cases(void) {
                  kc->d, kc->keys, kc->heads_q, kc->heads_kv, kc->det ? " deterministic" : "", kc->p > 0 ? kc->p > 0.2 ? " p=0.5" : " p=0.1" : "",
                  kc->lk ? " (keys 17, 1, 130, 70)" : strstr(kc->keys, "varlen") ? " (lengths 1, 17, 64, 130)" : "");
         TEST_BEGIN(name);
-        /* (the race check on the first varlen, the first dropout and the first of both) */
-        run_keys(kc, "mma", 75, 0x28c0 + i, i == 0 || i == 7 || i == 12, NULL);
+        /* (the race check on the first varlen, the first dropout, the first of both and d128's two passes with dropout) */
+        run_keys(kc, "mma", 75, 0x28c0 + i, i == 0 || i == 7 || i == 12 || i == 13, NULL);
         TEST_END();
     }
     /* the accuracy beside sm_80's bf16 mma (P, dS in bf16) and the SIMT path on sm_75 (f32), the same inputs:
