@@ -62,7 +62,8 @@ local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free store
 
 -- Whether the kernel of `spec` builds this path (beside the per-row one): the dkdv kernel (atomic or
 -- deterministic) and the dq kernel of bf16 on sm_75 at the tile width 32 (head_dim up to 32, v_head_dim too),
--- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (SIMT). (dq
+-- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (those run the
+-- per-row body of lib/attn_bwd_f16scaled.lua: no mask or packed rows here). (dq
 -- takes it where it reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
   return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and spec.head_dim == 32
