@@ -119,6 +119,9 @@ void rt_attn_spec(const kiln_attention_args *a, int splitkv, char *buf, size_t s
 /* runtime/rt_attention_bwd.c: the spec of one kernel of the attention backward's sequence (kernel "prep", "dkdv",
  * "convert" or "dq"), with every key the canonical form has; the dense and the varlen helper build it here. */
 void rt_attn_bwd_spec(const kiln_attention_bwd_args *a, const char *kernel, char *buf, size_t size);
+/* The tile width of the bf16 backward's f16-scaled workspace rows (Q, dO scaled by prep; K, V by the deterministic
+ * dkdv: templates/lib/attn_bwd_f16scaled.lua), or 0 where that path does not run (rt_attention_bwd.c). */
+size_t rt_attn_bwd_scaled_width(const kiln_attention_bwd_args *a);
 
 /* ---- rt_spec.c: spec text normalization (no templates needed) ---- */
 /* "FAMILY  y=bf16 x=bf16" -> "FAMILY x=bf16 y=bf16": family, then key=value pairs sorted

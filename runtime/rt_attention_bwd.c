@@ -22,12 +22,12 @@ static const int64_t *strides_of(const kiln_attention_bwd_args *a, int t) {
 static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 
 /* The tile width the f16-scaled sequence's Q and dO rows take (lib/attn_dims.lua's widths holding head_dim
- * and v_head_dim), or 0 where it does not run: bf16 with O in bf16, head_dim <= 128, no dropout
+ * and v_head_dim), or 0 where it does not run: bf16 with O in bf16, head_dim <= 128, with or without dropout
  * (templates/lib/attn_bwd_f16scaled.lua, sm_75; on other devices dkdv declares no such rows, so the
  * workspace below is an upper bound there). */
-static size_t scaled_width(const kiln_attention_bwd_args *a) {
+size_t rt_attn_bwd_scaled_width(const kiln_attention_bwd_args *a) {
     int d = a->v_head_dim > a->head_dim ? a->v_head_dim : a->head_dim;
-    if (a->dtype != KILN_BF16 || a->out_dtype != KILN_BF16 || d > 128 || a->mask.dropout_p > 0) return 0;
+    if (a->dtype != KILN_BF16 || a->out_dtype != KILN_BF16 || d > 128) return 0;
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : 128;
 }
 
@@ -36,7 +36,7 @@ size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a) {
     size_t rows = (size_t)a->batch * (size_t)a->heads_q * (size_t)a->seq_q;
     size_t bytes = round_up(rows * sizeof(float), 256);
     if (!a->deterministic) bytes += rows * (size_t)a->head_dim * sizeof(float);
-    size_t w = scaled_width(a); /* then qh, doh (f16 [rows, w]), qsf, dosf (f32 [rows]), each 256-aligned */
+    size_t w = rt_attn_bwd_scaled_width(a); /* then qh, doh (f16 [rows, w]), qsf, dosf (f32 [rows]), each 256-aligned */
     const size_t each[4] = {rows * w * 2, rows * w * 2, rows * sizeof(float), rows * sizeof(float)};
     for (int i = 0; w && i < 4; i++) bytes = round_up(bytes, 256) + each[i];
     /* deterministic: then kh, vh (f16 [keys, w]), ksf, vsf (f32 [keys]): K and V as dkdv scales them once for dq */

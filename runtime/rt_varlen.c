@@ -139,6 +139,16 @@ size_t kiln_attention_backward_varlen_workspace(const kiln_attention_bwd_args *a
     size_t rows = (size_t)a->heads_q * (size_t)vl->total_q;
     size_t bytes = (rows * sizeof(float) + 255) / 256 * 256;
     if (!a->deterministic) bytes += rows * (size_t)a->head_dim * sizeof(float);
+    /* bf16 on sm_75's f16-scaled path (an upper bound elsewhere, as the dense backward's): qh, doh (f16 [heads_q,
+     * total_q, w]), qsf, dosf (f32 [heads_q, total_q]); deterministic: kh, vh (f16 [heads_kv, total_k, w]), ksf,
+     * vsf (f32 [heads_kv, total_k]); each 256-aligned, in the order dkdv's launch declares them */
+    kiln_attention_bwd_args one = *a;
+    one.v_head_dim = 0; /* (the varlen kernels take one head dim) */
+    size_t w = rt_attn_bwd_scaled_width(&one);
+    size_t keys = a->heads_kv > 0 && vl->total_k > 0 ? (size_t)a->heads_kv * (size_t)vl->total_k : 0;
+    const size_t each[8] = {rows * w * 2, rows * w * 2, rows * sizeof(float), rows * sizeof(float),
+                            keys * w * 2, keys * w * 2, keys * sizeof(float), keys * sizeof(float)};
+    for (int i = 0; w && i < (a->deterministic ? 8 : 4); i++) bytes = (bytes + 255) / 256 * 256 + each[i];
     return bytes;
 }
 

@@ -288,7 +288,7 @@ end
 local function build_dkdv(b, spec, cfg)
   local first = { { "dk", "ptr", spec.grad }, { "dv", "ptr", spec.grad }, { "dq_acc", "ptr", "f32" } }
   if cfg.f16s then f16s.ws_params(first) end -- (Q and dO as prep scaled them, lib/attn_bwd_f16scaled.lua)
-  if cfg.kvs then kvs.params(first) end -- (K and V scaled once for dq, lib/attn_bwd_kvscaled.lua)
+  if cfg.kvs then kvs.params(first, nil, spec.varlen) end -- (K and V scaled once for dq, lib/attn_bwd_kvscaled.lua)
   local params = dropout.params(spec, mask.params(spec, varlen.params(spec, stride_params(main_params(spec, first),
     { "q", "k", "v", "dout", "dk", "dv" }), true)))
   if cfg.path == "wgmma" then
@@ -363,7 +363,7 @@ end
 -- ---- dq (deterministic): dQ for a tile of query rows, summed over keys in order ----
 local function build_dq(b, spec, cfg)
   local first = { { "dq", "ptr", spec.grad } }
-  if cfg.kvs then kvs.params(first, true) end -- (K and V as the deterministic dkdv scaled them, lib/attn_bwd_kvscaled.lua)
+  if cfg.kvs then kvs.params(first, true, spec.varlen) end -- (K and V as the deterministic dkdv scaled them, lib/attn_bwd_kvscaled.lua)
   local p = varlen.bind(b, spec, b:kernel{ params = dropout.params(spec, mask.params(spec, varlen.params(spec,
     stride_params(main_params(spec, first), { "q", "k", "v", "dout", "dq" }), true))) },
     cfg.block_m)
@@ -459,7 +459,7 @@ function K.launch(spec, cfg)
       t[#t + 1] = { "dq_acc", "workspace", acc, optional = true, align = 16 }
       if cfg.f16s then -- (Q scaled once, lib/attn_bwd_f16scaled.lua; dkdv declares the rows it reads)
         tensor("q")
-        f16s.ws_launch(t, bspec(spec).head_dim, rows, true)
+        f16s.ws_launch(t, bspec(spec).head_dim, rows, true, spec.varlen)
       end
     else
       l.scalars[#l.scalars + 1] = { "scale", 1 / math.sqrt(d) }
@@ -474,7 +474,7 @@ function K.launch(spec, cfg)
   if spec.kernel == "dq" then
     tensor("dq")
     t[#t + 1] = { "delta", "workspace", rows, align = 16 }
-    if cfg.kvs then kvs.launch(t, bspec(spec).head_dim) end
+    if cfg.kvs then kvs.launch(t, bspec(spec).head_dim, spec.varlen) end
     l.problem = { "seq_q", "heads_q", "batch" }
     return varlen.launch(spec, dropout.launch(spec, mask.launch(spec, l)), d, true)
   end
@@ -482,8 +482,8 @@ function K.launch(spec, cfg)
   tensor("dv")
   t[#t + 1] = { "delta", "workspace", rows, align = 16 }
   t[#t + 1] = { "dq_acc", "workspace", spec.deterministic and { 0 } or acc, align = 16 }
-  if cfg.f16s then f16s.ws_launch(t, bspec(spec).head_dim, rows) end
-  if cfg.kvs then kvs.launch(t, bspec(spec).head_dim) end -- (deterministic: K and V scaled once for dq)
+  if cfg.f16s then f16s.ws_launch(t, bspec(spec).head_dim, rows, nil, spec.varlen) end
+  if cfg.kvs then kvs.launch(t, bspec(spec).head_dim, spec.varlen) end -- (deterministic: K and V scaled once for dq)
   l.problem = { "seq_k", "heads_kv", "batch" }
   l.before = { { seq_spec(spec, "prep", false) } }
   l.after = { { seq_spec(spec, spec.deterministic and "dq" or "convert", false) } }
@@ -611,6 +611,30 @@ for _, row in ipairs({
     "path=mma", quick = true, sms = { 75 } },
   { { "kernel=dkdv", "kernel=dkdv deterministic=true" }, "dtype=bf16", util.axis("head_dim", { 80, 96 }), F16S_KEYS, "path=mma",
     full = true, sms = { 75 } },
+  -- with varlen and dropout (the f16-scaled workspace rows packed [heads, total]; dropout's mask on P and dS): every
+  -- kernel to head_dim 64 with every causal form and mask key, dq to 128, the atomic dkdv at 128 (two passes) with
+  -- both and every key, the dkdv at 80-128 with varlen where it fits 255 registers (lib/attn_bwd_mma.lua M.available
+  -- refuses the rest by name: dropout's dkdv at the padded width 96 and the deterministic one at 128, varlen's
+  -- atomic dkdv at 96 with a mask key, the deterministic d128 with all three)
+  { KERNELS3, "dtype=bf16", "head_dim=64", "causal=true", { "varlen=true", "dropout=true", "varlen=true dropout=true" }, "path=mma",
+    quick = true, sms = { 75 } },
+  { { "kernel=dkdv", "kernel=dq" }, "dtype=bf16", "head_dim=32", "causal=top_left " .. MASK_KEYS, "varlen=true dropout=true",
+    "path=mma", quick = true, sms = { 75 } },
+  { KERNELS3, "dtype=bf16", util.axis("head_dim", { 8, 24, 32, 40, 64 }), F16S_KEYS,
+    { "varlen=true", "dropout=true", "varlen=true dropout=true" }, "path=mma", full = true, sms = { 75 } },
+  { "kernel=dq", "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }), F16S_KEYS,
+    { "varlen=true", "dropout=true", "varlen=true dropout=true" }, "path=mma", full = true, sms = { 75 } },
+  { { "kernel=dkdv", "kernel=dkdv deterministic=true" }, "dtype=bf16", util.axis("head_dim", { 80, 96, 128 }),
+    { "causal=false", "causal=true", "causal=top_left" }, "varlen=true", "path=mma", full = true, sms = { 75 } },
+  { "kernel=dkdv deterministic=true", "dtype=bf16", util.axis("head_dim", { 80, 96 }), { table.unpack(F16S_KEYS, 4, 8) },
+    "varlen=true", "path=mma", full = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=64", "causal=true", "varlen=true dropout=true dropout_mask=true", "path=mma",
+    full = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=top_left " .. MASK_KEYS, "varlen=true dropout=true", "path=mma",
+    quick = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", util.axis("head_dim", { 104, 128 }), F16S_KEYS, { "varlen=true", "dropout=true", "varlen=true dropout=true" },
+    "path=mma", full = true, sms = { 75 } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=true", "dropout=true dropout_mask=true", "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
 -- sm_90a's TMA + wgmma dkdv (path=wgmma, lib/attn_bwd_wgmma.lua; the arch-specific target takes only the rows that
 -- name it): f16/bf16 at head_dim 64 / 128 and padded ones, every causal form, the mask keys, dropout (not with the

@@ -22,7 +22,10 @@ grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 SIMT: no bf16 instruction, n
     || ok "sm_75 bf16 SIMT: no bf16 instruction, no mma"
 for s in "kernel=dkdv head_dim=64 causal=true" "kernel=dkdv head_dim=128 deterministic=true" "kernel=dq head_dim=96" \
     "kernel=dkdv head_dim=128 causal=true" \
-    "kernel=dkdv head_dim=96 causal=true" "kernel=dkdv head_dim=80 deterministic=true"; do
+    "kernel=dkdv head_dim=96 causal=true" "kernel=dkdv head_dim=80 deterministic=true" \
+    "kernel=dkdv head_dim=64 causal=true varlen=true" "kernel=dkdv head_dim=64 causal=true dropout=true" \
+    "kernel=dkdv head_dim=32 causal=true varlen=true dropout=true deterministic=true" \
+    "kernel=dq head_dim=128 causal=true varlen=true dropout=true" "kernel=dkdv head_dim=128 causal=true varlen=true"; do
     expect "sm_75 bf16 $s: path=auto takes the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
         emit attention_bwd dtype=bf16 $s --sm 75
     grep -qE "\.bf16" "$tmp/out" && bad "sm_75 bf16 $s: no bf16 instruction" "found in PTX" \
@@ -99,8 +102,27 @@ expect "path=mma for bf16 on sm_75: the atomic dkdv at head_dim 128 on f16 mma (
 expect "path=mma for f16 on sm_75: head_dim 128 with every mask key refused naming why" 2 \
     "head_dim 128 with window, softcap and alibi together needs more than 255 registers a thread without cp.async" -- \
     emit attention_bwd dtype=f16 head_dim=128 causal=top_left window=true softcap=true alibi=true path=mma --sm 75
-expect "path=mma for bf16 on sm_75 with dropout refused" 2 "bf16 with dropout runs on SIMT" -- \
+# varlen and dropout on the f16-scaled path (issue 28); the dkdv shapes that do not fit 255 registers stay on SIMT
+# under auto and are refused under path=mma naming why
+expect "path=mma for bf16 on sm_75 with dropout: the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention_bwd dtype=bf16 dropout=true path=mma --sm 75
+expect "path=mma for bf16 on sm_75: dkdv with dropout at head_dim 96 refused naming why" 2 \
+    "dropout's per-entry mask with head_dim 96 without cp.async needs more than 255 registers a thread" -- \
+    emit attention_bwd dtype=bf16 head_dim=96 causal=true dropout=true path=mma --sm 75
+expect "sm_75 bf16 deterministic dkdv with dropout at head_dim 128: path=auto keeps SIMT" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true dropout=true deterministic=true --sm 75
+grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 d128 dropout SIMT: no bf16 instruction, no mma" "found in PTX" \
+    || ok "sm_75 bf16 d128 dropout SIMT: no bf16 instruction, no mma"
+expect "sm_75 bf16 atomic dkdv at head_dim 128 with dropout, varlen and every mask key: the two passes on f16 mma" 0 \
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=top_left window=true softcap=true alibi=true varlen=true dropout=true --sm 75
+expect "path=mma for bf16 on sm_75: varlen atomic dkdv at head_dim 96 with a mask key refused naming why" 2 \
+    "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers" -- \
+    emit attention_bwd dtype=bf16 head_dim=96 causal=true window=true varlen=true path=mma --sm 75
+expect "run bf16 sm_75 varlen dropout (f16-scaled), f32 grads" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 grad=f32 head_dim=64 causal=true varlen=true dropout=true --sm 75 --varlen 1,17,64 --heads 2:1 --dropout 0.1
+expect "run bf16 sm_75 varlen deterministic (f16-scaled: K, V rows packed for dq)" 0 "PASS" -- \
+    run attention_bwd dtype=bf16 head_dim=32 causal=true varlen=true deterministic=true --sm 75 --varlen 17,1,40 --heads 2:2
 
 expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only" -- \
     emit attention_bwd kernel=prep deterministic=true --sm 80

@@ -202,12 +202,14 @@ static void test_seed_offset(void) {
     TEST_END();
 }
 
-/* The backward paths: mma dkdv (+ atomics), deterministic (mma dq), sm_75, SIMT. */
+/* The backward paths: mma dkdv (+ atomics), deterministic (mma dq), sm_75, SIMT; bf16 on sm_75's f16-scaled mma
+ * (lib/attn_bwd_f16scaled.lua, path=auto's choice there, named). */
 static const struct {
     const char *spec;
     int sm;
 } bpaths[] = {
     {"attention_bwd dtype=f16 head_dim=64", 80},
+    {"attention_bwd dtype=bf16 head_dim=64 path=mma", 75},
     {"attention_bwd dtype=bf16 head_dim=32 deterministic=true", 80},
     {"attention_bwd dtype=f16 head_dim=64", 75},
     {"attention_bwd dtype=f32 head_dim=32", 80},

@@ -215,12 +215,15 @@ static void test_dense_key(void) {
     }
 }
 
-/* Backward paths: mma dkdv with dQ atomics, deterministic (mma dq), sm_75 m16n8k8, SIMT (f32; forced). */
+/* Backward paths: mma dkdv with dQ atomics, deterministic (mma dq), sm_75 m16n8k8, SIMT (f32; forced); bf16 on
+ * sm_75's f16-scaled mma (lib/attn_bwd_f16scaled.lua: the workspace rows packed, path=auto's choice there, named). */
 static const struct {
     const char *spec, *fwd;
     int sm;
 } bpaths[] = {
     {"attention_bwd dtype=f16 head_dim=64", "attention dtype=f16 head_dim=64", 80},
+    {"attention_bwd dtype=bf16 head_dim=32 path=mma deterministic=true", "attention dtype=bf16 head_dim=32", 75},
+    {"attention_bwd dtype=bf16 head_dim=64 path=mma", "attention dtype=bf16 head_dim=64", 75},
     {"attention_bwd dtype=bf16 head_dim=32 deterministic=true", "attention dtype=bf16 head_dim=32", 80},
     {"attention_bwd dtype=f16 head_dim=32", "attention dtype=f16 head_dim=32", 75},
     {"attention_bwd dtype=f32 head_dim=32", "attention dtype=f32 head_dim=32", 80},

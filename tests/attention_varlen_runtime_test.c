@@ -128,6 +128,52 @@ static void test_backward(void) {
     TEST_END();
 }
 
+/* bf16 on sm_75 (the f16-scaled backward, templates/lib/attn_bwd_f16scaled.lua): the workspace counts Q's and dO's
+ * scaled rows [heads_q, total_q] and, deterministic, K's and V's [heads_kv, total_k], carved in dkdv's order; dkdv and
+ * dq get those pointers and total_k. */
+static void test_backward_scaled(void) {
+    TEST_BEGIN("varlen backward, bf16 sm_75 deterministic: the f16-scaled rows in the workspace, total_k");
+    kiln_rt *rt = open_rt(75);
+    kiln_error e;
+    kiln_attention_bwd_args a = {.dq = 0x1000000, .dk = 0x1100000, .dv = 0x1200000, .q = 0x300000, .k = 0x400000,
+                                 .v = 0x500000, .o = 0x100000, .dout = 0x1300000, .lse = 0x200000,
+                                 .workspace = 0x2000000, .dtype = KILN_BF16, .out_dtype = KILN_BF16,
+                                 .grad_dtype = KILN_BF16, .head_dim = 40, .causal = 1, .batch = 3, .heads_q = 4,
+                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900, .deterministic = 1};
+    kiln_attention_varlen vl = VL;
+    size_t rows = 4 * 1800, keys = 2 * 2500, w = 64; /* (head_dim 40: the tile width 64) */
+    size_t off[9], at = (rows * 4 + 255) / 256 * 256; /* delta; deterministic: no dq_acc */
+    const size_t each[8] = {rows * w * 2, rows * w * 2, rows * 4, rows * 4, keys * w * 2, keys * w * 2, keys * 4, keys * 4};
+    for (int i = 0; i < 8; i++) off[i] = at = (at + 255) / 256 * 256, at += each[i];
+    off[8] = at;
+    size_t ws = kiln_attention_backward_varlen_workspace(&a, &vl);
+    CHECK(ws == off[8], "workspace %zu, expected %zu", ws, off[8]);
+    fake.reset();
+    CHECK(rt && kiln_attention_backward_varlen(rt, &a, &vl, &e) == KILN_OK, "launch: %s", e.msg);
+    static const char *const names[8] = {"qh", "doh", "qsf", "dosf", "kh", "vh", "ksf", "vsf"};
+    static const char *const kinds[3] = {"prep", "dkdv", "dq"};
+    for (int i = 0; i < 3; i++) {
+        fake_cuda_launch l;
+        char spec[256];
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 out=bf16 grad=bf16 head_dim=40 causal=true path=%s "
+                 "deterministic=%s varlen=true", kinds[i], i == 0 ? "auto" : "auto", i == 1 ? "true" : "false");
+        kiln_kernel *k = NULL;
+        CHECK(kiln_rt_get_kernel(rt, spec, &k, &e) == KILN_OK, "%s: %s", spec, e.msg);
+        const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
+        if (!m || !launch_at(i, &l)) {
+            CHECK(0, "launch %d missing", i);
+            continue;
+        }
+        CHECK(!strcmp(l.entry, m->entry), "launch %d: %s, want %s", i, l.entry, m->entry);
+        for (int t = i == 2 ? 4 : 0; t < (i == 0 ? 4 : 8); t++)
+            CHECK(param(&l, m, names[t]) == a.workspace + off[t], "%s: %s at 0x%llx, want 0x%llx", kinds[i], names[t],
+                  (unsigned long long)param(&l, m, names[t]), (unsigned long long)(a.workspace + off[t]));
+        if (i) CHECK(param(&l, m, "total_k") == 2500, "%s: total_k %llu", kinds[i], (unsigned long long)param(&l, m, "total_k"));
+    }
+    kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 static void test_errors(void) {
     TEST_BEGIN("varlen forward: bad values name the field");
     kiln_rt *rt = open_rt(80);
@@ -268,6 +314,7 @@ int main(void) {
     test_forward(80);
     test_forward(90);
     test_backward();
+    test_backward_scaled();
     test_errors();
     test_dropout();
     test_path();

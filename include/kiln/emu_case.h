@@ -27,7 +27,7 @@ extern "C" {
  * (1: q, k, v, o laid out [batch, heads, seq, head_dim], passed as the tensors' strides),
  * "alibi_batch" (1: a row of slopes per batch entry), "p_f32" (1: the error model of a kernel that keeps P
  * (the backward: and dS) in f32, the SIMT path) and the forward's "p_f16" (1: P rounded to f16, sm_75's
- * f16-scaled bf16 path); the norms' "eps" (as given, 0 included; opts.eps 0 means the default)); a family reads the ones its problem has and
+ * f16-scaled bf16 path), the varlen backward's "wide_vdo" (E: V and dO drawn as +-2^e, e uniform in [-E, E]); the norms' "eps" (as given, 0 included; opts.eps 0 means the default)); a family reads the ones its problem has and
  * says which it needs. A value is a double (whole sizes exact up to 2^53; softcap is a real).
  * Zero-initialize, then set what you need. */
 #define KILN_CASE_MAX_SIZES 16

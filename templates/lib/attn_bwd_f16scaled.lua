@@ -45,12 +45,14 @@ function M.applies(spec, target)
 end
 
 -- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75, under path=auto as under
--- path=mma): head_dim <= 128, out = dtype (checked before), not with dropout or varlen (those stay on SIMT);
--- second result: why not.
+-- path=mma, after its refusals by register count): head_dim <= 128, out = dtype (checked before), with or
+-- without varlen and dropout. Varlen: the workspace rows below are indexed as delta's (row_index: [heads_q,
+-- total_q] packed), K/V's as lib/attn_bwd_kvscaled.lua's [heads_kv, total_k]; rows and keys past a sequence
+-- are staged as zeros, so they raise no row's maximum and no running exponent. Dropout: P's kept entries
+-- times 1/(1 - p) (one f32 rounding, as the SIMT path's) before scale_a picks the key row's power of two, the
+-- dropped ones exactly 0; dS = P (dP Z - delta) as every path's.
 function M.serves(spec, target)
   -- (the atomic dkdv at head_dim 128 accumulates dV and dK in two passes: lib/attn_bwd_f16scaled_d128.lua)
-  if spec.dropout then return false, "bf16 with dropout runs on SIMT (the f16-scaled backward has no dropout mask)" end
-  if spec.varlen then return false, "bf16 with varlen runs on SIMT (the f16-scaled backward has no varlen rows)" end
   return true
 end
 
@@ -126,11 +128,11 @@ end
 -- and keeps load.
 M.WS = { { "qh", "f16" }, { "doh", "f16" }, { "qsf", "f32" }, { "dosf", "f32" } }
 
--- Whether prep writes the workspace above for this spec (bf16 on sm_75 with the f16-scaled tiles; not
--- varlen, whose dkdv stays on SIMT): prep's pointers are optional, so a dkdv that does not declare them
--- (SIMT: dropout, the atomic d128, path=simt) leaves them 0 and prep skips the rows.
+-- Whether prep writes the workspace above for this spec (bf16 on sm_75 with the f16-scaled tiles; varlen:
+-- rows [heads_q, total_q] as delta's): prep's pointers are optional, so a dkdv that does not declare them
+-- (SIMT: its register refusals, path=simt) leaves them 0 and prep skips the rows.
 function M.prep_applies(spec, target)
-  return M.applies(spec, target) and spec.out == spec.dtype and spec.head_dim <= 128 and not spec.varlen
+  return M.applies(spec, target) and spec.out == spec.dtype and spec.head_dim <= 128
 end
 
 -- The kernel parameters of the workspace (appended to params).
@@ -139,9 +141,10 @@ function M.ws_params(params)
   return params
 end
 
--- The launch description's workspace rows (tensors t; optional in prep), rows: { "batch", "heads_q", "seq_q" }.
-function M.ws_launch(t, w, rows, optional)
-  local ext = { string.format("batch*heads_q*seq_q*%d", w) }
+-- The launch description's workspace rows (tensors t; optional in prep), rows: { "batch", "heads_q", "seq_q" }
+-- (varlen: lib/attn_varlen.lua's launch makes them [heads_q, total_q]; the f16 rows, w wide, are given so here).
+function M.ws_launch(t, w, rows, optional, varlen)
+  local ext = { string.format(varlen and "heads_q*total_q*%d" or "batch*heads_q*seq_q*%d", w) }
   for _, x in ipairs(M.WS) do
     t[#t + 1] = { x[1], "workspace", x[2] == "f16" and ext or rows, optional = optional or nil, align = 16 }
   end

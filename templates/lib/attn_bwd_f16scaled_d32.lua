@@ -64,7 +64,8 @@ local LDF = 4 -- dS' rows in shared memory: bn + LDF floats (conflict-free store
 -- deterministic) and the dq kernel of bf16 on sm_75 at the tile widths 32 and 64 (head_dim up to 64, v_head_dim
 -- too; at 64 the per-row body's folds and A scaling with the mask keys' per-entry work cost 1.3-1.7x f16's time by
 -- the T4 estimate, this body 1.00-1.07x, in at most 250 registers: docs/attention.md "Head dim 64 on the same body"),
--- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (SIMT). (dq
+-- with or without the mask keys (window, softcap, ALiBi, top-left causal), not dropout or varlen (those run the
+-- per-row body of lib/attn_bwd_f16scaled.lua: no mask or packed rows here). (dq
 -- takes it where it reads K and V as the deterministic dkdv wrote them, cfg.kvs.)
 function M.applies(spec, target, bwd)
   return bwd.applies(spec, target) and (spec.kernel == "dkdv" or spec.kernel == "dq") and (spec.head_dim == 32 or spec.head_dim == 64)

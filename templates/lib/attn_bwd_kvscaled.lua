@@ -34,22 +34,27 @@ function M.applies(spec, target, available)
   return available(dkdv, target) and true or false
 end
 
--- The kernel parameters (appended to params; readonly: dq's).
-function M.params(params, readonly)
+-- The kernel parameters (appended to params; readonly: dq's; varlen: total_k, the packed keys' count).
+function M.params(params, readonly, varlen)
   for _, w in ipairs(M.WS) do params[#params + 1] = { w[1], "ptr", w[2], readonly = readonly or nil } end
+  if varlen then params[#params + 1] = { "total_k", "i32" } end
   return params
 end
 
--- The launch description's workspace rows (tensors t), w the tile width.
-function M.launch(t, w)
-  local ext = { string.format("batch*heads_kv*seq_k*%d", w) }
+-- The launch description's workspace rows (tensors t), w the tile width (varlen: [heads_kv, total_k], the
+-- packed keys of every sequence, as lse's rows are [heads_q, total_q]).
+function M.launch(t, w, varlen)
+  local ext = { string.format(varlen and "heads_kv*total_k*%d" or "batch*heads_kv*seq_k*%d", w) }
+  local rows = varlen and { "heads_kv", "total_k" } or { "batch", "heads_kv", "seq_k" }
   for _, x in ipairs(M.WS) do
-    t[#t + 1] = { x[1], "workspace", x[2] == "f16" and ext or { "batch", "heads_kv", "seq_k" }, align = 16 }
+    t[#t + 1] = { x[1], "workspace", x[2] == "f16" and ext or rows, align = 16 }
   end
 end
 
--- Index of (batch bi, kv head hkv, key 0) in [batch, heads_kv, seq_k] (i64).
+-- Index of (batch bi, kv head hkv, key 0) in [batch, heads_kv, seq_k] (i64; varlen: of the sequence's first
+-- key in [heads_kv, total_k], lib/attn_varlen.lua bind's k_at).
 local function row0_index(b, p, bi, hkv)
+  if p.k_at then return b:i64(hkv) * b:i64(p.total_k) + b:i64(p.k_at) end
   return (b:i64(bi) * b:i64(p.heads_kv) + b:i64(hkv)) * b:i64(p.seq_k)
 end
 

@@ -42,8 +42,9 @@ function M.available(spec, target)
   end
   -- dropout regenerates the mask with a Philox call per entry here (S^T's layout is not the forward's):
   -- d128 with a score key, and d96 without cp.async, spill 8-36 bytes (ptxas sm_75/80): those run on SIMT
-  if spec.kernel == "dkdv" and spec.dropout and ((spec.head_dim == 128 and (spec.window or spec.softcap or spec.alibi))
-      or (spec.head_dim >= 96 and not target.cp_async)) then
+  -- (bf16 on sm_75's atomic d128 in two passes fits: 224-252 registers, with varlen and every mask key too)
+  if spec.kernel == "dkdv" and spec.dropout and not passes.passes(spec, target)
+      and ((spec.head_dim == 128 and (spec.window or spec.softcap or spec.alibi)) or (spec.head_dim >= 96 and not target.cp_async)) then
     return false, "dropout's per-entry mask with head_dim " .. spec.head_dim .. (target.cp_async and " and a score key" or " without cp.async")
       .. " needs more than 255 registers a thread"
   end
@@ -59,8 +60,10 @@ function M.available(spec, target)
       .. score_keys .. " score keys at head_dim " .. real_dim .. " needs more than 255 registers a thread"
   end
   -- varlen (its sequence's offsets stay live) leaves the atomic dkdv at d96/d128 without cp.async at 254
-  -- registers; a mask key more spilled 12-32 bytes (ptxas, sm_75 f16): those run on SIMT
+  -- registers; a mask key more spilled 12-32 bytes (ptxas, sm_75 f16): those run on SIMT (bf16's two passes at
+  -- d128 fit: 206 registers with every mask key)
   if spec.kernel == "dkdv" and spec.varlen and not spec.deterministic and spec.head_dim >= 96 and not target.cp_async
+      and not passes.passes(spec, target)
       and (spec.window or spec.softcap or spec.alibi) then
     return false, "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers a thread in the atomic dkdv without cp.async (deterministic=true or path=simt)"
   end

@@ -140,6 +140,15 @@ kiln_status emu_attn_varlen_create(kiln_case *c, int bwd, kiln_error *err) {
     v->in[0] = kiln_attn_random(p->dtype, nq + 1, 1, &seed);
     v->in[1] = kiln_attn_random(p->dtype, nk + 1, 1, &seed);
     v->in[2] = kiln_attn_random(p->dtype, nk + 1, 1, &seed);
+    /* wide_vdo = E (the backward): V and dO drawn instead as +-2^e, e uniform in [-E, E] (a ragged batch whose tiles
+     * span 2^2E: the f16-scaled path's adversarial case, templates/lib/attn_bwd_f16scaled.lua) */
+    double wide = bwd ? kiln_case_opts_real(kiln_case_options(c), "wide_vdo", 0) : 0;
+    for (size_t i = 0; wide > 0 && v->in[2] && v->dout && i < nq + nk; i++) {
+        seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+        double e = -wide + 2 * wide * (double)(seed >> 11) * 0x1p-53, x = ((seed >> 10) & 1 ? -1 : 1) * exp2(e);
+        if (i < nk) kiln_emu_value_set(p->dtype, v->in[2], i, x);
+        else kiln_emu_value_set(p->out, v->dout, i - nk, x);
+    }
     v->o = malloc((nq + 1) * kiln_dtype_size(p->out));
     v->lse = malloc((nl + 1) * sizeof *v->lse);
     v->ro = calloc(nq + 1, sizeof *v->ro), v->rl = calloc(nl + 1, sizeof *v->rl);
