@@ -288,9 +288,9 @@ function K.config(spec, target)
   local wg = wgmma.config(spec, target) -- sm_90a: TMA + wgmma (lib/attn_wgmma.lua)
   if wg then return wg end
   local mma = has_mma(spec, target)
-  if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.varlen or spec.paged) then
+  if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.paged) then
     error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
-                        target.sm, spec.dropout and "dropout=true" or spec.varlen and "varlen=true" or "paged=true"))
+                        target.sm, spec.dropout and "dropout=true" or "paged=true"))
   end
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
@@ -689,7 +689,7 @@ end
 -- by a constant: the row and chunk are computed once (less IR for LLVM to simplify, docs/jit.md "Wave
 -- 9"). Only for cp.async tiles of 8 chunks a row or more: head_dim 32 with mask keys and sm_75's
 -- register-staged tiles came out worse in SASS (or spilled) that way.
-local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
+local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn, pad)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
   local step = cfg.threads // cpr
@@ -715,7 +715,7 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     end
     local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
-    local rr = b:select(ok, row0 + r, 0)
+    local rr = b:select(ok, row0 + r, pad or 0) -- (pad: the row rows past seq read, else row 0)
     -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
     local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
     local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
@@ -770,7 +770,7 @@ end
 
 -- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
-local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot)
+local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot, pad)
   local staged = {}
   tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
@@ -785,7 +785,7 @@ local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail,
       for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
     staged[#staged + 1] = { r = r, c = c, v = v }
-  end)
+  end, pad)
   return staged
 end
 
@@ -879,7 +879,8 @@ local function mma_prologue(c)
   if cfg.f16s then -- bf16 scaled to f16 (lib/attn_f16scaled.lua): Q per row, tile 0 with its scales
     f16s.q_load(c, function(r, ch) return swz(b, spec, cfg, r, ch) end)
     b:if_(b:gt(c.ntiles, 0), function()
-      local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k)
+      -- (K's rows past the sequence re-read the tile's first key: lib/attn_f16scaled.lua M.stage)
+      local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k, nil, c.rot_k, key_tile(c, 0) * c.bn)
       local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
       f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end)
       stage_store(b, spec, cfg, c.ks, sk)
@@ -1129,7 +1130,8 @@ local function mma_trip(c, it, masked)
     -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
     -- stored into the other buffer after it; one barrier a trip.
     local nxt = b:min(it + 1, c.ntiles - 1)
-    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k,
+                          c.f16s and key_tile(c, nxt) * bn or nil)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
     local nb = (it + 1) & 1

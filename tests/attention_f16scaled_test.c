@@ -240,6 +240,117 @@ static void registry_cases(void) {
     }
 }
 
+/* ---- the keys built on the scaled path: varlen (lib/attn_varlen.lua) ---- */
+
+/* One registry case (kiln_case_create: sequences, seed, heads) run and checked; adversarial(c), when not NULL,
+ * writes its inputs first (the reference follows: kiln_case_refresh). Returns the number of bad values. */
+static long case_check(const char *spec, kiln_case_opts *o, void (*adv)(kiln_case *, int), int d) {
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    long bad = -1;
+    kiln_status st = kiln_case_create(&c, gen, emu, spec, o, &err);
+    if (st == KILN_OK && adv) {
+        adv(c, d);
+        st = kiln_case_refresh(c, &err);
+    }
+    if (st == KILN_OK) st = kiln_case_run(c, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    if (st == KILN_OK) {
+        bad = kiln_case_check(c);
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            CHECK(kiln_case_output_at(c, i)->bad == 0, "%s: %ld bad %s values; first: %s", spec, kiln_case_output_at(c, i)->bad,
+                  kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    kiln_case_free(c);
+    return bad;
+}
+
+/* Packed sequences: an empty one, a single query, lengths off every tile size, a sequence without keys,
+ * seqused_k; every head dim, every causal form, GQA, the mask keys (auto takes the scaled path there). */
+static void varlen_cases(void) {
+    static const int lq[] = {0, 1, 37, 300, 65, 20}, lk[] = {5, 0, 64, 290, 33, 150}, used[] = {5, 0, 50, 290, 1, 149};
+    static const struct {
+        const char *spec;
+        int hq, hkv, used, twice;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=32 causal=true varlen=true path=mma", 4, 2, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=false varlen=true path=mma", 2, 1, 0, 1},
+        {"attention dtype=bf16 head_dim=96 causal=top_left varlen=true path=mma", 2, 2, 0, 1},
+        {"attention dtype=bf16 head_dim=128 causal=true varlen=true path=mma", 4, 1, 0, 1},
+        {"attention dtype=bf16 head_dim=80 causal=true varlen=true path=mma", 2, 1, 1, 0},
+        {"attention dtype=bf16 out=f32 head_dim=40 varlen=true", 1, 1, 1, 0},
+        {"attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true varlen=true", 2, 1, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true window=true varlen=true", 2, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[240];
+        snprintf(name, sizeof name, "varlen: %s sm_75 (sequences 0,1,37,300,65,20; keys 5,0,64,290,33,150%s)", cases[i].spec,
+                 cases[i].used ? "; seqused_k" : "");
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 11 + i, .twice = cases[i].twice, .nvarlen = 6, .varlen_q = lq, .varlen_k = lk};
+        if (cases[i].used) o.seqused_k = used;
+        kiln_case_opts_set(&o, "rows", 300), kiln_case_opts_set(&o, "seq_k", 290);
+        kiln_case_opts_set(&o, "heads_q", cases[i].hq);
+        kiln_case_opts_set(&o, "heads_kv", cases[i].hkv);
+        if (strstr(cases[i].spec, "window")) kiln_case_opts_set(&o, "window_left", 40), kiln_case_opts_set(&o, "window_right", 3);
+        if (strstr(cases[i].spec, "softcap")) kiln_case_opts_set(&o, "softcap", 20);
+        if (strstr(cases[i].spec, "alibi")) kiln_case_opts_set(&o, "alibi", 1);
+        case_check(cases[i].spec, &o, NULL, 0);
+        TEST_END();
+    }
+}
+
+/* The ragged last key tile (keys 64..68 of a 69-key sequence; every tile size ends a tile at 64), one head,
+ * rows of d elements from row `at`: */
+/* K: the sequence's first key 2^30 in column 0, where no query looks (q's column 0 is 0); keys 1..63 zero;
+ * the last tile's keys tiny (2^-10 in column 1) and the queries 2^10 there, so those scores are O(1). A
+ * tile's K scale taken over rows past the sequence (which re-read its first key) would put them below f16's
+ * subnormals: every score of that tile 0. */
+static void ragged_k(kiln_case *c, int d) {
+    kiln_error err = {0};
+    size_t nq = kiln_case_count(c, "q"), nk = kiln_case_count(c, "k");
+    size_t q0 = nq / (size_t)d - 40, k0 = nk / (size_t)d - 69; /* the last sequence: 40 queries, 69 keys */
+    for (size_t i = 0; i < 40 * (size_t)d; i++) kiln_case_set(c, "q", q0 * d + i, i % d == 1 ? 0x1p10 : 0, &err);
+    for (size_t j = 0; j < 69; j++)
+        for (int x = 0; x < d; x++) {
+            double v = j == 0 && x == 0 ? 0x1p30 : j >= 64 && x == 1 ? 0x1p-10 * (2.0 * sqrt(d)) * uniform() : 0;
+            kiln_case_set(c, "k", (k0 + j) * d + x, v, &err);
+        }
+}
+/* V: the last tile holds 2^30 in one entry beside entries of 2^-12 (a span past 2^32: the low part's second
+ * mma), the rows past the sequence zeros that must not count as its smallest entries. */
+static void ragged_v(kiln_case *c, int d) {
+    kiln_error err = {0};
+    size_t nk = kiln_case_count(c, "v"), k0 = nk / (size_t)d - 69;
+    for (size_t j = 64; j < 69; j++)
+        for (int x = 0; x < d; x++)
+            kiln_case_set(c, "v", (k0 + j) * d + x, j == 66 && x == 3 ? 0x1p30 : 0x1p-12 * uniform(), &err);
+}
+static void ragged_tiles(void) {
+    static const int lq[] = {20, 40}, lk[] = {50, 69};
+    for (int dense = 0; dense < 2; dense++)
+        for (int di = 0; di < 4; di++)
+            for (int which = 0; which < 2; which++) {
+                int d = dims[di];
+                char spec[160], name[300];
+                snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d%s path=mma", d, dense ? "" : " varlen=true");
+                snprintf(name, sizeof name, "ragged last key tile (%s): %s", which ? "V 2^30 beside 2^-12" : "K rows past the sequence must not set its scale",
+                         spec);
+                TEST_BEGIN(name);
+                kiln_case_opts o = {.sm = 75, .seed = 5};
+                if (dense) {
+                    kiln_case_opts_set(&o, "rows", 40), kiln_case_opts_set(&o, "seq_k", 69);
+                } else {
+                    o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk;
+                    kiln_case_opts_set(&o, "rows", 40), kiln_case_opts_set(&o, "seq_k", 69);
+                }
+                kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+                kiln_case_opts_set(&o, "p_f16", 1);
+                case_check(spec, &o, which ? ragged_v : ragged_k, d);
+                TEST_END();
+            }
+}
+
 /* Error on random data, out=f32 (no output rounding): the scaled path against sm_80's bf16 mma (P in
  * bf16) and sm_75's SIMT path (f32 throughout), on the same inputs; ordinary and wide-range data. */
 static void accuracy(void) {
@@ -469,6 +580,8 @@ int main(void) {
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);
+    varlen_cases();
+    ragged_tiles();
     estimate();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

@@ -76,12 +76,19 @@ local TILES_KEYS = {
 local TILES_KEYS_WHOLE = {
   [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
+-- varlen (the sequence's bounds and base pointers live across the loop): TILES' d96 (6 x 32 rows) spilled
+-- 8-20 bytes and d128's 32-key tiles 20-48 (255 registers); 16-row warps at d96 (96 rows a block, 187-191
+-- registers) and d128's 16-key tiles (205-210)
+local TILES_VARLEN = {
+  [96] = { { warps = 6, mt = 1, n = 16, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 function M.tiles(spec, tiles)
   local d = spec.head_dim
   local other = spec.window or spec.softcap or spec.alibi or spec.dim ~= d or spec.vdim ~= d
   local keyed = (spec.window or spec.softcap or spec.alibi) and TILES_KEYS[d]
     or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
-  local own = spec.splitkv and SPLIT[d] or TILES[d]
+  local own = spec.splitkv and SPLIT[d] or spec.varlen and TILES_VARLEN[d] or TILES[d]
   if keyed or own then
     local t = setmetatable({}, { __index = tiles })
     t[d] = keyed or own
@@ -100,7 +107,7 @@ end
 -- or the paged KV cache: those stay on SIMT; path=mma with them is refused by attention.lua's config).
 function M.serves(spec, target)
   if not M.applies(spec, target) or spec.head_dim > 128 then return false end
-  return spec.path == "mma" or (spec.path == "auto" and not (spec.dropout or spec.varlen or spec.paged))
+  return spec.path == "mma" or (spec.path == "auto" and not (spec.dropout or spec.paged))
 end
 
 -- 2^e as an f32, e an i32 value in the normal range [-126, 127].
@@ -264,6 +271,10 @@ local function block_max(c, xs)
   return out
 end
 
+-- K's rows past the sequence (a ragged last tile) are staged as copies of the tile's first key (attention.lua
+-- passes stage_load that row; their scores are masked), so the tile's extrema are its own keys': a huge
+-- first key of the sequence does not set the scale of a later tile and push its keys below f16's
+-- subnormals. V's rows past the sequence are zeros, which count as none.
 function M.stage(c, sk, sv, lo_dst, store)
   local b, f = c.b, c.f16s
   local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
