@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, every key; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -288,10 +288,6 @@ function K.config(spec, target)
   local wg = wgmma.config(spec, target) -- sm_90a: TMA + wgmma (lib/attn_wgmma.lua)
   if wg then return wg end
   local mma = has_mma(spec, target)
-  if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.paged) then
-    error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
-                        target.sm, spec.dropout and "dropout=true" or "paged=true"))
-  end
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
   end
@@ -314,6 +310,9 @@ function K.config(spec, target)
   -- (and with softcap or alibi: head_dim 32, and split-KV head_dim 64: 8-112 more SASS instructions
   -- than default<O3>, 0.1-1.3 %; elsewhere with the keys default<O3> spilled, d64 sm_86/89, d256 sm_80)
   o3 = o3 or ((spec.softcap or spec.alibi) and (spec.head_dim == 32 or (spec.splitkv and spec.head_dim == 64)))
+  -- (and bf16 on sm_75's f16-scaled tiles with dropout and a mask key at d96: kiln's pipeline spilled 8 bytes with
+  -- window, softcap and ALiBi together, 255 registers; default<O3> 254 and none)
+  o3 = o3 or (cfg.f16s and spec.dropout and spec.head_dim == 96 and (spec.window or spec.softcap or spec.alibi))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
@@ -1348,6 +1347,15 @@ K.variants = {
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "splitkv=true", "path=mma",
     full = true, sms = { 75 } },
   { "dtype=bf16", { "head_dim=40", "head_dim=80" }, "causal=true", "path=mma", sms = { 75 } },
+  -- and with varlen, the paged KV cache (split-KV, the append, rotary inside it) and dropout
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true",
+    { "varlen=true", "paged=true", "splitkv=true paged=true append=true rotary=neox", "dropout=true" }, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL,
+    { "varlen=true", "paged=true", "splitkv=true paged=true append=true rotary=neox", "paged=true append=true rotary=interleaved",
+      "dropout=true", "varlen=true dropout=true" }, "path=mma", full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128", "head_dim=80" }, "causal=top_left", MASK_KEYS,
+    { "varlen=true", "paged=true append=true rotary=neox", "splitkv=true paged=true", "varlen=true dropout=true" }, "path=mma",
+    full = true, sms = { 75 } },
   -- v_head_dim (lib/attn_vdim.lua): MLA prefill's qk 192 / v 128 and a few other pairs, split-KV, the
   -- mask keys, dropout, SIMT forced (the quick suite: sm_75 / 80 / 90)
   { DT, { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" }, CAUSAL,

@@ -351,6 +351,59 @@ static void ragged_tiles(void) {
             }
 }
 
+/* ---- the paged KV cache (lib/attn_paged.lua: pages shuffled in the block table, entry 0 full, entry 1 empty),
+ * split-KV over pages, the in-kernel append (lib/attn_append.lua: the new keys written into the cache in bf16 and
+ * read back scaled) and rotary inside it (lib/attn_rotary.lua: q and the new keys rotated before their scales are
+ * chosen); dropout (lib/attn_dropout.lua: the keep mask on P * 2^15, dropped entries in the row sum) ---- */
+static void keyed_cases(void) {
+    static const struct {
+        const char *spec;
+        int rows, seq_k, batch, hq, hkv, page, leftpad, batch_idx, append, splits;
+        double drop, wl, wr, cap;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=64 causal=true paged=true", 40, 300, 3, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true paged=true path=mma", 50, 200, 3, 2, 1, 32, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 paged=true", 30, 150, 3, 2, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 causal=true splitkv=true paged=true", 3, 300, 3, 4, 1, 32, 1, 0, 0, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=32 causal=true paged=true append=true", 20, 130, 3, 2, 1, 64, 0, 0, 7, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true", 2, 200, 3, 4, 2, 16, 0, 1, 3, 4, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox", 9, 200, 3, 2, 2, 16, 1, 0, 5, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=true splitkv=true paged=true append=true rotary=interleaved rotary_dim=32", 2, 180,
+         3, 4, 1, 16, 0, 0, 4, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=80 causal=top_left window=true softcap=true alibi=true paged=true append=true rotary=neox "
+         "rotary_dim=48", 12, 150, 3, 2, 1, 16, 1, 0, 6, 0, 0, 30, 2, 25},
+        /* dropout at p = 0.5, a fixed seed: O, lse and the kernel's keep mask against the reference's */
+        {"attention dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true", 70, 100, 2, 2, 1, 0, 0, 0, 0, 0, 0.5, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 dropout=true dropout_mask=true path=mma", 40, 90, 1, 2, 2, 0, 0, 0, 0, 0, 0.5, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=32 causal=true dropout=true", 130, 130, 1, 2, 1, 0, 0, 0, 0, 0, 0.2, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true", 50, 70,
+         1, 2, 2, 0, 0, 0, 0, 0, 0.5, 12, 4, 20},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[400];
+        snprintf(name, sizeof name, "%s sm_75 (rows %d, keys %d, batch %d, heads %d:%d%s%s%s)", cases[i].spec, cases[i].rows,
+                 cases[i].seq_k, cases[i].batch, cases[i].hq, cases[i].hkv, cases[i].page ? ", pages shuffled" : "",
+                 cases[i].leftpad ? ", leftpad" : "", cases[i].drop > 0 ? ", dropout" : "");
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 42 + i};
+        kiln_case_opts_set(&o, "rows", cases[i].rows), kiln_case_opts_set(&o, "seq_k", cases[i].seq_k);
+        kiln_case_opts_set(&o, "batch", cases[i].batch);
+        kiln_case_opts_set(&o, "heads_q", cases[i].hq), kiln_case_opts_set(&o, "heads_kv", cases[i].hkv);
+        if (cases[i].page) kiln_case_opts_set(&o, "page_size", cases[i].page);
+        if (cases[i].leftpad) kiln_case_opts_set(&o, "leftpad", 1);
+        if (cases[i].batch_idx) kiln_case_opts_set(&o, "batch_idx", 1);
+        if (cases[i].append) kiln_case_opts_set(&o, "append", cases[i].append);
+        if (cases[i].splits) kiln_case_opts_set(&o, "splits", cases[i].splits);
+        if (cases[i].drop > 0) kiln_case_opts_set(&o, "dropout", cases[i].drop);
+        if (strstr(cases[i].spec, "window"))
+            kiln_case_opts_set(&o, "window_left", cases[i].wl), kiln_case_opts_set(&o, "window_right", cases[i].wr);
+        if (cases[i].cap > 0) kiln_case_opts_set(&o, "softcap", cases[i].cap);
+        if (strstr(cases[i].spec, "alibi")) kiln_case_opts_set(&o, "alibi", 1);
+        case_check(cases[i].spec, &o, NULL, 0);
+        TEST_END();
+    }
+}
+
 /* Error on random data, out=f32 (no output rounding): the scaled path against sm_80's bf16 mma (P in
  * bf16) and sm_75's SIMT path (f32 throughout), on the same inputs; ordinary and wide-range data. */
 static void accuracy(void) {
@@ -565,6 +618,61 @@ static void estimate(void) {
     if (pe) kiln_emu_destroy(pe);
 }
 
+/* The same T4 estimate for the keys built on this path (wave 14), bf16 against f16's kernel with the same keys at
+ * 768 queries x 512 keys, one head: varlen (one packed sequence), the paged KV cache (one full entry, pages of 64),
+ * dropout (p = 0.1), and the dense causal kernel beside them (the keys' own cost). Their tiles are the plain kernel's
+ * at d64 and the 16-key ones at d128 (attn_f16scaled.lua TILES_HEAVY), against f16's own tiles for the key; `bound`
+ * is the larger figure measured (hot loop, tile loop) plus 3 %, so a change that costs these kernels fails here. */
+static void estimate_keys(void) {
+    static const int one_q[] = {768}, one_k[] = {512};
+    static const struct {
+        const char *keys;
+        int d;
+        double bound;
+    } rows[] = {
+        {"causal=true", 64, 1.52}, {"causal=true varlen=true", 64, 1.52}, {"causal=true paged=true", 64, 1.56},
+        {"causal=true dropout=true", 64, 1.40}, {"causal=true", 128, 1.77}, {"causal=true varlen=true", 128, 2.03},
+        {"causal=true paged=true", 128, 2.13},
+    };
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (size_t r = 0; pe && r < sizeof rows / sizeof rows[0]; r++) {
+        char name[200];
+        snprintf(name, sizeof name, "T4 estimate: bf16 head_dim %d %s within %.2fx of f16's (768 x 512)", rows[r].d, rows[r].keys,
+                 rows[r].bound);
+        TEST_BEGIN(name);
+        double t[2][2] = {{0}};
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[200];
+            snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d %s path=mma", dt ? "f16" : "bf16", rows[r].d, rows[r].keys);
+            kiln_case_opts o = {.sm = 75, .seed = 3};
+            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+            kiln_case_opts_set(&o, "rows", 768), kiln_case_opts_set(&o, "seq_k", 512);
+            if (strstr(spec, "varlen")) o.nvarlen = 1, o.varlen_q = one_q, o.varlen_k = one_k;
+            if (strstr(spec, "paged")) kiln_case_opts_set(&o, "page_size", 64);
+            if (strstr(spec, "dropout")) kiln_case_opts_set(&o, "dropout", 0.1);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            if (st == KILN_OK) CHECK(kiln_case_check(c) == 0, "%s: bad values", spec);
+            kiln_emu_profile pr;
+            if (st == KILN_OK && kiln_emu_profile_get(kiln_case_kernel(c), &pr, &err) == KILN_OK)
+                for (int hot = 0; hot < 2; hot++) t[dt][hot] = t4_clocks(kiln_case_kernel(c), &pr, !hot);
+            kiln_case_free(c);
+        }
+        printf("  head_dim %d %s: T4 clocks bf16 / f16: hot loop %.0f / %.0f = %.3fx, tile loop %.0f / %.0f = %.3fx\n", rows[r].d,
+               rows[r].keys, t[0][0], t[1][0], t[0][0] / t[1][0], t[0][1], t[1][1], t[0][1] / t[1][1]);
+        for (int w = 0; w < 2; w++)
+            CHECK(t[0][w] > 0 && t[1][w] > 0 && t[0][w] <= rows[r].bound * t[1][w], "%s: bf16 %.0f against f16 %.0f T4 clocks",
+                  w ? "tile loop" : "hot loop", t[0][w], t[1][w]);
+        TEST_END();
+    }
+    if (pe) kiln_emu_destroy(pe);
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -582,7 +690,9 @@ int main(void) {
     nonfinite(128);
     varlen_cases();
     ragged_tiles();
+    keyed_cases();
     estimate();
+    estimate_keys();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     return check_summary("attention f16-scaled");
