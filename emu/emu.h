@@ -451,6 +451,8 @@ int emu_attn_varlen_scalar(struct kiln_case *c, const char *name, double *value)
 void emu_attn_varlen_prepare(struct kiln_case *c);
 void emu_attn_varlen_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
 void emu_attn_varlen_describe(const struct kiln_case *c, char *buf, size_t size);
+/* The forward's float64 reference again from the inputs as they are now (kiln_case_set wrote some). */
+void emu_attn_varlen_refresh(struct kiln_case *c);
 
 /* templates/attention.ref.c: bytes an attention (forward or backward) pointer parameter spans for
  * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and

@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, not with dropout/varlen/paged; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, every key; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -299,10 +299,6 @@ function K.config(spec, target)
   local wg = wgmma.config(spec, target) -- sm_90a: TMA + wgmma (lib/attn_wgmma.lua)
   if wg then return wg end
   local mma = has_mma(spec, target)
-  if spec.path == "mma" and mma and f16s.applies(spec, target) and (spec.dropout or spec.varlen or spec.paged) then
-    error(string.format("path=mma: bf16 on sm_%d's f16 tensor cores (the power-of-two-scaled path) is not built with %s yet; use path=auto or simt",
-                        target.sm, spec.dropout and "dropout=true" or spec.varlen and "varlen=true" or "paged=true"))
-  end
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
   end
@@ -325,6 +321,11 @@ function K.config(spec, target)
   -- (and with softcap or alibi: head_dim 32, and split-KV head_dim 64: 8-112 more SASS instructions
   -- than default<O3>, 0.1-1.3 %; elsewhere with the keys default<O3> spilled, d64 sm_86/89, d256 sm_80)
   o3 = o3 or ((spec.softcap or spec.alibi) and (spec.head_dim == 32 or (spec.splitkv and spec.head_dim == 64)))
+  -- (and bf16 on sm_75's f16-scaled tiles with dropout and a mask key at d96: kiln's pipeline spilled 8 bytes with
+  -- window, softcap and ALiBi together, 255 registers; default<O3> 254 and none; at d64 it gave 72 more SASS
+  -- instructions than default<O3> with all three and dropout_mask, 1.1 %)
+  o3 = o3 or (cfg.f16s and spec.dropout and (spec.head_dim == 96 or spec.head_dim == 64)
+              and (spec.window or spec.softcap or spec.alibi))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
@@ -700,7 +701,7 @@ end
 -- by a constant: the row and chunk are computed once (less IR for LLVM to simplify, docs/jit.md "Wave
 -- 9"). Only for cp.async tiles of 8 chunks a row or more: head_dim 32 with mask keys and sm_75's
 -- register-staged tiles came out worse in SASS (or spilled) that way.
-local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
+local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn, pad)
   local cpr = spec.head_dim // 8
   local tid = b:tid()
   local step = cfg.threads // cpr
@@ -726,7 +727,7 @@ local function tile_items(b, spec, cfg, src, stride, row0, rows, seq, fn)
     end
     local partial = (it + 1) * cfg.threads > rows * cpr
     local ok = b:lt(row0 + r, seq)
-    local rr = b:select(ok, row0 + r, 0)
+    local rr = b:select(ok, row0 + r, pad or 0) -- (pad: the row rows past seq read, else row 0)
     -- padded head_dim: chunks past it read chunk 0 and are zero (real: the chunk exists)
     local real = spec.dim < spec.head_dim and b:lt(c, spec.dim // 8) or nil
     local from = (type(src) == "function" and src(rr) or src + b:i64(rr) * stride) + (real and b:select(real, c, 0) or c) * 8
@@ -781,7 +782,7 @@ end
 
 -- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
-local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot)
+local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot, pad)
   local staged = {}
   tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
@@ -796,7 +797,7 @@ local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail,
       for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
     staged[#staged + 1] = { r = r, c = c, v = v }
-  end)
+  end, pad)
   return staged
 end
 
@@ -890,7 +891,8 @@ local function mma_prologue(c)
   if cfg.f16s then -- bf16 scaled to f16 (lib/attn_f16scaled.lua): Q per row, tile 0 with its scales
     f16s.q_load(c, function(r, ch) return swz(b, spec, cfg, r, ch) end)
     b:if_(b:gt(c.ntiles, 0), function()
-      local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k)
+      -- (K's rows past the sequence re-read the tile's first key: lib/attn_f16scaled.lua M.stage)
+      local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k, nil, c.rot_k, key_tile(c, 0) * c.bn)
       local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
       f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end)
       stage_store(b, spec, cfg, c.ks, sk)
@@ -1140,7 +1142,8 @@ local function mma_trip(c, it, masked)
     -- registers: tile it + 1 (the last tile again on the last trip) loads during compute and is
     -- stored into the other buffer after it; one barrier a trip.
     local nxt = b:min(it + 1, c.ntiles - 1)
-    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k)
+    local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k,
+                          c.f16s and key_tile(c, nxt) * bn or nil)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
     mma_compute(c, it, it & 1, masked)
     local nb = (it + 1) & 1
@@ -1362,6 +1365,15 @@ K.variants = {
   { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL, "splitkv=true", "path=mma",
     full = true, sms = { 75 } },
   { "dtype=bf16", { "head_dim=40", "head_dim=80" }, "causal=true", "path=mma", sms = { 75 } },
+  -- and with varlen, the paged KV cache (split-KV, the append, rotary inside it) and dropout
+  { "dtype=bf16", { "head_dim=64", "head_dim=128" }, "causal=true",
+    { "varlen=true", "paged=true", "splitkv=true paged=true append=true rotary=neox", "dropout=true" }, "path=mma", sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128" }, CAUSAL,
+    { "varlen=true", "paged=true", "splitkv=true paged=true append=true rotary=neox", "paged=true append=true rotary=interleaved",
+      "dropout=true", "varlen=true dropout=true" }, "path=mma", full = true, sms = { 75 } },
+  { "dtype=bf16", { "head_dim=32", "head_dim=64", "head_dim=96", "head_dim=128", "head_dim=80" }, "causal=top_left", MASK_KEYS,
+    { "varlen=true", "paged=true append=true rotary=neox", "splitkv=true paged=true", "varlen=true dropout=true" }, "path=mma",
+    full = true, sms = { 75 } },
   -- v_head_dim (lib/attn_vdim.lua): MLA prefill's qk 192 / v 128 and a few other pairs, split-KV, the
   -- mask keys, dropout, SIMT forced (the quick suite: sm_75 / 80 / 90)
   { DT, { "head_dim=192 v_head_dim=128", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=64" }, CAUSAL,

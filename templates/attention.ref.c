@@ -662,6 +662,18 @@ static const double *attn_case_reference(kiln_case *c, const char *name) {
     return !strcmp(name, "o") ? a->ro : !strcmp(name, "lse") ? a->rl : NULL;
 }
 
+/* The reference again from the inputs as they are now (a test wrote adversarial values with kiln_case_set): the
+ * dense and the varlen problems; a paged cache draws its own keys, its reference stays as drawn. */
+static void attn_case_refresh(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_refresh(c);
+        return;
+    }
+    attn_case *a = kiln_case_state(c);
+    kiln_error err = {0};
+    if (!a->paged) kiln_attn_reference(&a->p, a->q, a->k, a->v, a->ro, a->rl, &err);
+}
+
 const kiln_ref_family kiln_ref_attention = {
     .family = "attention",
     .create = attn_case_create,
@@ -672,4 +684,5 @@ const kiln_ref_family kiln_ref_attention = {
     .check = attn_case_check,
     .describe = attn_case_describe,
     .reference = attn_case_reference,
+    .refresh = attn_case_refresh,
 };

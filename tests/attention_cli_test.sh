@@ -18,7 +18,15 @@ grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16 SIMT: no mma, no bf16" "foun
 expect "sm_75 bf16 path=auto: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=bf16 head_dim=64 --sm 75
 grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto: no bf16" "found in PTX" || ok "sm_75 bf16 auto: no bf16"
-for key in "head_dim=64 dropout=true" "head_dim=64 varlen=true" "head_dim=64 paged=true" "head_dim=256"; do
+expect "sm_75 bf16 path=auto with varlen=true: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention dtype=bf16 head_dim=64 varlen=true --sm 75
+grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto varlen: no bf16" "found in PTX" || ok "sm_75 bf16 auto varlen: no bf16"
+for key in dropout=true paged=true; do
+    expect "sm_75 bf16 path=auto with $key: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+        emit attention dtype=bf16 head_dim=64 $key --sm 75
+    grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto $key: no bf16" "found in PTX" || ok "sm_75 bf16 auto $key: no bf16"
+done
+for key in "head_dim=256"; do
     expect "sm_75 bf16 path=auto with $key: SIMT (the scaled path is not built there)" 0 "fma.rn.f32" -- \
         emit attention dtype=bf16 $key --sm 75
     grep -q "mma" "$tmp/out" && bad "sm_75 bf16 auto with $key: no mma" "found in PTX" || ok "sm_75 bf16 auto with $key: no mma"
@@ -72,8 +80,8 @@ expect "mma bf16 on sm_75 above head_dim 128" 2 "sm_75 runs bf16 on its f16 tens
     emit attention dtype=bf16 head_dim=256 path=mma --sm 75
 expect "mma bf16 on sm_75: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=bf16 head_dim=64 path=mma --sm 75
-for key in dropout=true varlen=true paged=true; do
-    expect "mma bf16 on sm_75 with $key: not built, named" 2 "is not built with $key yet; use path=auto or simt" -- \
+for key in dropout=true "paged=true append=true rotary=neox"; do
+    expect "mma bf16 on sm_75 with $key: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
         emit attention dtype=bf16 head_dim=64 path=mma $key --sm 75
 done
 expect "mma bf16 on sm_75 with paged=true on sm_80: the bf16 tensor cores take it" 0 "mma.sync.aligned.m16n8k16" -- \

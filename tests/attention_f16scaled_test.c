@@ -240,6 +240,170 @@ static void registry_cases(void) {
     }
 }
 
+/* ---- the keys built on the scaled path: varlen (lib/attn_varlen.lua) ---- */
+
+/* One registry case (kiln_case_create: sequences, seed, heads) run and checked; adversarial(c), when not NULL,
+ * writes its inputs first (the reference follows: kiln_case_refresh). Returns the number of bad values. */
+static long case_check(const char *spec, kiln_case_opts *o, void (*adv)(kiln_case *, int), int d) {
+    kiln_error err = {0};
+    kiln_case *c = NULL;
+    long bad = -1;
+    kiln_status st = kiln_case_create(&c, gen, emu, spec, o, &err);
+    if (st == KILN_OK && adv) {
+        adv(c, d);
+        st = kiln_case_refresh(c, &err);
+    }
+    if (st == KILN_OK) st = kiln_case_run(c, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    if (st == KILN_OK) {
+        bad = kiln_case_check(c);
+        for (int i = 0; i < kiln_case_noutputs(c); i++)
+            CHECK(kiln_case_output_at(c, i)->bad == 0, "%s: %ld bad %s values; first: %s", spec, kiln_case_output_at(c, i)->bad,
+                  kiln_case_output_at(c, i)->name, kiln_case_output_at(c, i)->first);
+    }
+    kiln_case_free(c);
+    return bad;
+}
+
+/* Packed sequences: an empty one, a single query, lengths off every tile size, a sequence without keys,
+ * seqused_k; every head dim, every causal form, GQA, the mask keys (auto takes the scaled path there). */
+static void varlen_cases(void) {
+    static const int lq[] = {0, 1, 37, 300, 65, 20}, lk[] = {5, 0, 64, 290, 33, 150}, used[] = {5, 0, 50, 290, 1, 149};
+    static const struct {
+        const char *spec;
+        int hq, hkv, used, twice;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=32 causal=true varlen=true path=mma", 4, 2, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=false varlen=true path=mma", 2, 1, 0, 1},
+        {"attention dtype=bf16 head_dim=96 causal=top_left varlen=true path=mma", 2, 2, 0, 1},
+        {"attention dtype=bf16 head_dim=128 causal=true varlen=true path=mma", 4, 1, 0, 1},
+        {"attention dtype=bf16 head_dim=80 causal=true varlen=true path=mma", 2, 1, 1, 0},
+        {"attention dtype=bf16 out=f32 head_dim=40 varlen=true", 1, 1, 1, 0},
+        {"attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true varlen=true", 2, 1, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true window=true varlen=true", 2, 2, 0, 0},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[240];
+        snprintf(name, sizeof name, "varlen: %s sm_75 (sequences 0,1,37,300,65,20; keys 5,0,64,290,33,150%s)", cases[i].spec,
+                 cases[i].used ? "; seqused_k" : "");
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 11 + i, .twice = cases[i].twice, .nvarlen = 6, .varlen_q = lq, .varlen_k = lk};
+        if (cases[i].used) o.seqused_k = used;
+        kiln_case_opts_set(&o, "rows", 300), kiln_case_opts_set(&o, "seq_k", 290);
+        kiln_case_opts_set(&o, "heads_q", cases[i].hq);
+        kiln_case_opts_set(&o, "heads_kv", cases[i].hkv);
+        if (strstr(cases[i].spec, "window")) kiln_case_opts_set(&o, "window_left", 40), kiln_case_opts_set(&o, "window_right", 3);
+        if (strstr(cases[i].spec, "softcap")) kiln_case_opts_set(&o, "softcap", 20);
+        if (strstr(cases[i].spec, "alibi")) kiln_case_opts_set(&o, "alibi", 1);
+        case_check(cases[i].spec, &o, NULL, 0);
+        TEST_END();
+    }
+}
+
+/* The ragged last key tile (keys 64..68 of a 69-key sequence; every tile size ends a tile at 64), one head,
+ * rows of d elements from row `at`: */
+/* K: the sequence's first key 2^30 in column 0, where no query looks (q's column 0 is 0); keys 1..63 zero;
+ * the last tile's keys tiny (2^-10 in column 1) and the queries 2^10 there, so those scores are O(1). A
+ * tile's K scale taken over rows past the sequence (which re-read its first key) would put them below f16's
+ * subnormals: every score of that tile 0. */
+static void ragged_k(kiln_case *c, int d) {
+    kiln_error err = {0};
+    size_t nq = kiln_case_count(c, "q"), nk = kiln_case_count(c, "k");
+    size_t q0 = nq / (size_t)d - 40, k0 = nk / (size_t)d - 69; /* the last sequence: 40 queries, 69 keys */
+    for (size_t i = 0; i < 40 * (size_t)d; i++) kiln_case_set(c, "q", q0 * d + i, i % d == 1 ? 0x1p10 : 0, &err);
+    for (size_t j = 0; j < 69; j++)
+        for (int x = 0; x < d; x++) {
+            double v = j == 0 && x == 0 ? 0x1p30 : j >= 64 && x == 1 ? 0x1p-10 * (2.0 * sqrt(d)) * uniform() : 0;
+            kiln_case_set(c, "k", (k0 + j) * d + x, v, &err);
+        }
+}
+/* V: the last tile holds 2^30 in one entry beside entries of 2^-12 (a span past 2^32: the low part's second
+ * mma), the rows past the sequence zeros that must not count as its smallest entries. */
+static void ragged_v(kiln_case *c, int d) {
+    kiln_error err = {0};
+    size_t nk = kiln_case_count(c, "v"), k0 = nk / (size_t)d - 69;
+    for (size_t j = 64; j < 69; j++)
+        for (int x = 0; x < d; x++)
+            kiln_case_set(c, "v", (k0 + j) * d + x, j == 66 && x == 3 ? 0x1p30 : 0x1p-12 * uniform(), &err);
+}
+static void ragged_tiles(void) {
+    static const int lq[] = {20, 40}, lk[] = {50, 69};
+    for (int dense = 0; dense < 2; dense++)
+        for (int di = 0; di < 4; di++)
+            for (int which = 0; which < 2; which++) {
+                int d = dims[di];
+                char spec[160], name[300];
+                snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d%s path=mma", d, dense ? "" : " varlen=true");
+                snprintf(name, sizeof name, "ragged last key tile (%s): %s", which ? "V 2^30 beside 2^-12" : "K rows past the sequence must not set its scale",
+                         spec);
+                TEST_BEGIN(name);
+                kiln_case_opts o = {.sm = 75, .seed = 5};
+                if (dense) {
+                    kiln_case_opts_set(&o, "rows", 40), kiln_case_opts_set(&o, "seq_k", 69);
+                } else {
+                    o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk;
+                    kiln_case_opts_set(&o, "rows", 40), kiln_case_opts_set(&o, "seq_k", 69);
+                }
+                kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+                kiln_case_opts_set(&o, "p_f16", 1);
+                case_check(spec, &o, which ? ragged_v : ragged_k, d);
+                TEST_END();
+            }
+}
+
+/* ---- the paged KV cache (lib/attn_paged.lua: pages shuffled in the block table, entry 0 full, entry 1 empty),
+ * split-KV over pages, the in-kernel append (lib/attn_append.lua: the new keys written into the cache in bf16 and
+ * read back scaled) and rotary inside it (lib/attn_rotary.lua: q and the new keys rotated before their scales are
+ * chosen); dropout (lib/attn_dropout.lua: the keep mask on P * 2^15, dropped entries in the row sum) ---- */
+static void keyed_cases(void) {
+    static const struct {
+        const char *spec;
+        int rows, seq_k, batch, hq, hkv, page, leftpad, batch_idx, append, splits;
+        double drop, wl, wr, cap;
+    } cases[] = {
+        {"attention dtype=bf16 head_dim=64 causal=true paged=true", 40, 300, 3, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true paged=true path=mma", 50, 200, 3, 2, 1, 32, 0, 1, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 paged=true", 30, 150, 3, 2, 2, 16, 0, 0, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 causal=true splitkv=true paged=true", 3, 300, 3, 4, 1, 32, 1, 0, 0, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=32 causal=true paged=true append=true", 20, 130, 3, 2, 1, 64, 0, 0, 7, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true splitkv=true paged=true append=true", 2, 200, 3, 4, 2, 16, 0, 1, 3, 4, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true paged=true append=true rotary=neox", 9, 200, 3, 2, 2, 16, 1, 0, 5, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=true splitkv=true paged=true append=true rotary=interleaved rotary_dim=32", 2, 180,
+         3, 4, 1, 16, 0, 0, 4, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=80 causal=top_left window=true softcap=true alibi=true paged=true append=true rotary=neox "
+         "rotary_dim=48", 12, 150, 3, 2, 1, 16, 1, 0, 6, 0, 0, 30, 2, 25},
+        /* dropout at p = 0.5, a fixed seed: O, lse and the kernel's keep mask against the reference's */
+        {"attention dtype=bf16 head_dim=64 causal=true dropout=true dropout_mask=true", 70, 100, 2, 2, 1, 0, 0, 0, 0, 0, 0.5, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 dropout=true dropout_mask=true path=mma", 40, 90, 1, 2, 2, 0, 0, 0, 0, 0, 0.5, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=32 causal=true dropout=true", 130, 130, 1, 2, 1, 0, 0, 0, 0, 0, 0.2, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=96 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true", 50, 70,
+         1, 2, 2, 0, 0, 0, 0, 0, 0.5, 12, 4, 20},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char name[400];
+        snprintf(name, sizeof name, "%s sm_75 (rows %d, keys %d, batch %d, heads %d:%d%s%s%s)", cases[i].spec, cases[i].rows,
+                 cases[i].seq_k, cases[i].batch, cases[i].hq, cases[i].hkv, cases[i].page ? ", pages shuffled" : "",
+                 cases[i].leftpad ? ", leftpad" : "", cases[i].drop > 0 ? ", dropout" : "");
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 42 + i};
+        kiln_case_opts_set(&o, "rows", cases[i].rows), kiln_case_opts_set(&o, "seq_k", cases[i].seq_k);
+        kiln_case_opts_set(&o, "batch", cases[i].batch);
+        kiln_case_opts_set(&o, "heads_q", cases[i].hq), kiln_case_opts_set(&o, "heads_kv", cases[i].hkv);
+        if (cases[i].page) kiln_case_opts_set(&o, "page_size", cases[i].page);
+        if (cases[i].leftpad) kiln_case_opts_set(&o, "leftpad", 1);
+        if (cases[i].batch_idx) kiln_case_opts_set(&o, "batch_idx", 1);
+        if (cases[i].append) kiln_case_opts_set(&o, "append", cases[i].append);
+        if (cases[i].splits) kiln_case_opts_set(&o, "splits", cases[i].splits);
+        if (cases[i].drop > 0) kiln_case_opts_set(&o, "dropout", cases[i].drop);
+        if (strstr(cases[i].spec, "window"))
+            kiln_case_opts_set(&o, "window_left", cases[i].wl), kiln_case_opts_set(&o, "window_right", cases[i].wr);
+        if (cases[i].cap > 0) kiln_case_opts_set(&o, "softcap", cases[i].cap);
+        if (strstr(cases[i].spec, "alibi")) kiln_case_opts_set(&o, "alibi", 1);
+        case_check(cases[i].spec, &o, NULL, 0);
+        TEST_END();
+    }
+}
+
 /* Error on random data, out=f32 (no output rounding): the scaled path against sm_80's bf16 mma (P in
  * bf16) and sm_75's SIMT path (f32 throughout), on the same inputs; ordinary and wide-range data. */
 static void accuracy(void) {
@@ -454,6 +618,61 @@ static void estimate(void) {
     if (pe) kiln_emu_destroy(pe);
 }
 
+/* The same T4 estimate for the keys built on this path (wave 14), bf16 against f16's kernel with the same keys at
+ * 768 queries x 512 keys, one head: varlen (one packed sequence), the paged KV cache (one full entry, pages of 64),
+ * dropout (p = 0.1), and the dense causal kernel beside them (the keys' own cost). Their tiles are the plain kernel's
+ * at d64 and the 16-key ones at d128 (attn_f16scaled.lua TILES_HEAVY), against f16's own tiles for the key; `bound`
+ * is the larger figure measured (hot loop, tile loop) plus 3 %, so a change that costs these kernels fails here. */
+static void estimate_keys(void) {
+    static const int one_q[] = {768}, one_k[] = {512};
+    static const struct {
+        const char *keys;
+        int d;
+        double bound;
+    } rows[] = {
+        {"causal=true", 64, 1.52}, {"causal=true varlen=true", 64, 1.52}, {"causal=true paged=true", 64, 1.56},
+        {"causal=true dropout=true", 64, 1.40}, {"causal=true", 128, 1.77}, {"causal=true varlen=true", 128, 2.03},
+        {"causal=true paged=true", 128, 2.13},
+    };
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (size_t r = 0; pe && r < sizeof rows / sizeof rows[0]; r++) {
+        char name[200];
+        snprintf(name, sizeof name, "T4 estimate: bf16 head_dim %d %s within %.2fx of f16's (768 x 512)", rows[r].d, rows[r].keys,
+                 rows[r].bound);
+        TEST_BEGIN(name);
+        double t[2][2] = {{0}};
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[200];
+            snprintf(spec, sizeof spec, "attention dtype=%s head_dim=%d %s path=mma", dt ? "f16" : "bf16", rows[r].d, rows[r].keys);
+            kiln_case_opts o = {.sm = 75, .seed = 3};
+            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+            kiln_case_opts_set(&o, "rows", 768), kiln_case_opts_set(&o, "seq_k", 512);
+            if (strstr(spec, "varlen")) o.nvarlen = 1, o.varlen_q = one_q, o.varlen_k = one_k;
+            if (strstr(spec, "paged")) kiln_case_opts_set(&o, "page_size", 64);
+            if (strstr(spec, "dropout")) kiln_case_opts_set(&o, "dropout", 0.1);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            if (st == KILN_OK) CHECK(kiln_case_check(c) == 0, "%s: bad values", spec);
+            kiln_emu_profile pr;
+            if (st == KILN_OK && kiln_emu_profile_get(kiln_case_kernel(c), &pr, &err) == KILN_OK)
+                for (int hot = 0; hot < 2; hot++) t[dt][hot] = t4_clocks(kiln_case_kernel(c), &pr, !hot);
+            kiln_case_free(c);
+        }
+        printf("  head_dim %d %s: T4 clocks bf16 / f16: hot loop %.0f / %.0f = %.3fx, tile loop %.0f / %.0f = %.3fx\n", rows[r].d,
+               rows[r].keys, t[0][0], t[1][0], t[0][0] / t[1][0], t[0][1], t[1][1], t[0][1] / t[1][1]);
+        for (int w = 0; w < 2; w++)
+            CHECK(t[0][w] > 0 && t[1][w] > 0 && t[0][w] <= rows[r].bound * t[1][w], "%s: bf16 %.0f against f16 %.0f T4 clocks",
+                  w ? "tile loop" : "hot loop", t[0][w], t[1][w]);
+        TEST_END();
+    }
+    if (pe) kiln_emu_destroy(pe);
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -469,7 +688,11 @@ int main(void) {
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);
+    varlen_cases();
+    ragged_tiles();
+    keyed_cases();
     estimate();
+    estimate_keys();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     return check_summary("attention f16-scaled");

@@ -16,7 +16,7 @@ expect "split-KV f16 sm_75 (m16n8k8, staged) d64, pages of 32, batch_idx" 0 "$P"
 expect "split-KV SIMT f32 d32 causal, pages of 16" 0 "$P" -- run attention dtype=f32 head_dim=32 causal=true \
     paged=true splitkv=true --sm 80 --rows 2 --seq-k 90 --heads 2:1 --batch 3 --paged 16 --splits 2
 expect "split-KV SIMT bf16 sm_75 d96, pages of 128, leftpad + batch_idx" 0 "$P" -- run attention dtype=bf16 head_dim=96 \
-    paged=true splitkv=true --sm 75 --rows 1 --seq-k 260 --heads 6:2 --batch 3 --paged 128 --splits 3 --leftpad --batch-idx
+    paged=true splitkv=true path=simt --sm 75 --rows 1 --seq-k 260 --heads 6:2 --batch 3 --paged 128 --splits 3 --leftpad --batch-idx
 expect "split-KV bf16 sm_80 d256, pages of 16" 0 "$P" -- run attention dtype=bf16 head_dim=256 \
     paged=true splitkv=true --sm 80 --rows 1 --seq-k 70 --heads 2:1 --batch 2 --paged 16 --splits 2
 # the plain forward over pages (prefill against a cache): causal aligned to each entry's length
@@ -74,8 +74,26 @@ expect "rotary neox SIMT f32 d32 causal, bf16 tables, leftpad" 0 "$P" -- run att
     causal=true paged=true append=true rotary=neox rotary_cs=bf16 --sm 80 --rows 5 --seq-k 64 --heads 2:2 --batch 3 \
     --paged 16 --append 5 --leftpad
 expect "rotary interleaved SIMT bf16 sm_75 d96 rotary_dim 48, f32 tables, leftpad" 0 "$P" -- run attention dtype=bf16 \
-    head_dim=96 paged=true append=true rotary=interleaved rotary_dim=48 rotary_cs=f32 --sm 75 --rows 4 --seq-k 64 \
+    head_dim=96 paged=true append=true rotary=interleaved rotary_dim=48 rotary_cs=f32 path=simt --sm 75 --rows 4 --seq-k 64 \
     --heads 4:2 --batch 3 --paged 16 --append 4 --leftpad
+# bf16 on sm_75's f16 tensor cores (lib/attn_f16scaled.lua, auto's path there): pages, split-KV, the append, rotary
+expect "bf16 sm_75 f16-scaled (auto) d64 causal, pages of 16, leftpad + batch_idx, twice" 0 "$P" -- run attention dtype=bf16 \
+    head_dim=64 causal=true paged=true --sm 75 --rows 20 --seq-k 150 --heads 4:2 --batch 4 --paged 16 --leftpad --batch-idx --twice
+grep -q "kiln_attention_bf16_bf16_64_true_auto_true: 16 blocks of 256 threads" "$tmp/out" \
+    && ok "bf16 sm_75 paged under auto: the scaled path's 256-thread blocks" || bad "bf16 sm_75 paged grid" "$(sed -n 2p "$tmp/out")"
+expect "bf16 sm_75 f16-scaled split-KV d128, pages of 32" 0 "$P" -- run attention dtype=bf16 head_dim=128 causal=true \
+    paged=true splitkv=true path=mma --sm 75 --rows 2 --seq-k 200 --heads 4:2 --batch 3 --paged 32 --splits 3
+expect "bf16 sm_75 f16-scaled append d96, pages of 16" 0 "$P" -- run attention dtype=bf16 head_dim=96 causal=true \
+    paged=true append=true --sm 75 --rows 6 --seq-k 90 --heads 2:1 --batch 3 --paged 16 --append 6
+expect "bf16 sm_75 f16-scaled rotary neox d128 in the append, split-KV, leftpad" 0 "$P" -- run attention dtype=bf16 \
+    head_dim=128 causal=true paged=true append=true splitkv=true rotary=neox --sm 75 --rows 3 --seq-k 100 --heads 4:2 \
+    --batch 3 --paged 16 --append 3 --splits 2 --leftpad
+expect "bf16 sm_75 f16-scaled rotary interleaved rotary_dim 32 d64, f32 tables" 0 "$P" -- run attention dtype=bf16 \
+    head_dim=64 causal=true paged=true append=true rotary=interleaved rotary_dim=32 rotary_cs=f32 path=mma --sm 75 --rows 5 \
+    --seq-k 70 --heads 2:2 --batch 3 --paged 16 --append 5
+expect "bf16 sm_75 f16-scaled d64 window + softcap + ALiBi with the append (16-row warps), leftpad" 0 "$P" -- run attention \
+    dtype=bf16 head_dim=64 causal=true window=true softcap=true alibi=true paged=true append=true --sm 75 --rows 20 \
+    --seq-k 150 --heads 4:2 --batch 3 --paged 32 --append 4 --window 30,2 --softcap 25 --leftpad
 expect "rotary=neox needs append=true" 2 "rotary=neox needs append=true" -- emit attention paged=true rotary=neox --sm 80
 expect "rotary_dim not a multiple of 16 is refused" 2 "rotary_dim=24: must be a multiple of 16 from 16 to head_dim=64" -- \
     emit attention head_dim=64 paged=true append=true rotary=neox rotary_dim=24 --sm 80

@@ -81,7 +81,8 @@ static int same(kiln_case *a, kiln_case *b, const char *name) {
 /* Lengths 0, 1, odd and long in one batch (keys of other lengths, one sequence without keys). */
 static const int LQ[] = {0, 1, 37, 90}, LK[] = {3, 0, 37, 77};
 
-/* Forward paths: mma (sm_80), m16n8k8 (sm_75 f16), SIMT (f32; bf16 on sm_75). */
+/* Forward paths: mma (sm_80), m16n8k8 (sm_75 f16), SIMT (f32; bf16 on sm_75, forced), sm_75's f16-scaled bf16
+ * (lib/attn_f16scaled.lua, auto's path there). */
 static const struct {
     const char *spec;
     int sm;
@@ -90,7 +91,8 @@ static const struct {
     {"attention dtype=bf16 head_dim=32", 80},
     {"attention dtype=f16 head_dim=32", 75},
     {"attention dtype=f32 head_dim=32", 80},
-    {"attention dtype=bf16 head_dim=32", 75},
+    {"attention dtype=bf16 head_dim=32 path=simt", 75},
+    {"attention dtype=bf16 head_dim=64", 75},
 };
 #define NPATHS (sizeof paths / sizeof paths[0])
 

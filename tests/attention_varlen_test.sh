@@ -21,8 +21,14 @@ expect "fwd sm_75 f16 m16n8k8, softcap + alibi, a sequence without keys" 0 "PASS
 expect "fwd SIMT f32, top_left + window" 0 "PASS" -- \
     run attention dtype=f32 head_dim=32 causal=top_left window=true varlen=true --sm 80 --varlen 3,1,0,45 \
     --varlen-k 40,2,3,45 --window 8,2
+expect "fwd bf16 sm_75 f16-scaled mma (path=auto), lengths 0,1,37,300, causal, GQA 4:2" 0 "PASS" -- \
+    run attention dtype=bf16 head_dim=64 causal=true varlen=true --sm 75 --varlen 0,1,37,300 --varlen-k 5,0,64,290 --heads 4:2 --twice
+grep -q "kiln_attention_bf16_bf16_64_true_auto_true: 32 blocks of 256 threads" "$tmp/out" \
+    && ok "bf16 sm_75 varlen under auto: the scaled path's 256-thread blocks" || bad "bf16 sm_75 varlen grid" "$(sed -n 2p "$tmp/out")"
+expect "fwd bf16 sm_75 f16-scaled mma d128 top_left, seqused_k" 0 "PASS" -- \
+    run attention dtype=bf16 head_dim=128 causal=top_left varlen=true path=mma --sm 75 --varlen 9,20,70 --varlen-k 30,21,90 --seqused-k 17,0,85
 expect "fwd SIMT bf16 sm_75, seqused_k" 0 "PASS" -- \
-    run attention dtype=bf16 head_dim=32 varlen=true --sm 75 --varlen 9,20 --varlen-k 30,21 --seqused-k 17,0
+    run attention dtype=bf16 head_dim=32 varlen=true path=simt --sm 75 --varlen 9,20 --varlen-k 30,21 --seqused-k 17,0
 grep -q "seqused_k 17,0" "$tmp/out" && ok "header names seqused_k" || bad "seqused_k header" "$(head -1 "$tmp/out")"
 expect "fwd mma bf16 sm_90, head_dim 80 (padded), window one-sided" 0 "PASS" -- \
     run attention dtype=bf16 head_dim=80 causal=true window=true varlen=true --sm 90 --varlen 1,70,33 --window 16,0
@@ -82,9 +88,12 @@ expect "emit bwd dkdv: grid over max_seqlen_k, varlen prep before" 0 "kiln.meta 
 grep -q "^// kiln.meta before attention_bwd kernel=prep .*varlen=true" "$tmp/out" \
     && grep -q "^// kiln.meta tensor dq_acc workspace heads_q\*total_q\*64 align=16" "$tmp/out" \
     && ok "bwd meta: varlen prep, dq_acc [heads_q, total_q, d]" || bad "bwd meta" "$(grep 'kiln.meta' "$tmp/out" | head -30)"
-expect "emit sm_75 bf16 varlen: SIMT, no bf16 instruction" 0 "fma.rn.f32" -- \
-    emit attention dtype=bf16 head_dim=64 varlen=true --sm 75
-grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16 varlen: no mma, no bf16" "found in PTX" || ok "sm_75 bf16 varlen: no mma, no bf16"
+expect "emit sm_75 bf16 varlen: f16 m16n8k8 (power-of-two scaling), no bf16 instruction" 0 \
+    "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- emit attention dtype=bf16 head_dim=64 varlen=true --sm 75
+grep -qE "\.bf16" "$tmp/out" && bad "sm_75 bf16 varlen: no bf16" "found in PTX" || ok "sm_75 bf16 varlen: no bf16"
+expect "emit sm_75 bf16 varlen path=simt: SIMT, no mma, no bf16 instruction" 0 "fma.rn.f32" -- \
+    emit attention dtype=bf16 head_dim=64 varlen=true path=simt --sm 75
+grep -qE "mma|\.bf16" "$tmp/out" && bad "sm_75 bf16 varlen simt: no mma, no bf16" "found in PTX" || ok "sm_75 bf16 varlen simt: no mma, no bf16"
 
 # ---- bad input: exit 2, one line naming the problem and the valid choices ----
 expect "varlen with splitkv refused" 2 "varlen=true with splitkv=true is not built" -- \

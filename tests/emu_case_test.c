@@ -213,10 +213,21 @@ static void test_special_rows(void) {
         kiln_case_bits_free(b);
     }
     kiln_case_opts q = small(80, 3);
-    st = kiln_case_create(&a, gen, emu, "attention dtype=f16 head_dim=16", &q, &err);
+    st = kiln_case_create(&a, gen, emu, "rotary dtype=f16 head_dim=16", &q, &err);
     CHECK(st == KILN_OK, "%s", err.msg);
     if (st == KILN_OK)
-        CHECK(kiln_case_refresh(a, &err) == KILN_EINVAL && strstr(err.msg, "attention"), "no refresh hook: %s", err.msg);
+        CHECK(kiln_case_refresh(a, &err) == KILN_EINVAL && strstr(err.msg, "rotary"), "no refresh hook: %s", err.msg);
+    kiln_case_free(a);
+    /* attention's refresh (the f16-scaled test's adversarial inputs): o's reference follows a written v */
+    st = kiln_case_create(&a, gen, emu, "attention dtype=f16 head_dim=16", &q, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        const double *ro = kiln_case_reference(a, "o");
+        double before = ro ? ro[3] : NAN;
+        for (size_t j = 0; j < kiln_case_count(a, "v"); j += 16) kiln_case_set(a, "v", j + 3, 100.0, &err);
+        CHECK(kiln_case_refresh(a, &err) == KILN_OK && ro && fabs(ro[3] - 100.0) < 1e-9 && ro[3] != before,
+              "attention refresh: o[3] %g (before %g), want 100", ro ? ro[3] : NAN, before);
+    }
     kiln_case_free(a);
     kiln_case_free(c);
     TEST_END();

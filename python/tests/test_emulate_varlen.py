@@ -26,9 +26,9 @@ def _inputs(dt, hq, hkv, d, seed=0):
     return q, k, v
 
 
-# bf16 on sm_75: varlen runs the SIMT path (the f16-scaled one, auto's dense choice there, has no varlen yet)
+# bf16 on sm_75: the f16-scaled mma path (auto's choice there) and SIMT, each bit for bit its dense kernel
 @pytest.mark.parametrize("dt,sm,causal,path", [(np.float16, 80, True, "auto"), (np.float32, 80, "top_left", "auto"),
-                                               (ml_dtypes.bfloat16, 75, True, "simt")])
+                                               (ml_dtypes.bfloat16, 75, True, "simt"), (ml_dtypes.bfloat16, 75, True, "mma")])
 def test_forward_is_the_dense_kernel_per_sequence(dt, sm, causal, path):
     q, k, v = _inputs(dt, 4, 2, 32)
     cq, ck = _cu(LENS_Q), _cu(LENS_K)

@@ -76,12 +76,30 @@ local TILES_KEYS = {
 local TILES_KEYS_WHOLE = {
   [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
+-- varlen, the paged KV cache and dropout (not split-KV, which keeps SPLIT's): the sequence's bounds and base
+-- pointers, the page lookups, or dropout's Philox words live across the loop. TILES' d96 (6 x 32 rows) spilled
+-- 8-28 bytes and d128's 32-key tiles 20-48 (255 registers): 16-row warps at d96 (96 rows a block) and d128's
+-- 16-key tiles. With dropout d32's 64-key tiles spilled 36 bytes (104 with varlen), with the append and rotary
+-- 8 (not causal): TILES_KEYS' 32-key tiles (TILES_DROP).
+local TILES_HEAVY = {
+  [96] = { { warps = 6, mt = 1, n = 16, stages = 2, q_regs = false } },
+  [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
+-- d64 with a mask key over pages (not split-KV) or with dropout: the 32-row warps spilled 24 bytes with the append,
+-- 16 with varlen and dropout_mask; 16-row warps
+local TILES_KEYS_PAGED = {
+  [64] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = false } },
+}
+local TILES_DROP = {
+  [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
+}
 function M.tiles(spec, tiles)
   local d = spec.head_dim
   local other = spec.window or spec.softcap or spec.alibi or spec.dim ~= d or spec.vdim ~= d
-  local keyed = (spec.window or spec.softcap or spec.alibi) and TILES_KEYS[d]
+  local keyed = (spec.window or spec.softcap or spec.alibi) and ((spec.paged and not spec.splitkv or spec.dropout) and TILES_KEYS_PAGED[d] or TILES_KEYS[d])
     or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
-  local own = spec.splitkv and SPLIT[d] or TILES[d]
+  local own = spec.splitkv and SPLIT[d] or (spec.dropout or spec.append) and TILES_DROP[d]
+    or (spec.varlen or spec.paged or spec.dropout) and TILES_HEAVY[d] or TILES[d]
   if keyed or own then
     local t = setmetatable({}, { __index = tiles })
     t[d] = keyed or own
@@ -95,12 +113,10 @@ function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
 end
 
--- Whether the tensor-core path takes the spec here: head_dim up to 128 (d256 would need more than 255
--- registers with m16n8k8), path=mma, or path=auto where this path is built (not with dropout, varlen
--- or the paged KV cache: those stay on SIMT; path=mma with them is refused by attention.lua's config).
+-- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 (d256 would need
+-- more than 255 registers with m16n8k8), with every key the forward has.
 function M.serves(spec, target)
-  if not M.applies(spec, target) or spec.head_dim > 128 then return false end
-  return spec.path == "mma" or (spec.path == "auto" and not (spec.dropout or spec.varlen or spec.paged))
+  return M.applies(spec, target) and spec.head_dim <= 128 and (spec.path == "mma" or spec.path == "auto")
 end
 
 -- 2^e as an f32, e an i32 value in the normal range [-126, 127].
@@ -195,11 +211,14 @@ function M.q_load(c, swz)
   for k = 0, cpl - 1 do
     local ch = part * cpl + (turn and (turn + k) % cpl or k)
     local real = spec.dim < spec.head_dim and b:lt(ch, spec.dim // 8) or nil
-    local v = b:load_vec(src + (real and b:select(real, ch, 0) or ch) * 8, 8, { align = 16 })
+    local from = src + (real and b:select(real, ch, 0) or ch) * 8
+    local v = b:load_vec(from, 8, { align = 16 })
     if real then
       local zero = b:from_f32(0.0, "bf16")
       for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
+    -- rotary inside the append (lib/attn_rotary.lua): the row is rotated before its scale is chosen
+    if c.rot_q then v = c.rot_q.apply(v, from, ch * 8, rr, c.rot_q.on(rr, ch * 8)) end
     vals[k] = { ch = ch, v = v }
     mx = local_max(b, v, mx)
   end
@@ -264,6 +283,10 @@ local function block_max(c, xs)
   return out
 end
 
+-- K's rows past the sequence (a ragged last tile) are staged as copies of the tile's first key (attention.lua
+-- passes stage_load that row; their scores are masked), so the tile's extrema are its own keys': a huge
+-- first key of the sequence does not set the scale of a later tile and push its keys below f16's
+-- subnormals. V's rows past the sequence are zeros, which count as none.
 function M.stage(c, sk, sv, lo_dst, store)
   local b, f = c.b, c.f16s
   local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)

@@ -325,6 +325,12 @@ void emu_attn_varlen_check(kiln_case *c, kiln_case_output *out, int *nout) {
     }
 }
 
+void emu_attn_varlen_refresh(kiln_case *c) {
+    vcase *v = kiln_case_state(c);
+    kiln_error err = {0};
+    if (!v->bwd) forward_reference(v, &err);
+}
+
 /* "varlen 4 sequences  heads 2:2  seq_q 0,1,37,300  seq_k 0,1,37,300" (lists cut at the buffer's end). */
 void emu_attn_varlen_describe(const kiln_case *c, char *buf, size_t size) {
     const vcase *v = kiln_case_state(c);
