@@ -70,6 +70,14 @@ static const char *decl_string(lua_State *L, const char *field, char *buf, size_
     return buf;
 }
 
+/* The text of a declaration's string field, whole (a doc string has no length limit), pushed on L's stack: the
+ * caller pops it after use. "" where the field is absent. */
+static const char *push_text(lua_State *L, const char *field) {
+    lua_getfield(L, -1, field);
+    const char *s = lua_isstring(L, -1) ? lua_tostring(L, -1) : NULL;
+    return s ? s : "";
+}
+
 static int decl_int(lua_State *L, const char *field, long long *out) {
     lua_getfield(L, -1, field);
     int ok = lua_isinteger(L, -1);
@@ -293,23 +301,21 @@ kiln_status gen_spec_describe(gen_lua *gl, char *buf, size_t size, kiln_error *e
     for (int f = 0; f < nf; f++) {
         kiln_status st = gen_lua_push_family(gl, names[f], err);
         if (st != KILN_OK) return st;
-        char doc[256];
-        decl_string(L, "doc", doc, sizeof doc);
-        OUT("%s%s - %s\n", f ? "\n" : "", names[f], doc);
+        OUT("%s%s - %s\n", f ? "\n" : "", names[f], push_text(L, "doc"));
+        lua_pop(L, 1);
         lua_getfield(L, -1, "params");
         lua_Integer n = lua_istable(L, -1) ? luaL_len(L, -1) : 0;
         for (lua_Integer i = 1; i <= n; i++) {
-            char name[KILN_NAME_MAX], type[32], def[KILN_NAME_MAX], pdoc[256], allowed[384];
+            char name[KILN_NAME_MAX], type[32], def[KILN_NAME_MAX], allowed[384];
             lua_geti(L, -1, i);
             decl_string(L, "name", name, sizeof name);
             decl_string(L, "type", type, sizeof type);
             decl_string(L, "default", def, sizeof def);
-            decl_string(L, "doc", pdoc, sizeof pdoc);
             describe_allowed(L, allowed, sizeof allowed);
             char shown[KILN_NAME_MAX + 16];
             snprintf(shown, sizeof shown, def[0] == '=' ? "same as %s" : "%s", def[0] == '=' ? def + 1 : def);
-            OUT("  %-13s %-5s default %-12s %s; one of: %s\n", name, type, shown, pdoc, allowed);
-            lua_pop(L, 1);
+            OUT("  %-13s %-5s default %-12s %s; one of: %s\n", name, type, shown, push_text(L, "doc"), allowed);
+            lua_pop(L, 2);
         }
         lua_pop(L, 1);
         if (lua_getfield(L, -1, "examples") == LUA_TTABLE) /* K.examples: runnable, `kiln run` options included */

@@ -9,6 +9,9 @@ expect "unknown command" 2 "unknown command 'frobnicate'; valid: emit, list" -- 
 expect "emit help" 0 "usage: kiln emit FAMILY" -- emit --help
 expect "list" 0 "hidden" -- list
 expect "list targets" 0 "sm_90" -- list
+# doc strings print whole, however long (they were cut at 255 bytes: attention's path, the norms' form)
+expect "list: a long doc string whole" 0 "wgmma kernel (FlashAttention-3's structure, opt-in); one of: auto" -- list
+expect "list: the norms' form doc whole" 0 "after a row-statistics kernel); one of: auto" -- list
 expect "list variants" 0 "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 out=f32 grad=f32 causal=true" -- list --variants attention_bwd --sm 80
 expect "list variants, every SM" 0 "sm_121 norm_reduce w=bf16" -- list --variants all
 expect "list variants, sm_90a by its name (what --sm takes)" 0 "sm_90a attention dtype=" -- list --variants attention
