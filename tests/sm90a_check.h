@@ -86,6 +86,13 @@ static inline void sm90a_check_refusals(kiln_gen *gen, const sm90a_refusal *refu
 /* A test's extra check of one variant's ptxas log (log is never NULL). */
 typedef void (*sm90a_log_check)(const char *spec, const char *log);
 
+/* An sm90a_log_check: no wgmma serialized (C7511: "wgmma.mma_async instructions are serialized due to insufficient
+ * register resources", C7520: "... due to program dependence on compiler-inserted WG.AR in divergent path": a wait
+ * after every wgmma, the chains no longer asynchronous). */
+static inline void sm90a_no_serialized_wgmma(const char *spec, const char *log) {
+    CHECK(!strstr(log, "C7511") && !strstr(log, "C7520"), "%s: ptxas serializes its wgmma: %s", spec, log);
+}
+
 /* Inside a test case: emits each of specs[0..n) for sm_90a into dir (k<i>.ptx), checks wgmma and TMA (or the producer's
  * cp.async) are there and
  * lint is clean; with ptxas (NULL: lint only) assembles them 2 at a time and checks status 0, 0 bytes of spills,
