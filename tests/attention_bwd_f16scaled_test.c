@@ -18,6 +18,7 @@
 
 #include "check.h"
 #include "attention.ref.h"
+#include "attn_case.h" /* attn_estimate_sampled_out */
 #include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
@@ -236,14 +237,17 @@ static int run_keys(const kcase *kc, const char *path, int sm, uint64_t seed, in
 static void keys_cases(void) {
     for (size_t i = 0; i < sizeof kcases / sizeof kcases[0]; i++) {
         const kcase *kc = &kcases[i];
+        /* (the race check on the first varlen, the first dropout, the first of both and d128's two passes with dropout;
+         * the sanitizer build runs those and every other case of the rest: each case has its own seed) */
+        int race = i == 0 || i == 7 || i == 12 || i == 13;
+        if (!race && attn_case_sampled_out(0, i)) continue;
         char name[320];
         snprintf(name, sizeof name, "%s d%d %s heads %d:%d%s%s%s",
                  kc->wide > 0 ? "adversarial (V, dO 2^-16..2^16)" : kc->wide < 0 ? "adversarial (V, dO 2^-20..2^20; dq, dk)" : "random",
                  kc->d, kc->keys, kc->heads_q, kc->heads_kv, kc->det ? " deterministic" : "", kc->p > 0 ? kc->p > 0.2 ? " p=0.5" : " p=0.1" : "",
                  kc->lk ? " (keys 17, 1, 130, 70)" : strstr(kc->keys, "varlen") ? " (lengths 1, 17, 64, 130)" : "");
         TEST_BEGIN(name);
-        /* (the race check on the first varlen, the first dropout, the first of both and d128's two passes with dropout) */
-        run_keys(kc, "mma", 75, 0x28c0 + i, i == 0 || i == 7 || i == 12 || i == 13, NULL);
+        run_keys(kc, "mma", 75, 0x28c0 + i, race, NULL);
         TEST_END();
     }
     /* the accuracy beside sm_80's bf16 mma (P, dS in bf16) and the SIMT path on sm_75 (f32), the same inputs:
@@ -834,6 +838,7 @@ static const struct {
     {"", 0, 0, 0}, {" window=true", 100, 16, 0}, {" softcap=true", 0, 0, 30}, {" alibi=true", 0, 0, 0},
     {" window=true softcap=true alibi=true", 100, 16, 30},
 };
+static size_t estimate_row; /* (the estimate rows so far, over every estimate: the sanitizer build's sample) */
 static void d32_estimate(int hd) {
     char title[160];
     snprintf(title, sizeof title, "d%d: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)", hd);
@@ -852,6 +857,7 @@ static void d32_estimate(int hd) {
             char keys[160];
             snprintf(keys, sizeof keys, "causal=%s%s", causal_word[causal], est_keys[ki].keys);
             if (only && !strstr(keys, only)) continue;
+            if (attn_estimate_sampled_out(estimate_row++)) continue;
             double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
             for (int dt = 0; dt < 2; dt++) {
                 char spec[256];
@@ -891,11 +897,14 @@ static void d32_estimate(int hd) {
 
 /* ---- varlen and dropout: the same T4 estimate at head_dim 64, causal (docs/attention.md "The backward: varlen and
  * dropout"): bf16 (f16-scaled) against f16 on sm_75's m16n8k8, dkdv and dq, atomic and deterministic; varlen on two
- * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256. Printed with the ratio; a regression guard of 2x
- * (KILN_D32_ESTIMATE_ONLY=varlen or =dropout: these rows alone). */
+ * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256. Printed with the ratio; each kernel's bound is its
+ * ratio measured in wave 14 plus 3 % (a change that costs one fails here; dropout's dq at 1.28x misses the goal's
+ * 1.25x, docs/attention.md) (KILN_D32_ESTIMATE_ONLY=varlen or =dropout: these rows alone). */
 static void keys_estimate(void) {
     static const int lens[] = {256, 192};
     static const char *const sets[] = {"causal=true varlen=true", "causal=true dropout=true"};
+    /* [set][atomic dkdv, deterministic dkdv, deterministic dq]: wave 14's ratios (1.25 1.06 1.00; 1.25 1.15 1.28) + 3 % */
+    static const double bound[2][3] = {{1.29, 1.10, 1.03}, {1.29, 1.19, 1.32}};
     const char *only = getenv("KILN_D32_ESTIMATE_ONLY");
     TEST_BEGIN("d64 varlen / dropout: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)");
     kiln_error err = {0};
@@ -905,6 +914,7 @@ static void keys_estimate(void) {
     for (int si = 0; pe && si < 2; si++)
         for (int det = 0; det < 2; det++) {
             if (only && !strstr(sets[si], only)) continue;
+            if (attn_estimate_sampled_out(estimate_row++)) continue;
             double t[2][2] = {{0}}; /* [dtype][dkdv, dq] */
             for (int dt = 0; dt < 2; dt++) {
                 char spec[256];
@@ -929,8 +939,9 @@ static void keys_estimate(void) {
             for (int k = 0; k < 1 + det; k++) {
                 printf("  %s%s, d64 %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", k ? "dq" : "dkdv",
                        det && !k ? " (deterministic)" : "", sets[si], t[0][k], t[1][k], t[0][k] / t[1][k]);
-                CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= 2.0 * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> 2x)",
-                      k ? "dq" : "dkdv", sets[si], t[0][k], t[1][k]);
+                double b = bound[si][det + k];
+                CHECK(t[0][k] > 0 && t[1][k] > 0 && t[0][k] <= b * t[1][k], "%s %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
+                      k ? "dq" : "dkdv", sets[si], t[0][k], t[1][k], b);
             }
         }
     if (pe) kiln_emu_destroy(pe);

@@ -8,10 +8,10 @@ export KILN O
 jobs=${KILN_TEST_PROCS:-$(nproc 2>/dev/null || echo 1)}
 case $jobs in '' | *[!0-9]* | 0) echo "KILN_TEST_PROCS must be a positive integer, not '$jobs'"; exit 2 ;; esac
 # The longest tests start first so that the pool's last minutes are not one long test alone (seconds on the
-# 2-core build machine, make test: attention_ptxas 184, attention_bwd_ptxas 138, python 97, emu_layernorm 85,
-# attention_mask_emu 58, fuzz 49); the rest keep their order.
+# 2-core build machine, make test of wave 14: attention_ptxas 346, attention_bwd_ptxas 226, python 217,
+# emu_layernorm 112, attention_bwd_f16scaled 110, attention_mask_emu 68, fuzz 49); the rest keep their order.
 longest_first=(attention_ptxas_test attention_bwd_ptxas_test python_test.sh emu_layernorm_test
-               attention_mask_emu_test fuzz_test.sh)
+               attention_bwd_f16scaled_test attention_mask_emu_test fuzz_test.sh)
 
 names=() cmds=()
 add() { names+=("$1"); cmds+=("$2"); }
