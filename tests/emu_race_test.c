@@ -151,14 +151,22 @@ static double now_ms(void) {
     return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
 }
 
-/* One case of a family with the race mode on (and, for the cost, off): right results, no race. */
+#ifdef __SANITIZE_ADDRESS__
+#define SAN_BUILD 1 /* make SAN=1: every other family case, race mode on only (the plain build runs all and times them) */
+#else
+#define SAN_BUILD 0
+#endif
+
+/* One case of a family with the race mode off (for the cost) and on: right results, no race. */
 static void test_family(const char *spec, int sm, int rows, int seq_k, int splits) {
+    static unsigned index;
+    if (SAN_BUILD && index++ % 2) return;
     char name[240], smn[16];
     snprintf(name, sizeof name, "race mode on %s (%s, %d rows%s): no race, outputs within tolerance", spec,
              kiln_sm_name(sm, smn), rows, seq_k ? " x seq_k" : "");
     TEST_BEGIN(name);
     double ms[2] = {0, 0};
-    for (int race = 1; race >= 0; race--) {
+    for (int race = SAN_BUILD; race <= 1; race++) {
         kiln_case_opts o = {.sm = sm, .seed = 3, .race = race};
         kiln_case_opts_set(&o, "rows", rows);
         if (seq_k) {
@@ -179,7 +187,8 @@ static void test_family(const char *spec, int sm, int rows, int seq_k, int split
         if (st == KILN_OK) CHECK(kiln_case_check(c) == 0, "race=%d: outputs out of tolerance", race);
         kiln_case_free(c);
     }
-    printf("    cost: %.1f ms with the race mode, %.1f ms without (x%.1f)\n", ms[1], ms[0], ms[0] > 0 ? ms[1] / ms[0] : 0);
+    if (!SAN_BUILD)
+        printf("    cost: %.1f ms with the race mode, %.1f ms without (x%.1f)\n", ms[1], ms[0], ms[0] > 0 ? ms[1] / ms[0] : 0);
     TEST_END();
 }
 
@@ -198,8 +207,8 @@ int main(void) {
     }
     test_plants();
     /* one representative case per family, small shapes (the CI clock) */
-    test_family("layernorm x=f16 w=f16 y=f16 hidden=256", 80, 3, 0, 0);
-    test_family("rmsnorm x=bf16 w=f32 y=bf16 hidden=256", 75, 3, 0, 0);
+    test_family("layernorm x=f16 w=f16 y=f16 hidden=4096", 80, 2, 0, 0);
+    test_family("rmsnorm x=bf16 w=f32 y=bf16 hidden=4096", 75, 2, 0, 0);
     test_family("layernorm_bwd x=f16 w=f16 dy=f16 dx=f16 hidden=256", 80, 3, 0, 0);
     test_family("rmsnorm_bwd x=bf16 w=bf16 dy=bf16 dx=bf16 hidden=256", 80, 3, 0, 0);
     test_family("attention dtype=bf16 head_dim=64 causal=true", 75, 33, 40, 0);
