@@ -161,6 +161,8 @@ enum {
     EMU_HB_PROBE,       /* checked as a write, not recorded */
     EMU_HB_READ_PROBE,  /* checked as a read, not recorded */
     EMU_HB_READ_RECORD, /* recorded as a read, not checked (an asynchronous unit's, checked by its issuer) */
+    EMU_HB_ASYNC_WRITE, /* a cp.async issued: checked as a write; until its issuer's wait writes the bytes again
+                         * (EMU_HB_WRITE), any other thread's access to them is a race */
 };
 emu_hb *emu_hb_create(void);
 void emu_hb_destroy(emu_hb *h);

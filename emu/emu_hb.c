@@ -17,7 +17,7 @@
 typedef struct hb_ep {
     uint32_t clk;
     uint16_t slot;
-    uint16_t atomic;
+    uint16_t atomic; /* a read: atomic; the write: a cp.async copy issued and not landed yet (in flight) */
     const char *what;
 } hb_ep;
 
@@ -202,7 +202,7 @@ void emu_hb_mbar_acquire(emu_hb *h, size_t off, unsigned parity, unsigned slot) 
 
 /* ---- accesses ---- */
 
-static bool is_write(int kind) { return kind == EMU_HB_WRITE || kind == EMU_HB_PROBE; }
+static bool is_write(int kind) { return kind == EMU_HB_WRITE || kind == EMU_HB_PROBE || kind == EMU_HB_ASYNC_WRITE; }
 static bool is_read(int kind) { return kind == EMU_HB_READ || kind == EMU_HB_READ_PROBE; }
 
 static const char *kind_name(int kind) {
@@ -222,8 +222,7 @@ static void slot_name(const emu_block *b, unsigned slot, unsigned nthreads, char
 }
 
 static _Noreturn void race(emu_block *b, emu_hb *h, size_t off, unsigned slot, int kind, const char *what,
-                           unsigned other, uint32_t other_clk, bool other_write, bool other_atomic,
-                           const char *other_what) {
+                           unsigned other, uint32_t other_clk, const char *other_kind, const char *other_what) {
     char me[48], them[48];
     slot_name(b, slot, h->nthreads, me, sizeof me);
     slot_name(b, other, h->nthreads, them, sizeof them);
@@ -231,10 +230,13 @@ static _Noreturn void race(emu_block *b, emu_hb *h, size_t off, unsigned slot, i
     char where[96];
     if (off < dyn) snprintf(where, sizeof where, "shared offset %zu (static shared memory)", off);
     else snprintf(where, sizeof where, "shared offset %zu (byte %zu of dynamic shared memory)", off, off - dyn);
+    bool in_flight = !strncmp(other_kind, "cp.async", 8);
     emu_fault(b, "kernel %s: shared-memory race at %s: %s %s (epoch %u) `%s`, unordered with %s's earlier %s (epoch "
-                 "%u) `%s`; no barrier, warp sync, mbarrier phase or cp.async wait orders them",
-              emu_block_kernel(b), where, me, kind_name(kind), clocks(h, slot)[slot], what, them,
-              other_write ? "write" : other_atomic ? "atomic" : "read", other_clk, other_what ? other_what : "?");
+                 "%u) `%s`; %s",
+              emu_block_kernel(b), where, me, kind_name(kind), clocks(h, slot)[slot], what, them, other_kind, other_clk,
+              other_what ? other_what : "?",
+              in_flight ? "the copy may land at any time until its issuer's cp.async wait"
+                        : "no barrier, warp sync, mbarrier phase or cp.async wait orders them");
 }
 
 static uint32_t pool_new(emu_hb *h) {
@@ -323,9 +325,11 @@ void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t si
             if (!add_read(h, s, slot, c, false, what)) emu_fault(b, "race mode: out of memory for the shared-memory shadow");
             continue;
         }
-        /* the last plain write must come before any access of another thread */
-        if (s->w.clk && s->w.slot != slot && c[s->w.slot] < s->w.clk)
-            race(b, h, i, slot, kind, what, s->w.slot, s->w.clk, true, false, s->w.what);
+        /* the last plain write must come before any access of another thread; a cp.async copy in flight may
+         * land any time until its issuer's wait, so no other thread may touch its bytes before then */
+        if (s->w.clk && s->w.slot != slot && (s->w.atomic || c[s->w.slot] < s->w.clk))
+            race(b, h, i, slot, kind, what, s->w.slot, s->w.clk,
+                 s->w.atomic ? "cp.async, in flight (its issuer has not waited for it yet)," : "write", s->w.what);
         /* the reads and atomics since: a write must come after all of them, a read after the atomics, an
          * atomic after the plain reads */
         if (s->vc) {
@@ -336,20 +340,21 @@ void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t si
                 uint32_t clk = v[u] & ~HB_ATOMIC;
                 bool at = v[u] & HB_ATOMIC;
                 bool conflict = is_write(kind) || (is_read(kind) && at) || (kind == EMU_HB_ATOMIC && !at);
-                if (conflict && c[u] < clk) race(b, h, i, slot, kind, what, u, clk, false, at, vw[u]);
+                if (conflict && c[u] < clk) race(b, h, i, slot, kind, what, u, clk, at ? "atomic" : "read", vw[u]);
             }
         } else {
             for (unsigned r = 0; r < s->nr; r++) {
                 const hb_ep *e = &s->r[r];
                 if (e->slot == slot) continue;
                 bool conflict = is_write(kind) || (is_read(kind) && e->atomic) || (kind == EMU_HB_ATOMIC && !e->atomic);
-                if (conflict && c[e->slot] < e->clk) race(b, h, i, slot, kind, what, e->slot, e->clk, false, e->atomic, e->what);
+                if (conflict && c[e->slot] < e->clk)
+                    race(b, h, i, slot, kind, what, e->slot, e->clk, e->atomic ? "atomic" : "read", e->what);
             }
         }
         if (kind == EMU_HB_PROBE || kind == EMU_HB_READ_PROBE) {
             continue;
-        } else if (kind == EMU_HB_WRITE) {
-            s->w = (hb_ep){c[slot], (uint16_t)slot, 0, what};
+        } else if (is_write(kind)) {
+            s->w = (hb_ep){c[slot], (uint16_t)slot, kind == EMU_HB_ASYNC_WRITE, what};
             if (s->vc) pool_release(h, s->vc);
             s->vc = 0, s->nr = 0;
         } else if (!add_read(h, s, slot, c, kind == EMU_HB_ATOMIC, what)) {

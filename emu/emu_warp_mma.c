@@ -159,8 +159,9 @@ static void h_cp_async(emu_call *c) {
         q->e = e, q->cap = ncap;
     }
     emu_hb *hb = emu_block_hb(c->blk);
-    if (hb) /* the copy may land any time before its wait: checked as a write now, recorded again when it lands */
-        emu_hb_access(c->blk, hb, c->t->id, (size_t)(dst - emu_shared_base(c->blk)), bytes, EMU_HB_WRITE, c->site->where);
+    if (hb) /* the copy may land any time before its wait: in flight from now, written again when it lands */
+        emu_hb_access(c->blk, hb, c->t->id, (size_t)(dst - emu_shared_base(c->blk)), bytes, EMU_HB_ASYNC_WRITE,
+                      c->site->where);
     cp_copy *e = &q->e[q->n++];
     memset(e, 0, sizeof *e);
     e->dst = dst, e->size = bytes, e->where = c->site->where;

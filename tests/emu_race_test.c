@@ -27,16 +27,20 @@
  * case 3 (mbarrier, sm_90a): thread 0 inits an mbarrier for 32 arrivals; b:barrier(); warp 0 stores x[t] and
  *   arrives; warp 1 waits on phase 0 and reads. bug=1: warp 0 arrives before its store.
  * case 4 (warp sync): warp 0 only: lane l stores x[l], b:shfl (a warp sync), reads x[31 - l]. bug=1: the
- *   shuffle left out (the lanes' accesses unordered). */
+ *   shuffle left out (the lanes' accesses unordered).
+ * case 5 (cp.async): threads 0..7 copy src into x (16 bytes each), commit and wait; b:barrier(); warp 1 reads;
+ *   b:barrier(). bug=1: the wait moved after the second barrier: warp 1 reads bytes whose copy is in flight
+ *   (ordered after the issue by the first barrier and before the wait by the second: only the in-flight
+ *   rule sees it). */
 static const char *racy_lua =
     "local K = { params = {\n"
-    "  { name = 'case', type = 'int', default = 0, min = 0, max = 4 },\n"
+    "  { name = 'case', type = 'int', default = 0, min = 0, max = 5 },\n"
     "  { name = 'bug', type = 'int', default = 0, min = 0, max = 1 } } }\n"
     "function K.config(spec, t) return { block = 64, grid_tile = 1 } end\n"
     "function K.build(b, spec, cfg)\n"
-    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' } } }\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'src', 'ptr', 'f32' } } }\n"
     "  local bug, case = spec.bug, spec.case\n"
-    "  local x = b:shared('f32', 32)\n"
+    "  local x = b:shared('f32', 32, 16)\n"
     "  local t = b:tid()\n"
     "  local function write() b:if_(b:lt(t, 32), function() b:store(x + t, b:f32(t * 3 + 1)) end) end\n"
     "  local function read() b:if_(b:ge(t, 32), function() b:store(p.y + (t - 32), b:load(x + (t - 32))) end) end\n"
@@ -65,6 +69,14 @@ static const char *racy_lua =
     "      b:mbarrier_wait(bar, 0)\n"
     "      b:store(p.y + (t - 32), b:load(x + (t - 32)))\n"
     "    end)\n"
+    "  elseif case == 5 then\n"
+    "    b:if_(b:lt(t, 8), function() b:cp_async(x + t * 4, p.src + t * 4) end)\n"
+    "    b:cp_async_commit()\n"
+    "    if bug == 0 then b:cp_async_wait(0) end\n"
+    "    b:barrier()\n"
+    "    read()\n"
+    "    b:barrier()\n"
+    "    if bug == 1 then b:cp_async_wait(0) end\n"
     "  else\n"
     "    b:if_(b:lt(t, 32), function()\n"
     "      b:store(x + t, b:f32(t * 3 + 1))\n"
@@ -87,9 +99,10 @@ static kiln_status run_racy(int kase, int bug, int twice, int race, long *bad, k
     kiln_status st = kiln_emu_load(emu, plant_gen, spec, kase == 3 ? SM90A : 80, &k, err);
     if (st != KILN_OK) return st;
     float y[32];
-    for (int i = 0; i < 32; i++) y[i] = -1.0f;
-    void *py = y, *args[] = {&py};
-    size_t bytes[] = {sizeof y};
+    _Alignas(16) float src[32];
+    for (int i = 0; i < 32; i++) y[i] = -1.0f, src[i] = (float)(i * 3 + 1);
+    void *py = y, *psrc = src, *args[] = {&py, &psrc};
+    size_t bytes[] = {sizeof y, sizeof src};
     kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {64, 1, 1}, .twice = twice, .race = race, .arg_bytes = bytes};
     st = kiln_emu_run(k, &l, args, err);
     *bad = 0;
@@ -109,6 +122,7 @@ static void test_plants(void) {
         {2, "a named barrier with 32 of its 64 participants", "earlier write", 1},
         {3, "an mbarrier arrival before the write it publishes", "earlier write", -1},
         {4, "lanes of a warp reading each other's stores without a warp sync", "4-byte shared", -1},
+        {5, "a read of a cp.async destination before its issuer's wait", "in flight", 1},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[240];
