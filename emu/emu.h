@@ -151,7 +151,7 @@ void emu_snapshot_write(const emu_snapshot *s);
 bool emu_snapshot_diff(const emu_snapshot *first, const emu_snapshot *second, emu_diff *d);
 
 /* ---- emu_hb.c: the `race` mode's happens-before checker for shared memory (vector clocks per thread, a
- * shadow per shared byte); a slot is a thread's linear id, emu_hb_tma_slot the TMA unit ---- */
+ * shadow per shared byte); a slot is a thread's linear id, then the TMA unit, then each warpgroup's wgmma unit ---- */
 typedef struct emu_hb emu_hb;
 typedef struct emu_block emu_block;
 enum {
@@ -168,12 +168,9 @@ emu_hb *emu_hb_create(void);
 void emu_hb_destroy(emu_hb *h);
 /* A block starts: every clock at its first epoch, shared memory untouched; false when out of memory. */
 bool emu_hb_begin(emu_hb *h, unsigned nthreads, size_t shared_bytes);
-uint64_t emu_hb_accesses(const emu_hb *h);
 /* Slot's access of [off, off + size) of shared memory (offsets from the shared window's base); a race
  * is an emu_fault naming both accesses. */
 void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t size, int kind, const char *what);
-/* Records a write without checking it (what lands for a copy already checked at issue). */
-void emu_hb_record_write(emu_hb *h, unsigned slot, size_t off, size_t size, const char *what);
 /* Barrier id: a thread's arrival releases into the phase; the phase completes; a syncing thread acquires it. */
 void emu_hb_barrier_arrive(emu_hb *h, unsigned id, unsigned slot);
 void emu_hb_barrier_complete(emu_hb *h, unsigned id);
@@ -186,7 +183,6 @@ bool emu_hb_mbar_init(emu_hb *h, size_t off);
 bool emu_hb_mbar_arrive(emu_hb *h, size_t off, unsigned slot);
 void emu_hb_mbar_complete(emu_hb *h, size_t off, unsigned parity);
 void emu_hb_mbar_acquire(emu_hb *h, size_t off, unsigned parity, unsigned slot);
-unsigned emu_hb_tma_slot(const emu_hb *h);
 /* Warpgroup wg's wgmma unit: its operand reads are recorded at epoch seq + 1 (emu_hb_unit_epoch), and a thread
  * whose wait_group covers the wgmma before done_seq acquires epoch done_seq (emu_hb_unit_acquire). */
 unsigned emu_hb_wgmma_slot(const emu_hb *h, unsigned wg);

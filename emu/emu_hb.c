@@ -53,7 +53,6 @@ struct emu_hb {
     size_t nfree, capfree;
     hb_mbar *mb;
     size_t nmb, capmb;
-    uint64_t accesses; /* shared bytes checked (for the cost figures) */
 };
 
 #define EMU_HB_BARRIERS 16
@@ -106,8 +105,6 @@ bool emu_hb_begin(emu_hb *h, unsigned nthreads, size_t shared_bytes) {
     free_mbars(h);
     return true;
 }
-
-uint64_t emu_hb_accesses(const emu_hb *h) { return h ? h->accesses : 0; }
 
 static uint32_t *clocks(emu_hb *h, unsigned slot) { return h->vc + (size_t)slot * h->nslots; }
 
@@ -314,7 +311,6 @@ void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t si
     if (off >= h->nbytes) return;
     if (size > h->nbytes - off) size = h->nbytes - off;
     const uint32_t *c = clocks(h, slot);
-    h->accesses += size;
     for (size_t i = off; i < off + size; i++) {
         hb_byte *s = &h->shadow[i];
         if (s->gen != h->gen) { /* untouched in this block (the pool of an older block was emptied) */
@@ -363,7 +359,8 @@ void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t si
     }
 }
 
-void emu_hb_record_write(emu_hb *h, unsigned slot, size_t off, size_t size, const char *what) {
+/* Records a write without checking it (what the TMA unit lands, checked as its issuer's write at issue). */
+static void record_write(emu_hb *h, unsigned slot, size_t off, size_t size, const char *what) {
     if (off >= h->nbytes) return;
     if (size > h->nbytes - off) size = h->nbytes - off;
     uint32_t clk = clocks(h, slot)[slot];
@@ -376,7 +373,6 @@ void emu_hb_record_write(emu_hb *h, unsigned slot, size_t off, size_t size, cons
     }
 }
 
-unsigned emu_hb_tma_slot(const emu_hb *h) { return h->nthreads; }
 unsigned emu_hb_wgmma_slot(const emu_hb *h, unsigned wg) { return h->nthreads + 1 + wg; }
 
 void emu_hb_unit_epoch(emu_hb *h, unsigned unit, uint32_t epoch) { clocks(h, unit)[unit] = epoch; }
@@ -388,7 +384,7 @@ void emu_hb_unit_acquire(emu_hb *h, unsigned slot, unsigned unit, uint32_t epoch
 
 void emu_hb_tma_landed(emu_hb *h, size_t bar_off, size_t off, size_t size, const char *what) {
     unsigned slot = h->nthreads;
-    emu_hb_record_write(h, slot, off, size, what);
+    record_write(h, slot, off, size, what);
     hb_mbar *m = mbar_at(h, bar_off, true);
     if (m) release(h, slot, m->cur);
 }
