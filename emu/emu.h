@@ -74,6 +74,7 @@ typedef struct emu_access {
     unsigned align; /* the alignment its PTX instruction may require: the IR's align, at most 16 */
     unsigned space; /* EMU_SPACE_* of the pointer */
     bool module;    /* the pointer is into one of the module's own global variables (not a launch buffer) */
+    int kind;       /* EMU_HB_READ, EMU_HB_WRITE or EMU_HB_ATOMIC (emu_hb.c, the race mode) */
     char what[300]; /* "16-byte global load `%18 = load <8 x half>, ptr addrspace(1) %17, align 16` in @k" */
 } emu_access;
 
@@ -148,6 +149,46 @@ void emu_snapshot_write(const emu_snapshot *s);
 /* With memory back in the state both runs started from: true and *d at the first byte
  * the two runs leave different. */
 bool emu_snapshot_diff(const emu_snapshot *first, const emu_snapshot *second, emu_diff *d);
+
+/* ---- emu_hb.c: the `race` mode's happens-before checker for shared memory (vector clocks per thread, a
+ * shadow per shared byte); a slot is a thread's linear id, then the TMA unit, then each warpgroup's wgmma unit ---- */
+typedef struct emu_hb emu_hb;
+typedef struct emu_block emu_block;
+enum {
+    EMU_HB_READ = 0,
+    EMU_HB_ATOMIC,
+    EMU_HB_WRITE,
+    EMU_HB_PROBE,       /* checked as a write, not recorded */
+    EMU_HB_READ_PROBE,  /* checked as a read, not recorded */
+    EMU_HB_READ_RECORD, /* recorded as a read, not checked (an asynchronous unit's, checked by its issuer) */
+    EMU_HB_ASYNC_WRITE, /* a cp.async issued: checked as a write; until its issuer's wait writes the bytes again
+                         * (EMU_HB_WRITE), any other thread's access to them is a race */
+};
+emu_hb *emu_hb_create(void);
+void emu_hb_destroy(emu_hb *h);
+/* A block starts: every clock at its first epoch, shared memory untouched; false when out of memory. */
+bool emu_hb_begin(emu_hb *h, unsigned nthreads, size_t shared_bytes);
+/* Slot's access of [off, off + size) of shared memory (offsets from the shared window's base); a race
+ * is an emu_fault naming both accesses. */
+void emu_hb_access(emu_block *b, emu_hb *h, unsigned slot, size_t off, size_t size, int kind, const char *what);
+/* Barrier id: a thread's arrival releases into the phase; the phase completes; a syncing thread acquires it. */
+void emu_hb_barrier_arrive(emu_hb *h, unsigned id, unsigned slot);
+void emu_hb_barrier_complete(emu_hb *h, unsigned id);
+void emu_hb_barrier_acquire(emu_hb *h, unsigned id, unsigned slot);
+/* The n lanes of a warp synchronize (each knows what all did). */
+void emu_hb_warp_sync(emu_hb *h, const unsigned *slots, unsigned n);
+/* mbarrier at shared offset off: init, an arrival (release), its phase of parity completes, a waiter on that
+ * parity acquires it; the TMA unit's copy landed (its write, then its complete-tx releases into the phase). */
+bool emu_hb_mbar_init(emu_hb *h, size_t off);
+bool emu_hb_mbar_arrive(emu_hb *h, size_t off, unsigned slot);
+void emu_hb_mbar_complete(emu_hb *h, size_t off, unsigned parity);
+void emu_hb_mbar_acquire(emu_hb *h, size_t off, unsigned parity, unsigned slot);
+/* Warpgroup wg's wgmma unit: its operand reads are recorded at epoch seq + 1 (emu_hb_unit_epoch), and a thread
+ * whose wait_group covers the wgmma before done_seq acquires epoch done_seq (emu_hb_unit_acquire). */
+unsigned emu_hb_wgmma_slot(const emu_hb *h, unsigned wg);
+void emu_hb_unit_epoch(emu_hb *h, unsigned unit, uint32_t epoch);
+void emu_hb_unit_acquire(emu_hb *h, unsigned slot, unsigned unit, uint32_t epoch);
+void emu_hb_tma_landed(emu_hb *h, size_t bar_off, size_t off, size_t size, const char *what);
 
 /* ---- emu_sched.c: blocks of fibers, barriers, warp meetings, the launch loop ---- */
 /* What the scheduler needs of a compiled kernel. */
@@ -226,6 +267,10 @@ void emu_access_entry(void *p, uint64_t size, uint32_t access); /* kiln_emu_acce
 void emu_check_shared(emu_block *blk, const void *p, size_t size, const char *what);
 /* Faults when p lies in the null page (global memory a kernel can never own). */
 void emu_check_global(emu_block *blk, const void *p, size_t size, const char *what);
+/* The race mode's checker of the running block, or NULL when the launch did not ask for it. */
+emu_hb *emu_block_hb(const emu_block *blk);
+/* Where dynamic shared memory starts in the window. */
+size_t emu_shared_dynamic_offset(const emu_block *blk);
 /* The block's shared memory window starts here (shared address 0). */
 unsigned char *emu_shared_base(const emu_block *blk);
 /* Block geometry for the sreg handlers. */

@@ -334,7 +334,8 @@ static kiln_status run_step(kiln_case *c, const given *g, const kiln_launch_step
     kiln_arg args[KILN_MAX_PARAMS];
     void *argv[KILN_MAX_PARAMS];
     size_t bytes[KILN_MAX_PARAMS] = {0};
-    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = c->opts.twice, .arg_bytes = bytes};
+    kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = c->opts.twice, .arg_bytes = bytes,
+                         .race = c->opts.race};
     _Alignas(KILN_TMAP_ALIGN) kiln_tensor_map maps[KILN_LAUNCH_TMAPS]; /* kiln's record is what the emulator reads */
     memcpy(args, b->args, sizeof args);
     for (int i = 0; i < m->nparams; i++) {

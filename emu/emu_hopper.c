@@ -71,6 +71,8 @@ bool emu_mbar_write(emu_block *b, unsigned char *p, emu_mbar *m, const char *whe
         return false;
     }
     bool completes = m->pending == 0 && m->tx == 0;
+    emu_hb *hb = emu_block_hb(b);
+    if (completes && hb) emu_hb_mbar_complete(hb, off, m->phase); /* the race mode: what its arrivals released */
     if (completes) m->phase ^= 1, m->pending = m->expected;
     uint64_t w = mb_pack(m);
     memcpy(p, &w, sizeof w);
@@ -93,6 +95,9 @@ static void h_mb_init(emu_call *c) {
     if (n < 1 || n > MB_COUNT_MAX)
         emu_fault(c->blk, "%s: mbarrier.init count %u outside 1..%u", c->site->where, n, MB_COUNT_MAX);
     mbar m = {.pending = n, .expected = n};
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb && !emu_hb_mbar_init(hb, (size_t)(p - emu_shared_base(c->blk))))
+        emu_fault(c->blk, "%s: race mode: out of memory", c->site->where);
     uint64_t w = mb_pack(&m);
     memcpy(p, &w, sizeof w);
 }
@@ -119,6 +124,10 @@ static void h_mb_update(emu_call *c) {
                       "than its init count of %u)", c->site->where, m.expected);
         m.pending--;
     }
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb && (op & (MB_ARRIVE | MB_COMPLETE)) && /* the race mode: an arrival releases what the thread did */
+        !emu_hb_mbar_arrive(hb, (size_t)(p - emu_shared_base(c->blk)), c->t->id))
+        emu_fault(c->blk, "%s: race mode: out of memory", c->site->where);
     mb_store(c, p, &m);
     if (op & MB_RET64) {
         uint64_t token = arrived_phase;
@@ -141,6 +150,8 @@ static void h_mb_try_wait_parity(emu_call *c) {
         if (emu_tma_land_for(c, p)) continue; /* emu_tma.c: a copy it waits for lands now */
         emu_sleep(c);
     }
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb) emu_hb_mbar_acquire(hb, (size_t)(p - emu_shared_base(c->blk)), parity, c->t->id);
     emu_ret_u32(c, 1);
 }
 
@@ -211,6 +222,9 @@ static void h_tma_load(emu_call *c) {
             memset(to, 0, m.elem_bytes);
         }
     }
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb) /* the race mode: what the copy overwrites must be ordered before its issue (it lands as the TMA unit's) */
+        emu_hb_access(c->blk, hb, c->t->id, off, bytes, EMU_HB_PROBE, w);
     emu_tma_issue(c, dst, bar, m.elem_bytes, bytes, bits); /* emu_tma.c: in flight from now */
 }
 

@@ -469,6 +469,8 @@ static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef 
     a->align = align;
     a->space = as;
     a->module = into_module_global(p);
+    a->kind = !strcmp(kind, "atomic") ? EMU_HB_ATOMIC : !strcmp(kind, "store") || !strcmp(kind, "write") ? EMU_HB_WRITE
+                                                                                                        : EMU_HB_READ;
     char *text = LLVMPrintValueToString(in);
     const char *t = text;
     while (*t == ' ') t++;

@@ -45,6 +45,8 @@ struct emu_block {
     size_t arena_used;   /* the shared memory window: static, then the launch's dynamic bytes */
     unsigned dynamic_smem;
     const size_t *arg_bytes; /* kiln_emu_launch.arg_bytes: the buffers global accesses must stay in */
+    emu_hb *hb;              /* the race mode's happens-before checker (created on first use) */
+    bool race;               /* this launch runs it (kiln_emu_launch.race or KILN_EMU_RACE=1) */
 };
 
 /* The block running on this host thread; intrinsic calls find it here. */
@@ -72,6 +74,8 @@ void emu_block_dims(const emu_block *blk, unsigned ntid[3], unsigned ctaid[3], u
     memcpy(nctaid, blk->grid, sizeof blk->grid);
 }
 unsigned emu_block_threads(const emu_block *blk) { return blk->nthreads; }
+emu_hb *emu_block_hb(const emu_block *blk) { return blk->race ? blk->hb : NULL; }
+size_t emu_shared_dynamic_offset(const emu_block *blk) { return blk->k->dynamic_offset; }
 const char *emu_block_kernel(const emu_block *blk) { return blk->k->meta ? blk->k->meta->entry : ""; }
 
 static int thread_desc(const emu_block *b, const emu_thread *t, char *buf, size_t size) {
@@ -147,9 +151,11 @@ static void barrier_release(emu_block *b, unsigned id, uint32_t result) {
     if (b->k->prof && bar->all) emu_prof_sync(b->k->prof, 0, b->nwarps, b->nthreads);
     bar->arrived = 0;
     memset(bar->lanes, 0, sizeof bar->lanes);
+    if (b->race) emu_hb_barrier_complete(b->hb, id);
     for (unsigned i = 0; i < b->nthreads; i++) {
         emu_thread *t = &b->threads[i];
         if (t->state == EMU_WAITING && t->wait_bar == (int)id) {
+            if (b->race) emu_hb_barrier_acquire(b->hb, id, t->id);
             t->state = EMU_READY;
             t->wait_bar = -1;
             memcpy(t->out, &result, sizeof result);
@@ -223,9 +229,13 @@ uint32_t emu_barrier_op(emu_call *c, unsigned id, unsigned count, int red, uint3
                      "never arrived: an aligned barrier needs the whole warp)", where, id, t->tid[0], t->tid[1],
                   t->tid[2], live_lanes(b, t->warp) & ~bar->lanes[t->warp]);
     bar->acc = red_step(red, bar->acc, pred);
+    if (b->race) emu_hb_barrier_arrive(b->hb, id, t->id); /* releases what it did before the barrier */
     bar->lanes[t->warp] |= 1u << t->lane;
     bool warp_done = warp_arrival(b, id, t->warp);
-    if (warp_done && bar->arrived == 0) return bar->acc; /* this warp completed the phase */
+    if (warp_done && bar->arrived == 0) { /* this warp completed the phase */
+        if (b->race && !arrive) emu_hb_barrier_acquire(b->hb, id, t->id);
+        return bar->acc;
+    }
     if (arrive) {
         if (!warp_done) {
             t->wait_bar = ARRIVE_WAIT(id);
@@ -277,6 +287,13 @@ static uint32_t warp_lanes(const emu_block *b, unsigned warp) {
 
 static unsigned lowest_lane(uint32_t m) { return (unsigned)__builtin_ctz(m); }
 
+/* Whether a warp collective orders the shared accesses of its lanes (the race mode): bar.warp.sync does by
+ * the PTX ISA; shfl.sync and vote.sync are taken as ordering too (a value passed between lanes carries what
+ * its lane did before); ldmatrix and mma.sync only wait for their lanes (execution, not memory). */
+static bool meet_orders_memory(const emu_op *op) {
+    return !strstr(op->name, ".ldmatrix.") && !strstr(op->name, ".mma.");
+}
+
 bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
     emu_block *b = c->blk;
     emu_thread *t = c->t;
@@ -309,6 +326,12 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
             if (mask >> l & 1) lanes[l] = &b->threads[w * EMU_WARP + l];
         emu_meet done = *m;
         *m = b->meet[w][--b->nmeet[w]];
+        if (b->race && meet_orders_memory(done.op)) {
+            unsigned slots[EMU_WARP], n = 0;
+            for (unsigned l = 0; l < EMU_WARP; l++)
+                if (lanes[l]) slots[n++] = lanes[l]->id;
+            emu_hb_warp_sync(b->hb, slots, n);
+        }
         if (b->k->prof && mask == (warp_lanes(b, w) & ~b->exited_mask[w])) emu_prof_sync(b->k->prof, w, 1, b->nthreads);
         if (!done.fn(b, done.op, lanes, mask)) return false;
         for (unsigned l = 0; l < EMU_WARP; l++)
@@ -437,6 +460,7 @@ void emu_access_entry(void *p, uint64_t size, uint32_t access) {
     }
     if (acc->space == EMU_SPACE_SHARED || (acc->space == EMU_SPACE_GENERIC && a >= base && a - base < b->k->arena_size)) {
         emu_check_shared(b, p, (size_t)size, acc->what);
+        if (b->race) emu_hb_access(b, b->hb, b->cur->id, (size_t)(a - base), (size_t)size, acc->kind, acc->what);
     } else if (size && acc->module) {
         if (a < EMU_NULL_PAGE) emu_check_global(b, p, (size_t)size, acc->what); /* the null page's fault */
     } else if (size) {
@@ -497,6 +521,7 @@ void emu_block_destroy(emu_block *b) {
     emu_fiber_fini(&b->host);
     emu_stacks_release(&b->stacks);
     emu_log_free(&b->log);
+    emu_hb_destroy(b->hb);
     free(b->threads);
     free(b);
 }
@@ -573,6 +598,8 @@ static kiln_status deadlock(emu_block *b, kiln_error *err) {
 /* Runs every thread of the current block to completion, in ascending or descending order. */
 static kiln_status run_block(emu_block *b, bool descending, kiln_error *err) {
     reset_block(b);
+    if (b->race && !emu_hb_begin(b->hb, b->nthreads, b->arena_used))
+        return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory for the race mode's clocks");
     emu_wgmma_block_begin(); /* emu_wgmma.c: no wgmma in flight */
     emu_tma_block_begin();   /* emu_tma.c: no TMA copy in flight */
     emu_cp_async_block_begin(); /* emu_warp_mma.c: no cp.async copy pending */
@@ -664,6 +691,10 @@ kiln_status emu_grid_run(emu_block *b, const emu_kernel_rt *k, const kiln_emu_la
     b->arena_used = k->dynamic_offset + l->dynamic_smem;
     b->dynamic_smem = l->dynamic_smem;
     b->arg_bytes = l->arg_bytes;
+    const char *env = getenv("KILN_EMU_RACE");
+    b->race = l->race || (env && env[0] == '1');
+    if (b->race && !b->hb && !(b->hb = emu_hb_create()))
+        return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory for the race mode");
     kiln_status st = prepare_threads(b, err);
     emu_block *saved = emu_current;
     emu_current = b;

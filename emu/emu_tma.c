@@ -112,6 +112,8 @@ static bool land(emu_block *b, unsigned i, char *msg, size_t size) {
         return false;
     }
     m.tx -= (int32_t)e->bytes;
+    emu_hb *hb = emu_block_hb(b);
+    if (hb) emu_hb_tma_landed(hb, soff(b, bar), e->lo, e->hi - e->lo, e->where); /* the race mode: the TMA unit wrote */
     return emu_mbar_write(b, bar, &m, e->where, msg, size);
 }
 

@@ -32,6 +32,9 @@ static bool ldmatrix_compute(emu_block *blk, const emu_op *op, emu_thread **lane
         if ((uintptr_t)rows[l] % 16) emu_fault(blk, "%s: lane %d's row address %p is not 16-byte aligned", op->name, l, (void *)rows[l]);
         emu_check_shared(blk, rows[l], 16, op->name);
     }
+    emu_hb *hb = emu_block_hb(blk);
+    for (int l = 0; hb && l < 8 * n; l++) /* each row is read by the lane that gives its address */
+        emu_hb_access(blk, hb, lanes[l]->id, (size_t)(rows[l] - emu_shared_base(blk)), 16, EMU_HB_READ, op->name);
     for (unsigned l = 0; l < EMU_WARP; l++) {
         if (!lanes[l]) continue;
         for (int i = 0; i < n; i++) {
@@ -113,6 +116,7 @@ typedef struct cp_copy {
     unsigned char data[16];
     unsigned size;
     unsigned group; /* 0 until committed */
+    const char *where; /* the issuing site (race mode messages) */
 } cp_copy;
 
 typedef struct cp_queue {
@@ -154,9 +158,13 @@ static void h_cp_async(emu_call *c) {
         if (!e) emu_fault(c->blk, "%s: out of memory for pending copies", c->site->where);
         q->e = e, q->cap = ncap;
     }
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb) /* the copy may land any time before its wait: in flight from now, written again when it lands */
+        emu_hb_access(c->blk, hb, c->t->id, (size_t)(dst - emu_shared_base(c->blk)), bytes, EMU_HB_ASYNC_WRITE,
+                      c->site->where);
     cp_copy *e = &q->e[q->n++];
     memset(e, 0, sizeof *e);
-    e->dst = dst, e->size = bytes;
+    e->dst = dst, e->size = bytes, e->where = c->site->where;
     memcpy(e->data, src, size);
     memset(dst, 0xff, bytes);
 }
@@ -167,13 +175,21 @@ static void commit(cp_queue *q) {
         if (!q->e[i].group) q->e[i].group = q->committed;
 }
 
-/* Lands, in issue order, every committed copy of a group older than the newest `keep`. */
-static void land(cp_queue *q, unsigned keep) {
+/* Lands, in issue order, every committed copy of a group older than the newest `keep` (the race mode: a write of
+ * the waiting thread now, so that only what the wait orders after it may touch the bytes). */
+static void land(emu_call *c, cp_queue *q, unsigned keep) {
     unsigned kept = 0;
+    emu_hb *hb = emu_block_hb(c->blk);
     for (unsigned i = 0; i < q->n; i++) {
         cp_copy *e = &q->e[i];
-        if (e->group && e->group + keep <= q->committed) memcpy(e->dst, e->data, e->size);
-        else q->e[kept++] = *e;
+        if (e->group && e->group + keep <= q->committed) {
+            memcpy(e->dst, e->data, e->size);
+            if (hb)
+                emu_hb_access(c->blk, hb, c->t->id, (size_t)(e->dst - emu_shared_base(c->blk)), e->size, EMU_HB_WRITE,
+                              e->where);
+        } else {
+            q->e[kept++] = *e;
+        }
     }
     q->n = kept;
     if (!kept) {
@@ -183,11 +199,11 @@ static void land(cp_queue *q, unsigned keep) {
 }
 
 static void h_cp_commit(emu_call *c) { commit(queue_of(c)); }
-static void h_cp_wait(emu_call *c) { land(queue_of(c), emu_arg_u32(c, 0)); }
+static void h_cp_wait(emu_call *c) { land(c, queue_of(c), emu_arg_u32(c, 0)); }
 static void h_cp_wait_all(emu_call *c) {
     cp_queue *q = queue_of(c);
     commit(q);
-    land(q, 0);
+    land(c, q, 0);
 }
 
 /* ---- the table ---- */

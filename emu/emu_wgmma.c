@@ -78,6 +78,8 @@ void emu_wgmma_wait(emu_call *c, uint32_t n) {
         t->done = t->committed - n;
         t->done_seq = t->group_end[(t->done - 1) % WG_GROUPS];
     }
+    emu_hb *hb = emu_block_hb(c->blk); /* the race mode: the operand reads of the covered wgmma come before */
+    if (hb) emu_hb_unit_acquire(hb, c->t->id, emu_hb_wgmma_slot(hb, c->t->id / WG_THREADS), t->done_seq);
     t->fenced = false;
 }
 
@@ -123,6 +125,7 @@ static void load_matrix(emu_call *c, uint64_t d, unsigned rows, bool bf, bool mn
                   "of %u plus an offset inside its first %u-byte row (misaligned)", c->site->where, which, w, start,
                   128u << bits[mode], w);
     unsigned char *smem = emu_shared_base(c->blk);
+    emu_hb *hb = emu_block_hb(c->blk); /* the race mode: the operand must be ordered before the last issue */
     for (unsigned r = 0; r < rows; r++)
         for (unsigned k = 0; k < 16; k++) {
             uint32_t a = mn ? (w ? start + r / (w / 2) * lbo + k / 8 * sbo + k % 8 * w + r % (w / 2) * 2
@@ -133,6 +136,11 @@ static void load_matrix(emu_call *c, uint64_t d, unsigned rows, bool bf, bool mn
             char what[160];
             snprintf(what, sizeof what, "%s: %s element (%u, %u) through its descriptor", c->site->where, which, r, k);
             emu_check_shared(c->blk, smem + a, 2, what);
+            if (hb) { /* the race mode: what the last issuer sees, read by the warpgroup's wgmma unit */
+                emu_hb_access(c->blk, hb, c->t->id, a, 2, EMU_HB_READ_PROBE, c->site->where);
+                emu_hb_access(c->blk, hb, emu_hb_wgmma_slot(hb, c->t->id / WG_THREADS), a, 2, EMU_HB_READ_RECORD,
+                              c->site->where);
+            }
             uint16_t h;
             memcpy(&h, smem + a, 2);
             out[r * 16 + k] = half_value(h, bf);
@@ -172,6 +180,8 @@ static void compute(emu_call *c, unsigned wg, wg_rec *r) {
     static _Thread_local float A[64 * 16], B[256 * 16];
     unsigned n = (unsigned)r->op & OP_N;
     bool bf = r->op & OP_BF16;
+    emu_hb *hb = emu_block_hb(c->blk); /* the race mode: this wgmma's operand reads are its unit's epoch seq + 1 */
+    if (hb) emu_hb_unit_epoch(hb, emu_hb_wgmma_slot(hb, wg), r->seq + 1);
     if (r->op & OP_RS) {
         for (unsigned lt = 0; lt < WG_THREADS; lt++) {
             unsigned w = lt / 32, g = lt % 32 >> 2, q = lt & 3;

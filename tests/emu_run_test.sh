@@ -8,6 +8,7 @@ expect "run bf16 on sm_75" 0 "PASS: every output within tolerance" -- run layern
 expect "run prints y, mean, rstd" 0 "rstd  max |err|" -- run layernorm x=f16 w=f32 y=bf16 hidden=33 --sm 80 --rows 3
 expect "run launch-time hidden, special inputs, twice" 0 "PASS" -- \
     run layernorm x=f32 y=bf16 --sm 86 --rows 10 --hidden 1000 --input special --twice
+expect "run --race (shared memory by happens-before)" 0 "hidden=4096 weight=true bias=true  sm_80  2 rows x 4096  random inputs  seed 1  (race check)" -- run layernorm x=bf16 hidden=4096 --sm 80 --rows 2 --race
 expect "run options before the spec" 0 "PASS" -- run --sm 90 --rows 5 --seed 7 layernorm x=bf16 hidden=7
 expect "run on sm_90a (named so)" 0 "hidden=64 weight=true bias=true  sm_90a  4 rows" -- \
     run layernorm x=bf16 hidden=64 --sm 90a --rows 4

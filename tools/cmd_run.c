@@ -14,7 +14,7 @@
 static void run_usage(FILE *to) {
     fprintf(to,
             "usage: kiln run FAMILY key=value... --sm N --rows R [--hidden H] [--seed S]\n"
-            "                [--input KIND] [--eps E] [--twice] [--profile]\n"
+            "                [--input KIND] [--eps E] [--twice] [--race] [--profile]\n"
             "                [--seq-k N] [--batch B] [--heads H[:K]] [--splits N]   (attention)\n"
             "                [--window L,R] [--softcap C] [--alibi] [--dropout P [--dropout-offset N]]\n"
             "                [--varlen L,L,... [--varlen-k L,L,...] [--seqused-k N,N,...]]\n"
@@ -32,6 +32,9 @@ static void run_usage(FILE *to) {
             "  --input KIND  random (default), large-mean, constant, special (NaN/Inf), mixed\n"
             "  --eps E       LayerNorm epsilon (default 1e-5)\n"
             "  --twice       run every block twice, threads in opposite orders; a difference is a race\n"
+            "  --race        check shared memory by happens-before: two threads' accesses to a byte, one\n"
+            "                a write, that no barrier, warp sync, mbarrier or cp.async wait orders are a\n"
+            "                race (docs/emulator.md \"Races\")\n"
             "  --profile     also print the emulator's profile: shared-memory bank conflicts, warp\n"
             "                instruction mix (whole kernel and hot loop), global bytes (docs/profile.md)\n"
             "attention: --rows is seq_q; also\n"
@@ -68,7 +71,7 @@ static void run_usage(FILE *to) {
 }
 
 typedef struct run_opts {
-    int sm, rows, hidden, twice, profile;
+    int sm, rows, hidden, twice, race, profile;
     int seq_k, batch, heads_q, heads_kv, splits; /* attention */
     int window, window_left, window_right, alibi;
     int page_size, leftpad, batch_idx, append; /* paged=true */
@@ -90,7 +93,8 @@ static int report_error(const kiln_error *err) {
 
 /* The case's options from the command line's (a family reads the sizes its problem has). */
 static kiln_case_opts case_opts(const run_opts *o) {
-    kiln_case_opts co = {.sm = o->sm, .seed = o->seed, .input = o->input, .eps = o->eps, .twice = o->twice};
+    kiln_case_opts co = {.sm = o->sm, .seed = o->seed, .input = o->input, .eps = o->eps, .twice = o->twice,
+                         .race = o->race};
     kiln_case_opts_set(&co, "rows", o->rows);
     if (o->hidden) kiln_case_opts_set(&co, "hidden", o->hidden);
     if (o->seq_k) kiln_case_opts_set(&co, "seq_k", o->seq_k);
@@ -120,7 +124,8 @@ static int run_case(kiln_case *c, const run_opts *o) {
     kiln_error err = {0};
     char problem[256];
     kiln_case_describe(c, problem, sizeof problem);
-    printf("%s  %s  %s  seed %llu%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), problem, o->seed, o->twice ? "  (every block twice)" : "");
+    printf("%s  %s  %s  seed %llu%s%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), problem, o->seed, o->twice ? "  (every block twice)" : "",
+           o->race ? "  (race check)" : "");
     if (kiln_case_run(c, &err) != KILN_OK) return report_error(&err);
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);
@@ -294,6 +299,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
         {"hidden", required_argument, NULL, 'H'}, {"seed", required_argument, NULL, 'S'},
         {"input", required_argument, NULL, 'i'}, {"eps", required_argument, NULL, 'e'},
         {"twice", no_argument, NULL, 't'},      {"help", no_argument, NULL, 'h'},
+        {"race", no_argument, NULL, 'R'},
         {"seq-k", required_argument, NULL, 'K'}, {"batch", required_argument, NULL, 'B'},
         {"heads", required_argument, NULL, 'N'}, {"profile", no_argument, NULL, 'P'},
         {"splits", required_argument, NULL, 'X'}, {"window", required_argument, NULL, 'W'},
@@ -327,6 +333,7 @@ static int parse_opts(int argc, char **argv, run_opts *o) {
             if (!*optarg || *end || !(o->eps > 0)) return cli_error("bad --eps '%s'; valid: a positive number", optarg);
             break;
         case 't': o->twice = 1; break;
+        case 'R': o->race = 1; break;
         case 'P': o->profile = 1; break;
         case 'K': if (parse_int("--seq-k", optarg, 1, 1 << 20, &v)) return CLI_USAGE; o->seq_k = (int)v; break;
         case 'B': if (parse_int("--batch", optarg, 1, 65535, &v)) return CLI_USAGE; o->batch = (int)v; break;

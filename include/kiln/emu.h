@@ -57,6 +57,11 @@ typedef struct kiln_emu_launch {
                               * a read before a buffer's start or past its end fails (KILN_EEMU)
                               * wherever it lands, not only on an unmapped page as on a GPU.
                               * NULL: global accesses are checked for the null page only. */
+    int race;              /* nonzero: check shared memory for races by happens-before (docs/emulator.md
+                            * "Races"): two accesses to a byte from different threads, one of them a write,
+                            * that no barrier, warp sync, mbarrier phase or cp.async wait orders, fail
+                            * (KILN_EEMU) whatever order the threads ran in. The environment's
+                            * KILN_EMU_RACE=1 turns it on for every launch. */
 } kiln_emu_launch;
 
 /* Runs the grid as cuLaunchKernel would: args[i] points at the value of parameter i.

@@ -50,6 +50,7 @@ typedef struct kiln_case_opts {
      * key lengths (NULL: the same) and the keys each uses (seqused_k; NULL: all); read by create only */
     int nvarlen;
     const int *varlen_q, *varlen_k, *seqused_k;
+    int race;       /* check shared memory for races by happens-before (kiln_emu_launch.race) */
 } kiln_case_opts;
 /* Sets (or replaces) size `name`. */
 void kiln_case_opts_set(kiln_case_opts *o, const char *name, double value);

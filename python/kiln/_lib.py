@@ -177,6 +177,7 @@ class EmuLaunch(ctypes.Structure):
         ("twice", ctypes.c_int),
         ("nullable", ctypes.c_uint32),
         ("arg_bytes", ctypes.POINTER(ctypes.c_size_t)),
+        ("race", ctypes.c_int),
     ]
 
 
@@ -200,6 +201,7 @@ class CaseOpts(ctypes.Structure):
         ("varlen_q", ctypes.POINTER(ctypes.c_int)),
         ("varlen_k", ctypes.POINTER(ctypes.c_int)),
         ("seqused_k", ctypes.POINTER(ctypes.c_int)),
+        ("race", ctypes.c_int),
     ]
 
 
