@@ -70,11 +70,16 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- (128 keys a block, each Q/dO tile read once for both; FA3's 24 / 240): d64 (dK, dV, S^T, dP^T: 128 f32 a thread)
 -- and d128 (192 f32), with the addressing of lib/attn_bwd_wgmma_regs.lua (before it d128 spilled 72 bytes at 240
 -- and d64's wgmma were serialized). One (256 threads, setmaxnreg's most, 256): d128 with dropout (the Philox words
--- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two).
+-- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two;
+-- wave 12's figures).
 -- The softcap with dropout where head_dim and v_head_dim are both past 64 (dK and dV 128 columns wide) spilled 4
 -- bytes at 255 registers (causal=top_left, atomic: d72, d96, d120, d128) with the tile's 16 lse values loaded
 -- before P^T's loop; loaded as P^T's columns use them (lse_as_used below) every variant fits one warpgroup
--- (docs/hopper.md "The softcap with dropout at 72-128").
+-- (docs/hopper.md "The softcap with dropout at 72-128"). With the lse so loaded two consumer warpgroups (inc 240)
+-- fit (wave 15, docs/hopper.md "Two consumer warpgroups with dropout or the softcap") the softcap without varlen
+-- at 128-column tiles, and dropout, the softcap and both where one of head_dim, v_head_dim is <= 64; one stays
+-- where both are past 64 with dropout (d128 with window and ALiBi: 8 bytes; with the softcap 4-80) or the softcap
+-- with varlen (20-24 bytes).
 -- Shapes are keyed by the tiles' width W (64, 128): d32 runs d64's, d96 and qk 128 / v 64 d128's.
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
@@ -84,8 +89,10 @@ local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 
 -- The geometry of a spec this file builds (keyed by the tiles' width W, lib/attn_wgmma_dims.lua).
 local function shape(spec)
-  local w = wdims.width(math.max(spec.dim or spec.head_dim, spec.vdim or spec.dim or spec.head_dim))
-  if (spec.dropout or spec.softcap) and w == 128 then return ONE end
+  local dim = spec.dim or spec.head_dim
+  local vdim = spec.vdim or dim
+  local w = wdims.width(math.max(dim, vdim))
+  if w == 128 and dim > 64 and vdim > 64 and (spec.dropout or (spec.softcap and spec.varlen)) then return ONE end
   return SHAPES[w]
 end
 
@@ -319,7 +326,8 @@ function M.build(b, spec, cfg, params, io)
         -- (the softcap with dropout where dK and dV are both 128 columns wide: column c's lse loaded where its first
         -- element is made, not the 16 before the loop: those 16 registers beside S^T, dP^T, dK, dV, P^T's factors and
         -- the keep bits spilled 4 bytes at 255; the other variants keep the loads before the loop, as built)
-        local lse_as_used = spec.softcap and drop and dim > 64 and vdim > 64
+        -- (and every variant on 128-column tiles that runs two consumer warpgroups with dropout or the softcap)
+        local lse_as_used = math.max(qp, vp) == 2 and (spec.softcap or drop) and (nc == 2 or (spec.softcap and drop))
         if not lse_as_used then
           for c = 0, 15 do lse2[c] = row_val(0, c) end
         end
