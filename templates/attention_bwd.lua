@@ -637,8 +637,8 @@ for _, row in ipairs({
   { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=true", "dropout=true dropout_mask=true", "path=mma", full = true, sms = { 75 } },
 }) do K.variants[#K.variants + 1] = row end
 -- sm_90a's TMA + wgmma dkdv (path=wgmma, lib/attn_bwd_wgmma.lua; the arch-specific target takes only the rows that
--- name it): f16/bf16 at head_dim 64 / 128 and padded ones, every causal form, the mask keys, dropout (not with the
--- softcap at 128), varlen, deterministic (the quick suite: 7 of them)
+-- name it): f16/bf16 at head_dim 64 / 128 and padded ones, every causal form, the mask keys, dropout (with the
+-- softcap at 128: the rows below), varlen, deterministic (the quick suite: 7 of them)
 local CAUSAL3, WG_DIMS = { "causal=false", "causal=true", "causal=top_left" }, util.axis("head_dim", { 64, 128 })
 for _, row in ipairs({
   { "kernel=dkdv", HALF, WG_DIMS, CAUSAL3, { "", "window=true alibi=true" }, { "", "deterministic=true" }, { "", "varlen=true" },
@@ -658,7 +658,7 @@ for _, row in ipairs({
 }) do K.variants[#K.variants + 1] = row end
 -- path=wgmma's other head dims (lib/attn_wgmma_dims.lua's widths: d32 and 8-24 on the 64-column tiles, d96 and 72-88
 -- on the 128-column ones) and v_head_dim != head_dim up to 128: every causal form, the mask keys, grad=f32,
--- deterministic, dropout (the softcap with it where one of head_dim, v_head_dim is <= 64), varlen (the quick suite: 7 of them)
+-- deterministic, dropout (the softcap with it where one of head_dim, v_head_dim is <= 64; both past 64: below), varlen (the quick suite: 7 of them)
 local WG_DIMS2 = util.axis("head_dim", { 32, 96 })
 local WG_VDIMS = { "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64", "head_dim=96 v_head_dim=64", "head_dim=128 v_head_dim=64",
                    "head_dim=64 v_head_dim=128" }
@@ -678,6 +678,18 @@ for _, row in ipairs({
     sms = { "90a" } },
   { "kernel=dkdv", "dtype=f16", "head_dim=96", "causal=top_left", "window=true alibi=true dropout=true", "path=wgmma", quick = true,
     sms = { "90a" } },
+}) do K.variants[#K.variants + 1] = row end
+-- path=wgmma's softcap with dropout where head_dim and v_head_dim are both 72-128 (wave 15: the tile's lse loaded as
+-- P^T's columns use it, lib/attn_bwd_wgmma.lua): every causal form, the mask keys, grad=f32, deterministic, varlen
+-- (the quick suite: the bf16 d128 top_left variant, one of those that spilled 4 bytes before)
+for _, row in ipairs({
+  { "kernel=dkdv", HALF, util.axis("head_dim", { 96, 128 }), CAUSAL3, { "softcap=true", MASK_KEYS, "grad=f32 " .. MASK_KEYS }, "dropout=true",
+    { "", "deterministic=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, { "head_dim=72", "head_dim=120", "head_dim=96 v_head_dim=128" }, CAUSAL3, "softcap=true dropout=true", "path=wgmma",
+    full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, util.axis("head_dim", { 96, 128 }), CAUSAL3, MASK_KEYS .. " dropout=true varlen=true", "path=wgmma", full = true,
+    sms = { "90a" } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=top_left", "softcap=true dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
 }) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)

@@ -79,8 +79,10 @@ static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 v_head_dim=64 causal=true dropout=true deterministic=true path=wgmma", 70, 100, 2, 1, 1, 0, 0, 0, 0.2, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true window=true alibi=true dropout=true path=wgmma", 70, 100, 2, 1, 1, 30, 4, 0, 0.2, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 v_head_dim=64 grad=f32 causal=true softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 1, 0, 0, {0}, {0}},
-    /* the softcap with dropout where one of dK, dV is 64 columns wide (built: 0 spills; both 128 wide are refused) */
+    /* the softcap with dropout where one of dK, dV is 64 columns wide, and (wave 15) where both are 128 wide: the
+     * tile's lse loaded as P^T's columns use it (causal=top_left, atomic dQ: the variants that spilled before) */
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=top_left window=true softcap=true alibi=true dropout=true path=wgmma", 90, 70, 2, 1, 1, 30, 5, 0, 0.25, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 causal=top_left softcap=true dropout=true dropout_mask=true path=wgmma", 70, 50, 2, 1, 1, 0, 0, 0, 0.25, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=128 causal=true deterministic=true path=wgmma", 70, 130, 2, 1, 1, 0, 0, 0, 0, 0, {0}, {0}},
 };
 
@@ -107,13 +109,15 @@ static void test_emulator(void) {
     }
 }
 
-/* Two consumer warpgroups (384 threads) but with dropout or the softcap on the 128-column tiles (256: one); dQ's
+/* Two consumer warpgroups (384 threads) but where head_dim and v_head_dim are both past 64 with dropout, or with the
+ * softcap and varlen (256: one); dQ's
  * atomics unless deterministic=true; dK's and dV's wgmma n their own panels' (m64n128k16 only where one of the
  * widths is past 64). */
 static void picked(const char *spec, const char *ptx) {
     const char *hd = strstr(spec, "head_dim="), *vd = strstr(spec, "v_head_dim=");
     int d = hd ? atoi(hd + 9) : 64, v = vd ? atoi(vd + 11) : d;
-    int wide = d > 64 || v > 64, one = wide && (strstr(spec, "softcap=true") || strstr(spec, "dropout=true"));
+    int wide = d > 64 || v > 64, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL;
+    int one = d > 64 && v > 64 && (dr || (sc && strstr(spec, "varlen=true"))); /* (wave 15: two elsewhere) */
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
     int n128 = strstr(ptx, "wgmma.mma_async.sync.aligned.m64n128k16") != NULL;
     CHECK(n128 == wide, "%s: m64n128k16 %s", spec, n128 ? "present" : "absent");
@@ -135,6 +139,9 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 v_head_dim=64 causal=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 v_head_dim=128 causal=top_left softcap=true dropout=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 causal=true softcap=true dropout=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=72 causal=top_left softcap=true dropout=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 v_head_dim=128 softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96", SM90A, 0}, /* auto: mma.sync on sm_90a */
     };
     sm90a_check_picks(gen, cases, sizeof cases / sizeof cases[0], picked);
@@ -143,12 +150,6 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=136 path=wgmma", SM90A, "head_dim=136 (up to 128: 8-64 on 64-column tiles, 72-128 on 128-column ones)"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=192 path=wgmma", SM90A, "head_dim=128 v_head_dim=192 (both up to 128"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=192 v_head_dim=128 path=wgmma", SM90A, "head_dim=192 v_head_dim=128 (both up to 128"},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 causal=true softcap=true dropout=true path=wgmma", SM90A,
-         "head_dim=96 with softcap=true and dropout=true (it spills where dK and dV are both 128 columns wide"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=72 causal=top_left softcap=true dropout=true path=wgmma", SM90A,
-         "head_dim=72 with softcap=true and dropout=true (it spills"},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 v_head_dim=128 softcap=true dropout=true path=wgmma", SM90A,
-         "head_dim=96 v_head_dim=128 with softcap=true and dropout=true (it spills"},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 v_head_dim=32 varlen=true path=wgmma", SM90A, "v_head_dim=32 (head_dim=64) with varlen=true is not built"},
     };
     sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);
@@ -185,6 +186,12 @@ static void test_planted(void) {
         {"V's and dO's offsets in units of Q's panels (qk 128 / v 64: the second warpgroup's V, stage 1's dO misread)",
          "local UQ, UV = qp * PANEL * eb // 16, vp * PANEL * eb // 16", "local UQ, UV = qp * PANEL * eb // 16, qp * PANEL * eb // 16",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 path=wgmma", 130, 128, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"the softcap with dropout at d96: the lse loaded as used from the neighbouring query column",
+         "if lse_as_used and not lse2[c] then lse2[c] = row_val(0, c) end", "if lse_as_used and not lse2[c] then lse2[c] = row_val(0, c ~ 1) end",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 causal=top_left softcap=true dropout=true path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0.25, 0, {0}, {0}}},
+        {"two consumer warpgroups with the softcap at d96: the lse loaded as used from the neighbouring query column",
+         "if lse_as_used and not lse2[c] then lse2[c] = row_val(0, c) end", "if lse_as_used and not lse2[c] then lse2[c] = row_val(0, c ~ 1) end",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true softcap=true path=wgmma", 30, 100, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);
@@ -257,6 +264,7 @@ static void test_ptxas(void) {
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=f16 head_dim=96 v_head_dim=64 causal=true deterministic=true path=wgmma",
         "attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=128 causal=top_left window=true softcap=true alibi=true dropout=true path=wgmma",
+        "attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=top_left softcap=true dropout=true path=wgmma",
     };
     static char full[800][200];
     static const char *ptrs[800];
@@ -266,7 +274,8 @@ static void test_ptxas(void) {
         static const char *dts[] = {"f16", "bf16"}, *causal[] = {"false", "true", "top_left"};
         static const char *dims[] = {"head_dim=32", "head_dim=96", "head_dim=8", "head_dim=24", "head_dim=72", "head_dim=88",
                                      "head_dim=64 v_head_dim=32", "head_dim=32 v_head_dim=64", "head_dim=96 v_head_dim=64",
-                                     "head_dim=128 v_head_dim=64", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=32"};
+                                     "head_dim=128 v_head_dim=64", "head_dim=64 v_head_dim=128", "head_dim=128 v_head_dim=32",
+                                     "head_dim=96 v_head_dim=128"};
         static const char *keys[] = {"", " window=true alibi=true", " softcap=true", " window=true softcap=true alibi=true grad=f32",
                                      " deterministic=true", " window=true softcap=true alibi=true deterministic=true", " dropout=true",
                                      " window=true alibi=true dropout=true deterministic=true", " softcap=true dropout=true", " varlen=true",
@@ -276,11 +285,8 @@ static void test_ptxas(void) {
             for (size_t d = 0; d < sizeof dims / sizeof dims[0]; d++)
                 for (int c = 0; c < 3; c++)
                     for (size_t k = 0; k < sizeof keys / sizeof keys[0]; k++) {
-                        const char *hd = strstr(dims[d], "head_dim="), *vd = strstr(dims[d], "v_head_dim=");
-                        int dd = atoi(hd + 9), vv = vd ? atoi(vd + 11) : dd;
+                        const char *vd = strstr(dims[d], "v_head_dim=");
                         if (vd && strstr(keys[k], "varlen")) continue; /* (v_head_dim: dense only) */
-                        /* (softcap with dropout where dK and dV are both 128 columns wide: refused, it spills) */
-                        if (dd > 64 && vv > 64 && strstr(keys[k], "softcap") && strstr(keys[k], "dropout")) continue;
                         snprintf(full[n], sizeof full[n], "attention_bwd kernel=dkdv dtype=%s %s causal=%s%s path=wgmma", dts[a], dims[d], causal[c], keys[k]);
                         ptrs[n] = full[n];
                         n++;

@@ -6,9 +6,8 @@
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
 -- and v_head_dim up to 128 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 else; d32,
 -- 8-56 padded to 64, d96, 72-120 to 128; v_head_dim != head_dim on the wider's tiles), any grad dtype, causal (both
--- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (not with the softcap where
--- head_dim and v_head_dim are both past 64) and varlen (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask,
--- maps over the packed tensors).
+-- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (with the softcap too) and varlen
+-- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
 -- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
 -- mma.sync) computes dQ, as on every path.
@@ -58,7 +57,7 @@ local wdims = require("lib.attn_wgmma_dims") -- (the tiles' width W and the real
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 128 (on 64- or 128-column tiles: 8-64 on 64, 72-128 on 128; v_head_dim != head_dim on the tiles of the wider), causal, window, softcap, alibi, dropout (not with softcap where head_dim and v_head_dim are both past 64), varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 128 (on 64- or 128-column tiles: 8-64 on 64, 72-128 on 128; v_head_dim != head_dim on the tiles of the wider), causal, window, softcap, alibi, dropout, varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -71,10 +70,16 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- (128 keys a block, each Q/dO tile read once for both; FA3's 24 / 240): d64 (dK, dV, S^T, dP^T: 128 f32 a thread)
 -- and d128 (192 f32), with the addressing of lib/attn_bwd_wgmma_regs.lua (before it d128 spilled 72 bytes at 240
 -- and d64's wgmma were serialized). One (256 threads, setmaxnreg's most, 256): d128 with dropout (the Philox words
--- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two).
--- d128 with the softcap and dropout (4-8 bytes at 256 in 8 of its 36 variants) is not built, nor any spec whose
--- head_dim and v_head_dim are both past 64 (d72/d96 top_left: 4 bytes); with one of them <= 64 (dK or dV 64 columns
--- wide) every variant fits one warpgroup (docs/hopper.md "Head dims 32, 96 and v_head_dim").
+-- and keep bits: 8-40 bytes spilled with two in 13 of its 40 variants) and with the softcap (44-68 bytes with two;
+-- wave 12's figures).
+-- The softcap with dropout where head_dim and v_head_dim are both past 64 (dK and dV 128 columns wide) spilled 4
+-- bytes at 255 registers (causal=top_left, atomic: d72, d96, d120, d128) with the tile's 16 lse values loaded
+-- before P^T's loop; loaded as P^T's columns use them (lse_as_used below) every variant fits one warpgroup
+-- (docs/hopper.md "The softcap with dropout at 72-128"). With the lse so loaded two consumer warpgroups (inc 240)
+-- fit (wave 15, docs/hopper.md "Two consumer warpgroups with dropout or the softcap") the softcap without varlen
+-- at 128-column tiles, and dropout, the softcap and both where one of head_dim, v_head_dim is <= 64; one stays
+-- where both are past 64 with dropout (d128 with window and ALiBi: 8 bytes; with the softcap 4-80) or the softcap
+-- with varlen (20-24 bytes).
 -- Shapes are keyed by the tiles' width W (64, 128): d32 runs d64's, d96 and qk 128 / v 64 d128's.
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
@@ -84,8 +89,10 @@ local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 
 -- The geometry of a spec this file builds (keyed by the tiles' width W, lib/attn_wgmma_dims.lua).
 local function shape(spec)
-  local w = wdims.width(math.max(spec.dim or spec.head_dim, spec.vdim or spec.dim or spec.head_dim))
-  if (spec.dropout or spec.softcap) and w == 128 then return ONE end
+  local dim = spec.dim or spec.head_dim
+  local vdim = spec.vdim or dim
+  local w = wdims.width(math.max(dim, vdim))
+  if w == 128 and dim > 64 and vdim > 64 and (spec.dropout or (spec.softcap and spec.varlen)) then return ONE end
   return SHAPES[w]
 end
 
@@ -101,10 +108,6 @@ local function not_covered(spec)
       return string.format("head_dim=%d v_head_dim=%d (both up to 128: the tiles are 64 or 128 columns wide)", dim, vdim)
     end
     return string.format("head_dim=%d (up to 128: 8-64 on 64-column tiles, 72-128 on 128-column ones)", dim)
-  end
-  if spec.softcap and spec.dropout and dim > 64 and vdim > 64 then
-    return string.format("head_dim=%d%s with softcap=true and dropout=true (it spills where dK and dV are both 128 columns wide, head_dim and v_head_dim 72-128: dK, dV, S^T, dP^T hold 192 of the 256 registers, the keep bits, Philox words and the softcap's factors the rest)",
-                         dim, vdim ~= dim and string.format(" v_head_dim=%d", vdim) or "")
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
@@ -320,7 +323,14 @@ function M.build(b, spec, cfg, params, io)
         -- factor P^T (1 - tanh^2) is made here (Pd), so that tanh's values are not held until dP^T is in, and dV's
         -- A registers are packed as P^T's pairs come (pk), so that P^T's f32 values are not held beside Pd
         local P, Pd, pk, dS, lse2 = {}, {}, {}, {}, {}
-        for c = 0, 15 do lse2[c] = row_val(0, c) end
+        -- (the softcap with dropout where dK and dV are both 128 columns wide: column c's lse loaded where its first
+        -- element is made, not the 16 before the loop: those 16 registers beside S^T, dP^T, dK, dV, P^T's factors and
+        -- the keep bits spilled 4 bytes at 255; the other variants keep the loads before the loop, as built)
+        -- (and every variant on 128-column tiles that runs two consumer warpgroups with dropout or the softcap)
+        local lse_as_used = math.max(qp, vp) == 2 and (spec.softcap or drop) and (nc == 2 or (spec.softcap and drop))
+        if not lse_as_used then
+          for c = 0, 15 do lse2[c] = row_val(0, c) end
+        end
         -- the mask of element i by one compare against a constant: its query minus its key is d0 + t, t = o - 8r
         -- (o: its column's offset from this thread's first, 8 (c >> 1) + (c & 1); key row r is 8r past row 0's),
         -- visible for lo <= d0 + t < hi, ALiBi's distance f32(d0 + shift) + t (exact); three values a tile, not
@@ -332,6 +342,7 @@ function M.build(b, spec, cfg, params, io)
           local r, c = (i >> 1) & 1, 2 * (i >> 2) + (i & 1)
           local t = 8 * (c >> 1) + (c & 1) - 8 * r
           local x, th
+          if lse_as_used and not lse2[c] then lse2[c] = row_val(0, c) end
           if spec.softcap or spec.alibi then
             x, th = mask.score(m, S[i + 1], scale2, slope2, spec.alibi and ad + t or nil)
             x = x - lse2[c]
