@@ -872,6 +872,38 @@ local function mma_setup(c)
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
   if cfg.f16s then f16s.setup(c) end
+  -- bf16 scaled to f16, causal (not split-KV, whose rows are of every query position): the block's masked trips
+  -- (its diagonal) run each warp's work only on the key tiles some row of the warp sees, kv0 below the bound of the
+  -- warp's last row (a window's lower bound too, from its first row). A skipped tile leaves the warp's m, l and O
+  -- as they are, which its P = 0 would have (the scales follow: O stays at the scale it had, tile_factors takes the
+  -- change at the next tile the warp computes). The 256-row blocks (8 warps x 32 rows) ran 8 masked 32-key trips
+  -- on every warp of a diagonal block, 28 of the 64 warp trips wholly above the warp's rows.
+  -- (Not d128's 32-key tiles, f16s_slots_in_q: at 255 registers with Q's fragments in registers, the branch spilled
+  -- 8 bytes there, ptxas sm_75; they run every diagonal tile on every warp, as before.)
+  if cfg.f16s and spec.causal and not spec.splitkv and not cfg.f16s_slots_in_q then
+    -- The warp's bounds come from the lanes that hold its first row (lane 0) and its last (lane 28: g = 7, the
+    -- second half of the last m-tile), the rows' own bounds as mma_softmax computes them (the same expressions).
+    local function bounds(mi, h) return mask.row_range(c.mask, G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)) end
+    function c.warp_sees(kv0)
+      local lo, _ = bounds(0, 0)
+      local _, hi = bounds(mt - 1, 1)
+      local sees = b:lt(kv0, b:shfl("idx", hi, 28))
+      if lo then sees = b:and_(sees, b:gt(kv0 + bn, b:shfl("idx", lo, 0))) end
+      return sees
+    end
+    -- 32-row warps (two m-tiles: 32 masked scores a thread) also take the unmasked body where every row of the warp
+    -- sees the tile whole (T4 estimate, d64 causal: 1.22x -> 1.19x f16's time); 16-row warps keep the masked one
+    -- (d128 causal: 1.321x -> 1.330x with the branch)
+    if mt > 1 then
+      function c.warp_whole(kv0)
+        local _, hi = bounds(0, 0)
+        local lo, _ = bounds(mt - 1, 1)
+        local whole = b:le(kv0 + bn, b:shfl("idx", hi, 0))
+        if lo then whole = b:and_(whole, b:ge(kv0, b:shfl("idx", lo, 28))) end
+        return whole
+      end
+    end
+  end
 end
 
 local function key_tile(c, it) return c.tile0 and c.tile0 + it or it end
@@ -1145,7 +1177,19 @@ local function mma_trip(c, it, masked)
     local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k,
                           c.f16s and key_tile(c, nxt) * bn or nil)
     local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
-    mma_compute(c, it, it & 1, masked)
+    if masked and c.warp_sees then
+      -- (bf16 scaled to f16, causal: a warp skips the tiles none of its rows sees and computes the ones every row
+      -- of it sees whole without the mask; the staging below is the block's)
+      local kv0 = key_tile(c, it) * bn
+      local function seen() b:if_(c.warp_sees(kv0), function() mma_compute(c, it, it & 1, masked) end) end
+      if c.warp_whole then
+        b:if_(c.warp_whole(kv0), function() mma_compute(c, it, it & 1, false) end, seen)
+      else
+        seen()
+      end
+    else
+      mma_compute(c, it, it & 1, masked)
+    end
     local nb = (it + 1) & 1
     if c.f16s then f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end) end
     stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)

@@ -212,6 +212,14 @@ static void registry_cases(void) {
         /* d96's 6 warps x 32 rows, 16-key tiles (192 rows a block) */
         {"attention dtype=bf16 head_dim=96 causal=true path=mma", 400, 410, 2, 1, 0, 0, 0, 0, 1},
         {"attention dtype=bf16 head_dim=80 causal=top_left path=mma", 200, 150, 1, 1, 0, 0, 0, 0, 1},
+        /* the diagonal's per-warp bounds (attention.lua warp_sees, warp_whole): seq_k - seq_q = 33 puts a warp's last
+         * row one key into a key tile (d64's 32-row warps; d128's 16-row warps with 16-key tiles, here an unbounded
+         * window's: the plain d128 kernel's 32-key tiles do not skip), 30 its first row one key short of a tile's end;
+         * a window of 62 keys the last row's first key one past a tile's start (d32: 32-row warps) */
+        {"attention dtype=bf16 head_dim=64 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true window=true path=mma", 150, 183, 1, 1, 0, -1, -1, 0, 0},
+        {"attention dtype=bf16 head_dim=64 causal=true path=mma", 100, 130, 1, 1, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=32 causal=true window=true path=mma", 150, 150, 1, 1, 0, 62, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TEST_BEGIN(cases[i].spec);
@@ -625,7 +633,10 @@ static void estimate(void) {
  * 768 queries x 512 keys, one head: varlen (one packed sequence), the paged KV cache (one full entry, pages of 64),
  * dropout (p = 0.1), and the dense causal kernel beside them (the keys' own cost). Their tiles are the plain kernel's
  * at d64 and the 16-key ones at d128 (attn_f16scaled.lua TILES_HEAVY), against f16's own tiles for the key; `bound`
- * is the larger figure measured (hot loop, tile loop) plus 3 %, so a change that costs these kernels fails here. */
+ * is the tile loop's figure measured plus 3 %, so a change that costs these kernels fails here (issue 28's 1.25 where
+ * that is met). The hot loop (blocks run at least half as often as the hottest) is printed, not bounded: with the
+ * diagonal's per-warp skip (attention.lua warp_sees) the hottest blocks of a causal kernel are the diagonal's
+ * staging, which every warp runs, and the blocks with mma can fall out of it (0 mma: printed as 0). */
 static void estimate_keys(void) {
     static const int one_q[] = {768}, one_k[] = {512};
     static const struct {
@@ -633,9 +644,9 @@ static void estimate_keys(void) {
         int d;
         double bound;
     } rows[] = {
-        {"causal=true", 64, 1.52}, {"causal=true varlen=true", 64, 1.52}, {"causal=true paged=true", 64, 1.56},
-        {"causal=true dropout=true", 64, 1.40}, {"causal=true", 128, 1.77}, {"causal=true varlen=true", 128, 2.03},
-        {"causal=true paged=true", 128, 2.13},
+        {"causal=true", 64, 1.25}, {"causal=true varlen=true", 64, 1.25}, {"causal=true paged=true", 64, 1.25},
+        {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.44}, {"causal=true varlen=true", 128, 1.64},
+        {"causal=true paged=true", 128, 1.72},
     };
     kiln_error err = {0};
     kiln_emu *pe = NULL;
@@ -669,9 +680,8 @@ static void estimate_keys(void) {
         }
         printf("  head_dim %d %s: T4 clocks bf16 / f16: hot loop %.0f / %.0f = %.3fx, tile loop %.0f / %.0f = %.3fx\n", rows[r].d,
                rows[r].keys, t[0][0], t[1][0], t[0][0] / t[1][0], t[0][1], t[1][1], t[0][1] / t[1][1]);
-        for (int w = 0; w < 2; w++)
-            CHECK(t[0][w] > 0 && t[1][w] > 0 && t[0][w] <= rows[r].bound * t[1][w], "%s: bf16 %.0f against f16 %.0f T4 clocks",
-                  w ? "tile loop" : "hot loop", t[0][w], t[1][w]);
+        CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= rows[r].bound * t[1][1], "tile loop: bf16 %.0f against f16 %.0f T4 clocks",
+              t[0][1], t[1][1]);
         TEST_END();
     }
     if (pe) kiln_emu_destroy(pe);
