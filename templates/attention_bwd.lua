@@ -217,9 +217,11 @@ local function build_prep(b, spec, cfg)
     if scaled then
       b:if_(scaled, function()
         local at = ri + rr
-        f16s.prep_row(b, lane, live, qb + rr * p.stride_qs, spec.dim, spec.head_dim, p.qh + at * spec.head_dim, p.qsf + at)
-        f16s.prep_row(b, lane, live, dob + rr * p.stride_douts, spec.vdim, spec.head_dim, p.doh + at * spec.head_dim,
-                      p.dosf + at)
+        -- (dO's row first: a row of either spanning more than 2^32 marks Q's factor)
+        local wide_o = f16s.prep_row(b, lane, live, dob + rr * p.stride_douts, spec.vdim, spec.head_dim,
+                                     p.doh + at * spec.head_dim, p.dosf + at)
+        f16s.prep_row(b, lane, live, qb + rr * p.stride_qs, spec.dim, spec.head_dim, p.qh + at * spec.head_dim, p.qsf + at,
+                      wide_o)
       end)
     end
     b:if_(b:and_(live, zero_acc), function()

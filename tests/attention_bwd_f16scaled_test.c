@@ -9,7 +9,8 @@
  * window, softcap, ALiBi and top-left causal on it, random and adversarial) and the T4 estimate that path is for,
  * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms);
  * varlen and dropout on the path (ragged batches, p 0.1 / 0.5, both, wide V and dO; KILN_F16S_KEYS_ONLY=1: those
- * cases alone) and their T4 estimate at head_dim 64 (KILN_D32_ESTIMATE_ONLY=varlen or =dropout). */
+ * cases alone) and their T4 estimate at head_dim 64 (KILN_D32_ESTIMATE_ONLY=varlen or =dropout); rows spanning more
+ * than 2^32 (Q and dO: the low parts' products; K and V, the deterministic dq: counted; KILN_F16S_SPAN_ONLY=1). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -152,11 +153,11 @@ typedef struct kcase {
     const int *lk;    /* varlen: the key lengths (NULL: rag_q) */
     double p;         /* dropout's p (0: no dropout) */
     int seq_q, seq_k; /* without varlen */
-    double wide;      /* varlen: V and dO as +-2^e, e in [-|wide|, |wide|] (the reference's wide_vdo); wide < 0: dv's
-                       * values are counted, not checked: a dO entry more than 2^32 below its row's largest loses bits
-                       * in its row's f16 (docs/attention.md's bound, 2^-38 n max P |dO_i|inf), which the bf16 path's
-                       * per-value bound does not hold where a key sees one or two queries (a causal edge, a
-                       * sequence of one row) */
+    double wide;      /* varlen: V and dO as +-2^e, e in [-wide, wide] (the reference's wide_vdo); at 20 a dO row
+                       * spans more than 2^32, and its entries below that reach dV through the low parts' products
+                       * (prep marks the row: lib/attn_bwd_f16scaled.lua lo_scan; wave 14 left 3 of 13568 dv values
+                       * beyond the bf16 path's per-value bound there, where a key sees one or two queries); wide < 0:
+                       * dv counted, not checked (dropout's dkdv has no low parts: lo_applies) */
     double softcap;
     int wl, wr;
 } kcase;
@@ -182,11 +183,11 @@ static const kcase kcases[] = {
     {32, 1, "causal=true window=true softcap=true alibi=true varlen=true dropout=true", 2, 1, NULL, 0.1, 0, 0, 0, 6, 40, 8},
     {32, 0, "causal=false varlen=true dropout=true", 2, 2, rag_k, 0.5, 0, 0, 0, 0, 0, 0},
     /* adversarial: V and dO spanning 2^-16..2^16 in the ragged batch (2^32: every entry exact in its row's scaled
-     * f16), then 2^-20..2^20 (wide = -20: dv is not held to the bf16 path's per-value bound, below) */
+     * f16), then 2^-20..2^20 (dO rows spanning more than 2^32: their low parts) */
     {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 16, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, 16, 0, 0, 0},
     {32, 0, "causal=false varlen=true", 2, 1, rag_k, 0, 0, 0, 16, 0, 0, 0},
-    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, -20, 0, 0, 0},
+    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 20, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, -20, 0, 0, 0},
 };
 
@@ -242,8 +243,9 @@ static void keys_cases(void) {
         int race = i == 0 || i == 7 || i == 12 || i == 13;
         if (!race && attn_case_sampled_out(0, i)) continue;
         char name[320];
-        snprintf(name, sizeof name, "%s d%d %s heads %d:%d%s%s%s",
-                 kc->wide > 0 ? "adversarial (V, dO 2^-16..2^16)" : kc->wide < 0 ? "adversarial (V, dO 2^-20..2^20; dq, dk)" : "random",
+        char adv[64];
+        snprintf(adv, sizeof adv, "adversarial (V, dO 2^-%g..2^%g%s)", fabs(kc->wide), fabs(kc->wide), kc->wide < 0 ? "; dq, dk" : "");
+        snprintf(name, sizeof name, "%s d%d %s heads %d:%d%s%s%s", kc->wide ? adv : "random",
                  kc->d, kc->keys, kc->heads_q, kc->heads_kv, kc->det ? " deterministic" : "", kc->p > 0 ? kc->p > 0.2 ? " p=0.5" : " p=0.1" : "",
                  kc->lk ? " (keys 17, 1, 130, 70)" : strstr(kc->keys, "varlen") ? " (lengths 1, 17, 64, 130)" : "");
         TEST_BEGIN(name);
@@ -378,6 +380,7 @@ static void grads_free(float *g[3]) { free(g[0]), free(g[1]), free(g[2]); }
 /* The f16-scaled path's gradients (atomic and deterministic) against float64 within the bf16 path's error
  * model (kiln_attn_bwd_reference with P and dS rounded to bf16). Returns the largest error / max |ref|
  * over the three gradients in rel[3] (NULL: not wanted). */
+static int model_held = 7; /* the gradients check_model asserts (bits dq, dk, dv); the others' counts are printed */
 static void check_model(prob *a, const char *what, int det, double rel[3]) {
     float *g[3];
     grads_alloc(a, g);
@@ -393,8 +396,12 @@ static void check_model(prob *a, const char *what, int det, double rel[3]) {
             double worst = 0, max_abs = 0, maxr = 0, maxe = 0;
             char first[256] = "";
             long bad = kiln_attn_bwd_compare(KILN_F32, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
-            CHECK(bad == 0, "%s%s: %ld d%c values beyond the bf16 path's bound; first: %s", what, det ? " (deterministic)" : "",
-                  bad, "qkv"[t], first);
+            if (model_held >> t & 1)
+                CHECK(bad == 0, "%s%s: %ld d%c values beyond the bf16 path's bound; first: %s", what, det ? " (deterministic)" : "",
+                      bad, "qkv"[t], first);
+            else
+                printf("  (%s: d%c %ld of %zu values beyond the bf16 path's bound: not held, docs/attention.md)\n",
+                       det ? "deterministic" : "atomic", "qkv"[t], bad, n[t]);
             for (size_t i = 0; i < n[t]; i++) {
                 if (fabs(ref[t][i]) > maxr) maxr = fabs(ref[t][i]);
                 if (fabs(g[t][i] - ref[t][i]) > maxe) maxe = fabs(g[t][i] - ref[t][i]);
@@ -502,6 +509,55 @@ static void adversarial(void) {
         if (forward(&a)) {
             check_model(&a, name, 0, NULL);
             check_model(&a, name, 1, NULL);
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
+/* ---- rows spanning more than 2^32 (issue 28's "where exactness ends"): a Q, K, dO or V row with one column of
+ * 2^40 beside ordinary values, the other operand zero in that column, so the products hinge on the entries more
+ * than 2^32 below their row's largest (f16 holds 2^40 with its subnormals, exactly 2^32). d64, GQA 2:1, against
+ * the bf16 path's error model. 40 keys: a partial key block, the per-row body; 64: a whole block of one factor
+ * (lib/attn_bwd_f16scaled_d32.lua), whose marked tiles go to the per-row body. Q and dO rows are marked by prep
+ * and take the low parts' products in dkdv: held there, atomic and deterministic, but the deterministic dq kernel's
+ * dQ (it stages Q and dO itself: not held); K and V rows spanning 2^32 are not held anywhere (their counts are
+ * printed, atomic only: docs/attention.md "Rows spanning more than 2^32"). */
+static void span(void) {
+    static const struct {
+        const char *what;
+        char row; /* the spanning operand: q, k, o (dO), v */
+        int causal, seq_k;
+    } kinds[] = {
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 0, 40},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 1, 64},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 1, 40},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 0, 64},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 0, 40},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 1, 40},
+    };
+    for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
+        prob a;
+        int d = 64;
+        char row = kinds[kind].row;
+        prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        void *big = row == 'q' ? a.q : row == 'k' ? a.k : row == 'o' ? a.dout : a.v;
+        void *zero = row == 'q' ? a.k : row == 'k' ? a.q : row == 'o' ? a.v : a.dout;
+        size_t nbig = big == a.q ? a.nq : big == a.k ? a.nk : big == a.v ? a.nv : a.no;
+        size_t nzero = zero == a.q ? a.nq : zero == a.k ? a.nk : zero == a.v ? a.nv : a.no;
+        for (size_t i = 0; i < nbig; i += (size_t)d) set(big, i, (i / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
+        for (size_t i = 0; i < nzero; i += (size_t)d) set(zero, i, 0.0);
+        char name[256];
+        snprintf(name, sizeof name, "span d%d: %s", d, kinds[kind].what);
+        TEST_BEGIN(name);
+        if (forward(&a)) {
+            int held = row == 'q' || row == 'o';
+            model_held = held ? 7 : 0;
+            check_model(&a, name, 0, NULL);
+            model_held = 6; /* (the deterministic dq kernel: not held) */
+            if (held) check_model(&a, name, 1, NULL);
+            model_held = 7;
         }
         TEST_END();
         prob_free(&a);
@@ -955,6 +1011,12 @@ int main(void) {
         return 1;
     }
     uint64_t seed = 0x28b;
+    if (getenv("KILN_F16S_SPAN_ONLY")) { /* (the rows spanning more than 2^32 alone) */
+        span();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention bwd f16scaled");
+    }
     if (getenv("KILN_F16S_KEYS_ONLY")) { /* (the varlen and dropout cases alone: while planting bugs there) */
         keys_cases();
         kiln_emu_destroy(emu);

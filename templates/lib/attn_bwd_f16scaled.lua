@@ -38,6 +38,7 @@ local ATOP = 14 -- an A row's largest |a| is scaled into [2^ATOP, 2^(ATOP + 1))
 -- exponent is then 128 - ATOP, which keeps every factor below normal f32's range limits. The staged B rows
 -- (load) take finite maxima: an Inf there reaches only its own column's outputs.
 local CMIN = f16s.FLOOR - ATOP -- the running exponent's start (a row of zeros keeps it)
+local EXACT = -17 -- a bf16 value scaled to at least 2^EXACT is exact in f16 (8 significant bits)
 
 -- Whether this spec is bf16 on a target whose tensor cores take f16 only (sm_75).
 function M.applies(spec, target)
@@ -151,8 +152,10 @@ function M.ws_launch(t, w, rows, optional, varlen)
 end
 
 -- prep: writes query row `row` (live) of one tensor: a warp, 32 lanes a row; src the row (bf16, `dim`
--- real columns), dst the workspace row (f16, w wide), fdst its factor slot.
-function M.prep_row(b, lane, live, src, dim, w, dst, fdst)
+-- real columns), dst the workspace row (f16, w wide), fdst its factor slot. Returns whether the row spans more
+-- than 2^32 (below); other (nil: none) is the same for the query row's dO row: the query row's mark, either row's,
+-- goes into Q's factor (stored negative), dO's stays positive.
+function M.prep_row(b, lane, live, src, dim, w, dst, fdst, other)
   local zero = b:from_f32(0.0, "bf16")
   local vals = {}
   for c = 0, w // 32 - 1 do
@@ -164,10 +167,95 @@ function M.prep_row(b, lane, live, src, dim, w, dst, fdst)
   local mx = b:warp_max(f16s.local_max(b, vals, b:f32(0.0)), 32)
   local h = f16s.scale_of(b, mx)
   local out = f16s.convert(b, vals, f16s.pow2(b, h))
+  -- (the row's smallest nonzero finite |x|: a row spanning more than 2^32 is marked, its factor stored negative)
+  local mn = b:f32(math.huge)
+  for _, v in ipairs(vals) do
+    local a = b:abs(b:to_f32(v))
+    mn = b:min(mn, b:select(b:and_(b:gt(a, 0.0), b:lt(a, math.huge)), a, math.huge))
+  end
+  mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - mn, 32)
+  local marked = b:lt((b:bits(mn) >> 23) - 127 + h, EXACT)
   b:if_(live, function()
     for c = 0, w // 32 - 1 do b:store(dst + (lane + 32 * c), out[c + 1]) end
-    b:if_(b:eq(lane, 0), function() b:store(fdst, f16s.pow2(b, -h)) end)
+    b:if_(b:eq(lane, 0), function()
+      local f = f16s.pow2(b, -h)
+      b:store(fdst, other and b:select(b:or_(marked, other), b:f32(0.0) - f, f) or f)
+    end)
   end)
+  return marked
+end
+
+-- ---- rows spanning more than 2^32: the low parts (docs/attention.md, "Rows spanning more than 2^32") ----
+-- prep marks a query row whose Q or dO row has its smallest nonzero finite |x| scaled below 2^EXACT (more than
+-- 2^32 below its largest: entries f16 cannot hold exactly) by storing Q's factor negative; the dkdv kernels
+-- read its magnitude. Once a head (lo_scan, outside the tile loop) a dkdv block asks whether any row it visits
+-- is marked; if so every tile of that head adds each product's low part on a branch every thread of the block
+-- takes (head_dim 32's and 64's blocks of one factor run such a head on the per-row body): the row's
+-- x 2^h - f16(x 2^h), times 2^LO, rounded to f16 (lo_rows: from the bf16 input, into the tile `lo`), through a
+-- second m16n8k8 on accumulators scaled up by 2^LO and back (exact powers of two; |acc| 2^LO stays below
+-- 2^102). Entries more than 2^(32 + LO) below their row's largest remain lost. K's and V's rows (staged by dkdv
+-- itself) and the deterministic dq kernel's own Q and dO staging have no low part (docs/attention.md).
+M.LO = 40
+
+-- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
+-- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 16-72 bytes):
+-- dropout, varlen at the tile widths 96 and 128, window, softcap and ALiBi together, and the deterministic dkdv at
+-- the tile width 128. Those keep the documented bound (a marked row's small entries lost; they read the factors'
+-- magnitudes).
+function M.lo_applies(spec)
+  return spec.kernel == "dkdv" and not spec.dropout and not (spec.varlen and spec.head_dim >= 96)
+    and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
+end
+
+-- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every
+-- thread of the block gets the answer (a shared slot a head, two alternating with the head's parity gi so that
+-- the scan's second barrier orders the next head's clearing; a head takes no other barrier when it has no tile).
+-- Once a head, outside the tile loop: the tiles of a marked head add the low parts, the others pay a branch.
+function M.lo_scan(b, sh, p, ri, q_start, q_end, gi, threads)
+  local slot = gi & 1
+  local tid = b:tid()
+  b:if_(b:eq(tid, 0), function() b:store(sh.lomark + (slot ~ 1), 0.0) end)
+  local any = b:var("i32", 0)
+  local U = 4 -- (rows a thread reads an iteration: one iteration up to 4 x threads rows; a row past q_end reads q_start's)
+  b:for_(q_start + tid, q_end, U * threads, function(row)
+    local x = any:get()
+    for u = 0, U - 1 do
+      local at = row + u * threads
+      x = x | b:bits(b:load(p.qsf + (ri + b:i64(b:select(b:lt(at, q_end), at, q_start)))))
+    end
+    any:set(x)
+  end)
+  b:if_(b:lt(any:get(), 0), function() b:store(sh.lomark + slot, 1.0) end)
+  b:barrier()
+  return b:gt(b:load(sh.lomark + slot), 0.0)
+end
+
+-- Writes the low parts of rows [row0, row0 + rows) of a bf16 [seq, d] slice (src, row stride `stride`) into
+-- the f16 tile dst (row stride cfg.ld), each row's 2^h from fsrc + r (2^-h, the magnitude); rows past seq,
+-- columns past spec.dim and non-finite entries give 0.
+function M.lo_rows(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fsrc)
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
+  local tid = b:tid()
+  local zero = b:from_f32(0.0, "f16")
+  local up = f16s.pow2(b, M.LO)
+  for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
+    local item = tid + it * threads
+    local r, c = item // cpr, item % cpr
+    local put = function()
+      local use = b:lt(row0 + r, seq)
+      if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
+      local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
+      local f = f16s.pow2(b, 127 - (b:bits(b:load(fsrc + r)) >> 23)) -- 2^h from 2^-h
+      local out = {}
+      for i = 1, 8 do
+        local x = b:to_f32(v[i]) * f
+        local lo = (x - b:to_f32(b:from_f32(x, "f16"))) * up
+        out[i] = b:select(b:and_(use, b:lt(b:abs(x), math.huge)), b:from_f32(lo, "f16"), zero)
+      end
+      b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
+    end
+    if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), put) else put() end
+  end
 end
 
 -- dkdv: copies rows [row0, row0 + rows) of a workspace slice src (f16, w wide) into the tile dst (row

@@ -294,6 +294,9 @@ end
 -- per-row body). c: the kernel's context (lib/attn_bwd_mma.lua build_dkdv; c.slope2: the head's ALiBi slope).
 function M.query_loop(b, c, ri, q_start, q_end, slow_tile)
   local spec = c.spec
+  -- (a head holding a Q or dO row that spans more than 2^32, c.lo_marked: every tile on the per-row body, which
+  -- adds the low parts' products: lib/attn_bwd_f16scaled.lua lo_scan)
+  if c.lo_marked then c = setmetatable({ fast = b:and_(c.fast, b:not_(c.lo_marked)) }, { __index = c }) end
   if not c.mk then
     b:if_(c.fast, function()
       b:for_(q_start, q_end, c.bm, function(q0)
@@ -361,6 +364,7 @@ function M.tile(b, c, ri, q0, masked, sl, wclean)
     local r = b:i64(b:select(live, row, 0))
     local lse2 = b:load(p.lse + ri + r) * LOG2E
     local qf, of = b:load(p.qsf + ri + r), b:load(p.dosf + ri + r)
+    if not cfg.lo then qf = b:abs(qf) end -- (a marked row's Q factor is negative: lib/attn_bwd_f16scaled.lua lo_applies)
     local eo = exponent(b, of) -- (of = 2^eo, a normal power of two)
     b:store(sh.cF + tid, qf * c.fscale)
     local nL = b:select(live, b:f32(eo) - lse2, -math.huge)

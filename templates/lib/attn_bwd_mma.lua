@@ -109,6 +109,8 @@ function M.config(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd = bm, bn, ld, ldd
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
+  -- (f16-scaled: the low parts of a query tile's rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua)
+  if cfg.f16s and f16s.lo_applies(spec) then cfg.lo, bytes = true, bytes + bm * ld * 2 + 2 * 4 end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   cfg.passes = passes.passes(spec, target)
@@ -122,7 +124,9 @@ local function alloc(b, spec, cfg)
   local es = util.dtype_bytes[dt]
   local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
   if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
+  if cfg.lo then halves[#halves + 1] = { "lo", bm * ld } end
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
+  if cfg.lo then floats[#floats + 1] = { "lomark", 2 } end
   if cfg.f16s then
     for _, f in ipairs(f16s.floats(spec, cfg)) do floats[#floats + 1] = f end
   end
@@ -253,6 +257,9 @@ function M.build_dkdv(b, spec, cfg, p, io)
   end
   if cfg.cp_async then b:cp_async_commit() end
   if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
+  if cfg.lo then -- (the heads' mark slots: lib/attn_bwd_f16scaled.lua lo_scan)
+    b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
+  end
 
   -- (padded head_dim: the products stop at the 16-column step holding spec.dim; the rest are zeros)
   local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
@@ -302,6 +309,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
       local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
       local ri = io.row_index(bi, h)
       local slope2 = spec.alibi and mask.slope(hooks.mask, h)
+      -- (a head holding a Q or dO row spanning more than 2^32: its tiles add the low parts' products)
+      local marked = cfg.lo and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
       local function tile(q0)
         b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
         if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
@@ -317,13 +326,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
           local r = b:i64(b:select(b:lt(row, p.seq_q), row, 0))
           b:store(sh.lse2 + tid, b:load(p.lse + ri + r) * LOG2E)
           b:store(sh.dl + tid, b:load(p.delta + ri + r))
-          if fs then
-            b:store(sh.qf + tid, b:load(p.qsf + ri + r))
+          if fs then -- (prep stores a marked row's Q factor negative: its magnitude here)
+            b:store(sh.qf + tid, b:abs(b:load(p.qsf + ri + r)))
             b:store(sh.of + tid, b:load(p.dosf + ri + r))
           end
         end)
         if cfg.cp_async then b:cp_async_wait(0) end
         b:barrier()
+        -- (a marked tile: the tile `lo` holds the low parts of Q's or dO's rows, `held` says which)
+        local held
+        local function fill_lo(which)
+          if held == which then return end
+          if held then b:barrier() end -- (every warp done with the other)
+          if which == "q" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, sh.lo, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+          else fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, dob, p.stride_douts, q0, bm, p.seq_q, sh.of) end
+          b:barrier()
+          held = which
+        end
         local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
         if fs then
           for hh = 0, 1 do
@@ -344,6 +363,48 @@ function M.build_dkdv(b, spec, cfg, p, io)
               local o1, o2 = frag_bn(b, sh.dos, ld, lane, jp * 16, kk * 16)
               dp[2 * jp] = b:mma(mdt, av, o1, dp[2 * jp])
               dp[2 * jp + 1] = b:mma(mdt, av, o2, dp[2 * jp + 1])
+            end
+          end
+        end
+        if cfg.lo then -- S^T += K (Q's low part)^T 2^-LO, dP^T += V (dO's low part)^T 2^-LO: a marked tile
+          local sv, dpv = {}, {}
+          for j = 0, nq - 1 do
+            sv[j], dpv[j] = {}, {}
+            for e = 1, 4 do
+              sv[j][e] = b:var("f32", 0.0)
+              sv[j][e]:set(s[j][e])
+              if pass.dk then
+                dpv[j][e] = b:var("f32", 0.0)
+                dpv[j][e]:set(dp[j][e])
+              end
+            end
+          end
+          b:if_(marked, function()
+            local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+            for _, x in ipairs(pass.dk and { { "q", sh.ks, sv }, { "o", sh.vs, dpv } } or { { "q", sh.ks, sv } }) do
+              fill_lo(x[1])
+              local acc = {}
+              for j = 0, nq - 1 do
+                acc[j] = {}
+                for e = 1, 4 do acc[j][e] = x[3][j][e]:get() * up end
+              end
+              for kk = 0, kd - 1 do
+                local a = frag_a(b, x[2], ld, lane, warp * 16, kk * 16)
+                for jp = 0, nq // 2 - 1 do
+                  local l1, l2 = frag_bn(b, sh.lo, ld, lane, jp * 16, kk * 16)
+                  acc[2 * jp] = b:mma(mdt, a, l1, acc[2 * jp])
+                  acc[2 * jp + 1] = b:mma(mdt, a, l2, acc[2 * jp + 1])
+                end
+              end
+              for j = 0, nq - 1 do
+                for e = 1, 4 do x[3][j][e]:set(acc[j][e] * down) end
+              end
+            end
+          end)
+          for j = 0, nq - 1 do
+            for e = 1, 4 do
+              s[j][e] = sv[j][e]:get()
+              if pass.dk then dp[j][e] = dpv[j][e]:get() end
             end
           end
         end
@@ -397,6 +458,37 @@ function M.build_dkdv(b, spec, cfg, p, io)
             local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
             for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
           end
+        end
+        if cfg.lo then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
+          b:if_(marked, function()
+            local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+            local order = {}
+            if pass.dv then order[#order + 1] = { "o", dv, aps } end
+            if pass.dk then
+              if held == "q" then table.insert(order, 1, { "q", dk, adss }) else order[#order + 1] = { "q", dk, adss } end
+            end
+            for _, x in ipairs(order) do
+              fill_lo(x[1])
+              local accv, af = x[2], x[3]
+              for j = 0, dtiles - 1 do
+                for e = 1, 4 do accv[j][e]:set(accv[j][e]:get() * up) end
+              end
+              for ks = 0, nq // 2 - 1 do
+                for jd = 0, dtiles // 2 - 1 do
+                  local l1, l2 = frag_bk(b, sh.lo, ld, lane, ks * 16, jd * 16)
+                  for xx = 0, 1 do
+                    local j = 2 * jd + xx
+                    local r = b:mma(mdt, af[ks], xx == 0 and l1 or l2,
+                                    { accv[j][1]:get(), accv[j][2]:get(), accv[j][3]:get(), accv[j][4]:get() })
+                    for e = 1, 4 do accv[j][e]:set(r[e]) end
+                  end
+                end
+              end
+              for j = 0, dtiles - 1 do
+                for e = 1, 4 do accv[j][e]:set(accv[j][e]:get() * down) end
+              end
+            end
+          end)
         end
         for ks = 0, nq // 2 - 1 do
           local ap = pass.dv and (aps[ks] or c_to_a(b, s, ks, dt))
@@ -465,7 +557,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
           end
         end
       end
-      if cx then cx.slope2 = slope2 end -- (this head's)
+      if cx then cx.slope2, cx.lo_marked = slope2, marked end -- (this head's)
       if cfg.d32 then d32.query_loop(b, cx, ri, q_start, q_end, tile) else b:for_(q_start, q_end, bm, tile) end
     end)
 
