@@ -213,6 +213,7 @@ struct emu_thread {
     int state;        /* EMU_READY, EMU_WAITING, EMU_EXITED */
     int wait_site;    /* the site it waits at, -1 if none */
     int wait_bar;     /* the barrier it waits at, -1 if none */
+    const void *wait_obj; /* asleep (emu_sleep_on): what it waits for (an mbarrier), NULL if unnamed */
     uint64_t clock;
     unsigned char in[EMU_MAX_ARGS * EMU_SLOT]; /* the arguments of its pending collective */
     unsigned char out[EMU_MAX_RET];            /* the result the collective gives it */
@@ -252,6 +253,10 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn);
 /* The caller sleeps until emu_wake_sleepers (then re-checks what it waits for); a block whose
  * threads all sleep or wait is reported as a deadlock naming their sites. */
 void emu_sleep(emu_call *c);
+/* The same, naming what it waits for (an mbarrier's address), so the scheduler can tell who awaits what. */
+void emu_sleep_on(emu_call *c, const void *obj);
+/* Whether a thread of the block sleeps waiting for obj (emu_sleep_on). */
+bool emu_block_awaits(const emu_block *b, const void *obj);
 void emu_wake_sleepers(emu_block *b);
 kiln_status emu_block_create(emu_block **out, kiln_error *err);
 void emu_block_destroy(emu_block *b);
@@ -332,7 +337,9 @@ void emu_tma_guard(emu_block *b, const void *p, size_t size, const char *what);
 void emu_tma_phase_done(const unsigned char *bar);
 /* Lands the oldest copy in flight to bar (a waiter needs it); false if there is none. Faults on a rule. */
 bool emu_tma_land_for(emu_call *c, const unsigned char *bar);
-/* The scheduler found no thread to run: lands the oldest copy in flight; 1 landed, 0 none, -1 msg. */
+/* The scheduler found no thread to run: lands the oldest copy in flight whose mbarrier a sleeping thread
+ * waits on, else the oldest of all (copies nobody waits for land last: a consumer that reads a stage
+ * without waiting on its mbarrier finds it in flight); 1 landed, 0 none, -1 msg. */
 int emu_tma_land_oldest(emu_block *b, char *msg, size_t size);
 /* Every thread exited: true if no copy is unfinished, else false and msg. */
 bool emu_tma_block_end(emu_block *b, char *msg, size_t size);

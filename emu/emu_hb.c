@@ -1,5 +1,6 @@
 /* emu/emu_hb.c - the `race` mode's happens-before checker for shared memory: a vector clock per thread
- * (and one for the TMA unit), ordered by the synchronization the emulator runs (barriers with their
+ * (and one for the TMA unit per mbarrier its copies complete on: a copy's writes are ordered only through
+ * its own mbarrier's phases, as each copy completes independently), ordered by the synchronization the emulator runs (barriers with their
  * participants, warp syncs, mbarrier phases, cp.async waits), and a shadow of every shared byte holding
  * its last write and the reads (or atomics) since, each with the thread, its epoch and its site. Two
  * accesses to a byte from different threads, at least one a plain write (or a plain access against an
@@ -33,14 +34,20 @@ typedef struct hb_byte {
     hb_ep r[HB_INLINE_READS];
 } hb_byte;
 
-/* An mbarrier's releases: the arrivals of its current phase, and of the last completed phase of each parity. */
+/* An mbarrier's releases: the arrivals of its current phase, and of the last completed phase of each parity;
+ * tma: the TMA unit's slot of the copies that complete on it (-1: none yet). */
 typedef struct hb_mbar {
     size_t off;
     uint32_t *cur, *done[2];
+    int tma;
 } hb_mbar;
 
+/* The TMA unit's clocks: one per mbarrier that copies complete on, in the order they first land; past
+ * EMU_HB_TMA_UNITS mbarriers they share clocks (i mod EMU_HB_TMA_UNITS: more ordering, never a false race). */
+#define EMU_HB_TMA_UNITS 16
+
 struct emu_hb {
-    unsigned nthreads, nslots; /* slot nthreads: the TMA unit (async proxy); then each warpgroup's wgmma */
+    unsigned nthreads, nslots; /* slots nthreads..+EMU_HB_TMA_UNITS-1: the TMA unit (async proxy) per mbarrier; then each warpgroup's wgmma */
     uint32_t *vc;              /* nslots x nslots: vc[t * nslots + u] = what thread t knows of u's clock */
     uint32_t *bar, *bar_done;  /* EMU_HB_BARRIERS x nslots: releases into each barrier's phase, its last completed phase */
     hb_byte *shadow;
@@ -53,6 +60,8 @@ struct emu_hb {
     size_t nfree, capfree;
     hb_mbar *mb;
     size_t nmb, capmb;
+    size_t tma_off[EMU_HB_TMA_UNITS]; /* the first mbarrier of each TMA slot */
+    unsigned ntma;                    /* mbarriers given a TMA slot so far */
 };
 
 #define EMU_HB_BARRIERS 16
@@ -73,7 +82,7 @@ void emu_hb_destroy(emu_hb *h) {
 }
 
 bool emu_hb_begin(emu_hb *h, unsigned nthreads, size_t shared_bytes) {
-    unsigned ns = nthreads + 1 + (nthreads + 127) / 128; /* the threads, the TMA unit, each warpgroup's wgmma */
+    unsigned ns = nthreads + EMU_HB_TMA_UNITS + (nthreads + 127) / 128; /* the threads, the TMA unit's, each warpgroup's wgmma */
     if (ns != h->nslots) {
         free(h->vc), free(h->bar), free(h->bar_done), free(h->pool), free(h->pool_what);
         h->vc = malloc((size_t)ns * ns * sizeof *h->vc);
@@ -101,7 +110,7 @@ bool emu_hb_begin(emu_hb *h, unsigned nthreads, size_t shared_bytes) {
     for (unsigned t = 0; t < ns; t++) h->vc[(size_t)t * ns + t] = 1;
     memset(h->bar, 0, (size_t)EMU_HB_BARRIERS * ns * sizeof *h->bar);
     memset(h->bar_done, 0, (size_t)EMU_HB_BARRIERS * ns * sizeof *h->bar_done);
-    h->npool = 0, h->nfree = 0;
+    h->npool = 0, h->nfree = 0, h->ntma = 0;
     free_mbars(h);
     return true;
 }
@@ -158,6 +167,7 @@ static hb_mbar *mbar_at(emu_hb *h, size_t off, bool create) {
     }
     hb_mbar *m = &h->mb[h->nmb];
     m->off = off;
+    m->tma = -1;
     m->cur = calloc(h->nslots, sizeof *m->cur);
     m->done[0] = calloc(h->nslots, sizeof *m->cur);
     m->done[1] = calloc(h->nslots, sizeof *m->cur);
@@ -206,11 +216,15 @@ static const char *kind_name(int kind) {
     return is_write(kind) ? "write" : kind == EMU_HB_ATOMIC ? "atomic" : "read";
 }
 
-/* Names a slot: "thread (x,y,z)" or the TMA unit. */
-static void slot_name(const emu_block *b, unsigned slot, unsigned nthreads, char *buf, size_t size) {
+/* Names a slot: "thread (x,y,z)", the TMA unit of an mbarrier or a warpgroup's wgmma. */
+static void slot_name(const emu_block *b, const emu_hb *h, unsigned slot, char *buf, size_t size) {
+    unsigned nthreads = h->nthreads;
     if (slot >= nthreads) {
-        if (slot == nthreads) snprintf(buf, size, "the TMA unit");
-        else snprintf(buf, size, "warpgroup %u's wgmma", slot - nthreads - 1);
+        unsigned u = slot - nthreads;
+        if (u < EMU_HB_TMA_UNITS)
+            snprintf(buf, size, "the TMA unit (mbarrier at shared offset %zu%s)", h->tma_off[u],
+                     h->ntma > EMU_HB_TMA_UNITS ? " and others sharing its clock" : "");
+        else snprintf(buf, size, "warpgroup %u's wgmma", u - EMU_HB_TMA_UNITS);
         return;
     }
     unsigned dims[3], ctaid[3], nctaid[3];
@@ -220,19 +234,22 @@ static void slot_name(const emu_block *b, unsigned slot, unsigned nthreads, char
 
 static _Noreturn void race(emu_block *b, emu_hb *h, size_t off, unsigned slot, int kind, const char *what,
                            unsigned other, uint32_t other_clk, const char *other_kind, const char *other_what) {
-    char me[48], them[48];
-    slot_name(b, slot, h->nthreads, me, sizeof me);
-    slot_name(b, other, h->nthreads, them, sizeof them);
+    char me[96], them[96];
+    slot_name(b, h, slot, me, sizeof me);
+    slot_name(b, h, other, them, sizeof them);
     size_t dyn = emu_shared_dynamic_offset(b);
     char where[96];
     if (off < dyn) snprintf(where, sizeof where, "shared offset %zu (static shared memory)", off);
     else snprintf(where, sizeof where, "shared offset %zu (byte %zu of dynamic shared memory)", off, off - dyn);
     bool in_flight = !strncmp(other_kind, "cp.async", 8);
+    bool tma = other >= h->nthreads && other - h->nthreads < EMU_HB_TMA_UNITS;
     emu_fault(b, "kernel %s: shared-memory race at %s: %s %s (epoch %u) `%s`, unordered with %s's earlier %s (epoch "
                  "%u) `%s`; %s",
               emu_block_kernel(b), where, me, kind_name(kind), clocks(h, slot)[slot], what, them, other_kind, other_clk,
               other_what ? other_what : "?",
               in_flight ? "the copy may land at any time until its issuer's cp.async wait"
+              : tma     ? "only a wait on that mbarrier's phase (or what a waiter on it releases) orders a TMA copy's "
+                          "write; another mbarrier's phase does not"
                         : "no barrier, warp sync, mbarrier phase or cp.async wait orders them");
 }
 
@@ -373,7 +390,7 @@ static void record_write(emu_hb *h, unsigned slot, size_t off, size_t size, cons
     }
 }
 
-unsigned emu_hb_wgmma_slot(const emu_hb *h, unsigned wg) { return h->nthreads + 1 + wg; }
+unsigned emu_hb_wgmma_slot(const emu_hb *h, unsigned wg) { return h->nthreads + EMU_HB_TMA_UNITS + wg; }
 
 void emu_hb_unit_epoch(emu_hb *h, unsigned unit, uint32_t epoch) { clocks(h, unit)[unit] = epoch; }
 
@@ -382,9 +399,19 @@ void emu_hb_unit_acquire(emu_hb *h, unsigned slot, unsigned unit, uint32_t epoch
     if (c[unit] < epoch) c[unit] = epoch;
 }
 
+/* A copy landed: its bytes are the write of the TMA unit's slot of its mbarrier, released into that
+ * mbarrier's phase only (acquiring another mbarrier does not order it, even one whose copy landed later). */
 void emu_hb_tma_landed(emu_hb *h, size_t bar_off, size_t off, size_t size, const char *what) {
-    unsigned slot = h->nthreads;
-    record_write(h, slot, off, size, what);
     hb_mbar *m = mbar_at(h, bar_off, true);
+    unsigned u = 0;
+    if (m) {
+        if (m->tma < 0) {
+            if (h->ntma < EMU_HB_TMA_UNITS) h->tma_off[h->ntma] = bar_off;
+            m->tma = (int)(h->ntma++ % EMU_HB_TMA_UNITS);
+        }
+        u = (unsigned)m->tma;
+    }
+    unsigned slot = h->nthreads + u;
+    record_write(h, slot, off, size, what);
     if (m) release(h, slot, m->cur);
 }

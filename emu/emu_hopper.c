@@ -148,7 +148,7 @@ static void h_mb_try_wait_parity(emu_call *c) {
         mb_load(c, p, &m);
         if (m.phase != parity) break;
         if (emu_tma_land_for(c, p)) continue; /* emu_tma.c: a copy it waits for lands now */
-        emu_sleep(c);
+        emu_sleep_on(c, p); /* (the scheduler lands the copies of awaited mbarriers first) */
     }
     emu_hb *hb = emu_block_hb(c->blk);
     if (hb) emu_hb_mbar_acquire(hb, (size_t)(p - emu_shared_base(c->blk)), parity, c->t->id);

@@ -266,9 +266,21 @@ static void barrier_exit(emu_block *b, emu_thread *t) {
 
 enum { WAIT_ASYNC = -2 }; /* wait_bar of a thread asleep in emu_sleep */
 
-void emu_sleep(emu_call *c) {
+void emu_sleep_on(emu_call *c, const void *obj) {
     c->t->wait_bar = WAIT_ASYNC;
+    c->t->wait_obj = obj;
     wait_here(c->blk, c->t, c->site_index);
+    c->t->wait_obj = NULL;
+}
+
+void emu_sleep(emu_call *c) { emu_sleep_on(c, NULL); }
+
+bool emu_block_awaits(const emu_block *b, const void *obj) {
+    for (unsigned i = 0; i < b->nthreads; i++) {
+        const emu_thread *t = &b->threads[i];
+        if (t->state == EMU_WAITING && t->wait_bar == WAIT_ASYNC && t->wait_obj == obj) return true;
+    }
+    return false;
 }
 
 void emu_wake_sleepers(emu_block *b) {
@@ -552,6 +564,7 @@ static void reset_block(emu_block *b) {
         t->state = EMU_READY;
         t->wait_site = -1;
         t->wait_bar = -1;
+        t->wait_obj = NULL;
         t->clock = 0;
         emu_fiber_reset(&t->fiber, fiber_main);
     }

@@ -1,6 +1,6 @@
 /* emu/emu_tma.c - TMA copies in flight on the emulator: cp.async.bulk.tensor reads its box at issue but
  * lands it, and completes its bytes on the mbarrier, only when a waiter or the scheduler needs it (as late
- * as the PTX ISA allows); until the phase it completed on completes, any access to its destination is a
+ * as the PTX ISA allows; the scheduler lands the copies of mbarriers a thread sleeps on first); until the phase it completed on completes, any access to its destination is a
  * race, and a copy that overruns its phase's expected bytes (a short expect-tx) is a fault. */
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,6 +128,8 @@ bool emu_tma_land_for(emu_call *c, const unsigned char *bar) {
 }
 
 int emu_tma_land_oldest(emu_block *b, char *msg, size_t size) {
+    for (unsigned i = 0; i < ncopies; i++) /* first what a sleeping thread waits for */
+        if (copies[i].dst && !copies[i].landed && emu_block_awaits(b, copies[i].bar)) return land(b, i, msg, size) ? 1 : -1;
     for (unsigned i = 0; i < ncopies; i++)
         if (copies[i].dst && !copies[i].landed) return land(b, i, msg, size) ? 1 : -1;
     return 0;

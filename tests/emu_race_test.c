@@ -1,8 +1,8 @@
 /* tests/emu_race_test.c - the emulator's race mode (kiln_emu_launch.race, emu/emu_hb.c): planted kernels whose
  * shared-memory races it must report (a missing barrier before another warp's read, a write-after-read that
  * leaves the same bytes, where `twice` sees nothing, a named barrier with too few participants, an mbarrier
- * arrival before the write it should publish, a warp reading another lane's store without a warp sync), the
- * same kernels synchronized running clean, one representative case per kernel family with the mode on, and the
+ * arrival before the write it should publish, a warp reading another lane's store without a warp sync, a TMA
+ * stage read after waiting on another stage's mbarrier), the same kernels synchronized running clean, one representative case per kernel family with the mode on, and the
  * mode's cost (time per case on and off). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +14,7 @@
 #include "kiln/emu.h"
 #include "kiln/emu_case.h"
 #include "kiln/gen.h"
+#include "kiln/tensor_map.h"
 
 #define SM90A (KILN_SM_ARCH + 90)
 
@@ -84,6 +85,45 @@ static const char *racy_lua =
     "      if bug == 0 then v = b:shfl('idx', v, 0) end\n"
     "      b:store(p.y + t, b:load(x + (31 - t)) + v * 0.0)\n"
     "    end)\n"
+    "  end\n"
+    "end\nreturn K\n";
+
+/* tmarace: 96 threads; thread 64 (the producer) announces 128 bytes on each of two mbarriers and issues a TMA
+ * copy of one 32-float row into each of two stages (stage s completes on mbarrier s); warp 0 waits on both
+ * mbarriers and copies both stages to y[0..63]. helper=1: warp 1 also waits on mbarrier 0 and copies stage 0
+ * to y[64..95]. bug=1: warp 0 waits on mbarrier 1 only (stage 0 read without waiting on its own barrier).
+ * Without the helper, the scheduler must land stage 1's copy (warp 0 waits for it) before stage 0's, so the
+ * read finds stage 0 in flight; with it, stage 0 lands first for warp 1 and only the race mode's per-mbarrier
+ * clocks of the TMA unit see that nothing orders its write before warp 0's read. */
+static const char *tmarace_lua =
+    "local K = { params = {\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 1 },\n"
+    "  { name = 'helper', type = 'int', default = 0, min = 0, max = 1 } } }\n"
+    "function K.config(spec, t) return { block = 96, grid_tile = 1, arch_specific = t.arch } end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
+    "  local data = b:shared('f32', 64, 128)\n"
+    "  local bars = b:shared('f32', 4, 8)\n"
+    "  local t = b:tid()\n"
+    "  b:if_(b:eq(t, 0), function() for s = 0, 1 do b:mbarrier_init(bars + 2 * s, 1) end end)\n"
+    "  b:barrier()\n"
+    "  b:if_(b:eq(t, 64), function()\n"
+    "    for s = 0, 1 do\n"
+    "      b:mbarrier_arrive(bars + 2 * s, { tx = b:i32(128) })\n"
+    "      b:tma_load(data + 32 * s, p.tm, { 0, s }, bars + 2 * s)\n"
+    "    end\n"
+    "  end)\n"
+    "  b:if_(b:lt(t, 32), function()\n"
+    "    if spec.bug == 0 then b:mbarrier_wait(bars, 0) end\n"
+    "    b:mbarrier_wait(bars + 2, 0)\n"
+    "    b:store(p.y + t, b:load(data + t))\n"
+    "    b:store(p.y + (t + 32), b:load(data + (t + 32)))\n"
+    "  end)\n"
+    "  if spec.helper == 1 then\n"
+    "    b:if_(b:ge(t, 32), function() b:if_(b:lt(t, 64), function()\n"
+    "      b:mbarrier_wait(bars, 0)\n"
+    "      b:store(p.y + (t + 32), b:load(data + (t - 32)))\n"
+    "    end) end)\n"
     "  end\n"
     "end\nreturn K\n";
 
@@ -159,6 +199,73 @@ static void test_plants(void) {
     }
 }
 
+enum { TMAR_W = 32, TMAR_H = 2 };
+
+/* Runs tmarace with bug and helper (race: the race mode on); *bad counts wrong outputs of those it writes. */
+static kiln_status run_tmarace(int bug, int helper, int race, long *bad, kiln_error *err) {
+    char spec[64];
+    snprintf(spec, sizeof spec, "tmarace bug=%d helper=%d", bug, helper);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, plant_gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    static float x[TMAR_W * TMAR_H], y[96];
+    for (int i = 0; i < TMAR_W * TMAR_H; i++) x[i] = (float)(i * 5 + 2);
+    for (int i = 0; i < 96; i++) y[i] = -1.0f;
+    static _Alignas(64) kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    m.magic = KILN_TMAP_MAGIC, m.elem_bytes = 4, m.rank = 2;
+    m.base = (uint64_t)(uintptr_t)x;
+    m.dims[0] = TMAR_W, m.dims[1] = TMAR_H, m.dims[2] = 1;
+    m.strides[0] = TMAR_W * 4, m.strides[1] = TMAR_W * TMAR_H * 4;
+    m.box[0] = TMAR_W, m.box[1] = 1, m.box[2] = 1;
+    void *py = y, *args[] = {&py, &m};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {96, 1, 1}, .race = race}; /* (x is no argument: no arg_bytes) */
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int i = 0; i < (helper ? 96 : 64); i++) *bad += y[i] != x[i % 64];
+    kiln_emu_kernel_free(k);
+    return st;
+}
+
+/* A consumer reading a TMA stage after waiting on another stage's mbarrier (the ring's full barrier of the
+ * wrong stage): the plain mode's guard sees it when no other thread waits for the stage (the scheduler lands
+ * what is waited for first), the race mode also when another warp waits for it correctly. */
+static void test_tma_wrong_barrier(void) {
+    for (int helper = 0; helper <= 1; helper++)
+        for (int race = 0; race <= 1; race++) {
+            char name[240];
+            snprintf(name, sizeof name, "tmarace helper=%d: each stage read after its own mbarrier runs clean%s", helper,
+                     race ? " under race" : "");
+            TEST_BEGIN(name);
+            long bad = 0;
+            kiln_error err = {0};
+            kiln_status st = run_tmarace(0, helper, race, &bad, &err);
+            CHECK(st == KILN_OK, "%s", err.msg);
+            CHECK(st != KILN_OK || bad == 0, "%ld wrong outputs", bad);
+            TEST_END();
+
+            int caught = race || !helper;
+            snprintf(name, sizeof name, "tmarace bug=1 helper=%d (stage 0 read after waiting on stage 1's mbarrier%s): "
+                     "%s %s", helper, helper ? ", another warp waits on stage 0's" : "", race ? "race" : "the plain mode",
+                     caught ? "reports it" : "misses it (stage 0 landed and its phase completed for the other warp)");
+            TEST_BEGIN(name);
+            err = (kiln_error){0};
+            st = run_tmarace(1, helper, race, &bad, &err);
+            if (!caught) {
+                CHECK(st == KILN_OK && bad == 0, "status %d, %ld wrong: %s", (int)st, bad, err.msg);
+            } else if (helper) { /* only the happens-before checker: the TMA unit's write on mbarrier 0 */
+                CHECK(st == KILN_EEMU && strstr(err.msg, "shared-memory race at shared offset") &&
+                          strstr(err.msg, "the TMA unit (mbarrier at shared offset") && strstr(err.msg, "earlier write"),
+                      "status %d: %s", (int)st, err.msg);
+            } else { /* the guard: stage 0's copy still in flight when warp 0 reads it */
+                CHECK(st == KILN_EEMU && strstr(err.msg, "race: ") && strstr(err.msg, "which has not landed yet"),
+                      "status %d: %s", (int)st, err.msg);
+            }
+            if (getenv("KILN_TEST_VERBOSE")) printf("    %s\n", err.msg);
+            TEST_END();
+        }
+}
+
 static double now_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -212,6 +319,10 @@ int main(void) {
     snprintf(path, sizeof path, "%s/racy.lua", dir);
     FILE *f = fopen(path, "w");
     if (f) fputs(racy_lua, f), fclose(f);
+    char tpath[256];
+    snprintf(tpath, sizeof tpath, "%s/tmarace.lua", dir);
+    f = fopen(tpath, "w");
+    if (f) fputs(tmarace_lua, f), fclose(f);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&plant_gen, &o, &err) != KILN_OK || kiln_gen_create(&gen, NULL, &err) != KILN_OK ||
@@ -220,6 +331,7 @@ int main(void) {
         return 1;
     }
     test_plants();
+    test_tma_wrong_barrier();
     /* one representative case per family, small shapes (the CI clock) */
     test_family("layernorm x=f16 w=f16 y=f16 hidden=4096", 80, 2, 0, 0);
     test_family("rmsnorm x=bf16 w=f32 y=bf16 hidden=4096", 75, 2, 0, 0);
@@ -235,6 +347,7 @@ int main(void) {
     kiln_gen_destroy(gen);
     kiln_gen_destroy(plant_gen);
     unlink(path);
+    unlink(tpath);
     rmdir(dir);
     return check_summary("emu_race");
 }
