@@ -141,7 +141,8 @@ end
 
 -- With window/softcap/alibi/top_left (mask.any), the hooks simt.scores and the mma kernels take (lib/attn_mask.lua has the
 -- semantics): range(row) -> lo (nil: 0), hi of the keys row sees; score(s, row, key, head) -> the
--- base-2 score and, with the softcap, tanh for the derivative (nil when the plain scale * s applies).
+-- base-2 score and, with the softcap, tanh for the derivative (nil when the plain scale * s applies);
+-- score_scaled(u, row, key, head) the same of u = s * score_in.
 local function mask_hooks(b, spec, p)
   if not mask.any(spec) then return nil end
   local mk = mask.setup(b, spec, p)
@@ -151,6 +152,11 @@ local function mask_hooks(b, spec, p)
     local scale2 = p.scale * LOG2E
     function hooks.score(s, row, key, slope2)
       return mask.score(mk, s, scale2, slope2, spec.alibi and b:f32(row + mk.shift - key))
+    end
+    -- (the same of u = s * score_in: a kernel that folds score_in into a row factor)
+    hooks.score_in = spec.softcap and mk.cap_in or scale2
+    function hooks.score_scaled(u, row, key, slope2)
+      return mask.score_scaled(mk, u, slope2, spec.alibi and b:f32(row + mk.shift - key))
     end
   end
   return hooks

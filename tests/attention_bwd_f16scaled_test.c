@@ -7,7 +7,8 @@
  * giving non-finite gradients where the SIMT path gives them, head_dim 32's key blocks of one power of two
  * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop, the
  * window, softcap, ALiBi and top-left causal on it, random and adversarial) and the T4 estimate that path is for,
- * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms);
+ * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms), and
+ * head_dim 128's atomic dkdv (two passes) with the mask keys against f16's;
  * varlen and dropout on the path (ragged batches, p 0.1 / 0.5, both, wide V and dO; KILN_F16S_KEYS_ONLY=1: those
  * cases alone) and their T4 estimate at head_dim 64 (KILN_D32_ESTIMATE_ONLY=varlen or =dropout); rows spanning more
  * than 2^32 (Q and dO: the low parts' products; K and V, the deterministic dq: counted; KILN_F16S_SPAN_ONLY=1). */
@@ -954,16 +955,79 @@ static void d32_estimate(int hd) {
     TEST_END();
 }
 
+/* ---- head_dim 128's atomic dkdv (two passes, 1.2x f16's m16n8k8 before any alu): the same T4 estimate with the
+ * mask keys, where the keys' per-entry work (twice: both passes recompute S and P) made the alu term the bound
+ * (docs/attention.md "Where the 1.25x goal stands for the backward"). Each row's bound is its ratio measured in wave
+ * 16 plus 3 %, 1.25 where that is higher (the goal); the deterministic dkdv and dq (one pass, tensor-bound: 1.00x)
+ * are KILN_ESTIMATE_DIM=128 KILN_D32_ESTIMATE_ONLY='causal=' rows. */
+/* (wave 16's ratios: causal 1.20, causal window 1.20, causal softcap 1.24, causal ALiBi 1.20, softcap 1.20; before
+ * it 1.25, 1.33, 1.52, 1.37, 1.39: the per-entry mask on every tile, the copies of Q and dO through 8 selects) */
+#define D128_BOUND_CAUSAL 1.24
+#define D128_BOUND_WINDOW 1.24
+#define D128_BOUND_SOFTCAP 1.25
+#define D128_BOUND_ALIBI 1.24
+#define D128_BOUND_SOFTCAP_NC 1.24
+static void d128_estimate(void) {
+    static const struct {
+        const char *keys;
+        int wl, wr;
+        double cap, bound;
+    } rows[] = {
+        {"causal=true", 0, 0, 0, D128_BOUND_CAUSAL},
+        {"causal=true window=true", 100, 16, 0, D128_BOUND_WINDOW},
+        {"causal=true softcap=true", 0, 0, 30, D128_BOUND_SOFTCAP},
+        {"causal=true alibi=true", 0, 0, 0, D128_BOUND_ALIBI},
+        {"causal=false softcap=true", 0, 0, 30, D128_BOUND_SOFTCAP_NC},
+    };
+    TEST_BEGIN("d128: bf16's atomic dkdv (two passes) against f16's T4 estimate with the mask keys (emulator profile, the tile loop)");
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (size_t ri = 0; pe && ri < sizeof rows / sizeof rows[0]; ri++) {
+        if (attn_estimate_sampled_out(estimate_row++)) continue;
+        double t[2] = {0}; /* [bf16, f16] */
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[256];
+            snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=128 %s path=mma", dt ? "f16" : "bf16", rows[ri].keys);
+            kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
+            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+            kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
+            if (rows[ri].wl) kiln_case_opts_set(&o, "window_left", rows[ri].wl), kiln_case_opts_set(&o, "window_right", rows[ri].wr);
+            if (rows[ri].cap > 0) kiln_case_opts_set(&o, "softcap", rows[ri].cap);
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
+                const kiln_case_step *s = kiln_case_step_at(c, i);
+                kiln_emu_profile pr;
+                if (strstr(kiln_emu_kernel_meta(s->kernel)->spec, "kernel=dkdv") && kiln_emu_profile_get(s->kernel, &pr, &err) == KILN_OK &&
+                    pr.hot_inst[KILN_PROF_MMA])
+                    t[dt] = t4_clocks(s->kernel, &pr);
+            }
+            kiln_case_free(c);
+        }
+        printf("  d128 dkdv, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", rows[ri].keys, t[0], t[1], t[0] / t[1]);
+        CHECK(t[0] > 0 && t[1] > 0 && t[0] <= rows[ri].bound * t[1], "d128 dkdv %s: bf16 %.0f against f16 %.0f T4 clocks (> %.2fx)",
+              rows[ri].keys, t[0], t[1], rows[ri].bound);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 /* ---- varlen and dropout: the same T4 estimate at head_dim 64, causal (docs/attention.md "The backward: varlen and
  * dropout"): bf16 (f16-scaled) against f16 on sm_75's m16n8k8, dkdv and dq, atomic and deterministic; varlen on two
  * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256. Printed with the ratio; each kernel's bound is its
- * ratio measured in wave 14 plus 3 % (a change that costs one fails here; dropout's dq at 1.28x misses the goal's
- * 1.25x, docs/attention.md) (KILN_D32_ESTIMATE_ONLY=varlen or =dropout: these rows alone). */
+ * ratio measured in wave 16 plus 3 %, at most 1.25 (a change that costs one fails here; dropout's dq, 1.28x in wave 14,
+ * is 1.20x since the workspace copies lost their selects, docs/attention.md) (KILN_D32_ESTIMATE_ONLY=varlen or =dropout:
+ * these rows alone). */
 static void keys_estimate(void) {
     static const int lens[] = {256, 192};
     static const char *const sets[] = {"causal=true varlen=true", "causal=true dropout=true"};
-    /* [set][atomic dkdv, deterministic dkdv, deterministic dq]: wave 14's ratios (1.25 1.06 1.00; 1.25 1.15 1.28) + 3 % */
-    static const double bound[2][3] = {{1.29, 1.10, 1.03}, {1.29, 1.19, 1.32}};
+    /* [set][atomic dkdv, deterministic dkdv, deterministic dq]: wave 16's ratios (1.17 1.00 1.00; 1.23 1.13 1.20) + 3 %,
+     * at most the goal's 1.25 (wave 14's: 1.25 1.06 1.00; 1.25 1.15 1.28) */
+    static const double bound[2][3] = {{1.21, 1.03, 1.03}, {1.25, 1.17, 1.24}};
     const char *only = getenv("KILN_D32_ESTIMATE_ONLY");
     TEST_BEGIN("d64 varlen / dropout: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)");
     kiln_error err = {0};
@@ -1027,7 +1091,9 @@ int main(void) {
         return check_summary("attention bwd f16scaled");
     }
     if (getenv("KILN_D32_ESTIMATE_ONLY")) { /* (measuring: the estimate's rows alone; KILN_ESTIMATE_DIM: that head_dim's) */
-        d32_estimate(getenv("KILN_ESTIMATE_DIM") ? atoi(getenv("KILN_ESTIMATE_DIM")) : 32);
+        int hd = getenv("KILN_ESTIMATE_DIM") ? atoi(getenv("KILN_ESTIMATE_DIM")) : 32;
+        d32_estimate(hd);
+        if (hd == 128) d128_estimate(); /* (the guarded rows) */
         keys_estimate();
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
@@ -1062,6 +1128,7 @@ int main(void) {
     keys_cases();
     d32_estimate(32);
     d32_estimate(64);
+    d128_estimate();
     keys_estimate();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);

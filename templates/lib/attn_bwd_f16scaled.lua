@@ -261,7 +261,8 @@ function M.lo_rows(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fsr
 end
 
 -- dkdv: copies rows [row0, row0 + rows) of a workspace slice src (f16, w wide) into the tile dst (row
--- stride cfg.ld), 16 bytes a copy; rows past seq are zeros (not row 0: P = 0 there, and 0 x Inf is NaN).
+-- stride cfg.ld), 16 bytes a copy; rows past seq are zeros (not row 0: P = 0 there, and 0 x Inf is NaN), stored on
+-- the branch's other side (a select per element let LLVM split the copy into 8 scalar loads, selects and inserts).
 function M.load_ws(b, cfg, threads, dst, src, w, row0, rows, seq)
   local cpr = w // 8
   local tid = b:tid()
@@ -270,10 +271,14 @@ function M.load_ws(b, cfg, threads, dst, src, w, row0, rows, seq)
     local item = tid + it * threads
     local r, c = item // cpr, item % cpr
     local copy = function()
-      local ok = b:lt(row0 + r, seq)
-      local v = b:load_vec(src + b:i64(b:select(ok, row0 + r, 0)) * w + c * 8, 8, { align = 16 })
-      for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
-      b:store_vec(dst + r * cfg.ld + c * 8, v, { align = 16 })
+      local to = dst + r * cfg.ld + c * 8
+      b:if_(b:lt(row0 + r, seq), function()
+        b:store_vec(to, b:load_vec(src + b:i64(row0 + r) * w + c * 8, 8, { align = 16 }), { align = 16 })
+      end, function()
+        local v = {}
+        for i = 1, 8 do v[i] = zero end
+        b:store_vec(to, v, { align = 16 })
+      end)
     end
     if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), copy) else copy() end
   end

@@ -7,7 +7,9 @@
 -- pass keeps 64 accumulators: the first walks the key block's query tiles for S, P and dV += P^T dO, and
 -- stores dV; the second walks them again for S, dP, dS, dK += dS^T Q and the dQ step, and stores dK.
 -- The price: S = Q K^T (16 of the 128 m16n8k16-equivalents a query tile) and P's exponentials twice, and
--- Q and dO copied into shared memory twice (from prep's scaled rows).
+-- Q and dO copied into shared memory twice (from prep's scaled rows). So that the mask keys' per-entry work does
+-- not make the two passes alu-bound, build_dkdv gives them a copy of the per-entry body without the mask for the
+-- tiles a warp's keys see whole, and folds the score's scale into K's row factor (docs/attention.md, wave 16).
 local f16s = require("lib.attn_bwd_f16scaled")
 
 local M = {}

@@ -411,39 +411,117 @@ function M.build_dkdv(b, spec, cfg, p, io)
         -- P^T and dS^T in place of S^T and dP^T.
         local scale2 = p.scale * LOG2E
         local qf, of = {}, {} -- (f16-scaled: the Q and dO row factors of column (j, e))
-        for j = 0, nq - 1 do
-          qf[j], of[j] = {}, {}
-          for e = 0, 1 do
-            local col = j * 8 + t * 2 + e
-            local qi = q0 + col
-            local lse2, dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
-            local q_ok = b:lt(qi, p.seq_q)
-            if fs then qf[j][e], of[j][e] = b:load(sh.qf + col), b:load(sh.of + col) end
-            for hh = 0, 1 do
-              local vis = b:and_(q_ok, key_ok[hh])
-              local idx = 2 * hh + e + 1
-              if fs then -- the products' row factors back on S^T and dP^T (exact)
-                s[j][idx] = s[j][idx] * (qf[j][e] * kf[hh])
-                dp[j][idx] = dp[j][idx] * (of[j][e] * vf[hh])
+        local cols = {} -- column (j, e)'s query row, its lse and delta, whether it is inside seq_q
+        local function column(j, e)
+          local col = j * 8 + t * 2 + e
+          local c = { qi = q0 + col }
+          c.lse2, c.dl = b:load(sh.lse2 + col), b:load(sh.dl + col)
+          c.q_ok = b:lt(c.qi, p.seq_q)
+          if fs then qf[j][e], of[j][e] = b:load(sh.qf + col), b:load(sh.of + col) end
+          return c
+        end
+        -- Entry (j, 2 hh + e + 1) of column c: P and dS from S and dP (sv, dpv); masked: entries no row sees are 0
+        -- (the unmasked copy is for a tile every entry of which is visible: the same values without the selects).
+        local function entry(j, e, hh, c, sv, dpv, masked)
+          local qi, lse2, dl = c.qi, c.lse2, c.dl
+          local vis = masked and b:and_(c.q_ok, key_ok[hh])
+          local keep = function(x) return masked and b:select(vis, x, 0.0) or x end
+          if fs then -- the products' row factors back on S^T and dP^T (exact)
+            sv = sv * (qf[j][e] * kf[hh])
+            dpv = dpv * (of[j][e] * vf[hh])
+          end
+          -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
+          local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
+          local dpz = z and dpv * z or dpv
+          if hooks then
+            if masked then vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh]))) end
+            local x, th = sv * scale2, nil
+            if hooks.score then x, th = hooks.score(sv, qi, key[hh], slope2) end
+            local pv = keep(b:ex2_approx(x - lse2))
+            local ds = pv * (dpz - dl)
+            if th then ds = ds * (1.0 - th * th) end
+            return z and pv * z or pv, keep(ds)
+          end
+          if masked and spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
+          local pv = keep(b:ex2_approx(b:fma(sv, scale2, -lse2)))
+          return z and pv * z or pv, keep(pv * (dpz - dl))
+        end
+        -- (two passes: S^T's two row factors and the score's scale in one, qf kfs, with kfs = kf times the scale:
+        -- exact, a power of two times it; dP^T's factors and delta in one fma: entry's values bit for bit, but where
+        -- a product of two row factors leaves f32's normal range, rows below about 2^-50, where both lose)
+        local kfs = {}
+        local function entry_folded(j, e, hh, c, sv, dpv, masked)
+          local qi = c.qi
+          local vis = masked and b:and_(c.q_ok, key_ok[hh])
+          local keep = function(x) return masked and b:select(vis, x, 0.0) or x end
+          local sf, df = qf[j][e] * kfs[hh], of[j][e] * vf[hh]
+          local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
+          local dd = z and (dpv * df) * z - c.dl or b:fma(dpv, df, -c.dl) -- dP Z - D
+          if hooks then
+            if masked then vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh]))) end
+            local x, th = sv * sf, nil
+            if hooks.score_scaled then x, th = hooks.score_scaled(x, qi, key[hh], slope2) end
+            local pv = keep(b:ex2_approx(x - c.lse2))
+            local ds = pv * dd
+            if th then ds = ds * (1.0 - th * th) end
+            return z and pv * z or pv, keep(ds)
+          end
+          if masked and spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
+          local pv = keep(b:ex2_approx(b:fma(sv, sf, -c.lse2)))
+          return z and pv * z or pv, keep(pv * dd)
+        end
+        for j = 0, nq - 1 do qf[j], of[j], cols[j] = {}, {}, {} end
+        if not cfg.passes then
+          for j = 0, nq - 1 do
+            for e = 0, 1 do
+              cols[j][e] = column(j, e)
+              for hh = 0, 1 do
+                local idx = 2 * hh + e + 1
+                s[j][idx], dp[j][idx] = entry(j, e, hh, cols[j][e], s[j][idx], dp[j][idx], true)
               end
-              -- dropout: Z of (qi, key) (1 / (1 - p) kept, 0 dropped): P Z feeds dV, dS = P (dP Z - D)
-              local z = io.drop and dropout.factor(io.drop, dropout.keep_at(io.drop, bi, h, qi, key[hh]))
-              local dpz = z and dp[j][idx] * z or dp[j][idx]
-              if hooks then
-                vis = b:and_(vis, b:and_(b:ge(qi, first_q[hh]), b:lt(qi, end_q[hh])))
-                local x, th = s[j][idx] * scale2, nil
-                if hooks.score then x, th = hooks.score(s[j][idx], qi, key[hh], slope2) end
-                local pv = b:select(vis, b:ex2_approx(x - lse2), 0.0)
-                local ds = pv * (dpz - dl)
-                if th then ds = ds * (1.0 - th * th) end
-                s[j][idx] = z and pv * z or pv
-                dp[j][idx] = b:select(vis, ds, 0.0)
-              else
-                if spec.causal then vis = b:and_(vis, b:ge(qi, first_q[hh])) end
-                local pv = b:select(vis, b:ex2_approx(b:fma(s[j][idx], scale2, -lse2)), 0.0)
-                s[j][idx] = z and pv * z or pv
-                dp[j][idx] = b:select(vis, pv * (dpz - dl), 0.0)
+            end
+          end
+        else
+          -- (two passes, lib/attn_bwd_f16scaled_d128.lua: a warp whose 16 keys every row of the tile sees, inside
+          -- seq_q and seq_k, takes the copy without the mask: most tiles of a causal or windowed block)
+          local ka, kz = k0 + warp * 16, k0 + warp * 16 + 15
+          local full = b:and_(b:le(q0 + bm, p.seq_q), b:lt(kz, p.seq_k))
+          if hooks then
+            local first_z = mask.query_range(hooks.mask, kz, kz)
+            local _, end_a = mask.query_range(hooks.mask, ka, ka)
+            full = b:and_(full, b:and_(b:ge(q0, first_z), b:le(q0 + bm, end_a)))
+          elseif spec.causal then full = b:and_(full, b:ge(q0, kz - shift)) end
+          for j = 0, nq - 1 do
+            for e = 0, 1 do cols[j][e] = column(j, e) end
+          end
+          for hh = 0, 1 do kfs[hh] = kf[hh] * (hooks and hooks.score_in or scale2) end
+          local pvar, dvar = {}, {}
+          for j = 0, nq - 1 do
+            pvar[j], dvar[j] = {}, {}
+            for idx = 1, 4 do
+              pvar[j][idx] = b:var("f32", 0.0)
+              if pass.dk then dvar[j][idx] = b:var("f32", 0.0) end
+            end
+          end
+          local function body(masked)
+            return function()
+              for j = 0, nq - 1 do
+                for e = 0, 1 do
+                  for hh = 0, 1 do
+                    local idx = 2 * hh + e + 1
+                    local pv, ds = entry_folded(j, e, hh, cols[j][e], s[j][idx], dp[j][idx], masked)
+                    pvar[j][idx]:set(pv)
+                    if pass.dk then dvar[j][idx]:set(ds) end
+                  end
+                end
               end
+            end
+          end
+          b:if_(full, body(false), body(true))
+          for j = 0, nq - 1 do
+            for idx = 1, 4 do
+              s[j][idx] = pvar[j][idx]:get()
+              if pass.dk then dp[j][idx] = dvar[j][idx]:get() end
             end
           end
         end

@@ -178,13 +178,19 @@ end
 -- minus slope2 * |dist| (slope2: M.slope; dist: i + shift - j as f32). With the softcap it also
 -- returns t = tanh(scale * s / softcap), for the backward's derivative 1 - t^2.
 function M.score(m, s, scale2, slope2, dist)
+  return M.score_scaled(m, m.spec.softcap and s * m.cap_in or s * scale2, slope2, dist)
+end
+
+-- M.score of u, the raw dot product already times its scale (m.cap_in with the softcap, scale2 without: a
+-- kernel that folds it into a factor it multiplies by anyway).
+function M.score_scaled(m, u, slope2, dist)
   local b = m.b
   local x, t
   if m.spec.softcap then
-    t = tanh(b, s * m.cap_in)
+    t = tanh(b, u)
     x = t * m.cap_out
   else
-    x = s * scale2
+    x = u
   end
   if m.spec.alibi then x = b:fma(b:abs(dist), -slope2, x) end
   return x, t
