@@ -511,14 +511,15 @@ function M.scores_lo(c, s, kt, klo_t)
       end
     end)
     -- times 2^hq of the row: the inverse of its factor f.qh (2^-hq, a normal power of two), or (d128's 32-key
-    -- tiles, slots_in_q) a division by it, exact: there the inverses, hoisted out of the tile loop, were
-    -- two values more across it at 255 registers (4 bytes spilled); a division costs ~20 SASS instructions
+    -- tiles, slots_in_q, and rotary) a division by it, exact: there the inverses, hoisted out of the tile
+    -- loop, were values more across it at 255 registers (d128 4 bytes spilled, d96 keys + paged rotary 4);
+    -- a division costs ~20 SASS instructions
     for mi = 0, mt - 1 do
       for j = 0, nt - 1 do
         for e = 1, 4 do
           local qh = f.qh[mi][(e - 1) >> 1]
           local x = sv[mi][j][e]:get()
-          sv[mi][j][e]:set(c.cfg.f16s_slots_in_q and x / qh or x * b:from_bits(0x7F000000 - b:bits(qh)))
+          sv[mi][j][e]:set((c.cfg.f16s_slots_in_q or c.rot_q) and x / qh or x * b:from_bits(0x7F000000 - b:bits(qh)))
         end
       end
     end
