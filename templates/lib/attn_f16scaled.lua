@@ -458,11 +458,16 @@ function M.scores_lo(c, s, kt, klo_t)
   end
   b:if_(b:ne(b:and_(bits, LO_S), 0), function() -- rarely taken
     local kw = b:ne(b:and_(bits, LO_K), 0)
+    -- The lane's own lane number, through a shuffle made here (LLVM keeps a shfl.sync where it is): the row
+    -- addresses, K's offsets and Q's inverse scales derive from it, so licm cannot hoist them into the tile loop's
+    -- preheader, where every warp ran them (d64 causal: 91 instructions a warp, +800 T4 clocks of 49k)
+    local lane = b:shfl("idx", c.lane, c.lane)
+    local t, row0 = lane & 3, (lane >> 2) + (c.q0 + c.wrow)
     local rows = {}
     for mi = 0, mt - 1 do
       rows[mi] = {}
       for h = 0, 1 do
-        local row = c.q0 + c.wrow + mi * 16 + c.g + h * 8
+        local row = row0 + (mi * 16 + h * 8)
         local rr = b:select(b:lt(row, G.rows), row, 0)
         -- 2^hq of the row: the inverse of its factor f.qh (2^-hq, a normal power of two)
         rows[mi][h] = { src = G.q_addr and G.q_addr(rr) or c.base.q + b:i64(rr) * p.stride_qs, rr = rr }
@@ -491,7 +496,7 @@ function M.scores_lo(c, s, kt, klo_t)
       for j = 0, nt - 1 do
         k[j] = {}
         for x = 0, 1 do
-          local off = f.swz(j * 8 + c.t * 2 + x, col >> 3) + (col & 7)
+          local off = f.swz(j * 8 + t * 2 + x, col >> 3) + (col & 7)
           local hi, lo = b:load_vec(kt + off, 2, { align = 4 }), b:load_vec(klo_t + off, 2, { align = 4 })
           k[j][x] = {}
           for i = 1, 2 do
@@ -515,9 +520,11 @@ function M.scores_lo(c, s, kt, klo_t)
     -- loop, were values more across it at 255 registers (d128 4 bytes spilled, d96 keys + paged rotary 4);
     -- a division costs ~20 SASS instructions
     for mi = 0, mt - 1 do
+      local qhs = {} -- (the lane's own values, through shuffles made here, as lane above)
+      for h = 0, 1 do qhs[h] = b:shfl("idx", f.qh[mi][h], c.lane) end
       for j = 0, nt - 1 do
         for e = 1, 4 do
-          local qh = f.qh[mi][(e - 1) >> 1]
+          local qh = qhs[(e - 1) >> 1]
           local x = sv[mi][j][e]:get()
           sv[mi][j][e]:set((c.cfg.f16s_slots_in_q or c.rot_q) and x / qh or x * b:from_bits(0x7F000000 - b:bits(qh)))
         end
