@@ -326,6 +326,12 @@ function K.config(spec, target)
   -- instructions than default<O3> with all three and dropout_mask, 1.1 %)
   o3 = o3 or (cfg.f16s and spec.dropout and (spec.head_dim == 96 or spec.head_dim == 64)
               and (spec.window or spec.softcap or spec.alibi))
+  -- (and, since the forward's span form (issue 28: S's exact SIMT branch), bf16 sm_75 causal with the in-kernel
+  -- append at d64 or with rotary, and d128 with v_head_dim 64: 8-96 more SASS instructions than default<O3>,
+  -- 0.1-0.9 %; default<O3>'s hot loop is no slower there (kiln run --profile, KILN_PIPELINE=o3: mma : other
+  -- 7.98 vs 8.04 d64 paged append, 9.33 vs 9.44 d128 append rotary, 6.44 vs 6.69 d128 v64))
+  o3 = o3 or (cfg.f16s and spec.causal and ((spec.append and not spec.splitkv and (spec.head_dim == 64 or rotary.on(spec)))
+                                            or spec.vdim < spec.head_dim))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
