@@ -547,6 +547,10 @@ int emu_paged_check(const emu_paged *c, const struct kiln_attn_problem *p, const
 /* append=true (option append: new keys per entry): the cache restored as drawn before a run;
  * check adds out[2], the cache after the run bit for bit, and returns 3 (else 2). */
 void emu_paged_prepare(emu_paged *c, const struct kiln_attn_problem *p);
+/* The reference again from the inputs as they are now (a test wrote them with kiln_case_set): the cache, its new
+ * keys (append) and q; the cache the run must leave too. */
+kiln_status emu_paged_refresh(emu_paged *c, const struct kiln_attn_problem *p, const void *q, double *ro, double *rl,
+                              kiln_error *err);
 void emu_paged_describe(const emu_paged *c, char *buf, size_t size);
 void emu_paged_free(emu_paged *c);
 

@@ -326,6 +326,12 @@ function K.config(spec, target)
   -- instructions than default<O3> with all three and dropout_mask, 1.1 %)
   o3 = o3 or (cfg.f16s and spec.dropout and (spec.head_dim == 96 or spec.head_dim == 64)
               and (spec.window or spec.softcap or spec.alibi))
+  -- (and, since the forward's span form (issue 28: S's exact SIMT branch), bf16 sm_75 causal with the in-kernel
+  -- append at d64 or with rotary, and d128 with v_head_dim 64: 8-96 more SASS instructions than default<O3>,
+  -- 0.1-0.9 %; default<O3>'s hot loop is no slower there (kiln run --profile, KILN_PIPELINE=o3: mma : other
+  -- 7.98 vs 8.04 d64 paged append, 9.33 vs 9.44 d128 append rotary, 6.44 vs 6.69 d128 v64))
+  o3 = o3 or (cfg.f16s and spec.causal and ((spec.append and not spec.splitkv and (spec.head_dim == 64 or rotary.on(spec)))
+                                            or spec.vdim < spec.head_dim))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
@@ -796,7 +802,7 @@ local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail,
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(real, v[i], zero) end
     end
-    staged[#staged + 1] = { r = r, c = c, v = v }
+    staged[#staged + 1] = { r = r, c = c, v = v, real = real } -- (real: padded head_dim, the chunk exists)
   end, pad)
   return staged
 end
@@ -871,7 +877,7 @@ local function mma_setup(c)
   end
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
-  if cfg.f16s then f16s.setup(c) end
+  if cfg.f16s then f16s.setup(c, function(r, ch) return swz(b, spec, cfg, r, ch) end) end
   -- bf16 scaled to f16, causal (not split-KV, whose rows are of every query position): the block's masked trips
   -- (its diagonal) run each warp's work only on the key tiles some row of the warp sees, kv0 below the bound of the
   -- warp's last row (a window's lower bound too, from its first row). A skipped tile leaves the warp's m, l and O
@@ -926,7 +932,7 @@ local function mma_prologue(c)
       -- (K's rows past the sequence re-read the tile's first key: lib/attn_f16scaled.lua M.stage)
       local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k, nil, c.rot_k, key_tile(c, 0) * c.bn)
       local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
-      f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end)
+      f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end, c.ks + c.tile)
       stage_store(b, spec, cfg, c.ks, sk)
       stage_store(b, spec, cfg, c.vs, sv)
     end)
@@ -1149,6 +1155,7 @@ local function mma_compute(c, it, buf, masked)
   local kt, vt = c.ks + buf * c.tile, c.vs + buf * c.tile
   local kv0 = key_tile(c, it) * c.bn
   local s = mma_scores(c, kt)
+  if c.f16s then s = f16s.scores_lo(c, s, kt, c.ks + (1 - buf) * c.tile) end -- a wide K tile's or Q row's low parts
   local pv = mma_softmax(c, s, kv0, masked)
   if c.stages == 1 then
     if c.cfg.cp_async then b:cp_async_wait(0) else load_v(c, it, 0) end
@@ -1191,7 +1198,10 @@ local function mma_trip(c, it, masked)
       mma_compute(c, it, it & 1, masked)
     end
     local nb = (it + 1) & 1
-    if c.f16s then f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end) end
+    if c.f16s then
+      f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end,
+                 c.ks + (it & 1) * c.tile)
+    end
     stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
     stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
     b:barrier()

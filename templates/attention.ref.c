@@ -663,7 +663,7 @@ static const double *attn_case_reference(kiln_case *c, const char *name) {
 }
 
 /* The reference again from the inputs as they are now (a test wrote adversarial values with kiln_case_set): the
- * dense and the varlen problems; a paged cache draws its own keys, its reference stays as drawn. */
+ * dense, the varlen and the paged problems (the cache, its new keys and q: emu_paged_refresh). */
 static void attn_case_refresh(kiln_case *c) {
     if (emu_attn_varlen(c)) {
         emu_attn_varlen_refresh(c);
@@ -671,7 +671,8 @@ static void attn_case_refresh(kiln_case *c) {
     }
     attn_case *a = kiln_case_state(c);
     kiln_error err = {0};
-    if (!a->paged) kiln_attn_reference(&a->p, a->q, a->k, a->v, a->ro, a->rl, &err);
+    if (a->paged) emu_paged_refresh(a->paged, &a->p, a->q, a->ro, a->rl, &err);
+    else kiln_attn_reference(&a->p, a->q, a->k, a->v, a->ro, a->rl, &err);
 }
 
 const kiln_ref_family kiln_ref_attention = {

@@ -515,6 +515,55 @@ static void adversarial(int d) {
 #undef ADV_NAME
 }
 
+/* Where exactness ends for S = Q K^T: a Q row or a K tile whose entries span more than f16 holds
+ * (2^40), with the score carried by the small entries alone (so losing them changes S by far more than
+ * the bf16 path's 2^-8 sum |q_c k_c|, and O by more than 2^-8 sum p|v|): q = (2^40, ordinary...) against
+ * K's column 0 = 0 (q's low part times K: q_lo k_hi); an outlier key (0, ..., 2^40) in every 16 keys with
+ * Q's last column 0 (K's low part: q_hi k_lo); both at once (q_lo k_lo); one row and one tile spanning
+ * 2^34, whose small entries scale to 2^-20..2^-19 (f16 keeps 4-5 of their 8 bits: the detection threshold
+ * 2^-17 a factor 8 lower misses them). attn_f16scaled.lua M.stage / q_load mark the tile or warp, and
+ * M.scores_lo computes that tile's S on the SIMT branch. */
+static void spans(int d, const char *keys, int causal) {
+    char spec[160];
+    snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d%s path=mma", d, keys);
+    kiln_emu_kernel *k = load(spec, 75);
+    if (!k) return;
+    static const char *what[] = {"a Q row spanning 2^40 (q_lo k)", "a K tile spanning 2^40 (q k_lo)",
+                                 "a Q row and a K tile spanning 2^40 (q_lo k_lo)",
+                                 "one Q row of its warp's and one K tile of 150 keys spanning 2^34 (the small entries 2^-20..2^-19 "
+                                 "at their scale: 8x past the threshold)"};
+    static size_t kernels; /* (the kernels so far: the sanitizer build runs every other case, attn_case.h) */
+    kernels++;
+    for (int w = 0; w < 4; w++) {
+        if (attn_case_sampled_out(kernels, (size_t)w)) continue;
+        char name[300];
+        snprintf(name, sizeof name, "span: %s, the score from the small entries (%s, causal %d)", what[w], spec, causal);
+        TEST_BEGIN(name);
+        prob a;
+        prob_init(&a, d, causal, KILN_F32, 1, 2, 1, 70, 150, 0);
+        if (strstr(keys, "window")) a.p.window = 1, a.p.window_left = 60, a.p.window_right = 30;
+        fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
+        if (w == 3) fill_wide(a.q, a.nq, -1, 0), fill_wide(a.k, a.nk, -1, 0); /* (|x| in [1/2, 1]) */
+        double big = w == 3 ? 0x1p34 : 0x1p40;
+        int qwide = w != 1, kwide = w != 0;
+        for (int i = 0; i < 70 * 2; i++) { /* (rows [query, head]: w = 3 widens query 37 of head 1 alone) */
+            if (qwide && (w < 3 || i == 37 * 2 + 1)) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d), big);
+            if (kwide) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d + d - 1), 0);
+        }
+        for (int j = 0; j < 150; j++) {
+            if (qwide) kiln_emu_value_set(KILN_BF16, a.k, (size_t)(j * d), 0);
+            if (kwide && j % 16 == 5 && (w < 3 || j == 101)) {
+                for (int c = 0; c < d; c++) kiln_emu_value_set(KILN_BF16, a.k, (size_t)(j * d + c), 0);
+                kiln_emu_value_set(KILN_BF16, a.k, (size_t)(j * d + d - 1), big);
+            }
+        }
+        check_scaled(k, &a, 1, name);
+        prob_free(&a);
+        TEST_END();
+    }
+    kiln_emu_kernel_free(k);
+}
+
 /* +-Inf and NaN in Q, K and V: the same non-finite outputs as the SIMT path, the finite ones close.
  * (Not causal: a V entry of +-Inf at a key some row of a tile does not see meets P = 0 there, and
  * 0 * Inf is NaN on every tiled path; which rows share a tile differs between the paths.) */
@@ -687,11 +736,48 @@ static void estimate_keys(void) {
     if (pe) kiln_emu_destroy(pe);
 }
 
+/* A Q row spanning 2^40 through the in-kernel append with rotary (S's exact branch reads q from memory and rotates
+ * it as q_load does, lib/attn_rotary.lua): every query's column 0 is 2^40, every key's (cache and new) columns 0
+ * and 32 (neox's pair of column 0) are 0, so the score comes from the small entries, 2^-40 below the row's
+ * largest after rotation (~2^-25 at the row's scale: below f16's subnormals without the branch). */
+static void rotary_q_wide(kiln_case *c, int d) {
+    kiln_error err = {0};
+    for (size_t i = 0; i < kiln_case_count(c, "q"); i += (size_t)d) kiln_case_set(c, "q", i, 0x1p40, &err);
+    static const char *keys[] = {"k", "k_new"};
+    for (int t = 0; t < 2; t++)
+        for (size_t i = 0; i < kiln_case_count(c, keys[t]); i += (size_t)d)
+            kiln_case_set(c, keys[t], i, 0, &err), kiln_case_set(c, keys[t], i + (size_t)d / 2, 0, &err);
+}
+static void rotary_span(void) {
+    const char *spec = "attention dtype=bf16 head_dim=64 causal=true paged=true append=true rotary=neox path=mma";
+    char name[300];
+    snprintf(name, sizeof name, "span: Q rows spanning 2^40 through append + rotary, the score from the small entries (%s sm_75)", spec);
+    TEST_BEGIN(name);
+    kiln_case_opts o = {.sm = 75, .seed = 11};
+    kiln_case_opts_set(&o, "rows", 9), kiln_case_opts_set(&o, "seq_k", 100), kiln_case_opts_set(&o, "batch", 2);
+    kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
+    kiln_case_opts_set(&o, "page_size", 16), kiln_case_opts_set(&o, "append", 5);
+    case_check(spec, &o, rotary_q_wide, 64);
+    TEST_END();
+}
+static void all_spans(void) {
+    for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) spans(dims[di], "", 0);
+    spans(128, " causal=true", 1);
+    spans(32, " window=true", 0); /* (the mask keys' tiles: d32 4 x 32 rows with 32-key tiles) */
+    rotary_span();
+}
+
 int main(void) {
     kiln_error err = {0};
     if (kiln_gen_create(&gen, NULL, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
         printf("setup failed: %s\nattention f16-scaled: 0 passed, 1 failed\n", err.msg);
         return 1;
+    }
+    if (getenv("KILN_F16S_SPANS_ONLY")) { /* (the span cases alone: planted bugs in S's exactness, quickly) */
+        all_spans();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention f16-scaled (span cases)");
     }
     random_plain();
     registry_cases();
@@ -699,6 +785,7 @@ int main(void) {
     adversarial(64);
     adversarial(96);
     adversarial(128);
+    all_spans();
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);

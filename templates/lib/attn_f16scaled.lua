@@ -26,14 +26,20 @@
 -- than 2^-(32 + loe) below the tile's largest (a tile spanning more than 2^32 gets its low part,
 -- v - hi, and a second mma: stage, pv_lo; loe = 40 unless the tile's scale is more than
 -- 55 - ceil(log2 seq_k) binades above the smallest V scale seen, lo_scale); each score exact but
--- for Q and K elements more than 2^32 below their row's or tile's largest, whose loss is at most
--- 2^-40 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
+-- for Q and K elements more than 2^72 below their row's or tile's largest (a Q row or K tile spanning
+-- more than 2^32 gets its low parts' products: q_load, stage, scores_lo), whose loss is at
+-- most 2^-71 (max|q| sum|k| + max|k| sum|q|) on the score before scale * log2(e).
 local M = {}
 
 local TOP = 15 -- the exponent the largest |x| of a group is scaled to
 local FLOOR = -100 -- groups whose largest |x| is below 2^FLOOR are scaled as if it were 2^FLOOR
 local RAISE = 64 -- how far a V tile may raise O's scale above the smallest seen
 M.P_SHIFT = 15 -- P is scaled by 2^P_SHIFT before rounding to f16
+-- The slots of one block-wide extremum: one f32 a warp, rounded up to 4 (16 bytes: read as vectors).
+local function slot_stride(warps) return (warps + 3) // 4 * 4 end
+-- The flags of a tile (f16s.lo): S needs low parts; K's tile, this warp's Q rows, V's tile span more than f16
+-- holds (LO_V highest: pv_lo's test is one compare)
+local LO_S, LO_K, LO_Q, LO_V = 1, 2, 4, 8
 local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^40 puts it under 2^15
 
 -- Tiles (attention.lua's MMA_TILES_STAGED form). Each block converts every K/V tile it reads (widen,
@@ -131,6 +137,26 @@ local function local_max(b, vals, acc)
   return acc
 end
 
+-- The smallest nonzero |x| among bf16 values vals (Inf counts, NaN does not; math.huge when none), this
+-- thread's part.
+local function local_min(b, vals, acc)
+  for _, v in ipairs(vals) do
+    local a = b:abs(b:to_f32(v))
+    acc = b:min(acc, b:select(b:gt(a, 0.0), a, math.huge))
+  end
+  return acc
+end
+
+-- The smallest |x| among bf16 values vals, zeros counted.
+local function v_min_abs(b, vals)
+  local m
+  for _, v in ipairs(vals) do
+    local a = b:abs(b:to_f32(v))
+    m = m and b:min(m, a) or a
+  end
+  return m
+end
+
 -- The power of two h that scales a group whose largest finite magnitude is mx (f32): 2^h mx in [2^15, 2^16).
 local function scale_of(b, mx)
   local e = (b:bits(mx) >> 23) - 127
@@ -144,14 +170,14 @@ local function convert(b, vals, factor)
   return out
 end
 
--- Shared memory for the block-wide extrema: K's max, V's max and V's smallest nonzero magnitude, a
--- slot per warp each (f32); none for a tile entry with slots_in_q (setup puts them in tiles that are
--- free when they are used).
-function M.smem_bytes(t) return t.slots_in_q and 0 or 12 * t.warps end
+-- Shared memory for the block-wide extrema: K's and V's max and their smallest nonzero magnitude, a slot
+-- per warp each (f32, slot_stride); none for a tile entry with slots_in_q (setup puts them in tiles that are free when
+-- they are used).
+function M.smem_bytes(t) return t.slots_in_q and 0 or 12 * slot_stride(t.warps) end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
-function M.setup(c)
+function M.setup(c, swz)
   local b, cfg = c.b, c.cfg
   local red, red_loop
   if cfg.f16s_slots_in_q then
@@ -164,16 +190,20 @@ function M.setup(c)
   elseif cfg.dynamic_smem then
     red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
   else
-    red = b:shared("f32", 3 * (cfg.threads // 32), 16)
+    red = b:shared("f32", 3 * slot_stride(cfg.threads // 32), 16)
   end
   c.f16s = {
+    swz = swz, -- the shared tiles' offset of (row, 16-byte chunk)
     red = red,
     red_loop = red_loop,
     hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
     cacc = b:var("i32", 0), -- the scale O's accumulator is at
-    vlo = b:var("i32", 0), -- 1: that tile's V spans more than f16 holds, its low part is in the other buffer
+    -- that tile's flags (one register across the loop; the LO_ bits): LO_V its V spans more than f16 holds,
+    -- its low part is in the other V buffer; LO_K the same for K (K's other buffer); LO_Q a Q row of this
+    -- warp's does (q_load: qbits); LO_S either of the last two (S's low parts: M.scores_lo)
+    lo = b:var("i32", 0),
     loe = b:var("i32", LO), -- the power of two that low part is scaled by (lo_scale)
   }
 end
@@ -202,7 +232,7 @@ function M.q_load(c, swz)
   local ok = b:lt(c.q0 + r, G.rows)
   local rr = b:select(ok, c.q0 + r, 0)
   local src = G.q_addr and G.q_addr(rr) or c.base.q + b:i64(rr) * p.stride_qs
-  local vals, mx = {}, b:f32(0.0)
+  local vals, mx, mn = {}, b:f32(0.0), b:f32(math.huge)
   -- with two threads a row of 16 chunks (d128), the second walks its half from the middle, so the two halves'
   -- k-th stores land in different 16-byte columns of a 128-byte line (rows 0..3 of a quarter warp differ in the
   -- swizzle's low bits): no bank conflict in these stores (the profile's design rule; d96's 12-chunk rows keep
@@ -221,10 +251,26 @@ function M.q_load(c, swz)
     if c.rot_q then v = c.rot_q.apply(v, from, ch * 8, rr, c.rot_q.on(rr, ch * 8)) end
     vals[k] = { ch = ch, v = v }
     mx = local_max(b, v, mx)
+    local m8 = v_min_abs(b, v) -- (zeros counted: one instruction an element)
+    mn = b:min(mn, real and b:select(real, m8, math.huge) or m8)
   end
+  local function row_min(x) return lpr > 1 and -b:warp_max(-x, lpr) or x end
   if lpr > 1 then mx = b:warp_max(mx, lpr) end
+  mn = row_min(mn)
   local hq = scale_of(b, mx)
   local factor = pow2(b, hq)
+  -- Where exactness ends, Q: a row whose smallest nonzero |q| scales below 2^-17 spans more than f16 holds;
+  -- qwide: some row of this warp's (the rows its fragments hold) does, so S is computed exactly on every
+  -- tile (M.scores_lo); warp-uniform, once. A row holding a zero is tested again without its zeros
+  local function warp_any(p) return b:gt(b:warp_max(b:select(p, 1.0, 0.0), 32), 0.0) end
+  local qv = b:var("i32", 0)
+  b:if_(warp_any(b:lt(mn * factor, 2.0 ^ -17)), function() -- rarely taken
+    local n2 = b:f32(math.huge)
+    for k = 0, cpl - 1 do n2 = local_min(b, vals[k].v, n2) end
+    qv:set(b:select(warp_any(b:lt(row_min(n2) * factor, 2.0 ^ -17)), LO_S | LO_Q, 0))
+  end)
+  c.f16s.qbits = qv:get()
+  c.f16s.lo:set(c.f16s.qbits)
   for k = 0, cpl - 1 do
     b:store_vec(c.qs + swz(r, vals[k].ch), convert(b, vals[k].v, factor), { align = 16 })
   end
@@ -240,7 +286,9 @@ end
 -- The staged K and V tile (stage_load's items: bf16 values in registers) to f16 with the tile's
 -- scales: block-wide extrema (warp butterfly, then one slot a warp in shared memory and a barrier),
 -- the scales into the loop variables, the items' values replaced by their f16 conversions.
--- Where exactness ends: a V tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32,
+-- Where exactness ends (the smallest nonzero |x| is one value for K and V together: see stage()):
+-- a K tile whose smallest scales below 2^-17 at K's scale gets its low part times 2^LO at klo_dst (K's
+-- other buffer, free as V's) for M.scores_lo; a V tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32,
 -- or a tile held below its own top by RAISE) also gets its low part, v - hi (exact in f32), scaled
 -- by 2^(cv + loe) (lo_scale: 2^40 but where O's accumulator could overflow) and rounded to f16,
 -- stored at lo_dst with store(dst, items) (the other V buffer: free once every thread passed the
@@ -262,23 +310,50 @@ local function abs_max(b, vals, acc)
   return acc
 end
 
+-- abs_max's maximum and the smallest |x| with it (zeros count: one instruction an element, where the smallest
+-- nonzero takes three; stage() finds the nonzero one on its rare branch). real: nil, or an i1 (a padded
+-- head_dim's chunk that exists; the zeros of one that does not are left out: one select a chunk).
+local function abs_extrema(b, vals, mx, mn, real)
+  local m
+  for _, v in ipairs(vals) do
+    local a = b:abs(b:to_f32(v))
+    mx, m = b:max(mx, a), m and b:min(m, a) or a
+  end
+  return mx, b:min(mn, real and b:select(real, m, math.huge) or m)
+end
+
 -- Block-wide maxima of per-thread values xs (each the max of its slot), through the shared slots
--- f.red + i * warps (slot i's warps); one barrier.
+-- f.red + i * slot_stride(warps) (slot i's warps, read back 4 at a time); one barrier.
 local function block_max(c, xs)
   local b, f = c.b, c.f16s
   local warps = c.cfg.threads // 32
+  local st = slot_stride(warps)
   local warp = b:tid() >> 5
   local ws = {}
   for i, x in ipairs(xs) do ws[i] = b:warp_max(x, 32) end
   b:if_(b:eq(c.lane, 0), function()
-    for i, x in ipairs(ws) do b:store(f.red + (warp + (i - 1) * warps), x) end
+    for i, x in ipairs(ws) do b:store(f.red + (warp + (i - 1) * st), x) end
   end)
   b:barrier()
   local out = {}
   for i = 1, #xs do
-    local m = b:load(f.red + (i - 1) * warps)
-    for w = 1, warps - 1 do m = b:max(m, b:load(f.red + (w + (i - 1) * warps))) end
+    local m
+    for w0 = 0, warps - 1, 4 do
+      local v = b:load_vec(f.red + ((i - 1) * st + w0), 4, { align = 16 })
+      for w = 1, math.min(4, warps - w0) do m = m and b:max(m, v[w]) or v[w] end
+    end
     out[i] = m
+  end
+  return out
+end
+
+-- The low part of bf16 values vals at scale factor (f32 x factor less its f16 rounding hi, exact in f32;
+-- 0 where hi is x itself: exact values, and Inf, whose difference would be NaN) times 2^up, in f16.
+local function low_part(b, vals, hi, factor, up)
+  local out = {}
+  for j, v in ipairs(vals) do
+    local x, h = b:to_f32(v) * factor, b:to_f32(hi[j])
+    out[j] = b:from_f32(b:select(b:eq(x, h), 0.0, x - h) * up, "f16")
   end
   return out
 end
@@ -287,17 +362,15 @@ end
 -- passes stage_load that row; their scores are masked), so the tile's extrema are its own keys': a huge
 -- first key of the sequence does not set the scale of a later tile and push its keys below f16's
 -- subnormals. V's rows past the sequence are zeros, which count as none.
-function M.stage(c, sk, sv, lo_dst, store)
+function M.stage(c, sk, sv, lo_dst, store, klo_dst)
   local b, f = c.b, c.f16s
+  -- mn: the smallest |x| of K and V together, zeros counted (one block-wide value and one instruction an
+  -- element: V's smallest nonzero alone took three). The common tile's whole test is one compare on it
+  -- (below): a tile whose mn scales below 2^-17 at the smaller of its two scales, or holds a zero, takes
+  -- the rare branch, which finds the smallest nonzero magnitude and marks K and V wide or not
   local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
-  for _, e in ipairs(sk) do mk = abs_max(b, e.v, mk) end
-  for _, e in ipairs(sv) do
-    mv = abs_max(b, e.v, mv)
-    for _, v in ipairs(e.v) do -- smallest nonzero |v| (Inf and NaN count as none)
-      local a = b:abs(b:to_f32(v))
-      mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge))
-    end
-  end
+  for _, e in ipairs(sk) do mk, mn = abs_extrema(b, e.v, mk, mn, e.real) end
+  for _, e in ipairs(sv) do mv, mn = abs_extrema(b, e.v, mv, mn, e.real) end
   local r = block_max(c, { mk, mv, -mn })
   mk, mv, mn = r[1], r[2], -r[3]
   -- a tile holding an Inf (rare; the condition is the same in every thread): the finite maxima again,
@@ -322,25 +395,151 @@ function M.stage(c, sk, sv, lo_dst, store)
   local fk, fv = pow2(b, hk), pow2(b, cv)
   local loe = lo_scale(b, c.p.seq_k, cv - cmin)
   f.loe:set(loe)
-  local wide = b:lt(mn * fv, 2.0 ^ -17)
-  f.vlo:set(b:select(wide, 1, 0))
-  for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
-  for _, e in ipairs(sv) do
-    e.raw = e.v
-    e.v = convert(b, e.v, fv)
-  end
-  b:if_(wide, function()
-    local lo = {}
-    for i, e in ipairs(sv) do
-      local vals = {}
-      for j, v in ipairs(e.raw) do
-        vals[j] = b:from_f32((b:to_f32(v) * fv - b:to_f32(e.v[j])) * pow2(b, loe), "f16")
-      end
-      lo[i] = { r = e.r, c = e.c, v = vals }
-    end
-    store(lo_dst, lo)
+  -- Where exactness ends: the tile's flags (f.lo: this warp's Q bits, and K's and V's when marked); the
+  -- common tile's test, block-uniform (mn, fk and fv are). Before the conversions, so that the rare
+  -- branch holds the raw values alone (their f16 conversions are made again inside it)
+  f.lo:set(f.qbits)
+  b:if_(b:lt(mn * b:min(fk, fv), 2.0 ^ -17), function() -- rarely taken
+    -- the smallest nonzero |x| of K and V (the zeros counted above: rows past seq_k, or zeros in the data),
+    -- after a barrier that lets every thread read the slots first
+    local vn = b:var("f32", mn)
+    b:if_(b:eq(mn, 0.0), function()
+      local n2 = b:f32(math.huge)
+      for _, e in ipairs(sk) do n2 = local_min(b, e.v, n2) end
+      for _, e in ipairs(sv) do n2 = local_min(b, e.v, n2) end
+      b:barrier()
+      vn:set(-block_max(c, { -n2 })[1])
+    end)
+    local nz = vn:get()
+    -- V: a tile whose smallest nonzero |v| scales below 2^-17 (a span over 2^32, or a tile held below its
+    -- own top by RAISE) gets its low part at lo_dst for M.pv_lo; K: the same test at K's scale, its low part
+    -- times 2^LO into K's other buffer (free as V's), for M.scores_lo. (nz is K's and V's together: a
+    -- tile can be marked where only the other one's smallest entry is that far down; never missed, at
+    -- most a rare branch too many)
+    local vwide, kwide = b:lt(nz * fv, 2.0 ^ -17), b:lt(nz * fk, 2.0 ^ -17)
+    f.lo:set(b:or_(f.qbits, b:or_(b:select(vwide, LO_V, 0), b:select(kwide, LO_S | LO_K, 0))))
+    b:if_(vwide, function()
+      local lo = {}
+      for i, e in ipairs(sv) do lo[i] = { r = e.r, c = e.c, v = low_part(b, e.v, convert(b, e.v, fv), fv, pow2(b, loe)) } end
+      store(lo_dst, lo)
+    end)
+    b:if_(kwide, function()
+      local lo = {}
+      for i, e in ipairs(sk) do lo[i] = { r = e.r, c = e.c, v = low_part(b, e.v, convert(b, e.v, fk), fk, b:f32(2.0 ^ LO)) } end
+      -- (d128's prologue: the extrema's slots live in K's second buffer until every thread has read them)
+      if c.cfg.f16s_slots_in_q then b:barrier() end
+      store(klo_dst, lo)
+    end)
   end)
-  for _, e in ipairs(sv) do e.raw = nil end
+  for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
+  for _, e in ipairs(sv) do e.v = convert(b, e.v, fv) end
+end
+
+-- S exact, on a tile whose K (M.stage) or a warp whose Q rows (q_load) span more than f16 holds: the SIMT
+-- computation for that tile. s (mma_scores' fragments, at scale 2^(hq + hk)) is replaced by
+-- sum_c (q_c 2^hq) (k_hi + 2^-40 k_lo), fp32 FMAs over the head dim's column pairs: q from memory (bf16,
+-- rotated as q_load rotates it; times 2^hq exact), k the tile's f16 high part and (a marked K tile) its low
+-- part times 2^LO (M.stage: K's other buffer, klo_t), so every entry but those more than 2^72 below its
+-- row's or tile's largest counts, and the sum's rounding is fp32's (2^-24 d sum |q k|, under the bf16
+-- path's 2^-8). Each lane computes its own fragment entries (rows g, g + 8 of each m-tile, keys 2t, 2t + 1
+-- of each 8). A branch common tiles skip (f.lo's LO_S: block-uniform for K, warp-uniform for Q); its code
+-- is one loop (a second scaled mma per product made kiln's pipeline emit up to twice the kernel's SASS).
+-- Returns s, updated.
+function M.scores_lo(c, s, kt, klo_t)
+  local b, f, spec, p, G, mt, nt = c.b, c.f16s, c.spec, c.p, c.G, c.mt, c.nt
+  local bits = f.lo:get()
+  local sv = {}
+  for mi = 0, mt - 1 do
+    sv[mi] = {}
+    for j = 0, nt - 1 do
+      sv[mi][j] = {}
+      for e = 1, 4 do sv[mi][j][e] = b:var("f32", s[mi][j][e]) end
+    end
+  end
+  b:if_(b:ne(b:and_(bits, LO_S), 0), function() -- rarely taken
+    local kw = b:ne(b:and_(bits, LO_K), 0)
+    -- The lane's own lane number, through a shuffle made here (LLVM keeps a shfl.sync where it is): the row
+    -- addresses, K's offsets and Q's inverse scales derive from it, so licm cannot hoist them into the tile loop's
+    -- preheader, where every warp ran them (d64 causal: 91 instructions a warp, +800 T4 clocks of 49k)
+    local lane = b:shfl("idx", c.lane, c.lane)
+    local t, row0 = lane & 3, (lane >> 2) + (c.q0 + c.wrow)
+    local rows = {}
+    for mi = 0, mt - 1 do
+      rows[mi] = {}
+      for h = 0, 1 do
+        local row = row0 + (mi * 16 + h * 8)
+        local rr = b:select(b:lt(row, G.rows), row, 0)
+        -- 2^hq of the row: the inverse of its factor f.qh (2^-hq, a normal power of two)
+        rows[mi][h] = { src = G.q_addr and G.q_addr(rr) or c.base.q + b:i64(rr) * p.stride_qs, rr = rr }
+      end
+    end
+    for mi = 0, mt - 1 do
+      for j = 0, nt - 1 do
+        for e = 1, 4 do sv[mi][j][e]:set(b:f32(0.0)) end
+      end
+    end
+    -- (a padded head_dim: the columns past spec.dim are zeros in Q and K)
+    b:for_(0, spec.dim // 2, 1, function(cp)
+      local col = cp * 2
+      local q = {}
+      for mi = 0, mt - 1 do
+        q[mi] = {}
+        for h = 0, 1 do
+          local r = rows[mi][h]
+          local from = r.src + col
+          local vals = b:load_vec(from, 2, { align = 4 })
+          if c.rot_q then vals = c.rot_q.apply(vals, from, col, r.rr, c.rot_q.on(r.rr, col)) end
+          q[mi][h] = { b:to_f32(vals[1]), b:to_f32(vals[2]) }
+        end
+      end
+      local k = {}
+      for j = 0, nt - 1 do
+        k[j] = {}
+        for x = 0, 1 do
+          local off = f.swz(j * 8 + t * 2 + x, col >> 3) + (col & 7)
+          local hi, lo = b:load_vec(kt + off, 2, { align = 4 }), b:load_vec(klo_t + off, 2, { align = 4 })
+          k[j][x] = {}
+          for i = 1, 2 do
+            -- (an unmarked tile's other buffer holds other data: its bits are not read as a value)
+            k[j][x][i] = b:to_f32(hi[i]) + b:select(kw, b:to_f32(lo[i]) * 2.0 ^ -LO, 0.0)
+          end
+        end
+      end
+      for mi = 0, mt - 1 do
+        for j = 0, nt - 1 do
+          for e = 1, 4 do
+            local qv, kv = q[mi][(e - 1) >> 1], k[j][(e - 1) & 1]
+            local acc = sv[mi][j][e]
+            acc:set(b:fma(qv[2], kv[2], b:fma(qv[1], kv[1], acc:get())))
+          end
+        end
+      end
+    end)
+    -- times 2^hq of the row: the inverse of its factor f.qh (2^-hq, a normal power of two), or (d128's 32-key
+    -- tiles, slots_in_q, and rotary) a division by it, exact: there the inverses, hoisted out of the tile
+    -- loop, were values more across it at 255 registers (d128 4 bytes spilled, d96 keys + paged rotary 4);
+    -- a division costs ~20 SASS instructions
+    for mi = 0, mt - 1 do
+      local qhs = {} -- (the lane's own values, through shuffles made here, as lane above)
+      for h = 0, 1 do qhs[h] = b:shfl("idx", f.qh[mi][h], c.lane) end
+      for j = 0, nt - 1 do
+        for e = 1, 4 do
+          local qh = qhs[(e - 1) >> 1]
+          local x = sv[mi][j][e]:get()
+          sv[mi][j][e]:set((c.cfg.f16s_slots_in_q or c.rot_q) and x / qh or x * b:from_bits(0x7F000000 - b:bits(qh)))
+        end
+      end
+    end
+  end)
+  local out = {}
+  for mi = 0, mt - 1 do
+    out[mi] = {}
+    for j = 0, nt - 1 do
+      out[mi][j] = {}
+      for e = 1, 4 do out[mi][j][e] = sv[mi][j][e]:get() end
+    end
+  end
+  return out
 end
 
 -- O += P (V's low part) 2^-loe for a tile stage() marked (lo_t: the buffer it stored the part in),
@@ -358,7 +557,7 @@ function M.pv_lo(c, pv, lo_t)
       pa[mi][ks] = { b:pack(p0[1], p0[2], "f16"), b:pack(p0[3], p0[4], "f16"), b:pack(p1[1], p1[2], "f16"), b:pack(p1[3], p1[4], "f16") }
     end
   end
-  b:if_(b:ne(c.f16s.vlo:get(), 0), function() -- rarely taken
+  b:if_(b:ge(c.f16s.lo:get(), LO_V), function() -- rarely taken (LO_V is the highest flag)
     local loe = c.f16s.loe:get()
     local up, down = pow2(b, loe), pow2(b, -loe)
     local o = {}

@@ -118,17 +118,27 @@ static kiln_attn_problem entry(const kiln_attn_problem *p, const emu_paged *c, i
     return e;
 }
 
+static void expect_append(const kiln_attn_problem *p, emu_paged *c);
+
 /* append=true: the new keys and values, the cache as drawn (restored before each run) and the cache the
  * run must leave: the new rows at positions cache_seqlens[b] .. + seqlen_new - 1 of entry b's pages
  * (with rotary, the keys rotated at those positions). */
 static kiln_status draw_append(const kiln_attn_problem *p, emu_paged *c, uint64_t *seed, kiln_error *err) {
-    size_t es = kiln_dtype_size(p->dtype), row = (size_t)p->heads_kv * (size_t)p->head_dim * es;
+    size_t es = kiln_dtype_size(p->dtype);
     size_t nn = (size_t)p->batch * (size_t)c->seqlen_new * (size_t)p->heads_kv * (size_t)p->head_dim,
            bytes = page_elems(p, c) * es;
     c->kn = kiln_attn_random(p->dtype, nn, 1, seed), c->vn = kiln_attn_random(p->dtype, nn, 1, seed);
     c->k0 = malloc(bytes), c->v0 = malloc(bytes), c->kx = malloc(bytes), c->vx = malloc(bytes);
     if (!c->kn || !c->vn || !c->k0 || !c->v0 || !c->kx || !c->vx) return kiln_fail(err, KILN_ENOMEM, "out of memory");
-    memcpy(c->k0, c->k, bytes), memcpy(c->v0, c->v, bytes), memcpy(c->kx, c->k, bytes), memcpy(c->vx, c->v, bytes);
+    memcpy(c->k0, c->k, bytes), memcpy(c->v0, c->v, bytes);
+    expect_append(p, c);
+    return KILN_OK;
+}
+
+/* The cache the run must leave (kx, vx): the cache as drawn (k0, v0) with the new rows written. */
+static void expect_append(const kiln_attn_problem *p, emu_paged *c) {
+    size_t es = kiln_dtype_size(p->dtype), row = (size_t)p->heads_kv * (size_t)p->head_dim * es, bytes = page_elems(p, c) * es;
+    memcpy(c->kx, c->k0, bytes), memcpy(c->vx, c->v0, bytes);
     for (int b = 0; b < p->batch; b++) {
         const int32_t *t = c->table + (size_t)(c->bidx ? c->bidx[b] : b) * (size_t)c->max_blocks;
         for (int i = 0; i < c->seqlen_new; i++) {
@@ -141,8 +151,9 @@ static kiln_status draw_append(const kiln_attn_problem *p, emu_paged *c, uint64_
                 emu_rope_row(&c->rope, p->dtype, (char *)c->kx + at + (size_t)h * (size_t)p->head_dim * es, pos);
         }
     }
-    return KILN_OK;
 }
+
+static void rotate_q(emu_paged *c, const kiln_attn_problem *p, const void *q);
 
 /* rotary: the tables (seqlen_ro two short of the cache's capacity, so the fullest entry's last new
  * keys lie past the table and stay unrotated) and q rotated: query i of entry b at cache_seqlens[b]
@@ -154,14 +165,20 @@ static kiln_status rope_draw(emu_paged *c, const kiln_attn_problem *p, const voi
     size_t es = kiln_dtype_size(p->dtype), d = (size_t)p->head_dim;
     size_t n = (size_t)p->batch * (size_t)p->seq_q * (size_t)p->heads_q * d;
     if (!(c->qr = malloc(n * es + 1))) return kiln_fail(err, KILN_ENOMEM, "out of memory");
-    memcpy(c->qr, q, n * es);
+    rotate_q(c, p, q);
+    return KILN_OK;
+}
+
+/* qr: q rotated as the kernel rotates it. */
+static void rotate_q(emu_paged *c, const kiln_attn_problem *p, const void *q) {
+    size_t es = kiln_dtype_size(p->dtype), d = (size_t)p->head_dim;
+    memcpy(c->qr, q, (size_t)p->batch * (size_t)p->seq_q * (size_t)p->heads_q * d * es);
     for (int b = 0; b < p->batch; b++)
         for (int i = 0; i < p->seq_q; i++)
             for (int h = 0; h < p->heads_q; h++) {
                 size_t at = (((size_t)b * (size_t)p->seq_q + (size_t)i) * (size_t)p->heads_q + (size_t)h) * d * es;
                 emu_rope_row(&c->rope, p->dtype, (char *)c->qr + at, c->seqlens[b] + (p->causal || p->window ? i : 0));
             }
-    return KILN_OK;
 }
 
 void emu_paged_prepare(emu_paged *c, const kiln_attn_problem *p) {
@@ -169,6 +186,8 @@ void emu_paged_prepare(emu_paged *c, const kiln_attn_problem *p) {
     memcpy(c->k, c->k0, page_elems(p, c) * kiln_dtype_size(p->dtype));
     memcpy(c->v, c->v0, page_elems(p, c) * kiln_dtype_size(p->dtype));
 }
+
+static kiln_status reference(emu_paged *c, const kiln_attn_problem *p, const void *q, double *ro, double *rl, kiln_error *err);
 
 kiln_status emu_paged_create(const kiln_case *cs, const kiln_attn_problem *p, const void *q, double *ro, double *rl,
                              uint64_t *seed, emu_paged **out, kiln_error *err) {
@@ -193,6 +212,12 @@ kiln_status emu_paged_create(const kiln_case *cs, const kiln_attn_problem *p, co
         (st = rope_draw(c, p, q, seed, err)) != KILN_OK)
         return st;
     if (append && (st = draw_append(p, c, seed, err)) != KILN_OK) return st;
+    return reference(c, p, q, ro, rl, err);
+}
+
+/* ro, rl: the float64 reference entry by entry (q as given; rotated into qr first with rotary). */
+static kiln_status reference(emu_paged *c, const kiln_attn_problem *p, const void *q, double *ro, double *rl, kiln_error *err) {
+    kiln_status st = KILN_OK;
     if (c->qr) q = c->qr;
     size_t row = (size_t)p->heads_kv * (size_t)p->head_dim * kiln_dtype_size(p->dtype);
     size_t qe = (size_t)p->seq_q * (size_t)p->heads_q * (size_t)p->head_dim, le = (size_t)p->heads_q * (size_t)p->seq_q;
@@ -212,6 +237,16 @@ kiln_status emu_paged_create(const kiln_case *cs, const kiln_attn_problem *p, co
     if (st == KILN_OK && (!k || !v)) st = kiln_fail(err, KILN_ENOMEM, "out of memory");
     free(k), free(v);
     return st;
+}
+
+kiln_status emu_paged_refresh(emu_paged *c, const kiln_attn_problem *p, const void *q, double *ro, double *rl, kiln_error *err) {
+    if (c->k0) {
+        size_t bytes = page_elems(p, c) * kiln_dtype_size(p->dtype);
+        memcpy(c->k0, c->k, bytes), memcpy(c->v0, c->v, bytes);
+        expect_append(p, c);
+    }
+    if (c->qr) rotate_q(c, p, q);
+    return reference(c, p, q, ro, rl, err);
 }
 
 int emu_paged_tensor(const emu_paged *c, const kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes) {
