@@ -332,6 +332,11 @@ function K.config(spec, target)
   -- 7.98 vs 8.04 d64 paged append, 9.33 vs 9.44 d128 append rotary, 6.44 vs 6.69 d128 v64))
   o3 = o3 or (cfg.f16s and spec.causal and ((spec.append and not spec.splitkv and (spec.head_dim == 64 or rotary.on(spec)))
                                             or spec.vdim < spec.head_dim))
+  -- (and bf16 on sm_75's d128 32-key tiles, causal, with the diagonal's per-warp skip: kiln's pipeline spilled 4 bytes
+  -- with varlen (255 registers; default<O3> none), and default<O3> gave fewer instructions a warp trip in the tile loop,
+  -- e.g. dense 202 -> 190 in the unmasked trip's P V block; T4 estimate (attention_f16scaled_test) dense 1.31x ->
+  -- 1.21x, paged 1.39x -> 1.30x)
+  o3 = o3 or (cfg.f16s_slots_in_q and spec.causal)
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
@@ -878,15 +883,18 @@ local function mma_setup(c)
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
   if cfg.f16s then f16s.setup(c, function(r, ch) return swz(b, spec, cfg, r, ch) end) end
+  -- (bf16 scaled to f16, d128's 32-key tiles over pages: V's rows past the sequence, zeros, read the tile's first key as
+  -- K's do, so that K and V share each row's page lookup, a division and a load: T4 estimate 1.30x -> 1.26x)
+  c.v_pad = cfg.f16s_slots_in_q and spec.paged
   -- bf16 scaled to f16, causal (not split-KV, whose rows are of every query position): the block's masked trips
   -- (its diagonal) run each warp's work only on the key tiles some row of the warp sees, kv0 below the bound of the
   -- warp's last row (a window's lower bound too, from its first row). A skipped tile leaves the warp's m, l and O
   -- as they are, which its P = 0 would have (the scales follow: O stays at the scale it had, tile_factors takes the
   -- change at the next tile the warp computes). The 256-row blocks (8 warps x 32 rows) ran 8 masked 32-key trips
-  -- on every warp of a diagonal block, 28 of the 64 warp trips wholly above the warp's rows.
-  -- (Not d128's 32-key tiles, f16s_slots_in_q: at 255 registers with Q's fragments in registers, the branch spilled
-  -- 8 bytes there, ptxas sm_75; they run every diagonal tile on every warp, as before.)
-  if cfg.f16s and spec.causal and not spec.splitkv and not cfg.f16s_slots_in_q then
+  -- on every warp of a diagonal block, 28 of the 64 warp trips wholly above the warp's rows. (d128's 32-key tiles,
+  -- f16s_slots_in_q, too since wave 16: the branch spilled 8 bytes there at 255 registers before the span form's
+  -- division of Q's scale; 0 now, ptxas sm_75.)
+  if cfg.f16s and spec.causal and not spec.splitkv then
     -- The warp's bounds come from the lanes that hold its first row (lane 0) and its last (lane 28: g = 7, the
     -- second half of the last m-tile), the rows' own bounds as mma_softmax computes them (the same expressions).
     local function bounds(mi, h) return mask.row_range(c.mask, G.sq(c.q0 + c.wrow + mi * 16 + c.g + h * 8)) end
@@ -931,7 +939,7 @@ local function mma_prologue(c)
     b:if_(b:gt(c.ntiles, 0), function()
       -- (K's rows past the sequence re-read the tile's first key: lib/attn_f16scaled.lua M.stage)
       local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k, nil, c.rot_k, key_tile(c, 0) * c.bn)
-      local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true)
+      local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true, nil, c.v_pad and key_tile(c, 0) * c.bn)
       f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end, c.ks + c.tile)
       stage_store(b, spec, cfg, c.ks, sk)
       stage_store(b, spec, cfg, c.vs, sv)
@@ -1183,7 +1191,7 @@ local function mma_trip(c, it, masked)
     local nxt = b:min(it + 1, c.ntiles - 1)
     local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k,
                           c.f16s and key_tile(c, nxt) * bn or nil)
-    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true)
+    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true, nil, c.v_pad and key_tile(c, nxt) * bn)
     if masked and c.warp_sees then
       -- (bf16 scaled to f16, causal: a warp skips the tiles none of its rows sees and computes the ones every row
       -- of it sees whole without the mask; the staging below is the block's)

@@ -214,10 +214,11 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=80 causal=top_left path=mma", 200, 150, 1, 1, 0, 0, 0, 0, 1},
         /* the diagonal's per-warp bounds (attention.lua warp_sees, warp_whole): seq_k - seq_q = 33 puts a warp's last
          * row one key into a key tile (d64's 32-row warps; d128's 16-row warps with 16-key tiles, here an unbounded
-         * window's: the plain d128 kernel's 32-key tiles do not skip), 30 its first row one key short of a tile's end;
-         * a window of 62 keys the last row's first key one past a tile's start (d32: 32-row warps) */
+         * window's, and the odd warps of d128's 32-key tiles, which skip since wave 16), 30 its first row one key short
+         * of a tile's end; a window of 62 keys the last row's first key one past a tile's start (d32: 32-row warps) */
         {"attention dtype=bf16 head_dim=64 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=128 causal=true window=true path=mma", 150, 183, 1, 1, 0, -1, -1, 0, 0},
+        {"attention dtype=bf16 head_dim=128 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=64 causal=true path=mma", 100, 130, 1, 1, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=32 causal=true window=true path=mma", 150, 150, 1, 1, 0, 62, 0, 0, 0},
     };
@@ -681,7 +682,8 @@ static void estimate(void) {
 /* The same T4 estimate for the keys built on this path (wave 14), bf16 against f16's kernel with the same keys at
  * 768 queries x 512 keys, one head: varlen (one packed sequence), the paged KV cache (one full entry, pages of 64),
  * dropout (p = 0.1), and the dense causal kernel beside them (the keys' own cost). Their tiles are the plain kernel's
- * at d64 and the 16-key ones at d128 (attn_f16scaled.lua TILES_HEAVY), against f16's own tiles for the key; `bound`
+ * at d64 and at d128 (32-key tiles; causal varlen and paged since wave 16, attn_f16scaled.lua TILES_SEQ_CAUSAL), against
+ * f16's own tiles for the key; `bound`
  * is the tile loop's figure measured plus 3 %, so a change that costs these kernels fails here (issue 28's 1.25 where
  * that is met). The hot loop (blocks run at least half as often as the hottest) is printed, not bounded: with the
  * diagonal's per-warp skip (attention.lua warp_sees) the hottest blocks of a causal kernel are the diagonal's
@@ -694,8 +696,8 @@ static void estimate_keys(void) {
         double bound;
     } rows[] = {
         {"causal=true", 64, 1.25}, {"causal=true varlen=true", 64, 1.25}, {"causal=true paged=true", 64, 1.25},
-        {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.44}, {"causal=true varlen=true", 128, 1.64},
-        {"causal=true paged=true", 128, 1.72},
+        {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.25}, {"causal=true varlen=true", 128, 1.25},
+        {"causal=true paged=true", 128, 1.30},
     };
     kiln_error err = {0};
     kiln_emu *pe = NULL;

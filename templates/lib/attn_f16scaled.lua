@@ -91,6 +91,13 @@ local TILES_HEAVY = {
   [96] = { { warps = 6, mt = 1, n = 16, stages = 2, q_regs = false } },
   [128] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = false } },
 }
+-- (wave 16) d128 causal with varlen or the paged KV cache, no dropout, no append: TILES' 32-key tiles (Q's fragments in
+-- registers, the slots in Q's tile) with the diagonal's per-warp skip: 0 spills at 254-255 registers (ptxas sm_75;
+-- default<O3>, attention.lua: kiln's pipeline spilled 4 bytes with varlen), T4 estimate 1.59x -> 1.22x (varlen),
+-- 1.67x -> 1.26x (paged). With the append (and rotary) they spilled 4-52 bytes; not causal: not measured for speed
+local TILES_SEQ_CAUSAL = {
+  [128] = TILES[128],
+}
 -- d64 with a mask key over pages (not split-KV) or with dropout: the 32-row warps spilled 24 bytes with the append,
 -- 16 with varlen and dropout_mask; 16-row warps
 local TILES_KEYS_PAGED = {
@@ -105,6 +112,7 @@ function M.tiles(spec, tiles)
   local keyed = (spec.window or spec.softcap or spec.alibi) and ((spec.paged and not spec.splitkv or spec.dropout) and TILES_KEYS_PAGED[d] or TILES_KEYS[d])
     or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
   local own = spec.splitkv and SPLIT[d] or (spec.dropout or spec.append) and TILES_DROP[d]
+    or spec.causal and (spec.varlen or spec.paged) and not spec.dropout and not spec.append and TILES_SEQ_CAUSAL[d]
     or (spec.varlen or spec.paged or spec.dropout) and TILES_HEAVY[d] or TILES[d]
   if keyed or own then
     local t = setmetatable({}, { __index = tiles })
