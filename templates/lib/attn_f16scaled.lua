@@ -55,6 +55,9 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- registers, over the 168 that 384 threads may hold); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
 -- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
 -- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 re-reads Q from shared memory.
+-- lean (d32, cfg.f16s_lean; wave 16): P V's low part after P V (pv_lo: P's packs fold to <2 x half>), V's rows
+-- past the sequence zeroed once converted (zero_rows), the extrema started from the first values and the
+-- three block maxima through quarter warps (block_max3): T4 estimate 1.55x -> 1.22x f16's, 242 registers.
 local TILES = {
   [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true, lean = true } },
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
