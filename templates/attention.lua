@@ -280,6 +280,7 @@ local function config_mma(spec, target)
     q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
+    f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
   }
 end
 
@@ -793,12 +794,18 @@ end
 
 -- Register staging (targets without cp.async): the loads of a tile now, the stores into shared
 -- memory later, so the loads' latency hides behind a tile of mma. Tiles divide evenly among threads.
+-- zero_tail "later" (V of lib/attn_f16scaled.lua's lean tiles): the rows past seq read row pad and are not zeroed
+-- here; the item keeps ok for the caller to zero them after converting them (M.stage)
 local function stage_load(b, spec, cfg, src, stride, row0, rows, seq, zero_tail, rot, pad)
   local staged = {}
   tile_items(b, zero_tail and spec.vspec or spec, cfg, src, stride, row0, rows, seq, function(r, c, ok, from, guard, real, rr)
     assert(not guard, "register staging needs tiles that divide evenly among the threads")
     local v = b:load_vec(from, 8, { align = 16 })
     if rot then v = rot.apply(v, from, c * 8, rr, rot.on(rr, c * 8)) end
+    if zero_tail == "later" then
+      staged[#staged + 1] = { r = r, c = c, v = v, real = real, ok = ok }
+      return
+    end
     if zero_tail then
       local zero = b:from_f32(0.0, spec.dtype)
       for i = 1, 8 do v[i] = b:select(ok, v[i], zero) end
@@ -939,7 +946,8 @@ local function mma_prologue(c)
     b:if_(b:gt(c.ntiles, 0), function()
       -- (K's rows past the sequence re-read the tile's first key: lib/attn_f16scaled.lua M.stage)
       local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, 0) * c.bn, c.bn, p.seq_k, nil, c.rot_k, key_tile(c, 0) * c.bn)
-      local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, true, nil, c.v_pad and key_tile(c, 0) * c.bn)
+      local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, 0) * c.bn, c.bn, p.seq_k, f16s.v_zero(c), nil,
+                            (c.v_pad or c.cfg.f16s_lean) and key_tile(c, 0) * c.bn or nil)
       f16s.stage(c, sk, sv, c.vs + c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end, c.ks + c.tile)
       stage_store(b, spec, cfg, c.ks, sk)
       stage_store(b, spec, cfg, c.vs, sv)
@@ -1169,8 +1177,11 @@ local function mma_compute(c, it, buf, masked)
     if c.cfg.cp_async then b:cp_async_wait(0) else load_v(c, it, 0) end
     b:barrier()
   end
-  if c.f16s then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end -- a wide V tile's low part
+  -- a wide V tile's low part (lib/attn_f16scaled.lua pv_lo: before P V, or after it with TILES' lean)
+  local lo_after = c.cfg.f16s_lean
+  if c.f16s and not lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end
   mma_pv(c, pv, vt)
+  if c.f16s and lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end
 end
 
 -- One trip of the K/V loop, with the pipeline around mma_compute().
@@ -1191,7 +1202,8 @@ local function mma_trip(c, it, masked)
     local nxt = b:min(it + 1, c.ntiles - 1)
     local sk = stage_load(b, spec, cfg, c.base.k, p.stride_ks, key_tile(c, nxt) * bn, bn, p.seq_k, nil, c.rot_k,
                           c.f16s and key_tile(c, nxt) * bn or nil)
-    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, true, nil, c.v_pad and key_tile(c, nxt) * bn)
+    local sv = stage_load(b, spec, cfg, c.base.v, p.stride_vs, key_tile(c, nxt) * bn, bn, p.seq_k, c.f16s and f16s.v_zero(c) or true,
+                          nil, (c.v_pad or cfg.f16s_lean) and key_tile(c, nxt) * bn or nil)
     if masked and c.warp_sees then
       -- (bf16 scaled to f16, causal: a warp skips the tiles none of its rows sees and computes the ones every row
       -- of it sees whole without the mask; the staging below is the block's)

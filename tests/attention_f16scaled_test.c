@@ -581,8 +581,12 @@ static void nonfinite(int d) {
     } plants[][3] = {
         {{'k', 5 * 64 + 3, INFINITY}, {'v', 40 * 64 + 7, NAN}, {'q', 20 * 64 + 1, -INFINITY}},
         {{'v', 3 * 64 + 9, INFINITY}, {'v', 70 * 64 + 9, -INFINITY}, {'k', 90 * 64, NAN}},
+        /* key 64 opens d32's ragged last tile (64-key tiles): its lean tiles stage the rows past the sequence as
+         * copies of it and zero them once converted (attn_f16scaled.lua zero_rows); left as copies, P = 0 there
+         * meets the Inf: NaN where the SIMT path gives +-Inf */
+        {{'v', 64 * 64 + 5, INFINITY}, {'v', 64 * 64 + 6, -INFINITY}, {'v', 99 * 64 + 7, NAN}},
     }; /* (positions as [row * 64 + column]: at head_dim d, [row * d + column]) */
-    for (size_t pi = 0; pi < 2; pi++) {
+    for (size_t pi = 0; pi < sizeof plants / sizeof plants[0]; pi++) {
         char name[80];
         snprintf(name, sizeof name, "Inf/NaN as the SIMT path (head_dim %d, plant set %zu)", d, pi);
         TEST_BEGIN(name);
@@ -641,7 +645,7 @@ static void estimate(void) {
     static const struct {
         int d;
         double goal;
-    } rows[] = {{32, 1.56}, {64, 1.25}, {96, 1.25}, {128, 1.25}};
+    } rows[] = {{32, 1.25}, {64, 1.25}, {96, 1.25}, {128, 1.25}};
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
@@ -698,6 +702,7 @@ static void estimate_keys(void) {
         {"causal=true", 64, 1.25}, {"causal=true varlen=true", 64, 1.25}, {"causal=true paged=true", 64, 1.25},
         {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.25}, {"causal=true varlen=true", 128, 1.25},
         {"causal=true paged=true", 128, 1.30},
+        {"causal=true", 32, 1.34}, /* (wave 16: d32's lean tiles, 1.63x -> 1.30x) */
     };
     kiln_error err = {0};
     kiln_emu *pe = NULL;
@@ -787,10 +792,12 @@ int main(void) {
     adversarial(64);
     adversarial(96);
     adversarial(128);
+    adversarial(32); /* (d32's lean tiles: P V's low part after P V, V's padded rows zeroed once converted) */
     all_spans();
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);
+    nonfinite(32);
     varlen_cases();
     ragged_tiles();
     keyed_cases();

@@ -55,8 +55,11 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- registers, over the 168 that 384 threads may hold); d64 in dynamic shared memory. d64's hot loop: 1 : 5.4 mma : other
 -- vs 1 : 6.9 with 4 warps (profile, docs/attention.md). ptxas sm_75: d32's 64-key tiles spilled 16-40
 -- bytes with 4 warps, d64's 32-row warps 16-24 with window; d96 re-reads Q from shared memory.
+-- lean (d32, cfg.f16s_lean; wave 16): P V's low part after P V (pv_lo: P's packs fold to <2 x half>), V's rows
+-- past the sequence zeroed once converted (zero_rows), the extrema started from the first values and the
+-- three block maxima through quarter warps (block_max3): T4 estimate 1.55x -> 1.22x f16's, 242 registers.
 local TILES = {
-  [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true } },
+  [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true, lean = true } },
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
   [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
@@ -181,7 +184,7 @@ end
 -- Shared memory for the block-wide extrema: K's and V's max and their smallest nonzero magnitude, a slot
 -- per warp each (f32, slot_stride); none for a tile entry with slots_in_q (setup puts them in tiles that are free when
 -- they are used).
-function M.smem_bytes(t) return t.slots_in_q and 0 or 12 * slot_stride(t.warps) end
+function M.smem_bytes(t) return t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps) end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
@@ -198,7 +201,7 @@ function M.setup(c, swz)
   elseif cfg.dynamic_smem then
     red = b:dynamic_shared("f32") + (c.bm * cfg.ld + 2 * c.stages * c.tile) // 2 -- 2-byte elements
   else
-    red = b:shared("f32", 3 * slot_stride(cfg.threads // 32), 16)
+    red = b:shared("f32", (cfg.f16s_lean and cfg.threads == 256 and 4 or 3) * slot_stride(cfg.threads // 32), 16)
   end
   c.f16s = {
     swz = swz, -- the shared tiles' offset of (row, 16-byte chunk)
@@ -321,20 +324,50 @@ end
 -- abs_max's maximum and the smallest |x| with it (zeros count: one instruction an element, where the smallest
 -- nonzero takes three; stage() finds the nonzero one on its rare branch). real: nil, or an i1 (a padded
 -- head_dim's chunk that exists; the zeros of one that does not are left out: one select a chunk).
+-- (mx and mn nil: the first values start them; TILES' lean tiles, where the constants 0 and Inf cost three
+-- instructions a thread and tile. A part all NaN then gives NaN, which the block-wide maxnum drops unless the
+-- whole tile is NaN: its outputs are NaN with any scale)
 local function abs_extrema(b, vals, mx, mn, real)
   local m
   for _, v in ipairs(vals) do
     local a = b:abs(b:to_f32(v))
-    mx, m = b:max(mx, a), m and b:min(m, a) or a
+    mx, m = mx and b:max(mx, a) or a, m and b:min(m, a) or a
   end
-  return mx, b:min(mn, real and b:select(real, m, math.huge) or m)
+  m = real and b:select(real, m, math.huge) or m
+  return mx, mn and b:min(mn, m) or m
 end
 
 -- Block-wide maxima of per-thread values xs (each the max of its slot), through the shared slots
 -- f.red + i * slot_stride(warps) (slot i's warps, read back 4 at a time); one barrier.
+-- TILES' lean tiles (8 warps) take three values through quarter warps: two butterfly steps leave each quarter q
+-- of the warp holding value q + 1 (the fourth quarter a copy of the third), three more reduce it inside the
+-- quarter, and lanes 0, 8, 16, 24 store the warp's four slots; after the barrier lane l reads slot l (value
+-- l >> 3 of warp l & 7: the 32 slots are one load a lane), three butterfly steps inside the quarters reduce
+-- the 8 warps, and three shuffles give every lane the three results. Against three 5-step butterflies, 24
+-- slot loads and 21 maxima a thread: 12 shuffles, 9 maxima and 8 selects (d32: hot loop other + shfl per
+-- m16n8k8 4.95 -> 4.77). The 4 x 8 slots take 128 bytes (smem_bytes).
+local function block_max3(c, xs)
+  local b, f = c.b, c.f16s
+  local lane = c.lane
+  local hi, q = b:ne(lane & 16, 0), b:ne(lane & 8, 0)
+  local a, v, n = xs[1], xs[2], xs[3]
+  -- lanes 0-15 keep (a, v) and send (n, n); lanes 16-31 keep (n, n) and send (a, v)
+  local k1, k2 = b:select(hi, n, a), b:select(hi, n, v)
+  k1 = b:max(k1, b:shfl("bfly", b:select(hi, a, n), 16))
+  k2 = b:max(k2, b:shfl("bfly", b:select(hi, v, n), 16))
+  -- quarters 0 and 2 keep k1, 1 and 3 keep k2
+  local k = b:max(b:select(q, k2, k1), b:shfl("bfly", b:select(q, k1, k2), 8))
+  k = b:warp_max(k, 8)
+  b:if_(b:eq(lane & 7, 0), function() b:store(f.red + ((lane & 24) + (b:tid() >> 5)), k) end)
+  b:barrier()
+  local m = b:warp_max(b:load(f.red + lane), 8)
+  return { b:shfl("idx", m, 0), b:shfl("idx", m, 8), b:shfl("idx", m, 16) }
+end
+
 local function block_max(c, xs)
   local b, f = c.b, c.f16s
   local warps = c.cfg.threads // 32
+  if #xs == 3 and c.cfg.f16s_lean and warps == 8 then return block_max3(c, xs) end
   local st = slot_stride(warps)
   local warp = b:tid() >> 5
   local ws = {}
@@ -366,6 +399,18 @@ local function low_part(b, vals, hi, factor, up)
   return out
 end
 
+-- How V's rows past the sequence are zeroed (attention.lua stage_load's zero_tail): TILES' lean tiles (d32) stage
+-- them as copies of the tile's first key, like K's (below; the extrema are the tile's own), and zero them once
+-- converted (zero_rows): their bf16 values went through a select each and were widened one by one (zext, shl
+-- and a select an element, against shl or and on the packed pairs of K); the other tiles zero them as loaded.
+function M.v_zero(c) return c.cfg.f16s_lean and "later" or true end
+local function zero_rows(b, e, vals)
+  if not e.ok then return vals end
+  local out, zero = {}, b:from_f32(0.0, "f16")
+  for i, v in ipairs(vals) do out[i] = b:select(e.ok, v, zero) end
+  return out
+end
+
 -- K's rows past the sequence (a ragged last tile) are staged as copies of the tile's first key (attention.lua
 -- passes stage_load that row; their scores are masked), so the tile's extrema are its own keys': a huge
 -- first key of the sequence does not set the scale of a later tile and push its keys below f16's
@@ -376,7 +421,8 @@ function M.stage(c, sk, sv, lo_dst, store, klo_dst)
   -- element: V's smallest nonzero alone took three). The common tile's whole test is one compare on it
   -- (below): a tile whose mn scales below 2^-17 at the smaller of its two scales, or holds a zero, takes
   -- the rare branch, which finds the smallest nonzero magnitude and marks K and V wide or not
-  local mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge)
+  local mk, mv, mn
+  if not c.cfg.f16s_lean then mk, mv, mn = b:f32(0.0), b:f32(0.0), b:f32(math.huge) end
   for _, e in ipairs(sk) do mk, mn = abs_extrema(b, e.v, mk, mn, e.real) end
   for _, e in ipairs(sv) do mv, mn = abs_extrema(b, e.v, mv, mn, e.real) end
   local r = block_max(c, { mk, mv, -mn })
@@ -428,7 +474,7 @@ function M.stage(c, sk, sv, lo_dst, store, klo_dst)
     f.lo:set(b:or_(f.qbits, b:or_(b:select(vwide, LO_V, 0), b:select(kwide, LO_S | LO_K, 0))))
     b:if_(vwide, function()
       local lo = {}
-      for i, e in ipairs(sv) do lo[i] = { r = e.r, c = e.c, v = low_part(b, e.v, convert(b, e.v, fv), fv, pow2(b, loe)) } end
+      for i, e in ipairs(sv) do lo[i] = { r = e.r, c = e.c, v = zero_rows(b, e, low_part(b, e.v, convert(b, e.v, fv), fv, pow2(b, loe))) } end
       store(lo_dst, lo)
     end)
     b:if_(kwide, function()
@@ -440,7 +486,7 @@ function M.stage(c, sk, sv, lo_dst, store, klo_dst)
     end)
   end)
   for _, e in ipairs(sk) do e.v = convert(b, e.v, fk) end
-  for _, e in ipairs(sv) do e.v = convert(b, e.v, fv) end
+  for _, e in ipairs(sv) do e.v = zero_rows(b, e, convert(b, e.v, fv)) end
 end
 
 -- S exact, on a tile whose K (M.stage) or a warp whose Q rows (q_load) span more than f16 holds: the SIMT
@@ -551,7 +597,13 @@ function M.scores_lo(c, s, kt, klo_t)
 end
 
 -- O += P (V's low part) 2^-loe for a tile stage() marked (lo_t: the buffer it stored the part in),
--- before mma_pv adds P V's high part (pv: P as mma_softmax returns it). The accumulators are scaled
+-- before mma_pv adds P V's high part (pv: P as mma_softmax returns it), or after it (TILES' lean, d32:
+-- attention.lua mma_compute). P's fragments are packed once for both; sm_75 has no cvt.rn.f16x2.f32, so a
+-- pack is two cvt and zext, shl, or on i32, which LLVM turns into one <2 x half> (f16's own kernel's form)
+-- only where all its mma operands are one bitcast: a branch after mma_pv reuses mma_pv's (they dominate
+-- it), one before it cannot, and the pairs stay integer ops: 3 instructions a pair more in the hot loop (d32:
+-- other + shfl per m16n8k8 6.15 -> 5.15). After mma_pv the accumulators hold this tile's high part too; the
+-- bound on them (lo_scale) counts every key, this tile's included. The accumulators are scaled
 -- up by 2^loe (exact; lo_scale keeps them finite), take the low part's mma (m16n8k8 f16, P's
 -- fragments as mma_pv packs them) and are scaled back: no registers beyond the common path's.
 function M.pv_lo(c, pv, lo_t)
