@@ -217,7 +217,9 @@ end
 -- key block once and marks it while staging (row_spans, kv_mark: the block's answer beside the heads' scan), and a
 -- marked block's tiles add K_lo Q^T to S^T, V_lo dO^T to dP^T and (atomic) dS K_lo to dQ, the tile `lo` (bn rows)
 -- filled from the bf16 K and V rows inside the branch. A column where both operands' entries are low parts (K_lo
--- Q_lo, V_lo dO_lo) stays lost. The deterministic dq kernel's own staging has no low part (docs/attention.md).
+-- Q_lo, V_lo dO_lo) stays lost. The deterministic dq kernel (dq_lo_applies) marks its block's Q and dO rows while
+-- staging them and fills their low parts once a marked block into two tiles (qlo, olo): S += Q_lo K^T, dP += dO_lo
+-- V^T on the block-uniform branch; its K and V rows have no low part (docs/attention.md).
 M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
@@ -230,6 +232,15 @@ M.LO = 40
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not spec.dropout and not spec.varlen
     and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
+end
+
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
+-- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
+-- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, varlen, window,
+-- softcap and ALiBi together). Its K and V rows have no low part (docs/attention.md).
+function M.dq_lo_applies(spec)
+  return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout and not spec.varlen
+    and not (spec.window and spec.softcap and spec.alibi)
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every

@@ -590,6 +590,7 @@ end
 function M.dq_tile(b, c, k0, slow)
   local sh, p, spec = c.sh, c.p, c.spec
   local one = b:eq(b:load(sh.dqflag) + b:load(sh.dqflag + 1), 0.0)
+  if c.lo_marked then one = b:and_(one, b:not_(c.lo_marked)) end -- (Q/dO rows spanning more than 2^32: the per-row body)
   b:if_(one, function()
     -- a tile every row sees whole: inside seq_k, and (causal) below the first row's bound
     local whole = b:le(k0 + c.bn, p.seq_k)

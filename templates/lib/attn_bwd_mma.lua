@@ -90,6 +90,9 @@ local function config_dq(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
+  -- (f16-scaled: the low parts of the block's Q and dO rows spanning more than 2^32, two tiles of bm rows filled
+  -- once a block, and the warps' marks: lib/attn_bwd_f16scaled.lua dq_lo_applies)
+  if cfg.f16s and f16s.dq_lo_applies(spec) then cfg.lo, bytes = true, bytes + 2 * bm * ld * 2 + (M.WARPS + 4) * 4 end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
@@ -125,9 +128,13 @@ local function alloc(b, spec, cfg)
   local es = util.dtype_bytes[dt]
   local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
   if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
-  if cfg.lo then halves[#halves + 1] = { "lo", math.max(bm, cfg.block_n) * ld } end
+  if cfg.lo and spec.kernel == "dq" then
+    halves[#halves + 1] = { "qlo", bm * ld }
+    halves[#halves + 1] = { "olo", bm * ld }
+  elseif cfg.lo then halves[#halves + 1] = { "lo", math.max(bm, cfg.block_n) * ld } end
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
-  if cfg.lo then
+  if cfg.lo and spec.kernel == "dq" then floats[#floats + 1] = { "kvmark", M.WARPS + 4 } -- (the warps' Q/dO marks)
+  elseif cfg.lo then
     floats[#floats + 1] = { "lomark", 2 }
     -- (the warps' K/V marks; the block's first key, batch, kv head; one unused: the arrays after it keep the 16-byte
     -- alignment they had, d32's 8-byte loads among them)
@@ -648,8 +655,23 @@ function M.build_dq(b, spec, cfg, p, io)
   local q0 = b:ctaid("x") * bm
   local shift = p.seq_k - p.seq_q
   local ri = io.row_index(bi, h)
-  stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
-  stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
+  local marked -- (cfg.lo: whether a Q or dO row of the block spans more than 2^32; then sh.qlo, sh.olo hold their low parts)
+  if cfg.lo then
+    local x = f16s.load(b, spec, cfg, M.WARPS * 32, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf, true)
+    x = x | f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm,
+                      p.seq_q, sh.of, true)
+    f16s.kv_mark(b, sh, x)
+    b:barrier()
+    marked = f16s.kv_marked(b, sh, M.WARPS)
+    b:if_(marked, function() -- (once a block; the first key tile's barriers order them before their use)
+      f16s.lo_rows(b, spec, cfg, M.WARPS * 32, sh.qlo, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
+      f16s.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.olo, io.base("dout", bi, h), p.stride_douts, q0, bm,
+                   p.seq_q, sh.of)
+    end)
+  else
+    stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
+    stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
+  end
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
   -- (hooks: also the first key lo, and keys from the first row's window start)
@@ -696,6 +718,7 @@ function M.build_dq(b, spec, cfg, p, io)
     lane = lane, warp = warp, g = g, t = t, tid = tid, bound = bound, lse2 = lse2, dl = dl, dq = dq, stq = stq,
     scale2 = scale2, frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
     bm = bm, row = row, lo = lo, slope2 = slope2, mk = hooks and hooks.mask, fresh = cfg.d32 and cfg.kvs and b:var("i32", 1),
+    lo_marked = marked, -- (a marked block: every key tile on the per-row body, which adds the low parts)
   }
   if cx and hooks then -- (the mask keys: the first row's last key and the last row's first)
     local _, hi = hooks.range(q0)
@@ -736,6 +759,41 @@ function M.build_dq(b, spec, cfg, p, io)
         local v1, v2 = frag_bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
         dp[2 * jp] = b:mma(mdt, ao, v1, dp[2 * jp])
         dp[2 * jp + 1] = b:mma(mdt, ao, v2, dp[2 * jp + 1])
+      end
+    end
+    if cfg.lo then -- S += Q_lo K^T 2^-LO, dP += dO_lo V^T 2^-LO: a marked block (its Q or dO rows spanning more than 2^32)
+      local sv, dpv = {}, {}
+      for j = 0, nk - 1 do
+        sv[j], dpv[j] = {}, {}
+        for e = 1, 4 do
+          sv[j][e], dpv[j][e] = b:var("f32", 0.0), b:var("f32", 0.0)
+          sv[j][e]:set(s[j][e])
+          dpv[j][e]:set(dp[j][e])
+        end
+      end
+      b:if_(marked, function()
+        local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+        for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
+          local acc = {}
+          for j = 0, nk - 1 do
+            acc[j] = {}
+            for e = 1, 4 do acc[j][e] = x[3][j][e]:get() * up end
+          end
+          for kk = 0, kd - 1 do
+            local a = frag_a(b, x[1], ld, lane, warp * 16, kk * 16)
+            for jp = 0, nk // 2 - 1 do
+              local b1, b2 = frag_bn(b, x[2], ld, lane, jp * 16, kk * 16)
+              acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
+              acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
+            end
+          end
+          for j = 0, nk - 1 do
+            for e = 1, 4 do x[3][j][e]:set(acc[j][e] * down) end
+          end
+        end
+      end)
+      for j = 0, nk - 1 do
+        for e = 1, 4 do s[j][e], dp[j][e] = sv[j][e]:get(), dpv[j][e]:get() end
       end
     end
     for j = 0, nk - 1 do
