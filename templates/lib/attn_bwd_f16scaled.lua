@@ -114,7 +114,7 @@ function M.row_spans(b, spec, v, h)
   local mn = b:f32(math.huge)
   for _, x in ipairs(v) do
     local a = b:abs(b:to_f32(x))
-    mn = b:min(mn, b:select(b:and_(b:gt(a, 0.0), b:lt(a, math.huge)), a, math.huge))
+    mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge)) -- (NaN: not above 0; Inf: never below the minimum)
   end
   if slots > 1 then mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - mn, slots) end
   return b:select(b:lt((b:bits(mn) >> 23) - 127 + h, EXACT), b:i32(1), b:i32(0))
