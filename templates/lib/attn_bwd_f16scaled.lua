@@ -104,11 +104,30 @@ function M.row_items(b, spec, threads, src, stride, row0, rows, seq, fn)
   end
 end
 
+-- Whether a staged row spans more than 2^32 (its smallest nonzero finite |x| scaled by 2^h below 2^EXACT), from
+-- this item's 8 values v of the row (zeros where the item does not exist) and the row's 2^h exponent h: the
+-- item's smallest, a butterfly over the row's `slots` lanes (every lane of the warp takes part). An i32 0 or 1.
+function M.row_spans(b, spec, v, h)
+  local cpr = spec.head_dim // 8
+  local slots = 1
+  while slots < cpr do slots = slots * 2 end
+  local mn = b:f32(math.huge)
+  for _, x in ipairs(v) do
+    local a = b:abs(b:to_f32(x))
+    mn = b:min(mn, b:select(b:gt(a, 0.0), a, math.huge)) -- (NaN: not above 0; Inf: never below the minimum)
+  end
+  if slots > 1 then mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - mn, slots) end
+  return b:select(b:lt((b:bits(mn) >> 23) - 127 + h, EXACT), b:i32(1), b:i32(0))
+end
+
 -- Copies rows [row0, row0 + rows) of a bf16 [seq, d] slice into the f16 tile dst (row stride ld), each
--- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items).
-function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
+-- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items). spans (dkdv's K and V
+-- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32.
+function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans)
+  local any = spans and b:i32(0)
   M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
     local h = f16s.scale_of(b, mx)
+    if spans then any = any | M.row_spans(b, spec, v, h) end
     local factor = f16s.pow2(b, h)
     local put = function()
       local out = f16s.convert(b, v, factor)
@@ -117,6 +136,7 @@ function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst)
     end
     if live then b:if_(live, put) else put() end
   end)
+  return any
 end
 
 -- ---- Q and dO scaled once, by prep (the workspace) ----
@@ -193,8 +213,13 @@ end
 -- takes (head_dim 32's and 64's blocks of one factor run such a head on the per-row body): the row's
 -- x 2^h - f16(x 2^h), times 2^LO, rounded to f16 (lo_rows: from the bf16 input, into the tile `lo`), through a
 -- second m16n8k8 on accumulators scaled up by 2^LO and back (exact powers of two; |acc| 2^LO stays below
--- 2^102). Entries more than 2^(32 + LO) below their row's largest remain lost. K's and V's rows (staged by dkdv
--- itself) and the deterministic dq kernel's own Q and dO staging have no low part (docs/attention.md).
+-- 2^102). Entries more than 2^(32 + LO) below their row's largest remain lost. K's and V's rows: dkdv stages its
+-- key block once and marks it while staging (row_spans, kv_mark: the block's answer beside the heads' scan), and a
+-- marked block's tiles add K_lo Q^T to S^T, V_lo dO^T to dP^T and (atomic) dS K_lo to dQ, the tile `lo` (bn rows)
+-- filled from the bf16 K and V rows inside the branch. A column where both operands' entries are low parts (K_lo
+-- Q_lo, V_lo dO_lo) stays lost. The deterministic dq kernel (dq_lo_applies) marks its block's Q and dO rows while
+-- staging them and fills their low parts once a marked block into two tiles (qlo, olo): S += Q_lo K^T, dP += dO_lo
+-- V^T on the block-uniform branch; its K and V rows have no low part (docs/attention.md).
 M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
@@ -207,6 +232,27 @@ M.LO = 40
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not spec.dropout and not spec.varlen
     and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
+end
+
+-- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
+-- marked while staging, K_lo and V_lo filled inside the query loop): not where that code spilled at 255 registers
+-- on main with wave 16's load_ws copies (ptxas sm_75, 8-28 bytes): the atomic dkdv at the tile width 64 with
+-- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B), and the tile width 96 without causal
+-- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B). Those keep Q's and dO's low parts; K's and V's rows
+-- keep the documented bound (docs/attention.md, "Not held yet").
+function M.kv_lo_applies(spec)
+  return M.lo_applies(spec)
+    and not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
+    and not (spec.head_dim == 96 and not spec.causal)
+end
+
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
+-- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
+-- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, varlen, window,
+-- softcap and ALiBi together). Its K and V rows have no low part (docs/attention.md).
+function M.dq_lo_applies(spec)
+  return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout and not spec.varlen
+    and not (spec.window and spec.softcap and spec.alibi)
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every
@@ -232,31 +278,47 @@ function M.lo_scan(b, sh, p, ri, q_start, q_end, gi, threads)
   return b:gt(b:load(sh.lomark + slot), 0.0)
 end
 
+-- K's and V's rows spanning more than 2^32 (dkdv stages its key block once, so the block knows its own rows): this
+-- thread's answer x (an i32, nonzero: one of its staged rows spans) ORed over the warp into the warp's shared
+-- slot sh.kvmark + warp (one store a warp, no clearing); kv_marked reads the block's answer after a barrier.
+function M.kv_mark(b, sh, x)
+  local tid = b:tid()
+  local m = b:warp_max(b:select(b:ne(x, 0), b:f32(1.0), b:f32(0.0)), 32)
+  b:if_(b:eq(tid & 31, 0), function() b:store(sh.kvmark + (tid >> 5), m) end)
+end
+function M.kv_marked(b, sh, warps)
+  local m = b:load(sh.kvmark)
+  for w = 1, warps - 1 do m = b:max(m, b:load(sh.kvmark + w)) end
+  return b:gt(m, 0.0)
+end
+
 -- Writes the low parts of rows [row0, row0 + rows) of a bf16 [seq, d] slice (src, row stride `stride`) into
 -- the f16 tile dst (row stride cfg.ld), each row's 2^h from fsrc + r (2^-h, the magnitude); rows past seq,
--- columns past spec.dim and non-finite entries give 0.
-function M.lo_rows(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fsrc)
+-- columns past spec.dim and non-finite entries give 0. looped: the items' iterations as a loop (the key block's
+-- rows, filled inside the query loop: one iteration's values live at a time), not unrolled.
+function M.lo_rows(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fsrc, looped)
   local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
   local tid = b:tid()
   local zero = b:from_f32(0.0, "f16")
   local up = f16s.pow2(b, M.LO)
+  local function put(item)
+    local r, c = item // cpr, item % cpr
+    local use = b:lt(row0 + r, seq)
+    if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
+    local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
+    local f = f16s.pow2(b, 127 - (b:bits(b:load(fsrc + r)) >> 23)) -- 2^h from 2^-h
+    local out = {}
+    for i = 1, 8 do
+      local x = b:to_f32(v[i]) * f
+      local lo = (x - b:to_f32(b:from_f32(x, "f16"))) * up
+      out[i] = b:select(b:and_(use, b:lt(b:abs(x), math.huge)), b:from_f32(lo, "f16"), zero)
+    end
+    b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
+  end
+  if looped then return b:for_(tid, rows * cpr, threads, put) end
   for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
     local item = tid + it * threads
-    local r, c = item // cpr, item % cpr
-    local put = function()
-      local use = b:lt(row0 + r, seq)
-      if real_cpr < cpr then use = b:and_(use, b:lt(c, real_cpr)) end
-      local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
-      local f = f16s.pow2(b, 127 - (b:bits(b:load(fsrc + r)) >> 23)) -- 2^h from 2^-h
-      local out = {}
-      for i = 1, 8 do
-        local x = b:to_f32(v[i]) * f
-        local lo = (x - b:to_f32(b:from_f32(x, "f16"))) * up
-        out[i] = b:select(b:and_(use, b:lt(b:abs(x), math.huge)), b:from_f32(lo, "f16"), zero)
-      end
-      b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
-    end
-    if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), put) else put() end
+    if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), function() put(item) end) else put(item) end
   end
 end
 

@@ -124,6 +124,8 @@ end
 -- 2^-h in sh.kf, sh.vf, as lib/attn_bwd_f16scaled.lua's load, except that a block whose K (and V) fit one
 -- power of two exactly takes it for every row. Returns the block's predicate and kT, vT (its factors: the
 -- value of sh.kf, sh.vf in every row when it holds).
+-- With cfg.kvlo a fourth result: an i32, nonzero when one of this thread's staged rows spans more than 2^32 (its
+-- own factor, lib/attn_bwd_f16scaled.lua row_spans; such a block never takes one factor: it spans more too).
 function M.stage_kv(b, spec, cfg, sh, kb, vb, stride_k, stride_v, k0, seq_k)
   local threads = 4 * 32
   local bn = cfg.block_n
@@ -158,9 +160,11 @@ function M.stage_kv(b, spec, cfg, sh, kb, vb, stride_k, stride_v, k0, seq_k)
     fast = b:and_(fast, ok)
     factors[i] = h
   end
+  local spans = cfg.kvlo and b:i32(0)
   for i = 1, 2 do
     local x = t[i]
     for _, it in ipairs(x.items) do
+      if spans then spans = spans | bwd.row_spans(b, x.spec, it.v, f16s.scale_of(b, it.rmax)) end
       local h = b:select(fast, factors[i], f16s.scale_of(b, it.rmax))
       local put = function()
         local out = f16s.convert(b, it.v, f16s.pow2(b, h))
@@ -170,7 +174,7 @@ function M.stage_kv(b, spec, cfg, sh, kb, vb, stride_k, stride_v, k0, seq_k)
       if it.live then b:if_(it.live, put) else put() end
     end
   end
-  return fast, f16s.pow2(b, -factors[1]), f16s.pow2(b, -factors[2])
+  return fast, f16s.pow2(b, -factors[1]), f16s.pow2(b, -factors[2]), spans
 end
 
 -- ---- the running exponents: scale, pack, check ----
@@ -586,6 +590,7 @@ end
 function M.dq_tile(b, c, k0, slow)
   local sh, p, spec = c.sh, c.p, c.spec
   local one = b:eq(b:load(sh.dqflag) + b:load(sh.dqflag + 1), 0.0)
+  if c.lo_marked then one = b:and_(one, b:not_(c.lo_marked)) end -- (Q/dO rows spanning more than 2^32: the per-row body)
   b:if_(one, function()
     -- a tile every row sees whole: inside seq_k, and (causal) below the first row's bound
     local whole = b:le(k0 + c.bn, p.seq_k)

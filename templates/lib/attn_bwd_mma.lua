@@ -90,6 +90,9 @@ local function config_dq(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld = bm, bn, ld
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
+  -- (f16-scaled: the low parts of the block's Q and dO rows spanning more than 2^32, two tiles of bm rows filled
+  -- once a block, and the warps' marks: lib/attn_bwd_f16scaled.lua dq_lo_applies)
+  if cfg.f16s and f16s.dq_lo_applies(spec) then cfg.lo, bytes = true, bytes + 2 * bm * ld * 2 + (M.WARPS + 4) * 4 end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
@@ -109,8 +112,13 @@ function M.config(spec, target, cfg)
   cfg.block_m, cfg.block_n, cfg.ld, cfg.ldd = bm, bn, ld, ldd
   cfg.cp_async = target.cp_async
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
-  -- (f16-scaled: the low parts of a query tile's rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua)
-  if cfg.f16s and f16s.lo_applies(spec) then cfg.lo, bytes = true, bytes + bm * ld * 2 + 2 * 4 end
+  -- (f16-scaled: the low parts of a query tile's or the key block's rows spanning more than 2^32,
+  -- lib/attn_bwd_f16scaled.lua: one tile of max(bm, bn) rows, the heads' mark slots and the warps' K/V marks)
+  -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
+  if cfg.f16s and f16s.lo_applies(spec) then
+    cfg.lo, cfg.kvlo = true, f16s.kv_lo_applies(spec)
+    bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
+  end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   cfg.passes = passes.passes(spec, target)
@@ -124,9 +132,18 @@ local function alloc(b, spec, cfg)
   local es = util.dtype_bytes[dt]
   local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
   if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
-  if cfg.lo then halves[#halves + 1] = { "lo", bm * ld } end
+  if cfg.lo and spec.kernel == "dq" then
+    halves[#halves + 1] = { "qlo", bm * ld }
+    halves[#halves + 1] = { "olo", bm * ld }
+  elseif cfg.lo then halves[#halves + 1] = { "lo", cfg.kvlo and math.max(bm, cfg.block_n) * ld or bm * ld } end
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
-  if cfg.lo then floats[#floats + 1] = { "lomark", 2 } end
+  if cfg.lo and spec.kernel == "dq" then floats[#floats + 1] = { "kvmark", M.WARPS + 4 } -- (the warps' Q/dO marks)
+  elseif cfg.lo then
+    floats[#floats + 1] = { "lomark", 2 }
+    -- (the warps' K/V marks; the block's first key, batch, kv head; one unused: the arrays after it keep the 16-byte
+    -- alignment they had, d32's 8-byte loads among them)
+    if cfg.kvlo then floats[#floats + 1] = { "kvmark", M.WARPS + 4 } end
+  end
   if cfg.f16s then
     for _, f in ipairs(f16s.floats(spec, cfg)) do floats[#floats + 1] = f end
   end
@@ -248,12 +265,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local k0 = b:ctaid("x") * bn
   local shift = p.seq_k - p.seq_q
   local fast, kT, vT -- (cfg.d32: whether the block took one power of two for K and one for V, and those factors)
+  local kvspan -- (cfg.kvlo: whether one of this thread's K or V rows spans more than 2^32, an i32)
   if cfg.d32 then
-    fast, kT, vT = d32.stage_kv(b, spec, cfg, sh, io.base("k", bi, hkv), io.base("v", bi, hkv), p.stride_ks, p.stride_vs,
-                                k0, p.seq_k)
+    fast, kT, vT, kvspan = d32.stage_kv(b, spec, cfg, sh, io.base("k", bi, hkv), io.base("v", bi, hkv), p.stride_ks,
+                                        p.stride_vs, k0, p.seq_k)
+  elseif cfg.kvlo then
+    kvspan = f16s.load(b, spec, cfg, M.WARPS * 32, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf, true)
+    kvspan = kvspan | f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn,
+                                p.seq_k, sh.vf, true)
   else
     stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
     stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
+  end
+  if cfg.kvlo then -- (the warps' answers, read after the first head's scan barrier; k0 for the low parts' fills)
+    f16s.kv_mark(b, sh, kvspan)
+    b:if_(b:eq(tid, 0), function()
+      for i, x in ipairs({ k0, bi, hkv }) do b:store(sh.kvmark + (M.WARPS + i - 1), b:from_bits(x)) end
+    end)
   end
   if cfg.cp_async then b:cp_async_commit() end
   if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
@@ -309,8 +337,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
       local qb, dob = io.base("q", bi, h), io.base("dout", bi, h)
       local ri = io.row_index(bi, h)
       local slope2 = spec.alibi and mask.slope(hooks.mask, h)
-      -- (a head holding a Q or dO row spanning more than 2^32: its tiles add the low parts' products)
+      -- (a head holding a Q or dO row spanning more than 2^32, or a key block holding such a K or V row: its tiles
+      -- add the low parts' products)
       local marked = cfg.lo and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
+      if cfg.kvlo then marked = b:or_(marked, fs.kv_marked(b, sh, M.WARPS)) end
       local function tile(q0)
         b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
         if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
@@ -339,7 +369,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
           if held == which then return end
           if held then b:barrier() end -- (every warp done with the other)
           if which == "q" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, sh.lo, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
-          else fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, dob, p.stride_douts, q0, bm, p.seq_q, sh.of) end
+          elseif which == "o" then
+            fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+          else -- (the key block's rows: K's and V's low parts, bn rows; their first key, batch and kv head read from
+            -- shared memory here, so that no row address of theirs is hoisted out of the query loop and kept live there)
+            local r0, bb, hh = b:bits(b:load(sh.kvmark + M.WARPS)), b:bits(b:load(sh.kvmark + (M.WARPS + 1))),
+              b:bits(b:load(sh.kvmark + (M.WARPS + 2)))
+            if which == "k" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, sh.lo, io.base("k", bb, hh), p.stride_ks, r0, bn, p.seq_k, sh.kf, true)
+            else fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, io.base("v", bb, hh), p.stride_vs, r0, bn, p.seq_k, sh.vf, true) end
+          end
           b:barrier()
           held = which
         end
@@ -381,23 +419,31 @@ function M.build_dkdv(b, spec, cfg, p, io)
           end
           b:if_(marked, function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
-            for _, x in ipairs(pass.dk and { { "q", sh.ks, sv }, { "o", sh.vs, dpv } } or { { "q", sh.ks, sv } }) do
+            -- (fill, A tile, B tile, accumulators): S^T += K Q_lo^T and K_lo Q^T, dP^T += V_lo dO^T and V dO_lo^T
+            -- (a low part of a row that does not span is 0; both of a column's entries low: that term is lost)
+            local prods = { { "q", sh.ks, sh.lo, sv } }
+            if cfg.kvlo then prods[#prods + 1] = { "k", sh.lo, sh.qs, sv } end
+            if pass.dk then
+              if cfg.kvlo then prods[#prods + 1] = { "v", sh.lo, sh.dos, dpv } end
+              prods[#prods + 1] = { "o", sh.vs, sh.lo, dpv }
+            end
+            for _, x in ipairs(prods) do
               fill_lo(x[1])
               local acc = {}
               for j = 0, nq - 1 do
                 acc[j] = {}
-                for e = 1, 4 do acc[j][e] = x[3][j][e]:get() * up end
+                for e = 1, 4 do acc[j][e] = x[4][j][e]:get() * up end
               end
               for kk = 0, kd - 1 do
                 local a = frag_a(b, x[2], ld, lane, warp * 16, kk * 16)
                 for jp = 0, nq // 2 - 1 do
-                  local l1, l2 = frag_bn(b, sh.lo, ld, lane, jp * 16, kk * 16)
+                  local l1, l2 = frag_bn(b, x[3], ld, lane, jp * 16, kk * 16)
                   acc[2 * jp] = b:mma(mdt, a, l1, acc[2 * jp])
                   acc[2 * jp + 1] = b:mma(mdt, a, l2, acc[2 * jp + 1])
                 end
               end
               for j = 0, nq - 1 do
-                for e = 1, 4 do x[3][j][e]:set(acc[j][e] * down) end
+                for e = 1, 4 do x[4][j][e]:set(acc[j][e] * down) end
               end
             end
           end)
@@ -603,35 +649,46 @@ function M.build_dkdv(b, spec, cfg, p, io)
           b:barrier()
           -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
           -- (a slice of 24 columns, d96 with 16-row query tiles: a last step of 8)
-          for jd = 0, (dw + 15) // 16 - 1 do
-            local nh = math.min(2, (dw - jd * 16) // 8)
-            local acc = zeros(nh)
-            for ks = 0, bn // 16 - 1 do
-              local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
-              if nh == 2 then
-                local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16)
-                acc[0] = b:mma(mdt, a, k1, acc[0])
-                acc[1] = b:mma(mdt, a, k2, acc[1])
-              else
-                acc[0] = b:mma(mdt, a, frag_bk1(b, sh.ks, ld, lane, ks * 16, dc0 + jd * 16), acc[0])
+          -- (kt: the B tile, K's, or cfg.lo's K_lo with down = 2^-LO on what is added)
+          local function dq_step(kt, down)
+            for jd = 0, (dw + 15) // 16 - 1 do
+              local nh = math.min(2, (dw - jd * 16) // 8)
+              local acc = zeros(nh)
+              for ks = 0, bn // 16 - 1 do
+                local a = frag_a(b, sh.dss, ldd, lane, qr, ks * 16)
+                if nh == 2 then
+                  local k1, k2 = frag_bk(b, kt, ld, lane, ks * 16, dc0 + jd * 16)
+                  acc[0] = b:mma(mdt, a, k1, acc[0])
+                  acc[1] = b:mma(mdt, a, k2, acc[1])
+                else
+                  acc[0] = b:mma(mdt, a, frag_bk1(b, kt, ld, lane, ks * 16, dc0 + jd * 16), acc[0])
+                end
+              end
+              for hh = 0, 1 do
+                local row = q0 + qr + g + 8 * hh
+                local rf = fs and fs.dq_factor(b, sh, qr + g + 8 * hh) -- (f16-scaled: the row's power of two)
+                if down then rf = rf * down end
+                b:if_(b:lt(row, p.seq_q), function()
+                  -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
+                  local col = dc0 + jd * 16
+                  local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
+                  for j = 0, nh - 1 do
+                    local add = function()
+                      b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
+                      b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
+                    end
+                    if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
+                  end
+                end)
               end
             end
-            for hh = 0, 1 do
-              local row = q0 + qr + g + 8 * hh
-              local rf = fs and fs.dq_factor(b, sh, qr + g + 8 * hh) -- (f16-scaled: the row's power of two)
-              b:if_(b:lt(row, p.seq_q), function()
-                -- dq_acc rows are spec.dim wide; a padded head_dim's columns past it are not added
-                local col = dc0 + jd * 16
-                local at = p.dq_acc + (ri + b:i64(row)) * dim + col + t * 2
-                for j = 0, nh - 1 do
-                  local add = function()
-                    b:atomic_add(at + j * 8, rf and acc[j][2 * hh + 1] * rf or acc[j][2 * hh + 1])
-                    b:atomic_add(at + j * 8 + 1, rf and acc[j][2 * hh + 2] * rf or acc[j][2 * hh + 2])
-                  end
-                  if dim < d then b:if_(b:lt(col + j * 8, dim), add) else add() end
-                end
-              end)
-            end
+          end
+          dq_step(sh.ks)
+          if cfg.kvlo then -- dQ += dS K_lo 2^-LO: a marked tile (K's rows spanning more than 2^32)
+            b:if_(marked, function()
+              fill_lo("k")
+              dq_step(sh.lo, b:f32(2.0 ^ -fs.LO))
+            end)
           end
         end
       end
@@ -682,8 +739,23 @@ function M.build_dq(b, spec, cfg, p, io)
   local q0 = b:ctaid("x") * bm
   local shift = p.seq_k - p.seq_q
   local ri = io.row_index(bi, h)
-  stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
-  stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
+  local marked -- (cfg.lo: whether a Q or dO row of the block spans more than 2^32; then sh.qlo, sh.olo hold their low parts)
+  if cfg.lo then
+    local x = f16s.load(b, spec, cfg, M.WARPS * 32, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf, true)
+    x = x | f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm,
+                      p.seq_q, sh.of, true)
+    f16s.kv_mark(b, sh, x)
+    b:barrier()
+    marked = f16s.kv_marked(b, sh, M.WARPS)
+    b:if_(marked, function() -- (once a block; the first key tile's barriers order them before their use)
+      f16s.lo_rows(b, spec, cfg, M.WARPS * 32, sh.qlo, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
+      f16s.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.olo, io.base("dout", bi, h), p.stride_douts, q0, bm,
+                   p.seq_q, sh.of)
+    end)
+  else
+    stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
+    stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
+  end
   if cfg.cp_async then b:cp_async_commit() end
   -- This thread's rows g and g + 8 of the warp's 16: key bound (0 past seq_q), lse, delta.
   -- (hooks: also the first key lo, and keys from the first row's window start)
@@ -730,6 +802,7 @@ function M.build_dq(b, spec, cfg, p, io)
     lane = lane, warp = warp, g = g, t = t, tid = tid, bound = bound, lse2 = lse2, dl = dl, dq = dq, stq = stq,
     scale2 = scale2, frag = { a = frag_a, bn = frag_bn, bk = frag_bk }, zeros = zeros,
     bm = bm, row = row, lo = lo, slope2 = slope2, mk = hooks and hooks.mask, fresh = cfg.d32 and cfg.kvs and b:var("i32", 1),
+    lo_marked = marked, -- (a marked block: every key tile on the per-row body, which adds the low parts)
   }
   if cx and hooks then -- (the mask keys: the first row's last key and the last row's first)
     local _, hi = hooks.range(q0)
@@ -770,6 +843,41 @@ function M.build_dq(b, spec, cfg, p, io)
         local v1, v2 = frag_bn(b, sh.vs, ld, lane, jp * 16, kk * 16)
         dp[2 * jp] = b:mma(mdt, ao, v1, dp[2 * jp])
         dp[2 * jp + 1] = b:mma(mdt, ao, v2, dp[2 * jp + 1])
+      end
+    end
+    if cfg.lo then -- S += Q_lo K^T 2^-LO, dP += dO_lo V^T 2^-LO: a marked block (its Q or dO rows spanning more than 2^32)
+      local sv, dpv = {}, {}
+      for j = 0, nk - 1 do
+        sv[j], dpv[j] = {}, {}
+        for e = 1, 4 do
+          sv[j][e], dpv[j][e] = b:var("f32", 0.0), b:var("f32", 0.0)
+          sv[j][e]:set(s[j][e])
+          dpv[j][e]:set(dp[j][e])
+        end
+      end
+      b:if_(marked, function()
+        local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+        for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
+          local acc = {}
+          for j = 0, nk - 1 do
+            acc[j] = {}
+            for e = 1, 4 do acc[j][e] = x[3][j][e]:get() * up end
+          end
+          for kk = 0, kd - 1 do
+            local a = frag_a(b, x[1], ld, lane, warp * 16, kk * 16)
+            for jp = 0, nk // 2 - 1 do
+              local b1, b2 = frag_bn(b, x[2], ld, lane, jp * 16, kk * 16)
+              acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
+              acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
+            end
+          end
+          for j = 0, nk - 1 do
+            for e = 1, 4 do x[3][j][e]:set(acc[j][e] * down) end
+          end
+        end
+      end)
+      for j = 0, nk - 1 do
+        for e = 1, 4 do s[j][e], dp[j][e] = sv[j][e]:get(), dpv[j][e]:get() end
       end
     end
     for j = 0, nk - 1 do
