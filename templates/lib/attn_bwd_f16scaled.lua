@@ -223,15 +223,17 @@ end
 M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
--- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 16-72 bytes):
--- dropout, varlen at the tile widths 96 and 128, window, softcap and ALiBi together, and the deterministic dkdv at
--- the tile width 128; and varlen at every width, where the once-a-head scan runs per sequence and cost d64's
--- causal dkdv 1.25x -> 1.35x f16's T4 estimate (deterministic 1.06x -> 1.19x; attention_bwd_f16scaled_test's
--- varlen estimate guard fails on it). Those keep the documented bound (a marked row's small entries lost; they
--- read the factors' magnitudes).
+-- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
+-- dropout, varlen at the tile widths 96 and 128, window, softcap and ALiBi together, the atomic dkdv with a
+-- window at the tile widths 64 and 96 (8-20 bytes with the window alone or beside one other key: wave 16's scan
+-- of every key subset), and the deterministic dkdv at the tile width 128; and varlen at every width, where the
+-- once-a-head scan runs per sequence and cost d64's causal dkdv 1.25x -> 1.35x f16's T4 estimate (deterministic
+-- 1.06x -> 1.19x; attention_bwd_f16scaled_test's varlen estimate guard fails on it). Those keep the documented
+-- bound (a marked row's small entries lost; they read the factors' magnitudes).
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not spec.dropout and not spec.varlen
     and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
+    and not (spec.window and not spec.deterministic and (spec.head_dim == 64 or spec.head_dim == 96))
 end
 
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
