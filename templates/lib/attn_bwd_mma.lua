@@ -236,6 +236,28 @@ local function frag_bk1(b, tile, ld, lane, k0, n0)
   return { f[1], f[2] }
 end
 
+-- A low-part product on the f32 accumulators held in vars (vars[j][e], n 8-column tiles): acc = vars * 2^LO,
+-- acc += A (a_tile's 16 rows of this warp) B^T (b_tile, n/2 pairs of 8-row tiles) over kd k-steps of 16, vars =
+-- acc * 2^-LO (exact powers of two: rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua).
+local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down)
+  local acc = {}
+  for j = 0, n - 1 do
+    acc[j] = {}
+    for e = 1, 4 do acc[j][e] = vars[j][e]:get() * up end
+  end
+  for kk = 0, kd - 1 do
+    local a = frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
+    for jp = 0, n // 2 - 1 do
+      local b1, b2 = frag_bn(b, b_tile, ld, lane, jp * 16, kk * 16)
+      acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
+      acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
+    end
+  end
+  for j = 0, n - 1 do
+    for e = 1, 4 do vars[j][e]:set(acc[j][e] * down) end
+  end
+end
+
 local function zeros(n)
   local t = {}
   for j = 0, n - 1 do t[j] = { 0.0, 0.0, 0.0, 0.0 } end
@@ -429,22 +451,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
             for _, x in ipairs(prods) do
               fill_lo(x[1])
-              local acc = {}
-              for j = 0, nq - 1 do
-                acc[j] = {}
-                for e = 1, 4 do acc[j][e] = x[4][j][e]:get() * up end
-              end
-              for kk = 0, kd - 1 do
-                local a = frag_a(b, x[2], ld, lane, warp * 16, kk * 16)
-                for jp = 0, nq // 2 - 1 do
-                  local l1, l2 = frag_bn(b, x[3], ld, lane, jp * 16, kk * 16)
-                  acc[2 * jp] = b:mma(mdt, a, l1, acc[2 * jp])
-                  acc[2 * jp + 1] = b:mma(mdt, a, l2, acc[2 * jp + 1])
-                end
-              end
-              for j = 0, nq - 1 do
-                for e = 1, 4 do x[4][j][e]:set(acc[j][e] * down) end
-              end
+              lo_mma(b, mdt, x[2], x[3], x[4], nq, kd, ld, lane, warp, up, down)
             end
           end)
           for j = 0, nq - 1 do
@@ -858,22 +865,7 @@ function M.build_dq(b, spec, cfg, p, io)
       b:if_(marked, function()
         local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
         for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
-          local acc = {}
-          for j = 0, nk - 1 do
-            acc[j] = {}
-            for e = 1, 4 do acc[j][e] = x[3][j][e]:get() * up end
-          end
-          for kk = 0, kd - 1 do
-            local a = frag_a(b, x[1], ld, lane, warp * 16, kk * 16)
-            for jp = 0, nk // 2 - 1 do
-              local b1, b2 = frag_bn(b, x[2], ld, lane, jp * 16, kk * 16)
-              acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
-              acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
-            end
-          end
-          for j = 0, nk - 1 do
-            for e = 1, 4 do x[3][j][e]:set(acc[j][e] * down) end
-          end
+          lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
         end
       end)
       for j = 0, nk - 1 do
