@@ -910,6 +910,21 @@ static const struct {
     {" window=true softcap=true alibi=true", 100, 16, 30},
 };
 static size_t estimate_row; /* (the estimate rows so far, over every estimate: the sanitizer build's sample) */
+/* One estimate case, created and run on the profiling emulator pe: spec at 256 x 256, one head, sm_75, with a
+ * window (wl, wr; none when wl is 0) and a softcap (cap > 0); NULL (and err) when it fails. */
+static kiln_case *estimate_case(kiln_emu *pe, const char *spec, int wl, int wr, double cap, kiln_error *err) {
+    kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
+    kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
+    kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
+    if (wl) kiln_case_opts_set(&o, "window_left", wl), kiln_case_opts_set(&o, "window_right", wr);
+    if (cap > 0) kiln_case_opts_set(&o, "softcap", cap);
+    kiln_case *c = NULL;
+    kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, err);
+    if (st == KILN_OK) st = kiln_case_run(c, err);
+    if (st == KILN_OK) return c;
+    kiln_case_free(c);
+    return NULL;
+}
 static void d32_estimate(int hd) {
     char title[160];
     snprintf(title, sizeof title, "d%d: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)", hd);
@@ -934,15 +949,8 @@ static void d32_estimate(int hd) {
                 char spec[256];
                 snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=%d %s path=mma%s", dt ? "f16" : "bf16", hd, keys,
                          det ? " deterministic=true" : "");
-                kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
-                kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
-                kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
-                if (est_keys[ki].wl)
-                    kiln_case_opts_set(&o, "window_left", est_keys[ki].wl), kiln_case_opts_set(&o, "window_right", est_keys[ki].wr);
-                if (est_keys[ki].cap > 0) kiln_case_opts_set(&o, "softcap", est_keys[ki].cap);
-                kiln_case *c = NULL;
-                kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
-                if (st == KILN_OK) st = kiln_case_run(c, &err);
+                kiln_case *c = estimate_case(pe, spec, est_keys[ki].wl, est_keys[ki].wr, est_keys[ki].cap, &err);
+                kiln_status st = c ? KILN_OK : KILN_EINVAL; /* (err says why) */
                 CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
                 for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
                     const kiln_case_step *s = kiln_case_step_at(c, i);
@@ -1001,14 +1009,8 @@ static void d128_estimate(void) {
         for (int dt = 0; dt < 2; dt++) {
             char spec[256];
             snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=128 %s path=mma", dt ? "f16" : "bf16", rows[ri].keys);
-            kiln_case_opts o = {.sm = 75, .seed = 5, .scale = 1};
-            kiln_case_opts_set(&o, "heads_q", 1), kiln_case_opts_set(&o, "heads_kv", 1);
-            kiln_case_opts_set(&o, "rows", 256), kiln_case_opts_set(&o, "seq_k", 256);
-            if (rows[ri].wl) kiln_case_opts_set(&o, "window_left", rows[ri].wl), kiln_case_opts_set(&o, "window_right", rows[ri].wr);
-            if (rows[ri].cap > 0) kiln_case_opts_set(&o, "softcap", rows[ri].cap);
-            kiln_case *c = NULL;
-            kiln_status st = kiln_case_create(&c, gen, pe, spec, &o, &err);
-            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            kiln_case *c = estimate_case(pe, spec, rows[ri].wl, rows[ri].wr, rows[ri].cap, &err);
+            kiln_status st = c ? KILN_OK : KILN_EINVAL; /* (err says why) */
             CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
             for (int i = 0; st == KILN_OK && i < kiln_case_nsteps(c); i++) {
                 const kiln_case_step *s = kiln_case_step_at(c, i);
