@@ -4,7 +4,8 @@
 # Needs python3 with pytest, numpy and ml_dtypes (.ci/run installs them); without them it skips, saying why.
 # kiln.torch's tests need torch (make setup installs the pinned one): they skip without it, except under CI=true.
 # The sanitizer pass (O=build/san) runs the same tests against the ASan/UBSan libraries with the sanitizer
-# runtimes preloaded into python, and leaves out the wheel install test (the plain pass covers it).
+# runtimes preloaded into python, leaves out the wheel install test (the plain pass covers it) and runs every
+# other test (KILN_TEST_SAMPLE=2, conftest.py).
 set -u
 : "${O:=build}" "${KILN:=bin/kiln}"
 cd "$(dirname "$0")/.."
@@ -33,6 +34,9 @@ if [ "$O" != build ]; then
     [ -e "$asan" ] || skip "no libasan.so to preload into python"
     export KILN_LIB_DIR="$PWD/$O/lib" KILN_TEST_INSTALL=0 LD_PRELOAD="$asan $ubsan"
     export ASAN_OPTIONS="detect_leaks=0:${ASAN_OPTIONS:-}"
+    # every other test (conftest.py's KILN_TEST_SAMPLE; the plain pass runs them all)
+    export KILN_TEST_SAMPLE=${KILN_TEST_SAMPLE:-2}
+    echo "python: sanitizer pass, one test in ${KILN_TEST_SAMPLE} (KILN_TEST_SAMPLE; the plain pass runs every test)"
 fi
 log=$(mktemp)
 "$PY" -m pytest -q -rs -p no:cacheprovider python/tests 2>&1 | tee "$log"

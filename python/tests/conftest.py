@@ -21,6 +21,22 @@ if not os.path.isabs(KILN_BIN):
     KILN_BIN = os.path.join(REPO, KILN_BIN)
 
 
+def pytest_collection_modifyitems(config, items):
+    """KILN_TEST_SAMPLE=N (the sanitizer pass of tests/python_test.sh sets 2): runs every Nth collected test, in
+    collection order, and deselects the others. That pass is there for memory and UB errors in the C libraries under
+    the Python calls; the plain pass runs every test."""
+    n = os.environ.get("KILN_TEST_SAMPLE", "")
+    if not n:
+        return
+    if not n.isdigit() or int(n) < 1:
+        raise pytest.UsageError("KILN_TEST_SAMPLE=%r: give a whole number >= 1 (run every Nth test)" % n)
+    n = int(n)
+    kept, dropped = items[::n], [it for i, it in enumerate(items) if i % n]
+    if dropped:
+        config.hook.pytest_deselected(items=dropped)
+        items[:] = kept
+
+
 class FakeLaunch(ctypes.Structure):
     _fields_ = [("entry", ctypes.c_char * 128), ("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3),
                 ("smem", ctypes.c_uint), ("nparams", ctypes.c_int), ("param_size", ctypes.c_uint * 48),

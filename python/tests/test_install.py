@@ -3,6 +3,7 @@ system's LLVM and Lua hidden from the loader (a private mount namespace when all
 
 import glob
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -158,17 +159,41 @@ def test_lib_dir_override_without_pip(tmp_path):
     assert "'libkiln': '%s/libkiln.so.0'" % libs in r.stdout
 
 
+# The names by which a test file reaches outside the installed package (conftest's fake driver and bin/kiln, the
+# source tree's root and corpora): the files that could skip for want of a build tree.
+BUILD_TREE_NAMES = re.compile(r"\b(fake_cuda|fake_cuda_lib|FAKE_CUDA|KILN_BIN|REPO|ROOT)\b")
+
+
+def installed_suite_files(here, full):
+    """The test files the installed package's run takes: every one but this file under KILN_TEST_FULL=1, else
+    those naming something outside the package (BUILD_TREE_NAMES; the others import only the package, numpy
+    and torch, and the plain pass ran them against the same code a minute before)."""
+    files = sorted(f for f in glob.glob(os.path.join(here, "test_*.py")) if os.path.basename(f) != "test_install.py")
+    if full:
+        return files
+    return [f for f in files if BUILD_TREE_NAMES.search(open(f).read())]
+
+
+def test_installed_suite_takes_the_files_that_reach_the_build_tree():
+    here = os.path.dirname(os.path.abspath(__file__))
+    quick = [os.path.basename(f) for f in installed_suite_files(here, False)]
+    assert {"test_cli.py", "test_runtime.py", "test_generate.py", "test_lint_bin.py"} <= set(quick), quick
+    assert "test_install.py" not in quick and len(quick) < len(installed_suite_files(here, True))
+
+
 def test_installed_package_tests_need_no_build_tree(venv, tmp_path):
     """The package's own tests run against the installed package with no build tree: no bin/kiln, no
     $O/tests/libfakecuda.so.1 (conftest compiles the fake driver from its source). Nothing skips for want of
-    them; only kiln.torch's files may skip (no torch, or no GPU for the GPU tests)."""
+    them; only kiln.torch's files may skip (no torch, or no GPU for the GPU tests). The quick suite takes the
+    files that reach outside the package (installed_suite_files), KILN_TEST_FULL=1 every file."""
     env = _clean_env()
     env.update(KILN_TEST_INSTALLED="1", KILN_TEST_INSTALL="0", KILN=str(tmp_path / "no-bin" / "kiln"),
                O=str(tmp_path / "no-build"), PYTHONDONTWRITEBYTECODE="1")
     env.pop("KILN_FAKE_CUDA", None)
     here = os.path.dirname(os.path.abspath(__file__))
-    r = subprocess.run([venv, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "--ignore",
-                        os.path.join(here, "test_install.py"), here], cwd=str(tmp_path), env=env,
+    full = os.environ.get("KILN_TEST_FULL", "0") not in ("", "0")
+    r = subprocess.run([venv, "-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"] + installed_suite_files(here, full),
+                       cwd=str(tmp_path), env=env,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     assert r.returncode == 0, r.stdout[-4000:]
     skips = [ln for ln in r.stdout.splitlines() if ln.startswith("SKIPPED")]
