@@ -256,9 +256,17 @@ end
 -- wave 17's scan of the mask-key subsets): the atomic dkdv at the tile width 64 with causal=true and no mask key
 -- (d64 causal; head_dim 40-56 too, not head_dim 32 with v_head_dim 64: 4 bytes). With ALiBi or softcap there it
 -- spilled 24 bytes, as the walk did in the variants that fit without it (4-36 bytes), so those keep their code.
+-- And the tile width 96 without causal, atomic and deterministic, with softcap or no mask key (head_dim 72, 80 and
+-- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
+-- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
+-- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way.
 function M.kv_walk(spec)
-  return spec.kernel == "dkdv" and M.lo_applies(spec) and spec.head_dim == 64 and (spec.dim or 64) > 32
-    and spec.causal and not spec.top_left and not spec.deterministic and not (spec.window or spec.softcap or spec.alibi)
+  if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
+  if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
+    and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
+  local dim = spec.dim or spec.head_dim
+  if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
+    and not (spec.window or spec.alibi) then return "unmarked" end
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,

@@ -13,7 +13,9 @@
 -- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua;
 -- its atomic dkdv at head_dim 128 walks the query tiles twice (cfg.passes: dV, then dK and the dQ step),
 -- lib/attn_bwd_f16scaled_d128.lua; at head_dim 32 and 64 a key block whose K and V take one power of two each runs
--- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so).
+-- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so); where
+-- cfg.kvwalk, a key block holding a K or V row that spans more than 2^32 walks the query tiles on its own, in two
+-- passes with every low part's product (build_dkdv's kvmarked walk).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
@@ -766,8 +768,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local one = { { dv = true, dk = true } }
   if cfg.kvwalk then
     b:barrier() -- (the warps' K/V marks, kv_mark above)
-    b:if_(fs.kv_marked(b, sh, M.WARPS), function() walk({ { dv = true }, { dk = true } }, true) end,
-          function() walk(one, false) end)
+    local marked_walk, plain_walk = function() walk({ { dv = true }, { dk = true } }, true) end, function() walk(one, false) end
+    -- (the walk first in the code: lib/attn_bwd_f16scaled.lua kv_walk, the order ptxas fits)
+    if cfg.kvwalk == "marked" then b:if_(fs.kv_marked(b, sh, M.WARPS), marked_walk, plain_walk)
+    else b:if_(b:not_(fs.kv_marked(b, sh, M.WARPS)), plain_walk, marked_walk) end
   else
     walk(cfg.passes or one, false)
   end
