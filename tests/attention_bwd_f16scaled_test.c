@@ -539,8 +539,11 @@ static void span(void) {
         {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40},
         {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64},
         {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40},
-        /* (not causal: d64 causal's atomic dkdv holds no K/V low parts, lib/attn_bwd_f16scaled.lua kv_lo_applies) */
         {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40},
+        /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
+         * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40},
     };
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {

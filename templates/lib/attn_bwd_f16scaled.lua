@@ -240,12 +240,33 @@ end
 -- marked while staging, K_lo and V_lo filled inside the query loop): not where that code spilled at 255 registers
 -- on main with wave 16's load_ws copies (ptxas sm_75, 8-28 bytes): the atomic dkdv at the tile width 64 with
 -- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B), and the tile width 96 without causal
--- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B). Those keep Q's and dO's low parts; K's and V's rows
--- keep the documented bound (docs/attention.md, "Not held yet").
+-- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B), but those of them that fit with the key block's own
+-- walk (kv_walk). The others keep Q's and dO's low parts; K's and V's rows keep the documented bound
+-- (docs/attention.md, "Not held yet").
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec)
-    and not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
-    and not (spec.head_dim == 96 and not spec.causal)
+    and (M.kv_walk(spec) or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
+      and not (spec.head_dim == 96 and not spec.causal))
+end
+
+-- Whether the dkdv kernel of `spec` runs a key block marked for its K or V rows on a walk of its own
+-- (lib/attn_bwd_mma.lua build_dkdv's kvmarked walk: two passes over the query tiles, K's low part filled once a
+-- pass, V's held in registers for the dK pass; the other blocks' walk is main's without K's and V's low parts): where
+-- K's and V's low parts on the marked heads' branch spilled and that walk does not (ptxas sm_75, 255 registers,
+-- wave 17's scan of the mask-key subsets): the atomic dkdv at the tile width 64 with causal=true and no mask key
+-- (d64 causal; head_dim 40-56 too, not head_dim 32 with v_head_dim 64: 4 bytes). With ALiBi or softcap there it
+-- spilled 24 bytes, as the walk did in the variants that fit without it (4-36 bytes), so those keep their code.
+-- And the tile width 96 without causal, atomic and deterministic, with softcap or no mask key (head_dim 72, 80 and
+-- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
+-- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
+-- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way.
+function M.kv_walk(spec)
+  if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
+  if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
+    and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
+  local dim = spec.dim or spec.head_dim
+  if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
+    and not (spec.window or spec.alibi) then return "unmarked" end
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,

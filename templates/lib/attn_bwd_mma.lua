@@ -13,7 +13,9 @@
 -- bf16 on sm_75 (cfg.f16s): f16 tiles and operands scaled by powers of two, lib/attn_bwd_f16scaled.lua;
 -- its atomic dkdv at head_dim 128 walks the query tiles twice (cfg.passes: dV, then dK and the dQ step),
 -- lib/attn_bwd_f16scaled_d128.lua; at head_dim 32 and 64 a key block whose K and V take one power of two each runs
--- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so).
+-- lib/attn_bwd_f16scaled_d32.lua's tile bodies (cfg.d32; dq: the key tiles the deterministic dkdv wrote so); where
+-- cfg.kvwalk, a key block holding a K or V row that spans more than 2^32 walks the query tiles on its own, in two
+-- passes with every low part's product (build_dkdv's kvmarked walk).
 local util = require("lib.util")
 local mask = require("lib.attn_mask")
 local dropout = require("lib.attn_dropout")
@@ -116,8 +118,11 @@ function M.config(spec, target, cfg)
   -- lib/attn_bwd_f16scaled.lua: one tile of max(bm, bn) rows, the heads' mark slots and the warps' K/V marks)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
-    cfg.lo, cfg.kvlo = true, f16s.kv_lo_applies(spec)
+    cfg.lo, cfg.kvlo, cfg.kvwalk = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
+    -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
+    -- more tile of bm rows Q's or dO's: build_dkdv's kvmarked walk)
+    if cfg.kvwalk then bytes = bytes + bm * ld * 2 end
   end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
@@ -135,7 +140,10 @@ local function alloc(b, spec, cfg)
   if cfg.lo and spec.kernel == "dq" then
     halves[#halves + 1] = { "qlo", bm * ld }
     halves[#halves + 1] = { "olo", bm * ld }
-  elseif cfg.lo then halves[#halves + 1] = { "lo", cfg.kvlo and math.max(bm, cfg.block_n) * ld or bm * ld } end
+  elseif cfg.lo then
+    halves[#halves + 1] = { "lo", cfg.kvlo and math.max(bm, cfg.block_n) * ld or bm * ld }
+    if cfg.kvwalk then halves[#halves + 1] = { "qlo", bm * ld } end -- (build_dkdv's kvmarked walk)
+  end
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
   if cfg.lo and spec.kernel == "dq" then floats[#floats + 1] = { "kvmark", M.WARPS + 4 } -- (the warps' Q/dO marks)
   elseif cfg.lo then
@@ -238,15 +246,16 @@ end
 
 -- A low-part product on the f32 accumulators held in vars (vars[j][e], n 8-column tiles): acc = vars * 2^LO,
 -- acc += A (a_tile's 16 rows of this warp) B^T (b_tile, n/2 pairs of 8-row tiles) over kd k-steps of 16, vars =
--- acc * 2^-LO (exact powers of two: rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua).
-local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down)
+-- acc * 2^-LO (exact powers of two: rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua). a_frags: A's kd
+-- fragments held in registers instead of a_tile.
+local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down, a_frags)
   local acc = {}
   for j = 0, n - 1 do
     acc[j] = {}
     for e = 1, 4 do acc[j][e] = vars[j][e]:get() * up end
   end
   for kk = 0, kd - 1 do
-    local a = frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
+    local a = a_frags and a_frags[kk] or frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
     for jp = 0, n // 2 - 1 do
       local b1, b2 = frag_bn(b, b_tile, ld, lane, jp * 16, kk * 16)
       acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
@@ -334,8 +343,28 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local qr, dw = (warp % qg) * 16, d // (M.WARPS // qg)
   local dc0 = (warp // qg) * dw
   -- dV and dK in one pass over the query tiles, or in two (cfg.passes: lib/attn_bwd_f16scaled_d128.lua): the
-  -- first accumulates dV alone and stores it, the second recomputes P, adds dS and takes dK and the dQ step
-  for _, pass in ipairs(cfg.passes or { { dv = true, dk = true } }) do
+  -- first accumulates dV alone and stores it, the second recomputes P, adds dS and takes dK and the dQ step.
+  -- kvmarked (cfg.kvwalk, lib/attn_bwd_f16scaled.lua kv_walk: a key block holding a K or V row that spans more
+  -- than 2^32, the call below): the block's own walk, in two passes, whose every tile adds every low part's product
+  -- (Q's, dO's, K's and V's: a row that does not span has a low part of 0; on_marked). K's low part is filled once a pass
+  -- into `lo` (S^T and dQ read it there), V's once before the dK pass into this warp's A fragments (dP^T's), so
+  -- the query loop reads no K or V row; Q's and dO's go to the tile `qlo`. The other blocks' walk holds Q's and
+  -- dO's low parts alone, on the marked heads' branch. (K's and V's on that branch beside both accumulators, filled
+  -- from their rows inside the loop, spilled 8-28 bytes at 255 registers, ptxas sm_75: d64 causal, d80/d96; a copy
+  -- of the one-pass loop for marked heads 8-40, the two passes with those fills in the loop 4-36.)
+  local function walk(walk_passes, kvmarked) for _, pass in ipairs(walk_passes) do
+    local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
+    if kvmarked then
+      b:barrier() -- (every warp done with `lo`: the previous pass's K low part)
+      if pass.dk then
+        f16s.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
+        b:barrier()
+        vlo = {}
+        for kk = 0, kd - 1 do vlo[kk] = frag_a(b, sh.lo, ld, lane, warp * 16, kk * 16) end
+        b:barrier()
+      end
+      f16s.lo_rows(b, spec, cfg, M.WARPS * 32, sh.lo, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
+    end -- (the first tile's barriers order the fill before its use)
     local dk, dv = {}, {}
     for j = 0, dtiles - 1 do
       dk[j], dv[j] = {}, {}
@@ -361,8 +390,13 @@ function M.build_dkdv(b, spec, cfg, p, io)
       local slope2 = spec.alibi and mask.slope(hooks.mask, h)
       -- (a head holding a Q or dO row spanning more than 2^32, or a key block holding such a K or V row: its tiles
       -- add the low parts' products)
-      local marked = cfg.lo and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
-      if cfg.kvlo then marked = b:or_(marked, fs.kv_marked(b, sh, M.WARPS)) end
+      local marked = cfg.lo and not kvmarked and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
+      if cfg.kvlo and not cfg.kvwalk then marked = b:or_(marked, fs.kv_marked(b, sh, M.WARPS)) end
+      -- (K's and V's low parts: on the marked heads' branch, or only in a kvmarked walk with cfg.kvwalk)
+      local kvparts = cfg.kvlo and (not cfg.kvwalk or kvmarked)
+      -- (a kvmarked walk's branches test the block's mark read again from shared memory at each: with the code on
+      -- branches ptxas allocates it in fewer registers than straight, where d64 and d96 spilled 20-76 bytes)
+      local function on_marked(f) b:if_(kvmarked and fs.kv_marked(b, sh, M.WARPS) or marked, f) end
       local function tile(q0)
         b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
         if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
@@ -385,14 +419,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end)
         if cfg.cp_async then b:cp_async_wait(0) end
         b:barrier()
-        -- (a marked tile: the tile `lo` holds the low parts of Q's or dO's rows, `held` says which)
+        -- (a marked tile: the tile `lo` (qot in a kvmarked walk) holds the low parts of Q's or dO's rows, `held` says which)
         local held
+        local qot = kvmarked and sh.qlo or sh.lo
         local function fill_lo(which)
           if held == which then return end
           if held then b:barrier() end -- (every warp done with the other)
-          if which == "q" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, sh.lo, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+          if which == "q" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, qot, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
           elseif which == "o" then
-            fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+            fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, qot, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
           else -- (the key block's rows: K's and V's low parts, bn rows; their first key, batch and kv head read from
             -- shared memory here, so that no row address of theirs is hoisted out of the query loop and kept live there)
             local r0, bb, hh = b:bits(b:load(sh.kvmark + M.WARPS)), b:bits(b:load(sh.kvmark + (M.WARPS + 1))),
@@ -439,19 +474,21 @@ function M.build_dkdv(b, spec, cfg, p, io)
               end
             end
           end
-          b:if_(marked, function()
+          on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
             -- (fill, A tile, B tile, accumulators): S^T += K Q_lo^T and K_lo Q^T, dP^T += V_lo dO^T and V dO_lo^T
             -- (a low part of a row that does not span is 0; both of a column's entries low: that term is lost)
-            local prods = { { "q", sh.ks, sh.lo, sv } }
-            if cfg.kvlo then prods[#prods + 1] = { "k", sh.lo, sh.qs, sv } end
+            -- (kvmarked: K's low part stays in `lo`, V's in vlo, no fill)
+            local prods = { { "q", sh.ks, qot, sv } }
+            if kvparts then prods[#prods + 1] = { "k", sh.lo, sh.qs, sv } end
             if pass.dk then
-              if cfg.kvlo then prods[#prods + 1] = { "v", sh.lo, sh.dos, dpv } end
-              prods[#prods + 1] = { "o", sh.vs, sh.lo, dpv }
+              if kvparts then prods[#prods + 1] = { "v", sh.lo, sh.dos, dpv } end
+              prods[#prods + 1] = { "o", sh.vs, qot, dpv }
             end
             for _, x in ipairs(prods) do
-              fill_lo(x[1])
-              lo_mma(b, mdt, x[2], x[3], x[4], nq, kd, ld, lane, warp, up, down)
+              local kv = x[1] == "k" or x[1] == "v"
+              if not (kvmarked and kv) then fill_lo(x[1]) end
+              lo_mma(b, mdt, x[2], x[3], x[4], nq, kd, ld, lane, warp, up, down, kvmarked and x[1] == "v" and vlo)
             end
           end)
           for j = 0, nq - 1 do
@@ -591,7 +628,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
           end
         end
         if cfg.lo then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
-          b:if_(marked, function()
+          on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
             local order = {}
             if pass.dv then order[#order + 1] = { "o", dv, aps } end
@@ -606,7 +643,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
               end
               for ks = 0, nq // 2 - 1 do
                 for jd = 0, dtiles // 2 - 1 do
-                  local l1, l2 = frag_bk(b, sh.lo, ld, lane, ks * 16, jd * 16)
+                  local l1, l2 = frag_bk(b, qot, ld, lane, ks * 16, jd * 16)
                   for xx = 0, 1 do
                     local j = 2 * jd + xx
                     local r = b:mma(mdt, af[ks], xx == 0 and l1 or l2,
@@ -691,16 +728,17 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
           end
           dq_step(sh.ks)
-          if cfg.kvlo then -- dQ += dS K_lo 2^-LO: a marked tile (K's rows spanning more than 2^32)
-            b:if_(marked, function()
-              fill_lo("k")
+          if kvparts then -- dQ += dS K_lo 2^-LO: a marked tile (K's rows spanning more than 2^32)
+            on_marked(function()
+              if not kvmarked then fill_lo("k") end
               dq_step(sh.lo, b:f32(2.0 ^ -fs.LO))
             end)
           end
         end
       end
       if cx then cx.slope2, cx.lo_marked = slope2, marked end -- (this head's)
-      if cfg.d32 then d32.query_loop(b, cx, ri, q_start, q_end, tile) else b:for_(q_start, q_end, bm, tile) end
+      -- (a kvmarked block's K and V rows do not fit one power of two: never d32's fast body)
+      if cfg.d32 and not kvmarked then d32.query_loop(b, cx, ri, q_start, q_end, tile) else b:for_(q_start, q_end, bm, tile) end
     end)
 
     -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
@@ -726,6 +764,16 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
       end)
     end
+  end end
+  local one = { { dv = true, dk = true } }
+  if cfg.kvwalk then
+    b:barrier() -- (the warps' K/V marks, kv_mark above)
+    local marked_walk, plain_walk = function() walk({ { dv = true }, { dk = true } }, true) end, function() walk(one, false) end
+    -- (the walk first in the code: lib/attn_bwd_f16scaled.lua kv_walk, the order ptxas fits)
+    if cfg.kvwalk == "marked" then b:if_(fs.kv_marked(b, sh, M.WARPS), marked_walk, plain_walk)
+    else b:if_(b:not_(fs.kv_marked(b, sh, M.WARPS)), plain_walk, marked_walk) end
+  else
+    walk(cfg.passes or one, false)
   end
 end
 
