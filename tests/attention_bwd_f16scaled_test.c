@@ -902,15 +902,19 @@ static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr) {
     return m * fmax(2.0, fmax(alu, issue));
 }
 /* The key sets the estimate runs (each causal=false and true, atomic and deterministic, bf16 against f16): the
- * mask keys alone and together, top-left causal; a window of 100 keys to the left (256 queries: tiles inside it,
- * crossing its lower edge and outside it). */
+ * mask keys alone and together, top-left causal (with all three: top_left); a window of 100 keys to the left (256
+ * queries: tiles inside it, crossing its lower edge and outside it). The pairs (measuring) run only while measuring
+ * (KILN_D32_ESTIMATE_ONLY, top-left causal too): d64's window + ALiBi atomic dkdv takes kiln's IR pipeline
+ * (templates/attention_bwd.lua). */
 static const struct {
     const char *keys;
     int wl, wr;
     double cap;
+    int top_left, measuring;
 } est_keys[] = {
-    {"", 0, 0, 0}, {" window=true", 100, 16, 0}, {" softcap=true", 0, 0, 30}, {" alibi=true", 0, 0, 0},
-    {" window=true softcap=true alibi=true", 100, 16, 30},
+    {"", 0, 0, 0, 0, 0}, {" window=true", 100, 16, 0, 0, 0}, {" softcap=true", 0, 0, 30, 0, 0}, {" alibi=true", 0, 0, 0, 0, 0},
+    {" window=true softcap=true alibi=true", 100, 16, 30, 1, 0}, {" window=true softcap=true", 100, 16, 30, 1, 1},
+    {" window=true alibi=true", 100, 16, 0, 1, 1}, {" softcap=true alibi=true", 0, 0, 30, 1, 1},
 };
 static size_t estimate_row; /* (the estimate rows so far, over every estimate: the sanitizer build's sample) */
 /* One estimate case, created and run on the profiling emulator pe: spec at 256 x 256, one head, sm_75, with a
@@ -941,8 +945,9 @@ static void d32_estimate(int hd) {
         for (int run = 0; run < 6; run++) {
             int det = run & 1, causal = run >> 1; /* causal: false, true, top_left */
             static const char *causal_word[3] = {"false", "true", "top_left"};
-            /* (top_left, the same tiles as causal=true at seq_q = seq_k: with all three keys only, the last set) */
-            if (causal == 2 && ki + 1 < sizeof est_keys / sizeof est_keys[0]) continue;
+            /* (top_left, the same tiles as causal=true at seq_q = seq_k: with all three keys and the pairs only) */
+            if (causal == 2 && !est_keys[ki].top_left) continue;
+            if (est_keys[ki].measuring && !only) continue;
             char keys[160];
             snprintf(keys, sizeof keys, "causal=%s%s", causal_word[causal], est_keys[ki].keys);
             if (only && !strstr(keys, only)) continue;

@@ -45,7 +45,7 @@ static int matrix_full(void) {
  * index n (capacity cap); returns the new count, or -1 after printing why. */
 static int matrix_variants(kiln_gen *gen, const char *const *families, int nfam, const int *sms, int nsms,
                            matrix_variant *vs, int n, int cap) {
-    static char buf[1 << 20]; /* one family's variants on one SM (attention_bwd full: about 220 KB) */
+    static char buf[1 << 20]; /* one family's variants on one SM (attention_bwd full on sm_75: about 300 KB) */
     for (int s = 0; s < nsms; s++)
         for (int f = 0; f < nfam; f++) {
             kiln_error err = {0};
@@ -283,6 +283,23 @@ static void matrix_compare_table(const matrix_variant *vs, int n) {
     free(table);
 }
 
+/* Keeps (compacting vs) the variants whose line "sm_N SPEC" (as `kiln list --variants FAMILY` prints it without
+ * --sm) is in the file at path, e.g. the rows a template change added: comm -13 of two listings. Returns the count. */
+static int matrix_only_listed(matrix_variant *vs, int n, const char *path) {
+    size_t len = 0;
+    char *text = slurp(path, &len);
+    int kept = 0;
+    for (int i = 0; text && i < n; i++) {
+        char name[16], line[300];
+        int w = snprintf(line, sizeof line, "\n%s %s\n", kiln_sm_name(vs[i].sm, name), vs[i].spec);
+        /* (the file's first line: matched at its start without the leading newline) */
+        if (strstr(text, line) || (w > 1 && !strncmp(text, line + 1, (size_t)w - 1))) vs[kept++] = vs[i];
+    }
+    printf("KILN_MATRIX_LIST=%s: %d of %d variants%s\n", path, kept, n, text ? "" : " (cannot read it)");
+    free(text);
+    return kept;
+}
+
 static double matrix_seconds(struct timespec a, struct timespec b) {
     return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
 }
@@ -396,6 +413,8 @@ static int matrix_main(const char *what, const char *const *families, int nfam, 
         printf("KILN_MATRIX_ONLY=%s: %d of %d variants\n", only, kept, n);
         n = kept;
     }
+    const char *list = getenv("KILN_MATRIX_LIST"); /* a file of `kiln list --variants` lines ("sm_N SPEC"): those alone */
+    if (n > 0 && list && *list) n = matrix_only_listed(vs, n, list);
     if (n > 0 && matrix_adding()) n = matrix_only_missing(vs, n);
     int skipped = n > 0 ? matrix_check(gen, vs, n) : 0;
     kiln_gen_destroy(gen);
