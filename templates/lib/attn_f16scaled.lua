@@ -109,6 +109,13 @@ local TILES_SEQ_CAUSAL = {
 local TILES_KEYS_PAGED = {
   [64] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = false } },
 }
+-- (issue 28) split-KV with rotary inside the append (so paged) at d96 (head_dim 72-96): SPLIT's 4 x 16 rows with
+-- 32-key tiles ran at 245-255 registers and spilled not causal with rotary=neox (ptxas sm_75: an 8-byte stack frame,
+-- 4 bytes stored with kiln's pipeline, 8 with default<O3>); 3 warps x 16 rows with 16-key tiles (the staged K/V tile
+-- two chunks a thread; 4 warps would not divide it): 191-228 registers, 0 spills
+local SPLIT_ROTARY = {
+  [96] = { { warps = 3, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 local TILES_DROP = {
   [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
 }
@@ -117,7 +124,7 @@ function M.tiles(spec, tiles)
   local other = spec.window or spec.softcap or spec.alibi or spec.dim ~= d or spec.vdim ~= d
   local keyed = (spec.window or spec.softcap or spec.alibi) and ((spec.paged and not spec.splitkv or spec.dropout) and TILES_KEYS_PAGED[d] or TILES_KEYS[d])
     or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
-  local own = spec.splitkv and SPLIT[d] or (spec.dropout or spec.append) and TILES_DROP[d]
+  local own = spec.splitkv and (spec.rotary and spec.rotary ~= "none" and SPLIT_ROTARY[d] or SPLIT[d]) or (spec.dropout or spec.append) and TILES_DROP[d]
     or spec.causal and (spec.varlen or spec.paged) and not spec.dropout and not spec.append and TILES_SEQ_CAUSAL[d]
     or (spec.varlen or spec.paged or spec.dropout) and TILES_HEAVY[d] or TILES[d]
   if keyed or own then
