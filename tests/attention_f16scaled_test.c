@@ -221,6 +221,8 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=128 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=64 causal=true path=mma", 100, 130, 1, 1, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=32 causal=true window=true path=mma", 150, 150, 1, 1, 0, 62, 0, 0, 0},
+        /* (wave 17) d96's lean tiles: 33 puts warp 0's last row (31) one key into the 16-key tile at 64 */
+        {"attention dtype=bf16 head_dim=96 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         TEST_BEGIN(cases[i].spec);
@@ -585,6 +587,8 @@ static void nonfinite(int d) {
          * copies of it and zero them once converted (attn_f16scaled.lua zero_rows); left as copies, P = 0 there
          * meets the Inf: NaN where the SIMT path gives +-Inf */
         {{'v', 64 * 64 + 5, INFINITY}, {'v', 64 * 64 + 6, -INFINITY}, {'v', 99 * 64 + 7, NAN}},
+        /* key 96 opens the ragged last tile of d96's lean tiles (16 keys) the same way (wave 17), and d64's and d128's */
+        {{'v', 96 * 64 + 5, INFINITY}, {'v', 96 * 64 + 6, -INFINITY}, {'v', 98 * 64 + 1, NAN}},
     }; /* (positions as [row * 64 + column]: at head_dim d, [row * d + column]) */
     for (size_t pi = 0; pi < sizeof plants / sizeof plants[0]; pi++) {
         char name[80];
@@ -624,7 +628,8 @@ static void nonfinite(int d) {
  * x max(tensor 2.0, fp32/alu (other + shfl) / 2, issue (all instructions) / 4), over the hot loop (the doc's
  * figures) and over the whole tile loop (every basic block from the first to the last one the warps run more
  * than once or that holds mma: the rare branches and the last, masked tile count as often as they run).
- * bf16 within `goal` x f16's on both: 1.25 (issue 28's goal) where reached, else the figure measured. */
+ * bf16 within `goal` x f16's on both: 1.25 (issue 28's goal) where reached, else the figure measured (d96: the figure
+ * measured plus 3 %, below the goal, so that a change that costs its lean tiles fails here). */
 static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr, int hot) {
     double n[KILN_PROF_CLASSES] = {0}, all = 0;
     if (hot) {
@@ -641,17 +646,22 @@ static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr, in
     return m > 0 ? m * fmax(2.0, fmax(alu, issue)) : 0;
 }
 static size_t estimate_row; /* (the estimate rows so far, over both estimates: the sanitizer build's sample) */
+/* Whether an estimate row of head_dim d is left out by KILN_ESTIMATE_DIM (measuring: that head_dim's rows alone). */
+static int estimate_dim_out(int d) {
+    const char *e = getenv("KILN_ESTIMATE_DIM");
+    return e && atoi(e) != d;
+}
 static void estimate(void) {
     static const struct {
         int d;
         double goal;
-    } rows[] = {{32, 1.25}, {64, 1.25}, {96, 1.25}, {128, 1.25}};
+    } rows[] = {{32, 1.25}, {64, 1.25}, {96, 1.07} /* (wave 17: d96's lean tiles, 1.176x -> 1.035x) */, {128, 1.25}};
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
     for (size_t r = 0; pe && r < sizeof rows / sizeof rows[0]; r++) {
-        if (attn_estimate_sampled_out(estimate_row++)) continue;
+        if (attn_estimate_sampled_out(estimate_row++) || estimate_dim_out(rows[r].d)) continue;
         char name[160];
         snprintf(name, sizeof name, "T4 estimate: bf16 head_dim %d within %.2fx of f16's (emulator profile, 768 x 512)",
                  rows[r].d, rows[r].goal);
@@ -703,13 +713,14 @@ static void estimate_keys(void) {
         {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.25}, {"causal=true varlen=true", 128, 1.25},
         {"causal=true paged=true", 128, 1.30},
         {"causal=true", 32, 1.30}, /* (wave 16: d32's lean tiles, 1.63x -> 1.26x with the span form's fix) */
+        {"causal=true", 96, 1.23}, /* (wave 17: d96's lean tiles and default<O3>, 1.382x -> 1.190x) */
     };
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
     for (size_t r = 0; pe && r < sizeof rows / sizeof rows[0]; r++) {
-        if (attn_estimate_sampled_out(estimate_row++)) continue;
+        if (attn_estimate_sampled_out(estimate_row++) || estimate_dim_out(rows[r].d)) continue;
         char name[200];
         snprintf(name, sizeof name, "T4 estimate: bf16 head_dim %d %s within %.2fx of f16's (768 x 512)", rows[r].d, rows[r].keys,
                  rows[r].bound);
@@ -785,6 +796,13 @@ int main(void) {
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
         return check_summary("attention f16-scaled (span cases)");
+    }
+    if (getenv("KILN_F16S_ESTIMATE_ONLY")) { /* (measuring: the T4 estimate rows alone; KILN_ESTIMATE_DIM: one head_dim's) */
+        estimate();
+        estimate_keys();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention f16-scaled (estimates)");
     }
     random_plain();
     registry_cases();

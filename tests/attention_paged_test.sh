@@ -88,6 +88,11 @@ expect "bf16 sm_75 f16-scaled append d96, pages of 16" 0 "$P" -- run attention d
 expect "bf16 sm_75 f16-scaled rotary neox d128 in the append, split-KV, leftpad" 0 "$P" -- run attention dtype=bf16 \
     head_dim=128 causal=true paged=true append=true splitkv=true rotary=neox --sm 75 --rows 3 --seq-k 100 --heads 4:2 \
     --batch 3 --paged 16 --append 3 --splits 2 --leftpad
+expect "bf16 sm_75 f16-scaled rotary neox d96 in the append, split-KV (3 x 16 rows, 16-key tiles: 2 blocks), leftpad" 0 "$P" -- \
+    run attention dtype=bf16 head_dim=96 paged=true append=true splitkv=true rotary=neox --sm 75 --rows 17 --seq-k 100 \
+    --heads 6:2 --batch 2 --paged 16 --append 17 --splits 3 --leftpad
+grep -q "kiln_attention_bf16_bf16_96_false_auto_true_true_true_neox: 24 blocks of 96 threads" "$tmp/out" \
+    && ok "bf16 sm_75 d96 split-KV rotary: 48-row blocks" || bad "bf16 sm_75 d96 split-KV rotary grid" "$(sed -n 2p "$tmp/out")"
 expect "bf16 sm_75 f16-scaled rotary interleaved rotary_dim 32 d64, f32 tables" 0 "$P" -- run attention dtype=bf16 \
     head_dim=64 causal=true paged=true append=true rotary=interleaved rotary_dim=32 rotary_cs=f32 path=mma --sm 75 --rows 5 \
     --seq-k 70 --heads 2:2 --batch 3 --paged 16 --append 5

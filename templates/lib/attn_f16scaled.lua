@@ -58,10 +58,13 @@ local LO = 40 -- a wide V tile's low part is below 2^-25 at the tile's scale: 2^
 -- lean (d32, cfg.f16s_lean; wave 16): P V's low part after P V (pv_lo: P's packs fold to <2 x half>), V's rows
 -- past the sequence zeroed once converted (zero_rows), the extrema started from the first values and the
 -- three block maxima through quarter warps (block_max3): T4 estimate 1.55x -> 1.22x f16's, 242 registers.
+-- d96 (wave 17, head_dim 72-96, plain and causal: 6 warps, so block_max keeps its slots): the first three of
+-- those; T4 estimate plain 1.176x -> 1.035x, causal 1.382x -> 1.232x (1.190x with default<O3>, attention.lua);
+-- 239 registers plain, 249 causal, 0 spills (ptxas sm_75).
 local TILES = {
   [32] = { { warps = 8, mt = 2, n = 64, stages = 2, q_regs = true, lean = true } },
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
-  [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false } },
+  [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false, lean = true } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
 }
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
@@ -106,6 +109,13 @@ local TILES_SEQ_CAUSAL = {
 local TILES_KEYS_PAGED = {
   [64] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = false } },
 }
+-- (issue 28) split-KV with rotary inside the append (so paged) at d96 (head_dim 72-96): SPLIT's 4 x 16 rows with
+-- 32-key tiles ran at 245-255 registers and spilled not causal with rotary=neox (ptxas sm_75: an 8-byte stack frame,
+-- 4 bytes stored with kiln's pipeline, 8 with default<O3>); 3 warps x 16 rows with 16-key tiles (the staged K/V tile
+-- two chunks a thread; 4 warps would not divide it): 191-228 registers, 0 spills
+local SPLIT_ROTARY = {
+  [96] = { { warps = 3, mt = 1, n = 16, stages = 2, q_regs = false } },
+}
 local TILES_DROP = {
   [32] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = true } },
 }
@@ -114,7 +124,7 @@ function M.tiles(spec, tiles)
   local other = spec.window or spec.softcap or spec.alibi or spec.dim ~= d or spec.vdim ~= d
   local keyed = (spec.window or spec.softcap or spec.alibi) and ((spec.paged and not spec.splitkv or spec.dropout) and TILES_KEYS_PAGED[d] or TILES_KEYS[d])
     or other and not spec.splitkv and TILES_KEYS_WHOLE[d]
-  local own = spec.splitkv and SPLIT[d] or (spec.dropout or spec.append) and TILES_DROP[d]
+  local own = spec.splitkv and (spec.rotary and spec.rotary ~= "none" and SPLIT_ROTARY[d] or SPLIT[d]) or (spec.dropout or spec.append) and TILES_DROP[d]
     or spec.causal and (spec.varlen or spec.paged) and not spec.dropout and not spec.append and TILES_SEQ_CAUSAL[d]
     or (spec.varlen or spec.paged or spec.dropout) and TILES_HEAVY[d] or TILES[d]
   if keyed or own then
@@ -399,7 +409,7 @@ local function low_part(b, vals, hi, factor, up)
   return out
 end
 
--- How V's rows past the sequence are zeroed (attention.lua stage_load's zero_tail): TILES' lean tiles (d32) stage
+-- How V's rows past the sequence are zeroed (attention.lua stage_load's zero_tail): TILES' lean tiles (d32, d96) stage
 -- them as copies of the tile's first key, like K's (below; the extrema are the tile's own), and zero them once
 -- converted (zero_rows): their bf16 values went through a select each and were widened one by one (zext, shl
 -- and a select an element, against shl or and on the packed pairs of K); the other tiles zero them as loaded.
@@ -597,7 +607,7 @@ function M.scores_lo(c, s, kt, klo_t)
 end
 
 -- O += P (V's low part) 2^-loe for a tile stage() marked (lo_t: the buffer it stored the part in),
--- before mma_pv adds P V's high part (pv: P as mma_softmax returns it), or after it (TILES' lean, d32:
+-- before mma_pv adds P V's high part (pv: P as mma_softmax returns it), or after it (TILES' lean, d32 and d96:
 -- attention.lua mma_compute). P's fragments are packed once for both; sm_75 has no cvt.rn.f16x2.f32, so a
 -- pack is two cvt and zext, shl, or on i32, which LLVM turns into one <2 x half> (f16's own kernel's form)
 -- only where all its mma operands are one bitcast: a branch after mma_pv reuses mma_pv's (they dominate
