@@ -125,6 +125,15 @@ function M.tiles(spec, tiles)
   return tiles
 end
 
+-- (wave 17) Whether the block's last trip skips its staging (attention.lua mma_trip): the register-staged loop
+-- stages tile it + 1 after computing tile it, and the last trip staged the last tile again (widen, extrema, the block
+-- reduction and its barrier, conversions, stores) for no trip to read. Causal d32 (TILES' lean tiles) and d128 causal
+-- over pages (TILES_SEQ_CAUSAL), whose T4 estimates missed 1.25x f16's: a causal block's trips are few (its diagonal
+-- ends them), so the wasted staging is a large share.
+function M.unstaged_last(spec, pick)
+  return spec.causal and not spec.splitkv and (pick.lean or (pick.slots_in_q and spec.paged)) or nil
+end
+
 -- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
 function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
