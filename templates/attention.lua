@@ -281,7 +281,7 @@ local function config_mma(spec, target)
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
-    f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec, pick) or nil,
+    f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec) or nil,
   }
 end
 
