@@ -281,6 +281,7 @@ local function config_mma(spec, target)
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
+    f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec) or nil,
   }
 end
 
@@ -1221,12 +1222,16 @@ local function mma_trip(c, it, masked)
       mma_compute(c, it, it & 1, masked)
     end
     local nb = (it + 1) & 1
-    if c.f16s then
-      f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end,
-                 c.ks + (it & 1) * c.tile)
+    local function stage_next()
+      if c.f16s then
+        f16s.stage(c, sk, sv, c.vs + (it & 1) * c.tile, function(dst, items) stage_store(b, spec, cfg, dst, items) end,
+                   c.ks + (it & 1) * c.tile)
+      end
+      stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
+      stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
     end
-    stage_store(b, spec, cfg, c.ks + nb * c.tile, sk)
-    stage_store(b, spec, cfg, c.vs + nb * c.tile, sv)
+    -- (lib/attn_f16scaled.lua unstaged_last: the block's last trip stages no tile, block-uniform)
+    if cfg.f16s_unstaged_last then b:if_(b:lt(it + 1, c.ntiles), stage_next) else stage_next() end
     b:barrier()
   else
     -- One buffer: K lands first; V is in flight during S (cp.async) or is loaded through

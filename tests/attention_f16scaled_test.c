@@ -628,8 +628,9 @@ static void nonfinite(int d) {
  * x max(tensor 2.0, fp32/alu (other + shfl) / 2, issue (all instructions) / 4), over the hot loop (the doc's
  * figures) and over the whole tile loop (every basic block from the first to the last one the warps run more
  * than once or that holds mma: the rare branches and the last, masked tile count as often as they run).
- * bf16 within `goal` x f16's on both: 1.25 (issue 28's goal) where reached, else the figure measured (d96: the figure
- * measured plus 3 %, below the goal, so that a change that costs its lean tiles fails here). */
+ * bf16 within `goal` x f16's on both: 1.25 (issue 28's goal), or the larger figure measured plus 3 % where that is
+ * lower (so that a change that costs the lean tiles or the unstaged last trip, attn_f16scaled.lua unstaged_last, fails
+ * here). */
 static double t4_clocks(const kiln_emu_kernel *k, const kiln_emu_profile *pr, int hot) {
     double n[KILN_PROF_CLASSES] = {0}, all = 0;
     if (hot) {
@@ -655,7 +656,8 @@ static void estimate(void) {
     static const struct {
         int d;
         double goal;
-    } rows[] = {{32, 1.25}, {64, 1.25}, {96, 1.07} /* (wave 17: d96's lean tiles, 1.176x -> 1.035x) */, {128, 1.25}};
+    } rows[] = {{32, 1.21}, {64, 1.25}, {96, 1.07}, {128, 1.18}};
+    /* (wave 17's tile loop: d32 1.172x and d128 1.141x with the last trip unstaged, d96 1.035x with its lean tiles) */
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
@@ -709,10 +711,12 @@ static void estimate_keys(void) {
         int d;
         double bound;
     } rows[] = {
-        {"causal=true", 64, 1.25}, {"causal=true varlen=true", 64, 1.25}, {"causal=true paged=true", 64, 1.25},
-        {"causal=true dropout=true", 64, 1.25}, {"causal=true", 128, 1.25}, {"causal=true varlen=true", 128, 1.25},
-        {"causal=true paged=true", 128, 1.30},
-        {"causal=true", 32, 1.30}, /* (wave 16: d32's lean tiles, 1.63x -> 1.26x with the span form's fix) */
+        /* (wave 17, the last trip unstaged everywhere but d96: d64 1.191x -> 1.156x, varlen 1.193x -> 1.158x, paged
+         * 1.234x -> 1.200x, dropout 1.029x -> 1.016x; d128 1.214x -> 1.150x, varlen 1.215x -> 1.151x) */
+        {"causal=true", 64, 1.20}, {"causal=true varlen=true", 64, 1.20}, {"causal=true paged=true", 64, 1.24},
+        {"causal=true dropout=true", 64, 1.05}, {"causal=true", 128, 1.19}, {"causal=true varlen=true", 128, 1.19},
+        {"causal=true paged=true", 128, 1.24}, /* (wave 17: the last trip unstaged, 1.261x -> 1.197x) */
+        {"causal=true", 32, 1.24}, /* (wave 16: d32's lean tiles, 1.63x -> 1.26x; wave 17: the last trip unstaged, 1.202x) */
         {"causal=true", 96, 1.23}, /* (wave 17: d96's lean tiles and default<O3>, 1.382x -> 1.190x) */
     };
     kiln_error err = {0};

@@ -81,6 +81,8 @@ expect "bf16 sm_75 f16-scaled (auto) d64 causal, pages of 16, leftpad + batch_id
     head_dim=64 causal=true paged=true --sm 75 --rows 20 --seq-k 150 --heads 4:2 --batch 4 --paged 16 --leftpad --batch-idx --twice
 grep -q "kiln_attention_bf16_bf16_64_true_auto_true: 16 blocks of 256 threads" "$tmp/out" \
     && ok "bf16 sm_75 paged under auto: the scaled path's 256-thread blocks" || bad "bf16 sm_75 paged grid" "$(sed -n 2p "$tmp/out")"
+expect "bf16 sm_75 f16-scaled d32 causal (lean tiles, the last trip unstaged), pages of 16, leftpad" 0 "$P" -- run attention \
+    dtype=bf16 head_dim=32 causal=true paged=true --sm 75 --rows 20 --seq-k 150 --heads 2:1 --batch 3 --paged 16 --leftpad
 expect "bf16 sm_75 f16-scaled split-KV d128, pages of 32" 0 "$P" -- run attention dtype=bf16 head_dim=128 causal=true \
     paged=true splitkv=true path=mma --sm 75 --rows 2 --seq-k 200 --heads 4:2 --batch 3 --paged 32 --splits 3
 expect "bf16 sm_75 f16-scaled append d96, pages of 16" 0 "$P" -- run attention dtype=bf16 head_dim=96 causal=true \

@@ -135,6 +135,19 @@ function M.tiles(spec, tiles)
   return tiles
 end
 
+-- (wave 17) Whether the block's last trip skips its staging (attention.lua mma_trip): the register-staged loop
+-- stages tile it + 1 after computing tile it, and the last trip staged the last tile again (widen, extrema, the
+-- block reduction and its barrier, conversions, stores) for no trip to read. First causal d32 (TILES' lean tiles)
+-- and d128 causal over pages, whose T4 estimates missed 1.25x f16's (a causal block's trips are few: its diagonal
+-- ends them, so the wasted staging is a large share); since wave 17's second step every register-staged kernel of
+-- this path (every tile table, split-KV too: its trips count from the split's first tile, the last is still
+-- ntiles - 1) but head_dim 96, whose kernels (and head_dim 80's, padded to 96) are another change's, and d64 not
+-- causal (not split-KV): with it kiln's pipeline gave 16 more SASS instructions than default<O3> (6,488 vs 6,472,
+-- ptxas sm_75), so it keeps its staging (T4 estimate 1.119x; with it 1.099x).
+function M.unstaged_last(spec)
+  return spec.head_dim ~= 96 and not (spec.head_dim == 64 and not spec.causal and not spec.splitkv) or nil
+end
+
 -- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
 function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
