@@ -295,7 +295,11 @@ static int matrix_only_listed(matrix_variant *vs, int n, const char *path) {
         /* (the file's first line: matched at its start without the leading newline) */
         if (strstr(text, line) || (w > 1 && !strncmp(text, line + 1, (size_t)w - 1))) vs[kept++] = vs[i];
     }
-    printf("KILN_MATRIX_LIST=%s: %d of %d variants%s\n", path, kept, n, text ? "" : " (cannot read it)");
+    if (text) printf("KILN_MATRIX_LIST=%s: %d of %d variants\n", path, kept, n);
+    else {
+        printf("FAIL KILN_MATRIX_LIST=%s: cannot read it (give a file of `kiln list --variants FAMILY` lines)\n", path);
+        check_failed++;
+    }
     free(text);
     return kept;
 }
