@@ -144,7 +144,7 @@ static int list_targets(void) {
 
 /* Prints the variants of family on sm (prefixed "sm_N " when prefix); 0 or CLI_USAGE. */
 static int print_variants(kiln_gen *gen, const char *family, int sm, int full, int prefix) {
-    static char buf[1 << 20]; /* one family on one SM (attention_bwd full on sm_75: about 300 KB) */
+    static char buf[1 << 20]; /* one family on one SM (the backward attention's full list on sm_75: about 300 KB) */
     kiln_error err = {0};
     if (kiln_family_variants(gen, family, full, sm, buf, sizeof buf, NULL, &err) != KILN_OK) return cli_error("%s", err.msg);
     for (char *l = buf, *e; *l; l = e + 1) {
