@@ -1430,6 +1430,8 @@ K.variants = {
   { { "dtype=f16", "dtype=bf16" }, "head_dim=128", "causal=true", { "paged=true append=true", "splitkv=true paged=true append=true" },
     { "rotary=neox", "rotary=interleaved rotary_dim=64" }, quick = true, sms = { 75, 80, 90, 120 } },
   { "dtype=f32", "head_dim=64", "causal=true", "splitkv=true paged=true append=true", "rotary=neox", quick = true, sms = { 80 } },
+  -- (bf16 sm_75's d96 split-KV with rotary, lib/attn_f16scaled.lua SPLIT_ROTARY: spilled 8 bytes on SPLIT's tiles)
+  { "dtype=bf16", "head_dim=96", "causal=false", "splitkv=true paged=true append=true", "rotary=neox", quick = true, sms = { 75 } },
   { "dtype=bf16", "head_dim=128", "causal=true", "splitkv=true paged=true append=true", { "rotary=neox rotary_cs=f32", "rotary=interleaved rotary_cs=f16" },
     sms = { 75, 80, 90 } },
   -- the mask keys over pages, with the append and rotary inside it (every key with the others)
