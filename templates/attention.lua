@@ -342,6 +342,9 @@ function K.config(spec, target)
   -- (and bf16 on sm_75's d96 lean tiles (6 x 32 rows, 16-key tiles; head_dim 72-96), causal: T4 estimate
   -- (attention_f16scaled_test) 1.232x -> 1.190x f16's, 249 registers, 0 spills; plain keeps kiln's, 1.035x -> 1.027x)
   o3 = o3 or (cfg.f16s_lean and spec.causal and spec.head_dim == 96)
+  -- (and bf16 on sm_75's d64 tiles not causal, not split-KV, whose last trip stages nothing since wave 18
+  -- (lib/attn_f16scaled.lua unstaged_last): kiln's pipeline gave 16 more SASS instructions than default<O3> there)
+  o3 = o3 or (cfg.f16s_unstaged_last and spec.head_dim == 64 and not spec.causal and not spec.splitkv)
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %

@@ -10,7 +10,7 @@
 
 #include "check.h"
 #include "attention.ref.h"
-#include "attn_case.h" /* attn_estimate_sampled_out */
+#include "attn_case.h" /* attn_case_sampled_out, attn_estimate_sampled_out */
 #include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
 #include "kiln/kiln.h"
@@ -176,17 +176,21 @@ static void random_plain(void) {
             snprintf(spec, sizeof spec, "attention dtype=bf16 head_dim=%d causal=%s path=mma", dims[di],
                      causal == 0 ? "false" : causal == 1 ? "true" : "top_left");
             const int *s = shapes[rot++ % 3];
+            prob a;
+            prob_init(&a, dims[di], causal, KILN_BF16, s[0], s[1], s[2], s[3], s[4], 0);
+            fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
+            if (attn_case_sampled_out(di, (size_t)causal)) { /* (the sanitizer build: every other case, the others' data unchanged) */
+                prob_free(&a);
+                continue;
+            }
             snprintf(name, sizeof name, "%s sm_75 b=%d hq=%d hkv=%d sq=%d sk=%d", spec, s[0], s[1], s[2], s[3], s[4]);
             TEST_BEGIN(name);
             kiln_emu_kernel *k = load(spec, 75);
             if (k) {
-                prob a;
-                prob_init(&a, dims[di], causal, KILN_BF16, s[0], s[1], s[2], s[3], s[4], 0);
-                fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
                 check_scaled(k, &a, 1, name);
-                prob_free(&a);
                 kiln_emu_kernel_free(k);
             }
+            prob_free(&a);
             TEST_END();
         }
 }
@@ -225,6 +229,8 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=96 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        /* (the sanitizer build: the race checks and every other case of the rest; each case has its own seed) */
+        if (!cases[i].twice && attn_case_sampled_out(0, i)) continue;
         TEST_BEGIN(cases[i].spec);
         kiln_case_opts o = {.sm = 75, .seed = 7 + i, .twice = cases[i].twice};
         kiln_case_opts_set(&o, "rows", cases[i].rows);
@@ -656,8 +662,9 @@ static void estimate(void) {
     static const struct {
         int d;
         double goal;
-    } rows[] = {{32, 1.21}, {64, 1.25}, {96, 1.07}, {128, 1.18}};
-    /* (wave 17's tile loop: d32 1.172x and d128 1.141x with the last trip unstaged, d96 1.035x with its lean tiles) */
+    } rows[] = {{32, 1.21}, {64, 1.10}, {96, 1.07}, {128, 1.18}};
+    /* (wave 17's tile loop: d32 1.172x and d128 1.141x with the last trip unstaged, d96 1.035x with its lean tiles;
+     * wave 18's d64 1.070x, its last trip unstaged too, with default<O3>) */
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);

@@ -141,11 +141,11 @@ end
 -- and d128 causal over pages, whose T4 estimates missed 1.25x f16's (a causal block's trips are few: its diagonal
 -- ends them, so the wasted staging is a large share); since wave 17's second step every register-staged kernel of
 -- this path (every tile table, split-KV too: its trips count from the split's first tile, the last is still
--- ntiles - 1) but head_dim 96, whose kernels (and head_dim 80's, padded to 96) are another change's, and d64 not
--- causal (not split-KV): with it kiln's pipeline gave 16 more SASS instructions than default<O3> (6,488 vs 6,472,
--- ptxas sm_75), so it keeps its staging (T4 estimate 1.119x; with it 1.099x).
+-- ntiles - 1) but head_dim 96, whose kernels (and head_dim 80's, padded to 96) are another change's. d64 not
+-- causal (not split-KV) takes it since wave 18 with default<O3> (attention.lua): with kiln's pipeline it gave 16 more
+-- SASS instructions than default<O3> (6,488 vs 6,472, ptxas sm_75).
 function M.unstaged_last(spec)
-  return spec.head_dim ~= 96 and not (spec.head_dim == 64 and not spec.causal and not spec.splitkv) or nil
+  return spec.head_dim ~= 96 or nil
 end
 
 -- Whether the spec runs here: bf16 inputs on a target whose tensor cores take f16 only.
