@@ -156,11 +156,11 @@ typedef struct kcase {
     double p;         /* dropout's p (0: no dropout) */
     int seq_q, seq_k; /* without varlen */
     double wide;      /* varlen: V and dO as +-2^e, e in [-|wide|, |wide|] (the reference's wide_vdo); wide < 0: dv's
-                       * values are counted, not checked: at 20 a dO row spans more than 2^32, and varlen's and
-                       * dropout's dkdv take no low parts (lib/attn_bwd_f16scaled.lua lo_applies), so a dO entry
-                       * more than 2^32 below its row's largest loses bits in its row's f16 (docs/attention.md's
-                       * bound), which the bf16 path's per-value bound does not hold where a key sees one or two
-                       * queries (wave 14: 3 of 13568 dv values) */
+                       * values are counted, not checked: at 20 a dO row spans more than 2^32, and dropout's dkdv
+                       * takes no low parts (lib/attn_bwd_f16scaled.lua lo_applies; varlen's does since wave 18), so
+                       * a dO entry more than 2^32 below its row's largest loses bits in its row's f16
+                       * (docs/attention.md's bound), which the bf16 path's per-value bound does not hold where a key
+                       * sees one or two queries (wave 14: 3 of 13568 dv values) */
     double softcap;
     int wl, wr;
 } kcase;
@@ -186,11 +186,12 @@ static const kcase kcases[] = {
     {32, 1, "causal=true window=true softcap=true alibi=true varlen=true dropout=true", 2, 1, NULL, 0.1, 0, 0, 0, 6, 40, 8},
     {32, 0, "causal=false varlen=true dropout=true", 2, 2, rag_k, 0.5, 0, 0, 0, 0, 0, 0},
     /* adversarial: V and dO spanning 2^-16..2^16 in the ragged batch (2^32: every entry exact in its row's scaled
-     * f16), then 2^-20..2^20 (dO rows spanning more than 2^32: varlen's dkdv has no low parts, lo_applies) */
+     * f16), then 2^-20..2^20 (dO rows spanning more than 2^32: varlen's dkdv adds their low parts, dropout's has
+     * none, lo_applies) */
     {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 16, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, 16, 0, 0, 0},
     {32, 0, "causal=false varlen=true", 2, 1, rag_k, 0, 0, 0, 16, 0, 0, 0},
-    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, -20, 0, 0, 0},
+    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 20, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, -20, 0, 0, 0},
 };
 
