@@ -308,6 +308,8 @@ static void bwd_case_destroy(kiln_case *c) {
     free(b);
 }
 
+static kiln_status bwd_case_reference_of(kiln_case *c, bwd_case *b, kiln_error *err);
+
 static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     const kiln_kernel_meta *m = kiln_emu_kernel_meta(kiln_case_kernel(c));
     if (emu_attn_varlen(c)) {
@@ -345,13 +347,32 @@ static kiln_status bwd_case_create(kiln_case *c, kiln_error *err) {
     }
     if (strstr(m->spec, "dropout_mask=true") && !(b->mask = emu_attn_mask_alloc(p))) ok = 0;
     if (!ok) return kiln_fail(err, KILN_ENOMEM, "out of memory");
-    if ((st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err)) != KILN_OK) return st;
+    return bwd_case_reference_of(c, b, err);
+}
+
+/* The forward's O and lse (float64, rounded as a forward kernel stores them) and the float64 gradients and their
+ * tolerances, from the inputs as they are. */
+static kiln_status bwd_case_reference_of(kiln_case *c, bwd_case *b, kiln_error *err) {
+    const kiln_attn_problem *p = &b->p;
+    size_t no = kiln_attn_elems(p, 'o'), nl = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q;
+    kiln_status st = kiln_attn_reference(p, b->in[0], b->in[1], b->in[2], b->ro, b->rl, err);
+    if (st != KILN_OK) return st;
     for (size_t i = 0; i < no; i++) kiln_emu_value_set(p->out, b->out, i, b->ro[i]);
     for (size_t i = 0; i < nl; i++) b->lse[i] = (float)b->rl[i];
     /* p_f32: the kernel keeps P and dS in f32 (the SIMT path), the tighter model */
-    kiln_dtype p_dtype = kiln_case_opts_get(o, "p_f32", 0) ? KILN_F32 : p->dtype;
+    kiln_dtype p_dtype = kiln_case_opts_get(kiln_case_options(c), "p_f32", 0) ? KILN_F32 : p->dtype;
     return kiln_attn_bwd_reference(p, p_dtype, b->in[0], b->in[1], b->in[2], b->dout, b->ref[0], b->ref[1], b->ref[2],
                                    b->tol[0], b->tol[1], b->tol[2], err);
+}
+
+/* Inputs written after the draw (kiln_case_set): O, lse and the reference gradients again. */
+static void bwd_case_refresh(kiln_case *c) {
+    if (emu_attn_varlen(c)) {
+        emu_attn_varlen_refresh(c);
+        return;
+    }
+    kiln_error err = {0};
+    bwd_case_reference_of(c, kiln_case_state(c), &err);
 }
 
 static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {
@@ -433,4 +454,5 @@ const kiln_ref_family kiln_ref_attention_bwd = {
     .check = bwd_case_check,
     .describe = bwd_case_describe,
     .reference = bwd_case_reference,
+    .refresh = bwd_case_refresh,
 };

@@ -156,11 +156,11 @@ typedef struct kcase {
     double p;         /* dropout's p (0: no dropout) */
     int seq_q, seq_k; /* without varlen */
     double wide;      /* varlen: V and dO as +-2^e, e in [-|wide|, |wide|] (the reference's wide_vdo); wide < 0: dv's
-                       * values are counted, not checked: at 20 a dO row spans more than 2^32, and varlen's and
-                       * dropout's dkdv take no low parts (lib/attn_bwd_f16scaled.lua lo_applies), so a dO entry
-                       * more than 2^32 below its row's largest loses bits in its row's f16 (docs/attention.md's
-                       * bound), which the bf16 path's per-value bound does not hold where a key sees one or two
-                       * queries (wave 14: 3 of 13568 dv values) */
+                       * values are counted, not checked: at 20 a dO row spans more than 2^32, and dropout's dkdv
+                       * takes no low parts (lib/attn_bwd_f16scaled.lua lo_applies; varlen's does since wave 18), so
+                       * a dO entry more than 2^32 below its row's largest loses bits in its row's f16
+                       * (docs/attention.md's bound), which the bf16 path's per-value bound does not hold where a key
+                       * sees one or two queries (wave 14: 3 of 13568 dv values) */
     double softcap;
     int wl, wr;
 } kcase;
@@ -186,11 +186,12 @@ static const kcase kcases[] = {
     {32, 1, "causal=true window=true softcap=true alibi=true varlen=true dropout=true", 2, 1, NULL, 0.1, 0, 0, 0, 6, 40, 8},
     {32, 0, "causal=false varlen=true dropout=true", 2, 2, rag_k, 0.5, 0, 0, 0, 0, 0, 0},
     /* adversarial: V and dO spanning 2^-16..2^16 in the ragged batch (2^32: every entry exact in its row's scaled
-     * f16), then 2^-20..2^20 (dO rows spanning more than 2^32: varlen's dkdv has no low parts, lo_applies) */
+     * f16), then 2^-20..2^20 (dO rows spanning more than 2^32: varlen's dkdv adds their low parts, dropout's has
+     * none, lo_applies) */
     {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 16, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, 16, 0, 0, 0},
     {32, 0, "causal=false varlen=true", 2, 1, rag_k, 0, 0, 0, 16, 0, 0, 0},
-    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, -20, 0, 0, 0},
+    {64, 0, "causal=true varlen=true", 2, 1, NULL, 0, 0, 0, 20, 0, 0, 0},
     {64, 1, "causal=top_left varlen=true dropout=true", 2, 1, rag_k, 0.1, 0, 0, -20, 0, 0, 0},
 };
 
@@ -532,6 +533,7 @@ static void adversarial(void) {
  * and deterministic (dk, dv; the deterministic dkdv at 128 has no low parts: atomic only); the deterministic dq
  * kernel marks and adds its own Q and dO rows' low parts (held at d64), not K's and V's (counts printed;
  * docs/attention.md "Rows spanning more than 2^32"). */
+static void varlen_span(void);
 static void span(void) {
     static const struct {
         const char *what;
@@ -584,6 +586,59 @@ static void span(void) {
         TEST_END();
         prob_free(&a);
     }
+    varlen_span();
+}
+
+/* ---- rows spanning more than 2^32 in packed sequences (varlen=true): the span cases' inputs in a ragged batch through
+ * the case runner (written after the draw, kiln_case_refresh: the forward's O, lse and the float64 gradients again):
+ * Q and dO rows of 2^40 in column 0 with K and V zero there, then K and V rows of 2^40 with Q and dO zero there; d64
+ * causal, GQA 2:1, two sequences (queries 35 and 17, keys 40 and 23: partial key blocks, the per-row body). Atomic
+ * (dq, dk, dv) and deterministic (dk, dv, and dq where the dq kernel holds the rows: Q's and dO's) asserted against
+ * the bf16 path's bound: prep marks Q's and dO's rows (lo_applies, dq_lo_applies), dkdv's staging K's and V's
+ * (kv_lo_applies; the atomic dkdv's marked key block walks on its own, kv_walk). */
+static void varlen_span(void) {
+    static const int lq[] = {35, 17}, lk[] = {40, 23};
+    static const char *const kinds[2] = {"Q and dO rows of 2^40 in column 0 (K, V zero there)",
+                                         "K and V rows of 2^40 in column 0 (Q, dO zero there)"};
+    static const char *const big[2][2] = {{"q", "dout"}, {"k", "v"}}, *const zero[2][2] = {{"k", "v"}, {"q", "dout"}};
+    for (int kind = 0; kind < 2; kind++)
+        for (int det = 0; det < 2; det++) {
+            /* (the sanitizer build: two of the four, one atomic, one deterministic; about 2 s of CPU a case) */
+            if (attn_case_sampled_out(0, (size_t)(2 * kind + (det ^ kind)))) continue;
+            char spec[200], name[300];
+            snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=64 causal=true varlen=true path=mma%s",
+                     det ? " deterministic=true" : "");
+            snprintf(name, sizeof name, "span varlen d64 causal%s: %s, sequences 35 x 40, 17 x 23", det ? " deterministic" : "",
+                     kinds[kind]);
+            TEST_BEGIN(name);
+            kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
+            kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
+            o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+            kiln_error err = {0};
+            kiln_case *c = NULL;
+            kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
+            for (int t = 0; st == KILN_OK && t < 2; t++) {
+                for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, big[kind][t]); i += 64)
+                    st = kiln_case_set(c, big[kind][t], i, (i / 64) & 1 ? -0x1p40 : 0x1p40, &err);
+                for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, zero[kind][t]); i += 64)
+                    st = kiln_case_set(c, zero[kind][t], i, 0.0, &err);
+            }
+            if (st == KILN_OK) st = kiln_case_refresh(c, &err);
+            if (st == KILN_OK) st = kiln_case_run(c, &err);
+            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+            if (st == KILN_OK) {
+                kiln_case_check(c);
+                for (int t = 0; t < kiln_case_noutputs(c); t++) {
+                    const kiln_case_output *out = kiln_case_output_at(c, t);
+                    if (kind == 1 && det && !strcmp(out->name, "dq")) /* (the dq kernel's K and V rows have no low part) */
+                        printf("  (deterministic dq, K and V rows of 2^40: %ld values beyond the bf16 path's bound)\n", out->bad);
+                    else CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
+                               out->name, out->first);
+                }
+            }
+            kiln_case_free(c);
+            TEST_END();
+        }
 }
 
 /* ---- Inf and NaN: non-finite gradients exactly where the SIMT path has them ----

@@ -224,14 +224,15 @@ M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
--- dropout, varlen at the tile widths 96 and 128, window, softcap and ALiBi together, the atomic dkdv with a
--- window at the tile widths 64 and 96 (8-20 bytes with the window alone or beside one other key: wave 16's scan
--- of every key subset), and the deterministic dkdv at the tile width 128; and varlen at every width, where the
--- once-a-head scan runs per sequence and cost d64's causal dkdv 1.25x -> 1.35x f16's T4 estimate (deterministic
--- 1.06x -> 1.19x; attention_bwd_f16scaled_test's varlen estimate guard fails on it). Those keep the documented
--- bound (a marked row's small entries lost; they read the factors' magnitudes).
+-- dropout, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave 18), window, softcap and
+-- ALiBi together, the atomic dkdv with a window at the tile widths 64 and 96 (8-20 bytes with the window alone or
+-- beside one other key: wave 16's scan of every key subset), and the deterministic dkdv at the tile width 128.
+-- Those keep the documented bound (a marked row's small entries lost; they read the factors' magnitudes). (Varlen
+-- at the other widths since wave 18: its cost on f16's T4 estimate was the packing of P^T's and dS^T's fragments
+-- once for both sides of the marked tiles' branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on
+-- each side there.)
 function M.lo_applies(spec)
-  return spec.kernel == "dkdv" and not spec.dropout and not spec.varlen
+  return spec.kernel == "dkdv" and not spec.dropout and not (spec.varlen and spec.head_dim == 96)
     and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
     and not (spec.window and not spec.deterministic and (spec.head_dim == 64 or spec.head_dim == 96))
 end
@@ -241,10 +242,11 @@ end
 -- on main with wave 16's load_ws copies (ptxas sm_75, 8-28 bytes): the atomic dkdv at the tile width 64 with
 -- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B), and the tile width 96 without causal
 -- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B), but those of them that fit with the key block's own
--- walk (kv_walk). The others keep Q's and dO's low parts; K's and V's rows keep the documented bound
--- (docs/attention.md, "Not held yet").
+-- walk (kv_walk); and varlen's atomic dkdv at the tile width 64 but where kv_walk (causal=false 16 B, top_left
+-- 40 B on the branch; 4 B each with the walk; wave 18). The others keep Q's and dO's low parts; K's and V's rows
+-- keep the documented bound (docs/attention.md, "Not held yet").
 function M.kv_lo_applies(spec)
-  return M.lo_applies(spec)
+  return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
     and (M.kv_walk(spec) or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal))
 end
@@ -271,10 +273,10 @@ end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
--- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, varlen, window,
+-- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, window,
 -- softcap and ALiBi together). Its K and V rows have no low part (docs/attention.md).
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout and not spec.varlen
+  return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout
     and not (spec.window and spec.softcap and spec.alibi)
 end
 

@@ -617,16 +617,23 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
         -- dV += P^T dO, dK += dS^T Q.
         local aps, adss = {}, {}
+        -- (varlen with the low parts: the fragments packed where each product reads them, the marked tile's branch
+        -- and the main product each its own, not once before the branch: packed once and read on both sides, LLVM
+        -- kept the packed i32 as integer ops, +65 instructions a warp's tile of d64 causal, 1.17x -> 1.27x f16's T4
+        -- estimate; docs/attention.md "The backward: varlen's low parts")
+        local repack = cfg.lo and spec.varlen
+        local function packed(x, ks) return repack and function() return c_to_a(b, x, ks, mdt) end or c_to_a(b, x, ks, mdt) end
         if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
           if pass.dv then
             local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
-            for ks = 0, nq // 2 - 1 do aps[ks] = c_to_a(b, pa, ks, mdt) end
+            for ks = 0, nq // 2 - 1 do aps[ks] = packed(pa, ks) end
           end
           if pass.dk then
             local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
-            for ks = 0, nq // 2 - 1 do adss[ks] = c_to_a(b, dsa, ks, mdt) end
+            for ks = 0, nq // 2 - 1 do adss[ks] = packed(dsa, ks) end
           end
         end
+        local function frag(x) return repack and x and x() or x end
         if cfg.lo then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
           on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
@@ -646,7 +653,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
                   local l1, l2 = frag_bk(b, qot, ld, lane, ks * 16, jd * 16)
                   for xx = 0, 1 do
                     local j = 2 * jd + xx
-                    local r = b:mma(mdt, af[ks], xx == 0 and l1 or l2,
+                    local r = b:mma(mdt, frag(af[ks]), xx == 0 and l1 or l2,
                                     { accv[j][1]:get(), accv[j][2]:get(), accv[j][3]:get(), accv[j][4]:get() })
                     for e = 1, 4 do accv[j][e]:set(r[e]) end
                   end
@@ -659,8 +666,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
           end)
         end
         for ks = 0, nq // 2 - 1 do
-          local ap = pass.dv and (aps[ks] or c_to_a(b, s, ks, dt))
-          local ads = pass.dk and (adss[ks] or c_to_a(b, dp, ks, dt))
+          local ap = pass.dv and (frag(aps[ks]) or c_to_a(b, s, ks, dt))
+          local ads = pass.dk and (frag(adss[ks]) or c_to_a(b, dp, ks, dt))
           for jd = 0, dtiles // 2 - 1 do
             local o1, o2, q1, q2
             if pass.dv then o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16) end

@@ -113,6 +113,8 @@ static kiln_status forward_reference(vcase *v, kiln_error *err) {
     return st;
 }
 
+static kiln_status backward_reference(vcase *v, kiln_error *err);
+
 kiln_status emu_attn_varlen_create(kiln_case *c, int bwd, kiln_error *err) {
     vcase *v = calloc(1, sizeof *v);
     if (!v) return kiln_fail(err, KILN_ENOMEM, "out of memory");
@@ -163,7 +165,15 @@ kiln_status emu_attn_varlen_create(kiln_case *c, int bwd, kiln_error *err) {
     }
     if (!ok) return kiln_fail(err, KILN_ENOMEM, "out of memory");
     if ((st = forward_reference(v, err)) != KILN_OK || !bwd) return st;
-    /* the backward's O and lse: the float64 forward, rounded as a forward kernel stores them */
+    return backward_reference(v, err);
+}
+
+/* The backward's O and lse (the float64 forward, rounded as a forward kernel stores them) and its float64
+ * gradients and tolerances, from the inputs as they are (forward_reference first). */
+static kiln_status backward_reference(vcase *v, kiln_error *err) {
+    const kiln_attn_problem *p = &v->p;
+    size_t nq = elems(v, 'q'), nl = (size_t)p->heads_q * (size_t)v->total_q;
+    kiln_status st = KILN_OK;
     for (size_t i = 0; i < nq; i++) kiln_emu_value_set(p->out, v->o, i, v->ro[i]);
     for (size_t i = 0; i < nl; i++) v->lse[i] = (float)v->rl[i];
     for (int b = 0; b < p->batch && st == KILN_OK; b++) {
@@ -328,7 +338,7 @@ void emu_attn_varlen_check(kiln_case *c, kiln_case_output *out, int *nout) {
 void emu_attn_varlen_refresh(kiln_case *c) {
     vcase *v = kiln_case_state(c);
     kiln_error err = {0};
-    if (!v->bwd) forward_reference(v, &err);
+    if (forward_reference(v, &err) == KILN_OK && v->bwd) backward_reference(v, &err);
 }
 
 /* "varlen 4 sequences  heads 2:2  seq_q 0,1,37,300  seq_k 0,1,37,300" (lists cut at the buffer's end). */
