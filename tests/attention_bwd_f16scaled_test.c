@@ -537,29 +537,38 @@ static void varlen_span(void);
 static void span(void) {
     static const struct {
         const char *what;
-        char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there) */
+        char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there); b: Q and dO both */
         int d, causal, seq_k;
+        int masks; /* 1: a window of 20 keys to the left, 2: softcap 8, 4: ALiBi */
     } kinds[] = {
-        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40},
-        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64},
-        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40},
-        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64},
-        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40},
-        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40},
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0},
         /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
          * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0},
+        /* (a window: the atomic dkdv's marked key block runs a walk of its own, lib/attn_bwd_f16scaled.lua lo_walk;
+         * with softcap and ALiBi beside it, the deterministic dkdv too, lo_applies) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7},
     };
+    static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
         prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        if (kinds[kind].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
+        if (kinds[kind].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
+        if (kinds[kind].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
-        for (int part = 0; part < (row == 'w' ? 2 : 1); part++) {
-            char r = row == 'w' ? "kv"[part] : row;
+        for (int part = 0; part < (row == 'w' || row == 'b' ? 2 : 1); part++) {
+            char r = row == 'w' ? "kv"[part] : row == 'b' ? "qo"[part] : row;
             void *big = r == 'q' ? a.q : r == 'k' ? a.k : r == 'o' ? a.dout : a.v;
             void *zero = r == 'q' ? a.k : r == 'k' ? a.q : r == 'o' ? a.v : a.dout;
             size_t nbig = big == a.q ? a.nq : big == a.k ? a.nk : big == a.v ? a.nv : a.no;
@@ -578,7 +587,7 @@ static void span(void) {
             check_model(&a, name, 0, NULL);
             if (d < 128) {
                 /* (the deterministic dq kernel holds its own Q and dO rows' low parts, not K's and V's) */
-                model_held = row == 'q' || row == 'o' ? 7 : 6;
+                model_held = row == 'q' || row == 'o' || row == 'b' ? 7 : 6;
                 check_model(&a, name, 1, NULL);
                 model_held = 7;
             }

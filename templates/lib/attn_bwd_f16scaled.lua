@@ -224,17 +224,36 @@ M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
--- dropout, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave 18), window, softcap and
--- ALiBi together, the atomic dkdv with a window at the tile widths 64 and 96 (8-20 bytes with the window alone or
--- beside one other key: wave 16's scan of every key subset), and the deterministic dkdv at the tile width 128.
--- Those keep the documented bound (a marked row's small entries lost; they read the factors' magnitudes). (Varlen
--- at the other widths since wave 18: its cost on f16's T4 estimate was the packing of P^T's and dS^T's fragments
--- once for both sides of the marked tiles' branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on
--- each side there.)
+-- dropout, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave 18), the window where
+-- window_fits says so, and the deterministic dkdv at the tile width 128. Those keep the documented bound (a marked
+-- row's small entries lost; they read the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
+-- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
+-- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not spec.dropout and not (spec.varlen and spec.head_dim == 96)
-    and not (spec.window and spec.softcap and spec.alibi) and not (spec.deterministic and spec.head_dim >= 128)
-    and not (spec.window and not spec.deterministic and (spec.head_dim == 64 or spec.head_dim == 96))
+    and not (spec.deterministic and spec.head_dim >= 128)
+    and not (spec.window and not M.window_fits(spec))
+end
+
+-- Whether a dkdv with a window takes the low parts (wave 18's scan, ptxas sm_75 at 255 registers, every subset of the
+-- mask keys holding the window, causal=true, top_left and false): the deterministic dkdv and the atomic one at the
+-- tile widths 32 and 128 (its two passes) with the low parts on the marked heads' branches, as without a window; the
+-- atomic dkdv at the tile width 64 with a marked block's own walk (lo_walk; on the branches it spilled 4-20 bytes);
+-- at the tile width 96 where the branches fit: head_dim 72 and 80, head_dim 88 with ALiBi or without causal, head_dim
+-- 96 with the window alone or, without causal, beside softcap. Not head_dim 88 causal without ALiBi (4-8 bytes),
+-- head_dim 96 causal with softcap or ALiBi (16) or without causal with ALiBi (8), nor a v_head_dim of its own at
+-- the width 96 (not measured); the walk there spilled 28-40 bytes. Nor the atomic dkdv at the width 64 with a window
+-- and ALiBi but no softcap: 0 bytes on the walk, but its T4 estimate went 1.00x -> 1.18-1.20x f16's (the unmarked
+-- walk's tile loop, other 3.24 -> 4.73 a m16n8k8). Those keep the documented bound.
+function M.window_fits(spec)
+  if spec.deterministic then return true end
+  if spec.head_dim == 64 then return not (spec.alibi and not spec.softcap) end
+  if spec.head_dim ~= 96 then return true end
+  local dim = spec.dim or spec.head_dim
+  if (spec.vdim or dim) ~= dim then return false end
+  if dim == 72 or dim == 80 then return true end
+  if dim == 88 then return not spec.causal or spec.alibi end
+  return dim == 96 and not spec.alibi and not (spec.causal and spec.softcap)
 end
 
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
@@ -242,12 +261,12 @@ end
 -- on main with wave 16's load_ws copies (ptxas sm_75, 8-28 bytes): the atomic dkdv at the tile width 64 with
 -- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B), and the tile width 96 without causal
 -- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B), but those of them that fit with the key block's own
--- walk (kv_walk); and varlen's atomic dkdv at the tile width 64 but where kv_walk (causal=false 16 B, top_left
--- 40 B on the branch; 4 B each with the walk; wave 18). The others keep Q's and dO's low parts; K's and V's rows
--- keep the documented bound (docs/attention.md, "Not held yet").
+-- walk (kv_walk) or the marked block's walk for a window (lo_walk); and varlen's atomic dkdv at the tile width 64
+-- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
+-- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention.md, "Not held yet").
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
-    and (M.kv_walk(spec) or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
+    and (M.kv_walk(spec) or M.lo_walk(spec) or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal))
 end
 
@@ -269,6 +288,16 @@ function M.kv_walk(spec)
   local dim = spec.dim or spec.head_dim
   if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
     and not (spec.window or spec.alibi) then return "unmarked" end
+end
+
+-- Whether the dkdv kernel of `spec` runs a key block marked for Q's or dO's rows (lo_scan over every head of its
+-- group, once a block) or for its own K or V rows on a walk of its own (lib/attn_bwd_mma.lua build_dkdv's lomarked
+-- walk: the per-row body with the low parts on the marked heads' branches); the other blocks' walk holds no low part.
+-- The atomic dkdv at the tile width 64 with a window (lo_applies): with the low parts on the marked heads' branches
+-- beside lib/attn_bwd_f16scaled_d32.lua's body it spilled 4-20 bytes at 255 registers (ptxas sm_75), K's and V's
+-- low parts too or not; a marked head's own copy of the query loop 4-20 bytes; on a walk of its own 0.
+function M.lo_walk(spec)
+  return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,

@@ -119,6 +119,7 @@ function M.config(spec, target, cfg)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
     cfg.lo, cfg.kvlo, cfg.kvwalk = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
+    cfg.lowalk = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
     -- more tile of bm rows Q's or dO's: build_dkdv's kvmarked walk)
@@ -352,7 +353,11 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- dO's low parts alone, on the marked heads' branch. (K's and V's on that branch beside both accumulators, filled
   -- from their rows inside the loop, spilled 8-28 bytes at 255 registers, ptxas sm_75: d64 causal, d80/d96; a copy
   -- of the one-pass loop for marked heads 8-40, the two passes with those fills in the loop 4-36.)
-  local function walk(walk_passes, kvmarked) for _, pass in ipairs(walk_passes) do
+  -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
+  -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
+  -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
+  local function walk(walk_passes, kvmarked, lomarked) for _, pass in ipairs(walk_passes) do
+    local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
     local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
     if kvmarked then
       b:barrier() -- (every warp done with `lo`: the previous pass's K low part)
@@ -390,10 +395,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
       local slope2 = spec.alibi and mask.slope(hooks.mask, h)
       -- (a head holding a Q or dO row spanning more than 2^32, or a key block holding such a K or V row: its tiles
       -- add the low parts' products)
-      local marked = cfg.lo and not kvmarked and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
-      if cfg.kvlo and not cfg.kvwalk then marked = b:or_(marked, fs.kv_marked(b, sh, M.WARPS)) end
+      local marked = lo_walk and not kvmarked and fs.lo_scan(b, sh, p, ri, q_start, q_end, gi, M.WARPS * 32)
+      if lo_walk and cfg.kvlo and not cfg.kvwalk then marked = b:or_(marked, fs.kv_marked(b, sh, M.WARPS)) end
       -- (K's and V's low parts: on the marked heads' branch, or only in a kvmarked walk with cfg.kvwalk)
-      local kvparts = cfg.kvlo and (not cfg.kvwalk or kvmarked)
+      local kvparts = lo_walk and cfg.kvlo and (not cfg.kvwalk or kvmarked)
       -- (a kvmarked walk's branches test the block's mark read again from shared memory at each: with the code on
       -- branches ptxas allocates it in fewer registers than straight, where d64 and d96 spilled 20-76 bytes)
       local function on_marked(f) b:if_(kvmarked and fs.kv_marked(b, sh, M.WARPS) or marked, f) end
@@ -461,7 +466,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
           end
         end
-        if cfg.lo then -- S^T += K (Q's low part)^T 2^-LO, dP^T += V (dO's low part)^T 2^-LO: a marked tile
+        if lo_walk then -- S^T += K (Q's low part)^T 2^-LO, dP^T += V (dO's low part)^T 2^-LO: a marked tile
           local sv, dpv = {}, {}
           for j = 0, nq - 1 do
             sv[j], dpv[j] = {}, {}
@@ -634,7 +639,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
           end
         end
         local function frag(x) return repack and x and x() or x end
-        if cfg.lo then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
+        if lo_walk then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
           on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
             local order = {}
@@ -745,7 +750,9 @@ function M.build_dkdv(b, spec, cfg, p, io)
       end
       if cx then cx.slope2, cx.lo_marked = slope2, marked end -- (this head's)
       -- (a kvmarked block's K and V rows do not fit one power of two: never d32's fast body)
-      if cfg.d32 and not kvmarked then d32.query_loop(b, cx, ri, q_start, q_end, tile) else b:for_(q_start, q_end, bm, tile) end
+      -- (nor a lomarked block's: every tile on the per-row body)
+      if cfg.d32 and not kvmarked and not lomarked then d32.query_loop(b, cx, ri, q_start, q_end, tile)
+      else b:for_(q_start, q_end, bm, tile) end
     end)
 
     -- dK = scale dS^T Q and dV, rounded once; rows are this thread's keys.
@@ -779,6 +786,22 @@ function M.build_dkdv(b, spec, cfg, p, io)
     -- (the walk first in the code: lib/attn_bwd_f16scaled.lua kv_walk, the order ptxas fits)
     if cfg.kvwalk == "marked" then b:if_(fs.kv_marked(b, sh, M.WARPS), marked_walk, plain_walk)
     else b:if_(b:not_(fs.kv_marked(b, sh, M.WARPS)), plain_walk, marked_walk) end
+  elseif cfg.lowalk then
+    -- (once a block, before either walk: whether a head's rows or the block's K/V rows are marked; the first scan's
+    -- barrier orders the warps' K/V marks. The lomarked walk scans each head again, its two slots cleared first)
+    local any = b:var("i32", 0)
+    b:for_(0, group, 1, function(gi)
+      local m = fs.lo_scan(b, sh, p, io.row_index(bi, hkv * group + gi), q_start, q_end, gi, M.WARPS * 32)
+      any:set(any:get() | b:select(m, 1, 0))
+    end)
+    local go = b:ne(any:get(), 0)
+    if cfg.kvlo then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
+    b:if_(go, function()
+      b:barrier() -- (every thread done reading the slots)
+      b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
+      b:barrier() -- (the clearing before the walk's first scan marks a slot)
+      walk(one, false, true)
+    end, function() walk(one, false, false) end)
   else
     walk(cfg.passes or one, false)
   end
