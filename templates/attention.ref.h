@@ -114,7 +114,8 @@ typedef struct kiln_attn_bwd_buffers {
     float *delta;                     /* workspace [batch, heads_q, seq_q] */
     float *dq_acc;                    /* workspace [batch, heads_q, seq_q, head_dim]; NULL when deterministic */
     void *scaled; /* workspace of bf16 on sm_75's f16 tensor cores: Q and dO as prep scales them once (qh, doh,
-                     qsf, dosf), K and V as the deterministic dkdv scales them once for dq (kh, vh, ksf, vsf):
+                     qsf, dosf), K and V as the deterministic dkdv scales them once for dq (kh, vh, ksf, vsf;
+                     a row spanning more than 2^32 has its ksf / vsf stored negative, a mark for dq):
                      kiln_attn_bwd_scaled_bytes; NULL elsewhere (prep then skips them) */
 } kiln_attn_bwd_buffers;
 

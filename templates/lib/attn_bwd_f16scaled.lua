@@ -122,21 +122,48 @@ end
 
 -- Copies rows [row0, row0 + rows) of a bf16 [seq, d] slice into the f16 tile dst (row stride ld), each
 -- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items). spans (dkdv's K and V
--- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32.
-function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans)
+-- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32; with
+-- marks too (the deterministic dkdv's rows for dq, cfg.kvrows), 1.0 into marks + r where row r spans more, else 0.0.
+function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans, marks)
   local any = spans and b:i32(0)
   M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
     local h = f16s.scale_of(b, mx)
-    if spans then any = any | M.row_spans(b, spec, v, h) end
+    local sp = spans and M.row_spans(b, spec, v, h)
+    if spans then any = any | sp end
     local factor = f16s.pow2(b, h)
     local put = function()
       local out = f16s.convert(b, v, factor)
       b:store_vec(dst + r * cfg.ld + c * 8, out, { align = 16 })
-      b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
+      b:if_(b:eq(c, 0), function()
+        b:store(fdst + r, f16s.pow2(b, -h))
+        if marks then b:store(marks + r, b:select(b:ne(sp, 0), b:f32(1.0), b:f32(0.0))) end
+      end)
     end
     if live then b:if_(live, put) else put() end
   end)
   return any
+end
+
+-- The deterministic dkdv's rows for dq (cfg.kvrows, lib/attn_bwd_kvscaled.lua write): after load staged rows
+-- [row0, row0 + rows) of the bf16 slice src with 2^-h of row r in fsrc + r, 1.0 into marks + r where the row spans more
+-- than 2^32 (row_spans), else 0.0, where load computed no spans (its `spans`: the dkdv's with K's and V's low parts
+-- mark there). A loop over row_items' items (one item's values live at a time: marking inside load's unrolled items
+-- spilled 56 bytes in the deterministic dkdv at the tile width 128 with v_head_dim 64, ptxas sm_75; the loop in the
+-- width 96's, which marks in load, 40); rows past seq and chunks past spec.dim count as zeros.
+function M.row_marks(b, spec, threads, src, stride, row0, rows, seq, fsrc, marks)
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
+  local slots = 1
+  while slots < cpr do slots = slots * 2 end
+  local zero = b:from_f32(0.0, "bf16")
+  b:for_(b:tid(), rows * slots, threads, function(item) -- (rows * slots: a multiple of 32, so a row's lanes share a warp)
+    local r, c = item // slots, item % slots
+    local use = b:and_(b:lt(row0 + r, seq), b:lt(c, real_cpr))
+    local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
+    for i = 1, 8 do v[i] = b:select(use, v[i], zero) end
+    local h = 127 - (b:bits(b:load(fsrc + r)) >> 23) -- (2^h from 2^-h)
+    local sp = M.row_spans(b, spec, v, h)
+    b:if_(b:eq(c, 0), function() b:store(marks + r, b:select(b:ne(sp, 0), b:f32(1.0), b:f32(0.0))) end)
+  end)
 end
 
 -- ---- Q and dO scaled once, by prep (the workspace) ----
@@ -219,7 +246,9 @@ end
 -- filled from the bf16 K and V rows inside the branch. A column where both operands' entries are low parts (K_lo
 -- Q_lo, V_lo dO_lo) stays lost. The deterministic dq kernel (dq_lo_applies) marks its block's Q and dO rows while
 -- staging them and fills their low parts once a marked block into two tiles (qlo, olo): S += Q_lo K^T, dP += dO_lo
--- V^T on the block-uniform branch; its K and V rows have no low part (docs/attention.md).
+-- V^T on the block-uniform branch. Its K and V rows (dq_kv_lo_applies): the deterministic dkdv marks each row it writes
+-- for dq (its factor negative, lib/attn_bwd_kvscaled.lua) and a marked key tile adds dO V_lo^T to dP, Q K_lo^T to S and
+-- dS K_lo to dQ, the low parts filled into the tile of V's rows once dP is done with it.
 M.LO = 40
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
@@ -303,10 +332,22 @@ end
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
 -- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, window,
--- softcap and ALiBi together). Its K and V rows have no low part (docs/attention.md).
+-- softcap and ALiBi together). Its K and V rows: dq_kv_lo_applies.
 function M.dq_lo_applies(spec)
   return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout
     and not (spec.window and spec.softcap and spec.alibi)
+end
+
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
+-- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
+-- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
+-- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
+-- Not dropout or varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions), nor window and ALiBi
+-- at the tile width 64 (dq spilled 16 bytes at 255 registers there, ptxas sm_75: head_dim 40 and 64).
+function M.dq_kv_lo_applies(spec)
+  return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) and not spec.dropout
+    and not spec.varlen and not (spec.window and spec.softcap and spec.alibi)
+    and not (spec.head_dim == 64 and spec.window and spec.alibi)
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every

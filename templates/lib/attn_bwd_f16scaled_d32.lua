@@ -164,12 +164,17 @@ function M.stage_kv(b, spec, cfg, sh, kb, vb, stride_k, stride_v, k0, seq_k)
   for i = 1, 2 do
     local x = t[i]
     for _, it in ipairs(x.items) do
-      if spans then spans = spans | bwd.row_spans(b, x.spec, it.v, f16s.scale_of(b, it.rmax)) end
+      local sp = (spans or cfg.kvrows) and bwd.row_spans(b, x.spec, it.v, f16s.scale_of(b, it.rmax))
+      if spans then spans = spans | sp end
       local h = b:select(fast, factors[i], f16s.scale_of(b, it.rmax))
       local put = function()
         local out = f16s.convert(b, it.v, f16s.pow2(b, h))
         b:store_vec(x.dst + it.r * cfg.ld + it.c * 8, out, { align = 16 })
-        b:if_(b:eq(it.c, 0), function() b:store(x.fdst + it.r, f16s.pow2(b, -h)) end)
+        b:if_(b:eq(it.c, 0), function()
+          b:store(x.fdst + it.r, f16s.pow2(b, -h))
+          -- (cfg.kvrows: the row's mark for dq, lib/attn_bwd_kvscaled.lua write)
+          if cfg.kvrows then b:store(sh.kvrm + ((i - 1) * bn + it.r), b:select(b:ne(sp, 0), b:f32(1.0), b:f32(0.0))) end
+        end)
       end
       if it.live then b:if_(it.live, put) else put() end
     end
@@ -591,6 +596,7 @@ function M.dq_tile(b, c, k0, slow)
   local sh, p, spec = c.sh, c.p, c.spec
   local one = b:eq(b:load(sh.dqflag) + b:load(sh.dqflag + 1), 0.0)
   if c.lo_marked then one = b:and_(one, b:not_(c.lo_marked)) end -- (Q/dO rows spanning more than 2^32: the per-row body)
+  if c.kv_marked then one = b:and_(one, b:not_(c.kv_marked(k0))) end -- (and the tile's K or V rows: the per-row body)
   b:if_(one, function()
     -- a tile every row sees whole: inside seq_k, and (causal) below the first row's bound
     local whole = b:le(k0 + c.bn, p.seq_k)

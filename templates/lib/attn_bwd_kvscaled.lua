@@ -60,14 +60,16 @@ end
 
 -- dkdv: after the staging of K and V (sh.ks, sh.vs: bn rows of stride cfg.ld, factors sh.kf, sh.vf) at keys
 -- [k0, k0 + bn) of (bi, hkv), one barrier, then the rows inside seq_k go to the workspace (16 bytes a copy)
--- and their factors beside them. Once a block, outside its loop.
+-- and their factors beside them. Once a block, outside its loop. cfg.kvrows (dq takes K's and V's low parts,
+-- lib/attn_bwd_f16scaled.lua dq_kv_lo_applies): a row the staging marked in sh.kvrm (K's rows, then V's: 1.0 where
+-- the row spans more than 2^32) has its factor stored negative.
 function M.write(b, cfg, threads, sh, p, bi, hkv, k0, w)
   local bn = cfg.block_n
   local cpr = w // 8
   local tid = b:tid()
   local at = row0_index(b, p, bi, hkv) + b:i64(k0)
   b:barrier() -- the staged tiles are complete
-  for _, x in ipairs({ { sh.ks, p.kh, sh.kf, p.ksf }, { sh.vs, p.vh, sh.vf, p.vsf } }) do
+  for i, x in ipairs({ { sh.ks, p.kh, sh.kf, p.ksf }, { sh.vs, p.vh, sh.vf, p.vsf } }) do
     local tile, dst, fsrc, fdst = x[1], x[2], x[3], x[4]
     for it = 0, util.ceil_div(bn * cpr, threads) - 1 do
       local item = tid + it * threads
@@ -79,13 +81,19 @@ function M.write(b, cfg, threads, sh, p, bi, hkv, k0, w)
       end)
     end
     b:if_(b:and_(b:lt(tid, bn), b:lt(k0 + tid, p.seq_k)), function()
-      b:store(fdst + (at + b:i64(tid)), b:load(fsrc + tid))
+      local to = fdst + (at + b:i64(tid))
+      local f = b:load(fsrc + tid)
+      if cfg.kvrows then f = b:select(b:gt(b:load(sh.kvrm + ((i - 1) * bn + tid)), 0.0), b:f32(0.0) - f, f) end
+      b:store(to, f)
     end)
   end
 end
 
 -- dq: the key tile [k0, k0 + bn) of (bi, hkv) from the workspace into sh.ks, sh.vs with the rows' factors
 -- in sh.kf, sh.vf (rows past seq_k: zeros, as f16s.load stages them; their factor row 0's). The caller syncs.
+-- cfg.kvrows: the factors' magnitudes go to sh.kf, sh.vf, and a thread whose K or V row is marked (stored negative
+-- by write) puts k0 into the slot sh.kvtile (never cleared: k0 grows, so a stale tile's value never matches);
+-- kv_tile_marked reads the answer after the caller's barrier.
 function M.load(b, cfg, threads, sh, p, bi, hkv, k0, w)
   local bn = cfg.block_n
   local at = row0_index(b, p, bi, hkv)
@@ -95,9 +103,20 @@ function M.load(b, cfg, threads, sh, p, bi, hkv, k0, w)
   b:if_(b:lt(tid, bn), function()
     local row = k0 + tid
     local r = at + b:i64(b:select(b:lt(row, p.seq_k), row, 0))
-    b:store(sh.kf + tid, b:load(p.ksf + r))
-    b:store(sh.vf + tid, b:load(p.vsf + r))
+    if cfg.kvrows then
+      local kx, vx = b:load(p.ksf + r), b:load(p.vsf + r)
+      b:store(sh.kf + tid, b:abs(kx))
+      b:store(sh.vf + tid, b:abs(vx))
+      b:if_(b:lt(b:bits(kx) | b:bits(vx), 0), function() b:store(sh.kvtile, b:from_bits(k0)) end)
+    else
+      b:store(sh.kf + tid, b:load(p.ksf + r))
+      b:store(sh.vf + tid, b:load(p.vsf + r))
+    end
   end)
 end
+
+-- dq (cfg.kvrows): whether key tile k0 holds a K or V row marked as spanning more than 2^32 (after load's barrier;
+-- sh.kvtile starts at -1.0, which matches no k0).
+function M.kv_tile_marked(b, sh, k0) return b:eq(b:bits(b:load(sh.kvtile)), k0) end
 
 return M

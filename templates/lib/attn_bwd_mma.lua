@@ -96,6 +96,10 @@ local function config_dq(spec, target, cfg)
   -- once a block, and the warps' marks: lib/attn_bwd_f16scaled.lua dq_lo_applies)
   if cfg.f16s and f16s.dq_lo_applies(spec) then cfg.lo, bytes = true, bytes + 2 * bm * ld * 2 + (M.WARPS + 4) * 4 end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
+  -- (K's and V's low parts: the key tiles' rows as the deterministic dkdv marked them, lib/attn_bwd_kvscaled.lua)
+  if cfg.f16s and f16s.dq_kv_lo_applies(spec) and kvs.applies(spec, target, M.available) then
+    cfg.kvrows, bytes = true, bytes + 16
+  end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
 end
@@ -126,6 +130,10 @@ function M.config(spec, target, cfg)
     if cfg.kvwalk then bytes = bytes + bm * ld * 2 end
   end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
+  -- (the deterministic dkdv writing its rows for a dq that takes K's and V's low parts: the rows' marks)
+  if cfg.f16s and f16s.dq_kv_lo_applies(spec) and kvs.applies(spec, target, M.available) then
+    cfg.kvrows, bytes = true, bytes + 2 * bn * 4
+  end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   cfg.passes = passes.passes(spec, target)
   return cfg
@@ -159,6 +167,8 @@ local function alloc(b, spec, cfg)
   if cfg.d32 then
     for _, f in ipairs(d32.floats(spec, cfg)) do floats[#floats + 1] = f end
   end
+  -- (cfg.kvrows, K's and V's low parts in dq: the deterministic dkdv's rows' marks, K's then V's; dq's marked tile slot)
+  if cfg.kvrows then floats[#floats + 1] = spec.kernel == "dq" and { "kvtile", 4 } or { "kvrm", 2 * cfg.block_n } end
   local sh = {}
   if cfg.dynamic_smem then
     local base, off = b:dynamic_shared(dt), 0
@@ -301,10 +311,11 @@ function M.build_dkdv(b, spec, cfg, p, io)
   if cfg.d32 then
     fast, kT, vT, kvspan = d32.stage_kv(b, spec, cfg, sh, io.base("k", bi, hkv), io.base("v", bi, hkv), p.stride_ks,
                                         p.stride_vs, k0, p.seq_k)
-  elseif cfg.kvlo then
-    kvspan = f16s.load(b, spec, cfg, M.WARPS * 32, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf, true)
+  elseif cfg.kvlo then -- (cfg.kvrows: the rows' marks for dq, lib/attn_bwd_kvscaled.lua write)
+    kvspan = f16s.load(b, spec, cfg, M.WARPS * 32, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf, true,
+                       cfg.kvrows and sh.kvrm)
     kvspan = kvspan | f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn,
-                                p.seq_k, sh.vf, true)
+                                p.seq_k, sh.vf, true, cfg.kvrows and sh.kvrm + bn)
   else
     stage(b, spec, cfg, sh.ks, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf)
     stage(b, spec.vspec or spec, cfg, sh.vs, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
@@ -314,6 +325,12 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:if_(b:eq(tid, 0), function()
       for i, x in ipairs({ k0, bi, hkv }) do b:store(sh.kvmark + (M.WARPS + i - 1), b:from_bits(x)) end
     end)
+  end
+  if cfg.kvrows and not cfg.d32 and not cfg.kvlo then -- (the rows' marks for dq, lib/attn_bwd_kvscaled.lua write)
+    b:barrier() -- (the rows' factors are staged)
+    f16s.row_marks(b, spec, M.WARPS * 32, io.base("k", bi, hkv), p.stride_ks, k0, bn, p.seq_k, sh.kf, sh.kvrm)
+    f16s.row_marks(b, spec.vspec or spec, M.WARPS * 32, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf,
+                   sh.kvrm + bn)
   end
   if cfg.cp_async then b:cp_async_commit() end
   if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
@@ -930,7 +947,8 @@ function M.build_dq(b, spec, cfg, p, io)
         dp[2 * jp + 1] = b:mma(mdt, ao, v2, dp[2 * jp + 1])
       end
     end
-    if cfg.lo then -- S += Q_lo K^T 2^-LO, dP += dO_lo V^T 2^-LO: a marked block (its Q or dO rows spanning more than 2^32)
+    local kvm = cfg.kvrows and kvs.kv_tile_marked(b, sh, k0) -- (a K or V row of the tile spans more than 2^32)
+    if cfg.lo or cfg.kvrows then -- S += Q_lo K^T 2^-LO, dP += dO_lo V^T 2^-LO: a marked block (its Q or dO rows spanning more than 2^32)
       local sv, dpv = {}, {}
       for j = 0, nk - 1 do
         sv[j], dpv[j] = {}, {}
@@ -940,12 +958,27 @@ function M.build_dq(b, spec, cfg, p, io)
           dpv[j][e]:set(dp[j][e])
         end
       end
-      b:if_(marked, function()
-        local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
-        for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
-          lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
-        end
-      end)
+      if cfg.lo then
+        b:if_(marked, function()
+          local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+          for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
+            lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
+          end
+        end)
+      end
+      -- (a marked key tile: dP += dO V_lo^T 2^-LO, S += Q K_lo^T 2^-LO, the low parts filled from the bf16 rows into
+      -- sh.vs, whose V rows no product needs after dP: V's, then K's, which stays there for dQ += dS K_lo below)
+      if cfg.kvrows then
+        b:if_(kvm, function()
+          local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+          for _, x in ipairs({ { spec.vspec or spec, vb, p.stride_vs, sh.vf, sh.dos, dpv }, { spec, kb, p.stride_ks, sh.kf, sh.qs, sv } }) do
+            b:barrier() -- (every warp done with sh.vs)
+            f16s.lo_rows(b, x[1], cfg, M.WARPS * 32, sh.vs, x[2], x[3], k0, bn, p.seq_k, x[4], true)
+            b:barrier()
+            lo_mma(b, mdt, x[5], sh.vs, x[6], nk, kd, ld, lane, warp, up, down)
+          end
+        end)
+      end
       for j = 0, nk - 1 do
         for e = 1, 4 do s[j][e], dp[j][e] = sv[j][e]:get(), dpv[j][e]:get() end
       end
@@ -980,6 +1013,27 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     -- (f16-scaled: K's row factors onto dS's columns, each query row scaled to f16)
     local dsa = fs and fs.scale_a(b, dp, nk, function(j, e) return kf[j][e] end, stq, { { dq, dtiles } }) or dp
+    if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs)
+      b:if_(kvm, function()
+        local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
+        local acc = {}
+        for j = 0, dtiles - 1 do
+          acc[j] = {}
+          for e = 1, 4 do acc[j][e] = dq[j][e]:get() * up end
+        end
+        for ks = 0, nk // 2 - 1 do
+          local a = c_to_a(b, dsa, ks, mdt)
+          for jd = 0, dtiles // 2 - 1 do
+            local k1, k2 = frag_bk(b, sh.vs, ld, lane, ks * 16, jd * 16)
+            acc[2 * jd] = b:mma(mdt, a, k1, acc[2 * jd])
+            acc[2 * jd + 1] = b:mma(mdt, a, k2, acc[2 * jd + 1])
+          end
+        end
+        for j = 0, dtiles - 1 do
+          for e = 1, 4 do dq[j][e]:set(acc[j][e] * down) end
+        end
+      end)
+    end
     for ks = 0, nk // 2 - 1 do
       local a = c_to_a(b, dsa, ks, mdt)
       for jd = 0, dtiles // 2 - 1 do
@@ -991,6 +1045,10 @@ function M.build_dq(b, spec, cfg, p, io)
         end
       end
     end
+  end
+  if cfg.kvrows then -- (no tile marked yet: lib/attn_bwd_kvscaled.lua load; the first tile's barrier orders it)
+    b:if_(b:eq(tid, 0), function() b:store(sh.kvtile, -1.0) end)
+    if cx then cx.kv_marked = function(k0) return kvs.kv_tile_marked(b, sh, k0) end end
   end
   b:for_(kv_lo, kv_end, bn, function(k0)
     load_kv(k0)
