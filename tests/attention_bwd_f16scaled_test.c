@@ -359,10 +359,11 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s", seq[det][s],
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s%s", seq[det][s],
                  p->head_dim, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
                  mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
-                 mid && p->alibi ? " alibi=true" : "", mid ? " path=" : "", mid ? path : "", det && s == 1 ? " deterministic=true" : "");
+                 mid && p->alibi ? " alibi=true" : "", mid && p->dropout ? " dropout=true" : "", mid ? " path=" : "",
+                 mid ? path : "", det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
         if (!k) {
             st = KILN_EGEN;
@@ -533,24 +534,30 @@ static void span(void) {
         const char *what;
         char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there) */
         int d, causal, seq_k;
+        float dropout; /* dropout's rate (0: none) */
     } kinds[] = {
-        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40},
-        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64},
-        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40},
-        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64},
-        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40},
-        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40},
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0},
         /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
          * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0},
+        /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua drop_spills: not the atomic dkdv at
+         * the tile width 64, so d32 here) */
+        {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0.25f},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), dropout p 0.25", 'w', 32, 1, 40, 0.25f},
     };
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
         prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        if (kinds[kind].dropout > 0) a.p.dropout = 1, a.p.dropout_p = kinds[kind].dropout, a.p.dropout_seed = 0x28d0 + kind;
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         for (int part = 0; part < (row == 'w' ? 2 : 1); part++) {
             char r = row == 'w' ? "kv"[part] : row;
