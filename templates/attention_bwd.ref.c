@@ -177,6 +177,8 @@ typedef struct bwd_args {
     int keys[3]; /* window_left, window_right, alibi_stride */
     float softcap;
     void *slopes;
+    float dropout_p; /* dropout=true: the rate and the Philox mask's seed and offset (the problem's) */
+    long long dropout_seed, dropout_offset;
 } bwd_args;
 
 static const char *ptr_names[19] = {"q",  "k",     "v",      "o",  "dout", "lse", "dq",  "dk",  "dv",  "delta",
@@ -211,6 +213,9 @@ static int bind(bwd_args *a, const char *name, void **slot) {
         if (!strcmp(name, keys[i])) return *slot = &a->keys[i], 0;
     if (!strcmp(name, "softcap")) return *slot = &a->softcap, 0;
     if (!strcmp(name, "alibi_slopes")) return *slot = &a->slopes, 0;
+    if (!strcmp(name, "dropout_p")) return *slot = &a->dropout_p, 0;
+    if (!strcmp(name, "dropout_seed")) return *slot = &a->dropout_seed, 0;
+    if (!strcmp(name, "dropout_offset")) return *slot = &a->dropout_offset, 0;
     if (!strncmp(name, "stride_", 7)) {
         size_t len = strlen(name);
         for (int t = 0; t < 8 && len > 8; t++) {
@@ -248,6 +253,7 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
     a.keys[0] = p->window_left, a.keys[1] = p->window_right, a.keys[2] = p->alibi_stride;
     a.softcap = p->softcap;
     a.slopes = (void *)p->alibi_slopes;
+    a.dropout_p = p->dropout_p, a.dropout_seed = (long long)p->dropout_seed, a.dropout_offset = (long long)p->dropout_offset;
     void *args[KILN_MAX_PARAMS];
     size_t bytes[KILN_MAX_PARAMS] = {0}; /* every global access must stay inside the tensors */
     kiln_emu_launch l = {.dynamic_smem = m->dynamic_smem, .twice = twice, .arg_bytes = bytes};

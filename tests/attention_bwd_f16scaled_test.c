@@ -360,10 +360,11 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s", seq[det][s],
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s%s", seq[det][s],
                  p->head_dim, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
                  mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
-                 mid && p->alibi ? " alibi=true" : "", mid ? " path=" : "", mid ? path : "", det && s == 1 ? " deterministic=true" : "");
+                 mid && p->alibi ? " alibi=true" : "", mid && p->dropout ? " dropout=true" : "", mid ? " path=" : "",
+                 mid ? path : "", det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
         if (!k) {
             st = KILN_EGEN;
@@ -541,6 +542,7 @@ static void span(void) {
         char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there); b: Q and dO both */
         int d, causal, seq_k;
         int masks; /* 1: a window of 20 keys to the left, 2: softcap 8, 4: ALiBi */
+        float dropout; /* dropout's rate (0: none) */
     } kinds[] = {
         {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
         {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
@@ -557,6 +559,10 @@ static void span(void) {
          * with softcap and ALiBi beside it, the deterministic dkdv too, lo_applies) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7},
+        /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua dropout_excludes: not the atomic
+         * dkdv at the tile width 64, so d32 here) */
+        {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0, 0.25f},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), dropout p 0.25", 'w', 32, 1, 40, 0, 0.25f},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -567,6 +573,7 @@ static void span(void) {
         if (kinds[kind].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
         if (kinds[kind].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
         if (kinds[kind].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
+        if (kinds[kind].dropout > 0) a.p.dropout = 1, a.p.dropout_p = kinds[kind].dropout, a.p.dropout_seed = 0x28d0 + kind;
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         for (int part = 0; part < (row == 'w' || row == 'b' ? 2 : 1); part++) {
             char r = row == 'w' ? "kv"[part] : row == 'b' ? "qo"[part] : row;
@@ -587,11 +594,11 @@ static void span(void) {
         if (forward(&a)) {
             check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
-             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
+             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together or dropout
              * (dq_kv_lo_applies); d128: the deterministic dkdv holds no low parts, its dK and dV counts printed, its
              * dq K's and V's, marked by the dkdv's row_marks) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = d == 128 ? 1 : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
+            model_held = d == 128 ? 1 : qo_rows || (kinds[kind].masks != 7 && kinds[kind].dropout == 0) ? 7 : 6;
             check_model(&a, name, 1, NULL);
             model_held = 7;
         }

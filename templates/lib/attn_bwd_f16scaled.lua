@@ -251,15 +251,36 @@ end
 -- dS K_lo to dQ, the low parts filled into the tile of V's rows once dP is done with it.
 M.LO = 40
 
+-- Whether dropout keeps the low parts out of the kernel of `spec` (dkdv or dq). Where they spill beside dropout's
+-- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
+-- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
+-- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
+-- V's low parts), the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's), and the dq
+-- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
+-- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
+-- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
+-- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
+-- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
+-- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
+-- (lo_applies, dq_lo_applies).
+function M.dropout_excludes(spec)
+  if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
+  if spec.kernel == "dq" then
+    return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
+  end
+  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window)
+    or (spec.window and not spec.deterministic and spec.head_dim == 96)
+end
+
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
--- dropout, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave 18), the window where
--- window_fits says so, and the deterministic dkdv at the tile width 128. Those keep the documented bound (a marked
+-- dropout where dropout_excludes says so, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave
+-- 18), the window where window_fits says no, and the deterministic dkdv at the tile width 128. Those keep the documented bound (a marked
 -- row's small entries lost; they read the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
 -- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
 -- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
 function M.lo_applies(spec)
-  return spec.kernel == "dkdv" and not spec.dropout and not (spec.varlen and spec.head_dim == 96)
+  return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and spec.head_dim == 96)
     and not (spec.deterministic and spec.head_dim >= 128)
     and not (spec.window and not M.window_fits(spec))
 end
@@ -288,14 +309,16 @@ end
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
 -- marked while staging, K_lo and V_lo filled inside the query loop): not where that code spilled at 255 registers
 -- on main with wave 16's load_ws copies (ptxas sm_75, 8-28 bytes): the atomic dkdv at the tile width 64 with
--- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B), and the tile width 96 without causal
+-- causal=true (d64 causal: 8 B; with ALiBi 8 B, with a window 16 B; with dropout d64 causal fits, 0 bytes, not with
+-- softcap: 8 B, but takes no low parts: dropout_excludes), and the tile width 96 without causal
 -- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B), but those of them that fit with the key block's own
 -- walk (kv_walk) or the marked block's walk for a window (lo_walk); and varlen's atomic dkdv at the tile width 64
 -- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
 -- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention.md, "Not held yet").
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
-    and (M.kv_walk(spec) or M.lo_walk(spec) or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
+    and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
+      or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal))
 end
 
@@ -304,7 +327,8 @@ end
 -- pass, V's held in registers for the dK pass; the other blocks' walk is main's without K's and V's low parts): where
 -- K's and V's low parts on the marked heads' branch spilled and that walk does not (ptxas sm_75, 255 registers,
 -- wave 17's scan of the mask-key subsets): the atomic dkdv at the tile width 64 with causal=true and no mask key
--- (d64 causal; head_dim 40-56 too, not head_dim 32 with v_head_dim 64: 4 bytes). With ALiBi or softcap there it
+-- (d64 causal; head_dim 40-56 too, not head_dim 32 with v_head_dim 64: 4 bytes; not with dropout, where the walk
+-- spilled 12 bytes and the marked heads' branch fits). With ALiBi or softcap there it
 -- spilled 24 bytes, as the walk did in the variants that fit without it (4-36 bytes), so those keep their code.
 -- And the tile width 96 without causal, atomic and deterministic, with softcap or no mask key (head_dim 72, 80 and
 -- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
@@ -313,7 +337,7 @@ end
 function M.kv_walk(spec)
   if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
-    and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
+    and not spec.dropout and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
   local dim = spec.dim or spec.head_dim
   if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
     and not (spec.window or spec.alibi) then return "unmarked" end
@@ -331,10 +355,10 @@ end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
--- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (dropout, window,
--- softcap and ALiBi together). Its K and V rows: dq_kv_lo_applies.
+-- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (window, softcap and
+-- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and spec.head_dim <= 64 and not spec.dropout
+  return spec.kernel == "dq" and spec.head_dim <= 64 and not (spec.dropout and M.dropout_excludes(spec))
     and not (spec.window and spec.softcap and spec.alibi)
 end
 
