@@ -236,7 +236,7 @@ kiln_status kiln_attn_bwd_run(kiln_emu_kernel *kern, const kiln_attn_problem *p,
                    bf->dk, bf->dv, bf->delta, bf->dq_acc},
                   {p->heads_q, p->heads_kv, p->seq_q, p->seq_k},
                   (float)kiln_attn_scale(p),
-                  {{0}}, {0}, 0, NULL};
+                  {{0}}, {0}, 0, NULL, 0, 0, 0};
     const long long *s[8] = {p->stride_q, p->stride_k, p->stride_v, p->stride_o, p->stride_o, p->stride_q, p->stride_k, p->stride_v};
     for (int t = 0; t < 8; t++) memcpy(a.strides[t], s[t], sizeof a.strides[t]);
     size_t rows = (size_t)p->batch * (size_t)p->heads_q * (size_t)p->seq_q, w = scaled_width(p);

@@ -544,21 +544,21 @@ static void span(void) {
         int masks; /* 1: a window of 20 keys to the left, 2: softcap 8, 4: ALiBi */
         float dropout; /* dropout's rate (0: none) */
     } kinds[] = {
-        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
-        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
-        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0},
-        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0},
-        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0},
-        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0},
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0, 0},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0, 0},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0, 0},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0, 0},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0, 0},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0, 0},
         /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
          * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0, 0},
         /* (a window: the atomic dkdv's marked key block runs a walk of its own, lib/attn_bwd_f16scaled.lua lo_walk;
          * with softcap and ALiBi beside it, the deterministic dkdv too, lo_applies) */
-        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7, 0},
         /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua dropout_excludes: not the atomic
          * dkdv at the tile width 64, so d32 here) */
         {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0, 0.25f},
