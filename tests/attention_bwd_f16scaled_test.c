@@ -533,24 +533,32 @@ static void span(void) {
         const char *what;
         char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there) */
         int d, causal, seq_k;
+        int keys; /* 1: ALiBi (slopes 2^-1, 2^-3), 2: softcap 5 */
     } kinds[] = {
-        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40},
-        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64},
-        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40},
-        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64},
-        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40},
-        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40},
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0},
         /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
          * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0},
+        /* (last, so that the cases above keep their data and the sanitizer build's sample; with ALiBi and the softcap,
+         * the marked walk's query tiles of 16 rows: lib/attn_bwd_f16scaled.lua kv_walk) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal, softcap and ALiBi: the marked key block's own walk",
+         'w', 64, 1, 40, 3},
     };
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
         prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        static const float slopes[2] = {0.5f, 0.125f};
+        if (kinds[kind].keys & 1) a.p.alibi = 1, a.p.alibi_slopes = slopes;
+        if (kinds[kind].keys & 2) a.p.has_softcap = 1, a.p.softcap = 5.0f;
         fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         for (int part = 0; part < (row == 'w' ? 2 : 1); part++) {
             char r = row == 'w' ? "kv"[part] : row;
