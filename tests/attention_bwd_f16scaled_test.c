@@ -285,10 +285,12 @@ typedef struct prob {
     size_t nq, nk, nv, no, nl;
 } prob;
 
-static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int sk) {
+/* (vd: v_head_dim, 0: head_dim) */
+static void prob_init_vd(prob *a, int d, int vd, int causal, int hq, int hkv, int sq, int sk) {
     memset(a, 0, sizeof *a);
     a->p.dtype = a->p.out = KILN_BF16;
     a->p.head_dim = d;
+    a->p.v_head_dim = vd;
     a->p.causal = causal;
     a->p.batch = 1, a->p.heads_q = hq, a->p.heads_kv = hkv, a->p.seq_q = sq, a->p.seq_k = sk;
     kiln_attn_default_strides(&a->p);
@@ -296,6 +298,9 @@ static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int s
     a->no = kiln_attn_elems(&a->p, 'o'), a->nl = (size_t)hq * (size_t)sq;
     a->q = calloc(a->nq, 2), a->k = calloc(a->nk, 2), a->v = calloc(a->nv, 2);
     a->dout = calloc(a->no, 2), a->o = calloc(a->no, 2), a->lse = calloc(a->nl, sizeof(float));
+}
+static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int sk) {
+    prob_init_vd(a, d, 0, causal, hq, hkv, sq, sk);
 }
 static void prob_free(prob *a) { free(a->q), free(a->k), free(a->v), free(a->dout), free(a->o), free(a->lse); }
 static void fill(void *x, size_t n, double amp) {
@@ -359,8 +364,10 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s", seq[det][s],
-                 p->head_dim, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
+        char vd[32] = "";
+        if (p->v_head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", p->v_head_dim);
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s%s", seq[det][s],
+                 p->head_dim, vd, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
                  mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
                  mid && p->alibi ? " alibi=true" : "", mid ? " path=" : "", mid ? path : "", det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
@@ -533,7 +540,7 @@ static void span(void) {
         const char *what;
         char row; /* the spanning operand: q, k, o (dO), v; w: K and V both (Q and dO zero there) */
         int d, causal, seq_k;
-        int keys; /* 1: ALiBi (slopes 2^-1, 2^-3), 2: softcap 5 */
+        int keys; /* 1: ALiBi (slopes 2^-1, 2^-3), 2: softcap 5, 4: v_head_dim 2 d */
     } kinds[] = {
         {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0},
         {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0},
@@ -546,8 +553,10 @@ static void span(void) {
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0},
-        /* (last, so that the cases above keep their data and the sanitizer build's sample; with ALiBi and the softcap,
-         * the marked walk's query tiles of 16 rows: lib/attn_bwd_f16scaled.lua kv_walk) */
+        /* (last, so that the cases above keep their data and the sanitizer build's sample, which leaves out the first
+         * of these two; the marked walk's query tiles of 16 rows: lib/attn_bwd_f16scaled.lua kv_walk) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d32 v_head_dim 64 causal: the marked walk's 16-row tiles",
+         'w', 32, 1, 40, 4},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal, softcap and ALiBi: the marked key block's own walk",
          'w', 64, 1, 40, 3},
     };
@@ -555,7 +564,8 @@ static void span(void) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
-        prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        int vd = kinds[kind].keys & 4 ? 2 * d : 0;
+        prob_init_vd(&a, d, vd, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
         static const float slopes[2] = {0.5f, 0.125f};
         if (kinds[kind].keys & 1) a.p.alibi = 1, a.p.alibi_slopes = slopes;
         if (kinds[kind].keys & 2) a.p.has_softcap = 1, a.p.softcap = 5.0f;
@@ -566,15 +576,16 @@ static void span(void) {
             void *zero = r == 'q' ? a.k : r == 'k' ? a.q : r == 'o' ? a.v : a.dout;
             size_t nbig = big == a.q ? a.nq : big == a.k ? a.nk : big == a.v ? a.nv : a.no;
             size_t nzero = zero == a.q ? a.nq : zero == a.k ? a.nk : zero == a.v ? a.nv : a.no;
-            for (size_t i = 0; i < nbig; i += (size_t)d) set(big, i, (i / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
-            for (size_t i = 0; i < nzero; i += (size_t)d) set(zero, i, 0.0);
+            size_t wv = (size_t)(vd ? vd : d), wb = r == 'v' || r == 'o' ? wv : (size_t)d; /* (V's and dO's rows: vd wide) */
+            for (size_t i = 0; i < nbig; i += wb) set(big, i, (i / wb) & 1 ? -0x1p40 : 0x1p40);
+            for (size_t i = 0; i < nzero; i += wb) set(zero, i, 0.0);
         }
         if (attn_case_sampled_out(0, kind)) { /* (the sanitizer build: every other case, the others' data unchanged) */
             prob_free(&a);
             continue;
         }
         char name[256];
-        snprintf(name, sizeof name, "span d%d: %s", d, kinds[kind].what);
+        snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         if (forward(&a)) {
             check_model(&a, name, 0, NULL);
