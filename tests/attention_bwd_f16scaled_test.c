@@ -286,10 +286,12 @@ typedef struct prob {
     size_t nq, nk, nv, no, nl;
 } prob;
 
-static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int sk) {
+/* (vd: v_head_dim, 0: head_dim) */
+static void prob_init_vd(prob *a, int d, int vd, int causal, int hq, int hkv, int sq, int sk) {
     memset(a, 0, sizeof *a);
     a->p.dtype = a->p.out = KILN_BF16;
     a->p.head_dim = d;
+    a->p.v_head_dim = vd;
     a->p.causal = causal;
     a->p.batch = 1, a->p.heads_q = hq, a->p.heads_kv = hkv, a->p.seq_q = sq, a->p.seq_k = sk;
     kiln_attn_default_strides(&a->p);
@@ -297,6 +299,9 @@ static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int s
     a->no = kiln_attn_elems(&a->p, 'o'), a->nl = (size_t)hq * (size_t)sq;
     a->q = calloc(a->nq, 2), a->k = calloc(a->nk, 2), a->v = calloc(a->nv, 2);
     a->dout = calloc(a->no, 2), a->o = calloc(a->no, 2), a->lse = calloc(a->nl, sizeof(float));
+}
+static void prob_init(prob *a, int d, int causal, int hq, int hkv, int sq, int sk) {
+    prob_init_vd(a, d, 0, causal, hq, hkv, sq, sk);
 }
 static void prob_free(prob *a) { free(a->q), free(a->k), free(a->v), free(a->dout), free(a->o), free(a->lse); }
 static void fill(void *x, size_t n, double amp) {
@@ -360,8 +365,10 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         char spec[256];
         int mid = s == 1 || (det && s == 2);
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s%s", seq[det][s],
-                 p->head_dim, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
+        char vd[32] = "";
+        if (p->v_head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", p->v_head_dim);
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s%s%s%s", seq[det][s],
+                 p->head_dim, vd, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
                  mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
                  mid && p->alibi ? " alibi=true" : "", mid && p->dropout ? " dropout=true" : "", mid ? " path=" : "",
                  mid ? path : "", det && s == 1 ? " deterministic=true" : "");
@@ -543,33 +550,40 @@ static void span(void) {
         int d, causal, seq_k;
         int masks; /* 1: a window of 20 keys to the left, 2: softcap 8, 4: ALiBi */
         float dropout; /* dropout's rate (0: none) */
+        int vwide; /* v_head_dim 2 d */
     } kinds[] = {
-        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0, 0},
-        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0, 0},
-        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0, 0},
-        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0, 0},
-        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0, 0},
-        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0, 0},
+        {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0, 0, 0},
+        {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0, 0, 0},
+        {"dO rows of 2^40 in column 0 (V zero there)", 'o', 64, 1, 40, 0, 0, 0},
+        {"dO rows of 2^40 in column 0 (V zero there), whole key blocks", 'o', 64, 0, 64, 0, 0, 0},
+        {"K rows of 2^40 in column 0 (Q zero there)", 'k', 64, 0, 40, 0, 0, 0},
+        {"V rows of 2^40 in column 0 (dO zero there)", 'v', 64, 0, 40, 0, 0, 0},
         /* (d64 causal, bottom-right, and d96 without causal: the dkdv's key block marked for its K and V rows runs
          * its own walk, lib/attn_bwd_mma.lua build_dkdv, lib/attn_bwd_f16scaled.lua kv_walk) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal: the marked key block's own walk", 'w', 64, 1, 40, 0, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96: the marked key block's own walk", 'w', 96, 0, 40, 0, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), the atomic dkdv's two passes", 'w', 128, 1, 40, 0, 0, 0},
         /* (a window: the atomic dkdv's marked key block runs a walk of its own, lib/attn_bwd_f16scaled.lua lo_walk;
          * with softcap and ALiBi beside it, the deterministic dkdv too, lo_applies) */
-        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7, 0, 0},
         /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua dropout_excludes: not the atomic
          * dkdv at the tile width 64, so d32 here) */
-        {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0, 0.25f},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), dropout p 0.25", 'w', 32, 1, 40, 0, 0.25f},
+        {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0, 0.25f, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), dropout p 0.25", 'w', 32, 1, 40, 0, 0.25f, 0},
+        /* (the marked walk's query tiles of 16 rows: lib/attn_bwd_f16scaled.lua kv_walk) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal, softcap and ALiBi: the marked key block's own walk",
+         'w', 64, 1, 40, 6, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d32 v_head_dim 64 causal: the marked walk's 16-row tiles",
+         'w', 32, 1, 40, 0, 0, 1},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
-        prob_init(&a, d, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
+        int vd = kinds[kind].vwide ? 2 * d : 0;
+        prob_init_vd(&a, d, vd, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
         if (kinds[kind].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
         if (kinds[kind].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
         if (kinds[kind].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
@@ -581,15 +595,16 @@ static void span(void) {
             void *zero = r == 'q' ? a.k : r == 'k' ? a.q : r == 'o' ? a.v : a.dout;
             size_t nbig = big == a.q ? a.nq : big == a.k ? a.nk : big == a.v ? a.nv : a.no;
             size_t nzero = zero == a.q ? a.nq : zero == a.k ? a.nk : zero == a.v ? a.nv : a.no;
-            for (size_t i = 0; i < nbig; i += (size_t)d) set(big, i, (i / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
-            for (size_t i = 0; i < nzero; i += (size_t)d) set(zero, i, 0.0);
+            size_t wv = (size_t)(vd ? vd : d), wb = r == 'v' || r == 'o' ? wv : (size_t)d; /* (V's and dO's rows: vd wide) */
+            for (size_t i = 0; i < nbig; i += wb) set(big, i, (i / wb) & 1 ? -0x1p40 : 0x1p40);
+            for (size_t i = 0; i < nzero; i += wb) set(zero, i, 0.0);
         }
         if (attn_case_sampled_out(0, kind)) { /* (the sanitizer build: every other case, the others' data unchanged) */
             prob_free(&a);
             continue;
         }
         char name[256];
-        snprintf(name, sizeof name, "span d%d: %s", d, kinds[kind].what);
+        snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         if (forward(&a)) {
             check_model(&a, name, 0, NULL);

@@ -328,8 +328,10 @@ end
 -- K's and V's low parts on the marked heads' branch spilled and that walk does not (ptxas sm_75, 255 registers,
 -- wave 17's scan of the mask-key subsets): the atomic dkdv at the tile width 64 with causal=true and no mask key
 -- (d64 causal; head_dim 40-56 too, not head_dim 32 with v_head_dim 64: 4 bytes; not with dropout, where the walk
--- spilled 12 bytes and the marked heads' branch fits). With ALiBi or softcap there it
--- spilled 24 bytes, as the walk did in the variants that fit without it (4-36 bytes), so those keep their code.
+-- spilled 12 bytes and the marked heads' branch fits). With ALiBi or softcap there, or
+-- head_dim 32 or below (v_head_dim above it), the walk spilled 4-24 bytes on query tiles of bm = 32 rows: those walk
+-- tiles of 16 (the second result, build_dkdv's cfg.kvwalk_rows; wave 18: 0 spills over head_dim 8-64 x v_head_dim
+-- x ALiBi, softcap, both), but head_dim 64 with v_head_dim 32 and ALiBi alone (8 bytes), which keeps its code.
 -- And the tile width 96 without causal, atomic and deterministic, with softcap or no mask key (head_dim 72, 80 and
 -- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
 -- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
@@ -338,6 +340,10 @@ function M.kv_walk(spec)
   if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
     and not spec.dropout and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
+  if spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic and not spec.window
+    and not spec.dropout and not (spec.alibi and not spec.softcap and (spec.dim or 64) == 64 and spec.vdim == 32) then
+    return "marked", 16
+  end
   local dim = spec.dim or spec.head_dim
   if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
     and not (spec.window or spec.alibi) then return "unmarked" end

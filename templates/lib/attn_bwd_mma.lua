@@ -122,7 +122,7 @@ function M.config(spec, target, cfg)
   -- lib/attn_bwd_f16scaled.lua: one tile of max(bm, bn) rows, the heads' mark slots and the warps' K/V marks)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
-    cfg.lo, cfg.kvlo, cfg.kvwalk = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
+    cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
     cfg.lowalk = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
@@ -375,6 +375,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
   local function walk(walk_passes, kvmarked, lomarked) for _, pass in ipairs(walk_passes) do
     local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
+    -- (cfg.kvwalk_rows: a kvmarked walk's query tiles of that many rows, fewer than bm: S^T's, dP^T's, P^T's and dS^T's
+    -- fragments halved where the walk spilled at bm, lib/attn_bwd_f16scaled.lua kv_walk; the dQ step's warps then
+    -- take all the tile's rows and a quarter of the head dim each)
+    local bm, nq, qr, dw, dc0 = bm, nq, qr, dw, dc0
+    if kvmarked and cfg.kvwalk_rows then
+      bm = cfg.kvwalk_rows
+      nq, qr, dw, dc0 = bm // 8, 0, d // M.WARPS, warp * (d // M.WARPS)
+    end
     local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
     if kvmarked then
       b:barrier() -- (every warp done with `lo`: the previous pass's K low part)
