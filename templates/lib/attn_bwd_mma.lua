@@ -255,27 +255,35 @@ local function frag_bk1(b, tile, ld, lane, k0, n0)
   return { f[1], f[2] }
 end
 
--- A low-part product on the f32 accumulators held in vars (vars[j][e], n 8-column tiles): acc = vars * 2^LO,
--- acc += A (a_tile's 16 rows of this warp) B^T (b_tile, n/2 pairs of 8-row tiles) over kd k-steps of 16, vars =
--- acc * 2^-LO (exact powers of two: rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua). a_frags: A's kd
--- fragments held in registers instead of a_tile.
-local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down, a_frags)
+-- The f32 accumulators held in vars (vars[j][e], n 8-column tiles) scaled up for a low-part product and back: acc =
+-- vars * up, body(acc) adds the products, vars = acc * down (exact powers of two 2^LO and 2^-LO: rows spanning more
+-- than 2^32, lib/attn_bwd_f16scaled.lua).
+local function lo_scaled(vars, n, up, down, body)
   local acc = {}
   for j = 0, n - 1 do
     acc[j] = {}
     for e = 1, 4 do acc[j][e] = vars[j][e]:get() * up end
   end
-  for kk = 0, kd - 1 do
-    local a = a_frags and a_frags[kk] or frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
-    for jp = 0, n // 2 - 1 do
-      local b1, b2 = frag_bn(b, b_tile, ld, lane, jp * 16, kk * 16)
-      acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
-      acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
-    end
-  end
+  body(acc)
   for j = 0, n - 1 do
     for e = 1, 4 do vars[j][e]:set(acc[j][e] * down) end
   end
+end
+
+-- A low-part product on the f32 accumulators held in vars (lo_scaled): acc += A (a_tile's 16 rows of this warp) B^T
+-- (b_tile, n/2 pairs of 8-row tiles) over kd k-steps of 16. a_frags: A's kd fragments held in registers instead of
+-- a_tile.
+local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down, a_frags)
+  lo_scaled(vars, n, up, down, function(acc)
+    for kk = 0, kd - 1 do
+      local a = a_frags and a_frags[kk] or frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
+      for jp = 0, n // 2 - 1 do
+        local b1, b2 = frag_bn(b, b_tile, ld, lane, jp * 16, kk * 16)
+        acc[2 * jp] = b:mma(mdt, a, b1, acc[2 * jp])
+        acc[2 * jp + 1] = b:mma(mdt, a, b2, acc[2 * jp + 1])
+      end
+    end
+  end)
 end
 
 local function zeros(n)
@@ -1023,23 +1031,16 @@ function M.build_dq(b, spec, cfg, p, io)
     local dsa = fs and fs.scale_a(b, dp, nk, function(j, e) return kf[j][e] end, stq, { { dq, dtiles } }) or dp
     if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs)
       b:if_(kvm, function()
-        local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
-        local acc = {}
-        for j = 0, dtiles - 1 do
-          acc[j] = {}
-          for e = 1, 4 do acc[j][e] = dq[j][e]:get() * up end
-        end
-        for ks = 0, nk // 2 - 1 do
-          local a = c_to_a(b, dsa, ks, mdt)
-          for jd = 0, dtiles // 2 - 1 do
-            local k1, k2 = frag_bk(b, sh.vs, ld, lane, ks * 16, jd * 16)
-            acc[2 * jd] = b:mma(mdt, a, k1, acc[2 * jd])
-            acc[2 * jd + 1] = b:mma(mdt, a, k2, acc[2 * jd + 1])
+        lo_scaled(dq, dtiles, b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO), function(acc)
+          for ks = 0, nk // 2 - 1 do
+            local a = c_to_a(b, dsa, ks, mdt)
+            for jd = 0, dtiles // 2 - 1 do
+              local k1, k2 = frag_bk(b, sh.vs, ld, lane, ks * 16, jd * 16)
+              acc[2 * jd] = b:mma(mdt, a, k1, acc[2 * jd])
+              acc[2 * jd + 1] = b:mma(mdt, a, k2, acc[2 * jd + 1])
+            end
           end
-        end
-        for j = 0, dtiles - 1 do
-          for e = 1, 4 do dq[j][e]:set(acc[j][e] * down) end
-        end
+        end)
       end)
     end
     for ks = 0, nk // 2 - 1 do
