@@ -464,7 +464,7 @@ void emu_norm_case_describe(const struct kiln_case *c, char *buf, size_t size);
 /* The float64 reference of output `name` (y, h, mean, rstd; dx, dweight, dbias), or NULL. */
 const double *emu_norm_case_reference(struct kiln_case *c, const char *name);
 /* The reference (a backward's saved statistics too) of the inputs as they are now (the refresh hook). */
-void emu_norm_case_refresh(struct kiln_case *c);
+kiln_status emu_norm_case_refresh(struct kiln_case *c, kiln_error *err);
 /* A norm case's eps: the named option "eps" as given (0 too), else opts.eps, else 1e-5. */
 float emu_norm_case_eps(const struct kiln_case *c);
 /* The rows x hidden of a norm case from its options and spec; KILN_EINVAL names what is wrong. */
@@ -504,7 +504,7 @@ void emu_attn_varlen_prepare(struct kiln_case *c);
 void emu_attn_varlen_check(struct kiln_case *c, struct kiln_case_output *out, int *nout);
 void emu_attn_varlen_describe(const struct kiln_case *c, char *buf, size_t size);
 /* The forward's float64 reference again from the inputs as they are now (kiln_case_set wrote some). */
-void emu_attn_varlen_refresh(struct kiln_case *c);
+kiln_status emu_attn_varlen_refresh(struct kiln_case *c, kiln_error *err);
 
 /* templates/attention.ref.c: bytes an attention (forward or backward) pointer parameter spans for
  * problem p, by its name and element type: q/dq, k/dk, v/dv, o/dout with their strides, lse and

@@ -455,8 +455,7 @@ kiln_status kiln_case_refresh(kiln_case *c, kiln_error *err) {
     if (!c->ref->refresh)
         return kiln_fail(err, KILN_EINVAL, "the %s reference cannot recompute itself from written inputs (no refresh hook)",
                          c->ref->family);
-    c->ref->refresh(c);
-    return KILN_OK;
+    return c->ref->refresh(c, err);
 }
 
 void kiln_case_set_launch(kiln_case *c, int sm_count, int twice) { c->opts.sm_count = sm_count, c->opts.twice = twice; }

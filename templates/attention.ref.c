@@ -664,15 +664,11 @@ static const double *attn_case_reference(kiln_case *c, const char *name) {
 
 /* The reference again from the inputs as they are now (a test wrote adversarial values with kiln_case_set): the
  * dense, the varlen and the paged problems (the cache, its new keys and q: emu_paged_refresh). */
-static void attn_case_refresh(kiln_case *c) {
-    if (emu_attn_varlen(c)) {
-        emu_attn_varlen_refresh(c);
-        return;
-    }
+static kiln_status attn_case_refresh(kiln_case *c, kiln_error *err) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_refresh(c, err);
     attn_case *a = kiln_case_state(c);
-    kiln_error err = {0};
-    if (a->paged) emu_paged_refresh(a->paged, &a->p, a->q, a->ro, a->rl, &err);
-    else kiln_attn_reference(&a->p, a->q, a->k, a->v, a->ro, a->rl, &err);
+    if (a->paged) return emu_paged_refresh(a->paged, &a->p, a->q, a->ro, a->rl, err);
+    return kiln_attn_reference(&a->p, a->q, a->k, a->v, a->ro, a->rl, err);
 }
 
 const kiln_ref_family kiln_ref_attention = {

@@ -372,13 +372,9 @@ static kiln_status bwd_case_reference_of(kiln_case *c, bwd_case *b, kiln_error *
 }
 
 /* Inputs written after the draw (kiln_case_set): O, lse and the reference gradients again. */
-static void bwd_case_refresh(kiln_case *c) {
-    if (emu_attn_varlen(c)) {
-        emu_attn_varlen_refresh(c);
-        return;
-    }
-    kiln_error err = {0};
-    bwd_case_reference_of(c, kiln_case_state(c), &err);
+static kiln_status bwd_case_refresh(kiln_case *c, kiln_error *err) {
+    if (emu_attn_varlen(c)) return emu_attn_varlen_refresh(c, err);
+    return bwd_case_reference_of(c, kiln_case_state(c), err);
 }
 
 static int bwd_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes) {

@@ -345,9 +345,10 @@ static const double *case_reference(kiln_case *c, const char *name) {
 }
 
 /* The reference of the inputs as they are now (a caller wrote some: kiln_case_set). */
-static void case_refresh(kiln_case *c) {
-    if (!plain(c)) emu_norm_case_refresh(c);
-    else reference(kiln_case_state(c));
+static kiln_status case_refresh(kiln_case *c, kiln_error *err) {
+    if (!plain(c)) return emu_norm_case_refresh(c, err);
+    reference(kiln_case_state(c));
+    return KILN_OK;
 }
 
 const kiln_ref_family kiln_ref_layernorm = {

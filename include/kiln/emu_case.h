@@ -120,8 +120,8 @@ typedef struct kiln_ref_family {
     const double *(*reference)(kiln_case *c, const char *name);
     /* Optional: recomputes the float64 reference, and whatever input the family derives from others
      * (a norm backward's saved statistics), from the inputs as they are now: a caller wrote special
-     * values after the draw (kiln_case_set). */
-    void (*refresh)(kiln_case *c);
+     * values after the draw (kiln_case_set). Returns the reference's error (err says why). */
+    kiln_status (*refresh)(kiln_case *c, kiln_error *err);
 } kiln_ref_family;
 
 /* The registry: every family with a reference, in name order. */
@@ -174,7 +174,7 @@ double kiln_case_get(kiln_case *c, const char *name, size_t i);
 /* The tensor's elements (0 when the case has no such tensor). */
 size_t kiln_case_count(kiln_case *c, const char *name);
 /* The family's refresh hook: the reference of the inputs as they are now; KILN_EINVAL when the
- * family has none. */
+ * family has none, the reference's error when it fails. */
 kiln_status kiln_case_refresh(kiln_case *c, kiln_error *err);
 /* How the next runs launch, the problem left as it is: sm_count (the device's multiprocessors, for
  * grid rules that use them: a norm backward's blocks) and twice. */

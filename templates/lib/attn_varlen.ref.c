@@ -335,10 +335,10 @@ void emu_attn_varlen_check(kiln_case *c, kiln_case_output *out, int *nout) {
     }
 }
 
-void emu_attn_varlen_refresh(kiln_case *c) {
+kiln_status emu_attn_varlen_refresh(kiln_case *c, kiln_error *err) {
     vcase *v = kiln_case_state(c);
-    kiln_error err = {0};
-    if (forward_reference(v, &err) == KILN_OK && v->bwd) backward_reference(v, &err);
+    kiln_status st = forward_reference(v, err);
+    return st == KILN_OK && v->bwd ? backward_reference(v, err) : st;
 }
 
 /* "varlen 4 sequences  heads 2:2  seq_q 0,1,37,300  seq_k 0,1,37,300" (lists cut at the buffer's end). */
