@@ -345,6 +345,7 @@ typedef struct rewriter {
     LLVMTypeRef i8, i32, i64, ptr, dispatch_ty, store_ty, access_ty;
     LLVMValueRef dispatch, store, access;
     unsigned access_cap;
+    gen_llvm_printer *printer; /* the accesses' texts: a function's values numbered once (instrument_accesses) */
 } rewriter;
 
 static LLVMValueRef declare(rewriter *r, const char *name, LLVMTypeRef ty) {
@@ -471,13 +472,14 @@ static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef 
     a->module = into_module_global(p);
     a->kind = !strcmp(kind, "atomic") ? EMU_HB_ATOMIC : !strcmp(kind, "store") || !strcmp(kind, "write") ? EMU_HB_WRITE
                                                                                                         : EMU_HB_READ;
-    char *text = LLVMPrintValueToString(in);
+    char *text = gen_llvm_printer_print(r->printer, in);
+    if (!text) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
     const char *t = text;
     while (*t == ' ') t++;
     char sizes[32] = "";
     if (fixed) snprintf(sizes, sizeof sizes, "%llu-byte ", fixed);
     snprintf(a->what, sizeof a->what, "%s%s %s `%.140s` in @%s", sizes, space_name(as), kind, t, fn_name(fn));
-    LLVMDisposeMessage(text);
+    free(text);
     LLVMPositionBuilderBefore(r->b, in);
     LLVMValueRef generic = as ? LLVMBuildAddrSpaceCast(r->b, p, r->ptr, "") : p;
     LLVMValueRef args[3] = {generic, size ? size : LLVMConstInt(r->i64, fixed, 0),
@@ -490,6 +492,10 @@ static kiln_status add_access(rewriter *r, emu_rewrite_info *info, LLVMValueRef 
 /* Every load, store, atomic and memory intrinsic that may reach global or shared memory
  * first calls kiln_emu_access(pointer, bytes, access). */
 static kiln_status instrument_accesses(rewriter *r, emu_rewrite_info *info, kiln_error *err) {
+    /* (an access's text numbers its function's values as they were before this pass inserted its calls: the
+     * printer numbers a function at its first access, which comes before the first insertion) */
+    r->printer = gen_llvm_printer_create(r->mod);
+    if (!r->printer) return kiln_fail(err, KILN_ENOMEM, "emulator: out of memory");
     kiln_status st = KILN_OK;
     for (LLVMValueRef fn = LLVMGetFirstFunction(r->mod); fn && st == KILN_OK; fn = LLVMGetNextFunction(fn))
         for (LLVMBasicBlockRef bb = LLVMGetFirstBasicBlock(fn); bb && st == KILN_OK; bb = LLVMGetNextBasicBlock(bb))
@@ -517,6 +523,8 @@ static kiln_status instrument_accesses(rewriter *r, emu_rewrite_info *info, kiln
                         st = add_access(r, info, in, fn, "read", LLVMGetOperand(in, 1), len, 0, 1, err);
                 }
             }
+    gen_llvm_printer_destroy(r->printer);
+    r->printer = NULL;
     return st;
 }
 

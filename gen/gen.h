@@ -222,6 +222,13 @@ int gen_llvm_run_passes(LLVMTargetMachineRef machine, LLVMModuleRef mod, const c
  * drop: the GEN_DROP_* passes left out. */
 int gen_llvm_codegen(LLVMTargetMachineRef machine, LLVMModuleRef mod, unsigned drop, kiln_gen_timing *tm, char **text,
                      size_t *len, char *msg, size_t msg_size);
+/* Instruction text as LLVMPrintValueToString gives it, a function's values numbered once for all its
+ * instructions (gen_llvm_print.cpp): print them function by function, each before anything is inserted
+ * into that function. print returns malloc'd text (free()), NULL when out of memory; create: NULL then too. */
+typedef struct gen_llvm_printer gen_llvm_printer;
+gen_llvm_printer *gen_llvm_printer_create(LLVMModuleRef mod);
+char *gen_llvm_printer_print(gen_llvm_printer *p, LLVMValueRef inst);
+void gen_llvm_printer_destroy(gen_llvm_printer *p);
 #ifdef __cplusplus
 }
 #endif

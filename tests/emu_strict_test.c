@@ -266,7 +266,8 @@ static void test_handwritten(void) {
         kiln_status st = kiln_emu_run(k, &l, args, &err);
         CHECK(st == KILN_EEMU && strstr(err.msg, "out-of-bounds shared memory access at shared offset 128") &&
                   strstr(err.msg, "4-byte shared load") && strstr(err.msg, "@past_static") &&
-                  strstr(err.msg, "thread (31,0,0)"),
+                  strstr(err.msg, "thread (31,0,0)") &&
+                  strstr(err.msg, "`%v = load float, ptr addrspace(3) %r, align 4`"), /* (the access as its IR prints) */
               "%d: %s", st, err.msg);
         l.dynamic_smem = 4;
         CHECK(kiln_emu_run(k, &l, args, &err) == KILN_OK, "%s", err.msg);

@@ -7,11 +7,19 @@ set -u
 export KILN O
 jobs=${KILN_TEST_PROCS:-$(nproc 2>/dev/null || echo 1)}
 case $jobs in '' | *[!0-9]* | 0) echo "KILN_TEST_PROCS must be a positive integer, not '$jobs'"; exit 2 ;; esac
-# The longest tests start first so that the pool's last minutes are not one long test alone (seconds on the
-# 2-core build machine, make test of wave 14: attention_ptxas 346, attention_bwd_ptxas 226, python 217,
-# emu_layernorm 112, attention_bwd_f16scaled 110, attention_mask_emu 68, fuzz 49); the rest keep their order.
-longest_first=(attention_ptxas_test attention_bwd_ptxas_test python_test.sh emu_layernorm_test
-               attention_bwd_f16scaled_test attention_mask_emu_test fuzz_test.sh)
+# The longest tests start first so that the pool's last minutes are not one long test alone; the rest keep
+# their order. Seconds on the 2-core build machine, fresh-clone .ci/run of wave 18: the plain pass
+# attention_ptxas 396, attention_bwd_ptxas 267, attention_bwd_f16scaled 245, python 156, emu_layernorm 111,
+# attention_f16scaled 93, attention_mask_emu 72; the sanitizer pass (O=build/san: the ptxas matrices
+# assemble a ninth, the emulator runs ~3x slower) attention_bwd_f16scaled 267, attention_f16scaled 126,
+# attention_ptxas 99, python 96, attention_bwd_ptxas 85, attention_mask_emu 75, attention_dropout 56.
+if [ "$O" = build ]; then
+    longest_first=(attention_ptxas_test attention_bwd_ptxas_test attention_bwd_f16scaled_test python_test.sh
+                   emu_layernorm_test attention_f16scaled_test attention_mask_emu_test ptxas_matrix_test fuzz_test.sh)
+else
+    longest_first=(attention_bwd_f16scaled_test attention_f16scaled_test attention_ptxas_test python_test.sh
+                   attention_bwd_ptxas_test attention_mask_emu_test attention_dropout_test attention_bwd_emu_test)
+fi
 
 names=() cmds=()
 add() { names+=("$1"); cmds+=("$2"); }
