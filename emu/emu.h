@@ -215,7 +215,8 @@ struct emu_thread {
     int wait_bar;     /* the barrier it waits at, -1 if none */
     const void *wait_obj; /* asleep (emu_sleep_on): what it waits for (an mbarrier), NULL if unnamed */
     uint64_t clock;
-    unsigned char in[EMU_MAX_ARGS * EMU_SLOT]; /* the arguments of its pending collective */
+    const unsigned char *in; /* the arguments of its pending collective: its call's slots, on its own stack
+                              * (the kernel's alloca; valid while it waits in the collective) */
     unsigned char out[EMU_MAX_RET];            /* the result the collective gives it */
 };
 enum { EMU_READY = 0, EMU_WAITING, EMU_EXITED };

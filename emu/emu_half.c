@@ -53,11 +53,33 @@ static double to_double(uint16_t h, int mant, int expbits) {
 
 uint16_t emu_f64_to_f16(double d) { return from_double(d, 10, 5); }
 uint16_t emu_f64_to_bf16(double d) { return from_double(d, 7, 8); }
-float emu_f16_to_f32(uint16_t h) { return (float)to_double(h, 10, 5); }
+
+/* The f32 <-> f16 conversions the JIT's kernels call for every half value (extend_hf_sf, trunc_sf_hf
+ * below, cvt, the mma operands) on the bits: the same results as to_double and from_double (equal on all
+ * 2^32 f32 and 2^16 f16 patterns; tests/emu_mech_test.c checks a sweep), without their frexp/ldexp.
+ * A normal f16's exponent is rebiased into f32's (15 -> 127), a subnormal's significand is f * 2^-24
+ * (exact in f32); Inf and NaN keep to_double's path. */
+float emu_f16_to_f32(uint16_t h) {
+    uint32_t sign = (uint32_t)(h & 0x8000u) << 16, e = (h >> 10) & 0x1fu, f = h & 0x3ffu;
+    if (e == 0x1f) return (float)to_double(h, 10, 5);
+    if (e == 0) return sign ? -((float)f * 0x1p-24f) : (float)f * 0x1p-24f;
+    return bits_f32(sign | ((e + 112) << 23) | (f << 13));
+}
 float emu_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
-/* f32 -> f16 through double is exact: a double holds every f32, and the single rounding
- * happens in from_double. */
-uint16_t emu_f32_to_f16(float f) { return emu_f64_to_f16((double)f); }
+
+/* f32 -> f16, nearest even: f32's 23 fraction bits cut to 10 with the 13 below deciding the rounding (a
+ * carry runs into the exponent, as it must); from 65520 up (halfway past f16's largest 65504, which is odd)
+ * Inf; below 2^-14 the subnormal's integer |f| * 2^24 rounded. NaN and Inf go through from_double. */
+uint16_t emu_f32_to_f16(float f) {
+    uint32_t u = f32_bits(f), a = u & 0x7fffffffu;
+    uint16_t sign = (uint16_t)((u >> 16) & 0x8000u);
+    if (a >= 0x7f800000u) return emu_f64_to_f16((double)f);
+    if (a >= 0x477ff000u) return sign | 0x7c00u;
+    if (a < 0x38800000u) return sign | (uint16_t)nearbyintf(bits_f32(a) * 0x1p24f);
+    uint32_t h = (((a >> 23) - 112) << 10) | ((a >> 13) & 0x3ffu), rest = a & 0x1fffu;
+    if (rest > 0x1000u || (rest == 0x1000u && (h & 1))) h++;
+    return sign | (uint16_t)h;
+}
 
 uint16_t emu_f32_to_bf16(float f) {
     uint32_t u = f32_bits(f);
@@ -73,7 +95,8 @@ double kiln_emu_value_get(kiln_dtype t, const void *base, size_t i) {
     }
     uint16_t h;
     memcpy(&h, (const char *)base + i * 2, 2);
-    return t == KILN_F16 ? to_double(h, 10, 5) : (double)emu_bf16_to_f32(h);
+    return t == KILN_F16 ? ((h & 0x7c00u) == 0x7c00u ? to_double(h, 10, 5) : (double)emu_f16_to_f32(h))
+                         : (double)emu_bf16_to_f32(h);
 }
 
 double emu_ulp_of(kiln_dtype t, double a) {

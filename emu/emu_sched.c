@@ -319,7 +319,7 @@ bool emu_warp_meet(emu_call *c, uint32_t mask, emu_warp_fn fn) {
     if (mask & b->exited_mask[w])
         emu_fault(b, "%s: mask 0x%08x names lane %u, which has exited", where, mask,
                   lowest_lane(mask & b->exited_mask[w]));
-    memcpy(t->in, c->args, (size_t)c->site->nargs * EMU_SLOT);
+    t->in = c->args;
     emu_meet *m = NULL;
     for (unsigned i = 0; i < b->nmeet[w]; i++)
         if (b->meet[w][i].mask & mask) m = &b->meet[w][i];

@@ -470,6 +470,39 @@ static void test_conversions(void) {
     TEST_END();
 }
 
+/* The bit-level f32 <-> f16 conversions (emu_half.c) against the definitions through double: every f16
+ * pattern against s * f * 2^(e - 25) (subnormals f * 2^-24), and f32 patterns (a stride through all 2^32,
+ * and every pattern of f16's rounding boundaries' neighbourhoods: the largest finite and the overflow at
+ * 65520, the normal/subnormal edge 2^-14, the smallest subnormal 2^-24 and half of it) against
+ * emu_f64_to_f16, which rounds the exact double once. (All 2^32 were checked equal when it was written.) */
+static void test_conversion_sweep(void) {
+    TEST_BEGIN("f32 <-> f16 on the bits: equal to the double path over a sweep of f32 and every f16");
+    long bad = 0;
+    for (uint32_t h = 0; h < 65536; h++) {
+        uint32_t e = (h >> 10) & 0x1f, f = h & 0x3ff;
+        double s = h & 0x8000 ? -1 : 1, want = e == 0x1f ? (f ? NAN : s * INFINITY)
+                                                 : e ? s * ldexp(f | 0x400, (int)e - 25) : s * ldexp(f, -24);
+        float got = emu_f16_to_f32((uint16_t)h);
+        bool ok = isnan(want) ? isnan(got) : (double)got == want && !signbit(got) == !signbit(want);
+        if (!ok && bad++ < 3) CHECK(0, "f16 0x%04x: %a, want %a", (unsigned)h, (double)got, want);
+    }
+    static const uint32_t edges[] = {0x477fe000u, 0x477ff000u, 0x38800000u, 0x33800000u, 0x33000000u, 0x3f800000u};
+    for (int sign = 0; sign < 2; sign++)
+        for (size_t i = 0; i < sizeof edges / sizeof edges[0] + 1; i++) {
+            uint32_t lo = i < sizeof edges / sizeof edges[0] ? edges[i] - 0x10000u : 0, step = i < sizeof edges / sizeof edges[0] ? 1 : 997;
+            uint64_t n = i < sizeof edges / sizeof edges[0] ? 0x20000u : 0x7f800000u / 997;
+            for (uint64_t j = 0; j < n; j++) {
+                uint32_t u = (lo + (uint32_t)j * step) | (sign ? 0x80000000u : 0);
+                float x;
+                memcpy(&x, &u, 4);
+                uint16_t got = emu_f32_to_f16(x), want = emu_f64_to_f16((double)x);
+                if (got != want && bad++ < 6) CHECK(0, "f32 0x%08x (%a): f16 0x%04x, want 0x%04x", u, (double)x, got, want);
+            }
+        }
+    CHECK(bad == 0, "%ld conversions differ", bad);
+    TEST_END();
+}
+
 /* Dynamic shared memory after a static array; each thread writes and reads back its slot. */
 static const char *k_dynamic =
     "@st = internal addrspace(3) global [3 x i32] undef, align 4\n"
@@ -640,6 +673,7 @@ int main(void) {
     test_vote();
     test_faults();
     test_conversions();
+    test_conversion_sweep();
     test_dynamic_smem();
     test_bad_launches();
     test_cp_async_leftover();
