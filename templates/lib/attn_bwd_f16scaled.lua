@@ -275,13 +275,13 @@ end
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
 -- dropout where dropout_excludes says so, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave
--- 18), the window where window_fits says no, and the deterministic dkdv at the tile width 128. Those keep the documented bound (a marked
+-- 18), and the window where window_fits says no (the deterministic dkdv at the tile width 128 since wave 19: lo_walk).
+-- Those keep the documented bound (a marked
 -- row's small entries lost; they read the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
 -- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
 -- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and spec.head_dim == 96)
-    and not (spec.deterministic and spec.head_dim >= 128)
     and not (spec.window and not M.window_fits(spec))
 end
 
@@ -355,7 +355,12 @@ end
 -- The atomic dkdv at the tile width 64 with a window (lo_applies): with the low parts on the marked heads' branches
 -- beside lib/attn_bwd_f16scaled_d32.lua's body it spilled 4-20 bytes at 255 registers (ptxas sm_75), K's and V's
 -- low parts too or not; a marked head's own copy of the query loop 4-20 bytes; on a walk of its own 0.
+-- "passes": the deterministic dkdv at the tile width 128 (one pass, dV and dK together, 128 accumulators a thread),
+-- where the low parts on the marked heads' branches spilled 40 bytes (wave 18: d128 causal, and top-left with a
+-- window and ALiBi): a marked block's walk in two passes (dV, then dK, as the atomic d128's), the others main's one
+-- pass holding no low part (wave 19: 0 bytes, 254-255 registers).
 function M.lo_walk(spec)
+  if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
   return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
 end
 

@@ -381,8 +381,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
   -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
-  local function walk(walk_passes, kvmarked, lomarked) for _, pass in ipairs(walk_passes) do
+  -- (cfg.lowalk "passes", the deterministic dkdv at the tile width 128: the lomarked walk in two passes, dV then dK)
+  local function walk(walk_passes, kvmarked, lomarked) for pi, pass in ipairs(walk_passes) do
     local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
+    if lomarked and pi > 1 then -- (a pass after the first scans each head again: the heads' slots cleared first)
+      b:barrier()
+      b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
+      b:barrier()
+    end
     -- (cfg.kvwalk_rows: a kvmarked walk's query tiles of that many rows, fewer than bm: S^T's, dP^T's, P^T's and dS^T's
     -- fragments halved where the walk spilled at bm, lib/attn_bwd_f16scaled.lua kv_walk; the dQ step's warps then
     -- take all the tile's rows and a quarter of the head dim each)
@@ -833,7 +839,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
       b:barrier() -- (every thread done reading the slots)
       b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
       b:barrier() -- (the clearing before the walk's first scan marks a slot)
-      walk(one, false, true)
+      walk(cfg.lowalk == "passes" and { { dv = true }, { dk = true } } or one, false, true)
     end, function() walk(one, false, false) end)
   else
     walk(cfg.passes or one, false)
