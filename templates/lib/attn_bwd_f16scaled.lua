@@ -255,20 +255,21 @@ M.LO = 40
 -- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
--- V's low parts), the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's), and the dq
+-- V's low parts), and the dq
 -- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
 -- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
 -- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
 -- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
--- (lo_applies, dq_lo_applies).
+-- (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads' branches 8-16
+-- bytes) takes them since wave 19 on a marked block's own walk (lo_walk).
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
   if spec.kernel == "dq" then
     return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
   end
-  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window)
+  return (spec.head_dim == 64 and not spec.deterministic)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
@@ -358,9 +359,16 @@ end
 -- "passes": the deterministic dkdv at the tile width 128 (one pass, dV and dK together, 128 accumulators a thread),
 -- where the low parts on the marked heads' branches spilled 40 bytes (wave 18: d128 causal, and top-left with a
 -- window and ALiBi): a marked block's walk in two passes (dV, then dK, as the atomic d128's), the others main's one
--- pass holding no low part (wave 19: 0 bytes, 254-255 registers).
+-- pass holding no low part (wave 19: 0 bytes, 254-255 registers). And the atomic dkdv at the tile width 128 with
+-- dropout and a window but no ALiBi (its two passes both ways; on the branches 8 bytes, 16 with softcap), where the
+-- marked walk computes P and dS on the masked per-entry body alone (with the unmarked copy too 8 bytes) and, with
+-- softcap, comes second in the code (the second result, "unmarked": first, 4 bytes; ptxas's allocation at 255
+-- registers moves with the order). With ALiBi the branches fit (0 bytes, 246 registers; the walk 4).
 function M.lo_walk(spec)
   if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
+  if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
+    return true, spec.softcap and "unmarked" or nil
+  end
   return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
 end
 
