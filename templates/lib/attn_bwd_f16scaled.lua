@@ -263,13 +263,14 @@ M.LO = 40
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
 -- (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads' branches 8-16
--- bytes) takes them since wave 19 on a marked block's own walk (lo_walk).
+-- bytes) takes them since wave 19 on a marked block's own walk (lo_walk), but with ALiBi and without causal (16 bytes
+-- on the branches, 4 on the walk, 8 with the unmarked walk first).
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
   if spec.kernel == "dq" then
     return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
   end
-  return (spec.head_dim == 64 and not spec.deterministic)
+  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
@@ -363,7 +364,8 @@ end
 -- dropout and a window but no ALiBi (its two passes both ways; on the branches 8 bytes, 16 with softcap), where the
 -- marked walk computes P and dS on the masked per-entry body alone (with the unmarked copy too 8 bytes) and, with
 -- softcap, comes second in the code (the second result, "unmarked": first, 4 bytes; ptxas's allocation at 255
--- registers moves with the order). With ALiBi the branches fit (0 bytes, 246 registers; the walk 4).
+-- registers moves with the order). With ALiBi and causal the branches fit (0 bytes, 246 registers; the walk 4);
+-- without causal neither (dropout_excludes).
 function M.lo_walk(spec)
   if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
   if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
