@@ -255,33 +255,35 @@ M.LO = 40
 -- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
--- V's low parts), the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's), and the dq
+-- V's low parts), and the dq
 -- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
 -- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
 -- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
 -- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
--- (lo_applies, dq_lo_applies).
+-- (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads' branches 8-16
+-- bytes) takes them since wave 19 on a marked block's own walk (lo_walk), but with ALiBi and without causal (16 bytes
+-- on the branches, 4 on the walk, 8 with the unmarked walk first).
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
   if spec.kernel == "dq" then
     return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
   end
-  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window)
+  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
 -- dropout where dropout_excludes says so, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave
--- 18), the window where window_fits says no, and the deterministic dkdv at the tile width 128. Those keep the documented bound (a marked
+-- 18), and the window where window_fits says no (the deterministic dkdv at the tile width 128 since wave 19: lo_walk).
+-- Those keep the documented bound (a marked
 -- row's small entries lost; they read the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
 -- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
 -- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
 function M.lo_applies(spec)
   return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and spec.head_dim == 96)
-    and not (spec.deterministic and spec.head_dim >= 128)
     and not (spec.window and not M.window_fits(spec))
 end
 
@@ -355,7 +357,20 @@ end
 -- The atomic dkdv at the tile width 64 with a window (lo_applies): with the low parts on the marked heads' branches
 -- beside lib/attn_bwd_f16scaled_d32.lua's body it spilled 4-20 bytes at 255 registers (ptxas sm_75), K's and V's
 -- low parts too or not; a marked head's own copy of the query loop 4-20 bytes; on a walk of its own 0.
+-- "passes": the deterministic dkdv at the tile width 128 (one pass, dV and dK together, 128 accumulators a thread),
+-- where the low parts on the marked heads' branches spilled 40 bytes (wave 18: d128 causal, and top-left with a
+-- window and ALiBi): a marked block's walk in two passes (dV, then dK, as the atomic d128's), the others main's one
+-- pass holding no low part (wave 19: 0 bytes, 254-255 registers). And the atomic dkdv at the tile width 128 with
+-- dropout and a window but no ALiBi (its two passes both ways; on the branches 8 bytes, 16 with softcap), where the
+-- marked walk computes P and dS on the masked per-entry body alone (with the unmarked copy too 8 bytes) and, with
+-- softcap, comes second in the code (the second result, "unmarked": first, 4 bytes; ptxas's allocation at 255
+-- registers moves with the order). With ALiBi and causal the branches fit (0 bytes, 246 registers; the walk 4);
+-- without causal neither (dropout_excludes).
 function M.lo_walk(spec)
+  if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
+  if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
+    return true, spec.softcap and "unmarked" or nil
+  end
   return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
 end
 

@@ -123,7 +123,7 @@ function M.config(spec, target, cfg)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
     cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
-    cfg.lowalk = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
+    cfg.lowalk, cfg.lowalk_first = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
     -- more tile of bm rows Q's or dO's: build_dkdv's kvmarked walk)
@@ -381,8 +381,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
   -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
-  local function walk(walk_passes, kvmarked, lomarked) for _, pass in ipairs(walk_passes) do
+  -- (cfg.lowalk "passes", the deterministic dkdv at the tile width 128: the lomarked walk in two passes, dV then dK)
+  local function walk(walk_passes, kvmarked, lomarked) for pi, pass in ipairs(walk_passes) do
     local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
+    if lomarked and pi > 1 then -- (a pass after the first scans each head again: the heads' slots cleared first)
+      b:barrier()
+      b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
+      b:barrier()
+    end
     -- (cfg.kvwalk_rows: a kvmarked walk's query tiles of that many rows, fewer than bm: S^T's, dP^T's, P^T's and dS^T's
     -- fragments halved where the walk spilled at bm, lib/attn_bwd_f16scaled.lua kv_walk; the dQ step's warps then
     -- take all the tile's rows and a quarter of the head dim each)
@@ -645,7 +651,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
               end
             end
           end
-          b:if_(full, body(false), body(true))
+          -- (a lomarked walk beside dropout: the masked body alone, lib/attn_bwd_f16scaled.lua lo_walk)
+          if lomarked and spec.dropout then body(true)() else b:if_(full, body(false), body(true)) end
           for j = 0, nq - 1 do
             for idx = 1, 4 do
               s[j][idx] = pvar[j][idx]:get()
@@ -829,12 +836,15 @@ function M.build_dkdv(b, spec, cfg, p, io)
     end)
     local go = b:ne(any:get(), 0)
     if cfg.kvlo then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
-    b:if_(go, function()
+    local function marked_walk()
       b:barrier() -- (every thread done reading the slots)
       b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
       b:barrier() -- (the clearing before the walk's first scan marks a slot)
-      walk(one, false, true)
-    end, function() walk(one, false, false) end)
+      walk(cfg.passes or cfg.lowalk == "passes" and { { dv = true }, { dk = true } } or one, false, true)
+    end
+    local function plain_walk() walk(cfg.passes or one, false, false) end
+    -- (the walk first in the code: lib/attn_bwd_f16scaled.lua lo_walk's second result, the order ptxas fits)
+    if cfg.lowalk_first == "unmarked" then b:if_(b:not_(go), plain_walk, marked_walk) else b:if_(go, marked_walk, plain_walk) end
   else
     walk(cfg.passes or one, false)
   end
