@@ -303,10 +303,10 @@ end
 -- mask keys holding the window, causal=true, top_left and false): the deterministic dkdv and the atomic one at the
 -- tile widths 32 and 128 (its two passes) with the low parts on the marked heads' branches, as without a window; the
 -- atomic dkdv at the tile width 64 with a marked block's own walk (lo_walk; on the branches it spilled 4-20 bytes);
--- at the tile width 96 where the branches fit: head_dim 72 and 80, head_dim 88 with ALiBi or without causal, head_dim
--- 96 with the window alone or, without causal, beside softcap. Not head_dim 88 causal without ALiBi (4-8 bytes),
--- head_dim 96 causal with softcap or ALiBi (16) or without causal with ALiBi (8), nor a v_head_dim of its own at
--- the width 96 (not measured); the walk there spilled 28-40 bytes. Nor the atomic dkdv at the width 64 with a window
+-- at the tile width 96 where the branches fit: head_dim 72, 80 and 88, head_dim 96 without ALiBi, and a v_head_dim of
+-- its own, those of them that window_w96_qo_only names with Q's and dO's low parts alone (wave 19). Not head_dim 96
+-- with ALiBi (causal 16 bytes, 8 with Q's and dO's alone; without causal 8 either way); the walk there spilled 28-40
+-- bytes. Nor the atomic dkdv at the width 64 with a window
 -- and ALiBi but no softcap: 0 bytes on the walk, but its T4 estimate went 1.00x -> 1.18-1.20x f16's (the unmarked
 -- walk's tile loop, other 3.24 -> 4.73 a m16n8k8). Those keep the documented bound.
 function M.window_fits(spec)
@@ -314,10 +314,18 @@ function M.window_fits(spec)
   if spec.head_dim == 64 then return not (spec.alibi and not spec.softcap) end
   if spec.head_dim ~= 96 then return true end
   local dim = spec.dim or spec.head_dim
-  if (spec.vdim or dim) ~= dim then return false end
-  if dim == 72 or dim == 80 then return true end
-  if dim == 88 then return not spec.causal or spec.alibi end
-  return dim == 96 and not spec.alibi and not (spec.causal and spec.softcap)
+  return (spec.vdim or dim) ~= dim or dim ~= 96 or not spec.alibi
+end
+
+-- Whether the atomic dkdv with a window at the tile width 96 takes Q's and dO's low parts but not K's and V's (wave 19,
+-- ptxas sm_75 at 255 registers, head_dim 72-96 and v_head_dims 96/80, 80/96, 96/72 x causal both ways and not x the
+-- window's key subsets): K's and V's too spilled at head_dim 88 causal without ALiBi (4-8 bytes) and head_dim 96
+-- causal with softcap (16), and at v_head_dim 80 beside head_dim 96, causal with ALiBi (4; the others at 254-255
+-- registers); Q's and dO's alone 0 bytes there (243-255 registers).
+function M.window_w96_qo_only(spec)
+  local dim = spec.dim or spec.head_dim
+  return spec.window and not spec.deterministic and spec.head_dim == 96 and ((spec.vdim or dim) ~= dim
+    or spec.causal and not spec.alibi and (dim == 88 or dim == 96 and spec.softcap)) or false
 end
 
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
@@ -332,6 +340,7 @@ end
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
     and not (spec.varlen and M.varlen_w96_spills(spec, true))
+    and not M.window_w96_qo_only(spec)
     and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
       or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal))
