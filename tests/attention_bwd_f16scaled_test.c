@@ -581,6 +581,9 @@ static void span(void) {
          'b', 128, 2, 40, 5, 0, 0},
         /* (the atomic dkdv at the tile width 128 with dropout and a window: a marked block's own walk, lo_walk) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal with a window, dropout p 0.25", 'b', 128, 1, 40, 1, 0.25f, 0},
+        /* (the atomic dkdv with a window at the tile width 96, Q's and dO's low parts alone: lib/attn_bwd_f16scaled.lua
+         * window_fits, window_w96_qo_only; the deterministic dq kernel holds no Q/dO low part past 64: dQ printed) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -641,44 +644,50 @@ static void varlen_span(void) {
     static const char *const kinds[2] = {"Q and dO rows of 2^40 in column 0 (K, V zero there)",
                                          "K and V rows of 2^40 in column 0 (Q, dO zero there)"};
     static const char *const big[2][2] = {{"q", "dout"}, {"k", "v"}}, *const zero[2][2] = {{"k", "v"}, {"q", "dout"}};
-    for (int kind = 0; kind < 2; kind++)
-        for (int det = 0; det < 2; det++) {
-            /* (the sanitizer build: two of the four, one atomic, one deterministic; about 2 s of CPU a case) */
-            if (attn_case_sampled_out(0, (size_t)(2 * kind + (det ^ kind)))) continue;
-            char spec[200], name[300];
-            snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=64 causal=true varlen=true path=mma%s",
-                     det ? " deterministic=true" : "");
-            snprintf(name, sizeof name, "span varlen d64 causal%s: %s, sequences 35 x 40, 17 x 23", det ? " deterministic" : "",
-                     kinds[kind]);
-            TEST_BEGIN(name);
-            kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
-            kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
-            o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
-            kiln_error err = {0};
-            kiln_case *c = NULL;
-            kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
-            for (int t = 0; st == KILN_OK && t < 2; t++) {
-                for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, big[kind][t]); i += 64)
-                    st = kiln_case_set(c, big[kind][t], i, (i / 64) & 1 ? -0x1p40 : 0x1p40, &err);
-                for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, zero[kind][t]); i += 64)
-                    st = kiln_case_set(c, zero[kind][t], i, 0.0, &err);
-            }
-            if (st == KILN_OK) st = kiln_case_refresh(c, &err);
-            if (st == KILN_OK) st = kiln_case_run(c, &err);
-            CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
-            if (st == KILN_OK) {
-                kiln_case_check(c);
-                for (int t = 0; t < kiln_case_noutputs(c); t++) {
-                    const kiln_case_output *out = kiln_case_output_at(c, t);
-                    if (kind == 1 && det && !strcmp(out->name, "dq")) /* (the dq kernel's K and V rows have no low part) */
-                        printf("  (deterministic dq, K and V rows of 2^40: %ld values beyond the bf16 path's bound)\n", out->bad);
-                    else CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
-                               out->name, out->first);
-                }
-            }
-            kiln_case_free(c);
-            TEST_END();
+    /* (d64 causal: both kinds, atomic and deterministic; head_dim 80 causal, the tile width 96 (wave 19,
+     * lib/attn_bwd_f16scaled.lua varlen_w96_spills): both kinds atomic, Q and dO rows deterministic) */
+    static const struct { int d, kind, det; } cases[] = {{64, 0, 0}, {64, 0, 1}, {64, 1, 0}, {64, 1, 1},
+                                                         {80, 0, 0}, {80, 1, 0}, {80, 0, 1}};
+    for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
+        int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det;
+        /* (the sanitizer build: three of the seven, about 2 s of CPU a case at d64) */
+        if (attn_case_sampled_out(0, d == 64 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
+        char spec[200], name[300];
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=true varlen=true path=mma%s",
+                 d, det ? " deterministic=true" : "");
+        snprintf(name, sizeof name, "span varlen d%d causal%s: %s, sequences 35 x 40, 17 x 23", d, det ? " deterministic" : "",
+                 kinds[kind]);
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
+        kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
+        o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+        kiln_error err = {0};
+        kiln_case *c = NULL;
+        kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
+        for (int t = 0; st == KILN_OK && t < 2; t++) {
+            for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, big[kind][t]); i += (size_t)d)
+                st = kiln_case_set(c, big[kind][t], i, (i / (size_t)d) & 1 ? -0x1p40 : 0x1p40, &err);
+            for (size_t i = 0; st == KILN_OK && i < kiln_case_count(c, zero[kind][t]); i += (size_t)d)
+                st = kiln_case_set(c, zero[kind][t], i, 0.0, &err);
         }
+        if (st == KILN_OK) st = kiln_case_refresh(c, &err);
+        if (st == KILN_OK) st = kiln_case_run(c, &err);
+        CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+        if (st == KILN_OK) {
+            kiln_case_check(c);
+            for (int t = 0; t < kiln_case_noutputs(c); t++) {
+                const kiln_case_output *out = kiln_case_output_at(c, t);
+                /* (the dq kernel's K and V rows have no low part, nor its Q and dO rows at the tile width 96: dq_lo_applies) */
+                if ((kind == 1 || d > 64) && det && !strcmp(out->name, "dq"))
+                    printf("  (deterministic dq, %s rows of 2^40: %ld values beyond the bf16 path's bound)\n", kind ? "K and V" : "Q and dO",
+                           out->bad);
+                else CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
+                           out->name, out->first);
+            }
+        }
+        kiln_case_free(c);
+        TEST_END();
+    }
 }
 
 /* ---- Inf and NaN: non-finite gradients exactly where the SIMT path has them ----

@@ -274,16 +274,30 @@ function M.dropout_excludes(spec)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
+-- Whether varlen's dkdv at the tile width 96 spills at 255 registers (ptxas sm_75, wave 19's scan of head_dim 72-96 x
+-- causal both ways and not x none, each mask key, all three x atomic, deterministic) with Q's and dO's low parts
+-- (kv false: the atomic dkdv at head_dim 96 without a mask key, causal=true 12 bytes, without causal 8; top_left fits
+-- with K's and V's, 40 bytes without them) or with K's and V's too (kv true: the deterministic dkdv at head_dim 96
+-- causal, either alignment, with a window or ALiBi, 8-16 bytes; the atomic one at head_dim 88 causal=true without a
+-- mask key, 8 bytes). Varlen takes neither on the key block's own walk (kv_walk: 4-16 bytes without causal).
+function M.varlen_w96_spills(spec, kv)
+  if spec.head_dim ~= 96 then return false end
+  local dim, key = spec.dim or spec.head_dim, spec.window or spec.softcap or spec.alibi
+  if not kv then return not spec.deterministic and dim == 96 and not key and not spec.top_left end
+  if spec.deterministic then return dim == 96 and spec.causal and (spec.window or spec.alibi) or false end
+  return dim == 88 and spec.causal and not spec.top_left and not key or false
+end
+
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
 -- every f16-scaled dkdv but those where the branch's code spilled at 255 registers (ptxas sm_75, 8-72 bytes):
--- dropout where dropout_excludes says so, varlen at the tile width 96 (16-56 bytes, atomic and deterministic, wave
--- 18), and the window where window_fits says no (the deterministic dkdv at the tile width 128 since wave 19: lo_walk).
--- Those keep the documented bound (a marked
--- row's small entries lost; they read the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
+-- dropout where dropout_excludes says so, varlen at the tile width 96 where varlen_w96_spills says so (wave 19; all
+-- of it until wave 18, 16-56 bytes), and the window where window_fits says no (the deterministic dkdv at the tile
+-- width 128 since wave 19: lo_walk). Those keep the documented bound (a marked row's small entries lost; they read
+-- the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
 -- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
 -- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
 function M.lo_applies(spec)
-  return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and spec.head_dim == 96)
+  return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and M.varlen_w96_spills(spec))
     and not (spec.window and not M.window_fits(spec))
 end
 
@@ -291,10 +305,10 @@ end
 -- mask keys holding the window, causal=true, top_left and false): the deterministic dkdv and the atomic one at the
 -- tile widths 32 and 128 (its two passes) with the low parts on the marked heads' branches, as without a window; the
 -- atomic dkdv at the tile width 64 with a marked block's own walk (lo_walk; on the branches it spilled 4-20 bytes);
--- at the tile width 96 where the branches fit: head_dim 72 and 80, head_dim 88 with ALiBi or without causal, head_dim
--- 96 with the window alone or, without causal, beside softcap. Not head_dim 88 causal without ALiBi (4-8 bytes),
--- head_dim 96 causal with softcap or ALiBi (16) or without causal with ALiBi (8), nor a v_head_dim of its own at
--- the width 96 (not measured); the walk there spilled 28-40 bytes. Nor the atomic dkdv at the width 64 with a window
+-- at the tile width 96 where the branches fit: head_dim 72, 80 and 88, head_dim 96 without ALiBi, and a v_head_dim of
+-- its own, those of them that window_w96_qo_only names with Q's and dO's low parts alone (wave 19). Not head_dim 96
+-- with ALiBi (causal 16 bytes, 8 with Q's and dO's alone; without causal 8 either way); the walk there spilled 28-40
+-- bytes. Nor the atomic dkdv at the width 64 with a window
 -- and ALiBi but no softcap: 0 bytes on the walk, but its T4 estimate went 1.00x -> 1.18-1.20x f16's (the unmarked
 -- walk's tile loop, other 3.24 -> 4.73 a m16n8k8). Those keep the documented bound.
 function M.window_fits(spec)
@@ -302,10 +316,18 @@ function M.window_fits(spec)
   if spec.head_dim == 64 then return not (spec.alibi and not spec.softcap) end
   if spec.head_dim ~= 96 then return true end
   local dim = spec.dim or spec.head_dim
-  if (spec.vdim or dim) ~= dim then return false end
-  if dim == 72 or dim == 80 then return true end
-  if dim == 88 then return not spec.causal or spec.alibi end
-  return dim == 96 and not spec.alibi and not (spec.causal and spec.softcap)
+  return (spec.vdim or dim) ~= dim or dim ~= 96 or not spec.alibi
+end
+
+-- Whether the atomic dkdv with a window at the tile width 96 takes Q's and dO's low parts but not K's and V's (wave 19,
+-- ptxas sm_75 at 255 registers, head_dim 72-96 and v_head_dims 96/80, 80/96, 96/72 x causal both ways and not x the
+-- window's key subsets): K's and V's too spilled at head_dim 88 causal without ALiBi (4-8 bytes) and head_dim 96
+-- causal with softcap (16), and at v_head_dim 80 beside head_dim 96, causal with ALiBi (4; the others at 254-255
+-- registers); Q's and dO's alone 0 bytes there (243-255 registers).
+function M.window_w96_qo_only(spec)
+  local dim = spec.dim or spec.head_dim
+  return spec.window and not spec.deterministic and spec.head_dim == 96 and ((spec.vdim or dim) ~= dim
+    or spec.causal and not spec.alibi and (dim == 88 or dim == 96 and spec.softcap)) or false
 end
 
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
@@ -319,6 +341,8 @@ end
 -- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention.md, "Not held yet").
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
+    and not (spec.varlen and M.varlen_w96_spills(spec, true))
+    and not M.window_w96_qo_only(spec)
     and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
       or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal))
@@ -337,7 +361,8 @@ end
 -- And the tile width 96 without causal, atomic and deterministic, with softcap or no mask key (head_dim 72, 80 and
 -- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
 -- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
--- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way.
+-- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way. Not
+-- varlen (4-16 bytes at the width 96, varlen_w96_spills).
 function M.kv_walk(spec)
   if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
@@ -347,7 +372,7 @@ function M.kv_walk(spec)
     return "marked", 16
   end
   local dim = spec.dim or spec.head_dim
-  if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal
+  if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal and not spec.varlen
     and not (spec.window or spec.alibi) then return "unmarked" end
 end
 
