@@ -576,6 +576,10 @@ static void span(void) {
          'w', 64, 1, 40, 6, 0, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d32 v_head_dim 64 causal: the marked walk's 16-row tiles",
          'w', 32, 1, 40, 0, 0, 1},
+        /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
+         * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d96: dq's low parts from the rows", 'b', 96, 0, 40, 0, 0, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal: dq's low parts from the rows", 'b', 128, 1, 40, 0, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
