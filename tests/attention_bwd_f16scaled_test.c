@@ -539,7 +539,7 @@ static void adversarial(void) {
  * K and V rows by dkdv's own staging (d64: lib/attn_bwd_f16scaled_d32.lua stage_kv; d128: lib/attn_bwd_f16scaled.lua
  * load, the atomic dkdv's two passes), and take the low parts' products in dkdv: held there, atomic (dq, dk, dv)
  * and deterministic (dk, dv; the deterministic dkdv at 128 has no low parts: atomic only); the deterministic dq
- * kernel marks and adds its own Q and dO rows' low parts (held at d64) and, on the key tiles the deterministic dkdv
+ * kernel marks and adds its own Q and dO rows' low parts (held at d64, d96 and d128) and, on the key tiles the deterministic dkdv
  * marked for it, K's and V's (held at d64 and d96 but beside window, softcap and ALiBi together:
  * lib/attn_bwd_f16scaled.lua dq_kv_lo_applies; docs/attention.md "Rows spanning more than 2^32"). */
 static void varlen_span(void);
