@@ -578,7 +578,8 @@ static void span(void) {
          'w', 32, 1, 40, 0, 0, 1},
         /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
          * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
-        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d96: dq's low parts from the rows", 'b', 96, 0, 40, 0, 0, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 (width 96: the last k-step's second half past the dim)"
+         ": dq's low parts from the rows", 'b', 72, 0, 40, 0, 0, 0},
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal: dq's low parts from the rows", 'b', 128, 1, 40, 0, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
