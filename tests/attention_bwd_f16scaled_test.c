@@ -539,7 +539,7 @@ static void adversarial(void) {
  * K and V rows by dkdv's own staging (d64: lib/attn_bwd_f16scaled_d32.lua stage_kv; d128: lib/attn_bwd_f16scaled.lua
  * load, the atomic dkdv's two passes), and take the low parts' products in dkdv: held there, atomic (dq, dk, dv)
  * and deterministic (dk, dv; at 128 on a marked block's own walk in two passes, lo_walk); the deterministic dq
- * kernel marks and adds its own Q and dO rows' low parts (held at d64) and, on the key tiles the deterministic dkdv
+ * kernel marks and adds its own Q and dO rows' low parts (held at d64, d96 and d128) and, on the key tiles the deterministic dkdv
  * marked for it, K's and V's (held at d64 and d96 but beside window, softcap and ALiBi together:
  * lib/attn_bwd_f16scaled.lua dq_kv_lo_applies; docs/attention.md "Rows spanning more than 2^32"). */
 static void varlen_span(void);
@@ -584,6 +584,11 @@ static void span(void) {
         /* (the atomic dkdv with a window at the tile width 96, Q's and dO's low parts alone: lib/attn_bwd_f16scaled.lua
          * window_fits, window_w96_qo_only; the deterministic dq kernel holds no Q/dO low part past 64: dQ printed) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
+        /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
+         * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 (width 96: the last k-step's second half past the dim)"
+         ": dq's low parts from the rows", 'b', 72, 0, 40, 0, 0, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal: dq's low parts from the rows", 'b', 128, 1, 40, 0, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -621,7 +626,8 @@ static void span(void) {
              * (dq_kv_lo_applies), nor its Q and dO rows above the tile width 64 (dq_lo_applies: their count printed);
              * d128's deterministic dkdv holds them all on a marked block's two passes, lo_walk) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = qo_rows && d > 64 ? 6 : qo_rows || (kinds[kind].masks != 7 && kinds[kind].dropout == 0) ? 7 : 6;
+            model_held = qo_rows && d > 64 && ((kinds[kind].masks & 1) || kinds[kind].dropout > 0) ? 6
+                         : qo_rows || (kinds[kind].masks != 7 && kinds[kind].dropout == 0) ? 7 : 6;
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
             model_held = 7;
@@ -645,9 +651,10 @@ static void varlen_span(void) {
                                          "K and V rows of 2^40 in column 0 (Q, dO zero there)"};
     static const char *const big[2][2] = {{"q", "dout"}, {"k", "v"}}, *const zero[2][2] = {{"k", "v"}, {"q", "dout"}};
     /* (d64 causal: both kinds, atomic and deterministic; head_dim 80 causal, the tile width 96 (wave 19,
-     * lib/attn_bwd_f16scaled.lua varlen_w96_spills): both kinds atomic, Q and dO rows deterministic) */
+     * lib/attn_bwd_f16scaled.lua varlen_w96_spills): both kinds atomic, Q and dO rows deterministic; d96 causal
+     * deterministic with K and V rows: the dq kernel's K and V rows at the tile width 96, dq_kv_lo_applies) */
     static const struct { int d, kind, det; } cases[] = {{64, 0, 0}, {64, 0, 1}, {64, 1, 0}, {64, 1, 1},
-                                                         {80, 0, 0}, {80, 1, 0}, {80, 0, 1}};
+                                                         {80, 0, 0}, {80, 1, 0}, {80, 0, 1}, {96, 1, 1}};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det;
         /* (the sanitizer build: three of the seven, about 2 s of CPU a case at d64) */
@@ -677,8 +684,8 @@ static void varlen_span(void) {
             kiln_case_check(c);
             for (int t = 0; t < kiln_case_noutputs(c); t++) {
                 const kiln_case_output *out = kiln_case_output_at(c, t);
-                /* (the dq kernel's K and V rows have no low part, nor its Q and dO rows at the tile width 96: dq_lo_applies) */
-                if ((kind == 1 || d > 64) && det && !strcmp(out->name, "dq"))
+                /* (the dq kernel's K and V rows at the tile width 64 have no low part beside varlen: dq_kv_lo_applies) */
+                if (kind == 1 && d == 64 && det && !strcmp(out->name, "dq"))
                     printf("  (deterministic dq, %s rows of 2^40: %ld values beyond the bf16 path's bound)\n", kind ? "K and V" : "Q and dO",
                            out->bad);
                 else CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,

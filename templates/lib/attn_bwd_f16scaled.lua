@@ -400,23 +400,35 @@ function M.lo_walk(spec)
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
--- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
--- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (window, softcap and
+-- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
+-- 96 and 128 where dq_lofrag_fits, and not where dkdv's low parts spilled (window, softcap and
 -- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and spec.head_dim <= 64 and not (spec.dropout and M.dropout_excludes(spec))
+  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and M.dropout_excludes(spec))
     and not (spec.window and spec.softcap and spec.alibi)
+end
+
+-- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
+-- tiles of 64 rows do not fit beside Q, dO, K and V in sm_75's 64 KB; a marked block's branch takes each warp's A
+-- fragments of them from the bf16 rows a k-step at a time, lo_frag, in a loop): where that fits at 255 registers
+-- (ptxas sm_75, the full matrix's bf16 dq variants at those widths): not the width 96 with a window (head_dim 80
+-- 24 bytes, 96 40-44; with varlen 4-28) or dropout (24-44), nor head_dim 64 with v_head_dim 128 and dropout (4).
+function M.dq_lofrag_fits(spec)
+  if spec.head_dim == 96 then return not (spec.window or spec.dropout) end
+  return spec.head_dim == 128 and not (spec.dropout and (spec.dim or 128) < 128)
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
--- Not dropout or varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions), nor window and ALiBi
--- at the tile width 64 (dq spilled 16 bytes at 255 registers there, ptxas sm_75: head_dim 40 and 64).
+-- Not dropout, nor varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's
+-- 39 bf16 varlen dq and deterministic dkdv variants there, 205-251 registers), nor window, softcap and ALiBi together
+-- (dq_lo_applies' exclusions), nor window and ALiBi at the tile width 64 (dq spilled 16 bytes at 255 registers there,
+-- ptxas sm_75: head_dim 40 and 64).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) and not spec.dropout
-    and not spec.varlen and not (spec.window and spec.softcap and spec.alibi)
+    and not (spec.varlen and spec.head_dim <= 64) and not (spec.window and spec.softcap and spec.alibi)
     and not (spec.head_dim == 64 and spec.window and spec.alibi)
 end
 
@@ -484,6 +496,42 @@ function M.lo_rows(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fsr
   for it = 0, util.ceil_div(rows * cpr, threads) - 1 do
     local item = tid + it * threads
     if (it + 1) * threads > rows * cpr then b:if_(b:lt(item, rows * cpr), function() put(item) end) else put(item) end
+  end
+end
+
+-- The deterministic dq kernel at the tile widths 96 and 128 (cfg.lofrag: the two tiles of lo_rows' low parts do not
+-- fit beside Q, dO, K and V in sm_75's 64 KB): a function of the k-step kk (a runtime value: the caller's loop, so that
+-- one k-step's loads are live at a time) giving the A fragment (16 x 16: rows g and g + 8 of the warp's, columns
+-- 16 kk + 2t, + 1 and 16 kk + 8 + 2t, + 1; ldmatrix's order) of the low parts of this warp's rows straight from the
+-- bf16 rows in memory, as lo_rows computes them: rows[hh] this thread's two rows, fsrc + r[hh] their 2^-h (r: the
+-- rows within the block's), src the slice (row stride `stride`); rows past seq, columns past spec.dim and
+-- non-finite entries give 0. The k-steps holding spec.dim: M.lo_steps.
+function M.lo_steps(spec) return util.ceil_div(spec.dim or spec.head_dim, 16) end
+function M.lo_frag(b, spec, src, stride, rows, r, seq, fsrc, t)
+  local real = spec.dim or spec.head_dim
+  local up = f16s.pow2(b, M.LO)
+  return function(kk)
+    local a = {}
+    for half = 0, 1 do
+      local c0 = kk * 16 + half * 8
+      -- (dims are multiples of 8: only the second half of the last k-step can lie past spec.dim)
+      local inside = half == 1 and real % 16 ~= 0 and b:lt(c0, real) or nil
+      for hh = 0, 1 do
+        local use = b:lt(rows[hh], seq)
+        if inside then use = b:and_(use, inside) end
+        local f = f16s.pow2(b, 127 - (b:bits(b:load(fsrc + r[hh])) >> 23)) -- 2^h from 2^-h
+        local at = src + b:i64(b:select(use, rows[hh], 0)) * stride + (inside and b:select(inside, c0, 0) or c0) + t * 2
+        local v = b:load_vec(at, 2, { align = 4 })
+        local lo = {}
+        for i = 1, 2 do
+          local x = b:to_f32(v[i]) * f
+          local l = (x - b:to_f32(b:from_f32(x, "f16"))) * up
+          lo[i] = b:select(b:and_(use, b:lt(b:abs(x), math.huge)), l, 0.0)
+        end
+        a[2 * half + hh + 1] = b:pack(lo[1], lo[2], "f16")
+      end
+    end
+    return a
   end
 end
 

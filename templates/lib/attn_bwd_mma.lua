@@ -94,7 +94,12 @@ local function config_dq(spec, target, cfg)
   if f16s.applies(spec, target) then cfg.f16s, bytes = true, bytes + f16s.float_bytes(spec, cfg) end
   -- (f16-scaled: the low parts of the block's Q and dO rows spanning more than 2^32, two tiles of bm rows filled
   -- once a block, and the warps' marks: lib/attn_bwd_f16scaled.lua dq_lo_applies)
-  if cfg.f16s and f16s.dq_lo_applies(spec) then cfg.lo, bytes = true, bytes + 2 * bm * ld * 2 + (M.WARPS + 4) * 4 end
+  -- (at the tile widths 96 and 128 the two tiles do not fit in sm_75's 64 KB: cfg.lofrag, a marked block's branch takes
+  -- each warp's A fragments of the low parts from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag)
+  if cfg.f16s and f16s.dq_lo_applies(spec) then
+    cfg.lo, cfg.lofrag = true, d > 64
+    bytes = bytes + (cfg.lofrag and 0 or 2 * bm * ld * 2) + (M.WARPS + 4) * 4
+  end
   if d32.applies(spec, target, f16s) then cfg.d32, bytes = true, bytes + d32.float_bytes(spec, cfg) end
   -- (K's and V's low parts: the key tiles' rows as the deterministic dkdv marked them, lib/attn_bwd_kvscaled.lua)
   if cfg.f16s and f16s.dq_kv_lo_applies(spec) and kvs.applies(spec, target, M.available) then
@@ -147,8 +152,10 @@ local function alloc(b, spec, cfg)
   local halves = { { "ks", bn * ld }, { "vs", bn * ld }, { "qs", bm * ld }, { "dos", bm * ld } }
   if ldd then halves[#halves + 1] = { "dss", bm * ldd } end
   if cfg.lo and spec.kernel == "dq" then
-    halves[#halves + 1] = { "qlo", bm * ld }
-    halves[#halves + 1] = { "olo", bm * ld }
+    if not cfg.lofrag then
+      halves[#halves + 1] = { "qlo", bm * ld }
+      halves[#halves + 1] = { "olo", bm * ld }
+    end
   elseif cfg.lo then
     halves[#halves + 1] = { "lo", cfg.kvlo and math.max(bm, cfg.block_n) * ld or bm * ld }
     if cfg.kvwalk then halves[#halves + 1] = { "qlo", bm * ld } end -- (build_dkdv's kvmarked walk)
@@ -875,11 +882,11 @@ function M.build_dq(b, spec, cfg, p, io)
     f16s.kv_mark(b, sh, x)
     b:barrier()
     marked = f16s.kv_marked(b, sh, M.WARPS)
-    b:if_(marked, function() -- (once a block; the first key tile's barriers order them before their use)
+    if not cfg.lofrag then b:if_(marked, function() -- (once a block; the first key tile's barriers order them before their use)
       f16s.lo_rows(b, spec, cfg, M.WARPS * 32, sh.qlo, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
       f16s.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.olo, io.base("dout", bi, h), p.stride_douts, q0, bm,
                    p.seq_q, sh.of)
-    end)
+    end) end
   else
     stage(b, spec, cfg, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf)
     stage(b, spec.vspec or spec, cfg, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, sh.of)
@@ -987,8 +994,33 @@ function M.build_dq(b, spec, cfg, p, io)
       if cfg.lo then
         b:if_(marked, function()
           local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
-          for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
-            lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
+          if cfg.lofrag then -- (each warp's A fragments of its rows' low parts from the bf16 rows, a k-step at a time)
+            local r = { [0] = warp * 16 + g, [1] = warp * 16 + g + 8 }
+            for _, x in ipairs({ { spec, "q", p.stride_qs, sh.qf, sh.ks, sv }, { spec.vspec or spec, "dout", p.stride_douts, sh.of, sh.vs, dpv } }) do
+              local frag = f16s.lo_frag(b, x[1], io.base(x[2], bi, h), x[3], row, r, p.seq_q, x[4], t)
+              local acc = x[6]
+              for j = 0, nk - 1 do
+                for e = 1, 4 do acc[j][e]:set(acc[j][e]:get() * up) end
+              end
+              b:for_(0, f16s.lo_steps(x[1]), 1, function(kk) -- (a loop: unrolled, the window's variants spilled 48-52 bytes)
+                local a = frag(kk)
+                for jp = 0, nk // 2 - 1 do
+                  local b1, b2 = frag_bn(b, x[5], ld, lane, jp * 16, kk * 16)
+                  for y, bf in ipairs({ b1, b2 }) do
+                    local j = 2 * jp + y - 1
+                    local c = b:mma(mdt, a, bf, { acc[j][1]:get(), acc[j][2]:get(), acc[j][3]:get(), acc[j][4]:get() })
+                    for e = 1, 4 do acc[j][e]:set(c[e]) end
+                  end
+                end
+              end)
+              for j = 0, nk - 1 do
+                for e = 1, 4 do acc[j][e]:set(acc[j][e]:get() * down) end
+              end
+            end
+          else
+            for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
+              lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
+            end
           end
         end)
       end
