@@ -576,6 +576,10 @@ static void span(void) {
          'w', 64, 1, 40, 6, 0, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d32 v_head_dim 64 causal: the marked walk's 16-row tiles",
          'w', 32, 1, 40, 0, 0, 1},
+        /* (wave 19: the deterministic dq kernel at the tile width 64 with dropout beside ALiBi, its block's mark read
+         * again from shared memory at each key tile, lib/attn_bwd_f16scaled.lua dq_mark_shared; the atomic dkdv at
+         * that width takes no low parts beside dropout, dropout_excludes: its counts printed) */
+        {"Q rows of 2^40 in column 0 (K zero there), d64 causal with ALiBi, dropout p 0.25", 'q', 64, 1, 40, 4, 0.25f, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -607,6 +611,7 @@ static void span(void) {
         snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         if (forward(&a)) {
+            if (d == 64 && kinds[kind].dropout > 0) model_held = 0; /* (the atomic dkdv beside dropout: dropout_excludes) */
             check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
              * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together or dropout

@@ -265,9 +265,7 @@ M.LO = 40
 -- (lo_applies, dq_lo_applies).
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
-  if spec.kernel == "dq" then
-    return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
-  end
+  if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
   return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
@@ -363,6 +361,17 @@ end
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64 (at 96 and 128
 -- the two tiles do not fit beside Q, dO, K and V), and not where dkdv's low parts spilled (window, softcap and
 -- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
+-- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared
+-- memory at each key tile (kv_marked) instead of holding it in a register across the key loop: with dropout at the
+-- tile width 64 beside a window or ALiBi, or causal=top_left without softcap, where the held flag spilled 8-32 bytes
+-- at 255 registers (ptxas sm_75; wave 18's scan); not head_dim 64 top_left with ALiBi alone (the re-read spilled 12
+-- bytes there, the held flag none; at head_dim 56 the other way round).
+function M.dq_mark_shared(spec)
+  return spec.kernel == "dq" and spec.dropout and spec.head_dim == 64
+    and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
+    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64) or false
+end
+
 function M.dq_lo_applies(spec)
   return spec.kernel == "dq" and spec.head_dim <= 64 and not (spec.dropout and M.dropout_excludes(spec))
     and not (spec.window and spec.softcap and spec.alibi)

@@ -974,8 +974,8 @@ function M.build_dq(b, spec, cfg, p, io)
           dpv[j][e]:set(dp[j][e])
         end
       end
-      if cfg.lo then
-        b:if_(marked, function()
+      if cfg.lo then -- (f16s.dq_mark_shared: the mark read again from shared memory, not held across the loop)
+        b:if_(fs.dq_mark_shared(spec) and f16s.kv_marked(b, sh, M.WARPS) or marked, function()
           local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
           for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
             lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
