@@ -255,9 +255,10 @@ M.LO = 40
 -- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
--- V's low parts), the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's), and the dq
--- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
--- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
+-- V's low parts) and the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's). (The dq
+-- kernel at the tile width 64 with a window or ALiBi, 8 bytes, or causal=top_left without softcap, 32: since wave 19
+-- it re-reads its block's mark from shared memory there, dq_mark_shared, 0 bytes.) The atomic dkdv at the tile
+-- width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
 -- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
 -- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
