@@ -614,11 +614,11 @@ static void span(void) {
             if (d == 64 && kinds[kind].dropout > 0) model_held = 0; /* (the atomic dkdv beside dropout: dropout_excludes) */
             check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
-             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together or dropout
-             * (dq_kv_lo_applies); d128: the deterministic dkdv holds no low parts, its dK and dV counts printed, its
+             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
+             * (dq_kv_lo_applies; dropout since wave 19); d128: the deterministic dkdv holds no low parts, its dK and dV counts printed, its
              * dq K's and V's, marked by the dkdv's row_marks) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = d == 128 ? 1 : qo_rows || (kinds[kind].masks != 7 && kinds[kind].dropout == 0) ? 7 : 6;
+            model_held = d == 128 ? 1 : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
             check_model(&a, name, 1, NULL);
             model_held = 7;
         }

@@ -382,10 +382,12 @@ end
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
--- Not dropout or varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions), nor window and ALiBi
--- at the tile width 64 (dq spilled 16 bytes at 255 registers there, ptxas sm_75: head_dim 40 and 64).
+-- Not varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions), nor window and ALiBi
+-- at the tile width 64 (dq spilled 16 bytes at 255 registers there, ptxas sm_75: head_dim 40 and 64). Dropout since
+-- wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv dropout variants where both
+-- run the f16-scaled path, tile widths 32 and 64).
 function M.dq_kv_lo_applies(spec)
-  return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) and not spec.dropout
+  return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not spec.varlen and not (spec.window and spec.softcap and spec.alibi)
     and not (spec.head_dim == 64 and spec.window and spec.alibi)
 end
