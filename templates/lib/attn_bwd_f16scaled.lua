@@ -382,14 +382,19 @@ end
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
--- Not varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions), nor window and ALiBi
--- at the tile width 64 (dq spilled 16 bytes at 255 registers there, ptxas sm_75: head_dim 40 and 64). Dropout since
--- wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv dropout variants where both
--- run the f16-scaled path, tile widths 32 and 64).
+-- Not varlen, nor window, softcap and ALiBi together (dq_lo_applies' exclusions). Dropout since wave 19 (ptxas sm_75:
+-- 0 spills over the full matrix's bf16 dq and deterministic dkdv dropout variants where both run the f16-scaled
+-- path, tile widths 32 and 64), and window and ALiBi at the tile width 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not spec.varlen and not (spec.window and spec.softcap and spec.alibi)
-    and not (spec.head_dim == 64 and spec.window and spec.alibi)
+end
+
+-- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
+-- of the flag taken before S's and dP's low products: at the tile width 64 with a window and ALiBi, where the flag
+-- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
+function M.dq_kv_mark_again(spec)
+  return spec.head_dim == 64 and spec.window and spec.alibi or false
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every

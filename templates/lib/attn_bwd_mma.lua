@@ -1029,8 +1029,8 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     -- (f16-scaled: K's row factors onto dS's columns, each query row scaled to f16)
     local dsa = fs and fs.scale_a(b, dp, nk, function(j, e) return kf[j][e] end, stq, { { dq, dtiles } }) or dp
-    if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs)
-      b:if_(kvm, function()
+    if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs; f16s.dq_kv_mark_again)
+      b:if_(fs.dq_kv_mark_again(spec) and kvs.kv_tile_marked(b, sh, k0) or kvm, function()
         lo_scaled(dq, dtiles, b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO), function(acc)
           for ks = 0, nk // 2 - 1 do
             local a = c_to_a(b, dsa, ks, mdt)
