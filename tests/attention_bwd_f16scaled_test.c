@@ -589,6 +589,14 @@ static void span(void) {
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 (width 96: the last k-step's second half past the dim)"
          ": dq's low parts from the rows", 'b', 72, 0, 40, 0, 0, 0},
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal: dq's low parts from the rows", 'b', 128, 1, 40, 0, 0, 0},
+        /* (wave 19: the deterministic dq kernel at the tile width 64 with dropout beside ALiBi, its block's mark read
+         * again from shared memory at each key tile, lib/attn_bwd_f16scaled.lua dq_mark_shared; the atomic dkdv at
+         * that width takes no low parts beside dropout, dropout_excludes: its counts printed) */
+        {"Q rows of 2^40 in column 0 (K zero there), d64 causal with ALiBi, dropout p 0.25", 'q', 64, 1, 40, 4, 0.25f, 0},
+        /* (wave 19: the deterministic dq kernel's K and V rows at the tile width 64 with a window and ALiBi, its dQ
+         * step's tile mark read again, lib/attn_bwd_f16scaled.lua dq_kv_mark_again; the atomic dkdv there takes no
+         * low parts, window_fits: its counts printed) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 top-left with a window and ALiBi", 'w', 64, 2, 40, 5, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -620,14 +628,17 @@ static void span(void) {
         snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         if (forward(&a)) {
+            /* (the atomic dkdv beside dropout, dropout_excludes, or with a window and ALiBi, window_fits: no low parts) */
+            if (d == 64 && (kinds[kind].dropout > 0 || kinds[kind].masks == 5)) model_held = 0;
             check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
-             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together or dropout
-             * (dq_kv_lo_applies), nor its Q and dO rows above the tile width 64 (dq_lo_applies: their count printed);
-             * d128's deterministic dkdv holds them all on a marked block's two passes, lo_walk) */
+             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
+             * (dq_kv_lo_applies; dropout since wave 19), nor its Q and dO rows at the tile width 96 with a window or
+             * beside dropout (dq_lofrag_fits: their count printed); d128's deterministic dkdv holds them all on a marked
+             * block's two passes, lo_walk) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
             model_held = qo_rows && d > 64 && ((kinds[kind].masks & 1) || kinds[kind].dropout > 0) ? 6
-                         : qo_rows || (kinds[kind].masks != 7 && kinds[kind].dropout == 0) ? 7 : 6;
+                         : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
             model_held = 7;

@@ -255,8 +255,8 @@ M.LO = 40
 -- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
--- V's low parts), and the dq
--- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
+-- V's low parts). (The dq kernel at the tile width 64 with a window or ALiBi, 8 bytes, or causal=top_left without
+-- softcap, 32: since wave 19 it re-reads its block's mark from shared memory there, dq_mark_shared, 0 bytes.) The
 -- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
 -- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
 -- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
@@ -267,9 +267,7 @@ M.LO = 40
 -- on the branches, 4 on the walk, 8 with the unmarked walk first).
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
-  if spec.kernel == "dq" then
-    return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
-  end
+  if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
   return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
@@ -403,6 +401,17 @@ end
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
 -- 96 and 128 where dq_lofrag_fits, and not where dkdv's low parts spilled (window, softcap and
 -- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
+-- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared
+-- memory at each key tile (kv_marked) instead of holding it in a register across the key loop: with dropout at the
+-- tile width 64 beside a window or ALiBi, or causal=top_left without softcap, where the held flag spilled 8-32 bytes
+-- at 255 registers (ptxas sm_75; wave 18's scan); not head_dim 64 top_left with ALiBi alone (the re-read spilled 12
+-- bytes there, the held flag none; at head_dim 56 the other way round).
+function M.dq_mark_shared(spec)
+  return spec.kernel == "dq" and spec.dropout and spec.head_dim == 64
+    and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
+    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64) or false
+end
+
 function M.dq_lo_applies(spec)
   return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and M.dropout_excludes(spec))
     and not (spec.window and spec.softcap and spec.alibi)
@@ -422,14 +431,21 @@ end
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
--- Not dropout, nor varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's
--- 39 bf16 varlen dq and deterministic dkdv variants there, 205-251 registers), nor window, softcap and ALiBi together
--- (dq_lo_applies' exclusions), nor window and ALiBi at the tile width 64 (dq spilled 16 bytes at 255 registers there,
--- ptxas sm_75: head_dim 40 and 64).
+-- Not varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen
+-- dq and deterministic dkdv variants there, 205-251 registers), nor window, softcap and ALiBi together (dq_lo_applies'
+-- exclusions). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
+-- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
-  return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) and not spec.dropout
+  return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not (spec.varlen and spec.head_dim <= 64) and not (spec.window and spec.softcap and spec.alibi)
-    and not (spec.head_dim == 64 and spec.window and spec.alibi)
+end
+
+-- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
+-- of the flag taken before S's and dP's low products: at the tile width 64 with a window and ALiBi, where the flag
+-- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
+function M.dq_kv_mark_again(spec)
+  return spec.head_dim == 64 and spec.window and spec.alibi or false
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every

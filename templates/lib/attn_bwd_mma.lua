@@ -991,8 +991,8 @@ function M.build_dq(b, spec, cfg, p, io)
           dpv[j][e]:set(dp[j][e])
         end
       end
-      if cfg.lo then
-        b:if_(marked, function()
+      if cfg.lo then -- (f16s.dq_mark_shared: the mark read again from shared memory, not held across the loop)
+        b:if_(fs.dq_mark_shared(spec) and f16s.kv_marked(b, sh, M.WARPS) or marked, function()
           local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
           if cfg.lofrag then -- (each warp's A fragments of its rows' low parts from the bf16 rows, a k-step at a time)
             local r = { [0] = warp * 16 + g, [1] = warp * 16 + g + 8 }
@@ -1071,8 +1071,8 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     -- (f16-scaled: K's row factors onto dS's columns, each query row scaled to f16)
     local dsa = fs and fs.scale_a(b, dp, nk, function(j, e) return kf[j][e] end, stq, { { dq, dtiles } }) or dp
-    if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs)
-      b:if_(kvm, function()
+    if cfg.kvrows then -- (a marked key tile: dQ += dS K_lo 2^-LO, K's low part in sh.vs; f16s.dq_kv_mark_again)
+      b:if_(fs.dq_kv_mark_again(spec) and kvs.kv_tile_marked(b, sh, k0) or kvm, function()
         lo_scaled(dq, dtiles, b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO), function(acc)
           for ks = 0, nk // 2 - 1 do
             local a = c_to_a(b, dsa, ks, mdt)
