@@ -256,10 +256,10 @@ M.LO = 40
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
 -- V's low parts), the atomic dkdv at the tile width 128 with a window (16 bytes; 8 with K's and V's), and the dq
--- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). The
--- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
--- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
--- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
+-- kernel at the tile width 64 with a window or ALiBi (8 bytes), or causal=top_left without softcap (32 bytes). (The
+-- atomic dkdv at the tile width 64 otherwise: it fit, but d64 causal's T4 estimate went 1.23x -> 1.26x f16's; held
+-- since wave 19 with P^T's fragments packed where each product reads them, lib/attn_bwd_mma.lua: 1.24x; with
+-- causal=true and ALiBi without softcap it still spills 4 bytes.) And what that scan did not measure beside
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
 -- (lo_applies, dq_lo_applies).
@@ -268,7 +268,9 @@ function M.dropout_excludes(spec)
   if spec.kernel == "dq" then
     return spec.head_dim == 64 and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
   end
-  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window)
+  return (spec.head_dim == 64 and not spec.deterministic
+      and (spec.window or (spec.causal and not spec.top_left and spec.alibi and not spec.softcap)))
+    or (spec.head_dim == 128 and spec.window)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
@@ -292,12 +294,12 @@ end
 -- at the tile width 96 where the branches fit: head_dim 72 and 80, head_dim 88 with ALiBi or without causal, head_dim
 -- 96 with the window alone or, without causal, beside softcap. Not head_dim 88 causal without ALiBi (4-8 bytes),
 -- head_dim 96 causal with softcap or ALiBi (16) or without causal with ALiBi (8), nor a v_head_dim of its own at
--- the width 96 (not measured); the walk there spilled 28-40 bytes. Nor the atomic dkdv at the width 64 with a window
--- and ALiBi but no softcap: 0 bytes on the walk, but its T4 estimate went 1.00x -> 1.18-1.20x f16's (the unmarked
--- walk's tile loop, other 3.24 -> 4.73 a m16n8k8). Those keep the documented bound.
+-- the width 96 (not measured); the walk there spilled 28-40 bytes. Those keep the documented bound. (The atomic dkdv at
+-- the width 64 with a window and ALiBi but no softcap since wave 19: its T4 estimate's 1.00x -> 1.18-1.20x f16's was
+-- kiln's IR pipeline, wave 17's spill rule in attention_bwd.lua, on the walk; under default<O3> 0 bytes and 1.00x.)
 function M.window_fits(spec)
   if spec.deterministic then return true end
-  if spec.head_dim == 64 then return not (spec.alibi and not spec.softcap) end
+  if spec.head_dim == 64 then return true end
   if spec.head_dim ~= 96 then return true end
   local dim = spec.dim or spec.head_dim
   if (spec.vdim or dim) ~= dim then return false end
