@@ -133,9 +133,11 @@ function K.config(spec, target)
   -- (bf16 on sm_75, the atomic dkdv at head_dim 64 with a window and ALiBi but no softcap, either causal form: the
   -- two tile bodies side by side, lib/attn_bwd_f16scaled_d32.lua's (228 registers alone) and the per-row one (216
   -- alone), spilled 12 bytes at 255 registers under default<O3>, the family's pipeline; kiln's IR pipeline
-  -- (gen/gen_lower.c) gives 241 and none. Every other variant keeps default<O3>: docs/attention.md "A spill left")
+  -- (gen/gen_lower.c) gives 241 and none. Every other variant keeps default<O3>: docs/attention.md "A spill left".
+  -- Not with the low parts' walk, cfg.lowalk: default<O3> fits there, 0 bytes, and kiln's pipeline cost the tile
+  -- loop 1.00x -> 1.18-1.20x f16's T4 estimate, wave 19)
   if cfg.d32 and spec.kernel == "dkdv" and not spec.deterministic and spec.dim == 64 and spec.vdim == 64 and spec.window
-      and spec.alibi and not spec.softcap then
+      and spec.alibi and not spec.softcap and not cfg.lowalk then
     cfg.pipeline = "kiln"
   end
   return cfg

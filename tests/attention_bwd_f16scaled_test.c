@@ -12,7 +12,7 @@
  * varlen and dropout on the path (ragged batches, p 0.1 / 0.5, both, wide V and dO; KILN_F16S_KEYS_ONLY=1: those
  * cases alone) and their T4 estimate at head_dim 64 (KILN_D32_ESTIMATE_ONLY=varlen or =dropout); rows spanning more
  * than 2^32 (Q, dO, K and V: the low parts' products in dkdv; Q and dO in the deterministic dq, its K and V counted;
- * KILN_F16S_SPAN_ONLY=1). */
+ * KILN_F16S_SPAN_ONLY=1; KILN_F16S_SPAN_MATCH=<words>: the span cases whose words hold them). */
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -567,10 +567,16 @@ static void span(void) {
          * with softcap and ALiBi beside it, the deterministic dkdv too, lo_applies) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 top-left with a window", 'b', 64, 2, 40, 1, 0, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi", 'w', 64, 1, 40, 7, 0, 0},
-        /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua dropout_excludes: not the atomic
-         * dkdv at the tile width 64, so d32 here) */
+        /* (dropout: the low parts beside the Philox mask, lib/attn_bwd_f16scaled.lua dropout_excludes) */
         {"Q rows of 2^40 in column 0 (K zero there), dropout p 0.25", 'q', 32, 1, 40, 0, 0.25f, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), dropout p 0.25", 'w', 32, 1, 40, 0, 0.25f, 0},
+        /* (wave 19: the atomic dkdv at the tile width 64 with dropout, P^T's fragments packed where each product reads
+         * them, lib/attn_bwd_mma.lua repack) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 causal, dropout p 0.25", 'b', 64, 1, 40, 0, 0.25f, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal, dropout p 0.25", 'w', 64, 1, 40, 0, 0.25f, 0},
+        /* (wave 19: the atomic dkdv at the tile width 64 with window and ALiBi, no softcap, on the marked block's walk
+         * under default<O3>, templates/attention_bwd.lua) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 causal with window and ALiBi", 'b', 64, 1, 40, 5, 0, 0},
         /* (the marked walk's query tiles of 16 rows: lib/attn_bwd_f16scaled.lua kv_walk) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal, softcap and ALiBi: the marked key block's own walk",
          'w', 64, 1, 40, 6, 0, 0},
@@ -620,7 +626,9 @@ static void span(void) {
             for (size_t i = 0; i < nbig; i += wb) set(big, i, (i / wb) & 1 ? -0x1p40 : 0x1p40);
             for (size_t i = 0; i < nzero; i += wb) set(zero, i, 0.0);
         }
-        if (attn_case_sampled_out(0, kind)) { /* (the sanitizer build: every other case, the others' data unchanged) */
+        const char *match = getenv("KILN_F16S_SPAN_MATCH"); /* (a substring of the case's words: those cases alone) */
+        if (attn_case_sampled_out(0, kind) || (match && !strstr(kinds[kind].what, match))) {
+            /* (the sanitizer build: every other case, the others' data unchanged) */
             prob_free(&a);
             continue;
         }
@@ -646,7 +654,7 @@ static void span(void) {
         TEST_END();
         prob_free(&a);
     }
-    varlen_span();
+    if (!getenv("KILN_F16S_SPAN_MATCH")) varlen_span();
 }
 
 /* ---- rows spanning more than 2^32 in packed sequences (varlen=true): the span cases' inputs in a ragged batch through

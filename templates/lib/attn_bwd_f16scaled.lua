@@ -255,11 +255,11 @@ M.LO = 40
 -- Philox state (ptxas sm_75, 255 registers; wave 18's scan of the 309 bf16 dkdv and dq dropout variants of the full
 -- matrix without varlen, and of head_dim 32-128 x causal both ways and not x none, each mask key, all three): the
 -- atomic dkdv at the tile width 64 with causal=true (bottom-right) and ALiBi without softcap (12 bytes; 4 with K's and
--- V's low parts). (The dq kernel at the tile width 64 with a window or ALiBi, 8 bytes, or causal=top_left without
--- softcap, 32: since wave 19 it re-reads its block's mark from shared memory there, dq_mark_shared, 0 bytes.) The
--- atomic dkdv at the tile width 64 with every key: it fits, but its tile loop's other instructions rose 2.8 % (the
--- marked heads' branch), d64 causal's T4 estimate 1.23x -> 1.26x f16's, over the 1.25x goal
--- (attention_bwd_f16scaled_test's dropout estimate guard fails on it). And what that scan did not measure beside
+-- V's low parts, and 4 with wave 19's packing below). (The dq kernel at the tile width 64 with a window or ALiBi, 8
+-- bytes, or causal=top_left without softcap, 32: since wave 19 it re-reads its block's mark from shared memory there,
+-- dq_mark_shared, 0 bytes.) (The atomic dkdv at the tile width 64 otherwise: it fit, but d64 causal's T4 estimate went
+-- 1.23x -> 1.26x f16's; held since wave 19 with P^T's fragments packed where each product reads them,
+-- lib/attn_bwd_mma.lua: 1.24x; with a window beside dropout not proven yet.) And what that scan did not measure beside
 -- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
 -- (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads' branches 8-16
@@ -268,7 +268,9 @@ M.LO = 40
 function M.dropout_excludes(spec)
   if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
   if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
-  return (spec.head_dim == 64 and not spec.deterministic) or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
+  return (spec.head_dim == 64 and not spec.deterministic
+      and (spec.window or (spec.causal and not spec.top_left and spec.alibi and not spec.softcap)))
+    or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
@@ -306,12 +308,12 @@ end
 -- at the tile width 96 where the branches fit: head_dim 72, 80 and 88, head_dim 96 without ALiBi, and a v_head_dim of
 -- its own, those of them that window_w96_qo_only names with Q's and dO's low parts alone (wave 19). Not head_dim 96
 -- with ALiBi (causal 16 bytes, 8 with Q's and dO's alone; without causal 8 either way); the walk there spilled 28-40
--- bytes. Nor the atomic dkdv at the width 64 with a window
--- and ALiBi but no softcap: 0 bytes on the walk, but its T4 estimate went 1.00x -> 1.18-1.20x f16's (the unmarked
--- walk's tile loop, other 3.24 -> 4.73 a m16n8k8). Those keep the documented bound.
+-- bytes. Those keep the documented bound. (The atomic dkdv at the width 64 with a window and ALiBi but no softcap
+-- since wave 19: its T4 estimate's 1.00x -> 1.18-1.20x f16's was kiln's IR pipeline, wave 17's spill rule in
+-- attention_bwd.lua, on the walk; under default<O3> 0 bytes and 1.00x.)
 function M.window_fits(spec)
   if spec.deterministic then return true end
-  if spec.head_dim == 64 then return not (spec.alibi and not spec.softcap) end
+  if spec.head_dim == 64 then return true end
   if spec.head_dim ~= 96 then return true end
   local dim = spec.dim or spec.head_dim
   return (spec.vdim or dim) ~= dim or dim ~= 96 or not spec.alibi

@@ -669,23 +669,25 @@ function M.build_dkdv(b, spec, cfg, p, io)
         end
         -- dV += P^T dO, dK += dS^T Q.
         local aps, adss = {}, {}
-        -- (varlen with the low parts: the fragments packed where each product reads them, the marked tile's branch
-        -- and the main product each its own, not once before the branch: packed once and read on both sides, LLVM
-        -- kept the packed i32 as integer ops, +65 instructions a warp's tile of d64 causal, 1.17x -> 1.27x f16's T4
-        -- estimate; docs/attention.md "The backward: varlen's low parts")
-        local repack = cfg.lo and spec.varlen
-        local function packed(x, ks) return repack and function() return c_to_a(b, x, ks, mdt) end or c_to_a(b, x, ks, mdt) end
+        -- (with the low parts: P^T's fragments packed where each product reads them, the marked tile's branch and
+        -- the main product each its own, not once before the branch: packed once and read on both sides, LLVM kept
+        -- the packed i32 as integer ops, +65 instructions a warp's tile of d64 causal varlen, 1.17x -> 1.27x f16's
+        -- T4 estimate; docs/attention.md "The backward: varlen's low parts". dS^T's too with varlen only: repacked
+        -- everywhere, the atomic dkdv at the tile width 64 spilled 12 bytes with dropout and 32 with window, softcap
+        -- and ALiBi top-left, ptxas sm_75; wave 19)
+        local repack_p, repack_ds = cfg.lo, cfg.lo and spec.varlen
+        local function packed(x, ks, re) return re and function() return c_to_a(b, x, ks, mdt) end or c_to_a(b, x, ks, mdt) end
         if fs then -- (dO's and Q's row factors onto P^T's and dS^T's columns, each key row scaled to f16; packed at once)
           if pass.dv then
             local pa = fs.scale_a(b, s, nq, function(j, e) return of[j][e] end, stv, { { dv, dtiles } })
-            for ks = 0, nq // 2 - 1 do aps[ks] = packed(pa, ks) end
+            for ks = 0, nq // 2 - 1 do aps[ks] = packed(pa, ks, repack_p) end
           end
           if pass.dk then
             local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
-            for ks = 0, nq // 2 - 1 do adss[ks] = packed(dsa, ks) end
+            for ks = 0, nq // 2 - 1 do adss[ks] = packed(dsa, ks, repack_ds) end
           end
         end
-        local function frag(x) return repack and x and x() or x end
+        local function frag(x) if type(x) == "function" then return x() end return x end
         if lo_walk then -- dV += P^T (dO's low part) 2^-LO, dK += dS^T (Q's low part) 2^-LO: a marked tile
           on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
