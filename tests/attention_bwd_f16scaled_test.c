@@ -541,7 +541,7 @@ static void adversarial(void) {
  * and deterministic (dk, dv; at 128 on a marked block's own walk in two passes, lo_walk); the deterministic dq
  * kernel marks and adds its own Q and dO rows' low parts (held at d64, d96 and d128) and, on the key tiles the deterministic dkdv
  * marked for it, K's and V's (held at d64 and d96 but beside window, softcap and ALiBi together:
- * lib/attn_bwd_f16scaled.lua dq_kv_lo_applies; docs/attention.md "Rows spanning more than 2^32"). */
+ * lib/attn_bwd_f16scaled.lua dq_kv_lo_applies; docs/attention-bwd-span.md). */
 static void varlen_span(void);
 static void span(void) {
     static const struct {

@@ -232,7 +232,7 @@ function M.prep_row(b, lane, live, src, dim, w, dst, fdst, other)
   return marked
 end
 
--- ---- rows spanning more than 2^32: the low parts (docs/attention.md, "Rows spanning more than 2^32") ----
+-- ---- rows spanning more than 2^32: the low parts (docs/attention-bwd-span.md) ----
 -- prep marks a query row whose Q or dO row has its smallest nonzero finite |x| scaled below 2^EXACT (more than
 -- 2^32 below its largest: entries f16 cannot hold exactly) by storing Q's factor negative; the dkdv kernels
 -- read its magnitude. Once a head (lo_scan, outside the tile loop) a dkdv block asks whether any row it visits
@@ -338,7 +338,7 @@ end
 -- (head_dim 80 and 96, atomic 20-28 B, deterministic 8-12 B), but those of them that fit with the key block's own
 -- walk (kv_walk) or the marked block's walk for a window (lo_walk); and varlen's atomic dkdv at the tile width 64
 -- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
--- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention.md, "Not held yet").
+-- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention-bwd-span.md, "Not held yet").
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
     and not (spec.varlen and M.varlen_w96_spills(spec, true))

@@ -672,7 +672,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
         -- (with the low parts: P^T's fragments packed where each product reads them, the marked tile's branch and
         -- the main product each its own, not once before the branch: packed once and read on both sides, LLVM kept
         -- the packed i32 as integer ops, +65 instructions a warp's tile of d64 causal varlen, 1.17x -> 1.27x f16's
-        -- T4 estimate; docs/attention.md "The backward: varlen's low parts". dS^T's too with varlen only: repacked
+        -- T4 estimate; docs/attention-bwd-span.md "Varlen's low parts". dS^T's too with varlen only: repacked
         -- everywhere, the atomic dkdv at the tile width 64 spilled 12 bytes with dropout and 32 with window, softcap
         -- and ALiBi top-left, ptxas sm_75; wave 19)
         local repack_p, repack_ds = cfg.lo, cfg.lo and spec.varlen
