@@ -62,7 +62,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,

@@ -393,6 +393,8 @@ static void grads_free(float *g[3]) { free(g[0]), free(g[1]), free(g[2]); }
  * model (kiln_attn_bwd_reference with P and dS rounded to bf16). Returns the largest error / max |ref|
  * over the three gradients in rel[3] (NULL: not wanted). */
 static int model_held = 7; /* the gradients check_model asserts (bits dq, dk, dv); the others' counts are printed */
+static const char *model_path = "mma"; /* the path check_model's dkdv and dq take (auto: issue 28's default) */
+static long model_beyond[3]; /* check_model's counts of dq, dk, dv values beyond the bound, asserted or printed */
 static void check_model(prob *a, const char *what, int det, double rel[3]) {
     float *g[3];
     grads_alloc(a, g);
@@ -400,7 +402,7 @@ static void check_model(prob *a, const char *what, int det, double rel[3]) {
     double *ref[3], *tol[3];
     for (int t = 0; t < 3; t++) ref[t] = malloc(n[t] * sizeof(double)), tol[t] = malloc(n[t] * sizeof(double));
     kiln_error err = {0};
-    if (backward(a, "mma", 75, det, g) == KILN_OK) {
+    if (backward(a, model_path, 75, det, g) == KILN_OK) {
         kiln_status st = kiln_attn_bwd_reference(&a->p, KILN_BF16, a->q, a->k, a->v, a->dout, ref[0], ref[1], ref[2], tol[0],
                                                  tol[1], tol[2], &err);
         CHECK(st == KILN_OK, "reference: %s", err.msg);
@@ -408,9 +410,10 @@ static void check_model(prob *a, const char *what, int det, double rel[3]) {
             double worst = 0, max_abs = 0, maxr = 0, maxe = 0;
             char first[256] = "";
             long bad = kiln_attn_bwd_compare(KILN_F32, g[t], ref[t], tol[t], n[t], &worst, &max_abs, first, sizeof first);
+            model_beyond[t] = bad;
             if (model_held >> t & 1)
-                CHECK(bad == 0, "%s%s: %ld d%c values beyond the bf16 path's bound; first: %s", what, det ? " (deterministic)" : "",
-                      bad, "qkv"[t], first);
+                CHECK(bad == 0, "%s%s, path=%s: %ld d%c values beyond the bf16 path's bound; first: %s", what,
+                      det ? " (deterministic)" : "", model_path, bad, "qkv"[t], first);
             else
                 printf("  (%s: d%c %ld of %zu values beyond the bf16 path's bound: not held, docs/attention.md)\n",
                        det ? "deterministic" : "atomic", "qkv"[t], bad, n[t]);
@@ -588,7 +591,8 @@ static void span(void) {
         /* (the atomic dkdv at the tile width 128 with dropout and a window: a marked block's own walk, lo_walk) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal with a window, dropout p 0.25", 'b', 128, 1, 40, 1, 0.25f, 0},
         /* (the atomic dkdv with a window at the tile width 96, Q's and dO's low parts alone: lib/attn_bwd_f16scaled.lua
-         * window_fits, window_w96_qo_only; the deterministic dq kernel holds no Q/dO low part past 64: dQ printed) */
+         * window_fits, window_w96_qo_only; the deterministic dq kernel there holds no Q/dO low part, dq_lo_applies: under
+         * path=mma its dQ printed, under path=auto, auto_det_case, on SIMT and asserted) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
         /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
          * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
@@ -605,6 +609,8 @@ static void span(void) {
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 top-left with a window and ALiBi", 'w', 64, 2, 40, 5, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
+    /* the case whose deterministic sequence runs under path=auto too (issue 28: its dq kernel not held, so on SIMT) */
+    static const char *const auto_det_case = "d88 causal with a window";
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
         prob a;
         int d = kinds[kind].d;
@@ -652,6 +658,18 @@ static void span(void) {
                          : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
+            if (strstr(kinds[kind].what, auto_det_case)) {
+                /* (path=auto, issue 28: lib/attn_bwd_f16scaled.lua holds says no for this dq kernel, so auto runs it on
+                 * SIMT beside the f16-scaled dkdv, which holds: every gradient within the bound. path=mma's dQ above
+                 * must be beyond it, or the case no longer probes auto's choice) */
+                long mma_dq = model_beyond[0];
+                model_held = 7, model_path = "auto";
+                check_model(&a, name, 1, NULL);
+                model_path = "mma";
+                printf("  (deterministic dQ values beyond the bf16 path's bound: path=mma %ld, path=auto %ld of %zu)\n", mma_dq,
+                       model_beyond[0], a.nq);
+                CHECK(mma_dq > 0, "%s: path=mma's deterministic dQ within the bound: the case does not probe path=auto", name);
+            }
             model_held = 7;
         }
         TEST_END();

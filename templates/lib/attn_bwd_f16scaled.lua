@@ -45,16 +45,18 @@ function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
 end
 
--- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75, under path=auto as under
--- path=mma, after its refusals by register count): head_dim <= 128, out = dtype (checked before), with or
+-- Whether dkdv / dq run here (attn_bwd_mma.available's answer for bf16 on sm_75, after its refusals by register
+-- count): under path=mma every head_dim <= 128, out = dtype (checked before); under path=auto only where the kernel
+-- holds the bf16 path's bound for rows spanning more than 2^32 (holds, below; the others run SIMT). With or
 -- without varlen and dropout. Varlen: the workspace rows below are indexed as delta's (row_index: [heads_q,
 -- total_q] packed), K/V's as lib/attn_bwd_kvscaled.lua's [heads_kv, total_k]; rows and keys past a sequence
 -- are staged as zeros, so they raise no row's maximum and no running exponent. Dropout: P's kept entries
 -- times 1/(1 - p) (one f32 rounding, as the SIMT path's) before scale_a picks the key row's power of two, the
 -- dropped ones exactly 0; dS = P (dP Z - delta) as every path's.
-function M.serves(spec, target)
+function M.serves(spec, target, available)
   -- (the atomic dkdv at head_dim 128 accumulates dV and dK in two passes: lib/attn_bwd_f16scaled_d128.lua)
-  return true
+  if spec.path == "mma" then return true end
+  return M.holds(spec, target, available)
 end
 
 -- The shared f32 arrays this path adds (name, count): the row factors of the staged tiles, and for the
@@ -448,6 +450,40 @@ end
 -- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
 function M.dq_kv_mark_again(spec)
   return spec.head_dim == 64 and spec.window and spec.alibi or false
+end
+
+-- Whether the f16-scaled kernel of `spec` (dkdv atomic or deterministic, or dq; as the builders see it) keeps the bf16
+-- path's bound where a row spans more than 2^32, i.e. adds the low parts of every row it stages: the rules above,
+-- no list of its own. dkdv: Q's and dO's rows (lo_applies) and K's and V's (kv_lo_applies, which implies
+-- lo_applies; the walks kv_walk and lo_walk and the atomic d128's two passes are inside them, and head_dim 32's and 64's
+-- blocks of one factor run a marked head or block on the per-row body). dq: Q's and dO's (dq_lo_applies) and K's
+-- and V's, which only the deterministic dkdv marks (dq_kv_lo_applies, and that dkdv on this path: kvs.applies with
+-- `available`, lib/attn_bwd_mma.lua's, under the same path). prep and convert stage no row for a product: true.
+-- Else false and why: the rows and the spec's keys (serves: path=auto takes SIMT there, path=mma keeps this path and
+-- its documented bound, docs/attention-bwd-span.md "Not held yet").
+function M.holds(spec, target, available)
+  local rows, rule
+  if spec.kernel == "dkdv" then
+    if not M.lo_applies(spec) then rows, rule = "Q's, dO's, K's and V's rows", "lo_applies"
+    elseif not M.kv_lo_applies(spec) then rows, rule = "K's and V's rows", "kv_lo_applies" end
+  elseif spec.kernel == "dq" then
+    if not M.dq_lo_applies(spec) then rows, rule = "Q's and dO's rows", "dq_lo_applies"
+    elseif not M.dq_kv_lo_applies(spec) then rows, rule = "K's and V's rows", "dq_kv_lo_applies"
+    elseif not require("lib.attn_bwd_kvscaled").applies(spec, target, available) then
+      rows, rule = "K's and V's rows", "kvs.applies: the deterministic dkdv does not run this path"
+    end
+  end
+  if not rows then return true end
+  local keys = {}
+  for _, k in ipairs({ "deterministic", "window", "softcap", "alibi", "dropout", "varlen" }) do
+    if spec[k] then keys[#keys + 1] = k end
+  end
+  if spec.causal then keys[#keys + 1] = spec.top_left and "causal=top_left" or "causal" end
+  local dim = spec.dim or spec.head_dim
+  return false, string.format("the f16-scaled %s at head_dim %d%s%s drops the small entries of %s spanning more than"
+    .. " 2^32 (lib/attn_bwd_f16scaled.lua %s): path=auto runs it on SIMT, path=mma keeps the f16 mma and its documented"
+    .. " bound", spec.kernel, dim, (spec.vdim or dim) ~= dim and string.format(" (v_head_dim %d)", spec.vdim) or "",
+    #keys > 0 and " with " .. table.concat(keys, ", ") or "", rows, rule)
 end
 
 -- Whether any query row [q_start, q_end) of the head at row index ri is marked (qsf negative): every

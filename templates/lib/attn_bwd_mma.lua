@@ -70,7 +70,7 @@ function M.available(spec, target)
     return false, "varlen at head_dim 96/128 with window, softcap or alibi needs more than 255 registers a thread in the atomic dkdv without cp.async (deterministic=true or path=simt)"
   end
   if target.mma_m16n8k16 then return true end
-  if f16s.applies(spec, target) then return f16s.serves(spec, target) end
+  if f16s.applies(spec, target) then return f16s.serves(spec, target, M.available) end -- (path=auto: where it holds)
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
