@@ -52,7 +52,7 @@ expect "bwd sm_75 f16 m16n8k8, top_left + softcap + alibi" 0 "PASS" -- \
 expect "bwd sm_75 f16 d96, every mask key (runs on SIMT: the atomic mma dkdv would spill)" 0 "PASS" -- \
     run attention_bwd dtype=f16 head_dim=96 causal=top_left window=true softcap=true alibi=true varlen=true --sm 75 \
     --varlen 20,3 --varlen-k 17,9 --heads 1 --window 6,2 --softcap 15
-expect "bwd SIMT bf16 sm_75 (no bf16 tensor cores), long sequence" 0 "PASS" -- \
+expect "bwd bf16 sm_75 (f16-scaled tensor cores: the atomic d32 varlen dkdv holds its spans), long sequence" 0 "PASS" -- \
     run attention_bwd dtype=bf16 head_dim=32 causal=true varlen=true --sm 75 --varlen 1,150 --heads 1
 
 # ---- dropout on packed sequences (issue 24 item 6 with varlen; tests/attention_varlen_dropout_test.c has the rest) ----

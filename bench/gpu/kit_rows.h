@@ -157,7 +157,8 @@ static const kit_attn_split_row kit_attn_split_rows[] = {
 
 /* Attention backward rows (the whole sequence through kiln_attention_backward: prep, dkdv, then
  * convert, or dq when deterministic). Paths as the runtime picks them: mma m16n8k16 for f16/bf16 at
- * head_dim <= 128 on the device, m16n8k8 for f16 and SIMT for bf16 in the sm_75 PTX, SIMT for f32 and
+ * head_dim <= 128 on the device, m16n8k8 for f16 and for bf16 (f16-scaled; SIMT for the bf16 kernels that do
+ * not hold rows spanning more than 2^32, lib/attn_bwd_f16scaled.lua holds) in the sm_75 PTX, SIMT for f32 and
  * head_dim 256. Deterministic rows also run twice on the GPU and must give the same bits. */
 typedef struct kit_attn_bwd_row {
     const char *dtype;
