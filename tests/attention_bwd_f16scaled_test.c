@@ -684,24 +684,31 @@ static void varlen_span(void) {
      * deterministic with K and V rows: the dq kernel's K and V rows at the tile width 96, dq_kv_lo_applies; wave 20:
      * d96 atomic with Q and dO rows, causal=true and false, the sequence's first query row read again from shared
      * memory, lib/attn_bwd_f16scaled.lua qrow_shared; and d64 atomic with K and V rows, causal=false and top_left, the
-     * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies) */
-    static const struct { int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */ } cases[] = {
-        {64, 0, 0, 1}, {64, 0, 1, 1}, {64, 1, 0, 1}, {64, 1, 1, 1}, {80, 0, 0, 1}, {80, 1, 0, 1}, {80, 0, 1, 1},
-        {96, 1, 1, 1}, {96, 0, 0, 1}, {96, 0, 0, 0}, {64, 1, 0, 0}, {64, 1, 0, 2}};
+     * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies; head_dim 40 causal with
+     * a window of 20 keys, softcap 8 and ALiBi there too) */
+    static const struct {
+        int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
+        int keys;                 /* 1: window, softcap and ALiBi */
+    } cases[] = {{64, 0, 0, 1, 0}, {64, 0, 1, 1, 0}, {64, 1, 0, 1, 0}, {64, 1, 1, 1, 0}, {80, 0, 0, 1, 0},
+                 {80, 1, 0, 1, 0}, {80, 0, 1, 1, 0}, {96, 1, 1, 1, 0}, {96, 0, 0, 1, 0}, {96, 0, 0, 0, 0},
+                 {64, 1, 0, 0, 0}, {64, 1, 0, 2, 0}, {40, 1, 0, 1, 1}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: six of the twelve, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: six of the thirteen, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
-        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s varlen=true path=mma%s",
-                 d, causal_word[causal], det ? " deterministic=true" : "");
-        snprintf(name, sizeof name, "span varlen d%d causal%s%s%s: %s, sequences 35 x 40, 17 x 23", d, causal == 1 ? "" : "=",
-                 causal == 1 ? "" : causal_word[causal], det ? " deterministic" : "", kinds[kind]);
+        const char *keys = cases[ci].keys ? " window=true softcap=true alibi=true" : "";
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s varlen=true path=mma%s",
+                 d, causal_word[causal], keys, det ? " deterministic=true" : "");
+        snprintf(name, sizeof name, "span varlen d%d causal%s%s%s%s: %s, sequences 35 x 40, 17 x 23", d, causal == 1 ? "" : "=",
+                 causal == 1 ? "" : causal_word[causal], keys, det ? " deterministic" : "", kinds[kind]);
         TEST_BEGIN(name);
         kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
         kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
         o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+        if (cases[ci].keys)
+            kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1), kiln_case_opts_set(&o, "softcap", 8);
         kiln_error err = {0};
         kiln_case *c = NULL;
         kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);

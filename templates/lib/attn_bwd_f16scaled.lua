@@ -299,16 +299,17 @@ end
 -- softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255 registers; the pointers
 -- alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the tile width 64, where it
 -- lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk (causal=false, top_left, and
--- causal=true with a window), not with window and ALiBi together and causal (K's and V's on the marked heads' branch
--- spilled 8-44 bytes with the index held; read again 0 at 249-255 registers, head_dim 64; with window and ALiBi and
--- causal 16-20 read again, 0-8 held: those keep Q's and dO's low parts alone), and head_dim 64 with v_head_dim 32 and
+-- causal=true with a window), not head_dim 64 with window and ALiBi together and causal (K's and V's on the marked
+-- heads' branch spilled 8-44 bytes with the index held; read again 0 at 249-255 registers, head_dim 64; head_dim 64 with
+-- window and ALiBi and causal 16-20 read again, 0-8 held: those keep Q's and dO's low parts alone; head_dim 40-56 there
+-- 0-16 held, 0 read again), and head_dim 64 with v_head_dim 32 and
 -- ALiBi alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers).
 function M.qrow_shared(spec)
   local dim = spec.dim or spec.head_dim
   if spec.kernel ~= "dkdv" or spec.deterministic or spec.dropout then return false end
   if spec.head_dim == 64 then
     local walked = spec.causal and not spec.top_left and not spec.window -- (kv_walk's)
-    if spec.varlen then return not walked and not (spec.window and spec.alibi and spec.causal) end
+    if spec.varlen then return not walked and not (spec.window and spec.alibi and spec.causal and dim == 64) end
     return walked and spec.alibi and not spec.softcap and dim == 64 and spec.vdim == 32 or false
   end
   if spec.head_dim ~= 96 or dim ~= 96 or (spec.vdim or dim) ~= dim then return false end
