@@ -685,30 +685,37 @@ static void varlen_span(void) {
      * d96 atomic with Q and dO rows, causal=true and false, the sequence's first query row read again from shared
      * memory, lib/attn_bwd_f16scaled.lua qrow_shared; and d64 atomic with K and V rows, causal=false and top_left, the
      * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies; head_dim 40 causal with
-     * a window of 20 keys, softcap 8 and ALiBi there too) */
+     * a window of 20 keys, softcap 8 and ALiBi there too; and, not varlen, a batch of two at d96 causal with a window
+     * and ALiBi: the re-read origin is the batch there) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
-        int keys;                 /* 1: window, softcap and ALiBi */
-    } cases[] = {{64, 0, 0, 1, 0}, {64, 0, 1, 1, 0}, {64, 1, 0, 1, 0}, {64, 1, 1, 1, 0}, {80, 0, 0, 1, 0},
-                 {80, 1, 0, 1, 0}, {80, 0, 1, 1, 0}, {96, 1, 1, 1, 0}, {96, 0, 0, 1, 0}, {96, 0, 0, 0, 0},
-                 {64, 1, 0, 0, 0}, {64, 1, 0, 2, 0}, {40, 1, 0, 1, 1}};
+        int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi */
+        int batch;                /* 0: varlen; else that many dense sequences of 35 x 40 */
+    } cases[] = {{64, 0, 0, 1, 0, 0}, {64, 0, 1, 1, 0, 0}, {64, 1, 0, 1, 0, 0}, {64, 1, 1, 1, 0, 0}, {80, 0, 0, 1, 0, 0},
+                 {80, 1, 0, 1, 0, 0}, {80, 0, 1, 1, 0, 0}, {96, 1, 1, 1, 0, 0}, {96, 0, 0, 1, 0, 0}, {96, 0, 0, 0, 0, 0},
+                 {64, 1, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0}, {40, 1, 0, 1, 1, 0}, {96, 0, 0, 1, 2, 2}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: six of the thirteen, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: seven of the fourteen, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
-        const char *keys = cases[ci].keys ? " window=true softcap=true alibi=true" : "";
-        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s varlen=true path=mma%s",
-                 d, causal_word[causal], keys, det ? " deterministic=true" : "");
-        snprintf(name, sizeof name, "span varlen d%d causal%s%s%s%s: %s, sequences 35 x 40, 17 x 23", d, causal == 1 ? "" : "=",
-                 causal == 1 ? "" : causal_word[causal], keys, det ? " deterministic" : "", kinds[kind]);
+        const char *keys = cases[ci].keys == 1 ? " window=true softcap=true alibi=true"
+                           : cases[ci].keys == 2 ? " window=true alibi=true" : "";
+        int batch = cases[ci].batch;
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s path=mma%s",
+                 d, causal_word[causal], keys, batch ? "" : " varlen=true", det ? " deterministic=true" : "");
+        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
+                 causal == 1 ? "" : causal_word[causal], keys, det ? " deterministic" : "", kinds[kind],
+                 batch ? "35 x 40 each" : "sequences 35 x 40, 17 x 23");
         TEST_BEGIN(name);
         kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
         kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
-        o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
-        if (cases[ci].keys)
-            kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1), kiln_case_opts_set(&o, "softcap", 8);
+        if (batch)
+            kiln_case_opts_set(&o, "batch", batch), kiln_case_opts_set(&o, "rows", 35), kiln_case_opts_set(&o, "seq_k", 40);
+        else o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+        if (cases[ci].keys) kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1);
+        if (cases[ci].keys == 1) kiln_case_opts_set(&o, "softcap", 8);
         kiln_error err = {0};
         kiln_case *c = NULL;
         kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);
