@@ -553,7 +553,7 @@ static void span(void) {
         int d, causal, seq_k;
         int masks; /* 1: a window of 20 keys to the left, 2: softcap 8, 4: ALiBi */
         float dropout; /* dropout's rate (0: none) */
-        int vwide; /* v_head_dim 2 d */
+        int vwide; /* v_head_dim 2 d (1), d / 2 (-1) */
     } kinds[] = {
         {"Q rows of 2^40 in column 0 (K zero there)", 'q', 64, 0, 40, 0, 0, 0},
         {"Q rows of 2^40 in column 0 (K zero there), whole key blocks", 'q', 64, 1, 64, 0, 0, 0},
@@ -607,6 +607,13 @@ static void span(void) {
          * step's tile mark read again, lib/attn_bwd_f16scaled.lua dq_kv_mark_again; the atomic dkdv there takes no
          * low parts, window_fits: its counts printed) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 top-left with a window and ALiBi", 'w', 64, 2, 40, 5, 0, 0},
+        /* (wave 20: the atomic dkdv at head_dim 96 with a window and ALiBi, its query rows' origin read again from shared
+         * memory, lib/attn_bwd_f16scaled.lua qrow_shared; the dq kernel's dQ printed at the width 96 with a window) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d96 causal with a window and ALiBi", 'b', 96, 1, 40, 5, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 top-left with a window, softcap and ALiBi", 'w', 96, 2, 40, 7, 0, 0},
+        /* (wave 20: d64 with v_head_dim 32 and ALiBi alone on kv_walk's 16-row walk, the same re-read) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 v_head_dim 32 causal with ALiBi: the marked walk",
+         'w', 64, 1, 40, 4, 0, -1},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     /* the case whose deterministic sequence runs under path=auto too (issue 28: its dq kernel not held, so on SIMT) */
@@ -615,7 +622,7 @@ static void span(void) {
         prob a;
         int d = kinds[kind].d;
         char row = kinds[kind].row;
-        int vd = kinds[kind].vwide ? 2 * d : 0;
+        int vd = kinds[kind].vwide > 0 ? 2 * d : kinds[kind].vwide < 0 ? d / 2 : 0;
         prob_init_vd(&a, d, vd, kinds[kind].causal, 2, 1, 35, kinds[kind].seq_k);
         if (kinds[kind].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
         if (kinds[kind].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
@@ -692,22 +699,41 @@ static void varlen_span(void) {
     static const char *const big[2][2] = {{"q", "dout"}, {"k", "v"}}, *const zero[2][2] = {{"k", "v"}, {"q", "dout"}};
     /* (d64 causal: both kinds, atomic and deterministic; head_dim 80 causal, the tile width 96 (wave 19,
      * lib/attn_bwd_f16scaled.lua varlen_w96_spills): both kinds atomic, Q and dO rows deterministic; d96 causal
-     * deterministic with K and V rows: the dq kernel's K and V rows at the tile width 96, dq_kv_lo_applies) */
-    static const struct { int d, kind, det; } cases[] = {{64, 0, 0}, {64, 0, 1}, {64, 1, 0}, {64, 1, 1},
-                                                         {80, 0, 0}, {80, 1, 0}, {80, 0, 1}, {96, 1, 1}};
+     * deterministic with K and V rows: the dq kernel's K and V rows at the tile width 96, dq_kv_lo_applies; wave 20:
+     * d96 atomic with Q and dO rows, causal=true and false, the sequence's first query row read again from shared
+     * memory, lib/attn_bwd_f16scaled.lua qrow_shared; and d64 atomic with K and V rows, causal=false and top_left, the
+     * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies; head_dim 40 causal with
+     * a window of 20 keys, softcap 8 and ALiBi there too; and, not varlen, a batch of two at d96 causal with a window
+     * and ALiBi: the re-read origin is the batch there) */
+    static const struct {
+        int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
+        int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi */
+        int batch;                /* 0: varlen; else that many dense sequences of 35 x 40 */
+    } cases[] = {{64, 0, 0, 1, 0, 0}, {64, 0, 1, 1, 0, 0}, {64, 1, 0, 1, 0, 0}, {64, 1, 1, 1, 0, 0}, {80, 0, 0, 1, 0, 0},
+                 {80, 1, 0, 1, 0, 0}, {80, 0, 1, 1, 0, 0}, {96, 1, 1, 1, 0, 0}, {96, 0, 0, 1, 0, 0}, {96, 0, 0, 0, 0, 0},
+                 {64, 1, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0}, {40, 1, 0, 1, 1, 0}, {96, 0, 0, 1, 2, 2}};
+    static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
-        int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det;
-        /* (the sanitizer build: three of the seven, about 2 s of CPU a case at d64) */
-        if (attn_case_sampled_out(0, d == 64 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
+        int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
+        /* (the sanitizer build: seven of the fourteen, about 2 s of CPU a case at d64) */
+        if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
-        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=true varlen=true path=mma%s",
-                 d, det ? " deterministic=true" : "");
-        snprintf(name, sizeof name, "span varlen d%d causal%s: %s, sequences 35 x 40, 17 x 23", d, det ? " deterministic" : "",
-                 kinds[kind]);
+        const char *keys = cases[ci].keys == 1 ? " window=true softcap=true alibi=true"
+                           : cases[ci].keys == 2 ? " window=true alibi=true" : "";
+        int batch = cases[ci].batch;
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s path=mma%s",
+                 d, causal_word[causal], keys, batch ? "" : " varlen=true", det ? " deterministic=true" : "");
+        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
+                 causal == 1 ? "" : causal_word[causal], keys, det ? " deterministic" : "", kinds[kind],
+                 batch ? "35 x 40 each" : "sequences 35 x 40, 17 x 23");
         TEST_BEGIN(name);
         kiln_case_opts o = {.sm = 75, .seed = 0x28d0 + 2 * (uint64_t)kind + (uint64_t)det, .scale = 1};
         kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
-        o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+        if (batch)
+            kiln_case_opts_set(&o, "batch", batch), kiln_case_opts_set(&o, "rows", 35), kiln_case_opts_set(&o, "seq_k", 40);
+        else o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
+        if (cases[ci].keys) kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1);
+        if (cases[ci].keys == 1) kiln_case_opts_set(&o, "softcap", 8);
         kiln_error err = {0};
         kiln_case *c = NULL;
         kiln_status st = kiln_case_create(&c, gen, emu, spec, &o, &err);

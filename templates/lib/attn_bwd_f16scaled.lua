@@ -278,16 +278,45 @@ end
 
 -- Whether varlen's dkdv at the tile width 96 spills at 255 registers (ptxas sm_75, wave 19's scan of head_dim 72-96 x
 -- causal both ways and not x none, each mask key, all three x atomic, deterministic) with Q's and dO's low parts
--- (kv false: the atomic dkdv at head_dim 96 without a mask key, causal=true 12 bytes, without causal 8; top_left fits
--- with K's and V's, 40 bytes without them) or with K's and V's too (kv true: the deterministic dkdv at head_dim 96
--- causal, either alignment, with a window or ALiBi, 8-16 bytes; the atomic one at head_dim 88 causal=true without a
--- mask key, 8 bytes). Varlen takes neither on the key block's own walk (kv_walk: 4-16 bytes without causal).
+-- (kv false: the atomic dkdv at head_dim 96 without a mask key, causal=true 12 bytes, without causal 8, 0 since wave 20
+-- with qrow_shared; top_left fits with K's and V's, 40 bytes without them) or with K's and V's too (kv true: the
+-- deterministic dkdv at head_dim 96 causal, either alignment, with a window or ALiBi, 8-16 bytes; the atomic one at
+-- head_dim 88 causal=true without a mask key, 8 bytes). Varlen takes neither on the key block's own walk (kv_walk:
+-- 4-16 bytes without causal).
 function M.varlen_w96_spills(spec, kv)
   if spec.head_dim ~= 96 then return false end
   local dim, key = spec.dim or spec.head_dim, spec.window or spec.softcap or spec.alibi
-  if not kv then return not spec.deterministic and dim == 96 and not key and not spec.top_left end
+  if not kv then return not spec.deterministic and dim == 96 and not key and not spec.top_left and not M.qrow_shared(spec) end
   if spec.deterministic then return dim == 96 and spec.causal and (spec.window or spec.alibi) or false end
   return dim == 88 and spec.causal and not spec.top_left and not key or false
+end
+
+-- Whether the atomic dkdv of `spec` keeps its query rows' origin (varlen: the sequence's first query row, q_at; else
+-- the batch) out of its registers: stored once into shared memory, the rows' index computed from it again at each
+-- query tile and Q's and dO's row pointers on the marked tiles' branch (lib/attn_bwd_mma.lua build_dkdv,
+-- cfg.qrow_shared), so that neither is held across the query loop. Wave 20, ptxas sm_75 at 255 registers, head_dim 96
+-- (the tile width 96, v_head_dim the same): varlen without a mask key, causal=true or false (with the index and
+-- pointers held its Q and dO low parts spilled: causal=true 16 bytes with K's and V's as kv_lo_applies gives them, 12
+-- without; false 8; now 0 at 255 and 242 registers; the pointers alone: false 0, true 16), and a window with ALiBi,
+-- softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255 registers; the pointers
+-- alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the tile width 64, where it
+-- lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk (causal=false, top_left, and
+-- causal=true with a window), not head_dim 64 with window and ALiBi together and causal (K's and V's on the marked
+-- heads' branch spilled 8-44 bytes with the index held; read again 0 at 249-255 registers, head_dim 64; head_dim 64 with
+-- window and ALiBi and causal 16-20 read again, 0-8 held: those keep Q's and dO's low parts alone; head_dim 40-56 there
+-- 0-16 held, 0 read again), and head_dim 64 with v_head_dim 32 and
+-- ALiBi alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers).
+function M.qrow_shared(spec)
+  local dim = spec.dim or spec.head_dim
+  if spec.kernel ~= "dkdv" or spec.deterministic or spec.dropout then return false end
+  if spec.head_dim == 64 then
+    local walked = spec.causal and not spec.top_left and not spec.window -- (kv_walk's)
+    if spec.varlen then return not walked and not (spec.window and spec.alibi and spec.causal and dim == 64) end
+    return walked and spec.alibi and not spec.softcap and dim == 64 and spec.vdim == 32 or false
+  end
+  if spec.head_dim ~= 96 or dim ~= 96 or (spec.vdim or dim) ~= dim then return false end
+  if spec.varlen then return not (spec.window or spec.softcap or spec.alibi or spec.top_left) end
+  return spec.window and spec.alibi or false
 end
 
 -- Whether the dkdv kernel of `spec` (as the builders see it: head_dim the tile width) takes the low parts:
@@ -318,7 +347,7 @@ function M.window_fits(spec)
   if spec.head_dim == 64 then return true end
   if spec.head_dim ~= 96 then return true end
   local dim = spec.dim or spec.head_dim
-  return (spec.vdim or dim) ~= dim or dim ~= 96 or not spec.alibi
+  return (spec.vdim or dim) ~= dim or dim ~= 96 or not spec.alibi or M.qrow_shared(spec)
 end
 
 -- Whether the atomic dkdv with a window at the tile width 96 takes Q's and dO's low parts but not K's and V's (wave 19,
@@ -342,7 +371,8 @@ end
 -- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
 -- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention-bwd-span.md, "Not held yet").
 function M.kv_lo_applies(spec)
-  return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec))
+  return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec)
+      and not M.qrow_shared(spec))
     and not (spec.varlen and M.varlen_w96_spills(spec, true))
     and not M.window_w96_qo_only(spec)
     and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
@@ -370,7 +400,8 @@ function M.kv_walk(spec)
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
     and not spec.dropout and not (spec.window or spec.softcap or spec.alibi) then return "marked" end
   if spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic and not spec.window
-    and not spec.dropout and not (spec.alibi and not spec.softcap and (spec.dim or 64) == 64 and spec.vdim == 32) then
+    and not spec.dropout and not (spec.alibi and not spec.softcap and (spec.dim or 64) == 64 and spec.vdim == 32
+      and not M.qrow_shared(spec)) then
     return "marked", 16
   end
   local dim = spec.dim or spec.head_dim

@@ -130,6 +130,8 @@ function M.config(spec, target, cfg)
     cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
     cfg.lowalk, cfg.lowalk_first = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
+    -- (the query rows' origin in shared memory, lib/attn_bwd_f16scaled.lua qrow_shared)
+    if f16s.qrow_shared(spec) then cfg.qrow_shared, bytes = true, bytes + 16 end
     -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
     -- more tile of bm rows Q's or dO's: build_dkdv's kvmarked walk)
     if cfg.kvwalk then bytes = bytes + bm * ld * 2 end
@@ -176,6 +178,7 @@ local function alloc(b, spec, cfg)
   end
   -- (cfg.kvrows, K's and V's low parts in dq: the deterministic dkdv's rows' marks, K's then V's; dq's marked tile slot)
   if cfg.kvrows then floats[#floats + 1] = spec.kernel == "dq" and { "kvtile", 4 } or { "kvrm", 2 * cfg.block_n } end
+  if cfg.qrow_shared then floats[#floats + 1] = { "qrow", 4 } end -- (the query rows' origin; 3 unused)
   local sh = {}
   if cfg.dynamic_smem then
     local base, off = b:dynamic_shared(dt), 0
@@ -347,6 +350,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
     f16s.row_marks(b, spec.vspec or spec, M.WARPS * 32, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf,
                    sh.kvrm + bn)
   end
+  if cfg.qrow_shared then -- (the query rows' origin, varlen's first query row or the batch, read again at each query
+    -- tile: the first tile's barrier orders it)
+    b:if_(b:eq(tid, 0), function() b:store(sh.qrow, b:from_bits(spec.varlen and p.q_at or bi)) end)
+  end
   if cfg.cp_async then b:cp_async_commit() end
   if cfg.kvs then kvs.write(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) end
   if cfg.lo then -- (the heads' mark slots: lib/attn_bwd_f16scaled.lua lo_scan)
@@ -450,6 +457,14 @@ function M.build_dkdv(b, spec, cfg, p, io)
       local function on_marked(f) b:if_(kvmarked and fs.kv_marked(b, sh, M.WARPS) or marked, f) end
       local function tile(q0)
         b:barrier() -- the previous tile is done with Q, dO, dS and the row stats
+        -- (cfg.qrow_shared: the rows' index from their origin read again, so that neither is held across the query loop;
+        -- Q's and dO's row pointers likewise on the marked tiles' branch, fill_lo)
+        local function rows_base(t)
+          local at = b:bits(b:load(sh.qrow))
+          if t then return spec.varlen and p.head_at(t, h, at) or io.base(t, at, h) end
+          return spec.varlen and p.rows_at(h, at) or io.row_index(at, h)
+        end
+        local ri = cfg.qrow_shared and rows_base() or ri
         if fs then -- (f16-scaled: Q and dO as prep scaled them, with their row factors)
           fs.load_ws(b, cfg, M.WARPS * 32, sh.qs, p.qh + ri * d, d, q0, bm, p.seq_q)
           fs.load_ws(b, cfg, M.WARPS * 32, sh.dos, p.doh + ri * d, d, q0, bm, p.seq_q)
@@ -476,9 +491,12 @@ function M.build_dkdv(b, spec, cfg, p, io)
         local function fill_lo(which)
           if held == which then return end
           if held then b:barrier() end -- (every warp done with the other)
-          if which == "q" then fs.lo_rows(b, spec, cfg, M.WARPS * 32, qot, qb, p.stride_qs, q0, bm, p.seq_q, sh.qf)
+          if which == "q" then
+            local src = cfg.qrow_shared and rows_base("q") or qb
+            fs.lo_rows(b, spec, cfg, M.WARPS * 32, qot, src, p.stride_qs, q0, bm, p.seq_q, sh.qf)
           elseif which == "o" then
-            fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, qot, dob, p.stride_douts, q0, bm, p.seq_q, sh.of)
+            local src = cfg.qrow_shared and rows_base("dout") or dob
+            fs.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, qot, src, p.stride_douts, q0, bm, p.seq_q, sh.of)
           else -- (the key block's rows: K's and V's low parts, bn rows; their first key, batch and kv head read from
             -- shared memory here, so that no row address of theirs is hoisted out of the query loop and kept live there)
             local r0, bb, hh = b:bits(b:load(sh.kvmark + M.WARPS)), b:bits(b:load(sh.kvmark + (M.WARPS + 1))),

@@ -70,6 +70,12 @@ function M.bind(b, spec, p, tile, over_keys)
   for _, name in ipairs(K_ROWS) do v["stride_" .. name .. "b"] = 0 end
   v.rows = function(h) return b:i64(h) * b:i64(p.total_q) + b:i64(q_at) end
   v.q_at, v.k_at = q_at, k_at -- (the sequence's first rows: TMA coordinates, lib/attn_wgmma_keys.lua)
+  -- (the same from a first query row `at` read again where a kernel keeps q_at out of its registers: the rows' index
+  -- of head h, and tensor `name`'s pointer to head h's row 0; lib/attn_bwd_mma.lua build_dkdv, cfg.qrow_shared)
+  v.rows_at = function(h, at) return b:i64(h) * b:i64(p.total_q) + b:i64(at) end
+  v.head_at = function(name, h, at)
+    return p[name] + b:i64(at) * p["stride_" .. name .. "s"] + b:i64(h) * p["stride_" .. name .. "h"]
+  end
   return v
 end
 
