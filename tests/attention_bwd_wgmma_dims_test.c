@@ -91,6 +91,8 @@ static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=top_left deterministic=true path=wgmma", 50, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 causal=true path=wgmma", 40, 50, 1, 1, 1, 0, 0, 1, 0, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=192 v_head_dim=128 path=wgmma", 40, 50, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true window=true alibi=true dropout=true dropout_mask=true path=wgmma", 40, 60, 1, 1, 1, 20, 3, 0, 0.25, 0, {0}, {0}},
+    {"attention_bwd kernel=dkdv dtype=f16 head_dim=256 softcap=true varlen=true path=wgmma", 1, 1, 2, 1, 1, 0, 0, 0, 0, 2, {30, 1}, {40, 20}},
 };
 
 static void test_emulator(void) {
