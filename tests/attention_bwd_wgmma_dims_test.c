@@ -243,15 +243,21 @@ static void test_profile(void) {
     static const struct {
         const char *spec;
         int wgmma, tma_block, tma_tile; /* per warp-tile; per block; per block-tile */
+        int seq_q, seq_k, heads, blocks, block_tiles; /* the problem (0: 130 x 200, 2 heads, 4 blocks, 10 block-tiles) */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2},  /* d64: 34 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4},  /* d128: 49 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 0, 0, 0, 0, 0},  /* d64: 34 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 0, 0, 0, 0, 0},  /* d128: 49 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 0, 0, 0, 0, 0},
+        /* (wave 20) 256-column tiles, 70 x 64 causal (queries 6-69 see the one 64-key block: one block-tile): S^T and
+         * dP^T 16 k-steps each (fence, 16, commit, 16, commit, wait: 36), dV 7, dK 8, dQ two 64-column chains (14) =
+         * 65; TMA 4 K + 4 V panels a block, 4 Q + 4 dO a tile */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 70, 64, 1, 1, 1},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[240];
-        snprintf(name, sizeof name, "profile of the %s 130 x 200: wgmma per warp-tile, TMA per block and tile, ex2", P[k].spec + 26);
+        snprintf(name, sizeof name, "profile of the %s %d x %d: wgmma per warp-tile, TMA per block and tile, ex2", P[k].spec + 26,
+                 P[k].seq_q ? P[k].seq_q : 130, P[k].seq_k ? P[k].seq_k : 200);
         if (skipped(name)) continue;
         TEST_BEGIN(name);
         kiln_emu *pe = NULL;
@@ -259,7 +265,8 @@ static void test_profile(void) {
         kiln_case *c = NULL;
         kiln_status st = kiln_emu_create(&pe, &err);
         if (st == KILN_OK) kiln_emu_set_profile(pe, 1);
-        row r = {P[k].spec, 130, 200, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}};
+        int sq = P[k].seq_q ? P[k].seq_q : 130, sk = P[k].seq_k ? P[k].seq_k : 200, hh = P[k].heads ? P[k].heads : 2;
+        row r = {P[k].spec, sq, sk, hh, hh, 1, 0, 0, 0, 0, 0, {0}, {0}};
         long bad = 0;
         if (st == KILN_OK) st = run_case(gen, pe, &r, &bad, &c, &err);
         CHECK(st == KILN_OK && bad == 0, "%s", err.msg);
@@ -268,7 +275,8 @@ static void test_profile(void) {
             st = kiln_emu_profile_get(kiln_case_kernel(c), &p, &err);
             CHECK(st == KILN_OK, "%s", err.msg);
             if (st == KILN_OK) {
-                const unsigned long long blocks = 4, block_tiles = 10, warp_tiles = 8 * block_tiles;
+                const unsigned long long blocks = P[k].blocks ? (unsigned long long)P[k].blocks : 4;
+                const unsigned long long block_tiles = P[k].block_tiles ? (unsigned long long)P[k].block_tiles : 10, warp_tiles = 8 * block_tiles;
                 unsigned long long wg = p.inst[KILN_PROF_WGMMA], tma = p.inst[KILN_PROF_TMA], ex2 = p.inst[KILN_PROF_EX2];
                 unsigned long long want_tma = blocks * (unsigned long long)P[k].tma_block + block_tiles * (unsigned long long)P[k].tma_tile;
                 CHECK(wg == warp_tiles * (unsigned long long)P[k].wgmma, "wgmma %llu, want %llu", wg, warp_tiles * (unsigned long long)P[k].wgmma);
