@@ -225,10 +225,12 @@ static void test_planted(void) {
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);
-    for (size_t i = 0; i < sizeof bugs / sizeof bugs[0]; i++) {
+    const size_t nbugs = sizeof bugs / sizeof bugs[0], first_w20 = nbugs - 5; /* (the 256-column tiles' five) */
+    for (size_t i = 0; i < nbugs; i++) {
         char name[300];
         snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
         if (skipped(name)) continue;
+        if (i >= first_w20 && attn_case_sampled_out(0, i)) continue; /* (the sanitizer build: every other one) */
         sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
     }
     sm90a_planted_done(dir);
