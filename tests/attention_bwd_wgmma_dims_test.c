@@ -1,6 +1,7 @@
 /* tests/attention_bwd_wgmma_dims_test.c - the head dims of the sm_90a attention backward (path=wgmma,
  * templates/lib/attn_bwd_wgmma.lua) beyond 64/128: d32 (and 8-24) on the 64-column tiles, d96 (and 72-88) on the
- * 128-column ones, v_head_dim != head_dim where both fit one width <= 128 (S^T and dQ over head_dim's k-steps and
+ * 128-column ones, 136-256 on the 256-column ones (wave 20: two consumer warpgroups on one key block, each half of
+ * dK's and dV's columns), v_head_dim != head_dim (S^T and dQ over head_dim's k-steps and
  * panels, dP^T over v_head_dim's, dK head_dim's panels wide, dV v_head_dim's, the epilogue storing the real columns).
  * On the emulator against the float64 gradients with the keys (causal both ways, window, softcap, ALiBi, dropout,
  * varlen, GQA; atomic and deterministic dQ; a race-checked run), the profile's wgmma counts per tile, the
@@ -153,7 +154,7 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=72 causal=top_left softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=96 v_head_dim=128 softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true dropout=true path=wgmma", SM90A, 1},
-        {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 v_head_dim=128 window=true softcap=true alibi=true deterministic=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 v_head_dim=128 window=true softcap=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=136 softcap=true varlen=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96", SM90A, 0}, /* auto: mma.sync on sm_90a */
     };
@@ -161,11 +162,11 @@ static void test_selection(void) {
     static const sm90a_refusal refused[] = {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 path=wgmma", 90, "valid targets: sm_90a"},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true softcap=true dropout=true path=wgmma", SM90A,
-         "head_dim=256 v_head_dim=256 with softcap=true and dropout=true (256-column tiles"},
+         "head_dim=256 v_head_dim=256 with softcap=true and dropout=true (256-column tiles: 4-48 bytes"},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 v_head_dim=128 window=true softcap=true alibi=true path=wgmma", SM90A,
-         "with softcap=true and window=true alibi=true (but deterministic=true without varlen)"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 window=true softcap=true alibi=true deterministic=true varlen=true path=wgmma", SM90A,
-         "on 256 the softcap not with dropout, nor with window and alibi but deterministic=true without varlen"},
+         "head_dim=192 v_head_dim=128 with softcap=true and alibi=true (256-column tiles"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 softcap=true deterministic=true varlen=true path=wgmma", SM90A,
+         "on 256 the softcap with atomic dQ, without dropout and alibi"},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 v_head_dim=32 varlen=true path=wgmma", SM90A, "v_head_dim=32 (head_dim=64) with varlen=true is not built"},
     };
     sm90a_check_refusals(gen, refused, sizeof refused / sizeof refused[0]);

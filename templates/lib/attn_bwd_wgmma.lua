@@ -4,8 +4,9 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- and v_head_dim up to 128 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 else; d32,
--- 8-56 padded to 64, d96, 72-120 to 128; v_head_dim != head_dim on the wider's tiles), any grad dtype, causal (both
+-- and v_head_dim up to 256 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 to 128, 256
+-- past it; d32, 8-56 padded to 64, d96, 72-120 to 128, 136-248 to 256; v_head_dim != head_dim on the wider's tiles;
+-- W = 256 splits dK's and dV's columns between two consumer warpgroups on the same keys: SPLIT), any grad dtype, causal (both
 -- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (with the softcap too) and varlen
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
@@ -57,7 +58,7 @@ local wdims = require("lib.attn_wgmma_dims") -- (the tiles' width W and the real
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 256 (on 64-, 128- or 256-column tiles: 8-64 on 64, 72-128 on 128, 136-256 on 256; v_head_dim != head_dim on the tiles of the wider; on 256 the softcap not with dropout, nor with window and alibi but deterministic=true without varlen), causal, window, softcap, alibi, dropout, varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 256 (on 64-, 128- or 256-column tiles: 8-64 on 64, 72-128 on 128, 136-256 on 256; v_head_dim != head_dim on the tiles of the wider; on 256 the softcap with atomic dQ, without dropout and alibi), causal, window, softcap, alibi, dropout, varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -115,11 +116,11 @@ local function not_covered(spec)
     end
     return string.format("head_dim=%d (up to 256: 8-64 on 64-column tiles, 72-128 on 128-column ones, 136-256 on 256)", dim)
   end
-  -- (256-column tiles: ptxas sm_90a spilled 4-8 bytes with the softcap and dropout, 16-32 with the softcap, window and
-  -- ALiBi together but deterministic=true dense: docs/attention-bwd-span.md "Not held yet")
-  if w == 256 and spec.softcap and (spec.dropout or (spec.window and spec.alibi and (not spec.deterministic or spec.varlen))) then
-    return string.format("head_dim=%d v_head_dim=%d with softcap=true and %s (256-column tiles: 4-32 bytes spilled)", dim, vdim,
-                         spec.dropout and "dropout=true" or "window=true alibi=true (but deterministic=true without varlen)")
+  -- (256-column tiles: ptxas sm_90a spilled with the softcap and dropout 4-8 bytes, deterministic=true 40-48, ALiBi
+  -- 16-24 (window and ALiBi 16-32): docs/attention-bwd-span.md "Not held yet")
+  if w == 256 and spec.softcap and (spec.dropout or spec.deterministic or spec.alibi) then
+    return string.format("head_dim=%d v_head_dim=%d with softcap=true and %s (256-column tiles: 4-48 bytes spilled; the softcap runs there with atomic dQ, without dropout and alibi)",
+                         dim, vdim, spec.dropout and "dropout=true" or spec.deterministic and "deterministic=true" or "alibi=true")
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
