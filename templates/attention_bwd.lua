@@ -723,6 +723,22 @@ for _, row in ipairs({
     sms = { "90a" } },
   { "kernel=dkdv", "dtype=bf16", "head_dim=128", "causal=top_left", "softcap=true dropout=true", "path=wgmma", quick = true, sms = { "90a" } },
 }) do K.variants[#K.variants + 1] = row end
+-- path=wgmma's 256-column tiles (wave 20: head_dim / v_head_dim 136-256, two consumer warpgroups on one key block,
+-- lib/attn_bwd_wgmma.lua's SPLIT): every causal form, the keys that fit (the softcap with atomic dQ, without dropout
+-- and ALiBi), grad=f32, deterministic, varlen (the quick suite: bf16 d256 causal, f16 qk 192 / v 128 with window,
+-- ALiBi and dropout)
+local WG256 = { "head_dim=256", "head_dim=192", "head_dim=136", "head_dim=192 v_head_dim=128", "head_dim=128 v_head_dim=256" }
+for _, row in ipairs({
+  { "kernel=dkdv", HALF, WG256, CAUSAL3, { "", "window=true alibi=true", "dropout=true", "window=true alibi=true dropout=true" },
+    { "", "deterministic=true" }, "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", HALF, WG256, CAUSAL3, { "softcap=true", "window=true softcap=true", "softcap=true grad=f32" }, "path=wgmma", full = true,
+    sms = { "90a" } },
+  { "kernel=dkdv", HALF, util.axis("head_dim", { 256, 192 }), CAUSAL3, { "", "softcap=true", "window=true alibi=true dropout=true" }, "varlen=true",
+    "path=wgmma", full = true, sms = { "90a" } },
+  { "kernel=dkdv", "dtype=bf16", "head_dim=256", "causal=true", "path=wgmma", quick = true, sms = { "90a" } },
+  { "kernel=dkdv", "dtype=f16", "head_dim=192 v_head_dim=128", "causal=true", "window=true alibi=true dropout=true", "path=wgmma", quick = true,
+    sms = { "90a" } },
+}) do K.variants[#K.variants + 1] = row end
 -- the default bundle: the kernels kiln_attention_backward launches (the deterministic dkdv and dq by --spec)
 -- (extra: the dropout dkdv of the forward's bundled dropout row, bf16 d128 causal)
 K.bundle = { dtypes = { "dtype", "out", "grad" }, shape = "head_dim", shapes = { 64, 128 },

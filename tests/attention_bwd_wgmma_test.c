@@ -119,7 +119,7 @@ static void picked(const char *spec, const char *ptx) {
     int want = !strstr(spec, "deterministic=true");
     CHECK(atomics == want, "%s: atomics %s", spec, atomics ? "present" : "absent");
     const char *hd = strstr(spec, "head_dim=");
-    int d128 = hd && atoi(hd + 9) > 64, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
+    int d128 = hd && atoi(hd + 9) > 64 && atoi(hd + 9) <= 128, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
     int one = d128 && (dr || (sc && strstr(spec, "varlen=true"))); /* (wave 15: the softcap alone runs two) */
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
 }
@@ -142,6 +142,7 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=112 causal=true alibi=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=112 softcap=true dropout=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true dropout=true path=wgmma", SM90A, 1}, /* (two on one key block) */
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64", SM90A, 0}, /* auto: mma.sync until a GPU ran wgmma */
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64", SM90A, 0},
     };
@@ -151,8 +152,7 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 80, "valid targets: sm_90a"},
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
         {"attention_bwd kernel=prep dtype=bf16 head_dim=64 path=wgmma", SM90A, "path=wgmma applies to kernel=dkdv only"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=136 path=wgmma", SM90A, "head_dim=136 (up to 128: 8-64 on 64-column tiles, 72-128 on 128-column ones)"},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 path=wgmma", SM90A, "head_dim=256 (up to 128"},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 softcap=true dropout=true path=wgmma", SM90A, "head_dim=256 v_head_dim=256 with softcap=true and dropout=true"},
         {"attention_bwd kernel=dkdv dtype=f32 head_dim=64 path=wgmma", SM90A, "dtype f32"},
         {"attention_bwd kernel=dkdv dtype=bf16 out=f32 head_dim=64 path=wgmma", SM90A, "out=f32 (out = dtype only)"},
     };

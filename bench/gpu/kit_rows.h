@@ -111,7 +111,8 @@ static const kit_attn_wgmma_kv_row kit_attn_wgmma_kv_rows[] = {
  * as kit_attn_bwd_rows are: float64 gradients through the family's reference, the emulator's run of the sm_90a
  * modules first; deterministic rows run twice on the GPU. Every (dtype, head_dim, causal, deterministic) the
  * backward's speed sweep times, with odd tails and seq_q != seq_k; GQA; a sliding window (window=true with these
- * sides, -1 unbounded). head_dim 256 is not built on wgmma (refused by name; kiln-kit checks it). */
+ * sides, -1 unbounded). head_dim 256 (wave 20: 256-column tiles, two consumer warpgroups on one 64-key block): one
+ * key block or two, small. */
 #define KIT_ATTN_BWD_WGMMA_SPEC KIT_ATTN_BWD_SPEC " path=wgmma"
 typedef struct kit_attn_bwd_wgmma_row {
     const char *dtype;
@@ -134,6 +135,11 @@ static const kit_attn_bwd_wgmma_row kit_attn_bwd_wgmma_rows[] = {
     {"bf16", 128, 1, 0, 0, 0, 0, 1, 4, 1, 77, 300, 0},  {"f16", 64, 0, 1, 0, 0, 0, 1, 6, 2, 100, 90, 0},
     /* a sliding window (Mistral's shape: left only, causal), and both sides without causal */
     {"bf16", 64, 1, 0, 1, 50, 0, 1, 2, 2, 200, 200, 0}, {"f16", 128, 0, 1, 1, 40, 20, 1, 4, 2, 130, 160, 0},
+    /* head_dim 256: every dtype x causal x deterministic the speed sweep times */
+    {"bf16", 256, 0, 0, 0, 0, 0, 1, 2, 1, 70, 100, 0},  {"bf16", 256, 0, 1, 0, 0, 0, 1, 1, 1, 64, 64, 0},
+    {"bf16", 256, 1, 0, 0, 0, 0, 1, 1, 1, 100, 130, 0}, {"bf16", 256, 1, 1, 0, 0, 0, 1, 1, 1, 77, 64, 0},
+    {"f16", 256, 0, 0, 0, 0, 0, 1, 1, 1, 50, 64, 0},    {"f16", 256, 0, 1, 0, 0, 0, 1, 1, 1, 64, 90, 0},
+    {"f16", 256, 1, 0, 0, 0, 0, 1, 1, 1, 90, 70, 0},    {"f16", 256, 1, 1, 0, 0, 0, 1, 1, 1, 64, 64, 0},
 };
 
 /* Split-KV decoding rows (kiln_attention_forward_splitkv with `splits` forced, so that the split and
@@ -308,10 +314,11 @@ static const int kit_wgmma_sweep_d[] = {64, 128, 256};
 /* attention backward: bf16, the same head_dims and shapes rule, these sequence lengths */
 static const int kit_attn_bwd_sweep_seq[] = {1024, 4096, 16384};
 /* the sm_90a wgmma backward beside kiln's FA2 backward (path=auto: mma.sync on sm_90), atomic and deterministic, on a
- * 9.0 device (issue 27): kit_wgmma_sweep_dtypes, these head dims (the forward sweep's others are not built on wgmma:
- * refused by name, which kiln-kit checks and summary.md says), causal off/on, the forward's lengths and shape rule;
+ * 9.0 device (issue 27): kit_wgmma_sweep_dtypes, these head dims (all the forward sweep's since wave 20; one not built
+ * on wgmma would be said in summary.md, and kiln-kit checks that it is refused), causal off/on, the forward's lengths
+ * and shape rule;
  * peers.py times SDPA's flash and cuDNN backward on the same shapes */
-static const int kit_wgmma_bwd_sweep_d[] = {64, 128};
+static const int kit_wgmma_bwd_sweep_d[] = {64, 128, 256};
 #define KIT_WGMMA_BWD_CSV "attention_bwd_wgmma" /* the CSV's bench name (peers.py's rows match) */
 
 #endif

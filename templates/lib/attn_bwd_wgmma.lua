@@ -4,8 +4,9 @@
 --
 -- attention_bwd.lua hands kernel=dkdv here when path=wgmma (opt-in, as the forward's: path=auto keeps the
 -- mma.sync kernel on sm_90a), for the specs this file covers (not_covered): f16/bf16 with out = dtype, head_dim
--- and v_head_dim up to 128 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 else; d32,
--- 8-56 padded to 64, d96, 72-120 to 128; v_head_dim != head_dim on the wider's tiles), any grad dtype, causal (both
+-- and v_head_dim up to 256 (lib/attn_wgmma_dims.lua's widths: tiles W = 64 columns for both <= 64, 128 to 128, 256
+-- past it; d32, 8-56 padded to 64, d96, 72-120 to 128, 136-248 to 256; v_head_dim != head_dim on the wider's tiles;
+-- W = 256 splits dK's and dV's columns between two consumer warpgroups on the same keys: SPLIT), any grad dtype, causal (both
 -- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (with the softcap too) and varlen
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
@@ -57,7 +58,7 @@ local wdims = require("lib.attn_wgmma_dims") -- (the tiles' width W and the real
 local M = {}
 
 -- What path=wgmma builds, as its refusal of a spec (M.config) says.
-local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 128 (on 64- or 128-column tiles: 8-64 on 64, 72-128 on 128; v_head_dim != head_dim on the tiles of the wider), causal, window, softcap, alibi, dropout, varlen, GQA (use path=auto)"
+local TAKES = "it takes dtype f16/bf16 with out = dtype, head_dim and v_head_dim up to 256 (on 64-, 128- or 256-column tiles: 8-64 on 64, 72-128 on 128, 136-256 on 256; v_head_dim != head_dim on the tiles of the wider; on 256 the softcap with atomic dQ, without dropout and alibi), causal, window, softcap, alibi, dropout, varlen, GQA (use path=auto)"
 
 local LOG2E = 1.4426950408889634
 local POS_INF = math.huge
@@ -81,9 +82,15 @@ local PANEL = 64 * 64  -- elements of one 64 x 64 panel (8192 bytes)
 -- where both are past 64 with dropout (d128 with window and ALiBi: 8 bytes; with the softcap 4-80) or the softcap
 -- with varlen (20-24 bytes).
 -- Shapes are keyed by the tiles' width W (64, 128): d32 runs d64's, d96 and qk 128 / v 64 d128's.
+-- 256-column tiles (head_dim or v_head_dim 136-256; SPLIT): dK and dV of 64 keys at 256 columns are 256 f32 a
+-- thread, so both consumer warpgroups take the same 64 keys and warpgroup c dK's and dV's columns 128c .. 128c +
+-- 127 (64 + 64 f32), each making the whole S^T and dP^T (32 + 32): 192 a thread as at d128 (docs/hopper.md "Head
+-- dims 136-256"); K, V, Q and dO load 4 panels whatever the real widths (a panel past them: TMA's zeros).
+local SPLIT = { nc = 2, stages = 2, dec = 24, inc = 240, split = true }
 local SHAPES = {
   [64] = { nc = 2, stages = 2, dec = 24, inc = 240 },
   [128] = { nc = 2, stages = 2, dec = 24, inc = 240 },
+  [256] = SPLIT,
 }
 local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 
@@ -105,9 +112,15 @@ local function not_covered(spec)
   local w = wdims.width(math.max(dim, vdim))
   if not SHAPES[w] then
     if vdim ~= dim then
-      return string.format("head_dim=%d v_head_dim=%d (both up to 128: the tiles are 64 or 128 columns wide)", dim, vdim)
+      return string.format("head_dim=%d v_head_dim=%d (both up to 256: the tiles are 64, 128 or 256 columns wide)", dim, vdim)
     end
-    return string.format("head_dim=%d (up to 128: 8-64 on 64-column tiles, 72-128 on 128-column ones)", dim)
+    return string.format("head_dim=%d (up to 256: 8-64 on 64-column tiles, 72-128 on 128-column ones, 136-256 on 256)", dim)
+  end
+  -- (256-column tiles: ptxas sm_90a spilled with the softcap and dropout 4-8 bytes, deterministic=true 40-48, ALiBi
+  -- 16-24 (window and ALiBi 16-32): docs/attention-bwd-span.md "Not held yet")
+  if w == 256 and spec.softcap and (spec.dropout or spec.deterministic or spec.alibi) then
+    return string.format("head_dim=%d v_head_dim=%d with softcap=true and %s (256-column tiles: 4-48 bytes spilled; the softcap runs there with atomic dQ, without dropout and alibi)",
+                         dim, vdim, spec.dropout and "dropout=true" or spec.deterministic and "deterministic=true" or "alibi=true")
   end
   for _, k in ipairs({ "dropout", "varlen" }) do
     if spec[k] and not keys.KEYS[k] then return k .. "=true" end
@@ -131,12 +144,16 @@ function M.config(spec, target)
   local sh = shape(spec)
   local ws = wdims.spec(spec) -- (qp, vp: the panels of head_dim's and v_head_dim's columns)
   local atomic = not spec.deterministic -- (dQ += dS K here, through dq_acc's f32 atomics)
-  local bytes = ((sh.nc + sh.stages) * (ws.qp + ws.vp) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
+  -- (SPLIT: one set of K and V for both warpgroups, 4 panels each of K, V, Q, dO; 64 keys a block)
+  local sets, lq, lv = sh.nc, ws.qp, ws.vp
+  if sh.split then sets, lq, lv = 1, 4, 4 end
+  local bytes = ((sets + sh.stages) * (lq + lv) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
+  local keys_per_block = 64 * sets
   return {
     atomic = atomic,
-    path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { 64 * sh.nc, 1, 1 },
-    rows_per_block = 64 * sh.nc, block_n = 64 * sh.nc, block_m = BM, nc = sh.nc, stages = sh.stages,
-    dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true,
+    path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { keys_per_block, 1, 1 },
+    rows_per_block = keys_per_block, block_n = keys_per_block, block_m = BM, nc = sh.nc, stages = sh.stages,
+    dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true, split = sh.split,
   }
 end
 
@@ -158,7 +175,7 @@ function M.build(b, spec, cfg, params, io)
   if not spec.varlen then params[#params + 1] = { "batch", "i32" } end
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
   -- (varlen: the sequence's lengths, first rows and pointers; a block past its sequence's keys leaves at once)
-  local p = varlen.bind(b, spec, b:kernel{ params = params }, 64 * cfg.nc, true)
+  local p = varlen.bind(b, spec, b:kernel{ params = params }, cfg.block_n, true)
   -- (the head dims, lib/attn_wgmma_dims.lua: the tiles' width W = head_dim here, 64 or 128; the real head_dim dim
   -- (Q, K, dQ, dK) on qp panels, v_head_dim vdim (V, dO, dV) on vp; TMA fills the columns past a real width with
   -- zeros, so the products read them as 0, S^T = K Q^T stops at the k-step holding dim and dP^T = V dO^T at the one
@@ -167,15 +184,21 @@ function M.build(b, spec, cfg, params, io)
   local T, nc, ns = spec.dtype, cfg.nc, cfg.stages
   local dim, vdim, qp, vp = spec.dim, spec.vdim, spec.qp, spec.vp
   local kq, kv = spec.kq, (vdim + 15) // 16 -- (S^T's and dP^T's k-steps)
+  -- (SPLIT, 256-column tiles: sets = 1 set of K and V for both warpgroups, lq = lv = 4 panels loaded of K/Q and
+  -- V/dO, each warpgroup's dK and dV hq = hv = 2 panels wide from column 128 x its index; else a set of K and V
+  -- a warpgroup and dK, dV as wide as the real columns' panels)
+  local split = cfg.split
+  local sets, lq, lv, hq, hv = nc, qp, vp, qp, vp
+  if split then sets, lq, lv, hq, hv = 1, 4, 4, 2, 2 end
   local eb = util.dtype_bytes[T]
   local t, wg = b:tid(), b:warpgroup()
   local role = regs.uniform(b, wg) -- (the warpgroup, warp-uniform to ptxas: the roles' branches are not divergent)
   local smem = b:dynamic_shared(T, 1024)
   -- (the regions' offsets in elements: the consumers address them from smem, lib/attn_bwd_wgmma_regs.lua)
-  local ok, ov = 0, nc * qp * PANEL
-  local oq = ov + nc * vp * PANEL
-  local odo = oq + ns * qp * PANEL
-  local ods = odo + ns * vp * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
+  local ok, ov = 0, sets * lq * PANEL
+  local oq = ov + sets * lv * PANEL
+  local odo = oq + ns * lq * PANEL
+  local ods = odo + ns * lv * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
   local sk, sv, sq, sdo = smem + ok, smem + ov, smem + oq, smem + odo
   local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
@@ -184,13 +207,13 @@ function M.build(b, spec, cfg, params, io)
   local srow = b:shared("f32", ns * 2 * BM, 16)
   local bi, hkv = b:ctaid("z"), b:ctaid("y")
   local group = p.heads_q // p.heads_kv
-  local k0 = b:ctaid("x") * (64 * nc)
+  local k0 = b:ctaid("x") * (64 * sets)
   local m = mask.setup(b, spec, p)
   -- the query rows [q_start, q_end) that see a key of the block; tiles of BM from q_start
-  local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * nc, p.seq_k) - 1)
+  local q_start, q_end = mask.query_range(m, k0, b:min(k0 + 64 * sets, p.seq_k) - 1)
   q_start, q_end = keys.tile_start(b, spec, q_start, q_end) -- (dropout: from a multiple of 16)
   local nqt = b:max(q_end - q_start + (BM - 1), 0) // BM
-  local stage_bytes = (qp + vp) * PANEL * eb -- (the panels holding real columns)
+  local stage_bytes = (lq + lv) * PANEL * eb -- (the panels holding real columns; SPLIT: all 4 of each)
 
   b:if_(b:eq(t, 0), function()
     b:mbarrier_init(kbar, 1)
@@ -209,11 +232,11 @@ function M.build(b, spec, cfg, params, io)
     b:setmaxnreg("dec", cfg.dec)
     local pt = t - 128 * nc
     b:if_(b:eq(pt, 0), function()
-      b:mbarrier_arrive(kbar, { tx = b:i32(nc * (qp + vp) * PANEL * eb) })
-      for c = 0, nc - 1 do
-        for j = 0, math.max(qp, vp) - 1 do
-          if j < qp then b:tma_load(sk + (c * qp + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
-          if j < vp then b:tma_load(sv + (c * vp + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
+      b:mbarrier_arrive(kbar, { tx = b:i32(sets * (lq + lv) * PANEL * eb) })
+      for c = 0, sets - 1 do
+        for j = 0, math.max(lq, lv) - 1 do
+          if j < lq then b:tma_load(sk + (c * lq + j) * PANEL, p.tm_k, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
+          if j < lv then b:tma_load(sv + (c * lv + j) * PANEL, p.tm_v, keys.coord(spec, p, 64 * j, hkv, k0 + 64 * c, bi, "k"), kbar) end
         end
       end
     end)
@@ -230,9 +253,9 @@ function M.build(b, spec, cfg, params, io)
         local row = q_start + qt * BM
         b:if_(b:eq(pt, 0), function()
           b:mbarrier_arrive(fb, { tx = b:i32(stage_bytes) })
-          for j = 0, math.max(qp, vp) - 1 do
-            if j < qp then b:tma_load(sq + (s * qp + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
-            if j < vp then b:tma_load(sdo + (s * vp + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
+          for j = 0, math.max(lq, lv) - 1 do
+            if j < lq then b:tma_load(sq + (s * lq + j) * PANEL, p.tm_q, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
+            if j < lv then b:tma_load(sdo + (s * lv + j) * PANEL, p.tm_dout, keys.coord(spec, p, 64 * j, h, row, bi, "q"), fb) end
           end
         end)
         local r = row + (pt % BM)
@@ -258,15 +281,15 @@ function M.build(b, spec, cfg, params, io)
     local function at(o, u) return regs.at(b, smem, eb, o * eb // 16 + u) end -- (region o, u 16-byte units on)
     local key, key_live = {}, {}
     for r = 0, 1 do
-      key[r] = k0 + wg * 64 + w * 16 + g + 8 * r
+      key[r] = k0 + (split and 0 or wg * 64) + w * 16 + g + 8 * r
       key_live[r] = keys.key_live(b, spec, p, key[r])
     end
     -- (causal / window: a key k sees the rows k + [klo, khi), nil where unbounded; rows past seq_q have P = 0)
     local klo, khi = mask.key_offsets(m)
-    local dkv, dvv = {}, {} -- (dK: 64 qp columns, 32 qp f32 a thread; dV: 64 vp)
-    for i = 1, 32 * math.max(qp, vp) do
-      if i <= 32 * qp then dkv[i] = b:var("f32", 0.0) end
-      if i <= 32 * vp then dvv[i] = b:var("f32", 0.0) end
+    local dkv, dvv = {}, {} -- (dK: 64 hq columns, 32 hq f32 a thread; dV: 64 hv)
+    for i = 1, 32 * math.max(hq, hv) do
+      if i <= 32 * hq then dkv[i] = b:var("f32", 0.0) end
+      if i <= 32 * hv then dvv[i] = b:var("f32", 0.0) end
     end
     local scale2 = p.scale * LOG2E
     b:mbarrier_wait(kbar, 0)
@@ -282,9 +305,14 @@ function M.build(b, spec, cfg, params, io)
         local us = regs.uniform(b, nc > 1 and ((wg << 8) | (it % ns)) or it % ns)
         local uw, s = 0, us -- (one consumer warpgroup: 0, a constant)
         if nc > 1 then uw, s = us >> 8, us & 255 end
-        local UQ, UV = qp * PANEL * eb // 16, vp * PANEL * eb // 16 -- (16-byte units of qp and of vp panels)
+        local UQ, UV = lq * PANEL * eb // 16, lv * PANEL * eb // 16 -- (16-byte units of lq and of lv panels)
         local my_k, my_v = at(ok, uw * UQ), at(ov, uw * UV)
+        if split then my_k, my_v = at(ok, 0), at(ov, 0) end -- (SPLIT: one set of K and V)
         local qs, dos = at(oq, s * UQ), at(odo, s * UV)
+        -- (dK's and dV's B: Q's and dO's columns of this warpgroup's half; SPLIT: from panel 2 x its index)
+        local UH = 2 * PANEL * eb // 16
+        local qs_h, dos_h = qs, dos
+        if split then qs_h, dos_h = at(oq, s * UQ + uw * UH), at(odo, s * UV + uw * UH) end
         -- this thread's 16 query columns 8j + 2q + e; their lse (base 2) and delta are loaded where used (few
         -- registers live beside dK, dV and the in-flight S, dP: at d128 those four hold 192 of the 240)
         local col = {}
@@ -327,7 +355,7 @@ function M.build(b, spec, cfg, params, io)
         -- element is made, not the 16 before the loop: those 16 registers beside S^T, dP^T, dK, dV, P^T's factors and
         -- the keep bits spilled 4 bytes at 255; the other variants keep the loads before the loop, as built)
         -- (and every variant on 128-column tiles that runs two consumer warpgroups with dropout or the softcap)
-        local lse_as_used = math.max(qp, vp) == 2 and (spec.softcap or drop) and (nc == 2 or (spec.softcap and drop))
+        local lse_as_used = math.max(hq, hv) == 2 and (spec.softcap or drop) and (nc == 2 or (spec.softcap and drop))
         if not lse_as_used then
           for c = 0, 15 do lse2[c] = row_val(0, c) end
         end
@@ -369,11 +397,11 @@ function M.build(b, spec, cfg, params, io)
         end
         -- dV += P^T dO under dP^T's wgmma, then dS^T and dK += dS^T Q
         local DV, DK = {}, {}
-        for i = 1, 32 * vp do DV[i] = dvv[i]:get() end
+        for i = 1, 32 * hv do DV[i] = dvv[i]:get() end
         local dva = spec.softcap and { packed = pk } or keys.dv_operand(b, drop, P) -- ((P o M)^T with dropout)
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DV = b:wgmma{ n = 64 * vp, type = T, a = areg(dva, j), b = desc(dos + 1024 * j, 8192), acc = DV, trans_b = true }
+          DV = b:wgmma{ n = 64 * hv, type = T, a = areg(dva, j), b = desc(dos_h + 1024 * j, 8192), acc = DV, trans_b = true }
         end
         b:wgmma_commit()
         dP = b:wgmma_wait(1, dP)
@@ -404,19 +432,19 @@ function M.build(b, spec, cfg, params, io)
           b:fence_proxy_async()
           b:mbarrier_arrive(dsbar + 2 * uw)
         end
-        for i = 1, 32 * qp do DK[i] = dkv[i]:get() end
+        for i = 1, 32 * hq do DK[i] = dkv[i]:get() end
         b:wgmma_fence()
         for j = 0, BM // 16 - 1 do
-          DK = b:wgmma{ n = 64 * qp, type = T, a = areg(dS, j), b = desc(qs + 1024 * j, 8192), acc = DK, trans_b = true }
+          DK = b:wgmma{ n = 64 * hq, type = T, a = areg(dS, j), b = desc(qs_h + 1024 * j, 8192), acc = DK, trans_b = true }
         end
         b:wgmma_commit()
         -- dV, dK back into their registers; the stage (Q, dO) is free for the producer
         local function settle()
           DV = b:wgmma_wait(0, DV)
           DK = b:wgmma_wait(0, DK)
-          for i = 1, 32 * math.max(qp, vp) do
-            if i <= 32 * vp then dvv[i]:set(DV[i]) end
-            if i <= 32 * qp then dkv[i]:set(DK[i]) end
+          for i = 1, 32 * math.max(hq, hv) do
+            if i <= 32 * hv then dvv[i]:set(DV[i]) end
+            if i <= 32 * hq then dkv[i]:set(DK[i]) end
           end
           b:mbarrier_arrive(empty + 2 * s)
         end
@@ -424,7 +452,9 @@ function M.build(b, spec, cfg, params, io)
           b:mbarrier_wait(dsbar + 2 * uw, it % 2)
           settle()
           -- 64 columns of dQ at a time (K's panels): 32 more registers beside dK and dV, not d/2
-          for hp = 0, qp - 1 do
+          -- (SPLIT: this warpgroup's 128 columns of dQ, K's panels from 2 x its index; a column is real below dim)
+          local my_k = split and at(ok, uw * UH) or my_k
+          for hp = 0, hq - 1 do
             local DQ
             b:wgmma_fence()
             for j = 0, BM // 16 - 1 do
@@ -438,6 +468,19 @@ function M.build(b, spec, cfg, params, io)
               local row = q0 + w * 16 + g + 8 * r
               b:if_(b:lt(row, p.seq_q), function()
                 local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
+                if split then -- (this warpgroup's half, from column 128 x its index; a column is real below dim)
+                  local cb = uw * 128 + 64 * hp
+                  at = at + uw * 128
+                  for j = 0, 7 do
+                    local i = 4 * j + 2 * r
+                    local function add()
+                      b:atomic_add(at + 8 * j, DQ[i + 1])
+                      b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                    end
+                    if dim == 256 then add() else b:if_(b:lt(cb + 8 * j, dim), add) end
+                  end
+                  return
+                end
                 for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
                   local i = 4 * j + 2 * r
                   b:atomic_add(at + 8 * j, DQ[i + 1])
@@ -459,6 +502,8 @@ function M.build(b, spec, cfg, params, io)
       local at = b:i64(b:select(live, key[r], 0))
       local kvals, vvals = {}, {}
       local kw, vw = dim // 8, vdim // 8 -- (the 8-column groups of dK's real columns and of dV's)
+      local cb -- (SPLIT: this warpgroup's columns from 128 x its index, 16 groups of each, real below dim / vdim)
+      if split then kw, vw, cb = 8 * hq, 8 * hv, wg * 128 end
       for j = 0, math.max(kw, vw) - 1 do
         local i = 4 * j + 2 * r
         if j < kw then kvals[j] = b:from_f32_vec({ dkv[i + 1]:get() * p.scale, dkv[i + 2]:get() * p.scale }, spec.grad) end
@@ -467,6 +512,17 @@ function M.build(b, spec, cfg, params, io)
         end
       end
       b:if_(live, function()
+        if split then
+          local function put(base, vals, j, width)
+            local function st() b:store_vec(base + (cb + 8 * j + 2 * q), vals[j], { align = 2 * gb }) end
+            if width == 256 then st() else b:if_(b:lt(cb + 8 * j, width), st) end -- (both halves real at 256 only)
+          end
+          for j = 0, 15 do
+            put(kb + at * p.stride_dks, kvals, j, dim)
+            put(vb + at * p.stride_dvs, vvals, j, vdim)
+          end
+          return
+        end
         for j = 0, math.max(kw, vw) - 1 do
           if kvals[j] then b:store_vec(kb + at * p.stride_dks + 8 * j + 2 * q, kvals[j], { align = 2 * gb }) end
           if vvals[j] then b:store_vec(vb + at * p.stride_dvs + 8 * j + 2 * q, vvals[j], { align = 2 * gb }) end
