@@ -603,6 +603,10 @@ static void span(void) {
          * step's tile mark read again, lib/attn_bwd_f16scaled.lua dq_kv_mark_again; the atomic dkdv there takes no
          * low parts, window_fits: its counts printed) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 top-left with a window and ALiBi", 'w', 64, 2, 40, 5, 0, 0},
+        /* (wave 20: the dkdv at the tile width 96 without causal, K's and V's low parts on the marked heads' branches with
+         * the key rows' factors read after S's and dP's low products, lib/attn_bwd_f16scaled.lua kv_w96_branch) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d80 with a window and ALiBi: the marked heads' branches",
+         'w', 80, 0, 40, 5, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
