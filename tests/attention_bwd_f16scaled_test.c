@@ -607,6 +607,9 @@ static void span(void) {
          * the key rows' factors read after S's and dP's low products, lib/attn_bwd_f16scaled.lua kv_w96_branch) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d80 with a window and ALiBi: the marked heads' branches",
          'w', 80, 0, 40, 5, 0, 0},
+        /* (wave 20: the atomic dkdv with a window at the tile width 96 and a v_head_dim of its own, K's and V's low parts
+         * on the marked heads' branches, lib/attn_bwd_f16scaled.lua window_w96_vdim_spills) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d48 v_head_dim 96 causal with a window", 'w', 48, 1, 40, 1, 0, 1},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
