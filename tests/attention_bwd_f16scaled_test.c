@@ -614,6 +614,13 @@ static void span(void) {
         /* (wave 20: d64 with v_head_dim 32 and ALiBi alone on kv_walk's 16-row walk, the same re-read) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 v_head_dim 32 causal with ALiBi: the marked walk",
          'w', 64, 1, 40, 4, 0, -1},
+        /* (wave 20: the dkdv at the tile width 96 without causal, K's and V's low parts on the marked heads' branches with
+         * the key rows' factors read after S's and dP's low products, lib/attn_bwd_f16scaled.lua kv_w96_branch) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d80 with a window and ALiBi: the marked heads' branches",
+         'w', 80, 0, 40, 5, 0, 0},
+        /* (wave 20: the atomic dkdv with a window at the tile width 96 and a v_head_dim of its own, K's and V's low parts
+         * on the marked heads' branches, lib/attn_bwd_f16scaled.lua window_w96_vdim_spills) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d48 v_head_dim 96 causal with a window", 'w', 48, 1, 40, 1, 0, 1},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     /* the case whose deterministic sequence runs under path=auto too (issue 28: its dq kernel not held, so on SIMT) */

@@ -357,8 +357,19 @@ end
 -- registers); Q's and dO's alone 0 bytes there (243-255 registers).
 function M.window_w96_qo_only(spec)
   local dim = spec.dim or spec.head_dim
-  return spec.window and not spec.deterministic and spec.head_dim == 96 and ((spec.vdim or dim) ~= dim
+  return spec.window and not spec.deterministic and spec.head_dim == 96 and ((spec.vdim or dim) ~= dim and M.window_w96_vdim_spills(spec)
     or spec.causal and not spec.alibi and (dim == 88 or dim == 96 and spec.softcap)) or false
+end
+
+-- Whether the atomic dkdv with a window at the tile width 96 and a v_head_dim of its own spilled with K's and V's low
+-- parts on the marked heads' branches (wave 20, ptxas sm_75 at 255 registers, 8 v_head_dim pairs of the width 96 x the
+-- window's four subsets x causal=true, top_left and false: 4-8 bytes, the same 4 variants each way): 96/80 with ALiBi
+-- without softcap, 88/96 with ALiBi, 96/88 with softcap without ALiBi. The other 84 of 96 fit (0 bytes).
+function M.window_w96_vdim_spills(spec)
+  local dim = spec.dim or spec.head_dim
+  local vd = spec.vdim or dim
+  return spec.window and (dim == 96 and vd == 80 and spec.alibi and not spec.softcap or dim == 88 and vd == 96 and spec.alibi
+    or dim == 96 and vd == 88 and spec.softcap and not spec.alibi) or false
 end
 
 -- Whether a dkdv kernel that takes the low parts (lo_applies) takes them for its K and V rows too (the key block
@@ -377,7 +388,23 @@ function M.kv_lo_applies(spec)
     and not M.window_w96_qo_only(spec)
     and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
       or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
-      and not (spec.head_dim == 96 and not spec.causal))
+      and not (spec.head_dim == 96 and not spec.causal and not M.kv_w96_branch(spec)))
+end
+
+-- Whether the dkdv at the tile width 96 without causal takes K's and V's low parts on the marked heads' branches (wave 20;
+-- ptxas sm_75 at 255 registers over head_dim 72-96 and v_head_dims 96/80, 80/96, 96/64, 64/96, 96/72, 88/96, 96/88 x
+-- none, softcap, ALiBi and the window's subsets, docs/attention-bwd-span.md "K's and V's rows at the width 96 without
+-- causal (wave 20)"): the deterministic dkdv (0 bytes everywhere), and the atomic one where the branch fit: a v_head_dim
+-- of its own (with a window but where window_w96_vdim_spills), a window at head_dim 72 and 80, at 88 with ALiBi, at 96
+-- but with softcap and no ALiBi. Not the atomic one with head_dim and v_head_dim equal and no window (head_dim 72 and 80
+-- with ALiBi, 88, 96 with ALiBi: 20-28 bytes; head_dim 72, 80 and 96 without ALiBi: kv_walk), head_dim 88 with a window
+-- without ALiBi (4-8), 96 with a window and softcap without ALiBi (16).
+function M.kv_w96_branch(spec)
+  if spec.head_dim ~= 96 or spec.causal or spec.varlen then return false end
+  if spec.deterministic then return true end
+  local dim = spec.dim or spec.head_dim
+  if (spec.vdim or dim) ~= dim then return not M.window_w96_vdim_spills(spec) end
+  return spec.window and not (dim == 88 and not spec.alibi) and not (dim == 96 and spec.softcap and not spec.alibi) or false
 end
 
 -- Whether the dkdv kernel of `spec` runs a key block marked for its K or V rows on a walk of its own
