@@ -588,7 +588,8 @@ static void span(void) {
         /* (the atomic dkdv at the tile width 128 with dropout and a window: a marked block's own walk, lo_walk) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal with a window, dropout p 0.25", 'b', 128, 1, 40, 1, 0.25f, 0},
         /* (the atomic dkdv with a window at the tile width 96, Q's and dO's low parts alone: lib/attn_bwd_f16scaled.lua
-         * window_fits, window_w96_qo_only; the deterministic dq kernel holds no Q/dO low part past 64: dQ printed) */
+         * window_fits, window_w96_qo_only; the deterministic dq kernel's since wave 20, dq_lofrag_fits, under kiln's
+         * IR pipeline, templates/attention_bwd.lua) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
         /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
          * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
@@ -644,11 +645,11 @@ static void span(void) {
             check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
              * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
-             * (dq_kv_lo_applies; dropout since wave 19), nor its Q and dO rows at the tile width 96 with a window or
-             * beside dropout (dq_lofrag_fits: their count printed); d128's deterministic dkdv holds them all on a marked
-             * block's two passes, lo_walk) */
+             * (dq_kv_lo_applies; dropout since wave 19), nor its Q and dO rows at the tile width 96 beside dropout
+             * (dq_lofrag_fits: their count printed; with a window since wave 20); d128's deterministic dkdv holds them
+             * all on a marked block's two passes, lo_walk) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = qo_rows && d > 64 && ((kinds[kind].masks & 1) || kinds[kind].dropout > 0) ? 6
+            model_held = qo_rows && d > 64 && kinds[kind].dropout > 0 ? 6
                          : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);

@@ -166,6 +166,36 @@ function M.row_marks(b, spec, threads, src, stride, row0, rows, seq, fsrc, marks
   end)
 end
 
+-- Whether any row [row0, row0 + rows) of a bf16 [seq, d] slice spans more than 2^32 (row_spans, each row's 2^h
+-- from its largest finite |x| as load takes it): an i32, nonzero where one of this thread's rows does. A loop over
+-- row_items' items (four items' values live at a time), for the deterministic dq kernel's block marks where load's
+-- unrolled items spilled (dq_marks_looped); rows past seq and chunks past spec.dim count as zeros.
+function M.rows_span(b, spec, threads, src, stride, row0, rows, seq)
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
+  local slots = 1
+  while slots < cpr do slots = slots * 2 end
+  local zero = b:from_f32(0.0, "bf16")
+  local any = b:var("i32", 0)
+  -- (four items an iteration where they divide evenly: two trips a thread at the tile width 96; one an iteration fits
+  -- too, eight, unrolled, spilled 8-20 bytes)
+  local per = (rows * slots) % (threads * 4) == 0 and 4 or 1
+  b:for_(b:tid(), rows * slots, threads * per, function(first) -- (rows * slots: a multiple of 32, so a row's lanes share a warp)
+    local x = any:get()
+    for u = 0, per - 1 do
+      local item = first + u * threads
+      local r, c = item // slots, item % slots
+      local use = b:and_(b:lt(row0 + r, seq), b:lt(c, real_cpr))
+      local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
+      for i = 1, 8 do v[i] = b:select(use, v[i], zero) end
+      local mx = f16s.local_max(b, v, b:f32(0.0))
+      if slots > 1 then mx = b:warp_max(mx, slots) end
+      x = x | M.row_spans(b, spec, v, f16s.scale_of(b, mx))
+    end
+    any:set(x)
+  end)
+  return any:get()
+end
+
 -- ---- Q and dO scaled once, by prep (the workspace) ----
 -- prep writes every query row of Q and dO once as f16 times its power of two (the row's largest finite
 -- |x| in [2^15, 2^16), as load does) into the sequence's workspace, with 2^-h of each row, so dkdv's query
@@ -422,11 +452,20 @@ end
 -- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
 -- tiles of 64 rows do not fit beside Q, dO, K and V in sm_75's 64 KB; a marked block's branch takes each warp's A
 -- fragments of them from the bf16 rows a k-step at a time, lo_frag, in a loop): where that fits at 255 registers
--- (ptxas sm_75, the full matrix's bf16 dq variants at those widths): not the width 96 with a window (head_dim 80
--- 24 bytes, 96 40-44; with varlen 4-28) or dropout (24-44), nor head_dim 64 with v_head_dim 128 and dropout (4).
+-- (ptxas sm_75, the full matrix's bf16 dq variants at those widths): not the width 96 with dropout (24-44 bytes), nor
+-- head_dim 64 with v_head_dim 128 and dropout (4). The width 96 with a window since wave 20, its block marked in a loop
+-- after the staging (dq_marks_looped; with the marks inside load it spilled 24-44 bytes, with varlen 4-28).
 function M.dq_lofrag_fits(spec)
-  if spec.head_dim == 96 then return not (spec.window or spec.dropout) end
+  if spec.head_dim == 96 then return not spec.dropout end
   return spec.head_dim == 128 and not (spec.dropout and (spec.dim or 128) < 128)
+end
+
+-- Whether the deterministic dq kernel of `spec` (dq_lo_applies) marks its block's Q and dO rows in a loop after staging
+-- them (rows_span) instead of inside load's unrolled items: at the tile width 96 with a window, where the marks inside
+-- load spilled 24-44 bytes at 255 registers (ptxas sm_75, wave 20; whatever the marked branch held: with it reduced to
+-- one multiply 24-52 bytes; kiln's IR pipeline fits, 224-254 registers, but with 20-30 % more SASS than default<O3>).
+function M.dq_marks_looped(spec)
+  return spec.kernel == "dq" and spec.head_dim == 96 and spec.window or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
