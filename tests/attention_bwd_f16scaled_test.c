@@ -352,6 +352,10 @@ static kiln_emu_kernel *kernel(const char *spec, int sm) {
 
 /* Runs the backward sequence (prep, dkdv, convert; deterministic: prep, dkdv, dq) with path `path` on
  * sm_`sm`, gradients in f32 into g[3] (dq, dk, dv: nq, nk, nv floats). */
+/* (the dkdv kernel under path=auto while set: sm_75 runs the atomic and deterministic dkdv at the tile width 96 beside
+ * dropout, and the deterministic one at 128, on SIMT, the bf16 path itself, where path=mma refuses them; the dq kernel
+ * keeps the path asked for) */
+static int dkdv_auto;
 static kiln_status backward(prob *a, const char *path, int sm, int det, float *g[3]) {
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     const kiln_attn_problem *p = &a->p;
@@ -371,7 +375,7 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
                  p->head_dim, vd, mid && p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "",
                  mid && p->window ? " window=true" : "", mid && p->has_softcap ? " softcap=true" : "",
                  mid && p->alibi ? " alibi=true" : "", mid && p->dropout ? " dropout=true" : "", mid ? " path=" : "",
-                 mid ? path : "", det && s == 1 ? " deterministic=true" : "");
+                 mid ? s == 1 && dkdv_auto ? "auto" : path : "", det && s == 1 ? " deterministic=true" : "");
         kiln_emu_kernel *k = kernel(spec, sm);
         if (!k) {
             st = KILN_EGEN;
@@ -604,6 +608,13 @@ static void span(void) {
          * step's tile mark read again, lib/attn_bwd_f16scaled.lua dq_kv_mark_again; the atomic dkdv there takes no
          * low parts, window_fits: its counts printed) */
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 top-left with a window and ALiBi", 'w', 64, 2, 40, 5, 0, 0},
+        /* (wave 20: the deterministic dq kernel at the tile width 96 beside dropout, its block marked in a loop after the
+         * staging, lib/attn_bwd_f16scaled.lua dq_marks_looped, and at 128 with head_dim 64 and v_head_dim 128; the dkdv
+         * there runs on SIMT, dkdv_auto: the deterministic backward alone) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 causal, dropout p 0.25: dq's marks in a loop", 'b', 72, 1, 40, 0,
+         0.25f, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 v_head_dim 128 causal, dropout p 0.25: dq's marks in a loop",
+         'b', 64, 1, 40, 0, 0.25f, 1},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -636,25 +647,26 @@ static void span(void) {
         char name[256];
         snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
+        dkdv_auto = kinds[kind].dropout > 0 && ((d > 64 && d <= 96) || (vd > 64 && d <= 64));
         if (forward(&a)) {
             /* (the atomic dkdv at the tile width 64 beside dropout with a window, or with causal=true and ALiBi without
              * softcap: no low parts, dropout_excludes; its counts printed) */
             if (d == 64 && kinds[kind].dropout > 0 &&
                 ((kinds[kind].masks & 1) || (kinds[kind].causal == 1 && (kinds[kind].masks & 6) == 4)))
                 model_held = 0;
-            check_model(&a, name, 0, NULL);
+            if (!dkdv_auto) check_model(&a, name, 0, NULL);
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
              * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
-             * (dq_kv_lo_applies; dropout since wave 19), nor its Q and dO rows at the tile width 96 beside dropout
-             * (dq_lofrag_fits: their count printed; with a window since wave 20); d128's deterministic dkdv holds them
-             * all on a marked block's two passes, lo_walk) */
+             * (dq_kv_lo_applies; dropout since wave 19; its Q and dO rows at the tile width 96 beside a window or
+             * dropout since wave 20, dq_lofrag_fits); d128's deterministic dkdv holds them all on a marked block's two
+             * passes, lo_walk) */
             int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = qo_rows && d > 64 && kinds[kind].dropout > 0 ? 6
-                         : qo_rows || kinds[kind].masks != 7 ? 7 : 6;
+            model_held = qo_rows || kinds[kind].masks != 7 ? 7 : 6;
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
             model_held = 7;
         }
+        dkdv_auto = 0;
         TEST_END();
         prob_free(&a);
     }

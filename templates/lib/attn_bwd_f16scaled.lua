@@ -452,20 +452,22 @@ end
 -- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
 -- tiles of 64 rows do not fit beside Q, dO, K and V in sm_75's 64 KB; a marked block's branch takes each warp's A
 -- fragments of them from the bf16 rows a k-step at a time, lo_frag, in a loop): where that fits at 255 registers
--- (ptxas sm_75, the full matrix's bf16 dq variants at those widths): not the width 96 with dropout (24-44 bytes), nor
--- head_dim 64 with v_head_dim 128 and dropout (4). The width 96 with a window since wave 20, its block marked in a loop
--- after the staging (dq_marks_looped; with the marks inside load it spilled 24-44 bytes, with varlen 4-28).
+-- (ptxas sm_75, the full matrix's bf16 dq variants at those widths). Since wave 20 everywhere there: the width 96 with a
+-- window or dropout and head_dim 64 with v_head_dim 128 and dropout mark their block in a loop after the staging
+-- (dq_marks_looped; with the marks inside load they spilled 24-44 bytes, with a window and varlen 4-28, head_dim 64 with
+-- v_head_dim 128 and dropout 4).
 function M.dq_lofrag_fits(spec)
-  if spec.head_dim == 96 then return not spec.dropout end
-  return spec.head_dim == 128 and not (spec.dropout and (spec.dim or 128) < 128)
+  return spec.head_dim == 96 or spec.head_dim == 128
 end
 
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) marks its block's Q and dO rows in a loop after staging
--- them (rows_span) instead of inside load's unrolled items: at the tile width 96 with a window, where the marks inside
--- load spilled 24-44 bytes at 255 registers (ptxas sm_75, wave 20; whatever the marked branch held: with it reduced to
--- one multiply 24-52 bytes; kiln's IR pipeline fits, 224-254 registers, but with 20-30 % more SASS than default<O3>).
+-- them (rows_span) instead of inside load's unrolled items: at the tile width 96 with a window or dropout, and at 128
+-- with dropout and a head_dim below it, where the marks inside load spilled 4-44 bytes at 255 registers (ptxas sm_75,
+-- wave 20; with a window whatever the marked branch held: with it reduced to one multiply 24-52 bytes; kiln's IR
+-- pipeline fits there, 224-254 registers, but with 20-30 % more SASS than default<O3>).
 function M.dq_marks_looped(spec)
-  return spec.kernel == "dq" and spec.head_dim == 96 and spec.window or false
+  return spec.kernel == "dq" and (spec.head_dim == 96 and (spec.window or spec.dropout)
+    or spec.head_dim == 128 and spec.dropout and (spec.dim or 128) < 128) or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
