@@ -615,6 +615,9 @@ static void span(void) {
          0.25f, 0},
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 v_head_dim 128 causal, dropout p 0.25: dq's marks in a loop",
          'b', 64, 1, 40, 0, 0.25f, 1},
+        /* (wave 20: the deterministic dq kernel's Q and dO rows beside window, softcap and ALiBi together,
+         * lib/attn_bwd_f16scaled.lua dq_lo_applies) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d32 causal with window, softcap, ALiBi", 'b', 32, 1, 40, 7, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -655,16 +658,13 @@ static void span(void) {
                 ((kinds[kind].masks & 1) || (kinds[kind].causal == 1 && (kinds[kind].masks & 6) == 4)))
                 model_held = 0;
             if (!dkdv_auto) check_model(&a, name, 0, NULL);
+            model_held = 7;
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
-             * deterministic dkdv marked for it, K's and V's, but beside window, softcap and ALiBi together
-             * (dq_kv_lo_applies; dropout since wave 19; its Q and dO rows at the tile width 96 beside a window or
-             * dropout since wave 20, dq_lofrag_fits); d128's deterministic dkdv holds them all on a marked block's two
-             * passes, lo_walk) */
-            int qo_rows = row == 'q' || row == 'o' || row == 'b';
-            model_held = qo_rows || kinds[kind].masks != 7 ? 7 : 6;
+             * deterministic dkdv marked for it, K's and V's (dq_kv_lo_applies; dropout since wave 19; its Q and dO rows
+             * at the tile width 96 beside a window or dropout, and every row beside window, softcap and ALiBi together,
+             * since wave 20); d128's deterministic dkdv holds them all on a marked block's two passes, lo_walk) */
             /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
             if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
-            model_held = 7;
         }
         dkdv_auto = 0;
         TEST_END();

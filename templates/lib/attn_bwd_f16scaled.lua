@@ -431,22 +431,24 @@ end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
--- 96 and 128 where dq_lofrag_fits, and not where dkdv's low parts spilled (window, softcap and
--- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
+-- 96 and 128 where dq_lofrag_fits, but dropout beside varlen (below). Its K and V rows: dq_kv_lo_applies.
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared
 -- memory at each key tile (kv_marked) instead of holding it in a register across the key loop: with dropout at the
 -- tile width 64 beside a window or ALiBi, or causal=top_left without softcap, where the held flag spilled 8-32 bytes
 -- at 255 registers (ptxas sm_75; wave 18's scan); not head_dim 64 top_left with ALiBi alone (the re-read spilled 12
--- bytes there, the held flag none; at head_dim 56 the other way round).
+-- bytes there, the held flag none; at head_dim 56 the other way round). And window, softcap and ALiBi together at the
+-- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0).
 function M.dq_mark_shared(spec)
-  return spec.kernel == "dq" and spec.dropout and spec.head_dim == 64
+  return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
-    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64) or false
+    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
+    or (spec.window and spec.softcap and spec.alibi)) or false
 end
 
+-- (wave 20: window, softcap and ALiBi together, dropout or not, measured and held; dropout beside varlen still spills:
+-- head_dim 32 causal 4 bytes, 64 4-8, with the mark re-read 0-8, ptxas sm_75)
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and M.dropout_excludes(spec))
-    and not (spec.window and spec.softcap and spec.alibi)
+  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and spec.varlen)
 end
 
 -- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
@@ -475,13 +477,15 @@ end
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
 -- Not varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen
--- dq and deterministic dkdv variants there, 205-251 registers), nor window, softcap and ALiBi together (dq_lo_applies'
--- exclusions). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- dq and deterministic dkdv variants there, 205-251 registers; wave 20: at 64 and below dq spilled 4-8 bytes at head_dim
+-- 40 with every mask key, 64 without causal with softcap). Window, softcap and ALiBi together since wave 20, but beside
+-- varlen at the tile width 96 (the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
-    and not (spec.varlen and spec.head_dim <= 64) and not (spec.window and spec.softcap and spec.alibi)
+    and not (spec.varlen and spec.head_dim <= 64)
+    and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim == 96)
 end
 
 -- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
