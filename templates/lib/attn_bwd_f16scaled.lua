@@ -168,6 +168,36 @@ function M.row_marks(b, spec, threads, src, stride, row0, rows, seq, fsrc, marks
   end)
 end
 
+-- Whether any row [row0, row0 + rows) of a bf16 [seq, d] slice spans more than 2^32 (row_spans, each row's 2^h
+-- from its largest finite |x| as load takes it): an i32, nonzero where one of this thread's rows does. A loop over
+-- row_items' items (four items' values live at a time), for the deterministic dq kernel's block marks where load's
+-- unrolled items spilled (dq_marks_looped); rows past seq and chunks past spec.dim count as zeros.
+function M.rows_span(b, spec, threads, src, stride, row0, rows, seq)
+  local cpr, real_cpr = spec.head_dim // 8, (spec.dim or spec.head_dim) // 8
+  local slots = 1
+  while slots < cpr do slots = slots * 2 end
+  local zero = b:from_f32(0.0, "bf16")
+  local any = b:var("i32", 0)
+  -- (four items an iteration where they divide evenly: two trips a thread at the tile width 96; one an iteration fits
+  -- too, eight, unrolled, spilled 8-20 bytes)
+  local per = (rows * slots) % (threads * 4) == 0 and 4 or 1
+  b:for_(b:tid(), rows * slots, threads * per, function(first) -- (rows * slots: a multiple of 32, so a row's lanes share a warp)
+    local x = any:get()
+    for u = 0, per - 1 do
+      local item = first + u * threads
+      local r, c = item // slots, item % slots
+      local use = b:and_(b:lt(row0 + r, seq), b:lt(c, real_cpr))
+      local v = b:load_vec(src + b:i64(b:select(use, row0 + r, 0)) * stride + b:select(use, c, 0) * 8, 8, { align = 16 })
+      for i = 1, 8 do v[i] = b:select(use, v[i], zero) end
+      local mx = f16s.local_max(b, v, b:f32(0.0))
+      if slots > 1 then mx = b:warp_max(mx, slots) end
+      x = x | M.row_spans(b, spec, v, f16s.scale_of(b, mx))
+    end
+    any:set(x)
+  end)
+  return any:get()
+end
+
 -- ---- Q and dO scaled once, by prep (the workspace) ----
 -- prep writes every query row of Q and dO once as f16 times its power of two (the row's largest finite
 -- |x| in [2^15, 2^16), as load does) into the sequence's workspace, with 2^-h of each row, so dkdv's query
@@ -461,32 +491,45 @@ end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
--- 96 and 128 where dq_lofrag_fits, and not where dkdv's low parts spilled (window, softcap and
--- ALiBi together) or beside dropout's Philox state (dropout_excludes). Its K and V rows: dq_kv_lo_applies.
+-- 96 and 128 where dq_lofrag_fits, but dropout beside varlen (below). Its K and V rows: dq_kv_lo_applies.
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared
 -- memory at each key tile (kv_marked) instead of holding it in a register across the key loop: with dropout at the
 -- tile width 64 beside a window or ALiBi, or causal=top_left without softcap, where the held flag spilled 8-32 bytes
 -- at 255 registers (ptxas sm_75; wave 18's scan); not head_dim 64 top_left with ALiBi alone (the re-read spilled 12
--- bytes there, the held flag none; at head_dim 56 the other way round).
+-- bytes there, the held flag none; at head_dim 56 the other way round). And window, softcap and ALiBi together at the
+-- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0).
 function M.dq_mark_shared(spec)
-  return spec.kernel == "dq" and spec.dropout and spec.head_dim == 64
+  return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
-    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64) or false
+    and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
+    or (spec.window and spec.softcap and spec.alibi)) or false
 end
 
+-- (wave 20: window, softcap and ALiBi together, dropout or not, measured and held; dropout beside varlen still spills:
+-- head_dim 32 causal 4 bytes, 64 4-8, with the mark re-read 0-8, ptxas sm_75)
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and M.dropout_excludes(spec))
-    and not (spec.window and spec.softcap and spec.alibi)
+  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and spec.varlen)
 end
 
 -- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
 -- tiles of 64 rows do not fit beside Q, dO, K and V in sm_75's 64 KB; a marked block's branch takes each warp's A
 -- fragments of them from the bf16 rows a k-step at a time, lo_frag, in a loop): where that fits at 255 registers
--- (ptxas sm_75, the full matrix's bf16 dq variants at those widths): not the width 96 with a window (head_dim 80
--- 24 bytes, 96 40-44; with varlen 4-28) or dropout (24-44), nor head_dim 64 with v_head_dim 128 and dropout (4).
+-- (ptxas sm_75, the full matrix's bf16 dq variants at those widths). Since wave 20 everywhere there: the width 96 with a
+-- window or dropout and head_dim 64 with v_head_dim 128 and dropout mark their block in a loop after the staging
+-- (dq_marks_looped; with the marks inside load they spilled 24-44 bytes, with a window and varlen 4-28, head_dim 64 with
+-- v_head_dim 128 and dropout 4).
 function M.dq_lofrag_fits(spec)
-  if spec.head_dim == 96 then return not (spec.window or spec.dropout) end
-  return spec.head_dim == 128 and not (spec.dropout and (spec.dim or 128) < 128)
+  return spec.head_dim == 96 or spec.head_dim == 128
+end
+
+-- Whether the deterministic dq kernel of `spec` (dq_lo_applies) marks its block's Q and dO rows in a loop after staging
+-- them (rows_span) instead of inside load's unrolled items: at the tile width 96 with a window or dropout, and at 128
+-- with dropout and a head_dim below it, where the marks inside load spilled 4-44 bytes at 255 registers (ptxas sm_75,
+-- wave 20; with a window whatever the marked branch held: with it reduced to one multiply 24-52 bytes; kiln's IR
+-- pipeline fits there, 224-254 registers, but with 20-30 % more SASS than default<O3>).
+function M.dq_marks_looped(spec)
+  return spec.kernel == "dq" and (spec.head_dim == 96 and (spec.window or spec.dropout)
+    or spec.head_dim == 128 and spec.dropout and (spec.dim or 128) < 128) or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
@@ -494,13 +537,15 @@ end
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
 -- Not varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen
--- dq and deterministic dkdv variants there, 205-251 registers), nor window, softcap and ALiBi together (dq_lo_applies'
--- exclusions). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- dq and deterministic dkdv variants there, 205-251 registers; wave 20: at 64 and below dq spilled 4-8 bytes at head_dim
+-- 40 with every mask key, 64 without causal with softcap). Window, softcap and ALiBi together since wave 20, but beside
+-- varlen at the tile width 96 (the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
-    and not (spec.varlen and spec.head_dim <= 64) and not (spec.window and spec.softcap and spec.alibi)
+    and not (spec.varlen and spec.head_dim <= 64)
+    and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim == 96)
 end
 
 -- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
