@@ -130,8 +130,8 @@ static void test_backward(void) {
 
 /* bf16 on sm_75 (the f16-scaled backward, templates/lib/attn_bwd_f16scaled.lua): the workspace counts Q's and dO's
  * scaled rows [heads_q, total_q] and, deterministic, K's and V's [heads_kv, total_k], carved in dkdv's order; dkdv and
- * dq get those pointers and total_k. path=mma: under auto this dq (varlen at the tile width 64, whose K and V rows
- * spanning more than 2^32 it does not hold: dq_kv_lo_applies) runs SIMT and reads none of them. */
+ * dq get those pointers and total_k. path=mma (auto takes the same kernels since wave 20: this dq, varlen at the tile
+ * width 64, holds its K and V rows spanning more than 2^32, dq_kv_lo_applies). */
 static void test_backward_scaled(void) {
     TEST_BEGIN("varlen backward, bf16 sm_75 deterministic: the f16-scaled rows in the workspace, total_k");
     kiln_rt *rt = open_rt(75);

@@ -489,22 +489,26 @@ function M.lo_walk(spec)
   return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
 end
 
--- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
--- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
--- 96 and 128 where dq_lofrag_fits, but dropout beside varlen (below). Its K and V rows: dq_kv_lo_applies.
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared
 -- memory at each key tile (kv_marked) instead of holding it in a register across the key loop: with dropout at the
 -- tile width 64 beside a window or ALiBi, or causal=top_left without softcap, where the held flag spilled 8-32 bytes
 -- at 255 registers (ptxas sm_75; wave 18's scan); not head_dim 64 top_left with ALiBi alone (the re-read spilled 12
 -- bytes there, the held flag none; at head_dim 56 the other way round). And window, softcap and ALiBi together at the
--- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0).
+-- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0). And
+-- varlen without dropout at the tile widths up to 64 (wave 20, with K's and V's low parts, dq_kv_lo_applies: the held
+-- flag spilled 4-8 bytes at head_dim 40 with softcap or ALiBi; read again 0 over the full matrix's bf16 varlen dq
+-- variants there).
 function M.dq_mark_shared(spec)
   return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
     and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
-    or (spec.window and spec.softcap and spec.alibi)) or false
+    or (spec.window and spec.softcap and spec.alibi))
+    or spec.kernel == "dq" and spec.varlen and not spec.dropout and spec.head_dim <= 64 or false
 end
 
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
+-- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
+-- 96 and 128 where dq_lofrag_fits, but dropout beside varlen. Its K and V rows: dq_kv_lo_applies.
 -- (wave 20: window, softcap and ALiBi together, dropout or not, measured and held; dropout beside varlen still spills:
 -- head_dim 32 causal 4 bytes, 64 4-8, with the mark re-read 0-8, ptxas sm_75)
 function M.dq_lo_applies(spec)
@@ -536,23 +540,28 @@ end
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
--- Not varlen at the tile widths up to 64 (at 96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen
--- dq and deterministic dkdv variants there, 205-251 registers; wave 20: at 64 and below dq spilled 4-8 bytes at head_dim
--- 40 with every mask key, 64 without causal with softcap). Window, softcap and ALiBi together since wave 20, but beside
--- varlen at the tile width 96 (the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- Varlen at every tile width (96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen dq and
+-- deterministic dkdv variants there, 205-251 registers; up to 64 since wave 20, with dq_mark_shared and dq_kv_mark_again:
+-- 0 spills over its 73 without dropout, 189-255 registers), but beside dropout at the widths up to 64 (dq's rows beside
+-- dropout and varlen, dropout_excludes: with Q's and dO's low parts too 4-16 bytes in 4 of 38 variants, docs/attention-bwd-span.md
+-- "Not held yet"). Window, softcap and ALiBi together since wave 20, but beside varlen at the tile widths up to 96 (at
+-- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
+-- measured apart, not together). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
-    and not (spec.varlen and spec.head_dim <= 64)
-    and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim == 96)
+    and not (spec.varlen and spec.dropout and spec.head_dim <= 64)
+    and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim <= 96)
 end
 
 -- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
 -- of the flag taken before S's and dP's low products: at the tile width 64 with a window and ALiBi, where the flag
 -- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
+-- And varlen without dropout at the tile widths up to 64 (wave 20: held, 4 bytes at head_dim 40 with ALiBi; with
+-- dq_mark_shared too 0 over the full matrix's bf16 varlen dq variants there).
 function M.dq_kv_mark_again(spec)
-  return spec.head_dim == 64 and spec.window and spec.alibi or false
+  return spec.head_dim == 64 and spec.window and spec.alibi or spec.varlen and not spec.dropout and spec.head_dim <= 64 or false
 end
 
 -- Whether the f16-scaled kernel of `spec` (dkdv atomic or deterministic, or dq; as the builders see it) keeps the bf16
