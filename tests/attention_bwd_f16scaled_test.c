@@ -635,6 +635,11 @@ static void span(void) {
         /* (wave 20: the deterministic dq kernel's Q and dO rows beside window, softcap and ALiBi together,
          * lib/attn_bwd_f16scaled.lua dq_lo_applies) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d32 causal with window, softcap, ALiBi", 'b', 32, 1, 40, 7, 0, 0},
+        /* (issue 28's default: the atomic dkdv at head_dim 96 causal with a window and softcap does not hold K's and V's
+         * rows (window_w96_qo_only: 16 bytes spilled), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
+         * path=auto; path=mma's gradients must be beyond the bound, or the case no longer probes auto's choice) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 causal with a window and softcap: path=auto", 'w', 96, 1, 40, 3,
+         0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -668,6 +673,22 @@ static void span(void) {
         snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         dkdv_auto = kinds[kind].dropout > 0 && ((d > 64 && d <= 96) || (vd > 64 && d <= 64));
+        if (strstr(kinds[kind].what, ": path=auto")) {
+            /* (path=mma's atomic gradients printed, then the atomic and deterministic sequences under path=auto asserted) */
+            if (forward(&a)) {
+                model_held = 0;
+                check_model(&a, name, 0, NULL);
+                long mma_beyond = model_beyond[0] + model_beyond[1] + model_beyond[2];
+                model_held = 7, model_path = "auto";
+                check_model(&a, name, 0, NULL);
+                check_model(&a, name, 1, NULL);
+                model_path = "mma";
+                CHECK(mma_beyond > 0, "%s: path=mma's gradients within the bound: the case does not probe path=auto", name);
+            }
+            TEST_END();
+            prob_free(&a);
+            continue;
+        }
         if (forward(&a)) {
             /* (the atomic dkdv at the tile width 64 beside dropout with a window, or with causal=true and ALiBi without
              * softcap: no low parts, dropout_excludes; its counts printed) */
