@@ -546,12 +546,15 @@ end
 -- dropout and varlen, dropout_excludes: with Q's and dO's low parts too 4-16 bytes in 4 of 38 variants, docs/attention-bwd-span.md
 -- "Not held yet"). Window, softcap and ALiBi together since wave 20, but beside varlen at the tile widths up to 96 (at
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
--- measured apart, not together). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
+-- writing the rows' marks spilled 8-20 bytes at 255 registers over head_dim 72-96 and every mask-key set (ptxas sm_75,
+-- found at the end of wave 20; 0 without the marks). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not (spec.varlen and spec.dropout and spec.head_dim <= 64)
+    and not (spec.varlen and spec.head_dim == 96 and spec.causal)
     and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim <= 96)
 end
 
