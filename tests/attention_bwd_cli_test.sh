@@ -141,7 +141,7 @@ expect "path=mma for bf16 on sm_75: varlen atomic dkdv at head_dim 96 with a mas
 expect "run bf16 sm_75 varlen dropout (f16-scaled), f32 grads" 0 "PASS" -- \
     run attention_bwd dtype=bf16 grad=f32 head_dim=64 causal=true varlen=true dropout=true --sm 75 --varlen 1,17,64 --heads 2:1 --dropout 0.1
 expect "run bf16 sm_75 varlen deterministic (f16-scaled: K, V rows packed for dq)" 0 "PASS" -- \
-    run attention_bwd dtype=bf16 head_dim=32 causal=true varlen=true deterministic=true path=mma --sm 75 --varlen 17,1,40 --heads 2:2
+    run attention_bwd dtype=bf16 head_dim=32 causal=true varlen=true deterministic=true --sm 75 --varlen 17,1,40 --heads 2:2
 
 expect "deterministic on prep" 2 "deterministic=true applies to kernel=dkdv only" -- \
     emit attention_bwd kernel=prep deterministic=true --sm 80

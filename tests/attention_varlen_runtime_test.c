@@ -130,8 +130,9 @@ static void test_backward(void) {
 
 /* bf16 on sm_75 (the f16-scaled backward, templates/lib/attn_bwd_f16scaled.lua): the workspace counts Q's and dO's
  * scaled rows [heads_q, total_q] and, deterministic, K's and V's [heads_kv, total_k], carved in dkdv's order; dkdv and
- * dq get those pointers and total_k. path=mma (auto takes the same kernels since wave 20: this dq, varlen at the tile
- * width 64, holds its K and V rows spanning more than 2^32, dq_kv_lo_applies). */
+ * dq get those pointers and total_k. The default path (auto), as kiln_attention_backward's users get it: this dq,
+ * varlen at the tile width 64, holds its K and V rows spanning more than 2^32 since wave 20 (dq_kv_lo_applies), so auto
+ * takes the f16-scaled kernels; were it not held, auto would run SIMT and this test would fail on the workspace. */
 static void test_backward_scaled(void) {
     TEST_BEGIN("varlen backward, bf16 sm_75 deterministic: the f16-scaled rows in the workspace, total_k");
     kiln_rt *rt = open_rt(75);
@@ -140,8 +141,7 @@ static void test_backward_scaled(void) {
                                  .v = 0x500000, .o = 0x100000, .dout = 0x1300000, .lse = 0x200000,
                                  .workspace = 0x2000000, .dtype = KILN_BF16, .out_dtype = KILN_BF16,
                                  .grad_dtype = KILN_BF16, .head_dim = 40, .causal = 1, .batch = 3, .heads_q = 4,
-                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900, .deterministic = 1,
-                                 .path = KILN_ATTENTION_PATH_MMA};
+                                 .heads_kv = 2, .seq_q = 700, .seq_k = 900, .deterministic = 1};
     kiln_attention_varlen vl = VL;
     size_t rows = 4 * 1800, keys = 2 * 2500, w = 64; /* (head_dim 40: the tile width 64) */
     size_t off[9], at = (rows * 4 + 255) / 256 * 256; /* delta; deterministic: no dq_acc */
@@ -157,8 +157,8 @@ static void test_backward_scaled(void) {
     for (int i = 0; i < 3; i++) {
         fake_cuda_launch l;
         char spec[256];
-        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 out=bf16 grad=bf16 head_dim=40 causal=true path=%s "
-                 "deterministic=%s varlen=true", kinds[i], i == 0 ? "auto" : "mma", i == 1 ? "true" : "false");
+        snprintf(spec, sizeof spec, "attention_bwd kernel=%s dtype=bf16 out=bf16 grad=bf16 head_dim=40 causal=true path=auto "
+                 "deterministic=%s varlen=true", kinds[i], i == 1 ? "true" : "false");
         kiln_kernel *k = NULL;
         CHECK(kiln_rt_get_kernel(rt, spec, &k, &e) == KILN_OK, "%s: %s", spec, e.msg);
         const kiln_kernel_meta *m = k ? kiln_kernel_get_meta(k) : NULL;
