@@ -52,6 +52,16 @@ function K.config(spec, target)
        and (k.residual == nil or spec.residual == k.residual) then o3 = true end
   end
   if not o3 then cfg.pipeline = "kiln" end
+  -- the load pass as an IR loop (lib/norm_fwd.lua load_row_rolled): rows of 4096 and more without a residual,
+  -- f32 weights and a 2-byte y, where ptxas gives no more SASS instructions and no fewer blocks per SM on any SM
+  -- (wave 21, docs/jit.md: every such matrix variant, sm_75..121); bf16 h4096 sm_80 generates in 10.6 % fewer
+  -- instructions. Elsewhere it cost +8 SASS on some SM: 2-byte weights with 2-byte x on sm_75, f32 y on
+  -- sm_110..121, residual rows (the h store in the loop) and rows of 768 (register caps) on most SMs; rolling
+  -- the other three passes as well cost +8 to +56 SASS on 94 % of the variants
+  if spec.hidden ~= "launch" and spec.hidden >= 4096 and not spec.residual and spec.w == "f32"
+     and util.dtype_bytes[spec.y] == 2 and cfg.chunks % cfg.threads_per_row == 0 and cfg.iters > 1 then
+    cfg.roll_load = true
+  end
   -- the launch-time form's strided row loops: rotated, ptxas needs fewer registers
   if spec.hidden == "launch" then cfg.rotate_loops = true end
   -- without NVPTX's loop strength reduction no matrix variant has more SASS instructions or fewer

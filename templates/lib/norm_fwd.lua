@@ -40,15 +40,18 @@ end
 -- from the scaled deviations instead (as the looping form does) cost ptxas 10 more registers at
 -- bf16 4096 (a block less per SM); re-writing such rows in a branch after the common path cost 16
 -- to 40 (the row's values stay live for it).
-function M.ln_stats_fixed(b, r, xs, n, eps, red)
-  local mx = b:f32(0.0)
+-- pass1: optional { scaled sum, max |x| } of pass 1, already taken (load_row_rolled).
+function M.ln_stats_fixed(b, r, xs, n, eps, red, pass1)
   local s0, inv0 = M.sum_scale(b, n)
-  local xs0 = {}
-  for k, v in ipairs(xs) do
-    mx = b:max(mx, b:abs(v))
-    xs0[k] = v * s0
+  if not pass1 then
+    local mx, xs0 = b:f32(0.0), {}
+    for k, v in ipairs(xs) do
+      mx = b:max(mx, b:abs(v))
+      xs0[k] = v * s0
+    end
+    pass1 = { M.tree_sum(b, xs0), mx }
   end
-  local s1 = M.reduce(b, { M.tree_sum(b, xs0), mx }, { "sum", "max" }, red)
+  local s1 = M.reduce(b, pass1, { "sum", "max" }, red)
   local m0 = s1[1] / n * inv0
   local scale = M.pow2_scale(b, s1[2])
   local neg = -(m0 * scale)
@@ -64,6 +67,53 @@ function M.ln_stats_fixed(b, r, xs, n, eps, red)
   end
   local vs = M.reduce(b, { M.tree_sum(b, sqs) }, { "sum" }, red)[1] / n
   return mean, scale * b:rsqrt(b:fma(eps * scale, scale, vs)), ds
+end
+
+-- The LayerNorm fixed form's load pass as an IR loop (cfg.roll_load, layernorm.lua's rule): trip j loads chunk j
+-- of the thread's row and takes pass 1 over it (max |x|, the sum scaled by s0); returns the row's f32 values, the
+-- scaled sum and max |x|. No value is indexed by the trip counter: the chunks ride in variables that shift one
+-- chunk a trip (the loaded chunk enters the last slot), so after the last trip slot c holds chunk c, all in
+-- registers (ptxas unrolls the constant-trip loop; a .local array indexed by the counter stays in local memory:
+-- docs/jit.md, wave 21). The offset is a 64-bit variable stepped a chunk stride a trip: computed from the trip
+-- counter (an i32 product, widened), ptxas kept an address add per unrolled trip (+8 SASS, bf16 4096 sm_80).
+-- Needs every chunk in range (chunks a multiple of threads_per_row: no masks).
+function M.load_row_rolled(b, cfg, t, ptr, dtype, s0)
+  local T, vec, iters = cfg.threads_per_row, cfg.vec, cfg.iters
+  local align = math.min(16, vec * util.dtype_bytes[dtype])
+  local slots = {}
+  for c = 1, iters do
+    slots[c] = {}
+    for i = 1, vec do slots[c][i] = b:var("f32", 0.0) end
+  end
+  -- -0.0: the first trip's sum folds to its own value (-0 + s = s for every s)
+  local acc, mx, off = b:var("f32", -0.0), b:var("f32", 0.0), b:var("i64", b:i64(t * vec))
+  b:for_(0, iters, 1, function()
+    local o = off:get()
+    local v = b:load_vec(ptr + o, vec, { align = align })
+    local xs, sc, m = {}, {}, mx:get()
+    for i = 1, vec do
+      xs[i] = b:to_f32(v[i])
+      m = b:max(m, b:abs(xs[i]))
+      sc[i] = xs[i] * s0
+    end
+    local kept = {}
+    for c = 2, iters do
+      kept[c] = {}
+      for i = 1, vec do kept[c][i] = slots[c][i]:get() end
+    end
+    for c = 1, iters - 1 do
+      for i = 1, vec do slots[c][i]:set(kept[c + 1][i]) end
+    end
+    for i = 1, vec do slots[iters][i]:set(xs[i]) end
+    mx:set(m)
+    acc:set(acc:get() + M.tree_sum(b, sc))
+    off:set(o + T * vec)
+  end)
+  local out = {}
+  for c = 1, iters do
+    for i = 1, vec do out[#out + 1] = slots[c][i]:get() end
+  end
+  return out, acc:get(), mx:get()
 end
 
 -- RMSNorm: rstd = 1 / sqrt(mean(x^2) + eps). One reduction (sum of squares and max |x|); a row
@@ -127,7 +177,16 @@ local function forward_fixed(b, spec, cfg, p, rms)
   local base = b:i64(row) * spec.hidden
   local r = M.fixed_row(b, cfg, t)
   local red = { groups = T // 32, nwarps = cfg.block // 32 }
-  local xs = M.load_row(b, r, p.x + base, spec.x)
+  local xs, pass1
+  if cfg.roll_load then
+    -- pass 1 is taken over x as loaded: no residual (h is what gets normalized), no RMSNorm
+    if rms or spec.residual then error("roll_load takes the LayerNorm's x as it is loaded: no residual, no RMSNorm") end
+    local sum, mx
+    xs, sum, mx = M.load_row_rolled(b, cfg, t, p.x + base, spec.x, (M.sum_scale(b, spec.hidden)))
+    pass1 = { sum, mx }
+  else
+    xs = M.load_row(b, r, p.x + base, spec.x)
+  end
   if spec.residual then
     local rs, hs = M.load_row(b, r, p.residual + base, spec.r), {}
     for k = 1, #xs do hs[k] = xs[k] + rs[k] end
@@ -139,7 +198,7 @@ local function forward_fixed(b, spec, cfg, p, rms)
     rstd = M.rms_rstd(b, function(scale) return sum_sq(b, xs, scale) end, spec.hidden, p.eps, red)
     ns = xs
   else
-    mean, rstd, ns = M.ln_stats_fixed(b, r, xs, spec.hidden, p.eps, red)
+    mean, rstd, ns = M.ln_stats_fixed(b, r, xs, spec.hidden, p.eps, red, pass1)
   end
   -- Affine in f32, rounded once into y; weight and bias are loaded a chunk at a time.
   local vec = cfg.vec
