@@ -54,10 +54,11 @@ function K.config(spec, target)
   if not o3 then cfg.pipeline = "kiln" end
   -- the load pass as an IR loop (lib/norm_fwd.lua load_row_rolled): rows of 4096 and more without a residual,
   -- f32 weights and a 2-byte y, where ptxas gives no more SASS instructions and no fewer blocks per SM on any SM
-  -- (wave 21, docs/jit.md: every such matrix variant, sm_75..121); bf16 h4096 sm_80 generates in 10.6 % fewer
-  -- instructions. Elsewhere it cost +8 SASS on some SM: 2-byte weights with 2-byte x on sm_75, f32 y on
-  -- sm_110..121, residual rows (the h store in the loop) and rows of 768 (register caps) on most SMs; rolling
-  -- the other three passes as well cost +8 to +56 SASS on 94 % of the variants
+  -- (wave 21, docs/jit.md: the 140 such matrix variants keep their SASS counts, sm_75..121); bf16 h4096 sm_80
+  -- generates in 7.9 % fewer instructions (callgrind, 60.1 -> 55.4 M). Elsewhere it cost +8 SASS on some SM:
+  -- 2-byte x, weights and y on sm_75, f32 weights and y on sm_120/121, residual rows (the h store in the loop)
+  -- and rows of 768 (register caps) on most SMs; rolling the other three passes as well cost +8 to +56 SASS on
+  -- 94 % of the 1160 unmasked fixed-hidden variants
   if spec.hidden ~= "launch" and spec.hidden >= 4096 and not spec.residual and spec.w == "f32"
      and util.dtype_bytes[spec.y] == 2 and cfg.chunks % cfg.threads_per_row == 0 and cfg.iters > 1 then
     cfg.roll_load = true
