@@ -53,14 +53,15 @@ function K.config(spec, target)
   end
   if not o3 then cfg.pipeline = "kiln" end
   -- the load pass as an IR loop (lib/norm_fwd.lua load_row_rolled): rows of 4096 and more without a residual,
-  -- f32 weights and a 2-byte y, where ptxas gives no more SASS instructions and no fewer blocks per SM on any SM
-  -- (wave 21, docs/jit.md: the 140 such matrix variants keep their SASS counts, sm_75..121); bf16 h4096 sm_80
-  -- generates in 7.9 % fewer instructions (callgrind, 60.1 -> 55.4 M). Elsewhere it cost +8 SASS on some SM:
-  -- 2-byte x, weights and y on sm_75, f32 weights and y on sm_120/121, residual rows (the h store in the loop)
-  -- and rows of 768 (register caps) on most SMs; rolling the other three passes as well cost +8 to +56 SASS on
-  -- 94 % of the 1160 unmasked fixed-hidden variants
-  if spec.hidden ~= "launch" and spec.hidden >= 4096 and not spec.residual and spec.w == "f32"
-     and util.dtype_bytes[spec.y] == 2 and cfg.chunks % cfg.threads_per_row == 0 and cfg.iters > 1 then
+  -- with f32 x or f32 weights but not f32 weights and y together, where ptxas gives the same SASS instruction
+  -- count and no fewer blocks per SM on every SM (wave 21, docs/jit.md: the 260 such matrix variants, sm_75..121,
+  -- 26 specs); bf16 x, f32 w, bf16 y h4096 sm_80 generates in 8.0 % fewer instructions (callgrind, 60.1 -> 55.3 M).
+  -- Elsewhere it cost +8 SASS on some SM: x, weights and y all 2-byte on sm_75, f32 weights and y on sm_120/121,
+  -- bf16 x, f16 weights, f32 y at 16384 on sm_110, residual rows (the h store in the loop) and rows of 768
+  -- (register caps) on most SMs; rolling the other three passes as well cost +8 to +56 SASS on 94 % of the 1160
+  -- unmasked fixed-hidden variants
+  if spec.hidden ~= "launch" and spec.hidden >= 4096 and not spec.residual and (spec.x == "f32" or spec.w == "f32")
+     and not (spec.w == "f32" and spec.y == "f32") and cfg.chunks % cfg.threads_per_row == 0 and cfg.iters > 1 then
     cfg.roll_load = true
   end
   -- the launch-time form's strided row loops: rotated, ptxas needs fewer registers
