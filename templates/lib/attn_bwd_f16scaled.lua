@@ -298,10 +298,10 @@ M.LO = 40
 -- bytes) takes them since wave 19 on a marked block's own walk (lo_walk), but with ALiBi and without causal (16 bytes
 -- on the branches, 4 on the walk, 8 with the unmarked walk first).
 function M.dropout_excludes(spec)
-  if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
+  if spec.varlen then return true end
   if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
   return (spec.head_dim == 64 and not spec.deterministic
-      and (spec.window or (spec.causal and not spec.top_left and spec.alibi and not spec.softcap)))
+      and spec.causal and not spec.top_left and spec.alibi and not spec.softcap and not spec.window)
     or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
@@ -486,7 +486,10 @@ function M.lo_walk(spec)
   if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
     return true, spec.softcap and "unmarked" or nil
   end
-  return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
+  if spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 then
+    return true, nil, spec.dropout and 16 or nil
+  end
+  return false
 end
 
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared

@@ -128,7 +128,7 @@ function M.config(spec, target, cfg)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
     cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
-    cfg.lowalk, cfg.lowalk_first = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
+    cfg.lowalk, cfg.lowalk_first, cfg.lowalk_rows = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (the query rows' origin in shared memory, lib/attn_bwd_f16scaled.lua qrow_shared)
     if f16s.qrow_shared(spec) then cfg.qrow_shared, bytes = true, bytes + 16 end
@@ -407,8 +407,9 @@ function M.build_dkdv(b, spec, cfg, p, io)
     -- fragments halved where the walk spilled at bm, lib/attn_bwd_f16scaled.lua kv_walk; the dQ step's warps then
     -- take all the tile's rows and a quarter of the head dim each)
     local bm, nq, qr, dw, dc0 = bm, nq, qr, dw, dc0
-    if kvmarked and cfg.kvwalk_rows then
-      bm = cfg.kvwalk_rows
+    local walk_rows = kvmarked and cfg.kvwalk_rows or lomarked and cfg.lowalk_rows
+    if walk_rows then
+      bm = walk_rows
       nq, qr, dw, dc0 = bm // 8, 0, d // M.WARPS, warp * (d // M.WARPS)
     end
     local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
