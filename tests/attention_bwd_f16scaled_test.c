@@ -649,6 +649,12 @@ static void span(void) {
          2, 40, 7, 0.25f, 0},
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d64 causal with window, softcap, ALiBi, dropout p 0.25: the marked"
          " walk's 16-row tiles", 'b', 64, 1, 40, 7, 0.25f, 0},
+        /* (wave 21: the atomic dkdv at the tile width 128 with dropout, a window and ALiBi, softcap or no causal: the marked
+         * block's walk in three passes, dV, then dK's two halves, lo_walk "dk halves") */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d128 causal with window, softcap, ALiBi, dropout p 0.25: dK in"
+         " halves", 'b', 128, 1, 40, 7, 0.25f, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d128 with a window and ALiBi, dropout p 0.25: dK in halves", 'w',
+         128, 0, 40, 5, 0.25f, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
