@@ -291,18 +291,22 @@ M.LO = 40
 -- bytes, or causal=top_left without softcap, 32: since wave 19 it re-reads its block's mark from shared memory there,
 -- dq_mark_shared, 0 bytes.) (The atomic dkdv at the tile width 64 otherwise: it fit, but d64 causal's T4 estimate went
 -- 1.23x -> 1.26x f16's; held since wave 19 with P^T's fragments packed where each product reads them,
--- lib/attn_bwd_mma.lua: 1.24x; with a window beside dropout not proven yet.) And what that scan did not measure beside
--- dropout, taken without it by wave 18's other changes: varlen, window + softcap + ALiBi together, and the atomic
--- dkdv with a window at the tile widths 64 and 96 (window_fits). The others take them as without dropout
--- (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads' branches 8-16
--- bytes) takes them since wave 19 on a marked block's own walk (lo_walk), but with ALiBi and without causal (16 bytes
--- on the branches, 4 on the walk, 8 with the unmarked walk first).
+-- lib/attn_bwd_mma.lua: 1.24x.) And what that scan did not measure beside dropout, taken without it by wave 18's
+-- other changes: varlen, and the atomic dkdv with a window at the tile width 96 (window_fits). The others take them
+-- as without dropout (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked
+-- heads' branches 8-16 bytes) takes them since wave 19 on a marked block's own walk (lo_walk), with ALiBi since
+-- wave 21 (with softcap or without causal on the branches 16 bytes, on wave 19's two-pass walk 4-8; in three passes,
+-- dK in halves, 0). Window, softcap and ALiBi together beside dropout since wave 21 (ptxas sm_75, the full
+-- matrix's bf16 variants without varlen at the tile widths 32, 64 and 128, atomic and deterministic dkdv and dq:
+-- 0 bytes at 185-255 registers as without dropout's exclusion, but the atomic dkdv at 64 and 128, walked), and the
+-- atomic dkdv at the tile width 64 with a window beside dropout (wave 21: on wave 19's walk 4 bytes with all three
+-- keys, 16 with window + softcap and dropout_mask; on the walk's 16-row query tiles, lo_walk's third result, 0 at
+-- 213-255 registers over head_dim 40-64 x the window's four key subsets x causal both ways and not).
 function M.dropout_excludes(spec)
-  if spec.varlen or (spec.window and spec.softcap and spec.alibi) then return true end
+  if spec.varlen then return true end
   if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
   return (spec.head_dim == 64 and not spec.deterministic
-      and (spec.window or (spec.causal and not spec.top_left and spec.alibi and not spec.softcap)))
-    or (spec.head_dim == 128 and spec.window and spec.alibi and not spec.causal)
+      and spec.causal and not spec.top_left and spec.alibi and not spec.softcap and not spec.window)
     or (spec.window and not spec.deterministic and spec.head_dim == 96)
 end
 
@@ -479,14 +483,28 @@ end
 -- dropout and a window but no ALiBi (its two passes both ways; on the branches 8 bytes, 16 with softcap), where the
 -- marked walk computes P and dS on the masked per-entry body alone (with the unmarked copy too 8 bytes) and, with
 -- softcap, comes second in the code (the second result, "unmarked": first, 4 bytes; ptxas's allocation at 255
--- registers moves with the order). With ALiBi and causal the branches fit (0 bytes, 246 registers; the walk 4);
--- without causal neither (dropout_excludes).
+-- registers moves with the order). (With ALiBi and causal but no softcap the branches fit at head_dim 128, wave 19:
+-- 0 bytes, 246 registers, the walk 4; at head_dim 120 8, wave 21.) "dk halves" (wave 21): that atomic dkdv with
+-- dropout, a window and ALiBi, softcap or not, causal or not (with softcap
+-- or without causal on the branches 16 bytes; on the two-pass walk 8 with all three keys, 4 without causal; head_dim
+-- 120 causal without softcap on the branches 8): a marked block's walk in three passes, dV, then dK's first 64
+-- columns with the dQ step, then its last 64 (32 accumulators a thread each, build_dkdv's pass.cols; S, dP and the low
+-- parts' products recomputed by the third pass, on marked blocks alone): 0 bytes at 243-255 registers (ptxas sm_75,
+-- head_dim 104-128 x window + ALiBi, softcap or not x causal both ways and not, v_head_dims 64/128 and 128/64). The third
+-- result: the query tiles of a marked block's walk, fewer rows than the block's (build_dkdv's cfg.lowalk_rows):
+-- 16 at the tile width 64 beside dropout, where the walk's 32 spilled 4-16 bytes (dropout_excludes, wave 21).
 function M.lo_walk(spec)
   if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
+  if spec.kernel == "dkdv" and not spec.deterministic and spec.dropout and spec.window and spec.alibi and spec.head_dim == 128 then
+    return "dk halves"
+  end
   if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
     return true, spec.softcap and "unmarked" or nil
   end
-  return spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 or false
+  if spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 then
+    return true, nil, spec.dropout and 16 or nil
+  end
+  return false
 end
 
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) tests its block's Q/dO mark read again from shared

@@ -128,7 +128,7 @@ function M.config(spec, target, cfg)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
     cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
-    cfg.lowalk, cfg.lowalk_first = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
+    cfg.lowalk, cfg.lowalk_first, cfg.lowalk_rows = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (the query rows' origin in shared memory, lib/attn_bwd_f16scaled.lua qrow_shared)
     if f16s.qrow_shared(spec) then cfg.qrow_shared, bytes = true, bytes + 16 end
@@ -395,7 +395,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
   -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
-  -- (cfg.lowalk "passes", the deterministic dkdv at the tile width 128: the lomarked walk in two passes, dV then dK)
+  -- (cfg.lowalk "passes", the deterministic dkdv at the tile width 128: the lomarked walk in two passes, dV then dK;
+  -- "dk halves", the atomic one beside dropout, a window and ALiBi: in three, dV, dK's first half with dQ, its second)
   local function walk(walk_passes, kvmarked, lomarked) for pi, pass in ipairs(walk_passes) do
     local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
     if lomarked and pi > 1 then -- (a pass after the first scans each head again: the heads' slots cleared first)
@@ -405,10 +406,11 @@ function M.build_dkdv(b, spec, cfg, p, io)
     end
     -- (cfg.kvwalk_rows: a kvmarked walk's query tiles of that many rows, fewer than bm: S^T's, dP^T's, P^T's and dS^T's
     -- fragments halved where the walk spilled at bm, lib/attn_bwd_f16scaled.lua kv_walk; the dQ step's warps then
-    -- take all the tile's rows and a quarter of the head dim each)
+    -- take all the tile's rows and a quarter of the head dim each; cfg.lowalk_rows the same for a lomarked walk, lo_walk)
     local bm, nq, qr, dw, dc0 = bm, nq, qr, dw, dc0
-    if kvmarked and cfg.kvwalk_rows then
-      bm = cfg.kvwalk_rows
+    local walk_rows = kvmarked and cfg.kvwalk_rows or lomarked and cfg.lowalk_rows
+    if walk_rows then
+      bm = walk_rows
       nq, qr, dw, dc0 = bm // 8, 0, d // M.WARPS, warp * (d // M.WARPS)
     end
     local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
@@ -431,6 +433,11 @@ function M.build_dkdv(b, spec, cfg, p, io)
         dv[j][e] = b:var("f32", 0.0)
       end
     end
+    -- (pass.cols: the dK columns jd0 * 16 .. jd1 * 16 this pass accumulates and stores, a lomarked walk's dK in two
+    -- halves, lib/attn_bwd_f16scaled.lua lo_walk "dk halves"; dkc: those accumulators from 0, scale_a's view)
+    local jd0, jd1 = pass.cols and pass.cols[1] or 0, pass.cols and pass.cols[2] or dtiles // 2
+    local dkc = {}
+    for j = 2 * jd0, 2 * jd1 - 1 do dkc[j - 2 * jd0] = dk[j] end
     local stk, stv = fs and fs.rows_state(b), fs and fs.rows_state(b) -- (dK's and dV's running exponents)
     local cx = cfg.d32 and { -- (the fast body's view of the kernel, lib/attn_bwd_f16scaled_d32.lua)
       spec = spec, cfg = cfg, sh = sh, p = p, fast = fast, kT = kT, vT = vT,
@@ -701,7 +708,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
             for ks = 0, nq // 2 - 1 do aps[ks] = packed(pa, ks, repack_p) end
           end
           if pass.dk then
-            local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dk, dtiles } })
+            local dsa = fs.scale_a(b, dp, nq, function(j, e) return qf[j][e] end, stk, { { dkc, 2 * (jd1 - jd0) } })
             for ks = 0, nq // 2 - 1 do adss[ks] = packed(dsa, ks, repack_ds) end
           end
         end
@@ -710,18 +717,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
           on_marked(function()
             local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
             local order = {}
-            if pass.dv then order[#order + 1] = { "o", dv, aps } end
+            if pass.dv then order[#order + 1] = { "o", dv, aps, 0, dtiles // 2 } end
             if pass.dk then
-              if held == "q" then table.insert(order, 1, { "q", dk, adss }) else order[#order + 1] = { "q", dk, adss } end
+              local x = { "q", dk, adss, jd0, jd1 }
+              if held == "q" then table.insert(order, 1, x) else order[#order + 1] = x end
             end
             for _, x in ipairs(order) do
               fill_lo(x[1])
               local accv, af = x[2], x[3]
-              for j = 0, dtiles - 1 do
+              for j = 2 * x[4], 2 * x[5] - 1 do
                 for e = 1, 4 do accv[j][e]:set(accv[j][e]:get() * up) end
               end
               for ks = 0, nq // 2 - 1 do
-                for jd = 0, dtiles // 2 - 1 do
+                for jd = x[4], x[5] - 1 do
                   local l1, l2 = frag_bk(b, qot, ld, lane, ks * 16, jd * 16)
                   for xx = 0, 1 do
                     local j = 2 * jd + xx
@@ -731,7 +739,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
                   end
                 end
               end
-              for j = 0, dtiles - 1 do
+              for j = 2 * x[4], 2 * x[5] - 1 do
                 for e = 1, 4 do accv[j][e]:set(accv[j][e]:get() * down) end
               end
             end
@@ -740,7 +748,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
         for ks = 0, nq // 2 - 1 do
           local ap = pass.dv and (frag(aps[ks]) or c_to_a(b, s, ks, dt))
           local ads = pass.dk and (frag(adss[ks]) or c_to_a(b, dp, ks, dt))
-          for jd = 0, dtiles // 2 - 1 do
+          for jd = jd0, jd1 - 1 do -- (pass.cols: a dK pass, no dV)
             local o1, o2, q1, q2
             if pass.dv then o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16) end
             if pass.dk then q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16) end
@@ -757,7 +765,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
           end
         end
-        if pass.dk and not spec.deterministic then
+        if pass.dk and not spec.deterministic and not pass.nodq then -- (pass.nodq: a dK pass after the one taking dQ)
           -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
           -- (f16-scaled: dS times K's row factors, each query row scaled by its own power of two)
           local dsq = fs and fs.ds_rows(b, sh, dp, nq, kf, bm, warp, lane) or dp
@@ -830,7 +838,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
         local r = b:i64(key[hh])
         -- (f16-scaled: the accumulators hold dK 2^-ck, dV 2^-cv)
         local mk, mv = fs and p.scale * fs.factor(b, stk, hh) or p.scale, fs and fs.factor(b, stv, hh)
-        for j = 0, pass.dk and dim // 8 - 1 or -1 do -- (padded head_dim: the columns past it are not stored)
+        for j = 2 * jd0, pass.dk and math.min(2 * jd1, dim // 8) - 1 or -1 do -- (padded head_dim: the columns past it are not stored)
           local col = j * 8 + t * 2
           b:store_vec(kb + r * p.stride_dks + col,
                       b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
@@ -867,7 +875,9 @@ function M.build_dkdv(b, spec, cfg, p, io)
       b:barrier() -- (every thread done reading the slots)
       b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
       b:barrier() -- (the clearing before the walk's first scan marks a slot)
-      walk(cfg.passes or cfg.lowalk == "passes" and { { dv = true }, { dk = true } } or one, false, true)
+      local halves = { { dv = true }, { dk = true, cols = { 0, kd // 2 } }, { dk = true, cols = { kd // 2, kd }, nodq = true } }
+      walk(cfg.lowalk == "dk halves" and halves or cfg.passes or cfg.lowalk == "passes" and { { dv = true }, { dk = true } } or one,
+        false, true)
     end
     local function plain_walk() walk(cfg.passes or one, false, false) end
     -- (the walk first in the code: lib/attn_bwd_f16scaled.lua lo_walk's second result, the order ptxas fits)
