@@ -1265,7 +1265,9 @@ static void d128_estimate(void) {
 
 /* ---- varlen and dropout: the same T4 estimate at head_dim 64, causal (docs/attention.md "The backward: varlen and
  * dropout"): bf16 (f16-scaled) against f16 on sm_75's m16n8k8, dkdv and dq, atomic and deterministic; varlen on two
- * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256. Printed with the ratio; each kernel's bound is its
+ * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256, and both together (wave 21: dropout p = 0.1 on the two
+ * sequences, the low parts held since then: 1.23x, 1.13x, 1.21x; 1.23x, 1.13x, 1.20x before on path=mma without them).
+ * Printed with the ratio; each kernel's bound is its
  * ratio measured in wave 16 plus 3 %, at most 1.25 (a change that costs one fails here; dropout's dq, 1.28x in wave 14,
  * is 1.20x since the workspace copies lost their selects, docs/attention.md) (KILN_D32_ESTIMATE_ONLY=varlen or =dropout:
  * these rows alone). */
@@ -1273,8 +1275,8 @@ static void keys_estimate(void) {
     static const int lens[] = {256, 192};
     static const char *const sets[] = {"causal=true varlen=true", "causal=true dropout=true", "causal=true varlen=true dropout=true"};
     /* [set][atomic dkdv, deterministic dkdv, deterministic dq]: wave 16's ratios (1.17 1.00 1.00; 1.23 1.13 1.20) + 3 %,
-     * at most the goal's 1.25 (wave 14's: 1.25 1.06 1.00; 1.25 1.15 1.28) */
-    static const double bound[3][3] = {{1.21, 1.03, 1.03}, {1.25, 1.17, 1.24}, {1.25, 1.25, 1.25}};
+     * at most the goal's 1.25 (wave 14's: 1.25 1.06 1.00; 1.25 1.15 1.28); both together wave 21's (1.23 1.13 1.21) the same way */
+    static const double bound[3][3] = {{1.21, 1.03, 1.03}, {1.25, 1.17, 1.24}, {1.25, 1.16, 1.25}};
     const char *only = getenv("KILN_D32_ESTIMATE_ONLY");
     TEST_BEGIN("d64 varlen / dropout: bf16's dkdv and dq against f16's T4 estimate (emulator profile, the tile loop)");
     kiln_error err = {0};
