@@ -295,7 +295,7 @@ M.LO = 40
 -- dropout, taken without it by wave 18's other changes: window + softcap + ALiBi together, and the atomic
 -- dkdv with a window at the tile widths 64 and 96 (window_fits). Varlen since wave 21 (ptxas sm_75 over the full
 -- matrix's 180 bf16 varlen dropout dkdv and dq variants at head_dim 8-128, path=mma's rows among them: with its clause
--- dropped 0 bytes at 187-255 registers but the atomic dkdv at the tile width 64, 4-72 bytes, and the deterministic one at
+-- dropped 0 bytes at 168-255 registers but the atomic dkdv at the tile width 64, 4-72 bytes, and the deterministic one at
 -- head_dim 64 without causal or with softcap, 4-24, both fitting with the query rows' origin read again, qrow_shared; the
 -- atomic dkdv at 128 with a window, 8 on its lo_walk, 0 on the branches; dq, dq_vd_reread; dropout_mask,
 -- dq_kv_lo_applies). (Window + softcap + ALiBi beside varlen and dropout, that clause dropped too, measured not taken:
