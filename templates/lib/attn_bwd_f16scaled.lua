@@ -576,7 +576,8 @@ end
 -- 0 spills over its 73 without dropout, 189-255 registers; beside dropout since wave 21, dq_vd_reread: 0 over its 41
 -- with dropout there), but with the test's dropout_mask output beside varlen and dropout at the widths up to 64 (dq with
 -- Q's, dO's, K's and V's low parts 8 bytes at head_dim 64 causal, 12 with a window and softcap; the deterministic dkdv
--- writing the marks 4 there; without K's and V's 0 at 238-254 registers). Window, softcap and ALiBi together since wave 20, but beside varlen at the tile widths up to 96 (at
+-- writing the marks 4 there; without K's and V's 0 at 238-254 registers). Window, softcap and ALiBi together since
+-- wave 20, but beside varlen at the tile widths up to 96 (at
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
 -- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
 -- writing the rows' marks spilled 8-20 bytes at 255 registers over head_dim 72-96 and every mask-key set (ptxas sm_75,
