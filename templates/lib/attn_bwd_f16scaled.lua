@@ -292,18 +292,22 @@ M.LO = 40
 -- dq_mark_shared, 0 bytes.) (The atomic dkdv at the tile width 64 otherwise: it fit, but d64 causal's T4 estimate went
 -- 1.23x -> 1.26x f16's; held since wave 19 with P^T's fragments packed where each product reads them,
 -- lib/attn_bwd_mma.lua: 1.24x.) And what that scan did not measure beside dropout, taken without it by wave 18's
--- other changes: varlen, and the atomic dkdv with a window at the tile width 96 (window_fits). The others take them
--- as without dropout (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked
--- heads' branches 8-16 bytes) takes them since wave 19 on a marked block's own walk (lo_walk), with ALiBi since
--- wave 21 (with softcap or without causal on the branches 16 bytes, on wave 19's two-pass walk 4-8; in three passes,
--- dK in halves, 0). Window, softcap and ALiBi together beside dropout since wave 21 (ptxas sm_75, the full
--- matrix's bf16 variants without varlen at the tile widths 32, 64 and 128, atomic and deterministic dkdv and dq:
--- 0 bytes at 185-255 registers as without dropout's exclusion, but the atomic dkdv at 64 and 128, walked), and the
--- atomic dkdv at the tile width 64 with a window beside dropout (wave 21: on wave 19's walk 4 bytes with all three
--- keys, 16 with window + softcap and dropout_mask; on the walk's 16-row query tiles, lo_walk's third result, 0 at
--- 213-255 registers over head_dim 40-64 x the window's four key subsets x causal both ways and not).
+-- other changes: the atomic dkdv with a window at the tile width 96 (window_fits). The others take them as without
+-- dropout (lo_applies, dq_lo_applies). The atomic dkdv at the tile width 128 with a window (on the marked heads'
+-- branches 8-16 bytes) takes them since wave 19 on a marked block's own walk (lo_walk), with ALiBi since wave 21 (with
+-- softcap or without causal on the branches 16 bytes, on wave 19's two-pass walk 4-8; in three passes, dK in halves,
+-- 0). Window, softcap and ALiBi together beside dropout since wave 21 (ptxas sm_75, the full matrix's bf16 variants
+-- without varlen at the tile widths 32, 64 and 128, atomic and deterministic dkdv and dq: 0 bytes at 185-255
+-- registers as without dropout's exclusion, but the atomic dkdv at 64 and 128, walked), and the atomic dkdv at the
+-- tile width 64 with a window beside dropout (wave 21: on wave 19's walk 4 bytes with all three keys, 16 with window +
+-- softcap and dropout_mask; on the walk's 16-row query tiles, lo_walk's third result, 0 at 213-255 registers over
+-- head_dim 40-64 x the window's four key subsets x causal both ways and not). Varlen since wave 21 (ptxas sm_75 over
+-- the full matrix's 180 bf16 varlen dropout dkdv and dq variants at head_dim 8-128, path=mma's rows among them: with
+-- its clause dropped 0 bytes at 168-255 registers but the atomic dkdv at the tile width 64, 4-72 bytes, and the
+-- deterministic one at head_dim 64 without causal or with softcap, 4-24, both fitting with the query rows' origin
+-- read again, qrow_shared; the atomic dkdv at 128 with a window, 8 on its lo_walk, 0 on the branches; dq,
+-- dq_vd_reread; dropout_mask, dq_kv_lo_applies).
 function M.dropout_excludes(spec)
-  if spec.varlen then return true end
   if spec.kernel == "dq" then return false end -- (wave 19: dq_mark_shared where its branch spilled)
   return (spec.head_dim == 64 and not spec.deterministic
       and spec.causal and not spec.top_left and spec.alibi and not spec.softcap and not spec.window)
@@ -340,9 +344,18 @@ end
 -- window and ALiBi and causal 16-20 read again, 0-8 held: those keep Q's and dO's low parts alone; head_dim 40-56 there
 -- 0-16 held, 0 read again), and head_dim 64 with v_head_dim 32 and
 -- ALiBi alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers).
+-- And varlen beside dropout at the tile width 64 (wave 21, ptxas sm_75 at 255 registers over the full matrix's bf16
+-- varlen dropout dkdv there): the atomic dkdv, every key set (held, its Q's and dO's low parts alone spilled 4 bytes at
+-- head_dim 40 causal and 72 at 64 causal, and K's and V's did not go in, kv_lo_applies; read again, with both, 0 at
+-- 234-255 registers), and the deterministic one at head_dim 64 without causal (24 bytes held, 0 read again at 254) or
+-- with softcap and no window (4; 0 at 251). Its other varlen dropout variants fit held (0 bytes, 204-255 registers).
 function M.qrow_shared(spec)
   local dim = spec.dim or spec.head_dim
-  if spec.kernel ~= "dkdv" or spec.deterministic or spec.dropout then return false end
+  if spec.kernel ~= "dkdv" then return false end
+  if spec.varlen and spec.dropout and spec.head_dim == 64 then
+    return not spec.deterministic or (dim == 64 and (not spec.causal or spec.softcap and not spec.window))
+  end
+  if spec.deterministic or spec.dropout then return false end
   if spec.head_dim == 64 then
     local walked = spec.causal and not spec.top_left and not spec.window -- (kv_walk's)
     if spec.varlen then return not walked and not (spec.window and spec.alibi and spec.causal and dim == 64) end
@@ -493,12 +506,14 @@ end
 -- head_dim 104-128 x window + ALiBi, softcap or not x causal both ways and not, v_head_dims 64/128 and 128/64). The third
 -- result: the query tiles of a marked block's walk, fewer rows than the block's (build_dkdv's cfg.lowalk_rows):
 -- 16 at the tile width 64 beside dropout, where the walk's 32 spilled 4-16 bytes (dropout_excludes, wave 21).
+-- The two-pass walk not beside varlen (wave 21, ptxas sm_75: head_dim 104 and 128 with a window without ALiBi,
+-- softcap or not, causal=true, top_left and false: the walk 8 bytes, the marked heads' branches 0 at 250-255 registers).
 function M.lo_walk(spec)
   if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
   if spec.kernel == "dkdv" and not spec.deterministic and spec.dropout and spec.window and spec.alibi and spec.head_dim == 128 then
     return "dk halves"
   end
-  if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 then
+  if spec.kernel == "dkdv" and spec.dropout and spec.window and not spec.alibi and spec.head_dim == 128 and not spec.varlen then
     return true, spec.softcap and "unmarked" or nil
   end
   if spec.kernel == "dkdv" and spec.window and not spec.deterministic and spec.head_dim == 64 then
@@ -515,8 +530,9 @@ end
 -- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0). And
 -- varlen without dropout at the tile widths up to 64 (wave 20, with K's and V's low parts, dq_kv_lo_applies: the held
 -- flag spilled 4-8 bytes at head_dim 40 with softcap or ALiBi; read again 0 over the full matrix's bf16 varlen dq
--- variants there).
+-- variants there). With dropout beside varlen at those widths where dq_vd_reread says (wave 21).
 function M.dq_mark_shared(spec)
+  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then return M.dq_vd_reread(spec) end
   return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
     and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
@@ -524,13 +540,25 @@ function M.dq_mark_shared(spec)
     or spec.kernel == "dq" and spec.varlen and not spec.dropout and spec.head_dim <= 64 or false
 end
 
+-- Whether the deterministic dq kernel beside varlen and dropout at the tile widths up to 64 reads its marks again from
+-- shared memory (both of them: the block's Q/dO mark, dq_mark_shared, and its key tile's K/V mark before dQ += dS K_lo,
+-- dq_kv_mark_again) instead of holding them across the loop (wave 21, ptxas sm_75 at 255 registers, the full matrix's
+-- 41 bf16 varlen dropout dq variants there x the four ways): at the tile width 32 (head_dim 32 causal with softcap:
+-- neither 8 bytes, one 4, both 0) and at 64 with causal=true and no mask key (head_dim 40: neither 4, 0 otherwise);
+-- neither elsewhere (head_dim 40: without causal both 8, top_left one 4, softcap any 8 but neither, a window both 4).
+-- The other variants 0 bytes every way (head_dim 8, 24, 64).
+function M.dq_vd_reread(spec)
+  return spec.head_dim == 32 or spec.causal and not spec.top_left and not (spec.window or spec.softcap or spec.alibi) or false
+end
+
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
 -- marked while staging, two tiles of their low parts filled once a marked block): head_dim up to 64, at the tile widths
--- 96 and 128 where dq_lofrag_fits, but dropout beside varlen. Its K and V rows: dq_kv_lo_applies.
--- (wave 20: window, softcap and ALiBi together, dropout or not, measured and held; dropout beside varlen still spills:
--- head_dim 32 causal 4 bytes, 64 4-8, with the mark re-read 0-8, ptxas sm_75)
+-- 96 and 128 where dq_lofrag_fits. Its K and V rows: dq_kv_lo_applies.
+-- (wave 20: window, softcap and ALiBi together, dropout or not, measured and held; wave 21: dropout beside varlen,
+-- with the marks read again where dq_vd_reread says, 0 bytes over the full matrix's bf16 varlen dropout dq variants up to
+-- the width 64 at 204-255 registers; at 96 and 128 0 bytes, 231-251, but there the deterministic dkdv runs SIMT, kvs.applies)
 function M.dq_lo_applies(spec)
-  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec)) and not (spec.dropout and spec.varlen)
+  return spec.kernel == "dq" and (spec.head_dim <= 64 or M.dq_lofrag_fits(spec))
 end
 
 -- Whether the deterministic dq kernel at the tile width 96 or 128 holds its Q and dO rows' low parts (wave 19: the two
@@ -560,9 +588,11 @@ end
 -- the pair (dq, or the deterministic dkdv that writes the rows); the caller checks that both run here (kvs.applies).
 -- Varlen at every tile width (96 and 128 since wave 19: 0 spills over the full matrix's 39 bf16 varlen dq and
 -- deterministic dkdv variants there, 205-251 registers; up to 64 since wave 20, with dq_mark_shared and dq_kv_mark_again:
--- 0 spills over its 73 without dropout, 189-255 registers), but beside dropout at the widths up to 64 (dq's rows beside
--- dropout and varlen, dropout_excludes: with Q's and dO's low parts too 4-16 bytes in 4 of 38 variants, docs/attention-bwd-span.md
--- "Not held yet"). Window, softcap and ALiBi together since wave 20, but beside varlen at the tile widths up to 96 (at
+-- 0 spills over its 73 without dropout, 189-255 registers; beside dropout since wave 21, dq_vd_reread: 0 over its 41
+-- with dropout there), but with the test's dropout_mask output beside varlen and dropout at the widths up to 64 (dq with
+-- Q's, dO's, K's and V's low parts 8 bytes at head_dim 64 causal, 12 with a window and softcap; the deterministic dkdv
+-- writing the marks 4 there; without K's and V's 0 at 238-254 registers). Window, softcap and ALiBi together since
+-- wave 20, but beside varlen at the tile widths up to 96 (at
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
 -- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
 -- writing the rows' marks spilled 8-20 bytes at 255 registers over head_dim 72-96 and every mask-key set (ptxas sm_75,
@@ -571,7 +601,7 @@ end
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
-    and not (spec.varlen and spec.dropout and spec.head_dim <= 64)
+    and not (spec.varlen and spec.dropout_mask and spec.head_dim <= 64)
     and not (spec.varlen and spec.head_dim == 96 and spec.causal)
     and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim <= 96)
 end
@@ -580,8 +610,9 @@ end
 -- of the flag taken before S's and dP's low products: at the tile width 64 with a window and ALiBi, where the flag
 -- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
 -- And varlen without dropout at the tile widths up to 64 (wave 20: held, 4 bytes at head_dim 40 with ALiBi; with
--- dq_mark_shared too 0 over the full matrix's bf16 varlen dq variants there).
+-- dq_mark_shared too 0 over the full matrix's bf16 varlen dq variants there); with dropout where dq_vd_reread says (wave 21).
 function M.dq_kv_mark_again(spec)
+  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then return M.dq_vd_reread(spec) end
   return spec.head_dim == 64 and spec.window and spec.alibi or spec.varlen and not spec.dropout and spec.head_dim <= 64 or false
 end
 
