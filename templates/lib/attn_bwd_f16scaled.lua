@@ -558,6 +558,33 @@ function M.dq_kv_lo_applies(spec)
     and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim <= 96)
 end
 
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows where it stages them itself (the
+-- deterministic dkdv of the same spec does not run this path, kvs.applies: lib/attn_bwd_mma.lua available refuses it,
+-- e.g. dropout at the tile widths 96 and 128, or holds says no, so it writes no K/V rows for dq): dq marks a key tile
+-- holding a row that spans more than 2^32 while converting it (row_spans, the row's extrema at hand in load) and a marked
+-- tile adds dO V_lo^T to dP, Q K_lo^T to S and dS K_lo to dQ as with the dkdv's marks (dq_kv_lo_applies' code path,
+-- cfg.kvrows; lib/attn_bwd_mma.lua build_dq, cfg.kvself). Wave 21.
+function M.dq_kv_self(spec)
+  return spec.kernel == "dq" and not (spec.dropout and spec.varlen)
+end
+
+-- Whether the dq kernel of `spec` marking the key tiles it stages (dq_kv_self) takes the marks in a loop after the staging
+-- (rows_span over the tile's bf16 K and V rows) instead of inside load's unrolled items: at the tile width 96.
+function M.dq_kv_self_looped(spec)
+  return spec.head_dim == 96
+end
+
+-- Whether the dq kernel of `spec` reading K and V as the deterministic dkdv wrote them (kvs.applies) but without that
+-- dkdv's marks (dq_kv_lo_applies: they spilled there) marks the copied key tiles itself from the bf16 K and V rows
+-- (rows_span, a loop after the copy) and takes their low parts as with the dkdv's marks (cfg.kvrows): varlen at the tile
+-- width 96 (no dropout: dq_lo_applies). There, staging K and V itself with the marks (dq_kv_self) spilled 4-32 bytes at
+-- 255 registers (ptxas sm_75, head_dim 72-96 causal=true and top_left without a window; the marks inside load 8-28).
+-- Elsewhere (window, softcap and ALiBi beside varlen at the widths up to 64) neither kernel takes the rows and dq
+-- stages them itself (kvs.applies).
+function M.dq_kv_rows_marked(spec)
+  return spec.kernel == "dq" and spec.varlen and spec.head_dim == 96 or false
+end
+
 -- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
 -- of the flag taken before S's and dP's low products: at the tile width 64 with a window and ALiBi, where the flag
 -- held across the softmax spilled 8-16 bytes at 255 registers (ptxas sm_75, head_dim 40 and 64; read again: 0).
@@ -583,9 +610,12 @@ function M.holds(spec, target, available)
     elseif not M.kv_lo_applies(spec) then rows, rule = "K's and V's rows", "kv_lo_applies" end
   elseif spec.kernel == "dq" then
     if not M.dq_lo_applies(spec) then rows, rule = "Q's and dO's rows", "dq_lo_applies"
-    elseif not M.dq_kv_lo_applies(spec) then rows, rule = "K's and V's rows", "dq_kv_lo_applies"
-    elseif not require("lib.attn_bwd_kvscaled").applies(spec, target, available) then
-      rows, rule = "K's and V's rows", "kvs.applies: the deterministic dkdv does not run this path"
+    elseif require("lib.attn_bwd_kvscaled").applies(spec, target, available) then
+      if not M.dq_kv_lo_applies(spec) and not (M.dq_kv_self(spec) and M.dq_kv_rows_marked(spec)) then
+        rows, rule = "K's and V's rows", "dq_kv_lo_applies"
+      end
+    elseif not M.dq_kv_self(spec) then -- (the deterministic dkdv does not run this path: dq stages K and V itself)
+      rows, rule = "K's and V's rows", "dq_kv_self: dq stages them itself"
     end
   end
   if not rows then return true end
