@@ -34,9 +34,8 @@ function M.applies(spec, target, available)
   local dq = {}
   for k, x in pairs(spec) do dq[k] = x end
   dq.kernel, dq.deterministic = "dq", nil
-  if not f16s.dq_kv_lo_applies(dq) and f16s.dq_lo_applies(dq) and f16s.dq_kv_self(dq) and not f16s.dq_kv_rows_marked(dq) then
-    return false
-  end
+  if not f16s.dq_kv_lo_applies(dq) and f16s.dq_lo_applies(dq) and f16s.dq_kv_self(dq)
+    and not f16s.dq_kv_rows_marked(dq) then return false end
   local dkdv = {}
   for k, x in pairs(spec) do dkdv[k] = x end
   dkdv.kernel, dkdv.deterministic = "dkdv", true

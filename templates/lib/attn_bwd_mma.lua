@@ -110,7 +110,7 @@ local function config_dq(spec, target, cfg)
     cfg.kvrows, cfg.kvself, bytes = true, true, bytes + 16
   -- (or dq reads the rows the deterministic dkdv wrote without their marks and marks the tiles from the bf16 rows:
   -- lib/attn_bwd_f16scaled.lua dq_kv_rows_marked)
-  elseif cfg.f16s and f16s.dq_kv_self(spec) and f16s.dq_kv_rows_marked(spec) and f16s.dq_lo_applies(spec) then
+  elseif cfg.f16s and f16s.dq_kv_rows_marked(spec) and f16s.dq_lo_applies(spec) and kvs.applies(spec, target, M.available) then
     cfg.kvrows, cfg.kvmark_rows, bytes = true, true, bytes + 16
   end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
