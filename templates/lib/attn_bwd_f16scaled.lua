@@ -548,7 +548,9 @@ end
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
 -- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
 -- writing the rows' marks spilled 8-20 bytes at 255 registers over head_dim 72-96 and every mask-key set (ptxas sm_75,
--- found at the end of wave 20; 0 without the marks). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- found at the end of wave 20; 0 without the marks; since wave 21 dq marks those tiles itself, dq_kv_rows_marked, and
+-- beside window + softcap + ALiBi with varlen at the widths up to 64 it stages and marks them, dq_kv_self).
+-- Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
