@@ -388,6 +388,22 @@ static kiln_status backward(prob *a, const char *path, int sm, int det, float *g
     return st;
 }
 
+/* Whether path=auto's deterministic dq kernel for problem p (bf16, grad f32, sm_75) runs the f16-scaled mma. */
+static int dq_auto_mma(const kiln_attn_problem *p) {
+    char spec[256], vd[32] = "";
+    if (p->v_head_dim) snprintf(vd, sizeof vd, " v_head_dim=%d", p->v_head_dim);
+    snprintf(spec, sizeof spec, "attention_bwd kernel=dq dtype=bf16 grad=f32 head_dim=%d%s%s%s%s%s%s path=auto", p->head_dim,
+             vd, p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "", p->window ? " window=true" : "",
+             p->has_softcap ? " softcap=true" : "", p->alibi ? " alibi=true" : "", p->dropout ? " dropout=true" : "");
+    kiln_module *m = NULL;
+    kiln_error err = {0};
+    kiln_status st = kiln_generate(gen, spec, 75, KILN_EMIT_PTX, &m, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    int mma = st == KILN_OK && strstr(kiln_module_text(m), "mma.sync") != NULL;
+    if (m) kiln_module_free(m);
+    return mma;
+}
+
 static void grads_alloc(prob *a, float *g[3]) {
     g[0] = calloc(a->nq, sizeof(float)), g[1] = calloc(a->nk, sizeof(float)), g[2] = calloc(a->nv, sizeof(float));
 }
@@ -635,6 +651,14 @@ static void span(void) {
         /* (wave 20: the deterministic dq kernel's Q and dO rows beside window, softcap and ALiBi together,
          * lib/attn_bwd_f16scaled.lua dq_lo_applies) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d32 causal with window, softcap, ALiBi", 'b', 32, 1, 40, 7, 0, 0},
+        /* (wave 21: the deterministic dq kernel where the deterministic dkdv does not run the f16-scaled path (at the
+         * tile width 128 beside dropout path=mma refuses it, dkdv_auto: SIMT; beside dropout with window, softcap and
+         * ALiBi together it is not held, dropout_excludes): dq marks the key tiles it converts itself and adds K's and
+         * V's low parts there, lib/attn_bwd_f16scaled.lua dq_kv_self; the deterministic sequence under path=auto too) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d128 causal, dropout p 0.25: dq marks the tiles it stages",
+         'w', 128, 1, 40, 0, 0.25f, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi, dropout p 0.25: dq marks "
+         "the tiles it stages", 'w', 64, 1, 40, 7, 0.25f, 0},
         /* (issue 28's default: the atomic dkdv at head_dim 96 causal with a window and softcap does not hold K's and V's
          * rows (window_w96_qo_only: 16 bytes spilled), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
          * path=auto; path=mma's gradients must be beyond the bound, or the case no longer probes auto's choice) */
@@ -688,6 +712,7 @@ static void span(void) {
         snprintf(name, sizeof name, "span d%d%s%.0d: %s", d, vd ? " v" : "", vd, kinds[kind].what);
         TEST_BEGIN(name);
         dkdv_auto = kinds[kind].dropout > 0 && ((d > 64 && d <= 96) || (vd > 64 && d <= 64));
+        int self = strstr(kinds[kind].what, ": dq marks the tiles it stages") != NULL; /* (wave 21, dq_kv_self) */
         if (strstr(kinds[kind].what, ": path=auto")) {
             /* (path=mma's atomic gradients printed, then the atomic and deterministic sequences under path=auto asserted) */
             if (forward(&a)) {
@@ -708,14 +733,27 @@ static void span(void) {
             /* (the atomic dkdv at the tile width 64 beside dropout with causal=true and ALiBi, no softcap or window: no
              * low parts, dropout_excludes; its counts printed. With a window since wave 21: held, lo_walk) */
             if (d == 64 && kinds[kind].dropout > 0 && kinds[kind].causal == 1 && kinds[kind].masks == 4) model_held = 0;
-            if (!dkdv_auto) check_model(&a, name, 0, NULL);
+            if (!dkdv_auto && !self) check_model(&a, name, 0, NULL);
             model_held = 7;
+            /* (the deterministic dkdv under path=auto, on SIMT, where the dq kernel stages K and V itself: at 128 beside
+             * dropout path=mma refuses that dkdv; the self cases' is not held there) */
+            if (self || (d == 128 && kinds[kind].dropout > 0)) dkdv_auto = 1;
             /* (the deterministic dq kernel holds its own Q and dO rows' low parts and, on its key tiles the
              * deterministic dkdv marked for it, K's and V's (dq_kv_lo_applies; dropout since wave 19; its Q and dO rows
              * at the tile width 96 beside a window or dropout, and every row beside window, softcap and ALiBi together,
              * since wave 20); d128's deterministic dkdv holds them all on a marked block's two passes, lo_walk) */
-            /* (the deterministic dkdv at 128 beside dropout runs on SIMT: path=mma refuses it) */
-            if (d < 128 || kinds[kind].dropout == 0) check_model(&a, name, 1, NULL);
+            /* (the deterministic dkdv at 128 beside dropout runs on SIMT, dkdv_auto: path=mma refuses it; its dq on the
+             * f16-scaled path stages K and V itself since wave 21, dq_kv_self) */
+            /* (a self case beside window, softcap and ALiBi: path=mma's dq would read the K/V rows of a dkdv on its
+             * path, kvs.applies, not the SIMT one's: the sequence under path=auto alone) */
+            if (!self || d == 128) check_model(&a, name, 1, NULL);
+            if (self) { /* (and the whole deterministic sequence as path=auto runs it: dq on the f16-scaled path) */
+                model_path = "auto";
+                check_model(&a, name, 1, NULL);
+                model_path = "mma";
+                CHECK(dq_auto_mma(&a.p), "%s: path=auto's dq is not on the f16-scaled mma (lib/attn_bwd_f16scaled.lua holds)",
+                      name);
+            }
         }
         dkdv_auto = 0;
         TEST_END();
@@ -738,8 +776,9 @@ static void varlen_span(void) {
     static const char *const big[2][2] = {{"q", "dout"}, {"k", "v"}}, *const zero[2][2] = {{"k", "v"}, {"q", "dout"}};
     /* (d64 causal: both kinds, atomic and deterministic; head_dim 80 causal, the tile width 96 (wave 19,
      * lib/attn_bwd_f16scaled.lua varlen_w96_spills): both kinds atomic, Q and dO rows deterministic; d96
-     * deterministic with K and V rows: dk and dv asserted, the dq kernel's count printed (its K and V rows at the tile
-     * width 96 with causal: not held since wave 20, dq_kv_lo_applies: the deterministic dkdv's marks spilled); wave 20:
+     * deterministic with K and V rows: dk, dv and dq asserted (dq's K and V rows at the tile width 96 with causal: not
+     * held in wave 20, dq_kv_lo_applies: the deterministic dkdv's marks spilled; since wave 21 dq stages K and V itself
+     * and marks the tiles, dq_kv_self; with the old rule 9,370 dq values beyond); wave 20:
      * d96 atomic with Q and dO rows, causal=true and false, the sequence's first query row read again from shared
      * memory, lib/attn_bwd_f16scaled.lua qrow_shared; and d64 atomic with K and V rows, causal=false and top_left, the
      * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies; head_dim 40 causal with
@@ -749,7 +788,9 @@ static void varlen_span(void) {
      * dq_lo_applies and dq_kv_lo_applies no longer leaving it out: d64 causal, both kinds, atomic (the sequence's first
      * query row read again, qrow_shared, letting K's and V's low parts in) and deterministic (the dq kernel's rows, its
      * marks read again, dq_vd_reread); the deterministic dkdv without causal, its origin read again too; and the atomic
-     * dkdv at head_dim 128 causal with a window, the low parts on the marked heads' branches, lo_walk) */
+     * dkdv at head_dim 128 causal with a window, the low parts on the marked heads' branches, lo_walk; and head_dim 40
+     * causal deterministic with K and V rows and the three keys, whose dq stages K and V itself and marks the tiles,
+     * dq_kv_self, where the deterministic dkdv's marks spilled; with the old rule dq values beyond) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
         int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi; 3: a window */
@@ -759,11 +800,12 @@ static void varlen_span(void) {
                  {80, 0, 0, 1, 0, 0, 0}, {80, 1, 0, 1, 0, 0, 0}, {80, 0, 1, 1, 0, 0, 0}, {96, 1, 1, 1, 0, 0, 0},
                  {96, 0, 0, 1, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0},
                  {40, 1, 0, 1, 1, 0, 0}, {96, 0, 0, 1, 2, 2, 0}, {64, 0, 0, 1, 0, 0, 1}, {64, 1, 0, 1, 0, 0, 1},
-                 {64, 0, 1, 1, 0, 0, 1}, {64, 1, 1, 1, 0, 0, 1}, {64, 0, 1, 0, 0, 0, 1}, {128, 0, 0, 1, 3, 0, 1}};
+                 {64, 0, 1, 1, 0, 0, 1}, {64, 1, 1, 1, 0, 0, 1}, {64, 0, 1, 0, 0, 0, 1}, {128, 0, 0, 1, 3, 0, 1},
+                 {40, 1, 1, 1, 1, 0, 0}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: ten of the twenty, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: about half of the twenty-one, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1   ? " window=true softcap=true alibi=true"
@@ -805,11 +847,10 @@ static void varlen_span(void) {
             for (int t = 0; t < kiln_case_noutputs(c); t++) {
                 const kiln_case_output *out = kiln_case_output_at(c, t);
                 /* (the dq kernel's K and V rows at the tile width 64 beside varlen: held since wave 20, dq_kv_lo_applies;
-                 * at the width 96 with causal not held since wave 20: printed) */
-                if (kind == 1 && d == 96 && det && !strcmp(out->name, "dq"))
-                    printf("  (deterministic dq, K and V rows of 2^40: %ld values beyond the bf16 path's bound: not held)\n", out->bad);
-                else CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec,
-                           out->bad, out->name, out->first);
+                 * at the width 96 with causal since wave 21: dq stages and marks them itself, dq_kv_self, where the
+                 * deterministic dkdv's marks spilled) */
+                CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
+                      out->name, out->first);
             }
         }
         kiln_case_free(c);

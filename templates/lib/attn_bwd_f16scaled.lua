@@ -596,7 +596,9 @@ end
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
 -- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
 -- writing the rows' marks spilled 8-20 bytes at 255 registers over head_dim 72-96 and every mask-key set (ptxas sm_75,
--- found at the end of wave 20; 0 without the marks). Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
+-- found at the end of wave 20; 0 without the marks; since wave 21 dq marks those tiles itself, dq_kv_rows_marked, and
+-- beside window + softcap + ALiBi with varlen at the widths up to 64 it stages and marks them, dq_kv_self).
+-- Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
 function M.dq_kv_lo_applies(spec)
@@ -604,6 +606,50 @@ function M.dq_kv_lo_applies(spec)
     and not (spec.varlen and spec.dropout_mask and spec.head_dim <= 64)
     and not (spec.varlen and spec.head_dim == 96 and spec.causal)
     and not (spec.window and spec.softcap and spec.alibi and spec.varlen and spec.head_dim <= 96)
+end
+
+-- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows where it stages them itself (the
+-- deterministic dkdv of the same spec does not run this path, kvs.applies: lib/attn_bwd_mma.lua available refuses it,
+-- dropout at the tile widths 96 and 128, window + softcap + ALiBi at 128, or holds says no, dropout beside window +
+-- softcap + ALiBi, varlen at head_dim 96 causal with a window or ALiBi; or the dkdv's marks spilled and kvs.applies
+-- leaves the rows out, window + softcap + ALiBi beside varlen at the widths up to 64): dq marks a key tile holding a row
+-- that spans more than 2^32 while converting it (row_spans inside load, the row's extrema at hand; at the tile width 96
+-- in a loop after the staging, dq_kv_self_looped) and a marked tile adds dO V_lo^T to dP, Q K_lo^T to S and dS K_lo to
+-- dQ as with the dkdv's marks (cfg.kvrows; lib/attn_bwd_mma.lua build_dq, cfg.kvself). Wave 21, ptxas sm_75 at 255
+-- registers: 0 spills over the full matrix's 79 bf16 dq variants it changes and 96 dropout variants at the width 96
+-- (head_dim 72-96 x causal both ways and not x the 8 key subsets, 236-255 registers) and the width 96's varlen ones with a
+-- window (0). Not dropout beside varlen (dq's own Q and dO rows are not held there, dq_lo_applies: measured alone 0 bytes
+-- at the widths 96 and 128, 207-244 registers, but left to that rule), nor varlen at head_dim 96 causal with ALiBi and
+-- no window (20-28 bytes with the looped marks; under path=mma the dkdv's rows there, dq_kv_rows_marked: 0), nor window
+-- + softcap + ALiBi beside varlen at head_dim 48 and 56 (8 bytes, causal both ways and not; looped 8; the dkdv's rows
+-- with dq_kv_rows_marked' looped marks 0-8; head_dim 8-40 and 64 fit: 0 bytes, 254-255 registers): those keep the
+-- deterministic dkdv's rows without marks (not held).
+function M.dq_kv_self(spec)
+  local dim = spec.dim or spec.head_dim
+  return spec.kernel == "dq" and not (spec.dropout and spec.varlen)
+    and not (spec.varlen and spec.head_dim == 96 and spec.causal and spec.alibi and not spec.window)
+    and not (spec.varlen and spec.window and spec.softcap and spec.alibi and (dim == 48 or dim == 56))
+end
+
+-- Whether the dq kernel of `spec` marking the key tiles it stages (dq_kv_self) takes the marks in a loop after the staging
+-- (rows_span over the tile's bf16 K and V rows: two trips a thread, reading them again) instead of inside load's unrolled
+-- items: at the tile width 96, where the marks inside load spilled 8 bytes at 255 registers with dropout (ptxas sm_75,
+-- head_dim 72 and 80 without causal and without a window, head_dim 88 causal with a window; looped 0, 236-255 registers)
+-- and 8-28 bytes beside varlen (looped 4-32 there: dq_kv_rows_marked). At 128 inside load fits (0 bytes, 237-255).
+function M.dq_kv_self_looped(spec)
+  return spec.head_dim == 96
+end
+
+-- Whether the dq kernel of `spec` reading K and V as the deterministic dkdv wrote them (kvs.applies) but without that
+-- dkdv's marks (dq_kv_lo_applies: they spilled there) marks the copied key tiles itself from the bf16 K and V rows
+-- (rows_span, a loop after the copy: K's and V's bf16 rows read again) and takes their low parts as with the dkdv's
+-- marks (cfg.kvrows): varlen at the tile width 96 (not beside dropout: dq_lo_applies; wave 21). There, staging K and V
+-- itself with the marks (dq_kv_self) spilled 4-32 bytes at 255 registers (ptxas sm_75, head_dim 72-96 causal=true and
+-- top_left without a window; the marks inside load 8-28); with the copies and the looped marks 0 (207-255 registers,
+-- the width 96's varlen dq variants with causal or a mask key). Elsewhere (window, softcap and ALiBi beside varlen at the
+-- widths up to 64) neither kernel takes the rows and dq stages them itself (kvs.applies, dq_kv_self).
+function M.dq_kv_rows_marked(spec)
+  return spec.kernel == "dq" and spec.varlen and spec.head_dim == 96 or false
 end
 
 -- Whether dq's dQ += dS K_lo step tests its key tile's mark read again from shared memory (kv_tile_marked) instead
@@ -621,8 +667,9 @@ end
 -- no list of its own. dkdv: Q's and dO's rows (lo_applies) and K's and V's (kv_lo_applies, which implies
 -- lo_applies; the walks kv_walk and lo_walk and the atomic d128's two passes are inside them, and head_dim 32's and 64's
 -- blocks of one factor run a marked head or block on the per-row body). dq: Q's and dO's (dq_lo_applies) and K's
--- and V's, which only the deterministic dkdv marks (dq_kv_lo_applies, and that dkdv on this path: kvs.applies with
--- `available`, lib/attn_bwd_mma.lua's, under the same path). prep and convert stage no row for a product: true.
+-- and V's: where dq reads them as the deterministic dkdv wrote them (kvs.applies with `available`, lib/attn_bwd_mma.lua's,
+-- under the same path) that dkdv's marks (dq_kv_lo_applies) or its own from the bf16 rows (dq_kv_rows_marked); else
+-- dq's own while staging them (dq_kv_self, wave 21). prep and convert stage no row for a product: true.
 -- Else false and why: the rows and the spec's keys (serves: path=auto takes SIMT there, path=mma keeps this path and
 -- its documented bound, docs/attention-bwd-span.md "Not held yet").
 function M.holds(spec, target, available)
@@ -632,9 +679,12 @@ function M.holds(spec, target, available)
     elseif not M.kv_lo_applies(spec) then rows, rule = "K's and V's rows", "kv_lo_applies" end
   elseif spec.kernel == "dq" then
     if not M.dq_lo_applies(spec) then rows, rule = "Q's and dO's rows", "dq_lo_applies"
-    elseif not M.dq_kv_lo_applies(spec) then rows, rule = "K's and V's rows", "dq_kv_lo_applies"
-    elseif not require("lib.attn_bwd_kvscaled").applies(spec, target, available) then
-      rows, rule = "K's and V's rows", "kvs.applies: the deterministic dkdv does not run this path"
+    elseif require("lib.attn_bwd_kvscaled").applies(spec, target, available) then
+      if not M.dq_kv_lo_applies(spec) and not M.dq_kv_rows_marked(spec) then
+        rows, rule = "K's and V's rows", "dq_kv_lo_applies"
+      end
+    elseif not M.dq_kv_self(spec) then -- (the deterministic dkdv does not run this path: dq stages K and V itself)
+      rows, rule = "K's and V's rows", "dq_kv_self: dq stages them itself"
     end
   end
   if not rows then return true end

@@ -28,6 +28,14 @@ M.WS = { { "kh", "f16" }, { "vh", "f16" }, { "ksf", "f32" }, { "vsf", "f32" } }
 function M.applies(spec, target, available)
   if spec.path == "simt" or not f16s.applies(spec, target) then return false end
   if not (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) then return false end
+  -- (wave 21: where the deterministic dkdv's marks for dq spilled, lib/attn_bwd_f16scaled.lua dq_kv_lo_applies, dq
+  -- stages K and V itself and marks its key tiles while converting them, dq_kv_self: neither kernel takes the rows
+  -- here; but at the tile width 96, where dq keeps the rows and marks the tiles from the bf16 rows, dq_kv_rows_marked)
+  local dq = {}
+  for k, x in pairs(spec) do dq[k] = x end
+  dq.kernel, dq.deterministic = "dq", nil
+  if not f16s.dq_kv_lo_applies(dq) and f16s.dq_lo_applies(dq) and f16s.dq_kv_self(dq)
+    and not f16s.dq_kv_rows_marked(dq) then return false end
   local dkdv = {}
   for k, x in pairs(spec) do dkdv[k] = x end
   dkdv.kernel, dkdv.deterministic = "dkdv", true

@@ -104,6 +104,14 @@ local function config_dq(spec, target, cfg)
   -- (K's and V's low parts: the key tiles' rows as the deterministic dkdv marked them, lib/attn_bwd_kvscaled.lua)
   if cfg.f16s and f16s.dq_kv_lo_applies(spec) and kvs.applies(spec, target, M.available) then
     cfg.kvrows, bytes = true, bytes + 16
+  -- (or dq stages K and V itself, the deterministic dkdv not on this path, and marks a key tile while converting it:
+  -- lib/attn_bwd_f16scaled.lua dq_kv_self)
+  elseif cfg.f16s and f16s.dq_kv_self(spec) and not kvs.applies(spec, target, M.available) then
+    cfg.kvrows, cfg.kvself, bytes = true, true, bytes + 16
+  -- (or dq reads the rows the deterministic dkdv wrote without their marks and marks the tiles from the bf16 rows:
+  -- lib/attn_bwd_f16scaled.lua dq_kv_rows_marked)
+  elseif cfg.f16s and f16s.dq_kv_rows_marked(spec) and f16s.dq_lo_applies(spec) and kvs.applies(spec, target, M.available) then
+    cfg.kvrows, cfg.kvmark_rows, bytes = true, true, bytes + 16
   end
   if bytes > target.smem_static_max then cfg.dynamic_smem = bytes end
   return cfg
@@ -981,7 +989,23 @@ function M.build_dq(b, spec, cfg, p, io)
   end
   local function load_kv(k0)
     b:barrier() -- the previous tile's products are done with K and V
-    if cfg.kvs then kvs.load(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d) else
+    if cfg.kvs then
+      kvs.load(b, cfg, M.WARPS * 32, sh, p, bi, hkv, k0, d)
+      if cfg.kvmark_rows then -- (the copied tile's marks from the bf16 rows: k0 into sh.kvtile, as kvs.load does)
+        local x = f16s.rows_span(b, spec, M.WARPS * 32, kb, p.stride_ks, k0, bn, p.seq_k)
+        local y = f16s.rows_span(b, spec.vspec or spec, M.WARPS * 32, vb, p.stride_vs, k0, bn, p.seq_k)
+        b:if_(b:ne(x | y, 0), function() b:store(sh.kvtile, b:from_bits(k0)) end)
+      end
+    elseif cfg.kvself then -- (a tile holding a K or V row that spans more than 2^32: k0 into sh.kvtile, as kvs.load)
+      local looped = f16s.dq_kv_self_looped(spec) -- (the marks in a loop after the staging: f16s.rows_span)
+      local x = f16s.load(b, spec, cfg, M.WARPS * 32, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf, not looped)
+      local y = f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf, not looped)
+      if looped then
+        x = f16s.rows_span(b, spec, M.WARPS * 32, kb, p.stride_ks, k0, bn, p.seq_k)
+        y = f16s.rows_span(b, spec.vspec or spec, M.WARPS * 32, vb, p.stride_vs, k0, bn, p.seq_k)
+      end
+      b:if_(b:ne(x | y, 0), function() b:store(sh.kvtile, b:from_bits(k0)) end)
+    else
       stage(b, spec, cfg, sh.ks, kb, p.stride_ks, k0, bn, p.seq_k, sh.kf)
       stage(b, spec.vspec or spec, cfg, sh.vs, vb, p.stride_vs, k0, bn, p.seq_k, sh.vf)
     end
