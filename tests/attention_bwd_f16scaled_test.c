@@ -635,11 +635,16 @@ static void span(void) {
         /* (wave 20: the deterministic dq kernel's Q and dO rows beside window, softcap and ALiBi together,
          * lib/attn_bwd_f16scaled.lua dq_lo_applies) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d32 causal with window, softcap, ALiBi", 'b', 32, 1, 40, 7, 0, 0},
-        /* (issue 28's default: the atomic dkdv at head_dim 96 causal with a window and softcap does not hold K's and V's
-         * rows (window_w96_qo_only: 16 bytes spilled), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
+        /* (wave 21: the atomic dkdv at head_dim 96 causal with a window and softcap, and at head_dim 80 without causal with
+         * ALiBi, hold K's and V's rows on the marked key block's own walk with V's low part taken from its rows a k-step
+         * at a time, lib/attn_bwd_f16scaled.lua kv_walk_frag; on the marked heads' branches they spilled 16-28 bytes) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 causal with a window and softcap: V's low part from its rows",
+         'w', 96, 1, 40, 3, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d80 with ALiBi: V's low part from its rows", 'w', 80, 0, 40, 4, 0, 0},
+        /* (issue 28's default: the atomic dkdv at head_dim 88 causal with a window does not hold K's and V's rows
+         * (window_w96_qo_only; kv_walk_frag_spills: 8 bytes), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
          * path=auto; path=mma's gradients must be beyond the bound, or the case no longer probes auto's choice) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 causal with a window and softcap: path=auto", 'w', 96, 1, 40, 3,
-         0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d88 causal with a window: path=auto", 'w', 88, 1, 40, 1, 0, 0},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     for (size_t kind = 0; kind < sizeof kinds / sizeof kinds[0]; kind++) {
@@ -732,18 +737,21 @@ static void varlen_span(void) {
      * same re-read letting K's and V's low parts in on the marked heads' branch, kv_lo_applies; head_dim 40 causal with
      * a window of 20 keys, softcap 8 and ALiBi there too; and, not varlen, a batch of two at d96 causal with a window
      * and ALiBi: the re-read origin is the batch there; the d64 causal deterministic K and V case's dq asserted since wave
-     * 20, dq_kv_lo_applies) */
+     * 20, dq_kv_lo_applies; wave 21: K and V rows with window, softcap and ALiBi, causal, at d64 atomic and d96
+     * deterministic, on the marked key block's own walk with V's low part from its rows, lib/attn_bwd_f16scaled.lua
+     * kv_walk_frag; the d96 deterministic dq's count printed as above) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
         int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi */
         int batch;                /* 0: varlen; else that many dense sequences of 35 x 40 */
     } cases[] = {{64, 0, 0, 1, 0, 0}, {64, 0, 1, 1, 0, 0}, {64, 1, 0, 1, 0, 0}, {64, 1, 1, 1, 0, 0}, {80, 0, 0, 1, 0, 0},
                  {80, 1, 0, 1, 0, 0}, {80, 0, 1, 1, 0, 0}, {96, 1, 1, 1, 0, 0}, {96, 0, 0, 1, 0, 0}, {96, 0, 0, 0, 0, 0},
-                 {64, 1, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0}, {40, 1, 0, 1, 1, 0}, {96, 0, 0, 1, 2, 2}};
+                 {64, 1, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0}, {40, 1, 0, 1, 1, 0}, {96, 0, 0, 1, 2, 2}, {64, 1, 0, 1, 1, 0},
+                 {96, 1, 1, 1, 1, 0}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: seven of the fourteen, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: about half of them, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1 ? " window=true softcap=true alibi=true"
