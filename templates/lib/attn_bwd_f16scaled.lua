@@ -418,6 +418,8 @@ end
 -- walk (kv_walk) or the marked block's walk for a window (lo_walk); and varlen's atomic dkdv at the tile width 64
 -- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
 -- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention-bwd-span.md, "Not held yet").
+-- (Wave 21: where varlen_w96_spills (kv) or window_w96_qo_only name a variant, kv_walk's walk takes K's and V's rows
+-- instead wherever it fits with V's low part from its rows, kv_walk_frag.)
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec)
       and not M.qrow_shared(spec))
@@ -457,7 +459,9 @@ end
 -- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
 -- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
 -- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way. Not
--- varlen (4-16 bytes at the width 96, varlen_w96_spills).
+-- varlen (4-16 bytes at the width 96, varlen_w96_spills). Third result (wave 21, kv_walk_frag, below): true where the
+-- walk's dK pass takes V's low part from its rows at each marked tile (build_dkdv's cfg.kvwalk_vfrag), which lets the
+-- walk in at the width 96 with ALiBi or a window and beside varlen.
 function M.kv_walk(spec)
   if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic

@@ -409,11 +409,13 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- kvmarked (cfg.kvwalk, lib/attn_bwd_f16scaled.lua kv_walk: a key block holding a K or V row that spans more
   -- than 2^32, the call below): the block's own walk, in two passes, whose every tile adds every low part's product
   -- (Q's, dO's, K's and V's: a row that does not span has a low part of 0; on_marked). K's low part is filled once a pass
-  -- into `lo` (S^T and dQ read it there), V's once before the dK pass into this warp's A fragments (dP^T's), so
-  -- the query loop reads no K or V row; Q's and dO's go to the tile `qlo`. The other blocks' walk holds Q's and
-  -- dO's low parts alone, on the marked heads' branch. (K's and V's on that branch beside both accumulators, filled
-  -- from their rows inside the loop, spilled 8-28 bytes at 255 registers, ptxas sm_75: d64 causal, d80/d96; a copy
-  -- of the one-pass loop for marked heads 8-40, the two passes with those fills in the loop 4-36.)
+  -- into `lo` (S^T and dQ read it there), V's once before the dK pass into this warp's A fragments (dP^T's; with
+  -- cfg.kvwalk_vfrag from V's rows at each tile instead, below), so the query loop reads no K or V row; Q's and dO's
+  -- go to the tile `qlo`. The other blocks' walk holds Q's and dO's low parts alone, on the marked heads' branch. (K's
+  -- and V's on that branch beside both accumulators, filled from their rows inside the loop, spilled 8-28 bytes at 255
+  -- registers, ptxas sm_75: d64 causal, d80/d96; a copy of the one-pass loop for marked heads 8-40, the two passes with
+  -- those fills in the loop 4-36.) With cfg.lowalk too (lo_walks below) a block not marked for its K or V rows takes
+  -- lo_walk's two walks.
   -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
   -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
