@@ -488,9 +488,10 @@ end
 -- deterministic; and the atomic dkdv at head_dim 64 with varlen, a window and ALiBi and causal (both ways), beside
 -- lo_walk's two walks (a block not marked for its K or V rows takes them) with the rows' origin read again
 -- (qrow_shared): before 16 bytes on the branches (head_dim 96 causal with a window and softcap, the deterministic
--- head_dim 96 varlen with window, softcap and ALiBi), 8-20 at head_dim 64; on this walk 0 at 240-255 registers in 43
--- of 62 (the held fragments: 8-28 in those measured; the marked walk first 4-8 at head_dim 96). Not where
--- kv_walk_frag_spills names it (4-68 bytes either way).
+-- head_dim 96 varlen with window, softcap and ALiBi), 8-20 at head_dim 64; on this walk 0 at 240-255 registers in 50
+-- of the 112 measured (head_dim 40-96, v_head_dims from 8 to 96 of the width 96, every key set, causal both ways and
+-- not, atomic and deterministic, varlen; the held fragments: 8-28 in those measured; the marked walk first 4-8 at
+-- head_dim 96). Not where kv_walk_frag_spills names it (4-68 bytes either way).
 function M.kv_walk_frag(spec)
   if spec.kernel ~= "dkdv" or spec.dropout or not M.lo_applies(spec) then return false end
   local dim = spec.dim or spec.head_dim
@@ -510,9 +511,12 @@ end
 -- the marked one's / V's fragments held instead): the deterministic dkdv at head_dim 96 with varlen and ALiBi but
 -- without window and softcap together, and causal=top_left with softcap and ALiBi (8 / 8 / 12-28); the atomic one
 -- without causal, head_dim and v_head_dim equal, no window: head_dim 72 with ALiBi (44-68 / 40-60 / 0-8) and 96 with
--- ALiBi alone (12 / 12 / 4); head_dim 88 with a window without ALiBi (8 / 8 / 8); head_dim 96 with v_head_dim 72 (56 / 40
--- / 8). Head_dim 88 with v_head_dim 96, window, softcap and ALiBi: 4 bytes with the unmarked walk first, 0 with the
--- marked one's (the second result: its order).
+-- ALiBi alone (12 / 12 / 4); head_dim 88 with a window without ALiBi (8 / 8 / 8); a v_head_dim of its own below 64 or
+-- 72 (head_dim 96 with window + softcap, causal: v_head_dim 8-56 4-32 bytes but 48 (0), 72 56 / 40 / 8; head_dim 88
+-- with a window, causal: v_head_dim 8 and 16 4-20 bytes, 24-56 and 72 left out with them unmeasured); 64, 80, 88 and
+-- 96 fit (0). Head_dim 88 with v_head_dim 96,
+-- window, softcap and ALiBi: 4 bytes with the unmarked walk first, 0 with the marked one's (the second result: its
+-- order).
 function M.kv_walk_frag_spills(spec)
   local dim = spec.dim or spec.head_dim
   local vd = spec.vdim or dim
@@ -522,7 +526,7 @@ function M.kv_walk_frag_spills(spec)
   if dim == 88 and vd == 96 and spec.window and spec.softcap and spec.alibi then return false, "marked" end
   return not spec.causal and vd == dim and not spec.window and spec.alibi and (dim == 72 or dim == 96 and not spec.softcap)
     or dim == 88 and vd == 88 and spec.window and not spec.alibi
-    or dim == 96 and vd == 72 or false
+    or vd ~= dim and (vd < 64 or vd == 72) or false
 end
 
 -- Whether the dkdv kernel of `spec` runs a key block marked for Q's or dO's rows (lo_scan over every head of its
