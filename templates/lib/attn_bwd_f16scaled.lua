@@ -321,25 +321,25 @@ function M.varlen_w96_spills(spec, kv)
   return dim == 88 and spec.causal and not spec.top_left and not key or false
 end
 
--- Whether the dkdv of `spec` (atomic; the deterministic one where named at the end) keeps its query rows' origin (varlen: the sequence's first query row, q_at; else
--- the batch) out of its registers: stored once into shared memory, the rows' index computed from it again at each
--- query tile and Q's and dO's row pointers on the marked tiles' branch (lib/attn_bwd_mma.lua build_dkdv,
--- cfg.qrow_shared), so that neither is held across the query loop. Wave 20, ptxas sm_75 at 255 registers, head_dim 96
--- (the tile width 96, v_head_dim the same): varlen without a mask key, causal=true or false (with the index and
--- pointers held its Q and dO low parts spilled: causal=true 16 bytes with K's and V's as kv_lo_applies gives them, 12
--- without; false 8; now 0 at 255 and 242 registers; the pointers alone: false 0, true 16), and a window with ALiBi,
--- softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255 registers; the pointers
--- alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the tile width 64, where it
--- lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk (causal=false, top_left, and
--- causal=true with a window; K's and V's on the marked heads' branch spilled 8-44 bytes with the index held; read again
--- 0 at 249-255 registers, head_dim 64; head_dim 40-56
--- with window and ALiBi and causal 0-16 held, 0 read again; head_dim 64 there 16-20 read again, 0-8 held, on the marked
--- heads' branches: since wave 21 on kv_walk_frag's walk, read again 0 at 240-242 registers, held 24), and head_dim 64
--- with v_head_dim 32 and ALiBi alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248
--- registers). And the deterministic dkdv at head_dim 96 with varlen, a window and ALiBi without causal (wave 21: with
--- Q's and dO's low parts alone, its K's and V's rows not held there, kv_w96_branch, it spilled 4 bytes at 255 registers,
--- the low parts' branch beside the rows' index held; without the low parts 0 at 242, with the dq kernel's marks left
--- out still 4; read again 0 at 244-245 registers, softcap or not).
+-- Whether the dkdv of `spec` (atomic; the deterministic one where named at the end) keeps its query rows' origin
+-- (varlen: the sequence's first query row, q_at; else the batch) out of its registers: stored once into shared memory,
+-- the rows' index computed from it again at each query tile and Q's and dO's row pointers on the marked tiles' branch
+-- (lib/attn_bwd_mma.lua build_dkdv, cfg.qrow_shared), so that neither is held across the query loop. Wave 20, ptxas
+-- sm_75 at 255 registers, head_dim 96 (the tile width 96, v_head_dim the same): varlen without a mask key, causal=true
+-- or false (with the index and pointers held its Q and dO low parts spilled: causal=true 16 bytes with K's and V's as
+-- kv_lo_applies gives them, 12 without; false 8; now 0 at 255 and 242 registers; the pointers alone: false 0, true 16),
+-- and a window with ALiBi, softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255
+-- registers; the pointers alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the
+-- tile width 64, where it lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk
+-- (causal=false, top_left, and causal=true with a window; K's and V's on the marked heads' branch spilled 8-44 bytes
+-- with the index held; read again 0 at 249-255 registers, head_dim 64; head_dim 40-56 with window and ALiBi and causal
+-- 0-16 held, 0 read again; head_dim 64 there 16-20 read again, 0-8 held, on the marked heads' branches: since wave 21
+-- on kv_walk_frag's walk, read again 0 at 240-242 registers, held 24), and head_dim 64 with v_head_dim 32 and ALiBi
+-- alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers). And the deterministic
+-- dkdv at head_dim 96 with varlen, a window and ALiBi without causal (wave 21: with Q's and dO's low parts alone, its
+-- K's and V's rows not held there, kv_w96_branch, it spilled 4 bytes at 255 registers, the low parts' branch beside the
+-- rows' index held; without the low parts 0 at 242, with the dq kernel's marks left out still 4; read again 0 at
+-- 244-245 registers, softcap or not).
 function M.qrow_shared(spec)
   local dim = spec.dim or spec.head_dim
   if spec.kernel == "dkdv" and spec.deterministic and not spec.dropout then
@@ -490,8 +490,9 @@ end
 -- (qrow_shared): before 16 bytes on the branches (head_dim 96 causal with a window and softcap, the deterministic
 -- head_dim 96 varlen with window, softcap and ALiBi), 8-20 at head_dim 64; on this walk 0 at 240-255 registers in 50
 -- of the 112 measured (head_dim 40-96, v_head_dims from 8 to 96 of the width 96, every key set, causal both ways and
--- not, atomic and deterministic, varlen; the held fragments: 8-28 in those measured; the marked walk first 4-8 at
--- head_dim 96). Not where kv_walk_frag_spills names it (4-68 bytes either way).
+-- not, atomic and deterministic, varlen; with V's fragments held 8-20 bytes on the six of the full matrix, 0-28 on the
+-- others measured; the marked walk first 4-8 at head_dim 96). Not where kv_walk_frag_spills names it (4-68 bytes
+-- either way).
 function M.kv_walk_frag(spec)
   if spec.kernel ~= "dkdv" or spec.dropout or not M.lo_applies(spec) then return false end
   local dim = spec.dim or spec.head_dim
@@ -514,9 +515,8 @@ end
 -- ALiBi alone (12 / 12 / 4); head_dim 88 with a window without ALiBi (8 / 8 / 8); a v_head_dim of its own below 64 or
 -- 72 (head_dim 96 with window + softcap, causal: v_head_dim 8-56 4-32 bytes but 48 (0), 72 56 / 40 / 8; head_dim 88
 -- with a window, causal: v_head_dim 8 and 16 4-20 bytes, 24-56 and 72 left out with them unmeasured); 64, 80, 88 and
--- 96 fit (0). Head_dim 88 with v_head_dim 96,
--- window, softcap and ALiBi: 4 bytes with the unmarked walk first, 0 with the marked one's (the second result: its
--- order).
+-- 96 fit (0). Head_dim 88 with v_head_dim 96, window, softcap and ALiBi: 4 bytes with the unmarked walk first, 0 with
+-- the marked one's (the second result: its order).
 function M.kv_walk_frag_spills(spec)
   local dim = spec.dim or spec.head_dim
   local vd = spec.vdim or dim
