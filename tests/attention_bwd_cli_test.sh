@@ -29,7 +29,9 @@ for s in "kernel=dkdv head_dim=64 causal=true" "kernel=dkdv head_dim=128 determi
     "kernel=dq head_dim=128 causal=true varlen=true" "kernel=dkdv head_dim=128 causal=true varlen=true" \
     "kernel=dq head_dim=32 causal=true varlen=true" "kernel=dq head_dim=64 causal=true softcap=true varlen=true" \
     "kernel=dq head_dim=96 causal=true window=true" "kernel=dkdv head_dim=96 causal=true varlen=true" \
-    "kernel=dkdv head_dim=96 causal=true window=true alibi=true" \
+    "kernel=dkdv head_dim=96 causal=true window=true alibi=true" "kernel=dkdv head_dim=96 causal=true window=true softcap=true" \
+    "kernel=dkdv head_dim=64 causal=true window=true softcap=true alibi=true varlen=true" \
+    "kernel=dkdv head_dim=96 causal=top_left window=true softcap=true alibi=true varlen=true deterministic=true" \
     "kernel=dkdv head_dim=64 causal=true window=true softcap=true alibi=true dropout=true" \
     "kernel=dkdv head_dim=128 causal=true window=true softcap=true alibi=true dropout=true" \
     "kernel=dq head_dim=32 causal=true window=true softcap=true alibi=true dropout=true" \
@@ -46,8 +48,11 @@ done
 # issue 28: a result never worse than the bf16 path's bound. Where the f16-scaled kernel does not add the low parts of
 # a row spanning more than 2^32 (lib/attn_bwd_f16scaled.lua holds; docs/attention-bwd-span.md "Not held yet"),
 # path=auto takes SIMT (no mma, no bf16 instruction) and path=mma keeps the f16 mma; the held neighbours above stay mma
-for s in "kernel=dkdv head_dim=96 causal=true window=true softcap=true" \
-    "kernel=dkdv head_dim=64 causal=true window=true softcap=true alibi=true varlen=true" \
+# (wave 21: d96 causal window + softcap, d64 varlen window + softcap + ALiBi causal and the deterministic d96 varlen with
+# the three keys moved to the list above, lib/attn_bwd_f16scaled.lua kv_walk_frag; head_dim 88 causal with a window and
+# the deterministic d96 varlen causal with ALiBi alone stay off, kv_walk_frag_spills)
+for s in "kernel=dkdv head_dim=88 causal=true window=true" \
+    "kernel=dkdv head_dim=96 causal=true alibi=true varlen=true deterministic=true" \
     "kernel=dq head_dim=128 causal=true varlen=true dropout=true" \
     "kernel=dq head_dim=64 causal=true window=true softcap=true varlen=true dropout=true dropout_mask=true"; do
     expect "sm_75 bf16 $s: not held, path=auto takes SIMT" 0 "fma.rn.f32" -- emit attention_bwd dtype=bf16 $s --sm 75

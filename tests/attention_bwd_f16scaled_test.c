@@ -659,11 +659,16 @@ static void span(void) {
          'w', 128, 1, 40, 0, 0.25f, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), d64 causal with window, softcap, ALiBi, dropout p 0.25: dq marks "
          "the tiles it stages", 'w', 64, 1, 40, 7, 0.25f, 0},
-        /* (issue 28's default: the atomic dkdv at head_dim 96 causal with a window and softcap does not hold K's and V's
-         * rows (window_w96_qo_only: 16 bytes spilled), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
+        /* (wave 21: the atomic dkdv at head_dim 96 causal with a window and softcap, and at head_dim 80 without causal with
+         * ALiBi, hold K's and V's rows on the marked key block's own walk with V's low part taken from its rows a k-step
+         * at a time, lib/attn_bwd_f16scaled.lua kv_walk_frag; on the marked heads' branches they spilled 16-28 bytes) */
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 causal with a window and softcap: V's low part from its rows",
+         'w', 96, 1, 40, 3, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d80 with ALiBi: V's low part from its rows", 'w', 80, 0, 40, 4, 0, 0},
+        /* (issue 28's default: the atomic dkdv at head_dim 88 causal with a window does not hold K's and V's rows
+         * (window_w96_qo_only; kv_walk_frag_spills: 8 bytes), so lib/attn_bwd_f16scaled.lua holds sends it to SIMT under
          * path=auto; path=mma's gradients must be beyond the bound, or the case no longer probes auto's choice) */
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d96 causal with a window and softcap: path=auto", 'w', 96, 1, 40, 3,
-         0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), d88 causal with a window: path=auto", 'w', 88, 1, 40, 1, 0, 0},
         /* (wave 21: dropout beside window, softcap and ALiBi together, lib/attn_bwd_f16scaled.lua dropout_excludes: the
          * atomic and deterministic dkdv and the dq kernel at the tile widths 32 and 64; the atomic dkdv at 64 with a
          * window beside dropout on the marked block's walk of 16-row query tiles, lo_walk) */
@@ -790,7 +795,9 @@ static void varlen_span(void) {
      * marks read again, dq_vd_reread); the deterministic dkdv without causal, its origin read again too; and the atomic
      * dkdv at head_dim 128 causal with a window, the low parts on the marked heads' branches, lo_walk; and head_dim 40
      * causal deterministic with K and V rows and the three keys, whose dq stages K and V itself and marks the tiles,
-     * dq_kv_self, where the deterministic dkdv's marks spilled; with the old rule dq values beyond) */
+     * dq_kv_self, where the deterministic dkdv's marks spilled; with the old rule dq values beyond; and K and V rows with
+     * window, softcap and ALiBi, causal, at d64 atomic and d96 deterministic, on the marked key block's own walk with V's
+     * low part from its rows, lib/attn_bwd_f16scaled.lua kv_walk_frag) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
         int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi; 3: a window */
@@ -801,11 +808,11 @@ static void varlen_span(void) {
                  {96, 0, 0, 1, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0},
                  {40, 1, 0, 1, 1, 0, 0}, {96, 0, 0, 1, 2, 2, 0}, {64, 0, 0, 1, 0, 0, 1}, {64, 1, 0, 1, 0, 0, 1},
                  {64, 0, 1, 1, 0, 0, 1}, {64, 1, 1, 1, 0, 0, 1}, {64, 0, 1, 0, 0, 0, 1}, {128, 0, 0, 1, 3, 0, 1},
-                 {40, 1, 1, 1, 1, 0, 0}};
+                 {40, 1, 1, 1, 1, 0, 0}, {64, 1, 0, 1, 1, 0, 0}, {96, 1, 1, 1, 1, 0, 0}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: about half of the twenty-one, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: about half of the twenty-three, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1   ? " window=true softcap=true alibi=true"

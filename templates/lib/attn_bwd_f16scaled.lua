@@ -329,21 +329,25 @@ function M.varlen_w96_spills(spec, kv)
   return dim == 88 and spec.causal and not spec.top_left and not key or false
 end
 
--- Whether the atomic dkdv of `spec` keeps its query rows' origin (varlen: the sequence's first query row, q_at; else
--- the batch) out of its registers: stored once into shared memory, the rows' index computed from it again at each
--- query tile and Q's and dO's row pointers on the marked tiles' branch (lib/attn_bwd_mma.lua build_dkdv,
--- cfg.qrow_shared), so that neither is held across the query loop. Wave 20, ptxas sm_75 at 255 registers, head_dim 96
--- (the tile width 96, v_head_dim the same): varlen without a mask key, causal=true or false (with the index and
--- pointers held its Q and dO low parts spilled: causal=true 16 bytes with K's and V's as kv_lo_applies gives them, 12
--- without; false 8; now 0 at 255 and 242 registers; the pointers alone: false 0, true 16), and a window with ALiBi,
--- softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255 registers; the pointers
--- alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the tile width 64, where it
--- lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk (causal=false, top_left, and
--- causal=true with a window), not head_dim 64 with window and ALiBi together and causal (K's and V's on the marked
--- heads' branch spilled 8-44 bytes with the index held; read again 0 at 249-255 registers, head_dim 64; head_dim 64 with
--- window and ALiBi and causal 16-20 read again, 0-8 held: those keep Q's and dO's low parts alone; head_dim 40-56 there
--- 0-16 held, 0 read again), and head_dim 64 with v_head_dim 32 and
--- ALiBi alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers).
+-- Whether the dkdv of `spec` (atomic; the deterministic one where named at the end) keeps its query rows' origin
+-- (varlen: the sequence's first query row, q_at; else the batch) out of its registers: stored once into shared memory,
+-- the rows' index computed from it again at each query tile and Q's and dO's row pointers on the marked tiles' branch
+-- (lib/attn_bwd_mma.lua build_dkdv, cfg.qrow_shared), so that neither is held across the query loop. Wave 20, ptxas
+-- sm_75 at 255 registers, head_dim 96 (the tile width 96, v_head_dim the same): varlen without a mask key, causal=true
+-- or false (with the index and pointers held its Q and dO low parts spilled: causal=true 16 bytes with K's and V's as
+-- kv_lo_applies gives them, 12 without; false 8; now 0 at 255 and 242 registers; the pointers alone: false 0, true 16),
+-- and a window with ALiBi, softcap or not, causal both ways and not (16 bytes causal, 8 without; now 0 at 250-255
+-- registers; the pointers alone 4-16). The others keep their code (varlen top_left fits as it is: 0 bytes). And at the
+-- tile width 64, where it lets K's and V's low parts in (kv_lo_applies, kv_walk): varlen off the key block's walk
+-- (causal=false, top_left, and causal=true with a window; K's and V's on the marked heads' branch spilled 8-44 bytes
+-- with the index held; read again 0 at 249-255 registers, head_dim 64; head_dim 40-56 with window and ALiBi and causal
+-- 0-16 held, 0 read again; head_dim 64 there 16-20 read again, 0-8 held, on the marked heads' branches: since wave 21
+-- on kv_walk_frag's walk, read again 0 at 240-242 registers, held 24), and head_dim 64 with v_head_dim 32 and ALiBi
+-- alone, causal=true, on kv_walk's 16-row walk (8 bytes held; read again 0 at 248 registers). And the deterministic
+-- dkdv at head_dim 96 with varlen, a window and ALiBi without causal (wave 21: with Q's and dO's low parts alone, its
+-- K's and V's rows not held there, kv_w96_branch, it spilled 4 bytes at 255 registers, the low parts' branch beside the
+-- rows' index held; without the low parts 0 at 242, with the dq kernel's marks left out still 4; read again 0 at
+-- 244-245 registers, softcap or not).
 -- And varlen beside dropout at the tile width 64 (wave 21, ptxas sm_75 at 255 registers over the full matrix's bf16
 -- varlen dropout dkdv there): the atomic dkdv, every key set (held, its Q's and dO's low parts alone spilled 4 bytes at
 -- head_dim 40 causal and 72 at 64 causal, and K's and V's did not go in, kv_lo_applies; read again, with both, 0 at
@@ -355,10 +359,13 @@ function M.qrow_shared(spec)
   if spec.varlen and spec.dropout and spec.head_dim == 64 then
     return not spec.deterministic or (dim == 64 and (not spec.causal or spec.softcap and not spec.window))
   end
+  if spec.deterministic and not spec.dropout then
+    return spec.head_dim == 96 and dim == 96 and spec.varlen and not spec.causal and spec.window and spec.alibi or false
+  end
   if spec.deterministic or spec.dropout then return false end
   if spec.head_dim == 64 then
     local walked = spec.causal and not spec.top_left and not spec.window -- (kv_walk's)
-    if spec.varlen then return not walked and not (spec.window and spec.alibi and spec.causal and dim == 64) end
+    if spec.varlen then return not walked end
     return walked and spec.alibi and not spec.softcap and dim == 64 and spec.vdim == 32 or false
   end
   if spec.head_dim ~= 96 or dim ~= 96 or (spec.vdim or dim) ~= dim then return false end
@@ -428,11 +435,12 @@ end
 -- walk (kv_walk) or the marked block's walk for a window (lo_walk); and varlen's atomic dkdv at the tile width 64
 -- but where kv_walk (causal=false 16 B, top_left 40 B on the branch; 4 B each with the walk; wave 18). The others
 -- keep Q's and dO's low parts; K's and V's rows keep the documented bound (docs/attention-bwd-span.md, "Not held yet").
+-- (Wave 21: where varlen_w96_spills (kv) or window_w96_qo_only name a variant, kv_walk's walk takes K's and V's rows
+-- instead wherever it fits with V's low part from its rows, kv_walk_frag.)
 function M.kv_lo_applies(spec)
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec)
       and not M.qrow_shared(spec))
-    and not (spec.varlen and M.varlen_w96_spills(spec, true))
-    and not M.window_w96_qo_only(spec)
+    and (M.kv_walk(spec) or not (spec.varlen and M.varlen_w96_spills(spec, true)) and not M.window_w96_qo_only(spec))
     and (M.kv_walk(spec) or M.lo_walk(spec) or (spec.dropout and spec.head_dim == 64 and not spec.softcap)
       or not (spec.head_dim == 64 and spec.causal and not spec.top_left and not spec.deterministic)
       and not (spec.head_dim == 96 and not spec.causal and not M.kv_w96_branch(spec)))
@@ -468,7 +476,9 @@ end
 -- 96; not 88 or a v_head_dim of its own: 4 bytes), where it fits with the unmarked blocks' walk first in the code ("unmarked"; "marked": the marked block's first):
 -- ptxas's allocation at 255 registers moves by a few bytes with that order (width 64 with the unmarked walk first: 4
 -- bytes; width 96 with the marked one first: 8), and with ALiBi or a window there it spilled 4-16 bytes either way. Not
--- varlen (4-16 bytes at the width 96, varlen_w96_spills).
+-- varlen (4-16 bytes at the width 96, varlen_w96_spills). Third result (wave 21, kv_walk_frag, below): true where the
+-- walk's dK pass takes V's low part from its rows at each marked tile (build_dkdv's cfg.kvwalk_vfrag), which lets the
+-- walk in at the width 96 with ALiBi or a window and beside varlen.
 function M.kv_walk(spec)
   if spec.kernel ~= "dkdv" or not M.lo_applies(spec) then return nil end
   if spec.head_dim == 64 and (spec.dim or 64) > 32 and spec.causal and not spec.top_left and not spec.deterministic
@@ -481,6 +491,59 @@ function M.kv_walk(spec)
   local dim = spec.dim or spec.head_dim
   if spec.head_dim == 96 and (dim == 72 or dim == 80 or dim == 96) and (spec.vdim or dim) == dim and not spec.causal and not spec.varlen
     and not (spec.window or spec.alibi) then return "unmarked" end
+  local frag = M.kv_walk_frag(spec) -- (wave 21: V's low part from its rows, below)
+  if frag then return frag, nil, true end
+end
+
+-- Whether the dkdv kernel of `spec` runs a key block marked for its K or V rows on kv_walk's walk with V's low part taken
+-- a k-step at a time from its bf16 rows at each marked tile (lib/attn_bwd_f16scaled.lua lo_frag, in a loop; build_dkdv's
+-- cfg.kvwalk_vfrag) instead of its A fragments held in registers across the dK pass (kd x 4 of them: 24 at the width
+-- 96), and which walk comes first in the code (the result: "unmarked" or "marked", as kv_walk's; false: not taken).
+-- Wave 21, ptxas sm_75 at 255 registers, the variants where K's and V's low parts on the marked heads' branches
+-- spilled (kv_lo_applies left them out): at the tile width 96 the atomic dkdv with a window that window_w96_qo_only
+-- names, without causal where kv_w96_branch does not fit, varlen where varlen_w96_spills (kv) says so, atomic and
+-- deterministic; and the atomic dkdv at head_dim 64 with varlen, a window and ALiBi and causal (both ways), beside
+-- lo_walk's two walks (a block not marked for its K or V rows takes them) with the rows' origin read again
+-- (qrow_shared): before 16 bytes on the branches (head_dim 96 causal with a window and softcap, the deterministic
+-- head_dim 96 varlen with window, softcap and ALiBi), 8-20 at head_dim 64; on this walk 0 at 240-255 registers in 50
+-- of the 112 measured (head_dim 40-96, v_head_dims from 8 to 96 of the width 96, every key set, causal both ways and
+-- not, atomic and deterministic, varlen; with V's fragments held 8-20 bytes on the six of the full matrix, 0-28 on the
+-- others measured; the marked walk first 4-8 at head_dim 96). Not where kv_walk_frag_spills names it (4-68 bytes
+-- either way).
+function M.kv_walk_frag(spec)
+  if spec.kernel ~= "dkdv" or spec.dropout or not M.lo_applies(spec) then return false end
+  local dim = spec.dim or spec.head_dim
+  if spec.head_dim == 64 then
+    return not spec.deterministic and spec.varlen and spec.window and spec.alibi and spec.causal and dim == 64 and "unmarked"
+  end
+  if spec.head_dim ~= 96 then return false end
+  local walks
+  if spec.varlen then walks = M.varlen_w96_spills(spec, true)
+  else walks = M.window_w96_qo_only(spec) or not spec.causal and not M.kv_w96_branch(spec) end
+  if not walks then return false end
+  local spills, order = M.kv_walk_frag_spills(spec)
+  return not spills and (order or "unmarked")
+end
+
+-- Where kv_walk_frag's walk spilled at 255 registers (ptxas sm_75, wave 21, bytes with the unmarked blocks' walk first /
+-- the marked one's / V's fragments held instead): the deterministic dkdv at head_dim 96 with varlen and ALiBi but
+-- without window and softcap together, and causal=top_left with softcap and ALiBi (8 / 8 / 12-28); the atomic one
+-- without causal, head_dim and v_head_dim equal, no window: head_dim 72 with ALiBi (44-68 / 40-60 / 0-8) and 96 with
+-- ALiBi alone (12 / 12 / 4); head_dim 88 with a window without ALiBi (8 / 8 / 8); a v_head_dim of its own below 64 or
+-- 72 (head_dim 96 with window + softcap, causal: v_head_dim 8-56 4-32 bytes but 48 (0), 72 56 / 40 / 8; head_dim 88
+-- with a window, causal: v_head_dim 8 and 16 4-20 bytes, 24-56 and 72 left out with them unmeasured); 64, 80, 88 and
+-- 96 fit (0). Head_dim 88 with v_head_dim 96, window, softcap and ALiBi: 4 bytes with the unmarked walk first, 0 with
+-- the marked one's (the second result: its order).
+function M.kv_walk_frag_spills(spec)
+  local dim = spec.dim or spec.head_dim
+  local vd = spec.vdim or dim
+  if spec.deterministic then
+    return spec.varlen and spec.alibi and not (spec.window and spec.softcap) and not (spec.softcap and not spec.top_left) or false
+  end
+  if dim == 88 and vd == 96 and spec.window and spec.softcap and spec.alibi then return false, "marked" end
+  return not spec.causal and vd == dim and not spec.window and spec.alibi and (dim == 72 or dim == 96 and not spec.softcap)
+    or dim == 88 and vd == 88 and spec.window and not spec.alibi
+    or vd ~= dim and (vd < 64 or vd == 72) or false
 end
 
 -- Whether the dkdv kernel of `spec` runs a key block marked for Q's or dO's rows (lo_scan over every head of its

@@ -135,7 +135,8 @@ function M.config(spec, target, cfg)
   -- lib/attn_bwd_f16scaled.lua: one tile of max(bm, bn) rows, the heads' mark slots and the warps' K/V marks)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
-    cfg.lo, cfg.kvlo, cfg.kvwalk, cfg.kvwalk_rows = true, f16s.kv_lo_applies(spec), f16s.kv_walk(spec)
+    cfg.lo, cfg.kvlo = true, f16s.kv_lo_applies(spec)
+    cfg.kvwalk, cfg.kvwalk_rows, cfg.kvwalk_vfrag = f16s.kv_walk(spec)
     cfg.lowalk, cfg.lowalk_first, cfg.lowalk_rows = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
     bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (the query rows' origin in shared memory, lib/attn_bwd_f16scaled.lua qrow_shared)
@@ -290,8 +291,29 @@ end
 
 -- A low-part product on the f32 accumulators held in vars (lo_scaled): acc += A (a_tile's 16 rows of this warp) B^T
 -- (b_tile, n/2 pairs of 8-row tiles) over kd k-steps of 16. a_frags: A's kd fragments held in registers instead of
--- a_tile.
+-- a_tile; or { frag = f, steps = s }: f(kk) gives the fragment of k-step kk, taken in a loop of s k-steps (a runtime
+-- kk: one k-step's loads live at a time; build_dkdv's cfg.kvwalk_vfrag).
 local function lo_mma(b, mdt, a_tile, b_tile, vars, n, kd, ld, lane, warp, up, down, a_frags)
+  if a_frags and a_frags.frag then
+    for j = 0, n - 1 do
+      for e = 1, 4 do vars[j][e]:set(vars[j][e]:get() * up) end
+    end
+    b:for_(0, a_frags.steps, 1, function(kk)
+      local a = a_frags.frag(kk)
+      for jp = 0, n // 2 - 1 do
+        local b1, b2 = frag_bn(b, b_tile, ld, lane, jp * 16, kk * 16)
+        for y, bf in ipairs({ b1, b2 }) do
+          local j = 2 * jp + y - 1
+          local c = b:mma(mdt, a, bf, { vars[j][1]:get(), vars[j][2]:get(), vars[j][3]:get(), vars[j][4]:get() })
+          for e = 1, 4 do vars[j][e]:set(c[e]) end
+        end
+      end
+    end)
+    for j = 0, n - 1 do
+      for e = 1, 4 do vars[j][e]:set(vars[j][e]:get() * down) end
+    end
+    return
+  end
   lo_scaled(vars, n, up, down, function(acc)
     for kk = 0, kd - 1 do
       local a = a_frags and a_frags[kk] or frag_a(b, a_tile, ld, lane, warp * 16, kk * 16)
@@ -395,18 +417,20 @@ function M.build_dkdv(b, spec, cfg, p, io)
   -- kvmarked (cfg.kvwalk, lib/attn_bwd_f16scaled.lua kv_walk: a key block holding a K or V row that spans more
   -- than 2^32, the call below): the block's own walk, in two passes, whose every tile adds every low part's product
   -- (Q's, dO's, K's and V's: a row that does not span has a low part of 0; on_marked). K's low part is filled once a pass
-  -- into `lo` (S^T and dQ read it there), V's once before the dK pass into this warp's A fragments (dP^T's), so
-  -- the query loop reads no K or V row; Q's and dO's go to the tile `qlo`. The other blocks' walk holds Q's and
-  -- dO's low parts alone, on the marked heads' branch. (K's and V's on that branch beside both accumulators, filled
-  -- from their rows inside the loop, spilled 8-28 bytes at 255 registers, ptxas sm_75: d64 causal, d80/d96; a copy
-  -- of the one-pass loop for marked heads 8-40, the two passes with those fills in the loop 4-36.)
+  -- into `lo` (S^T and dQ read it there), V's once before the dK pass into this warp's A fragments (dP^T's; with
+  -- cfg.kvwalk_vfrag from V's rows at each tile instead, below), so the query loop reads no K or V row; Q's and dO's
+  -- go to the tile `qlo`. The other blocks' walk holds Q's and dO's low parts alone, on the marked heads' branch. (K's
+  -- and V's on that branch beside both accumulators, filled from their rows inside the loop, spilled 8-28 bytes at 255
+  -- registers, ptxas sm_75: d64 causal, d80/d96; a copy of the one-pass loop for marked heads 8-40, the two passes with
+  -- those fills in the loop 4-36.) With cfg.lowalk too (lo_walks below) a block not marked for its K or V rows takes
+  -- lo_walk's two walks.
   -- lomarked (cfg.lowalk, lib/attn_bwd_f16scaled.lua lo_walk: a key block one of whose heads holds a Q or dO row that
   -- spans more than 2^32, or that holds such a K or V row itself): the block's own walk, the walk above (the marked
   -- heads' low parts on branches) on the per-row body alone; the other blocks' walk holds no low part's code.
   -- (cfg.lowalk "passes", the deterministic dkdv at the tile width 128: the lomarked walk in two passes, dV then dK;
   -- "dk halves", the atomic one beside dropout, a window and ALiBi: in three, dV, dK's first half with dQ, its second)
   local function walk(walk_passes, kvmarked, lomarked) for pi, pass in ipairs(walk_passes) do
-    local lo_walk = cfg.lo and (not cfg.lowalk or lomarked) -- (this walk holds the low parts' code)
+    local lo_walk = cfg.lo and (not cfg.lowalk or lomarked or kvmarked) -- (this walk holds the low parts' code)
     if lomarked and pi > 1 then -- (a pass after the first scans each head again: the heads' slots cleared first)
       b:barrier()
       b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
@@ -424,7 +448,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local vlo -- (kvmarked, the dK pass: this warp's A fragments of V's low part)
     if kvmarked then
       b:barrier() -- (every warp done with `lo`: the previous pass's K low part)
-      if pass.dk then
+      if pass.dk and cfg.kvwalk_vfrag then
+        -- (cfg.kvwalk_vfrag, lib/attn_bwd_f16scaled.lua kv_walk's third result: V's low part's A fragments from V's bf16
+        -- rows at each marked tile, a k-step at a time in a loop (lo_frag), not held across the query loop; the block's
+        -- first key, batch and kv head read back from shared memory there, as fill_lo's)
+        local vspec = spec.vspec or spec
+        vlo = { steps = f16s.lo_steps(vspec), frag = function(kk)
+          local r0, bb, hh = b:bits(b:load(sh.kvmark + M.WARPS)), b:bits(b:load(sh.kvmark + (M.WARPS + 1))),
+            b:bits(b:load(sh.kvmark + (M.WARPS + 2)))
+          local r = { [0] = warp * 16 + g, [1] = warp * 16 + g + 8 }
+          return f16s.lo_frag(b, vspec, io.base("v", bb, hh), p.stride_vs, { [0] = r0 + r[0], [1] = r0 + r[1] }, r, p.seq_k,
+                              sh.vf, t)(kk)
+        end }
+      elseif pass.dk then
         f16s.lo_rows(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.lo, io.base("v", bi, hkv), p.stride_vs, k0, bn, p.seq_k, sh.vf)
         b:barrier()
         vlo = {}
@@ -863,13 +899,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
     end
   end end
   local one = { { dv = true, dk = true } }
-  if cfg.kvwalk then
-    b:barrier() -- (the warps' K/V marks, kv_mark above)
-    local marked_walk, plain_walk = function() walk({ { dv = true }, { dk = true } }, true) end, function() walk(one, false) end
-    -- (the walk first in the code: lib/attn_bwd_f16scaled.lua kv_walk, the order ptxas fits)
-    if cfg.kvwalk == "marked" then b:if_(fs.kv_marked(b, sh, M.WARPS), marked_walk, plain_walk)
-    else b:if_(b:not_(fs.kv_marked(b, sh, M.WARPS)), plain_walk, marked_walk) end
-  elseif cfg.lowalk then
+  local function lo_walks()
     -- (once a block, before either walk: whether a head's rows or the block's K/V rows are marked; the first scan's
     -- barrier orders the warps' K/V marks. The lomarked walk scans each head again, its two slots cleared first)
     local any = b:var("i32", 0)
@@ -878,7 +908,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
       any:set(any:get() | b:select(m, 1, 0))
     end)
     local go = b:ne(any:get(), 0)
-    if cfg.kvlo then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
+    if cfg.kvlo and not cfg.kvwalk then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
     local function marked_walk()
       b:barrier() -- (every thread done reading the slots)
       b:if_(b:eq(tid, 0), function() b:store(sh.lomark, 0.0) b:store(sh.lomark + 1, 0.0) end)
@@ -890,6 +920,17 @@ function M.build_dkdv(b, spec, cfg, p, io)
     local function plain_walk() walk(cfg.passes or one, false, false) end
     -- (the walk first in the code: lib/attn_bwd_f16scaled.lua lo_walk's second result, the order ptxas fits)
     if cfg.lowalk_first == "unmarked" then b:if_(b:not_(go), plain_walk, marked_walk) else b:if_(go, marked_walk, plain_walk) end
+  end
+  if cfg.kvwalk then
+    b:barrier() -- (the warps' K/V marks, kv_mark above)
+    -- (cfg.lowalk too: a block not marked for its K or V rows takes lo_walks' two walks)
+    local marked_walk = function() walk({ { dv = true }, { dk = true } }, true) end
+    local plain_walk = cfg.lowalk and lo_walks or function() walk(one, false) end
+    -- (the walk first in the code: lib/attn_bwd_f16scaled.lua kv_walk, the order ptxas fits)
+    if cfg.kvwalk == "marked" then b:if_(fs.kv_marked(b, sh, M.WARPS), marked_walk, plain_walk)
+    else b:if_(b:not_(fs.kv_marked(b, sh, M.WARPS)), plain_walk, marked_walk) end
+  elseif cfg.lowalk then
+    lo_walks()
   else
     walk(cfg.passes or one, false)
   end
