@@ -797,22 +797,29 @@ static void varlen_span(void) {
      * causal deterministic with K and V rows and the three keys, whose dq stages K and V itself and marks the tiles,
      * dq_kv_self, where the deterministic dkdv's marks spilled; with the old rule dq values beyond; and K and V rows with
      * window, softcap and ALiBi, causal, at d64 atomic and d96 deterministic, on the marked key block's own walk with V's
-     * low part from its rows, lib/attn_bwd_f16scaled.lua kv_walk_frag) */
+     * low part from its rows, lib/attn_bwd_f16scaled.lua kv_walk_frag; where wave 21's rules meet: dropout beside varlen
+ * and window + softcap + ALiBi together, the atomic dkdv at d64 (the marked block's 16-row walk, lo_walk, beside the
+ * re-read origin, qrow_shared) both kinds and at d128 (dK in halves, lo_walk), and the deterministic sequence under
+ * path=auto (its dkdv on SIMT at d128 beside dropout, on the f16-scaled path at d64 without writing K's and V's rows)
+ * whose dq stages K and V itself and marks the tiles beside dropout and varlen, dq_kv_self: dq asserted on mma) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
         int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi; 3: a window */
         int batch;                /* 0: varlen; else that many dense sequences of 35 x 40 */
         int drop;                 /* 1: dropout p 0.25 */
-    } cases[] = {{64, 0, 0, 1, 0, 0, 0}, {64, 0, 1, 1, 0, 0, 0}, {64, 1, 0, 1, 0, 0, 0}, {64, 1, 1, 1, 0, 0, 0},
-                 {80, 0, 0, 1, 0, 0, 0}, {80, 1, 0, 1, 0, 0, 0}, {80, 0, 1, 1, 0, 0, 0}, {96, 1, 1, 1, 0, 0, 0},
-                 {96, 0, 0, 1, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0},
-                 {40, 1, 0, 1, 1, 0, 0}, {96, 0, 0, 1, 2, 2, 0}, {64, 0, 0, 1, 0, 0, 1}, {64, 1, 0, 1, 0, 0, 1},
-                 {64, 0, 1, 1, 0, 0, 1}, {64, 1, 1, 1, 0, 0, 1}, {64, 0, 1, 0, 0, 0, 1}, {128, 0, 0, 1, 3, 0, 1},
-                 {40, 1, 1, 1, 1, 0, 0}, {64, 1, 0, 1, 1, 0, 0}, {96, 1, 1, 1, 1, 0, 0}};
+        int autop;                /* 1: the sequence under path=auto, the dq kernel asserted on the f16-scaled mma */
+    } cases[] = {{64, 0, 0, 1, 0, 0, 0, 0}, {64, 0, 1, 1, 0, 0, 0, 0}, {64, 1, 0, 1, 0, 0, 0, 0}, {64, 1, 1, 1, 0, 0, 0, 0},
+                 {80, 0, 0, 1, 0, 0, 0, 0}, {80, 1, 0, 1, 0, 0, 0, 0}, {80, 0, 1, 1, 0, 0, 0, 0}, {96, 1, 1, 1, 0, 0, 0, 0},
+                 {96, 0, 0, 1, 0, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0, 0},
+                 {40, 1, 0, 1, 1, 0, 0, 0}, {96, 0, 0, 1, 2, 2, 0, 0}, {64, 0, 0, 1, 0, 0, 1, 0}, {64, 1, 0, 1, 0, 0, 1, 0},
+                 {64, 0, 1, 1, 0, 0, 1, 0}, {64, 1, 1, 1, 0, 0, 1, 0}, {64, 0, 1, 0, 0, 0, 1, 0}, {128, 0, 0, 1, 3, 0, 1, 0},
+                 {40, 1, 1, 1, 1, 0, 0, 0}, {64, 1, 0, 1, 1, 0, 0, 0}, {96, 1, 1, 1, 1, 0, 0, 0},
+                 {64, 0, 0, 1, 1, 0, 1, 0}, {64, 1, 0, 1, 1, 0, 1, 0}, {128, 0, 0, 1, 1, 0, 1, 0}, {128, 1, 1, 1, 0, 0, 1, 1},
+                 {64, 1, 1, 1, 1, 0, 1, 1}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: about half of the twenty-three, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: about half of the twenty-eight, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1   ? " window=true softcap=true alibi=true"
@@ -821,11 +828,13 @@ static void varlen_span(void) {
                                                  : "";
         int drop = cases[ci].drop;
         int batch = cases[ci].batch;
-        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s path=mma%s",
-                 d, causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "", det ? " deterministic=true" : "");
-        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
-                 causal == 1 ? "" : causal_word[causal], keys, drop ? " dropout" : "", det ? " deterministic" : "", kinds[kind],
-                 batch ? "35 x 40 each" : "sequences 35 x 40, 17 x 23");
+        const char *path = cases[ci].autop ? "auto" : "mma";
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s path=%s%s",
+                 d, causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "", path,
+                 det ? " deterministic=true" : "");
+        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
+                 causal == 1 ? "" : causal_word[causal], keys, drop ? " dropout" : "", det ? " deterministic" : "",
+                 cases[ci].autop ? " path=auto" : "", kinds[kind], batch ? "35 x 40 each" : "sequences 35 x 40, 17 x 23");
         const char *match = getenv("KILN_F16S_SPAN_MATCH");
         if (match && !strstr(name, match)) continue;
         TEST_BEGIN(name);
@@ -858,6 +867,17 @@ static void varlen_span(void) {
                  * deterministic dkdv's marks spilled) */
                 CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
                       out->name, out->first);
+            }
+            if (cases[ci].autop) { /* (the sequence's dq kernel as path=auto builds it: the f16-scaled mma, not SIMT) */
+                char dq[200];
+                snprintf(dq, sizeof dq, "attention_bwd kernel=dq dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s path=auto", d,
+                         causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "");
+                kiln_module *m = NULL;
+                st = kiln_generate(gen, dq, 75, KILN_EMIT_PTX, &m, &err);
+                CHECK(st == KILN_OK, "%s: %s", dq, err.msg);
+                CHECK(st != KILN_OK || strstr(kiln_module_text(m), "mma.sync") != NULL,
+                      "%s: path=auto's dq is not on the f16-scaled mma (lib/attn_bwd_f16scaled.lua holds)", dq);
+                if (m) kiln_module_free(m);
             }
         }
         kiln_case_free(c);

@@ -681,17 +681,20 @@ end
 -- dQ as with the dkdv's marks (cfg.kvrows; lib/attn_bwd_mma.lua build_dq, cfg.kvself). Wave 21, ptxas sm_75 at 255
 -- registers: 0 spills over the full matrix's 79 bf16 dq variants it changes and 96 dropout variants at the width 96
 -- (head_dim 72-96 x causal both ways and not x the 8 key subsets, 236-255 registers) and the width 96's varlen ones with a
--- window (0). Not dropout beside varlen (dq's own Q and dO rows are not held there, dq_lo_applies: measured alone 0 bytes
--- at the widths 96 and 128, 207-244 registers, but left to that rule), nor varlen at head_dim 96 causal with ALiBi and
+-- window (0). Dropout beside varlen too since the merge of wave 21 (dq's own Q and dO rows held there since then,
+-- dq_lo_applies: with these marks 0 bytes at 204-255 registers over the full matrix's 13 bf16 varlen dropout dq
+-- variants that ran SIMT, head_dim 8-128, three keys or none; measured alone before, 0 at the widths 96 and 128), but the
+-- test's dropout_mask output there (8-12 bytes with K's and V's rows, dq_kv_lo_applies), nor varlen at head_dim 96 causal with ALiBi and
 -- no window (20-28 bytes with the looped marks; under path=mma the dkdv's rows there, dq_kv_rows_marked: 0), nor window
 -- + softcap + ALiBi beside varlen at head_dim 48 and 56 (8 bytes, causal both ways and not; looped 8; the dkdv's rows
--- with dq_kv_rows_marked' looped marks 0-8; head_dim 8-40 and 64 fit: 0 bytes, 254-255 registers): those keep the
--- deterministic dkdv's rows without marks (not held).
+-- with dq_kv_rows_marked' looped marks 0-8; head_dim 8-40 and 64 fit: 0 bytes, 254-255 registers; beside dropout
+-- head_dim 40 4 bytes, causal=true and false, wave 21's merge): those keep the deterministic dkdv's rows without marks
+-- (not held).
 function M.dq_kv_self(spec)
   local dim = spec.dim or spec.head_dim
-  return spec.kernel == "dq" and not (spec.dropout and spec.varlen)
+  return spec.kernel == "dq" and not (spec.dropout and spec.varlen and spec.dropout_mask)
     and not (spec.varlen and spec.head_dim == 96 and spec.causal and spec.alibi and not spec.window)
-    and not (spec.varlen and spec.window and spec.softcap and spec.alibi and (dim == 48 or dim == 56))
+    and not (spec.varlen and spec.window and spec.softcap and spec.alibi and (dim == 48 or dim == 56 or dim == 40 and spec.dropout))
 end
 
 -- Whether the dq kernel of `spec` marking the key tiles it stages (dq_kv_self) takes the marks in a loop after the staging
