@@ -1099,24 +1099,8 @@ function M.build_dq(b, spec, cfg, p, io)
             local r = { [0] = warp * 16 + g, [1] = warp * 16 + g + 8 }
             for _, x in ipairs({ { spec, "q", p.stride_qs, sh.qf, sh.ks, sv }, { spec.vspec or spec, "dout", p.stride_douts, sh.of, sh.vs, dpv } }) do
               local frag = f16s.lo_frag(b, x[1], io.base(x[2], bi, h), x[3], row, r, p.seq_q, x[4], t)
-              local acc = x[6]
-              for j = 0, nk - 1 do
-                for e = 1, 4 do acc[j][e]:set(acc[j][e]:get() * up) end
-              end
-              b:for_(0, f16s.lo_steps(x[1]), 1, function(kk) -- (a loop: unrolled, the window's variants spilled 48-52 bytes)
-                local a = frag(kk)
-                for jp = 0, nk // 2 - 1 do
-                  local b1, b2 = frag_bn(b, x[5], ld, lane, jp * 16, kk * 16)
-                  for y, bf in ipairs({ b1, b2 }) do
-                    local j = 2 * jp + y - 1
-                    local c = b:mma(mdt, a, bf, { acc[j][1]:get(), acc[j][2]:get(), acc[j][3]:get(), acc[j][4]:get() })
-                    for e = 1, 4 do acc[j][e]:set(c[e]) end
-                  end
-                end
-              end)
-              for j = 0, nk - 1 do
-                for e = 1, 4 do acc[j][e]:set(acc[j][e]:get() * down) end
-              end
+              -- (a loop of k-steps: unrolled, the window's variants spilled 48-52 bytes)
+              lo_mma(b, mdt, nil, x[5], x[6], nk, nil, ld, lane, warp, up, down, { frag = frag, steps = f16s.lo_steps(x[1]) })
             end
           else
             for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
