@@ -342,8 +342,19 @@ bool emu_tma_land_for(emu_call *c, const unsigned char *bar);
  * waits on, else the oldest of all (copies nobody waits for land last: a consumer that reads a stage
  * without waiting on its mbarrier finds it in flight); 1 landed, 0 none, -1 msg. */
 int emu_tma_land_oldest(emu_block *b, char *msg, size_t size);
-/* Every thread exited: true if no copy is unfinished, else false and msg. */
+/* Every thread exited: true if no copy or bulk reduce is unfinished, else false and msg. */
 bool emu_tma_block_end(emu_block *b, char *msg, size_t size);
+/* Element e of a box at coord: its global address, or 0 outside the tensor (emu_hopper.c). */
+uintptr_t emu_tma_elem(const struct kiln_tensor_map *m, const int32_t *coord, unsigned long long e);
+/* A bulk reduce-add of the f32 tile at src (bytes, swizzle bits) into map m's box at coord joins the
+ * issuing thread's open bulk group (its bytes kept to check they stay unchanged until the read). */
+void emu_tma_reduce_issue(emu_call *c, const struct kiln_tensor_map *m, const int32_t *coord, const unsigned char *src,
+                          size_t bytes, unsigned bits);
+/* cp.async.bulk.commit_group: the thread's open bulk operations become a group. */
+void emu_bulk_commit(emu_call *c);
+/* cp.async.bulk.wait_group[.read] n: all but the thread's newest n groups complete (their tiles read, the
+ * adds done); faults if a tile changed after its issue. */
+void emu_bulk_wait(emu_call *c, uint32_t n);
 void emu_wgmma_fence(emu_call *c);
 void emu_wgmma_commit(emu_call *c);
 void emu_wgmma_wait(emu_call *c, uint32_t n);

@@ -1,6 +1,6 @@
 /* emu/emu_hopper.c - Hopper intrinsics on the emulator: mbarriers (arrival and transaction counts,
  * phases, try_wait by parity) by the PTX ISA's mbarrier section, TMA tile loads (cp.async.bulk.tensor)
- * through kiln's tensor map record, the checks of fence.proxy.async and setmaxnreg, and wgmma
+ * and reduce-adds (cp.reduce.async.bulk.tensor, with their bulk groups) through kiln's tensor map record, the checks of fence.proxy.async and setmaxnreg, and wgmma
  * fence/commit/wait (whose state emu_wgmma.c keeps). */
 #include <stdio.h>
 #include <string.h>
@@ -164,6 +164,52 @@ static void h_mb_try_wait_parity(emu_call *c) {
 
 _Static_assert(sizeof(kiln_tensor_map) == KILN_TMAP_BYTES, "kiln_tensor_map is the 128 bytes of a CUtensorMap");
 
+/* Reads the map at mp and checks it and the shared tile at p against a rank-D copy's rules (kiln's
+ * record, element size, swizzle, box row and size, the tile's (role's) alignment); returns the tile's bytes, *count
+ * its elements, *bits the swizzle. */
+static size_t tma_map(emu_call *c, unsigned rank, const unsigned char *mp, const unsigned char *p, const char *role,
+                      kiln_tensor_map *m, unsigned long long *count, unsigned *bits) {
+    memcpy(m, mp, sizeof *m);
+    const char *w = c->site->where;
+    if (m->magic != KILN_TMAP_MAGIC)
+        emu_fault(c->blk, "%s: the tensor map is not one kiln recorded (kiln/tensor_map.h; magic 0x%08x)", w, m->magic);
+    if (m->rank != rank) emu_fault(c->blk, "%s: a %u-D copy through a map of rank %u", w, rank, m->rank);
+    if (m->elem_bytes != 1 && m->elem_bytes != 2 && m->elem_bytes != 4 && m->elem_bytes != 8)
+        emu_fault(c->blk, "%s: tensor map element size %u; valid 1, 2, 4, 8", w, m->elem_bytes);
+    if (m->swizzle > KILN_TMAP_SWIZZLE_128B) emu_fault(c->blk, "%s: tensor map swizzle %u; valid 0..3", w, m->swizzle);
+    *bits = m->swizzle;
+    unsigned span = *bits ? 16u << *bits : 0;
+    unsigned row = m->box[0] * m->elem_bytes, align = *bits ? 128u << *bits : 128u;
+    if (row % 16 || (span && row > span))
+        emu_fault(c->blk, "%s: the box's inner dimension is %u bytes; it must be a multiple of 16%s%u", w, row,
+                  span ? " and at most the swizzle span " : "", span);
+    *count = 1;
+    for (unsigned i = 0; i < rank; i++) {
+        if (m->box[i] < 1 || m->box[i] > 256) emu_fault(c->blk, "%s: box dimension %u is %u; valid 1..256", w, i, m->box[i]);
+        *count *= m->box[i];
+    }
+    size_t off = (size_t)(p - emu_shared_base(c->blk)), bytes = (size_t)*count * m->elem_bytes;
+    emu_check_shared(c->blk, p, bytes, w);
+    if (off % align)
+        emu_fault(c->blk, "%s: the %s (shared offset %zu) is not %u-byte aligned (TMA tiles: 128%s)", w,
+                  role, off, align,
+                  *bits ? ", times 8 rows of the swizzle span" : "");
+    return bytes;
+}
+
+/* Element e of the box at coord (box order, innermost first): its global address, or 0 when any of its
+ * coordinates falls outside the tensor. */
+uintptr_t emu_tma_elem(const kiln_tensor_map *m, const int32_t *coord, unsigned long long e) {
+    unsigned long long rest = e, a = m->base;
+    for (unsigned i = 0; i < m->rank; i++) {
+        long long g = (long long)coord[i] + (long long)(rest % m->box[i]);
+        rest /= m->box[i];
+        if (g < 0 || (unsigned long long)g >= m->dims[i]) return 0;
+        a += (unsigned long long)g * (i ? m->strides[i - 1] : m->elem_bytes);
+    }
+    return (uintptr_t)a;
+}
+
 static void h_tma_load(emu_call *c) {
     unsigned rank = (unsigned)c->site->op->arg;
     unsigned char *dst, *bar, *mp;
@@ -171,30 +217,10 @@ static void h_tma_load(emu_call *c) {
     memcpy(&bar, c->args + EMU_SLOT, sizeof bar);
     memcpy(&mp, c->args + 2 * EMU_SLOT, sizeof mp);
     kiln_tensor_map m;
-    memcpy(&m, mp, sizeof m);
+    unsigned long long count;
+    unsigned bits;
+    size_t bytes = tma_map(c, rank, mp, dst, "destination", &m, &count, &bits), off = (size_t)(dst - emu_shared_base(c->blk));
     const char *w = c->site->where;
-    if (m.magic != KILN_TMAP_MAGIC)
-        emu_fault(c->blk, "%s: the tensor map is not one kiln recorded (kiln/tensor_map.h; magic 0x%08x)", w, m.magic);
-    if (m.rank != rank) emu_fault(c->blk, "%s: a %u-D copy through a map of rank %u", w, rank, m.rank);
-    if (m.elem_bytes != 1 && m.elem_bytes != 2 && m.elem_bytes != 4 && m.elem_bytes != 8)
-        emu_fault(c->blk, "%s: tensor map element size %u; valid 1, 2, 4, 8", w, m.elem_bytes);
-    if (m.swizzle > KILN_TMAP_SWIZZLE_128B) emu_fault(c->blk, "%s: tensor map swizzle %u; valid 0..3", w, m.swizzle);
-    unsigned bits = m.swizzle, span = bits ? 16u << bits : 0;
-    unsigned row = m.box[0] * m.elem_bytes, align = bits ? 128u << bits : 128u;
-    if (row % 16 || (span && row > span))
-        emu_fault(c->blk, "%s: the box's inner dimension is %u bytes; it must be a multiple of 16%s%u", w, row,
-                  span ? " and at most the swizzle span " : "", span);
-    unsigned long long count = 1;
-    for (unsigned i = 0; i < rank; i++) {
-        if (m.box[i] < 1 || m.box[i] > 256) emu_fault(c->blk, "%s: box dimension %u is %u; valid 1..256", w, i, m.box[i]);
-        count *= m.box[i];
-    }
-    unsigned char *smem = emu_shared_base(c->blk);
-    size_t off = (size_t)(dst - smem), bytes = (size_t)count * m.elem_bytes;
-    emu_check_shared(c->blk, dst, bytes, w);
-    if (off % align)
-        emu_fault(c->blk, "%s: the destination (shared offset %zu) is not %u-byte aligned (TMA tiles: 128%s)", w, off, align,
-                  bits ? ", times 8 rows of the swizzle span" : "");
     /* the mbarrier it completes on */
     if ((uintptr_t)bar % 8) emu_fault(c->blk, "%s: mbarrier address %p is not 8-byte aligned", w, (void *)bar);
     emu_check_shared(c->blk, bar, 8, w);
@@ -204,20 +230,13 @@ static void h_tma_load(emu_call *c) {
     int32_t coord[KILN_TMAP_RANK_MAX];
     for (unsigned i = 0; i < rank; i++) coord[i] = (int32_t)emu_slot_u32(c->args, 3 + i);
     for (unsigned long long e = 0; e < count; e++) {
-        unsigned long long rest = e, src = m.base;
-        bool in = true;
-        for (unsigned i = 0; i < rank; i++) {
-            long long g = (long long)coord[i] + (long long)(rest % m.box[i]);
-            rest /= m.box[i];
-            if (g < 0 || (unsigned long long)g >= m.dims[i]) in = false;
-            else src += (unsigned long long)g * (i ? m.strides[i - 1] : m.elem_bytes);
-        }
+        uintptr_t src = emu_tma_elem(&m, coord, e);
         unsigned char *to = data + (size_t)e * m.elem_bytes;
-        if (in) {
+        if (src) {
             char what[160];
             snprintf(what, sizeof what, "%s: the tensor map's element %llu", w, e);
-            emu_check_global(c->blk, (const void *)(uintptr_t)src, m.elem_bytes, what);
-            memcpy(to, (const void *)(uintptr_t)src, m.elem_bytes);
+            emu_check_global(c->blk, (const void *)src, m.elem_bytes, what);
+            memcpy(to, (const void *)src, m.elem_bytes);
         } else {
             memset(to, 0, m.elem_bytes);
         }
@@ -227,6 +246,35 @@ static void h_tma_load(emu_call *c) {
         emu_hb_access(c->blk, hb, c->t->id, off, bytes, EMU_HB_PROBE, w);
     emu_tma_issue(c, dst, bar, m.elem_bytes, bytes, bits); /* emu_tma.c: in flight from now */
 }
+
+/* ---- TMA reduce: cp.reduce.async.bulk.tensor.<d>d.global.shared::cta.add.tile.bulk_group ----
+ * The shared tile is laid out as a load lands it (same map rules); each in-bounds element is added into
+ * the tensor (f32 maps only: the f32 add, rounded to nearest; out-of-bounds elements are skipped). The
+ * operation joins the thread's open bulk group; emu_tma.c reads the tile and does the adds when a
+ * cp.async.bulk.wait_group covers the group, faulting if the tile changed since the issue. */
+static void h_tma_reduce(emu_call *c) {
+    unsigned rank = (unsigned)c->site->op->arg;
+    unsigned char *src, *mp;
+    memcpy(&src, c->args, sizeof src);
+    memcpy(&mp, c->args + EMU_SLOT, sizeof mp);
+    kiln_tensor_map m;
+    unsigned long long count;
+    unsigned bits;
+    size_t bytes = tma_map(c, rank, mp, src, "source", &m, &count, &bits);
+    if (m.data_type != KILN_TMAP_TYPE_FLOAT32 || m.elem_bytes != 4)
+        emu_fault(c->blk, "%s: a reduce-add through a map of element type %u: the emulator adds f32 maps only "
+                  "(CU_TENSOR_MAP_DATA_TYPE_FLOAT32, %d)", c->site->where, m.data_type, KILN_TMAP_TYPE_FLOAT32);
+    int32_t coord[KILN_TMAP_RANK_MAX] = {0};
+    for (unsigned i = 0; i < rank; i++) coord[i] = (int32_t)emu_slot_u32(c->args, 2 + i);
+    emu_hb *hb = emu_block_hb(c->blk);
+    if (hb) /* the race mode: the tile's writes (by any thread) must be ordered before the issue */
+        emu_hb_access(c->blk, hb, c->t->id, (size_t)(src - emu_shared_base(c->blk)), bytes, EMU_HB_READ_PROBE,
+                      c->site->where);
+    emu_tma_reduce_issue(c, &m, coord, src, bytes, bits);
+}
+
+static void h_bulk_commit(emu_call *c) { emu_bulk_commit(c); }
+static void h_bulk_wait(emu_call *c) { emu_bulk_wait(c, emu_arg_u32(c, 0)); }
 
 /* ---- fences and warpgroup synchronization: memory is coherent here, so these check and count ---- */
 
@@ -268,6 +316,16 @@ static const emu_op hopper_ops[] = {
     {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.3d", TMA_PRE ", i32, i32, " TMA_POST, h_tma_load, 3},
     {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.4d", TMA_PRE ", i32, i32, i32, " TMA_POST, h_tma_load, 4},
     {"llvm.nvvm.cp.async.bulk.tensor.g2s.tile.5d", TMA_PRE ", i32, i32, i32, i32, " TMA_POST, h_tma_load, 5},
+#define RED_PRE "void (" P3 ", ptr, i32"
+#define RED_POST "i64, i1)"
+    {"llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.1d", RED_PRE ", " RED_POST, h_tma_reduce, 1},
+    {"llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.2d", RED_PRE ", i32, " RED_POST, h_tma_reduce, 2},
+    {"llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.3d", RED_PRE ", i32, i32, " RED_POST, h_tma_reduce, 3},
+    {"llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.4d", RED_PRE ", i32, i32, i32, " RED_POST, h_tma_reduce, 4},
+    {"llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.5d", RED_PRE ", i32, i32, i32, i32, " RED_POST, h_tma_reduce, 5},
+    {"llvm.nvvm.cp.async.bulk.commit.group", "void ()", h_bulk_commit, 0},
+    {"llvm.nvvm.cp.async.bulk.wait.group", "void (i32)", h_bulk_wait, 0},
+    {"llvm.nvvm.cp.async.bulk.wait.group.read", "void (i32)", h_bulk_wait, 1},
 };
 
 const emu_op *emu_hopper_op_find(const char *name) {

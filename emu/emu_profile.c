@@ -79,6 +79,7 @@ static unsigned ptr_as(LLVMValueRef p) { return LLVMGetPointerAddressSpace(LLVMT
 static int nvvm_class(const char *n) {
     if (!strcmp(n, KILN_WGMMA_DESC)) return KILN_PROF_OTHER; /* integer arithmetic in the PTX */
     if (starts(n, "llvm.nvvm.wgmma.") || starts(n, "kiln.wgmma.")) return KILN_PROF_WGMMA;
+    if (starts(n, "llvm.nvvm.cp.async.bulk.tensor.reduce.")) return KILN_PROF_TMA_REDUCE;
     if (starts(n, "llvm.nvvm.cp.async.bulk.")) return KILN_PROF_TMA;
     if (starts(n, "llvm.nvvm.mbarrier.")) return KILN_PROF_MBARRIER;
     if (starts(n, "llvm.nvvm.fence.proxy.async") || starts(n, "llvm.nvvm.setmaxnreg.")) return KILN_PROF_ASYNC_SYNC;
@@ -498,7 +499,7 @@ void emu_prof_reset(emu_prof *p) {
 const char *kiln_prof_class_name(kiln_prof_class c) {
     static const char *n[NC] = {"mma", "ldmatrix", "cp.async", "ld.shared", "st.shared", "ld.global",
                                 "st.global", "ex2", "shfl", "barrier", "wgmma", "tma", "mbarrier",
-                                "fence.proxy/setmaxnreg", "other"};
+                                "fence.proxy/setmaxnreg", "tma.reduce", "other"};
     return (unsigned)c < NC ? n[c] : "?";
 }
 

@@ -1,7 +1,11 @@
 /* emu/emu_tma.c - TMA copies in flight on the emulator: cp.async.bulk.tensor reads its box at issue but
  * lands it, and completes its bytes on the mbarrier, only when a waiter or the scheduler needs it (as late
  * as the PTX ISA allows; the scheduler lands the copies of mbarriers a thread sleeps on first); until the phase it completed on completes, any access to its destination is a
- * race, and a copy that overruns its phase's expected bytes (a short expect-tx) is a fault. */
+ * race, and a copy that overruns its phase's expected bytes (a short expect-tx) is a fault.
+ * Bulk reduce-adds (cp.reduce.async.bulk.tensor) wait in their thread's bulk groups: the wait_group that
+ * covers one reads its shared tile and adds it into global memory then (as late as the thread's own order
+ * allows), faulting if the tile changed since the issue (a write before wait_group.read) or if a thread
+ * exits with one unfinished. */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -29,8 +33,34 @@ static void drop(unsigned i) {
     emu_tma_live = --ncopies;
 }
 
+/* One bulk reduce-add (cp.reduce.async.bulk.tensor): the issuing thread and its group (0 while the thread
+ * has not committed it), the tile's bytes at issue (checked unchanged when a wait reads it: a write to the
+ * source before a cp.async.bulk.wait_group.read covers it is the kernel's bug), and the box it adds into. */
+typedef struct tma_red {
+    unsigned tid, group, bits;
+    const unsigned char *src;
+    unsigned char *snap;
+    size_t bytes, span; /* the box's bytes; the tile's (a swizzle keeps it in whole 128-byte lines) */
+    kiln_tensor_map m;
+    int32_t coord[KILN_TMAP_RANK_MAX];
+    const char *where;
+} tma_red;
+
+enum { MAX_THREADS = 1024 };
+static _Thread_local tma_red *reds;
+static _Thread_local unsigned nreds, capreds;
+static _Thread_local unsigned commits[MAX_THREADS]; /* each thread's committed bulk groups so far */
+
+static void drop_red(unsigned i) {
+    free(reds[i].snap);
+    memmove(&reds[i], &reds[i + 1], (nreds - i - 1) * sizeof *reds);
+    nreds--;
+}
+
 void emu_tma_block_begin(void) {
     while (ncopies) drop(ncopies - 1);
+    while (nreds) drop_red(nreds - 1);
+    memset(commits, 0, sizeof commits);
 }
 
 static const char *kname(const emu_block *b) {
@@ -136,6 +166,15 @@ int emu_tma_land_oldest(emu_block *b, char *msg, size_t size) {
 }
 
 bool emu_tma_block_end(emu_block *b, char *msg, size_t size) {
+    if (!ncopies && nreds) {
+        const tma_red *r = &reds[0];
+        snprintf(msg, size, "kernel %s: every thread exited with %u bulk reduce%s unfinished, the first issued at %s "
+                 "by thread %u from shared offset %zu (%s): a thread must wait for its bulk groups "
+                 "(cp.async.bulk.wait_group) before it exits", kname(b), nreds, nreds == 1 ? "" : "s", r->where, r->tid,
+                 soff(b, r->src), r->group ? "committed, never waited for" : "never committed");
+        emu_tma_block_begin();
+        return false;
+    }
     if (!ncopies) return true;
     const tma_copy *e = &copies[0];
     emu_mbar m;
@@ -147,4 +186,72 @@ bool emu_tma_block_end(emu_block *b, char *msg, size_t size) {
              init ? m.phase : 0, init ? m.pending : 0, init ? (int)m.tx : 0);
     emu_tma_block_begin();
     return false;
+}
+
+/* ---- bulk reduce-adds and their bulk async-groups (per thread, as the PTX ISA keeps them) ---- */
+
+void emu_tma_reduce_issue(emu_call *c, const kiln_tensor_map *m, const int32_t *coord, const unsigned char *src,
+                          size_t bytes, unsigned bits) {
+    if (c->t->id >= MAX_THREADS) emu_fault(c->blk, "%s: thread %u: more than %d threads", c->site->where, c->t->id, MAX_THREADS);
+    if (nreds == capreds) {
+        unsigned n = capreds ? 2 * capreds : 16;
+        tma_red *e = realloc(reds, n * sizeof *e);
+        if (!e) emu_fault(c->blk, "%s: out of memory for bulk reduces in flight", c->site->where);
+        reds = e, capreds = n;
+    }
+    size_t span = bits ? (bytes + 127) / 128 * 128 : bytes;
+    emu_check_shared(c->blk, src, span, c->site->where);
+    unsigned char *snap = malloc(span ? span : 1);
+    if (!snap) emu_fault(c->blk, "%s: out of memory for a bulk reduce of %zu bytes", c->site->where, bytes);
+    memcpy(snap, src, span);
+    tma_red *r = &reds[nreds++];
+    *r = (tma_red){.tid = c->t->id, .bits = bits, .src = src, .snap = snap, .bytes = bytes, .span = span, .m = *m,
+                   .where = c->site->where};
+    memcpy(r->coord, coord, sizeof r->coord);
+}
+
+void emu_bulk_commit(emu_call *c) {
+    unsigned t = c->t->id;
+    if (t >= MAX_THREADS) emu_fault(c->blk, "%s: thread %u: more than %d threads", c->site->where, t, MAX_THREADS);
+    bool any = false;
+    for (unsigned i = 0; i < nreds; i++)
+        if (reds[i].tid == t && !reds[i].group) reds[i].group = commits[t] + 1, any = true;
+    if (any) commits[t]++; /* (an empty group completes at once: nothing to count) */
+}
+
+/* Reads reduce i's tile (it must hold the bytes it held at issue) and adds its in-bounds elements. */
+static void complete(emu_call *c, unsigned i) {
+    tma_red *r = &reds[i];
+    size_t lo = soff(c->blk, r->src);
+    for (size_t k = 0; k < r->span; k++)
+        if (r->src[k] != r->snap[k])
+            emu_fault(c->blk, "kernel %s: race: shared offset %zu, in the source [%zu, %zu) of the bulk reduce issued "
+                      "at %s by thread %u, was written before a cp.async.bulk.wait_group.read covered the reduce "
+                      "(found at %s): the source may be overwritten only after the read completes",
+                      kname(c->blk), lo + k, lo, lo + r->span, r->where, r->tid, c->site->where);
+    unsigned mask = (1u << r->bits) - 1;
+    for (unsigned long long e = 0; e < r->bytes / 4; e++) {
+        uintptr_t g = emu_tma_elem(&r->m, r->coord, e);
+        if (!g) continue; /* outside the tensor: skipped */
+        size_t a = lo + (size_t)e * 4;
+        if (r->bits) a ^= (a >> 7 & mask) << 4;
+        float v, d;
+        memcpy(&v, r->snap + (a - lo), 4);
+        char what[160];
+        snprintf(what, sizeof what, "%s: the bulk reduce's element %llu", r->where, e);
+        emu_check_global(c->blk, (const void *)g, 4, what);
+        memcpy(&d, (const void *)g, 4);
+        d += v;
+        memcpy((void *)g, &d, 4);
+    }
+    drop_red(i);
+}
+
+void emu_bulk_wait(emu_call *c, uint32_t n) {
+    unsigned t = c->t->id;
+    if (t >= MAX_THREADS) emu_fault(c->blk, "%s: thread %u: more than %d threads", c->site->where, t, MAX_THREADS);
+    if (n > 63) emu_fault(c->blk, "%s: cp.async.bulk.wait_group %u; valid 0..63", c->site->where, n);
+    for (unsigned i = 0; i < nreds;) /* (oldest first: reds is in issue order) */
+        if (reds[i].tid == t && reds[i].group && reds[i].group + n <= commits[t]) complete(c, i);
+        else i++;
 }

@@ -1,6 +1,7 @@
 /* gen/gen_hopper.c - Hopper builder primitives: mbarriers with transaction counts, the async-proxy
  * fence, setmaxnreg, wgmma (mma_async through kiln pseudo-intrinsics, matrix descriptors,
- * fence/commit/wait) and warpgroup indexing (docs/hopper.md). */
+ * fence/commit/wait), TMA tile loads and reduce-adds with their bulk groups, and warpgroup indexing
+ * (docs/hopper.md). */
 #include <string.h>
 
 #include <lauxlib.h>
@@ -16,7 +17,8 @@ typedef struct hop_fact {
     bool arch;
 } hop_fact;
 
-enum { F_MBAR_INIT, F_MBAR_TX, F_MBAR_WAIT, F_FENCE_ASYNC, F_SETMAXNREG, F_WGMMA_SYNC, F_WGMMA_MMA, F_TMA };
+enum { F_MBAR_INIT, F_MBAR_TX, F_MBAR_WAIT, F_FENCE_ASYNC, F_SETMAXNREG, F_WGMMA_SYNC, F_WGMMA_MMA, F_TMA, F_TMA_RED,
+       F_BULK_GROUP };
 static const hop_fact facts[] = {
     [F_MBAR_INIT] = {"b:mbarrier_init / b:mbarrier_arrive", 80, 70, false},
     [F_MBAR_TX] = {"b:mbarrier_arrive{tx=} / b:mbarrier_expect_tx / b:mbarrier_complete_tx", 90, 80, false},
@@ -26,6 +28,8 @@ static const hop_fact facts[] = {
     [F_WGMMA_SYNC] = {"b:wgmma_fence / b:wgmma_commit / b:wgmma_wait", 90, 80, true},
     [F_WGMMA_MMA] = {"b:wgmma / b:wgmma_desc (wgmma.mma_async)", 90, 80, true},
     [F_TMA] = {"b:tma_load (cp.async.bulk.tensor)", 90, 80, false},
+    [F_TMA_RED] = {"b:tma_reduce_add (cp.reduce.async.bulk.tensor)", 90, 80, false},
+    [F_BULK_GROUP] = {"b:bulk_commit / b:bulk_wait (cp.async.bulk.commit_group / wait_group)", 90, 80, false},
 };
 
 /* Raises a Lua error unless the builder's target has the primitive; records the PTX ISA it needs. */
@@ -353,6 +357,75 @@ static int b_tma_load(lua_State *L) {
     return 0;
 }
 
+/* The map argument at idx: a kernel parameter of kind 'tensormap' (its value), or a Lua error. */
+static LLVMValueRef check_map(lua_State *L, gen_builder *gb, int idx, const char *method) {
+    gen_value tm = gen_arg(L, idx, -1);
+    for (int i = 0; gb->fn && i < gb->meta->nparams; i++)
+        if (gb->meta->params[i].kind == KILN_PARAM_TMAP && LLVMGetParam(gb->fn, (unsigned)i) == tm.v) return tm.v;
+    luaL_error(L, "%s: the map must be a kernel parameter of kind 'tensormap'", method);
+    return NULL;
+}
+
+/* b:tma_reduce_add(src, tmap, {c0, ..}): cp.reduce.async.bulk.tensor.<d>d.global.shared::cta.add.tile.
+ * bulk_group - the box of tensor map tmap at coordinates c (elements, innermost first, i32) is read from
+ * shared src (laid out as b:tma_load lands it: dense, rows of box[0] elements, the map's swizzle; 128-byte
+ * aligned) and added element by element into global memory (f32 maps: an f32 add per element, atomic
+ * per element at L2; elements outside the tensor are skipped). It joins the issuing thread's open bulk
+ * group: b:bulk_commit() closes it, and b:bulk_wait(n, {read = true}) before src is written again (the
+ * generic-proxy writes to src need b:fence_proxy_async() before the issue). FA3's dQ writer. */
+static int b_tma_reduce_add(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    gen_value src = gen_arg(L, 2, -1);
+    if (src.kind != GEN_PTR || src.as != GEN_AS_SHARED)
+        return luaL_error(L, "b:tma_reduce_add: the source must be a shared pointer, got %s", gen_kind_name(src.kind));
+    LLVMValueRef tm = check_map(L, gb, 3, "b:tma_reduce_add");
+    luaL_checktype(L, 4, LUA_TTABLE);
+    int rank = (int)luaL_len(L, 4);
+    if (rank < 1 || rank > 5) return luaL_error(L, "b:tma_reduce_add: %d coordinates; valid: 1..5 (the map's rank)", rank);
+    need(L, gb, F_TMA_RED);
+    LLVMValueRef args[9];
+    int n = 0;
+    args[n++] = src.v;
+    args[n++] = tm;
+    gen_read_list(L, 4, rank, GEN_I32, "b:tma_reduce_add coordinates", args + n);
+    n += rank;
+    args[n++] = LLVMConstInt(gb->i64, 0, 0); /* cache hint, unused */
+    args[n++] = LLVMConstInt(gb->i1, 0, 0);
+    char name[64];
+    snprintf(name, sizeof name, "llvm.nvvm.cp.async.bulk.tensor.reduce.add.tile.%dd", rank);
+    gen_intrinsic(gb, name, NULL, 0, args, n);
+    return 0;
+}
+
+/* b:bulk_commit(): cp.async.bulk.commit_group - the thread's bulk operations issued since its last commit
+ * (b:tma_reduce_add) become one bulk async-group. */
+static int b_bulk_commit(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    need(L, gb, F_BULK_GROUP);
+    gen_intrinsic(gb, "llvm.nvvm.cp.async.bulk.commit.group", NULL, 0, NULL, 0);
+    return 0;
+}
+
+/* b:bulk_wait(n [, {read = true}]): cp.async.bulk.wait_group[.read] n - waits until at most n of the
+ * thread's newest bulk async-groups are pending; with read, only until their reads of shared memory are
+ * done (the source may then be overwritten; the global writes may still be in flight). n 0..63. */
+static int b_bulk_wait(lua_State *L) {
+    gen_builder *gb = gen_check_builder(L, 1);
+    lua_Integer n = luaL_checkinteger(L, 2);
+    if (n < 0 || n > 63) return luaL_error(L, "b:bulk_wait(%d): valid 0..63 pending groups", (int)n);
+    bool read = false;
+    if (lua_istable(L, 3)) {
+        lua_getfield(L, 3, "read");
+        read = lua_toboolean(L, -1);
+        lua_pop(L, 1);
+    }
+    need(L, gb, F_BULK_GROUP);
+    LLVMValueRef a = LLVMConstInt(gb->i32, (unsigned long long)n, 0);
+    gen_intrinsic(gb, read ? "llvm.nvvm.cp.async.bulk.wait.group.read" : "llvm.nvvm.cp.async.bulk.wait.group", NULL, 0,
+                  &a, 1);
+    return 0;
+}
+
 /* b:warpgroup() -> %tid.x / 128 and b:warpgroup_thread() -> %tid.x % 128 (1-D blocks: a warpgroup is
  * four consecutive warps, the unit of wgmma and setmaxnreg). */
 static int warpgroup(lua_State *L, bool index) {
@@ -375,7 +448,8 @@ void gen_register_hopper(lua_State *L) {
         {"wgmma_commit", b_wgmma_commit},         {"wgmma_wait", b_wgmma_wait},
         {"warpgroup", b_warpgroup},               {"warpgroup_thread", b_warpgroup_thread},
         {"wgmma", b_wgmma},                       {"wgmma_desc", b_wgmma_desc},
-        {"tma_load", b_tma_load},
+        {"tma_load", b_tma_load},                 {"tma_reduce_add", b_tma_reduce_add},
+        {"bulk_commit", b_bulk_commit},           {"bulk_wait", b_bulk_wait},
         {NULL, NULL}};
     luaL_setfuncs(L, methods, 0);
 }

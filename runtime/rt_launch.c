@@ -421,10 +421,11 @@ static int tmap_type(kiln_dtype t) {
     }
 }
 
-/* Fills the record of the tensor map parameter i from its tmap line: the tensor's pointer, dims and
- * strides (innermost first, strides in bytes), the box, the swizzle; checked against the driver's rules. A
- * kernel with an empty grid is not launched, so its maps are left empty. */
-static kiln_status bind_tmap(env *e, int i, kiln_launch_step *step) {
+/* Fills the record of the tensor map parameter i from its tmap line: the tensor's pointer (the caller's, or
+ * a workspace tensor's carved place: FA3's dQ writer adds into dq_acc through a map), dims and strides
+ * (innermost first, strides in bytes), the box, the swizzle; checked against the driver's rules. A kernel
+ * with an empty grid is not launched, so its maps are left empty. */
+static kiln_status bind_tmap(env *e, const carve *cv, kiln_devptr workspace, int i, kiln_launch_step *step) {
     const kiln_kernel_meta *m = e->m;
     const kiln_param *p = &m->params[i];
     const decl_tmap *tm = NULL;
@@ -444,7 +445,11 @@ static kiln_status bind_tmap(env *e, int i, kiln_launch_step *step) {
     const kiln_launch_tensor *g = given_tensor(e->a, t->name);
     int64_t dims[KILN_LAUNCH_DIMS], st[KILN_LAUNCH_DIMS], n, box;
     if (tensor_dims(e, t, dims, &n) || tensor_strides(e, t, g, st)) return e->err->status;
-    if (!g || !g->ptr)
+    kiln_devptr base = g ? g->ptr : 0;
+    for (int c = 0; !base && c < cv->n; c++)
+        if (!strcmp(cv->name[c], t->name) && cv->bytes[c]) base = workspace + cv->offset[c];
+    if (!workspace && !(g && g->ptr) && !strcmp(t->role, "workspace")) return KILN_OK; /* sizing: the map stays empty */
+    if (!base)
         return kiln_fail(e->err, KILN_EINVAL, "kernel '%s' needs the tensor '%s' (%s, %lld elements of %s) for its tensor map "
                          "'%s': give it", m->spec, t->name, t->role, (long long)n, kiln_dtype_name(p->dtype), p->name);
     const int nd = t->ndims;
@@ -460,7 +465,7 @@ static kiln_status bind_tmap(env *e, int i, kiln_launch_step *step) {
     r->elem_bytes = kiln_tensor_map_type_bytes(r->data_type);
     r->rank = (uint32_t)nd;
     r->swizzle = tm->swizzle;
-    r->base = g->ptr;
+    r->base = base;
     for (int k = 0; k < nd; k++) {
         if (eval(e, tm->box[k], &box)) return e->err->status;
         if (st[k] < 0)
@@ -502,7 +507,7 @@ static kiln_status bind_kernel(env *e, const carve *cv, kiln_devptr workspace, k
         const kiln_param *p = &m->params[i];
         kiln_arg v = {0};
         if (p->kind == KILN_PARAM_TMAP) {
-            kiln_status st = bind_tmap(e, i, step);
+            kiln_status st = bind_tmap(e, cv, workspace, i, step);
             if (st != KILN_OK) return st;
         } else if (p->kind == KILN_PARAM_PTR) {
             const decl_tensor *t = decl_tensor_of(d, p->name);

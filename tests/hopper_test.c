@@ -238,9 +238,54 @@ static const char *tma_lua =
     "  end)\n"
     "end\nreturn K\n";
 
+/* FA3's dQ writer in miniature: 128 threads stage boxes of x (f32) in shared memory, two buffers, and thread 0
+ * adds each into the tensor of map tm with b:tma_reduce_add (one bulk group per box), waiting
+ * (b:bulk_wait(1, {read = true})) before a buffer is written again. Box it sits at column (it % 3) b0 - 8 and
+ * row (it // 3 % 3) 8 of a W x H tensor: the first column of boxes starts left of the tensor, the last column
+ * and row straddle its right and lower edges, and from it = 9 on boxes add onto elements earlier boxes added
+ * to. Planted bugs: 1 no wait before a buffer is reused, 2 no final wait, 3 the groups never committed, 4 the
+ * tile written again right after its issue, 5 no barrier between the tile's writes and the issue. */
+static const char *red_lua =
+    "local K = { params = {\n"
+    "  { name = 'iters', type = 'int', default = 12, min = 1, max = 12 },\n"
+    "  { name = 'b0', type = 'int', default = 32, min = 4, max = 64 },\n"
+    "  { name = 'swz', type = 'int', default = 0, min = 0, max = 128 },\n"
+    "  { name = 'bug', type = 'int', default = 0, min = 0, max = 5 } } }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
+    "local MASK = { [32] = 1, [64] = 3, [128] = 7 }\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'x', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
+    "  local B0, NB = spec.b0, spec.b0 * 8\n"
+    "  local STAGE = ((NB * 4 + 1023) // 1024) * 1024\n"
+    "  local data = b:shared('f32', 2 * STAGE // 4, 1024)\n"
+    "  local t = b:tid()\n"
+    "  local lead = b:eq(t, 0)\n"
+    "  for it = 0, spec.iters - 1 do\n"
+    "    local buf = data + (it % 2) * (STAGE // 4)\n"
+    "    if it >= 2 and spec.bug ~= 1 then b:if_(lead, function() b:bulk_wait(1, { read = true }) end) end\n"
+    "    b:barrier()\n"
+    "    for j = 0, (NB + 127) // 128 - 1 do\n"
+    "      local e = t + 128 * j\n"
+    "      b:if_(b:lt(e, NB), function()\n"
+    "        local off = e * 4\n"
+    "        if spec.swz > 0 then off = off ~ (((off >> 7) & MASK[spec.swz]) << 4) end\n"
+    "        b:store(buf + off // 4, b:load(p.x + (it * NB + e)))\n"
+    "      end)\n"
+    "    end\n"
+    "    b:fence_proxy_async()\n"
+    "    if spec.bug ~= 5 then b:barrier() end\n"
+    "    b:if_(lead, function()\n"
+    "      b:tma_reduce_add(buf, p.tm, { (it % 3) * B0 - 8, (it // 3 % 3) * 8 })\n"
+    "      if spec.bug ~= 3 then b:bulk_commit() end\n"
+    "    end)\n"
+    "    if spec.bug == 4 then b:if_(b:eq(t, 1), function() b:store(buf, b:f32(7)) end) end\n"
+    "  end\n"
+    "  if spec.bug ~= 2 then b:if_(lead, function() b:bulk_wait(0) end) end\n"
+    "end\nreturn K\n";
+
 /* Misuse the builder must refuse (each a one-line template body). */
 static const char *misuse_lua =
-    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 13 } } }\n"
+    "local K = { params = { { name = 'case', type = 'int', default = 0, min = 0, max = 16 } } }\n"
     "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
     "function K.build(b, spec, cfg)\n"
     "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap' } } }\n"
@@ -257,6 +302,9 @@ static const char *misuse_lua =
     "  elseif spec.case == 10 then b:wgmma{ n = 64, type = 'f32', a = b:i64(0), b = b:i64(0) }\n"
     "  elseif spec.case == 12 then b:tma_load(bar, p.y, { 0, 0 }, bar)\n"
     "  elseif spec.case == 13 then b:tma_load(bar, p.tm, { 0, 0 }, bar)\n"
+    "  elseif spec.case == 14 then b:tma_reduce_add(bar, p.y, { 0, 0 })\n"
+    "  elseif spec.case == 15 then b:tma_reduce_add(bar, p.tm, { 0, 0 })\n"
+    "  elseif spec.case == 16 then b:bulk_wait(64, { read = true })\n"
     "  elseif spec.case == 11 then b:wgmma{ n = 64, type = 'f16', a = b:i32(0), b = b:i64(0) }\n"
     "  else b:mbarrier_init(bar, 1); b:mbarrier_arrive(bar, { tx = 16 }) end\n"
     "  b:store(p.y, b:f32(0))\n"
@@ -529,6 +577,87 @@ static void test_tma_bugs(void) {
     }
 }
 
+/* Runs hopred with keys over a TMA_W x TMA_H f32 tensor (its map of element type dtype, box {b0, 8}); *bad counts
+ * tensor elements that differ from the host's sums (every box's in-bounds elements added, in order; all exact). */
+static kiln_status run_red(const char *keys, int b0, int swz, int iters, unsigned dtype, int race, long *bad,
+                           kiln_error *err) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "hopred %s", keys);
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_load(emu, gen, spec, SM90A, &k, err);
+    if (st != KILN_OK) return st;
+    static float x[TMA_ITERS * 64 * 8], acc[TMA_W * TMA_H];
+    static double want[TMA_W * TMA_H];
+    for (int i = 0; i < TMA_ITERS * 64 * 8; i++) x[i] = (float)((i * 37) % 11 - 5) + 0.25f * (float)(i % 4);
+    for (int i = 0; i < TMA_W * TMA_H; i++) acc[i] = (float)(i % 7), want[i] = acc[i];
+    for (int it = 0; it < iters; it++)
+        for (int e = 0; e < b0 * 8; e++) {
+            int gx = it % 3 * b0 - 8 + e % b0, gy = it / 3 % 3 * 8 + e / b0;
+            if (gx >= 0 && gx < TMA_W && gy < TMA_H) want[gx + TMA_W * gy] += x[it * b0 * 8 + e];
+        }
+    static _Alignas(64) kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    m.magic = KILN_TMAP_MAGIC, m.elem_bytes = 4, m.rank = 2, m.data_type = dtype;
+    m.swizzle = swz == 128 ? KILN_TMAP_SWIZZLE_128B : swz == 64 ? KILN_TMAP_SWIZZLE_64B : swz == 32 ? KILN_TMAP_SWIZZLE_32B : 0;
+    m.base = (uint64_t)(uintptr_t)acc;
+    m.dims[0] = TMA_W, m.dims[1] = TMA_H, m.strides[0] = TMA_W * 4;
+    m.box[0] = (uint32_t)b0, m.box[1] = 8;
+    void *px = x, *args[] = {&px, &m};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}, .race = race};
+    st = kiln_emu_run(k, &l, args, err);
+    *bad = 0;
+    for (int i = 0; i < TMA_W * TMA_H; i++)
+        if ((double)acc[i] != want[i]) ++*bad;
+    return st;
+}
+
+static void test_tma_reduce(void) {
+    static const struct {
+        int b0, swz, iters, race;
+    } rows[] = {{32, 0, 12, 0}, {32, 128, 12, 1}, {16, 64, 10, 0}, {8, 32, 7, 1}, {64, 0, 5, 0}, {4, 0, 1, 0}};
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char keys[128], name[240];
+        snprintf(keys, sizeof keys, "b0=%d swz=%d iters=%d", rows[i].b0, rows[i].swz, rows[i].iters);
+        snprintf(name, sizeof name, "TMA reduce-add %s%s: every box added, edges skipped, repeated elements summed",
+                 keys, rows[i].race ? " (race mode)" : "");
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_red(keys, rows[i].b0, rows[i].swz, rows[i].iters, KILN_TMAP_TYPE_FLOAT32, rows[i].race,
+                                 &bad, &err);
+        CHECK(st == KILN_OK, "%s", err.msg);
+        CHECK(st != KILN_OK || bad == 0, "%ld wrong sums", bad);
+        TEST_END();
+    }
+}
+
+static void test_tma_reduce_bugs(void) {
+    static const struct {
+        const char *keys, *want;
+        unsigned dtype;
+        int race;
+    } rows[] = {
+        {"iters=4 bug=1", "was written before a cp.async.bulk.wait_group.read covered", KILN_TMAP_TYPE_FLOAT32, 0},
+        {"iters=4 bug=2", "exited with 2 bulk reduces unfinished", KILN_TMAP_TYPE_FLOAT32, 0},
+        {"iters=4 bug=3", "4 bulk reduces unfinished", KILN_TMAP_TYPE_FLOAT32, 0}, /* never committed: no wait covers one */
+        {"iters=4 bug=4", "was written before a cp.async.bulk.wait_group.read", KILN_TMAP_TYPE_FLOAT32, 0}, /* after issue */
+        {"iters=4 bug=5", "shared-memory race", KILN_TMAP_TYPE_FLOAT32, 1}, /* the tile's writes not ordered before it */
+        {"iters=4", "the emulator adds f32 maps only", KILN_TMAP_TYPE_INT32, 0}, /* an s32 map */
+    };
+    for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
+        char name[240];
+        snprintf(name, sizeof name, "TMA reduce planted bug '%s'%s is caught%s%s", rows[i].keys,
+                 rows[i].race ? " (race mode)" : "", rows[i].want[0] ? ": " : "", rows[i].want);
+        TEST_BEGIN(name);
+        long bad = 0;
+        kiln_error err = {0};
+        kiln_status st = run_red(rows[i].keys, 32, 0, 4, rows[i].dtype, rows[i].race, &bad, &err);
+        CHECK(st != KILN_OK || bad > 0, "ran clean with right answers");
+        if (rows[i].want[0]) CHECK(st != KILN_OK && strstr(err.msg, rows[i].want), "message: %s", err.msg);
+        TEST_END();
+    }
+}
+
 /* The profile counts the primitives per warp: iters=6 sync=1 has 4 mbarrier.init (warp 0), per
  * iteration expect_tx in warp 4 and complete_tx + arrive in the 4 producer warps, an empty-barrier
  * wait in them from iteration 2 on, a full-barrier wait and an arrive in the 4 consumer warps; wgmma
@@ -562,6 +691,43 @@ static void test_profile(void) {
         CHECK(p.inst[KILN_PROF_ASYNC_SYNC] == (uint64_t)(2 * warps + it * warps), "fence/setmaxnreg %llu, want %d",
               (unsigned long long)p.inst[KILN_PROF_ASYNC_SYNC], 2 * warps + it * warps);
         CHECK(p.inst[KILN_PROF_TMA] == 0 && !strcmp(kiln_prof_class_name(KILN_PROF_WGMMA), "wgmma"), "tma, names");
+    }
+    kiln_emu_destroy(pe);
+    TEST_END();
+}
+
+/* The TMA reduce in the profile: hopred iters=5 has, in warp 0 only (thread 0 issues), 5 reduce-adds
+ * (tma.reduce), and 5 commits + 3 wait_group.read + 1 wait_group (tma); fence.proxy.async in the 4 warps
+ * each iteration; no other class takes the reduces (no st.global). */
+static void test_reduce_profile(void) {
+    TEST_BEGIN("the profile counts TMA reduce-adds (tma.reduce) apart from the bulk commit/wait (tma)");
+    kiln_emu *pe = NULL;
+    kiln_error err = {0};
+    kiln_emu_kernel *k = NULL;
+    kiln_status st = kiln_emu_create(&pe, &err);
+    if (st == KILN_OK) {
+        kiln_emu_set_profile(pe, 1);
+        st = kiln_emu_load(pe, gen, "hopred iters=5", SM90A, &k, &err);
+    }
+    static float x[5 * 256], acc[TMA_W * TMA_H];
+    static _Alignas(64) kiln_tensor_map m;
+    memset(&m, 0, sizeof m);
+    m.magic = KILN_TMAP_MAGIC, m.elem_bytes = 4, m.rank = 2, m.data_type = KILN_TMAP_TYPE_FLOAT32;
+    m.base = (uint64_t)(uintptr_t)acc, m.dims[0] = TMA_W, m.dims[1] = TMA_H, m.strides[0] = TMA_W * 4;
+    m.box[0] = 32, m.box[1] = 8;
+    void *px = x, *args[] = {&px, &m};
+    kiln_emu_launch l = {.grid = {1, 1, 1}, .block = {128, 1, 1}};
+    if (st == KILN_OK) st = kiln_emu_run(k, &l, args, &err);
+    kiln_emu_profile p;
+    if (st == KILN_OK) st = kiln_emu_profile_get(k, &p, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        CHECK(p.inst[KILN_PROF_TMA_REDUCE] == 5, "tma.reduce %llu, want 5", (unsigned long long)p.inst[KILN_PROF_TMA_REDUCE]);
+        CHECK(p.inst[KILN_PROF_TMA] == 5 + 3 + 1, "tma %llu, want 9", (unsigned long long)p.inst[KILN_PROF_TMA]);
+        CHECK(p.inst[KILN_PROF_ASYNC_SYNC] == 5 * 4, "fence %llu, want 20", (unsigned long long)p.inst[KILN_PROF_ASYNC_SYNC]);
+        CHECK(p.inst[KILN_PROF_ST_GLOBAL] == 0, "st.global %llu", (unsigned long long)p.inst[KILN_PROF_ST_GLOBAL]);
+        CHECK(!strcmp(kiln_prof_class_name(KILN_PROF_TMA_REDUCE), "tma.reduce"), "name %s",
+              kiln_prof_class_name(KILN_PROF_TMA_REDUCE));
     }
     kiln_emu_destroy(pe);
     TEST_END();
@@ -612,6 +778,9 @@ static void test_misuse(void) {
         {11, SM90A, "a must be a descriptor (b:wgmma_desc) or 4 i32 registers"},
         {12, 90, "the map must be a kernel parameter of kind 'tensormap'"},
         {13, 80, "b:tma_load (cp.async.bulk.tensor) needs sm_90 or newer"},
+        {14, 90, "b:tma_reduce_add: the map must be a kernel parameter of kind 'tensormap'"},
+        {15, 80, "b:tma_reduce_add (cp.reduce.async.bulk.tensor) needs sm_90 or newer"},
+        {16, SM90A, "b:bulk_wait(64): valid 0..63 pending groups"},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char spec[64], name[160], sm[16];
@@ -653,6 +822,10 @@ static void test_ptxas(void) {
          {"cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes", "cvta.param",
           ".param .align 64 .b8", NULL}},
         {"hoptma rank=3 b0=12", SM90A, {"cp.async.bulk.tensor.3d.shared::cluster.global.tile", NULL}},
+        {"hopred swz=128", SM90A,
+         {"cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group", "cp.async.bulk.commit_group;",
+          "cp.async.bulk.wait_group.read \t1;", "cp.async.bulk.wait_group \t0;"}},
+        {"hopred b0=16", 90, {"cp.reduce.async.bulk.tensor.2d.global.shared::cta.add.tile.bulk_group", NULL}},
     };
     for (size_t i = 0; i < sizeof rows / sizeof rows[0]; i++) {
         char name[160], sm[16];
@@ -696,6 +869,7 @@ int main(void) {
     write_template("hopmisuse", misuse_lua);
     write_template("hopwgmma", wgmma_lua);
     write_template("hoptma", tma_lua);
+    write_template("hopred", red_lua);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -708,7 +882,10 @@ int main(void) {
     test_wgmma_bugs();
     test_tma();
     test_tma_bugs();
+    test_tma_reduce();
+    test_tma_reduce_bugs();
     test_profile();
+    test_reduce_profile();
     test_wgmma_profile();
     test_misuse();
     test_ptxas();
@@ -719,6 +896,7 @@ int main(void) {
     snprintf(path, sizeof path, "%s/hopmisuse.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hopwgmma.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/hoptma.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/hopred.lua", dir), unlink(path);
     rmdir(dir);
     return check_summary("hopper");
 }

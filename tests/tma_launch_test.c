@@ -270,6 +270,54 @@ static void test_gen_refusals(void) {
     }
 }
 
+/* A tensor map over a workspace tensor (FA3's dQ writer adds into dq_acc through one): acc [h, w] f32 is carved
+ * from the launch's workspace, not given, and its map's base is its carved place. */
+static const char *wsmap_lua =
+    "local K = { params = {} }\n"
+    "function K.config(spec, t) return { block = 128, grid_tile = 1, arch_specific = t.arch } end\n"
+    "function K.launch(spec, cfg)\n"
+    "  return { tensors = { { 'y', 'out', { 1 } }, { 'acc', 'workspace', { 'h', 'w' }, align = 16 } },\n"
+    "           scalars = { { 'h' }, { 'w' } }, problem = { 1 }, tmaps = { { 'tm', 'acc', box = { 8, 32 } } } }\n"
+    "end\n"
+    "function K.build(b, spec, cfg)\n"
+    "  local p = b:kernel{ params = { { 'y', 'ptr', 'f32' }, { 'tm', 'tensormap', 'f32' } } }\n"
+    "  b:store(p.y, b:f32(0))\n"
+    "end\nreturn K\n";
+
+static void test_workspace_map(void) {
+    TEST_BEGIN("a tensor map over a workspace tensor: base = the carved place, f32, the tensor's dims");
+    kiln_rt *rt = NULL;
+    kiln_kernel *k = NULL;
+    kiln_error err = {0};
+    kiln_status st = ready("tmawsmap", &rt, &k, &err);
+    kiln_launch_tensor ts[] = {{"y", (kiln_devptr)(uintptr_t)y, {0}}};
+    kiln_launch_scalar ss[] = {{"h", H}, {"w", W}};
+    kiln_launch_args a = {.tensors = ts, .ntensors = 1, .scalars = ss, .nscalars = 2};
+    kiln_launch_step step;
+    size_t ws = 0;
+    const kiln_devptr WS = 0x100000;
+    if (st == KILN_OK) {
+        const kiln_kernel_meta *meta = kiln_kernel_get_meta(k);
+        st = kiln_launch_bind(&meta, 1, 0, &a, 1, &step, &ws, &err); /* the workspace's size */
+        if (st == KILN_OK) {
+            a.workspace = WS, a.workspace_bytes = ws;
+            st = kiln_launch_bind(&meta, 1, 0, &a, 1, &step, &ws, &err);
+        }
+    }
+    CHECK(st == KILN_OK, "%s", err.msg);
+    if (st == KILN_OK) {
+        const kiln_tensor_map *r = &step.tmaps[0];
+        CHECK(step.ntmaps == 1 && r->base >= WS && r->base + (uint64_t)H * W * 4 <= WS + ws && r->base % 16 == 0,
+              "base 0x%llx, workspace 0x%llx + %zu", (unsigned long long)r->base, (unsigned long long)WS, ws);
+        CHECK(r->data_type == KILN_TMAP_TYPE_FLOAT32 && r->elem_bytes == 4 && r->dims[0] == W && r->dims[1] == H &&
+                  r->strides[0] == W * 4 && r->box[0] == 32 && r->box[1] == 8,
+              "type %u, dims %llu x %llu, box %u x %u", r->data_type, (unsigned long long)r->dims[0],
+              (unsigned long long)r->dims[1], r->box[0], r->box[1]);
+    }
+    if (rt) kiln_rt_destroy(rt);
+    TEST_END();
+}
+
 static void write_template(const char *name, const char *text) {
     char path[256];
     snprintf(path, sizeof path, "%s/%s.lua", dir, name);
@@ -281,6 +329,7 @@ int main(void) {
     if (!mkdtemp(dir) || fake_cuda_open(&fake)) return 1;
     write_template("tmalaunch", tmal_lua);
     write_template("tmanomap", nomap_lua);
+    write_template("tmawsmap", wsmap_lua);
     kiln_gen_options o = {.template_dir = dir};
     kiln_error err = {0};
     if (kiln_gen_create(&gen, &o, &err) != KILN_OK || kiln_emu_create(&emu, &err) != KILN_OK) {
@@ -291,11 +340,13 @@ int main(void) {
     test_bad();
     test_old_driver();
     test_gen_refusals();
+    test_workspace_map();
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     char path[256];
     snprintf(path, sizeof path, "%s/tmalaunch.lua", dir), unlink(path);
     snprintf(path, sizeof path, "%s/tmanomap.lua", dir), unlink(path);
+    snprintf(path, sizeof path, "%s/tmawsmap.lua", dir), unlink(path);
     rmdir(dir);
     return check_summary("tma_launch");
 }

@@ -167,7 +167,7 @@ static int print_profile(const kiln_emu_kernel *k) {
            p.hot_blocks, p.basic_blocks, (unsigned long long)p.hot_trips);
     uint64_t other = 0, hot_other = 0;
     for (int c = 0; c < KILN_PROF_CLASSES; c++) {
-        bool hopper = c >= KILN_PROF_WGMMA && c <= KILN_PROF_ASYNC_SYNC; /* rows only for kernels that use them */
+        bool hopper = c >= KILN_PROF_WGMMA && c <= KILN_PROF_TMA_REDUCE; /* rows only for kernels that use them */
         if (hopper && !p.inst[c] && !p.hot_inst[c]) continue;
         printf("    %-18s %12llu %10.1f %12llu\n", kiln_prof_class_name((kiln_prof_class)c), (unsigned long long)p.inst[c],
                p.warps ? (double)p.inst[c] / (double)p.warps : 0.0, (unsigned long long)p.hot_inst[c]);

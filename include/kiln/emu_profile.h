@@ -34,9 +34,10 @@ typedef enum kiln_prof_class {
     KILN_PROF_SHFL,       /* shfl.sync */
     KILN_PROF_BARRIER,    /* bar.sync / barrier */
     KILN_PROF_WGMMA,      /* wgmma.* (mma_async, fence, commit_group, wait_group) */
-    KILN_PROF_TMA,        /* cp.async.bulk.* (TMA copies) */
+    KILN_PROF_TMA,        /* cp.async.bulk.* (TMA copies, bulk commit_group / wait_group) */
     KILN_PROF_MBARRIER,   /* mbarrier.* (a try_wait loop counts one per wait on the emulator) */
     KILN_PROF_ASYNC_SYNC, /* fence.proxy.async, setmaxnreg */
+    KILN_PROF_TMA_REDUCE, /* cp.reduce.async.bulk.tensor (TMA reduce-adds: one per tile, FA3's dQ writer) */
     KILN_PROF_OTHER,      /* ALU, compare, select, conversion, address arithmetic, branch, the rest */
     KILN_PROF_CLASSES
 } kiln_prof_class;
