@@ -595,6 +595,7 @@ end
 -- flag spilled 4-8 bytes at head_dim 40 with softcap or ALiBi; read again 0 over the full matrix's bf16 varlen dq
 -- variants there). With dropout beside varlen at those widths where dq_vd_reread says (wave 21).
 function M.dq_mark_shared(spec)
+  if M.dq_mask_apart(spec) then return true end
   if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then return M.dq_vd_reread(spec) end
   return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
@@ -692,9 +693,16 @@ end
 -- (not held).
 function M.dq_kv_self(spec)
   local dim = spec.dim or spec.head_dim
-  return spec.kernel == "dq" and not (spec.dropout and spec.varlen and spec.dropout_mask)
+  return spec.kernel == "dq" and not (spec.dropout and spec.varlen and spec.dropout_mask and not M.dq_mask_apart(spec))
     and not (spec.varlen and spec.head_dim == 96 and spec.causal and spec.alibi and not spec.window)
     and not (spec.varlen and spec.window and spec.softcap and spec.alibi and (dim == 48 or dim == 56 or dim == 40 and spec.dropout))
+end
+
+-- Whether the dq kernel of `spec` writes the test's dropout_mask output after dQ's store, in a loop of its own over the
+-- key tiles its main loop visited (the Philox bits drawn again there), instead of beside each fragment's dropout factors.
+function M.dq_mask_apart(spec)
+  return spec.kernel == "dq" and spec.dropout_mask and spec.varlen and spec.head_dim == 64 and (spec.dim or 64) == 64
+    and not (spec.window and spec.alibi) or false
 end
 
 -- Whether the dq kernel of `spec` marking the key tiles it stages (dq_kv_self) takes the marks in a loop after the staging
