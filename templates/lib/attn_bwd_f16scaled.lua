@@ -597,7 +597,9 @@ end
 -- dropout_mask output is written apart (dq_mask_apart, wave 22: held 8 bytes there, read again 0).
 function M.dq_mark_shared(spec)
   if M.dq_mask_apart(spec) then return true end
-  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then return M.dq_vd_reread(spec) end
+  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then
+    return M.dq_vd_reread(spec) or M.dq_vd_mark_only(spec)
+  end
   return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
     and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
@@ -611,9 +613,24 @@ end
 -- 41 bf16 varlen dropout dq variants there x the four ways): at the tile width 32 (head_dim 32 causal with softcap:
 -- neither 8 bytes, one 4, both 0) and at 64 with causal=true and no mask key (head_dim 40: neither 4, 0 otherwise);
 -- neither elsewhere (head_dim 40: without causal both 8, top_left one 4, softcap any 8 but neither, a window both 4).
--- The other variants 0 bytes every way (head_dim 8, 24, 64).
+-- The other variants 0 bytes every way (head_dim 8, 24, 64). Wave 22 (found by its scan, not full-matrix variants; the
+-- test's dropout_mask output left out, dq_mask_apart): head_dim 64 with a window and softcap without ALiBi, every
+-- causal form, neither 8 bytes, both 0 (254-255 registers).
 function M.dq_vd_reread(spec)
-  return spec.head_dim == 32 or spec.causal and not spec.top_left and not (spec.window or spec.softcap or spec.alibi) or false
+  return spec.head_dim == 32 or spec.causal and not spec.top_left and not (spec.window or spec.softcap or spec.alibi)
+    or (spec.dim or 64) == 64 and spec.head_dim == 64 and spec.window and spec.softcap and not spec.alibi
+      and not spec.dropout_mask or false
+end
+
+-- Whether the deterministic dq kernel beside varlen and dropout reads the block's Q/dO mark again from shared memory
+-- but holds its key tile's K/V mark (dq_mark_shared without dq_kv_mark_again): head_dim 40 and 48 causal=top_left with
+-- softcap alone (wave 22, ptxas sm_75 at 255 registers: neither 4 bytes, this 0 at both, the tile's mark alone 0 at
+-- both, both marks 8 at 40; wave 21's scan had found the 4 bytes). Not the test's dropout_mask output (dq_mask_apart).
+-- (head_dim 40 causal=false with softcap: 8 bytes, 4 with both marks read again, 8 with one: left as it is.)
+function M.dq_vd_mark_only(spec)
+  local dim = spec.dim or spec.head_dim
+  return spec.head_dim == 64 and (dim == 40 or dim == 48) and spec.top_left and spec.softcap
+    and not (spec.window or spec.alibi or spec.dropout_mask) or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
