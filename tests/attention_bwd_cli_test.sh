@@ -40,7 +40,8 @@ for s in "kernel=dkdv head_dim=64 causal=true" "kernel=dkdv head_dim=128 determi
     "kernel=dq head_dim=96 causal=true dropout=true" "kernel=dq head_dim=128 causal=true dropout=true" \
     "kernel=dq head_dim=64 causal=true window=true softcap=true alibi=true dropout=true" \
     "kernel=dq head_dim=96 causal=true varlen=true" "kernel=dq head_dim=128 causal=true varlen=true dropout=true" \
-    "kernel=dq head_dim=64 causal=true window=true softcap=true alibi=true varlen=true dropout=true"; do
+    "kernel=dq head_dim=64 causal=true window=true softcap=true alibi=true varlen=true dropout=true" \
+    "kernel=dq head_dim=64 causal=true window=true softcap=true varlen=true dropout=true dropout_mask=true"; do
     expect "sm_75 bf16 $s: path=auto takes the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
         emit attention_bwd dtype=bf16 $s --sm 75
     grep -qE "\.bf16" "$tmp/out" && bad "sm_75 bf16 $s: no bf16 instruction" "found in PTX" \
@@ -51,10 +52,12 @@ done
 # path=auto takes SIMT (no mma, no bf16 instruction) and path=mma keeps the f16 mma; the held neighbours above stay mma
 # (wave 21: d96 causal window + softcap, d64 varlen window + softcap + ALiBi causal and the deterministic d96 varlen with
 # the three keys moved to the list above, lib/attn_bwd_f16scaled.lua kv_walk_frag; head_dim 88 causal with a window and
-# the deterministic d96 varlen causal with ALiBi alone stay off, kv_walk_frag_spills)
+# the deterministic d96 varlen causal with ALiBi alone stay off, kv_walk_frag_spills; wave 22: the dq kernel with the
+# test's dropout_mask output beside varlen, d64 causal with a window and softcap, moved to the list above,
+# lib/attn_bwd_f16scaled.lua dq_mask_apart; with a window and ALiBi it stays off, 4-8 bytes)
 for s in "kernel=dkdv head_dim=88 causal=true window=true" \
     "kernel=dkdv head_dim=96 causal=true alibi=true varlen=true deterministic=true" \
-    "kernel=dq head_dim=64 causal=true window=true softcap=true varlen=true dropout=true dropout_mask=true"; do
+    "kernel=dq head_dim=64 causal=true window=true alibi=true varlen=true dropout=true dropout_mask=true"; do
     expect "sm_75 bf16 $s: not held, path=auto takes SIMT" 0 "fma.rn.f32" -- emit attention_bwd dtype=bf16 $s --sm 75
     grep -qE "\.bf16|mma" "$tmp/out" && bad "sm_75 bf16 $s auto: no mma, no bf16 instruction" "found in PTX" \
         || ok "sm_75 bf16 $s auto: no mma, no bf16 instruction"

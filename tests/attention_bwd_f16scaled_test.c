@@ -801,39 +801,49 @@ static void varlen_span(void) {
  * and window + softcap + ALiBi together, the atomic dkdv at d64 (the marked block's 16-row walk, lo_walk, beside the
  * re-read origin, qrow_shared) both kinds and at d128 (dK in halves, lo_walk), and the deterministic sequence under
  * path=auto (its dkdv on SIMT at d128 beside dropout, on the f16-scaled path at d64 without writing K's and V's rows)
- * whose dq stages K and V itself and marks the tiles beside dropout and varlen, dq_kv_self: dq asserted on mma) */
+ * whose dq stages K and V itself and marks the tiles beside dropout and varlen, dq_kv_self: dq asserted on mma; wave 22:
+ * the test's dropout_mask output beside varlen, d64 causal with a window and softcap, deterministic with K and V rows
+ * under path=mma, whose dq stages and marks K and V itself and writes the mask after dQ, dq_mask_apart; path=auto's dq
+ * asserted on mma too; with the old rule 6,332 dq values beyond; and two whose dq reads its marks again, wave 22's
+ * dq_vd_reread and dq_vd_mark_only (spills fixed, the same rows held): d64 causal with a window and softcap beside
+ * dropout without the mask, d40 top_left with softcap beside dropout) */
     static const struct {
         int d, kind, det, causal; /* causal: 0 false, 1 true, 2 top_left */
-        int keys;                 /* 1: window, softcap and ALiBi; 2: window and ALiBi; 3: a window */
+        int keys; /* 1: window, softcap and ALiBi; 2: window and ALiBi; 3: a window; 4: window and softcap; 5: softcap */
         int batch;                /* 0: varlen; else that many dense sequences of 35 x 40 */
         int drop;                 /* 1: dropout p 0.25 */
         int autop;                /* 1: the sequence under path=auto, the dq kernel asserted on the f16-scaled mma */
-    } cases[] = {{64, 0, 0, 1, 0, 0, 0, 0}, {64, 0, 1, 1, 0, 0, 0, 0}, {64, 1, 0, 1, 0, 0, 0, 0}, {64, 1, 1, 1, 0, 0, 0, 0},
-                 {80, 0, 0, 1, 0, 0, 0, 0}, {80, 1, 0, 1, 0, 0, 0, 0}, {80, 0, 1, 1, 0, 0, 0, 0}, {96, 1, 1, 1, 0, 0, 0, 0},
-                 {96, 0, 0, 1, 0, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0, 0},
-                 {40, 1, 0, 1, 1, 0, 0, 0}, {96, 0, 0, 1, 2, 2, 0, 0}, {64, 0, 0, 1, 0, 0, 1, 0}, {64, 1, 0, 1, 0, 0, 1, 0},
-                 {64, 0, 1, 1, 0, 0, 1, 0}, {64, 1, 1, 1, 0, 0, 1, 0}, {64, 0, 1, 0, 0, 0, 1, 0}, {128, 0, 0, 1, 3, 0, 1, 0},
-                 {40, 1, 1, 1, 1, 0, 0, 0}, {64, 1, 0, 1, 1, 0, 0, 0}, {96, 1, 1, 1, 1, 0, 0, 0},
-                 {64, 0, 0, 1, 1, 0, 1, 0}, {64, 1, 0, 1, 1, 0, 1, 0}, {128, 0, 0, 1, 1, 0, 1, 0}, {128, 1, 1, 1, 0, 0, 1, 1},
-                 {64, 1, 1, 1, 1, 0, 1, 1}};
+        int mask;                 /* 1: the test's dropout_mask output too; path=auto's dq asserted on mma */
+    } cases[] = {{64, 0, 0, 1, 0, 0, 0, 0, 0}, {64, 0, 1, 1, 0, 0, 0, 0, 0}, {64, 1, 0, 1, 0, 0, 0, 0, 0}, {64, 1, 1, 1, 0, 0, 0, 0, 0},
+                 {80, 0, 0, 1, 0, 0, 0, 0, 0}, {80, 1, 0, 1, 0, 0, 0, 0, 0}, {80, 0, 1, 1, 0, 0, 0, 0, 0}, {96, 1, 1, 1, 0, 0, 0, 0, 0},
+                 {96, 0, 0, 1, 0, 0, 0, 0, 0}, {96, 0, 0, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 0, 0, 0, 0, 0, 0}, {64, 1, 0, 2, 0, 0, 0, 0, 0},
+                 {40, 1, 0, 1, 1, 0, 0, 0, 0}, {96, 0, 0, 1, 2, 2, 0, 0, 0}, {64, 0, 0, 1, 0, 0, 1, 0, 0}, {64, 1, 0, 1, 0, 0, 1, 0, 0},
+                 {64, 0, 1, 1, 0, 0, 1, 0, 0}, {64, 1, 1, 1, 0, 0, 1, 0, 0}, {64, 0, 1, 0, 0, 0, 1, 0, 0}, {128, 0, 0, 1, 3, 0, 1, 0, 0},
+                 {40, 1, 1, 1, 1, 0, 0, 0, 0}, {64, 1, 0, 1, 1, 0, 0, 0, 0}, {96, 1, 1, 1, 1, 0, 0, 0, 0},
+                 {64, 0, 0, 1, 1, 0, 1, 0, 0}, {64, 1, 0, 1, 1, 0, 1, 0, 0}, {128, 0, 0, 1, 1, 0, 1, 0, 0}, {128, 1, 1, 1, 0, 0, 1, 1, 0},
+                 {64, 1, 1, 1, 1, 0, 1, 1, 0}, {64, 1, 1, 1, 4, 0, 1, 0, 1}, {64, 1, 1, 1, 4, 0, 1, 0, 0},
+                 {40, 1, 1, 2, 5, 0, 1, 0, 0}};
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: about half of the twenty-eight, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: about half of the thirty-one, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1   ? " window=true softcap=true alibi=true"
                            : cases[ci].keys == 2 ? " window=true alibi=true"
                            : cases[ci].keys == 3 ? " window=true"
+                           : cases[ci].keys == 4 ? " window=true softcap=true"
+                           : cases[ci].keys == 5 ? " softcap=true"
                                                  : "";
         int drop = cases[ci].drop;
+        const char *dmask = cases[ci].mask ? " dropout_mask=true" : "";
         int batch = cases[ci].batch;
         const char *path = cases[ci].autop ? "auto" : "mma";
-        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s path=%s%s",
-                 d, causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "", path,
+        snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s%s path=%s%s",
+                 d, causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "", dmask, path,
                  det ? " deterministic=true" : "");
-        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
-                 causal == 1 ? "" : causal_word[causal], keys, drop ? " dropout" : "", det ? " deterministic" : "",
+        snprintf(name, sizeof name, "span %s d%d causal%s%s%s%s%s%s%s: %s, %s", batch ? "batch 2" : "varlen", d, causal == 1 ? "" : "=",
+                 causal == 1 ? "" : causal_word[causal], keys, drop ? " dropout" : "", dmask, det ? " deterministic" : "",
                  cases[ci].autop ? " path=auto" : "", kinds[kind], batch ? "35 x 40 each" : "sequences 35 x 40, 17 x 23");
         const char *match = getenv("KILN_F16S_SPAN_MATCH");
         if (match && !strstr(name, match)) continue;
@@ -843,8 +853,9 @@ static void varlen_span(void) {
         if (batch)
             kiln_case_opts_set(&o, "batch", batch), kiln_case_opts_set(&o, "rows", 35), kiln_case_opts_set(&o, "seq_k", 40);
         else o.nvarlen = 2, o.varlen_q = lq, o.varlen_k = lk, kiln_case_opts_set(&o, "rows", 1);
-        if (cases[ci].keys) kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1);
-        if (cases[ci].keys == 1) kiln_case_opts_set(&o, "softcap", 8);
+        if (cases[ci].keys && cases[ci].keys != 5)
+            kiln_case_opts_set(&o, "window_left", 20), kiln_case_opts_set(&o, "window_right", -1);
+        if (cases[ci].keys == 1 || cases[ci].keys >= 4) kiln_case_opts_set(&o, "softcap", 8);
         if (drop) kiln_case_opts_set(&o, "dropout", 0.25);
         kiln_error err = {0};
         kiln_case *c = NULL;
@@ -868,10 +879,10 @@ static void varlen_span(void) {
                 CHECK(out->bad == 0, "%s: %ld of the %s values beyond the bf16 path's bound; first: %s", spec, out->bad,
                       out->name, out->first);
             }
-            if (cases[ci].autop) { /* (the sequence's dq kernel as path=auto builds it: the f16-scaled mma, not SIMT) */
+            if (cases[ci].autop || cases[ci].mask) { /* (the sequence's dq kernel as path=auto builds it: the f16-scaled mma, not SIMT) */
                 char dq[200];
-                snprintf(dq, sizeof dq, "attention_bwd kernel=dq dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s path=auto", d,
-                         causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "");
+                snprintf(dq, sizeof dq, "attention_bwd kernel=dq dtype=bf16 grad=f32 head_dim=%d causal=%s%s%s%s%s path=auto", d,
+                         causal_word[causal], keys, batch ? "" : " varlen=true", drop ? " dropout=true" : "", dmask);
                 kiln_module *m = NULL;
                 st = kiln_generate(gen, dq, 75, KILN_EMIT_PTX, &m, &err);
                 CHECK(st == KILN_OK, "%s: %s", dq, err.msg);

@@ -593,9 +593,13 @@ end
 -- tile width 64, dropout or not (wave 20: the held flag spilled 8 bytes at head_dim 40 causal; the re-read 0). And
 -- varlen without dropout at the tile widths up to 64 (wave 20, with K's and V's low parts, dq_kv_lo_applies: the held
 -- flag spilled 4-8 bytes at head_dim 40 with softcap or ALiBi; read again 0 over the full matrix's bf16 varlen dq
--- variants there). With dropout beside varlen at those widths where dq_vd_reread says (wave 21).
+-- variants there). With dropout beside varlen at those widths where dq_vd_reread says (wave 21). And where the test's
+-- dropout_mask output is written apart (dq_mask_apart, wave 22: held 8 bytes there, read again 0).
 function M.dq_mark_shared(spec)
-  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then return M.dq_vd_reread(spec) end
+  if M.dq_mask_apart(spec) then return true end
+  if spec.kernel == "dq" and spec.varlen and spec.dropout and spec.head_dim <= 64 then
+    return M.dq_vd_reread(spec) or M.dq_vd_mark_only(spec)
+  end
   return spec.kernel == "dq" and spec.head_dim == 64 and (spec.dropout
     and (spec.window or spec.alibi or (spec.top_left and not spec.softcap))
     and not (spec.top_left and spec.alibi and not spec.window and (spec.dim or 64) == 64)
@@ -609,9 +613,24 @@ end
 -- 41 bf16 varlen dropout dq variants there x the four ways): at the tile width 32 (head_dim 32 causal with softcap:
 -- neither 8 bytes, one 4, both 0) and at 64 with causal=true and no mask key (head_dim 40: neither 4, 0 otherwise);
 -- neither elsewhere (head_dim 40: without causal both 8, top_left one 4, softcap any 8 but neither, a window both 4).
--- The other variants 0 bytes every way (head_dim 8, 24, 64).
+-- The other variants 0 bytes every way (head_dim 8, 24, 64). Wave 22 (found by its scan, not full-matrix variants; the
+-- test's dropout_mask output left out, dq_mask_apart): head_dim 64 with a window and softcap without ALiBi, every
+-- causal form, neither 8 bytes, both 0 (254-255 registers).
 function M.dq_vd_reread(spec)
-  return spec.head_dim == 32 or spec.causal and not spec.top_left and not (spec.window or spec.softcap or spec.alibi) or false
+  return spec.head_dim == 32 or spec.causal and not spec.top_left and not (spec.window or spec.softcap or spec.alibi)
+    or (spec.dim or 64) == 64 and spec.head_dim == 64 and spec.window and spec.softcap and not spec.alibi
+      and not spec.dropout_mask or false
+end
+
+-- Whether the deterministic dq kernel beside varlen and dropout reads the block's Q/dO mark again from shared memory
+-- but holds its key tile's K/V mark (dq_mark_shared without dq_kv_mark_again): head_dim 40 and 48 causal=top_left with
+-- softcap alone (wave 22, ptxas sm_75 at 255 registers: neither 4 bytes, this 0 at both, the tile's mark alone 0 at
+-- both, both marks 8 at 40; wave 21's scan had found the 4 bytes). Not the test's dropout_mask output (dq_mask_apart).
+-- (head_dim 40 causal=false with softcap: 8 bytes, 4 with both marks read again, 8 with one: left as it is.)
+function M.dq_vd_mark_only(spec)
+  local dim = spec.dim or spec.head_dim
+  return spec.head_dim == 64 and (dim == 40 or dim == 48) and spec.top_left and spec.softcap
+    and not (spec.window or spec.alibi or spec.dropout_mask) or false
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its own Q and dO rows (staged once a block,
@@ -654,7 +673,8 @@ end
 -- 0 spills over its 73 without dropout, 189-255 registers; beside dropout since wave 21, dq_vd_reread: 0 over its 41
 -- with dropout there), but with the test's dropout_mask output beside varlen and dropout at the widths up to 64 (dq with
 -- Q's, dO's, K's and V's low parts 8 bytes at head_dim 64 causal, 12 with a window and softcap; the deterministic dkdv
--- writing the marks 4 there; without K's and V's 0 at 238-254 registers). Window, softcap and ALiBi together since
+-- writing the marks 4 there; without K's and V's 0 at 238-254 registers; since wave 22 dq stages and marks them itself
+-- there at head_dim 64, dq_mask_apart and dq_kv_self). Window, softcap and ALiBi together since
 -- wave 20, but beside varlen at the tile widths up to 96 (at
 -- 96 the deterministic dkdv's marks spilled 12 bytes, head_dim 72/80 causal; up to 64 the two wave-20 rules were
 -- measured apart, not together). Nor varlen at the tile width 96 with causal (true or top_left): the deterministic dkdv
@@ -684,7 +704,8 @@ end
 -- window (0). Dropout beside varlen too since the merge of wave 21 (dq's own Q and dO rows held there since then,
 -- dq_lo_applies: with these marks 0 bytes at 204-255 registers over the full matrix's 13 bf16 varlen dropout dq
 -- variants that ran SIMT, head_dim 8-128, three keys or none; measured alone before, 0 at the widths 96 and 128), but the
--- test's dropout_mask output there (8-12 bytes with K's and V's rows, dq_kv_lo_applies), nor varlen at head_dim 96 causal with ALiBi and
+-- test's dropout_mask output there but where dq_mask_apart writes it apart (wave 22; elsewhere 8-12 bytes with K's and
+-- V's rows, dq_kv_lo_applies, 4-8 with the mask apart), nor varlen at head_dim 96 causal with ALiBi and
 -- no window (20-28 bytes with the looped marks; under path=mma the dkdv's rows there, dq_kv_rows_marked: 0), nor window
 -- + softcap + ALiBi beside varlen at head_dim 48 and 56 (8 bytes, causal both ways and not; looped 8; the dkdv's rows
 -- with dq_kv_rows_marked' looped marks 0-8; head_dim 8-40 and 64 fit: 0 bytes, 254-255 registers; beside dropout
@@ -692,9 +713,22 @@ end
 -- (not held).
 function M.dq_kv_self(spec)
   local dim = spec.dim or spec.head_dim
-  return spec.kernel == "dq" and not (spec.dropout and spec.varlen and spec.dropout_mask)
+  return spec.kernel == "dq" and not (spec.dropout and spec.varlen and spec.dropout_mask and not M.dq_mask_apart(spec))
     and not (spec.varlen and spec.head_dim == 96 and spec.causal and spec.alibi and not spec.window)
     and not (spec.varlen and spec.window and spec.softcap and spec.alibi and (dim == 48 or dim == 56 or dim == 40 and spec.dropout))
+end
+
+-- Whether the dq kernel of `spec` writes the test's dropout_mask output after dQ's store, in a loop of its own over the
+-- key tiles its main loop visited (the Philox bits drawn again there: lib/attn_dropout.lua store_mask4), instead of
+-- beside each fragment's dropout factors; there it stages and marks K and V itself (dq_kv_self) and reads the block's
+-- mark again (dq_mark_shared). Wave 22, ptxas sm_75 at 255 registers, head_dim 64 causal with a window and softcap
+-- beside varlen (the full matrix's last variant not held; bytes with the deterministic dkdv's marks / dq's own): K's
+-- and V's rows as before 24 / 8, both marks read again 12 / 8, the mask apart 16 / 8, the mask apart and the block's
+-- mark again 8 / 0. At head_dim 64 over the 3 causal forms x 8 key subsets: 0 bytes at 253-255 registers but a window
+-- with ALiBi, 8 bytes (4 with both marks read again): left out (not held). Other head dims not measured.
+function M.dq_mask_apart(spec)
+  return spec.kernel == "dq" and spec.dropout_mask and spec.varlen and spec.head_dim == 64 and (spec.dim or 64) == 64
+    and not (spec.window and spec.alibi) or false
 end
 
 -- Whether the dq kernel of `spec` marking the key tiles it stages (dq_kv_self) takes the marks in a loop after the staging

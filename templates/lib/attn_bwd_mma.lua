@@ -1057,6 +1057,8 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     b:barrier()
   end
+  -- (the test's dropout_mask output written after dQ's store, its bits drawn again: f16s.dq_mask_apart)
+  local mask_apart = io.drop and fs and fs.dq_mask_apart(spec)
   local function tile(k0)
     local qf, of, kf, vf = {}, {}, {}, {} -- (f16-scaled: the rows' and key columns' factors)
     if fs then
@@ -1128,7 +1130,7 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     for j = 0, nk - 1 do
       -- dropout: Z of the fragment's 4 entries (rows g, g + 8 x keys 2t, 2t + 1), one Philox call
-      local z = io.drop and dropout.factors4(io.drop, bi, h, row[0], k0 + t * 2 + j * 8)
+      local z = io.drop and dropout.factors4(io.drop, bi, h, row[0], k0 + t * 2 + j * 8, mask_apart)
       for hh = 0, 1 do
         local lim = bound[hh] - k0 - t * 2
         local lim_lo = lo[hh] and lo[hh] - k0 - t * 2
@@ -1202,6 +1204,11 @@ function M.build_dq(b, spec, cfg, p, io)
                     b:from_f32_vec({ dq[j][2 * hh + 1]:get() * m, dq[j][2 * hh + 2]:get() * m }, spec.grad),
                     { align = 2 * gb })
       end
+    end)
+  end
+  if mask_apart then -- (the key tiles the loop visited again, each fragment's 4 bits as the loop drew them)
+    b:for_(kv_lo, kv_end, bn, function(k0)
+      for j = 0, nk - 1 do dropout.store_mask4(io.drop, bi, h, row[0], k0 + t * 2 + j * 8) end
     end)
   end
 end

@@ -156,14 +156,23 @@ function M.keep_at(d, bi, h, q, k)
   return keep
 end
 
--- Z of a C fragment's 4 entries (rows q, q + 8 x keys k, k + 1; M.keep4's order), mask bits stored.
-function M.factors4(d, bi, h, q, k)
+-- Z of a C fragment's 4 entries (rows q, q + 8 x keys k, k + 1; M.keep4's order), mask bits stored (not where
+-- `unstored`: the caller stores them apart, M.store_mask4).
+function M.factors4(d, bi, h, q, k, unstored)
   local keeps = M.keep4(d, bi, h, q, k)
-  M.store_mask(d, bi, h, q, k, { keeps[1], keeps[2] })
-  M.store_mask(d, bi, h, q + 8, k, { keeps[3], keeps[4] })
+  if not unstored then M.store_mask4(d, bi, h, q, k, keeps) end
   local z = {}
   for e = 1, 4 do z[e] = M.factor(d, keeps[e]) end
   return z
+end
+
+-- dropout_mask=true: the mask bits of a C fragment's 4 entries (rows q, q + 8 x keys k, k + 1; M.factors4's), their
+-- keep predicates `keeps` (M.keep4's) or drawn again here.
+function M.store_mask4(d, bi, h, q, k, keeps)
+  if not d.spec.dropout_mask then return end
+  keeps = keeps or M.keep4(d, bi, h, q, k)
+  M.store_mask(d, bi, h, q, k, { keeps[1], keeps[2] })
+  M.store_mask(d, bi, h, q + 8, k, { keeps[3], keeps[4] })
 end
 
 -- dropout_mask=true: stores keep predicates of (query q, keys k .. k + n - 1) of (bi, h) when q < seq_q
