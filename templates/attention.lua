@@ -105,7 +105,8 @@ local MMA_TILES = {
 -- keep or lower their SASS count (0 to -120); so do sm_86 and sm_89 (d32/64/128, causal or not); sm_90, sm_100
 -- and sm_120 gain +8 to +32 on the same specs (not rolled there); d256 (16 k-steps, Q from shared memory) +80
 -- to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With dropout or the
--- score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80: those keep the unrolled k-steps.
+-- score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims (d40 in d64)
+-- and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
 local ROLL_QK = { dims = { [32] = true, [64] = true, [128] = true }, sm = { [80] = true, [86] = true, [89] = true } }
 -- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
 -- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such
@@ -286,7 +287,7 @@ local function config_mma(spec, target)
     block_m = bm, block_n = pick.n, mt = pick.mt, stages = stages, cp_async = target.cp_async,
     ld = d, dynamic_smem = dynamic and bytes or nil,
     q_in_regs = pick.q_regs, roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
-      and not (spec.dropout or spec.softcap or spec.alibi or spec.window) or nil, align = 16, rows_per_block = bm, max_registers = 255,
+      and not (spec.dropout or spec.softcap or spec.alibi or spec.window) and (spec.dim or d) == d and spec.vdim == d or nil, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
