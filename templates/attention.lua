@@ -99,6 +99,15 @@ local MMA_TILES = {
   [256] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false }, { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false },
             { warps = 4, mt = 1, n = 16, stages = 1, q_regs = false } },
 }
+-- Where the S = Q K^T k-steps are an IR loop on the mma path (cfg.roll_qk, mma_scores_rolled; docs/jit.md
+-- "Wave 22"): fewer IR instructions for LLVM, and ptxas unrolls the constant-trip loop again. Measured against
+-- the unrolled k-steps (ptxas 13, SASS = .text / 16): on sm_80 (quick matrix) the plain specs of d32, d64 and d128
+-- keep or lower their SASS count (0 to -120); so do sm_86 and sm_89 (d32/64/128, causal or not); sm_90, sm_100
+-- and sm_120 gain +8 to +32 on the same specs (not rolled there); d256 (16 k-steps, Q from shared memory) +80
+-- to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With dropout or the
+-- score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims (d40 in d64)
+-- and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
+local ROLL_QK = { dims = { [32] = true, [64] = true, [128] = true }, sm = { [80] = true, [86] = true, [89] = true } }
 -- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
 -- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such
 -- specs take these entries first where the table has them.
@@ -277,7 +286,8 @@ local function config_mma(spec, target)
     block = pick.warps * 32, threads = pick.warps * 32, grid_tile = { bm, 1, 1 }, path = "mma",
     block_m = bm, block_n = pick.n, mt = pick.mt, stages = stages, cp_async = target.cp_async,
     ld = d, dynamic_smem = dynamic and bytes or nil,
-    q_in_regs = pick.q_regs, align = 16, rows_per_block = bm, max_registers = 255,
+    q_in_regs = pick.q_regs, roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
+      and not (spec.dropout or spec.softcap or spec.alibi or spec.window) and (spec.dim or d) == d and spec.vdim == d or nil, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
@@ -992,15 +1002,29 @@ local function mma_fragments(c)
     if not lane_part[key] then lane_part[key] = row * cfg.ld + ((cbit ~ bits) ~ (cs & mask)) * 8 end
     return lane_part[key] + (rs * cfg.ld + (lo + (cs & ~mask)) * 8)
   end
+  -- The same offset for a k-step kk known only at run time (cfg.roll_qk: the S = Q K^T k-loop rolled): the
+  -- chunk (bit ^ bits) ^ (cs & mask) + (cs & ~mask) is (bit ^ bits) ^ cs, since bit ^ bits <= mask (not d96,
+  -- whose upper chunks swizzle with other bits); cs = 2 kk, so the chunk's element offset is (bit ^ bits) * 8 ^ 16 kk.
+  local lane_x8 = {}
+  function c.frag_at(kind, row, cbit, rs, kk)
+    local bits = d == 32 and (row >> 1) & 3 or row & 7
+    if not lane_x8[kind] then lane_x8[kind] = { row * cfg.ld, (cbit ~ bits) * 8 } end
+    local x = lane_x8[kind]
+    return x[1] + (x[2] ~ (kk * 16)) + rs * cfg.ld
+  end
   c.q_row, c.q_bit = c.wrow + (lane & 7) + ((lane >> 3) & 1) * 8, lane >> 4
   -- Per-lane ldmatrix rows and chunk bits: K (matrices: key tiles x head-dim halves) and
   -- V^T (.trans; matrices: key halves x head-dim tiles).
   c.k_row, c.k_bit = (lane & 7) + ((lane >> 4) << 3), (lane >> 3) & 1
   c.v_row, c.v_bit = (lane & 7) + (((lane >> 3) & 1) << 3), lane >> 4
-  for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them
-    c.frag_off("q", c.q_row, c.q_bit, 0, cs)
-    c.frag_off("k", c.k_row, c.k_bit, 0, cs)
+  for cs = 0, d // 8 - 2, 2 do -- every per-lane part, before the loops use them (the rolled S loop: frag_at's)
+    if not cfg.roll_qk or cfg.q_in_regs then c.frag_off("q", c.q_row, c.q_bit, 0, cs) end
+    if not cfg.roll_qk then c.frag_off("k", c.k_row, c.k_bit, 0, cs) end
     c.frag_off("v", c.v_row, c.v_bit, 0, cs)
+  end
+  if cfg.roll_qk then
+    if not cfg.q_in_regs then c.frag_at("q", c.q_row, c.q_bit, 0, 0) end
+    c.frag_at("k", c.k_row, c.k_bit, 0, 0)
   end
 
   -- The A fragments of Q for m-tile mi, head-dim step kk (16 columns).
@@ -1067,6 +1091,53 @@ local function mma_scores(c, kt)
         s[mi][2 * jp + 1] = b:mma(c.dt, a[mi], { kf[3], kf[4] }, s[mi][2 * jp + 1])
       end
     end
+  end
+  return s
+end
+
+-- mma_scores with the k-steps as an IR loop (cfg.roll_qk; docs/jit.md "Wave 22"): the C fragments ride in vars
+-- (phis after SROA), each trip loads its K fragments with the run-time offset c.frag_at. Q kept in registers
+-- (cfg.q_in_regs) is picked by a select chain on the trip counter: ptxas unrolls the constant-trip loop and folds
+-- the chain (bf16 d128 causal sm_80: 2184 SASS as unrolled, 205 -> 197 registers); re-loading Q from shared
+-- memory each trip instead cost +32 SASS there (16 more ldmatrix), and Q rotated through vars +96.
+local function mma_scores_rolled(c, kt)
+  local b, mt, nt, d = c.b, c.mt, c.nt, c.d
+  local ksteps = d // 16
+  local acc = {}
+  for mi = 0, mt - 1 do
+    acc[mi] = {}
+    for j = 0, nt - 1 do acc[mi][j] = { b:var("f32", 0.0), b:var("f32", 0.0), b:var("f32", 0.0), b:var("f32", 0.0) } end
+  end
+  local function get(v) return { v[1]:get(), v[2]:get(), v[3]:get(), v[4]:get() } end
+  local function set(v, r) for e = 1, 4 do v[e]:set(r[e]) end end
+  b:for_(0, ksteps, 1, function(kk)
+    local a = {}
+    if c.cfg.q_in_regs then
+      local at = {}
+      for k2 = 0, ksteps - 2 do at[k2] = b:eq(kk, k2) end
+      for mi = 0, mt - 1 do
+        a[mi] = {}
+        for e = 1, 4 do
+          local v = c.qf[mi][ksteps - 1][e]
+          for k2 = ksteps - 2, 0, -1 do v = b:select(at[k2], c.qf[mi][k2][e], v) end
+          a[mi][e] = v
+        end
+      end
+    else
+      for mi = 0, mt - 1 do a[mi] = b:ldmatrix(c.qs + c.frag_at("q", c.q_row, c.q_bit, mi * 16, kk), 4) end
+    end
+    for jp = 0, nt // 2 - 1 do
+      local kf = b:ldmatrix(kt + c.frag_at("k", c.k_row, c.k_bit, jp * 16, kk), 4)
+      for mi = 0, mt - 1 do -- each K fragment feeds every m-tile of the warp
+        set(acc[mi][2 * jp], b:mma(c.dt, a[mi], { kf[1], kf[2] }, get(acc[mi][2 * jp])))
+        set(acc[mi][2 * jp + 1], b:mma(c.dt, a[mi], { kf[3], kf[4] }, get(acc[mi][2 * jp + 1])))
+      end
+    end
+  end)
+  local s = {}
+  for mi = 0, mt - 1 do
+    s[mi] = {}
+    for j = 0, nt - 1 do s[mi][j] = get(acc[mi][j]) end
   end
   return s
 end
@@ -1177,7 +1248,7 @@ local function mma_compute(c, it, buf, masked)
   local b = c.b
   local kt, vt = c.ks + buf * c.tile, c.vs + buf * c.tile
   local kv0 = key_tile(c, it) * c.bn
-  local s = mma_scores(c, kt)
+  local s = c.cfg.roll_qk and mma_scores_rolled(c, kt) or mma_scores(c, kt)
   if c.f16s then s = f16s.scores_lo(c, s, kt, c.ks + (1 - buf) * c.tile) end -- a wide K tile's or Q row's low parts
   local pv = mma_softmax(c, s, kv0, masked)
   if c.stages == 1 then
