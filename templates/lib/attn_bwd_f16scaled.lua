@@ -127,6 +127,23 @@ end
 -- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32; with
 -- marks too (the deterministic dkdv's rows for dq, cfg.kvrows), 1.0 into marks + r where row r spans more, else 0.0.
 function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans, marks)
+  if spans == "extrema" then -- (rows_span_checked's test from the staged items: this thread's largest and smallest)
+    local ext = { b:f32(0.0), b:f32(math.huge) }
+    M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
+      ext[1] = b:max(ext[1], mx)
+      for _, x in ipairs(v) do
+        local a = b:abs(b:to_f32(x))
+        ext[2] = b:min(ext[2], b:select(b:gt(a, 0.0), a, math.huge))
+      end
+      local put = function()
+        local h = f16s.scale_of(b, mx)
+        b:store_vec(dst + r * cfg.ld + c * 8, f16s.convert(b, v, f16s.pow2(b, h)), { align = 16 })
+        b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
+      end
+      if live then b:if_(live, put) else put() end
+    end)
+    return ext
+  end
   local any = spans and b:i32(0)
   M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
     local h = f16s.scale_of(b, mx)
@@ -194,6 +211,23 @@ function M.rows_span(b, spec, threads, src, stride, row0, rows, seq)
       x = x | M.row_spans(b, spec, v, f16s.scale_of(b, mx))
     end
     any:set(x)
+  end)
+  return any:get()
+end
+
+-- rows_span behind a test of the warp's extrema (dq_marks_checked): every item of this thread read once, unrolled (the
+-- 8 values of one item live at a time), into its largest finite |x| and smallest nonzero |x|, those over the warp (a
+-- butterfly each), and rows_span's loop only where the warp's smallest scaled by its largest's 2^h falls below 2^EXACT
+-- (a warp-uniform branch). Exact: a row's largest is at most the warp's and its smallest at least the warp's, so no row
+-- of a warp that passes spans more than 2^32 (scale_of's floor taken alike). Ordinary data takes no loop: the marks cost
+-- one read of the rows a block (8 items a thread at the tile width 96 and 64 rows), not rows_span's two trips of four
+-- items with two butterflies an item.
+function M.rows_span_checked(b, spec, threads, src, stride, row0, rows, seq, ext)
+  local mx = b:warp_max(ext[1], 32)
+  local mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - ext[2], 32)
+  local any = b:var("i32", 0)
+  b:if_(b:lt((b:bits(mn) >> 23) - 127 + f16s.scale_of(b, mx), EXACT), function()
+    any:set(M.rows_span(b, spec, threads, src, stride, row0, rows, seq))
   end)
   return any:get()
 end
@@ -664,6 +698,15 @@ end
 -- Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
+-- Whether the deterministic dq kernel marking its Q and dO rows in a loop (dq_marks_looped) first tests the warp's
+-- extrema (rows_span_checked) and runs the loop only where they span more than 2^32 (wave 22). The loop on every block
+-- was the d96 dq's T4 estimate's excess over f16 (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true',
+-- emulator profile: 2 trips x 459 instructions a warp for Q and again for dO, 29,376 of the 75,290 other instructions
+-- of window + softcap's range, which started at the loop and so took in the block's setup too).
+function M.dq_marks_checked(spec)
+  return M.dq_marks_looped(spec)
+end
+
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not (spec.varlen and spec.dropout_mask and spec.head_dim <= 64)
