@@ -702,9 +702,14 @@ end
 -- extrema (rows_span_checked) and runs the loop only where they span more than 2^32 (wave 22). The loop on every block
 -- was the d96 dq's T4 estimate's excess over f16 (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true',
 -- emulator profile: 2 trips x 459 instructions a warp for Q and again for dO, 29,376 of the 75,290 other instructions
--- of window + softcap's range, which started at the loop and so took in the block's setup too).
+-- of window + softcap's range, which started at the loop and so took in the block's setup too). At head_dim 96 (ptxas
+-- sm_75 over the full matrix's 30 bf16 dq variants it changes: 0 bytes at 255 registers), but a window beside dropout
+-- (4 bytes: causal with a window alone, and with softcap and ALiBi too, causal=true and top_left); not at head_dim 80 (the extrema beside load's items
+-- spilled 8 bytes with a window, 16-32 with dropout; 0 only with varlen and the three keys), nor head_dim 64 with
+-- v_head_dim 128 and dropout (8): those keep the loop on every block.
 function M.dq_marks_checked(spec)
-  return M.dq_marks_looped(spec)
+  return M.dq_marks_looped(spec) and spec.head_dim == 96 and (spec.dim or 96) == 96 and (spec.vdim or 96) == 96
+    and not (spec.dropout and spec.window)
 end
 
 function M.dq_kv_lo_applies(spec)
