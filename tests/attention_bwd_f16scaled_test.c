@@ -615,6 +615,10 @@ static void span(void) {
          * window_fits, window_w96_qo_only; the deterministic dq kernel's since wave 20, dq_lofrag_fits, under kiln's
          * IR pipeline, templates/attention_bwd.lua) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
+        /* (wave 22: the deterministic dq kernel at head_dim 96 with a window marks its block in the loop only where a
+         * warp's extrema span more than 2^32, lib/attn_bwd_f16scaled.lua dq_marks_checked; head_dim 88 keeps the loop) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d96 causal with a window: dq's marks behind the warp's extrema",
+         'b', 96, 1, 40, 1, 0, 0},
         /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
          * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 (width 96: the last k-step's second half past the dim)"
