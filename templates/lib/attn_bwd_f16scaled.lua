@@ -126,6 +126,8 @@ end
 -- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items). spans (dkdv's K and V
 -- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32; with
 -- marks too (the deterministic dkdv's rows for dq, cfg.kvrows), 1.0 into marks + r where row r spans more, else 0.0.
+-- spans "extrema" (dq_marks_checked): returns { largest finite |x|, smallest nonzero |x| } of this thread's items, for
+-- rows_span_checked.
 function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans, marks)
   if spans == "extrema" then -- (rows_span_checked's test from the staged items: this thread's largest and smallest)
     local ext = { b:f32(0.0), b:f32(math.huge) }
@@ -215,13 +217,13 @@ function M.rows_span(b, spec, threads, src, stride, row0, rows, seq)
   return any:get()
 end
 
--- rows_span behind a test of the warp's extrema (dq_marks_checked): every item of this thread read once, unrolled (the
--- 8 values of one item live at a time), into its largest finite |x| and smallest nonzero |x|, those over the warp (a
--- butterfly each), and rows_span's loop only where the warp's smallest scaled by its largest's 2^h falls below 2^EXACT
--- (a warp-uniform branch). Exact: a row's largest is at most the warp's and its smallest at least the warp's, so no row
--- of a warp that passes spans more than 2^32 (scale_of's floor taken alike). Ordinary data takes no loop: the marks cost
--- one read of the rows a block (8 items a thread at the tile width 96 and 64 rows), not rows_span's two trips of four
--- items with two butterflies an item.
+-- rows_span behind a test of the warp's extrema (dq_marks_checked): ext, this thread's largest finite |x| and smallest
+-- nonzero |x| over its items (load's "extrema" form, which stages them), over the warp (a butterfly each), and
+-- rows_span's loop only where the warp's smallest scaled by its largest's 2^h falls below 2^EXACT (a warp-uniform
+-- branch). Exact: each row's lanes share a warp, its largest is at most the warp's and its smallest at least the warp's,
+-- so no row of a warp that passes spans more than 2^32 (scale_of's floor taken alike). Ordinary data takes no loop:
+-- the marks cost a max and a min an item inside load's staging, not rows_span's two trips of four items (reading the
+-- rows again, two butterflies an item) on every block.
 function M.rows_span_checked(b, spec, threads, src, stride, row0, rows, seq, ext)
   local mx = b:warp_max(ext[1], 32)
   local mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - ext[2], 32)
@@ -679,6 +681,20 @@ function M.dq_marks_looped(spec)
     or spec.head_dim == 128 and spec.dropout and (spec.dim or 128) < 128) or false
 end
 
+-- Whether the deterministic dq kernel marking its Q and dO rows in a loop (dq_marks_looped) first tests the warp's
+-- extrema (rows_span_checked) and runs the loop only where they span more than 2^32 (wave 22). The loop on every block
+-- was the d96 dq's T4 estimate's excess over f16 (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true',
+-- emulator profile: 2 trips x 459 instructions a warp for Q and again for dO, 29,376 of the 75,290 other instructions
+-- of window + softcap's range, which started at the loop and so took in the block's setup too). At head_dim 96 (ptxas
+-- sm_75 over the full matrix's 30 bf16 dq variants it changes: 0 bytes at 255 registers), but a window beside dropout
+-- (4 bytes: causal with a window alone, and with softcap and ALiBi too, causal=true and top_left); not at head_dim 80
+-- (the extrema beside load's items spilled 8 bytes with a window, 16-32 with dropout; 0 only with varlen and the three
+-- keys), nor head_dim 64 with v_head_dim 128 and dropout (8): those keep the loop on every block.
+function M.dq_marks_checked(spec)
+  return M.dq_marks_looped(spec) and spec.head_dim == 96 and (spec.dim or 96) == 96 and (spec.vdim or 96) == 96
+    and not (spec.dropout and spec.window)
+end
+
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic
 -- dkdv wrote them, lib/attn_bwd_kvscaled.lua: that dkdv marks each staged row spanning more than 2^32 by storing its
 -- factor negative in ksf / vsf, and dq marks a key tile holding one while copying the factors). spec: either kernel of
@@ -698,20 +714,6 @@ end
 -- Dropout since wave 19 (ptxas sm_75: 0 spills over the full matrix's bf16 dq and deterministic dkdv
 -- dropout variants where both run the f16-scaled path, tile widths 32 and 64), and window and ALiBi at the tile width
 -- 64 (dq_kv_mark_again).
--- Whether the deterministic dq kernel marking its Q and dO rows in a loop (dq_marks_looped) first tests the warp's
--- extrema (rows_span_checked) and runs the loop only where they span more than 2^32 (wave 22). The loop on every block
--- was the d96 dq's T4 estimate's excess over f16 (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true',
--- emulator profile: 2 trips x 459 instructions a warp for Q and again for dO, 29,376 of the 75,290 other instructions
--- of window + softcap's range, which started at the loop and so took in the block's setup too). At head_dim 96 (ptxas
--- sm_75 over the full matrix's 30 bf16 dq variants it changes: 0 bytes at 255 registers), but a window beside dropout
--- (4 bytes: causal with a window alone, and with softcap and ALiBi too, causal=true and top_left); not at head_dim 80 (the extrema beside load's items
--- spilled 8 bytes with a window, 16-32 with dropout; 0 only with varlen and the three keys), nor head_dim 64 with
--- v_head_dim 128 and dropout (8): those keep the loop on every block.
-function M.dq_marks_checked(spec)
-  return M.dq_marks_looped(spec) and spec.head_dim == 96 and (spec.dim or 96) == 96 and (spec.vdim or 96) == 96
-    and not (spec.dropout and spec.window)
-end
-
 function M.dq_kv_lo_applies(spec)
   return (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic))
     and not (spec.varlen and spec.dropout_mask and spec.head_dim <= 64)
