@@ -8,7 +8,8 @@
  * (lib/attn_bwd_f16scaled_d32.lua: which blocks take it, the running exponents growing inside the loop, the
  * window, softcap, ALiBi and top-left causal on it, random and adversarial) and the T4 estimate that path is for,
  * with the mask keys too (KILN_D32_ESTIMATE_ONLY=<keys substring>: those estimate rows alone, with their terms), and
- * head_dim 128's atomic dkdv (two passes) with the mask keys against f16's;
+ * head_dim 128's atomic dkdv (two passes) with the mask keys against f16's, head_dim 96's deterministic dq with a window
+ * (wave 22);
  * varlen and dropout on the path (ragged batches, p 0.1 / 0.5, both, wide V and dO; KILN_F16S_KEYS_ONLY=1: those
  * cases alone) and their T4 estimate at head_dim 64 (varlen, dropout, and both together since wave 21; KILN_D32_ESTIMATE_ONLY=varlen or =dropout); rows spanning more
  * than 2^32 (Q, dO, K and V: the low parts' products in dkdv; Q and dO in the deterministic dq, its K and V counted;
@@ -614,6 +615,10 @@ static void span(void) {
          * window_fits, window_w96_qo_only; the deterministic dq kernel's since wave 20, dq_lofrag_fits, under kiln's
          * IR pipeline, templates/attention_bwd.lua) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d88 causal with a window", 'b', 88, 1, 40, 1, 0, 0},
+        /* (wave 22: the deterministic dq kernel at head_dim 96 with a window marks its block in the loop only where a
+         * warp's extrema span more than 2^32, lib/attn_bwd_f16scaled.lua dq_marks_checked; head_dim 88 keeps the loop) */
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), d96 causal with a window: dq's marks behind the warp's extrema",
+         'b', 96, 1, 40, 1, 0, 0},
         /* (the deterministic dq kernel at the tile widths 96 and 128: its marked block's low parts taken a k-step at a
          * time from the bf16 rows, lib/attn_bwd_f16scaled.lua lo_frag) */
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), d72 (width 96: the last k-step's second half past the dim)"
@@ -1355,6 +1360,45 @@ static void d128_estimate(void) {
     TEST_END();
 }
 
+/* ---- head_dim 96's deterministic dq with a window (wave 22): the same T4 estimate, guarded at the goal (1.25x). Its
+ * block marks its Q and dO rows after staging them (lib/attn_bwd_f16scaled.lua dq_marks_looped); wave 20's loop over
+ * the rows ran on every block and made these rows 1.51x (window), 1.87x (+ softcap) and 2.01x (+ softcap + ALiBi); since
+ * wave 22 the loop runs only where the warp's extrema span more than 2^32 (dq_marks_checked): 1.00x, 1.00x, 1.12x.
+ * (Also in the KILN_ESTIMATE_DIM=96 measuring run.)
+ * A marks pass on every block again fails here (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true':
+ * these keys' other rows, measuring). */
+static void d96_dq_estimate(void) {
+    static const char *const sets[] = {"causal=true window=true", "causal=true window=true softcap=true",
+                                       "causal=true window=true softcap=true alibi=true"};
+    TEST_BEGIN("d96: bf16's deterministic dq with a window against f16's T4 estimate (emulator profile, the tile loop)");
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    for (size_t si = 0; pe && si < sizeof sets / sizeof sets[0]; si++) {
+        if (attn_estimate_sampled_out(estimate_row++)) continue;
+        double t[2] = {0}; /* [bf16, f16]: the dq kernel's */
+        for (int dt = 0; dt < 2; dt++) {
+            char spec[256];
+            snprintf(spec, sizeof spec, "attention_bwd dtype=%s head_dim=96 %s path=mma deterministic=true", dt ? "f16" : "bf16", sets[si]);
+            kiln_case *c = estimate_case(pe, spec, 100, 16, strstr(sets[si], "softcap") ? 30 : 0, &err);
+            CHECK(c != NULL, "%s: %s", spec, err.msg);
+            for (int i = 0; c && i < kiln_case_nsteps(c); i++) {
+                const kiln_case_step *s = kiln_case_step_at(c, i);
+                kiln_emu_profile pr;
+                if (strstr(kiln_emu_kernel_meta(s->kernel)->spec, "kernel=dq") && kiln_emu_profile_get(s->kernel, &pr, &err) == KILN_OK &&
+                    pr.hot_inst[KILN_PROF_MMA])
+                    t[dt] = t4_clocks(s->kernel, &pr);
+            }
+            kiln_case_free(c);
+        }
+        printf("  d96 dq, %s: T4 clocks of the tile loop: bf16 %.0f, f16 %.0f: %.2fx\n", sets[si], t[0], t[1], t[0] / t[1]);
+        CHECK(t[0] > 0 && t[1] > 0 && t[0] <= 1.25 * t[1], "d96 dq %s: bf16 %.0f against f16 %.0f T4 clocks (> 1.25x)", sets[si], t[0], t[1]);
+    }
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 /* ---- varlen and dropout: the same T4 estimate at head_dim 64, causal (docs/attention.md "The backward: varlen and
  * dropout"): bf16 (f16-scaled) against f16 on sm_75's m16n8k8, dkdv and dq, atomic and deterministic; varlen on two
  * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256, alone, (wave 21) beside a window, softcap and ALiBi,
@@ -1446,6 +1490,7 @@ int main(void) {
         int hd = getenv("KILN_ESTIMATE_DIM") ? atoi(getenv("KILN_ESTIMATE_DIM")) : 32;
         d32_estimate(hd);
         if (hd == 128) d128_estimate(); /* (the guarded rows) */
+        if (hd == 96) d96_dq_estimate(); /* (the guarded rows) */
         keys_estimate();
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
@@ -1481,6 +1526,7 @@ int main(void) {
     d32_estimate(32);
     d32_estimate(64);
     d128_estimate();
+    d96_dq_estimate();
     keys_estimate();
     span(); /* (last: its random data leave the cases above as they were) */
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);

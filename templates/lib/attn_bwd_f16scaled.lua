@@ -126,7 +126,26 @@ end
 -- row times its power of two, and 2^-h of row r into fdst + r (the items of row_items). spans (dkdv's K and V
 -- with the low parts, cfg.lo): returns an i32, nonzero when one of this thread's rows spans more than 2^32; with
 -- marks too (the deterministic dkdv's rows for dq, cfg.kvrows), 1.0 into marks + r where row r spans more, else 0.0.
+-- spans "extrema" (dq_marks_checked): returns { largest finite |x|, smallest nonzero |x| } of this thread's items, for
+-- rows_span_checked.
 function M.load(b, spec, cfg, threads, dst, src, stride, row0, rows, seq, fdst, spans, marks)
+  if spans == "extrema" then -- (rows_span_checked's test from the staged items: this thread's largest and smallest)
+    local ext = { b:f32(0.0), b:f32(math.huge) }
+    M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
+      ext[1] = b:max(ext[1], mx)
+      for _, x in ipairs(v) do
+        local a = b:abs(b:to_f32(x))
+        ext[2] = b:min(ext[2], b:select(b:gt(a, 0.0), a, math.huge))
+      end
+      local put = function()
+        local h = f16s.scale_of(b, mx)
+        b:store_vec(dst + r * cfg.ld + c * 8, f16s.convert(b, v, f16s.pow2(b, h)), { align = 16 })
+        b:if_(b:eq(c, 0), function() b:store(fdst + r, f16s.pow2(b, -h)) end)
+      end
+      if live then b:if_(live, put) else put() end
+    end)
+    return ext
+  end
   local any = spans and b:i32(0)
   M.row_items(b, spec, threads, src, stride, row0, rows, seq, function(r, c, live, v, mx)
     local h = f16s.scale_of(b, mx)
@@ -194,6 +213,23 @@ function M.rows_span(b, spec, threads, src, stride, row0, rows, seq)
       x = x | M.row_spans(b, spec, v, f16s.scale_of(b, mx))
     end
     any:set(x)
+  end)
+  return any:get()
+end
+
+-- rows_span behind a test of the warp's extrema (dq_marks_checked): ext, this thread's largest finite |x| and smallest
+-- nonzero |x| over its items (load's "extrema" form, which stages them), over the warp (a butterfly each), and
+-- rows_span's loop only where the warp's smallest scaled by its largest's 2^h falls below 2^EXACT (a warp-uniform
+-- branch). Exact: each row's lanes share a warp, its largest is at most the warp's and its smallest at least the warp's,
+-- so no row of a warp that passes spans more than 2^32 (scale_of's floor taken alike). Ordinary data takes no loop:
+-- the marks cost a max and a min an item inside load's staging, not rows_span's two trips of four items (reading the
+-- rows again, two butterflies an item) on every block.
+function M.rows_span_checked(b, spec, threads, src, stride, row0, rows, seq, ext)
+  local mx = b:warp_max(ext[1], 32)
+  local mn = b:f32(0.0) - b:warp_max(b:f32(0.0) - ext[2], 32)
+  local any = b:var("i32", 0)
+  b:if_(b:lt((b:bits(mn) >> 23) - 127 + f16s.scale_of(b, mx), EXACT), function()
+    any:set(M.rows_span(b, spec, threads, src, stride, row0, rows, seq))
   end)
   return any:get()
 end
@@ -662,6 +698,20 @@ end
 function M.dq_marks_looped(spec)
   return spec.kernel == "dq" and (spec.head_dim == 96 and (spec.window or spec.dropout)
     or spec.head_dim == 128 and spec.dropout and (spec.dim or 128) < 128) or false
+end
+
+-- Whether the deterministic dq kernel marking its Q and dO rows in a loop (dq_marks_looped) first tests the warp's
+-- extrema (rows_span_checked) and runs the loop only where they span more than 2^32 (wave 22). The loop on every block
+-- was the d96 dq's T4 estimate's excess over f16 (KILN_ESTIMATE_DIM=96 KILN_D32_ESTIMATE_ONLY='causal=true window=true',
+-- emulator profile: 2 trips x 459 instructions a warp for Q and again for dO, 29,376 of the 75,290 other instructions
+-- of window + softcap's range, which started at the loop and so took in the block's setup too). At head_dim 96 (ptxas
+-- sm_75 over the full matrix's 30 bf16 dq variants it changes: 0 bytes at 255 registers), but a window beside dropout
+-- (4 bytes: causal with a window alone, and with softcap and ALiBi too, causal=true and top_left); not at head_dim 80
+-- (the extrema beside load's items spilled 8 bytes with a window, 16-32 with dropout; 0 only with varlen and the three
+-- keys), nor head_dim 64 with v_head_dim 128 and dropout (8): those keep the loop on every block.
+function M.dq_marks_checked(spec)
+  return M.dq_marks_looped(spec) and spec.head_dim == 96 and (spec.dim or 96) == 96 and (spec.vdim or 96) == 96
+    and not (spec.dropout and spec.window)
 end
 
 -- Whether the deterministic dq kernel of `spec` takes the low parts of its K and V rows (read as the deterministic

@@ -956,10 +956,15 @@ function M.build_dq(b, spec, cfg, p, io)
   local marked -- (cfg.lo: whether a Q or dO row of the block spans more than 2^32; then sh.qlo, sh.olo hold their low parts)
   if cfg.lo then
     local looped = f16s.dq_marks_looped(spec) -- (the marks in a loop after the staging: f16s.rows_span)
-    local x = f16s.load(b, spec, cfg, M.WARPS * 32, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf, not looped)
+    local checked = f16s.dq_marks_checked(spec) -- (the loop only where the warp's extrema span more than 2^32)
+    local spans = checked and "extrema" or not looped
+    local x = f16s.load(b, spec, cfg, M.WARPS * 32, sh.qs, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, sh.qf, spans)
     local y = f16s.load(b, spec.vspec or spec, cfg, M.WARPS * 32, sh.dos, io.base("dout", bi, h), p.stride_douts, q0, bm,
-                        p.seq_q, sh.of, not looped)
-    if looped then
+                        p.seq_q, sh.of, spans)
+    if checked then
+      x = f16s.rows_span_checked(b, spec, M.WARPS * 32, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q, x)
+      y = f16s.rows_span_checked(b, spec.vspec or spec, M.WARPS * 32, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q, y)
+    elseif looped then
       x = f16s.rows_span(b, spec, M.WARPS * 32, io.base("q", bi, h), p.stride_qs, q0, bm, p.seq_q)
       y = f16s.rows_span(b, spec.vspec or spec, M.WARPS * 32, io.base("dout", bi, h), p.stride_douts, q0, bm, p.seq_q)
     end
