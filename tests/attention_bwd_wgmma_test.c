@@ -320,6 +320,16 @@ static void test_planted(void) {
         sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
     for (size_t i = 0; i < sizeof dbugs / sizeof dbugs[0]; i++)
         sm90a_planted(dir, root, dbugs[i].what, dbugs[i].file, dbugs[i].from, dbugs[i].to, 0, run_row, &dbugs[i].r, NULL);
+    /* dQ's writer under the race mode (KILN_EMU_RACE=1: the reduce's issue reads the staging tile): with no named
+     * barrier between the warpgroup's stores and thread 0's issue, other threads' stores race with that read */
+    const char *race = getenv("KILN_EMU_RACE");
+    char *saved = race ? strdup(race) : NULL;
+    setenv("KILN_EMU_RACE", "1", 1);
+    static const row rr = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
+    sm90a_planted(dir, root, "dQ's reduce issued with no barrier after the staging tile's stores (race mode)", "lib/attn_bwd_wgmma.lua",
+                  "b:fence_proxy_async()\n              b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+    if (saved) setenv("KILN_EMU_RACE", saved, 1), free(saved);
+    else unsetenv("KILN_EMU_RACE");
     sm90a_planted_done(dir);
 }
 
