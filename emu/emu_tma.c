@@ -242,6 +242,7 @@ static void complete(emu_call *c, unsigned i) {
         emu_check_global(c->blk, (const void *)g, 4, what);
         memcpy(&d, (const void *)g, 4);
         d += v;
+        emu_store_entry((void *)g, 4); /* (a global store: a block run twice undoes it as it undoes the atomics) */
         memcpy((void *)g, &d, 4);
     }
     drop_red(i);

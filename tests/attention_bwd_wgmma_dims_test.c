@@ -132,8 +132,15 @@ static void picked(const char *spec, const char *ptx) {
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
     int n128 = strstr(ptx, "wgmma.mma_async.sync.aligned.m64n128k16") != NULL;
     CHECK(n128 == wide, "%s: m64n128k16 %s", spec, n128 ? "present" : "absent");
+    /* dQ (deterministic=false): FA3's writer (TMA reduce-adds, the map tm_dq) but on 256-column tiles (its staging
+     * tiles do not fit in shared memory) and with the softcap and ALiBi on 128-column ones (ptxas spilled): atomics */
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
-    CHECK(atomics == !strstr(spec, "deterministic=true"), "%s: atomics %s", spec, atomics ? "present" : "absent");
+    int reduce = strstr(ptx, "cp.reduce.async.bulk.tensor") != NULL;
+    int w = d > v ? d : v, dq = !strstr(spec, "deterministic=true");
+    int keep = w > 128 || (w > 64 && sc && strstr(spec, "alibi=true"));
+    CHECK(atomics == (dq && keep), "%s: atomics %s", spec, atomics ? "present" : "absent");
+    CHECK(reduce == (dq && !keep), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
+    CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
 }
 
 static void test_selection(void) {
@@ -241,21 +248,24 @@ static void test_planted(void) {
  * attention_bwd_wgmma_test's profile: 4 blocks of two consumer warpgroups, 10 block-tiles, 80 consumer warp-tiles).
  * Per consumer warp and tile: fence, kq S^T (ceil(head_dim / 16)), commit, kv dP^T (ceil(v_head_dim / 16)), commit,
  * wait; fence, 4 dV, commit, wait; fence, 4 dK, commit, 2 waits; per 64 columns of head_dim: fence, 4 dQ, commit,
- * wait. TMA per block: K's qp and V's vp panels of each consumer warpgroup; per block-tile Q's qp and dO's vp. */
+ * wait. TMA per block: K's qp and V's vp panels of each consumer warpgroup; per block-tile Q's qp and dO's vp.
+ * dQ's writer (qp panels of dQ, `dq` below; 0: atomics at 256 columns): per block-tile and panel each consumer
+ * warpgroup's thread 0 one wait_group.read, one commit_group (TMA) and one reduce-add (tma.reduce); per block one
+ * wait_group a warpgroup (TMA). */
 static void test_profile(void) {
     static const struct {
         const char *spec;
-        int wgmma, tma_block, tma_tile; /* per warp-tile; per block; per block-tile */
+        int wgmma, tma_block, tma_tile, dq; /* per warp-tile; per block; per block-tile; dQ's panels (writer) */
         int seq_q, seq_k, heads, blocks, block_tiles; /* the problem (0: 130 x 200, 2 heads, 4 blocks, 10 block-tiles) */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 0, 0, 0, 0, 0},  /* d64: 34 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 0, 0, 0, 0, 0},  /* d128: 49 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 0, 0, 0, 0, 0},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 1, 0, 0, 0, 0, 0},  /* d64: 34 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 2, 0, 0, 0, 0, 0},  /* d128: 49 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 1, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 2, 0, 0, 0, 0, 0},
         /* (wave 20) 256-column tiles, 70 x 64 causal (queries 6-69 see the one 64-key block: one block-tile): S^T and
          * dP^T 16 k-steps each (fence, 16, commit, 16, commit, wait: 36), dV 7, dK 8, dQ two 64-column chains (14) =
          * 65; TMA 4 K + 4 V panels a block, 4 Q + 4 dO a tile */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 70, 64, 1, 1, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 0, 70, 64, 1, 1, 1},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[240];
@@ -281,7 +291,10 @@ static void test_profile(void) {
                 const unsigned long long blocks = P[k].blocks ? (unsigned long long)P[k].blocks : 4;
                 const unsigned long long block_tiles = P[k].block_tiles ? (unsigned long long)P[k].block_tiles : 10, warp_tiles = 8 * block_tiles;
                 unsigned long long wg = p.inst[KILN_PROF_WGMMA], tma = p.inst[KILN_PROF_TMA], ex2 = p.inst[KILN_PROF_EX2];
-                unsigned long long want_tma = blocks * (unsigned long long)P[k].tma_block + block_tiles * (unsigned long long)P[k].tma_tile;
+                unsigned long long dq = (unsigned long long)P[k].dq, red = p.inst[KILN_PROF_TMA_REDUCE];
+                unsigned long long want_tma = blocks * ((unsigned long long)P[k].tma_block + (dq ? 2 : 0)) +
+                                              block_tiles * ((unsigned long long)P[k].tma_tile + 4 * dq);
+                CHECK(red == block_tiles * 2 * dq, "tma.reduce %llu, want %llu", red, block_tiles * 2 * dq);
                 CHECK(wg == warp_tiles * (unsigned long long)P[k].wgmma, "wgmma %llu, want %llu", wg, warp_tiles * (unsigned long long)P[k].wgmma);
                 CHECK(tma == want_tma, "TMA %llu, want %llu", tma, want_tma);
                 CHECK(ex2 == warp_tiles * 32, "ex2 %llu, want %llu", ex2, warp_tiles * 32);

@@ -112,14 +112,21 @@ static void test_emulator(void) {
     }
 }
 
-/* dQ's f32 atomics unless deterministic=true; two consumer warpgroups (384 threads) but with dropout, or the softcap
- * with varlen, at d128 (256: one). */
+/* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics), where its tiles fit in
+ * shared memory (not on 256-column tiles) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
+ * one). */
 static void picked(const char *spec, const char *ptx) {
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
-    int want = !strstr(spec, "deterministic=true");
-    CHECK(atomics == want, "%s: atomics %s", spec, atomics ? "present" : "absent");
+    int reduce = strstr(ptx, "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group") ||
+                 strstr(ptx, "cp.reduce.async.bulk.tensor.3d.global.shared::cta.add.tile.bulk_group"); /* (varlen: 3-D) */
     const char *hd = strstr(spec, "head_dim=");
     int d128 = hd && atoi(hd + 9) > 64 && atoi(hd + 9) <= 128, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
+    const char *vd = strstr(spec, "v_head_dim=");
+    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: the tiles do not fit) */
+    int dq = !strstr(spec, "deterministic=true"), heavy = wide || (d128 && sc && strstr(spec, "alibi=true"));
+    CHECK(atomics == (dq && heavy), "%s: atomics %s", spec, atomics ? "present" : "absent");
+    CHECK(reduce == (dq && !heavy), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
+    CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
     int one = d128 && (dr || (sc && strstr(spec, "varlen=true"))); /* (wave 15: the softcap alone runs two) */
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
 }
@@ -242,8 +249,15 @@ static void test_planted(void) {
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
-        {"dQ's atomics on the wrong query row", "local row = q0 + w * 16 + g + 8 * r\n", "local row = q0 + w * 16 + g\n",
+        /* dQ's writer (TMA reduce-adds of the staging tiles) */
+        {"dQ's staging tile: fragment rows g + 8 stored over rows g", "((w * 16 + g + 8 * r) * 64 + 8 * j + 2 * q)", "((w * 16 + g) * 64 + 8 * j + 2 * q)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"dQ's reduce-add a tile of rows off (q0 + 64)", "{ col, q0, h, bi }", "{ col, q0 + 64, h, bi }",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"dQ's staging tile rewritten with no wait_group.read for the last reduce", "b:bulk_wait(0, { read = true })", "local _ = 0",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"dQ's reduces not waited for before the exit", "if cfg.dq_tma then b:if_(b:eq(tc, 0), function() b:bulk_wait(0) end) end",
+         "", {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"the dS barrier waited on the wrong parity", "b:mbarrier_wait(dsbar + 2 * uw, it % 2)", "b:mbarrier_wait(dsbar + 2 * uw, (it + 1) % 2)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         /* two consumer warpgroups at d128, the uniform offsets (lib/attn_bwd_wgmma_regs.lua) */
@@ -287,7 +301,8 @@ static void test_planted(void) {
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 varlen=true path=wgmma", 1, 1, 1, 1, 1, 0, 0, 0, 0, 2, {30, 40}, {20, 50}}},
         {"padded head_dim: S^T stops a k-step short of the real columns", "lib/attn_bwd_wgmma.lua", "local kq, kv = spec.kq, (vdim + 15) // 16",
          "local kq, kv = spec.dim // 16, (vdim + 15) // 16", {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
-        {"padded head_dim: dq_acc rows taken as the padded width", "lib/attn_bwd_wgmma.lua", "(ri + b:i64(row)) * dim +", "(ri + b:i64(row)) * (64 * qp) +",
+        {"padded head_dim: dq_acc's map rows taken as the padded width", "lib/attn_bwd_wgmma.lua", "{ \"batch\", \"heads_q\", \"seq_q\", spec.head_dim }",
+         "{ \"batch\", \"heads_q\", \"seq_q\", 64 }",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=40 path=wgmma", 30, 40, 2, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"padded head_dim taken as the real one (dK, dV stored past the real columns)", "lib/attn_bwd_wgmma.lua", "local dim, vdim, qp, vp = spec.dim, spec.vdim, spec.qp, spec.vp",
          "local dim, vdim, qp, vp = spec.head_dim, spec.head_dim, spec.qp, spec.vp", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=48 path=wgmma", 30, 40, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}}},
@@ -305,6 +320,16 @@ static void test_planted(void) {
         sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
     for (size_t i = 0; i < sizeof dbugs / sizeof dbugs[0]; i++)
         sm90a_planted(dir, root, dbugs[i].what, dbugs[i].file, dbugs[i].from, dbugs[i].to, 0, run_row, &dbugs[i].r, NULL);
+    /* dQ's writer under the race mode (KILN_EMU_RACE=1: the reduce's issue reads the staging tile): with no named
+     * barrier between the warpgroup's stores and thread 0's issue, other threads' stores race with that read */
+    const char *race = getenv("KILN_EMU_RACE");
+    char *saved = race ? strdup(race) : NULL;
+    setenv("KILN_EMU_RACE", "1", 1);
+    static const row rr = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
+    sm90a_planted(dir, root, "dQ's reduce issued with no barrier after the staging tile's stores (race mode)", "lib/attn_bwd_wgmma.lua",
+                  "b:fence_proxy_async()\n              b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+    if (saved) setenv("KILN_EMU_RACE", saved, 1), free(saved);
+    else unsetenv("KILN_EMU_RACE");
     sm90a_planted_done(dir);
 }
 
@@ -316,14 +341,17 @@ static void test_planted(void) {
  * stage's lse and delta), 32 st.shared (dS for dQ), 1 shfl (the warpgroup and stage made warp-uniform); at d128 8
  * S^T and 8 dP^T, dQ twice (49 wgmma); per block-tile one st.shared per producer warp (lse/delta), per block one
  * shfl and one bar.sync per warp (its role; the barriers' set-up); TMA per block: K's and V's d/64 panels of each
- * consumer warpgroup, then Q's and dO's per tile. */
+ * consumer warpgroup, then Q's and dO's per tile. dQ's writer, per 64-column panel of dQ (d64: 1, d128: 2): each
+ * consumer warp 2 bar.sync (the staging tile free, then written) and 16 st.shared (its fragment, 2 f32 each), each
+ * consumer warpgroup's thread 0 one wait_group.read and one commit_group (TMA) and one reduce-add (tma.reduce),
+ * and per block one wait_group a warpgroup before the exit; no atomics. */
 static void test_profile(void) {
     static const struct {
         const char *spec;
-        int wgmma, st_shared, bar, tma_block, tma_tile; /* per warp-tile; per warp-tile; per warp-tile; per block; per block-tile */
+        int wgmma, st_shared, bar, tma_block, tma_tile, reduce; /* per warp-tile x 3; per block; per block-tile x 2 */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 34, 32, 0, 4, 2},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 49, 32, 0, 8, 4},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 34, 32 + 16, 2, 4 + 2, 2 + 4, 2},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 49, 32 + 32, 4, 8 + 2, 4 + 8, 4},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[200];
@@ -352,10 +380,11 @@ static void test_profile(void) {
                     {KILN_PROF_EX2, warp_tiles * 32},
                     {KILN_PROF_SHFL, warp_tiles + blocks * 12},
                     {KILN_PROF_BARRIER, warp_tiles * (unsigned long long)P[k].bar + blocks * 12},
+                    {KILN_PROF_TMA_REDUCE, block_tiles * (unsigned long long)P[k].reduce},
                 };
                 static const char *const what[KILN_PROF_CLASSES] = {[KILN_PROF_WGMMA] = "wgmma", [KILN_PROF_ST_SHARED] = "st.shared",
                     [KILN_PROF_LD_SHARED] = "ld.shared", [KILN_PROF_TMA] = "TMA", [KILN_PROF_EX2] = "ex2", [KILN_PROF_SHFL] = "shfl",
-                    [KILN_PROF_BARRIER] = "bar.sync"};
+                    [KILN_PROF_BARRIER] = "bar.sync", [KILN_PROF_TMA_REDUCE] = "tma.reduce"};
                 for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
                     CHECK(p.inst[want[i][0]] == want[i][1], "%s %llu, want %llu", what[want[i][0]], (unsigned long long)p.inst[want[i][0]], want[i][1]);
                 if (getenv("KILN_TEST_VERBOSE"))

@@ -9,12 +9,15 @@
 -- W = 256 splits dK's and dV's columns between two consumer warpgroups on the same keys: SPLIT), any grad dtype, causal (both
 -- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (with the softcap too) and varlen
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
--- dQ: by default this kernel adds dS K into the f32 workspace dq_acc with atomics (FA3's default; prep zeroes
--- it, convert scales and rounds it); deterministic=true makes no atomics and the sequence's kernel=dq (path=auto:
--- mma.sync) computes dQ, as on every path.
+-- dQ: by default this kernel adds dS K into the f32 workspace dq_acc (prep zeroes it, convert scales and rounds
+-- it) by FA3's dQ writer: a 64-column panel at a time through a shared f32 staging tile and one TMA reduce-add
+-- (the map tm_dq; below: DQ_TILE), or with f32 atomics where the tiles do not fit (256-column tiles) or ptxas
+-- spilled with them (the softcap with ALiBi at 128 columns); deterministic=true adds nothing and the sequence's
+-- kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
--- plus four tensor maps over q, k, v, dout ([batch, seq, heads, d], d the real head_dim or v_head_dim, boxes of
+-- plus four tensor maps over q, k, v, dout (and dQ's writer: tm_dq over dq_acc, f32, boxes of 64 x 64, below)
+-- ([batch, seq, heads, d], d the real head_dim or v_head_dim, boxes of
 -- 1 x 64 rows x 1 x 64 columns under the 128-byte swizzle, zero-filled past d; a tile takes ceil(d / 64) boxes; varlen: the FA2 backward's varlen launch, maps over the
 -- packed [total, heads, d] tensors, lib/attn_bwd_wgmma_keys.lua). Rows past seq_q / seq_k come in as TMA's
 -- zeros (varlen: as the next sequence's rows): a query row past seq_q has its lse taken as +inf (P = 0), a key
@@ -23,7 +26,8 @@
 -- Block: NC consumer warpgroups (warpgroup c owns keys k0 + 64c .. +63; threads 0 .. 128 NC - 1) and one
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
 -- (dynamic, 1024-byte aligned): K and V of the block (NC x qp and NC x vp panels: qp = ceil(head_dim / 64), vp =
--- ceil(v_head_dim / 64)), then NS stages of Q and of dO (qp and vp panels), then (atomic dQ) one dS panel per consumer warpgroup; a panel is 64 rows of 128 bytes,
+-- ceil(v_head_dim / 64)), then NS stages of Q and of dO (qp and vp panels), then (atomic dQ) one dS panel per consumer warpgroup
+-- (and with dQ's writer one 16 KiB f32 staging tile each, 64 dense rows of 64 f32); a panel is 64 rows of 128 bytes,
 -- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
 -- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
 -- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
@@ -44,7 +48,9 @@
 --   fragment is stored transposed into the warpgroup's own 128B-swizzled [query][key] tile (wgmma's K-major A),
 --   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
 --   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of head_dim (K N-major,
---   trans_b), each 64 columns' D fragment added to dq_acc by f32 atomics (rows < seq_q). Without it the consumer
+--   trans_b), each 64 columns' D fragment added to dq_acc: stored to the warpgroup's staging tile and added by its
+--   thread 0's cp.reduce.async.bulk.tensor (named barrier 1 + c around the stores), or by f32 atomics (rows <
+--   seq_q). Without it the consumer
 --   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k), head_dim and v_head_dim columns.
 local util = require("lib.util")
@@ -93,6 +99,17 @@ local SHAPES = {
   [256] = SPLIT,
 }
 local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
+-- dQ's writer (atomic dQ, FA3's): each consumer warpgroup stores a 64-column panel of its dQ fragment into its own
+-- f32 staging tile of 64 rows x 64 columns (DQ_TILE bytes, dense rows: the box of the map tm_dq over dq_acc, no
+-- swizzle), and its elected thread adds the tile into dq_acc with one TMA reduce-add (cp.reduce.async.bulk.tensor
+-- .add), in place of 4096 f32 atomics a panel (docs/hopper.md "TMA reduce-add and bulk groups": the L2 traffic).
+-- Where the block's shared memory (SMEM_MAX, sm_90's 227 KiB a block, dynamic and static) cannot hold the tiles
+-- beside the K/V, Q/dO and dS panels the atomics stay (d256's SPLIT: 212992 + 32768 + 1088 bytes).
+local DQ_TILE = 64 * 64 * 4
+local SMEM_MAX = 232448
+-- The static shared memory of a shape (the barriers and the stages' lse / delta rows, as M.build declares them,
+-- rounded as the NVPTX backend lays them out: 1088 bytes at 2 stages, measured from the kiln.meta smem line).
+local function static_bytes(sh) return 64 + sh.stages * 2 * BM * 4 end
 
 -- The geometry of a spec this file builds (keyed by the tiles' width W, lib/attn_wgmma_dims.lua).
 local function shape(spec)
@@ -148,9 +165,17 @@ function M.config(spec, target)
   local sets, lq, lv = sh.nc, ws.qp, ws.vp
   if sh.split then sets, lq, lv = 1, 4, 4 end
   local bytes = ((sets + sh.stages) * (lq + lv) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
+  -- (FA3's dQ writer: a 16 KiB f32 staging tile a consumer warpgroup where the block's shared memory holds it:
+  -- d64 114 KiB and d128 178 KiB in all; d256 (SPLIT) would need 241 KiB and keeps the atomics)
+  -- (and where ptxas fits it: the softcap with ALiBi on 128-column tiles (d96, d128, with the window: every such
+  -- variant of the matrix) spilled 16 bytes with the writer, 0 with the atomics, so they keep the atomics)
+  local dim = spec.dim or spec.head_dim
+  local heavy = wdims.width(math.max(dim, spec.vdim or dim)) == 128 and spec.softcap and spec.alibi
+  local dq_tma = atomic and not heavy and bytes + sh.nc * DQ_TILE + static_bytes(sh) <= SMEM_MAX
+  if dq_tma then bytes = bytes + sh.nc * DQ_TILE end
   local keys_per_block = 64 * sets
   return {
-    atomic = atomic,
+    atomic = atomic, dq_tma = dq_tma,
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { keys_per_block, 1, 1 },
     rows_per_block = keys_per_block, block_n = keys_per_block, block_m = BM, nc = sh.nc, stages = sh.stages,
     dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true, split = sh.split,
@@ -164,6 +189,16 @@ function M.launch(spec, cfg, l)
   for _, t in ipairs({ "q", "k", "v", "dout" }) do
     l.tmaps[#l.tmaps + 1] = { "tm_" .. t, t, box = keys.box(spec), swizzle = 128 }
   end
+  if cfg.dq_tma then
+    -- (dQ's writer: dq_acc declared by its axes, [batch, heads_q, seq_q, head_dim] or varlen's [heads_q, total_q,
+    -- head_dim], the same elements; boxes of 64 rows x 64 columns, f32, dense)
+    for _, t in ipairs(l.tensors) do
+      if t[1] == "dq_acc" then
+        t[3] = spec.varlen and { "heads_q", "total_q", spec.head_dim } or { "batch", "heads_q", "seq_q", spec.head_dim }
+      end
+    end
+    l.tmaps[#l.tmaps + 1] = { "tm_dq", "dq_acc", box = spec.varlen and { 1, 64, 64 } or { 1, 1, 64, 64 } }
+  end
   return l
 end
 
@@ -174,6 +209,7 @@ function M.build(b, spec, cfg, params, io)
   -- the forward's wgmma kernel; varlen's maps are over the packed tensors)
   if not spec.varlen then params[#params + 1] = { "batch", "i32" } end
   for _, t in ipairs({ "q", "k", "v", "dout" }) do params[#params + 1] = { "tm_" .. t, "tensormap", spec.dtype } end
+  if cfg.dq_tma then params[#params + 1] = { "tm_dq", "tensormap", "f32" } end
   -- (varlen: the sequence's lengths, first rows and pointers; a block past its sequence's keys leaves at once)
   local p = varlen.bind(b, spec, b:kernel{ params = params }, cfg.block_n, true)
   -- (the head dims, lib/attn_wgmma_dims.lua: the tiles' width W = head_dim here, 64 or 128; the real head_dim dim
@@ -200,6 +236,8 @@ function M.build(b, spec, cfg, params, io)
   local odo = oq + ns * lq * PANEL
   local ods = odo + ns * lv * PANEL -- (atomic dQ: each consumer warpgroup's dS tile, [query][key])
   local sk, sv, sq, sdo = smem + ok, smem + ov, smem + oq, smem + odo
+  -- (dQ's writer: the consumer warpgroups' f32 staging tiles after the dS panels, 1024-byte aligned)
+  local dqs = cfg.dq_tma and b:dynamic_shared("f32", 1024) + (ods + nc * PANEL) * eb // 4 or nil
   local bars = b:shared("f32", 2 * (1 + 2 * ns + nc), 8)
   local kbar, full, empty = bars, bars + 2, bars + 2 + 2 * ns
   local dsbar = bars + 2 + 4 * ns -- (atomic dQ: per consumer warpgroup, its 128 threads' dS stores)
@@ -456,6 +494,12 @@ function M.build(b, spec, cfg, params, io)
           local my_k = split and at(ok, uw * UH) or my_k
           for hp = 0, hq - 1 do
             local DQ
+            -- (dQ's writer: the staging tile is free once thread 0 has seen the last reduce read it and the
+            -- warpgroup has met on its named barrier 1 + uw; done before the panel's wgmma, with no DQ live)
+            if cfg.dq_tma then
+              b:if_(b:eq(tc, 0), function() b:bulk_wait(0, { read = true }) end)
+              b:bar_sync(1 + uw, 128)
+            end
             b:wgmma_fence()
             for j = 0, BM // 16 - 1 do
               DQ = b:wgmma{ n = 64, type = T, a = desc(my_ds + 16 * j, 16), b = desc(my_k + hp * PANEL + 1024 * j, 8192), acc = DQ,
@@ -463,30 +507,52 @@ function M.build(b, spec, cfg, params, io)
             end
             b:wgmma_commit()
             DQ = b:wgmma_wait(0, DQ)
-            -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
-            for r = 0, 1 do
-              local row = q0 + w * 16 + g + 8 * r
-              b:if_(b:lt(row, p.seq_q), function()
-                local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
-                if split then -- (this warpgroup's half, from column 128 x its index; a column is real below dim)
-                  local cb = uw * 128 + 64 * hp
-                  at = at + uw * 128
-                  for j = 0, 7 do
-                    local i = 4 * j + 2 * r
-                    local function add()
-                      b:atomic_add(at + 8 * j, DQ[i + 1])
-                      b:atomic_add(at + 8 * j + 1, DQ[i + 2])
-                    end
-                    if dim == 256 then add() else b:if_(b:lt(cb + 8 * j, dim), add) end
-                  end
-                  return
-                end
-                for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
+            if cfg.dq_tma then
+              -- FA3's dQ writer: the fragment (rows 16w + g (+ 8), columns 8j + 2q (+ 1)) into this warpgroup's
+              -- staging tile (free: above), the stores handed to the async proxy, the warpgroup met again, and
+              -- thread 0 adds the tile into dq_acc at (column 64 hp, row q0, head h, batch bi): rows past seq_q
+              -- (dense) and columns past head_dim are outside the map and skipped; varlen's rows past the sequence
+              -- hold dS = 0 (P = 0) and add zeros to the next one's
+              local tile = dqs + uw * (DQ_TILE // 4)
+              local col = (split and uw * 128 or 0) + 64 * hp
+              for r = 0, 1 do
+                for j = 0, 7 do
                   local i = 4 * j + 2 * r
-                  b:atomic_add(at + 8 * j, DQ[i + 1])
-                  b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                  b:store_vec(tile + ((w * 16 + g + 8 * r) * 64 + 8 * j + 2 * q), { DQ[i + 1], DQ[i + 2] }, { align = 8 })
                 end
+              end
+              b:fence_proxy_async()
+              b:bar_sync(1 + uw, 128)
+              b:if_(b:eq(tc, 0), function()
+                b:tma_reduce_add(tile, p.tm_dq, spec.varlen and { col, p.q_at + q0, h } or { col, q0, h, bi })
+                b:bulk_commit()
               end)
+            else
+              -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
+              for r = 0, 1 do
+                local row = q0 + w * 16 + g + 8 * r
+                b:if_(b:lt(row, p.seq_q), function()
+                  local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
+                  if split then -- (this warpgroup's half, from column 128 x its index; a column is real below dim)
+                    local cb = uw * 128 + 64 * hp
+                    at = at + uw * 128
+                    for j = 0, 7 do
+                      local i = 4 * j + 2 * r
+                      local function add()
+                        b:atomic_add(at + 8 * j, DQ[i + 1])
+                        b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                      end
+                      if dim == 256 then add() else b:if_(b:lt(cb + 8 * j, dim), add) end
+                    end
+                    return
+                  end
+                  for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
+                    local i = 4 * j + 2 * r
+                    b:atomic_add(at + 8 * j, DQ[i + 1])
+                    b:atomic_add(at + 8 * j + 1, DQ[i + 2])
+                  end
+                end)
+              end
             end
           end
         else
@@ -494,6 +560,8 @@ function M.build(b, spec, cfg, params, io)
         end
       end)
     end)
+    -- (dQ's writer: every reduce this warpgroup issued has read its tile and added into dq_acc before the exit)
+    if cfg.dq_tma then b:if_(b:eq(tc, 0), function() b:bulk_wait(0) end) end
     -- epilogue: dK scale and dV in the grad dtype, rows of keys < seq_k
     local gb = util.dtype_bytes[spec.grad]
     local kb, vb = io.base(p, "dk", bi, hkv), io.base(p, "dv", bi, hkv)
