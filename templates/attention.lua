@@ -282,12 +282,14 @@ local function config_mma(spec, target)
   end
   local bm = pick.warps * 16 * pick.mt
   local dynamic = bytes > target.smem_static_max
+  -- (ROLL_QK: plain specs of its head dims, neither padded nor with a v_head_dim of their own, on its SMs)
+  local roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
+    and not (spec.dropout or spec.softcap or spec.alibi or spec.window) and (spec.dim or d) == d and spec.vdim == d
   return {
     block = pick.warps * 32, threads = pick.warps * 32, grid_tile = { bm, 1, 1 }, path = "mma",
     block_m = bm, block_n = pick.n, mt = pick.mt, stages = stages, cp_async = target.cp_async,
     ld = d, dynamic_smem = dynamic and bytes or nil,
-    q_in_regs = pick.q_regs, roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
-      and not (spec.dropout or spec.softcap or spec.alibi or spec.window) and (spec.dim or d) == d and spec.vdim == d or nil, align = 16, rows_per_block = bm, max_registers = 255,
+    q_in_regs = pick.q_regs, roll_qk = roll_qk or nil, align = 16, rows_per_block = bm, max_registers = 255,
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
