@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # tests/run.sh - runs every test program and script, KILN_TEST_PROCS at a time (default: one per core), each
-# test's output printed whole when it ends, then prints the overall summary line.
+# test's output printed whole when it ends with its wall and CPU seconds, then the CPU total and the overall
+# summary line.
 # Each test prints "SUITE: N passed, N failed[, N skipped]" as its last such line.
 set -u
 : "${O:=build}" "${KILN:=bin/kiln}"
@@ -35,7 +36,7 @@ done
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-passed=0 failed=0 skipped=0 broken=()
+passed=0 failed=0 skipped=0 broken=() cpu_total=0 start=$SECONDS
 report() { # the finished test $1: its output, then its counts added to the totals
     local i=$1 name=${names[$1]}
     local log=$work/$i.log rc; rc=$(cat "$work/$i.rc")
@@ -51,7 +52,9 @@ report() { # the finished test $1: its output, then its counts added to the tota
     passed=$((passed + p)); failed=$((failed + f)); skipped=$((skipped + s))
     if [ "$rc" -ne 0 ] && [ "$f" -eq 0 ]; then failed=$((failed + 1)); broken+=("$name (exit $rc)"); fi
     [ "$f" -gt 0 ] && broken+=("$name")
-    echo "   ($name: $(cat "$work/$i.secs") s)"
+    local secs; secs=$(cat "$work/$i.secs")
+    echo "   ($name: $secs s)"
+    cpu_total=$((cpu_total + ${secs##* }))
 }
 running=()
 reap() { # report every running test that has ended; keep the others
@@ -67,12 +70,18 @@ for i in "${order[@]}"; do
         t0=$SECONDS
         ${cmds[$i]} >"$work/$i.log" 2>&1
         rc=$?
-        echo $((SECONDS - t0)) >"$work/$i.secs"
+        # CPU seconds of the test's processes (user + system, the subshell's waited-for children):
+        # with every core busy the suite's wall time follows the sum of these, not of the wall times
+        # (times itself, not in a pipe or $(...): a subshell of its own has no children)
+        times >"$work/$i.times"
+        cpu=$(tail -n 1 "$work/$i.times" | awk '{ split($1, u, /[ms]/); split($2, s, /[ms]/); printf "%.0f", u[1] * 60 + u[2] + s[1] * 60 + s[2] }')
+        echo "$((SECONDS - t0)) s, CPU $cpu" >"$work/$i.secs"
         echo $rc >"$work/$i.rc.tmp" && mv "$work/$i.rc.tmp" "$work/$i.rc"
     ) &
     running+=("$i")
 done
 while [ ${#running[@]} -gt 0 ]; do wait -n 2>/dev/null; reap; done
+echo "tests' CPU time: $cpu_total s in $((SECONDS - start)) s, $jobs at a time"
 [ ${#broken[@]} -gt 0 ] && echo "failing: ${broken[*]}"
 echo "kiln tests: $passed passed, $failed failed, $skipped skipped"
 [ "$failed" -eq 0 ]
