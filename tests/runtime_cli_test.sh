@@ -124,6 +124,19 @@ if [ -x /usr/local/cuda/bin/ptxas ] || command -v ptxas >/dev/null; then
     check "sm_86 device gets the sm_86 cubin ($out)" grep -q "sm=86 kind=cubin" <<<"$out"
     out=$(FAKE_CUDA_SM=89 "$T/emitc" "$SPEC" 2>&1)
     check "sm_89 device gets sm_86 PTX, not the cubin ($out)" grep -q "sm=86 kind=ptx" <<<"$out"
+    # --cubin-sm: cubins for the listed SMs alone, PTX for every --sm; an SM outside --sm is refused
+    "$KILN" bundle layernorm --dtypes bf16/f32/bf16 --hidden 4096 --sm 80,86 --cubin-sm 86 -o "$T/cub86.kbundle" 2>"$T/err"
+    "$KILN" bundle-info "$T/cub86.kbundle" >"$T/info" 2>&1
+    check "--cubin-sm 86: one sm_86 cubin ($(cat "$T/err"))" test "$(awk '$3 == "cubin"' "$T/info" | wc -l)" -eq 1
+    check "  it is sm_86's" test "$(awk '$2 == 86 && $3 == "cubin"' "$T/info" | wc -l)" -eq 1
+    check "  and PTX for sm_80 and sm_86" test "$(awk '$3 == "ptx"' "$T/info" | wc -l)" -eq 2
+    out=$("$KILN" bundle layernorm --dtypes bf16 --hidden 4096 --sm 80,86 --cubin-sm 90 -o "$T/no.kbundle" 2>&1)
+    rc=$?
+    check "--cubin-sm outside --sm: exit 2, names the valid SMs ($out)" \
+        test $rc -eq 2 -a "$out" = "kiln: error: --cubin-sm 90 is not one of --sm's SMs (80, 86)"
+    check "  and writes no bundle" test ! -e "$T/no.kbundle"
+    out=$("$KILN" bundle layernorm --dtypes bf16 --hidden 4096 --sm 80 --cubin-sm sm_x -o "$T/no.kbundle" 2>&1)
+    check "--cubin-sm with a bad SM: exit 2 ($out)" test $? -eq 2 -a ! -e "$T/no.kbundle"
 else
     skip=$((skip + 1))
 fi

@@ -74,6 +74,7 @@ typedef struct plan {
     int nspecs;
     int sms[MAX_SMS], nsms;
     int cubin, threads;
+    int cubin_sms[MAX_SMS], ncubin_sms; /* --cubin-sm: cubins for these SMs alone; none listed: every SM */
     const char *ptxas;
     job *jobs;
     int njobs;
@@ -95,7 +96,7 @@ static void bundle_usage(FILE *to) {
         }
     fprintf(to,
             "usage: kiln bundle [FAMILY...] [--dtypes LIST] [--sm LIST] [--hidden LIST]\n"
-            "                   [--spec SPEC]... [--spec-list FILE] [--cubin] [-j N]\n"
+            "                   [--spec SPEC]... [--spec-list FILE] [--cubin] [--cubin-sm LIST] [-j N]\n"
             "                   (-o FILE | --emit-c NAME)\n\n"
             "Generates kernel variants in parallel (one generator per thread) and writes one bundle\n"
             "that the runtime opens from a file or from memory; it picks, per device, a cubin for\n"
@@ -121,6 +122,8 @@ static void bundle_usage(FILE *to) {
             "  --spec-list F    specs from file F, one per line, '#' starts a comment\n"
             "  --cubin          also store cubins assembled with ptxas ($CUDA_HOME/bin,\n"
             "                   /usr/local/cuda/bin or PATH)\n"
+            "  --cubin-sm LIST  cubins for these SMs of --sm alone (the GPUs the bundle is carried\n"
+            "                   to), PTX for all; implies --cubin\n"
             "  -j N             generator threads (default: every core)\n"
             "  -o FILE          write the bundle to FILE\n"
             "  --emit-c NAME    write NAME.c and NAME.h embedding the bundle as NAME_data/NAME_size\n\n");
@@ -256,6 +259,33 @@ static int parse_sms(plan *p, char *list) {
     return p->nsms ? CLI_OK : cli_error("--sm needs at least one SM");
 }
 
+/* --cubin-sm's list: each SM must be one of --sm's (a cubin for an SM the bundle has no PTX for is a mistake). */
+static int parse_cubin_sms(plan *p, char *list) {
+    char *words[MAX_SMS], valid[256] = "";
+    int n = split_list(list, words, MAX_SMS);
+    for (int i = 0; i < p->nsms; i++) {
+        char name[16];
+        snprintf(valid + strlen(valid), sizeof valid - strlen(valid), "%s%s", i ? ", " : "", kiln_sm_name(p->sms[i], name) + 3);
+    }
+    for (int i = 0; i < n; i++) {
+        if (cli_parse_sm(words[i], &p->cubin_sms[i])) return CLI_USAGE;
+        int listed = 0;
+        for (int k = 0; k < p->nsms; k++) listed |= p->sms[k] == p->cubin_sms[i];
+        if (!listed) return cli_error("--cubin-sm %s is not one of --sm's SMs (%s)", words[i], valid);
+    }
+    p->ncubin_sms = n;
+    return n ? CLI_OK : cli_error("--cubin-sm needs at least one SM of --sm (%s)", valid);
+}
+
+/* Whether the bundle stores a cubin for sm (--cubin, narrowed by --cubin-sm). */
+static int wants_cubin(const plan *p, int sm) {
+    if (!p->cubin) return 0;
+    if (!p->ncubin_sms) return 1;
+    for (int i = 0; i < p->ncubin_sms; i++)
+        if (p->cubin_sms[i] == sm) return 1;
+    return 0;
+}
+
 /* Replaces every spec by its canonical form (errors here, before any work) and drops repeats. */
 static int canonicalize(plan *p) {
     kiln_gen *gen;
@@ -361,7 +391,7 @@ static void *worker(void *arg) {
     for (int i; (i = atomic_fetch_add(&p->next, 1)) < p->njobs;) {
         job *j = &p->jobs[i];
         if (gst != KILN_OK) j->err = err;
-        else if (kiln_generate(gen, j->spec, j->sm, KILN_EMIT_PTX, &j->module, &j->err) == KILN_OK && p->cubin)
+        else if (kiln_generate(gen, j->spec, j->sm, KILN_EMIT_PTX, &j->module, &j->err) == KILN_OK && wants_cubin(p, j->sm))
             assemble(p, j);
         progress(p);
     }
@@ -400,7 +430,7 @@ static int run_jobs(plan *p) {
     pthread_mutex_destroy(&p->progress_lock);
     if (p->show_progress) fputc('\n', stderr);
     for (int i = 0; i < p->njobs; i++)
-        if (p->jobs[i].err.msg[0] && (!p->jobs[i].module || (p->cubin && !p->jobs[i].cubin)))
+        if (p->jobs[i].err.msg[0] && (!p->jobs[i].module || (wants_cubin(p, p->jobs[i].sm) && !p->jobs[i].cubin)))
             return cli_error("%s", p->jobs[i].err.msg);
     return CLI_OK;
 }
@@ -480,11 +510,12 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         {"dtypes", required_argument, NULL, 'd'}, {"sm", required_argument, NULL, 's'},
         {"hidden", required_argument, NULL, 'H'}, {"spec", required_argument, NULL, 'S'},
         {"spec-list", required_argument, NULL, 'L'}, {"cubin", no_argument, NULL, 'c'},
+        {"cubin-sm", required_argument, NULL, 'B'},
         {"emit-c", required_argument, NULL, 'C'}, {"output", required_argument, NULL, 'o'},
         {"help", no_argument, NULL, 'h'}, {NULL, 0, NULL, 0}};
     const char *dtypes = NULL, *shapes = NULL;
     int c, rc = CLI_OK, explicit_specs = 0, sms_given = 0;
-    char sms[256];
+    char sms[256], cubin_sms[256] = "";
     cli_sm_list(sms, sizeof sms, 75, false, ",");
     opterr = 0;
     optind = 1;
@@ -496,6 +527,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         case 'S': rc = add_spec(p, optarg), explicit_specs = 1; break;
         case 'L': rc = add_spec_file(p, optarg), explicit_specs = 1; break;
         case 'c': p->cubin = 1; break;
+        case 'B': snprintf(cubin_sms, sizeof cubin_sms, "%s", optarg), p->cubin = 1; break;
         case 'C': *cname = optarg; break;
         case 'o': *out = optarg; break;
         case 'j':
@@ -525,6 +557,7 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
     for (int i = 0; rc == CLI_OK && defaults && !dtypes && !shapes && i < nmatrices; i++)
         rc = add_arch_specs(p, matrices[i].m.arch, sms, sms_given);
     if (rc == CLI_OK) rc = parse_sms(p, sms);
+    if (rc == CLI_OK && cubin_sms[0]) rc = parse_cubin_sms(p, cubin_sms);
     if (rc == CLI_OK && !*out && !*cname) rc = cli_error("missing output: give -o FILE and/or --emit-c NAME");
     if (rc == CLI_OK && p->cubin && !(p->ptxas = find_ptxas()))
         rc = cli_error("--cubin needs ptxas: none in $CUDA_HOME/bin, /usr/local/cuda/bin or PATH");
@@ -546,7 +579,9 @@ int cmd_bundle(int argc, char **argv) {
     size_t size = 0;
     if (rc == CLI_OK) rc = build_bundle(p, &data, &size);
     if (rc == CLI_OK && out) rc = cli_write_output(out, data, size);
-    if (rc == CLI_OK && cname) rc = emit_c(cname, data, size, p->njobs * (p->cubin ? 2 : 1));
+    int nentries = p->njobs;
+    for (int i = 0; i < p->njobs; i++) nentries += p->jobs[i].cubin != NULL;
+    if (rc == CLI_OK && cname) rc = emit_c(cname, data, size, nentries);
     free(data);
     plan_free(p);
     free(p);

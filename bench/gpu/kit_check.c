@@ -104,13 +104,22 @@ static int cmd_check(const char *bundle_path, const char *dir, const char *csv_p
         snprintf(modes[nall + 2].name, sizeof modes[nall + 2].name, "cubin sm_90a/name");
         nall += 3;
     }
+    /* A kit built for another GPU holds no cubins for this SM (the Makefile's KIT_CUBIN_SMS): its cubin modes
+     * (mode 0 and the by-name one) are skipped, saying so, and --mode refuses them. */
+    int no_cubins = modes[0].entries == 0;
+    if (no_cubins)
+        printf("  modes 'cubin sm_%d' and 'cubin sm_%d/name' skipped: this kit holds no sm_%d cubins "
+               "(make gpu-kit KIT_CUBIN_SMS=%d builds them)\n", tsm, tsm, tsm, tsm);
     /* --mode: every name must be one of this device's modes; the others are left out */
     int run[16];
-    for (int m = 0; m < nall; m++) run[m] = nonly == 0;
+    for (int m = 0; m < nall; m++) run[m] = nonly == 0 && !(no_cubins && (m == 0 || m == nmodes));
     for (int i = 0; i < nonly; i++) {
         int found = 0;
         for (int m = 0; m < nall; m++)
             if (!strcmp(modes[m].name, only[i])) run[m] = found = 1;
+        if (found && no_cubins && (!strcmp(only[i], modes[0].name) || !strcmp(only[i], modes[nmodes].name)))
+            return fprintf(stderr, "kiln-gpucheck: mode '%s': this kit holds no sm_%d cubins (make gpu-kit KIT_CUBIN_SMS=%d)\n",
+                           only[i], tsm, tsm), 2;
         if (!found) {
             char valid[512] = "";
             for (int m = 0; m < nall; m++)
