@@ -324,6 +324,44 @@ static double matrix_seconds(struct timespec a, struct timespec b) {
     return (double)(b.tv_sec - a.tv_sec) + (double)(b.tv_nsec - a.tv_nsec) * 1e-9;
 }
 
+/* KILN_TEST_TIMES=1: ptxas's CPU seconds per SM and per dtype within it, and the slowest variants (where a
+ * matrix's time goes, for choosing the quick slice). */
+static void matrix_print_ptxas_times(const matrix_variant *vs, const ptxas_job *jobs, const int *idx, int nrun) {
+    static const char *const dtypes[] = {"dtype=f32", "dtype=f16", "dtype=bf16", ""};
+    int sms[32], nsms = 0;
+    for (int k = 0; k < nrun; k++) {
+        int sm = vs[idx[k]].sm, seen = 0;
+        for (int s = 0; s < nsms; s++) seen |= sms[s] == sm;
+        if (!seen && nsms < 32) sms[nsms++] = sm;
+    }
+    double total = 0;
+    for (int k = 0; k < nrun; k++) total += jobs[k].cpu_s;
+    printf("ptxas CPU: %.1f s over %d variants\n", total, nrun);
+    for (int s = 0; s < nsms; s++) {
+        char name[16];
+        printf("  %-7s", kiln_sm_name(sms[s], name));
+        for (int d = 0; d < 4; d++) { /* (the last column: every variant of the SM) */
+            double t = 0;
+            int c = 0;
+            for (int k = 0; k < nrun; k++)
+                if (vs[idx[k]].sm == sms[s] && strstr(vs[idx[k]].spec, dtypes[d])) t += jobs[k].cpu_s, c++;
+            printf("  %s %6.1f s / %4d", d < 3 ? dtypes[d] + 6 : "all", t, c);
+        }
+        printf("\n");
+    }
+    int top[10], ntop = 0;
+    for (int k = 0; k < nrun; k++) { /* (insertion into the ten slowest) */
+        int at = ntop < 10 ? ntop++ : 10;
+        while (at > 0 && jobs[top[at - 1]].cpu_s < jobs[k].cpu_s) {
+            if (at < 10) top[at] = top[at - 1];
+            at--;
+        }
+        if (at < 10) top[at] = k;
+    }
+    for (int t = 0; t < ntop; t++)
+        printf("  %5.2f s  sm_%d %s\n", jobs[top[t]].cpu_s, vs[idx[top[t]]].sm, vs[idx[top[t]]].spec);
+}
+
 /* Runs the whole matrix, counting test cases in check.h's counters; returns how many variants
  * were not assembled because ptxas is absent. */
 static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
@@ -397,6 +435,7 @@ static int matrix_check(kiln_gen *gen, matrix_variant *vs, int n) {
             unlink(jobs[k].log);
             unlink(jobs[k].cubin);
         }
+        if (getenv("KILN_TEST_TIMES")) matrix_print_ptxas_times(vs, jobs, idx, nrun);
         const char *w = getenv("KILN_QUALITY_WRITE"), *dump = getenv("KILN_MATRIX_DUMP");
         if (dump && *dump) matrix_dump(vs, n, dump);
         if (matrix_adding()) matrix_append_table(vs, n);

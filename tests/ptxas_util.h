@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -41,6 +42,7 @@ typedef struct ptxas_job {
     int sm;
     pid_t pid;
     int status; /* exit status once finished */
+    double cpu_s; /* its CPU seconds (user + system) once finished */
 } ptxas_job;
 
 static inline void ptxas_start(const char *ptxas, ptxas_job *j) {
@@ -66,11 +68,14 @@ static inline void ptxas_run_all(const char *ptxas, ptxas_job *jobs, int n, int 
             next++;
         }
         int st;
-        pid_t pid = wait(&st);
+        struct rusage ru;
+        pid_t pid = wait4(-1, &st, 0, &ru);
         if (pid < 0) break;
         for (int i = 0; i < next; i++)
             if (jobs[i].pid == pid) {
                 jobs[i].status = WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+                jobs[i].cpu_s = (double)ru.ru_utime.tv_sec + (double)ru.ru_stime.tv_sec +
+                                ((double)ru.ru_utime.tv_usec + (double)ru.ru_stime.tv_usec) * 1e-6;
                 jobs[i].pid = 0;
                 running--;
             }
