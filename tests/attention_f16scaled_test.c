@@ -164,7 +164,9 @@ static double rel_error(kiln_emu_kernel *k, prob *a) {
     return maxo > 0 ? maxe / maxo : maxe;
 }
 
-static const int dims[] = {32, 64, 96, 128, 40};
+/* (256 and 160: head_dim 136-256's tiles, two warps a row group each holding half of O's columns; attn_f16scaled.lua
+ * TILES[256]) */
+static const int dims[] = {32, 64, 96, 128, 40, 256, 160};
 
 /* Random problems on every head_dim, causal and not, MHA/GQA/MQA, bf16 output. */
 static void random_plain(void) {
@@ -450,7 +452,8 @@ static void accuracy(void) {
 }
 
 /* Issue 28's adversarial tiles, out=f32, against float64 and the bound 2^-8 sum p|v|, at head_dim d (each
- * head dim's tiles: d64 32 keys, d96 16 keys with 32-row warps, d128 32 keys with the extrema's slots in Q's tile). */
+ * head dim's tiles: d64 32 keys, d96 16 keys with 32-row warps, d128 32 keys with the extrema's slots in Q's tile,
+ * d256 and d160 16 keys with two warps a row group). */
 static void adversarial(int d) {
     char spec[100];
     snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d path=mma", d);
@@ -822,11 +825,14 @@ int main(void) {
     adversarial(96);
     adversarial(128);
     adversarial(32); /* (d32's lean tiles: P V's low part after P V, V's padded rows zeroed once converted) */
+    adversarial(256); /* (d256's tiles: P V's low part on each warp's half of O's columns) */
+    adversarial(160); /* (a padded head_dim on them: the second half's columns past 160 not stored) */
     all_spans();
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);
     nonfinite(32);
+    nonfinite(256);
     varlen_cases();
     ragged_tiles();
     keyed_cases();

@@ -66,7 +66,19 @@ local TILES = {
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
   [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false, lean = true } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
+  [256] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false, osplit = 2 } },
 }
+-- d256 (head_dim 136-256; plain and causal, D256_KEYS): O's 128 f32 accumulators a thread (16-row warps) beside the
+-- staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
+-- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
+-- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
+-- values), each accumulates 128 of O's 256 columns; 32 rows a block, 16-key tiles (4 chunks of K and 4 of V staged a
+-- thread); q_load shares the rows' factors and flags through shared memory (its rows are two warps').
+-- Which keys run on it (M.serves: the others stay on the SIMT path at d > 128)
+local function d256_keys_ok(spec)
+  return not (spec.splitkv or spec.dropout or spec.append or spec.varlen or spec.paged or spec.window or spec.softcap
+              or spec.alibi or spec.vdim ~= spec.head_dim)
+end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
 local SPLIT = {
@@ -153,10 +165,10 @@ function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
 end
 
--- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 (d256 would need
--- more than 255 registers with m16n8k8), with every key the forward has.
+-- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 with every key the
+-- forward has, 136-256 (TILES[256]) plain and causal (d256_keys_ok).
 function M.serves(spec, target)
-  return M.applies(spec, target) and spec.head_dim <= 128 and (spec.path == "mma" or spec.path == "auto")
+  return M.applies(spec, target) and (spec.head_dim <= 128 or d256_keys_ok(spec)) and (spec.path == "mma" or spec.path == "auto")
 end
 
 -- 2^e as an f32, e an i32 value in the normal range [-126, 127].
@@ -207,7 +219,11 @@ end
 -- Shared memory for the block-wide extrema: K's and V's max and their smallest nonzero magnitude, a slot
 -- per warp each (f32, slot_stride); none for a tile entry with slots_in_q (setup puts them in tiles that are free when
 -- they are used).
-function M.smem_bytes(t) return t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps) end
+-- (osplit: and q_load's exchange, a factor a row and a flag word a warp)
+function M.smem_bytes(t)
+  local x = t.osplit and 4 * (t.warps * 16 * t.mt // t.osplit + t.warps) or 0
+  return x + (t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps))
+end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
@@ -226,10 +242,16 @@ function M.setup(c, swz)
   else
     red = b:shared("f32", (cfg.f16s_lean and cfg.threads == 256 and 4 or 3) * slot_stride(cfg.threads // 32), 16)
   end
+  local qx -- (osplit) q_load's exchange: bm row factors, then a flag word a warp (smem_bytes)
+  if cfg.osplit then
+    assert(cfg.dynamic_smem, "f16 scaling: osplit's exchange follows the slots in dynamic shared memory")
+    qx = red + 3 * slot_stride(cfg.threads // 32)
+  end
   c.f16s = {
     swz = swz, -- the shared tiles' offset of (row, 16-byte chunk)
     red = red,
     red_loop = red_loop,
+    qx = qx,
     hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
@@ -311,6 +333,21 @@ function M.q_load(c, swz)
   -- the row factor for the lanes holding row (mi * 16 + g + 8h) of this warp's rows in fragments
   local inv = pow2(b, -hq)
   c.f16s.qh = {}
+  if cfg.osplit then
+    -- (attention.lua osplit: warps 2r and 2r + 1 load rows 16r..16r + 7 and 16r + 8..16r + 15, and both hold all 16
+    -- in fragments) the factors through shared memory, and the pair's flags or-ed: S's low parts where either half
+    -- of the row group spans more than f16 holds
+    local x, warp = c.f16s.qx, tid >> 5
+    b:if_(b:eq(part, 0), function() b:store(x + r, inv) end)
+    b:if_(b:eq(c.lane, 0), function() b:store(x + (c.bm + warp), b:from_bits(c.f16s.qbits)) end)
+    b:barrier()
+    local pair = x + (c.bm + (warp >> 1) * 2)
+    c.f16s.qbits = b:or_(b:bits(b:load(pair)), b:bits(b:load(pair + 1)))
+    c.f16s.lo:set(c.f16s.qbits)
+    assert(c.mt == 1)
+    for h = 0, 1 do c.f16s.qh[0] = c.f16s.qh[0] or {}; c.f16s.qh[0][h] = b:load(x + (c.wrow + c.g + h * 8)) end
+    return
+  end
   for mi = 0, c.mt - 1 do
     c.f16s.qh[mi] = {}
     for h = 0, 1 do c.f16s.qh[mi][h] = b:shfl("idx", inv, (mi * 16 + c.g + h * 8) * lpr) end
@@ -646,13 +683,13 @@ function M.pv_lo(c, pv, lo_t)
     local o = {}
     for mi = 0, mt - 1 do
       o[mi] = {}
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do -- (attention.lua osplit: this warp's O tiles; lo_t starts at its column)
         o[mi][j] = {}
         for e = 1, 4 do o[mi][j][e] = c.acc[mi][j][e]:get() * up end
       end
     end
     for ks = 0, c.nt // 2 - 1 do
-      for dp = 0, c.dtiles // 2 - 1 do
+      for dp = 0, c.odtiles // 2 - 1 do
         local vf = b:ldmatrix(lo_t + c.frag_off("v", c.v_row, c.v_bit, ks * 16, 2 * dp), 4, true)
         for mi = 0, mt - 1 do
           o[mi][2 * dp] = b:mma("f16", pa[mi][ks], { vf[1], vf[2] }, o[mi][2 * dp])
@@ -661,7 +698,7 @@ function M.pv_lo(c, pv, lo_t)
       end
     end
     for mi = 0, mt - 1 do
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do
         for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e] * down) end
       end
     end
@@ -695,7 +732,7 @@ function M.rescale_o(c, mi, alpha)
   local b = c.b
   b:if_(b:or_(b:ne(alpha[0], 1.0), b:ne(alpha[1], 1.0)), function()
     for h = 0, 1 do
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do
         for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha[h]) end
       end
     end
