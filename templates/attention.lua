@@ -323,7 +323,7 @@ function K.config(spec, target)
   if wg then return wg end
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
-    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 plain or causal only (head_dim=%d: no split-KV, dropout, append, varlen, paged, mask keys or v_head_dim there); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma and spec.dtype == "f16" and target.mma_m16n8k8_f16 and target.ldmatrix then
     error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, and the mask keys with varlen or paged=true (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
@@ -369,9 +369,6 @@ function K.config(spec, target)
   -- (and bf16 on sm_75's d64 tiles not causal, not split-KV, whose last trip stages nothing since wave 18
   -- (lib/attn_f16scaled.lua unstaged_last): kiln's pipeline gave 16 more SASS instructions than default<O3> there)
   o3 = o3 or (cfg.f16s_unstaged_last and spec.head_dim == 64 and not spec.causal and not spec.splitkv)
-  -- (and bf16 on sm_75's d256 tiles (osplit, lib/attn_f16scaled.lua TILES[256]), causal: kiln's pipeline spilled 4 bytes
-  -- at 255 registers (ptxas sm_75 CUDA 13), default<O3> none)
-  o3 = o3 or (cfg.osplit and spec.causal)
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %

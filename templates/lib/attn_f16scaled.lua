@@ -66,18 +66,22 @@ local TILES = {
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
   [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false, lean = true } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
-  [256] = { { warps = 4, mt = 1, n = 16, stages = 2, q_regs = false, osplit = 2 } },
+  [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
--- d256 (head_dim 136-256; plain and causal, D256_KEYS): O's 128 f32 accumulators a thread (16-row warps) beside the
--- staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
+-- d256 (head_dim 136-256; plain and causal, d256_keys_ok): O's 128 f32 accumulators a thread (16-row warps) beside
+-- the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
 -- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
 -- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
--- values), each accumulates 128 of O's 256 columns; 32 rows a block, 16-key tiles (4 chunks of K and 4 of V staged a
--- thread); q_load shares the rows' factors and flags through shared memory (its rows are two warps').
+-- values), each accumulates 128 of O's 256 columns. 8 warps = 64 rows a block, 16-key tiles (2 chunks of K and 2 of V
+-- staged a thread), Q's fragments in registers so that the extrema's slots live in Q's tile (Q 32 KiB + two K and two
+-- V buffers 32 KiB fill sm_75's 64 KiB): 253 registers plain, 255 causal, 0 spills. Against 4 warps (32 rows a
+-- block, Q from shared memory; 0 spills plain, 4 bytes causal with kiln's pipeline) the conversions per query halve:
+-- T4 estimate (emulator profile, 256 x 256 causal, one head) 137,708 -> 106,588 clocks (f16's 40,960).
+-- q_load shares the rows' factors and flags through shared memory (its rows are two warps').
 -- Which keys run on it (M.serves: the others stay on the SIMT path at d > 128)
 local function d256_keys_ok(spec)
   return not (spec.splitkv or spec.dropout or spec.append or spec.varlen or spec.paged or spec.window or spec.softcap
-              or spec.alibi or spec.vdim ~= spec.head_dim)
+              or spec.alibi or spec.vdim ~= (spec.dim or spec.head_dim))
 end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
@@ -221,7 +225,7 @@ end
 -- they are used).
 -- (osplit: and q_load's exchange, a factor a row and a flag word a warp)
 function M.smem_bytes(t)
-  local x = t.osplit and 4 * (t.warps * 16 * t.mt // t.osplit + t.warps) or 0
+  local x = t.osplit and not t.slots_in_q and 4 * (t.warps * 16 * t.mt // t.osplit + t.warps) or 0
   return x + (t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps))
 end
 
@@ -243,7 +247,9 @@ function M.setup(c, swz)
     red = b:shared("f32", (cfg.f16s_lean and cfg.threads == 256 and 4 or 3) * slot_stride(cfg.threads // 32), 16)
   end
   local qx -- (osplit) q_load's exchange: bm row factors, then a flag word a warp (smem_bytes)
-  if cfg.osplit then
+  if cfg.osplit and cfg.f16s_slots_in_q then
+    qx = b:dynamic_shared("f32") + (c.bm * cfg.ld + 3 * c.tile) // 2 -- (V's second buffer: free until stage's barrier)
+  elseif cfg.osplit then
     assert(cfg.dynamic_smem, "f16 scaling: osplit's exchange follows the slots in dynamic shared memory")
     qx = red + 3 * slot_stride(cfg.threads // 32)
   end
