@@ -543,10 +543,12 @@ static void spans(int d, const char *keys, int causal) {
     static const char *what[] = {"a Q row spanning 2^40 (q_lo k)", "a K tile spanning 2^40 (q k_lo)",
                                  "a Q row and a K tile spanning 2^40 (q_lo k_lo)",
                                  "one Q row of its warp's and one K tile of 150 keys spanning 2^34 (the small entries 2^-20..2^-19 "
-                                 "at their scale: 8x past the threshold)"};
+                                 "at their scale: 8x past the threshold)",
+                                 "one Q row spanning 2^40 (q_lo k), the other rows ordinary: at d256 the row group's other warp, "
+                                 "which holds the other half of O's columns, marks it too (attn_f16scaled.lua q_load)"};
     static size_t kernels; /* (the kernels so far: the sanitizer build runs every other case, attn_case.h) */
     kernels++;
-    for (int w = 0; w < 4; w++) {
+    for (int w = 0; w < 5; w++) {
         if (attn_case_sampled_out(kernels, (size_t)w)) continue;
         char name[300];
         snprintf(name, sizeof name, "span: %s, the score from the small entries (%s, causal %d)", what[w], spec, causal);
@@ -557,9 +559,9 @@ static void spans(int d, const char *keys, int causal) {
         fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
         if (w == 3) fill_wide(a.q, a.nq, -1, 0), fill_wide(a.k, a.nk, -1, 0); /* (|x| in [1/2, 1]) */
         double big = w == 3 ? 0x1p34 : 0x1p40;
-        int qwide = w != 1, kwide = w != 0;
+        int qwide = w != 1, kwide = w != 0 && w != 4, one = w >= 3; /* (one: query 37 of head 1 alone) */
         for (int i = 0; i < 70 * 2; i++) { /* (rows [query, head]: w = 3 widens query 37 of head 1 alone) */
-            if (qwide && (w < 3 || i == 37 * 2 + 1)) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d), big);
+            if (qwide && (!one || i == 37 * 2 + 1)) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d), big);
             if (kwide) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d + d - 1), 0);
         }
         for (int j = 0; j < 150; j++) {
