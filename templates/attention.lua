@@ -142,8 +142,9 @@ local PAGED_TILES_KEYS = {
 local PAGED_TILES_KEYS_STAGED_ROTARY = {
   [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
 }
--- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
--- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
+-- Targets without cp.async (sm_75: f16 m16n8k8) hold the next K/V tile in registers
+-- while computing (n * d / 64 of them a thread), so the shapes are one size smaller; d256 (head_dim 136-256,
+-- since wave 23: has_mma) one buffer, nothing staged (ptxas sm_75: 244 registers, 0 spills).
 local MMA_TILES_STAGED = {
   [32] = { { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
