@@ -229,6 +229,11 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=32 causal=true window=true path=mma", 150, 150, 1, 1, 0, 62, 0, 0, 0},
         /* (wave 17) d96's lean tiles: 33 puts warp 0's last row (31) one key into the 16-key tile at 64 */
         {"attention dtype=bf16 head_dim=96 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
+        /* (wave 23) d256's two warps a row group with the mask keys: Gemma's softcap and sliding window, GQA; top-left
+         * causal with ALiBi; a padded head_dim */
+        {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true path=mma", 150, 183, 4, 2, 0, 40, 0, 50, 1},
+        {"attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true path=mma", 90, 130, 2, 1, 0, 30, 7, 20, 0},
+        {"attention dtype=bf16 head_dim=200 alibi=true path=mma", 70, 100, 2, 2, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         /* (the sanitizer build: the race checks and every other case of the rest; each case has its own seed) */
@@ -798,6 +803,7 @@ static void all_spans(void) {
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) spans(dims[di], "", 0);
     spans(128, " causal=true", 1);
     spans(32, " window=true", 0); /* (the mask keys' tiles: d32 4 x 32 rows with 32-key tiles) */
+    spans(256, " causal=true window=true", 1); /* (d256's tiles with a mask key) */
     rotary_span();
 }
 
