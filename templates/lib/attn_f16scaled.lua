@@ -68,8 +68,8 @@ local TILES = {
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
   [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
--- d256 (head_dim 136-256; plain and causal with the mask keys, d256_keys_ok): O's 128 f32 accumulators a thread (16-row warps) beside
--- the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
+-- d256 (head_dim 136-256; plain and causal with the mask keys, d256_keys_ok): O's 128 f32 accumulators a
+-- thread (16-row warps) beside the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
 -- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
 -- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
 -- values), each accumulates 128 of O's 256 columns. 8 warps = 64 rows a block, 16-key tiles (2 chunks of K and 2 of V
@@ -223,11 +223,8 @@ end
 -- Shared memory for the block-wide extrema: K's and V's max and their smallest nonzero magnitude, a slot
 -- per warp each (f32, slot_stride); none for a tile entry with slots_in_q (setup puts them in tiles that are free when
 -- they are used).
--- (osplit: and q_load's exchange, a factor a row and a flag word a warp)
-function M.smem_bytes(t)
-  local x = t.osplit and not t.slots_in_q and 4 * (t.warps * 16 * t.mt // t.osplit + t.warps) or 0
-  return x + (t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps))
-end
+-- (osplit's q_load exchange takes none either: setup puts it in V's second buffer)
+function M.smem_bytes(t) return t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps) end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
 -- live in dynamic shared memory), and the scales as loop variables.
@@ -246,12 +243,11 @@ function M.setup(c, swz)
   else
     red = b:shared("f32", (cfg.f16s_lean and cfg.threads == 256 and 4 or 3) * slot_stride(cfg.threads // 32), 16)
   end
-  local qx -- (osplit) q_load's exchange: bm row factors, then a flag word a warp (smem_bytes)
-  if cfg.osplit and cfg.f16s_slots_in_q then
-    qx = b:dynamic_shared("f32") + (c.bm * cfg.ld + 3 * c.tile) // 2 -- (V's second buffer: free until stage's barrier)
-  elseif cfg.osplit then
-    assert(cfg.dynamic_smem, "f16 scaling: osplit's exchange follows the slots in dynamic shared memory")
-    qx = red + 3 * slot_stride(cfg.threads // 32)
+  local qx -- (osplit) q_load's exchange: bm row factors, then a flag word a warp, in V's second buffer (free until
+  -- the first stage's block-wide maxima: every thread has read the exchange before their barrier)
+  if cfg.osplit then
+    assert(cfg.f16s_slots_in_q and c.bm + cfg.threads // 32 <= c.tile // 2, "f16 scaling: osplit's exchange needs slots_in_q")
+    qx = b:dynamic_shared("f32") + (c.bm * cfg.ld + 3 * c.tile) // 2
   end
   c.f16s = {
     swz = swz, -- the shared tiles' offset of (row, 16-byte chunk)
@@ -350,8 +346,9 @@ function M.q_load(c, swz)
     local pair = x + (c.bm + (warp >> 1) * 2)
     c.f16s.qbits = b:or_(b:bits(b:load(pair)), b:bits(b:load(pair + 1)))
     c.f16s.lo:set(c.f16s.qbits)
-    assert(c.mt == 1)
-    for h = 0, 1 do c.f16s.qh[0] = c.f16s.qh[0] or {}; c.f16s.qh[0][h] = b:load(x + (c.wrow + c.g + h * 8)) end
+    assert(c.mt == 1, "f16 scaling: osplit's row groups are one m-tile")
+    c.f16s.qh[0] = {}
+    for h = 0, 1 do c.f16s.qh[0][h] = b:load(x + (c.wrow + c.g + h * 8)) end
     return
   end
   for mi = 0, c.mt - 1 do
