@@ -403,6 +403,10 @@ static void keyed_cases(void) {
         {"attention dtype=bf16 head_dim=32 causal=true dropout=true", 130, 130, 1, 2, 1, 0, 0, 0, 0, 0, 0.2, 0, 0, 0},
         {"attention dtype=bf16 head_dim=96 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true", 50, 70,
          1, 2, 2, 0, 0, 0, 0, 0, 0.5, 12, 4, 20},
+        /* (wave 23) d256's two warps a row group over pages: causal with leftpad and batch_idx; Gemma's window and softcap */
+        {"attention dtype=bf16 head_dim=256 causal=true paged=true path=mma", 70, 150, 2, 4, 2, 16, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true paged=true path=mma", 40, 130, 2, 2, 1, 32, 0, 0, 0, 0,
+         0, 50, 0, 30},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[400];
