@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (bf16 on sm_75: f16 ones, power-of-two scaled, head_dim <= 128, every key; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim, above 128 without dropout, the append, and the mask keys with varlen or paged; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it plain, causal, the mask keys and paged; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -142,8 +142,9 @@ local PAGED_TILES_KEYS = {
 local PAGED_TILES_KEYS_STAGED_ROTARY = {
   [64] = { { warps = 4, mt = 1, n = 32, stages = 2, q_regs = false } },
 }
--- Targets without cp.async (sm_75: f16 m16n8k8, head_dim <= 128) hold the next K/V tile in registers
--- while computing (n * d / 64 of them a thread), so the shapes are one size smaller.
+-- Targets without cp.async (sm_75: f16 m16n8k8) hold the next K/V tile in registers
+-- while computing (n * d / 64 of them a thread), so the shapes are one size smaller; d256 (head_dim 136-256,
+-- since wave 23: has_mma) one buffer, nothing staged (ptxas sm_75: 244 registers, 0 spills).
 local MMA_TILES_STAGED = {
   [32] = { { warps = 4, mt = 2, n = 64, stages = 2, q_regs = true } },
   [64] = { { warps = 4, mt = 2, n = 32, stages = 2, q_regs = false } },
@@ -236,15 +237,22 @@ function K.check(spec)
   end
 end
 
--- Whether the target has tensor-core mma for this dtype and head_dim. Where only m16n8k8 exists
--- (each 16-deep step takes two instructions), head_dim 256 needs more than 255 registers
--- (128 f32 accumulators a thread) and runs on the SIMT path instead.
+-- Whether the target has tensor-core mma for this dtype and head_dim. Where only m16n8k8 exists (sm_75:
+-- each 16-deep step takes two instructions, no cp.async), f16 at head_dim 136-256 (the 256 tile) runs
+-- MMA_TILES_STAGED[256]: 4 warps x 16 rows, 16-key tiles, one buffer (Q from shared memory; O's 128 f32
+-- accumulators a thread fit beside S: ptxas sm_75 CUDA 13, 244 registers plain, 246 causal, 0 spills; 48 KiB).
+-- The keys that spilled there stay on the SIMT path (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
+-- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and the
+-- mask keys (window, softcap, ALiBi) with varlen (4 bytes, top-left causal) or the paged KV cache (40-44).
+local function m16n8k8_wide_spills(spec)
+  return spec.dropout or spec.append or ((spec.varlen or spec.paged) and (spec.window or spec.softcap or spec.alibi))
+end
 local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
   if target.mma_m16n8k16 then return true end
   -- bf16 on f16-only tensor cores: exact power-of-two scaling to f16 (lib/attn_f16scaled.lua)
   if spec.dtype == "bf16" then return f16s.serves(spec, target) end
-  return spec.dtype == "f16" and target.mma_m16n8k8_f16 and spec.head_dim <= 128
+  return spec.dtype == "f16" and target.mma_m16n8k8_f16 and (spec.head_dim <= 128 or not m16n8k8_wide_spills(spec))
 end
 
 local function config_mma(spec, target)
@@ -272,7 +280,8 @@ local function config_mma(spec, target)
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
     -- register staging needs each tile to divide evenly among the threads
     local ok = target.cp_async or stages < 2 or (t.n * d // 8) % threads == 0
-    bytes = (t.warps * 16 * t.mt + 2 * stages * t.n) * d * eb
+    -- (osplit: that many warps share each 16 query rows, each holding its share of O's columns)
+    bytes = (t.warps * 16 * t.mt // (t.osplit or 1) + 2 * stages * t.n) * d * eb
     if f16s.applies(spec, target) then bytes = bytes + f16s.smem_bytes(t) end
     pick = t
     -- min_blocks: the entry is worth it only if that many blocks share an SM (an SM's shared
@@ -280,7 +289,7 @@ local function config_mma(spec, target)
     local per_sm = (t.min_blocks or 1) * (bytes + 1024) <= target.smem_optin_max + 1024
     if ok and bytes <= target.smem_optin_max and per_sm then break end
   end
-  local bm = pick.warps * 16 * pick.mt
+  local bm = pick.warps * 16 * pick.mt // (pick.osplit or 1)
   local dynamic = bytes > target.smem_static_max
   -- (ROLL_QK: plain specs of its head dims, neither padded nor with a v_head_dim of their own, on its SMs)
   local roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
@@ -293,6 +302,7 @@ local function config_mma(spec, target)
     f16s = f16s.applies(spec, target) and stages == 2 or nil,
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
+    osplit = pick.osplit, -- (lib/attn_f16scaled.lua TILES[256]: warps that share 16 query rows, each O's columns / osplit)
     f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec) or nil,
   }
 end
@@ -314,7 +324,10 @@ function K.config(spec, target)
   if wg then return wg end
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
-    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=%d would need more than 255 registers); use path=auto or simt", target.sm, spec.dim))
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 without split-KV, dropout, the append, varlen or a v_head_dim (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
+  end
+  if spec.path == "mma" and not mma and spec.dtype == "f16" and target.mma_m16n8k8_f16 and target.ldmatrix then
+    error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, and the mask keys with varlen or paged=true (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
@@ -870,8 +883,15 @@ local function mma_setup(c)
   local lane, warp = tid & 31, tid >> 5
   c.lane, c.g, c.t = lane, lane >> 2, lane & 3
   local wrow
-  local G = geometry(b, spec, p, bm, bn, function() wrow = warp * (16 * mt) end) -- this warp's first row in the block
-  if not wrow then wrow = warp * (16 * mt) end
+  -- osplit (bf16 d256 on sm_75: lib/attn_f16scaled.lua TILES): warps 2r and 2r + 1 share rows 16r..16r + 15 and
+  -- compute the same S, m and l; each accumulates half of O's columns (ocol: its first column)
+  local os = cfg.osplit or 1
+  assert(os == 1 or (os == 2 and mt == 1 and not spec.splitkv), "osplit: two warps a row group, mt = 1, not split-KV")
+  local rw = os == 2 and warp >> 1 or warp
+  local G = geometry(b, spec, p, bm, bn, function() wrow = rw * (16 * mt) end) -- this warp's first row in the block
+  if not wrow then wrow = rw * (16 * mt) end
+  c.osplit, c.ohalf = os, os == 2 and warp & 1 or nil
+  c.ocol = os == 2 and c.ohalf * (d // 2) or 0
   c.wrow, c.G, c.q0, c.base = wrow, G, G.q0, G.base
   c.rot_q, c.rot_k = rotary.hook(b, spec, p, "q", G), rotary.hook(b, spec, p, "k")
   c.scale2 = p.scale * LOG2E
@@ -908,6 +928,7 @@ local function mma_setup(c)
   end
   c.ntiles, c.nfull = ntiles, nfull
   c.nt, c.dtiles = bn // 8, d // 8
+  c.odtiles = c.dtiles // os -- O's 8-column tiles this warp accumulates
   if cfg.f16s then f16s.setup(c, function(r, ch) return swz(b, spec, cfg, r, ch) end) end
   -- (bf16 scaled to f16, d128's 32-key tiles over pages: V's rows past the sequence, zeros, read the tile's first key as
   -- K's do, so that K and V share each row's page lookup, a division and a load: T4 estimate 1.30x -> 1.26x)
@@ -1053,7 +1074,7 @@ local function mma_state(c)
       c.m[mi][h] = b:var("f32", NEG_INF)
       c.l[mi][h] = b:var("f32", 0.0)
     end
-    for j = 0, c.dtiles - 1 do
+    for j = 0, c.odtiles - 1 do
       c.acc[mi][j] = {}
       for e = 1, 4 do c.acc[mi][j][e] = b:var("f32", 0.0) end
     end
@@ -1202,7 +1223,7 @@ local function mma_softmax(c, s, kv0, masked)
       if c.f16s then
         alphas[h] = alpha_o -- (O is rescaled after both rows: f16s.rescale_o)
       else
-        for j = 0, c.dtiles - 1 do
+        for j = 0, c.odtiles - 1 do
           for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha_o) end
         end
       end
@@ -1220,7 +1241,7 @@ local function mma_pv(c, pv, vt)
   local o = {}
   for mi = 0, mt - 1 do
     o[mi] = {}
-    for j = 0, c.dtiles - 1 do
+    for j = 0, c.odtiles - 1 do
       o[mi][j] = { c.acc[mi][j][1]:get(), c.acc[mi][j][2]:get(), c.acc[mi][j][3]:get(), c.acc[mi][j][4]:get() }
     end
   end
@@ -1230,8 +1251,8 @@ local function mma_pv(c, pv, vt)
       local p0, p1 = pv[mi][2 * kstep], pv[mi][2 * kstep + 1]
       a[mi] = { b:pack(p0[1], p0[2], dt), b:pack(p0[3], p0[4], dt), b:pack(p1[1], p1[2], dt), b:pack(p1[3], p1[4], dt) }
     end
-    for dp = 0, c.dtiles // 2 - 1 do
-      local vf = b:ldmatrix(vt + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
+    for dp = 0, c.odtiles // 2 - 1 do -- (osplit: this warp's columns, from ocol; d256's swizzle leaves chunk bits >= 3)
+      local vf = b:ldmatrix(vt + c.ocol + c.frag_off("v", c.v_row, c.v_bit, kstep * 16, 2 * dp), 4, true)
       for mi = 0, mt - 1 do
         o[mi][2 * dp] = b:mma(dt, a[mi], { vf[1], vf[2] }, o[mi][2 * dp])
         o[mi][2 * dp + 1] = b:mma(dt, a[mi], { vf[3], vf[4] }, o[mi][2 * dp + 1])
@@ -1239,7 +1260,7 @@ local function mma_pv(c, pv, vt)
     end
   end
   for mi = 0, mt - 1 do
-    for j = 0, c.dtiles - 1 do
+    for j = 0, c.odtiles - 1 do
       for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e]) end
     end
   end
@@ -1259,9 +1280,9 @@ local function mma_compute(c, it, buf, masked)
   end
   -- a wide V tile's low part (lib/attn_f16scaled.lua pv_lo: before P V, or after it with TILES' lean)
   local lo_after = c.cfg.f16s_lean
-  if c.f16s and not lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end
+  if c.f16s and not lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile + c.ocol) end
   mma_pv(c, pv, vt)
-  if c.f16s and lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile) end
+  if c.f16s and lo_after then f16s.pv_lo(c, pv, c.vs + (1 - buf) * c.tile + c.ocol) end
 end
 
 -- One trip of the K/V loop, with the pipeline around mma_compute().
@@ -1352,16 +1373,26 @@ local function mma_epilogue(c)
       else
         local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
         local vals = {}
-        for j = 0, spec.vdim // 8 - 1 do -- (O: v_head_dim wide)
+        -- (osplit: this warp's O tiles from column ocol, those below v_head_dim)
+        local nj = c.osplit == 1 and spec.vdim // 8 or c.odtiles
+        for j = 0, nj - 1 do -- (O: v_head_dim wide)
           vals[j] = b:from_f32_vec({ acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, spec.out)
         end
         b:if_(live, function()
-          for j = 0, spec.vdim // 8 - 1 do b:store_vec(orow + j * 8, vals[j], { align = 2 * ob }) end
+          for j = 0, nj - 1 do
+            if c.osplit == 1 or spec.vdim == spec.head_dim then
+              b:store_vec(orow + c.ocol + j * 8, vals[j], { align = 2 * ob })
+            else
+              b:if_(b:lt(c.ocol + j * 8, spec.vdim), function() b:store_vec(orow + c.ocol + j * 8, vals[j], { align = 2 * ob }) end)
+            end
+          end
         end)
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse = b:select(empty, POS_INF, (m_use + b:lg2_approx(lsum) - lsh) * (1.0 / LOG2E))
         local idx = lse_row(b, spec, p) + b:i64(row)
-        b:if_(b:and_(b:and_(live, b:eq(t, 0)), b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
+        local lane_writes = b:and_(live, b:eq(t, 0))
+        if c.ohalf then lane_writes = b:and_(lane_writes, b:eq(c.ohalf, 0)) end -- (osplit: the row's first warp)
+        b:if_(b:and_(lane_writes, b:not_(b:is_null(p.lse))), function() b:store(p.lse + idx, lse) end)
       end
     end
   end

@@ -164,7 +164,9 @@ static double rel_error(kiln_emu_kernel *k, prob *a) {
     return maxo > 0 ? maxe / maxo : maxe;
 }
 
-static const int dims[] = {32, 64, 96, 128, 40};
+/* (256 and 160: head_dim 136-256's tiles, two warps a row group each holding half of O's columns; attn_f16scaled.lua
+ * TILES[256]) */
+static const int dims[] = {32, 64, 96, 128, 40, 256, 160};
 
 /* Random problems on every head_dim, causal and not, MHA/GQA/MQA, bf16 output. */
 static void random_plain(void) {
@@ -227,6 +229,11 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=32 causal=true window=true path=mma", 150, 150, 1, 1, 0, 62, 0, 0, 0},
         /* (wave 17) d96's lean tiles: 33 puts warp 0's last row (31) one key into the 16-key tile at 64 */
         {"attention dtype=bf16 head_dim=96 causal=true path=mma", 150, 183, 1, 1, 0, 0, 0, 0, 0},
+        /* (wave 23) d256's two warps a row group with the mask keys: Gemma's softcap and sliding window, GQA; top-left
+         * causal with ALiBi; a padded head_dim */
+        {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true path=mma", 150, 183, 4, 2, 0, 40, 0, 50, 1},
+        {"attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true path=mma", 90, 130, 2, 1, 0, 30, 7, 20, 0},
+        {"attention dtype=bf16 head_dim=200 alibi=true path=mma", 70, 100, 2, 2, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         /* (the sanitizer build: the race checks and every other case of the rest; each case has its own seed) */
@@ -396,6 +403,10 @@ static void keyed_cases(void) {
         {"attention dtype=bf16 head_dim=32 causal=true dropout=true", 130, 130, 1, 2, 1, 0, 0, 0, 0, 0, 0.2, 0, 0, 0},
         {"attention dtype=bf16 head_dim=96 causal=top_left window=true softcap=true alibi=true dropout=true dropout_mask=true", 50, 70,
          1, 2, 2, 0, 0, 0, 0, 0, 0.5, 12, 4, 20},
+        /* (wave 23) d256's two warps a row group over pages: causal with leftpad and batch_idx; Gemma's window and softcap */
+        {"attention dtype=bf16 head_dim=256 causal=true paged=true path=mma", 70, 150, 2, 4, 2, 16, 1, 1, 0, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true paged=true path=mma", 40, 130, 2, 2, 1, 32, 0, 0, 0, 0,
+         0, 50, 0, 30},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[400];
@@ -450,7 +461,8 @@ static void accuracy(void) {
 }
 
 /* Issue 28's adversarial tiles, out=f32, against float64 and the bound 2^-8 sum p|v|, at head_dim d (each
- * head dim's tiles: d64 32 keys, d96 16 keys with 32-row warps, d128 32 keys with the extrema's slots in Q's tile). */
+ * head dim's tiles: d64 32 keys, d96 16 keys with 32-row warps, d128 32 keys with the extrema's slots in Q's tile,
+ * d256 and d160 16 keys with two warps a row group). */
 static void adversarial(int d) {
     char spec[100];
     snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d path=mma", d);
@@ -540,10 +552,12 @@ static void spans(int d, const char *keys, int causal) {
     static const char *what[] = {"a Q row spanning 2^40 (q_lo k)", "a K tile spanning 2^40 (q k_lo)",
                                  "a Q row and a K tile spanning 2^40 (q_lo k_lo)",
                                  "one Q row of its warp's and one K tile of 150 keys spanning 2^34 (the small entries 2^-20..2^-19 "
-                                 "at their scale: 8x past the threshold)"};
+                                 "at their scale: 8x past the threshold)",
+                                 "one Q row spanning 2^40 (q_lo k), the other rows ordinary: at d256 the row group's other warp, "
+                                 "which holds the other half of O's columns, marks it too (attn_f16scaled.lua q_load)"};
     static size_t kernels; /* (the kernels so far: the sanitizer build runs every other case, attn_case.h) */
     kernels++;
-    for (int w = 0; w < 4; w++) {
+    for (int w = 0; w < 5; w++) {
         if (attn_case_sampled_out(kernels, (size_t)w)) continue;
         char name[300];
         snprintf(name, sizeof name, "span: %s, the score from the small entries (%s, causal %d)", what[w], spec, causal);
@@ -554,9 +568,9 @@ static void spans(int d, const char *keys, int causal) {
         fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
         if (w == 3) fill_wide(a.q, a.nq, -1, 0), fill_wide(a.k, a.nk, -1, 0); /* (|x| in [1/2, 1]) */
         double big = w == 3 ? 0x1p34 : 0x1p40;
-        int qwide = w != 1, kwide = w != 0;
+        int qwide = w != 1, kwide = w != 0 && w != 4, one = w >= 3; /* (one: query 37 of head 1 alone) */
         for (int i = 0; i < 70 * 2; i++) { /* (rows [query, head]: w = 3 widens query 37 of head 1 alone) */
-            if (qwide && (w < 3 || i == 37 * 2 + 1)) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d), big);
+            if (qwide && (!one || i == 37 * 2 + 1)) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d), big);
             if (kwide) kiln_emu_value_set(KILN_BF16, a.q, (size_t)(i * d + d - 1), 0);
         }
         for (int j = 0; j < 150; j++) {
@@ -793,6 +807,7 @@ static void all_spans(void) {
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) spans(dims[di], "", 0);
     spans(128, " causal=true", 1);
     spans(32, " window=true", 0); /* (the mask keys' tiles: d32 4 x 32 rows with 32-key tiles) */
+    spans(256, " causal=true window=true", 1); /* (d256's tiles with a mask key) */
     rotary_span();
 }
 
@@ -822,11 +837,14 @@ int main(void) {
     adversarial(96);
     adversarial(128);
     adversarial(32); /* (d32's lean tiles: P V's low part after P V, V's padded rows zeroed once converted) */
+    adversarial(256); /* (d256's tiles: P V's low part on each warp's half of O's columns) */
+    adversarial(160); /* (a padded head_dim on them: the second half's columns past 160 not stored) */
     all_spans();
     nonfinite(64);
     nonfinite(96);
     nonfinite(128);
     nonfinite(32);
+    nonfinite(256);
     varlen_cases();
     ragged_tiles();
     keyed_cases();

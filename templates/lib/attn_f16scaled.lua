@@ -66,7 +66,25 @@ local TILES = {
   [64] = { { warps = 8, mt = 2, n = 32, stages = 2, q_regs = false } },
   [96] = { { warps = 6, mt = 2, n = 16, stages = 2, q_regs = false, lean = true } },
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
+  [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
+-- d256 (head_dim 136-256; plain and causal with the mask keys and paged, d256_keys_ok): O's 128 f32 accumulators a
+-- thread (16-row warps) beside the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
+-- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
+-- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
+-- values), each accumulates 128 of O's 256 columns. 8 warps = 64 rows a block, 16-key tiles (2 chunks of K and 2 of V
+-- staged a thread), Q's fragments in registers so that the extrema's slots live in Q's tile (Q 32 KiB + two K and two
+-- V buffers 32 KiB fill sm_75's 64 KiB): 253 registers plain, 255 causal, 0 spills. Against 4 warps (32 rows a
+-- block, Q from shared memory; 0 spills plain, 4 bytes causal with kiln's pipeline) the conversions per query halve:
+-- T4 estimate (emulator profile, 256 x 256 causal, one head) 137,708 -> 106,588 clocks (f16's 40,960).
+-- q_load shares the rows' factors and flags through shared memory (its rows are two warps').
+-- The mask keys (window, softcap, ALiBi; Gemma's d256) fit beside it: 255 registers, 0 spills (every causal form,
+-- all three keys, head_dim 200 too), and so does the paged KV cache (255, 0 spills, with them too). varlen causal
+-- spilled 4 bytes (255 registers, kiln's pipeline and default<O3>; head_dim 160-256), so varlen stays SIMT. Which
+-- keys run on it (M.serves: the others stay on the SIMT path at d > 128)
+local function d256_keys_ok(spec)
+  return not (spec.splitkv or spec.dropout or spec.append or spec.varlen or spec.vdim ~= (spec.dim or spec.head_dim))
+end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
 local SPLIT = {
@@ -153,10 +171,10 @@ function M.applies(spec, target)
   return spec.dtype == "bf16" and not target.mma_m16n8k16 and target.mma_m16n8k8_f16 and target.ldmatrix
 end
 
--- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 (d256 would need
--- more than 255 registers with m16n8k8), with every key the forward has.
+-- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 with every key the
+-- forward has, 136-256 (TILES[256]) plain, causal, with the mask keys and paged (d256_keys_ok).
 function M.serves(spec, target)
-  return M.applies(spec, target) and spec.head_dim <= 128 and (spec.path == "mma" or spec.path == "auto")
+  return M.applies(spec, target) and (spec.head_dim <= 128 or d256_keys_ok(spec)) and (spec.path == "mma" or spec.path == "auto")
 end
 
 -- 2^e as an f32, e an i32 value in the normal range [-126, 127].
@@ -207,6 +225,7 @@ end
 -- Shared memory for the block-wide extrema: K's and V's max and their smallest nonzero magnitude, a slot
 -- per warp each (f32, slot_stride); none for a tile entry with slots_in_q (setup puts them in tiles that are free when
 -- they are used).
+-- (osplit's q_load exchange takes none either: setup puts it in V's second buffer)
 function M.smem_bytes(t) return t.slots_in_q and 0 or (t.lean and t.warps == 8 and 16 or 12) * slot_stride(t.warps) end
 
 -- Per-block state: the shared slots of the block-wide maxima (after the K/V buffers when the tiles
@@ -226,10 +245,17 @@ function M.setup(c, swz)
   else
     red = b:shared("f32", (cfg.f16s_lean and cfg.threads == 256 and 4 or 3) * slot_stride(cfg.threads // 32), 16)
   end
+  local qx -- (osplit) q_load's exchange: bm row factors, then a flag word a warp, in V's second buffer (free until
+  -- the first stage's block-wide maxima: every thread has read the exchange before their barrier)
+  if cfg.osplit then
+    assert(cfg.f16s_slots_in_q and c.bm + cfg.threads // 32 <= c.tile // 2, "f16 scaling: osplit's exchange needs slots_in_q")
+    qx = b:dynamic_shared("f32") + (c.bm * cfg.ld + 3 * c.tile) // 2
+  end
   c.f16s = {
     swz = swz, -- the shared tiles' offset of (row, 16-byte chunk)
     red = red,
     red_loop = red_loop,
+    qx = qx,
     hk = b:var("i32", 0), -- K scale of the tile in the buffer the next trip computes
     cv = b:var("i32", 0), -- V scale of that tile
     cmin = b:var("i32", 1 << 20), -- smallest V scale seen
@@ -311,6 +337,22 @@ function M.q_load(c, swz)
   -- the row factor for the lanes holding row (mi * 16 + g + 8h) of this warp's rows in fragments
   local inv = pow2(b, -hq)
   c.f16s.qh = {}
+  if cfg.osplit then
+    -- (attention.lua osplit: warps 2r and 2r + 1 load rows 16r..16r + 7 and 16r + 8..16r + 15, and both hold all 16
+    -- in fragments) the factors through shared memory, and the pair's flags or-ed: S's low parts where either half
+    -- of the row group spans more than f16 holds
+    local x, warp = c.f16s.qx, tid >> 5
+    b:if_(b:eq(part, 0), function() b:store(x + r, inv) end)
+    b:if_(b:eq(c.lane, 0), function() b:store(x + (c.bm + warp), b:from_bits(c.f16s.qbits)) end)
+    b:barrier()
+    local pair = x + (c.bm + (warp >> 1) * 2)
+    c.f16s.qbits = b:or_(b:bits(b:load(pair)), b:bits(b:load(pair + 1)))
+    c.f16s.lo:set(c.f16s.qbits)
+    assert(c.mt == 1, "f16 scaling: osplit's row groups are one m-tile")
+    c.f16s.qh[0] = {}
+    for h = 0, 1 do c.f16s.qh[0][h] = b:load(x + (c.wrow + c.g + h * 8)) end
+    return
+  end
   for mi = 0, c.mt - 1 do
     c.f16s.qh[mi] = {}
     for h = 0, 1 do c.f16s.qh[mi][h] = b:shfl("idx", inv, (mi * 16 + c.g + h * 8) * lpr) end
@@ -646,13 +688,13 @@ function M.pv_lo(c, pv, lo_t)
     local o = {}
     for mi = 0, mt - 1 do
       o[mi] = {}
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do -- (attention.lua osplit: this warp's O tiles; lo_t starts at its column)
         o[mi][j] = {}
         for e = 1, 4 do o[mi][j][e] = c.acc[mi][j][e]:get() * up end
       end
     end
     for ks = 0, c.nt // 2 - 1 do
-      for dp = 0, c.dtiles // 2 - 1 do
+      for dp = 0, c.odtiles // 2 - 1 do
         local vf = b:ldmatrix(lo_t + c.frag_off("v", c.v_row, c.v_bit, ks * 16, 2 * dp), 4, true)
         for mi = 0, mt - 1 do
           o[mi][2 * dp] = b:mma("f16", pa[mi][ks], { vf[1], vf[2] }, o[mi][2 * dp])
@@ -661,7 +703,7 @@ function M.pv_lo(c, pv, lo_t)
       end
     end
     for mi = 0, mt - 1 do
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do
         for e = 1, 4 do c.acc[mi][j][e]:set(o[mi][j][e] * down) end
       end
     end
@@ -695,7 +737,7 @@ function M.rescale_o(c, mi, alpha)
   local b = c.b
   b:if_(b:or_(b:ne(alpha[0], 1.0), b:ne(alpha[1], 1.0)), function()
     for h = 0, 1 do
-      for j = 0, c.dtiles - 1 do
+      for j = 0, c.odtiles - 1 do
         for e = 1, 2 do c.acc[mi][j][2 * h + e]:set(c.acc[mi][j][2 * h + e]:get() * alpha[h]) end
       end
     end
