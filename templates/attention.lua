@@ -105,9 +105,9 @@ local MMA_TILES = {
 -- keep or lower their SASS count (0 to -120); so do sm_86 and sm_89 (d32/64/128, causal or not); sm_90, sm_100
 -- and sm_120 gain +8 to +32 on the same specs (not rolled there). Which SMs is a ptxas fact, in the SM table's
 -- ptxas rows (gen/gen_target.c, target.ptxas_rolled_mma_k); the rest is policy, here. d256 (16 k-steps, Q from
--- shared memory) +80 to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With dropout or the
--- score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims (d40 in d64)
--- and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
+-- shared memory) +80 to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With
+-- dropout or the score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims
+-- (d40 in d64) and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
 local ROLL_QK = { dims = { [32] = true, [64] = true, [128] = true } }
 -- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
 -- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such

@@ -2,7 +2,8 @@
 # tests/template_sm_test.sh - templates never compare SM numbers (README, ../shared/DESIGN.md: policy in templates,
 # facts in the SM table): no template line compares target.sm (or any .sm), indexes a table by it, does arithmetic on
 # it, or keeps a table of SMs; SM facts are target fields (runtime/rt_target.c, gen/gen_target.c's ptxas rows).
-# Printing target.sm in a message is allowed. TEMPLATES=DIR checks another tree (the templates before the ptxas rows: 3 lines flagged).
+# Printing target.sm in a message is allowed. TEMPLATES=DIR checks another tree (the templates before the
+# ptxas rows: 3 lines flagged).
 set -u
 . "$(dirname "$0")/cli_lib.sh"
 
@@ -20,7 +21,8 @@ sm_uses() {
 
 dir=${TEMPLATES:-templates}
 sm_uses "$dir" >"$tmp/uses"
-if [ ! -s "$tmp/uses" ]; then ok "$dir: no SM-number comparison"; else bad "$dir: no SM-number comparison" "$(cat "$tmp/uses")"; fi
+if [ ! -s "$tmp/uses" ]; then ok "$dir: no SM-number comparison"
+else bad "$dir: no SM-number comparison" "$(cat "$tmp/uses")"; fi
 n=$(find "$dir" -name '*.lua' | wc -l)
 if [ "$n" -gt 10 ]; then ok "$dir: $n templates read"; else bad "$dir: templates read" "only $n .lua files"; fi
 
