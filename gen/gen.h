@@ -21,6 +21,18 @@ static inline const gen_target *gen_target_all(int *count) { return kiln_target_
 /* PTX ISA version that a feature needs (times 10): e.g. ldmatrix 65, cp.async 70. */
 enum gen_feature { GEN_FEAT_MMA_M16N8K8, GEN_FEAT_LDMATRIX, GEN_FEAT_MMA_M16N8K16, GEN_FEAT_CP_ASYNC };
 int gen_feature_ptx(enum gen_feature f);
+/* What ptxas (CUDA 13) does with kiln's code on one SM, measured: facts about the compiler, not the hardware,
+ * so they live beside the SM table in the generator, not in kiln/target.h (see gen_target.c). Templates read
+ * them as fields of `target` (gen_builder_push_target). */
+typedef struct gen_ptxas_facts {
+    int sm;                /* the SM table's number (1090 for sm_90a) */
+    bool rolled_mma_k;     /* target.ptxas_rolled_mma_k: a constant-trip mma.sync k-loop costs no SASS */
+    int f16_row_regs;      /* target.ptxas_f16_row_regs: extra registers per f16 tensor of a short norm row */
+} gen_ptxas_facts;
+/* The row for exactly sm, or NULL (every row of the SM table has one: build/tests/gen_test). */
+const gen_ptxas_facts *gen_ptxas_find(int sm);
+/* All rows, ascending by SM; *count receives the number. */
+const gen_ptxas_facts *gen_ptxas_all(int *count);
 
 /* ---- gen_lint*.c, gen_ptx_reader.c: kiln lint (pure C, no LLVM calls) ---- */
 

@@ -411,7 +411,7 @@ static int b_target(lua_State *L) {
 }
 
 void gen_builder_push_target(lua_State *L, const gen_target *t) {
-    lua_createtable(L, 0, 18);
+    lua_createtable(L, 0, 20);
 #define FIELD_B(name) (lua_pushboolean(L, t->name), lua_setfield(L, -2, #name))
 #define FIELD_I(name) (lua_pushinteger(L, t->name), lua_setfield(L, -2, #name))
     FIELD_I(sm); /* 1090 for sm_90a (KILN_SM_ARCH + 90): messages use name */
@@ -434,6 +434,13 @@ void gen_builder_push_target(lua_State *L, const gen_target *t) {
     FIELD_I(threads_per_sm);
 #undef FIELD_B
 #undef FIELD_I
+    /* ptxas facts (gen_target.c's table, beside the SM table): target.ptxas_rolled_mma_k, target.ptxas_f16_row_regs.
+     * Every SM table row has one (gen_test); without one a template reads nil (no roll; f16 arithmetic errors). */
+    const gen_ptxas_facts *p = gen_ptxas_find(t->sm);
+    if (p) {
+        lua_pushboolean(L, p->rolled_mma_k), lua_setfield(L, -2, "ptxas_rolled_mma_k");
+        lua_pushinteger(L, p->f16_row_regs), lua_setfield(L, -2, "ptxas_f16_row_regs");
+    }
 }
 
 /* ---- registration ---- */

@@ -103,11 +103,12 @@ local MMA_TILES = {
 -- "Wave 22"): fewer IR instructions for LLVM, and ptxas unrolls the constant-trip loop again. Measured against
 -- the unrolled k-steps (ptxas 13, SASS = .text / 16): on sm_80 (quick matrix) the plain specs of d32, d64 and d128
 -- keep or lower their SASS count (0 to -120); so do sm_86 and sm_89 (d32/64/128, causal or not); sm_90, sm_100
--- and sm_120 gain +8 to +32 on the same specs (not rolled there); d256 (16 k-steps, Q from shared memory) +80
--- to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With dropout or the
--- score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims (d40 in d64)
--- and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
-local ROLL_QK = { dims = { [32] = true, [64] = true, [128] = true }, sm = { [80] = true, [86] = true, [89] = true } }
+-- and sm_120 gain +8 to +32 on the same specs (not rolled there). Which SMs is a ptxas fact, in the SM table's
+-- ptxas rows (gen/gen_target.c, target.ptxas_rolled_mma_k); the rest is policy, here. d256 (16 k-steps, Q from
+-- shared memory) +80 to +168 on sm_80; d96's upper chunks swizzle with other bits (frag_at does not hold). With
+-- dropout or the score keys (softcap, ALiBi, with a window) +8 to +64 SASS at d32-d128 on sm_80; padded head dims
+-- (d40 in d64) and v_head_dim != head_dim without causal +8 on sm_80/86/89: those keep the unrolled k-steps.
+local ROLL_QK = { dims = { [32] = true, [64] = true, [128] = true } }
 -- With the score keys (softcap, alibi: per-score work and per-row values live across the loop) the
 -- 32-row warps of d96 spill on sm_90 (measured: 8-20 bytes, 255 registers with every key on): such
 -- specs take these entries first where the table has them.
@@ -291,8 +292,9 @@ local function config_mma(spec, target)
   end
   local bm = pick.warps * 16 * pick.mt // (pick.osplit or 1)
   local dynamic = bytes > target.smem_static_max
-  -- (ROLL_QK: plain specs of its head dims, neither padded nor with a v_head_dim of their own, on its SMs)
-  local roll_qk = ROLL_QK.dims[d] and ROLL_QK.sm[target.sm] and not f16s.applies(spec, target)
+  -- (ROLL_QK: plain specs of its head dims, neither padded nor with a v_head_dim of their own, where ptxas keeps
+  -- the rolled loop's SASS: target.ptxas_rolled_mma_k)
+  local roll_qk = ROLL_QK.dims[d] and target.ptxas_rolled_mma_k and not f16s.applies(spec, target)
     and not (spec.dropout or spec.softcap or spec.alibi or spec.window) and (spec.dim or d) == d and spec.vdim == d
   return {
     block = pick.warps * 32, threads = pick.warps * 32, grid_tile = { bm, 1, 1 }, path = "mma",

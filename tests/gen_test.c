@@ -215,6 +215,37 @@ static void test_target_table(void) {
     CHECK(gen_target_find(75)->mma_m16n8k8_f16 && !gen_target_find(75)->mma_m16n8k16, "sm_75 mma shapes");
     CHECK(!gen_target_find(75)->cp_async && gen_target_find(80)->cp_async, "cp.async from sm_80");
     CHECK(gen_target_find(60) == NULL, "sm_60 unknown");
+    /* the ptxas facts beside the SM table (gen_target.c): a row for every SM row, in the same order */
+    int np;
+    const gen_ptxas_facts *pf = gen_ptxas_all(&np);
+    CHECK(np == n, "ptxas rows %d, SM rows %d", np, n);
+    for (int i = 0; i < n && i < np; i++)
+        CHECK(pf[i].sm == t[i].sm && gen_ptxas_find(t[i].sm) == &pf[i], "ptxas row %d: sm %d, SM table %d", i,
+              pf[i].sm, t[i].sm);
+    CHECK(!gen_ptxas_find(75)->rolled_mma_k && gen_ptxas_find(80)->rolled_mma_k && gen_ptxas_find(86)->rolled_mma_k &&
+              gen_ptxas_find(89)->rolled_mma_k && !gen_ptxas_find(90)->rolled_mma_k &&
+              !gen_ptxas_find(a90)->rolled_mma_k && !gen_ptxas_find(100)->rolled_mma_k &&
+              !gen_ptxas_find(103)->rolled_mma_k && !gen_ptxas_find(110)->rolled_mma_k &&
+              !gen_ptxas_find(120)->rolled_mma_k && !gen_ptxas_find(121)->rolled_mma_k,
+          "rolled mma k-loop: sm_80/86/89 only (sm_90 and Blackwell lose SASS)");
+    for (int i = 0; i < np; i++) {
+        int base = kiln_sm_base(pf[i].sm);
+        CHECK(pf[i].f16_row_regs == (base >= 90 ? 8 : 0), "sm %d: f16 row registers %d, want %d", pf[i].sm,
+              pf[i].f16_row_regs, base >= 90 ? 8 : 0);
+    }
+    CHECK(gen_ptxas_find(60) == NULL, "no ptxas row for sm_60");
+    lua_State *L = luaL_newstate(); /* the templates' view: target.ptxas_* */
+    const int sms[] = {86, 100};
+    for (int i = 0; i < 2; i++) {
+        gen_builder_push_target(L, gen_target_find(sms[i]));
+        lua_getfield(L, -1, "ptxas_rolled_mma_k");
+        lua_getfield(L, -2, "ptxas_f16_row_regs");
+        CHECK(lua_isboolean(L, -2) && lua_toboolean(L, -2) == (sms[i] == 86) && lua_isinteger(L, -1) &&
+                  lua_tointeger(L, -1) == (sms[i] == 86 ? 0 : 8),
+              "sm_%d: target.ptxas_rolled_mma_k and target.ptxas_f16_row_regs", sms[i]);
+        lua_settop(L, 0);
+    }
+    lua_close(L);
     TEST_END();
 }
 

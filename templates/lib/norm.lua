@@ -83,23 +83,22 @@ M.SHORT_ROW_OVERHEAD = 24
 -- Values a short-row forward thread keeps (a warp per row, 4 rows per block): one f32 per element,
 -- 8 per 4-byte tensor it reads or writes per element (x, y, the weight/bias dtype when either is on,
 -- the residual stream: residual and h), 8 when the last chunk is masked, 8 per bf16 tensor without
--- cvt.bf16, and on sm_90 and later 8 per f16 tensor (F16_REGS_SM90).
+-- cvt.bf16, and target.ptxas_f16_row_regs per f16 tensor (8 from sm_90 on: a ptxas fact, in the SM table's
+-- ptxas rows, gen/gen_target.c, with the measurements below).
 -- ptxas -v with forced caps (docs/llvm22.md): 2-byte rows of 768 fit 48 registers (24 values) on
 -- sm_80..90, 4-byte tensors and masked rows of 1000 need up to 8 more each; ptxas's own choice was
 -- 49-95, one or more occupancy steps higher.
 -- sm_100..121's ptxas: f16 rows of 768 spill 12-44 bytes at 48 registers (kiln's pipeline), none at 56;
 -- sm_90's 16 bytes at 48 with LLVM's default<O3> code (the quality tables' reference)
-M.F16_REGS_SM90 = 8
 function M.short_row_live(spec, target, cfg, dtypes)
   local live = cfg.iters * cfg.vec
   local uses_w = spec.weight or spec.bias
-  local sm90 = target.sm >= 90 -- sm_90a is 1090
   for i, d in ipairs(dtypes) do
     -- dtypes: x, y, w, then r (the forward templates' order); r stands for residual and h
     local used, n = i ~= 3 or uses_w, i == 4 and 2 or 1
     if used and util.dtype_bytes[d] == 4 then live = live + 8 * n end
     if used and d == "bf16" and not target.native_bf16_cvt then live = live + 8 end
-    if used and d == "f16" and sm90 then live = live + M.F16_REGS_SM90 end
+    if used and d == "f16" then live = live + target.ptxas_f16_row_regs end
   end
   if cfg.chunks % cfg.threads_per_row ~= 0 then live = live + 8 end
   return live
