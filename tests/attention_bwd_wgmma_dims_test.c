@@ -250,22 +250,23 @@ static void test_planted(void) {
  * wait; fence, 4 dV, commit, wait; fence, 4 dK, commit, 2 waits; per 64 columns of head_dim: fence, 4 dQ, commit,
  * wait. TMA per block: K's qp and V's vp panels of each consumer warpgroup; per block-tile Q's qp and dO's vp.
  * dQ's writer (qp panels of dQ, `dq` below; 0: atomics at 256 columns): per block-tile and panel each consumer
- * warpgroup's thread 0 one wait_group.read, one commit_group (TMA) and one reduce-add (tma.reduce); per block one
- * wait_group a warpgroup (TMA). */
+ * warpgroup's thread 0 one wait_group.read, one commit_group (TMA) and a reduce-add (tma.reduce) per 8-column box
+ * holding a column below head_dim (`boxes` a warpgroup and block-tile: d32 4, d96 8 + 4); per block one wait_group
+ * a warpgroup (TMA). */
 static void test_profile(void) {
     static const struct {
         const char *spec;
-        int wgmma, tma_block, tma_tile, dq; /* per warp-tile; per block; per block-tile; dQ's panels (writer) */
+        int wgmma, tma_block, tma_tile, dq, boxes; /* per warp-tile; per block; per block-tile; dQ's panels, boxes (writer) */
         int seq_q, seq_k, heads, blocks, block_tiles; /* the problem (0: 130 x 200, 2 heads, 4 blocks, 10 block-tiles) */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 1, 0, 0, 0, 0, 0},  /* d64: 34 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 2, 0, 0, 0, 0, 0},  /* d128: 49 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 1, 0, 0, 0, 0, 0},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 2, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 1, 4, 0, 0, 0, 0, 0},  /* d64: 34 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 2, 12, 0, 0, 0, 0, 0},  /* d128: 49 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 1, 8, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 2, 16, 0, 0, 0, 0, 0},
         /* (wave 20) 256-column tiles, 70 x 64 causal (queries 6-69 see the one 64-key block: one block-tile): S^T and
          * dP^T 16 k-steps each (fence, 16, commit, 16, commit, wait: 36), dV 7, dK 8, dQ two 64-column chains (14) =
          * 65; TMA 4 K + 4 V panels a block, 4 Q + 4 dO a tile */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 0, 70, 64, 1, 1, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 0, 0, 70, 64, 1, 1, 1},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[240];
@@ -294,10 +295,13 @@ static void test_profile(void) {
                 unsigned long long dq = (unsigned long long)P[k].dq, red = p.inst[KILN_PROF_TMA_REDUCE];
                 unsigned long long want_tma = blocks * ((unsigned long long)P[k].tma_block + (dq ? 2 : 0)) +
                                               block_tiles * ((unsigned long long)P[k].tma_tile + 4 * dq);
-                CHECK(red == block_tiles * 2 * dq, "tma.reduce %llu, want %llu", red, block_tiles * 2 * dq);
+                const unsigned long long boxes = (unsigned long long)P[k].boxes;
+                CHECK(red == block_tiles * 2 * boxes, "tma.reduce %llu, want %llu", red, block_tiles * 2 * boxes);
                 CHECK(wg == warp_tiles * (unsigned long long)P[k].wgmma, "wgmma %llu, want %llu", wg, warp_tiles * (unsigned long long)P[k].wgmma);
                 CHECK(tma == want_tma, "TMA %llu, want %llu", tma, want_tma);
                 CHECK(ex2 == warp_tiles * 32, "ex2 %llu, want %llu", ex2, warp_tiles * 32);
+                CHECK(!dq || p.smem[KILN_SMEM_ST].conflicts == 0, "st.shared: %llu bank conflicts, want none (dQ's staging tile)",
+                      (unsigned long long)p.smem[KILN_SMEM_ST].conflicts);
                 if (getenv("KILN_TEST_VERBOSE")) printf("     wgmma %llu (%llu a warp-tile), TMA %llu\n", wg, wg / warp_tiles, tma);
             }
             kiln_case_free(c);
