@@ -112,8 +112,8 @@ static void test_emulator(void) {
     }
 }
 
-/* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics), where its tiles fit in
- * shared memory (not on 256-column tiles) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
+/* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics; 256-column tiles: half-panel
+ * tiles, wave 23, but the softcap with causal=top_left) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
  * one). */
 static void picked(const char *spec, const char *ptx) {
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
@@ -122,8 +122,9 @@ static void picked(const char *spec, const char *ptx) {
     const char *hd = strstr(spec, "head_dim=");
     int d128 = hd && atoi(hd + 9) > 64 && atoi(hd + 9) <= 128, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
     const char *vd = strstr(spec, "v_head_dim=");
-    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: the tiles do not fit) */
-    int dq = !strstr(spec, "deterministic=true"), heavy = wide || (d128 && sc && strstr(spec, "alibi=true"));
+    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: top_left + softcap spilled) */
+    int dq = !strstr(spec, "deterministic=true");
+    int heavy = (d128 && sc && strstr(spec, "alibi=true")) || (wide && sc && strstr(spec, "causal=top_left"));
     CHECK(atomics == (dq && heavy), "%s: atomics %s", spec, atomics ? "present" : "absent");
     CHECK(reduce == (dq && !heavy), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
     CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
@@ -250,7 +251,7 @@ static void test_planted(void) {
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         /* dQ's writer (TMA reduce-adds of the staging tiles) */
-        {"dQ's staging tile: fragment rows g + 8 stored over rows g", "(j * 8 * BM + (w * 16 + g + 8 * r) * 8 + 2 * q)", "(j * 8 * BM + (w * 16 + g) * 8 + 2 * q)",
+        {"dQ's staging tile: fragment rows g + 8 stored over rows g", "((j - part * nb) * 8 * BM + (w * 16 + g + 8 * r) * 8 + 2 * q)", "((j - part * nb) * 8 * BM + (w * 16 + g) * 8 + 2 * q)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dQ's reduce-add a tile of rows off (q0 + 64)", "{ c, q0, h, bi }", "{ c, q0 + 64, h, bi }",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
@@ -329,7 +330,12 @@ static void test_planted(void) {
     setenv("KILN_EMU_RACE", "1", 1);
     static const row rr = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
     sm90a_planted(dir, root, "dQ's reduce issued with no barrier after the staging tile's stores (race mode)", "lib/attn_bwd_wgmma.lua",
-                  "b:fence_proxy_async()\n              b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+                  "b:fence_proxy_async()\n                b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+    /* (wave 23) d256's half-panel tiles: with no named barrier after thread 0's wait_group.read, the second half's
+     * stores race with the first half's reduce reading the tile */
+    static const row rr256 = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 70, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
+    sm90a_planted(dir, root, "d256: dQ's second half-panel stored with no barrier after the wait_group.read (race mode)", "lib/attn_bwd_wgmma.lua",
+                  "{ read = true }) end)\n                  b:bar_sync(1 + uw, 128)\n", "{ read = true }) end)\n", 0, run_row, &rr256, NULL);
     if (saved) setenv("KILN_EMU_RACE", saved, 1), free(saved);
     else unsetenv("KILN_EMU_RACE");
     sm90a_planted_done(dir);
