@@ -132,12 +132,13 @@ static void picked(const char *spec, const char *ptx) {
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
     int n128 = strstr(ptx, "wgmma.mma_async.sync.aligned.m64n128k16") != NULL;
     CHECK(n128 == wide, "%s: m64n128k16 %s", spec, n128 ? "present" : "absent");
-    /* dQ (deterministic=false): FA3's writer (TMA reduce-adds, the map tm_dq) but on 256-column tiles (its staging
-     * tiles do not fit in shared memory) and with the softcap and ALiBi on 128-column ones (ptxas spilled): atomics */
+    /* dQ (deterministic=false): FA3's writer (TMA reduce-adds, the map tm_dq; 256-column tiles: half-panel staging
+     * tiles, wave 23) but with the softcap and ALiBi on 128-column ones and the softcap with causal=top_left on 256-column
+     * ones (ptxas spilled): atomics */
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
     int reduce = strstr(ptx, "cp.reduce.async.bulk.tensor") != NULL;
     int w = d > v ? d : v, dq = !strstr(spec, "deterministic=true");
-    int keep = w > 128 || (w > 64 && sc && strstr(spec, "alibi=true"));
+    int keep = (w > 64 && w <= 128 && sc && strstr(spec, "alibi=true")) || (w > 128 && sc && strstr(spec, "causal=top_left"));
     CHECK(atomics == (dq && keep), "%s: atomics %s", spec, atomics ? "present" : "absent");
     CHECK(reduce == (dq && !keep), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
     CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
@@ -163,6 +164,7 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 v_head_dim=128 window=true softcap=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=136 softcap=true varlen=true path=wgmma", SM90A, 1},
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 causal=top_left softcap=true path=wgmma", SM90A, 1}, /* (atomics) */
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96", SM90A, 0}, /* auto: mma.sync on sm_90a */
     };
     sm90a_check_picks(gen, cases, sizeof cases / sizeof cases[0], picked);
@@ -228,12 +230,15 @@ static void test_planted(void) {
         {"qk 192 / v 128: the columns past v_head_dim stored (the guard only where the width is a multiple of 128)",
          "if width == 256 then st() else", "if width % 128 == 0 then st() else",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=192 v_head_dim=128 path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
-        {"d192: dQ's atomics past head_dim (columns 192-255 of the next row)", "if dim == 256 then add() else", "if dim % 64 == 0 then add() else",
+        /* (wave 23) dQ's writer on 256-column tiles: half-panel staging tiles written in turn */
+        {"d256: dQ's second half-panel added at the first half's columns", "local c = col + 8 * j", "local c = col + 8 * (j - part * nb)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"d256: dQ's second half-panel stored with no wait_group.read for the first's reduces", "if part > 0 then", "if part > 1 then",
+         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 30, 40, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
     };
     char root[512];
     sm90a_root(__FILE__, root, sizeof root);
-    const size_t nbugs = sizeof bugs / sizeof bugs[0], first_w20 = nbugs - 5; /* (the 256-column tiles' five) */
+    const size_t nbugs = sizeof bugs / sizeof bugs[0], first_w20 = nbugs - 6; /* (the 256-column tiles' six) */
     for (size_t i = 0; i < nbugs; i++) {
         char name[300];
         snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
@@ -249,23 +254,24 @@ static void test_planted(void) {
  * Per consumer warp and tile: fence, kq S^T (ceil(head_dim / 16)), commit, kv dP^T (ceil(v_head_dim / 16)), commit,
  * wait; fence, 4 dV, commit, wait; fence, 4 dK, commit, 2 waits; per 64 columns of head_dim: fence, 4 dQ, commit,
  * wait. TMA per block: K's qp and V's vp panels of each consumer warpgroup; per block-tile Q's qp and dO's vp.
- * dQ's writer (qp panels of dQ, `dq` below; 0: atomics at 256 columns): per block-tile and panel each consumer
- * warpgroup's thread 0 one wait_group.read, one commit_group (TMA) and one reduce-add (tma.reduce); per block one
- * wait_group a warpgroup (TMA). */
+ * dQ's writer (qp panels of dQ, `dq` below; 256-column tiles: 2 panels of 2 halves a warpgroup): per block-tile and panel (half) each consumer
+ * warpgroup's thread 0 one wait_group.read, one commit_group (TMA) and a reduce-add (tma.reduce) per 8-column box
+ * holding a column below head_dim (`boxes` a warpgroup and block-tile: d32 4, d96 8 + 4); per block one wait_group
+ * a warpgroup (TMA). */
 static void test_profile(void) {
     static const struct {
         const char *spec;
-        int wgmma, tma_block, tma_tile, dq; /* per warp-tile; per block; per block-tile; dQ's panels (writer) */
+        int wgmma, tma_block, tma_tile, dq, boxes; /* per warp-tile; per block; per block-tile; dQ's panels, boxes (writer) */
         int seq_q, seq_k, heads, blocks, block_tiles; /* the problem (0: 130 x 200, 2 heads, 4 blocks, 10 block-tiles) */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 1, 0, 0, 0, 0, 0},  /* d64: 34 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 2, 0, 0, 0, 0, 0},  /* d128: 49 */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 1, 0, 0, 0, 0, 0},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 2, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=32 causal=true path=wgmma", 30, 4, 2, 1, 4, 0, 0, 0, 0, 0},  /* d64: 34 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=96 causal=true path=wgmma", 45, 8, 4, 2, 12, 0, 0, 0, 0, 0},  /* d128: 49 */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 v_head_dim=32 causal=true path=wgmma", 32, 4, 2, 1, 8, 0, 0, 0, 0, 0},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 v_head_dim=64 causal=true path=wgmma", 45, 6, 3, 2, 16, 0, 0, 0, 0, 0},
         /* (wave 20) 256-column tiles, 70 x 64 causal (queries 6-69 see the one 64-key block: one block-tile): S^T and
          * dP^T 16 k-steps each (fence, 16, commit, 16, commit, wait: 36), dV 7, dK 8, dQ two 64-column chains (14) =
          * 65; TMA 4 K + 4 V panels a block, 4 Q + 4 dO a tile */
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 0, 70, 64, 1, 1, 1},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 65, 8, 8, 2 * 2, 16, 70, 64, 1, 1, 1},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[240];
@@ -294,10 +300,13 @@ static void test_profile(void) {
                 unsigned long long dq = (unsigned long long)P[k].dq, red = p.inst[KILN_PROF_TMA_REDUCE];
                 unsigned long long want_tma = blocks * ((unsigned long long)P[k].tma_block + (dq ? 2 : 0)) +
                                               block_tiles * ((unsigned long long)P[k].tma_tile + 4 * dq);
-                CHECK(red == block_tiles * 2 * dq, "tma.reduce %llu, want %llu", red, block_tiles * 2 * dq);
+                const unsigned long long boxes = (unsigned long long)P[k].boxes;
+                CHECK(red == block_tiles * 2 * boxes, "tma.reduce %llu, want %llu", red, block_tiles * 2 * boxes);
                 CHECK(wg == warp_tiles * (unsigned long long)P[k].wgmma, "wgmma %llu, want %llu", wg, warp_tiles * (unsigned long long)P[k].wgmma);
                 CHECK(tma == want_tma, "TMA %llu, want %llu", tma, want_tma);
                 CHECK(ex2 == warp_tiles * 32, "ex2 %llu, want %llu", ex2, warp_tiles * 32);
+                CHECK(!dq || p.smem[KILN_SMEM_ST].conflicts == 0, "st.shared: %llu bank conflicts, want none (dQ's staging tile)",
+                      (unsigned long long)p.smem[KILN_SMEM_ST].conflicts);
                 if (getenv("KILN_TEST_VERBOSE")) printf("     wgmma %llu (%llu a warp-tile), TMA %llu\n", wg, wg / warp_tiles, tma);
             }
             kiln_case_free(c);

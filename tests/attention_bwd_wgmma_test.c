@@ -112,8 +112,8 @@ static void test_emulator(void) {
     }
 }
 
-/* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics), where its tiles fit in
- * shared memory (not on 256-column tiles) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
+/* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics; 256-column tiles: half-panel
+ * tiles, wave 23, but the softcap with causal=top_left) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
  * one). */
 static void picked(const char *spec, const char *ptx) {
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
@@ -122,8 +122,9 @@ static void picked(const char *spec, const char *ptx) {
     const char *hd = strstr(spec, "head_dim=");
     int d128 = hd && atoi(hd + 9) > 64 && atoi(hd + 9) <= 128, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
     const char *vd = strstr(spec, "v_head_dim=");
-    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: the tiles do not fit) */
-    int dq = !strstr(spec, "deterministic=true"), heavy = wide || (d128 && sc && strstr(spec, "alibi=true"));
+    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: top_left + softcap spilled) */
+    int dq = !strstr(spec, "deterministic=true");
+    int heavy = (d128 && sc && strstr(spec, "alibi=true")) || (wide && sc && strstr(spec, "causal=top_left"));
     CHECK(atomics == (dq && heavy), "%s: atomics %s", spec, atomics ? "present" : "absent");
     CHECK(reduce == (dq && !heavy), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
     CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
@@ -250,9 +251,11 @@ static void test_planted(void) {
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         /* dQ's writer (TMA reduce-adds of the staging tiles) */
-        {"dQ's staging tile: fragment rows g + 8 stored over rows g", "((w * 16 + g + 8 * r) * 64 + 8 * j + 2 * q)", "((w * 16 + g) * 64 + 8 * j + 2 * q)",
+        {"dQ's staging tile: fragment rows g + 8 stored over rows g", "((j - part * nb) * 8 * BM + (w * 16 + g + 8 * r) * 8 + 2 * q)", "((j - part * nb) * 8 * BM + (w * 16 + g) * 8 + 2 * q)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
-        {"dQ's reduce-add a tile of rows off (q0 + 64)", "{ col, q0, h, bi }", "{ col, q0 + 64, h, bi }",
+        {"dQ's reduce-add a tile of rows off (q0 + 64)", "{ c, q0, h, bi }", "{ c, q0 + 64, h, bi }",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"dQ's 8-column boxes added at their neighbours' columns", "local c = col + 8 * j", "local c = col + 8 * (j ~ 1)",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dQ's staging tile rewritten with no wait_group.read for the last reduce", "b:bulk_wait(0, { read = true })", "local _ = 0",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
@@ -327,7 +330,12 @@ static void test_planted(void) {
     setenv("KILN_EMU_RACE", "1", 1);
     static const row rr = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
     sm90a_planted(dir, root, "dQ's reduce issued with no barrier after the staging tile's stores (race mode)", "lib/attn_bwd_wgmma.lua",
-                  "b:fence_proxy_async()\n              b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+                  "b:fence_proxy_async()\n                b:bar_sync(1 + uw, 128)\n", "b:fence_proxy_async()\n", 0, run_row, &rr, NULL);
+    /* (wave 23) d256's half-panel tiles: with no named barrier after thread 0's wait_group.read, the second half's
+     * stores race with the first half's reduce reading the tile */
+    static const row rr256 = {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=wgmma", 70, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}};
+    sm90a_planted(dir, root, "d256: dQ's second half-panel stored with no barrier after the wait_group.read (race mode)", "lib/attn_bwd_wgmma.lua",
+                  "{ read = true }) end)\n                  b:bar_sync(1 + uw, 128)\n", "{ read = true }) end)\n", 0, run_row, &rr256, NULL);
     if (saved) setenv("KILN_EMU_RACE", saved, 1), free(saved);
     else unsetenv("KILN_EMU_RACE");
     sm90a_planted_done(dir);
@@ -343,15 +351,17 @@ static void test_planted(void) {
  * shfl and one bar.sync per warp (its role; the barriers' set-up); TMA per block: K's and V's d/64 panels of each
  * consumer warpgroup, then Q's and dO's per tile. dQ's writer, per 64-column panel of dQ (d64: 1, d128: 2): each
  * consumer warp 2 bar.sync (the staging tile free, then written) and 16 st.shared (its fragment, 2 f32 each), each
- * consumer warpgroup's thread 0 one wait_group.read and one commit_group (TMA) and one reduce-add (tma.reduce),
- * and per block one wait_group a warpgroup before the exit; no atomics. */
+ * consumer warpgroup's thread 0 one wait_group.read and one commit_group (TMA) and 8 reduce-adds (tma.reduce: the
+ * staging tile's 8 boxes of 64 rows x 8 columns), and per block one wait_group a warpgroup before the exit; no
+ * atomics. Shared-memory stores (dS's, dQ's staging tile's, the producer's lse/delta) without a bank conflict (the
+ * staging tile as one 64 x 64 box of 256-byte rows: 4 wavefronts a phase, 7680 conflicts at d64). */
 static void test_profile(void) {
     static const struct {
         const char *spec;
         int wgmma, st_shared, bar, tma_block, tma_tile, reduce; /* per warp-tile x 3; per block; per block-tile x 2 */
     } P[] = {
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 34, 32 + 16, 2, 4 + 2, 2 + 4, 2},
-        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 49, 32 + 32, 4, 8 + 2, 4 + 8, 4},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true path=wgmma", 34, 32 + 16, 2, 4 + 2, 2 + 4, 2 * 8},
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true path=wgmma", 49, 32 + 32, 4, 8 + 2, 4 + 8, 4 * 8},
     };
     for (size_t k = 0; k < sizeof P / sizeof P[0]; k++) {
         char name[200];
@@ -387,6 +397,9 @@ static void test_profile(void) {
                     [KILN_PROF_BARRIER] = "bar.sync", [KILN_PROF_TMA_REDUCE] = "tma.reduce"};
                 for (size_t i = 0; i < sizeof want / sizeof want[0]; i++)
                     CHECK(p.inst[want[i][0]] == want[i][1], "%s %llu, want %llu", what[want[i][0]], (unsigned long long)p.inst[want[i][0]], want[i][1]);
+                CHECK(p.smem[KILN_SMEM_ST].conflicts == 0, "st.shared: %llu bank conflicts (%llu wavefronts for %llu), want none",
+                      (unsigned long long)p.smem[KILN_SMEM_ST].conflicts, (unsigned long long)p.smem[KILN_SMEM_ST].wavefronts,
+                      (unsigned long long)p.smem[KILN_SMEM_ST].ideal);
                 if (getenv("KILN_TEST_VERBOSE"))
                     printf("     wgmma %llu, tma %llu, mbarrier %llu, ex2 %llu, ld.global %llu, other %llu (hot loop %llu) warp instructions\n",
                            (unsigned long long)p.inst[KILN_PROF_WGMMA], (unsigned long long)p.inst[KILN_PROF_TMA],

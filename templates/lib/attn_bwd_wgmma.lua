@@ -10,13 +10,13 @@
 -- alignments), window, softcap, ALiBi, GQA/MQA, any batch/heads/lengths; dropout (with the softcap too) and varlen
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc (prep zeroes it, convert scales and rounds
--- it) by FA3's dQ writer: a 64-column panel at a time through a shared f32 staging tile and one TMA reduce-add
--- (the map tm_dq; below: DQ_TILE), or with f32 atomics where the tiles do not fit (256-column tiles) or ptxas
--- spilled with them (the softcap with ALiBi at 128 columns); deterministic=true adds nothing and the sequence's
--- kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
+-- it) by FA3's dQ writer: a 64-column panel at a time through a shared f32 staging tile and TMA reduce-adds (8 boxes of
+-- 8 columns: the map tm_dq; below: DQ_TILE; 256-column tiles a half-panel at a time), or with f32 atomics where ptxas
+-- spilled with the writer (the softcap with ALiBi at 128 columns, with causal=top_left at 256); deterministic=true
+-- adds nothing and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
--- plus four tensor maps over q, k, v, dout (and dQ's writer: tm_dq over dq_acc, f32, boxes of 64 x 64, below)
+-- plus four tensor maps over q, k, v, dout (and dQ's writer: tm_dq over dq_acc, f32, boxes of 64 rows x 8 columns, below)
 -- ([batch, seq, heads, d], d the real head_dim or v_head_dim, boxes of
 -- 1 x 64 rows x 1 x 64 columns under the 128-byte swizzle, zero-filled past d; a tile takes ceil(d / 64) boxes; varlen: the FA2 backward's varlen launch, maps over the
 -- packed [total, heads, d] tensors, lib/attn_bwd_wgmma_keys.lua). Rows past seq_q / seq_k come in as TMA's
@@ -27,7 +27,7 @@
 -- producer warpgroup (the last; its first thread issues every TMA, all 128 stage lse and delta). Shared memory
 -- (dynamic, 1024-byte aligned): K and V of the block (NC x qp and NC x vp panels: qp = ceil(head_dim / 64), vp =
 -- ceil(v_head_dim / 64)), then NS stages of Q and of dO (qp and vp panels), then (atomic dQ) one dS panel per consumer warpgroup
--- (and with dQ's writer one 16 KiB f32 staging tile each, 64 dense rows of 64 f32); a panel is 64 rows of 128 bytes,
+-- (and with dQ's writer one 16 KiB f32 staging tile each, 8 boxes of 64 rows x 8 f32); a panel is 64 rows of 128 bytes,
 -- 128B-swizzled, which is also the layout wgmma's descriptors name; static: each stage's 64 lse and 64 delta.
 -- Barriers: kbar (K, V landed), full[s] (1 + 128 arrivals: the TMA thread's with the stage's bytes, the producer
 -- threads' rows), empty[s] (128 NC consumer arrivals), dsbar[c] (atomic dQ: warpgroup c's 128 dS stores).
@@ -100,12 +100,23 @@ local SHAPES = {
 }
 local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 -- dQ's writer (atomic dQ, FA3's): each consumer warpgroup stores a 64-column panel of its dQ fragment into its own
--- f32 staging tile of 64 rows x 64 columns (DQ_TILE bytes, dense rows: the box of the map tm_dq over dq_acc, no
--- swizzle), and its elected thread adds the tile into dq_acc with one TMA reduce-add (cp.reduce.async.bulk.tensor
--- .add), in place of 4096 f32 atomics a panel (docs/hopper.md "TMA reduce-add and bulk groups": the L2 traffic).
+-- f32 staging tile of 64 rows x 64 columns (DQ_TILE bytes), and its elected thread adds the tile into dq_acc with
+-- TMA reduce-adds (cp.reduce.async.bulk.tensor .add) through the map tm_dq, in place of 4096 f32 atomics a panel
+-- (docs/hopper.md "TMA reduce-add and bulk groups": the L2 traffic).
+-- The tile is DQ_BOXES boxes of 64 rows x 8 columns (32-byte rows, no swizzle), one reduce-add each: a fragment
+-- store (st.shared.v2.f32, rows 16w + g, columns 8j + 2q) puts a phase's 16 lanes (g 0..3 or 4..7) on 128
+-- consecutive bytes, conflict-free. Measured with the emulator's profile (kiln run --profile, d64 causal 130 x 200):
+-- one 64 x 64 box (256-byte rows) took 640 wavefronts for 160 at each of the 16 store sites (4-way: the 4 rows
+-- of a phase on the same 8 banks), these boxes 160 for 160. Computed for the others (docs/hopper.md "Step 3"):
+-- 32-column boxes under the 128B swizzle (2 reduces) and 16-column ones under any swizzle (4) stay 2-way, as the
+-- swizzles move a 32-byte piece of a row by row bits that the phase's rows g, g ^ 1 share.
 -- Where the block's shared memory (SMEM_MAX, sm_90's 227 KiB a block, dynamic and static) cannot hold the tiles
--- beside the K/V, Q/dO and dS panels the atomics stay (d256's SPLIT: 212992 + 32768 + 1088 bytes).
+-- beside the K/V, Q/dO and dS panels (d256's SPLIT: 212992 + 32768 + 1088 bytes) each tile holds half a panel (4
+-- boxes, 8 KiB: 230464 bytes in all), the panel's two halves stored and added in turn, the second after thread 0's
+-- wait_group.read for the first's reduces and a named barrier (ptxas sm_90a: 0 spills, 168 registers, as the atomics;
+-- docs/hopper.md "Step 4").
 local DQ_TILE = 64 * 64 * 4
+local DQ_BOXES = 8
 local SMEM_MAX = 232448
 -- The static shared memory of a shape (the barriers and the stages' lse / delta rows, as M.build declares them,
 -- rounded as the NVPTX backend lays them out: 1088 bytes at 2 stages, measured from the kiln.meta smem line).
@@ -166,16 +177,27 @@ function M.config(spec, target)
   if sh.split then sets, lq, lv = 1, 4, 4 end
   local bytes = ((sets + sh.stages) * (lq + lv) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
   -- (FA3's dQ writer: a 16 KiB f32 staging tile a consumer warpgroup where the block's shared memory holds it:
-  -- d64 114 KiB and d128 178 KiB in all; d256 (SPLIT) would need 241 KiB and keeps the atomics)
+  -- d64 114 KiB and d128 178 KiB in all; d256 (SPLIT) would need 241 KiB: half-panel tiles, 225 KiB)
   -- (and where ptxas fits it: the softcap with ALiBi on 128-column tiles (d96, d128, with the window: every such
   -- variant of the matrix) spilled 16 bytes with the writer, 0 with the atomics, so they keep the atomics)
+  -- (and on 256-column tiles the softcap with causal=top_left: 16 of its 34 variants of the matrix spilled 8 bytes
+  -- with the half-panel tiles (ptxas sm_90a; the DQ fragment held across the wait between the halves), the softcap
+  -- otherwise 0 of 68, so those 34 keep the atomics)
   local dim = spec.dim or spec.head_dim
-  local heavy = wdims.width(math.max(dim, spec.vdim or dim)) == 128 and spec.softcap and spec.alibi
-  local dq_tma = atomic and not heavy and bytes + sh.nc * DQ_TILE + static_bytes(sh) <= SMEM_MAX
-  if dq_tma then bytes = bytes + sh.nc * DQ_TILE end
+  local w = wdims.width(math.max(dim, spec.vdim or dim))
+  local heavy = (w == 128 and spec.softcap and spec.alibi) or
+                (w == 256 and spec.softcap and (spec.top_left or spec.causal == "top_left"))
+  -- (dq_parts: the tile holds a panel (1) or half of one (2: d256's SPLIT, 212992 + 16384 + 1088 bytes), written
+  -- in turn with a wait_group.read between; atomics were neither to fit)
+  local dq_parts
+  for _, n in ipairs({ 1, 2 }) do
+    if atomic and not heavy and not dq_parts and bytes + sh.nc * DQ_TILE // n + static_bytes(sh) <= SMEM_MAX then dq_parts = n end
+  end
+  local dq_tma = dq_parts ~= nil
+  if dq_tma then bytes = bytes + sh.nc * DQ_TILE // dq_parts end
   local keys_per_block = 64 * sets
   return {
-    atomic = atomic, dq_tma = dq_tma,
+    atomic = atomic, dq_tma = dq_tma, dq_parts = dq_parts,
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { keys_per_block, 1, 1 },
     rows_per_block = keys_per_block, block_n = keys_per_block, block_m = BM, nc = sh.nc, stages = sh.stages,
     dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true, split = sh.split,
@@ -191,13 +213,13 @@ function M.launch(spec, cfg, l)
   end
   if cfg.dq_tma then
     -- (dQ's writer: dq_acc declared by its axes, [batch, heads_q, seq_q, head_dim] or varlen's [heads_q, total_q,
-    -- head_dim], the same elements; boxes of 64 rows x 64 columns, f32, dense)
+    -- head_dim], the same elements; boxes of 64 rows x 8 columns, f32, dense: DQ_BOXES a panel)
     for _, t in ipairs(l.tensors) do
       if t[1] == "dq_acc" then
         t[3] = spec.varlen and { "heads_q", "total_q", spec.head_dim } or { "batch", "heads_q", "seq_q", spec.head_dim }
       end
     end
-    l.tmaps[#l.tmaps + 1] = { "tm_dq", "dq_acc", box = spec.varlen and { 1, 64, 64 } or { 1, 1, 64, 64 } }
+    l.tmaps[#l.tmaps + 1] = { "tm_dq", "dq_acc", box = spec.varlen and { 1, 64, 8 } or { 1, 1, 64, 8 } }
   end
   return l
 end
@@ -513,20 +535,40 @@ function M.build(b, spec, cfg, params, io)
               -- thread 0 adds the tile into dq_acc at (column 64 hp, row q0, head h, batch bi): rows past seq_q
               -- (dense) and columns past head_dim are outside the map and skipped; varlen's rows past the sequence
               -- hold dS = 0 (P = 0) and add zeros to the next one's
-              local tile = dqs + uw * (DQ_TILE // 4)
+              -- The tile is DQ_BOXES boxes of 64 rows x 8 columns (32-byte rows, 2 KiB each): box j holds the
+              -- panel's columns 8j .. 8j + 7, element (row, c) at 8 x 64 j + 8 row + c, so that a store's 16 lanes of
+              -- a phase (rows 16w + g, g 0..3 or 4..7, 4 threads q of a row) cover 128 consecutive bytes
+              -- (d256: the tile holds nb = 4 boxes, the panel's columns 32 part .. + 31; the second part waits for
+              -- the first's reduces to have read the tile and meets the warpgroup before its stores)
+              local parts = cfg.dq_parts
+              local nb = DQ_BOXES // parts
+              local tile = dqs + uw * (DQ_TILE // parts // 4)
               local col = (split and uw * 128 or 0) + 64 * hp
-              for r = 0, 1 do
-                for j = 0, 7 do
-                  local i = 4 * j + 2 * r
-                  b:store_vec(tile + ((w * 16 + g + 8 * r) * 64 + 8 * j + 2 * q), { DQ[i + 1], DQ[i + 2] }, { align = 8 })
+              for part = 0, parts - 1 do
+                if part > 0 then
+                  b:if_(b:eq(tc, 0), function() b:bulk_wait(0, { read = true }) end)
+                  b:bar_sync(1 + uw, 128)
                 end
+                for r = 0, 1 do
+                  for j = part * nb, part * nb + nb - 1 do
+                    local i = 4 * j + 2 * r
+                    b:store_vec(tile + ((j - part * nb) * 8 * BM + (w * 16 + g + 8 * r) * 8 + 2 * q), { DQ[i + 1], DQ[i + 2] }, { align = 8 })
+                  end
+                end
+                b:fence_proxy_async()
+                b:bar_sync(1 + uw, 128)
+                b:if_(b:eq(tc, 0), function()
+                  -- (one reduce-add a box, all in one bulk group; a box wholly past head_dim is not issued: d40's
+                  -- panel takes 5, d96's second 4; SPLIT's are all issued, the map skipping columns past head_dim)
+                  for j = part * nb, part * nb + nb - 1 do
+                    if split or 64 * hp + 8 * j < dim then
+                      local c = col + 8 * j
+                      b:tma_reduce_add(tile + (j - part * nb) * 8 * BM, p.tm_dq, spec.varlen and { c, p.q_at + q0, h } or { c, q0, h, bi })
+                    end
+                  end
+                  b:bulk_commit()
+                end)
               end
-              b:fence_proxy_async()
-              b:bar_sync(1 + uw, 128)
-              b:if_(b:eq(tc, 0), function()
-                b:tma_reduce_add(tile, p.tm_dq, spec.varlen and { col, p.q_at + q0, h } or { col, q0, h, bi })
-                b:bulk_commit()
-              end)
             else
               -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
               for r = 0, 1 do
