@@ -126,6 +126,9 @@ static int run_case(kiln_case *c, const run_opts *o) {
     kiln_case_describe(c, problem, sizeof problem);
     printf("%s  %s  %s  seed %llu%s%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), problem, o->seed, o->twice ? "  (every block twice)" : "",
            o->race ? "  (race check)" : "");
+    char note[256];
+    kiln_case_note(c, note, sizeof note);
+    if (note[0]) printf("NOTE: %s\n", note);
     if (kiln_case_run(c, &err) != KILN_OK) return report_error(&err);
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);
