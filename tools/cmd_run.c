@@ -64,6 +64,8 @@ static void run_usage(FILE *to) {
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
+            "A NOTE line says when the check is weak: every attention row fully masked (zeros against\n"
+            "zeros, e.g. causal=top_left with a window narrower than seq_k - seq_q), or one key per row.\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n");
     cli_print_examples(to, "run", 1, NULL, 0);
