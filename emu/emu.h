@@ -504,6 +504,10 @@ int emu_attn_case_scalar(const struct kiln_attn_problem *p, const char *name, do
 /* The case's ALiBi slopes as tensor "alibi_slopes" (drawn by emu_attn_case_problem); -1 for any other name. */
 int emu_attn_case_slopes(const struct kiln_attn_problem *p, const char *name, void **ptr, size_t *bytes);
 void emu_attn_case_describe(const struct kiln_attn_problem *p, char *buf, size_t size);
+/* Why a dense problem's check is weak, or "": no row sees a key (the window beside the causal bound
+ * masks them all: O 0 and lse +inf on both sides), or each row sees at most one key (O copies a row
+ * of V exactly; only lse checks the scores). */
+void emu_attn_case_note(const struct kiln_attn_problem *p, char *buf, size_t size);
 
 /* templates/lib/attn_varlen.ref.c: the varlen=true cases of attention (bwd 0) and its backward (bwd 1),
  * the families' hooks hand over to these when emu_attn_varlen(c) (the spec has varlen=true). */

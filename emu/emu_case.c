@@ -172,6 +172,10 @@ void kiln_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (size) buf[0] = 0;
     if (c->ref->describe) c->ref->describe(c, buf, size);
 }
+void kiln_case_note(const kiln_case *c, char *buf, size_t size) {
+    if (size) buf[0] = 0;
+    if (c->ref->note) c->ref->note(c, buf, size);
+}
 
 /* The kernels the spec's launch description runs (kiln_launch_sequence), the spec's own among them.
  * The spec list is the caller's own (4 KB on the stack): cases are built on several threads at once

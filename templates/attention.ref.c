@@ -644,6 +644,30 @@ void emu_attn_case_describe(const kiln_attn_problem *p, char *buf, size_t size) 
     snprintf(buf, size, "batch %d  heads %d:%d  seq_q %d  seq_k %d", p->batch, p->heads_q, p->heads_kv, p->seq_q, p->seq_k);
 }
 
+void emu_attn_case_note(const kiln_attn_problem *p, char *buf, size_t size) {
+    int most = 0; /* the most keys any row sees */
+    for (int i = 0; i < p->seq_q && most < 2; i++) {
+        int n = 0;
+        for (int j = 0; j < p->seq_k && n < 2; j++) n += visible(p, i, j);
+        most = n > most ? n : most;
+    }
+    static const char *const causal[] = {"", " causal=true", " causal=top_left"};
+    char win[64] = "";
+    if (p->window) snprintf(win, sizeof win, " window_left=%d window_right=%d", p->window_left, p->window_right);
+    if (most == 0)
+        snprintf(buf, size, "every row fully masked:%s%s seq_q=%d seq_k=%d (O 0 and lse +inf on both sides: the check "
+                 "proves nothing; the window is relative to the bottom-right diagonal i + seq_k - seq_q)",
+                 causal[p->causal], win, p->seq_q, p->seq_k);
+    else if (most == 1)
+        snprintf(buf, size, "every row sees at most one key:%s%s seq_q=%d seq_k=%d (O copies a row of V exactly: "
+                 "only lse checks the scores)", causal[p->causal], win, p->seq_q, p->seq_k);
+}
+
+static void attn_case_note(const kiln_case *c, char *buf, size_t size) {
+    const attn_case *a = emu_attn_varlen(c) ? NULL : kiln_case_state(c);
+    if (a && !a->paged) emu_attn_case_note(&a->p, buf, size); /* a paged cache's rows see cache_seqlens keys */
+}
+
 static void attn_case_describe(const kiln_case *c, char *buf, size_t size) {
     if (emu_attn_varlen(c)) {
         emu_attn_varlen_describe(c, buf, size);
@@ -680,6 +704,7 @@ const kiln_ref_family kiln_ref_attention = {
     .prepare = attn_case_prepare,
     .check = attn_case_check,
     .describe = attn_case_describe,
+    .note = attn_case_note,
     .reference = attn_case_reference,
     .refresh = attn_case_refresh,
 };

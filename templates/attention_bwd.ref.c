@@ -435,6 +435,11 @@ static void bwd_case_describe(const kiln_case *c, char *buf, size_t size) {
     emu_attn_case_describe(&b->p, buf, size);
 }
 
+/* The forward's note on the same problem (emu_attn_case_note): no row sees a key, or at most one. */
+static void bwd_case_note(const kiln_case *c, char *buf, size_t size) {
+    if (!emu_attn_varlen(c)) emu_attn_case_note(&((const bwd_case *)kiln_case_state(c))->p, buf, size);
+}
+
 /* dq, dk, dv's float64 gradients (the dense problem's; varlen cases have none here). */
 static const double *bwd_case_reference(kiln_case *c, const char *name) {
     if (emu_attn_varlen(c)) return NULL;
@@ -455,6 +460,7 @@ const kiln_ref_family kiln_ref_attention_bwd = {
     .prepare = bwd_case_prepare,
     .check = bwd_case_check,
     .describe = bwd_case_describe,
+    .note = bwd_case_note,
     .reference = bwd_case_reference,
     .refresh = bwd_case_refresh,
 };

@@ -97,6 +97,18 @@ expect "run mma bf16 on sm_75, GQA, causal" 0 "PASS: every output within toleran
 # issue 24's mask keys through kiln run: --window L,R, --softcap C, --alibi (slopes 2^(-8(h+1)/H))
 expect "run top_left + window + softcap, seq_q != seq_k" 0 "PASS: every output within tolerance" -- \
     run attention dtype=f16 head_dim=64 causal=top_left window=true softcap=true --sm 80 --rows 40 --seq-k 50 --window 15,-1 --softcap 30
+# ... and that check is not vacuous: rows see keys (no NOTE), o's error is not exactly 0 (a top_left window
+# bound moved off the bottom-right diagonal fails it: planted, seen failing)
+grep -q "^NOTE" "$tmp/out" && bad "top_left + window run: no NOTE" "$(grep '^NOTE' "$tmp/out")" || ok "top_left + window run: no NOTE"
+grep -qE "^  o +max \|err\| 0\.000e\+00" "$tmp/out" && bad "top_left + window run: o's error not exactly 0" "$(grep '^  o ' "$tmp/out")" \
+    || ok "top_left + window run: o's error not exactly 0"
+# A vacuous run says so: top_left causal (j <= i) with a window on the bottom-right diagonal (j >= i + seq_k - seq_q
+# - window_left) masks every row when seq_k - seq_q > window_left: O 0 and lse +inf on both sides, error exactly 0
+expect "run top_left + window, every row masked: NOTE names why" 0 \
+    "NOTE: every row fully masked: causal=top_left window_left=4 window_right=0 seq_q=8 seq_k=40" -- \
+    run attention dtype=bf16 head_dim=64 causal=top_left window=true --sm 75 --rows 8 --seq-k 40 --window 4,0
+expect "run top_left --rows 1: NOTE, one key per row" 0 "NOTE: every row sees at most one key: causal=top_left seq_q=1 seq_k=1" -- \
+    run attention dtype=f16 head_dim=64 causal=top_left --sm 80 --rows 1
 expect "run alibi, GQA, batch 2, twice" 0 "PASS" -- \
     run attention dtype=bf16 head_dim=64 alibi=true --sm 80 --rows 20 --seq-k 33 --heads 4:2 --batch 2 --alibi --twice
 expect "run alibi=true draws the slopes without --alibi (SIMT sm_75)" 0 "PASS" -- \

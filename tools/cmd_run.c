@@ -64,6 +64,8 @@ static void run_usage(FILE *to) {
             "A kernel whose launch description runs others (a norm backward and its reduce kernel, the\n"
             "split-KV kernel and its combine kernel, the attention backward's steps) runs them all, and\n"
             "the sequence's outputs are checked (docs/registry.md).\n\n"
+            "A NOTE line says when the check is weak: every attention row fully masked (zeros against\n"
+            "zeros, e.g. causal=top_left with a window narrower than seq_k - seq_q), or one key per row.\n\n"
             "exit status: 0 every output within tolerance, 1 a mismatch or an emulator fault,\n"
             "2 bad input.\n\n");
     cli_print_examples(to, "run", 1, NULL, 0);
@@ -126,6 +128,9 @@ static int run_case(kiln_case *c, const run_opts *o) {
     kiln_case_describe(c, problem, sizeof problem);
     printf("%s  %s  %s  seed %llu%s%s\n", m->spec, kiln_sm_name(o->sm, (char[16]){0}), problem, o->seed, o->twice ? "  (every block twice)" : "",
            o->race ? "  (race check)" : "");
+    char note[256];
+    kiln_case_note(c, note, sizeof note);
+    if (note[0]) printf("NOTE: %s\n", note);
     if (kiln_case_run(c, &err) != KILN_OK) return report_error(&err);
     for (int i = 0; i < kiln_case_nsteps(c); i++) {
         const kiln_case_step *s = kiln_case_step_at(c, i);

@@ -115,6 +115,10 @@ typedef struct kiln_ref_family {
     void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
     /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
     void (*describe)(const kiln_case *c, char *buf, size_t size);
+    /* Optional: why this problem's check is weak, in words (buf ""  when it is not): e.g. every
+     * attention row fully masked, where the kernel's zeros match the reference's zeros whatever the
+     * mask code does. kiln run prints it as a NOTE line. */
+    void (*note)(const kiln_case *c, char *buf, size_t size);
     /* Optional: the float64 reference of output `name`, one value per element of its tensor (the GPU
      * kit's case files carry it); NULL when the family has none for that name. */
     const double *(*reference)(kiln_case *c, const char *name);
@@ -157,6 +161,8 @@ const kiln_case_opts *kiln_case_options(const kiln_case *c);
 /* The kernel the spec named (its meta; --profile reads its counters). */
 kiln_emu_kernel *kiln_case_kernel(const kiln_case *c);
 void kiln_case_describe(const kiln_case *c, char *buf, size_t size);
+/* Why the case's check is weak (the family's note hook), or "" when it is not or the family says nothing. */
+void kiln_case_note(const kiln_case *c, char *buf, size_t size);
 /* The case's buffer behind tensor `name` (an input as drawn, an output as the run left it) and its
  * bytes; -1 when the family has no tensor of that name. */
 int kiln_case_tensor(kiln_case *c, const char *name, void **ptr, size_t *bytes);
