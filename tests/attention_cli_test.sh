@@ -26,8 +26,14 @@ for key in dropout=true paged=true; do
         emit attention dtype=bf16 head_dim=64 $key --sm 75
     grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto $key: no bf16" "found in PTX" || ok "sm_75 bf16 auto $key: no bf16"
 done
-for key in "head_dim=256"; do
-    expect "sm_75 bf16 path=auto with $key: SIMT (the scaled path is not built there)" 0 "fma.rn.f32" -- \
+# head_dim 136-256 (wave 23): bf16 on the scaled f16 mma plain, causal, with the mask keys and paged; dropout stays SIMT
+for key in "head_dim=256" "head_dim=160 causal=true window=true softcap=true"; do
+    expect "sm_75 bf16 path=auto with $key: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+        emit attention dtype=bf16 $key --sm 75
+    grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto $key: no bf16" "found in PTX" || ok "sm_75 bf16 auto $key: no bf16"
+done
+for key in "head_dim=256 dropout=true"; do
+    expect "sm_75 bf16 path=auto with $key: SIMT (the scaled path spills there)" 0 "fma.rn.f32" -- \
         emit attention dtype=bf16 $key --sm 75
     grep -q "mma" "$tmp/out" && bad "sm_75 bf16 auto with $key: no mma" "found in PTX" || ok "sm_75 bf16 auto with $key: no mma"
 done
@@ -76,8 +82,10 @@ expect "run head_dim 80 (padded to 96), causal" 0 "PASS" -- run attention dtype=
 expect "causal=top_left emits" 0 "mma.sync" -- emit attention dtype=f16 head_dim=64 causal=top_left window=true --sm 80
 expect "bad causal" 2 "valid: false, true, top_left" -- emit attention causal=bottom --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
-expect "mma bf16 on sm_75 above head_dim 128" 2 "sm_75 runs bf16 on its f16 tensor cores up to head_dim 128 (head_dim=256" -- \
-    emit attention dtype=bf16 head_dim=256 path=mma --sm 75
+expect "mma bf16 on sm_75 above head_dim 128 with dropout" 2 "at head_dim 136-256 without split-KV, dropout, the append, varlen or a v_head_dim (head_dim=256)" -- \
+    emit attention dtype=bf16 head_dim=256 dropout=true path=mma --sm 75
+expect "mma f16 on sm_75 above head_dim 128 with dropout" 2 "sm_75 runs f16 at head_dim=256 on its m16n8k8 tensor cores without dropout" -- \
+    emit attention dtype=f16 head_dim=256 dropout=true path=mma --sm 75
 expect "mma bf16 on sm_75: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=bf16 head_dim=64 path=mma --sm 75
 for key in dropout=true "paged=true append=true rotary=neox"; do
