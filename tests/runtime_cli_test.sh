@@ -137,6 +137,8 @@ if [ -x /usr/local/cuda/bin/ptxas ] || command -v ptxas >/dev/null; then
     check "  and writes no bundle" test ! -e "$T/no.kbundle"
     out=$("$KILN" bundle layernorm --dtypes bf16 --hidden 4096 --sm 80 --cubin-sm sm_x -o "$T/no.kbundle" 2>&1)
     check "--cubin-sm with a bad SM: exit 2 ($out)" test $? -eq 2 -a ! -e "$T/no.kbundle"
+    out=$("$KILN" bundle layernorm --dtypes bf16 --hidden 4096 --sm 80 --cubin-sm "" -o "$T/no.kbundle" 2>&1)
+    check "--cubin-sm '': exit 2, not every SM's cubins ($out)" test $? -eq 2 -a ! -e "$T/no.kbundle"
 else
     skip=$((skip + 1))
 fi

@@ -527,7 +527,10 @@ static int parse_options(plan *p, int argc, char **argv, const char **out, const
         case 'S': rc = add_spec(p, optarg), explicit_specs = 1; break;
         case 'L': rc = add_spec_file(p, optarg), explicit_specs = 1; break;
         case 'c': p->cubin = 1; break;
-        case 'B': snprintf(cubin_sms, sizeof cubin_sms, "%s", optarg), p->cubin = 1; break;
+        case 'B':
+            snprintf(cubin_sms, sizeof cubin_sms, "%s", optarg), p->cubin = 1;
+            if (!cubin_sms[strspn(cubin_sms, ", ")]) rc = cli_error("--cubin-sm needs at least one SM of --sm");
+            break;
         case 'C': *cname = optarg; break;
         case 'o': *out = optarg; break;
         case 'j':
