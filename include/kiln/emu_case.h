@@ -115,10 +115,6 @@ typedef struct kiln_ref_family {
     void (*check)(kiln_case *c, kiln_case_output *out, int *nout);
     /* The problem in words for a report header ("8 rows x 4096  random inputs"). */
     void (*describe)(const kiln_case *c, char *buf, size_t size);
-    /* Optional: why this problem's check is weak, in words (buf ""  when it is not): e.g. every
-     * attention row fully masked, where the kernel's zeros match the reference's zeros whatever the
-     * mask code does. kiln run prints it as a NOTE line. */
-    void (*note)(const kiln_case *c, char *buf, size_t size);
     /* Optional: the float64 reference of output `name`, one value per element of its tensor (the GPU
      * kit's case files carry it); NULL when the family has none for that name. */
     const double *(*reference)(kiln_case *c, const char *name);
@@ -126,6 +122,11 @@ typedef struct kiln_ref_family {
      * (a norm backward's saved statistics), from the inputs as they are now: a caller wrote special
      * values after the draw (kiln_case_set). Returns the reference's error (err says why). */
     kiln_status (*refresh)(kiln_case *c, kiln_error *err);
+    /* Optional: why this problem's check is weak, in words (buf "" when it is not): e.g. every
+     * attention row fully masked, where the kernel's zeros match the reference's zeros whatever the
+     * mask code does. kiln run prints it as a NOTE line. (Last, so the members before it keep their
+     * offsets.) */
+    void (*note)(const kiln_case *c, char *buf, size_t size);
 } kiln_ref_family;
 
 /* The registry: every family with a reference, in name order. */
