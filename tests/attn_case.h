@@ -24,14 +24,21 @@ static inline kiln_case_opts attn_case_opts(int sm, uint64_t seed, int twice, in
     return o;
 }
 
-/* Whether the sanitizer build leaves this case out: it runs one in four, rotating with the path so that the
- * cases left out on one path run on another (that build is for memory and UB errors in the C code, which a
- * quarter of the cases reach as well; the plain build runs every case; wave 22 went from one in two to one in
- * four to keep the suite inside CI's time budget). The caller still advances its seeds and rotations for a case
- * left out, so the cases that run are the plain build's, bit for bit. */
+/* How many of the sanitizer build's cases and estimate rows one runs: one in ATTN_SAN_EVERY (4 unless the test
+ * defines it before including this header). That build is for memory and UB errors in the C code, which a sample of
+ * the cases reaches as well as all of them; the plain build runs every case. Wave 22 went from one in two to one in
+ * four, and wave 24 to one in eight for the two f16-scaled tests (the sanitizer pass's largest CPU: 196 and 113 s of
+ * wave 23's 1272), to keep the suite inside CI's time budget. */
+#ifndef ATTN_SAN_EVERY
+#define ATTN_SAN_EVERY 4
+#endif
+
+/* Whether the sanitizer build leaves this case out: it runs one in ATTN_SAN_EVERY, rotating with the path so that
+ * the cases left out on one path run on another. The caller still advances its seeds and rotations for a case left
+ * out, so the cases that run are the plain build's, bit for bit. */
 static inline int attn_case_sampled_out(size_t path_index, size_t case_index) {
 #ifdef __SANITIZE_ADDRESS__
-    return (path_index + case_index) % 4 != 0;
+    return (path_index + case_index) % ATTN_SAN_EVERY != 0;
 #else
     (void)path_index;
     (void)case_index;
@@ -40,12 +47,12 @@ static inline int attn_case_sampled_out(size_t path_index, size_t case_index) {
 }
 
 /* Whether the sanitizer build leaves out row `row` of a profile estimate (the T4 estimates of the f16-scaled
- * tests): it runs one row in four. An estimate row is a ratio of two deterministic instruction counts, the same
- * in both builds, and its kernels run the same emulator code as the cases; the sanitizer build keeps a quarter
- * of them for that code's memory and UB errors, the plain build runs and checks every row. */
+ * tests): it runs one row in ATTN_SAN_EVERY. An estimate row is a ratio of two deterministic instruction counts,
+ * the same in both builds, and its kernels run the same emulator code as the cases; the plain build runs and checks
+ * every row. */
 static inline int attn_estimate_sampled_out(size_t row) {
 #ifdef __SANITIZE_ADDRESS__
-    return row % 4 != 0;
+    return row % ATTN_SAN_EVERY != 0;
 #else
     (void)row;
     return 0;

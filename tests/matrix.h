@@ -84,17 +84,19 @@ static void matrix_pattern(const char *spec, char *out, size_t size) {
     }
 }
 
-/* Marks in keep[0..n) the rows of sm_75 and sm_80 the quick slice keeps: their attention lists are the long ones
- * (~730 and ~790 rows, about half of the quick matrices' ptxas CPU, wave 23), and each keeps alternate rows of every
- * pattern (matrix_pattern), so every key set keeps its rows at every other dtype and head dim (a one-row pattern keeps
- * its row). The norms' specs have no head_dim and keep every row. KILN_TEST_FULL=1 assembles all; the quality tables
- * hold every row. Other SMs' rows are left as they are. */
+/* Marks in keep[0..n) the rows of sm_75, sm_80 and sm_90a the quick slice keeps: sm_75's and sm_80's attention lists
+ * are the long ones (~730 and ~790 rows, about half of the quick matrices' ptxas CPU, wave 23), and sm_90a's wgmma
+ * kernels take the longest to assemble after sm_75's f16-scaled ones (the forward's 57 quick rows 49 s of ptxas CPU,
+ * wave 24). Each keeps alternate rows of every pattern (matrix_pattern), so every key set keeps its rows at every
+ * other dtype and head dim (a one-row pattern keeps its row). The norms' specs have no head_dim and keep every row.
+ * KILN_TEST_FULL=1 assembles all; the quality tables hold every row. Other SMs' rows are left as they are. */
 static void matrix_pattern_keeps(const matrix_variant *vs, int n, char *keep) {
     typedef char pattern[256];
     pattern *pats = calloc((size_t)n, sizeof *pats);
     for (int i = 0; i < n; i++) {
         keep[i] = 1;
-        if (!pats || (vs[i].sm != 75 && vs[i].sm != 80) || !strstr(vs[i].spec, "head_dim=")) continue;
+        int sliced = vs[i].sm == 75 || vs[i].sm == 80 || kiln_sm_is_arch(vs[i].sm);
+        if (!pats || !sliced || !strstr(vs[i].spec, "head_dim=")) continue;
         matrix_pattern(vs[i].spec, pats[i], sizeof pats[i]);
         int before = 0;
         for (int k = 0; k < i; k++) before += vs[k].sm == vs[i].sm && !strcmp(pats[k], pats[i]);
@@ -104,8 +106,8 @@ static void matrix_pattern_keeps(const matrix_variant *vs, int n, char *keep) {
 }
 
 /* The quick suite's slice (KILN_TEST_FULL=1 keeps every variant): alternate rows of each key set on sm_75 and sm_80
- * (matrix_pattern_keeps: wave 23, for CI's time budget); every row of sm_86 and sm_89 and of sm_90a (quick ones
- * already); every second row of sm_90, whose PTX the runtime loads on a 9.0 device only where sm_90a's is missing
+ * and of sm_90a (matrix_pattern_keeps: waves 23 and 24, for CI's time budget); every row of sm_86 and sm_89;
+ * every second row of sm_90, whose PTX the runtime loads on a 9.0 device only where sm_90a's is missing
  * (its rows mostly repeat sm_80's specs on the same mma.sync code: wave 22 halved them to keep the suite inside CI's
  * time budget); every third of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory, threads
  * per SM); sm_103, sm_110 and sm_121 only in the full run; under the sanitizer build a sixth of that. Compacts vs;
@@ -116,8 +118,8 @@ static int matrix_slice(matrix_variant *vs, int n) {
     char *alternate = malloc((size_t)n + 1);
     if (alternate) matrix_pattern_keeps(vs, n, alternate);
     for (int i = 0; i < n; i++) {
-        int sm = vs[i].sm, keep = ((sm == 75 || sm == 80) && (!alternate || alternate[i])) || (sm > 80 && sm < 90) ||
-                                  kiln_sm_is_arch(sm) || (sm == 90 && seen90++ % 2 == 0) ||
+        int sm = vs[i].sm, keep = ((sm == 75 || sm == 80 || kiln_sm_is_arch(sm)) && (!alternate || alternate[i])) ||
+                                  (sm > 80 && sm < 90) || (sm == 90 && seen90++ % 2 == 0) ||
                                   (sm == 100 && seen100++ % 3 == 0) || (sm == 120 && seen120++ % 3 == 0);
         if (keep) vs[kept++] = vs[i];
     }
