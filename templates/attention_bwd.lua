@@ -88,8 +88,9 @@ function K.check(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
-  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
-    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others, head_dim 136-256 among them, run on path=simt)"
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16")) then
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or f16 at head_dim 136-256 (sm_75's"
+      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit); others run on path=simt"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then
     return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
