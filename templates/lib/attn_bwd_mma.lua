@@ -84,10 +84,11 @@ end
 -- and stores one half of the columns, (warp & 1) * 128 on (dkdv: dK and dV, 64 + 64 accumulators a thread; dq:
 -- dQ, 64). A block is 2 groups: dkdv 32 keys with 16-row query tiles (K, V 2 x 32 x 264 and Q, dO 2 x 16 x 264
 -- halves + dS 16 x 40: 52,096 bytes of sm_75's 65,536), dq 32 rows with 16-key tiles (Q, dO 2 x 32 x 264 + K, V
--- 2 x 16 x 264: 50,688 bytes); 64 keys or rows a block would need 84,480 / 67,584. The price: S^T and dP^T twice
--- per key group, 6 of the m16n8k8 pairs where one warp holding both halves would issue 4 (it cannot: 256
--- accumulators). Measured before the split, the tiles as they were admitted at 256 (bn 64, bm 16 dkdv; 4 x 16 rows
--- dq): docs/attention_bwd.md "d256 on sm_75".
+-- 2 x 16 x 264: 50,688 bytes). The price: S^T and dP^T twice per key group, 6 products of a 16 x 16 x 256 tile
+-- where one warp holding both halves would issue 4 (it cannot: 256 accumulators). Measured first, the tiles as they were admitted at 256: dkdv (64 keys, 16-row query tiles) needed
+-- 86,912 bytes of shared memory, dq (64 rows, 16-key tiles) 84,480, both refused before ptxas. With the split (ptxas
+-- sm_75): atomic dkdv 248-252 registers, deterministic 236, dq 164, 0 spills (the atomic dkdv with a window and the
+-- softcap: attention_bwd.lua K.config's pipeline rule); docs/attention_bwd.md "d256 on sm_75".
 -- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (each warp of a pair would
 -- draw and store the same mask), varlen, v_head_dim != head_dim: those run on SIMT, path=mma refused naming why.
 function M.csplit(spec, target)
