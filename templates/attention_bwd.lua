@@ -64,7 +64,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, or f16 136-256 on sm_75's m16n8k8 without dropout or varlen, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, or f16 136-256 on sm_75's m16n8k8 without dropout, nor varlen in the atomic dkdv, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
@@ -141,9 +141,11 @@ function K.config(spec, target)
   -- loop 1.00x -> 1.18-1.20x f16's T4 estimate, wave 19)
   -- (f16 at the tile width 256 on sm_75, the atomic dkdv's column split with a window and the softcap, either causal
   -- form, lib/attn_bwd_mma.lua M.csplit: default<O3> spilled 8 bytes at head_dim 248 and 16 at 256, 24 at both with
-  -- ALiBi too (255 registers, ptxas sm_75, wave 24); kiln's pipeline fits them in 254-255 with none, and d200 with
-  -- all three in 240 (default<O3> 242). The deterministic dkdv and the other keys fit under default<O3>: 236-252)
-  if cfg.csplit and spec.kernel == "dkdv" and not spec.deterministic and spec.window and spec.softcap then
+  -- ALiBi too (255 registers, ptxas sm_75, wave 24); kiln's pipeline fits them in 254-255 with none. Below 248
+  -- default<O3> fits (d200 with all three 242 registers; head_dim 192 with v_head_dim 128 212, where kiln's pipeline
+  -- gave 16 SASS instructions more), and so do the deterministic dkdv and the other keys: 236-252)
+  if cfg.csplit and spec.kernel == "dkdv" and not spec.deterministic and spec.window and spec.softcap
+      and (spec.dim or spec.head_dim) > 200 then
     cfg.pipeline = "kiln"
   end
   if cfg.d32 and spec.kernel == "dkdv" and not spec.deterministic and spec.dim == 64 and spec.vdim == 64 and spec.window

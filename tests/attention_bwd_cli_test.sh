@@ -179,8 +179,17 @@ done
 expect "sm_75 f16 d256 dropout: path=auto keeps SIMT" 0 "fma.rn.f32" -- \
     emit attention_bwd kernel=dkdv dtype=f16 head_dim=256 causal=true dropout=true --sm 75
 grep -q "mma" "$tmp/out" && bad "sm_75 f16 d256 dropout SIMT: no mma" "found in PTX" || ok "sm_75 f16 d256 dropout SIMT: no mma"
-expect "path=mma for f16 d256 dropout on sm_75 refused naming why" 2 "without dropout, varlen or v_head_dim != head_dim" -- \
+expect "path=mma for f16 d256 dropout on sm_75 refused naming why" 2 "without dropout, nor varlen in the atomic dkdv" -- \
     emit attention_bwd kernel=dkdv dtype=f16 head_dim=256 causal=true dropout=true path=mma --sm 75
+expect "path=mma for the f16 d200 varlen atomic dkdv on sm_75 refused naming why" 2 "nor varlen in the atomic dkdv" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=200 causal=true varlen=true path=mma --sm 75
+expect "run f16 sm_75 head_dim 192 v_head_dim 128 (column split) causal GQA, race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=192 v_head_dim=128 causal=true --sm 75 --rows 40 --seq-k 50 --heads 4:2 --race
+expect "run f16 sm_75 head_dim 128 v_head_dim 256 deterministic (column split), race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=128 v_head_dim=256 causal=true deterministic=true --sm 75 --rows 40 --heads 2:1 --race
+expect "run f16 sm_75 head_dim 256 varlen deterministic every mask key (column split), race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=256 causal=true varlen=true deterministic=true window=true softcap=true alibi=true \
+    --sm 75 --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --window 20,3 --softcap 30 --alibi --race
 expect "run f16 sm_75 head_dim 256 causal GQA (column split), race check" 0 "PASS: every gradient within tolerance" -- \
     run attention_bwd dtype=f16 head_dim=256 causal=true --sm 75 --rows 40 --seq-k 50 --heads 4:2 --race
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention_bwd --sm 80 --rows 4 --heads 3:2

@@ -89,16 +89,20 @@ end
 -- 86,912 bytes of shared memory, dq (64 rows, 16-key tiles) 84,480, both refused before ptxas. With the split (ptxas
 -- sm_75): atomic dkdv 248-252 registers, deterministic 236, dq 164, 0 spills (the atomic dkdv with a window and the
 -- softcap: attention_bwd.lua K.config's pipeline rule); docs/attention_bwd.md "d256 on sm_75".
--- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (each warp of a pair would
--- draw and store the same mask), varlen, v_head_dim != head_dim: those run on SIMT, path=mma refused naming why.
+-- v_head_dim != head_dim: the wider of the two splits (MLA's 192 / 128: 146-222 registers). varlen: dq and the
+-- deterministic dkdv (140-255 registers, every mask key); the atomic dkdv spilled 40 bytes at head_dim 200 and 256
+-- with window, softcap and ALiBi, 44 at 248 (default<O3>; kiln's pipeline 4-44), so it runs on SIMT.
+-- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (the atomic dkdv spilled
+-- 24 bytes at 256 causal; each warp of a pair would also draw the same mask): SIMT, path=mma refused naming why.
 function M.csplit(spec, target)
   return spec.head_dim == 256 and spec.dtype == "f16" and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
-    and not spec.dropout and not spec.varlen and (spec.vdim or spec.dim or 256) == (spec.dim or 256) or false
+    and not spec.dropout and not (spec.varlen and spec.kernel == "dkdv" and not spec.deterministic) or false
 end
 function M.csplit_refusal(spec, target)
   if M.csplit(spec, target) then return nil end
   return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 (two warps a 16-key or 16-row group"
-    .. ", each half of the columns), without dropout, varlen or v_head_dim != head_dim; the rest runs on path=simt"
+    .. ", each half of the columns), without dropout, nor varlen in the atomic dkdv (more than 255 registers a thread)"
+    .. "; the rest runs on path=simt"
 end
 
 -- kernel=dq: 4 warps x 16 query rows; keys per tile so that Q, dO, K, V fit the opt-in limit.
