@@ -31,9 +31,11 @@
 --   mma:  f16/bf16 with O/dO in the same dtype, head_dim <= 128, where the target has tensor-core
 --         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua; bf16 on
 --         sm_75 on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua; what it
---         serves, under auto as under mma).
+--         serves, under auto as under mma); f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key or
+--         16-row group each holding half of the columns (lib/attn_bwd_mma.lua M.csplit).
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
---         sm_75 where the f16-scaled path does not serve, head_dim 256, out != dtype): templates/lib/attn_bwd_simt.lua.
+--         sm_75 where the f16-scaled path does not serve, head_dim 136-256 but f16 on sm_75, out != dtype):
+--         templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
 -- varlen=true (lib/attn_varlen.lua): every kernel on packed sequences as the forward's; grids from
 -- max_seqlen_q (dkdv: max_seqlen_k); lse, delta [heads_q, total_q], dq_acc [heads_q, total_q, head_dim].
@@ -62,7 +64,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, or f16 136-256 on sm_75's m16n8k8 without dropout, nor varlen in the atomic dkdv, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,
@@ -88,8 +90,9 @@ function K.check(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
-  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128) then
-    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128 (others, head_dim 136-256 among them, run on path=simt)"
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16")) then
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or f16 at head_dim 136-256 (sm_75's"
+      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit); others run on path=simt"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then
     return "deterministic=true applies to kernel=dkdv only (kernel=dq is the deterministic dQ; prep and convert serve both)"
@@ -136,6 +139,15 @@ function K.config(spec, target)
   -- (gen/gen_lower.c) gives 241 and none. Every other variant keeps default<O3>: docs/attention.md "A spill left".
   -- Not with the low parts' walk, cfg.lowalk: default<O3> fits there, 0 bytes, and kiln's pipeline cost the tile
   -- loop 1.00x -> 1.18-1.20x f16's T4 estimate, wave 19)
+  -- (f16 at the tile width 256 on sm_75, the atomic dkdv's column split with a window and the softcap, either causal
+  -- form, lib/attn_bwd_mma.lua M.csplit: default<O3> spilled 8 bytes at head_dim 248 and 16 at 256, 24 at both with
+  -- ALiBi too (255 registers, ptxas sm_75, wave 24); kiln's pipeline fits them in 254-255 with none. Below 248
+  -- default<O3> fits (d200 with all three 242 registers; head_dim 192 with v_head_dim 128 212, where kiln's pipeline
+  -- gave 16 SASS instructions more), and so do the deterministic dkdv and the other keys: 236-252)
+  if cfg.csplit and spec.kernel == "dkdv" and not spec.deterministic and spec.window and spec.softcap
+      and (spec.dim or spec.head_dim) > 200 then
+    cfg.pipeline = "kiln"
+  end
   if cfg.d32 and spec.kernel == "dkdv" and not spec.deterministic and spec.dim == 64 and spec.vdim == 64 and spec.window
       and spec.alibi and not spec.softcap and not cfg.lowalk then
     cfg.pipeline = "kiln"

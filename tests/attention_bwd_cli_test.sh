@@ -164,8 +164,34 @@ expect "bad kernel" 2 "valid: dkdv, prep, convert, dq" -- emit attention_bwd ker
 expect "bad head_dim" 2 "head_dim=44: must be a multiple of 8 from 8 to 256" -- run attention_bwd head_dim=44 --sm 80 --rows 4
 expect "head_dim 512 refused naming why" 2 "head_dim=512 is refused on every target: the forward refuses it" -- \
     emit attention_bwd head_dim=512 --sm 90
-expect "path=mma past head_dim 128 (136 pads to 256)" 2 "head_dim 136-256 among them, run on path=simt" -- \
+expect "path=mma past head_dim 128 (136 pads to 256) on sm_80 refused naming why" 2 \
+    "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8" -- \
     emit attention_bwd dtype=f16 head_dim=136 path=mma --sm 80
+expect "path=mma with bf16 past head_dim 128 refused naming why" 2 "or f16 at head_dim 136-256 (sm_75's m16n8k8" -- \
+    emit attention_bwd dtype=bf16 head_dim=256 path=mma --sm 75
+# wave 24: f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key / 16-row group (lib/attn_bwd_mma.lua M.csplit);
+# dropout stays on SIMT under auto and is refused under path=mma naming why
+for s in "kernel=dkdv head_dim=256 causal=true" "kernel=dq head_dim=200 causal=top_left window=true softcap=true alibi=true" \
+    "kernel=dkdv head_dim=160 deterministic=true"; do
+    expect "sm_75 f16 $s: path=auto on the m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+        emit attention_bwd dtype=f16 $s --sm 75
+done
+expect "sm_75 f16 d256 dropout: path=auto keeps SIMT" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=256 causal=true dropout=true --sm 75
+grep -q "mma" "$tmp/out" && bad "sm_75 f16 d256 dropout SIMT: no mma" "found in PTX" || ok "sm_75 f16 d256 dropout SIMT: no mma"
+expect "path=mma for f16 d256 dropout on sm_75 refused naming why" 2 "without dropout, nor varlen in the atomic dkdv" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=256 causal=true dropout=true path=mma --sm 75
+expect "path=mma for the f16 d200 varlen atomic dkdv on sm_75 refused naming why" 2 "nor varlen in the atomic dkdv" -- \
+    emit attention_bwd kernel=dkdv dtype=f16 head_dim=200 causal=true varlen=true path=mma --sm 75
+expect "run f16 sm_75 head_dim 192 v_head_dim 128 (column split) causal GQA, race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=192 v_head_dim=128 causal=true --sm 75 --rows 40 --seq-k 50 --heads 4:2 --race
+expect "run f16 sm_75 head_dim 128 v_head_dim 256 deterministic (column split), race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=128 v_head_dim=256 causal=true deterministic=true --sm 75 --rows 40 --heads 2:1 --race
+expect "run f16 sm_75 head_dim 256 varlen deterministic every mask key (column split), race check" 0 "PASS" -- \
+    run attention_bwd dtype=f16 head_dim=256 causal=true varlen=true deterministic=true window=true softcap=true alibi=true \
+    --sm 75 --varlen 0,1,37,70 --varlen-k 3,0,37,65 --heads 2:1 --window 20,3 --softcap 30 --alibi --race
+expect "run f16 sm_75 head_dim 256 causal GQA (column split), race check" 0 "PASS: every gradient within tolerance" -- \
+    run attention_bwd dtype=f16 head_dim=256 causal=true --sm 75 --rows 40 --seq-k 50 --heads 4:2 --race
 expect "run heads not dividing" 2 "key/value heads must divide" -- run attention_bwd --sm 80 --rows 4 --heads 3:2
 # kiln run checks the sequence a kernel's launch description declares: dkdv's (prep, dkdv, convert/dq)
 expect "run a single backward step is refused" 2 "kiln run checks dq, dk and dv of the whole sequence" -- \

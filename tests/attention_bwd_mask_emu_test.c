@@ -1,6 +1,6 @@
 /* tests/attention_bwd_mask_emu_test.c - the attention backward's window, softcap, alibi and
- * top-left causal keys on every path (mma sm_80/sm_75, SIMT), atomic and deterministic sequences,
- * on the CPU emulator through the registry's case runner against the float64 gradients (dQ, dK, dV) of
+ * top-left causal keys on every path (mma sm_80/sm_75, SIMT; sm_75 f16 at head_dim 192 and 256 too), atomic and
+ * deterministic sequences, on the CPU emulator through the registry's case runner against the float64 gradients (dQ, dK, dV) of
  * templates/attention_bwd.ref.c,
  * with FlashAttention-2's edge cases (a window narrower than a tile, rows that see no key: zero
  * gradients, softcap with causal, alibi with GQA). */
@@ -133,6 +133,21 @@ int main(void) {
                res.worst[2]);
         fflush(stdout);
     }
+    /* head_dim 256 and the padded 192 on sm_75's m16n8k8 (f16: two warps a 16-key or 16-row group, each half of the
+     * columns, lib/attn_bwd_mma.lua M.csplit): every key with GQA, rows that see no key, top-left causal; atomic and
+     * deterministic */
+    static const struct { size_t ci; int d, det; } wide[] = {{7, 256, 0}, {7, 192, 1}, {1, 256, 1}, {6, 192, 0}};
+    result res = {{0}};
+    for (size_t w = 0; w < sizeof wide / sizeof wide[0]; w++) {
+        char name[400];
+        snprintf(name, sizeof name, "%s: %s d=%d%s", paths[2].name, cases[wide[w].ci].name, wide[w].d,
+                 wide[w].det ? " deterministic" : "");
+        TEST_BEGIN(name);
+        run_case(emu, gen, &paths[2], &cases[wide[w].ci], wide[w].d, wide[w].det, seed++, &res);
+        TEST_END();
+    }
+    printf("%-16s worst error/tolerance at d192/d256: dq %.3f dk %.3f dv %.3f\n", paths[2].name, res.worst[0],
+           res.worst[1], res.worst[2]);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);
     return check_summary("attention bwd mask emu");

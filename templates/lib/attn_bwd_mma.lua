@@ -34,7 +34,10 @@ local LOG2E = 1.4426950408889634
 -- would need 256 accumulators a thread).
 -- Second result: why not, when the target has the mma but the spec does not fit it.
 function M.available(spec, target)
-  if spec.dtype == "f32" or spec.out ~= spec.dtype or spec.head_dim > 128 or not target.ldmatrix then return false end
+  if spec.dtype == "f32" or spec.out ~= spec.dtype or not target.ldmatrix then return false end
+  if spec.head_dim > 128 then -- (the tile width 256: f16 on sm_75's m16n8k8 alone, the column split, M.csplit)
+    return M.csplit(spec, target), M.csplit_refusal(spec, target)
+  end
   -- dkdv at d128 without cp.async (16-row query tiles, dK and dV 128 registers a thread) spills
   -- 8 bytes with window, softcap and alibi all on (ptxas, sm_75): that combination runs on SIMT
   -- (bf16 on sm_75's two passes fits: lib/attn_bwd_f16scaled_d128.lua)
@@ -74,10 +77,39 @@ function M.available(spec, target)
   return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
+-- The column split (wave 24, issue 28: the tile width 256, head_dim 136-256, f16 on sm_75's m16n8k8): dK and dV of
+-- a 16-key group, or dQ of a 16-row group, are 256 columns, 128 f32 accumulators a thread each, beside the other
+-- (dkdv) or S, dP and the staging (dq). So two warps share a 16-key (dkdv) or 16-row (dq) group: both compute the
+-- group's S^T and dP^T (dq: S and dP) over all 256 columns (the same values: no exchange), and each accumulates
+-- and stores one half of the columns, (warp & 1) * 128 on (dkdv: dK and dV, 64 + 64 accumulators a thread; dq:
+-- dQ, 64). A block is 2 groups: dkdv 32 keys with 16-row query tiles (K, V 2 x 32 x 264 and Q, dO 2 x 16 x 264
+-- halves + dS 16 x 40: 52,096 bytes of sm_75's 65,536), dq 32 rows with 16-key tiles (Q, dO 2 x 32 x 264 + K, V
+-- 2 x 16 x 264: 50,688 bytes). The price: S^T and dP^T twice per key group, 6 products of a 16 x 16 x 256 tile
+-- where one warp holding both halves would issue 4 (it cannot: 256 accumulators). Measured first, the tiles as they were admitted at 256: dkdv (64 keys, 16-row query tiles) needed
+-- 86,912 bytes of shared memory, dq (64 rows, 16-key tiles) 84,480, both refused before ptxas. With the split (ptxas
+-- sm_75): atomic dkdv 248-252 registers, deterministic 236, dq 164, 0 spills (the atomic dkdv with a window and the
+-- softcap: attention_bwd.lua K.config's pipeline rule); docs/attention_bwd.md "d256 on sm_75".
+-- v_head_dim != head_dim: the wider of the two splits (MLA's 192 / 128: 146-222 registers). varlen: dq and the
+-- deterministic dkdv (140-255 registers, every mask key); the atomic dkdv spilled 40 bytes at head_dim 200 and 256
+-- with window, softcap and ALiBi, 44 at 248 (default<O3>; kiln's pipeline 4-44), so it runs on SIMT.
+-- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (the atomic dkdv spilled
+-- 24 bytes at 256 causal; each warp of a pair would also draw the same mask): SIMT, path=mma refused naming why.
+function M.csplit(spec, target)
+  return spec.head_dim == 256 and spec.dtype == "f16" and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
+    and not spec.dropout and not (spec.varlen and spec.kernel == "dkdv" and not spec.deterministic) or false
+end
+function M.csplit_refusal(spec, target)
+  if M.csplit(spec, target) then return nil end
+  return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 (two warps a 16-key or 16-row group"
+    .. ", each half of the columns), without dropout, nor varlen in the atomic dkdv (more than 255 registers a thread)"
+    .. "; the rest runs on path=simt"
+end
+
 -- kernel=dq: 4 warps x 16 query rows; keys per tile so that Q, dO, K, V fit the opt-in limit.
 local function config_dq(spec, target, cfg)
   local d = spec.head_dim
   local bm, bn, ld = M.WARPS * 16, d == 128 and 32 or 64, d + 8
+  if M.csplit(spec, target) then bm, bn, cfg.csplit = 32, 16, 2 end -- (two warps a 16-row group, M.csplit)
   -- without cp.async, d96 with the mask keys (per-row bounds, slopes, tanh) spills at 64 keys (ptxas
   -- on sm_75: 16-32 bytes with every key on); 32-key tiles fit
   -- (and with dropout, its Philox words: 12 bytes at 64 keys on sm_75)
@@ -124,6 +156,7 @@ function M.config(spec, target, cfg)
   -- dK and dV (64 + 64 a thread) unless the query tile shrinks to 16 rows; so for d96 beside the f16-scaled
   -- path's scaling (32 rows spilled 8-12 bytes, sm_75; 16 rows: 230-252 registers, 0 spills).
   if (d == 128 or (d == 96 and f16s.applies(spec, target))) and not target.cp_async then bm = 16 end
+  if M.csplit(spec, target) then bm, bn, cfg.csplit = 16, 32, 2 end -- (two warps a 16-key group, M.csplit)
   local ld, ldd = d + 8, bn + 8
   local es = util.dtype_bytes[spec.dtype]
   local bytes = (2 * bn + 2 * bm) * ld * es + bm * ldd * es + 2 * bm * 4
@@ -350,6 +383,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
+  -- (cfg.csplit, M.csplit: kw the warp's 16-key group, ccol the first of its half of dK's and dV's columns)
+  local kw = cfg.csplit and warp >> 1 or warp
   local bi, hkv = b:ctaid("z"), b:ctaid("y")
   local group = p.heads_q // p.heads_kv
   local k0 = b:ctaid("x") * bn
@@ -394,13 +429,18 @@ function M.build_dkdv(b, spec, cfg, p, io)
   local vd = spec.vdim or dim -- (v_head_dim: dP and dV run to it, S and dK to head_dim)
   local kd = util.ceil_div(math.max(dim, vd), 16)
   local nq, dtiles = bm // 8, 2 * kd
+  local ccol = 0
+  if cfg.csplit then -- (each warp of a pair: ceil(kd / 2) 16-column steps of dK and dV, from ccol)
+    dtiles = 2 * util.ceil_div(kd, 2)
+    ccol = (warp & 1) * (dtiles * 8)
+  end
   -- This thread's two keys (C rows g and g + 8 of the warp's 16): in range, and the first query
   -- that sees them (causal).
   -- (hooks: the rows [first_q, end_q) that see the key, and the rows the block's keys meet)
   local hooks = io.hooks
   local key, key_ok, first_q, end_q = {}, {}, {}, {}
   for h = 0, 1 do
-    key[h] = k0 + warp * 16 + g + 8 * h
+    key[h] = k0 + kw * 16 + g + 8 * h
     key_ok[h] = b:lt(key[h], p.seq_k)
     if hooks then first_q[h], end_q[h] = mask.query_range(hooks.mask, key[h], key[h])
     else first_q[h] = key[h] - shift end
@@ -568,8 +608,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
         -- S^T and dP^T: 16 keys x bm queries per warp.
         local s, dp = zeros(nq), zeros(nq)
         for kk = 0, kd - 1 do
-          local ak = frag_a(b, sh.ks, ld, lane, warp * 16, kk * 16)
-          local av = frag_a(b, sh.vs, ld, lane, warp * 16, kk * 16)
+          local ak = frag_a(b, sh.ks, ld, lane, kw * 16, kk * 16)
+          local av = frag_a(b, sh.vs, ld, lane, kw * 16, kk * 16)
           for jp = 0, nq // 2 - 1 do
             local q1, q2 = frag_bn(b, sh.qs, ld, lane, jp * 16, kk * 16)
             s[2 * jp] = b:mma(mdt, ak, q1, s[2 * jp])
@@ -794,8 +834,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
           local ads = pass.dk and (frag(adss[ks]) or c_to_a(b, dp, ks, dt))
           for jd = jd0, jd1 - 1 do -- (pass.cols: a dK pass, no dV)
             local o1, o2, q1, q2
-            if pass.dv then o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, jd * 16) end
-            if pass.dk then q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, jd * 16) end
+            if pass.dv then o1, o2 = frag_bk(b, sh.dos, ld, lane, ks * 16, ccol + jd * 16) end
+            if pass.dk then q1, q2 = frag_bk(b, sh.qs, ld, lane, ks * 16, ccol + jd * 16) end
             for x = 0, 1 do
               local j = 2 * jd + x
               local ov = { dv[j][1]:get(), dv[j][2]:get(), dv[j][3]:get(), dv[j][4]:get() }
@@ -813,14 +853,18 @@ function M.build_dkdv(b, spec, cfg, p, io)
           -- dS (queries x keys) to shared memory in the dtype, then dQ(tile) = dS K.
           -- (f16-scaled: dS times K's row factors, each query row scaled by its own power of two)
           local dsq = fs and fs.ds_rows(b, sh, dp, nq, kf, bm, warp, lane) or dp
-          for j = 0, nq - 1 do
-            for hh = 0, 1 do
-              local kcol = warp * 16 + g + 8 * hh
-              for e = 0, 1 do
-                b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dsq[j][2 * hh + e + 1], mdt))
+          local function store_ds()
+            for j = 0, nq - 1 do
+              for hh = 0, 1 do
+                local kcol = kw * 16 + g + 8 * hh
+                for e = 0, 1 do
+                  b:store(sh.dss + (j * 8 + t * 2 + e) * ldd + kcol, b:from_f32(dsq[j][2 * hh + e + 1], mdt))
+                end
               end
             end
           end
+          -- (cfg.csplit: both warps of a pair hold the group's dS; the first stores it)
+          if cfg.csplit then b:if_(b:eq(warp & 1, 0), store_ds) else store_ds() end
           b:barrier()
           -- 16 head-dim columns at a time, so that few accumulators are live beside dK and dV.
           -- (a slice of 24 columns, d96 with 16-row query tiles: a last step of 8)
@@ -882,18 +926,27 @@ function M.build_dkdv(b, spec, cfg, p, io)
         local r = b:i64(key[hh])
         -- (f16-scaled: the accumulators hold dK 2^-ck, dV 2^-cv)
         local mk, mv = fs and p.scale * fs.factor(b, stk, hh) or p.scale, fs and fs.factor(b, stv, hh)
-        for j = 2 * jd0, pass.dk and math.min(2 * jd1, dim // 8) - 1 or -1 do -- (padded head_dim: the columns past it are not stored)
-          local col = j * 8 + t * 2
-          b:store_vec(kb + r * p.stride_dks + col,
-                      b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
-                      { align = 2 * gb })
+        -- (cfg.csplit: this warp's half from ccol, 8-column groups past the real head_dim not stored)
+        local function split_cols(j, width, f)
+          if not cfg.csplit then return f(j * 8 + t * 2) end
+          if width < d then b:if_(b:lt(ccol + j * 8, width), function() f(ccol + j * 8 + t * 2) end)
+          else f(ccol + j * 8 + t * 2) end
         end
-        for j = 0, pass.dv and vd // 8 - 1 or -1 do -- (dV: v_head_dim wide)
-          local col = j * 8 + t * 2
-          local x, y = dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get()
-          if mv then x, y = x * mv, y * mv end
-          b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ x, y }, spec.grad),
-                      { align = 2 * gb })
+        local kcols = cfg.csplit and dtiles or math.min(2 * jd1, dim // 8)
+        for j = 2 * jd0, pass.dk and kcols - 1 or -1 do -- (padded head_dim: the columns past it are not stored)
+          split_cols(j, dim, function(col)
+            b:store_vec(kb + r * p.stride_dks + col,
+                        b:from_f32_vec({ dk[j][2 * hh + 1]:get() * mk, dk[j][2 * hh + 2]:get() * mk }, spec.grad),
+                        { align = 2 * gb })
+          end)
+        end
+        for j = 0, pass.dv and (cfg.csplit and dtiles or vd // 8) - 1 or -1 do -- (dV: v_head_dim wide)
+          split_cols(j, vd, function(col)
+            local x, y = dv[j][2 * hh + 1]:get(), dv[j][2 * hh + 2]:get()
+            if mv then x, y = x * mv, y * mv end
+            b:store_vec(vb + r * p.stride_dvs + col, b:from_f32_vec({ x, y }, spec.grad),
+                        { align = 2 * gb })
+          end)
         end
       end)
     end
@@ -948,6 +1001,8 @@ function M.build_dq(b, spec, cfg, p, io)
   local tid = b:tid()
   local lane, warp = tid & 31, tid >> 5
   local g, t = lane >> 2, lane & 3
+  -- (cfg.csplit, M.csplit: rw the warp's 16-row group, ccol the first of its half of dQ's columns)
+  local rw = cfg.csplit and warp >> 1 or warp
   local bi, h = b:ctaid("z"), b:ctaid("y")
   local hkv = h // (p.heads_q // p.heads_kv)
   local q0 = b:ctaid("x") * bm
@@ -987,7 +1042,7 @@ function M.build_dq(b, spec, cfg, p, io)
   local hooks = io.hooks
   local row, bound, lo, lse2, dl = {}, {}, {}, {}, {}
   for hh = 0, 1 do
-    row[hh] = q0 + warp * 16 + g + 8 * hh
+    row[hh] = q0 + rw * 16 + g + 8 * hh
     local live = b:lt(row[hh], p.seq_q)
     if hooks then
       local l, hi = hooks.range(row[hh])
@@ -1012,6 +1067,11 @@ function M.build_dq(b, spec, cfg, p, io)
   -- (padded head_dim: products stop at the step holding spec.dim, or v_head_dim when wider)
   local kd = util.ceil_div(math.max(spec.dim or d, spec.vdim or d), 16)
   local dtiles, nk = 2 * kd, bn // 8
+  local ccol = 0
+  if cfg.csplit then -- (each warp of a pair: ceil(kd / 2) 16-column steps of dQ, from ccol)
+    dtiles = 2 * util.ceil_div(kd, 2)
+    ccol = (warp & 1) * (dtiles * 8)
+  end
   local dq = {}
   for j = 0, dtiles - 1 do
     dq[j] = {}
@@ -1077,8 +1137,8 @@ function M.build_dq(b, spec, cfg, p, io)
     end
     local s, dp = zeros(nk), zeros(nk)
     for kk = 0, kd - 1 do
-      local aq = frag_a(b, sh.qs, ld, lane, warp * 16, kk * 16)
-      local ao = frag_a(b, sh.dos, ld, lane, warp * 16, kk * 16)
+      local aq = frag_a(b, sh.qs, ld, lane, rw * 16, kk * 16)
+      local ao = frag_a(b, sh.dos, ld, lane, rw * 16, kk * 16)
       for jp = 0, nk // 2 - 1 do
         local k1, k2 = frag_bn(b, sh.ks, ld, lane, jp * 16, kk * 16)
         s[2 * jp] = b:mma(mdt, aq, k1, s[2 * jp])
@@ -1180,7 +1240,7 @@ function M.build_dq(b, spec, cfg, p, io)
     for ks = 0, nk // 2 - 1 do
       local a = c_to_a(b, dsa, ks, mdt)
       for jd = 0, dtiles // 2 - 1 do
-        local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, jd * 16)
+        local k1, k2 = frag_bk(b, sh.ks, ld, lane, ks * 16, ccol + jd * 16)
         for x = 0, 1 do
           local j = 2 * jd + x
           local c = b:mma(mdt, a, x == 0 and k1 or k2, { dq[j][1]:get(), dq[j][2]:get(), dq[j][3]:get(), dq[j][4]:get() })
@@ -1204,10 +1264,18 @@ function M.build_dq(b, spec, cfg, p, io)
     b:if_(b:lt(row[hh], p.seq_q), function()
       local r = b:i64(row[hh])
       local m = fs and p.scale * fs.factor(b, stq, hh) or p.scale -- (f16-scaled: dQ 2^-cq held)
-      for j = 0, (spec.dim or d) // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
-        b:store_vec(qb + r * p.stride_dqs + j * 8 + t * 2,
+      local function put(j, col)
+        b:store_vec(qb + r * p.stride_dqs + col,
                     b:from_f32_vec({ dq[j][2 * hh + 1]:get() * m, dq[j][2 * hh + 2]:get() * m }, spec.grad),
                     { align = 2 * gb })
+      end
+      if cfg.csplit then -- (this warp's half from ccol; 8-column groups past the real head_dim not stored)
+        for j = 0, dtiles - 1 do
+          if (spec.dim or d) < d then b:if_(b:lt(ccol + j * 8, spec.dim), function() put(j, ccol + j * 8 + t * 2) end)
+          else put(j, ccol + j * 8 + t * 2) end
+        end
+      else
+        for j = 0, (spec.dim or d) // 8 - 1 do put(j, j * 8 + t * 2) end -- (padded head_dim: the columns past it are not stored)
       end
     end)
   end
