@@ -184,7 +184,7 @@ function M.config(spec, target)
   -- the tile loop one to four registers past the consumers' 240, so they took the atomics until wave 24. LLVM made
   -- the dS tile's four per-thread store offsets (64-bit) before the tile loop and held them across it; made in the
   -- loop from a shuffled copy of the thread index (cfg.remade_ds, M.build) all 148 run the writer with 0 spills and
-  -- no C7508 (docs/hopper.md "Left on atomics (issue 27)"); not done elsewhere, where their PTX stays as it was)
+  -- no C7508 (docs/hopper.md "Step 5: the last variants off the atomics"); not done elsewhere, where their PTX stays as it was)
   local dim = spec.dim or spec.head_dim
   local w = wdims.width(math.max(dim, spec.vdim or dim))
   local remade = (w == 128 and spec.softcap and spec.alibi) or
