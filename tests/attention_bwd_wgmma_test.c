@@ -59,6 +59,9 @@ static const row ROWS[] = {
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 softcap=true path=wgmma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=64 grad=f32 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0, 0, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 grad=f32 causal=top_left window=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 80, 0, 0, 0, 0, {0}, {0}},
+    /* (wave 24) the softcap with ALiBi at d128 (window; two consumer warpgroups): dQ's writer with the dS offsets
+     * remade in the tile loop (atomics before: the writer spilled 16 bytes) */
+    {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true window=true softcap=true alibi=true path=wgmma", 90, 140, 2, 1, 1, 30, 4, 0, 0, 0, {0}, {0}},
     /* the softcap at d128 (one consumer warpgroup; dS's factor P (1 - tanh^2) made beside P) */
     {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true softcap=true path=wgmma", 70, 90, 2, 1, 1, 0, 0, 1, 0, 0, {0}, {0}},
     {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 grad=f32 causal=top_left window=true softcap=true alibi=true deterministic=true path=wgmma", 80, 100, 1, 1, 2, 40, 3, 0, 0, 0, {0}, {0}},
@@ -113,8 +116,27 @@ static void test_emulator(void) {
 }
 
 /* dQ (deterministic=false) by FA3's writer, TMA reduce-adds of staging tiles (no atomics; 256-column tiles: half-panel
- * tiles, wave 23, but the softcap with causal=top_left) but the softcap with ALiBi at d128 (atomics: the writer spilled there); two consumer warpgroups (384 threads) but with dropout, or the softcap with varlen, at d128 (256:
- * one). */
+ * tiles, wave 23), since wave 24 the softcap with ALiBi at d128 and with causal=top_left on 256-column tiles too (they
+ * took the atomics: the writer spilled there), whose dS offsets are made in the tile loop from a shuffle of the thread
+ * index (shfl.sync.bfly by 0: present there only); two consumer warpgroups (384 threads) but with dropout, or the
+ * softcap with varlen, at d128 (256: one). */
+/* Whether the PTX holds a shfl.sync.bfly by lane offset 0 (each thread's own value: the dS offsets remade in the tile
+ * loop, lib/attn_bwd_wgmma.lua's remade_ds). */
+static int own_lane_shuffle(const char *ptx) {
+    for (const char *at = strstr(ptx, "shfl.sync.bfly.b32"); at; at = strstr(at + 1, "shfl.sync.bfly.b32")) {
+        const char *c = at + strlen("shfl.sync.bfly.b32");
+        c += strspn(c, " \t");
+        for (int k = 0; k < 2; k++) { /* (the two registers, "%rN, ") */
+            if (strncmp(c, "%r", 2)) break;
+            c += 2 + strspn(c + 2, "0123456789");
+            if (strncmp(c, ", ", 2)) break;
+            c += 2;
+        }
+        if (!strncmp(c, "0, 31, -1;", 10)) return 1;
+    }
+    return 0;
+}
+
 static void picked(const char *spec, const char *ptx) {
     int atomics = strstr(ptx, "atom.global.add.f32") || strstr(ptx, "red.global.add.f32");
     int reduce = strstr(ptx, "cp.reduce.async.bulk.tensor.4d.global.shared::cta.add.tile.bulk_group") ||
@@ -122,11 +144,13 @@ static void picked(const char *spec, const char *ptx) {
     const char *hd = strstr(spec, "head_dim=");
     int d128 = hd && atoi(hd + 9) > 64 && atoi(hd + 9) <= 128, sc = strstr(spec, "softcap=true") != NULL, dr = strstr(spec, "dropout=true") != NULL; /* (104-120 run d128's) */
     const char *vd = strstr(spec, "v_head_dim=");
-    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles: top_left + softcap spilled) */
+    int wide = (hd && atoi(hd + 9) > 128) || (vd && atoi(vd + 11) > 128); /* (256-column tiles) */
     int dq = !strstr(spec, "deterministic=true");
-    int heavy = (d128 && sc && strstr(spec, "alibi=true")) || (wide && sc && strstr(spec, "causal=top_left"));
-    CHECK(atomics == (dq && heavy), "%s: atomics %s", spec, atomics ? "present" : "absent");
-    CHECK(reduce == (dq && !heavy), "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
+    int remade = (d128 && sc && strstr(spec, "alibi=true")) || (wide && sc && strstr(spec, "causal=top_left"));
+    CHECK(!atomics, "%s: dQ's atomics present", spec);
+    CHECK(reduce == dq, "%s: dQ's TMA reduce-add %s", spec, reduce ? "present" : "absent");
+    int own = own_lane_shuffle(ptx);
+    CHECK(own == (dq && remade), "%s: the dS offsets' shuffle of the thread index %s", spec, own ? "present" : "absent");
     CHECK(!reduce || strstr(ptx, "kiln.meta tmap tm_dq dq_acc") != NULL, "%s: no tm_dq map over dq_acc", spec);
     int one = d128 && (dr || (sc && strstr(spec, "varlen=true"))); /* (wave 15: the softcap alone runs two) */
     CHECK(strstr(ptx, one ? "kiln.meta block 256 1 1" : "kiln.meta block 384 1 1") != NULL, "%s: not %d consumer warpgroups", spec, one ? 1 : 2);
@@ -151,6 +175,8 @@ static void test_selection(void) {
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=128 causal=true softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=f16 head_dim=112 softcap=true dropout=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true dropout=true path=wgmma", SM90A, 1}, /* (two on one key block) */
+        {"attention_bwd kernel=dkdv dtype=f16 head_dim=192 causal=top_left softcap=true path=wgmma", SM90A, 1}, /* (dS offsets remade) */
+        {"attention_bwd kernel=dkdv dtype=bf16 head_dim=192 causal=true softcap=true path=wgmma", SM90A, 1},
         {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64", SM90A, 0}, /* auto: mma.sync until a GPU ran wgmma */
         {"attention_bwd kernel=dq dtype=bf16 head_dim=64", SM90A, 0},
     };
@@ -248,6 +274,9 @@ static void test_planted(void) {
          "b:mbarrier_init(full + 2 * s, 1)", {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 130, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         {"dS stored for dQ without the 128B swizzle's XOR", "((2 * w + rr) ~ (2 * q + e)) * 8", "(2 * w + rr) * 8",
          {"attention_bwd kernel=dkdv dtype=bf16 head_dim=64 path=wgmma", 64, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
+        {"the remade dS offsets (the softcap with ALiBi at d128): q from the neighbouring thread's index", "w, g, q = own // 32, (own % 32) // 4, own % 4",
+         "w, g, q = own // 32, (own % 32) // 4, (own + 1) % 4",
+         {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 window=true softcap=true alibi=true path=wgmma", 40, 64, 1, 1, 1, 30, 4, 0, 0, 0, {0}, {0}}},
         {"dQ's second 64 columns read K's first panel", "my_k + hp * PANEL + 1024 * j", "my_k + 1024 * j",
          {"attention_bwd kernel=dkdv dtype=f16 head_dim=128 path=wgmma", 40, 64, 1, 1, 1, 0, 0, 0, 0, 0, {0}, {0}}},
         /* dQ's writer (TMA reduce-adds of the staging tiles) */

@@ -11,9 +11,9 @@
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc (prep zeroes it, convert scales and rounds
 -- it) by FA3's dQ writer: a 64-column panel at a time through a shared f32 staging tile and TMA reduce-adds (8 boxes of
--- 8 columns: the map tm_dq; below: DQ_TILE; 256-column tiles a half-panel at a time), or with f32 atomics where ptxas
--- spilled with the writer (the softcap with ALiBi at 128 columns, with causal=top_left at 256); deterministic=true
--- adds nothing and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
+-- 8 columns: the map tm_dq; below: DQ_TILE; 256-column tiles a half-panel at a time) in every variant of the matrix
+-- (f32 atomics remain the form where no staging tile fits the block's shared memory: none built now);
+-- deterministic=true adds nothing and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
 -- plus four tensor maps over q, k, v, dout (and dQ's writer: tm_dq over dq_acc, f32, boxes of 64 rows x 8 columns, below)
@@ -178,26 +178,28 @@ function M.config(spec, target)
   local bytes = ((sets + sh.stages) * (lq + lv) + (atomic and sh.nc or 0)) * PANEL * util.dtype_bytes[spec.dtype]
   -- (FA3's dQ writer: a 16 KiB f32 staging tile a consumer warpgroup where the block's shared memory holds it:
   -- d64 114 KiB and d128 178 KiB in all; d256 (SPLIT) would need 241 KiB: half-panel tiles, 225 KiB)
-  -- (and where ptxas fits it: the softcap with ALiBi on 128-column tiles (d96, d128, with the window: every such
-  -- variant of the matrix) spilled 16 bytes with the writer, 0 with the atomics, so they keep the atomics)
-  -- (and on 256-column tiles the softcap with causal=top_left: 16 of its 34 variants of the matrix spilled 8 bytes
-  -- with the half-panel tiles (ptxas sm_90a; the DQ fragment held across the wait between the halves), the softcap
-  -- otherwise 0 of 68, so those 34 keep the atomics)
+  -- (remade: the softcap with ALiBi on 128-column tiles (d96, d128) and the softcap with causal=top_left on
+  -- 256-column ones. ptxas sm_90a spilled there with the writer as built for the others: 16 bytes in 24 of the
+  -- first's 114 variants of the matrix (the window's without dropout or varlen) and 8 in 16 of the second's 34,
+  -- the tile loop one to four registers past the consumers' 240, so they took the atomics until wave 24. LLVM made
+  -- the dS tile's four per-thread store offsets (64-bit) before the tile loop and held them across it; made in the
+  -- loop from a shuffled copy of the thread index (cfg.remade_ds, M.build) all 148 run the writer with 0 spills and
+  -- no C7508 (docs/hopper.md "Step 5: the last variants off the atomics"); not done elsewhere, where their PTX stays as it was)
   local dim = spec.dim or spec.head_dim
   local w = wdims.width(math.max(dim, spec.vdim or dim))
-  local heavy = (w == 128 and spec.softcap and spec.alibi) or
-                (w == 256 and spec.softcap and (spec.top_left or spec.causal == "top_left"))
+  local remade = (w == 128 and spec.softcap and spec.alibi) or
+                 (w == 256 and spec.softcap and (spec.top_left or spec.causal == "top_left"))
   -- (dq_parts: the tile holds a panel (1) or half of one (2: d256's SPLIT, 212992 + 16384 + 1088 bytes), written
   -- in turn with a wait_group.read between; atomics were neither to fit)
   local dq_parts
   for _, n in ipairs({ 1, 2 }) do
-    if atomic and not heavy and not dq_parts and bytes + sh.nc * DQ_TILE // n + static_bytes(sh) <= SMEM_MAX then dq_parts = n end
+    if atomic and not dq_parts and bytes + sh.nc * DQ_TILE // n + static_bytes(sh) <= SMEM_MAX then dq_parts = n end
   end
   local dq_tma = dq_parts ~= nil
   if dq_tma then bytes = bytes + sh.nc * DQ_TILE // dq_parts end
   local keys_per_block = 64 * sets
   return {
-    atomic = atomic, dq_tma = dq_tma, dq_parts = dq_parts,
+    atomic = atomic, dq_tma = dq_tma, dq_parts = dq_parts, remade_ds = atomic and remade or nil,
     path = "wgmma", block = 128 * (sh.nc + 1), threads = 128 * (sh.nc + 1), grid_tile = { keys_per_block, 1, 1 },
     rows_per_block = keys_per_block, block_n = keys_per_block, block_m = BM, nc = sh.nc, stages = sh.stages,
     dec = sh.dec, inc = sh.inc, dynamic_smem = bytes, align = 16, arch_specific = true, split = sh.split,
@@ -481,7 +483,15 @@ function M.build(b, spec, cfg, params, io)
           -- [query][key] tile (128B-swizzled, wgmma's K-major A; element (qr, kr) in row qr, 16-byte chunk
           -- kr / 8 XOR qr % 8), the 128 threads' stores gathered on an mbarrier and handed to the async proxy.
           -- Element i: key kr = 16w + g + 8 rr (chunk 2w + rr, column g), query qr = 8 jj + 2q + e (qr % 8 = 2q + e)
+          -- (cfg.remade_ds: w, g, q from this thread's index as a shuffle returns it (bfly 0: its own lane's), made
+          -- here in the loop, where LLVM leaves a shfl.sync: the offsets are not four 64-bit values made before the
+          -- tile loop and held across it; M.config)
           local base = {}
+          local w, g, q = w, g, q
+          if cfg.remade_ds then
+            local own = b:shfl("bfly", tc, b:i32(0))
+            w, g, q = own // 32, (own % 32) // 4, own % 4
+          end
           for rr = 0, 1 do
             for e = 0, 1 do base[2 * rr + e] = (2 * q + e) * 64 + ((2 * w + rr) ~ (2 * q + e)) * 8 + g end
           end
