@@ -11,8 +11,8 @@
 -- (lib/attn_bwd_wgmma_keys.lua: the forward's Philox mask, maps over the packed tensors).
 -- dQ: by default this kernel adds dS K into the f32 workspace dq_acc (prep zeroes it, convert scales and rounds
 -- it) by FA3's dQ writer: a 64-column panel at a time through a shared f32 staging tile and TMA reduce-adds (8 boxes of
--- 8 columns: the map tm_dq; below: DQ_TILE; 256-column tiles a half-panel at a time) in every variant of the matrix
--- (f32 atomics remain the form where no staging tile fits the block's shared memory: none built now);
+-- 8 columns: the map tm_dq; below: DQ_TILE; 256-column tiles a half-panel at a time) in every variant (wave 24
+-- removed the f32 atomics it replaced: no variant took them once the last two sets ran the writer, M.config);
 -- deterministic=true adds nothing and the sequence's kernel=dq (path=auto: mma.sync) computes dQ, as on every path.
 --
 -- Launch: the dkdv kernel's (tensors, strides, scalars, problem {seq_k, heads_kv, batch}, grid tile 64 NC keys)
@@ -49,8 +49,7 @@
 --   the warpgroup's stores gathered on its mbarrier dsbar[c] (128 arrivals; fence.proxy.async first), dV and dK
 --   waited (the consumer then arrives on empty), and dQ += dS K by 4 m64n64k16 per 64 columns of head_dim (K N-major,
 --   trans_b), each 64 columns' D fragment added to dq_acc: stored to the warpgroup's staging tile and added by its
---   thread 0's cp.reduce.async.bulk.tensor (named barrier 1 + c around the stores), or by f32 atomics (rows <
---   seq_q). Without it the consumer
+--   thread 0's cp.reduce.async.bulk.tensor (named barrier 1 + c around the stores). Without it the consumer
 --   arrives on empty once dV and dK are in.
 -- The epilogue stores dK scale and dV in the grad dtype (keys < seq_k), head_dim and v_head_dim columns.
 local util = require("lib.util")
@@ -113,8 +112,8 @@ local ONE = { nc = 1, stages = 2, dec = 24, inc = 256 }
 -- Where the block's shared memory (SMEM_MAX, sm_90's 227 KiB a block, dynamic and static) cannot hold the tiles
 -- beside the K/V, Q/dO and dS panels (d256's SPLIT: 212992 + 32768 + 1088 bytes) each tile holds half a panel (4
 -- boxes, 8 KiB: 230464 bytes in all), the panel's two halves stored and added in turn, the second after thread 0's
--- wait_group.read for the first's reduces and a named barrier (ptxas sm_90a: 0 spills, 168 registers, as the atomics;
--- docs/hopper.md "Step 4").
+-- wait_group.read for the first's reduces and a named barrier (ptxas sm_90a: 0 spills, 168 registers, as the atomics
+-- it replaced; docs/hopper.md "Step 4").
 local DQ_TILE = 64 * 64 * 4
 local DQ_BOXES = 8
 local SMEM_MAX = 232448
@@ -190,10 +189,14 @@ function M.config(spec, target)
   local remade = (w == 128 and spec.softcap and spec.alibi) or
                  (w == 256 and spec.softcap and (spec.top_left or spec.causal == "top_left"))
   -- (dq_parts: the tile holds a panel (1) or half of one (2: d256's SPLIT, 212992 + 16384 + 1088 bytes), written
-  -- in turn with a wait_group.read between; atomics were neither to fit)
+  -- in turn with a wait_group.read between. Every tile shape fits one of them (64-, 128- and 256-column tiles, each
+  -- dtype and key: the matrix's 1294 sm_90a variants); a shape that fits neither is an error here, not a kernel)
   local dq_parts
   for _, n in ipairs({ 1, 2 }) do
     if atomic and not dq_parts and bytes + sh.nc * DQ_TILE // n + static_bytes(sh) <= SMEM_MAX then dq_parts = n end
+  end
+  if atomic and not dq_parts then
+    error(string.format("path=wgmma: no dQ staging tile fits beside %d bytes of panels (%d a block)", bytes, SMEM_MAX))
   end
   local dq_tma = dq_parts ~= nil
   if dq_tma then bytes = bytes + sh.nc * DQ_TILE // dq_parts end
@@ -357,7 +360,6 @@ function M.build(b, spec, cfg, params, io)
     b:mbarrier_wait(kbar, 0)
     b:for_(0, group, 1, function(gi)
       local h = hkv * group + gi
-      local ri = io.row_index(p, bi, h)
       local slope2 = spec.alibi and mask.slope(m, h) or nil
       b:for_(0, nqt, 1, function(qt)
         local it = gi * nqt + qt
@@ -577,32 +579,6 @@ function M.build(b, spec, cfg, params, io)
                     end
                   end
                   b:bulk_commit()
-                end)
-              end
-            else
-              -- dq_acc rows q0 + 16w + g (+ 8), columns 64 hp + 8j + 2q (+ 1): f32 atomics (convert scales them)
-              for r = 0, 1 do
-                local row = q0 + w * 16 + g + 8 * r
-                b:if_(b:lt(row, p.seq_q), function()
-                  local at = p.dq_acc + (ri + b:i64(row)) * dim + (64 * hp + 2 * q)
-                  if split then -- (this warpgroup's half, from column 128 x its index; a column is real below dim)
-                    local cb = uw * 128 + 64 * hp
-                    at = at + uw * 128
-                    for j = 0, 7 do
-                      local i = 4 * j + 2 * r
-                      local function add()
-                        b:atomic_add(at + 8 * j, DQ[i + 1])
-                        b:atomic_add(at + 8 * j + 1, DQ[i + 2])
-                      end
-                      if dim == 256 then add() else b:if_(b:lt(cb + 8 * j, dim), add) end
-                    end
-                    return
-                  end
-                  for j = 0, math.min(7, (dim - 64 * hp) // 8 - 1) do -- (dq_acc rows are dim wide)
-                    local i = 4 * j + 2 * r
-                    b:atomic_add(at + 8 * j, DQ[i + 1])
-                    b:atomic_add(at + 8 * j + 1, DQ[i + 2])
-                  end
                 end)
               end
             end
