@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim, above 128 without dropout, the append, and the mask keys with varlen or paged; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it plain, causal, the mask keys, paged, varlen and split-KV (not with a window, ALiBi and a causal mask together); sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim, above 128 without dropout, the append, a window or softcap over pages, and all three mask keys with varlen under top-left causal; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it plain, causal, the mask keys, paged, varlen and split-KV (not with a window, ALiBi and a causal mask together); sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -243,10 +243,16 @@ end
 -- MMA_TILES_STAGED[256]: 4 warps x 16 rows, 16-key tiles, one buffer (Q from shared memory; O's 128 f32
 -- accumulators a thread fit beside S: ptxas sm_75 CUDA 13, 244 registers plain, 246 causal, 0 spills; 48 KiB).
 -- The keys that spilled there stay on the SIMT path (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
--- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and the
--- mask keys (window, softcap, ALiBi) with varlen (4 bytes, top-left causal) or the paged KV cache (40-44).
+-- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and of the
+-- mask keys (window, softcap, ALiBi) with varlen or the paged KV cache (wave 24, each combination measured at d256,
+-- every causal form): with varlen only window, softcap and ALiBi together under top-left causal (4 bytes; head_dim
+-- 248 8), the other 20 combinations 0 (248-255 registers; 160-248 with the two or three keys that hold a window 0,
+-- 190-255); over pages (split-KV too) all but ALiBi alone, which holds at 252-255 registers, 0 spills: window 8
+-- bytes (split-KV 4), softcap 4-12 (split-KV 0), softcap and ALiBi 0-8, all three 40-44 (split-KV 8).
 local function m16n8k8_wide_spills(spec)
-  return spec.dropout or spec.append or ((spec.varlen or spec.paged) and (spec.window or spec.softcap or spec.alibi))
+  if spec.dropout or spec.append then return true end
+  if spec.varlen then return spec.top_left and spec.window and spec.softcap and spec.alibi end
+  return spec.paged and (spec.window or spec.softcap)
 end
 local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
@@ -330,7 +336,7 @@ function K.config(spec, target)
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 without dropout, the append, a v_head_dim, or split-KV with a window and ALiBi under a causal mask (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma and spec.dtype == "f16" and target.mma_m16n8k8_f16 and target.ldmatrix then
-    error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, and the mask keys with varlen or paged=true (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
+    error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, a window or softcap with paged=true, or window, softcap and ALiBi together with varlen under causal=top_left (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
