@@ -419,8 +419,17 @@ static void keyed_cases(void) {
         {"attention dtype=bf16 head_dim=256 causal=true paged=true path=mma", 70, 150, 2, 4, 2, 16, 1, 1, 0, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true paged=true path=mma", 40, 130, 2, 2, 1, 32, 0, 0, 0, 0,
          0, 50, 0, 30},
-        /* (wave 24) d256 split-KV over pages, leftpad */
+        /* (wave 24) d256 split-KV over pages, leftpad; the append (plain and split-KV, batch_idx); dropout with its keep
+         * mask (both warps of a pair draw the same), with varlen's neighbour the mask keys; a v_head_dim of its own */
         {"attention dtype=bf16 head_dim=256 causal=true splitkv=true paged=true path=mma", 2, 200, 2, 4, 2, 16, 1, 0, 0, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true paged=true append=true path=mma", 9, 150, 3, 2, 1, 16, 1, 0, 5, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=200 causal=true splitkv=true paged=true append=true path=mma", 2, 120, 2, 4, 2, 16, 0, 1, 3, 3, 0,
+         0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true dropout=true dropout_mask=true path=mma", 70, 100, 1, 2, 1, 0, 0, 0, 0, 0, 0.5, 0, 0,
+         0},
+        {"attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true dropout=true path=mma", 50, 70, 1, 2, 2, 0,
+         0, 0, 0, 0, 0.3, 12, 4, 20},
+        {"attention dtype=bf16 head_dim=192 v_head_dim=128 causal=true path=mma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[400];
@@ -839,6 +848,26 @@ static void split_span(void) {
     case_check(spec, &o, split_q_wide, 256);
     TEST_END();
 }
+/* (wave 24) Q rows spanning 2^40 (rotary_q_wide's inputs, no rotary) on d256's keys: the append, dropout, v_head_dim. */
+static void d256_key_spans(void) {
+    static const char *specs[] = {"attention dtype=bf16 out=f32 head_dim=256 causal=true paged=true append=true path=mma",
+                                  "attention dtype=bf16 out=f32 head_dim=256 causal=true dropout=true path=mma",
+                                  "attention dtype=bf16 out=f32 head_dim=192 v_head_dim=128 causal=true path=mma"};
+    static const int dims[] = {256, 256, 192};
+    for (int i = 0; i < 3; i++) {
+        char name[300];
+        snprintf(name, sizeof name, "span: Q rows spanning 2^40, the score from the small entries (%s sm_75)", specs[i]);
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 17 + (uint64_t)i};
+        kiln_case_opts_set(&o, "rows", 9), kiln_case_opts_set(&o, "seq_k", 100), kiln_case_opts_set(&o, "batch", 2);
+        kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
+        if (i == 0) kiln_case_opts_set(&o, "page_size", 16), kiln_case_opts_set(&o, "append", 5);
+        if (i == 1) kiln_case_opts_set(&o, "dropout", 0.3);
+        kiln_case_opts_set(&o, "p_f16", 1);
+        case_check(specs[i], &o, rotary_q_wide, dims[i]);
+        TEST_END();
+    }
+}
 static void all_spans(void) {
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) spans(dims[di], "", 0);
     spans(128, " causal=true", 1);
@@ -846,6 +875,7 @@ static void all_spans(void) {
     spans(256, " causal=true window=true", 1); /* (d256's tiles with a mask key) */
     rotary_span();
     split_span();
+    d256_key_spans();
 }
 
 int main(void) {
