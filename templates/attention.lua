@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim, above 128 without dropout, the append, a window or softcap over pages, and all three mask keys with varlen under top-left causal; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it every key but rotary and split-KV with a window, ALiBi and a causal mask together; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim with every key; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it every key but rotary and split-KV with a window, ALiBi and a causal mask together; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -242,7 +242,7 @@ end
 -- each 16-deep step takes two instructions, no cp.async), f16 at head_dim 136-256 (the 256 tile) runs
 -- MMA_TILES_STAGED[256]: 4 warps x 16 rows, 16-key tiles, one buffer (Q from shared memory; O's 128 f32
 -- accumulators a thread fit beside S: ptxas sm_75 CUDA 13, 244 registers plain, 246 causal, 0 spills; 48 KiB).
--- The keys that spilled there stay on the SIMT path (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
+-- The keys that spilled there take MMA_TILES_STAGED_OSPLIT (wave 24; before, the SIMT path) (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
 -- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and of the
 -- mask keys (window, softcap, ALiBi) with varlen or the paged KV cache (wave 24, each combination measured at d256,
 -- every causal form): with varlen only window, softcap and ALiBi together under top-left causal (4 bytes; head_dim
@@ -254,12 +254,22 @@ local function m16n8k8_wide_spills(spec)
   if spec.varlen then return spec.top_left and spec.window and spec.softcap and spec.alibi end
   return spec.paged and (spec.window or spec.softcap)
 end
+-- (wave 24) f16 at d256 on sm_75 with the keys that spilled on MMA_TILES_STAGED[256] (m16n8k8_wide_spills): the
+-- column split bf16 runs (lib/attn_f16scaled.lua TILES[256], attention.lua osplit): 8 warps, two a 16-row group, both
+-- computing the group's S (Q's rows from shared memory), each accumulating half of O's columns (64 accumulators a
+-- thread), one 16-key buffer: 64 rows a block, 48 KiB. ptxas sm_75 CUDA 13, every f16 variant at 136-256 of the full
+-- matrix (73): 0 spills, those on these tiles 163-226 registers (dropout 172-212, the append 163-206, rotary 169-226). Not the
+-- default: it doubles S's mma (both warps of a pair), and plain f16 d256 is tensor-bound (T4 estimate 40,960 clocks
+-- causal 256 x 256).
+local MMA_TILES_STAGED_OSPLIT = {
+  [256] = { { warps = 8, mt = 1, n = 16, stages = 1, q_regs = false, osplit = 2 } },
+}
 local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
   if target.mma_m16n8k16 then return true end
   -- bf16 on f16-only tensor cores: exact power-of-two scaling to f16 (lib/attn_f16scaled.lua)
   if spec.dtype == "bf16" then return f16s.serves(spec, target) end
-  return spec.dtype == "f16" and target.mma_m16n8k8_f16 and (spec.head_dim <= 128 or not m16n8k8_wide_spills(spec))
+  return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
 local function config_mma(spec, target)
@@ -282,6 +292,7 @@ local function config_mma(spec, target)
     if pk and pk[d] then tiles = pk end
   end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
+  if not target.cp_async and spec.dtype == "f16" and d == 256 and m16n8k8_wide_spills(spec) then tiles = MMA_TILES_STAGED_OSPLIT end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -311,7 +322,7 @@ local function config_mma(spec, target)
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
     osplit = pick.osplit, -- (lib/attn_f16scaled.lua TILES[256]: warps that share 16 query rows, each O's columns / osplit)
-    seq_shared = pick.osplit and spec.varlen or nil, -- (varlen: the lengths read again each trip, build_mma's seq_shared)
+    seq_shared = f16s.applies(spec, target) and pick.osplit and spec.varlen or nil, -- (varlen: the lengths read again each trip, build_mma's seq_shared)
     f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec) or nil,
   }
 end
@@ -334,9 +345,6 @@ function K.config(spec, target)
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
     error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 without rotary or split-KV with a window and ALiBi under a causal mask (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
-  end
-  if spec.path == "mma" and not mma and spec.dtype == "f16" and target.mma_m16n8k8_f16 and target.ldmatrix then
-    error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, a window or softcap with paged=true, or window, softcap and ALiBi together with varlen under causal=top_left (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))

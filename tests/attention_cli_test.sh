@@ -93,8 +93,11 @@ expect "run mma bf16 sm_75 d256 varlen causal (f16-scaled, two warps a row group
     run attention dtype=bf16 head_dim=256 causal=true varlen=true path=mma --sm 75 --varlen 70,5,0,20 --varlen-k 100,37,16,20 --heads 2:1
 expect "run mma bf16 sm_75 d256 split-KV causal GQA" 0 "PASS: every output within tolerance" -- \
     run attention dtype=bf16 head_dim=256 causal=true splitkv=true path=mma --sm 75 --rows 3 --seq-k 300 --heads 8:2 --splits 3
-expect "mma f16 on sm_75 above head_dim 128 with dropout" 2 "sm_75 runs f16 at head_dim=256 on its m16n8k8 tensor cores without dropout" -- \
+expect "mma f16 on sm_75 above head_dim 128 with dropout (wave 24: two warps a row group)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=f16 head_dim=256 dropout=true path=mma --sm 75
+expect "run mma f16 sm_75 d256 causal dropout, keep mask, twice" 0 "PASS: every output within tolerance" -- \
+    run attention dtype=f16 head_dim=256 causal=true dropout=true dropout_mask=true path=mma --sm 75 --rows 70 --seq-k 90 \
+    --heads 2:1 --dropout 0.5 --twice
 expect "mma bf16 on sm_75: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention dtype=bf16 head_dim=64 path=mma --sm 75
 for key in dropout=true "paged=true append=true rotary=neox"; do
