@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim, above 128 without dropout, the append, and the mask keys with varlen or paged; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it plain, causal, the mask keys and paged; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim with every key; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it every key but rotary and split-KV with a window, ALiBi and a causal mask together; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -242,18 +242,34 @@ end
 -- each 16-deep step takes two instructions, no cp.async), f16 at head_dim 136-256 (the 256 tile) runs
 -- MMA_TILES_STAGED[256]: 4 warps x 16 rows, 16-key tiles, one buffer (Q from shared memory; O's 128 f32
 -- accumulators a thread fit beside S: ptxas sm_75 CUDA 13, 244 registers plain, 246 causal, 0 spills; 48 KiB).
--- The keys that spilled there stay on the SIMT path (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
--- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and the
--- mask keys (window, softcap, ALiBi) with varlen (4 bytes, top-left causal) or the paged KV cache (40-44).
+-- The keys that spilled there take MMA_TILES_STAGED_OSPLIT (wave 24; before, the SIMT path) (ptxas sm_75, 255 registers): dropout (16-20 bytes plain
+-- and causal, 36-52 with the mask keys), the in-kernel append (8-16 bytes, 72-96 with the mask keys), and of the
+-- mask keys (window, softcap, ALiBi) with varlen or the paged KV cache (wave 24, each combination measured at d256,
+-- every causal form): with varlen only window, softcap and ALiBi together under top-left causal (4 bytes; head_dim
+-- 248 8), the other 20 combinations 0 (248-255 registers; 160-248 with the two or three keys that hold a window 0,
+-- 190-255); over pages (split-KV too) all but ALiBi alone, which holds at 252-255 registers, 0 spills: window 8
+-- bytes (split-KV 4), softcap 4-12 (split-KV 0), softcap and ALiBi 0-8, all three 40-44 (split-KV 8).
 local function m16n8k8_wide_spills(spec)
-  return spec.dropout or spec.append or ((spec.varlen or spec.paged) and (spec.window or spec.softcap or spec.alibi))
+  if spec.dropout or spec.append then return true end
+  if spec.varlen then return spec.top_left and spec.window and spec.softcap and spec.alibi end
+  return spec.paged and (spec.window or spec.softcap)
 end
+-- (wave 24) f16 at d256 on sm_75 with the keys that spilled on MMA_TILES_STAGED[256] (m16n8k8_wide_spills): the
+-- column split bf16 runs (lib/attn_f16scaled.lua TILES[256], attention.lua osplit): 8 warps, two a 16-row group, both
+-- computing the group's S (Q's rows from shared memory), each accumulating half of O's columns (64 accumulators a
+-- thread), one 16-key buffer: 64 rows a block, 48 KiB. ptxas sm_75 CUDA 13, every f16 variant at 136-256 of the full
+-- matrix (73): 0 spills, those on these tiles 163-226 registers (dropout 172-212, the append 163-206, rotary 169-226). Not the
+-- default: it doubles S's mma (both warps of a pair), and plain f16 d256 is tensor-bound (T4 estimate 40,960 clocks
+-- causal 256 x 256).
+local MMA_TILES_STAGED_OSPLIT = {
+  [256] = { { warps = 8, mt = 1, n = 16, stages = 1, q_regs = false, osplit = 2 } },
+}
 local function has_mma(spec, target)
   if spec.dtype == "f32" or not target.ldmatrix then return false end
   if target.mma_m16n8k16 then return true end
   -- bf16 on f16-only tensor cores: exact power-of-two scaling to f16 (lib/attn_f16scaled.lua)
   if spec.dtype == "bf16" then return f16s.serves(spec, target) end
-  return spec.dtype == "f16" and target.mma_m16n8k8_f16 and (spec.head_dim <= 128 or not m16n8k8_wide_spills(spec))
+  return spec.dtype == "f16" and target.mma_m16n8k8_f16
 end
 
 local function config_mma(spec, target)
@@ -276,6 +292,7 @@ local function config_mma(spec, target)
     if pk and pk[d] then tiles = pk end
   end
   if f16s.applies(spec, target) then tiles = f16s.tiles(spec, tiles) end
+  if not target.cp_async and spec.dtype == "f16" and d == 256 and m16n8k8_wide_spills(spec) then tiles = MMA_TILES_STAGED_OSPLIT end
   for _, t in ipairs(tiles[d]) do
     local threads = t.warps * 32
     stages = target.cp_async and t.stages or math.min(t.stages, 2)
@@ -305,6 +322,7 @@ local function config_mma(spec, target)
     f16s_slots_in_q = f16s.applies(spec, target) and pick.slots_in_q or nil, -- (lib/attn_f16scaled.lua)
     f16s_lean = f16s.applies(spec, target) and pick.lean or nil, -- (lib/attn_f16scaled.lua TILES)
     osplit = pick.osplit, -- (lib/attn_f16scaled.lua TILES[256]: warps that share 16 query rows, each O's columns / osplit)
+    seq_shared = f16s.applies(spec, target) and pick.osplit and spec.varlen or nil, -- (varlen: the lengths read again each trip, build_mma's seq_shared)
     f16s_unstaged_last = f16s.applies(spec, target) and stages == 2 and f16s.unstaged_last(spec) or nil,
   }
 end
@@ -326,10 +344,7 @@ function K.config(spec, target)
   if wg then return wg end
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
-    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 without split-KV, dropout, the append, varlen or a v_head_dim (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
-  end
-  if spec.path == "mma" and not mma and spec.dtype == "f16" and target.mma_m16n8k8_f16 and target.ldmatrix then
-    error(string.format("path=mma: sm_%d runs f16 at head_dim=%d on its m16n8k8 tensor cores without dropout, the append, and the mask keys with varlen or paged=true (those spill 4-96 bytes there); use path=auto or simt", target.sm, spec.dim))
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 without rotary or split-KV with a window and ALiBi under a causal mask (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))
@@ -888,7 +903,7 @@ local function mma_setup(c)
   -- osplit (bf16 d256 on sm_75: lib/attn_f16scaled.lua TILES): warps 2r and 2r + 1 share rows 16r..16r + 15 and
   -- compute the same S, m and l; each accumulates half of O's columns (ocol: its first column)
   local os = cfg.osplit or 1
-  assert(os == 1 or (os == 2 and mt == 1 and not spec.splitkv), "osplit: two warps a row group, mt = 1, not split-KV")
+  assert(os == 1 or (os == 2 and mt == 1), "osplit: two warps a row group, mt = 1")
   local rw = os == 2 and warp >> 1 or warp
   local G = geometry(b, spec, p, bm, bn, function() wrow = rw * (16 * mt) end) -- this warp's first row in the block
   if not wrow then wrow = rw * (16 * mt) end
@@ -1367,11 +1382,17 @@ local function mma_epilogue(c)
       if spec.splitkv then
         local m_use = b:select(b:eq(c.m[mi][h]:get(), NEG_INF), 0.0, c.m[mi][h]:get())
         local lse2 = b:select(empty, NEG_INF, m_use + b:lg2_approx(lsum) - lsh)
+        -- (osplit: this warp's O tiles at their columns from ocol, lse from the row's first warp, as below)
+        local lead = b:eq(t, 0)
+        if c.ohalf then lead = b:and_(lead, b:eq(c.ohalf, 0)) end
         split_store(b, spec, p, G, row, live, function(at)
-          for j = 0, spec.vdim // 8 - 1 do -- (padded head_dim: the columns past it are not stored)
-            b:store_vec(at + (j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
+          for j = 0, (c.osplit == 1 and spec.vdim // 8 or c.odtiles) - 1 do -- (padded head_dim: the columns past it are not stored)
+            local function put()
+              b:store_vec(at + (c.ocol + j * 8 + t * 2), { acc[j][2 * h + 1]:get() * inv, acc[j][2 * h + 2]:get() * inv }, { align = 8 })
+            end
+            if c.osplit == 1 or spec.vdim == spec.head_dim then put() else b:if_(b:lt(c.ocol + j * 8, spec.vdim), put) end
           end
-        end, lse2, b:eq(t, 0))
+        end, lse2, lead)
       else
         local orow = c.base.o + b:i64(b:select(live, row, 0)) * p.stride_os + t * 2
         local vals = {}
@@ -1400,17 +1421,51 @@ local function mma_epilogue(c)
   end
 end
 
+-- (cfg.seq_shared: varlen on bf16 d256's osplit tiles, lib/attn_f16scaled.lua TILES[256]) The sequence's lengths
+-- seq_q, seq_k (cu_seqlens loads at the start) go to Q's tile (free once the fragments are in registers; the loop's
+-- extremum slots take its first 32 words), thread 0 stores them, one barrier, and each trip and the epilogue read
+-- them again, so that neither is held across the key loop: causal varlen spilled 4 bytes at 255 registers holding
+-- them (ptxas sm_75 CUDA 13, head_dim 160-256, kiln's pipeline and default<O3>); 0 read again (255 registers; not
+-- causal 248, 254 before). (Split-KV's window and ALiBi with a causal form spilled 4 bytes there; read again, the
+-- window's bounds left it at 4, the rows' slopes made it 8: that key stays SIMT, lib/attn_f16scaled.lua.)
+local SEQ_SLOT = 64 -- the words' f32 offset in Q's tile
+local function seq_shared(c)
+  local b, p = c.b, c.p
+  local at = c.f16s.red_loop + SEQ_SLOT
+  b:if_(b:eq(b:tid(), 0), function()
+    b:store(at, b:from_bits(p.seq_q))
+    b:store(at + 1, b:from_bits(p.seq_k))
+  end)
+  b:barrier()
+  c.seq_at = at
+end
+-- Runs f (one trip's IR, or the epilogue's) with seq_q and seq_k read again from Q's tile: the params, the mask's
+-- bounds and the geometry's rows that f reads see them (seq_shared); or f as it is.
+local function with_seqs(c, f)
+  if not c.seq_at then return f() end
+  local b = c.b
+  local p0, m0, G0 = c.p, c.mask, c.G
+  local lp = setmetatable({ seq_q = b:bits(b:load(c.seq_at)), seq_k = b:bits(b:load(c.seq_at + 1)) }, { __index = p0 })
+  local m = setmetatable({ p = lp, shift = lp.seq_k - lp.seq_q }, { __index = m0 })
+  m.cshift = c.spec.top_left and 0 or m.shift
+  c.p, c.mask, c.G = lp, m, setmetatable({ rows = lp.seq_q }, { __index = G0 })
+  f()
+  c.p, c.mask, c.G = p0, m0, G0
+end
+
 local function build_mma(b, spec, cfg, p)
   local c = { b = b, spec = spec, cfg = cfg, p = p }
   mma_setup(c)
   mma_prologue(c)
   mma_fragments(c)
   if c.f16s then f16s.fragments_done(c) end
+  if cfg.seq_shared then seq_shared(c) end
   mma_state(c)
-  if c.lead then b:for_(0, c.lead, 1, function(it) mma_trip(c, it, true) end) end
-  b:for_(c.lead or 0, c.nfull, 1, function(it) mma_trip(c, it, false) end)
-  b:for_(c.nfull, c.ntiles, 1, function(it) mma_trip(c, it, true) end)
-  mma_epilogue(c)
+  local function trip(masked) return function(it) with_seqs(c, function() mma_trip(c, it, masked) end) end end
+  if c.lead then b:for_(0, c.lead, 1, trip(true)) end
+  b:for_(c.lead or 0, c.nfull, 1, trip(false))
+  b:for_(c.nfull, c.ntiles, 1, trip(true))
+  with_seqs(c, function() mma_epilogue(c) end)
 end
 
 function K.build(b, spec, cfg)

@@ -237,6 +237,12 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true path=mma", 150, 183, 4, 2, 0, 40, 0, 50, 1},
         {"attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true path=mma", 90, 130, 2, 1, 0, 30, 7, 20, 0},
         {"attention dtype=bf16 head_dim=200 alibi=true path=mma", 70, 100, 2, 2, 0, 0, 0, 0, 0},
+        /* (wave 24) split-KV on d256's two warps a row group (each stores its half of O's columns of the packed rows):
+         * causal GQA (blocks run twice: races), 16 packed rows and more (two row groups' pairs); a padded head_dim
+         * with a window (not causal) and softcap; top-left causal with softcap and ALiBi */
+        {"attention dtype=bf16 head_dim=256 causal=true splitkv=true path=mma", 3, 300, 8, 2, 3, 0, 0, 0, 1},
+        {"attention dtype=bf16 head_dim=200 splitkv=true window=true softcap=true path=mma", 5, 250, 4, 1, 4, 60, 0, 30, 0},
+        {"attention dtype=bf16 head_dim=256 causal=top_left splitkv=true softcap=true alibi=true path=mma", 9, 200, 4, 2, 2, 0, 0, 20, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         /* (the sanitizer build: the race checks and every other case of the rest; each case has its own seed) */
@@ -309,6 +315,10 @@ static void varlen_cases(void) {
         {"attention dtype=bf16 out=f32 head_dim=40 varlen=true", 1, 1, 1, 0},
         {"attention dtype=bf16 head_dim=64 causal=top_left window=true softcap=true alibi=true varlen=true", 2, 1, 0, 0},
         {"attention dtype=bf16 head_dim=128 causal=true window=true varlen=true", 2, 2, 0, 0},
+        /* (wave 24) d256's two warps a row group with the sequence's lengths read again each trip (attention.lua
+         * seq_shared): causal with seqused_k (blocks run twice: races); top-left with the mask keys, a padded head_dim */
+        {"attention dtype=bf16 head_dim=256 causal=true varlen=true path=mma", 2, 1, 1, 1},
+        {"attention dtype=bf16 head_dim=200 causal=top_left window=true softcap=true alibi=true varlen=true path=mma", 2, 1, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[240];
@@ -356,10 +366,12 @@ static void ragged_v(kiln_case *c, int d) {
 }
 static void ragged_tiles(void) {
     static const int lq[] = {20, 40}, lk[] = {50, 69};
+    static const int rdims[] = {32, 64, 96, 128, 256}; /* (256 with varlen alone: the dense one is adversarial(256)'s) */
     for (int dense = 0; dense < 2; dense++)
-        for (int di = 0; di < 4; di++)
+        for (int di = 0; di < 5; di++)
             for (int which = 0; which < 2; which++) {
-                int d = dims[di];
+                int d = rdims[di];
+                if (d == 256 && dense) continue;
                 char spec[160], name[300];
                 snprintf(spec, sizeof spec, "attention dtype=bf16 out=f32 head_dim=%d%s path=mma", d, dense ? "" : " varlen=true");
                 snprintf(name, sizeof name, "ragged last key tile (%s): %s", which ? "V 2^30 beside 2^-12" : "K rows past the sequence must not set its scale",
@@ -410,6 +422,17 @@ static void keyed_cases(void) {
         {"attention dtype=bf16 head_dim=256 causal=true paged=true path=mma", 70, 150, 2, 4, 2, 16, 1, 1, 0, 0, 0, 0, 0, 0},
         {"attention dtype=bf16 head_dim=256 causal=true window=true softcap=true paged=true path=mma", 40, 130, 2, 2, 1, 32, 0, 0, 0, 0,
          0, 50, 0, 30},
+        /* (wave 24) d256 split-KV over pages, leftpad; the append (plain and split-KV, batch_idx); dropout with its keep
+         * mask (both warps of a pair draw the same), with varlen's neighbour the mask keys; a v_head_dim of its own */
+        {"attention dtype=bf16 head_dim=256 causal=true splitkv=true paged=true path=mma", 2, 200, 2, 4, 2, 16, 1, 0, 0, 3, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true paged=true append=true path=mma", 9, 150, 3, 2, 1, 16, 1, 0, 5, 0, 0, 0, 0, 0},
+        {"attention dtype=bf16 head_dim=200 causal=true splitkv=true paged=true append=true path=mma", 2, 120, 2, 4, 2, 16, 0, 1, 3, 3, 0,
+         0, 0, 0},
+        {"attention dtype=bf16 head_dim=256 causal=true dropout=true dropout_mask=true path=mma", 70, 100, 1, 2, 1, 0, 0, 0, 0, 0, 0.5, 0, 0,
+         0},
+        {"attention dtype=bf16 head_dim=256 causal=top_left window=true softcap=true alibi=true dropout=true path=mma", 50, 70, 1, 2, 2, 0,
+         0, 0, 0, 0, 0.3, 12, 4, 20},
+        {"attention dtype=bf16 head_dim=192 v_head_dim=128 causal=true path=mma", 70, 90, 2, 2, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         char name[400];
@@ -806,12 +829,56 @@ static void rotary_span(void) {
     case_check(spec, &o, rotary_q_wide, 64);
     TEST_END();
 }
+/* (wave 24) Split-KV on d256's two warps a row group: 4 query heads x 3 queries packed into one row group of 16 rows,
+ * of which q_load's second warp loads rows 8-15. Packed row 9 (head 3, query 0) spans 2^40 (column 0), every key's
+ * column 0 is 0, so its score comes from the small entries: the first warp, which holds O's other half of the row,
+ * must take S's low parts from the pair's or-ed flags (attn_f16scaled.lua q_load), and each warp store its half of
+ * the packed row's columns in the workspace (attention.lua mma_epilogue). */
+static void split_q_wide(kiln_case *c, int d) {
+    kiln_error err = {0};
+    kiln_case_set(c, "q", (size_t)3 * (size_t)d, 0x1p40, &err); /* [batch 0, query 0, head 3, column 0] */
+    for (size_t i = 0; i < kiln_case_count(c, "k"); i += (size_t)d) kiln_case_set(c, "k", i, 0, &err);
+}
+static void split_span(void) {
+    const char *spec = "attention dtype=bf16 out=f32 head_dim=256 causal=true splitkv=true path=mma";
+    char name[300];
+    snprintf(name, sizeof name, "span: one packed row of the second warp's spanning 2^40, split-KV (%s sm_75)", spec);
+    TEST_BEGIN(name);
+    kiln_case_opts o = {.sm = 75, .seed = 13};
+    kiln_case_opts_set(&o, "rows", 3), kiln_case_opts_set(&o, "seq_k", 150);
+    kiln_case_opts_set(&o, "heads_q", 4), kiln_case_opts_set(&o, "heads_kv", 1), kiln_case_opts_set(&o, "splits", 3);
+    kiln_case_opts_set(&o, "p_f16", 1);
+    case_check(spec, &o, split_q_wide, 256);
+    TEST_END();
+}
+/* (wave 24) Q rows spanning 2^40 (rotary_q_wide's inputs, no rotary) on d256's keys: the append, dropout, v_head_dim. */
+static void d256_key_spans(void) {
+    static const char *specs[] = {"attention dtype=bf16 out=f32 head_dim=256 causal=true paged=true append=true path=mma",
+                                  "attention dtype=bf16 out=f32 head_dim=256 causal=true dropout=true path=mma",
+                                  "attention dtype=bf16 out=f32 head_dim=192 v_head_dim=128 causal=true path=mma"};
+    static const int dims[] = {256, 256, 192};
+    for (int i = 0; i < 3; i++) {
+        char name[300];
+        snprintf(name, sizeof name, "span: Q rows spanning 2^40, the score from the small entries (%s sm_75)", specs[i]);
+        TEST_BEGIN(name);
+        kiln_case_opts o = {.sm = 75, .seed = 17 + (uint64_t)i};
+        kiln_case_opts_set(&o, "rows", 9), kiln_case_opts_set(&o, "seq_k", 100), kiln_case_opts_set(&o, "batch", 2);
+        kiln_case_opts_set(&o, "heads_q", 2), kiln_case_opts_set(&o, "heads_kv", 1);
+        if (i == 0) kiln_case_opts_set(&o, "page_size", 16), kiln_case_opts_set(&o, "append", 5);
+        if (i == 1) kiln_case_opts_set(&o, "dropout", 0.3);
+        kiln_case_opts_set(&o, "p_f16", 1);
+        case_check(specs[i], &o, rotary_q_wide, dims[i]);
+        TEST_END();
+    }
+}
 static void all_spans(void) {
     for (size_t di = 0; di < sizeof dims / sizeof dims[0]; di++) spans(dims[di], "", 0);
     spans(128, " causal=true", 1);
     spans(32, " window=true", 0); /* (the mask keys' tiles: d32 4 x 32 rows with 32-key tiles) */
     spans(256, " causal=true window=true", 1); /* (d256's tiles with a mask key) */
     rotary_span();
+    split_span();
+    d256_key_spans();
 }
 
 int main(void) {

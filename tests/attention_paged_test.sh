@@ -17,6 +17,22 @@ expect "split-KV SIMT f32 d32 causal, pages of 16" 0 "$P" -- run attention dtype
     paged=true splitkv=true --sm 80 --rows 2 --seq-k 90 --heads 2:1 --batch 3 --paged 16 --splits 2
 expect "split-KV SIMT bf16 sm_75 d96, pages of 128, leftpad + batch_idx" 0 "$P" -- run attention dtype=bf16 head_dim=96 \
     paged=true splitkv=true path=simt --sm 75 --rows 1 --seq-k 260 --heads 6:2 --batch 3 --paged 128 --splits 3 --leftpad --batch-idx
+# (wave 24) f16 d256 on sm_75's m16n8k8 over pages with ALiBi (attention.lua m16n8k8_wide_spills), plain and split-KV;
+# with a window or softcap, and the append, two warps a row group (they spilled on the 4-warp tiles)
+expect "plain f16 sm_75 m16n8k8 d256 causal + alibi, pages of 16, leftpad + batch_idx" 0 "$P" -- run attention dtype=f16 \
+    head_dim=256 causal=true alibi=true paged=true path=mma --sm 75 --rows 20 --seq-k 150 --heads 4:2 --batch 3 --paged 16 \
+    --leftpad --batch-idx
+expect "split-KV f16 sm_75 m16n8k8 d200 top_left + alibi, pages of 32" 0 "$P" -- run attention dtype=f16 head_dim=200 \
+    causal=top_left alibi=true paged=true splitkv=true path=mma --sm 75 --rows 3 --seq-k 200 --heads 4:1 --batch 3 --paged 32 \
+    --splits 3
+expect "plain f16 sm_75 m16n8k8 d256 causal + window + softcap, pages of 16, leftpad" 0 "$P" -- run attention dtype=f16 \
+    head_dim=256 causal=true window=true softcap=true paged=true path=mma --sm 75 --rows 20 --seq-k 150 --heads 4:2 --batch 3 \
+    --paged 16 --window 30,0 --softcap 20 --leftpad
+expect "append split-KV f16 sm_75 m16n8k8 d256 causal, pages of 16" 0 "$P" -- run attention dtype=f16 head_dim=256 \
+    causal=true splitkv=true paged=true append=true path=mma --sm 75 --rows 2 --seq-k 120 --heads 4:2 --batch 2 --paged 16 \
+    --append 3 --splits 3
+expect "append f16 sm_75 m16n8k8 d256 causal, rotary neox, pages of 16" 0 "$P" -- run attention dtype=f16 head_dim=256 \
+    causal=true paged=true append=true rotary=neox path=mma --sm 75 --rows 6 --seq-k 90 --heads 2:1 --batch 3 --paged 16 --append 6
 expect "split-KV bf16 sm_80 d256, pages of 16" 0 "$P" -- run attention dtype=bf16 head_dim=256 \
     paged=true splitkv=true --sm 80 --rows 1 --seq-k 70 --heads 2:1 --batch 2 --paged 16 --splits 2
 # the plain forward over pages (prefill against a cache): causal aligned to each entry's length

@@ -18,6 +18,18 @@ expect "fwd mma bf16 sm_80, key lengths differ (--varlen-k), bottom-right causal
 expect "fwd sm_75 f16 m16n8k8, softcap + alibi, a sequence without keys" 0 "PASS" -- \
     run attention dtype=f16 head_dim=64 causal=true softcap=true alibi=true varlen=true --sm 75 \
     --varlen 17,1,0,33 --varlen-k 20,0,5,33 --softcap 30 --heads 2:1
+# (wave 24) f16 d256 on sm_75's m16n8k8 with the mask keys over packed sequences (attention.lua m16n8k8_wide_spills): a
+# window narrower than a tile, a sequence without keys, one whose rows see none (seq_q > seq_k, window), GQA; a padded
+# head_dim top-left; all three under top-left causal (two warps a row group: they spilled on the 4-warp tiles)
+expect "fwd sm_75 f16 m16n8k8 d256 window + softcap + alibi, causal, twice" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=256 causal=true window=true softcap=true alibi=true varlen=true path=mma --sm 75 \
+    --varlen 17,1,0,90 --varlen-k 20,0,5,40 --window 9,3 --softcap 20 --heads 4:2 --twice
+expect "fwd sm_75 f16 m16n8k8 d200 top_left + window + alibi" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=200 causal=top_left window=true alibi=true varlen=true path=mma --sm 75 \
+    --varlen 70,5,33 --varlen-k 90,37,20 --window 30,0 --heads 2:1
+expect "fwd sm_75 f16 m16n8k8 d256 top_left + window + softcap + alibi (two warps a row group), twice" 0 "PASS" -- \
+    run attention dtype=f16 head_dim=256 causal=top_left window=true softcap=true alibi=true varlen=true path=mma --sm 75 \
+    --varlen 17,1,0,90 --varlen-k 20,0,5,100 --window 9,3 --softcap 20 --heads 4:2 --twice
 expect "fwd SIMT f32, top_left + window" 0 "PASS" -- \
     run attention dtype=f32 head_dim=32 causal=top_left window=true varlen=true --sm 80 --varlen 3,1,0,45 \
     --varlen-k 40,2,3,45 --window 8,2

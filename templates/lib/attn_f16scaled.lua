@@ -68,7 +68,7 @@ local TILES = {
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
   [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
--- d256 (head_dim 136-256; plain and causal with the mask keys and paged, d256_keys_ok): O's 128 f32 accumulators a
+-- d256 (head_dim 136-256; every key but rotary and split-KV's causal window with ALiBi, d256_keys_ok): O's 128 f32 accumulators a
 -- thread (16-row warps) beside the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
 -- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
 -- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
@@ -80,10 +80,20 @@ local TILES = {
 -- q_load shares the rows' factors and flags through shared memory (its rows are two warps').
 -- The mask keys (window, softcap, ALiBi; Gemma's d256) fit beside it: 255 registers, 0 spills (every causal form,
 -- all three keys, head_dim 200 too), and so does the paged KV cache (255, 0 spills, with them too). varlen causal
--- spilled 4 bytes (255 registers, kiln's pipeline and default<O3>; head_dim 160-256), so varlen stays SIMT. Which
--- keys run on it (M.serves: the others stay on the SIMT path at d > 128)
+-- spilled 4 bytes holding the sequence's lengths (255 registers, kiln's pipeline and default<O3>; head_dim 160-256):
+-- wave 24 reads them again from Q's tile each trip (attention.lua seq_shared), 0 spills (255 registers; 248 not
+-- causal), every causal form with the mask keys too. Split-KV (wave 24: each warp of a pair stores its half of the
+-- packed rows' columns in the workspace, lse from the first) takes the same tiles: 255 registers, 0 spills plain,
+-- causal, paged and with the mask keys but for a window and ALiBi together with a causal form (either alignment,
+-- paged or not: 4 bytes; read again from shared memory, the window's bounds left 4, the rows' slopes made 8), which
+-- stays SIMT. Wave 24 measured the remaining keys on these tiles too (ptxas sm_75, every variant of the full matrix):
+-- dropout (plain, causal, the mask keys, varlen; head_dim 160-256), the in-kernel append (paged, split-KV, the mask
+-- keys) and v_head_dim (192/128, 256/8; split-KV, the mask keys, dropout) hold at 198-255 registers, 0 spills; rotary
+-- inside the append spilled 4-144 bytes (neox, and interleaved not causal), so rotary stays SIMT. (With
+-- dropout_mask both warps of a pair write the same keep mask: the same bytes, a test output.) Which keys run on it
+-- (M.serves: the others stay on the SIMT path at d > 128)
 local function d256_keys_ok(spec)
-  return not (spec.splitkv or spec.dropout or spec.append or spec.varlen or spec.vdim ~= (spec.dim or spec.head_dim))
+  return not (spec.rotary and spec.rotary ~= "none" or (spec.splitkv and spec.causal and spec.window and spec.alibi))
 end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
@@ -172,7 +182,7 @@ function M.applies(spec, target)
 end
 
 -- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 with every key the
--- forward has, 136-256 (TILES[256]) plain, causal, with the mask keys and paged (d256_keys_ok).
+-- forward has, 136-256 (TILES[256]) with every key but rotary and split-KV's causal window with ALiBi (d256_keys_ok).
 function M.serves(spec, target)
   return M.applies(spec, target) and (spec.head_dim <= 128 or d256_keys_ok(spec)) and (spec.path == "mma" or spec.path == "auto")
 end
