@@ -90,7 +90,7 @@ function K.check(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
-  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16")) then
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16" and not (spec.dtype == "bf16" and spec.kernel == "dq"))) then
     return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or f16 at head_dim 136-256 (sm_75's"
       .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit); others run on path=simt"
   end

@@ -958,6 +958,64 @@ static void nonfinite(void) {
     }
 }
 
+/* ---- the deterministic dq kernel at the tile width 256 (wave 25, issue 28): two warps a 16-row group, each half of dQ's
+ * columns (lib/attn_bwd_mma.lua M.csplit), on the f16-scaled path. Both warps of a pair compute the group's S and dP
+ * and dS's rows' running exponents from the same values; each takes the rows' factors (Q's, dO's) of its group and
+ * scales only its half of the accumulators. Against the bf16 path's error model, the deterministic sequence (its dkdv
+ * under path=auto: SIMT at this width) with dq under path=mma, then path=auto's dq asserted on the mma: a random
+ * problem (GQA 2:1, causal, partial last query tile), d192 (padded to 256) with window, softcap and ALiBi, and rows
+ * spanning more than 2^32 (Q and dO rows: dq's own low parts from the bf16 rows, lo_frag; K and V rows: the key
+ * tiles dq stages and marks itself, dq_kv_self). KILN_TEST_FULL=1 adds V and dO of 2^-30..2^30 and d136. */
+static void d256_dq(void) {
+    static const struct {
+        const char *what;
+        int d, causal, masks, full;
+        char row; /* 0: random; w: K and V rows of 2^40 in column 0 (Q, dO zero there); b: Q and dO rows; V: wide V and dO */
+    } cases[] = {
+        {"random, causal", 256, 1, 0, 0, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), window, softcap, ALiBi", 192, 2, 7, 0, 'w'},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), causal", 256, 1, 0, 0, 'b'},
+        {"V and dO magnitudes 2^-30..2^30", 256, 0, 0, 1, 'V'},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 136, 1, 0, 1, 'w'},
+    };
+    static const float slopes[2] = {0.25f, 0.0625f};
+    const char *full = getenv("KILN_TEST_FULL");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].full && !(full && full[0] == '1')) continue;
+        int d = cases[i].d;
+        prob a;
+        prob_init(&a, d, cases[i].causal, 2, 1, 35, 40);
+        if (cases[i].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
+        if (cases[i].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
+        if (cases[i].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        char row = cases[i].row;
+        if (row == 'V') fill_wide(a.v, a.nv, -30, 30), fill_wide(a.dout, a.no, -30, 30);
+        for (int part = 0; (row == 'w' || row == 'b') && part < 2; part++) {
+            void *big = row == 'w' ? (part ? a.v : a.k) : (part ? a.dout : a.q);
+            void *zero = row == 'w' ? (part ? a.dout : a.q) : (part ? a.v : a.k);
+            size_t nbig = row == 'w' ? (part ? a.nv : a.nk) : (part ? a.no : a.nq);
+            size_t nzero = row == 'w' ? (part ? a.no : a.nq) : (part ? a.nv : a.nk);
+            for (size_t j = 0; j < nbig; j += (size_t)d) set(big, j, (j / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
+            for (size_t j = 0; j < nzero; j += (size_t)d) set(zero, j, 0.0);
+        }
+        char name[256];
+        snprintf(name, sizeof name, "d%d dq (two warps a row group): %s", d, cases[i].what);
+        TEST_BEGIN(name);
+        if (forward(&a)) {
+            dkdv_auto = 1;
+            check_model(&a, name, 1, NULL);
+            model_path = "auto";
+            check_model(&a, name, 1, NULL);
+            model_path = "mma";
+            dkdv_auto = 0;
+            CHECK(dq_auto_mma(&a.p), "%s: path=auto's dq is not on the f16-scaled mma (lib/attn_bwd_f16scaled.lua holds)", name);
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
 /* ---- rows past the sequence: prep's scaled Q and dO rows end at seq_q, and dkdv stages the rows of a query
  * tile past it as zeros (not as row 0: P = 0 there, and 0 x NaN = NaN). Causal, seq 70: the second key block
  * (keys 64..69) starts its query tiles at row 64 and never sees row 0, so NaN in Q's and dO's row 0 must leave
@@ -1493,6 +1551,12 @@ int main(void) {
         kiln_gen_destroy(gen);
         return check_summary("attention bwd f16scaled");
     }
+    if (getenv("KILN_F16S_D256_ONLY")) { /* (the tile width 256's dq cases alone) */
+        d256_dq();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention bwd f16scaled");
+    }
     if (getenv("KILN_F16S_KEYS_ONLY")) { /* (the varlen and dropout cases alone: while planting bugs there) */
         keys_cases();
         kiln_emu_destroy(emu);
@@ -1542,6 +1606,7 @@ int main(void) {
     d96_dq_estimate();
     keys_estimate();
     span(); /* (last: its random data leave the cases above as they were) */
+    d256_dq(); /* (after span: the cases above keep their random data) */
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

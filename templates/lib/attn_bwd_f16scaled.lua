@@ -687,7 +687,7 @@ end
 -- (dq_marks_looped; with the marks inside load they spilled 24-44 bytes, with a window and varlen 4-28, head_dim 64 with
 -- v_head_dim 128 and dropout 4).
 function M.dq_lofrag_fits(spec)
-  return spec.head_dim == 96 or spec.head_dim == 128
+  return spec.head_dim == 96 or spec.head_dim == 128 or spec.head_dim == 256
 end
 
 -- Whether the deterministic dq kernel of `spec` (dq_lo_applies) marks its block's Q and dO rows in a loop after staging

@@ -26,7 +26,7 @@ M.WS = { { "kh", "f16" }, { "vh", "f16" }, { "ksf", "f32" }, { "vsf", "f32" } }
 -- (`available`: lib/attn_bwd_mma.lua's, passed in: that module hooks this one). spec: as the builders
 -- read it (attention_bwd.lua's bspec).
 function M.applies(spec, target, available)
-  if spec.path == "simt" or not f16s.applies(spec, target) then return false end
+  if spec.path == "simt" or not f16s.applies(spec, target) or spec.head_dim > 128 then return false end
   if not (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) then return false end
   -- (wave 21: where the deterministic dkdv's marks for dq spilled, lib/attn_bwd_f16scaled.lua dq_kv_lo_applies, dq
   -- stages K and V itself and marks its key tiles while converting them, dq_kv_self: neither kernel takes the rows

@@ -95,7 +95,8 @@ end
 -- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (the atomic dkdv spilled
 -- 24 bytes at 256 causal; each warp of a pair would also draw the same mask): SIMT, path=mma refused naming why.
 function M.csplit(spec, target)
-  return spec.head_dim == 256 and spec.dtype == "f16" and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
+  local half = spec.dtype == "f16" or spec.kernel == "dq" and f16s.applies(spec, target)
+  return spec.head_dim == 256 and half and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
     and not spec.dropout and not (spec.varlen and spec.kernel == "dkdv" and not spec.deterministic) or false
 end
 function M.csplit_refusal(spec, target)
@@ -1128,7 +1129,7 @@ function M.build_dq(b, spec, cfg, p, io)
     local qf, of, kf, vf = {}, {}, {}, {} -- (f16-scaled: the rows' and key columns' factors)
     if fs then
       for hh = 0, 1 do
-        qf[hh], of[hh] = b:load(sh.qf + (warp * 16 + g + 8 * hh)), b:load(sh.of + (warp * 16 + g + 8 * hh))
+        qf[hh], of[hh] = b:load(sh.qf + (rw * 16 + g + 8 * hh)), b:load(sh.of + (rw * 16 + g + 8 * hh))
       end
       for j = 0, nk - 1 do
         kf[j], vf[j] = {}, {}
@@ -1163,15 +1164,15 @@ function M.build_dq(b, spec, cfg, p, io)
         b:if_(fs.dq_mark_shared(spec) and f16s.kv_marked(b, sh, M.WARPS) or marked, function()
           local up, down = b:f32(2.0 ^ fs.LO), b:f32(2.0 ^ -fs.LO)
           if cfg.lofrag then -- (each warp's A fragments of its rows' low parts from the bf16 rows, a k-step at a time)
-            local r = { [0] = warp * 16 + g, [1] = warp * 16 + g + 8 }
+            local r = { [0] = rw * 16 + g, [1] = rw * 16 + g + 8 }
             for _, x in ipairs({ { spec, "q", p.stride_qs, sh.qf, sh.ks, sv }, { spec.vspec or spec, "dout", p.stride_douts, sh.of, sh.vs, dpv } }) do
               local frag = f16s.lo_frag(b, x[1], io.base(x[2], bi, h), x[3], row, r, p.seq_q, x[4], t)
               -- (a loop of k-steps: unrolled, the window's variants spilled 48-52 bytes)
-              lo_mma(b, mdt, nil, x[5], x[6], nk, nil, ld, lane, warp, up, down, { frag = frag, steps = f16s.lo_steps(x[1]) })
+              lo_mma(b, mdt, nil, x[5], x[6], nk, nil, ld, lane, rw, up, down, { frag = frag, steps = f16s.lo_steps(x[1]) })
             end
           else
             for _, x in ipairs({ { sh.qlo, sh.ks, sv }, { sh.olo, sh.vs, dpv } }) do
-              lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, warp, up, down)
+              lo_mma(b, mdt, x[1], x[2], x[3], nk, kd, ld, lane, rw, up, down)
             end
           end
         end)
@@ -1185,7 +1186,7 @@ function M.build_dq(b, spec, cfg, p, io)
             b:barrier() -- (every warp done with sh.vs)
             f16s.lo_rows(b, x[1], cfg, M.WARPS * 32, sh.vs, x[2], x[3], k0, bn, p.seq_k, x[4], true)
             b:barrier()
-            lo_mma(b, mdt, x[5], sh.vs, x[6], nk, kd, ld, lane, warp, up, down)
+            lo_mma(b, mdt, x[5], sh.vs, x[6], nk, kd, ld, lane, rw, up, down)
           end
         end)
       end
@@ -1229,7 +1230,7 @@ function M.build_dq(b, spec, cfg, p, io)
           for ks = 0, nk // 2 - 1 do
             local a = c_to_a(b, dsa, ks, mdt)
             for jd = 0, dtiles // 2 - 1 do
-              local k1, k2 = frag_bk(b, sh.vs, ld, lane, ks * 16, jd * 16)
+              local k1, k2 = frag_bk(b, sh.vs, ld, lane, ks * 16, ccol + jd * 16) -- (cfg.csplit: this warp's half)
               acc[2 * jd] = b:mma(mdt, a, k1, acc[2 * jd])
               acc[2 * jd + 1] = b:mma(mdt, a, k2, acc[2 * jd + 1])
             end
