@@ -94,16 +94,30 @@ end
 -- with window, softcap and ALiBi, 44 at 248 (default<O3>; kiln's pipeline 4-44), so it runs on SIMT.
 -- Not built: bf16 (the f16-scaled path's scaling and low parts beside the split), dropout (the atomic dkdv spilled
 -- 24 bytes at 256 causal; each warp of a pair would also draw the same mask): SIMT, path=mma refused naming why.
+-- bf16 (wave 25, issue 28): the dq kernel on the f16-scaled path (lib/attn_bwd_f16scaled.lua) with the same split. Both
+-- warps of a pair compute the group's S, dP and dS from the same staged tiles, so the rows' factors (read by the group's
+-- rows, not the warp's) and dS's rows' running exponents (scale_a, from the same values) are the same in both; each
+-- rescales its own half of the accumulators. Q's and dO's low parts come from the bf16 rows a k-step at a time
+-- (cfg.lofrag; two tiles of 32 x 264 halves would not fit beside the split's), K's and V's from the key tiles dq
+-- stages and marks itself (dq_kv_self: the deterministic dkdv runs SIMT here, lib/attn_bwd_kvscaled.lua applies), dQ
+-- += dS K_lo on the warp's half of K's low part. 51,136 bytes of shared memory; ptxas sm_75 (default<O3>) over the
+-- full matrix's 76 bf16 dq variants at the tile width 256: 231-255 registers, 0 spills, but head_dim 200 without causal
+-- (16 bytes spilled at 255 registers, kiln's pipeline the same): that one runs on SIMT. The dkdv kernels stay on SIMT
+-- for bf16 here: Q's and dO's rows scaled once by prep are 128 wide at most (and the runtime's workspace with them),
+-- and K's and V's low parts need a tile of 32 x 264 halves the split's 52 KB leave no room for.
+local function bf16_dq_split(spec, target)
+  return spec.kernel == "dq" and f16s.applies(spec, target) and not ((spec.dim or 256) == 200 and not spec.causal)
+end
 function M.csplit(spec, target)
-  local half = spec.dtype == "f16" or spec.kernel == "dq" and f16s.applies(spec, target)
+  local half = spec.dtype == "f16" or bf16_dq_split(spec, target)
   return spec.head_dim == 256 and half and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
     and not spec.dropout and not (spec.varlen and spec.kernel == "dkdv" and not spec.deterministic) or false
 end
 function M.csplit_refusal(spec, target)
   if M.csplit(spec, target) then return nil end
-  return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 (two warps a 16-key or 16-row group"
-    .. ", each half of the columns), without dropout, nor varlen in the atomic dkdv (more than 255 registers a thread)"
-    .. "; the rest runs on path=simt"
+  return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 and bf16's dq there (two warps a 16-key"
+    .. " or 16-row group, each half of the columns; bf16's dkdv and its dq at head_dim 200 without causal not yet), without"
+    .. " dropout, nor varlen in the atomic dkdv (more than 255 registers a thread); the rest runs on path=simt"
 end
 
 -- kernel=dq: 4 warps x 16 query rows; keys per tile so that Q, dO, K, V fit the opt-in limit.
