@@ -32,9 +32,10 @@
 --         mma for the dtype (m16n8k16 sm_80+, m16n8k8 f16 sm_75): templates/lib/attn_bwd_mma.lua; bf16 on
 --         sm_75 on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua; what it
 --         serves, under auto as under mma); f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key or
---         16-row group each holding half of the columns (lib/attn_bwd_mma.lua M.csplit).
+--         16-row group each holding half of the columns (lib/attn_bwd_mma.lua M.csplit), and bf16's dq kernel there
+--         on the f16-scaled path with the same split (wave 25; bf16's dkdv at 136-256: SIMT).
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
---         sm_75 where the f16-scaled path does not serve, head_dim 136-256 but f16 on sm_75, out != dtype):
+--         sm_75 where the f16-scaled path does not serve, head_dim 136-256 but f16 and bf16's dq on sm_75, out != dtype):
 --         templates/lib/attn_bwd_simt.lua.
 -- Exponentials use ex2.approx.f32 as the forward does.
 -- varlen=true (lib/attn_varlen.lua): every kernel on packed sequences as the forward's; grids from
@@ -64,7 +65,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, or f16 136-256 on sm_75's m16n8k8 without dropout, nor varlen in the atomic dkdv, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
+      doc = "dkdv, dq: auto = tensor cores where the target has them for the dtype (head_dim <= 128, or f16 136-256 on sm_75's m16n8k8 without dropout, nor varlen in the atomic dkdv, and bf16's dq there, out = dtype; bf16 on sm_75: the f16-scaled mma where its kernel holds the bf16 path's bound for rows spanning more than 2^32, else SIMT (lib/attn_bwd_f16scaled.lua holds); mma: there too); wgmma: dkdv on sm_90a's TMA + wgmma (FlashAttention-3's structure, opt-in; lib/attn_bwd_wgmma.lua)" },
     { name = "deterministic", type = "bool", default = false,
       doc = "kernel=dkdv only: no dQ atomics, dQ comes from kernel=dq (reproducible bits)" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY,

@@ -1470,6 +1470,56 @@ static void d96_dq_estimate(void) {
     TEST_END();
 }
 
+/* ---- the deterministic dq at the tile width 256 (wave 25): docs/attention.md's T4 estimate, clocks = max(2 x mma,
+ * (other + shfl) / 2, all / 4) over the dq kernel's whole profile (256 x 256, one head, causal): bf16 on the f16-scaled
+ * column split against f16's split and against bf16 on SIMT (path=simt). Measuring alone (KILN_D256_ESTIMATE=1: the
+ * SIMT sequence at this size takes a minute of emulation); guarded at wave 25's ratio to f16 plus 3 %. */
+static double t4_whole(const kiln_emu_profile *pr) {
+    double all = 0;
+    for (int c = 0; c < KILN_PROF_CLASSES; c++) all += (double)pr->inst[c];
+    double alu = ((double)pr->inst[KILN_PROF_OTHER] + (double)pr->inst[KILN_PROF_SHFL]) / 2;
+    return fmax(2.0 * (double)pr->inst[KILN_PROF_MMA], fmax(alu, all / 4));
+}
+static void d256_dq_estimate(void) {
+    static const char *const specs[3] = {"attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true",
+                                         "attention_bwd dtype=f16 head_dim=256 causal=true deterministic=true",
+                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=simt"};
+    TEST_BEGIN("d256: bf16's deterministic dq on the column split against f16's and SIMT's T4 estimate (emulator profile)");
+    kiln_error err = {0};
+    kiln_emu *pe = NULL;
+    CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
+    if (pe) kiln_emu_set_profile(pe, 1);
+    double t[3][2] = {{0}}; /* [spec][dkdv, dq] */
+    for (int i = 0; pe && i < 3; i++) {
+        kiln_case *c = estimate_case(pe, specs[i], 0, 0, 0, &err);
+        CHECK(c != NULL, "%s: %s", specs[i], err.msg);
+        for (int j = 0; c && j < kiln_case_nsteps(c); j++) {
+            const kiln_case_step *st = kiln_case_step_at(c, j);
+            const char *ks = kiln_emu_kernel_meta(st->kernel)->spec;
+            int dq = strstr(ks, "kernel=dq") != NULL;
+            kiln_emu_profile pr;
+            if ((dq || strstr(ks, "kernel=dkdv")) && kiln_emu_profile_get(st->kernel, &pr, &err) == KILN_OK) {
+                t[i][dq] = t4_whole(&pr);
+                printf("  %s: %s warp instructions mma %llu, other %llu, shfl %llu: T4 clocks %.0f\n", specs[i],
+                       dq ? "dq" : "dkdv", (unsigned long long)pr.inst[KILN_PROF_MMA],
+                       (unsigned long long)pr.inst[KILN_PROF_OTHER], (unsigned long long)pr.inst[KILN_PROF_SHFL], t[i][dq]);
+            }
+        }
+        kiln_case_free(c);
+    }
+    printf("  d256 dq causal, 256 x 256: bf16 %.0f, f16 %.0f (%.2fx), SIMT %.0f (SIMT / bf16 %.1fx)\n", t[0][1], t[1][1],
+           t[0][1] / t[1][1], t[2][1], t[2][1] / t[0][1]);
+    printf("  d256 deterministic backward (dkdv + dq): bf16 %.0f, f16 %.0f (%.2fx), SIMT %.0f (SIMT / bf16 %.2fx)\n",
+           t[0][0] + t[0][1], t[1][0] + t[1][1], (t[0][0] + t[0][1]) / (t[1][0] + t[1][1]), t[2][0] + t[2][1],
+           (t[2][0] + t[2][1]) / (t[0][0] + t[0][1]));
+    /* (wave 25: bf16 242,432 against f16's 92,160, 2.63x: dq stages and marks each 16-key tile of K and V itself,
+     * dq_kv_self, its other instructions 455,392 against f16's 47,520; SIMT 1,318,592) */
+    CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
+          "d256 dq: bf16 %.0f, f16 %.0f (> 2.71x), SIMT %.0f T4 clocks", t[0][1], t[1][1], t[2][1]);
+    if (pe) kiln_emu_destroy(pe);
+    TEST_END();
+}
+
 /* ---- varlen and dropout: the same T4 estimate at head_dim 64, causal (docs/attention.md "The backward: varlen and
  * dropout"): bf16 (f16-scaled) against f16 on sm_75's m16n8k8, dkdv and dq, atomic and deterministic; varlen on two
  * sequences of 256 and 192 rows, dropout p = 0.1 on 256 x 256, alone, (wave 21) beside a window, softcap and ALiBi,
@@ -1547,6 +1597,12 @@ int main(void) {
     uint64_t seed = 0x28b;
     if (getenv("KILN_F16S_SPAN_ONLY")) { /* (the rows spanning more than 2^32 alone) */
         span();
+        kiln_emu_destroy(emu);
+        kiln_gen_destroy(gen);
+        return check_summary("attention bwd f16scaled");
+    }
+    if (getenv("KILN_D256_ESTIMATE")) { /* (measuring: the tile width 256's dq estimate alone) */
+        d256_dq_estimate();
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
         return check_summary("attention bwd f16scaled");
