@@ -92,8 +92,8 @@ function K.check(spec)
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
   if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16" and not (spec.dtype == "bf16" and spec.kernel == "dq"))) then
-    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or at head_dim 136-256 f16 (sm_75's"
-      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit) or bf16's dq kernel on sm_75 (its dkdv: not yet);"
+    return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or f16 at head_dim 136-256 (sm_75's"
+      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit; bf16's dq kernel there too, its dkdv not yet);"
       .. " others run on path=simt"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then

@@ -169,6 +169,12 @@ expect "path=mma past head_dim 128 (136 pads to 256) on sm_80 refused naming why
     emit attention_bwd dtype=f16 head_dim=136 path=mma --sm 80
 expect "path=mma with bf16 past head_dim 128 refused naming why" 2 "or f16 at head_dim 136-256 (sm_75's m16n8k8" -- \
     emit attention_bwd dtype=bf16 head_dim=256 path=mma --sm 75
+# wave 25: bf16's dq at head_dim 136-256 on sm_75, the f16-scaled path on the same split (its dkdv: SIMT, refused above);
+# head_dim 200 without causal spilled there: SIMT under auto, path=mma refused naming it
+expect "sm_75 bf16 dq d256: path=auto on the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
+    emit attention_bwd kernel=dq dtype=bf16 head_dim=256 causal=true --sm 75
+expect "path=mma for bf16 dq d200 without causal on sm_75 refused naming why" 2 "its dq at head_dim 200 without causal not yet" -- \
+    emit attention_bwd kernel=dq dtype=bf16 head_dim=200 path=mma --sm 75
 # wave 24: f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key / 16-row group (lib/attn_bwd_mma.lua M.csplit);
 # dropout stays on SIMT under auto and is refused under path=mma naming why
 for s in "kernel=dkdv head_dim=256 causal=true" "kernel=dq head_dim=200 causal=top_left window=true softcap=true alibi=true" \
