@@ -686,6 +686,9 @@ end
 -- window or dropout and head_dim 64 with v_head_dim 128 and dropout mark their block in a loop after the staging
 -- (dq_marks_looped; with the marks inside load they spilled 24-44 bytes, with a window and varlen 4-28, head_dim 64 with
 -- v_head_dim 128 and dropout 4).
+-- And at the tile width 256 (wave 25, the column split, lib/attn_bwd_mma.lua M.csplit: the fragments at the group's rows,
+-- which both warps of a pair share; ptxas sm_75 over the full matrix's 76 bf16 dq variants there: 0 spills at 231-255
+-- registers but head_dim 200 without causal, which stays on SIMT).
 function M.dq_lofrag_fits(spec)
   return spec.head_dim == 96 or spec.head_dim == 128 or spec.head_dim == 256
 end

@@ -26,6 +26,8 @@ M.WS = { { "kh", "f16" }, { "vh", "f16" }, { "ksf", "f32" }, { "vsf", "f32" } }
 -- (`available`: lib/attn_bwd_mma.lua's, passed in: that module hooks this one). spec: as the builders
 -- read it (attention_bwd.lua's bspec).
 function M.applies(spec, target, available)
+  -- (past the tile width 128, wave 25: the deterministic dkdv runs SIMT for bf16 and writes no rows; dq stages K and V
+  -- itself there, lib/attn_bwd_f16scaled.lua dq_kv_self, and the runtime's workspace stops at 128 wide)
   if spec.path == "simt" or not f16s.applies(spec, target) or spec.head_dim > 128 then return false end
   if not (spec.kernel == "dq" or (spec.kernel == "dkdv" and spec.deterministic)) then return false end
   -- (wave 21: where the deterministic dkdv's marks for dq spilled, lib/attn_bwd_f16scaled.lua dq_kv_lo_applies, dq
