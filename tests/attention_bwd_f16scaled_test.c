@@ -1490,7 +1490,9 @@ static void d256_dq_estimate(void) {
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
     double t[3][2] = {{0}}; /* [spec][dkdv, dq] */
+    const char *only = getenv("KILN_D256_ESTIMATE"); /* ("bf16": that row alone, while measuring) */
     for (int i = 0; pe && i < 3; i++) {
+        if (only && !strcmp(only, "bf16") && i) continue;
         kiln_case *c = estimate_case(pe, specs[i], 0, 0, 0, &err);
         CHECK(c != NULL, "%s: %s", specs[i], err.msg);
         for (int j = 0; c && j < kiln_case_nsteps(c); j++) {
