@@ -22,9 +22,9 @@
 
 #include "check.h"
 #include "attention.ref.h"
-/* The sanitizer build runs one case and estimate row in eight here (attn_case.h: this test is among that pass's
+/* The sanitizer build runs one case and estimate row in sixteen here (attn_case.h: this test is among that pass's
  * largest CPU; every case runs in the plain build). */
-#define ATTN_SAN_EVERY 8
+#define ATTN_SAN_EVERY 16
 #include "attn_case.h" /* attn_case_sampled_out, attn_estimate_sampled_out */
 #include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
@@ -547,7 +547,7 @@ static void adversarial(void) {
             fill_wide(a.k, a.nk, -14, 0), fill_wide(a.v, a.nv, -14, 14), fill_wide(a.dout, a.no, -14, 14);
             break;
         }
-        if (attn_case_sampled_out(0, (size_t)kind)) { /* (the sanitizer build: one kind in four, the others' data unchanged) */
+        if (attn_case_sampled_out(0, (size_t)kind)) { /* (the sanitizer build: one kind in ATTN_SAN_EVERY, the others' data unchanged) */
             prob_free(&a);
             continue;
         }
@@ -722,7 +722,7 @@ static void span(void) {
         }
         const char *match = getenv("KILN_F16S_SPAN_MATCH"); /* (a substring of the case's words: those cases alone) */
         if (attn_case_sampled_out(0, kind) || (match && !strstr(kinds[kind].what, match))) {
-            /* (the sanitizer build: one case in four, the others' data unchanged) */
+            /* (the sanitizer build: one case in ATTN_SAN_EVERY, the others' data unchanged) */
             prob_free(&a);
             continue;
         }
@@ -839,7 +839,7 @@ static void varlen_span(void) {
     static const char *const causal_word[3] = {"false", "true", "top_left"};
     for (size_t ci = 0; ci < sizeof cases / sizeof cases[0]; ci++) {
         int d = cases[ci].d, kind = cases[ci].kind, det = cases[ci].det, causal = cases[ci].causal;
-        /* (the sanitizer build: about a quarter of them, about 2 s of CPU a case at d64) */
+        /* (the sanitizer build: one in ATTN_SAN_EVERY of them, about 2 s of CPU a case at d64) */
         if (attn_case_sampled_out(0, d == 64 && ci < 4 ? (size_t)(2 * kind + (det ^ kind)) : ci + 1)) continue;
         char spec[200], name[300];
         const char *keys = cases[ci].keys == 1   ? " window=true softcap=true alibi=true"
@@ -1236,7 +1236,7 @@ static void d32_mask_adversarial(int d) {
         fill(a.q, a.nq, cases[ci].qk_amp), fill(a.k, a.nk, cases[ci].qk_amp);
         if (ci != 2) fill_wide(a.v, a.nv, -12, 12), fill_wide(a.dout, a.no, -12, 12);
         else fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
-        if (attn_case_sampled_out((size_t)d / 32, ci)) { /* (the sanitizer build: one case in four, the others' data unchanged) */
+        if (attn_case_sampled_out((size_t)d / 32, ci)) { /* (the sanitizer build: one case in ATTN_SAN_EVERY, the others' data unchanged) */
             prob_free(&a);
             continue;
         }

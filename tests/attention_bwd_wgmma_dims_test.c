@@ -246,7 +246,7 @@ static void test_planted(void) {
         char name[300];
         snprintf(name, sizeof name, "planted bug caught: %s", bugs[i].what);
         if (skipped(name)) continue;
-        if (i >= first_w20 && attn_case_sampled_out(0, i)) continue; /* (the sanitizer build: one in four) */
+        if (i >= first_w20 && attn_case_sampled_out(0, i)) continue; /* (the sanitizer build: one in ATTN_SAN_EVERY) */
         sm90a_planted(dir, root, bugs[i].what, "lib/attn_bwd_wgmma.lua", bugs[i].from, bugs[i].to, 0, run_row, &bugs[i].r, NULL);
     }
     sm90a_planted_done(dir);

@@ -10,9 +10,9 @@
 
 #include "check.h"
 #include "attention.ref.h"
-/* The sanitizer build runs one case and estimate row in eight here (attn_case.h: this test is among that pass's
+/* The sanitizer build runs one case and estimate row in sixteen here (attn_case.h: this test is among that pass's
  * largest CPU; every case runs in the plain build). */
-#define ATTN_SAN_EVERY 8
+#define ATTN_SAN_EVERY 16
 #include "attn_case.h" /* attn_case_sampled_out, attn_estimate_sampled_out */
 #include "kiln/emu_case.h"
 #include "kiln/emu_profile.h"
@@ -184,7 +184,7 @@ static void random_plain(void) {
             prob a;
             prob_init(&a, dims[di], causal, KILN_BF16, s[0], s[1], s[2], s[3], s[4], 0);
             fill(a.q, a.nq, 2), fill(a.k, a.nk, 2), fill(a.v, a.nv, 1);
-            if (attn_case_sampled_out(di, (size_t)causal)) { /* (the sanitizer build: one case in four, the others' data unchanged) */
+            if (attn_case_sampled_out(di, (size_t)causal)) { /* (the sanitizer build: one case in ATTN_SAN_EVERY, the others' data unchanged) */
                 prob_free(&a);
                 continue;
             }
@@ -245,7 +245,7 @@ static void registry_cases(void) {
         {"attention dtype=bf16 head_dim=256 causal=top_left splitkv=true softcap=true alibi=true path=mma", 9, 200, 4, 2, 2, 0, 0, 20, 0},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        /* (the sanitizer build: the race checks and every other case of the rest; each case has its own seed) */
+        /* (the sanitizer build: the race checks and one in ATTN_SAN_EVERY of the rest; each case has its own seed) */
         if (!cases[i].twice && attn_case_sampled_out(0, i)) continue;
         TEST_BEGIN(cases[i].spec);
         kiln_case_opts o = {.sm = 75, .seed = 7 + i, .twice = cases[i].twice};
@@ -581,7 +581,7 @@ static void spans(int d, const char *keys, int causal) {
                                  "at their scale: 8x past the threshold)",
                                  "one Q row spanning 2^40 (q_lo k), the other rows ordinary: at d256 the row group's other warp, "
                                  "which holds the other half of O's columns, marks it too (attn_f16scaled.lua q_load)"};
-    static size_t kernels; /* (the kernels so far: the sanitizer build runs every other case, attn_case.h) */
+    static size_t kernels; /* (the kernels so far: the sanitizer build runs a sample of the cases, attn_case.h) */
     kernels++;
     for (int w = 0; w < 5; w++) {
         if (attn_case_sampled_out(kernels, (size_t)w)) continue;

@@ -156,7 +156,7 @@ int main(void) {
             int d = mc->head_dim ? mc->head_dim : dims[(rot++) % 5];
             if (!strcmp(pa->name, "simt bf16 sm_75") && d == 256) d = 64; /* keep the slow SIMT d256 out of the slice */
             if (!strcmp(pa->name, "simt bf16 sm_75") && d > 128) d -= 128; /* (and d > 128: 32- to 120-wide instead) */
-            if (attn_case_sampled_out(pi, ci)) continue; /* (the sanitizer build: one case in four) */
+            if (attn_case_sampled_out(pi, ci)) continue; /* (the sanitizer build: one case in ATTN_SAN_EVERY) */
             char spec[256], name[512];
             spec_of(pa, mc, d, mc->window, mc->alibi, spec, sizeof spec);
             snprintf(name, sizeof name, "%s: %s (sm_%d) w=%d,%d cap=%g", pa->name, mc->name, pa->sm, mc->left, mc->right,

@@ -24,13 +24,14 @@ static inline kiln_case_opts attn_case_opts(int sm, uint64_t seed, int twice, in
     return o;
 }
 
-/* How many of the sanitizer build's cases and estimate rows one runs: one in ATTN_SAN_EVERY (4 unless the test
+/* How many of the sanitizer build's cases and estimate rows one runs: one in ATTN_SAN_EVERY (8 unless the test
  * defines it before including this header). That build is for memory and UB errors in the C code, which a sample of
  * the cases reaches as well as all of them; the plain build runs every case. Wave 22 went from one in two to one in
  * four, and wave 24 to one in eight for the two f16-scaled tests (the sanitizer pass's largest CPU: 196 and 113 s of
- * wave 23's 1272), to keep the suite inside CI's time budget. */
+ * wave 23's 1272); wave 25 halved both again (eight, and sixteen for those two: they were 163 and 139 s of CPU of
+ * wave 24's 1354, the tests using this header 497), to keep the suite inside CI's time budget. */
 #ifndef ATTN_SAN_EVERY
-#define ATTN_SAN_EVERY 4
+#define ATTN_SAN_EVERY 8
 #endif
 
 /* Whether the sanitizer build leaves this case out: it runs one in ATTN_SAN_EVERY, rotating with the path so that

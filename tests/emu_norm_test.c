@@ -460,11 +460,11 @@ int main(void) {
         "layernorm_bwd x=f32 hidden=16384", "layernorm_bwd x=bf16 hidden=16384 form=reg32",
         "rmsnorm x=bf16 hidden=100 residual=true r=f16",
     };
-    /* (the sanitizer build: every other spec of each list, check_san_keeps) */
+    /* (the sanitizer build: one spec in four of each list, check_san_keeps) */
     for (size_t i = 0; i < sizeof fwd / sizeof *fwd; i++)
-        if (check_san_keeps(i, 2)) variant(fwd[i], sms, nsms, full);
+        if (check_san_keeps(i, 4)) variant(fwd[i], sms, nsms, full);
     for (size_t i = 0; i < sizeof bwd / sizeof *bwd; i++)
-        if (check_san_keeps(i, 2)) variant(bwd[i], sms, nsms, full);
+        if (check_san_keeps(i, 4)) variant(bwd[i], sms, nsms, full);
     for (size_t i = 0; full && i < sizeof full_extra / sizeof *full_extra; i++) variant(full_extra[i], sms, nsms, full);
     /* offset=1 (zero-centered weights, issue 22 item 3): every family, w f32/f16/bf16 (weights near 0,
      * outputs in f32 where a 16-bit y/dx would hide a 1 + w rounded to w's dtype), fixed and launch
@@ -486,7 +486,7 @@ int main(void) {
         "layernorm_bwd x=bf16 dx=f32 hidden=4096 form=split2 offset=1",
     };
     for (size_t i = 0; i < sizeof offset_specs / sizeof *offset_specs; i++)
-        if (check_san_keeps(i, 2)) variant(offset_specs[i], all_sms, 5, full);
+        if (check_san_keeps(i, 4)) variant(offset_specs[i], all_sms, 5, full);
     if (full) { /* the sweep: every family x dtype sets x hidden sizes x residual */
         static const char *const fam[] = {"layernorm", "rmsnorm", "layernorm_bwd", "rmsnorm_bwd"};
         static const char *const fwd_dt[] = {"x=f32", "x=f16", "x=bf16", "x=bf16 w=f32", "x=f16 w=f32 y=bf16"};

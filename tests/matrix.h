@@ -107,10 +107,10 @@ static void matrix_pattern_keeps(const matrix_variant *vs, int n, char *keep) {
 
 /* The quick suite's slice (KILN_TEST_FULL=1 keeps every variant): alternate rows of each key set on sm_75 and sm_80
  * and of sm_90a (matrix_pattern_keeps: waves 23 and 24, for CI's time budget); every row of sm_86 and sm_89;
- * every second row of sm_90, whose PTX the runtime loads on a 9.0 device only where sm_90a's is missing
- * (its rows mostly repeat sm_80's specs on the same mma.sync code: wave 22 halved them to keep the suite inside CI's
- * time budget); every third of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory, threads
- * per SM); sm_103, sm_110 and sm_121 only in the full run; under the sanitizer build a sixth of that. Compacts vs;
+ * every fourth row of sm_90, whose PTX the runtime loads on a 9.0 device only where sm_90a's is missing
+ * (its rows mostly repeat sm_80's specs on the same mma.sync code: wave 22 halved them and wave 25 halved them again
+ * to keep the suite inside CI's time budget); every third of sm_100 and of sm_120, the two Blackwell rows whose facts differ (shared memory, threads
+ * per SM); sm_103, sm_110 and sm_121 only in the full run; under the sanitizer build a twelfth of that. Compacts vs;
  * returns the count. */
 static int matrix_slice(matrix_variant *vs, int n) {
     if (matrix_full()) return n;
@@ -119,20 +119,20 @@ static int matrix_slice(matrix_variant *vs, int n) {
     if (alternate) matrix_pattern_keeps(vs, n, alternate);
     for (int i = 0; i < n; i++) {
         int sm = vs[i].sm, keep = ((sm == 75 || sm == 80 || kiln_sm_is_arch(sm)) && (!alternate || alternate[i])) ||
-                                  (sm > 80 && sm < 90) || (sm == 90 && seen90++ % 2 == 0) ||
+                                  (sm > 80 && sm < 90) || (sm == 90 && seen90++ % 4 == 0) ||
                                   (sm == 100 && seen100++ % 3 == 0) || (sm == 120 && seen120++ % 3 == 0);
         if (keep) vs[kept++] = vs[i];
     }
     free(alternate);
 #ifdef __SANITIZE_ADDRESS__
     /* The sanitizer build (make SAN=1 test) is there for memory and UB errors in the generator's C code;
-     * the plain build's run assembles and checks every quick row. Every sixth row here, so each family and
-     * SM keeps its share (it keeps the suite inside CI's time budget). */
-    int sixth = 0;
+     * the plain build's run assembles and checks every quick row. Every twelfth row here (every sixth until
+     * wave 25), so each family and SM keeps its share (it keeps the suite inside CI's time budget). */
+    int twelfth = 0;
     for (int i = 0; i < kept; i++)
-        if (i % 6 == 0) vs[sixth++] = vs[i];
-    printf("NOTE sanitizer build: every sixth quick row (%d of %d); the plain build checks all\n", sixth, kept);
-    kept = sixth;
+        if (i % 12 == 0) vs[twelfth++] = vs[i];
+    printf("NOTE sanitizer build: every twelfth quick row (%d of %d); the plain build checks all\n", twelfth, kept);
+    kept = twelfth;
 #endif
     return kept;
 }
@@ -352,7 +352,7 @@ static int matrix_only_listed(matrix_variant *vs, int n, const char *path) {
 
 /* Whether the generated variant at index i goes through ptxas too. The sanitizer build is there for memory and UB
  * errors in kiln's own C code (the generator, the lint, this file); ptxas is not kiln's, and the plain build
- * assembles every quick row. So under it every third of its rows (an eighteenth of the quick slice) is assembled and
+ * assembles every quick row. So under it every third of its rows (a thirty-sixth of the quick slice) is assembled and
  * compared with the quality table, keeping that code under the sanitizers; every row is still generated and linted. */
 static int matrix_assembles(int i) {
 #ifdef __SANITIZE_ADDRESS__

@@ -22,7 +22,7 @@ if not os.path.isabs(KILN_BIN):
 
 
 def pytest_collection_modifyitems(config, items):
-    """KILN_TEST_SAMPLE=N (the sanitizer pass of tests/python_test.sh sets 4): runs every Nth collected test, in
+    """KILN_TEST_SAMPLE=N (the sanitizer pass of tests/python_test.sh sets 8): runs every Nth collected test, in
     collection order, and deselects the others. That pass is there for memory and UB errors in the C libraries under
     the Python calls; the plain pass runs every test."""
     n = os.environ.get("KILN_TEST_SAMPLE", "")
