@@ -130,7 +130,10 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
     memset(delta, 0xff, nl * sizeof *delta);
     if (dq_acc) memset(dq_acc, 0xff, nl * (size_t)d * sizeof *dq_acc);
-    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc, NULL};
+    /* (Q and dO as prep scales them for the f16-scaled dkdv, NaN until it writes them; the other paths ignore it) */
+    void *scaled = malloc(kiln_attn_bwd_scaled_bytes(&p));
+    memset(scaled, 0xff, kiln_attn_bwd_scaled_bytes(&p));
+    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc, scaled};
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         st = kiln_attn_bwd_run(ks[s], &p, &bf, s == 1, &err);
         CHECK(st == KILN_OK, "emulator, %s: %s", spec[s], err.msg);
@@ -159,7 +162,7 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     }
     for (int s = 0; s < 3; s++)
         if (ks[s]) kiln_emu_kernel_free(ks[s]);
-    free(q), free(k), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc), free(slopes);
+    free(q), free(k), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc), free(slopes), free(scaled);
     for (int t = 0; t < 3; t++) free(g[t]), free(ref[t]), free(tol[t]);
 }
 

@@ -1557,18 +1557,21 @@ static double t4_whole(const kiln_emu_profile *pr) {
     return fmax(2.0 * (double)pr->inst[KILN_PROF_MMA], fmax(alu, all / 4));
 }
 static void d256_dq_estimate(void) {
-    static const char *const specs[3] = {"attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true",
+    /* (the fourth, wave 25: bf16's deterministic dkdv and dq under path=mma, the dkdv on the column split too) */
+    static const char *const specs[4] = {"attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true",
                                          "attention_bwd dtype=f16 head_dim=256 causal=true deterministic=true",
-                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=simt"};
+                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=simt",
+                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=mma"};
     TEST_BEGIN("d256: bf16's deterministic dq on the column split against f16's and SIMT's T4 estimate (emulator profile)");
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
-    double t[3][2] = {{0}}; /* [spec][dkdv, dq] */
+    double t[4][2] = {{0}}; /* [spec][dkdv, dq] */
     const char *only = getenv("KILN_D256_ESTIMATE"); /* ("bf16": that row alone, while measuring) */
-    for (int i = 0; pe && i < 3; i++) {
+    for (int i = 0; pe && i < 4; i++) {
         if (only && !strcmp(only, "bf16") && i) continue;
+        if (only && !strcmp(only, "mma") && i != 1 && i != 3) continue; /* (the path=mma row and f16's alone) */
         kiln_case *c = estimate_case(pe, specs[i], 0, 0, 0, &err);
         CHECK(c != NULL, "%s: %s", specs[i], err.msg);
         for (int j = 0; c && j < kiln_case_nsteps(c); j++) {
@@ -1592,7 +1595,15 @@ static void d256_dq_estimate(void) {
            (t[2][0] + t[2][1]) / (t[0][0] + t[0][1]));
     /* (wave 25: bf16 242,432 against f16's 92,160, 2.63x: dq stages and marks each 16-key tile of K and V itself,
      * dq_kv_self, its other instructions 455,392 against f16's 47,520; SIMT 1,318,592) */
-    CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
+    printf("  d256 deterministic backward under path=mma: bf16 %.0f (dkdv %.0f, f16's %.0f), f16 %.0f (%.2fx)\n",
+           t[3][0] + t[3][1], t[3][0], t[1][0], t[1][0] + t[1][1], (t[3][0] + t[3][1]) / (t[1][0] + t[1][1]));
+    /* (wave 25: the dkdv under path=mma 110,592, f16's the same, tensor-bound: mma 55,296, other 203,696, shfl 4,864; the
+     * whole 353,024 against path=auto's 1,679,104) */
+    if (!only || strcmp(only, "bf16"))
+        CHECK(t[3][0] > 0 && t[3][0] <= 1.03 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.03x) T4 clocks",
+              t[3][0], t[1][0]);
+    if (!only || strcmp(only, "mma"))
+        CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
           "d256 dq: bf16 %.0f, f16 %.0f (> 2.71x), SIMT %.0f T4 clocks", t[0][1], t[1][1], t[2][1]);
     if (pe) kiln_emu_destroy(pe);
     TEST_END();
