@@ -113,8 +113,9 @@ end
 -- 20-24 bytes at 255 registers, K's and V's needed 69,432 bytes of shared memory), so holds says no and path=auto runs
 -- it on SIMT. Both warps of a pair read the group's K and V row factors (kw, not the warp). Q's and dO's rows come
 -- from prep 256 wide (lib/attn_bwd_f16scaled.lua prep_applies, the runtime's rt_attn_bwd_scaled_width). ptxas sm_75
--- (default<O3>): head_dim 256 causal 236 registers, without causal 234, 0 spills (the full matrix's rows:
--- tests/quality/attention_bwd_ptxas_test.tsv). 52,496 bytes of shared memory. The atomic one stays on SIMT: its dQ
+-- (default<O3>, kiln's pipeline the same PTX) over the full matrix's 75 deterministic bf16 dkdv variants at 136-256
+-- without dropout run with path=mma (the mask keys, GQA, varlen, v_head_dim): 193-246 registers, 0 spills, no .bf16,
+-- lint clean (head_dim 256 causal 236). 52,496 bytes of shared memory. The atomic one stays on SIMT: its dQ
 -- step's row maxima and factors beside the split are not built.
 local function bf16_dkdv_split(spec, target)
   return spec.kernel == "dkdv" and spec.deterministic and f16s.applies(spec, target) and f16s.serves(spec, target, M.available)
