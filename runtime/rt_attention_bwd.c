@@ -24,10 +24,13 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 /* The tile width the f16-scaled sequence's Q and dO rows take (lib/attn_dims.lua's widths holding head_dim
  * and v_head_dim), or 0 where it does not run: bf16 with O in bf16, head_dim <= 128, with or without dropout
  * (templates/lib/attn_bwd_f16scaled.lua, sm_75; on other devices dkdv declares no such rows, so the
- * workspace below is an upper bound there). */
+ * workspace below is an upper bound there); and 256 for the deterministic dkdv at 136-256 under path=mma without
+ * dropout (wave 25, templates/lib/attn_bwd_mma.lua bf16_dkdv_split; path=auto runs that one on SIMT). */
 size_t rt_attn_bwd_scaled_width(const kiln_attention_bwd_args *a) {
     int d = a->v_head_dim > a->head_dim ? a->v_head_dim : a->head_dim;
-    if (a->dtype != KILN_BF16 || a->out_dtype != KILN_BF16 || d > 128) return 0;
+    if (a->dtype != KILN_BF16 || a->out_dtype != KILN_BF16) return 0;
+    if (d > 128)
+        return a->deterministic && a->path == KILN_ATTENTION_PATH_MMA && !(a->mask.dropout_p > 0.0f) ? 256 : 0;
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : 128;
 }
 
@@ -42,7 +45,8 @@ size_t kiln_attention_backward_workspace(const kiln_attention_bwd_args *a) {
     /* deterministic: then kh, vh (f16 [keys, w]), ksf, vsf (f32 [keys]): K and V as dkdv scales them once for dq */
     size_t keys = a->heads_kv > 0 && a->seq_k > 0 ? (size_t)a->batch * (size_t)a->heads_kv * (size_t)a->seq_k : 0;
     const size_t kv[4] = {keys * w * 2, keys * w * 2, keys * sizeof(float), keys * sizeof(float)};
-    for (int i = 0; w && a->deterministic && i < 4; i++) bytes = round_up(bytes, 256) + kv[i];
+    /* (not at 256: the split's dq stages K and V itself, templates/lib/attn_bwd_kvscaled.lua applies) */
+    for (int i = 0; w && w <= 128 && a->deterministic && i < 4; i++) bytes = round_up(bytes, 256) + kv[i];
     return bytes;
 }
 

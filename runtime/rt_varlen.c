@@ -148,7 +148,7 @@ size_t kiln_attention_backward_varlen_workspace(const kiln_attention_bwd_args *a
     size_t keys = a->heads_kv > 0 && vl->total_k > 0 ? (size_t)a->heads_kv * (size_t)vl->total_k : 0;
     const size_t each[8] = {rows * w * 2, rows * w * 2, rows * sizeof(float), rows * sizeof(float),
                             keys * w * 2, keys * w * 2, keys * sizeof(float), keys * sizeof(float)};
-    for (int i = 0; w && i < (a->deterministic ? 8 : 4); i++) bytes = (bytes + 255) / 256 * 256 + each[i];
+    for (int i = 0; w && i < (a->deterministic && w <= 128 ? 8 : 4); i++) bytes = (bytes + 255) / 256 * 256 + each[i];
     return bytes;
 }
 

@@ -33,7 +33,8 @@
 --         sm_75 on the f16 mma through exact power-of-two scaling (lib/attn_bwd_f16scaled.lua; what it
 --         serves, under auto as under mma); f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key or
 --         16-row group each holding half of the columns (lib/attn_bwd_mma.lua M.csplit), and bf16's dq kernel there
---         on the f16-scaled path with the same split (wave 25; bf16's dkdv at 136-256: SIMT).
+--         on the f16-scaled path with the same split (wave 25), and bf16's deterministic dkdv there under path=mma
+--         (its documented bound; path=auto and the atomic one: SIMT).
 --   simt: f32 FMA with every tile in shared memory as f32, any dtype on any target (f32, bf16 on
 --         sm_75 where the f16-scaled path does not serve, head_dim 136-256 but f16 and bf16's dq on sm_75, out != dtype):
 --         templates/lib/attn_bwd_simt.lua.
@@ -91,9 +92,10 @@ function K.check(spec)
   if spec.path == "mma" and (spec.kernel == "prep" or spec.kernel == "convert") then
     return "path=mma applies to kernel=dkdv and kernel=dq (prep and convert are elementwise)"
   end
-  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16" and not (spec.dtype == "bf16" and spec.kernel == "dq"))) then
+  if spec.path == "mma" and (spec.dtype == "f32" or spec.out ~= spec.dtype or (spec.head_dim > 128 and spec.dtype ~= "f16" and not (spec.dtype == "bf16" and (spec.kernel == "dq" or spec.deterministic)))) then
     return "path=mma needs dtype f16 or bf16, out = dtype and head_dim <= 128, or f16 at head_dim 136-256 (sm_75's"
-      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit; bf16's dq kernel there too, its dkdv not yet);"
+      .. " m16n8k8, two warps a group: lib/attn_bwd_mma.lua M.csplit; bf16's dq kernel and deterministic dkdv there too, its"
+      .. " atomic dkdv not yet);"
       .. " others run on path=simt"
   end
   if spec.deterministic and spec.kernel ~= "dkdv" then

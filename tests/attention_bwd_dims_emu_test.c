@@ -31,6 +31,9 @@ static const path paths[] = {
     /* (wave 25: the deterministic dq at 136-256 on the f16-scaled m16n8k8, two warps a row group, each half of dQ's
      * columns, lib/attn_bwd_mma.lua M.csplit; its dkdv on SIMT there, which needs no prep rows) */
     {"f16-scaled bf16 dq sm_75", 75, "bf16", "auto", KILN_BF16, 1},
+    /* (and the deterministic dkdv there under path=mma, two warps a key group, each half of dK's and dV's columns: its
+     * Q and dO rows from prep 256 wide, lib/attn_bwd_mma.lua bf16_dkdv_split) */
+    {"f16-scaled bf16 dkdv+dq sm_75 (path=mma)", 75, "bf16", "mma", KILN_BF16, 1},
 };
 
 typedef struct dcase {
@@ -85,9 +88,9 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     }
     gap_strides(&p);
     char keys[128];
-    snprintf(keys, sizeof keys, " causal=%s%s%s%s%s", causal_name(dc->causal), p.window ? " window=true" : "",
+    snprintf(keys, sizeof keys, " causal=%s%s%s%s%s%s", causal_name(dc->causal), p.window ? " window=true" : "",
              p.has_softcap ? " softcap=true" : "", p.alibi ? " alibi=true" : "",
-             strcmp(pa->path, "auto") ? " path=simt" : "");
+             strcmp(pa->path, "auto") ? " path=" : "", strcmp(pa->path, "auto") ? pa->path : "");
     static const char *seq[2][3] = {{"prep", "dkdv", "convert"}, {"prep", "dkdv", "dq"}};
     kiln_emu_kernel *ks[3] = {NULL, NULL, NULL};
     char spec[3][256];
@@ -127,7 +130,10 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     for (size_t i = 0; i < nl; i++) lse[i] = (float)rl[i];
     memset(delta, 0xff, nl * sizeof *delta);
     if (dq_acc) memset(dq_acc, 0xff, nl * (size_t)d * sizeof *dq_acc);
-    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc, NULL};
+    /* (Q and dO as prep scales them for the f16-scaled dkdv, NaN until it writes them; the other paths ignore it) */
+    void *scaled = malloc(kiln_attn_bwd_scaled_bytes(&p));
+    memset(scaled, 0xff, kiln_attn_bwd_scaled_bytes(&p));
+    kiln_attn_bwd_buffers bf = {q, k, v, o, dout, lse, g[0], g[1], g[2], delta, dq_acc, scaled};
     for (int s = 0; s < 3 && st == KILN_OK; s++) {
         st = kiln_attn_bwd_run(ks[s], &p, &bf, s == 1, &err);
         CHECK(st == KILN_OK, "emulator, %s: %s", spec[s], err.msg);
@@ -156,7 +162,7 @@ static void run_case(kiln_emu *emu, kiln_gen *gen, const path *pa, const dcase *
     }
     for (int s = 0; s < 3; s++)
         if (ks[s]) kiln_emu_kernel_free(ks[s]);
-    free(q), free(k), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc), free(slopes);
+    free(q), free(k), free(v), free(dout), free(o), free(ro), free(rl), free(lse), free(delta), free(dq_acc), free(slopes), free(scaled);
     for (int t = 0; t < 3; t++) free(g[t]), free(ref[t]), free(tol[t]);
 }
 

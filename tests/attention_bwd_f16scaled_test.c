@@ -1016,6 +1016,82 @@ static void d256_dq(void) {
     }
 }
 
+/* Whether path=`path`'s deterministic dkdv for problem p (bf16, grad f32, sm_75) runs the f16-scaled mma. */
+static int dkdv_det_mma(const kiln_attn_problem *p, const char *path) {
+    char spec[256];
+    snprintf(spec, sizeof spec, "attention_bwd kernel=dkdv deterministic=true dtype=bf16 grad=f32 head_dim=%d%s%s%s%s path=%s",
+             p->head_dim, p->causal ? p->causal == 2 ? " causal=top_left" : " causal=true" : "", p->window ? " window=true" : "",
+             p->has_softcap ? " softcap=true" : "", p->alibi ? " alibi=true" : "", path);
+    kiln_module *m = NULL;
+    kiln_error err = {0};
+    kiln_status st = kiln_generate(gen, spec, 75, KILN_EMIT_PTX, &m, &err);
+    CHECK(st == KILN_OK, "%s: %s", spec, err.msg);
+    int mma = st == KILN_OK && strstr(kiln_module_text(m), "mma.sync") != NULL;
+    if (m) kiln_module_free(m);
+    return mma;
+}
+
+/* ---- bf16's deterministic dkdv at the tile width 256 (wave 25, issue 28) on the column split under path=mma: two warps a
+ * 16-key group, both computing the group's S^T and dP^T from the same staged tiles (K's and V's row factors read at the
+ * group's keys), each accumulating half of dK's and dV's columns; Q's and dO's rows from prep 256 wide. The whole
+ * deterministic sequence (dkdv and dq under path=mma) against the bf16 path's error model: random d256 causal GQA 2:1
+ * (partial last key block), d192 top-left with window, softcap and ALiBi. No low parts there (lib/attn_bwd_f16scaled.lua
+ * lo_applies): rows spanning more than 2^32 keep the documented bound, so path=auto keeps that dkdv on SIMT (asserted),
+ * and the span cases (Q and dO rows of 2^40, then K and V rows) print path=mma's counts beyond the bound and assert the
+ * sequence path=auto runs. KILN_TEST_FULL=1 adds d136 causal=false and the K and V span case. */
+static void d256_dkdv(void) {
+    static const struct {
+        const char *what;
+        int d, causal, masks, full;
+        char row; /* 0: random; w: K and V rows of 2^40 in column 0 (Q, dO zero there); b: Q and dO rows */
+    } cases[] = {
+        {"random, causal", 256, 1, 0, 0, 0},
+        {"random, top-left, window, softcap, ALiBi", 192, 2, 7, 0, 0},
+        {"Q and dO rows of 2^40 in column 0 (K, V zero there), causal", 256, 1, 0, 0, 'b'},
+        {"random, no causal", 136, 0, 0, 1, 0},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 256, 1, 0, 1, 'w'},
+    };
+    static const float slopes[2] = {0.25f, 0.0625f};
+    const char *full = getenv("KILN_TEST_FULL");
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        if (cases[i].full && !(full && full[0] == '1')) continue;
+        int d = cases[i].d;
+        prob a;
+        prob_init(&a, d, cases[i].causal, 2, 1, 35, 40);
+        if (cases[i].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
+        if (cases[i].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
+        if (cases[i].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
+        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
+        char row = cases[i].row;
+        for (int part = 0; row && part < 2; part++) {
+            void *big = row == 'w' ? (part ? a.v : a.k) : (part ? a.dout : a.q);
+            void *zero = row == 'w' ? (part ? a.dout : a.q) : (part ? a.v : a.k);
+            size_t nbig = row == 'w' ? (part ? a.nv : a.nk) : (part ? a.no : a.nq);
+            size_t nzero = row == 'w' ? (part ? a.no : a.nq) : (part ? a.nv : a.nk);
+            for (size_t j = 0; j < nbig; j += (size_t)d) set(big, j, (j / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
+            for (size_t j = 0; j < nzero; j += (size_t)d) set(zero, j, 0.0);
+        }
+        char name[256];
+        snprintf(name, sizeof name, "d%d deterministic dkdv (two warps a key group): %s", d, cases[i].what);
+        TEST_BEGIN(name);
+        CHECK(dkdv_det_mma(&a.p, "mma"), "%s: path=mma's dkdv is not on the f16-scaled mma", name);
+        CHECK(!dkdv_det_mma(&a.p, "auto"), "%s: path=auto's dkdv is on the mma, which does not hold the bound here", name);
+        if (forward(&a)) {
+            model_held = row ? 0 : 7;
+            check_model(&a, name, 1, NULL);
+            long mma_beyond = model_beyond[0] + model_beyond[1] + model_beyond[2];
+            if (row) {
+                model_held = 7, model_path = "auto";
+                check_model(&a, name, 1, NULL);
+                model_path = "mma";
+                CHECK(mma_beyond > 0, "%s: path=mma's gradients within the bound: the case does not probe path=auto", name);
+            }
+        }
+        TEST_END();
+        prob_free(&a);
+    }
+}
+
 /* ---- rows past the sequence: prep's scaled Q and dO rows end at seq_q, and dkdv stages the rows of a query
  * tile past it as zeros (not as row 0: P = 0 there, and 0 x NaN = NaN). Causal, seq 70: the second key block
  * (keys 64..69) starts its query tiles at row 64 and never sees row 0, so NaN in Q's and dO's row 0 must leave
@@ -1481,18 +1557,21 @@ static double t4_whole(const kiln_emu_profile *pr) {
     return fmax(2.0 * (double)pr->inst[KILN_PROF_MMA], fmax(alu, all / 4));
 }
 static void d256_dq_estimate(void) {
-    static const char *const specs[3] = {"attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true",
+    /* (the fourth, wave 25: bf16's deterministic dkdv and dq under path=mma, the dkdv on the column split too) */
+    static const char *const specs[4] = {"attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true",
                                          "attention_bwd dtype=f16 head_dim=256 causal=true deterministic=true",
-                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=simt"};
+                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=simt",
+                                         "attention_bwd dtype=bf16 head_dim=256 causal=true deterministic=true path=mma"};
     TEST_BEGIN("d256: bf16's deterministic dq on the column split against f16's and SIMT's T4 estimate (emulator profile)");
     kiln_error err = {0};
     kiln_emu *pe = NULL;
     CHECK(kiln_emu_create(&pe, &err) == KILN_OK, "emulator: %s", err.msg);
     if (pe) kiln_emu_set_profile(pe, 1);
-    double t[3][2] = {{0}}; /* [spec][dkdv, dq] */
+    double t[4][2] = {{0}}; /* [spec][dkdv, dq] */
     const char *only = getenv("KILN_D256_ESTIMATE"); /* ("bf16": that row alone, while measuring) */
-    for (int i = 0; pe && i < 3; i++) {
+    for (int i = 0; pe && i < 4; i++) {
         if (only && !strcmp(only, "bf16") && i) continue;
+        if (only && !strcmp(only, "mma") && i != 1 && i != 3) continue; /* (the path=mma row and f16's alone) */
         kiln_case *c = estimate_case(pe, specs[i], 0, 0, 0, &err);
         CHECK(c != NULL, "%s: %s", specs[i], err.msg);
         for (int j = 0; c && j < kiln_case_nsteps(c); j++) {
@@ -1516,7 +1595,15 @@ static void d256_dq_estimate(void) {
            (t[2][0] + t[2][1]) / (t[0][0] + t[0][1]));
     /* (wave 25: bf16 242,432 against f16's 92,160, 2.63x: dq stages and marks each 16-key tile of K and V itself,
      * dq_kv_self, its other instructions 455,392 against f16's 47,520; SIMT 1,318,592) */
-    CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
+    printf("  d256 deterministic backward under path=mma: bf16 %.0f (dkdv %.0f, f16's %.0f), f16 %.0f (%.2fx)\n",
+           t[3][0] + t[3][1], t[3][0], t[1][0], t[1][0] + t[1][1], (t[3][0] + t[3][1]) / (t[1][0] + t[1][1]));
+    /* (wave 25: the dkdv under path=mma 110,592, f16's the same, tensor-bound: mma 55,296, other 203,696, shfl 4,864; the
+     * whole 353,024 against path=auto's 1,679,104) */
+    if (!only || strcmp(only, "bf16"))
+        CHECK(t[3][0] > 0 && t[3][0] <= 1.03 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.03x) T4 clocks",
+              t[3][0], t[1][0]);
+    if (!only || strcmp(only, "mma"))
+        CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
           "d256 dq: bf16 %.0f, f16 %.0f (> 2.71x), SIMT %.0f T4 clocks", t[0][1], t[1][1], t[2][1]);
     if (pe) kiln_emu_destroy(pe);
     TEST_END();
@@ -1609,8 +1696,9 @@ int main(void) {
         kiln_gen_destroy(gen);
         return check_summary("attention bwd f16scaled");
     }
-    if (getenv("KILN_F16S_D256_ONLY")) { /* (the tile width 256's dq cases alone) */
+    if (getenv("KILN_F16S_D256_ONLY")) { /* (the tile width 256's dq and deterministic dkdv cases alone) */
         d256_dq();
+        d256_dkdv();
         kiln_emu_destroy(emu);
         kiln_gen_destroy(gen);
         return check_summary("attention bwd f16scaled");
@@ -1665,6 +1753,7 @@ int main(void) {
     keys_estimate();
     span(); /* (last: its random data leave the cases above as they were) */
     d256_dq(); /* (after span: the cases above keep their random data) */
+    d256_dkdv();
     for (int i = 0; i < nloaded; i++) kiln_emu_kernel_free(loaded[i].k);
     kiln_emu_destroy(emu);
     kiln_gen_destroy(gen);

@@ -247,8 +247,10 @@ M.WS = { { "qh", "f16" }, { "doh", "f16" }, { "qsf", "f32" }, { "dosf", "f32" } 
 -- Whether prep writes the workspace above for this spec (bf16 on sm_75 with the f16-scaled tiles; varlen:
 -- rows [heads_q, total_q] as delta's): prep's pointers are optional, so a dkdv that does not declare them
 -- (SIMT: its register refusals, path=simt) leaves them 0 and prep skips the rows.
+-- (The tile width 256 too since wave 25: the deterministic dkdv at head_dim 136-256 under path=mma reads them 256 wide,
+-- lib/attn_bwd_mma.lua bf16_dkdv_split; prep's rows are a warp's, 8 values a lane there.)
 function M.prep_applies(spec, target)
-  return M.applies(spec, target) and spec.out == spec.dtype and spec.head_dim <= 128
+  return M.applies(spec, target) and spec.out == spec.dtype and (spec.head_dim <= 128 or spec.head_dim == 256)
 end
 
 -- The kernel parameters of the workspace (appended to params).
@@ -417,8 +419,14 @@ end
 -- the factors' magnitudes). (Varlen at the other widths since wave 18: its cost
 -- on f16's T4 estimate was the packing of P^T's and dS^T's fragments once for both sides of the marked tiles'
 -- branch, not the once-a-head scan; lib/attn_bwd_mma.lua packs them on each side there.)
+-- Not the tile width 256 (wave 25, issue 28: the deterministic dkdv on the column split, lib/attn_bwd_mma.lua
+-- bf16_dkdv_split): with Q's and dO's low parts on the marked heads' branches it spilled 20-24 bytes at 255 registers
+-- (ptxas sm_75, head_dim 256 causal and not, either pipeline; on a marked block's walk of its own, lo_walk true or
+-- "passes", 20-36), where without them 234-236 registers; and K's and V's low parts (a tile of 32 x 264 halves) made
+-- it 69,432 bytes of shared memory, past sm_75's 65,536. So it keeps the documented bound there (holds: path=auto
+-- runs SIMT, path=mma this path).
 function M.lo_applies(spec)
-  return spec.kernel == "dkdv" and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and M.varlen_w96_spills(spec))
+  return spec.kernel == "dkdv" and spec.head_dim <= 128 and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and M.varlen_w96_spills(spec))
     and not (spec.window and not M.window_fits(spec))
 end
 

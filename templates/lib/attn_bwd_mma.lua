@@ -108,15 +108,28 @@ end
 local function bf16_dq_split(spec, target)
   return spec.kernel == "dq" and f16s.applies(spec, target) and not ((spec.dim or 256) == 200 and not spec.causal)
 end
+-- bf16's deterministic dkdv (wave 25, issue 28) on the same split, under path=mma only: it keeps the f16-scaled path's
+-- documented bound for rows spanning more than 2^32 (lib/attn_bwd_f16scaled.lua lo_applies: the low parts spilled
+-- 20-24 bytes at 255 registers, K's and V's needed 69,432 bytes of shared memory), so holds says no and path=auto runs
+-- it on SIMT. Both warps of a pair read the group's K and V row factors (kw, not the warp). Q's and dO's rows come
+-- from prep 256 wide (lib/attn_bwd_f16scaled.lua prep_applies, the runtime's rt_attn_bwd_scaled_width). ptxas sm_75
+-- (default<O3>, kiln's pipeline the same PTX) over the full matrix's 75 deterministic bf16 dkdv variants at 136-256
+-- without dropout run with path=mma (the mask keys, GQA, varlen, v_head_dim): 193-246 registers, 0 spills, no .bf16,
+-- lint clean (head_dim 256 causal 236). 52,496 bytes of shared memory. The atomic one stays on SIMT: its dQ
+-- step's row maxima and factors beside the split are not built.
+local function bf16_dkdv_split(spec, target)
+  return spec.kernel == "dkdv" and spec.deterministic and f16s.applies(spec, target) and f16s.serves(spec, target, M.available)
+end
 function M.csplit(spec, target)
-  local half = spec.dtype == "f16" or bf16_dq_split(spec, target)
+  local half = spec.dtype == "f16" or bf16_dq_split(spec, target) or bf16_dkdv_split(spec, target)
   return spec.head_dim == 256 and half and target.mma_m16n8k8_f16 and not target.mma_m16n8k16
     and not spec.dropout and not (spec.varlen and spec.kernel == "dkdv" and not spec.deterministic) or false
 end
 function M.csplit_refusal(spec, target)
   if M.csplit(spec, target) then return nil end
   return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 and bf16's dq there (two warps a 16-key"
-    .. " or 16-row group, each half of the columns; bf16's dkdv and its dq at head_dim 200 without causal not yet), without"
+    .. " or 16-row group, each half of the columns; bf16's deterministic dkdv under path=mma alone, with the f16-scaled"
+    .. " path's documented bound; bf16's atomic dkdv and its dq at head_dim 200 without causal not yet), without"
     .. " dropout, nor varlen in the atomic dkdv (more than 255 registers a thread); the rest runs on path=simt"
 end
 
@@ -616,7 +629,8 @@ function M.build_dkdv(b, spec, cfg, p, io)
         local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
         if fs then
           for hh = 0, 1 do
-            kf[hh], vf[hh] = b:load(sh.kf + (warp * 16 + g + 8 * hh)), b:load(sh.vf + (warp * 16 + g + 8 * hh))
+            -- (cfg.csplit: the group's keys, kw; both warps of a pair read the same factors)
+            kf[hh], vf[hh] = b:load(sh.kf + (kw * 16 + g + 8 * hh)), b:load(sh.vf + (kw * 16 + g + 8 * hh))
           end
         end
 
