@@ -8,11 +8,13 @@
  * stands for all it fixed at creation (template dir, pipeline, KILN_PIPELINE, opt level); the canonical spec
  * (kiln_canonical_spec: defaults filled in) for the spec, so two spellings of one kernel share it; profile for the
  * instrumentation. Nothing else changes the host module: race checking, `twice` and KILN_EMU_RACE are read per
- * launch. Keys are compared whole (strcmp), never by a hash. A kernel in use is never handed out twice: a load
- * only takes idle kernels, so two live loads of one key are two compilations, and no state is shared between
- * users. What a kernel keeps between uses is reset or rewritten: the profile counters are zeroed when it is taken
- * back, shared memory is poisoned before each block (emu_sched.c); a module that defines a writable global of its
- * own (memory a launch could leave changed) is never parked. kiln_emu_load_ir's kernels are not cached. At most
+ * launch. Keys are compared whole (strcmp), never by a hash. A load takes an idle kernel first; else an uninstrumented
+ * kernel of the key still in use is shared (its users counted; the last kiln_emu_kernel_free parks it): one
+ * emulator runs one launch at a time (kiln/emu.h), and a launch's only state in the kernel, its shared-memory arena,
+ * is poisoned before each block (emu_sched.c), so users cannot see each other. A profiled kernel holds counters its
+ * user reads, so it is never shared (two live profiled loads are two compilations), and its counters are zeroed when
+ * it is taken back from idle. A module that defines a writable global of its own (memory a launch could leave
+ * changed) is never cached. kiln_emu_load_ir's kernels are not cached. At most
  * EMU_CACHE_DEFAULT kernels stay idle per emulator (KILN_EMU_CACHE=N sets it, 0 turns the cache off); parking one
  * more destroys the least recently freed. KILN_EMU_CACHE_STATS=1 prints the hits and misses when the emulator is
  * destroyed. Measured (wave 25): see the numbers at EMU_CACHE_DEFAULT. */
@@ -53,6 +55,7 @@ struct kiln_emu_kernel {
     emu_kernel_rt run;
     char *key;  /* the cache key (malloc'd; file comment), NULL for a kernel that is never parked */
     int parked; /* in emu->idle rather than emu->kernels */
+    int users;  /* kiln_emu_load calls it answers that were not freed yet (more than one: shared, file comment) */
 };
 
 static kiln_status llvm_fail(kiln_error *err, LLVMErrorRef e, const char *what) {
@@ -126,7 +129,7 @@ static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
 
 /* How many freed kernels an emulator keeps for reuse: KILN_EMU_CACHE=N (0: none), else EMU_CACHE_DEFAULT.
  * MEASURE_NOTE */
-#define EMU_CACHE_DEFAULT 64
+#define EMU_CACHE_DEFAULT 256
 static unsigned cache_cap_env(void) {
     const char *env = getenv("KILN_EMU_CACHE");
     if (!env || !*env) return EMU_CACHE_DEFAULT;
@@ -222,7 +225,7 @@ static void cache_trim(kiln_emu *emu, unsigned cap) {
 }
 
 void kiln_emu_kernel_free(kiln_emu_kernel *k) {
-    if (!k || k->parked) return;
+    if (!k || k->parked || --k->users > 0) return;
     if (!k->key || !k->emu || !k->emu->idle_cap) {
         kernel_destroy(k);
         return;
@@ -234,13 +237,21 @@ void kiln_emu_kernel_free(kiln_emu_kernel *k) {
     cache_trim(k->emu, k->emu->idle_cap);
 }
 
-/* The idle kernel of this key, taken back into use with its profile counters zeroed; NULL when none. */
+/* The kernel of this key: an idle one taken back into use with its profile counters zeroed, else an
+ * uninstrumented one in use, shared (one more user); NULL when none. */
 static kiln_emu_kernel *cache_take(kiln_emu *emu, const char *key) {
     for (kiln_emu_kernel *k = emu->idle; k; k = k->next) {
         if (strcmp(k->key, key)) continue;
         kernel_unlink(k);
         kernel_push(&emu->kernels, k);
         if (k->run.prof) emu_prof_reset(k->run.prof);
+        k->users = 1;
+        emu->hits++;
+        return k;
+    }
+    for (kiln_emu_kernel *k = emu->kernels; k; k = k->next) {
+        if (!k->key || k->run.prof || strcmp(k->key, key)) continue;
+        k->users++;
         emu->hits++;
         return k;
     }
@@ -314,6 +325,7 @@ static kiln_status load_module(kiln_emu *emu, LLVMOrcThreadSafeContextRef tsc, L
     k->run.naccess = k->info.naccess;
     k->run.meta = &k->meta;
     kernel_push(&emu->kernels, k);
+    k->users = 1;
     *out = k;
     return KILN_OK;
 }

@@ -1,6 +1,6 @@
 /* tests/emu_cache_test.c - the emulator's cache of loaded kernels (emu/emu_jit.c): a freed kernel is reused only for
- * exactly its key (generator, SM, profile, canonical spec), never while in use, with no state carried between uses,
- * and at most its bound of idle kernels is kept. */
+ * exactly its key (generator, SM, profile, canonical spec), shared while in use only when not profiled, with no state
+ * carried between uses, and at most its bound of idle kernels is kept. */
 #include <stdio.h>
 #include <string.h>
 
@@ -87,24 +87,45 @@ static void test_keys(void) {
     TEST_END();
 }
 
-/* Two live loads of one key are two kernels: one in use is never handed out again. */
+/* A plain kernel in use is shared by a second load, and stays in use (not parked, not destroyed) until its last
+ * user frees it: the remaining user's case still runs and checks. A profiled kernel in use is never shared (its
+ * counters are its user's). */
 static void test_in_use(void) {
-    TEST_BEGIN("in use: a second load of a kernel still in use compiles its own");
+    TEST_BEGIN("in use: a plain kernel is shared until its last user frees it; a profiled one is never shared");
     emu_cache_counts c;
     emu_cache_stats(emu, &c);
-    kiln_emu_kernel *k = load(gen, RMS_48, 75); /* not idle anywhere yet */
-    kiln_emu_kernel *l = load(gen, RMS_48, 75);
-    expect(&c, 0, 2, "two live loads");
-    CHECK(k && l && k != l, "two live loads share one kernel");
-    kiln_emu_kernel *m = NULL;
-    if (k) {
-        kiln_emu_kernel_free(k);
-        m = load(gen, RMS_48, 75);
-        expect(&c, 1, 0, "after one is freed");
-        CHECK(m == k && m != l, "the freed one should come back, not the one in use");
+    kiln_error err = {0};
+    kiln_case_opts o = {.sm = 75, .seed = 3};
+    kiln_case_opts_set(&o, "rows", 4);
+    kiln_case *a = NULL, *b = NULL;
+    kiln_status st = kiln_case_create(&a, gen, emu, RMS_48, &o, &err); /* not idle anywhere yet */
+    if (st == KILN_OK) st = kiln_case_create(&b, gen, emu, RMS_48, &o, &err);
+    CHECK(st == KILN_OK, "%s", err.msg);
+    expect(&c, 1, 1, "two live cases of one plain kernel");
+    if (st == KILN_OK) {
+        CHECK(kiln_case_kernel(a) == kiln_case_kernel(b), "the second case compiled its own kernel");
+        kiln_case_free(a);
+        a = NULL;
+        emu_cache_counts now;
+        emu_cache_stats(emu, &now);
+        CHECK(now.idle == c.idle, "a kernel still in use was parked (%u idle, %u before)", now.idle, c.idle);
+        st = kiln_case_run(b, &err);
+        CHECK(st == KILN_OK && kiln_case_check(b) == 0 && kiln_case_noutputs(b) > 0,
+              "the remaining user's case: %s", st == KILN_OK ? "fails its check" : err.msg);
+        kiln_case_free(b);
+        b = NULL;
+        emu_cache_stats(emu, &now);
+        CHECK(now.idle == c.idle + 1, "freed by its last user, the kernel was not parked (%u idle)", now.idle);
     }
-    kiln_emu_kernel_free(m);
+    kiln_case_free(a);
+    kiln_case_free(b);
+    kiln_emu_set_profile(emu, 1);
+    kiln_emu_kernel *k = load(gen, RMS_48, 75), *l = load(gen, RMS_48, 75);
+    expect(&c, 0, 2, "two live profiled loads");
+    CHECK(k && l && k != l, "two live profiled loads share one kernel");
+    kiln_emu_kernel_free(k);
     kiln_emu_kernel_free(l);
+    kiln_emu_set_profile(emu, 0);
     TEST_END();
 }
 
