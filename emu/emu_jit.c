@@ -17,7 +17,9 @@
  * changed) is never cached. kiln_emu_load_ir's kernels are not cached. At most
  * EMU_CACHE_DEFAULT kernels stay idle per emulator (KILN_EMU_CACHE=N sets it, 0 turns the cache off); parking one
  * more destroys the least recently freed. KILN_EMU_CACHE_STATS=1 prints the hits and misses when the emulator is
- * destroyed. Measured (wave 25): see the numbers at EMU_CACHE_DEFAULT. */
+ * destroyed. Measured (wave 25, docs/emulator.md "The kernel cache"): attention_bwd_f16scaled_test loads 820 kernels,
+ * 262 of them now taken from the cache, 305 -> 289 s CPU; attention_mask_emu_test 352 loads, 60 hits, 94.5 -> 93.6 s
+ * (the kernels it loads again are mostly the cheap shared ones; a miss costs ~0.1 s). */
 #include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -128,7 +130,10 @@ static kiln_status define_runtime(kiln_emu *emu, kiln_error *err) {
 }
 
 /* How many freed kernels an emulator keeps for reuse: KILN_EMU_CACHE=N (0: none), else EMU_CACHE_DEFAULT.
- * MEASURE_NOTE */
+ * An idle kernel holds its code, its rewrite tables and its shared-memory arena (the target's opt-in maximum):
+ * attention_mask_emu_test's peak RSS was 153 MB with 64 idle, 220 MB with 292 (~0.23 MB each), so 256 costs
+ * ~60 MB at most; attention_bwd_f16scaled_test fills it (256 idle at its end, 344 MB peak against 270 MB
+ * without the cache); with 64 it missed 30 more loads. */
 #define EMU_CACHE_DEFAULT 256
 static unsigned cache_cap_env(void) {
     const char *env = getenv("KILN_EMU_CACHE");
