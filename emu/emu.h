@@ -359,6 +359,16 @@ void emu_wgmma_fence(emu_call *c);
 void emu_wgmma_commit(emu_call *c);
 void emu_wgmma_wait(emu_call *c, uint32_t n);
 
+/* ---- emu_jit.c: the cache of loaded kernels (its file comment), for tests and measurements ---- */
+typedef struct emu_cache_counts {
+    unsigned long hits, misses; /* kiln_emu_load calls that took an idle kernel / compiled one (keyed loads) */
+    unsigned long unparkable;   /* misses whose kernel may never be parked (a writable global of its own) */
+    unsigned idle, cap;         /* kernels parked now; at most cap */
+} emu_cache_counts;
+void emu_cache_stats(const kiln_emu *emu, emu_cache_counts *out);
+/* At most cap idle kernels from now on (0: no cache); destroys the least recently parked beyond it. */
+void emu_cache_set_cap(kiln_emu *emu, unsigned cap);
+
 /* ---- emu_guard.c: host buffers that end at a guard page (the harnesses' tensors) ---- */
 
 #define EMU_GUARDED_MAPS 16

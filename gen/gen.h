@@ -105,6 +105,10 @@ const char *gen_lint_sm_name(int sm, bool arch, char *buf);
  * as for kiln_generate. */
 kiln_status gen_build_module(kiln_gen *gen, const char *spec, int sm, LLVMContextRef ctx,
                              LLVMModuleRef *out, kiln_kernel_meta *meta, kiln_error *err);
+/* The generator's number in this process (1, 2, ...; never reused, even after kiln_gen_destroy): it
+ * stands for everything a generator fixes at creation that changes its modules (template dir,
+ * pipeline and KILN_PIPELINE, opt level), so the emulator's kernel cache keys on it (emu/emu_jit.c). */
+unsigned long long gen_serial(const kiln_gen *gen);
 
 #endif
 

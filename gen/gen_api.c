@@ -25,6 +25,7 @@ struct kiln_gen {
      * for the canonical spec (its cache key), then generates it (docs/registry.md). Used once. */
     int resolved_ref;
     gen_spec resolved;
+    unsigned long long serial; /* gen_serial: this generator's number in the process, never reused */
 };
 
 static double now_ms(void) {
@@ -64,9 +65,13 @@ kiln_status kiln_gen_create(kiln_gen **out, const kiln_gen_options *opt, kiln_er
     if (opt && opt->time_builder) gen_builder_time_primitives(gen_lua_state(g->lua));
     g->ctx = LLVMContextCreate();
     g->resolved_ref = LUA_NOREF;
+    static unsigned long long serials; /* atomic: generators are created on several threads at once */
+    g->serial = __atomic_add_fetch(&serials, 1, __ATOMIC_RELAXED);
     *out = g;
     return KILN_OK;
 }
+
+unsigned long long gen_serial(const kiln_gen *g) { return g->serial; }
 
 void kiln_gen_destroy(kiln_gen *g) {
     if (!g) return;

@@ -30,7 +30,9 @@ kiln_status kiln_emu_create(kiln_emu **out, kiln_error *err);
 /* Frees the emulator and every kernel loaded into it. */
 void kiln_emu_destroy(kiln_emu *emu);
 
-/* Generates spec for target sm with gen and compiles that module for the host. */
+/* Generates spec for target sm with gen and compiles that module for the host. A kernel of the same generator,
+ * SM, profile setting and canonical spec that was loaded and freed before in this emulator is taken back instead
+ * (the emulator's cache; docs/emulator.md "The kernel cache"; KILN_EMU_CACHE=0 turns it off). */
 kiln_status kiln_emu_load(kiln_emu *emu, kiln_gen *gen, const char *spec, int sm,
                           kiln_emu_kernel **out, kiln_error *err);
 /* Compiles NVVM IR (LLVM text or bitcode, len bytes) for the host. entry names the kernel
@@ -39,7 +41,9 @@ kiln_status kiln_emu_load(kiln_emu *emu, kiln_gen *gen, const char *spec, int sm
 kiln_status kiln_emu_load_ir(kiln_emu *emu, const char *ir, size_t len, const char *entry,
                              int sm, kiln_emu_kernel **out, kiln_error *err);
 const kiln_kernel_meta *kiln_emu_kernel_meta(const kiln_emu_kernel *k);
-/* Frees the kernel's code (optional: kiln_emu_destroy frees all kernels). */
+/* Gives the kernel back (optional: kiln_emu_destroy frees all kernels): it stays in the emulator's cache, idle,
+ * for a later kiln_emu_load of the same kernel, until the cache's bound or kiln_emu_destroy frees its code. The
+ * caller must not use k afterwards. */
 void kiln_emu_kernel_free(kiln_emu_kernel *k);
 
 /* Zero-initialize it (`= {0}` or designated initializers): fields are added at the end (arg_bytes
