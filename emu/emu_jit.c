@@ -4,8 +4,8 @@
  * The kernel cache: a kernel a kiln_emu_load made is not destroyed when its user frees it but parked, idle, in
  * its emulator; a later kiln_emu_load of the same key takes it back instead of generating the module and
  * JIT-compiling it again (about 0.1 s of CPU a kernel, measured: a fraction of a case, whose emulation dominates).
- * The key is the whole text of "<generator serial> sm_<N> profile=<0|1> <canonical spec>": the generator's serial (gen_serial, never reused)
- * stands for all it fixed at creation (template dir, pipeline, KILN_PIPELINE, opt level); the canonical spec
+ * The key is the whole text of "<generator serial> sm_<N> profile=<0|1> <canonical spec>": the generator's serial
+ * (gen_serial, never reused) stands for all it fixed at creation (template dir, pipeline, KILN_PIPELINE, opt level); the canonical spec
  * (kiln_canonical_spec: defaults filled in) for the spec, so two spellings of one kernel share it; profile for the
  * instrumentation. Nothing else changes the host module: race checking, `twice` and KILN_EMU_RACE are read per
  * launch. Keys are compared whole (strcmp), never by a hash. A load takes an idle kernel first; else an uninstrumented
