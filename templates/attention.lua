@@ -395,11 +395,15 @@ function K.config(spec, target)
   -- and the 16-row tiles past d128 (d256 137 -> 125, varlen d160/200/248/256 129-142 -> 116-128): 3 -> 4 blocks.
   -- Kiln's pipeline stays where it loses no block: d128, varlen d8/d32/d40/d80, v_head_dim 128 (e.g. sm_80 d192
   -- 124 vs 110 registers, 4 blocks both, 1120 vs 1216 SASS), the mask keys, and from sm_90 on d32, d96 and d256 (sm_120
-  -- d256 1208 vs 1320 SASS instructions, 130 registers both).)
+  -- d256 1208 vs 1320 SASS instructions, 130 registers both). With the mask keys d64 on sm_90-110 loses the block
+  -- too (sm_90 182 vs 167, sm_100 186, sm_103 188, sm_110 186 vs 167), not varlen or with dropout_mask (188 vs 189),
+  -- nor on sm_120/121 (186 vs 189, 2648 vs 2688 SASS instructions) or below sm_90 (sm_80 188 vs 178, 2 blocks both).)
+  local mask_keys = spec.window or spec.softcap or spec.alibi
   o3 = o3 or (cfg.path == "simt" and spec.dropout and spec.causal and spec.vdim == spec.dim
-              and not (spec.window or spec.softcap or spec.alibi)
-              and (spec.dim == 64 or (target.sm < 90 and (spec.dim == 96 or spec.head_dim == 256
-                                                          or (spec.dim == 32 and not spec.varlen)))))
+              and ((not mask_keys and (spec.dim == 64 or (target.sm < 90 and (spec.dim == 96 or spec.head_dim == 256
+                                                                                or (spec.dim == 32 and not spec.varlen)))))
+                   or (mask_keys and spec.dim == 64 and target.sm >= 90 and target.sm < 120
+                       and not spec.varlen and not spec.dropout_mask)))
   -- (and the cp.async tensor-core tile of d32 with dropout under a causal mask, no mask keys, not varlen, below sm_90:
   -- kiln's pipeline 176 registers, 2 blocks an SM, 2296-2304 SASS instructions; default<O3> 168, 3 blocks, 2336
   -- (sm_80, 86, 89, f16 and bf16). From sm_90 on kiln's is no worse (sm_90 156 vs 157, sm_100 155 vs 160, sm_120
