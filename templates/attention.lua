@@ -387,6 +387,45 @@ function K.config(spec, target)
   -- (and bf16 on sm_75's d64 tiles not causal, not split-KV, whose last trip stages nothing since wave 18
   -- (lib/attn_f16scaled.lua unstaged_last): kiln's pipeline gave 16 more SASS instructions than default<O3> there)
   o3 = o3 or (cfg.f16s_unstaged_last and spec.head_dim == 64 and not spec.causal and not spec.splitkv)
+  -- (and the SIMT tiles with dropout under a causal mask, no window, softcap or ALiBi: kiln's pipeline gives 1-8 %
+  -- fewer SASS instructions but 6-31 more registers, and where default<O3> sits just under an occupancy step that
+  -- costs a block an SM (128 threads: 168 registers for 3 blocks, 128 for 4). Measured (ptxas, kiln -> default<O3>):
+  -- d64 on every SM (sm_75 191 -> 162, sm_80 193 -> 162, sm_90 181 -> 161, sm_100 183 -> 160, sm_120 182 -> 163:
+  -- 2 -> 3 blocks; varlen the same); below sm_90 also d32 (174 -> 166-168), d96 (174-176 -> 168): 2 -> 3 blocks,
+  -- and the 16-row tiles past d128 (d256 137 -> 125, varlen d160/200/248/256 129-142 -> 116-128): 3 -> 4 blocks.
+  -- Kiln's pipeline stays where it loses no block: d128, varlen d8/d32/d40/d80, v_head_dim 128 (e.g. sm_80 d192
+  -- 124 vs 110 registers, 4 blocks both, 1120 vs 1216 SASS), the mask keys, and from sm_90 on d32, d96 and d256 (sm_120
+  -- d256 1208 vs 1320 SASS instructions, 130 registers both). With the mask keys d64 on sm_90-110 loses the block
+  -- too (sm_90 182 vs 167, sm_100 186, sm_103 188, sm_110 186 vs 167), not varlen or with dropout_mask (188 vs 189),
+  -- nor on sm_120/121 (186 vs 189, 2648 vs 2688 SASS instructions) or below sm_90 (sm_80 188 vs 178, 2 blocks both).)
+  local mask_keys = spec.window or spec.softcap or spec.alibi
+  o3 = o3 or (cfg.path == "simt" and spec.dropout and spec.causal and spec.vdim == spec.dim
+              and ((not mask_keys and (spec.dim == 64 or (target.sm < 90 and (spec.dim == 96 or spec.head_dim == 256
+                                                                                or (spec.dim == 32 and not spec.varlen)))))
+                   or (mask_keys and spec.dim == 64 and target.sm >= 90 and target.sm < 120
+                       and not spec.varlen and not spec.dropout_mask)))
+  -- (and the cp.async tensor-core tile of d32 with dropout under a causal mask, no mask keys, not varlen, below sm_90:
+  -- kiln's pipeline 176 registers, 2 blocks an SM, 2296-2304 SASS instructions; default<O3> 168, 3 blocks, 2336
+  -- (sm_80, 86, 89, f16 and bf16). From sm_90 on kiln's is no worse (sm_90 156 vs 157, sm_100 155 vs 160, sm_120
+  -- 161 vs 168 registers, 24-32 fewer SASS instructions), and varlen keeps 2 blocks either way (sm_80 194 vs 174).)
+  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and target.sm < 90 and spec.dropout and spec.causal
+              and spec.dim == 32 and not spec.varlen and not (spec.window or spec.softcap or spec.alibi))
+  -- (and the cp.async tensor-core tiles that write the dropout keep mask (dropout_mask, the tests' key; d64 with
+  -- window, softcap and ALiBi): kiln's pipeline gave 96-280 more SASS instructions than default<O3> on every SM
+  -- from sm_80 (sm_80 7176 vs 7064, varlen 7192 vs 7096; sm_86/89 7160 vs 6992; sm_90 7264 vs 7024; sm_120 7312
+  -- vs 7032), the same blocks an SM; sm_75's register-staged tiles keep kiln's (8096 vs 8392))
+  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and spec.dropout_mask)
+  -- (and GPT-NeoX rotary inside the append on the cp.async tensor-core tiles below sm_120: kiln's pipeline takes
+  -- 3-20 fewer registers (the same 2 blocks an SM) but gives more SASS instructions than default<O3> at the 96-wide
+  -- tile, causal or not, split-KV or not: sm_80 bf16 d96 causal 5136 vs 5080, split-KV 8664 vs 8416, with every
+  -- mask key 13472 vs 13352; sm_86 8872 vs 8624; sm_90 bf16 d96 5264 vs 5216, split-KV 8744 vs 8520; sm_100 8888 vs
+  -- 8720), and at d128 with split-KV in bf16 on sm_90/100 (10488 vs 10408, 10480 vs 10392; an f32 cos/sin table
+  -- sm_90 9472 vs 9344, and on sm_80/86 too: 9272 vs 9256, 7760 vs 7720). Interleaved
+  -- rotary, f16 d128 and sm_80's bf16 d128 with bf16 tables keep kiln's (sm_80 10296 vs 10328), as does sm_120
+  -- (f16 d96 4840 vs 4896, bf16 d96 split-KV 8656 vs 8680, bf16 d128 split-KV 8584 vs 8600).)
+  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and spec.rotary == "neox" and target.sm < 120
+              and (spec.head_dim == 96 or (spec.head_dim == 128 and spec.splitkv and spec.dtype == "bf16"
+                                           and (target.sm >= 90 or spec.rotary_cs == "f32"))))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
