@@ -68,7 +68,7 @@ local TILES = {
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
   [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
--- d256 (head_dim 136-256; every key but rotary and split-KV's causal window with ALiBi, d256_keys_ok): O's 128 f32 accumulators a
+-- d256 (head_dim 136-256; every key but rotary inside the append, d256_keys_ok): O's 128 f32 accumulators a
 -- thread (16-row warps) beside the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
 -- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
 -- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
@@ -85,15 +85,17 @@ local TILES = {
 -- causal), every causal form with the mask keys too. Split-KV (wave 24: each warp of a pair stores its half of the
 -- packed rows' columns in the workspace, lse from the first) takes the same tiles: 255 registers, 0 spills plain,
 -- causal, paged and with the mask keys but for a window and ALiBi together with a causal form (either alignment,
--- paged or not: 4 bytes; read again from shared memory, the window's bounds left 4, the rows' slopes made 8), which
--- stays SIMT. Wave 24 measured the remaining keys on these tiles too (ptxas sm_75, every variant of the full matrix):
+-- paged or not: 4 bytes; read again from shared memory, the window's bounds left 4, the rows' slopes made 8; so did
+-- the slopes loaded again from global memory each tile). Wave 25: without the last trip's skip of its staging
+-- (M.unstaged_last) those six variants hold, 255 registers, 0 spills. Wave 24 measured the remaining keys on these
+-- tiles too (ptxas sm_75, every variant of the full matrix):
 -- dropout (plain, causal, the mask keys, varlen; head_dim 160-256), the in-kernel append (paged, split-KV, the mask
 -- keys) and v_head_dim (192/128, 256/8; split-KV, the mask keys, dropout) hold at 198-255 registers, 0 spills; rotary
 -- inside the append spilled 4-144 bytes (neox, and interleaved not causal), so rotary stays SIMT. (With
 -- dropout_mask both warps of a pair write the same keep mask: the same bytes, a test output.) Which keys run on it
 -- (M.serves: the others stay on the SIMT path at d > 128)
 local function d256_keys_ok(spec)
-  return not (spec.rotary and spec.rotary ~= "none" or (spec.splitkv and spec.causal and spec.window and spec.alibi))
+  return not (spec.rotary and spec.rotary ~= "none")
 end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
@@ -172,7 +174,13 @@ end
 -- ntiles - 1) but head_dim 96, whose kernels (and head_dim 80's, padded to 96) are another change's. d64 not
 -- causal (not split-KV) takes it since wave 18 with default<O3> (attention.lua): with kiln's pipeline it gave 16 more
 -- SASS instructions than default<O3> (6,488 vs 6,472, ptxas sm_75).
+-- (wave 25) Not d256 split-KV with a window and ALiBi under a causal mask (either alignment, paged or not, the append):
+-- with the skip's branch around the staging they spilled 4 bytes at 255 registers (ptxas sm_75, CUDA 13; a stack
+-- frame of 8; loading the rows' slopes again each tile instead of holding them changed nothing); staging the last
+-- tile again holds, 255 registers, 0 spills, SASS no worse than
+-- default<O3> (attention_ptxas_test.tsv). The other d256 keys keep the skip.
 function M.unstaged_last(spec)
+  if spec.head_dim == 256 and spec.splitkv and spec.causal and spec.window and spec.alibi then return nil end
   return spec.head_dim ~= 96 or nil
 end
 
@@ -182,7 +190,7 @@ function M.applies(spec, target)
 end
 
 -- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 with every key the
--- forward has, 136-256 (TILES[256]) with every key but rotary and split-KV's causal window with ALiBi (d256_keys_ok).
+-- forward has, 136-256 (TILES[256]) with every key but rotary inside the append (d256_keys_ok).
 function M.serves(spec, target)
   return M.applies(spec, target) and (spec.head_dim <= 128 or d256_keys_ok(spec)) and (spec.path == "mma" or spec.path == "auto")
 end
