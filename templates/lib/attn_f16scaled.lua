@@ -177,8 +177,8 @@ end
 -- (wave 25) Not d256 split-KV with a window and ALiBi under a causal mask (either alignment, paged or not, the append):
 -- with the skip's branch around the staging they spilled 4 bytes at 255 registers (ptxas sm_75, CUDA 13; a stack
 -- frame of 8; loading the rows' slopes again each tile instead of holding them changed nothing); staging the last
--- tile again holds, 255 registers, 0 spills, SASS no worse than
--- default<O3> (attention_ptxas_test.tsv). The other d256 keys keep the skip.
+-- tile again holds, 255 registers, 0 spills, SASS no worse than default<O3> (attention_ptxas_test.tsv). The other
+-- d256 keys keep the skip.
 function M.unstaged_last(spec)
   if spec.head_dim == 256 and spec.splitkv and spec.causal and spec.window and spec.alibi then return nil end
   return spec.head_dim ~= 96 or nil
