@@ -58,7 +58,7 @@ local K = {
     vdim.KEY,
     mask.CAUSAL,
     { name = "path", type = "enum", default = "auto", values = { "auto", "mma", "simt", "wgmma" },
-      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim with every key; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it every key but rotary; sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
+      doc = "auto: tensor cores where the target has them for the dtype (sm_75: f16 m16n8k8 at every head_dim with every key; bf16 on f16 ones, power-of-two scaled, every key up to head_dim 128, above it every key but rotary (and below 256 split-KV with a window, ALiBi and a causal mask together); sm_90a: the mma.sync kernel until the wgmma one has run on a GPU); mma; simt: fp32 FMA; wgmma: sm_90a's TMA + wgmma kernel (FlashAttention-3's structure, opt-in)" },
     { name = "splitkv", type = "bool", default = false, hide_default = true,
       doc = "split-KV decoding: each block runs one of `splits` (a launch value) key ranges into an f32 workspace; attention_combine merges them" },
     mask.KEYS[1], mask.KEYS[2], mask.KEYS[3], dropout.KEYS[1], dropout.KEYS[2], varlen.KEY, paged.KEY, append.KEY,
@@ -344,7 +344,7 @@ function K.config(spec, target)
   if wg then return wg end
   local mma = has_mma(spec, target)
   if spec.path == "mma" and not mma and f16s.applies(spec, target) then
-    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 with every key but rotary inside the append (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
+    error(string.format("path=mma: sm_%d runs bf16 on its f16 tensor cores up to head_dim 128 with every key, and at head_dim 136-256 with every key but rotary inside the append (and, below 256, split-KV with a window and ALiBi under a causal mask) (head_dim=%d); use path=auto or simt", target.sm, spec.dim))
   end
   if spec.path == "mma" and not mma then
     error(string.format("path=mma: sm_%d has no tensor-core mma for %s (use path=auto or simt)", target.sm, spec.dtype))

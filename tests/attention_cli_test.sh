@@ -27,17 +27,18 @@ for key in dropout=true paged=true; do
     grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto $key: no bf16" "found in PTX" || ok "sm_75 bf16 auto $key: no bf16"
 done
 # head_dim 136-256 (wave 23): bf16 on the scaled f16 mma plain, causal, with the mask keys and paged; (wave 24) varlen,
-# split-KV, dropout, the append and v_head_dim; (wave 25) split-KV with a window and ALiBi under a causal mask; rotary stays SIMT
+# split-KV, dropout, the append and v_head_dim; (wave 25) split-KV with a window and ALiBi under a causal mask at 256 (padded
+# it stays SIMT); rotary stays SIMT
 for key in "head_dim=256" "head_dim=160 causal=true window=true softcap=true" "head_dim=256 causal=true varlen=true" \
     "head_dim=200 causal=top_left window=true alibi=true varlen=true" "head_dim=256 causal=true splitkv=true" \
     "head_dim=256 dropout=true" "head_dim=256 causal=true paged=true append=true" "head_dim=192 v_head_dim=128" \
     "head_dim=256 causal=true window=true alibi=true splitkv=true" \
-    "head_dim=200 causal=top_left window=true softcap=true alibi=true splitkv=true paged=true"; do
+    "head_dim=256 causal=top_left window=true softcap=true alibi=true splitkv=true paged=true"; do
     expect "sm_75 bf16 path=auto with $key: f16 m16n8k8 (power-of-two scaling)" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
         emit attention dtype=bf16 $key --sm 75
     grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 auto $key: no bf16" "found in PTX" || ok "sm_75 bf16 auto $key: no bf16"
 done
-for key in "head_dim=256 paged=true append=true rotary=neox"; do
+for key in "head_dim=256 paged=true append=true rotary=neox" "head_dim=200 causal=true window=true alibi=true splitkv=true"; do
     expect "sm_75 bf16 path=auto with $key: SIMT (the scaled path spills there)" 0 "fma.rn.f32" -- \
         emit attention dtype=bf16 $key --sm 75
     grep -q "mma" "$tmp/out" && bad "sm_75 bf16 auto with $key: no mma" "found in PTX" || ok "sm_75 bf16 auto with $key: no mma"
@@ -87,8 +88,10 @@ expect "run head_dim 80 (padded to 96), causal" 0 "PASS" -- run attention dtype=
 expect "causal=top_left emits" 0 "mma.sync" -- emit attention dtype=f16 head_dim=64 causal=top_left window=true --sm 80
 expect "bad causal" 2 "valid: false, true, top_left" -- emit attention causal=bottom --sm 80
 expect "mma with f32" 2 "path=mma needs dtype f16 or bf16" -- emit attention dtype=f32 path=mma --sm 80
-expect "mma bf16 on sm_75 above head_dim 128 with rotary" 2 "at head_dim 136-256 with every key but rotary inside the append (head_dim=256)" -- \
+expect "mma bf16 on sm_75 above head_dim 128 with rotary" 2 "at head_dim 136-256 with every key but rotary inside the append (and, below 256, split-KV with a window and ALiBi under a causal mask) (head_dim=256)" -- \
     emit attention dtype=bf16 head_dim=256 paged=true append=true rotary=neox path=mma --sm 75
+expect "mma bf16 on sm_75, padded head_dim, split-KV with a window and ALiBi, causal" 2 "below 256, split-KV with a window and ALiBi under a causal mask) (head_dim=200)" -- \
+    emit attention dtype=bf16 head_dim=200 causal=true window=true alibi=true splitkv=true path=mma --sm 75
 expect "run mma bf16 sm_75 d256 split-KV causal with window and ALiBi, GQA, race check" 0 "PASS: every output within tolerance" -- \
     run attention dtype=bf16 head_dim=256 causal=true window=true alibi=true splitkv=true path=mma --sm 75 --rows 5 --seq-k 300 \
     --heads 8:2 --splits 3 --window 70,0 --alibi --race

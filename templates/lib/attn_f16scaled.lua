@@ -68,7 +68,7 @@ local TILES = {
   [128] = { { warps = 8, mt = 1, n = 32, stages = 2, q_regs = true, slots_in_q = true } },
   [256] = { { warps = 8, mt = 1, n = 16, stages = 2, q_regs = true, slots_in_q = true, osplit = 2 } },
 }
--- d256 (head_dim 136-256; every key but rotary inside the append, d256_keys_ok): O's 128 f32 accumulators a
+-- d256 (head_dim 136-256; every key but rotary inside the append and padded split-KV's causal window with ALiBi, d256_keys_ok): O's 128 f32 accumulators a
 -- thread (16-row warps) beside the staged tile and the scaling spilled (ptxas sm_75 CUDA 13, 16-key tiles, 255 registers: 4 warps x 16 rows
 -- 388-392 bytes, and 65,584 bytes of shared memory, over sm_75's 65,536; 2 warps x 16 rows 1,732-1,744 bytes), so
 -- two warps share each 16 query rows (attention.lua osplit): both compute the row group's S, m and l (the same
@@ -87,15 +87,18 @@ local TILES = {
 -- causal, paged and with the mask keys but for a window and ALiBi together with a causal form (either alignment,
 -- paged or not: 4 bytes; read again from shared memory, the window's bounds left 4, the rows' slopes made 8; so did
 -- the slopes loaded again from global memory each tile). Wave 25: without the last trip's skip of its staging
--- (M.unstaged_last) those six variants hold, 255 registers, 0 spills. Wave 24 measured the remaining keys on these
+-- (M.unstaged_last) those six variants hold, 255 registers, 0 spills (at head_dim 256; padded still 4). Wave 24 measured the remaining keys on these
 -- tiles too (ptxas sm_75, every variant of the full matrix):
 -- dropout (plain, causal, the mask keys, varlen; head_dim 160-256), the in-kernel append (paged, split-KV, the mask
 -- keys) and v_head_dim (192/128, 256/8; split-KV, the mask keys, dropout) hold at 198-255 registers, 0 spills; rotary
 -- inside the append spilled 4-144 bytes (neox, and interleaved not causal), so rotary stays SIMT. (With
 -- dropout_mask both warps of a pair write the same keep mask: the same bytes, a test output.) Which keys run on it
 -- (M.serves: the others stay on the SIMT path at d > 128)
+-- (wave 25: split-KV's causal window with ALiBi holds at head_dim 256 only; padded (136-248, spec.dim below the
+-- tile's 256) it still spilled 4 bytes, 160 measured with and without softcap and pages, 200 and 248 without softcap)
 local function d256_keys_ok(spec)
-  return not (spec.rotary and spec.rotary ~= "none")
+  local padded = (spec.dim or spec.head_dim) < spec.head_dim
+  return not (spec.rotary and spec.rotary ~= "none" or (padded and spec.splitkv and spec.causal and spec.window and spec.alibi))
 end
 -- Split-KV decoding: 4 warps x 16 packed query rows (attention.lua's SPLIT_TILES_STAGED shape: a
 -- decoding block has few rows), the key tiles that fit beside the scaling.
@@ -190,7 +193,8 @@ function M.applies(spec, target)
 end
 
 -- Whether the tensor-core path takes the spec here (path=mma or auto): head_dim up to 128 with every key the
--- forward has, 136-256 (TILES[256]) with every key but rotary inside the append (d256_keys_ok).
+-- forward has, 136-256 (TILES[256]) with every key but rotary inside the append and, below 256, split-KV's causal
+-- window with ALiBi (d256_keys_ok).
 function M.serves(spec, target)
   return M.applies(spec, target) and (spec.head_dim <= 128 or d256_keys_ok(spec)) and (spec.path == "mma" or spec.path == "auto")
 end
