@@ -128,8 +128,8 @@ end
 function M.csplit_refusal(spec, target)
   if M.csplit(spec, target) then return nil end
   return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 and bf16's dq there (two warps a 16-key"
-    .. " or 16-row group, each half of the columns; bf16's deterministic dkdv under path=mma alone, with the f16-scaled"
-    .. " path's documented bound; bf16's atomic dkdv and its dq at head_dim 200 without causal not yet), without"
+    .. " or 16-row group, each half of the columns; bf16's deterministic dkdv too, holding the bf16 path's bound;"
+    .. " bf16's atomic dkdv and its dq at head_dim 200 without causal not yet), without"
     .. " dropout, nor varlen in the atomic dkdv (more than 255 registers a thread); the rest runs on path=simt"
 end
 
@@ -1011,6 +1011,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:for_(0, group, 1, function(gi)
       local m = fs.lo_scan(b, sh, p, io.row_index(bi, hkv * group + gi), q_start, q_end, gi, M.WARPS * 32)
       any:set(any:get() | b:select(m, 1, 0))
+      -- (cfg.kvfrag: every thread's read of the slot before the head after next clears it; this loop runs no tile, whose
+      -- barriers order that in the walks: kiln run --race found it, GQA 4:2. The deterministic d128's "passes" has the
+      -- same race: not changed here)
+      if cfg.kvfrag then b:barrier() end
     end)
     local go = b:ne(any:get(), 0)
     if cfg.kvlo and not cfg.kvwalk then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
