@@ -1594,10 +1594,12 @@ static void d256_dq_estimate(void) {
      * dq_kv_self, its other instructions 455,392 against f16's 47,520; SIMT 1,318,592) */
     printf("  d256 deterministic backward under path=mma: bf16 %.0f (dkdv %.0f, f16's %.0f), f16 %.0f (%.2fx)\n",
            t[3][0] + t[3][1], t[3][0], t[1][0], t[1][0] + t[1][1], (t[3][0] + t[3][1]) / (t[1][0] + t[1][1]));
-    /* (wave 25: the dkdv under path=mma 110,592, f16's the same, tensor-bound: mma 55,296, other 203,696, shfl 4,864; the
-     * whole 353,024 against path=auto's 1,679,104) */
+    /* (wave 25: the dkdv under path=mma without the low parts 110,592, f16's the same, tensor-bound: mma 55,296, other
+     * 203,696, shfl 4,864; the whole 353,024 against 1,679,104 with it on SIMT. With the low parts, path=auto's too:
+     * 115,590, other 223,596, shfl 7,584 (the K/V rows' marks at staging and the heads' pre-scan), 1.045x f16's; the
+     * whole 358,022; bound 1.045 + 3 %) */
     if (!only || strcmp(only, "bf16"))
-        CHECK(t[3][0] > 0 && t[3][0] <= 1.03 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.03x) T4 clocks",
+        CHECK(t[3][0] > 0 && t[3][0] <= 1.08 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.08x) T4 clocks",
               t[3][0], t[1][0]);
     if (!only || strcmp(only, "mma"))
         CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],
