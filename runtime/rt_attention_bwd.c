@@ -24,13 +24,13 @@ static size_t round_up(size_t v, size_t a) { return (v + a - 1) / a * a; }
 /* The tile width the f16-scaled sequence's Q and dO rows take (lib/attn_dims.lua's widths holding head_dim
  * and v_head_dim), or 0 where it does not run: bf16 with O in bf16, head_dim <= 128, with or without dropout
  * (templates/lib/attn_bwd_f16scaled.lua, sm_75; on other devices dkdv declares no such rows, so the
- * workspace below is an upper bound there); and 256 for the deterministic dkdv at 136-256 under path=mma without
- * dropout (wave 25, templates/lib/attn_bwd_mma.lua bf16_dkdv_split; path=auto runs that one on SIMT). */
+ * workspace below is an upper bound there); and 256 for the deterministic dkdv at 136-256 under path=mma or auto
+ * without dropout (wave 25, templates/lib/attn_bwd_mma.lua bf16_dkdv_split; path=simt: none). */
 size_t rt_attn_bwd_scaled_width(const kiln_attention_bwd_args *a) {
     int d = a->v_head_dim > a->head_dim ? a->v_head_dim : a->head_dim;
     if (a->dtype != KILN_BF16 || a->out_dtype != KILN_BF16) return 0;
     if (d > 128)
-        return a->deterministic && a->path == KILN_ATTENTION_PATH_MMA && !(a->mask.dropout_p > 0.0f) ? 256 : 0;
+        return a->deterministic && (a->path == KILN_ATTENTION_PATH_MMA || a->path == KILN_ATTENTION_PATH_AUTO) && !(a->mask.dropout_p > 0.0f) ? 256 : 0;
     return d <= 32 ? 32 : d <= 64 ? 64 : d <= 96 ? 96 : 128;
 }
 

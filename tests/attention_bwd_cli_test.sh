@@ -175,19 +175,25 @@ expect "sm_75 bf16 dq d256: path=auto on the f16-scaled m16n8k8" 0 "mma.sync.ali
     emit attention_bwd kernel=dq dtype=bf16 head_dim=256 causal=true --sm 75
 expect "path=mma for bf16 dq d200 without causal on sm_75 refused naming why" 2 "its dq at head_dim 200 without causal not yet" -- \
     emit attention_bwd kernel=dq dtype=bf16 head_dim=200 path=mma --sm 75
-# wave 25: bf16's deterministic dkdv at head_dim 136-256 on sm_75 on the same split under path=mma (the f16-scaled path's
-# documented bound: no low parts there, lib/attn_bwd_f16scaled.lua lo_applies); path=auto keeps it on SIMT; the atomic one
-# under path=mma refused naming it
+# wave 25: bf16's deterministic dkdv at head_dim 136-256 on sm_75 on the same split, holding the bf16 path's bound (the
+# low parts, lib/attn_bwd_f16scaled.lua kv_frag), so path=auto takes it as path=mma does; the atomic one under path=mma
+# refused naming it
 expect "sm_75 bf16 deterministic dkdv d200: path=mma on the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=200 causal=true path=mma --sm 75
 grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 d200 dkdv: no bf16 instruction" "found in PTX" || ok "sm_75 bf16 d200 dkdv: no bf16 instruction"
-expect "sm_75 bf16 deterministic dkdv d200: path=auto on SIMT" 0 "fma.rn.f32" -- \
+expect "sm_75 bf16 deterministic dkdv d200: path=auto on the f16-scaled m16n8k8" 0 "mma.sync.aligned.m16n8k8.row.col.f32.f16.f16.f32" -- \
     emit attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=200 causal=true --sm 75
-grep -q "mma" "$tmp/out" && bad "sm_75 bf16 d200 dkdv under auto: no mma" "found in PTX" || ok "sm_75 bf16 d200 dkdv under auto: no mma"
+grep -q "\.bf16" "$tmp/out" && bad "sm_75 bf16 d200 dkdv under auto: no bf16 instruction" "found in PTX" || ok "sm_75 bf16 d200 dkdv under auto: no bf16 instruction"
+expect "sm_75 bf16 deterministic dkdv d256: path=simt still on SIMT" 0 "fma.rn.f32" -- \
+    emit attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=256 causal=true path=simt --sm 75
+grep -q "mma" "$tmp/out" && bad "sm_75 bf16 d256 dkdv under simt: no mma" "found in PTX" || ok "sm_75 bf16 d256 dkdv under simt: no mma"
 expect "path=mma for bf16's atomic dkdv d256 on sm_75 refused naming why" 2 "its atomic dkdv not yet" -- \
     emit attention_bwd kernel=dkdv dtype=bf16 head_dim=256 causal=true path=mma --sm 75
 expect "kiln run: bf16 d200 deterministic path=mma on sm_75, the sequence checked, every block twice" 0 "PASS" -- \
     run attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=200 causal=top_left path=mma --sm 75 --rows 40 \
+    --seq-k 50 --heads 4:2 --race
+expect "kiln run: bf16 d256 deterministic path=auto on sm_75 (the split), the sequence checked, every block twice" 0 "PASS" -- \
+    run attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=256 causal=true --sm 75 --rows 70 \
     --seq-k 50 --heads 4:2 --race
 # wave 24: f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key / 16-row group (lib/attn_bwd_mma.lua M.csplit);
 # dropout stays on SIMT under auto and is refused under path=mma naming why

@@ -1031,14 +1031,14 @@ static int dkdv_det_mma(const kiln_attn_problem *p, const char *path) {
     return mma;
 }
 
-/* ---- bf16's deterministic dkdv at the tile width 256 (wave 25, issue 28) on the column split under path=mma: two warps a
- * 16-key group, both computing the group's S^T and dP^T from the same staged tiles (K's and V's row factors read at the
- * group's keys), each accumulating half of dK's and dV's columns; Q's and dO's rows from prep 256 wide. The whole
- * deterministic sequence (dkdv and dq under path=mma) against the bf16 path's error model: random d256 causal GQA 2:1
- * (partial last key block), d192 top-left with window, softcap and ALiBi. No low parts there (lib/attn_bwd_f16scaled.lua
- * lo_applies): rows spanning more than 2^32 keep the documented bound, so path=auto keeps that dkdv on SIMT (asserted),
- * and the span cases (Q and dO rows of 2^40, then K and V rows) print path=mma's counts beyond the bound and assert the
- * sequence path=auto runs. KILN_TEST_FULL=1 adds d136 causal=false and the K and V span case. */
+/* ---- bf16's deterministic dkdv at the tile width 256 (wave 25, issue 28) on the column split: two warps a 16-key group,
+ * both computing the group's S^T and dP^T from the same staged tiles (K's and V's row factors read at the group's keys),
+ * each accumulating half of dK's and dV's columns; Q's and dO's rows from prep 256 wide. It holds the bf16 path's bound
+ * (lib/attn_bwd_f16scaled.lua kv_frag: a marked key block's two-pass walk adds every low part's product, K's and V's
+ * low parts as A fragments from their rows), so path=auto takes it too (asserted). The whole deterministic sequence
+ * (dkdv and dq) under path=mma, then path=auto, against the bf16 path's error model: random d256 causal GQA 2:1 (partial
+ * last key block), d192 top-left with window, softcap and ALiBi, Q and dO rows of 2^40 (the marked heads' low parts)
+ * and K and V rows of 2^40 (the key block's, each warp's half of the columns). KILN_TEST_FULL=1 adds d136 causal=false. */
 static void d256_dkdv(void) {
     static const struct {
         const char *what;
@@ -1049,7 +1049,7 @@ static void d256_dkdv(void) {
         {"random, top-left, window, softcap, ALiBi", 192, 2, 7, 0, 0},
         {"Q and dO rows of 2^40 in column 0 (K, V zero there), causal", 256, 1, 0, 0, 'b'},
         {"random, no causal", 136, 0, 0, 1, 0},
-        {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 256, 1, 0, 1, 'w'},
+        {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 256, 1, 0, 0, 'w'},
     };
     static const float slopes[2] = {0.25f, 0.0625f};
     const char *full = getenv("KILN_TEST_FULL");
@@ -1075,16 +1075,13 @@ static void d256_dkdv(void) {
         snprintf(name, sizeof name, "d%d deterministic dkdv (two warps a key group): %s", d, cases[i].what);
         TEST_BEGIN(name);
         CHECK(dkdv_det_mma(&a.p, "mma"), "%s: path=mma's dkdv is not on the f16-scaled mma", name);
-        CHECK(!dkdv_det_mma(&a.p, "auto"), "%s: path=auto's dkdv is on the mma, which does not hold the bound here", name);
+        CHECK(dkdv_det_mma(&a.p, "auto"), "%s: path=auto's dkdv is not on the f16-scaled mma (lib/attn_bwd_f16scaled.lua holds)", name);
         if (forward(&a)) {
-            model_held = row ? 0 : 7;
             check_model(&a, name, 1, NULL);
-            long mma_beyond = model_beyond[0] + model_beyond[1] + model_beyond[2];
-            if (row) {
-                model_held = 7, model_path = "auto";
+            if (row) { /* (the same kernels under path=auto: the runtime's workspace and prep's rows 256 wide there too) */
+                model_path = "auto";
                 check_model(&a, name, 1, NULL);
                 model_path = "mma";
-                CHECK(mma_beyond > 0, "%s: path=mma's gradients within the bound: the case does not probe path=auto", name);
             }
         }
         TEST_END();
@@ -1597,10 +1594,12 @@ static void d256_dq_estimate(void) {
      * dq_kv_self, its other instructions 455,392 against f16's 47,520; SIMT 1,318,592) */
     printf("  d256 deterministic backward under path=mma: bf16 %.0f (dkdv %.0f, f16's %.0f), f16 %.0f (%.2fx)\n",
            t[3][0] + t[3][1], t[3][0], t[1][0], t[1][0] + t[1][1], (t[3][0] + t[3][1]) / (t[1][0] + t[1][1]));
-    /* (wave 25: the dkdv under path=mma 110,592, f16's the same, tensor-bound: mma 55,296, other 203,696, shfl 4,864; the
-     * whole 353,024 against path=auto's 1,679,104) */
+    /* (wave 25: the dkdv under path=mma without the low parts 110,592, f16's the same, tensor-bound: mma 55,296, other
+     * 203,696, shfl 4,864; the whole 353,024 against 1,679,104 with it on SIMT. With the low parts, path=auto's too:
+     * 115,590, other 223,596, shfl 7,584 (the K/V rows' marks at staging and the heads' pre-scan), 1.045x f16's; the
+     * whole 358,022; bound 1.045 + 3 %) */
     if (!only || strcmp(only, "bf16"))
-        CHECK(t[3][0] > 0 && t[3][0] <= 1.03 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.03x) T4 clocks",
+        CHECK(t[3][0] > 0 && t[3][0] <= 1.08 * t[1][0], "d256 dkdv under path=mma: bf16 %.0f, f16 %.0f (> 1.08x) T4 clocks",
               t[3][0], t[1][0]);
     if (!only || strcmp(only, "mma"))
         CHECK(t[0][1] > 0 && t[1][1] > 0 && t[0][1] <= 2.71 * t[1][1] && t[2][1] > t[0][1],

@@ -281,22 +281,22 @@ static void test_path(void) {
     TEST_END();
 }
 
-/* bf16's deterministic dkdv at head_dim 136-256 on sm_75 under path=mma (wave 25: the column split, its Q and dO rows
- * scaled by prep 256 wide, templates/lib/attn_bwd_mma.lua bf16_dkdv_split): the any-device workspace counts qh, doh
- * (f16 [rows, 256]) and qsf, dosf after delta, no K/V rows (the split's dq stages K and V itself); the kernels declare
- * exactly that, and prep and dkdv get those pointers. Under path=auto (dkdv on SIMT there) delta alone. */
+/* bf16's deterministic dkdv at head_dim 136-256 on sm_75 under path=auto and path=mma (wave 25: the column split, its Q
+ * and dO rows scaled by prep 256 wide, templates/lib/attn_bwd_mma.lua bf16_dkdv_split): the any-device workspace counts
+ * qh, doh (f16 [rows, 256]) and qsf, dosf after delta, no K/V rows (the split's dq stages K and V itself); the kernels
+ * declare exactly that, and prep and dkdv get those pointers. Under path=simt (dkdv on SIMT) delta alone. */
 static void test_d256_mma(void) {
-    TEST_BEGIN("attention backward helper: bf16 d256 deterministic on sm_75, path=mma: Q and dO rows 256 wide in the workspace");
+    TEST_BEGIN("attention backward helper: bf16 d256 deterministic on sm_75, path=auto/mma: Q and dO rows 256 wide in the workspace");
     static const char *const scaled[4] = {"qh", "doh", "qsf", "dosf"};
-    for (int path = 0; path < 2; path++) {
+    for (int path = 0; path < 3; path++) { /* (KILN_ATTENTION_PATH_AUTO, _MMA, _SIMT) */
         kiln_rt *rt = open_rt(75);
         kiln_error e = {0};
         kiln_attention_bwd_args a = gqa_args();
-        a.head_dim = 200, a.deterministic = 1, a.path = path ? KILN_ATTENTION_PATH_MMA : KILN_ATTENTION_PATH_AUTO;
+        a.head_dim = 200, a.deterministic = 1, a.path = path == 2 ? KILN_ATTENTION_PATH_SIMT : path ? KILN_ATTENTION_PATH_MMA : KILN_ATTENTION_PATH_AUTO;
         size_t rows = 3 * 8 * 1000, off[5] = {(rows * 4 + 255) / 256 * 256};
         const size_t each[4] = {rows * 256 * 2, rows * 256 * 2, rows * 4, rows * 4};
         for (int i = 0; i < 4; i++) off[i] = (off[i] + 255) / 256 * 256, off[i + 1] = off[i] + each[i];
-        size_t ws = kiln_attention_backward_workspace(&a), want = path ? off[4] : rows * 4, exact = 0;
+        size_t ws = kiln_attention_backward_workspace(&a), want = path < 2 ? off[4] : rows * 4, exact = 0;
         CHECK(ws == want, "path %d: workspace %zu bytes, expected %zu", path, ws, want);
         CHECK(rt && kiln_attention_backward_workspace_on(rt, &a, &exact, &e) == KILN_OK, "workspace_on: %s", e.msg);
         CHECK(exact == ws, "path %d: the kernels declare %zu bytes, the any-device bound %zu", path, exact, ws);
@@ -304,7 +304,7 @@ static void test_d256_mma(void) {
         CHECK(rt && kiln_attention_backward(rt, &a, &e) == KILN_OK && launches() == 3, "path %d launch: %s", path, e.msg);
         kiln_kernel *ks[3] = {NULL, NULL, NULL};
         CHECK(rt && kiln_attention_backward_pick(rt, &a, ks, &e) == KILN_OK, "pick: %s", e.msg);
-        for (int k = 0; path && k < 2 && ks[k]; k++) {
+        for (int k = 0; path < 2 && k < 2 && ks[k]; k++) {
             const kiln_kernel_meta *m = kiln_kernel_get_meta(ks[k]);
             fake_cuda_launch l;
             CHECK(launch_at(k, &l), "launch %d recorded", k);

@@ -426,8 +426,22 @@ end
 -- it 69,432 bytes of shared memory, past sm_75's 65,536. So it keeps the documented bound there (holds: path=auto
 -- runs SIMT, path=mma this path).
 function M.lo_applies(spec)
+  if spec.kernel == "dkdv" and spec.head_dim == 256 then return M.kv_frag(spec) end
   return spec.kernel == "dkdv" and spec.head_dim <= 128 and not (spec.dropout and M.dropout_excludes(spec)) and not (spec.varlen and M.varlen_w96_spills(spec))
     and not (spec.window and not M.window_fits(spec))
+end
+
+-- Whether the dkdv of `spec` is the deterministic one at the tile width 256 (lib/attn_bwd_mma.lua's column split,
+-- bf16_dkdv_split; wave 25, issue 28), which takes every low part without a tile for K's and V's: a key block marked for
+-- a Q, dO, K or V row runs lo_walk's two-pass walk ("passes": dV, then dK, 64 accumulators a thread each), whose
+-- products with the low parts loop over the k-steps (not unrolled), K's and V's low parts taken as A fragments from
+-- their bf16 rows a k-step at a time (lo_frag; build_dkdv's cfg.kvfrag); `lo` holds Q's or dO's (16 rows). Measured,
+-- ptxas sm_75 (default<O3>), head_dim 256 causal / not: the low parts on the marked heads' branches in the one-pass walk
+-- 20 / 4 bytes spilled at 255 registers (k-steps looped: 8 / 0); the two-pass walk with the products unrolled 16 / 20
+-- (the marked walk alone in the kernel 12 / 28), the one-pass walk 24 / 36; the two-pass walk looped: 0 / 0. K's and V's
+-- low parts as a tile of 32 rows: 69,432 bytes of shared memory (sm_75: 65,536); as fragments 60,984.
+function M.kv_frag(spec)
+  return spec.kernel == "dkdv" and spec.head_dim == 256 and spec.deterministic and not spec.dropout
 end
 
 -- Whether a dkdv with a window takes the low parts (wave 18's scan, ptxas sm_75 at 255 registers, every subset of the
@@ -482,6 +496,7 @@ end
 -- (Wave 21: where varlen_w96_spills (kv) or window_w96_qo_only name a variant, kv_walk's walk takes K's and V's rows
 -- instead wherever it fits with V's low part from its rows, kv_walk_frag.)
 function M.kv_lo_applies(spec)
+  if spec.head_dim == 256 then return M.kv_frag(spec) end
   return M.lo_applies(spec) and not (spec.varlen and spec.head_dim == 64 and not spec.deterministic and not M.kv_walk(spec)
       and not M.qrow_shared(spec))
     and (M.kv_walk(spec) or not (spec.varlen and M.varlen_w96_spills(spec, true)) and not M.window_w96_qo_only(spec))
@@ -616,7 +631,7 @@ end
 -- The two-pass walk not beside varlen (wave 21, ptxas sm_75: head_dim 104 and 128 with a window without ALiBi,
 -- softcap or not, causal=true, top_left and false: the walk 8 bytes, the marked heads' branches 0 at 250-255 registers).
 function M.lo_walk(spec)
-  if spec.kernel == "dkdv" and spec.deterministic and spec.head_dim == 128 then return "passes" end
+  if spec.kernel == "dkdv" and spec.deterministic and (spec.head_dim == 128 or M.kv_frag(spec)) then return "passes" end
   if spec.kernel == "dkdv" and not spec.deterministic and spec.dropout and spec.window and spec.alibi and spec.head_dim == 128 then
     return "dk halves"
   end

@@ -128,8 +128,8 @@ end
 function M.csplit_refusal(spec, target)
   if M.csplit(spec, target) then return nil end
   return "head_dim 136-256 runs on tensor cores only for f16 on sm_75's m16n8k8 and bf16's dq there (two warps a 16-key"
-    .. " or 16-row group, each half of the columns; bf16's deterministic dkdv under path=mma alone, with the f16-scaled"
-    .. " path's documented bound; bf16's atomic dkdv and its dq at head_dim 200 without causal not yet), without"
+    .. " or 16-row group, each half of the columns; bf16's deterministic dkdv too, holding the bf16 path's bound;"
+    .. " bf16's atomic dkdv and its dq at head_dim 200 without causal not yet), without"
     .. " dropout, nor varlen in the atomic dkdv (more than 255 registers a thread); the rest runs on path=simt"
 end
 
@@ -197,9 +197,11 @@ function M.config(spec, target, cfg)
   -- (cfg.kvlo: K's and V's rows too, lib/attn_bwd_f16scaled.lua kv_lo_applies; else a tile of bm rows and the heads' slots)
   if cfg.f16s and f16s.lo_applies(spec) then
     cfg.lo, cfg.kvlo = true, f16s.kv_lo_applies(spec)
+    -- (cfg.kvfrag, the column split: K's and V's low parts as A fragments from their rows, no tile; lib/attn_bwd_f16scaled.lua kv_frag)
+    cfg.kvfrag = f16s.kv_frag(spec)
     cfg.kvwalk, cfg.kvwalk_rows, cfg.kvwalk_vfrag = f16s.kv_walk(spec)
     cfg.lowalk, cfg.lowalk_first, cfg.lowalk_rows = f16s.lo_walk(spec) -- (a marked block's own walk for Q's and dO's rows: build_dkdv)
-    bytes = bytes + (cfg.kvlo and math.max(bm, bn) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
+    bytes = bytes + (cfg.kvlo and (cfg.kvfrag and bm or math.max(bm, bn)) * ld * 2 + (6 + M.WARPS) * 4 or bm * ld * 2 + 2 * 4)
     -- (the query rows' origin in shared memory, lib/attn_bwd_f16scaled.lua qrow_shared)
     if f16s.qrow_shared(spec) then cfg.qrow_shared, bytes = true, bytes + 16 end
     -- (cfg.kvwalk, a key block marked for K's or V's rows: `lo` holds K's low part for the block's walk, and one
@@ -229,7 +231,7 @@ local function alloc(b, spec, cfg)
       halves[#halves + 1] = { "olo", bm * ld }
     end
   elseif cfg.lo then
-    halves[#halves + 1] = { "lo", cfg.kvlo and math.max(bm, cfg.block_n) * ld or bm * ld }
+    halves[#halves + 1] = { "lo", cfg.kvlo and not cfg.kvfrag and math.max(bm, cfg.block_n) * ld or bm * ld }
     if cfg.kvwalk then halves[#halves + 1] = { "qlo", bm * ld } end -- (build_dkdv's kvmarked walk)
   end
   local floats = ldd and { { "lse2", bm }, { "dl", bm } } or {}
@@ -626,6 +628,19 @@ function M.build_dkdv(b, spec, cfg, p, io)
           b:barrier()
           held = which
         end
+        -- (cfg.kvfrag: this warp's A fragments of K's ("k") or V's ("v") low part, the group's keys, a k-step at a time
+        -- from the bf16 rows; their first key, batch and kv head read back from shared memory, as fill_lo's)
+        local function kv_frag(which)
+          local kspec = which == "k" and spec or spec.vspec or spec
+          return { steps = f16s.lo_steps(kspec), frag = function(kk)
+            local r0, bb, hh = b:bits(b:load(sh.kvmark + M.WARPS)), b:bits(b:load(sh.kvmark + (M.WARPS + 1))),
+              b:bits(b:load(sh.kvmark + (M.WARPS + 2)))
+            local r = { [0] = kw * 16 + g, [1] = kw * 16 + g + 8 }
+            local src = which == "k" and io.base("k", bb, hh) or io.base("v", bb, hh)
+            return f16s.lo_frag(b, kspec, src, which == "k" and p.stride_ks or p.stride_vs, { [0] = r0 + r[0], [1] = r0 + r[1] },
+                                r, p.seq_k, which == "k" and sh.kf or sh.vf, t)(kk)
+          end }
+        end
         local kf, vf = {}, {} -- (f16-scaled: this thread's keys' K and V row factors)
         if fs then
           for hh = 0, 1 do
@@ -676,8 +691,16 @@ function M.build_dkdv(b, spec, cfg, p, io)
             end
             for _, x in ipairs(prods) do
               local kv = x[1] == "k" or x[1] == "v"
-              if not (kvmarked and kv) then fill_lo(x[1]) end
-              lo_mma(b, mdt, x[2], x[3], x[4], nq, kd, ld, lane, warp, up, down, kvmarked and x[1] == "v" and vlo)
+              local af = kvmarked and x[1] == "v" and vlo
+              if cfg.kvfrag and kv then -- (K's or V's low part: A fragments of the group's 16 keys from their rows)
+                af = kv_frag(x[1])
+              elseif not (kvmarked and kv) then fill_lo(x[1]) end
+              -- (cfg.csplit: the group's keys, kw; the k-steps in a loop, not unrolled: lib/attn_bwd_f16scaled.lua kv_frag)
+              if cfg.csplit and not af then
+                local tile = x[2]
+                af = { steps = kd, frag = function(kk) return frag_a(b, tile, ld, lane, kw * 16, kk * 16) end }
+              end
+              lo_mma(b, mdt, x[2], x[3], x[4], nq, kd, ld, lane, warp, up, down, af)
             end
           end)
           for j = 0, nq - 1 do
@@ -843,7 +866,7 @@ function M.build_dkdv(b, spec, cfg, p, io)
               end
               for ks = 0, nq // 2 - 1 do
                 for jd = x[4], x[5] - 1 do
-                  local l1, l2 = frag_bk(b, qot, ld, lane, ks * 16, jd * 16)
+                  local l1, l2 = frag_bk(b, qot, ld, lane, ks * 16, ccol + jd * 16) -- (cfg.csplit: this warp's half)
                   for xx = 0, 1 do
                     local j = 2 * jd + xx
                     local r = b:mma(mdt, frag(af[ks]), xx == 0 and l1 or l2,
@@ -988,6 +1011,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:for_(0, group, 1, function(gi)
       local m = fs.lo_scan(b, sh, p, io.row_index(bi, hkv * group + gi), q_start, q_end, gi, M.WARPS * 32)
       any:set(any:get() | b:select(m, 1, 0))
+      -- (cfg.kvfrag: every thread's read of the slot before the head after next clears it; this loop runs no tile, whose
+      -- barriers order that in the walks: kiln run --race found it, GQA 4:2. The deterministic d128's "passes" has the
+      -- same race: not changed here)
+      if cfg.kvfrag then b:barrier() end
     end)
     local go = b:ne(any:get(), 0)
     if cfg.kvlo and not cfg.kvwalk then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
