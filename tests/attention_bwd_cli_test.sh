@@ -195,6 +195,15 @@ expect "kiln run: bf16 d200 deterministic path=mma on sm_75, the sequence checke
 expect "kiln run: bf16 d256 deterministic path=auto on sm_75 (the split), the sequence checked, every block twice" 0 "PASS" -- \
     run attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=256 causal=true --sm 75 --rows 70 \
     --seq-k 50 --heads 4:2 --race
+# the f16-scaled dkdv's walks over the heads of a GQA group scan each head's rows into one of two shared slots; the
+# scan before the walks ran no tile between heads, so the next head's clearing of a slot raced with the reads of it
+# (since wave 21, found by --race in wave 25): the d128 deterministic "passes" walk and the atomic d64 window walk
+expect "kiln run: bf16 d128 deterministic top-left GQA 4:2 on sm_75 (the passes walk's head scan), race check" 0 "PASS" -- \
+    run attention_bwd kernel=dkdv deterministic=true dtype=bf16 head_dim=128 causal=top_left --sm 75 --rows 70 \
+    --seq-k 50 --heads 4:2 --race
+expect "kiln run: bf16 d64 causal window GQA 4:2 on sm_75 (the atomic dkdv's marked walk), race check" 0 "PASS" -- \
+    run attention_bwd kernel=dkdv dtype=bf16 head_dim=64 causal=true window=true --sm 75 --rows 70 --seq-k 50 \
+    --heads 4:2 --window 20,3 --race
 # wave 24: f16 at head_dim 136-256 on sm_75's m16n8k8, two warps a 16-key / 16-row group (lib/attn_bwd_mma.lua M.csplit);
 # dropout stays on SIMT under auto and is refused under path=mma naming why
 for s in "kernel=dkdv head_dim=256 causal=true" "kernel=dq head_dim=200 causal=top_left window=true softcap=true alibi=true" \

@@ -1011,10 +1011,10 @@ function M.build_dkdv(b, spec, cfg, p, io)
     b:for_(0, group, 1, function(gi)
       local m = fs.lo_scan(b, sh, p, io.row_index(bi, hkv * group + gi), q_start, q_end, gi, M.WARPS * 32)
       any:set(any:get() | b:select(m, 1, 0))
-      -- (cfg.kvfrag: every thread's read of the slot before the head after next clears it; this loop runs no tile, whose
-      -- barriers order that in the walks: kiln run --race found it, GQA 4:2. The deterministic d128's "passes" has the
-      -- same race: not changed here)
-      if cfg.kvfrag then b:barrier() end
+      -- (every thread's read of this head's slot before the next head's scan clears it: this loop runs no tile, whose
+      -- barriers order that in the walks. kiln run --race found the race with GQA 4:2, at d256 (wave 25) and in the
+      -- deterministic d128's "passes" walk, where it had been since wave 21)
+      b:barrier()
     end)
     local go = b:ne(any:get(), 0)
     if cfg.kvlo and not cfg.kvwalk then go = b:or_(go, fs.kv_marked(b, sh, M.WARPS)) end
