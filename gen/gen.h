@@ -28,6 +28,10 @@ typedef struct gen_ptxas_facts {
     int sm;                /* the SM table's number (1090 for sm_90a) */
     bool rolled_mma_k;     /* target.ptxas_rolled_mma_k: a constant-trip mma.sync k-loop costs no SASS */
     int f16_row_regs;      /* target.ptxas_f16_row_regs: extra registers per f16 tensor of a short norm row */
+    bool dropout_o3;       /* target.ptxas_dropout_o3: causal-dropout tiles keep a block more under default<O3> */
+    bool mask_dropout_o3;  /* target.ptxas_mask_dropout_o3: the same for SIMT d64 with the mask keys */
+    bool neox_o3;          /* target.ptxas_neox_o3: NeoX rotary in the append, d96 tile: fewer SASS under default<O3> */
+    bool neox_d128_o3;     /* target.ptxas_neox_d128_o3: the same for bf16 d128 split-KV with any cos/sin table */
 } gen_ptxas_facts;
 /* The row for exactly sm, or NULL (every row of the SM table has one: build/tests/gen_test). */
 const gen_ptxas_facts *gen_ptxas_find(int sm);

@@ -440,6 +440,10 @@ void gen_builder_push_target(lua_State *L, const gen_target *t) {
     if (p) {
         lua_pushboolean(L, p->rolled_mma_k), lua_setfield(L, -2, "ptxas_rolled_mma_k");
         lua_pushinteger(L, p->f16_row_regs), lua_setfield(L, -2, "ptxas_f16_row_regs");
+        lua_pushboolean(L, p->dropout_o3), lua_setfield(L, -2, "ptxas_dropout_o3");
+        lua_pushboolean(L, p->mask_dropout_o3), lua_setfield(L, -2, "ptxas_mask_dropout_o3");
+        lua_pushboolean(L, p->neox_o3), lua_setfield(L, -2, "ptxas_neox_o3");
+        lua_pushboolean(L, p->neox_d128_o3), lua_setfield(L, -2, "ptxas_neox_d128_o3");
     }
 }
 

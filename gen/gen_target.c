@@ -31,21 +31,29 @@ int gen_feature_ptx(enum gen_feature f) {
  *   of 768 (kiln's pipeline), none at 56; on sm_90 LLVM's default<O3> code of those rows (the quality tables'
  *   reference) spilled 16 bytes at 48; sm_75..89 take none (docs/llvm22.md: 2-byte rows of 768 fit 48 on sm_80,
  *   the caps measured over the short-row forward variants on every SM from sm_75). sm_90a takes sm_90's value
- *   (the same SASS generation); sm_70, which CUDA 13's ptxas no longer builds (docs/lint.md), sm_75's. */
+ *   (the same SASS generation); sm_70, which CUDA 13's ptxas no longer builds (docs/lint.md), sm_75's.
+ * dropout_o3, mask_dropout_o3, neox_o3, neox_d128_o3 (wave 25): where the attention forward's code from LLVM's
+ *   default<O3> assembles better than kiln's pipeline (templates/attention.lua's `o3` rules, which give the
+ *   figures): dropout_o3, the causal-dropout tiles (SIMT d32, d96 and past d128; the cp.async d32 tile) keep a block
+ *   more an SM on sm_75..89; mask_dropout_o3, SIMT d64 causal dropout with the mask keys, on sm_90..110; neox_o3,
+ *   GPT-NeoX rotary in the append on the 96-wide cp.async tile (fewer SASS instructions), sm_80..110; neox_d128_o3,
+ *   the same for bf16 d128 split-KV whatever the cos/sin table's dtype, sm_90..110 (below, only with an f32 table).
+ *   sm_120/121 keep kiln's pipeline in all four; sm_90a's mma.sync kernel was measured on sm_90a's own rows, where
+ *   these did not apply (none set). */
 static const gen_ptxas_facts ptxas_facts[] = {
-    /* sm, rolled_mma_k, f16_row_regs */
-    {70, false, 0},
-    {75, false, 0},
-    {80, true, 0},
-    {86, true, 0},
-    {89, true, 0},
-    {90, false, 8},
-    {100, false, 8},
-    {103, false, 8},
-    {110, false, 8},
-    {120, false, 8},
-    {121, false, 8},
-    {KILN_SM_ARCH + 90, false, 8},
+    /* sm, rolled_mma_k, f16_row_regs, dropout_o3, mask_dropout_o3, neox_o3, neox_d128_o3 */
+    {70, false, 0, true, false, true, false},
+    {75, false, 0, true, false, true, false},
+    {80, true, 0, true, false, true, false},
+    {86, true, 0, true, false, true, false},
+    {89, true, 0, true, false, true, false},
+    {90, false, 8, false, true, true, true},
+    {100, false, 8, false, true, true, true},
+    {103, false, 8, false, true, true, true},
+    {110, false, 8, false, true, true, true},
+    {120, false, 8, false, false, false, false},
+    {121, false, 8, false, false, false, false},
+    {KILN_SM_ARCH + 90, false, 8, false, false, false, false},
 };
 enum { NPTXAS = sizeof ptxas_facts / sizeof ptxas_facts[0] };
 

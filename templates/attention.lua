@@ -398,17 +398,18 @@ function K.config(spec, target)
   -- d256 1208 vs 1320 SASS instructions, 130 registers both). With the mask keys d64 on sm_90-110 loses the block
   -- too (sm_90 182 vs 167, sm_100 186, sm_103 188, sm_110 186 vs 167), not varlen or with dropout_mask (188 vs 189),
   -- nor on sm_120/121 (186 vs 189, 2648 vs 2688 SASS instructions) or below sm_90 (sm_80 188 vs 178, 2 blocks both).)
+  -- (these four rules read the SM groups where they were measured as ptxas facts, target.ptxas_*: gen/gen_target.c)
   local mask_keys = spec.window or spec.softcap or spec.alibi
   o3 = o3 or (cfg.path == "simt" and spec.dropout and spec.causal and spec.vdim == spec.dim
-              and ((not mask_keys and (spec.dim == 64 or (target.sm < 90 and (spec.dim == 96 or spec.head_dim == 256
+              and ((not mask_keys and (spec.dim == 64 or (target.ptxas_dropout_o3 and (spec.dim == 96 or spec.head_dim == 256
                                                                                 or (spec.dim == 32 and not spec.varlen)))))
-                   or (mask_keys and spec.dim == 64 and target.sm >= 90 and target.sm < 120
+                   or (mask_keys and spec.dim == 64 and target.ptxas_mask_dropout_o3
                        and not spec.varlen and not spec.dropout_mask)))
   -- (and the cp.async tensor-core tile of d32 with dropout under a causal mask, no mask keys, not varlen, below sm_90:
   -- kiln's pipeline 176 registers, 2 blocks an SM, 2296-2304 SASS instructions; default<O3> 168, 3 blocks, 2336
   -- (sm_80, 86, 89, f16 and bf16). From sm_90 on kiln's is no worse (sm_90 156 vs 157, sm_100 155 vs 160, sm_120
   -- 161 vs 168 registers, 24-32 fewer SASS instructions), and varlen keeps 2 blocks either way (sm_80 194 vs 174).)
-  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and target.sm < 90 and spec.dropout and spec.causal
+  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and target.ptxas_dropout_o3 and spec.dropout and spec.causal
               and spec.dim == 32 and not spec.varlen and not (spec.window or spec.softcap or spec.alibi))
   -- (and the cp.async tensor-core tiles that write the dropout keep mask (dropout_mask, the tests' key; d64 with
   -- window, softcap and ALiBi): kiln's pipeline gave 96-280 more SASS instructions than default<O3> on every SM
@@ -423,9 +424,9 @@ function K.config(spec, target)
   -- sm_90 9472 vs 9344, and on sm_80/86 too: 9272 vs 9256, 7760 vs 7720). Interleaved
   -- rotary, f16 d128 and sm_80's bf16 d128 with bf16 tables keep kiln's (sm_80 10296 vs 10328), as does sm_120
   -- (f16 d96 4840 vs 4896, bf16 d96 split-KV 8656 vs 8680, bf16 d128 split-KV 8584 vs 8600).)
-  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and spec.rotary == "neox" and target.sm < 120
+  o3 = o3 or (cfg.path == "mma" and cfg.cp_async and spec.rotary == "neox" and target.ptxas_neox_o3
               and (spec.head_dim == 96 or (spec.head_dim == 128 and spec.splitkv and spec.dtype == "bf16"
-                                           and (target.sm >= 90 or spec.rotary_cs == "f32"))))
+                                           and (target.ptxas_neox_d128_o3 or spec.rotary_cs == "f32"))))
   cfg.pipeline = (not o3) and "kiln" or nil
   -- Tensor-core tiles with cp.async (not split-KV) are no worse without NVPTX's loop strength
   -- reduction (matrix: 0.1-0.9 % fewer SASS instructions, none fewer blocks) and generate 3-4 %
