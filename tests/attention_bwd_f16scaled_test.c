@@ -958,6 +958,27 @@ static void nonfinite(void) {
     }
 }
 
+/* The problem of a d256 case (d256_dq, d256_dkdv): bf16, GQA 2:1, 35 query rows, 40 keys, causal 0/1/2 (2: top-left);
+ * masks: 1 a window (20 left), 2 softcap 8, 4 ALiBi; row: 0 random, 'w' K and V rows of 2^40 in column 0 (Q and dO zero
+ * there), 'b' Q and dO rows of 2^40 (K and V zero there), 'V' V and dO magnitudes 2^-30..2^30. */
+static void d256_prob(prob *a, int d, int causal, int masks, char row) {
+    static const float slopes[2] = {0.25f, 0.0625f};
+    prob_init(a, d, causal, 2, 1, 35, 40);
+    if (masks & 1) a->p.window = 1, a->p.window_left = 20, a->p.window_right = -1;
+    if (masks & 2) a->p.has_softcap = 1, a->p.softcap = 8;
+    if (masks & 4) a->p.alibi = 1, a->p.alibi_stride = 0, a->p.alibi_slopes = slopes;
+    fill(a->q, a->nq, 1), fill(a->k, a->nk, 1), fill(a->v, a->nv, 1), fill(a->dout, a->no, 1);
+    if (row == 'V') fill_wide(a->v, a->nv, -30, 30), fill_wide(a->dout, a->no, -30, 30);
+    for (int part = 0; (row == 'w' || row == 'b') && part < 2; part++) {
+        void *big = row == 'w' ? (part ? a->v : a->k) : (part ? a->dout : a->q);
+        void *zero = row == 'w' ? (part ? a->dout : a->q) : (part ? a->v : a->k);
+        size_t nbig = row == 'w' ? (part ? a->nv : a->nk) : (part ? a->no : a->nq);
+        size_t nzero = row == 'w' ? (part ? a->no : a->nq) : (part ? a->nv : a->nk);
+        for (size_t j = 0; j < nbig; j += (size_t)d) set(big, j, (j / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
+        for (size_t j = 0; j < nzero; j += (size_t)d) set(zero, j, 0.0);
+    }
+}
+
 /* ---- the deterministic dq kernel at the tile width 256 (wave 25, issue 28): two warps a 16-row group, each half of dQ's
  * columns (lib/attn_bwd_mma.lua M.csplit), on the f16-scaled path. Both warps of a pair compute the group's S and dP
  * and dS's rows' running exponents from the same values; each takes the rows' factors (Q's, dO's) of its group and
@@ -978,27 +999,13 @@ static void d256_dq(void) {
         {"V and dO magnitudes 2^-30..2^30", 256, 0, 0, 1, 'V'},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 136, 1, 0, 1, 'w'},
     };
-    static const float slopes[2] = {0.25f, 0.0625f};
     const char *full = getenv("KILN_TEST_FULL");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (cases[i].full && !(full && full[0] == '1')) continue;
         int d = cases[i].d;
-        prob a;
-        prob_init(&a, d, cases[i].causal, 2, 1, 35, 40);
-        if (cases[i].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
-        if (cases[i].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
-        if (cases[i].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
-        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         char row = cases[i].row;
-        if (row == 'V') fill_wide(a.v, a.nv, -30, 30), fill_wide(a.dout, a.no, -30, 30);
-        for (int part = 0; (row == 'w' || row == 'b') && part < 2; part++) {
-            void *big = row == 'w' ? (part ? a.v : a.k) : (part ? a.dout : a.q);
-            void *zero = row == 'w' ? (part ? a.dout : a.q) : (part ? a.v : a.k);
-            size_t nbig = row == 'w' ? (part ? a.nv : a.nk) : (part ? a.no : a.nq);
-            size_t nzero = row == 'w' ? (part ? a.no : a.nq) : (part ? a.nv : a.nk);
-            for (size_t j = 0; j < nbig; j += (size_t)d) set(big, j, (j / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
-            for (size_t j = 0; j < nzero; j += (size_t)d) set(zero, j, 0.0);
-        }
+        prob a;
+        d256_prob(&a, d, cases[i].causal, cases[i].masks, row);
         char name[256];
         snprintf(name, sizeof name, "d%d dq (two warps a row group): %s", d, cases[i].what);
         TEST_BEGIN(name);
@@ -1051,26 +1058,13 @@ static void d256_dkdv(void) {
         {"random, no causal", 136, 0, 0, 1, 0},
         {"K and V rows of 2^40 in column 0 (Q, dO zero there), causal", 256, 1, 0, 0, 'w'},
     };
-    static const float slopes[2] = {0.25f, 0.0625f};
     const char *full = getenv("KILN_TEST_FULL");
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         if (cases[i].full && !(full && full[0] == '1')) continue;
         int d = cases[i].d;
-        prob a;
-        prob_init(&a, d, cases[i].causal, 2, 1, 35, 40);
-        if (cases[i].masks & 1) a.p.window = 1, a.p.window_left = 20, a.p.window_right = -1;
-        if (cases[i].masks & 2) a.p.has_softcap = 1, a.p.softcap = 8;
-        if (cases[i].masks & 4) a.p.alibi = 1, a.p.alibi_stride = 0, a.p.alibi_slopes = slopes;
-        fill(a.q, a.nq, 1), fill(a.k, a.nk, 1), fill(a.v, a.nv, 1), fill(a.dout, a.no, 1);
         char row = cases[i].row;
-        for (int part = 0; row && part < 2; part++) {
-            void *big = row == 'w' ? (part ? a.v : a.k) : (part ? a.dout : a.q);
-            void *zero = row == 'w' ? (part ? a.dout : a.q) : (part ? a.v : a.k);
-            size_t nbig = row == 'w' ? (part ? a.nv : a.nk) : (part ? a.no : a.nq);
-            size_t nzero = row == 'w' ? (part ? a.no : a.nq) : (part ? a.nv : a.nk);
-            for (size_t j = 0; j < nbig; j += (size_t)d) set(big, j, (j / (size_t)d) & 1 ? -0x1p40 : 0x1p40);
-            for (size_t j = 0; j < nzero; j += (size_t)d) set(zero, j, 0.0);
-        }
+        prob a;
+        d256_prob(&a, d, cases[i].causal, cases[i].masks, row);
         char name[256];
         snprintf(name, sizeof name, "d%d deterministic dkdv (two warps a key group): %s", d, cases[i].what);
         TEST_BEGIN(name);

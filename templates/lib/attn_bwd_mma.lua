@@ -106,7 +106,7 @@ end
 -- for bf16 here: Q's and dO's rows scaled once by prep are 128 wide at most (and the runtime's workspace with them),
 -- and K's and V's low parts need a tile of 32 x 264 halves the split's 52 KB leave no room for.
 local function bf16_dq_split(spec, target)
-  return spec.kernel == "dq" and f16s.applies(spec, target) and not ((spec.dim or 256) == 200 and not spec.causal)
+  return spec.kernel == "dq" and f16s.applies(spec, target) and not ((spec.dim or spec.head_dim) == 200 and not spec.causal)
 end
 -- bf16's deterministic dkdv (wave 25, issue 28) on the same split, under path=mma only: it keeps the f16-scaled path's
 -- documented bound for rows spanning more than 2^32 (lib/attn_bwd_f16scaled.lua lo_applies: the low parts spilled
